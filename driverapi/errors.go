@@ -1,0 +1,123 @@
+package driverapi
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"unicode/utf8"
+)
+
+// ProfileError: a profile that is garbled, forged or meant for another backend.
+type ProfileError struct{ Reason string }
+
+func (e *ProfileError) Error() string { return "invalid profile: " + e.Reason }
+
+// InvalidSpecError: a RunSpec or ProfileRequest field that cannot be run.
+type InvalidSpecError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidSpecError) Error() string {
+	return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason)
+}
+
+// ProtocolMismatchError: the plugin speaks another protocol version.
+type ProtocolMismatchError struct {
+	Plugin     string // path of the plugin binary
+	PluginVer  int    // -1 when the plugin did not say
+	HostVer    int
+	Underlying error
+}
+
+func (e *ProtocolMismatchError) Error() string {
+	pv := "unknown"
+	if e.PluginVer >= 0 {
+		pv = fmt.Sprint(e.PluginVer)
+	}
+	return fmt.Sprintf("plugin %s speaks protocol version %s, this host speaks version %d: use a plugin built for protocol %d",
+		e.Plugin, pv, e.HostVer, e.HostVer)
+}
+
+func (e *ProtocolMismatchError) Unwrap() error { return e.Underlying }
+
+// PluginError: a plugin binary that is missing, not executable, fails its
+// checksum pin, or could not be started or reached.
+type PluginError struct {
+	Plugin string // path or name
+	Op     string // "find", "checksum", "start", "call"
+	Err    error
+}
+
+func (e *PluginError) Error() string {
+	return fmt.Sprintf("plugin %s: %s: %v", e.Plugin, e.Op, e.Err)
+}
+
+func (e *PluginError) Unwrap() error { return e.Err }
+
+// ErrPluginDied is wrapped by errors from a call whose plugin process died.
+var ErrPluginDied = errors.New("plugin process died")
+
+// ValidateRunSpec checks the parts of a RunSpec every driver relies on. It
+// does not check the profile (Profile.Verify does).
+func ValidateRunSpec(s RunSpec) error {
+	if s.Program == "" {
+		return &InvalidSpecError{Field: "program", Reason: "empty"}
+	}
+	if strings.IndexByte(s.Program, 0) >= 0 {
+		return &InvalidSpecError{Field: "program", Reason: "contains a NUL byte"}
+	}
+	for i, a := range s.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return &InvalidSpecError{Field: fmt.Sprintf("args[%d]", i), Reason: "contains a NUL byte"}
+		}
+	}
+	seen := make(map[string]bool, len(s.Env))
+	for _, e := range s.Env {
+		if err := ValidateEnvName(e.Name); err != nil {
+			return err
+		}
+		if strings.IndexByte(e.Value, 0) >= 0 {
+			return &InvalidSpecError{Field: "env " + e.Name, Reason: "value contains a NUL byte"}
+		}
+		if seen[e.Name] {
+			return &InvalidSpecError{Field: "env " + e.Name, Reason: "set twice"}
+		}
+		seen[e.Name] = true
+	}
+	if len(s.Stdin) > MaxStdinBytes {
+		return &InvalidSpecError{Field: "stdin", Reason: fmt.Sprintf("%d bytes exceeds the %d byte limit", len(s.Stdin), MaxStdinBytes)}
+	}
+	if s.Cwd == "" || s.Cwd[0] != '/' && !isWindowsAbs(s.Cwd) {
+		return &InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is not an absolute path", s.Cwd)}
+	}
+	if strings.IndexByte(s.Cwd, 0) >= 0 {
+		return &InvalidSpecError{Field: "cwd", Reason: "contains a NUL byte"}
+	}
+	if s.Timeout <= 0 {
+		return &InvalidSpecError{Field: "timeout", Reason: "must be greater than zero"}
+	}
+	if s.MaxOutputBytes <= 0 {
+		return &InvalidSpecError{Field: "max_output_bytes", Reason: "must be greater than zero"}
+	}
+	return nil
+}
+
+// ValidateEnvName checks an environment variable name: non-empty, no '=',
+// no NUL, valid UTF-8.
+func ValidateEnvName(name string) error {
+	switch {
+	case name == "":
+		return &InvalidSpecError{Field: "env", Reason: "empty variable name"}
+	case strings.ContainsAny(name, "=\x00"):
+		return &InvalidSpecError{Field: "env " + fmt.Sprintf("%q", name), Reason: "name contains '=' or NUL"}
+	case !utf8.ValidString(name):
+		return &InvalidSpecError{Field: "env " + fmt.Sprintf("%q", name), Reason: "name is not valid UTF-8"}
+	}
+	return nil
+}
+
+func isWindowsAbs(p string) bool {
+	return len(p) >= 3 && p[1] == ':' && (p[2] == '\\' || p[2] == '/') ||
+		strings.HasPrefix(p, `\\`)
+}

@@ -1,0 +1,266 @@
+package driverapi
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/go-plugin"
+	"google.golang.org/grpc"
+
+	pb "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/alephv1"
+)
+
+// Plugin names in the go-plugin plugin set.
+const (
+	PluginDriver = "driver"
+	PluginHook   = "hook"
+)
+
+// Handshake is shared by every aleph-sandbox plugin. The magic cookie only
+// stops a plugin binary being run by hand by mistake; it is not a security
+// boundary. ProtocolVersion is the contract's major version.
+var Handshake = plugin.HandshakeConfig{
+	ProtocolVersion:  ProtocolVersion,
+	MagicCookieKey:   "ALEPH_SANDBOX_PLUGIN",
+	MagicCookieValue: "7c1f0b64-driver-api-aleph-sandbox",
+}
+
+// DriverPlugin is the go-plugin glue for a Driver.
+type DriverPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	Impl Driver
+	// Name labels errors on the client side.
+	Name string
+}
+
+// GRPCServer registers the driver service.
+func (p *DriverPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	pb.RegisterOsSandboxDriverServer(s, &driverServer{impl: p.Impl})
+	return nil
+}
+
+// GRPCClient returns a Driver backed by the connection.
+func (p *DriverPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
+	return NewDriverClient(c, p.Name), nil
+}
+
+// HookPlugin is the go-plugin glue for a Hook.
+type HookPlugin struct {
+	plugin.NetRPCUnsupportedPlugin
+	Impl Hook
+	Name string
+}
+
+// GRPCServer registers the hook service.
+func (p *HookPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
+	pb.RegisterSandboxHookServer(s, &hookServer{impl: p.Impl})
+	return nil
+}
+
+// GRPCClient returns a Hook backed by the connection.
+func (p *HookPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
+	return NewHookClient(c, p.Name), nil
+}
+
+func pluginLogger(name string) hclog.Logger {
+	// Plugins never write to stdout (it carries the go-plugin handshake);
+	// JSON on stderr is parsed and re-logged by the host.
+	return hclog.New(&hclog.LoggerOptions{Name: name, Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
+}
+
+// Serve runs d as a plugin process. It is the whole main of a driver binary
+// and does not return.
+func Serve(d Driver) {
+	serve(plugin.PluginSet{PluginDriver: &DriverPlugin{Impl: d}})
+}
+
+// ServeHook runs h as a hook plugin process; it does not return.
+func ServeHook(h Hook) {
+	serve(plugin.PluginSet{PluginHook: &HookPlugin{Impl: h}})
+}
+
+func serve(ps plugin.PluginSet) {
+	plugin.Serve(&plugin.ServeConfig{
+		HandshakeConfig: Handshake,
+		Plugins:         ps,
+		GRPCServer:      plugin.DefaultGRPCServer,
+		Logger:          pluginLogger("plugin"),
+	})
+}
+
+// LaunchConfig says how to start a plugin binary.
+type LaunchConfig struct {
+	// Path of the plugin binary. Required.
+	Path string
+	// SHA256, when set, pins the binary: lower-case or upper-case hex of its
+	// SHA-256. A binary that does not match is never executed.
+	SHA256 string
+	// Logger receives the plugin's own log lines (its stderr). Never the
+	// command's output. Defaults to a null logger.
+	Logger hclog.Logger
+	// StartTimeout bounds the handshake. Default 30s.
+	StartTimeout time.Duration
+	// Env is added to the plugin's environment (the host's environment is
+	// inherited as go-plugin does; the plugin itself must not pass it on).
+	Env []string
+	// Args are extra arguments for the plugin binary.
+	Args []string
+	// HostProtocolVersion overrides the version this host offers; tests
+	// use it to provoke a mismatch. Zero means ProtocolVersion.
+	HostProtocolVersion int
+}
+
+// Process is a launched plugin: one OS process and the client that talks to it.
+type Process struct {
+	client *plugin.Client
+	raw    interface{}
+	path   string
+}
+
+// Driver returns the Driver served by the process, or nil if it serves a hook.
+func (p *Process) Driver() Driver { d, _ := p.raw.(Driver); return d }
+
+// Hook returns the Hook served by the process, or nil if it serves a driver.
+func (p *Process) Hook() AfterHook { h, _ := p.raw.(AfterHook); return h }
+
+// Exited reports whether the plugin process has ended.
+func (p *Process) Exited() bool { return p.client.Exited() }
+
+// Path is the binary the process was started from.
+func (p *Process) Path() string { return p.path }
+
+// Kill ends the plugin process (gracefully, then forcibly) and waits for it.
+func (p *Process) Kill() { p.client.Kill() }
+
+// Pid is the plugin's process id, or 0 when unknown.
+func (p *Process) Pid() int {
+	if rc := p.client.ReattachConfig(); rc != nil {
+		return rc.Pid
+	}
+	return 0
+}
+
+// LaunchDriver starts a driver plugin binary and returns its Driver.
+func LaunchDriver(ctx context.Context, cfg LaunchConfig) (*Process, error) {
+	return launch(ctx, cfg, PluginDriver)
+}
+
+// LaunchHook starts a hook plugin binary and returns its Hook.
+func LaunchHook(ctx context.Context, cfg LaunchConfig) (*Process, error) {
+	return launch(ctx, cfg, PluginHook)
+}
+
+var mismatchRE = regexp.MustCompile(`Plugin version: (\d+)`)
+
+func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error) {
+	if cfg.Path == "" {
+		return nil, &PluginError{Plugin: "(none)", Op: "find", Err: errors.New("no plugin path given")}
+	}
+	st, err := os.Stat(cfg.Path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, &PluginError{Plugin: cfg.Path, Op: "find", Err: errors.New("no such file")}
+	case err != nil:
+		return nil, &PluginError{Plugin: cfg.Path, Op: "find", Err: err}
+	case !st.Mode().IsRegular():
+		return nil, &PluginError{Plugin: cfg.Path, Op: "find", Err: errors.New("not a regular file")}
+	case st.Mode().Perm()&0o111 == 0 && !strings.HasSuffix(strings.ToLower(cfg.Path), ".exe"):
+		return nil, &PluginError{Plugin: cfg.Path, Op: "find", Err: errors.New("not executable")}
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = hclog.NewNullLogger()
+	}
+	hostVer := cfg.HostProtocolVersion
+	if hostVer == 0 {
+		hostVer = ProtocolVersion
+	}
+	hs := Handshake
+	hs.ProtocolVersion = uint(hostVer)
+	var ps plugin.PluginSet
+	if kind == PluginDriver {
+		ps = plugin.PluginSet{PluginDriver: &DriverPlugin{Name: cfg.Path}}
+	} else {
+		ps = plugin.PluginSet{PluginHook: &HookPlugin{Name: cfg.Path}}
+	}
+	cmd := exec.Command(cfg.Path, cfg.Args...)
+	cmd.Env = append(os.Environ(), cfg.Env...)
+	pc := &plugin.ClientConfig{
+		HandshakeConfig:  hs,
+		Plugins:          ps,
+		Cmd:              cmd,
+		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
+		AutoMTLS:         true,
+		Logger:           logger,
+		StartTimeout:     cfg.StartTimeout,
+		// The plugin's stdout/stderr after the handshake go to the logger
+		// (go-plugin's defaults), never into a command's output.
+	}
+	if cfg.StartTimeout == 0 {
+		pc.StartTimeout = 30 * time.Second
+	}
+	if cfg.SHA256 != "" {
+		sum, err := hex.DecodeString(strings.TrimSpace(cfg.SHA256))
+		if err != nil || len(sum) != sha256.Size {
+			return nil, &PluginError{Plugin: cfg.Path, Op: "checksum", Err: fmt.Errorf("pinned sha256 %q is not 64 hex digits", cfg.SHA256)}
+		}
+		pc.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+	}
+	client := plugin.NewClient(pc)
+	proc, err := startClient(ctx, client, kind)
+	if err != nil {
+		client.Kill()
+		switch {
+		case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
+			return nil, &PluginError{Plugin: cfg.Path, Op: "checksum", Err: errors.New("binary does not match the pinned sha256; refusing to run it")}
+		case strings.Contains(err.Error(), "incompatible API version"):
+			pv := -1
+			if m := mismatchRE.FindStringSubmatch(err.Error()); m != nil {
+				pv, _ = strconv.Atoi(m[1])
+			}
+			return nil, &ProtocolMismatchError{Plugin: cfg.Path, PluginVer: pv, HostVer: hostVer, Underlying: err}
+		}
+		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: err}
+	}
+	proc.path = cfg.Path
+	return proc, nil
+}
+
+func startClient(ctx context.Context, client *plugin.Client, kind string) (*Process, error) {
+	type result struct {
+		raw interface{}
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		rpc, err := client.Client()
+		if err != nil {
+			done <- result{err: err}
+			return
+		}
+		raw, err := rpc.Dispense(kind)
+		done <- result{raw: raw, err: err}
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return &Process{client: client, raw: r.raw}, nil
+	case <-ctx.Done():
+		client.Kill()
+		<-done
+		return nil, ctx.Err()
+	}
+}
