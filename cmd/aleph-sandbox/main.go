@@ -1,0 +1,88 @@
+// Command aleph-sandbox runs commands inside the strongest OS sandbox this
+// host offers. See docs/ and the command-line contract in the README.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// Exit statuses shared by the subcommands.
+const (
+	exitSandboxError = 125 // the sandbox refused or failed to run the command
+	exitTimedOut     = 124
+)
+
+// stdio is the process's standard streams, passed down so subcommands can be
+// tested without touching os.Std*.
+type stdio struct {
+	In       io.Reader
+	Out, Err io.Writer
+	// InIsTerminal reports whether In is an interactive terminal.
+	InIsTerminal bool
+}
+
+type subcommand struct {
+	name    string
+	summary string
+	run     func(ctx context.Context, args []string, io stdio) int
+}
+
+func subcommands() []subcommand {
+	return []subcommand{
+		{"exec", "run a command in the sandbox", runExec},
+		{"bench", "measure the warm pipeline against direct execution", runBench},
+		{"doctor", "what this host can enforce, and how to fix what it cannot", runDoctor},
+		{"drivers", "drivers found, with their capability reports", runDrivers},
+		{"config", "print the effective configuration", runConfig},
+		{"policy", "check a command string against the command policy", runPolicy},
+		{"conformance", "run the driver conformance suite against a driver binary", runConformance},
+	}
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := dispatch(ctx, os.Args[1:], stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, InIsTerminal: isTerminal(os.Stdin)})
+	stop()
+	os.Exit(code)
+}
+
+func dispatch(ctx context.Context, args []string, io stdio) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(io.Err)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	for _, sc := range subcommands() {
+		if sc.name == args[0] {
+			return sc.run(ctx, args[1:], io)
+		}
+	}
+	fmt.Fprintf(io.Err, "aleph-sandbox: unknown command %q (run aleph-sandbox help)\n", args[0])
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: aleph-sandbox COMMAND [flags]")
+	fmt.Fprintln(w)
+	for _, sc := range subcommands() {
+		fmt.Fprintf(w, "  %-12s %s\n", sc.name, sc.summary)
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// fail prints the one-line refusal the CLI contract promises and returns 125.
+func fail(w io.Writer, format string, a ...any) int {
+	fmt.Fprintf(w, "aleph-sandbox: "+format+"\n", a...)
+	return exitSandboxError
+}
