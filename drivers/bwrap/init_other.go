@@ -1,0 +1,21 @@
+//go:build !linux
+
+package bwrap
+
+import (
+	"fmt"
+	"os"
+)
+
+// SandboxInit confines the process and execs the target; it exists only on
+// Linux. Elsewhere it refuses, so a misrouted launch never runs unconfined.
+func SandboxInit(args []string) int {
+	fmt.Fprintln(os.Stderr, "aleph-sandbox: sandbox-init: only supported on linux")
+	return SandboxInitExitCode
+}
+
+// LandlockABI is 0 off Linux.
+func LandlockABI() int { return 0 }
+
+// SeccompAvailable is false off Linux.
+func SeccompAvailable() bool { return false }
