@@ -1,0 +1,406 @@
+package driverapi_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+)
+
+// TestMain doubles as a plugin binary: with ALEPH_DRIVERAPI_TEST_PLUGIN set,
+// the test executable serves a fake driver or hook instead of running tests,
+// so launch tests exercise a real separate process.
+func TestMain(m *testing.M) {
+	switch os.Getenv("ALEPH_DRIVERAPI_TEST_PLUGIN") {
+	case "driver":
+		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("from plugin")})
+		return
+	case "hook":
+		driverapi.ServeHook(denyHook{})
+		return
+	}
+	os.Exit(m.Run())
+}
+
+type denyHook struct{}
+
+func (denyHook) Describe(context.Context) (driverapi.HookInfo, error) {
+	return driverapi.HookInfo{Name: "deny-rm", Version: "1"}, nil
+}
+
+func (denyHook) Before(_ context.Context, r driverapi.HookRequest) (driverapi.Verdict, error) {
+	if r.Program == "rm" {
+		return driverapi.Verdict{Action: driverapi.ActionDeny, Rule: "no-rm", Reason: "rm is not allowed", RetryAfter: 1500 * time.Millisecond}, nil
+	}
+	return driverapi.Verdict{Action: driverapi.ActionAllow}, nil
+}
+
+func profileFor(t *testing.T, d driverapi.Driver) driverapi.Profile {
+	t.Helper()
+	p, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: "/ws", Cwd: "/ws"})
+	if err != nil {
+		t.Fatalf("ProfileFor: %v", err)
+	}
+	return p
+}
+
+func spec(p driverapi.Profile, program string, args ...string) driverapi.RunSpec {
+	return driverapi.RunSpec{Program: program, Args: args, Cwd: "/ws", Profile: p, Timeout: 5 * time.Second, MaxOutputBytes: 1 << 20}
+}
+
+func TestRoundTripOverGRPC(t *testing.T) {
+	d := drivertest.Connect(t, &drivertest.FakeDriver{})
+	ctx := context.Background()
+
+	caps, err := d.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps.Backend != drivertest.FakeBackend || caps.ProtocolVersion != driverapi.ProtocolVersion || !caps.Has(driverapi.FeatureNetworkNone) {
+		t.Fatalf("capabilities did not survive the wire: %+v", caps)
+	}
+
+	p := profileFor(t, d)
+	if p.Digest != driverapi.Digest(p.Data) || p.Backend != drivertest.FakeBackend {
+		t.Fatalf("profile not intact: %+v", p)
+	}
+
+	var out, errOut bytes.Buffer
+	s := spec(p, "echo", "héllo", "", "a b")
+	s.Env = []driverapi.EnvVar{{Name: "A", Value: "1"}}
+	exit, err := d.Run(ctx, s, driverapi.Streams{Stdout: &out, Stderr: &errOut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "héllo  a b\n" {
+		t.Fatalf("stdout = %q", got)
+	}
+	if exit.ExitCode != 0 || exit.StdoutBytes != int64(out.Len()) {
+		t.Fatalf("exit = %+v", exit)
+	}
+
+	exit, err = d.Run(ctx, spec(p, "signal", "9"), driverapi.Streams{Stdout: io.Discard, Stderr: io.Discard})
+	if err != nil || exit.Signal != 9 || exit.ExitCode != 137 {
+		t.Fatalf("signal exit = %+v, %v", exit, err)
+	}
+}
+
+func TestRunStreamsLargeOutputInChunksAndTruncates(t *testing.T) {
+	d := drivertest.Connect(t, &drivertest.FakeDriver{})
+	p := profileFor(t, d)
+	var out bytes.Buffer
+	s := spec(p, "flood", "300000")
+	s.MaxOutputBytes = 200000 // stdout keeps 100000
+	exit, err := d.Run(context.Background(), s, driverapi.Streams{Stdout: &out, Stderr: io.Discard})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Len() != 100000 || !exit.Truncated || exit.StdoutBytes != 300000 {
+		t.Fatalf("kept %d bytes, exit %+v", out.Len(), exit)
+	}
+}
+
+func TestGarbledProfileRefusedAcrossTheWire(t *testing.T) {
+	d := drivertest.Connect(t, &drivertest.FakeDriver{})
+	good := profileFor(t, d)
+
+	cases := map[string]driverapi.Profile{
+		"flipped byte":  {Backend: good.Backend, Data: append([]byte{good.Data[0] ^ 1}, good.Data[1:]...), Digest: good.Digest},
+		"wrong backend": driverapi.NewProfile("other", good.Data),
+		"empty":         {},
+	}
+	for name, p := range cases {
+		t.Run(name, func(t *testing.T) {
+			_, err := d.Run(context.Background(), spec(p, "echo"), driverapi.Streams{})
+			var pe *driverapi.ProfileError
+			if !errors.As(err, &pe) {
+				t.Fatalf("want ProfileError, got %T %v", err, err)
+			}
+		})
+	}
+	// Positive control: the untouched profile runs.
+	if _, err := d.Run(context.Background(), spec(good, "echo"), driverapi.Streams{Stdout: io.Discard}); err != nil {
+		t.Fatalf("good profile refused: %v", err)
+	}
+}
+
+func TestInvalidSpecIsTypedAcrossTheWire(t *testing.T) {
+	d := drivertest.Connect(t, &drivertest.FakeDriver{})
+	p := profileFor(t, d)
+	bad := []struct {
+		name  string
+		mod   func(*driverapi.RunSpec)
+		field string
+	}{
+		{"nul in arg", func(s *driverapi.RunSpec) { s.Args = []string{"a\x00b"} }, "args[0]"},
+		{"relative cwd", func(s *driverapi.RunSpec) { s.Cwd = "ws" }, "cwd"},
+		{"zero timeout", func(s *driverapi.RunSpec) { s.Timeout = 0 }, "timeout"},
+		{"env with =", func(s *driverapi.RunSpec) { s.Env = []driverapi.EnvVar{{Name: "A=B"}} }, `env "A=B"`},
+		{"huge stdin", func(s *driverapi.RunSpec) { s.Stdin = make([]byte, driverapi.MaxStdinBytes+1) }, "stdin"},
+	}
+	for _, c := range bad {
+		t.Run(c.name, func(t *testing.T) {
+			s := spec(p, "echo")
+			c.mod(&s)
+			_, err := d.Run(context.Background(), s, driverapi.Streams{})
+			var ie *driverapi.InvalidSpecError
+			if !errors.As(err, &ie) || ie.Field != c.field {
+				t.Fatalf("want InvalidSpecError on %q, got %T %v", c.field, err, err)
+			}
+		})
+	}
+}
+
+func TestHookOverGRPC(t *testing.T) {
+	h := drivertest.ConnectHook(t, denyHook{})
+	v, err := h.Before(context.Background(), driverapi.HookRequest{Program: "rm"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Action != driverapi.ActionDeny || v.Rule != "no-rm" || v.RetryAfter != 1500*time.Millisecond {
+		t.Fatalf("verdict = %+v", v)
+	}
+	v, err = h.Before(context.Background(), driverapi.HookRequest{Program: "ls"})
+	if err != nil || v.Action != driverapi.ActionAllow {
+		t.Fatalf("positive control: %+v %v", v, err)
+	}
+}
+
+type garbageHook struct{ denyHook }
+
+func (garbageHook) Before(context.Context, driverapi.HookRequest) (driverapi.Verdict, error) {
+	return driverapi.Verdict{Action: driverapi.Action(42)}, nil
+}
+
+func TestHookGarbageVerdictIsAnError(t *testing.T) {
+	h := drivertest.ConnectHook(t, garbageHook{})
+	if _, err := h.Before(context.Background(), driverapi.HookRequest{Program: "ls"}); err == nil {
+		t.Fatal("an unknown action must be an error, never a pass")
+	}
+}
+
+func selfPlugin(t *testing.T, kind string) driverapi.LaunchConfig {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return driverapi.LaunchConfig{Path: exe, Env: []string{"ALEPH_DRIVERAPI_TEST_PLUGIN=" + kind}}
+}
+
+func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
+
+func TestLaunchRealPluginProcess(t *testing.T) {
+	ctx := context.Background()
+	proc, err := driverapi.LaunchDriver(ctx, selfPlugin(t, "driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := proc.Driver()
+	p := profileFor(t, d)
+	var out bytes.Buffer
+	if _, err := d.Run(ctx, spec(p, "other"), driverapi.Streams{Stdout: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if out.String() != "from plugin" {
+		t.Fatalf("stdout = %q", out.String())
+	}
+	pid := proc.Pid()
+	if !alive(pid) {
+		t.Fatalf("plugin pid %d not alive while in use", pid)
+	}
+	proc.Kill()
+	if !proc.Exited() {
+		t.Fatal("Exited() false after Kill")
+	}
+	// Kill waits for the process; a zombie would still answer kill(0), but
+	// go-plugin reaps it.
+	if alive(pid) {
+		t.Fatalf("plugin pid %d still alive after Kill", pid)
+	}
+}
+
+func TestPluginCrashIsReportedAsDied(t *testing.T) {
+	ctx := context.Background()
+	proc, err := driverapi.LaunchDriver(ctx, selfPlugin(t, "driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Kill()
+	p := profileFor(t, proc.Driver())
+	_, err = proc.Driver().Run(ctx, spec(p, "crash"), driverapi.Streams{})
+	if !errors.Is(err, driverapi.ErrPluginDied) {
+		t.Fatalf("want ErrPluginDied, got %T %v", err, err)
+	}
+	if !strings.Contains(err.Error(), proc.Path()) {
+		t.Fatalf("error does not name the plugin: %v", err)
+	}
+}
+
+func TestLaunchHookPlugin(t *testing.T) {
+	proc, err := driverapi.LaunchHook(context.Background(), selfPlugin(t, "hook"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer proc.Kill()
+	if proc.Driver() != nil {
+		t.Fatal("a hook process must not look like a driver")
+	}
+	info, err := proc.Hook().Describe(context.Background())
+	if err != nil || info.Name != "deny-rm" {
+		t.Fatalf("describe = %+v, %v", info, err)
+	}
+}
+
+func TestProtocolMismatchNamesBothVersions(t *testing.T) {
+	cfg := selfPlugin(t, "driver")
+	cfg.HostProtocolVersion = driverapi.ProtocolVersion + 1
+	_, err := driverapi.LaunchDriver(context.Background(), cfg)
+	var pm *driverapi.ProtocolMismatchError
+	if !errors.As(err, &pm) {
+		t.Fatalf("want ProtocolMismatchError, got %T %v", err, err)
+	}
+	if pm.PluginVer != driverapi.ProtocolVersion || pm.HostVer != driverapi.ProtocolVersion+1 {
+		t.Fatalf("versions = plugin %d host %d", pm.PluginVer, pm.HostVer)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "version 1") || !strings.Contains(msg, "version 2") {
+		t.Fatalf("message does not name both versions: %s", msg)
+	}
+}
+
+func TestChecksumPin(t *testing.T) {
+	cfg := selfPlugin(t, "driver")
+	data, err := os.ReadFile(cfg.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+
+	bad := cfg
+	bad.SHA256 = strings.Repeat("00", 32)
+	_, err = driverapi.LaunchDriver(context.Background(), bad)
+	var pe *driverapi.PluginError
+	if !errors.As(err, &pe) || pe.Op != "checksum" {
+		t.Fatalf("want checksum PluginError, got %T %v", err, err)
+	}
+
+	malformed := cfg
+	malformed.SHA256 = "xyz"
+	if _, err := driverapi.LaunchDriver(context.Background(), malformed); !errors.As(err, &pe) || pe.Op != "checksum" {
+		t.Fatalf("malformed pin: %v", err)
+	}
+
+	good := cfg
+	good.SHA256 = hex.EncodeToString(sum[:])
+	proc, err := driverapi.LaunchDriver(context.Background(), good)
+	if err != nil {
+		t.Fatalf("matching pin refused: %v", err)
+	}
+	proc.Kill()
+}
+
+func TestLaunchBadBinaries(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "plain")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	notPlugin := filepath.Join(dir, "true")
+	if err := os.WriteFile(notPlugin, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		path, op, want string
+	}{
+		{filepath.Join(dir, "missing"), "find", "no such file"},
+		{notExec, "find", "not executable"},
+		{dir, "find", "not a regular file"},
+		{notPlugin, "start", ""},
+	}
+	for _, c := range cases {
+		_, err := driverapi.LaunchDriver(context.Background(), driverapi.LaunchConfig{Path: c.path, StartTimeout: 5 * time.Second})
+		var pe *driverapi.PluginError
+		if !errors.As(err, &pe) || pe.Op != c.op || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.path) {
+			t.Errorf("%s: got %T %v", c.path, err, err)
+		}
+	}
+}
+
+func TestIsWithin(t *testing.T) {
+	base := driverapi.Capabilities{FSRead: []string{"/usr/share"}, FSWrite: []string{"/ws/out"}, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com", "api.example.org"}}}
+	cases := []struct {
+		name string
+		c    driverapi.Capabilities
+		want bool
+	}{
+		{"zero", driverapi.Capabilities{}, true},
+		{"read under read", driverapi.Capabilities{FSRead: []string{"/usr/share/doc"}}, true},
+		{"read under write", driverapi.Capabilities{FSRead: []string{"/ws/out/x"}}, true},
+		{"read sibling prefix", driverapi.Capabilities{FSRead: []string{"/usr/sharex"}}, false},
+		{"read dotdot escape", driverapi.Capabilities{FSRead: []string{"/usr/share/../../etc"}}, false},
+		{"write under read only", driverapi.Capabilities{FSWrite: []string{"/usr/share"}}, false},
+		{"write under write", driverapi.Capabilities{FSWrite: []string{"/ws/out/a"}}, true},
+		{"hosts subset", driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"EXAMPLE.com."}}}, true},
+		{"hosts extra", driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"evil.com"}}}, false},
+		{"all beyond hosts", driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}, false},
+		{"spawn", driverapi.Capabilities{SpawnSubprocess: true}, false},
+	}
+	for _, c := range cases {
+		if got := c.c.IsWithin(base); got != c.want {
+			t.Errorf("%s: IsWithin = %v, want %v", c.name, got, c.want)
+		}
+	}
+	limited := driverapi.Capabilities{MaxMemoryMB: 512, TimeoutSecs: 30}
+	for _, c := range []struct {
+		name string
+		c    driverapi.Capabilities
+		want bool
+	}{
+		{"tighter memory and timeout", driverapi.Capabilities{MaxMemoryMB: 256, TimeoutSecs: 10}, true},
+		{"unlimited memory", driverapi.Capabilities{TimeoutSecs: 10}, false},
+		{"looser timeout", driverapi.Capabilities{MaxMemoryMB: 256, TimeoutSecs: 31}, false},
+	} {
+		if got := c.c.IsWithin(limited); got != c.want {
+			t.Errorf("%s: IsWithin = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestBudgetWriter(t *testing.T) {
+	var buf bytes.Buffer
+	w := driverapi.NewBudgetWriter(&buf, 5)
+	for _, s := range []string{"abc", "def", "ghi"} {
+		if n, err := w.Write([]byte(s)); n != 3 || err != nil {
+			t.Fatalf("Write = %d, %v: over-budget writes must still succeed", n, err)
+		}
+	}
+	if buf.String() != "abcde" || w.Total() != 9 || !w.Truncated() {
+		t.Fatalf("kept %q total %d truncated %v", buf.String(), w.Total(), w.Truncated())
+	}
+	exact := driverapi.NewBudgetWriter(io.Discard, 3)
+	_, _ = exact.Write([]byte("abc"))
+	if exact.Truncated() {
+		t.Fatal("exactly the budget is not truncated")
+	}
+}
+
+func TestStreamBudgets(t *testing.T) {
+	if o, e := driverapi.StreamBudgets(0); o+e != driverapi.DefaultMaxOutputBytes || o != e {
+		t.Fatalf("default split = %d/%d", o, e)
+	}
+	if o, e := driverapi.StreamBudgets(11); o != 5 || e != 6 {
+		t.Fatalf("odd split = %d/%d", o, e)
+	}
+}
