@@ -7,7 +7,7 @@ PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 TOOLS     := $(CURDIR)/.tools
 
-.PHONY: all build test test-short proto proto-tools proto-check lint cross bench clean
+.PHONY: all build test test-go test-unprivileged fuzz-short proto proto-tools proto-check lint cross bench clean
 
 all: build
 
@@ -15,8 +15,25 @@ build:
 	@mkdir -p $(BIN)
 	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/...
 
-test: build
+# The whole check, as CI runs it: generated code fresh, lint for all three
+# OSes, cross builds, every test with the race detector, the Linux driver's
+# tests again as an unprivileged user, and a short fuzzing pass.
+test: build proto-check lint cross test-go test-unprivileged fuzz-short
+
+test-go: build
 	$(GO) test -race -count=1 ./...
+
+test-unprivileged: build
+	./scripts/test-unprivileged.sh
+
+# Each fuzz target for a few seconds (go test -fuzz takes one target at a time).
+FUZZ_TARGETS :=
+fuzz-short:
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; name=$${t##*:}; \
+		echo "fuzz $$name ($$pkg)"; \
+		$(GO) test -run '^$$' -fuzz "^$$name\$$" -fuzztime 5s $$pkg || exit 1; \
+	done
 
 proto-tools:
 	@mkdir -p $(TOOLS)
