@@ -5,16 +5,76 @@ package bwrap
 import (
 	"fmt"
 	"os"
+	"os/exec"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
-// SandboxInit is being written; until then it refuses (fail closed).
+// SandboxInit is the sandbox-init mode of the driver binary, run by bwrap
+// inside the new namespaces. args is `<initspec-json> -- PROGRAM ARGS...`.
+// It confines its own thread (no_new_privs, Landlock, rlimits, seccomp) and
+// execs PROGRAM, looked up in the PATH of its own environment (which bwrap
+// set to the child's allowlisted environment). It returns only on failure,
+// with SandboxInitExitCode after one `aleph-sandbox: sandbox-init:` line on
+// stderr: the target is never exec'd unconfined.
 func SandboxInit(args []string) int {
-	fmt.Fprintln(os.Stderr, "aleph-sandbox: sandbox-init: not implemented")
+	if err := sandboxInit(args); err != nil {
+		fmt.Fprintf(os.Stderr, "aleph-sandbox: sandbox-init: %v\n", err)
+	}
 	return SandboxInitExitCode
 }
 
-// LandlockABI reports the kernel's Landlock ABI version (0: unavailable).
-func LandlockABI() int { return 0 }
+func sandboxInit(args []string) error {
+	spec, argv, err := ParseInitArgs(args)
+	if err != nil {
+		return err
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return fmt.Errorf("program %q: %w", argv[0], err)
+	}
+	// Everything that can fail for a reason other than the kernel is
+	// computed before the process is changed.
+	prog, err := seccompProgram(&spec)
+	if err != nil {
+		return err
+	}
+	plan, err := planLandlock(&spec, effectiveLandlockABI())
+	if err != nil {
+		return err
+	}
+	limits := rlimitPlan(&spec)
 
-// SeccompAvailable reports whether seccomp filters can be installed.
-func SeccompAvailable() bool { return false }
+	// Landlock, no_new_privs and seccomp are per thread; the exec below
+	// must run on the thread that carries them. Never unlocked: if exec
+	// fails, the confined thread must not be handed back to the scheduler.
+	runtime.LockOSThread()
+
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	if err := applyLandlock(plan); err != nil {
+		return err
+	}
+	if err := applyRlimits(limits); err != nil {
+		return err
+	}
+	// seccomp last: it denies nothing the steps above need, but loading
+	// it last keeps the window where this Go code runs filtered minimal.
+	if err := loadSeccomp(prog); err != nil {
+		return err
+	}
+	err = syscall.Exec(path, argv, os.Environ())
+	return fmt.Errorf("exec %s: %w", path, err)
+}
+
+// LandlockABI is the Landlock ABI level SandboxInit enforces on this kernel:
+// the kernel's version, capped at what go-landlock knows; 0 when Landlock is
+// unavailable (then no Landlock rule is applied and none may be claimed).
+func LandlockABI() int { return effectiveLandlockABI() }
+
+// SeccompAvailable reports whether this kernel accepts seccomp filters
+// (SandboxInit fails closed when it does not).
+func SeccompAvailable() bool { return seccompSupported() }

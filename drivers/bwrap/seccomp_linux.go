@@ -1,0 +1,290 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"unsafe"
+
+	seccomp "github.com/elastic/go-seccomp-bpf"
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Layout of struct seccomp_data (include/uapi/linux/seccomp.h).
+const (
+	seccompDataNr   = 0
+	seccompDataArch = 4
+	seccompDataArgs = 16
+)
+
+const (
+	retAllow       = unix.SECCOMP_RET_ALLOW
+	retKillProcess = unix.SECCOMP_RET_KILL_PROCESS
+	retEPERM       = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+	retENOSYS      = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+
+	// x32SyscallBit is __X32_SYSCALL_BIT: x32 syscalls arrive with the
+	// x86_64 audit arch and this bit set in the number.
+	x32SyscallBit = 0x40000000
+
+	// cloneNamespaceFlags are the CLONE_NEW* bits clone(2) accepts.
+	// CLONE_NEWTIME (0x80) is absent on purpose: in clone(2) that bit is
+	// part of the exit signal (CSIGNAL); a time namespace can only be made
+	// through clone3 or unshare, both denied outright.
+	cloneNamespaceFlags = unix.CLONE_NEWNS | unix.CLONE_NEWCGROUP | unix.CLONE_NEWUTS |
+		unix.CLONE_NEWIPC | unix.CLONE_NEWUSER | unix.CLONE_NEWPID | unix.CLONE_NEWNET
+)
+
+// deniedSyscalls return EPERM in every mode. This is the seed's denylist plus
+// the new mount API (fsopen & co. mount without mount(2)) and pidfd_getfd
+// (steals another process's fd, a ptrace-class primitive). Names the native
+// architecture lacks (fork, mknod on arm64) are skipped: what does not exist
+// cannot be called.
+func deniedSyscalls() []string {
+	return []string{
+		// filesystem manipulation / escaping the bwrap mount tree
+		"mount", "umount2", "pivot_root", "chroot",
+		"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+		// kernel replacement and modules
+		"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
+		// eBPF and perf: large kernel attack surface, perf also reads other processes
+		"bpf", "perf_event_open",
+		// cross-process memory and debugging (independent of ptrace for process_vm_*)
+		"ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
+		// kernel keyring (shared across the user, not namespaced)
+		"keyctl", "add_key", "request_key",
+		// userfaultfd widens kernel race windows for exploits
+		"userfaultfd",
+		// io_uring performs socket/open/connect without the syscalls filtered here
+		"io_uring_setup", "io_uring_enter", "io_uring_register",
+		// device nodes, swap, kernel log, reboot
+		"mknod", "mknodat", "swapon", "swapoff", "syslog", "reboot",
+		// namespace switching: leaving or re-forming bwrap's namespaces
+		"setns", "unshare",
+		// file handles address inodes outside the mount namespace (shocker escape)
+		"open_by_handle_at", "name_to_handle_at",
+	}
+}
+
+// spawnSyscalls are denied when AllowSpawn is false (clone is handled by its
+// CLONE_THREAD bit, clone3 is always ENOSYS).
+func spawnSyscalls() []string { return []string{"fork", "vfork"} }
+
+// nativeArch is go-seccomp-bpf's description of the running architecture.
+func nativeArch() (*arch.Info, error) {
+	return arch.GetInfo("")
+}
+
+// argLowOffset is the offset of the low 32 bits of syscall argument i in
+// seccomp_data. The kernel loads 32-bit words in native byte order.
+func argLowOffset(i uint32) uint32 {
+	off := seccompDataArgs + 8*i
+	if binary.NativeEndian.Uint16([]byte{1, 0}) != 1 { // big endian
+		off += 4
+	}
+	return off
+}
+
+// seccompPolicy is the go-seccomp-bpf part of the filter: default allow, the
+// denylist, the clone rules and the socket gate, every match returning EPERM.
+func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
+	present := func(names []string) []string {
+		var out []string
+		for _, n := range names {
+			if _, ok := info.SyscallNames[n]; ok {
+				out = append(out, n)
+			}
+		}
+		return out
+	}
+	deny := present(deniedSyscalls())
+	if !spec.AllowSpawn {
+		deny = append(deny, present(spawnSyscalls())...)
+	}
+
+	// clone(2) flags are a 64-bit unsigned long in the kernel, so the
+	// library's 64-bit comparisons are exact here. Lists are ORed.
+	cloneRules := []seccomp.NameWithConditions{{
+		Name: "clone",
+		Conditions: seccomp.ArgumentConditions{
+			{Argument: 0, Operation: seccomp.BitsSet, Value: cloneNamespaceFlags},
+		},
+	}}
+	if !spec.AllowSpawn {
+		// A thread shares the address space and thread group: it is not a
+		// new process. Go, Java and Node create threads with
+		// CLONE_VM|CLONE_THREAD|...; fork-like clones lack CLONE_THREAD.
+		cloneRules = append(cloneRules, seccomp.NameWithConditions{
+			Name: "clone",
+			Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.BitsNotSet, Value: unix.CLONE_THREAD},
+			},
+		})
+	}
+
+	// Socket gate. socket(2)'s family is an int: a caller may set the high
+	// 32 bits, but every rule here is "deny unless equal to an allowed
+	// family", and a 64-bit NotEqual fails closed on such values.
+	var sockRules []seccomp.NameWithConditions
+	var sockDeny []string
+	switch spec.SocketMode {
+	case SocketUnixOnly:
+		sockRules = append(sockRules,
+			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
+			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
+			// sendto with a destination address is a connect in disguise
+			// (unconnected datagram sockets). sendmsg's msg_name is behind a
+			// pointer and cannot be inspected: bwrap's private mount and
+			// network namespaces leave no host socket to address.
+			seccomp.NameWithConditions{Name: "sendto", Conditions: seccomp.ArgumentConditions{
+				{Argument: 4, Operation: seccomp.NotEqual, Value: 0}}},
+		)
+		sockDeny = []string{"connect"}
+	case SocketProxyRouted:
+		sockRules = append(sockRules,
+			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX},
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET},
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET6}}},
+			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
+		)
+	}
+
+	groups := []seccomp.SyscallGroup{
+		{Names: append(deny, sockDeny...), Action: seccomp.ActionErrno},
+		{NamesWithCondtions: append(cloneRules, sockRules...), Action: seccomp.ActionErrno},
+	}
+	return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
+}
+
+// seccompPrefix runs before go-seccomp-bpf's program and closes what the
+// library leaves open:
+//
+//  1. Foreign architecture. The library jumps to the default action (allow)
+//     when seccomp_data.arch is not native, so an x86_64 process could issue
+//     i386 syscalls with `int 0x80` (socketcall, mount...) past every rule.
+//     Nothing legitimate inside the sandbox does that: kill the process.
+//  2. x32 (x86_64 only): same arch value, __X32_SYSCALL_BIT in the number,
+//     and its own syscall numbers. Return ENOSYS, as an x32-less kernel would.
+//  3. clone3: its flags live in a struct behind a pointer, which seccomp
+//     cannot read, so namespace and CLONE_THREAD checks are impossible.
+//     ENOSYS (not EPERM) makes glibc and others fall back to clone(2),
+//     whose flags are a register the rules below can check.
+//  4. ioctl request numbers: the kernel takes `unsigned int cmd`, the
+//     library compares 64 bits, so TIOCSTI|1<<32 would pass a library rule
+//     and still inject (CVE-2019-10063 pattern). Compare the low 32 bits.
+//     TIOCSTI pushes input into the controlling terminal (CVE-2017-5226);
+//     TIOCLINUX can do the same on a virtual console.
+func seccompPrefix(info *arch.Info) ([]bpf.Instruction, error) {
+	nr := func(name string) (uint32, error) {
+		n, ok := info.SyscallNames[name]
+		if !ok {
+			return 0, fmt.Errorf("syscall %s unknown on %s", name, info.Name)
+		}
+		return uint32(n), nil
+	}
+	ioctlNr, err := nr("ioctl")
+	if err != nil {
+		return nil, err
+	}
+	clone3Nr, err := nr("clone3")
+	if err != nil {
+		return nil, err
+	}
+	p := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: seccompDataArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
+		bpf.RetConstant{Val: retKillProcess},
+		bpf.LoadAbsolute{Off: seccompDataNr, Size: 4},
+	}
+	if info.ID == arch.X86_64.ID {
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: x32SyscallBit, SkipFalse: 1},
+			bpf.RetConstant{Val: retENOSYS},
+		)
+	}
+	p = append(p,
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: clone3Nr, SkipFalse: 1},
+		bpf.RetConstant{Val: retENOSYS},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: ioctlNr, SkipFalse: 4},
+		bpf.LoadAbsolute{Off: argLowOffset(1), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCSTI, SkipTrue: 1},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCLINUX, SkipFalse: 1},
+		bpf.RetConstant{Val: retEPERM},
+		// Fall through: the library program reloads arch and nr itself.
+	)
+	return p, nil
+}
+
+// seccompProgram assembles the whole filter for spec: prefix + library.
+func seccompProgram(spec *InitSpec) ([]bpf.Instruction, error) {
+	info, err := nativeArch()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	prefix, err := seccompPrefix(info)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	pol := seccompPolicy(spec, info)
+	body, err := pol.Assemble()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: assembling policy: %w", err)
+	}
+	prog := append(prefix, body...)
+	if len(prog) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp: program has %d instructions, limit %d", len(prog), unix.BPF_MAXINSNS)
+	}
+	return prog, nil
+}
+
+// loadSeccomp installs prog on the calling OS thread. The caller must hold
+// runtime.LockOSThread and exec on this same thread.
+//
+// Why not SECCOMP_FILTER_FLAG_TSYNC: execve keeps only the calling thread
+// (the kernel kills the others in de_thread) and the exec'd image inherits
+// that thread's filter, no_new_privs and Landlock domain. The other Go
+// runtime threads only live until that execve and never run sandboxed code,
+// so synchronising them adds nothing; it would also make the load fail
+// (ESRCH-style) if any thread had diverged, for no gain. Landlock below ABI 8
+// cannot sync threads either, so both layers use the same one-thread model.
+// go-seccomp-bpf's LoadFilter cannot be used: it assembles the policy itself
+// and offers no way to put the prefix in front.
+func loadSeccomp(prog []bpf.Instruction) error {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return fmt.Errorf("seccomp: %w", err)
+	}
+	if len(raw) == 0 {
+		return errors.New("seccomp: empty program")
+	}
+	filter := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	// no_new_privs is required to install a filter without CAP_SYS_ADMIN
+	// and stops setuid binaries from gaining privileges around it.
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("seccomp: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	_, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(filter)
+	if errno != 0 {
+		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER): %w", errno)
+	}
+	return nil
+}
+
+// seccompSupported reports whether this kernel accepts seccomp filters.
+func seccompSupported() bool {
+	return seccomp.Supported()
+}
