@@ -1,0 +1,373 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/textproto"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// PolicyName is how refusals name the policy that refused them.
+const PolicyName = "aleph-sandbox network policy"
+
+// requestError is a request the proxy will not serve, with the HTTP status
+// to answer and, when known, the target it named.
+type requestError struct {
+	status int
+	denial
+	target Target
+}
+
+// proxyRequest is a parsed request head: a CONNECT to Target, or a plain
+// HTTP request whose absolute URI names Target.
+type proxyRequest struct {
+	req    *http.Request
+	target Target
+}
+
+// readProxyRequest reads one request head from br and checks that it is a
+// proxy request: CONNECT with an authority-form target and a port, or an
+// absolute http:// URI whose Host header (when present) names the same
+// authority. It is the parser the fuzz target exercises.
+func readProxyRequest(br *bufio.Reader) (*proxyRequest, error) {
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		return nil, err
+	}
+	bad := func(status int, code ReasonCode, detail string, t Target) (*proxyRequest, error) {
+		if req.Body != nil {
+			req.Body.Close()
+		}
+		return nil, &requestError{status: status, denial: denial{code: code, detail: detail}, target: t}
+	}
+	if req.ProtoMajor != 1 {
+		return bad(http.StatusHTTPVersionNotSupported, ReasonBadRequest, "only HTTP/1.x is served", Target{})
+	}
+	if len(req.Header.Values("Host")) > 1 {
+		return bad(http.StatusBadRequest, ReasonBadRequest, "more than one Host header", Target{})
+	}
+	if req.Method == http.MethodConnect {
+		host, portStr, err := net.SplitHostPort(req.RequestURI)
+		if err != nil || strings.HasPrefix(req.RequestURI, "/") {
+			return bad(http.StatusBadRequest, ReasonBadRequest, "CONNECT needs a host:port target", Target{})
+		}
+		t, err := targetFrom(host, portStr)
+		if err != nil {
+			return bad(http.StatusBadRequest, ReasonInvalidTarget, err.Error(), Target{})
+		}
+		if hh := req.Header.Get("Host"); hh != "" {
+			if ht, err := hostHeaderTarget(hh, t.Port); err != nil || ht != t {
+				return bad(http.StatusBadRequest, ReasonHostHeaderMismatch, "Host header does not name the CONNECT target", t)
+			}
+		}
+		return &proxyRequest{req: req, target: t}, nil
+	}
+	u := req.URL
+	if u == nil || !u.IsAbs() || u.Host == "" {
+		return bad(http.StatusBadRequest, ReasonBadRequest, "a proxy request needs an absolute http:// URI (use CONNECT for HTTPS)", Target{})
+	}
+	if !strings.EqualFold(u.Scheme, "http") {
+		return bad(http.StatusBadRequest, ReasonBadRequest, "only http:// URIs are forwarded; use CONNECT for "+strings.ToLower(u.Scheme), Target{})
+	}
+	if u.User != nil {
+		return bad(http.StatusBadRequest, ReasonBadRequest, "user information in the URI is not forwarded", Target{})
+	}
+	host, portStr := u.Hostname(), u.Port()
+	if portStr == "" {
+		if strings.HasSuffix(u.Host, ":") {
+			return bad(http.StatusBadRequest, ReasonInvalidTarget, "empty port", Target{})
+		}
+		portStr = "80"
+	}
+	if strings.Contains(u.Host, "[") {
+		host = "[" + host + "]"
+	}
+	t, err := targetFrom(host, portStr)
+	if err != nil {
+		return bad(http.StatusBadRequest, ReasonInvalidTarget, err.Error(), Target{})
+	}
+	if hv := req.Header.Values("Host"); len(hv) == 1 {
+		ht, err := hostHeaderTarget(hv[0], 80)
+		if err != nil || ht != t {
+			return bad(http.StatusBadRequest, ReasonHostHeaderMismatch, "Host header does not name the same host and port as the request URI", t)
+		}
+	}
+	return &proxyRequest{req: req, target: t}, nil
+}
+
+func targetFrom(host, portStr string) (Target, error) {
+	port, err := parsePort(portStr)
+	if err != nil {
+		return Target{}, err
+	}
+	if strings.Contains(host, ":") && !strings.HasPrefix(host, "[") {
+		host = "[" + host + "]"
+	}
+	return ParseTarget(host, port)
+}
+
+// hostHeaderTarget parses a Host header value, defaulting the port.
+func hostHeaderTarget(v string, defPort uint16) (Target, error) {
+	if strings.ContainsAny(v, "/@?# \t") {
+		return Target{}, errors.New("malformed Host header")
+	}
+	host, portStr := v, ""
+	if h, p, err := net.SplitHostPort(v); err == nil {
+		host, portStr = h, p
+	} else if strings.Count(v, ":") == 1 && !strings.HasPrefix(v, "[") {
+		return Target{}, errors.New("malformed Host header")
+	}
+	if portStr == "" {
+		portStr = strconv.Itoa(int(defPort))
+	}
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	}
+	return targetFrom(host, portStr)
+}
+
+// serveHTTP serves requests on one client connection until it closes, a
+// CONNECT turns it into a tunnel, or a request cannot be continued.
+func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader, lr *headLimitReader) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-p.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	first := true
+	for {
+		if first {
+			c.SetReadDeadline(time.Now().Add(p.limits.HandshakeTimeout))
+		} else {
+			c.SetReadDeadline(time.Now().Add(p.limits.IdleTimeout))
+		}
+		// The head limit counts from what is already buffered, so a client
+		// cannot spread an oversized head over pipelined requests.
+		lr.limit(p.limits.MaxHeaderBytes - br.Buffered())
+		pr, err := readProxyRequest(br)
+		lr.unlimit()
+		if err != nil {
+			p.answerBadRequest(c, err, lr, !first)
+			return
+		}
+		first = false
+		c.SetReadDeadline(time.Time{})
+		if pr.req.Method == http.MethodConnect {
+			p.handleConnect(ctx, c, br, pr)
+			return
+		}
+		if !p.handleForward(ctx, c, br, pr) {
+			return
+		}
+	}
+}
+
+func (p *Proxy) answerBadRequest(c net.Conn, err error, lr *headLimitReader, keptAlive bool) {
+	var re *requestError
+	switch {
+	case errors.As(err, &re):
+		p.record(re.target, ProtocolHTTP, false, re.code, re.detail)
+		writeHTTPError(c, re.status, re.code, re.target.hostPort(), re.detail)
+	case lr.exhausted() || errors.Is(err, errHeadTooLarge):
+		p.record(Target{}, ProtocolHTTP, false, ReasonBadRequest, "request head too large")
+		writeHTTPError(c, http.StatusRequestHeaderFieldsTooLarge, ReasonBadRequest, "", "request head too large")
+	case keptAlive && (errors.Is(err, io.EOF) || isTimeout(err)):
+		// The client closed or went quiet between requests.
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), isTimeout(err):
+		p.record(Target{}, ProtocolHTTP, false, ReasonBadRequest, "connection closed or timed out before a complete request")
+	default:
+		p.record(Target{}, ProtocolHTTP, false, ReasonBadRequest, "malformed request")
+		writeHTTPError(c, http.StatusBadRequest, ReasonBadRequest, "", "malformed request")
+	}
+}
+
+func (t Target) hostPort() string {
+	if t.Host == "" {
+		return ""
+	}
+	h := t.Host
+	if t.IP.Is6() {
+		h = "[" + h + "]"
+	}
+	return h + ":" + strconv.Itoa(int(t.Port))
+}
+
+// writeHTTPError answers with a short plain-text body that names the
+// policy, the target and the reason, and closes the exchange.
+func writeHTTPError(w io.Writer, status int, code ReasonCode, target, detail string) {
+	var body string
+	if target != "" {
+		body = fmt.Sprintf("%s: connection to %s refused (%s): %s\n", PolicyName, target, code, detail)
+	} else {
+		body = fmt.Sprintf("%s: request refused (%s): %s\n", PolicyName, code, detail)
+	}
+	if status == http.StatusBadGateway {
+		body = strings.Replace(body, " refused ", " failed ", 1)
+	}
+	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Aleph-Sandbox-Reason: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), code, len(body), body)
+}
+
+func statusFor(d *denial) int {
+	switch d.code {
+	case ReasonUpstreamFailed, ReasonResolveFailed:
+		return http.StatusBadGateway
+	case ReasonInvalidTarget, ReasonBadRequest, ReasonHostHeaderMismatch:
+		return http.StatusBadRequest
+	}
+	return http.StatusForbidden
+}
+
+func (p *Proxy) handleConnect(ctx context.Context, c net.Conn, br *bufio.Reader, pr *proxyRequest) {
+	up, d := p.connectUpstream(ctx, pr.target, ProtocolConnect, "")
+	if d != nil {
+		writeHTTPError(c, statusFor(d), d.code, pr.target.hostPort(), d.detail)
+		return
+	}
+	defer up.Close()
+	if _, err := io.WriteString(c, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
+		return
+	}
+	// Bytes the client sent right after the head (a TLS ClientHello, say)
+	// are already in br.
+	if n := br.Buffered(); n > 0 {
+		b, _ := br.Peek(n)
+		if _, err := up.Write(b); err != nil {
+			return
+		}
+	}
+	relay(c, up, p.limits.IdleTimeout)
+}
+
+// hop-by-hop headers (RFC 9110 7.6.1) and proxy credentials never travel
+// past the proxy in either direction.
+var hopHeaders = []string{
+	"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade",
+}
+
+func removeHopHeaders(h http.Header) {
+	for _, f := range h.Values("Connection") {
+		for _, name := range strings.Split(f, ",") {
+			if name = textproto.TrimString(name); name != "" {
+				h.Del(name)
+			}
+		}
+	}
+	for _, name := range hopHeaders {
+		h.Del(name)
+	}
+}
+
+// handleForward sends one plain HTTP request upstream over a fresh
+// connection to a vetted address and copies the response back. It returns
+// whether the client connection can carry another request.
+func (p *Proxy) handleForward(ctx context.Context, c net.Conn, br *bufio.Reader, pr *proxyRequest) bool {
+	req, t := pr.req, pr.target
+	defer req.Body.Close()
+	clientWantsClose := req.Close
+	removeHopHeaders(req.Header)
+	req.Header.Del("Host")
+	if _, ok := req.Header["User-Agent"]; !ok {
+		// Keep net/http from adding its own User-Agent.
+		req.Header["User-Agent"] = nil
+	}
+	var injected []string
+	for _, in := range p.injections {
+		if !in.matches(t) {
+			continue
+		}
+		v := strings.ReplaceAll(in.format, "{secret}", p.cfg.Secrets[in.secret])
+		if !validHeaderValue(v) {
+			p.record(t, ProtocolHTTP, false, ReasonInvalidHeaderValue, "injected header "+in.header+" from secret "+in.secret+" would contain control characters")
+			writeHTTPError(c, http.StatusForbidden, ReasonInvalidHeaderValue, t.hostPort(), "secret header value refused")
+			return false
+		}
+		req.Header.Set(in.header, v)
+		injected = append(injected, "secret "+in.secret+" injected into "+in.header)
+	}
+	up, d := p.connectUpstream(ctx, t, ProtocolHTTP, strings.Join(injected, ", "))
+	if d != nil {
+		writeHTTPError(c, statusFor(d), d.code, t.hostPort(), d.detail)
+		return false
+	}
+	iu := &idleConn{Conn: up, idle: p.limits.IdleTimeout, act: &activity{}}
+	iu.act.touch()
+	defer up.Close()
+
+	// The request goes out in origin form, to the authority the URI named
+	// (the Host header was checked to agree), on a connection used once.
+	req.Host = req.URL.Host
+	req.RequestURI = ""
+	req.Close = true
+	// Writing runs beside reading so "Expect: 100-continue" and early
+	// upstream answers work without deadlock.
+	werr := make(chan error, 1)
+	go func() {
+		bw := bufio.NewWriter(iu)
+		err := req.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		werr <- err
+	}()
+	ubr := bufio.NewReader(iu)
+	cw := bufio.NewWriter(&idleConn{Conn: c, idle: p.limits.IdleTimeout, act: iu.act})
+	for {
+		resp, err := http.ReadResponse(ubr, req)
+		if err != nil {
+			up.Close()
+			<-werr
+			writeHTTPError(c, http.StatusBadGateway, ReasonUpstreamFailed, t.hostPort(), "the upstream response could not be read")
+			return false
+		}
+		removeHopHeaders(resp.Header)
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			resp.Write(cw)
+			if cw.Flush() != nil {
+				up.Close()
+				<-werr
+				return false
+			}
+			continue
+		}
+		if resp.StatusCode == http.StatusSwitchingProtocols {
+			// Upgrade was stripped from the request; a 101 anyway is not
+			// relayed.
+			resp.Body.Close()
+			up.Close()
+			<-werr
+			writeHTTPError(c, http.StatusBadGateway, ReasonUpstreamFailed, t.hostPort(), "protocol upgrades are not relayed")
+			return false
+		}
+		// Keep the client connection when the body is delimited; net/http
+		// then writes the right framing (chunked when the length is
+		// unknown for HTTP/1.1 clients).
+		delimited := resp.ContentLength >= 0 || len(resp.TransferEncoding) > 0 || req.Method == http.MethodHead
+		keepClient := !clientWantsClose && delimited && req.ProtoAtLeast(1, 1)
+		resp.Close = !keepClient
+		err = resp.Write(cw)
+		resp.Body.Close()
+		if err == nil {
+			err = cw.Flush()
+		}
+		up.Close()
+		if e := <-werr; e != nil && err == nil {
+			// Upstream answered before taking the whole body; the rest of
+			// the client's body is unread, so the connection cannot go on.
+			return false
+		}
+		return err == nil && keepClient
+	}
+}

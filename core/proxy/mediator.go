@@ -1,0 +1,121 @@
+package proxy
+
+import (
+	"context"
+	"net"
+	"runtime"
+	"strconv"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Fixed ports the Linux bridge listens on inside the sandbox's network
+// namespace (on its own loopback, which nothing else uses). Both relay to
+// the same proxy socket; the proxy tells the protocols apart itself.
+const (
+	BridgeHTTPPort  = 3128
+	BridgeSOCKSPort = 1080
+)
+
+// BridgeListenAddrs are the in-namespace addresses the Linux bridge binds.
+func BridgeListenAddrs() []string {
+	return []string{
+		net.JoinHostPort("127.0.0.1", strconv.Itoa(BridgeHTTPPort)),
+		net.JoinHostPort("127.0.0.1", strconv.Itoa(BridgeSOCKSPort)),
+	}
+}
+
+// Route is how the child reaches the proxy, which decides what its proxy
+// variables say.
+type Route int
+
+const (
+	// RouteDefault: RouteBridge on Linux, RouteHostLoopback elsewhere.
+	RouteDefault Route = iota
+	// RouteBridge: the child runs in its own network namespace where a
+	// bridge listens on 127.0.0.1:BridgeHTTPPort and :BridgeSOCKSPort.
+	RouteBridge
+	// RouteHostLoopback: the child may reach host loopback and talks to
+	// Endpoint().TCPAddr directly (macOS).
+	RouteHostLoopback
+)
+
+func (r Route) resolve() Route {
+	if r != RouteDefault {
+		return r
+	}
+	if runtime.GOOS == "linux" {
+		return RouteBridge
+	}
+	return RouteHostLoopback
+}
+
+func (r Route) addrs(tcpAddr string) (httpAddr, socksAddr string) {
+	if r.resolve() == RouteBridge {
+		a := BridgeListenAddrs()
+		return a[0], a[1]
+	}
+	return tcpAddr, tcpAddr
+}
+
+// ProxyEnv builds the child's proxy variables for a proxy reachable at
+// httpAddr (HTTP CONNECT and forwarding) and socksAddr (SOCKS5, with
+// socks5h so names are resolved by the proxy, never by the child). Both
+// spellings are set because tools disagree on case, and NO_PROXY is empty
+// so nothing bypasses the proxy.
+func ProxyEnv(httpAddr, socksAddr string) []driverapi.EnvVar {
+	h := "http://" + httpAddr
+	s := "socks5h://" + socksAddr
+	return []driverapi.EnvVar{
+		{Name: "HTTP_PROXY", Value: h},
+		{Name: "HTTPS_PROXY", Value: h},
+		{Name: "ALL_PROXY", Value: s},
+		{Name: "NO_PROXY", Value: ""},
+		{Name: "http_proxy", Value: h},
+		{Name: "https_proxy", Value: h},
+		{Name: "all_proxy", Value: s},
+		{Name: "no_proxy", Value: ""},
+	}
+}
+
+// Mediation is one command's running proxy, as core consumes it. It is an
+// alias of an unnamed interface type so that a consumer declaring the same
+// method set as an alias has the identical type, and Mediator.Start matches
+// its interface without either package importing the other.
+type Mediation = interface {
+	Endpoint() driverapi.ProxyEndpoint
+	Env() []driverapi.EnvVar
+	Close() error
+}
+
+// Mediator starts one Proxy per command with shared settings. Its Start
+// method is the network-mediation hook core calls for AllowHosts commands.
+type Mediator struct {
+	Injections []SecretInjection
+	Audit      func(Decision)
+	Resolver   Resolver
+	Dial       DialFunc
+	Route      Route
+	Limits     Limits
+	TempDir    string
+}
+
+// Start runs a proxy for one command. It stops when the returned
+// Mediation is closed or ctx ends.
+func (m *Mediator) Start(ctx context.Context, sessionID, commandID string, hosts []string, secrets map[string]string) (Mediation, error) {
+	p, err := m.StartProxy(ctx, sessionID, commandID, hosts, secrets)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// StartProxy is Start returning the concrete *Proxy.
+func (m *Mediator) StartProxy(ctx context.Context, sessionID, commandID string, hosts []string, secrets map[string]string) (*Proxy, error) {
+	return New(ctx, Config{
+		SessionID: sessionID, CommandID: commandID,
+		Hosts: hosts, Secrets: secrets, Injections: m.Injections,
+		Audit: m.Audit, Resolver: m.Resolver, Dial: m.Dial,
+		Route: m.Route, Limits: m.Limits, TempDir: m.TempDir,
+	})
+}

@@ -1,0 +1,420 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Limits bound what one client can make the proxy hold. Zero fields take
+// the defaults below.
+type Limits struct {
+	// MaxConns caps concurrent client connections (default 256).
+	MaxConns int
+	// HandshakeTimeout bounds reading a request head or SOCKS handshake
+	// (default 10s).
+	HandshakeTimeout time.Duration
+	// IdleTimeout closes a connection with no traffic in either direction
+	// for this long (default 5m).
+	IdleTimeout time.Duration
+	// DialTimeout bounds connecting upstream (default 15s).
+	DialTimeout time.Duration
+	// MaxHeaderBytes bounds an HTTP request head (default 32 KiB).
+	MaxHeaderBytes int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxConns <= 0 {
+		l.MaxConns = 256
+	}
+	if l.HandshakeTimeout <= 0 {
+		l.HandshakeTimeout = 10 * time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 5 * time.Minute
+	}
+	if l.DialTimeout <= 0 {
+		l.DialTimeout = 15 * time.Second
+	}
+	if l.MaxHeaderBytes <= 0 {
+		l.MaxHeaderBytes = 32 << 10
+	}
+	return l
+}
+
+// DialFunc connects to an exact vetted address ("ip:port").
+type DialFunc func(ctx context.Context, network, address string) (net.Conn, error)
+
+// Config describes one proxy.
+type Config struct {
+	SessionID string
+	CommandID string
+	// Hosts is the allowlist (see ParseRule).
+	Hosts []string
+	// Secrets are the command's secret values by name; only Injections
+	// ever send them anywhere.
+	Secrets    map[string]string
+	Injections []SecretInjection
+	// Audit receives every decision; nil discards them. It is called from
+	// connection goroutines and must be safe for concurrent use.
+	Audit func(Decision)
+	// Resolver defaults to net.DefaultResolver.
+	Resolver Resolver
+	// Dial defaults to a net.Dialer with Limits.DialTimeout.
+	Dial DialFunc
+	// Route says which address the child's proxy variables name.
+	Route  Route
+	Limits Limits
+	// TempDir is where the private socket directory is made (default
+	// os.TempDir()). Keep it short: unix socket paths are limited to
+	// about 100 bytes.
+	TempDir string
+}
+
+// Proxy is one running proxy. Close stops it and removes its socket.
+type Proxy struct {
+	cfg        Config
+	limits     Limits
+	allow      *Allowlist
+	injections []compiledInjection
+	audit      func(Decision)
+
+	dir      string
+	unixPath string
+	tcpAddr  string
+	lns      []net.Listener
+
+	sem    chan struct{}
+	busy   chan struct{}
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+	done   chan struct{}
+	once   sync.Once
+	active atomic.Int64
+}
+
+// New validates cfg, starts listening on a unix socket in a fresh 0700
+// directory and on 127.0.0.1:0, and serves until Close or until ctx ends.
+func New(ctx context.Context, cfg Config) (*Proxy, error) {
+	allow, err := ParseAllowlist(cfg.Hosts)
+	if err != nil {
+		return nil, err
+	}
+	inj, err := compileInjections(cfg.Injections, cfg.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	p := &Proxy{
+		cfg:        cfg,
+		limits:     cfg.Limits.withDefaults(),
+		allow:      allow,
+		injections: inj,
+		audit:      cfg.Audit,
+		conns:      map[net.Conn]struct{}{},
+		done:       make(chan struct{}),
+	}
+	if p.audit == nil {
+		p.audit = func(Decision) {}
+	}
+	if p.cfg.Resolver == nil {
+		p.cfg.Resolver = net.DefaultResolver
+	}
+	if p.cfg.Dial == nil {
+		d := &net.Dialer{Timeout: p.limits.DialTimeout}
+		p.cfg.Dial = d.DialContext
+	}
+	p.sem = make(chan struct{}, p.limits.MaxConns)
+	p.busy = make(chan struct{}, 16)
+
+	// MkdirTemp creates the directory 0700, so only this user can reach
+	// the socket even before the sandbox mounts it.
+	p.dir, err = os.MkdirTemp(cfg.TempDir, "aleph-proxy-")
+	if err != nil {
+		return nil, fmt.Errorf("proxy: socket directory: %w", err)
+	}
+	p.unixPath = filepath.Join(p.dir, "proxy.sock")
+	uln, err := net.Listen("unix", p.unixPath)
+	if err != nil {
+		os.RemoveAll(p.dir)
+		return nil, fmt.Errorf("proxy: listen on unix socket: %w", err)
+	}
+	uln.(*net.UnixListener).SetUnlinkOnClose(true)
+	tln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		uln.Close()
+		os.RemoveAll(p.dir)
+		return nil, fmt.Errorf("proxy: listen on loopback: %w", err)
+	}
+	p.tcpAddr = tln.Addr().String()
+	p.lns = []net.Listener{uln, tln}
+	for _, ln := range p.lns {
+		p.wg.Add(1)
+		go p.acceptLoop(ln)
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		select {
+		case <-ctx.Done():
+			go p.Close()
+		case <-p.done:
+		}
+	}()
+	return p, nil
+}
+
+// Endpoint says where the proxy listens.
+func (p *Proxy) Endpoint() driverapi.ProxyEndpoint {
+	return driverapi.ProxyEndpoint{UnixSocket: p.unixPath, TCPAddr: p.tcpAddr}
+}
+
+// Env returns the child's proxy variables for the configured route plus a
+// placeholder variable for each secret.
+func (p *Proxy) Env() []driverapi.EnvVar {
+	httpAddr, socksAddr := p.cfg.Route.addrs(p.tcpAddr)
+	env := ProxyEnv(httpAddr, socksAddr)
+	for _, kv := range placeholderEnv(p.cfg.Secrets) {
+		env = append(env, driverapi.EnvVar{Name: kv[0], Value: kv[1]})
+	}
+	return env
+}
+
+// ActiveConns is the number of client connections being served.
+func (p *Proxy) ActiveConns() int { return int(p.active.Load()) }
+
+// Close stops the listeners, ends every connection, waits for all
+// goroutines and removes the socket directory. It is idempotent.
+func (p *Proxy) Close() error {
+	var err error
+	p.once.Do(func() {
+		p.mu.Lock()
+		p.closed = true
+		for c := range p.conns {
+			c.Close()
+		}
+		p.mu.Unlock()
+		for _, ln := range p.lns {
+			ln.Close()
+		}
+		close(p.done)
+		p.wg.Wait()
+		err = os.RemoveAll(p.dir)
+	})
+	return err
+}
+
+func (p *Proxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *Proxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+func (p *Proxy) acceptLoop(ln net.Listener) {
+	defer p.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		if !p.track(c) {
+			c.Close()
+			return
+		}
+		select {
+		case p.sem <- struct{}{}:
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				defer func() { <-p.sem }()
+				p.active.Add(1)
+				defer p.active.Add(-1)
+				defer p.untrack(c)
+				defer c.Close()
+				p.serveConn(c)
+			}()
+		case p.busy <- struct{}{}:
+			// Over the cap: answer in the client's protocol so it does
+			// not hang, using a small separate pool.
+			p.wg.Add(1)
+			go func() {
+				defer p.wg.Done()
+				defer func() { <-p.busy }()
+				defer p.untrack(c)
+				defer c.Close()
+				p.refuseBusy(c)
+			}()
+		default:
+			p.untrack(c)
+			c.Close()
+			p.record(Target{}, "", false, ReasonConnectionLimit, "connection dropped: proxy at its connection limit")
+		}
+	}
+}
+
+func (p *Proxy) record(t Target, proto Protocol, allowed bool, code ReasonCode, detail string) {
+	p.audit(Decision{
+		SessionID: p.cfg.SessionID, CommandID: p.cfg.CommandID,
+		Host: t.Host, Port: t.Port, Protocol: proto,
+		Allowed: allowed, ReasonCode: code, Detail: detail,
+	})
+}
+
+func (p *Proxy) refuseBusy(c net.Conn) {
+	c.SetDeadline(time.Now().Add(time.Second))
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		return
+	}
+	if b[0] == socksVersion {
+		p.record(Target{}, ProtocolSOCKS5, false, ReasonConnectionLimit, "proxy at its connection limit")
+		// A method-selection reply of "no acceptable methods" ends the
+		// handshake cleanly.
+		c.Write([]byte{socksVersion, 0xff})
+		return
+	}
+	p.record(Target{}, ProtocolHTTP, false, ReasonConnectionLimit, "proxy at its connection limit")
+	writeHTTPError(c, 503, ReasonConnectionLimit, "", "the proxy is serving its maximum number of connections")
+}
+
+// serveConn tells SOCKS5 from HTTP by the first byte: a SOCKS5 greeting
+// starts with 0x05, an HTTP request with a method letter.
+func (p *Proxy) serveConn(c net.Conn) {
+	c.SetReadDeadline(time.Now().Add(p.limits.HandshakeTimeout))
+	lr := &headLimitReader{r: c}
+	br := bufio.NewReaderSize(lr, 4096)
+	first, err := br.Peek(1)
+	if err != nil {
+		return
+	}
+	if first[0] == socksVersion {
+		p.serveSOCKS(c, br)
+		return
+	}
+	p.serveHTTP(c, br, lr)
+}
+
+// dialVetted tries each vetted address in turn. It never resolves again.
+func (p *Proxy) dialVetted(ctx context.Context, addrs []net.Addr) (net.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.limits.DialTimeout)
+	defer cancel()
+	var firstErr error
+	for _, a := range addrs {
+		c, err := p.cfg.Dial(ctx, "tcp", a.String())
+		if err == nil {
+			return c, nil
+		}
+		if firstErr == nil {
+			firstErr = err
+		}
+	}
+	return nil, firstErr
+}
+
+// decide parses nothing: it vets t and records the outcome, returning the
+// addresses to dial or the denial.
+func (p *Proxy) decide(ctx context.Context, t Target, proto Protocol) ([]net.Addr, *denial) {
+	ctx, cancel := context.WithTimeout(ctx, p.limits.DialTimeout)
+	defer cancel()
+	vetted, err := p.allow.Vet(ctx, p.cfg.Resolver, t)
+	if err != nil {
+		var d *denial
+		if !errors.As(err, &d) {
+			d = &denial{code: ReasonResolveFailed, detail: "lookup failed"}
+		}
+		p.record(t, proto, false, d.code, d.detail)
+		return nil, d
+	}
+	out := make([]net.Addr, len(vetted))
+	for i, ap := range vetted {
+		out[i] = net.TCPAddrFromAddrPort(ap)
+	}
+	return out, nil
+}
+
+// connectUpstream vets, dials and records the final decision.
+func (p *Proxy) connectUpstream(ctx context.Context, t Target, proto Protocol, detail string) (net.Conn, *denial) {
+	addrs, d := p.decide(ctx, t, proto)
+	if d != nil {
+		return nil, d
+	}
+	up, err := p.dialVetted(ctx, addrs)
+	if err != nil {
+		d := &denial{code: ReasonUpstreamFailed, detail: dialErrorDetail(err)}
+		p.record(t, proto, false, d.code, d.detail)
+		return nil, d
+	}
+	msg := "connected to " + up.RemoteAddr().String()
+	if detail != "" {
+		msg += "; " + detail
+	}
+	p.record(t, proto, true, ReasonAllowed, msg)
+	return up, nil
+}
+
+func dialErrorDetail(err error) string {
+	var ne net.Error
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		return "connect timed out"
+	case isConnRefused(err):
+		return "connection refused"
+	}
+	return "connect failed"
+}
+
+// headLimitReader caps the bytes read while a request head is parsed, so a
+// client cannot make the proxy buffer an unbounded header.
+type headLimitReader struct {
+	r       io.Reader
+	limited bool
+	n       int
+}
+
+func (l *headLimitReader) limit(n int) { l.limited, l.n = true, n }
+func (l *headLimitReader) unlimit()    { l.limited = false }
+func (l *headLimitReader) exhausted() bool {
+	return l.limited && l.n <= 0
+}
+
+func (l *headLimitReader) Read(b []byte) (int, error) {
+	if !l.limited {
+		return l.r.Read(b)
+	}
+	if l.n <= 0 {
+		return 0, errHeadTooLarge
+	}
+	if len(b) > l.n {
+		b = b[:l.n]
+	}
+	n, err := l.r.Read(b)
+	l.n -= n
+	return n, err
+}
+
+var errHeadTooLarge = errors.New("request head too large")
