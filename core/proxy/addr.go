@@ -72,17 +72,17 @@ var (
 	// here so the audit record says what it is.
 	metadataAlibaba = netip.MustParseAddr("100.100.100.200")
 
-	cgnat        = netip.MustParsePrefix("100.64.0.0/10")
-	thisNetwork  = netip.MustParsePrefix("0.0.0.0/8")
-	reservedV4   = netip.MustParsePrefix("240.0.0.0/4")
-	ietfProtoV4  = netip.MustParsePrefix("192.0.0.0/24")
-	benchmarkV4  = netip.MustParsePrefix("198.18.0.0/15")
-	nat64        = netip.MustParsePrefix("64:ff9b::/96")
-	nat64Local   = netip.MustParsePrefix("64:ff9b:1::/48")
-	discardV6    = netip.MustParsePrefix("100::/64")
-	siteLocalV6  = netip.MustParsePrefix("fec0::/10")
-	sixToFour    = netip.MustParsePrefix("2002::/16")
-	teredo       = netip.MustParsePrefix("2001::/32")
+	cgnat       = netip.MustParsePrefix("100.64.0.0/10")
+	thisNetwork = netip.MustParsePrefix("0.0.0.0/8")
+	reservedV4  = netip.MustParsePrefix("240.0.0.0/4")
+	ietfProtoV4 = netip.MustParsePrefix("192.0.0.0/24")
+	benchmarkV4 = netip.MustParsePrefix("198.18.0.0/15")
+	nat64       = netip.MustParsePrefix("64:ff9b::/96")
+	nat64Local  = netip.MustParsePrefix("64:ff9b:1::/48")
+	discardV6   = netip.MustParsePrefix("100::/64")
+	siteLocalV6 = netip.MustParsePrefix("fec0::/10")
+	sixToFour   = netip.MustParsePrefix("2002::/16")
+	teredo      = netip.MustParsePrefix("2001::/32")
 )
 
 // Classify says whether addr is special. IPv4-mapped, NAT64 and 6to4

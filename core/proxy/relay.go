@@ -16,7 +16,7 @@ import (
 // long one-way download is not cut because the upload side is silent.
 type activity struct{ last atomic.Int64 }
 
-func (a *activity) touch()              { a.last.Store(time.Now().UnixNano()) }
+func (a *activity) touch()               { a.last.Store(time.Now().UnixNano()) }
 func (a *activity) since() time.Duration { return time.Since(time.Unix(0, a.last.Load())) }
 
 // idleConn extends its deadlines on each call and, when a read times out
