@@ -1,0 +1,146 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Decision is the outcome an audit record reports.
+type Decision string
+
+const (
+	DecisionAllow Decision = "allow" // the command ran (whatever its exit)
+	DecisionDeny  Decision = "deny"  // a policy decision stopped it
+	DecisionError Decision = "error" // bad input, a failed hook, driver or mediation
+)
+
+// AuditRecord is one ledger entry: one per command, one per denial, one per
+// grant decision. It never holds environment values or secrets, and holds
+// the program name and the argument count, not the arguments.
+type AuditRecord struct {
+	Time             time.Time           `json:"time"`
+	SessionID        string              `json:"session_id"`
+	CommandID        string              `json:"command_id"`
+	Program          string              `json:"program,omitempty"`
+	ArgCount         int                 `json:"arg_count"`
+	CapabilityDigest string              `json:"capability_digest,omitempty"`
+	PolicyDigest     string              `json:"policy_digest,omitempty"`
+	Decision         Decision            `json:"decision"`
+	Reason           ReasonCode          `json:"reason"`
+	Detail           string              `json:"detail,omitempty"`
+	Rule             string              `json:"rule,omitempty"`
+	Hook             string              `json:"hook,omitempty"`
+	Verdicts         []driverapi.Verdict `json:"verdicts,omitempty"`
+	ExitCode         int32               `json:"exit_code"`
+	Signal           int32               `json:"signal"`
+	TimedOut         bool                `json:"timed_out"`
+	Truncated        bool                `json:"truncated"`
+	DurationMS       int64               `json:"duration_ms"`
+	Backend          string              `json:"backend,omitempty"`
+	ProfileDigest    string              `json:"profile_digest,omitempty"`
+}
+
+// AuditSink receives every audit record. Implementations must be safe for
+// concurrent use. An error is logged; it never changes a command's outcome.
+type AuditSink interface {
+	Record(ctx context.Context, rec AuditRecord) error
+}
+
+// JSONLinesSink appends one JSON object per line to a file (mode 0600). It
+// does not fsync: the ledger is a record, not a transaction log.
+type JSONLinesSink struct {
+	mu sync.Mutex
+	f  *os.File
+}
+
+// OpenJSONLinesSink opens (creating it and its directory if needed) the
+// ledger file at path for appending.
+func OpenJSONLinesSink(path string) (*JSONLinesSink, error) {
+	if !filepath.IsAbs(path) {
+		return nil, fmt.Errorf("audit log %q: must be an absolute path", path)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	return &JSONLinesSink{f: f}, nil
+}
+
+// Record appends rec as one line.
+func (s *JSONLinesSink) Record(_ context.Context, rec AuditRecord) error {
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	b = append(b, '\n')
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return os.ErrClosed
+	}
+	_, err = s.f.Write(b)
+	return err
+}
+
+// Close closes the file.
+func (s *JSONLinesSink) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f = nil
+	return err
+}
+
+// ledger writes records to the capability_ledger logger and the sink.
+type ledger struct {
+	log  hclog.Logger
+	sink AuditSink
+}
+
+func (l *ledger) record(ctx context.Context, rec AuditRecord) {
+	if rec.Time.IsZero() {
+		rec.Time = time.Now().UTC()
+	}
+	args := []any{
+		"session_id", rec.SessionID, "command_id", rec.CommandID, "program", rec.Program,
+		"arg_count", rec.ArgCount, "capability_digest", rec.CapabilityDigest,
+		"decision", string(rec.Decision), "reason", string(rec.Reason),
+		"exit_code", rec.ExitCode, "signal", rec.Signal, "timed_out", rec.TimedOut,
+		"truncated", rec.Truncated, "duration_ms", rec.DurationMS, "backend", rec.Backend,
+		"profile_digest", rec.ProfileDigest,
+	}
+	if rec.Detail != "" {
+		args = append(args, "detail", rec.Detail)
+	}
+	if rec.Hook != "" {
+		args = append(args, "hook", rec.Hook, "rule", rec.Rule)
+	}
+	if len(rec.Verdicts) > 0 {
+		args = append(args, "verdicts", len(rec.Verdicts))
+	}
+	if rec.Decision == DecisionAllow {
+		l.log.Info("command", args...)
+	} else {
+		l.log.Warn("command", args...)
+	}
+	if l.sink != nil {
+		if err := l.sink.Record(context.WithoutCancel(ctx), rec); err != nil {
+			l.log.Error("audit sink failed", "error", err, "command_id", rec.CommandID)
+		}
+	}
+}

@@ -1,0 +1,551 @@
+package core
+
+import (
+	"bytes"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/knadh/koanf/parsers/toml/v2"
+	envprov "github.com/knadh/koanf/providers/env/v2"
+	"github.com/knadh/koanf/providers/file"
+	"github.com/knadh/koanf/v2"
+	gotoml "github.com/pelletier/go-toml/v2"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Config is the whole configuration. Only the [sandbox] table exists.
+type Config struct {
+	Sandbox SandboxConfig `koanf:"sandbox" json:"sandbox" toml:"sandbox"`
+}
+
+// SandboxConfig is the [sandbox] table.
+type SandboxConfig struct {
+	// WorkspaceRoot holds one directory per session. Always absolute.
+	WorkspaceRoot string `koanf:"workspace_root" json:"workspace_root" toml:"workspace_root"`
+	// Enabled false makes New return NoopSandbox.
+	Enabled               bool  `koanf:"enabled" json:"enabled" toml:"enabled"`
+	DefaultTimeoutSeconds int64 `koanf:"default_timeout_seconds" json:"default_timeout_seconds" toml:"default_timeout_seconds"`
+	MaxOutputBytes        int64 `koanf:"max_output_bytes" json:"max_output_bytes" toml:"max_output_bytes"`
+	// Driver is a driver name ("bwrap") or a path; empty is the platform default.
+	Driver string `koanf:"driver" json:"driver" toml:"driver"`
+	// DriverSHA256 pins the driver binary (hex SHA-256); empty means unpinned.
+	DriverSHA256           string   `koanf:"driver_sha256" json:"driver_sha256" toml:"driver_sha256"`
+	ApprovalTimeoutSeconds int64    `koanf:"approval_timeout_seconds" json:"approval_timeout_seconds" toml:"approval_timeout_seconds"`
+	HookPlugins            []string `koanf:"hook_plugins" json:"hook_plugins" toml:"hook_plugins"`
+	HookTimeoutMS          int64    `koanf:"hook_timeout_ms" json:"hook_timeout_ms" toml:"hook_timeout_ms"`
+	// AuditLog is the JSON-lines ledger file; empty disables the file (the
+	// capability_ledger log lines remain).
+	AuditLog      string              `koanf:"audit_log" json:"audit_log" toml:"audit_log"`
+	CommandPolicy CommandPolicyConfig `koanf:"command_policy" json:"command_policy" toml:"command_policy"`
+	RateLimit     RateLimitConfig     `koanf:"rate_limit" json:"rate_limit" toml:"rate_limit"`
+	Network       NetworkConfig       `koanf:"network" json:"network" toml:"network"`
+	Linux         LinuxConfig         `koanf:"linux" json:"linux" toml:"linux"`
+}
+
+// CommandPolicyConfig is [sandbox.command_policy].
+type CommandPolicyConfig struct {
+	Enabled bool `koanf:"enabled" json:"enabled" toml:"enabled"`
+	// Enforcement is "block", "warn" or "off".
+	Enforcement     string       `koanf:"enforcement" json:"enforcement" toml:"enforcement"`
+	UseDefaultRules bool         `koanf:"use_default_rules" json:"use_default_rules" toml:"use_default_rules"`
+	CustomRules     []CustomRule `koanf:"custom_rules" json:"custom_rules" toml:"custom_rules"`
+}
+
+// CustomRule is one [[sandbox.command_policy.custom_rules]] entry. The regex
+// is compiled by the command-policy hook, which reports a malformed one by
+// name and falls back to the curated defaults.
+type CustomRule struct {
+	Name        string `koanf:"name" json:"name" toml:"name"`
+	Regex       string `koanf:"regex" json:"regex" toml:"regex"`
+	Action      string `koanf:"action" json:"action" toml:"action"` // "block" or "warn"
+	Description string `koanf:"description" json:"description" toml:"description"`
+}
+
+// RateLimitConfig is [sandbox.rate_limit].
+type RateLimitConfig struct {
+	Enabled                 bool    `koanf:"enabled" json:"enabled" toml:"enabled"`
+	RatePerSecond           float64 `koanf:"rate_per_second" json:"rate_per_second" toml:"rate_per_second"`
+	Burst                   int64   `koanf:"burst" json:"burst" toml:"burst"`
+	MaxConcurrentPerSession int64   `koanf:"max_concurrent_per_session" json:"max_concurrent_per_session" toml:"max_concurrent_per_session"`
+	MaxConcurrentGlobal     int64   `koanf:"max_concurrent_global" json:"max_concurrent_global" toml:"max_concurrent_global"`
+	IdleForgetSeconds       int64   `koanf:"idle_forget_seconds" json:"idle_forget_seconds" toml:"idle_forget_seconds"`
+}
+
+// NetworkConfig is [sandbox.network].
+type NetworkConfig struct {
+	SecretInjections []SecretInjection `koanf:"secret_injections" json:"secret_injections" toml:"secret_injections"`
+	TLSIntercept     bool              `koanf:"tls_intercept" json:"tls_intercept" toml:"tls_intercept"`
+}
+
+// SecretInjection tells the mediation to add a header carrying a secret to
+// requests for Host. Format is the header value with "{secret}" where the
+// secret goes; empty means the bare secret.
+type SecretInjection struct {
+	Host   string `koanf:"host" json:"host" toml:"host"`
+	Header string `koanf:"header" json:"header" toml:"header"`
+	Secret string `koanf:"secret" json:"secret" toml:"secret"`
+	Format string `koanf:"format" json:"format" toml:"format"`
+}
+
+// LinuxConfig is [sandbox.linux]; it reaches the Linux driver as
+// ALEPH_DRIVER_OPTIONS.
+type LinuxConfig struct {
+	// MaxPids caps processes+threads; 0 means no cap.
+	MaxPids int64 `koanf:"max_pids" json:"max_pids" toml:"max_pids"`
+	// CPUQuotaPercent of one core; 0 means unlimited.
+	CPUQuotaPercent int64 `koanf:"cpu_quota_percent" json:"cpu_quota_percent" toml:"cpu_quota_percent"`
+	// Cgroup is "auto", "v2", "v1" or "none".
+	Cgroup string `koanf:"cgroup" json:"cgroup" toml:"cgroup"`
+}
+
+// ConfigError is a configuration key that is unknown or has an invalid value.
+// Key is the full dotted name, e.g. "sandbox.rate_limit.burst".
+type ConfigError struct {
+	Source string // file path or "environment"; empty when validating a value
+	Key    string
+	Reason string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Source != "" {
+		return fmt.Sprintf("config %s: %s: %s", e.Source, e.Key, e.Reason)
+	}
+	return fmt.Sprintf("config: %s: %s", e.Key, e.Reason)
+}
+
+// EnvPrefix starts every environment override. The rest of the name is the
+// key path with "__" between levels, upper-cased:
+// ALEPH_SANDBOX_SANDBOX__DEFAULT_TIMEOUT_SECONDS=30 sets
+// sandbox.default_timeout_seconds, ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=5
+// sets sandbox.rate_limit.burst. Lists of strings take comma-separated
+// values; lists of tables (custom_rules, secret_injections) are file-only.
+// Other ALEPH_SANDBOX_* variables (ALEPH_SANDBOX_PLUGIN_DIR, ...) are not
+// configuration and are ignored here.
+const EnvPrefix = "ALEPH_SANDBOX_SANDBOX__"
+
+// DataDir is where aleph-sandbox keeps its state: $XDG_DATA_HOME/aleph-sandbox
+// or ~/.local/share/aleph-sandbox. Empty when neither can be determined.
+func DataDir() string {
+	if x := os.Getenv("XDG_DATA_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "aleph-sandbox")
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" || !filepath.IsAbs(home) {
+		return ""
+	}
+	return filepath.Join(home, ".local", "share", "aleph-sandbox")
+}
+
+// DefaultConfig is the configuration with nothing set.
+func DefaultConfig() Config {
+	data := DataDir()
+	c := Config{Sandbox: SandboxConfig{
+		Enabled:                true,
+		DefaultTimeoutSeconds:  60,
+		MaxOutputBytes:         1 << 20,
+		ApprovalTimeoutSeconds: 60,
+		HookPlugins:            []string{},
+		HookTimeoutMS:          2000,
+		CommandPolicy: CommandPolicyConfig{
+			Enabled: true, Enforcement: "block", UseDefaultRules: true, CustomRules: []CustomRule{},
+		},
+		RateLimit: RateLimitConfig{
+			Enabled: true, RatePerSecond: 10, Burst: 20, MaxConcurrentPerSession: 4,
+			MaxConcurrentGlobal: 16, IdleForgetSeconds: 600,
+		},
+		Network: NetworkConfig{SecretInjections: []SecretInjection{}},
+		Linux:   LinuxConfig{MaxPids: 200, Cgroup: "auto"},
+	}}
+	if data != "" {
+		c.Sandbox.WorkspaceRoot = filepath.Join(data, "workspaces")
+		c.Sandbox.AuditLog = filepath.Join(data, "audit.jsonl")
+	}
+	return c
+}
+
+// LoadConfig reads the configuration: defaults, then the TOML file at path
+// (skipped when path is empty), then ALEPH_SANDBOX_SANDBOX__* environment
+// overrides (see EnvPrefix). Unknown keys, values of the wrong type and
+// invalid values are refused with a *ConfigError naming the full key.
+func LoadConfig(path string) (Config, error) {
+	return loadConfig(path, os.Environ())
+}
+
+func loadConfig(path string, environ []string) (Config, error) {
+	cfg := DefaultConfig()
+	schema := configSchema()
+	k := koanf.New(".")
+	if path != "" {
+		fk := koanf.New(".")
+		if err := fk.Load(file.Provider(path), toml.Parser()); err != nil {
+			return Config{}, &ConfigError{Source: path, Key: "(file)", Reason: err.Error()}
+		}
+		if err := checkRaw(fk.Raw(), reflect.TypeOf(cfg), ""); err != nil {
+			err.Source = path
+			return Config{}, err
+		}
+		if err := k.Merge(fk); err != nil {
+			return Config{}, err
+		}
+	}
+	var envErr *ConfigError
+	ek := koanf.New(".")
+	err := ek.Load(envprov.Provider(".", envprov.Opt{
+		Prefix:      EnvPrefix,
+		EnvironFunc: func() []string { return environ },
+		TransformFunc: func(name, val string) (string, any) {
+			key := "sandbox." + strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, EnvPrefix), "__", "."))
+			v, err := parseEnvValue(schema, key, val)
+			if err != nil && envErr == nil {
+				envErr = &ConfigError{Source: "environment " + name, Key: key, Reason: err.Error()}
+			}
+			if err != nil {
+				return "", nil
+			}
+			return key, v
+		},
+	}), nil)
+	if err != nil {
+		return Config{}, err
+	}
+	if envErr != nil {
+		return Config{}, envErr
+	}
+	if err := k.Merge(ek); err != nil {
+		return Config{}, err
+	}
+	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "koanf"}); err != nil {
+		return Config{}, &ConfigError{Source: path, Key: "(decode)", Reason: err.Error()}
+	}
+	cfg.Sandbox.WorkspaceRoot = expandHome(cfg.Sandbox.WorkspaceRoot)
+	cfg.Sandbox.AuditLog = expandHome(cfg.Sandbox.AuditLog)
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+func expandHome(p string) string {
+	if p == "~" || strings.HasPrefix(p, "~/") {
+		if home, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(home, p[1:])
+		}
+	}
+	return p
+}
+
+// configSchema maps each dotted key to its Go type, from the koanf tags.
+func configSchema() map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	var walk func(t reflect.Type, prefix string)
+	walk = func(t reflect.Type, prefix string) {
+		for i := 0; i < t.NumField(); i++ {
+			f := t.Field(i)
+			key := prefix + f.Tag.Get("koanf")
+			if f.Type.Kind() == reflect.Struct {
+				walk(f.Type, key+".")
+				continue
+			}
+			out[key] = f.Type
+		}
+	}
+	walk(reflect.TypeOf(Config{}), "")
+	return out
+}
+
+// checkRaw walks a parsed file against the Config type and refuses the first
+// unknown key or value of the wrong type, naming it in full.
+func checkRaw(raw map[string]any, t reflect.Type, prefix string) *ConfigError {
+	fields := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		fields[t.Field(i).Tag.Get("koanf")] = t.Field(i).Type
+	}
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		full := prefix + k
+		ft, ok := fields[k]
+		if !ok {
+			return &ConfigError{Key: full, Reason: "unknown key"}
+		}
+		if err := checkValue(raw[k], ft, full); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func checkValue(v any, t reflect.Type, key string) *ConfigError {
+	bad := func() *ConfigError {
+		return &ConfigError{Key: key, Reason: fmt.Sprintf("must be %s, got %T", kindName(t), v)}
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return &ConfigError{Key: key, Reason: fmt.Sprintf("must be a table, got %T", v)}
+		}
+		return checkRaw(m, t, key+".")
+	case reflect.Slice:
+		items, ok := v.([]any)
+		if !ok {
+			return bad()
+		}
+		for i, it := range items {
+			if err := checkValue(it, t.Elem(), fmt.Sprintf("%s[%d]", key, i)); err != nil {
+				return err
+			}
+		}
+	case reflect.String:
+		if _, ok := v.(string); !ok {
+			return bad()
+		}
+	case reflect.Bool:
+		if _, ok := v.(bool); !ok {
+			return bad()
+		}
+	case reflect.Int64:
+		if _, ok := v.(int64); !ok {
+			return bad()
+		}
+	case reflect.Float64:
+		switch v.(type) {
+		case int64, float64:
+		default:
+			return bad()
+		}
+	}
+	return nil
+}
+
+func kindName(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Struct {
+			return "an array of tables"
+		}
+		return "an array of " + kindName(t.Elem()) + "s"
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "a boolean"
+	case reflect.Int64:
+		return "an integer"
+	case reflect.Float64:
+		return "a number"
+	case reflect.Struct:
+		return "a table"
+	}
+	return t.String()
+}
+
+func parseEnvValue(schema map[string]reflect.Type, key, val string) (any, error) {
+	t, ok := schema[key]
+	if !ok {
+		return nil, errors.New("unknown key")
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return val, nil
+	case reflect.Bool:
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return nil, fmt.Errorf("must be true or false, got %q", val)
+		}
+		return b, nil
+	case reflect.Int64:
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("must be an integer, got %q", val)
+		}
+		return n, nil
+	case reflect.Float64:
+		f, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return nil, fmt.Errorf("must be a number, got %q", val)
+		}
+		return f, nil
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.String {
+			out := []any{}
+			for _, p := range strings.Split(val, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					out = append(out, p)
+				}
+			}
+			return out, nil
+		}
+	}
+	return nil, errors.New("cannot be set from the environment; set it in the config file")
+}
+
+// Validate checks every value and returns a *ConfigError naming the first
+// bad key.
+func (c Config) Validate() error {
+	s := c.Sandbox
+	bad := func(key, reason string) error { return &ConfigError{Key: "sandbox." + key, Reason: reason} }
+	switch {
+	case s.WorkspaceRoot == "":
+		return bad("workspace_root", "must be set (no home directory or XDG_DATA_HOME to default from)")
+	case !filepath.IsAbs(s.WorkspaceRoot):
+		return bad("workspace_root", fmt.Sprintf("must be an absolute path, got %q", s.WorkspaceRoot))
+	case strings.IndexByte(s.WorkspaceRoot, 0) >= 0:
+		return bad("workspace_root", "contains a NUL byte")
+	case s.DefaultTimeoutSeconds <= 0:
+		return bad("default_timeout_seconds", "must be > 0")
+	case s.MaxOutputBytes <= 0:
+		return bad("max_output_bytes", "must be > 0")
+	case s.ApprovalTimeoutSeconds <= 0:
+		return bad("approval_timeout_seconds", "must be > 0")
+	case s.HookTimeoutMS <= 0:
+		return bad("hook_timeout_ms", "must be > 0")
+	case s.AuditLog != "" && !filepath.IsAbs(s.AuditLog):
+		return bad("audit_log", fmt.Sprintf("must be an absolute path or empty, got %q", s.AuditLog))
+	}
+	if s.DriverSHA256 != "" {
+		if b, err := hex.DecodeString(s.DriverSHA256); err != nil || len(b) != 32 {
+			return bad("driver_sha256", "must be 64 hex digits (a SHA-256) or empty")
+		}
+	}
+	for i, p := range s.HookPlugins {
+		if !filepath.IsAbs(p) {
+			return bad(fmt.Sprintf("hook_plugins[%d]", i), fmt.Sprintf("must be an absolute path, got %q", p))
+		}
+	}
+	cp := s.CommandPolicy
+	switch cp.Enforcement {
+	case "block", "warn", "off":
+	default:
+		return bad("command_policy.enforcement", fmt.Sprintf("must be \"block\", \"warn\" or \"off\", got %q", cp.Enforcement))
+	}
+	names := map[string]bool{}
+	for i, r := range cp.CustomRules {
+		key := fmt.Sprintf("command_policy.custom_rules[%d]", i)
+		switch {
+		case r.Name == "":
+			return bad(key+".name", "must not be empty")
+		case names[r.Name]:
+			return bad(key+".name", fmt.Sprintf("%q is used by another rule", r.Name))
+		case r.Regex == "":
+			return bad(key+".regex", "must not be empty")
+		case r.Action != "block" && r.Action != "warn":
+			return bad(key+".action", fmt.Sprintf("must be \"block\" or \"warn\", got %q", r.Action))
+		}
+		names[r.Name] = true
+	}
+	rl := s.RateLimit
+	switch {
+	case !(rl.RatePerSecond > 0):
+		return bad("rate_limit.rate_per_second", "must be > 0")
+	case rl.Burst <= 0:
+		return bad("rate_limit.burst", "must be > 0")
+	case rl.MaxConcurrentPerSession <= 0:
+		return bad("rate_limit.max_concurrent_per_session", "must be > 0")
+	case rl.MaxConcurrentGlobal <= 0:
+		return bad("rate_limit.max_concurrent_global", "must be > 0")
+	case rl.IdleForgetSeconds <= 0:
+		return bad("rate_limit.idle_forget_seconds", "must be > 0")
+	}
+	for i, si := range s.Network.SecretInjections {
+		key := fmt.Sprintf("network.secret_injections[%d]", i)
+		switch {
+		case si.Host == "" || strings.ContainsAny(si.Host, " /\x00"):
+			return bad(key+".host", fmt.Sprintf("must be a host name, got %q", si.Host))
+		case !isHeaderToken(si.Header):
+			return bad(key+".header", fmt.Sprintf("must be an HTTP header name, got %q", si.Header))
+		case si.Secret == "" || driverapi.ValidateEnvName(si.Secret) != nil:
+			return bad(key+".secret", fmt.Sprintf("must name a secret, got %q", si.Secret))
+		case si.Format != "" && !strings.Contains(si.Format, "{secret}"):
+			return bad(key+".format", "must contain {secret} (or be empty for the bare secret)")
+		case strings.ContainsAny(si.Format, "\r\n\x00"):
+			return bad(key+".format", "must not contain CR, LF or NUL")
+		}
+	}
+	lx := s.Linux
+	switch {
+	case lx.MaxPids < 0:
+		return bad("linux.max_pids", "must be >= 0 (0 = no cap)")
+	case lx.CPUQuotaPercent < 0:
+		return bad("linux.cpu_quota_percent", "must be >= 0 (0 = unlimited)")
+	case lx.CPUQuotaPercent > 100*1024:
+		return bad("linux.cpu_quota_percent", "must be <= 102400")
+	}
+	switch lx.Cgroup {
+	case "auto", "v2", "v1", "none":
+	default:
+		return bad("linux.cgroup", fmt.Sprintf("must be \"auto\", \"v2\", \"v1\" or \"none\", got %q", lx.Cgroup))
+	}
+	return nil
+}
+
+func isHeaderToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, r := range s {
+		if r > 0x7e || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
+			return false
+		}
+	}
+	return true
+}
+
+// String renders the configuration as TOML, defaults included (what
+// "aleph-sandbox config" prints).
+func (c Config) String() string {
+	var buf bytes.Buffer
+	enc := gotoml.NewEncoder(&buf)
+	enc.SetIndentTables(true)
+	if err := enc.Encode(c); err != nil {
+		return "# cannot render configuration: " + err.Error()
+	}
+	return buf.String()
+}
+
+// Effective returns the configuration as flat "sandbox.x.y" keys and values,
+// for JSON output.
+func (c Config) Effective() map[string]any {
+	b, _ := json.Marshal(c)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	out := map[string]any{}
+	var flat func(prefix string, v any)
+	flat = func(prefix string, v any) {
+		if mm, ok := v.(map[string]any); ok {
+			for k, vv := range mm {
+				p := k
+				if prefix != "" {
+					p = prefix + "." + k
+				}
+				flat(p, vv)
+			}
+			return
+		}
+		out[prefix] = v
+	}
+	flat("", m)
+	return out
+}
+
+// DriverOptions is the JSON handed to a driver plugin in ALEPH_DRIVER_OPTIONS:
+// the platform section of the configuration for goos ("linux" gives
+// [sandbox.linux]; platforms without a section get "{}").
+func (c Config) DriverOptions(goos string) []byte {
+	if goos == "linux" {
+		b, _ := json.Marshal(c.Sandbox.Linux)
+		return b
+	}
+	return []byte("{}")
+}

@@ -1,0 +1,61 @@
+// Package core is the aleph-sandbox pipeline: it takes a Command from a host
+// program, decides whether and how it may run, and hands it to an OS sandbox
+// driver (a driverapi.Driver, usually a plugin process launched by DriverHost).
+//
+// # API shape
+//
+//	type Sandbox interface {
+//	    Execute(ctx context.Context, cmd Command) (*Output, error)
+//	    Close() error
+//	}
+//	func New(cfg Config, opts ...Option) (Sandbox, error)   // *WorkspaceSandbox, or NoopSandbox when disabled
+//	func LoadConfig(path string) (Config, error)             // defaults + TOML file + ALEPH_SANDBOX_SANDBOX__* env
+//	func WithSession(ctx, id) context.Context / SessionFrom(ctx) (string, bool)
+//	Options: WithDriver, WithHooks, WithApprovalRequester, WithAuditSink,
+//	         WithLogger, WithNetworkMediator, WithDriverEnv
+//
+// # Pipeline (WorkspaceSandbox.Execute)
+//
+//  0. Input validation: bad input is an *InvalidCommandError naming the field.
+//  1. Session resolve: a map under an RWMutex (read-lock fast path,
+//     write-lock double-checked slow path). The workspace directory is
+//     workspace_root/hex(sha256(json(session_id))[:16]), created lazily with
+//     mode 0700. Command.Workspace replaces it with an existing directory.
+//  2. cwd validate: canonicalized with symlinks resolved and confined to the
+//     canonical workspace, else DeniedError{Code: ReasonCwdOutsideWorkspace}.
+//     Secrets are checked here too (they need AllowHosts and a mediator).
+//  3. Before-hooks, in order, each under sandbox.hook_timeout_ms. An error, a
+//     timeout or an unknown action fails the command closed naming the hook;
+//     Warn is recorded; Deny ends with a DeniedError carrying rule, hook and
+//     RetryAfter. AfterHook.After runs for every hook that allowed, once the
+//     command has ended.
+//  4. Capability check: within the session baseline, or within a cached
+//     grant, goes on; otherwise the ApprovalGate asks (Approved caches the
+//     grant; Denied and Timeout deny). Then the request must be enforceable
+//     by the driver's HostCapabilities, or it fails closed naming the feature.
+//  5. Profile: driver.ProfileFor with the canonical workspace and cwd (and the
+//     mediation endpoint for AllowHosts).
+//  6. Run: timeout precedence Command.Timeout > Capabilities.TimeoutSecs >
+//     sandbox.default_timeout_seconds; output budget Command.MaxOutputBytes,
+//     else sandbox.max_output_bytes (split stdout/stderr). Output is captured
+//     into Output within the budget and, when Command.Stdout/Stderr are set,
+//     streamed there as it comes.
+//  7. Audit: one AuditRecord per command and per denial, to the hclog logger
+//     named "capability_ledger" and to an AuditSink. Never env values or
+//     secrets; the program name and the argument count, not the arguments.
+//
+// # Environment of the child
+//
+// The host environment never reaches the child. It gets PATH, HOME (the
+// workspace), LANG=C.UTF-8, TERM=dumb and TZ=UTC, then Command.Env on top,
+// then one "aleph:secret:NAME" placeholder per secret, then the mediation's
+// proxy variables.
+//
+// # Errors
+//
+// *InvalidCommandError (bad input), *DeniedError (a policy decision, with a
+// ReasonCode), *DriverError (the driver failed or died; names the driver),
+// *StaleGrantError (ApplyNetworkGrant against an outdated digest),
+// *DriverNotFoundError (FindDriver), *ConfigError (LoadConfig/Validate), and
+// ErrDisabled from NoopSandbox.
+package core

@@ -1,0 +1,305 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// DriverHostConfig says which driver binary a DriverHost runs and how.
+type DriverHostConfig struct {
+	// Path of the driver binary. Required.
+	Path string
+	// Name labels logs and errors; default: the binary's base name.
+	Name string
+	// SHA256 pins the binary (hex); empty means unpinned.
+	SHA256 string
+	// Options is the JSON handed to the plugin as ALEPH_DRIVER_OPTIONS
+	// (Config.DriverOptions); nil sends "{}".
+	Options []byte
+	// Logger receives the plugin's own log lines, under a logger named
+	// after the driver. Never command output.
+	Logger hclog.Logger
+	// Env is added to the plugin process's environment.
+	Env []string
+	// StartTimeout bounds the handshake; 0 uses driverapi's default.
+	StartTimeout time.Duration
+}
+
+// DriverHost is a driverapi.Driver backed by a plugin process. It launches
+// the plugin on first use, keeps it across commands, notices when it has
+// died (failing the call in flight with a *DriverError naming the driver),
+// and launches a fresh one on the next call. Close kills it.
+type DriverHost struct {
+	cfg    DriverHostConfig
+	logger hclog.Logger
+
+	mu     sync.Mutex
+	proc   *driverapi.Process
+	closed bool
+	caps   *driverapi.HostCapabilities
+}
+
+var _ driverapi.Driver = (*DriverHost)(nil)
+
+// NewDriverHost checks cfg; it does not start the plugin.
+func NewDriverHost(cfg DriverHostConfig) (*DriverHost, error) {
+	if cfg.Path == "" {
+		return nil, errors.New("driver host: no driver path")
+	}
+	if cfg.Name == "" {
+		cfg.Name = strings.TrimSuffix(filepath.Base(cfg.Path), ".exe")
+	}
+	if cfg.Options == nil {
+		cfg.Options = []byte("{}")
+	}
+	l := cfg.Logger
+	if l == nil {
+		l = hclog.NewNullLogger()
+	}
+	return &DriverHost{cfg: cfg, logger: l.Named(cfg.Name)}, nil
+}
+
+// Name is the driver's name (for errors and logs).
+func (h *DriverHost) Name() string { return h.cfg.Name }
+
+// Path is the driver binary.
+func (h *DriverHost) Path() string { return h.cfg.Path }
+
+// Pid is the running plugin's process id, or 0 when none runs.
+func (h *DriverHost) Pid() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.proc == nil || h.proc.Exited() {
+		return 0
+	}
+	return h.proc.Pid()
+}
+
+// Start launches the plugin now if it is not running (useful to surface a
+// broken driver before the first command).
+func (h *DriverHost) Start(ctx context.Context) error {
+	_, err := h.get(ctx)
+	return err
+}
+
+func (h *DriverHost) get(ctx context.Context) (*driverapi.Process, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: errors.New("driver host is closed")}
+	}
+	if h.proc != nil && !h.proc.Exited() {
+		return h.proc, nil
+	}
+	if h.proc != nil {
+		h.logger.Warn("driver process has exited; launching a new one")
+		h.proc.Kill()
+		h.proc = nil
+	}
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{
+		Path:         h.cfg.Path,
+		SHA256:       h.cfg.SHA256,
+		Logger:       h.logger,
+		StartTimeout: h.cfg.StartTimeout,
+		Env:          append(append([]string(nil), h.cfg.Env...), "ALEPH_DRIVER_OPTIONS="+string(h.cfg.Options)),
+	})
+	if err != nil {
+		return nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: err}
+	}
+	h.proc = p
+	return p, nil
+}
+
+// failed turns a call error into a *DriverError and, when the plugin died,
+// forgets it so the next call relaunches.
+func (h *DriverHost) failed(p *driverapi.Process, op string, err error) error {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		if !p.Exited() {
+			return err
+		}
+	}
+	dead := errors.Is(err, driverapi.ErrPluginDied) || p.Exited()
+	if !dead {
+		return &DriverError{Driver: h.cfg.Name, Op: op, Err: err}
+	}
+	h.mu.Lock()
+	if h.proc == p {
+		h.proc.Kill()
+		h.proc = nil
+	}
+	h.mu.Unlock()
+	return &DriverError{Driver: h.cfg.Name, Op: op,
+		Err: fmt.Errorf("driver process died during the call (it will be relaunched for the next command): %w", driverapi.ErrPluginDied)}
+}
+
+// Capabilities reports the driver's fingerprint (fetched once per process).
+func (h *DriverHost) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
+	p, err := h.get(ctx)
+	if err != nil {
+		return driverapi.HostCapabilities{}, err
+	}
+	h.mu.Lock()
+	if h.caps != nil && h.proc == p {
+		c := *h.caps
+		h.mu.Unlock()
+		return c, nil
+	}
+	h.mu.Unlock()
+	c, err := p.Driver().Capabilities(ctx)
+	if err != nil {
+		return c, h.failed(p, "Capabilities", err)
+	}
+	h.mu.Lock()
+	h.caps = &c
+	h.mu.Unlock()
+	return c, nil
+}
+
+// ProfileFor asks the plugin for a profile.
+func (h *DriverHost) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	p, err := h.get(ctx)
+	if err != nil {
+		return driverapi.Profile{}, err
+	}
+	prof, err := p.Driver().ProfileFor(ctx, req)
+	if err != nil {
+		return prof, h.failed(p, "ProfileFor", err)
+	}
+	return prof, nil
+}
+
+// Run runs spec in the plugin.
+func (h *DriverHost) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	p, err := h.get(ctx)
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	exit, err := p.Driver().Run(ctx, spec, streams)
+	if err != nil {
+		return exit, h.failed(p, "Run", err)
+	}
+	return exit, nil
+}
+
+// Close kills the plugin process and waits for it. Later calls fail.
+func (h *DriverHost) Close() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	if h.proc != nil {
+		h.proc.Kill()
+		h.proc = nil
+	}
+	return nil
+}
+
+// DefaultDriverName is the platform's default driver: bwrap on Linux,
+// seatbelt on macOS, appcontainer on Windows ("" elsewhere).
+func DefaultDriverName() string {
+	switch runtime.GOOS {
+	case "linux":
+		return "bwrap"
+	case "darwin":
+		return "seatbelt"
+	case "windows":
+		return "appcontainer"
+	}
+	return ""
+}
+
+// DriverBinaryName is the file name of driver name: aleph-driver-NAME
+// (with .exe on Windows).
+func DriverBinaryName(name string) string {
+	b := "aleph-driver-" + name
+	if runtime.GOOS == "windows" {
+		b += ".exe"
+	}
+	return b
+}
+
+// DriverNotFoundError lists where FindDriver looked.
+type DriverNotFoundError struct {
+	Name   string
+	Binary string
+	Looked []string
+}
+
+func (e *DriverNotFoundError) Error() string {
+	if len(e.Looked) == 0 {
+		return fmt.Sprintf("driver %q not found: no place to look for %s", e.Name, e.Binary)
+	}
+	return fmt.Sprintf("driver %q not found: looked for %s in %s", e.Name, e.Binary, strings.Join(e.Looked, ", "))
+}
+
+// FindDriver resolves a driver name or path to a binary. A name containing
+// a path separator is a path. Otherwise ("" meaning DefaultDriverName) the
+// binary DriverBinaryName(name) is looked for in searchDirs (e.g. the
+// config's driver directory), the directory of the running executable,
+// $ALEPH_SANDBOX_PLUGIN_DIR, then each $PATH entry. looked lists every
+// candidate path tried, in order.
+func FindDriver(name string, searchDirs []string) (path string, looked []string, err error) {
+	if strings.ContainsRune(name, '/') || (runtime.GOOS == "windows" && strings.ContainsRune(name, '\\')) {
+		abs, aerr := filepath.Abs(name)
+		if aerr != nil {
+			abs = name
+		}
+		looked = []string{abs}
+		if isExecutableFile(abs) {
+			return abs, looked, nil
+		}
+		return "", looked, &DriverNotFoundError{Name: name, Binary: filepath.Base(name), Looked: looked}
+	}
+	if name == "" {
+		name = DefaultDriverName()
+		if name == "" {
+			return "", nil, &DriverNotFoundError{Name: "(default)", Binary: "aleph-driver-*", Looked: nil}
+		}
+	}
+	if strings.ContainsAny(name, "\x00") || name == "." || name == ".." {
+		return "", nil, &DriverNotFoundError{Name: name, Binary: DriverBinaryName(name)}
+	}
+	bin := DriverBinaryName(name)
+	dirs := append([]string(nil), searchDirs...)
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	if d := os.Getenv("ALEPH_SANDBOX_PLUGIN_DIR"); d != "" {
+		dirs = append(dirs, d)
+	}
+	dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		if d == "" || !filepath.IsAbs(d) {
+			continue // a relative PATH entry would search the current directory
+		}
+		cand := filepath.Join(d, bin)
+		if seen[cand] {
+			continue
+		}
+		seen[cand] = true
+		looked = append(looked, cand)
+		if isExecutableFile(cand) {
+			return cand, looked, nil
+		}
+	}
+	return "", looked, &DriverNotFoundError{Name: name, Binary: bin, Looked: looked}
+}
+
+func isExecutableFile(p string) bool {
+	st, err := os.Stat(p)
+	if err != nil || !st.Mode().IsRegular() {
+		return false
+	}
+	return runtime.GOOS == "windows" || st.Mode().Perm()&0o111 != 0
+}

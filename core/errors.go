@@ -1,0 +1,126 @@
+package core
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ReasonCode says why the pipeline decided what it decided. It appears in
+// DeniedError and in every audit record.
+type ReasonCode string
+
+// Reason codes. They are stable strings: ledgers and scripts match on them.
+const (
+	ReasonAllowed                 ReasonCode = "allowed"
+	ReasonHookWarned              ReasonCode = "hook_warned"
+	ReasonApprovalGranted         ReasonCode = "approval_granted"
+	ReasonGrantCached             ReasonCode = "grant_cached"
+	ReasonInvalidCommand          ReasonCode = "invalid_command"
+	ReasonCwdOutsideWorkspace     ReasonCode = "cwd_outside_workspace"
+	ReasonHookDenied              ReasonCode = "hook_denied"
+	ReasonHookFailed              ReasonCode = "hook_failed"
+	ReasonApprovalDenied          ReasonCode = "approval_denied"
+	ReasonApprovalTimeout         ReasonCode = "approval_timeout"
+	ReasonUnenforceable           ReasonCode = "unenforceable"
+	ReasonSecretRequiresMediation ReasonCode = "secret_requires_mediation"
+	ReasonMediationFailed         ReasonCode = "mediation_failed"
+	ReasonGrantApplied            ReasonCode = "grant_applied"
+	ReasonGrantStale              ReasonCode = "grant_stale"
+	ReasonDriverFailed            ReasonCode = "driver_failed"
+	ReasonTimeout                 ReasonCode = "timeout"
+	ReasonCanceled                ReasonCode = "canceled"
+)
+
+// DeniedError is a policy decision not to run a command.
+type DeniedError struct {
+	Code   ReasonCode
+	Reason string
+	// Rule and Hook are set when a before-hook denied.
+	Rule string
+	Hook string
+	// RetryAfter is set when the denying hook said when to try again.
+	RetryAfter time.Duration
+}
+
+func (e *DeniedError) Error() string {
+	var b strings.Builder
+	b.WriteString("denied (")
+	b.WriteString(string(e.Code))
+	b.WriteString(")")
+	if e.Hook != "" {
+		b.WriteString(" by hook " + e.Hook)
+	}
+	if e.Rule != "" {
+		b.WriteString(" rule " + e.Rule)
+	}
+	if e.Reason != "" {
+		b.WriteString(": " + e.Reason)
+	}
+	if e.RetryAfter > 0 {
+		fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
+	}
+	return b.String()
+}
+
+// InvalidCommandError is a Command field that cannot be run as given.
+type InvalidCommandError struct {
+	Field  string
+	Reason string
+}
+
+func (e *InvalidCommandError) Error() string {
+	return fmt.Sprintf("invalid command: %s: %s", e.Field, e.Reason)
+}
+
+// HookError is a before-hook that failed, timed out or answered nonsense.
+// The command did not run: hooks fail closed.
+type HookError struct {
+	Hook string
+	Err  error
+}
+
+func (e *HookError) Error() string {
+	return fmt.Sprintf("hook %s failed, command not run: %v", e.Hook, e.Err)
+}
+
+func (e *HookError) Unwrap() error { return e.Err }
+
+// DriverError is a driver that failed a call or died. Driver names the
+// driver (its binary, or its backend for an in-process driver).
+type DriverError struct {
+	Driver string
+	Op     string
+	Err    error
+}
+
+func (e *DriverError) Error() string {
+	return fmt.Sprintf("driver %s: %s: %v", e.Driver, e.Op, e.Err)
+}
+
+func (e *DriverError) Unwrap() error { return e.Err }
+
+// StaleGrantError refuses a grant approved against a policy digest that is
+// no longer the session's.
+type StaleGrantError struct {
+	SessionID string
+	Subject   string
+	Expected  string
+	Current   string
+}
+
+func (e *StaleGrantError) Error() string {
+	return fmt.Sprintf("network grant for %s was approved against policy digest %s, but the session policy is now %s: re-approve against the current policy",
+		e.Subject, e.Expected, e.Current)
+}
+
+// MediationError is a network mediation that could not be started.
+type MediationError struct{ Err error }
+
+func (e *MediationError) Error() string { return "network mediation failed to start: " + e.Err.Error() }
+
+func (e *MediationError) Unwrap() error { return e.Err }
+
+// ErrDisabled is returned by every NoopSandbox call.
+var ErrDisabled = errors.New("sandbox disabled: sandbox.enabled is false in the configuration, so no command can run; set it to true to run commands")

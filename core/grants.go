@@ -1,0 +1,107 @@
+package core
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// policyDoc is what PolicyDigest hashes: the baseline and every grant, in a
+// canonical order so equal policies give equal digests.
+type policyDoc struct {
+	Baseline driverapi.Capabilities   `json:"baseline"`
+	Grants   []driverapi.Capabilities `json:"grants"`
+	NetHosts []string                 `json:"network_grants"`
+}
+
+func (ss *session) digestLocked() string {
+	grants := make([]string, 0, len(ss.grants))
+	for _, g := range ss.grants {
+		b, _ := json.Marshal(g)
+		grants = append(grants, string(b))
+	}
+	sort.Strings(grants)
+	doc := policyDoc{Baseline: ss.baseline, Grants: []driverapi.Capabilities{}, NetHosts: append([]string{}, ss.netHosts...)}
+	for _, g := range grants {
+		var c driverapi.Capabilities
+		_ = json.Unmarshal([]byte(g), &c)
+		doc.Grants = append(doc.Grants, c)
+	}
+	sort.Strings(doc.NetHosts)
+	b, _ := json.Marshal(doc)
+	return driverapi.Digest(b)
+}
+
+// PolicyDigest is the digest of a session's effective policy (baseline and
+// grants). A host shows it with a grant request and passes it back to
+// ApplyNetworkGrant, pinning the grant to the policy the user saw.
+func (s *WorkspaceSandbox) PolicyDigest(sessionID string) string {
+	s.mu.RLock()
+	sess, ok := s.sessions[sessionID]
+	s.mu.RUnlock()
+	if !ok {
+		sess = &session{id: sessionID}
+	}
+	sess.mu.RLock()
+	defer sess.mu.RUnlock()
+	return sess.digestLocked()
+}
+
+// ApplyNetworkGrant widens a session's grants by one AllowHosts origin
+// (host, and port when non-zero). expectedDigest must be the session's
+// current PolicyDigest, or the grant is refused with a *StaleGrantError.
+// Both outcomes are audited. It returns the new digest.
+func (s *WorkspaceSandbox) ApplyNetworkGrant(ctx context.Context, sessionID, host string, port uint16, expectedDigest string) (string, error) {
+	rec := AuditRecord{SessionID: sessionID, CommandID: "grant-" + newCommandID()[4:], Program: "(network grant)"}
+	if err := validateCommand(sessionID, Command{Program: "grant"}); err != nil {
+		return "", err
+	}
+	h := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(host), "."))
+	if h == "" || strings.ContainsAny(h, " \t\r\n/:@\x00") && net.ParseIP(h) == nil {
+		return "", &InvalidCommandError{Field: "host", Reason: fmt.Sprintf("%q is not a host name, *.suffix or IP literal", host)}
+	}
+	subject := h
+	if port != 0 {
+		if strings.Contains(h, ":") { // IPv6 literal
+			subject = "[" + h + "]:" + strconv.Itoa(int(port))
+		} else {
+			subject = h + ":" + strconv.Itoa(int(port))
+		}
+	}
+	sess, err := s.session(sessionID)
+	if err != nil {
+		return "", err
+	}
+	sess.mu.Lock()
+	current := sess.digestLocked()
+	if current != expectedDigest {
+		sess.mu.Unlock()
+		rec.Decision, rec.Reason, rec.PolicyDigest = DecisionDeny, ReasonGrantStale, current
+		err := &StaleGrantError{SessionID: sessionID, Subject: subject, Expected: expectedDigest, Current: current}
+		rec.Detail = err.Error()
+		s.ledger.record(ctx, rec)
+		return "", err
+	}
+	present := false
+	for _, x := range sess.netHosts {
+		if x == subject {
+			present = true
+		}
+	}
+	if !present {
+		sess.netHosts = append(sess.netHosts, subject)
+	}
+	next := sess.digestLocked()
+	sess.mu.Unlock()
+	rec.Decision, rec.Reason, rec.PolicyDigest = DecisionAllow, ReasonGrantApplied, next
+	rec.Detail = "network grant " + subject
+	rec.CapabilityDigest = capsDigest(driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{subject}}})
+	s.ledger.record(ctx, rec)
+	return next, nil
+}

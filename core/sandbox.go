@@ -1,0 +1,147 @@
+package core
+
+import (
+	"context"
+	"io"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Command is one program to run in a session's sandbox.
+type Command struct {
+	// SessionID selects the workspace and the grant cache. Empty: taken from
+	// ctx (SessionFrom); if neither is set the command is invalid.
+	SessionID string
+	Program   string
+	Args      []string
+	// Env is added to the child's minimal environment; the host's
+	// environment is never passed through.
+	Env   map[string]string
+	Stdin []byte
+	// Cwd is the working directory: empty means the workspace root; a
+	// relative path is taken relative to the workspace.
+	Cwd string
+	// Workspace, when set, is an existing directory used as the workspace
+	// instead of the session's own directory.
+	Workspace    string
+	Capabilities driverapi.Capabilities
+	// Timeout: 0 means Capabilities.TimeoutSecs, then the configured default.
+	Timeout time.Duration
+	// MaxOutputBytes: 0 means the configured budget (split stdout/stderr).
+	MaxOutputBytes int64
+	// Secrets are held by the host: the child sees only "aleph:secret:NAME"
+	// placeholders, and the network mediation substitutes the real values.
+	// They require Network.Mode == NetworkAllowHosts and a NetworkMediator.
+	Secrets map[string]string
+	// Stdout and Stderr, when set, receive the output live (within the
+	// budget) in addition to the captured Output.
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Output is how a command that ran ended and what it wrote (within budget).
+type Output struct {
+	Stdout        []byte
+	Stderr        []byte
+	Exit          driverapi.Exit
+	Backend       string
+	CommandID     string
+	ProfileDigest string
+	// Verdicts are the before-hooks' answers (Allow and Warn).
+	Verdicts []driverapi.Verdict
+}
+
+// Sandbox runs commands. Implementations are safe for concurrent use.
+type Sandbox interface {
+	Execute(ctx context.Context, cmd Command) (*Output, error)
+	Close() error
+}
+
+// SecretPlaceholderPrefix starts the value a child sees for a secret.
+const SecretPlaceholderPrefix = "aleph:secret:"
+
+// DefaultPath is the PATH the child gets unless Command.Env sets one.
+const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// NetworkMediator starts the host-side proxy through which a command with
+// NetworkAllowHosts reaches exactly its hosts. It holds the real secret
+// values and substitutes them for placeholders.
+type NetworkMediator interface {
+	Start(ctx context.Context, sessionID, commandID string, hosts []string, secrets map[string]string) (Mediation, error)
+}
+
+// Mediation is one command's running mediation.
+type Mediation interface {
+	// Endpoint is where the sandboxed command must connect.
+	Endpoint() driverapi.ProxyEndpoint
+	// Env is added to the child's environment (HTTP_PROXY and the like).
+	Env() []driverapi.EnvVar
+	// Close stops the mediation; called once the command has ended.
+	Close() error
+}
+
+// Option configures New.
+type Option func(*options)
+
+type options struct {
+	driver    driverapi.Driver
+	hooks     []driverapi.Hook
+	requester ApprovalRequester
+	sink      AuditSink
+	logger    hclog.Logger
+	mediator  NetworkMediator
+	driverEnv []string
+}
+
+// WithDriver runs commands with d instead of launching the configured driver
+// binary. The caller keeps ownership of d (Close does not close it).
+func WithDriver(d driverapi.Driver) Option { return func(o *options) { o.driver = d } }
+
+// WithHooks appends before-hooks; they run in the order given.
+func WithHooks(h ...driverapi.Hook) Option {
+	return func(o *options) { o.hooks = append(o.hooks, h...) }
+}
+
+// WithApprovalRequester sets who is asked about elevations. Without one,
+// every elevation is denied.
+func WithApprovalRequester(r ApprovalRequester) Option { return func(o *options) { o.requester = r } }
+
+// WithAuditSink sends audit records to s instead of the configured
+// sandbox.audit_log file.
+func WithAuditSink(s AuditSink) Option { return func(o *options) { o.sink = s } }
+
+// WithLogger sets the logger; the ledger logs as "capability_ledger".
+func WithLogger(l hclog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithNetworkMediator enables NetworkAllowHosts and Command.Secrets.
+func WithNetworkMediator(m NetworkMediator) Option { return func(o *options) { o.mediator = m } }
+
+// WithDriverEnv adds NAME=VALUE entries to the environment of a driver
+// plugin that New launches (not to any command's environment).
+func WithDriverEnv(env ...string) Option {
+	return func(o *options) { o.driverEnv = append(o.driverEnv, env...) }
+}
+
+// New builds the sandbox cfg describes. With sandbox.enabled false it
+// returns NoopSandbox. Without WithDriver it finds the configured (or
+// platform default) driver binary and launches it on first use; a driver
+// that cannot be found is a *DriverNotFoundError here.
+func New(cfg Config, opts ...Option) (Sandbox, error) {
+	if !cfg.Sandbox.Enabled {
+		return NoopSandbox{}, nil
+	}
+	return NewWorkspaceSandbox(cfg, opts...)
+}
+
+// NoopSandbox is what a disabled configuration gives: every call fails with
+// ErrDisabled, so a disabled sandbox is never a silent bypass.
+type NoopSandbox struct{}
+
+// Execute always fails with ErrDisabled.
+func (NoopSandbox) Execute(context.Context, Command) (*Output, error) { return nil, ErrDisabled }
+
+// Close does nothing.
+func (NoopSandbox) Close() error { return nil }
