@@ -1,0 +1,285 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// fakeSeccompData builds a struct seccomp_data for x/net/bpf's VM. The VM
+// loads 32-bit words big-endian (packet order) while the kernel loads them in
+// native order, so each word is stored big-endian at the offset the program
+// reads natively: nr, arch, then each argument's low and high halves at
+// argLowOffset(i) and the other half. The VM then sees exactly the values the
+// kernel's loads would produce.
+func fakeSeccompData(archID uint32, nr uint32, args ...uint64) []byte {
+	b := make([]byte, 64)
+	binary.BigEndian.PutUint32(b[seccompDataNr:], nr)
+	binary.BigEndian.PutUint32(b[seccompDataArch:], archID)
+	for i, a := range args {
+		lo := argLowOffset(uint32(i))
+		hi := seccompDataArgs + 8*uint32(i)
+		if hi == lo {
+			hi += 4
+		}
+		binary.BigEndian.PutUint32(b[lo:], uint32(a))
+		binary.BigEndian.PutUint32(b[hi:], uint32(a>>32))
+	}
+	return b
+}
+
+type filterVM struct {
+	t    *testing.T
+	vm   *bpf.VM
+	info *arch.Info
+}
+
+func newFilterVM(t *testing.T, spec InitSpec) *filterVM {
+	t.Helper()
+	prog, err := seccompProgram(&spec)
+	if err != nil {
+		t.Fatalf("seccompProgram: %v", err)
+	}
+	// Must also pass the kernel-side assembler constraints.
+	if _, err := bpf.Assemble(prog); err != nil {
+		t.Fatalf("bpf.Assemble: %v", err)
+	}
+	vm, err := bpf.NewVM(prog)
+	if err != nil {
+		t.Fatalf("bpf.NewVM: %v", err)
+	}
+	info, err := nativeArch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &filterVM{t: t, vm: vm, info: info}
+}
+
+func (f *filterVM) nr(name string) uint32 {
+	f.t.Helper()
+	n, ok := f.info.SyscallNames[name]
+	if !ok {
+		f.t.Fatalf("no syscall %s on %s", name, f.info.Name)
+	}
+	return uint32(n)
+}
+
+func (f *filterVM) runRaw(archID, nr uint32, args ...uint64) uint32 {
+	f.t.Helper()
+	out, err := f.vm.Run(fakeSeccompData(archID, nr, args...))
+	if err != nil {
+		f.t.Fatalf("vm.Run: %v", err)
+	}
+	return uint32(out)
+}
+
+func (f *filterVM) run(name string, args ...uint64) uint32 {
+	f.t.Helper()
+	return f.runRaw(uint32(f.info.ID), f.nr(name), args...)
+}
+
+func retName(r uint32) string {
+	switch r {
+	case retAllow:
+		return "ALLOW"
+	case retEPERM:
+		return "ERRNO(EPERM)"
+	case retENOSYS:
+		return "ERRNO(ENOSYS)"
+	case retKillProcess:
+		return "KILL_PROCESS"
+	}
+	return "other"
+}
+
+func (f *filterVM) expect(want uint32, name string, args ...uint64) {
+	f.t.Helper()
+	if got := f.run(name, args...); got != want {
+		f.t.Errorf("%s%v: got %s (%#x), want %s", name, args, retName(got), got, retName(want))
+	}
+}
+
+func strictSpec(mode SocketMode) InitSpec {
+	return InitSpec{SocketMode: mode}
+}
+
+func TestSeccompFilterDenylist(t *testing.T) {
+	for _, mode := range []SocketMode{SocketUnrestricted, SocketUnixOnly, SocketProxyRouted} {
+		t.Run(string(mode), func(t *testing.T) {
+			f := newFilterVM(t, strictSpec(mode))
+			for _, name := range deniedSyscalls() {
+				if _, ok := f.info.SyscallNames[name]; !ok {
+					continue
+				}
+				f.expect(retEPERM, name)
+			}
+			// Positive controls: ordinary syscalls pass.
+			for _, name := range []string{"read", "write", "openat", "mmap", "execve", "exit_group", "getpid", "futex", "setrlimit"} {
+				f.expect(retAllow, name)
+			}
+		})
+	}
+}
+
+func TestSeccompFilterForeignArch(t *testing.T) {
+	f := newFilterVM(t, strictSpec(SocketUnrestricted))
+	// i386 socketcall(SYS_SOCKET) through int 0x80: nr 102 on i386.
+	if got := f.runRaw(unix.AUDIT_ARCH_I386, 102, 1); got != retKillProcess {
+		t.Errorf("i386 socketcall: got %s, want KILL_PROCESS", retName(got))
+	}
+	// Even an i386 syscall that would be harmless natively (getpid, 20).
+	if got := f.runRaw(unix.AUDIT_ARCH_I386, 20); got != retKillProcess {
+		t.Errorf("i386 getpid: got %s, want KILL_PROCESS", retName(got))
+	}
+	// Positive control: the native getpid passes.
+	f.expect(retAllow, "getpid")
+}
+
+func TestSeccompFilterX32(t *testing.T) {
+	f := newFilterVM(t, strictSpec(SocketUnrestricted))
+	if f.info.ID != arch.X86_64.ID {
+		t.Skip("x32 exists only on x86_64")
+	}
+	// x32 mount (165 in the x32 table is also mount) and x32 getpid.
+	for _, nr := range []uint32{x32SyscallBit | 165, x32SyscallBit | 39, x32SyscallBit | 41} {
+		if got := f.runRaw(uint32(f.info.ID), nr); got != retENOSYS {
+			t.Errorf("x32 nr %#x: got %s, want ERRNO(ENOSYS)", nr, retName(got))
+		}
+	}
+	f.expect(retAllow, "getpid")
+}
+
+func TestSeccompFilterIoctl(t *testing.T) {
+	f := newFilterVM(t, strictSpec(SocketUnrestricted))
+	const fd = 0
+	f.expect(retEPERM, "ioctl", fd, unix.TIOCSTI)
+	f.expect(retEPERM, "ioctl", fd, unix.TIOCLINUX)
+	// The kernel truncates cmd to 32 bits: high bits must not dodge the rule.
+	f.expect(retEPERM, "ioctl", fd, 1<<32|unix.TIOCSTI)
+	f.expect(retEPERM, "ioctl", fd, 0xffffffff00000000|unix.TIOCSTI)
+	f.expect(retEPERM, "ioctl", fd, 0xdead<<32|unix.TIOCLINUX)
+	// Other ioctls (isatty's TCGETS, window size, FIONREAD) pass.
+	f.expect(retAllow, "ioctl", fd, unix.TCGETS)
+	f.expect(retAllow, "ioctl", fd, unix.TIOCGWINSZ)
+	f.expect(retAllow, "ioctl", fd, unix.TIOCINQ)
+	f.expect(retAllow, "ioctl", fd, 1<<32|unix.TCGETS)
+}
+
+func TestSeccompFilterSocketGate(t *testing.T) {
+	t.Run("unix_only", func(t *testing.T) {
+		f := newFilterVM(t, strictSpec(SocketUnixOnly))
+		f.expect(retEPERM, "socket", unix.AF_INET, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socket", unix.AF_INET6, unix.SOCK_DGRAM)
+		f.expect(retEPERM, "socket", unix.AF_NETLINK, unix.SOCK_RAW)
+		f.expect(retEPERM, "socket", unix.AF_PACKET, unix.SOCK_RAW)
+		// AF_UNIX with high garbage is not AF_UNIX for a 64-bit compare:
+		// fails closed (the kernel would have read AF_UNIX).
+		f.expect(retEPERM, "socket", 1<<32|unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socketpair", unix.AF_INET, unix.SOCK_STREAM)
+		f.expect(retEPERM, "connect", 3, 0, 0)
+		f.expect(retEPERM, "sendto", 3, 0, 0, 0, 0x1000, 16)
+		// Positive controls.
+		f.expect(retAllow, "socket", unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retAllow, "socketpair", unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retAllow, "sendto", 3, 0x1000, 1, 0, 0, 0)
+		f.expect(retAllow, "bind", 3, 0, 0)
+	})
+	t.Run("proxy_routed", func(t *testing.T) {
+		f := newFilterVM(t, strictSpec(SocketProxyRouted))
+		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM)
+		f.expect(retAllow, "socket", unix.AF_INET6, unix.SOCK_STREAM)
+		f.expect(retAllow, "socket", unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retAllow, "connect", 3, 0, 0)
+		f.expect(retEPERM, "socket", unix.AF_NETLINK, unix.SOCK_RAW)
+		f.expect(retEPERM, "socket", unix.AF_PACKET, unix.SOCK_RAW)
+		f.expect(retEPERM, "socket", unix.AF_VSOCK, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socketpair", unix.AF_INET, unix.SOCK_STREAM)
+		f.expect(retAllow, "socketpair", unix.AF_UNIX, unix.SOCK_STREAM)
+	})
+	t.Run("unrestricted", func(t *testing.T) {
+		f := newFilterVM(t, strictSpec(SocketUnrestricted))
+		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM)
+		f.expect(retAllow, "socket", unix.AF_NETLINK, unix.SOCK_RAW)
+		f.expect(retAllow, "connect", 3, 0, 0)
+	})
+}
+
+// Flags glibc's pthread_create and Go's newosproc pass to clone.
+const threadCloneFlags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND |
+	unix.CLONE_THREAD | unix.CLONE_SYSVSEM | unix.CLONE_SETTLS | unix.CLONE_PARENT_SETTID |
+	unix.CLONE_CHILD_CLEARTID
+
+func TestSeccompFilterClone(t *testing.T) {
+	const sigchld = uint64(unix.SIGCHLD)
+	t.Run("spawn denied", func(t *testing.T) {
+		f := newFilterVM(t, InitSpec{SocketMode: SocketUnrestricted, AllowSpawn: false})
+		f.expect(retAllow, "clone", threadCloneFlags)
+		f.expect(retEPERM, "clone", sigchld)                                     // fork()
+		f.expect(retEPERM, "clone", unix.CLONE_VM|unix.CLONE_VFORK|sigchld)      // posix_spawn, Go os/exec
+		f.expect(retEPERM, "clone", threadCloneFlags|unix.CLONE_NEWUSER)         // thread with a namespace
+		f.expect(retEPERM, "clone", unix.CLONE_NEWUSER|unix.CLONE_NEWNS|sigchld) // namespace child
+		f.expect(retENOSYS, "clone3", 0x1000, 88)
+		for _, n := range spawnSyscalls() {
+			if _, ok := f.info.SyscallNames[n]; ok {
+				f.expect(retEPERM, n)
+			}
+		}
+	})
+	t.Run("spawn allowed", func(t *testing.T) {
+		f := newFilterVM(t, InitSpec{SocketMode: SocketUnrestricted, AllowSpawn: true})
+		f.expect(retAllow, "clone", threadCloneFlags)
+		f.expect(retAllow, "clone", sigchld)
+		f.expect(retAllow, "clone", unix.CLONE_VM|unix.CLONE_VFORK|sigchld)
+		for _, ns := range []uint64{unix.CLONE_NEWUSER, unix.CLONE_NEWNS, unix.CLONE_NEWPID,
+			unix.CLONE_NEWNET, unix.CLONE_NEWUTS, unix.CLONE_NEWIPC, unix.CLONE_NEWCGROUP} {
+			f.expect(retEPERM, "clone", ns|sigchld)
+		}
+		// clone3 hides its flags behind a pointer: always ENOSYS.
+		f.expect(retENOSYS, "clone3", 0x1000, 88)
+		for _, n := range spawnSyscalls() {
+			if _, ok := f.info.SyscallNames[n]; ok {
+				f.expect(retAllow, n)
+			}
+		}
+	})
+}
+
+func TestSeccompProgramSize(t *testing.T) {
+	for _, spawn := range []bool{false, true} {
+		for _, mode := range []SocketMode{SocketUnrestricted, SocketUnixOnly, SocketProxyRouted} {
+			spec := InitSpec{SocketMode: mode, AllowSpawn: spawn}
+			prog, err := seccompProgram(&spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(prog) < 40 || len(prog) > unix.BPF_MAXINSNS {
+				t.Errorf("%s spawn=%v: %d instructions", mode, spawn, len(prog))
+			}
+		}
+	}
+}
+
+func BenchmarkSeccompFilterVM(b *testing.B) {
+	spec := InitSpec{SocketMode: SocketUnixOnly}
+	prog, err := seccompProgram(&spec)
+	if err != nil {
+		b.Fatal(err)
+	}
+	vm, err := bpf.NewVM(prog)
+	if err != nil {
+		b.Fatal(err)
+	}
+	info, _ := nativeArch()
+	data := fakeSeccompData(uint32(info.ID), uint32(info.SyscallNames["write"]), 1, 0, 10)
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := vm.Run(data); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
