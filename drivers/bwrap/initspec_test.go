@@ -1,0 +1,104 @@
+package bwrap
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestInitSpecRoundTrip(t *testing.T) {
+	spec := InitSpec{
+		ReadOnly:      []string{"/usr", "/etc/passwd"},
+		ReadWrite:     []string{"/workspace", "/tmp"},
+		SocketMode:    SocketProxyRouted,
+		AllowSpawn:    true,
+		BridgePorts:   []uint16{3128, 8080},
+		RlimitASBytes: 1 << 30,
+		RlimitNproc:   200,
+		RlimitNofile:  1024,
+		ScopeSignals:  true,
+	}
+	argv, err := InitArgs(spec, "python3", "-c", "print(1)")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if argv[1] != "--" || argv[2] != "python3" || argv[4] != "print(1)" {
+		t.Fatalf("argv layout: %q", argv)
+	}
+	got, prog, err := ParseInitArgs(argv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, spec) {
+		t.Errorf("round trip: got %+v, want %+v", got, spec)
+	}
+	if !reflect.DeepEqual(prog, []string{"python3", "-c", "print(1)"}) {
+		t.Errorf("program argv: %q", prog)
+	}
+}
+
+func TestInitSpecRefusals(t *testing.T) {
+	cases := []struct {
+		name, json, field string
+	}{
+		{"unknown field", `{"socket_mode":"unix_only","allow_network":true}`, ""},
+		{"missing mode", `{}`, "socket_mode"},
+		{"bad mode", `{"socket_mode":"all"}`, "socket_mode"},
+		{"relative path", `{"socket_mode":"unix_only","read_only":["usr"]}`, "read_only"},
+		{"unclean path", `{"socket_mode":"unix_only","read_write":["/a/../etc"]}`, "read_write"},
+		{"empty path", `{"socket_mode":"unix_only","read_write":[""]}`, "read_write"},
+		{"nul path", `{"socket_mode":"unix_only","read_only":["/a\u0000b"]}`, "read_only"},
+		{"ports outside proxy mode", `{"socket_mode":"unix_only","bridge_ports":[80]}`, "bridge_ports"},
+		{"port zero", `{"socket_mode":"proxy_routed","bridge_ports":[0]}`, "bridge_ports"},
+		{"port overflow", `{"socket_mode":"proxy_routed","bridge_ports":[70000]}`, ""},
+		{"trailing data", `{"socket_mode":"unix_only"} {}`, ""},
+		{"not an object", `["unix_only"]`, ""},
+		{"negative rlimit", `{"socket_mode":"unix_only","rlimit_nproc":-1}`, ""},
+		{"wrong type", `{"socket_mode":"unix_only","allow_spawn":"yes"}`, ""},
+		{"empty", ``, ""},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := ParseInitSpec([]byte(c.json))
+			var se *InitSpecError
+			if !errors.As(err, &se) {
+				t.Fatalf("got %v, want *InitSpecError", err)
+			}
+			if se.Field != c.field {
+				t.Errorf("field %q, want %q (%v)", se.Field, c.field, err)
+			}
+		})
+	}
+	// Positive control: the minimal valid spec parses.
+	if _, err := ParseInitSpec([]byte(`{"socket_mode":"unix_only"}`)); err != nil {
+		t.Fatalf("minimal spec refused: %v", err)
+	}
+}
+
+func TestInitArgsRefusals(t *testing.T) {
+	ok := `{"socket_mode":"unix_only"}`
+	for _, argv := range [][]string{
+		nil,
+		{ok},
+		{ok, "--"},
+		{ok, "-x", "prog"},
+		{ok, "--", ""},
+		{`{"socket_mode":"nope"}`, "--", "prog"},
+	} {
+		if _, _, err := ParseInitArgs(argv); err == nil {
+			t.Errorf("ParseInitArgs(%q) accepted", argv)
+		} else if !strings.HasPrefix(err.Error(), "invalid init spec") {
+			t.Errorf("ParseInitArgs(%q): unexpected error text %q", argv, err)
+		}
+	}
+	if _, err := InitArgs(InitSpec{SocketMode: "x"}, "prog"); err == nil {
+		t.Error("InitArgs accepted an invalid spec")
+	}
+	if _, err := InitArgs(InitSpec{SocketMode: SocketUnixOnly}, ""); err == nil {
+		t.Error("InitArgs accepted an empty program")
+	}
+	if _, _, err := ParseInitArgs([]string{ok, "--", "prog"}); err != nil {
+		t.Errorf("positive control refused: %v", err)
+	}
+}
