@@ -1,0 +1,31 @@
+//go:build linux
+
+// Command aleph-driver-bwrap is the Linux sandbox driver plugin. Started by
+// the host it serves the driver over go-plugin; started by bwrap inside a
+// sandbox as `aleph-driver-bwrap sandbox-init <spec> -- PROGRAM ARGS...` it
+// confines itself (Landlock, rlimits, seccomp) and execs the program.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == bwrap.SandboxInitCommand {
+		os.Exit(bwrap.SandboxInit(os.Args[2:]))
+	}
+	// Nothing may reach stdout before the go-plugin handshake: log to stderr.
+	lg := hclog.New(&hclog.LoggerOptions{Name: "aleph-driver-bwrap", Output: os.Stderr, JSONFormat: true})
+	d, err := bwrap.NewFromEnv(lg)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "aleph-driver-bwrap:", err)
+		os.Exit(125)
+	}
+	driverapi.Serve(d)
+}

@@ -1,0 +1,102 @@
+package bwrap
+
+import (
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// BwrapFlags is the bubblewrap argv (without the program) that builds the
+// sandbox of plan p with working directory cwd. extra is inserted before
+// the mounts (fd options). The same flags serve Run and the raw-bwrap
+// benchmark, so the comparison is like for like.
+func (p Plan) BwrapFlags(cwd string, extra ...string) []string {
+	args := []string{
+		// Every namespace bwrap knows: mount, PID, IPC, UTS, cgroup, network
+		// and (where unprivileged) user.
+		"--unshare-all",
+	}
+	if p.ShareNet {
+		args = append(args, "--share-net")
+	}
+	args = append(args,
+		// The sandbox dies when bwrap does (and bwrap when the driver's
+		// spawning thread does: Pdeathsig). As PID 1 of the namespace,
+		// bwrap's reaper takes every descendant with it.
+		"--die-with-parent",
+		// setsid: no controlling terminal, so no TIOCSTI into the host's tty.
+		"--new-session",
+		// bwrap run as root would otherwise keep every capability inside.
+		"--cap-drop", "ALL",
+	)
+	args = append(args, extra...)
+	args = append(args,
+		"--proc", "/proc",
+		"--dev", "/dev",
+	)
+
+	type mnt struct {
+		dest string
+		args []string
+	}
+	var ms []mnt
+	ms = append(ms, mnt{"/tmp", []string{"--tmpfs", "/tmp"}})
+	for _, m := range p.System {
+		if m.Kind == MountSymlink {
+			ms = append(ms, mnt{m.Dest, []string{"--symlink", m.Src, m.Dest}})
+		} else {
+			ms = append(ms, mnt{m.Dest, []string{"--ro-bind", m.Src, m.Dest}})
+		}
+	}
+	ms = append(ms, mnt{p.Workspace, []string{"--bind", p.Workspace, p.Workspace}})
+	for _, g := range p.FSRead {
+		ms = append(ms, mnt{g, []string{"--ro-bind", g, g}})
+	}
+	for _, g := range p.FSWrite {
+		ms = append(ms, mnt{g, []string{"--bind", g, g}})
+	}
+	// Parents before children: a later mount covers an earlier one, so a
+	// grant below another grant (or below the workspace) keeps its own mode,
+	// and a grant never hides a more specific one. The sort is stable so
+	// equal depths keep the order above (system before grants).
+	sort.SliceStable(ms, func(i, j int) bool { return depth(ms[i].dest) < depth(ms[j].dest) })
+	for _, m := range ms {
+		args = append(args, m.args...)
+	}
+	// Protected entries go last so nothing can be mounted over them. Run
+	// makes sure each exists (a placeholder directory when it did not) and
+	// is not a symlink before bwrap starts.
+	for _, name := range p.Protected {
+		d := filepath.Join(p.Workspace, name)
+		args = append(args, "--ro-bind", d, d)
+	}
+	args = append(args, "--chdir", cwd)
+	return args
+}
+
+func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
+
+// InitSpec is what sandbox-init enforces for plan p.
+func (p Plan) InitSpec() InitSpec {
+	s := InitSpec{
+		SocketMode:    p.SocketMode,
+		AllowSpawn:    p.AllowSpawn,
+		RlimitASBytes: p.MemoryBytes,
+		// Landlock scopes (ABI >= 6): no signals to processes outside the
+		// sandbox, no connecting to abstract unix sockets bound outside it.
+		// They matter most with a shared network namespace (allow_all),
+		// where the host's abstract sockets (X11, dbus) are reachable.
+		ScopeSignals:      true,
+		ScopeAbstractUnix: true,
+	}
+	for _, m := range p.System {
+		if m.Kind == MountROBind {
+			s.ReadOnly = append(s.ReadOnly, m.Dest)
+		}
+	}
+	s.ReadOnly = append(s.ReadOnly, "/proc", InitPath)
+	s.ReadOnly = append(s.ReadOnly, p.FSRead...)
+	s.ReadWrite = append(s.ReadWrite, p.Workspace, "/tmp", "/dev")
+	s.ReadWrite = append(s.ReadWrite, p.FSWrite...)
+	return s
+}

@@ -1,0 +1,481 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Resource controllers the driver uses.
+const (
+	ctrlMemory = "memory"
+	ctrlPids   = "pids"
+	ctrlCPU    = "cpu"
+)
+
+// cpuPeriodUS is the CFS period; cpu_quota_percent scales the quota.
+const cpuPeriodUS = 100_000
+
+// cgroupSystem is what the driver found out about cgroups on this host: the
+// mode in force and, per controller, where per-command cgroups go, or why
+// they cannot.
+type cgroupSystem struct {
+	mode CgroupMode // CgroupV2, CgroupV1 or CgroupNone
+	// v2: the directory under which per-command cgroups are created (the
+	// driver's own cgroup, whose subtree_control enables the controllers).
+	v2Base string
+	// v1: controller -> the driver's own cgroup directory in that hierarchy.
+	v1Base map[string]string
+	// have lists the controllers usable in this mode.
+	have map[string]bool
+	// memsw: v1 memory.memsw is present (swap is limited too).
+	memsw bool
+	// why a controller (or the whole mode) is unavailable.
+	why map[string]string
+}
+
+// errNoCgroup is a cgroup mode that cannot be used here.
+type errNoCgroup struct{ reason string }
+
+func (e *errNoCgroup) Error() string { return e.reason }
+
+// detectCgroups inspects the cgroup filesystem at root for the process
+// whose /proc/<pid>/cgroup content is selfCgroup, preparing delegation
+// where needed. want selects the mode (auto tries v2, then v1).
+func detectCgroups(root string, selfCgroup []byte, want CgroupMode, pid int) *cgroupSystem {
+	none := &cgroupSystem{mode: CgroupNone, have: map[string]bool{}, why: map[string]string{}}
+	if want == CgroupNone {
+		none.why["*"] = "cgroup = \"none\" in the driver options"
+		return none
+	}
+	var v2err, v1err error
+	if want == CgroupAuto || want == CgroupV2 {
+		cs, err := detectV2(root, selfCgroup, pid)
+		if err == nil {
+			return cs
+		}
+		v2err = err
+	}
+	if want == CgroupAuto || want == CgroupV1 {
+		cs, err := detectV1(root, selfCgroup)
+		if err == nil {
+			return cs
+		}
+		v1err = err
+	}
+	var reasons []string
+	if v2err != nil {
+		reasons = append(reasons, "cgroup v2: "+v2err.Error())
+	}
+	if v1err != nil {
+		reasons = append(reasons, "cgroup v1: "+v1err.Error())
+	}
+	none.why["*"] = strings.Join(reasons, "; ")
+	return none
+}
+
+// selfPath returns the cgroup path of hierarchy id "0" (v2) or of the v1
+// line listing controller.
+func selfPath(selfCgroup []byte, controller string) (string, bool) {
+	sc := bufio.NewScanner(bytes.NewReader(selfCgroup))
+	for sc.Scan() {
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if controller == "" {
+			if parts[0] == "0" && parts[1] == "" {
+				return parts[2], true
+			}
+			continue
+		}
+		for _, c := range strings.Split(parts[1], ",") {
+			if c == controller {
+				return parts[2], true
+			}
+		}
+	}
+	return "", false
+}
+
+func detectV2(root string, selfCgroup []byte, pid int) (*cgroupSystem, error) {
+	mount := ""
+	for _, m := range []string{root, filepath.Join(root, "unified")} {
+		if _, err := os.Stat(filepath.Join(m, "cgroup.controllers")); err == nil {
+			mount = m
+			break
+		}
+	}
+	if mount == "" {
+		return nil, &errNoCgroup{"no cgroup2 filesystem at " + root}
+	}
+	rel, ok := selfPath(selfCgroup, "")
+	if !ok {
+		return nil, &errNoCgroup{"this process has no cgroup v2 membership"}
+	}
+	own := filepath.Join(mount, filepath.Clean("/"+rel))
+	data, err := os.ReadFile(filepath.Join(own, "cgroup.controllers"))
+	if err != nil {
+		return nil, &errNoCgroup{fmt.Sprintf("cannot read the controllers of %s: %v", own, unwrapPathErr(err))}
+	}
+	avail := map[string]bool{}
+	for _, c := range strings.Fields(string(data)) {
+		avail[c] = true
+	}
+	if !avail[ctrlMemory] || !avail[ctrlPids] {
+		return nil, &errNoCgroup{fmt.Sprintf("%s offers controllers %q, memory and pids are needed", own, strings.TrimSpace(string(data)))}
+	}
+	want := []string{ctrlMemory, ctrlPids}
+	if avail[ctrlCPU] {
+		want = append(want, ctrlCPU)
+	}
+	if err := delegateV2(own, want, pid); err != nil {
+		return nil, err
+	}
+	cs := &cgroupSystem{mode: CgroupV2, v2Base: own, have: map[string]bool{}, why: map[string]string{}}
+	for _, c := range want {
+		cs.have[c] = true
+	}
+	if !avail[ctrlCPU] {
+		cs.why[ctrlCPU] = "the cpu controller is not delegated to " + own
+	}
+	return cs, nil
+}
+
+// delegateV2 makes own able to hold per-command child cgroups with the
+// controllers enabled. cgroup v2 forbids enabling controllers for children
+// of a cgroup that itself holds processes ("no internal processes"), so
+// when the driver sits in own it first moves itself into the leaf
+// own/aleph-driver, as container runtimes do in a delegated scope.
+func delegateV2(own string, want []string, pid int) error {
+	if enabled(own, want) {
+		return nil
+	}
+	procs, _ := os.ReadFile(filepath.Join(own, "cgroup.procs"))
+	if len(bytes.TrimSpace(procs)) > 0 {
+		leaf := filepath.Join(own, "aleph-driver")
+		if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return &errNoCgroup{fmt.Sprintf("%s is not writable: %v", own, unwrapPathErr(err))}
+		}
+		if err := writeCg(filepath.Join(leaf, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			return &errNoCgroup{fmt.Sprintf("cannot move the driver into %s: %v", leaf, err)}
+		}
+	}
+	var b strings.Builder
+	for i, c := range want {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString("+" + c)
+	}
+	if err := writeCg(filepath.Join(own, "cgroup.subtree_control"), b.String()); err != nil {
+		return &errNoCgroup{fmt.Sprintf("cannot enable %v in %s: %v", want, own, err)}
+	}
+	if !enabled(own, want) {
+		return &errNoCgroup{fmt.Sprintf("%v not enabled in %s/cgroup.subtree_control", want, own)}
+	}
+	return nil
+}
+
+func enabled(dir string, want []string) bool {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.subtree_control"))
+	if err != nil {
+		return false
+	}
+	on := map[string]bool{}
+	for _, c := range strings.Fields(string(data)) {
+		on[strings.TrimPrefix(c, "+")] = true
+	}
+	for _, c := range want {
+		if !on[c] {
+			return false
+		}
+	}
+	return true
+}
+
+func detectV1(root string, selfCgroup []byte) (*cgroupSystem, error) {
+	cs := &cgroupSystem{mode: CgroupV1, v1Base: map[string]string{}, have: map[string]bool{}, why: map[string]string{}}
+	for _, c := range []string{ctrlMemory, ctrlPids, ctrlCPU} {
+		rel, ok := selfPath(selfCgroup, c)
+		if !ok {
+			cs.why[c] = "the " + c + " controller is not mounted (cgroup v1)"
+			continue
+		}
+		dir := filepath.Join(root, c, filepath.Clean("/"+rel))
+		if _, err := os.Stat(filepath.Join(dir, "cgroup.procs")); err != nil {
+			cs.why[c] = fmt.Sprintf("%s: %v", dir, unwrapPathErr(err))
+			continue
+		}
+		// Writable means: a child cgroup can be created and removed.
+		probe := filepath.Join(dir, "aleph-probe-"+randHex(6))
+		if err := os.Mkdir(probe, 0o755); err != nil {
+			cs.why[c] = fmt.Sprintf("%s is not writable by uid %d: %v", dir, os.Geteuid(), unwrapPathErr(err))
+			continue
+		}
+		_ = os.Remove(probe)
+		cs.v1Base[c], cs.have[c] = dir, true
+	}
+	if len(cs.have) == 0 {
+		var r []string
+		for _, c := range []string{ctrlMemory, ctrlPids, ctrlCPU} {
+			r = append(r, cs.why[c])
+		}
+		return nil, &errNoCgroup{strings.Join(r, "; ")}
+	}
+	if cs.have[ctrlMemory] {
+		_, err := os.Stat(filepath.Join(cs.v1Base[ctrlMemory], "memory.memsw.limit_in_bytes"))
+		cs.memsw = err == nil
+	}
+	return cs, nil
+}
+
+// cgroupLimits are one command's limits.
+type cgroupLimits struct {
+	MemoryBytes     uint64
+	Pids            uint64
+	CPUQuotaPercent uint64
+}
+
+// commandCgroup is one command's cgroup (one directory per hierarchy on v1).
+type commandCgroup struct {
+	mode CgroupMode
+	dirs map[string]string // controller -> dir (v2: every controller maps to the one dir)
+	fd   int               // v2: open directory for CLONE_INTO_CGROUP, else -1
+}
+
+// create makes a command cgroup with lim applied. Only controllers with a
+// limit to enforce are used on v1 (each hierarchy costs a mkdir/rmdir).
+func (cs *cgroupSystem) create(lim cgroupLimits) (*commandCgroup, error) {
+	cg := &commandCgroup{mode: cs.mode, dirs: map[string]string{}, fd: -1}
+	name := "aleph-" + randHex(8)
+	switch cs.mode {
+	case CgroupV2:
+		dir := filepath.Join(cs.v2Base, name)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+		}
+		for c := range cs.have {
+			cg.dirs[c] = dir
+		}
+		if err := cg.applyV2(dir, lim, cs.have); err != nil {
+			cg.remove()
+			return nil, err
+		}
+		fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			cg.remove()
+			return nil, fmt.Errorf("open cgroup %s: %w", dir, err)
+		}
+		cg.fd = fd
+	case CgroupV1:
+		need := map[string]bool{
+			ctrlMemory: lim.MemoryBytes > 0 && cs.have[ctrlMemory],
+			ctrlPids:   lim.Pids > 0 && cs.have[ctrlPids],
+			ctrlCPU:    lim.CPUQuotaPercent > 0 && cs.have[ctrlCPU],
+		}
+		for _, c := range []string{ctrlMemory, ctrlPids, ctrlCPU} {
+			if !need[c] {
+				continue
+			}
+			dir := filepath.Join(cs.v1Base[c], name)
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				cg.remove()
+				return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
+			}
+			cg.dirs[c] = dir
+		}
+		if err := cg.applyV1(lim, cs.memsw); err != nil {
+			cg.remove()
+			return nil, err
+		}
+	}
+	return cg, nil
+}
+
+func (cg *commandCgroup) applyV2(dir string, lim cgroupLimits, have map[string]bool) error {
+	if lim.MemoryBytes > 0 {
+		if err := writeCg(filepath.Join(dir, "memory.max"), strconv.FormatUint(lim.MemoryBytes, 10)); err != nil {
+			return err
+		}
+	}
+	// No swap ever: a memory limit that spills into swap is no limit, and
+	// swapping is how a sandbox slows the host down. Some kernels lack the
+	// file (swap accounting off): then there is nothing to spill into
+	// through this cgroup's accounting either.
+	swap := filepath.Join(dir, "memory.swap.max")
+	if _, err := os.Stat(swap); err == nil || isFakeCgroup(dir) {
+		if err := writeCg(swap, "0"); err != nil {
+			return err
+		}
+	}
+	if lim.Pids > 0 {
+		if err := writeCg(filepath.Join(dir, "pids.max"), strconv.FormatUint(lim.Pids, 10)); err != nil {
+			return err
+		}
+	}
+	if lim.CPUQuotaPercent > 0 && have[ctrlCPU] {
+		q := lim.CPUQuotaPercent * cpuPeriodUS / 100
+		if err := writeCg(filepath.Join(dir, "cpu.max"), fmt.Sprintf("%d %d", q, cpuPeriodUS)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (cg *commandCgroup) applyV1(lim cgroupLimits, memsw bool) error {
+	if d, ok := cg.dirs[ctrlMemory]; ok {
+		v := strconv.FormatUint(lim.MemoryBytes, 10)
+		if err := writeCg(filepath.Join(d, "memory.limit_in_bytes"), v); err != nil {
+			return err
+		}
+		// memsw (memory+swap) must be set after the memory limit (it may
+		// not go below it): equal values mean no swap at all.
+		if memsw {
+			if err := writeCg(filepath.Join(d, "memory.memsw.limit_in_bytes"), v); err != nil {
+				return err
+			}
+		}
+	}
+	if d, ok := cg.dirs[ctrlPids]; ok {
+		if err := writeCg(filepath.Join(d, "pids.max"), strconv.FormatUint(lim.Pids, 10)); err != nil {
+			return err
+		}
+	}
+	if d, ok := cg.dirs[ctrlCPU]; ok {
+		if err := writeCg(filepath.Join(d, "cpu.cfs_period_us"), strconv.Itoa(cpuPeriodUS)); err != nil {
+			return err
+		}
+		q := lim.CPUQuotaPercent * cpuPeriodUS / 100
+		if err := writeCg(filepath.Join(d, "cpu.cfs_quota_us"), strconv.FormatUint(q, 10)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// join moves pid (and so, since it has not forked yet, everything it will
+// start) into every v1 hierarchy of the command cgroup.
+func (cg *commandCgroup) join(pid int) error {
+	for c, d := range cg.dirs {
+		if err := writeCg(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("join %s cgroup: %w", c, err)
+		}
+	}
+	return nil
+}
+
+// oomKilled reports whether the kernel OOM-killed a process of the cgroup.
+func (cg *commandCgroup) oomKilled() bool {
+	d, ok := cg.dirs[ctrlMemory]
+	if !ok {
+		return false
+	}
+	file, key := "memory.oom_control", "oom_kill"
+	if cg.mode == CgroupV2 {
+		file = "memory.events"
+	}
+	data, err := os.ReadFile(filepath.Join(d, file))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 && f[0] == key {
+			n, _ := strconv.Atoi(f[1])
+			return n > 0
+		}
+	}
+	return false
+}
+
+// remove kills whatever is left in the cgroup and deletes it. By the time
+// it runs bwrap is gone, and with it (PID namespace) every descendant; the
+// kill is a second line for processes that have not been reaped yet.
+func (cg *commandCgroup) remove() {
+	if cg.fd >= 0 {
+		_ = unix.Close(cg.fd)
+		cg.fd = -1
+	}
+	seen := map[string]bool{}
+	for _, d := range cg.dirs {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		if cg.mode == CgroupV2 {
+			_ = writeCg(filepath.Join(d, "cgroup.kill"), "1")
+		}
+		for i := 0; ; i++ {
+			killAll(d)
+			err := os.Remove(d)
+			if err == nil || errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			// A fake cgroupfs (tests) holds the files the driver wrote;
+			// a real one refuses rmdir while processes are exiting.
+			if errors.Is(err, syscall.ENOTEMPTY) && cg.mode == CgroupV2 && isFakeCgroup(d) {
+				_ = os.RemoveAll(d)
+				break
+			}
+			if i >= 200 {
+				break
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
+
+func isFakeCgroup(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false
+	}
+	return st.Type != unix.CGROUP2_SUPER_MAGIC && st.Type != unix.CGROUP_SUPER_MAGIC
+}
+
+func killAll(dir string) {
+	data, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return
+	}
+	for _, f := range strings.Fields(string(data)) {
+		if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+			_ = unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+}
+
+// writeCg writes one value to a cgroup control file. O_CREATE is there for
+// the fake cgroupfs of tests; a real cgroupfs refuses to create files.
+func writeCg(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, werr := f.Write([]byte(value))
+	cerr := f.Close()
+	if werr != nil {
+		return fmt.Errorf("write %q to %s: %w", value, path, werr)
+	}
+	return cerr
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}

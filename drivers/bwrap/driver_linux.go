@@ -1,0 +1,434 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Version is the driver's version, reported in HostCapabilities.
+const Version = "0.1.0"
+
+// waitDelay bounds how long Wait waits for output pipes after bwrap exits.
+// Every sandbox process dies with bwrap (PID namespace), so the pipes close
+// at once; the bound is for the impossible case, so Wait can never hang.
+const waitDelay = 2 * time.Second
+
+// Config configures a Driver. The zero value is the production setup.
+type Config struct {
+	// Options is the [sandbox.linux] configuration (see ParseOptions).
+	Options Options
+	// InitBinary is the driver binary bound read-only into each sandbox to
+	// run its sandbox-init mode. Default: this executable.
+	InitBinary string
+	// CgroupRoot is where cgroup filesystems are mounted. Default /sys/fs/cgroup.
+	CgroupRoot string
+	// SelfCgroup is the file describing this process's cgroups. Default
+	// /proc/self/cgroup. Tests point both at a fake cgroupfs.
+	SelfCgroup string
+	// Logger receives the driver's own diagnostics (never command output).
+	Logger hclog.Logger
+}
+
+// Driver is the bubblewrap driver. It is safe for concurrent use.
+type Driver struct {
+	cfg   Config
+	log   hclog.Logger
+	once  sync.Once
+	host  *hostProbe
+	mu    sync.Mutex
+	holds map[string]int // placeholder protected dirs this driver created -> commands using them
+}
+
+var _ driverapi.Driver = (*Driver)(nil)
+
+// New returns a driver; the host is probed on first use.
+func New(cfg Config) (*Driver, error) {
+	cfg.Options = cfg.Options.withDefaults()
+	if err := cfg.Options.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.InitBinary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("bwrap driver: locate own binary: %w", err)
+		}
+		cfg.InitBinary = exe
+	}
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "/sys/fs/cgroup"
+	}
+	if cfg.SelfCgroup == "" {
+		cfg.SelfCgroup = "/proc/self/cgroup"
+	}
+	lg := cfg.Logger
+	if lg == nil {
+		lg = hclog.NewNullLogger()
+	}
+	return &Driver{cfg: cfg, log: lg, holds: map[string]int{}}, nil
+}
+
+// NewFromEnv returns a driver configured from OptionsEnv, as the plugin
+// binary runs it.
+func NewFromEnv(lg hclog.Logger) (*Driver, error) {
+	o, err := ParseOptions(os.Getenv(OptionsEnv))
+	if err != nil {
+		return nil, err
+	}
+	return New(Config{Options: o, Logger: lg})
+}
+
+// ProfileFor builds the launch plan for req.
+func (d *Driver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	if err := ctx.Err(); err != nil {
+		return driverapi.Profile{}, err
+	}
+	p, err := BuildPlan(req)
+	if err != nil {
+		return driverapi.Profile{}, err
+	}
+	if err := d.enforceable(p); err != nil {
+		return driverapi.Profile{}, err
+	}
+	data, err := p.Encode()
+	if err != nil {
+		return driverapi.Profile{}, err
+	}
+	return driverapi.NewProfile(Backend, data), nil
+}
+
+// enforceable refuses a plan that needs something this host lacks: the
+// sandbox itself, or a memory limit without a memory cgroup.
+func (d *Driver) enforceable(p Plan) error {
+	h := d.probe()
+	if h.sandboxErr != nil {
+		return &UnavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
+	}
+	if p.MemoryBytes > 0 && !h.cg.have[ctrlMemory] {
+		return &UnavailableError{Feature: driverapi.FeatureMemoryLimit, Reason: h.cg.reason(ctrlMemory), Fix: cgroupFix}
+	}
+	if !p.AllowSpawn && !h.seccomp {
+		return &UnavailableError{Feature: driverapi.FeatureSubprocessControl, Reason: "seccomp filters cannot be installed here",
+			Fix: "use a kernel with CONFIG_SECCOMP_FILTER, or allow spawn_subprocess"}
+	}
+	return nil
+}
+
+// Run runs spec in the sandbox its profile describes.
+func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	if err := spec.Profile.Verify(Backend); err != nil {
+		return driverapi.Exit{}, err
+	}
+	if err := driverapi.ValidateRunSpec(spec); err != nil {
+		return driverapi.Exit{}, err
+	}
+	plan, err := DecodePlan(spec.Profile.Data)
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	cwd, err := plan.checkCwd(spec.Cwd)
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	if err := d.enforceable(plan); err != nil {
+		return driverapi.Exit{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return driverapi.Exit{}, err
+	}
+	release, err := d.protect(plan)
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	defer release()
+
+	h := d.probe()
+	var cg *commandCgroup
+	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
+	if h.cg.mode != CgroupNone && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUQuotaPercent > 0) {
+		if cg, err = h.cg.create(lim); err != nil {
+			return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
+		}
+		defer cg.remove()
+	}
+	init, err := InitArgs(plan.InitSpec(), spec.Program, spec.Args...)
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, spec, streams)
+}
+
+// checkCwd accepts a canonical directory inside the workspace or a grant.
+func (p Plan) checkCwd(cwd string) (string, error) {
+	c, err := canonicalPath("cwd", cwd)
+	if err != nil {
+		return "", err
+	}
+	for _, root := range append(append([]string{p.Workspace}, p.FSRead...), p.FSWrite...) {
+		if driverapi.PathWithin(c, root) {
+			return c, nil
+		}
+	}
+	return "", &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is outside the workspace and every granted path", c)}
+}
+
+// protect makes every protected workspace entry exist as something bwrap can
+// bind read-only over itself, and refuses symlinks there.
+//
+// Why placeholders: bwrap can only mount over a path that exists, and a
+// protected entry that does not exist must still be impossible to create
+// inside the sandbox. So the driver creates an empty directory there on the
+// host, bwrap binds it read-only onto itself, and the sandbox sees a
+// read-only directory it can neither fill, remove nor rename (a mount point
+// is busy). After the command the placeholder is removed if it is still
+// empty. Commands of this driver sharing a workspace share the placeholder
+// (reference count): removing it while another sandbox still has it mounted
+// would detach that sandbox's mount (the kernel unmounts mounts on unlinked
+// dentries) and let it create the entry.
+//
+// A symlink in a protected place is refused: bwrap would follow it and the
+// read-only mount would land wherever it points.
+func (d *Driver) protect(p Plan) (func(), error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var held []string
+	undo := func() {
+		for _, path := range held {
+			d.holds[path]--
+			if d.holds[path] <= 0 {
+				delete(d.holds, path)
+				_ = os.Remove(path) // only succeeds while empty
+			}
+		}
+	}
+	for _, name := range p.Protected {
+		path := filepath.Join(p.Workspace, name)
+		fi, err := os.Lstat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			if err := os.Mkdir(path, 0o755); err != nil {
+				undo()
+				return nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", name, err)
+			}
+			d.holds[path]++
+			held = append(held, path)
+			continue
+		}
+		if err != nil {
+			undo()
+			return nil, fmt.Errorf("bwrap driver: protected %s: %w", name, err)
+		}
+		if fi.Mode()&os.ModeSymlink != 0 {
+			undo()
+			return nil, &driverapi.InvalidSpecError{Field: "workspace",
+				Reason: fmt.Sprintf("%s in the workspace is a symlink; protected entries must be real directories or files (remove the link)", name)}
+		}
+		if d.holds[path] > 0 {
+			d.holds[path]++
+			held = append(held, path)
+		}
+	}
+	return func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		undo()
+	}, nil
+}
+
+// envList renders the child's environment exactly as given.
+func envList(env []driverapi.EnvVar) []string {
+	// A non-nil empty slice: exec.Cmd inherits the host environment for nil.
+	out := make([]string, 0, len(env))
+	for _, e := range env {
+		out = append(out, e.Name+"="+e.Value)
+	}
+	return out
+}
+
+// launch runs bwrap and reports how the command ended.
+func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd string, init []string,
+	cg *commandCgroup, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
+	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
+	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
+
+	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	defer cancel()
+
+	v1 := cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0
+	var extra []string
+	var blockR, blockW, statusR, statusW *os.File
+	if v1 {
+		var err error
+		if blockR, blockW, err = os.Pipe(); err != nil {
+			return driverapi.Exit{}, err
+		}
+		defer blockW.Close()
+		if statusR, statusW, err = os.Pipe(); err != nil {
+			blockR.Close()
+			return driverapi.Exit{}, err
+		}
+		defer statusR.Close()
+		// fds 3 and 4 in bwrap: ExtraFiles[0] and [1].
+		extra = []string{"--block-fd", "3", "--json-status-fd", "4"}
+	}
+	args := plan.BwrapFlags(cwd, extra...)
+	args = append(args, "--ro-bind", d.cfg.InitBinary, InitPath, "--", InitPath, SandboxInitCommand)
+	args = append(args, init...)
+
+	cmd := exec.CommandContext(runCtx, bwrapPath, args...)
+	cmd.Args[0] = "bwrap"
+	// bwrap gets exactly the child's environment and nothing of the
+	// driver's: its PID-1 reaper keeps the environment it was started with,
+	// readable inside as /proc/1/environ.
+	cmd.Env = envList(spec.Env)
+	cmd.Dir = "/"
+	if len(spec.Stdin) > 0 {
+		cmd.Stdin = bytes.NewReader(spec.Stdin)
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.WaitDelay = waitDelay
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// bwrap dies with the thread that started it (see below); its
+		// --die-with-parent then takes the sandbox down.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if v1 {
+		cmd.ExtraFiles = []*os.File{blockR, statusW}
+	}
+	if cg != nil && cg.mode == CgroupV2 {
+		// CLONE_INTO_CGROUP: bwrap is born inside the command's cgroup, so
+		// nothing of the sandbox ever runs outside its limits.
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
+	}
+
+	type result struct {
+		err      error
+		startErr error
+	}
+	done := make(chan result, 1)
+	start := time.Now()
+	go func() {
+		// Pdeathsig fires when the forking OS thread exits, not the process
+		// (golang/go#27505). This goroutine keeps its thread locked from
+		// fork to reap and never unlocks it, so the runtime cannot retire
+		// the thread (and kill the sandbox) while the command runs; the
+		// thread exits with the goroutine, after Wait.
+		runtime.LockOSThread()
+		if err := cmd.Start(); err != nil {
+			if v1 {
+				blockR.Close()
+				statusW.Close()
+			}
+			done <- result{startErr: err}
+			return
+		}
+		if v1 {
+			blockR.Close()
+			statusW.Close()
+			if err := joinV1(cg, statusR, blockW); err != nil {
+				_ = cmd.Process.Kill()
+				_ = cmd.Wait()
+				done <- result{startErr: err}
+				return
+			}
+		}
+		done <- result{err: cmd.Wait()}
+	}()
+	r := <-done
+	dur := time.Since(start)
+	if r.startErr != nil {
+		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox: %w", r.startErr)
+	}
+	if ctx.Err() != nil {
+		return driverapi.Exit{}, ctx.Err()
+	}
+	exit := driverapi.Exit{
+		Duration:    dur,
+		StdoutBytes: stdout.Total(),
+		StderrBytes: stderr.Total(),
+		Truncated:   stdout.Truncated() || stderr.Truncated(),
+	}
+	st := cmd.ProcessState
+	if st == nil {
+		return driverapi.Exit{}, fmt.Errorf("bwrap driver: wait: %w", r.err)
+	}
+	if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		exit.Usage = driverapi.ResourceUsage{
+			MaxRSSKB: ru.Maxrss,
+			UserMS:   ru.Utime.Sec*1000 + int64(ru.Utime.Usec)/1000,
+			SystemMS: ru.Stime.Sec*1000 + int64(ru.Stime.Usec)/1000,
+		}
+	}
+	ws, _ := st.Sys().(syscall.WaitStatus)
+	switch {
+	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
+		exit.TimedOut, exit.ExitCode, exit.Signal = true, 128+int32(unix.SIGKILL), int32(unix.SIGKILL)
+	case ws.Signaled():
+		exit.Signal = int32(ws.Signal())
+		exit.ExitCode = 128 + exit.Signal
+	default:
+		exit.ExitCode = int32(ws.ExitStatus())
+		// bwrap reports a child killed by signal N as exit status 128+N
+		// (the shell convention); a program that exits 128+N by itself
+		// is indistinguishable from here.
+		if c := exit.ExitCode; c > 128 && c <= 128+64 {
+			exit.Signal = c - 128
+		}
+	}
+	if cg != nil {
+		exit.OOMKilled = cg.oomKilled()
+		exit.Details = map[string]string{"cgroup": string(cg.mode)}
+	}
+	if errors.Is(r.err, exec.ErrWaitDelay) {
+		d.log.Warn("output pipes still open after the sandbox ended", "command", spec.CommandID)
+	}
+	return exit, nil
+}
+
+// joinV1 waits for bwrap to report its child's pid, moves that process
+// into the command's v1 cgroups and only then lets it go on. bwrap's child
+// blocks on --block-fd before it forks the reaper or execs anything, so
+// every process of the sandbox starts inside the cgroups.
+func joinV1(cg *commandCgroup, status io.Reader, block *os.File) error {
+	dec := json.NewDecoder(io.LimitReader(status, 1<<16))
+	for {
+		var m map[string]json.RawMessage
+		if err := dec.Decode(&m); err != nil {
+			return fmt.Errorf("bwrap did not report its child (json-status): %w", err)
+		}
+		raw, ok := m["child-pid"]
+		if !ok {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
+		if err != nil || pid <= 1 {
+			return fmt.Errorf("bwrap reported child-pid %s", raw)
+		}
+		if err := cg.join(pid); err != nil {
+			return err
+		}
+		if _, err := block.Write([]byte{'1'}); err != nil {
+			return fmt.Errorf("release bwrap's child: %w", err)
+		}
+		return block.Close()
+	}
+}

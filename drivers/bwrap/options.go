@@ -1,0 +1,116 @@
+package bwrap
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// OptionsEnv is the environment variable through which the host hands the
+// driver its [sandbox.linux] configuration section, as one JSON object.
+const OptionsEnv = "ALEPH_DRIVER_OPTIONS"
+
+// DefaultMaxPids is the pids limit of a command when none is configured.
+const DefaultMaxPids = 200
+
+// CgroupMode selects how resource limits are enforced.
+type CgroupMode string
+
+const (
+	// CgroupAuto uses cgroup v2 where delegated, else v1 where writable,
+	// else none.
+	CgroupAuto CgroupMode = "auto"
+	// CgroupV2 requires a delegated cgroup v2 subtree.
+	CgroupV2 CgroupMode = "v2"
+	// CgroupV1 requires writable cgroup v1 controllers.
+	CgroupV1 CgroupMode = "v1"
+	// CgroupNone enforces no cgroup limits (RLIMIT_AS remains).
+	CgroupNone CgroupMode = "none"
+)
+
+// Options is the driver's configuration ([sandbox.linux]).
+type Options struct {
+	// MaxPids caps processes+threads per command; nil means DefaultMaxPids,
+	// 0 means no pids limit.
+	MaxPids *uint64 `json:"max_pids,omitempty"`
+	// CPUQuotaPercent caps CPU time as a percentage of one core (50 = half
+	// a core, 200 = two cores); 0 means no CPU cap.
+	CPUQuotaPercent uint64 `json:"cpu_quota_percent,omitempty"`
+	// Cgroup selects the limits mechanism; empty means auto.
+	Cgroup CgroupMode `json:"cgroup,omitempty"`
+	// BwrapPath is the bubblewrap binary; empty means "bwrap" on PATH.
+	BwrapPath string `json:"bwrap_path,omitempty"`
+}
+
+// OptionsError is a configuration the driver refuses.
+type OptionsError struct{ Reason string }
+
+func (e *OptionsError) Error() string { return "invalid " + OptionsEnv + ": " + e.Reason }
+
+// ParseOptions decodes the JSON of OptionsEnv strictly: unknown keys,
+// trailing data and out-of-range values are refused, because a setting the
+// driver silently ignored would be a limit nobody enforces. Empty input
+// gives the defaults.
+func ParseOptions(data string) (Options, error) {
+	var o Options
+	if len(bytes.TrimSpace([]byte(data))) == 0 {
+		return o.withDefaults(), nil
+	}
+	dec := json.NewDecoder(bytes.NewReader([]byte(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return Options{}, &OptionsError{Reason: err.Error()}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Options{}, &OptionsError{Reason: "trailing data after the JSON object"}
+	}
+	if err := o.Validate(); err != nil {
+		return Options{}, err
+	}
+	return o.withDefaults(), nil
+}
+
+// Validate checks value ranges.
+func (o Options) Validate() error {
+	switch o.Cgroup {
+	case "", CgroupAuto, CgroupV2, CgroupV1, CgroupNone:
+	default:
+		return &OptionsError{Reason: fmt.Sprintf("cgroup %q: want auto, v2, v1 or none", o.Cgroup)}
+	}
+	if o.MaxPids != nil && *o.MaxPids > 1<<22 {
+		return &OptionsError{Reason: fmt.Sprintf("max_pids %d is above the kernel's pid_max ceiling", *o.MaxPids)}
+	}
+	if o.CPUQuotaPercent > 100_000 {
+		return &OptionsError{Reason: fmt.Sprintf("cpu_quota_percent %d is out of range (1..100000)", o.CPUQuotaPercent)}
+	}
+	for _, c := range o.BwrapPath {
+		if c == 0 {
+			return &OptionsError{Reason: "bwrap_path contains a NUL byte"}
+		}
+	}
+	if o.BwrapPath != "" && o.BwrapPath[0] != '/' {
+		return &OptionsError{Reason: fmt.Sprintf("bwrap_path %q is not absolute", o.BwrapPath)}
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Cgroup == "" {
+		o.Cgroup = CgroupAuto
+	}
+	if o.MaxPids == nil {
+		n := uint64(DefaultMaxPids)
+		o.MaxPids = &n
+	}
+	return o
+}
+
+// Pids is the effective pids limit (0: none).
+func (o Options) Pids() uint64 {
+	if o.MaxPids == nil {
+		return DefaultMaxPids
+	}
+	return *o.MaxPids
+}

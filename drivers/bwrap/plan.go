@@ -1,0 +1,396 @@
+package bwrap
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Backend is this driver's backend name (HostCapabilities.Backend and
+// Profile.Backend).
+const Backend = "bwrap"
+
+// PlanVersion is the version of the serialized Plan; Run refuses others.
+const PlanVersion = 1
+
+// InitPath is where the driver binary is bound (read-only) inside every
+// sandbox, to run as sandbox-init.
+const InitPath = "/run/aleph-sandbox/init"
+
+// Mount kinds in a Plan's system read set.
+const (
+	MountROBind  = "ro-bind"
+	MountSymlink = "symlink"
+)
+
+// Mount is one entry of the system read set.
+type Mount struct {
+	Kind string `json:"kind"`
+	// Src is the host path for ro-bind (equal to Dest) and the link
+	// target for symlink.
+	Src  string `json:"src"`
+	Dest string `json:"dest"`
+}
+
+// Plan is the Linux launch plan: everything that decides what a command
+// can see and do, serialized as the driver's Profile. Paths are canonical
+// (absolute, clean, symlinks resolved) when the plan is built and are
+// checked again before every run.
+type Plan struct {
+	Version    int        `json:"version"`
+	Workspace  string     `json:"workspace"`
+	Cwd        string     `json:"cwd"`
+	Network    string     `json:"network"`
+	ShareNet   bool       `json:"share_net"`
+	SocketMode SocketMode `json:"socket_mode"`
+	AllowSpawn bool       `json:"allow_spawn"`
+	// MemoryBytes is the memory ceiling (cgroup where available, RLIMIT_AS
+	// always); 0 means none.
+	MemoryBytes uint64   `json:"memory_bytes,omitempty"`
+	System      []Mount  `json:"system"`
+	FSRead      []string `json:"fs_read,omitempty"`
+	FSWrite     []string `json:"fs_write,omitempty"`
+	// Protected are workspace entries kept read-only (driverapi.ProtectedDirs).
+	Protected []string `json:"protected"`
+}
+
+// systemTopLevel are the root entries of the system read set: bound
+// read-only when they are directories, recreated when they are symlinks
+// (merged-/usr hosts link /bin to usr/bin).
+func systemTopLevel() []string {
+	return []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}
+}
+
+// systemEtc are the parts of /etc ordinary programs need: the dynamic
+// loader's cache, name service configuration, users and groups (no
+// passwords: shadow and gshadow are never listed), DNS, TLS roots, time
+// zone, locale, the alternatives links. Everything else in /etc (sudoers,
+// ssh host keys, credentials of services) stays invisible.
+func systemEtc() []string {
+	return []string{
+		"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
+		"/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
+		"/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/resolv.conf",
+		"/etc/protocols", "/etc/services",
+		"/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/pki",
+		"/etc/localtime", "/etc/timezone",
+		"/etc/locale.alias", "/etc/locale.conf", "/etc/locale.gen", "/etc/default/locale",
+		"/etc/alternatives",
+	}
+}
+
+// SystemReadSet lists the system mounts present on this host.
+func SystemReadSet() []Mount {
+	var out []Mount
+	for _, p := range systemTopLevel() {
+		fi, err := os.Lstat(p)
+		switch {
+		case err != nil:
+		case fi.Mode()&os.ModeSymlink != 0:
+			if t, err := os.Readlink(p); err == nil {
+				out = append(out, Mount{Kind: MountSymlink, Src: t, Dest: p})
+			}
+		case fi.IsDir():
+			out = append(out, Mount{Kind: MountROBind, Src: p, Dest: p})
+		}
+	}
+	for _, p := range systemEtc() {
+		// Stat follows a symlink: bwrap binds what it points to, so a
+		// dangling link is left out rather than failing the launch.
+		if _, err := os.Stat(p); err == nil {
+			out = append(out, Mount{Kind: MountROBind, Src: p, Dest: p})
+		}
+	}
+	return out
+}
+
+// checkSystemMount accepts m only if it is a current system read set entry.
+func checkSystemMount(m Mount) error {
+	known := false
+	for _, p := range append(systemTopLevel(), systemEtc()...) {
+		if p == m.Dest {
+			known = true
+		}
+	}
+	if !known {
+		return &driverapi.ProfileError{Reason: fmt.Sprintf("system mount %q is not in the system read set", m.Dest)}
+	}
+	switch m.Kind {
+	case MountROBind:
+		if m.Src != m.Dest {
+			return &driverapi.ProfileError{Reason: fmt.Sprintf("system mount %q has source %q", m.Dest, m.Src)}
+		}
+		if _, err := os.Stat(m.Dest); err != nil {
+			return &driverapi.ProfileError{Reason: fmt.Sprintf("system path %q is gone: %v", m.Dest, err)}
+		}
+	case MountSymlink:
+		t, err := os.Readlink(m.Dest)
+		if err != nil || t != m.Src {
+			return &driverapi.ProfileError{Reason: fmt.Sprintf("system symlink %q no longer points to %q", m.Dest, m.Src)}
+		}
+	default:
+		return &driverapi.ProfileError{Reason: fmt.Sprintf("unknown mount kind %q", m.Kind)}
+	}
+	return nil
+}
+
+// forbiddenRoots may never be granted: binding anything from the host's
+// /proc, /sys or /dev would hand the sandbox other processes' roots and fds
+// (/proc/1/root) or raw kernel interfaces.
+var forbiddenRoots = [...]string{"/proc", "/sys", "/dev"}
+
+// canonicalPath resolves p and requires it to be absolute, clean, free of
+// NUL bytes, existing, and already canonical (no symlink on the way): a
+// path that resolves elsewhere is refused rather than silently followed, so
+// what was approved is what gets mounted.
+func canonicalPath(field, p string) (string, error) {
+	switch {
+	case p == "":
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: "empty path"}
+	case strings.IndexByte(p, 0) >= 0:
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: "path contains a NUL byte"}
+	case !filepath.IsAbs(p):
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q is not an absolute path", p)}
+	}
+	clean := filepath.Clean(p)
+	real, err := filepath.EvalSymlinks(clean)
+	if err != nil {
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q: %v", p, unwrapPathErr(err))}
+	}
+	if real != clean {
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q is reached through a symlink (it resolves to %q): grant the canonical path", p, real)}
+	}
+	if real == "/" {
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: "the root directory cannot be granted: grant narrower paths"}
+	}
+	for _, r := range forbiddenRoots {
+		if driverapi.PathWithin(real, r) {
+			return "", &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q lies in %s, which is never granted", real, r)}
+		}
+	}
+	return real, nil
+}
+
+func unwrapPathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// coversSystem reports whether granting p writable would replace part of
+// the system read set (p is / or an ancestor of a system path).
+func coversSystem(p string) bool {
+	for _, s := range append(systemTopLevel(), "/etc") {
+		if driverapi.PathWithin(s, p) {
+			return true
+		}
+	}
+	return false
+}
+
+// BuildPlan turns a profile request into a Plan, resolving and checking
+// every path. It is deterministic for equal input on the same host.
+func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
+	ws, err := canonicalPath("workspace", req.Workspace)
+	if err != nil {
+		return Plan{}, err
+	}
+	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
+		return Plan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q is not a directory", ws)}
+	}
+	if coversSystem(ws) {
+		return Plan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q contains system directories", ws)}
+	}
+	cwd := req.Cwd
+	if cwd == "" {
+		cwd = ws
+	}
+	if cwd, err = canonicalPath("cwd", cwd); err != nil {
+		return Plan{}, err
+	}
+	if !driverapi.PathWithin(cwd, ws) {
+		return Plan{}, &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is outside the workspace %q", cwd, ws)}
+	}
+	p := Plan{
+		Version:    PlanVersion,
+		Workspace:  ws,
+		Cwd:        cwd,
+		Network:    req.Capabilities.Network.Mode.String(),
+		AllowSpawn: req.Capabilities.SpawnSubprocess,
+		System:     SystemReadSet(),
+		Protected:  driverapi.ProtectedDirs(),
+	}
+	switch req.Capabilities.Network.Mode {
+	case driverapi.NetworkNone:
+		p.SocketMode = SocketUnixOnly
+	case driverapi.NetworkAllowAll:
+		p.SocketMode, p.ShareNet = SocketUnrestricted, true
+	case driverapi.NetworkAllowHosts:
+		// Fail closed: without the in-namespace bridge to the managed
+		// proxy the only honest answers are "no network" or "all of it",
+		// and neither is what was asked for.
+		return Plan{}, &UnavailableError{Feature: driverapi.FeatureNetworkViaProxy,
+			Reason: "this driver does not route allow_hosts traffic through the managed proxy yet",
+			Fix:    "use network none or allow_all"}
+	default:
+		return Plan{}, &driverapi.InvalidSpecError{Field: "network", Reason: fmt.Sprintf("unknown mode %d", req.Capabilities.Network.Mode)}
+	}
+	if mb := req.Capabilities.MaxMemoryMB; mb > 0 {
+		if mb > 1<<40 {
+			return Plan{}, &driverapi.InvalidSpecError{Field: "max_memory_mb", Reason: "too large"}
+		}
+		p.MemoryBytes = mb << 20
+	}
+	write := map[string]bool{}
+	for _, g := range req.Capabilities.FSWrite {
+		c, err := canonicalPath("fs_write", g)
+		if err != nil {
+			return Plan{}, err
+		}
+		if coversSystem(c) {
+			return Plan{}, &driverapi.InvalidSpecError{Field: "fs_write", Reason: fmt.Sprintf("%q contains system directories", c)}
+		}
+		write[c] = true
+	}
+	read := map[string]bool{}
+	for _, g := range req.Capabilities.FSRead {
+		c, err := canonicalPath("fs_read", g)
+		if err != nil {
+			return Plan{}, err
+		}
+		if !write[c] {
+			read[c] = true
+		}
+	}
+	p.FSRead, p.FSWrite = sortedKeys(read), sortedKeys(write)
+	if err := p.checkGrantsVsProtected(); err != nil {
+		return Plan{}, err
+	}
+	return p, nil
+}
+
+// checkGrantsVsProtected refuses grants inside a protected workspace entry:
+// they would punch a writable (or merely confusing) hole into it.
+func (p *Plan) checkGrantsVsProtected() error {
+	for _, g := range append(append([]string{}, p.FSRead...), p.FSWrite...) {
+		for _, name := range p.Protected {
+			if driverapi.PathWithin(g, filepath.Join(p.Workspace, name)) {
+				return &driverapi.InvalidSpecError{Field: "fs_read/fs_write", Reason: fmt.Sprintf("%q lies in the protected %s of the workspace", g, name)}
+			}
+		}
+	}
+	return nil
+}
+
+func sortedKeys(m map[string]bool) []string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Encode serializes the plan deterministically.
+func (p Plan) Encode() ([]byte, error) { return json.Marshal(p) }
+
+// DecodePlan parses a plan strictly and re-checks it against the host:
+// version, every path still canonical and existing, system mounts from the
+// system read set only, the protected list complete, modes consistent.
+func DecodePlan(data []byte) (Plan, error) {
+	var p Plan
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return Plan{}, &driverapi.ProfileError{Reason: "plan: " + err.Error()}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Plan{}, &driverapi.ProfileError{Reason: "plan: trailing data"}
+	}
+	if err := p.Check(); err != nil {
+		return Plan{}, err
+	}
+	return p, nil
+}
+
+// Check validates a decoded plan against the host now.
+func (p Plan) Check() error {
+	bad := func(f string, a ...any) error { return &driverapi.ProfileError{Reason: "plan: " + fmt.Sprintf(f, a...)} }
+	if p.Version != PlanVersion {
+		return bad("version %d, this driver runs version %d", p.Version, PlanVersion)
+	}
+	if _, err := canonicalPath("workspace", p.Workspace); err != nil {
+		return bad("%v", err)
+	}
+	if coversSystem(p.Workspace) {
+		return bad("workspace %q contains system directories", p.Workspace)
+	}
+	if _, err := canonicalPath("cwd", p.Cwd); err != nil || !driverapi.PathWithin(p.Cwd, p.Workspace) {
+		return bad("cwd %q is not a directory inside the workspace", p.Cwd)
+	}
+	for _, g := range p.FSRead {
+		if _, err := canonicalPath("fs_read", g); err != nil {
+			return bad("%v", err)
+		}
+	}
+	for _, g := range p.FSWrite {
+		if _, err := canonicalPath("fs_write", g); err != nil {
+			return bad("%v", err)
+		}
+		if coversSystem(g) {
+			return bad("fs_write %q contains system directories", g)
+		}
+	}
+	if err := p.checkGrantsVsProtected(); err != nil {
+		return bad("%v", err)
+	}
+	for _, m := range p.System {
+		if err := checkSystemMount(m); err != nil {
+			return err
+		}
+	}
+	want := driverapi.ProtectedDirs()
+	if len(p.Protected) != len(want) {
+		return bad("protected list %v, want %v", p.Protected, want)
+	}
+	for i := range want {
+		if p.Protected[i] != want[i] {
+			return bad("protected list %v, want %v", p.Protected, want)
+		}
+	}
+	switch {
+	case p.Network == "none" && p.SocketMode == SocketUnixOnly && !p.ShareNet:
+	case p.Network == "allow_all" && p.SocketMode == SocketUnrestricted && p.ShareNet:
+	default:
+		return bad("network %q with socket mode %q and share_net %v is not a valid combination", p.Network, p.SocketMode, p.ShareNet)
+	}
+	return nil
+}
+
+// UnavailableError: the request needs a feature this host cannot enforce.
+type UnavailableError struct {
+	Feature string
+	Reason  string
+	Fix     string
+}
+
+func (e *UnavailableError) Error() string {
+	s := fmt.Sprintf("%s cannot be enforced on this host: %s", e.Feature, e.Reason)
+	if e.Fix != "" {
+		s += " (fix: " + e.Fix + ")"
+	}
+	return s
+}

@@ -1,0 +1,199 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// cgroupFix is how a user without writable cgroups gets resource limits.
+const cgroupFix = "run the driver as root, or inside a delegated cgroup v2 subtree " +
+	"(systemd-run --user --scope -p Delegate=yes ...) with the memory, pids and cpu controllers"
+
+// hostProbe is what the driver found out about this host, once.
+type hostProbe struct {
+	bwrap        string
+	bwrapVersion string
+	// sandboxErr says why no sandbox can be built here (nil: it can).
+	sandboxErr error
+	sandboxFix string
+	landlock   int
+	seccomp    bool
+	cg         *cgroupSystem
+	kernel     string
+}
+
+func (cs *cgroupSystem) reason(ctrl string) string {
+	if r := cs.why[ctrl]; r != "" {
+		return r
+	}
+	if r := cs.why["*"]; r != "" {
+		return r
+	}
+	return "the " + ctrl + " controller is not available"
+}
+
+// probe inspects the host on first use: bwrap's presence and version,
+// whether it can create the namespaces here, Landlock, seccomp, cgroups.
+func (d *Driver) probe() *hostProbe {
+	d.once.Do(func() {
+		h := &hostProbe{landlock: LandlockABI(), seccomp: SeccompAvailable()}
+		var uts unix.Utsname
+		if unix.Uname(&uts) == nil {
+			h.kernel = unix.ByteSliceToString(uts.Release[:])
+		}
+		h.bwrap, h.bwrapVersion, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath)
+		if h.sandboxErr == nil {
+			if fi, err := os.Stat(d.cfg.InitBinary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+				h.sandboxErr = fmt.Errorf("driver binary %s cannot serve as sandbox-init", d.cfg.InitBinary)
+				h.sandboxFix = "reinstall aleph-driver-bwrap"
+			}
+		}
+		self, err := os.ReadFile(d.cfg.SelfCgroup)
+		if err != nil {
+			h.cg = &cgroupSystem{mode: CgroupNone, have: map[string]bool{}, why: map[string]string{"*": "cannot read " + d.cfg.SelfCgroup}}
+		} else {
+			h.cg = detectCgroups(d.cfg.CgroupRoot, self, d.cfg.Options.Cgroup, os.Getpid())
+		}
+		d.host = h
+	})
+	return d.host
+}
+
+func probeBwrap(path string) (bin, version string, err error, fix string) {
+	const install = "install bubblewrap (apt install bubblewrap / dnf install bubblewrap)"
+	if path == "" {
+		p, lerr := exec.LookPath("bwrap")
+		if lerr != nil {
+			return "", "", errors.New("bwrap is not installed (not found on PATH)"), install
+		}
+		path = p
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, verr := exec.CommandContext(ctx, path, "--version").Output()
+	if verr != nil {
+		return path, "", fmt.Errorf("%s --version: %v", path, verr), install
+	}
+	version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
+	// Can it build a sandbox here? Unprivileged users need user namespaces;
+	// containers often forbid them. Try the real namespace set.
+	tr := "/usr/bin/true"
+	if _, err := os.Stat(tr); err != nil {
+		tr = "/bin/true"
+	}
+	args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
+	for _, m := range SystemReadSet() {
+		if m.Kind == MountSymlink {
+			args = append(args, "--symlink", m.Src, m.Dest)
+		} else {
+			args = append(args, "--ro-bind", m.Src, m.Dest)
+		}
+	}
+	args = append(args, "--", tr)
+	var stderr bytes.Buffer
+	c := exec.CommandContext(ctx, path, args...)
+	c.Env = []string{}
+	c.Stderr = &stderr
+	if err := c.Run(); err != nil {
+		msg := strings.TrimSpace(stderr.String())
+		if msg == "" {
+			msg = err.Error()
+		}
+		return path, version, fmt.Errorf("bwrap cannot create namespaces here: %s", msg),
+			"allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, " +
+				"user.max_user_namespaces > 0, AppArmor: kernel.apparmor_restrict_unprivileged_userns=0), or run as root"
+	}
+	return path, version, nil, ""
+}
+
+// Capabilities reports what this host enforces now.
+func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
+	if err := ctx.Err(); err != nil {
+		return driverapi.HostCapabilities{}, err
+	}
+	h := d.probe()
+	hc := driverapi.HostCapabilities{
+		Backend:         Backend,
+		DriverVersion:   Version,
+		ProtocolVersion: driverapi.ProtocolVersion,
+		OS:              runtime.GOOS,
+		Arch:            runtime.GOARCH,
+		Seccomp:         h.seccomp && h.sandboxErr == nil,
+		CgroupMode:      string(h.cg.mode),
+		Details: map[string]string{
+			"bwrap":          h.bwrap,
+			"bwrap_version":  h.bwrapVersion,
+			"kernel":         h.kernel,
+			"max_pids":       strconv.FormatUint(d.cfg.Options.Pids(), 10),
+			"cpu_quota_pct":  strconv.FormatUint(d.cfg.Options.CPUQuotaPercent, 10),
+			"cgroup_setting": string(d.cfg.Options.Cgroup),
+			"euid":           strconv.Itoa(os.Geteuid()),
+		},
+	}
+	if h.landlock > 0 && h.sandboxErr == nil {
+		hc.LandlockABI = uint32(h.landlock)
+	}
+	un := func(f, reason, fix string) {
+		hc.Unavailable = append(hc.Unavailable, driverapi.Unavailable{Feature: f, Reason: reason, Fix: fix})
+	}
+	if h.sandboxErr != nil {
+		for _, f := range driverapi.KnownFeatures() {
+			un(f, h.sandboxErr.Error(), h.sandboxFix)
+		}
+		return hc, nil
+	}
+	hc.Features = append(hc.Features,
+		driverapi.FeatureFSReadIsolation, driverapi.FeatureFSWriteIsolation, driverapi.FeatureProtectedPaths,
+		driverapi.FeatureNetworkNone, driverapi.FeatureNetworkAll,
+		driverapi.FeatureEnvIsolation, driverapi.FeatureProcessTreeKill)
+	un(driverapi.FeatureNetworkViaProxy, "allow_hosts routing through the managed proxy is not implemented by this driver",
+		"use network none or allow_all")
+	if h.seccomp {
+		hc.Features = append(hc.Features, driverapi.FeatureSubprocessControl)
+	} else {
+		un(driverapi.FeatureSubprocessControl, "seccomp filters cannot be installed here", "use a kernel with CONFIG_SECCOMP_FILTER")
+	}
+	if h.cg.have[ctrlMemory] {
+		hc.Features = append(hc.Features, driverapi.FeatureMemoryLimit)
+	} else {
+		un(driverapi.FeatureMemoryLimit, h.cg.reason(ctrlMemory), cgroupFix)
+	}
+	switch {
+	case !h.cg.have[ctrlPids]:
+		un(driverapi.FeaturePidLimit, h.cg.reason(ctrlPids), cgroupFix)
+	case d.cfg.Options.Pids() == 0:
+		un(driverapi.FeaturePidLimit, "max_pids = 0 in [sandbox.linux]", "set max_pids")
+	default:
+		hc.Features = append(hc.Features, driverapi.FeaturePidLimit)
+	}
+	switch {
+	case !h.cg.have[ctrlCPU]:
+		un(driverapi.FeatureCPULimit, h.cg.reason(ctrlCPU), cgroupFix)
+	case d.cfg.Options.CPUQuotaPercent == 0:
+		un(driverapi.FeatureCPULimit, "cpu_quota_percent is not set in [sandbox.linux]", "set cpu_quota_percent")
+	default:
+		hc.Features = append(hc.Features, driverapi.FeatureCPULimit)
+	}
+	if h.landlock == 0 {
+		hc.Details["landlock"] = "unavailable: filesystem isolation rests on mount namespaces alone"
+	}
+	if h.cg.mode == CgroupV1 && h.cg.have[ctrlMemory] && !h.cg.memsw {
+		hc.Details["memory_swap"] = "not limited (cgroup v1 without memsw accounting)"
+	}
+	return hc, nil
+}
