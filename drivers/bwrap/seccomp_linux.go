@@ -27,6 +27,7 @@ const (
 	retKillProcess = unix.SECCOMP_RET_KILL_PROCESS
 	retEPERM       = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
 	retENOSYS      = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
+	retNoProto     = unix.SECCOMP_RET_ERRNO | uint32(unix.EPROTONOSUPPORT)
 
 	// x32SyscallBit is __X32_SYSCALL_BIT: x32 syscalls arrive with the
 	// x86_64 audit arch and this bit set in the number.
@@ -178,12 +179,17 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 //     cannot read, so namespace and CLONE_THREAD checks are impossible.
 //     ENOSYS (not EPERM) makes glibc and others fall back to clone(2),
 //     whose flags are a register the rules below can check.
-//  4. ioctl request numbers: the kernel takes `unsigned int cmd`, the
+//  4. Multipath TCP: Landlock's TCP bind/connect rules do not apply to
+//     IPPROTO_MPTCP sockets, and Go's net.Listen uses MPTCP by default. When
+//     the network is restricted, socket(..., IPPROTO_MPTCP) gets
+//     EPROTONOSUPPORT, what an MPTCP-less kernel says, so runtimes fall back
+//     to plain TCP, which Landlock does cover.
+//  5. ioctl request numbers: the kernel takes `unsigned int cmd`, the
 //     library compares 64 bits, so TIOCSTI|1<<32 would pass a library rule
 //     and still inject (CVE-2019-10063 pattern). Compare the low 32 bits.
 //     TIOCSTI pushes input into the controlling terminal (CVE-2017-5226);
 //     TIOCLINUX can do the same on a virtual console.
-func seccompPrefix(info *arch.Info) ([]bpf.Instruction, error) {
+func seccompPrefix(spec *InitSpec, info *arch.Info) ([]bpf.Instruction, error) {
 	nr := func(name string) (uint32, error) {
 		n, ok := info.SyscallNames[name]
 		if !ok {
@@ -214,6 +220,21 @@ func seccompPrefix(info *arch.Info) ([]bpf.Instruction, error) {
 	p = append(p,
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: clone3Nr, SkipFalse: 1},
 		bpf.RetConstant{Val: retENOSYS},
+	)
+	if spec.SocketMode != SocketUnrestricted {
+		socketNr, err := nr("socket")
+		if err != nil {
+			return nil, err
+		}
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: socketNr, SkipFalse: 4},
+			bpf.LoadAbsolute{Off: argLowOffset(2), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.IPPROTO_MPTCP, SkipFalse: 1},
+			bpf.RetConstant{Val: retNoProto},
+			bpf.LoadAbsolute{Off: seccompDataNr, Size: 4},
+		)
+	}
+	p = append(p,
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: ioctlNr, SkipFalse: 4},
 		bpf.LoadAbsolute{Off: argLowOffset(1), Size: 4},
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.TIOCSTI, SkipTrue: 1},
@@ -230,7 +251,7 @@ func seccompProgram(spec *InitSpec) ([]bpf.Instruction, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)
 	}
-	prefix, err := seccompPrefix(info)
+	prefix, err := seccompPrefix(spec, info)
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)
 	}

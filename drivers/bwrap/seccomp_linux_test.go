@@ -93,6 +93,8 @@ func retName(r uint32) string {
 		return "ERRNO(ENOSYS)"
 	case retKillProcess:
 		return "KILL_PROCESS"
+	case retNoProto:
+		return "ERRNO(EPROTONOSUPPORT)"
 	}
 	return "other"
 }
@@ -188,6 +190,7 @@ func TestSeccompFilterSocketGate(t *testing.T) {
 		f.expect(retAllow, "socketpair", unix.AF_UNIX, unix.SOCK_STREAM)
 		f.expect(retAllow, "sendto", 3, 0x1000, 1, 0, 0, 0)
 		f.expect(retAllow, "bind", 3, 0, 0)
+		f.expect(retAllow, "ioctl", 0, unix.TCGETS) // nr reloaded after the socket check
 	})
 	t.Run("proxy_routed", func(t *testing.T) {
 		f := newFilterVM(t, strictSpec(SocketProxyRouted))
@@ -200,12 +203,18 @@ func TestSeccompFilterSocketGate(t *testing.T) {
 		f.expect(retEPERM, "socket", unix.AF_VSOCK, unix.SOCK_STREAM)
 		f.expect(retEPERM, "socketpair", unix.AF_INET, unix.SOCK_STREAM)
 		f.expect(retAllow, "socketpair", unix.AF_UNIX, unix.SOCK_STREAM)
+		// MPTCP escapes Landlock's TCP rules: refused so callers fall back.
+		f.expect(retNoProto, "socket", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP)
+		f.expect(retNoProto, "socket", unix.AF_INET6, unix.SOCK_STREAM, 1<<32|unix.IPPROTO_MPTCP)
+		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_TCP)
+		f.expect(retEPERM, "ioctl", 0, unix.TIOCSTI) // the ioctl rule still follows
 	})
 	t.Run("unrestricted", func(t *testing.T) {
 		f := newFilterVM(t, strictSpec(SocketUnrestricted))
 		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM)
 		f.expect(retAllow, "socket", unix.AF_NETLINK, unix.SOCK_RAW)
 		f.expect(retAllow, "connect", 3, 0, 0)
+		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP)
 	})
 }
 
