@@ -1,0 +1,493 @@
+package core
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+)
+
+// scriptedHook answers Before with a fixed verdict, error or stall, and
+// records After calls.
+type scriptedHook struct {
+	name    string
+	verdict driverapi.Verdict
+	err     error
+	stall   bool
+
+	mu     sync.Mutex
+	before int
+	after  []bool
+	last   driverapi.HookRequest
+}
+
+func (h *scriptedHook) Describe(context.Context) (driverapi.HookInfo, error) {
+	return driverapi.HookInfo{Name: h.name, Version: "1"}, nil
+}
+
+func (h *scriptedHook) Before(ctx context.Context, req driverapi.HookRequest) (driverapi.Verdict, error) {
+	h.mu.Lock()
+	h.before++
+	h.last = req
+	h.mu.Unlock()
+	if h.stall {
+		<-ctx.Done()
+		return driverapi.Verdict{}, ctx.Err()
+	}
+	return h.verdict, h.err
+}
+
+func (h *scriptedHook) After(_ context.Context, _, _ string, ran bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.after = append(h.after, ran)
+}
+
+func (h *scriptedHook) calls() (int, []bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.before, append([]bool(nil), h.after...)
+}
+
+func allow(name string) *scriptedHook {
+	return &scriptedHook{name: name, verdict: driverapi.Verdict{Action: driverapi.ActionAllow}}
+}
+
+func TestHookDeny(t *testing.T) {
+	first := allow("first")
+	deny := &scriptedHook{name: "policy", verdict: driverapi.Verdict{Action: driverapi.ActionDeny, Rule: "rm-root", Reason: "deletes /", RetryAfter: 3 * time.Second}}
+	third := allow("third")
+	// The denying hook crosses real gRPC as a plugin hook would.
+	h := newHarness(t, testConfig(t), nil, WithHooks(first, drivertest.ConnectHook(t, deny), third))
+	_, err := h.sb.Execute(WithSession(context.Background(), "h"), Command{Program: "rm", Args: []string{"-rf", "/"}, Stdin: []byte("script"), Env: map[string]string{"SECRETVAR": "v"}})
+	de := wantDenied(t, err, ReasonHookDenied)
+	if de.Rule != "rm-root" || de.Hook != "policy" || de.RetryAfter != 3*time.Second || de.Reason != "deletes /" {
+		t.Fatalf("denial %+v", de)
+	}
+	if h.fake.Runs() != 0 {
+		t.Fatal("denied command ran")
+	}
+	if n, _ := third.calls(); n != 0 {
+		t.Fatal("hook after the denying one was asked")
+	}
+	if _, after := first.calls(); len(after) != 1 || after[0] {
+		t.Fatalf("After for the allowing hook: %v (want one call, ran=false)", after)
+	}
+	if _, after := deny.calls(); len(after) != 0 {
+		t.Fatal("After called for the denying hook")
+	}
+	req := first.last
+	if req.Program != "rm" || len(req.Args) != 2 || string(req.Stdin) != "script" || len(req.EnvNames) != 1 || req.EnvNames[0] != "SECRETVAR" {
+		t.Fatalf("hook request %+v", req)
+	}
+	r := h.sink.last(t)
+	if r.Reason != ReasonHookDenied || r.Rule != "rm-root" || r.Hook != "policy" || len(r.Verdicts) != 2 {
+		t.Fatalf("audit %+v", r)
+	}
+}
+
+func TestHookWarnAndAllow(t *testing.T) {
+	a := allow("a")
+	w := &scriptedHook{name: "w", verdict: driverapi.Verdict{Action: driverapi.ActionWarn, Rule: "curl-sh", Reason: "pipes to sh"}}
+	h := newHarness(t, testConfig(t), nil, WithHooks(a, w))
+	out, err := h.sb.Execute(WithSession(context.Background(), "h"), Command{Program: "echo", Args: []string{"hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Verdicts) != 2 || out.Verdicts[1].Action != driverapi.ActionWarn || out.Verdicts[1].Hook != "w" || out.Verdicts[1].Rule != "curl-sh" {
+		t.Fatalf("verdicts %+v", out.Verdicts)
+	}
+	r := h.sink.last(t)
+	if r.Reason != ReasonHookWarned || r.Decision != DecisionAllow || len(r.Verdicts) != 2 {
+		t.Fatalf("audit %+v", r)
+	}
+	for _, hk := range []*scriptedHook{a, w} {
+		if _, after := hk.calls(); len(after) != 1 || !after[0] {
+			t.Fatalf("%s After %v, want [true]", hk.name, after)
+		}
+	}
+}
+
+func TestHookFailuresFailClosed(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.HookTimeoutMS = 50
+	cases := []struct {
+		hook *scriptedHook
+		want string
+	}{
+		{&scriptedHook{name: "broken", err: errors.New("rules file unreadable")}, "rules file unreadable"},
+		{&scriptedHook{name: "slow", stall: true}, "sandbox.hook_timeout_ms"},
+		{&scriptedHook{name: "odd", verdict: driverapi.Verdict{Action: 42}}, "unknown verdict action"},
+		{&scriptedHook{name: "zero"}, "unknown verdict action"},
+	}
+	for _, c := range cases {
+		before := allow("before")
+		h := newHarness(t, cfg, nil, WithHooks(before, c.hook))
+		_, err := h.sb.Execute(WithSession(context.Background(), "h"), Command{Program: "echo"})
+		var he *HookError
+		if !errors.As(err, &he) || he.Hook != c.hook.name || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), c.hook.name) {
+			t.Fatalf("%s: err %T %v", c.hook.name, err, err)
+		}
+		if h.fake.Runs() != 0 {
+			t.Fatalf("%s: command ran despite failed hook", c.hook.name)
+		}
+		if r := h.sink.last(t); r.Reason != ReasonHookFailed || r.Hook != c.hook.name {
+			t.Fatalf("audit %+v", r)
+		}
+		if _, after := before.calls(); len(after) != 1 || after[0] {
+			t.Fatalf("After %v", after)
+		}
+	}
+}
+
+func TestApprovalApprovedCachesGrant(t *testing.T) {
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap))
+	ctx := WithSession(context.Background(), "ap")
+	wide := driverapi.Capabilities{FSRead: []string{"/data"}, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}, SpawnSubprocess: true}
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Args: []string{"secret-arg"}, Capabilities: wide}); err != nil {
+		t.Fatal(err)
+	}
+	reqs := ap.Requests()
+	if len(reqs) != 1 {
+		t.Fatalf("%d approval requests", len(reqs))
+	}
+	if s := reqs[0].Summary; !strings.Contains(s, "network access to all hosts") || !strings.Contains(s, "read access to /data") || !strings.Contains(s, "subprocesses") {
+		t.Fatalf("summary %q", s)
+	}
+	if reqs[0].SessionID != "ap" || reqs[0].Program != "echo" {
+		t.Fatalf("request %+v", reqs[0])
+	}
+	if r := h.sink.last(t); r.Reason != ReasonApprovalGranted {
+		t.Fatalf("audit %+v", r)
+	}
+	// Same and narrower: no new question.
+	narrow := driverapi.Capabilities{FSRead: []string{"/data/sub"}, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"x.org"}}}
+	for _, c := range []driverapi.Capabilities{wide, narrow, {SpawnSubprocess: true}} {
+		c := c
+		if c.Network.Mode == driverapi.NetworkAllowHosts {
+			continue // needs a mediator; covered in TestSecretsWithMediation
+		}
+		if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: c}); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.sink.last(t); r.Reason != ReasonGrantCached {
+			t.Fatalf("audit %+v", r)
+		}
+	}
+	if n := len(ap.Requests()); n != 1 {
+		t.Fatalf("narrower request asked again: %d requests", n)
+	}
+	// Wider than the grant: asks again. Another session: asks again.
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{"/data"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.sb.Execute(WithSession(context.Background(), "other"), Command{Program: "echo", Capabilities: wide}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ap.Requests()); n != 3 {
+		t.Fatalf("want 3 requests, got %d", n)
+	}
+}
+
+func TestApprovalDeniedAndTimeout(t *testing.T) {
+	net := driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}
+	cases := []struct {
+		name string
+		ap   ApprovalRequester
+		code ReasonCode
+	}{
+		{"denied", &drivertest.FakeApprover{Outcome: driverapi.ApprovalDenied}, ReasonApprovalDenied},
+		{"timeout-outcome", &drivertest.FakeApprover{Outcome: driverapi.ApprovalTimeout}, ReasonApprovalTimeout},
+		{"error", &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved, Err: errors.New("ui gone")}, ReasonApprovalDenied},
+		{"none", nil, ReasonApprovalDenied},
+	}
+	for _, c := range cases {
+		var opts []Option
+		if c.ap != nil {
+			opts = append(opts, WithApprovalRequester(c.ap))
+		}
+		h := newHarness(t, testConfig(t), nil, opts...)
+		ctx := WithSession(context.Background(), "ap")
+		_, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: net})
+		de := wantDenied(t, err, c.code)
+		if !strings.Contains(de.Reason, "network access to all hosts") {
+			t.Fatalf("%s: reason %q", c.name, de.Reason)
+		}
+		if h.fake.Runs() != 0 {
+			t.Fatalf("%s: ran", c.name)
+		}
+		if r := h.sink.last(t); r.Reason != c.code || r.Decision != DecisionDeny {
+			t.Fatalf("%s: audit %+v", c.name, r)
+		}
+		// Nothing was cached: the baseline still runs (positive control)
+		// and the elevation is still refused.
+		if _, err := h.sb.Execute(ctx, Command{Program: "echo"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err = h.sb.Execute(ctx, Command{Program: "echo", Capabilities: net})
+		wantDenied(t, err, c.code)
+	}
+}
+
+func TestApprovalGateTimeout(t *testing.T) {
+	// A requester that never answers (and ignores ctx) times out.
+	stuck := requesterFunc(func(ctx context.Context, _ driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
+		select {}
+	})
+	g := NewApprovalGate(stuck, 20*time.Millisecond)
+	o, err := g.Decide(context.Background(), driverapi.ApprovalRequest{})
+	if err != nil || o != driverapi.ApprovalTimeout {
+		t.Fatalf("%v %v", o, err)
+	}
+	slow := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved, Delay: time.Minute}
+	o, err = NewApprovalGate(slow, 20*time.Millisecond).Decide(context.Background(), driverapi.ApprovalRequest{})
+	if err != nil || o != driverapi.ApprovalTimeout {
+		t.Fatalf("%v %v", o, err)
+	}
+	// A cancelled caller is not a timeout.
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := NewApprovalGate(slow, time.Minute).Decide(ctx, driverapi.ApprovalRequest{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	// Positive control: a prompt answer passes.
+	o, err = NewApprovalGate(&drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}, time.Minute).Decide(context.Background(), driverapi.ApprovalRequest{})
+	if err != nil || o != driverapi.ApprovalApproved {
+		t.Fatalf("%v %v", o, err)
+	}
+}
+
+type requesterFunc func(context.Context, driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error)
+
+func (f requesterFunc) RequestApproval(ctx context.Context, r driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
+	return f(ctx, r)
+}
+
+func TestSummary(t *testing.T) {
+	base := driverapi.Capabilities{}
+	cases := map[string]driverapi.Capabilities{
+		"this command asks for network access to all hosts":                        {Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}},
+		"this command asks for network access to a.org, b.org":                     {Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"a.org", "b.org"}}},
+		"this command asks for write access to /x and permission to start subprocesses": {FSWrite: []string{"/x"}, SpawnSubprocess: true},
+	}
+	for want, c := range cases {
+		if got := Summary(c, base); got != want {
+			t.Fatalf("got %q want %q", got, want)
+		}
+	}
+}
+
+// fakeMediator records Start and hands out a fixed endpoint.
+type fakeMediator struct {
+	mu      sync.Mutex
+	hosts   []string
+	secrets map[string]string
+	closed  int
+	err     error
+}
+
+func (m *fakeMediator) Start(_ context.Context, _, _ string, hosts []string, secrets map[string]string) (Mediation, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return nil, m.err
+	}
+	m.hosts, m.secrets = hosts, secrets
+	return &fakeMediation{m: m}, nil
+}
+
+type fakeMediation struct{ m *fakeMediator }
+
+func (f *fakeMediation) Endpoint() driverapi.ProxyEndpoint {
+	return driverapi.ProxyEndpoint{UnixSocket: "/run/test-proxy.sock"}
+}
+
+func (f *fakeMediation) Env() []driverapi.EnvVar {
+	return []driverapi.EnvVar{{Name: "HTTPS_PROXY", Value: "http://127.0.0.1:3128"}}
+}
+
+func (f *fakeMediation) Close() error {
+	f.m.mu.Lock()
+	defer f.m.mu.Unlock()
+	f.m.closed++
+	return nil
+}
+
+const secretValue = "sk-live-0123456789-do-not-leak"
+
+func TestSecretsRequireMediation(t *testing.T) {
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap))
+	ctx := WithSession(context.Background(), "sec")
+	hosts := driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"api.example.com"}}}
+	for _, caps := range []driverapi.Capabilities{{}, {Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}, hosts} {
+		_, err := h.sb.Execute(ctx, Command{Program: "env", Capabilities: caps, Secrets: map[string]string{"API_KEY": secretValue}})
+		wantDenied(t, err, ReasonSecretRequiresMediation)
+		r := h.sink.last(t)
+		if r.Reason != ReasonSecretRequiresMediation {
+			t.Fatalf("audit %+v", r)
+		}
+		b, _ := json.Marshal(r)
+		if strings.Contains(string(b), secretValue) {
+			t.Fatal("secret in audit record")
+		}
+	}
+	if h.fake.Runs() != 0 || len(ap.Requests()) != 0 {
+		t.Fatal("secret command went past the refusal")
+	}
+}
+
+func TestSecretsWithMediation(t *testing.T) {
+	med := &fakeMediator{}
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap), WithNetworkMediator(med))
+	ctx := WithSession(context.Background(), "sec")
+	caps := driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"api.example.com"}}}
+	out, err := h.sb.Execute(ctx, Command{Program: "env", Capabilities: caps, Env: map[string]string{"HTTPS_PROXY": "http://evil"}, Secrets: map[string]string{"API_KEY": secretValue}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(out.Stdout)
+	if !strings.Contains(s, "API_KEY=aleph:secret:API_KEY\n") || strings.Contains(s, secretValue) {
+		t.Fatalf("child env:\n%s", s)
+	}
+	if !strings.Contains(s, "HTTPS_PROXY=http://127.0.0.1:3128\n") {
+		t.Fatalf("mediation env missing or overridden:\n%s", s)
+	}
+	if med.secrets["API_KEY"] != secretValue || len(med.hosts) != 1 || med.hosts[0] != "api.example.com" || med.closed != 1 {
+		t.Fatalf("mediator %+v", med)
+	}
+	if p := h.fake.LastProfileRequest().Proxy; p == nil || p.UnixSocket != "/run/test-proxy.sock" {
+		t.Fatalf("proxy endpoint not passed: %+v", p)
+	}
+	// A narrower AllowHosts request rides the cached grant.
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: caps}); err != nil {
+		t.Fatal(err)
+	}
+	if len(ap.Requests()) != 1 {
+		t.Fatalf("%d approvals", len(ap.Requests()))
+	}
+	for _, r := range h.sink.all() {
+		b, _ := json.Marshal(r)
+		if strings.Contains(string(b), secretValue) {
+			t.Fatal("secret in audit")
+		}
+	}
+	// A mediation that cannot start fails the command.
+	med.err = errors.New("port in use")
+	_, err = h.sb.Execute(ctx, Command{Program: "echo", Capabilities: caps})
+	var me *MediationError
+	if !errors.As(err, &me) {
+		t.Fatalf("err %v", err)
+	}
+	if r := h.sink.last(t); r.Reason != ReasonMediationFailed {
+		t.Fatalf("audit %+v", r)
+	}
+}
+
+func TestNetworkGrants(t *testing.T) {
+	med := &fakeMediator{}
+	no := &drivertest.FakeApprover{Outcome: driverapi.ApprovalDenied}
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(no), WithNetworkMediator(med))
+	ctx := WithSession(context.Background(), "g")
+	caps := driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"api.example.com:443"}}}
+	_, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: caps})
+	wantDenied(t, err, ReasonApprovalDenied)
+
+	d0 := h.sb.PolicyDigest("g")
+	if d0 != h.sb.PolicyDigest("g") || d0 != h.sb.PolicyDigest("never-seen") {
+		t.Fatal("digest not deterministic")
+	}
+	d1, err := h.sb.ApplyNetworkGrant(ctx, "g", "API.example.com.", 443, d0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d1 == d0 || d1 != h.sb.PolicyDigest("g") {
+		t.Fatal("grant did not change the digest")
+	}
+	if r := h.sink.last(t); r.Reason != ReasonGrantApplied || r.PolicyDigest != d1 {
+		t.Fatalf("audit %+v", r)
+	}
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: caps}); err != nil {
+		t.Fatalf("granted origin refused: %v", err)
+	}
+	// Another port is not granted.
+	other := driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"api.example.com:80"}}}
+	_, err = h.sb.Execute(ctx, Command{Program: "echo", Capabilities: other})
+	wantDenied(t, err, ReasonApprovalDenied)
+	// A stale digest is refused and audited.
+	_, err = h.sb.ApplyNetworkGrant(ctx, "g", "evil.example.com", 0, d0)
+	var se *StaleGrantError
+	if !errors.As(err, &se) || se.Current != d1 || se.Expected != d0 {
+		t.Fatalf("err %v", err)
+	}
+	if r := h.sink.last(t); r.Reason != ReasonGrantStale || r.Decision != DecisionDeny {
+		t.Fatalf("audit %+v", r)
+	}
+	if h.sb.PolicyDigest("g") != d1 {
+		t.Fatal("stale grant changed the policy")
+	}
+	_, err = h.sb.ApplyNetworkGrant(ctx, "g", "bad host/", 0, d1)
+	wantInvalid(t, err, "host")
+}
+
+func TestAuditLedgerFile(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.AuditLog = filepath.Join(t.TempDir(), "sub", "audit.jsonl")
+	sb, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})), WithHooks(allow("a")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := WithSession(context.Background(), "audit")
+	if _, err := sb.Execute(ctx, Command{Program: "env", Args: []string{"arg-should-not-appear"}, Env: map[string]string{"TOKEN": "env-value-should-not-appear"}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = sb.Execute(ctx, Command{Program: "echo", Cwd: "/", Secrets: map[string]string{"K": secretValue}})
+	if err == nil {
+		t.Fatal("expected a denial")
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(cfg.Sandbox.AuditLog)
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("ledger file %v %v", st, err)
+	}
+	f, _ := os.Open(cfg.Sandbox.AuditLog)
+	defer f.Close()
+	var recs []AuditRecord
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		for _, forbidden := range []string{"env-value-should-not-appear", "arg-should-not-appear", secretValue} {
+			if strings.Contains(line, forbidden) {
+				t.Fatalf("ledger holds %q: %s", forbidden, line)
+			}
+		}
+		var r AuditRecord
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatal(err)
+		}
+		recs = append(recs, r)
+	}
+	if len(recs) != 2 {
+		t.Fatalf("%d records", len(recs))
+	}
+	if recs[0].Decision != DecisionAllow || recs[0].ArgCount != 1 || recs[0].Program != "env" || len(recs[0].Verdicts) != 1 ||
+		recs[0].CapabilityDigest == "" || recs[0].Backend != "fake" || recs[0].Time.IsZero() {
+		t.Fatalf("record %+v", recs[0])
+	}
+	if recs[1].Decision != DecisionDeny || recs[1].Reason != ReasonCwdOutsideWorkspace {
+		t.Fatalf("record %+v", recs[1])
+	}
+}

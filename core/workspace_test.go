@@ -1,0 +1,487 @@
+package core
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+)
+
+func TestExecuteEchoOverGRPC(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil)
+	out, err := h.sb.Execute(context.Background(), Command{SessionID: "s1", Program: "echo", Args: []string{"hello", "world"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out.Stdout) != "hello world\n" || out.Backend != drivertest.FakeBackend || out.Exit.ExitCode != 0 {
+		t.Fatalf("unexpected output %+v", out)
+	}
+	if !strings.HasPrefix(out.CommandID, "cmd-") || out.ProfileDigest == "" {
+		t.Fatalf("missing ids: %+v", out)
+	}
+	rec := h.sink.last(t)
+	if rec.Decision != DecisionAllow || rec.Reason != ReasonAllowed || rec.Program != "echo" || rec.ArgCount != 2 ||
+		rec.Backend != "fake" || rec.ProfileDigest != out.ProfileDigest || rec.CommandID != out.CommandID || rec.SessionID != "s1" {
+		t.Fatalf("audit record %+v", rec)
+	}
+}
+
+func TestExitSignalAndStderr(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil)
+	ctx := WithSession(context.Background(), "s")
+	out, err := h.sb.Execute(ctx, Command{Program: "exit", Args: []string{"7"}})
+	if err != nil || out.Exit.ExitCode != 7 {
+		t.Fatalf("exit: %v %+v", err, out)
+	}
+	if r := h.sink.last(t); r.ExitCode != 7 {
+		t.Fatalf("audit exit code %d", r.ExitCode)
+	}
+	out, err = h.sb.Execute(ctx, Command{Program: "signal", Args: []string{"9"}})
+	if err != nil || out.Exit.Signal != 9 {
+		t.Fatalf("signal: %v %+v", err, out)
+	}
+	if r := h.sink.last(t); r.Signal != 9 {
+		t.Fatalf("audit signal %d", r.Signal)
+	}
+	out, err = h.sb.Execute(ctx, Command{Program: "stderr", Args: []string{"oops"}})
+	if err != nil || string(out.Stderr) != "oops\n" || len(out.Stdout) != 0 {
+		t.Fatalf("stderr: %v %+v", err, out)
+	}
+}
+
+func TestSessionDirNamingAndLazyCreation(t *testing.T) {
+	cfg := testConfig(t)
+	h := newHarness(t, cfg, nil)
+	j := []byte(`"sess/../with \"odd\" chars"`)
+	sum := sha256.Sum256(j)
+	want := hex.EncodeToString(sum[:16])
+	if got := SessionDirName(`sess/../with "odd" chars`); got != want || len(got) != 32 {
+		t.Fatalf("SessionDirName = %s, want %s", got, want)
+	}
+	dir := filepath.Join(cfg.Sandbox.WorkspaceRoot, want)
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Fatalf("workspace exists before first command: %v", err)
+	}
+	ctx := WithSession(context.Background(), `sess/../with "odd" chars`)
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil || !st.IsDir() || st.Mode().Perm() != 0o700 {
+		t.Fatalf("session dir: %v %v", st, err)
+	}
+	pr := h.fake.LastProfileRequest()
+	canon, _ := filepath.EvalSymlinks(dir)
+	if pr.Workspace != canon || pr.Cwd != canon || h.fake.LastSpec().Cwd != canon {
+		t.Fatalf("workspace %q cwd %q, want %q", pr.Workspace, pr.Cwd, canon)
+	}
+	// A second session gets its own directory; the first is reused.
+	if _, err := h.sb.Execute(context.Background(), Command{SessionID: "other", Program: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	if h.fake.LastProfileRequest().Workspace == canon {
+		t.Fatal("two sessions share a workspace")
+	}
+	entries, _ := os.ReadDir(cfg.Sandbox.WorkspaceRoot)
+	if len(entries) != 2 {
+		t.Fatalf("want 2 session dirs, got %d", len(entries))
+	}
+}
+
+func TestSessionRequired(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil)
+	_, err := h.sb.Execute(context.Background(), Command{Program: "echo"})
+	wantInvalid(t, err, "session_id")
+	if h.fake.Runs() != 0 {
+		t.Fatal("driver ran a command without a session")
+	}
+	if id, ok := SessionFrom(WithSession(context.Background(), "x")); !ok || id != "x" {
+		t.Fatal("SessionFrom lost the id")
+	}
+	if _, ok := SessionFrom(context.Background()); ok {
+		t.Fatal("SessionFrom invented an id")
+	}
+}
+
+func TestCwdConfinement(t *testing.T) {
+	cfg := testConfig(t)
+	h := newHarness(t, cfg, nil)
+	ctx := WithSession(context.Background(), "cwd")
+	// Positive control: a subdirectory, relative and absolute.
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	ws := h.fake.LastProfileRequest().Workspace
+	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, cwd := range []string{"sub", filepath.Join(ws, "sub")} {
+		if _, err := h.sb.Execute(ctx, Command{Program: "echo", Cwd: cwd}); err != nil {
+			t.Fatalf("cwd %s: %v", cwd, err)
+		}
+		if got := h.fake.LastSpec().Cwd; got != filepath.Join(ws, "sub") {
+			t.Fatalf("cwd %s ran in %s", cwd, got)
+		}
+	}
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(ws, "escape")); err != nil {
+		t.Fatal(err)
+	}
+	runs := h.fake.Runs()
+	for _, cwd := range []string{"escape", filepath.Join(ws, "escape"), outside, "..", "../..", "/"} {
+		_, err := h.sb.Execute(ctx, Command{Program: "echo", Cwd: cwd})
+		wantDenied(t, err, ReasonCwdOutsideWorkspace)
+		if r := h.sink.last(t); r.Decision != DecisionDeny || r.Reason != ReasonCwdOutsideWorkspace {
+			t.Fatalf("audit %+v", r)
+		}
+	}
+	_, err := h.sb.Execute(ctx, Command{Program: "echo", Cwd: "missing"})
+	wantInvalid(t, err, "cwd")
+	if h.fake.Runs() != runs {
+		t.Fatal("a denied command reached the driver")
+	}
+}
+
+func TestWorkspaceOverride(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil)
+	ctx := WithSession(context.Background(), "w")
+	dir := t.TempDir()
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Workspace: link}); err != nil {
+		t.Fatal(err)
+	}
+	canon, _ := filepath.EvalSymlinks(dir)
+	if got := h.fake.LastProfileRequest().Workspace; got != canon {
+		t.Fatalf("workspace %s, want %s", got, canon)
+	}
+	file := filepath.Join(dir, "f")
+	_ = os.WriteFile(file, nil, 0o600)
+	for _, ws := range []string{"relative/dir", filepath.Join(dir, "missing"), file} {
+		_, err := h.sb.Execute(ctx, Command{Program: "echo", Workspace: ws})
+		wantInvalid(t, err, "workspace")
+	}
+	// cwd confinement applies to the override too.
+	_, err := h.sb.Execute(ctx, Command{Program: "echo", Workspace: dir, Cwd: t.TempDir()})
+	wantDenied(t, err, ReasonCwdOutsideWorkspace)
+}
+
+func TestInvalidInput(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil)
+	ctx := WithSession(context.Background(), "bad")
+	cases := []struct {
+		field string
+		cmd   Command
+	}{
+		{"program", Command{}},
+		{"program", Command{Program: "ec\x00ho"}},
+		{"args[1]", Command{Program: "echo", Args: []string{"a", "b\x00"}}},
+		{"timeout", Command{Program: "echo", Timeout: -time.Second}},
+		{"max_output_bytes", Command{Program: "echo", MaxOutputBytes: -1}},
+		{"stdin", Command{Program: "cat", Stdin: make([]byte, driverapi.MaxStdinBytes+1)}},
+		{`env "A=B"`, Command{Program: "env", Env: map[string]string{"A=B": "x"}}},
+		{"env A", Command{Program: "env", Env: map[string]string{"A": "x\x00y"}}},
+		{"session_id", Command{SessionID: "a\x00b", Program: "echo"}},
+		{"session_id", Command{SessionID: "\xff\xfe", Program: "echo"}},
+		{"session_id", Command{SessionID: strings.Repeat("x", maxSessionIDLen+1), Program: "echo"}},
+		{"capabilities.fs_read[0]", Command{Program: "echo", Capabilities: driverapi.Capabilities{FSRead: []string{"rel"}}}},
+		{"capabilities.fs_write[0]", Command{Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{"rel"}}}},
+		{"capabilities.network.hosts", Command{Program: "echo", Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Hosts: []string{"x"}}}}},
+		{"capabilities.network.hosts", Command{Program: "echo", Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts}}}},
+		{"capabilities.network.mode", Command{Program: "echo", Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: 9}}}},
+		{"secret TOKEN", Command{Program: "echo", Env: map[string]string{"TOKEN": "a"}, Secrets: map[string]string{"TOKEN": "b"}}},
+		{"secret HOME", Command{Program: "echo", Secrets: map[string]string{"HOME": "b"}}},
+		{"secret T", Command{Program: "echo", Secrets: map[string]string{"T": "a\nb"}}},
+	}
+	for _, c := range cases {
+		_, err := h.sb.Execute(ctx, c.cmd)
+		wantInvalid(t, err, c.field)
+		if r := h.sink.last(t); r.Reason != ReasonInvalidCommand || r.Decision != DecisionError {
+			t.Fatalf("%s: audit %+v", c.field, r)
+		}
+	}
+	if h.fake.Runs() != 0 {
+		t.Fatal("invalid input reached the driver")
+	}
+	// Positive control: stdin at exactly the limit runs.
+	out, err := h.sb.Execute(ctx, Command{Program: "cat", Stdin: bytes.Repeat([]byte("a"), 100)})
+	if err != nil || string(out.Stdout) != strings.Repeat("a", 100) {
+		t.Fatalf("cat: %v", err)
+	}
+}
+
+func TestChildEnvironment(t *testing.T) {
+	t.Setenv("ALEPH_TEST_HOST_ONLY", "host-value-must-not-leak")
+	h := newHarness(t, testConfig(t), nil)
+	out, err := h.sb.Execute(context.Background(), Command{SessionID: "env", Program: "env", Env: map[string]string{"FOO": "bar", "LANG": "de_DE.UTF-8"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := h.fake.LastProfileRequest().Workspace
+	want := "FOO=bar\nHOME=" + ws + "\nLANG=de_DE.UTF-8\nPATH=" + DefaultPath + "\nTERM=dumb\nTZ=UTC\n"
+	if string(out.Stdout) != want {
+		t.Fatalf("env:\n%s\nwant:\n%s", out.Stdout, want)
+	}
+	if bytes.Contains(out.Stdout, []byte("host-value")) {
+		t.Fatal("host env leaked")
+	}
+}
+
+func TestTimeoutPrecedence(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.DefaultTimeoutSeconds = 42
+	h := newHarness(t, cfg, nil)
+	ctx := WithSession(context.Background(), "t")
+	cases := []struct {
+		cmd  Command
+		want time.Duration
+	}{
+		{Command{Program: "echo"}, 42 * time.Second},
+		{Command{Program: "echo", Capabilities: driverapi.Capabilities{TimeoutSecs: 7}}, 7 * time.Second},
+		{Command{Program: "echo", Capabilities: driverapi.Capabilities{TimeoutSecs: 7}, Timeout: 1500 * time.Millisecond}, 1500 * time.Millisecond},
+		{Command{Program: "echo", Timeout: 3 * time.Second}, 3 * time.Second},
+	}
+	for _, c := range cases {
+		if _, err := h.sb.Execute(ctx, c.cmd); err != nil {
+			t.Fatal(err)
+		}
+		if got := h.fake.LastSpec().Timeout; got != c.want {
+			t.Fatalf("timeout %v, want %v", got, c.want)
+		}
+	}
+	out, err := h.sb.Execute(ctx, Command{Program: "sleep", Args: []string{"10s"}, Timeout: time.Millisecond})
+	if err != nil || !out.Exit.TimedOut {
+		t.Fatalf("sleep: %v %+v", err, out)
+	}
+	if r := h.sink.last(t); r.Reason != ReasonTimeout || !r.TimedOut || r.Decision != DecisionAllow {
+		t.Fatalf("audit %+v", r)
+	}
+}
+
+func TestOutputBudget(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.MaxOutputBytes = 4096
+	h := newHarness(t, cfg, nil)
+	ctx := WithSession(context.Background(), "o")
+	// Configured budget: half per stream.
+	out, err := h.sb.Execute(ctx, Command{Program: "flood", Args: []string{"100000", "err"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Stdout) != 2048 || len(out.Stderr) != 2048 || !out.Exit.Truncated || out.Exit.StdoutBytes != 100000 {
+		t.Fatalf("stdout %d stderr %d exit %+v", len(out.Stdout), len(out.Stderr), out.Exit)
+	}
+	if h.fake.LastSpec().MaxOutputBytes != 4096 {
+		t.Fatalf("budget sent %d", h.fake.LastSpec().MaxOutputBytes)
+	}
+	if r := h.sink.last(t); !r.Truncated {
+		t.Fatal("audit misses truncation")
+	}
+	// Command budget wins and live streams see the same bounded bytes.
+	var live, liveErr bytes.Buffer
+	out, err = h.sb.Execute(ctx, Command{Program: "flood", Args: []string{"100000"}, MaxOutputBytes: 1000, Stdout: &live, Stderr: &liveErr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out.Stdout) != 500 || live.Len() != 500 || !bytes.Equal(live.Bytes(), out.Stdout) {
+		t.Fatalf("stdout %d live %d", len(out.Stdout), live.Len())
+	}
+	// Positive control: output within budget is whole and not truncated.
+	out, err = h.sb.Execute(ctx, Command{Program: "flood", Args: []string{"100"}})
+	if err != nil || len(out.Stdout) != 100 || out.Exit.Truncated {
+		t.Fatalf("small flood: %v %d %v", err, len(out.Stdout), out.Exit.Truncated)
+	}
+}
+
+func TestDefaultOutputBudgetIsOneMiB(t *testing.T) {
+	if DefaultConfig().Sandbox.MaxOutputBytes != 1<<20 {
+		t.Fatal("default budget is not 1 MiB")
+	}
+	h := newHarness(t, testConfig(t), nil)
+	out, err := h.sb.Execute(context.Background(), Command{SessionID: "o", Program: "flood", Args: []string{"3000000"}})
+	if err != nil || len(out.Stdout) != 1<<19 || !out.Exit.Truncated {
+		t.Fatalf("%v %d", err, len(out.Stdout))
+	}
+}
+
+func TestDisabledSandbox(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.Enabled = false
+	sb, err := New(cfg, WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := sb.(NoopSandbox); !ok {
+		t.Fatalf("disabled config gave %T", sb)
+	}
+	_, err = sb.Execute(WithSession(context.Background(), "x"), Command{Program: "echo"})
+	if !errors.Is(err, ErrDisabled) || !strings.Contains(err.Error(), "sandbox.enabled") {
+		t.Fatalf("err %v", err)
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Positive control: enabled gives the real pipeline.
+	cfg.Sandbox.Enabled = true
+	sb, err = New(cfg, WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	if _, err := sb.Execute(WithSession(context.Background(), "x"), Command{Program: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestEnforceability(t *testing.T) {
+	missing := func(feature, reason string) *drivertest.FakeDriver {
+		caps := drivertest.FullCapabilities()
+		caps.Features = nil
+		for _, f := range driverapi.KnownFeatures() {
+			if f != feature {
+				caps.Features = append(caps.Features, f)
+			}
+		}
+		caps.Unavailable = []driverapi.Unavailable{{Feature: feature, Reason: reason, Fix: "install it"}}
+		return &drivertest.FakeDriver{Caps: caps}
+	}
+	yes := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
+	cases := []struct {
+		feature string
+		caps    driverapi.Capabilities
+		ok      driverapi.Capabilities // a request that does not need feature
+	}{
+		{driverapi.FeatureNetworkNone, driverapi.Capabilities{}, driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}},
+		{driverapi.FeatureNetworkAll, driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}, driverapi.Capabilities{}},
+		{driverapi.FeatureSubprocessControl, driverapi.Capabilities{}, driverapi.Capabilities{SpawnSubprocess: true}},
+		{driverapi.FeatureMemoryLimit, driverapi.Capabilities{MaxMemoryMB: 64}, driverapi.Capabilities{}},
+		{driverapi.FeatureFSReadIsolation, driverapi.Capabilities{}, driverapi.Capabilities{}},
+	}
+	for _, c := range cases {
+		h := newHarness(t, testConfig(t), missing(c.feature, "kernel too old"), WithApprovalRequester(yes))
+		ctx := WithSession(context.Background(), "e")
+		_, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: c.caps})
+		de := wantDenied(t, err, ReasonUnenforceable)
+		if !strings.Contains(de.Reason, c.feature) || !strings.Contains(de.Reason, "kernel too old") || !strings.Contains(de.Reason, "fake") {
+			t.Fatalf("reason %q does not name feature, cause and driver", de.Reason)
+		}
+		if h.fake.Runs() != 0 {
+			t.Fatal("unenforceable command ran")
+		}
+		if c.feature == driverapi.FeatureFSReadIsolation {
+			continue // every command needs it: no positive control possible
+		}
+		if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: c.ok}); err != nil {
+			t.Fatalf("%s missing, request %+v: %v", c.feature, c.ok, err)
+		}
+	}
+	// AllowHosts needs the proxy feature and a mediator.
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(yes))
+	_, err := h.sb.Execute(WithSession(context.Background(), "e"), Command{Program: "echo",
+		Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}})
+	de := wantDenied(t, err, ReasonUnenforceable)
+	if !strings.Contains(de.Reason, "mediator") {
+		t.Fatalf("reason %q", de.Reason)
+	}
+	h = newHarness(t, testConfig(t), missing(driverapi.FeatureNetworkViaProxy, "no proxy support"), WithApprovalRequester(yes), WithNetworkMediator(&fakeMediator{}))
+	_, err = h.sb.Execute(WithSession(context.Background(), "e"), Command{Program: "echo",
+		Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}})
+	de = wantDenied(t, err, ReasonUnenforceable)
+	if !strings.Contains(de.Reason, driverapi.FeatureNetworkViaProxy) {
+		t.Fatalf("reason %q", de.Reason)
+	}
+}
+
+// failingDriver fails ProfileFor; everything else is the fake's.
+type failingDriver struct{ *drivertest.FakeDriver }
+
+func (failingDriver) ProfileFor(context.Context, driverapi.ProfileRequest) (driverapi.Profile, error) {
+	return driverapi.Profile{}, errors.New("cannot build profile")
+}
+
+func TestDriverFailureIsTypedAndAudited(t *testing.T) {
+	fake := &drivertest.FakeDriver{}
+	sink := &memSink{}
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(drivertest.Connect(t, failingDriver{fake})), WithAuditSink(sink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	_, err = sb.Execute(WithSession(context.Background(), "d"), Command{Program: "echo"})
+	var de *DriverError
+	if !errors.As(err, &de) || de.Op != "ProfileFor" || !strings.Contains(err.Error(), "cannot build profile") || de.Driver != "fake" {
+		t.Fatalf("err %T %v", err, err)
+	}
+	if r := sink.last(t); r.Reason != ReasonDriverFailed || r.Decision != DecisionError {
+		t.Fatalf("audit %+v", r)
+	}
+}
+
+func TestCancelledContext(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil)
+	ctx, cancel := context.WithCancel(WithSession(context.Background(), "c"))
+	go func() {
+		for h.fake.Runs() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+	}()
+	_, err := h.sb.Execute(ctx, Command{Program: "sleep", Args: []string{"1m"}})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v", err)
+	}
+	if r := h.sink.last(t); r.Reason != ReasonCanceled {
+		t.Fatalf("audit %+v", r)
+	}
+}
+
+func TestConcurrentSessions(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil)
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := 0; i < 32; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			sid := []string{"a", "b", "c"}[i%3]
+			out, err := h.sb.Execute(context.Background(), Command{SessionID: sid, Program: "echo", Args: []string{sid}})
+			if err == nil && string(out.Stdout) != sid+"\n" {
+				err = errors.New("wrong output " + string(out.Stdout))
+			}
+			errs <- err
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	h.sb.mu.RLock()
+	n := len(h.sb.sessions)
+	h.sb.mu.RUnlock()
+	if n != 3 {
+		t.Fatalf("%d sessions, want 3", n)
+	}
+}
+
+func TestClosedSandboxRefuses(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil)
+	_ = h.sb.Close()
+	if _, err := h.sb.Execute(WithSession(context.Background(), "x"), Command{Program: "echo"}); err == nil {
+		t.Fatal("closed sandbox ran a command")
+	}
+}
