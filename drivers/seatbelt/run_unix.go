@@ -1,0 +1,122 @@
+//go:build unix
+
+package seatbelt
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// runProcess starts ps in its own process group, feeds stdin, streams the
+// output within budget and kills the whole group on timeout or cancel.
+func runProcess(ctx context.Context, ps processSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	start := time.Now()
+	outBudget, errBudget := driverapi.StreamBudgets(ps.budget)
+	var so, se io.Writer = io.Discard, io.Discard
+	if streams.Stdout != nil {
+		so = chunkWriter{streams.Stdout}
+	}
+	if streams.Stderr != nil {
+		se = chunkWriter{streams.Stderr}
+	}
+	stdout := driverapi.NewBudgetWriter(so, outBudget)
+	stderr := driverapi.NewBudgetWriter(se, errBudget)
+
+	cmd := exec.Command(ps.argv[0], ps.argv[1:]...)
+	cmd.Env = ps.env
+	cmd.Dir = ps.dir
+	cmd.Stdin = bytes.NewReader(ps.stdin)
+	cmd.Stdout = stdout
+	cmd.Stderr = stderr
+	// Own process group: the timeout kills -pgid, the command and every
+	// descendant that stayed in the group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A grandchild that keeps the pipes open must not hang Wait.
+	cmd.WaitDelay = 2 * time.Second
+
+	var statusR *os.File
+	if ps.withShim {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return driverapi.Exit{}, fmt.Errorf("seatbelt: status pipe: %w", err)
+		}
+		statusR = r
+		cmd.ExtraFiles = []*os.File{w} // fd 3 in the shim
+		defer r.Close()
+		defer w.Close()
+	}
+	if err := cmd.Start(); err != nil {
+		return driverapi.Exit{}, fmt.Errorf("seatbelt: start %s: %w", ps.argv[0], err)
+	}
+	pgid := cmd.Process.Pid
+	killGroup := func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
+
+	if statusR != nil {
+		cmd.ExtraFiles[0].Close() // the parent's copy of the write end
+		msg, _ := io.ReadAll(io.LimitReader(statusR, 4096))
+		if len(msg) > 0 {
+			killGroup()
+			_ = cmd.Wait()
+			return driverapi.Exit{}, errors.New(strings.TrimSpace(string(msg)))
+		}
+	}
+
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timer := time.NewTimer(ps.timeout)
+	defer timer.Stop()
+	var timedOut bool
+	var waitErr error
+	select {
+	case waitErr = <-done:
+	case <-timer.C:
+		timedOut = true
+		killGroup()
+		waitErr = <-done
+	case <-ctx.Done():
+		killGroup()
+		<-done
+		return driverapi.Exit{}, ctx.Err()
+	}
+	// Whatever the leader did, nothing of its group outlives the command.
+	killGroup()
+
+	exit := driverapi.Exit{
+		StdoutBytes: stdout.Total(),
+		StderrBytes: stderr.Total(),
+		Truncated:   stdout.Truncated() || stderr.Truncated(),
+		Duration:    time.Since(start),
+	}
+	st := cmd.ProcessState
+	if st == nil {
+		return driverapi.Exit{}, fmt.Errorf("seatbelt: wait: %w", waitErr)
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok {
+		exit.ExitCode, exit.Signal = exitFromStatus(ws.ExitStatus(), ws.Signaled(), int(ws.Signal()))
+	} else {
+		exit.ExitCode = int32(st.ExitCode())
+	}
+	if timedOut {
+		exit.TimedOut = true
+		exit.ExitCode, exit.Signal = 137, int32(syscall.SIGKILL)
+	}
+	if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
+		exit.Usage = driverapi.ResourceUsage{
+			MaxRSSKB: maxRSSKB(runtime.GOOS, int64(ru.Maxrss)),
+			UserMS:   st.UserTime().Milliseconds(),
+			SystemMS: st.SystemTime().Milliseconds(),
+		}
+	}
+	return exit, nil
+}

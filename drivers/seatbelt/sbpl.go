@@ -1,0 +1,447 @@
+// Package seatbelt is the macOS driver of aleph-sandbox: it turns a
+// capability request into a Seatbelt (SBPL) profile and runs the command
+// under /usr/bin/sandbox-exec.
+//
+// Everything that does not need macOS (profile generation, parameter
+// naming, validation, the capability report, the process runner, which is
+// plain POSIX) lives in files without an OS build tag, so it is unit-tested
+// on any Unix. Only the probe that needs the real sandbox-exec is specific
+// to darwin.
+//
+// Paths never appear in the profile text. Each one travels as a
+// `-D NAME=VALUE` parameter of sandbox-exec and the profile refers to it as
+// (param "NAME"): a workspace called `")(allow default)(` is just a string
+// value, it cannot change the policy.
+package seatbelt
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Parameter names used in the generated profile. The program's own path is
+// added by Run (it is not known when the profile is made).
+const (
+	ParamWorkspace = "WORKSPACE"
+	ParamProgram   = "PROGRAM"
+	paramRead      = "READ_"      // READ_0, READ_1, ...: fs_read grants
+	paramWrite     = "WRITE_"     // WRITE_0, ...: fs_write grants
+	paramProtected = "PROTECTED_" // PROTECTED_0..3: WORKSPACE/.git etc.
+	paramAncestor  = "ANCESTOR_"  // ancestors of every granted path (stat only)
+)
+
+// Param is one `-D NAME=VALUE` argument of sandbox-exec.
+type Param struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// baselineReadPaths are the system trees every program may read: frameworks,
+// libraries, the tools in the default PATH, and the dyld shared cache (which
+// lives in the Preboot cryptex on macOS 13 and later).
+var baselineReadSubpaths = []string{
+	"/System",
+	"/usr/lib",
+	"/usr/libexec",
+	"/usr/share",
+	"/usr/bin",
+	"/usr/sbin",
+	"/bin",
+	"/sbin",
+	"/private/var/db/dyld",
+	"/System/Volumes/Preboot/Cryptexes",
+	"/private/var/db/timezone",
+	"/Library/Apple/System/Library",
+	"/Library/Preferences/Logging",
+	"/opt/homebrew/lib",
+	"/usr/local/lib",
+	"/private/etc/ssl",
+}
+
+// baselineReadLiterals are single system files a process reads while
+// starting or resolving users, time zones and services. Not the whole of
+// /etc: master.passwd and the like stay out.
+var baselineReadLiterals = []string{
+	"/private/etc/localtime",
+	"/private/etc/hosts",
+	"/private/etc/resolv.conf",
+	"/private/etc/services",
+	"/private/etc/protocols",
+	"/private/etc/passwd",
+	"/private/etc/group",
+	"/private/etc/shells",
+	"/private/etc/zshrc",
+	"/private/etc/profile",
+	"/private/etc/bashrc",
+	"/dev/random",
+	"/dev/urandom",
+	"/dev/autofs_nowait",
+}
+
+// baselineMetadataLiterals are the roots and firmlink ancestors that path
+// resolution stats on the way to anything (getcwd, realpath, the shell).
+var baselineMetadataLiterals = []string{
+	"/",
+	"/private",
+	"/private/var",
+	"/private/etc",
+	"/private/tmp",
+	"/var",
+	"/etc",
+	"/tmp",
+	"/Users",
+	"/Volumes",
+	"/System/Volumes",
+	"/System/Volumes/Data",
+	"/Library",
+	"/opt",
+	"/opt/homebrew",
+	"/usr",
+	"/usr/local",
+	"/dev",
+}
+
+// baselineMachServices are the launchd services an ordinary command-line
+// process looks up while starting (logging, directory lookups, notify,
+// preferences, temp-dir helper, trust evaluation).
+var baselineMachServices = []string{
+	"com.apple.analyticsd",
+	"com.apple.bsd.dirhelper",
+	"com.apple.cfprefsd.agent",
+	"com.apple.cfprefsd.daemon",
+	"com.apple.diagnosticd",
+	"com.apple.logd",
+	"com.apple.runningboard",
+	"com.apple.system.logger",
+	"com.apple.system.notification_center",
+	"com.apple.system.opendirectoryd.libinfo",
+	"com.apple.system.opendirectoryd.membership",
+	"com.apple.trustd",
+	"com.apple.trustd.agent",
+}
+
+// networkMachServices are needed only with network access: name
+// resolution goes through mDNSResponder.
+var networkMachServices = []string{
+	"com.apple.SystemConfiguration.DNSConfiguration",
+	"com.apple.SystemConfiguration.configd",
+	"com.apple.dnssd.service",
+	"com.apple.mDNSResponder",
+}
+
+// Plan is what ProfileFor decides; it is serialised into the profile data.
+type Plan struct {
+	// Format versions the profile data layout.
+	Format int `json:"format"`
+	// SBPL is the profile text. It contains no path from the request.
+	SBPL string `json:"sbpl"`
+	// Params are the -D arguments, sorted by name.
+	Params []Param `json:"params"`
+	// Network is the network mode the profile enforces.
+	Network string `json:"network"`
+	// ProxyPort is the loopback port allowed for allow_hosts, else 0.
+	ProxyPort int `json:"proxy_port,omitempty"`
+	// SpawnSubprocess says whether process-fork is allowed.
+	SpawnSubprocess bool `json:"spawn_subprocess"`
+	// MaxMemoryMB is applied as RLIMIT_AS by the launch shim (0: none).
+	MaxMemoryMB uint64 `json:"max_memory_mb,omitempty"`
+}
+
+// PlanFormat is the current Plan.Format.
+const PlanFormat = 1
+
+// Canonicalizer turns a path into the form Seatbelt matches against (real
+// path, symlinks and firmlinks such as /tmp -> /private/tmp resolved).
+// Paths that do not exist are returned cleaned.
+type Canonicalizer func(path string) string
+
+// IdentityCanonicalizer only cleans the path; tests use it.
+func IdentityCanonicalizer(p string) string { return filepath.Clean(p) }
+
+// EvalSymlinksCanonicalizer resolves symlinks when the path exists.
+func EvalSymlinksCanonicalizer(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return filepath.Clean(p)
+}
+
+// BuildPlan makes the profile for req. It validates every path (absolute,
+// no NUL) and the proxy endpoint; the result is deterministic for equal
+// input.
+func BuildPlan(req driverapi.ProfileRequest, canon Canonicalizer) (Plan, error) {
+	if canon == nil {
+		canon = IdentityCanonicalizer
+	}
+	if err := checkPath("workspace", req.Workspace); err != nil {
+		return Plan{}, err
+	}
+	if req.Cwd != "" {
+		if err := checkPath("cwd", req.Cwd); err != nil {
+			return Plan{}, err
+		}
+		if !driverapi.PathWithin(canon(req.Cwd), canon(req.Workspace)) {
+			return Plan{}, &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is not inside the workspace %q", req.Cwd, req.Workspace)}
+		}
+	}
+	caps := req.Capabilities
+	ws := canon(req.Workspace)
+	if ws == "/" {
+		return Plan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: "the file system root cannot be the workspace"}
+	}
+	reads, err := canonList("fs_read", caps.FSRead, canon)
+	if err != nil {
+		return Plan{}, err
+	}
+	writes, err := canonList("fs_write", caps.FSWrite, canon)
+	if err != nil {
+		return Plan{}, err
+	}
+	plan := Plan{
+		Format:          PlanFormat,
+		Network:         caps.Network.Mode.String(),
+		SpawnSubprocess: caps.SpawnSubprocess,
+		MaxMemoryMB:     caps.MaxMemoryMB,
+	}
+	switch caps.Network.Mode {
+	case driverapi.NetworkNone, driverapi.NetworkAllowAll:
+	case driverapi.NetworkAllowHosts:
+		port, err := proxyPort(req.Proxy)
+		if err != nil {
+			return Plan{}, err
+		}
+		plan.ProxyPort = port
+	default:
+		return Plan{}, &driverapi.InvalidSpecError{Field: "network.mode", Reason: "unknown network mode"}
+	}
+
+	params := []Param{{Name: ParamWorkspace, Value: ws}}
+	var protected []string
+	for i, d := range driverapi.ProtectedDirs() {
+		name := paramProtected + strconv.Itoa(i)
+		params = append(params, Param{Name: name, Value: filepath.Join(ws, d)})
+		protected = append(protected, name)
+	}
+	var readNames, writeNames []string
+	for i, p := range reads {
+		name := paramRead + strconv.Itoa(i)
+		params = append(params, Param{Name: name, Value: p})
+		readNames = append(readNames, name)
+	}
+	for i, p := range writes {
+		name := paramWrite + strconv.Itoa(i)
+		params = append(params, Param{Name: name, Value: p})
+		writeNames = append(writeNames, name)
+	}
+	var ancestorNames []string
+	for i, a := range ancestors(append(append([]string{ws}, reads...), writes...)) {
+		name := paramAncestor + strconv.Itoa(i)
+		params = append(params, Param{Name: name, Value: a})
+		ancestorNames = append(ancestorNames, name)
+	}
+	sort.Slice(params, func(i, j int) bool { return params[i].Name < params[j].Name })
+	plan.Params = params
+	plan.SBPL = renderSBPL(sbplInput{
+		protected: protected,
+		reads:     readNames,
+		writes:    writeNames,
+		ancestors: ancestorNames,
+		network:   caps.Network.Mode,
+		proxyPort: plan.ProxyPort,
+		spawn:     caps.SpawnSubprocess,
+	})
+	return plan, nil
+}
+
+func checkPath(field, p string) error {
+	switch {
+	case p == "":
+		return &driverapi.InvalidSpecError{Field: field, Reason: "empty path"}
+	case strings.IndexByte(p, 0) >= 0:
+		return &driverapi.InvalidSpecError{Field: field, Reason: "contains a NUL byte"}
+	case !filepath.IsAbs(p) || p[0] != '/':
+		return &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q is not an absolute path", p)}
+	}
+	return nil
+}
+
+// canonList validates, canonicalises, de-duplicates and sorts grant paths,
+// so that equal requests in another order give the same profile.
+func canonList(field string, in []string, canon Canonicalizer) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for i, p := range in {
+		if err := checkPath(fmt.Sprintf("%s[%d]", field, i), p); err != nil {
+			return nil, err
+		}
+		c := canon(p)
+		if c == "/" {
+			return nil, &driverapi.InvalidSpecError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: "granting the whole file system is not allowed"}
+		}
+		if !seen[c] {
+			seen[c] = true
+			out = append(out, c)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// ancestors lists every proper ancestor of paths (except "/", which the
+// baseline covers), de-duplicated and sorted: stat on them is needed to
+// resolve and getcwd into the granted trees.
+func ancestors(paths []string) []string {
+	seen := map[string]bool{}
+	for _, p := range paths {
+		for d := filepath.Dir(p); d != "/" && d != "." && !seen[d]; d = filepath.Dir(d) {
+			seen[d] = true
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for d := range seen {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// proxyPort extracts the loopback TCP port of the managed proxy. Seatbelt
+// network filters can only name "localhost" or "*" as host, so a proxy
+// elsewhere cannot be confined to and is refused.
+func proxyPort(p *driverapi.ProxyEndpoint) (int, error) {
+	if p == nil || p.TCPAddr == "" {
+		return 0, &driverapi.InvalidSpecError{Field: "proxy", Reason: "network allow_hosts needs the managed proxy's loopback TCP address (ProfileRequest.Proxy.TCPAddr); seatbelt cannot route through a unix socket proxy"}
+	}
+	host, portStr, err := net.SplitHostPort(p.TCPAddr)
+	if err != nil {
+		return 0, &driverapi.InvalidSpecError{Field: "proxy.tcp_addr", Reason: fmt.Sprintf("%q is not host:port: %v", p.TCPAddr, err)}
+	}
+	ip := net.ParseIP(host)
+	if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return 0, &driverapi.InvalidSpecError{Field: "proxy.tcp_addr", Reason: fmt.Sprintf("proxy host %q is not a loopback address; seatbelt can only allow localhost", host)}
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != portStr {
+		return 0, &driverapi.InvalidSpecError{Field: "proxy.tcp_addr", Reason: fmt.Sprintf("port %q is not a number in 1..65535", portStr)}
+	}
+	return port, nil
+}
+
+type sbplInput struct {
+	protected, reads, writes, ancestors []string
+	network                             driverapi.NetworkMode
+	proxyPort                           int
+	spawn                               bool
+}
+
+func sbplString(s string) string {
+	// Only constants of this file reach here; strconv.Quote still makes
+	// any of them a well-formed SBPL string literal.
+	return strconv.Quote(s)
+}
+
+func paramRef(name string) string { return `(param ` + sbplString(name) + `)` }
+
+// renderSBPL writes the profile. Every request value enters only as a
+// parameter name chosen here; the proxy port is an integer validated by
+// proxyPort.
+func renderSBPL(in sbplInput) string {
+	var b strings.Builder
+	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...); b.WriteByte('\n') }
+	w("(version 1)")
+	w("(deny default)")
+	w("")
+	w("; --- platform baseline (read-only) ---")
+	b.WriteString("(allow file-read*")
+	for _, p := range baselineReadSubpaths {
+		b.WriteString("\n  (subpath " + sbplString(p) + ")")
+	}
+	for _, p := range baselineReadLiterals {
+		b.WriteString("\n  (literal " + sbplString(p) + ")")
+	}
+	w(")")
+	b.WriteString("(allow file-read-metadata")
+	for _, p := range baselineMetadataLiterals {
+		b.WriteString("\n  (literal " + sbplString(p) + ")")
+	}
+	for _, n := range in.ancestors {
+		b.WriteString("\n  (literal " + paramRef(n) + ")")
+	}
+	w(")")
+	w("; devices: null/zero/tty, the pty multiplexer and pseudo-terminals, inherited descriptors")
+	w(`(allow file-read* file-write-data file-ioctl`)
+	w(`  (literal "/dev/null") (literal "/dev/zero") (literal "/dev/tty") (literal "/dev/dtracehelper")`)
+	w(`  (literal "/dev/ptmx") (regex #"^/dev/ttys[0-9]+$") (subpath "/dev/fd"))`)
+	w(`(allow pseudo-tty)`)
+	w("; /tmp scratch (world-shared on macOS already)")
+	w(`(allow file-read* file-write* (subpath "/private/tmp"))`)
+	w("; mach services a command-line process needs to start")
+	b.WriteString("(allow mach-lookup")
+	for _, s := range baselineMachServices {
+		b.WriteString("\n  (global-name " + sbplString(s) + ")")
+	}
+	w(")")
+	w(`(allow ipc-posix-shm-read-data ipc-posix-shm-read-metadata (ipc-posix-name "apple.shm.notification_center"))`)
+	w(`(allow iokit-open (iokit-user-client-class "IOSurfaceRootUserClient"))`)
+	w(`(allow sysctl-read (sysctl-name-prefix "hw.") (sysctl-name-prefix "machdep.") (sysctl-name-prefix "kern.") (sysctl-name-prefix "vm.") (sysctl-name "sysctl.proc_translated"))`)
+	w(`(allow process-info* (target self))`)
+	w(`(allow signal (target same-sandbox))`)
+	w("")
+	w("; --- processes ---")
+	if in.spawn {
+		w(`(allow process-fork)`)
+		w(`(allow process-exec)`)
+	} else {
+		w("; spawn_subprocess=false: no fork, exec only of the target itself")
+		w(`(allow process-exec (literal %s))`, paramRef(ParamProgram))
+	}
+	w(`(allow file-read* (literal %s))`, paramRef(ParamProgram))
+	w("")
+	w("; --- workspace and grants ---")
+	notProtected := ""
+	for _, n := range in.protected {
+		notProtected += " (require-not (subpath " + paramRef(n) + "))"
+	}
+	w(`(allow file-read* (subpath %s))`, paramRef(ParamWorkspace))
+	w(`(allow file-write* (require-all (subpath %s)%s))`, paramRef(ParamWorkspace), notProtected)
+	for _, n := range in.reads {
+		w(`(allow file-read* (subpath %s))`, paramRef(n))
+	}
+	for _, n := range in.writes {
+		w(`(allow file-read* (subpath %s))`, paramRef(n))
+		w(`(allow file-write* (require-all (subpath %s)%s))`, paramRef(n), notProtected)
+	}
+	w("")
+	w("; --- network: %s ---", in.network)
+	switch in.network {
+	case driverapi.NetworkAllowAll:
+		w(`(allow network*)`)
+		w(`(allow system-socket)`)
+		b.WriteString("(allow mach-lookup")
+		for _, s := range networkMachServices {
+			b.WriteString("\n  (global-name " + sbplString(s) + ")")
+		}
+		w(")")
+	case driverapi.NetworkAllowHosts:
+		w("; only the managed proxy on loopback; it enforces the host list")
+		w(`(allow network-outbound (remote tcp "localhost:%d"))`, in.proxyPort)
+	default:
+		w("; none: no network rule at all")
+	}
+	w("")
+	w("; --- protected paths: never writable, never creatable ---")
+	if len(in.protected) > 0 {
+		b.WriteString("(deny file-write*")
+		for _, n := range in.protected {
+			b.WriteString(" (subpath " + paramRef(n) + ")")
+		}
+		w(")")
+	}
+	return b.String()
+}
