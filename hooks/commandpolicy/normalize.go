@@ -1,0 +1,484 @@
+package commandpolicy
+
+import (
+	"encoding/base64"
+	"regexp"
+	"strings"
+	"unicode"
+	"unicode/utf16"
+	"unicode/utf8"
+)
+
+// maxDecodeDepth bounds nested -EncodedCommand expansion; maxDecodes bounds
+// how many payloads one text may expand.
+const (
+	maxDecodeDepth = 2
+	maxDecodes     = 8
+)
+
+// Normalize folds the spellings a shell (sh, cmd.exe or PowerShell) would
+// execute exactly like their plain form, so the rules see through them:
+//
+//   - invisible and zero-width characters are dropped; Unicode spaces, dashes
+//     and smart quotes become their ASCII forms (PowerShell accepts them);
+//   - line continuations (backslash, caret or backtick before a newline) are
+//     joined, and a line ending in a pipe or && joins the next one;
+//   - cmd ^ escapes and PowerShell backtick escapes are removed;
+//   - quote characters are removed (so "" pairs and 'r”m' splits vanish) and
+//     $'\x72\x6d' ANSI-C strings are decoded; ${IFS} becomes a space;
+//   - backslash-escaped characters lose their backslash (\r\m -> rm). As a
+//     backslash is also the Windows path separator, a text with backslashes
+//     is returned in two views, the POSIX reading then the Windows reading,
+//     separated by a newline;
+//   - a directory prefix on a command word is dropped when it names a system
+//     binary directory (/bin/rm, /usr/bin/rm, C:\Windows\System32\x.exe) and
+//     .exe/.com suffixes of command words are removed;
+//   - spaces and tabs collapse to one space;
+//   - PowerShell -EncodedCommand (and its prefixes -enc, -e, ...) payloads are
+//     decoded (base64 of UTF-16LE), normalised, and appended on new lines.
+//
+// The result is for matching only: it is not a command to run.
+func Normalize(s string) string { return normalize(s, 0) }
+
+func normalize(s string, depth int) string {
+	base := fold(s)
+	posix := canonical(unescapeBackslashes(base))
+	out := posix
+	if strings.IndexByte(base, '\\') >= 0 {
+		if win := canonical(base); win != posix {
+			out = posix + "\n" + win
+		}
+	}
+	if depth < maxDecodeDepth {
+		for _, payload := range encodedPayloads(base) {
+			out += "\n" + normalize(payload, depth+1)
+		}
+	}
+	return out
+}
+
+// invisible reports runes that render as nothing and that shells either
+// ignore or treat as part of a word: zero-width, bidi controls, soft hyphen,
+// other format characters and C0/C1 controls except tab and newline.
+func invisible(r rune) bool {
+	switch {
+	case r == '\t' || r == '\n' || r == '\r':
+		return false
+	case r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0):
+		return true
+	case r == 0x00ad, r == 0x034f, r == 0x061c, r == 0x115f, r == 0x1160, r == 0x17b4, r == 0x17b5,
+		r == 0x180e, r == 0x3164, r == 0xffa0:
+		return true
+	case r >= 0x200b && r <= 0x200f, r >= 0x202a && r <= 0x202e, r >= 0x2060 && r <= 0x206f,
+		r == 0xfeff, r >= 0xfe00 && r <= 0xfe0f, r >= 0xfff0 && r <= 0xfffb:
+		return true
+	}
+	return unicode.Is(unicode.Cf, r)
+}
+
+// foldRune maps look-alike runes to the ASCII rune PowerShell (or a terminal
+// reader) takes them for; -1 means "keep r".
+func foldRune(r rune) rune {
+	switch {
+	case r == 0x00a0 || r == 0x1680 || (r >= 0x2000 && r <= 0x200a) || r == 0x202f || r == 0x205f || r == 0x3000:
+		return ' '
+	case (r >= 0x2010 && r <= 0x2015) || r == 0x2212 || r == 0xfe63 || r == 0xff0d:
+		return '-'
+	case r >= 0x2018 && r <= 0x201b:
+		return '\''
+	case r >= 0x201c && r <= 0x201f:
+		return '"'
+	case r == 0x212a:
+		return 'k'
+	case r == 0x017f:
+		return 's'
+	case r >= 0xff01 && r <= 0xff5e: // full-width ASCII
+		return r - 0xfee0
+	}
+	return -1
+}
+
+// fold is the first pass: character-level folding common to every view.
+func fold(s string) string {
+	return foldASCII(foldUnicode(s))
+}
+
+// foldUnicode drops invisible runes and maps look-alikes to ASCII. Text that
+// is already ASCII is returned as is.
+func foldUnicode(s string) string {
+	if isASCII(s) {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for _, r := range s {
+		if r == utf8.RuneError || invisible(r) {
+			continue
+		}
+		if f := foldRune(r); f >= 0 {
+			r = f
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// foldASCII removes escapes, continuations and quotes.
+func foldASCII(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); {
+		c := s[i]
+		next := byte(0)
+		if i+1 < len(s) {
+			next = s[i+1]
+		}
+		switch {
+		case c == '\r':
+			if next != '\n' {
+				b.WriteByte('\n')
+			}
+			i++
+		case c == '\t' || c == '\v' || c == '\f':
+			b.WriteByte(' ')
+			i++
+		case c < 0x20 && c != '\n' || c == 0x7f:
+			i++
+		case (c == '^' || c == '`' || c == '\\') && (next == '\n' || next == '\r'):
+			// Line continuation in cmd, PowerShell and sh respectively.
+			i += 2
+			if next == '\r' && i < len(s) && s[i] == '\n' {
+				i++
+			}
+		case c == '^' || c == '`':
+			// cmd and PowerShell escapes; a POSIX backquote substitution
+			// runs its content, which therefore stays visible.
+			i++
+		case c == '$' && next == '\'':
+			j, decoded := ansiC(s, i+2)
+			b.WriteString(foldUnicode(decoded))
+			i = j
+		case c == '\'' || c == '"':
+			i++
+		case c == '$' && strings.HasPrefix(s[i:], "${IFS}"):
+			b.WriteByte(' ')
+			i += len("${IFS}")
+		case c == '$' && strings.HasPrefix(s[i:], "$IFS") && (i+4 >= len(s) || !isWordByte(s[i+4])):
+			b.WriteByte(' ')
+			i += len("$IFS")
+		default:
+			b.WriteByte(c)
+			i++
+		}
+	}
+	return b.String()
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// ansiC decodes a bash $'...' string starting at s[i] (just past the
+// opening quote); it returns the index after the closing quote.
+func ansiC(s string, i int) (int, string) {
+	var b strings.Builder
+	for i < len(s) {
+		c := s[i]
+		if c == '\'' {
+			return i + 1, b.String()
+		}
+		if c != '\\' || i+1 >= len(s) {
+			b.WriteByte(c)
+			i++
+			continue
+		}
+		e := s[i+1]
+		i += 2
+		switch e {
+		case 'n':
+			b.WriteByte('\n')
+		case 't':
+			b.WriteByte(' ')
+		case 'x':
+			v, n := hexVal(s[i:], 2)
+			if n == 0 {
+				b.WriteString(`\x`)
+				continue
+			}
+			b.WriteByte(byte(v))
+			i += n
+		case 'u', 'U':
+			width := 4
+			if e == 'U' {
+				width = 8
+			}
+			v, n := hexVal(s[i:], width)
+			if n == 0 {
+				b.WriteByte(e)
+				continue
+			}
+			b.WriteRune(rune(v))
+			i += n
+		case '0', '1', '2', '3', '4', '5', '6', '7':
+			v := int(e - '0')
+			for k := 0; k < 2 && i < len(s) && s[i] >= '0' && s[i] <= '7'; k++ {
+				v = v*8 + int(s[i]-'0')
+				i++
+			}
+			b.WriteByte(byte(v))
+		default:
+			b.WriteByte(e)
+		}
+	}
+	return i, b.String()
+}
+
+func hexVal(s string, max int) (int, int) {
+	v, n := 0, 0
+	for n < max && n < len(s) {
+		c := s[n]
+		var d int
+		switch {
+		case c >= '0' && c <= '9':
+			d = int(c - '0')
+		case c >= 'a' && c <= 'f':
+			d = int(c-'a') + 10
+		case c >= 'A' && c <= 'F':
+			d = int(c-'A') + 10
+		default:
+			return v, n
+		}
+		v = v*16 + d
+		n++
+	}
+	return v, n
+}
+
+// unescapeBackslashes is the POSIX reading of backslashes: "\x" is "x".
+func unescapeBackslashes(s string) string {
+	if strings.IndexByte(s, '\\') < 0 {
+		return s
+	}
+	var b strings.Builder
+	b.Grow(len(s))
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' {
+			i++
+			if i >= len(s) {
+				break
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isSep(c byte) bool {
+	switch c {
+	case ';', '&', '|', '(', ')', '{', '}', '<', '>', '\n':
+		return true
+	}
+	return false
+}
+
+// wrappers run their argument as a command, so the word after them is in
+// command position too.
+var wrappers = map[string]bool{
+	"sudo": true, "doas": true, "env": true, "exec": true, "nohup": true, "nice": true, "time": true,
+	"xargs": true, "command": true, "builtin": true, "busybox": true, "timeout": true, "watch": true,
+	"strace": true, "chroot": true, "su": true, "eval": true, "then": true, "do": true, "else": true,
+	"if": true, "while": true, "until": true, "!": true, "sh": true, "bash": true, "zsh": true,
+	"dash": true, "ksh": true, "cmd": true, "powershell": true, "pwsh": true, "call": true,
+	"start": true, "runas": true, "ionice": true, "stdbuf": true, "setsid": true, "unbuffer": true,
+}
+
+// runners make the next word a command wherever they appear.
+var runners = map[string]bool{
+	"-c": true, "/c": true, "/k": true, "-command": true, "/command": true, "-exec": true,
+	"-execdir": true, "-ok": true, "-okdir": true, "xargs": true,
+}
+
+// canonical collapses blanks, joins lines continued by a trailing pipe or
+// &&, squeezes "( ) {" to "(){", and strips system directory prefixes and
+// .exe suffixes from words in command position.
+func canonical(s string) string {
+	var b strings.Builder
+	b.Grow(len(s))
+	cmdPos := true
+	lastNonSpace := byte('\n')
+	pendingSpace := false
+	for i := 0; i < len(s); {
+		c := s[i]
+		switch {
+		case c == ' ':
+			pendingSpace = true
+			i++
+			continue
+		case c == '\n':
+			pendingSpace = false
+			if lastNonSpace == '|' || lastNonSpace == '&' {
+				pendingSpace = true
+			} else if lastNonSpace != '\n' {
+				b.WriteByte('\n')
+				lastNonSpace = '\n'
+			}
+			cmdPos = true
+			i++
+			continue
+		}
+		if pendingSpace && lastNonSpace != '\n' {
+			b.WriteByte(' ')
+		}
+		pendingSpace = false
+		if c == '(' {
+			// "( ) {" -> "(){": function definitions in one spelling.
+			j := i + 1
+			for j < len(s) && s[j] == ' ' {
+				j++
+			}
+			if j < len(s) && s[j] == ')' {
+				b.WriteString("()")
+				k := j + 1
+				for k < len(s) && s[k] == ' ' {
+					k++
+				}
+				i = j + 1
+				if k < len(s) && s[k] == '{' {
+					b.WriteByte('{')
+					i = k + 1
+				}
+				lastNonSpace = s[i-1]
+				cmdPos = true
+				continue
+			}
+		}
+		if isSep(c) {
+			b.WriteByte(c)
+			lastNonSpace = c
+			cmdPos = c != '<' && c != '>'
+			i++
+			continue
+		}
+		j := i
+		for j < len(s) && s[j] != ' ' && !isSep(s[j]) {
+			j++
+		}
+		tok := s[i:j]
+		if cmdPos {
+			tok = stripCommandPrefix(tok)
+			low := lowerASCII(tok)
+			cmdPos = wrappers[low] || strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || runners[low]
+		} else {
+			cmdPos = runners[lowerASCII(tok)]
+		}
+		b.WriteString(tok)
+		lastNonSpace = s[j-1]
+		i = j
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+// stripCommandPrefix drops a system binary directory from a command word and
+// a Windows executable suffix.
+func stripCommandPrefix(tok string) string {
+	k := strings.LastIndexAny(tok, `/\`)
+	if k >= 0 && k < len(tok)-1 {
+		dir := lowerASCII(tok[:k+1])
+		if systemDir(dir) {
+			tok = tok[k+1:]
+		}
+	}
+	low := lowerASCII(tok)
+	if strings.IndexAny(tok, `/\`) < 0 && (strings.HasSuffix(low, ".exe") || strings.HasSuffix(low, ".com")) && len(tok) > 4 {
+		tok = tok[:len(tok)-4]
+	}
+	return tok
+}
+
+// systemDir reports whether dir (lower-case, ending in a separator) is a
+// directory commands are installed in.
+func systemDir(dir string) bool {
+	if strings.ContainsRune(dir, '\\') || len(dir) >= 2 && dir[1] == ':' || strings.HasPrefix(dir, "%") || strings.HasPrefix(dir, "$env:") {
+		return strings.Contains(dir, `windows`) || strings.Contains(dir, "system32") ||
+			strings.Contains(dir, "syswow64") || strings.Contains(dir, "sysnative") ||
+			strings.HasPrefix(dir, "%systemroot%") || strings.HasPrefix(dir, "%windir%") ||
+			strings.HasPrefix(dir, "$env:systemroot") || strings.HasPrefix(dir, "$env:windir")
+	}
+	if !strings.HasPrefix(dir, "/") && !strings.HasPrefix(dir, "./") && !strings.HasPrefix(dir, "~/") {
+		return false
+	}
+	for _, part := range strings.Split(dir, "/") {
+		if part == "bin" || part == "sbin" {
+			return true
+		}
+	}
+	return false
+}
+
+// encodedRE finds a PowerShell -EncodedCommand argument. PowerShell accepts
+// any unambiguous prefix of a parameter name ("-e", "-ec", "-enc", ...) and
+// "/" as well as "-" as its sign.
+var encodedRE = regexp.MustCompile(`(?i)(?:^|[^\w.-])(?:powershell|pwsh)(?:\.exe)?\b[^\n;&|]*?\s[-/]e(?:c|n[a-z]*)?\s+([a-z0-9+/]{8,}={0,2})`)
+
+// encodedPayloads decodes the -EncodedCommand payloads in s.
+func encodedPayloads(s string) []string {
+	if !containsFold(s, "powershell") && !containsFold(s, "pwsh") {
+		return nil
+	}
+	var out []string
+	for _, m := range encodedRE.FindAllStringSubmatch(s, maxDecodes) {
+		if p, ok := decodeEncodedCommand(m[1]); ok {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// decodeEncodedCommand decodes base64 of UTF-16LE text (what PowerShell
+// expects); base64 of plain UTF-8 is accepted too, as an evasion would not
+// gain from it but a reader might.
+func decodeEncodedCommand(b64 string) (string, bool) {
+	raw, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		raw, err = base64.RawStdEncoding.DecodeString(strings.TrimRight(b64, "="))
+		if err != nil {
+			return "", false
+		}
+	}
+	if len(raw)%2 == 0 && len(raw) > 0 {
+		u := make([]uint16, len(raw)/2)
+		zeros := 0
+		for i := range u {
+			u[i] = uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
+			if raw[2*i+1] == 0 {
+				zeros++
+			}
+		}
+		if zeros*2 >= len(u) {
+			return string(utf16.Decode(u)), true
+		}
+	}
+	if utf8.Valid(raw) {
+		return string(raw), true
+	}
+	return "", false
+}
+
+// containsFold reports whether s contains sub (lower-case ASCII), ignoring
+// ASCII case, without allocating.
+func containsFold(s, sub string) bool {
+	n := len(sub)
+	for i := 0; i+n <= len(s); i++ {
+		if foldByte(s[i]) != sub[0] {
+			continue
+		}
+		k := 1
+		for k < n && foldByte(s[i+k]) == sub[k] {
+			k++
+		}
+		if k == n {
+			return true
+		}
+	}
+	return false
+}

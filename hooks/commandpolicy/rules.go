@@ -1,0 +1,236 @@
+package commandpolicy
+
+import "strings"
+
+// Rule actions.
+const (
+	// Block: denied when enforcement is "block", a warning when "warn".
+	Block = "block"
+	// Warn: let through and recorded.
+	Warn = "warn"
+)
+
+// Rule is one named pattern of the command policy.
+type Rule struct {
+	Name        string `json:"name" koanf:"name" toml:"name"`
+	Regex       string `json:"regex" koanf:"regex" toml:"regex"`
+	Action      string `json:"action" koanf:"action" toml:"action"`
+	Description string `json:"description" koanf:"description" toml:"description"`
+}
+
+// Pattern fragments shared by the curated rules. The rules run on
+// normalised text (see Normalize): quotes are gone, blanks are single
+// spaces, and a line is one logical command line. \s in a curated rule never
+// crosses a newline (see compileRule), so each rule matches within one line.
+const (
+	// cb: start of a command word, which may carry a directory prefix
+	// (/bin/rm, C:\...\vssadmin.exe) but is not the tail of a longer word.
+	cb = `(?:^|[^\w.-])`
+	// ce: end of a word.
+	ce = `(?:$|[\s;&|)<>}])`
+	// a: a character inside one simple command.
+	a = `[^\n;&|]`
+	// blockDev: block devices (disks, partitions, RAID, device-mapper,
+	// loop), never the harmless character devices such as /dev/null.
+	blockDev = `/dev/(?:(?:sd|hd|vd|xvd)[a-z]|nvme\d|mmcblk\d|r?disk\d|md\d|md/|dm-\d|mapper/|loop\d|sr\d|nbd\d|zd\d|rbd\d|bcache\d|ram\d|mtdblock\d|disk/by-|root` + ce + `)`
+	// rmRecursive: rm's recursive option, alone, bundled or long.
+	rmRecursive = `(?:-[a-z]*r[a-z]*|--recursive)`
+	// rootPath: the root directory in its spellings: /, //, /., /./, /*, /..
+	rootPath = `/[/.*]*`
+	// sysPath: top-level system directories (Linux and macOS) and home.
+	sysPath = `(?:/(?:bin|boot|dev|etc|home|lib|lib32|lib64|libx32|opt|proc|root|run|sbin|srv|sys|usr|var|system|library|applications|users|private)(?:/[^\s;&|]*)?|~/?|\$home/?|\$\{home\}/?)`
+	// winRemove: cmd and PowerShell deletion commands and aliases.
+	winRemove = `(?:remove-item|ri|rm|rmdir|rd|del|erase)(?:\.exe)?`
+	// winRecurse: /s (cmd) or -Recurse and its prefixes (PowerShell).
+	winRecurse = `(?:/s|[-/]r[a-z]*)`
+	// winRoot: a drive or registry hive root.
+	winRoot = `(?:[a-z]:[\\/]?\*?(?:\.\*)?|%systemdrive%[\\/]?\*?|\$env:systemdrive[\\/]?\*?|(?:hklm|hkcu|hkcr|hku|hkcc):[\\/]?\*?|registry::(?:hkey_[a-z_]+)[\\/]?\*?)`
+	// winSysPath: Windows system locations.
+	winSysPath = `(?:[a-z]:[\\/](?:windows|program files(?: \(x86\))?|programdata|users|boot|recovery)(?:[\\/][^\s;&|]*)?|%(?:windir|systemroot|programfiles|programdata|programfiles\(x86\))%(?:[\\/][^\s;&|]*)?|\$env:(?:windir|systemroot|programfiles|programdata)(?:[\\/][^\s;&|]*)?)`
+	hive       = `(?:hklm|hkey_local_machine|hkcu|hkey_current_user|hkcr|hkey_classes_root|hku|hkey_users|hkcc|hkey_current_config)`
+)
+
+// withOption matches cmd given both option opt and operand arg, in either
+// order, anywhere in one simple command.
+func withOption(cmd, opt, arg string) string {
+	return cb + cmd + `\s(?:` + a + `*\s)?(?:` +
+		opt + `(?:\s` + a + `*)?\s` + arg + ce +
+		`|` + arg + `\s(?:` + a + `*\s)?` + opt + ce + `)`
+}
+
+func alt(parts ...string) string { return `(?:` + strings.Join(parts, `|`) + `)` }
+
+// DefaultRules returns the curated rule set: patterns with essentially no
+// legitimate use inside a workspace (block) and risky ones worth a record
+// (warn), for POSIX shells, cmd.exe and PowerShell.
+func DefaultRules() []Rule {
+	return []Rule{
+		// ---- POSIX: block ----
+		{Name: "fork-bomb", Action: Block,
+			Description: "fork bomb: a function that pipes into itself in the background",
+			Regex: alt(
+				`:\(\)\{\s*:\s*\|\s*:\s*&`,
+				`[\w.]+\(\)\{\s*[\w.]+\s*\|\s*[\w.]+\s*&\s*;?\s*\}`,
+				`%0\s*\|\s*%0`,
+				`\bfork\s+while\s+fork\b`,
+				`\bwhile\s*\(\s*1\s*\)\s*\{?\s*fork\b`,
+			)},
+		{Name: "rm-no-preserve-root", Action: Block,
+			Description: "rm with --no-preserve-root: deleting the root file system",
+			Regex:       cb + `rm\s(?:` + a + `*\s)?--no-preserve-root` + ce},
+		{Name: "rm-root", Action: Block,
+			Description: "recursive rm of the root directory (/, //, /., /*)",
+			Regex:       withOption(`rm`, rmRecursive, rootPath)},
+		{Name: "dd-to-disk", Action: Block,
+			Description: "dd writing onto a disk or partition device",
+			Regex:       cb + `dd\s(?:` + a + `*\s)?of=` + blockDev},
+		{Name: "mkfs-device", Action: Block,
+			Description: "creating a file system on a device",
+			Regex:       cb + `(?:mkfs(?:\.[\w]+)?|mke2fs|mkswap|mkdosfs|mkntfs|mkfs_\w+|newfs(?:_\w+)?)\s(?:` + a + `*\s)?/dev/`},
+		{Name: "redirect-to-block-device", Action: Block,
+			Description: "output redirected (or tee'd) into a disk or partition device",
+			Regex:       alt(`>[>|]?\s*`+blockDev, cb+`tee\s(?:`+a+`*\s)?`+blockDev)},
+		{Name: "wipe-device", Action: Block,
+			Description: "wipefs, blkdiscard or shred of a device",
+			Regex:       cb + `(?:wipefs|blkdiscard|shred)\s(?:` + a + `*\s)?` + blockDev},
+
+		// ---- Windows: block ----
+		{Name: "win-format-drive", Action: Block,
+			Description: "formatting a drive (format X: or Format-Volume)",
+			Regex:       alt(cb+`format(?:\.com)?\s+[a-z]:(?:$|[\s\\/;&|])`, cb+`format-volume\b`)},
+		{Name: "win-root-recursive-delete", Action: Block,
+			Description: "recursive delete of a drive root or registry hive root",
+			Regex:       withOption(winRemove, winRecurse, winRoot)},
+		{Name: "win-shadow-copy-delete", Action: Block,
+			Description: "deleting volume shadow copies (recovery points)",
+			Regex: alt(
+				cb+`vssadmin(?:\.exe)?\s+(?:delete\s+shadows|resize\s+shadowstorage)`,
+				cb+`wmic(?:\.exe)?\s+shadowcopy\s+delete`,
+				`\bwin32_shadowcopy\b`+a+`*(?:\.delete\(|remove-(?:cim|wmi)instance|\|\s*%\s*\{)`,
+				cb+`diskshadow`+a+`*delete\s+shadows`,
+			)},
+		{Name: "win-backup-catalog-delete", Action: Block,
+			Description: "deleting the Windows backup catalog or system-state backups",
+			Regex:       cb + `wbadmin(?:\.exe)?\s+delete\s+(?:catalog|systemstatebackup|backup)\b`},
+		{Name: "win-raw-disk-write", Action: Block,
+			Description: "raw disk destruction (\\\\.\\PhysicalDrive, Clear-Disk, diskpart clean)",
+			Regex: alt(
+				`[\\/]{2}\.[\\/]physicaldrive\d`,
+				cb+`clear-disk\b`,
+				`\bselect\s+disk\s+\d+\s*(?:\n|;|&&?)?\s*clean\b`,
+			)},
+		{Name: "win-bcdedit", Action: Block,
+			Description: "bcdedit deleting boot entries or disabling recovery",
+			Regex:       cb + `bcdedit(?:\.exe)?\s(?:` + a + `*\s)?(?:/delete\b|/set\s` + a + `*\b(?:recoveryenabled\s+(?:no|off|0|false)|bootstatuspolicy\s+ignoreallfailures))`},
+		{Name: "win-reg-delete-hive", Action: Block,
+			Description: "reg delete of a whole registry hive",
+			Regex:       cb + `reg(?:\.exe)?\s+delete\s+` + hive + `\\?\s(?:` + a + `*\s)?[-/]f\b`},
+
+		// ---- POSIX: warn ----
+		{Name: "rm-system-path", Action: Warn,
+			Description: "recursive rm of a system directory or the home directory",
+			Regex:       withOption(`rm`, rmRecursive, sysPath)},
+		{Name: "download-to-shell", Action: Warn,
+			Description: "downloaded content piped or passed straight to a shell",
+			Regex: alt(
+				cb+`(?:curl|wget|fetch)\s`+a+`*\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:env\s+)?(?:ba|z|da|k|fi)?sh\b`,
+				cb+`(?:ba|z|da|k)?sh\s+(?:-\S+\s+)*<\(\s*(?:curl|wget)\b`,
+				cb+`(?:ba|z|da|k)?sh\s+(?:-\S+\s+)*-c\s+\$\(\s*(?:curl|wget)\b`,
+				cb+`(?:eval|source|\.)\s+\$?\(\s*(?:curl|wget)\b`,
+				cb+`source\s+<\(\s*(?:curl|wget)\b`,
+			)},
+		{Name: "chmod-777-system-path", Action: Warn,
+			Description: "world-writable permissions on the root or a system directory",
+			Regex:       cb + `chmod\s(?:` + a + `*\s)?(?:0?777|a\+rwx|ugo\+rwx|o\+w)\s(?:` + a + `*\s)?(?:/|` + sysPath + `)` + ce},
+		{Name: "write-credential-file", Action: Warn,
+			Description: "writing /etc/passwd, /etc/shadow, /etc/group or sudoers",
+			Regex: `(?:>>?\s*|` + cb + `(?:tee|cp|mv|install|ln|rsync|dd|sed\s+(?:` + a + `*\s)?-i\S*|visudo\s+-f)\s(?:` + a + `*\s)?(?:of=)?)` +
+				`/etc/(?:passwd|shadow|gshadow|group|sudoers(?:\.d(?:/\S*)?)?)` + ce},
+		{Name: "dev-tcp-reverse-shell", Action: Warn,
+			Description: "bash /dev/tcp or /dev/udp socket (reverse shell), or netcat running a shell",
+			Regex: alt(`/dev/(?:tcp|udp)/[^\s/]+/\d+`,
+				cb+`(?:nc|ncat|netcat)(?:\.\w+)?\s(?:`+a+`*\s)?-(?:e|c)\s`)},
+		{Name: "shutdown-reboot", Action: Warn,
+			Description: "shutting down or rebooting the host",
+			Regex: alt(cb+`(?:shutdown|reboot|halt|poweroff)`+ce,
+				cb+`init\s+[06]`+ce,
+				cb+`systemctl\s+(?:\S+\s+)*(?:reboot|poweroff|halt|kexec|suspend|hibernate)`+ce,
+				cb+`(?:stop|restart)-computer\b`)},
+		{Name: "sudo-password-input", Action: Warn,
+			Description: "sudo reading a password from stdin or an askpass helper, or opening a shell",
+			Regex:       cb + `sudo(?:\s+(?:-[ugpCDhrtT]\s+[^\s-]\S*|--\w[\w-]*=\S+|-[a-z]+))*?\s+(?:-[a-z]*[sa][a-z]*|--stdin|--askpass|--shell)` + ce},
+		{Name: "authorized-keys-write", Action: Warn,
+			Description: "writing an SSH authorized_keys file",
+			Regex: `(?:>>?\s*|` + cb + `(?:tee|cp|mv|install|ln|rsync|scp|dd|sed\s+(?:` + a + `*\s)?-i\S*)\s(?:` + a + `*\s)?(?:of=)?)` +
+				`\S*\.ssh/authorized_keys2?` + ce},
+
+		// ---- Windows: warn ----
+		{Name: "win-system-recursive-delete", Action: Warn,
+			Description: "recursive delete inside a Windows system location",
+			Regex:       withOption(winRemove, winRecurse, winSysPath)},
+		{Name: "win-encoded-command", Action: Warn,
+			Description: "PowerShell -EncodedCommand (hidden script text)",
+			Regex:       cb + `(?:powershell|pwsh)(?:\.exe)?\s(?:` + a + `*\s)?[-/]e(?:c|n[a-z]*)?\s+[a-z0-9+/]{8,}`},
+		{Name: "win-download-cradle", Action: Warn,
+			Description: "download-and-execute cradle",
+			Regex: alt(
+				`\b(?:iex|invoke-expression)\b`+a+`*(?:downloadstring|downloaddata|downloadfile|invoke-webrequest|\biwr\b|invoke-restmethod|\birm\b|net\.webclient|start-bitstransfer)`,
+				`\b(?:downloadstring|invoke-webrequest|\biwr|invoke-restmethod|\birm)\b`+a+`*\|\s*(?:iex|invoke-expression)\b`,
+				cb+`certutil(?:\.exe)?\s`+a+`*[-/]urlcache\b`,
+				cb+`bitsadmin(?:\.exe)?\s`+a+`*/transfer\b`,
+				cb+`mshta(?:\.exe)?\s+(?:https?|javascript|vbscript):`,
+				cb+`regsvr32(?:\.exe)?\s`+a+`*/i:https?:`,
+			)},
+		{Name: "win-defender-disable", Action: Warn,
+			Description: "disabling or excluding Microsoft Defender",
+			Regex: alt(
+				cb+`set-mppreference\s`+a+`*-disable\w*`,
+				cb+`add-mppreference\s`+a+`*-exclusion\w*`,
+				`\bdisableantispyware\b`,
+				`\bdisablerealtimemonitoring\b`,
+				cb+`(?:sc|net)(?:\.exe)?\s+(?:stop|delete|config)\s+windefend\b`,
+			)},
+		{Name: "win-firewall-disable", Action: Warn,
+			Description: "turning the Windows firewall off",
+			Regex: alt(
+				cb+`netsh(?:\.exe)?\s+(?:advfirewall\s+set\s`+a+`*\bstate\s+off|firewall\s+set\s+opmode\s+(?:mode=)?disable)`,
+				cb+`set-netfirewallprofile\s`+a+`*-enabled\s+(?:\$?false|0)\b`,
+				cb+`(?:sc|net)(?:\.exe)?\s+(?:stop|config)\s+mpssvc\b`,
+			)},
+		{Name: "win-execution-policy", Action: Warn,
+			Description: "weakening the PowerShell execution policy",
+			Regex: alt(
+				cb+`set-executionpolicy\s+(?:`+a+`*\s)?(?:unrestricted|bypass)\b`,
+				cb+`(?:powershell|pwsh)(?:\.exe)?\s(?:`+a+`*\s)?[-/](?:ep|ex[a-z]*)\s+(?:unrestricted|bypass)\b`,
+			)},
+		{Name: "win-amsi-tamper", Action: Warn,
+			Description: "tampering with AMSI (the anti-malware scan interface)",
+			Regex:       `\b(?:amsiutils|amsiinitfailed|amsiscanbuffer|amsicontext|amsi\.dll)\b`},
+		{Name: "win-event-log-clear", Action: Warn,
+			Description: "clearing Windows event logs",
+			Regex: alt(cb+`wevtutil(?:\.exe)?\s+(?:cl|clear-log)\b`,
+				cb+`(?:clear|remove)-eventlog\b`,
+				cb+`auditpol(?:\.exe)?\s`+a+`*/clear\b`)},
+		{Name: "win-account-backdoor", Action: Warn,
+			Description: "creating a local account or adding one to Administrators",
+			Regex: alt(cb+`net(?:\.exe)?\s+user\s`+a+`*/add\b`,
+				cb+`net(?:\.exe)?\s+localgroup\s+administrators\s`+a+`*/add\b`,
+				cb+`net(?:\.exe)?\s+user\s+administrator\s`+a+`*/active:yes\b`,
+				cb+`new-localuser\b`,
+				cb+`add-localgroupmember\s`+a+`*administrators\b`)},
+		{Name: "win-autostart-persistence", Action: Warn,
+			Description: "autostart persistence (Run keys, Winlogon, scheduled tasks, Startup folder, services)",
+			Regex: alt(`\\currentversion\\run(?:once|services)?\b`,
+				`\\winlogon\\?\s*(?:/v\s+)?(?:userinit|shell)\b`,
+				cb+`schtasks(?:\.exe)?\s+/create\b`,
+				cb+`register-scheduledtask\b`,
+				`\\start menu\\programs\\startup\b`,
+				cb+`sc(?:\.exe)?\s+create\s`,
+				cb+`new-service\b`)},
+		{Name: "win-acl-takeover", Action: Warn,
+			Description: "taking ownership or granting everyone full control",
+			Regex: alt(cb+`takeown(?:\.exe)?\s`,
+				cb+`icacls(?:\.exe)?\s`+a+`*/setowner\b`,
+				cb+`icacls(?:\.exe)?\s`+a+`*/grant(?::r)?\s+(?:everyone|\*s-1-1-0|users|builtin\\users|authenticated users):(?:\([a-z]+\))*\(?f\)?`+ce)},
+	}
+}
