@@ -276,8 +276,8 @@ func (f requesterFunc) RequestApproval(ctx context.Context, r driverapi.Approval
 func TestSummary(t *testing.T) {
 	base := driverapi.Capabilities{}
 	cases := map[string]driverapi.Capabilities{
-		"this command asks for network access to all hosts":                        {Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}},
-		"this command asks for network access to a.org, b.org":                     {Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"a.org", "b.org"}}},
+		"this command asks for network access to all hosts":                             {Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}},
+		"this command asks for network access to a.org, b.org":                          {Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"a.org", "b.org"}}},
 		"this command asks for write access to /x and permission to start subprocesses": {FSWrite: []string{"/x"}, SpawnSubprocess: true},
 	}
 	for want, c := range cases {
