@@ -1,0 +1,170 @@
+package core
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeTOML(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestConfigDefaults(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", "/var/lib/xdg")
+	cfg, err := loadConfig("", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Sandbox
+	if s.WorkspaceRoot != "/var/lib/xdg/aleph-sandbox/workspaces" || s.AuditLog != "/var/lib/xdg/aleph-sandbox/audit.jsonl" ||
+		!s.Enabled || s.DefaultTimeoutSeconds != 60 || s.MaxOutputBytes != 1<<20 || s.ApprovalTimeoutSeconds != 60 ||
+		s.HookTimeoutMS != 2000 || s.Driver != "" || s.DriverSHA256 != "" ||
+		!s.CommandPolicy.Enabled || s.CommandPolicy.Enforcement != "block" || !s.CommandPolicy.UseDefaultRules ||
+		!s.RateLimit.Enabled || s.RateLimit.RatePerSecond != 10 || s.RateLimit.Burst != 20 || s.RateLimit.MaxConcurrentPerSession != 4 ||
+		s.RateLimit.MaxConcurrentGlobal != 16 || s.RateLimit.IdleForgetSeconds != 600 || s.Network.TLSIntercept ||
+		s.Linux.MaxPids != 200 || s.Linux.CPUQuotaPercent != 0 || s.Linux.Cgroup != "auto" {
+		t.Fatalf("defaults %+v", s)
+	}
+	t.Setenv("XDG_DATA_HOME", "")
+	t.Setenv("HOME", "/home/u")
+	if got := DefaultConfig().Sandbox.WorkspaceRoot; got != "/home/u/.local/share/aleph-sandbox/workspaces" {
+		t.Fatalf("home default %s", got)
+	}
+}
+
+func TestConfigTOMLAndEnv(t *testing.T) {
+	p := writeTOML(t, `
+[sandbox]
+workspace_root = "/srv/ws"
+default_timeout_seconds = 30
+driver = "bwrap"
+hook_plugins = ["/opt/hooks/a"]
+
+[sandbox.command_policy]
+enforcement = "warn"
+[[sandbox.command_policy.custom_rules]]
+name = "no-curl"
+regex = "curl"
+action = "warn"
+description = "curl is noisy"
+
+[sandbox.rate_limit]
+rate_per_second = 2.5
+burst = 3
+
+[[sandbox.network.secret_injections]]
+host = "api.example.com"
+header = "Authorization"
+secret = "API_KEY"
+format = "Bearer {secret}"
+
+[sandbox.linux]
+max_pids = 50
+cgroup = "v1"
+`)
+	env := []string{
+		"ALEPH_SANDBOX_SANDBOX__DEFAULT_TIMEOUT_SECONDS=15",
+		"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=9",
+		"ALEPH_SANDBOX_SANDBOX__ENABLED=false",
+		"ALEPH_SANDBOX_SANDBOX__HOOK_PLUGINS=/x/a, /x/b",
+		"ALEPH_SANDBOX_PLUGIN_DIR=/not/config", // not a config key: ignored
+		"OTHER=1",
+	}
+	cfg, err := loadConfig(p, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Sandbox
+	if s.WorkspaceRoot != "/srv/ws" || s.DefaultTimeoutSeconds != 15 || s.Driver != "bwrap" || s.Enabled ||
+		s.CommandPolicy.Enforcement != "warn" || len(s.CommandPolicy.CustomRules) != 1 || s.CommandPolicy.CustomRules[0].Name != "no-curl" ||
+		s.RateLimit.RatePerSecond != 2.5 || s.RateLimit.Burst != 9 || s.RateLimit.MaxConcurrentGlobal != 16 ||
+		len(s.Network.SecretInjections) != 1 || s.Network.SecretInjections[0].Format != "Bearer {secret}" ||
+		s.Linux.MaxPids != 50 || s.Linux.Cgroup != "v1" || strings.Join(s.HookPlugins, ",") != "/x/a,/x/b" {
+		t.Fatalf("loaded %+v", s)
+	}
+	var lx map[string]any
+	if err := json.Unmarshal(cfg.DriverOptions("linux"), &lx); err != nil || lx["max_pids"] != float64(50) || lx["cgroup"] != "v1" {
+		t.Fatalf("driver options %s", cfg.DriverOptions("linux"))
+	}
+	if string(cfg.DriverOptions("darwin")) != "{}" {
+		t.Fatal("darwin options")
+	}
+	str := cfg.String()
+	for _, want := range []string{"[sandbox]", "default_timeout_seconds = 15", "[sandbox.rate_limit]", "no-curl", "[sandbox.linux]"} {
+		if !strings.Contains(str, want) {
+			t.Fatalf("String() lacks %q:\n%s", want, str)
+		}
+	}
+	eff := cfg.Effective()
+	if eff["sandbox.rate_limit.burst"] != float64(9) || eff["sandbox.linux.cgroup"] != "v1" {
+		t.Fatalf("effective %v", eff)
+	}
+}
+
+func TestConfigRefusals(t *testing.T) {
+	cases := []struct {
+		toml string
+		env  []string
+		key  string
+		why  string
+	}{
+		{"[sandbox]\nbogus = 1\n", nil, "sandbox.bogus", "unknown key"},
+		{"[sandbox.rate_limit]\nburts = 1\n", nil, "sandbox.rate_limit.burts", "unknown key"},
+		{"[other]\nx = 1\n", nil, "other", "unknown key"},
+		{"[[sandbox.command_policy.custom_rules]]\nname = \"a\"\nregex = \"b\"\naction = \"block\"\nseverity = 3\n", nil, "sandbox.command_policy.custom_rules[0].severity", "unknown key"},
+		{"[sandbox.rate_limit]\nburst = 0\n", nil, "sandbox.rate_limit.burst", "must be > 0"},
+		{"[sandbox.rate_limit]\nburst = \"ten\"\n", nil, "sandbox.rate_limit.burst", "must be an integer"},
+		{"[sandbox]\nenabled = \"yes\"\n", nil, "sandbox.enabled", "must be a boolean"},
+		{"[sandbox]\ndefault_timeout_seconds = -5\n", nil, "sandbox.default_timeout_seconds", "must be > 0"},
+		{"[sandbox]\nworkspace_root = \"relative/ws\"\n", nil, "sandbox.workspace_root", "absolute"},
+		{"[sandbox]\ndriver_sha256 = \"abc\"\n", nil, "sandbox.driver_sha256", "64 hex"},
+		{"[sandbox.command_policy]\nenforcement = \"maybe\"\n", nil, "sandbox.command_policy.enforcement", "must be"},
+		{"[[sandbox.command_policy.custom_rules]]\nname = \"a\"\nregex = \"b\"\naction = \"kill\"\n", nil, "sandbox.command_policy.custom_rules[0].action", "must be"},
+		{"[sandbox.linux]\ncgroup = \"v3\"\n", nil, "sandbox.linux.cgroup", "must be"},
+		{"[sandbox.linux]\nmax_pids = -1\n", nil, "sandbox.linux.max_pids", ">= 0"},
+		{"[[sandbox.network.secret_injections]]\nhost = \"a\"\nheader = \"Bad Header\"\nsecret = \"K\"\n", nil, "sandbox.network.secret_injections[0].header", "header"},
+		{"", []string{"ALEPH_SANDBOX_SANDBOX__NOPE=1"}, "sandbox.nope", "unknown key"},
+		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=x"}, "sandbox.rate_limit.burst", "must be an integer"},
+		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=-3"}, "sandbox.rate_limit.burst", "must be > 0"},
+		{"", []string{"ALEPH_SANDBOX_SANDBOX__COMMAND_POLICY__CUSTOM_RULES=x"}, "sandbox.command_policy.custom_rules", "config file"},
+	}
+	for _, c := range cases {
+		p := ""
+		if c.toml != "" {
+			p = writeTOML(t, c.toml)
+		}
+		_, err := loadConfig(p, c.env)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Key != c.key || !strings.Contains(err.Error(), c.why) || !strings.Contains(err.Error(), c.key) {
+			t.Fatalf("%q %v: got %v, want key %s (%s)", c.toml, c.env, err, c.key, c.why)
+		}
+	}
+	if _, err := loadConfig(filepath.Join(t.TempDir(), "missing.toml"), nil); err == nil {
+		t.Fatal("missing file accepted")
+	}
+	if _, err := loadConfig(writeTOML(t, "[sandbox\n"), nil); err == nil {
+		t.Fatal("malformed TOML accepted")
+	}
+	// The exact message for the documented example.
+	_, err := loadConfig(writeTOML(t, "[sandbox.rate_limit]\nburst = 0\n"), nil)
+	if !strings.HasSuffix(err.Error(), "sandbox.rate_limit.burst: must be > 0") {
+		t.Fatalf("message %q", err)
+	}
+}
+
+func TestNewRefusesInvalidConfig(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.MaxOutputBytes = 0
+	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "sandbox.max_output_bytes") {
+		t.Fatalf("err %v", err)
+	}
+}
