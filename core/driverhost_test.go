@@ -1,0 +1,212 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// newPluginHost points a DriverHost at this test binary, which serves the
+// fake driver when fakeDriverEnv is set (see TestMain).
+func newPluginHost(t testing.TB) *DriverHost {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewDriverHost(DriverHostConfig{
+		Path:    exe,
+		Name:    "fake-plugin",
+		Env:     []string{fakeDriverEnv + "=1"},
+		Options: []byte(`{"max_pids":7}`),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+func TestDriverHostCrashAndRelaunch(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	host := newPluginHost(t)
+	sink := &memSink{}
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(host), WithAuditSink(sink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	ctx := WithSession(context.Background(), "crash")
+	if host.Pid() != 0 {
+		t.Fatal("plugin launched before first use")
+	}
+	out, err := sb.Execute(ctx, Command{Program: "echo", Args: []string{"one"}})
+	if err != nil || string(out.Stdout) != "one\n" {
+		t.Fatalf("first: %v", err)
+	}
+	pid1 := host.Pid()
+	if pid1 == 0 {
+		t.Fatal("no plugin pid")
+	}
+	if runtime.GOOS == "linux" {
+		env, err := os.ReadFile("/proc/" + strconv.Itoa(pid1) + "/environ")
+		if err != nil || !strings.Contains(string(env), "ALEPH_DRIVER_OPTIONS={\"max_pids\":7}") {
+			t.Fatalf("plugin env lacks ALEPH_DRIVER_OPTIONS: %v", err)
+		}
+	}
+	// The plugin is kept across commands.
+	if _, err := sb.Execute(ctx, Command{Program: "echo"}); err != nil || host.Pid() != pid1 {
+		t.Fatalf("second command: %v, pid %d -> %d", err, pid1, host.Pid())
+	}
+	// It dies mid-command: the command fails naming the driver.
+	_, err = sb.Execute(ctx, Command{Program: "crash"})
+	var de *DriverError
+	if !errors.As(err, &de) || de.Driver != "fake-plugin" || !errors.Is(err, driverapi.ErrPluginDied) || !strings.Contains(err.Error(), "fake-plugin") {
+		t.Fatalf("crash error %T %v", err, err)
+	}
+	if r := sink.last(t); r.Reason != ReasonDriverFailed || r.Decision != DecisionError {
+		t.Fatalf("audit %+v", r)
+	}
+	if processAlive(pid1) {
+		t.Fatal("crashed plugin still alive")
+	}
+	// The next command relaunches it.
+	out, err = sb.Execute(ctx, Command{Program: "echo", Args: []string{"again"}})
+	if err != nil || string(out.Stdout) != "again\n" {
+		t.Fatalf("after crash: %v", err)
+	}
+	pid2 := host.Pid()
+	if pid2 == 0 || pid2 == pid1 {
+		t.Fatalf("not relaunched: %d -> %d", pid1, pid2)
+	}
+	if err := host.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if processAlive(pid2) {
+		t.Fatal("Close left the plugin process running")
+	}
+	if host.Pid() != 0 {
+		t.Fatal("pid after Close")
+	}
+	_, err = sb.Execute(ctx, Command{Program: "echo"})
+	if !errors.As(err, &de) {
+		t.Fatalf("closed host ran a command: %v", err)
+	}
+}
+
+func TestNewLaunchesConfiguredDriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	exe, _ := os.Executable()
+	cfg := testConfig(t)
+	cfg.Sandbox.Driver = exe
+	sb, err := New(cfg, WithDriverEnv(fakeDriverEnv+"=1"), WithAuditSink(&memSink{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := sb.(*WorkspaceSandbox)
+	host := ws.driver.(*DriverHost)
+	out, err := sb.Execute(WithSession(context.Background(), "n"), Command{Program: "echo", Args: []string{"via", "plugin"}})
+	if err != nil || string(out.Stdout) != "via plugin\n" || out.Backend != "fake" {
+		t.Fatalf("%v %+v", err, out)
+	}
+	pid := host.Pid()
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if pid == 0 || processAlive(pid) {
+		t.Fatalf("pid %d alive after Close", pid)
+	}
+	// A pin that does not match refuses to run the binary.
+	cfg.Sandbox.DriverSHA256 = strings.Repeat("0", 64)
+	sb, err = New(cfg, WithDriverEnv(fakeDriverEnv+"=1"), WithAuditSink(&memSink{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	_, err = sb.Execute(WithSession(context.Background(), "n"), Command{Program: "echo"})
+	var pe *driverapi.PluginError
+	if !errors.As(err, &pe) || pe.Op != "checksum" {
+		t.Fatalf("pin mismatch: %v", err)
+	}
+}
+
+func TestNewWithoutDriverBinary(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.Driver = "no-such-driver-xyz"
+	_, err := New(cfg)
+	var nf *DriverNotFoundError
+	if !errors.As(err, &nf) || nf.Binary != DriverBinaryName("no-such-driver-xyz") || len(nf.Looked) == 0 {
+		t.Fatalf("err %v", err)
+	}
+	if !strings.Contains(err.Error(), "aleph-driver-no-such-driver-xyz") {
+		t.Fatalf("message %q", err)
+	}
+}
+
+func TestFindDriver(t *testing.T) {
+	a, b, c := t.TempDir(), t.TempDir(), t.TempDir()
+	mk := func(dir, name string, mode os.FileMode) string {
+		p := filepath.Join(dir, DriverBinaryName(name))
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	inB := mk(b, "alpha", 0o755)
+	inC := mk(c, "beta", 0o755)
+	mk(a, "alpha", 0o644) // not executable: skipped
+	t.Setenv("ALEPH_SANDBOX_PLUGIN_DIR", b)
+	t.Setenv("PATH", c+string(os.PathListSeparator)+"relative/dir")
+
+	got, looked, err := FindDriver("alpha", []string{a})
+	if err != nil || got != inB {
+		t.Fatalf("alpha: %s %v %v", got, looked, err)
+	}
+	if looked[0] != filepath.Join(a, DriverBinaryName("alpha")) {
+		t.Fatalf("search dirs not first: %v", looked)
+	}
+	got, _, err = FindDriver("beta", nil)
+	if err != nil || got != inC {
+		t.Fatalf("beta via PATH: %s %v", got, err)
+	}
+	// A name with a slash is a path.
+	got, _, err = FindDriver(inC, nil)
+	if err != nil || got != inC {
+		t.Fatalf("path: %s %v", got, err)
+	}
+	_, looked, err = FindDriver("gamma", []string{a})
+	var nf *DriverNotFoundError
+	if !errors.As(err, &nf) || len(nf.Looked) != len(looked) {
+		t.Fatalf("gamma: %v", err)
+	}
+	for _, dir := range []string{a, b, c} {
+		if !strings.Contains(err.Error(), filepath.Join(dir, DriverBinaryName("gamma"))) {
+			t.Fatalf("message does not list %s: %v", dir, err)
+		}
+	}
+	if strings.Contains(err.Error(), "relative/dir") {
+		t.Fatal("relative PATH entry searched")
+	}
+	if _, _, err := FindDriver(filepath.Join(a, "nope"), nil); !errors.As(err, &nf) {
+		t.Fatalf("missing path: %v", err)
+	}
+	want := map[string]string{"linux": "bwrap", "darwin": "seatbelt", "windows": "appcontainer"}[runtime.GOOS]
+	if DefaultDriverName() != want {
+		t.Fatalf("default %s", DefaultDriverName())
+	}
+	// No name: the platform default binary, looked for in the same places.
+	if _, _, err := FindDriver("", nil); err == nil || !strings.Contains(err.Error(), DriverBinaryName(want)) {
+		t.Fatalf("default lookup: %v", err)
+	}
+}
