@@ -47,7 +47,12 @@ const (
 	winRoot = `(?:[a-z]:[\\/]?\*?(?:\.\*)?|%systemdrive%[\\/]?\*?|\$env:systemdrive[\\/]?\*?|(?:hklm|hkcu|hkcr|hku|hkcc):[\\/]?\*?|registry::(?:hkey_[a-z_]+)[\\/]?\*?)`
 	// winSysPath: Windows system locations.
 	winSysPath = `(?:[a-z]:[\\/](?:windows|program files(?: \(x86\))?|programdata|users|boot|recovery)(?:[\\/][^\s;&|]*)?|%(?:windir|systemroot|programfiles|programdata|programfiles\(x86\))%(?:[\\/][^\s;&|]*)?|\$env:(?:windir|systemroot|programfiles|programdata)(?:[\\/][^\s;&|]*)?)`
-	hive       = `(?:hklm|hkey_local_machine|hkcu|hkey_current_user|hkcr|hkey_classes_root|hku|hkey_users|hkcc|hkey_current_config)`
+	// cmdStart: a word in command position (start of a command, or after a
+	// wrapper that runs its argument), for rules whose command name is also
+	// an ordinary word.
+	cmdStart = `(?:^|[;&|({]\s*|\b(?:sudo|doas|exec|nohup|-c|/c|/k|-command)\s+)(?:\S*[/\\])?`
+	credFile = `/etc/(?:passwd|shadow|gshadow|group|sudoers(?:\.d(?:/\S*)?)?)`
+	hive     = `(?:hklm|hkey_local_machine|hkcu|hkey_current_user|hkcr|hkey_classes_root|hku|hkey_users|hkcc|hkey_current_config)`
 )
 
 // withOption matches cmd given both option opt and operand arg, in either
@@ -69,8 +74,8 @@ func DefaultRules() []Rule {
 		{Name: "fork-bomb", Action: Block,
 			Description: "fork bomb: a function that pipes into itself in the background",
 			Regex: alt(
-				`:\(\)\{\s*:\s*\|\s*:\s*&`,
-				`[\w.]+\(\)\{\s*[\w.]+\s*\|\s*[\w.]+\s*&\s*;?\s*\}`,
+				`:\s?\(\)\{\s*:\s*\|\s*:\s*&`,
+				`[\w.]+\s?\(\)\{\s*[\w.]+\s*\|\s*[\w.]+\s*&\s*;?\s*\}`,
 				`%0\s*\|\s*%0`,
 				`\bfork\s+while\s+fork\b`,
 				`\bwhile\s*\(\s*1\s*\)\s*\{?\s*fork\b`,
@@ -106,7 +111,7 @@ func DefaultRules() []Rule {
 			Regex: alt(
 				cb+`vssadmin(?:\.exe)?\s+(?:delete\s+shadows|resize\s+shadowstorage)`,
 				cb+`wmic(?:\.exe)?\s+shadowcopy\s+delete`,
-				`\bwin32_shadowcopy\b`+a+`*(?:\.delete\(|remove-(?:cim|wmi)instance|\|\s*%\s*\{)`,
+				`\bwin32_shadowcopy\b[^\n]*(?:\.delete\(|remove-(?:cim|wmi)instance|\|\s*%\s*\{)`,
 				cb+`diskshadow`+a+`*delete\s+shadows`,
 			)},
 		{Name: "win-backup-catalog-delete", Action: Block,
@@ -144,25 +149,26 @@ func DefaultRules() []Rule {
 			Regex:       cb + `chmod\s(?:` + a + `*\s)?(?:0?777|a\+rwx|ugo\+rwx|o\+w)\s(?:` + a + `*\s)?(?:/|` + sysPath + `)` + ce},
 		{Name: "write-credential-file", Action: Warn,
 			Description: "writing /etc/passwd, /etc/shadow, /etc/group or sudoers",
-			Regex: `(?:>>?\s*|` + cb + `(?:tee|cp|mv|install|ln|rsync|dd|sed\s+(?:` + a + `*\s)?-i\S*|visudo\s+-f)\s(?:` + a + `*\s)?(?:of=)?)` +
-				`/etc/(?:passwd|shadow|gshadow|group|sudoers(?:\.d(?:/\S*)?)?)` + ce},
+			Regex: alt(`(?:>>?\s*|`+cb+`(?:tee|dd|sed\s+(?:`+a+`*\s)?-i\S*|visudo\s+-f)\s(?:`+a+`*\s)?(?:of=)?)`+credFile+ce,
+				// cp and friends write their last operand only.
+				cb+`(?:cp|mv|install|ln|rsync)\s`+a+`*\s`+credFile+`\s*(?:$|[;&|)])`)},
 		{Name: "dev-tcp-reverse-shell", Action: Warn,
 			Description: "bash /dev/tcp or /dev/udp socket (reverse shell), or netcat running a shell",
 			Regex: alt(`/dev/(?:tcp|udp)/[^\s/]+/\d+`,
 				cb+`(?:nc|ncat|netcat)(?:\.\w+)?\s(?:`+a+`*\s)?-(?:e|c)\s`)},
 		{Name: "shutdown-reboot", Action: Warn,
 			Description: "shutting down or rebooting the host",
-			Regex: alt(cb+`(?:shutdown|reboot|halt|poweroff)`+ce,
-				cb+`init\s+[06]`+ce,
-				cb+`systemctl\s+(?:\S+\s+)*(?:reboot|poweroff|halt|kexec|suspend|hibernate)`+ce,
+			Regex: alt(cmdStart+`(?:shutdown|reboot|halt|poweroff)(?:\.exe)?`+ce,
+				cmdStart+`init\s+[06]`+ce,
+				cmdStart+`systemctl\s+(?:\S+\s+)*(?:reboot|poweroff|halt|kexec|suspend|hibernate)`+ce,
 				cb+`(?:stop|restart)-computer\b`)},
 		{Name: "sudo-password-input", Action: Warn,
 			Description: "sudo reading a password from stdin or an askpass helper, or opening a shell",
 			Regex:       cb + `sudo(?:\s+(?:-[ugpCDhrtT]\s+[^\s-]\S*|--\w[\w-]*=\S+|-[a-z]+))*?\s+(?:-[a-z]*[sa][a-z]*|--stdin|--askpass|--shell)` + ce},
 		{Name: "authorized-keys-write", Action: Warn,
 			Description: "writing an SSH authorized_keys file",
-			Regex: `(?:>>?\s*|` + cb + `(?:tee|cp|mv|install|ln|rsync|scp|dd|sed\s+(?:` + a + `*\s)?-i\S*)\s(?:` + a + `*\s)?(?:of=)?)` +
-				`\S*\.ssh/authorized_keys2?` + ce},
+			Regex: alt(`(?:>>?\s*|`+cb+`(?:tee|dd|sed\s+(?:`+a+`*\s)?-i\S*)\s(?:`+a+`*\s)?(?:of=)?)\S*\.ssh/authorized_keys2?`+ce,
+				cb+`(?:cp|mv|install|ln|rsync|scp)\s`+a+`*\s\S*\.ssh/authorized_keys2?\s*(?:$|[;&|)])`)},
 
 		// ---- Windows: warn ----
 		{Name: "win-system-recursive-delete", Action: Warn,
@@ -170,7 +176,7 @@ func DefaultRules() []Rule {
 			Regex:       withOption(winRemove, winRecurse, winSysPath)},
 		{Name: "win-encoded-command", Action: Warn,
 			Description: "PowerShell -EncodedCommand (hidden script text)",
-			Regex:       cb + `(?:powershell|pwsh)(?:\.exe)?\s(?:` + a + `*\s)?[-/]e(?:c|n[a-z]*)?\s+[a-z0-9+/]{8,}`},
+			Regex:       cb + `(?:powershell|pwsh)(?:\.exe)?\s(?:` + a + `*\s)?[-/]e(?:c|n[a-z]*)?\s+[a-z0-9+/]{4,}`},
 		{Name: "win-download-cradle", Action: Warn,
 			Description: "download-and-execute cradle",
 			Regex: alt(
