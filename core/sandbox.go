@@ -73,8 +73,11 @@ type NetworkMediator interface {
 	Start(ctx context.Context, sessionID, commandID string, hosts []string, secrets map[string]string) (Mediation, error)
 }
 
-// Mediation is one command's running mediation.
-type Mediation interface {
+// Mediation is one command's running mediation. It is an alias of an
+// unnamed interface type so that an implementation package can declare the
+// identical type (core/proxy does) and satisfy NetworkMediator without
+// either package importing the other.
+type Mediation = interface {
 	// Endpoint is where the sandboxed command must connect.
 	Endpoint() driverapi.ProxyEndpoint
 	// Env is added to the child's environment (HTTP_PROXY and the like).

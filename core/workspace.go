@@ -748,7 +748,7 @@ func (s *WorkspaceSandbox) capabilities(ctx context.Context) (driverapi.HostCapa
 // The baseline promises (host files invisible, writes confined to the
 // workspace) need the fs isolation features for every command; the rest
 // follow from what caps asks for.
-func RequiredFeatures(caps driverapi.Capabilities, mediator bool) []string {
+func RequiredFeatures(caps driverapi.Capabilities) []string {
 	req := []string{driverapi.FeatureFSReadIsolation, driverapi.FeatureFSWriteIsolation}
 	switch caps.Network.Mode {
 	case driverapi.NetworkNone:
@@ -768,7 +768,7 @@ func RequiredFeatures(caps driverapi.Capabilities, mediator bool) []string {
 }
 
 func (s *WorkspaceSandbox) enforceable(hc driverapi.HostCapabilities, caps driverapi.Capabilities) error {
-	for _, f := range RequiredFeatures(caps, s.mediator != nil) {
+	for _, f := range RequiredFeatures(caps) {
 		if hc.Has(f) {
 			continue
 		}
