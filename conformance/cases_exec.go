@@ -1,0 +1,290 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+func execCases() []Case {
+	return []Case{
+		{ID: "exec/argv-verbatim", Level: Must,
+			Description: "Arguments with spaces, quotes, backslashes, newlines, glob and shell characters, and unicode reach the program byte for byte.",
+			run:         caseArgvVerbatim},
+		{ID: "exec/argv-empty-args", Level: Must,
+			Description: "Empty-string arguments are passed as arguments, not dropped.",
+			run: func(ctx context.Context, h *H) error {
+				o := h.Sh(ctx, nil, `echo "n=$#"`, "", "x", "", "")
+				if err := ok("sh", o); err != nil {
+					return err
+				}
+				if string(o.Stdout) != "n=4\n" {
+					return fmt.Errorf("want n=4, got %q", o.Stdout)
+				}
+				return nil
+			}},
+		{ID: "exec/missing-program", Level: Must,
+			Description: "A program that does not exist is reported as an error or a non-zero exit, never as success; an existing program succeeds.",
+			run: func(ctx context.Context, h *H) error {
+				o := h.Exec(ctx, Cmd{Program: filepath.Join(h.Work, "no-such-program")})
+				if o.Err == nil && o.Exit.ExitCode == 0 && o.Exit.Signal == 0 {
+					return fmt.Errorf("missing program reported success: %s", o)
+				}
+				return ok("existing program", h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "exit 0"}}))
+			}},
+		{ID: "exec/stdin-small", Level: Must,
+			Description: "A few bytes of stdin reach the program.",
+			run: func(ctx context.Context, h *H) error {
+				return stdinRoundTrip(ctx, h, []byte("hello, stdin\n"))
+			}},
+		{ID: "exec/stdin-256k", Level: Must,
+			Description: "256 KiB of random binary stdin reach the program intact.",
+			run: func(ctx context.Context, h *H) error {
+				b := make([]byte, 256<<10)
+				_, _ = rand.Read(b)
+				return stdinRoundTrip(ctx, h, b)
+			}},
+		{ID: "exec/stdin-empty-eof", Level: Must,
+			Description: "Without stdin the program reads end-of-file at once (it is not left waiting on an open descriptor).",
+			run: func(ctx context.Context, h *H) error {
+				o := h.Exec(ctx, Cmd{Program: progCat, Timeout: 10e9})
+				if err := ok("cat with no stdin", o); err != nil {
+					return err
+				}
+				if len(o.Stdout) != 0 {
+					return fmt.Errorf("cat printed %q", o.Stdout)
+				}
+				return nil
+			}},
+		{ID: "exec/env-exact", Level: Must, Feature: driverapi.FeatureEnvIsolation,
+			Description: "The program sees exactly the environment in the RunSpec: nothing added, nothing dropped, values byte for byte.",
+			run:         caseEnvExact},
+		{ID: "exec/env-empty", Level: Must, Feature: driverapi.FeatureEnvIsolation,
+			Description: "An empty RunSpec environment gives the program an empty environment.",
+			run: func(ctx context.Context, h *H) error {
+				o := h.Exec(ctx, Cmd{Program: progEnv, NoEnv: true})
+				if err := ok("env", o); err != nil {
+					return err
+				}
+				if len(o.Stdout) != 0 {
+					return fmt.Errorf("environment not empty: %q", clip(o.Stdout))
+				}
+				return nil
+			}},
+		{ID: "exec/env-host-not-leaked", Level: Must, Feature: driverapi.FeatureEnvIsolation, fresh: true,
+			Description: "A variable in the driver process's own environment does not reach the program, while the variables the RunSpec gives do.",
+			run:         caseEnvHostNotLeaked},
+		{ID: "exec/exit-codes", Level: Must,
+			Description: "Exit statuses 0, 1, 2, 42, 126, 127, 128 and 255 are reported as given, with no signal.",
+			run:         caseExitCodes},
+		{ID: "exec/signal-reported", Level: Must,
+			Description: "A program that dies of SIGTERM or SIGKILL is reported with that signal number and a non-zero exit code.",
+			run:         caseSignal},
+		{ID: "exec/cwd-honoured", Level: Must,
+			Description: "The program starts in the RunSpec's cwd (a subdirectory of the workspace), and relative paths resolve there.",
+			run:         caseCwd},
+		{ID: "exec/stdout-stderr-apart", Level: Must,
+			Description: "Interleaved stdout and stderr writes arrive on their own streams, each in order.",
+			run: func(ctx context.Context, h *H) error {
+				o := h.Sh(ctx, nil, `for i in 1 2 3; do echo "o$i"; echo "e$i" >&2; done`)
+				if err := ok("sh", o); err != nil {
+					return err
+				}
+				if string(o.Stdout) != "o1\no2\no3\n" || string(o.Stderr) != "e1\ne2\ne3\n" {
+					return fmt.Errorf("streams mixed: %s", o)
+				}
+				return nil
+			}},
+		{ID: "exec/binary-output", Level: Must,
+			Description: "Output bytes that are not text (NUL, 0xff, escape, carriage return) arrive unchanged.",
+			run: func(ctx context.Context, h *H) error {
+				o := h.Sh(ctx, nil, `printf 'a\000b\377c\033d\re\n'`)
+				if err := ok("printf", o); err != nil {
+					return err
+				}
+				if want := []byte("a\x00b\xffc\x1bd\re\n"); !bytes.Equal(o.Stdout, want) {
+					return fmt.Errorf("got %q, want %q", o.Stdout, want)
+				}
+				return nil
+			}},
+		{ID: "exec/byte-counts", Level: Must,
+			Description: "Exit.StdoutBytes and Exit.StderrBytes equal the bytes the program wrote, and Exit.Duration is positive.",
+			run: func(ctx context.Context, h *H) error {
+				o := h.Sh(ctx, nil, `printf 12345; printf 1234567 >&2`)
+				if err := ok("printf", o); err != nil {
+					return err
+				}
+				if o.Exit.StdoutBytes != 5 || o.Exit.StderrBytes != 7 || o.Exit.Duration <= 0 {
+					return fmt.Errorf("stdout_bytes=%d (want 5) stderr_bytes=%d (want 7) duration=%s", o.Exit.StdoutBytes, o.Exit.StderrBytes, o.Exit.Duration)
+				}
+				return nil
+			}},
+		{ID: "exec/output-streamed", Level: Must,
+			Description: "Output reaches the host while the program runs: the program waits for a file the host creates only after seeing its first line.",
+			run:         caseStreamed},
+		{ID: "exec/threads-work", Level: Must,
+			Description: "A program may start threads even when subprocesses are not allowed (perl threads compute a sum).",
+			run: func(ctx context.Context, h *H) error {
+				script := `use threads; my @t = map { my $n = $_; threads->create(sub { $n * 2 }) } 1..4; my $s = 0; $s += $_->join for @t; print "sum=$s\n";`
+				o := h.Exec(ctx, Cmd{Program: progPerl, Args: []string{"-e", script}, Caps: &driverapi.Capabilities{}})
+				if err := ok("perl threads", o); err != nil {
+					return err
+				}
+				if string(o.Stdout) != "sum=20\n" {
+					return fmt.Errorf("got %q, want sum=20", o.Stdout)
+				}
+				return nil
+			}},
+	}
+}
+
+func caseArgvVerbatim(ctx context.Context, h *H) error {
+	args := []string{"plain", "two words", `"double"`, `'single'`, `back\slash`, "new\nline", "tab\there",
+		"$HOME", "*", "$(echo no)", "`echo no`", ";|&<>", "ünïcødé ✓ 日本", " lead", "trail ", "-n", "--", "="}
+	o := h.Sh(ctx, nil, `for a in "$@"; do printf '[%s]' "$a"; done`, args...)
+	if err := ok("sh", o); err != nil {
+		return err
+	}
+	var want strings.Builder
+	for _, a := range args {
+		want.WriteString("[" + a + "]")
+	}
+	if string(o.Stdout) != want.String() {
+		return fmt.Errorf("got %q, want %q", o.Stdout, want.String())
+	}
+	return nil
+}
+
+func stdinRoundTrip(ctx context.Context, h *H, in []byte) error {
+	o := h.Exec(ctx, Cmd{Program: progCat, Stdin: in})
+	if err := ok("cat", o); err != nil {
+		return err
+	}
+	if !bytes.Equal(o.Stdout, in) {
+		return fmt.Errorf("stdin of %d bytes came back as %d bytes (or different)", len(in), len(o.Stdout))
+	}
+	return nil
+}
+
+func caseEnvExact(ctx context.Context, h *H) error {
+	env := []driverapi.EnvVar{
+		{Name: "PATH", Value: progPath},
+		{Name: "ALEPH_CONFORMANCE_A", Value: "with spaces and = signs"},
+		{Name: "ALEPH_CONFORMANCE_B", Value: ""},
+		{Name: "ALEPH_CONFORMANCE_UNI", Value: "ünï ✓"},
+	}
+	o := h.Exec(ctx, Cmd{Program: progEnv, Env: env})
+	if err := ok("env", o); err != nil {
+		return err
+	}
+	var want []string
+	for _, e := range env {
+		want = append(want, e.Name+"="+e.Value)
+	}
+	got := strings.Split(strings.TrimSuffix(string(o.Stdout), "\n"), "\n")
+	sort.Strings(want)
+	sort.Strings(got)
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		return fmt.Errorf("environment %q, want exactly %q", got, want)
+	}
+	return nil
+}
+
+func caseEnvHostNotLeaked(ctx context.Context, h *H) error {
+	const canary = "ALEPH_CONFORMANCE_HOST_CANARY"
+	p, err := h.launch(ctx, func(lc *driverapi.LaunchConfig) { lc.Env = append(lc.Env, canary+"=leaked") })
+	if err != nil {
+		return fmt.Errorf("launch: %w", err)
+	}
+	o := h.Exec(ctx, Cmd{Program: progEnv, Driver: p.Driver(),
+		Env: []driverapi.EnvVar{{Name: "PATH", Value: progPath}, {Name: "GIVEN", Value: "yes"}}})
+	if err := ok("env", o); err != nil {
+		return err
+	}
+	if bytes.Contains(o.Stdout, []byte(canary)) {
+		return fmt.Errorf("the driver's own environment reached the program: %q", clip(o.Stdout))
+	}
+	if !bytes.Contains(o.Stdout, []byte("GIVEN=yes\n")) {
+		return fmt.Errorf("the given variable is missing: %q", clip(o.Stdout))
+	}
+	return nil
+}
+
+func caseExitCodes(ctx context.Context, h *H) error {
+	for _, code := range []int{0, 1, 2, 42, 126, 127, 128, 255} {
+		o := h.Sh(ctx, nil, fmt.Sprintf("exit %d", code))
+		if o.Err != nil {
+			return fmt.Errorf("exit %d: %v", code, o.Err)
+		}
+		if o.Exit.ExitCode != int32(code) || o.Exit.Signal != 0 {
+			return fmt.Errorf("exit %d reported as %s", code, o)
+		}
+	}
+	return nil
+}
+
+func caseSignal(ctx context.Context, h *H) error {
+	for _, sig := range []struct {
+		name string
+		num  int32
+	}{{"TERM", 15}, {"KILL", 9}} {
+		o := h.Sh(ctx, nil, "echo before; kill -"+sig.name+" $$; echo after")
+		if o.Err != nil {
+			return fmt.Errorf("SIG%s: %v", sig.name, o.Err)
+		}
+		if err := ran("SIG"+sig.name, o, "before"); err != nil {
+			return err
+		}
+		if o.Exit.Signal != sig.num || o.Exit.ExitCode == 0 {
+			return fmt.Errorf("death by SIG%s reported as %s", sig.name, o)
+		}
+	}
+	return nil
+}
+
+func caseCwd(ctx context.Context, h *H) error {
+	sub := filepath.Join(h.Work, "sub", "dir")
+	if err := os.MkdirAll(sub, 0o755); err != nil {
+		return err
+	}
+	o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "pwd -P; echo hi > rel.txt"}, Cwd: sub})
+	if err := ok("sh", o); err != nil {
+		return err
+	}
+	if got := strings.TrimSpace(string(o.Stdout)); got != sub {
+		return fmt.Errorf("pwd is %q, want %q", got, sub)
+	}
+	if readHost(filepath.Join(sub, "rel.txt")) != "hi\n" {
+		return fmt.Errorf("relative write did not land in the cwd")
+	}
+	return nil
+}
+
+func caseStreamed(ctx context.Context, h *H) error {
+	gate := filepath.Join(h.Work, "gate")
+	var once bool
+	o := h.Exec(ctx, Cmd{
+		Program: progSh,
+		Args:    []string{"-c", "echo first; i=0; while [ ! -f gate ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; [ -f gate ] && echo second"},
+		OnStdout: func(b []byte) {
+			if !once && bytes.Contains(b, []byte("first")) {
+				once = true
+				_ = os.WriteFile(gate, nil, 0o644)
+			}
+		},
+	})
+	if err := ran("sh", o, "first"); err != nil {
+		return err
+	}
+	if !bytes.Contains(o.Stdout, []byte("second")) {
+		return fmt.Errorf("the first line did not reach the host before the program ended (output held back): %s", o)
+	}
+	return nil
+}

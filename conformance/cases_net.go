@@ -1,0 +1,276 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"runtime"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+const allowedHost = "allowed.conformance.test"
+
+func netCases() []Case {
+	none, all, proxy := driverapi.FeatureNetworkNone, driverapi.FeatureNetworkAll, driverapi.FeatureNetworkViaProxy
+	return []Case{
+		{ID: "net/none-blocks-tcp", Level: Must, Feature: none,
+			Description: "With network none a program cannot open a TCP connection to a listener on the host (loopback or the host's own address); the probe itself runs, and with network all (when claimed) the same probe connects.",
+			run: func(ctx context.Context, h *H) error {
+				t, err := h.listenStream("tcp", ":0")
+				if err != nil {
+					return err
+				}
+				return noneBlocks(ctx, h, t, tcpProbes(t))
+			}},
+		{ID: "net/none-blocks-tcp6", Level: Must, Feature: none,
+			Description: "With network none a program cannot reach a TCP listener on the host's IPv6 loopback [::1].",
+			run: func(ctx context.Context, h *H) error {
+				t, err := h.listenStream("tcp6", "[::1]:0")
+				if err != nil {
+					return skipf("this host has no IPv6 loopback: %v", err)
+				}
+				return noneBlocks(ctx, h, t, [][]string{{"tcp", "::1", fmt.Sprint(portOf(t.addr))}})
+			}},
+		{ID: "net/none-blocks-udp", Level: Must, Feature: none,
+			Description: "With network none no UDP datagram from the program reaches a host listener; with network all (when claimed) it does.",
+			run: func(ctx context.Context, h *H) error {
+				t, err := h.listenUDP(":0")
+				if err != nil {
+					return err
+				}
+				var probes [][]string
+				for _, ip := range hostIPs() {
+					probes = append(probes, []string{"udp", ip, fmt.Sprint(portOf(t.addr))})
+				}
+				return noneBlocks(ctx, h, t, probes)
+			}},
+		{ID: "net/none-blocks-unix", Level: Must, Feature: none,
+			Description: "With network none a program cannot connect to a host unix socket outside its workspace (a docker/dbus-style socket).",
+			run: func(ctx context.Context, h *H) error {
+				t, err := h.listenStream("unix", filepath.Join(h.Out, "host.sock"))
+				if err != nil {
+					return err
+				}
+				return noneBlocksWith(ctx, h, t, [][]string{{"unix", t.addr}}, &driverapi.Capabilities{}, false)
+			}},
+		{ID: "net/none-blocks-unix-granted-path", Level: Should, Feature: none,
+			Description: "With network none a program cannot connect to a host unix socket even when fs_read grants its directory: network none is enforced on sockets, not only by hiding paths.",
+			run: func(ctx context.Context, h *H) error {
+				t, err := h.listenStream("unix", filepath.Join(h.Out, "host.sock"))
+				if err != nil {
+					return err
+				}
+				return noneBlocksWith(ctx, h, t, [][]string{{"unix", t.addr}}, &driverapi.Capabilities{FSRead: []string{h.Out}}, false)
+			}},
+		{ID: "net/none-blocks-abstract", Level: Must, Feature: none,
+			Description: "With network none a program cannot connect to an abstract unix socket of the host (Linux only; they live per network namespace, outside the filesystem).",
+			run: func(ctx context.Context, h *H) error {
+				if runtime.GOOS != "linux" {
+					return skipf("abstract unix sockets exist only on Linux")
+				}
+				name := "aleph-conformance-" + newToken()
+				t, err := h.listenStream("unix", "@"+name)
+				if err != nil {
+					return err
+				}
+				return noneBlocksWith(ctx, h, t, [][]string{{"abstract", name}}, &driverapi.Capabilities{}, false)
+			}},
+		{ID: "net/all-tcp", Level: Must, Feature: all,
+			Description: "With network all a program opens a TCP connection to a host listener and exchanges data.",
+			run: func(ctx context.Context, h *H) error {
+				t, err := h.listenStream("tcp", ":0")
+				if err != nil {
+					return err
+				}
+				return allReaches(ctx, h, t, tcpProbes(t))
+			}},
+		{ID: "net/all-udp", Level: Must, Feature: all,
+			Description: "With network all a program's UDP datagram reaches a host listener.",
+			run: func(ctx context.Context, h *H) error {
+				t, err := h.listenUDP(":0")
+				if err != nil {
+					return err
+				}
+				var probes [][]string
+				for _, ip := range hostIPs() {
+					probes = append(probes, []string{"udp", ip, fmt.Sprint(portOf(t.addr))})
+				}
+				return allReaches(ctx, h, t, probes)
+			}},
+		{ID: "net/allow-hosts-via-proxy", Level: Must, Feature: proxy,
+			Description: "With network allow_hosts a program reaches an allowed host through the managed proxy given in the ProfileRequest (HTTPS_PROXY points at its TCP address), and the proxy refuses a host not on the list.",
+			run:         caseProxyAllowed},
+		{ID: "net/allow-hosts-direct-blocked", Level: Must, Feature: proxy,
+			Description: "With network allow_hosts a direct TCP connection that bypasses the proxy fails, while the proxied one in the same command works.",
+			run:         caseProxyDirectBlocked},
+		{ID: "net/allow-hosts-udp-blocked", Level: Must, Feature: proxy,
+			Description: "With network allow_hosts no UDP datagram leaves the sandbox (the proxy carries TCP only), while the proxied TCP connection works.",
+			run:         caseProxyUDPBlocked},
+	}
+}
+
+func tcpProbes(t *target) [][]string {
+	var probes [][]string
+	for _, ip := range hostIPs() {
+		probes = append(probes, []string{"tcp", ip, fmt.Sprint(portOf(t.addr))})
+	}
+	return probes
+}
+
+// probe runs the network probe for each argument list in one command each;
+// it returns the combined stdout and the first driver error.
+func probe(ctx context.Context, h *H, t *target, probes [][]string, c Cmd) ([]byte, error) {
+	var out []byte
+	for _, p := range probes {
+		c.Program = progPerl
+		c.Args = append(append([]string{"-e", probeScript}, p...), t.token)
+		if c.Timeout == 0 {
+			c.Timeout = 15 * time.Second
+		}
+		o := h.Exec(ctx, c)
+		if o.Err != nil {
+			return out, o.Err
+		}
+		out = append(out, o.Stdout...)
+		if !bytes.Contains(o.Stdout, []byte("probe-start")) {
+			return out, fmt.Errorf("probe %v did not run (positive control): %s", p, o)
+		}
+	}
+	return out, nil
+}
+
+func noneBlocks(ctx context.Context, h *H, t *target, probes [][]string) error {
+	return noneBlocksWith(ctx, h, t, probes, &driverapi.Capabilities{}, true)
+}
+
+// noneBlocksWith runs probes under network none (caps' other fields kept)
+// and requires that none reached t; then, when the driver claims network
+// all and allCheck is set, that the same probes reach it.
+func noneBlocksWith(ctx context.Context, h *H, t *target, probes [][]string, caps *driverapi.Capabilities, allCheck bool) error {
+	c := *caps
+	c.Network = driverapi.NetworkPolicy{Mode: driverapi.NetworkNone}
+	if _, err := probe(ctx, h, t, probes, Cmd{Caps: &c}); err != nil {
+		return err
+	}
+	sleepCtx(ctx, 200*time.Millisecond) // datagrams in flight
+	if t.reached() {
+		return fmt.Errorf("with network none the program reached the host listener %s", t.addr)
+	}
+	if allCheck && h.Caps.Has(driverapi.FeatureNetworkAll) {
+		return allReaches(ctx, h, t, probes)
+	}
+	return nil
+}
+
+func allReaches(ctx context.Context, h *H, t *target, probes [][]string) error {
+	caps := &driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}
+	out, err := probe(ctx, h, t, probes, Cmd{Caps: caps})
+	if err != nil {
+		return err
+	}
+	if !waitFor(ctx, 2*time.Second, t.reached) {
+		return fmt.Errorf("with network all the program did not reach the host listener %s (positive control): %q", t.addr, clip(out))
+	}
+	return nil
+}
+
+// proxySetup starts a target, the allow-list proxy in front of it, and
+// returns the command template that uses the proxy.
+func proxySetup(ctx context.Context, h *H) (*target, *connectProxy, Cmd, error) {
+	t, err := h.listenStream("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, nil, Cmd{}, err
+	}
+	hostPort := fmt.Sprintf("%s:%d", allowedHost, portOf(t.addr))
+	// The proxy's unix socket sits outside the workspace, where a driver
+	// bridges it into the sandbox.
+	p, err := h.startProxy(ctx, map[string]string{hostPort: t.addr}, filepath.Join(h.Root, "proxy.sock"))
+	if err != nil {
+		return nil, nil, Cmd{}, err
+	}
+	proxyURL := "http://" + p.tcpAddr
+	c := Cmd{
+		Caps:  &driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{hostPort}}},
+		Proxy: &driverapi.ProxyEndpoint{TCPAddr: p.tcpAddr, UnixSocket: p.unixPath},
+		Env: []driverapi.EnvVar{{Name: "PATH", Value: progPath},
+			{Name: "HTTP_PROXY", Value: proxyURL}, {Name: "HTTPS_PROXY", Value: proxyURL}, {Name: "ALL_PROXY", Value: proxyURL},
+			{Name: "http_proxy", Value: proxyURL}, {Name: "https_proxy", Value: proxyURL}},
+	}
+	return t, p, c, nil
+}
+
+// viaProxy: the proxied connection to the allowed host must work.
+func viaProxy(ctx context.Context, h *H, t *target, c Cmd) error {
+	hostPort := fmt.Sprintf("%s:%d", allowedHost, portOf(t.addr))
+	out, err := probe(ctx, h, t, [][]string{{"proxy", hostPort}}, c)
+	if err != nil {
+		return err
+	}
+	if !t.reached() || !bytes.Contains(out, []byte("reply:pong")) {
+		return fmt.Errorf("the allowed host was not reached through the proxy (positive control): %q", clip(out))
+	}
+	return nil
+}
+
+func caseProxyAllowed(ctx context.Context, h *H) error {
+	t, p, c, err := proxySetup(ctx, h)
+	if err != nil {
+		return err
+	}
+	if err := viaProxy(ctx, h, t, c); err != nil {
+		return err
+	}
+	out, err := probe(ctx, h, t, [][]string{{"proxy", "denied.conformance.test:443"}}, c)
+	if err != nil {
+		return err
+	}
+	if !bytes.Contains(out, []byte("proxy-status:HTTP/1.1 403")) || p.refused.Load() == 0 {
+		return fmt.Errorf("a host not on the list was not refused by the proxy: %q", clip(out))
+	}
+	return nil
+}
+
+func caseProxyDirectBlocked(ctx context.Context, h *H) error {
+	t, _, c, err := proxySetup(ctx, h)
+	if err != nil {
+		return err
+	}
+	direct, err := h.listenStream("tcp", ":0")
+	if err != nil {
+		return err
+	}
+	if _, err := probe(ctx, h, direct, tcpProbes(direct), c); err != nil {
+		return err
+	}
+	if direct.reached() {
+		return fmt.Errorf("with allow_hosts a direct connection bypassed the proxy to %s", direct.addr)
+	}
+	return viaProxy(ctx, h, t, c)
+}
+
+func caseProxyUDPBlocked(ctx context.Context, h *H) error {
+	t, _, c, err := proxySetup(ctx, h)
+	if err != nil {
+		return err
+	}
+	u, err := h.listenUDP(":0")
+	if err != nil {
+		return err
+	}
+	var probes [][]string
+	for _, ip := range hostIPs() {
+		probes = append(probes, []string{"udp", ip, fmt.Sprint(portOf(u.addr))})
+	}
+	if _, err := probe(ctx, h, u, probes, c); err != nil {
+		return err
+	}
+	sleepCtx(ctx, 200*time.Millisecond)
+	if u.reached() {
+		return errors.New("with allow_hosts a UDP datagram left the sandbox")
+	}
+	return viaProxy(ctx, h, t, c)
+}

@@ -1,0 +1,269 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// treeScript is a perl program that keeps appending to a marker file,
+// either as a plain background child ("bg") or double-forked into its own
+// session ("daemon"), ignoring the polite signals either way. Its tag
+// argument lets the suite find and kill survivors; it also ends itself
+// after a while so even an unmeasurable host is cleaned up.
+const treeScript = `use POSIX ();
+my ($marker, $tag, $mode) = @ARGV;
+if ($mode eq "daemon") {
+  defined(my $pid = fork) or die "fork: $!";
+  exit 0 if $pid;
+  POSIX::setsid();
+  defined($pid = fork) or die "fork: $!";
+  exit 0 if $pid;
+}
+$SIG{$_} = "IGNORE" for qw(HUP TERM INT PIPE);
+open STDIN, "<", "/dev/null"; open STDOUT, ">", "/dev/null"; open STDERR, ">", "/dev/null";
+my $end = time + 25;
+while (time < $end) {
+  open my $f, ">>", $marker or exit 1; print $f "x\n"; close $f;
+  select undef, undef, undef, 0.05;
+}
+`
+
+// tree sets up the marker children for a tree-kill case and returns the
+// shell script prefix that starts them, plus a check run after the command.
+type tree struct {
+	h       *H
+	tag     string
+	markers []string
+}
+
+func newTree(h *H) (*tree, error) {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	t := &tree{h: h, tag: "aleph-conformance-tree-" + hex.EncodeToString(b[:])}
+	if err := writeFile(filepath.Join(h.Work, "tree.pl"), treeScript); err != nil {
+		return nil, err
+	}
+	t.markers = []string{filepath.Join(h.Work, "marker-bg"), filepath.Join(h.Work, "marker-daemon")}
+	h.defer_(func() { killTagged(t.tag) })
+	return t, nil
+}
+
+// start is the script that launches both children.
+func (t *tree) start() string {
+	return fmt.Sprintf(`%s tree.pl marker-bg %s bg </dev/null >/dev/null 2>&1 &
+%s tree.pl marker-daemon %s daemon </dev/null >/dev/null 2>&1
+i=0; while { [ ! -s marker-bg ] || [ ! -s marker-daemon ]; } && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
+echo started
+`, progPerl, t.tag, progPerl, t.tag)
+}
+
+func (t *tree) markersStarted() bool {
+	for _, m := range t.markers {
+		if st, err := os.Stat(m); err != nil || st.Size() == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// check: both children ran (positive control) and neither still runs.
+func (t *tree) check(ctx context.Context) error {
+	if !t.markersStarted() {
+		return errors.New("the background children never ran (positive control): is perl runnable with spawn_subprocess?")
+	}
+	for _, m := range t.markers {
+		if growing, size := stillGrowing(ctx, m, 400*time.Millisecond); growing {
+			return fmt.Errorf("%s still growing after the command ended (%d bytes): a descendant survived", filepath.Base(m), size)
+		}
+	}
+	return nil
+}
+
+func procCases() []Case {
+	tk := driverapi.FeatureProcessTreeKill
+	return []Case{
+		{ID: "proc/spawn-allowed", Level: Must,
+			Description: "With spawn_subprocess the program starts child processes and sees their exit status.",
+			run: func(ctx context.Context, h *H) error {
+				o := h.Sh(ctx, nil, `/bin/sh -c 'exit 3'; echo "child=$?"`)
+				if err := ok("sh", o); err != nil {
+					return err
+				}
+				if string(o.Stdout) != "child=3\n" {
+					return fmt.Errorf("got %q, want child=3", o.Stdout)
+				}
+				return nil
+			}},
+		{ID: "proc/spawn-denied", Level: Must, Feature: driverapi.FeatureSubprocessControl,
+			Description: "Without spawn_subprocess a shell runs (builtins work) but cannot start a child process; the same script with spawn_subprocess can.",
+			run:         caseSpawnDenied},
+		{ID: "proc/timeout-reported", Level: Must,
+			Description: "A command that outlives its timeout is stopped and reported with timed_out, well before it would have ended.",
+			run: func(ctx context.Context, h *H) error {
+				start := time.Now()
+				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "echo started; exec sleep 30"}, Timeout: time.Second})
+				if err := ran("sleep", o, "started"); err != nil {
+					return err
+				}
+				if !o.Exit.TimedOut {
+					return fmt.Errorf("timed_out not set: %s", o)
+				}
+				if d := time.Since(start); d > 15*time.Second {
+					return fmt.Errorf("Run returned after %s for a 1s timeout", d.Round(time.Millisecond))
+				}
+				return nil
+			}},
+		{ID: "proc/timeout-kills-tree", Level: Must, Feature: tk,
+			Description: "When the timeout fires, every descendant dies, including a background child and a double-forked setsid daemon that ignore SIGTERM and SIGHUP (their marker files stop growing).",
+			run: func(ctx context.Context, h *H) error {
+				t, err := newTree(h)
+				if err != nil {
+					return err
+				}
+				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exec sleep 30"}, Timeout: 2 * time.Second})
+				if o.Err == nil && !o.Exit.TimedOut {
+					return fmt.Errorf("command did not time out: %s", o)
+				}
+				return t.check(ctx)
+			}},
+		{ID: "proc/cancel-kills-tree", Level: Must, Feature: tk,
+			Description: "Cancelling a running command kills every descendant, daemonised ones included.",
+			run: func(ctx context.Context, h *H) error {
+				t, err := newTree(h)
+				if err != nil {
+					return err
+				}
+				runCtx, cancel := context.WithCancel(ctx)
+				defer cancel()
+				var once sync.Once
+				go func() {
+					waitFor(runCtx, 10*time.Second, t.markersStarted)
+					once.Do(cancel)
+				}()
+				h.Exec(runCtx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exec sleep 30"}})
+				return t.check(ctx)
+			}},
+		{ID: "proc/no-survivors-after-exit", Level: Must, Feature: tk,
+			Description: "When the main program exits on its own, background children and setsid daemons it left behind are killed.",
+			run: func(ctx context.Context, h *H) error {
+				t, err := newTree(h)
+				if err != nil {
+					return err
+				}
+				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exit 0"}})
+				if err := ok("main program", o); err != nil {
+					return err
+				}
+				return t.check(ctx)
+			}},
+		{ID: "proc/output-budget-stdout", Level: Must,
+			Description: "A program writing 4 MiB to stdout under a 64 KiB budget runs to completion (not killed by SIGPIPE); exactly the first 32 KiB arrive and truncated is set.",
+			run: func(ctx context.Context, h *H) error {
+				return budgetCase(ctx, h, "head -c 4194304 /dev/zero; echo done >&2", false)
+			}},
+		{ID: "proc/output-budget-stderr", Level: Must,
+			Description: "Flooding stderr past its half of the budget truncates stderr only; stdout is delivered whole.",
+			run: func(ctx context.Context, h *H) error {
+				return budgetCase(ctx, h, "head -c 4194304 /dev/zero >&2; echo done", true)
+			}},
+		{ID: "proc/huge-single-line", Level: Must,
+			Description: "A 3 MiB line without a newline arrives intact when the budget allows it.",
+			run: func(ctx context.Context, h *H) error {
+				const n = 3 << 20
+				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\000' a", n)}, MaxOutput: 8 << 20})
+				if err := ok("flood", o); err != nil {
+					return err
+				}
+				if len(o.Stdout) != n || !bytes.Equal(o.Stdout, bytes.Repeat([]byte("a"), n)) || o.Exit.Truncated {
+					return fmt.Errorf("got %d bytes (truncated=%v), want %d bytes of 'a'", len(o.Stdout), o.Exit.Truncated, n)
+				}
+				return nil
+			}},
+		{ID: "proc/output-flood-bounded-memory", Level: Should, fresh: true,
+			Description: "A program writing 128 MiB under a 64 KiB budget does not grow the driver process's peak memory by more than 48 MiB (the driver drains, it does not buffer). Linux only.",
+			run:         caseFloodMemory},
+	}
+}
+
+func caseSpawnDenied(ctx context.Context, h *H) error {
+	const script = `echo alive; /bin/sh -c 'exit 0' 2>/dev/null; echo "spawn=$?"`
+	o := h.Sh(ctx, &driverapi.Capabilities{}, script)
+	if err := ran("builtins without spawn", o, "alive"); err != nil {
+		return err
+	}
+	if bytes.Contains(o.Stdout, []byte("spawn=0")) {
+		return fmt.Errorf("a child process started without spawn_subprocess: %s", o)
+	}
+	o = h.Sh(ctx, &driverapi.Capabilities{SpawnSubprocess: true}, script)
+	if err := ok("with spawn", o); err != nil {
+		return err
+	}
+	if !bytes.Contains(o.Stdout, []byte("spawn=0")) {
+		return fmt.Errorf("spawn_subprocess=true did not allow a child (positive control): %s", o)
+	}
+	return nil
+}
+
+func budgetCase(ctx context.Context, h *H, script string, onStderr bool) error {
+	const budget = 64 << 10
+	o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", script}, MaxOutput: budget})
+	if err := ok("flood", o); err != nil {
+		return err
+	}
+	flood, other := o.Stdout, o.Stderr
+	if onStderr {
+		flood, other = o.Stderr, o.Stdout
+	}
+	if len(flood) != budget/2 || !bytes.Equal(flood, make([]byte, budget/2)) {
+		return fmt.Errorf("flooded stream delivered %d bytes, want exactly the first %d", len(flood), budget/2)
+	}
+	if string(other) != "done\n" {
+		return fmt.Errorf("other stream got %q, want %q", clip(other), "done\n")
+	}
+	if !o.Exit.Truncated {
+		return errors.New("truncated not set")
+	}
+	return nil
+}
+
+func caseFloodMemory(ctx context.Context, h *H) error {
+	if !leakMeasurable {
+		return skipf("measuring the driver's memory needs /proc (Linux only)")
+	}
+	if err := h.useFresh(ctx); err != nil {
+		return err
+	}
+	// Warm up so the runtime's ordinary growth is in the baseline.
+	if err := ok("warm-up", h.Sh(ctx, nil, "head -c 1048576 /dev/zero")); err != nil {
+		return err
+	}
+	before, err := memKB(h.Proc.Pid(), "VmHWM")
+	if err != nil {
+		return skipf("%v", err)
+	}
+	o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "head -c 134217728 /dev/zero"}, MaxOutput: 64 << 10})
+	if err := ok("flood", o); err != nil {
+		return err
+	}
+	if len(o.Stdout) != 32<<10 {
+		return fmt.Errorf("flood delivered %d bytes, want %d", len(o.Stdout), 32<<10)
+	}
+	after, err := memKB(h.Proc.Pid(), "VmHWM")
+	if err != nil {
+		return err
+	}
+	if grew := after - before; grew > 48<<10 {
+		return fmt.Errorf("driver peak memory grew by %d KiB while discarding 128 MiB of output", grew)
+	}
+	return nil
+}

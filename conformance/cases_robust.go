@@ -1,0 +1,120 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+func robustCases() []Case {
+	return []Case{
+		{ID: "robust/sequential-200", Level: Must, fresh: true,
+			Description: "200 commands one after another all succeed with their own output, and afterwards the driver process holds no more file descriptors than before and has no child processes left (measured in /proc; Linux only for the measurement).",
+			run: func(ctx context.Context, h *H) error {
+				return leakRun(ctx, h, 200, 1)
+			}},
+		{ID: "robust/concurrent-16", Level: Must, fresh: true,
+			Description: "16 commands at a time, four rounds, all succeed with their own output, without leaking descriptors or processes in the driver process.",
+			run: func(ctx context.Context, h *H) error {
+				return leakRun(ctx, h, 64, 16)
+			}},
+		{ID: "robust/driver-death-kills-tree", Level: Should, Feature: driverapi.FeatureProcessTreeKill, fresh: true,
+			Description: "When the driver process is killed (SIGKILL) mid-command, the command's whole tree dies with it; nothing keeps running unsupervised.",
+			run:         caseDriverDeath},
+	}
+}
+
+func leakRun(ctx context.Context, h *H, n, par int) error {
+	if err := h.useFresh(ctx); err != nil {
+		return err
+	}
+	one := func(i int) error {
+		o := h.Sh(ctx, nil, `echo "n=$1"`, fmt.Sprint(i))
+		if err := ok(fmt.Sprintf("command %d", i), o); err != nil {
+			return err
+		}
+		if string(o.Stdout) != fmt.Sprintf("n=%d\n", i) {
+			return fmt.Errorf("command %d got %q", i, o.Stdout)
+		}
+		return nil
+	}
+	// Warm up: lazily opened descriptors (logs, pools) belong in the baseline.
+	for i := range 3 {
+		if err := one(i); err != nil {
+			return err
+		}
+	}
+	pid := h.Proc.Pid()
+	base, merr := measureProc(pid)
+	for start := 0; start < n; start += par {
+		var wg sync.WaitGroup
+		errs := make([]error, par)
+		for j := range par {
+			wg.Add(1)
+			go func() { defer wg.Done(); errs[j] = one(start + j) }()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			return err
+		}
+	}
+	if merr != nil || !leakMeasurable {
+		return skipf("%d commands ran, but measuring the driver process needs /proc (Linux only)", n)
+	}
+	var now procStats
+	settled := waitFor(ctx, 3*time.Second, func() bool {
+		now, merr = measureProc(pid)
+		return merr == nil && now.fds <= base.fds+2 && len(now.descendants) == 0
+	})
+	if merr != nil {
+		return merr
+	}
+	if !settled {
+		return fmt.Errorf("after %d commands the driver holds %d fds (baseline %d) and %d descendant processes %v", n, now.fds, base.fds, len(now.descendants), now.descendants)
+	}
+	return nil
+}
+
+func caseDriverDeath(ctx context.Context, h *H) error {
+	if err := h.useFresh(ctx); err != nil {
+		return err
+	}
+	t, err := newTree(h)
+	if err != nil {
+		return err
+	}
+	done := make(chan Out, 1)
+	go func() {
+		done <- h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exec sleep 30"}})
+	}()
+	var early *Out
+	if !waitFor(ctx, 10*time.Second, func() bool {
+		select {
+		case o := <-done:
+			early = &o
+			return true
+		default:
+			return t.markersStarted()
+		}
+	}) || early != nil {
+		return fmt.Errorf("the background children never ran (positive control)")
+	}
+	proc, err := os.FindProcess(h.Proc.Pid())
+	if err != nil {
+		return err
+	}
+	if err := proc.Kill(); err != nil {
+		return fmt.Errorf("killing the driver: %w", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		return errors.New("Run did not return after the driver process died")
+	}
+	return t.check(ctx)
+}

@@ -1,0 +1,338 @@
+// Package conformance is the shared suite every aleph-sandbox driver binary
+// must pass. It launches the driver through the real plugin mechanism
+// (driverapi.LaunchDriver), as a host would, and runs ordinary programs in it
+// to prove what the driver claims: isolation cases run only for the features
+// the driver claims in its Capabilities, and a claimed feature is always
+// tested, so a driver cannot claim what it does not enforce.
+//
+// Use Run from `go test` (one subtest per case id) or RunSuite for a
+// structured Report (the `aleph-sandbox conformance` command).
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Level says how binding a case is. Both levels count as failures when they
+// fail; the level tells a driver author what to fix first.
+type Level string
+
+const (
+	// Must: the contract requires it.
+	Must Level = "MUST"
+	// Should: expected of every driver, but a host may live without it.
+	Should Level = "SHOULD"
+)
+
+// Status is a case's outcome.
+type Status string
+
+const (
+	Pass Status = "pass"
+	Fail Status = "fail"
+	Skip Status = "skip"
+)
+
+// Case is one conformance check.
+type Case struct {
+	// ID is stable across releases ("area/what"): CI configurations and
+	// --run filters refer to it.
+	ID    string
+	Level Level
+	// Feature is the driverapi.Feature* name the case needs; "" means every
+	// driver must pass it.
+	Feature string
+	// Description says what passing proves.
+	Description string
+	// fresh: the case launches its own plugin processes and needs no
+	// shared one.
+	fresh bool
+	run   func(ctx context.Context, h *H) error
+}
+
+// Cases returns the suite's cases, sorted by id.
+func Cases() []Case {
+	var all []Case
+	all = append(all, protocolCases()...)
+	all = append(all, execCases()...)
+	all = append(all, fsCases()...)
+	all = append(all, procCases()...)
+	all = append(all, netCases()...)
+	all = append(all, resourceCases()...)
+	all = append(all, robustCases()...)
+	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+	return all
+}
+
+// Config says which driver binary to test and how.
+type Config struct {
+	// DriverPath is the driver plugin binary. Required.
+	DriverPath string
+	// SHA256 optionally pins the binary (see driverapi.LaunchConfig).
+	SHA256 string
+	// Env is added to the plugin's environment (e.g. ALEPH_DRIVER_OPTIONS).
+	Env []string
+	// Run, when set, keeps only the cases whose id it matches.
+	Run *regexp.Regexp
+	// Logger receives the plugin's own log lines; default: none.
+	Logger hclog.Logger
+	// CaseTimeout bounds each case. Default 60s.
+	CaseTimeout time.Duration
+	// TempDir is where per-case workspaces are made; default os.TempDir().
+	TempDir string
+	// Progress, when set, is called as each case ends.
+	Progress func(Result)
+}
+
+// Result is one case's outcome.
+type Result struct {
+	ID       string        `json:"id"`
+	Level    Level         `json:"level"`
+	Feature  string        `json:"feature,omitempty"`
+	Status   Status        `json:"status"`
+	Detail   string        `json:"detail"`
+	Duration time.Duration `json:"duration_ns"`
+}
+
+// Report is the outcome of a whole suite run.
+type Report struct {
+	Driver       string                     `json:"driver"`
+	Backend      string                     `json:"backend"`
+	Capabilities driverapi.HostCapabilities `json:"capabilities"`
+	Results      []Result                   `json:"cases"`
+	Passed       int                        `json:"passed"`
+	Failed       int                        `json:"failed"`
+	Skipped      int                        `json:"skipped"`
+	Duration     time.Duration              `json:"duration_ns"`
+}
+
+// ConfigError: a Config that cannot be run.
+type ConfigError struct{ Reason string }
+
+func (e *ConfigError) Error() string { return "conformance: " + e.Reason }
+
+func (c Config) validate() error {
+	if c.DriverPath == "" {
+		return &ConfigError{Reason: "no driver binary given"}
+	}
+	st, err := os.Stat(c.DriverPath)
+	if err != nil {
+		return &ConfigError{Reason: fmt.Sprintf("driver binary %s: %v", c.DriverPath, err)}
+	}
+	if !st.Mode().IsRegular() {
+		return &ConfigError{Reason: fmt.Sprintf("driver binary %s is not a regular file", c.DriverPath)}
+	}
+	return nil
+}
+
+// skipError marks a case as skipped from inside it.
+type skipError struct{ reason string }
+
+func (e *skipError) Error() string { return "skipped: " + e.reason }
+
+func skipf(format string, a ...any) error { return &skipError{reason: fmt.Sprintf(format, a...)} }
+
+// Factory gives Run the configuration to test; it may build the driver
+// binary first (t.TempDir is cleaned up by the test framework).
+type Factory func(t testing.TB) Config
+
+// Binary is a Factory for an existing driver binary.
+func Binary(path string) Factory {
+	return func(testing.TB) Config { return Config{DriverPath: path} }
+}
+
+// Run runs the suite as subtests of t, one per case id: a failing case
+// fails its subtest, a skipped one skips it with the reason.
+func Run(t *testing.T, f Factory) {
+	t.Helper()
+	cfg := f(t)
+	if err := cfg.validate(); err != nil {
+		t.Fatal(err)
+	}
+	s := newSuite(cfg)
+	defer s.close()
+	for _, c := range s.selected() {
+		t.Run(c.ID, func(t *testing.T) {
+			r := s.runCase(t.Context(), c)
+			switch r.Status {
+			case Fail:
+				t.Errorf("%s %s: %s", c.Level, c.ID, r.Detail)
+			case Skip:
+				t.Skip(r.Detail)
+			}
+		})
+	}
+}
+
+// RunSuite runs every selected case and returns the report. The error is
+// non-nil only for a Config that cannot be run at all; a driver that fails
+// to start fails its cases instead.
+func RunSuite(ctx context.Context, cfg Config) (Report, error) {
+	if err := cfg.validate(); err != nil {
+		return Report{}, err
+	}
+	start := time.Now()
+	s := newSuite(cfg)
+	defer s.close()
+	rep := Report{Driver: cfg.DriverPath}
+	for _, c := range s.selected() {
+		if ctx.Err() != nil {
+			break
+		}
+		r := s.runCase(ctx, c)
+		rep.Results = append(rep.Results, r)
+		switch r.Status {
+		case Pass:
+			rep.Passed++
+		case Fail:
+			rep.Failed++
+		case Skip:
+			rep.Skipped++
+		}
+		if cfg.Progress != nil {
+			cfg.Progress(r)
+		}
+	}
+	if s.shared != nil {
+		rep.Backend = s.caps.Backend
+		rep.Capabilities = s.caps
+	}
+	rep.Duration = time.Since(start)
+	return rep, ctx.Err()
+}
+
+// suite holds the plugin shared by the cases that do not need their own.
+type suite struct {
+	cfg       Config
+	shared    *driverapi.Process
+	caps      driverapi.HostCapabilities
+	launchErr error
+	launched  bool
+}
+
+func newSuite(cfg Config) *suite {
+	if cfg.CaseTimeout == 0 {
+		cfg.CaseTimeout = 60 * time.Second
+	}
+	return &suite{cfg: cfg}
+}
+
+func (s *suite) selected() []Case {
+	var out []Case
+	for _, c := range Cases() {
+		if s.cfg.Run == nil || s.cfg.Run.MatchString(c.ID) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (s *suite) launchConfig() driverapi.LaunchConfig {
+	return driverapi.LaunchConfig{Path: s.cfg.DriverPath, SHA256: s.cfg.SHA256, Env: s.cfg.Env, Logger: s.cfg.Logger}
+}
+
+// ensureShared launches the shared plugin once, and again if it died (a
+// case that crashed it must not fail every later case).
+func (s *suite) ensureShared(ctx context.Context) error {
+	if s.launched && s.shared != nil && !s.shared.Exited() {
+		return nil
+	}
+	if s.launched && s.shared == nil {
+		return s.launchErr
+	}
+	if s.shared != nil {
+		s.shared.Kill()
+		s.shared = nil
+	}
+	s.launched = true
+	p, err := driverapi.LaunchDriver(ctx, s.launchConfig())
+	if err != nil {
+		s.launchErr = fmt.Errorf("driver did not start: %w", err)
+		return s.launchErr
+	}
+	caps, err := p.Driver().Capabilities(ctx)
+	if err != nil {
+		p.Kill()
+		s.launchErr = fmt.Errorf("driver Capabilities failed: %w", err)
+		return s.launchErr
+	}
+	s.shared, s.caps = p, caps
+	return nil
+}
+
+func (s *suite) close() {
+	if s.shared != nil {
+		s.shared.Kill()
+		s.shared = nil
+	}
+}
+
+func (s *suite) runCase(parent context.Context, c Case) (r Result) {
+	start := time.Now()
+	r = Result{ID: c.ID, Level: c.Level, Feature: c.Feature}
+	defer func() { r.Duration = time.Since(start) }()
+	ctx, cancel := context.WithTimeout(parent, s.cfg.CaseTimeout)
+	defer cancel()
+	// Capabilities come from the shared plugin even for fresh cases: the
+	// feature gate needs them.
+	if err := s.ensureShared(ctx); err != nil {
+		r.Status, r.Detail = Fail, err.Error()
+		return r
+	}
+	if c.Feature != "" && !s.caps.Has(c.Feature) {
+		r.Status, r.Detail = Skip, fmt.Sprintf("driver does not claim %s", c.Feature)
+		return r
+	}
+	h, err := newH(s, c)
+	if err != nil {
+		r.Status, r.Detail = Fail, "setting up the case: "+err.Error()
+		return r
+	}
+	err = runGuarded(ctx, c, h)
+	h.cleanup()
+	var se *skipError
+	switch {
+	case err == nil:
+		r.Status = Pass
+	case errors.As(err, &se):
+		r.Status, r.Detail = Skip, se.reason
+	default:
+		r.Status, r.Detail = Fail, oneLine(err.Error())
+		if ctx.Err() != nil && parent.Err() == nil {
+			r.Detail += fmt.Sprintf(" (case exceeded %s)", s.cfg.CaseTimeout)
+		}
+	}
+	return r
+}
+
+// runGuarded turns a panic in a case into a failure rather than ending the
+// whole run.
+func runGuarded(ctx context.Context, c Case, h *H) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("case panicked: %v", p)
+		}
+	}()
+	return c.run(ctx, h)
+}
+
+func oneLine(s string) string {
+	s = strings.ReplaceAll(s, "\r", `\r`)
+	s = strings.ReplaceAll(s, "\n", `\n`)
+	if len(s) > 600 {
+		s = s[:600] + "..."
+	}
+	return s
+}
