@@ -45,7 +45,18 @@ type WorkspaceSandbox struct {
 
 	capsMu   sync.Mutex
 	hostCaps *driverapi.HostCapabilities
+
+	// profiles caches driver profiles by request: the contract makes
+	// ProfileFor deterministic, and the cache saves one driver round trip
+	// per command. Requests with a proxy endpoint (new per command) are not
+	// cached; any driver error clears it (a relaunched driver may see a
+	// different host).
+	profMu   sync.Mutex
+	profiles map[string]driverapi.Profile
 }
+
+// maxCachedProfiles bounds the profile cache; it is emptied when full.
+const maxCachedProfiles = 256
 
 var _ Sandbox = (*WorkspaceSandbox)(nil)
 
@@ -322,7 +333,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	}
 
 	// 5. Profile.
-	prof, err := s.driver.ProfileFor(ctx, preq)
+	prof, err := s.profileFor(ctx, preq)
 	if err != nil {
 		return nil, s.driverErr("ProfileFor", err)
 	}
@@ -791,7 +802,35 @@ func (s *WorkspaceSandbox) enforceable(hc driverapi.HostCapabilities, caps drive
 	return nil
 }
 
+func (s *WorkspaceSandbox) profileFor(ctx context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	if req.Proxy != nil {
+		return s.driver.ProfileFor(ctx, req)
+	}
+	kb, _ := json.Marshal(req)
+	key := string(kb)
+	s.profMu.Lock()
+	p, ok := s.profiles[key]
+	s.profMu.Unlock()
+	if ok {
+		return p, nil
+	}
+	p, err := s.driver.ProfileFor(ctx, req)
+	if err != nil {
+		return p, err
+	}
+	s.profMu.Lock()
+	if s.profiles == nil || len(s.profiles) >= maxCachedProfiles {
+		s.profiles = map[string]driverapi.Profile{}
+	}
+	s.profiles[key] = p
+	s.profMu.Unlock()
+	return p, nil
+}
+
 func (s *WorkspaceSandbox) driverErr(op string, err error) error {
+	s.profMu.Lock()
+	s.profiles = nil
+	s.profMu.Unlock()
 	var de *DriverError
 	if errors.As(err, &de) {
 		return err

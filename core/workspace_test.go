@@ -485,3 +485,69 @@ func TestClosedSandboxRefuses(t *testing.T) {
 		t.Fatal("closed sandbox ran a command")
 	}
 }
+
+// countingDriver counts ProfileFor calls and can fail Run once.
+type countingDriver struct {
+	*drivertest.FakeDriver
+	mu       sync.Mutex
+	profiles int
+	failRun  bool
+}
+
+func (c *countingDriver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	c.mu.Lock()
+	c.profiles++
+	c.mu.Unlock()
+	return c.FakeDriver.ProfileFor(ctx, req)
+}
+
+func (c *countingDriver) Run(ctx context.Context, spec driverapi.RunSpec, st driverapi.Streams) (driverapi.Exit, error) {
+	c.mu.Lock()
+	fail := c.failRun
+	c.failRun = false
+	c.mu.Unlock()
+	if fail {
+		return driverapi.Exit{}, errors.New("boom")
+	}
+	return c.FakeDriver.Run(ctx, spec, st)
+}
+
+func (c *countingDriver) count() int { c.mu.Lock(); defer c.mu.Unlock(); return c.profiles }
+
+func TestProfileCache(t *testing.T) {
+	cd := &countingDriver{FakeDriver: &drivertest.FakeDriver{}}
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(drivertest.Connect(t, cd)), WithAuditSink(&memSink{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	ctx := WithSession(context.Background(), "p")
+	for i := 0; i < 3; i++ {
+		if _, err := sb.Execute(ctx, Command{Program: "echo"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cd.count() != 1 {
+		t.Fatalf("ProfileFor called %d times for equal requests", cd.count())
+	}
+	// A different request gets its own profile.
+	if _, err := sb.Execute(ctx, Command{Program: "echo", Capabilities: driverapi.Capabilities{TimeoutSecs: 5}}); err != nil {
+		t.Fatal(err)
+	}
+	if cd.count() != 2 {
+		t.Fatalf("count %d", cd.count())
+	}
+	// A driver failure empties the cache.
+	cd.mu.Lock()
+	cd.failRun = true
+	cd.mu.Unlock()
+	if _, err := sb.Execute(ctx, Command{Program: "echo"}); err == nil {
+		t.Fatal("want driver error")
+	}
+	if _, err := sb.Execute(ctx, Command{Program: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	if cd.count() != 3 {
+		t.Fatalf("cache survived a driver error: count %d", cd.count())
+	}
+}
