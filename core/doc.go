@@ -29,10 +29,12 @@
 //     Warn is recorded; Deny ends with a DeniedError carrying rule, hook and
 //     RetryAfter. AfterHook.After runs for every hook that allowed, once the
 //     command has ended.
-//  4. Capability check: within the session baseline, or within a cached
-//     grant, goes on; otherwise the ApprovalGate asks (Approved caches the
-//     grant; Denied and Timeout deny). Then the request must be enforceable
-//     by the driver's HostCapabilities, or it fails closed naming the feature.
+//  4. Capability check. First the request must be enforceable by the
+//     driver's HostCapabilities (RequiredFeatures), or it fails closed naming
+//     the feature and the driver's reason; this comes before approval so no
+//     one is asked to approve what cannot be enforced. Then: within the
+//     session baseline, or within a cached grant, goes on; otherwise the
+//     ApprovalGate asks (Approved caches the grant; Denied and Timeout deny).
 //  5. Profile: driver.ProfileFor with the canonical workspace and cwd (and the
 //     mediation endpoint for AllowHosts).
 //  6. Run: timeout precedence Command.Timeout > Capabilities.TimeoutSecs >

@@ -2,6 +2,7 @@ package core
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
@@ -489,5 +492,41 @@ func TestAuditLedgerFile(t *testing.T) {
 	}
 	if recs[1].Decision != DecisionDeny || recs[1].Reason != ReasonCwdOutsideWorkspace {
 		t.Fatalf("record %+v", recs[1])
+	}
+}
+
+func TestUnenforceableIsNotOfferedForApproval(t *testing.T) {
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
+	caps := drivertest.FullCapabilities()
+	caps.Features = []string{driverapi.FeatureFSReadIsolation, driverapi.FeatureFSWriteIsolation, driverapi.FeatureNetworkNone, driverapi.FeatureSubprocessControl}
+	h := newHarness(t, testConfig(t), &drivertest.FakeDriver{Caps: caps}, WithApprovalRequester(ap))
+	_, err := h.sb.Execute(WithSession(context.Background(), "u"), Command{Program: "echo",
+		Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}})
+	wantDenied(t, err, ReasonUnenforceable)
+	if len(ap.Requests()) != 0 {
+		t.Fatal("asked to approve an unenforceable request")
+	}
+	if h.sb.PolicyDigest("u") != h.sb.PolicyDigest("fresh") {
+		t.Fatal("a grant was cached for an unenforceable request")
+	}
+}
+
+func TestLedgerLoggerName(t *testing.T) {
+	var buf bytes.Buffer
+	logger := hclog.New(&hclog.LoggerOptions{Name: "host", Output: &buf, JSONFormat: true, Level: hclog.Info})
+	h := newHarness(t, testConfig(t), nil, WithLogger(logger))
+	_, err := h.sb.Execute(WithSession(context.Background(), "l"), Command{Program: "env", Env: map[string]string{"TOKEN": "env-value-xyz"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var line map[string]any
+	if err := json.Unmarshal(bytes.TrimSpace(buf.Bytes()), &line); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	if line["@module"] != "capability_ledger" || line["decision"] != "allow" || line["program"] != "env" {
+		t.Fatalf("ledger line %v", line)
+	}
+	if strings.Contains(buf.String(), "env-value-xyz") {
+		t.Fatal("env value logged")
 	}
 }

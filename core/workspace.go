@@ -302,16 +302,18 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		return nil, err
 	}
 
-	// 4. Capabilities: approval, then enforceability.
-	if err := s.checkCapabilities(ctx, r, sess, sid, cmd); err != nil {
-		return nil, err
-	}
+	// 4. Capabilities. Enforceability is checked before approval: nobody
+	// should be asked to approve what the driver cannot enforce, and no
+	// grant is cached for it.
 	hc, err := s.capabilities(ctx)
 	if err != nil {
 		return nil, err
 	}
 	r.rec.Backend = hc.Backend
 	if err := s.enforceable(hc, cmd.Capabilities); err != nil {
+		return nil, err
+	}
+	if err := s.checkCapabilities(ctx, r, sess, sid, cmd); err != nil {
 		return nil, err
 	}
 
