@@ -168,3 +168,17 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+func TestConfigStringRoundTrips(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Sandbox.WorkspaceRoot = "/srv/ws"
+	cfg.Sandbox.RateLimit.Burst = 3
+	cfg.Sandbox.CommandPolicy.CustomRules = []CustomRule{{Name: "r", Regex: "x", Action: "warn"}}
+	back, err := loadConfig(writeTOML(t, cfg.String()), nil)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, cfg.String())
+	}
+	if back.String() != cfg.String() {
+		t.Fatalf("round trip differs:\n%s\n---\n%s", cfg.String(), back.String())
+	}
+}

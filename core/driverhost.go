@@ -47,7 +47,9 @@ type DriverHost struct {
 	mu     sync.Mutex
 	proc   *driverapi.Process
 	closed bool
+	// caps is the fingerprint reported by capsOf, the process it came from.
 	caps   *driverapi.HostCapabilities
+	capsOf *driverapi.Process
 }
 
 var _ driverapi.Driver = (*DriverHost)(nil)
@@ -150,7 +152,7 @@ func (h *DriverHost) Capabilities(ctx context.Context) (driverapi.HostCapabiliti
 		return driverapi.HostCapabilities{}, err
 	}
 	h.mu.Lock()
-	if h.caps != nil && h.proc == p {
+	if h.caps != nil && h.capsOf == p {
 		c := *h.caps
 		h.mu.Unlock()
 		return c, nil
@@ -161,7 +163,7 @@ func (h *DriverHost) Capabilities(ctx context.Context) (driverapi.HostCapabiliti
 		return c, h.failed(p, "Capabilities", err)
 	}
 	h.mu.Lock()
-	h.caps = &c
+	h.caps, h.capsOf = &c, p
 	h.mu.Unlock()
 	return c, nil
 }
