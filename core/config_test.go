@@ -182,3 +182,15 @@ func TestConfigStringRoundTrips(t *testing.T) {
 		t.Fatalf("round trip differs:\n%s\n---\n%s", cfg.String(), back.String())
 	}
 }
+
+func TestLoadConfigReadsProcessEnv(t *testing.T) {
+	t.Setenv("ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT", "/from/env")
+	t.Setenv("ALEPH_SANDBOX_SANDBOX__LINUX__CPU_QUOTA_PERCENT", "50")
+	cfg, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Sandbox.WorkspaceRoot != "/from/env" || cfg.Sandbox.Linux.CPUQuotaPercent != 50 {
+		t.Fatalf("%+v", cfg.Sandbox)
+	}
+}

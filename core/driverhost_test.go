@@ -210,3 +210,23 @@ func TestFindDriver(t *testing.T) {
 		t.Fatalf("default lookup: %v", err)
 	}
 }
+
+func TestDriverHostMissingBinary(t *testing.T) {
+	h, err := NewDriverHost(DriverHostConfig{Path: filepath.Join(t.TempDir(), "aleph-driver-gone")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if h.Name() != "aleph-driver-gone" {
+		t.Fatalf("name %s", h.Name())
+	}
+	err = h.Start(context.Background())
+	var de *DriverError
+	var pe *driverapi.PluginError
+	if !errors.As(err, &de) || de.Driver != "aleph-driver-gone" || !errors.As(err, &pe) || pe.Op != "find" {
+		t.Fatalf("err %v", err)
+	}
+	if _, err := NewDriverHost(DriverHostConfig{}); err == nil {
+		t.Fatal("empty path accepted")
+	}
+}

@@ -530,3 +530,49 @@ func TestLedgerLoggerName(t *testing.T) {
 		t.Fatal("env value logged")
 	}
 }
+
+func TestApprovalChangesPolicyDigest(t *testing.T) {
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap))
+	d0 := h.sb.PolicyDigest("pd")
+	ctx := WithSession(context.Background(), "pd")
+	for _, c := range []driverapi.Capabilities{{SpawnSubprocess: true}, {FSRead: []string{"/opt"}}} {
+		if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d1 := h.sb.PolicyDigest("pd")
+	if d1 == d0 {
+		t.Fatal("approved grants left the digest unchanged")
+	}
+	// Same grants in the other order give the same digest.
+	h2 := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap))
+	for _, c := range []driverapi.Capabilities{{FSRead: []string{"/opt"}}, {SpawnSubprocess: true}} {
+		if _, err := h2.sb.Execute(ctx, Command{Program: "echo", Capabilities: c}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h2.sb.PolicyDigest("pd") != d1 {
+		t.Fatal("digest depends on grant order")
+	}
+}
+
+func TestHookStdinScanTarget(t *testing.T) {
+	a := allow("a")
+	h := newHarness(t, testConfig(t), nil, WithHooks(a))
+	ctx := WithSession(context.Background(), "in")
+	if _, err := h.sb.Execute(ctx, Command{Program: "cat", Stdin: []byte{0xff, 0xfe, 'x'}}); err != nil {
+		t.Fatal(err)
+	}
+	if a.last.Stdin != nil {
+		t.Fatal("non-UTF-8 stdin shown to hooks")
+	}
+	big := append(bytes.Repeat([]byte("a"), driverapi.MaxHookStdinBytes-1), []byte("é tail")...)
+	out, err := h.sb.Execute(ctx, Command{Program: "cat", Stdin: big})
+	if err != nil || len(out.Stdout) != len(big) {
+		t.Fatalf("%v", err)
+	}
+	if n := len(a.last.Stdin); n != driverapi.MaxHookStdinBytes-1 {
+		t.Fatalf("hook stdin %d bytes, want the UTF-8-safe prefix of %d", n, driverapi.MaxHookStdinBytes-1)
+	}
+}
