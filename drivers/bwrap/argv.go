@@ -1,16 +1,19 @@
 package bwrap
 
 import (
+	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
 )
 
 // BwrapFlags is the bubblewrap argv (without the program) that builds the
-// sandbox of plan p with working directory cwd. extra is inserted before
-// the mounts (fd options). The same flags serve Run and the raw-bwrap
-// benchmark, so the comparison is like for like.
-func (p Plan) BwrapFlags(cwd string, extra ...string) []string {
+// sandbox of plan p with working directory cwd. initBinary, when set, is
+// bound read-only at InitPath; extra is inserted before the mounts (fd
+// options). The same flags serve Run and the raw-bwrap benchmark, so the
+// comparison is like for like.
+func (p Plan) BwrapFlags(cwd, initBinary string, extra ...string) []string {
 	args := []string{
 		// Every namespace bwrap knows: mount, PID, IPC, UTS, cgroup, network
 		// and (where unprivileged) user.
@@ -70,7 +73,13 @@ func (p Plan) BwrapFlags(cwd string, extra ...string) []string {
 		d := filepath.Join(p.Workspace, name)
 		args = append(args, "--ro-bind", d, d)
 	}
-	args = append(args, "--chdir", cwd)
+	if initBinary != "" {
+		args = append(args, "--ro-bind", initBinary, InitPath)
+	}
+	// The root itself is bwrap's tmpfs: read-only, so nothing can be
+	// created beside the mounts (Landlock denies it too; this holds
+	// without Landlock).
+	args = append(args, "--remount-ro", "/", "--chdir", cwd)
 	return args
 }
 
@@ -99,4 +108,32 @@ func (p Plan) InitSpec() InitSpec {
 	s.ReadWrite = append(s.ReadWrite, p.Workspace, "/tmp", "/dev")
 	s.ReadWrite = append(s.ReadWrite, p.FSWrite...)
 	return s
+}
+
+// PWDCommand is a hidden prefix mode of the driver binary:
+// `aleph-driver-bwrap sandbox-pwd ARG sandbox-init ...`. bwrap always sets
+// PWD to the working directory; the child must see exactly the environment
+// it was given, so the launcher says what PWD should be ("" for unset,
+// "=VALUE" for VALUE) and the binary restores it before sandbox-init.
+const PWDCommand = "sandbox-pwd"
+
+// pwdArg encodes the PWD the child was given for PWDCommand.
+func pwdArg(env []string) string {
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "PWD=") {
+			return "=" + strings.TrimPrefix(kv, "PWD=")
+		}
+	}
+	return ""
+}
+
+// RestorePWD applies a PWDCommand argument to this process's environment.
+func RestorePWD(arg string) error {
+	if arg == "" {
+		return os.Unsetenv("PWD")
+	}
+	if !strings.HasPrefix(arg, "=") {
+		return &InitSpecError{Reason: fmt.Sprintf("%s: argument %q is neither empty nor =VALUE", PWDCommand, arg)}
+	}
+	return os.Setenv("PWD", arg[1:])
 }

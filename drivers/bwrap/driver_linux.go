@@ -290,8 +290,9 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// fds 3 and 4 in bwrap: ExtraFiles[0] and [1].
 		extra = []string{"--block-fd", "3", "--json-status-fd", "4"}
 	}
-	args := plan.BwrapFlags(cwd, extra...)
-	args = append(args, "--ro-bind", d.cfg.InitBinary, InitPath, "--", InitPath, SandboxInitCommand)
+	env := envList(spec.Env)
+	args := plan.BwrapFlags(cwd, d.cfg.InitBinary, extra...)
+	args = append(args, "--", InitPath, PWDCommand, pwdArg(env), SandboxInitCommand)
 	args = append(args, init...)
 
 	cmd := exec.CommandContext(runCtx, bwrapPath, args...)
@@ -299,7 +300,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	// bwrap gets exactly the child's environment and nothing of the
 	// driver's: its PID-1 reaper keeps the environment it was started with,
 	// readable inside as /proc/1/environ.
-	cmd.Env = envList(spec.Env)
+	cmd.Env = env
 	cmd.Dir = "/"
 	if len(spec.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)

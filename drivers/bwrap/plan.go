@@ -328,7 +328,9 @@ func DecodePlan(data []byte) (Plan, error) {
 
 // Check validates a decoded plan against the host now.
 func (p Plan) Check() error {
-	bad := func(f string, a ...any) error { return &driverapi.ProfileError{Reason: "plan: " + fmt.Sprintf(f, a...)} }
+	bad := func(f string, a ...any) error {
+		return &driverapi.ProfileError{Reason: "plan: " + fmt.Sprintf(f, a...)}
+	}
 	if p.Version != PlanVersion {
 		return bad("version %d, this driver runs version %d", p.Version, PlanVersion)
 	}

@@ -1,0 +1,416 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+func TestWorkspaceWritableOutsideNot(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	expectOK(t, drvSh(t, d, ws, "echo data > "+ws+"/f && cat "+ws+"/f"))
+	if b, err := os.ReadFile(filepath.Join(ws, "f")); err != nil || string(b) != "data\n" {
+		t.Fatalf("workspace write did not reach the host: %q %v", b, err)
+	}
+	for _, p := range []string{"/usr/aleph-x", "/etc/aleph-x", "/aleph-x", "/run/aleph-sandbox/x", "/newdir/x"} {
+		r := drvSh(t, d, ws, "echo x > "+p)
+		if r.err != nil || r.exit.ExitCode == 0 {
+			t.Errorf("write to %s: err=%v exit=%+v", p, r.err, r.exit)
+		}
+		if _, err := os.Stat(p); err == nil {
+			os.Remove(p)
+			t.Fatalf("%s was created on the host", p)
+		}
+	}
+	// /tmp is private: writable inside, nothing reaches the host.
+	expectOK(t, drvSh(t, d, ws, "echo x > /tmp/aleph-private-marker && test -s /tmp/aleph-private-marker"))
+	if _, err := os.Stat("/tmp/aleph-private-marker"); err == nil {
+		t.Fatal("sandbox /tmp is the host's")
+	}
+}
+
+func TestFSGrants(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	ro, rw := newWorkspace(t), newWorkspace(t)
+	if err := os.WriteFile(filepath.Join(ro, "secret"), []byte("ro-data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Without a grant the directory does not exist inside.
+	expectFail(t, drvSh(t, d, ws, "cat "+ro+"/secret"))
+	expectFail(t, drvSh(t, d, ws, "echo x > "+rw+"/out"))
+
+	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{ro}, FSWrite: []string{rw}}
+	r := drvRun(t, context.Background(), d, ws, caps, nil, "/bin/sh", "-c", "cat "+ro+"/secret && echo w > "+rw+"/out")
+	expectOK(t, r)
+	if r.stdout != "ro-data" {
+		t.Fatalf("fs_read content %q", r.stdout)
+	}
+	if b, _ := os.ReadFile(filepath.Join(rw, "out")); string(b) != "w\n" {
+		t.Fatalf("fs_write did not reach the host: %q", b)
+	}
+	// fs_read is read-only.
+	expectFail(t, drvRun(t, context.Background(), d, ws, caps, nil, "/bin/sh", "-c", "echo x > "+ro+"/new"))
+	if _, err := os.Stat(filepath.Join(ro, "new")); err == nil {
+		t.Fatal("write through fs_read")
+	}
+}
+
+func TestHostSecretsInvisible(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	// Positive controls: the system read set is there.
+	expectOK(t, drvSh(t, d, ws, "test -r /etc/passwd && test -x /usr/bin/env && test -d /etc/ssl"))
+	for _, p := range []string{"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/root", "/home", "/run/docker.sock",
+		"/var/run", "/run/dbus", "/etc/ssh", "/var/lib", "/sys/fs/cgroup", "/work"} {
+		if r := drvSh(t, d, ws, "test -e "+p); r.err != nil || r.exit.ExitCode == 0 {
+			t.Errorf("%s is visible inside (err=%v)", p, r.err)
+		}
+	}
+	// The host really has some of them (so the denials above mean something).
+	if _, err := os.Stat("/etc/shadow"); err != nil {
+		t.Log("host has no /etc/shadow")
+	}
+}
+
+func TestEnvironment(t *testing.T) {
+	t.Setenv("ALEPH_CANARY_HOST_VAR", "leak-me")
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "FOO", Value: "bar baz"}, {Name: "HOME", Value: ws}}
+	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, env, "/usr/bin/env")
+	expectOK(t, r)
+	got := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	sort.Strings(got)
+	want := []string{"FOO=bar baz", "HOME=" + ws, "PATH=/usr/bin:/bin"}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("child env %q, want exactly %q", got, want)
+	}
+	// Empty env is empty (nil must not mean "inherit").
+	r = drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, []driverapi.EnvVar{}, "/usr/bin/env")
+	expectOK(t, r)
+	if r.stdout != "" {
+		t.Fatalf("empty env gave %q", r.stdout)
+	}
+	// PID 1 of the namespace (bwrap's reaper) holds no host variable; our
+	// own environ (positive control) shows the given one.
+	r = drvSh(t, d, ws, "tr '\\0' '\\n' < /proc/1/environ; echo ---; tr '\\0' '\\n' < /proc/self/environ")
+	expectOK(t, r)
+	if strings.Contains(r.stdout, "ALEPH_CANARY") || strings.Contains(r.stdout, "leak-me") {
+		t.Fatalf("host env leaked: %q", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "HOME="+ws) {
+		t.Fatalf("control: own environ lacks HOME: %q", r.stdout)
+	}
+}
+
+func TestProtectedDirs(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	if err := os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".git", "config"), []byte("cfg"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Control: the workspace itself is writable, .git readable.
+	expectOK(t, drvSh(t, d, ws, "echo ok > ok && cat .git/config"))
+	for _, script := range []string{
+		"echo evil > .git/hooks/pre-commit",
+		"echo evil >> .git/config",
+		"rm -rf .git",
+		"mv .git g2",
+		"mkdir .aleph/x",
+		"touch .aleph",
+		"rmdir .codex",
+		"mkdir .agents/skills",
+		"ln -s /tmp .codex",
+		"mv .agents a2 && mkdir .agents",
+	} {
+		expectFail(t, drvSh(t, d, ws, script))
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".git", "hooks", "pre-commit")); err == nil {
+		t.Fatal("hook written")
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); string(b) != "cfg" {
+		t.Fatalf(".git/config changed: %q", b)
+	}
+	// Placeholders for the missing entries are gone after the command.
+	for _, n := range []string{".aleph", ".codex", ".agents"} {
+		if _, err := os.Lstat(filepath.Join(ws, n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left in the workspace: %v", n, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(ws, ".git", "config")); err != nil {
+		t.Fatal("existing .git removed")
+	}
+}
+
+func TestProtectedSymlinkRefused(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	target := newWorkspace(t)
+	if err := os.Symlink(target, filepath.Join(ws, ".codex")); err != nil {
+		t.Fatal(err)
+	}
+	r := drvSh(t, d, ws, "echo evil > .codex/x")
+	var ise *driverapi.InvalidSpecError
+	if !errors.As(r.err, &ise) {
+		t.Fatalf("symlinked .codex: want InvalidSpecError, got %v (exit %+v)", r.err, r.exit)
+	}
+	if _, err := os.Stat(filepath.Join(target, "x")); err == nil {
+		t.Fatal("write went through the symlink")
+	}
+	// Control: without the link the same workspace runs.
+	os.Remove(filepath.Join(ws, ".codex"))
+	expectOK(t, drvSh(t, d, ws, "true"))
+}
+
+func TestProtectedPlaceholderShared(t *testing.T) {
+	// Two commands in one workspace: the first to finish must not remove
+	// the placeholder the other one still has mounted.
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	release, err := d.protect(planFor(t, ws))
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectOK(t, drvSh(t, d, ws, "true"))
+	if fi, err := os.Stat(filepath.Join(ws, ".aleph")); err != nil || !fi.IsDir() {
+		t.Fatalf("placeholder removed while still held: %v", err)
+	}
+	release()
+	if _, err := os.Stat(filepath.Join(ws, ".aleph")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("placeholder not removed after the last user: %v", err)
+	}
+}
+
+func planFor(t *testing.T, ws string) Plan {
+	t.Helper()
+	p, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestExitCodesAndSignals(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	r := drvSh(t, d, ws, "exit 7")
+	if r.err != nil || r.exit.ExitCode != 7 || r.exit.Signal != 0 {
+		t.Fatalf("exit 7: %+v %v", r.exit, r.err)
+	}
+	r = drvSh(t, d, ws, "kill -TERM $$")
+	if r.err != nil || r.exit.Signal != 15 || r.exit.ExitCode != 143 {
+		t.Fatalf("SIGTERM: %+v %v", r.exit, r.err)
+	}
+	expectOK(t, drvSh(t, d, ws, "true"))
+	if r.exit.Duration <= 0 {
+		t.Fatalf("no duration: %+v", r.exit)
+	}
+	r = drvSh(t, d, ws, "i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done")
+	expectOK(t, r)
+	if r.exit.Usage.MaxRSSKB <= 0 {
+		t.Fatalf("no resource usage: %+v", r.exit.Usage)
+	}
+}
+
+// hostMarkerProcs reports host processes whose command line contains marker.
+func hostMarkerProcs(t *testing.T, marker string) []string {
+	t.Helper()
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		cl := strings.ReplaceAll(string(b), "\x00", " ")
+		// bwrap's and the shell's argv contain the script text; count
+		// only the sleeping marker processes themselves.
+		if strings.HasPrefix(cl, "sleep "+marker) {
+			found = append(found, e.Name()+": "+cl)
+		}
+	}
+	return found
+}
+
+// waitNoMarker polls (bounded) until no marker process is left.
+func waitNoMarker(t *testing.T, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		left := hostMarkerProcs(t, marker)
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("processes survived: %v", left)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// daemonizeScript starts a setsid'd, nohup'd, double-forked sleeper and then
+// waits forever itself.
+func daemonizeScript(marker string) string {
+	return "setsid nohup sh -c '(sleep " + marker + " &) ; sleep " + marker + "' >/dev/null 2>&1 & echo started; sleep " + marker
+}
+
+func TestTimeoutKillsTree(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	marker := uniqueMarker()
+	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out lockedBuf
+	seen := make(chan int, 1)
+	go func() {
+		// Positive control: the daemons really run before the timeout.
+		n, deadline := 0, time.Now().Add(10*time.Second)
+		for n < 3 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			n = len(hostMarkerProcs(t, marker))
+		}
+		seen <- n
+	}()
+	exit, err := d.Run(context.Background(), driverapi.RunSpec{
+		Program: "/bin/sh", Args: []string{"-c", daemonizeScript(marker)}, Cwd: ws, Profile: prof,
+		Env: pathEnv(),
+		Timeout: 1500 * time.Millisecond, MaxOutputBytes: 4096,
+	}, driverapi.Streams{Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := <-seen; n < 3 {
+		t.Fatalf("control: only %d sleepers were seen running", n)
+	}
+	if !strings.Contains(out.String(), "started") {
+		t.Fatalf("control: script output %q", out.String())
+	}
+	if !exit.TimedOut || exit.Signal != 9 || exit.ExitCode != 137 {
+		t.Fatalf("want timed out by SIGKILL, got %+v", exit)
+	}
+	waitNoMarker(t, marker)
+}
+
+func TestCancelKillsTree(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	marker := uniqueMarker()
+	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	seen := make(chan int, 1)
+	go func() {
+		n, deadline := 0, time.Now().Add(10*time.Second)
+		for n < 3 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+			n = len(hostMarkerProcs(t, marker))
+		}
+		seen <- n
+		cancel()
+	}()
+	_, err = d.Run(ctx, driverapi.RunSpec{
+		Program: "/bin/sh", Args: []string{"-c", daemonizeScript(marker)}, Cwd: ws, Profile: prof,
+		Env: pathEnv(),
+		Timeout: time.Minute, MaxOutputBytes: 4096,
+	}, driverapi.Streams{})
+	if n := <-seen; n < 3 {
+		t.Fatalf("control: only %d sleepers were seen running", n)
+	}
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	waitNoMarker(t, marker)
+}
+
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *lockedBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
+func (s *lockedBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// byteCounter counts what reaches it.
+type byteCounter struct {
+	mu sync.Mutex
+	n  int64
+}
+
+func (c *byteCounter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.n += int64(len(p))
+	c.mu.Unlock()
+	return len(p), nil
+}
+
+func TestOutputFloodTruncated(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const total = 64 << 20
+	var out, errw byteCounter
+	exit, err := d.Run(context.Background(), driverapi.RunSpec{
+		Program: "/bin/sh", Args: []string{"-c", "head -c 67108864 /dev/zero; head -c 1000 /dev/zero >&2"},
+		Cwd: ws, Profile: prof, Timeout: time.Minute, MaxOutputBytes: 64 << 10, Env: pathEnv(),
+	}, driverapi.Streams{Stdout: &out, Stderr: &errw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exit.ExitCode != 0 || !exit.Truncated || exit.StdoutBytes != total || exit.StderrBytes != 1000 {
+		t.Fatalf("exit %+v", exit)
+	}
+	// Only the budget reaches the writers, whatever the child printed.
+	if out.n != 32<<10 || errw.n != 1000 {
+		t.Fatalf("writers got %d/%d bytes, budget 32768 each", out.n, errw.n)
+	}
+}
+
+func TestStdin(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	exit, err := d.Run(context.Background(), driverapi.RunSpec{
+		Program: "/bin/cat", Stdin: []byte("from stdin"), Cwd: ws, Profile: prof, Timeout: time.Minute, MaxOutputBytes: 4096,
+		Env: []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}},
+	}, driverapi.Streams{Stdout: &out})
+	if err != nil || exit.ExitCode != 0 || out.String() != "from stdin" {
+		t.Fatalf("cat: %v %+v %q", err, exit, out.String())
+	}
+}
+
+func pathEnv() []driverapi.EnvVar { return []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}} }
+
+// uniqueMarker is a sleep duration (seconds) no other process uses.
+func uniqueMarker() string { return "9" + strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 10) }
