@@ -216,12 +216,14 @@ func (s *WorkspaceSandbox) workspaceDir(sess *session) (string, error) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
 		return "", fmt.Errorf("session workspace: %w", err)
 	}
+	// The session directory itself must be a real directory: a symlink
+	// planted under the root would otherwise move the workspace anywhere.
+	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+		return "", fmt.Errorf("session workspace %s is not a directory (symlinks are refused)", dir)
+	}
 	canon, err := filepath.EvalSymlinks(dir)
 	if err != nil {
 		return "", fmt.Errorf("session workspace: %w", err)
-	}
-	if st, err := os.Stat(canon); err != nil || !st.IsDir() {
-		return "", fmt.Errorf("session workspace %s is not a directory", canon)
 	}
 	sess.dir, sess.dirReady = canon, true
 	return canon, nil

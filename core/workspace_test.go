@@ -551,3 +551,23 @@ func TestProfileCache(t *testing.T) {
 		t.Fatalf("cache survived a driver error: count %d", cd.count())
 	}
 }
+
+func TestPlantedSessionSymlinkRefused(t *testing.T) {
+	cfg := testConfig(t)
+	h := newHarness(t, cfg, nil)
+	elsewhere := t.TempDir()
+	if err := os.Symlink(elsewhere, filepath.Join(cfg.Sandbox.WorkspaceRoot, SessionDirName("planted"))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := h.sb.Execute(context.Background(), Command{SessionID: "planted", Program: "echo"})
+	if err == nil || !strings.Contains(err.Error(), "symlinks are refused") {
+		t.Fatalf("err %v", err)
+	}
+	if h.fake.Runs() != 0 {
+		t.Fatal("ran in a planted workspace")
+	}
+	// Positive control: a normal session in the same root works.
+	if _, err := h.sb.Execute(context.Background(), Command{SessionID: "normal", Program: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+}
