@@ -58,6 +58,9 @@
 // *InvalidCommandError (bad input), *DeniedError (a policy decision, with a
 // ReasonCode), *DriverError (the driver failed or died; names the driver),
 // *StaleGrantError (ApplyNetworkGrant against an outdated digest),
-// *DriverNotFoundError (FindDriver), *ConfigError (LoadConfig/Validate), and
-// ErrDisabled from NoopSandbox.
+// *HookError (a hook failed, timed out or answered nonsense; fail closed),
+// *MediationError (the network mediation did not start), *WorkspaceError,
+// *DriverNotFoundError (FindDriver), *ConfigError (LoadConfig/Validate),
+// ErrClosed after Close, and ErrDisabled from NoopSandbox. Every outcome,
+// success or not, leaves one AuditRecord whose ReasonCode says which.
 package core

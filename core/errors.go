@@ -31,6 +31,8 @@ const (
 	ReasonDriverFailed            ReasonCode = "driver_failed"
 	ReasonTimeout                 ReasonCode = "timeout"
 	ReasonCanceled                ReasonCode = "canceled"
+	ReasonWorkspaceFailed         ReasonCode = "workspace_failed"
+	ReasonClosed                  ReasonCode = "sandbox_closed"
 )
 
 // DeniedError is a policy decision not to run a command.
@@ -121,6 +123,22 @@ type MediationError struct{ Err error }
 func (e *MediationError) Error() string { return "network mediation failed to start: " + e.Err.Error() }
 
 func (e *MediationError) Unwrap() error { return e.Err }
+
+// WorkspaceError is a session workspace that could not be created or is
+// not a plain directory.
+type WorkspaceError struct {
+	Path string
+	Err  error
+}
+
+func (e *WorkspaceError) Error() string {
+	return fmt.Sprintf("session workspace %s: %v", e.Path, e.Err)
+}
+
+func (e *WorkspaceError) Unwrap() error { return e.Err }
+
+// ErrClosed is returned by a WorkspaceSandbox after Close.
+var ErrClosed = errors.New("sandbox is closed")
 
 // ErrDisabled is returned by every NoopSandbox call.
 var ErrDisabled = errors.New("sandbox disabled: sandbox.enabled is false in the configuration, so no command can run; set it to true to run commands")

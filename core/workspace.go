@@ -175,7 +175,7 @@ func (s *WorkspaceSandbox) session(id string) (*session, error) {
 	closed := s.closed
 	s.mu.RUnlock()
 	if closed {
-		return nil, errors.New("sandbox is closed")
+		return nil, ErrClosed
 	}
 	if ok {
 		return sess, nil
@@ -183,7 +183,7 @@ func (s *WorkspaceSandbox) session(id string) (*session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
-		return nil, errors.New("sandbox is closed")
+		return nil, ErrClosed
 	}
 	if sess, ok := s.sessions[id]; ok {
 		return sess, nil
@@ -210,20 +210,20 @@ func (s *WorkspaceSandbox) workspaceDir(sess *session) (string, error) {
 	}
 	root := s.cfg.Sandbox.WorkspaceRoot
 	if err := os.MkdirAll(root, 0o700); err != nil {
-		return "", fmt.Errorf("workspace root: %w", err)
+		return "", &WorkspaceError{Path: root, Err: err}
 	}
 	dir := filepath.Join(root, SessionDirName(sess.id))
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-		return "", fmt.Errorf("session workspace: %w", err)
+		return "", &WorkspaceError{Path: dir, Err: err}
 	}
 	// The session directory itself must be a real directory: a symlink
 	// planted under the root would otherwise move the workspace anywhere.
 	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
-		return "", fmt.Errorf("session workspace %s is not a directory (symlinks are refused)", dir)
+		return "", &WorkspaceError{Path: dir, Err: errors.New("not a directory (symlinks are refused)")}
 	}
 	canon, err := filepath.EvalSymlinks(dir)
 	if err != nil {
-		return "", fmt.Errorf("session workspace: %w", err)
+		return "", &WorkspaceError{Path: dir, Err: err}
 	}
 	sess.dir, sess.dirReady = canon, true
 	return canon, nil
@@ -388,6 +388,7 @@ func classify(rec *AuditRecord, err error, ctx context.Context) {
 	var ie *InvalidCommandError
 	var he *HookError
 	var me *MediationError
+	var we *WorkspaceError
 	switch {
 	case errors.As(err, &de):
 		rec.Decision, rec.Reason, rec.Rule, rec.Hook = DecisionDeny, de.Code, de.Rule, de.Hook
@@ -397,6 +398,10 @@ func classify(rec *AuditRecord, err error, ctx context.Context) {
 		rec.Decision, rec.Reason, rec.Hook = DecisionError, ReasonHookFailed, he.Hook
 	case errors.As(err, &me):
 		rec.Decision, rec.Reason = DecisionError, ReasonMediationFailed
+	case errors.As(err, &we):
+		rec.Decision, rec.Reason = DecisionError, ReasonWorkspaceFailed
+	case errors.Is(err, ErrClosed):
+		rec.Decision, rec.Reason = DecisionError, ReasonClosed
 	case ctx.Err() != nil:
 		rec.Decision, rec.Reason = DecisionError, ReasonCanceled
 	default:

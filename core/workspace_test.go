@@ -481,8 +481,11 @@ func TestConcurrentSessions(t *testing.T) {
 func TestClosedSandboxRefuses(t *testing.T) {
 	h := newHarness(t, testConfig(t), nil)
 	_ = h.sb.Close()
-	if _, err := h.sb.Execute(WithSession(context.Background(), "x"), Command{Program: "echo"}); err == nil {
-		t.Fatal("closed sandbox ran a command")
+	if _, err := h.sb.Execute(WithSession(context.Background(), "x"), Command{Program: "echo"}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("closed sandbox: %v", err)
+	}
+	if r := h.sink.last(t); r.Reason != ReasonClosed {
+		t.Fatalf("audit %+v", r)
 	}
 }
 
@@ -560,8 +563,12 @@ func TestPlantedSessionSymlinkRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := h.sb.Execute(context.Background(), Command{SessionID: "planted", Program: "echo"})
-	if err == nil || !strings.Contains(err.Error(), "symlinks are refused") {
+	var we *WorkspaceError
+	if !errors.As(err, &we) || !strings.Contains(err.Error(), "symlinks are refused") {
 		t.Fatalf("err %v", err)
+	}
+	if r := h.sink.last(t); r.Reason != ReasonWorkspaceFailed {
+		t.Fatalf("audit %+v", r)
 	}
 	if h.fake.Runs() != 0 {
 		t.Fatal("ran in a planted workspace")
