@@ -35,16 +35,29 @@ type proxyRequest struct {
 // readProxyRequest reads one request head from br and checks that it is a
 // proxy request: CONNECT with an authority-form target and a port, or an
 // absolute http:// URI whose Host header (when present) names the same
-// authority. It is the parser the fuzz target exercises.
-func readProxyRequest(br *bufio.Reader) (*proxyRequest, error) {
+// authority. The head must end within maxHead bytes (br's buffer must be
+// at least that big). It is the parser the fuzz target exercises.
+func readProxyRequest(br *bufio.Reader, maxHead int) (*proxyRequest, error) {
+	head, err := peekHead(br, maxHead)
+	if err != nil {
+		return nil, err
+	}
+	// net/http drops the Host header when the URI is absolute, and the
+	// check needs it, so the Host lines are taken from the raw head.
+	hosts, err := rawHostHeaders(head)
+	if err != nil {
+		return nil, &requestError{status: http.StatusBadRequest, denial: denial{code: ReasonBadRequest, detail: err.Error()}}
+	}
 	req, err := http.ReadRequest(br)
 	if err != nil {
 		return nil, err
 	}
+	req.Header.Del("Host")
+	for _, h := range hosts {
+		req.Header.Add("Host", h)
+	}
 	bad := func(status int, code ReasonCode, detail string, t Target) (*proxyRequest, error) {
-		if req.Body != nil {
-			req.Body.Close()
-		}
+		req.Body.Close()
 		return nil, &requestError{status: status, denial: denial{code: code, detail: detail}, target: t}
 	}
 	if req.ProtoMajor != 1 {
@@ -102,6 +115,69 @@ func readProxyRequest(br *bufio.Reader) (*proxyRequest, error) {
 	return &proxyRequest{req: req, target: t}, nil
 }
 
+// peekHead returns the request head (through the blank line) without
+// consuming it, or errHeadTooLarge when maxHead bytes hold no blank line.
+func peekHead(br *bufio.Reader, maxHead int) ([]byte, error) {
+	if maxHead > br.Size() {
+		maxHead = br.Size()
+	}
+	scanned := 0
+	for {
+		buf, _ := br.Peek(br.Buffered())
+		if i := headEnd(buf, scanned); i >= 0 {
+			return buf[:i], nil
+		}
+		if len(buf) >= maxHead {
+			return nil, errHeadTooLarge
+		}
+		scanned = max(0, len(buf)-3)
+		if _, err := br.Peek(len(buf) + 1); err != nil {
+			if len(buf) > 0 && errors.Is(err, io.EOF) {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+}
+
+// headEnd finds the end of the blank line ending a head ("\n\r\n" or
+// "\n\n"), searching from index from.
+func headEnd(b []byte, from int) int {
+	for i := from; i < len(b); i++ {
+		if b[i] != '\n' {
+			continue
+		}
+		if i+1 < len(b) && b[i+1] == '\n' {
+			return i + 2
+		}
+		if i+2 < len(b) && b[i+1] == '\r' && b[i+2] == '\n' {
+			return i + 3
+		}
+	}
+	return -1
+}
+
+// rawHostHeaders returns the values of the Host header lines of a head.
+// Obsolete line folding is refused outright: it is a classic way to make
+// two parsers disagree about a header.
+func rawHostHeaders(head []byte) ([]string, error) {
+	lines := strings.Split(strings.ReplaceAll(string(head), "\r\n", "\n"), "\n")
+	var hosts []string
+	for _, l := range lines[1:] {
+		if l == "" {
+			continue
+		}
+		if l[0] == ' ' || l[0] == '\t' {
+			return nil, errors.New("obsolete header line folding")
+		}
+		name, value, ok := strings.Cut(l, ":")
+		if ok && strings.EqualFold(name, "Host") {
+			hosts = append(hosts, textproto.TrimString(value))
+		}
+	}
+	return hosts, nil
+}
+
 func targetFrom(host, portStr string) (Target, error) {
 	port, err := parsePort(portStr)
 	if err != nil {
@@ -135,7 +211,7 @@ func hostHeaderTarget(v string, defPort uint16) (Target, error) {
 
 // serveHTTP serves requests on one client connection until it closes, a
 // CONNECT turns it into a tunnel, or a request cannot be continued.
-func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader, lr *headLimitReader) {
+func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -152,13 +228,9 @@ func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader, lr *headLimitReader) {
 		} else {
 			c.SetReadDeadline(time.Now().Add(p.limits.IdleTimeout))
 		}
-		// The head limit counts from what is already buffered, so a client
-		// cannot spread an oversized head over pipelined requests.
-		lr.limit(p.limits.MaxHeaderBytes - br.Buffered())
-		pr, err := readProxyRequest(br)
-		lr.unlimit()
+		pr, err := readProxyRequest(br, p.limits.MaxHeaderBytes)
 		if err != nil {
-			p.answerBadRequest(c, err, lr, !first)
+			p.answerBadRequest(c, err, !first)
 			return
 		}
 		first = false
@@ -173,13 +245,13 @@ func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader, lr *headLimitReader) {
 	}
 }
 
-func (p *Proxy) answerBadRequest(c net.Conn, err error, lr *headLimitReader, keptAlive bool) {
+func (p *Proxy) answerBadRequest(c net.Conn, err error, keptAlive bool) {
 	var re *requestError
 	switch {
 	case errors.As(err, &re):
 		p.record(re.target, ProtocolHTTP, false, re.code, re.detail)
 		writeHTTPError(c, re.status, re.code, re.target.hostPort(), re.detail)
-	case lr.exhausted() || errors.Is(err, errHeadTooLarge):
+	case errors.Is(err, errHeadTooLarge):
 		p.record(Target{}, ProtocolHTTP, false, ReasonBadRequest, "request head too large")
 		writeHTTPError(c, http.StatusRequestHeaderFieldsTooLarge, ReasonBadRequest, "", "request head too large")
 	case keptAlive && (errors.Is(err, io.EOF) || isTimeout(err)):

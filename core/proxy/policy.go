@@ -146,6 +146,9 @@ func splitEntry(s string) (host, port string, err error) {
 		if !strings.HasPrefix(rest, ":") {
 			return "", "", errors.New("unexpected text after ']'")
 		}
+		if rest == ":" {
+			return "", "", errors.New("empty port")
+		}
 		return host, rest[1:], nil
 	}
 	switch strings.Count(s, ":") {
@@ -153,6 +156,9 @@ func splitEntry(s string) (host, port string, err error) {
 		return s, "", nil
 	case 1:
 		host, port, _ := strings.Cut(s, ":")
+		if port == "" {
+			return "", "", errors.New("empty port")
+		}
 		return host, port, nil
 	}
 	// Several colons and no brackets: a bare IPv6 literal, never with a port.

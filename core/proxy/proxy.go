@@ -246,6 +246,8 @@ func (p *Proxy) acceptLoop(ln net.Listener) {
 			c.Close()
 			return
 		}
+		// Two selects: a single one would pick at random between a free
+		// serving slot and the refusal pool.
 		select {
 		case p.sem <- struct{}{}:
 			p.wg.Add(1)
@@ -258,6 +260,10 @@ func (p *Proxy) acceptLoop(ln net.Listener) {
 				defer c.Close()
 				p.serveConn(c)
 			}()
+			continue
+		default:
+		}
+		select {
 		case p.busy <- struct{}{}:
 			// Over the cap: answer in the client's protocol so it does
 			// not hang, using a small separate pool.
@@ -306,8 +312,9 @@ func (p *Proxy) refuseBusy(c net.Conn) {
 // starts with 0x05, an HTTP request with a method letter.
 func (p *Proxy) serveConn(c net.Conn) {
 	c.SetReadDeadline(time.Now().Add(p.limits.HandshakeTimeout))
-	lr := &headLimitReader{r: c}
-	br := bufio.NewReaderSize(lr, 4096)
+	// The buffer holds a whole request head: the head is peeked in full
+	// before it is parsed, which is also what bounds its size.
+	br := bufio.NewReaderSize(c, p.limits.MaxHeaderBytes)
 	first, err := br.Peek(1)
 	if err != nil {
 		return
@@ -316,7 +323,7 @@ func (p *Proxy) serveConn(c net.Conn) {
 		p.serveSOCKS(c, br)
 		return
 	}
-	p.serveHTTP(c, br, lr)
+	p.serveHTTP(c, br)
 }
 
 // dialVetted tries each vetted address in turn. It never resolves again.
@@ -386,35 +393,6 @@ func dialErrorDetail(err error) string {
 		return "connection refused"
 	}
 	return "connect failed"
-}
-
-// headLimitReader caps the bytes read while a request head is parsed, so a
-// client cannot make the proxy buffer an unbounded header.
-type headLimitReader struct {
-	r       io.Reader
-	limited bool
-	n       int
-}
-
-func (l *headLimitReader) limit(n int) { l.limited, l.n = true, n }
-func (l *headLimitReader) unlimit()    { l.limited = false }
-func (l *headLimitReader) exhausted() bool {
-	return l.limited && l.n <= 0
-}
-
-func (l *headLimitReader) Read(b []byte) (int, error) {
-	if !l.limited {
-		return l.r.Read(b)
-	}
-	if l.n <= 0 {
-		return 0, errHeadTooLarge
-	}
-	if len(b) > l.n {
-		b = b[:l.n]
-	}
-	n, err := l.r.Read(b)
-	l.n -= n
-	return n, err
 }
 
 var errHeadTooLarge = errors.New("request head too large")
