@@ -46,6 +46,22 @@
 //     named "capability_ledger" and to an AuditSink. Never env values or
 //     secrets; the program name and the argument count, not the arguments.
 //
+// # Configuration
+//
+// LoadConfig layers, in order: DefaultConfig; the TOML file; environment
+// overrides. An override is ALEPH_SANDBOX_ followed by the key path with
+// "__" between levels, upper-cased: ALEPH_SANDBOX_SANDBOX__DEFAULT_TIMEOUT_SECONDS=30
+// sets sandbox.default_timeout_seconds, ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=5
+// sets sandbox.rate_limit.burst; string lists take comma-separated values;
+// lists of tables are file-only. Other ALEPH_SANDBOX_* variables (such as
+// ALEPH_SANDBOX_PLUGIN_DIR) are not configuration. Unknown keys, values of
+// the wrong type and invalid values are refused with a *ConfigError naming
+// the full key ("sandbox.rate_limit.burst: must be > 0"). Config.String
+// prints the effective configuration as TOML (it loads back unchanged);
+// Config.Effective gives flat keys for JSON. The [sandbox.linux] table
+// reaches the Linux driver as JSON in ALEPH_DRIVER_OPTIONS
+// (Config.DriverOptions).
+//
 // # Environment of the child
 //
 // The host environment never reaches the child. It gets PATH, HOME (the

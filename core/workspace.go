@@ -53,7 +53,15 @@ type WorkspaceSandbox struct {
 	// different host).
 	profMu   sync.Mutex
 	profiles map[string]driverapi.Profile
+
+	// runGrace is how long past a command's timeout the core waits for the
+	// driver to report before giving up on it (the driver enforces the
+	// timeout; this only bounds a driver that does not).
+	runGrace time.Duration
 }
+
+// defaultRunGrace is the default WorkspaceSandbox.runGrace.
+const defaultRunGrace = 10 * time.Second
 
 // maxCachedProfiles bounds the profile cache; it is emptied when full.
 const maxCachedProfiles = 256
@@ -99,6 +107,7 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		mediator: o.mediator,
 		logger:   logger,
 		sessions: map[string]*session{},
+		runGrace: defaultRunGrace,
 	}
 	for i, h := range o.hooks {
 		if h == nil {
@@ -365,10 +374,16 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		SessionID: sid, CommandID: r.rec.CommandID,
 	}
 	ran = true
-	exit, err := s.driver.Run(ctx, spec, streams)
+	runCtx, cancelRun := context.WithTimeout(ctx, timeout+s.runGrace)
+	exit, err := s.driver.Run(runCtx, spec, streams)
+	overdue := runCtx.Err() != nil && ctx.Err() == nil
+	cancelRun()
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("command %s canceled: %w", r.rec.CommandID, ctx.Err())
+		}
+		if overdue {
+			err = fmt.Errorf("driver did not end the command within its %s timeout (plus %s grace); it was cancelled: %w", timeout, s.runGrace, err)
 		}
 		return nil, s.driverErr("Run", err)
 	}

@@ -578,3 +578,29 @@ func TestPlantedSessionSymlinkRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// stuckDriver ignores the timeout in RunSpec and waits for cancellation.
+type stuckDriver struct{ *drivertest.FakeDriver }
+
+func (stuckDriver) Run(ctx context.Context, _ driverapi.RunSpec, _ driverapi.Streams) (driverapi.Exit, error) {
+	<-ctx.Done()
+	return driverapi.Exit{}, ctx.Err()
+}
+
+func TestDriverIgnoringTimeoutIsCutOff(t *testing.T) {
+	sink := &memSink{}
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(stuckDriver{&drivertest.FakeDriver{}}), WithAuditSink(sink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	sb.runGrace = 10 * time.Millisecond
+	_, err = sb.Execute(WithSession(context.Background(), "s"), Command{Program: "sleep", Timeout: 10 * time.Millisecond})
+	var de *DriverError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "did not end the command") {
+		t.Fatalf("err %v", err)
+	}
+	if r := sink.last(t); r.Reason != ReasonDriverFailed {
+		t.Fatalf("audit %+v", r)
+	}
+}
