@@ -252,6 +252,7 @@ type cgroupLimits struct {
 
 // commandCgroup is one command's cgroup (one directory per hierarchy on v1).
 type commandCgroup struct {
+	name string
 	mode CgroupMode
 	dirs map[string]string // controller -> dir (v2: every controller maps to the one dir)
 	fd   int               // v2: open directory for CLONE_INTO_CGROUP, else -1
@@ -260,8 +261,8 @@ type commandCgroup struct {
 // create makes a command cgroup with lim applied. Only controllers with a
 // limit to enforce are used on v1 (each hierarchy costs a mkdir/rmdir).
 func (cs *cgroupSystem) create(lim cgroupLimits) (*commandCgroup, error) {
-	cg := &commandCgroup{mode: cs.mode, dirs: map[string]string{}, fd: -1}
 	name := "aleph-" + randHex(8)
+	cg := &commandCgroup{name: name, mode: cs.mode, dirs: map[string]string{}, fd: -1}
 	switch cs.mode {
 	case CgroupV2:
 		dir := filepath.Join(cs.v2Base, name)
@@ -478,4 +479,35 @@ func randHex(n int) string {
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// staleAfter is how old an empty per-command cgroup must be before a
+// driver removes it as left over by a driver that was killed.
+const staleAfter = 10 * time.Minute
+
+// sweep removes empty per-command cgroups left behind by drivers that died
+// (kill -9 skips their cleanup). Fresh ones are left alone: another driver
+// sharing the parent may be about to move its command in.
+func (cs *cgroupSystem) sweep() {
+	var bases []string
+	if cs.mode == CgroupV2 {
+		bases = append(bases, cs.v2Base)
+	}
+	for _, b := range cs.v1Base {
+		bases = append(bases, b)
+	}
+	for _, b := range bases {
+		ents, err := os.ReadDir(b)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if !e.IsDir() || !strings.HasPrefix(e.Name(), "aleph-") || e.Name() == "aleph-driver" {
+				continue
+			}
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleAfter {
+				_ = os.Remove(filepath.Join(b, e.Name())) // fails unless empty
+			}
+		}
+	}
 }

@@ -397,7 +397,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	}
 	if cg != nil {
 		exit.OOMKilled = cg.oomKilled()
-		exit.Details = map[string]string{"cgroup": string(cg.mode)}
+		exit.Details = map[string]string{"cgroup": string(cg.mode), "cgroup_name": cg.name}
 	}
 	if errors.Is(r.err, exec.ErrWaitDelay) {
 		d.log.Warn("output pipes still open after the sandbox ended", "command", spec.CommandID)

@@ -67,6 +67,7 @@ func (d *Driver) probe() *hostProbe {
 			h.cg = &cgroupSystem{mode: CgroupNone, have: map[string]bool{}, why: map[string]string{"*": "cannot read " + d.cfg.SelfCgroup}}
 		} else {
 			h.cg = detectCgroups(d.cfg.CgroupRoot, self, d.cfg.Options.Cgroup, os.Getpid())
+			h.cg.sweep()
 		}
 		d.host = h
 	})

@@ -295,7 +295,7 @@ func TestTimeoutKillsTree(t *testing.T) {
 	}()
 	exit, err := d.Run(context.Background(), driverapi.RunSpec{
 		Program: "/bin/sh", Args: []string{"-c", daemonizeScript(marker)}, Cwd: ws, Profile: prof,
-		Env: pathEnv(),
+		Env:     pathEnv(),
 		Timeout: 1500 * time.Millisecond, MaxOutputBytes: 4096,
 	}, driverapi.Streams{Stdout: &out})
 	if err != nil {
@@ -335,7 +335,7 @@ func TestCancelKillsTree(t *testing.T) {
 	}()
 	_, err = d.Run(ctx, driverapi.RunSpec{
 		Program: "/bin/sh", Args: []string{"-c", daemonizeScript(marker)}, Cwd: ws, Profile: prof,
-		Env: pathEnv(),
+		Env:     pathEnv(),
 		Timeout: time.Minute, MaxOutputBytes: 4096,
 	}, driverapi.Streams{})
 	if n := <-seen; n < 3 {
@@ -352,8 +352,12 @@ type lockedBuf struct {
 	b  bytes.Buffer
 }
 
-func (s *lockedBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *lockedBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+func (s *lockedBuf) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *lockedBuf) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // byteCounter counts what reaches it.
 type byteCounter struct {

@@ -1,0 +1,255 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// fakeV2 lays out a cgroup v2 filesystem whose driver cgroup holds a
+// process (so delegation must move the driver into a leaf).
+func fakeV2(t *testing.T) (root, selfFile string) {
+	t.Helper()
+	root = t.TempDir()
+	own := filepath.Join(root, "user.slice", "svc")
+	if err := os.MkdirAll(own, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for path, content := range map[string]string{
+		filepath.Join(root, "cgroup.controllers"):    "cpuset cpu io memory hugetlb pids rdma misc",
+		filepath.Join(own, "cgroup.controllers"):     "cpu memory pids",
+		filepath.Join(own, "cgroup.procs"):           "4242\n",
+		filepath.Join(own, "cgroup.subtree_control"): "",
+	} {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	selfFile = filepath.Join(t.TempDir(), "cgroup")
+	if err := os.WriteFile(selfFile, []byte("0::/user.slice/svc\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return root, selfFile
+}
+
+func readTrim(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestCgroupV2FakeFS(t *testing.T) {
+	root, selfFile := fakeV2(t)
+	self, _ := os.ReadFile(selfFile)
+	cs := detectCgroups(root, self, CgroupAuto, 4242)
+	if cs.mode != CgroupV2 {
+		t.Fatalf("mode %s (%v)", cs.mode, cs.why)
+	}
+	own := filepath.Join(root, "user.slice", "svc")
+	if cs.v2Base != own || !cs.have[ctrlMemory] || !cs.have[ctrlPids] || !cs.have[ctrlCPU] {
+		t.Fatalf("%+v", cs)
+	}
+	// The driver moved itself into a leaf, then enabled the controllers.
+	if got := readTrim(t, filepath.Join(own, "aleph-driver", "cgroup.procs")); got != "4242" {
+		t.Fatalf("leaf procs %q", got)
+	}
+	if got := readTrim(t, filepath.Join(own, "cgroup.subtree_control")); got != "+memory +pids +cpu" {
+		t.Fatalf("subtree_control %q", got)
+	}
+	cg, err := cs.create(cgroupLimits{MemoryBytes: 64 << 20, Pids: 50, CPUQuotaPercent: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(own, cg.name)
+	for file, want := range map[string]string{
+		"memory.max": "67108864", "memory.swap.max": "0", "pids.max": "50", "cpu.max": "50000 100000",
+	} {
+		if got := readTrim(t, filepath.Join(dir, file)); got != want {
+			t.Errorf("%s = %q, want %q", file, got, want)
+		}
+	}
+	if cg.fd < 0 {
+		t.Fatal("no cgroup fd for CLONE_INTO_CGROUP")
+	}
+	if cg.oomKilled() {
+		t.Fatal("oom before anything ran")
+	}
+	if err := os.WriteFile(filepath.Join(dir, "memory.events"), []byte("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if !cg.oomKilled() {
+		t.Fatal("oom_kill 1 not seen")
+	}
+	cg.remove()
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("command cgroup left behind: %v", err)
+	}
+	if cg.fd != -1 {
+		t.Fatal("fd not closed")
+	}
+}
+
+func TestCgroupV2FakeFSRefusals(t *testing.T) {
+	root, selfFile := fakeV2(t)
+	own := filepath.Join(root, "user.slice", "svc")
+	// Without the pids controller v2 is refused, with the reason.
+	if err := os.WriteFile(filepath.Join(own, "cgroup.controllers"), []byte("cpu memory"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	self, _ := os.ReadFile(selfFile)
+	cs := detectCgroups(root, self, CgroupV2, 1)
+	if cs.mode != CgroupNone || !strings.Contains(cs.reason(ctrlPids), "pids") {
+		t.Fatalf("mode %s reason %q", cs.mode, cs.reason(ctrlPids))
+	}
+	// cgroup = none is honoured.
+	cs = detectCgroups(root, self, CgroupNone, 1)
+	if cs.mode != CgroupNone || !strings.Contains(cs.reason(ctrlMemory), "none") {
+		t.Fatalf("none: %+v", cs)
+	}
+}
+
+// A v2 cgroup that is not a real cgroup must make Run fail, never run the
+// command outside its limits.
+func TestCgroupV2FailsClosed(t *testing.T) {
+	root, selfFile := fakeV2(t)
+	d, err := New(Config{Options: Options{Cgroup: CgroupV2}, InitBinary: driverBin, CgroupRoot: root, SelfCgroup: selfFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps, _ := d.Capabilities(context.Background())
+	if caps.CgroupMode != "v2" || !caps.Has(driverapi.FeatureMemoryLimit) || !caps.Has(driverapi.FeaturePidLimit) {
+		t.Fatalf("fake v2 not reported: %+v", caps)
+	}
+	ws := newWorkspace(t)
+	r := drvSh(t, d, ws, "touch ran")
+	if r.err == nil {
+		t.Fatalf("ran with an unusable cgroup: %+v", r.exit)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+		t.Fatal("the command ran")
+	}
+	ents, _ := os.ReadDir(filepath.Join(root, "user.slice", "svc"))
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "aleph-") && e.Name() != "aleph-driver" {
+			t.Fatalf("command cgroup %s left behind", e.Name())
+		}
+	}
+	// Control: the same driver setup without cgroups runs the command.
+	d2 := testDriver(t, Options{Cgroup: CgroupNone})
+	expectOK(t, drvSh(t, d2, ws, "touch ran"))
+}
+
+func TestSelfPath(t *testing.T) {
+	in := []byte("12:pids:/a\n4:memory:/process_api/x\n3:cpu,cpuacct:/c\n0::/u.slice\n")
+	for ctrl, want := range map[string]string{"pids": "/a", "memory": "/process_api/x", "cpu": "/c", "": "/u.slice"} {
+		if got, ok := selfPath(in, ctrl); !ok || got != want {
+			t.Errorf("%q: %q %v", ctrl, got, ok)
+		}
+	}
+	if _, ok := selfPath(in, "hugetlb"); ok {
+		t.Error("hugetlb found")
+	}
+}
+
+func u64(n uint64) *uint64 { return &n }
+
+// cgroupGone checks the command's cgroup directories no longer exist.
+func cgroupGone(t *testing.T, d *Driver, exit driverapi.Exit) {
+	t.Helper()
+	name := exit.Details["cgroup_name"]
+	if name == "" {
+		t.Fatalf("no cgroup used: %+v", exit.Details)
+	}
+	h := d.probe()
+	for c, base := range h.cg.v1Base {
+		if _, err := os.Stat(filepath.Join(base, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s cgroup %s left behind", c, name)
+		}
+	}
+	if h.cg.v2Base != "" {
+		if _, err := os.Stat(filepath.Join(h.cg.v2Base, name)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s left behind", name)
+		}
+	}
+}
+
+func TestMemoryLimit(t *testing.T) {
+	d := testDriver(t, Options{})
+	ctx := context.Background()
+	caps, err := d.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := newWorkspace(t)
+	lim := driverapi.Capabilities{SpawnSubprocess: true, MaxMemoryMB: 64}
+	if !caps.Has(driverapi.FeatureMemoryLimit) {
+		// Honest degrade (e.g. unprivileged without delegated cgroups):
+		// reported unavailable with a reason and a fix, and refused.
+		if !hasUnavailable(caps, driverapi.FeatureMemoryLimit) {
+			t.Fatalf("memory_limit neither claimed nor reported unavailable: %+v", caps)
+		}
+		r := drvRun(t, ctx, d, ws, lim, nil, "/bin/true")
+		var ue *UnavailableError
+		if !errors.As(r.err, &ue) || ue.Feature != driverapi.FeatureMemoryLimit {
+			t.Fatalf("memory limit request not refused: %v", r.err)
+		}
+		if os.Geteuid() != 0 {
+			t.Logf("uid %d: memory_limit unavailable: %s", os.Geteuid(), ue.Reason)
+		}
+		return
+	}
+	// Control: 16 MiB in tmpfs (charged to the cgroup) fits.
+	r := drvRun(t, ctx, d, ws, lim, nil, "/bin/sh", "-c", "head -c 16777216 /dev/zero > /tmp/fill && echo ok")
+	expectOK(t, r)
+	// tmpfs pages count against the cgroup but not against RLIMIT_AS, so
+	// this exercises the cgroup itself.
+	r = drvRun(t, ctx, d, ws, lim, nil, "/bin/sh", "-c", "head -c 268435456 /dev/zero > /tmp/fill")
+	if r.err != nil || r.exit.ExitCode == 0 || !r.exit.OOMKilled {
+		t.Fatalf("256 MiB under a 64 MiB limit: err=%v exit=%+v stderr=%q", r.err, r.exit, r.stderr)
+	}
+	cgroupGone(t, d, r.exit)
+	// RLIMIT_AS floor: a single large allocation fails too.
+	r = drvRun(t, ctx, d, ws, lim, nil, "/bin/sh", "-c", "head -c 134217728 /dev/zero | tail -n 1 >/dev/null")
+	if r.err != nil || r.exit.ExitCode == 0 {
+		t.Fatalf("128 MiB in one process under a 64 MiB limit: err=%v exit=%+v", r.err, r.exit)
+	}
+}
+
+func TestPidLimit(t *testing.T) {
+	d := testDriver(t, Options{MaxPids: u64(20)})
+	ctx := context.Background()
+	caps, _ := d.Capabilities(ctx)
+	ws := newWorkspace(t)
+	if !caps.Has(driverapi.FeaturePidLimit) {
+		if !hasUnavailable(caps, driverapi.FeaturePidLimit) {
+			t.Fatalf("pid_limit neither claimed nor reported unavailable: %+v", caps)
+		}
+		return
+	}
+	// Control: a few processes are fine.
+	expectOK(t, drvSh(t, d, ws, "for i in 1 2 3 4 5; do sleep 0.1 & done; wait; echo done"))
+	r := drvSh(t, d, ws, "i=0; while [ $i -lt 60 ]; do sleep 5 & i=$((i+1)); done; echo spawned-all")
+	if r.err != nil || strings.Contains(r.stdout, "spawned-all") && r.exit.ExitCode == 0 {
+		t.Fatalf("60 processes under pids.max=20: err=%v exit=%+v stdout=%q", r.err, r.exit, r.stdout)
+	}
+	cgroupGone(t, d, r.exit)
+}
+
+func hasUnavailable(h driverapi.HostCapabilities, f string) bool {
+	for _, u := range h.Unavailable {
+		if u.Feature == f && u.Reason != "" && u.Fix != "" {
+			return true
+		}
+	}
+	return false
+}
