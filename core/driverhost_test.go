@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -228,5 +229,57 @@ func TestDriverHostMissingBinary(t *testing.T) {
 	}
 	if _, err := NewDriverHost(DriverHostConfig{}); err == nil {
 		t.Fatal("empty path accepted")
+	}
+}
+
+func TestDriverHostConcurrentCrash(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	host := newPluginHost(t)
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(host), WithAuditSink(&memSink{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	ctx := WithSession(context.Background(), "cc")
+	errs := make(chan error, 24)
+	var wg sync.WaitGroup
+	for i := 0; i < 24; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			prog := "echo"
+			if i == 12 {
+				prog = "crash"
+			}
+			_, err := sb.Execute(ctx, Command{Program: prog, Args: []string{"x"}})
+			errs <- err
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	failures := 0
+	for err := range errs {
+		if err == nil {
+			continue
+		}
+		failures++
+		var de *DriverError
+		if !errors.As(err, &de) || de.Driver != "fake-plugin" {
+			t.Fatalf("unexpected error %T %v", err, err)
+		}
+	}
+	if failures == 0 {
+		t.Fatal("the crashing command did not fail")
+	}
+	out, err := sb.Execute(ctx, Command{Program: "echo", Args: []string{"after"}})
+	if err != nil || string(out.Stdout) != "after\n" {
+		t.Fatalf("after concurrent crash: %v", err)
+	}
+	pid := host.Pid()
+	_ = host.Close()
+	if processAlive(pid) {
+		t.Fatal("plugin left running")
 	}
 }
