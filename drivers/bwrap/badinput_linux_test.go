@@ -1,0 +1,237 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+func TestParseOptions(t *testing.T) {
+	o, err := ParseOptions("")
+	if err != nil || o.Pids() != DefaultMaxPids || o.Cgroup != CgroupAuto {
+		t.Fatalf("defaults: %+v %v", o, err)
+	}
+	o, err = ParseOptions(`{"max_pids": 0, "cpu_quota_percent": 50, "cgroup": "v1"}`)
+	if err != nil || o.Pids() != 0 || o.CPUQuotaPercent != 50 || o.Cgroup != CgroupV1 {
+		t.Fatalf("%+v %v", o, err)
+	}
+	for _, bad := range []string{
+		`{"max_pid": 10}`, `{"cgroup": "v3"}`, `{"cpu_quota_percent": -1}`, `{"cpu_quota_percent": 100001}`,
+		`{} {}`, `[1]`, `{"bwrap_path": "bwrap"}`, `{"max_pids": "ten"}`,
+	} {
+		var oe *OptionsError
+		if _, err := ParseOptions(bad); !errors.As(err, &oe) {
+			t.Errorf("%s: want OptionsError, got %v", bad, err)
+		}
+	}
+}
+
+func TestProfileDeterministic(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	a, b := newWorkspace(t), newWorkspace(t)
+	req := driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSRead: []string{b, a}, FSWrite: []string{a}}}
+	p1, err := d.ProfileFor(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Capabilities.FSRead = []string{a, b, b}
+	p2, err := d.ProfileFor(context.Background(), req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p1.Data, p2.Data) || p1.Digest != p2.Digest {
+		t.Fatalf("profiles differ:\n%s\n%s", p1.Data, p2.Data)
+	}
+	var plan Plan
+	if err := json.Unmarshal(p1.Data, &plan); err != nil {
+		t.Fatal(err)
+	}
+	// fs_write wins over fs_read for the same path.
+	if len(plan.FSRead) != 1 || plan.FSRead[0] != b || len(plan.FSWrite) != 1 || plan.FSWrite[0] != a {
+		t.Fatalf("grants %v / %v", plan.FSRead, plan.FSWrite)
+	}
+}
+
+func TestProfileRequestRefused(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	link := filepath.Join(newWorkspace(t), "link")
+	if err := os.Symlink(ws, link); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]driverapi.ProfileRequest{
+		"relative workspace":   {Workspace: "rel/ws", Cwd: ws},
+		"missing workspace":    {Workspace: ws + "/nope", Cwd: ws},
+		"symlinked workspace":  {Workspace: link, Cwd: link},
+		"root workspace":       {Workspace: "/", Cwd: "/"},
+		"system workspace":     {Workspace: "/usr", Cwd: "/usr"},
+		"cwd outside":          {Workspace: ws, Cwd: "/usr"},
+		"NUL":                  {Workspace: ws + "\x00x", Cwd: ws},
+		"fs_read /proc":        {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSRead: []string{"/proc/1/root"}}},
+		"fs_read /":            {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSRead: []string{"/"}}},
+		"fs_write /etc":        {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{"/etc"}}},
+		"fs_write relative":    {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{"x"}}},
+		"fs_write in .git":     {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{mkdir(t, ws, ".git/hooks")}}},
+		"allow_hosts no proxy": {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}},
+	}
+	for name, req := range cases {
+		_, err := d.ProfileFor(context.Background(), req)
+		var ise *driverapi.InvalidSpecError
+		var ue *UnavailableError
+		if !errors.As(err, &ise) && !errors.As(err, &ue) {
+			t.Errorf("%s: want a typed refusal, got %v", name, err)
+		}
+	}
+	// Control: the plain request works.
+	if _, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func mkdir(t *testing.T, parts ...string) string {
+	p := filepath.Join(parts...)
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRunBadInput(t *testing.T) {
+	d := testDriver(t, Options{})
+	ctx := context.Background()
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}
+
+	forge := func(mut func(*Plan)) driverapi.Profile {
+		var p Plan
+		if err := json.Unmarshal(prof.Data, &p); err != nil {
+			t.Fatal(err)
+		}
+		mut(&p)
+		data, _ := json.Marshal(p)
+		return driverapi.NewProfile(Backend, data) // a valid digest: integrity is not origin
+	}
+	garbled := prof
+	garbled.Data = append([]byte{}, prof.Data...)
+	garbled.Data[10] ^= 0x20
+	wrongBackend := driverapi.NewProfile("seatbelt", prof.Data)
+
+	type tc struct {
+		name string
+		mut  func(*driverapi.RunSpec)
+		want func(error) bool
+	}
+	isProfile := func(err error) bool { var e *driverapi.ProfileError; return errors.As(err, &e) }
+	isSpec := func(err error) bool { var e *driverapi.InvalidSpecError; return errors.As(err, &e) }
+	for _, c := range []tc{
+		{"garbled profile", func(s *driverapi.RunSpec) { s.Profile = garbled }, isProfile},
+		{"other backend", func(s *driverapi.RunSpec) { s.Profile = wrongBackend }, isProfile},
+		{"not JSON", func(s *driverapi.RunSpec) { s.Profile = driverapi.NewProfile(Backend, []byte("{oops")) }, isProfile},
+		{"unknown field", func(s *driverapi.RunSpec) {
+			s.Profile = driverapi.NewProfile(Backend, append(bytes.TrimSuffix(bytes.Clone(prof.Data), []byte("}")), []byte(`,"extra":1}`)...))
+		}, isProfile},
+		{"forged system mount", func(s *driverapi.RunSpec) {
+			s.Profile = forge(func(p *Plan) { p.System = append(p.System, Mount{Kind: MountROBind, Src: "/root", Dest: "/root"}) })
+		}, isProfile},
+		{"forged grant", func(s *driverapi.RunSpec) {
+			s.Profile = forge(func(p *Plan) { p.FSWrite = append(p.FSWrite, "/") })
+		}, isProfile},
+		{"forged unprotected", func(s *driverapi.RunSpec) {
+			s.Profile = forge(func(p *Plan) { p.Protected = []string{".aleph"} })
+		}, isProfile},
+		{"forged network", func(s *driverapi.RunSpec) {
+			s.Profile = forge(func(p *Plan) { p.ShareNet = true })
+		}, isProfile},
+		{"other version", func(s *driverapi.RunSpec) {
+			s.Profile = forge(func(p *Plan) { p.Version = 99 })
+		}, isProfile},
+		{"relative cwd", func(s *driverapi.RunSpec) { s.Cwd = "sub" }, isSpec},
+		{"cwd outside", func(s *driverapi.RunSpec) { s.Cwd = "/usr" }, isSpec},
+		{"NUL arg", func(s *driverapi.RunSpec) { s.Args = []string{"a\x00b"} }, isSpec},
+		{"NUL env", func(s *driverapi.RunSpec) { s.Env = []driverapi.EnvVar{{Name: "A", Value: "x\x00"}} }, isSpec},
+		{"zero timeout", func(s *driverapi.RunSpec) { s.Timeout = 0 }, isSpec},
+		{"empty program", func(s *driverapi.RunSpec) { s.Program = "" }, isSpec},
+	} {
+		spec := good
+		c.mut(&spec)
+		_, err := d.Run(ctx, spec, driverapi.Streams{})
+		if !c.want(err) {
+			t.Errorf("%s: got %v", c.name, err)
+		}
+	}
+	// Control: the untouched spec runs.
+	if exit, err := d.Run(ctx, good, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
+		t.Fatalf("control: %v %+v", err, exit)
+	}
+	// A program that does not exist fails inside, not in the driver.
+	spec := good
+	spec.Program = "/nonexistent"
+	var errb bytes.Buffer
+	exit, err := d.Run(ctx, spec, driverapi.Streams{Stderr: &errb})
+	if err != nil || exit.ExitCode == 0 || !strings.Contains(errb.String(), "nonexistent") {
+		t.Fatalf("missing program: %v %+v %q", err, exit, errb.String())
+	}
+}
+
+func TestCapabilitiesReport(t *testing.T) {
+	d := testDriver(t, Options{})
+	caps, err := d.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps.Backend != Backend || caps.ProtocolVersion != driverapi.ProtocolVersion || caps.Details["bwrap_version"] == "" {
+		t.Fatalf("%+v", caps)
+	}
+	// Every known feature is either claimed or explained, never both.
+	for _, f := range driverapi.KnownFeatures() {
+		if caps.Has(f) == hasUnavailable(caps, f) {
+			t.Errorf("%s: claimed=%v unavailable=%v", f, caps.Has(f), hasUnavailable(caps, f))
+		}
+	}
+	if caps.Has(driverapi.FeatureNetworkViaProxy) {
+		t.Error("network_via_proxy claimed without the bridge")
+	}
+	if os.Geteuid() == 0 {
+		// Root on a host with writable cgroups gets limits.
+		if caps.CgroupMode == "none" {
+			t.Logf("root without usable cgroups: %+v", caps.Unavailable)
+		}
+	} else if caps.CgroupMode == "v1" {
+		t.Errorf("uid %d cannot write cgroup v1, yet mode v1 was reported", os.Geteuid())
+	}
+	// cgroup = none: limits reported unavailable, sandbox still there.
+	dn := testDriver(t, Options{Cgroup: CgroupNone})
+	cn, _ := dn.Capabilities(context.Background())
+	if cn.CgroupMode != "none" || cn.Has(driverapi.FeatureMemoryLimit) || cn.Has(driverapi.FeaturePidLimit) ||
+		!hasUnavailable(cn, driverapi.FeatureMemoryLimit) || !cn.Has(driverapi.FeatureFSReadIsolation) {
+		t.Fatalf("cgroup none: %+v", cn)
+	}
+	// A missing bwrap: nothing claimed, everything explained.
+	dm, err := New(Config{Options: Options{BwrapPath: "/nonexistent/bwrap"}, InitBinary: driverBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm, _ := dm.Capabilities(context.Background())
+	if len(cm.Features) != 0 || len(cm.Unavailable) != len(driverapi.KnownFeatures()) {
+		t.Fatalf("missing bwrap: %+v", cm)
+	}
+	ws := newWorkspace(t)
+	if _, err := dm.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws}); err == nil {
+		t.Fatal("profile from a driver without bwrap")
+	}
+}

@@ -1,0 +1,105 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+func launchPlugin(t testing.TB) *driverapi.Process {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	return p
+}
+
+func TestPluginRun(t *testing.T) {
+	p := launchPlugin(t)
+	d := p.Driver()
+	ctx := context.Background()
+	caps, err := d.Capabilities(ctx)
+	if err != nil || caps.Backend != Backend || !caps.Has(driverapi.FeatureFSWriteIsolation) {
+		t.Fatalf("capabilities over the wire: %+v %v", caps, err)
+	}
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/echo", Args: []string{"over", "grpc"}, Cwd: ws, Profile: prof,
+		Timeout: 10 * time.Second, MaxOutputBytes: 1024, Env: pathEnv()}, driverapi.Streams{Stdout: &out})
+	if err != nil || exit.ExitCode != 0 || out.String() != "over grpc\n" {
+		t.Fatalf("%v %+v %q", err, exit, out.String())
+	}
+}
+
+func TestPluginOptionsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"max_pids": 10, "colour": "red"}`}})
+	if err == nil {
+		p.Kill()
+		t.Fatal("plugin started with an unknown option")
+	}
+	// Control: known options start it.
+	p, err = driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"max_pids": 10, "cgroup": "none"}`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Kill()
+	caps, err := p.Driver().Capabilities(ctx)
+	if err != nil || caps.CgroupMode != "none" || caps.Details["max_pids"] != "10" {
+		t.Fatalf("%+v %v", caps, err)
+	}
+}
+
+// Killing the driver process (kill -9, no cleanup of its own) takes every
+// sandbox it started with it, daemons included.
+func TestDriverDeathKillsSandboxes(t *testing.T) {
+	p := launchPlugin(t)
+	d := p.Driver()
+	ctx := context.Background()
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	marker := uniqueMarker()
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", daemonizeScript(marker)}, Cwd: ws,
+			Profile: prof, Timeout: time.Minute, MaxOutputBytes: 1024, Env: pathEnv()}, driverapi.Streams{})
+		done <- err
+	}()
+	n, deadline := 0, time.Now().Add(15*time.Second)
+	for n < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		n = len(hostMarkerProcs(t, marker))
+	}
+	if n < 3 {
+		t.Fatalf("control: only %d sleepers running", n)
+	}
+	pid := p.Pid()
+	if pid <= 0 {
+		t.Fatal("no plugin pid")
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitNoMarker(t, marker)
+	if err := <-done; err == nil {
+		t.Fatal("Run succeeded although its driver died")
+	}
+}
