@@ -1,0 +1,173 @@
+package appcontainer
+
+// Access rights (winnt.h), spelled out so the plan is testable anywhere.
+const (
+	fileReadData        = 0x0001 // FILE_LIST_DIRECTORY on directories
+	fileWriteData       = 0x0002 // FILE_ADD_FILE
+	fileAppendData      = 0x0004 // FILE_ADD_SUBDIRECTORY
+	fileWriteEA         = 0x0010
+	fileDeleteChild     = 0x0040
+	fileWriteAttributes = 0x0100
+	accessDelete        = 0x00010000
+	accessWriteDAC      = 0x00040000
+	accessWriteOwner    = 0x00080000
+
+	FileGenericRead    = 0x00120089
+	FileGenericWrite   = 0x00120116
+	FileGenericExecute = 0x001200A0
+)
+
+// Masks used by the plan.
+const (
+	// MaskWorkspace lets the sandbox read, write, run and delete what is
+	// in the workspace, but not FILE_DELETE_CHILD: with that right on the
+	// workspace it could delete or rename .git through the parent, even
+	// with .git itself denied.
+	MaskWorkspace = FileGenericRead | FileGenericWrite | FileGenericExecute | accessDelete
+	// MaskWriteGrant is full read/write below an fs_write grant.
+	MaskWriteGrant = MaskWorkspace | fileDeleteChild
+	// MaskReadGrant is read and execute.
+	MaskReadGrant = FileGenericRead | FileGenericExecute
+	// MaskDenyProtected denies every way to change a protected directory
+	// or anything below it. Not FILE_GENERIC_WRITE: that includes
+	// SYNCHRONIZE and READ_CONTROL, and denying those would break reads.
+	MaskDenyProtected = fileWriteData | fileAppendData | fileWriteEA | fileWriteAttributes |
+		fileDeleteChild | accessDelete | accessWriteDAC | accessWriteOwner
+	// MaskDenyDeleteChild is denied on the workspace directory itself.
+	MaskDenyDeleteChild = fileDeleteChild
+)
+
+// Trustee is whom an ACE names.
+type Trustee int
+
+const (
+	// TrusteeAppContainer is this command's own AppContainer SID.
+	TrusteeAppContainer Trustee = iota + 1
+	// TrusteeRestricted is RESTRICTED (S-1-5-12), a restricting SID of
+	// every restricted token this driver makes: a DENY for it binds the
+	// restricted tier and nobody else.
+	TrusteeRestricted
+)
+
+// SIDRestricted is the RESTRICTED well-known SID.
+const SIDRestricted = "S-1-5-12"
+
+// ACE is one access-control change.
+type ACE struct {
+	Path    string
+	Trustee Trustee
+	Deny    bool
+	Mask    uint32
+	Inherit bool // to sub-directories and files
+	// BestEffort: a failure to apply is ignored (the program file may be
+	// in a system directory the user cannot re-ACL, where all application
+	// packages can read it anyway).
+	BestEffort bool
+	// Revoke: remove this trustee's entries after the command.
+	Revoke bool
+}
+
+// Label is a mandatory integrity label change.
+type Label struct {
+	Path    string
+	Low     bool // Low, else Medium
+	Protect bool // do not inherit the parent's label
+	// Revert: remove the explicit label after the command (fs_write
+	// grants, which belong to the user; the workspace keeps Low).
+	Revert bool
+}
+
+// Setup is everything to do to the file system before a tier runs.
+type Setup struct {
+	// Stubs are protected directories to create because they are missing:
+	// NTFS ACLs cannot deny creating a child by name, so the name is
+	// taken by a directory that carries the DENY.
+	Stubs  []string
+	ACEs   []ACE
+	Labels []Label
+}
+
+// PlanSetup computes the file-system changes for tier. exists reports
+// whether a protected path exists now; program is the resolved program.
+func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setup {
+	var s Setup
+	if tier == TierJobObject {
+		return s // the host's own token: ACLs could not restrict it
+	}
+	for _, prot := range p.Protected {
+		if !exists(prot) {
+			s.Stubs = append(s.Stubs, prot)
+		}
+	}
+	// A grant on or below a protected directory would be an explicit
+	// allow, which Windows orders before the inherited DENY: drop it.
+	writes := p.outsideProtected(p.Write)
+	reads := p.outsideProtected(p.Read)
+	switch tier {
+	case TierAppContainer:
+		ac := func(path string, mask uint32, deny, inherit bool) ACE {
+			return ACE{Path: path, Trustee: TrusteeAppContainer, Mask: mask, Deny: deny, Inherit: inherit, Revoke: true}
+		}
+		// Grants first, then denies: a later GRANT_ACCESS merge must not
+		// be able to drop a DENY.
+		s.ACEs = append(s.ACEs, ac(p.Workspace, MaskWorkspace, false, true))
+		for _, w := range writes {
+			s.ACEs = append(s.ACEs, ac(w, MaskWriteGrant, false, true))
+		}
+		for _, r := range reads {
+			s.ACEs = append(s.ACEs, ac(r, MaskReadGrant, false, true))
+		}
+		if program != "" && !p.covers(program) {
+			a := ac(program, MaskReadGrant, false, false)
+			a.BestEffort = true
+			s.ACEs = append(s.ACEs, a)
+		}
+		s.ACEs = append(s.ACEs, ac(p.Workspace, MaskDenyDeleteChild, true, false))
+		for _, prot := range p.Protected {
+			s.ACEs = append(s.ACEs, ac(prot, MaskDenyProtected, true, true))
+		}
+	case TierRestrictedToken:
+		// Low integrity: writable only where labelled Low.
+		s.Labels = append(s.Labels, Label{Path: p.Workspace, Low: true})
+		for _, w := range writes {
+			s.Labels = append(s.Labels, Label{Path: w, Low: true, Revert: true})
+		}
+		// After the workspace, so its inherited Low label stops here.
+		for _, prot := range p.Protected {
+			s.Labels = append(s.Labels, Label{Path: prot, Low: false, Protect: true})
+		}
+		s.ACEs = append(s.ACEs, ACE{Path: p.Workspace, Trustee: TrusteeRestricted, Deny: true, Mask: MaskDenyDeleteChild})
+		for _, prot := range p.Protected {
+			s.ACEs = append(s.ACEs, ACE{Path: prot, Trustee: TrusteeRestricted, Deny: true, Mask: MaskDenyProtected, Inherit: true})
+		}
+	}
+	return s
+}
+
+// outsideProtected keeps the paths that are not a protected directory or
+// below one.
+func (p Plan) outsideProtected(paths []string) []string {
+	var out []string
+	for _, x := range paths {
+		inside := false
+		for _, prot := range p.Protected {
+			if WinWithin(x, prot) {
+				inside = true
+			}
+		}
+		if !inside {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// covers reports whether path is already granted by the plan.
+func (p Plan) covers(path string) bool {
+	for _, r := range append(append([]string{p.Workspace}, p.Read...), p.Write...) {
+		if WinWithin(path, r) {
+			return true
+		}
+	}
+	return false
+}

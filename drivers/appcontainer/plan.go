@@ -1,0 +1,319 @@
+package appcontainer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"sort"
+	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Options is the `[sandbox.windows]` configuration section, which reaches
+// the driver as JSON in ALEPH_DRIVER_OPTIONS.
+type Options struct {
+	// MinTier is the weakest tier the chain may fall to: "appcontainer"
+	// (never degrade), "restricted_token", or "job_object" (the default,
+	// the full chain).
+	MinTier string `json:"min_tier,omitempty"`
+	// MaxProcesses is the Job Object's active-process limit when
+	// spawn_subprocess is allowed (1 when it is not). Default 64.
+	MaxProcesses uint32 `json:"max_processes,omitempty"`
+}
+
+// DefaultMaxProcesses is the active-process limit with spawn_subprocess.
+const DefaultMaxProcesses = 64
+
+// ParseOptions reads the driver options, refusing unknown keys and bad
+// values.
+func ParseOptions(raw string) (Options, error) {
+	o := Options{MinTier: TierJobObject.String(), MaxProcesses: DefaultMaxProcesses}
+	if strings.TrimSpace(raw) == "" {
+		return o, nil
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&o); err != nil {
+		return Options{}, fmt.Errorf("driver options: %w (known keys: min_tier, max_processes)", err)
+	}
+	if o.MinTier == "" {
+		o.MinTier = TierJobObject.String()
+	}
+	if _, err := ParseTier(o.MinTier); err != nil {
+		return Options{}, fmt.Errorf("driver options: min_tier: %w", err)
+	}
+	if o.MaxProcesses == 0 {
+		o.MaxProcesses = DefaultMaxProcesses
+	}
+	return o, nil
+}
+
+// Plan is the launch plan ProfileFor makes; its JSON is the profile data.
+type Plan struct {
+	Format    int      `json:"format"`
+	Workspace string   `json:"workspace"`
+	Cwd       string   `json:"cwd"`
+	Read      []string `json:"read,omitempty"`
+	Write     []string `json:"write,omitempty"`
+	// Protected are the workspace's .git, .aleph, .codex, .agents.
+	Protected []string `json:"protected"`
+	Network   string   `json:"network"`
+	// CapabilitySIDs are the AppContainer capabilities granted (SDDL).
+	CapabilitySIDs     []string `json:"capability_sids,omitempty"`
+	SpawnSubprocess    bool     `json:"spawn_subprocess"`
+	ActiveProcessLimit uint32   `json:"active_process_limit"`
+	MaxMemoryMB        uint64   `json:"max_memory_mb,omitempty"`
+}
+
+// PlanFormat is the current Plan.Format.
+const PlanFormat = 1
+
+// Well-known AppContainer capability SIDs.
+const (
+	SIDInternetClient             = "S-1-15-3-1"
+	SIDPrivateNetworkClientServer = "S-1-15-3-3"
+)
+
+// CapabilitySIDsFor maps a network policy to AppContainer capabilities:
+// AllowAll gets internetClient and privateNetworkClientServer (the
+// loopback stays closed: AppContainers cannot reach it without an
+// administrator's exemption); None gets nothing, which is what blocks the
+// network.
+func CapabilitySIDsFor(mode driverapi.NetworkMode) []string {
+	if mode == driverapi.NetworkAllowAll {
+		return []string{SIDInternetClient, SIDPrivateNetworkClientServer}
+	}
+	return nil
+}
+
+// Resolver resolves host names for the allow_hosts refusal message.
+type Resolver interface {
+	LookupIPAddr(ctx context.Context, host string) ([]net.IPAddr, error)
+}
+
+// BuildPlan validates req and makes the plan. fsys is consulted for
+// reparse points; resolver only for the allow_hosts refusal.
+func BuildPlan(ctx context.Context, req driverapi.ProfileRequest, opts Options, fsys FS, resolver Resolver) (Plan, error) {
+	ws := WinClean(req.Workspace)
+	if ws == "" || strings.ContainsRune(req.Workspace, 0) {
+		return Plan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q is not an absolute Windows path (C:\\... or \\\\server\\share\\...)", req.Workspace)}
+	}
+	if winIsRoot(ws) {
+		return Plan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: "a drive or share root cannot be the workspace"}
+	}
+	cwd := ws
+	if req.Cwd != "" {
+		cwd = WinClean(req.Cwd)
+		if cwd == "" || !WinWithin(cwd, ws) {
+			return Plan{}, &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is not inside the workspace %q", req.Cwd, req.Workspace)}
+		}
+	}
+	caps := req.Capabilities
+	reads, err := cleanList("fs_read", caps.FSRead)
+	if err != nil {
+		return Plan{}, err
+	}
+	writes, err := cleanList("fs_write", caps.FSWrite)
+	if err != nil {
+		return Plan{}, err
+	}
+	switch caps.Network.Mode {
+	case driverapi.NetworkNone, driverapi.NetworkAllowAll:
+	case driverapi.NetworkAllowHosts:
+		return Plan{}, allowHostsRefusal(ctx, caps.Network.Hosts, resolver)
+	default:
+		return Plan{}, &driverapi.InvalidSpecError{Field: "network.mode", Reason: "unknown network mode"}
+	}
+	p := Plan{
+		Format:          PlanFormat,
+		Workspace:       ws,
+		Cwd:             cwd,
+		Read:            reads,
+		Write:           writes,
+		Network:         caps.Network.Mode.String(),
+		CapabilitySIDs:  CapabilitySIDsFor(caps.Network.Mode),
+		SpawnSubprocess: caps.SpawnSubprocess,
+		MaxMemoryMB:     caps.MaxMemoryMB,
+	}
+	for _, d := range driverapi.ProtectedDirs() {
+		p.Protected = append(p.Protected, WinJoin(ws, d))
+	}
+	p.ActiveProcessLimit = 1
+	if caps.SpawnSubprocess {
+		p.ActiveProcessLimit = opts.MaxProcesses
+		if p.ActiveProcessLimit == 0 {
+			p.ActiveProcessLimit = DefaultMaxProcesses
+		}
+	}
+	if fsys != nil {
+		if err := CheckReparsePoints(fsys, p); err != nil {
+			return Plan{}, err
+		}
+	}
+	return p, nil
+}
+
+func cleanList(field string, in []string) ([]string, error) {
+	seen := map[string]bool{}
+	var out []string
+	for i, raw := range in {
+		c := WinClean(raw)
+		if c == "" || strings.ContainsRune(raw, 0) {
+			return nil, &driverapi.InvalidSpecError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: fmt.Sprintf("%q is not an absolute Windows path", raw)}
+		}
+		if winIsRoot(c) {
+			return nil, &driverapi.InvalidSpecError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: "granting a whole drive or share is not allowed"}
+		}
+		if k := strings.ToLower(c); !seen[k] {
+			seen[k] = true
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return strings.ToLower(out[i]) < strings.ToLower(out[j]) })
+	return out, nil
+}
+
+// EncodePlan serialises a plan deterministically.
+func EncodePlan(p Plan) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(p); err != nil {
+		return nil, err
+	}
+	return bytes.TrimRight(buf.Bytes(), "\n"), nil
+}
+
+// DecodePlan parses profile data and re-checks what Run relies on.
+func DecodePlan(data []byte) (Plan, error) {
+	var p Plan
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&p); err != nil {
+		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile data is not valid: " + err.Error()}
+	}
+	if p.Format != PlanFormat {
+		return Plan{}, &driverapi.ProfileError{Reason: fmt.Sprintf("appcontainer profile format %d, this driver reads format %d", p.Format, PlanFormat)}
+	}
+	if WinClean(p.Workspace) != p.Workspace || p.Workspace == "" || !WinWithin(p.Cwd, p.Workspace) {
+		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile has a bad workspace or cwd"}
+	}
+	if len(p.Protected) != len(driverapi.ProtectedDirs()) {
+		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile does not protect every protected directory"}
+	}
+	for i, d := range driverapi.ProtectedDirs() {
+		if p.Protected[i] != WinJoin(p.Workspace, d) {
+			return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile protects the wrong paths"}
+		}
+	}
+	if p.ActiveProcessLimit == 0 || (!p.SpawnSubprocess && p.ActiveProcessLimit != 1) {
+		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile has an active-process limit that contradicts spawn_subprocess"}
+	}
+	want := CapabilitySIDsFor(driverapi.NetworkNone)
+	switch p.Network {
+	case driverapi.NetworkNone.String():
+	case driverapi.NetworkAllowAll.String():
+		want = CapabilitySIDsFor(driverapi.NetworkAllowAll)
+	default:
+		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile has network mode " + p.Network}
+	}
+	if strings.Join(p.CapabilitySIDs, ",") != strings.Join(want, ",") {
+		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile capability SIDs do not match its network mode"}
+	}
+	return p, nil
+}
+
+// AllowHostsError refuses network allow_hosts: Windows cannot confine a
+// process to a set of addresses without WFP. It lists what the request
+// would have allowed, resolved now, so the user can judge network all.
+type AllowHostsError struct {
+	Hosts []ResolvedHost
+}
+
+// ResolvedHost is one allow_hosts entry and the addresses it names now.
+type ResolvedHost struct {
+	Entry string   `json:"entry"`
+	IPs   []string `json:"ips,omitempty"`
+	Note  string   `json:"note,omitempty"`
+}
+
+func (e *AllowHostsError) Error() string {
+	var b strings.Builder
+	b.WriteString("network allow_hosts cannot be enforced on Windows: confining a process to some addresses needs Windows Filtering Platform rules, which need administrator rights. The request would have allowed ")
+	if len(e.Hosts) == 0 {
+		b.WriteString("no host at all")
+	}
+	for i, h := range e.Hosts {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(h.Entry + " -> ")
+		switch {
+		case len(h.IPs) > 0:
+			b.WriteString(strings.Join(h.IPs, ", "))
+		default:
+			b.WriteString("(" + h.Note + ")")
+		}
+	}
+	b.WriteString(". Use network none, or network all if reaching every address is acceptable.")
+	return b.String()
+}
+
+// allowHostsRefusal resolves every entry (IP literals as themselves,
+// wildcards not at all) for the refusal message.
+func allowHostsRefusal(ctx context.Context, hosts []string, r Resolver) error {
+	e := &AllowHostsError{}
+	for _, entry := range hosts {
+		rh := ResolvedHost{Entry: entry}
+		host, port := splitHostPort(entry)
+		suffix := ""
+		if port != "" {
+			suffix = ":" + port
+		}
+		switch {
+		case strings.HasPrefix(host, "*."):
+			rh.Note = "wildcard: cannot be resolved in advance"
+		case net.ParseIP(host) != nil:
+			rh.IPs = []string{fmtIP(net.ParseIP(host), suffix)}
+		case r == nil:
+			rh.Note = "not resolved: no resolver"
+		default:
+			addrs, err := r.LookupIPAddr(ctx, host)
+			if err != nil {
+				rh.Note = "does not resolve: " + err.Error()
+				break
+			}
+			for _, a := range addrs {
+				rh.IPs = append(rh.IPs, fmtIP(a.IP, suffix))
+			}
+			sort.Strings(rh.IPs)
+			if len(rh.IPs) == 0 {
+				rh.Note = "no addresses"
+			}
+		}
+		e.Hosts = append(e.Hosts, rh)
+	}
+	return e
+}
+
+func fmtIP(ip net.IP, portSuffix string) string {
+	if portSuffix != "" && ip.To4() == nil {
+		return "[" + ip.String() + "]" + portSuffix
+	}
+	return ip.String() + portSuffix
+}
+
+// splitHostPort reads "host", "host:port", "[v6]:port" and a bare IPv6
+// literal.
+func splitHostPort(entry string) (host, port string) {
+	if net.ParseIP(entry) != nil {
+		return entry, ""
+	}
+	if h, p, err := net.SplitHostPort(entry); err == nil {
+		return h, p
+	}
+	return strings.TrimSuffix(entry, "."), ""
+}

@@ -1,0 +1,184 @@
+//go:build windows
+
+package appcontainer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/windows"
+)
+
+// explicitAccess builds one SetEntriesInAcl entry for sid.
+func explicitAccess(sid *windows.SID, mask uint32, mode windows.ACCESS_MODE, inherit bool) windows.EXPLICIT_ACCESS {
+	inh := uint32(windows.NO_INHERITANCE)
+	if inherit {
+		inh = windows.SUB_CONTAINERS_AND_OBJECTS_INHERIT
+	}
+	return windows.EXPLICIT_ACCESS{
+		AccessPermissions: windows.ACCESS_MASK(mask),
+		AccessMode:        mode,
+		Inheritance:       inh,
+		Trustee: windows.TRUSTEE{
+			TrusteeForm:  windows.TRUSTEE_IS_SID,
+			TrusteeType:  windows.TRUSTEE_IS_UNKNOWN,
+			TrusteeValue: windows.TrusteeValueFromSID(sid),
+		},
+	}
+}
+
+// mergeDACL reads path's DACL, merges entries into it and writes it back.
+// SetNamedSecurityInfo propagates inheritable entries to the children.
+func mergeDACL(path string, entries []windows.EXPLICIT_ACCESS) error {
+	sd, err := windows.GetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
+	if err != nil {
+		return fmt.Errorf("read ACL of %s: %w", path, err)
+	}
+	dacl, _, err := sd.DACL()
+	if err != nil {
+		return fmt.Errorf("read ACL of %s: %w", path, err)
+	}
+	acl, err := windows.ACLFromEntries(entries, dacl)
+	if err != nil {
+		return fmt.Errorf("build ACL for %s: %w", path, err)
+	}
+	if err := windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION, nil, nil, acl, nil); err != nil {
+		return fmt.Errorf("write ACL of %s: %w", path, err)
+	}
+	return nil
+}
+
+// applyACE applies one planned ACE for sid.
+func applyACE(a ACE, sid *windows.SID) error {
+	mode := windows.GRANT_ACCESS
+	if a.Deny {
+		mode = windows.DENY_ACCESS
+	}
+	return mergeDACL(a.Path, []windows.EXPLICIT_ACCESS{explicitAccess(sid, a.Mask, windows.ACCESS_MODE(mode), a.Inherit)})
+}
+
+// revokeSID removes every entry naming sid from path's DACL.
+func revokeSID(path string, sid *windows.SID) error {
+	return mergeDACL(path, []windows.EXPLICIT_ACCESS{explicitAccess(sid, 0, windows.REVOKE_ACCESS, false)})
+}
+
+// applyLabel sets a mandatory label (no-write-up) on path.
+func applyLabel(l Label) error {
+	level := "ME"
+	if l.Low {
+		level = "LW"
+	}
+	return setLabelSDDL(l.Path, "S:(ML;OICI;NW;;;"+level+")", l.Protect)
+}
+
+// clearLabel removes an explicit label: the path inherits its parent's
+// again (for a user's directory, usually the implicit Medium).
+func clearLabel(path string) error {
+	sd, err := windows.SecurityDescriptorFromString("S:")
+	if err != nil {
+		return err
+	}
+	sacl, _, err := sd.SACL()
+	if err != nil {
+		return err
+	}
+	return windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT,
+		windows.LABEL_SECURITY_INFORMATION|windows.UNPROTECTED_SACL_SECURITY_INFORMATION, nil, nil, nil, sacl)
+}
+
+func setLabelSDDL(path, sddl string, protect bool) error {
+	sd, err := windows.SecurityDescriptorFromString(sddl)
+	if err != nil {
+		return err
+	}
+	sacl, _, err := sd.SACL()
+	if err != nil {
+		return err
+	}
+	info := windows.SECURITY_INFORMATION(windows.LABEL_SECURITY_INFORMATION)
+	if protect {
+		info |= windows.PROTECTED_SACL_SECURITY_INFORMATION
+	}
+	if err := windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, info, nil, nil, nil, sacl); err != nil {
+		return fmt.Errorf("set integrity label on %s: %w", path, err)
+	}
+	return nil
+}
+
+// restrictedLowToken makes the tier-2 token: the process token with every
+// privilege but SeChangeNotify removed, restricting SIDs (so a DENY for
+// RESTRICTED binds it), at Low integrity.
+func restrictedLowToken() (windows.Token, error) {
+	var tok windows.Token
+	access := uint32(windows.TOKEN_DUPLICATE | windows.TOKEN_QUERY | windows.TOKEN_ASSIGN_PRIMARY | windows.TOKEN_ADJUST_DEFAULT)
+	if err := windows.OpenProcessToken(windows.CurrentProcess(), access, &tok); err != nil {
+		return 0, fmt.Errorf("OpenProcessToken: %w", err)
+	}
+	defer tok.Close()
+	user, err := tok.GetTokenUser()
+	if err != nil {
+		return 0, fmt.Errorf("GetTokenUser: %w", err)
+	}
+	restrict := []windows.SIDAndAttributes{{Sid: user.User.Sid}}
+	groups, err := tok.GetTokenGroups()
+	if err != nil {
+		return 0, fmt.Errorf("GetTokenGroups: %w", err)
+	}
+	for _, g := range groups.AllGroups() {
+		// The logon SID gives access to the window station and desktop.
+		if g.Attributes&windows.SE_GROUP_LOGON_ID == windows.SE_GROUP_LOGON_ID {
+			restrict = append(restrict, windows.SIDAndAttributes{Sid: g.Sid})
+		}
+	}
+	for _, k := range []windows.WELL_KNOWN_SID_TYPE{windows.WinWorldSid, windows.WinBuiltinUsersSid,
+		windows.WinAuthenticatedUserSid, windows.WinRestrictedCodeSid} {
+		sid, err := windows.CreateWellKnownSid(k)
+		if err != nil {
+			return 0, fmt.Errorf("CreateWellKnownSid(%d): %w", k, err)
+		}
+		restrict = append(restrict, windows.SIDAndAttributes{Sid: sid})
+	}
+	rt, err := createRestrictedToken(tok, disableMaxPrivilege, restrict)
+	if err != nil {
+		return 0, err
+	}
+	low, err := windows.CreateWellKnownSid(windows.WinLowLabelSid)
+	if err != nil {
+		rt.Close()
+		return 0, err
+	}
+	tml := windows.Tokenmandatorylabel{Label: windows.SIDAndAttributes{Sid: low, Attributes: windows.SE_GROUP_INTEGRITY}}
+	if err := windows.SetTokenInformation(rt, windows.TokenIntegrityLevel, (*byte)(unsafe.Pointer(&tml)), tml.Size()); err != nil {
+		rt.Close()
+		return 0, fmt.Errorf("SetTokenInformation(TokenIntegrityLevel, Low): %w", err)
+	}
+	return rt, nil
+}
+
+// osFS reads attributes with GetFileAttributes, which reports every kind
+// of reparse point (os.Lstat names only some of them symlinks).
+type osFS struct{}
+
+func (osFS) Lstat(path string) (FileInfo, error) {
+	p, err := windows.UTF16PtrFromString(path)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	attrs, err := windows.GetFileAttributes(p)
+	if err != nil {
+		if errors.Is(err, windows.ERROR_FILE_NOT_FOUND) || errors.Is(err, windows.ERROR_PATH_NOT_FOUND) {
+			return FileInfo{}, nil
+		}
+		return FileInfo{}, err
+	}
+	return FileInfo{Exists: true,
+		IsDir:   attrs&windows.FILE_ATTRIBUTE_DIRECTORY != 0,
+		Reparse: attrs&windows.FILE_ATTRIBUTE_REPARSE_POINT != 0}, nil
+}
+
+func isRegularFile(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Mode().IsRegular()
+}
