@@ -84,6 +84,8 @@ type Config struct {
 	SHA256 string
 	// Env is added to the plugin's environment (e.g. ALEPH_DRIVER_OPTIONS).
 	Env []string
+	// Args are extra arguments for the driver binary.
+	Args []string
 	// Run, when set, keeps only the cases whose id it matches.
 	Run *regexp.Regexp
 	// Logger receives the plugin's own log lines; default: none.
@@ -240,7 +242,7 @@ func (s *suite) selected() []Case {
 }
 
 func (s *suite) launchConfig() driverapi.LaunchConfig {
-	return driverapi.LaunchConfig{Path: s.cfg.DriverPath, SHA256: s.cfg.SHA256, Env: s.cfg.Env, Logger: s.cfg.Logger}
+	return driverapi.LaunchConfig{Path: s.cfg.DriverPath, SHA256: s.cfg.SHA256, Env: s.cfg.Env, Args: s.cfg.Args, Logger: s.cfg.Logger, StartTimeout: 20 * time.Second}
 }
 
 // ensureShared launches the shared plugin once, and again if it died (a

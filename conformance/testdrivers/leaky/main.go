@@ -23,9 +23,14 @@ const backend = "leaky"
 type driver struct{}
 
 func (driver) Capabilities(context.Context) (driverapi.HostCapabilities, error) {
+	features := driverapi.KnownFeatures()
+	// The suite's own tests add a made-up feature name this way.
+	if extra := os.Getenv("LEAKY_EXTRA_FEATURE"); extra != "" {
+		features = append(features, extra)
+	}
 	return driverapi.HostCapabilities{
 		Backend: backend, DriverVersion: "0.0.0-test", ProtocolVersion: driverapi.ProtocolVersion,
-		Features: driverapi.KnownFeatures(), OS: runtime.GOOS, Arch: runtime.GOARCH,
+		Features: features, OS: runtime.GOOS, Arch: runtime.GOARCH,
 	}, nil
 }
 

@@ -1,0 +1,316 @@
+package conformance_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/conformance"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+var update = flag.Bool("update", false, "rewrite docs/conformance.md from the case table")
+
+// drivers are built once in TestMain: name → binary path, and why the
+// real Linux driver could not be built (if so).
+var drivers struct {
+	paths    map[string]string
+	bwrapErr error
+}
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "conformance-drivers-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	code := func() int {
+		defer os.RemoveAll(dir)
+		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		build := exec.Command(gobin, "build", "-o", dir+string(filepath.Separator), "./example", "./testdrivers/leaky", "./testdrivers/denyall")
+		build.Stdout, build.Stderr = os.Stderr, os.Stderr
+		if err := build.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "building the test drivers:", err)
+			return 1
+		}
+		drivers.paths = map[string]string{
+			"example": filepath.Join(dir, "example"), "leaky": filepath.Join(dir, "leaky"), "denyall": filepath.Join(dir, "denyall"),
+		}
+		if _, err := os.Stat("../cmd/aleph-driver-bwrap"); err == nil && runtime.GOOS == "linux" {
+			out, err := exec.Command(gobin, "build", "-o", filepath.Join(dir, "aleph-driver-bwrap"), "../cmd/aleph-driver-bwrap").CombinedOutput()
+			if err != nil {
+				drivers.bwrapErr = fmt.Errorf("%v: %s", err, out)
+			} else {
+				drivers.paths["bwrap"] = filepath.Join(dir, "aleph-driver-bwrap")
+			}
+		} else {
+			drivers.bwrapErr = errors.New("no cmd/aleph-driver-bwrap on this platform")
+		}
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// hostDependent cases may skip on some hosts whatever the driver does
+// (no IPv6 loopback, /etc/shadow unreadable, no /proc, no home directory).
+var hostDependent = map[string]bool{
+	"fs/etc-shadow-invisible": true, "net/none-blocks-tcp6": true, "net/none-blocks-abstract": true,
+	"fs/home-secrets-invisible": true, "fs/write-home-denied": true,
+	"proc/output-flood-bounded-memory": true, "robust/sequential-200": true, "robust/concurrent-16": true,
+}
+
+func runSuite(t *testing.T, name string, mod func(*conformance.Config)) conformance.Report {
+	t.Helper()
+	cfg := conformance.Config{DriverPath: drivers.paths[name]}
+	if mod != nil {
+		mod(&cfg)
+	}
+	rep, err := conformance.RunSuite(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rep
+}
+
+func statuses(rep conformance.Report) map[string]conformance.Result {
+	m := map[string]conformance.Result{}
+	for _, r := range rep.Results {
+		m[r.ID] = r
+	}
+	return m
+}
+
+// expectOutcomes checks every case of rep against want (id → status; ids
+// not listed must be defaultStatus). Host-dependent cases may also skip.
+func expectOutcomes(t *testing.T, rep conformance.Report, want map[string]conformance.Status, defaultStatus conformance.Status, may map[string]bool) {
+	t.Helper()
+	got := statuses(rep)
+	if len(got) != len(conformance.Cases()) {
+		t.Errorf("report has %d cases, suite has %d", len(got), len(conformance.Cases()))
+	}
+	for _, c := range conformance.Cases() {
+		r := got[c.ID]
+		w, ok := want[c.ID]
+		if !ok {
+			w = defaultStatus
+		}
+		if r.Status == w || may[c.ID] || (r.Status == conformance.Skip && hostDependent[c.ID]) {
+			continue
+		}
+		t.Errorf("%s: got %s (%s), want %s", c.ID, r.Status, r.Detail, w)
+	}
+}
+
+func TestCaseTable(t *testing.T) {
+	cases := conformance.Cases()
+	if len(cases) < 50 {
+		t.Errorf("only %d cases; the suite promises at least 50", len(cases))
+	}
+	idRE := regexp.MustCompile(`^(protocol|exec|fs|proc|net|res|robust)/[a-z0-9]+(-[a-z0-9]+)*$`)
+	seen := map[string]bool{}
+	covered := map[string]bool{}
+	for _, c := range cases {
+		if !idRE.MatchString(c.ID) {
+			t.Errorf("case id %q is not area/kebab-case", c.ID)
+		}
+		if seen[c.ID] {
+			t.Errorf("case id %q twice", c.ID)
+		}
+		seen[c.ID] = true
+		if c.Level != conformance.Must && c.Level != conformance.Should {
+			t.Errorf("%s: level %q", c.ID, c.Level)
+		}
+		if c.Feature != "" && !driverapi.IsKnownFeature(c.Feature) {
+			t.Errorf("%s: unknown feature %q", c.ID, c.Feature)
+		}
+		covered[c.Feature] = true
+		if len(c.Description) < 30 {
+			t.Errorf("%s: description too short to say what it proves", c.ID)
+		}
+	}
+	// A claimed feature is always tested: every feature needs a case.
+	for _, f := range driverapi.KnownFeatures() {
+		if !covered[f] {
+			t.Errorf("no case tests feature %s", f)
+		}
+	}
+}
+
+func TestConformanceDoc(t *testing.T) {
+	const path = "../docs/conformance.md"
+	want := conformance.Markdown()
+	if *update {
+		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (generate it: go test ./conformance -run TestConformanceDoc -update)", err)
+	}
+	if string(got) != want {
+		t.Error("docs/conformance.md is stale: go test ./conformance -run TestConformanceDoc -update")
+	}
+	for _, c := range conformance.Cases() {
+		if !strings.Contains(string(got), "`"+c.ID+"`") {
+			t.Errorf("docs/conformance.md does not list %s", c.ID)
+		}
+	}
+}
+
+// The example driver claims only env_isolation: it passes every case it
+// is tested on, and every isolation case skips. Run through conformance.Run
+// so the go-test entry point is exercised too.
+func TestExampleDriver(t *testing.T) {
+	conformance.Run(t, conformance.Binary(drivers.paths["example"]))
+}
+
+func TestExampleDriverReport(t *testing.T) {
+	rep := runSuite(t, "example", nil)
+	want := map[string]conformance.Status{}
+	for _, c := range conformance.Cases() {
+		if c.Feature != "" && c.Feature != driverapi.FeatureEnvIsolation {
+			want[c.ID] = conformance.Skip
+		}
+	}
+	expectOutcomes(t, rep, want, conformance.Pass, nil)
+	if rep.Backend != "example-exec" || rep.Failed != 0 {
+		t.Errorf("backend %q, %d failed", rep.Backend, rep.Failed)
+	}
+	if len(example(t)) >= 100 {
+		t.Errorf("the example driver has %d lines; it must stay under 100", len(example(t)))
+	}
+}
+
+func example(t *testing.T) []string {
+	b, err := os.ReadFile("example/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// leakyFails is exactly what a driver with no isolation that claims every
+// feature fails.
+var leakyFails = []string{
+	"exec/env-empty", "exec/env-exact", "exec/env-host-not-leaked",
+	"fs/dotdot-escape-read-denied", "fs/dotdot-escape-write-denied", "fs/etc-shadow-invisible",
+	"fs/home-secrets-invisible", "fs/protected-dirs-not-creatable", "fs/protected-dirs-readonly",
+	"fs/protected-dirs-rename-denied", "fs/read-grant", "fs/read-grant-prefix", "fs/read-outside-denied",
+	"fs/symlink-escape-read-denied", "fs/symlink-escape-write-denied", "fs/symlink-made-inside-denied",
+	"fs/write-grant-prefix", "fs/write-home-denied", "fs/write-outside-denied",
+	"net/allow-hosts-direct-blocked", "net/allow-hosts-udp-blocked", "net/none-blocks-abstract",
+	"net/none-blocks-tcp", "net/none-blocks-tcp6", "net/none-blocks-udp", "net/none-blocks-unix",
+	"net/none-blocks-unix-granted-path",
+	"proc/cancel-kills-tree", "proc/no-survivors-after-exit", "proc/spawn-denied", "proc/timeout-kills-tree",
+	"res/memory-limit", "res/pid-limit", "robust/driver-death-kills-tree",
+}
+
+func TestLeakyDriverFailsIsolation(t *testing.T) {
+	rep := runSuite(t, "leaky", nil)
+	want := map[string]conformance.Status{}
+	for _, id := range leakyFails {
+		want[id] = conformance.Fail
+	}
+	// CPU use of two busy loops depends on how busy the host is.
+	expectOutcomes(t, rep, want, conformance.Pass, map[string]bool{"res/cpu-limit": true})
+	var failed []string
+	for _, r := range rep.Results {
+		if r.Status == conformance.Fail {
+			failed = append(failed, r.ID)
+		}
+	}
+	sort.Strings(failed)
+	t.Logf("leaky driver failed %d cases: %v", len(failed), failed)
+}
+
+// denyAllPasses is all a driver that runs nothing can pass: the protocol
+// cases that never need a command to work.
+var denyAllPasses = map[string]bool{
+	"protocol/handshake": true, "protocol/version-mismatch": true, "protocol/capabilities-well-formed": true,
+	"protocol/capabilities-stable": true, "protocol/profile-deterministic": true,
+}
+
+func TestDenyAllDriverFailsPositiveControls(t *testing.T) {
+	rep := runSuite(t, "denyall", nil)
+	want := map[string]conformance.Status{}
+	for id := range denyAllPasses {
+		want[id] = conformance.Pass
+	}
+	expectOutcomes(t, rep, want, conformance.Fail, nil)
+	for _, r := range rep.Results {
+		if r.Status == conformance.Fail && r.Detail == "" {
+			t.Errorf("%s failed without saying why", r.ID)
+		}
+	}
+}
+
+func TestUnknownFeatureFailsCapabilities(t *testing.T) {
+	rep := runSuite(t, "leaky", func(c *conformance.Config) {
+		c.Env = []string{"LEAKY_EXTRA_FEATURE=teleportation"}
+		c.Run = regexp.MustCompile(`^protocol/capabilities-well-formed$`)
+	})
+	if len(rep.Results) != 1 {
+		t.Fatalf("--run selected %d cases, want 1", len(rep.Results))
+	}
+	r := rep.Results[0]
+	if r.Status != conformance.Fail || !strings.Contains(r.Detail, `unknown feature "teleportation"`) {
+		t.Errorf("got %s: %s", r.Status, r.Detail)
+	}
+	// Positive control: without the made-up name the same case passes.
+	rep = runSuite(t, "leaky", func(c *conformance.Config) { c.Run = regexp.MustCompile(`^protocol/capabilities-well-formed$`) })
+	if rep.Passed != 1 {
+		t.Errorf("honest feature list: %+v", rep.Results)
+	}
+}
+
+func TestDriverThatDoesNotStart(t *testing.T) {
+	// A real executable that is not a plugin: every case fails, saying why.
+	rep, err := conformance.RunSuite(t.Context(), conformance.Config{
+		DriverPath: "/bin/sh", Args: []string{"-c", "exit 3"},
+		Run: regexp.MustCompile(`^(protocol/capabilities-well-formed|exec/stdin-small)$`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Failed != 2 {
+		t.Fatalf("want 2 failures, got %+v", rep.Results)
+	}
+	for _, r := range rep.Results {
+		if !strings.Contains(r.Detail, "driver did not start") {
+			t.Errorf("%s: %s", r.ID, r.Detail)
+		}
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for name, cfg := range map[string]conformance.Config{
+		"empty":   {},
+		"missing": {DriverPath: filepath.Join(t.TempDir(), "nope")},
+		"dir":     {DriverPath: t.TempDir()},
+	} {
+		_, err := conformance.RunSuite(context.Background(), cfg)
+		var ce *conformance.ConfigError
+		if !errors.As(err, &ce) {
+			t.Errorf("%s: want *ConfigError, got %v", name, err)
+		}
+	}
+}
+
+// The real Linux driver must pass every case it is tested on.
+func TestBwrapDriver(t *testing.T) {
+	if drivers.paths["bwrap"] == "" {
+		t.Skipf("Linux driver not available: %v", drivers.bwrapErr)
+	}
+	conformance.Run(t, conformance.Binary(drivers.paths["bwrap"]))
+}

@@ -1,0 +1,63 @@
+package conformance
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Markdown renders the case table as docs/conformance.md. The file in the
+// repository is generated from it (go test ./conformance -run
+// TestConformanceDoc -update), and a test fails when the two differ, so the
+// document cannot drift from the suite.
+func Markdown() string {
+	var b strings.Builder
+	cases := Cases()
+	b.WriteString("# Driver conformance cases\n\n")
+	b.WriteString("<!-- Generated from the conformance package; do not edit. Regenerate with:\n")
+	b.WriteString("     go test ./conformance -run TestConformanceDoc -update -->\n\n")
+	fmt.Fprintf(&b, "The suite has %d cases. Run it with `aleph-sandbox conformance --driver NAME|PATH` or, from Go,\n", len(cases))
+	b.WriteString("`conformance.Run(t, conformance.Binary(path))`; see [writing-a-driver.md](writing-a-driver.md).\n\n")
+	b.WriteString("- **Level**: MUST is required by the contract; SHOULD is expected of every driver. A failing case\n")
+	b.WriteString("  of either level is reported as FAIL and makes the run fail.\n")
+	b.WriteString("- **Feature**: the `driverapi.Feature*` name the case needs. A driver that does not claim it gets\n")
+	b.WriteString("  SKIP with the reason; a driver that claims it is always tested. Cases with no feature run for\n")
+	b.WriteString("  every driver.\n")
+	b.WriteString("- Every case that proves a denial also proves, in the same case, that the allowed action works\n")
+	b.WriteString("  (a positive control), so a driver that refuses everything fails.\n\n")
+	area := ""
+	for _, c := range cases {
+		a, _, _ := strings.Cut(c.ID, "/")
+		if a != area {
+			area = a
+			fmt.Fprintf(&b, "\n## %s\n\n", areaTitle(a))
+			b.WriteString("| id | level | feature | what passing proves |\n")
+			b.WriteString("| --- | --- | --- | --- |\n")
+		}
+		feat := "—"
+		if c.Feature != "" {
+			feat = "`" + c.Feature + "`"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", c.ID, c.Level, feat, strings.ReplaceAll(c.Description, "|", `\|`))
+	}
+	return b.String()
+}
+
+func areaTitle(a string) string {
+	switch a {
+	case "protocol":
+		return "Protocol"
+	case "exec":
+		return "Execution"
+	case "fs":
+		return "Filesystem"
+	case "proc":
+		return "Processes and output"
+	case "net":
+		return "Network"
+	case "res":
+		return "Resource limits"
+	case "robust":
+		return "Robustness"
+	}
+	return a
+}
