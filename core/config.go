@@ -49,6 +49,7 @@ type SandboxConfig struct {
 	RateLimit     RateLimitConfig     `koanf:"rate_limit" json:"rate_limit" toml:"rate_limit"`
 	Network       NetworkConfig       `koanf:"network" json:"network" toml:"network"`
 	Linux         LinuxConfig         `koanf:"linux" json:"linux" toml:"linux"`
+	Windows       WindowsConfig       `koanf:"windows" json:"windows" toml:"windows"`
 }
 
 // CommandPolicyConfig is [sandbox.command_policy].
@@ -105,6 +106,21 @@ type LinuxConfig struct {
 	CPUQuotaPercent int64 `koanf:"cpu_quota_percent" json:"cpu_quota_percent" toml:"cpu_quota_percent"`
 	// Cgroup is "auto", "v2", "v1" or "none".
 	Cgroup string `koanf:"cgroup" json:"cgroup" toml:"cgroup"`
+	// BwrapPath is the bubblewrap binary; empty means "bwrap" on the
+	// driver's PATH.
+	BwrapPath string `koanf:"bwrap_path" json:"bwrap_path,omitempty" toml:"bwrap_path"`
+}
+
+// WindowsConfig is [sandbox.windows]; it reaches the Windows driver as
+// ALEPH_DRIVER_OPTIONS.
+type WindowsConfig struct {
+	// MinTier is the weakest tier the soft-degrade chain may fall to:
+	// "appcontainer" (never degrade), "restricted_token" or "job_object"
+	// (the full chain). Empty means the driver's default, "job_object".
+	MinTier string `koanf:"min_tier" json:"min_tier,omitempty" toml:"min_tier"`
+	// MaxProcesses is the Job Object's active-process limit when
+	// subprocesses are allowed; 0 means the driver's default (64).
+	MaxProcesses int64 `koanf:"max_processes" json:"max_processes,omitempty" toml:"max_processes"`
 }
 
 // ConfigError is a configuration key that is unknown or has an invalid value.
@@ -487,6 +503,18 @@ func (c Config) Validate() error {
 	default:
 		return bad("linux.cgroup", fmt.Sprintf("must be \"auto\", \"v2\", \"v1\" or \"none\", got %q", lx.Cgroup))
 	}
+	if lx.BwrapPath != "" && !filepath.IsAbs(lx.BwrapPath) {
+		return bad("linux.bwrap_path", fmt.Sprintf("must be an absolute path or empty, got %q", lx.BwrapPath))
+	}
+	wx := s.Windows
+	switch wx.MinTier {
+	case "", "appcontainer", "restricted_token", "job_object":
+	default:
+		return bad("windows.min_tier", fmt.Sprintf("must be \"appcontainer\", \"restricted_token\" or \"job_object\", got %q", wx.MinTier))
+	}
+	if wx.MaxProcesses < 0 || wx.MaxProcesses > 1<<32-1 {
+		return bad("windows.max_processes", "must be between 0 (driver default) and 4294967295")
+	}
 	return nil
 }
 
@@ -541,11 +569,19 @@ func (c Config) Effective() map[string]any {
 
 // DriverOptions is the JSON handed to a driver plugin in ALEPH_DRIVER_OPTIONS:
 // the platform section of the configuration for goos ("linux" gives
-// [sandbox.linux]; platforms without a section get "{}").
+// [sandbox.linux], "windows" [sandbox.windows]; platforms without a section
+// get "{}"). Drivers refuse keys they do not know, so only keys of the
+// section are ever sent.
 func (c Config) DriverOptions(goos string) []byte {
-	if goos == "linux" {
-		b, _ := json.Marshal(c.Sandbox.Linux)
-		return b
+	var v any
+	switch goos {
+	case "linux":
+		v = c.Sandbox.Linux
+	case "windows":
+		v = c.Sandbox.Windows
+	default:
+		return []byte("{}")
 	}
-	return []byte("{}")
+	b, _ := json.Marshal(v)
+	return b
 }

@@ -194,3 +194,31 @@ func TestLoadConfigReadsProcessEnv(t *testing.T) {
 		t.Fatalf("%+v", cfg.Sandbox)
 	}
 }
+
+func TestPlatformSections(t *testing.T) {
+	cfg, err := loadConfig(writeTOML(t, "[sandbox.windows]\nmin_tier = \"appcontainer\"\nmax_processes = 8\n[sandbox.linux]\nbwrap_path = \"/opt/bwrap\"\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(cfg.DriverOptions("windows")); got != `{"min_tier":"appcontainer","max_processes":8}` {
+		t.Fatalf("windows options %s", got)
+	}
+	if got := string(cfg.DriverOptions("linux")); got != `{"max_pids":200,"cpu_quota_percent":0,"cgroup":"auto","bwrap_path":"/opt/bwrap"}` {
+		t.Fatalf("linux options %s", got)
+	}
+	// Defaults send no Windows keys, so the driver's own defaults apply.
+	if got := string(DefaultConfig().DriverOptions("windows")); got != `{}` {
+		t.Fatalf("default windows options %s", got)
+	}
+	for body, key := range map[string]string{
+		"[sandbox.windows]\nmin_tier = \"none\"\n":  "sandbox.windows.min_tier",
+		"[sandbox.windows]\nmax_processes = -1\n":   "sandbox.windows.max_processes",
+		"[sandbox.linux]\nbwrap_path = \"bwrap\"\n": "sandbox.linux.bwrap_path",
+	} {
+		_, err := loadConfig(writeTOML(t, body), nil)
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Key != key {
+			t.Fatalf("%q: %v", body, err)
+		}
+	}
+}
