@@ -407,6 +407,10 @@ func parseEnvValue(schema map[string]reflect.Type, key, val string) (any, error)
 	return nil, errors.New("cannot be set from the environment; set it in the config file")
 }
 
+// maxConfigSeconds bounds configured durations (one year), far from
+// time.Duration overflow.
+const maxConfigSeconds = 365 * 24 * 3600
+
 // Validate checks every value and returns a *ConfigError naming the first
 // bad key.
 func (c Config) Validate() error {
@@ -421,12 +425,18 @@ func (c Config) Validate() error {
 		return bad("workspace_root", "contains a NUL byte")
 	case s.DefaultTimeoutSeconds <= 0:
 		return bad("default_timeout_seconds", "must be > 0")
+	case s.DefaultTimeoutSeconds > maxConfigSeconds:
+		return bad("default_timeout_seconds", fmt.Sprintf("must be <= %d (one year)", maxConfigSeconds))
 	case s.MaxOutputBytes <= 0:
 		return bad("max_output_bytes", "must be > 0")
 	case s.ApprovalTimeoutSeconds <= 0:
 		return bad("approval_timeout_seconds", "must be > 0")
+	case s.ApprovalTimeoutSeconds > maxConfigSeconds:
+		return bad("approval_timeout_seconds", fmt.Sprintf("must be <= %d (one year)", maxConfigSeconds))
 	case s.HookTimeoutMS <= 0:
 		return bad("hook_timeout_ms", "must be > 0")
+	case s.HookTimeoutMS > maxConfigSeconds*1000:
+		return bad("hook_timeout_ms", fmt.Sprintf("must be <= %d (one year)", maxConfigSeconds*1000))
 	case s.AuditLog != "" && !filepath.IsAbs(s.AuditLog):
 		return bad("audit_log", fmt.Sprintf("must be an absolute path or empty, got %q", s.AuditLog))
 	}

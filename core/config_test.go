@@ -125,6 +125,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"[sandbox.rate_limit]\nburst = \"ten\"\n", nil, "sandbox.rate_limit.burst", "must be an integer"},
 		{"[sandbox]\nenabled = \"yes\"\n", nil, "sandbox.enabled", "must be a boolean"},
 		{"[sandbox]\ndefault_timeout_seconds = -5\n", nil, "sandbox.default_timeout_seconds", "must be > 0"},
+		{"[sandbox]\ndefault_timeout_seconds = 9223372036854775807\n", nil, "sandbox.default_timeout_seconds", "must be <="},
 		{"[sandbox]\nworkspace_root = \"relative/ws\"\n", nil, "sandbox.workspace_root", "absolute"},
 		{"[sandbox]\ndriver_sha256 = \"abc\"\n", nil, "sandbox.driver_sha256", "64 hex"},
 		{"[sandbox.command_policy]\nenforcement = \"maybe\"\n", nil, "sandbox.command_policy.enforcement", "must be"},

@@ -23,6 +23,10 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
+// MaxTimeout is the longest timeout a command may ask for (by Timeout or
+// Capabilities.TimeoutSecs); it keeps deadline arithmetic far from overflow.
+const MaxTimeout = 365 * 24 * time.Hour
+
 // maxSessionIDLen bounds a session id; it only names a directory via its
 // hash, but an unbounded id is a memory and ledger hazard.
 const maxSessionIDLen = 1024
@@ -450,6 +454,10 @@ func validateCommand(sid string, cmd Command) error {
 		return bad("program", "contains a NUL byte")
 	case cmd.Timeout < 0:
 		return bad("timeout", "must not be negative")
+	case cmd.Timeout > MaxTimeout:
+		return bad("timeout", fmt.Sprintf("longer than the %s maximum", MaxTimeout))
+	case cmd.Capabilities.TimeoutSecs > uint64(MaxTimeout/time.Second):
+		return bad("capabilities.timeout_secs", fmt.Sprintf("longer than the %s maximum", MaxTimeout))
 	case cmd.MaxOutputBytes < 0:
 		return bad("max_output_bytes", "must not be negative")
 	case len(cmd.Stdin) > driverapi.MaxStdinBytes:
@@ -615,8 +623,9 @@ func (s *WorkspaceSandbox) hookRequest(sid, cid, cwd string, cmd Command) driver
 	}
 	sort.Strings(names)
 	req := driverapi.HookRequest{
-		SessionID: sid, CommandID: cid, Program: cmd.Program, Args: cmd.Args,
-		Cwd: cwd, Capabilities: cmd.Capabilities, EnvNames: names,
+		// Copies: a hook must not be able to change what then runs.
+		SessionID: sid, CommandID: cid, Program: cmd.Program, Args: append([]string(nil), cmd.Args...),
+		Cwd: cwd, Capabilities: cloneCaps(cmd.Capabilities), EnvNames: names,
 	}
 	// Hooks scan UTF-8 stdin (the "sh -s" script path), bounded.
 	if in := cmd.Stdin; len(in) > 0 {

@@ -190,6 +190,8 @@ func TestInvalidInput(t *testing.T) {
 		{"args[1]", Command{Program: "echo", Args: []string{"a", "b\x00"}}},
 		{"timeout", Command{Program: "echo", Timeout: -time.Second}},
 		{"max_output_bytes", Command{Program: "echo", MaxOutputBytes: -1}},
+		{"timeout", Command{Program: "echo", Timeout: MaxTimeout + 1}},
+		{"capabilities.timeout_secs", Command{Program: "echo", Capabilities: driverapi.Capabilities{TimeoutSecs: 1 << 62}}},
 		{"stdin", Command{Program: "cat", Stdin: make([]byte, driverapi.MaxStdinBytes+1)}},
 		{`env "A=B"`, Command{Program: "env", Env: map[string]string{"A=B": "x"}}},
 		{"env A", Command{Program: "env", Env: map[string]string{"A": "x\x00y"}}},
