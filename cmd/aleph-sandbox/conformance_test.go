@@ -1,0 +1,127 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// buildTestDriver builds one of the conformance package's drivers.
+func buildTestDriver(t *testing.T, pkg string) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
+	cmd := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "build", "-o", out, pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+func runConf(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = runConformance(context.Background(), args, stdio{In: strings.NewReader(""), Out: &o, Err: &e})
+	return code, o.String(), e.String()
+}
+
+func TestConformanceLinesAndJUnit(t *testing.T) {
+	drv := buildTestDriver(t, "../../conformance/example")
+	junit := filepath.Join(t.TempDir(), "report.xml")
+	code, out, errOut := runConf(t, "--driver", drv, "--junit", junit,
+		"--run", `^(protocol/handshake|exec/stdin-small|fs/write-outside-denied)$`)
+	if code != 0 {
+		t.Fatalf("exit %d, stderr %q, stdout %q", code, errOut, out)
+	}
+	want := "PASS exec/stdin-small\n" +
+		"SKIP fs/write-outside-denied: driver does not claim fs_write_isolation\n" +
+		"PASS protocol/handshake\n" +
+		"2 passed, 0 failed, 1 skipped\n"
+	if out != want {
+		t.Errorf("stdout:\n%s\nwant:\n%s", out, want)
+	}
+	b, err := os.ReadFile(junit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc junitSuites
+	if err := xml.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("JUnit file is not XML: %v", err)
+	}
+	if len(doc.Suites) != 1 || doc.Suites[0].Tests != 3 || doc.Suites[0].Skipped != 1 || doc.Suites[0].Failures != 0 {
+		t.Fatalf("JUnit summary: %+v", doc.Suites)
+	}
+	skipped := 0
+	for _, c := range doc.Suites[0].Cases {
+		if c.Skipped != nil {
+			skipped++
+			if c.Name != "fs/write-outside-denied" || !strings.Contains(c.Skipped.Message, "fs_write_isolation") {
+				t.Errorf("skipped case %+v", c)
+			}
+		}
+	}
+	if skipped != 1 {
+		t.Errorf("%d skipped testcases, want 1", skipped)
+	}
+}
+
+func TestConformanceFailureExitAndJSON(t *testing.T) {
+	drv := buildTestDriver(t, "../../conformance/testdrivers/denyall")
+	code, out, _ := runConf(t, "--driver", drv, "--run", `^(exec/stdin-small|protocol/handshake)$`)
+	if code != 1 {
+		t.Errorf("exit %d with a failing case, want 1", code)
+	}
+	if !strings.Contains(out, "FAIL exec/stdin-small: ") || !strings.HasSuffix(out, "1 passed, 1 failed, 0 skipped\n") {
+		t.Errorf("stdout %q", out)
+	}
+	code, out, _ = runConf(t, "--driver", drv, "--json", "--run", `^(exec/stdin-small|protocol/handshake)$`)
+	if code != 1 {
+		t.Errorf("--json exit %d, want 1", code)
+	}
+	var rep struct {
+		Driver, Backend         string
+		Cases                   []struct{ ID, Status, Detail string }
+		Passed, Failed, Skipped int
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("--json output is not one JSON object: %v\n%s", err, out)
+	}
+	if rep.Driver != drv || rep.Backend != "denyall" || rep.Passed != 1 || rep.Failed != 1 || len(rep.Cases) != 2 {
+		t.Errorf("json report %+v", rep)
+	}
+	for _, c := range rep.Cases {
+		if c.ID == "exec/stdin-small" && (c.Status != "fail" || c.Detail == "") {
+			t.Errorf("case %+v", c)
+		}
+		if c.ID == "protocol/handshake" && c.Status != "pass" {
+			t.Errorf("case %+v", c)
+		}
+	}
+}
+
+func TestConformanceRefusals(t *testing.T) {
+	for name, args := range map[string][]string{
+		"bad regexp":     {"--driver", "/bin/sh", "--run", "("},
+		"missing driver": {"--driver", "no-such-driver-name-xyz"},
+		"missing path":   {"--driver", filepath.Join(t.TempDir(), "nope")},
+		"extra argument": {"--driver", "/bin/sh", "extra"},
+	} {
+		code, out, errOut := runConf(t, args...)
+		if code != exitSandboxError || out != "" || !strings.HasPrefix(errOut, "aleph-sandbox: conformance: ") || strings.Count(errOut, "\n") != 1 {
+			t.Errorf("%s: exit %d stdout %q stderr %q", name, code, out, errOut)
+		}
+	}
+}
+
+func TestConformanceList(t *testing.T) {
+	code, out, _ := runConf(t, "--list", "--run", "^net/none-blocks-tcp$")
+	if code != 0 || out != "net/none-blocks-tcp\tMUST\tnetwork_none\n" {
+		t.Errorf("exit %d, %q", code, out)
+	}
+}
