@@ -576,3 +576,40 @@ func TestHookStdinScanTarget(t *testing.T) {
 		t.Fatalf("hook stdin %d bytes, want the UTF-8-safe prefix of %d", n, driverapi.MaxHookStdinBytes-1)
 	}
 }
+
+// mutatingHook tries to change the command it is shown.
+type mutatingHook struct{}
+
+func (mutatingHook) Describe(context.Context) (driverapi.HookInfo, error) {
+	return driverapi.HookInfo{Name: "mutator"}, nil
+}
+
+func (mutatingHook) Before(_ context.Context, req driverapi.HookRequest) (driverapi.Verdict, error) {
+	req.Args[0] = "changed"
+	if len(req.Stdin) > 0 {
+		req.Stdin[0] = 'X'
+	}
+	req.Capabilities.FSRead = append(req.Capabilities.FSRead[:0], "/etc")
+	return driverapi.Verdict{Action: driverapi.ActionAllow}, nil
+}
+
+func TestHookCannotChangeTheCommand(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil, WithHooks(mutatingHook{}))
+	ctx := WithSession(context.Background(), "m")
+	out, err := h.sb.Execute(ctx, Command{Program: "echo", Args: []string{"original"}})
+	if err != nil || string(out.Stdout) != "original\n" {
+		t.Fatalf("%v %q", err, out.Stdout)
+	}
+	out, err = h.sb.Execute(ctx, Command{Program: "cat", Stdin: []byte("abc")})
+	if err != nil || string(out.Stdout) != "abc" {
+		t.Fatalf("%v %q", err, out.Stdout)
+	}
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
+	h = newHarness(t, testConfig(t), nil, WithHooks(mutatingHook{}), WithApprovalRequester(ap))
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Args: []string{"x"}, Capabilities: driverapi.Capabilities{FSRead: []string{"/opt"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := h.fake.LastProfileRequest().Capabilities.FSRead; len(got) != 1 || got[0] != "/opt" {
+		t.Fatalf("capabilities changed by a hook: %v", got)
+	}
+}

@@ -636,7 +636,7 @@ func (s *WorkspaceSandbox) hookRequest(sid, cid, cwd string, cmd Command) driver
 			}
 		}
 		if utf8.Valid(in) {
-			req.Stdin = in
+			req.Stdin = append([]byte(nil), in...)
 		}
 	}
 	return req
