@@ -771,3 +771,35 @@ func TestSandboxInitFailsClosed(t *testing.T) {
 		t.Errorf("valid spec: exit %d, want 7 (stderr %q)", r.exit, r.stderr)
 	}
 }
+
+// BenchmarkSandboxInit measures the confinement cost per command: the test
+// binary re-exec'd as sandbox-init running /bin/true, against the test
+// binary running /bin/true through its probe mode without confinement
+// ("spawn"), so both sides pay the same Go start-up.
+func BenchmarkSandboxInit(b *testing.B) {
+	exe, err := os.Executable()
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := InitSpec{
+		ReadOnly:   []string{"/usr", "/bin", "/lib", "/lib64", "/etc", "/proc", filepath.Dir(exe)},
+		ReadWrite:  []string{"/dev"},
+		SocketMode: SocketUnixOnly,
+	}
+	args, err := InitArgs(spec, "/bin/true")
+	if err != nil {
+		b.Fatal(err)
+	}
+	env := append(os.Environ(), helperEnv+"=1", "GORACE=atexit_sleep_ms=0")
+	bench := func(b *testing.B, argv ...string) {
+		for b.Loop() {
+			cmd := exec.Command(exe, argv...)
+			cmd.Env = env
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+		}
+	}
+	b.Run("unconfined", func(b *testing.B) { bench(b, "probe", "spawn") })
+	b.Run("sandbox-init", func(b *testing.B) { bench(b, append([]string{SandboxInitCommand}, args...)...) })
+}

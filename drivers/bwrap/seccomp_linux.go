@@ -108,8 +108,10 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 		deny = append(deny, present(spawnSyscalls())...)
 	}
 
-	// clone(2) flags are a 64-bit unsigned long in the kernel, so the
-	// library's 64-bit comparisons are exact here. Lists are ORed.
+	// The kernel keeps only the low 32 bits of clone(2)'s flags
+	// (lower_32_bits in kernel/fork.c). Both masks below have no high
+	// bits, so the library's BitsSet/BitsNotSet test exactly those low
+	// bits and junk in the high half changes nothing. Lists are ORed.
 	cloneRules := []seccomp.NameWithConditions{{
 		Name: "clone",
 		Conditions: seccomp.ArgumentConditions{
