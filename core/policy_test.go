@@ -22,10 +22,11 @@ import (
 // scriptedHook answers Before with a fixed verdict, error or stall, and
 // records After calls.
 type scriptedHook struct {
-	name    string
-	verdict driverapi.Verdict
-	err     error
-	stall   bool
+	name     string
+	verdict  driverapi.Verdict
+	err      error
+	stall    bool
+	panicMsg string
 
 	mu     sync.Mutex
 	before int
@@ -42,6 +43,9 @@ func (h *scriptedHook) Before(ctx context.Context, req driverapi.HookRequest) (d
 	h.before++
 	h.last = req
 	h.mu.Unlock()
+	if h.panicMsg != "" {
+		panic(h.panicMsg)
+	}
 	if h.stall {
 		<-ctx.Done()
 		return driverapi.Verdict{}, ctx.Err()
@@ -131,6 +135,7 @@ func TestHookFailuresFailClosed(t *testing.T) {
 		{&scriptedHook{name: "slow", stall: true}, "sandbox.hook_timeout_ms"},
 		{&scriptedHook{name: "odd", verdict: driverapi.Verdict{Action: 42}}, "unknown verdict action"},
 		{&scriptedHook{name: "zero"}, "unknown verdict action"},
+		{&scriptedHook{name: "panicky", panicMsg: "nil map"}, "panic: nil map"},
 	}
 	for _, c := range cases {
 		before := allow("before")
@@ -585,7 +590,9 @@ func (mutatingHook) Describe(context.Context) (driverapi.HookInfo, error) {
 }
 
 func (mutatingHook) Before(_ context.Context, req driverapi.HookRequest) (driverapi.Verdict, error) {
-	req.Args[0] = "changed"
+	if len(req.Args) > 0 {
+		req.Args[0] = "changed"
+	}
 	if len(req.Stdin) > 0 {
 		req.Stdin[0] = 'X'
 	}

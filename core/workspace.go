@@ -597,6 +597,13 @@ func callWithDeadline[T any](ctx context.Context, f func(context.Context) (T, er
 	}
 	ch := make(chan res, 1)
 	go func() {
+		// A panicking in-process hook fails its command (closed), not the host.
+		defer func() {
+			if p := recover(); p != nil {
+				var zero T
+				ch <- res{zero, fmt.Errorf("panic: %v", p)}
+			}
+		}()
 		v, err := f(ctx)
 		ch <- res{v, err}
 	}()
