@@ -1,0 +1,124 @@
+package appcontainer
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+func TestMasks(t *testing.T) {
+	if MaskWorkspace&fileDeleteChild != 0 {
+		t.Error("workspace grant includes FILE_DELETE_CHILD: .git could be renamed through the parent")
+	}
+	if MaskDenyProtected&FileGenericRead != 0 {
+		t.Errorf("protected DENY mask %#x overlaps reading (%#x): reads would break", MaskDenyProtected, MaskDenyProtected&FileGenericRead)
+	}
+	for _, right := range []uint32{fileWriteData, fileAppendData, fileDeleteChild, accessDelete, accessWriteDAC, accessWriteOwner, fileWriteAttributes} {
+		if MaskDenyProtected&right == 0 {
+			t.Errorf("protected DENY mask misses %#x", right)
+		}
+	}
+	if MaskReadGrant&(fileWriteData|fileAppendData|accessDelete) != 0 {
+		t.Error("read grant allows writing")
+	}
+	if MaskWriteGrant&fileDeleteChild == 0 || MaskWorkspace&fileWriteData == 0 {
+		t.Error("positive control: grants must allow writing")
+	}
+}
+
+func existsIn(paths ...string) func(string) bool {
+	return func(p string) bool {
+		for _, x := range paths {
+			if strings.EqualFold(x, p) {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+func TestPlanSetupAppContainer(t *testing.T) {
+	p := mustBuild(t, winReq(driverapi.Capabilities{FSRead: []string{`D:\ref`}, FSWrite: []string{`D:\out`, wsPath + `\.git\hooks`}}), MapFS{})
+	s := PlanSetup(TierAppContainer, p, `C:\Users\dev\bin\tool.exe`, existsIn(wsPath+`\.git`))
+	if strings.Join(s.Stubs, "|") != strings.Join([]string{wsPath + `\.aleph`, wsPath + `\.codex`, wsPath + `\.agents`}, "|") {
+		t.Errorf("stubs %q", s.Stubs)
+	}
+	find := func(path string, deny bool) *ACE {
+		for i, a := range s.ACEs {
+			if a.Path == path && a.Deny == deny {
+				return &s.ACEs[i]
+			}
+		}
+		return nil
+	}
+	if a := find(wsPath, false); a == nil || a.Mask != MaskWorkspace || !a.Inherit || a.Trustee != TrusteeAppContainer || !a.Revoke {
+		t.Errorf("workspace grant %+v", a)
+	}
+	if a := find(wsPath, true); a == nil || a.Mask != MaskDenyDeleteChild || a.Inherit {
+		t.Errorf("workspace delete-child deny %+v", a)
+	}
+	for _, prot := range p.Protected {
+		if a := find(prot, true); a == nil || a.Mask != MaskDenyProtected || !a.Inherit {
+			t.Errorf("protected deny on %s: %+v", prot, a)
+		}
+	}
+	if a := find(`D:\out`, false); a == nil || a.Mask != MaskWriteGrant {
+		t.Errorf("write grant %+v", a)
+	}
+	if a := find(`D:\ref`, false); a == nil || a.Mask != MaskReadGrant {
+		t.Errorf("read grant %+v", a)
+	}
+	if a := find(`C:\Users\dev\bin\tool.exe`, false); a == nil || !a.BestEffort || a.Inherit {
+		t.Errorf("program grant %+v", a)
+	}
+	if a := find(wsPath+`\.git\hooks`, false); a != nil {
+		t.Error("an fs_write grant inside .git was planned: its explicit allow would beat the inherited DENY")
+	}
+	// Every DENY comes after every grant.
+	seenDeny := false
+	for _, a := range s.ACEs {
+		if a.Deny {
+			seenDeny = true
+		} else if seenDeny {
+			t.Errorf("grant on %s after a deny", a.Path)
+		}
+	}
+	// A program already inside a grant needs no ACE of its own.
+	s = PlanSetup(TierAppContainer, p, `D:\ref\tool.exe`, existsIn())
+	for _, a := range s.ACEs {
+		if a.Path == `D:\ref\tool.exe` {
+			t.Error("redundant program ACE")
+		}
+	}
+	if len(s.Stubs) != 4 {
+		t.Errorf("all protected dirs missing: stubs %q", s.Stubs)
+	}
+}
+
+func TestPlanSetupRestrictedAndJob(t *testing.T) {
+	p := mustBuild(t, winReq(driverapi.Capabilities{FSWrite: []string{`D:\out`}}), MapFS{})
+	s := PlanSetup(TierRestrictedToken, p, `C:\Windows\System32\cmd.exe`, existsIn())
+	if len(s.Labels) != 6 || s.Labels[0].Path != wsPath || !s.Labels[0].Low || s.Labels[0].Revert {
+		t.Fatalf("labels %+v", s.Labels)
+	}
+	if l := s.Labels[1]; l.Path != `D:\out` || !l.Low || !l.Revert {
+		t.Errorf("write grant label %+v", l)
+	}
+	for _, l := range s.Labels[2:] {
+		if l.Low || !l.Protect {
+			t.Errorf("protected label %+v must be Medium and not inherit", l)
+		}
+	}
+	for _, a := range s.ACEs {
+		if !a.Deny || a.Trustee != TrusteeRestricted || a.Revoke {
+			t.Errorf("restricted-tier ACE %+v", a)
+		}
+	}
+	if len(s.ACEs) != 5 {
+		t.Errorf("want delete-child deny + 4 protected denies, got %d", len(s.ACEs))
+	}
+	if j := PlanSetup(TierJobObject, p, `C:\x.exe`, existsIn()); len(j.ACEs)+len(j.Labels)+len(j.Stubs) != 0 {
+		t.Errorf("job tier changes the file system: %+v", j)
+	}
+}
