@@ -450,6 +450,12 @@ func validateCommand(sid string, cmd Command) error {
 		return bad("session_id", "must be valid UTF-8 without NUL bytes")
 	case cmd.Program == "":
 		return bad("program", "empty")
+	case !utf8.ValidString(cmd.Program):
+		return bad("program", "not valid UTF-8 (the driver protocol carries text)")
+	case !utf8.ValidString(cmd.Cwd):
+		return bad("cwd", "not valid UTF-8")
+	case !utf8.ValidString(cmd.Workspace):
+		return bad("workspace", "not valid UTF-8")
 	case strings.IndexByte(cmd.Program, 0) >= 0:
 		return bad("program", "contains a NUL byte")
 	case cmd.Timeout < 0:
@@ -471,6 +477,9 @@ func validateCommand(sid string, cmd Command) error {
 		if strings.IndexByte(a, 0) >= 0 {
 			return bad(fmt.Sprintf("args[%d]", i), "contains a NUL byte")
 		}
+		if !utf8.ValidString(a) {
+			return bad(fmt.Sprintf("args[%d]", i), "not valid UTF-8 (the driver protocol carries text)")
+		}
 	}
 	for name, v := range cmd.Env {
 		if err := driverapi.ValidateEnvName(name); err != nil {
@@ -479,13 +488,16 @@ func validateCommand(sid string, cmd Command) error {
 		if strings.IndexByte(v, 0) >= 0 {
 			return bad("env "+name, "value contains a NUL byte")
 		}
+		if !utf8.ValidString(v) {
+			return bad("env "+name, "value is not valid UTF-8")
+		}
 	}
 	for name, v := range cmd.Secrets {
 		if err := driverapi.ValidateEnvName(name); err != nil {
 			return bad(fmt.Sprintf("secret %q", name), "invalid name (empty, '=', NUL or not UTF-8)")
 		}
-		if strings.ContainsAny(v, "\x00\r\n") {
-			return bad("secret "+name, "value contains NUL, CR or LF")
+		if strings.ContainsAny(v, "\x00\r\n") || !utf8.ValidString(v) {
+			return bad("secret "+name, "value contains NUL, CR or LF, or is not valid UTF-8")
 		}
 		if _, dup := cmd.Env[name]; dup {
 			return bad("secret "+name, "collides with an Env entry of the same name")
@@ -495,12 +507,12 @@ func validateCommand(sid string, cmd Command) error {
 		}
 	}
 	for i, p := range cmd.Capabilities.FSRead {
-		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
+		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
 			return bad(fmt.Sprintf("capabilities.fs_read[%d]", i), fmt.Sprintf("%q is not an absolute path", p))
 		}
 	}
 	for i, p := range cmd.Capabilities.FSWrite {
-		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 {
+		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
 			return bad(fmt.Sprintf("capabilities.fs_write[%d]", i), fmt.Sprintf("%q is not an absolute path", p))
 		}
 	}
@@ -515,7 +527,7 @@ func validateCommand(sid string, cmd Command) error {
 			return bad("capabilities.network.hosts", "allow_hosts needs at least one host")
 		}
 		for i, h := range n.Hosts {
-			if h == "" || strings.ContainsAny(h, " \t\r\n/\x00") {
+			if h == "" || strings.ContainsAny(h, " \t\r\n/\x00") || !utf8.ValidString(h) {
 				return bad(fmt.Sprintf("capabilities.network.hosts[%d]", i), fmt.Sprintf("%q is not a host", h))
 			}
 		}
