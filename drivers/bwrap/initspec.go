@@ -1,192 +1,53 @@
 package bwrap
 
-import (
-	"bytes"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
-	"path/filepath"
-	"strings"
-)
+import "github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 
-// SandboxInitCommand is the hidden subcommand of the driver binary that runs
-// inside bwrap and confines itself before exec'ing the target. The argv after
-// it is InitArgs' output: `<initspec-json> -- PROGRAM ARGS...`.
-const SandboxInitCommand = "sandbox-init"
+// The sandbox-init contract lives in the leaf package sandboxinit (so a
+// small binary can carry it without the driver's gRPC stack); these names
+// keep it reachable as part of the driver's API.
 
-// SandboxInitExitCode is the exit status of sandbox-init when it refuses or
-// fails to confine. It matches the CLI's refusal code: the target never ran.
-const SandboxInitExitCode = 125
+// SandboxInitCommand is the hidden subcommand that runs sandbox-init.
+const SandboxInitCommand = sandboxinit.SandboxInitCommand
 
-// SocketMode selects the seccomp socket gate (and, with Landlock ABI >= 4,
-// the TCP rules). The names follow the seed's SeccompNetworkMode.
-type SocketMode string
+// SandboxInitExitCode is sandbox-init's status when it refuses or fails.
+const SandboxInitExitCode = sandboxinit.SandboxInitExitCode
 
+// SocketMode selects the seccomp socket gate and Landlock TCP rules.
+type SocketMode = sandboxinit.SocketMode
+
+// Socket modes, named as in the seed.
 const (
-	// SocketUnrestricted is network "all": no socket-family filtering.
-	SocketUnrestricted SocketMode = "unrestricted"
-	// SocketUnixOnly is network "none": socket()/socketpair() only for
-	// AF_UNIX, connect() denied, TCP bind/connect denied by Landlock.
-	SocketUnixOnly SocketMode = "unix_only"
-	// SocketProxyRouted is network "allow_hosts" behind the in-namespace
-	// bridge: AF_INET, AF_INET6 and AF_UNIX sockets; Landlock lets TCP
-	// connect only to BridgePorts and bind nothing.
-	SocketProxyRouted SocketMode = "proxy_routed"
+	SocketUnrestricted = sandboxinit.SocketUnrestricted
+	SocketUnixOnly     = sandboxinit.SocketUnixOnly
+	SocketProxyRouted  = sandboxinit.SocketProxyRouted
 )
 
-// Valid reports whether m is one of the defined modes.
-func (m SocketMode) Valid() bool {
-	switch m {
-	case SocketUnrestricted, SocketUnixOnly, SocketProxyRouted:
-		return true
-	}
-	return false
-}
+// InitSpec is what the launcher tells sandbox-init to enforce.
+type InitSpec = sandboxinit.InitSpec
 
-// InitSpec is what the launcher tells sandbox-init to enforce inside bwrap.
-// It travels as one JSON argv element; decoding is strict (unknown fields,
-// trailing data and invalid values are refused) because a field the init does
-// not understand is a restriction it would silently not apply.
-//
-// Zero rlimit values mean "leave the inherited limit"; every other field's
-// zero value is the most restrictive choice (no paths, no spawn, no ports).
-type InitSpec struct {
-	// ReadOnly paths may be read and executed (system read set, fs_read).
-	ReadOnly []string `json:"read_only"`
-	// ReadWrite paths get every filesystem right Landlock knows (workspace,
-	// fs_write, private /tmp).
-	ReadWrite []string `json:"read_write"`
-	// SocketMode is required.
-	SocketMode SocketMode `json:"socket_mode"`
-	// AllowSpawn false denies fork/vfork/clone without CLONE_THREAD/clone3.
-	AllowSpawn bool `json:"allow_spawn"`
-	// BridgePorts are the loopback TCP ports the child may connect to in
-	// proxy_routed mode (Landlock ABI >= 4). Only valid with proxy_routed.
-	BridgePorts []uint16 `json:"bridge_ports,omitempty"`
-	// RlimitASBytes caps the address space (RLIMIT_AS); 0 leaves it.
-	RlimitASBytes uint64 `json:"rlimit_as_bytes,omitempty"`
-	// RlimitNproc caps processes+threads of the uid (RLIMIT_NPROC); 0 leaves it.
-	RlimitNproc uint64 `json:"rlimit_nproc,omitempty"`
-	// RlimitNofile caps open files (RLIMIT_NOFILE); 0 leaves it.
-	RlimitNofile uint64 `json:"rlimit_nofile,omitempty"`
-	// ScopeSignals forbids signalling processes outside the sandbox's
-	// Landlock domain (ABI >= 6).
-	ScopeSignals bool `json:"scope_signals,omitempty"`
-	// ScopeAbstractUnix forbids connecting to abstract unix sockets created
-	// outside the domain (ABI >= 6).
-	ScopeAbstractUnix bool `json:"scope_abstract_unix,omitempty"`
-}
-
-// InitSpecError is returned for a spec or argv that sandbox-init refuses.
-type InitSpecError struct {
-	Field  string // JSON field name, or "" for the document / argv as a whole
-	Reason string
-}
-
-func (e *InitSpecError) Error() string {
-	if e.Field == "" {
-		return "invalid init spec: " + e.Reason
-	}
-	return fmt.Sprintf("invalid init spec: %s: %s", e.Field, e.Reason)
-}
-
-// maxInitSpecBytes bounds the JSON argv element (argv is limited anyway; this
-// keeps a malformed launcher from making the decoder work hard).
-const maxInitSpecBytes = 1 << 20
-
-// Validate checks every field. Paths must be absolute and clean (the launcher
-// resolves them; the init never guesses), without NUL bytes.
-func (s *InitSpec) Validate() error {
-	if !s.SocketMode.Valid() {
-		return &InitSpecError{"socket_mode", fmt.Sprintf("unknown mode %q", s.SocketMode)}
-	}
-	if err := validPaths("read_only", s.ReadOnly); err != nil {
-		return err
-	}
-	if err := validPaths("read_write", s.ReadWrite); err != nil {
-		return err
-	}
-	if len(s.BridgePorts) > 0 && s.SocketMode != SocketProxyRouted {
-		return &InitSpecError{"bridge_ports", "only valid with socket_mode " + string(SocketProxyRouted)}
-	}
-	for _, p := range s.BridgePorts {
-		if p == 0 {
-			return &InitSpecError{"bridge_ports", "port 0"}
-		}
-	}
-	return nil
-}
-
-func validPaths(field string, paths []string) error {
-	for _, p := range paths {
-		switch {
-		case p == "":
-			return &InitSpecError{field, "empty path"}
-		case strings.IndexByte(p, 0) >= 0:
-			return &InitSpecError{field, "path contains NUL"}
-		case !filepath.IsAbs(p) || !strings.HasPrefix(p, "/"):
-			return &InitSpecError{field, fmt.Sprintf("path %q is not absolute", p)}
-		case filepath.Clean(p) != p:
-			return &InitSpecError{field, fmt.Sprintf("path %q is not clean", p)}
-		}
-	}
-	return nil
-}
+// InitSpecError is returned for a spec or argv sandbox-init refuses.
+type InitSpecError = sandboxinit.InitSpecError
 
 // MarshalInitSpec validates s and encodes it for the sandbox-init argv.
-func MarshalInitSpec(s InitSpec) ([]byte, error) {
-	if err := s.Validate(); err != nil {
-		return nil, err
-	}
-	return json.Marshal(s)
-}
+func MarshalInitSpec(s InitSpec) ([]byte, error) { return sandboxinit.MarshalInitSpec(s) }
 
 // ParseInitSpec decodes and validates one JSON document strictly.
-func ParseInitSpec(data []byte) (InitSpec, error) {
-	var s InitSpec
-	if len(data) > maxInitSpecBytes {
-		return s, &InitSpecError{"", "too large"}
-	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
-		return InitSpec{}, &InitSpecError{"", err.Error()}
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return InitSpec{}, &InitSpecError{"", "trailing data after the JSON object"}
-	}
-	if err := s.Validate(); err != nil {
-		return InitSpec{}, err
-	}
-	return s, nil
-}
+func ParseInitSpec(data []byte) (InitSpec, error) { return sandboxinit.ParseInitSpec(data) }
 
-// InitArgs builds the argv that follows SandboxInitCommand:
-// `<initspec-json> -- PROGRAM ARGS...`. The launcher's bwrap argv ends with
-// `-- <driver-binary> sandbox-init <InitArgs...>`.
+// InitArgs builds `<initspec-json> -- PROGRAM ARGS...` for sandbox-init.
 func InitArgs(s InitSpec, program string, args ...string) ([]string, error) {
-	if program == "" {
-		return nil, &InitSpecError{"", "empty program"}
-	}
-	js, err := MarshalInitSpec(s)
-	if err != nil {
-		return nil, err
-	}
-	return append([]string{string(js), "--", program}, args...), nil
+	return sandboxinit.InitArgs(s, program, args...)
 }
 
 // ParseInitArgs is the inverse of InitArgs.
-func ParseInitArgs(argv []string) (InitSpec, []string, error) {
-	if len(argv) < 3 || argv[1] != "--" {
-		return InitSpec{}, nil, &InitSpecError{"", "usage: sandbox-init <initspec-json> -- PROGRAM [ARGS...]"}
-	}
-	if argv[2] == "" {
-		return InitSpec{}, nil, &InitSpecError{"", "empty program"}
-	}
-	s, err := ParseInitSpec([]byte(argv[0]))
-	if err != nil {
-		return InitSpec{}, nil, err
-	}
-	return s, argv[2:], nil
-}
+func ParseInitArgs(argv []string) (InitSpec, []string, error) { return sandboxinit.ParseInitArgs(argv) }
+
+// SandboxInit confines this process and execs the target (Linux only); it
+// returns SandboxInitExitCode only on failure.
+func SandboxInit(args []string) int { return sandboxinit.SandboxInit(args) }
+
+// LandlockABI is the Landlock ABI level sandbox-init enforces here (0: none).
+func LandlockABI() int { return sandboxinit.LandlockABI() }
+
+// SeccompAvailable reports whether sandbox-init can install its filter here.
+func SeccompAvailable() bool { return sandboxinit.SeccompAvailable() }
