@@ -1,6 +1,6 @@
 //go:build !linux
 
-package bwrap
+package sandboxinit
 
 import (
 	"fmt"

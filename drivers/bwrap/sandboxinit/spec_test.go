@@ -1,4 +1,4 @@
-package bwrap
+package sandboxinit
 
 import (
 	"errors"
