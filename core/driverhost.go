@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -272,19 +273,8 @@ func FindDriver(name string, searchDirs []string) (path string, looked []string,
 		return "", nil, &DriverNotFoundError{Name: name, Binary: DriverBinaryName(name)}
 	}
 	bin := DriverBinaryName(name)
-	dirs := append([]string(nil), searchDirs...)
-	if exe, err := os.Executable(); err == nil {
-		dirs = append(dirs, filepath.Dir(exe))
-	}
-	if d := os.Getenv("ALEPH_SANDBOX_PLUGIN_DIR"); d != "" {
-		dirs = append(dirs, d)
-	}
-	dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
 	seen := map[string]bool{}
-	for _, d := range dirs {
-		if d == "" || !filepath.IsAbs(d) {
-			continue // a relative PATH entry would search the current directory
-		}
+	for _, d := range DriverSearchDirs(searchDirs) {
 		cand := filepath.Join(d, bin)
 		if seen[cand] {
 			continue
@@ -296,6 +286,70 @@ func FindDriver(name string, searchDirs []string) (path string, looked []string,
 		}
 	}
 	return "", looked, &DriverNotFoundError{Name: name, Binary: bin, Looked: looked}
+}
+
+// DriverSearchDirs is the driver lookup path: searchDirs, the directory of
+// the running executable, $ALEPH_SANDBOX_PLUGIN_DIR, then $PATH. Relative
+// entries are dropped: they would search the current directory.
+func DriverSearchDirs(searchDirs []string) []string {
+	dirs := append([]string(nil), searchDirs...)
+	if exe, err := os.Executable(); err == nil {
+		dirs = append(dirs, filepath.Dir(exe))
+	}
+	if d := os.Getenv("ALEPH_SANDBOX_PLUGIN_DIR"); d != "" {
+		dirs = append(dirs, d)
+	}
+	dirs = append(dirs, filepath.SplitList(os.Getenv("PATH"))...)
+	out := dirs[:0]
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		if d == "" || !filepath.IsAbs(d) || seen[d] {
+			continue
+		}
+		seen[d] = true
+		out = append(out, d)
+	}
+	return out
+}
+
+// DriverCandidate is a driver binary found on the lookup path.
+type DriverCandidate struct {
+	Name string // "bwrap" for aleph-driver-bwrap
+	Path string
+}
+
+// FindDrivers lists the driver binaries on the lookup path (see
+// DriverSearchDirs), the first of each name, sorted by name.
+func FindDrivers(searchDirs []string) []DriverCandidate {
+	found := map[string]string{}
+	for _, d := range DriverSearchDirs(searchDirs) {
+		entries, err := os.ReadDir(d)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			n := e.Name()
+			if runtime.GOOS == "windows" {
+				if !strings.HasSuffix(strings.ToLower(n), ".exe") {
+					continue
+				}
+				n = n[:len(n)-4]
+			}
+			name, ok := strings.CutPrefix(n, "aleph-driver-")
+			if !ok || name == "" || found[name] != "" {
+				continue
+			}
+			if p := filepath.Join(d, e.Name()); isExecutableFile(p) {
+				found[name] = p
+			}
+		}
+	}
+	out := make([]DriverCandidate, 0, len(found))
+	for n, p := range found {
+		out = append(out, DriverCandidate{Name: n, Path: p})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }
 
 func isExecutableFile(p string) bool {

@@ -206,6 +206,12 @@ func TestFindDriver(t *testing.T) {
 	if DefaultDriverName() != want {
 		t.Fatalf("default %s", DefaultDriverName())
 	}
+	// Listing: first of each name in lookup order, executables only.
+	mk(c, "alpha", 0o755) // shadowed by b's
+	list := FindDrivers([]string{a})
+	if len(list) != 2 || list[0] != (DriverCandidate{Name: "alpha", Path: inB}) || list[1] != (DriverCandidate{Name: "beta", Path: inC}) {
+		t.Fatalf("FindDrivers %+v", list)
+	}
 	// No name: the platform default binary, looked for in the same places.
 	if _, _, err := FindDriver("", nil); err == nil || !strings.Contains(err.Error(), DriverBinaryName(want)) {
 		t.Fatalf("default lookup: %v", err)
