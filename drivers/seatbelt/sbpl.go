@@ -398,8 +398,11 @@ func renderSBPL(in sbplInput) string {
 		w(`(allow process-fork)`)
 		w(`(allow process-exec)`)
 	} else {
-		w("; spawn_subprocess=false: no fork, exec only of the target itself")
-		w(`(allow process-exec (literal %s))`, paramRef(ParamProgram))
+		// exec without fork replaces the image and creates no process, so
+		// the system binary directories stay exec-able: a script target
+		// needs its #! interpreter, and `exec tool` in a shell is fine.
+		w("; spawn_subprocess=false: no fork; exec of the target and of system binaries (no new process)")
+		w(`(allow process-exec (literal %s) (subpath "/bin") (subpath "/usr/bin"))`, paramRef(ParamProgram))
 	}
 	w(`(allow file-read* (literal %s))`, paramRef(ParamProgram))
 	w("")

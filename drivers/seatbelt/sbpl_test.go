@@ -179,7 +179,7 @@ func TestProfileContents(t *testing.T) {
 		mustNot []string
 	}{
 		{"strict", driverapi.Capabilities{},
-			[]string{"(deny default)", `(allow process-exec (literal (param "PROGRAM")))`, `(subpath (param "WORKSPACE"))`,
+			[]string{"(deny default)", `(allow process-exec (literal (param "PROGRAM")) (subpath "/bin") (subpath "/usr/bin"))`, `(subpath (param "WORKSPACE"))`,
 				`(deny file-write* (subpath (param "PROTECTED_0")) (subpath (param "PROTECTED_1")) (subpath (param "PROTECTED_2")) (subpath (param "PROTECTED_3")))`,
 				`(require-not (subpath (param "PROTECTED_0")))`},
 			[]string{"(allow process-fork)", "(allow network", "allow default", "(allow process-exec)\n"}},
