@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -189,9 +190,18 @@ func NormalizeName(name string) (string, error) {
 	if len(name) > 253*4 {
 		return "", errors.New("host name too long")
 	}
+	if !utf8.ValidString(name) {
+		return "", errors.New("host name is not valid UTF-8")
+	}
 	ascii, err := idna.Lookup.ToASCII(name)
 	if err != nil {
 		return "", fmt.Errorf("host name is not a valid domain name: %v", err)
+	}
+	// The result must be a fixed point: an A-label that does not decode
+	// back to a valid name (a punycoded U+FFFD, say) would be compared in
+	// a form no resolver agrees on.
+	if again, err := idna.Lookup.ToASCII(ascii); err != nil || again != ascii {
+		return "", errors.New("host name is not a valid domain name: its A-labels do not round-trip")
 	}
 	if len(ascii) > 253 {
 		return "", errors.New("host name longer than 253 bytes")
