@@ -890,8 +890,12 @@ func (s *WorkspaceSandbox) driverErr(op string, err error) error {
 	name := "driver"
 	if n, ok := s.driver.(interface{ Name() string }); ok {
 		name = n.Name()
-	} else if s.hostCaps != nil {
-		name = s.hostCaps.Backend
+	} else {
+		s.capsMu.Lock()
+		if s.hostCaps != nil {
+			name = s.hostCaps.Backend
+		}
+		s.capsMu.Unlock()
 	}
 	return &DriverError{Driver: name, Op: op, Err: err}
 }
