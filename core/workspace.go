@@ -795,15 +795,21 @@ func cloneCaps(c driverapi.Capabilities) driverapi.Capabilities {
 // capabilities fetches the driver's fingerprint once and keeps it.
 func (s *WorkspaceSandbox) capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
 	s.capsMu.Lock()
-	defer s.capsMu.Unlock()
 	if s.hostCaps != nil {
-		return *s.hostCaps, nil
+		hc := *s.hostCaps
+		s.capsMu.Unlock()
+		return hc, nil
 	}
+	s.capsMu.Unlock()
+	// Not under the lock: a slow first launch must not serialise errors,
+	// and two concurrent first fetches are harmless.
 	hc, err := s.driver.Capabilities(ctx)
 	if err != nil {
 		return hc, s.driverErr("Capabilities", err)
 	}
+	s.capsMu.Lock()
 	s.hostCaps = &hc
+	s.capsMu.Unlock()
 	return hc, nil
 }
 

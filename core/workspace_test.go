@@ -610,3 +610,29 @@ func TestDriverIgnoringTimeoutIsCutOff(t *testing.T) {
 		t.Fatalf("audit %+v", r)
 	}
 }
+
+// capsFailDriver fails Capabilities.
+type capsFailDriver struct{ *drivertest.FakeDriver }
+
+func (capsFailDriver) Capabilities(context.Context) (driverapi.HostCapabilities, error) {
+	return driverapi.HostCapabilities{}, errors.New("probe failed")
+}
+
+func TestDriverCapabilitiesFailure(t *testing.T) {
+	sink := &memSink{}
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(drivertest.Connect(t, capsFailDriver{&drivertest.FakeDriver{}})), WithAuditSink(sink))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	for i := 0; i < 2; i++ { // not cached: each command asks again
+		_, err = sb.Execute(WithSession(context.Background(), "c"), Command{Program: "echo"})
+		var de *DriverError
+		if !errors.As(err, &de) || de.Op != "Capabilities" || !strings.Contains(err.Error(), "probe failed") {
+			t.Fatalf("err %v", err)
+		}
+	}
+	if r := sink.last(t); r.Reason != ReasonDriverFailed {
+		t.Fatalf("audit %+v", r)
+	}
+}
