@@ -101,8 +101,11 @@ func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setu
 	}
 	// A grant on or below a protected directory would be an explicit
 	// allow, which Windows orders before the inherited DENY: drop it.
-	writes := p.outsideProtected(p.Write)
-	reads := p.outsideProtected(p.Read)
+	// A grant that does not exist has nothing to carry an ACE (and the
+	// command cannot create it outside its writable trees); skipping it
+	// keeps a typo from failing a tier and degrading the chain.
+	writes := existing(p.outsideProtected(p.Write), exists)
+	reads := existing(p.outsideProtected(p.Read), exists)
 	switch tier {
 	case TierAppContainer:
 		ac := func(path string, mask uint32, deny, inherit bool) ACE {
@@ -156,6 +159,16 @@ func (p Plan) outsideProtected(paths []string) []string {
 			}
 		}
 		if !inside {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func existing(paths []string, exists func(string) bool) []string {
+	var out []string
+	for _, x := range paths {
+		if exists(x) {
 			out = append(out, x)
 		}
 	}

@@ -40,7 +40,7 @@ func existsIn(paths ...string) func(string) bool {
 
 func TestPlanSetupAppContainer(t *testing.T) {
 	p := mustBuild(t, winReq(driverapi.Capabilities{FSRead: []string{`D:\ref`}, FSWrite: []string{`D:\out`, wsPath + `\.git\hooks`}}), MapFS{})
-	s := PlanSetup(TierAppContainer, p, `C:\Users\dev\bin\tool.exe`, existsIn(wsPath+`\.git`))
+	s := PlanSetup(TierAppContainer, p, `C:\Users\dev\bin\tool.exe`, existsIn(wsPath+`\.git`, `D:\ref`, `D:\out`, wsPath+`\.git\hooks`))
 	if strings.Join(s.Stubs, "|") != strings.Join([]string{wsPath + `\.aleph`, wsPath + `\.codex`, wsPath + `\.agents`}, "|") {
 		t.Errorf("stubs %q", s.Stubs)
 	}
@@ -98,7 +98,7 @@ func TestPlanSetupAppContainer(t *testing.T) {
 
 func TestPlanSetupRestrictedAndJob(t *testing.T) {
 	p := mustBuild(t, winReq(driverapi.Capabilities{FSWrite: []string{`D:\out`}}), MapFS{})
-	s := PlanSetup(TierRestrictedToken, p, `C:\Windows\System32\cmd.exe`, existsIn())
+	s := PlanSetup(TierRestrictedToken, p, `C:\Windows\System32\cmd.exe`, existsIn(`D:\out`))
 	if len(s.Labels) != 6 || s.Labels[0].Path != wsPath || !s.Labels[0].Low || s.Labels[0].Revert {
 		t.Fatalf("labels %+v", s.Labels)
 	}
@@ -117,6 +117,10 @@ func TestPlanSetupRestrictedAndJob(t *testing.T) {
 	}
 	if len(s.ACEs) != 5 {
 		t.Errorf("want delete-child deny + 4 protected denies, got %d", len(s.ACEs))
+	}
+	// A grant that does not exist is skipped, not a setup failure.
+	if m := PlanSetup(TierRestrictedToken, p, `C:\x.exe`, existsIn()); len(m.Labels) != 5 {
+		t.Errorf("missing fs_write grant still labelled: %+v", m.Labels)
 	}
 	if j := PlanSetup(TierJobObject, p, `C:\x.exe`, existsIn()); len(j.ACEs)+len(j.Labels)+len(j.Stubs) != 0 {
 		t.Errorf("job tier changes the file system: %+v", j)
