@@ -130,7 +130,8 @@ func procCases() []Case {
 				if err != nil {
 					return err
 				}
-				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exec sleep 30"}, Timeout: 2 * time.Second})
+				// The timeout leaves the children a few seconds to start on a busy host.
+				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exec sleep 30"}, Timeout: 3 * time.Second})
 				if o.Err == nil && !o.Exit.TimedOut {
 					return fmt.Errorf("command did not time out: %s", o)
 				}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"runtime"
 
 	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -25,6 +26,7 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the case lines")
 	run := fs.String("run", "", "run only the cases whose id matches `REGEXP`")
 	list := fs.Bool("list", false, "list the cases (id, level, feature) without running them")
+	config := fs.String("config", "", "TOML config whose platform section is passed to the driver as ALEPH_DRIVER_OPTIONS, as exec does")
 	if err := fs.Parse(args); err != nil {
 		return fail(io.Err, "conformance: %v", err)
 	}
@@ -51,6 +53,14 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 		return fail(io.Err, "conformance: %v", err)
 	}
 	cfg := conformance.Config{DriverPath: path, Run: re}
+	if *config != "" {
+		// Without --config the driver runs on its own defaults.
+		c, err := core.LoadConfig(*config)
+		if err != nil {
+			return fail(io.Err, "conformance: %v", err)
+		}
+		cfg.Env = []string{"ALEPH_DRIVER_OPTIONS=" + string(c.DriverOptions(runtime.GOOS))}
+	}
 	if !*asJSON {
 		cfg.Progress = func(r conformance.Result) { fmt.Fprintln(io.Out, caseLine(r)) }
 	}

@@ -110,6 +110,7 @@ func TestConformanceRefusals(t *testing.T) {
 		"bad regexp":     {"--driver", "/bin/sh", "--run", "("},
 		"missing driver": {"--driver", "no-such-driver-name-xyz"},
 		"missing path":   {"--driver", filepath.Join(t.TempDir(), "nope")},
+		"missing config": {"--driver", "/bin/sh", "--config", filepath.Join(t.TempDir(), "nope.toml")},
 		"extra argument": {"--driver", "/bin/sh", "extra"},
 	} {
 		code, out, errOut := runConf(t, args...)
