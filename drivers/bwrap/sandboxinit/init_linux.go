@@ -3,10 +3,13 @@
 package sandboxinit
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -61,6 +64,9 @@ func sandboxInit(args []string) error {
 	if err := applyRlimits(limits); err != nil {
 		return err
 	}
+	if err := closeOnExecExcept(spec.InheritFDs); err != nil {
+		return err
+	}
 	// seccomp last: it denies nothing the steps above need, but loading
 	// it last keeps the window where this Go code runs filtered minimal.
 	if err := loadSeccomp(prog); err != nil {
@@ -78,3 +84,57 @@ func LandlockABI() int { return effectiveLandlockABI() }
 // SeccompAvailable reports whether this kernel accepts seccomp filters
 // (SandboxInit fails closed when it does not).
 func SeccompAvailable() bool { return seccompSupported() }
+
+// closeOnExecExcept marks every descriptor >= 3 close-on-exec except keep,
+// which must be open and lose their close-on-exec flag. Marking instead of
+// closing leaves the Go runtime's own descriptors usable until the exec.
+func closeOnExecExcept(keep []int) error {
+	keep = slices.Sorted(slices.Values(keep))
+	for _, fd := range keep {
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+			return fmt.Errorf("inherit fd %d: %w", fd, err)
+		}
+	}
+	mark := func(first, last uint) error {
+		err := unix.CloseRange(first, last, unix.CLOSE_RANGE_CLOEXEC)
+		if errors.Is(err, unix.ENOSYS) || errors.Is(err, unix.EINVAL) {
+			return cloexecByList(first, last) // kernel < 5.11
+		}
+		if err != nil {
+			return fmt.Errorf("close_range: %w", err)
+		}
+		return nil
+	}
+	next := uint(3)
+	for _, fd := range keep {
+		if uint(fd) > next {
+			if err := mark(next, uint(fd)-1); err != nil {
+				return err
+			}
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, 0); err != nil {
+			return fmt.Errorf("inherit fd %d: %w", fd, err)
+		}
+		next = uint(fd) + 1
+	}
+	return mark(next, ^uint(0))
+}
+
+// cloexecByList is closeOnExecExcept's fallback without close_range.
+func cloexecByList(first, last uint) error {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("listing fds: %w", err)
+	}
+	for _, e := range ents {
+		n, err := strconv.ParseUint(e.Name(), 10, 0)
+		if err != nil || uint(n) < first || uint(n) > last {
+			continue
+		}
+		// The directory's own fd is gone by now: EBADF is expected.
+		if _, err := unix.FcntlInt(uintptr(n), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && !errors.Is(err, unix.EBADF) {
+			return fmt.Errorf("fd %d: %w", n, err)
+		}
+	}
+	return nil
+}

@@ -203,6 +203,14 @@ func runProbe(args []string) int {
 		pid := int80test.Getpid32()
 		fmt.Println("RESULT", "getpid32", pid == uintptr(os.Getpid()))
 		return 0
+	case "fd":
+		// Readlink opens no descriptor, so it cannot itself fill the slot.
+		target, err := os.Readlink("/proc/self/fd/" + rest[0])
+		if err != nil {
+			return result(err)
+		}
+		fmt.Println("TARGET", target)
+		return result(nil)
 	case "rlimits":
 		for _, r := range []struct {
 			name string
@@ -319,9 +327,10 @@ func testExe(t *testing.T) string {
 	return exe
 }
 
-func run(t *testing.T, argv []string) probeRun {
+func run(t *testing.T, argv []string, extra ...*os.File) probeRun {
 	t.Helper()
 	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.ExtraFiles = extra
 	// The race runtime sleeps 1s at exit by default (atexit_sleep_ms);
 	// helpers are short-lived processes, so skip that.
 	cmd.Env = append(os.Environ(), helperEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
@@ -802,4 +811,52 @@ func BenchmarkSandboxInit(b *testing.B) {
 	}
 	b.Run("unconfined", func(b *testing.B) { bench(b, "probe", "spawn") })
 	b.Run("sandbox-init", func(b *testing.B) { bench(b, append([]string{SandboxInitCommand}, args...)...) })
+}
+
+func TestSandboxInitClosesInheritedFDs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leak")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	// fds 3..10 in the child all refer to the file; probe fd 10 and fd 4.
+	extra := []*os.File{f, f, f, f, f, f, f, f}
+	exe := testExe(t)
+	target := func(r probeRun) string {
+		if got := r.result(t); got != "ok" {
+			return got
+		}
+		_, after, _ := strings.Cut(r.stdout, "TARGET ")
+		return strings.TrimSpace(strings.SplitN(after, "\n", 2)[0])
+	}
+	// Positive control: without sandbox-init the descriptors arrive.
+	if got := target(run(t, []string{exe, "probe", "fd", "10"}, extra...)); got != path {
+		t.Fatalf("control: fd 10 -> %q, want %q", got, path)
+	}
+	spec := baseSpec(t, SocketUnixOnly)
+	args, err := InitArgs(spec, exe, "probe", "fd", "10")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := target(run(t, append([]string{exe, SandboxInitCommand}, args...), extra...)); got == path {
+		t.Errorf("fd 10 leaked into the target")
+	}
+	spec.InheritFDs = []int{10}
+	for fd, wantKept := range map[string]bool{"10": true, "4": false} {
+		args, err := InitArgs(spec, exe, "probe", "fd", fd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := target(run(t, append([]string{exe, SandboxInitCommand}, args...), extra...))
+		if (got == path) != wantKept {
+			t.Errorf("inherit_fds [10]: fd %s -> %q, kept=%v want %v", fd, got, got == path, wantKept)
+		}
+	}
+	// Asking to keep a descriptor that is not open fails closed.
+	spec.InheritFDs = []int{200}
+	args, _ = InitArgs(spec, "/bin/true")
+	if r := run(t, append([]string{exe, SandboxInitCommand}, args...)); r.exit != SandboxInitExitCode {
+		t.Errorf("inherit of a closed fd: exit %d, want %d", r.exit, SandboxInitExitCode)
+	}
 }

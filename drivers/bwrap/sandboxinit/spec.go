@@ -84,6 +84,11 @@ type InitSpec struct {
 	// ScopeAbstractUnix forbids connecting to abstract unix sockets created
 	// outside the domain (ABI >= 6).
 	ScopeAbstractUnix bool `json:"scope_abstract_unix,omitempty"`
+	// InheritFDs are descriptors above stderr the target keeps. Every
+	// other descriptor >= 3 is closed at exec: bwrap passes on whatever it
+	// inherited (only its own status/info fds are closed), and a leaked pipe
+	// back to the driver would let the child forge status or reach the host.
+	InheritFDs []int `json:"inherit_fds,omitempty"`
 }
 
 // InitSpecError is returned for a spec or argv that sandbox-init refuses.
@@ -123,8 +128,21 @@ func (s *InitSpec) Validate() error {
 			return &InitSpecError{"bridge_ports", "port 0"}
 		}
 	}
+	seen := map[int]bool{}
+	for _, fd := range s.InheritFDs {
+		if fd < 3 || fd > maxInheritFD {
+			return &InitSpecError{"inherit_fds", fmt.Sprintf("fd %d outside 3..%d", fd, maxInheritFD)}
+		}
+		if seen[fd] {
+			return &InitSpecError{"inherit_fds", fmt.Sprintf("fd %d listed twice", fd)}
+		}
+		seen[fd] = true
+	}
 	return nil
 }
+
+// maxInheritFD bounds InheritFDs (far above any real launch).
+const maxInheritFD = 1 << 20
 
 func validPaths(field string, paths []string) error {
 	for _, p := range paths {

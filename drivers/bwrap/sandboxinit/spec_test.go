@@ -18,6 +18,7 @@ func TestInitSpecRoundTrip(t *testing.T) {
 		RlimitNproc:   200,
 		RlimitNofile:  1024,
 		ScopeSignals:  true,
+		InheritFDs:    []int{3, 7},
 	}
 	argv, err := InitArgs(spec, "python3", "-c", "print(1)")
 	if err != nil {
@@ -57,6 +58,9 @@ func TestInitSpecRefusals(t *testing.T) {
 		{"negative rlimit", `{"socket_mode":"unix_only","rlimit_nproc":-1}`, ""},
 		{"wrong type", `{"socket_mode":"unix_only","allow_spawn":"yes"}`, ""},
 		{"empty", ``, ""},
+		{"inherit stderr", `{"socket_mode":"unix_only","inherit_fds":[2]}`, "inherit_fds"},
+		{"inherit twice", `{"socket_mode":"unix_only","inherit_fds":[5,5]}`, "inherit_fds"},
+		{"inherit huge", `{"socket_mode":"unix_only","inherit_fds":[99999999]}`, "inherit_fds"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
