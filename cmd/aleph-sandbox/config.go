@@ -1,8 +1,36 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+)
 
-// runConfig is filled in by the issue that owns it; until then it refuses.
-func runConfig(_ context.Context, _ []string, io stdio) int {
-	return fail(io.Err, "config: not available in this build")
+// runConfig prints the effective configuration: defaults, the file and the
+// ALEPH_SANDBOX_ environment overrides, merged and validated.
+func runConfig(_ context.Context, args []string, io stdio) int {
+	fs := flag.NewFlagSet("config", flag.ContinueOnError)
+	fs.SetOutput(io.Err)
+	path := fs.String("config", "", "TOML config `FILE`")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return fail(io.Err, "config: %v", err)
+	}
+	if fs.NArg() > 0 {
+		return fail(io.Err, "config: unexpected argument %q", fs.Arg(0))
+	}
+	cfg, err := loadConfig(*path, "", "")
+	if err != nil {
+		return fail(io.Err, "%s", oneLine(err.Error()))
+	}
+	if *asJSON {
+		writeJSON(io.Out, cfg.Effective())
+		return 0
+	}
+	fmt.Fprint(io.Out, cfg.String())
+	return 0
 }

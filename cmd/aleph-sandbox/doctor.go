@@ -1,8 +1,141 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os/exec"
+	"strings"
+	"time"
 
-// runDoctor is filled in by the issue that owns it; until then it refuses.
-func runDoctor(_ context.Context, _ []string, io stdio) int {
-	return fail(io.Err, "doctor: not available in this build")
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// doctorReport says what this host can enforce through the chosen driver
+// and how to fix what it cannot.
+type doctorReport struct {
+	Driver       string                      `json:"driver"`
+	Path         string                      `json:"path,omitempty"`
+	Config       string                      `json:"config"`
+	Capabilities *driverapi.HostCapabilities `json:"capabilities,omitempty"`
+	Problems     []doctorProblem             `json:"problems"`
+	// OK: a driver was found and answered; Problems may still list
+	// features it cannot enforce here.
+	OK bool `json:"ok"`
+}
+
+type doctorProblem struct {
+	What string `json:"what"`
+	Why  string `json:"why"`
+	Fix  string `json:"fix,omitempty"`
+}
+
+func runDoctor(ctx context.Context, args []string, io stdio) int {
+	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
+	fs.SetOutput(io.Err)
+	asJSON := fs.Bool("json", false, "print JSON")
+	cfgPath := fs.String("config", "", "TOML config `FILE`")
+	driver := fs.String("driver", "", "driver `NAME|PATH`")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return fail(io.Err, "doctor: %v", err)
+	}
+	r := diagnose(ctx, *cfgPath, *driver)
+	if *asJSON {
+		writeJSON(io.Out, r)
+	} else {
+		printDoctor(io, r)
+	}
+	if !r.OK {
+		return 1
+	}
+	return 0
+}
+
+func diagnose(ctx context.Context, cfgPath, driver string) doctorReport {
+	r := doctorReport{Driver: driver, Config: "ok", Problems: []doctorProblem{}}
+	if r.Driver == "" {
+		r.Driver = core.DefaultDriverName()
+	}
+	cfg, err := loadConfig(cfgPath, "", driver)
+	if err != nil {
+		r.Config = err.Error()
+		r.Problems = append(r.Problems, doctorProblem{What: "configuration", Why: err.Error(), Fix: "correct the key named above (aleph-sandbox config prints the effective configuration)"})
+		cfg = core.DefaultConfig()
+	}
+	if r.Driver == "" {
+		r.Problems = append(r.Problems, doctorProblem{What: "driver", Why: "no default driver for this OS", Fix: "pass --driver PATH to a third-party driver"})
+		return r
+	}
+	if r.Driver == "bwrap" {
+		if _, err := exec.LookPath("bwrap"); err != nil {
+			r.Problems = append(r.Problems, doctorProblem{What: "bubblewrap", Why: "bwrap is not on PATH", Fix: "apt-get install bubblewrap (Debian/Ubuntu) or dnf install bubblewrap"})
+		}
+	}
+	path, looked, err := core.FindDriver(cfg.Sandbox.Driver, nil)
+	if err != nil {
+		r.Problems = append(r.Problems, doctorProblem{What: "driver binary", Why: fmt.Sprintf("%s not found; looked in %s", core.DriverBinaryName(r.Driver), strings.Join(looked, ", ")), Fix: "make build, or put the binary beside aleph-sandbox or in $ALEPH_SANDBOX_PLUGIN_DIR"})
+		return r
+	}
+	r.Path = path
+	host, err := core.NewDriverHost(core.DriverHostConfig{Path: path, SHA256: cfg.Sandbox.DriverSHA256, Options: cfg.DriverOptions(goos()), StartTimeout: 15 * time.Second})
+	if err == nil {
+		defer host.Close()
+		var caps driverapi.HostCapabilities
+		caps, err = host.Capabilities(ctx)
+		if err == nil {
+			r.Capabilities = &caps
+		}
+	}
+	if err != nil {
+		r.Problems = append(r.Problems, doctorProblem{What: "driver", Why: err.Error(), Fix: "rebuild the driver (make build); check driver_sha256 in the configuration"})
+		return r
+	}
+	for _, u := range r.Capabilities.Unavailable {
+		r.Problems = append(r.Problems, doctorProblem{What: u.Feature, Why: u.Reason, Fix: u.Fix})
+	}
+	// The driver runs: what it cannot enforce is reported, and commands that
+	// need it are refused at run time, so the host is usable.
+	r.OK = true
+	return r
+}
+
+func printDoctor(io stdio, r doctorReport) {
+	fmt.Fprintf(io.Out, "driver: %s %s\n", r.Driver, r.Path)
+	fmt.Fprintf(io.Out, "config: %s\n", oneLine(r.Config))
+	if c := r.Capabilities; c != nil {
+		fmt.Fprintf(io.Out, "backend: %s %s (protocol %d) on %s/%s\n", c.Backend, c.DriverVersion, c.ProtocolVersion, c.OS, c.Arch)
+		if c.LandlockABI > 0 || c.OS == "linux" {
+			fmt.Fprintf(io.Out, "landlock ABI: %d   seccomp: %v   cgroups: %s\n", c.LandlockABI, c.Seccomp, orNone(c.CgroupMode))
+		}
+		for _, f := range driverapi.KnownFeatures() {
+			mark := "no "
+			if c.Has(f) {
+				mark = "yes"
+			}
+			fmt.Fprintf(io.Out, "  [%s] %s\n", mark, f)
+		}
+	}
+	if len(r.Problems) == 0 {
+		fmt.Fprintln(io.Out, "everything this driver can enforce is enforced here")
+		return
+	}
+	fmt.Fprintln(io.Out, "not enforced here:")
+	for _, p := range r.Problems {
+		fmt.Fprintf(io.Out, "  - %s: %s\n", p.What, p.Why)
+		if p.Fix != "" {
+			fmt.Fprintf(io.Out, "    fix: %s\n", p.Fix)
+		}
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }

@@ -1,8 +1,111 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"time"
 
-// runDrivers is filled in by the issue that owns it; until then it refuses.
-func runDrivers(_ context.Context, _ []string, io stdio) int {
-	return fail(io.Err, "drivers: not available in this build")
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// driverReport is one driver binary and what it says it enforces here.
+type driverReport struct {
+	Name         string                      `json:"name"`
+	Path         string                      `json:"path"`
+	Default      bool                        `json:"default"`
+	Capabilities *driverapi.HostCapabilities `json:"capabilities,omitempty"`
+	Error        string                      `json:"error,omitempty"`
+}
+
+// runDrivers lists the driver binaries found where exec would look, launches
+// each and prints its capability report.
+func runDrivers(ctx context.Context, args []string, io stdio) int {
+	fs := flag.NewFlagSet("drivers", flag.ContinueOnError)
+	fs.SetOutput(io.Err)
+	asJSON := fs.Bool("json", false, "print JSON")
+	cfgPath := fs.String("config", "", "TOML config `FILE`")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return fail(io.Err, "drivers: %v", err)
+	}
+	cfg, err := loadConfig(*cfgPath, "", "")
+	if err != nil {
+		return fail(io.Err, "%s", oneLine(err.Error()))
+	}
+	var reports []driverReport
+	for _, d := range discoverDrivers(cfg) {
+		reports = append(reports, probeDriver(ctx, d, cfg))
+	}
+	if *asJSON {
+		if reports == nil {
+			reports = []driverReport{}
+		}
+		writeJSON(io.Out, reports)
+		return 0
+	}
+	if len(reports) == 0 {
+		fmt.Fprintf(io.Out, "no driver binaries found (looked for %s)\n", core.DriverBinaryName("*"))
+		return 0
+	}
+	for _, r := range reports {
+		def := ""
+		if r.Default {
+			def = " (default)"
+		}
+		fmt.Fprintf(io.Out, "%s%s  %s\n", r.Name, def, r.Path)
+		if r.Error != "" {
+			fmt.Fprintf(io.Out, "  error: %s\n", oneLine(r.Error))
+			continue
+		}
+		c := r.Capabilities
+		fmt.Fprintf(io.Out, "  backend %s, version %s, protocol %d, %s/%s\n", c.Backend, c.DriverVersion, c.ProtocolVersion, c.OS, c.Arch)
+		fmt.Fprintf(io.Out, "  enforces: %s\n", strings.Join(c.Features, ", "))
+		for _, u := range c.Unavailable {
+			fmt.Fprintf(io.Out, "  unavailable: %s: %s\n", u.Feature, u.Reason)
+		}
+	}
+	return 0
+}
+
+type foundDriver struct {
+	name, path string
+	isDefault  bool
+}
+
+// discoverDrivers finds aleph-driver-* binaries in the same places, and the
+// same order, as exec's lookup; the first of each name wins.
+func discoverDrivers(cfg core.Config) []foundDriver {
+	var dirs []string
+	if d := cfg.Sandbox.Driver; strings.ContainsRune(d, filepath.Separator) {
+		dirs = append(dirs, filepath.Dir(d))
+	}
+	var out []foundDriver
+	for _, c := range core.FindDrivers(dirs) {
+		out = append(out, foundDriver{name: c.Name, path: c.Path, isDefault: c.Name == core.DefaultDriverName()})
+	}
+	return out
+}
+
+func probeDriver(ctx context.Context, d foundDriver, cfg core.Config) driverReport {
+	r := driverReport{Name: d.name, Path: d.path, Default: d.isDefault}
+	host, err := core.NewDriverHost(core.DriverHostConfig{Path: d.path, Options: cfg.DriverOptions(goos()), StartTimeout: 15 * time.Second})
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	defer host.Close()
+	caps, err := host.Capabilities(ctx)
+	if err != nil {
+		r.Error = err.Error()
+		return r
+	}
+	r.Capabilities = &caps
+	return r
 }

@@ -1,8 +1,136 @@
 package main
 
-import "context"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
 
-// runExec is filled in by the issue that owns it; until then it refuses.
-func runExec(_ context.Context, _ []string, io stdio) int {
-	return fail(io.Err, "exec: not available in this build")
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+)
+
+// execResult is the --json object of CLI.md.
+type execResult struct {
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	ExitCode   int    `json:"exit_code"`
+	Signal     int    `json:"signal"`
+	TimedOut   bool   `json:"timed_out"`
+	Truncated  bool   `json:"truncated"`
+	DurationMS int64  `json:"duration_ms"`
+	Denied     bool   `json:"denied"`
+	Reason     string `json:"reason"`
+	Rule       string `json:"rule"`
+	Backend    string `json:"backend"`
+	Error      string `json:"error"`
+}
+
+func runExec(ctx context.Context, args []string, io stdio) int {
+	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
+	fs.SetOutput(io.Err)
+	var f runFlags
+	f.register(fs)
+	fs.Usage = func() {
+		fmt.Fprintln(io.Err, "usage: aleph-sandbox exec [flags] -- PROGRAM [ARG...]")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return execFailure(io, f.json, "bad flags: "+err.Error())
+	}
+	rest := fs.Args()
+	if len(rest) == 0 {
+		return execFailure(io, f.json, "exec: no program given (usage: aleph-sandbox exec [flags] -- PROGRAM [ARG...])")
+	}
+	cfg, err := loadConfig(f.config, f.workspaceRoot, f.driver)
+	if err != nil {
+		return execFailure(io, f.json, err.Error())
+	}
+	cmd, err := f.command(rest[0], rest[1:], io.In)
+	if err != nil {
+		return execFailure(io, f.json, err.Error())
+	}
+	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers})
+	if err != nil {
+		return execFailure(io, f.json, err.Error())
+	}
+	defer p.Close()
+	if !f.json {
+		// Live output; Output still captures within the budget.
+		cmd.Stdout, cmd.Stderr = io.Out, io.Err
+	}
+	out, err := p.sandbox.Execute(ctx, cmd)
+	return reportExec(io, f.json, out, err)
+}
+
+// reportExec turns the outcome into the exit status and, with --json, the
+// one object CLI.md describes.
+func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
+	var denied *core.DeniedError
+	switch {
+	case errors.As(err, &denied):
+		if asJSON {
+			writeJSON(io.Out, execResult{Denied: true, Reason: denied.Error(), Rule: denied.Rule})
+			return 0
+		}
+		return fail(io.Err, "%s", oneLine(denied.Error()))
+	case err != nil:
+		return execFailure(io, asJSON, err.Error())
+	}
+	e := out.Exit
+	if asJSON {
+		writeJSON(io.Out, execResult{
+			Stdout:     lossless(out.Stdout),
+			Stderr:     lossless(out.Stderr),
+			ExitCode:   int(e.ExitCode),
+			Signal:     int(e.Signal),
+			TimedOut:   e.TimedOut,
+			Truncated:  e.Truncated,
+			DurationMS: e.Duration.Milliseconds(),
+			Backend:    out.Backend,
+		})
+		return 0
+	}
+	switch {
+	case e.TimedOut:
+		fmt.Fprintf(io.Err, "aleph-sandbox: timed out after %s\n", e.Duration.Round(1e6))
+		return exitTimedOut
+	case e.Signal > 0:
+		return 128 + int(e.Signal)
+	}
+	return int(e.ExitCode) & 0xff
+}
+
+func execFailure(io stdio, asJSON bool, msg string) int {
+	if asJSON {
+		writeJSON(io.Out, execResult{Error: oneLine(msg)})
+		return exitSandboxError
+	}
+	return fail(io.Err, "%s", oneLine(msg))
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v)
+}
+
+// oneLine keeps the refusal to the single line CLI.md promises.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+}
+
+// lossless returns b as a string; invalid UTF-8 is replaced rather than
+// letting encoding/json mangle it silently (JSON strings are Unicode).
+func lossless(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
 }

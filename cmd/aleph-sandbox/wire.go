@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
+)
+
+// runFlags are the flags exec and bench share: everything that shapes one
+// command and the pipeline it runs through.
+type runFlags struct {
+	driver        string
+	config        string
+	session       string
+	workspaceRoot string
+	workspace     string
+	cwd           string
+	read, write   listFlag
+	net           string
+	spawn         bool
+	memoryMB      uint64
+	timeout       time.Duration
+	maxOutput     int64
+	env           listFlag
+	stdin         bool
+	yes           bool
+	json          bool
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.driver, "driver", "", "driver `NAME|PATH` (default: the platform's)")
+	fs.StringVar(&f.config, "config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
+	fs.StringVar(&f.session, "session", "cli", "session `ID`; its workspace is reused across calls")
+	fs.StringVar(&f.workspaceRoot, "workspace-root", "", "overrides sandbox.workspace_root")
+	fs.StringVar(&f.workspace, "workspace", "", "run in this existing `DIR` as the workspace")
+	fs.StringVar(&f.cwd, "cwd", "", "working `DIR`, inside the workspace")
+	fs.Var(&f.read, "read", "extra readable `PATH` (repeatable)")
+	fs.Var(&f.write, "write", "extra writable `PATH` (repeatable)")
+	fs.StringVar(&f.net, "net", "none", "network: none|all|HOST[,HOST...]")
+	fs.BoolVar(&f.spawn, "spawn", false, "allow subprocesses")
+	fs.Uint64Var(&f.memoryMB, "memory", 0, "memory limit in `MB`")
+	fs.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit (e.g. 30s)")
+	fs.Int64Var(&f.maxOutput, "max-output", 0, "output budget in `BYTES`")
+	fs.Var(&f.env, "env", "set `NAME=VALUE` in the child (repeatable)")
+	fs.BoolVar(&f.stdin, "stdin", false, "feed standard input to the child")
+	fs.BoolVar(&f.yes, "yes", false, "approve every elevation without asking")
+	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the child's output")
+}
+
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }
+
+// usageError is bad command-line input: exit 125 with the reason.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+// command turns the flags and the program into a core.Command.
+func (f *runFlags) command(program string, args []string, stdin io.Reader) (core.Command, error) {
+	caps := driverapi.Capabilities{SpawnSubprocess: f.spawn, MaxMemoryMB: f.memoryMB}
+	for _, p := range f.read {
+		abs, err := absPath(p)
+		if err != nil {
+			return core.Command{}, &usageError{fmt.Sprintf("--read %q: %v", p, err)}
+		}
+		caps.FSRead = append(caps.FSRead, abs)
+	}
+	for _, p := range f.write {
+		abs, err := absPath(p)
+		if err != nil {
+			return core.Command{}, &usageError{fmt.Sprintf("--write %q: %v", p, err)}
+		}
+		caps.FSWrite = append(caps.FSWrite, abs)
+	}
+	net, err := parseNet(f.net)
+	if err != nil {
+		return core.Command{}, err
+	}
+	caps.Network = net
+	if f.timeout < 0 {
+		return core.Command{}, &usageError{"--timeout must be positive"}
+	}
+	if f.maxOutput < 0 {
+		return core.Command{}, &usageError{"--max-output must be positive"}
+	}
+	cmd := core.Command{
+		SessionID:      f.session,
+		Program:        program,
+		Args:           args,
+		Cwd:            f.cwd,
+		Capabilities:   caps,
+		Timeout:        f.timeout,
+		MaxOutputBytes: f.maxOutput,
+	}
+	if f.workspace != "" {
+		abs, err := absPath(f.workspace)
+		if err != nil {
+			return core.Command{}, &usageError{fmt.Sprintf("--workspace %q: %v", f.workspace, err)}
+		}
+		cmd.Workspace = abs
+	}
+	if len(f.env) > 0 {
+		cmd.Env = map[string]string{}
+		for _, kv := range f.env {
+			name, value, ok := strings.Cut(kv, "=")
+			if !ok || name == "" {
+				return core.Command{}, &usageError{fmt.Sprintf("--env %q: want NAME=VALUE", kv)}
+			}
+			if _, dup := cmd.Env[name]; dup {
+				return core.Command{}, &usageError{fmt.Sprintf("--env %s given twice", name)}
+			}
+			cmd.Env[name] = value
+		}
+	}
+	if f.stdin {
+		data, err := io.ReadAll(io.LimitReader(stdin, driverapi.MaxStdinBytes+1))
+		if err != nil {
+			return core.Command{}, &usageError{fmt.Sprintf("reading standard input: %v", err)}
+		}
+		if len(data) > driverapi.MaxStdinBytes {
+			return core.Command{}, &usageError{fmt.Sprintf("standard input is larger than %d bytes", driverapi.MaxStdinBytes)}
+		}
+		cmd.Stdin = data
+	}
+	return cmd, nil
+}
+
+func absPath(p string) (string, error) {
+	if p == "" {
+		return "", errors.New("empty path")
+	}
+	return filepath.Abs(p)
+}
+
+// parseNet reads --net: none, all, or a comma-separated host list.
+func parseNet(v string) (driverapi.NetworkPolicy, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "none":
+		return driverapi.NetworkPolicy{Mode: driverapi.NetworkNone}, nil
+	case "all":
+		return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}, nil
+	}
+	var hosts []string
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		if _, err := proxy.ParseRule(h); err != nil {
+			return driverapi.NetworkPolicy{}, &usageError{fmt.Sprintf("--net %q: %v", h, err)}
+		}
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return driverapi.NetworkPolicy{}, &usageError{fmt.Sprintf("--net %q: want none, all, or HOST[,HOST...]", v)}
+	}
+	return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: hosts}, nil
+}
+
+// loadConfig reads --config, or the per-user default file when it exists,
+// or only defaults and environment overrides.
+func loadConfig(path, workspaceRoot, driver string) (core.Config, error) {
+	if path == "" {
+		if def := defaultConfigPath(); def != "" {
+			if _, err := os.Stat(def); err == nil {
+				path = def
+			}
+		}
+	}
+	cfg, err := core.LoadConfig(path)
+	if err != nil {
+		return core.Config{}, err
+	}
+	if workspaceRoot != "" {
+		abs, err := absPath(workspaceRoot)
+		if err != nil {
+			return core.Config{}, &usageError{fmt.Sprintf("--workspace-root %q: %v", workspaceRoot, err)}
+		}
+		cfg.Sandbox.WorkspaceRoot = abs
+	}
+	if driver != "" {
+		cfg.Sandbox.Driver = driver
+	}
+	return cfg, cfg.Validate()
+}
+
+func defaultConfigPath() string {
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "aleph-sandbox", "config.toml")
+}
+
+// cliLogger keeps the CLI's own and the plugins' log lines off the child's
+// stdout and stderr unless asked for: ALEPH_SANDBOX_LOG=LEVEL sends them to
+// stderr, ALEPH_SANDBOX_LOG_FILE=PATH to a file.
+func cliLogger() (hclog.Logger, func()) {
+	level := hclog.LevelFromString(os.Getenv("ALEPH_SANDBOX_LOG"))
+	if file := os.Getenv("ALEPH_SANDBOX_LOG_FILE"); file != "" {
+		f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err == nil {
+			if level == hclog.NoLevel {
+				level = hclog.Info
+			}
+			return hclog.New(&hclog.LoggerOptions{Name: "aleph-sandbox", Output: f, Level: level}), func() { _ = f.Close() }
+		}
+	}
+	if level == hclog.NoLevel {
+		return hclog.NewNullLogger(), func() {}
+	}
+	return hclog.New(&hclog.LoggerOptions{Name: "aleph-sandbox", Output: os.Stderr, Level: level}), func() {}
+}
+
+// hooksFromConfig builds the in-process hooks (command policy first, then
+// rate limit) and the hook plugins, in the pipeline's order.
+func hooksFromConfig(cfg core.Config, logger hclog.Logger) ([]driverapi.Hook, func(), error) {
+	var hooks []driverapi.Hook
+	var closers []func()
+	closeAll := func() {
+		for _, c := range closers {
+			c()
+		}
+	}
+	cp := cfg.Sandbox.CommandPolicy
+	if cp.Enabled {
+		h, errs := commandpolicy.New(commandPolicyConfig(cp), logger.Named("command_policy"))
+		for _, err := range errs {
+			// The hook has already fallen back to the curated defaults; the
+			// error is worth a line, not a refusal.
+			logger.Error("command policy rule refused", "error", err)
+		}
+		hooks = append(hooks, h)
+	}
+	// PENDING: rate limit and hook plugins
+	return hooks, closeAll, nil
+}
+
+// commandPolicyConfig maps the [sandbox.command_policy] section onto the
+// hook's own configuration type.
+func commandPolicyConfig(c core.CommandPolicyConfig) commandpolicy.Config {
+	out := commandpolicy.Config{Enabled: c.Enabled, Enforcement: c.Enforcement, UseDefaultRules: c.UseDefaultRules}
+	for _, r := range c.CustomRules {
+		out.CustomRules = append(out.CustomRules, commandpolicy.Rule{Name: r.Name, Regex: r.Regex, Action: r.Action, Description: r.Description})
+	}
+	return out
+}
+
+// mediatorFromConfig is the managed proxy for AllowHosts commands.
+func mediatorFromConfig(cfg core.Config, sink func(proxy.Decision)) *proxy.Mediator {
+	m := &proxy.Mediator{Audit: sink}
+	for _, si := range cfg.Sandbox.Network.SecretInjections {
+		m.Injections = append(m.Injections, proxy.SecretInjection{Host: si.Host, Header: si.Header, Secret: si.Secret, Format: si.Format})
+	}
+	return m
+}
+
+// pipeline is one warm core.Sandbox with everything it owns.
+type pipeline struct {
+	sandbox core.Sandbox
+	closers []func()
+}
+
+func (p *pipeline) Close() {
+	if p.sandbox != nil {
+		_ = p.sandbox.Close()
+	}
+	for i := len(p.closers) - 1; i >= 0; i-- {
+		p.closers[i]()
+	}
+}
+
+// buildPipeline wires config, hooks, the proxy, the approval requester and
+// the driver into one core.Sandbox.
+func buildPipeline(cfg core.Config, approver core.ApprovalRequester) (*pipeline, error) {
+	logger, closeLog := cliLogger()
+	p := &pipeline{closers: []func(){closeLog}}
+	hooks, closeHooks, err := hooksFromConfig(cfg, logger)
+	p.closers = append(p.closers, closeHooks)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	netLog := logger.Named("network")
+	mediator := mediatorFromConfig(cfg, func(d proxy.Decision) {
+		netLog.Info("proxy decision", "session", d.SessionID, "command", d.CommandID, "host", d.Host, "port", d.Port,
+			"protocol", d.Protocol, "allowed", d.Allowed, "reason", d.ReasonCode)
+	})
+	sb, err := core.New(cfg,
+		core.WithLogger(logger),
+		core.WithHooks(hooks...),
+		core.WithApprovalRequester(approver),
+		core.WithNetworkMediator(mediator),
+	)
+	if err != nil {
+		p.Close()
+		return nil, err
+	}
+	p.sandbox = sb
+	return p, nil
+}
+
+// approver answers elevation requests for the CLI: --yes approves, a
+// terminal is asked, and with neither the answer is no.
+type approver struct {
+	yes      bool
+	terminal bool
+	prompt   io.Writer
+	// answers reads the user's reply; nil means there is no one to ask.
+	answers func() (io.ReadCloser, error)
+}
+
+func (a *approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
+	if a.yes {
+		return driverapi.ApprovalApproved, nil
+	}
+	if !a.terminal || a.answers == nil {
+		return driverapi.ApprovalDenied, nil
+	}
+	in, err := a.answers()
+	if err != nil {
+		return driverapi.ApprovalDenied, nil
+	}
+	fmt.Fprintf(a.prompt, "aleph-sandbox: %s: allow? [y/N] ", req.Summary)
+	answer := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(in).ReadString('\n')
+		answer <- strings.ToLower(strings.TrimSpace(line))
+	}()
+	select {
+	case <-ctx.Done():
+		_ = in.Close()
+		fmt.Fprintln(a.prompt)
+		return driverapi.ApprovalTimeout, nil
+	case line := <-answer:
+		_ = in.Close()
+		if line == "y" || line == "yes" {
+			return driverapi.ApprovalApproved, nil
+		}
+		return driverapi.ApprovalDenied, nil
+	}
+}
+
+// ttyAnswers opens the controlling terminal, so the question can be asked
+// even when standard input is the child's (--stdin).
+func ttyAnswers() (io.ReadCloser, error) { return os.Open("/dev/tty") }
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func goos() string { return runtime.GOOS }
