@@ -118,3 +118,11 @@ func TestEnvBlock(t *testing.T) {
 		t.Errorf("case-duplicate names accepted: %v", err)
 	}
 }
+
+func BenchmarkCommandLine(b *testing.B) {
+	for b.Loop() {
+		if _, err := CommandLine(`C:\Program Files\tool.exe`, nastyArgs); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -236,6 +236,16 @@ func DecodePlan(data []byte) (Plan, error) {
 	return p, nil
 }
 
+// param returns the value of the named parameter, or "".
+func (p Plan) param(name string) string {
+	for _, prm := range p.Params {
+		if prm.Name == name {
+			return prm.Value
+		}
+	}
+	return ""
+}
+
 // SandboxArgv is the full argv that runs program under plan: the
 // launcher, the profile text, every parameter, then the program and its
 // arguments. program must be absolute (it cannot be read as an option).
@@ -301,6 +311,9 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	}
 	if d.cfg.GOOS != "darwin" && d.cfg.SandboxExec == DefaultSandboxExec {
 		return driverapi.Exit{}, fmt.Errorf("seatbelt: sandbox-exec exists only on macOS; this host runs %s", d.cfg.GOOS)
+	}
+	if ws := plan.param(ParamWorkspace); !driverapi.PathWithin(d.cfg.Canonicalize(spec.Cwd), ws) {
+		return driverapi.Exit{}, &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is not inside the workspace %q", spec.Cwd, ws)}
 	}
 	prog, err := ResolveProgram(spec.Program, spec.Cwd, spec.Env, d.cfg.Canonicalize)
 	if err != nil {

@@ -281,6 +281,11 @@ func TestRunRefusesBadProfileAndSpec(t *testing.T) {
 	if _, err := f.d.Run(t.Context(), s, driverapi.Streams{}); !errors.As(err, &ise) {
 		t.Errorf("zero timeout: %v", err)
 	}
+	s = f.spec("true")
+	s.Cwd = filepath.Dir(f.ws)
+	if _, err := f.d.Run(t.Context(), s, driverapi.Streams{}); !errors.As(err, &ise) {
+		t.Errorf("cwd outside the workspace: %v", err)
+	}
 	exit, _, errs := f.run(t, f.spec("no-such-program-here"))
 	if exit.ExitCode != 127 || !strings.Contains(errs, "not found") {
 		t.Errorf("missing program: %+v %q", exit, errs)

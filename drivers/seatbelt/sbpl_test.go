@@ -369,3 +369,13 @@ func TestParseOptions(t *testing.T) {
 		}
 	}
 }
+
+func BenchmarkProfileFor(b *testing.B) {
+	d := New(Config{Canonicalize: IdentityCanonicalizer, GOOS: "darwin"})
+	r := goldenCases()["everything"]
+	for b.Loop() {
+		if _, err := d.ProfileFor(b.Context(), r); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
