@@ -44,9 +44,11 @@ type AuditRecord struct {
 	Signal           int32               `json:"signal"`
 	TimedOut         bool                `json:"timed_out"`
 	Truncated        bool                `json:"truncated"`
-	DurationMS       int64               `json:"duration_ms"`
-	Backend          string              `json:"backend,omitempty"`
-	ProfileDigest    string              `json:"profile_digest,omitempty"`
+	// DurationMS is the whole Execute, pipeline included (the command's own
+	// run time is Output.Exit.Duration).
+	DurationMS    int64  `json:"duration_ms"`
+	Backend       string `json:"backend,omitempty"`
+	ProfileDigest string `json:"profile_digest,omitempty"`
 }
 
 // AuditSink receives every audit record. Implementations must be safe for
