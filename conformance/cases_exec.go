@@ -51,6 +51,37 @@ func execCases() []Case {
 				_, _ = rand.Read(b)
 				return stdinRoundTrip(ctx, h, b)
 			}},
+		{ID: "exec/stdin-unread", Level: Must,
+			Description: "A program that exits without reading its 1 MiB of stdin ends normally; the driver neither hangs nor fails on the closed pipe.",
+			run: func(ctx context.Context, h *H) error {
+				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "echo done"}, Stdin: make([]byte, 1<<20)})
+				if err := ok("sh ignoring stdin", o); err != nil {
+					return err
+				}
+				if string(o.Stdout) != "done\n" {
+					return fmt.Errorf("got %q", o.Stdout)
+				}
+				return nil
+			}},
+		{ID: "exec/workspace-program-runs", Level: Should,
+			Description: "An executable script written into the workspace can be run as the program itself (workspaces hold build outputs and scripts).",
+			run: func(ctx context.Context, h *H) error {
+				p := filepath.Join(h.Work, "bin", "hello.sh")
+				if err := writeFile(p, "#!/bin/sh\necho \"hello $1\"\n"); err != nil {
+					return err
+				}
+				if err := os.Chmod(p, 0o755); err != nil {
+					return err
+				}
+				o := h.Exec(ctx, Cmd{Program: p, Args: []string{"world"}})
+				if err := ok("workspace script", o); err != nil {
+					return err
+				}
+				if string(o.Stdout) != "hello world\n" {
+					return fmt.Errorf("got %q", o.Stdout)
+				}
+				return nil
+			}},
 		{ID: "exec/stdin-empty-eof", Level: Must,
 			Description: "Without stdin the program reads end-of-file at once (it is not left waiting on an open descriptor).",
 			run: func(ctx context.Context, h *H) error {

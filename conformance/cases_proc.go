@@ -82,7 +82,7 @@ func (t *tree) check(ctx context.Context) error {
 		return errors.New("the background children never ran (positive control): is perl runnable with spawn_subprocess?")
 	}
 	for _, m := range t.markers {
-		if growing, size := stillGrowing(ctx, m, 400*time.Millisecond); growing {
+		if growing, size := stillGrowing(ctx, m, 600*time.Millisecond); growing {
 			return fmt.Errorf("%s still growing after the command ended (%d bytes): a descendant survived", filepath.Base(m), size)
 		}
 	}
