@@ -1,0 +1,225 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"sync"
+)
+
+// The bridge is the only network path out of a sandbox whose network is an
+// allowlist: inside the sandbox's own network namespace it listens on
+// loopback TCP ports (the ones the child's proxy variables name) and relays
+// each connection, byte for byte, to the host proxy's unix socket, which
+// is bind-mounted into the sandbox. It makes no decisions: the proxy does.
+
+// bridgeMaxConns bounds concurrent relays, so a child cannot make the
+// bridge hold unbounded descriptors; the proxy has its own cap behind it.
+const bridgeMaxConns = 512
+
+// BridgeError says why the bridge could not start.
+type BridgeError struct {
+	Addr   string
+	Reason string
+}
+
+func (e *BridgeError) Error() string {
+	if e.Addr == "" {
+		return "network bridge: " + e.Reason
+	}
+	return fmt.Sprintf("network bridge: %s: %s", e.Addr, e.Reason)
+}
+
+// Bridge is a running relay. Close or cancelling the context it was started
+// with stops it.
+type Bridge struct {
+	socket string
+	lns    []net.Listener
+	sem    chan struct{}
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+	done   chan struct{}
+	once   sync.Once
+}
+
+// StartBridge binds every listen address (each must be a loopback IP
+// literal with a port; port 0 picks a free one, see Addrs) before returning, so a caller can start the target
+// as soon as it returns, and relays accepted connections to unixSocket.
+func StartBridge(ctx context.Context, listenAddrs []string, unixSocket string) (*Bridge, error) {
+	if len(listenAddrs) == 0 {
+		return nil, &BridgeError{Reason: "no listen addresses"}
+	}
+	if unixSocket == "" {
+		return nil, &BridgeError{Reason: "no proxy socket"}
+	}
+	b := &Bridge{
+		socket: unixSocket,
+		sem:    make(chan struct{}, bridgeMaxConns),
+		conns:  map[net.Conn]struct{}{},
+		done:   make(chan struct{}),
+	}
+	for _, a := range listenAddrs {
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil || !ap.Addr().IsLoopback() {
+			b.closeListeners()
+			return nil, &BridgeError{Addr: a, Reason: "listen address must be a loopback IP literal with a port"}
+		}
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			b.closeListeners()
+			return nil, &BridgeError{Addr: a, Reason: err.Error()}
+		}
+		b.lns = append(b.lns, ln)
+	}
+	for _, ln := range b.lns {
+		b.wg.Add(1)
+		go b.accept(ln)
+	}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		select {
+		case <-ctx.Done():
+			go b.Close()
+		case <-b.done:
+		}
+	}()
+	return b, nil
+}
+
+// RunBridge starts a bridge and blocks until ctx ends, then stops it and
+// waits for every relay to finish.
+func RunBridge(ctx context.Context, listenAddrs []string, unixSocket string) error {
+	b, err := StartBridge(ctx, listenAddrs, unixSocket)
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	b.Close()
+	return nil
+}
+
+// Addrs returns the bound listen addresses.
+func (b *Bridge) Addrs() []net.Addr {
+	out := make([]net.Addr, len(b.lns))
+	for i, ln := range b.lns {
+		out[i] = ln.Addr()
+	}
+	return out
+}
+
+// Close stops accepting, ends every relay and waits for them. Idempotent.
+func (b *Bridge) Close() error {
+	b.once.Do(func() {
+		b.mu.Lock()
+		b.closed = true
+		for c := range b.conns {
+			c.Close()
+		}
+		b.mu.Unlock()
+		b.closeListeners()
+		close(b.done)
+		b.wg.Wait()
+	})
+	return nil
+}
+
+func (b *Bridge) closeListeners() {
+	for _, ln := range b.lns {
+		ln.Close()
+	}
+}
+
+func (b *Bridge) track(cs ...net.Conn) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return false
+	}
+	for _, c := range cs {
+		b.conns[c] = struct{}{}
+	}
+	return true
+}
+
+func (b *Bridge) untrack(cs ...net.Conn) {
+	b.mu.Lock()
+	for _, c := range cs {
+		delete(b.conns, c)
+	}
+	b.mu.Unlock()
+}
+
+func (b *Bridge) accept(ln net.Listener) {
+	defer b.wg.Done()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return
+		}
+		select {
+		case b.sem <- struct{}{}:
+		default:
+			// Over the cap: refuse at once rather than queue.
+			c.Close()
+			continue
+		}
+		if !b.track(c) {
+			c.Close()
+			<-b.sem
+			return
+		}
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			defer func() { <-b.sem }()
+			b.relay(c)
+		}()
+	}
+}
+
+// relay joins one accepted TCP connection to a fresh connection to the
+// proxy socket. End of stream in either direction is passed on as a
+// half-close, so request/response protocols that close their sending side
+// first keep working; an error on either side ends both.
+func (b *Bridge) relay(c net.Conn) {
+	defer b.untrack(c)
+	defer c.Close()
+	up, err := net.Dial("unix", b.socket)
+	if err != nil {
+		return
+	}
+	defer up.Close()
+	if !b.track(up) {
+		return
+	}
+	defer b.untrack(up)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	pipe := func(dst, src net.Conn) {
+		defer wg.Done()
+		if _, err := io.Copy(dst, src); err != nil {
+			c.Close()
+			up.Close()
+			return
+		}
+		if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+			cw.CloseWrite()
+		}
+	}
+	go pipe(up, c)
+	go pipe(c, up)
+	wg.Wait()
+}

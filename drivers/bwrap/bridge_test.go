@@ -1,0 +1,297 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// unixServer serves handle on a unix socket in a temp dir.
+func unixServer(t *testing.T, handle func(c *net.UnixConn)) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "proxy.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				handle(c.(*net.UnixConn))
+			}()
+		}
+	}()
+	return path
+}
+
+func unixEcho(c *net.UnixConn) {
+	io.Copy(c, c)
+	c.CloseWrite()
+}
+
+func startTestBridge(t *testing.T, ctx context.Context, sock string) (*Bridge, string) {
+	t.Helper()
+	b, err := StartBridge(ctx, []string{"127.0.0.1:0", "[::1]:0"}, sock)
+	if err != nil {
+		// Hosts without IPv6 loopback: IPv4 alone.
+		b, err = StartBridge(ctx, []string{"127.0.0.1:0"}, sock)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b, b.Addrs()[0].String()
+}
+
+func TestBridgeEchoAndHalfClose(t *testing.T) {
+	sock := unixServer(t, unixEcho)
+	b, addr := startTestBridge(t, context.Background(), sock)
+	for _, a := range b.Addrs() {
+		c, err := net.Dial("tcp", a.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		msg := bytes.Repeat([]byte("0123456789"), 100_000)
+		go func() {
+			c.Write(msg)
+			// Client half-close must reach the proxy side as EOF, or the
+			// echo never ends.
+			c.(*net.TCPConn).CloseWrite()
+		}()
+		got, err := io.ReadAll(c)
+		c.Close()
+		if err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("%s: echoed %d bytes (%v), want %d", a, len(got), err, len(msg))
+		}
+	}
+	_ = addr
+}
+
+func TestBridgeServerHalfClose(t *testing.T) {
+	// The proxy side sends a banner and closes its sending side first; the
+	// client must see EOF and still be able to send.
+	received := make(chan string, 1)
+	sock := unixServer(t, func(c *net.UnixConn) {
+		io.WriteString(c, "banner")
+		c.CloseWrite()
+		b, _ := io.ReadAll(c)
+		received <- string(b)
+	})
+	_, addr := startTestBridge(t, context.Background(), sock)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	banner, err := io.ReadAll(c)
+	if err != nil || string(banner) != "banner" {
+		t.Fatalf("banner = %q, %v", banner, err)
+	}
+	io.WriteString(c, "after-eof")
+	c.(*net.TCPConn).CloseWrite()
+	select {
+	case got := <-received:
+		if got != "after-eof" {
+			t.Fatalf("proxy side got %q", got)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("client data after server half-close never arrived")
+	}
+}
+
+func TestBridgeManyConnections(t *testing.T) {
+	sock := unixServer(t, unixEcho)
+	_, addr := startTestBridge(t, context.Background(), sock)
+	const n = 100
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func(i int) {
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				errs <- err
+				return
+			}
+			defer c.Close()
+			msg := fmt.Sprintf("connection-%d-%s", i, bytes.Repeat([]byte{'x'}, i*100))
+			io.WriteString(c, msg)
+			c.(*net.TCPConn).CloseWrite()
+			got, err := io.ReadAll(c)
+			if err == nil && string(got) != msg {
+				err = fmt.Errorf("connection %d: got %d bytes, want %d", i, len(got), len(msg))
+			}
+			errs <- err
+		}(i)
+	}
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func TestBridgeContextCancelStopsItWithoutLeaks(t *testing.T) {
+	arrived := make(chan struct{}, 5)
+	sock := unixServer(t, func(c *net.UnixConn) {
+		var b [1]byte
+		if _, err := c.Read(b[:]); err == nil {
+			arrived <- struct{}{}
+		}
+		io.Copy(io.Discard, c) // holds the relay open
+	})
+	before := runtime.NumGoroutine()
+	ctx, cancel := context.WithCancel(context.Background())
+	b, err := StartBridge(ctx, []string{"127.0.0.1:0"}, sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := b.Addrs()[0].String()
+	var open []net.Conn
+	for i := 0; i < 5; i++ {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.WriteString(c, "x")
+		open = append(open, c)
+	}
+	// Positive control: all five relays are live end to end.
+	for range open {
+		select {
+		case <-arrived:
+		case <-time.After(30 * time.Second):
+			t.Fatal("relay did not deliver")
+		}
+	}
+	done := make(chan error, 1)
+	go func() { <-ctx.Done(); done <- b.Close() }()
+	cancel()
+	<-done
+	for _, c := range open {
+		c.SetReadDeadline(time.Now().Add(30 * time.Second))
+		// Ended means EOF or a reset (the bridge closed with bytes
+		// unread); a timeout means the relay outlived its bridge.
+		if _, err := io.ReadAll(c); err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("relay not ended by cancel: %v", err)
+		}
+		c.Close()
+	}
+	if c, err := net.Dial("tcp", addr); err == nil {
+		c.Close()
+		t.Error("bridge still accepting after cancel")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("goroutines: %d before, %d after\n%s", before, runtime.NumGoroutine(), buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestRunBridgeReturnsOnCancel(t *testing.T) {
+	sock := unixServer(t, unixEcho)
+	ctx, cancel := context.WithCancel(context.Background())
+	ret := make(chan error, 1)
+	go func() { ret <- RunBridge(ctx, []string{"127.0.0.1:0"}, sock) }()
+	cancel()
+	select {
+	case err := <-ret:
+		if err != nil {
+			t.Fatalf("RunBridge = %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("RunBridge did not return after cancel")
+	}
+	// A bad address is an error at once, not a hang.
+	err := RunBridge(context.Background(), []string{"10.0.0.1:3128"}, sock)
+	var be *BridgeError
+	if !errors.As(err, &be) {
+		t.Fatalf("non-loopback address: %v", err)
+	}
+}
+
+func TestBridgeRefusesNonLoopbackAddresses(t *testing.T) {
+	for _, a := range []string{"0.0.0.0:3128", "[::]:3128", "192.0.2.1:80", "localhost:3128", ":3128", "127.0.0.1", ""} {
+		b, err := StartBridge(context.Background(), []string{a}, "/nonexistent.sock")
+		var be *BridgeError
+		if !errors.As(err, &be) {
+			if b != nil {
+				b.Close()
+			}
+			t.Errorf("StartBridge(%q) = %v, want *BridgeError", a, err)
+		}
+	}
+	if _, err := StartBridge(context.Background(), []string{"127.0.0.1:0"}, ""); err == nil {
+		t.Error("empty socket path accepted")
+	}
+	// A second listen address that cannot bind releases the first.
+	b, err := StartBridge(context.Background(), []string{"127.0.0.1:0"}, "/nonexistent.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	taken := b.Addrs()[0].String()
+	defer b.Close()
+	if _, err := StartBridge(context.Background(), []string{"127.0.0.1:0", taken}, "/nonexistent.sock"); err == nil {
+		t.Error("binding a taken port succeeded")
+	}
+}
+
+func TestBridgeProxyAbsent(t *testing.T) {
+	// No proxy socket yet: the client is closed promptly (not left
+	// hanging) and the bridge keeps serving.
+	path := filepath.Join(t.TempDir(), "proxy.sock")
+	_, addr := startTestBridge(t, context.Background(), path)
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.ReadAll(c); err != nil {
+		t.Fatalf("client not closed: %v", err)
+	}
+	c.Close()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			unixEcho(c.(*net.UnixConn))
+			c.Close()
+		}
+	}()
+	c, err = net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "late")
+	c.(*net.TCPConn).CloseWrite()
+	if got, _ := io.ReadAll(c); string(got) != "late" {
+		t.Fatalf("after the proxy appeared: %q", got)
+	}
+}
