@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
 	"time"
 )
 
@@ -138,6 +139,12 @@ func readSOCKSRequest(r io.Reader) (*socksRequest, error) {
 	}
 	t, err := ParseTarget(host, port)
 	if err != nil {
+		// The name is client-chosen bytes: quoted and bounded before it
+		// goes into an audit record.
+		if len(host) > 64 {
+			host = host[:64]
+		}
+		req.rawHost = strconv.QuoteToASCII(host)
 		return req, &socksError{rep: socksRepGeneralFailure, reason: ReasonInvalidTarget, detail: err.Error()}
 	}
 	req.target = t
