@@ -20,6 +20,9 @@ func fsCases() []Case {
 		{ID: "fs/workspace-read-write", Level: Must,
 			Description: "Inside the workspace the program reads host files, creates, renames and deletes files and directories, and the host sees the result.",
 			run:         caseWorkspaceRW},
+		{ID: "fs/workspace-unusual-path", Level: Must,
+			Description: "A workspace whose path holds spaces, quotes, unicode and shell characters works like any other: the program starts there, reads and writes in it.",
+			run:         caseUnusualWorkspace},
 		{ID: "fs/write-outside-denied", Level: Must, Feature: wr,
 			Description: "Writing a file in a host directory outside the workspace fails and nothing appears there; the same command writes inside the workspace.",
 			run: func(ctx context.Context, h *H) error {
@@ -415,4 +418,26 @@ func caseProtectedRename(ctx context.Context, h *H) error {
 		return errors.New(".git/config was moved, removed or changed")
 	}
 	return mustNotExist(filepath.Join(h.Work, ".git", "hooks"), "recreating .git")
+}
+
+func caseUnusualWorkspace(ctx context.Context, h *H) error {
+	ws := filepath.Join(h.Root, "wörk space 'q' \"dq\" $x;(1)")
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		return err
+	}
+	if err := writeFile(filepath.Join(ws, "in.txt"), "given\n"); err != nil {
+		return err
+	}
+	h.Work = ws
+	o := h.Sh(ctx, nil, "pwd -P; cat in.txt; echo made > out.txt")
+	if err := ok("sh in an unusual workspace", o); err != nil {
+		return err
+	}
+	if want := ws + "\ngiven\n"; string(o.Stdout) != want {
+		return fmt.Errorf("got %q, want %q", o.Stdout, want)
+	}
+	if readHost(filepath.Join(ws, "out.txt")) != "made\n" {
+		return errors.New("write in the workspace did not reach the host")
+	}
+	return nil
 }

@@ -105,7 +105,7 @@ func procCases() []Case {
 				return nil
 			}},
 		{ID: "proc/spawn-denied", Level: Must, Feature: driverapi.FeatureSubprocessControl,
-			Description: "Without spawn_subprocess a shell runs (builtins work) but cannot start a child process; the same script with spawn_subprocess can.",
+			Description: "Without spawn_subprocess a shell runs (builtins work) but can neither start a program nor fork a subshell; the same script with spawn_subprocess can.",
 			run:         caseSpawnDenied},
 		{ID: "proc/timeout-reported", Level: Must,
 			Description: "A command that outlives its timeout is stopped and reported with timed_out, well before it would have ended.",
@@ -197,19 +197,20 @@ func procCases() []Case {
 }
 
 func caseSpawnDenied(ctx context.Context, h *H) error {
-	const script = `echo alive; /bin/sh -c 'exit 0' 2>/dev/null; echo "spawn=$?"`
+	// Both a fork+exec and a bare fork (a subshell) are new processes.
+	const script = `echo alive; /bin/sh -c 'exit 0' 2>/dev/null; echo "spawn=$?"; (echo forked-subshell) 2>/dev/null; true`
 	o := h.Sh(ctx, &driverapi.Capabilities{}, script)
 	if err := ran("builtins without spawn", o, "alive"); err != nil {
 		return err
 	}
-	if bytes.Contains(o.Stdout, []byte("spawn=0")) {
+	if bytes.Contains(o.Stdout, []byte("spawn=0")) || bytes.Contains(o.Stdout, []byte("forked-subshell")) {
 		return fmt.Errorf("a child process started without spawn_subprocess: %s", o)
 	}
 	o = h.Sh(ctx, &driverapi.Capabilities{SpawnSubprocess: true}, script)
 	if err := ok("with spawn", o); err != nil {
 		return err
 	}
-	if !bytes.Contains(o.Stdout, []byte("spawn=0")) {
+	if !bytes.Contains(o.Stdout, []byte("spawn=0")) || !bytes.Contains(o.Stdout, []byte("forked-subshell")) {
 		return fmt.Errorf("spawn_subprocess=true did not allow a child (positive control): %s", o)
 	}
 	return nil
