@@ -15,23 +15,12 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/initmain"
 )
 
 func main() {
-	args := os.Args[1:]
-	if len(args) >= 2 && args[0] == bwrap.PWDCommand {
-		if err := bwrap.RestorePWD(args[1]); err != nil {
-			fmt.Fprintln(os.Stderr, "aleph-sandbox: sandbox-init:", err)
-			os.Exit(bwrap.SandboxInitExitCode)
-		}
-		args = args[2:]
-		if len(args) == 0 || args[0] != bwrap.SandboxInitCommand {
-			fmt.Fprintln(os.Stderr, "aleph-sandbox: sandbox-init: "+bwrap.PWDCommand+" must be followed by "+bwrap.SandboxInitCommand)
-			os.Exit(bwrap.SandboxInitExitCode)
-		}
-	}
-	if len(args) > 0 && args[0] == bwrap.SandboxInitCommand {
-		os.Exit(bwrap.SandboxInit(args[1:]))
+	if initmain.IsInitMode(os.Args[1:]) {
+		os.Exit(initmain.Main(os.Args[1:]))
 	}
 	// Nothing may reach stdout before the go-plugin handshake: log to stderr.
 	lg := hclog.New(&hclog.LoggerOptions{Name: "aleph-driver-bwrap", Output: os.Stderr, JSONFormat: true})

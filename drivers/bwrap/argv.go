@@ -1,11 +1,11 @@
 package bwrap
 
 import (
-	"fmt"
-	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/initmain"
 )
 
 // BwrapFlags is the bubblewrap argv (without the program) that builds the
@@ -110,30 +110,6 @@ func (p Plan) InitSpec() InitSpec {
 	return s
 }
 
-// PWDCommand is a hidden prefix mode of the driver binary:
-// `aleph-driver-bwrap sandbox-pwd ARG sandbox-init ...`. bwrap always sets
-// PWD to the working directory; the child must see exactly the environment
-// it was given, so the launcher says what PWD should be ("" for unset,
-// "=VALUE" for VALUE) and the binary restores it before sandbox-init.
-const PWDCommand = "sandbox-pwd"
-
-// pwdArg encodes the PWD the child was given for PWDCommand.
-func pwdArg(env []string) string {
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "PWD=") {
-			return "=" + strings.TrimPrefix(kv, "PWD=")
-		}
-	}
-	return ""
-}
-
-// RestorePWD applies a PWDCommand argument to this process's environment.
-func RestorePWD(arg string) error {
-	if arg == "" {
-		return os.Unsetenv("PWD")
-	}
-	if !strings.HasPrefix(arg, "=") {
-		return &InitSpecError{Reason: fmt.Sprintf("%s: argument %q is neither empty nor =VALUE", PWDCommand, arg)}
-	}
-	return os.Setenv("PWD", arg[1:])
-}
+// PWDCommand is the optional prefix of the in-sandbox mode that restores
+// the PWD the child was given (bwrap always sets it); see initmain.
+const PWDCommand = initmain.PWDCommand

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/initmain"
 )
 
 // Version is the driver's version, reported in HostCapabilities.
@@ -72,7 +73,7 @@ func New(cfg Config) (*Driver, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bwrap driver: locate own binary: %w", err)
 		}
-		cfg.InitBinary = exe
+		cfg.InitBinary = chooseInit(exe)
 	}
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
@@ -85,6 +86,32 @@ func New(cfg Config) (*Driver, error) {
 		lg = hclog.NewNullLogger()
 	}
 	return &Driver{cfg: cfg, log: lg, holds: map[string]int{}}, nil
+}
+
+// InitBinaryName is the small in-sandbox binary the driver prefers when it
+// is installed beside the driver binary.
+const InitBinaryName = "aleph-sandbox-init"
+
+// chooseInit picks the binary bwrap runs as sandbox-init: the small
+// aleph-sandbox-init beside the driver binary exe when it is as trustworthy
+// as exe itself (a regular file, not a symlink, owned by root or by exe's
+// owner, writable by nobody else, in a directory writable by nobody else),
+// else exe (which has the same mode built in). The host pins the driver
+// binary's checksum; a sibling in a directory others can write to could be
+// swapped, so it is never used there.
+func chooseInit(exe string) string {
+	sib := filepath.Join(filepath.Dir(exe), InitBinaryName)
+	var exeSt, sibSt, dirSt unix.Stat_t
+	if unix.Stat(exe, &exeSt) != nil || unix.Lstat(sib, &sibSt) != nil || unix.Stat(filepath.Dir(exe), &dirSt) != nil {
+		return exe
+	}
+	trusted := func(st unix.Stat_t) bool {
+		return (st.Uid == 0 || st.Uid == exeSt.Uid) && st.Mode&0o022 == 0
+	}
+	if sibSt.Mode&unix.S_IFMT != unix.S_IFREG || sibSt.Mode&0o111 == 0 || !trusted(sibSt) || !trusted(dirSt) {
+		return exe
+	}
+	return sib
 }
 
 // NewFromEnv returns a driver configured from OptionsEnv, as the plugin
@@ -292,7 +319,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	}
 	env := envList(spec.Env)
 	args := plan.BwrapFlags(cwd, d.cfg.InitBinary, extra...)
-	args = append(args, "--", InitPath, PWDCommand, pwdArg(env), SandboxInitCommand)
+	args = append(args, "--", InitPath, PWDCommand, initmain.PWDArg(env), SandboxInitCommand)
 	args = append(args, init...)
 
 	cmd := exec.CommandContext(runCtx, bwrapPath, args...)
@@ -432,4 +459,42 @@ func joinV1(cg *commandCgroup, status io.Reader, block *os.File) error {
 		}
 		return block.Close()
 	}
+}
+
+// RawBwrapCommand returns bwrap with exactly the namespace and mount flags
+// Run would use for spec, running spec.Program directly: no sandbox-init
+// (so no Landlock, seccomp or rlimits), no cgroup, no output budget. It
+// exists to measure what the driver adds on top of bubblewrap (the bench
+// command and the package benchmarks); never use it to run untrusted code.
+//
+// The caller must call release once the command has ended: it removes the
+// protected-entry placeholders the command needed.
+func (d *Driver) RawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (cmd *exec.Cmd, release func(), err error) {
+	if err := spec.Profile.Verify(Backend); err != nil {
+		return nil, nil, err
+	}
+	if err := driverapi.ValidateRunSpec(spec); err != nil {
+		return nil, nil, err
+	}
+	plan, err := DecodePlan(spec.Profile.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	cwd, err := plan.checkCwd(spec.Cwd)
+	if err != nil {
+		return nil, nil, err
+	}
+	h := d.probe()
+	if h.sandboxErr != nil {
+		return nil, nil, &UnavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
+	}
+	if release, err = d.protect(plan); err != nil {
+		return nil, nil, err
+	}
+	args := append(plan.BwrapFlags(cwd, ""), "--", spec.Program)
+	args = append(args, spec.Args...)
+	cmd = exec.CommandContext(ctx, h.bwrap, args...)
+	cmd.Env = envList(spec.Env)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	return cmd, release, nil
 }

@@ -27,7 +27,12 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	driverBin = filepath.Join(dir, "aleph-driver-bwrap")
-	build := exec.Command("go", "build", "-o", driverBin, "github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-driver-bwrap")
+	// Both binaries, side by side as installed: the plugin then runs the
+	// small aleph-sandbox-init; in-process tests use the driver binary's
+	// own sandbox-init mode (InitBinary: driverBin), so both are exercised.
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", dir+"/",
+		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-driver-bwrap",
+		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox-init")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build driver:", err)
@@ -117,4 +122,38 @@ func TestSmoke(t *testing.T) {
 		t.Fatalf("got %+v", r)
 	}
 	_ = strings.TrimSpace
+}
+
+func TestChooseInit(t *testing.T) {
+	if got := chooseInit(driverBin); got != filepath.Join(filepath.Dir(driverBin), InitBinaryName) {
+		t.Fatalf("installed sibling not chosen: %s", got)
+	}
+	// A sibling others can write to is not trusted.
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "aleph-driver-bwrap")
+	sib := filepath.Join(dir, InitBinaryName)
+	for _, p := range []string{exe, sib} {
+		if err := os.WriteFile(p, []byte("#!/bin/true\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(dir, 0o755)
+	if got := chooseInit(exe); got != sib {
+		t.Fatalf("control: trusted sibling not chosen: %s", got)
+	}
+	os.Chmod(sib, 0o777)
+	if got := chooseInit(exe); got != exe {
+		t.Fatalf("world-writable sibling chosen")
+	}
+	os.Remove(sib)
+	if err := os.Symlink(exe, sib); err != nil {
+		t.Fatal(err)
+	}
+	if got := chooseInit(exe); got != exe {
+		t.Fatalf("symlinked sibling chosen")
+	}
+	os.Remove(sib)
+	if got := chooseInit(exe); got != exe {
+		t.Fatalf("missing sibling: %s", got)
+	}
 }

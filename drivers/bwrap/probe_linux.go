@@ -144,6 +144,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 			"cpu_quota_pct":  strconv.FormatUint(d.cfg.Options.CPUQuotaPercent, 10),
 			"cgroup_setting": string(d.cfg.Options.Cgroup),
 			"euid":           strconv.Itoa(os.Geteuid()),
+			"sandbox_init":   d.cfg.InitBinary,
 		},
 	}
 	if h.landlock > 0 && h.sandboxErr == nil {

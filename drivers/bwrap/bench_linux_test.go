@@ -1,0 +1,85 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"context"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// BenchmarkLaunch runs /bin/true four ways, side by side, and logs the
+// ratios: directly, through raw bwrap with the driver's flags, through the
+// driver in-process (sandbox-init, cgroup, output plumbing), and through the
+// driver plugin over gRPC (what the core does, warm).
+func BenchmarkLaunch(b *testing.B) {
+	ctx := context.Background()
+	d := testDriver(b, Options{})
+	ws := newWorkspace(b)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 30 * time.Second,
+		MaxOutputBytes: 1 << 20, Env: pathEnv()}
+	perOp := map[string]float64{}
+	record := func(name string, b *testing.B) { perOp[name] = float64(b.Elapsed().Nanoseconds()) / float64(b.N) }
+
+	b.Run("direct", func(b *testing.B) {
+		for b.Loop() {
+			if err := exec.Command("/bin/true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		record("direct", b)
+	})
+	b.Run("raw_bwrap", func(b *testing.B) {
+		for b.Loop() {
+			cmd, release, err := d.RawBwrapCommand(ctx, spec)
+			if err != nil {
+				b.Fatal(err)
+			}
+			err = cmd.Run()
+			release()
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		record("raw_bwrap", b)
+	})
+	b.Run("driver_in_process", func(b *testing.B) {
+		for b.Loop() {
+			exit, err := d.Run(ctx, spec, driverapi.Streams{})
+			if err != nil || exit.ExitCode != 0 {
+				b.Fatal(err, exit)
+			}
+		}
+		record("driver_in_process", b)
+	})
+	b.Run("driver_plugin", func(b *testing.B) {
+		p := launchPlugin(b)
+		pd := p.Driver()
+		pprof, err := pd.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+		if err != nil {
+			b.Fatal(err)
+		}
+		s := spec
+		s.Profile = pprof
+		for b.Loop() {
+			exit, err := pd.Run(ctx, s, driverapi.Streams{})
+			if err != nil || exit.ExitCode != 0 {
+				b.Fatal(err, exit)
+			}
+		}
+		record("driver_plugin", b)
+	})
+	raw := perOp["raw_bwrap"]
+	if raw > 0 {
+		for _, k := range []string{"direct", "raw_bwrap", "driver_in_process", "driver_plugin"} {
+			b.Logf("%-18s %8.2f ms/op  %5.2fx raw bwrap", k, perOp[k]/1e6, perOp[k]/raw)
+		}
+	}
+}
