@@ -302,6 +302,10 @@ func statusFor(d *denial) int {
 }
 
 func (p *Proxy) handleConnect(ctx context.Context, c net.Conn, br *bufio.Reader, pr *proxyRequest) {
+	if p.tls != nil && len(p.injectionsFor(pr.target)) > 0 {
+		p.interceptConnect(ctx, c, br, pr.target)
+		return
+	}
 	up, d := p.connectUpstream(ctx, pr.target, ProtocolConnect, "")
 	if d != nil {
 		writeHTTPError(c, statusFor(d), d.code, pr.target.hostPort(), d.detail)
@@ -355,21 +359,13 @@ func (p *Proxy) handleForward(ctx context.Context, c net.Conn, br *bufio.Reader,
 		// Keep net/http from adding its own User-Agent.
 		req.Header["User-Agent"] = nil
 	}
-	var injected []string
-	for _, in := range p.injections {
-		if !in.matches(t) {
-			continue
-		}
-		v := strings.ReplaceAll(in.format, "{secret}", p.cfg.Secrets[in.secret])
-		if !validHeaderValue(v) {
-			p.record(t, ProtocolHTTP, false, ReasonInvalidHeaderValue, "injected header "+in.header+" from secret "+in.secret+" would contain control characters")
-			writeHTTPError(c, http.StatusForbidden, ReasonInvalidHeaderValue, t.hostPort(), "secret header value refused")
-			return false
-		}
-		req.Header.Set(in.header, v)
-		injected = append(injected, "secret "+in.secret+" injected into "+in.header)
+	injected, d := p.applyInjections(req.Header, t)
+	if d != nil {
+		p.record(t, ProtocolHTTP, false, d.code, d.detail)
+		writeHTTPError(c, http.StatusForbidden, d.code, t.hostPort(), "secret header value refused")
+		return false
 	}
-	up, d := p.connectUpstream(ctx, t, ProtocolHTTP, strings.Join(injected, ", "))
+	up, d := p.connectUpstream(ctx, t, ProtocolHTTP, injected)
 	if d != nil {
 		writeHTTPError(c, statusFor(d), d.code, t.hostPort(), d.detail)
 		return false

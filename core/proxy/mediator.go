@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"context"
+	"crypto/x509"
 	"net"
 	"runtime"
 	"strconv"
@@ -92,12 +93,15 @@ type Mediation = interface {
 // method is the network-mediation hook core calls for AllowHosts commands.
 type Mediator struct {
 	Injections []SecretInjection
-	Audit      func(Decision)
-	Resolver   Resolver
-	Dial       DialFunc
-	Route      Route
-	Limits     Limits
-	TempDir    string
+	// TLSIntercept: see Config.TLSIntercept.
+	TLSIntercept  bool
+	UpstreamRoots *x509.CertPool
+	Audit         func(Decision)
+	Resolver      Resolver
+	Dial          DialFunc
+	Route         Route
+	Limits        Limits
+	TempDir       string
 }
 
 // Start runs a proxy for one command. It stops when the returned
@@ -115,6 +119,7 @@ func (m *Mediator) StartProxy(ctx context.Context, sessionID, commandID string, 
 	return New(ctx, Config{
 		SessionID: sessionID, CommandID: commandID,
 		Hosts: hosts, Secrets: secrets, Injections: m.Injections,
+		TLSIntercept: m.TLSIntercept, UpstreamRoots: m.UpstreamRoots,
 		Audit: m.Audit, Resolver: m.Resolver, Dial: m.Dial,
 		Route: m.Route, Limits: m.Limits, TempDir: m.TempDir,
 	})

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -72,6 +73,13 @@ type Config struct {
 	Resolver Resolver
 	// Dial defaults to a net.Dialer with Limits.DialTimeout.
 	Dial DialFunc
+	// TLSIntercept terminates TLS for CONNECT targets that an injection
+	// rule names, so the secret can be injected into HTTPS requests too.
+	// Off by default; see tls.go.
+	TLSIntercept bool
+	// UpstreamRoots verifies upstream servers when intercepting; nil
+	// means the system roots.
+	UpstreamRoots *x509.CertPool
 	// Route says which address the child's proxy variables name.
 	Route  Route
 	Limits Limits
@@ -88,6 +96,7 @@ type Proxy struct {
 	allow      *Allowlist
 	injections []compiledInjection
 	audit      func(Decision)
+	tls        *interceptor
 
 	dir      string
 	unixPath string
@@ -144,6 +153,15 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("proxy: socket directory: %w", err)
 	}
+	if cfg.TLSIntercept && len(inj) > 0 {
+		if p.tls, err = newInterceptor(inj, cfg.UpstreamRoots); err == nil {
+			err = p.tls.writeCAFiles(p.dir)
+		}
+		if err != nil {
+			os.RemoveAll(p.dir)
+			return nil, fmt.Errorf("proxy: TLS interception CA: %w", err)
+		}
+	}
 	p.unixPath = filepath.Join(p.dir, "proxy.sock")
 	uln, err := net.Listen("unix", p.unixPath)
 	if err != nil {
@@ -185,6 +203,11 @@ func (p *Proxy) Endpoint() driverapi.ProxyEndpoint {
 func (p *Proxy) Env() []driverapi.EnvVar {
 	httpAddr, socksAddr := p.cfg.Route.addrs(p.tcpAddr)
 	env := ProxyEnv(httpAddr, socksAddr)
+	if p.tls != nil {
+		for _, kv := range tlsEnv(p.dir) {
+			env = append(env, driverapi.EnvVar{Name: kv[0], Value: kv[1]})
+		}
+	}
 	for _, kv := range placeholderEnv(p.cfg.Secrets) {
 		env = append(env, driverapi.EnvVar{Name: kv[0], Value: kv[1]})
 	}
