@@ -105,3 +105,13 @@ func (s *WorkspaceSandbox) ApplyNetworkGrant(ctx context.Context, sessionID, hos
 	s.ledger.record(ctx, rec)
 	return next, nil
 }
+
+// ForgetSession drops a session's in-memory state (its grants); its
+// workspace directory stays on disk and is reused if the session comes back,
+// with a fresh baseline. Long-running hosts call it when a session ends so
+// the session map does not grow without bound.
+func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
+	s.mu.Lock()
+	delete(s.sessions, sessionID)
+	s.mu.Unlock()
+}

@@ -620,3 +620,29 @@ func TestHookCannotChangeTheCommand(t *testing.T) {
 		t.Fatalf("capabilities changed by a hook: %v", got)
 	}
 }
+
+func TestForgetSessionDropsGrants(t *testing.T) {
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap))
+	ctx := WithSession(context.Background(), "f")
+	spawn := Command{Program: "echo", Capabilities: driverapi.Capabilities{SpawnSubprocess: true}}
+	for i := 0; i < 2; i++ {
+		if _, err := h.sb.Execute(ctx, spawn); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ws := h.fake.LastProfileRequest().Workspace
+	if len(ap.Requests()) != 1 {
+		t.Fatalf("%d requests", len(ap.Requests()))
+	}
+	h.sb.ForgetSession("f")
+	if _, err := h.sb.Execute(ctx, spawn); err != nil {
+		t.Fatal(err)
+	}
+	if len(ap.Requests()) != 2 {
+		t.Fatal("grant survived ForgetSession")
+	}
+	if h.fake.LastProfileRequest().Workspace != ws {
+		t.Fatal("workspace directory changed")
+	}
+}
