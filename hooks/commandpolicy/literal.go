@@ -2,6 +2,7 @@ package commandpolicy
 
 import (
 	"regexp/syntax"
+	"slices"
 	"sort"
 	"strings"
 	"unicode/utf8"
@@ -46,6 +47,35 @@ func prune(set []string) []string {
 	return out
 }
 
+// requiredLiteralSets returns, best first, the literal sets of pattern's
+// top-level parts: every match contains a member of each set. The first set
+// drives the prefilter; the others are cheap checks before the regexp runs.
+func requiredLiteralSets(pattern string) [][]string {
+	re, err := syntax.Parse(pattern, syntax.Perl)
+	if err != nil {
+		return nil
+	}
+	re = re.Simplify()
+	best := required(re)
+	if minLen(best) == 0 {
+		return nil
+	}
+	sets := [][]string{prune(dedupe(best))}
+	if re.Op == syntax.OpConcat {
+		for _, sub := range re.Sub {
+			s := required(sub)
+			if minLen(s) == 0 {
+				continue
+			}
+			s = prune(dedupe(s))
+			if !slices.Equal(s, sets[0]) {
+				sets = append(sets, s)
+			}
+		}
+	}
+	return sets
+}
+
 func minLen(set []string) int {
 	if len(set) == 0 {
 		return 0
@@ -68,15 +98,6 @@ func dedupe(set []string) []string {
 		}
 	}
 	return out
-}
-
-func lowerASCII(s string) string {
-	return strings.Map(func(r rune) rune {
-		if r >= 'A' && r <= 'Z' {
-			return r + ('a' - 'A')
-		}
-		return r
-	}, s)
 }
 
 func isASCII(s string) bool {

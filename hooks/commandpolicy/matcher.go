@@ -10,10 +10,18 @@ import (
 type compiledRule struct {
 	Rule
 	re *regexp.Regexp
+	// variants are the top-level alternatives of a curated rule compiled
+	// on their own: each has its own literals, so a candidate runs only the
+	// alternative that can match there, and smaller programs run faster.
+	variants []*regexp.Regexp
 	// lineScoped rules cannot match across a newline, so a candidate is
 	// confirmed on its own line only; other rules are run on the whole text
 	// once.
 	lineScoped bool
+	// curated rules are written in lower case and run on the ASCII
+	// lower-cased text, which spares the regexp engine case folding; custom
+	// rules run on the text as it is, with the flags they were written with.
+	curated bool
 }
 
 // matcher evaluates a rule set in one pass over the text: an Aho-Corasick
@@ -24,9 +32,25 @@ type compiledRule struct {
 // place as an earlier one is hidden), every matching rule is reported.
 type matcher struct {
 	rules  []compiledRule
+	units  []unit
 	ac     *acMachine
-	byLit  [][]int32 // literal id -> rule indices
-	always []int     // rules with no usable literal: run on every text
+	byLit  [][]int32 // literal id -> unit indices
+	always []int     // units with no usable literal: run on every text
+}
+
+// unit is one variant of one rule: what a literal hit confirms.
+type unit struct {
+	rule int
+	re   *regexp.Regexp
+	// needs are further literal sets every match contains one of; a
+	// window lacking one is rejected without running the regexp.
+	needs [][]string
+}
+
+// ruleHit is a matching rule and where it matched.
+type ruleHit struct {
+	rule       int
+	start, end int // the window (a line, or the whole text) it matched in
 }
 
 // RuleError is a rule that cannot be used.
@@ -93,8 +117,8 @@ func compileRule(r Rule, curated bool) (compiledRule, error) {
 	pattern := r.Regex
 	lineScoped := false
 	if curated {
-		pattern = `(?im)` + confineToLine(pattern)
-		lineScoped = !strings.Contains(r.Regex, `\n`)
+		pattern = `(?m)` + confineToLine(pattern)
+		lineScoped = !r.spansLines
 	}
 	re, err := regexp.Compile(pattern)
 	if err != nil {
@@ -103,15 +127,76 @@ func compileRule(r Rule, curated bool) (compiledRule, error) {
 	if re.MatchString("") {
 		return compiledRule{}, &RuleError{Rule: r.Name, Reason: "regex matches the empty string, so every command"}
 	}
-	return compiledRule{Rule: r, re: re, lineScoped: lineScoped}, nil
+	cr := compiledRule{Rule: r, re: re, lineScoped: lineScoped, curated: curated, variants: []*regexp.Regexp{re}}
+	if curated {
+		if parts := splitTopAlternation(confineToLine(r.Regex)); len(parts) > 1 {
+			cr.variants = cr.variants[:0]
+			for _, p := range parts {
+				v, err := regexp.Compile(`(?m)` + p)
+				if err != nil {
+					return compiledRule{}, &RuleError{Rule: r.Name, Reason: "malformed regex: " + err.Error()}
+				}
+				cr.variants = append(cr.variants, v)
+			}
+		}
+	}
+	return cr, nil
+}
+
+// splitTopAlternation splits "(?:a|b|c)" into a, b, c when the whole
+// pattern is one group whose alternatives are separated at its top level;
+// otherwise it returns nil.
+func splitTopAlternation(p string) []string {
+	if !strings.HasPrefix(p, "(?:") || !strings.HasSuffix(p, ")") {
+		return nil
+	}
+	var parts []string
+	depth, start, inClass := 0, 3, false
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		switch {
+		case c == '\\':
+			i++
+		case inClass:
+			if c == ']' {
+				inClass = false
+			}
+		case c == '[':
+			inClass = true
+		case c == '(':
+			depth++
+		case c == ')':
+			depth--
+			if depth == 0 && i != len(p)-1 {
+				return nil // the first group closes before the end
+			}
+		case c == '|' && depth == 1:
+			parts = append(parts, p[start:i])
+			start = i + 1
+		}
+	}
+	if depth != 0 {
+		return nil
+	}
+	return append(parts, p[start:len(p)-1])
 }
 
 func newMatcher(rules []compiledRule) *matcher {
 	m := &matcher{rules: rules}
 	var lits []string
 	litID := map[string]int{}
-	for i, r := range rules {
-		set := requiredLiterals(r.re.String())
+	for ri, r := range rules {
+		for _, v := range r.variants {
+			m.units = append(m.units, unit{rule: ri, re: v})
+		}
+	}
+	for i := range m.units {
+		u := &m.units[i]
+		sets := requiredLiteralSets(u.re.String())
+		var set []string
+		if len(sets) > 0 {
+			set, u.needs = sets[0], sets[1:]
+		}
 		if set == nil {
 			m.always = append(m.always, i)
 			continue
@@ -131,18 +216,20 @@ func newMatcher(rules []compiledRule) *matcher {
 	return m
 }
 
-// scan returns, in rule order, the indices of the rules that match text.
-func (m *matcher) scan(text string) []int {
-	n := len(m.rules)
-	matched := make([]bool, n)
-	// triedLine[r] is 1 + the start of the last line rule r was confirmed
-	// on; -1 once a whole-text rule has been run.
-	triedLine := make([]int, n)
+// scan returns, in rule order, the rules that match text.
+func (m *matcher) scan(text string) []ruleHit {
+	lower := lowerASCII(text) // same byte offsets as text
+	nr, nu := len(m.rules), len(m.units)
+	matched := make([]bool, nr)
+	where := make([]ruleHit, nr)
+	// tried[u] is 1 + the start of the last line unit u was confirmed on;
+	// -1 once a whole-text unit has been run.
+	tried := make([]int, nu)
 	ac := m.ac
 	lineStart, lineEnd := 0, -1
 	state := int32(0)
 	for i := 0; i < len(text); i++ {
-		c := text[i]
+		c := lower[i]
 		if c == '\n' {
 			lineStart, lineEnd = i+1, -1
 		}
@@ -151,40 +238,79 @@ func (m *matcher) scan(text string) []int {
 			continue
 		}
 		for _, lit := range ac.out[state] {
-			for _, ri := range m.byLit[lit] {
-				r := &m.rules[ri]
-				if matched[ri] {
+			for _, ui := range m.byLit[lit] {
+				u := &m.units[ui]
+				r := &m.rules[u.rule]
+				if matched[u.rule] {
 					continue
 				}
 				if !r.lineScoped {
-					if triedLine[ri] != -1 {
-						triedLine[ri] = -1
-						matched[ri] = r.re.MatchString(text)
+					if tried[ui] != -1 {
+						tried[ui] = -1
+						if u.confirm(r, text, lower, 0, len(text)) {
+							matched[u.rule], where[u.rule] = true, ruleHit{u.rule, 0, len(text)}
+						}
 					}
 					continue
 				}
-				if triedLine[ri] == lineStart+1 {
+				if tried[ui] == lineStart+1 {
 					continue
 				}
-				triedLine[ri] = lineStart + 1
+				tried[ui] = lineStart + 1
 				if lineEnd < 0 {
 					lineEnd = len(text)
 					if k := strings.IndexByte(text[i:], '\n'); k >= 0 {
 						lineEnd = i + k
 					}
 				}
-				matched[ri] = r.re.MatchString(text[lineStart:lineEnd])
+				if u.confirm(r, text, lower, lineStart, lineEnd) {
+					matched[u.rule], where[u.rule] = true, ruleHit{u.rule, lineStart, lineEnd}
+				}
 			}
 		}
 	}
-	for _, ri := range m.always {
-		matched[ri] = m.rules[ri].re.MatchString(text)
+	for _, ui := range m.always {
+		u := m.units[ui]
+		if !matched[u.rule] && u.confirm(&m.rules[u.rule], text, lower, 0, len(text)) {
+			matched[u.rule], where[u.rule] = true, ruleHit{u.rule, 0, len(text)}
+		}
 	}
-	var out []int
+	var out []ruleHit
 	for i, ok := range matched {
 		if ok {
-			out = append(out, i)
+			out = append(out, where[i])
 		}
+	}
+	return out
+}
+
+// confirm runs the unit on text[start:end] (its lower-cased copy for a
+// curated rule) once the window holds a literal of each further set.
+func (u *unit) confirm(r *compiledRule, text, lower string, start, end int) bool {
+	lw := lower[start:end]
+	for _, set := range u.needs {
+		found := false
+		for _, lit := range set {
+			if strings.Contains(lw, lit) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	if r.curated {
+		return u.re.MatchString(lw)
+	}
+	return u.re.MatchString(text[start:end])
+}
+
+// ruleIndices lists the rule indices of hits.
+func ruleIndices(hits []ruleHit) []int {
+	out := make([]int, len(hits))
+	for i, h := range hits {
+		out[i] = h.rule
 	}
 	return out
 }
@@ -192,9 +318,14 @@ func (m *matcher) scan(text string) []int {
 // scanEachRule is the reference the set scan must agree with: every rule's
 // regexp run over the whole text, one after the other.
 func (m *matcher) scanEachRule(text string) []int {
+	lower := lowerASCII(text)
 	var out []int
 	for i, r := range m.rules {
-		if r.re.MatchString(text) {
+		t := text
+		if r.curated {
+			t = lower
+		}
+		if r.re.MatchString(t) {
 			out = append(out, i)
 		}
 	}

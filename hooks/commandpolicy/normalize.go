@@ -46,7 +46,7 @@ func normalize(s string, depth int) string {
 	out := posix
 	if strings.IndexByte(base, '\\') >= 0 {
 		if win := canonical(base); win != posix {
-			out = posix + "\n" + win
+			out = posix + "\n" + windowsOnlyLines(posix, win)
 		}
 	}
 	if depth < maxDecodeDepth {
@@ -55,6 +55,42 @@ func normalize(s string, depth int) string {
 		}
 	}
 	return out
+}
+
+// lowerASCII folds ASCII upper case, allocating only when there is some.
+func lowerASCII(s string) string {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			b := []byte(s)
+			for j := i; j < len(b); j++ {
+				b[j] = foldByte(b[j])
+			}
+			return string(b)
+		}
+	}
+	return s
+}
+
+// windowsOnlyLines returns the lines of the Windows view that differ from
+// the POSIX view (most lines of a script have no backslash and read the same
+// both ways), or the whole Windows view when the views do not line up.
+func windowsOnlyLines(posix, win string) string {
+	if strings.Count(posix, "\n") != strings.Count(win, "\n") {
+		return win
+	}
+	var b strings.Builder
+	for len(win) > 0 {
+		pl, prest, _ := strings.Cut(posix, "\n")
+		wl, wrest, _ := strings.Cut(win, "\n")
+		if pl != wl {
+			if b.Len() > 0 {
+				b.WriteByte('\n')
+			}
+			b.WriteString(wl)
+		}
+		posix, win = prest, wrest
+	}
+	return b.String()
 }
 
 // invisible reports runes that render as nothing and that shells either
@@ -128,6 +164,18 @@ func foldASCII(s string) string {
 	var b strings.Builder
 	b.Grow(len(s))
 	for i := 0; i < len(s); {
+		// Copy the run of ordinary bytes in one go.
+		j := i
+		for j < len(s) && !foldSpecial[s[j]] {
+			j++
+		}
+		if j > i {
+			b.WriteString(s[i:j])
+			i = j
+			if i >= len(s) {
+				break
+			}
+		}
 		c := s[i]
 		next := byte(0)
 		if i+1 < len(s) {
@@ -173,6 +221,17 @@ func foldASCII(s string) string {
 	}
 	return b.String()
 }
+
+// foldSpecial marks the bytes foldASCII does something with.
+var foldSpecial = func() (t [256]bool) {
+	for c := 0; c < 0x20; c++ {
+		t[c] = c != '\n'
+	}
+	for _, c := range "\x7f^`\\$'\"" {
+		t[c] = true
+	}
+	return t
+}()
 
 func isWordByte(c byte) bool {
 	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
@@ -369,7 +428,8 @@ func canonical(s string) string {
 			low := lowerASCII(tok)
 			cmdPos = wrappers[low] || strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || runners[low]
 		} else {
-			cmdPos = runners[lowerASCII(tok)]
+			// Only short words can be runners; skip the lookup otherwise.
+			cmdPos = len(tok) <= len("-command") && runners[lowerASCII(tok)]
 		}
 		b.WriteString(tok)
 		lastNonSpace = s[j-1]
@@ -382,15 +442,14 @@ func canonical(s string) string {
 // a Windows executable suffix.
 func stripCommandPrefix(tok string) string {
 	k := strings.LastIndexAny(tok, `/\`)
-	if k >= 0 && k < len(tok)-1 {
-		dir := lowerASCII(tok[:k+1])
-		if systemDir(dir) {
-			tok = tok[k+1:]
-		}
+	if k >= 0 && k < len(tok)-1 && systemDir(lowerASCII(tok[:k+1])) {
+		tok = tok[k+1:]
+		k = -1
 	}
-	low := lowerASCII(tok)
-	if strings.IndexAny(tok, `/\`) < 0 && (strings.HasSuffix(low, ".exe") || strings.HasSuffix(low, ".com")) && len(tok) > 4 {
-		tok = tok[:len(tok)-4]
+	if k < 0 && len(tok) > 4 {
+		if ext := tok[len(tok)-4:]; strings.EqualFold(ext, ".exe") || strings.EqualFold(ext, ".com") {
+			tok = tok[:len(tok)-4]
+		}
 	}
 	return tok
 }
@@ -422,7 +481,7 @@ var encodedRE = regexp.MustCompile(`(?i)(?:^|[^\w.-])(?:powershell|pwsh)(?:\.exe
 
 // encodedPayloads decodes the -EncodedCommand payloads in s.
 func encodedPayloads(s string) []string {
-	if !containsFold(s, "powershell") && !containsFold(s, "pwsh") {
+	if !containsFold(s, "pwsh") && !containsFold(s, "powershell") {
 		return nil
 	}
 	var out []string

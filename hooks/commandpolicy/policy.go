@@ -224,14 +224,19 @@ func (h *Hook) Check(text string) Match {
 }
 
 func (h *Hook) checkNormalised(norm string) Match {
-	idx := h.m.scan(norm)
 	m := Match{Action: Allow}
 	firstWarn := -1
-	for _, i := range idx {
-		r := h.m.rules[i]
+	for _, rh := range h.m.scan(norm) {
+		r := h.m.rules[rh.rule]
 		hit := Hit{Rule: r.Name, Action: r.Action, Description: r.Description}
-		if loc := r.re.FindStringIndex(norm); loc != nil {
-			hit.Excerpt = excerpt(norm[loc[0]:loc[1]])
+		// The excerpt is searched in the window the rule matched in only.
+		window := norm[rh.start:rh.end]
+		search := window
+		if r.curated {
+			search = lowerASCII(window)
+		}
+		if loc := r.re.FindStringIndex(search); loc != nil {
+			hit.Excerpt = excerpt(window[loc[0]:loc[1]])
 		}
 		m.Hits = append(m.Hits, hit)
 		if r.Action == Block && m.Action != Block {

@@ -16,6 +16,10 @@ type Rule struct {
 	Regex       string `json:"regex" koanf:"regex" toml:"regex"`
 	Action      string `json:"action" koanf:"action" toml:"action"`
 	Description string `json:"description" koanf:"description" toml:"description"`
+
+	// spansLines marks a curated rule that may match across a newline (a
+	// diskpart script); such a rule is confirmed on the whole text.
+	spansLines bool
 }
 
 // Pattern fragments shared by the curated rules. The rules run on
@@ -117,7 +121,7 @@ func DefaultRules() []Rule {
 		{Name: "win-backup-catalog-delete", Action: Block,
 			Description: "deleting the Windows backup catalog or system-state backups",
 			Regex:       cb + `wbadmin(?:\.exe)?\s+delete\s+(?:catalog|systemstatebackup|backup)\b`},
-		{Name: "win-raw-disk-write", Action: Block,
+		{Name: "win-raw-disk-write", Action: Block, spansLines: true,
 			Description: "raw disk destruction (\\\\.\\PhysicalDrive, Clear-Disk, diskpart clean)",
 			Regex: alt(
 				`[\\/]{2}\.[\\/]physicaldrive\d`,
@@ -164,7 +168,7 @@ func DefaultRules() []Rule {
 				cb+`(?:stop|restart)-computer\b`)},
 		{Name: "sudo-password-input", Action: Warn,
 			Description: "sudo reading a password from stdin or an askpass helper, or opening a shell",
-			Regex:       cb + `sudo(?:\s+(?:-[ugpCDhrtT]\s+[^\s-]\S*|--\w[\w-]*=\S+|-[a-z]+))*?\s+(?:-[a-z]*[sa][a-z]*|--stdin|--askpass|--shell)` + ce},
+			Regex:       cb + `sudo(?:\s+(?:-[ugpcdhrt]\s+[^\s-]\S*|--\w[\w-]*=\S+|-[a-z]+))*?\s+(?:-[a-z]*[sa][a-z]*|--stdin|--askpass|--shell)` + ce},
 		{Name: "authorized-keys-write", Action: Warn,
 			Description: "writing an SSH authorized_keys file",
 			Regex: alt(`(?:>>?\s*|`+cb+`(?:tee|dd|sed\s+(?:`+a+`*\s)?-i\S*)\s(?:`+a+`*\s)?(?:of=)?)\S*\.ssh/authorized_keys2?`+ce,

