@@ -3,18 +3,22 @@
 package bwrap
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"path/filepath"
 	"runtime"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 )
 
 // unixServer serves handle on a unix socket in a temp dir.
@@ -294,4 +298,69 @@ func TestBridgeProxyAbsent(t *testing.T) {
 	if got, _ := io.ReadAll(c); string(got) != "late" {
 		t.Fatalf("after the proxy appeared: %q", got)
 	}
+}
+
+// BenchmarkBridgeThroughput compares one-way bulk transfer over a direct
+// loopback connection with the Linux allowlist path: TCP to the bridge,
+// unix socket to the managed proxy, CONNECT tunnel to the server.
+func BenchmarkBridgeThroughput(b *testing.B) {
+	chunk := make([]byte, 1<<20)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { n, _ := io.Copy(io.Discard, c); c.Close(); got <- n }()
+		}
+	}()
+	sink := ln.Addr().String()
+	run := func(b *testing.B, c net.Conn) {
+		b.SetBytes(int64(len(chunk)))
+		b.ResetTimer()
+		for i := 0; i < b.N; i++ {
+			if _, err := c.Write(chunk); err != nil {
+				b.Fatal(err)
+			}
+		}
+		c.Close()
+		if n := <-got; n != int64(b.N)*int64(len(chunk)) {
+			b.Fatalf("sink got %d bytes", n)
+		}
+	}
+	b.Run("direct", func(b *testing.B) {
+		c, err := net.Dial("tcp", sink)
+		if err != nil {
+			b.Fatal(err)
+		}
+		run(b, c)
+	})
+	b.Run("bridge_proxy", func(b *testing.B) {
+		p, err := proxy.New(context.Background(), proxy.Config{Hosts: []string{sink}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer p.Close()
+		br, err := StartBridge(context.Background(), []string{"127.0.0.1:0"}, p.Endpoint().UnixSocket)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer br.Close()
+		c, err := net.Dial("tcp", br.Addrs()[0].String())
+		if err != nil {
+			b.Fatal(err)
+		}
+		fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\n\r\n", sink)
+		resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatalf("CONNECT: %v %v", resp, err)
+		}
+		run(b, c)
+	})
 }
