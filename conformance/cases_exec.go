@@ -51,6 +51,20 @@ func execCases() []Case {
 				_, _ = rand.Read(b)
 				return stdinRoundTrip(ctx, h, b)
 			}},
+		{ID: "exec/stdin-max-size", Level: Must,
+			Description: "Stdin of exactly driverapi.MaxStdinBytes (2 MiB) reaches the program intact.",
+			run: func(ctx context.Context, h *H) error {
+				b := make([]byte, driverapi.MaxStdinBytes)
+				_, _ = rand.Read(b)
+				o := h.Exec(ctx, Cmd{Program: progCat, Stdin: b, MaxOutput: 2*driverapi.MaxStdinBytes + 2})
+				if err := ok("cat", o); err != nil {
+					return err
+				}
+				if !bytes.Equal(o.Stdout, b) {
+					return fmt.Errorf("stdin of %d bytes came back as %d bytes (or different)", len(b), len(o.Stdout))
+				}
+				return nil
+			}},
 		{ID: "exec/stdin-unread", Level: Must,
 			Description: "A program that exits without reading its 1 MiB of stdin ends normally; the driver neither hangs nor fails on the closed pipe.",
 			run: func(ctx context.Context, h *H) error {

@@ -58,7 +58,7 @@ func protocolCases() []Case {
 				return garbled(ctx, h, func(p *driverapi.Profile) { *p = driverapi.Profile{} })
 			}},
 		{ID: "protocol/invalid-spec-refused", Level: Must,
-			Description: "Run refuses specs with an empty program, a relative cwd, a zero timeout or a zero output budget with an error, and still runs a valid spec afterwards.",
+			Description: "Run refuses specs with an empty program, a relative cwd, a zero timeout, a zero output budget, a NUL in an argument, an '=' in an env name or stdin over driverapi.MaxStdinBytes with an error, and still runs a valid spec afterwards.",
 			run:         caseInvalidSpec},
 		{ID: "protocol/concurrent-runs", Level: Must,
 			Description: "Eight Run calls at once on one driver each get exactly their own output and exit code.",
@@ -247,6 +247,13 @@ func caseInvalidSpec(ctx context.Context, h *H) error {
 		"relative cwd":  func(s *driverapi.RunSpec) { s.Cwd = "ws" },
 		"zero timeout":  func(s *driverapi.RunSpec) { s.Timeout = 0 },
 		"zero budget":   func(s *driverapi.RunSpec) { s.MaxOutputBytes = 0 },
+		"NUL in an argument": func(s *driverapi.RunSpec) {
+			s.Args = append(append([]string{}, s.Args...), "a\x00b")
+		},
+		"'=' in an env name": func(s *driverapi.RunSpec) {
+			s.Env = append(append([]driverapi.EnvVar{}, s.Env...), driverapi.EnvVar{Name: "A=B", Value: "x"})
+		},
+		"stdin over the limit": func(s *driverapi.RunSpec) { s.Stdin = make([]byte, driverapi.MaxStdinBytes+1) },
 	}
 	for name, mut := range bad {
 		s := base
