@@ -1,0 +1,179 @@
+package ratelimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+type clock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) add(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
+}
+
+func newClock() *clock { return &clock{t: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)} }
+
+func before(t *testing.T, h *Hook, session, cmd string) driverapi.Verdict {
+	t.Helper()
+	v, err := h.Before(context.Background(), driverapi.HookRequest{SessionID: session, CommandID: cmd, Program: "true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestTokenBucket(t *testing.T) {
+	c := newClock()
+	h, err := New(Config{RatePerSecond: 2, Burst: 3}, WithClock(c.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if v := before(t, h, "s", fmt.Sprint(i)); v.Action != driverapi.ActionAllow {
+			t.Fatalf("burst command %d: %+v", i, v)
+		}
+	}
+	v := before(t, h, "s", "4")
+	if v.Action != driverapi.ActionDeny || v.Rule != RuleRate {
+		t.Fatalf("past the burst: %+v", v)
+	}
+	// 2/s: the next token is due in 500ms.
+	if v.RetryAfter != 500*time.Millisecond || !strings.Contains(v.Reason, "retry in 500ms") {
+		t.Fatalf("retry after: %v %q", v.RetryAfter, v.Reason)
+	}
+	// Another session has its own bucket.
+	if v := before(t, h, "other", "o1"); v.Action != driverapi.ActionAllow {
+		t.Fatalf("other session: %+v", v)
+	}
+	// A denied attempt did not use up the token: after the advertised wait,
+	// exactly one command goes.
+	c.add(v.RetryAfter)
+	if v := before(t, h, "s", "5"); v.Action != driverapi.ActionAllow {
+		t.Fatalf("after waiting: %+v", v)
+	}
+	if v := before(t, h, "s", "6"); v.Action != driverapi.ActionDeny {
+		t.Fatalf("second after waiting: %+v", v)
+	}
+}
+
+func TestConcurrencyCaps(t *testing.T) {
+	c := newClock()
+	h, _ := New(Config{MaxConcurrentPerSession: 2, MaxConcurrentGlobal: 3, ConcurrencyRetryAfter: 250 * time.Millisecond}, WithClock(c.now))
+	ctx := context.Background()
+	if before(t, h, "a", "a1").Action != driverapi.ActionAllow || before(t, h, "a", "a2").Action != driverapi.ActionAllow {
+		t.Fatal("first two in a")
+	}
+	v := before(t, h, "a", "a3")
+	if v.Action != driverapi.ActionDeny || v.Rule != RuleSessionConcurrent || v.RetryAfter != 250*time.Millisecond {
+		t.Fatalf("third in a: %+v", v)
+	}
+	if before(t, h, "b", "b1").Action != driverapi.ActionAllow {
+		t.Fatal("b1")
+	}
+	v = before(t, h, "c", "c1")
+	if v.Action != driverapi.ActionDeny || v.Rule != RuleGlobalConcurrent {
+		t.Fatalf("global cap: %+v", v)
+	}
+	// After releases; a second After for the same command changes nothing.
+	h.After(ctx, "a", "a1", true)
+	h.After(ctx, "a", "a1", true)
+	h.After(ctx, "a", "unknown", false)
+	if h.InFlight() != 2 {
+		t.Fatalf("in flight %d", h.InFlight())
+	}
+	if v := before(t, h, "c", "c1"); v.Action != driverapi.ActionAllow {
+		t.Fatalf("after a release: %+v", v)
+	}
+	if v := before(t, h, "a", "a4"); v.Action != driverapi.ActionDeny {
+		t.Fatalf("global cap again: %+v", v)
+	}
+}
+
+func TestIdleSessionsForgotten(t *testing.T) {
+	c := newClock()
+	h, _ := New(Config{RatePerSecond: 1, Burst: 1, MaxConcurrentGlobal: 2, IdleForget: time.Minute}, WithClock(c.now))
+	for i := 0; i < 1000; i++ {
+		s := fmt.Sprint("s", i)
+		before(t, h, s, "x")
+		h.After(context.Background(), s, "x", true)
+	}
+	if h.Sessions() != 1000 {
+		t.Fatalf("sessions %d", h.Sessions())
+	}
+	// A session whose After was lost keeps a slot until it is forgotten.
+	before(t, h, "lost", "l1")
+	if h.InFlight() != 1 {
+		t.Fatalf("in flight %d", h.InFlight())
+	}
+	c.add(2 * time.Minute)
+	before(t, h, "fresh", "f1")
+	if n := h.Sessions(); n != 1 {
+		t.Fatalf("after the idle period %d sessions remain, want 1", n)
+	}
+	if h.InFlight() != 1 {
+		t.Fatalf("lost slot not given back: in flight %d", h.InFlight())
+	}
+	// Forgetting is not a way around the bucket of a live session.
+	if v := before(t, h, "fresh", "f2"); v.Action != driverapi.ActionDeny {
+		t.Fatalf("fresh second command: %+v", v)
+	}
+}
+
+func TestNoLimitsAllowsAll(t *testing.T) {
+	h, _ := New(Config{})
+	for i := 0; i < 100; i++ {
+		if v := before(t, h, "s", fmt.Sprint(i)); v.Action != driverapi.ActionAllow {
+			t.Fatalf("%d: %+v", i, v)
+		}
+	}
+}
+
+func TestBadConfig(t *testing.T) {
+	for _, cfg := range []Config{{RatePerSecond: math.NaN()}, {Burst: -1}, {IdleForget: -time.Second}} {
+		var ce *ConfigError
+		if _, err := New(cfg); !errors.As(err, &ce) {
+			t.Errorf("%+v: %v", cfg, err)
+		}
+	}
+}
+
+func TestConcurrentUse(t *testing.T) {
+	h, _ := New(Config{MaxConcurrentPerSession: 4, MaxConcurrentGlobal: 1000})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	allowed := 0
+	for g := 0; g < 8; g++ {
+		wg.Add(1)
+		go func(g int) {
+			defer wg.Done()
+			for i := 0; i < 50; i++ {
+				id := fmt.Sprint(g, "-", i)
+				v, _ := h.Before(context.Background(), driverapi.HookRequest{SessionID: "s", CommandID: id})
+				if v.Action == driverapi.ActionAllow {
+					mu.Lock()
+					allowed++
+					mu.Unlock()
+					h.After(context.Background(), "s", id, true)
+				}
+			}
+		}(g)
+	}
+	wg.Wait()
+	if allowed == 0 || h.InFlight() != 0 {
+		t.Fatalf("allowed %d, in flight %d", allowed, h.InFlight())
+	}
+}
