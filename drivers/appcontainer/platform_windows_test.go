@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/windows"
 	"golang.org/x/sys/windows/registry"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -189,5 +190,58 @@ func TestDriverChainOnThisHost(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(ws, d)); exit.Details["tier"] != "job_object" && err != nil {
 			t.Errorf("protected stub %s missing after a %s run: %v", d, exit.Details["tier"], err)
 		}
+	}
+}
+
+// TestACLApplyAndRevoke applies the planned ACEs for a made-up
+// AppContainer SID to a real directory tree, reads the DACL back, and
+// revokes them.
+func TestACLApplyAndRevoke(t *testing.T) {
+	if underWine() {
+		t.Skip("Wine accepts file DACLs but does not store them")
+	}
+	ws := tempDir(t)
+	if err := os.Mkdir(filepath.Join(ws, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	sid, err := windows.StringToSid("S-1-15-2-1111-2222-3333-4444-5555-6666-7777")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := BuildPlan(t.Context(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws}, Options{}, osFS{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := PlanSetup(TierAppContainer, p, "", func(path string) bool { fi, _ := osFS{}.Lstat(path); return fi.Exists })
+	if len(s.Stubs) != 3 {
+		t.Fatalf("stubs %v", s.Stubs)
+	}
+	for _, stub := range s.Stubs {
+		if err := os.Mkdir(stub, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var cleanups []func()
+	pf := &winPlatform{labelRefs: map[string]int{}}
+	if err := pf.applySetup(s, sid, &cleanups); err != nil {
+		t.Fatalf("applySetup: %v", err)
+	}
+	sddl := func(path string) string {
+		sd, err := windows.GetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sd.String()
+	}
+	ws1, git1 := sddl(ws), sddl(filepath.Join(ws, ".git"))
+	t.Logf("workspace: %s\n.git: %s", ws1, git1)
+	if !strings.Contains(ws1, sid.String()) || !strings.Contains(git1, "(D;") || !strings.Contains(git1, sid.String()) {
+		t.Errorf("ACEs not applied:\nworkspace %s\n.git %s", ws1, git1)
+	}
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		cleanups[i]()
+	}
+	if ws2, git2 := sddl(ws), sddl(filepath.Join(ws, ".git")); strings.Contains(ws2, sid.String()) || strings.Contains(git2, sid.String()) {
+		t.Errorf("ACEs not revoked:\nworkspace %s\n.git %s", ws2, git2)
 	}
 }
