@@ -9,7 +9,11 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"os/signal"
+	"strconv"
 	"sync"
+	"syscall"
 )
 
 // The bridge is the only network path out of a sandbox whose network is an
@@ -222,4 +226,70 @@ func (b *Bridge) relay(c net.Conn) {
 	go pipe(up, c)
 	go pipe(c, up)
 	wg.Wait()
+}
+
+// BridgeCommand is the hidden subcommand of the driver binary that runs the
+// bridge inside the sandbox: `sandbox-bridge --socket PATH --listen
+// ADDR [--listen ADDR...] [--ready-fd N]`.
+const BridgeCommand = "sandbox-bridge"
+
+// BridgeMain runs the bridge for the sandbox-bridge subcommand (args
+// exclude the subcommand). Once every address is bound it writes "ready\n"
+// to --ready-fd (and closes it), so the launcher starts the target only
+// after the bridge listens. It runs until SIGTERM or SIGINT, or until the
+// sandbox's PID namespace is torn down. Exit status 0 after a signal, 2 on
+// bad arguments or a failed start, with one line on stderr.
+func BridgeMain(args []string) int {
+	var socket string
+	var listen []string
+	readyFD := -1
+	for i := 0; i < len(args); i++ {
+		next := func() (string, bool) {
+			if i+1 >= len(args) {
+				return "", false
+			}
+			i++
+			return args[i], true
+		}
+		var ok bool
+		switch args[i] {
+		case "--socket":
+			socket, ok = next()
+		case "--listen":
+			var a string
+			a, ok = next()
+			listen = append(listen, a)
+		case "--ready-fd":
+			var v string
+			if v, ok = next(); ok {
+				n, err := strconv.Atoi(v)
+				ok = err == nil && n > 2
+				readyFD = n
+			}
+		}
+		if !ok {
+			fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: bad argument %q\n", BridgeCommand, args[i])
+			return 2
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	b, err := StartBridge(ctx, listen, socket)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %v\n", BridgeCommand, err)
+		return 2
+	}
+	if readyFD >= 0 {
+		f := os.NewFile(uintptr(readyFD), "ready")
+		_, err := f.Write([]byte("ready\n"))
+		f.Close()
+		if err != nil {
+			b.Close()
+			fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: ready fd: %v\n", BridgeCommand, err)
+			return 2
+		}
+	}
+	<-ctx.Done()
+	b.Close()
+	return 0
 }

@@ -11,8 +11,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"syscall"
 	"testing"
@@ -363,4 +365,58 @@ func BenchmarkBridgeThroughput(b *testing.B) {
 		}
 		run(b, c)
 	})
+}
+
+func TestBridgeMain(t *testing.T) {
+	sock := unixServer(t, unixEcho)
+	// Pick a free port, then hand it to BridgeMain.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	// Keep a dup of w for BridgeMain: it closes the fd it is given.
+	fd, err := syscall.Dup(int(w.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	code := make(chan int, 1)
+	go func() {
+		code <- BridgeMain([]string{"--socket", sock, "--listen", addr, "--ready-fd", strconv.Itoa(fd)})
+	}()
+	ready, err := io.ReadAll(r)
+	if err != nil || string(ready) != "ready\n" {
+		t.Fatalf("ready signal = %q, %v", ready, err)
+	}
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(c, "main")
+	c.(*net.TCPConn).CloseWrite()
+	if got, _ := io.ReadAll(c); string(got) != "main" {
+		t.Fatalf("echo = %q", got)
+	}
+	c.Close()
+	syscall.Kill(os.Getpid(), syscall.SIGTERM)
+	select {
+	case rc := <-code:
+		if rc != 0 {
+			t.Fatalf("exit %d after SIGTERM", rc)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("BridgeMain did not stop on SIGTERM")
+	}
+	for _, bad := range [][]string{{"--socket"}, {"--listen", "0.0.0.0:1", "--socket", sock}, {"--ready-fd", "x"}, {"--bogus"}} {
+		if rc := BridgeMain(bad); rc != 2 {
+			t.Errorf("BridgeMain(%q) = %d, want 2", bad, rc)
+		}
+	}
 }
