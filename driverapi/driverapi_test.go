@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -198,8 +197,6 @@ func selfPlugin(t *testing.T, kind string) driverapi.LaunchConfig {
 	}
 	return driverapi.LaunchConfig{Path: exe, Env: []string{"ALEPH_DRIVERAPI_TEST_PLUGIN=" + kind}}
 }
-
-func alive(pid int) bool { return pid > 0 && syscall.Kill(pid, 0) == nil }
 
 func TestLaunchRealPluginProcess(t *testing.T) {
 	ctx := context.Background()
