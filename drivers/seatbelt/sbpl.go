@@ -59,9 +59,17 @@ var baselineReadSubpaths = []string{
 	"/private/var/db/timezone",
 	"/Library/Apple/System/Library",
 	"/Library/Preferences/Logging",
-	"/opt/homebrew/lib",
-	"/usr/local/lib",
 	"/private/etc/ssl",
+	// Package managers' trees: Seatbelt matches resolved paths, and a
+	// Homebrew library in lib/ is a symlink into Cellar/.
+	"/opt/homebrew",
+	"/usr/local/bin",
+	"/usr/local/lib",
+	"/usr/local/Cellar",
+	"/usr/local/opt",
+	// The developer tools /usr/bin/git, cc, make... are shims into.
+	"/Library/Developer/CommandLineTools",
+	"/Applications/Xcode.app/Contents/Developer",
 }
 
 // baselineReadLiterals are single system files a process reads while
@@ -82,6 +90,7 @@ var baselineReadLiterals = []string{
 	"/dev/random",
 	"/dev/urandom",
 	"/dev/autofs_nowait",
+	"/private/var/db/xcode_select_link",
 }
 
 // baselineMetadataLiterals are the roots and firmlink ancestors that path
