@@ -75,7 +75,7 @@ func TestHostSecretsInvisible(t *testing.T) {
 	// Positive controls: the system read set is there.
 	expectOK(t, drvSh(t, d, ws, "test -r /etc/passwd && test -x /usr/bin/env && test -d /etc/ssl"))
 	for _, p := range []string{"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/root", "/home", "/run/docker.sock",
-		"/var/run", "/run/dbus", "/etc/ssh", "/var/lib", "/sys/fs/cgroup", "/work"} {
+		"/var/run", "/run/dbus", "/etc/ssh", "/var/lib", "/sys/fs/cgroup", "/opt", "/srv"} {
 		if r := drvSh(t, d, ws, "test -e "+p); r.err != nil || r.exit.ExitCode == 0 {
 			t.Errorf("%s is visible inside (err=%v)", p, r.err)
 		}
@@ -418,3 +418,62 @@ func pathEnv() []driverapi.EnvVar { return []driverapi.EnvVar{{Name: "PATH", Val
 
 // uniqueMarker is a sleep duration (seconds) no other process uses.
 func uniqueMarker() string { return "9" + strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 10) }
+
+func TestProcHardened(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	// Control: the sandbox's own /proc works.
+	expectOK(t, drvSh(t, d, ws, "grep -q '^Pid:' /proc/self/status && test $(ls -d /proc/[0-9]* | wc -l) -lt 10"))
+	for _, script := range []string{
+		"echo '|/tmp/x' > /proc/sys/kernel/core_pattern",
+		"echo b > /proc/sysrq-trigger",
+		// PID 1 is bwrap's reaper, outside sandbox-init's confinement:
+		// its memory must not be writable from the sandbox.
+		"printf x | dd of=/proc/1/mem bs=1 seek=4194304 conv=notrunc 2>/dev/null",
+		"ls /proc/1/root/",
+	} {
+		expectFail(t, drvSh(t, d, ws, script))
+	}
+	if b, _ := os.ReadFile("/proc/sys/kernel/core_pattern"); strings.Contains(string(b), "/tmp/x") {
+		t.Fatal("host core_pattern changed")
+	}
+}
+
+func TestConcurrentRunsShareWorkspace(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	var wg sync.WaitGroup
+	errs := make(chan string, 8)
+	for i := 0; i < 6; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			r := drvSh(t, d, ws, "test -d .aleph && ! mkdir .aleph/x 2>/dev/null && echo "+strconv.Itoa(i)+" > f"+strconv.Itoa(i)+" && sleep 0.2")
+			if r.err != nil || r.exit.ExitCode != 0 {
+				errs <- r.stderr + fmtErr(r.err)
+			}
+		}(i)
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	for i := 0; i < 6; i++ {
+		if _, err := os.Stat(filepath.Join(ws, "f"+strconv.Itoa(i))); err != nil {
+			t.Errorf("run %d wrote nothing", i)
+		}
+	}
+	for _, n := range []string{".aleph", ".codex", ".agents", ".git"} {
+		if _, err := os.Lstat(filepath.Join(ws, n)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left behind", n)
+		}
+	}
+}
+
+func fmtErr(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
