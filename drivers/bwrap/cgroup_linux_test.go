@@ -150,8 +150,8 @@ func TestCgroupV2FailsClosed(t *testing.T) {
 }
 
 func TestSelfPath(t *testing.T) {
-	in := []byte("12:pids:/a\n4:memory:/process_api/x\n3:cpu,cpuacct:/c\n0::/u.slice\n")
-	for ctrl, want := range map[string]string{"pids": "/a", "memory": "/process_api/x", "cpu": "/c", "": "/u.slice"} {
+	in := []byte("12:pids:/a\n4:memory:/system.slice/x\n3:cpu,cpuacct:/c\n0::/u.slice\n")
+	for ctrl, want := range map[string]string{"pids": "/a", "memory": "/system.slice/x", "cpu": "/c", "": "/u.slice"} {
 		if got, ok := selfPath(in, ctrl); !ok || got != want {
 			t.Errorf("%q: %q %v", ctrl, got, ok)
 		}
