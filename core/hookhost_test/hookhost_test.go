@@ -1,0 +1,155 @@
+package hookhost_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+func newHost(t *testing.T, mode string, once bool) *core.HookHost {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{fakeHookEnv + "=" + mode}
+	if once {
+		env = append(env, fakeHookMarkerEnv+"="+filepath.Join(t.TempDir(), "marker"))
+	}
+	h, err := core.NewHookHost(core.HookHostConfig{Path: exe, Name: "fake", Env: env, CallTimeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+func before(h *core.HookHost) (driverapi.Verdict, error) {
+	return h.Before(context.Background(), driverapi.HookRequest{SessionID: "s", CommandID: "c", Program: "true"})
+}
+
+// alive reports whether a process with pid exists (Unix only).
+func alive(pid int) bool {
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return false
+	}
+	return p.Signal(syscall.Signal(0)) == nil
+}
+
+func TestAllowAndDenyPassThrough(t *testing.T) {
+	h := newHost(t, "allow", false)
+	if h.Pid() != 0 {
+		t.Fatal("plugin launched before first use")
+	}
+	v, err := before(h)
+	if err != nil || v.Action != driverapi.ActionAllow {
+		t.Fatalf("%+v %v", v, err)
+	}
+	info, err := h.Describe(context.Background())
+	if err != nil || info.Name != "fake-allow" {
+		t.Fatalf("%+v %v", info, err)
+	}
+	h.After(context.Background(), "s", "c", true)
+
+	d := newHost(t, "deny", false)
+	v, err = before(d)
+	if err != nil || v.Action != driverapi.ActionDeny || v.Rule != "fake" {
+		t.Fatalf("deny: %+v %v", v, err)
+	}
+}
+
+func TestCrashFailsClosedThenRelaunches(t *testing.T) {
+	h := newHost(t, "crash-once", true)
+	_, err := before(h)
+	var he *core.HookPluginError
+	if !errors.As(err, &he) || !errors.Is(err, driverapi.ErrPluginDied) {
+		t.Fatalf("crash: %v", err)
+	}
+	v, err := before(h)
+	if err != nil || v.Action != driverapi.ActionAllow {
+		t.Fatalf("after relaunch: %+v %v", v, err)
+	}
+}
+
+func TestHangFailsClosedThenRelaunches(t *testing.T) {
+	exe, _ := os.Executable()
+	h, err := core.NewHookHost(core.HookHostConfig{Path: exe, Env: []string{
+		fakeHookEnv + "=hang-once", fakeHookMarkerEnv + "=" + filepath.Join(t.TempDir(), "m")},
+		CallTimeout: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	if _, err := before(h); !errors.Is(err, core.ErrHookHung) {
+		t.Fatalf("hang: %v", err)
+	}
+	v, err := before(h)
+	if err != nil || v.Action != driverapi.ActionAllow {
+		t.Fatalf("after relaunch: %+v %v", v, err)
+	}
+}
+
+func TestGarbageFailsClosed(t *testing.T) {
+	h := newHost(t, "garbage", false)
+	v, err := before(h)
+	var he *core.HookPluginError
+	if !errors.As(err, &he) || !strings.Contains(err.Error(), "unknown action") {
+		t.Fatalf("garbage: %+v %v", v, err)
+	}
+	if v.Action == driverapi.ActionAllow {
+		t.Fatal("garbage became an allow")
+	}
+}
+
+func TestCallerCancelIsAnError(t *testing.T) {
+	h := newHost(t, "hang", false)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	if _, err := h.Before(ctx, driverapi.HookRequest{SessionID: "s"}); err == nil {
+		t.Fatal("a cancelled call must not return a verdict")
+	}
+}
+
+func TestCloseLeavesNoProcess(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("process probe uses signal 0")
+	}
+	h := newHost(t, "allow", false)
+	if _, err := before(h); err != nil {
+		t.Fatal(err)
+	}
+	pid := h.Pid()
+	if pid == 0 || !alive(pid) {
+		t.Fatalf("plugin not running (pid %d)", pid)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) {
+		t.Fatalf("plugin %d still running after Close", pid)
+	}
+	if _, err := before(h); err == nil {
+		t.Fatal("call after Close succeeded")
+	}
+}
+
+func TestMissingBinary(t *testing.T) {
+	h, err := core.NewHookHost(core.HookHostConfig{Path: filepath.Join(t.TempDir(), "nope")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pe *driverapi.PluginError
+	if _, err := before(h); !errors.As(err, &pe) {
+		t.Fatalf("missing binary: %v", err)
+	}
+}
