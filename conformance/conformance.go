@@ -62,7 +62,8 @@ type Case struct {
 	run   func(ctx context.Context, h *H) error
 }
 
-// Cases returns the suite's cases, sorted by id.
+// Cases returns the suite's cases: by area (protocol, exec, fs, proc, net,
+// res, robust), then by id.
 func Cases() []Case {
 	var all []Case
 	all = append(all, protocolCases()...)
@@ -72,9 +73,24 @@ func Cases() []Case {
 	all = append(all, netCases()...)
 	all = append(all, resourceCases()...)
 	all = append(all, robustCases()...)
-	sort.Slice(all, func(i, j int) bool { return all[i].ID < all[j].ID })
+	// Areas in the order a driver author meets them, ids sorted within.
+	rank := map[string]int{}
+	for i, a := range areas() {
+		rank[a] = i
+	}
+	sort.Slice(all, func(i, j int) bool {
+		ai, _, _ := strings.Cut(all[i].ID, "/")
+		aj, _, _ := strings.Cut(all[j].ID, "/")
+		if ai != aj {
+			return rank[ai] < rank[aj]
+		}
+		return all[i].ID < all[j].ID
+	})
 	return all
 }
+
+// areas are the id prefixes, in report order.
+func areas() []string { return []string{"protocol", "exec", "fs", "proc", "net", "res", "robust"} }
 
 // Config says which driver binary to test and how.
 type Config struct {

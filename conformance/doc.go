@@ -23,7 +23,11 @@ func Markdown() string {
 	b.WriteString("  SKIP with the reason; a driver that claims it is always tested. Cases with no feature run for\n")
 	b.WriteString("  every driver.\n")
 	b.WriteString("- Every case that proves a denial also proves, in the same case, that the allowed action works\n")
-	b.WriteString("  (a positive control), so a driver that refuses everything fails.\n\n")
+	b.WriteString("  (a positive control), so a driver that refuses everything fails.\n")
+	b.WriteString("- The cases run ordinary programs inside the sandbox, so the driver's baseline must make them\n")
+	fmt.Fprintf(&b, "  runnable: `%s`, `%s`, `%s`, `%s` (with its core modules: threads, IO::Socket::IP,\n", progSh, progEnv, progCat, progPerl)
+	fmt.Fprintf(&b, "  POSIX, Time::HiRes) and, through `PATH=%s`, `cat`, `head`, `tr`, `sleep`,\n", progPath)
+	b.WriteString("  `mkdir`, `mv`, `rm`, `ln`.\n")
 	area := ""
 	for _, c := range cases {
 		a, _, _ := strings.Cut(c.ID, "/")
