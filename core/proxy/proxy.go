@@ -259,11 +259,23 @@ func (p *Proxy) acceptLoop(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			// Closed: stop. Anything else (EMFILE under a connection
+			// flood, say) is transient: back off instead of giving up
+			// serving for the rest of the command.
+			select {
+			case <-p.done:
+				return
+			default:
 			}
-			return
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			select {
+			case <-p.done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
 		}
 		if !p.track(c) {
 			c.Close()
@@ -393,18 +405,45 @@ func (p *Proxy) connectUpstream(ctx context.Context, t Target, proto Protocol, d
 	if d != nil {
 		return nil, d
 	}
-	up, err := p.dialVetted(ctx, addrs)
+	raw, err := p.dialVetted(ctx, addrs)
 	if err != nil {
 		d := &denial{code: ReasonUpstreamFailed, detail: dialErrorDetail(err)}
 		p.record(t, proto, false, d.code, d.detail)
 		return nil, d
 	}
+	// Upstream connections are tracked like client ones so Close can end
+	// an exchange blocked on a silent server.
+	if !p.track(raw) {
+		raw.Close()
+		return nil, &denial{code: ReasonUpstreamFailed, detail: "proxy closing"}
+	}
+	up := &trackedConn{Conn: raw, p: p}
 	msg := "connected to " + up.RemoteAddr().String()
 	if detail != "" {
 		msg += "; " + detail
 	}
 	p.record(t, proto, true, ReasonAllowed, msg)
 	return up, nil
+}
+
+// trackedConn leaves the proxy's connection set when closed.
+type trackedConn struct {
+	net.Conn
+	p    *Proxy
+	once sync.Once
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(func() { c.p.untrack(c.Conn) })
+	return c.Conn.Close()
+}
+
+// CloseWrite keeps half-close working through the wrapper.
+func (c *trackedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
 }
 
 func dialErrorDetail(err error) string {

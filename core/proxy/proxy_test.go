@@ -398,3 +398,40 @@ func waitFor(t testing.TB, cond func() bool) {
 }
 
 var _ = bufio.NewReader
+
+func TestCloseEndsForwardBlockedOnSilentUpstream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			accepted <- c // never answers
+		}
+	}()
+	p, err := New(context.Background(), Config{Hosts: []string{ln.Addr().String()}, Resolver: fakeResolver{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := dialProxy(t, p, false)
+	fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", ln.Addr(), ln.Addr())
+	up := <-accepted
+	defer up.Close()
+	closed := make(chan error, 1)
+	go func() { closed <- p.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Close blocked behind a silent upstream")
+	}
+	// The upstream side sees its connection end.
+	up.SetReadDeadline(time.Now().Add(30 * time.Second))
+	if _, err := io.ReadAll(up); err != nil {
+		t.Fatalf("upstream connection not closed: %v", err)
+	}
+}

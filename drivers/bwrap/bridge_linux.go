@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // The bridge is the only network path out of a sandbox whose network is an
@@ -167,11 +168,17 @@ func (b *Bridge) accept(ln net.Listener) {
 	for {
 		c, err := ln.Accept()
 		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			// Closed: stop. Anything else (EMFILE when the child opens
+			// too many connections) is transient: back off and go on.
+			if errors.Is(err, net.ErrClosed) {
+				return
 			}
-			return
+			select {
+			case <-b.done:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
 		}
 		select {
 		case b.sem <- struct{}{}:
