@@ -383,11 +383,13 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	}()
 	r := <-done
 	dur := time.Since(start)
-	if r.startErr != nil {
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox: %w", r.startErr)
-	}
+	// Cancellation first: a cancel during the v1 hand-over also surfaces
+	// as a failed start, and the caller must see that it cancelled.
 	if ctx.Err() != nil {
 		return driverapi.Exit{}, ctx.Err()
+	}
+	if r.startErr != nil {
+		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox: %w", r.startErr)
 	}
 	exit := driverapi.Exit{
 		Duration:    dur,
