@@ -44,10 +44,10 @@ type Config struct {
 	MaxConcurrentGlobal int `json:"max_concurrent_global" koanf:"max_concurrent_global" toml:"max_concurrent_global"`
 	// IdleForget is how long a session without commands is remembered;
 	// 0 means 10 minutes.
-	IdleForget time.Duration `json:"idle_forget" koanf:"idle_forget" toml:"idle_forget"`
+	IdleForget time.Duration `json:"-"`
 	// ConcurrencyRetryAfter is the RetryAfter given when a concurrency cap
 	// is reached (when a slot frees is not knowable); 0 means 1s.
-	ConcurrencyRetryAfter time.Duration `json:"concurrency_retry_after" koanf:"concurrency_retry_after" toml:"concurrency_retry_after"`
+	ConcurrencyRetryAfter time.Duration `json:"-"`
 }
 
 // DefaultConfig is a generous default: 10 commands/s with bursts of 20,
