@@ -197,6 +197,10 @@ func TestCapabilitiesReport(t *testing.T) {
 	if caps.Backend != Backend || caps.ProtocolVersion != driverapi.ProtocolVersion || caps.Details["bwrap_version"] == "" {
 		t.Fatalf("%+v", caps)
 	}
+	t.Logf("features %v; landlock ABI %d; seccomp %v; cgroup %s; unavailable %+v", caps.Features, caps.LandlockABI, caps.Seccomp, caps.CgroupMode, caps.Unavailable)
+	if int(caps.LandlockABI) != LandlockABI() || caps.Seccomp != SeccompAvailable() {
+		t.Fatalf("landlock %d / seccomp %v reported, sandbox-init enforces %d / %v", caps.LandlockABI, caps.Seccomp, LandlockABI(), SeccompAvailable())
+	}
 	// Every known feature is either claimed or explained, never both.
 	for _, f := range driverapi.KnownFeatures() {
 		if caps.Has(f) == hasUnavailable(caps, f) {

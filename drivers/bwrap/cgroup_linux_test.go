@@ -253,3 +253,47 @@ func hasUnavailable(h driverapi.HostCapabilities, f string) bool {
 	}
 	return false
 }
+
+func TestCgroupV1Files(t *testing.T) {
+	d := testDriver(t, Options{CPUQuotaPercent: 50, MaxPids: u64(33)})
+	caps, _ := d.Capabilities(context.Background())
+	h := d.probe()
+	if h.cg.mode != CgroupV1 || !h.cg.have[ctrlCPU] {
+		// Not enforceable here: must be said, not claimed.
+		if caps.Has(driverapi.FeatureCPULimit) && h.cg.mode != CgroupV2 {
+			t.Fatalf("cpu_limit claimed with cgroup mode %s", h.cg.mode)
+		}
+		if h.cg.mode == CgroupNone && !hasUnavailable(caps, driverapi.FeatureCPULimit) {
+			t.Fatalf("cpu_limit not explained: %+v", caps.Unavailable)
+		}
+		return
+	}
+	if !caps.Has(driverapi.FeatureCPULimit) {
+		t.Fatalf("cpu controller writable and quota set, cpu_limit not claimed: %+v", caps)
+	}
+	cg, err := h.cg.create(cgroupLimits{MemoryBytes: 64 << 20, Pids: 33, CPUQuotaPercent: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]string{
+		ctrlCPU:    {"cpu.cfs_quota_us": "50000", "cpu.cfs_period_us": "100000"},
+		ctrlPids:   {"pids.max": "33"},
+		ctrlMemory: {"memory.limit_in_bytes": "67108864"},
+	}
+	if h.cg.memsw {
+		want[ctrlMemory]["memory.memsw.limit_in_bytes"] = "67108864"
+	}
+	for c, files := range want {
+		for f, v := range files {
+			if got := readTrim(t, filepath.Join(cg.dirs[c], f)); got != v {
+				t.Errorf("%s/%s = %s, want %s", c, f, got, v)
+			}
+		}
+	}
+	cg.remove()
+	for c, dir := range cg.dirs {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s cgroup left: %v", c, err)
+		}
+	}
+}
