@@ -25,8 +25,18 @@ func TestParseOptions(t *testing.T) {
 	if err != nil || o.Pids() != 0 || o.CPUQuotaPercent != 50 || o.Cgroup != CgroupV1 {
 		t.Fatalf("%+v %v", o, err)
 	}
+	// What the core sends for [sandbox.linux] (every key, empty cgroup
+	// meaning auto) is accepted.
+	for _, good := range []string{
+		`{"max_pids":200,"cpu_quota_percent":0,"cgroup":""}`,
+		`{"max_pids":0,"cpu_quota_percent":102400,"cgroup":"auto","bwrap_path":"/usr/bin/bwrap"}`,
+	} {
+		if _, err := ParseOptions(good); err != nil {
+			t.Errorf("%s: %v", good, err)
+		}
+	}
 	for _, bad := range []string{
-		`{"max_pid": 10}`, `{"cgroup": "v3"}`, `{"cpu_quota_percent": -1}`, `{"cpu_quota_percent": 100001}`,
+		`{"max_pid": 10}`, `{"cgroup": "v3"}`, `{"cpu_quota_percent": -1}`, `{"cpu_quota_percent": 102401}`,
 		`{} {}`, `[1]`, `{"bwrap_path": "bwrap"}`, `{"max_pids": "ten"}`,
 	} {
 		var oe *OptionsError

@@ -82,8 +82,8 @@ func (o Options) Validate() error {
 	if o.MaxPids != nil && *o.MaxPids > 1<<22 {
 		return &OptionsError{Reason: fmt.Sprintf("max_pids %d is above the kernel's pid_max ceiling", *o.MaxPids)}
 	}
-	if o.CPUQuotaPercent > 100_000 {
-		return &OptionsError{Reason: fmt.Sprintf("cpu_quota_percent %d is out of range (1..100000)", o.CPUQuotaPercent)}
+	if o.CPUQuotaPercent > 102_400 {
+		return &OptionsError{Reason: fmt.Sprintf("cpu_quota_percent %d is out of range (0..102400: 1024 cores)", o.CPUQuotaPercent)}
 	}
 	for _, c := range o.BwrapPath {
 		if c == 0 {
