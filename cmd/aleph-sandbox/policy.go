@@ -1,8 +1,102 @@
 package main
 
-import "context"
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strings"
 
-// runPolicy is filled in by the issue that owns it; until then it refuses.
-func runPolicy(_ context.Context, _ []string, io stdio) int {
-	return fail(io.Err, "policy: not available in this build")
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
+)
+
+// Exit statuses of `policy check`.
+const (
+	exitPolicyAllow = 0
+	exitPolicyWarn  = 1
+	exitPolicyBlock = 2
+)
+
+// runPolicy is `aleph-sandbox policy check [--config FILE] [--json] --
+// COMMAND-STRING`: the command-policy hook alone, on the string as
+// `sh -c COMMAND-STRING` would be scanned.
+func runPolicy(ctx context.Context, args []string, std stdio) int {
+	if len(args) == 0 || args[0] != "check" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprintln(std.Err, "usage: aleph-sandbox policy check [--config FILE] [--json] [--stdin] -- COMMAND-STRING")
+			return 0
+		}
+		return fail(std.Err, "policy: usage: aleph-sandbox policy check [--config FILE] [--json] [--stdin] -- COMMAND-STRING")
+	}
+	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
+	// Flag errors become the one-line refusal, not a usage dump.
+	fs.SetOutput(io.Discard)
+	cfgPath := fs.String("config", "", "TOML config (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
+	asJSON := fs.Bool("json", false, `print {"verdict", "rule", "reason"}`)
+	withStdin := fs.Bool("stdin", false, "also scan standard input, as the command's stdin payload")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(std.Err)
+			fs.PrintDefaults()
+			return 0
+		}
+		return fail(std.Err, "policy check: %v", err)
+	}
+	if fs.NArg() == 0 {
+		return fail(std.Err, "policy check: no command string (usage: aleph-sandbox policy check [--config FILE] [--json] -- COMMAND-STRING)")
+	}
+	command := strings.Join(fs.Args(), " ")
+	cfg, err := loadConfig(*cfgPath, "", "")
+	if err != nil {
+		return fail(std.Err, "policy check: %s", oneLine(err.Error()))
+	}
+	var stdin []byte
+	if *withStdin && std.In != nil {
+		stdin, err = readBounded(std.In, commandpolicy.MaxScanStdin)
+		if err != nil {
+			return fail(std.Err, "policy check: reading stdin: %v", err)
+		}
+	}
+	// The hook's own log lines (one per match, target command_policy) go
+	// where the CLI's logs go; by default nowhere.
+	logger, closeLog := cliLogger()
+	defer closeLog()
+	h, errs := commandpolicy.New(commandPolicyConfig(cfg.Sandbox.CommandPolicy), logger)
+	for _, e := range errs {
+		// The hook fell back to a safe rule set; say so, but still answer.
+		fmt.Fprintf(std.Err, "aleph-sandbox: warning: %s\n", oneLine(e.Error()))
+	}
+	v, err := h.Before(ctx, driverapi.HookRequest{SessionID: "cli", CommandID: "policy-check",
+		Program: "sh", Args: []string{"-c", command}, Stdin: stdin})
+	if err != nil {
+		return fail(std.Err, "policy check: %v", err)
+	}
+	verdict, code := "allow", exitPolicyAllow
+	switch v.Action {
+	case driverapi.ActionDeny:
+		verdict, code = "block", exitPolicyBlock
+	case driverapi.ActionWarn:
+		verdict, code = "warn", exitPolicyWarn
+	}
+	if *asJSON {
+		writeJSON(std.Out, struct {
+			Verdict string `json:"verdict"`
+			Rule    string `json:"rule"`
+			Reason  string `json:"reason"`
+		}{verdict, v.Rule, v.Reason})
+		return code
+	}
+	if verdict == "allow" {
+		fmt.Fprintln(std.Out, "allow")
+	} else {
+		fmt.Fprintf(std.Out, "%s %s\n", verdict, v.Rule)
+	}
+	return code
+}
+
+// readBounded reads at most n bytes of r.
+func readBounded(r io.Reader, n int) ([]byte, error) {
+	return io.ReadAll(io.LimitReader(r, int64(n)))
 }
