@@ -435,3 +435,31 @@ func TestCloseEndsForwardBlockedOnSilentUpstream(t *testing.T) {
 		t.Fatalf("upstream connection not closed: %v", err)
 	}
 }
+
+func TestIPv6Literal(t *testing.T) {
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skip("no IPv6 loopback on this host")
+	}
+	ln.Close()
+	echo := echoServer(t, "[::1]:0")
+	_, port, _ := net.SplitHostPort(echo)
+	p, log := startProxy(t, []string{"[::1]:" + port}, fakeResolver{"v6.example.com": addrs("::1")})
+	resp, _ := connect(t, dialProxy(t, p, true), "[::1]:"+port)
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT to listed IPv6 literal: %s", resp.Status)
+	}
+	if d := log.last(t); !d.Allowed || d.Host != "::1" {
+		t.Errorf("audit = %+v", d)
+	}
+	// Unlisted port on the same address, and the address behind a name
+	// that is not in the allowlist.
+	resp, _ = connect(t, dialProxy(t, p, true), "[::1]:1")
+	if resp.StatusCode != 403 {
+		t.Fatalf("unlisted IPv6 port: %s", resp.Status)
+	}
+	resp, _ = connect(t, dialProxy(t, p, true), "v6.example.com:"+port)
+	if resp.StatusCode != 403 || log.last(t).ReasonCode != ReasonHostNotAllowed {
+		t.Fatalf("unlisted name: %s %+v", resp.Status, log.last(t))
+	}
+}
