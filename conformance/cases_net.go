@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"sync"
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -79,6 +82,9 @@ func netCases() []Case {
 				}
 				return noneBlocksWith(ctx, h, t, [][]string{{"abstract", name}}, &driverapi.Capabilities{}, false)
 			}},
+		{ID: "net/none-blocks-listen", Level: Must, Feature: none,
+			Description: "With network none a program cannot serve the host: a TCP listener it opens (if it can open one at all) accepts no connection from the host's loopback or address.",
+			run:         caseNoneListen},
 		{ID: "net/all-tcp", Level: Must, Feature: all,
 			Description: "With network all a program opens a TCP connection to a host listener and exchanges data.",
 			run: func(ctx context.Context, h *H) error {
@@ -156,7 +162,7 @@ func noneBlocksWith(ctx context.Context, h *H, t *target, probes [][]string, cap
 	if _, err := probe(ctx, h, t, probes, Cmd{Caps: &c}); err != nil {
 		return err
 	}
-	sleepCtx(ctx, 200*time.Millisecond) // datagrams in flight
+	sleepCtx(ctx, 500*time.Millisecond) // datagrams in flight
 	if t.reached() {
 		return fmt.Errorf("with network none the program reached the host listener %s", t.addr)
 	}
@@ -268,9 +274,64 @@ func caseProxyUDPBlocked(ctx context.Context, h *H) error {
 	if _, err := probe(ctx, h, u, probes, c); err != nil {
 		return err
 	}
-	sleepCtx(ctx, 200*time.Millisecond)
+	sleepCtx(ctx, 500*time.Millisecond)
 	if u.reached() {
 		return errors.New("with allow_hosts a UDP datagram left the sandbox")
 	}
 	return viaProxy(ctx, h, t, c)
+}
+
+// listenScript opens a TCP listener, prints its port, and waits briefly
+// for one connection.
+const listenScript = `use strict; use Socket; use IO::Socket::IP;
+$| = 1;
+print "probe-start\n";
+my $l = IO::Socket::IP->new(LocalHost => "0.0.0.0", LocalPort => 0, Listen => 5, Type => SOCK_STREAM, ReuseAddr => 1)
+  or do { print "fail:$!\n"; exit 1 };
+print "port:", $l->sockport, "\n";
+$l->timeout(2);
+my $c = $l->accept;
+print $c ? "accepted\n" : "no-connection\n";
+`
+
+func caseNoneListen(ctx context.Context, h *H) error {
+	var (
+		mu        sync.Mutex
+		buf       []byte
+		wg        sync.WaitGroup
+		connected []string
+	)
+	dialed := false
+	portRE := regexp.MustCompile(`port:(\d+)\n`)
+	o := h.Exec(ctx, Cmd{Program: progPerl, Args: []string{"-e", listenScript}, Caps: &driverapi.Capabilities{},
+		OnStdout: func(b []byte) {
+			buf = append(buf, b...)
+			m := portRE.FindSubmatch(buf)
+			if m == nil || dialed {
+				return
+			}
+			dialed = true
+			for _, ip := range hostIPs() {
+				addr := net.JoinHostPort(ip, string(m[1]))
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					c, err := net.DialTimeout("tcp", addr, time.Second)
+					if err == nil {
+						c.Close()
+						mu.Lock()
+						connected = append(connected, addr)
+						mu.Unlock()
+					}
+				}()
+			}
+		}})
+	wg.Wait()
+	if err := ran("listener", o, "probe-start"); err != nil {
+		return err
+	}
+	if len(connected) > 0 || bytes.Contains(o.Stdout, []byte("accepted")) {
+		return fmt.Errorf("with network none the host connected to a listener inside the sandbox at %v", connected)
+	}
+	return nil
 }

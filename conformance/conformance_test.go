@@ -216,7 +216,7 @@ func leakyFails() []string {
 		"fs/protected-dirs-rename-denied", "fs/read-grant", "fs/read-grant-prefix", "fs/read-outside-denied",
 		"fs/symlink-escape-read-denied", "fs/symlink-escape-write-denied", "fs/symlink-made-inside-denied",
 		"fs/write-grant-prefix", "fs/write-home-denied", "fs/write-outside-denied",
-		"net/allow-hosts-direct-blocked", "net/allow-hosts-udp-blocked", "net/none-blocks-abstract",
+		"net/allow-hosts-direct-blocked", "net/allow-hosts-udp-blocked", "net/none-blocks-abstract", "net/none-blocks-listen",
 		"net/none-blocks-tcp", "net/none-blocks-tcp6", "net/none-blocks-udp", "net/none-blocks-unix",
 		"net/none-blocks-unix-granted-path",
 		"proc/cancel-kills-tree", "proc/no-survivors-after-exit", "proc/spawn-denied", "proc/timeout-kills-tree",
