@@ -102,6 +102,9 @@ func caseDriverDeath(ctx context.Context, h *H) error {
 			return t.markersStarted()
 		}
 	}) || early != nil {
+		if early != nil {
+			return fmt.Errorf("the command ended before its background children ran (positive control): %s", *early)
+		}
 		return fmt.Errorf("the background children never ran (positive control)")
 	}
 	proc, err := os.FindProcess(h.Proc.Pid())
