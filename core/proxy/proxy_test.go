@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -462,4 +463,33 @@ func TestIPv6Literal(t *testing.T) {
 	if resp.StatusCode != 403 || log.last(t).ReasonCode != ReasonHostNotAllowed {
 		t.Fatalf("unlisted name: %s %+v", resp.Status, log.last(t))
 	}
+}
+
+func TestCloseLeavesNoGoroutines(t *testing.T) {
+	echo := echoServer(t, "127.0.0.1:0")
+	before := runtime.NumGoroutine()
+	p, err := New(context.Background(), Config{Hosts: []string{echo}, Resolver: fakeResolver{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	for _, unix := range []bool{true, false, true} {
+		c, err := net.Dial(map[bool]string{true: "unix", false: "tcp"}[unix], map[bool]string{true: p.Endpoint().UnixSocket, false: p.Endpoint().TCPAddr}[unix])
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, _ := connect(t, c, echo)
+		if resp.StatusCode != 200 {
+			t.Fatal(resp.Status)
+		}
+		conns = append(conns, c)
+	}
+	if p.ActiveConns() != 3 {
+		t.Fatalf("active = %d, want 3", p.ActiveConns())
+	}
+	p.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
 }
