@@ -270,7 +270,7 @@ func commandPolicyConfig(c core.CommandPolicyConfig) commandpolicy.Config {
 
 // mediatorFromConfig is the managed proxy for AllowHosts commands.
 func mediatorFromConfig(cfg core.Config, sink func(proxy.Decision)) *proxy.Mediator {
-	m := &proxy.Mediator{Audit: sink}
+	m := &proxy.Mediator{Audit: sink, TLSIntercept: cfg.Sandbox.Network.TLSIntercept}
 	for _, si := range cfg.Sandbox.Network.SecretInjections {
 		m.Injections = append(m.Injections, proxy.SecretInjection{Host: si.Host, Header: si.Header, Secret: si.Secret, Format: si.Format})
 	}
