@@ -44,10 +44,8 @@ func normalize(s string, depth int) string {
 	base := fold(s)
 	posix := canonical(unescapeBackslashes(base))
 	out := posix
-	if strings.IndexByte(base, '\\') >= 0 {
-		if win := canonical(base); win != posix {
-			out = posix + "\n" + windowsOnlyLines(posix, win)
-		}
+	if win := windowsView(base); win != "" {
+		out = posix + "\n" + win
 	}
 	if depth < maxDecodeDepth {
 		for _, payload := range encodedPayloads(base) {
@@ -71,24 +69,28 @@ func lowerASCII(s string) string {
 	return s
 }
 
-// windowsOnlyLines returns the lines of the Windows view that differ from
-// the POSIX view (most lines of a script have no backslash and read the same
-// both ways), or the whole Windows view when the views do not line up.
-func windowsOnlyLines(posix, win string) string {
-	if strings.Count(posix, "\n") != strings.Count(win, "\n") {
-		return win
+// windowsView is the Windows reading of the lines that hold a backslash
+// (where it differs from their POSIX reading); the other lines read the
+// same both ways and are not repeated.
+func windowsView(base string) string {
+	if strings.IndexByte(base, '\\') < 0 {
+		return ""
 	}
 	var b strings.Builder
-	for len(win) > 0 {
-		pl, prest, _ := strings.Cut(posix, "\n")
-		wl, wrest, _ := strings.Cut(win, "\n")
-		if pl != wl {
-			if b.Len() > 0 {
-				b.WriteByte('\n')
-			}
-			b.WriteString(wl)
+	for rest := base; rest != ""; {
+		line, next, _ := strings.Cut(rest, "\n")
+		rest = next
+		if strings.IndexByte(line, '\\') < 0 {
+			continue
 		}
-		posix, win = prest, wrest
+		win := canonical(line)
+		if win == canonical(unescapeBackslashes(line)) {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('\n')
+		}
+		b.WriteString(win)
 	}
 	return b.String()
 }
@@ -315,21 +317,44 @@ func hexVal(s string, max int) (int, int) {
 
 // unescapeBackslashes is the POSIX reading of backslashes: "\x" is "x".
 func unescapeBackslashes(s string) string {
-	if strings.IndexByte(s, '\\') < 0 {
+	k := strings.IndexByte(s, '\\')
+	if k < 0 {
 		return s
 	}
 	var b strings.Builder
 	b.Grow(len(s))
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' {
-			i++
-			if i >= len(s) {
-				break
-			}
+	for k >= 0 {
+		b.WriteString(s[:k])
+		if k+1 < len(s) {
+			b.WriteByte(s[k+1])
+			s = s[k+2:]
+		} else {
+			s = ""
 		}
-		b.WriteByte(s[i])
+		k = strings.IndexByte(s, '\\')
 	}
+	b.WriteString(s)
 	return b.String()
+}
+
+// tokenEnd marks the bytes that end a word: blanks and separators.
+var tokenEnd = func() (t [256]bool) {
+	for _, c := range " ;&|(){}<>\n" {
+		t[c] = true
+	}
+	return t
+}()
+
+// inFoldedSet applies set to tok in lower case without allocating.
+func inFoldedSet(set func(string) bool, tok string) bool {
+	if len(tok) > 16 {
+		return false
+	}
+	var buf [16]byte
+	for i := 0; i < len(tok); i++ {
+		buf[i] = foldByte(tok[i])
+	}
+	return set(string(buf[:len(tok)]))
 }
 
 func isSep(c byte) bool {
@@ -340,21 +365,27 @@ func isSep(c byte) bool {
 	return false
 }
 
-// wrappers run their argument as a command, so the word after them is in
-// command position too.
-var wrappers = map[string]bool{
-	"sudo": true, "doas": true, "env": true, "exec": true, "nohup": true, "nice": true, "time": true,
-	"xargs": true, "command": true, "builtin": true, "busybox": true, "timeout": true, "watch": true,
-	"strace": true, "chroot": true, "su": true, "eval": true, "then": true, "do": true, "else": true,
-	"if": true, "while": true, "until": true, "!": true, "sh": true, "bash": true, "zsh": true,
-	"dash": true, "ksh": true, "cmd": true, "powershell": true, "pwsh": true, "call": true,
-	"start": true, "runas": true, "ionice": true, "stdbuf": true, "setsid": true, "unbuffer": true,
+// isWrapper reports words that run their argument as a command, so the
+// word after them is in command position too (w is lower case).
+func isWrapper(w string) bool {
+	switch w {
+	case "sudo", "doas", "env", "exec", "nohup", "nice", "time", "xargs", "command", "builtin",
+		"busybox", "timeout", "watch", "strace", "chroot", "su", "eval", "then", "do", "else", "if",
+		"while", "until", "!", "sh", "bash", "zsh", "dash", "ksh", "cmd", "powershell", "pwsh",
+		"call", "start", "runas", "ionice", "stdbuf", "setsid", "unbuffer":
+		return true
+	}
+	return false
 }
 
-// runners make the next word a command wherever they appear.
-var runners = map[string]bool{
-	"-c": true, "/c": true, "/k": true, "-command": true, "/command": true, "-exec": true,
-	"-execdir": true, "-ok": true, "-okdir": true, "xargs": true,
+// isRunner reports words that make the next word a command wherever they
+// appear (w is lower case).
+func isRunner(w string) bool {
+	switch w {
+	case "-c", "/c", "/k", "-command", "/command", "-exec", "-execdir", "-ok", "-okdir", "xargs":
+		return true
+	}
+	return false
 }
 
 // canonical collapses blanks, joins lines continued by a trailing pipe or
@@ -419,17 +450,16 @@ func canonical(s string) string {
 			continue
 		}
 		j := i
-		for j < len(s) && s[j] != ' ' && !isSep(s[j]) {
+		for j < len(s) && !tokenEnd[s[j]] {
 			j++
 		}
 		tok := s[i:j]
 		if cmdPos {
 			tok = stripCommandPrefix(tok)
-			low := lowerASCII(tok)
-			cmdPos = wrappers[low] || strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || runners[low]
+			cmdPos = strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || inFoldedSet(isWrapper, tok) || inFoldedSet(isRunner, tok)
 		} else {
-			// Only short words can be runners; skip the lookup otherwise.
-			cmdPos = len(tok) <= len("-command") && runners[lowerASCII(tok)]
+			// Runners start with '-', '/' or 'x'; skip the lookup otherwise.
+			cmdPos = (tok[0] == '-' || tok[0] == '/' || tok[0]|0x20 == 'x') && inFoldedSet(isRunner, tok)
 		}
 		b.WriteString(tok)
 		lastNonSpace = s[j-1]
@@ -441,12 +471,15 @@ func canonical(s string) string {
 // stripCommandPrefix drops a system binary directory from a command word and
 // a Windows executable suffix.
 func stripCommandPrefix(tok string) string {
-	k := strings.LastIndexAny(tok, `/\`)
+	k := len(tok) - 1
+	for k >= 0 && tok[k] != '/' && tok[k] != '\\' {
+		k--
+	}
 	if k >= 0 && k < len(tok)-1 && systemDir(lowerASCII(tok[:k+1])) {
 		tok = tok[k+1:]
 		k = -1
 	}
-	if k < 0 && len(tok) > 4 {
+	if k < 0 && len(tok) > 4 && tok[len(tok)-4] == '.' {
 		if ext := tok[len(tok)-4:]; strings.EqualFold(ext, ".exe") || strings.EqualFold(ext, ".com") {
 			tok = tok[:len(tok)-4]
 		}
@@ -481,7 +514,7 @@ var encodedRE = regexp.MustCompile(`(?i)(?:^|[^\w.-])(?:powershell|pwsh)(?:\.exe
 
 // encodedPayloads decodes the -EncodedCommand payloads in s.
 func encodedPayloads(s string) []string {
-	if !containsFold(s, "pwsh") && !containsFold(s, "powershell") {
+	if !mentionsPowerShell(s) {
 		return nil
 	}
 	var out []string
@@ -521,6 +554,32 @@ func decodeEncodedCommand(b64 string) (string, bool) {
 		return string(raw), true
 	}
 	return "", false
+}
+
+// mentionsPowerShell reports whether s names pwsh or powershell in any
+// letter case, in one pass.
+func mentionsPowerShell(s string) bool {
+	for i := 0; i+4 <= len(s); i++ {
+		if s[i]|0x20 != 'p' {
+			continue
+		}
+		if hasPrefixFold(s[i:], "pwsh") || hasPrefixFold(s[i:], "powershell") {
+			return true
+		}
+	}
+	return false
+}
+
+func hasPrefixFold(s, prefix string) bool {
+	if len(s) < len(prefix) {
+		return false
+	}
+	for k := 0; k < len(prefix); k++ {
+		if foldByte(s[k]) != prefix[k] {
+			return false
+		}
+	}
+	return true
 }
 
 // containsFold reports whether s contains sub (lower-case ASCII), ignoring

@@ -42,7 +42,7 @@ const (
 	// rootPath: the root directory in its spellings: /, //, /., /./, /*, /..
 	rootPath = `/[/.*]*`
 	// sysPath: top-level system directories (Linux and macOS) and home.
-	sysPath = `(?:/(?:bin|boot|dev|etc|home|lib|lib32|lib64|libx32|opt|proc|root|run|sbin|srv|sys|usr|var|system|library|applications|users|private)(?:/[^\s;&|]*)?|~/?|\$home/?|\$\{home\}/?)`
+	sysPath = `(?:/(?:bin|boot|dev|etc|home|lib|lib32|lib64|libx32|opt|proc|root|run|sbin|srv|sys|usr|var|system|library|applications|users|private)(?:/[^\s;&|]*)?|~(?:/[^\s;&|]*)?|\$\{?home\}?(?:/[^\s;&|]*)?)`
 	// winRemove: cmd and PowerShell deletion commands and aliases.
 	winRemove = `(?:remove-item|ri|rm|rmdir|rd|del|erase)(?:\.exe)?`
 	// winRecurse: /s (cmd) or -Recurse and its prefixes (PowerShell).
@@ -60,11 +60,15 @@ const (
 )
 
 // withOption matches cmd given both option opt and operand arg, in either
-// order, anywhere in one simple command.
+// order, anywhere in one simple command. Each order is a top-level
+// alternative (compiled and prefiltered on its own), and arg always follows
+// a blank in the same sequence, so " /" or " /etc" is a literal the
+// prefilter can check before the regexp runs.
 func withOption(cmd, opt, arg string) string {
-	return cb + cmd + `\s(?:` + a + `*\s)?(?:` +
-		opt + `(?:\s` + a + `*)?\s` + arg + ce +
-		`|` + arg + `\s(?:` + a + `*\s)?` + opt + ce + `)`
+	return alt(
+		cb+cmd+`\s(?:`+a+`*\s)?`+opt+`(?:\s`+a+`*)?\s`+arg+ce,
+		cb+cmd+`(?:\s`+a+`*)?\s`+arg+`\s(?:`+a+`*\s)?`+opt+ce,
+	)
 }
 
 func alt(parts ...string) string { return `(?:` + strings.Join(parts, `|`) + `)` }
@@ -142,7 +146,7 @@ func DefaultRules() []Rule {
 		{Name: "download-to-shell", Action: Warn,
 			Description: "downloaded content piped or passed straight to a shell",
 			Regex: alt(
-				cb+`(?:curl|wget|fetch)\s`+a+`*\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:env\s+)?(?:ba|z|da|k|fi)?sh\b`,
+				cb+`(?:curl|wget|fetch)\s`+a+`*\|\s*(?:sudo\s+(?:-\S+\s+)*)?(?:env\s+)?(?:(?:ba|z|da|k|fi)?sh|python[23]?|perl|ruby|node|php)\b`,
 				cb+`(?:ba|z|da|k)?sh\s+(?:-\S+\s+)*<\(\s*(?:curl|wget)\b`,
 				cb+`(?:ba|z|da|k)?sh\s+(?:-\S+\s+)*-c\s+\$\(\s*(?:curl|wget)\b`,
 				cb+`(?:eval|source|\.)\s+\$?\(\s*(?:curl|wget)\b`,
