@@ -11,16 +11,18 @@ import (
 )
 
 // errNotWindows is what every tier reports off Windows.
-var errNotWindows = errors.New("AppContainer, restricted tokens and Job Objects exist only on Windows")
+func errNotWindows() error {
+	return errors.New("AppContainer, restricted tokens and Job Objects exist only on Windows")
+}
 
 type stubPlatform struct{}
 
 func osPlatform() Platform { return stubPlatform{} }
 
-func (stubPlatform) Probe(context.Context, Tier) error { return errNotWindows }
+func (stubPlatform) Probe(context.Context, Tier) error { return errNotWindows() }
 
 func (stubPlatform) Launch(_ context.Context, t Tier, _ Launch, _ driverapi.Streams) (driverapi.Exit, error) {
-	return driverapi.Exit{}, &SetupError{Tier: t, Step: "platform", Err: errNotWindows}
+	return driverapi.Exit{}, &SetupError{Tier: t, Step: "platform", Err: errNotWindows()}
 }
 
 func (stubPlatform) IsFile(p string) bool { return false }

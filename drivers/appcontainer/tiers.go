@@ -48,17 +48,19 @@ func ParseTier(s string) (Tier, error) {
 }
 
 // jobFeatures hold in every tier: the Job Object is always there.
-var jobFeatures = []string{
-	driverapi.FeatureNetworkAll,
-	driverapi.FeatureSubprocessControl,
-	driverapi.FeatureMemoryLimit,
-	driverapi.FeatureEnvIsolation,
-	driverapi.FeatureProcessTreeKill,
+func jobFeatures() []string {
+	return []string{
+		driverapi.FeatureNetworkAll,
+		driverapi.FeatureSubprocessControl,
+		driverapi.FeatureMemoryLimit,
+		driverapi.FeatureEnvIsolation,
+		driverapi.FeatureProcessTreeKill,
+	}
 }
 
 // TierFeatures is what a tier enforces.
 func TierFeatures(t Tier) []string {
-	f := append([]string{}, jobFeatures...)
+	f := jobFeatures()
 	switch t {
 	case TierAppContainer:
 		// Only an AppContainer has a network boundary (the capability

@@ -42,106 +42,116 @@ type Param struct {
 	Value string `json:"value"`
 }
 
-// baselineReadPaths are the system trees every program may read: frameworks,
+// baselineReadSubpaths are the system trees every program may read: frameworks,
 // libraries, the tools in the default PATH, and the dyld shared cache (which
 // lives in the Preboot cryptex on macOS 13 and later).
-var baselineReadSubpaths = []string{
-	"/System",
-	"/usr/lib",
-	"/usr/libexec",
-	"/usr/share",
-	"/usr/bin",
-	"/usr/sbin",
-	"/bin",
-	"/sbin",
-	"/private/var/db/dyld",
-	"/System/Volumes/Preboot/Cryptexes",
-	"/private/var/db/timezone",
-	"/Library/Apple/System/Library",
-	"/Library/Preferences/Logging",
-	"/private/etc/ssl",
-	// Package managers' trees: Seatbelt matches resolved paths, and a
-	// Homebrew library in lib/ is a symlink into Cellar/.
-	"/opt/homebrew",
-	"/usr/local/bin",
-	"/usr/local/lib",
-	"/usr/local/Cellar",
-	"/usr/local/opt",
-	// The developer tools /usr/bin/git, cc, make... are shims into.
-	"/Library/Developer/CommandLineTools",
-	"/Applications/Xcode.app/Contents/Developer",
+func baselineReadSubpaths() []string {
+	return []string{
+		"/System",
+		"/usr/lib",
+		"/usr/libexec",
+		"/usr/share",
+		"/usr/bin",
+		"/usr/sbin",
+		"/bin",
+		"/sbin",
+		"/private/var/db/dyld",
+		"/System/Volumes/Preboot/Cryptexes",
+		"/private/var/db/timezone",
+		"/Library/Apple/System/Library",
+		"/Library/Preferences/Logging",
+		"/private/etc/ssl",
+		// Package managers' trees: Seatbelt matches resolved paths, and a
+		// Homebrew library in lib/ is a symlink into Cellar/.
+		"/opt/homebrew",
+		"/usr/local/bin",
+		"/usr/local/lib",
+		"/usr/local/Cellar",
+		"/usr/local/opt",
+		// The developer tools /usr/bin/git, cc, make... are shims into.
+		"/Library/Developer/CommandLineTools",
+		"/Applications/Xcode.app/Contents/Developer",
+	}
 }
 
 // baselineReadLiterals are single system files a process reads while
 // starting or resolving users, time zones and services. Not the whole of
 // /etc: master.passwd and the like stay out.
-var baselineReadLiterals = []string{
-	"/private/etc/localtime",
-	"/private/etc/hosts",
-	"/private/etc/resolv.conf",
-	"/private/etc/services",
-	"/private/etc/protocols",
-	"/private/etc/passwd",
-	"/private/etc/group",
-	"/private/etc/shells",
-	"/private/etc/zshrc",
-	"/private/etc/profile",
-	"/private/etc/bashrc",
-	"/dev/random",
-	"/dev/urandom",
-	"/dev/autofs_nowait",
-	"/private/var/db/xcode_select_link",
+func baselineReadLiterals() []string {
+	return []string{
+		"/private/etc/localtime",
+		"/private/etc/hosts",
+		"/private/etc/resolv.conf",
+		"/private/etc/services",
+		"/private/etc/protocols",
+		"/private/etc/passwd",
+		"/private/etc/group",
+		"/private/etc/shells",
+		"/private/etc/zshrc",
+		"/private/etc/profile",
+		"/private/etc/bashrc",
+		"/dev/random",
+		"/dev/urandom",
+		"/dev/autofs_nowait",
+		"/private/var/db/xcode_select_link",
+	}
 }
 
 // baselineMetadataLiterals are the roots and firmlink ancestors that path
 // resolution stats on the way to anything (getcwd, realpath, the shell).
-var baselineMetadataLiterals = []string{
-	"/",
-	"/private",
-	"/private/var",
-	"/private/etc",
-	"/private/tmp",
-	"/var",
-	"/etc",
-	"/tmp",
-	"/Users",
-	"/Volumes",
-	"/System/Volumes",
-	"/System/Volumes/Data",
-	"/Library",
-	"/opt",
-	"/opt/homebrew",
-	"/usr",
-	"/usr/local",
-	"/dev",
+func baselineMetadataLiterals() []string {
+	return []string{
+		"/",
+		"/private",
+		"/private/var",
+		"/private/etc",
+		"/private/tmp",
+		"/var",
+		"/etc",
+		"/tmp",
+		"/Users",
+		"/Volumes",
+		"/System/Volumes",
+		"/System/Volumes/Data",
+		"/Library",
+		"/opt",
+		"/opt/homebrew",
+		"/usr",
+		"/usr/local",
+		"/dev",
+	}
 }
 
 // baselineMachServices are the launchd services an ordinary command-line
 // process looks up while starting (logging, directory lookups, notify,
 // preferences, temp-dir helper, trust evaluation).
-var baselineMachServices = []string{
-	"com.apple.analyticsd",
-	"com.apple.bsd.dirhelper",
-	"com.apple.cfprefsd.agent",
-	"com.apple.cfprefsd.daemon",
-	"com.apple.diagnosticd",
-	"com.apple.logd",
-	"com.apple.runningboard",
-	"com.apple.system.logger",
-	"com.apple.system.notification_center",
-	"com.apple.system.opendirectoryd.libinfo",
-	"com.apple.system.opendirectoryd.membership",
-	"com.apple.trustd",
-	"com.apple.trustd.agent",
+func baselineMachServices() []string {
+	return []string{
+		"com.apple.analyticsd",
+		"com.apple.bsd.dirhelper",
+		"com.apple.cfprefsd.agent",
+		"com.apple.cfprefsd.daemon",
+		"com.apple.diagnosticd",
+		"com.apple.logd",
+		"com.apple.runningboard",
+		"com.apple.system.logger",
+		"com.apple.system.notification_center",
+		"com.apple.system.opendirectoryd.libinfo",
+		"com.apple.system.opendirectoryd.membership",
+		"com.apple.trustd",
+		"com.apple.trustd.agent",
+	}
 }
 
 // networkMachServices are needed only with network access: name
 // resolution goes through mDNSResponder.
-var networkMachServices = []string{
-	"com.apple.SystemConfiguration.DNSConfiguration",
-	"com.apple.SystemConfiguration.configd",
-	"com.apple.dnssd.service",
-	"com.apple.mDNSResponder",
+func networkMachServices() []string {
+	return []string{
+		"com.apple.SystemConfiguration.DNSConfiguration",
+		"com.apple.SystemConfiguration.configd",
+		"com.apple.dnssd.service",
+		"com.apple.mDNSResponder",
+	}
 }
 
 // Plan is what ProfileFor decides; it is serialised into the profile data.
@@ -368,15 +378,15 @@ func renderSBPL(in sbplInput) string {
 	w("")
 	w("; --- platform baseline (read-only) ---")
 	b.WriteString("(allow file-read*")
-	for _, p := range baselineReadSubpaths {
+	for _, p := range baselineReadSubpaths() {
 		b.WriteString("\n  (subpath " + sbplString(p) + ")")
 	}
-	for _, p := range baselineReadLiterals {
+	for _, p := range baselineReadLiterals() {
 		b.WriteString("\n  (literal " + sbplString(p) + ")")
 	}
 	w(")")
 	b.WriteString("(allow file-read-metadata")
-	for _, p := range baselineMetadataLiterals {
+	for _, p := range baselineMetadataLiterals() {
 		b.WriteString("\n  (literal " + sbplString(p) + ")")
 	}
 	for _, n := range in.ancestors {
@@ -392,7 +402,7 @@ func renderSBPL(in sbplInput) string {
 	w(`(allow file-read* file-write* (subpath "/private/tmp"))`)
 	w("; mach services a command-line process needs to start")
 	b.WriteString("(allow mach-lookup")
-	for _, s := range baselineMachServices {
+	for _, s := range baselineMachServices() {
 		b.WriteString("\n  (global-name " + sbplString(s) + ")")
 	}
 	w(")")
@@ -436,7 +446,7 @@ func renderSBPL(in sbplInput) string {
 		w(`(allow network*)`)
 		w(`(allow system-socket)`)
 		b.WriteString("(allow mach-lookup")
-		for _, s := range networkMachServices {
+		for _, s := range networkMachServices() {
 			b.WriteString("\n  (global-name " + sbplString(s) + ")")
 		}
 		w(")")
