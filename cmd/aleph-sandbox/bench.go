@@ -58,7 +58,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	if err != nil {
 		return fail(io.Err, "%s", oneLine(err.Error()))
 	}
-	p, err := buildPipeline(cfg, &approver{yes: f.yes})
+	p, err := buildPipeline(cfg, &approver{yes: f.yes}, io.Err)
 	if err != nil {
 		return fail(io.Err, "%s", oneLine(err.Error()))
 	}

@@ -56,7 +56,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
 	}
-	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers})
+	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers}, io.Err)
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
 	}

@@ -237,3 +237,31 @@ func TestDriversCommand(t *testing.T) {
 	}
 	t.Fatalf("fake driver not listed: %q", r.stdout)
 }
+
+func TestExecHooksFromConfig(t *testing.T) {
+	drv := cliEnv(t)
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "c.toml")
+	body := `[sandbox.command_policy]
+custom_rules = [
+  { name = "broken", regex = "([", action = "block", description = "malformed on purpose" },
+]
+[sandbox.rate_limit]
+rate_per_second = 0.001
+burst = 1
+`
+	if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The curated rules still block, despite the malformed custom rule.
+	r := cli(t, "", false, "exec", "--driver", drv, "--config", cfg, "--", "rm", "-rf", "/")
+	if r.code != 125 || !strings.Contains(r.stderr, "broken") || !strings.Contains(r.stderr, "aleph-sandbox: ") {
+		t.Fatalf("rm -rf / with a malformed custom rule: %+v", r)
+	}
+	// Positive control: an ordinary command runs under the same config (the
+	// rate limit's burst of 1 lets a fresh process's first command through).
+	r = cli(t, "", false, "exec", "--driver", drv, "--config", cfg, "--session", "rl", "--", "echo", "ok")
+	if r.code != 0 || r.stdout != "ok\n" {
+		t.Fatalf("ordinary command: %+v", r)
+	}
+}

@@ -20,6 +20,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
+	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
 )
 
 // runFlags are the flags exec and bench share: everything that shapes one
@@ -236,7 +237,7 @@ func cliLogger() (hclog.Logger, func()) {
 
 // hooksFromConfig builds the in-process hooks (command policy first, then
 // rate limit) and the hook plugins, in the pipeline's order.
-func hooksFromConfig(cfg core.Config, logger hclog.Logger) ([]driverapi.Hook, func(), error) {
+func hooksFromConfig(cfg core.Config, logger hclog.Logger, warn io.Writer) ([]driverapi.Hook, func(), error) {
 	var hooks []driverapi.Hook
 	var closers []func()
 	closeAll := func() {
@@ -248,13 +249,35 @@ func hooksFromConfig(cfg core.Config, logger hclog.Logger) ([]driverapi.Hook, fu
 	if cp.Enabled {
 		h, errs := commandpolicy.New(commandPolicyConfig(cp), logger.Named("command_policy"))
 		for _, err := range errs {
-			// The hook has already fallen back to the curated defaults; the
-			// error is worth a line, not a refusal.
+			// The hook has already fallen back to the curated defaults: the
+			// error is worth a warning line, not a refusal.
 			logger.Error("command policy rule refused", "error", err)
+			fmt.Fprintf(warn, "aleph-sandbox: warning: %s; using the curated default rules\n", oneLine(err.Error()))
 		}
 		hooks = append(hooks, h)
 	}
-	// PENDING: rate limit and hook plugins
+	if rl := cfg.Sandbox.RateLimit; rl.Enabled {
+		h, err := ratelimit.New(ratelimit.Config{
+			RatePerSecond:           rl.RatePerSecond,
+			Burst:                   int(rl.Burst),
+			MaxConcurrentPerSession: int(rl.MaxConcurrentPerSession),
+			MaxConcurrentGlobal:     int(rl.MaxConcurrentGlobal),
+			IdleForget:              time.Duration(rl.IdleForgetSeconds) * time.Second,
+		}, ratelimit.WithLogger(logger.Named("rate_limit")))
+		if err != nil {
+			return nil, closeAll, fmt.Errorf("sandbox.rate_limit: %w", err)
+		}
+		hooks = append(hooks, h)
+	}
+	for _, path := range cfg.Sandbox.HookPlugins {
+		hh, err := core.NewHookHost(core.HookHostConfig{Path: path, Logger: logger, CallTimeout: time.Duration(cfg.Sandbox.HookTimeoutMS) * time.Millisecond})
+		if err != nil {
+			closeAll()
+			return nil, func() {}, err
+		}
+		hooks = append(hooks, hh)
+		closers = append(closers, func() { _ = hh.Close() })
+	}
 	return hooks, closeAll, nil
 }
 
@@ -294,10 +317,10 @@ func (p *pipeline) Close() {
 
 // buildPipeline wires config, hooks, the proxy, the approval requester and
 // the driver into one core.Sandbox.
-func buildPipeline(cfg core.Config, approver core.ApprovalRequester) (*pipeline, error) {
+func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Writer) (*pipeline, error) {
 	logger, closeLog := cliLogger()
 	p := &pipeline{closers: []func(){closeLog}}
-	hooks, closeHooks, err := hooksFromConfig(cfg, logger)
+	hooks, closeHooks, err := hooksFromConfig(cfg, logger, warn)
 	p.closers = append(p.closers, closeHooks)
 	if err != nil {
 		p.Close()
