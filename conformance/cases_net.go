@@ -17,6 +17,23 @@ import (
 
 const allowedHost = "allowed.conformance.test"
 
+// linuxBridgeHTTPAddr is where a Linux child finds the managed proxy: the
+// host's convention is a bridge in the child's own network namespace,
+// listening on this loopback address and relaying to
+// ProxyEndpoint.UnixSocket. It mirrors the core's proxy package (a test
+// checks they agree); the suite imports only driverapi.
+const linuxBridgeHTTPAddr = "127.0.0.1:3128"
+
+// childProxyAddr is the proxy address the host puts in the child's
+// HTTP(S)_PROXY: the bridge on Linux, the proxy's own loopback TCP address
+// elsewhere (macOS children reach host loopback directly).
+func childProxyAddr(tcpAddr string) string {
+	if runtime.GOOS == "linux" {
+		return linuxBridgeHTTPAddr
+	}
+	return tcpAddr
+}
+
 func netCases() []Case {
 	none, all, proxy := driverapi.FeatureNetworkNone, driverapi.FeatureNetworkAll, driverapi.FeatureNetworkViaProxy
 	return []Case{
@@ -108,7 +125,7 @@ func netCases() []Case {
 				return allReaches(ctx, h, t, probes)
 			}},
 		{ID: "net/allow-hosts-via-proxy", Level: Must, Feature: proxy,
-			Description: "With network allow_hosts a program reaches an allowed host through the managed proxy given in the ProfileRequest (HTTPS_PROXY points at its TCP address), and the proxy refuses a host not on the list.",
+			Description: "With network allow_hosts a program reaches an allowed host through the managed proxy given in the ProfileRequest, at the address the host puts in HTTPS_PROXY (on Linux the in-namespace bridge 127.0.0.1:3128 relaying to the proxy's unix socket; elsewhere the proxy's loopback TCP address), and the proxy refuses a host not on the list.",
 			run:         caseProxyAllowed},
 		{ID: "net/allow-hosts-direct-blocked", Level: Must, Feature: proxy,
 			Description: "With network allow_hosts a direct TCP connection that bypasses the proxy fails, while the proxied one in the same command works.",
@@ -198,7 +215,7 @@ func proxySetup(ctx context.Context, h *H) (*target, *connectProxy, Cmd, error) 
 	if err != nil {
 		return nil, nil, Cmd{}, err
 	}
-	proxyURL := "http://" + p.tcpAddr
+	proxyURL := "http://" + childProxyAddr(p.tcpAddr)
 	c := Cmd{
 		Caps:  &driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{hostPort}}},
 		Proxy: &driverapi.ProxyEndpoint{TCPAddr: p.tcpAddr, UnixSocket: p.unixPath},

@@ -1,0 +1,154 @@
+package conformance
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
+)
+
+// The suite mirrors the host's bridge address rather than importing core.
+func TestBridgeAddressMatchesCore(t *testing.T) {
+	if got := proxy.BridgeListenAddrs()[0]; got != linuxBridgeHTTPAddr {
+		t.Errorf("core's bridge listens on %s, the suite tells children %s", got, linuxBridgeHTTPAddr)
+	}
+}
+
+// The network cases are only as good as their probe and fixtures: run the
+// probe on the host, unsandboxed, where every connection must work (and a
+// wrong token must not count).
+func TestProbeAndFixturesWork(t *testing.T) {
+	if _, err := os.Stat(progPerl); err != nil {
+		t.Skipf("no %s: %v", progPerl, err)
+	}
+	ctx := t.Context()
+	h := &H{Root: t.TempDir()}
+	defer h.cleanup()
+	run := func(env []string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, progPerl, append([]string{"-e", probeScript}, args...)...)
+		cmd.Env = env
+		out, _ := cmd.Output()
+		return string(out)
+	}
+
+	tcp, err := h.listenStream("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := fmt.Sprint(portOf(tcp.addr))
+	if out := run(nil, "tcp", "127.0.0.1", port, "wrong-token"); tcp.reached() || strings.Contains(out, "pong") {
+		t.Fatalf("a wrong token counted as reaching the listener: %q", out)
+	}
+	if out := run(nil, "tcp", "127.0.0.1", port, tcp.token); !tcp.reached() || !strings.Contains(out, "reply:pong") {
+		t.Errorf("tcp probe: %q", out)
+	}
+
+	udp, err := h.listenUDP("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(nil, "udp", "127.0.0.1", fmt.Sprint(portOf(udp.addr)), udp.token); !waitFor(ctx, 2*time.Second, udp.reached) {
+		t.Errorf("udp probe: %q", out)
+	}
+
+	unix, err := h.listenStream("unix", filepath.Join(h.Root, "s.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := run(nil, "unix", unix.addr, unix.token); !unix.reached() {
+		t.Errorf("unix probe: %q", out)
+	}
+
+	if runtime.GOOS == "linux" {
+		name := "aleph-conformance-test-" + newToken()
+		abs, err := h.listenStream("unix", "@"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out := run(nil, "abstract", name, abs.token); !abs.reached() {
+			t.Errorf("abstract probe: %q", out)
+		}
+	}
+
+	target, err := h.listenStream("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostPort := fmt.Sprintf("%s:%d", allowedHost, portOf(target.addr))
+	p, err := h.startProxy(ctx, map[string]string{hostPort: target.addr}, filepath.Join(h.Root, "p.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"HTTPS_PROXY=http://" + p.tcpAddr}
+	if out := run(env, "proxy", "denied.conformance.test:443", target.token); !strings.Contains(out, "proxy-status:HTTP/1.1 403") || target.reached() {
+		t.Errorf("denied host through the proxy: %q", out)
+	}
+	if out := run(env, "proxy", hostPort, target.token); !target.reached() || !strings.Contains(out, "reply:pong") || p.tunnels.Load() != 1 {
+		t.Errorf("allowed host through the proxy: %q", out)
+	}
+	// The proxy's unix socket (what a bridge relays to) speaks the same.
+	c, err := net.Dial("unix", p.unixPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", hostPort, hostPort)
+	r := bufio.NewReader(c)
+	if st, _ := r.ReadString('\n'); !strings.HasPrefix(st, "HTTP/1.1 200") {
+		t.Errorf("CONNECT over the unix socket: %q", st)
+	}
+	for l, _ := r.ReadString('\n'); strings.TrimSpace(l) != ""; l, _ = r.ReadString('\n') {
+	}
+	fmt.Fprintf(c, "%s\n", target.token)
+	if reply, _ := io.ReadAll(io.LimitReader(r, 5)); string(reply) != "pong\n" {
+		t.Errorf("tunnel over the unix socket replied %q", reply)
+	}
+}
+
+// The listen probe really listens: unsandboxed, the host reaches it.
+func TestListenScriptWorks(t *testing.T) {
+	if _, err := os.Stat(progPerl); err != nil {
+		t.Skipf("no %s: %v", progPerl, err)
+	}
+	cmd := exec.CommandContext(context.Background(), progPerl, "-e", listenScript)
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	r := bufio.NewReader(stdout)
+	var port string
+	for port == "" {
+		l, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatalf("no port line: %v", err)
+		}
+		if m := regexp.MustCompile(`^port:(\d+)`).FindStringSubmatch(l); m != nil {
+			port = m[1]
+		}
+	}
+	c, err := net.DialTimeout("tcp", "127.0.0.1:"+port, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	rest, _ := io.ReadAll(r)
+	if !strings.Contains(string(rest), "accepted") {
+		t.Errorf("listener did not see the connection: %q", rest)
+	}
+}
