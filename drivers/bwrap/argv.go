@@ -2,6 +2,7 @@ package bwrap
 
 import (
 	"path/filepath"
+	"strconv"
 	"sort"
 	"strings"
 
@@ -10,10 +11,23 @@ import (
 
 // BwrapFlags is the bubblewrap argv (without the program) that builds the
 // sandbox of plan p with working directory cwd. initBinary, when set, is
-// bound read-only at InitPath; extra is inserted before the mounts (fd
-// options). The same flags serve Run and the raw-bwrap benchmark, so the
-// comparison is like for like.
-func (p Plan) BwrapFlags(cwd, initBinary string, extra ...string) []string {
+// bound read-only at InitPath. pinned maps host paths to descriptors bwrap
+// inherits: those are mounted with --bind-fd/--ro-bind-fd (see pinPaths).
+// extra is inserted before the mounts (fd options). The same flags serve Run
+// and the raw-bwrap benchmark, so the comparison is like for like.
+func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, extra ...string) []string {
+	bind := func(ro bool, src, dest string) []string {
+		if fd, ok := pinned[src]; ok {
+			if ro {
+				return []string{"--ro-bind-fd", strconv.Itoa(fd), dest}
+			}
+			return []string{"--bind-fd", strconv.Itoa(fd), dest}
+		}
+		if ro {
+			return []string{"--ro-bind", src, dest}
+		}
+		return []string{"--bind", src, dest}
+	}
 	args := []string{
 		// Every namespace bwrap knows: mount, PID, IPC, UTS, cgroup, network
 		// and (where unprivileged) user.
@@ -51,12 +65,12 @@ func (p Plan) BwrapFlags(cwd, initBinary string, extra ...string) []string {
 			ms = append(ms, mnt{m.Dest, []string{"--ro-bind", m.Src, m.Dest}})
 		}
 	}
-	ms = append(ms, mnt{p.Workspace, []string{"--bind", p.Workspace, p.Workspace}})
+	ms = append(ms, mnt{p.Workspace, bind(false, p.Workspace, p.Workspace)})
 	for _, g := range p.FSRead {
-		ms = append(ms, mnt{g, []string{"--ro-bind", g, g}})
+		ms = append(ms, mnt{g, bind(true, g, g)})
 	}
 	for _, g := range p.FSWrite {
-		ms = append(ms, mnt{g, []string{"--bind", g, g}})
+		ms = append(ms, mnt{g, bind(false, g, g)})
 	}
 	// Parents before children: a later mount covers an earlier one, so a
 	// grant below another grant (or below the workspace) keeps its own mode,
@@ -71,7 +85,7 @@ func (p Plan) BwrapFlags(cwd, initBinary string, extra ...string) []string {
 	// is not a symlink before bwrap starts.
 	for _, name := range p.Protected {
 		d := filepath.Join(p.Workspace, name)
-		args = append(args, "--ro-bind", d, d)
+		args = append(args, bind(true, d, d)...)
 	}
 	if initBinary != "" {
 		args = append(args, "--ro-bind", initBinary, InitPath)

@@ -314,11 +314,30 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 			return driverapi.Exit{}, err
 		}
 		defer statusR.Close()
-		// fds 3 and 4 in bwrap: ExtraFiles[0] and [1].
 		extra = []string{"--block-fd", "3", "--json-status-fd", "4"}
 	}
+	var extraFiles []*os.File
+	if v1 {
+		// fds 3 and 4 in bwrap.
+		extraFiles = append(extraFiles, blockR, statusW)
+	}
+	pinned, fdOf, err := pinPaths(plan, 3+len(extraFiles))
+	if err != nil {
+		if v1 {
+			blockR.Close()
+			statusW.Close()
+		}
+		return driverapi.Exit{}, err
+	}
+	closePinned := func() {
+		for _, f := range pinned {
+			f.Close()
+		}
+	}
+	defer closePinned()
+	extraFiles = append(extraFiles, pinned...)
 	env := envList(spec.Env)
-	args := plan.BwrapFlags(cwd, d.cfg.InitBinary, extra...)
+	args := plan.BwrapFlags(cwd, d.cfg.InitBinary, fdOf, extra...)
 	args = append(args, "--", InitPath, PWDCommand, initmain.PWDArg(env), SandboxInitCommand)
 	args = append(args, init...)
 
@@ -339,9 +358,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// --die-with-parent then takes the sandbox down.
 		Pdeathsig: syscall.SIGKILL,
 	}
-	if v1 {
-		cmd.ExtraFiles = []*os.File{blockR, statusW}
-	}
+	cmd.ExtraFiles = extraFiles
 	if cg != nil && cg.mode == CgroupV2 {
 		// CLONE_INTO_CGROUP: bwrap is born inside the command's cgroup, so
 		// nothing of the sandbox ever runs outside its limits.
@@ -361,7 +378,10 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// the thread (and kill the sandbox) while the command runs; the
 		// thread exits with the goroutine, after Wait.
 		runtime.LockOSThread()
-		if err := cmd.Start(); err != nil {
+		err := cmd.Start()
+		// bwrap has its copies (or never will): the driver's go now.
+		closePinned()
+		if err != nil {
 			if v1 {
 				blockR.Close()
 				statusW.Close()
@@ -493,10 +513,23 @@ func (d *Driver) RawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 	if release, err = d.protect(plan); err != nil {
 		return nil, nil, err
 	}
-	args := append(plan.BwrapFlags(cwd, ""), "--", spec.Program)
+	pinned, fdOf, err := pinPaths(plan, 3)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	args := append(plan.BwrapFlags(cwd, "", fdOf), "--", spec.Program)
 	args = append(args, spec.Args...)
 	cmd = exec.CommandContext(ctx, h.bwrap, args...)
 	cmd.Env = envList(spec.Env)
+	cmd.ExtraFiles = pinned
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	unprotect := release
+	release = func() {
+		for _, f := range pinned {
+			f.Close()
+		}
+		unprotect()
+	}
 	return cmd, release, nil
 }

@@ -477,3 +477,61 @@ func fmtErr(err error) string {
 	}
 	return err.Error()
 }
+
+func TestNoDescriptorLeaksIntoSandbox(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	ro := newWorkspace(t)
+	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{ro}}
+	// ls opens /proc/self/fd itself (fd 3); nothing else may be open: not
+	// the pinned mount sources, not the cgroup hand-over pipes.
+	r := drvRun(t, context.Background(), d, ws, caps, nil, "/bin/sh", "-c", "ls /proc/self/fd | tr '\\n' ' '")
+	expectOK(t, r)
+	if strings.TrimSpace(r.stdout) != "0 1 2 3" {
+		t.Fatalf("open descriptors inside: %q", r.stdout)
+	}
+}
+
+func TestPinRefusesSwappedPaths(t *testing.T) {
+	ws := newWorkspace(t)
+	other := newWorkspace(t)
+	grant := filepath.Join(ws, "..", filepath.Base(ws)+"-grant")
+	grant = filepath.Clean(grant)
+	if err := os.MkdirAll(filepath.Join(grant, "a", "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(grant)
+	if err := os.MkdirAll(filepath.Join(other, "b"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	p := planFor(t, ws)
+	p.Protected = nil
+	p.FSRead = []string{filepath.Join(grant, "a", "b")}
+	// Control: unchanged paths pin.
+	files, fds, err := pinPaths(p, 3)
+	if err != nil || len(files) != 2 || fds[ws] != 3 || fds[p.FSRead[0]] != 4 {
+		t.Fatalf("control: %v %v", fds, err)
+	}
+	for _, f := range files {
+		f.Close()
+	}
+	// A directory on the way swapped for a symlink after the check.
+	if err := os.RemoveAll(filepath.Join(grant, "a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(other, filepath.Join(grant, "a")); err != nil {
+		t.Fatal(err)
+	}
+	var ise *driverapi.InvalidSpecError
+	if _, _, err := pinPaths(p, 3); !errors.As(err, &ise) {
+		t.Fatalf("swapped parent: %v", err)
+	}
+	// The path itself swapped for a symlink.
+	p.FSRead = []string{filepath.Join(grant, "c")}
+	if err := os.Symlink(other, p.FSRead[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := pinPaths(p, 3); !errors.As(err, &ise) {
+		t.Fatalf("swapped leaf: %v", err)
+	}
+}
