@@ -2,8 +2,8 @@ package bwrap
 
 import (
 	"path/filepath"
-	"strconv"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/initmain"
