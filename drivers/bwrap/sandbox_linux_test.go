@@ -535,3 +535,22 @@ func TestPinRefusesSwappedPaths(t *testing.T) {
 		t.Fatalf("swapped leaf: %v", err)
 	}
 }
+
+func TestProtectedGitFile(t *testing.T) {
+	// A worktree's .git is a file; it is protected the same way.
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	if err := os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: /elsewhere\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := drvSh(t, d, ws, "cat .git")
+	expectOK(t, r)
+	if r.stdout != "gitdir: /elsewhere\n" {
+		t.Fatalf("control: %q", r.stdout)
+	}
+	expectFail(t, drvSh(t, d, ws, "echo 'gitdir: /tmp/evil' > .git"))
+	expectFail(t, drvSh(t, d, ws, "rm -f .git && mkdir .git"))
+	if b, _ := os.ReadFile(filepath.Join(ws, ".git")); string(b) != "gitdir: /elsewhere\n" {
+		t.Fatalf(".git changed: %q", b)
+	}
+}
