@@ -30,9 +30,9 @@ func protocolCases() []Case {
 		{ID: "protocol/profile-deterministic", Level: Must,
 			Description: "ProfileFor gives byte-identical profiles for equal requests, with the driver's backend name and a digest that matches the data.",
 			run:         caseProfileDeterministic},
-		{ID: "protocol/profile-tampered-refused", Level: Must,
+		{ID: "protocol/profile-tampered-refused", Level: Must, fresh: true,
 			Description: "Run refuses a profile whose data had one byte flipped (digest no longer matches); the untampered profile runs.",
-			run: func(ctx context.Context, h *H) error {
+			run: ownPlugin(func(ctx context.Context, h *H) error {
 				return garbled(ctx, h, func(p *driverapi.Profile) {
 					if len(p.Data) == 0 {
 						p.Data = []byte{0}
@@ -41,31 +41,31 @@ func protocolCases() []Case {
 					p.Data = bytes.Clone(p.Data)
 					p.Data[len(p.Data)/2] ^= 0x01
 				})
-			}},
-		{ID: "protocol/profile-wrong-digest-refused", Level: Must,
+			})},
+		{ID: "protocol/profile-wrong-digest-refused", Level: Must, fresh: true,
 			Description: "Run refuses a profile whose digest is not the SHA-256 of its data; the intact profile runs.",
-			run: func(ctx context.Context, h *H) error {
+			run: ownPlugin(func(ctx context.Context, h *H) error {
 				return garbled(ctx, h, func(p *driverapi.Profile) { p.Digest = driverapi.Digest([]byte("not the profile")) })
-			}},
-		{ID: "protocol/profile-wrong-backend-refused", Level: Must,
+			})},
+		{ID: "protocol/profile-wrong-backend-refused", Level: Must, fresh: true,
 			Description: "Run refuses an intact profile labelled with another backend's name; the original runs.",
-			run: func(ctx context.Context, h *H) error {
+			run: ownPlugin(func(ctx context.Context, h *H) error {
 				return garbled(ctx, h, func(p *driverapi.Profile) { p.Backend += "-other" })
-			}},
-		{ID: "protocol/profile-empty-refused", Level: Must,
+			})},
+		{ID: "protocol/profile-empty-refused", Level: Must, fresh: true,
 			Description: "Run refuses the zero Profile (no backend, no data, no digest); a real profile runs.",
-			run: func(ctx context.Context, h *H) error {
+			run: ownPlugin(func(ctx context.Context, h *H) error {
 				return garbled(ctx, h, func(p *driverapi.Profile) { *p = driverapi.Profile{} })
-			}},
-		{ID: "protocol/invalid-spec-refused", Level: Must,
+			})},
+		{ID: "protocol/invalid-spec-refused", Level: Must, fresh: true,
 			Description: "Run refuses specs with an empty program, a relative cwd, a zero timeout, a zero output budget, a NUL in an argument, an '=' in an env name or stdin over driverapi.MaxStdinBytes with an error, and still runs a valid spec afterwards.",
-			run:         caseInvalidSpec},
-		{ID: "protocol/concurrent-runs", Level: Must,
+			run:         ownPlugin(caseInvalidSpec)},
+		{ID: "protocol/concurrent-runs", Level: Must, fresh: true,
 			Description: "Eight Run calls at once on one driver each get exactly their own output and exit code.",
-			run:         caseConcurrentRuns},
-		{ID: "protocol/cancel-mid-run", Level: Must,
+			run:         ownPlugin(caseConcurrentRuns)},
+		{ID: "protocol/cancel-mid-run", Level: Must, fresh: true,
 			Description: "Cancelling the context of a running command ends Run promptly (the command had started and produced output), and the driver then runs the next command normally.",
-			run:         caseCancelMidRun},
+			run:         ownPlugin(caseCancelMidRun)},
 	}
 }
 
@@ -323,4 +323,16 @@ func caseCancelMidRun(ctx context.Context, h *H) error {
 		return err
 	}
 	return ran("command after cancel", o, "after")
+}
+
+// ownPlugin runs f against a plugin process of its own: protocol cases
+// that feed the driver bad input or cancel it mid-command must not leave a
+// damaged driver to the cases after them.
+func ownPlugin(f func(context.Context, *H) error) func(context.Context, *H) error {
+	return func(ctx context.Context, h *H) error {
+		if err := h.useFresh(ctx); err != nil {
+			return err
+		}
+		return f(ctx, h)
+	}
 }

@@ -182,7 +182,9 @@ func TestRunEntryPoint(t *testing.T) {
 // is tested on, and every isolation case skips.
 
 func TestExampleDriver(t *testing.T) {
-	rep := runSuite(t, "example", nil)
+	tmp := t.TempDir()
+	rep := runSuite(t, "example", func(c *conformance.Config) { c.TempDir = tmp })
+	assertNothingLeft(t, tmp, drivers.paths["example"])
 	want := map[string]conformance.Status{}
 	for _, c := range conformance.Cases() {
 		if c.Feature != "" && c.Feature != driverapi.FeatureEnvIsolation {
@@ -225,7 +227,10 @@ func leakyFails() []string {
 }
 
 func TestLeakyDriverFailsIsolation(t *testing.T) {
-	rep := runSuite(t, "leaky", nil)
+	tmp := t.TempDir()
+	rep := runSuite(t, "leaky", func(c *conformance.Config) { c.TempDir = tmp })
+	// Even the survivors a leaky driver leaves are cleaned up.
+	assertNothingLeft(t, tmp, drivers.paths["leaky"])
 	want := map[string]conformance.Status{}
 	for _, id := range leakyFails() {
 		want[id] = conformance.Fail
@@ -325,4 +330,31 @@ func TestBwrapDriver(t *testing.T) {
 		t.Skipf("Linux driver not available: %v", drivers.bwrapErr)
 	}
 	conformance.Run(t, conformance.Binary(drivers.paths["bwrap"]))
+}
+
+// assertNothingLeft: no case directory remains in tmp, and (where /proc
+// exists) no process runs the driver binary or a tree script of the suite.
+func assertNothingLeft(t *testing.T, tmp, driver string) {
+	t.Helper()
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		t.Errorf("left behind: %s", filepath.Join(tmp, e.Name()))
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, p := range procs {
+		if exe, err := os.Readlink(filepath.Join("/proc", p.Name(), "exe")); err == nil && exe == driver {
+			t.Errorf("driver process %s still running", p.Name())
+		}
+		cmd, err := os.ReadFile(filepath.Join("/proc", p.Name(), "cmdline"))
+		cwd, _ := os.Readlink(filepath.Join("/proc", p.Name(), "cwd"))
+		if err == nil && strings.Contains(string(cmd), "aleph-conformance-") && strings.HasPrefix(cwd, tmp) {
+			t.Errorf("process %s started by a case still running: %q", p.Name(), cmd)
+		}
+	}
 }
