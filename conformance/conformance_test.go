@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		defer os.RemoveAll(dir)
-		gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
+		gobin := goTool()
 		build := exec.Command(gobin, "build", "-o", dir+string(filepath.Separator), "./example", "./testdrivers/leaky", "./testdrivers/denyall")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
@@ -357,4 +357,13 @@ func assertNothingLeft(t *testing.T, tmp, driver string) {
 			t.Errorf("process %s started by a case still running: %q", p.Name(), cmd)
 		}
 	}
+}
+
+// goTool is the go command that runs this test: the one on PATH, else the
+// toolchain the test binary came from.
+func goTool() string {
+	if p, err := exec.LookPath("go"); err == nil {
+		return p
+	}
+	return filepath.Join(runtime.GOROOT(), "bin", "go")
 }
