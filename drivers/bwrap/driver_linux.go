@@ -430,7 +430,9 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	}
 	ws, _ := st.Sys().(syscall.WaitStatus)
 	switch {
-	case errors.Is(runCtx.Err(), context.DeadlineExceeded):
+	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ws.Signaled():
+		// Killed by the timeout (a command that ended by itself just as
+		// the deadline passed keeps its own status).
 		exit.TimedOut, exit.ExitCode, exit.Signal = true, 128+int32(unix.SIGKILL), int32(unix.SIGKILL)
 	case ws.Signaled():
 		exit.Signal = int32(ws.Signal())
