@@ -554,3 +554,42 @@ func TestProtectedGitFile(t *testing.T) {
 		t.Fatalf(".git changed: %q", b)
 	}
 }
+
+func TestPlaceholderKeptForOtherDriverProcess(t *testing.T) {
+	// Two drivers stand for two driver processes (flock locks belong to
+	// open files, so the exclusion is the same).
+	d1, d2 := testDriver(t, Options{}), testDriver(t, Options{})
+	ws := newWorkspace(t)
+	p := planFor(t, ws)
+	rel1, err := d1.protect(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel2, err := d2.protect(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel1()
+	// d1 created the placeholders, but d2's command still uses them.
+	for _, n := range []string{".aleph", ".codex", ".agents", ".git"} {
+		if fi, err := os.Lstat(filepath.Join(ws, n)); err != nil || !fi.IsDir() {
+			t.Fatalf("%s removed while another driver's command used it: %v", n, err)
+		}
+	}
+	rel2()
+	// d2 did not create them, so they stay (empty) after both commands.
+	for _, n := range []string{".aleph", ".codex", ".agents", ".git"} {
+		if err := os.Remove(filepath.Join(ws, n)); err != nil {
+			t.Fatalf("leftover %s: %v", n, err)
+		}
+	}
+	// Control: with nobody else holding them, the creator removes them.
+	rel3, err := d1.protect(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rel3()
+	if _, err := os.Lstat(filepath.Join(ws, ".aleph")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("placeholder not removed by its only user: %v", err)
+	}
+}
