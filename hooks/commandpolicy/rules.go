@@ -54,7 +54,7 @@ const (
 	// cmdStart: a word in command position (start of a command, or after a
 	// wrapper that runs its argument), for rules whose command name is also
 	// an ordinary word.
-	cmdStart = `(?:^|[;&|({]\s*|\b(?:sudo|doas|exec|nohup|-c|/c|/k|-command)\s+)(?:\S*[/\\])?`
+	cmdStart = `(?:^|[;&|({]\s*|(?:^|\s)(?:sudo|doas|exec|nohup|-c|/c|/k|-command)\s+)(?:\S*[/\\])?`
 	credFile = `/etc/(?:passwd|shadow|gshadow|group|sudoers(?:\.d(?:/\S*)?)?)`
 	hive     = `(?:hklm|hkey_local_machine|hkcu|hkey_current_user|hkcr|hkey_classes_root|hku|hkey_users|hkcc|hkey_current_config)`
 )
@@ -65,10 +65,14 @@ const (
 // a blank in the same sequence, so " /" or " /etc" is a literal the
 // prefilter can check before the regexp runs.
 func withOption(cmd, opt, arg string) string {
-	return alt(
-		cb+cmd+`\s(?:`+a+`*\s)?`+opt+`(?:\s`+a+`*)?\s`+arg+ce,
-		cb+cmd+`(?:\s`+a+`*)?\s`+arg+`\s(?:`+a+`*\s)?`+opt+ce,
-	)
+	return alt(withOptionParts(cmd, opt, arg)...)
+}
+
+func withOptionParts(cmd, opt, arg string) []string {
+	return []string{
+		cb + cmd + `\s(?:` + a + `*\s)?` + opt + `(?:\s` + a + `*)?\s` + arg + ce,
+		cb + cmd + `(?:\s` + a + `*)?\s` + arg + `\s(?:` + a + `*\s)?` + opt + ce,
+	}
 }
 
 func alt(parts ...string) string { return `(?:` + strings.Join(parts, `|`) + `)` }
@@ -93,7 +97,9 @@ func DefaultRules() []Rule {
 			Regex:       cb + `rm\s(?:` + a + `*\s)?--no-preserve-root` + ce},
 		{Name: "rm-root", Action: Block,
 			Description: "recursive rm of the root directory (/, //, /., /*)",
-			Regex:       withOption(`rm`, rmRecursive, rootPath)},
+			Regex: alt(append(withOptionParts(`rm`, rmRecursive, rootPath),
+				// cd / then a recursive rm of everything there.
+				cb+`cd\s+/[/.]*\s*(?:&&|;)\s*(?:sudo\s+)?rm\s(?:`+a+`*\s)?`+rmRecursive+`(?:\s`+a+`*)?\s(?:\./)?\*`+ce)...)},
 		{Name: "dd-to-disk", Action: Block,
 			Description: "dd writing onto a disk or partition device",
 			Regex:       cb + `dd\s(?:` + a + `*\s)?of=` + blockDev},
@@ -113,7 +119,9 @@ func DefaultRules() []Rule {
 			Regex:       alt(cb+`format(?:\.com)?\s+[a-z]:(?:$|[\s\\/;&|])`, cb+`format-volume\b`)},
 		{Name: "win-root-recursive-delete", Action: Block,
 			Description: "recursive delete of a drive root or registry hive root",
-			Regex:       withOption(winRemove, winRecurse, winRoot)},
+			Regex: alt(append(withOptionParts(winRemove, winRecurse, winRoot),
+				// Every item of a drive or hive root piped into a deletion.
+				cb+`(?:get-childitem|gci|dir|ls|childitem)(?:\s`+a+`*)?\s`+winRoot+`(?:\s`+a+`*)?\|\s*`+winRemove+`\b`)...)},
 		{Name: "win-shadow-copy-delete", Action: Block,
 			Description: "deleting volume shadow copies (recovery points)",
 			Regex: alt(

