@@ -482,8 +482,10 @@ func randHex(n int) string {
 }
 
 // staleAfter is how old an empty per-command cgroup must be before a
-// driver removes it as left over by a driver that was killed.
-const staleAfter = 10 * time.Minute
+// driver removes it as left over by a driver that was killed. A live command
+// cgroup is empty only for the moments between creation and the move of
+// bwrap's child into it, and after the command, before its removal.
+const staleAfter = 2 * time.Minute
 
 // sweep removes empty per-command cgroups left behind by drivers that died
 // (kill -9 skips their cleanup). Fresh ones are left alone: another driver

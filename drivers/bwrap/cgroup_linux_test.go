@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -296,4 +297,54 @@ func TestCgroupV1Files(t *testing.T) {
 			t.Errorf("%s cgroup left: %v", c, err)
 		}
 	}
+}
+
+func TestSweepStaleCommandCgroups(t *testing.T) {
+	base := t.TempDir()
+	for _, n := range []string{"aleph-old", "aleph-new", "aleph-driver", "other-old", "aleph-busy"} {
+		if err := os.Mkdir(filepath.Join(base, n), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A non-empty cgroup (on a fake fs: a directory with a file) stays even
+	// when old: the kernel refuses rmdir while a cgroup has members.
+	if err := os.WriteFile(filepath.Join(base, "aleph-busy", "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-time.Hour)
+	for _, n := range []string{"aleph-old", "aleph-driver", "other-old", "aleph-busy"} {
+		if err := os.Chtimes(filepath.Join(base, n), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cs := &cgroupSystem{mode: CgroupV1, v1Base: map[string]string{ctrlPids: base}}
+	cs.sweep()
+	for n, want := range map[string]bool{"aleph-old": false, "aleph-new": true, "aleph-driver": true, "other-old": true, "aleph-busy": true} {
+		_, err := os.Stat(filepath.Join(base, n))
+		if (err == nil) != want {
+			t.Errorf("%s: exists=%v, want %v", n, err == nil, want)
+		}
+	}
+}
+
+// commandCgroups lists the command cgroups under d's bases.
+func commandCgroups(d *Driver) map[string]bool {
+	out := map[string]bool{}
+	h := d.probe()
+	bases := []string{}
+	for _, b := range h.cg.v1Base {
+		bases = append(bases, b)
+	}
+	if h.cg.v2Base != "" {
+		bases = append(bases, h.cg.v2Base)
+	}
+	for _, b := range bases {
+		ents, _ := os.ReadDir(b)
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), "aleph-") && e.Name() != "aleph-driver" {
+				out[filepath.Join(b, e.Name())] = true
+			}
+		}
+	}
+	return out
 }

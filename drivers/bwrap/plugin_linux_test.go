@@ -5,6 +5,8 @@ package bwrap
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -77,6 +79,11 @@ func TestDriverDeathKillsSandboxes(t *testing.T) {
 		t.Fatal(err)
 	}
 	marker := uniqueMarker()
+	// The dead driver cannot remove its command cgroup; a later driver
+	// sweeps it once stale. Remember what existed, to clean up after the
+	// test what the killed plugin left.
+	local := testDriver(t, Options{})
+	before := commandCgroups(local)
 	done := make(chan error, 1)
 	go func() {
 		_, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", daemonizeScript(marker)}, Cwd: ws,
@@ -101,5 +108,13 @@ func TestDriverDeathKillsSandboxes(t *testing.T) {
 	waitNoMarker(t, marker)
 	if err := <-done; err == nil {
 		t.Fatal("Run succeeded although its driver died")
+	}
+	for dir := range commandCgroups(local) {
+		if !before[dir] {
+			if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(b) != 0 {
+				t.Errorf("cgroup %s of the dead driver still has members: %q", dir, b)
+			}
+			_ = os.Remove(dir)
+		}
 	}
 }
