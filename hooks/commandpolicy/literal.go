@@ -62,11 +62,7 @@ func requiredLiteralSets(pattern string) [][]string {
 	}
 	sets := [][]string{prune(dedupe(best))}
 	if re.Op == syntax.OpConcat {
-		for _, sub := range re.Sub {
-			s := required(sub)
-			if minLen(s) == 0 {
-				continue
-			}
+		for _, s := range concatSets(re) {
 			s = prune(dedupe(s))
 			if !slices.Equal(s, sets[0]) {
 				sets = append(sets, s)
@@ -212,6 +208,35 @@ func better(a, b []string) bool {
 	return len(a) < len(b)
 }
 
+// concatSets returns the literal sets of a concatenation: runs of
+// consecutive finite children multiplied out into longer literals, and the
+// required set of every other child. Every match contains a member of each.
+func concatSets(re *syntax.Regexp) [][]string {
+	var sets [][]string
+	consider := func(s []string) {
+		if minLen(s) > 0 {
+			sets = append(sets, s)
+		}
+	}
+	run := []string{""}
+	for _, sub := range re.Sub {
+		if s, ok := exact(sub); ok {
+			if c := cross(run, s); c != nil {
+				run = c
+				continue
+			}
+			consider(run)
+			run = s
+			continue
+		}
+		consider(run)
+		run = []string{""}
+		consider(required(sub))
+	}
+	consider(run)
+	return sets
+}
+
 // required returns a set of strings one of which occurs in every match of re.
 func required(re *syntax.Regexp) []string {
 	if s, ok := exact(re); ok && minLen(s) > 0 {
@@ -235,30 +260,12 @@ func required(re *syntax.Regexp) []string {
 		}
 		return acc
 	case syntax.OpConcat:
-		// Runs of consecutive finite children are multiplied out into
-		// longer literals; any other child contributes its own set.
 		var best []string
-		consider := func(s []string) {
-			if minLen(s) > 0 && (best == nil || better(s, best)) {
-				best = s
+		for _, set := range concatSets(re) {
+			if best == nil || better(set, best) {
+				best = set
 			}
 		}
-		run := []string{""}
-		for _, sub := range re.Sub {
-			if s, ok := exact(sub); ok {
-				if c := cross(run, s); c != nil {
-					run = c
-					continue
-				}
-				consider(run)
-				run = s
-				continue
-			}
-			consider(run)
-			run = []string{""}
-			consider(required(sub))
-		}
-		consider(run)
 		return best
 	}
 	return nil
