@@ -182,10 +182,13 @@ func call[T any](ctx context.Context, h *HookHost, op string, fn func(context.Co
 		return out, nil
 	}
 	switch {
-	case ctx.Err() != nil:
+	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller gave up: not the plugin's fault, keep it.
 		return zero, &HookPluginError{Hook: h.cfg.Name, Op: op, Err: ctx.Err()}
 	case errors.Is(cctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
+		// Whose deadline it was (ours or the caller's) does not matter: a
+		// plugin that has not answered may never answer, so it is replaced
+		// rather than left to fail every later call too.
 		h.logger.Error("hook plugin hung; killing it", "op", op, "timeout", h.cfg.CallTimeout)
 		h.discard(p)
 		return zero, &HookPluginError{Hook: h.cfg.Name, Op: op, Err: fmt.Errorf("%w (%s)", ErrHookHung, h.cfg.CallTimeout)}

@@ -113,10 +113,24 @@ func TestGarbageFailsClosed(t *testing.T) {
 
 func TestCallerCancelIsAnError(t *testing.T) {
 	h := newHost(t, "hang", false)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() { time.Sleep(300 * time.Millisecond); cancel() }()
+	if _, err := h.Before(ctx, driverapi.HookRequest{SessionID: "s"}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled call must fail with context.Canceled, got %v", err)
+	}
+}
+
+// The caller's own (shorter) deadline expiring on a hung plugin replaces
+// the plugin too, so a host whose deadline matches the pipeline's recovers.
+func TestCallerDeadlineOnHungPluginRelaunches(t *testing.T) {
+	h := newHost(t, "hang-once", true)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
-	if _, err := h.Before(ctx, driverapi.HookRequest{SessionID: "s"}); err == nil {
-		t.Fatal("a cancelled call must not return a verdict")
+	if _, err := h.Before(ctx, driverapi.HookRequest{SessionID: "s"}); !errors.Is(err, core.ErrHookHung) {
+		t.Fatalf("hung: %v", err)
+	}
+	if v, err := before(h); err != nil || v.Action != driverapi.ActionAllow {
+		t.Fatalf("after relaunch: %+v %v", v, err)
 	}
 }
 
