@@ -19,6 +19,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == bwrap.NetSupervisorCommand {
+		os.Exit(bwrap.NetSupervisorMain(os.Args[2:]))
+	}
 	if initmain.IsInitMode(os.Args[1:]) {
 		os.Exit(initmain.Main(os.Args[1:]))
 	}

@@ -80,6 +80,10 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, extra ..
 	for _, m := range ms {
 		args = append(args, m.args...)
 	}
+	if p.ProxySocket != "" {
+		// Connecting to a unix socket needs no write access to the mount.
+		args = append(args, bind(true, p.ProxySocket, ProxySocketPath)...)
+	}
 	// Protected entries go last so nothing can be mounted over them. Run
 	// makes sure each exists (a placeholder directory when it did not) and
 	// is not a symlink before bwrap starts.
@@ -103,6 +107,7 @@ func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
 func (p Plan) InitSpec() InitSpec {
 	s := InitSpec{
 		SocketMode:    p.SocketMode,
+		BridgePorts:   p.BridgePorts,
 		AllowSpawn:    p.AllowSpawn,
 		RlimitASBytes: p.MemoryBytes,
 		// Landlock scopes (ABI >= 6): no signals to processes outside the

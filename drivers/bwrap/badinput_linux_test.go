@@ -94,6 +94,7 @@ func TestProfileRequestRefused(t *testing.T) {
 		"fs_write relative":    {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{"x"}}},
 		"fs_write in .git":     {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{mkdir(t, ws, ".git/hooks")}}},
 		"allow_hosts no proxy": {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}},
+		"allow_hosts tcp only": {Workspace: ws, Cwd: ws, Proxy: &driverapi.ProxyEndpoint{TCPAddr: "127.0.0.1:1"}, Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts}}},
 	}
 	for name, req := range cases {
 		_, err := d.ProfileFor(context.Background(), req)
@@ -217,8 +218,10 @@ func TestCapabilitiesReport(t *testing.T) {
 			t.Errorf("%s: claimed=%v unavailable=%v", f, caps.Has(f), hasUnavailable(caps, f))
 		}
 	}
-	if caps.Has(driverapi.FeatureNetworkViaProxy) {
-		t.Error("network_via_proxy claimed without the bridge")
+	// network_via_proxy rests on the seccomp socket gate and Landlock TCP
+	// rules: claimed exactly when both are there.
+	if caps.Has(driverapi.FeatureNetworkViaProxy) != (caps.Seccomp && caps.LandlockABI >= 4) {
+		t.Errorf("network_via_proxy claimed=%v with seccomp %v, Landlock ABI %d", caps.Has(driverapi.FeatureNetworkViaProxy), caps.Seccomp, caps.LandlockABI)
 	}
 	if os.Geteuid() == 0 {
 		// Root on a host with writable cgroups gets limits.

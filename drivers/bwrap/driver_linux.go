@@ -38,9 +38,14 @@ const waitDelay = 2 * time.Second
 type Config struct {
 	// Options is the [sandbox.linux] configuration (see ParseOptions).
 	Options Options
-	// InitBinary is the driver binary bound read-only into each sandbox to
-	// run its sandbox-init mode. Default: this executable.
+	// InitBinary is the binary bound read-only into each sandbox to run
+	// sandbox-init. Default: aleph-sandbox-init beside the driver binary
+	// when trustworthy, else the driver binary.
 	InitBinary string
+	// DriverBinary is the driver binary itself (default: this executable).
+	// allow_hosts sandboxes run it instead of InitBinary: only it carries
+	// the network bridge.
+	DriverBinary string
 	// CgroupRoot is where cgroup filesystems are mounted. Default /sys/fs/cgroup.
 	CgroupRoot string
 	// SelfCgroup is the file describing this process's cgroups. Default
@@ -68,12 +73,15 @@ func New(cfg Config) (*Driver, error) {
 	if err := cfg.Options.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.InitBinary == "" {
+	if cfg.DriverBinary == "" {
 		exe, err := os.Executable()
 		if err != nil {
 			return nil, fmt.Errorf("bwrap driver: locate own binary: %w", err)
 		}
-		cfg.InitBinary = chooseInit(exe)
+		cfg.DriverBinary = exe
+	}
+	if cfg.InitBinary == "" {
+		cfg.InitBinary = chooseInit(cfg.DriverBinary)
 	}
 	if cfg.CgroupRoot == "" {
 		cfg.CgroupRoot = "/sys/fs/cgroup"
@@ -153,6 +161,11 @@ func (d *Driver) enforceable(p Plan) error {
 	if p.MemoryBytes > 0 && !h.cg.have[ctrlMemory] {
 		return &UnavailableError{Feature: driverapi.FeatureMemoryLimit, Reason: h.cg.reason(ctrlMemory), Fix: cgroupFix}
 	}
+	if p.Network == "allow_hosts" {
+		if f, reason := d.viaProxy(h); !f {
+			return &UnavailableError{Feature: driverapi.FeatureNetworkViaProxy, Reason: reason, Fix: "use a kernel with Landlock ABI >= 4 and seccomp"}
+		}
+	}
 	if !p.AllowSpawn && !h.seccomp {
 		return &UnavailableError{Feature: driverapi.FeatureSubprocessControl, Reason: "seccomp filters cannot be installed here",
 			Fix: "use a kernel with CONFIG_SECCOMP_FILTER, or allow spawn_subprocess"}
@@ -202,6 +215,21 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 		return driverapi.Exit{}, err
 	}
 	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, spec, streams)
+}
+
+// viaProxy says whether allow_hosts can be enforced here: the child's only
+// way out is the bridge, which needs the seccomp socket gate and Landlock's
+// TCP rules (ABI >= 4) pinning connects to the bridge ports.
+func (d *Driver) viaProxy(h *hostProbe) (bool, string) {
+	switch {
+	case h.sandboxErr != nil:
+		return false, h.sandboxErr.Error()
+	case !h.seccomp:
+		return false, "seccomp filters cannot be installed here (socket gate)"
+	case h.landlock < 4:
+		return false, fmt.Sprintf("Landlock ABI %d lacks TCP connect rules (ABI 4)", h.landlock)
+	}
+	return true, ""
 }
 
 // checkCwd accepts a canonical directory inside the workspace or a grant.
@@ -406,8 +434,21 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	defer closePinned()
 	extraFiles = append(extraFiles, pinned...)
 	env := envList(spec.Env)
-	args := plan.BwrapFlags(cwd, d.cfg.InitBinary, fdOf, extra...)
-	args = append(args, "--", InitPath, PWDCommand, initmain.PWDArg(env), SandboxInitCommand)
+	initBinary := d.cfg.InitBinary
+	tail := []string{"--", InitPath}
+	if plan.ProxySocket != "" {
+		// The bridge lives in the driver binary; it starts first and runs
+		// the sandbox-init chain as its child.
+		initBinary = d.cfg.DriverBinary
+		tail = append(tail, NetSupervisorCommand, "--socket", ProxySocketPath)
+		for _, port := range plan.BridgePorts {
+			tail = append(tail, "--listen", "127.0.0.1:"+strconv.Itoa(int(port)))
+		}
+		tail = append(tail, "--")
+	}
+	args := plan.BwrapFlags(cwd, initBinary, fdOf, extra...)
+	args = append(args, tail...)
+	args = append(args, PWDCommand, initmain.PWDArg(env), SandboxInitCommand)
 	args = append(args, init...)
 
 	cmd := exec.CommandContext(runCtx, bwrapPath, args...)

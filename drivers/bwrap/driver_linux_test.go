@@ -49,7 +49,7 @@ func TestMain(m *testing.M) {
 // testDriver returns a driver using the test-built sandbox-init.
 func testDriver(t testing.TB, opts Options) *Driver {
 	t.Helper()
-	d, err := New(Config{Options: opts, InitBinary: driverBin})
+	d, err := New(Config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,11 +14,12 @@ import (
 
 // Config configures a Driver (Linux only).
 type Config struct {
-	Options    Options
-	InitBinary string
-	CgroupRoot string
-	SelfCgroup string
-	Logger     hclog.Logger
+	Options      Options
+	InitBinary   string
+	DriverBinary string
+	CgroupRoot   string
+	SelfCgroup   string
+	Logger       hclog.Logger
 }
 
 // ErrUnsupported is returned by New off Linux.

@@ -29,6 +29,9 @@ func pinPaths(p Plan, firstFD int) ([]*os.File, map[string]int, error) {
 	for _, name := range p.Protected {
 		paths = append(paths, filepath.Join(p.Workspace, name))
 	}
+	if p.ProxySocket != "" {
+		paths = append(paths, p.ProxySocket)
+	}
 	var files []*os.File
 	fds := map[string]int{}
 	fail := func(err error) ([]*os.File, map[string]int, error) {

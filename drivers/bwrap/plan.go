@@ -25,6 +25,19 @@ const PlanVersion = 1
 // sandbox, to run as sandbox-init.
 const InitPath = "/run/aleph-sandbox/init"
 
+// The network route for allow_hosts: inside the sandbox's own network
+// namespace a bridge listens on loopback at these ports (the child's proxy
+// variables name them; the host side defines the same numbers) and relays
+// to the host proxy's unix socket, bound at ProxySocketPath.
+const (
+	BridgeHTTPPort  = 3128
+	BridgeSOCKSPort = 1080
+	ProxySocketPath = "/run/aleph-sandbox/proxy.sock"
+)
+
+// BridgePorts are the loopback ports of the bridge.
+func BridgePorts() []uint16 { return []uint16{BridgeHTTPPort, BridgeSOCKSPort} }
+
 // Mount kinds in a Plan's system read set.
 const (
 	MountROBind  = "ro-bind"
@@ -60,6 +73,10 @@ type Plan struct {
 	FSWrite     []string `json:"fs_write,omitempty"`
 	// Protected are workspace entries kept read-only (driverapi.ProtectedDirs).
 	Protected []string `json:"protected"`
+	// ProxySocket is the host proxy's unix socket (allow_hosts only),
+	// bound at ProxySocketPath; BridgePorts are where the bridge listens.
+	ProxySocket string   `json:"proxy_socket,omitempty"`
+	BridgePorts []uint16 `json:"bridge_ports,omitempty"`
 }
 
 // systemTopLevel are the root entries of the system read set: bound
@@ -236,12 +253,16 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 	case driverapi.NetworkAllowAll:
 		p.SocketMode, p.ShareNet = SocketUnrestricted, true
 	case driverapi.NetworkAllowHosts:
-		// Fail closed: without the in-namespace bridge to the managed
-		// proxy the only honest answers are "no network" or "all of it",
-		// and neither is what was asked for.
-		return Plan{}, &UnavailableError{Feature: driverapi.FeatureNetworkViaProxy,
-			Reason: "this driver does not route allow_hosts traffic through the managed proxy yet",
-			Fix:    "use network none or allow_all"}
+		// The sandbox keeps its own network namespace; the only way out
+		// is the bridge to the host proxy, which enforces the host list.
+		if req.Proxy == nil || req.Proxy.UnixSocket == "" {
+			return Plan{}, &driverapi.InvalidSpecError{Field: "proxy", Reason: "allow_hosts needs the managed proxy's unix socket (ProfileRequest.Proxy.UnixSocket)"}
+		}
+		sock, err := checkSocket(req.Proxy.UnixSocket)
+		if err != nil {
+			return Plan{}, err
+		}
+		p.SocketMode, p.ProxySocket, p.BridgePorts = SocketProxyRouted, sock, BridgePorts()
 	default:
 		return Plan{}, &driverapi.InvalidSpecError{Field: "network", Reason: fmt.Sprintf("unknown mode %d", req.Capabilities.Network.Mode)}
 	}
@@ -376,10 +397,34 @@ func (p Plan) Check() error {
 	switch {
 	case p.Network == "none" && p.SocketMode == SocketUnixOnly && !p.ShareNet:
 	case p.Network == "allow_all" && p.SocketMode == SocketUnrestricted && p.ShareNet:
+	case p.Network == "allow_hosts" && p.SocketMode == SocketProxyRouted && !p.ShareNet:
+		if _, err := checkSocket(p.ProxySocket); err != nil {
+			return bad("%v", err)
+		}
+		if fmt.Sprint(p.BridgePorts) != fmt.Sprint(BridgePorts()) {
+			return bad("bridge ports %v, want %v", p.BridgePorts, BridgePorts())
+		}
+		return nil
 	default:
 		return bad("network %q with socket mode %q and share_net %v is not a valid combination", p.Network, p.SocketMode, p.ShareNet)
 	}
+	if p.ProxySocket != "" || len(p.BridgePorts) > 0 {
+		return bad("proxy socket or bridge ports without allow_hosts")
+	}
 	return nil
+}
+
+// checkSocket requires a canonical path naming a unix socket.
+func checkSocket(path string) (string, error) {
+	c, err := canonicalPath("proxy.unix_socket", path)
+	if err != nil {
+		return "", err
+	}
+	fi, err := os.Stat(c)
+	if err != nil || fi.Mode()&os.ModeSocket == 0 {
+		return "", &driverapi.InvalidSpecError{Field: "proxy.unix_socket", Reason: fmt.Sprintf("%q is not a unix socket", c)}
+	}
+	return c, nil
 }
 
 // UnavailableError: the request needs a feature this host cannot enforce.

@@ -145,6 +145,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 			"cgroup_setting": string(d.cfg.Options.Cgroup),
 			"euid":           strconv.Itoa(os.Geteuid()),
 			"sandbox_init":   d.cfg.InitBinary,
+			"driver_binary":  d.cfg.DriverBinary,
 		},
 	}
 	if h.landlock > 0 && h.sandboxErr == nil {
@@ -163,8 +164,11 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		driverapi.FeatureFSReadIsolation, driverapi.FeatureFSWriteIsolation, driverapi.FeatureProtectedPaths,
 		driverapi.FeatureNetworkNone, driverapi.FeatureNetworkAll,
 		driverapi.FeatureEnvIsolation, driverapi.FeatureProcessTreeKill)
-	un(driverapi.FeatureNetworkViaProxy, "allow_hosts routing through the managed proxy is not implemented by this driver",
-		"use network none or allow_all")
+	if ok, reason := d.viaProxy(h); ok {
+		hc.Features = append(hc.Features, driverapi.FeatureNetworkViaProxy)
+	} else {
+		un(driverapi.FeatureNetworkViaProxy, reason, "use a kernel with Landlock ABI >= 4 and seccomp")
+	}
 	if h.seccomp {
 		hc.Features = append(hc.Features, driverapi.FeatureSubprocessControl)
 	} else {
