@@ -209,6 +209,22 @@ func foldASCII(s string) string {
 			b.WriteString(foldUnicode(decoded))
 			i = j
 		case c == '\'' || c == '"':
+			// 'Format-'+'Volume' (PowerShell string concatenation) reads
+			// as one word: a closing quote, +, and an opening quote vanish.
+			if j := concatEnd(s, i); j > i {
+				i = j
+				continue
+			}
+			i++
+		case c == '{' && (i == 0 || tokenEnd[s[i-1]]):
+			// Brace expansion at the start of a word: {rm,-rf,/} runs
+			// "rm -rf /".
+			if j, words := braceWords(s, i); j > i {
+				b.WriteString(words)
+				i = j
+				continue
+			}
+			b.WriteByte(c)
 			i++
 		case c == '$' && strings.HasPrefix(s[i:], "${IFS}"):
 			b.WriteByte(' ')
@@ -229,11 +245,46 @@ var foldSpecial = func() (t [256]bool) {
 	for c := 0; c < 0x20; c++ {
 		t[c] = c != '\n'
 	}
-	for _, c := range "\x7f^`\\$'\"" {
+	for _, c := range "\x7f^`\\$'\"{" {
 		t[c] = true
 	}
 	return t
 }()
+
+// concatEnd: at a quote that closes a string followed by + and an opening
+// quote (blanks allowed), the index just past the opening quote; else i.
+func concatEnd(s string, i int) int {
+	j := i + 1
+	for j < len(s) && s[j] == ' ' {
+		j++
+	}
+	if j >= len(s) || s[j] != '+' {
+		return i
+	}
+	j++
+	for j < len(s) && s[j] == ' ' {
+		j++
+	}
+	if j < len(s) && (s[j] == '\'' || s[j] == '"') {
+		return j + 1
+	}
+	return i
+}
+
+// braceWords reads a brace expansion {a,b,c} (no blanks, at most 256
+// bytes) at s[i] and returns the index after it and its words joined by
+// spaces; i when there is none.
+func braceWords(s string, i int) (int, string) {
+	end := strings.IndexByte(s[i:min(len(s), i+256)], '}')
+	if end < 0 {
+		return i, ""
+	}
+	inner := s[i+1 : i+end]
+	if !strings.Contains(inner, ",") || strings.ContainsAny(inner, " \n{") {
+		return i, ""
+	}
+	return i + end + 1, strings.ReplaceAll(inner, ",", " ")
+}
 
 func isWordByte(c byte) bool {
 	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'

@@ -27,6 +27,9 @@ func TestNormaliserEvasions(t *testing.T) {
 		{"line continuation", "rm -rf \\\n /", "rm -rf /", "rm-root"},
 		{"ansi-c quoting", `$'\x72\x6d' -rf /`, "rm -rf /", "rm-root"},
 		{"IFS", `rm${IFS}-rf${IFS}/`, "rm -rf /", "rm-root"},
+		{"brace expansion", `{rm,-rf,/}`, "rm -rf /", "rm-root"},
+		{"powershell concatenation", `iex ('Format-'+'Volume -DriveLetter C')`, "Format-Volume -DriveLetter C", "win-format-drive"},
+		{"first character of a path", `rm -rf ${HOME:0:1}`, "rm -rf ${HOME:0:1}", "rm-root"},
 		{"tabs and runs of spaces", "rm\t\t-rf    /", "rm -rf /", "rm-root"},
 		{"posix path prefix", "/bin/rm -rf /", "rm -rf /", "rm-root"},
 		{"posix usr path prefix", "/usr/bin/rm -rf /", "rm -rf /", "rm-root"},
@@ -67,6 +70,10 @@ func TestNormaliserKeepsHarmlessText(t *testing.T) {
 		"f ( ) { echo; }":                  "f (){ echo; }",
 		"powershell -enc !!notbase64!!":    "powershell -enc !!notbase64!!",
 		"git log --format='%h %s' -- x.go": "git log --format=%h %s -- x.go",
+		"cp file.{txt,bak} x":              "cp file.{txt,bak} x",
+		"echo {a,b}":                       "echo a b",
+		"awk '{print $1}' f":               "awk {print $1} f",
+		`echo 'a' + 'b'`:                   "echo ab",
 	} {
 		if got := Normalize(in); got != want {
 			t.Errorf("Normalize(%q) = %q, want %q", in, got, want)

@@ -39,8 +39,9 @@ const (
 	blockDev = `/dev/(?:(?:sd|hd|vd|xvd)[a-z]|nvme\d|mmcblk\d|r?disk\d|md\d|md/|dm-\d|mapper/|loop\d|sr\d|nbd\d|zd\d|rbd\d|bcache\d|ram\d|mtdblock\d|disk/by-|root` + ce + `)`
 	// rmRecursive: rm's recursive option, alone, bundled or long.
 	rmRecursive = `(?:-[a-z]*r[a-z]*|--recursive)`
-	// rootPath: the root directory in its spellings: /, //, /., /./, /*, /..
-	rootPath = `/[/.*]*`
+	// rootPath: the root directory in its spellings: /, //, /., /./, /*, /..,
+	// and ${VAR:0:1} (the first character of an absolute path).
+	rootPath = `(?:/|\$\{\w+:0:1\})[/.*]*`
 	// sysPath: top-level system directories (Linux and macOS) and home.
 	sysPath = `(?:/(?:bin|boot|dev|etc|home|lib|lib32|lib64|libx32|opt|proc|root|run|sbin|srv|sys|usr|var|system|library|applications|users|private)(?:/[^\s;&|]*)?|~(?:/[^\s;&|]*)?|\$\{?home\}?(?:/[^\s;&|]*)?)`
 	// winRemove: cmd and PowerShell deletion commands and aliases.
