@@ -304,7 +304,14 @@ func (d *Driver) protect(p Plan) (func(), error) {
 				return nil, &driverapi.InvalidSpecError{Field: "workspace",
 					Reason: fmt.Sprintf("%s in the workspace is a symlink; protected entries must be real directories or files (remove the link)", name)}
 			}
-			lock, gone := lockShared(path)
+			var lock *os.File
+			gone := false
+			if fi.IsDir() {
+				// Placeholders are directories; other entries (a worktree's
+				// .git file) are never removed, so need no lock, and a
+				// device or FIFO there is better not opened.
+				lock, gone = lockShared(path)
+			}
 			if gone {
 				// Another driver removed its placeholder between our look
 				// and our lock: look again.
