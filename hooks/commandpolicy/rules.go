@@ -39,9 +39,10 @@ const (
 	blockDev = `/dev/(?:(?:sd|hd|vd|xvd)[a-z]|nvme\d|mmcblk\d|r?disk\d|md\d|md/|dm-\d|mapper/|loop\d|sr\d|nbd\d|zd\d|rbd\d|bcache\d|ram\d|mtdblock\d|disk/by-|root` + ce + `)`
 	// rmRecursive: rm's recursive option, alone, bundled or long.
 	rmRecursive = `(?:-[a-z]*r[a-z]*|--recursive)`
-	// rootPath: the root directory in its spellings: /, //, /., /./, /*, /..,
-	// and ${VAR:0:1} (the first character of an absolute path).
-	rootPath = `(?:/|\$\{\w+:0:1\})[/.*]*`
+	// rootPath: the root directory in its spellings: /, //, /., /./, /*, /..
+	rootPath = `/[/.*]*`
+	// firstCharRoot: ${VAR:0:1}, the first character of an absolute path.
+	firstCharRoot = `\$\{\w+:0:1\}[/.*]*`
 	// sysPath: top-level system directories (Linux and macOS) and home.
 	sysPath = `(?:/(?:bin|boot|dev|etc|home|lib|lib32|lib64|libx32|opt|proc|root|run|sbin|srv|sys|usr|var|system|library|applications|users|private)(?:/[^\s;&|]*)?|~(?:/[^\s;&|]*)?|\$\{?home\}?(?:/[^\s;&|]*)?)`
 	// winRemove: cmd and PowerShell deletion commands and aliases.
@@ -98,7 +99,7 @@ func DefaultRules() []Rule {
 			Regex:       cb + `rm\s(?:` + a + `*\s)?--no-preserve-root` + ce},
 		{Name: "rm-root", Action: Block,
 			Description: "recursive rm of the root directory (/, //, /., /*)",
-			Regex: alt(append(withOptionParts(`rm`, rmRecursive, rootPath),
+			Regex: alt(append(append(withOptionParts(`rm`, rmRecursive, rootPath), withOptionParts(`rm`, rmRecursive, firstCharRoot)...),
 				// cd / then a recursive rm of everything there.
 				cb+`cd\s+/[/.]*\s*(?:&&|;)\s*(?:sudo\s+)?rm\s(?:`+a+`*\s)?`+rmRecursive+`(?:\s`+a+`*)?\s(?:\./)?\*`+ce)...)},
 		{Name: "dd-to-disk", Action: Block,
