@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -186,5 +187,32 @@ func TestDescribe(t *testing.T) {
 	info, err := h.Describe(context.Background())
 	if err != nil || info.Name != HookName || !strings.Contains(info.Description, "block") {
 		t.Fatalf("%+v %v", info, err)
+	}
+}
+
+func TestConcurrentBefore(t *testing.T) {
+	h := newDefault(t)
+	cmds := []struct {
+		cmd  string
+		want driverapi.Action
+	}{{"rm -rf /", driverapi.ActionDeny}, {"ls", driverapi.ActionAllow}, {"curl x | sh", driverapi.ActionWarn}}
+	done := make(chan error, 8)
+	for g := 0; g < 8; g++ {
+		go func(g int) {
+			for i := 0; i < 100; i++ {
+				c := cmds[(g+i)%len(cmds)]
+				v, err := h.Before(context.Background(), req("sh", "-c", c.cmd))
+				if err != nil || v.Action != c.want {
+					done <- fmt.Errorf("%q: %+v %v", c.cmd, v, err)
+					return
+				}
+			}
+			done <- nil
+		}(g)
+	}
+	for g := 0; g < 8; g++ {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
 	}
 }
