@@ -47,7 +47,7 @@ var corpus = []struct {
 	{`cmd /c dir`, Allow}, {`dd if=/dev/sda of=/tmp/mbr.bin bs=512 count=1`, Allow}, {`cat /dev/sda | hexdump -C`, Allow},
 	{`echo test | tee /dev/null`, Allow}, {`git log --grep reboot`, Allow}, {`man shutdown`, Allow}, {`which rm`, Allow},
 	{`echo "don't reboot"`, Allow}, {`rm -rf /tmp/*`, Allow}, {`curl -X POST https://api | jq .`, Allow},
-	{`chmod 777 ./tmp`, Allow}, {`cd / && ls`, Allow}, {`cd /tmp && rm -rf *`, Allow},
+	{`chmod 777 ./tmp`, Allow}, {`rm -rf ~/.cache/pip`, Allow}, {`Remove-Item -Recurse -Force C:\Users\me\src\app\bin`, Allow}, {`cd / && ls`, Allow}, {`cd /tmp && rm -rf *`, Allow},
 }
 
 func TestCorpus(t *testing.T) {

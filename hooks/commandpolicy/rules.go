@@ -43,8 +43,10 @@ const (
 	rootPath = `/[/.*]*`
 	// firstCharRoot: ${VAR:0:1}, the first character of an absolute path.
 	firstCharRoot = `\$\{\w+:0:1\}[/.*]*`
-	// sysPath: top-level system directories (Linux and macOS) and home.
-	sysPath = `(?:/(?:bin|boot|dev|etc|home|lib|lib32|lib64|libx32|opt|proc|root|run|sbin|srv|sys|usr|var|system|library|applications|users|private)(?:/[^\s;&|]*)?|~(?:/[^\s;&|]*)?|\$\{?home\}?(?:/[^\s;&|]*)?)`
+	// sysPath: top-level system directories (Linux and macOS) and anything
+	// below them; the homes directory, one user's home and the home
+	// directory itself, but not a project inside a home.
+	sysPath = `(?:/(?:bin|boot|dev|etc|lib|lib32|lib64|libx32|opt|proc|root|run|sbin|srv|sys|usr|var|system|library|applications|private)(?:/[^\s;&|]*)?|/(?:home|users)(?:/[^\s/;&|]*)?/?\*?|~/?\*?|\$\{?home\}?/?\*?)`
 	// winRemove: cmd and PowerShell deletion commands and aliases.
 	winRemove = `(?:remove-item|ri|rm|rmdir|rd|del|erase)(?:\.exe)?`
 	// winRecurse: /s (cmd) or -Recurse and its prefixes (PowerShell).
@@ -52,7 +54,7 @@ const (
 	// winRoot: a drive or registry hive root.
 	winRoot = `(?:[a-z]:[\\/]?\*?(?:\.\*)?|%systemdrive%[\\/]?\*?|\$env:systemdrive[\\/]?\*?|(?:hklm|hkcu|hkcr|hku|hkcc):[\\/]?\*?|registry::(?:hkey_[a-z_]+)[\\/]?\*?)`
 	// winSysPath: Windows system locations.
-	winSysPath = `(?:[a-z]:[\\/](?:windows|program files(?: \(x86\))?|programdata|users|boot|recovery)(?:[\\/][^\s;&|]*)?|%(?:windir|systemroot|programfiles|programdata|programfiles\(x86\))%(?:[\\/][^\s;&|]*)?|\$env:(?:windir|systemroot|programfiles|programdata)(?:[\\/][^\s;&|]*)?)`
+	winSysPath = `(?:[a-z]:[\\/](?:windows|program files(?: \(x86\))?|programdata|boot|recovery)(?:[\\/][^\s;&|]*)?|[a-z]:[\\/]users(?:[\\/][^\s\\/;&|]*)?[\\/]?\*?|%(?:windir|systemroot|programfiles|programdata|programfiles\(x86\))%(?:[\\/][^\s;&|]*)?|\$env:(?:windir|systemroot|programfiles|programdata)(?:[\\/][^\s;&|]*)?)`
 	// cmdStart: a word in command position (start of a command, or after a
 	// wrapper that runs its argument), for rules whose command name is also
 	// an ordinary word.
