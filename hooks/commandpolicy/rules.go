@@ -183,7 +183,7 @@ func DefaultRules() []Rule {
 				cmdStart+`systemctl\s+(?:\S+\s+)*(?:reboot|poweroff|halt|kexec|suspend|hibernate)`+ce,
 				cb+`(?:stop|restart)-computer\b`)},
 		{Name: "sudo-password-input", Action: Warn,
-			Description: "sudo reading a password from stdin or an askpass helper, or opening a shell",
+			Description: "sudo reading a password from stdin or an askpass program, or opening a shell",
 			Regex:       cb + `sudo(?:\s+(?:-[ugpcdhrt]\s+[^\s-]\S*|--\w[\w-]*=\S+|-[a-z]+))*?\s+(?:-[a-z]*[sa][a-z]*|--stdin|--askpass|--shell)` + ce},
 		{Name: "authorized-keys-write", Action: Warn,
 			Description: "writing an SSH authorized_keys file",
