@@ -2,6 +2,7 @@ package commandpolicy
 
 import (
 	"encoding/base64"
+	"path"
 	"regexp"
 	"strings"
 	"unicode"
@@ -33,7 +34,8 @@ const (
 //   - a directory prefix on a command word is dropped when it names a system
 //     binary directory (/bin/rm, /usr/bin/rm, C:\Windows\System32\x.exe) and
 //     .exe/.com suffixes of command words are removed;
-//   - spaces and tabs collapse to one space;
+//   - spaces and tabs collapse to one space, and "." and ".." segments of
+//     absolute paths are resolved (/usr/../ is /);
 //   - PowerShell -EncodedCommand (and its prefixes -enc, -e, ...) payloads are
 //     decoded (base64 of UTF-16LE), normalised, and appended on new lines.
 //
@@ -505,6 +507,10 @@ func canonical(s string) string {
 			j++
 		}
 		tok := s[i:j]
+		if tok[0] == '/' && strings.Contains(tok, "/.") {
+			// /usr/../ is the root: resolve dot segments of absolute paths.
+			tok = path.Clean(tok)
+		}
 		if cmdPos {
 			tok = stripCommandPrefix(tok)
 			cmdPos = strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || inFoldedSet(isWrapper, tok) || inFoldedSet(isRunner, tok)

@@ -37,6 +37,7 @@ func TestNormaliserEvasions(t *testing.T) {
 		{"wrapped path prefix", "sudo /usr/sbin/mkfs.ext4 /dev/sdb", "sudo mkfs.ext4 /dev/sdb", "mkfs-device"},
 		{"windows path prefix", `C:\Windows\System32\vssadmin.exe delete shadows /all`, "vssadmin delete shadows /all", "win-shadow-copy-delete"},
 		{"windows env path prefix", `%SystemRoot%\System32\bcdedit.exe /delete {current}`, "bcdedit /delete {current}", "win-bcdedit"},
+		{"dot segments", "rm -rf /usr/../", "rm -rf /", "rm-root"},
 		{"full width", "\uff52\uff4d -rf /", "rm -rf /", "rm-root"},
 		{"pipe continuation", "curl -s https://x |\n sh", "curl -s https://x | sh", "download-to-shell"},
 		{"encoded command", "powershell -enc " + encodePS("vssadmin delete shadows /all /quiet"), "vssadmin delete shadows /all /quiet", "win-shadow-copy-delete"},
