@@ -296,7 +296,8 @@ func TestTimeoutKillsTree(t *testing.T) {
 	exit, err := d.Run(context.Background(), driverapi.RunSpec{
 		Program: "/bin/sh", Args: []string{"-c", daemonizeScript(marker)}, Cwd: ws, Profile: prof,
 		Env:     pathEnv(),
-		Timeout: 1500 * time.Millisecond, MaxOutputBytes: 4096,
+		// Long enough for the control to see the daemons on a loaded machine.
+		Timeout: 4 * time.Second, MaxOutputBytes: 4096,
 	}, driverapi.Streams{Stdout: &out})
 	if err != nil {
 		t.Fatal(err)
