@@ -295,7 +295,7 @@ func TestTimeoutKillsTree(t *testing.T) {
 	}()
 	exit, err := d.Run(context.Background(), driverapi.RunSpec{
 		Program: "/bin/sh", Args: []string{"-c", daemonizeScript(marker)}, Cwd: ws, Profile: prof,
-		Env:     pathEnv(),
+		Env: pathEnv(),
 		// Long enough for the control to see the daemons on a loaded machine.
 		Timeout: 4 * time.Second, MaxOutputBytes: 4096,
 	}, driverapi.Streams{Stdout: &out})
