@@ -27,7 +27,7 @@ test-unprivileged: build
 	./scripts/test-unprivileged.sh
 
 # Each fuzz target for a few seconds (go test -fuzz takes one target at a time).
-FUZZ_TARGETS :=
+FUZZ_TARGETS := ./hooks/commandpolicy:FuzzNormalize ./hooks/commandpolicy:FuzzMatch ./core/proxy:FuzzReadProxyRequest ./core/proxy:FuzzSOCKS ./core/proxy:FuzzParseRule
 fuzz-short:
 	@for t in $(FUZZ_TARGETS); do \
 		pkg=$${t%%:*}; name=$${t##*:}; \
