@@ -364,15 +364,10 @@ func supervise(ctx context.Context, job windows.Handle, c *childProc, l Launch, 
 	defer c.close()
 	start := time.Now()
 	outBudget, errBudget := driverapi.StreamBudgets(l.MaxOutputBytes)
-	var so, se io.Writer = io.Discard, io.Discard
-	if streams.Stdout != nil {
-		so = chunkWriter{streams.Stdout}
-	}
-	if streams.Stderr != nil {
-		se = chunkWriter{streams.Stderr}
-	}
-	stdout := driverapi.NewBudgetWriter(so, outBudget)
-	stderr := driverapi.NewBudgetWriter(se, errBudget)
+	// A nil stream is fine: BudgetWriter then only counts. Chunking for
+	// the wire is done by driverapi's gRPC server.
+	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
+	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); _, _ = io.Copy(stdout, c.stdout) }()

@@ -1,11 +1,6 @@
 package seatbelt
 
-import (
-	"io"
-	"time"
-
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-)
+import "time"
 
 // processSpec is one launch: the full argv (launcher or shim first), the
 // exact environment, and the limits Run enforces itself.
@@ -17,24 +12,6 @@ type processSpec struct {
 	timeout  time.Duration
 	budget   int64
 	withShim bool
-}
-
-// chunkWriter splits writes so no single write to the stream exceeds
-// driverapi.MaxOutputChunk (one output event on the wire).
-type chunkWriter struct{ w io.Writer }
-
-func (c chunkWriter) Write(p []byte) (int, error) {
-	n := 0
-	for len(p) > 0 {
-		k := min(len(p), driverapi.MaxOutputChunk)
-		m, err := c.w.Write(p[:k])
-		n += m
-		if err != nil {
-			return n, err
-		}
-		p = p[k:]
-	}
-	return n, nil
 }
 
 // exitFromStatus maps a wait status to the contract's Exit fields: a

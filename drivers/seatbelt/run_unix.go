@@ -23,15 +23,10 @@ import (
 func runProcess(ctx context.Context, ps processSpec, streams driverapi.Streams) (driverapi.Exit, error) {
 	start := time.Now()
 	outBudget, errBudget := driverapi.StreamBudgets(ps.budget)
-	var so, se io.Writer = io.Discard, io.Discard
-	if streams.Stdout != nil {
-		so = chunkWriter{streams.Stdout}
-	}
-	if streams.Stderr != nil {
-		se = chunkWriter{streams.Stderr}
-	}
-	stdout := driverapi.NewBudgetWriter(so, outBudget)
-	stderr := driverapi.NewBudgetWriter(se, errBudget)
+	// A nil stream is fine: BudgetWriter then only counts. Chunking for
+	// the wire is done by driverapi's gRPC server.
+	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
+	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
 
 	cmd := exec.Command(ps.argv[0], ps.argv[1:]...)
 	cmd.Env = ps.env
