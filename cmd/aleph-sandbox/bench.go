@@ -1,13 +1,17 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
+	"os"
 	"os/exec"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +28,57 @@ type benchResult struct {
 	PerSecond   float64 `json:"per_second"`
 	DirectP50MS float64 `json:"direct_p50_ms"`
 	Backend     string  `json:"backend"`
+	// The side-by-side baselines (added to CLI.md's fields): bubblewrap
+	// alone with the driver's flags (Linux with the bwrap driver only, else
+	// 0), and a fresh CLI process per run. The ratios are p50 over raw p50
+	// (0 when there is no raw figure).
+	RawP50MS  float64 `json:"raw_p50_ms"`
+	ColdP50MS float64 `json:"cold_p50_ms"`
+	WarmVsRaw float64 `json:"warm_vs_raw"`
+	ColdVsRaw float64 `json:"cold_vs_raw"`
+}
+
+// benchOnlyFlags are bench's own flags; the rest are exec's and are passed
+// on to the cold CLI runs. The value says whether the flag is boolean.
+var benchOnlyFlags = map[string]bool{"n": false, "concurrency": false, "json": true}
+
+// execFlags returns the exec flags among bench's arguments (everything
+// before the program except bench's own flags), so a cold run shapes the
+// command exactly as the warm runs do.
+func execFlags(fs *flag.FlagSet, args []string) []string {
+	var out []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" || !strings.HasPrefix(a, "-") || a == "-" {
+			break
+		}
+		name, _, hasValue := strings.Cut(strings.TrimLeft(a, "-"), "=")
+		isBool := false
+		if fl := fs.Lookup(name); fl != nil {
+			if bf, ok := fl.Value.(interface{ IsBoolFlag() bool }); ok && bf.IsBoolFlag() {
+				isBool = true
+			}
+		}
+		takesNext := !hasValue && !isBool && i+1 < len(args)
+		if _, own := benchOnlyFlags[name]; !own {
+			out = append(out, a)
+			if takesNext {
+				out = append(out, args[i+1])
+			}
+		}
+		if takesNext {
+			i++
+		}
+	}
+	return out
+}
+
+// ratio is a over b, 0 when there is no b.
+func ratio(a, b float64) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return math.Round(a/b*100) / 100
 }
 
 // runBench runs the command N times through one warm pipeline (the driver
@@ -71,20 +126,65 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	}
 	backend := out.Backend
 
-	lat, elapsed, msg := measure(*n, *conc, func() string {
+	warm := func() string {
 		out, err := p.sandbox.Execute(ctx, cmd)
 		return benchFailure(out, err)
-	})
-	if msg != "" {
-		return fail(io.Err, "bench: %s", msg)
 	}
-	direct, _, msg := measure(*n, 1, func() string {
+	rawRun, err := rawRunner(ctx, cfg, cmd)
+	if err != nil {
+		return fail(io.Err, "bench: raw bwrap baseline: %s", oneLine(err.Error()))
+	}
+	if rawRun != nil {
+		if msg := rawRun(); msg != "" {
+			return fail(io.Err, "bench: warm-up of %s", msg)
+		}
+	}
+	coldRun, err := coldRunner(ctx, execFlags(fs, args), cmd)
+	if err != nil {
+		return fail(io.Err, "bench: %s", oneLine(err.Error()))
+	}
+	directRun := func() string {
 		c := exec.CommandContext(ctx, cmd.Program, cmd.Args...)
+		if len(cmd.Stdin) > 0 {
+			c.Stdin = bytes.NewReader(cmd.Stdin)
+		}
 		if err := c.Run(); err != nil {
 			return "direct run: " + err.Error()
 		}
 		return ""
-	})
+	}
+	var lat, raw, cold, direct []time.Duration
+	var elapsed time.Duration
+	var msg string
+	if *conc == 1 {
+		// One round runs each way once, so load that comes and goes on a
+		// shared machine touches all of them alike and the ratios hold.
+		ways := []func() string{warm, coldRun, directRun}
+		if rawRun != nil {
+			ways = append(ways, rawRun)
+		}
+		var all [][]time.Duration
+		all, msg = interleave(*n, ways)
+		lat, cold, direct = all[0], all[1], all[2]
+		if rawRun != nil {
+			raw = all[3]
+		}
+		for _, d := range lat {
+			elapsed += d
+		}
+	} else {
+		// Concurrent warm runs first, then the baselines one at a time.
+		lat, elapsed, msg = measure(*n, *conc, warm)
+		if msg == "" && rawRun != nil {
+			raw, _, msg = measure(*n, 1, rawRun)
+		}
+		if msg == "" {
+			cold, _, msg = measure(*n, 1, coldRun)
+		}
+		if msg == "" {
+			direct, _, msg = measure(*n, 1, directRun)
+		}
+	}
 	if msg != "" {
 		return fail(io.Err, "bench: %s", msg)
 	}
@@ -94,18 +194,81 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		PerSecond:   float64(*n) / elapsed.Seconds(),
 		DirectP50MS: pct(direct, 50),
 		Backend:     backend,
+		RawP50MS:    pct(raw, 50),
+		ColdP50MS:   pct(cold, 50),
 	}
+	r.WarmVsRaw, r.ColdVsRaw = ratio(r.P50MS, r.RawP50MS), ratio(r.ColdP50MS, r.RawP50MS)
 	if f.json {
 		writeJSON(io.Out, r)
 		return 0
 	}
-	fmt.Fprintf(io.Out, "%-10s %9s %9s %9s %11s\n", "", "p50 ms", "p90 ms", "p99 ms", "runs/s")
-	fmt.Fprintf(io.Out, "%-10s %9.3f %9.3f %9.3f %11.1f\n", backend, r.P50MS, r.P90MS, r.P99MS, r.PerSecond)
-	fmt.Fprintf(io.Out, "%-10s %9.3f %9.3f %9.3f\n", "direct", r.DirectP50MS, pct(direct, 90), pct(direct, 99))
-	if r.DirectP50MS > 0 {
-		fmt.Fprintf(io.Out, "sandbox p50 / direct p50 = %.2fx (n=%d, concurrency=%d)\n", r.P50MS/r.DirectP50MS, *n, *conc)
-	}
+	printBench(io.Out, r, lat, raw, cold, direct)
 	return 0
+}
+
+// printBench prints the side-by-side table: each way of running the
+// command, its percentiles and its p50 over raw bubblewrap's.
+func printBench(w io.Writer, r benchResult, warm, raw, cold, direct []time.Duration) {
+	fmt.Fprintf(w, "%-22s %9s %9s %9s %9s\n", "", "p50 ms", "p90 ms", "p99 ms", "vs raw")
+	row := func(name string, d []time.Duration) {
+		if len(d) == 0 {
+			return
+		}
+		vs := "-"
+		if r.RawP50MS > 0 {
+			vs = fmt.Sprintf("%.2fx", ratio(pct(d, 50), r.RawP50MS))
+		}
+		fmt.Fprintf(w, "%-22s %9.3f %9.3f %9.3f %9s\n", name, pct(d, 50), pct(d, 90), pct(d, 99), vs)
+	}
+	row("direct exec", direct)
+	row("raw bwrap, same flags", raw)
+	row("warm pipeline ("+r.Backend+")", warm)
+	row("cold CLI", cold)
+	fmt.Fprintf(w, "warm: %.1f runs/s at concurrency %d; n=%d each\n", r.PerSecond, r.Concurrency, r.N)
+}
+
+// interleave runs n rounds, each calling every way once in turn, and
+// returns each way's latencies and the first failure.
+func interleave(n int, ways []func() string) ([][]time.Duration, string) {
+	lat := make([][]time.Duration, len(ways))
+	for i := 0; i < n; i++ {
+		for w, fn := range ways {
+			t := time.Now()
+			msg := fn()
+			lat[w] = append(lat[w], time.Since(t))
+			if msg != "" {
+				return lat, fmt.Sprintf("run %d: %s", i+1, msg)
+			}
+		}
+	}
+	return lat, ""
+}
+
+// coldRunner returns a function that runs the command as `aleph-sandbox
+// exec`, a fresh process each time (config load, driver launch, handshake,
+// probe, run, teardown): what a caller that shells out per command pays.
+func coldRunner(ctx context.Context, flags []string, cmd core.Command) (func() string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("cold runs: locate own binary: %w", err)
+	}
+	args := append([]string{"exec"}, flags...)
+	args = append(append(args, "--", cmd.Program), cmd.Args...)
+	// The benchmark measures the sandbox, not the throttle in front of it.
+	env := append(os.Environ(), core.EnvPrefix+"RATE_LIMIT__ENABLED=false")
+	return func() string {
+		c := exec.CommandContext(ctx, self, args...)
+		c.Env = env
+		if len(cmd.Stdin) > 0 {
+			c.Stdin = bytes.NewReader(cmd.Stdin)
+		}
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		if err := c.Run(); err != nil {
+			return "cold CLI run: " + err.Error() + ": " + oneLine(stderr.String())
+		}
+		return ""
+	}, nil
 }
 
 func benchFailure(out *core.Output, err error) string {

@@ -1,0 +1,14 @@
+//go:build !linux
+
+package main
+
+import (
+	"context"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+)
+
+// rawRunner has no raw baseline off Linux: the raw figure is bubblewrap's.
+func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (func() string, error) {
+	return nil, nil
+}

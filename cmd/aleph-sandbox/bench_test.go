@@ -1,0 +1,103 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func benchFlagSet() *flag.FlagSet {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	var f runFlags
+	f.register(fs)
+	fs.Int("n", 100, "")
+	fs.Int("concurrency", 1, "")
+	return fs
+}
+
+// The cold runs get exactly exec's flags: bench's own are dropped with
+// their values, whichever way they are spelled, and exec's kept with theirs.
+func TestExecFlags(t *testing.T) {
+	cases := []struct {
+		args, want []string
+	}{
+		{[]string{"--n", "50", "--", "/bin/true"}, nil},
+		{[]string{"--n=50", "-concurrency", "2", "--json", "--", "/bin/true", "--n", "3"}, nil},
+		{[]string{"--net", "all", "--n", "5", "--spawn", "--read", "/a,b", "--memory=64", "--json", "/bin/true"},
+			[]string{"--net", "all", "--spawn", "--read", "/a,b", "--memory=64"}},
+		{[]string{"--session", "s1", "--stdin", "--yes", "--", "cat"}, []string{"--session", "s1", "--stdin", "--yes"}},
+	}
+	for _, c := range cases {
+		if got := execFlags(benchFlagSet(), c.args); !reflect.DeepEqual(got, c.want) {
+			t.Errorf("execFlags(%q) = %q, want %q", c.args, got, c.want)
+		}
+	}
+}
+
+func TestRatio(t *testing.T) {
+	if got := ratio(6, 4); got != 1.5 {
+		t.Errorf("ratio(6, 4) = %v, want 1.5", got)
+	}
+	if got := ratio(6, 0); got != 0 {
+		t.Errorf("ratio without a raw figure = %v, want 0", got)
+	}
+}
+
+// interleave runs the ways in turn, round after round, and stops at the
+// first failure naming its round.
+func TestInterleave(t *testing.T) {
+	var order []string
+	way := func(name string, failAt int) func() string {
+		calls := 0
+		return func() string {
+			calls++
+			order = append(order, name)
+			if calls == failAt {
+				return name + " failed"
+			}
+			return ""
+		}
+	}
+	lat, msg := interleave(3, []func() string{way("a", 0), way("b", 0)})
+	if msg != "" || len(lat) != 2 || len(lat[0]) != 3 || len(lat[1]) != 3 {
+		t.Fatalf("interleave: %q, %d ways", msg, len(lat))
+	}
+	if got := strings.Join(order, ""); got != "ababab" {
+		t.Errorf("order %q, want ababab", got)
+	}
+	order = nil
+	_, msg = interleave(3, []func() string{way("a", 0), way("b", 2)})
+	if msg != "run 2: b failed" || strings.Join(order, "") != "abab" {
+		t.Errorf("failure: %q after %q", msg, strings.Join(order, ""))
+	}
+}
+
+func TestPrintBench(t *testing.T) {
+	ms := func(v ...int) []time.Duration {
+		var d []time.Duration
+		for _, x := range v {
+			d = append(d, time.Duration(x)*time.Millisecond)
+		}
+		return d
+	}
+	r := benchResult{N: 3, Concurrency: 1, Backend: "bwrap", RawP50MS: 4, PerSecond: 200}
+	var out bytes.Buffer
+	printBench(&out, r, ms(5, 5, 6), ms(4, 4, 4), ms(12, 12, 13), ms(1, 1, 1))
+	for _, want := range []string{"direct exec", "raw bwrap, same flags", "warm pipeline (bwrap)", "cold CLI", "1.25x", "3.00x", "1.00x"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	// Without a raw figure (another driver) there is no ratio and no row.
+	r.RawP50MS = 0
+	out.Reset()
+	printBench(&out, r, ms(5), nil, ms(12), ms(1))
+	if strings.Contains(out.String(), "raw bwrap") || strings.Contains(out.String(), "x\n") {
+		t.Errorf("table without raw figures:\n%s", out.String())
+	}
+}
