@@ -59,6 +59,13 @@ type Bridge struct {
 // literal with a port; port 0 picks a free one, see Addrs) before returning, so a caller can start the target
 // as soon as it returns, and relays accepted connections to unixSocket.
 func StartBridge(ctx context.Context, listenAddrs []string, unixSocket string) (*Bridge, error) {
+	return startBridge(ctx, listenAddrs, unixSocket, nil)
+}
+
+// startBridge is StartBridge with a hook that runs after every listener is
+// bound and before the first connection is accepted; if it fails the
+// bridge is closed and never serves.
+func startBridge(ctx context.Context, listenAddrs []string, unixSocket string, beforeServe func() error) (*Bridge, error) {
 	if len(listenAddrs) == 0 {
 		return nil, &BridgeError{Reason: "no listen addresses"}
 	}
@@ -83,6 +90,12 @@ func StartBridge(ctx context.Context, listenAddrs []string, unixSocket string) (
 			return nil, &BridgeError{Addr: a, Reason: err.Error()}
 		}
 		b.lns = append(b.lns, ln)
+	}
+	if beforeServe != nil {
+		if err := beforeServe(); err != nil {
+			b.closeListeners()
+			return nil, &BridgeError{Reason: err.Error()}
+		}
 	}
 	for _, ln := range b.lns {
 		b.wg.Add(1)
@@ -246,7 +259,11 @@ const BridgeCommand = "sandbox-bridge"
 // after the bridge listens. It runs until SIGTERM or SIGINT, or until the
 // sandbox's PID namespace is torn down. Exit status 0 after a signal, 2 on
 // bad arguments or a failed start, with one line on stderr.
-func BridgeMain(args []string) int {
+func BridgeMain(args []string) int { return bridgeMain(args, nil) }
+
+// bridgeMain is BridgeMain with a hook run between binding and serving (the
+// confined bridge's seccomp lock).
+func bridgeMain(args []string, beforeServe func() error) int {
 	var socket string
 	var listen []string
 	readyFD := -1
@@ -281,7 +298,7 @@ func BridgeMain(args []string) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	b, err := StartBridge(ctx, listen, socket)
+	b, err := startBridge(ctx, listen, socket, beforeServe)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %v\n", BridgeCommand, err)
 		return 2

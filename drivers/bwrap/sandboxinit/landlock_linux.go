@@ -118,6 +118,8 @@ func planLandlock(spec *InitSpec, abi int) (landlockPlan, error) {
 		for _, port := range spec.BridgePorts {
 			rules = append(rules, landlock.ConnectTCP(port))
 		}
+	} else if cfg.HandledAccessNet != 0 && spec.SocketMode == SocketBridge {
+		rules = append(rules, bridgeLandlockRules(spec)...)
 	}
 
 	// Scopes (ABI >= 6): abstract unix sockets and signals created/owned

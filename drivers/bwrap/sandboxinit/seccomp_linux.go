@@ -150,7 +150,7 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 				{Argument: 4, Operation: seccomp.NotEqual, Value: 0}}},
 		)
 		sockDeny = []string{"connect"}
-	case SocketProxyRouted:
+	case SocketProxyRouted, SocketBridge:
 		sockRules = append(sockRules,
 			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
 				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX},
@@ -235,6 +235,9 @@ func seccompPrefix(spec *InitSpec, info *arch.Info) ([]bpf.Instruction, error) {
 			bpf.RetConstant{Val: retNoProto},
 			bpf.LoadAbsolute{Off: seccompDataNr, Size: 4},
 		)
+		if spec.SocketMode == SocketBridge {
+			p = append(p, bridgeSocketTypeGate(socketNr)...)
+		}
 	}
 	p = append(p,
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: ioctlNr, SkipFalse: 4},

@@ -46,7 +46,7 @@ const (
 // Valid reports whether m is one of the defined modes.
 func (m SocketMode) Valid() bool {
 	switch m {
-	case SocketUnrestricted, SocketUnixOnly, SocketProxyRouted:
+	case SocketUnrestricted, SocketUnixOnly, SocketProxyRouted, SocketBridge:
 		return true
 	}
 	return false
@@ -70,7 +70,8 @@ type InitSpec struct {
 	// AllowSpawn false denies fork/vfork/clone without CLONE_THREAD/clone3.
 	AllowSpawn bool `json:"allow_spawn"`
 	// BridgePorts are the loopback TCP ports the child may connect to in
-	// proxy_routed mode (Landlock ABI >= 4). Only valid with proxy_routed.
+	// proxy_routed mode, or the ports the bridge itself may bind in bridge
+	// mode (Landlock ABI >= 4). Only valid with those two modes.
 	BridgePorts []uint16 `json:"bridge_ports,omitempty"`
 	// RlimitASBytes caps the address space (RLIMIT_AS); 0 leaves it.
 	RlimitASBytes uint64 `json:"rlimit_as_bytes,omitempty"`
@@ -120,8 +121,11 @@ func (s *InitSpec) Validate() error {
 	if err := validPaths("read_write", s.ReadWrite); err != nil {
 		return err
 	}
-	if len(s.BridgePorts) > 0 && s.SocketMode != SocketProxyRouted {
-		return &InitSpecError{"bridge_ports", "only valid with socket_mode " + string(SocketProxyRouted)}
+	if len(s.BridgePorts) > 0 && s.SocketMode != SocketProxyRouted && s.SocketMode != SocketBridge {
+		return &InitSpecError{"bridge_ports", "only valid with socket_mode " + string(SocketProxyRouted) + " or " + string(SocketBridge)}
+	}
+	if err := s.validateBridge(); err != nil {
+		return err
 	}
 	for _, p := range s.BridgePorts {
 		if p == 0 {
