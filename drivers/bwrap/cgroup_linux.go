@@ -379,6 +379,27 @@ func (cg *commandCgroup) join(pid int) error {
 	return nil
 }
 
+// primeV1 starts the kernel's switch of its cgroup migration lock to the
+// writer side ahead of the command's own move, and returns when it is done.
+//
+// Every write to a v1 cgroup.procs takes the global threadgroup rwsem for
+// writing, and the first writer after a quiet spell waits for a whole RCU
+// grace period (5-20 ms under load) while the readers' fast path is turned
+// off; writers that follow within a grace period of the last one do not
+// wait. The driver writes "0" (itself) into its own cgroup of a hierarchy
+// the command uses: a move to where it already is, which changes
+// nothing but pays the grace period while bwrap starts, so the real move of
+// bwrap's child that follows finds the lock already switched. A failed
+// write only loses the head start.
+func (cs *cgroupSystem) primeV1(cg *commandCgroup) {
+	for _, c := range []string{ctrlPids, ctrlMemory, ctrlCPU} {
+		if _, use := cg.dirs[c]; use && cs.v1Base[c] != "" {
+			_ = writeCg(filepath.Join(cs.v1Base[c], "cgroup.procs"), "0")
+			return
+		}
+	}
+}
+
 // oomKilled reports whether the kernel OOM-killed a process of the cgroup.
 func (cg *commandCgroup) oomKilled() bool {
 	d, ok := cg.dirs[ctrlMemory]
@@ -420,7 +441,12 @@ func (cg *commandCgroup) remove() {
 		if cg.mode == CgroupV2 {
 			_ = writeCg(filepath.Join(d, "cgroup.kill"), "1")
 		}
-		for i := 0; ; i++ {
+		// rmdir fails while the last processes are still exiting (a
+		// fraction of a millisecond after bwrap is reaped): poll from
+		// 100 µs up, so the common case does not pay a fixed sleep, and
+		// give up after about a second.
+		wait, deadline := 100*time.Microsecond, time.Now().Add(time.Second)
+		for {
 			killAll(d)
 			err := os.Remove(d)
 			if err == nil || errors.Is(err, os.ErrNotExist) {
@@ -432,10 +458,11 @@ func (cg *commandCgroup) remove() {
 				_ = os.RemoveAll(d)
 				break
 			}
-			if i >= 200 {
+			if time.Now().After(deadline) {
 				break
 			}
-			time.Sleep(5 * time.Millisecond)
+			time.Sleep(wait)
+			wait = min(2*wait, 5*time.Millisecond)
 		}
 	}
 }

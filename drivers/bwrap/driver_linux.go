@@ -195,12 +195,8 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	if err := ctx.Err(); err != nil {
 		return driverapi.Exit{}, err
 	}
-	release, err := d.protect(plan)
-	if err != nil {
-		return driverapi.Exit{}, err
-	}
-	defer release()
-
+	// The cgroup comes first: on v1 its directories must exist before the
+	// grace period below starts (both need the kernel's cgroup mutex).
 	h := d.probe()
 	var cg *commandCgroup
 	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
@@ -209,7 +205,19 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 			return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
 		}
 		defer cg.remove()
+		if cg.mode == CgroupV1 {
+			// The move of bwrap's child into the command's cgroups waits
+			// for an RCU grace period; start one now, so it passes while
+			// the placeholders are made and bwrap starts.
+			go h.cg.primeV1(cg)
+		}
 	}
+	release, err := d.protect(plan)
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	defer release()
+
 	init, err := InitArgs(plan.InitSpec(), spec.Program, spec.Args...)
 	if err != nil {
 		return driverapi.Exit{}, err

@@ -1,0 +1,49 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+)
+
+// Priming the v1 migration lock moves the driver to where it already is:
+// its cgroup membership is the same afterwards, and the command cgroup
+// still receives the command's process (positive control).
+func TestPrimeV1KeepsDriverCgroups(t *testing.T) {
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skip(err)
+	}
+	cs := detectCgroups("/sys/fs/cgroup", self, CgroupV1, os.Getpid())
+	if cs.mode != CgroupV1 || !cs.have[ctrlPids] {
+		t.Skipf("no writable cgroup v1 pids hierarchy: %v", cs.why)
+	}
+	cg, err := cs.create(cgroupLimits{Pids: 50})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.remove()
+	cs.primeV1(cg)
+	after, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(after) != string(self) {
+		t.Fatalf("priming moved the driver:\nbefore %s\nafter %s", self, after)
+	}
+	c := exec.Command("/bin/sleep", "5")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	if err := cg.join(c.Process.Pid); err != nil {
+		t.Fatal(err)
+	}
+	procs, err := os.ReadFile(cg.dirs[ctrlPids] + "/cgroup.procs")
+	if err != nil || string(procs) != strconv.Itoa(c.Process.Pid)+"\n" {
+		t.Fatalf("command cgroup holds %q (%v), want only %d", procs, err, c.Process.Pid)
+	}
+}
