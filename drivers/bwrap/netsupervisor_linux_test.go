@@ -3,9 +3,11 @@
 package bwrap
 
 import (
+	"bufio"
 	"context"
 	"debug/elf"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
@@ -209,4 +212,67 @@ func mustURL(t *testing.T, s string) *url.URL {
 		t.Fatal(err)
 	}
 	return u
+}
+
+// BenchmarkConfinedBridgeThroughput is BenchmarkBridgeThroughput's Linux
+// path with the bridge as the driver runs it: its own process under
+// sandbox-init (Landlock, both seccomp filters), TCP → bridge → unix
+// socket → proxy → TCP sink.
+func BenchmarkConfinedBridgeThroughput(b *testing.B) {
+	if !SeccompAvailable() || LandlockABI() < 4 {
+		b.Skip("needs seccomp and Landlock ABI >= 4")
+	}
+	chunk := make([]byte, 1<<20)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { n, _ := io.Copy(io.Discard, c); c.Close(); got <- n }()
+		}
+	}()
+	sink := ln.Addr().String()
+	p, err := proxy.New(context.Background(), proxy.Config{Hosts: []string{sink}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer p.Close()
+	free, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	addr := free.Addr().String()
+	free.Close()
+	br, err := startConfinedBridge(context.Background(), driverBin, p.Endpoint().UnixSocket, []string{addr})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer br.stop()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\n\r\n", sink)
+	resp, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodConnect})
+	if err != nil || resp.StatusCode != 200 {
+		b.Fatalf("CONNECT: %v %v", resp, err)
+	}
+	b.SetBytes(int64(len(chunk)))
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := c.Write(chunk); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.Close()
+	if n := <-got; n != int64(b.N)*int64(len(chunk)) {
+		b.Fatalf("sink got %d bytes", n)
+	}
 }
