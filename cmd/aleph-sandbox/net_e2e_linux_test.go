@@ -66,14 +66,14 @@ func newNetE2E(t *testing.T) *netE2E {
 	return e
 }
 
-type cliRun struct {
+type netE2ERun struct {
 	code           int
 	stdout, stderr string
 }
 
 // exec runs `aleph-sandbox exec ARGS...` and checks that nothing it started
 // is still running afterwards and that the proxy's socket directory is gone.
-func (e *netE2E) exec(t *testing.T, args ...string) cliRun {
+func (e *netE2E) exec(t *testing.T, args ...string) netE2ERun {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -82,7 +82,7 @@ func (e *netE2E) exec(t *testing.T, args ...string) cliRun {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	r := cliRun{stdout: out.String(), stderr: errb.String()}
+	r := netE2ERun{stdout: out.String(), stderr: errb.String()}
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -126,8 +126,8 @@ func (e *netE2E) checkNothingLeft(t *testing.T) {
 	}
 }
 
-// upstream serves a fixed body naming itself on ln.
-func upstream(t *testing.T, ln net.Listener, body string) {
+// netE2EUpstream serves a fixed body naming itself on ln.
+func netE2EUpstream(t *testing.T, ln net.Listener, body string) {
 	t.Helper()
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, body)
@@ -136,13 +136,13 @@ func upstream(t *testing.T, ln net.Listener, body string) {
 	t.Cleanup(func() { srv.Close() })
 }
 
-func loopbackUpstream(t *testing.T, body string) (port string) {
+func netE2ELoopbackUpstream(t *testing.T, body string) (port string) {
 	t.Helper()
 	ln, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	upstream(t, ln, body)
+	netE2EUpstream(t, ln, body)
 	return strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
 }
 
@@ -153,8 +153,8 @@ func loopbackUpstream(t *testing.T, body string) (port string) {
 func TestNetE2E(t *testing.T) {
 	e := newNetE2E(t)
 	const body = "hello-from-e2e-upstream"
-	port := loopbackUpstream(t, body)
-	otherPort := loopbackUpstream(t, "other-upstream-must-not-be-seen")
+	port := netE2ELoopbackUpstream(t, body)
+	otherPort := netE2ELoopbackUpstream(t, "other-upstream-must-not-be-seen")
 	target := "127.0.0.1:" + port
 	url := "http://" + target + "/"
 
@@ -246,13 +246,13 @@ func TestNetE2E(t *testing.T) {
 		}
 	})
 	t.Run("upstream in another network namespace", func(t *testing.T) {
-		ip := netnsHost(t)
-		ln, err := listenInNetns(ip.ns, ip.addr+":0")
+		ip := netE2ENetnsHost(t)
+		ln, err := netE2EListenInNetns(ip.ns, ip.addr+":0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		const nsBody = "hello-from-the-netns-host"
-		upstream(t, ln, nsBody)
+		netE2EUpstream(t, ln, nsBody)
 		nsTarget := net.JoinHostPort(ip.addr, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 		// Positive control: the host reaches it over the veth.
 		resp, err := http.Get("http://" + nsTarget + "/")
@@ -277,14 +277,14 @@ func TestNetE2E(t *testing.T) {
 	})
 }
 
-// netnsTestHost is a network namespace with its own address, reached from
+// netE2ENetnsTestHost is a network namespace with its own address, reached from
 // the host over a veth pair that exists only between the two.
-type netnsTestHost struct{ ns, addr string }
+type netE2ENetnsTestHost struct{ ns, addr string }
 
-// netnsHost creates the namespace and veth (root only), registering their
+// netE2ENetnsHost creates the namespace and veth (root only), registering their
 // removal before anything can fail. 10.231.252.0/30 is private and only
 // ever configured here.
-func netnsHost(t *testing.T) netnsTestHost {
+func netE2ENetnsHost(t *testing.T) netE2ENetnsTestHost {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("creating a network namespace test host needs root")
@@ -311,14 +311,14 @@ func netnsHost(t *testing.T) netnsTestHost {
 	ip("-n", ns, "link", "set", "lo", "up")
 	ip("-n", ns, "addr", "add", "10.231.252.2/30", "dev", vn)
 	ip("-n", ns, "link", "set", vn, "up")
-	return netnsTestHost{ns: "/var/run/netns/" + ns, addr: "10.231.252.2"}
+	return netE2ENetnsTestHost{ns: "/var/run/netns/" + ns, addr: "10.231.252.2"}
 }
 
-// listenInNetns creates a listening socket inside another network
+// netE2EListenInNetns creates a listening socket inside another network
 // namespace: a socket belongs to the namespace it was created in, so one
 // locked thread switches in, listens and switches back. A thread that
 // cannot switch back stays locked and dies with its goroutine.
-func listenInNetns(nsPath, addr string) (net.Listener, error) {
+func netE2EListenInNetns(nsPath, addr string) (net.Listener, error) {
 	type result struct {
 		ln  net.Listener
 		err error
