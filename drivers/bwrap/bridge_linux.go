@@ -248,9 +248,11 @@ func (b *Bridge) relay(c net.Conn) {
 	wg.Wait()
 }
 
-// BridgeCommand is the hidden subcommand of the driver binary that runs the
-// bridge inside the sandbox: `sandbox-bridge --socket PATH --listen
-// ADDR [--listen ADDR...] [--ready-fd N]`.
+// BridgeCommand names the bridge's mode: `sandbox-bridge --socket PATH
+// --listen ADDR [--listen ADDR...] [--ready-fd N]`. The driver binary runs
+// it as `sandbox-net sandbox-bridge ...` under sandbox-init, which is the
+// only way the supervisor starts it (see NetSupervisorCommand); BridgeMain
+// serves the same arguments unconfined for other launchers and tests.
 const BridgeCommand = "sandbox-bridge"
 
 // BridgeMain runs the bridge for the sandbox-bridge subcommand (args
