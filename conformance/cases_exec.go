@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/aleph-sandbox/aleph-sandbox/conformance/internal/probe"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -21,12 +22,12 @@ func execCases() []Case {
 		{ID: "exec/argv-empty-args", Level: Must,
 			Description: "Empty-string arguments are passed as arguments, not dropped.",
 			run: func(ctx context.Context, h *H) error {
-				o := h.Sh(ctx, nil, `echo "n=$#"`, "", "x", "", "")
-				if err := ok("sh", o); err != nil {
+				o := h.Probe(ctx, nil, "args", "", "x", "", "")
+				if err := ok("probe", o); err != nil {
 					return err
 				}
-				if string(o.Stdout) != "n=4\n" {
-					return fmt.Errorf("want n=4, got %q", o.Stdout)
+				if string(o.Stdout) != "[][x][][]" {
+					return fmt.Errorf("want four arguments [][x][][], got %q", o.Stdout)
 				}
 				return nil
 			}},
@@ -37,7 +38,7 @@ func execCases() []Case {
 				if o.Err == nil && o.Exit.ExitCode == 0 && o.Exit.Signal == 0 {
 					return fmt.Errorf("missing program reported success: %s", o)
 				}
-				return ok("existing program", h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "exit 0"}}))
+				return ok("existing program", h.Probe(ctx, nil, "exit", "0"))
 			}},
 		{ID: "exec/stdin-small", Level: Must,
 			Description: "A few bytes of stdin reach the program.",
@@ -56,7 +57,7 @@ func execCases() []Case {
 			run: func(ctx context.Context, h *H) error {
 				b := make([]byte, driverapi.MaxStdinBytes)
 				_, _ = rand.Read(b)
-				o := h.Exec(ctx, Cmd{Program: progCat, Stdin: b, MaxOutput: 2*driverapi.MaxStdinBytes + 2})
+				o := h.Exec(ctx, h.ProbeCmd(Cmd{Stdin: b, MaxOutput: 2*driverapi.MaxStdinBytes + 2}, "cat"))
 				if err := ok("cat", o); err != nil {
 					return err
 				}
@@ -68,8 +69,8 @@ func execCases() []Case {
 		{ID: "exec/stdin-unread", Level: Must,
 			Description: "A program that exits without reading its 1 MiB of stdin ends normally; the driver neither hangs nor fails on the closed pipe.",
 			run: func(ctx context.Context, h *H) error {
-				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "echo done"}, Stdin: make([]byte, 1<<20)})
-				if err := ok("sh ignoring stdin", o); err != nil {
+				o := h.Exec(ctx, h.ProbeCmd(Cmd{Stdin: make([]byte, 1<<20)}, "echo", "done"))
+				if err := ok("probe ignoring stdin", o); err != nil {
 					return err
 				}
 				if string(o.Stdout) != "done\n" {
@@ -78,17 +79,14 @@ func execCases() []Case {
 				return nil
 			}},
 		{ID: "exec/workspace-program-runs", Level: Should,
-			Description: "An executable script written into the workspace can be run as the program itself (workspaces hold build outputs and scripts).",
+			Description: "An executable written into the workspace under a new name (a #! script on POSIX, a copy of the probe .exe on Windows) can be run as the program itself (workspaces hold build outputs and scripts).",
 			run: func(ctx context.Context, h *H) error {
-				p := filepath.Join(h.Work, "bin", "hello.sh")
-				if err := writeFile(p, "#!/bin/sh\necho \"hello $1\"\n"); err != nil {
+				c, err := h.workspaceProgram()
+				if err != nil {
 					return err
 				}
-				if err := os.Chmod(p, 0o755); err != nil {
-					return err
-				}
-				o := h.Exec(ctx, Cmd{Program: p, Args: []string{"world"}})
-				if err := ok("workspace script", o); err != nil {
+				o := h.Exec(ctx, c)
+				if err := ok("workspace program", o); err != nil {
 					return err
 				}
 				if string(o.Stdout) != "hello world\n" {
@@ -99,7 +97,7 @@ func execCases() []Case {
 		{ID: "exec/stdin-empty-eof", Level: Must,
 			Description: "Without stdin the program reads end-of-file at once (it is not left waiting on an open descriptor).",
 			run: func(ctx context.Context, h *H) error {
-				o := h.Exec(ctx, Cmd{Program: progCat, Timeout: 10e9})
+				o := h.Exec(ctx, h.ProbeCmd(Cmd{Timeout: 10e9}, "cat"))
 				if err := ok("cat with no stdin", o); err != nil {
 					return err
 				}
@@ -114,7 +112,7 @@ func execCases() []Case {
 		{ID: "exec/env-empty", Level: Must, Feature: driverapi.FeatureEnvIsolation,
 			Description: "An empty RunSpec environment gives the program an empty environment.",
 			run: func(ctx context.Context, h *H) error {
-				o := h.Exec(ctx, Cmd{Program: progEnv, NoEnv: true})
+				o := h.Exec(ctx, h.ProbeCmd(Cmd{NoEnv: true}, "env"))
 				if err := ok("env", o); err != nil {
 					return err
 				}
@@ -129,7 +127,7 @@ func execCases() []Case {
 		{ID: "exec/exit-codes", Level: Must,
 			Description: "Exit statuses 0, 1, 2, 42, 126, 127, 128 and 255 are reported as given, with no signal.",
 			run:         caseExitCodes},
-		{ID: "exec/signal-reported", Level: Must,
+		{ID: "exec/signal-reported", Level: Must, OS: POSIXOnly, OSReason: whySig,
 			Description: "A program that dies of SIGTERM or SIGKILL is reported with that signal number and a non-zero exit code.",
 			run:         caseSignal},
 		{ID: "exec/cwd-honoured", Level: Must,
@@ -138,8 +136,8 @@ func execCases() []Case {
 		{ID: "exec/stdout-stderr-apart", Level: Must,
 			Description: "Interleaved stdout and stderr writes arrive on their own streams, each in order.",
 			run: func(ctx context.Context, h *H) error {
-				o := h.Sh(ctx, nil, `for i in 1 2 3; do echo "o$i"; echo "e$i" >&2; done`)
-				if err := ok("sh", o); err != nil {
+				o := h.Probe(ctx, nil, "echo", "o1", sep, "eecho", "e1", sep, "echo", "o2", sep, "eecho", "e2", sep, "echo", "o3", sep, "eecho", "e3")
+				if err := ok("probe", o); err != nil {
 					return err
 				}
 				if string(o.Stdout) != "o1\no2\no3\n" || string(o.Stderr) != "e1\ne2\ne3\n" {
@@ -150,8 +148,8 @@ func execCases() []Case {
 		{ID: "exec/binary-output", Level: Must,
 			Description: "Output bytes that are not text (NUL, 0xff, escape, carriage return) arrive unchanged.",
 			run: func(ctx context.Context, h *H) error {
-				o := h.Sh(ctx, nil, `printf 'a\000b\377c\033d\re\n'`)
-				if err := ok("printf", o); err != nil {
+				o := h.Probe(ctx, nil, "hex", "610062ff631b640d650a")
+				if err := ok("probe", o); err != nil {
 					return err
 				}
 				if want := []byte("a\x00b\xffc\x1bd\re\n"); !bytes.Equal(o.Stdout, want) {
@@ -162,8 +160,8 @@ func execCases() []Case {
 		{ID: "exec/byte-counts", Level: Must,
 			Description: "Exit.StdoutBytes and Exit.StderrBytes equal the bytes the program wrote, and Exit.Duration is not negative.",
 			run: func(ctx context.Context, h *H) error {
-				o := h.Sh(ctx, nil, `printf 12345; printf 1234567 >&2`)
-				if err := ok("printf", o); err != nil {
+				o := h.Probe(ctx, nil, "print", "12345", sep, "eprint", "1234567")
+				if err := ok("probe", o); err != nil {
 					return err
 				}
 				if o.Exit.StdoutBytes != 5 || o.Exit.StderrBytes != 7 || o.Exit.Duration < 0 {
@@ -175,11 +173,10 @@ func execCases() []Case {
 			Description: "Output reaches the host while the program runs: the program waits for a file the host creates only after seeing its first line.",
 			run:         caseStreamed},
 		{ID: "exec/threads-work", Level: Must,
-			Description: "A program may start threads even when subprocesses are not allowed (perl threads compute a sum).",
+			Description: "A program may start threads even when subprocesses are not allowed (four goroutines locked to OS threads of their own compute a sum).",
 			run: func(ctx context.Context, h *H) error {
-				script := `use threads; my @t = map { my $n = $_; threads->create(sub { $n * 2 }) } 1..4; my $s = 0; $s += $_->join for @t; print "sum=$s\n";`
-				o := h.Exec(ctx, Cmd{Program: progPerl, Args: []string{"-e", script}, Caps: &driverapi.Capabilities{}})
-				if err := ok("perl threads", o); err != nil {
+				o := h.Probe(ctx, &driverapi.Capabilities{}, "threads", "4")
+				if err := ok("threads", o); err != nil {
 					return err
 				}
 				if string(o.Stdout) != "sum=20\n" {
@@ -193,8 +190,8 @@ func execCases() []Case {
 func caseArgvVerbatim(ctx context.Context, h *H) error {
 	args := []string{"plain", "two words", `"double"`, `'single'`, `back\slash`, "new\nline", "tab\there",
 		"$HOME", "*", "$(echo no)", "`echo no`", ";|&<>", "ünïcødé ✓ 日本", " lead", "trail ", "-n", "--", "="}
-	o := h.Sh(ctx, nil, `for a in "$@"; do printf '[%s]' "$a"; done`, args...)
-	if err := ok("sh", o); err != nil {
+	o := h.Probe(ctx, nil, append([]string{"args"}, args...)...)
+	if err := ok("probe", o); err != nil {
 		return err
 	}
 	var want strings.Builder
@@ -208,7 +205,7 @@ func caseArgvVerbatim(ctx context.Context, h *H) error {
 }
 
 func stdinRoundTrip(ctx context.Context, h *H, in []byte) error {
-	o := h.Exec(ctx, Cmd{Program: progCat, Stdin: in})
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{Stdin: in}, "cat"))
 	if err := ok("cat", o); err != nil {
 		return err
 	}
@@ -219,13 +216,12 @@ func stdinRoundTrip(ctx context.Context, h *H, in []byte) error {
 }
 
 func caseEnvExact(ctx context.Context, h *H) error {
-	env := []driverapi.EnvVar{
-		{Name: "PATH", Value: progPath},
-		{Name: "ALEPH_CONFORMANCE_A", Value: "with spaces and = signs"},
-		{Name: "ALEPH_CONFORMANCE_B", Value: ""},
-		{Name: "ALEPH_CONFORMANCE_UNI", Value: "ünï ✓"},
-	}
-	o := h.Exec(ctx, Cmd{Program: progEnv, Env: env})
+	env := h.envWith(
+		driverapi.EnvVar{Name: "ALEPH_CONFORMANCE_A", Value: "with spaces and = signs"},
+		driverapi.EnvVar{Name: "ALEPH_CONFORMANCE_B", Value: ""},
+		driverapi.EnvVar{Name: "ALEPH_CONFORMANCE_UNI", Value: "ünï ✓"},
+	)
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{Env: env}, "env"))
 	if err := ok("env", o); err != nil {
 		return err
 	}
@@ -275,8 +271,7 @@ func caseEnvHostNotLeaked(ctx context.Context, h *H) error {
 	if err != nil {
 		return fmt.Errorf("launch: %w", err)
 	}
-	o := h.Exec(ctx, Cmd{Program: progEnv, Driver: p.Driver(),
-		Env: []driverapi.EnvVar{{Name: "PATH", Value: progPath}, {Name: "GIVEN", Value: "yes"}}})
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{Driver: p.Driver(), Env: h.envWith(driverapi.EnvVar{Name: "GIVEN", Value: "yes"})}, "env"))
 	if err := ok("env", o); err != nil {
 		return err
 	}
@@ -291,7 +286,7 @@ func caseEnvHostNotLeaked(ctx context.Context, h *H) error {
 
 func caseExitCodes(ctx context.Context, h *H) error {
 	for _, code := range []int{0, 1, 2, 42, 126, 127, 128, 255} {
-		o := h.Sh(ctx, nil, fmt.Sprintf("exit %d", code))
+		o := h.Probe(ctx, nil, "exit", fmt.Sprint(code))
 		if o.Err != nil {
 			return fmt.Errorf("exit %d: %v", code, o.Err)
 		}
@@ -307,7 +302,7 @@ func caseSignal(ctx context.Context, h *H) error {
 		name string
 		num  int32
 	}{{"TERM", 15}, {"KILL", 9}} {
-		o := h.Sh(ctx, nil, "echo before; kill -"+sig.name+" $$; echo after")
+		o := h.Probe(ctx, nil, "echo", "before", sep, "kill", sig.name, sep, "echo", "after")
 		if o.Err != nil {
 			return fmt.Errorf("SIG%s: %v", sig.name, o.Err)
 		}
@@ -326,11 +321,11 @@ func caseCwd(ctx context.Context, h *H) error {
 	if err := os.MkdirAll(sub, 0o755); err != nil {
 		return err
 	}
-	o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "pwd -P; echo hi > rel.txt"}, Cwd: sub})
-	if err := ok("sh", o); err != nil {
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{Cwd: sub}, "pwd", sep, "write", "rel.txt", "hi\n"))
+	if err := ok("probe", o); err != nil {
 		return err
 	}
-	if got := strings.TrimSpace(string(o.Stdout)); got != sub {
+	if got := strings.TrimSpace(string(o.Stdout)); !h.samePath(got, sub) {
 		return fmt.Errorf("pwd is %q, want %q", got, sub)
 	}
 	if readHost(filepath.Join(sub, "rel.txt")) != "hi\n" {
@@ -342,21 +337,53 @@ func caseCwd(ctx context.Context, h *H) error {
 func caseStreamed(ctx context.Context, h *H) error {
 	gate := filepath.Join(h.Work, "gate")
 	var once bool
-	o := h.Exec(ctx, Cmd{
-		Program: progSh,
-		Args:    []string{"-c", "echo first; i=0; while [ ! -f gate ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; [ -f gate ] && echo second"},
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{
 		OnStdout: func(b []byte) {
 			if !once && bytes.Contains(b, []byte("first")) {
 				once = true
 				_ = os.WriteFile(gate, nil, 0o644)
 			}
 		},
-	})
-	if err := ran("sh", o, "first"); err != nil {
+	}, "echo", "first", sep, "waitfile", "gate", "10", sep, "echo", "second"))
+	if err := ran("probe", o, "first"); err != nil {
 		return err
 	}
 	if !bytes.Contains(o.Stdout, []byte("second")) {
 		return fmt.Errorf("the first line did not reach the host before the program ended (output held back): %s", o)
 	}
 	return nil
+}
+
+// workspaceProgram writes a program into the workspace under a new name and
+// returns the command that runs it with the argument "world": a #! script
+// on POSIX, a copy of the probe on Windows (which runs no scripts itself).
+func (h *H) workspaceProgram() (Cmd, error) {
+	if h.suite.progs.posix() {
+		p := filepath.Join(h.Work, "bin", "hello.sh")
+		if err := writeFile(p, "#!/bin/sh\necho \"hello $1\"\n"); err != nil {
+			return Cmd{}, err
+		}
+		return Cmd{Program: p, Args: []string{"world"}}, os.Chmod(p, 0o755)
+	}
+	src, err := h.suite.suiteProbe()
+	if err != nil {
+		return Cmd{}, err
+	}
+	p := filepath.Join(h.Work, "bin", "hello.exe")
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return Cmd{}, err
+	}
+	if err := copyFile(src, p); err != nil {
+		return Cmd{}, err
+	}
+	return Cmd{Program: p, Args: []string{probe.Magic, "echo", "hello", "world"}}, nil
+}
+
+// samePath compares paths as the host's file system does: Windows names
+// are case-insensitive.
+func (h *H) samePath(a, b string) bool {
+	if h.suite.progs.posix() {
+		return a == b
+	}
+	return strings.EqualFold(filepath.Clean(a), filepath.Clean(b))
 }

@@ -59,7 +59,7 @@ func fsCases() []Case {
 				}
 				return readDenied(ctx, h, nil, p)
 			}},
-		{ID: "fs/etc-shadow-invisible", Level: Should, Feature: rd,
+		{ID: "fs/etc-shadow-invisible", OS: POSIXOnly, OSReason: "/etc/shadow is a POSIX file", Level: Should, Feature: rd,
 			Description: "The host's /etc/shadow (password hashes) is not readable inside the sandbox, whoever the driver runs as; a workspace file is.",
 			run:         caseShadow},
 		{ID: "fs/read-grant", Level: Must, Feature: rd,
@@ -126,12 +126,11 @@ func (h *H) homeDir() (string, error) {
 // writeDenied: each target (absolute or relative to the workspace) must
 // stay uncreated, while ws/inside.txt is written by the same script.
 func writeDenied(ctx context.Context, h *H, caps *driverapi.Capabilities, targets ...string) error {
-	var sb strings.Builder
-	sb.WriteString("echo inside > inside.txt && echo wrote-inside\n")
+	steps := []string{"write", "inside.txt", "inside\n", sep, "echo", "wrote-inside"}
 	for _, t := range targets {
-		fmt.Fprintf(&sb, "(echo escaped > %s) 2>/dev/null && echo wrote:%s\n", shq(t), t)
+		steps = append(steps, sep, "try", "write", t, "escaped\n")
 	}
-	o := h.Sh(ctx, caps, sb.String())
+	o := h.Probe(ctx, caps, steps...)
 	if err := ran("write inside", o, "wrote-inside"); err != nil {
 		return err
 	}
@@ -158,12 +157,11 @@ func readDenied(ctx context.Context, h *H, caps *driverapi.Capabilities, targets
 	if err := writeFile(filepath.Join(h.Work, "mine.txt"), "mine-"+canary+"\n"); err != nil {
 		return err
 	}
-	var sb strings.Builder
-	sb.WriteString("cat mine.txt\n")
+	steps := []string{"read", "mine.txt"}
 	for _, t := range targets {
-		fmt.Fprintf(&sb, "cat %s 2>/dev/null && echo read:%s\n", shq(t), t)
+		steps = append(steps, sep, "try", "read", t)
 	}
-	o := h.Sh(ctx, caps, sb.String())
+	o := h.Probe(ctx, caps, steps...)
 	if err := ran("read inside", o, "mine-"+canary); err != nil {
 		return err
 	}
@@ -181,14 +179,9 @@ func caseWorkspaceRW(ctx context.Context, h *H) error {
 	if err := writeFile(filepath.Join(h.Work, "gone.txt"), "x"); err != nil {
 		return err
 	}
-	o := h.Sh(ctx, nil, `set -e
-cat given.txt
-mkdir -p a/b
-echo made > a/b/new.txt
-mv a/b/new.txt a/moved.txt
-rm gone.txt
-echo appended >> given.txt`)
-	if err := ok("workspace script", o); err != nil {
+	o := h.Probe(ctx, nil, "read", "given.txt", sep, "mkdir", "a/b", sep, "write", "a/b/new.txt", "made\n", sep,
+		"mv", "a/b/new.txt", "a/moved.txt", sep, "rm", "gone.txt", sep, "append", "given.txt", "appended\n")
+	if err := ok("workspace steps", o); err != nil {
 		return err
 	}
 	if string(o.Stdout) != "from-host\n" {
@@ -218,7 +211,7 @@ func caseShadow(ctx context.Context, h *H) error {
 	if err := writeFile(filepath.Join(h.Work, "mine.txt"), "mine-"+canary+"\n"); err != nil {
 		return err
 	}
-	o := h.Sh(ctx, nil, "cat mine.txt; cat /etc/shadow 2>/dev/null")
+	o := h.Probe(ctx, nil, "read", "mine.txt", sep, "try", "read", "/etc/shadow")
 	if err := ran("read inside", o, "mine-"+canary); err != nil {
 		return err
 	}
@@ -234,7 +227,7 @@ func caseReadGrant(ctx context.Context, h *H) error {
 		return err
 	}
 	caps := &driverapi.Capabilities{FSRead: []string{g}, SpawnSubprocess: true}
-	o := h.Sh(ctx, caps, "cat "+shq(filepath.Join(g, "deep", "f.txt"))+"; (echo x > "+shq(filepath.Join(g, "w.txt"))+") 2>/dev/null && echo wrote")
+	o := h.Probe(ctx, caps, "read", filepath.Join(g, "deep", "f.txt"), sep, "try", "write", filepath.Join(g, "w.txt"), "x\n")
 	if err := ran("read granted", o, "granted-"+canary); err != nil {
 		return err
 	}
@@ -259,7 +252,7 @@ func caseReadGrantPrefix(ctx context.Context, h *H) error {
 		}
 	}
 	caps := &driverapi.Capabilities{FSRead: []string{g}, SpawnSubprocess: true}
-	o := h.Sh(ctx, caps, "cat "+shq(filepath.Join(g, "ok.txt"))+"; cat "+shq(sib)+" "+shq(parent)+" 2>/dev/null")
+	o := h.Probe(ctx, caps, "read", filepath.Join(g, "ok.txt"), sep, "try", "read", sib, sep, "try", "read", parent)
 	if err := ran("read granted", o, "ok-granted"); err != nil {
 		return err
 	}
@@ -275,7 +268,8 @@ func caseWriteGrant(ctx context.Context, h *H) error {
 		return err
 	}
 	caps := &driverapi.Capabilities{FSWrite: []string{g}, SpawnSubprocess: true}
-	o := h.Sh(ctx, caps, "mkdir -p "+shq(filepath.Join(g, "n"))+" && echo w > "+shq(filepath.Join(g, "n", "f.txt"))+" && cat "+shq(filepath.Join(g, "n", "f.txt")))
+	f := filepath.Join(g, "n", "f.txt")
+	o := h.Probe(ctx, caps, "mkdir", filepath.Join(g, "n"), sep, "write", f, "w\n", sep, "read", f)
 	if err := ok("write into grant", o); err != nil {
 		return err
 	}
@@ -294,7 +288,8 @@ func caseWriteGrantPrefix(ctx context.Context, h *H) error {
 		}
 	}
 	caps := &driverapi.Capabilities{FSWrite: []string{g}, SpawnSubprocess: true}
-	o := h.Sh(ctx, caps, "echo ok > "+shq(filepath.Join(g, "f"))+" && echo wrote-grant; (echo x > "+shq(filepath.Join(sib, "f"))+") 2>/dev/null; (echo x > "+shq(filepath.Join(h.Out, "f"))+") 2>/dev/null; true")
+	o := h.Probe(ctx, caps, "write", filepath.Join(g, "f"), "ok\n", sep, "echo", "wrote-grant", sep,
+		"try", "write", filepath.Join(sib, "f"), "x\n", sep, "try", "write", filepath.Join(h.Out, "f"), "x\n")
 	if err := ran("write into grant", o, "wrote-grant"); err != nil {
 		return err
 	}
@@ -308,16 +303,16 @@ func caseWriteGrantPrefix(ctx context.Context, h *H) error {
 }
 
 func caseSymlinkWrite(ctx context.Context, h *H) error {
-	if err := os.Symlink(h.Out, filepath.Join(h.Work, "escape")); err != nil {
-		return err
-	}
 	if err := os.Mkdir(filepath.Join(h.Work, "real"), 0o755); err != nil {
 		return err
 	}
-	if err := os.Symlink("real", filepath.Join(h.Work, "inlink")); err != nil {
+	if err := h.symlink(h.Out, filepath.Join(h.Work, "escape")); err != nil {
 		return err
 	}
-	o := h.Sh(ctx, nil, "echo in > inlink/f && echo wrote-inside; (echo x > escape/f) 2>/dev/null; true")
+	if err := h.symlink("real", filepath.Join(h.Work, "inlink")); err != nil {
+		return err
+	}
+	o := h.Probe(ctx, nil, "write", "inlink/f", "in\n", sep, "echo", "wrote-inside", sep, "try", "write", "escape/f", "x\n")
 	if err := ran("write via inside link", o, "wrote-inside"); err != nil {
 		return err
 	}
@@ -334,13 +329,13 @@ func caseSymlinkRead(ctx context.Context, h *H) error {
 	if err := writeFile(filepath.Join(h.Work, "mine.txt"), "mine-"+canary+"\n"); err != nil {
 		return err
 	}
-	if err := os.Symlink(filepath.Join(h.Out, "s.txt"), filepath.Join(h.Work, "escape")); err != nil {
+	if err := h.symlink(filepath.Join(h.Out, "s.txt"), filepath.Join(h.Work, "escape")); err != nil {
 		return err
 	}
-	if err := os.Symlink("mine.txt", filepath.Join(h.Work, "inlink")); err != nil {
+	if err := h.symlink("mine.txt", filepath.Join(h.Work, "inlink")); err != nil {
 		return err
 	}
-	o := h.Sh(ctx, nil, "cat inlink; cat escape 2>/dev/null; true")
+	o := h.Probe(ctx, nil, "read", "inlink", sep, "try", "read", "escape")
 	if err := ran("read via inside link", o, "mine-"+canary); err != nil {
 		return err
 	}
@@ -351,7 +346,13 @@ func caseSymlinkRead(ctx context.Context, h *H) error {
 }
 
 func caseSymlinkMadeInside(ctx context.Context, h *H) error {
-	o := h.Sh(ctx, nil, "mkdir real && ln -s real l && echo in > l/f && echo wrote-inside; ln -s "+shq(h.Out)+" esc; (echo x > esc/f) 2>/dev/null; true")
+	// The host's own ability is the gate: where it cannot make symlinks
+	// (Windows without the privilege), the case cannot say anything.
+	if err := h.symlink("x", filepath.Join(h.Root, "symlink-check")); err != nil {
+		return err
+	}
+	o := h.Probe(ctx, nil, "mkdir", "real", sep, "symlink", "real", "l", sep, "write", "l/f", "in\n", sep, "echo", "wrote-inside", sep,
+		"try", "symlink", h.Out, "esc", sep, "try", "write", "esc/f", "x\n")
 	if err := ran("inside link", o, "wrote-inside"); err != nil {
 		return err
 	}
@@ -366,10 +367,10 @@ func caseProtectedReadonly(ctx context.Context, h *H) error {
 	if err := writeFile(cfg, "[core]\n"); err != nil {
 		return err
 	}
-	o := h.Sh(ctx, nil, `cat .git/config; echo ok > ok.txt && echo wrote-ok
-(echo evil >> .git/config) 2>/dev/null
-(mkdir -p .git/hooks && echo evil > .git/hooks/post-checkout) 2>/dev/null
-(echo evil > .git/HEAD) 2>/dev/null; true`)
+	o := h.Probe(ctx, nil, "read", ".git/config", sep, "write", "ok.txt", "ok\n", sep, "echo", "wrote-ok", sep,
+		"try", "append", ".git/config", "evil\n", sep,
+		"try", "mkdir", ".git/hooks", sep, "try", "write", ".git/hooks/post-checkout", "evil\n", sep,
+		"try", "write", ".git/HEAD", "evil\n")
 	if err := ran("protected read", o, "[core]"); err != nil {
 		return err
 	}
@@ -388,12 +389,11 @@ func caseProtectedReadonly(ctx context.Context, h *H) error {
 }
 
 func caseProtectedNotCreatable(ctx context.Context, h *H) error {
-	var sb strings.Builder
-	sb.WriteString("mkdir other && echo made-other\n")
+	steps := []string{"mkdir", "other", sep, "echo", "made-other"}
 	for _, d := range driverapi.ProtectedDirs() {
-		fmt.Fprintf(&sb, "(mkdir %s && echo x > %s/f) 2>/dev/null; (echo x > %s) 2>/dev/null\n", d, d, d)
+		steps = append(steps, sep, "try", "mkdir", d, sep, "try", "write", d+"/f", "x\n", sep, "try", "write", d, "x\n")
 	}
-	o := h.Sh(ctx, nil, sb.String()+"true")
+	o := h.Probe(ctx, nil, steps...)
 	if err := ran("mkdir other", o, "made-other"); err != nil {
 		return err
 	}
@@ -410,7 +410,8 @@ func caseProtectedRename(ctx context.Context, h *H) error {
 	if err := writeFile(cfg, "[core]\n"); err != nil {
 		return err
 	}
-	o := h.Sh(ctx, nil, "echo ok > ok.txt && echo wrote-ok; (mv .git moved) 2>/dev/null; (rm -rf .git) 2>/dev/null; (mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit) 2>/dev/null; true")
+	o := h.Probe(ctx, nil, "write", "ok.txt", "ok\n", sep, "echo", "wrote-ok", sep, "try", "mv", ".git", "moved", sep,
+		"try", "rmall", ".git", sep, "try", "mkdir", ".git/hooks", sep, "try", "write", ".git/hooks/pre-commit", "evil\n")
 	if err := ran("workspace write", o, "wrote-ok"); err != nil {
 		return err
 	}
@@ -421,7 +422,7 @@ func caseProtectedRename(ctx context.Context, h *H) error {
 }
 
 func caseUnusualWorkspace(ctx context.Context, h *H) error {
-	ws := filepath.Join(h.Root, "wörk space 'q' \"dq\" $x;(1)")
+	ws := filepath.Join(h.Root, h.suite.progs.unusualDir)
 	if err := os.Mkdir(ws, 0o755); err != nil {
 		return err
 	}
@@ -429,15 +430,26 @@ func caseUnusualWorkspace(ctx context.Context, h *H) error {
 		return err
 	}
 	h.Work = ws
-	o := h.Sh(ctx, nil, "pwd -P; cat in.txt; echo made > out.txt")
-	if err := ok("sh in an unusual workspace", o); err != nil {
+	o := h.Probe(ctx, nil, "pwd", sep, "read", "in.txt", sep, "write", "out.txt", "made\n")
+	if err := ok("probe in an unusual workspace", o); err != nil {
 		return err
 	}
-	if want := ws + "\ngiven\n"; string(o.Stdout) != want {
-		return fmt.Errorf("got %q, want %q", o.Stdout, want)
+	wd, rest, _ := strings.Cut(string(o.Stdout), "\n")
+	if !h.samePath(wd, ws) || rest != "given\n" {
+		return fmt.Errorf("got %q, want %q", o.Stdout, ws+"\ngiven\n")
 	}
 	if readHost(filepath.Join(ws, "out.txt")) != "made\n" {
 		return errors.New("write in the workspace did not reach the host")
 	}
 	return nil
+}
+
+// symlink makes a host symlink; where the host cannot (Windows without the
+// symlink privilege or developer mode), the case is skipped, saying so.
+func (h *H) symlink(target, link string) error {
+	err := os.Symlink(target, link)
+	if err != nil && !h.suite.progs.posix() {
+		return skipf("this host cannot create symlinks (needs developer mode or the symlink privilege): %v", err)
+	}
+	return err
 }

@@ -87,11 +87,9 @@ func netCases() []Case {
 				return noneBlocksWith(ctx, h, t, [][]string{{"unix", t.addr}}, &driverapi.Capabilities{FSRead: []string{h.Out}}, false)
 			}},
 		{ID: "net/none-blocks-abstract", Level: Must, Feature: none,
+			OS: LinuxOnly, OSReason: "abstract unix sockets exist only on Linux",
 			Description: "With network none a program cannot connect to an abstract unix socket of the host (Linux only; they live per network namespace, outside the filesystem).",
 			run: func(ctx context.Context, h *H) error {
-				if runtime.GOOS != "linux" {
-					return skipf("abstract unix sockets exist only on Linux")
-				}
 				name := "aleph-conformance-" + newToken()
 				t, err := h.listenStream("unix", "@"+name)
 				if err != nil {
@@ -144,13 +142,12 @@ func tcpProbes(t *target) [][]string {
 	return probes
 }
 
-// probe runs the network probe for each argument list in one command each;
-// it returns the combined stdout and the first driver error.
-func probe(ctx context.Context, h *H, t *target, probes [][]string, c Cmd) ([]byte, error) {
+// netProbe runs the probe's net step for each argument list, one command
+// each; it returns the combined stdout and the first driver error.
+func netProbe(ctx context.Context, h *H, t *target, probes [][]string, c Cmd) ([]byte, error) {
 	var out []byte
 	for _, p := range probes {
-		c.Program = progPerl
-		c.Args = append(append([]string{"-e", probeScript}, p...), t.token)
+		c = h.ProbeCmd(c, append(append([]string{"net"}, p...), t.token)...)
 		if c.Timeout == 0 {
 			c.Timeout = 15 * time.Second
 		}
@@ -176,7 +173,7 @@ func noneBlocks(ctx context.Context, h *H, t *target, probes [][]string) error {
 func noneBlocksWith(ctx context.Context, h *H, t *target, probes [][]string, caps *driverapi.Capabilities, allCheck bool) error {
 	c := *caps
 	c.Network = driverapi.NetworkPolicy{Mode: driverapi.NetworkNone}
-	if _, err := probe(ctx, h, t, probes, Cmd{Caps: &c}); err != nil {
+	if _, err := netProbe(ctx, h, t, probes, Cmd{Caps: &c}); err != nil {
 		return err
 	}
 	sleepCtx(ctx, 500*time.Millisecond) // datagrams in flight
@@ -191,7 +188,7 @@ func noneBlocksWith(ctx context.Context, h *H, t *target, probes [][]string, cap
 
 func allReaches(ctx context.Context, h *H, t *target, probes [][]string) error {
 	caps := &driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}
-	out, err := probe(ctx, h, t, probes, Cmd{Caps: caps})
+	out, err := netProbe(ctx, h, t, probes, Cmd{Caps: caps})
 	if err != nil {
 		return err
 	}
@@ -219,9 +216,9 @@ func proxySetup(ctx context.Context, h *H) (*target, *connectProxy, Cmd, error) 
 	c := Cmd{
 		Caps:  &driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{hostPort}}},
 		Proxy: &driverapi.ProxyEndpoint{TCPAddr: p.tcpAddr, UnixSocket: p.unixPath},
-		Env: []driverapi.EnvVar{{Name: "PATH", Value: progPath},
-			{Name: "HTTP_PROXY", Value: proxyURL}, {Name: "HTTPS_PROXY", Value: proxyURL}, {Name: "ALL_PROXY", Value: proxyURL},
-			{Name: "http_proxy", Value: proxyURL}, {Name: "https_proxy", Value: proxyURL}},
+		Env: h.envWith(
+			driverapi.EnvVar{Name: "HTTP_PROXY", Value: proxyURL}, driverapi.EnvVar{Name: "HTTPS_PROXY", Value: proxyURL},
+			driverapi.EnvVar{Name: "ALL_PROXY", Value: proxyURL}),
 	}
 	return t, p, c, nil
 }
@@ -229,7 +226,7 @@ func proxySetup(ctx context.Context, h *H) (*target, *connectProxy, Cmd, error) 
 // viaProxy: the proxied connection to the allowed host must work.
 func viaProxy(ctx context.Context, h *H, t *target, c Cmd) error {
 	hostPort := fmt.Sprintf("%s:%d", allowedHost, portOf(t.addr))
-	out, err := probe(ctx, h, t, [][]string{{"proxy", hostPort}}, c)
+	out, err := netProbe(ctx, h, t, [][]string{{"proxy", hostPort}}, c)
 	if err != nil {
 		return err
 	}
@@ -247,7 +244,7 @@ func caseProxyAllowed(ctx context.Context, h *H) error {
 	if err := viaProxy(ctx, h, t, c); err != nil {
 		return err
 	}
-	out, err := probe(ctx, h, t, [][]string{{"proxy", "denied.conformance.test:443"}}, c)
+	out, err := netProbe(ctx, h, t, [][]string{{"proxy", "denied.conformance.test:443"}}, c)
 	if err != nil {
 		return err
 	}
@@ -266,7 +263,7 @@ func caseProxyDirectBlocked(ctx context.Context, h *H) error {
 	if err != nil {
 		return err
 	}
-	if _, err := probe(ctx, h, direct, tcpProbes(direct), c); err != nil {
+	if _, err := netProbe(ctx, h, direct, tcpProbes(direct), c); err != nil {
 		return err
 	}
 	if direct.reached() {
@@ -288,7 +285,7 @@ func caseProxyUDPBlocked(ctx context.Context, h *H) error {
 	for _, ip := range hostIPs() {
 		probes = append(probes, []string{"udp", ip, fmt.Sprint(portOf(u.addr))})
 	}
-	if _, err := probe(ctx, h, u, probes, c); err != nil {
+	if _, err := netProbe(ctx, h, u, probes, c); err != nil {
 		return err
 	}
 	sleepCtx(ctx, 500*time.Millisecond)
@@ -297,19 +294,6 @@ func caseProxyUDPBlocked(ctx context.Context, h *H) error {
 	}
 	return viaProxy(ctx, h, t, c)
 }
-
-// listenScript opens a TCP listener, prints its port, and waits briefly
-// for one connection.
-const listenScript = `use strict; use Socket; use IO::Socket::IP;
-$| = 1;
-print "probe-start\n";
-my $l = IO::Socket::IP->new(LocalHost => "0.0.0.0", LocalPort => 0, Listen => 5, Type => SOCK_STREAM, ReuseAddr => 1)
-  or do { print "fail:$!\n"; exit 1 };
-print "port:", $l->sockport, "\n";
-$l->timeout(2);
-my $c = $l->accept;
-print $c ? "accepted\n" : "no-connection\n";
-`
 
 func caseNoneListen(ctx context.Context, h *H) error {
 	var (
@@ -320,7 +304,7 @@ func caseNoneListen(ctx context.Context, h *H) error {
 	)
 	dialed := false
 	portRE := regexp.MustCompile(`port:(\d+)\n`)
-	o := h.Exec(ctx, Cmd{Program: progPerl, Args: []string{"-e", listenScript}, Caps: &driverapi.Capabilities{},
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{Caps: &driverapi.Capabilities{},
 		OnStdout: func(b []byte) {
 			buf = append(buf, b...)
 			m := portRE.FindSubmatch(buf)
@@ -342,7 +326,7 @@ func caseNoneListen(ctx context.Context, h *H) error {
 					}
 				}()
 			}
-		}})
+		}}, "listen"))
 	wg.Wait()
 	if err := ran("listener", o, "probe-start"); err != nil {
 		return err

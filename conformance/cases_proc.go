@@ -15,31 +15,13 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// treeScript is a perl program that keeps appending to a marker file,
-// either as a plain background child ("bg") or double-forked into its own
-// session ("daemon"), ignoring the polite signals either way. Its tag
-// argument lets the suite find and kill survivors; it also ends itself
-// after a while so even an unmeasurable host is cleaned up.
-const treeScript = `use POSIX ();
-my ($marker, $tag, $mode) = @ARGV;
-if ($mode eq "daemon") {
-  defined(my $pid = fork) or die "fork: $!";
-  exit 0 if $pid;
-  POSIX::setsid();
-  defined($pid = fork) or die "fork: $!";
-  exit 0 if $pid;
-}
-$SIG{$_} = "IGNORE" for qw(HUP TERM INT PIPE);
-open STDIN, "<", "/dev/null"; open STDOUT, ">", "/dev/null"; open STDERR, ">", "/dev/null";
-my $end = time + 25;
-while (time < $end) {
-  open my $f, ">>", $marker or exit 1; print $f "x\n"; close $f;
-  select undef, undef, undef, 0.05;
-}
-`
-
-// tree sets up the marker children for a tree-kill case and returns the
-// shell script prefix that starts them, plus a check run after the command.
+// tree sets up the marker children for a tree-kill case: probe children
+// that keep appending to a marker file, ignoring the polite signals, either
+// as a plain background child ("bg") or double-started into a session of
+// their own ("daemon"; on Windows a detached process that asks to break away
+// from the Job Object). Their tag argument lets the suite find and kill
+// survivors; they also end themselves after a while so even an
+// unmeasurable host is cleaned up.
 type tree struct {
 	h       *H
 	tag     string
@@ -50,21 +32,19 @@ func newTree(h *H) (*tree, error) {
 	var b [6]byte
 	_, _ = rand.Read(b[:])
 	t := &tree{h: h, tag: "aleph-conformance-tree-" + hex.EncodeToString(b[:])}
-	if err := writeFile(filepath.Join(h.Work, "tree.pl"), treeScript); err != nil {
-		return nil, err
-	}
 	t.markers = []string{filepath.Join(h.Work, "marker-bg"), filepath.Join(h.Work, "marker-daemon")}
 	h.defer_(func() { killTagged(t.tag) })
 	return t, nil
 }
 
-// start is the script that launches both children.
-func (t *tree) start() string {
-	return fmt.Sprintf(`%s tree.pl marker-bg %s bg </dev/null >/dev/null 2>&1 &
-%s tree.pl marker-daemon %s daemon </dev/null >/dev/null 2>&1
-i=0; while { [ ! -s marker-bg ] || [ ! -s marker-daemon ]; } && [ $i -lt 100 ]; do sleep 0.05; i=$((i+1)); done
-echo started
-`, progPerl, t.tag, progPerl, t.tag)
+// start are the probe steps that launch both children and wait for their
+// first marker lines, followed by then (e.g. "sleep", "30").
+func (t *tree) start(then ...string) []string {
+	return append([]string{
+		"bg", "marker-bg", t.tag, sep,
+		"daemon", "marker-daemon", t.tag, sep,
+		"waitmarkers", "marker-bg", "marker-daemon", sep,
+		"echo", "started", sep}, then...)
 }
 
 func (t *tree) markersStarted() bool {
@@ -79,7 +59,7 @@ func (t *tree) markersStarted() bool {
 // check: both children ran (positive control) and neither still runs.
 func (t *tree) check(ctx context.Context) error {
 	if !t.markersStarted() {
-		return errors.New("the background children never ran (positive control): is perl runnable with spawn_subprocess?")
+		return errors.New("the background children never ran (positive control): can the probe start children with spawn_subprocess?")
 	}
 	for _, m := range t.markers {
 		if growing, size := stillGrowing(ctx, m, 600*time.Millisecond); growing {
@@ -95,8 +75,8 @@ func procCases() []Case {
 		{ID: "proc/spawn-allowed", Level: Must,
 			Description: "With spawn_subprocess the program starts child processes and sees their exit status.",
 			run: func(ctx context.Context, h *H) error {
-				o := h.Sh(ctx, nil, `/bin/sh -c 'exit 3'; echo "child=$?"`)
-				if err := ok("sh", o); err != nil {
+				o := h.Probe(ctx, nil, "spawn", "3")
+				if err := ok("probe", o); err != nil {
 					return err
 				}
 				if string(o.Stdout) != "child=3\n" {
@@ -105,13 +85,13 @@ func procCases() []Case {
 				return nil
 			}},
 		{ID: "proc/spawn-denied", Level: Must, Feature: driverapi.FeatureSubprocessControl,
-			Description: "Without spawn_subprocess a shell runs (builtins work) but can neither start a program nor fork a subshell; the same script with spawn_subprocess can.",
+			Description: "Without spawn_subprocess the program runs but cannot start a child process (and, on POSIX, a shell can neither start a program nor fork a subshell); the same commands with spawn_subprocess can.",
 			run:         caseSpawnDenied},
 		{ID: "proc/timeout-reported", Level: Must,
 			Description: "A command that outlives its timeout is stopped and reported with timed_out, well before it would have ended.",
 			run: func(ctx context.Context, h *H) error {
 				start := time.Now()
-				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "echo started; exec sleep 30"}, Timeout: time.Second})
+				o := h.Exec(ctx, h.ProbeCmd(Cmd{Timeout: time.Second}, "echo", "started", sep, "sleep", "30"))
 				if err := ran("sleep", o, "started"); err != nil {
 					return err
 				}
@@ -124,14 +104,14 @@ func procCases() []Case {
 				return nil
 			}},
 		{ID: "proc/timeout-kills-tree", Level: Must, Feature: tk,
-			Description: "When the timeout fires, every descendant dies, including a background child and a double-forked setsid daemon that ignore SIGTERM and SIGHUP (their marker files stop growing).",
+			Description: "When the timeout fires, every descendant dies, including a background child and a double-started daemon in its own session (on Windows: detached, asking to break away from the job) that ignore SIGTERM and SIGHUP (their marker files stop growing).",
 			run: func(ctx context.Context, h *H) error {
 				t, err := newTree(h)
 				if err != nil {
 					return err
 				}
 				// The timeout leaves the children a few seconds to start on a busy host.
-				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exec sleep 30"}, Timeout: 3 * time.Second})
+				o := h.Exec(ctx, h.ProbeCmd(Cmd{Timeout: 3 * time.Second}, t.start("sleep", "30")...))
 				if o.Err == nil && !o.Exit.TimedOut {
 					return fmt.Errorf("command did not time out: %s", o)
 				}
@@ -151,7 +131,7 @@ func procCases() []Case {
 					waitFor(runCtx, 10*time.Second, t.markersStarted)
 					once.Do(cancel)
 				}()
-				h.Exec(runCtx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exec sleep 30"}})
+				h.Exec(runCtx, h.ProbeCmd(Cmd{}, t.start("sleep", "30")...))
 				return t.check(ctx)
 			}},
 		{ID: "proc/no-survivors-after-exit", Level: Must, Feature: tk,
@@ -161,7 +141,7 @@ func procCases() []Case {
 				if err != nil {
 					return err
 				}
-				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exit 0"}})
+				o := h.Exec(ctx, h.ProbeCmd(Cmd{}, t.start("exit", "0")...))
 				if err := ok("main program", o); err != nil {
 					return err
 				}
@@ -170,18 +150,18 @@ func procCases() []Case {
 		{ID: "proc/output-budget-stdout", Level: Must,
 			Description: "A program writing 4 MiB to stdout under a 64 KiB budget runs to completion (not killed by SIGPIPE); exactly the first 32 KiB arrive and truncated is set.",
 			run: func(ctx context.Context, h *H) error {
-				return budgetCase(ctx, h, "head -c 4194304 /dev/zero; echo done >&2", false)
+				return budgetCase(ctx, h, false, "flood", "out", "4194304", "0", sep, "eecho", "done")
 			}},
 		{ID: "proc/output-budget-stderr", Level: Must,
 			Description: "Flooding stderr past its half of the budget truncates stderr only; stdout is delivered whole.",
 			run: func(ctx context.Context, h *H) error {
-				return budgetCase(ctx, h, "head -c 4194304 /dev/zero >&2; echo done", true)
+				return budgetCase(ctx, h, true, "flood", "err", "4194304", "0", sep, "echo", "done")
 			}},
 		{ID: "proc/huge-single-line", Level: Must,
 			Description: "A 3 MiB line without a newline arrives intact when the budget allows it.",
 			run: func(ctx context.Context, h *H) error {
 				const n = 3 << 20
-				o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", fmt.Sprintf("head -c %d /dev/zero | tr '\\000' a", n)}, MaxOutput: 8 << 20})
+				o := h.Exec(ctx, h.ProbeCmd(Cmd{MaxOutput: 8 << 20}, "flood", "out", fmt.Sprint(n), "97"))
 				if err := ok("flood", o); err != nil {
 					return err
 				}
@@ -190,16 +170,35 @@ func procCases() []Case {
 				}
 				return nil
 			}},
-		{ID: "proc/output-flood-bounded-memory", Level: Should, fresh: true,
+		{ID: "proc/output-flood-bounded-memory", Level: Should, fresh: true, OS: LinuxOnly, OSReason: "the driver's peak memory is read from /proc",
 			Description: "A program writing 128 MiB under a 64 KiB budget does not grow the driver process's peak memory by more than 48 MiB (the driver drains, it does not buffer). Linux only.",
 			run:         caseFloodMemory},
 	}
 }
 
 func caseSpawnDenied(ctx context.Context, h *H) error {
-	// Both a fork+exec and a bare fork (a subshell) are new processes.
+	steps := []string{"echo", "alive", sep, "try", "spawn", "0"}
+	o := h.Probe(ctx, &driverapi.Capabilities{}, steps...)
+	if err := ran("probe without spawn", o, "alive"); err != nil {
+		return err
+	}
+	if bytes.Contains(o.Stdout, []byte("child=0")) {
+		return fmt.Errorf("a child process started without spawn_subprocess: %s", o)
+	}
+	o = h.Probe(ctx, &driverapi.Capabilities{SpawnSubprocess: true}, steps...)
+	if err := ok("with spawn", o); err != nil {
+		return err
+	}
+	if !bytes.Contains(o.Stdout, []byte("child=0")) {
+		return fmt.Errorf("spawn_subprocess=true did not allow a child (positive control): %s", o)
+	}
+	if !h.suite.progs.posix() {
+		return nil
+	}
+	// Both a fork+exec and a bare fork (a subshell) are new processes; a
+	// Go program never forks without exec, so the shell covers that.
 	const script = `echo alive; /bin/sh -c 'exit 0' 2>/dev/null; echo "spawn=$?"; (echo forked-subshell) 2>/dev/null; true`
-	o := h.Sh(ctx, &driverapi.Capabilities{}, script)
+	o = h.Sh(ctx, &driverapi.Capabilities{}, script)
 	if err := ran("builtins without spawn", o, "alive"); err != nil {
 		return err
 	}
@@ -216,9 +215,9 @@ func caseSpawnDenied(ctx context.Context, h *H) error {
 	return nil
 }
 
-func budgetCase(ctx context.Context, h *H, script string, onStderr bool) error {
+func budgetCase(ctx context.Context, h *H, onStderr bool, steps ...string) error {
 	const budget = 64 << 10
-	o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", script}, MaxOutput: budget})
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{MaxOutput: budget}, steps...))
 	if err := ok("flood", o); err != nil {
 		return err
 	}
@@ -246,14 +245,14 @@ func caseFloodMemory(ctx context.Context, h *H) error {
 		return err
 	}
 	// Warm up so the runtime's ordinary growth is in the baseline.
-	if err := ok("warm-up", h.Sh(ctx, nil, "head -c 1048576 /dev/zero")); err != nil {
+	if err := ok("warm-up", h.Probe(ctx, nil, "flood", "out", "1048576", "0")); err != nil {
 		return err
 	}
 	before, err := memKB(h.Proc.Pid(), "VmHWM")
 	if err != nil {
 		return skipf("%v", err)
 	}
-	o := h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", "head -c 134217728 /dev/zero"}, MaxOutput: 64 << 10})
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{MaxOutput: 64 << 10}, "flood", "out", "134217728", "0"))
 	if err := ok("flood", o); err != nil {
 		return err
 	}

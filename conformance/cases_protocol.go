@@ -212,7 +212,10 @@ func garbled(ctx context.Context, h *H, mutate func(*driverapi.Profile)) error {
 		return fmt.Errorf("ProfileFor: %w", err)
 	}
 	marker := filepath.Join(h.Work, "ran")
-	c := Cmd{Program: progSh, Args: []string{"-c", "echo ran > " + shq(marker) + "; echo ran"}}
+	c, err := h.resolve(h.ProbeCmd(Cmd{}, "write", marker, "ran\n", sep, "echo", "ran"))
+	if err != nil {
+		return err
+	}
 	bad := p
 	mutate(&bad)
 	o := h.run(ctx, h.Driver, h.spec(c, bad), nil)
@@ -241,7 +244,11 @@ func caseInvalidSpec(ctx context.Context, h *H) error {
 	if err != nil {
 		return fmt.Errorf("ProfileFor: %w", err)
 	}
-	base := h.spec(Cmd{Program: progSh, Args: []string{"-c", "echo valid"}}, p)
+	c, err := h.resolve(h.ProbeCmd(Cmd{}, "echo", "valid"))
+	if err != nil {
+		return err
+	}
+	base := h.spec(c, p)
 	bad := map[string]func(*driverapi.RunSpec){
 		"empty program": func(s *driverapi.RunSpec) { s.Program = "" },
 		"relative cwd":  func(s *driverapi.RunSpec) { s.Cwd = "ws" },
@@ -277,7 +284,7 @@ func caseConcurrentRuns(ctx context.Context, h *H) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o := h.Sh(ctx, nil, `echo "out-$1"; echo "err-$1" >&2; exit $(( $1 + 3 ))`, fmt.Sprint(i))
+			o := h.Probe(ctx, nil, "echo", fmt.Sprintf("out-%d", i), sep, "eecho", fmt.Sprintf("err-%d", i), sep, "exit", fmt.Sprint(i+3))
 			switch {
 			case o.Err != nil:
 				errs[i] = o.Err
@@ -297,8 +304,8 @@ func caseCancelMidRun(ctx context.Context, h *H) error {
 	started := make(chan struct{})
 	done := make(chan Out, 1)
 	go func() {
-		done <- h.Exec(runCtx, Cmd{Program: progSh, Args: []string{"-c", "echo started; exec sleep 30"},
-			OnStdout: func([]byte) { once.Do(func() { close(started) }) }})
+		done <- h.Exec(runCtx, h.ProbeCmd(Cmd{OnStdout: func([]byte) { once.Do(func() { close(started) }) }},
+			"echo", "started", sep, "sleep", "30"))
 	}()
 	select {
 	case <-started:
@@ -318,7 +325,7 @@ func caseCancelMidRun(ctx context.Context, h *H) error {
 	case <-t.C:
 		return errors.New("Run did not return within 10s of cancellation")
 	}
-	o := h.Sh(ctx, nil, "echo after")
+	o := h.Probe(ctx, nil, "echo", "after")
 	if err := ok("command after cancel", o); err != nil {
 		return err
 	}

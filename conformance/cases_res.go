@@ -16,25 +16,38 @@ func resourceCases() []Case {
 			Description: "Under max_memory_mb=128 a program cannot allocate 512 MiB (it fails or is killed), while allocating 16 MiB under the same limit works.",
 			run:         caseMemory},
 		{ID: "res/pid-limit", Level: Must, Feature: driverapi.FeaturePidLimit,
+			OS: POSIXOnly, OSReason: "the fork loop is a perl program (Windows drivers enforce the process count with a Job Object, tested by proc/spawn-denied)",
 			Description: "A program forking without end is stopped by the process limit before 1024 processes, while its first 8 children start.",
 			run:         casePids},
 		{ID: "res/cpu-limit", Level: Should, Feature: driverapi.FeatureCPULimit,
-			Description: "Two busy processes spinning for 1.5 s of wall time get less than 1.4 CPU-seconds in total per second (the CPU share is capped below about one and a half cores).",
+			Description: "Two busy threads spinning for 1.5 s of wall time get less than 1.4 CPU-seconds in total per second (the CPU share is capped below about one and a half cores).",
 			run:         caseCPU},
 	}
 }
 
+// memCmd allocates mb MiB. POSIX hosts run perl: a driver may enforce
+// max_memory_mb with RLIMIT_AS (macOS does), under which the Go runtime
+// cannot even start, since it reserves address space up front. Windows
+// Job Objects limit committed memory, which the probe only commits as it
+// allocates.
+func (h *H) memCmd(caps *driverapi.Capabilities, mb string) Cmd {
+	if perl := h.suite.progs.perl; perl != "" {
+		const script = `my $x = "a" x ($ARGV[0] * 1048576); print "allocated:", length($x) >> 20, "\n";`
+		return Cmd{Program: perl, Args: []string{"-e", script, mb}, Caps: caps}
+	}
+	return h.ProbeCmd(Cmd{Caps: caps}, "alloc", mb)
+}
+
 func caseMemory(ctx context.Context, h *H) error {
-	const script = `my $x = "a" x ($ARGV[0] * 1048576); print "allocated:", length($x) >> 20, "\n";`
 	caps := &driverapi.Capabilities{MaxMemoryMB: 128}
-	small := h.Exec(ctx, Cmd{Program: progPerl, Args: []string{"-e", script, "16"}, Caps: caps})
+	small := h.Exec(ctx, h.memCmd(caps, "16"))
 	if err := ok("16 MiB under 128 MiB", small); err != nil {
 		return err
 	}
 	if !bytes.Contains(small.Stdout, []byte("allocated:16")) {
 		return fmt.Errorf("16 MiB allocation did not complete (positive control): %s", small)
 	}
-	big := h.Exec(ctx, Cmd{Program: progPerl, Args: []string{"-e", script, "512"}, Caps: caps})
+	big := h.Exec(ctx, h.memCmd(caps, "512"))
 	if big.Err != nil {
 		return nil // refused outright is a kill too
 	}
@@ -47,12 +60,15 @@ func caseMemory(ctx context.Context, h *H) error {
 	return nil
 }
 
+// casePids forks with perl: a limit on processes usually counts threads
+// too (Linux pids cgroups), and a Go runtime that cannot start a thread
+// dies, so a Go fork loop would measure the runtime, not the limit.
 func casePids(ctx context.Context, h *H) error {
 	tag := "aleph-conformance-pids-" + newToken()
 	h.defer_(func() { killTagged(tag) })
 	const script = `use POSIX (); my @k; for (1..1024) { my $p = fork; last unless defined $p; if ($p == 0) { sleep 3; POSIX::_exit(0) } push @k, $p }
 print "forked=", scalar(@k), "\n"; kill "KILL", @k; waitpid($_, 0) for @k;`
-	o := h.Exec(ctx, Cmd{Program: progPerl, Args: []string{"-e", script, tag}})
+	o := h.Exec(ctx, Cmd{Program: h.suite.progs.perl, Args: []string{"-e", script, tag}})
 	if o.Err != nil {
 		return o.Err
 	}
@@ -72,9 +88,7 @@ print "forked=", scalar(@k), "\n"; kill "KILL", @k; waitpid($_, 0) for @k;`
 }
 
 func caseCPU(ctx context.Context, h *H) error {
-	const script = `for (1..2) { my $p = fork; die "fork: $!" unless defined $p; if (!$p) { my $e = time + 1.5; 1 while time < $e; exit 0 } }
-1 while wait > 0; my @t = times; printf "cpu=%.3f\n", $t[2] + $t[3];`
-	o := h.Exec(ctx, Cmd{Program: progPerl, Args: []string{"-MTime::HiRes=time", "-e", script}})
+	o := h.Probe(ctx, nil, "cpu", "1.5", "2")
 	if err := ok("busy loops", o); err != nil {
 		return err
 	}

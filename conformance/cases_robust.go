@@ -34,7 +34,7 @@ func leakRun(ctx context.Context, h *H, n, par int) error {
 		return err
 	}
 	one := func(i int) error {
-		o := h.Sh(ctx, nil, `echo "n=$1"`, fmt.Sprint(i))
+		o := h.Probe(ctx, nil, "echo", fmt.Sprintf("n=%d", i))
 		if err := ok(fmt.Sprintf("command %d", i), o); err != nil {
 			return err
 		}
@@ -90,7 +90,7 @@ func caseDriverDeath(ctx context.Context, h *H) error {
 	}
 	done := make(chan Out, 1)
 	go func() {
-		done <- h.Exec(ctx, Cmd{Program: progSh, Args: []string{"-c", t.start() + "exec sleep 30"}})
+		done <- h.Exec(ctx, h.ProbeCmd(Cmd{}, t.start("sleep", "30")...))
 	}()
 	var early *Out
 	if !waitFor(ctx, 10*time.Second, func() bool {

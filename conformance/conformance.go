@@ -18,6 +18,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,10 @@ type Case struct {
 	Feature string
 	// Description says what passing proves.
 	Description string
+	// OS limits the case to some hosts (AllOS, POSIXOnly, LinuxOnly); on
+	// the others it is SKIPPED with OSReason, never passed.
+	OS       string
+	OSReason string
 	// fresh: the case launches its own plugin processes and needs no
 	// shared one.
 	fresh bool
@@ -113,6 +118,11 @@ type Config struct {
 	TempDir string
 	// Progress, when set, is called as each case ends.
 	Progress func(Result)
+	// Probe is the program the cases run in the sandbox (built from
+	// conformance/probe). Default: the running executable, which answers
+	// as the probe through this package (see init); a separate probe
+	// binary is smaller and starts faster.
+	Probe string
 }
 
 // Result is one case's outcome.
@@ -143,11 +153,6 @@ type ConfigError struct{ Reason string }
 func (e *ConfigError) Error() string { return "conformance: " + e.Reason }
 
 func (c Config) validate() error {
-	if runtime.GOOS == "windows" {
-		// Every case runs POSIX programs (progSh and friends); on Windows
-		// each would fail its positive control and say nothing useful.
-		return &ConfigError{Reason: "the suite runs POSIX programs (" + progSh + ", " + progPerl + ") and does not support Windows hosts yet"}
-	}
 	if c.DriverPath == "" {
 		return &ConfigError{Reason: "no driver binary given"}
 	}
@@ -157,6 +162,15 @@ func (c Config) validate() error {
 	}
 	if !st.Mode().IsRegular() {
 		return &ConfigError{Reason: fmt.Sprintf("driver binary %s is not a regular file", c.DriverPath)}
+	}
+	if c.Probe != "" {
+		st, err := os.Stat(c.Probe)
+		if err != nil {
+			return &ConfigError{Reason: fmt.Sprintf("probe binary %s: %v", c.Probe, err)}
+		}
+		if !st.Mode().IsRegular() {
+			return &ConfigError{Reason: fmt.Sprintf("probe binary %s is not a regular file", c.Probe)}
+		}
 	}
 	return nil
 }
@@ -237,20 +251,26 @@ func RunSuite(ctx context.Context, cfg Config) (Report, error) {
 	return rep, ctx.Err()
 }
 
-// suite holds the plugin shared by the cases that do not need their own.
+// suite holds the plugin shared by the cases that do not need their own,
+// and the probe every case copies into its workspace.
 type suite struct {
 	cfg       Config
+	progs     programs
 	shared    *driverapi.Process
 	caps      driverapi.HostCapabilities
 	launchErr error
 	launched  bool
+
+	probeMu         sync.Mutex
+	probeDir, probe string // the suite's copy of the probe
+	probeErr        error
 }
 
 func newSuite(cfg Config) *suite {
 	if cfg.CaseTimeout == 0 {
 		cfg.CaseTimeout = 60 * time.Second
 	}
-	return &suite{cfg: cfg}
+	return &suite{cfg: cfg, progs: programsFor(runtime.GOOS, os.Getenv)}
 }
 
 func (s *suite) selected() []Case {
@@ -301,6 +321,10 @@ func (s *suite) close() {
 		s.shared.Kill()
 		s.shared = nil
 	}
+	if s.probeDir != "" {
+		removeAll(s.probeDir)
+		s.probeDir = ""
+	}
 }
 
 func (s *suite) runCase(parent context.Context, c Case) (r Result) {
@@ -313,6 +337,10 @@ func (s *suite) runCase(parent context.Context, c Case) (r Result) {
 	// feature gate needs them.
 	if err := s.ensureShared(ctx); err != nil {
 		r.Status, r.Detail = Fail, err.Error()
+		return r
+	}
+	if why := osSkip(c, s.progs.goos); why != "" {
+		r.Status, r.Detail = Skip, why
 		return r
 	}
 	if c.Feature != "" && !s.caps.Has(c.Feature) {

@@ -24,24 +24,39 @@ func Markdown() string {
 	b.WriteString("  every driver.\n")
 	b.WriteString("- Every case that proves a denial also proves, in the same case, that the allowed action works\n")
 	b.WriteString("  (a positive control), so a driver that refuses everything fails.\n")
-	b.WriteString("- The cases run ordinary programs inside the sandbox, so the driver's baseline must make them\n")
-	fmt.Fprintf(&b, "  runnable: `%s`, `%s`, `%s`, `%s` (with its core modules: threads, IO::Socket::IP,\n", progSh, progEnv, progCat, progPerl)
-	fmt.Fprintf(&b, "  POSIX, Time::HiRes) and, through `PATH=%s`, `cat`, `head`, `tr`, `sleep`,\n", progPath)
-	b.WriteString("  `mkdir`, `mv`, `rm`, `ln`.\n")
+	b.WriteString("- **OS**: where the case applies. `posix` cases are SKIPPED on Windows and `linux` cases on every\n")
+	b.WriteString("  other OS, each with the reason shown below the table; they are never counted as passed.\n")
+	b.WriteString("- Every case runs the *probe*, a small Go program of the suite (`conformance/probe`, standard library\n")
+	b.WriteString("  only), copied into the case's workspace and started from there: the same program on Linux, macOS\n")
+	b.WriteString("  and Windows, with no shell or interpreter between the suite and what it tests. A driver must let a\n")
+	b.WriteString("  program in the workspace run, and with `spawn_subprocess` let it start itself as a child.\n")
+	b.WriteString("  POSIX hosts also need, for the cases that are about them, `/bin/sh` (a #! script in the workspace,\n")
+	b.WriteString("  shell forks without `spawn_subprocess`) and `/usr/bin/perl` (memory and fork limits: under\n")
+	b.WriteString("  `RLIMIT_AS` or a pids limit that counts threads the Go runtime itself cannot start).\n")
 	area := ""
 	for _, c := range cases {
 		a, _, _ := strings.Cut(c.ID, "/")
 		if a != area {
 			area = a
 			fmt.Fprintf(&b, "\n## %s\n\n", areaTitle(a))
-			b.WriteString("| id | level | feature | what passing proves |\n")
-			b.WriteString("| --- | --- | --- | --- |\n")
+			b.WriteString("| id | level | feature | OS | what passing proves |\n")
+			b.WriteString("| --- | --- | --- | --- | --- |\n")
 		}
 		feat := "—"
 		if c.Feature != "" {
 			feat = "`" + c.Feature + "`"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", c.ID, c.Level, feat, strings.ReplaceAll(c.Description, "|", `\|`))
+		os := "all"
+		if c.OS != AllOS {
+			os = c.OS
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", c.ID, c.Level, feat, os, strings.ReplaceAll(c.Description, "|", `\|`))
+	}
+	b.WriteString("\n## Cases that do not run everywhere\n\n")
+	for _, c := range cases {
+		if c.OS != AllOS {
+			fmt.Fprintf(&b, "- `%s` (%s): %s.\n", c.ID, c.OS, c.OSReason)
+		}
 	}
 	return b.String()
 }

@@ -3,6 +3,7 @@ package conformance
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/aleph-sandbox/aleph-sandbox/conformance/internal/probe"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -134,6 +136,8 @@ type Cmd struct {
 	OnStdout func([]byte)
 	// Driver overrides h.Driver.
 	Driver driverapi.Driver
+	// probe: Program is the probe, placed in the workspace at Exec.
+	probe bool
 }
 
 // Out is what a command produced.
@@ -164,8 +168,44 @@ func clip(b []byte) string {
 
 func defaultCaps() driverapi.Capabilities { return driverapi.Capabilities{SpawnSubprocess: true} }
 
-func defaultEnv() []driverapi.EnvVar {
-	return []driverapi.EnvVar{{Name: "PATH", Value: progPath}, {Name: "LC_ALL", Value: "C"}}
+// defaultEnv is the environment of a command that does not set its own.
+func (h *H) defaultEnv() []driverapi.EnvVar {
+	return append([]driverapi.EnvVar(nil), h.suite.progs.env...)
+}
+
+// envWith is defaultEnv plus more variables.
+func (h *H) envWith(more ...driverapi.EnvVar) []driverapi.EnvVar {
+	return append(h.defaultEnv(), more...)
+}
+
+// sep separates probe steps.
+const sep = probe.Sep
+
+// ProbeCmd makes c run the probe with the given steps (see package
+// internal/probe): Program is filled in when the command runs, with the
+// probe's path in the current workspace.
+func (h *H) ProbeCmd(c Cmd, steps ...string) Cmd {
+	c.probe = true
+	c.Args = append([]string{probe.Magic}, steps...)
+	return c
+}
+
+// Probe runs the probe with steps under caps (nil: default).
+func (h *H) Probe(ctx context.Context, caps *driverapi.Capabilities, steps ...string) Out {
+	return h.Exec(ctx, h.ProbeCmd(Cmd{Caps: caps}, steps...))
+}
+
+// resolve places the probe for a probe command.
+func (h *H) resolve(c Cmd) (Cmd, error) {
+	if !c.probe {
+		return c, nil
+	}
+	p, err := h.suite.placeProbe(h.Work)
+	if err != nil {
+		return c, err
+	}
+	c.Program = p
+	return c, nil
 }
 
 // profile asks the driver for the profile of caps in this case's workspace.
@@ -180,7 +220,7 @@ func (h *H) profile(ctx context.Context, d driverapi.Driver, caps driverapi.Capa
 func (h *H) spec(c Cmd, p driverapi.Profile) driverapi.RunSpec {
 	env := c.Env
 	if env == nil && !c.NoEnv {
-		env = defaultEnv()
+		env = h.defaultEnv()
 	}
 	cwd := c.Cwd
 	if cwd == "" {
@@ -209,6 +249,10 @@ func (h *H) Exec(ctx context.Context, c Cmd) Out {
 	if d == nil {
 		d = h.Driver
 	}
+	c, err := h.resolve(c)
+	if err != nil {
+		return Out{Err: fmt.Errorf("setting up the probe: %w", err)}
+	}
 	caps := defaultCaps()
 	if c.Caps != nil {
 		caps = *c.Caps
@@ -232,9 +276,13 @@ func (h *H) run(ctx context.Context, d driverapi.Driver, spec driverapi.RunSpec,
 	}
 }
 
-// Sh runs `/bin/sh -c script` with caps (nil: default).
+// Sh runs `/bin/sh -c script` with caps (nil: default). Only cases about
+// the shell use it; they are POSIXOnly.
 func (h *H) Sh(ctx context.Context, caps *driverapi.Capabilities, script string, args ...string) Out {
-	return h.Exec(ctx, Cmd{Program: progSh, Args: append([]string{"-c", script, "sh"}, args...), Caps: caps})
+	if h.suite.progs.sh == "" {
+		return Out{Err: errors.New("this host has no POSIX shell (the case should be POSIXOnly)")}
+	}
+	return h.Exec(ctx, Cmd{Program: h.suite.progs.sh, Args: append([]string{"-c", script, "sh"}, args...), Caps: caps})
 }
 
 // ok returns an error unless o ran and exited 0.

@@ -14,44 +14,6 @@ import (
 	"time"
 )
 
-// probeScript is the program the network cases run inside the sandbox. It
-// prints probe-start first (the positive control that it ran), then tries
-// one kind of connection and sends the token; "fail:" lines report why a
-// connection did not happen.
-const probeScript = `use strict; use Socket; use IO::Socket::IP;
-$| = 1;
-my ($kind, @a) = @ARGV;
-my $token = pop @a;
-print "probe-start\n";
-my $s;
-if ($kind eq "tcp") {
-  $s = IO::Socket::IP->new(PeerHost => $a[0], PeerPort => $a[1], Type => SOCK_STREAM, Timeout => 3);
-} elsif ($kind eq "udp") {
-  $s = IO::Socket::IP->new(PeerHost => $a[0], PeerPort => $a[1], Type => SOCK_DGRAM);
-  if ($s) { my $n = 0; for (1..3) { $n++ if defined $s->send("$token\n") } print "sent:$n\n"; exit($n ? 0 : 1) }
-} elsif ($kind eq "unix" || $kind eq "abstract") {
-  my $path = $kind eq "abstract" ? "\0" . $a[0] : $a[0];
-  socket($s, AF_UNIX, SOCK_STREAM, 0) or do { print "fail:socket:$!\n"; exit 1 };
-  connect($s, pack_sockaddr_un($path)) or do { print "fail:connect:$!\n"; exit 1 };
-} elsif ($kind eq "proxy") {
-  my ($ph, $pp) = ($ENV{HTTPS_PROXY} // "") =~ m{^http://\[?([^\]/]+?)\]?:(\d+)};
-  defined $pp or do { print "fail:no HTTPS_PROXY\n"; exit 1 };
-  $s = IO::Socket::IP->new(PeerHost => $ph, PeerPort => $pp, Type => SOCK_STREAM, Timeout => 3);
-  if ($s) {
-    print $s "CONNECT $a[0] HTTP/1.1\r\nHost: $a[0]\r\n\r\n";
-    my $st = <$s> // ""; print "proxy-status:$st";
-    $st =~ m{^HTTP/1\.[01] 200} or exit 1;
-    while (my $l = <$s>) { last if $l =~ /^\r?\n$/ }
-  }
-}
-$s or do { print "fail:$!\n"; exit 1 };
-select((select($s), $| = 1)[0]);
-print $s "$token\n";
-my $r = <$s> // "";
-print "reply:$r";
-exit 0;
-`
-
 func newToken() string {
 	var b [8]byte
 	_, _ = rand.Read(b[:])

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aleph-sandbox/aleph-sandbox/conformance/internal/probe"
 	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 )
 
@@ -25,19 +26,27 @@ func TestBridgeAddressMatchesCore(t *testing.T) {
 	}
 }
 
+// selfProbe is this test binary acting as the probe (see init).
+func selfProbe(t *testing.T) string {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Skipf("no executable path: %v", err)
+	}
+	return exe
+}
+
 // The network cases are only as good as their probe and fixtures: run the
 // probe on the host, unsandboxed, where every connection must work (and a
 // wrong token must not count).
 func TestProbeAndFixturesWork(t *testing.T) {
-	if _, err := os.Stat(progPerl); err != nil {
-		t.Skipf("no %s: %v", progPerl, err)
-	}
+	exe := selfProbe(t)
 	ctx := t.Context()
 	h := &H{Root: t.TempDir()}
 	defer h.cleanup()
 	run := func(env []string, args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, progPerl, append([]string{"-e", probeScript}, args...)...)
+		cmd := exec.CommandContext(ctx, exe, append([]string{probe.Magic, "net"}, args...)...)
 		cmd.Env = env
 		out, _ := cmd.Output()
 		return string(out)
@@ -118,11 +127,8 @@ func TestProbeAndFixturesWork(t *testing.T) {
 }
 
 // The listen probe really listens: unsandboxed, the host reaches it.
-func TestListenScriptWorks(t *testing.T) {
-	if _, err := os.Stat(progPerl); err != nil {
-		t.Skipf("no %s: %v", progPerl, err)
-	}
-	cmd := exec.CommandContext(context.Background(), progPerl, "-e", listenScript)
+func TestListenProbeWorks(t *testing.T) {
+	cmd := exec.CommandContext(context.Background(), selfProbe(t), probe.Magic, "listen")
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)

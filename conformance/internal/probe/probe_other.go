@@ -1,0 +1,18 @@
+//go:build !unix && !windows
+
+package probe
+
+import (
+	"errors"
+	"os"
+	"syscall"
+	"time"
+)
+
+func childAttr(bool) *syscall.SysProcAttr { return nil }
+
+func politeSignals() []os.Signal { return nil }
+
+func killSelf(string) error { return errors.New("signals are not supported on this system") }
+
+func cpuTime() time.Duration { return 0 }

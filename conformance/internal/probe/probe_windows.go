@@ -1,0 +1,44 @@
+//go:build windows
+
+package probe
+
+import (
+	"errors"
+	"os"
+	"syscall"
+	"time"
+)
+
+const (
+	createNewProcessGroup  = 0x00000200
+	detachedProcess        = 0x00000008
+	createBreakawayFromJob = 0x01000000
+	createNoWindow         = 0x08000000
+)
+
+// childAttr: a detached child asks to leave the command's Job Object and
+// its console (the Windows way to escape a process tree); startChild falls
+// back to a plain child when the job forbids breakaway.
+func childAttr(detach bool) *syscall.SysProcAttr {
+	if !detach {
+		return &syscall.SysProcAttr{CreationFlags: createNoWindow}
+	}
+	return &syscall.SysProcAttr{CreationFlags: createNewProcessGroup | detachedProcess | createBreakawayFromJob}
+}
+
+// Windows has no polite signals to ignore beyond the console's.
+func politeSignals() []os.Signal { return []os.Signal{os.Interrupt} }
+
+func killSelf(string) error { return errors.New("POSIX signals do not exist on Windows") }
+
+func cpuTime() time.Duration {
+	var c, e, k, u syscall.Filetime
+	h, err := syscall.GetCurrentProcess()
+	if err != nil || syscall.GetProcessTimes(h, &c, &e, &k, &u) != nil {
+		return 0
+	}
+	ft := func(f syscall.Filetime) time.Duration {
+		return time.Duration((int64(f.HighDateTime)<<32 | int64(f.LowDateTime)) * 100)
+	}
+	return ft(k) + ft(u)
+}
