@@ -333,14 +333,15 @@ func (s *suite) runCase(parent context.Context, c Case) (r Result) {
 	defer func() { r.Duration = time.Since(start) }()
 	ctx, cancel := context.WithTimeout(parent, s.cfg.CaseTimeout)
 	defer cancel()
+	// The OS gate needs no driver.
+	if why := osSkip(c, s.progs.goos); why != "" {
+		r.Status, r.Detail = Skip, why
+		return r
+	}
 	// Capabilities come from the shared plugin even for fresh cases: the
 	// feature gate needs them.
 	if err := s.ensureShared(ctx); err != nil {
 		r.Status, r.Detail = Fail, err.Error()
-		return r
-	}
-	if why := osSkip(c, s.progs.goos); why != "" {
-		r.Status, r.Detail = Skip, why
 		return r
 	}
 	if c.Feature != "" && !s.caps.Has(c.Feature) {

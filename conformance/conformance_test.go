@@ -43,9 +43,13 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, "building the test drivers:", err)
 			return 1
 		}
-		drivers.paths = map[string]string{
-			"example": filepath.Join(dir, "example"), "leaky": filepath.Join(dir, "leaky"), "denyall": filepath.Join(dir, "denyall"),
-			"probe": filepath.Join(dir, "probe"),
+		exe := ""
+		if runtime.GOOS == "windows" {
+			exe = ".exe"
+		}
+		drivers.paths = map[string]string{}
+		for _, n := range []string{"example", "leaky", "denyall", "probe"} {
+			drivers.paths[n] = filepath.Join(dir, n+exe)
 		}
 		if _, err := os.Stat("../cmd/aleph-driver-bwrap"); err == nil && runtime.GOOS == "linux" {
 			out, err := exec.Command(gobin, "build", "-o", filepath.Join(dir, "aleph-driver-bwrap"), "../cmd/aleph-driver-bwrap").CombinedOutput()
