@@ -2,12 +2,10 @@ package conformance
 
 import (
 	"bufio"
-	"context"
+	"bytes"
 	"fmt"
 	"io"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -26,30 +24,19 @@ func TestBridgeAddressMatchesCore(t *testing.T) {
 	}
 }
 
-// selfProbe is this test binary acting as the probe (see init).
-func selfProbe(t *testing.T) string {
-	t.Helper()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Skipf("no executable path: %v", err)
-	}
-	return exe
-}
-
 // The network cases are only as good as their probe and fixtures: run the
-// probe on the host, unsandboxed, where every connection must work (and a
-// wrong token must not count).
+// probe's net step on the host, unsandboxed and in process, where every
+// connection must work (and a wrong token must not count).
 func TestProbeAndFixturesWork(t *testing.T) {
-	exe := selfProbe(t)
 	ctx := t.Context()
 	h := &H{Root: t.TempDir()}
 	defer h.cleanup()
-	run := func(env []string, args ...string) string {
+	run := func(proxy string, args ...string) string {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, exe, append([]string{probe.Magic, "net"}, args...)...)
-		cmd.Env = env
-		out, _ := cmd.Output()
-		return string(out)
+		t.Setenv("HTTPS_PROXY", proxy)
+		var out bytes.Buffer
+		probe.Run(append([]string{"net"}, args...), nil, &out, io.Discard)
+		return out.String()
 	}
 
 	tcp, err := h.listenStream("tcp", "127.0.0.1:0")
@@ -57,10 +44,10 @@ func TestProbeAndFixturesWork(t *testing.T) {
 		t.Fatal(err)
 	}
 	port := fmt.Sprint(portOf(tcp.addr))
-	if out := run(nil, "tcp", "127.0.0.1", port, "wrong-token"); tcp.reached() || strings.Contains(out, "pong") {
+	if out := run("", "tcp", "127.0.0.1", port, "wrong-token"); tcp.reached() || strings.Contains(out, "pong") {
 		t.Fatalf("a wrong token counted as reaching the listener: %q", out)
 	}
-	if out := run(nil, "tcp", "127.0.0.1", port, tcp.token); !tcp.reached() || !strings.Contains(out, "reply:pong") {
+	if out := run("", "tcp", "127.0.0.1", port, tcp.token); !tcp.reached() || !strings.Contains(out, "reply:pong") {
 		t.Errorf("tcp probe: %q", out)
 	}
 
@@ -68,7 +55,7 @@ func TestProbeAndFixturesWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := run(nil, "udp", "127.0.0.1", fmt.Sprint(portOf(udp.addr)), udp.token); !waitFor(ctx, 2*time.Second, udp.reached) {
+	if out := run("", "udp", "127.0.0.1", fmt.Sprint(portOf(udp.addr)), udp.token); !waitFor(ctx, 2*time.Second, udp.reached) {
 		t.Errorf("udp probe: %q", out)
 	}
 
@@ -76,7 +63,7 @@ func TestProbeAndFixturesWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out := run(nil, "unix", unix.addr, unix.token); !unix.reached() {
+	if out := run("", "unix", unix.addr, unix.token); !unix.reached() {
 		t.Errorf("unix probe: %q", out)
 	}
 
@@ -86,7 +73,7 @@ func TestProbeAndFixturesWork(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if out := run(nil, "abstract", name, abs.token); !abs.reached() {
+		if out := run("", "abstract", name, abs.token); !abs.reached() {
 			t.Errorf("abstract probe: %q", out)
 		}
 	}
@@ -100,7 +87,7 @@ func TestProbeAndFixturesWork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	env := []string{"HTTPS_PROXY=http://" + p.tcpAddr}
+	env := "http://" + p.tcpAddr
 	if out := run(env, "proxy", "denied.conformance.test:443", target.token); !strings.Contains(out, "proxy-status:HTTP/1.1 403") || target.reached() {
 		t.Errorf("denied host through the proxy: %q", out)
 	}
@@ -128,15 +115,13 @@ func TestProbeAndFixturesWork(t *testing.T) {
 
 // The listen probe really listens: unsandboxed, the host reaches it.
 func TestListenProbeWorks(t *testing.T) {
-	cmd := exec.CommandContext(context.Background(), selfProbe(t), probe.Magic, "listen")
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer cmd.Wait()
+	stdout, w := io.Pipe()
+	done := make(chan int, 1)
+	go func() {
+		done <- probe.Run([]string{"listen"}, nil, w, io.Discard)
+		w.Close()
+	}()
+	defer func() { _, _ = io.Copy(io.Discard, stdout); <-done }()
 	r := bufio.NewReader(stdout)
 	var port string
 	for port == "" {

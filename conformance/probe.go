@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/aleph-sandbox/aleph-sandbox/conformance/internal/probe"
 )
@@ -14,9 +15,13 @@ import (
 // exits before main. That is how the suite runs without a separate probe
 // binary (Config.Probe), e.g. from the aleph-sandbox command or a driver's
 // own go test binary; no other argument list is affected.
+//
+// It ends with syscall.Exit, not os.Exit: a host built with -race would
+// otherwise sleep a second in the race runtime's exit hook on every probe
+// command. The probe's output is unbuffered, so nothing is lost.
 func init() {
 	if len(os.Args) > 1 && os.Args[1] == probe.Magic {
-		os.Exit(probe.Main(os.Args[2:]))
+		syscall.Exit(probe.Main(os.Args[2:]))
 	}
 }
 

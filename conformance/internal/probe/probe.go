@@ -52,28 +52,33 @@ const ExitUsage = 64
 
 // Main runs the steps in args (the arguments after Magic; a leading Magic
 // is skipped too) and returns the exit status.
-func Main(args []string) int {
+func Main(args []string) int { return Run(args, os.Stdin, os.Stdout, os.Stderr) }
+
+// Run is Main with the standard streams given: tests run steps in
+// process. Steps that start children or end the process (spawn, bg,
+// daemon, kill) still do so for real.
+func Run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	if len(args) > 0 && args[0] == Magic {
 		args = args[1:]
 	}
 	steps, err := Parse(args)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "probe:", err)
+		fmt.Fprintln(stderr, "probe:", err)
 		return ExitUsage
 	}
-	p := &prober{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr}
+	p := &prober{stdin: stdin, stdout: stdout, stderr: stderr}
 	for _, s := range steps {
 		code, err := p.run(s)
 		if errors.Is(err, errUsage) {
-			fmt.Fprintf(os.Stderr, "probe: %s: %v\n", s.Name, err)
+			fmt.Fprintf(stderr, "probe: %s: %v\n", s.Name, err)
 			return ExitUsage
 		}
 		if err != nil {
 			if s.Try {
-				fmt.Fprintf(os.Stderr, "probe: try %s: %v\n", s.Name, err)
+				fmt.Fprintf(stderr, "probe: try %s: %v\n", s.Name, err)
 				continue
 			}
-			fmt.Fprintf(os.Stderr, "probe: %s: %v\n", s.Name, err)
+			fmt.Fprintf(stderr, "probe: %s: %v\n", s.Name, err)
 			return 1
 		}
 		if code >= 0 {

@@ -39,25 +39,9 @@ func TestParse(t *testing.T) {
 
 func run(t *testing.T, stdin string, args ...string) (stdout, stderr string, code int) {
 	t.Helper()
-	steps, err := Parse(args)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var o, e bytes.Buffer
-	p := &prober{stdin: strings.NewReader(stdin), stdout: &o, stderr: &e}
-	for _, s := range steps {
-		c, err := p.run(s)
-		if err != nil {
-			if s.Try {
-				continue
-			}
-			return o.String(), e.String() + err.Error(), 1
-		}
-		if c >= 0 {
-			return o.String(), e.String(), c
-		}
-	}
-	return o.String(), e.String(), 0
+	code = Run(args, strings.NewReader(stdin), &o, &e)
+	return o.String(), e.String(), code
 }
 
 func TestSteps(t *testing.T) {
@@ -95,8 +79,18 @@ func TestTryAndFailure(t *testing.T) {
 func TestBadNumbers(t *testing.T) {
 	for _, args := range [][]string{{"exit", "256"}, {"exit", "-1"}, {"sleep", "x"}, {"flood", "sideways", "1", "0"}, {"hex", "0"}} {
 		_, errOut, code := run(t, "", args...)
-		if code != 1 || !strings.Contains(errOut, "usage") {
+		if code != ExitUsage || !strings.Contains(errOut, "usage") {
 			t.Errorf("%v: %d %q", args, code, errOut)
 		}
+	}
+}
+
+// The magic word may lead (as the suite passes it) or not.
+func TestRunSkipsMagic(t *testing.T) {
+	if out, _, code := run(t, "", Magic, "echo", "x"); out != "x\n" || code != 0 {
+		t.Errorf("%q %d", out, code)
+	}
+	if _, _, code := run(t, ""); code != ExitUsage {
+		t.Errorf("no steps: %d", code)
 	}
 }
