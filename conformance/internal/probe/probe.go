@@ -456,6 +456,7 @@ func (p *prober) spawn(code string) error {
 		return err
 	}
 	cmd := exec.Command(self(), Magic, "exit", code)
+	cmd.SysProcAttr = childAttr(false)
 	err = cmd.Run()
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) {
@@ -472,6 +473,7 @@ func (p *prober) spawn(code string) error {
 // runSelf runs the probe with one step and waits for it.
 func runSelf(step string, args ...string) error {
 	cmd := exec.Command(self(), append([]string{Magic, step}, args...)...)
+	cmd.SysProcAttr = childAttr(false)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("%v: %s", err, strings.TrimSpace(string(out)))

@@ -16,12 +16,14 @@ const (
 	createNoWindow         = 0x08000000
 )
 
-// childAttr: a detached child asks to leave the command's Job Object and
-// its console (the Windows way to escape a process tree); startChild falls
-// back to a plain child when the job forbids breakaway.
+// childAttr: every child is started without a console (a console would
+// add a conhost.exe process, counted by a Job Object's process limit, and
+// flash a window); a detached child also asks to leave the command's Job
+// Object and process group (the Windows way to escape a process tree), and
+// startChild falls back to a plain child when the job forbids breakaway.
 func childAttr(detach bool) *syscall.SysProcAttr {
 	if !detach {
-		return &syscall.SysProcAttr{CreationFlags: createNoWindow}
+		return &syscall.SysProcAttr{CreationFlags: detachedProcess}
 	}
 	return &syscall.SysProcAttr{CreationFlags: createNewProcessGroup | detachedProcess | createBreakawayFromJob}
 }
