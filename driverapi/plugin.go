@@ -3,6 +3,7 @@ package driverapi
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -79,24 +80,48 @@ func pluginLogger(name string) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Name: name, Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 }
 
+// Preparer is an optional interface of a Driver with slow one-time work
+// (probing the host) that can start as soon as the plugin process does:
+// Serve calls Prepare in the background before the handshake, so the work
+// overlaps the host's side of it instead of delaying the first command.
+// Prepare must be safe to run concurrently with every other method.
+type Preparer interface{ Prepare() }
+
 // Serve runs d as a plugin process. It is the whole main of a driver binary
 // and does not return.
 func Serve(d Driver) {
-	serve(plugin.PluginSet{PluginDriver: &DriverPlugin{Impl: d}})
+	serve(plugin.PluginSet{PluginDriver: &DriverPlugin{Impl: d}}, func() {
+		if p, ok := d.(Preparer); ok {
+			go p.Prepare()
+		}
+	})
 }
 
 // ServeHook runs h as a hook plugin process; it does not return.
 func ServeHook(h Hook) {
-	serve(plugin.PluginSet{PluginHook: &HookPlugin{Impl: h}})
+	serve(plugin.PluginSet{PluginHook: &HookPlugin{Impl: h}}, func() {})
 }
 
-func serve(ps plugin.PluginSet) {
-	plugin.Serve(&plugin.ServeConfig{
+// serve takes over the TLS material first (its descriptor must be closed
+// before anything can start a process that would inherit it), then starts
+// the driver's preparation and serves.
+func serve(ps plugin.PluginSet, start func()) {
+	tlsConfig, err := pluginTLS()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "plugin: mutual TLS:", err)
+		os.Exit(1)
+	}
+	sc := &plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins:         ps,
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          pluginLogger("plugin"),
-	})
+	}
+	if tlsConfig != nil {
+		sc.TLSProvider = func() (*tls.Config, error) { return tlsConfig, nil }
+	}
+	start()
+	plugin.Serve(sc)
 }
 
 // LaunchConfig says how to start a plugin binary.
@@ -196,12 +221,22 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	}
 	cmd := exec.Command(cfg.Path, cfg.Args...)
 	cmd.Env = append(os.Environ(), cfg.Env...)
+	// Mutual TLS with ephemeral P-256 certificates made for this launch
+	// (see tls.go): what AutoMTLS guarantees, without its P-521 cost.
+	ht, err := newHostTLS(3)
+	if err != nil {
+		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: fmt.Errorf("mutual TLS: %w", err)}
+	}
+	// The plugin has its copy once started (or never will): close ours.
+	defer ht.pipe.Close()
+	cmd.Env = append(cmd.Env, ht.env...)
+	cmd.ExtraFiles = []*os.File{ht.pipe}
 	pc := &plugin.ClientConfig{
 		HandshakeConfig:  hs,
 		Plugins:          ps,
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		AutoMTLS:         true,
+		TLSConfig:        ht.config,
 		Logger:           logger,
 		StartTimeout:     cfg.StartTimeout,
 		// The plugin's stdout/stderr after the handshake go to the logger
