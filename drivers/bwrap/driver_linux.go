@@ -65,7 +65,10 @@ type Driver struct {
 	holds map[string]int // placeholder protected dirs this driver created -> commands using them
 }
 
-var _ driverapi.Driver = (*Driver)(nil)
+var (
+	_ driverapi.Driver   = (*Driver)(nil)
+	_ driverapi.Preparer = (*Driver)(nil)
+)
 
 // New returns a driver; the host is probed on first use.
 func New(cfg Config) (*Driver, error) {

@@ -38,3 +38,6 @@ func NewFromEnv(hclog.Logger) (*Driver, error) { return nil, ErrUnsupported }
 func (d *Driver) RawBwrapCommand(context.Context, driverapi.RunSpec) (*exec.Cmd, func(), error) {
 	return nil, nil, ErrUnsupported
 }
+
+// Prepare does nothing off Linux.
+func (d *Driver) Prepare() {}

@@ -46,6 +46,13 @@ func (cs *cgroupSystem) reason(ctrl string) string {
 	return "the " + ctrl + " controller is not available"
 }
 
+// Prepare probes the host now instead of on first use (driverapi.Preparer:
+// the plugin calls it in the background as it starts, so the probe, a trial
+// sandbox among other things, overlaps the host's handshake instead of
+// delaying the first command). Safe to call any number of times,
+// concurrently with everything else.
+func (d *Driver) Prepare() { d.probe() }
+
 // probe inspects the host on first use: bwrap's presence and version,
 // whether it can create the namespaces here, Landlock, seccomp, cgroups.
 func (d *Driver) probe() *hostProbe {
@@ -55,6 +62,10 @@ func (d *Driver) probe() *hostProbe {
 		if unix.Uname(&uts) == nil {
 			h.kernel = unix.ByteSliceToString(uts.Release[:])
 		}
+		// cgroups are looked at while bwrap is tried: independent, and
+		// both mostly wait on the kernel.
+		cgDone := make(chan *cgroupSystem, 1)
+		go func() { cgDone <- d.probeCgroups() }()
 		h.bwrap, h.bwrapVersion, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath)
 		if h.sandboxErr == nil {
 			if fi, err := os.Stat(d.cfg.InitBinary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
@@ -62,16 +73,21 @@ func (d *Driver) probe() *hostProbe {
 				h.sandboxFix = "reinstall aleph-driver-bwrap"
 			}
 		}
-		self, err := os.ReadFile(d.cfg.SelfCgroup)
-		if err != nil {
-			h.cg = &cgroupSystem{mode: CgroupNone, have: map[string]bool{}, why: map[string]string{"*": "cannot read " + d.cfg.SelfCgroup}}
-		} else {
-			h.cg = detectCgroups(d.cfg.CgroupRoot, self, d.cfg.Options.Cgroup, os.Getpid())
-			h.cg.sweep()
-		}
+		h.cg = <-cgDone
 		d.host = h
 	})
 	return d.host
+}
+
+// probeCgroups finds the cgroup mode and sweeps what killed drivers left.
+func (d *Driver) probeCgroups() *cgroupSystem {
+	self, err := os.ReadFile(d.cfg.SelfCgroup)
+	if err != nil {
+		return &cgroupSystem{mode: CgroupNone, have: map[string]bool{}, why: map[string]string{"*": "cannot read " + d.cfg.SelfCgroup}}
+	}
+	cs := detectCgroups(d.cfg.CgroupRoot, self, d.cfg.Options.Cgroup, os.Getpid())
+	cs.sweep()
+	return cs
 }
 
 func probeBwrap(path string) (bin, version string, err error, fix string) {
@@ -85,13 +101,39 @@ func probeBwrap(path string) (bin, version string, err error, fix string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, verr := exec.CommandContext(ctx, path, "--version").Output()
-	if verr != nil {
-		return path, "", fmt.Errorf("%s --version: %v", path, verr), install
+	// The version query and the trial sandbox are independent: run them
+	// side by side.
+	type versionResult struct {
+		out []byte
+		err error
 	}
-	version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(out)), "bubblewrap"))
-	// Can it build a sandbox here? Unprivileged users need user namespaces;
-	// containers often forbid them. Try the real namespace set.
+	vc := make(chan versionResult, 1)
+	go func() {
+		out, err := exec.CommandContext(ctx, path, "--version").Output()
+		vc <- versionResult{out, err}
+	}()
+	trialErr := trialSandbox(ctx, path)
+	v := <-vc
+	if v.err != nil {
+		return path, "", fmt.Errorf("%s --version: %v", path, v.err), install
+	}
+	version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(v.out)), "bubblewrap"))
+	if trialErr != nil {
+		return path, version, fmt.Errorf("bwrap cannot create namespaces here: %s", trialErr),
+			"allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, " +
+				"user.max_user_namespaces > 0, AppArmor: kernel.apparmor_restrict_unprivileged_userns=0), or run as root"
+	}
+	return path, version, nil, ""
+}
+
+// trialSandbox builds one sandbox with the real namespace set and the
+// system read set, running true: whether bwrap can work here at all.
+// Unprivileged users need user namespaces, and containers often forbid
+// them; --version alone says nothing about that. It is run at every driver
+// start (about a bwrap start's cost, overlapping the host's handshake)
+// rather than cached across starts: a cached answer could claim a sandbox
+// that a changed sysctl, AppArmor profile or container no longer allows.
+func trialSandbox(ctx context.Context, path string) error {
 	tr := "/usr/bin/true"
 	if _, err := os.Stat(tr); err != nil {
 		tr = "/bin/true"
@@ -111,15 +153,12 @@ func probeBwrap(path string) (bin, version string, err error, fix string) {
 	c.Env = []string{}
 	c.Stderr = &stderr
 	if err := c.Run(); err != nil {
-		msg := strings.TrimSpace(stderr.String())
-		if msg == "" {
-			msg = err.Error()
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return errors.New(msg)
 		}
-		return path, version, fmt.Errorf("bwrap cannot create namespaces here: %s", msg),
-			"allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, " +
-				"user.max_user_namespaces > 0, AppArmor: kernel.apparmor_restrict_unprivileged_userns=0), or run as root"
+		return err
 	}
-	return path, version, nil, ""
+	return nil
 }
 
 // Capabilities reports what this host enforces now.
