@@ -26,9 +26,12 @@ func (driver) Capabilities(context.Context) (driverapi.HostCapabilities, error) 
 		Backend: backend, DriverVersion: "0.1.0", ProtocolVersion: driverapi.ProtocolVersion,
 		Features: []string{driverapi.FeatureEnvIsolation}, OS: runtime.GOOS, Arch: runtime.GOARCH,
 	}
+	if runtime.GOOS == "windows" {
+		caps.Features = nil // os/exec adds SYSTEMROOT to every Windows environment
+	}
 	// Say why everything else is missing: hosts show this to users.
 	for _, f := range driverapi.KnownFeatures() {
-		if f != driverapi.FeatureEnvIsolation {
+		if !caps.Has(f) {
 			caps.Unavailable = append(caps.Unavailable, driverapi.Unavailable{
 				Feature: f, Reason: "the example driver runs commands without any isolation"})
 		}
