@@ -62,8 +62,13 @@ cross:
 	GOOS=windows GOARCH=amd64 $(GO) build ./...
 	GOOS=linux   GOARCH=arm64 $(GO) build ./...
 
+# The side-by-side table (direct exec, raw bwrap with the driver's flags,
+# the warm pipeline, the cold CLI; interleaved, p50 and ratios), then the Go
+# microbenchmarks, each briefly: a few minutes in all. See docs/performance.md.
+BENCH_PKGS = ./core/ ./core/proxy/ ./hooks/commandpolicy/ ./drivers/bwrap/ ./drivers/bwrap/sandboxinit/
 bench: build
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+	$(BIN)/aleph-sandbox bench --n 50 -- /bin/true
+	$(GO) test -run '^$$' -bench . -benchtime 300ms -benchmem $(BENCH_PKGS)
 
 clean:
 	rm -rf $(BIN) $(TOOLS)
