@@ -351,8 +351,17 @@ func caseSymlinkMadeInside(ctx context.Context, h *H) error {
 	if err := h.symlink("x", filepath.Join(h.Root, "symlink-check")); err != nil {
 		return err
 	}
-	o := h.Probe(ctx, nil, "mkdir", "real", sep, "symlink", "real", "l", sep, "write", "l/f", "in\n", sep, "echo", "wrote-inside", sep,
-		"try", "symlink", h.Out, "esc", sep, "try", "write", "esc/f", "x\n")
+	link := []string{"symlink", "real", "l"}
+	if !h.suite.progs.posix() {
+		// Creating symlinks is a privilege on Windows that a sandboxed
+		// program may lack; that alone is no escape and no failure.
+		link = append([]string{"try"}, link...)
+	}
+	o := h.Probe(ctx, nil, append(append([]string{"mkdir", "real", sep}, link...), sep, "write", "l/f", "in\n", sep, "echo", "wrote-inside", sep,
+		"try", "symlink", h.Out, "esc", sep, "try", "write", "esc/f", "x\n")...)
+	if st, err := os.Lstat(filepath.Join(h.Work, "l")); !h.suite.progs.posix() && o.Err == nil && (err != nil || st.Mode()&os.ModeSymlink == 0) {
+		return skipf("the sandboxed program cannot create symlinks on this host: %s", o)
+	}
 	if err := ran("inside link", o, "wrote-inside"); err != nil {
 		return err
 	}
