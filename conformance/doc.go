@@ -53,6 +53,16 @@ func Markdown() string {
 		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s |\n", c.ID, c.Level, feat, os, strings.ReplaceAll(c.Description, "|", `\|`))
 	}
 	b.WriteString("\n## Cases that do not run everywhere\n\n")
+	runs := map[string]int{}
+	for _, c := range cases {
+		for _, goos := range []string{"linux", "darwin", "windows"} {
+			if osSkip(c, goos) == "" {
+				runs[goos]++
+			}
+		}
+	}
+	fmt.Fprintf(&b, "Of the %d cases, %d apply on Linux, %d on macOS and %d on Windows; the others are skipped there:\n\n",
+		len(cases), runs["linux"], runs["darwin"], runs["windows"])
 	for _, c := range cases {
 		if c.OS != AllOS {
 			fmt.Fprintf(&b, "- `%s` (%s): %s.\n", c.ID, c.OS, c.OSReason)
