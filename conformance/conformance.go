@@ -1,9 +1,11 @@
 // Package conformance is the shared suite every aleph-sandbox driver binary
 // must pass. It launches the driver through the real plugin mechanism
-// (driverapi.LaunchDriver), as a host would, and runs ordinary programs in it
-// to prove what the driver claims: isolation cases run only for the features
-// the driver claims in its Capabilities, and a claimed feature is always
-// tested, so a driver cannot claim what it does not enforce.
+// (driverapi.LaunchDriver), as a host would, and runs a probe program in it
+// (conformance/probe, the same Go code on Linux, macOS and Windows) to prove
+// what the driver claims: isolation cases run only for the features the
+// driver claims in its Capabilities, and a claimed feature is always tested,
+// so a driver cannot claim what it does not enforce. Cases that mean nothing
+// on some OS are marked (Case.OS) and skipped there with the reason.
 //
 // Use Run from `go test` (one subtest per case id) or RunSuite for a
 // structured Report (the `aleph-sandbox conformance` command).
