@@ -366,6 +366,7 @@ func TestEscapeBattery(t *testing.T) {
 	t.Run("filesystem", func(t *testing.T) { t.Parallel(); escapeFilesystem(t, h) })
 	t.Run("secrets", func(t *testing.T) { t.Parallel(); escapeSecrets(t, h) })
 	t.Run("environment", func(t *testing.T) { t.Parallel(); escapeEnvironment(t, h) })
+	t.Run("loader", func(t *testing.T) { t.Parallel(); escapeLoaderEnv(t, h) })
 	t.Run("symlinks", func(t *testing.T) { t.Parallel(); escapeSymlinks(t, h) })
 	t.Run("protected", func(t *testing.T) { t.Parallel(); escapeProtected(t, h) })
 	t.Run("proc", func(t *testing.T) { t.Parallel(); escapeProc(t, h) })
@@ -525,6 +526,60 @@ func escapeEnvironment(t *testing.T, h *escapeHarness) {
 			t.Errorf("escape: the reaper's environ holds the host canary")
 		}
 	})
+}
+
+// escapeLoaderEnv: --env is for the child, but a dynamic loader variable
+// that reaches a host-side launcher (bwrap runs unconfined, before any
+// namespace, as the user) runs workspace code on the host. The workspace is
+// writable by earlier commands, so a planted library plus one variable in a
+// later request is an escape.
+func escapeLoaderEnv(t *testing.T, h *escapeHarness) {
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler to build the preload library")
+	}
+	ws := h.workspace(t)
+	hostDir := t.TempDir()
+	marker := filepath.Join(hostDir, "loaded")
+	src := filepath.Join(hostDir, "evil.c")
+	lib := filepath.Join(ws, "evil.so")
+	code := fmt.Sprintf(`#include <stdio.h>
+__attribute__((constructor)) static void evil(void) {
+	FILE *f = fopen(%q, "a");
+	if (f) { fputs("loaded\\n", f); fclose(f); }
+}
+`, marker)
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Skipf("cannot build a shared library: %v %s", err, out)
+	}
+	// Control: the library does run when a host program loads it.
+	ctl := exec.Command("/bin/true")
+	ctl.Env = []string{"LD_PRELOAD=" + lib}
+	if err := ctl.Run(); err != nil || !exists(marker) {
+		t.Skipf("the preload library does not load on this host (%v)", err)
+	}
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range []string{"LD_PRELOAD", "LD_AUDIT"} {
+		t.Run(v, func(t *testing.T) {
+			knownGap(t, "--env "+v+" reaches bwrap, which loads the workspace library on the host")
+			r := h.exec(t, ws, []string{"--env", v + "=" + lib}, "./probe", "getenv:"+v)
+			loaded := exists(marker)
+			_ = os.Remove(marker)
+			if loaded {
+				t.Fatalf("escape: %s=%s ran the library outside the sandbox (host file %s written); exit %d %s", v, lib, marker, r.code, r.stderr)
+			}
+			// Twin: inside, the child still gets the variable it was given
+			// (or the run was refused outright).
+			if r.code == 0 && !strings.Contains(r.stdout, "getenv:"+v+"\tok "+lib) {
+				t.Fatalf("the child did not get %s: %q", v, r.stdout)
+			}
+		})
+	}
 }
 
 func escapeSymlinks(t *testing.T, h *escapeHarness) {
