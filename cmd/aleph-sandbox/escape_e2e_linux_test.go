@@ -375,6 +375,7 @@ func TestEscapeBattery(t *testing.T) {
 	t.Run("signals", func(t *testing.T) { t.Parallel(); escapeSignals(t, h) })
 	t.Run("network", func(t *testing.T) { t.Parallel(); escapeNetwork(t, h) })
 	t.Run("badinput", func(t *testing.T) { t.Parallel(); escapeBadInput(t, h) })
+	t.Run("workspaces", func(t *testing.T) { t.Parallel(); escapeWorkspaces(t, h) })
 	// The heavy classes run one at a time after the others.
 	t.Run("heavy", func(t *testing.T) {
 		t.Run("timeouts", func(t *testing.T) { escapeTimeouts(t, h) })
@@ -382,6 +383,7 @@ func TestEscapeBattery(t *testing.T) {
 		t.Run("memory", func(t *testing.T) { escapeMemory(t, h) })
 		t.Run("flood", func(t *testing.T) { escapeFlood(t, h) })
 		t.Run("driverdeath", func(t *testing.T) { escapeDriverDeath(t, h) })
+		t.Run("clideath", func(t *testing.T) { escapeCLIDeath(t, h) })
 	})
 }
 
@@ -1047,6 +1049,128 @@ func escapeBadInput(t *testing.T, h *escapeHarness) {
 			t.Fatalf("exit %d %q %q", r.code, r.stdout, r.stderr)
 		}
 	})
+}
+
+// escapeWorkspaces: what may become a workspace or a session, and grants
+// that overlap the workspace.
+func escapeWorkspaces(t *testing.T, h *escapeHarness) {
+	ws := h.workspace(t)
+	t.Run("system directories refused as the workspace", func(t *testing.T) {
+		for _, w := range []string{"/", "/etc", "/usr", "/proc"} {
+			r := h.exec(t, w, nil, "/bin/true")
+			oneRefusalLine(t, r, "workspace")
+		}
+		if r := h.exec(t, ws, nil, "./probe", "pid"); r.code != 0 {
+			t.Fatalf("control: exit %d %s", r.code, r.stderr)
+		}
+	})
+	t.Run("session id cannot leave the workspace root", func(t *testing.T) {
+		outside := filepath.Join(filepath.Dir(h.root), "escaped-session")
+		for _, id := range []string{"../escaped-session", "../../../../tmp/escaped-session", "/etc"} {
+			r := h.exec(t, "", []string{"--session", id, "--spawn", "--yes"}, "sh", "-c", "pwd; echo planted > planted")
+			if r.code != 0 {
+				t.Fatalf("session %q: exit %d %s", id, r.code, r.stderr)
+			}
+			dir := strings.TrimSpace(r.stdout)
+			if rel, err := filepath.Rel(h.root, dir); err != nil || strings.HasPrefix(rel, "..") || rel == "." {
+				t.Fatalf("session %q ran in %s, outside the workspace root %s", id, dir, h.root)
+			}
+		}
+		if exists(outside) || exists("/tmp/escaped-session") || exists("/etc/planted") {
+			t.Fatal("escape: a session id made a workspace outside the root")
+		}
+		// Twin: a session's workspace is reused across calls.
+		r := h.exec(t, "", []string{"--session", "../escaped-session", "--spawn", "--yes"}, "cat", "planted")
+		if r.code != 0 || r.stdout != "planted\n" {
+			t.Fatalf("session workspace not reused: exit %d %q %q", r.code, r.stdout, r.stderr)
+		}
+	})
+	t.Run("grant of the parent keeps protected entries read-only", func(t *testing.T) {
+		if err := os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		res := h.probeIn(t, ws, []string{"--write", filepath.Dir(ws), "--yes"}, "write:.git/hooks/pre-push", "write:"+ws+"/.git/hooks/pre-push", "write:../granted-twin")
+		for _, s := range []string{"write:.git/hooks/pre-push", "write:" + ws + "/.git/hooks/pre-push"} {
+			if res[s].ok || exists(filepath.Join(ws, ".git", "hooks", "pre-push")) {
+				t.Errorf("escape: %s through a parent grant: %v", s, res[s])
+			}
+		}
+		if !res["write:../granted-twin"].ok || !exists(filepath.Join(filepath.Dir(ws), "granted-twin")) {
+			t.Errorf("control: write into the granted parent: %v", res["write:../granted-twin"])
+		}
+		r := h.exec(t, ws, []string{"--write", filepath.Join(ws, ".git"), "--yes"}, "./probe", "pid")
+		oneRefusalLine(t, r, "protected")
+	})
+	t.Run("grant equal to the workspace", func(t *testing.T) {
+		knownGap(t, "a --read/--write grant equal to the workspace breaks bwrap setup (\"Can't stat fd 5\"), reported as exit 1")
+		for _, g := range []string{"--read", "--write"} {
+			r := h.exec(t, ws, []string{g, ws, "--yes"}, "./probe", "write:grant-twin")
+			if r.code == 0 {
+				if !strings.Contains(r.stdout, "write:grant-twin\tok") {
+					t.Errorf("%s of the workspace made it read-only: %q", g, r.stdout)
+				}
+				continue
+			}
+			oneRefusalLine(t, r, "workspace")
+			if strings.Contains(r.stderr, "bwrap:") {
+				t.Errorf("%s of the workspace: bwrap's own error reached the user: %q", g, r.stderr)
+			}
+		}
+	})
+}
+
+// escapeCLIDeath: the CLI killed or interrupted while a command runs.
+func escapeCLIDeath(t *testing.T, h *escapeHarness) {
+	ws := h.workspace(t)
+	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
+		t.Run(sig.String(), func(t *testing.T) {
+			marker := uniqueMarker("aleph-cli-victim")
+			var driver int
+			r := h.execOpts(t, ws, runOpts{start: func(cmd *exec.Cmd) {
+				deadline := time.Now().Add(15 * time.Second)
+				for time.Now().Before(deadline) {
+					if d := childNamed(cmd.Process.Pid, "aleph-driver-bw"); d > 0 && commWith(marker, "probe") {
+						driver = d
+						_ = cmd.Process.Signal(sig)
+						return
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+			}}, []string{"--timeout", "30s"}, "./probe", "sleep:20s", "tag:"+marker)
+			if driver == 0 {
+				t.Fatalf("never saw the sandbox (exit %d %s)", r.code, r.stderr)
+			}
+			if r.code == 0 {
+				t.Errorf("exit 0 after %v", sig)
+			}
+			if left := waitGone(marker, 3*time.Second); len(left) > 0 {
+				for _, p := range left {
+					_ = syscall.Kill(p, syscall.SIGKILL)
+				}
+				t.Fatalf("escape: the sandbox outlived the CLI: %v", left)
+			}
+			driverGone := func() bool {
+				deadline := time.Now().Add(3 * time.Second)
+				for time.Now().Before(deadline) {
+					if syscall.Kill(driver, 0) != nil {
+						return true
+					}
+					if st, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", driver)); strings.Contains(string(st), ") Z ") {
+						return true
+					}
+					time.Sleep(50 * time.Millisecond)
+				}
+				return false
+			}()
+			if !driverGone {
+				_ = syscall.Kill(driver, syscall.SIGKILL)
+				if sig == syscall.SIGKILL {
+					knownGap(t, "the driver plugin outlives a SIGKILLed CLI (reparented to init, never exits)")
+				}
+				t.Fatalf("the driver plugin (pid %d) outlived the CLI", driver)
+			}
+		})
+	}
 }
 
 func escapeTimeouts(t *testing.T, h *escapeHarness) {
