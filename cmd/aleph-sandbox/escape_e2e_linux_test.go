@@ -718,12 +718,20 @@ func escapeProc(t *testing.T, h *escapeHarness) {
 		{name: "reaper root", deny: "readlink:/proc/1/root", allow: "readlink:/proc/self/exe"},
 		{name: "host process by pid", deny: "read:/proc/" + me + "/cmdline", allow: "read:/proc/self/status"},
 	}
-	specs := []string{"ls:/proc"}
+	specs := []string{"ls:/proc", "cat:/proc/self/status"}
 	for _, p := range pairs {
 		specs = append(specs, p.deny, p.allow)
 	}
 	res := h.probeIn(t, ws, nil, specs...)
 	checkPairs(t, res, pairs)
+	t.Run("no privileges: no_new_privs, no capabilities, seccomp", func(t *testing.T) {
+		st := res["cat:/proc/self/status"].detail
+		for _, want := range []string{`NoNewPrivs:\t1`, `CapEff:\t0000000000000000`, `CapPrm:\t0000000000000000`, `CapBnd:\t0000000000000000`, `Seccomp:\t2`} {
+			if !strings.Contains(st, want) {
+				t.Errorf("/proc/self/status lacks %s: %s", want, st)
+			}
+		}
+	})
 	t.Run("pid namespace", func(t *testing.T) {
 		p := res["ls:/proc"]
 		if !p.ok {
@@ -1101,6 +1109,26 @@ func escapeWorkspaces(t *testing.T, h *escapeHarness) {
 		r := h.exec(t, ws, []string{"--write", filepath.Join(ws, ".git"), "--yes"}, "./probe", "pid")
 		oneRefusalLine(t, r, "protected")
 	})
+	t.Run("workspace through a link planted by an earlier command", func(t *testing.T) {
+		victim := t.TempDir() // stands for a host directory such as $HOME
+		r := h.exec(t, ws, []string{"--spawn", "--yes"}, "ln", "-s", victim, "project")
+		if r.code != 0 {
+			t.Fatalf("planting the link: exit %d %s", r.code, r.stderr)
+		}
+		// Twin: a real directory inside the old workspace is a fine workspace.
+		if err := os.Mkdir(filepath.Join(ws, "realproject"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if r := h.exec(t, filepath.Join(ws, "realproject"), []string{"--spawn", "--yes"}, "sh", "-c", "echo ok > twin"); r.code != 0 || !exists(filepath.Join(ws, "realproject", "twin")) {
+			t.Fatalf("control: exit %d %s", r.code, r.stderr)
+		}
+		knownGap(t, "--workspace is resolved through symlinks (grants and --cwd are not): a link planted by a sandboxed command redirects a later workspace to any host directory")
+		r = h.exec(t, filepath.Join(ws, "project"), []string{"--spawn", "--yes"}, "sh", "-c", "echo persistence > .bashrc")
+		if exists(filepath.Join(victim, ".bashrc")) {
+			t.Fatalf("escape: --workspace %s/project wrote %s/.bashrc on the host (exit %d)", ws, victim, r.code)
+		}
+		oneRefusalLine(t, r, "workspace")
+	})
 	t.Run("grant equal to the workspace", func(t *testing.T) {
 		knownGap(t, "a --read/--write grant equal to the workspace breaks bwrap setup (\"Can't stat fd 5\"), reported as exit 1")
 		for _, g := range []string{"--read", "--write"} {
@@ -1267,6 +1295,18 @@ func escapeMemory(t *testing.T, h *escapeHarness) {
 		rc := h.exec(t, ws, []string{"--memory", "64", "--spawn", "--yes"}, "sh", "-c", "head -c 8000000 /dev/zero > /tmp/fill; echo status=$?")
 		if rc.code != 0 || !strings.Contains(rc.stdout, "status=0") {
 			t.Fatalf("control: exit %d %q %q", rc.code, rc.stdout, rc.stderr)
+		}
+	})
+	t.Run("a small static Go program runs under a generous limit", func(t *testing.T) {
+		// Twin of the bombs: a 256 MB limit must leave room for a 3 MB
+		// program. RLIMIT_AS equal to the limit stops the Go runtime from
+		// reserving its address space (it needs ~1 GiB of it, not of memory).
+		if r := h.exec(t, ws, []string{"--memory", "1024"}, "./probe", "alloc:16"); r.code != 0 {
+			t.Fatalf("control: --memory 1024: exit %d %.300s", r.code, r.stderr)
+		}
+		knownGap(t, "RLIMIT_AS = --memory: Go (and other runtimes that reserve address space) cannot start under --memory 512 or less")
+		if r := h.exec(t, ws, []string{"--memory", "256"}, "./probe", "alloc:16"); r.code != 0 {
+			t.Fatalf("--memory 256: exit %d %.300s", r.code, r.stderr)
 		}
 	})
 	t.Run("heap bomb", func(t *testing.T) {
