@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"io"
 	"reflect"
@@ -99,5 +100,26 @@ func TestPrintBench(t *testing.T) {
 	printBench(&out, r, ms(5), nil, ms(12), ms(1))
 	if strings.Contains(out.String(), "raw bwrap") || strings.Contains(out.String(), "x\n") {
 		t.Errorf("table without raw figures:\n%s", out.String())
+	}
+}
+
+// --json keeps every field of the CLI contract and adds the baselines.
+func TestBenchJSONFields(t *testing.T) {
+	b, err := json.Marshal(benchResult{N: 2, Concurrency: 1, P50MS: 13, RawP50MS: 10, ColdP50MS: 50, WarmVsRaw: 1.3, ColdVsRaw: 5, Backend: "bwrap"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"n", "concurrency", "p50_ms", "p90_ms", "p99_ms", "per_second", "direct_p50_ms", "backend",
+		"raw_p50_ms", "cold_p50_ms", "warm_vs_raw", "cold_vs_raw"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("--json lacks %q: %s", k, b)
+		}
+	}
+	if len(m) != 12 {
+		t.Errorf("--json has %d fields, want 12: %s", len(m), b)
 	}
 }
