@@ -120,7 +120,11 @@ func serve(ps plugin.PluginSet, start func()) {
 	if tlsConfig != nil {
 		sc.TLSProvider = func() (*tls.Config, error) { return tlsConfig, nil }
 	}
-	start()
+	// Run by hand (no cookie) go-plugin only explains and exits: nothing
+	// to prepare for.
+	if os.Getenv(Handshake.MagicCookieKey) == Handshake.MagicCookieValue {
+		start()
+	}
 	plugin.Serve(sc)
 }
 
