@@ -416,6 +416,7 @@ func checkPairs(t *testing.T, res map[string]probeResult, pairs []denyPair) {
 			}
 			if p.hostAbsent != "" && exists(p.hostAbsent) {
 				t.Errorf("escape: %s created %s on the host", p.deny, p.hostAbsent)
+				_ = os.RemoveAll(p.hostAbsent) // leave the host as it was
 			}
 			if p.hostPresent != "" && !exists(p.hostPresent) {
 				t.Errorf("control %s did not create %s on the host", p.allow, p.hostPresent)
