@@ -68,7 +68,8 @@ cross:
 BENCH_PKGS = ./core/ ./core/proxy/ ./hooks/commandpolicy/ ./drivers/bwrap/ ./drivers/bwrap/sandboxinit/
 bench: build
 	$(BIN)/aleph-sandbox bench --n 50 -- /bin/true
-	$(GO) test -run '^$$' -bench . -benchtime 300ms -benchmem $(BENCH_PKGS)
+	$(GO) test -run '^$$' -bench . -skip '^BenchmarkLaunch$$' -benchtime 300ms -benchmem $(BENCH_PKGS)
+	$(GO) test -run '^$$' -bench '^BenchmarkLaunch$$' -benchtime 40x ./drivers/bwrap/
 
 clean:
 	rm -rf $(BIN) $(TOOLS)
