@@ -676,6 +676,25 @@ func escapeProtected(t *testing.T, h *escapeHarness) {
 			}
 		}
 	})
+	t.Run(".git as a gitdir file", func(t *testing.T) {
+		ws3 := h.workspace(t)
+		const pointer = "gitdir: /elsewhere/.git/worktrees/w\n"
+		if err := os.WriteFile(filepath.Join(ws3, ".git"), []byte(pointer), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		res := h.probeIn(t, ws3, nil, "write:.git", "rm:.git", "rename:.git,moved", "cat:.git", "write:twin")
+		for _, s := range []string{"write:.git", "rm:.git", "rename:.git,moved"} {
+			if res[s].ok {
+				t.Errorf("escape: %s succeeded", s)
+			}
+		}
+		if !res["cat:.git"].ok || !res["write:twin"].ok {
+			t.Errorf("control: %v %v", res["cat:.git"], res["write:twin"])
+		}
+		if b, _ := os.ReadFile(filepath.Join(ws3, ".git")); string(b) != pointer {
+			t.Errorf("the gitdir file changed: %q", b)
+		}
+	})
 	t.Run("symlink standing in for .aleph refused", func(t *testing.T) {
 		ws2 := h.workspace(t)
 		target := t.TempDir()
