@@ -3,10 +3,14 @@
 package bwrap
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strconv"
 	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // Priming the v1 migration lock moves the driver to where it already is:
@@ -45,5 +49,29 @@ func TestPrimeV1KeepsDriverCgroups(t *testing.T) {
 	procs, err := os.ReadFile(cg.dirs[ctrlPids] + "/cgroup.procs")
 	if err != nil || string(procs) != strconv.Itoa(c.Process.Pid)+"\n" {
 		t.Fatalf("command cgroup holds %q (%v), want only %d", procs, err, c.Process.Pid)
+	}
+}
+
+// Back-to-back commands (the primed v1 move, the fast removal poll) each
+// leave no cgroup behind, and each ran in one (positive control).
+func TestBackToBackCommandsLeaveNoCgroups(t *testing.T) {
+	d := testDriver(t, Options{})
+	if d.probe().cg.mode == CgroupNone {
+		t.Skip("no writable cgroups here")
+	}
+	ctx := context.Background()
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 30 * time.Second,
+		MaxOutputBytes: 1 << 20, Env: pathEnv()}
+	for i := 0; i < 15; i++ {
+		exit, err := d.Run(ctx, spec, driverapi.Streams{})
+		if err != nil || exit.ExitCode != 0 {
+			t.Fatalf("run %d: %+v %v", i, exit, err)
+		}
+		cgroupGone(t, d, exit)
 	}
 }
