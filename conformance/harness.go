@@ -77,7 +77,10 @@ func (h *H) cleanup() {
 }
 
 // removeAll removes dir even where a case (or the sandbox) left entries
-// read-only.
+// read-only, or where an executable that has just exited is still held
+// open for a moment (Windows keeps a program's image mapped until the
+// process object is gone, so deleting the probe can fail right after it
+// ran).
 func removeAll(dir string) {
 	if os.RemoveAll(dir) == nil {
 		return
@@ -88,7 +91,12 @@ func removeAll(dir string) {
 		}
 		return nil
 	})
-	_ = os.RemoveAll(dir)
+	for range 10 {
+		if os.RemoveAll(dir) == nil {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 // launch starts a new plugin process for this case; it is killed when the

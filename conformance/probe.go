@@ -76,7 +76,10 @@ func (s *suite) placeProbe(dir string) (string, error) {
 	if _, err := os.Lstat(dst); err == nil {
 		return dst, nil
 	}
-	if os.Link(src, dst) == nil {
+	// Windows gets a copy: a driver there grants its sandbox access by
+	// changing the ACLs of workspace files, and through a hard link it
+	// would change the suite's master copy (and every other link) too.
+	if s.progs.posix() && os.Link(src, dst) == nil {
 		return dst, nil
 	}
 	if err := copyFile(src, dst); err != nil {
