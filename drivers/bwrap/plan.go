@@ -297,7 +297,24 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 	if err := p.checkGrantsVsProtected(); err != nil {
 		return Plan{}, err
 	}
+	// A grant equal to or inside the workspace adds nothing (the workspace
+	// is readable and writable) and would mount one directory twice from
+	// one pinned descriptor, which bwrap cannot do: drop it. Protected
+	// entries were checked above, so a grant into .git is still refused.
+	p.FSRead, p.FSWrite = outsideOf(ws, p.FSRead), outsideOf(ws, p.FSWrite)
 	return p, nil
+}
+
+// outsideOf keeps the paths not within root (nil when none is left, as in
+// an encoded plan without grants).
+func outsideOf(root string, paths []string) []string {
+	var out []string
+	for _, g := range paths {
+		if !driverapi.PathWithin(g, root) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // checkGrantsVsProtected refuses grants inside a protected workspace entry:
@@ -379,6 +396,11 @@ func (p Plan) Check() error {
 	}
 	if err := p.checkGrantsVsProtected(); err != nil {
 		return bad("%v", err)
+	}
+	for _, g := range append(append([]string{}, p.FSRead...), p.FSWrite...) {
+		if driverapi.PathWithin(g, p.Workspace) {
+			return bad("grant %q lies in the workspace %q", g, p.Workspace)
+		}
 	}
 	for _, m := range p.System {
 		if err := checkSystemMount(m); err != nil {
