@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	case "hook":
 		driverapi.ServeHook(denyHook{})
 		return
+	case "host":
+		hostMain()
+		return
 	}
 	os.Exit(m.Run())
 }
@@ -400,4 +403,16 @@ func TestStreamBudgets(t *testing.T) {
 	if o, e := driverapi.StreamBudgets(11); o != 5 || e != 6 {
 		t.Fatalf("odd split = %d/%d", o, e)
 	}
+}
+
+// The launch environment overrides the host's own: a variable set in the
+// host process must not win over LaunchConfig.Env (go-plugin appends the
+// host's environment last unless told not to).
+func TestLaunchEnvOverridesHostEnv(t *testing.T) {
+	t.Setenv("ALEPH_DRIVERAPI_TEST_PLUGIN", "not-a-plugin-mode")
+	proc, err := driverapi.LaunchDriver(context.Background(), selfPlugin(t, "driver"))
+	if err != nil {
+		t.Fatalf("LaunchConfig.Env lost to the host environment: %v", err)
+	}
+	proc.Kill()
 }

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -111,6 +112,10 @@ func serve(ps plugin.PluginSet, start func()) {
 		fmt.Fprintln(os.Stderr, "plugin: mutual TLS:", err)
 		os.Exit(1)
 	}
+	if err := watchLifeline(); err != nil {
+		fmt.Fprintln(os.Stderr, "plugin: lifeline:", err)
+		os.Exit(1)
+	}
 	sc := &plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins:         ps,
@@ -155,6 +160,10 @@ type Process struct {
 	client *plugin.Client
 	raw    interface{}
 	path   string
+	// lifeline is the host's end of the plugin's lifeline pipe (nil where
+	// unsupported): the plugin exits when it reads EOF, which happens when
+	// Kill closes it or when the host process dies however it dies.
+	lifeline io.Closer
 }
 
 // Driver returns the Driver served by the process, or nil if it serves a hook.
@@ -170,7 +179,12 @@ func (p *Process) Exited() bool { return p.client.Exited() }
 func (p *Process) Path() string { return p.path }
 
 // Kill ends the plugin process (gracefully, then forcibly) and waits for it.
-func (p *Process) Kill() { p.client.Kill() }
+func (p *Process) Kill() {
+	p.client.Kill()
+	if p.lifeline != nil {
+		_ = p.lifeline.Close()
+	}
+}
 
 // Pid is the plugin's process id, or 0 when unknown.
 func (p *Process) Pid() int {
@@ -225,24 +239,28 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	}
 	cmd := exec.Command(cfg.Path, cfg.Args...)
 	cmd.Env = append(os.Environ(), cfg.Env...)
-	// Mutual TLS with ephemeral P-256 certificates made for this launch
-	// (see tls.go): what AutoMTLS guarantees, without its P-521 cost.
-	ht, err := newHostTLS(3)
+	// Mutual TLS with per-launch ephemeral certificates, and a lifeline
+	// pipe so the plugin cannot outlive this process (see handover.go).
+	ho, err := newHandover(cmd)
 	if err != nil {
-		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: fmt.Errorf("mutual TLS: %w", err)}
+		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: err}
 	}
-	// The plugin has its copy once started (or never will): close ours.
-	defer ht.pipe.Close()
-	cmd.Env = append(cmd.Env, ht.env...)
-	cmd.ExtraFiles = []*os.File{ht.pipe}
+	// The plugin has its copies once started (or never will): close ours.
+	defer ho.closeChildEnds()
 	pc := &plugin.ClientConfig{
 		HandshakeConfig:  hs,
 		Plugins:          ps,
 		Cmd:              cmd,
 		AllowedProtocols: []plugin.Protocol{plugin.ProtocolGRPC},
-		TLSConfig:        ht.config,
-		Logger:           logger,
-		StartTimeout:     cfg.StartTimeout,
+		TLSConfig:        ho.tlsConfig,
+		AutoMTLS:         ho.tlsConfig == nil,
+		// go-plugin would append the host's environment after cmd.Env,
+		// letting a stray host variable override cfg.Env (driver options,
+		// the TLS and lifeline descriptors). cmd.Env already starts with
+		// the host's environment, in the right order.
+		SkipHostEnv:  true,
+		Logger:       logger,
+		StartTimeout: cfg.StartTimeout,
 		// The plugin's stdout/stderr after the handshake go to the logger
 		// (go-plugin's defaults), never into a command's output.
 	}
@@ -260,6 +278,7 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	proc, err := startClient(ctx, client, kind)
 	if err != nil {
 		client.Kill()
+		ho.closeLifeline()
 		switch {
 		case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
 			return nil, &PluginError{Plugin: cfg.Path, Op: "checksum", Err: errors.New("binary does not match the pinned sha256; refusing to run it")}
@@ -273,6 +292,7 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: err}
 	}
 	proc.path = cfg.Path
+	proc.lifeline = ho.lifeline
 	return proc, nil
 }
 

@@ -1,0 +1,85 @@
+//go:build unix
+
+package driverapi
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+)
+
+// lifelineEnv names the descriptor of the plugin's lifeline: the read end
+// of a pipe whose only write end stays in the host. The plugin exits when it
+// reads EOF, that is when the host closes it (Kill) or the host process
+// dies in any way, SIGKILL included, so a plugin never outlives its host
+// (and its sandboxes, which die with the plugin, never outlive it either).
+const lifelineEnv = "ALEPH_PLUGIN_LIFELINE_FD"
+
+// handover is what launch passes to a plugin process besides its argv:
+// the TLS material and the lifeline.
+type handover struct {
+	tlsConfig *tls.Config
+	childEnds []*os.File
+	lifeline  io.Closer
+}
+
+// newHandover prepares cmd: the TLS pipe at descriptor 3 and the lifeline
+// at 4 (ExtraFiles start at 3).
+func newHandover(cmd *exec.Cmd) (*handover, error) {
+	ht, err := newHostTLS(3)
+	if err != nil {
+		return nil, fmt.Errorf("mutual TLS: %w", err)
+	}
+	lr, lw, err := os.Pipe()
+	if err != nil {
+		ht.pipe.Close()
+		return nil, fmt.Errorf("lifeline pipe: %w", err)
+	}
+	cmd.Env = append(cmd.Env, ht.env...)
+	cmd.Env = append(cmd.Env, lifelineEnv+"=4")
+	cmd.ExtraFiles = []*os.File{ht.pipe, lr}
+	return &handover{tlsConfig: ht.config, childEnds: []*os.File{ht.pipe, lr}, lifeline: lw}, nil
+}
+
+// closeChildEnds closes the host's copies of the descriptors the plugin
+// inherited.
+func (h *handover) closeChildEnds() {
+	for _, f := range h.childEnds {
+		_ = f.Close()
+	}
+}
+
+// closeLifeline ends the lifeline (the plugin then exits).
+func (h *handover) closeLifeline() { _ = h.lifeline.Close() }
+
+// watchLifeline, in the plugin, exits the process when the host's end of
+// the lifeline closes. Without the variable (an older host) it does nothing.
+func watchLifeline() error {
+	v, ok := os.LookupEnv(lifelineEnv)
+	if !ok {
+		return nil
+	}
+	os.Unsetenv(lifelineEnv)
+	fd, err := strconv.Atoi(v)
+	if err != nil || fd < 3 {
+		return fmt.Errorf("%s=%q is not a descriptor", lifelineEnv, v)
+	}
+	// Inherited descriptors lose close-on-exec: restore it, so nothing the
+	// plugin starts (bwrap, a sandbox) holds the lifeline.
+	syscall.CloseOnExec(fd)
+	f := os.NewFile(uintptr(fd), "lifeline")
+	if f == nil {
+		return fmt.Errorf("%s=%d is not open", lifelineEnv, fd)
+	}
+	go func() {
+		_, _ = io.Copy(io.Discard, f)
+		// The host is gone or done with us. Exiting ends the threads that
+		// started sandboxes, so their parent-death signals fire.
+		os.Exit(0)
+	}()
+	return nil
+}
