@@ -129,6 +129,22 @@ func (p Plan) InitSpec() InitSpec {
 	return s
 }
 
+// addressSpaceHeadroom is what RLIMIT_AS allows above a memory limit the
+// cgroup enforces. Address space is not memory: at start the Go runtime
+// reserves ~800 MiB of it (its page allocator's summaries), HotSpot 1 GiB
+// of compressed class space plus a heap sized from the limit, glibc 64 MiB
+// per malloc arena; with RLIMIT_AS equal to a small limit none of them
+// starts. 4 GiB lets Go, Java 17, Node and Python start under a 64 MiB
+// limit while still stopping a runaway mapping well before it exhausts the
+// host's address space or overcommit; resident memory, tmpfs and page cache
+// are the cgroup's job.
+const addressSpaceHeadroom = 4 << 30
+
+// addressSpaceCeiling is RLIMIT_AS for a memory limit the cgroup enforces.
+func addressSpaceCeiling(memoryBytes uint64) uint64 {
+	return memoryBytes + addressSpaceHeadroom
+}
+
 // PWDCommand is the optional prefix of the in-sandbox mode that restores
 // the PWD the child was given (bwrap always sets it); see initmain.
 const PWDCommand = initmain.PWDCommand

@@ -221,7 +221,13 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	}
 	defer release()
 
-	init, err := InitArgs(plan.InitSpec(), spec.Program, spec.Args...)
+	is := plan.InitSpec()
+	if cg != nil && cg.dirs[ctrlMemory] != "" {
+		// The cgroup enforces the real limit; RLIMIT_AS only bounds
+		// address space, which runtimes reserve far beyond what they use.
+		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
+	}
+	init, err := InitArgs(is, spec.Program, spec.Args...)
 	if err != nil {
 		return driverapi.Exit{}, err
 	}

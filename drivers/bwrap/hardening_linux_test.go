@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -69,5 +70,74 @@ func TestGrantWithinWorkspaceDropped(t *testing.T) {
 	var pe *driverapi.ProfileError
 	if _, err := DecodePlan(data); !errors.As(err, &pe) || !strings.Contains(err.Error(), "lies in the workspace") {
 		t.Fatalf("forged grant equal to the workspace: %v", err)
+	}
+}
+
+// buildGoAlloc builds a static Go program into dir that allocates and
+// touches ARG MiB, then prints "ok".
+func buildGoAlloc(t *testing.T, dir string) string {
+	t.Helper()
+	src := t.TempDir()
+	prog := `package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+)
+
+func main() {
+	n, _ := strconv.Atoi(os.Args[1])
+	b := make([]byte, n<<20)
+	for i := 0; i < len(b); i += 4096 {
+		b[i] = 1
+	}
+	fmt.Println("ok", len(b)>>20)
+}
+`
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(prog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "goalloc")
+	cmd := exec.Command("go", "build", "-o", out, "main.go")
+	cmd.Dir = src
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GO111MODULE=off", "GOFLAGS=")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, b)
+	}
+	return out
+}
+
+// Under a memory limit the cgroup enforces, RLIMIT_AS leaves room for the
+// address space runtimes reserve: a Go program starts under 64 MiB, and
+// the cgroup still kills it when it really uses more.
+func TestGoRunsUnderSmallMemoryLimit(t *testing.T) {
+	d := testDriver(t, Options{})
+	ctx := context.Background()
+	caps, err := d.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !caps.Has(driverapi.FeatureMemoryLimit) {
+		t.Skip("no memory cgroup here: memory limits are refused (TestMemoryLimit)")
+	}
+	ws := newWorkspace(t)
+	prog := buildGoAlloc(t, ws)
+	lim := driverapi.Capabilities{MaxMemoryMB: 64}
+	r := drvRun(t, ctx, d, ws, lim, nil, prog, "16")
+	expectOK(t, r)
+	if strings.TrimSpace(r.stdout) != "ok 16" {
+		t.Fatalf("stdout %q", r.stdout)
+	}
+	r = drvRun(t, ctx, d, ws, lim, nil, prog, "256")
+	if r.err != nil || r.exit.ExitCode == 0 || strings.Contains(r.stdout, "ok") {
+		t.Fatalf("256 MiB under a 64 MiB limit: err=%v exit=%+v stdout=%q stderr=%q", r.err, r.exit, r.stdout, r.stderr)
+	}
+	if !r.exit.OOMKilled {
+		t.Fatalf("not stopped by the cgroup: exit=%+v stderr=%q", r.exit, r.stderr)
+	}
+	// The ceiling is still finite.
+	if got := addressSpaceCeiling(64 << 20); got != 64<<20+addressSpaceHeadroom {
+		t.Fatalf("ceiling %d", got)
 	}
 }
