@@ -550,6 +550,14 @@ func canonicalDir(field, p string) (string, error) {
 	if err != nil || !st.IsDir() {
 		return "", &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q is not a directory", p)}
 	}
+	// A workspace named through a symbolic link is refused, not followed:
+	// a sandboxed command can plant a link in a directory it may write
+	// (W/project -> $HOME), and a later command naming that link as its
+	// workspace would make the link's target writable. Grants and the
+	// driver's mounts refuse links for the same reason.
+	if canon != filepath.Clean(p) {
+		return "", &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q goes through a symbolic link (it resolves to %s); name the real directory", p, canon)}
+	}
 	return canon, nil
 }
 

@@ -160,10 +160,14 @@ func TestWorkspaceOverride(t *testing.T) {
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Workspace: link}); err != nil {
+	// A workspace named through a link is refused (a sandboxed command could
+	// have planted the link); the real directory works.
+	_, err := h.sb.Execute(ctx, Command{Program: "echo", Workspace: link})
+	wantInvalid(t, err, "workspace")
+	canon, _ := filepath.EvalSymlinks(dir)
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Workspace: canon}); err != nil {
 		t.Fatal(err)
 	}
-	canon, _ := filepath.EvalSymlinks(dir)
 	if got := h.fake.LastProfileRequest().Workspace; got != canon {
 		t.Fatalf("workspace %s, want %s", got, canon)
 	}
@@ -174,7 +178,7 @@ func TestWorkspaceOverride(t *testing.T) {
 		wantInvalid(t, err, "workspace")
 	}
 	// cwd confinement applies to the override too.
-	_, err := h.sb.Execute(ctx, Command{Program: "echo", Workspace: dir, Cwd: t.TempDir()})
+	_, err = h.sb.Execute(ctx, Command{Program: "echo", Workspace: canon, Cwd: t.TempDir()})
 	wantDenied(t, err, ReasonCwdOutsideWorkspace)
 }
 
