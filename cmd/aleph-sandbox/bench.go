@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -86,16 +85,12 @@ func ratio(a, b float64) float64 {
 // and prints latency percentiles side by side.
 func runBench(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(io.Err)
 	var f runFlags
 	f.register(fs)
 	n := fs.Int("n", 100, "number of runs")
 	conc := fs.Int("concurrency", 1, "runs at a time")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return fail(io.Err, "bench: %v", err)
+	if done, code := parseFlags(fs, args, io, "aleph-sandbox bench [exec flags] [--n N] [--concurrency C] [--json] -- PROGRAM [ARG...]"); done {
+		return code
 	}
 	if fs.NArg() == 0 {
 		return fail(io.Err, "bench: no program given (usage: aleph-sandbox bench [flags] -- PROGRAM [ARG...])")

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 )
@@ -11,14 +10,10 @@ import (
 // ALEPH_SANDBOX_ environment overrides, merged and validated.
 func runConfig(_ context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("config", flag.ContinueOnError)
-	fs.SetOutput(io.Err)
 	path := fs.String("config", "", "TOML config `FILE`")
 	asJSON := fs.Bool("json", false, "print JSON")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return fail(io.Err, "config: %v", err)
+	if done, code := parseFlags(fs, args, io, "aleph-sandbox config [--config FILE] [--json]"); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		return fail(io.Err, "config: unexpected argument %q", fs.Arg(0))

@@ -20,15 +20,14 @@ import (
 // failed.
 func runConformance(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
-	fs.SetOutput(io.Err)
 	driver := fs.String("driver", "", "driver name (bwrap → aleph-driver-bwrap) or path to a driver binary")
 	junit := fs.String("junit", "", "also write a JUnit XML report to `FILE`")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the case lines")
 	run := fs.String("run", "", "run only the cases whose id matches `REGEXP`")
 	list := fs.Bool("list", false, "list the cases (id, level, feature) without running them")
 	config := fs.String("config", "", "TOML config whose platform section is passed to the driver as ALEPH_DRIVER_OPTIONS, as exec does")
-	if err := fs.Parse(args); err != nil {
-		return fail(io.Err, "conformance: %v", err)
+	if done, code := parseFlags(fs, args, io, "aleph-sandbox conformance --driver NAME|PATH [--junit FILE] [--json] [--run REGEXP]"); done {
+		return code
 	}
 	if fs.NArg() > 0 {
 		return fail(io.Err, "conformance: unexpected argument %q", fs.Arg(0))

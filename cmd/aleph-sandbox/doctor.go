@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"os/exec"
@@ -34,15 +33,11 @@ type doctorProblem struct {
 
 func runDoctor(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("doctor", flag.ContinueOnError)
-	fs.SetOutput(io.Err)
 	asJSON := fs.Bool("json", false, "print JSON")
 	cfgPath := fs.String("config", "", "TOML config `FILE`")
 	driver := fs.String("driver", "", "driver `NAME|PATH`")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return fail(io.Err, "doctor: %v", err)
+	if done, code := parseFlags(fs, args, io, "aleph-sandbox doctor [--driver NAME|PATH] [--config FILE] [--json]"); done {
+		return code
 	}
 	r := diagnose(ctx, *cfgPath, *driver)
 	if *asJSON {

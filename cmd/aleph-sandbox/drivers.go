@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"path/filepath"
@@ -26,14 +25,10 @@ type driverReport struct {
 // each and prints its capability report.
 func runDrivers(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("drivers", flag.ContinueOnError)
-	fs.SetOutput(io.Err)
 	asJSON := fs.Bool("json", false, "print JSON")
 	cfgPath := fs.String("config", "", "TOML config `FILE`")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return fail(io.Err, "drivers: %v", err)
+	if done, code := parseFlags(fs, args, io, "aleph-sandbox drivers [--config FILE] [--json]"); done {
+		return code
 	}
 	cfg, err := loadConfig(*cfgPath, "", "")
 	if err != nil {

@@ -31,18 +31,13 @@ type execResult struct {
 
 func runExec(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
-	fs.SetOutput(io.Err)
 	var f runFlags
 	f.register(fs)
-	fs.Usage = func() {
-		fmt.Fprintln(io.Err, "usage: aleph-sandbox exec [flags] -- PROGRAM [ARG...]")
-		fs.PrintDefaults()
-	}
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return execFailure(io, f.json, "bad flags: "+err.Error())
+	const usageLine = "aleph-sandbox exec [flags] -- PROGRAM [ARG...]"
+	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
+		return 0
+	} else if err != nil {
+		return execFailure(io, jsonRequested(args), fmt.Sprintf("exec: %v (usage: %s)", err, usageLine))
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -133,4 +128,18 @@ func lossless(b []byte) string {
 		return string(b)
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// jsonRequested reports whether --json appears among the flags (before
+// "--"), so even a flag error can answer in the format asked for.
+func jsonRequested(args []string) bool {
+	for _, a := range args {
+		switch a {
+		case "--":
+			return false
+		case "--json", "-json", "--json=true", "-json=true":
+			return true
+		}
+	}
+	return false
 }

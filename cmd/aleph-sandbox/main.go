@@ -4,8 +4,11 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	goio "io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -85,4 +88,34 @@ func isTerminal(f *os.File) bool {
 func fail(w io.Writer, format string, a ...any) int {
 	fmt.Fprintf(w, "aleph-sandbox: "+format+"\n", a...)
 	return exitSandboxError
+}
+
+// parseFlags parses args into fs. A flag error becomes the one-line
+// refusal of the contract (exit 125) instead of Go's usage dump; -h prints
+// the usage line and the flags to stderr (exit 0). done reports whether the
+// caller should return code now.
+func parseFlags(fs *flag.FlagSet, args []string, io stdio, usageLine string) (done bool, code int) {
+	help, err := parseFlagsQuiet(fs, args, io, usageLine)
+	switch {
+	case help:
+		return true, 0
+	case err != nil:
+		return true, fail(io.Err, "%s: %v (usage: %s)", fs.Name(), err, usageLine)
+	}
+	return false, 0
+}
+
+// parseFlagsQuiet is parseFlags leaving the report of a flag error to the
+// caller.
+func parseFlagsQuiet(fs *flag.FlagSet, args []string, io stdio, usageLine string) (help bool, err error) {
+	fs.SetOutput(goio.Discard)
+	fs.Usage = func() {}
+	err = fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(io.Err, "usage: "+usageLine)
+		fs.SetOutput(io.Err)
+		fs.PrintDefaults()
+		return true, nil
+	}
+	return false, err
 }

@@ -265,3 +265,19 @@ burst = 1
 		t.Fatalf("ordinary command: %+v", r)
 	}
 }
+
+// A flag error is exactly one "aleph-sandbox:" line on stderr (no usage
+// dump), exit 125, for every subcommand; -h is usage and exit 0.
+func TestFlagErrorsAreOneLine(t *testing.T) {
+	cliEnv(t)
+	for _, sc := range []string{"exec", "bench", "doctor", "drivers", "config", "conformance"} {
+		r := cli(t, "", false, sc, "--no-such-flag")
+		lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+		if r.code != 125 || len(lines) != 1 || !strings.HasPrefix(lines[0], "aleph-sandbox: ") {
+			t.Errorf("%s: exit %d, stderr %q", sc, r.code, r.stderr)
+		}
+		if h := cli(t, "", false, sc, "-h"); h.code != 0 || !strings.Contains(h.stderr, "usage: aleph-sandbox "+sc) {
+			t.Errorf("%s -h: exit %d, stderr %q", sc, h.code, h.stderr)
+		}
+	}
+}
