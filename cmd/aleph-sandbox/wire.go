@@ -320,6 +320,30 @@ func (p *pipeline) Close() {
 func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Writer) (*pipeline, error) {
 	logger, closeLog := cliLogger()
 	p := &pipeline{closers: []func(){closeLog}}
+	var opts []core.Option
+	if cfg.Sandbox.Enabled {
+		// Launch the driver now, in the background, so its start-up
+		// overlaps building the hooks; the first command waits for it (and
+		// reports a failed launch then, naming the driver).
+		path, _, err := core.FindDriver(cfg.Sandbox.Driver, nil)
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		host, err := core.NewDriverHost(core.DriverHostConfig{
+			Path:    path,
+			SHA256:  cfg.Sandbox.DriverSHA256,
+			Options: cfg.DriverOptions(goos()),
+			Logger:  logger,
+		})
+		if err != nil {
+			p.Close()
+			return nil, err
+		}
+		p.closers = append(p.closers, func() { _ = host.Close() })
+		go func() { _ = host.Start(context.Background()) }()
+		opts = append(opts, core.WithDriver(host))
+	}
 	hooks, closeHooks, err := hooksFromConfig(cfg, logger, warn)
 	p.closers = append(p.closers, closeHooks)
 	if err != nil {
@@ -331,12 +355,12 @@ func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Wri
 		netLog.Info("proxy decision", "session", d.SessionID, "command", d.CommandID, "host", d.Host, "port", d.Port,
 			"protocol", d.Protocol, "allowed", d.Allowed, "reason", d.ReasonCode)
 	})
-	sb, err := core.New(cfg,
+	sb, err := core.New(cfg, append(opts,
 		core.WithLogger(logger),
 		core.WithHooks(hooks...),
 		core.WithApprovalRequester(approver),
 		core.WithNetworkMediator(mediator),
-	)
+	)...)
 	if err != nil {
 		p.Close()
 		return nil, err
