@@ -23,7 +23,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/initmain"
 )
 
 // Version is the driver's version, reported in HostCapabilities.
@@ -222,6 +221,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	defer release()
 
 	is := plan.InitSpec()
+	is.EnvFD, is.LifelineFD = envFD, lifelineFD
 	if cg != nil && cg.dirs[ctrlMemory] != "" {
 		// The cgroup enforces the real limit; RLIMIT_AS only bounds
 		// address space, which runtimes reserve far beyond what they use.
@@ -421,6 +421,21 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
 
+	// fds 3 and 4 in bwrap (envFD, lifelineFD): the child's environment,
+	// which applies only at the target's execve, and the lifeline.
+	life, err := newLifeline()
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	defer life.Close()
+	envFile, err := envMemfd(envList(spec.Env))
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	defer envFile.Close()
+	extraFiles := []*os.File{envFile, life.remote}
+	stderrGate := &setupGate{w: stderr, life: life}
+
 	v1 := cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0
 	var extra []string
 	var blockR, blockW, statusR, statusW *os.File
@@ -435,11 +450,10 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 			return driverapi.Exit{}, err
 		}
 		defer statusR.Close()
-		extra = []string{"--block-fd", "3", "--json-status-fd", "4"}
+		extra = []string{"--block-fd", "5", "--json-status-fd", "6"}
 	}
-	var extraFiles []*os.File
 	if v1 {
-		// fds 3 and 4 in bwrap.
+		// fds 5 and 6 in bwrap.
 		extraFiles = append(extraFiles, blockR, statusW)
 	}
 	pinned, fdOf, err := pinPaths(plan, 3+len(extraFiles))
@@ -454,10 +468,11 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		for _, f := range pinned {
 			f.Close()
 		}
+		envFile.Close()
+		life.remote.Close()
 	}
 	defer closePinned()
 	extraFiles = append(extraFiles, pinned...)
-	env := envList(spec.Env)
 	initBinary := d.cfg.InitBinary
 	tail := []string{"--", InitPath}
 	if plan.ProxySocket != "" {
@@ -468,24 +483,25 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		for _, port := range plan.BridgePorts {
 			tail = append(tail, "--listen", "127.0.0.1:"+strconv.Itoa(int(port)))
 		}
-		tail = append(tail, "--")
+		tail = append(tail, "--lifeline", strconv.Itoa(lifelineFD),
+			"--fd", strconv.Itoa(envFD), "--fd", strconv.Itoa(lifelineFD), "--")
 	}
 	args := plan.BwrapFlags(cwd, initBinary, fdOf, extra...)
 	args = append(args, tail...)
-	args = append(args, PWDCommand, initmain.PWDArg(env), SandboxInitCommand)
+	args = append(args, SandboxInitCommand)
 	args = append(args, init...)
 
 	cmd := exec.CommandContext(runCtx, bwrapPath, args...)
 	cmd.Args[0] = "bwrap"
-	// bwrap gets exactly the child's environment and nothing of the
-	// driver's: its PID-1 reaper keeps the environment it was started with,
-	// readable inside as /proc/1/environ.
-	cmd.Env = env
+	// bwrap gets nothing of the driver's environment nor of the child's
+	// (see launchEnv): its PID-1 reaper keeps the environment it was
+	// started with, readable inside as /proc/1/environ.
+	cmd.Env = launchEnv()
 	cmd.Dir = "/"
 	if len(spec.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
 	}
-	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Stdout, cmd.Stderr = stdout, stderrGate
 	cmd.WaitDelay = waitDelay
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// bwrap dies with the thread that started it (see below); its
@@ -545,6 +561,12 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	if r.startErr != nil {
 		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox: %w", r.startErr)
 	}
+	if !life.Started() && runCtx.Err() == nil && cmd.ProcessState != nil {
+		// bwrap ended without ever running sandbox-init: its setup failed
+		// and the command never started.
+		return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message()}
+	}
+	stderrGate.release()
 	exit := driverapi.Exit{
 		Duration:    dur,
 		StdoutBytes: stdout.Total(),
@@ -654,10 +676,16 @@ func (d *Driver) RawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 		release()
 		return nil, nil, err
 	}
-	args := append(plan.BwrapFlags(cwd, "", fdOf), "--", spec.Program)
+	// The child's environment is set by bwrap after it started, so the
+	// loader variables in it act on the program only (see launchEnv).
+	envArgs := []string{"--clearenv"}
+	for _, e := range spec.Env {
+		envArgs = append(envArgs, "--setenv", e.Name, e.Value)
+	}
+	args := append(plan.BwrapFlags(cwd, "", fdOf, envArgs...), "--", spec.Program)
 	args = append(args, spec.Args...)
 	cmd = exec.CommandContext(ctx, h.bwrap, args...)
-	cmd.Env = envList(spec.Env)
+	cmd.Env = launchEnv()
 	cmd.ExtraFiles = pinned
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	unprotect := release

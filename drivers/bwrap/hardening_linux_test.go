@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -140,4 +141,108 @@ func TestGoRunsUnderSmallMemoryLimit(t *testing.T) {
 	if got := addressSpaceCeiling(64 << 20); got != 64<<20+addressSpaceHeadroom {
 		t.Fatalf("ceiling %d", got)
 	}
+}
+
+// buildPreload builds a shared library into ws whose constructor appends
+// the loading process's name to hostMark (a host directory the sandbox
+// does not see: only a load outside the sandbox can write it) and to
+// wsMark (in the workspace: any load writes it).
+func buildPreload(t *testing.T, ws, hostMark, wsMark string) string {
+	t.Helper()
+	cc, err := exec.LookPath("cc")
+	if err != nil {
+		t.Skip("no C compiler to build the preload library")
+	}
+	src := filepath.Join(t.TempDir(), "evil.c")
+	code := `#include <stdio.h>
+static void mark(const char *path) {
+	char comm[64] = "?";
+	FILE *c = fopen("/proc/self/comm", "r");
+	if (c) { if (!fgets(comm, sizeof comm, c)) comm[0] = 0; fclose(c); }
+	FILE *f = fopen(path, "a");
+	if (f) { fputs(comm, f); fclose(f); }
+}
+__attribute__((constructor)) static void evil(void) {
+	mark("` + hostMark + `");
+	mark("` + wsMark + `");
+}
+`
+	if err := os.WriteFile(src, []byte(code), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lib := filepath.Join(ws, "evil.so")
+	if out, err := exec.Command(cc, "-shared", "-fPIC", "-o", lib, src).CombinedOutput(); err != nil {
+		t.Skipf("cannot build a shared library: %v %s", err, out)
+	}
+	// Control: a host program does load it.
+	ctl := exec.Command("/bin/true")
+	ctl.Env = []string{"LD_PRELOAD=" + lib}
+	if err := ctl.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(hostMark); !strings.Contains(string(b), "true") {
+		t.Skipf("the preload library does not load on this host (%q)", b)
+	}
+	os.Remove(hostMark)
+	os.Remove(wsMark)
+	return lib
+}
+
+// Loader variables of the child act on the target only: bwrap, its reaper,
+// sandbox-init and sandbox-net start with the driver's fixed environment,
+// so a workspace library named in LD_PRELOAD / LD_AUDIT / LD_LIBRARY_PATH
+// never runs outside the sandbox. Positive control: the target itself
+// loads it, and sees the variables exactly.
+func TestLoaderVariablesOnlyReachTarget(t *testing.T) {
+	d := testDriver(t, Options{})
+	ctx := context.Background()
+	ws := newWorkspace(t)
+	hostDir := t.TempDir()
+	hostMark, wsMark := filepath.Join(hostDir, "loaded"), filepath.Join(ws, "loaded")
+	lib := buildPreload(t, ws, hostMark, wsMark)
+	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "LD_PRELOAD", Value: lib},
+		{Name: "LD_AUDIT", Value: lib}, {Name: "LD_LIBRARY_PATH", Value: ws}, {Name: "GCONV_PATH", Value: ws}}
+	check := func(t *testing.T, r drvResult) {
+		t.Helper()
+		expectOK(t, r)
+		if b, err := os.ReadFile(hostMark); err == nil {
+			t.Fatalf("escape: the workspace library ran outside the sandbox, in %q", b)
+		}
+		got, _ := os.ReadFile(wsMark)
+		os.Remove(wsMark)
+		if !strings.Contains(string(got), "env") {
+			t.Fatalf("control: the target did not load LD_PRELOAD (marks %q, stderr %q)", got, r.stderr)
+		}
+		for _, bad := range []string{"bwrap", "aleph"} {
+			if strings.Contains(string(got), bad) {
+				t.Fatalf("%s loaded the library before the target ran: %q", bad, got)
+			}
+		}
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		var want []string
+		for _, e := range env {
+			want = append(want, e.Name+"="+e.Value)
+		}
+		if strings.Join(lines, "|") != strings.Join(want, "|") {
+			t.Fatalf("child env %q, want exactly %q", lines, want)
+		}
+	}
+	t.Run("network none", func(t *testing.T) {
+		check(t, drvRun(t, ctx, d, ws, driverapi.Capabilities{}, env, "/usr/bin/env"))
+	})
+	t.Run("allow_hosts via sandbox-net", func(t *testing.T) {
+		caps, _ := d.Capabilities(ctx)
+		if !caps.Has(driverapi.FeatureNetworkViaProxy) {
+			t.Skip("network_via_proxy unavailable here")
+		}
+		req := driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}
+		prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: req, Workspace: ws, Cwd: ws, Proxy: &driverapi.ProxyEndpoint{UnixSocket: fakeProxy(t)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, errb lockedBuf
+		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/usr/bin/env", Cwd: ws, Profile: prof, Env: env,
+			Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16}, driverapi.Streams{Stdout: &out, Stderr: &errb})
+		check(t, drvResult{exit: exit, err: err, stdout: out.String(), stderr: errb.String()})
+	})
 }

@@ -25,14 +25,16 @@ import (
 // NetSupervisorCommand is the hidden mode of the driver binary that runs
 // first inside an allow_hosts sandbox:
 //
-//	sandbox-net --socket PATH --listen ADDR... -- [sandbox-pwd ARG] sandbox-init ...
+//	sandbox-net --socket PATH --listen ADDR... [--lifeline FD] [--fd FD]... -- [sandbox-pwd ARG] sandbox-init ...
 //
 // It starts the bridge as a separate, confined process and waits until its
 // listeners are bound, then runs the rest of its argv (the usual
 // sandbox-init chain) as a second child, and when that child ends stops the
 // bridge and exits with the child's status. The supervisor itself opens no
 // socket and accepts nothing; the bridge makes no decisions (the host proxy
-// behind the socket does).
+// behind the socket does). Each --fd descriptor is passed on to the second
+// child under the same number (the chain's environment and lifeline); with
+// --lifeline it starts nothing once the launcher's end is closed.
 //
 // The bridge runs as `sandbox-init <bridge spec> -- SELF sandbox-net
 // sandbox-bridge ...`: sandbox-init applies no_new_privs, Landlock (read
@@ -56,6 +58,12 @@ func NetSupervisorMain(args []string) int {
 	}
 	var socket string
 	var listen, rest []string
+	lifeline := -1
+	var pass []int
+	fdArg := func(a string) (int, bool) {
+		n, err := strconv.Atoi(a)
+		return n, err == nil && n >= 3 && n < 1<<20
+	}
 	for i := 0; i < len(args); i++ {
 		switch {
 		case args[i] == "--":
@@ -67,6 +75,20 @@ func NetSupervisorMain(args []string) int {
 		case args[i] == "--listen" && i+1 < len(args):
 			i++
 			listen = append(listen, args[i])
+		case args[i] == "--lifeline" && i+1 < len(args):
+			i++
+			n, ok := fdArg(args[i])
+			if !ok {
+				return fail("bad --lifeline %q", args[i])
+			}
+			lifeline = n
+		case args[i] == "--fd" && i+1 < len(args):
+			i++
+			n, ok := fdArg(args[i])
+			if !ok {
+				return fail("bad --fd %q", args[i])
+			}
+			pass = append(pass, n)
 		default:
 			return fail("bad argument %q", args[i])
 		}
@@ -74,9 +96,20 @@ func NetSupervisorMain(args []string) int {
 	if socket == "" || len(listen) == 0 || len(rest) == 0 {
 		return fail("usage: --socket PATH --listen ADDR... -- COMMAND...")
 	}
+	if lifeline >= 0 && sandboxinit.LauncherGone(lifeline) {
+		return fail("the launcher is gone; not starting the command")
+	}
 	self, err := os.Executable()
 	if err != nil {
 		return fail("%v", err)
+	}
+	// Entry i of ExtraFiles becomes descriptor 3+i; nil entries stay closed.
+	var extra []*os.File
+	for _, fd := range pass {
+		for len(extra) <= fd-3 {
+			extra = append(extra, nil)
+		}
+		extra[fd-3] = os.NewFile(uintptr(fd), "passed")
 	}
 	// Pdeathsig fires when the thread that forked exits: keep the main
 	// goroutine on its thread so neither child outlives this process by
@@ -89,6 +122,7 @@ func NetSupervisorMain(args []string) int {
 	defer br.stop()
 	cmd := exec.Command(self, rest...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.ExtraFiles = extra
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	err = cmd.Run()
 	var ee *exec.ExitError

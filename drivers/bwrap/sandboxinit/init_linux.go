@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -18,8 +19,8 @@ import (
 // SandboxInit is the sandbox-init mode of the driver binary, run by bwrap
 // inside the new namespaces. args is `<initspec-json> -- PROGRAM ARGS...`.
 // It confines its own thread (no_new_privs, Landlock, rlimits, seccomp) and
-// execs PROGRAM, looked up in the PATH of its own environment (which bwrap
-// set to the child's allowlisted environment). It returns only on failure,
+// execs PROGRAM, looked up in the PATH of the target's environment (from
+// InitSpec.EnvFD, else its own). It returns only on failure,
 // with SandboxInitExitCode after one `aleph-sandbox: sandbox-init:` line on
 // stderr: the target is never exec'd unconfined.
 func SandboxInit(args []string) int {
@@ -33,6 +34,25 @@ func sandboxInit(args []string) error {
 	spec, argv, err := ParseInitArgs(args)
 	if err != nil {
 		return err
+	}
+	if spec.LifelineFD > 0 {
+		if err := ReportStarted(spec.LifelineFD); err != nil {
+			return err
+		}
+	}
+	env := os.Environ()
+	if spec.EnvFD > 0 {
+		if env, err = ReadEnvFD(spec.EnvFD); err != nil {
+			return err
+		}
+		// The PATH lookup below reads this process's environment.
+		os.Clearenv()
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			if err := os.Setenv(k, v); err != nil {
+				return fmt.Errorf("env %s: %w", k, err)
+			}
+		}
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
@@ -72,7 +92,13 @@ func sandboxInit(args []string) error {
 	if err := loadSeccomp(prog); err != nil {
 		return err
 	}
-	err = syscall.Exec(path, argv, os.Environ())
+	// Last look at the lifeline: a launcher that died while bwrap set up
+	// could not take the sandbox down (its --die-with-parent was not armed
+	// yet). From here on it can: bwrap arms it before running us.
+	if spec.LifelineFD > 0 && LauncherGone(spec.LifelineFD) {
+		return errLauncherGone
+	}
+	err = syscall.Exec(path, argv, env)
 	return fmt.Errorf("exec %s: %w", path, err)
 }
 

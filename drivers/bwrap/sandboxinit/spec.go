@@ -90,6 +90,22 @@ type InitSpec struct {
 	// inherited (only its own status/info fds are closed), and a leaked pipe
 	// back to the driver would let the child forge status or reach the host.
 	InheritFDs []int `json:"inherit_fds,omitempty"`
+	// EnvFD, when set, is a descriptor holding the target's environment as
+	// NUL-terminated NAME=VALUE entries (read from offset 0). The target is
+	// exec'd with exactly that environment, and sandbox-init starts with a
+	// fixed one of the launcher's: loader variables (LD_PRELOAD, LD_AUDIT,
+	// GCONV_PATH...) meant for the target then act on the target alone,
+	// never on bwrap, sandbox-init or anything outside the sandbox. 0: the
+	// target gets sandbox-init's own environment.
+	EnvFD int `json:"env_fd,omitempty"`
+	// LifelineFD, when set, is the sandbox's end of a socket whose other
+	// end only the launcher holds. sandbox-init writes one byte on it as
+	// soon as it runs (so the launcher can tell a sandbox that never got
+	// set up from a command that failed), and refuses to exec the target,
+	// exiting SandboxInitExitCode, once the launcher's end is closed: a
+	// launcher killed while bwrap was still setting up, before its
+	// --die-with-parent was armed, must not leave the command running.
+	LifelineFD int `json:"lifeline_fd,omitempty"`
 }
 
 // InitSpecError is returned for a spec or argv that sandbox-init refuses.
@@ -141,6 +157,21 @@ func (s *InitSpec) Validate() error {
 			return &InitSpecError{"inherit_fds", fmt.Sprintf("fd %d listed twice", fd)}
 		}
 		seen[fd] = true
+	}
+	for _, f := range []struct {
+		name string
+		fd   int
+	}{{"env_fd", s.EnvFD}, {"lifeline_fd", s.LifelineFD}} {
+		if f.fd == 0 {
+			continue
+		}
+		if f.fd < 3 || f.fd > maxInheritFD {
+			return &InitSpecError{f.name, fmt.Sprintf("fd %d outside 3..%d", f.fd, maxInheritFD)}
+		}
+		if seen[f.fd] {
+			return &InitSpecError{f.name, fmt.Sprintf("fd %d is also used for something else", f.fd)}
+		}
+		seen[f.fd] = true
 	}
 	return nil
 }

@@ -1,0 +1,177 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+)
+
+// The descriptors every sandbox-init of the command finds open: the
+// child's environment (InitSpec.EnvFD) and the lifeline
+// (InitSpec.LifelineFD).
+const (
+	envFD      = 3
+	lifelineFD = 4
+)
+
+// launchEnv is the whole environment bwrap is exec'd with: fixed, and
+// nothing of the child's. bwrap, its PID-1 reaper and sandbox-init are
+// dynamically linked and start before any confinement applies, so a loader
+// variable of the child's (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH,
+// GCONV_PATH...) in their environment would make the host's loader run
+// workspace code in them. The child's environment travels on a descriptor
+// (InitSpec.EnvFD) and applies only at the target's execve.
+func launchEnv() []string { return []string{} }
+
+// envMemfd returns a sealed memfd holding env for InitSpec.EnvFD.
+func envMemfd(env []string) (*os.File, error) {
+	fd, err := unix.MemfdCreate("aleph-env", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: memfd for the environment: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "aleph-env")
+	if _, err := f.Write(sandboxinit.EncodeEnv(env)); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bwrap driver: write the environment: %w", err)
+	}
+	// Sealed: nothing that holds the descriptor can change what the
+	// target will be given.
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_WRITE|unix.F_SEAL_GROW|unix.F_SEAL_SHRINK); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("bwrap driver: seal the environment: %w", err)
+	}
+	return f, nil
+}
+
+// lifeline is a socket pair between the driver and sandbox-init (see
+// InitSpec.LifelineFD). Only the driver holds local (close-on-exec, never
+// passed on), so when the driver dies, however early, sandbox-init sees
+// the hang-up and refuses to run the command. remote goes to bwrap.
+type lifeline struct {
+	local  int
+	remote *os.File
+
+	mu      sync.Mutex
+	started bool
+}
+
+func newLifeline() (*lifeline, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: lifeline: %w", err)
+	}
+	return &lifeline{local: fds[0], remote: os.NewFile(uintptr(fds[1]), "lifeline")}, nil
+}
+
+// Started reports whether sandbox-init has run (its byte is waiting).
+func (l *lifeline) Started() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.started {
+		var b [1]byte
+		n, _, _ := unix.Recvfrom(l.local, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		l.started = n == 1
+	}
+	return l.started
+}
+
+// Close closes the driver's end: from then on no sandbox-init of this
+// command starts its target.
+func (l *lifeline) Close() {
+	l.remote.Close()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.local >= 0 {
+		unix.Close(l.local)
+		l.local = -1
+	}
+}
+
+// maxSetupMessage bounds what the driver holds back from stderr while the
+// sandbox is being set up (bwrap writes one line when it fails).
+const maxSetupMessage = 64 << 10
+
+// setupGate sits in front of the command's stderr. Until sandbox-init
+// reports that it runs, only bwrap (or sandbox-net) can be writing there,
+// so that output is held back: if the sandbox never gets set up it becomes
+// the driver's error (SetupError) instead of looking like the command's
+// output; otherwise it is passed on first.
+type setupGate struct {
+	w    io.Writer
+	life *lifeline
+
+	mu   sync.Mutex
+	held []byte
+	open bool
+}
+
+func (g *setupGate) Write(p []byte) (int, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.open && (g.life.Started() || len(g.held)+len(p) > maxSetupMessage) {
+		if err := g.openLocked(); err != nil {
+			return 0, err
+		}
+	}
+	if g.open {
+		return g.w.Write(p)
+	}
+	g.held = append(g.held, p...)
+	return len(p), nil
+}
+
+func (g *setupGate) openLocked() error {
+	g.open = true
+	held := g.held
+	g.held = nil
+	if len(held) > 0 {
+		_, err := g.w.Write(held)
+		return err
+	}
+	return nil
+}
+
+// release passes on what is held (the sandbox was set up).
+func (g *setupGate) release() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.open {
+		_ = g.openLocked()
+	}
+}
+
+// message is what was held back, as one line.
+func (g *setupGate) message() string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s := strings.Join(strings.Fields(string(bytes.ToValidUTF8(g.held, []byte("?")))), " ")
+	if len(s) > 400 {
+		s = s[:400] + "..."
+	}
+	return s
+}
+
+// SetupError: bwrap ended before sandbox-init ran, so the sandbox was
+// never set up and the command never started. It is the driver's failure,
+// never the command's exit status.
+type SetupError struct {
+	Status  string // how bwrap ended
+	Message string // what it wrote to stderr, one line
+}
+
+func (e *SetupError) Error() string {
+	s := "bwrap driver: the sandbox could not be set up (" + e.Status + ")"
+	if e.Message != "" {
+		s += ": " + e.Message
+	}
+	return s
+}

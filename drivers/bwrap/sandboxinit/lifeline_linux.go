@@ -1,0 +1,87 @@
+//go:build linux
+
+package sandboxinit
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// maxEnvBytes bounds the environment read from EnvFD (the kernel refuses
+// an execve with much less anyway).
+const maxEnvBytes = 32 << 20
+
+// errLauncherGone: the launcher's end of the lifeline is closed.
+var errLauncherGone = errors.New("the launcher is gone; not starting the command")
+
+// ReadEnvFD reads the environment held by fd (see InitSpec.EnvFD).
+func ReadEnvFD(fd int) ([]string, error) {
+	f := os.NewFile(uintptr(fd), "env")
+	if f == nil {
+		return nil, fmt.Errorf("env fd %d: not open", fd)
+	}
+	data, err := io.ReadAll(io.NewSectionReader(f, 0, maxEnvBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("env fd %d: %w", fd, err)
+	}
+	if len(data) > maxEnvBytes {
+		return nil, fmt.Errorf("env fd %d: more than %d bytes", fd, maxEnvBytes)
+	}
+	env := []string{}
+	for len(data) > 0 {
+		i := bytes.IndexByte(data, 0)
+		if i < 0 {
+			return nil, fmt.Errorf("env fd %d: entry without terminating NUL", fd)
+		}
+		kv := string(data[:i])
+		if j := bytes.IndexByte(data[:i], '='); j <= 0 {
+			return nil, fmt.Errorf("env fd %d: entry %q is not NAME=VALUE", fd, kv)
+		}
+		env = append(env, kv)
+		data = data[i+1:]
+	}
+	return env, nil
+}
+
+// EncodeEnv renders env (NAME=VALUE entries) as ReadEnvFD reads it.
+func EncodeEnv(env []string) []byte {
+	var b bytes.Buffer
+	for _, kv := range env {
+		b.WriteString(kv)
+		b.WriteByte(0)
+	}
+	return b.Bytes()
+}
+
+// ReportStarted writes the started byte on the lifeline; a closed
+// launcher end is errLauncherGone.
+func ReportStarted(fd int) error {
+	// MSG_NOSIGNAL: a dead peer must be an error here, not a SIGPIPE.
+	err := unix.Sendto(fd, []byte{'s'}, unix.MSG_NOSIGNAL, nil)
+	switch {
+	case errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET):
+		return errLauncherGone
+	case err != nil:
+		return fmt.Errorf("lifeline fd %d: %w", fd, err)
+	}
+	return nil
+}
+
+// LauncherGone reports whether the launcher's end of the lifeline is
+// closed. The launcher never writes on it, so any readiness (EOF, hang-up,
+// error) means it is gone; so does a descriptor that cannot be polled.
+func LauncherGone(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+	for {
+		n, err := unix.Poll(pfd, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		return err != nil || n != 0
+	}
+}
