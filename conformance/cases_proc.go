@@ -57,9 +57,10 @@ func (t *tree) markersStarted() bool {
 }
 
 // check: both children ran (positive control) and neither still runs.
-func (t *tree) check(ctx context.Context) error {
+// o is the command that started them, shown when they never ran.
+func (t *tree) check(ctx context.Context, o Out) error {
 	if !t.markersStarted() {
-		return errors.New("the background children never ran (positive control): can the probe start children with spawn_subprocess?")
+		return fmt.Errorf("the background children never ran (positive control): can the probe start children with spawn_subprocess? The command: %s", o)
 	}
 	for _, m := range t.markers {
 		if growing, size := stillGrowing(ctx, m, 600*time.Millisecond); growing {
@@ -115,7 +116,7 @@ func procCases() []Case {
 				if o.Err == nil && !o.Exit.TimedOut {
 					return fmt.Errorf("command did not time out: %s", o)
 				}
-				return t.check(ctx)
+				return t.check(ctx, o)
 			}},
 		{ID: "proc/cancel-kills-tree", Level: Must, Feature: tk,
 			Description: "Cancelling a running command kills every descendant, daemonised ones included.",
@@ -131,8 +132,8 @@ func procCases() []Case {
 					waitFor(runCtx, 10*time.Second, t.markersStarted)
 					once.Do(cancel)
 				}()
-				h.Exec(runCtx, h.ProbeCmd(Cmd{}, t.start("sleep", "30")...))
-				return t.check(ctx)
+				o := h.Exec(runCtx, h.ProbeCmd(Cmd{}, t.start("sleep", "30")...))
+				return t.check(ctx, o)
 			}},
 		{ID: "proc/no-survivors-after-exit", Level: Must, Feature: tk,
 			Description: "When the main program exits on its own, background children and setsid daemons it left behind are killed.",
@@ -145,7 +146,7 @@ func procCases() []Case {
 				if err := ok("main program", o); err != nil {
 					return err
 				}
-				return t.check(ctx)
+				return t.check(ctx, o)
 			}},
 		{ID: "proc/output-budget-stdout", Level: Must,
 			Description: "A program writing 4 MiB to stdout under a 64 KiB budget runs to completion (not killed by SIGPIPE); exactly the first 32 KiB arrive and truncated is set.",

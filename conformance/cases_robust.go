@@ -114,10 +114,11 @@ func caseDriverDeath(ctx context.Context, h *H) error {
 	if err := proc.Kill(); err != nil {
 		return fmt.Errorf("killing the driver: %w", err)
 	}
+	var o Out
 	select {
-	case <-done:
+	case o = <-done:
 	case <-time.After(10 * time.Second):
 		return errors.New("Run did not return after the driver process died")
 	}
-	return t.check(ctx)
+	return t.check(ctx, o)
 }
