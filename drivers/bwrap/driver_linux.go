@@ -453,8 +453,12 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		extra = []string{"--block-fd", "5", "--json-status-fd", "6"}
 	}
 	if v1 {
-		// fds 5 and 6 in bwrap.
-		extraFiles = append(extraFiles, blockR, statusW)
+		// fds 5 and 6 in bwrap; 7 is bwrap's own copy of the status pipe's
+		// read end, so its child-pid write never meets a closed pipe
+		// (SIGPIPE) when the driver dies during setup: a bwrap killed
+		// there would leave its child blocked for good before it reaches
+		// sandbox-init.
+		extraFiles = append(extraFiles, blockR, statusW, statusR)
 	}
 	pinned, fdOf, err := pinPaths(plan, 3+len(extraFiles))
 	if err != nil {
@@ -503,11 +507,13 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderrGate
 	cmd.WaitDelay = waitDelay
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		// bwrap dies with the thread that started it (see below); its
-		// --die-with-parent then takes the sandbox down.
-		Pdeathsig: syscall.SIGKILL,
-	}
+	// No Pdeathsig here: --die-with-parent makes bwrap arm its own right
+	// after it cloned the sandbox's first process and just before it lets
+	// that process go on. Killed earlier (while cloning, which takes
+	// milliseconds), it would leave that process waiting forever for a
+	// go-ahead that never comes; unkilled, it lets it go on, and
+	// sandbox-init finds the lifeline closed and starts nothing.
+	cmd.SysProcAttr = &syscall.SysProcAttr{}
 	cmd.ExtraFiles = extraFiles
 	if cg != nil && cg.mode == CgroupV2 {
 		// CLONE_INTO_CGROUP: bwrap is born inside the command's cgroup, so

@@ -39,6 +39,9 @@ func sandboxInit(args []string) error {
 		if err := ReportStarted(spec.LifelineFD); err != nil {
 			return err
 		}
+		if err := WaitReaperArmed(); err != nil {
+			return err
+		}
 	}
 	env := os.Environ()
 	if spec.EnvFD > 0 {
@@ -93,8 +96,9 @@ func sandboxInit(args []string) error {
 		return err
 	}
 	// Last look at the lifeline: a launcher that died while bwrap set up
-	// could not take the sandbox down (its --die-with-parent was not armed
-	// yet). From here on it can: bwrap arms it before running us.
+	// could not take the sandbox down (--die-with-parent was not armed
+	// yet). From here on it can: bwrap armed it for this process before
+	// running it, and for its reaper before WaitReaperArmed returned.
 	if spec.LifelineFD > 0 && LauncherGone(spec.LifelineFD) {
 		return errLauncherGone
 	}

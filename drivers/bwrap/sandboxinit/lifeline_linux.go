@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -83,5 +84,41 @@ func LauncherGone(fd int) bool {
 			continue
 		}
 		return err != nil || n != 0
+	}
+}
+
+// reaperWait bounds WaitReaperArmed.
+const reaperWait = 5 * time.Second
+
+// WaitReaperArmed waits until PID 1 of the sandbox, bwrap's reaper, sleeps
+// in its wait loop. The reaper arms its --die-with-parent just before it
+// enters that loop, while this process may already be running: only once
+// it is armed does a lifeline found open mean that the driver's death will
+// take the sandbox down. The process state in /proc/1/stat needs no ptrace
+// access. When this process is PID 1 itself there is no reaper to wait for.
+func WaitReaperArmed() error {
+	if os.Getpid() == 1 {
+		return nil
+	}
+	deadline := time.Now().Add(reaperWait)
+	for pause := 50 * time.Microsecond; ; pause = min(2*pause, 5*time.Millisecond) {
+		b, err := os.ReadFile("/proc/1/stat")
+		if err != nil {
+			return fmt.Errorf("sandbox reaper: %w", err)
+		}
+		i := bytes.LastIndexByte(b, ')')
+		if i < 0 || i+2 >= len(b) {
+			return fmt.Errorf("sandbox reaper: unexpected /proc/1/stat %q", b)
+		}
+		switch b[i+2] {
+		case 'S':
+			return nil
+		case 'Z', 'X':
+			return errLauncherGone
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("sandbox reaper: not waiting after %v (state %c)", reaperWait, b[i+2])
+		}
+		time.Sleep(pause)
 	}
 }
