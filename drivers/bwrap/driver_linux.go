@@ -565,6 +565,10 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		return driverapi.Exit{}, ctx.Err()
 	}
 	if r.startErr != nil {
+		if cmd.ProcessState != nil && !life.Started() {
+			// bwrap ran but the hand-over failed: say what bwrap said.
+			return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: r.startErr}
+		}
 		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox: %w", r.startErr)
 	}
 	if !life.Started() && runCtx.Err() == nil && cmd.ProcessState != nil {

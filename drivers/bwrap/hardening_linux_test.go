@@ -375,3 +375,40 @@ func TestDriverDeathDuringSetup(t *testing.T) {
 		}
 	}
 }
+
+// A sandbox bwrap fails to set up is the driver's error, carrying bwrap's
+// message, never the command's exit status; bwrap's output is not passed
+// off as the command's. Control: the same wrapper lets a sandbox it does
+// not break run normally, with the command's own stderr.
+func TestSetupFailureIsDriverError(t *testing.T) {
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("no bwrap")
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "bwrap")
+	// Breaks only sandboxes whose command line names the workspace entry
+	// "break-me"; everything else (the probe's trial sandbox) is real.
+	script := "#!/bin/sh\nfor a; do case \"$a\" in *break-me*) echo \"bwrap: Can't stat fd 5: Bad file descriptor\" >&2; exit 1;; esac; done\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	// With the cgroup v1 hand-over where it applies (root here), and without.
+	for _, opts := range []Options{{BwrapPath: fake}, {BwrapPath: fake, Cgroup: CgroupNone}} {
+		d := testDriver(t, opts)
+		ws := newWorkspace(t)
+		r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, nil, "/bin/sh", "-c", "echo own-stderr >&2; exit 3")
+		if r.err != nil || r.exit.ExitCode != 3 || r.stderr != "own-stderr\n" {
+			t.Fatalf("%+v: control: err=%v exit=%+v stderr=%q", opts, r.err, r.exit, r.stderr)
+		}
+		r = drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, nil, "/bin/sh", "-c", "echo break-me")
+		var se *SetupError
+		if !errors.As(r.err, &se) || !strings.Contains(se.Message, "Can't stat fd 5") || strings.Contains(se.Error(), "\n") {
+			t.Fatalf("%+v: setup failure: err=%v exit=%+v", opts, r.err, r.exit)
+		}
+		if r.stderr != "" {
+			t.Fatalf("%+v: bwrap's message reached the command's stderr: %q", opts, r.stderr)
+		}
+	}
+}

@@ -166,12 +166,18 @@ func (g *setupGate) message() string {
 type SetupError struct {
 	Status  string // how bwrap ended
 	Message string // what it wrote to stderr, one line
+	Err     error  // the driver's own failure during setup, if any
 }
 
 func (e *SetupError) Error() string {
 	s := "bwrap driver: the sandbox could not be set up (" + e.Status + ")"
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
 	if e.Message != "" {
 		s += ": " + e.Message
 	}
 	return s
 }
+
+func (e *SetupError) Unwrap() error { return e.Err }
