@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs the Linux driver's tests a second time as an ordinary user, to check the
+# Runs the Linux driver's tests, the CLI escape battery and the conformance
+# suite a second time as an ordinary user, to check the
 # honest degrade path (no writable cgroups, no root). Only meaningful when the
 # main run was root; as a non-root user the main run already was unprivileged.
 set -euo pipefail
@@ -19,7 +20,7 @@ mkdir -p "$home/go/pkg"
 if [ ! -d "$home/go/pkg/mod" ]; then cp -a "$modcache" "$home/go/pkg/mod"; fi
 chown -R "$user:" "$work" "$home/go"
 gobin=$(command -v go)
-pkgs=${UNPRIV_PKGS:-./drivers/bwrap/...}
+pkgs=${UNPRIV_PKGS:-./drivers/bwrap/... ./cmd/aleph-sandbox/ ./conformance/}
 runuser -u "$user" -- env -i PATH="$(dirname "$gobin"):/usr/sbin:/usr/bin:/sbin:/bin" HOME="$home" \
 	GOMODCACHE="$home/go/pkg/mod" GOPROXY=off GOTOOLCHAIN=local \
 	bash -c "cd '$work/src' && go test -race -count=1 $pkgs"
