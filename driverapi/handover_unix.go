@@ -8,7 +8,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -25,7 +27,16 @@ type handover struct {
 	tlsConfig *tls.Config
 	childEnds []*os.File
 	lifeline  io.Closer
+	// socketDir is a private (0700) directory made for this launch, where
+	// the plugin creates its unix socket instead of the shared temporary
+	// directory; removing it after the plugin ends leaves nothing behind,
+	// however the plugin ended.
+	socketDir string
 }
+
+// socketDirPrefix marks directories made by newHandover, so a plugin only
+// ever removes a directory of ours.
+const socketDirPrefix = "aleph-plugin-"
 
 // newHandover prepares cmd: the TLS pipe at descriptor 3 and the lifeline
 // at 4 (ExtraFiles start at 3).
@@ -39,10 +50,27 @@ func newHandover(cmd *exec.Cmd) (*handover, error) {
 		ht.pipe.Close()
 		return nil, fmt.Errorf("lifeline pipe: %w", err)
 	}
+	dir, err := os.MkdirTemp("", socketDirPrefix)
+	if err != nil {
+		ht.pipe.Close()
+		lr.Close()
+		lw.Close()
+		return nil, fmt.Errorf("plugin socket directory: %w", err)
+	}
 	cmd.Env = append(cmd.Env, ht.env...)
-	cmd.Env = append(cmd.Env, lifelineEnv+"=4")
+	cmd.Env = append(cmd.Env, lifelineEnv+"=4", socketDirEnv+"="+dir)
 	cmd.ExtraFiles = []*os.File{ht.pipe, lr}
-	return &handover{tlsConfig: ht.config, childEnds: []*os.File{ht.pipe, lr}, lifeline: lw}, nil
+	return &handover{tlsConfig: ht.config, childEnds: []*os.File{ht.pipe, lr}, lifeline: lw, socketDir: dir}, nil
+}
+
+// socketDirEnv is go-plugin's variable for where a plugin makes its socket.
+const socketDirEnv = "PLUGIN_UNIX_SOCKET_DIR"
+
+// cleanup ends the lifeline and removes the socket directory; for after the
+// plugin process has ended (or never started).
+func (h *handover) cleanup() {
+	_ = h.lifeline.Close()
+	_ = os.RemoveAll(h.socketDir)
 }
 
 // closeChildEnds closes the host's copies of the descriptors the plugin
@@ -52,9 +80,6 @@ func (h *handover) closeChildEnds() {
 		_ = f.Close()
 	}
 }
-
-// closeLifeline ends the lifeline (the plugin then exits).
-func (h *handover) closeLifeline() { _ = h.lifeline.Close() }
 
 // watchLifeline, in the plugin, exits the process when the host's end of
 // the lifeline closes. Without the variable (an older host) it does nothing.
@@ -77,8 +102,12 @@ func watchLifeline() error {
 	}
 	go func() {
 		_, _ = io.Copy(io.Discard, f)
-		// The host is gone or done with us. Exiting ends the threads that
+		// The host is gone or done with us. A host that died cannot remove
+		// our socket directory: do it here. Exiting ends the threads that
 		// started sandboxes, so their parent-death signals fire.
+		if dir := os.Getenv(socketDirEnv); strings.HasPrefix(filepath.Base(dir), socketDirPrefix) {
+			_ = os.RemoveAll(dir)
+		}
 		os.Exit(0)
 	}()
 	return nil

@@ -20,6 +20,6 @@ func newHandover(*exec.Cmd) (*handover, error) { return &handover{}, nil }
 
 func (h *handover) closeChildEnds() {}
 
-func (h *handover) closeLifeline() {}
+func (h *handover) cleanup() {}
 
 func watchLifeline() error { return nil }

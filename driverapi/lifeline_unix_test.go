@@ -40,8 +40,9 @@ func TestPluginDiesWithItsHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	tmp := t.TempDir()
 	host := exec.Command(exe)
-	host.Env = append(os.Environ(), "ALEPH_DRIVERAPI_TEST_PLUGIN=host")
+	host.Env = append(os.Environ(), "ALEPH_DRIVERAPI_TEST_PLUGIN=host", "TMPDIR="+tmp)
 	out, err := host.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +74,11 @@ func TestPluginDiesWithItsHost(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// The dead host could not remove the plugin's socket directory; the
+	// plugin did, on its way out.
+	if ents, _ := os.ReadDir(tmp); len(ents) != 0 {
+		t.Fatalf("left behind by the plugin of a dead host: %v", ents)
+	}
 }
 
 func isZombie(pid int) bool {
@@ -83,4 +89,39 @@ func isZombie(pid int) bool {
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	return i > 0 && i+2 < len(s) && s[i+2] == 'Z'
+}
+
+// Nothing of a launch stays on disk: the plugin's socket lives in a private
+// directory that is gone after Kill, after a failed launch, and after the
+// host dies.
+func TestNoSocketLeftBehind(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	leftovers := func() []string {
+		ents, _ := os.ReadDir(tmp)
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names
+	}
+	proc, err := driverapi.LaunchDriver(context.Background(), selfPlugin(t, "driver"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(leftovers()) == 0 {
+		t.Fatal("control: a running plugin has its socket directory under TMPDIR")
+	}
+	proc.Kill()
+	if l := leftovers(); len(l) != 0 {
+		t.Fatalf("left after Kill: %v", l)
+	}
+	bad := selfPlugin(t, "driver")
+	bad.SHA256 = strings.Repeat("00", 32)
+	if _, err := driverapi.LaunchDriver(context.Background(), bad); err == nil {
+		t.Fatal("a wrong pin must refuse")
+	}
+	if l := leftovers(); len(l) != 0 {
+		t.Fatalf("left after a refused launch: %v", l)
+	}
 }

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -160,10 +159,10 @@ type Process struct {
 	client *plugin.Client
 	raw    interface{}
 	path   string
-	// lifeline is the host's end of the plugin's lifeline pipe (nil where
-	// unsupported): the plugin exits when it reads EOF, which happens when
-	// Kill closes it or when the host process dies however it dies.
-	lifeline io.Closer
+	// handover holds the host's end of the plugin's lifeline pipe (the
+	// plugin exits when it reads EOF: at Kill, or when the host dies
+	// however it dies) and the plugin's private socket directory.
+	handover *handover
 }
 
 // Driver returns the Driver served by the process, or nil if it serves a hook.
@@ -181,9 +180,7 @@ func (p *Process) Path() string { return p.path }
 // Kill ends the plugin process (gracefully, then forcibly) and waits for it.
 func (p *Process) Kill() {
 	p.client.Kill()
-	if p.lifeline != nil {
-		_ = p.lifeline.Close()
-	}
+	p.handover.cleanup()
 }
 
 // Pid is the plugin's process id, or 0 when unknown.
@@ -247,6 +244,12 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	}
 	// The plugin has its copies once started (or never will): close ours.
 	defer ho.closeChildEnds()
+	launched := false
+	defer func() {
+		if !launched {
+			ho.cleanup()
+		}
+	}()
 	pc := &plugin.ClientConfig{
 		HandshakeConfig:  hs,
 		Plugins:          ps,
@@ -278,7 +281,6 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	proc, err := startClient(ctx, client, kind)
 	if err != nil {
 		client.Kill()
-		ho.closeLifeline()
 		switch {
 		case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
 			return nil, &PluginError{Plugin: cfg.Path, Op: "checksum", Err: errors.New("binary does not match the pinned sha256; refusing to run it")}
@@ -292,7 +294,8 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: err}
 	}
 	proc.path = cfg.Path
-	proc.lifeline = ho.lifeline
+	proc.handover = ho
+	launched = true
 	return proc, nil
 }
 
