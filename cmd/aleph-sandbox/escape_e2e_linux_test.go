@@ -1384,7 +1384,6 @@ func escapeDriverDeath(t *testing.T, h *escapeHarness) {
 	// window, before the sandbox is placed in its cgroup): the command goes
 	// on running, orphaned, outside its cgroup and with no timeout.
 	t.Run("while bwrap sets up", func(t *testing.T) {
-		knownGap(t, "driver SIGKILLed during bwrap setup leaves the sandbox running")
 		// The window is the cgroup v1 hand-over (~10-20 ms after bwrap
 		// starts here): sweep the delay across it.
 		for delay := 0; delay <= 30; delay += 2 {
@@ -1411,7 +1410,10 @@ func (h *escapeHarness) killDriver(t *testing.T, ws string, early time.Duration)
 		deadline := time.Now().Add(15 * time.Second)
 		for time.Now().Before(deadline) {
 			d := childNamed(cmd.Process.Pid, "aleph-driver-bw")
-			ready := d > 0 && childNamed(d, "bwrap") > 0
+			// The command's own bwrap (its argv carries the marker), not
+			// the driver's start-up probe sandbox: killing the driver
+			// during the probe only makes the host relaunch it.
+			ready := d > 0 && cmdlineHas(childNamed(d, "bwrap"), marker)
 			if early < 0 {
 				ready = d > 0 && commWith(marker, "probe")
 			}
@@ -1439,6 +1441,15 @@ func (h *escapeHarness) killDriver(t *testing.T, ws string, early time.Duration)
 		t.Errorf("the CLI took %v to notice its driver died", r.dur)
 	}
 	return left
+}
+
+// cmdlineHas reports whether process pid's argv contains s.
+func cmdlineHas(pid int, s string) bool {
+	if pid <= 0 {
+		return false
+	}
+	b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
+	return strings.Contains(string(b), s)
 }
 
 // commWith reports whether a process named comm carries marker.
