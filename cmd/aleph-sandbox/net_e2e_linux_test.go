@@ -7,20 +7,18 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
 // netE2E runs the real binaries (CLI, bwrap driver plugin, sandbox-init),
@@ -246,14 +244,14 @@ func TestNetE2E(t *testing.T) {
 		}
 	})
 	t.Run("upstream in another network namespace", func(t *testing.T) {
-		ip := netE2ENetnsHost(t)
-		ln, err := netE2EListenInNetns(ip.ns, ip.addr+":0")
+		ip := netnstest.New(t, "alephe2e", 252)
+		ln, err := netnstest.Listen(ip.Path, "tcp4", ip.Addr+":0")
 		if err != nil {
 			t.Fatal(err)
 		}
 		const nsBody = "hello-from-the-netns-host"
 		netE2EUpstream(t, ln, nsBody)
-		nsTarget := net.JoinHostPort(ip.addr, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
+		nsTarget := net.JoinHostPort(ip.Addr, strconv.Itoa(ln.Addr().(*net.TCPAddr).Port))
 		// Positive control: the host reaches it over the veth.
 		resp, err := http.Get("http://" + nsTarget + "/")
 		if err != nil {
@@ -275,84 +273,4 @@ func TestNetE2E(t *testing.T) {
 			t.Fatalf("direct connection to the netns host got through: exit %d stdout %q", r.code, r.stdout)
 		}
 	})
-}
-
-// netE2ENetnsTestHost is a network namespace with its own address, reached from
-// the host over a veth pair that exists only between the two.
-type netE2ENetnsTestHost struct{ ns, addr string }
-
-// netE2ENetnsHost creates the namespace and veth (root only), registering their
-// removal before anything can fail. 10.231.252.0/30 is private and only
-// ever configured here.
-func netE2ENetnsHost(t *testing.T) netE2ENetnsTestHost {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("creating a network namespace test host needs root")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("ip (iproute2) is not installed")
-	}
-	tag := strconv.Itoa(os.Getpid() % 100000)
-	ns, vh, vn := "alephe2e"+tag, "ae2h"+tag, "ae2n"+tag
-	t.Cleanup(func() {
-		exec.Command("ip", "link", "del", vh).Run()
-		exec.Command("ip", "netns", "del", ns).Run()
-	})
-	ip := func(args ...string) {
-		t.Helper()
-		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-		}
-	}
-	ip("netns", "add", ns)
-	ip("link", "add", vh, "type", "veth", "peer", "name", vn, "netns", ns)
-	ip("addr", "add", "10.231.252.1/30", "dev", vh)
-	ip("link", "set", vh, "up")
-	ip("-n", ns, "link", "set", "lo", "up")
-	ip("-n", ns, "addr", "add", "10.231.252.2/30", "dev", vn)
-	ip("-n", ns, "link", "set", vn, "up")
-	return netE2ENetnsTestHost{ns: "/var/run/netns/" + ns, addr: "10.231.252.2"}
-}
-
-// netE2EListenInNetns creates a listening socket inside another network
-// namespace: a socket belongs to the namespace it was created in, so one
-// locked thread switches in, listens and switches back. A thread that
-// cannot switch back stays locked and dies with its goroutine.
-func netE2EListenInNetns(nsPath, addr string) (net.Listener, error) {
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(nsPath)
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("setns: %w", err)}
-			return
-		}
-		ln, lerr := net.Listen("tcp4", addr)
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			if ln != nil {
-				ln.Close()
-			}
-			ch <- result{err: fmt.Errorf("setns back: %w", err)}
-			return
-		}
-		runtime.UnlockOSThread()
-		ch <- result{ln: ln, err: lerr}
-	}()
-	r := <-ch
-	return r.ln, r.err
 }

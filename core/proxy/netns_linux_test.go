@@ -10,14 +10,13 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
-	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 
 	xproxy "golang.org/x/net/proxy"
-	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
 // testNet is a test host in its own network namespace, reached over a veth
@@ -29,36 +28,16 @@ type testNet struct {
 	dial                DialFunc // nil: the real dialer
 }
 
-func ipCmd(t *testing.T, args ...string) {
-	t.Helper()
-	out, err := exec.Command("ip", args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
-// setupNetns builds the namespace and veth and registers their removal
-// before anything else can fail.
+// setupNetns builds the test host and adds its documentation-range
+// address, routed over the veth, and an echo server listening on both.
 func setupNetns(t *testing.T) testNet {
 	n := 1 + rand.IntN(250)
-	tag := fmt.Sprintf("%d%03d", os.Getpid()%10000, n)
-	ns, vh, vn := "alephpx"+tag, "apxh"+tag, "apxn"+tag
-	t.Cleanup(func() {
-		exec.Command("ip", "link", "del", vh).Run()
-		exec.Command("ip", "netns", "del", ns).Run()
-	})
-	priv, hostSide, pub := fmt.Sprintf("10.231.%d.2", n), fmt.Sprintf("10.231.%d.1/30", n), fmt.Sprintf("203.0.113.%d", n)
-	ipCmd(t, "netns", "add", ns)
-	ipCmd(t, "link", "add", vh, "type", "veth", "peer", "name", vn, "netns", ns)
-	ipCmd(t, "addr", "add", hostSide, "dev", vh)
-	ipCmd(t, "link", "set", vh, "up")
-	ipCmd(t, "-n", ns, "link", "set", "lo", "up")
-	ipCmd(t, "-n", ns, "addr", "add", priv+"/30", "dev", vn)
-	ipCmd(t, "-n", ns, "addr", "add", pub+"/32", "dev", vn)
-	ipCmd(t, "-n", ns, "link", "set", vn, "up")
-	ipCmd(t, "route", "add", pub+"/32", "via", priv, "dev", vh)
+	h := netnstest.New(t, "alephpx", n)
+	pub := fmt.Sprintf("203.0.113.%d", n)
+	netnstest.IP(t, "-n", h.Name, "addr", "add", pub+"/32", "dev", h.Peer())
+	netnstest.IP(t, "route", "add", pub+"/32", "via", h.Addr, "dev", h.Veth)
 
-	ln, err := listenInNetns("/var/run/netns/"+ns, "0.0.0.0:0")
+	ln, err := netnstest.Listen(h.Path, "tcp", "0.0.0.0:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,50 +55,7 @@ func setupNetns(t *testing.T) testNet {
 			}()
 		}
 	}()
-	return testNet{privateIP: priv, publicIP: pub, port: ln.Addr().(*net.TCPAddr).Port}
-}
-
-// listenInNetns creates a listening socket inside another network
-// namespace: a socket belongs to the namespace it was created in, so the
-// thread switches in, listens and switches back. A thread that cannot
-// switch back is left locked and dies with its goroutine.
-func listenInNetns(nsPath, addr string) (net.Listener, error) {
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan result, 1)
-	go func() {
-		runtime.LockOSThread()
-		orig, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer orig.Close()
-		target, err := os.Open(nsPath)
-		if err != nil {
-			ch <- result{err: err}
-			return
-		}
-		defer target.Close()
-		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("setns: %w", err)}
-			return
-		}
-		ln, lerr := net.Listen("tcp", addr)
-		if err := unix.Setns(int(orig.Fd()), unix.CLONE_NEWNET); err != nil {
-			if ln != nil {
-				ln.Close()
-			}
-			ch <- result{err: fmt.Errorf("setns back: %w", err)}
-			return
-		}
-		runtime.UnlockOSThread()
-		ch <- result{ln: ln, err: lerr}
-	}()
-	r := <-ch
-	return r.ln, r.err
+	return testNet{privateIP: h.Addr, publicIP: pub, port: ln.Addr().(*net.TCPAddr).Port}
 }
 
 // runNetScenario checks the rules against the test host: listed private
@@ -209,9 +145,6 @@ func TestNetworkNamespaceHost(t *testing.T) {
 		}
 		runNetScenario(t, tn)
 		t.Skip("not root: cannot create a network namespace and veth pair; ran the rules against a loopback stand-in instead")
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		t.Skip("iproute2 'ip' not installed")
 	}
 	runNetScenario(t, setupNetns(t))
 }
