@@ -514,6 +514,10 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	// go-ahead that never comes; unkilled, it lets it go on, and
 	// sandbox-init finds the lifeline closed and starts nothing.
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	// ...and for the microseconds between that arming and the go-ahead,
+	// bwrap is PID 1 of a namespace of its own: its death, whenever, ends
+	// everything it cloned (pidguard_linux.go).
+	d.probe().guard.apply(cmd.SysProcAttr)
 	cmd.ExtraFiles = extraFiles
 	if cg != nil && cg.mode == CgroupV2 {
 		// CLONE_INTO_CGROUP: bwrap is born inside the command's cgroup, so
@@ -548,7 +552,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		if v1 {
 			blockR.Close()
 			statusW.Close()
-			if err := joinV1(cg, statusR, blockW); err != nil {
+			if err := joinV1(cg, cmd.Process.Pid, statusR, blockW); err != nil {
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
 				done <- result{startErr: err}
@@ -626,7 +630,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 // into the command's v1 cgroups and only then lets it go on. bwrap's child
 // blocks on --block-fd before it forks the reaper or execs anything, so
 // every process of the sandbox starts inside the cgroups.
-func joinV1(cg *commandCgroup, status io.Reader, block *os.File) error {
+func joinV1(cg *commandCgroup, bwrapPID int, status io.Reader, block *os.File) error {
 	dec := json.NewDecoder(io.LimitReader(status, 1<<16))
 	for {
 		var m map[string]json.RawMessage
@@ -638,8 +642,12 @@ func joinV1(cg *commandCgroup, status io.Reader, block *os.File) error {
 			continue
 		}
 		pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-		if err != nil || pid <= 1 {
+		if err != nil || pid < 1 {
 			return fmt.Errorf("bwrap reported child-pid %s", raw)
+		}
+		// bwrap counts in its own PID namespace (the guard's, if any).
+		if pid, err = childHostPID(bwrapPID, pid); err != nil {
+			return err
 		}
 		if err := cg.join(pid); err != nil {
 			return err

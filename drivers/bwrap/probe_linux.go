@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -34,6 +35,8 @@ type hostProbe struct {
 	seccomp    bool
 	cg         *cgroupSystem
 	kernel     string
+	// guard is how bwrap is started (pidguard_linux.go).
+	guard pidGuard
 }
 
 func (cs *cgroupSystem) reason(ctrl string) string {
@@ -66,7 +69,7 @@ func (d *Driver) probe() *hostProbe {
 		// both mostly wait on the kernel.
 		cgDone := make(chan *cgroupSystem, 1)
 		go func() { cgDone <- d.probeCgroups() }()
-		h.bwrap, h.bwrapVersion, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath)
+		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath)
 		if h.sandboxErr == nil {
 			if fi, err := os.Stat(d.cfg.InitBinary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 				h.sandboxErr = fmt.Errorf("driver binary %s cannot serve as sandbox-init", d.cfg.InitBinary)
@@ -90,15 +93,16 @@ func (d *Driver) probeCgroups() *cgroupSystem {
 	return cs
 }
 
-func probeBwrap(path string) (bin, version string, err error, fix string) {
+func probeBwrap(path string) (bin, version string, guard pidGuard, err error, fix string) {
 	const install = "install bubblewrap (apt install bubblewrap / dnf install bubblewrap)"
 	if path == "" {
 		p, lerr := exec.LookPath("bwrap")
 		if lerr != nil {
-			return "", "", errors.New("bwrap is not installed (not found on PATH)"), install
+			return "", "", pidGuard{mode: guardNone}, errors.New("bwrap is not installed (not found on PATH)"), install
 		}
 		path = p
 	}
+	guard = choosePIDGuard(path)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// The version query and the trial sandbox are independent: run them
@@ -112,18 +116,24 @@ func probeBwrap(path string) (bin, version string, err error, fix string) {
 		out, err := exec.CommandContext(ctx, path, "--version").Output()
 		vc <- versionResult{out, err}
 	}()
-	trialErr := trialSandbox(ctx, path)
+	trialErr := trialSandbox(ctx, path, guard)
+	if trialErr != nil && guard.mode != guardNone && trialSandbox(ctx, path, pidGuard{mode: guardNone}) == nil {
+		// bwrap works, only not inside the guard's namespaces (a seccomp
+		// profile or LSM of a container refusing them): run unguarded and
+		// say so, rather than not at all.
+		guard, trialErr = pidGuard{mode: guardNone, why: "the guard's namespaces are refused here: " + trialErr.Error()}, nil
+	}
 	v := <-vc
 	if v.err != nil {
-		return path, "", fmt.Errorf("%s --version: %v", path, v.err), install
+		return path, "", guard, fmt.Errorf("%s --version: %v", path, v.err), install
 	}
 	version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(v.out)), "bubblewrap"))
 	if trialErr != nil {
-		return path, version, fmt.Errorf("bwrap cannot create namespaces here: %s", trialErr),
+		return path, version, guard, fmt.Errorf("bwrap cannot create namespaces here: %s", trialErr),
 			"allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, " +
 				"user.max_user_namespaces > 0, AppArmor: kernel.apparmor_restrict_unprivileged_userns=0), or run as root"
 	}
-	return path, version, nil, ""
+	return path, version, guard, nil, ""
 }
 
 // trialSandbox builds one sandbox with the real namespace set and the
@@ -133,7 +143,7 @@ func probeBwrap(path string) (bin, version string, err error, fix string) {
 // start (about a bwrap start's cost, overlapping the host's handshake)
 // rather than cached across starts: a cached answer could claim a sandbox
 // that a changed sysctl, AppArmor profile or container no longer allows.
-func trialSandbox(ctx context.Context, path string) error {
+func trialSandbox(ctx context.Context, path string, guard pidGuard) error {
 	tr := "/usr/bin/true"
 	if _, err := os.Stat(tr); err != nil {
 		tr = "/bin/true"
@@ -152,6 +162,8 @@ func trialSandbox(ctx context.Context, path string) error {
 	c := exec.CommandContext(ctx, path, args...)
 	c.Env = []string{}
 	c.Stderr = &stderr
+	c.SysProcAttr = &syscall.SysProcAttr{}
+	guard.apply(c.SysProcAttr)
 	if err := c.Run(); err != nil {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
 			return errors.New(msg)
@@ -185,7 +197,11 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 			"euid":           strconv.Itoa(os.Geteuid()),
 			"sandbox_init":   d.cfg.InitBinary,
 			"driver_binary":  d.cfg.DriverBinary,
+			"setup_guard":    h.guard.mode,
 		},
+	}
+	if h.guard.why != "" {
+		hc.Details["setup_guard_off"] = h.guard.why
 	}
 	if h.landlock > 0 && h.sandboxErr == nil {
 		hc.LandlockABI = uint32(h.landlock)
