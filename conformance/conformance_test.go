@@ -52,7 +52,9 @@ func TestMain(m *testing.M) {
 			drivers.paths[n] = filepath.Join(dir, n+exe)
 		}
 		if _, err := os.Stat("../cmd/aleph-driver-bwrap"); err == nil && runtime.GOOS == "linux" {
-			out, err := exec.Command(gobin, "build", "-o", filepath.Join(dir, "aleph-driver-bwrap"), "../cmd/aleph-driver-bwrap").CombinedOutput()
+			bb := exec.Command(gobin, "build", "-o", dir+string(filepath.Separator), "../cmd/aleph-driver-bwrap", "../cmd/aleph-sandbox-init")
+			bb.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
+			out, err := bb.CombinedOutput()
 			if err != nil {
 				drivers.bwrapErr = fmt.Errorf("%v: %s", err, out)
 			} else {

@@ -87,7 +87,7 @@ func newEscapeHarness(t *testing.T) *escapeHarness {
 		}
 	}
 	wg.Add(2)
-	go build(0, filepath.Join("..", ".."), nil, "build", "-o", h.bin+"/", "./cmd/aleph-sandbox", "./cmd/aleph-driver-bwrap", "./cmd/aleph-sandbox-init")
+	go build(0, filepath.Join("..", ".."), []string{"CGO_ENABLED=0"}, "build", "-o", h.bin+"/", "./cmd/aleph-sandbox", "./cmd/aleph-driver-bwrap", "./cmd/aleph-sandbox-init")
 	go build(1, probeSrc, []string{"CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=", "GO111MODULE=on"}, "build", "-o", h.probe, "main.go")
 	wg.Wait()
 	for _, err := range errs {

@@ -42,6 +42,7 @@ func newNetE2E(t *testing.T) *netE2E {
 		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox",
 		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-driver-bwrap",
 		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox-init")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}

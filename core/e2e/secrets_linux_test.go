@@ -94,6 +94,7 @@ func TestSecretInjectionEndToEnd(t *testing.T) {
 	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin+"/",
 		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-driver-bwrap",
 		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox-init")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}

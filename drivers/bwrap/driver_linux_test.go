@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 	build := exec.Command("go", "build", "-buildvcs=false", "-o", dir+"/",
 		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-driver-bwrap",
 		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox-init")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build driver:", err)
