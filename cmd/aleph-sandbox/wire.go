@@ -352,8 +352,12 @@ func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Wri
 	}
 	netLog := logger.Named("network")
 	mediator := mediatorFromConfig(cfg, func(d proxy.Decision) {
-		netLog.Info("proxy decision", "session", d.SessionID, "command", d.CommandID, "host", d.Host, "port", d.Port,
-			"protocol", d.Protocol, "allowed", d.Allowed, "reason", d.ReasonCode)
+		kv := []any{"session", d.SessionID, "command", d.CommandID, "host", d.Host, "port", d.Port,
+			"protocol", d.Protocol, "allowed", d.Allowed, "reason", d.ReasonCode}
+		if d.Suppressed > 0 {
+			kv = append(kv, "suppressed", d.Suppressed)
+		}
+		netLog.Info("proxy decision", kv...)
 	})
 	sb, err := core.New(cfg, append(opts,
 		core.WithLogger(logger),

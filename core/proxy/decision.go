@@ -70,6 +70,12 @@ type Decision struct {
 	Allowed    bool
 	ReasonCode ReasonCode
 	Detail     string
+	// Suppressed, when non-zero, makes this a summary record: it stands
+	// for that many further decisions like it (same host, port, protocol,
+	// verdict and reason; host and port empty for the catch-all summary)
+	// that were counted rather than recorded one by one (see
+	// Limits.AuditPerTarget). Summaries arrive when the proxy closes.
+	Suppressed int
 }
 
 // denial is an internal error carrying the reason a request is refused.

@@ -32,6 +32,14 @@ type Limits struct {
 	DialTimeout time.Duration
 	// MaxHeaderBytes bounds an HTTP request head (default 32 KiB).
 	MaxHeaderBytes int
+	// AuditPerTarget is how many times one distinct decision (host,
+	// port, protocol, verdict, reason) is recorded one by one (default
+	// 32); AuditMax bounds the records one proxy makes one by one in all
+	// (default 1024). Past them decisions are counted and reported as
+	// summary records (Decision.Suppressed) when the proxy closes, so a
+	// child looping on connects cannot flood the audit log.
+	AuditPerTarget int
+	AuditMax       int
 }
 
 func (l Limits) withDefaults() Limits {
@@ -50,6 +58,12 @@ func (l Limits) withDefaults() Limits {
 	if l.MaxHeaderBytes <= 0 {
 		l.MaxHeaderBytes = 32 << 10
 	}
+	if l.AuditPerTarget <= 0 {
+		l.AuditPerTarget = 32
+	}
+	if l.AuditMax <= 0 {
+		l.AuditMax = 1024
+	}
 	return l
 }
 
@@ -66,8 +80,10 @@ type Config struct {
 	// ever send them anywhere.
 	Secrets    map[string]string
 	Injections []SecretInjection
-	// Audit receives every decision; nil discards them. It is called from
-	// connection goroutines and must be safe for concurrent use.
+	// Audit receives the decisions (within Limits.AuditPerTarget and
+	// AuditMax one by one, the rest as summaries at Close); nil discards
+	// them. It is called from connection goroutines, one call at a time
+	// per proxy.
 	Audit func(Decision)
 	// Resolver defaults to net.DefaultResolver.
 	Resolver Resolver
@@ -95,7 +111,7 @@ type Proxy struct {
 	limits     Limits
 	allow      *Allowlist
 	injections []compiledInjection
-	audit      func(Decision)
+	audit      *auditLimiter
 	tls        *interceptor
 
 	dir      string
@@ -130,13 +146,14 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		limits:     cfg.Limits.withDefaults(),
 		allow:      allow,
 		injections: inj,
-		audit:      cfg.Audit,
 		conns:      map[net.Conn]struct{}{},
 		done:       make(chan struct{}),
 	}
-	if p.audit == nil {
-		p.audit = func(Decision) {}
+	sink := cfg.Audit
+	if sink == nil {
+		sink = func(Decision) {}
 	}
+	p.audit = newAuditLimiter(sink, p.limits.AuditPerTarget, p.limits.AuditMax, cfg.SessionID, cfg.CommandID)
 	if p.cfg.Resolver == nil {
 		p.cfg.Resolver = net.DefaultResolver
 	}
@@ -233,6 +250,7 @@ func (p *Proxy) Close() error {
 		}
 		close(p.done)
 		p.wg.Wait()
+		p.audit.flush()
 		err = os.RemoveAll(p.dir)
 	})
 	return err
@@ -319,7 +337,7 @@ func (p *Proxy) acceptLoop(ln net.Listener) {
 }
 
 func (p *Proxy) record(t Target, proto Protocol, allowed bool, code ReasonCode, detail string) {
-	p.audit(Decision{
+	p.audit.record(Decision{
 		SessionID: p.cfg.SessionID, CommandID: p.cfg.CommandID,
 		Host: t.Host, Port: t.Port, Protocol: proto,
 		Allowed: allowed, ReasonCode: code, Detail: detail,
