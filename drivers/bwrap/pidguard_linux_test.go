@@ -3,6 +3,7 @@
 package bwrap
 
 import (
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -129,5 +130,64 @@ func TestChildHostPID(t *testing.T) {
 				t.Fatal("a pid bwrap has no child under was mapped")
 			}
 		})
+	}
+}
+
+// TestPIDGuardFallback: where bwrap works but not inside the guard's
+// namespaces, the probe runs it unguarded and says why; where it works
+// inside them, the guard stays on. The stand-in bwrap fails exactly when it
+// is PID 1, as it is under the guard.
+func TestPIDGuardFallback(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := dir + "/" + name
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"+body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	version := `[ "$1" = --version ] && { echo "bubblewrap 0.8.0"; exit 0; }` + "\n"
+	refusing := write("bwrap-refusing", version+`[ $$ = 1 ] && { echo "namespace refused by policy" >&2; exit 1; }`+"\nexit 0\n")
+	working := write("bwrap-working", version+"exit 0\n")
+
+	_, _, g, err, _ := probeBwrap(refusing)
+	if err != nil {
+		t.Fatalf("probe of a bwrap that works unguarded: %v", err)
+	}
+	if g.mode != guardNone || !strings.Contains(g.why, "namespace refused by policy") {
+		t.Fatalf("guard %+v, want none with the refusal as reason", g)
+	}
+	_, _, g, err, _ = probeBwrap(working)
+	if err != nil || g.mode == guardNone {
+		t.Fatalf("guard %+v, %v: want the guard on", g, err)
+	}
+}
+
+// TestPIDGuardSetuidBwrap: a non-root driver does not wrap a setuid bwrap
+// in a user namespace (which would void the setuid bit); root does not
+// need one and keeps the guard.
+func TestPIDGuardSetuidBwrap(t *testing.T) {
+	p := t.TempDir() + "/bwrap"
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o755|os.ModeSetuid); err != nil {
+		t.Fatal(err)
+	}
+	g := choosePIDGuard(p)
+	if os.Geteuid() == 0 {
+		if g.mode != guardPID {
+			t.Fatalf("root: guard %+v, want %s", g, guardPID)
+		}
+		return
+	}
+	if g.mode != guardNone || !strings.Contains(g.why, "setuid") {
+		t.Fatalf("non-root, setuid bwrap: guard %+v, want none (setuid)", g)
+	}
+	if err := os.Chmod(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if g := choosePIDGuard(p); g.mode != guardUserPID {
+		t.Fatalf("non-root, plain bwrap: guard %+v, want %s", g, guardUserPID)
 	}
 }
