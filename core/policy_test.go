@@ -566,11 +566,19 @@ func TestHookStdinScanTarget(t *testing.T) {
 	a := allow("a")
 	h := newHarness(t, testConfig(t), nil, WithHooks(a))
 	ctx := WithSession(context.Background(), "in")
-	if _, err := h.sb.Execute(ctx, Command{Program: "cat", Stdin: []byte{0xff, 0xfe, 'x'}}); err != nil {
-		t.Fatal(err)
-	}
-	if a.last.Stdin != nil {
-		t.Fatal("non-UTF-8 stdin shown to hooks")
+	// Bytes that are not UTF-8 become spaces; the text around them stays
+	// visible (a script with one stray byte is still scanned).
+	for _, tc := range []struct{ in, want string }{
+		{"rm -rf /\n\xff\n", "rm -rf /\n \n"},
+		{"\xff\xfex", " x"},
+		{"echo é ok\n", "echo é ok\n"},
+	} {
+		if _, err := h.sb.Execute(ctx, Command{Program: "sh", Args: []string{"-s"}, Stdin: []byte(tc.in)}); err != nil {
+			t.Fatal(err)
+		}
+		if string(a.last.Stdin) != tc.want {
+			t.Fatalf("stdin %q shown to hooks as %q, want %q", tc.in, a.last.Stdin, tc.want)
+		}
 	}
 	big := append(bytes.Repeat([]byte("a"), driverapi.MaxHookStdinBytes-1), []byte("é tail")...)
 	out, err := h.sb.Execute(ctx, Command{Program: "cat", Stdin: big})

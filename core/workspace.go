@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -654,17 +655,15 @@ func (s *WorkspaceSandbox) hookRequest(sid, cid, cwd string, cmd Command) driver
 		SessionID: sid, CommandID: cid, Program: cmd.Program, Args: append([]string(nil), cmd.Args...),
 		Cwd: cwd, Capabilities: cloneCaps(cmd.Capabilities), EnvNames: names,
 	}
-	// Hooks scan UTF-8 stdin (the "sh -s" script path), bounded.
+	// Hooks scan stdin (the "sh -s" script path) as text, bounded. Bytes
+	// that are not UTF-8 become spaces: a shell runs the text around them
+	// all the same, so one stray byte must not hide the whole script from
+	// the policy.
 	if in := cmd.Stdin; len(in) > 0 {
 		if len(in) > driverapi.MaxHookStdinBytes {
-			in = in[:driverapi.MaxHookStdinBytes]
-			for len(in) > 0 && !utf8.Valid(in) {
-				in = in[:len(in)-1]
-			}
+			in = trimPartialRune(in[:driverapi.MaxHookStdinBytes])
 		}
-		if utf8.Valid(in) {
-			req.Stdin = append([]byte(nil), in...)
-		}
+		req.Stdin = bytes.ToValidUTF8(in, []byte(" ")) // a copy
 	}
 	return req
 }
@@ -994,4 +993,18 @@ func tee(buf *limitedBuffer, live io.Writer, budget int64) io.Writer {
 		return buf
 	}
 	return io.MultiWriter(buf, driverapi.NewBudgetWriter(live, budget))
+}
+
+// trimPartialRune drops a character cut in two at the end of b (by a length
+// bound), so that it does not turn into a replacement.
+func trimPartialRune(b []byte) []byte {
+	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			break
+		}
+	}
+	return b
 }
