@@ -466,6 +466,7 @@ func escapeSecrets(t *testing.T, h *escapeHarness) {
 		{name: "/etc/shadow", deny: "read:/etc/shadow", allow: "read:/etc/passwd"},
 		{name: "/etc/gshadow", deny: "read:/etc/gshadow", allow: "read:/etc/group"},
 		{name: "/etc/sudoers", deny: "read:/etc/sudoers", allow: "read:/etc/hosts"},
+		{name: "host TLS private keys", deny: "ls:/etc/ssl/private", allow: "ls:/etc/ssl/certs"},
 		{name: "/root", deny: "ls:/root", allow: "ls:."},
 		{name: "/home", deny: "ls:/home", allow: "ls:" + ws},
 		{name: "host $HOME", deny: "ls:" + home, allow: "read:mine"},

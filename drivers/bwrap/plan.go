@@ -91,13 +91,22 @@ func systemTopLevel() []string {
 // passwords: shadow and gshadow are never listed), DNS, TLS roots, time
 // zone, locale, the alternatives links. Everything else in /etc (sudoers,
 // ssh host keys, credentials of services) stays invisible.
+//
+// TLS: only the trust roots and OpenSSL's configuration, never all of
+// /etc/ssl or /etc/pki: their private/ directories hold the host's TLS
+// keys, which a command run by a root driver could otherwise read.
 func systemEtc() []string {
 	return []string{
 		"/etc/ld.so.cache", "/etc/ld.so.conf", "/etc/ld.so.conf.d",
 		"/etc/nsswitch.conf", "/etc/passwd", "/etc/group",
 		"/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/resolv.conf",
 		"/etc/protocols", "/etc/services",
-		"/etc/ssl", "/etc/ca-certificates", "/etc/ca-certificates.conf", "/etc/pki",
+		// Debian, Ubuntu, Alpine, SUSE.
+		"/etc/ssl/certs", "/etc/ssl/openssl.cnf", "/etc/ssl/cert.pem", "/etc/ssl/ca-bundle.pem",
+		"/etc/ca-certificates", "/etc/ca-certificates.conf",
+		// Fedora, RHEL.
+		"/etc/pki/tls/certs", "/etc/pki/tls/cert.pem", "/etc/pki/tls/openssl.cnf",
+		"/etc/pki/ca-trust/extracted",
 		"/etc/localtime", "/etc/timezone",
 		"/etc/locale.alias", "/etc/locale.conf", "/etc/locale.gen", "/etc/default/locale",
 		"/etc/alternatives",

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -73,16 +74,26 @@ func TestHostSecretsInvisible(t *testing.T) {
 	d := testDriver(t, Options{})
 	ws := newWorkspace(t)
 	// Positive controls: the system read set is there.
-	expectOK(t, drvSh(t, d, ws, "test -r /etc/passwd && test -x /usr/bin/env && test -d /etc/ssl"))
-	for _, p := range []string{"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/root", "/home", "/run/docker.sock",
-		"/var/run", "/run/dbus", "/etc/ssh", "/var/lib", "/sys/fs/cgroup", "/opt", "/srv"} {
+	// Positive controls: the system read set is there, TLS trust roots
+	// included.
+	expectOK(t, drvSh(t, d, ws, "test -r /etc/passwd && test -x /usr/bin/env && test -d /etc/ssl/certs && ls /etc/ssl/certs | grep -q ."))
+	secrets := []string{"/etc/shadow", "/etc/gshadow", "/etc/sudoers", "/root", "/home", "/run/docker.sock",
+		"/var/run", "/run/dbus", "/etc/ssh", "/var/lib", "/sys/fs/cgroup", "/opt", "/srv",
+		// The host's TLS private keys sit beside the trust roots.
+		"/etc/ssl/private", "/etc/pki/tls/private", "/etc/pki/CA/private"}
+	present := 0
+	for _, p := range secrets {
+		if _, err := os.Stat(p); err == nil {
+			present++
+		}
 		if r := drvSh(t, d, ws, "test -e "+p); r.err != nil || r.exit.ExitCode == 0 {
 			t.Errorf("%s is visible inside (err=%v)", p, r.err)
 		}
 	}
-	// The host really has some of them (so the denials above mean something).
-	if _, err := os.Stat("/etc/shadow"); err != nil {
-		t.Log("host has no /etc/shadow")
+	// The host really has some of them, so the denials above mean
+	// something.
+	if present == 0 {
+		t.Fatalf("the host has none of %v: the check proves nothing here", secrets)
 	}
 }
 
@@ -105,8 +116,43 @@ func TestEnvironment(t *testing.T) {
 	if r.stdout != "" {
 		t.Fatalf("empty env gave %q", r.stdout)
 	}
-	// PID 1 of the namespace (bwrap's reaper) holds no host variable; our
-	// own environ (positive control) shows the given one.
+	// bwrap and its PID-1 reaper hold no host variable, read from the host
+	// (inside, /proc/1/environ is not readable at all); the target's
+	// environ (positive control) holds the given one.
+	marker := "aleph-environ-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	done := make(chan drvResult, 1)
+	go func() {
+		done <- drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, env, "/bin/sh", "-c", "sleep 5; :", marker)
+	}()
+	var bwraps, targets []string
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && len(targets) == 0; time.Sleep(10 * time.Millisecond) {
+		bwraps, targets = nil, nil
+		for _, p := range argvProcs(marker) {
+			f := strings.Fields(p)
+			if f[1] == "bwrap" {
+				bwraps = append(bwraps, f[0])
+			} else if f[1] == "sh" {
+				targets = append(targets, f[0])
+			}
+		}
+	}
+	if len(bwraps) < 2 || len(targets) != 1 {
+		t.Fatalf("want bwrap, its reaper and the target: bwrap %v, target %v", bwraps, targets)
+	}
+	for _, pid := range bwraps {
+		b, err := os.ReadFile("/proc/" + pid + "/environ")
+		if err != nil || len(b) != 0 {
+			t.Errorf("bwrap process %s environ %q, %v: want readable and empty", pid, b, err)
+		}
+	}
+	if b, err := os.ReadFile("/proc/" + targets[0] + "/environ"); err != nil || !strings.Contains(string(b), "FOO=bar baz") {
+		t.Errorf("control: the target's environ %q, %v lacks FOO", b, err)
+	}
+	if pid, err := strconv.Atoi(targets[0]); err == nil {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	<-done
+	// Inside: our own environ (positive control) shows the given one.
 	r = drvSh(t, d, ws, "tr '\\0' '\\n' < /proc/1/environ; echo ---; tr '\\0' '\\n' < /proc/self/environ")
 	expectOK(t, r)
 	if strings.Contains(r.stdout, "ALEPH_CANARY") || strings.Contains(r.stdout, "leak-me") {
