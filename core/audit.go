@@ -49,6 +49,30 @@ type AuditRecord struct {
 	DurationMS    int64  `json:"duration_ms"`
 	Backend       string `json:"backend,omitempty"`
 	ProfileDigest string `json:"profile_digest,omitempty"`
+	// Details is what the driver reported about how it ran the command
+	// (Exit.Details: e.g. the Windows isolation tier and why a stronger
+	// one was not used, the cgroup mode).
+	Details map[string]string `json:"details,omitempty"`
+	// Network is set on the records of a command's network decisions
+	// (one per proxy decision, or a summary of many; see RecordNetwork).
+	Network *NetworkAudit `json:"network,omitempty"`
+}
+
+// NetworkAudit is one decision of a command's managed proxy: the client
+// asked for Host:Port and was let through or not. It never holds a secret
+// value.
+type NetworkAudit struct {
+	Host     string `json:"host"`
+	Port     uint16 `json:"port"`
+	Protocol string `json:"protocol"`
+	Allowed  bool   `json:"allowed"`
+	// Reason is the proxy's stable reason code (policy_allow,
+	// host_not_allowed, refused_loopback, ...).
+	Reason string `json:"reason"`
+	Detail string `json:"detail,omitempty"`
+	// Suppressed, when non-zero, makes the record a summary standing for
+	// that many decisions like it that were counted, not itemised.
+	Suppressed int `json:"suppressed,omitempty"`
 }
 
 // AuditSink receives every audit record. Implementations must be safe for
@@ -133,16 +157,50 @@ func (l *ledger) record(ctx context.Context, rec AuditRecord) {
 		args = append(args, "hook", rec.Hook, "rule", rec.Rule)
 	}
 	if len(rec.Verdicts) > 0 {
-		args = append(args, "verdicts", len(rec.Verdicts))
+		vs := make([]string, len(rec.Verdicts))
+		for i, v := range rec.Verdicts {
+			vs[i] = v.Hook + ":" + v.Action.String()
+			if v.Rule != "" {
+				vs[i] += ":" + v.Rule
+			}
+		}
+		args = append(args, "verdicts", vs)
+	}
+	if len(rec.Details) > 0 {
+		args = append(args, "details", rec.Details)
+	}
+	if n := rec.Network; n != nil {
+		args = append(args, "net_host", n.Host, "net_port", n.Port, "net_protocol", n.Protocol,
+			"net_allowed", n.Allowed, "net_reason", n.Reason)
+		if n.Suppressed > 0 {
+			args = append(args, "net_suppressed", n.Suppressed)
+		}
+	}
+	msg := "command"
+	if rec.Network != nil {
+		msg = "network"
 	}
 	if rec.Decision == DecisionAllow {
-		l.log.Info("command", args...)
+		l.log.Info(msg, args...)
 	} else {
-		l.log.Warn("command", args...)
+		l.log.Warn(msg, args...)
 	}
 	if l.sink != nil {
 		if err := l.sink.Record(context.WithoutCancel(ctx), rec); err != nil {
 			l.log.Error("audit sink failed", "error", err, "command_id", rec.CommandID)
 		}
 	}
+}
+
+// RecordNetwork writes one network decision of a command's managed proxy
+// to the ledger, beside the command's own record. Hosts wire their
+// mediator's decisions here (core/proxy: Mediator.Audit), so the ledger
+// holds every allow and deny the proxy made, or a summary of them.
+func (s *WorkspaceSandbox) RecordNetwork(ctx context.Context, sessionID, commandID string, n NetworkAudit) {
+	rec := AuditRecord{SessionID: sessionID, CommandID: commandID, Network: &n,
+		Decision: DecisionDeny, Reason: ReasonNetworkDenied, Detail: n.Detail}
+	if n.Allowed {
+		rec.Decision, rec.Reason = DecisionAllow, ReasonNetworkAllowed
+	}
+	s.ledger.record(ctx, rec)
 }

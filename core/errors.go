@@ -28,6 +28,8 @@ const (
 	ReasonMediationFailed         ReasonCode = "mediation_failed"
 	ReasonGrantApplied            ReasonCode = "grant_applied"
 	ReasonGrantStale              ReasonCode = "grant_stale"
+	ReasonNetworkAllowed          ReasonCode = "network_allowed"
+	ReasonNetworkDenied           ReasonCode = "network_denied"
 	ReasonDriverFailed            ReasonCode = "driver_failed"
 	ReasonTimeout                 ReasonCode = "timeout"
 	ReasonCanceled                ReasonCode = "canceled"

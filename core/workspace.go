@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -395,6 +396,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	exit.Truncated = exit.Truncated || stdout.truncated || stderr.truncated
 	r.rec.ExitCode, r.rec.Signal = exit.ExitCode, exit.Signal
 	r.rec.TimedOut, r.rec.Truncated = exit.TimedOut, exit.Truncated
+	r.rec.Details = maps.Clone(exit.Details)
 	return &Output{
 		Stdout: stdout.buf, Stderr: stderr.buf, Exit: exit, Backend: hc.Backend,
 		CommandID: r.rec.CommandID, ProfileDigest: prof.Digest, Verdicts: r.verdicts,

@@ -243,6 +243,31 @@ func TestNetE2E(t *testing.T) {
 		if err != nil || !bytes.Contains(audit, []byte(`"backend":"bwrap"`)) {
 			t.Errorf("audit log: %v %q", err, audit)
 		}
+		// The ledger holds the proxy's decisions as records of their own,
+		// allowed ones beside the denials.
+		var allowed, refused int
+		for _, line := range bytes.Split(audit, []byte("\n")) {
+			var rec struct {
+				Decision string `json:"decision"`
+				Reason   string `json:"reason"`
+				Network  *struct {
+					Allowed bool   `json:"allowed"`
+					Reason  string `json:"reason"`
+				} `json:"network"`
+			}
+			if json.Unmarshal(line, &rec) != nil || rec.Network == nil {
+				continue
+			}
+			switch {
+			case rec.Network.Allowed && rec.Decision == "allow" && rec.Reason == "network_allowed":
+				allowed++
+			case rec.Network.Reason == "refused_loopback" && rec.Decision == "deny" && rec.Reason == "network_denied":
+				refused++
+			}
+		}
+		if allowed == 0 || refused == 0 {
+			t.Errorf("audit log holds %d allowed and %d refused_loopback network records, want both", allowed, refused)
+		}
 	})
 	t.Run("upstream in another network namespace", func(t *testing.T) {
 		ip := netnstest.New(t, "alephe2e", 252)

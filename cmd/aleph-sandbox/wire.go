@@ -350,15 +350,9 @@ func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Wri
 		p.Close()
 		return nil, err
 	}
-	netLog := logger.Named("network")
-	mediator := mediatorFromConfig(cfg, func(d proxy.Decision) {
-		kv := []any{"session", d.SessionID, "command", d.CommandID, "host", d.Host, "port", d.Port,
-			"protocol", d.Protocol, "allowed", d.Allowed, "reason", d.ReasonCode}
-		if d.Suppressed > 0 {
-			kv = append(kv, "suppressed", d.Suppressed)
-		}
-		netLog.Info("proxy decision", kv...)
-	})
+	// The proxy's decisions go to the audit ledger (set below, once the
+	// sandbox that owns the ledger exists; no command runs before).
+	mediator := mediatorFromConfig(cfg, nil)
 	sb, err := core.New(cfg, append(opts,
 		core.WithLogger(logger),
 		core.WithHooks(hooks...),
@@ -368,6 +362,14 @@ func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Wri
 	if err != nil {
 		p.Close()
 		return nil, err
+	}
+	if ws, ok := sb.(*core.WorkspaceSandbox); ok {
+		mediator.Audit = func(d proxy.Decision) {
+			ws.RecordNetwork(context.Background(), d.SessionID, d.CommandID, core.NetworkAudit{
+				Host: d.Host, Port: d.Port, Protocol: string(d.Protocol), Allowed: d.Allowed,
+				Reason: string(d.ReasonCode), Detail: d.Detail, Suppressed: d.Suppressed,
+			})
+		}
 	}
 	p.sandbox = sb
 	return p, nil

@@ -38,12 +38,14 @@ const FakeBackend = "fake"
 //	flood N [err]    writes N bytes to stdout (and N to stderr with "err")
 //	crash            ends the whole plugin process (only for subprocess use)
 //
-// Anything else writes Stdout/Stderr and exits with ExitCode.
+// Anything else writes Stdout/Stderr and exits with ExitCode. Every Exit
+// carries Details.
 type FakeDriver struct {
 	Caps     driverapi.HostCapabilities
 	Stdout   []byte
 	Stderr   []byte
 	ExitCode int32
+	Details  map[string]string
 
 	mu       sync.Mutex
 	runs     int
@@ -124,7 +126,7 @@ func (f *FakeDriver) Run(ctx context.Context, spec driverapi.RunSpec, streams dr
 	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
 	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
 	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
-	var exit driverapi.Exit
+	exit := driverapi.Exit{Details: f.Details}
 	switch spec.Program {
 	case "echo":
 		fmt.Fprintln(stdout, strings.Join(spec.Args, " "))
