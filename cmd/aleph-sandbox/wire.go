@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -270,7 +271,12 @@ func hooksFromConfig(cfg core.Config, logger hclog.Logger, warn io.Writer) ([]dr
 		hooks = append(hooks, h)
 	}
 	for _, path := range cfg.Sandbox.HookPlugins {
-		hh, err := core.NewHookHost(core.HookHostConfig{Path: path, Logger: logger, CallTimeout: time.Duration(cfg.Sandbox.HookTimeoutMS) * time.Millisecond})
+		env, err := hookPluginEnv(cfg, path)
+		if err != nil {
+			closeAll()
+			return nil, func() {}, err
+		}
+		hh, err := core.NewHookHost(core.HookHostConfig{Path: path, Logger: logger, Env: env, CallTimeout: time.Duration(cfg.Sandbox.HookTimeoutMS) * time.Millisecond})
 		if err != nil {
 			closeAll()
 			return nil, func() {}, err
@@ -279,6 +285,36 @@ func hooksFromConfig(cfg core.Config, logger hclog.Logger, warn io.Writer) ([]dr
 		closers = append(closers, func() { _ = hh.Close() })
 	}
 	return hooks, closeAll, nil
+}
+
+// hookPluginEnv is what a hook plugin is started with: the shipped hooks
+// (known by their binary's name) get their section of the configuration as
+// ALEPH_HOOK_CONFIG, in the JSON their -config-json flag reads; other
+// plugins get nothing. Listing a shipped hook as a plugin runs it: its
+// section's "enabled" says only whether it also runs in-process.
+func hookPluginEnv(cfg core.Config, path string) ([]string, error) {
+	var v any
+	switch strings.TrimSuffix(filepath.Base(path), ".exe") {
+	case "aleph-hook-commandpolicy":
+		c := commandPolicyConfig(cfg.Sandbox.CommandPolicy)
+		c.Enabled = true
+		v = c
+	case "aleph-hook-ratelimit":
+		rl := cfg.Sandbox.RateLimit
+		v = map[string]any{
+			"rate_per_second": rl.RatePerSecond, "burst": rl.Burst,
+			"max_concurrent_per_session": rl.MaxConcurrentPerSession,
+			"max_concurrent_global":      rl.MaxConcurrentGlobal,
+			"idle_forget_seconds":        rl.IdleForgetSeconds,
+		}
+	default:
+		return nil, nil
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("hook plugin %s: configuration: %w", path, err)
+	}
+	return []string{"ALEPH_HOOK_CONFIG=" + string(b)}, nil
 }
 
 // commandPolicyConfig maps the [sandbox.command_policy] section onto the
