@@ -2,8 +2,10 @@
 // commands run at once: a token bucket per session (golang.org/x/time/rate)
 // and caps on concurrent commands per session and overall. A slot taken by
 // Before is given back by After. A denial carries RetryAfter and says so in
-// its reason. Sessions idle for IdleForget are forgotten, so memory stays
-// bounded by the number of recently active sessions.
+// its reason. Sessions idle for IdleForget with nothing running are
+// forgotten, so memory stays bounded by the number of recently active
+// sessions; a slot whose After never comes is given back after
+// InflightLease.
 package ratelimit
 
 import (
@@ -43,8 +45,14 @@ type Config struct {
 	// MaxConcurrentGlobal caps commands running at once overall.
 	MaxConcurrentGlobal int `json:"max_concurrent_global" koanf:"max_concurrent_global" toml:"max_concurrent_global"`
 	// IdleForget is how long a session without commands is remembered;
-	// 0 means 10 minutes.
+	// 0 means 10 minutes. A session with a command still running is never
+	// forgotten (its slot must keep counting against the caps).
 	IdleForget time.Duration `json:"-"`
+	// InflightLease is how long a command holds its concurrency slot
+	// without After: a lost After (a hook plugin restarted, a caller that
+	// crashed) must not hold a slot for ever, and a command running
+	// longer than this loses its place in the count. 0 means 24 hours.
+	InflightLease time.Duration `json:"-"`
 	// ConcurrencyRetryAfter is the RetryAfter given when a concurrency cap
 	// is reached (when a slot frees is not knowable); 0 means 1s.
 	ConcurrencyRetryAfter time.Duration `json:"-"`
@@ -75,7 +83,7 @@ func WithLogger(l hclog.Logger) Option { return func(h *Hook) { h.log = l.ResetN
 
 type session struct {
 	limiter  *rate.Limiter // nil when there is no rate limit
-	inflight map[string]bool
+	inflight map[string]time.Time // command id -> when it was admitted
 	lastSeen time.Time
 }
 
@@ -102,9 +110,14 @@ func New(cfg Config, opts ...Option) (*Hook, error) {
 		return nil, &ConfigError{Field: "burst", Reason: "must not be negative"}
 	case cfg.IdleForget < 0:
 		return nil, &ConfigError{Field: "idle_forget", Reason: "must not be negative"}
+	case cfg.InflightLease < 0:
+		return nil, &ConfigError{Field: "inflight_lease", Reason: "must not be negative"}
 	}
 	if cfg.IdleForget == 0 {
 		cfg.IdleForget = 10 * time.Minute
+	}
+	if cfg.InflightLease == 0 {
+		cfg.InflightLease = 24 * time.Hour
 	}
 	if cfg.ConcurrencyRetryAfter <= 0 {
 		cfg.ConcurrencyRetryAfter = time.Second
@@ -135,7 +148,7 @@ func (h *Hook) Before(_ context.Context, req driverapi.HookRequest) (driverapi.V
 	h.sweep(now)
 	s := h.sessions[req.SessionID]
 	if s == nil {
-		s = &session{inflight: map[string]bool{}}
+		s = &session{inflight: map[string]time.Time{}}
 		if h.cfg.RatePerSecond > 0 {
 			s.limiter = rate.NewLimiter(rate.Limit(h.cfg.RatePerSecond), h.cfg.Burst)
 		}
@@ -163,8 +176,8 @@ func (h *Hook) Before(_ context.Context, req driverapi.HookRequest) (driverapi.V
 				req.SessionID, h.cfg.RatePerSecond, h.cfg.Burst)), nil
 		}
 	}
-	if req.CommandID != "" && !s.inflight[req.CommandID] {
-		s.inflight[req.CommandID] = true
+	if _, ok := s.inflight[req.CommandID]; req.CommandID != "" && !ok {
+		s.inflight[req.CommandID] = now
 		h.global++
 	}
 	return driverapi.Verdict{Action: driverapi.ActionAllow}, nil
@@ -189,24 +202,28 @@ func (h *Hook) After(_ context.Context, sessionID, commandID string, _ bool) {
 		return
 	}
 	s.lastSeen = now
-	if s.inflight[commandID] {
+	if _, ok := s.inflight[commandID]; ok {
 		delete(s.inflight, commandID)
 		h.global--
 	}
 }
 
-// sweep forgets sessions idle for IdleForget, at most once per half of it
-// so the cost stays amortised. A forgotten session's slots are given back:
-// a lost After (a hook plugin restarted, a crashed caller) must not hold a
-// slot for ever.
+// sweep gives back slots held longer than InflightLease and forgets
+// sessions idle for IdleForget with nothing running, at most once per half
+// of the shorter of the two so the cost stays amortised.
 func (h *Hook) sweep(now time.Time) {
-	if now.Sub(h.lastSweep) < h.cfg.IdleForget/2 {
+	if now.Sub(h.lastSweep) < min(h.cfg.IdleForget, h.cfg.InflightLease)/2 {
 		return
 	}
 	h.lastSweep = now
 	for id, s := range h.sessions {
-		if now.Sub(s.lastSeen) >= h.cfg.IdleForget {
-			h.global -= len(s.inflight)
+		for cid, since := range s.inflight {
+			if now.Sub(since) >= h.cfg.InflightLease {
+				delete(s.inflight, cid)
+				h.global--
+			}
+		}
+		if len(s.inflight) == 0 && now.Sub(s.lastSeen) >= h.cfg.IdleForget {
 			delete(h.sessions, id)
 		}
 	}

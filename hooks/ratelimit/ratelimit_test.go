@@ -105,7 +105,7 @@ func TestConcurrencyCaps(t *testing.T) {
 
 func TestIdleSessionsForgotten(t *testing.T) {
 	c := newClock()
-	h, _ := New(Config{RatePerSecond: 1, Burst: 1, MaxConcurrentGlobal: 2, IdleForget: time.Minute}, WithClock(c.now))
+	h, _ := New(Config{RatePerSecond: 1, Burst: 1, MaxConcurrentGlobal: 2, IdleForget: time.Minute, InflightLease: time.Hour}, WithClock(c.now))
 	for i := 0; i < 1000; i++ {
 		s := fmt.Sprint("s", i)
 		before(t, h, s, "x")
@@ -114,22 +114,75 @@ func TestIdleSessionsForgotten(t *testing.T) {
 	if h.Sessions() != 1000 {
 		t.Fatalf("sessions %d", h.Sessions())
 	}
-	// A session whose After was lost keeps a slot until it is forgotten.
+	// A session whose After was lost keeps its slot, and is remembered,
+	// until the lease ends.
 	before(t, h, "lost", "l1")
 	if h.InFlight() != 1 {
 		t.Fatalf("in flight %d", h.InFlight())
 	}
 	c.add(2 * time.Minute)
 	before(t, h, "fresh", "f1")
-	if n := h.Sessions(); n != 1 {
-		t.Fatalf("after the idle period %d sessions remain, want 1", n)
+	if n := h.Sessions(); n != 2 {
+		t.Fatalf("after the idle period %d sessions remain, want the one running and the fresh one", n)
 	}
-	if h.InFlight() != 1 {
-		t.Fatalf("lost slot not given back: in flight %d", h.InFlight())
+	if h.InFlight() != 2 {
+		t.Fatalf("a running command's slot was given back early: in flight %d", h.InFlight())
+	}
+	c.add(time.Hour)
+	before(t, h, "later", "x1")
+	// An hour on, both leases (l1 and f1, neither ever ended) are over:
+	// their slots are given back and their sessions forgotten; only the
+	// new session and its command remain.
+	if n, f := h.Sessions(), h.InFlight(); n != 1 || f != 1 {
+		t.Fatalf("after the leases: %d sessions, %d in flight; want 1 and 1", n, f)
 	}
 	// Forgetting is not a way around the bucket of a live session.
-	if v := before(t, h, "fresh", "f2"); v.Action != driverapi.ActionDeny {
-		t.Fatalf("fresh second command: %+v", v)
+	if v := before(t, h, "later", "x2"); v.Action != driverapi.ActionDeny {
+		t.Fatalf("second command of a session within its bucket's period: %+v", v)
+	}
+}
+
+// TestLongCommandKeepsItsSlot: a command that runs longer than IdleForget
+// (but within the lease) keeps counting against the caps; its After frees
+// the slot (the control).
+func TestLongCommandKeepsItsSlot(t *testing.T) {
+	c := newClock()
+	h, _ := New(Config{MaxConcurrentPerSession: 1, MaxConcurrentGlobal: 1, IdleForget: time.Minute}, WithClock(c.now))
+	if v := before(t, h, "s", "c1"); v.Action != driverapi.ActionAllow {
+		t.Fatalf("c1: %+v", v)
+	}
+	if v := before(t, h, "s", "c2"); v.Action != driverapi.ActionDeny || v.Rule != RuleSessionConcurrent {
+		t.Fatalf("c2 while c1 runs: %+v", v)
+	}
+	c.add(2 * time.Minute) // c1 still running, the session idle past IdleForget
+	if v := before(t, h, "s", "c3"); v.Action != driverapi.ActionDeny {
+		t.Fatalf("c3 while c1 still runs, after the idle period: %+v", v)
+	}
+	if v := before(t, h, "other", "o1"); v.Action != driverapi.ActionDeny || v.Rule != RuleGlobalConcurrent {
+		t.Fatalf("another session while c1 holds the only global slot: %+v", v)
+	}
+	h.After(context.Background(), "s", "c1", true)
+	if v := before(t, h, "s", "c4"); v.Action != driverapi.ActionAllow {
+		t.Fatalf("c4 after c1 ended: %+v", v)
+	}
+}
+
+// TestLostAfterGivenBackAfterLease: a slot whose After never comes is given
+// back once the lease is over, so a lost After cannot block a cap for ever.
+func TestLostAfterGivenBackAfterLease(t *testing.T) {
+	c := newClock()
+	h, _ := New(Config{MaxConcurrentGlobal: 1, IdleForget: time.Minute, InflightLease: 10 * time.Minute}, WithClock(c.now))
+	before(t, h, "lost", "l1")
+	c.add(9 * time.Minute)
+	if v := before(t, h, "s", "a"); v.Action != driverapi.ActionDeny {
+		t.Fatalf("within the lease: %+v", v)
+	}
+	c.add(2 * time.Minute)
+	if v := before(t, h, "s", "b"); v.Action != driverapi.ActionAllow {
+		t.Fatalf("after the lease: %+v", v)
+	}
+	if n := h.Sessions(); n != 1 {
+		t.Fatalf("the lost session is still remembered: %d sessions", n)
 	}
 }
 
