@@ -82,7 +82,7 @@ func WithClock(now func() time.Time) Option { return func(h *Hook) { h.now = now
 func WithLogger(l hclog.Logger) Option { return func(h *Hook) { h.log = l.ResetNamed(HookName) } }
 
 type session struct {
-	limiter  *rate.Limiter // nil when there is no rate limit
+	limiter  *rate.Limiter        // nil when there is no rate limit
 	inflight map[string]time.Time // command id -> when it was admitted
 	lastSeen time.Time
 }
