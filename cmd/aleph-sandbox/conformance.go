@@ -59,6 +59,7 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 			return fail(io.Err, "conformance: %v", err)
 		}
 		cfg.Env = []string{"ALEPH_DRIVER_OPTIONS=" + string(c.DriverOptions(runtime.GOOS))}
+		cfg.SHA256 = driverPin(c, path)
 	}
 	if !*asJSON {
 		cfg.Progress = func(r conformance.Result) { fmt.Fprintln(io.Out, caseLine(r)) }

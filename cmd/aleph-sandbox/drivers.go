@@ -75,22 +75,47 @@ type foundDriver struct {
 }
 
 // discoverDrivers finds aleph-driver-* binaries in the same places, and the
-// same order, as exec's lookup; the first of each name wins.
+// same order, as exec's lookup by name; the first of each name wins. A
+// driver the configuration names by path is listed too, in place of one of
+// the same name found by lookup (exec would run it), but its directory is
+// not searched: exec would not find the other drivers there by name.
 func discoverDrivers(cfg core.Config) []foundDriver {
-	var dirs []string
+	var configured *foundDriver
 	if d := cfg.Sandbox.Driver; strings.ContainsRune(d, filepath.Separator) {
-		dirs = append(dirs, filepath.Dir(d))
+		if p, _, err := core.FindDriver(d, nil); err == nil {
+			name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "aleph-driver-"), ".exe")
+			configured = &foundDriver{name: name, path: p, isDefault: name == core.DefaultDriverName()}
+		}
 	}
 	var out []foundDriver
-	for _, c := range core.FindDrivers(dirs) {
+	if configured != nil {
+		out = append(out, *configured)
+	}
+	for _, c := range core.FindDrivers(nil) {
+		if configured != nil && c.Name == configured.name {
+			continue
+		}
 		out = append(out, foundDriver{name: c.Name, path: c.Path, isDefault: c.Name == core.DefaultDriverName()})
 	}
 	return out
 }
 
+// driverPin is the configured sha256 pin for the driver at path: the pin
+// belongs to the driver the configuration selects, and applies wherever
+// that binary is launched.
+func driverPin(cfg core.Config, path string) string {
+	if cfg.Sandbox.DriverSHA256 == "" {
+		return ""
+	}
+	if p, _, err := core.FindDriver(cfg.Sandbox.Driver, nil); err == nil && p == path {
+		return cfg.Sandbox.DriverSHA256
+	}
+	return ""
+}
+
 func probeDriver(ctx context.Context, d foundDriver, cfg core.Config) driverReport {
 	r := driverReport{Name: d.name, Path: d.path, Default: d.isDefault}
-	host, err := core.NewDriverHost(core.DriverHostConfig{Path: d.path, Options: cfg.DriverOptions(goos()), StartTimeout: 15 * time.Second})
+	host, err := core.NewDriverHost(core.DriverHostConfig{Path: d.path, SHA256: driverPin(cfg, d.path), Options: cfg.DriverOptions(goos()), StartTimeout: 15 * time.Second})
 	if err != nil {
 		r.Error = err.Error()
 		return r

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -278,6 +280,61 @@ func TestFlagErrorsAreOneLine(t *testing.T) {
 		}
 		if h := cli(t, "", false, sc, "-h"); h.code != 0 || !strings.Contains(h.stderr, "usage: aleph-sandbox "+sc) {
 			t.Errorf("%s -h: exit %d, stderr %q", sc, h.code, h.stderr)
+		}
+	}
+}
+
+// TestDriversConfiguredPathAndPin: a driver the configuration names by path
+// is listed and launched under the configured sha256 pin (a wrong pin is
+// reported, the right one works); a neighbour in its directory is not
+// listed, since exec would not find it by name.
+func TestDriversConfiguredPathAndPin(t *testing.T) {
+	drv := cliEnv(t)
+	t.Setenv("ALEPH_SANDBOX_PLUGIN_DIR", t.TempDir()) // nothing else to find
+	dir := t.TempDir()
+	configured := filepath.Join(dir, "aleph-driver-pinned")
+	neighbour := filepath.Join(dir, "aleph-driver-neighbour")
+	for _, p := range []string{configured, neighbour} {
+		if err := os.Symlink(drv, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	data, err := os.ReadFile(drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	for _, tc := range []struct {
+		pin     string
+		wantErr bool
+	}{
+		{strings.Repeat("0", 64), true},
+		{hex.EncodeToString(sum[:]), false},
+	} {
+		cfg := filepath.Join(t.TempDir(), "c.toml")
+		body := "[sandbox]\ndriver = \"" + configured + "\"\ndriver_sha256 = \"" + tc.pin + "\"\n"
+		if err := os.WriteFile(cfg, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		r := cli(t, "", false, "drivers", "--json", "--config", cfg)
+		var reports []driverReport
+		if err := json.Unmarshal([]byte(r.stdout), &reports); err != nil {
+			t.Fatalf("drivers --json: %v in %q (%s)", err, r.stdout, r.stderr)
+		}
+		var got *driverReport
+		for i, rep := range reports {
+			if rep.Name == "neighbour" {
+				t.Fatalf("a driver beside the configured one is listed: %+v", rep)
+			}
+			if rep.Name == "pinned" {
+				got = &reports[i]
+			}
+		}
+		if got == nil {
+			t.Fatalf("the configured driver is not listed: %q", r.stdout)
+		}
+		if hasErr := got.Error != "" && strings.Contains(got.Error, "sha256"); hasErr != tc.wantErr || (!tc.wantErr && got.Capabilities == nil) {
+			t.Fatalf("pin %s…: report %+v, want pin error %v", tc.pin[:8], got, tc.wantErr)
 		}
 	}
 }
