@@ -144,9 +144,36 @@ func (e *ConfigError) Error() string {
 // sandbox.default_timeout_seconds, ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=5
 // sets sandbox.rate_limit.burst. Lists of strings take comma-separated
 // values; lists of tables (custom_rules, secret_injections) are file-only.
-// Other ALEPH_SANDBOX_* variables (ALEPH_SANDBOX_PLUGIN_DIR, ...) are not
-// configuration and are ignored here.
+// The only other ALEPH_SANDBOX_* variables are those of isOtherEnvVar; any
+// else is refused as a mistyped override.
 const EnvPrefix = "ALEPH_SANDBOX_SANDBOX__"
+
+// isOtherEnvVar reports the ALEPH_SANDBOX_ variables that are not
+// configuration overrides: the CLI's log level and destination, and the
+// driver lookup directory.
+func isOtherEnvVar(name string) bool {
+	switch name {
+	case "ALEPH_SANDBOX_LOG", "ALEPH_SANDBOX_LOG_FILE", "ALEPH_SANDBOX_PLUGIN_DIR":
+		return true
+	}
+	return false
+}
+
+// checkEnvNames refuses an ALEPH_SANDBOX_ variable that is neither an
+// override nor one of isOtherEnvVar's: a mistyped override
+// (ALEPH_SANDBOX_DEFAULT_TIMEOUT_SECONDS, one underscore short) would
+// otherwise leave the default silently in force.
+func checkEnvNames(environ []string) *ConfigError {
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if !strings.HasPrefix(name, "ALEPH_SANDBOX_") || strings.HasPrefix(name, EnvPrefix) || isOtherEnvVar(name) {
+			continue
+		}
+		return &ConfigError{Source: "environment " + name, Key: name,
+			Reason: "unknown variable: configuration overrides are named " + EnvPrefix + "<KEY>, sections joined by __ (e.g. " + EnvPrefix + "DEFAULT_TIMEOUT_SECONDS)"}
+	}
+	return nil
+}
 
 // DataDir is where aleph-sandbox keeps its state: $XDG_DATA_HOME/aleph-sandbox
 // or ~/.local/share/aleph-sandbox. Empty when neither can be determined.
@@ -212,6 +239,9 @@ func loadConfig(path string, environ []string) (Config, error) {
 		if err := k.Merge(fk); err != nil {
 			return Config{}, err
 		}
+	}
+	if err := checkEnvNames(environ); err != nil {
+		return Config{}, err
 	}
 	var envErr *ConfigError
 	ek := koanf.New(".")

@@ -137,6 +137,9 @@ func TestConfigRefusals(t *testing.T) {
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=x"}, "sandbox.rate_limit.burst", "must be an integer"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=-3"}, "sandbox.rate_limit.burst", "must be > 0"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__COMMAND_POLICY__CUSTOM_RULES=x"}, "sandbox.command_policy.custom_rules", "config file"},
+		// A mistyped override is refused, not ignored.
+		{"", []string{"ALEPH_SANDBOX_DEFAULT_TIMEOUT_SECONDS=5"}, "ALEPH_SANDBOX_DEFAULT_TIMEOUT_SECONDS", "unknown variable"},
+		{"", []string{"ALEPH_SANDBOX_SANDBOX_DEFAULT_TIMEOUT_SECONDS=5"}, "ALEPH_SANDBOX_SANDBOX_DEFAULT_TIMEOUT_SECONDS", "unknown variable"},
 	}
 	for _, c := range cases {
 		p := ""
@@ -149,6 +152,13 @@ func TestConfigRefusals(t *testing.T) {
 			t.Fatalf("%q %v: got %v, want key %s (%s)", c.toml, c.env, err, c.key, c.why)
 		}
 	}
+	// Controls: the variables that are not overrides are accepted beside a
+	// correct override, which applies.
+	cfg, err := loadConfig("", []string{"ALEPH_SANDBOX_LOG=debug", "ALEPH_SANDBOX_LOG_FILE=/tmp/x.log",
+		"ALEPH_SANDBOX_PLUGIN_DIR=/opt/p", "ALEPH_SANDBOX_SANDBOX__DEFAULT_TIMEOUT_SECONDS=5", "ALEPHX=1"})
+	if err != nil || cfg.Sandbox.DefaultTimeoutSeconds != 5 {
+		t.Fatalf("known variables: %v, timeout %d", err, cfg.Sandbox.DefaultTimeoutSeconds)
+	}
 	if _, err := loadConfig(filepath.Join(t.TempDir(), "missing.toml"), nil); err == nil {
 		t.Fatal("missing file accepted")
 	}
@@ -156,7 +166,7 @@ func TestConfigRefusals(t *testing.T) {
 		t.Fatal("malformed TOML accepted")
 	}
 	// The exact message for the documented example.
-	_, err := loadConfig(writeTOML(t, "[sandbox.rate_limit]\nburst = 0\n"), nil)
+	_, err = loadConfig(writeTOML(t, "[sandbox.rate_limit]\nburst = 0\n"), nil)
 	if !strings.HasSuffix(err.Error(), "sandbox.rate_limit.burst: must be > 0") {
 		t.Fatalf("message %q", err)
 	}
