@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // FuzzReadProxyRequest: the request-head parser must never panic, and
@@ -22,6 +24,7 @@ func FuzzReadProxyRequest(f *testing.F) {
 		"POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: 3\r\n\r\nabc",
 		"GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n continued\r\n\r\n",
 		"GET http://a.example/ HTTP/1.1\nHost: b.example\n\n",
+		"GET http://a.example/ HTTP/1.1\r\nHost : b.example\r\n\r\n",
 		"GET http://xn--bcher-kva.example/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
 	} {
 		f.Add([]byte(s))
@@ -43,6 +46,11 @@ func FuzzReadProxyRequest(f *testing.F) {
 		if !tg.IP.IsValid() {
 			if n, err := NormalizeName(tg.Host); err != nil || n != tg.Host {
 				t.Fatalf("accepted unnormalised host %q", tg.Host)
+			}
+		}
+		for k := range pr.req.Header {
+			if !httpguts.ValidHeaderFieldName(k) {
+				t.Fatalf("accepted header field name %q", k)
 			}
 		}
 		if pr.req.Method != http.MethodConnect && !strings.EqualFold(pr.req.URL.Scheme, "http") {

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"golang.org/x/net/http/httpguts"
 )
 
 // PolicyName is how refusals name the policy that refused them.
@@ -158,8 +160,12 @@ func headEnd(b []byte, from int) int {
 }
 
 // rawHostHeaders returns the values of the Host header lines of a head.
-// Obsolete line folding is refused outright: it is a classic way to make
-// two parsers disagree about a header.
+// Obsolete line folding and a field name that is not a token (whitespace
+// before the colon, as in "Host : evil.example") are refused outright:
+// both are classic ways to make two parsers disagree about a header, and
+// RFC 9112 (sections 5.1 and 5.2) says a server must reject them. net/http
+// keeps "Host " as a header of its own, which would pass the Host check
+// here and then reach the upstream.
 func rawHostHeaders(head []byte) ([]string, error) {
 	lines := strings.Split(strings.ReplaceAll(string(head), "\r\n", "\n"), "\n")
 	var hosts []string
@@ -171,7 +177,15 @@ func rawHostHeaders(head []byte) ([]string, error) {
 			return nil, errors.New("obsolete header line folding")
 		}
 		name, value, ok := strings.Cut(l, ":")
-		if ok && strings.EqualFold(name, "Host") {
+		if !ok {
+			return nil, errors.New("header line without a colon")
+		}
+		if !httpguts.ValidHeaderFieldName(name) {
+			// The name is client-chosen bytes: neither quoted into the
+			// answer nor into the audit record.
+			return nil, errors.New("malformed header field name (whitespace before the colon?)")
+		}
+		if strings.EqualFold(name, "Host") {
 			hosts = append(hosts, textproto.TrimString(value))
 		}
 	}

@@ -168,6 +168,17 @@ func TestPlainHTTPRequestChecks(t *testing.T) {
 		{"allowed", "GET http://" + srv + "/ HTTP/1.1\r\nHost: " + srv + "\r\n\r\n", 200, ReasonAllowed},
 		{"no Host header (HTTP/1.0)", "GET http://" + srv + "/ HTTP/1.0\r\n\r\n", 200, ReasonAllowed},
 		{"Host header disagrees", "GET http://" + srv + "/ HTTP/1.1\r\nHost: api.example.com\r\n\r\n", 400, ReasonHostHeaderMismatch},
+		{"Host header without space after the colon", "GET http://" + srv + "/ HTTP/1.1\r\nHost:" + srv + "\r\n\r\n", 200, ReasonAllowed},
+		// RFC 9112 5.1: whitespace between a field name and the colon
+		// must be rejected; net/http would keep "Host " as a header of
+		// its own, out of reach of the Host check, and forward it.
+		{"space before the colon of Host", "GET http://" + srv + "/ HTTP/1.1\r\nHost : api.example.com\r\n\r\n", 400, ReasonBadRequest},
+		{"space before the colon of an agreeing Host", "GET http://" + srv + "/ HTTP/1.1\r\nHost : " + srv + "\r\n\r\n", 400, ReasonBadRequest},
+		{"tab before the colon of Host", "GET http://" + srv + "/ HTTP/1.1\r\nHost\t: api.example.com\r\n\r\n", 400, ReasonBadRequest},
+		{"space before the colon beside a good Host", "GET http://" + srv + "/ HTTP/1.1\r\nHost: " + srv + "\r\nHost : api.example.com\r\n\r\n", 400, ReasonBadRequest},
+		{"space before the colon of another header", "GET http://" + srv + "/ HTTP/1.1\r\nHost: " + srv + "\r\nX-Other : v\r\n\r\n", 400, ReasonBadRequest},
+		{"space before the colon, bare LF", "GET http://" + srv + "/ HTTP/1.1\nHost : api.example.com\n\n", 400, ReasonBadRequest},
+		{"CONNECT with space before the colon of Host", "CONNECT " + srv + " HTTP/1.1\r\nHost : api.example.com:443\r\n\r\n", 400, ReasonBadRequest},
 		{"Host header other port", "GET http://" + srv + "/ HTTP/1.1\r\nHost: 127.0.0.1:1\r\n\r\n", 400, ReasonHostHeaderMismatch},
 		{"two Host headers", "GET http://" + srv + "/ HTTP/1.1\r\nHost: " + srv + "\r\nHost: " + srv + "\r\n\r\n", 400, ""},
 		{"origin-form", "GET / HTTP/1.1\r\nHost: " + srv + "\r\n\r\n", 400, ReasonBadRequest},
