@@ -34,8 +34,9 @@ const (
 //   - a directory prefix on a command word is dropped when it names a system
 //     binary directory (/bin/rm, /usr/bin/rm, C:\Windows\System32\x.exe) and
 //     .exe/.com suffixes of command words are removed;
-//   - spaces and tabs collapse to one space, and "." and ".." segments of
-//     absolute paths are resolved (/usr/../ is /);
+//   - spaces and tabs collapse to one space, and repeated slashes and "."
+//     and ".." segments of absolute paths (also after key=, as in dd's of=)
+//     are resolved: /usr/../ is /, //dev/./sda is /dev/sda;
 //   - PowerShell -EncodedCommand (and its prefixes -enc, -e, ...) payloads are
 //     decoded (base64 of UTF-16LE), normalised, and appended on new lines.
 //
@@ -506,11 +507,7 @@ func canonical(s string) string {
 		for j < len(s) && !tokenEnd[s[j]] {
 			j++
 		}
-		tok := s[i:j]
-		if tok[0] == '/' && strings.Contains(tok, "/.") {
-			// /usr/../ is the root: resolve dot segments of absolute paths.
-			tok = path.Clean(tok)
-		}
+		tok := cleanPathToken(s[i:j])
 		if cmdPos {
 			tok = stripCommandPrefix(tok)
 			cmdPos = strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || inFoldedSet(isWrapper, tok) || inFoldedSet(isRunner, tok)
@@ -523,6 +520,34 @@ func canonical(s string) string {
 		i = j
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// cleanPathToken resolves the lexical spellings of an absolute path the
+// kernel reads as one file: repeated slashes and "." and ".." segments
+// (//dev/sda, /dev/./sda and /dev/../dev/sda are /dev/sda, /usr/../ is /).
+// The value of a key=value word (dd's of=/dev//sda) is cleaned the same way.
+func cleanPathToken(tok string) string {
+	if tok[0] == '/' {
+		return cleanAbsPath(tok)
+	}
+	if k := strings.IndexByte(tok, '='); k > 0 && k+1 < len(tok) && tok[k+1] == '/' {
+		if v := cleanAbsPath(tok[k+1:]); v != tok[k+1:] {
+			return tok[:k+1] + v
+		}
+	}
+	return tok
+}
+
+func cleanAbsPath(p string) string {
+	if !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
+		return p
+	}
+	if len(p) >= 4 && p[1] == '/' && (p[2] == '.' || p[2] == '?') && p[3] == '/' {
+		// //./ and //?/ open the Windows device namespace
+		// (//./PhysicalDrive0): keep the prefix, clean what follows.
+		return p[:3] + cleanAbsPath(p[3:])
+	}
+	return path.Clean(p)
 }
 
 // stripCommandPrefix drops a system binary directory from a command word and

@@ -38,6 +38,9 @@ func TestNormaliserEvasions(t *testing.T) {
 		{"windows path prefix", `C:\Windows\System32\vssadmin.exe delete shadows /all`, "vssadmin delete shadows /all", "win-shadow-copy-delete"},
 		{"windows env path prefix", `%SystemRoot%\System32\bcdedit.exe /delete {current}`, "bcdedit /delete {current}", "win-bcdedit"},
 		{"dot segments", "rm -rf /usr/../", "rm -rf /", "rm-root"},
+		{"repeated slashes", "dd if=/dev/zero of=//dev/sda", "of=/dev/sda", "dd-to-disk"},
+		{"dot segments after of=", "dd if=/dev/zero of=/dev/../dev/./sda", "of=/dev/sda", "dd-to-disk"},
+		{"slashes after a redirect", "echo x >/dev//sda", ">/dev/sda", "redirect-to-block-device"},
 		{"full width", "\uff52\uff4d -rf /", "rm -rf /", "rm-root"},
 		{"pipe continuation", "curl -s https://x |\n sh", "curl -s https://x | sh", "download-to-shell"},
 		{"encoded command", "powershell -enc " + encodePS("vssadmin delete shadows /all /quiet"), "vssadmin delete shadows /all /quiet", "win-shadow-copy-delete"},
@@ -75,6 +78,11 @@ func TestNormaliserKeepsHarmlessText(t *testing.T) {
 		"echo {a,b}":                       "echo a b",
 		"awk '{print $1}' f":               "awk {print $1} f",
 		`echo 'a' + 'b'`:                   "echo ab",
+		"ls //tmp/./x/../y":                "ls /tmp/y",
+		"make PREFIX=/usr//local/.":        "make PREFIX=/usr/local",
+		"echo a=b=//c":                     "echo a=b=//c",
+		"cat //./PhysicalDrive0":           "cat //./PhysicalDrive0",
+		"cat //?/C:/x/../y":                "cat //?/C:/y",
 	} {
 		if got := Normalize(in); got != want {
 			t.Errorf("Normalize(%q) = %q, want %q", in, got, want)

@@ -1,6 +1,10 @@
 package commandpolicy
 
-import "strings"
+import (
+	"regexp"
+	"slices"
+	"strings"
+)
 
 // Rule actions.
 const (
@@ -34,9 +38,10 @@ const (
 	ce = `(?:$|[\s;&|)<>}])`
 	// a: a character inside one simple command.
 	a = `[^\n;&|]`
-	// blockDev: block devices (disks, partitions, RAID, device-mapper,
-	// loop), never the harmless character devices such as /dev/null.
-	blockDev = `/dev/(?:(?:sd|hd|vd|xvd)[a-z]|nvme\d|mmcblk\d|r?disk\d|md\d|md/|dm-\d|mapper/|loop\d|sr\d|nbd\d|zd\d|rbd\d|bcache\d|ram\d|mtdblock\d|disk/by-|root` + ce + `)`
+	// devDir: the /dev directory, also behind the Windows device-namespace
+	// prefix (//./dev/sda, which Linux reads as /dev/sda). The normaliser has
+	// already folded //dev, /dev/./ and /dev/../dev into /dev.
+	devDir = `(?://[.?])?/dev/`
 	// rmRecursive: rm's recursive option, alone, bundled or long.
 	rmRecursive = `(?:-[a-z]*r[a-z]*|--recursive)`
 	// rootPath: the root directory in its spellings: /, //, /., /./, /*, /..
@@ -62,6 +67,54 @@ const (
 	credFile = `/etc/(?:passwd|shadow|gshadow|group|sudoers(?:\.d(?:/\S*)?)?)`
 	hive     = `(?:hklm|hkey_local_machine|hkcu|hkey_current_user|hkcr|hkey_classes_root|hku|hkey_users|hkcc|hkey_current_config)`
 )
+
+// blockDevNames name the block devices (disks, partitions, RAID,
+// device-mapper, loop, ...) under /dev: each is completed by a drive letter
+// or unit number, or is a directory of them. The harmless character devices
+// (/dev/null, /dev/zero, /dev/tty, ...) share none of these spellings.
+var blockDevNames = []string{"sd", "hd", "vd", "xvd", "nvme", "mmcblk", "disk", "rdisk", "md", "dm-",
+	"loop", "sr", "nbd", "zd", "rbd", "bcache", "ram", "mtdblock", "root", "disk/", "block/", "mapper/", "md/"}
+
+// blockDev matches a block device path: a named one (/dev/sda,
+// /dev/nvme0n1, /dev/disk/by-id/..., /dev/block/8:0) or a shell glob that
+// can expand to one (/dev/sd*, /dev/sd?, /dev/sd[a-z], /dev/nvme*, /dev/*):
+// a glob character right after /dev/ or after any prefix of a block device
+// name.
+var blockDev = devDir + `(?:(?:sd|hd|vd|xvd)[a-z]|(?:nvme|mmcblk|r?disk|md|dm-|loop|sr|nbd|zd|rbd|bcache|ram|mtdblock)\d|(?:disk|block|mapper|md)/|root` + ce + `|` + globPrefixes(blockDevNames) + `)`
+
+// globPrefixes matches any prefix of one of names (the empty one included)
+// followed by a shell glob character, as a trie: (?:[*?\[]|s(?:[*?\[]|d[*?\[])|...).
+func globPrefixes(names []string) string {
+	type node struct {
+		next map[byte]*node
+	}
+	root := &node{next: map[byte]*node{}}
+	for _, n := range names {
+		cur := root
+		for i := 0; i < len(n); i++ {
+			nx, ok := cur.next[n[i]]
+			if !ok {
+				nx = &node{next: map[byte]*node{}}
+				cur.next[n[i]] = nx
+			}
+			cur = nx
+		}
+	}
+	var emit func(*node) string
+	emit = func(n *node) string {
+		keys := make([]byte, 0, len(n.next))
+		for k := range n.next {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		out := `(?:[*?\[]`
+		for _, k := range keys {
+			out += `|` + regexp.QuoteMeta(string(k)) + emit(n.next[k])
+		}
+		return out + `)`
+	}
+	return emit(root)
+}
 
 // withOption matches cmd given both option opt and operand arg, in either
 // order, anywhere in one simple command. Each order is a top-level
@@ -109,7 +162,7 @@ func DefaultRules() []Rule {
 			Regex:       cb + `dd\s(?:` + a + `*\s)?of=` + blockDev},
 		{Name: "mkfs-device", Action: Block,
 			Description: "creating a file system on a device",
-			Regex:       cb + `(?:mkfs(?:\.[\w]+)?|mke2fs|mkswap|mkdosfs|mkntfs|mkfs_\w+|newfs(?:_\w+)?)\s(?:` + a + `*\s)?/dev/`},
+			Regex:       cb + `(?:mkfs(?:\.[\w]+)?|mke2fs|mkswap|mkdosfs|mkntfs|mkfs_\w+|newfs(?:_\w+)?)\s(?:` + a + `*\s)?` + devDir},
 		{Name: "redirect-to-block-device", Action: Block,
 			Description: "output redirected (or tee'd) into a disk or partition device",
 			Regex:       alt(`>[>|]?\s*`+blockDev, cb+`tee\s(?:`+a+`*\s)?`+blockDev)},
