@@ -227,6 +227,11 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 		// address space, which runtimes reserve far beyond what they use.
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
+	if (cg == nil || cg.dirs[ctrlPids] == "") && h.nprocPerSandbox() {
+		// No pids cgroup: RLIMIT_NPROC, counted in the sandbox's own user
+		// namespace, caps its tasks (threads included) instead.
+		is.RlimitNproc = d.cfg.Options.Pids()
+	}
 	init, err := InitArgs(is, spec.Program, spec.Args...)
 	if err != nil {
 		return driverapi.Exit{}, err

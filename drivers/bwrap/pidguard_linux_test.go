@@ -3,6 +3,7 @@
 package bwrap
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"strconv"
@@ -10,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // TestPIDGuardEndsOrphans kills bwrap while its sandbox runs, with nothing
@@ -189,5 +192,59 @@ func TestPIDGuardSetuidBwrap(t *testing.T) {
 	}
 	if g := choosePIDGuard(p); g.mode != guardUserPID {
 		t.Fatalf("non-root, plain bwrap: guard %+v, want %s", g, guardUserPID)
+	}
+}
+
+func TestKernelAtLeast(t *testing.T) {
+	for _, tc := range []struct {
+		release string
+		want    bool
+	}{
+		{"6.18.44-fc-v669", true},
+		{"5.14.0-362.el9.x86_64", true},
+		{"5.13.19", false},
+		{"4.19.0", false},
+		{"10.0", true},
+		{"garbage", false},
+		{"", false},
+	} {
+		if got := kernelAtLeast(tc.release, 5, 14); got != tc.want {
+			t.Errorf("kernelAtLeast(%q, 5, 14) = %v", tc.release, got)
+		}
+	}
+}
+
+// TestPidLimitWithoutCgroup: with no cgroup, an unprivileged driver caps
+// the sandbox's tasks with RLIMIT_NPROC, counted in the sandbox's own user
+// namespace: a fork loop stops at the limit while a few processes run
+// (control), and other sandboxes of the same user are not counted against
+// it. As root (RLIMIT_NPROC does not bind uid 0) the limit is not claimed.
+func TestPidLimitWithoutCgroup(t *testing.T) {
+	d := testDriver(t, Options{Cgroup: CgroupNone, MaxPids: u64(20)})
+	caps, _ := d.Capabilities(context.Background())
+	if os.Geteuid() == 0 {
+		if caps.Has(driverapi.FeaturePidLimit) || !hasUnavailable(caps, driverapi.FeaturePidLimit) {
+			t.Fatalf("root without cgroups: pid_limit must be reported unavailable: %+v", caps)
+		}
+		return
+	}
+	if !caps.Has(driverapi.FeaturePidLimit) || caps.Details["pid_limit_via"] != "rlimit_nproc" {
+		t.Fatalf("unprivileged, no cgroup: pid_limit via RLIMIT_NPROC not claimed: %+v", caps)
+	}
+	ws := newWorkspace(t)
+	// Another sandbox of the same user holds 15 processes meanwhile: a
+	// host-wide count would leave the one below almost no room.
+	done := make(chan drvResult, 1)
+	go func() {
+		done <- drvSh(t, d, ws, "for i in $(seq 15); do sleep 3 & done; wait")
+	}()
+	time.Sleep(300 * time.Millisecond)
+	expectOK(t, drvSh(t, d, ws, "for i in 1 2 3 4 5 6 7 8 9 10; do sleep 0.2 & done; wait; echo done"))
+	r := drvSh(t, d, ws, "i=0; while [ $i -lt 60 ]; do sleep 5 & i=$((i+1)); done; echo spawned-all")
+	if r.err != nil || strings.Contains(r.stdout, "spawned-all") && r.exit.ExitCode == 0 {
+		t.Fatalf("60 processes under max_pids=20: err=%v exit=%+v stdout=%q", r.err, r.exit, r.stdout)
+	}
+	if o := <-done; o.err != nil || o.exit.ExitCode != 0 {
+		t.Fatalf("the other sandbox's 15 processes: %+v", o)
 	}
 }

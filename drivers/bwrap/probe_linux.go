@@ -235,12 +235,16 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		un(driverapi.FeatureMemoryLimit, h.cg.reason(ctrlMemory), cgroupFix)
 	}
 	switch {
-	case !h.cg.have[ctrlPids]:
-		un(driverapi.FeaturePidLimit, h.cg.reason(ctrlPids), cgroupFix)
 	case d.cfg.Options.Pids() == 0:
 		un(driverapi.FeaturePidLimit, "max_pids = 0 in [sandbox.linux]", "set max_pids")
-	default:
+	case h.cg.have[ctrlPids]:
 		hc.Features = append(hc.Features, driverapi.FeaturePidLimit)
+		hc.Details["pid_limit_via"] = "cgroup"
+	case h.nprocPerSandbox():
+		hc.Features = append(hc.Features, driverapi.FeaturePidLimit)
+		hc.Details["pid_limit_via"] = "rlimit_nproc"
+	default:
+		un(driverapi.FeaturePidLimit, h.cg.reason(ctrlPids), cgroupFix)
 	}
 	switch {
 	case !h.cg.have[ctrlCPU]:
@@ -257,4 +261,27 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		hc.Details["memory_swap"] = "not limited (cgroup v1 without memsw accounting)"
 	}
 	return hc, nil
+}
+
+// nprocPerSandbox reports whether RLIMIT_NPROC, set inside the sandbox,
+// caps the sandbox's own tasks: where the kernel counts it per user
+// namespace (Linux 5.14 and later) and the sandbox has one of its own (an
+// unprivileged driver running a bwrap that is not setuid). Elsewhere it
+// counts every process of the uid on the host, or (for root) nothing.
+func (h *hostProbe) nprocPerSandbox() bool {
+	return os.Geteuid() != 0 && h.guard.mode == guardUserPID && kernelAtLeast(h.kernel, 5, 14)
+}
+
+// kernelAtLeast compares a kernel release ("6.18.44-foo") with major.minor.
+func kernelAtLeast(release string, major, minor int) bool {
+	f := strings.FieldsFunc(release, func(r rune) bool { return r < '0' || r > '9' })
+	if len(f) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(f[0])
+	mi, err2 := strconv.Atoi(f[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
 }
