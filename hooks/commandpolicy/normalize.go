@@ -27,6 +27,13 @@ const (
 //   - cmd ^ escapes and PowerShell backtick escapes are removed;
 //   - quote characters are removed (so "" pairs and 'r”m' splits vanish) and
 //     $'\x72\x6d' ANSI-C strings are decoded; ${IFS} becomes a space;
+//   - parameter expansions that spell a fixed word are folded: ${VAR-word}
+//     and ${VAR:-word} (and =, +) become word, an expansion between two
+//     letters of a word (r${x}m) is dropped as if empty, ${VAR} before a
+//     non-word character becomes $VAR and PowerShell's ${env:X} $env:X;
+//   - simple brace lists are expanded, within a word too (rm -r{,f} / is
+//     rm -r -rf /): no nesting, at most 16 items, one list per word, at most
+//     four times the bytes replaced;
 //   - backslash-escaped characters lose their backslash (\r\m -> rm). As a
 //     backslash is also the Windows path separator, a text with backslashes
 //     is returned in two views, the POSIX reading then the Windows reading,
@@ -36,7 +43,9 @@ const (
 //     .exe/.com suffixes of command words are removed;
 //   - spaces and tabs collapse to one space, and repeated slashes and "."
 //     and ".." segments of absolute paths (also after key=, as in dd's of=)
-//     are resolved: /usr/../ is /, //dev/./sda is /dev/sda;
+//     are resolved: /usr/../ is /, //dev/./sda is /dev/sda; below ~ or
+//     $HOME they are resolved for a home one level below the root (like
+//     /root), so ~/../.. is /;
 //   - PowerShell -EncodedCommand (and its prefixes -enc, -e, ...) payloads are
 //     decoded (base64 of UTF-16LE), normalised, and appended on new lines.
 //
@@ -164,10 +173,18 @@ func foldUnicode(s string) string {
 	return b.String()
 }
 
-// foldASCII removes escapes, continuations and quotes.
+// foldASCII removes escapes, continuations and quotes, and folds the
+// parameter and brace expansions that spell a fixed word.
 func foldASCII(s string) string {
-	var b strings.Builder
-	b.Grow(len(s))
+	return string(foldASCIIInto(make([]byte, 0, len(s)), s, 0))
+}
+
+// foldASCIIInto appends the folding of s to b; depth counts the enclosing
+// ${VAR:-word} expansions.
+func foldASCIIInto(b []byte, s string, depth int) []byte {
+	// A word holds at most one brace expansion (the rest of the word is
+	// copied as is), so the output stays linear in the input.
+	braceFloor := len(b)
 	for i := 0; i < len(s); {
 		// Copy the run of ordinary bytes in one go.
 		j := i
@@ -175,7 +192,7 @@ func foldASCII(s string) string {
 			j++
 		}
 		if j > i {
-			b.WriteString(s[i:j])
+			b = append(b, s[i:j]...)
 			i = j
 			if i >= len(s) {
 				break
@@ -189,11 +206,11 @@ func foldASCII(s string) string {
 		switch {
 		case c == '\r':
 			if next != '\n' {
-				b.WriteByte('\n')
+				b = append(b, '\n')
 			}
 			i++
 		case c == '\t' || c == '\v' || c == '\f':
-			b.WriteByte(' ')
+			b = append(b, ' ')
 			i++
 		case c < 0x20 && c != '\n' || c == 0x7f:
 			i++
@@ -209,7 +226,7 @@ func foldASCII(s string) string {
 			i++
 		case c == '$' && next == '\'':
 			j, decoded := ansiC(s, i+2)
-			b.WriteString(foldUnicode(decoded))
+			b = append(b, foldUnicode(decoded)...)
 			i = j
 		case c == '\'' || c == '"':
 			// 'Format-'+'Volume' (PowerShell string concatenation) reads
@@ -219,28 +236,225 @@ func foldASCII(s string) string {
 				continue
 			}
 			i++
-		case c == '{' && (i == 0 || tokenEnd[s[i-1]]):
-			// Brace expansion at the start of a word: {rm,-rf,/} runs
-			// "rm -rf /".
-			if j, words := braceWords(s, i); j > i {
-				b.WriteString(words)
+		case c == '{':
+			// Brace expansion: {rm,-rf,/} runs "rm -rf /", rm -r{,f} /
+			// runs "rm -r -rf /".
+			if j, out, ok := braceExpand(b, s, i, braceFloor); ok {
+				b, i, braceFloor = out, j, len(out)
+				continue
+			}
+			// Not a list bash expands: neither is a list inside it
+			// ({a,{b,c}} is left as it is).
+			b = append(b, c)
+			braceFloor = len(b) + 1
+			i++
+		case c == '$' && strings.HasPrefix(s[i:], "${IFS}"):
+			b = append(b, ' ')
+			i += len("${IFS}")
+		case c == '$' && next == '{':
+			if j, out, ok := foldParam(b, s, i, depth); ok {
+				b, i = out, j
+				continue
+			}
+			b = append(b, c)
+			i++
+		case c == '$' && strings.HasPrefix(s[i:], "$IFS") && (i+4 >= len(s) || !isWordByte(s[i+4])):
+			b = append(b, ' ')
+			i += len("$IFS")
+		case c == '$' && endsInLetter(b):
+			// r$x"m", r$@m: an expansion (empty when unset) between the
+			// letters of a word.
+			if j := emptyBetweenLetters(s, i); j > i {
 				i = j
 				continue
 			}
-			b.WriteByte(c)
+			b = append(b, c)
 			i++
-		case c == '$' && strings.HasPrefix(s[i:], "${IFS}"):
-			b.WriteByte(' ')
-			i += len("${IFS}")
-		case c == '$' && strings.HasPrefix(s[i:], "$IFS") && (i+4 >= len(s) || !isWordByte(s[i+4])):
-			b.WriteByte(' ')
-			i += len("$IFS")
 		default:
-			b.WriteByte(c)
+			b = append(b, c)
 			i++
 		}
 	}
-	return b.String()
+	return b
+}
+
+// Bounds of the expansions foldASCII reads: bytes of a brace word or
+// ${VAR:-word} word, items of a brace list, nesting of ${VAR:-word}.
+const (
+	maxExpansionBytes = 256
+	maxBraceItems     = 16
+	maxParamDepth     = 16
+)
+
+func isLetter(c byte) bool { return c|0x20 >= 'a' && c|0x20 <= 'z' }
+
+func endsInLetter(b []byte) bool { return len(b) > 0 && isLetter(b[len(b)-1]) }
+
+// paramName returns the end of a shell parameter name at s[i]: an
+// identifier, or one of the special parameters 1-9, @ and *; i when there
+// is none.
+func paramName(s string, i int) int {
+	if i >= len(s) {
+		return i
+	}
+	switch c := s[i]; {
+	case c == '_' || isLetter(c):
+		j := i + 1
+		for j < len(s) && isWordByte(s[j]) {
+			j++
+		}
+		return j
+	case c >= '1' && c <= '9' || c == '@' || c == '*':
+		return i + 1
+	}
+	return i
+}
+
+// emptyBetweenLetters: at s[i] = '$' just after a letter, the end of an
+// unbraced expansion that the next character (a letter, a quote or a
+// backslash) separates from the rest of the word; i when there is none.
+func emptyBetweenLetters(s string, i int) int {
+	j := paramName(s, i+1)
+	if j == i+1 || j >= len(s) {
+		return i
+	}
+	switch c := s[j]; {
+	case c == '\'' || c == '"' || c == '\\':
+		return j
+	case isLetter(c) && !isWordByte(s[j-1]):
+		// $@m, $*m, $1m: a special parameter ends at one character.
+		return j
+	}
+	return i
+}
+
+// foldParam folds a ${...} expansion at s[i]:
+//   - ${VAR-word}, ${VAR:-word} (and =, :=, +, :+) become word, folded:
+//     the value when VAR is unset (or set, for +), which the text cannot
+//     rule out;
+//   - ${VAR} between two letters of a word (r${x}m) is dropped, as when VAR
+//     is empty; before a non-word character it becomes $VAR;
+//   - PowerShell's ${env:NAME} becomes $env:NAME.
+//
+// Anything else (${VAR:0:1}, ${#VAR}, ...) is left as it is (ok false).
+func foldParam(b []byte, s string, i, depth int) (int, []byte, bool) {
+	k := paramName(s, i+2)
+	if k == i+2 || k >= len(s) {
+		return i, b, false
+	}
+	name := s[i+2 : k]
+	switch c := s[k]; {
+	case c == '}':
+		after := byte(0)
+		if k+1 < len(s) {
+			after = s[k+1]
+		}
+		switch {
+		case endsInLetter(b) && (isLetter(after) || after == '\'' || after == '"' || after == '\\'):
+			return k + 1, b, true
+		case !isWordByte(after):
+			b = append(append(b, '$'), name...)
+			return k + 1, b, true
+		}
+		return i, b, false
+	case c == ':' && strings.EqualFold(name, "env"):
+		m := k + 1
+		for m < len(s) && isWordByte(s[m]) {
+			m++
+		}
+		if m == k+1 || m >= len(s) || s[m] != '}' {
+			return i, b, false
+		}
+		b = append(append(b, "$env:"...), s[k+1:m]...)
+		return m + 1, b, true
+	}
+	m := k
+	if s[m] == ':' {
+		m++
+	}
+	if m >= len(s) || (s[m] != '-' && s[m] != '=' && s[m] != '+') {
+		return i, b, false
+	}
+	m++
+	// The word runs to the matching brace, on the same line.
+	open := 1
+	for w := m; w < len(s) && w-m <= maxExpansionBytes; w++ {
+		switch s[w] {
+		case '{':
+			open++
+		case '}':
+			if open--; open == 0 {
+				if depth >= maxParamDepth {
+					return w + 1, append(b, s[m:w]...), true
+				}
+				return w + 1, foldASCIIInto(b, s[m:w], depth+1), true
+			}
+		case '\n':
+			return i, b, false
+		}
+	}
+	return i, b, false
+}
+
+// braceExpand expands a brace list at s[i] within its word, as bash does:
+// pre{a,b}post is "prea preb" with post appended to each (the word so far,
+// already in b, is the prefix). Only simple lists are read: no nesting, no
+// blanks or escapes inside, at most maxBraceItems items, and the expansion
+// at most four times the bytes it replaces; the suffix stops at anything
+// that needs folding first. ok is false when there is no such list.
+func braceExpand(b []byte, s string, i, floor int) (int, []byte, bool) {
+	p := len(b)
+	for p > 0 && !tokenEnd[b[p-1]] {
+		p--
+	}
+	if p < floor || len(b)-p > maxExpansionBytes || (p < len(b) && b[len(b)-1] == '$') {
+		return i, b, false
+	}
+	var items []string
+	var item []byte
+	end := -1
+	for k := i + 1; k < len(s) && k-i <= maxExpansionBytes; k++ {
+		c := s[k]
+		if c == '}' {
+			end = k
+			break
+		}
+		switch {
+		case c == ',':
+			items = append(items, string(item))
+			item = item[:0]
+		case c == '\'' || c == '"':
+			// bash removes the quotes of each item.
+		case tokenEnd[c] || foldSpecial[c]:
+			return i, b, false
+		default:
+			item = append(item, c)
+		}
+	}
+	if end < 0 || len(items) == 0 || len(items) >= maxBraceItems {
+		return i, b, false
+	}
+	items = append(items, string(item))
+	e := end + 1
+	for e < len(s) && e-end <= maxExpansionBytes && !tokenEnd[s[e]] && !foldSpecial[s[e]] {
+		e++
+	}
+	prefix, suffix := string(b[p:]), s[end+1:e]
+	size := len(items) - 1
+	for _, it := range items {
+		size += len(prefix) + len(it) + len(suffix)
+	}
+	if size > 4*(len(prefix)+e-i) {
+		return i, b, false
+	}
+	b = b[:p]
+	for n, it := range items {
+		if n > 0 {
+			b = append(b, ' ')
+		}
+		b = append(append(append(b, prefix...), it...), suffix...)
+	}
+	return e, b, true
 }
 
 // foldSpecial marks the bytes foldASCII does something with.
@@ -272,21 +486,6 @@ func concatEnd(s string, i int) int {
 		return j + 1
 	}
 	return i
-}
-
-// braceWords reads a brace expansion {a,b,c} (no blanks, at most 256
-// bytes) at s[i] and returns the index after it and its words joined by
-// spaces; i when there is none.
-func braceWords(s string, i int) (int, string) {
-	end := strings.IndexByte(s[i:min(len(s), i+256)], '}')
-	if end < 0 {
-		return i, ""
-	}
-	inner := s[i+1 : i+end]
-	if !strings.Contains(inner, ",") || strings.ContainsAny(inner, " \n{") {
-		return i, ""
-	}
-	return i + end + 1, strings.ReplaceAll(inner, ",", " ")
 }
 
 func isWordByte(c byte) bool {
@@ -527,8 +726,11 @@ func canonical(s string) string {
 // (//dev/sda, /dev/./sda and /dev/../dev/sda are /dev/sda, /usr/../ is /).
 // The value of a key=value word (dd's of=/dev//sda) is cleaned the same way.
 func cleanPathToken(tok string) string {
-	if tok[0] == '/' {
+	switch tok[0] {
+	case '/':
 		return cleanAbsPath(tok)
+	case '~', '$':
+		return cleanHomePath(tok)
 	}
 	if k := strings.IndexByte(tok, '='); k > 0 && k+1 < len(tok) && tok[k+1] == '/' {
 		if v := cleanAbsPath(tok[k+1:]); v != tok[k+1:] {
@@ -545,9 +747,36 @@ func cleanAbsPath(p string) string {
 	if len(p) >= 4 && p[1] == '/' && (p[2] == '.' || p[2] == '?') && p[3] == '/' {
 		// //./ and //?/ open the Windows device namespace
 		// (//./PhysicalDrive0): keep the prefix, clean what follows.
-		return p[:3] + cleanAbsPath(p[3:])
+		return p[:3] + path.Clean(p[3:])
 	}
 	return path.Clean(p)
+}
+
+// cleanHomePath resolves dot segments of a path below ~ or $HOME, reading
+// the home as one level below the root (like /root): ~/.. and
+// $HOME/../../ are the root, ~/../etc is /etc, and ~/a/../b stays ~/b.
+func cleanHomePath(tok string) string {
+	home := ""
+	switch {
+	case strings.HasPrefix(tok, "~/"):
+		home = "~"
+	case strings.HasPrefix(tok, "$HOME/"):
+		home = "$HOME"
+	default:
+		return tok
+	}
+	rest := tok[len(home):]
+	if !strings.Contains(rest, "/.") && !strings.Contains(rest, "//") {
+		return tok
+	}
+	switch c := path.Clean("/h" + rest); {
+	case c == "/h":
+		return home
+	case strings.HasPrefix(c, "/h/"):
+		return home + c[2:]
+	default:
+		return c
+	}
 }
 
 // stripCommandPrefix drops a system binary directory from a command word and

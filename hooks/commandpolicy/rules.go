@@ -42,10 +42,16 @@ const (
 	// prefix (//./dev/sda, which Linux reads as /dev/sda). The normaliser has
 	// already folded //dev, /dev/./ and /dev/../dev into /dev.
 	devDir = `(?://[.?])?/dev/`
-	// rmRecursive: rm's recursive option, alone, bundled or long.
-	rmRecursive = `(?:-[a-z]*r[a-z]*|--recursive)`
-	// rootPath: the root directory in its spellings: /, //, /., /./, /*, /..
-	rootPath = `/[/.*]*`
+	// rootPath: the root directory in its spellings (/, //, /., /./, /..)
+	// and a top-level glob made of wildcards only (/*, /?*, /[a-z]*), which
+	// names every entry of the root.
+	rootPath = `/(?:[/.*?]|\[[^\]\s]*\])*`
+	// topDir: one top-level system directory itself (or all it holds).
+	topDir = `/(?:bin|boot|dev|etc|home|lib|lib32|lib64|libx32|opt|proc|root|run|sbin|srv|sys|usr|var|system|library|applications|private|users)/?\*?`
+	// globAll: a glob made of wildcards only (*, ./*, ?*, [a-z]*).
+	globAll = `(?:\./)?(?:[*?]|\[[^\]\s]*\])+`
+	// fnName: a shell function name.
+	fnName = `[^\s(){}|&;<>]+`
 	// firstCharRoot: ${VAR:0:1}, the first character of an absolute path.
 	firstCharRoot = `\$\{\w+:0:1\}[/.*]*`
 	// sysPath: top-level system directories (Linux and macOS) and anything
@@ -67,6 +73,21 @@ const (
 	credFile = `/etc/(?:passwd|shadow|gshadow|group|sudoers(?:\.d(?:/\S*)?)?)`
 	hive     = `(?:hklm|hkey_local_machine|hkcu|hkey_current_user|hkcr|hkey_classes_root|hku|hkey_users|hkcc|hkey_current_config)`
 )
+
+// rmRecursive: rm's recursive option, alone, bundled (-rf, -Rfv) or long:
+// GNU getopt takes any unambiguous prefix of --recursive (--rec, --r).
+var rmRecursive = `(?:-[a-z]*r[a-z]*|` + longPrefixes("--recursive", 3) + `)`
+
+// longPrefixes matches word or any prefix of it at least min bytes long:
+// longPrefixes("--rec", 3) is --r(?:e(?:c)?)?.
+func longPrefixes(word string, min int) string {
+	out := regexp.QuoteMeta(word[:min])
+	tail := ""
+	for i := len(word) - 1; i >= min; i-- {
+		tail = `(?:` + regexp.QuoteMeta(word[i:i+1]) + tail + `)?`
+	}
+	return out + tail
+}
 
 // blockDevNames name the block devices (disks, partitions, RAID,
 // device-mapper, loop, ...) under /dev: each is completed by a drive letter
@@ -144,19 +165,29 @@ func DefaultRules() []Rule {
 			Description: "fork bomb: a function that pipes into itself in the background",
 			Regex: alt(
 				`:\s?\(\)\{\s*:\s*\|\s*:\s*&`,
-				`[\w.]+\s?\(\)\{\s*[\w.]+\s*\|\s*[\w.]+\s*&\s*;?\s*\}`,
+				fnName+`\s?\(\)\{\s*`+fnName+`\s*\|\s*`+fnName+`\s*&\s*;?\s*\}`,
+				// bash and ksh: function f { f | f & }
+				cb+`function\s+`+fnName+`\s*(?:\(\))?\s*\{\s*`+fnName+`\s*\|\s*`+fnName+`\s*&\s*;?\s*\}`,
 				`%0\s*\|\s*%0`,
 				`\bfork\s+while\s+fork\b`,
 				`\bwhile\s*\(\s*1\s*\)\s*\{?\s*fork\b`,
 			)},
 		{Name: "rm-no-preserve-root", Action: Block,
 			Description: "rm with --no-preserve-root: deleting the root file system",
-			Regex:       cb + `rm\s(?:` + a + `*\s)?--no-preserve-root` + ce},
+			// Any unambiguous prefix (--no-p, --n) is the same option.
+			Regex: cb + `rm\s(?:` + a + `*\s)?` + longPrefixes("--no-preserve-root", 3) + ce},
 		{Name: "rm-root", Action: Block,
-			Description: "recursive rm of the root directory (/, //, /., /*)",
-			Regex: alt(append(append(withOptionParts(`rm`, rmRecursive, rootPath), withOptionParts(`rm`, rmRecursive, firstCharRoot)...),
-				// cd / then a recursive rm of everything there.
-				cb+`cd\s+/[/.]*\s*(?:&&|;)\s*(?:sudo\s+)?rm\s(?:`+a+`*\s)?`+rmRecursive+`(?:\s`+a+`*)?\s(?:\./)?\*`+ce)...)},
+			Description: "recursive rm of the root directory (/, //, /., /*) or of several top-level system directories at once",
+			Regex: alt(slices.Concat(
+				withOptionParts(`rm`, rmRecursive, rootPath),
+				withOptionParts(`rm`, rmRecursive, firstCharRoot),
+				// /bin /etc /usr (what rm -rf /{bin,etc,usr} expands to):
+				// the root file system piecemeal. One such directory alone is
+				// rm-system-path, a warning.
+				withOptionParts(`rm`, rmRecursive, topDir+`\s(?:`+a+`*\s)?`+topDir),
+				// cd / (or pushd /) then a recursive rm of everything there.
+				[]string{cb + `(?:cd|pushd|chdir)\s+(?:-[a-z]+\s+)*/[/.]*\s*(?:&&|;)\s*(?:sudo\s+)?rm\s(?:` + a + `*\s)?` + rmRecursive + `(?:\s` + a + `*)?\s` + globAll + ce},
+			)...)},
 		{Name: "dd-to-disk", Action: Block,
 			Description: "dd writing onto a disk or partition device",
 			Regex:       cb + `dd\s(?:` + a + `*\s)?of=` + blockDev},

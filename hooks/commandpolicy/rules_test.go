@@ -42,14 +42,32 @@ var ruleCases = []struct {
 	negative []string
 }{
 	{"fork-bomb",
-		[]string{`:(){ :|:& };:`, `: ( ) { : | : & } ; :`, `bomb(){ bomb|bomb& };bomb`, `%0|%0`, `perl -e "fork while fork"`},
-		[]string{`f(){ echo hi; }; f`, `echo a | b &`, `echo %0`}},
+		[]string{`:(){ :|:& };:`, `: ( ) { : | : & } ; :`, `bomb(){ bomb|bomb& };bomb`, `%0|%0`, `perl -e "fork while fork"`,
+			`function f { f | f & }; f`, `function f() { f|f& }; f`, `f(){ f|f& };f`, `f () { f | f & } ; f`, `a-b(){ a-b|a-b& };a-b`},
+		[]string{`f(){ echo hi; }; f`, `echo a | b &`, `echo %0`, `function f { echo hi; }; f`, `function f { f; }`, `f(){ f; }; f`}},
 	{"rm-no-preserve-root",
-		[]string{`rm -rf --no-preserve-root /`, `rm --no-preserve-root -r /`, `sudo rm -r --no-preserve-root /`},
-		[]string{`rm -rf ./no-preserve-root`, `echo --no-preserve-root`}},
+		[]string{`rm -rf --no-preserve-root /`, `rm --no-preserve-root -r /`, `sudo rm -r --no-preserve-root /`,
+			// GNU getopt takes any unambiguous prefix of a long option.
+			`rm -rf --no-preserve /`, `rm -r --no-p /`, `rm --n -rf /`},
+		[]string{`rm -rf ./no-preserve-root`, `echo --no-preserve-root`, `rm -rf --preserve-root /tmp/x`, `rm -rf ./--n`}},
 	{"rm-root",
-		[]string{`rm -rf /`, `rm -fr /`, `rm -r -f /`, `rm -f -r /`, `rm -Rf /`, `rm --recursive --force /`, `rm -rf //`, `rm -rf /.`, `rm -rf /./`, `rm -rf /*`, `rm / -rf`, `rm -rf -- /`, `rm -rfv /`, `sudo rm -rf /`, `ls; rm -rf /`, `rm -rf / --no-preserve-root`},
-		[]string{`rm -rf /tmp/build`, `rm -rf ./`, `rm -f /`, `rm -rf build/`, `rm -rf /var/tmp/x`, `farm -rf /`}},
+		[]string{`rm -rf /`, `rm -fr /`, `rm -r -f /`, `rm -f -r /`, `rm -Rf /`, `rm --recursive --force /`, `rm -rf //`, `rm -rf /.`, `rm -rf /./`, `rm -rf /*`, `rm / -rf`, `rm -rf -- /`, `rm -rfv /`, `sudo rm -rf /`, `ls; rm -rf /`, `rm -rf / --no-preserve-root`,
+			// Prefixes of --recursive.
+			`rm --recur -f /*`, `rm --rec -f /*`, `rm --r -f /`, `rm --recursive --fo /`,
+			// Globs over every entry of the root, and brace lists.
+			`rm -rf /?*`, `rm -rf /[a-z]*`, `rm -rf /[!.]*`, `rm -rf /{bin,etc,usr}`, `rm -rf /{,}`, `rm -r{,f} /`,
+			`rm -rf /bin /etc`, `rm -rf /usr/ /var/*`,
+			// A home one level deep (/root): ~/.. is the root.
+			`rm -rf ~/../../`, `rm -rf $HOME/../../`, `rm -rf ${HOME}/..`, `rm -rf ~/..`,
+			// cd into the root first.
+			`cd / && rm -rf *`, `cd /; rm -rf *`, `pushd / && rm -rf *`, `cd ~/../.. && rm -rf *`, `cd -P / && rm -rf ?*`,
+			// Parameter defaults, and expansions between letters.
+			`rm -rf ${x-/}`, `rm -rf "${x:-/}"`, `rm -rf ${x:=/}`, `rm -rf ${x:-${y:-/}}`, `r${x}m -rf /`, `r$x'm' -rf /`},
+		[]string{`rm -rf /tmp/build`, `rm -rf ./`, `rm -f /`, `rm -rf build/`, `rm -rf /var/tmp/x`, `farm -rf /`,
+			`rm -rf ./build/*`, `rm -rf /tmp/?*`, `rm -rf /tmp/{a,b}`, `rm -rf build/{a,b,c}`, `rm -r{,f} ./build`,
+			`rm -rf "$HOME/.cache/x"`, `rm -rf ~/.cache/../.cache/pip`, `rm -rf ~/proj/build/..`, `rm -rf ${HOME}/.cache/x`,
+			`cd /tmp && rm -rf *`, `cd /tmp; rm -rf ./*`, `pushd /tmp && rm -rf *`, `cd ~/proj && rm -rf *`, `cd / && ls *`,
+			`rm -rf ${BUILD_DIR:-./build}`, `rm -rf "${OUT-out}/tmp"`, `rm --recursive ./x`, `rm -rf /etc`, `rm -rf /usr /tmp/x`}},
 	{"dd-to-disk",
 		[]string{`dd if=/dev/zero of=/dev/sda`, `dd if=/dev/urandom of=/dev/nvme0n1 bs=1M`, `dd of=/dev/mmcblk0 if=img`, `dd if=x of=/dev/disk2`, `dd if=x of=/dev/mapper/root`,
 			// Other spellings of the same device path, and globs.
@@ -208,6 +226,9 @@ var ordinaryCommands = []string{
 	`git log --format=%H -n 1`, `date +%s`, `printf '%s\n' a b`, `awk '{print $1}' file`, `env | sort`,
 	`ls /dev/sd*`, `ls -l /dev/disk/by-id/`, `lsblk /dev/sda`, `cat /dev/null > ./log.txt`, `echo hi > /dev/null`,
 	`dd if=/dev/zero of=./disk.img bs=1M count=1 status=none`, `wipefs -a ./img`, `cd //tmp/./x && ls`,
+	`rm -rf ./build/*`, `rm -rf "$HOME/.cache/x"`, `cd /tmp && rm -rf *`, `rm -rf ${BUILD_DIR:-./build}`,
+	`mkdir -p src/{a,b}`, `cp config.{yaml,yaml.bak}`, `echo ${HOME}`, `rm -r{,f} ./out`, `ls ~/../..`,
+	`curl -d '{"a":1,"b":2}' https://example.com`,
 }
 
 func TestOrdinaryCommandsAllowed(t *testing.T) {
