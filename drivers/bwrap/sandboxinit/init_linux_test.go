@@ -107,21 +107,22 @@ func sys(trap uintptr, a ...uintptr) error {
 // can only come from the filter and an unconfined run changes nothing.
 func syscallProbes() map[string]func() error {
 	return map[string]func() error{
-		"mount":         func() error { return sys(unix.SYS_MOUNT, 1, 1, 1, 0, 0) },
-		"chroot":        func() error { return sys(unix.SYS_CHROOT, 1) },
-		"unshare":       func() error { return sys(unix.SYS_UNSHARE, 1) }, // CSIGNAL bit: EINVAL
-		"ptrace":        func() error { return sys(unix.SYS_PTRACE, 0xdead, uintptr(os.Getpid()), 0, 0) },
-		"io_uring":      func() error { return sys(unix.SYS_IO_URING_SETUP, 0, 1) },
-		"bpf":           func() error { return sys(unix.SYS_BPF, 0xffff, 0, 0) },
-		"perf":          func() error { return sys(unix.SYS_PERF_EVENT_OPEN, 1, 0, ^uintptr(0), ^uintptr(0), 0) },
-		"vm_readv":      func() error { return sys(unix.SYS_PROCESS_VM_READV, uintptr(os.Getpid()), 0, 0, 0, 0, 0) },
-		"keyctl":        func() error { return sys(unix.SYS_KEYCTL, 0xdead) },
-		"setns":         func() error { return sys(unix.SYS_SETNS, ^uintptr(0), 0) },
-		"mknodat":       func() error { cwd := unix.AT_FDCWD; return sys(unix.SYS_MKNODAT, uintptr(cwd), 1, 0, 0) },
-		"handle":        func() error { return sys(unix.SYS_NAME_TO_HANDLE_AT, ^uintptr(0), 1, 1, 1, 0) },
-		"fsopen":        func() error { return sys(unix.SYS_FSOPEN, 1, 0) },
-		"mount_setattr": func() error { return sys(unix.SYS_MOUNT_SETATTR, ^uintptr(0), 1, 0x80000000, 0, 0) },
-		"open_tree":     func() error { return sys(unix.SYS_OPEN_TREE, ^uintptr(0), 1, 0) },
+		"mount":          func() error { return sys(unix.SYS_MOUNT, 1, 1, 1, 0, 0) },
+		"chroot":         func() error { return sys(unix.SYS_CHROOT, 1) },
+		"unshare":        func() error { return sys(unix.SYS_UNSHARE, 1) }, // CSIGNAL bit: EINVAL
+		"ptrace":         func() error { return sys(unix.SYS_PTRACE, 0xdead, uintptr(os.Getpid()), 0, 0) },
+		"io_uring":       func() error { return sys(unix.SYS_IO_URING_SETUP, 0, 1) },
+		"bpf":            func() error { return sys(unix.SYS_BPF, 0xffff, 0, 0) },
+		"perf":           func() error { return sys(unix.SYS_PERF_EVENT_OPEN, 1, 0, ^uintptr(0), ^uintptr(0), 0) },
+		"vm_readv":       func() error { return sys(unix.SYS_PROCESS_VM_READV, uintptr(os.Getpid()), 0, 0, 0, 0, 0) },
+		"keyctl":         func() error { return sys(unix.SYS_KEYCTL, 0xdead) },
+		"setns":          func() error { return sys(unix.SYS_SETNS, ^uintptr(0), 0) },
+		"mknodat":        func() error { cwd := unix.AT_FDCWD; return sys(unix.SYS_MKNODAT, uintptr(cwd), 1, 0, 0) },
+		"handle":         func() error { return sys(unix.SYS_NAME_TO_HANDLE_AT, ^uintptr(0), 1, 1, 1, 0) },
+		"fsopen":         func() error { return sys(unix.SYS_FSOPEN, 1, 0) },
+		"mount_setattr":  func() error { return sys(unix.SYS_MOUNT_SETATTR, ^uintptr(0), 1, 0x80000000, 0, 0) },
+		"open_tree":      func() error { return sys(unix.SYS_OPEN_TREE, ^uintptr(0), 1, 0) },
+		"open_tree_attr": func() error { return sys(unix.SYS_OPEN_TREE_ATTR, ^uintptr(0), 1, 0, 0, 0) },
 		// CLONE_NEWUSER|CLONE_FS is rejected by the kernel with EINVAL.
 		"clone_newuser": func() error {
 			return sys(unix.SYS_CLONE, unix.CLONE_NEWUSER|unix.CLONE_FS|uintptr(unix.SIGCHLD), 0, 0, 0, 0)

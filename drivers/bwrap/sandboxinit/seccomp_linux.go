@@ -50,7 +50,7 @@ func deniedSyscalls() []string {
 	return []string{
 		// filesystem manipulation / escaping the bwrap mount tree
 		"mount", "umount2", "pivot_root", "chroot",
-		"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "mount_setattr",
+		"fsopen", "fsconfig", "fsmount", "fspick", "move_mount", "open_tree", "open_tree_attr", "mount_setattr",
 		// kernel replacement and modules
 		"kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module",
 		// eBPF and perf: large kernel attack surface, perf also reads other processes
