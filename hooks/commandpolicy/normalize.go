@@ -11,11 +11,19 @@ import (
 )
 
 // maxDecodeDepth bounds nested -EncodedCommand expansion; maxDecodes bounds
-// how many payloads one text may expand.
+// how many payloads one text may expand. They keep the work bounded on a
+// hostile input; a text that goes past them is not let through unread but
+// marked (undecodedMarker) and blocked.
 const (
 	maxDecodeDepth = 2
 	maxDecodes     = 8
 )
+
+// undecodedMarker is the line the normaliser appends when a text holds
+// -EncodedCommand payloads beyond its bounds: the rule
+// win-encoded-command-undecoded blocks on it, so a script hidden past the
+// bounds fails closed instead of passing as a mere warning.
+const undecodedMarker = "[command policy: encoded payload not decoded]"
 
 // Normalize folds the spellings a shell (sh, cmd.exe or PowerShell) would
 // execute exactly like their plain form, so the rules see through them:
@@ -47,7 +55,9 @@ const (
 //     $HOME they are resolved for a home one level below the root (like
 //     /root), so ~/../.. is /;
 //   - PowerShell -EncodedCommand (and its prefixes -enc, -e, ...) payloads are
-//     decoded (base64 of UTF-16LE), normalised, and appended on new lines.
+//     decoded (base64 of UTF-16LE), normalised, and appended on new lines;
+//     past the bounds (maxDecodes payloads, maxDecodeDepth levels) the
+//     undecodedMarker line is appended instead.
 //
 // The result is for matching only: it is not a command to run.
 func Normalize(s string) string { return normalize(s, 0) }
@@ -59,10 +69,12 @@ func normalize(s string, depth int) string {
 	if win := windowsView(base); win != "" {
 		out = posix + "\n" + win
 	}
-	if depth < maxDecodeDepth {
-		for _, payload := range encodedPayloads(base) {
-			out += "\n" + normalize(payload, depth+1)
-		}
+	payloads, complete := encodedPayloads(base, depth)
+	for _, payload := range payloads {
+		out += "\n" + normalize(payload, depth+1)
+	}
+	if !complete {
+		out += "\n" + undecodedMarker
 	}
 	return out
 }
@@ -823,18 +835,30 @@ func systemDir(dir string) bool {
 // "/" as well as "-" as its sign.
 var encodedRE = regexp.MustCompile(`(?i)(?:^|[^\w.-])(?:powershell|pwsh)(?:\.exe)?\b[^\n;&|]*?\s[-/]e(?:c|n[a-z]*)?\s+([a-z0-9+/]{8,}={0,2})`)
 
-// encodedPayloads decodes the -EncodedCommand payloads in s.
-func encodedPayloads(s string) []string {
+// encodedPayloads decodes the -EncodedCommand payloads in s, a text found
+// depth payloads deep. complete is false when s holds payloads beyond the
+// bounds: more than maxDecodes, or any at maxDecodeDepth.
+func encodedPayloads(s string, depth int) (payloads []string, complete bool) {
 	if !mentionsPowerShell(s) {
-		return nil
+		return nil, true
 	}
-	var out []string
-	for _, m := range encodedRE.FindAllStringSubmatch(s, maxDecodes) {
+	ms := encodedRE.FindAllStringSubmatch(s, maxDecodes+1)
+	if len(ms) == 0 {
+		return nil, true
+	}
+	if depth >= maxDecodeDepth {
+		return nil, false
+	}
+	complete = len(ms) <= maxDecodes
+	if !complete {
+		ms = ms[:maxDecodes]
+	}
+	for _, m := range ms {
 		if p, ok := decodeEncodedCommand(m[1]); ok {
-			out = append(out, p)
+			payloads = append(payloads, p)
 		}
 	}
-	return out
+	return payloads, complete
 }
 
 // decodeEncodedCommand decodes base64 of UTF-16LE text (what PowerShell

@@ -1,8 +1,11 @@
 package commandpolicy
 
 import (
+	"context"
 	"strings"
 	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // Each evasion family: the spelled-out form must be blocked like the plain
@@ -122,6 +125,49 @@ func TestEncodedCommandDecoding(t *testing.T) {
 		m := h.Check("powershell -enc " + encodePS("Clear-Disk -Number 0"))
 		if !hasHit(m, "win-raw-disk-write") {
 			t.Errorf("mode %s: encoded payload not seen: %+v", mode, m)
+		}
+	}
+}
+
+// Payloads within the bounds are decoded and judged on their content; past
+// them, the text is marked and blocked whatever the payloads hold.
+func TestEncodedCommandBoundsFailClosed(t *testing.T) {
+	h := newDefault(t)
+	for n := 1; n <= maxDecodes+2; n++ {
+		text := encodedN(n-1, "Write-Host hi") + "; powershell -enc " + encodePS("Format-Volume -DriveLetter C")
+		if n == 1 {
+			text = encodedN(1, "Format-Volume -DriveLetter C")
+		}
+		m := h.Check(text)
+		within := n <= maxDecodes
+		if got := strings.Contains(Normalize(text), undecodedMarker); got == within {
+			t.Errorf("%d payloads: marker %v, want %v", n, got, !within)
+		}
+		if within && (m.Rule != "win-format-drive" || hasHit(m, "win-encoded-command-undecoded")) {
+			t.Errorf("%d payloads: the last one was not decoded and judged: %+v", n, m)
+		}
+		if !within && (m.Action != Block || !hasHit(m, "win-encoded-command-undecoded")) {
+			t.Errorf("%d payloads: not blocked as undecoded: %+v", n, m)
+		}
+	}
+	for depth := 1; depth <= maxDecodeDepth+2; depth++ {
+		text := encodedNested(depth, "Write-Host hi")
+		m := h.Check(text)
+		within := depth <= maxDecodeDepth
+		if within && m.Action != Warn {
+			t.Errorf("depth %d: harmless payload got %+v, want a win-encoded-command warning", depth, m)
+		}
+		if !within && (m.Action != Block || m.Rule != "win-encoded-command-undecoded" || !strings.Contains(m.Description, "cannot be checked")) {
+			t.Errorf("depth %d: got %+v, want a block by win-encoded-command-undecoded", depth, m)
+		}
+	}
+	// Like every rule, it follows the enforcement mode.
+	ctx := context.Background()
+	for mode, want := range map[string]driverapi.Action{EnforceBlock: driverapi.ActionDeny, EnforceWarn: driverapi.ActionWarn, EnforceOff: driverapi.ActionAllow} {
+		h, _ := New(Config{Enabled: true, Enforcement: mode, UseDefaultRules: true}, nil)
+		v, err := h.Before(ctx, driverapi.HookRequest{Program: "sh", Args: []string{"-c", encodedNested(3, "Write-Host hi")}})
+		if err != nil || v.Action != want || v.Rule != "win-encoded-command-undecoded" {
+			t.Errorf("mode %s: %+v %v, want %v by win-encoded-command-undecoded", mode, v, err, want)
 		}
 	}
 }

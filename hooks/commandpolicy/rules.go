@@ -1,6 +1,7 @@
 package commandpolicy
 
 import (
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -228,6 +229,9 @@ func DefaultRules() []Rule {
 				cb+`clear-disk\b`,
 				`\bselect\s+disk\s+\d+\s*(?:\n|;|&&?)?\s*clean\b`,
 			)},
+		{Name: "win-encoded-command-undecoded", Action: Block,
+			Description: fmt.Sprintf("PowerShell -EncodedCommand payloads past what the policy decodes (more than %d in one text, or nested more than %d deep): the hidden script cannot be checked, so it is not let through", maxDecodes, maxDecodeDepth),
+			Regex:       regexp.QuoteMeta(undecodedMarker)},
 		{Name: "win-bcdedit", Action: Block,
 			Description: "bcdedit deleting boot entries or disabling recovery",
 			Regex:       cb + `bcdedit(?:\.exe)?\s(?:` + a + `*\s)?(?:/delete\b|/set\s` + a + `*\b(?:recoveryenabled\s+(?:no|off|0|false)|bootstatuspolicy\s+ignoreallfailures))`},

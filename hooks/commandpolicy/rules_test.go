@@ -2,6 +2,7 @@ package commandpolicy
 
 import (
 	"encoding/base64"
+	"strings"
 	"testing"
 	"unicode/utf16"
 )
@@ -32,6 +33,24 @@ func encodePS(s string) string {
 		b[2*i], b[2*i+1] = byte(c), byte(c>>8)
 	}
 	return base64.StdEncoding.EncodeToString(b)
+}
+
+// encodedN is n PowerShell -EncodedCommand invocations of script, one per
+// command of a ; list.
+func encodedN(n int, script string) string {
+	parts := make([]string, n)
+	for i := range parts {
+		parts[i] = "powershell -enc " + encodePS(script)
+	}
+	return strings.Join(parts, "; ")
+}
+
+// encodedNested is script inside depth levels of powershell -enc.
+func encodedNested(depth int, script string) string {
+	for range depth {
+		script = "powershell -enc " + encodePS(script)
+	}
+	return script
 }
 
 // ruleCases: for every curated rule, commands it must match and near misses
@@ -107,6 +126,22 @@ var ruleCases = []struct {
 		[]string{`dd if=/dev/zero of=\\.\PhysicalDrive0`, `[IO.File]::OpenWrite("\\.\PhysicalDrive1")`, `Clear-Disk -Number 1 -RemoveData`, "select disk 0\nclean",
 			`[IO.File]::OpenWrite("//./PhysicalDrive1")`, `dd if=/dev/zero of=//./PhysicalDrive0`},
 		[]string{`Get-Disk`, `Get-PhysicalDisk`, `make clean`, "select disk 0\ndetail disk"}},
+	{"win-encoded-command-undecoded",
+		[]string{
+			// Eight harmless payloads use up the bound; the ninth would go unread.
+			encodedN(8, "Write-Host hi") + "; powershell -enc " + encodePS("Format-Volume -DriveLetter C"),
+			encodedN(9, "Write-Host hi"),
+			encodedNested(3, "Format-Volume -DriveLetter C"),
+			encodedNested(3, "Write-Host hi"),
+			"pwsh -e " + encodePS("Write-Host a; "+encodedNested(2, "Write-Host b")),
+		},
+		[]string{
+			encodedN(1, "Write-Host hi"),
+			encodedN(8, "Write-Host hi"),
+			encodedNested(2, "Write-Host hi"),
+			`powershell -Command "Write-Host hi"`,
+			`echo encoded payload`,
+		}},
 	{"win-bcdedit",
 		[]string{`bcdedit /delete {current}`, `bcdedit /set {default} recoveryenabled No`, `bcdedit.exe /set {default} bootstatuspolicy ignoreallfailures`},
 		[]string{`bcdedit /enum`, `bcdedit /set {default} recoveryenabled Yes`, `bcdedit /deletevalue {default} safeboot`}},
