@@ -56,13 +56,54 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.write, "write", "extra writable `PATH` (repeatable)")
 	fs.StringVar(&f.net, "net", "none", "network: none|all|HOST[,HOST...]")
 	fs.BoolVar(&f.spawn, "spawn", false, "allow subprocesses")
-	fs.Uint64Var(&f.memoryMB, "memory", 0, "memory limit in `MB`")
-	fs.DurationVar(&f.timeout, "timeout", 0, "wall-clock limit (e.g. 30s)")
-	fs.Int64Var(&f.maxOutput, "max-output", 0, "output budget in `BYTES`")
+	fs.Var((*positiveUint64)(&f.memoryMB), "memory", "memory limit in `MB`")
+	fs.Var((*positiveDuration)(&f.timeout), "timeout", "wall-clock limit (e.g. 30s)")
+	fs.Var((*positiveInt64)(&f.maxOutput), "max-output", "output budget in `BYTES`")
 	fs.Var(&f.env, "env", "set `NAME=VALUE` in the child (repeatable)")
 	fs.BoolVar(&f.stdin, "stdin", false, "feed standard input to the child")
 	fs.BoolVar(&f.yes, "yes", false, "approve every elevation without asking")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the child's output")
+}
+
+// The limits are positive when given: 0 would otherwise read as "not
+// given" and quietly mean the default, which --timeout 0s does not ask for.
+type (
+	positiveDuration time.Duration
+	positiveInt64    int64
+	positiveUint64   uint64
+)
+
+func (d *positiveDuration) String() string { return time.Duration(*d).String() }
+func (d *positiveDuration) Set(v string) error {
+	x, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New("not a duration (e.g. 30s, 2m)")
+	}
+	if x <= 0 {
+		return errors.New("must be positive")
+	}
+	*d = positiveDuration(x)
+	return nil
+}
+
+func (n *positiveInt64) String() string { return strconv.FormatInt(int64(*n), 10) }
+func (n *positiveInt64) Set(v string) error {
+	x, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || x <= 0 {
+		return errors.New("must be a positive integer")
+	}
+	*n = positiveInt64(x)
+	return nil
+}
+
+func (n *positiveUint64) String() string { return strconv.FormatUint(uint64(*n), 10) }
+func (n *positiveUint64) Set(v string) error {
+	x, err := strconv.ParseUint(v, 10, 64)
+	if err != nil || x == 0 {
+		return errors.New("must be a positive integer")
+	}
+	*n = positiveUint64(x)
+	return nil
 }
 
 type listFlag []string
