@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -63,8 +64,8 @@ func (s *WorkspaceSandbox) ApplyNetworkGrant(ctx context.Context, sessionID, hos
 		return "", err
 	}
 	h := strings.ToLower(strings.TrimSuffix(strings.TrimSpace(host), "."))
-	if h == "" || strings.ContainsAny(h, " \t\r\n/:@\x00") && net.ParseIP(h) == nil {
-		return "", &InvalidCommandError{Field: "host", Reason: fmt.Sprintf("%q is not a host name, *.suffix or IP literal", host)}
+	if reason := grantHostProblem(h); reason != "" {
+		return "", &InvalidCommandError{Field: "host", Reason: fmt.Sprintf("%q is not a host name, *.suffix or IP literal: %s", host, reason)}
 	}
 	subject := h
 	if port != 0 {
@@ -114,4 +115,46 @@ func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
 	s.mu.Lock()
 	delete(s.sessions, sessionID)
 	s.mu.Unlock()
+}
+
+// grantHostProblem says what is wrong with h (lower-cased, no trailing dot)
+// as the host of a network grant, or "" when it is an IP literal, a host
+// name, or *. and a suffix of at least two labels. A grant widens what the
+// session may reach for all its later commands, so it is held to the
+// shape of an allowlist entry here rather than refused only when a command
+// first uses it.
+func grantHostProblem(h string) string {
+	if h == "" {
+		return "empty"
+	}
+	if net.ParseIP(h) != nil {
+		return ""
+	}
+	name := h
+	if rest, ok := strings.CutPrefix(h, "*."); ok {
+		name = rest
+		if strings.Count(name, ".") < 1 {
+			return "a wildcard needs a suffix of at least two labels (*.example.com, not *.com)"
+		}
+	}
+	if len(name) > 253 {
+		return "longer than 253 bytes"
+	}
+	for _, label := range strings.Split(name, ".") {
+		if label == "" || len(label) > 63 {
+			return "a label is empty or longer than 63 bytes"
+		}
+		if label[0] == '-' || label[len(label)-1] == '-' {
+			return "a label starts or ends with '-'"
+		}
+		for _, r := range label {
+			// ASCII letters, digits, '-', '_' and (internationalised
+			// names, normalised by the proxy) any non-ASCII letter.
+			ok := r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r > 0x7f && unicode.IsLetter(r)
+			if !ok {
+				return fmt.Sprintf("%q is not allowed in a host name", r)
+			}
+		}
+	}
+	return ""
 }
