@@ -1,6 +1,7 @@
 package driverapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/tls"
@@ -13,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -236,6 +238,7 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	}
 	cmd := exec.Command(cfg.Path, cfg.Args...)
 	cmd.Env = append(os.Environ(), cfg.Env...)
+	stderrTail := &tailWriter{max: 4096}
 	// Mutual TLS with per-launch ephemeral certificates, and a lifeline
 	// pipe so the plugin cannot outlive this process (see handover.go).
 	ho, err := newHandover(cmd)
@@ -265,7 +268,9 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 		Logger:       logger,
 		StartTimeout: cfg.StartTimeout,
 		// The plugin's stdout/stderr after the handshake go to the logger
-		// (go-plugin's defaults), never into a command's output.
+		// (go-plugin's defaults), never into a command's output. The tail
+		// of stderr is kept to explain a plugin that fails to start.
+		Stderr: stderrTail,
 	}
 	if cfg.StartTimeout == 0 {
 		pc.StartTimeout = 30 * time.Second
@@ -290,6 +295,18 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 				pv, _ = strconv.Atoi(m[1])
 			}
 			return nil, &ProtocolMismatchError{Plugin: cfg.Path, PluginVer: pv, HostVer: hostVer, Underlying: err}
+		}
+		if line := stderrTail.lastLine(); line != "" {
+			// A plugin that refuses to run says why on stderr (a
+			// driver built for another OS, bad options); go-plugin's
+			// own error only says the handshake failed.
+			if msg := err.Error(); strings.Contains(msg, "Unrecognized remote plugin message") || strings.Contains(msg, "exited before we could connect") {
+				// go-plugin's guesses (wrong architecture, missing
+				// libraries...) only hide the plugin's own words.
+				err = fmt.Errorf("exited without a handshake; it wrote: %s", line)
+			} else {
+				err = fmt.Errorf("%w; the plugin wrote: %s", err, line)
+			}
 		}
 		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: err}
 	}
@@ -325,4 +342,33 @@ func startClient(ctx context.Context, client *plugin.Client, kind string) (*Proc
 		<-done
 		return nil, ctx.Err()
 	}
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - w.max; over > 0 {
+		w.buf = append(w.buf[:0], w.buf[over:]...)
+	}
+	return len(p), nil
+}
+
+// lastLine is the last non-empty line written, trimmed and bounded.
+func (w *tailWriter) lastLine() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	lines := strings.Split(strings.TrimSpace(string(bytes.ToValidUTF8(w.buf, []byte("?")))), "\n")
+	line := strings.TrimSpace(lines[len(lines)-1])
+	if len(line) > 300 {
+		line = line[:300] + "..."
+	}
+	return line
 }
