@@ -831,9 +831,12 @@ func systemDir(dir string) bool {
 }
 
 // encodedRE finds a PowerShell -EncodedCommand argument. PowerShell accepts
-// any unambiguous prefix of a parameter name ("-e", "-ec", "-enc", ...) and
-// "/" as well as "-" as its sign.
-var encodedRE = regexp.MustCompile(`(?i)(?:^|[^\w.-])(?:powershell|pwsh)(?:\.exe)?\b[^\n;&|]*?\s[-/]e(?:c|n[a-z]*)?\s+([a-z0-9+/]{8,}={0,2})`)
+// any prefix of the parameter name ("-e", "-enc", ..., but not -Encoding)
+// and its alias -ec, with "/" as well as "-" as its sign. The payload may be
+// split by blanks (a quoted argument: Convert.FromBase64String skips
+// whitespace), so the words that follow are captured too; payloadBase64
+// picks the ones that belong to it.
+var encodedRE = regexp.MustCompile(`(?i)(?:^|[^\w.-])(?:powershell|pwsh)(?:\.exe)?\b[^\n;&|]*?\s[-/](?:ec|e(?:n(?:c(?:o(?:d(?:e(?:d(?:c(?:o(?:m(?:m(?:a(?:n(?:d)?)?)?)?)?)?)?)?)?)?)?)?)?)\s+([a-z0-9+/]{4,}={0,2}(?: +[a-z0-9+/]+={0,2})*)`)
 
 // encodedPayloads decodes the -EncodedCommand payloads in s, a text found
 // depth payloads deep. complete is false when s holds payloads beyond the
@@ -854,16 +857,41 @@ func encodedPayloads(s string, depth int) (payloads []string, complete bool) {
 		ms = ms[:maxDecodes]
 	}
 	for _, m := range ms {
-		if p, ok := decodeEncodedCommand(m[1]); ok {
+		if p, ok := decodeEncodedCommand(payloadBase64(m[1])); ok {
 			payloads = append(payloads, p)
 		}
 	}
 	return payloads, complete
 }
 
-// decodeEncodedCommand decodes base64 of UTF-16LE text (what PowerShell
-// expects); base64 of plain UTF-8 is accepted too, as an evasion would not
-// gain from it but a reader might.
+// payloadBase64 joins the longest run of the captured words that is whole
+// base64 (a multiple of four characters, padding only at its end). As
+// base64 decodes four characters at a time, a following argument taken in
+// by mistake only adds bytes after the payload's own. With no such run,
+// the first word alone is decoded as it stands.
+func payloadBase64(capture string) string {
+	words := strings.Fields(capture)
+	n, end := 0, 0
+	for k, w := range words {
+		n += len(w)
+		if n%4 == 0 {
+			end = k + 1
+		}
+		if strings.HasSuffix(w, "=") {
+			break // padding ends the data
+		}
+	}
+	if end == 0 {
+		return words[0]
+	}
+	return strings.Join(words[:end], "")
+}
+
+// decodeEncodedCommand decodes a payload the way PowerShell does: base64 of
+// UTF-16LE text (an odd last byte is dropped). When that reading is not
+// mostly ASCII and the bytes are valid UTF-8, the UTF-8 reading (base64 of
+// plain text, which a reader might try) follows on a new line. ok is false
+// only when the base64 itself is invalid, which PowerShell refuses to run.
 func decodeEncodedCommand(b64 string) (string, bool) {
 	raw, err := base64.StdEncoding.DecodeString(b64)
 	if err != nil {
@@ -872,23 +900,24 @@ func decodeEncodedCommand(b64 string) (string, bool) {
 			return "", false
 		}
 	}
-	if len(raw)%2 == 0 && len(raw) > 0 {
-		u := make([]uint16, len(raw)/2)
-		zeros := 0
-		for i := range u {
-			u[i] = uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
-			if raw[2*i+1] == 0 {
-				zeros++
+	u := make([]uint16, len(raw)/2)
+	ascii := 0
+	for i := range u {
+		u[i] = uint16(raw[2*i]) | uint16(raw[2*i+1])<<8
+		if raw[2*i+1] == 0 {
+			ascii++
+		}
+	}
+	text := string(utf16.Decode(u))
+	if ascii*2 < len(u) || len(u) == 0 {
+		if utf8.Valid(raw) {
+			if text != "" {
+				text += "\n"
 			}
-		}
-		if zeros*2 >= len(u) {
-			return string(utf16.Decode(u)), true
+			text += string(raw)
 		}
 	}
-	if utf8.Valid(raw) {
-		return string(raw), true
-	}
-	return "", false
+	return text, text != ""
 }
 
 // mentionsPowerShell reports whether s names pwsh or powershell in any

@@ -2,6 +2,7 @@ package commandpolicy
 
 import (
 	"context"
+	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -60,6 +61,9 @@ func TestNormaliserEvasions(t *testing.T) {
 		{"encoded command", "powershell -enc " + encodePS("vssadmin delete shadows /all /quiet"), "vssadmin delete shadows /all /quiet", "win-shadow-copy-delete"},
 		{"encoded command prefix -e", "pwsh -e " + encodePS("Format-Volume -DriveLetter C"), "Format-Volume -DriveLetter C", "win-format-drive"},
 		{"encoded command slash", "powershell.exe /EncodedCommand " + encodePS("rd /s /q C:\\"), `rd /s /q C:\`, "win-root-recursive-delete"},
+		{"encoded command split by blanks", `powershell -enc "` + splitEvery(encodePS("Format-Volume -DriveLetter C"), 8) + `"`, "Format-Volume -DriveLetter C", "win-format-drive"},
+		{"encoded command mostly non-ASCII", "powershell -enc " + encodePS("<# "+strings.Repeat("注释", 40)+" #> Clear-Disk -Number 0"), "Clear-Disk -Number 0", "win-raw-disk-write"},
+		{"encoded command, full parameter name", "powershell -EncodedCommand " + encodePS("wbadmin delete catalog"), "wbadmin delete catalog", "win-backup-catalog-delete"},
 		{"nested encoded command", "powershell -enc " + encodePS("powershell -enc "+encodePS("bcdedit /delete {current}")), "bcdedit /delete {current}", "win-bcdedit"},
 	}
 	for _, c := range cases {
@@ -118,6 +122,34 @@ func TestEncodedCommandDecoding(t *testing.T) {
 	if _, ok := decodeEncodedCommand("@@@@"); ok {
 		t.Fatal("garbage decoded")
 	}
+	// PowerShell's reading (UTF-16LE) always, even when it is not ASCII.
+	if got, ok := decodeEncodedCommand(encodePS("注释注 rd /s /q C:\\")); !ok || !strings.Contains(got, `rd /s /q C:\`) {
+		t.Fatalf("non-ASCII UTF-16 payload: %q, %v", got, ok)
+	}
+	// Base64 of UTF-8 text is read that way too, after the UTF-16 reading.
+	if got, ok := decodeEncodedCommand(base64.StdEncoding.EncodeToString([]byte("Format-Volume -DriveLetter C"))); !ok || !strings.HasSuffix(got, "\nFormat-Volume -DriveLetter C") {
+		t.Fatalf("UTF-8 payload: %q, %v", got, ok)
+	}
+	for capture, want := range map[string]string{
+		"QUJD":                 "QUJD",
+		"QUJD REVG":            "QUJDREVG",
+		"QUJD REVG R0g= SUpL":  "QUJDREVGR0g=",
+		"QUJDREVG NoExit":      "QUJDREVG",
+		"QUJDREVGR0 hJ":        "QUJDREVGR0hJ",
+		"QUJDREVGR":            "QUJDREVGR",
+		"QUJDREVGR0g NoExit x": "QUJDREVGR0g",
+		"QUJDREVGR0g NoExi":    "QUJDREVGR0gNoExi",
+	} {
+		if got := payloadBase64(capture); got != want {
+			t.Errorf("payloadBase64(%q) = %q, want %q", capture, got, want)
+		}
+	}
+	// -Encoding is not a prefix of -EncodedCommand: its value is no payload
+	// and does not count toward the bound.
+	enc := strings.Repeat("powershell -c Get-Content a.txt -Encoding BigEndianUnicode\n", maxDecodes+1)
+	if n := Normalize(enc); strings.Contains(n, undecodedMarker) || strings.Count(n, "\n") != maxDecodes {
+		t.Errorf("-Encoding read as a payload: %q", n)
+	}
 	// The expansion runs in every enforcement mode: the normaliser is the
 	// same for all of them.
 	for _, mode := range []string{EnforceBlock, EnforceWarn, EnforceOff} {
@@ -170,4 +202,14 @@ func TestEncodedCommandBoundsFailClosed(t *testing.T) {
 			t.Errorf("mode %s: %+v %v, want %v by win-encoded-command-undecoded", mode, v, err, want)
 		}
 	}
+}
+
+// splitEvery puts a blank every n characters of s.
+func splitEvery(s string, n int) string {
+	var parts []string
+	for len(s) > n {
+		parts = append(parts, s[:n])
+		s = s[n:]
+	}
+	return strings.Join(append(parts, s), " ")
 }
