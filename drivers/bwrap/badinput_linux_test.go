@@ -91,6 +91,7 @@ func TestProfileRequestRefused(t *testing.T) {
 		"fs_read /proc":        {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSRead: []string{"/proc/1/root"}}},
 		"fs_read /":            {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSRead: []string{"/"}}},
 		"fs_write /etc":        {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{"/etc"}}},
+		"fs_read /etc":         {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSRead: []string{"/etc"}}},
 		"fs_write relative":    {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{"x"}}},
 		"fs_write in .git":     {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{mkdir(t, ws, ".git/hooks")}}},
 		"allow_hosts no proxy": {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}},
@@ -104,9 +105,14 @@ func TestProfileRequestRefused(t *testing.T) {
 			t.Errorf("%s: want a typed refusal, got %v", name, err)
 		}
 	}
-	// Control: the plain request works.
+	// Controls: the plain request works, and so does a read grant inside
+	// a system directory (the path itself, not its parent).
 	if _, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws}); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws,
+		Capabilities: driverapi.Capabilities{FSRead: []string{"/usr/share"}}}); err != nil {
+		t.Fatalf("fs_read /usr/share: %v", err)
 	}
 }
 

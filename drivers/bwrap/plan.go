@@ -298,6 +298,13 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 		if err != nil {
 			return Plan{}, err
 		}
+		if coversSystem(c) {
+			// bwrap cannot mount the system read set's entries inside a
+			// read-only bind of their parent, and the grant would show all
+			// of /etc (shadow, sudoers, keys) besides.
+			return Plan{}, &driverapi.InvalidSpecError{Field: "fs_read", Reason: fmt.Sprintf(
+				"%q contains system directories, which are readable already; grant the paths inside it you need", c)}
+		}
 		if !write[c] {
 			read[c] = true
 		}
