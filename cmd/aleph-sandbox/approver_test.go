@@ -1,0 +1,73 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// blockingReader never answers until closed (a user who does not type).
+type blockingReader struct{ closed chan struct{} }
+
+func (b *blockingReader) Read([]byte) (int, error) { <-b.closed; return 0, io.EOF }
+func (b *blockingReader) Close() error             { close(b.closed); return nil }
+
+// TestApproverTerminal: on a terminal the question is asked once, with the
+// request's summary; y or yes (any case) approves, anything else, an empty
+// line or end of input denies, silence until the deadline is a timeout;
+// without a terminal, or when the terminal cannot be opened, the answer is
+// no without asking; --yes approves without asking.
+func TestApproverTerminal(t *testing.T) {
+	req := driverapi.ApprovalRequest{Summary: "network all for session s"}
+	text := func(s string) func() (io.ReadCloser, error) {
+		return func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(s)), nil }
+	}
+	cases := []struct {
+		name     string
+		a        approver
+		want     driverapi.ApprovalOutcome
+		asked    bool
+		deadline time.Duration
+	}{
+		{"y", approver{terminal: true, answers: text("y\n")}, driverapi.ApprovalApproved, true, 0},
+		{"YES", approver{terminal: true, answers: text("  YES \n")}, driverapi.ApprovalApproved, true, 0},
+		{"n", approver{terminal: true, answers: text("n\n")}, driverapi.ApprovalDenied, true, 0},
+		{"empty line", approver{terminal: true, answers: text("\n")}, driverapi.ApprovalDenied, true, 0},
+		{"yesterday", approver{terminal: true, answers: text("yesterday\n")}, driverapi.ApprovalDenied, true, 0},
+		{"end of input", approver{terminal: true, answers: text("")}, driverapi.ApprovalDenied, true, 0},
+		{"silence", approver{terminal: true, answers: func() (io.ReadCloser, error) {
+			return &blockingReader{closed: make(chan struct{})}, nil
+		}}, driverapi.ApprovalTimeout, true, 50 * time.Millisecond},
+		{"no terminal", approver{terminal: false, answers: text("y\n")}, driverapi.ApprovalDenied, false, 0},
+		{"terminal cannot be opened", approver{terminal: true, answers: func() (io.ReadCloser, error) {
+			return nil, errors.New("no tty")
+		}}, driverapi.ApprovalDenied, false, 0},
+		{"--yes", approver{yes: true, terminal: false}, driverapi.ApprovalApproved, false, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var prompt bytes.Buffer
+			tc.a.prompt = &prompt
+			ctx := context.Background()
+			if tc.deadline > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+				defer cancel()
+			}
+			got, err := tc.a.RequestApproval(ctx, req)
+			if err != nil || got != tc.want {
+				t.Fatalf("outcome %v, %v; want %v", got, err, tc.want)
+			}
+			asked := strings.Contains(prompt.String(), "aleph-sandbox: network all for session s: allow? [y/N] ")
+			if asked != tc.asked || strings.Count(prompt.String(), "allow?") > 1 {
+				t.Fatalf("prompt %q, want asked=%v once", prompt.String(), tc.asked)
+			}
+		})
+	}
+}
