@@ -64,7 +64,10 @@ const (
 	// winRecurse: /s (cmd) or -Recurse and its prefixes (PowerShell).
 	winRecurse = `(?:/s|[-/]r[a-z]*)`
 	// winRoot: a drive or registry hive root.
-	winRoot = `(?:[a-z]:[\\/]?\*?(?:\.\*)?|%systemdrive%[\\/]?\*?|\$env:systemdrive[\\/]?\*?|(?:hklm|hkcu|hkcr|hku|hkcc):[\\/]?\*?|registry::(?:hkey_[a-z_]+)[\\/]?\*?)`
+	// A lone \ is the root of the current drive; $env:SystemDrive and
+	// %HOMEDRIVE% hold a drive letter (the normaliser has folded
+	// ${env:SystemDrive} into $env:SystemDrive).
+	winRoot = `(?:[a-z]:[\\/]?\*?(?:\.\*)?|\\\*?(?:\.\*)?|%(?:systemdrive|homedrive)%[\\/]?\*?|\$env:(?:systemdrive|homedrive)[\\/]?\*?|(?:hklm|hkcu|hkcr|hku|hkcc):[\\/]?\*?|registry::(?:hkey_[a-z_]+)[\\/]?\*?)`
 	// winSysPath: Windows system locations.
 	winSysPath = `(?:[a-z]:[\\/](?:windows|program files(?: \(x86\))?|programdata|boot|recovery)(?:[\\/][^\s;&|]*)?|[a-z]:[\\/]users(?:[\\/][^\s\\/;&|]*)?[\\/]?\*?|%(?:windir|systemroot|programfiles|programdata|programfiles\(x86\))%(?:[\\/][^\s;&|]*)?|\$env:(?:windir|systemroot|programfiles|programdata)(?:[\\/][^\s;&|]*)?)`
 	// cmdStart: a word in command position (start of a command, or after a
@@ -208,9 +211,12 @@ func DefaultRules() []Rule {
 			Regex:       alt(cb+`format(?:\.com)?\s+[a-z]:(?:$|[\s\\/;&|])`, cb+`format-volume\b`)},
 		{Name: "win-root-recursive-delete", Action: Block,
 			Description: "recursive delete of a drive root or registry hive root",
-			Regex: alt(append(withOptionParts(winRemove, winRecurse, winRoot),
+			Regex: alt(slices.Concat(withOptionParts(winRemove, winRecurse, winRoot),
+				// PowerShell reads / as the root of the current drive too (rm -r /
+				// is rm-root).
+				withOptionParts(`(?:remove-item|ri|rmdir|rd|del|erase)(?:\.exe)?`, winRecurse, `/\*?`),
 				// Every item of a drive or hive root piped into a deletion.
-				cb+`(?:get-childitem|gci|dir|ls|childitem)(?:\s`+a+`*)?\s`+winRoot+`(?:\s`+a+`*)?\|\s*`+winRemove+`\b`)...)},
+				[]string{cb + `(?:get-childitem|gci|dir|ls|childitem)(?:\s` + a + `*)?\s` + winRoot + `(?:\s` + a + `*)?\|\s*` + winRemove + `\b`})...)},
 		{Name: "win-shadow-copy-delete", Action: Block,
 			Description: "deleting volume shadow copies (recovery points)",
 			Regex: alt(
@@ -227,7 +233,12 @@ func DefaultRules() []Rule {
 			Regex: alt(
 				`[\\/]{2}\.[\\/]physicaldrive\d`,
 				cb+`clear-disk\b`,
-				`\bselect\s+disk\s+\d+\s*(?:\n|;|&&?)?\s*clean\b`,
+				// A diskpart script that selects a disk and then cleans it:
+				// on its own lines (stdin), or echoed into a pipe
+				// ((echo select disk 0 & echo clean) | diskpart, 'select
+				// disk 0','clean' | diskpart, "select disk 0`nclean" with
+				// the backtick folded away).
+				`\bselect\s+disk\s*=?\s*\d+(?:r?n|(?s:.*?)(?:\n|[;&(,]|\becho\s))\s*clean\b`,
 			)},
 		{Name: "win-encoded-command-undecoded", Action: Block,
 			Description: fmt.Sprintf("PowerShell -EncodedCommand payloads past what the policy decodes (more than %d in one text, or nested more than %d deep): the hidden script cannot be checked, so it is not let through", maxDecodes, maxDecodeDepth),

@@ -114,8 +114,14 @@ var ruleCases = []struct {
 		[]string{`format C:`, `format d: /q /y`, `format.com E: /FS:NTFS`, `Format-Volume -DriveLetter D`, `cmd /c format c:`},
 		[]string{`git format-patch -1`, `clang-format -i main.c`, `black --format .`, `git commit -m 'format'`, `dotnet format`}},
 	{"win-root-recursive-delete",
-		[]string{`rd /s /q C:\`, `rmdir /S /Q D:\`, `del /s /q C:\*`, `del /f /s /q C:\*.*`, `Remove-Item -Recurse -Force C:\`, `Remove-Item C:\ -Recurse`, `ri -r -fo HKLM:\`, `Remove-Item -Path HKCU:\ -Recurse`, `rm -r -fo c:/`, `rd /s /q %SystemDrive%\`},
-		[]string{`rd /s /q C:\temp\build`, `rd /s /q build`, `Remove-Item -Recurse .\out`, `del C:\temp\x.txt`, `Remove-Item -Recurse HKCU:\Software\MyApp`}},
+		[]string{`rd /s /q C:\`, `rmdir /S /Q D:\`, `del /s /q C:\*`, `del /f /s /q C:\*.*`, `Remove-Item -Recurse -Force C:\`, `Remove-Item C:\ -Recurse`, `ri -r -fo HKLM:\`, `Remove-Item -Path HKCU:\ -Recurse`, `rm -r -fo c:/`, `rd /s /q %SystemDrive%\`,
+			// The root of the current drive, and the system drive through variables.
+			`rd /s /q \`, `rmdir /s /q \`, `rd /s /q "\"`, `del /s /q \*`, `ri -r -fo \`, `Remove-Item -Recurse -Force /`,
+			`Remove-Item -Recurse -Force ${env:SystemDrive}\`, `Remove-Item -Recurse -Force $env:SystemDrive\`,
+			`Remove-Item -Recurse -Force $env:HOMEDRIVE\`, `rd /s /q %HOMEDRIVE%\`, `gci \ -Recurse | Remove-Item -Force`},
+		[]string{`rd /s /q C:\temp\build`, `rd /s /q build`, `Remove-Item -Recurse .\out`, `del C:\temp\x.txt`, `Remove-Item -Recurse HKCU:\Software\MyApp`,
+			`rd /s /q \temp`, `rd /s /q .\build`, `del /q \*.tmp`, `rd \`, `Remove-Item -Recurse ${env:TEMP}\x`, `Remove-Item -Recurse ./out/`,
+			`del /s /q /f build\*`}},
 	{"win-shadow-copy-delete",
 		[]string{`vssadmin delete shadows /all /quiet`, `vssadmin.exe Delete Shadows /For=C:`, `wmic shadowcopy delete`, `vssadmin resize shadowstorage /for=c: /on=c: /maxsize=401MB`, `Get-WmiObject Win32_Shadowcopy | ForEach-Object { $_.Delete() }`, `C:\Windows\System32\vssadmin.exe delete shadows /all`},
 		[]string{`vssadmin list shadows`, `wmic shadowcopy list brief`, `Get-WmiObject Win32_ShadowCopy`}},
@@ -124,8 +130,13 @@ var ruleCases = []struct {
 		[]string{`wbadmin get versions`, `wbadmin start backup -backupTarget:E:`}},
 	{"win-raw-disk-write",
 		[]string{`dd if=/dev/zero of=\\.\PhysicalDrive0`, `[IO.File]::OpenWrite("\\.\PhysicalDrive1")`, `Clear-Disk -Number 1 -RemoveData`, "select disk 0\nclean",
-			`[IO.File]::OpenWrite("//./PhysicalDrive1")`, `dd if=/dev/zero of=//./PhysicalDrive0`},
-		[]string{`Get-Disk`, `Get-PhysicalDisk`, `make clean`, "select disk 0\ndetail disk"}},
+			`[IO.File]::OpenWrite("//./PhysicalDrive1")`, `dd if=/dev/zero of=//./PhysicalDrive0`,
+			// diskpart scripts fed by a pipe or on stdin.
+			`echo select disk 0 & echo clean | diskpart`, `(echo select disk 0; echo clean) | diskpart`,
+			`(echo select disk 1 & echo clean all) | diskpart`, "\"select disk 0`nclean\" | diskpart",
+			`'select disk 0','clean' | diskpart`, "diskpart\nselect disk=1\nattributes disk clear readonly\nclean all"},
+		[]string{`Get-Disk`, `Get-PhysicalDisk`, `make clean`, "select disk 0\ndetail disk",
+			`echo list disk | diskpart`, `echo select disk 0 & echo detail disk | diskpart`, "select disk 0\nmake clean", `echo clean | diskpart`}},
 	{"win-encoded-command-undecoded",
 		[]string{
 			// Eight harmless payloads use up the bound; the ninth would go unread.
