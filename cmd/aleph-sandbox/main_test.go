@@ -338,3 +338,38 @@ func TestDriversConfiguredPathAndPin(t *testing.T) {
 		}
 	}
 }
+
+// TestExecJSONDenials: with --json a policy denial is an object with
+// denied true, the reason and (for a hook) the rule, and exit 0 (the CLI
+// contract: 125 only when the sandbox failed), beside an allowed run's
+// object with denied false (control).
+func TestExecJSONDenials(t *testing.T) {
+	drv := cliEnv(t)
+	for _, tc := range []struct {
+		name    string
+		flags   []string
+		program []string
+		denied  bool
+		reason  string
+		rule    string
+	}{
+		{"hook denial", nil, []string{"rm", "-rf", "/"}, true, "hook_denied", "rm-root"},
+		{"approval denial", []string{"--net", "all"}, []string{"echo", "x"}, true, "approval_denied", ""},
+		{"allowed", nil, []string{"echo", "fine"}, false, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := append(append([]string{"exec", "--driver", drv, "--json"}, tc.flags...), "--")
+			r := cli(t, "", false, append(args, tc.program...)...)
+			var o execResult
+			if err := json.Unmarshal([]byte(r.stdout), &o); err != nil {
+				t.Fatalf("not one JSON object: %v %q", err, r.stdout)
+			}
+			if r.code != 0 || o.Denied != tc.denied || !strings.Contains(o.Reason, tc.reason) || o.Rule != tc.rule || o.Error != "" {
+				t.Fatalf("exit %d %+v; want exit 0, denied %v, reason with %q, rule %q", r.code, o, tc.denied, tc.reason, tc.rule)
+			}
+			if tc.denied && (o.Stdout != "" || o.Backend != "") || !tc.denied && o.Stdout != "fine\n" {
+				t.Fatalf("stdout %q backend %q: a denied command must not have run, an allowed one must", o.Stdout, o.Backend)
+			}
+		})
+	}
+}
