@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -246,5 +248,68 @@ func TestPidLimitWithoutCgroup(t *testing.T) {
 	}
 	if o := <-done; o.err != nil || o.exit.ExitCode != 0 {
 		t.Fatalf("the other sandbox's 15 processes: %+v", o)
+	}
+}
+
+// TestPIDGuardWithCloneIntoCgroup: on cgroup v2 bwrap is born inside the
+// command's cgroup (CLONE_INTO_CGROUP), and the guard's namespaces are
+// created by the same clone3 call: the kernel must accept the combination
+// and the process must land in the cgroup, for each guard mode. Needs a
+// writable cgroup v2 hierarchy (root here); without one the driver never
+// picks v2, which is asserted instead.
+func TestPIDGuardWithCloneIntoCgroup(t *testing.T) {
+	base := ""
+	for _, p := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		if _, err := os.Stat(p + "/cgroup.procs"); err == nil && unix.Access(p, unix.W_OK) == nil {
+			var st unix.Statfs_t
+			if unix.Statfs(p, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+				base = p
+				break
+			}
+		}
+	}
+	if base == "" {
+		caps, _ := testDriver(t, Options{}).Capabilities(context.Background())
+		if caps.CgroupMode == string(CgroupV2) {
+			t.Fatal("no writable cgroup v2 hierarchy, yet the driver picked v2")
+		}
+		return
+	}
+	path, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range []pidGuard{{mode: guardPID}, {mode: guardUserPID}, {mode: guardNone}} {
+		t.Run(g.mode, func(t *testing.T) {
+			name := "aleph-guardtest-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+			dir := base + "/" + name
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				for i := 0; i < 100 && os.Remove(dir) != nil; i++ {
+					time.Sleep(10 * time.Millisecond)
+				}
+			}()
+			fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			c := exec.Command(path, "--unshare-all", "--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev", "--", "sleep", "0.5")
+			c.Env = []string{}
+			c.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
+			g.apply(c.SysProcAttr)
+			if err := c.Start(); err != nil {
+				t.Fatalf("clone into the cgroup with guard %s: %v", g.mode, err)
+			}
+			b, _ := os.ReadFile("/proc/" + strconv.Itoa(c.Process.Pid) + "/cgroup")
+			if err := c.Wait(); err != nil {
+				t.Fatalf("the sandbox failed: %v", err)
+			}
+			if !strings.Contains(string(b), "0::/"+name+"\n") {
+				t.Fatalf("bwrap is not in the command's cgroup: %q", b)
+			}
+		})
 	}
 }
