@@ -714,11 +714,17 @@ func canonical(s string) string {
 			i++
 			continue
 		}
-		j := i
+		j, slash := i, -1
 		for j < len(s) && !tokenEnd[s[j]] {
+			if s[j] == '/' && slash < 0 {
+				slash = j - i
+			}
 			j++
 		}
-		tok := cleanPathToken(s[i:j])
+		tok := s[i:j]
+		if slash >= 0 {
+			tok = cleanPathToken(tok, slash)
+		}
 		if cmdPos {
 			tok = stripCommandPrefix(tok)
 			cmdPos = strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || inFoldedSet(isWrapper, tok) || inFoldedSet(isRunner, tok)
@@ -737,25 +743,34 @@ func canonical(s string) string {
 // kernel reads as one file: repeated slashes and "." and ".." segments
 // (//dev/sda, /dev/./sda and /dev/../dev/sda are /dev/sda, /usr/../ is /).
 // The value of a key=value word (dd's of=/dev//sda) is cleaned the same way.
-func cleanPathToken(tok string) string {
-	switch tok[0] {
-	case '/':
-		return cleanAbsPath(tok)
-	case '~', '$':
-		return cleanHomePath(tok)
+// k is the index of the first slash in tok.
+func cleanPathToken(tok string, k int) string {
+	if !hasDotOrDoubleSlash(tok[k:]) {
+		return tok
 	}
-	if k := strings.IndexByte(tok, '='); k > 0 && k+1 < len(tok) && tok[k+1] == '/' {
-		if v := cleanAbsPath(tok[k+1:]); v != tok[k+1:] {
-			return tok[:k+1] + v
-		}
+	switch {
+	case k == 0:
+		return cleanAbsPath(tok)
+	case tok[0] == '~' || tok[0] == '$':
+		return cleanHomePath(tok)
+	case tok[k-1] == '=' && strings.IndexByte(tok, '=') == k-1:
+		return tok[:k] + cleanAbsPath(tok[k:])
 	}
 	return tok
 }
 
-func cleanAbsPath(p string) string {
-	if !strings.Contains(p, "//") && !strings.Contains(p, "/.") {
-		return p
+// hasDotOrDoubleSlash reports a slash followed by a slash or a dot: what
+// path cleaning may change.
+func hasDotOrDoubleSlash(p string) bool {
+	for i := 0; i+1 < len(p); i++ {
+		if p[i] == '/' && (p[i+1] == '/' || p[i+1] == '.') {
+			return true
+		}
 	}
+	return false
+}
+
+func cleanAbsPath(p string) string {
 	if len(p) >= 4 && p[1] == '/' && (p[2] == '.' || p[2] == '?') && p[3] == '/' {
 		// //./ and //?/ open the Windows device namespace
 		// (//./PhysicalDrive0): keep the prefix, clean what follows.
@@ -778,9 +793,6 @@ func cleanHomePath(tok string) string {
 		return tok
 	}
 	rest := tok[len(home):]
-	if !strings.Contains(rest, "/.") && !strings.Contains(rest, "//") {
-		return tok
-	}
 	switch c := path.Clean("/h" + rest); {
 	case c == "/h":
 		return home
