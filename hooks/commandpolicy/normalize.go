@@ -51,7 +51,8 @@ const undecodedMarker = "[command policy: encoded payload not decoded]"
 //     .exe/.com suffixes of command words are removed;
 //   - spaces and tabs collapse to one space, and repeated slashes and "."
 //     and ".." segments of absolute paths (also after key=, as in dd's of=)
-//     are resolved: /usr/../ is /, //dev/./sda is /dev/sda; below ~ or
+//     are resolved: /usr/../ is /, //dev/./sda is /dev/sda, C:\Windows\..
+//     is C:\; below ~ or
 //     $HOME they are resolved for a home one level below the root (like
 //     /root), so ~/../.. is /;
 //   - PowerShell -EncodedCommand (and its prefixes -enc, -e, ...) payloads are
@@ -714,16 +715,16 @@ func canonical(s string) string {
 			i++
 			continue
 		}
-		j, slash := i, -1
+		j, sep := i, -1
 		for j < len(s) && !tokenEnd[s[j]] {
-			if s[j] == '/' && slash < 0 {
-				slash = j - i
+			if c := s[j]; (c == '/' || c == '\\') && sep < 0 {
+				sep = j - i
 			}
 			j++
 		}
 		tok := s[i:j]
-		if slash >= 0 {
-			tok = cleanPathToken(tok, slash)
+		if sep >= 0 {
+			tok = cleanPathToken(tok, sep)
 		}
 		if cmdPos {
 			tok = stripCommandPrefix(tok)
@@ -742,9 +743,13 @@ func canonical(s string) string {
 // cleanPathToken resolves the lexical spellings of an absolute path the
 // kernel reads as one file: repeated slashes and "." and ".." segments
 // (//dev/sda, /dev/./sda and /dev/../dev/sda are /dev/sda, /usr/../ is /).
-// The value of a key=value word (dd's of=/dev//sda) is cleaned the same way.
-// k is the index of the first slash in tok.
+// The value of a key=value word (dd's of=/dev//sda) is cleaned the same way,
+// and so are Windows paths from a drive root (C:\Windows\.. is C:\).
+// k is the index of the first slash or backslash in tok.
 func cleanPathToken(tok string, k int) string {
+	if tok[k] == '\\' || k == 2 && tok[1] == ':' {
+		return cleanWindowsPath(tok, k)
+	}
 	if !hasDotOrDoubleSlash(tok[k:]) {
 		return tok
 	}
@@ -768,6 +773,28 @@ func hasDotOrDoubleSlash(p string) bool {
 		}
 	}
 	return false
+}
+
+// cleanWindowsPath resolves "." and ".." segments of a path from the root
+// of a drive (C:\x\.., \x\..) with either separator, keeping the first
+// separator's kind. UNC and device paths (\\server, \\.\) are left alone.
+func cleanWindowsPath(tok string, k int) string {
+	root := k
+	switch {
+	case k == 2 && tok[1] == ':' && isLetter(tok[0]):
+	case k == 0 && len(tok) > 1 && tok[1] != '\\' && tok[1] != '/':
+	default:
+		return tok
+	}
+	rest := tok[root:]
+	if !strings.Contains(rest, ".") {
+		return tok
+	}
+	c := path.Clean(strings.ReplaceAll(rest, `\`, "/"))
+	if rest[0] == '\\' {
+		c = strings.ReplaceAll(c, "/", `\`)
+	}
+	return tok[:root] + c
 }
 
 func cleanAbsPath(p string) string {

@@ -107,6 +107,8 @@ func TestNormaliserKeepsHarmlessText(t *testing.T) {
 		"ls ~/a/../b $HOME/./c ~/..":               "ls ~/b $HOME/c /",
 		"echo {a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q}": "echo {a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q}",
 		"echo {a,{b,c}}":                           "echo {a,{b,c}}",
+		`dir C:\a\..\b \\.\PhysicalDrive0`:         "dir C:a..b \\.PhysicalDrive0\ndir C:\\b \\\\.\\PhysicalDrive0",
+		"ls /dev/sd{a..c}":                         "ls /dev/sd{a..c}",
 		"awk '{print $1,$2}' f":                    "awk {print $1,$2} f",
 	} {
 		if got := Normalize(in); got != want {

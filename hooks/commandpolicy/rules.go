@@ -103,12 +103,14 @@ var blockDevNames = []string{"sd", "hd", "vd", "xvd", "nvme", "mmcblk", "disk", 
 // blockDev matches a block device path: a named one (/dev/sda,
 // /dev/nvme0n1, /dev/disk/by-id/..., /dev/block/8:0) or a shell glob that
 // can expand to one (/dev/sd*, /dev/sd?, /dev/sd[a-z], /dev/nvme*, /dev/*):
-// a glob character right after /dev/ or after any prefix of a block device
+// a glob character, or a brace the normaliser did not expand
+// (/dev/sd{a..c}), right after /dev/ or after any prefix of a block device
 // name.
 var blockDev = devDir + `(?:(?:sd|hd|vd|xvd)[a-z]|(?:nvme|mmcblk|r?disk|md|dm-|loop|sr|nbd|zd|rbd|bcache|ram|mtdblock)\d|(?:disk|block|mapper|md)/|root` + ce + `|` + globPrefixes(blockDevNames) + `)`
 
 // globPrefixes matches any prefix of one of names (the empty one included)
-// followed by a shell glob character, as a trie: (?:[*?\[]|s(?:[*?\[]|d[*?\[])|...).
+// followed by a shell glob character or a brace, as a trie:
+// (?:[*?\[{]|s(?:[*?\[{]|d[*?\[{])|...).
 func globPrefixes(names []string) string {
 	type node struct {
 		next map[byte]*node
@@ -132,7 +134,7 @@ func globPrefixes(names []string) string {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		out := `(?:[*?\[]`
+		out := `(?:[*?\[{]`
 		for _, k := range keys {
 			out += `|` + regexp.QuoteMeta(string(k)) + emit(n.next[k])
 		}

@@ -108,7 +108,7 @@ var ruleCases = []struct {
 	{"wipe-device",
 		[]string{`wipefs -a /dev/sda`, `blkdiscard /dev/nvme0n1`, `shred -n 3 /dev/sdb`, `shred /dev/sda`,
 			`wipefs -a /dev/sd*`, `wipefs -a /dev/sd?`, `shred -n1 /dev/sd[a-z]`, `blkdiscard /dev/nvme*`, `wipefs -a /dev//sda`,
-			`blkdiscard /dev/block/259:0`, `wipefs -a /dev/s*`, `shred /dev/mapper/*`},
+			`blkdiscard /dev/block/259:0`, `wipefs -a /dev/s*`, `shred /dev/mapper/*`, `wipefs -a /dev/sd{a..c}`, `shred /dev/nvme{0..3}n1`},
 		[]string{`shred -u secret.txt`, `wipefs --help`, `shred -vzn 3 ./old.key`, `wipefs -a ./img`, `wipefs -a ./dev/sd*`, `shred -u /tmp/x*`, `wipefs -n /dev/null`}},
 	{"win-format-drive",
 		[]string{`format C:`, `format d: /q /y`, `format.com E: /FS:NTFS`, `Format-Volume -DriveLetter D`, `cmd /c format c:`},
@@ -118,10 +118,12 @@ var ruleCases = []struct {
 			// The root of the current drive, and the system drive through variables.
 			`rd /s /q \`, `rmdir /s /q \`, `rd /s /q "\"`, `del /s /q \*`, `ri -r -fo \`, `Remove-Item -Recurse -Force /`,
 			`Remove-Item -Recurse -Force ${env:SystemDrive}\`, `Remove-Item -Recurse -Force $env:SystemDrive\`,
-			`Remove-Item -Recurse -Force $env:HOMEDRIVE\`, `rd /s /q %HOMEDRIVE%\`, `gci \ -Recurse | Remove-Item -Force`},
+			`Remove-Item -Recurse -Force $env:HOMEDRIVE\`, `rd /s /q %HOMEDRIVE%\`, `gci \ -Recurse | Remove-Item -Force`,
+			// Dot segments of a drive path.
+			`rd /s /q C:\Windows\..`, `Remove-Item -Recurse -Force C:\Users\..\`, `rd /s /q \Windows\..`, `rd /s /q C:/x/../`},
 		[]string{`rd /s /q C:\temp\build`, `rd /s /q build`, `Remove-Item -Recurse .\out`, `del C:\temp\x.txt`, `Remove-Item -Recurse HKCU:\Software\MyApp`,
 			`rd /s /q \temp`, `rd /s /q .\build`, `del /q \*.tmp`, `rd \`, `Remove-Item -Recurse ${env:TEMP}\x`, `Remove-Item -Recurse ./out/`,
-			`del /s /q /f build\*`}},
+			`del /s /q /f build\*`, `rd /s /q C:\temp\..\build`, `rd /s /q C:\temp\.\x`}},
 	{"win-shadow-copy-delete",
 		[]string{`vssadmin delete shadows /all /quiet`, `vssadmin.exe Delete Shadows /For=C:`, `wmic shadowcopy delete`, `vssadmin resize shadowstorage /for=c: /on=c: /maxsize=401MB`, `Get-WmiObject Win32_Shadowcopy | ForEach-Object { $_.Delete() }`, `C:\Windows\System32\vssadmin.exe delete shadows /all`},
 		[]string{`vssadmin list shadows`, `wmic shadowcopy list brief`, `Get-WmiObject Win32_ShadowCopy`}},
