@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBenchEndToEnd runs bench through the real plugin mechanism (the fake
+// driver): N runs at concurrency C give the JSON fields the CLI contract
+// names with the counts asked for; a run that fails stops bench with 125
+// and one line naming the failure.
+func TestBenchEndToEnd(t *testing.T) {
+	drv := cliEnv(t)
+	// bench times cold runs of its own binary, so it runs as the real CLI
+	// (the test binary serves only as the driver).
+	bin := filepath.Join(t.TempDir(), "aleph-sandbox")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	cli := func(t *testing.T, _ string, _ bool, args ...string) run {
+		var out, errb bytes.Buffer
+		c := exec.Command(bin, args...)
+		c.Stdout, c.Stderr = &out, &errb
+		err := c.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return run{code, out.String(), errb.String()}
+	}
+	r := cli(t, "", false, "bench", "--driver", drv, "--n", "6", "--concurrency", "2", "--json", "--", "echo", "x")
+	var o map[string]any
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &o) != nil {
+		t.Fatalf("bench: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	for _, k := range []string{"n", "concurrency", "p50_ms", "p90_ms", "p99_ms", "per_second", "direct_p50_ms", "backend"} {
+		if _, ok := o[k]; !ok {
+			t.Errorf("bench --json lacks %q: %s", k, r.stdout)
+		}
+	}
+	if o["n"] != float64(6) || o["concurrency"] != float64(2) || o["backend"] != "fake" {
+		t.Fatalf("bench --json: %s", r.stdout)
+	}
+	if p50, _ := o["p50_ms"].(float64); p50 <= 0 {
+		t.Fatalf("p50 %v", o["p50_ms"])
+	}
+	if ps, _ := o["per_second"].(float64); ps <= 0 {
+		t.Fatalf("per_second %v", o["per_second"])
+	}
+	// A failing run: 125, one line, naming it.
+	r = cli(t, "", false, "bench", "--driver", drv, "--n", "3", "--", "sh", "-c", "exit 3")
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	if r.code != 125 || len(lines) != 1 || !strings.HasPrefix(lines[0], "aleph-sandbox:") {
+		t.Fatalf("failing bench: exit %d stderr %q", r.code, r.stderr)
+	}
+}
