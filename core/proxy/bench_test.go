@@ -67,9 +67,13 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			run(b, func(b *testing.B, sink string) net.Conn {
-				p, _ := startProxy(b, []string{sink}, fakeResolver{})
+				p, _ := startProxy(b, []string{sink}, fakeResolver{}, hostLoopback)
 				c := dialProxy(b, p, unix)
-				resp, br := connect(b, c, sink)
+				var auth []string
+				if !unix {
+					auth = append(auth, authHeader(b, p))
+				}
+				resp, br := connect(b, c, sink, auth...)
 				if resp.StatusCode != 200 || br.Buffered() != 0 {
 					b.Fatal(resp.Status)
 				}

@@ -47,6 +47,14 @@ const (
 	// ReasonInvalidHeaderValue: an injected header value would contain a
 	// control character; the request is refused rather than split.
 	ReasonInvalidHeaderValue ReasonCode = "invalid_header_value"
+	// ReasonProxyAuthRequired: a client of the host-loopback listener
+	// sent no credential (no Proxy-Authorization header, or a SOCKS5
+	// greeting without the username/password method).
+	ReasonProxyAuthRequired ReasonCode = "proxy_auth_required"
+	// ReasonProxyAuthFailed: a client of the host-loopback listener sent a
+	// credential that is not this proxy's (wrong, malformed, or another
+	// proxy's).
+	ReasonProxyAuthFailed ReasonCode = "proxy_auth_failed"
 )
 
 // Protocol is the client protocol a Decision was taken for.

@@ -76,10 +76,20 @@ func FuzzSOCKS(f *testing.F) {
 	f.Add([]byte{5, 2, 0, 2, 5, 1, 0, 3, 11, 'e', 'x', 'a', 'm', 'p', 'l', 'e', '.', 'c', 'o', 'm', 1, 187})
 	f.Add([]byte{5, 1, 0, 5, 3, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 53})
 	f.Add([]byte{5, 1, 0, 5, 1, 0, 3, 9, '1', '2', '7', '.', '0', '.', '0', '.', '1', 0, 80})
+	f.Add([]byte{5, 1, 2, 1, 5, 'a', 'l', 'e', 'p', 'h', 2, 'a', 'b', 5, 1, 0, 1, 127, 0, 0, 1, 0, 80})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := bytes.NewReader(data)
-		ok, err := readSOCKSGreeting(r)
-		if err != nil || !ok {
+		m, err := readSOCKSGreeting(r)
+		if err != nil {
+			return
+		}
+		// The host-loopback listener reads a username/password exchange
+		// next; the unix socket goes straight on to the request.
+		if m.userPass && !m.noAuth {
+			if _, _, err := readSOCKSUserPass(r); err != nil {
+				return
+			}
+		} else if !m.noAuth {
 			return
 		}
 		req, err := readSOCKSRequest(r)

@@ -3,15 +3,20 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
+	"encoding/base64"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
 	"testing"
+
+	xproxy "golang.org/x/net/proxy"
 )
 
 // fakeResolver answers from a fixed table; unknown names are "not found".
@@ -136,6 +141,10 @@ func httpServer(t testing.TB, addr string, h http.Handler) string {
 	return ln.Addr().String()
 }
 
+// hostLoopback puts a proxy on RouteHostLoopback, the only route with a
+// TCP listener (whose clients must present the credential).
+func hostLoopback(c *Config) { c.Route = RouteHostLoopback }
+
 // dialProxy connects to the proxy over the unix socket or TCP.
 func dialProxy(t testing.TB, p *Proxy, unix bool) net.Conn {
 	t.Helper()
@@ -144,6 +153,9 @@ func dialProxy(t testing.TB, p *Proxy, unix bool) net.Conn {
 	if unix {
 		c, err = net.Dial("unix", p.Endpoint().UnixSocket)
 	} else {
+		if p.Endpoint().TCPAddr == "" {
+			t.Fatal("the proxy has no TCP listener (start it with hostLoopback)")
+		}
 		c, err = net.Dial("tcp", p.Endpoint().TCPAddr)
 	}
 	if err != nil {
@@ -153,11 +165,83 @@ func dialProxy(t testing.TB, p *Proxy, unix bool) net.Conn {
 	return c
 }
 
-// connect sends a CONNECT and returns the response status line's code,
-// the response and a reader positioned after the head.
-func connect(t testing.TB, c net.Conn, target string) (*http.Response, *bufio.Reader) {
+// envOf is the proxy's child environment as a map.
+func envOf(p *Proxy) map[string]string {
+	env := map[string]string{}
+	for _, e := range p.Env() {
+		env[e.Name] = e.Value
+	}
+	return env
+}
+
+// childProxyURL is the URL the child finds in one of its proxy variables.
+func childProxyURL(t testing.TB, p *Proxy, name string) *url.URL {
 	t.Helper()
-	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n", target, target)
+	u, err := url.Parse(envOf(p)[name])
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return u
+}
+
+// authHeader is the Proxy-Authorization header line a client builds from
+// the child's HTTP_PROXY (host-loopback route only).
+func authHeader(t testing.TB, p *Proxy) string {
+	t.Helper()
+	u := childProxyURL(t, p, "HTTP_PROXY")
+	pass, ok := u.User.Password()
+	if !ok {
+		t.Fatalf("HTTP_PROXY carries no credential")
+	}
+	return basicAuth(u.User.Username(), pass)
+}
+
+func basicAuth(user, pass string) string {
+	return "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass)) + "\r\n"
+}
+
+// socksAuth is the SOCKS5 credential a client takes from the child's
+// ALL_PROXY (nil on the bridge route, which carries none).
+func socksAuth(t testing.TB, p *Proxy) *xproxy.Auth {
+	t.Helper()
+	u := childProxyURL(t, p, "ALL_PROXY")
+	if u.User == nil {
+		return nil
+	}
+	pass, _ := u.User.Password()
+	return &xproxy.Auth{User: u.User.Username(), Password: pass}
+}
+
+// proxyClient is an HTTP client using the proxy as a child would: over
+// the unix socket (as the Linux bridge relays), or over TCP with the
+// child's HTTP_PROXY URL, credential included.
+func proxyClient(t testing.TB, p *Proxy, unix bool, tc *tls.Config) *http.Client {
+	t.Helper()
+	tr := &http.Transport{TLSClientConfig: tc}
+	if unix {
+		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy.sock.invalid"})
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", p.Endpoint().UnixSocket)
+		}
+	} else {
+		tr.Proxy = http.ProxyURL(childProxyURL(t, p, "HTTP_PROXY"))
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// transports names the two ways into a proxy, for table tests.
+var transports = []struct {
+	name string
+	unix bool
+}{{"unix", true}, {"tcp", false}}
+
+// connect sends a CONNECT (with any extra header lines, each ending in
+// CRLF) and returns the response and a reader positioned after the head.
+func connect(t testing.TB, c net.Conn, target string, extra ...string) (*http.Response, *bufio.Reader) {
+	t.Helper()
+	fmt.Fprintf(c, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", target, target, strings.Join(extra, ""))
 	br := bufio.NewReader(c)
 	resp, err := http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
 	if err != nil {
@@ -176,10 +260,11 @@ func body(t testing.TB, r *http.Response) string {
 	return string(b)
 }
 
-// rawHTTP writes a raw request and reads one response.
+// rawHTTP writes a raw request over the unix socket and reads one
+// response.
 func rawHTTP(t testing.TB, p *Proxy, raw string) (*http.Response, string) {
 	t.Helper()
-	c := dialProxy(t, p, false)
+	c := dialProxy(t, p, true)
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}

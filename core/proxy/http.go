@@ -224,8 +224,10 @@ func hostHeaderTarget(v string, defPort uint16) (Target, error) {
 }
 
 // serveHTTP serves requests on one client connection until it closes, a
-// CONNECT turns it into a tunnel, or a request cannot be continued.
-func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader) {
+// CONNECT turns it into a tunnel, or a request cannot be continued. With
+// authed, every request (not only the first on a connection) must carry
+// the proxy's credential, checked before its target is vetted.
+func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader, authed bool) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -248,6 +250,18 @@ func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader) {
 			return
 		}
 		first = false
+		if authed {
+			if d := p.cred.checkProxyAuthorization(pr.req.Header.Values("Proxy-Authorization")); d != nil {
+				pr.req.Body.Close()
+				proto := ProtocolHTTP
+				if pr.req.Method == http.MethodConnect {
+					proto = ProtocolConnect
+				}
+				p.record(pr.target, proto, false, d.code, d.detail)
+				writeHTTPErrorWith(c, http.StatusProxyAuthRequired, d.code, pr.target.hostPort(), d.detail, proxyAuthenticate)
+				return
+			}
+		}
 		c.SetReadDeadline(time.Time{})
 		if pr.req.Method == http.MethodConnect {
 			p.handleConnect(ctx, c, br, pr)
@@ -292,6 +306,12 @@ func (t Target) hostPort() string {
 // writeHTTPError answers with a short plain-text body that names the
 // policy, the target and the reason, and closes the exchange.
 func writeHTTPError(w io.Writer, status int, code ReasonCode, target, detail string) {
+	writeHTTPErrorWith(w, status, code, target, detail, "")
+}
+
+// writeHTTPErrorWith is writeHTTPError with extra header lines (each
+// ending in CRLF).
+func writeHTTPErrorWith(w io.Writer, status int, code ReasonCode, target, detail, extra string) {
 	var body string
 	if target != "" {
 		body = fmt.Sprintf("%s: connection to %s refused (%s): %s\n", PolicyName, target, code, detail)
@@ -301,8 +321,8 @@ func writeHTTPError(w io.Writer, status int, code ReasonCode, target, detail str
 	if status == http.StatusBadGateway {
 		body = strings.Replace(body, " refused ", " failed ", 1)
 	}
-	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Aleph-Sandbox-Reason: %s\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s",
-		status, http.StatusText(status), code, len(body), body)
+	fmt.Fprintf(w, "HTTP/1.1 %d %s\r\nContent-Type: text/plain; charset=utf-8\r\nX-Aleph-Sandbox-Reason: %s\r\n%sContent-Length: %d\r\nConnection: close\r\n\r\n%s",
+		status, http.StatusText(status), code, extra, len(body), body)
 }
 
 func statusFor(d *denial) int {

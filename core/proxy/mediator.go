@@ -34,10 +34,13 @@ const (
 	// RouteDefault: RouteBridge on Linux, RouteHostLoopback elsewhere.
 	RouteDefault Route = iota
 	// RouteBridge: the child runs in its own network namespace where a
-	// bridge listens on 127.0.0.1:BridgeHTTPPort and :BridgeSOCKSPort.
+	// bridge listens on 127.0.0.1:BridgeHTTPPort and :BridgeSOCKSPort and
+	// relays to the unix socket, the proxy's only listener.
 	RouteBridge
 	// RouteHostLoopback: the child may reach host loopback and talks to
-	// Endpoint().TCPAddr directly (macOS).
+	// Endpoint().TCPAddr directly (macOS). Every other process on the host
+	// can reach that address too, so each client there must present the
+	// proxy's credential, which the child's proxy URLs carry.
 	RouteHostLoopback
 )
 
@@ -51,22 +54,18 @@ func (r Route) resolve() Route {
 	return RouteHostLoopback
 }
 
-func (r Route) addrs(tcpAddr string) (httpAddr, socksAddr string) {
-	if r.resolve() == RouteBridge {
-		a := BridgeListenAddrs()
-		return a[0], a[1]
-	}
-	return tcpAddr, tcpAddr
+// ProxyEnv builds the child's proxy variables for a proxy reachable
+// without a credential at httpAddr (HTTP CONNECT and forwarding) and
+// socksAddr (SOCKS5, with socks5h so names are resolved by the proxy,
+// never by the child). Both spellings are set because tools disagree on
+// case, and NO_PROXY is empty so nothing bypasses the proxy.
+func ProxyEnv(httpAddr, socksAddr string) []driverapi.EnvVar {
+	return proxyEnvURLs("http://"+httpAddr, "socks5h://"+socksAddr)
 }
 
-// ProxyEnv builds the child's proxy variables for a proxy reachable at
-// httpAddr (HTTP CONNECT and forwarding) and socksAddr (SOCKS5, with
-// socks5h so names are resolved by the proxy, never by the child). Both
-// spellings are set because tools disagree on case, and NO_PROXY is empty
-// so nothing bypasses the proxy.
-func ProxyEnv(httpAddr, socksAddr string) []driverapi.EnvVar {
-	h := "http://" + httpAddr
-	s := "socks5h://" + socksAddr
+// proxyEnvURLs is ProxyEnv for whole proxy URLs (which may carry user
+// information).
+func proxyEnvURLs(h, s string) []driverapi.EnvVar {
 	return []driverapi.EnvVar{
 		{Name: "HTTP_PROXY", Value: h},
 		{Name: "HTTPS_PROXY", Value: h},

@@ -14,8 +14,6 @@ import (
 	"strings"
 	"testing"
 
-	xproxy "golang.org/x/net/proxy"
-
 	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
@@ -107,21 +105,17 @@ func runNetScenario(t *testing.T, tn testNet) {
 		t.Errorf("unlisted literal of an allowed name: %d %q", code, b)
 	}
 
-	d, err := xproxy.SOCKS5("tcp", p.Endpoint().TCPAddr, nil, xproxy.Direct)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := d.Dial("tcp", "public.test:"+port)
+	c, err := socksDial(t, p, true, "public.test:"+port)
 	if err != nil {
 		t.Fatalf("SOCKS5 to public.test: %v", err)
 	}
 	fmt.Fprint(c, "socks")
-	c.(*net.TCPConn).CloseWrite()
+	c.(interface{ CloseWrite() error }).CloseWrite()
 	if b, _ := io.ReadAll(c); string(b) != "socks" {
 		t.Errorf("SOCKS5 echo = %q", b)
 	}
 	c.Close()
-	if _, err := d.Dial("tcp", "internal.test:"+port); err == nil {
+	if _, err := socksDial(t, p, true, "internal.test:"+port); err == nil {
 		t.Error("SOCKS5 to a name resolving to a private address succeeded")
 	}
 }

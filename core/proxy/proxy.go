@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -96,7 +97,10 @@ type Config struct {
 	// UpstreamRoots verifies upstream servers when intercepting; nil
 	// means the system roots.
 	UpstreamRoots *x509.CertPool
-	// Route says which address the child's proxy variables name.
+	// Route says how the child reaches the proxy, which decides both
+	// what its proxy variables name and whether the proxy listens on
+	// host loopback at all (only RouteHostLoopback does, and only for
+	// clients presenting the proxy's credential).
 	Route  Route
 	Limits Limits
 	// TempDir is where the private socket directory is made (default
@@ -114,9 +118,11 @@ type Proxy struct {
 	audit      *auditLimiter
 	tls        *interceptor
 
+	route    Route // resolved: RouteBridge or RouteHostLoopback
 	dir      string
 	unixPath string
-	tcpAddr  string
+	tcpAddr  string      // empty unless route is RouteHostLoopback
+	cred     *credential // nil unless route is RouteHostLoopback
 	lns      []net.Listener
 
 	sem    chan struct{}
@@ -131,7 +137,8 @@ type Proxy struct {
 }
 
 // New validates cfg, starts listening on a unix socket in a fresh 0700
-// directory and on 127.0.0.1:0, and serves until Close or until ctx ends.
+// directory and, for RouteHostLoopback only, on 127.0.0.1:0 behind a fresh
+// credential, and serves until Close or until ctx ends.
 func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	allow, err := ParseAllowlist(cfg.Hosts)
 	if err != nil {
@@ -143,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	p := &Proxy{
 		cfg:        cfg,
+		route:      cfg.Route.resolve(),
 		limits:     cfg.Limits.withDefaults(),
 		allow:      allow,
 		injections: inj,
@@ -186,17 +194,24 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 		return nil, fmt.Errorf("proxy: listen on unix socket: %w", err)
 	}
 	uln.(*net.UnixListener).SetUnlinkOnClose(true)
-	tln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		uln.Close()
-		os.RemoveAll(p.dir)
-		return nil, fmt.Errorf("proxy: listen on loopback: %w", err)
+	p.lns = []net.Listener{uln}
+	// On the bridge route the child reaches the proxy only through the
+	// unix socket, so a loopback listener would serve nobody but other
+	// processes on the host: there is none.
+	if p.route == RouteHostLoopback {
+		tln, err := p.listenLoopback()
+		if err != nil {
+			uln.Close()
+			os.RemoveAll(p.dir)
+			return nil, err
+		}
+		p.lns = append(p.lns, tln)
 	}
-	p.tcpAddr = tln.Addr().String()
-	p.lns = []net.Listener{uln, tln}
 	for _, ln := range p.lns {
 		p.wg.Add(1)
-		go p.acceptLoop(ln)
+		// Only the loopback listener is open to other processes, so only
+		// its clients must present the credential.
+		go p.acceptLoop(ln, ln != uln)
 	}
 	p.wg.Add(1)
 	go func() {
@@ -210,16 +225,42 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	return p, nil
 }
 
-// Endpoint says where the proxy listens.
+// listenLoopback makes the proxy's credential and its host-loopback
+// listener.
+func (p *Proxy) listenLoopback() (net.Listener, error) {
+	cred, err := newCredential()
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("proxy: listen on loopback: %w", err)
+	}
+	p.cred, p.tcpAddr = cred, ln.Addr().String()
+	return ln, nil
+}
+
+// Endpoint says where the proxy listens. TCPAddr is empty unless the route
+// is RouteHostLoopback; a client there must present the credential that
+// Env's proxy URLs carry.
 func (p *Proxy) Endpoint() driverapi.ProxyEndpoint {
 	return driverapi.ProxyEndpoint{UnixSocket: p.unixPath, TCPAddr: p.tcpAddr}
 }
 
 // Env returns the child's proxy variables for the configured route plus a
-// placeholder variable for each secret.
+// placeholder variable for each secret. On RouteHostLoopback the proxy
+// URLs carry the proxy's credential as user information; the environment
+// is the one place, besides the proxy, that holds it.
 func (p *Proxy) Env() []driverapi.EnvVar {
-	httpAddr, socksAddr := p.cfg.Route.addrs(p.tcpAddr)
-	env := ProxyEnv(httpAddr, socksAddr)
+	var env []driverapi.EnvVar
+	if p.route == RouteHostLoopback {
+		h := url.URL{Scheme: "http", User: p.cred.userinfo(), Host: p.tcpAddr}
+		s := url.URL{Scheme: "socks5h", User: p.cred.userinfo(), Host: p.tcpAddr}
+		env = proxyEnvURLs(h.String(), s.String())
+	} else {
+		a := BridgeListenAddrs()
+		env = ProxyEnv(a[0], a[1])
+	}
 	if p.tls != nil {
 		for _, kv := range tlsEnv(p.dir) {
 			env = append(env, driverapi.EnvVar{Name: kv[0], Value: kv[1]})
@@ -272,7 +313,9 @@ func (p *Proxy) untrack(c net.Conn) {
 	p.mu.Unlock()
 }
 
-func (p *Proxy) acceptLoop(ln net.Listener) {
+// acceptLoop serves one listener; authed says its clients must present
+// the proxy's credential.
+func (p *Proxy) acceptLoop(ln net.Listener, authed bool) {
 	defer p.wg.Done()
 	for {
 		c, err := ln.Accept()
@@ -311,7 +354,7 @@ func (p *Proxy) acceptLoop(ln net.Listener) {
 				defer p.active.Add(-1)
 				defer p.untrack(c)
 				defer c.Close()
-				p.serveConn(c)
+				p.serveConn(c, authed)
 			}()
 			continue
 		default:
@@ -362,8 +405,9 @@ func (p *Proxy) refuseBusy(c net.Conn) {
 }
 
 // serveConn tells SOCKS5 from HTTP by the first byte: a SOCKS5 greeting
-// starts with 0x05, an HTTP request with a method letter.
-func (p *Proxy) serveConn(c net.Conn) {
+// starts with 0x05, an HTTP request with a method letter. authed: the
+// client must present the credential before anything is vetted or dialled.
+func (p *Proxy) serveConn(c net.Conn, authed bool) {
 	c.SetReadDeadline(time.Now().Add(p.limits.HandshakeTimeout))
 	// The buffer holds a whole request head: the head is peeked in full
 	// before it is parsed, which is also what bounds its size.
@@ -373,10 +417,10 @@ func (p *Proxy) serveConn(c net.Conn) {
 		return
 	}
 	if first[0] == socksVersion {
-		p.serveSOCKS(c, br)
+		p.serveSOCKS(c, br, authed)
 		return
 	}
-	p.serveHTTP(c, br)
+	p.serveHTTP(c, br, authed)
 }
 
 // dialVetted tries each vetted address in turn. It never resolves again.

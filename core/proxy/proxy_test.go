@@ -7,7 +7,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"runtime"
 	"strings"
@@ -19,18 +18,22 @@ import (
 
 func TestConnectAllowedAndDenied(t *testing.T) {
 	echo := echoServer(t, "127.0.0.1:0")
-	p, log := startProxy(t, []string{echo}, fakeResolver{})
-	for _, unix := range []bool{true, false} {
-		c := dialProxy(t, p, unix)
-		resp, br := connect(t, c, echo)
+	p, log := startProxy(t, []string{echo}, fakeResolver{}, hostLoopback)
+	for _, tr := range transports {
+		c := dialProxy(t, p, tr.unix)
+		var auth []string
+		if !tr.unix {
+			auth = append(auth, authHeader(t, p))
+		}
+		resp, br := connect(t, c, echo, auth...)
 		if resp.StatusCode != 200 {
-			t.Fatalf("unix=%v: CONNECT to listed IP literal: %s", unix, resp.Status)
+			t.Fatalf("%s: CONNECT to listed IP literal: %s", tr.name, resp.Status)
 		}
 		fmt.Fprint(c, "hello")
 		c.(interface{ CloseWrite() error }).CloseWrite()
 		got, err := io.ReadAll(br)
 		if err != nil || string(got) != "hello" {
-			t.Fatalf("unix=%v: echo through tunnel = %q, %v", unix, got, err)
+			t.Fatalf("%s: echo through tunnel = %q, %v", tr.name, got, err)
 		}
 		if d := log.last(t); !d.Allowed || d.ReasonCode != ReasonAllowed || d.Protocol != ProtocolConnect || d.SessionID != "s1" || d.CommandID != "c1" {
 			t.Errorf("audit = %+v", d)
@@ -42,7 +45,7 @@ func TestConnectAllowedAndDenied(t *testing.T) {
 	_, port, _ := net.SplitHostPort(echo)
 	other := echoServer(t, "127.0.0.1:0")
 	c := dialProxy(t, p, false)
-	resp, _ := connect(t, c, other)
+	resp, _ := connect(t, c, other, authHeader(t, p))
 	b := body(t, resp)
 	if resp.StatusCode != 403 {
 		t.Fatalf("CONNECT to unlisted port: %s", resp.Status)
@@ -99,7 +102,7 @@ func TestDialsExactVettedAddress(t *testing.T) {
 	rd := &recordingDialer{to: echo, asked: make(chan string, 4)}
 	res := fakeResolver{"api.example.com": addrs("10.9.9.9", "203.0.113.7")}
 	p, _ := startProxy(t, []string{"api.example.com"}, res, func(c *Config) { c.Dial = rd.dial })
-	resp, _ := connect(t, dialProxy(t, p, false), "api.example.com:443")
+	resp, _ := connect(t, dialProxy(t, p, true), "api.example.com:443")
 	if resp.StatusCode != 200 {
 		t.Fatalf("CONNECT: %s", resp.Status)
 	}
@@ -121,38 +124,41 @@ func TestPlainHTTPForward(t *testing.T) {
 		}
 		fmt.Fprintf(w, "host=%s path=%s", r.Host, r.URL.RequestURI())
 	}))
-	p, log := startProxy(t, []string{srv}, fakeResolver{})
-	pu, _ := url.Parse("http://" + p.Endpoint().TCPAddr)
-	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
-	defer client.CloseIdleConnections()
-	for i := 0; i < 3; i++ { // keep-alive: several requests on one connection
-		resp, err := client.Get("http://" + srv + "/a?b=c")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if b := body(t, resp); resp.StatusCode != 200 || b != "host="+srv+" path=/a?b=c" {
-			t.Fatalf("forwarded GET = %s %q", resp.Status, b)
-		}
-	}
-	if d := log.last(t); !d.Allowed || d.Protocol != ProtocolHTTP {
-		t.Errorf("audit = %+v", d)
-	}
-	// POST body passes through.
-	resp, err := client.Post("http://"+srv+"/post", "text/plain", strings.NewReader("payload"))
-	if err != nil || resp.StatusCode != 200 {
-		t.Fatalf("POST: %v %v", resp, err)
-	}
-	body(t, resp)
-
-	// An absolute-URI request to an unlisted host is refused just like a
-	// CONNECT would be: checking CONNECT alone is a known escape.
 	other := httpServer(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("unlisted server reached") }))
-	resp, err = client.Get("http://" + other + "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b := body(t, resp); resp.StatusCode != 403 || !strings.Contains(b, PolicyName) {
-		t.Fatalf("GET to unlisted host = %s %q", resp.Status, b)
+	p, log := startProxy(t, []string{srv}, fakeResolver{}, hostLoopback)
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			client := proxyClient(t, p, tr.unix, nil)
+			for i := 0; i < 3; i++ { // keep-alive: several requests on one connection
+				resp, err := client.Get("http://" + srv + "/a?b=c")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if b := body(t, resp); resp.StatusCode != 200 || b != "host="+srv+" path=/a?b=c" {
+					t.Fatalf("forwarded GET = %s %q", resp.Status, b)
+				}
+			}
+			if d := log.last(t); !d.Allowed || d.Protocol != ProtocolHTTP {
+				t.Errorf("audit = %+v", d)
+			}
+			// POST body passes through.
+			resp, err := client.Post("http://"+srv+"/post", "text/plain", strings.NewReader("payload"))
+			if err != nil || resp.StatusCode != 200 {
+				t.Fatalf("POST: %v %v", resp, err)
+			}
+			body(t, resp)
+
+			// An absolute-URI request to an unlisted host is refused just
+			// like a CONNECT would be: checking CONNECT alone is a known
+			// escape.
+			resp, err = client.Get("http://" + other + "/")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if b := body(t, resp); resp.StatusCode != 403 || !strings.Contains(b, PolicyName) {
+				t.Fatalf("GET to unlisted host = %s %q", resp.Status, b)
+			}
+		})
 	}
 }
 
@@ -221,9 +227,15 @@ func TestHeadTooLarge(t *testing.T) {
 	}
 }
 
-func socksDial(t testing.TB, p *Proxy, target string) (net.Conn, error) {
+// socksDial connects to target through the proxy's SOCKS5 over the unix
+// socket, or over TCP with the credential from the child's ALL_PROXY.
+func socksDial(t testing.TB, p *Proxy, unix bool, target string) (net.Conn, error) {
 	t.Helper()
-	d, err := xproxy.SOCKS5("tcp", p.Endpoint().TCPAddr, nil, xproxy.Direct)
+	network, addr, auth := "unix", p.Endpoint().UnixSocket, (*xproxy.Auth)(nil)
+	if !unix {
+		network, addr, auth = "tcp", p.Endpoint().TCPAddr, socksAuth(t, p)
+	}
+	d, err := xproxy.SOCKS5(network, addr, auth, xproxy.Direct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -234,35 +246,39 @@ func TestSOCKS5(t *testing.T) {
 	echo := echoServer(t, "127.0.0.1:0")
 	_, port, _ := net.SplitHostPort(echo)
 	res := fakeResolver{"local.example.com": addrs("127.0.0.1"), "rebind.example.com": addrs("127.0.0.1")}
-	p, log := startProxy(t, []string{echo, "local.example.com", "rebind.example.com:1"}, res)
+	p, log := startProxy(t, []string{echo, "local.example.com", "rebind.example.com:1"}, res, hostLoopback)
 
-	for _, target := range []string{echo, "local.example.com:" + port} {
-		c, err := socksDial(t, p, target)
-		if err != nil {
-			t.Fatalf("SOCKS5 CONNECT %s: %v", target, err)
-		}
-		fmt.Fprint(c, "ping")
-		c.(*net.TCPConn).CloseWrite()
-		got, _ := io.ReadAll(c)
-		c.Close()
-		if string(got) != "ping" {
-			t.Fatalf("echo via SOCKS5 %s = %q", target, got)
-		}
-		if d := log.last(t); !d.Allowed || d.Protocol != ProtocolSOCKS5 {
-			t.Errorf("audit = %+v", d)
-		}
-	}
-	if _, err := socksDial(t, p, "rebind.example.com:"+port); err == nil || !strings.Contains(err.Error(), "not allowed") {
-		t.Fatalf("SOCKS5 to a port not listed: %v", err)
-	}
-	if d := log.last(t); d.ReasonCode != ReasonPortNotAllowed {
-		t.Errorf("audit = %+v", d)
-	}
-	if _, err := socksDial(t, p, "127.0.0.2:"+port); err == nil {
-		t.Fatal("SOCKS5 to unlisted IP succeeded")
-	}
-	if d := log.last(t); d.ReasonCode != ReasonIPLiteralNotAllowed {
-		t.Errorf("audit = %+v", d)
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			for _, target := range []string{echo, "local.example.com:" + port} {
+				c, err := socksDial(t, p, tr.unix, target)
+				if err != nil {
+					t.Fatalf("SOCKS5 CONNECT %s: %v", target, err)
+				}
+				fmt.Fprint(c, "ping")
+				c.(interface{ CloseWrite() error }).CloseWrite()
+				got, _ := io.ReadAll(c)
+				c.Close()
+				if string(got) != "ping" {
+					t.Fatalf("echo via SOCKS5 %s = %q", target, got)
+				}
+				if d := log.last(t); !d.Allowed || d.Protocol != ProtocolSOCKS5 {
+					t.Errorf("audit = %+v", d)
+				}
+			}
+			if _, err := socksDial(t, p, tr.unix, "rebind.example.com:"+port); err == nil || !strings.Contains(err.Error(), "not allowed") {
+				t.Fatalf("SOCKS5 to a port not listed: %v", err)
+			}
+			if d := log.last(t); d.ReasonCode != ReasonPortNotAllowed {
+				t.Errorf("audit = %+v", d)
+			}
+			if _, err := socksDial(t, p, tr.unix, "127.0.0.2:"+port); err == nil {
+				t.Fatal("SOCKS5 to unlisted IP succeeded")
+			}
+			if d := log.last(t); d.ReasonCode != ReasonIPLiteralNotAllowed {
+				t.Errorf("audit = %+v", d)
+			}
+		})
 	}
 }
 
@@ -312,7 +328,7 @@ func TestSOCKS5RefusedCommands(t *testing.T) {
 func TestConnectionLimit(t *testing.T) {
 	echo := echoServer(t, "127.0.0.1:0")
 	p, log := startProxy(t, []string{echo}, fakeResolver{}, func(c *Config) { c.Limits.MaxConns = 1 })
-	c := dialProxy(t, p, false)
+	c := dialProxy(t, p, true)
 	resp, _ := connect(t, c, echo) // holds the only slot
 	if resp.StatusCode != 200 {
 		t.Fatal(resp.Status)
@@ -327,7 +343,7 @@ func TestConnectionLimit(t *testing.T) {
 	// Freeing the slot lets the next client in.
 	c.Close()
 	waitFor(t, func() bool { return p.ActiveConns() == 0 })
-	resp3, _ := connect(t, dialProxy(t, p, false), echo)
+	resp3, _ := connect(t, dialProxy(t, p, true), echo)
 	if resp3.StatusCode != 200 {
 		t.Fatalf("after the slot was freed: %s", resp3.Status)
 	}
@@ -348,7 +364,7 @@ func TestHandshakeTimeout(t *testing.T) {
 
 func TestCloseEndsTunnelsAndCleansUp(t *testing.T) {
 	echo := echoServer(t, "127.0.0.1:0")
-	p, err := New(context.Background(), Config{Hosts: []string{echo}, Resolver: fakeResolver{}})
+	p, err := New(context.Background(), Config{Hosts: []string{echo}, Resolver: fakeResolver{}, Route: RouteHostLoopback})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +443,7 @@ func TestCloseEndsForwardBlockedOnSilentUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := dialProxy(t, p, false)
+	c := dialProxy(t, p, true)
 	fmt.Fprintf(c, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\n\r\n", ln.Addr(), ln.Addr())
 	up := <-accepted
 	defer up.Close()
@@ -479,17 +495,18 @@ func TestIPv6Literal(t *testing.T) {
 func TestCloseLeavesNoGoroutines(t *testing.T) {
 	echo := echoServer(t, "127.0.0.1:0")
 	before := runtime.NumGoroutine()
-	p, err := New(context.Background(), Config{Hosts: []string{echo}, Resolver: fakeResolver{}})
+	p, err := New(context.Background(), Config{Hosts: []string{echo}, Resolver: fakeResolver{}, Route: RouteHostLoopback})
 	if err != nil {
 		t.Fatal(err)
 	}
+	auth := authHeader(t, p)
 	var conns []net.Conn
 	for _, unix := range []bool{true, false, true} {
 		c, err := net.Dial(map[bool]string{true: "unix", false: "tcp"}[unix], map[bool]string{true: p.Endpoint().UnixSocket, false: p.Endpoint().TCPAddr}[unix])
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, _ := connect(t, c, echo)
+		resp, _ := connect(t, c, echo, map[bool]string{true: "", false: auth}[unix])
 		if resp.StatusCode != 200 {
 			t.Fatal(resp.Status)
 		}

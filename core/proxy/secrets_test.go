@@ -37,9 +37,7 @@ func TestSecretInjectionPlainHTTP(t *testing.T) {
 	})
 
 	var captured strings.Builder
-	pu, _ := url.Parse("http://" + p.Endpoint().TCPAddr)
-	client := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(pu)}}
-	defer client.CloseIdleConnections()
+	client := proxyClient(t, p, true, nil)
 	get := func(u string) string {
 		t.Helper()
 		req, _ := http.NewRequest("GET", u, nil)
@@ -75,7 +73,7 @@ func TestSecretInjectionPlainHTTP(t *testing.T) {
 	}
 
 	// Through CONNECT the proxy cannot inject: the bytes are the child's.
-	c := dialProxy(t, p, false)
+	c := dialProxy(t, p, true)
 	resp, br := connect(t, c, "api.example.com:"+apiPort)
 	if resp.StatusCode != 200 {
 		t.Fatal(resp.Status)
@@ -168,14 +166,32 @@ func TestEnv(t *testing.T) {
 		t.Errorf("placeholders not sorted: %v", order)
 	}
 
-	p2, _ := startProxy(t, nil, fakeResolver{}, func(c *Config) { c.Route = RouteHostLoopback })
-	for _, e := range p2.Env() {
-		if e.Name == "HTTPS_PROXY" && e.Value != "http://"+p2.Endpoint().TCPAddr {
-			t.Errorf("host-loopback route HTTPS_PROXY = %q", e.Value)
+	for k, v := range env {
+		if strings.Contains(v, "@") {
+			t.Errorf("bridge route %s = %q carries a credential", k, v)
 		}
-		if e.Name == "ALL_PROXY" && e.Value != "socks5h://"+p2.Endpoint().TCPAddr {
-			t.Errorf("host-loopback route ALL_PROXY = %q", e.Value)
+	}
+
+	// Host loopback: every proxy variable names the TCP listener with the
+	// proxy's credential as user information.
+	p2, _ := startProxy(t, nil, fakeResolver{}, hostLoopback)
+	env2 := envOf(p2)
+	for _, name := range []string{"HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"} {
+		u, err := url.Parse(env2[name])
+		scheme := "http"
+		if strings.HasSuffix(strings.ToLower(name), "all_proxy") {
+			scheme = "socks5h"
 		}
+		if err != nil || u.Scheme != scheme || u.Host != p2.Endpoint().TCPAddr || u.Path != "" {
+			t.Errorf("host-loopback route %s = %q", name, env2[name])
+			continue
+		}
+		if pass, ok := u.User.Password(); !ok || u.User.Username() != p2.cred.user || pass != p2.cred.token {
+			t.Errorf("host-loopback route %s does not carry the proxy's credential", name)
+		}
+	}
+	if env2["NO_PROXY"] != "" || env2["no_proxy"] != "" {
+		t.Errorf("NO_PROXY = %q, no_proxy = %q", env2["NO_PROXY"], env2["no_proxy"])
 	}
 }
 

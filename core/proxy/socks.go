@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// SOCKS5 (RFC 1928) server side, CONNECT only. It is hand-written rather
+// SOCKS5 (RFC 1928) server side, CONNECT only, with username/password
+// authentication (RFC 1929) on the host-loopback listener. It is hand-written rather
 // than taken from a library because the server half is small, and the
 // rules here (the proxy resolves names itself, vets the resolved address,
 // dials that exact address, and answers BIND / UDP ASSOCIATE with
@@ -21,7 +22,13 @@ const (
 	socksVersion = 0x05
 
 	socksMethodNoAuth       = 0x00
+	socksMethodUserPass     = 0x02
 	socksMethodNoAcceptable = 0xff
+
+	// RFC 1929 sub-negotiation: its version and status bytes.
+	socksUserPassVersion = 0x01
+	socksUserPassOK      = 0x00
+	socksUserPassFailure = 0x01
 
 	socksCmdConnect      = 0x01
 	socksCmdBind         = 0x02
@@ -49,30 +56,65 @@ type socksError struct {
 
 func (e *socksError) Error() string { return string(e.reason) + ": " + e.detail }
 
-// readSOCKSGreeting reads the method-selection message and reports whether
-// "no authentication" is offered (the only method served: the socket is
-// private to one command).
-func readSOCKSGreeting(r io.Reader) (noAuth bool, err error) {
+// socksMethods is what a client's greeting offers, of the two methods
+// served: "no authentication" on the unix socket (private to one
+// command), username/password on the host-loopback listener.
+type socksMethods struct {
+	noAuth, userPass bool
+}
+
+// readSOCKSGreeting reads the method-selection message.
+func readSOCKSGreeting(r io.Reader) (socksMethods, error) {
 	var h [2]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return false, err
+		return socksMethods{}, err
 	}
 	if h[0] != socksVersion {
-		return false, &socksError{rep: socksRepGeneralFailure, reason: ReasonBadRequest, detail: "not SOCKS version 5"}
+		return socksMethods{}, &socksError{rep: socksRepGeneralFailure, reason: ReasonBadRequest, detail: "not SOCKS version 5"}
 	}
 	if h[1] == 0 {
-		return false, &socksError{rep: socksRepGeneralFailure, reason: ReasonBadRequest, detail: "no authentication methods offered"}
+		return socksMethods{}, &socksError{rep: socksRepGeneralFailure, reason: ReasonBadRequest, detail: "no authentication methods offered"}
 	}
 	methods := make([]byte, h[1])
 	if _, err := io.ReadFull(r, methods); err != nil {
-		return false, err
+		return socksMethods{}, err
 	}
-	for _, m := range methods {
-		if m == socksMethodNoAuth {
-			return true, nil
+	var m socksMethods
+	for _, b := range methods {
+		switch b {
+		case socksMethodNoAuth:
+			m.noAuth = true
+		case socksMethodUserPass:
+			m.userPass = true
 		}
 	}
-	return false, nil
+	return m, nil
+}
+
+// readSOCKSUserPass reads a username/password request (RFC 1929: version
+// 1, then a length-prefixed user name and password). An empty name or
+// password is read as such and then simply fails to match.
+func readSOCKSUserPass(r io.Reader) (user, pass []byte, err error) {
+	var h [2]byte
+	if _, err := io.ReadFull(r, h[:]); err != nil {
+		return nil, nil, err
+	}
+	if h[0] != socksUserPassVersion {
+		return nil, nil, &socksError{rep: socksUserPassFailure, reason: ReasonProxyAuthFailed, detail: "not a username/password (RFC 1929) sub-negotiation"}
+	}
+	user = make([]byte, h[1])
+	if _, err := io.ReadFull(r, user); err != nil {
+		return nil, nil, err
+	}
+	var l [1]byte
+	if _, err := io.ReadFull(r, l[:]); err != nil {
+		return nil, nil, err
+	}
+	pass = make([]byte, l[0])
+	if _, err := io.ReadFull(r, pass); err != nil {
+		return nil, nil, err
+	}
+	return user, pass, nil
 }
 
 // socksRequest is a parsed SOCKS5 request.
@@ -159,21 +201,30 @@ func socksReply(w io.Writer, rep byte) error {
 	return err
 }
 
-func (p *Proxy) serveSOCKS(c net.Conn, br *bufio.Reader) {
+// serveSOCKS serves one SOCKS5 client. With authed the client must offer
+// username/password and present the proxy's credential before it may send
+// a request; otherwise only "no authentication" is served.
+func (p *Proxy) serveSOCKS(c net.Conn, br *bufio.Reader, authed bool) {
 	// Read the whole handshake under the handshake deadline set by
 	// serveConn; SOCKS needs no head limit, every field is length-bounded.
-	noAuth, err := readSOCKSGreeting(br)
+	methods, err := readSOCKSGreeting(br)
 	if err != nil {
 		p.socksFail(c, err, Target{}, false)
 		return
 	}
-	if !noAuth {
-		p.record(Target{}, ProtocolSOCKS5, false, ReasonUnsupportedCommand, "client offered no acceptable authentication method (only 'no authentication' is served)")
-		c.Write([]byte{socksVersion, socksMethodNoAcceptable})
-		return
-	}
-	if _, err := c.Write([]byte{socksVersion, socksMethodNoAuth}); err != nil {
-		return
+	if authed {
+		if !p.socksAuthenticate(c, br, methods) {
+			return
+		}
+	} else {
+		if !methods.noAuth {
+			p.record(Target{}, ProtocolSOCKS5, false, ReasonUnsupportedCommand, "client offered no acceptable authentication method (only 'no authentication' is served)")
+			c.Write([]byte{socksVersion, socksMethodNoAcceptable})
+			return
+		}
+		if _, err := c.Write([]byte{socksVersion, socksMethodNoAuth}); err != nil {
+			return
+		}
 	}
 	req, err := readSOCKSRequest(br)
 	if err != nil {
@@ -234,6 +285,40 @@ func (p *Proxy) serveSOCKS(c net.Conn, br *bufio.Reader) {
 		}
 	}
 	relay(c, up, p.limits.IdleTimeout)
+}
+
+// socksAuthenticate runs the username/password method and reports whether
+// the client presented the proxy's credential. A client that does not
+// offer the method gets "no acceptable methods"; a wrong credential gets
+// failure status 1, and the caller closes the connection (RFC 1929 says
+// the server must). Neither the name nor the password sent is recorded.
+func (p *Proxy) socksAuthenticate(c net.Conn, br *bufio.Reader, m socksMethods) bool {
+	if !m.userPass {
+		p.record(Target{}, ProtocolSOCKS5, false, ReasonProxyAuthRequired, "client did not offer username/password authentication, which this listener requires; use the proxy URL from the command's proxy variables, which carries the credential")
+		c.Write([]byte{socksVersion, socksMethodNoAcceptable})
+		return false
+	}
+	if _, err := c.Write([]byte{socksVersion, socksMethodUserPass}); err != nil {
+		return false
+	}
+	user, pass, err := readSOCKSUserPass(br)
+	if err != nil {
+		var se *socksError
+		if errors.As(err, &se) {
+			p.record(Target{}, ProtocolSOCKS5, false, se.reason, se.detail)
+			c.Write([]byte{socksUserPassVersion, socksUserPassFailure})
+			return false
+		}
+		p.record(Target{}, ProtocolSOCKS5, false, ReasonProxyAuthRequired, "connection closed or timed out during SOCKS5 authentication")
+		return false
+	}
+	if !p.cred.matches(user, pass) {
+		p.record(Target{}, ProtocolSOCKS5, false, ReasonProxyAuthFailed, "the proxy credential does not match this command's proxy")
+		c.Write([]byte{socksUserPassVersion, socksUserPassFailure})
+		return false
+	}
+	_, err = c.Write([]byte{socksUserPassVersion, socksUserPassOK})
+	return err == nil
 }
 
 func (p *Proxy) socksFail(c net.Conn, err error, t Target, afterGreeting bool) {

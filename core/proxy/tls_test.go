@@ -8,7 +8,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -33,13 +32,14 @@ func TestTLSInterceptInjectsIntoHTTPS(t *testing.T) {
 	hosts := []string{"example.com", "127.0.0.1:" + port}
 	rule := SecretInjection{Host: "example.com", Header: "Authorization", Secret: "API_TOKEN", Format: "Bearer {secret}"}
 
+	// Over TCP with the child's proxy URL (credential included): the
+	// interception path behind the host-loopback listener.
 	get := func(p *Proxy, roots *x509.CertPool, u string) (string, error) {
-		pu, _ := url.Parse("http://" + p.Endpoint().TCPAddr)
-		tr := &http.Transport{Proxy: http.ProxyURL(pu), TLSClientConfig: &tls.Config{RootCAs: roots}}
-		defer tr.CloseIdleConnections()
+		client := proxyClient(t, p, false, &tls.Config{RootCAs: roots})
+		defer client.CloseIdleConnections()
 		req, _ := http.NewRequest("GET", u, nil)
 		req.Header.Set("Authorization", "Bearer "+Placeholder("API_TOKEN"))
-		resp, err := (&http.Client{Transport: tr}).Do(req)
+		resp, err := client.Do(req)
 		if err != nil {
 			return "", err
 		}
@@ -48,7 +48,7 @@ func TestTLSInterceptInjectsIntoHTTPS(t *testing.T) {
 	}
 
 	// Off (the default): HTTPS is an opaque tunnel, nothing is injected.
-	pOff, _ := startProxy(t, hosts, res, func(c *Config) {
+	pOff, _ := startProxy(t, hosts, res, hostLoopback, func(c *Config) {
 		c.Secrets = map[string]string{"API_TOKEN": secretValue}
 		c.Injections = []SecretInjection{rule}
 	})
@@ -59,7 +59,7 @@ func TestTLSInterceptInjectsIntoHTTPS(t *testing.T) {
 		t.Error("CA exists without interception")
 	}
 
-	p, log := startProxy(t, hosts, res, func(c *Config) {
+	p, log := startProxy(t, hosts, res, hostLoopback, func(c *Config) {
 		c.Secrets = map[string]string{"API_TOKEN": secretValue}
 		c.Injections = []SecretInjection{rule}
 		c.TLSIntercept = true
@@ -135,7 +135,7 @@ func TestTLSInterceptRefusesOtherHostInsideTunnel(t *testing.T) {
 		c.TLSIntercept = true
 		c.UpstreamRoots = roots
 	})
-	c := dialProxy(t, p, false)
+	c := dialProxy(t, p, true)
 	resp, br := connect(t, c, "example.com:"+port)
 	if resp.StatusCode != 200 || br.Buffered() != 0 {
 		t.Fatal(resp.Status)
