@@ -19,8 +19,12 @@ import (
 // allowlist and, worse, have this command's secrets injected into its own
 // requests. So that listener serves only clients that present the proxy's
 // credential, which exists nowhere but in this proxy and in the proxy
-// variables of its own command. The unix socket needs none: it sits in a
-// 0700 directory and is handed only to this command's sandbox.
+// variables of its own command. On that route the unix socket wants the
+// credential too: the child does not use it, and its 0700 directory keeps
+// out other users but not other sandboxes of the same user that can read
+// it (on macOS, Seatbelt lets them read /private/tmp). On the bridge route
+// the socket needs none: it is the only listener, and the Linux driver
+// hands it to this command's sandbox alone.
 
 // credentialUser is the fixed user name of the credential. The token alone
 // carries the secret; a fixed name keeps the URLs predictable for people

@@ -16,9 +16,9 @@ import (
 	xproxy "golang.org/x/net/proxy"
 )
 
-// TestListenersByRoute: the bridge route listens on the unix socket only;
-// host loopback adds one TCP listener. The unix socket serves without a
-// credential on both.
+// TestListenersByRoute: the bridge route listens on the unix socket only,
+// which serves without a credential; host loopback adds one TCP listener
+// and then the unix socket, too, serves only clients with the credential.
 func TestListenersByRoute(t *testing.T) {
 	echo := echoServer(t, "127.0.0.1:0")
 	cases := []struct {
@@ -57,13 +57,25 @@ func TestListenersByRoute(t *testing.T) {
 				t.Errorf("credential present = %v, want %v", p.cred != nil, c.wantTCP)
 			}
 
-			// The unix socket needs no credential on any route.
-			resp, br := connect(t, dialProxy(t, p, true), echo)
-			if resp.StatusCode != 200 || br.Buffered() != 0 {
-				t.Fatalf("CONNECT over the unix socket: %s", resp.Status)
+			// Without a credential the unix socket serves on the bridge
+			// route only.
+			resp, _ := connect(t, dialProxy(t, p, true), echo)
+			want := map[bool]int{false: 200, true: http.StatusProxyAuthRequired}[c.wantTCP]
+			if resp.StatusCode != want {
+				t.Fatalf("CONNECT over the unix socket without a credential: %s, want %d", resp.Status, want)
 			}
-			if d := log.last(t); !d.Allowed {
+			if d := log.last(t); d.Allowed == c.wantTCP {
 				t.Errorf("audit = %+v", d)
+			}
+			if c.wantTCP {
+				// Positive control: with the child's credential it serves.
+				resp, br := connect(t, dialProxy(t, p, true), echo, authHeader(t, p))
+				if resp.StatusCode != 200 || br.Buffered() != 0 {
+					t.Fatalf("CONNECT over the unix socket with the credential: %s", resp.Status)
+				}
+				if d := log.last(t); !d.Allowed {
+					t.Errorf("audit = %+v", d)
+				}
 			}
 			got := envOf(p)["HTTP_PROXY"]
 			if c.wantTCP {
@@ -101,9 +113,11 @@ func assertNoCredential(t *testing.T, seen string, log *auditLog, ps ...*Proxy) 
 	}
 }
 
-// TestHostLoopbackHTTPCredential: on the TCP listener, CONNECT and
-// forward requests need this proxy's credential; each refusal is a 407
-// with a Basic challenge and an audit record, and never reaches upstream.
+// TestHostLoopbackHTTPCredential: on the host-loopback route, CONNECT and
+// forward requests need this proxy's credential, over TCP and over the
+// unix socket alike (another sandbox that finds the socket must not get
+// round the credential); each refusal is a 407 with a Basic challenge and
+// an audit record, and never reaches upstream.
 func TestHostLoopbackHTTPCredential(t *testing.T) {
 	var hits atomic.Int32
 	srv := httpServer(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -145,108 +159,118 @@ func TestHostLoopbackHTTPCredential(t *testing.T) {
 	}
 	var seen transcript
 	for _, c := range cases {
-		for _, method := range []string{"CONNECT", "GET"} {
-			t.Run(c.name+"/"+method, func(t *testing.T) {
-				before := hits.Load()
-				conn := dialProxy(t, p, false)
-				br := bufio.NewReader(conn)
-				var resp *http.Response
-				var err error
-				if method == "CONNECT" {
-					fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", srv, srv, c.auth)
-					resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
-				} else {
-					fmt.Fprintf(conn, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s\r\n", srv, srv, c.auth)
-					resp, err = http.ReadResponse(br, nil)
-				}
-				if err != nil {
-					t.Fatalf("read response: %v", err)
-				}
-				proto := map[string]Protocol{"CONNECT": ProtocolConnect, "GET": ProtocolHTTP}[method]
-				d := log.last(t)
-				if c.code == ReasonAllowed {
-					if resp.StatusCode != 200 {
-						t.Fatalf("status %s, want 200", resp.Status)
-					}
+		for _, tr := range transports {
+			for _, method := range []string{"CONNECT", "GET"} {
+				t.Run(c.name+"/"+tr.name+"/"+method, func(t *testing.T) {
+					before := hits.Load()
+					conn := dialProxy(t, p, tr.unix)
+					br := bufio.NewReader(conn)
+					var resp *http.Response
+					var err error
 					if method == "CONNECT" {
-						fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", srv)
+						fmt.Fprintf(conn, "CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n", srv, srv, c.auth)
+						resp, err = http.ReadResponse(br, &http.Request{Method: http.MethodConnect})
+					} else {
+						fmt.Fprintf(conn, "GET http://%s/ HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n%s\r\n", srv, srv, c.auth)
 						resp, err = http.ReadResponse(br, nil)
-						if err != nil {
-							t.Fatalf("request through the tunnel: %v", err)
+					}
+					if err != nil {
+						t.Fatalf("read response: %v", err)
+					}
+					proto := map[string]Protocol{"CONNECT": ProtocolConnect, "GET": ProtocolHTTP}[method]
+					d := log.last(t)
+					if c.code == ReasonAllowed {
+						if resp.StatusCode != 200 {
+							t.Fatalf("status %s, want 200", resp.Status)
 						}
+						if method == "CONNECT" {
+							fmt.Fprintf(conn, "GET / HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", srv)
+							resp, err = http.ReadResponse(br, nil)
+							if err != nil {
+								t.Fatalf("request through the tunnel: %v", err)
+							}
+						}
+						if b := body(t, resp); resp.StatusCode != 200 || b != "ok" {
+							t.Fatalf("upstream answered %s %q", resp.Status, b)
+						}
+						if hits.Load() != before+1 {
+							t.Errorf("upstream hits %d, want %d", hits.Load(), before+1)
+						}
+						if !d.Allowed || d.ReasonCode != ReasonAllowed || d.Protocol != proto {
+							t.Errorf("audit = %+v", d)
+						}
+						return
 					}
-					if b := body(t, resp); resp.StatusCode != 200 || b != "ok" {
-						t.Fatalf("upstream answered %s %q", resp.Status, b)
+					// Status first: the body of a CONNECT that got through
+					// would be the open tunnel.
+					if resp.StatusCode != http.StatusProxyAuthRequired {
+						t.Fatalf("status %s, want 407", resp.Status)
 					}
-					if hits.Load() != before+1 {
-						t.Errorf("upstream hits %d, want %d", hits.Load(), before+1)
+					b := body(t, resp)
+					seen.add(resp.Status, resp.Header, b)
+					if got := resp.Header.Get("Proxy-Authenticate"); !strings.HasPrefix(got, "Basic realm=") {
+						t.Errorf("Proxy-Authenticate = %q, want a Basic challenge", got)
 					}
-					if !d.Allowed || d.ReasonCode != ReasonAllowed || d.Protocol != proto {
-						t.Errorf("audit = %+v", d)
+					if got := resp.Header.Get("X-Aleph-Sandbox-Reason"); got != string(c.code) {
+						t.Errorf("reason header = %q, want %s", got, c.code)
 					}
-					return
-				}
-				// Status first: the body of a CONNECT that got through
-				// would be the open tunnel.
-				if resp.StatusCode != http.StatusProxyAuthRequired {
-					t.Fatalf("status %s, want 407", resp.Status)
-				}
-				b := body(t, resp)
-				seen.add(resp.Status, resp.Header, b)
-				if got := resp.Header.Get("Proxy-Authenticate"); !strings.HasPrefix(got, "Basic realm=") {
-					t.Errorf("Proxy-Authenticate = %q, want a Basic challenge", got)
-				}
-				if got := resp.Header.Get("X-Aleph-Sandbox-Reason"); got != string(c.code) {
-					t.Errorf("reason header = %q, want %s", got, c.code)
-				}
-				mustContain(t, b, PolicyName, string(c.code))
-				if hits.Load() != before {
-					t.Error("refused request reached the upstream")
-				}
-				if d.Allowed || d.ReasonCode != c.code || d.Protocol != proto || d.Host != "127.0.0.1" || int(d.Port) != port {
-					t.Errorf("audit = %+v, want a %s denial for %s", d, c.code, srv)
-				}
-				// The proxy closes the connection after a refusal.
-				if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
-					t.Errorf("connection still open after 407: %d, %v", n, err)
-				}
-			})
+					mustContain(t, b, PolicyName, string(c.code))
+					if hits.Load() != before {
+						t.Error("refused request reached the upstream")
+					}
+					if d.Allowed || d.ReasonCode != c.code || d.Protocol != proto || d.Host != "127.0.0.1" || int(d.Port) != port {
+						t.Errorf("audit = %+v, want a %s denial for %s", d, c.code, srv)
+					}
+					// The proxy closes the connection after a refusal.
+					if n, err := br.Read(make([]byte, 1)); n != 0 || err == nil {
+						t.Errorf("connection still open after 407: %d, %v", n, err)
+					}
+				})
+			}
 		}
 	}
 	assertNoCredential(t, seen.String(), log, p, other)
 }
 
-// TestCredentialOnEveryRequest: a kept-alive TCP connection does not stay
-// authenticated; each request needs the credential. The same exchange
-// over the unix socket needs none.
+// TestCredentialOnEveryRequest: on the host-loopback route a kept-alive
+// connection, over TCP or the unix socket, does not stay authenticated;
+// each request needs the credential. The same exchange on the bridge
+// route's unix socket needs none.
 func TestCredentialOnEveryRequest(t *testing.T) {
 	srv := httpServer(t, "127.0.0.1:0", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
-	p, log := startProxy(t, []string{srv}, fakeResolver{}, hostLoopback)
+	loop, loopLog := startProxy(t, []string{srv}, fakeResolver{}, hostLoopback)
+	bridge, bridgeLog := startProxy(t, []string{srv}, fakeResolver{})
 	get := "GET http://" + srv + "/ HTTP/1.1\r\nHost: " + srv + "\r\n"
-	for _, tr := range transports {
-		t.Run(tr.name, func(t *testing.T) {
-			c := dialProxy(t, p, tr.unix)
-			br := bufio.NewReader(c)
-			auth := ""
-			if !tr.unix {
-				auth = authHeader(t, p)
-			}
-			fmt.Fprint(c, get+auth+"\r\n")
+	cases := []struct {
+		name string
+		p    *Proxy
+		log  *auditLog
+		unix bool
+		want int // status of the second request, sent without a credential
+	}{
+		{"host loopback/tcp", loop, loopLog, false, http.StatusProxyAuthRequired},
+		{"host loopback/unix", loop, loopLog, true, http.StatusProxyAuthRequired},
+		{"bridge/unix", bridge, bridgeLog, true, 200},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			conn := dialProxy(t, c.p, c.unix)
+			br := bufio.NewReader(conn)
+			fmt.Fprint(conn, get+strings.Join(childAuth(t, c.p), "")+"\r\n")
 			resp, err := http.ReadResponse(br, nil)
 			if err != nil || resp.StatusCode != 200 || body(t, resp) != "ok" {
 				t.Fatalf("first request: %v %v", resp, err)
 			}
-			fmt.Fprint(c, get+"\r\n")
+			fmt.Fprint(conn, get+"\r\n")
 			resp, err = http.ReadResponse(br, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			body(t, resp)
-			want := map[bool]int{true: 200, false: http.StatusProxyAuthRequired}[tr.unix]
-			if resp.StatusCode != want {
-				t.Fatalf("second request without a credential: %s, want %d", resp.Status, want)
+			if resp.StatusCode != c.want {
+				t.Fatalf("second request without a credential: %s, want %d", resp.Status, c.want)
 			}
-			if d := log.last(t); d.Allowed != tr.unix {
+			if d := c.log.last(t); d.Allowed != (c.want == 200) {
 				t.Errorf("audit = %+v", d)
 			}
 		})
@@ -261,10 +285,11 @@ func socksUserPass(user, pass string) []byte {
 	return append(b, pass...)
 }
 
-// TestHostLoopbackSOCKSCredential: on the TCP listener SOCKS5 needs the
-// username/password method with this proxy's credential. A client
-// offering only "no authentication" gets method FF; a wrong credential
-// gets status 1 and the connection closed, before any request is read.
+// TestHostLoopbackSOCKSCredential: on the host-loopback route SOCKS5
+// needs the username/password method with this proxy's credential, over
+// TCP and over the unix socket alike. A client offering only "no
+// authentication" gets method FF; a wrong credential gets status 1 and the
+// connection closed, before any request is read.
 func TestHostLoopbackSOCKSCredential(t *testing.T) {
 	echo := echoServer(t, "127.0.0.1:0")
 	_, portStr, _ := net.SplitHostPort(echo)
@@ -295,42 +320,44 @@ func TestHostLoopbackSOCKSCredential(t *testing.T) {
 	}
 	var seen transcript
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			conn := dialProxy(t, p, false)
-			conn.Write(c.greet)
-			if c.auth != nil {
-				conn.Write(c.auth)
-			}
-			got := make([]byte, len(c.want))
-			if _, err := io.ReadFull(conn, got); err != nil || string(got) != string(c.want) {
-				t.Fatalf("replies % x (%v), want % x", got, err, c.want)
-			}
-			if c.code != ReasonAllowed {
-				d := log.last(t)
-				seen.add(got)
-				// Closed: nothing more comes, whatever the client sends.
-				if n, err := conn.Read(make([]byte, 1)); n != 0 || err == nil {
-					t.Errorf("connection still open after the refusal: %d, %v", n, err)
+		for _, tr := range transports {
+			t.Run(c.name+"/"+tr.name, func(t *testing.T) {
+				conn := dialProxy(t, p, tr.unix)
+				conn.Write(c.greet)
+				if c.auth != nil {
+					conn.Write(c.auth)
 				}
-				if d.Allowed || d.ReasonCode != c.code || d.Protocol != ProtocolSOCKS5 {
-					t.Errorf("audit = %+v, want a %s denial", d, c.code)
+				got := make([]byte, len(c.want))
+				if _, err := io.ReadFull(conn, got); err != nil || string(got) != string(c.want) {
+					t.Fatalf("replies % x (%v), want % x", got, err, c.want)
 				}
-				return
-			}
-			conn.Write(connectReq)
-			rep := make([]byte, 10)
-			if _, err := io.ReadFull(conn, rep); err != nil || rep[1] != socksRepSucceeded {
-				t.Fatalf("CONNECT reply % x, %v", rep, err)
-			}
-			fmt.Fprint(conn, "ping")
-			conn.(*net.TCPConn).CloseWrite()
-			if b, _ := io.ReadAll(conn); string(b) != "ping" {
-				t.Fatalf("echo = %q", b)
-			}
-			if d := log.last(t); !d.Allowed || d.Protocol != ProtocolSOCKS5 || int(d.Port) != port {
-				t.Errorf("audit = %+v", d)
-			}
-		})
+				if c.code != ReasonAllowed {
+					d := log.last(t)
+					seen.add(got)
+					// Closed: nothing more comes, whatever the client sends.
+					if n, err := conn.Read(make([]byte, 1)); n != 0 || err == nil {
+						t.Errorf("connection still open after the refusal: %d, %v", n, err)
+					}
+					if d.Allowed || d.ReasonCode != c.code || d.Protocol != ProtocolSOCKS5 {
+						t.Errorf("audit = %+v, want a %s denial", d, c.code)
+					}
+					return
+				}
+				conn.Write(connectReq)
+				rep := make([]byte, 10)
+				if _, err := io.ReadFull(conn, rep); err != nil || rep[1] != socksRepSucceeded {
+					t.Fatalf("CONNECT reply % x, %v", rep, err)
+				}
+				fmt.Fprint(conn, "ping")
+				conn.(interface{ CloseWrite() error }).CloseWrite()
+				if b, _ := io.ReadAll(conn); string(b) != "ping" {
+					t.Fatalf("echo = %q", b)
+				}
+				if d := log.last(t); !d.Allowed || d.Protocol != ProtocolSOCKS5 || int(d.Port) != port {
+					t.Errorf("audit = %+v", d)
+				}
+			})
+		}
 	}
 	assertNoCredential(t, seen.String(), log, p, other)
 }
@@ -357,49 +384,54 @@ func TestCredentialsDoNotCross(t *testing.T) {
 	var seen transcript
 	for _, at := range []string{"a", "b"} {
 		for _, from := range []string{"a", "b"} {
-			p, log, q := ps[at], logs[at], ps[from]
-			own := at == from
-			t.Run(fmt.Sprintf("%s's credential on %s/HTTP", from, at), func(t *testing.T) {
-				resp, _ := connect(t, dialProxy(t, p, false), echo, authHeader(t, q))
-				seen.add(resp.Status, resp.Header)
-				want := map[bool]int{true: 200, false: 407}[own]
-				if resp.StatusCode != want {
-					t.Fatalf("CONNECT: %s, want %d", resp.Status, want)
-				}
-				if d := log.last(t); d.Allowed != own || d.CommandID != at {
-					t.Errorf("audit = %+v", d)
-				}
-			})
-			t.Run(fmt.Sprintf("%s's credential on %s/SOCKS5", from, at), func(t *testing.T) {
-				d, err := xproxy.SOCKS5("tcp", p.Endpoint().TCPAddr, socksAuth(t, q), xproxy.Direct)
-				if err != nil {
-					t.Fatal(err)
-				}
-				c, err := d.Dial("tcp", echo)
-				if own != (err == nil) {
-					t.Fatalf("SOCKS5 dial: %v", err)
-				}
-				if err == nil {
-					c.Close()
-				} else {
-					seen.add(err)
-				}
-				if d := log.last(t); d.Allowed != own || d.CommandID != at {
-					t.Errorf("audit = %+v", d)
-				}
-			})
+			for _, tr := range transports {
+				p, log, q := ps[at], logs[at], ps[from]
+				own := at == from
+				t.Run(fmt.Sprintf("%s's credential on %s/%s/HTTP", from, at, tr.name), func(t *testing.T) {
+					resp, _ := connect(t, dialProxy(t, p, tr.unix), echo, authHeader(t, q))
+					seen.add(resp.Status, resp.Header)
+					want := map[bool]int{true: 200, false: 407}[own]
+					if resp.StatusCode != want {
+						t.Fatalf("CONNECT: %s, want %d", resp.Status, want)
+					}
+					if d := log.last(t); d.Allowed != own || d.CommandID != at {
+						t.Errorf("audit = %+v", d)
+					}
+				})
+				t.Run(fmt.Sprintf("%s's credential on %s/%s/SOCKS5", from, at, tr.name), func(t *testing.T) {
+					network, addr := listenerOf(p, tr.unix)
+					d, err := xproxy.SOCKS5(network, addr, socksAuth(t, q), xproxy.Direct)
+					if err != nil {
+						t.Fatal(err)
+					}
+					c, err := d.Dial("tcp", echo)
+					if own != (err == nil) {
+						t.Fatalf("SOCKS5 dial: %v", err)
+					}
+					if err == nil {
+						c.Close()
+					} else {
+						seen.add(err)
+					}
+					if d := log.last(t); d.Allowed != own || d.CommandID != at {
+						t.Errorf("audit = %+v", d)
+					}
+				})
+			}
 		}
 	}
-	// Without any credential, SOCKS5 over TCP is refused too (while the
-	// unix socket of the same proxy serves it, above in TestSOCKS5).
-	d, _ := xproxy.SOCKS5("tcp", ps["a"].Endpoint().TCPAddr, nil, xproxy.Direct)
-	if _, err := d.Dial("tcp", echo); err == nil {
-		t.Error("SOCKS5 over TCP without a credential succeeded")
-	} else {
-		seen.add(err)
-	}
-	if dd := logs["a"].last(t); dd.ReasonCode != ReasonProxyAuthRequired {
-		t.Errorf("audit = %+v", dd)
+	// Without any credential, SOCKS5 is refused on both listeners too.
+	for _, tr := range transports {
+		network, addr := listenerOf(ps["a"], tr.unix)
+		d, _ := xproxy.SOCKS5(network, addr, nil, xproxy.Direct)
+		if _, err := d.Dial("tcp", echo); err == nil {
+			t.Errorf("%s: SOCKS5 without a credential succeeded", tr.name)
+		} else {
+			seen.add(err)
+		}
+		if dd := logs["a"].last(t); dd.ReasonCode != ReasonProxyAuthRequired {
+			t.Errorf("%s: audit = %+v", tr.name, dd)
+		}
 	}
 	assertNoCredential(t, seen.String(), logs["a"], ps["a"], ps["b"])
 	assertNoCredential(t, seen.String(), logs["b"], ps["a"], ps["b"])

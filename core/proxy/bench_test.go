@@ -33,7 +33,8 @@ func sinkServer(b *testing.B) (string, chan int64) {
 
 // BenchmarkThroughput compares one-way bulk transfer over a direct
 // loopback TCP connection with the same transfer through a CONNECT tunnel
-// (over the unix socket, as on Linux, and over TCP, as on macOS).
+// (over the bridge route's unix socket, as on Linux, and over the
+// host-loopback route's TCP listener with the credential, as on macOS).
 func BenchmarkThroughput(b *testing.B) {
 	chunk := make([]byte, 1<<20)
 	run := func(b *testing.B, dial func(b *testing.B, sink string) net.Conn) {
@@ -67,13 +68,13 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			run(b, func(b *testing.B, sink string) net.Conn {
-				p, _ := startProxy(b, []string{sink}, fakeResolver{}, hostLoopback)
-				c := dialProxy(b, p, unix)
-				var auth []string
-				if !unix {
-					auth = append(auth, authHeader(b, p))
+				route := hostLoopback
+				if unix {
+					route = func(c *Config) { c.Route = RouteBridge }
 				}
-				resp, br := connect(b, c, sink, auth...)
+				p, _ := startProxy(b, []string{sink}, fakeResolver{}, route)
+				c := dialProxy(b, p, unix)
+				resp, br := connect(b, c, sink, childAuth(b, p)...)
 				if resp.StatusCode != 200 || br.Buffered() != 0 {
 					b.Fatal(resp.Status)
 				}

@@ -7,8 +7,9 @@
 // into the sandbox, where an in-namespace bridge relays the loopback ports
 // to it), and only on the host-loopback route (backends that let the child
 // reach host loopback only) also on 127.0.0.1:0, where any process on the
-// host could connect, so every client there must present the proxy's
-// random credential, which the child's proxy URLs carry. On each listener
+// host could connect, so every client there, and on that route every
+// client of the unix socket too, must present the proxy's random
+// credential, which the child's proxy URLs carry. On each listener
 // it speaks HTTP CONNECT, plain HTTP forwarding (absolute URI) and SOCKS5
 // CONNECT, told apart by the first byte a client sends.
 //

@@ -83,8 +83,8 @@ func FuzzSOCKS(f *testing.F) {
 		if err != nil {
 			return
 		}
-		// The host-loopback listener reads a username/password exchange
-		// next; the unix socket goes straight on to the request.
+		// On the host-loopback route (both listeners) a username/password
+		// exchange comes next; on the bridge route the request does.
 		if m.userPass && !m.noAuth {
 			if _, _, err := readSOCKSUserPass(r); err != nil {
 				return

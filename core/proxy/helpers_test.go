@@ -74,11 +74,13 @@ func (a *auditLog) find(code ReasonCode) (Decision, bool) {
 	return Decision{}, false
 }
 
-// startProxy starts a proxy with the fake resolver and cleans it up.
+// startProxy starts a proxy with the fake resolver and cleans it up. It is
+// on the bridge route, whose unix socket takes no credential, on every OS,
+// unless a mutator picks another route.
 func startProxy(t testing.TB, hosts []string, res Resolver, mut ...func(*Config)) (*Proxy, *auditLog) {
 	t.Helper()
 	log := &auditLog{}
-	cfg := Config{SessionID: "s1", CommandID: "c1", Hosts: hosts, Audit: log.add, Resolver: res}
+	cfg := Config{SessionID: "s1", CommandID: "c1", Hosts: hosts, Audit: log.add, Resolver: res, Route: RouteBridge}
 	for _, m := range mut {
 		m(&cfg)
 	}
@@ -142,7 +144,8 @@ func httpServer(t testing.TB, addr string, h http.Handler) string {
 }
 
 // hostLoopback puts a proxy on RouteHostLoopback, the only route with a
-// TCP listener (whose clients must present the credential).
+// TCP listener, and the one where every client, on either listener, must
+// present the credential.
 func hostLoopback(c *Config) { c.Route = RouteHostLoopback }
 
 // dialProxy connects to the proxy over the unix socket or TCP.
@@ -163,6 +166,14 @@ func dialProxy(t testing.TB, p *Proxy, unix bool) net.Conn {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// listenerOf is the network and address of one of p's listeners.
+func listenerOf(p *Proxy, unix bool) (network, address string) {
+	if unix {
+		return "unix", p.Endpoint().UnixSocket
+	}
+	return "tcp", p.Endpoint().TCPAddr
 }
 
 // envOf is the proxy's child environment as a map.
@@ -196,6 +207,18 @@ func authHeader(t testing.TB, p *Proxy) string {
 	return basicAuth(u.User.Username(), pass)
 }
 
+// childAuth is what a child's client sends to p in Proxy-Authorization,
+// taken from its HTTP_PROXY as such a client would: the credential on the
+// host-loopback route, nothing on the bridge route, whose URLs carry none.
+// Pass it to connect on either transport.
+func childAuth(t testing.TB, p *Proxy) []string {
+	t.Helper()
+	if childProxyURL(t, p, "HTTP_PROXY").User == nil {
+		return nil
+	}
+	return []string{authHeader(t, p)}
+}
+
 func basicAuth(user, pass string) string {
 	return "Proxy-Authorization: Basic " + base64.StdEncoding.EncodeToString([]byte(user+":"+pass)) + "\r\n"
 }
@@ -212,14 +235,17 @@ func socksAuth(t testing.TB, p *Proxy) *xproxy.Auth {
 	return &xproxy.Auth{User: u.User.Username(), Password: pass}
 }
 
-// proxyClient is an HTTP client using the proxy as a child would: over
-// the unix socket (as the Linux bridge relays), or over TCP with the
-// child's HTTP_PROXY URL, credential included.
+// proxyClient is an HTTP client using the proxy with the child's
+// HTTP_PROXY credential, if it carries one: over the unix socket (as the
+// Linux bridge relays), or over TCP with the child's HTTP_PROXY URL.
 func proxyClient(t testing.TB, p *Proxy, unix bool, tc *tls.Config) *http.Client {
 	t.Helper()
 	tr := &http.Transport{TLSClientConfig: tc}
 	if unix {
-		tr.Proxy = http.ProxyURL(&url.URL{Scheme: "http", Host: "proxy.sock.invalid"})
+		// The Transport turns the URL's user information into
+		// Proxy-Authorization, on CONNECT and forwarded requests alike.
+		u := &url.URL{Scheme: "http", User: childProxyURL(t, p, "HTTP_PROXY").User, Host: "proxy.sock.invalid"}
+		tr.Proxy = http.ProxyURL(u)
 		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
 			return d.DialContext(ctx, "unix", p.Endpoint().UnixSocket)

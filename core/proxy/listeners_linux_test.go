@@ -80,8 +80,9 @@ func TestNoTCPListenerOnBridgeRoute(t *testing.T) {
 			} else if len(added) != 0 {
 				t.Fatalf("bridge route opened TCP listeners on ports %v", added)
 			}
-			// The unix socket serves in every case.
-			if resp, _ := connect(t, dialProxy(t, p, true), echo); resp.StatusCode != 200 {
+			// The unix socket serves in every case (to a client with the
+			// child's credential on the host-loopback route).
+			if resp, _ := connect(t, dialProxy(t, p, true), echo, childAuth(t, p)...); resp.StatusCode != 200 {
 				t.Fatalf("CONNECT over the unix socket: %s", resp.Status)
 			}
 		})

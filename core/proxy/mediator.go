@@ -40,7 +40,8 @@ const (
 	// RouteHostLoopback: the child may reach host loopback and talks to
 	// Endpoint().TCPAddr directly (macOS). Every other process on the host
 	// can reach that address too, so each client there must present the
-	// proxy's credential, which the child's proxy URLs carry.
+	// proxy's credential, which the child's proxy URLs carry; so must a
+	// client of the unix socket, which the child does not use here.
 	RouteHostLoopback
 )
 

@@ -99,8 +99,9 @@ type Config struct {
 	UpstreamRoots *x509.CertPool
 	// Route says how the child reaches the proxy, which decides both
 	// what its proxy variables name and whether the proxy listens on
-	// host loopback at all (only RouteHostLoopback does, and only for
-	// clients presenting the proxy's credential).
+	// host loopback at all (only RouteHostLoopback does, and then serves
+	// only clients presenting the proxy's credential, on the unix socket
+	// too).
 	Route  Route
 	Limits Limits
 	// TempDir is where the private socket directory is made (default
@@ -137,8 +138,8 @@ type Proxy struct {
 }
 
 // New validates cfg, starts listening on a unix socket in a fresh 0700
-// directory and, for RouteHostLoopback only, on 127.0.0.1:0 behind a fresh
-// credential, and serves until Close or until ctx ends.
+// directory and, for RouteHostLoopback only, on 127.0.0.1:0, both then
+// behind a fresh credential, and serves until Close or until ctx ends.
 func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	allow, err := ParseAllowlist(cfg.Hosts)
 	if err != nil {
@@ -209,9 +210,13 @@ func New(ctx context.Context, cfg Config) (*Proxy, error) {
 	}
 	for _, ln := range p.lns {
 		p.wg.Add(1)
-		// Only the loopback listener is open to other processes, so only
-		// its clients must present the credential.
-		go p.acceptLoop(ln, ln != uln)
+		// On the host-loopback route every client must present the
+		// credential, on the unix socket too: the child does not use the
+		// socket there, and where its directory is reachable from other
+		// sandboxes (macOS lets them read /private/tmp) it must not be a
+		// way around the credential. On the bridge route the socket is
+		// the only listener and the child's only way out: no credential.
+		go p.acceptLoop(ln, p.route == RouteHostLoopback)
 	}
 	p.wg.Add(1)
 	go func() {
@@ -241,8 +246,8 @@ func (p *Proxy) listenLoopback() (net.Listener, error) {
 }
 
 // Endpoint says where the proxy listens. TCPAddr is empty unless the route
-// is RouteHostLoopback; a client there must present the credential that
-// Env's proxy URLs carry.
+// is RouteHostLoopback; on that route a client of either listener must
+// present the credential that Env's proxy URLs carry.
 func (p *Proxy) Endpoint() driverapi.ProxyEndpoint {
 	return driverapi.ProxyEndpoint{UnixSocket: p.unixPath, TCPAddr: p.tcpAddr}
 }

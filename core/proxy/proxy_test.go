@@ -21,11 +21,7 @@ func TestConnectAllowedAndDenied(t *testing.T) {
 	p, log := startProxy(t, []string{echo}, fakeResolver{}, hostLoopback)
 	for _, tr := range transports {
 		c := dialProxy(t, p, tr.unix)
-		var auth []string
-		if !tr.unix {
-			auth = append(auth, authHeader(t, p))
-		}
-		resp, br := connect(t, c, echo, auth...)
+		resp, br := connect(t, c, echo, authHeader(t, p))
 		if resp.StatusCode != 200 {
 			t.Fatalf("%s: CONNECT to listed IP literal: %s", tr.name, resp.Status)
 		}
@@ -228,14 +224,12 @@ func TestHeadTooLarge(t *testing.T) {
 }
 
 // socksDial connects to target through the proxy's SOCKS5 over the unix
-// socket, or over TCP with the credential from the child's ALL_PROXY.
+// socket or over TCP, with the credential from the child's ALL_PROXY if it
+// carries one.
 func socksDial(t testing.TB, p *Proxy, unix bool, target string) (net.Conn, error) {
 	t.Helper()
-	network, addr, auth := "unix", p.Endpoint().UnixSocket, (*xproxy.Auth)(nil)
-	if !unix {
-		network, addr, auth = "tcp", p.Endpoint().TCPAddr, socksAuth(t, p)
-	}
-	d, err := xproxy.SOCKS5(network, addr, auth, xproxy.Direct)
+	network, addr := listenerOf(p, unix)
+	d, err := xproxy.SOCKS5(network, addr, socksAuth(t, p), xproxy.Direct)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -369,7 +363,7 @@ func TestCloseEndsTunnelsAndCleansUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dialProxy(t, p, true)
-	resp, br := connect(t, c, echo)
+	resp, br := connect(t, c, echo, authHeader(t, p))
 	if resp.StatusCode != 200 {
 		t.Fatal(resp.Status)
 	}
@@ -439,7 +433,7 @@ func TestCloseEndsForwardBlockedOnSilentUpstream(t *testing.T) {
 			accepted <- c // never answers
 		}
 	}()
-	p, err := New(context.Background(), Config{Hosts: []string{ln.Addr().String()}, Resolver: fakeResolver{}})
+	p, err := New(context.Background(), Config{Hosts: []string{ln.Addr().String()}, Resolver: fakeResolver{}, Route: RouteBridge})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,11 +496,12 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	auth := authHeader(t, p)
 	var conns []net.Conn
 	for _, unix := range []bool{true, false, true} {
-		c, err := net.Dial(map[bool]string{true: "unix", false: "tcp"}[unix], map[bool]string{true: p.Endpoint().UnixSocket, false: p.Endpoint().TCPAddr}[unix])
+		network, addr := listenerOf(p, unix)
+		c, err := net.Dial(network, addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, _ := connect(t, c, echo, map[bool]string{true: "", false: auth}[unix])
+		resp, _ := connect(t, c, echo, auth)
 		if resp.StatusCode != 200 {
 			t.Fatal(resp.Status)
 		}

@@ -210,7 +210,23 @@ func TestMediator(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	resp, _ := connect(t, c, echo)
+	// The Route setting reached the proxy: it listens on host loopback
+	// and wants the child's credential on the unix socket too.
+	if med.Endpoint().TCPAddr == "" {
+		t.Fatal("RouteHostLoopback did not reach the proxy: no TCP listener")
+	}
+	var auth string
+	for _, e := range med.Env() {
+		if e.Name == "HTTP_PROXY" {
+			u, err := url.Parse(e.Value)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pass, _ := u.User.Password()
+			auth = basicAuth(u.User.Username(), pass)
+		}
+	}
+	resp, _ := connect(t, c, echo, auth)
 	if resp.StatusCode != 200 {
 		t.Fatal(resp.Status)
 	}
