@@ -53,7 +53,10 @@ type DriverHost struct {
 	capsOf *driverapi.Process
 }
 
-var _ driverapi.Driver = (*DriverHost)(nil)
+var (
+	_ driverapi.Driver   = (*DriverHost)(nil)
+	_ driverapi.Signaler = (*DriverHost)(nil)
+)
 
 // NewDriverHost checks cfg; it does not start the plugin.
 func NewDriverHost(cfg DriverHostConfig) (*DriverHost, error) {
@@ -120,8 +123,97 @@ func (h *DriverHost) get(ctx context.Context) (*driverapi.Process, error) {
 	if err != nil {
 		return nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: err}
 	}
+	if err := h.configure(ctx, p); err != nil {
+		p.Kill()
+		return nil, err
+	}
 	h.proc = p
 	return p, nil
+}
+
+// configure negotiates with a freshly launched driver: it learns the
+// protocol minor version and optional calls (Capabilities), and hands a
+// driver with the config call its section through SetConfig, where a refused
+// key becomes a typed *driverapi.ConfigError. A protocol-1.0 driver only had
+// the section in its environment and validated it there.
+func (h *DriverHost) configure(ctx context.Context, p *driverapi.Process) error {
+	c, err := p.Driver().Capabilities(ctx)
+	if err != nil {
+		return &DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
+	}
+	h.caps, h.capsOf = &c, p
+	if !c.Supports(driverapi.CallConfig) {
+		return nil
+	}
+	cf, ok := p.Driver().(driverapi.Configurable)
+	if !ok {
+		return nil
+	}
+	if err := cf.SetConfig(ctx, h.cfg.Options); err != nil {
+		return &DriverError{Driver: h.cfg.Name, Op: "configure", Err: err}
+	}
+	// The report may depend on the section: ask again.
+	if c, err = p.Driver().Capabilities(ctx); err != nil {
+		return &DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
+	}
+	h.caps = &c
+	return nil
+}
+
+// Signal delivers sig to a running command (driverapi.Signaler). It never
+// launches a driver: with none running, no command runs either.
+func (h *DriverHost) Signal(ctx context.Context, commandID string, sig driverapi.Signal) error {
+	h.mu.Lock()
+	p, caps := h.proc, h.caps
+	if h.capsOf != p {
+		caps = nil
+	}
+	h.mu.Unlock()
+	if p == nil || p.Exited() {
+		return &driverapi.NotRunningError{CommandID: commandID}
+	}
+	sg, ok := p.Driver().(driverapi.Signaler)
+	if !ok || caps == nil || !caps.Supports(driverapi.CallSignal) {
+		minor := uint32(0)
+		if caps != nil {
+			minor = caps.ProtocolMinor
+		}
+		return &driverapi.UnsupportedCallError{Plugin: h.cfg.Name, Call: driverapi.CallSignal, Minor: minor}
+	}
+	if err := sg.Signal(ctx, commandID, sig); err != nil {
+		var nr *driverapi.NotRunningError
+		if errors.As(err, &nr) {
+			return err
+		}
+		return h.failed(p, "Signal", err)
+	}
+	return nil
+}
+
+// ConfigSchema describes the driver's configuration section, launching the
+// driver if needed. A driver without the config call gives an
+// *driverapi.UnsupportedCallError.
+func (h *DriverHost) ConfigSchema(ctx context.Context) (driverapi.ConfigSchema, error) {
+	p, err := h.get(ctx)
+	if err != nil {
+		return driverapi.ConfigSchema{}, err
+	}
+	h.mu.Lock()
+	caps := h.caps
+	h.mu.Unlock()
+	cf, ok := p.Driver().(driverapi.Configurable)
+	if !ok || caps == nil || !caps.Supports(driverapi.CallConfig) {
+		minor := uint32(0)
+		if caps != nil {
+			minor = caps.ProtocolMinor
+		}
+		return driverapi.ConfigSchema{}, &driverapi.UnsupportedCallError{Plugin: h.cfg.Name, Call: driverapi.CallConfig, Minor: minor}
+	}
+	sc, err := cf.ConfigSchema(ctx)
+	if err != nil {
+		return sc, h.failed(p, "ConfigSchema", err)
+	}
+	return sc, nil
 }
 
 // failed turns a call error into a *DriverError and, when the plugin died,

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
 
 // newPluginHost points a DriverHost at this test binary, which serves the
@@ -287,5 +288,78 @@ func TestDriverHostConcurrentCrash(t *testing.T) {
 	_ = host.Close()
 	if processAlive(pid) {
 		t.Fatal("plugin left running")
+	}
+}
+
+// configFake is a protocol-1.1 driver owning a section "fake" that refuses
+// the key "bad".
+type configFake struct{ drivertest.FakeDriver }
+
+func (*configFake) ConfigSchema(context.Context) (driverapi.ConfigSchema, error) {
+	return driverapi.ConfigSchema{Section: "fake", Fields: []driverapi.ConfigField{{Name: "ok", Type: driverapi.ConfigInt}}}, nil
+}
+
+func (*configFake) SetConfig(_ context.Context, b []byte) error {
+	if strings.Contains(string(b), `"bad"`) {
+		return &driverapi.ConfigError{Section: "fake", Key: "bad", Reason: "not a key of this driver"}
+	}
+	return nil
+}
+
+func (*configFake) Signal(_ context.Context, id string, _ driverapi.Signal) error {
+	return &driverapi.NotRunningError{CommandID: id}
+}
+
+func configHost(t *testing.T, mode, options string) *DriverHost {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewDriverHost(DriverHostConfig{Path: exe, Name: "fake-plugin", Env: []string{fakeDriverEnv + "=" + mode}, Options: []byte(options)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h
+}
+
+func TestDriverHostHandsTheDriverItsSection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	ctx := context.Background()
+	err := configHost(t, "config", `{"bad": 1}`).Start(ctx)
+	var ce *driverapi.ConfigError
+	var de *DriverError
+	if !errors.As(err, &ce) || !errors.As(err, &de) || ce.Key != "bad" || ce.Section != "fake" {
+		t.Fatalf("want a DriverError wrapping the ConfigError on sandbox.fake.bad, got %T %v", err, err)
+	}
+	// Positive control: an accepted section starts the driver, whose
+	// optional calls are then available.
+	h := configHost(t, "config", `{"ok": 1}`)
+	if err := h.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if sc, err := h.ConfigSchema(ctx); err != nil || sc.Section != "fake" {
+		t.Fatalf("schema %+v, %v", sc, err)
+	}
+	var nr *driverapi.NotRunningError
+	if err := h.Signal(ctx, "c1", driverapi.SignalTERM); !errors.As(err, &nr) {
+		t.Fatalf("Signal: want the driver's NotRunningError, got %T %v", err, err)
+	}
+
+	// A protocol-1.0 driver gets its section in the environment only, and
+	// is reported as lacking the optional calls.
+	old := configHost(t, "1", `{"bad": 1}`)
+	if err := old.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var ue *driverapi.UnsupportedCallError
+	if err := old.Signal(ctx, "c1", driverapi.SignalTERM); !errors.As(err, &ue) || ue.Minor != 0 {
+		t.Fatalf("Signal through a 1.0 driver: want UnsupportedCallError, got %T %v", err, err)
+	}
+	if _, err := old.ConfigSchema(ctx); !errors.As(err, &ue) {
+		t.Fatalf("ConfigSchema of a 1.0 driver: want UnsupportedCallError, got %T %v", err, err)
 	}
 }

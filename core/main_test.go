@@ -17,8 +17,12 @@ import (
 const fakeDriverEnv = "ALEPH_TEST_FAKE_DRIVER"
 
 func TestMain(m *testing.M) {
-	if os.Getenv(fakeDriverEnv) == "1" {
+	switch os.Getenv(fakeDriverEnv) {
+	case "1":
 		driverapi.Serve(&drivertest.FakeDriver{})
+		os.Exit(0)
+	case "config":
+		driverapi.Serve(&configFake{})
 		os.Exit(0)
 	}
 	os.Exit(m.Run())

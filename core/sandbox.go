@@ -40,6 +40,12 @@ type Command struct {
 	// budget) in addition to the captured Output.
 	Stdout io.Writer
 	Stderr io.Writer
+	// Signals, when set, are delivered to the command while it runs (a
+	// signal that arrives before it starts waits; after it ends, none is
+	// read). Through a driver that lacks the signal call (protocol 1.0),
+	// any signal but WINCH ends the command as a cancel does, killing the
+	// tree; WINCH is dropped.
+	Signals <-chan driverapi.Signal
 }
 
 // Output is how a command that ran ended and what it wrote (within budget).

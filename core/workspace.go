@@ -380,13 +380,21 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		SessionID: sid, CommandID: r.rec.CommandID,
 	}
 	ran = true
-	runCtx, cancelRun := context.WithTimeout(ctx, timeout+s.runGrace)
+	sigCtx, cancelSig := context.WithCancelCause(ctx)
+	runCtx, cancelRun := context.WithTimeout(sigCtx, timeout+s.runGrace)
+	stopSignals := s.forwardSignals(runCtx, cancelSig, hc, r.rec.CommandID, cmd.Signals)
 	exit, err := s.driver.Run(runCtx, spec, streams)
-	overdue := runCtx.Err() != nil && ctx.Err() == nil
+	stopSignals()
+	killedBySignal := errors.Is(context.Cause(sigCtx), ErrSignalEnded)
+	overdue := runCtx.Err() != nil && ctx.Err() == nil && !killedBySignal
 	cancelRun()
+	cancelSig(nil)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("command %s canceled: %w", r.rec.CommandID, ctx.Err())
+		}
+		if killedBySignal {
+			return nil, fmt.Errorf("command %s: %w", r.rec.CommandID, context.Cause(sigCtx))
 		}
 		if overdue {
 			err = fmt.Errorf("driver did not end the command within its %s timeout (plus %s grace); it was cancelled: %w", timeout, s.runGrace, err)

@@ -1,6 +1,7 @@
 package driverapi
 
 import (
+	"strconv"
 	"time"
 
 	pb "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/alephv1"
@@ -69,6 +70,8 @@ func hostCapsToPB(h HostCapabilities) *pb.HostCapabilities {
 		Backend:         h.Backend,
 		DriverVersion:   h.DriverVersion,
 		ProtocolVersion: h.ProtocolVersion,
+		ProtocolMinor:   h.ProtocolMinor,
+		Calls:           h.Calls,
 		Features:        h.Features,
 		LandlockAbi:     h.LandlockABI,
 		Seccomp:         h.Seccomp,
@@ -88,6 +91,8 @@ func hostCapsFromPB(h *pb.HostCapabilities) HostCapabilities {
 		Backend:         h.GetBackend(),
 		DriverVersion:   h.GetDriverVersion(),
 		ProtocolVersion: h.GetProtocolVersion(),
+		ProtocolMinor:   h.GetProtocolMinor(),
+		Calls:           h.GetCalls(),
 		Features:        h.GetFeatures(),
 		LandlockABI:     h.GetLandlockAbi(),
 		Seccomp:         h.GetSeccomp(),
@@ -99,7 +104,38 @@ func hostCapsFromPB(h *pb.HostCapabilities) HostCapabilities {
 	for _, u := range h.GetUnavailable() {
 		out.Unavailable = append(out.Unavailable, Unavailable{Feature: u.GetFeature(), Reason: u.GetReason(), Fix: u.GetFix()})
 	}
+	reconcileLinuxDetails(&out)
 	return out
+}
+
+// reconcileLinuxDetails fills the Linux detail keys from the deprecated
+// fields a protocol-1.0 driver sends, and the deprecated fields from the
+// keys a newer driver sends, so hosts of either age read the same facts.
+// Only a Linux report is touched: the deprecated fields are Linux facts.
+func reconcileLinuxDetails(h *HostCapabilities) {
+	if h.OS != "linux" {
+		return
+	}
+	if h.Details == nil {
+		h.Details = map[string]string{}
+	}
+	if v, ok := h.Details[DetailLinuxLandlockABI]; ok {
+		if n, err := strconv.ParseUint(v, 10, 32); err == nil {
+			h.LandlockABI = uint32(n)
+		}
+	} else {
+		h.Details[DetailLinuxLandlockABI] = strconv.FormatUint(uint64(h.LandlockABI), 10)
+	}
+	if v, ok := h.Details[DetailLinuxSeccomp]; ok {
+		h.Seccomp = v == "true"
+	} else {
+		h.Details[DetailLinuxSeccomp] = strconv.FormatBool(h.Seccomp)
+	}
+	if v, ok := h.Details[DetailLinuxCgroupMode]; ok {
+		h.CgroupMode = v
+	} else if h.CgroupMode != "" {
+		h.Details[DetailLinuxCgroupMode] = h.CgroupMode
+	}
 }
 
 func profileToPB(p Profile) *pb.Profile {

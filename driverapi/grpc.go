@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -30,7 +29,70 @@ func (s *driverServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesReque
 	if h.ProtocolVersion == 0 {
 		h.ProtocolVersion = ProtocolVersion
 	}
+	if h.Calls == nil {
+		h.Calls = implementedCalls(s.impl)
+	}
+	if h.ProtocolMinor == 0 && len(h.Calls) > 0 {
+		h.ProtocolMinor = ProtocolMinor
+	}
 	return hostCapsToPB(h), nil
+}
+
+// implementedCalls lists the optional calls d implements.
+func implementedCalls(d Driver) []string {
+	calls := []string{}
+	if _, ok := d.(Signaler); ok {
+		calls = append(calls, CallSignal)
+	}
+	if _, ok := d.(Configurable); ok {
+		calls = append(calls, CallConfig)
+	}
+	return calls
+}
+
+func (s *driverServer) Signal(ctx context.Context, req *pb.SignalRequest) (*pb.SignalResponse, error) {
+	sg, ok := s.impl.(Signaler)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this driver does not implement Signal")
+	}
+	sig, err := ParseSignal(req.GetSignal())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	if req.GetCommandId() == "" {
+		return nil, toStatus(&InvalidSpecError{Field: "command_id", Reason: "empty"})
+	}
+	if err := sg.Signal(ctx, req.GetCommandId(), sig); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.SignalResponse{}, nil
+}
+
+func (s *driverServer) ConfigSchema(ctx context.Context, _ *pb.ConfigSchemaRequest) (*pb.DriverConfigSchema, error) {
+	c, ok := s.impl.(Configurable)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this driver does not implement ConfigSchema")
+	}
+	sc, err := c.ConfigSchema(ctx)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	out := &pb.DriverConfigSchema{Section: sc.Section}
+	for _, f := range sc.Fields {
+		out.Fields = append(out.Fields, &pb.ConfigField{Name: f.Name, Type: string(f.Type), Description: f.Description, DefaultJson: f.DefaultJSON, Enum: f.Enum})
+	}
+	return out, nil
+}
+
+func (s *driverServer) SetConfig(ctx context.Context, req *pb.SetConfigRequest) (*pb.SetConfigResponse, error) {
+	c, ok := s.impl.(Configurable)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this driver does not implement SetConfig")
+	}
+	if err := c.SetConfig(ctx, req.GetConfigJson()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.SetConfigResponse{}, nil
 }
 
 func (s *driverServer) ProfileFor(ctx context.Context, req *pb.ProfileRequest) (*pb.Profile, error) {
@@ -95,7 +157,11 @@ type driverClient struct {
 	name string
 }
 
-var _ Driver = (*driverClient)(nil)
+var (
+	_ Driver       = (*driverClient)(nil)
+	_ Signaler     = (*driverClient)(nil)
+	_ Configurable = (*driverClient)(nil)
+)
 
 // NewDriverClient wraps a gRPC connection to an OsSandboxDriver service.
 // name labels errors (usually the plugin's path).
@@ -104,11 +170,49 @@ func NewDriverClient(conn grpc.ClientConnInterface, name string) Driver {
 }
 
 func (d *driverClient) Capabilities(ctx context.Context) (HostCapabilities, error) {
-	h, err := d.c.Capabilities(ctx, &pb.CapabilitiesRequest{})
+	h, err := d.c.Capabilities(ctx, &pb.CapabilitiesRequest{HostProtocolMinor: ProtocolMinor})
 	if err != nil {
 		return HostCapabilities{}, fromStatus(d.name, "Capabilities", err)
 	}
 	return hostCapsFromPB(h), nil
+}
+
+// Signal asks the driver to signal a running command. Callers check
+// HostCapabilities.Supports(CallSignal) first; a driver without the call
+// gives an *UnsupportedCallError.
+func (d *driverClient) Signal(ctx context.Context, commandID string, sig Signal) error {
+	if _, err := d.c.Signal(ctx, &pb.SignalRequest{CommandId: commandID, Signal: string(sig)}); err != nil {
+		return d.callError("Signal", CallSignal, err)
+	}
+	return nil
+}
+
+// ConfigSchema asks the driver to describe its configuration section.
+func (d *driverClient) ConfigSchema(ctx context.Context) (ConfigSchema, error) {
+	sc, err := d.c.ConfigSchema(ctx, &pb.ConfigSchemaRequest{})
+	if err != nil {
+		return ConfigSchema{}, d.callError("ConfigSchema", CallConfig, err)
+	}
+	out := ConfigSchema{Section: sc.GetSection()}
+	for _, f := range sc.GetFields() {
+		out.Fields = append(out.Fields, ConfigField{Name: f.GetName(), Type: ConfigFieldType(f.GetType()), Description: f.GetDescription(), DefaultJSON: f.GetDefaultJson(), Enum: f.GetEnum()})
+	}
+	return out, nil
+}
+
+// SetConfig hands the driver its configuration section.
+func (d *driverClient) SetConfig(ctx context.Context, configJSON []byte) error {
+	if _, err := d.c.SetConfig(ctx, &pb.SetConfigRequest{ConfigJson: configJSON}); err != nil {
+		return d.callError("SetConfig", CallConfig, err)
+	}
+	return nil
+}
+
+func (d *driverClient) callError(op, call string, err error) error {
+	if status.Code(err) == codes.Unimplemented {
+		return &UnsupportedCallError{Plugin: d.name, Call: call}
+	}
+	return fromStatus(d.name, op, err)
 }
 
 func (d *driverClient) ProfileFor(ctx context.Context, req ProfileRequest) (Profile, error) {
@@ -229,21 +333,42 @@ func (h *hookClient) After(ctx context.Context, sessionID, commandID string, ran
 
 // ---- errors across the wire ----
 
+// toStatus turns an error into a gRPC status carrying an ErrorDetail, so
+// the host rebuilds the same typed error without reading the message.
 func toStatus(err error) error {
-	var pe *ProfileError
-	var ie *InvalidSpecError
+	var (
+		pe  *ProfileError
+		ie  *InvalidSpecError
+		ue  *UnavailableError
+		ce  *ConfigError
+		nre *NotRunningError
+	)
+	code, d := codes.Internal, &pb.ErrorDetail{Kind: "internal", Reason: err.Error()}
 	switch {
-	case errors.As(err, &pe), errors.As(err, &ie):
-		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.As(err, &pe):
+		code, d = codes.InvalidArgument, &pb.ErrorDetail{Kind: "profile", Reason: pe.Reason}
+	case errors.As(err, &ie):
+		code, d = codes.InvalidArgument, &pb.ErrorDetail{Kind: "invalid_spec", Field: ie.Field, Reason: ie.Reason}
+	case errors.As(err, &ue):
+		code, d = codes.FailedPrecondition, &pb.ErrorDetail{Kind: "unavailable", Feature: ue.Feature, Reason: ue.Reason, Fix: ue.Fix}
+	case errors.As(err, &ce):
+		code, d = codes.InvalidArgument, &pb.ErrorDetail{Kind: "config", Section: ce.Section, Field: ce.Key, Reason: ce.Reason}
+	case errors.As(err, &nre):
+		code, d = codes.NotFound, &pb.ErrorDetail{Kind: "not_running", Field: nre.CommandID}
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
 		return status.Error(codes.DeadlineExceeded, err.Error())
 	}
-	return status.Error(codes.Internal, err.Error())
+	st, werr := status.New(code, err.Error()).WithDetails(d)
+	if werr != nil {
+		return status.Error(code, err.Error())
+	}
+	return st.Err()
 }
 
-// RemoteError is an error a plugin returned for a call.
+// RemoteError is an error a plugin returned for a call that has no typed
+// form in this package.
 type RemoteError struct {
 	Plugin string
 	Op     string
@@ -252,21 +377,37 @@ type RemoteError struct {
 
 func (e *RemoteError) Error() string { return fmt.Sprintf("plugin %s: %s: %s", e.Plugin, e.Op, e.Msg) }
 
+// fromStatus rebuilds a typed error from a status. The typed form comes
+// from the ErrorDetail alone; the message is only ever shown, never parsed,
+// so nothing a plugin writes into a message can change how it is read.
 func fromStatus(name, op string, err error) error {
 	s, ok := status.FromError(err)
 	if !ok {
 		return &PluginError{Plugin: name, Op: op, Err: err}
 	}
+	for _, any := range s.Details() {
+		d, ok := any.(*pb.ErrorDetail)
+		if !ok {
+			continue
+		}
+		switch d.GetKind() {
+		case "profile":
+			return &ProfileError{Reason: d.GetReason()}
+		case "invalid_spec":
+			return &InvalidSpecError{Field: d.GetField(), Reason: d.GetReason()}
+		case "unavailable":
+			return &UnavailableError{Feature: d.GetFeature(), Reason: d.GetReason(), Fix: d.GetFix()}
+		case "config":
+			return &ConfigError{Section: d.GetSection(), Key: d.GetField(), Reason: d.GetReason()}
+		case "not_running":
+			return &NotRunningError{CommandID: d.GetField()}
+		}
+	}
 	switch s.Code() {
 	case codes.InvalidArgument:
-		msg := s.Message()
-		if r, ok := strings.CutPrefix(msg, "invalid profile: "); ok {
-			return &ProfileError{Reason: r}
-		}
-		if f, r, ok := strings.Cut(strings.TrimPrefix(msg, "invalid "), ": "); ok {
-			return &InvalidSpecError{Field: f, Reason: r}
-		}
-		return &InvalidSpecError{Field: "request", Reason: msg}
+		// A protocol-1.0 plugin: the request was refused, but which field
+		// is not said in a form that can be trusted.
+		return &InvalidSpecError{Field: "request", Reason: s.Message()}
 	case codes.Canceled:
 		return fmt.Errorf("plugin %s: %s: %w", name, op, context.Canceled)
 	case codes.DeadlineExceeded:

@@ -106,17 +106,30 @@ type Unavailable struct {
 
 // HostCapabilities is a driver's fingerprint of what it enforces here, now.
 type HostCapabilities struct {
-	Backend         string            `json:"backend"`
-	DriverVersion   string            `json:"driver_version"`
-	ProtocolVersion uint32            `json:"protocol_version"`
-	Features        []string          `json:"features"`
-	Unavailable     []Unavailable     `json:"unavailable,omitempty"`
-	LandlockABI     uint32            `json:"landlock_abi,omitempty"`
-	Seccomp         bool              `json:"seccomp"`
-	CgroupMode      string            `json:"cgroup_mode,omitempty"`
-	OS              string            `json:"os"`
-	Arch            string            `json:"arch"`
-	Details         map[string]string `json:"details,omitempty"`
+	Backend         string `json:"backend"`
+	DriverVersion   string `json:"driver_version"`
+	ProtocolVersion uint32 `json:"protocol_version"`
+	// ProtocolMinor is the minor version the driver speaks; Serve fills in
+	// ProtocolMinor of this package when a driver leaves it zero and lists
+	// calls. Zero from the wire means a protocol-1.0 driver.
+	ProtocolMinor uint32 `json:"protocol_minor"`
+	// Calls lists the optional calls the driver implements (Call*). Serve
+	// fills it from the interfaces the driver implements when left nil.
+	Calls       []string      `json:"calls,omitempty"`
+	Features    []string      `json:"features"`
+	Unavailable []Unavailable `json:"unavailable,omitempty"`
+	// Deprecated: use Details[DetailLinuxLandlockABI]. Kept on the wire for
+	// protocol-1.0 hosts and drivers; the host fills one from the other.
+	LandlockABI uint32 `json:"landlock_abi,omitempty"`
+	// Deprecated: use Details[DetailLinuxSeccomp].
+	Seccomp bool `json:"seccomp"`
+	// Deprecated: use Details[DetailLinuxCgroupMode].
+	CgroupMode string `json:"cgroup_mode,omitempty"`
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+	// Details holds backend-specific facts: the Detail* keys of this
+	// package, and keys a backend defines for itself.
+	Details map[string]string `json:"details,omitempty"`
 }
 
 // Has reports whether the driver claims feature.
@@ -283,17 +296,61 @@ type Exit struct {
 	Details     map[string]string `json:"details,omitempty"`
 }
 
-// Driver is an OS sandbox backend. Implementations must be safe for
-// concurrent use: the core runs many commands at once through one driver.
+// Driver is an OS sandbox backend: the contract every driver binary serves
+// (through Serve) and every host consumes (through LaunchDriver).
+//
+// Terms. The host is the process that runs the pipeline (the CLI, a service,
+// an embedding program); the driver is the plugin process. A command is one
+// RunSpec. The workspace is the directory a command may read and write by
+// default; grants (Capabilities.FSRead, FSWrite) add host paths; the system
+// read set is what a program needs to start: the driver's choice of system
+// directories (/usr, /bin, /lib*, the minimal /etc entries for name
+// resolution, time zone, users and TLS trust roots on Linux), never a home
+// directory, a credential store or the host's /tmp.
+//
+// Lifecycle. The host launches the driver, calls Capabilities once (and again
+// after a relaunch), then, per command, ProfileFor and Run. A driver process
+// may be killed at any moment; it must make everything it started die with
+// it (processes, mounts, cgroups) and leave nothing in the host's directories.
+// Protocol 1.1 adds optional calls, negotiated through Capabilities: see
+// ProtocolMinor, Signaler and Configurable.
+//
+// Concurrency. Every method is safe for concurrent use: the host runs many
+// commands at once through one driver, and may call Signal while Run runs.
+//
+// Errors. Return the package's typed errors (*InvalidSpecError for a request
+// field that cannot be honoured, *ProfileError for a garbled or foreign
+// profile, *UnavailableError for a feature this host cannot enforce now,
+// *NotRunningError, *ConfigError); they reach the host as the same types
+// (ErrorDetail status details). Any other error reaches the host as a
+// *RemoteError carrying the message. A driver never degrades silently: a
+// request it cannot enforce fails.
 type Driver interface {
-	// Capabilities reports what this driver enforces on this host now.
+	// Capabilities reports what this driver enforces on this host now: a
+	// feature is listed in Features only when every command that asks for it
+	// gets it, here, today; a feature it knows but cannot give goes in
+	// Unavailable with the reason and a fix (features it has no notion of may
+	// simply be absent). The conformance suite tests every claimed feature.
 	Capabilities(ctx context.Context) (HostCapabilities, error)
-	// ProfileFor builds the launch plan for caps. Equal input gives an equal
-	// profile (byte for byte).
+	// ProfileFor builds the launch plan for req. Equal input gives an equal
+	// profile (byte for byte). It refuses (*InvalidSpecError) paths that are
+	// relative, missing or not canonical, a Cwd outside Workspace, and grants
+	// it cannot honour; and (*UnavailableError) a request needing a feature it
+	// does not claim. ProfileRequest.Cwd is the default working directory of
+	// commands run under the profile.
 	ProfileFor(ctx context.Context, req ProfileRequest) (Profile, error)
-	// Run runs spec, writing output to streams as it comes, and returns how
-	// it ended. Cancelling ctx kills the whole process tree. The driver
-	// enforces spec.Timeout and the output budget itself.
+	// Run runs spec under spec.Profile (which it verifies first), writing
+	// output to streams as it comes, and returns how it ended. RunSpec.Cwd
+	// wins over ProfileRequest.Cwd and must lie inside the profile's
+	// workspace (else *InvalidSpecError). The child gets exactly spec.Env
+	// (nothing added, PWD included) and spec.Stdin then EOF. The driver
+	// enforces spec.Timeout (TimedOut in the Exit) and the output budget
+	// (Truncated; it keeps draining the child so it never blocks on a full
+	// pipe). Exit reports an exit code or the signal that killed the
+	// command, never both: a command that exits 130 reports ExitCode 130 and
+	// Signal 0. Cancelling ctx kills the whole process tree and returns
+	// ctx's error. A returned error means the command did not run to an
+	// Exit (setup failed, driver fault).
 	Run(ctx context.Context, spec RunSpec, streams Streams) (Exit, error)
 }
 
@@ -350,9 +407,25 @@ type Verdict struct {
 	Hook string `json:"hook,omitempty"`
 }
 
-// Hook is a before-hook. Implementations must be safe for concurrent use.
+// Hook is a before-hook: asked about every command after the session and
+// cwd are resolved and before any capability is approved or any process
+// started. Hooks run in order (the command policy, the rate limit, then
+// plugins in configuration order); the first Deny ends the chain.
+//
+// Contract. Before sees the command's program, arguments, the first
+// MaxHookStdinBytes of stdin (UTF-8; other bytes as spaces), its cwd, the
+// capabilities asked for and the environment's names, never their values.
+// It answers Allow, Warn (the command runs, the audit records why) or Deny
+// with a rule name and a reason the user can act on; RetryAfter, when set,
+// says when a Deny would become an Allow (rate limits). An error or a
+// timeout fails the command closed (reason code hook_failed): a hook that
+// cannot decide never lets a command through. Implementations must be safe
+// for concurrent use; a hook that keeps state per command implements
+// AfterHook.
 type Hook interface {
+	// Describe names the hook; called once per launch.
 	Describe(ctx context.Context) (HookInfo, error)
+	// Before decides about one command.
 	Before(ctx context.Context, req HookRequest) (Verdict, error)
 }
 

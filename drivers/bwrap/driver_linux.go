@@ -62,11 +62,16 @@ type Driver struct {
 	host  *hostProbe
 	mu    sync.Mutex
 	holds map[string]int // placeholder protected dirs this driver created -> commands using them
+	// optErr is why the section the process was started with was refused:
+	// the driver then serves, so the host gets a typed error from
+	// SetConfig, but runs nothing (the probe reports the sandbox unavailable).
+	optErr error
 }
 
 var (
-	_ driverapi.Driver   = (*Driver)(nil)
-	_ driverapi.Preparer = (*Driver)(nil)
+	_ driverapi.Driver       = (*Driver)(nil)
+	_ driverapi.Preparer     = (*Driver)(nil)
+	_ driverapi.Configurable = (*Driver)(nil)
 )
 
 // New returns a driver; the host is probed on first use.
@@ -126,12 +131,21 @@ func chooseInit(exe string) string {
 
 // NewFromEnv returns a driver configured from OptionsEnv, as the plugin
 // binary runs it.
+//
+// A section it refuses does not stop the process: the driver serves with
+// nothing enforceable, so the host learns the refused key from SetConfig
+// (a typed error) instead of a plugin that died before its handshake.
 func NewFromEnv(lg hclog.Logger) (*Driver, error) {
-	o, err := ParseOptions(os.Getenv(OptionsEnv))
+	o, optErr := ParseOptions(os.Getenv(OptionsEnv))
+	if optErr != nil {
+		o = Options{}
+	}
+	d, err := New(Config{Options: o, Logger: lg})
 	if err != nil {
 		return nil, err
 	}
-	return New(Config{Options: o, Logger: lg})
+	d.optErr = optErr
+	return d, nil
 }
 
 // ProfileFor builds the launch plan for req.

@@ -45,7 +45,11 @@ type Options struct {
 }
 
 // OptionsError is a configuration the driver refuses.
-type OptionsError struct{ Reason string }
+type OptionsError struct {
+	// Key is the refused key, when one is to blame.
+	Key    string
+	Reason string
+}
 
 func (e *OptionsError) Error() string { return "invalid " + OptionsEnv + ": " + e.Reason }
 
@@ -77,21 +81,21 @@ func (o Options) Validate() error {
 	switch o.Cgroup {
 	case "", CgroupAuto, CgroupV2, CgroupV1, CgroupNone:
 	default:
-		return &OptionsError{Reason: fmt.Sprintf("cgroup %q: want auto, v2, v1 or none", o.Cgroup)}
+		return &OptionsError{Key: "cgroup", Reason: fmt.Sprintf("cgroup %q: want auto, v2, v1 or none", o.Cgroup)}
 	}
 	if o.MaxPids != nil && *o.MaxPids > 1<<22 {
-		return &OptionsError{Reason: fmt.Sprintf("max_pids %d is above the kernel's pid_max ceiling", *o.MaxPids)}
+		return &OptionsError{Key: "max_pids", Reason: fmt.Sprintf("max_pids %d is above the kernel's pid_max ceiling", *o.MaxPids)}
 	}
 	if o.CPUQuotaPercent > 102_400 {
-		return &OptionsError{Reason: fmt.Sprintf("cpu_quota_percent %d is out of range (0..102400: 1024 cores)", o.CPUQuotaPercent)}
+		return &OptionsError{Key: "cpu_quota_percent", Reason: fmt.Sprintf("cpu_quota_percent %d is out of range (0..102400: 1024 cores)", o.CPUQuotaPercent)}
 	}
 	for _, c := range o.BwrapPath {
 		if c == 0 {
-			return &OptionsError{Reason: "bwrap_path contains a NUL byte"}
+			return &OptionsError{Key: "bwrap_path", Reason: "bwrap_path contains a NUL byte"}
 		}
 	}
 	if o.BwrapPath != "" && o.BwrapPath[0] != '/' {
-		return &OptionsError{Reason: fmt.Sprintf("bwrap_path %q is not absolute", o.BwrapPath)}
+		return &OptionsError{Key: "bwrap_path", Reason: fmt.Sprintf("bwrap_path %q is not absolute", o.BwrapPath)}
 	}
 	return nil
 }

@@ -466,16 +466,4 @@ func checkSocket(path string) (string, error) {
 }
 
 // UnavailableError: the request needs a feature this host cannot enforce.
-type UnavailableError struct {
-	Feature string
-	Reason  string
-	Fix     string
-}
-
-func (e *UnavailableError) Error() string {
-	s := fmt.Sprintf("%s cannot be enforced on this host: %s", e.Feature, e.Reason)
-	if e.Fix != "" {
-		s += " (fix: " + e.Fix + ")"
-	}
-	return s
-}
+type UnavailableError = driverapi.UnavailableError

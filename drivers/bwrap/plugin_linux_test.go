@@ -5,6 +5,7 @@ package bwrap
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -47,23 +48,50 @@ func TestPluginRun(t *testing.T) {
 	}
 }
 
+// A section the driver refuses reaches the host as a typed ConfigError
+// naming the key (SetConfig), and nothing runs on it: the driver serves, but
+// reports the sandbox unavailable and refuses every profile.
 func TestPluginOptionsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"max_pids": 10, "colour": "red"}`}})
-	if err == nil {
-		p.Kill()
-		t.Fatal("plugin started with an unknown option")
-	}
-	// Control: known options start it.
-	p, err = driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"max_pids": 10, "cgroup": "none"}`}})
+	bad := `{"max_pids": 10, "colour": "red"}`
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + "=" + bad}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer p.Kill()
 	caps, err := p.Driver().Capabilities(ctx)
-	if err != nil || caps.CgroupMode != "none" || caps.Details["max_pids"] != "10" {
+	if err != nil || !caps.Supports(driverapi.CallConfig) || len(caps.Features) != 0 {
+		t.Fatalf("a driver on a refused section claims %v (calls %v), %v", caps.Features, caps.Calls, err)
+	}
+	err = p.Driver().(driverapi.Configurable).SetConfig(ctx, []byte(bad))
+	var ce *driverapi.ConfigError
+	if !errors.As(err, &ce) || ce.Section != "linux" || ce.Key != "colour" {
+		t.Fatalf("want ConfigError on sandbox.linux.colour, got %T %v", err, err)
+	}
+	ws := newWorkspace(t)
+	var ue *driverapi.UnavailableError
+	if _, err := p.Driver().ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws}); !errors.As(err, &ue) {
+		t.Fatalf("a profile on a refused section: want UnavailableError, got %T %v", err, err)
+	}
+
+	// Control: known options start it, and SetConfig confirms them.
+	good := `{"max_pids": 10, "cgroup": "none"}`
+	p2, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + "=" + good}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p2.Kill()
+	if err := p2.Driver().(driverapi.Configurable).SetConfig(ctx, []byte(good)); err != nil {
+		t.Fatal(err)
+	}
+	caps, err = p2.Driver().Capabilities(ctx)
+	if err != nil || caps.CgroupMode != "none" || caps.Details["max_pids"] != "10" || !caps.Has(driverapi.FeatureFSWriteIsolation) {
 		t.Fatalf("%+v %v", caps, err)
+	}
+	// A different section than the process started with is refused whole.
+	if err := p2.Driver().(driverapi.Configurable).SetConfig(ctx, []byte(`{"max_pids": 11, "cgroup": "none"}`)); !errors.As(err, &ce) {
+		t.Fatalf("a changed section: want ConfigError, got %T %v", err, err)
 	}
 }
 

@@ -70,6 +70,10 @@ func (d *Driver) probe() *hostProbe {
 		cgDone := make(chan *cgroupSystem, 1)
 		go func() { cgDone <- d.probeCgroups() }()
 		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath)
+		if d.optErr != nil {
+			// Fail closed: nothing runs on a configuration the driver refused.
+			h.sandboxErr, h.sandboxFix = toConfigError(d.optErr), "correct [sandbox.linux] in the configuration"
+		}
 		if h.sandboxErr == nil {
 			if fi, err := os.Stat(d.cfg.InitBinary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 				h.sandboxErr = fmt.Errorf("driver binary %s cannot serve as sandbox-init", d.cfg.InitBinary)

@@ -183,9 +183,11 @@ func (Action) EnumDescriptor() ([]byte, []int) {
 }
 
 type CapabilitiesRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The minor protocol version the host speaks (0: a protocol-1.0 host).
+	HostProtocolMinor uint32 `protobuf:"varint,1,opt,name=host_protocol_minor,json=hostProtocolMinor,proto3" json:"host_protocol_minor,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *CapabilitiesRequest) Reset() {
@@ -216,6 +218,13 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
 	return file_aleph_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *CapabilitiesRequest) GetHostProtocolMinor() uint32 {
+	if x != nil {
+		return x.HostProtocolMinor
+	}
+	return 0
 }
 
 type Unavailable struct {
@@ -284,14 +293,21 @@ type HostCapabilities struct {
 	DriverVersion   string                 `protobuf:"bytes,2,opt,name=driver_version,json=driverVersion,proto3" json:"driver_version,omitempty"`
 	ProtocolVersion uint32                 `protobuf:"varint,3,opt,name=protocol_version,json=protocolVersion,proto3" json:"protocol_version,omitempty"`
 	// Feature names this driver enforces on this host (see driverapi.Feature*).
-	Features      []string          `protobuf:"bytes,4,rep,name=features,proto3" json:"features,omitempty"`
-	Unavailable   []*Unavailable    `protobuf:"bytes,5,rep,name=unavailable,proto3" json:"unavailable,omitempty"`
-	LandlockAbi   uint32            `protobuf:"varint,6,opt,name=landlock_abi,json=landlockAbi,proto3" json:"landlock_abi,omitempty"`
-	Seccomp       bool              `protobuf:"varint,7,opt,name=seccomp,proto3" json:"seccomp,omitempty"`
-	CgroupMode    string            `protobuf:"bytes,8,opt,name=cgroup_mode,json=cgroupMode,proto3" json:"cgroup_mode,omitempty"`
-	Os            string            `protobuf:"bytes,9,opt,name=os,proto3" json:"os,omitempty"`
-	Arch          string            `protobuf:"bytes,10,opt,name=arch,proto3" json:"arch,omitempty"`
-	Details       map[string]string `protobuf:"bytes,11,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Features    []string       `protobuf:"bytes,4,rep,name=features,proto3" json:"features,omitempty"`
+	Unavailable []*Unavailable `protobuf:"bytes,5,rep,name=unavailable,proto3" json:"unavailable,omitempty"`
+	LandlockAbi uint32         `protobuf:"varint,6,opt,name=landlock_abi,json=landlockAbi,proto3" json:"landlock_abi,omitempty"`
+	Seccomp     bool           `protobuf:"varint,7,opt,name=seccomp,proto3" json:"seccomp,omitempty"`
+	CgroupMode  string         `protobuf:"bytes,8,opt,name=cgroup_mode,json=cgroupMode,proto3" json:"cgroup_mode,omitempty"`
+	Os          string         `protobuf:"bytes,9,opt,name=os,proto3" json:"os,omitempty"`
+	Arch        string         `protobuf:"bytes,10,opt,name=arch,proto3" json:"arch,omitempty"`
+	// Backend-specific facts (e.g. "linux.landlock_abi"); see
+	// driverapi.Detail* for the names in use. Fields 6-8 are deprecated in
+	// favour of these keys; protocol-1.0 drivers still send them.
+	Details map[string]string `protobuf:"bytes,11,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// The minor protocol version the driver speaks (0: protocol 1.0).
+	ProtocolMinor uint32 `protobuf:"varint,12,opt,name=protocol_minor,json=protocolMinor,proto3" json:"protocol_minor,omitempty"`
+	// The optional calls the driver implements (see driverapi.Call*).
+	Calls         []string `protobuf:"bytes,13,rep,name=calls,proto3" json:"calls,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -399,6 +415,20 @@ func (x *HostCapabilities) GetArch() string {
 func (x *HostCapabilities) GetDetails() map[string]string {
 	if x != nil {
 		return x.Details
+	}
+	return nil
+}
+
+func (x *HostCapabilities) GetProtocolMinor() uint32 {
+	if x != nil {
+		return x.ProtocolMinor
+	}
+	return 0
+}
+
+func (x *HostCapabilities) GetCalls() []string {
+	if x != nil {
+		return x.Calls
 	}
 	return nil
 }
@@ -1572,16 +1602,449 @@ func (*AfterResponse) Descriptor() ([]byte, []int) {
 	return file_aleph_proto_rawDescGZIP(), []int{19}
 }
 
+type SignalRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	// A signal name without the SIG prefix: TERM, INT, HUP, QUIT, KILL,
+	// USR1, USR2, WINCH.
+	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalRequest) Reset() {
+	*x = SignalRequest{}
+	mi := &file_aleph_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalRequest) ProtoMessage() {}
+
+func (x *SignalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
+func (*SignalRequest) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *SignalRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+type SignalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalResponse) Reset() {
+	*x = SignalResponse{}
+	mi := &file_aleph_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalResponse) ProtoMessage() {}
+
+func (x *SignalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
+func (*SignalResponse) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{21}
+}
+
+type ConfigSchemaRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigSchemaRequest) Reset() {
+	*x = ConfigSchemaRequest{}
+	mi := &file_aleph_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigSchemaRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigSchemaRequest) ProtoMessage() {}
+
+func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigSchemaRequest.ProtoReflect.Descriptor instead.
+func (*ConfigSchemaRequest) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{22}
+}
+
+type ConfigField struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "string", "bool", "int", "uint", "string_list".
+	Type        string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Description string `protobuf:"bytes,3,opt,name=description,proto3" json:"description,omitempty"`
+	// The default as JSON text; empty when there is none.
+	DefaultJson string `protobuf:"bytes,4,opt,name=default_json,json=defaultJson,proto3" json:"default_json,omitempty"`
+	// Allowed values, when the field is an enumeration.
+	Enum          []string `protobuf:"bytes,5,rep,name=enum,proto3" json:"enum,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ConfigField) Reset() {
+	*x = ConfigField{}
+	mi := &file_aleph_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ConfigField) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ConfigField) ProtoMessage() {}
+
+func (x *ConfigField) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ConfigField.ProtoReflect.Descriptor instead.
+func (*ConfigField) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ConfigField) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *ConfigField) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *ConfigField) GetDescription() string {
+	if x != nil {
+		return x.Description
+	}
+	return ""
+}
+
+func (x *ConfigField) GetDefaultJson() string {
+	if x != nil {
+		return x.DefaultJson
+	}
+	return ""
+}
+
+func (x *ConfigField) GetEnum() []string {
+	if x != nil {
+		return x.Enum
+	}
+	return nil
+}
+
+type DriverConfigSchema struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The section's name under [sandbox] (e.g. "linux").
+	Section       string         `protobuf:"bytes,1,opt,name=section,proto3" json:"section,omitempty"`
+	Fields        []*ConfigField `protobuf:"bytes,2,rep,name=fields,proto3" json:"fields,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DriverConfigSchema) Reset() {
+	*x = DriverConfigSchema{}
+	mi := &file_aleph_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DriverConfigSchema) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DriverConfigSchema) ProtoMessage() {}
+
+func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DriverConfigSchema.ProtoReflect.Descriptor instead.
+func (*DriverConfigSchema) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DriverConfigSchema) GetSection() string {
+	if x != nil {
+		return x.Section
+	}
+	return ""
+}
+
+func (x *DriverConfigSchema) GetFields() []*ConfigField {
+	if x != nil {
+		return x.Fields
+	}
+	return nil
+}
+
+type SetConfigRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The section as one JSON object; empty means every default.
+	ConfigJson    []byte `protobuf:"bytes,1,opt,name=config_json,json=configJson,proto3" json:"config_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetConfigRequest) Reset() {
+	*x = SetConfigRequest{}
+	mi := &file_aleph_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConfigRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConfigRequest) ProtoMessage() {}
+
+func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
+func (*SetConfigRequest) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *SetConfigRequest) GetConfigJson() []byte {
+	if x != nil {
+		return x.ConfigJson
+	}
+	return nil
+}
+
+type SetConfigResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetConfigResponse) Reset() {
+	*x = SetConfigResponse{}
+	mi := &file_aleph_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetConfigResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetConfigResponse) ProtoMessage() {}
+
+func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
+func (*SetConfigResponse) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{26}
+}
+
+// ErrorDetail travels as a gRPC status detail with every error a plugin
+// returns, so the host rebuilds the typed error without reading message
+// text.
+type ErrorDetail struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// "profile", "invalid_spec", "unavailable", "config", "not_running",
+	// "unsupported", "internal".
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The request field (invalid_spec) or configuration key (config).
+	Field string `protobuf:"bytes,2,opt,name=field,proto3" json:"field,omitempty"`
+	// The feature that cannot be enforced (unavailable).
+	Feature string `protobuf:"bytes,3,opt,name=feature,proto3" json:"feature,omitempty"`
+	Reason  string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	// What to do about it.
+	Fix string `protobuf:"bytes,5,opt,name=fix,proto3" json:"fix,omitempty"`
+	// The configuration section (config).
+	Section       string `protobuf:"bytes,6,opt,name=section,proto3" json:"section,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ErrorDetail) Reset() {
+	*x = ErrorDetail{}
+	mi := &file_aleph_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ErrorDetail) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ErrorDetail) ProtoMessage() {}
+
+func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
+func (*ErrorDetail) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *ErrorDetail) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetField() string {
+	if x != nil {
+		return x.Field
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetFeature() string {
+	if x != nil {
+		return x.Feature
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetFix() string {
+	if x != nil {
+		return x.Fix
+	}
+	return ""
+}
+
+func (x *ErrorDetail) GetSection() string {
+	if x != nil {
+		return x.Section
+	}
+	return ""
+}
+
 var File_aleph_proto protoreflect.FileDescriptor
 
 const file_aleph_proto_rawDesc = "" +
 	"\n" +
-	"\valeph.proto\x12\baleph.v1\"\x15\n" +
-	"\x13CapabilitiesRequest\"Q\n" +
+	"\valeph.proto\x12\baleph.v1\"E\n" +
+	"\x13CapabilitiesRequest\x12.\n" +
+	"\x13host_protocol_minor\x18\x01 \x01(\rR\x11hostProtocolMinor\"Q\n" +
 	"\vUnavailable\x12\x18\n" +
 	"\afeature\x18\x01 \x01(\tR\afeature\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x10\n" +
-	"\x03fix\x18\x03 \x01(\tR\x03fix\"\xd4\x03\n" +
+	"\x03fix\x18\x03 \x01(\tR\x03fix\"\x91\x04\n" +
 	"\x10HostCapabilities\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12%\n" +
 	"\x0edriver_version\x18\x02 \x01(\tR\rdriverVersion\x12)\n" +
@@ -1595,7 +2058,9 @@ const file_aleph_proto_rawDesc = "" +
 	"\x02os\x18\t \x01(\tR\x02os\x12\x12\n" +
 	"\x04arch\x18\n" +
 	" \x01(\tR\x04arch\x12A\n" +
-	"\adetails\x18\v \x03(\v2'.aleph.v1.HostCapabilities.DetailsEntryR\adetails\x1a:\n" +
+	"\adetails\x18\v \x03(\v2'.aleph.v1.HostCapabilities.DetailsEntryR\adetails\x12%\n" +
+	"\x0eprotocol_minor\x18\f \x01(\rR\rprotocolMinor\x12\x14\n" +
+	"\x05calls\x18\r \x03(\tR\x05calls\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"P\n" +
@@ -1698,7 +2163,33 @@ const file_aleph_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\x02 \x01(\tR\tcommandId\x12\x10\n" +
 	"\x03ran\x18\x03 \x01(\bR\x03ran\"\x0f\n" +
-	"\rAfterResponse*|\n" +
+	"\rAfterResponse\"F\n" +
+	"\rSignalRequest\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x10\n" +
+	"\x0eSignalResponse\"\x15\n" +
+	"\x13ConfigSchemaRequest\"\x8e\x01\n" +
+	"\vConfigField\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12 \n" +
+	"\vdescription\x18\x03 \x01(\tR\vdescription\x12!\n" +
+	"\fdefault_json\x18\x04 \x01(\tR\vdefaultJson\x12\x12\n" +
+	"\x04enum\x18\x05 \x03(\tR\x04enum\"]\n" +
+	"\x12DriverConfigSchema\x12\x18\n" +
+	"\asection\x18\x01 \x01(\tR\asection\x12-\n" +
+	"\x06fields\x18\x02 \x03(\v2\x15.aleph.v1.ConfigFieldR\x06fields\"3\n" +
+	"\x10SetConfigRequest\x12\x1f\n" +
+	"\vconfig_json\x18\x01 \x01(\fR\n" +
+	"configJson\"\x13\n" +
+	"\x11SetConfigResponse\"\x95\x01\n" +
+	"\vErrorDetail\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x14\n" +
+	"\x05field\x18\x02 \x01(\tR\x05field\x12\x18\n" +
+	"\afeature\x18\x03 \x01(\tR\afeature\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x10\n" +
+	"\x03fix\x18\x05 \x01(\tR\x03fix\x12\x18\n" +
+	"\asection\x18\x06 \x01(\tR\asection*|\n" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1c\n" +
@@ -1712,12 +2203,15 @@ const file_aleph_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ALLOW\x10\x01\x12\x0f\n" +
 	"\vACTION_WARN\x10\x02\x12\x0f\n" +
-	"\vACTION_DENY\x10\x032\xca\x01\n" +
+	"\vACTION_DENY\x10\x032\x9a\x03\n" +
 	"\x0fOsSandboxDriver\x12I\n" +
 	"\fCapabilities\x12\x1d.aleph.v1.CapabilitiesRequest\x1a\x1a.aleph.v1.HostCapabilities\x129\n" +
 	"\n" +
 	"ProfileFor\x12\x18.aleph.v1.ProfileRequest\x1a\x11.aleph.v1.Profile\x121\n" +
-	"\x03Run\x12\x14.aleph.v1.RunRequest\x1a\x12.aleph.v1.RunEvent0\x012\xb6\x01\n" +
+	"\x03Run\x12\x14.aleph.v1.RunRequest\x1a\x12.aleph.v1.RunEvent0\x01\x12;\n" +
+	"\x06Signal\x12\x17.aleph.v1.SignalRequest\x1a\x18.aleph.v1.SignalResponse\x12K\n" +
+	"\fConfigSchema\x12\x1d.aleph.v1.ConfigSchemaRequest\x1a\x1c.aleph.v1.DriverConfigSchema\x12D\n" +
+	"\tSetConfig\x12\x1a.aleph.v1.SetConfigRequest\x1a\x1b.aleph.v1.SetConfigResponse2\xb6\x01\n" +
 	"\vSandboxHook\x129\n" +
 	"\bDescribe\x12\x19.aleph.v1.DescribeRequest\x1a\x12.aleph.v1.HookInfo\x122\n" +
 	"\x06Before\x12\x15.aleph.v1.HookRequest\x1a\x11.aleph.v1.Verdict\x128\n" +
@@ -1736,7 +2230,7 @@ func file_aleph_proto_rawDescGZIP() []byte {
 }
 
 var file_aleph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
 var file_aleph_proto_goTypes = []any{
 	(NetworkMode)(0),            // 0: aleph.v1.NetworkMode
 	(Stream)(0),                 // 1: aleph.v1.Stream
@@ -1761,12 +2255,20 @@ var file_aleph_proto_goTypes = []any{
 	(*Verdict)(nil),             // 20: aleph.v1.Verdict
 	(*AfterRequest)(nil),        // 21: aleph.v1.AfterRequest
 	(*AfterResponse)(nil),       // 22: aleph.v1.AfterResponse
-	nil,                         // 23: aleph.v1.HostCapabilities.DetailsEntry
-	nil,                         // 24: aleph.v1.Exit.DetailsEntry
+	(*SignalRequest)(nil),       // 23: aleph.v1.SignalRequest
+	(*SignalResponse)(nil),      // 24: aleph.v1.SignalResponse
+	(*ConfigSchemaRequest)(nil), // 25: aleph.v1.ConfigSchemaRequest
+	(*ConfigField)(nil),         // 26: aleph.v1.ConfigField
+	(*DriverConfigSchema)(nil),  // 27: aleph.v1.DriverConfigSchema
+	(*SetConfigRequest)(nil),    // 28: aleph.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),   // 29: aleph.v1.SetConfigResponse
+	(*ErrorDetail)(nil),         // 30: aleph.v1.ErrorDetail
+	nil,                         // 31: aleph.v1.HostCapabilities.DetailsEntry
+	nil,                         // 32: aleph.v1.Exit.DetailsEntry
 }
 var file_aleph_proto_depIdxs = []int32{
 	4,  // 0: aleph.v1.HostCapabilities.unavailable:type_name -> aleph.v1.Unavailable
-	23, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
+	31, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
 	0,  // 2: aleph.v1.NetworkPolicy.mode:type_name -> aleph.v1.NetworkMode
 	6,  // 3: aleph.v1.Capabilities.network:type_name -> aleph.v1.NetworkPolicy
 	7,  // 4: aleph.v1.ProfileRequest.capabilities:type_name -> aleph.v1.Capabilities
@@ -1775,28 +2277,35 @@ var file_aleph_proto_depIdxs = []int32{
 	10, // 7: aleph.v1.RunRequest.profile:type_name -> aleph.v1.Profile
 	1,  // 8: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
 	14, // 9: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
-	24, // 10: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
+	32, // 10: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
 	13, // 11: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
 	15, // 12: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
 	7,  // 13: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
 	2,  // 14: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
-	3,  // 15: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
-	9,  // 16: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
-	12, // 17: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
-	17, // 18: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
-	19, // 19: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
-	21, // 20: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
-	5,  // 21: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
-	10, // 22: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
-	16, // 23: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
-	18, // 24: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
-	20, // 25: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
-	22, // 26: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	26, // 15: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
+	3,  // 16: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
+	9,  // 17: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
+	12, // 18: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
+	23, // 19: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
+	25, // 20: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
+	28, // 21: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
+	17, // 22: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
+	19, // 23: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
+	21, // 24: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
+	5,  // 25: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
+	10, // 26: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
+	16, // 27: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
+	24, // 28: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
+	27, // 29: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
+	29, // 30: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
+	18, // 31: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
+	20, // 32: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
+	22, // 33: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
+	25, // [25:34] is the sub-list for method output_type
+	16, // [16:25] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_aleph_proto_init() }
@@ -1814,7 +2323,7 @@ func file_aleph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aleph_proto_rawDesc), len(file_aleph_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   22,
+			NumMessages:   30,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

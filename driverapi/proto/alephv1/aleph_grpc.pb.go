@@ -30,6 +30,9 @@ const (
 	OsSandboxDriver_Capabilities_FullMethodName = "/aleph.v1.OsSandboxDriver/Capabilities"
 	OsSandboxDriver_ProfileFor_FullMethodName   = "/aleph.v1.OsSandboxDriver/ProfileFor"
 	OsSandboxDriver_Run_FullMethodName          = "/aleph.v1.OsSandboxDriver/Run"
+	OsSandboxDriver_Signal_FullMethodName       = "/aleph.v1.OsSandboxDriver/Signal"
+	OsSandboxDriver_ConfigSchema_FullMethodName = "/aleph.v1.OsSandboxDriver/ConfigSchema"
+	OsSandboxDriver_SetConfig_FullMethodName    = "/aleph.v1.OsSandboxDriver/SetConfig"
 )
 
 // OsSandboxDriverClient is the client API for OsSandboxDriver service.
@@ -45,6 +48,17 @@ type OsSandboxDriverClient interface {
 	// Runs one command: output chunks as they come, then exactly one Exit.
 	// Cancelling the stream kills the whole process tree.
 	Run(ctx context.Context, in *RunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[RunEvent], error)
+	// Protocol 1.1 (call "signal"): delivers a signal to the running command
+	// with the given command id. NOT_FOUND (detail kind "not_running") when no
+	// such command runs.
+	Signal(ctx context.Context, in *SignalRequest, opts ...grpc.CallOption) (*SignalResponse, error)
+	// Protocol 1.1 (call "config"): the driver's own configuration section,
+	// described so the host can show and route it without linking the driver.
+	ConfigSchema(ctx context.Context, in *ConfigSchemaRequest, opts ...grpc.CallOption) (*DriverConfigSchema, error)
+	// Protocol 1.1 (call "config"): validates and applies the section.
+	// INVALID_ARGUMENT with an ErrorDetail naming the field when refused;
+	// nothing is applied then.
+	SetConfig(ctx context.Context, in *SetConfigRequest, opts ...grpc.CallOption) (*SetConfigResponse, error)
 }
 
 type osSandboxDriverClient struct {
@@ -94,6 +108,36 @@ func (c *osSandboxDriverClient) Run(ctx context.Context, in *RunRequest, opts ..
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OsSandboxDriver_RunClient = grpc.ServerStreamingClient[RunEvent]
 
+func (c *osSandboxDriverClient) Signal(ctx context.Context, in *SignalRequest, opts ...grpc.CallOption) (*SignalResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SignalResponse)
+	err := c.cc.Invoke(ctx, OsSandboxDriver_Signal_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *osSandboxDriverClient) ConfigSchema(ctx context.Context, in *ConfigSchemaRequest, opts ...grpc.CallOption) (*DriverConfigSchema, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DriverConfigSchema)
+	err := c.cc.Invoke(ctx, OsSandboxDriver_ConfigSchema_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *osSandboxDriverClient) SetConfig(ctx context.Context, in *SetConfigRequest, opts ...grpc.CallOption) (*SetConfigResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetConfigResponse)
+	err := c.cc.Invoke(ctx, OsSandboxDriver_SetConfig_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OsSandboxDriverServer is the server API for OsSandboxDriver service.
 // All implementations must embed UnimplementedOsSandboxDriverServer
 // for forward compatibility.
@@ -107,6 +151,17 @@ type OsSandboxDriverServer interface {
 	// Runs one command: output chunks as they come, then exactly one Exit.
 	// Cancelling the stream kills the whole process tree.
 	Run(*RunRequest, grpc.ServerStreamingServer[RunEvent]) error
+	// Protocol 1.1 (call "signal"): delivers a signal to the running command
+	// with the given command id. NOT_FOUND (detail kind "not_running") when no
+	// such command runs.
+	Signal(context.Context, *SignalRequest) (*SignalResponse, error)
+	// Protocol 1.1 (call "config"): the driver's own configuration section,
+	// described so the host can show and route it without linking the driver.
+	ConfigSchema(context.Context, *ConfigSchemaRequest) (*DriverConfigSchema, error)
+	// Protocol 1.1 (call "config"): validates and applies the section.
+	// INVALID_ARGUMENT with an ErrorDetail naming the field when refused;
+	// nothing is applied then.
+	SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error)
 	mustEmbedUnimplementedOsSandboxDriverServer()
 }
 
@@ -125,6 +180,15 @@ func (UnimplementedOsSandboxDriverServer) ProfileFor(context.Context, *ProfileRe
 }
 func (UnimplementedOsSandboxDriverServer) Run(*RunRequest, grpc.ServerStreamingServer[RunEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method Run not implemented")
+}
+func (UnimplementedOsSandboxDriverServer) Signal(context.Context, *SignalRequest) (*SignalResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method Signal not implemented")
+}
+func (UnimplementedOsSandboxDriverServer) ConfigSchema(context.Context, *ConfigSchemaRequest) (*DriverConfigSchema, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ConfigSchema not implemented")
+}
+func (UnimplementedOsSandboxDriverServer) SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method SetConfig not implemented")
 }
 func (UnimplementedOsSandboxDriverServer) mustEmbedUnimplementedOsSandboxDriverServer() {}
 func (UnimplementedOsSandboxDriverServer) testEmbeddedByValue()                         {}
@@ -194,6 +258,60 @@ func _OsSandboxDriver_Run_Handler(srv interface{}, stream grpc.ServerStream) err
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OsSandboxDriver_RunServer = grpc.ServerStreamingServer[RunEvent]
 
+func _OsSandboxDriver_Signal_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SignalRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OsSandboxDriverServer).Signal(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OsSandboxDriver_Signal_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OsSandboxDriverServer).Signal(ctx, req.(*SignalRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OsSandboxDriver_ConfigSchema_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ConfigSchemaRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OsSandboxDriverServer).ConfigSchema(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OsSandboxDriver_ConfigSchema_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OsSandboxDriverServer).ConfigSchema(ctx, req.(*ConfigSchemaRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _OsSandboxDriver_SetConfig_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetConfigRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OsSandboxDriverServer).SetConfig(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OsSandboxDriver_SetConfig_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OsSandboxDriverServer).SetConfig(ctx, req.(*SetConfigRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OsSandboxDriver_ServiceDesc is the grpc.ServiceDesc for OsSandboxDriver service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -208,6 +326,18 @@ var OsSandboxDriver_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ProfileFor",
 			Handler:    _OsSandboxDriver_ProfileFor_Handler,
+		},
+		{
+			MethodName: "Signal",
+			Handler:    _OsSandboxDriver_Signal_Handler,
+		},
+		{
+			MethodName: "ConfigSchema",
+			Handler:    _OsSandboxDriver_ConfigSchema_Handler,
+		},
+		{
+			MethodName: "SetConfig",
+			Handler:    _OsSandboxDriver_SetConfig_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

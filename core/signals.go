@@ -1,0 +1,62 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// ErrSignalEnded is wrapped by the error of a command that a signal ended
+// through a driver that cannot forward signals (protocol 1.0): the tree was
+// killed, as a cancel does, so there is no exit status of the command's own.
+var ErrSignalEnded = errors.New("ended by a signal the driver cannot forward (the process tree was killed)")
+
+// forwardSignals delivers what arrives on sigs to the running command until
+// the returned stop is called. Through a driver with the signal call each
+// signal goes to the command, which decides what it means; through one
+// without, any signal but WINCH cancels the run (cancel's cause wraps
+// ErrSignalEnded), WINCH is dropped. Errors of single deliveries are logged,
+// not fatal: a command that has just exited is not running any more.
+func (s *WorkspaceSandbox) forwardSignals(ctx context.Context, cancel context.CancelCauseFunc, hc driverapi.HostCapabilities,
+	commandID string, sigs <-chan driverapi.Signal) (stop func()) {
+	if sigs == nil {
+		return func() {}
+	}
+	sg, canSignal := s.driver.(driverapi.Signaler)
+	canSignal = canSignal && hc.Supports(driverapi.CallSignal)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case sig, ok := <-sigs:
+				if !ok {
+					return
+				}
+				if !canSignal {
+					if sig != driverapi.SignalWINCH {
+						cancel(fmt.Errorf("SIG%s: %w", sig, ErrSignalEnded))
+						return
+					}
+					continue
+				}
+				if err := sg.Signal(ctx, commandID, sig); err != nil {
+					s.logger.Debug("signal not delivered", "command_id", commandID, "signal", string(sig), "error", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}

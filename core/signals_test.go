@@ -1,0 +1,127 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+)
+
+// waitingDriver runs every command until a signal ends it (or its context
+// does), as a command that traps nothing would: TERM gives Signal 15, INT 2,
+// WINCH is seen and ignored.
+type waitingDriver struct {
+	drivertest.FakeDriver
+	mu      sync.Mutex
+	running map[string]chan driverapi.Signal
+	seen    []driverapi.Signal
+	started chan string
+}
+
+func newWaitingDriver() *waitingDriver {
+	return &waitingDriver{running: map[string]chan driverapi.Signal{}, started: make(chan string, 1)}
+}
+
+func (d *waitingDriver) Run(ctx context.Context, spec driverapi.RunSpec, _ driverapi.Streams) (driverapi.Exit, error) {
+	ch := make(chan driverapi.Signal, 4)
+	d.mu.Lock()
+	d.running[spec.CommandID] = ch
+	d.mu.Unlock()
+	defer func() { d.mu.Lock(); delete(d.running, spec.CommandID); d.mu.Unlock() }()
+	d.started <- spec.CommandID
+	for {
+		select {
+		case <-ctx.Done():
+			return driverapi.Exit{}, ctx.Err()
+		case sig := <-ch:
+			d.mu.Lock()
+			d.seen = append(d.seen, sig)
+			d.mu.Unlock()
+			switch sig {
+			case driverapi.SignalTERM:
+				return driverapi.Exit{ExitCode: 143, Signal: 15}, nil
+			case driverapi.SignalINT:
+				return driverapi.Exit{ExitCode: 130, Signal: 2}, nil
+			}
+		}
+	}
+}
+
+func (d *waitingDriver) Signal(_ context.Context, id string, sig driverapi.Signal) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	ch, ok := d.running[id]
+	if !ok {
+		return &driverapi.NotRunningError{CommandID: id}
+	}
+	ch <- sig
+	return nil
+}
+
+// oldWaitingDriver is the same driver speaking protocol 1.0: no Signal.
+type oldWaitingDriver struct{ d *waitingDriver }
+
+func (o oldWaitingDriver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
+	return o.d.Capabilities(ctx)
+}
+func (o oldWaitingDriver) ProfileFor(ctx context.Context, r driverapi.ProfileRequest) (driverapi.Profile, error) {
+	return o.d.ProfileFor(ctx, r)
+}
+func (o oldWaitingDriver) Run(ctx context.Context, s driverapi.RunSpec, st driverapi.Streams) (driverapi.Exit, error) {
+	return o.d.Run(ctx, s, st)
+}
+
+func TestSignalsReachTheRunningCommand(t *testing.T) {
+	wd := newWaitingDriver()
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(drivertest.Connect(t, wd)), WithAuditSink(&memSink{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	sigs := make(chan driverapi.Signal, 2)
+	go func() {
+		<-wd.started
+		sigs <- driverapi.SignalWINCH
+		sigs <- driverapi.SignalTERM
+	}()
+	out, err := sb.Execute(context.Background(), Command{SessionID: "s", Program: "/bin/sleep", Args: []string{"60"}, Signals: sigs, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Exit.Signal != 15 {
+		t.Fatalf("exit = %+v, want death by TERM", out.Exit)
+	}
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	if len(wd.seen) != 2 || wd.seen[0] != driverapi.SignalWINCH || wd.seen[1] != driverapi.SignalTERM {
+		t.Fatalf("the driver saw %v, want WINCH then TERM", wd.seen)
+	}
+}
+
+func TestSignalsThroughAProtocol10DriverEndTheTree(t *testing.T) {
+	wd := newWaitingDriver()
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(drivertest.Connect(t, oldWaitingDriver{wd})), WithAuditSink(&memSink{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	sigs := make(chan driverapi.Signal, 2)
+	go func() {
+		<-wd.started
+		sigs <- driverapi.SignalWINCH // dropped: no way to deliver it
+		sigs <- driverapi.SignalINT
+	}()
+	_, err = sb.Execute(context.Background(), Command{SessionID: "s", Program: "/bin/sleep", Args: []string{"60"}, Signals: sigs, Timeout: time.Minute})
+	if !errors.Is(err, ErrSignalEnded) {
+		t.Fatalf("want ErrSignalEnded, got %T %v", err, err)
+	}
+	wd.mu.Lock()
+	defer wd.mu.Unlock()
+	if len(wd.seen) != 0 {
+		t.Fatalf("a 1.0 driver cannot have received signals, saw %v", wd.seen)
+	}
+}

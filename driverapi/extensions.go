@@ -1,0 +1,214 @@
+package driverapi
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Versioned extensions of the contract.
+//
+// The go-plugin handshake carries only the major version (ProtocolVersion):
+// a driver of another major version is refused before any call. Within a
+// major version the contract grows by minor versions, negotiated in the
+// Capabilities call: the host sends the minor version it speaks, the driver
+// answers with its own and with the list of optional calls it implements
+// (HostCapabilities.ProtocolMinor and Calls). The host never makes a call the
+// driver did not list; a protocol-1.0 driver lists nothing and keeps working,
+// reported as lacking the newer calls. A driver may list a call only when it
+// implements it fully; the conformance suite exercises every listed call.
+//
+// Minor versions so far:
+//
+//	1.0  Capabilities, ProfileFor, Run.
+//	1.1  Signal (call "signal"): signals to a running command.
+//	     ConfigSchema and SetConfig (call "config"): driver-owned configuration.
+//	     Errors carry an ErrorDetail status detail.
+const ProtocolMinor = 1
+
+// Optional calls a driver may list in HostCapabilities.Calls.
+const (
+	// CallSignal: the driver implements Signaler.
+	CallSignal = "signal"
+	// CallConfig: the driver implements Configurable.
+	CallConfig = "config"
+)
+
+// KnownCalls lists every optional call of this protocol version.
+func KnownCalls() []string { return []string{CallSignal, CallConfig} }
+
+// Supports reports whether the driver listed call in its capability report.
+func (h HostCapabilities) Supports(call string) bool { return slices.Contains(h.Calls, call) }
+
+// Keys of HostCapabilities.Details with a meaning fixed by the contract.
+// Backends may add keys of their own, prefixed with their backend name.
+const (
+	// DetailLinuxLandlockABI: the Landlock ABI level enforced (decimal), "0"
+	// when Landlock is unavailable. Replaces HostCapabilities.LandlockABI.
+	DetailLinuxLandlockABI = "linux.landlock_abi"
+	// DetailLinuxSeccomp: "true" when seccomp filters are installed.
+	// Replaces HostCapabilities.Seccomp.
+	DetailLinuxSeccomp = "linux.seccomp"
+	// DetailLinuxCgroupMode: "v2", "v1" or "none". Replaces
+	// HostCapabilities.CgroupMode.
+	DetailLinuxCgroupMode = "linux.cgroup_mode"
+	// DetailNetworkRoute: the ProxyRoute the driver uses for
+	// NetworkAllowHosts, when it claims FeatureNetworkViaProxy.
+	DetailNetworkRoute = "network.route"
+)
+
+// Signal names a signal to deliver to a running command, without the SIG
+// prefix. Names, not numbers, cross the wire: numbers differ between
+// systems, and a driver maps each name to what its OS has.
+type Signal string
+
+// The signals a host may forward. Drivers refuse other names.
+const (
+	SignalTERM  Signal = "TERM"
+	SignalINT   Signal = "INT"
+	SignalHUP   Signal = "HUP"
+	SignalQUIT  Signal = "QUIT"
+	SignalKILL  Signal = "KILL"
+	SignalUSR1  Signal = "USR1"
+	SignalUSR2  Signal = "USR2"
+	SignalWINCH Signal = "WINCH"
+)
+
+// KnownSignals lists the signals of this protocol version.
+func KnownSignals() []Signal {
+	return []Signal{SignalTERM, SignalINT, SignalHUP, SignalQUIT, SignalKILL, SignalUSR1, SignalUSR2, SignalWINCH}
+}
+
+// ParseSignal accepts a known signal name, with or without "SIG", in any case.
+func ParseSignal(name string) (Signal, error) {
+	s := Signal(strings.TrimPrefix(strings.ToUpper(strings.TrimSpace(name)), "SIG"))
+	if slices.Contains(KnownSignals(), s) {
+		return s, nil
+	}
+	return "", &InvalidSpecError{Field: "signal", Reason: fmt.Sprintf("%q is not one of TERM, INT, HUP, QUIT, KILL, USR1, USR2, WINCH", name)}
+}
+
+// Signaler is implemented by drivers that list CallSignal.
+type Signaler interface {
+	// Signal delivers sig to the command whose RunSpec.CommandID is
+	// commandID while its Run is in progress: to the command's process (the
+	// program the RunSpec named), not to the driver's own helpers. It returns
+	// once the signal was sent, not when it was handled. A commandID with no
+	// Run in progress (not started yet, or already ended) gives a
+	// *NotRunningError; an unknown signal an *InvalidSpecError. Signals never
+	// end a Run by themselves: the Run ends, as always, with the command's
+	// Exit (its own status when it handled the signal, Signal=N when it died
+	// of it). Safe for concurrent use with Run.
+	Signal(ctx context.Context, commandID string, sig Signal) error
+}
+
+// ConfigFieldType is the type of a configuration key.
+type ConfigFieldType string
+
+// Configuration key types.
+const (
+	ConfigString     ConfigFieldType = "string"
+	ConfigBool       ConfigFieldType = "bool"
+	ConfigInt        ConfigFieldType = "int"
+	ConfigUint       ConfigFieldType = "uint"
+	ConfigStringList ConfigFieldType = "string_list"
+)
+
+// ConfigField describes one key of a driver's configuration section.
+type ConfigField struct {
+	Name        string          `json:"name"`
+	Type        ConfigFieldType `json:"type"`
+	Description string          `json:"description,omitempty"`
+	// DefaultJSON is the default as JSON text; empty when there is none.
+	DefaultJSON string   `json:"default,omitempty"`
+	Enum        []string `json:"enum,omitempty"`
+}
+
+// ConfigSchema describes a driver's configuration section, [sandbox.SECTION].
+type ConfigSchema struct {
+	Section string        `json:"section"`
+	Fields  []ConfigField `json:"fields"`
+}
+
+// Field returns the field called name.
+func (s ConfigSchema) Field(name string) (ConfigField, bool) {
+	for _, f := range s.Fields {
+		if f.Name == name {
+			return f, true
+		}
+	}
+	return ConfigField{}, false
+}
+
+// Configurable is implemented by drivers that list CallConfig: the driver
+// owns its configuration section (its type, defaults and validation), and the
+// host routes the section to it without linking the driver.
+type Configurable interface {
+	// ConfigSchema describes the section. It is the same for the whole life
+	// of the driver process.
+	ConfigSchema(ctx context.Context) (ConfigSchema, error)
+	// SetConfig validates the section (one JSON object; empty means every
+	// default) and applies it to every later call. A refused section gives a
+	// *ConfigError naming the key, and changes nothing. Unknown keys are
+	// refused: a setting the driver ignored would be a limit nobody
+	// enforces. Capabilities reflects the new configuration once SetConfig
+	// returns.
+	SetConfig(ctx context.Context, configJSON []byte) error
+}
+
+// UnavailableError: the request needs a feature this host cannot enforce.
+type UnavailableError struct {
+	Feature string
+	Reason  string
+	Fix     string
+}
+
+func (e *UnavailableError) Error() string {
+	s := fmt.Sprintf("%s cannot be enforced on this host: %s", e.Feature, e.Reason)
+	if e.Fix != "" {
+		s += " (fix: " + e.Fix + ")"
+	}
+	return s
+}
+
+// ConfigError: a configuration section a driver refuses.
+type ConfigError struct {
+	// Section is the section name (e.g. "linux"); Key the refused key, empty
+	// when the section as a whole is malformed.
+	Section string
+	Key     string
+	Reason  string
+}
+
+func (e *ConfigError) Error() string {
+	where := "sandbox." + e.Section
+	if e.Section == "" {
+		where = "driver configuration"
+	}
+	if e.Key != "" {
+		where += "." + e.Key
+	}
+	return fmt.Sprintf("invalid %s: %s", where, e.Reason)
+}
+
+// NotRunningError: a call names a command that has no Run in progress.
+type NotRunningError struct{ CommandID string }
+
+func (e *NotRunningError) Error() string {
+	return fmt.Sprintf("command %q is not running", e.CommandID)
+}
+
+// UnsupportedCallError: the driver does not implement an optional call
+// (it is older, or its backend has no such thing).
+type UnsupportedCallError struct {
+	Plugin string
+	Call   string
+	// Minor is the protocol minor version the driver reported.
+	Minor uint32
+}
+
+func (e *UnsupportedCallError) Error() string {
+	return fmt.Sprintf("driver %s (protocol 1.%d) does not implement the %q call: use a driver for protocol 1.%d or newer",
+		e.Plugin, e.Minor, e.Call, ProtocolMinor)
+}

@@ -1,0 +1,72 @@
+package bwrap
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// ConfigSection is the name of the driver's configuration section,
+// [sandbox.linux].
+const ConfigSection = "linux"
+
+// configFields describes every key of Options. A test holds it to the
+// struct's JSON tags, so a key cannot be added without its description.
+func configFields() []driverapi.ConfigField {
+	return []driverapi.ConfigField{
+		{Name: "max_pids", Type: driverapi.ConfigUint, DefaultJSON: "200",
+			Description: "processes and threads per command; 0 means no limit"},
+		{Name: "cpu_quota_percent", Type: driverapi.ConfigUint, DefaultJSON: "0",
+			Description: "CPU time as a percentage of one core (50 = half a core); 0 means no cap"},
+		{Name: "cgroup", Type: driverapi.ConfigString, DefaultJSON: `"auto"`, Enum: []string{"auto", "v2", "v1", "none"},
+			Description: "how limits are enforced: auto picks v2 where delegated, else v1 where writable"},
+		{Name: "bwrap_path", Type: driverapi.ConfigString, DefaultJSON: `""`,
+			Description: "absolute path of bubblewrap; empty means bwrap on PATH"},
+	}
+}
+
+// Schema describes the driver's configuration section.
+func Schema() driverapi.ConfigSchema {
+	return driverapi.ConfigSchema{Section: ConfigSection, Fields: configFields()}
+}
+
+// optionKeys are the JSON names of Options' fields.
+func optionKeys() []string {
+	var keys []string
+	t := reflect.TypeOf(Options{})
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		keys = append(keys, name)
+	}
+	return keys
+}
+
+// ValidateConfig checks a [sandbox.linux] section given as one JSON object
+// exactly as the driver would take it, and says which key is wrong.
+func ValidateConfig(configJSON []byte) (Options, error) {
+	o, err := ParseOptions(string(configJSON))
+	if err != nil {
+		return Options{}, toConfigError(err)
+	}
+	return o, nil
+}
+
+// toConfigError names the key an options error is about.
+func toConfigError(err error) error {
+	var oe *OptionsError
+	if !errors.As(err, &oe) {
+		return &driverapi.ConfigError{Section: ConfigSection, Reason: err.Error()}
+	}
+	key := oe.Key
+	if key == "" {
+		// Unknown keys come from encoding/json, which names them in its
+		// message; it is this package's own decoder, not a peer's text.
+		if _, rest, ok := strings.Cut(oe.Reason, `unknown field "`); ok {
+			key, _, _ = strings.Cut(rest, `"`)
+			return &driverapi.ConfigError{Section: ConfigSection, Key: key, Reason: "unknown key (known: " + strings.Join(optionKeys(), ", ") + ")"}
+		}
+	}
+	return &driverapi.ConfigError{Section: ConfigSection, Key: key, Reason: oe.Reason}
+}
