@@ -3,9 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/x509"
-	"net"
 	"runtime"
-	"strconv"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -13,17 +11,15 @@ import (
 // Fixed ports the Linux bridge listens on inside the sandbox's network
 // namespace (on its own loopback, which nothing else uses). Both relay to
 // the same proxy socket; the proxy tells the protocols apart itself.
+// The route itself is part of the driver contract (driverapi.ProxyRoute).
 const (
-	BridgeHTTPPort  = 3128
-	BridgeSOCKSPort = 1080
+	BridgeHTTPPort  = driverapi.BridgeHTTPPort
+	BridgeSOCKSPort = driverapi.BridgeSOCKSPort
 )
 
 // BridgeListenAddrs are the in-namespace addresses the Linux bridge binds.
 func BridgeListenAddrs() []string {
-	return []string{
-		net.JoinHostPort("127.0.0.1", strconv.Itoa(BridgeHTTPPort)),
-		net.JoinHostPort("127.0.0.1", strconv.Itoa(BridgeSOCKSPort)),
-	}
+	return []string{driverapi.BridgeHTTPAddr(), driverapi.BridgeSOCKSAddr()}
 }
 
 // Route is how the child reaches the proxy, which decides what its proxy

@@ -30,8 +30,8 @@ const InitPath = "/run/aleph-sandbox/init"
 // variables name them; the host side defines the same numbers) and relays
 // to the host proxy's unix socket, bound at ProxySocketPath.
 const (
-	BridgeHTTPPort  = 3128
-	BridgeSOCKSPort = 1080
+	BridgeHTTPPort  = driverapi.BridgeHTTPPort
+	BridgeSOCKSPort = driverapi.BridgeSOCKSPort
 	ProxySocketPath = "/run/aleph-sandbox/proxy.sock"
 )
 

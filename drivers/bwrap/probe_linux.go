@@ -210,6 +210,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	if h.landlock > 0 && h.sandboxErr == nil {
 		hc.LandlockABI = uint32(h.landlock)
 	}
+	hc.Details[driverapi.DetailLinuxLandlockABI] = strconv.FormatUint(uint64(hc.LandlockABI), 10)
+	hc.Details[driverapi.DetailLinuxSeccomp] = strconv.FormatBool(hc.Seccomp)
+	hc.Details[driverapi.DetailLinuxCgroupMode] = hc.CgroupMode
 	un := func(f, reason, fix string) {
 		hc.Unavailable = append(hc.Unavailable, driverapi.Unavailable{Feature: f, Reason: reason, Fix: fix})
 	}
@@ -225,6 +228,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		driverapi.FeatureEnvIsolation, driverapi.FeatureProcessTreeKill)
 	if ok, reason := d.viaProxy(h); ok {
 		hc.Features = append(hc.Features, driverapi.FeatureNetworkViaProxy)
+		hc.Details[driverapi.DetailNetworkRoute] = string(driverapi.RouteNamespaceBridge)
 	} else {
 		un(driverapi.FeatureNetworkViaProxy, reason, "use a kernel with Landlock ABI >= 4 and seccomp")
 	}
