@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -60,7 +61,30 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		// Live output; Output still captures within the budget.
 		cmd.Stdout, cmd.Stderr = io.Out, io.Err
 	}
-	out, err := p.sandbox.Execute(ctx, cmd)
+	if io.forwardSignals == nil {
+		out, err := p.sandbox.Execute(ctx, cmd)
+		return reportExec(io, f.json, out, err)
+	}
+	// SIGINT, SIGTERM and SIGHUP go to the command, which has the grace
+	// period to end by itself; then its tree is killed.
+	execCtx, kill := context.WithCancel(ctx)
+	defer kill()
+	sigs := forwardToCommand(io.forwardSignals, f.grace, kill)
+	cmd.Signals = sigs.C
+	out, err := p.sandbox.Execute(execCtx, cmd)
+	sigs.stop()
+	if first, expired := sigs.got(); err != nil && first != nil && ctx.Err() == nil {
+		// The command did not end with a status of its own: report what a
+		// shell would for a process ended by that signal (CLI.md).
+		switch {
+		case expired:
+			fmt.Fprintf(io.Err, "aleph-sandbox: the command did not end within %s of SIG%s; its process tree was killed\n", f.grace, sigLabel(first))
+			return 128 + int(syscall.SIGKILL)
+		case errors.Is(err, core.ErrSignalEnded):
+			fmt.Fprintf(io.Err, "aleph-sandbox: SIG%s ended the command (this driver cannot forward signals, so its tree was killed)\n", sigLabel(first))
+			return 128 + signalNumber(first)
+		}
+	}
 	return reportExec(io, f.json, out, err)
 }
 

@@ -10,8 +10,6 @@ import (
 	"io"
 	goio "io"
 	"os"
-	"os/signal"
-	"syscall"
 )
 
 // Exit statuses shared by the subcommands.
@@ -27,6 +25,9 @@ type stdio struct {
 	Out, Err io.Writer
 	// InIsTerminal reports whether In is an interactive terminal.
 	InIsTerminal bool
+	// forwardSignals, when set, diverts the CLI's SIGINT, SIGTERM and
+	// SIGHUP to ch until the returned function is called (signalRouter).
+	forwardSignals func(ch chan<- os.Signal) (restore func())
 }
 
 type subcommand struct {
@@ -48,9 +49,12 @@ func subcommands() []subcommand {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := dispatch(ctx, os.Args[1:], stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, InIsTerminal: isTerminal(os.Stdin)})
-	stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	router := newSignalRouter(cancel)
+	code := dispatch(ctx, os.Args[1:], stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, InIsTerminal: isTerminal(os.Stdin),
+		forwardSignals: router.forward})
+	router.stop()
+	cancel()
 	os.Exit(code)
 }
 

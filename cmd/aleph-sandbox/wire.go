@@ -43,6 +43,7 @@ type runFlags struct {
 	stdin         bool
 	yes           bool
 	json          bool
+	grace         time.Duration
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -63,6 +64,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.stdin, "stdin", false, "feed standard input to the child")
 	fs.BoolVar(&f.yes, "yes", false, "approve every elevation without asking")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the child's output")
+	f.grace = defaultSignalGrace
+	fs.Var((*positiveDuration)(&f.grace), "grace", "after SIGINT, SIGTERM or SIGHUP is forwarded, how long the command may take to end before its tree is killed")
 }
 
 // The limits are positive when given: 0 would otherwise read as "not
