@@ -28,6 +28,7 @@ const (
 	ReasonMediationFailed         ReasonCode = "mediation_failed"
 	ReasonGrantApplied            ReasonCode = "grant_applied"
 	ReasonGrantStale              ReasonCode = "grant_stale"
+	ReasonGrantRevoked            ReasonCode = "grant_revoked"
 	ReasonNetworkAllowed          ReasonCode = "network_allowed"
 	ReasonNetworkDenied           ReasonCode = "network_denied"
 	ReasonDriverFailed            ReasonCode = "driver_failed"

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
@@ -102,13 +103,12 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	if err != nil {
 		return fail(io.Err, "%s", oneLine(err.Error()))
 	}
-	// The benchmark measures the sandbox, not the throttle in front of it.
-	cfg.Sandbox.RateLimit.Enabled = false
 	cmd, err := f.command(fs.Arg(0), fs.Args()[1:], io.In)
 	if err != nil {
 		return fail(io.Err, "%s", oneLine(err.Error()))
 	}
-	p, err := buildPipeline(cfg, &approver{yes: f.yes}, io.Err)
+	// The benchmark measures the sandbox, not the throttle in front of it.
+	p, err := buildPipeline(cfg, &approver{yes: f.yes}, io.Err, alephsandbox.WithoutRateLimit())
 	if err != nil {
 		return fail(io.Err, "%s", oneLine(err.Error()))
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strings"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
 )
@@ -63,7 +64,7 @@ func runPolicy(ctx context.Context, args []string, std stdio) int {
 	// where the CLI's logs go; by default nowhere.
 	logger, closeLog := cliLogger()
 	defer closeLog()
-	h, errs := commandpolicy.New(commandPolicyConfig(cfg.Sandbox.CommandPolicy), logger)
+	h, errs := commandpolicy.New(alephsandbox.CommandPolicyConfig(cfg.Sandbox.CommandPolicy), logger)
 	for _, e := range errs {
 		// The hook fell back to a safe rule set; say so, but still answer.
 		fmt.Fprintf(std.Err, "aleph-sandbox: warning: %s\n", oneLine(e.Error()))

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,11 +16,10 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
-	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
 )
 
 // runFlags are the flags exec and bench share: everything that shapes one
@@ -280,109 +278,9 @@ func cliLogger() (hclog.Logger, func()) {
 	return hclog.New(&hclog.LoggerOptions{Name: "aleph-sandbox", Output: os.Stderr, Level: level}), func() {}
 }
 
-// hooksFromConfig builds the in-process hooks (command policy first, then
-// rate limit) and the hook plugins, in the pipeline's order.
-func hooksFromConfig(cfg core.Config, logger hclog.Logger, warn io.Writer) ([]driverapi.Hook, func(), error) {
-	var hooks []driverapi.Hook
-	var closers []func()
-	closeAll := func() {
-		for _, c := range closers {
-			c()
-		}
-	}
-	cp := cfg.Sandbox.CommandPolicy
-	if cp.Enabled {
-		h, errs := commandpolicy.New(commandPolicyConfig(cp), logger.Named("command_policy"))
-		for _, err := range errs {
-			// The hook has already fallen back to the curated defaults: the
-			// error is worth a warning line, not a refusal.
-			logger.Error("command policy rule refused", "error", err)
-			fmt.Fprintf(warn, "aleph-sandbox: warning: %s; using the curated default rules\n", oneLine(err.Error()))
-		}
-		hooks = append(hooks, h)
-	}
-	if rl := cfg.Sandbox.RateLimit; rl.Enabled {
-		h, err := ratelimit.New(ratelimit.Config{
-			RatePerSecond:           rl.RatePerSecond,
-			Burst:                   int(rl.Burst),
-			MaxConcurrentPerSession: int(rl.MaxConcurrentPerSession),
-			MaxConcurrentGlobal:     int(rl.MaxConcurrentGlobal),
-			IdleForget:              time.Duration(rl.IdleForgetSeconds) * time.Second,
-		}, ratelimit.WithLogger(logger.Named("rate_limit")))
-		if err != nil {
-			return nil, closeAll, fmt.Errorf("sandbox.rate_limit: %w", err)
-		}
-		hooks = append(hooks, h)
-	}
-	for _, path := range cfg.Sandbox.HookPlugins {
-		env, err := hookPluginEnv(cfg, path)
-		if err != nil {
-			closeAll()
-			return nil, func() {}, err
-		}
-		hh, err := core.NewHookHost(core.HookHostConfig{Path: path, Logger: logger, Env: env, CallTimeout: time.Duration(cfg.Sandbox.HookTimeoutMS) * time.Millisecond})
-		if err != nil {
-			closeAll()
-			return nil, func() {}, err
-		}
-		hooks = append(hooks, hh)
-		closers = append(closers, func() { _ = hh.Close() })
-	}
-	return hooks, closeAll, nil
-}
-
-// hookPluginEnv is what a hook plugin is started with: the shipped hooks
-// (known by their binary's name) get their section of the configuration as
-// ALEPH_HOOK_CONFIG, in the JSON their -config-json flag reads; other
-// plugins get nothing. Listing a shipped hook as a plugin runs it: its
-// section's "enabled" says only whether it also runs in-process.
-func hookPluginEnv(cfg core.Config, path string) ([]string, error) {
-	var v any
-	switch strings.TrimSuffix(filepath.Base(path), ".exe") {
-	case "aleph-hook-commandpolicy":
-		c := commandPolicyConfig(cfg.Sandbox.CommandPolicy)
-		c.Enabled = true
-		v = c
-	case "aleph-hook-ratelimit":
-		rl := cfg.Sandbox.RateLimit
-		v = map[string]any{
-			"rate_per_second": rl.RatePerSecond, "burst": rl.Burst,
-			"max_concurrent_per_session": rl.MaxConcurrentPerSession,
-			"max_concurrent_global":      rl.MaxConcurrentGlobal,
-			"idle_forget_seconds":        rl.IdleForgetSeconds,
-		}
-	default:
-		return nil, nil
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return nil, fmt.Errorf("hook plugin %s: configuration: %w", path, err)
-	}
-	return []string{"ALEPH_HOOK_CONFIG=" + string(b)}, nil
-}
-
-// commandPolicyConfig maps the [sandbox.command_policy] section onto the
-// hook's own configuration type.
-func commandPolicyConfig(c core.CommandPolicyConfig) commandpolicy.Config {
-	out := commandpolicy.Config{Enabled: c.Enabled, Enforcement: c.Enforcement, UseDefaultRules: c.UseDefaultRules}
-	for _, r := range c.CustomRules {
-		out.CustomRules = append(out.CustomRules, commandpolicy.Rule{Name: r.Name, Regex: r.Regex, Action: r.Action, Description: r.Description})
-	}
-	return out
-}
-
-// mediatorFromConfig is the managed proxy for AllowHosts commands.
-func mediatorFromConfig(cfg core.Config, sink func(proxy.Decision)) *proxy.Mediator {
-	m := &proxy.Mediator{Audit: sink, TLSIntercept: cfg.Sandbox.Network.TLSIntercept}
-	for _, si := range cfg.Sandbox.Network.SecretInjections {
-		m.Injections = append(m.Injections, proxy.SecretInjection{Host: si.Host, Header: si.Header, Secret: si.Secret, Format: si.Format})
-	}
-	return m
-}
-
-// pipeline is one warm core.Sandbox with everything it owns.
+// pipeline is one warm runtime and the CLI's log file.
 type pipeline struct {
-	sandbox core.Sandbox
+	sandbox *alephsandbox.Runtime
 	closers []func()
 }
 
@@ -395,63 +293,22 @@ func (p *pipeline) Close() {
 	}
 }
 
-// buildPipeline wires config, hooks, the proxy, the approval requester and
-// the driver into one core.Sandbox.
-func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Writer) (*pipeline, error) {
+// buildPipeline is the assembled runtime (package alephsandbox) with the
+// CLI's approver, logger and warning line; the CLI builds no part of the
+// pipeline itself.
+func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Writer, opts ...alephsandbox.Option) (*pipeline, error) {
 	logger, closeLog := cliLogger()
 	p := &pipeline{closers: []func(){closeLog}}
-	var opts []core.Option
-	if cfg.Sandbox.Enabled {
-		// Launch the driver now, in the background, so its start-up
-		// overlaps building the hooks; the first command waits for it (and
-		// reports a failed launch then, naming the driver).
-		path, _, err := core.FindDriver(cfg.Sandbox.Driver, nil)
-		if err != nil {
-			p.Close()
-			return nil, err
-		}
-		host, err := core.NewDriverHost(core.DriverHostConfig{
-			Path:    path,
-			SHA256:  cfg.Sandbox.DriverSHA256,
-			Options: cfg.DriverOptions(goos()),
-			Logger:  logger,
-		})
-		if err != nil {
-			p.Close()
-			return nil, err
-		}
-		p.closers = append(p.closers, func() { _ = host.Close() })
-		go func() { _ = host.Start(context.Background()) }()
-		opts = append(opts, core.WithDriver(host))
-	}
-	hooks, closeHooks, err := hooksFromConfig(cfg, logger, warn)
-	p.closers = append(p.closers, closeHooks)
+	rt, err := alephsandbox.New(cfg, append([]alephsandbox.Option{
+		alephsandbox.WithLogger(logger),
+		alephsandbox.WithApprover(approver),
+		alephsandbox.WithWarnings(warn),
+	}, opts...)...)
 	if err != nil {
 		p.Close()
 		return nil, err
 	}
-	// The proxy's decisions go to the audit ledger (set below, once the
-	// sandbox that owns the ledger exists; no command runs before).
-	mediator := mediatorFromConfig(cfg, nil)
-	sb, err := core.New(cfg, append(opts,
-		core.WithLogger(logger),
-		core.WithHooks(hooks...),
-		core.WithApprovalRequester(approver),
-		core.WithNetworkMediator(mediator),
-	)...)
-	if err != nil {
-		p.Close()
-		return nil, err
-	}
-	if ws, ok := sb.(*core.WorkspaceSandbox); ok {
-		mediator.Audit = func(d proxy.Decision) {
-			ws.RecordNetwork(context.Background(), d.SessionID, d.CommandID, core.NetworkAudit{
-				Host: d.Host, Port: d.Port, Protocol: string(d.Protocol), Allowed: d.Allowed,
-				Reason: string(d.ReasonCode), Detail: d.Detail, Suppressed: d.Suppressed,
-			})
-		}
-	}
-	p.sandbox = sb
+	p.sandbox = rt
 	return p, nil
 }
 

@@ -1,0 +1,307 @@
+package alephsandbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Host is what a host program calls on the runtime: commands, and the
+// session state around them. Implemented by *Runtime.
+type Host interface {
+	// Execute runs one command through the whole pipeline.
+	Execute(ctx context.Context, cmd core.Command) (*core.Output, error)
+	// Capabilities is the driver's capability report (as doctor shows it).
+	Capabilities(ctx context.Context) (driverapi.HostCapabilities, error)
+	// PolicyDigest is the digest of a session's baseline and grants.
+	PolicyDigest(sessionID string) string
+	// ApplyNetworkGrant widens a session by one allow-hosts origin, pinned
+	// to the digest the user saw; it returns the new digest.
+	ApplyNetworkGrant(ctx context.Context, sessionID, host string, port uint16, expectedDigest string) (string, error)
+	// Grants lists what a session holds.
+	Grants(sessionID string) core.SessionGrants
+	// RevokeGrant removes one grant (by its ID in Grants).
+	RevokeGrant(ctx context.Context, sessionID, grantID string) (string, error)
+	// ForgetSession drops a session's grants (its workspace stays on disk).
+	ForgetSession(sessionID string)
+	// WorkspacePath is the session's workspace directory.
+	WorkspacePath(sessionID string) (string, error)
+	// Close ends the driver, hook plugins and the audit files.
+	Close() error
+}
+
+// ErrDisabled is returned by every call of a runtime built from a
+// configuration with sandbox.enabled = false.
+var ErrDisabled = errors.New("the sandbox is disabled (sandbox.enabled = false): nothing runs")
+
+// Option is something a host supplies.
+type Option func(*options)
+
+type options struct {
+	approver   core.ApprovalRequester
+	logger     hclog.Logger
+	sinks      []core.AuditSink
+	hooks      []driverapi.Hook
+	driverDirs []string
+	driver     driverapi.Driver
+	driverEnv  []string
+	warn       io.Writer
+	noRate     bool
+}
+
+// WithApprover sets who answers elevation requests. Without one, every
+// elevation beyond the session's baseline and grants is denied.
+func WithApprover(a core.ApprovalRequester) Option { return func(o *options) { o.approver = a } }
+
+// WithLogger receives the runtime's and the plugins' log lines. Default: none.
+func WithLogger(l hclog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithAuditSink adds a sink for audit records, beside the configured
+// sandbox.audit_log file (it does not replace it).
+func WithAuditSink(s core.AuditSink) Option { return func(o *options) { o.sinks = append(o.sinks, s) } }
+
+// WithHooks adds before-hooks after the configured ones.
+func WithHooks(h ...driverapi.Hook) Option {
+	return func(o *options) { o.hooks = append(o.hooks, h...) }
+}
+
+// WithDriverDirs adds directories searched first for the driver binary
+// (before the host executable's directory, $ALEPH_SANDBOX_PLUGIN_DIR and
+// $PATH).
+func WithDriverDirs(dirs ...string) Option {
+	return func(o *options) { o.driverDirs = append(o.driverDirs, dirs...) }
+}
+
+// WithDriver runs commands with d instead of launching the configured
+// driver binary (tests, in-process drivers). The caller keeps ownership of d.
+func WithDriver(d driverapi.Driver) Option { return func(o *options) { o.driver = d } }
+
+// WithDriverEnv adds NAME=VALUE entries to the driver plugin's environment.
+func WithDriverEnv(env ...string) Option {
+	return func(o *options) { o.driverEnv = append(o.driverEnv, env...) }
+}
+
+// WithWarnings receives one line for each configuration problem the
+// runtime works around (a custom command-policy rule that does not compile,
+// say). Default: discarded (the logger still gets them).
+func WithWarnings(w io.Writer) Option { return func(o *options) { o.warn = w } }
+
+// WithoutRateLimit leaves the in-process rate limit out whatever the
+// configuration says (benchmarks measure the sandbox, not the throttle).
+func WithoutRateLimit() Option { return func(o *options) { o.noRate = true } }
+
+// Runtime is the assembled pipeline and everything it owns. Safe for
+// concurrent use.
+type Runtime struct {
+	ws      *core.WorkspaceSandbox // nil when disabled
+	driver  *core.DriverHost       // nil with WithDriver
+	closers []func()
+	once    sync.Once
+}
+
+var _ Host = (*Runtime)(nil)
+
+// New builds the runtime cfg describes. The driver is found now (a missing
+// one is a *core.DriverNotFoundError here) and launched in the background,
+// so its start overlaps building the hooks; the first command waits for it.
+func New(cfg core.Config, opts ...Option) (*Runtime, error) {
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.logger == nil {
+		o.logger = hclog.NewNullLogger()
+	}
+	if o.warn == nil {
+		o.warn = io.Discard
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	rt := &Runtime{}
+	if !cfg.Sandbox.Enabled {
+		return rt, nil
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			rt.Close()
+		}
+	}()
+	coreOpts := []core.Option{core.WithLogger(o.logger)}
+	drv := o.driver
+	if drv == nil {
+		path, _, err := core.FindDriver(cfg.Sandbox.Driver, o.driverDirs)
+		if err != nil {
+			return nil, err
+		}
+		host, err := core.NewDriverHost(core.DriverHostConfig{
+			Path:    path,
+			SHA256:  cfg.Sandbox.DriverSHA256,
+			Options: cfg.DriverOptions(goos()),
+			Logger:  o.logger,
+			Env:     o.driverEnv,
+		})
+		if err != nil {
+			return nil, err
+		}
+		rt.driver = host
+		rt.closers = append(rt.closers, func() { _ = host.Close() })
+		go func() { _ = host.Start(context.Background()) }()
+		drv = host
+	}
+	coreOpts = append(coreOpts, core.WithDriver(drv))
+
+	hooks, closeHooks, err := hooksFromConfig(cfg, o.logger, o.warn, o.noRate)
+	rt.closers = append(rt.closers, closeHooks)
+	if err != nil {
+		return nil, err
+	}
+	coreOpts = append(coreOpts, core.WithHooks(append(hooks, o.hooks...)...))
+
+	sink, closeSink, err := auditSink(cfg, o.sinks)
+	if err != nil {
+		return nil, err
+	}
+	rt.closers = append(rt.closers, closeSink)
+	coreOpts = append(coreOpts, core.WithAuditSink(sink))
+	if o.approver != nil {
+		coreOpts = append(coreOpts, core.WithApprovalRequester(o.approver))
+	}
+	// The proxy's decisions go to the ledger of the sandbox built below;
+	// no command (and so no decision) exists before it does.
+	mediator := mediatorFromConfig(cfg)
+	coreOpts = append(coreOpts, core.WithNetworkMediator(mediator))
+	ws, err := core.NewWorkspaceSandbox(cfg, coreOpts...)
+	if err != nil {
+		return nil, err
+	}
+	mediator.Audit = func(d proxy.Decision) {
+		ws.RecordNetwork(context.Background(), d.SessionID, d.CommandID, core.NetworkAudit{
+			Host: d.Host, Port: d.Port, Protocol: string(d.Protocol), Allowed: d.Allowed,
+			Reason: string(d.ReasonCode), Detail: d.Detail, Suppressed: d.Suppressed,
+		})
+	}
+	rt.ws = ws
+	ok = true
+	return rt, nil
+}
+
+// Driver is the driver plugin host, or nil (disabled, or WithDriver).
+func (r *Runtime) Driver() *core.DriverHost { return r.driver }
+
+// Execute implements Host.
+func (r *Runtime) Execute(ctx context.Context, cmd core.Command) (*core.Output, error) {
+	if r.ws == nil {
+		return nil, ErrDisabled
+	}
+	return r.ws.Execute(ctx, cmd)
+}
+
+// Capabilities implements Host.
+func (r *Runtime) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
+	if r.ws == nil {
+		return driverapi.HostCapabilities{}, ErrDisabled
+	}
+	return r.ws.Capabilities(ctx)
+}
+
+// PolicyDigest implements Host ("" when disabled).
+func (r *Runtime) PolicyDigest(sessionID string) string {
+	if r.ws == nil {
+		return ""
+	}
+	return r.ws.PolicyDigest(sessionID)
+}
+
+// ApplyNetworkGrant implements Host.
+func (r *Runtime) ApplyNetworkGrant(ctx context.Context, sessionID, host string, port uint16, expectedDigest string) (string, error) {
+	if r.ws == nil {
+		return "", ErrDisabled
+	}
+	return r.ws.ApplyNetworkGrant(ctx, sessionID, host, port, expectedDigest)
+}
+
+// Grants implements Host.
+func (r *Runtime) Grants(sessionID string) core.SessionGrants {
+	if r.ws == nil {
+		return core.SessionGrants{SessionID: sessionID, Grants: []core.Grant{}}
+	}
+	return r.ws.Grants(sessionID)
+}
+
+// RevokeGrant implements Host.
+func (r *Runtime) RevokeGrant(ctx context.Context, sessionID, grantID string) (string, error) {
+	if r.ws == nil {
+		return "", ErrDisabled
+	}
+	return r.ws.RevokeGrant(ctx, sessionID, grantID)
+}
+
+// ForgetSession implements Host.
+func (r *Runtime) ForgetSession(sessionID string) {
+	if r.ws != nil {
+		r.ws.ForgetSession(sessionID)
+	}
+}
+
+// WorkspacePath implements Host.
+func (r *Runtime) WorkspacePath(sessionID string) (string, error) {
+	if r.ws == nil {
+		return "", ErrDisabled
+	}
+	return r.ws.WorkspacePath(sessionID)
+}
+
+// Close implements Host: the pipeline first (no command may start after),
+// then what it used, in reverse order of creation.
+func (r *Runtime) Close() error {
+	var err error
+	r.once.Do(func() {
+		if r.ws != nil {
+			err = r.ws.Close()
+		}
+		for i := len(r.closers) - 1; i >= 0; i-- {
+			r.closers[i]()
+		}
+	})
+	return err
+}
+
+// auditSink is the configured JSON-lines file (if any) and the host's own
+// sinks, each record going to all of them.
+func auditSink(cfg core.Config, extra []core.AuditSink) (core.AuditSink, func(), error) {
+	sinks := append([]core.AuditSink(nil), extra...)
+	closeAll := func() {}
+	if cfg.Sandbox.AuditLog != "" {
+		js, err := core.OpenJSONLinesSink(cfg.Sandbox.AuditLog)
+		if err != nil {
+			return nil, closeAll, fmt.Errorf("sandbox.audit_log: %w", err)
+		}
+		sinks = append([]core.AuditSink{js}, sinks...)
+		closeAll = func() { _ = js.Close() }
+	}
+	return fanOut(sinks), closeAll, nil
+}
+
+// fanOut sends each record to every sink; the first error is returned after
+// all have been tried.
+type fanOut []core.AuditSink
+
+func (f fanOut) Record(ctx context.Context, rec core.AuditRecord) error {
+	var first error
+	for _, s := range f {
+		if err := s.Record(ctx, rec); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

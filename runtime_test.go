@@ -1,0 +1,182 @@
+package alephsandbox_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+)
+
+type memSink struct {
+	mu   sync.Mutex
+	recs []core.AuditRecord
+}
+
+func (m *memSink) Record(_ context.Context, r core.AuditRecord) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.recs = append(m.recs, r)
+	return nil
+}
+
+type approveAll struct{}
+
+func (approveAll) RequestApproval(context.Context, driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
+	return driverapi.ApprovalApproved, nil
+}
+
+func testConfig(t *testing.T) core.Config {
+	cfg := core.DefaultConfig()
+	cfg.Sandbox.WorkspaceRoot = filepath.Join(t.TempDir(), "ws")
+	cfg.Sandbox.AuditLog = filepath.Join(t.TempDir(), "audit.jsonl")
+	return cfg
+}
+
+func newRuntime(t *testing.T, cfg core.Config, opts ...alephsandbox.Option) (*alephsandbox.Runtime, *drivertest.FakeDriver) {
+	t.Helper()
+	fake := &drivertest.FakeDriver{}
+	rt, err := alephsandbox.New(cfg, append([]alephsandbox.Option{alephsandbox.WithDriver(drivertest.Connect(t, fake))}, opts...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	return rt, fake
+}
+
+// The configured command policy is part of what New builds: an embedder
+// gets the same refusal the CLI gives, without wiring hooks by hand.
+func TestRuntimeRunsTheConfiguredCommandPolicy(t *testing.T) {
+	rt, fake := newRuntime(t, testConfig(t))
+	ctx := context.Background()
+	_, err := rt.Execute(ctx, core.Command{SessionID: "s", Program: "/bin/sh", Args: []string{"-c", "rm -rf /"},
+		Capabilities: driverapi.Capabilities{SpawnSubprocess: true}})
+	var de *core.DeniedError
+	if !errors.As(err, &de) || de.Code != core.ReasonHookDenied || de.Rule == "" {
+		t.Fatalf("want a command-policy denial, got %T %v", err, err)
+	}
+	if fake.Runs() != 0 {
+		t.Fatal("the denied command reached the driver")
+	}
+	// Positive control.
+	out, err := rt.Execute(ctx, core.Command{SessionID: "s", Program: "echo", Args: []string{"hi"}})
+	if err != nil || string(out.Stdout) != "hi\n" {
+		t.Fatalf("allowed command: %v", err)
+	}
+
+	// With the policy off in the configuration the same command runs:
+	// the refusal above came from the configuration, not a fixed rule.
+	cfg := testConfig(t)
+	cfg.Sandbox.CommandPolicy.Enforcement = "off"
+	rt2, fake2 := newRuntime(t, cfg, alephsandbox.WithApprover(approveAll{}))
+	if _, err := rt2.Execute(ctx, core.Command{SessionID: "s", Program: "rm", Args: []string{"-rf", "/"}}); err != nil {
+		t.Fatalf("with enforcement off: %v", err)
+	}
+	if fake2.Runs() != 1 {
+		t.Fatalf("runs = %d", fake2.Runs())
+	}
+}
+
+// Host sinks are added beside the configured audit file, not instead of it.
+func TestRuntimeAuditSinksAddToTheFile(t *testing.T) {
+	cfg := testConfig(t)
+	sink := &memSink{}
+	rt, _ := newRuntime(t, cfg, alephsandbox.WithAuditSink(sink))
+	if _, err := rt.Execute(context.Background(), core.Command{SessionID: "s", Program: "echo"}); err != nil {
+		t.Fatal(err)
+	}
+	_ = rt.Close()
+	data, err := os.ReadFile(cfg.Sandbox.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	var rec core.AuditRecord
+	if len(lines) != 1 || json.Unmarshal([]byte(lines[0]), &rec) != nil || rec.Program != "echo" {
+		t.Fatalf("audit file: %q", data)
+	}
+	sink.mu.Lock()
+	defer sink.mu.Unlock()
+	if len(sink.recs) != 1 || sink.recs[0].CommandID != rec.CommandID {
+		t.Fatalf("host sink got %+v, file %+v", sink.recs, rec)
+	}
+}
+
+func TestRuntimeSessionCalls(t *testing.T) {
+	rt, _ := newRuntime(t, testConfig(t), alephsandbox.WithApprover(approveAll{}))
+	ctx := context.Background()
+	var h alephsandbox.Host = rt
+	caps := driverapi.Capabilities{SpawnSubprocess: true}
+	if _, err := h.Execute(ctx, core.Command{SessionID: "s", Program: "echo", Capabilities: caps}); err != nil {
+		t.Fatal(err)
+	}
+	d0 := h.PolicyDigest("s")
+	d1, err := h.ApplyNetworkGrant(ctx, "s", "example.com", 443, d0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := h.Grants("s")
+	if len(g.Grants) != 2 || g.PolicyDigest != d1 {
+		t.Fatalf("grants = %+v (digest %s, want %s)", g, g.PolicyDigest, d1)
+	}
+	var capID string
+	for _, x := range g.Grants {
+		if x.Capabilities != nil && x.Capabilities.SpawnSubprocess {
+			capID = x.ID
+		}
+	}
+	if capID == "" {
+		t.Fatalf("the approved spawn grant is not listed: %+v", g.Grants)
+	}
+	d2, err := h.RevokeGrant(ctx, "s", capID)
+	if err != nil || d2 == d1 || len(h.Grants("s").Grants) != 1 {
+		t.Fatalf("revoke: %v, digest %s, grants %+v", err, d2, h.Grants("s"))
+	}
+	var nf *core.GrantNotFoundError
+	if _, err := h.RevokeGrant(ctx, "s", capID); !errors.As(err, &nf) {
+		t.Fatalf("second revoke: want GrantNotFoundError, got %v", err)
+	}
+	ws, err := h.WorkspacePath("s")
+	if st, serr := os.Stat(ws); err != nil || serr != nil || !st.IsDir() {
+		t.Fatalf("workspace path %q: %v %v", ws, err, serr)
+	}
+	h.ForgetSession("s")
+	if len(h.Grants("s").Grants) != 0 {
+		t.Fatal("grants survived ForgetSession")
+	}
+	hc, err := h.Capabilities(ctx)
+	if err != nil || hc.Backend != drivertest.FakeBackend {
+		t.Fatalf("capabilities %+v %v", hc, err)
+	}
+}
+
+func TestRuntimeDisabled(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.Enabled = false
+	rt, err := alephsandbox.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rt.Close()
+	if _, err := rt.Execute(context.Background(), core.Command{SessionID: "s", Program: "echo"}); !errors.Is(err, alephsandbox.ErrDisabled) {
+		t.Fatalf("want ErrDisabled, got %v", err)
+	}
+}
+
+func TestRuntimeMissingDriverIsTyped(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.Driver = "no-such-driver-xyz"
+	_, err := alephsandbox.New(cfg)
+	var nf *core.DriverNotFoundError
+	if !errors.As(err, &nf) {
+		t.Fatalf("want DriverNotFoundError, got %T %v", err, err)
+	}
+}
