@@ -12,6 +12,9 @@ import (
 	"os"
 )
 
+// cliVersion is the CLI's version (`aleph-sandbox --version`).
+const cliVersion = "0.2.0"
+
 // Exit statuses shared by the subcommands.
 const (
 	exitSandboxError = 125 // the sandbox refused or failed to run the command
@@ -45,6 +48,7 @@ func subcommands() []subcommand {
 		{"config", "print the effective configuration", runConfig},
 		{"policy", "check a command string against the command policy", runPolicy},
 		{"conformance", "run the driver conformance suite against a driver binary", runConformance},
+		{"mcp", "serve the sandbox to MCP clients on stdio (tool run_command)", runMCP},
 	}
 }
 

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"context"
+	"flag"
+	goio "io"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
+)
+
+// runMCP is `aleph-sandbox mcp`: an MCP server on stdio whose run_command
+// tool runs commands in the sandbox (SERVE.md, docs/mcp.md).
+func runMCP(ctx context.Context, args []string, io stdio) int {
+	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
+	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
+	driver := fs.String("driver", "", "driver `NAME|PATH` (default: the platform's)")
+	session := fs.String("session", "mcp", "sandbox session `ID` of every call (its workspace and grants)")
+	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (shell `command` strings need it)")
+	allowNet := fs.String("allow-net", "", "baseline: network `HOST[,HOST...]` or all that calls get without asking")
+	yes := fs.Bool("yes", false, "approve elevations beyond the baseline when the client cannot be asked (default: deny)")
+	const usageLine = "aleph-sandbox mcp [--config FILE] [--driver NAME|PATH] [--session ID] [--allow-spawn] [--allow-net HOSTS] [--yes]"
+	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
+		return 0
+	} else if err != nil {
+		return fail(io.Err, "mcp: %v (usage: %s)", err, usageLine)
+	}
+	if fs.NArg() > 0 {
+		return fail(io.Err, "mcp: unexpected arguments %q (usage: %s)", fs.Args(), usageLine)
+	}
+	baseline := driverapi.Capabilities{SpawnSubprocess: *allowSpawn}
+	if *allowNet != "" {
+		net, err := parseNet(*allowNet)
+		if err != nil {
+			return fail(io.Err, "mcp: --allow-net: %s", oneLine(err.Error()))
+		}
+		baseline.Network = net
+	}
+	cfg, err := loadConfig(*cfgPath, "", *driver)
+	if err != nil {
+		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
+	}
+	mc := mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion}
+	p, err := buildPipeline(cfg, mcpserver.NewApprover(mc), io.Err)
+	if err != nil {
+		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
+	}
+	defer p.Close()
+	t := &mcp.IOTransport{Reader: goio.NopCloser(io.In), Writer: nopWriteCloser{io.Out}}
+	if err := mcpserver.New(p.sandbox, mc).Run(ctx, t); err != nil && ctx.Err() == nil {
+		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
+	}
+	return 0
+}
+
+type nopWriteCloser struct{ goio.Writer }
+
+func (nopWriteCloser) Close() error { return nil }

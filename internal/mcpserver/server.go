@@ -1,0 +1,285 @@
+// Package mcpserver is `aleph-sandbox mcp`: a Model Context Protocol server
+// whose tool run_command runs a command in the sandbox, through the same
+// assembled runtime as the CLI (package alephsandbox). Approvals go to the
+// MCP client as elicitation where it supports it; otherwise the server's
+// configured answer (deny by default) applies.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// ToolRunCommand is the tool's name (SERVE.md).
+const ToolRunCommand = "run_command"
+
+// Runner runs one command; *alephsandbox.Runtime is one.
+type Runner interface {
+	Execute(ctx context.Context, cmd core.Command) (*core.Output, error)
+}
+
+// Config is what the server is told at start.
+type Config struct {
+	// Session is the sandbox session every call of this server runs in:
+	// its workspace and its grants.
+	Session string
+	// Baseline is what calls get without asking: a request within it is
+	// approved by the server itself; beyond it the client is asked
+	// (elicitation), or Fallback decides. The zero value is strict.
+	Baseline driverapi.Capabilities
+	// Fallback answers an elevation beyond Baseline when the client cannot
+	// be asked: false denies (the default), true approves.
+	Fallback bool
+	// Version is reported to the client.
+	Version string
+}
+
+// RunCommandArgs are run_command's arguments. Exactly one of Argv and
+// Command is given.
+type RunCommandArgs struct {
+	Argv           []string          `json:"argv,omitempty" jsonschema:"the program and its arguments, run directly without a shell, e.g. [\"/bin/ls\", \"-l\"]"`
+	Command        string            `json:"command,omitempty" jsonschema:"a shell command line, run by /bin/sh -c; it needs spawn (subprocesses)"`
+	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, relative to or inside the session's workspace"`
+	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command; the host's environment is never passed through"`
+	Network        string            `json:"network,omitempty" jsonschema:"none (the default), all, or a comma-separated list of hosts (exact, *.suffix, IP, optional :port)"`
+	Spawn          bool              `json:"spawn,omitempty" jsonschema:"allow the command to start subprocesses"`
+	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; 0 means the configured default"`
+	Stdin          string            `json:"stdin,omitempty" jsonschema:"standard input for the command"`
+}
+
+// RunCommandResult is run_command's structured result.
+type RunCommandResult struct {
+	Stdout     string `json:"stdout"`
+	Stderr     string `json:"stderr"`
+	ExitCode   int    `json:"exit_code"`
+	Signal     int    `json:"signal"`
+	TimedOut   bool   `json:"timed_out"`
+	Truncated  bool   `json:"truncated"`
+	DurationMS int64  `json:"duration_ms"`
+	Backend    string `json:"backend,omitempty"`
+	// Denied is set when the sandbox refused the command: Reason says why,
+	// ReasonCode is the audit's code, Rule the hook rule when a hook denied.
+	Denied     bool   `json:"denied"`
+	Reason     string `json:"reason,omitempty"`
+	ReasonCode string `json:"reason_code,omitempty"`
+	Rule       string `json:"rule,omitempty"`
+	// Error is set when the sandbox failed (the command did not run).
+	Error string `json:"error,omitempty"`
+}
+
+type callKey struct{}
+
+// callState is one run_command call's view of approvals. Approvals use
+// the protocol's multi round-trip requests: a server may not send its own
+// request to the client while it serves one, so a call that needs approval
+// returns an elicitation as an input request, and the client calls again
+// with the answer (the SDK does both halves, and falls back to a direct
+// elicitation for clients of older protocol versions).
+type callState struct {
+	canAsk    bool
+	responses mcp.InputResponseMap
+	// pending is set when an approval is needed that no response answers.
+	pendingID string
+	pending   *mcp.ElicitParams
+}
+
+// Approver answers elevation requests of run_command calls: within the
+// baseline it approves, beyond it it asks the calling client by
+// elicitation, and where the client cannot be asked Fallback decides. The
+// runtime must be built with it (alephsandbox.WithApprover).
+type Approver struct{ cfg Config }
+
+// NewApprover returns the approver for cfg.
+func NewApprover(cfg Config) *Approver { return &Approver{cfg: cfg} }
+
+// approvalID names an elevation request in the input-request map: the
+// same request in the retried call finds its answer under the same name.
+func approvalID(req driverapi.ApprovalRequest) string {
+	b, _ := json.Marshal(req.Requested)
+	return "approve-" + driverapi.Digest(b)[:16]
+}
+
+// RequestApproval implements core.ApprovalRequester.
+func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
+	if req.Requested.IsWithin(a.cfg.Baseline) {
+		return driverapi.ApprovalApproved, nil
+	}
+	st, _ := ctx.Value(callKey{}).(*callState)
+	if st == nil || !st.canAsk {
+		if a.cfg.Fallback {
+			return driverapi.ApprovalApproved, nil
+		}
+		return driverapi.ApprovalDenied, nil
+	}
+	id := approvalID(req)
+	if r, ok := st.responses[id]; ok {
+		if er, ok := r.(*mcp.ElicitResult); ok && er.Action == "accept" {
+			if v, ok := er.Content["approve"].(bool); ok && v {
+				return driverapi.ApprovalApproved, nil
+			}
+		}
+		return driverapi.ApprovalDenied, nil
+	}
+	st.pendingID = id
+	st.pending = &mcp.ElicitParams{
+		Mode:    "form",
+		Message: fmt.Sprintf("aleph-sandbox: %s (%s). Allow it for this session?", req.Summary, strings.Join(append([]string{req.Program}, req.Args...), " ")),
+		RequestedSchema: map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"approve": map[string]any{"type": "boolean", "title": "Allow", "description": "allow this elevation for the rest of the session"},
+			},
+			"required": []string{"approve"},
+		},
+	}
+	// Denied for this round: the call returns the question instead of a
+	// result, and the retried call carries the answer.
+	return driverapi.ApprovalDenied, nil
+}
+
+func canElicit(ss *mcp.ServerSession) bool {
+	if ss == nil {
+		return false
+	}
+	p := ss.InitializeParams()
+	return p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil
+}
+
+// New is the MCP server with the run_command tool, running commands on r.
+func New(r Runner, cfg Config) *mcp.Server {
+	if cfg.Session == "" {
+		cfg.Session = "mcp"
+	}
+	if cfg.Version == "" {
+		cfg.Version = "dev"
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "aleph-sandbox", Version: cfg.Version}, nil)
+	mcp.AddTool(s, &mcp.Tool{
+		Name: ToolRunCommand,
+		Description: "Run a command in the aleph-sandbox OS sandbox: it sees only its workspace and the system paths a program needs, " +
+			"no network and no subprocesses unless asked for (network, spawn), and never the host's environment or secrets. " +
+			"Give argv to run a program directly, or command for a shell line (which needs spawn). " +
+			"Requests beyond the session's baseline need the user's approval.",
+	}, func(ctx context.Context, req *mcp.CallToolRequest, in RunCommandArgs) (*mcp.CallToolResult, RunCommandResult, error) {
+		st := &callState{canAsk: canElicit(req.Session), responses: req.Params.InputResponses}
+		res, out, err := runCommand(context.WithValue(ctx, callKey{}, st), r, cfg, in)
+		if st.pending != nil {
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{st.pendingID: st.pending}}, RunCommandResult{}, nil
+		}
+		return res, out, err
+	})
+	return s
+}
+
+func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs) (*mcp.CallToolResult, RunCommandResult, error) {
+	cmd, err := toCommand(cfg, in)
+	if err != nil {
+		return errorResult(RunCommandResult{Error: err.Error()}, "invalid arguments: "+err.Error()), RunCommandResult{Error: err.Error()}, nil
+	}
+	out, err := r.Execute(ctx, cmd)
+	var de *core.DeniedError
+	switch {
+	case errors.As(err, &de):
+		res := RunCommandResult{Denied: true, Reason: de.Error(), ReasonCode: string(de.Code), Rule: de.Rule}
+		return errorResult(res, "denied: "+de.Error()), res, nil
+	case err != nil:
+		res := RunCommandResult{Error: err.Error()}
+		return errorResult(res, "the sandbox failed to run the command: "+err.Error()), res, nil
+	}
+	e := out.Exit
+	res := RunCommandResult{
+		Stdout: string(out.Stdout), Stderr: string(out.Stderr),
+		ExitCode: int(e.ExitCode), Signal: int(e.Signal), TimedOut: e.TimedOut, Truncated: e.Truncated,
+		DurationMS: e.Duration.Milliseconds(), Backend: out.Backend,
+	}
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: summary(res)}}}, res, nil
+}
+
+func errorResult(res RunCommandResult, text string) *mcp.CallToolResult {
+	r := &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+	r.StructuredContent = res
+	return r
+}
+
+// summary is the text form of a result, for clients that show text only.
+func summary(r RunCommandResult) string {
+	var b strings.Builder
+	switch {
+	case r.TimedOut:
+		fmt.Fprintf(&b, "timed out after %d ms", r.DurationMS)
+	case r.Signal != 0:
+		fmt.Fprintf(&b, "killed by signal %d", r.Signal)
+	default:
+		fmt.Fprintf(&b, "exit code %d", r.ExitCode)
+	}
+	if r.Truncated {
+		b.WriteString(" (output truncated)")
+	}
+	if r.Stdout != "" {
+		b.WriteString("\nstdout:\n" + r.Stdout)
+	}
+	if r.Stderr != "" {
+		b.WriteString("\nstderr:\n" + r.Stderr)
+	}
+	return b.String()
+}
+
+// maxTimeout bounds timeout_seconds before it becomes a Duration.
+const maxTimeout = 24 * time.Hour
+
+func toCommand(cfg Config, in RunCommandArgs) (core.Command, error) {
+	cmd := core.Command{SessionID: cfg.Session, Cwd: in.Cwd, Env: in.Env, Stdin: []byte(in.Stdin)}
+	switch {
+	case len(in.Argv) > 0 && in.Command != "":
+		return cmd, errors.New("give argv or command, not both")
+	case len(in.Argv) > 0:
+		cmd.Program, cmd.Args = in.Argv[0], in.Argv[1:]
+	case in.Command != "":
+		cmd.Program, cmd.Args = "/bin/sh", []string{"-c", in.Command}
+	default:
+		return cmd, errors.New("give argv (an array: program and arguments) or command (a shell line)")
+	}
+	net, err := parseNetwork(in.Network)
+	if err != nil {
+		return cmd, err
+	}
+	cmd.Capabilities = driverapi.Capabilities{Network: net, SpawnSubprocess: in.Spawn}
+	switch t := in.TimeoutSeconds; {
+	case t < 0 || t > maxTimeout.Seconds():
+		return cmd, fmt.Errorf("timeout_seconds %v is out of range (0 to %v)", t, maxTimeout.Seconds())
+	case t > 0:
+		cmd.Timeout = time.Duration(t * float64(time.Second))
+		if cmd.Timeout < time.Millisecond {
+			return cmd, fmt.Errorf("timeout_seconds %v is below one millisecond", t)
+		}
+	}
+	return cmd, nil
+}
+
+func parseNetwork(v string) (driverapi.NetworkPolicy, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "none":
+		return driverapi.NetworkPolicy{Mode: driverapi.NetworkNone}, nil
+	case "all":
+		return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}, nil
+	}
+	var hosts []string
+	for _, h := range strings.Split(v, ",") {
+		if h = strings.TrimSpace(h); h != "" {
+			hosts = append(hosts, h)
+		}
+	}
+	if len(hosts) == 0 {
+		return driverapi.NetworkPolicy{}, fmt.Errorf("network %q: want none, all, or HOST[,HOST...]", v)
+	}
+	return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: hosts}, nil
+}

@@ -1,0 +1,188 @@
+package mcpserver_test
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
+)
+
+// connect starts the server on the fake driver and a real MCP client
+// (the SDK's) over in-memory transports. elicit, when set, makes the client
+// support elicitation and answer with it.
+func connect(t *testing.T, cfg mcpserver.Config, elicit func(*mcp.ElicitRequest) *mcp.ElicitResult) (*mcp.ClientSession, *drivertest.FakeDriver) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	fake := &drivertest.FakeDriver{}
+	conf := core.DefaultConfig()
+	conf.Sandbox.WorkspaceRoot = t.TempDir()
+	conf.Sandbox.AuditLog = ""
+	rt, err := alephsandbox.New(conf, alephsandbox.WithDriver(drivertest.Connect(t, fake)), alephsandbox.WithApprover(mcpserver.NewApprover(cfg)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	st, ct := mcp.NewInMemoryTransports()
+	srv := mcpserver.New(rt, cfg)
+	ss, err := srv.Connect(ctx, st, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ss.Close() })
+	var opts *mcp.ClientOptions
+	if elicit != nil {
+		opts = &mcp.ClientOptions{ElicitationHandler: func(_ context.Context, r *mcp.ElicitRequest) (*mcp.ElicitResult, error) {
+			return elicit(r), nil
+		}}
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-client", Version: "1"}, opts).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs, fake
+}
+
+func call(t *testing.T, cs *mcp.ClientSession, args map[string]any) (*mcp.CallToolResult, mcpserver.RunCommandResult) {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpserver.ToolRunCommand, Arguments: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out mcpserver.RunCommandResult
+	b, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(b, &out); err != nil {
+		t.Fatalf("structured content %s: %v", b, err)
+	}
+	return res, out
+}
+
+func text(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(*mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestMCPToolsList(t *testing.T) {
+	cs, _ := connect(t, mcpserver.Config{}, nil)
+	res, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Tools) != 1 || res.Tools[0].Name != mcpserver.ToolRunCommand {
+		t.Fatalf("tools = %+v", res.Tools)
+	}
+	schema, _ := json.Marshal(res.Tools[0].InputSchema)
+	for _, arg := range []string{"argv", "command", "cwd", "env", "network", "spawn", "timeout_seconds", "stdin"} {
+		if !strings.Contains(string(schema), `"`+arg+`"`) {
+			t.Errorf("input schema lacks %q: %s", arg, schema)
+		}
+	}
+	out, _ := json.Marshal(res.Tools[0].OutputSchema)
+	for _, f := range []string{"stdout", "stderr", "exit_code", "signal", "timed_out", "truncated"} {
+		if !strings.Contains(string(out), `"`+f+`"`) {
+			t.Errorf("output schema lacks %q: %s", f, out)
+		}
+	}
+}
+
+func TestMCPRunCommand(t *testing.T) {
+	cs, fake := connect(t, mcpserver.Config{Session: "agent-1"}, nil)
+	res, out := call(t, cs, map[string]any{"argv": []string{"echo", "hi"}, "env": map[string]string{"A": "1"}})
+	if res.IsError || out.Stdout != "hi\n" || out.ExitCode != 0 || !strings.Contains(text(res), "hi") {
+		t.Fatalf("result %+v (%q)", out, text(res))
+	}
+	if s := fake.LastSpec(); s.SessionID != "agent-1" || s.Program != "echo" {
+		t.Fatalf("spec %+v", s)
+	}
+	_, out = call(t, cs, map[string]any{"argv": []string{"exit", "3"}})
+	if out.ExitCode != 3 {
+		t.Fatalf("exit code %d", out.ExitCode)
+	}
+	res, out = call(t, cs, map[string]any{"argv": []string{"sleep", "5s"}, "timeout_seconds": 0.05})
+	if !out.TimedOut || res.IsError {
+		t.Fatalf("timeout: %+v", out)
+	}
+}
+
+func TestMCPDenialsAndBadInputAreToolErrors(t *testing.T) {
+	cs, fake := connect(t, mcpserver.Config{}, nil)
+	res, out := call(t, cs, map[string]any{"command": "rm -rf /", "spawn": true})
+	if !res.IsError || !out.Denied || out.ReasonCode != string(core.ReasonHookDenied) || out.Rule == "" || !strings.Contains(text(res), "denied") {
+		t.Fatalf("rm -rf /: %+v %q", out, text(res))
+	}
+	// Without elicitation and with the default fallback, an elevation
+	// beyond the strict baseline is denied.
+	res, out = call(t, cs, map[string]any{"argv": []string{"echo", "x"}, "network": "all"})
+	if !res.IsError || !out.Denied || out.ReasonCode != string(core.ReasonApprovalDenied) {
+		t.Fatalf("network all: %+v", out)
+	}
+	for name, args := range map[string]map[string]any{
+		"neither":  {},
+		"both":     {"argv": []string{"echo"}, "command": "echo"},
+		"negative": {"argv": []string{"echo"}, "timeout_seconds": -1},
+	} {
+		res, out := call(t, cs, args)
+		if !res.IsError || out.Error == "" {
+			t.Errorf("%s: want a tool error, got %+v", name, out)
+		}
+	}
+	if fake.Runs() != 0 {
+		t.Fatalf("%d refused calls reached the driver", fake.Runs())
+	}
+}
+
+func TestMCPApprovalByElicitation(t *testing.T) {
+	var asked []string
+	answer := true
+	cs, fake := connect(t, mcpserver.Config{}, func(r *mcp.ElicitRequest) *mcp.ElicitResult {
+		asked = append(asked, r.Params.Message)
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": answer}}
+	})
+	res, out := call(t, cs, map[string]any{"argv": []string{"echo", "spawned"}, "spawn": true})
+	if res.IsError || out.Stdout != "spawned\n" || len(asked) != 1 || !strings.Contains(asked[0], "subprocess") && !strings.Contains(asked[0], "spawn") {
+		t.Fatalf("approved elevation: %+v, asked %q", out, asked)
+	}
+	// The grant is the session's now: the same request is not asked again.
+	if _, out = call(t, cs, map[string]any{"argv": []string{"echo", "again"}, "spawn": true}); out.Stdout != "again\n" || len(asked) != 1 {
+		t.Fatalf("second call: %+v, asked %d times", out, len(asked))
+	}
+	answer = false
+	res, out = call(t, cs, map[string]any{"argv": []string{"echo"}, "network": "all"})
+	if !res.IsError || out.ReasonCode != string(core.ReasonApprovalDenied) || len(asked) != 2 {
+		t.Fatalf("declined elevation: %+v, asked %d", out, len(asked))
+	}
+	if fake.Runs() != 2 {
+		t.Fatalf("runs = %d, want 2", fake.Runs())
+	}
+}
+
+func TestMCPBaselineApprovesWithoutAsking(t *testing.T) {
+	asked := 0
+	cs, _ := connect(t, mcpserver.Config{Baseline: driverapi.Capabilities{SpawnSubprocess: true}}, func(*mcp.ElicitRequest) *mcp.ElicitResult {
+		asked++
+		return &mcp.ElicitResult{Action: "decline"}
+	})
+	if res, out := call(t, cs, map[string]any{"command": "echo hi"}); res.IsError || asked != 0 {
+		t.Fatalf("within the baseline: %+v (asked %d)", out, asked)
+	}
+	// Beyond it the client is still asked (and here declines).
+	if res, _ := call(t, cs, map[string]any{"argv": []string{"echo"}, "network": "all"}); !res.IsError || asked != 1 {
+		t.Fatalf("beyond the baseline: error=%v, asked %d", res.IsError, asked)
+	}
+	_ = time.Second
+}
