@@ -109,6 +109,9 @@ type LinuxConfig struct {
 	// BwrapPath is the bubblewrap binary; empty means "bwrap" on the
 	// driver's PATH.
 	BwrapPath string `koanf:"bwrap_path" json:"bwrap_path,omitempty" toml:"bwrap_path"`
+	// TmpfsMaxMB caps what a command's /tmp and /dev/shm hold together,
+	// in MiB; 0 means the driver's default (1024).
+	TmpfsMaxMB int64 `koanf:"tmpfs_max_mb" json:"tmpfs_max_mb,omitempty" toml:"tmpfs_max_mb"`
 }
 
 // WindowsConfig is [sandbox.windows]; it reaches the Windows driver as
@@ -537,6 +540,8 @@ func (c Config) Validate() error {
 		return bad("linux.cpu_quota_percent", "must be >= 0 (0 = unlimited)")
 	case lx.CPUQuotaPercent > 100*1024:
 		return bad("linux.cpu_quota_percent", "must be <= 102400")
+	case lx.TmpfsMaxMB < 0 || lx.TmpfsMaxMB > 1<<20:
+		return bad("linux.tmpfs_max_mb", "must be between 0 (driver default, 1024) and 1048576")
 	}
 	switch lx.Cgroup {
 	case "auto", "v2", "v1", "none":

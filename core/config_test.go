@@ -70,6 +70,7 @@ format = "Bearer {secret}"
 [sandbox.linux]
 max_pids = 50
 cgroup = "v1"
+tmpfs_max_mb = 256
 `)
 	env := []string{
 		"ALEPH_SANDBOX_SANDBOX__DEFAULT_TIMEOUT_SECONDS=15",
@@ -92,7 +93,7 @@ cgroup = "v1"
 		t.Fatalf("loaded %+v", s)
 	}
 	var lx map[string]any
-	if err := json.Unmarshal(cfg.DriverOptions("linux"), &lx); err != nil || lx["max_pids"] != float64(50) || lx["cgroup"] != "v1" {
+	if err := json.Unmarshal(cfg.DriverOptions("linux"), &lx); err != nil || lx["max_pids"] != float64(50) || lx["cgroup"] != "v1" || lx["tmpfs_max_mb"] != float64(256) {
 		t.Fatalf("driver options %s", cfg.DriverOptions("linux"))
 	}
 	if string(cfg.DriverOptions("darwin")) != "{}" {
@@ -132,6 +133,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"[[sandbox.command_policy.custom_rules]]\nname = \"a\"\nregex = \"b\"\naction = \"kill\"\n", nil, "sandbox.command_policy.custom_rules[0].action", "must be"},
 		{"[sandbox.linux]\ncgroup = \"v3\"\n", nil, "sandbox.linux.cgroup", "must be"},
 		{"[sandbox.linux]\nmax_pids = -1\n", nil, "sandbox.linux.max_pids", ">= 0"},
+		{"[sandbox.linux]\ntmpfs_max_mb = -1\n", nil, "sandbox.linux.tmpfs_max_mb", "between 0"},
 		{"[[sandbox.network.secret_injections]]\nhost = \"a\"\nheader = \"Bad Header\"\nsecret = \"K\"\n", nil, "sandbox.network.secret_injections[0].header", "header"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__NOPE=1"}, "sandbox.nope", "unknown key"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=x"}, "sandbox.rate_limit.burst", "must be an integer"},

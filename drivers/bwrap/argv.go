@@ -51,13 +51,14 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, extra ..
 		"--proc", "/proc",
 		"--dev", "/dev",
 	)
+	args = append(args, p.devArgs()...)
 
 	type mnt struct {
 		dest string
 		args []string
 	}
 	var ms []mnt
-	ms = append(ms, mnt{"/tmp", []string{"--tmpfs", "/tmp"}})
+	ms = append(ms, mnt{"/tmp", p.tmpArgs()})
 	for _, m := range p.System {
 		if m.Kind == MountSymlink {
 			ms = append(ms, mnt{m.Dest, []string{"--symlink", m.Src, m.Dest}})

@@ -18,8 +18,11 @@ import (
 
 func TestParseOptions(t *testing.T) {
 	o, err := ParseOptions("")
-	if err != nil || o.Pids() != DefaultMaxPids || o.Cgroup != CgroupAuto {
+	if err != nil || o.Pids() != DefaultMaxPids || o.Cgroup != CgroupAuto || o.TmpfsMaxBytes() != 1<<30 {
 		t.Fatalf("defaults: %+v %v", o, err)
+	}
+	if o, err := ParseOptions(`{"tmpfs_max_mb": 64}`); err != nil || o.TmpfsMaxBytes() != 64<<20 {
+		t.Fatalf("tmpfs_max_mb: %+v %v", o, err)
 	}
 	o, err = ParseOptions(`{"max_pids": 0, "cpu_quota_percent": 50, "cgroup": "v1"}`)
 	if err != nil || o.Pids() != 0 || o.CPUQuotaPercent != 50 || o.Cgroup != CgroupV1 {
@@ -38,6 +41,7 @@ func TestParseOptions(t *testing.T) {
 	for _, bad := range []string{
 		`{"max_pid": 10}`, `{"cgroup": "v3"}`, `{"cpu_quota_percent": -1}`, `{"cpu_quota_percent": 102401}`,
 		`{} {}`, `[1]`, `{"bwrap_path": "bwrap"}`, `{"max_pids": "ten"}`,
+		`{"tmpfs_max_mb": -1}`, `{"tmpfs_max_mb": 1048577}`,
 	} {
 		var oe *OptionsError
 		if _, err := ParseOptions(bad); !errors.As(err, &oe) {

@@ -157,6 +157,7 @@ func (d *Driver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (
 	if err != nil {
 		return driverapi.Profile{}, err
 	}
+	p.TmpfsBytes = tmpfsBudget(d.cfg.Options.TmpfsMaxBytes(), p.MemoryBytes)
 	if err := d.enforceable(p); err != nil {
 		return driverapi.Profile{}, err
 	}

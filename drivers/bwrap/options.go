@@ -15,6 +15,16 @@ const OptionsEnv = "ALEPH_DRIVER_OPTIONS"
 // DefaultMaxPids is the pids limit of a command when none is configured.
 const DefaultMaxPids = 200
 
+// DefaultTmpfsMaxMB is what a command's writable tmpfs mounts (/tmp and
+// /dev/shm) hold together when tmpfs_max_mb is not configured. Without a
+// bound each would be the kernel's default, half of RAM, of unswappable
+// host memory pinned by one command.
+const DefaultTmpfsMaxMB = 1024
+
+// maxTmpfsMaxMB bounds tmpfs_max_mb (1 TiB): far above any real host, low
+// enough that the byte count cannot overflow.
+const maxTmpfsMaxMB = 1 << 20
+
 // CgroupMode selects how resource limits are enforced.
 type CgroupMode string
 
@@ -42,6 +52,10 @@ type Options struct {
 	Cgroup CgroupMode `json:"cgroup,omitempty"`
 	// BwrapPath is the bubblewrap binary; empty means "bwrap" on PATH.
 	BwrapPath string `json:"bwrap_path,omitempty"`
+	// TmpfsMaxMB caps, in MiB, what a command's tmpfs mounts hold
+	// together; 0 means DefaultTmpfsMaxMB. A memory limit lowers it
+	// further (see tmpfsBudget). There is no "unbounded".
+	TmpfsMaxMB uint64 `json:"tmpfs_max_mb,omitempty"`
 }
 
 // OptionsError is a configuration the driver refuses.
@@ -94,6 +108,9 @@ func (o Options) Validate() error {
 			return &OptionsError{Key: "bwrap_path", Reason: "bwrap_path contains a NUL byte"}
 		}
 	}
+	if o.TmpfsMaxMB > maxTmpfsMaxMB {
+		return &OptionsError{Reason: fmt.Sprintf("tmpfs_max_mb %d is out of range (0 for the default of %d, up to %d)", o.TmpfsMaxMB, DefaultTmpfsMaxMB, maxTmpfsMaxMB)}
+	}
 	if o.BwrapPath != "" && o.BwrapPath[0] != '/' {
 		return &OptionsError{Key: "bwrap_path", Reason: fmt.Sprintf("bwrap_path %q is not absolute", o.BwrapPath)}
 	}
@@ -117,4 +134,12 @@ func (o Options) Pids() uint64 {
 		return DefaultMaxPids
 	}
 	return *o.MaxPids
+}
+
+// TmpfsMaxBytes is the effective tmpfs_max_mb in bytes.
+func (o Options) TmpfsMaxBytes() uint64 {
+	if o.TmpfsMaxMB == 0 {
+		return DefaultTmpfsMaxMB << 20
+	}
+	return o.TmpfsMaxMB << 20
 }

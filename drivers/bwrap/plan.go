@@ -77,6 +77,10 @@ type Plan struct {
 	// bound at ProxySocketPath; BridgePorts are where the bridge listens.
 	ProxySocket string   `json:"proxy_socket,omitempty"`
 	BridgePorts []uint16 `json:"bridge_ports,omitempty"`
+
+	// TmpfsBytes is what /tmp and /dev/shm hold together (tmpfsBudget):
+	// the driver's tmpfs_max_mb, at most MemoryBytes.
+	TmpfsBytes uint64 `json:"tmpfs_bytes"`
 }
 
 // systemTopLevel are the root entries of the system read set: bound
@@ -281,6 +285,9 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 		}
 		p.MemoryBytes = mb << 20
 	}
+	// The driver's ProfileFor puts its own tmpfs_max_mb in place of the
+	// default.
+	p.TmpfsBytes = tmpfsBudget(DefaultTmpfsMaxMB<<20, p.MemoryBytes)
 	write := map[string]bool{}
 	for _, g := range req.Capabilities.FSWrite {
 		c, err := canonicalPath("fs_write", g)
@@ -412,6 +419,9 @@ func (p Plan) Check() error {
 	}
 	if err := p.checkGrantsVsProtected(); err != nil {
 		return bad("%v", err)
+	}
+	if err := p.checkTmpfs(); err != nil {
+		return err
 	}
 	for _, g := range append(append([]string{}, p.FSRead...), p.FSWrite...) {
 		if driverapi.PathWithin(g, p.Workspace) {

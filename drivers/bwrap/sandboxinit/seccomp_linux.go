@@ -63,8 +63,8 @@ func deniedSyscalls() []string {
 		"userfaultfd",
 		// io_uring performs socket/open/connect without the syscalls filtered here
 		"io_uring_setup", "io_uring_enter", "io_uring_register",
-		// device nodes, swap, kernel log, reboot
-		"mknod", "mknodat", "swapon", "swapoff", "syslog", "reboot",
+		// swap, kernel log, reboot (mknod and mknodat: setIDRules, FIFOs only)
+		"swapon", "swapoff", "syslog", "reboot",
 		// namespace switching: leaving or re-forming bwrap's namespaces
 		"setns", "unshare",
 		// file handles address inodes outside the mount namespace (shocker escape)
@@ -133,24 +133,38 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 	// Socket gate. socket(2)'s family is an int: a caller may set the high
 	// 32 bits, but every rule here is "deny unless equal to an allowed
 	// family", and a 64-bit NotEqual fails closed on such values.
+	//
+	// No socket(AF_UNIX) for the command, in none and allow_hosts alike:
+	// seccomp cannot read connect's or sendmsg's address, and a host unix
+	// socket inside the workspace or a grant (a docker.sock in a mounted
+	// directory, a daemon's datagram socket) is reachable by path, read-only
+	// mount or not. socketpair stays for local IPC; seccompPrefix limits it
+	// to stream and seqpacket pairs (socketpairTypeGate says why).
 	var sockRules []seccomp.NameWithConditions
 	var sockDeny []string
 	switch spec.SocketMode {
 	case SocketUnixOnly:
 		sockRules = append(sockRules,
-			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
-				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
 			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
 				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
 			// sendto with a destination address is a connect in disguise
-			// (unconnected datagram sockets). sendmsg's msg_name is behind a
-			// pointer and cannot be inspected: bwrap's private mount and
-			// network namespaces leave no host socket to address.
+			// (unconnected datagram sockets); with socket() denied and
+			// datagram pairs refused no such socket exists, this stays as a
+			// second line.
 			seccomp.NameWithConditions{Name: "sendto", Conditions: seccomp.ArgumentConditions{
 				{Argument: 4, Operation: seccomp.NotEqual, Value: 0}}},
 		)
-		sockDeny = []string{"connect"}
-	case SocketProxyRouted, SocketBridge:
+		sockDeny = []string{"connect", "socket"}
+	case SocketProxyRouted:
+		sockRules = append(sockRules,
+			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET},
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET6}}},
+			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
+		)
+	case SocketBridge:
+		// The bridge itself needs its stream unix socket to the host proxy.
 		sockRules = append(sockRules,
 			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
 				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX},
@@ -163,7 +177,7 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 
 	groups := []seccomp.SyscallGroup{
 		{Names: append(deny, sockDeny...), Action: seccomp.ActionErrno},
-		{NamesWithCondtions: append(cloneRules, sockRules...), Action: seccomp.ActionErrno},
+		{NamesWithCondtions: append(append(cloneRules, sockRules...), setIDRules(info)...), Action: seccomp.ActionErrno},
 	}
 	return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
 }
@@ -181,12 +195,18 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 //     cannot read, so namespace and CLONE_THREAD checks are impossible.
 //     ENOSYS (not EPERM) makes glibc and others fall back to clone(2),
 //     whose flags are a register the rules below can check.
-//  4. Multipath TCP: Landlock's TCP bind/connect rules do not apply to
+//  4. openat2: its mode and flags live in a struct behind a pointer, so
+//     setIDRules cannot check the creation mode; ENOSYS (what a pre-5.6
+//     kernel says) makes glibc, Go and the rest fall back to openat.
+//  5. socketpair's type, when the network is restricted: only stream and
+//     seqpacket pairs (socketpairTypeGate), a masked compare the library
+//     cannot express.
+//  6. Multipath TCP: Landlock's TCP bind/connect rules do not apply to
 //     IPPROTO_MPTCP sockets, and Go's net.Listen uses MPTCP by default. When
 //     the network is restricted, socket(..., IPPROTO_MPTCP) gets
 //     EPROTONOSUPPORT, what an MPTCP-less kernel says, so runtimes fall back
 //     to plain TCP, which Landlock does cover.
-//  5. ioctl request numbers: the kernel takes `unsigned int cmd`, the
+//  7. ioctl request numbers: the kernel takes `unsigned int cmd`, the
 //     library compares 64 bits, so TIOCSTI|1<<32 would pass a library rule
 //     and still inject (CVE-2019-10063 pattern). Compare the low 32 bits.
 //     TIOCSTI pushes input into the controlling terminal (CVE-2017-5226);
@@ -219,10 +239,23 @@ func seccompPrefix(spec *InitSpec, info *arch.Info) ([]bpf.Instruction, error) {
 			bpf.RetConstant{Val: retENOSYS},
 		)
 	}
+	openat2Nr, err := nr("openat2")
+	if err != nil {
+		return nil, err
+	}
 	p = append(p,
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: clone3Nr, SkipFalse: 1},
 		bpf.RetConstant{Val: retENOSYS},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: openat2Nr, SkipFalse: 1},
+		bpf.RetConstant{Val: retENOSYS},
 	)
+	if spec.SocketMode == SocketUnixOnly || spec.SocketMode == SocketProxyRouted {
+		socketpairNr, err := nr("socketpair")
+		if err != nil {
+			return nil, err
+		}
+		p = append(p, socketpairTypeGate(socketpairNr)...)
+	}
 	if spec.SocketMode != SocketUnrestricted {
 		socketNr, err := nr("socket")
 		if err != nil {

@@ -185,9 +185,18 @@ func TestSeccompFilterSocketGate(t *testing.T) {
 		f.expect(retEPERM, "socketpair", unix.AF_INET, unix.SOCK_STREAM)
 		f.expect(retEPERM, "connect", 3, 0, 0)
 		f.expect(retEPERM, "sendto", 3, 0, 0, 0, 0x1000, 16)
+		// No AF_UNIX socket either: sendmsg's address cannot be read.
+		f.expect(retEPERM, "socket", unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socket", unix.AF_UNIX, unix.SOCK_DGRAM)
+		// Datagram pairs send to any path given in msg_name.
+		f.expect(retEPERM, "socketpair", unix.AF_UNIX, unix.SOCK_DGRAM)
+		f.expect(retEPERM, "socketpair", unix.AF_UNIX, unix.SOCK_RAW)
+		f.expect(retEPERM, "socketpair", unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC)
 		// Positive controls.
-		f.expect(retAllow, "socket", unix.AF_UNIX, unix.SOCK_STREAM)
 		f.expect(retAllow, "socketpair", unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retAllow, "socketpair", unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+		f.expect(retAllow, "socketpair", unix.AF_UNIX, unix.SOCK_SEQPACKET)
+		f.expect(retAllow, "socketpair", unix.AF_UNIX, 1<<32|unix.SOCK_STREAM)
 		f.expect(retAllow, "sendto", 3, 0x1000, 1, 0, 0, 0)
 		f.expect(retAllow, "bind", 3, 0, 0)
 		f.expect(retAllow, "ioctl", 0, unix.TCGETS) // nr reloaded after the socket check
@@ -196,8 +205,11 @@ func TestSeccompFilterSocketGate(t *testing.T) {
 		f := newFilterVM(t, strictSpec(SocketProxyRouted))
 		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM)
 		f.expect(retAllow, "socket", unix.AF_INET6, unix.SOCK_STREAM)
-		f.expect(retAllow, "socket", unix.AF_UNIX, unix.SOCK_STREAM)
 		f.expect(retAllow, "connect", 3, 0, 0)
+		// Host unix sockets in the workspace or a grant stay unreachable.
+		f.expect(retEPERM, "socket", unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socket", unix.AF_UNIX, unix.SOCK_DGRAM)
+		f.expect(retEPERM, "socketpair", unix.AF_UNIX, unix.SOCK_DGRAM)
 		f.expect(retEPERM, "socket", unix.AF_NETLINK, unix.SOCK_RAW)
 		f.expect(retEPERM, "socket", unix.AF_PACKET, unix.SOCK_RAW)
 		f.expect(retEPERM, "socket", unix.AF_VSOCK, unix.SOCK_STREAM)
@@ -208,6 +220,13 @@ func TestSeccompFilterSocketGate(t *testing.T) {
 		f.expect(retNoProto, "socket", unix.AF_INET6, unix.SOCK_STREAM, 1<<32|unix.IPPROTO_MPTCP)
 		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_TCP)
 		f.expect(retEPERM, "ioctl", 0, unix.TIOCSTI) // the ioctl rule still follows
+	})
+	t.Run("bridge", func(t *testing.T) {
+		// The bridge's own way to the host proxy is a stream unix socket.
+		f := newFilterVM(t, InitSpec{SocketMode: SocketBridge, BridgePorts: []uint16{3128}})
+		f.expect(retAllow, "socket", unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socket", unix.AF_UNIX, unix.SOCK_DGRAM)
 	})
 	t.Run("unrestricted", func(t *testing.T) {
 		f := newFilterVM(t, strictSpec(SocketUnrestricted))
@@ -295,5 +314,90 @@ func BenchmarkSeccompFilterVM(b *testing.B) {
 		if _, err := vm.Run(data); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+func TestSeccompFilterSetID(t *testing.T) {
+	const (
+		suid = unix.S_ISUID
+		sgid = unix.S_ISGID
+		cwd  = uint64(0xffffffffffffff9c) // AT_FDCWD as the register holds it
+		path = 0x1000
+	)
+	for _, mode := range []SocketMode{SocketUnrestricted, SocketUnixOnly, SocketProxyRouted} {
+		t.Run(string(mode), func(t *testing.T) {
+			f := newFilterVM(t, strictSpec(mode))
+			has := func(name string) bool { _, ok := f.info.SyscallNames[name]; return ok }
+			// chmod family: any set-id bit is refused, high junk or not.
+			for _, m := range []uint64{suid | 0o755, sgid | 0o755, suid | sgid | 0o4777, 1<<32 | suid | 0o755} {
+				if has("chmod") {
+					f.expect(retEPERM, "chmod", path, m)
+				}
+				f.expect(retEPERM, "fchmod", 3, m)
+				f.expect(retEPERM, "fchmodat", cwd, path, m)
+				f.expect(retEPERM, "fchmodat2", cwd, path, m, 0)
+			}
+			// Positive controls: chmod +x, 755, sticky, 0.
+			for _, m := range []uint64{0o755, 0o644, 0o1777, 0, 1<<32 | 0o755} {
+				if has("chmod") {
+					f.expect(retAllow, "chmod", path, m)
+				}
+				f.expect(retAllow, "fchmod", 3, m)
+				f.expect(retAllow, "fchmodat", cwd, path, m)
+				f.expect(retAllow, "fchmodat2", cwd, path, m, 0)
+			}
+			// Creation modes: refused when creating, ignored otherwise.
+			creat := uint64(unix.O_CREAT | unix.O_WRONLY | unix.O_TRUNC)
+			tmp := uint64(unix.O_TMPFILE | unix.O_RDWR)
+			f.expect(retEPERM, "openat", cwd, path, creat, suid|0o755)
+			f.expect(retEPERM, "openat", cwd, path, creat|unix.O_EXCL, sgid|0o755)
+			f.expect(retEPERM, "openat", cwd, path, tmp, suid|0o755)
+			f.expect(retAllow, "openat", cwd, path, creat, 0o755)
+			f.expect(retAllow, "openat", cwd, path, tmp, 0o600)
+			f.expect(retAllow, "openat", cwd, path, unix.O_RDONLY, suid|0o755) // no creation: mode unused
+			if has("open") {
+				f.expect(retEPERM, "open", path, creat, suid|0o755)
+				f.expect(retAllow, "open", path, creat, 0o644)
+			}
+			if has("creat") {
+				f.expect(retEPERM, "creat", path, sgid|0o755)
+				f.expect(retAllow, "creat", path, 0o755)
+			}
+			// openat2's mode is in a struct: ENOSYS, libc falls back.
+			f.expect(retENOSYS, "openat2", cwd, path, 0x2000, 24)
+			// mknod: FIFOs only.
+			for _, name := range []string{"mknodat", "mknod"} {
+				if !has(name) {
+					continue
+				}
+				call := func(want uint32, m uint64) {
+					t.Helper()
+					if name == "mknod" {
+						f.expect(want, name, path, m, 0)
+					} else {
+						f.expect(want, name, cwd, path, m, 0)
+					}
+				}
+				call(retAllow, unix.S_IFIFO|0o644)
+				call(retAllow, 1<<32|unix.S_IFIFO|0o600)
+				call(retEPERM, 0o644) // type 0: a regular file
+				call(retEPERM, unix.S_IFREG|0o644)
+				call(retEPERM, unix.S_IFREG|suid|0o755)
+				call(retEPERM, unix.S_IFCHR|0o666)
+				call(retEPERM, unix.S_IFBLK|0o666)
+				call(retEPERM, unix.S_IFSOCK|0o666)
+				call(retEPERM, unix.S_IFIFO|suid|0o644)
+				call(retEPERM, unix.S_IFIFO|unix.S_IFCHR|0o644)
+			}
+			// Foreign architectures still die before any of this.
+			if got := f.runRaw(unix.AUDIT_ARCH_I386, 15, path, suid|0o755); got != retKillProcess { // i386 chmod
+				t.Errorf("i386 chmod: got %s, want KILL_PROCESS", retName(got))
+			}
+			if f.info.ID == arch.X86_64.ID {
+				if got := f.runRaw(uint32(f.info.ID), x32SyscallBit|90, path, suid|0o755); got != retENOSYS { // x32 chmod
+					t.Errorf("x32 chmod: got %s, want ERRNO(ENOSYS)", retName(got))
+				}
+			}
+		})
 	}
 }

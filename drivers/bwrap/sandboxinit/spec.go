@@ -34,12 +34,15 @@ type SocketMode string
 const (
 	// SocketUnrestricted is network "all": no socket-family filtering.
 	SocketUnrestricted SocketMode = "unrestricted"
-	// SocketUnixOnly is network "none": socket()/socketpair() only for
-	// AF_UNIX, connect() denied, TCP bind/connect denied by Landlock.
+	// SocketUnixOnly is network "none": no socket() at all, socketpair()
+	// only for AF_UNIX stream and seqpacket pairs, connect() denied, TCP
+	// bind/connect denied by Landlock.
 	SocketUnixOnly SocketMode = "unix_only"
 	// SocketProxyRouted is network "allow_hosts" behind the in-namespace
-	// bridge: AF_INET, AF_INET6 and AF_UNIX sockets; Landlock lets TCP
-	// connect only to BridgePorts and bind nothing.
+	// bridge: AF_INET and AF_INET6 sockets (no AF_UNIX: host unix sockets
+	// in the workspace or a grant stay out of reach), socketpair() as in
+	// SocketUnixOnly; Landlock lets TCP connect only to BridgePorts and
+	// bind nothing.
 	SocketProxyRouted SocketMode = "proxy_routed"
 )
 
