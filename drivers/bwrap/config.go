@@ -24,6 +24,8 @@ func configFields() []driverapi.ConfigField {
 			Description: "how limits are enforced: auto picks v2 where delegated, else v1 where writable"},
 		{Name: "bwrap_path", Type: driverapi.ConfigString, DefaultJSON: `""`,
 			Description: "absolute path of bubblewrap; empty means bwrap on PATH"},
+		{Name: "tmpfs_max_mb", Type: driverapi.ConfigUint, DefaultJSON: "1024",
+			Description: "MiB a command's writable tmpfs mounts (/tmp, /dev/shm) hold together, never more than its memory limit; 0 means the default"},
 	}
 }
 

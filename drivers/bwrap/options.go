@@ -109,7 +109,7 @@ func (o Options) Validate() error {
 		}
 	}
 	if o.TmpfsMaxMB > maxTmpfsMaxMB {
-		return &OptionsError{Reason: fmt.Sprintf("tmpfs_max_mb %d is out of range (0 for the default of %d, up to %d)", o.TmpfsMaxMB, DefaultTmpfsMaxMB, maxTmpfsMaxMB)}
+		return &OptionsError{Key: "tmpfs_max_mb", Reason: fmt.Sprintf("tmpfs_max_mb %d is out of range (0 for the default of %d, up to %d)", o.TmpfsMaxMB, DefaultTmpfsMaxMB, maxTmpfsMaxMB)}
 	}
 	if o.BwrapPath != "" && o.BwrapPath[0] != '/' {
 		return &OptionsError{Key: "bwrap_path", Reason: fmt.Sprintf("bwrap_path %q is not absolute", o.BwrapPath)}
