@@ -159,7 +159,7 @@ func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setu
 	// allow, which Windows orders before the inherited DENY: drop it.
 	// A grant that does not exist has nothing to carry an ACE (and the
 	// command cannot create it outside its writable trees); skipping it
-	// keeps a typo from failing a tier and degrading the chain.
+	// keeps a typo from failing the command.
 	writes := existing(p.outsideProtected(p.Write), exists)
 	reads := existing(p.outsideProtected(p.Read), exists)
 	switch tier {

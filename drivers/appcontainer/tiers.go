@@ -7,7 +7,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// Tier is one rung of the soft-degrade chain, strongest first.
+// Tier is one of the driver's isolation levels, strongest first.
 type Tier int
 
 const (
@@ -22,7 +22,7 @@ const (
 	TierJobObject
 )
 
-// Tiers lists the chain in order.
+// Tiers lists the tiers, strongest first.
 func Tiers() []Tier { return []Tier{TierAppContainer, TierRestrictedToken, TierJobObject} }
 
 func (t Tier) String() string {
