@@ -6,6 +6,9 @@ GOFLAGS   ?=
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 TOOLS     := $(CURDIR)/.tools
+# The GitHub Actions linter; `go run pkg@version` fetches it through the
+# module proxy, so a fresh machine needs nothing installed.
+ACTIONLINT_VERSION := v1.7.12
 
 .PHONY: all build test test-go test-unprivileged fuzz-short proto proto-tools proto-check lint cross bench clean
 
@@ -63,6 +66,7 @@ lint:
 	GOOS=darwin  GOARCH=arm64 $(GO) vet ./...
 	GOOS=darwin  GOARCH=amd64 $(GO) vet ./...
 	GOOS=windows $(GO) vet ./...
+	$(GO) run github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION) .github/workflows/*.yml
 
 cross:
 	GOOS=darwin  GOARCH=arm64 $(GO) build ./...

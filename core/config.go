@@ -117,9 +117,9 @@ type LinuxConfig struct {
 // WindowsConfig is [sandbox.windows]; it reaches the Windows driver as
 // ALEPH_DRIVER_OPTIONS.
 type WindowsConfig struct {
-	// MinTier is the weakest tier the soft-degrade chain may fall to:
-	// "appcontainer" (never degrade), "restricted_token" or "job_object"
-	// (the full chain). Empty means the driver's default, "job_object".
+	// MinTier is the weakest tier the Windows driver may use when the
+	// stronger ones are absent on the host: "appcontainer", "restricted_token"
+	// or "job_object". Empty means the driver's default, "appcontainer".
 	MinTier string `koanf:"min_tier" json:"min_tier,omitempty" toml:"min_tier"`
 	// MaxProcesses is the Job Object's active-process limit when
 	// subprocesses are allowed; 0 means the driver's default (64).

@@ -1,5 +1,12 @@
 package appcontainer
 
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"strconv"
+)
+
 // Access rights (winnt.h), spelled out so the plan is testable anywhere.
 const (
 	fileReadData        = 0x0001 // FILE_LIST_DIRECTORY on directories
@@ -43,14 +50,63 @@ type Trustee int
 const (
 	// TrusteeAppContainer is this command's own AppContainer SID.
 	TrusteeAppContainer Trustee = iota + 1
-	// TrusteeRestricted is RESTRICTED (S-1-5-12), a restricting SID of
-	// every restricted token this driver makes: a DENY for it binds the
-	// restricted tier and nobody else.
-	TrusteeRestricted
+	// TrusteeCapability is the per-command capability SID that is a
+	// restricting SID of the restricted tier's token (see
+	// RestrictingSIDs): with WRITE_RESTRICTED, a write needs an ACE for
+	// it, and a DENY for it binds this command and nobody else.
+	TrusteeCapability
 )
 
-// SIDRestricted is the RESTRICTED well-known SID.
-const SIDRestricted = "S-1-5-12"
+// SIDRestrictedCode is RESTRICTED (S-1-5-12), which this driver no longer
+// uses as a restricting SID: it is in every restricted token, so ACEs for
+// it could not tell commands apart.
+const SIDRestrictedCode = "S-1-5-12"
+
+// SIDEveryone is the Everyone (World) well-known SID.
+const SIDEveryone = "S-1-1-0"
+
+// CreateRestrictedToken flags (winnt.h).
+const (
+	disableMaxPrivilege = 0x1
+	writeRestricted     = 0x8
+)
+
+// RestrictedTokenFlags are the restricted tier's CreateRestrictedToken
+// flags: every privilege but SeChangeNotify removed, and WRITE_RESTRICTED,
+// so the restricting SIDs are checked for write access only: reads go on
+// as the user, writes need the restricting SIDs' access too.
+const RestrictedTokenFlags = disableMaxPrivilege | writeRestricted
+
+// RestrictingSIDs are the restricted tier's restricting SIDs: the
+// command's own capability SID (its ACEs grant the workspace and fs_write
+// grants and deny the protected directories), the logon SID (the window
+// station and desktop are granted to it) and Everyone (system objects a
+// process must write, such as the NUL device, grant it). Never the user's
+// SID, nor Users or Authenticated Users: those would let the second access
+// check pass wherever the user may write, leaving the Low label as the
+// only barrier.
+func RestrictingSIDs(capabilitySID, logonSID string) []string {
+	out := []string{capabilitySID}
+	if logonSID != "" {
+		out = append(out, logonSID)
+	}
+	return append(out, SIDEveryone)
+}
+
+// NewCapabilitySID makes a fresh SID for one restricted-tier command from
+// 16 random bytes, in the capability-SID authority (S-1-15-3-1024-...),
+// which no account or group uses.
+func NewCapabilitySID(random io.Reader) (string, error) {
+	var b [16]byte
+	if _, err := io.ReadFull(random, b[:]); err != nil {
+		return "", fmt.Errorf("capability SID: %w", err)
+	}
+	sid := "S-1-15-3-1024"
+	for i := 0; i < 16; i += 4 {
+		sid += "-" + strconv.FormatUint(uint64(binary.LittleEndian.Uint32(b[i:])), 10)
+	}
+	return sid, nil
+}
 
 // ACE is one access-control change.
 type ACE struct {
@@ -103,7 +159,7 @@ func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setu
 	// allow, which Windows orders before the inherited DENY: drop it.
 	// A grant that does not exist has nothing to carry an ACE (and the
 	// command cannot create it outside its writable trees); skipping it
-	// keeps a typo from failing a tier and degrading the chain.
+	// keeps a typo from failing the command.
 	writes := existing(p.outsideProtected(p.Write), exists)
 	reads := existing(p.outsideProtected(p.Read), exists)
 	switch tier {
@@ -130,7 +186,20 @@ func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setu
 			s.ACEs = append(s.ACEs, ac(prot, MaskDenyProtected, true, true))
 		}
 	case TierRestrictedToken:
-		// Low integrity: writable only where labelled Low.
+		// Two barriers: the capability SID's ACEs (WRITE_RESTRICTED makes
+		// every write need one), and Low integrity (writable only where
+		// labelled Low).
+		cp := func(path string, mask uint32, deny, inherit bool) ACE {
+			return ACE{Path: path, Trustee: TrusteeCapability, Mask: mask, Deny: deny, Inherit: inherit, Revoke: true}
+		}
+		s.ACEs = append(s.ACEs, cp(p.Workspace, MaskWorkspace, false, true))
+		for _, w := range writes {
+			s.ACEs = append(s.ACEs, cp(w, MaskWriteGrant, false, true))
+		}
+		s.ACEs = append(s.ACEs, cp(p.Workspace, MaskDenyDeleteChild, true, false))
+		for _, prot := range p.Protected {
+			s.ACEs = append(s.ACEs, cp(prot, MaskDenyProtected, true, true))
+		}
 		s.Labels = append(s.Labels, Label{Path: p.Workspace, Low: true})
 		for _, w := range writes {
 			s.Labels = append(s.Labels, Label{Path: w, Low: true, Revert: true})
@@ -138,10 +207,6 @@ func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setu
 		// After the workspace, so its inherited Low label stops here.
 		for _, prot := range p.Protected {
 			s.Labels = append(s.Labels, Label{Path: prot, Low: false, Protect: true})
-		}
-		s.ACEs = append(s.ACEs, ACE{Path: p.Workspace, Trustee: TrusteeRestricted, Deny: true, Mask: MaskDenyDeleteChild})
-		for _, prot := range p.Protected {
-			s.ACEs = append(s.ACEs, ACE{Path: prot, Trustee: TrusteeRestricted, Deny: true, Mask: MaskDenyProtected, Inherit: true})
 		}
 	}
 	return s

@@ -110,13 +110,25 @@ func TestPlanSetupRestrictedAndJob(t *testing.T) {
 			t.Errorf("protected label %+v must be Medium and not inherit", l)
 		}
 	}
+	// The capability SID is granted the workspace and the existing write
+	// grant, denied delete-child on the workspace and every write on the
+	// protected directories, all revoked afterwards; grants before denies.
+	var grants, denies []string
 	for _, a := range s.ACEs {
-		if !a.Deny || a.Trustee != TrusteeRestricted || a.Revoke {
-			t.Errorf("restricted-tier ACE %+v", a)
+		if a.Trustee != TrusteeCapability || !a.Revoke {
+			t.Errorf("restricted-tier ACE %+v: want the command's capability SID, revoked", a)
+		}
+		if a.Deny {
+			denies = append(denies, a.Path)
+		} else {
+			if len(denies) > 0 {
+				t.Errorf("grant on %s after a deny", a.Path)
+			}
+			grants = append(grants, a.Path)
 		}
 	}
-	if len(s.ACEs) != 5 {
-		t.Errorf("want delete-child deny + 4 protected denies, got %d", len(s.ACEs))
+	if strings.Join(grants, "|") != wsPath+`|D:\out` || len(denies) != 5 {
+		t.Errorf("grants %q denies %q", grants, denies)
 	}
 	// A grant that does not exist is skipped, not a setup failure.
 	if m := PlanSetup(TierRestrictedToken, p, `C:\x.exe`, existsIn()); len(m.Labels) != 5 {
@@ -124,5 +136,37 @@ func TestPlanSetupRestrictedAndJob(t *testing.T) {
 	}
 	if j := PlanSetup(TierJobObject, p, `C:\x.exe`, existsIn()); len(j.ACEs)+len(j.Labels)+len(j.Stubs) != 0 {
 		t.Errorf("job tier changes the file system: %+v", j)
+	}
+}
+
+func TestRestrictedTokenShape(t *testing.T) {
+	if RestrictedTokenFlags&0x8 == 0 {
+		t.Error("WRITE_RESTRICTED not set: the restricting SIDs would bind reads too, or the Low label would be the only write barrier")
+	}
+	if RestrictedTokenFlags&0x1 == 0 {
+		t.Error("DISABLE_MAX_PRIVILEGE not set")
+	}
+	user := "S-1-5-21-1-2-3-1001"
+	got := RestrictingSIDs("S-1-15-3-1024-1-2-3-4", "S-1-5-5-0-12345")
+	if strings.Join(got, ",") != "S-1-15-3-1024-1-2-3-4,S-1-5-5-0-12345,"+SIDEveryone {
+		t.Errorf("restricting SIDs %v", got)
+	}
+	for _, s := range got {
+		for _, broad := range []string{user, "S-1-5-32-545", "S-1-5-11", SIDRestrictedCode} {
+			if s == broad {
+				t.Errorf("restricting SID %s would let writes pass wherever the user or all users may write", s)
+			}
+		}
+	}
+	a, err := NewCapabilitySID(strings.NewReader("0123456789abcdef"))
+	if err != nil || !strings.HasPrefix(a, "S-1-15-3-1024-") || strings.Count(a, "-") != 8 {
+		t.Errorf("capability SID %q %v", a, err)
+	}
+	b, _ := NewCapabilitySID(strings.NewReader("fedcba9876543210"))
+	if a == b {
+		t.Error("different randomness gave the same SID")
+	}
+	if _, err := NewCapabilitySID(strings.NewReader("short")); err == nil {
+		t.Error("short randomness accepted")
 	}
 }

@@ -1,6 +1,9 @@
-// Package appcontainer is the Windows driver of aleph-sandbox: the
-// three-tier soft-degrade chain AppContainer → restricted token at Low
-// integrity → plain process, every tier inside a Job Object.
+// Package appcontainer is the Windows driver of aleph-sandbox: a command
+// runs in an AppContainer inside a Job Object. Two weaker tiers exist for
+// hosts without AppContainers (a restricted token at Low integrity, and
+// the Job Object alone); the driver uses one only when every stronger one
+// is absent on the host and the operator's min_tier allows it, and never
+// for a command that needs what the weaker tier does not enforce.
 //
 // What needs no Windows (command-line quoting, the launch plan, ACL and
 // label planning, reparse-point checks, tier selection, the capability
@@ -11,7 +14,6 @@ package appcontainer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"runtime"
@@ -49,8 +51,8 @@ type Platform interface {
 	// Launch applies l.Setup, runs the command in tier inside a Job
 	// Object, streams its output within budget, enforces the timeout and
 	// cleans up (AppContainer profile, per-command ACEs). An error that is
-	// a *SetupError means the command never started, so the next tier may
-	// be tried.
+	// a *SetupError means the command never started; it is reported, and
+	// the command is not retried in another tier.
 	Launch(ctx context.Context, t Tier, l Launch, streams driverapi.Streams) (driverapi.Exit, error)
 	// IsFile reports whether path is an existing regular file.
 	IsFile(path string) bool
@@ -65,27 +67,6 @@ type SetupError struct {
 
 func (e *SetupError) Error() string { return e.Tier.String() + ": " + e.Step + ": " + e.Err.Error() }
 func (e *SetupError) Unwrap() error { return e.Err }
-
-// ChainError: no tier of the allowed chain could start the command.
-type ChainError struct {
-	Failures []error
-	// StoppedAt is the weakest tier allowed for this command, and Why
-	// says what kept the chain from going lower.
-	StoppedAt Tier
-	Why       string
-}
-
-func (e *ChainError) Error() string {
-	var parts []string
-	for _, f := range e.Failures {
-		parts = append(parts, f.Error())
-	}
-	msg := "no sandbox tier could start the command (" + strings.Join(parts, "; ") + ")"
-	if e.Why != "" {
-		msg += "; not degrading below " + e.StoppedAt.String() + ": " + e.Why
-	}
-	return msg
-}
 
 // Config configures a Driver.
 type Config struct {
@@ -112,7 +93,7 @@ var _ driverapi.Driver = (*Driver)(nil)
 // New returns a driver; it fails only on invalid options.
 func New(cfg Config) (*Driver, error) {
 	if cfg.Options.MinTier == "" {
-		cfg.Options.MinTier = TierJobObject.String()
+		cfg.Options.MinTier = DefaultMinTier.String()
 	}
 	floor, err := ParseTier(cfg.Options.MinTier)
 	if err != nil {
@@ -136,6 +117,8 @@ func New(cfg Config) (*Driver, error) {
 	return &Driver{cfg: cfg, floor: floor}, nil
 }
 
+// probe runs the tier probes once, strongest first, down to the floor,
+// and stops at the first tier that works: that is the host's tier.
 func (d *Driver) probe(ctx context.Context) (Tier, map[Tier]error) {
 	d.probeMu.Lock()
 	defer d.probeMu.Unlock()
@@ -149,17 +132,16 @@ func (d *Driver) probe(ctx context.Context) (Tier, map[Tier]error) {
 				d.probeErrs[t] = err
 				continue
 			}
-			d.best = t
 			break
 		}
+		d.best = selectTier(d.floor, d.probeErrs)
 		d.probed = true
 	}
 	return d.best, d.probeErrs
 }
 
-// Capabilities probes the tiers once and claims what the best working
-// tier enforces. A later per-command fall to a weaker tier is the audited
-// soft degrade (Exit.Details), and never widens the network: see chainFor.
+// Capabilities probes the tiers once and claims what the host's tier
+// enforces: every command runs in that tier, so the claims hold for each.
 func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
 	best, errs := d.probe(ctx)
 	features, un, details := report(best, d.floor, errs)
@@ -188,7 +170,8 @@ func (d *Driver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (
 	return driverapi.NewProfile(Backend, data), nil
 }
 
-// Run walks the tier chain for spec.
+// Run runs spec in the host's tier, or refuses it when that tier does
+// not enforce what the command needs.
 func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
 	if err := driverapi.ValidateRunSpec(spec); err != nil {
 		return driverapi.Exit{}, err
@@ -200,9 +183,17 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
-	cwd := WinClean(spec.Cwd)
-	if cwd == "" || !WinWithin(cwd, plan.Workspace) {
+	cwd, err := CanonicalPath(d.cfg.FS, "cwd", spec.Cwd)
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	if !WinWithin(cwd, plan.Workspace) {
 		return driverapi.Exit{}, &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is not inside the workspace %q", spec.Cwd, plan.Workspace)}
+	}
+	host, probeErrs := d.probe(ctx)
+	tier, err := tierFor(plan, host, d.floor, probeErrs)
+	if err != nil {
+		return driverapi.Exit{}, err
 	}
 	// Again now: the file system may have changed since ProfileFor.
 	if err := CheckReparsePoints(d.cfg.FS, plan); err != nil {
@@ -210,6 +201,12 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	}
 	prog, err := ResolveProgram(spec.Program, cwd, spec.Env, d.cfg.Platform.IsFile)
 	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	if prog, err = CanonicalPath(d.cfg.FS, "program", prog); err != nil {
+		return driverapi.Exit{}, err
+	}
+	if err := checkBatchName(prog); err != nil {
 		return driverapi.Exit{}, err
 	}
 	cmdline, err := CommandLine(prog, spec.Args)
@@ -223,46 +220,24 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	exists := func(p string) bool { fi, err := d.cfg.FS.Lstat(p); return err == nil && fi.Exists }
 	launch := Launch{Plan: plan, Program: prog, CommandLine: cmdline, Env: env, Cwd: cwd,
 		Stdin: spec.Stdin, Timeout: spec.Timeout, MaxOutputBytes: spec.MaxOutputBytes, CommandID: spec.CommandID}
-	return runChain(ctx, d.cfg.Platform, chainFor(plan, d.floor), d.floor, launch, exists, streams)
-}
-
-// runChain tries each tier in order; a setup failure falls to the next
-// and is recorded, anything else ends the command.
-func runChain(ctx context.Context, pf Platform, chain []Tier, floor Tier, l Launch, exists func(string) bool, streams driverapi.Streams) (driverapi.Exit, error) {
-	var fails []error
-	for _, t := range chain {
-		if err := ctx.Err(); err != nil {
-			return driverapi.Exit{}, err
-		}
-		l.Setup = PlanSetup(t, l.Plan, l.Program, exists)
-		exit, err := pf.Launch(ctx, t, l, streams)
-		var se *SetupError
-		if errors.As(err, &se) {
-			fails = append(fails, err)
-			continue
-		}
-		if err != nil {
-			return driverapi.Exit{}, err
-		}
-		if exit.Details == nil {
-			exit.Details = map[string]string{}
-		}
-		exit.Details["tier"] = t.String()
-		if len(fails) > 0 {
-			var parts []string
-			for _, f := range fails {
-				parts = append(parts, f.Error())
-			}
-			exit.Details["tier_fallback_reason"] = strings.Join(parts, "; ")
-			exit.Details["tier_lost_features"] = strings.Join(lostFeatures(chain[0], t), ",")
-		}
-		return exit, nil
+	launch.Setup = PlanSetup(tier, plan, prog, exists)
+	exit, err := d.cfg.Platform.Launch(ctx, tier, launch, streams)
+	if err != nil {
+		// A setup failure (a failed ACL write, CreateProcess, ...) is this
+		// command's failure. It is never a reason to try a weaker tier:
+		// a file left by an earlier command could otherwise push every
+		// later one out of its sandbox.
+		return driverapi.Exit{}, fmt.Errorf("appcontainer: %w", err)
 	}
-	ce := &ChainError{Failures: fails, StoppedAt: chain[len(chain)-1]}
-	if ce.StoppedAt < floor {
-		ce.Why = "the command asked for no network, which only an AppContainer enforces"
+	if exit.Details == nil {
+		exit.Details = map[string]string{}
 	}
-	return driverapi.Exit{}, ce
+	exit.Details["tier"] = tier.String()
+	if tier != TierAppContainer {
+		exit.Details["tier_fallback_reason"] = probeSummary(probeErrs)
+		exit.Details["tier_lost_features"] = strings.Join(lostFeatures(TierAppContainer, tier), ",")
+	}
+	return exit, nil
 }
 
 // lostFeatures are what the best tier enforces and the used one does not.
@@ -294,7 +269,7 @@ func ResolveProgram(program, cwd string, env []driverapi.EnvVar, isFile func(str
 	if pe := get("PATHEXT"); pe != "" {
 		exts = nil
 		for _, e := range strings.Split(strings.ToLower(pe), ";") {
-			if e != "" && e != ".bat" && e != ".cmd" {
+			if t := strings.TrimRight(e, ". "); e != "" && t != ".bat" && t != ".cmd" {
 				exts = append(exts, e)
 			}
 		}
@@ -348,9 +323,24 @@ func hasExt(p string) bool {
 }
 
 func checkBatch(p string) (string, error) {
-	l := strings.ToLower(p)
-	if strings.HasSuffix(l, ".bat") || strings.HasSuffix(l, ".cmd") {
-		return "", &driverapi.InvalidSpecError{Field: "program", Reason: fmt.Sprintf("%s is a batch file; run cmd.exe /d /c explicitly so the quoting is yours", p)}
+	if err := checkBatchName(p); err != nil {
+		return "", err
 	}
 	return p, nil
+}
+
+// checkBatchName refuses a program CreateProcess would run through
+// cmd.exe. The name is checked as Windows reads it: a trailing dot or
+// space (`x.bat.`, `x.cmd `) or a stream suffix (`x.bat::$DATA`) is
+// stripped by Win32 and still runs the batch file, so such names are
+// refused outright rather than compared.
+func checkBatchName(p string) error {
+	if err := checkComponents("program", p, WinClean(p), true); err != nil {
+		return &driverapi.InvalidSpecError{Field: "program", Reason: err.Error()}
+	}
+	l := strings.ToLower(p)
+	if strings.HasSuffix(l, ".bat") || strings.HasSuffix(l, ".cmd") {
+		return &driverapi.InvalidSpecError{Field: "program", Reason: fmt.Sprintf("%s is a batch file; run cmd.exe /d /c explicitly so the quoting is yours", p)}
+	}
+	return nil
 }

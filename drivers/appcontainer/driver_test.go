@@ -104,66 +104,150 @@ func TestChainUsesBestTier(t *testing.T) {
 	}
 }
 
-func TestChainFallsAndRecords(t *testing.T) {
-	pf := &fakePlatform{launchFail: map[Tier]error{
-		TierAppContainer:    errors.New("CreateAppContainerProfile: access denied"),
-		TierRestrictedToken: errors.New("ERROR_PRIVILEGE_NOT_HELD"),
-	}}
-	d := newTestDriver(t, pf, "")
-	exit, err := d.Run(t.Context(), runSpec(t, d, allowAll), driverapi.Streams{})
-	if err != nil {
-		t.Fatal(err)
+// TestSetupFailureNeverFallsThrough: a tier that is present but fails to
+// set one command up (a failed ACL write, CreateProcess, ...) fails that
+// command. The old chain ran it again with the user's own token.
+func TestSetupFailureNeverFallsThrough(t *testing.T) {
+	for _, minTier := range []string{"", "restricted_token", "job_object"} {
+		pf := &fakePlatform{launchFail: map[Tier]error{TierAppContainer: errors.New(`write ACL of C:\ws\.git: access denied`)}}
+		d := newTestDriver(t, pf, minTier)
+		_, err := d.Run(t.Context(), runSpec(t, d, allowAll), driverapi.Streams{})
+		var se *SetupError
+		if !errors.As(err, &se) || se.Tier != TierAppContainer || !strings.Contains(err.Error(), "access denied") {
+			t.Errorf("min_tier %q: got %v, want the AppContainer setup error", minTier, err)
+		}
+		if pf.tiersTried() != "appcontainer" {
+			t.Errorf("min_tier %q: tried %s after a setup failure", minTier, pf.tiersTried())
+		}
 	}
-	if exit.Details["tier"] != "job_object" || pf.tiersTried() != "appcontainer,restricted_token,job_object" {
-		t.Errorf("tier %q tried %s", exit.Details["tier"], pf.tiersTried())
-	}
-	reason := exit.Details["tier_fallback_reason"]
-	if !strings.Contains(reason, "appcontainer: fake: CreateAppContainerProfile: access denied") || !strings.Contains(reason, "restricted_token: fake: ERROR_PRIVILEGE_NOT_HELD") {
-		t.Errorf("fallback reason %q", reason)
-	}
-	if lost := exit.Details["tier_lost_features"]; !strings.Contains(lost, driverapi.FeatureFSReadIsolation) || !strings.Contains(lost, driverapi.FeatureProtectedPaths) {
-		t.Errorf("lost features %q", lost)
-	}
-	// The job tier touches no ACLs.
-	if s := pf.launches[2].l.Setup; len(s.ACEs)+len(s.Labels) != 0 {
-		t.Errorf("job tier setup %+v", s)
-	}
-	// And the restricted tier got the label plan.
-	if s := pf.launches[1].l.Setup; len(s.Labels) == 0 {
-		t.Error("restricted tier without labels")
+	// Positive control: without the failure the same command runs.
+	pf := &fakePlatform{}
+	d := newTestDriver(t, pf, "job_object")
+	if exit, err := d.Run(t.Context(), runSpec(t, d, allowAll), driverapi.Streams{}); err != nil || exit.Details["tier"] != "appcontainer" {
+		t.Errorf("control: %v %v", exit.Details, err)
 	}
 }
 
-func TestNetworkNoneNeverDegrades(t *testing.T) {
-	pf := &fakePlatform{launchFail: map[Tier]error{TierAppContainer: errors.New("no AppContainer")}}
+// TestAbsentTierFallsOnlyWithinFloorAndNeeds: a tier absent on the host
+// (its probe failed) is skipped, but only down to min_tier, and the tier
+// reached runs only commands whose needs it enforces.
+func TestAbsentTierFallsOnlyWithinFloorAndNeeds(t *testing.T) {
+	noAC := map[Tier]error{TierAppContainer: errors.New("CreateAppContainerProfile: not supported")}
+	spawnAll := driverapi.Capabilities{SpawnSubprocess: true, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}
+
+	// Default floor: no AppContainer means nothing runs.
+	pf := &fakePlatform{probeFail: noAC}
 	d := newTestDriver(t, pf, "")
-	_, err := d.Run(t.Context(), runSpec(t, d, driverapi.Capabilities{}), driverapi.Streams{})
-	var ce *ChainError
-	if !errors.As(err, &ce) {
-		t.Fatalf("got %v, want *ChainError", err)
+	_, err := d.Run(t.Context(), runSpec(t, d, spawnAll), driverapi.Streams{})
+	var te *TierError
+	if !errors.As(err, &te) || te.Tier != 0 || !strings.Contains(err.Error(), "not supported") || pf.tiersTried() != "" {
+		t.Errorf("default floor: %v, tried %q", err, pf.tiersTried())
 	}
-	if pf.tiersTried() != "appcontainer" {
-		t.Errorf("a no-network command fell to %s", pf.tiersTried())
+
+	// Floor lowered: the restricted tier runs what it enforces...
+	pf = &fakePlatform{probeFail: noAC}
+	d = newTestDriver(t, pf, "restricted_token")
+	exit, err := d.Run(t.Context(), runSpec(t, d, spawnAll), driverapi.Streams{})
+	if err != nil || exit.Details["tier"] != "restricted_token" || pf.tiersTried() != "restricted_token" {
+		t.Fatalf("restricted: %v %v tried %s", exit.Details, err, pf.tiersTried())
 	}
-	if !strings.Contains(err.Error(), "asked for no network") || !strings.Contains(err.Error(), "no AppContainer") {
-		t.Errorf("message %q", err)
+	if !strings.Contains(exit.Details["tier_fallback_reason"], "not supported") || !strings.Contains(exit.Details["tier_lost_features"], driverapi.FeatureFSReadIsolation) {
+		t.Errorf("fallback not recorded: %v", exit.Details)
 	}
-	// Positive control: the same failure with network all degrades.
-	pf2 := &fakePlatform{launchFail: map[Tier]error{TierAppContainer: errors.New("no AppContainer")}}
-	d2 := newTestDriver(t, pf2, "")
-	exit, err := d2.Run(t.Context(), runSpec(t, d2, allowAll), driverapi.Streams{})
-	if err != nil || exit.Details["tier"] != "restricted_token" {
-		t.Errorf("allow_all: %v %v", exit.Details, err)
+	if s := pf.launches[0].l.Setup; len(s.Labels) == 0 || len(s.ACEs) == 0 {
+		t.Errorf("restricted tier without labels and capability ACEs: %+v", s)
+	}
+	// ...and refuses what it does not: no network, no subprocesses, a memory cap.
+	for name, caps := range map[string]driverapi.Capabilities{
+		"network none": {SpawnSubprocess: true},
+		"no spawn":     {Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}},
+		"memory":       {SpawnSubprocess: true, MaxMemoryMB: 64, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}},
+	} {
+		_, err := d.Run(t.Context(), runSpec(t, d, caps), driverapi.Streams{})
+		if !errors.As(err, &te) || te.Tier != TierRestrictedToken || len(te.Missing) == 0 {
+			t.Errorf("%s on the restricted tier: %v", name, err)
+		}
+	}
+	if len(pf.launches) != 1 {
+		t.Errorf("refused commands reached the platform: %s", pf.tiersTried())
+	}
+
+	// The job tier enforces no file-system confinement: it runs nothing.
+	pf = &fakePlatform{probeFail: map[Tier]error{TierAppContainer: errors.New("a"), TierRestrictedToken: errors.New("b")}}
+	d = newTestDriver(t, pf, "job_object")
+	_, err = d.Run(t.Context(), runSpec(t, d, spawnAll), driverapi.Streams{})
+	if !errors.As(err, &te) || te.Tier != TierJobObject || !strings.Contains(err.Error(), driverapi.FeatureFSWriteIsolation) || len(pf.launches) != 0 {
+		t.Errorf("job tier: %v, tried %q", err, pf.tiersTried())
 	}
 }
 
-func TestMinTierStopsTheChain(t *testing.T) {
-	pf := &fakePlatform{launchFail: map[Tier]error{TierAppContainer: errors.New("x"), TierRestrictedToken: errors.New("y")}}
-	d := newTestDriver(t, pf, "restricted_token")
-	_, err := d.Run(t.Context(), runSpec(t, d, allowAll), driverapi.Streams{})
-	var ce *ChainError
-	if !errors.As(err, &ce) || pf.tiersTried() != "appcontainer,restricted_token" {
-		t.Errorf("err %v tried %s", err, pf.tiersTried())
+// TestClaimsMatchTheTierUsed: whatever tier the probes select, a command
+// runs exactly when every feature it needs is claimed by Capabilities.
+func TestClaimsMatchTheTierUsed(t *testing.T) {
+	for _, tier := range Tiers() {
+		fail := map[Tier]error{}
+		for _, t2 := range Tiers() {
+			if t2 < tier {
+				fail[t2] = errors.New("absent")
+			}
+		}
+		pf := &fakePlatform{probeFail: fail}
+		d := newTestDriver(t, pf, "job_object")
+		hc, _ := d.Capabilities(t.Context())
+		if hc.Details["tier"] != tier.String() {
+			t.Fatalf("probes select %q, want %s", hc.Details["tier"], tier)
+		}
+		for _, caps := range []driverapi.Capabilities{{}, allowAll, {SpawnSubprocess: true}, {SpawnSubprocess: true, Network: allowAll.Network},
+			{MaxMemoryMB: 10, SpawnSubprocess: true, Network: allowAll.Network}} {
+			s := runSpec(t, d, caps)
+			plan, _ := DecodePlan(s.Profile.Data)
+			claimed := true
+			for _, f := range PlanNeeds(plan) {
+				claimed = claimed && hc.Has(f)
+			}
+			exit, err := d.Run(t.Context(), s, driverapi.Streams{})
+			if claimed != (err == nil) {
+				t.Errorf("tier %s caps %+v: needs claimed=%v but Run error %v", tier, caps, claimed, err)
+			}
+			if err == nil && exit.Details["tier"] != tier.String() {
+				t.Errorf("ran in %q, claims were for %s", exit.Details["tier"], tier)
+			}
+		}
+	}
+}
+
+func TestWeakTiersClaimOnlyWhatTheyGive(t *testing.T) {
+	for _, f := range []string{driverapi.FeatureMemoryLimit, driverapi.FeatureProcessTreeKill, driverapi.FeatureSubprocessControl,
+		driverapi.FeatureFSWriteIsolation, driverapi.FeatureProtectedPaths, driverapi.FeatureFSReadIsolation, driverapi.FeatureNetworkNone} {
+		if has(TierFeatures(TierJobObject), f) {
+			t.Errorf("job tier claims %s", f)
+		}
+	}
+	for _, f := range []string{driverapi.FeatureMemoryLimit, driverapi.FeatureProcessTreeKill, driverapi.FeatureSubprocessControl, driverapi.FeatureFSReadIsolation, driverapi.FeatureNetworkNone} {
+		if has(TierFeatures(TierRestrictedToken), f) {
+			t.Errorf("restricted tier claims %s", f)
+		}
+		// Positive control: the AppContainer tier claims them.
+		if !has(TierFeatures(TierAppContainer), f) {
+			t.Errorf("appcontainer tier lacks %s", f)
+		}
+	}
+}
+
+func TestDefaultFloorIsAppContainer(t *testing.T) {
+	d, err := New(Config{Platform: &fakePlatform{}, FS: MapFS{}})
+	if err != nil || d.floor != TierAppContainer {
+		t.Fatalf("default floor %v %v", d.floor, err)
+	}
+	if o, _ := ParseOptions(""); o.MinTier != "appcontainer" {
+		t.Errorf("ParseOptions default %q", o.MinTier)
+	}
+	// The probes stop at the floor: a weaker tier is not even probed.
+	pf := &fakePlatform{probeFail: map[Tier]error{TierAppContainer: errors.New("absent")}}
+	d = newTestDriver(t, pf, "")
+	hc, _ := d.Capabilities(t.Context())
+	if len(hc.Features) != 0 || hc.Details["tier"] != "" {
+		t.Errorf("claims %v in tier %q without an AppContainer", hc.Features, hc.Details["tier"])
 	}
 }
 
@@ -187,12 +271,14 @@ func TestCapabilitiesFollowProbes(t *testing.T) {
 		{"appcontainer", nil, "", "appcontainer",
 			[]string{driverapi.FeatureNetworkNone, driverapi.FeatureFSReadIsolation, driverapi.FeatureProtectedPaths, driverapi.FeatureProcessTreeKill, driverapi.FeatureMemoryLimit},
 			[]string{driverapi.FeatureNetworkViaProxy, driverapi.FeaturePidLimit, driverapi.FeatureCPULimit}},
-		{"restricted", map[Tier]error{TierAppContainer: errors.New("old Windows")}, "", "restricted_token",
+		{"restricted", map[Tier]error{TierAppContainer: errors.New("old Windows")}, "restricted_token", "restricted_token",
 			[]string{driverapi.FeatureFSWriteIsolation, driverapi.FeatureProtectedPaths, driverapi.FeatureNetworkAll},
-			[]string{driverapi.FeatureNetworkNone, driverapi.FeatureFSReadIsolation, driverapi.FeatureNetworkViaProxy}},
-		{"job only", map[Tier]error{TierAppContainer: errors.New("a"), TierRestrictedToken: errors.New("b")}, "", "job_object",
-			[]string{driverapi.FeatureSubprocessControl, driverapi.FeatureEnvIsolation},
-			[]string{driverapi.FeatureFSWriteIsolation, driverapi.FeatureProtectedPaths, driverapi.FeatureNetworkNone}},
+			[]string{driverapi.FeatureNetworkNone, driverapi.FeatureFSReadIsolation, driverapi.FeatureNetworkViaProxy, driverapi.FeatureMemoryLimit, driverapi.FeatureProcessTreeKill}},
+		{"job only", map[Tier]error{TierAppContainer: errors.New("a"), TierRestrictedToken: errors.New("b")}, "job_object", "job_object",
+			[]string{driverapi.FeatureEnvIsolation, driverapi.FeatureNetworkAll},
+			[]string{driverapi.FeatureFSWriteIsolation, driverapi.FeatureProtectedPaths, driverapi.FeatureNetworkNone, driverapi.FeatureMemoryLimit, driverapi.FeatureProcessTreeKill, driverapi.FeatureSubprocessControl}},
+		{"default floor without AppContainer", map[Tier]error{TierAppContainer: errors.New("a")}, "", "",
+			nil, driverapi.KnownFeatures()},
 		{"floor above what works", map[Tier]error{TierAppContainer: errors.New("a")}, "appcontainer", "",
 			nil, driverapi.KnownFeatures()},
 	}

@@ -15,14 +15,19 @@ import (
 // Options is the `[sandbox.windows]` configuration section, which reaches
 // the driver as JSON in ALEPH_DRIVER_OPTIONS.
 type Options struct {
-	// MinTier is the weakest tier the chain may fall to: "appcontainer"
-	// (never degrade), "restricted_token", or "job_object" (the default,
-	// the full chain).
+	// MinTier is the weakest tier the driver may use when the stronger
+	// ones are absent on the host: "appcontainer" (the default: nothing
+	// weaker), "restricted_token" or "job_object". A weaker tier still
+	// runs only commands whose needs it enforces.
 	MinTier string `json:"min_tier,omitempty"`
 	// MaxProcesses is the Job Object's active-process limit when
 	// spawn_subprocess is allowed (1 when it is not). Default 64.
 	MaxProcesses uint32 `json:"max_processes,omitempty"`
 }
+
+// DefaultMinTier is the floor when min_tier is not set: only an
+// AppContainer gives what the core requires of every command.
+const DefaultMinTier = TierAppContainer
 
 // DefaultMaxProcesses is the active-process limit with spawn_subprocess.
 const DefaultMaxProcesses = 64
@@ -30,7 +35,7 @@ const DefaultMaxProcesses = 64
 // ParseOptions reads the driver options, refusing unknown keys and bad
 // values.
 func ParseOptions(raw string) (Options, error) {
-	o := Options{MinTier: TierJobObject.String(), MaxProcesses: DefaultMaxProcesses}
+	o := Options{MinTier: DefaultMinTier.String(), MaxProcesses: DefaultMaxProcesses}
 	if strings.TrimSpace(raw) == "" {
 		return o, nil
 	}
@@ -40,7 +45,7 @@ func ParseOptions(raw string) (Options, error) {
 		return Options{}, fmt.Errorf("driver options: %w (known keys: min_tier, max_processes)", err)
 	}
 	if o.MinTier == "" {
-		o.MinTier = TierJobObject.String()
+		o.MinTier = DefaultMinTier.String()
 	}
 	if _, err := ParseTier(o.MinTier); err != nil {
 		return Options{}, fmt.Errorf("driver options: min_tier: %w", err)
@@ -97,26 +102,28 @@ type Resolver interface {
 // BuildPlan validates req and makes the plan. fsys is consulted for
 // reparse points; resolver only for the allow_hosts refusal.
 func BuildPlan(ctx context.Context, req driverapi.ProfileRequest, opts Options, fsys FS, resolver Resolver) (Plan, error) {
-	ws := WinClean(req.Workspace)
-	if ws == "" || strings.ContainsRune(req.Workspace, 0) {
-		return Plan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q is not an absolute Windows path (C:\\... or \\\\server\\share\\...)", req.Workspace)}
+	ws, err := CanonicalPath(fsys, "workspace", req.Workspace)
+	if err != nil {
+		return Plan{}, err
 	}
 	if winIsRoot(ws) {
 		return Plan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: "a drive or share root cannot be the workspace"}
 	}
 	cwd := ws
 	if req.Cwd != "" {
-		cwd = WinClean(req.Cwd)
-		if cwd == "" || !WinWithin(cwd, ws) {
+		if cwd, err = CanonicalPath(fsys, "cwd", req.Cwd); err != nil {
+			return Plan{}, err
+		}
+		if !WinWithin(cwd, ws) {
 			return Plan{}, &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is not inside the workspace %q", req.Cwd, req.Workspace)}
 		}
 	}
 	caps := req.Capabilities
-	reads, err := cleanList("fs_read", caps.FSRead)
+	reads, err := cleanList(fsys, "fs_read", caps.FSRead)
 	if err != nil {
 		return Plan{}, err
 	}
-	writes, err := cleanList("fs_write", caps.FSWrite)
+	writes, err := cleanList(fsys, "fs_write", caps.FSWrite)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -156,13 +163,13 @@ func BuildPlan(ctx context.Context, req driverapi.ProfileRequest, opts Options, 
 	return p, nil
 }
 
-func cleanList(field string, in []string) ([]string, error) {
+func cleanList(fsys FS, field string, in []string) ([]string, error) {
 	seen := map[string]bool{}
 	var out []string
 	for i, raw := range in {
-		c := WinClean(raw)
-		if c == "" || strings.ContainsRune(raw, 0) {
-			return nil, &driverapi.InvalidSpecError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: fmt.Sprintf("%q is not an absolute Windows path", raw)}
+		c, err := CanonicalPath(fsys, fmt.Sprintf("%s[%d]", field, i), raw)
+		if err != nil {
+			return nil, err
 		}
 		if winIsRoot(c) {
 			return nil, &driverapi.InvalidSpecError{Field: fmt.Sprintf("%s[%d]", field, i), Reason: "granting a whole drive or share is not allowed"}
@@ -200,6 +207,11 @@ func DecodePlan(data []byte) (Plan, error) {
 	}
 	if WinClean(p.Workspace) != p.Workspace || p.Workspace == "" || !WinWithin(p.Cwd, p.Workspace) {
 		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile has a bad workspace or cwd"}
+	}
+	for _, x := range append(append([]string{p.Workspace, p.Cwd}, p.Read...), p.Write...) {
+		if WinClean(x) != x || checkComponents("profile path", x, x, false) != nil {
+			return Plan{}, &driverapi.ProfileError{Reason: fmt.Sprintf("appcontainer profile path %q is not in canonical form", x)}
+		}
 	}
 	if len(p.Protected) != len(driverapi.ProtectedDirs()) {
 		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile does not protect every protected directory"}

@@ -222,11 +222,11 @@ func TestReparsePoints(t *testing.T) {
 
 func TestParseOptions(t *testing.T) {
 	o, err := ParseOptions("")
-	if err != nil || o.MinTier != "job_object" || o.MaxProcesses != DefaultMaxProcesses {
+	if err != nil || o.MinTier != "appcontainer" || o.MaxProcesses != DefaultMaxProcesses {
 		t.Errorf("defaults: %+v %v", o, err)
 	}
-	o, err = ParseOptions(`{"min_tier":"appcontainer","max_processes":5}`)
-	if err != nil || o.MinTier != "appcontainer" || o.MaxProcesses != 5 {
+	o, err = ParseOptions(`{"min_tier":"restricted_token","max_processes":5}`)
+	if err != nil || o.MinTier != "restricted_token" || o.MaxProcesses != 5 {
 		t.Errorf("explicit: %+v %v", o, err)
 	}
 	for _, bad := range []string{`{"min_tier":"none"}`, `{"max_pids":3}`, `{"max_processes":-1}`, `[]`} {

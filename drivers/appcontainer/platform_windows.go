@@ -32,6 +32,15 @@ func osPlatform() Platform { return &winPlatform{labelRefs: map[string]int{}} }
 
 func (p *winPlatform) IsFile(path string) bool { return isRegularFile(path) }
 
+// newCapabilitySID is a fresh restricted-tier SID (NewCapabilitySID).
+func newCapabilitySID() (*windows.SID, error) {
+	str, err := NewCapabilitySID(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	return windows.StringToSid(str)
+}
+
 func uniqueProfileName() (string, error) {
 	var b [12]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -55,7 +64,11 @@ func (p *winPlatform) Probe(_ context.Context, t Tier) error {
 		windows.FreeSid(sid)
 		return deleteAppContainerProfile(name)
 	case TierRestrictedToken:
-		tok, err := restrictedLowToken()
+		capSID, err := newCapabilitySID()
+		if err != nil {
+			return err
+		}
+		tok, err := restrictedLowToken(capSID)
 		if err != nil {
 			return err
 		}
@@ -116,17 +129,17 @@ func (p *winPlatform) Launch(ctx context.Context, t Tier, l Launch, streams driv
 			secCaps.Capabilities = &caps[0]
 		}
 	case TierRestrictedToken:
-		tok, err := restrictedLowToken()
+		capSID, err := newCapabilitySID()
+		if err != nil {
+			return driverapi.Exit{}, setupErr("capability SID", err)
+		}
+		tok, err := restrictedLowToken(capSID)
 		if err != nil {
 			return driverapi.Exit{}, setupErr("restricted token", err)
 		}
 		cleanups = append(cleanups, func() { tok.Close() })
 		token = tok
-		rs, err := windows.CreateWellKnownSid(windows.WinRestrictedCodeSid)
-		if err != nil {
-			return driverapi.Exit{}, setupErr("RESTRICTED SID", err)
-		}
-		trustee = rs
+		trustee = capSID
 	}
 
 	if err := p.applySetup(l.Setup, trustee, &cleanups); err != nil {
@@ -208,7 +221,11 @@ func newJob(plan Plan) (windows.Handle, error) {
 		windows.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE | windows.JOB_OBJECT_LIMIT_DIE_ON_UNHANDLED_EXCEPTION
 	info.BasicLimitInformation.ActiveProcessLimit = plan.ActiveProcessLimit
 	if plan.MaxMemoryMB > 0 {
-		info.BasicLimitInformation.LimitFlags |= windows.JOB_OBJECT_LIMIT_PROCESS_MEMORY
+		// The job's total committed memory, so that max_memory_mb bounds
+		// the command with all its processes, as a cgroup does on Linux;
+		// a per-process cap alone could be multiplied by spawning.
+		info.BasicLimitInformation.LimitFlags |= windows.JOB_OBJECT_LIMIT_JOB_MEMORY | windows.JOB_OBJECT_LIMIT_PROCESS_MEMORY
+		info.JobMemoryLimit = uintptr(plan.MaxMemoryMB << 20)
 		info.ProcessMemoryLimit = uintptr(plan.MaxMemoryMB << 20)
 	}
 	if _, err := windows.SetInformationJobObject(job, windows.JobObjectExtendedLimitInformation,
@@ -430,9 +447,9 @@ func supervise(ctx context.Context, job windows.Handle, c *childProc, l Launch, 
 	var info windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION
 	if windows.QueryInformationJobObject(job, windows.JobObjectExtendedLimitInformation,
 		uintptr(unsafe.Pointer(&info)), uint32(unsafe.Sizeof(info)), nil) == nil {
-		// Peak committed memory of any process in the job: the closest
-		// Windows figure to max RSS.
-		exit.Usage.MaxRSSKB = int64(info.PeakProcessMemoryUsed / 1024)
+		// Peak committed memory of the whole job: the closest Windows
+		// figure to the cgroup peak the Linux driver reports.
+		exit.Usage.MaxRSSKB = int64(info.PeakJobMemoryUsed / 1024)
 	}
 	return exit, nil
 }

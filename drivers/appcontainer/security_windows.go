@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/windows"
@@ -107,40 +108,37 @@ func setLabelSDDL(path, sddl string, protect bool) error {
 	return nil
 }
 
-// restrictedLowToken makes the tier-2 token: the process token with every
-// privilege but SeChangeNotify removed, restricting SIDs (so a DENY for
-// RESTRICTED binds it), at Low integrity.
-func restrictedLowToken() (windows.Token, error) {
+// restrictedLowToken makes the restricted tier's token: the process
+// token with every privilege but SeChangeNotify removed, WRITE_RESTRICTED,
+// the restricting SIDs of RestrictingSIDs (capSID, the logon SID,
+// Everyone; never the user), at Low integrity.
+func restrictedLowToken(capSID *windows.SID) (windows.Token, error) {
 	var tok windows.Token
 	access := uint32(windows.TOKEN_DUPLICATE | windows.TOKEN_QUERY | windows.TOKEN_ASSIGN_PRIMARY | windows.TOKEN_ADJUST_DEFAULT)
 	if err := windows.OpenProcessToken(windows.CurrentProcess(), access, &tok); err != nil {
 		return 0, fmt.Errorf("OpenProcessToken: %w", err)
 	}
 	defer tok.Close()
-	user, err := tok.GetTokenUser()
-	if err != nil {
-		return 0, fmt.Errorf("GetTokenUser: %w", err)
-	}
-	restrict := []windows.SIDAndAttributes{{Sid: user.User.Sid}}
 	groups, err := tok.GetTokenGroups()
 	if err != nil {
 		return 0, fmt.Errorf("GetTokenGroups: %w", err)
 	}
+	logon := ""
 	for _, g := range groups.AllGroups() {
-		// The logon SID gives access to the window station and desktop.
 		if g.Attributes&windows.SE_GROUP_LOGON_ID == windows.SE_GROUP_LOGON_ID {
-			restrict = append(restrict, windows.SIDAndAttributes{Sid: g.Sid})
+			logon = g.Sid.String()
+			break
 		}
 	}
-	for _, k := range []windows.WELL_KNOWN_SID_TYPE{windows.WinWorldSid, windows.WinBuiltinUsersSid,
-		windows.WinAuthenticatedUserSid, windows.WinRestrictedCodeSid} {
-		sid, err := windows.CreateWellKnownSid(k)
+	var restrict []windows.SIDAndAttributes
+	for _, str := range RestrictingSIDs(capSID.String(), logon) {
+		sid, err := windows.StringToSid(str)
 		if err != nil {
-			return 0, fmt.Errorf("CreateWellKnownSid(%d): %w", k, err)
+			return 0, fmt.Errorf("restricting SID %s: %w", str, err)
 		}
 		restrict = append(restrict, windows.SIDAndAttributes{Sid: sid})
 	}
-	rt, err := createRestrictedToken(tok, disableMaxPrivilege, restrict)
+	rt, err := createRestrictedToken(tok, RestrictedTokenFlags, restrict)
 	if err != nil {
 		return 0, err
 	}
@@ -181,4 +179,69 @@ func (osFS) Lstat(path string) (FileInfo, error) {
 func isRegularFile(path string) bool {
 	fi, err := os.Stat(path)
 	return err == nil && fi.Mode().IsRegular()
+}
+
+// LongPath makes path fully qualified (GetFullPathNameW) and expands the
+// 8.3 short names of its existing components (GetLongPathNameW). The part
+// below the deepest existing ancestor is kept as given; CanonicalPath
+// refuses a short-name-shaped component there.
+func (osFS) LongPath(path string) (string, error) {
+	full, err := fullPathName(path)
+	if err != nil {
+		return "", err
+	}
+	return longPathName(full)
+}
+
+func fullPathName(path string) (string, error) {
+	p, err := windows.UTF16PtrFromString(path)
+	if err != nil {
+		return "", err
+	}
+	buf := make([]uint16, windows.MAX_PATH)
+	for {
+		n, err := windows.GetFullPathName(p, uint32(len(buf)), &buf[0], nil)
+		if err != nil {
+			return "", fmt.Errorf("GetFullPathNameW(%s): %w", path, err)
+		}
+		if int(n) < len(buf) {
+			return windows.UTF16ToString(buf[:n]), nil
+		}
+		buf = make([]uint16, n)
+	}
+}
+
+func longPathName(path string) (string, error) {
+	p, err := windows.UTF16PtrFromString(path)
+	if err != nil {
+		return "", err
+	}
+	buf := make([]uint16, windows.MAX_PATH)
+	for {
+		n, err := windows.GetLongPathName(p, &buf[0], uint32(len(buf)))
+		if errors.Is(err, windows.ERROR_FILE_NOT_FOUND) || errors.Is(err, windows.ERROR_PATH_NOT_FOUND) {
+			// Expand the existing ancestor, keep the missing tail.
+			vol, rest, ok := winVolume(path)
+			if !ok || rest == `\` {
+				return path, nil
+			}
+			i := strings.LastIndexByte(path, '\\')
+			parent := path[:i]
+			if len(parent) <= len(vol) {
+				parent = vol + `\`
+			}
+			lp, err := longPathName(parent)
+			if err != nil {
+				return "", err
+			}
+			return WinJoin(lp, path[i+1:]), nil
+		}
+		if err != nil {
+			return "", fmt.Errorf("GetLongPathNameW(%s): %w", path, err)
+		}
+		if int(n) < len(buf) {
+			return windows.UTF16ToString(buf[:n]), nil
+		}
+		buf = make([]uint16, n)
+	}
 }

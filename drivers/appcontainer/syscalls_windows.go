@@ -25,8 +25,6 @@ const (
 	// procThreadAttributeSecurityCapabilities is
 	// PROC_THREAD_ATTRIBUTE_SECURITY_CAPABILITIES (winbase.h).
 	procThreadAttributeSecurityCapabilities = 0x00020009
-	// disableMaxPrivilege is CreateRestrictedToken's DISABLE_MAX_PRIVILEGE.
-	disableMaxPrivilege = 0x1
 )
 
 // securityCapabilities is SECURITY_CAPABILITIES (winnt.h).

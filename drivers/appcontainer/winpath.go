@@ -1,8 +1,11 @@
 package appcontainer
 
 import (
+	"fmt"
 	"path"
 	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // Windows paths are handled here by hand, not with path/filepath, so the
@@ -98,4 +101,154 @@ func winComponents(p string) []string {
 		out = append(out, cur)
 	}
 	return out
+}
+
+// LongPather is a file system that can expand 8.3 short names (GIT~1) to
+// the long names they stand for, and make a path fully qualified the way
+// Win32 does (GetFullPathNameW, GetLongPathNameW). The Windows file system
+// implements it; elsewhere no short name can be resolved, so one is refused.
+type LongPather interface {
+	LongPath(path string) (string, error)
+}
+
+// PathError refuses a path that Windows would read as something other
+// than what its text says.
+type PathError struct {
+	Field, Path, Component, Reason string
+}
+
+func (e *PathError) Error() string {
+	return fmt.Sprintf("%s %q: component %q %s", e.Field, e.Path, e.Component, e.Reason)
+}
+
+// reservedDevice reports whether a component names a DOS device (CON,
+// NUL, COM1, ...), which Win32 maps to the device whatever the directory
+// and whatever extension follows.
+func reservedDevice(c string) bool {
+	base := strings.ToUpper(c)
+	if i := strings.IndexByte(base, '.'); i >= 0 {
+		base = base[:i]
+	}
+	base = strings.TrimRight(base, " ")
+	switch base {
+	case "CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$":
+		return true
+	}
+	if strings.HasPrefix(base, "COM") || strings.HasPrefix(base, "LPT") {
+		d := base[3:]
+		return len(d) == 1 && d[0] >= '0' && d[0] <= '9' || d == "¹" || d == "²" || d == "³"
+	}
+	return false
+}
+
+// IsShortNameAlias reports whether a component has the shape of an 8.3
+// alias: at most eight characters of base ending in ~ and digits, and an
+// extension of at most three (GIT~1, PROGRA~1, SCRIPT~2.BAT).
+func IsShortNameAlias(c string) bool {
+	base, ext := c, ""
+	if i := strings.LastIndexByte(c, '.'); i > 0 {
+		base, ext = c[:i], c[i+1:]
+	}
+	if len(base) > 8 || len(ext) > 3 {
+		return false
+	}
+	t := strings.LastIndexByte(base, '~')
+	if t < 1 || t == len(base)-1 {
+		return false
+	}
+	for _, r := range base[t+1:] {
+		if r < '0' || r > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// checkComponent refuses what Win32 path parsing changes or reads
+// specially, so that the text compared here is the object opened there:
+//   - a trailing dot or space is stripped (`.git.` and `.git ` open .git,
+//     `x.bat.` runs a batch file);
+//   - a colon starts an alternate data stream or stream type
+//     (`.git::$INDEX_ALLOCATION` is the directory .git);
+//   - wildcards and control characters are not valid in names;
+//   - DOS device names open the device.
+//
+// The class is the one of BatBadBut (CVE-2024-24576): checks on the
+// string miss what the OS does with it.
+func checkComponent(c string) string {
+	switch {
+	case c == "":
+		return ""
+	case strings.HasSuffix(c, ".") || strings.HasSuffix(c, " "):
+		return "ends in a dot or a space, which Windows strips (so it names another file)"
+	case strings.ContainsRune(c, ':'):
+		return "contains ':', which names an alternate data stream or stream type"
+	case strings.ContainsAny(c, `<>"|?*`):
+		return "contains a wildcard or a character not valid in a Windows file name"
+	case reservedDevice(c):
+		return "is a DOS device name"
+	}
+	for _, r := range c {
+		if r < 0x20 {
+			return "contains a control character"
+		}
+	}
+	return ""
+}
+
+// checkComponents applies checkComponent to every component below the
+// volume of a cleaned absolute path, and refuses 8.3 aliases when
+// allowShort is false.
+func checkComponents(field, raw, p string, allowShort bool) error {
+	_, rest, ok := winVolume(p)
+	if !ok {
+		return &PathError{Field: field, Path: raw, Reason: "is not an absolute Windows path"}
+	}
+	for _, c := range strings.Split(strings.Trim(rest, `\`), `\`) {
+		if why := checkComponent(c); why != "" {
+			return &PathError{Field: field, Path: raw, Component: c, Reason: why}
+		}
+		if !allowShort && IsShortNameAlias(c) {
+			return &PathError{Field: field, Path: raw, Component: c,
+				Reason: "looks like an 8.3 short name, which could name a protected directory; it could not be resolved to its long name (give the long name)"}
+		}
+	}
+	return nil
+}
+
+// CanonicalPath turns a request path into the one form every check here
+// compares: absolute, cleaned, with each component as Windows will read
+// it. Components Windows would rewrite (trailing dots and spaces, streams,
+// devices) are refused, not rewritten, so that a request never means
+// something other than what it reads as. When fsys is a LongPather, 8.3
+// short names of existing components are expanded; a short-name-shaped
+// component that remains (it does not exist, or the file system cannot
+// say) is refused.
+func CanonicalPath(fsys FS, field, raw string) (string, error) {
+	if strings.ContainsRune(raw, 0) {
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: "contains a NUL byte"}
+	}
+	p := WinClean(raw)
+	if p == "" {
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q is not an absolute Windows path (C:\\... or \\\\server\\share\\...)", raw)}
+	}
+	if err := checkComponents(field, raw, p, true); err != nil {
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: err.Error()}
+	}
+	if lp, ok := fsys.(LongPather); ok {
+		long, err := lp.LongPath(p)
+		if err != nil {
+			return "", &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("cannot resolve %q to its long form: %v", raw, err)}
+		}
+		if p = WinClean(long); p == "" {
+			return "", &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q resolves to %q, which is not an absolute path", raw, long)}
+		}
+		if err := checkComponents(field, raw, p, true); err != nil {
+			return "", &driverapi.InvalidSpecError{Field: field, Reason: err.Error()}
+		}
+	}
+	if err := checkComponents(field, raw, p, false); err != nil {
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: err.Error()}
+	}
+	return p, nil
 }

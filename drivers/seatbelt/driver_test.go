@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
@@ -24,6 +28,17 @@ import (
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == ShimArg {
 		os.Exit(ShimMain(os.Args[2:]))
+	}
+	if os.Getenv("ALEPH_SEATBELT_TEST_CHILD") == "session" {
+		// Reports the session id, the pid, and whether /dev/tty opens.
+		sid, _ := unix.Getsid(0)
+		tty := "no-tty"
+		if f, err := os.Open("/dev/tty"); err == nil {
+			f.Close()
+			tty = "tty-open"
+		}
+		fmt.Println(sid, os.Getpid(), tty)
+		os.Exit(0)
 	}
 	os.Exit(m.Run())
 }
@@ -401,5 +416,130 @@ func TestOverGRPC(t *testing.T) {
 	exit, err := c.Run(t.Context(), s, driverapi.Streams{Stdout: &out, Stderr: &bytes.Buffer{}})
 	if err != nil || exit.ExitCode != 0 || out.String() != "over grpc\n" {
 		t.Errorf("over gRPC: %+v %q %v", exit, out.String(), err)
+	}
+}
+
+// TestShimStartsWithEmptyEnvironment: the RLIMIT_AS shim runs outside
+// Seatbelt, so the command's environment must not reach it (on macOS a
+// DYLD_INSERT_LIBRARIES from the command would load workspace code into
+// it). GODEBUG stands in for DYLD_*: it changes what the Go runtime of
+// the shim does (inittrace=1 prints a line per package initialised to
+// stderr) while the stand-in launcher, a shell script, ignores it. The
+// command itself must still see the variable.
+func TestShimStartsWithEmptyEnvironment(t *testing.T) {
+	f := newFixture(t, driverapi.Capabilities{MaxMemoryMB: 300})
+	s := f.spec("sh", "-c", `printf '%s' "$GODEBUG"`)
+	s.Env = append(s.Env, driverapi.EnvVar{Name: "GODEBUG", Value: "inittrace=1"})
+	exit, out, errs := f.run(t, s)
+	if exit.ExitCode != 0 || out != "inittrace=1" {
+		t.Fatalf("the command did not get its environment through the shim: exit %d out %q err %q", exit.ExitCode, out, errs)
+	}
+	if strings.Contains(errs, "init ") {
+		t.Errorf("the shim ran with the command's environment (its Go runtime obeyed GODEBUG):\n%s", errs)
+	}
+	// Positive control: the same binary started with GODEBUG in its own
+	// environment does print the trace, so the check above can fail.
+	exe, _ := os.Executable()
+	var errb bytes.Buffer
+	c := exec.Command(exe, ShimArg, "--as-bytes", "1048576", "--", "/nonexistent")
+	c.Env = []string{"GODEBUG=inittrace=1"}
+	c.Stderr = &errb
+	_ = c.Run()
+	if !strings.Contains(errb.String(), "init ") {
+		t.Errorf("control: GODEBUG=inittrace=1 printed nothing: %q", errb.String())
+	}
+}
+
+func TestShimEnvironmentRoundTrip(t *testing.T) {
+	big := strings.Repeat("x", 100000) // larger than a 64 KiB pipe buffer
+	env := []string{"A=1", "EMPTY=", "EQ=a=b", "NL=line\nbreak", "BIG=" + big, "DYLD_INSERT_LIBRARIES=/ws/evil.dylib"}
+	f := newFixture(t, driverapi.Capabilities{MaxMemoryMB: 300})
+	// The shim here is the stand-in driver built without the race
+	// detector: under -race, the test binary's ThreadSanitizer must map
+	// shadow memory for exec's copy of a large environment, which a
+	// 300 MB RLIMIT_AS refuses. A production driver has no such runtime.
+	if testing.Short() {
+		t.Skip("builds the stand-in driver")
+	}
+	shim := filepath.Join(t.TempDir(), "standin")
+	if out, err := exec.Command("go", "build", "-o", shim, "./internal/standin").CombinedOutput(); err != nil {
+		t.Fatalf("build stand-in: %v\n%s", err, out)
+	}
+	f.d.cfg.Shim = []string{shim, ShimArg}
+	s := f.spec("env")
+	s.Env = nil
+	for _, e := range env {
+		name, value, _ := strings.Cut(e, "=")
+		s.Env = append(s.Env, driverapi.EnvVar{Name: name, Value: value})
+	}
+	exit, out, errs := f.run(t, s)
+	if exit.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", exit.ExitCode, errs)
+	}
+	for _, e := range env {
+		if !strings.Contains(out, e+"\n") {
+			t.Errorf("the command lacks %.40q", e)
+		}
+	}
+	got, err := decodeEnv(encodeEnv(env))
+	if err != nil || strings.Join(got, "\x00") != strings.Join(env, "\x00") {
+		t.Errorf("decodeEnv(encodeEnv) = %q, %v", got, err)
+	}
+	for _, bad := range [][]byte{[]byte("A=1"), []byte("A=1\x00noequals\x00"), []byte("=x\x00")} {
+		if _, err := decodeEnv(bad); err == nil {
+			t.Errorf("decodeEnv(%q) accepted", bad)
+		}
+	}
+}
+
+// TestCommandHasNoControllingTerminal: the command runs in a session of
+// its own, so it has no controlling terminal and cannot reach the user's
+// terminal through /dev/tty (the TIOCSTI attack needs it). Its session id
+// is its own pid; under the old process-group-only launch it was the
+// caller's session. (When the tests run without a terminal, /dev/tty
+// fails either way; the session id is the check that always bites.)
+func TestCommandHasNoControllingTerminal(t *testing.T) {
+	f := newFixture(t, driverapi.Capabilities{})
+	exe, _ := os.Executable()
+	s := f.spec(exe)
+	s.Env = append(s.Env, driverapi.EnvVar{Name: "ALEPH_SEATBELT_TEST_CHILD", Value: "session"})
+	exit, out, errs := f.run(t, s)
+	if exit.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", exit.ExitCode, errs)
+	}
+	lines := strings.Fields(out)
+	if len(lines) != 3 {
+		t.Fatalf("output %q", out)
+	}
+	if lines[0] != lines[1] {
+		t.Errorf("session id %s, pid %s: the command is not a session leader", lines[0], lines[1])
+	}
+	if lines[2] != "no-tty" {
+		t.Errorf("the command opened /dev/tty")
+	}
+}
+
+func TestAllocationProbeLogic(t *testing.T) {
+	limited := false
+	enforcing := func(size uint64) error {
+		if limited && size > 100 {
+			return syscall.ENOMEM
+		}
+		return nil
+	}
+	set := func(uint64) error { limited = true; return nil }
+	if err := allocationProbe(100, enforcing, set); err != nil {
+		t.Errorf("enforcing host: %v", err)
+	}
+	// A host that accepts the limit and ignores it.
+	if err := allocationProbe(100, func(uint64) error { return nil }, func(uint64) error { return nil }); err == nil || !strings.Contains(err.Error(), "not enforced") {
+		t.Errorf("ignored limit: %v", err)
+	}
+	if err := allocationProbe(100, enforcing, func(uint64) error { return syscall.EINVAL }); err == nil {
+		t.Error("failed setrlimit accepted")
+	}
+	// The control: a probe that cannot map the size at all proves nothing.
+	if err := allocationProbe(100, func(uint64) error { return syscall.ENOMEM }, set); err == nil || !strings.Contains(err.Error(), "control") {
+		t.Errorf("failing control: %v", err)
 	}
 }

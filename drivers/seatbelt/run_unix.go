@@ -18,8 +18,9 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// runProcess starts ps in its own process group, feeds stdin, streams the
-// output within budget and kills the whole group on timeout or cancel.
+// runProcess starts ps in a session of its own, feeds stdin, streams the
+// output within budget and kills the whole process group on timeout or
+// cancel.
 func runProcess(ctx context.Context, ps processSpec, streams driverapi.Streams) (driverapi.Exit, error) {
 	start := time.Now()
 	outBudget, errBudget := driverapi.StreamBudgets(ps.budget)
@@ -30,26 +31,40 @@ func runProcess(ctx context.Context, ps processSpec, streams driverapi.Streams) 
 
 	cmd := exec.Command(ps.argv[0], ps.argv[1:]...)
 	cmd.Env = ps.env
+	if ps.withShim {
+		// The shim gets nothing: the environment goes over shimEnvFD.
+		cmd.Env = []string{}
+	}
 	cmd.Dir = ps.dir
 	cmd.Stdin = bytes.NewReader(ps.stdin)
 	cmd.Stdout = stdout
 	cmd.Stderr = stderr
-	// Own process group: the timeout kills -pgid, the command and every
-	// descendant that stayed in the group.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A new session, not only a process group: the command has no
+	// controlling terminal, so it cannot open /dev/tty and push input into
+	// the user's terminal (TIOCSTI). The session leader's pid is also the
+	// process group id, so the timeout still kills -pgid: the command and
+	// every descendant that stayed in the group.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	// A grandchild that keeps the pipes open must not hang Wait.
 	cmd.WaitDelay = 2 * time.Second
 
-	var statusR *os.File
+	var statusR, envW *os.File
 	if ps.withShim {
 		r, w, err := os.Pipe()
 		if err != nil {
 			return driverapi.Exit{}, fmt.Errorf("seatbelt: status pipe: %w", err)
 		}
 		statusR = r
-		cmd.ExtraFiles = []*os.File{w} // fd 3 in the shim
 		defer r.Close()
 		defer w.Close()
+		er, ew, err := os.Pipe()
+		if err != nil {
+			return driverapi.Exit{}, fmt.Errorf("seatbelt: environment pipe: %w", err)
+		}
+		envW = ew
+		defer er.Close()
+		defer ew.Close()
+		cmd.ExtraFiles = []*os.File{w, er} // fds 3 and 4 in the shim
 	}
 	if err := cmd.Start(); err != nil {
 		return driverapi.Exit{}, fmt.Errorf("seatbelt: start %s: %w", ps.argv[0], err)
@@ -57,6 +72,16 @@ func runProcess(ctx context.Context, ps processSpec, streams driverapi.Streams) 
 	pgid := cmd.Process.Pid
 	killGroup := func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
 
+	if envW != nil {
+		// The parent's copies of the child's ends; then the environment,
+		// written while the shim reads it (it may exceed a pipe buffer).
+		cmd.ExtraFiles[1].Close()
+		env := encodeEnv(ps.env)
+		go func() {
+			_, _ = envW.Write(env)
+			envW.Close()
+		}()
+	}
 	if statusR != nil {
 		cmd.ExtraFiles[0].Close() // the parent's copy of the write end
 		msg, _ := io.ReadAll(io.LimitReader(statusR, 4096))

@@ -34,6 +34,7 @@ const (
 	paramWrite     = "WRITE_"     // WRITE_0, ...: fs_write grants
 	paramProtected = "PROTECTED_" // PROTECTED_0..3: WORKSPACE/.git etc.
 	paramAncestor  = "ANCESTOR_"  // ancestors of every granted path (stat only)
+	paramWSUp      = "WS_UP_"     // ancestors of the workspace (never renamed)
 )
 
 // Param is one `-D NAME=VALUE` argument of sandbox-exec.
@@ -62,8 +63,18 @@ func baselineReadSubpaths() []string {
 		"/Library/Preferences/Logging",
 		"/private/etc/ssl",
 		// Package managers' trees: Seatbelt matches resolved paths, and a
-		// Homebrew library in lib/ is a symlink into Cellar/.
-		"/opt/homebrew",
+		// Homebrew library in lib/ is a symlink into Cellar/. Programs and
+		// libraries only: not etc/ (configuration, credentials) nor var/
+		// (databases, logs of services Homebrew runs).
+		"/opt/homebrew/bin",
+		"/opt/homebrew/sbin",
+		"/opt/homebrew/lib",
+		"/opt/homebrew/libexec",
+		"/opt/homebrew/opt",
+		"/opt/homebrew/Cellar",
+		"/opt/homebrew/share",
+		"/opt/homebrew/include",
+		"/opt/homebrew/Frameworks",
 		"/usr/local/bin",
 		"/usr/local/lib",
 		"/usr/local/Cellar",
@@ -122,36 +133,86 @@ func baselineMetadataLiterals() []string {
 	}
 }
 
-// baselineMachServices are the launchd services an ordinary command-line
-// process looks up while starting (logging, directory lookups, notify,
-// preferences, temp-dir helper, trust evaluation).
+// baselineMachServices are the launchd services every command may look
+// up: only user and group lookups (getpwuid, getgrgid), as in Codex's base
+// policy. Not logd, diagnosticd or analyticsd (logging fails silently
+// without them), not cfprefsd, and not trustd or anything else that can
+// reach the network on the command's behalf under network none.
 func baselineMachServices() []string {
 	return []string{
-		"com.apple.analyticsd",
-		"com.apple.bsd.dirhelper",
-		"com.apple.cfprefsd.agent",
-		"com.apple.cfprefsd.daemon",
-		"com.apple.diagnosticd",
-		"com.apple.logd",
-		"com.apple.runningboard",
-		"com.apple.system.logger",
-		"com.apple.system.notification_center",
 		"com.apple.system.opendirectoryd.libinfo",
+	}
+}
+
+// networkMachServices are added with network allow_all: name resolution,
+// network configuration and TLS certificate evaluation.
+func networkMachServices() []string {
+	return []string{
+		"com.apple.SecurityServer",
+		"com.apple.SystemConfiguration.DNSConfiguration",
+		"com.apple.SystemConfiguration.configd",
+		"com.apple.bsd.dirhelper",
+		"com.apple.dnssd.service",
+		"com.apple.mDNSResponder",
+		"com.apple.networkd",
+		"com.apple.ocspd",
 		"com.apple.system.opendirectoryd.membership",
 		"com.apple.trustd",
 		"com.apple.trustd.agent",
 	}
 }
 
-// networkMachServices are needed only with network access: name
-// resolution goes through mDNSResponder.
-func networkMachServices() []string {
+// baselineSysctls are the sysctl names every command may read: hardware
+// and OS identification, as in Codex's base policy, by exact name. No
+// whole prefix such as "kern.": kern.procargs2 and kern.proc.* describe
+// other processes (their arguments, environment and owners).
+func baselineSysctls() []string {
 	return []string{
-		"com.apple.SystemConfiguration.DNSConfiguration",
-		"com.apple.SystemConfiguration.configd",
-		"com.apple.dnssd.service",
-		"com.apple.mDNSResponder",
+		"hw.activecpu", "hw.busfrequency_compat", "hw.byteorder", "hw.cacheconfig",
+		"hw.cachelinesize_compat", "hw.cpufamily", "hw.cpufrequency", "hw.cpufrequency_compat",
+		"hw.cputype", "hw.l1dcachesize_compat", "hw.l1icachesize_compat", "hw.l2cachesize_compat",
+		"hw.l3cachesize_compat", "hw.logicalcpu", "hw.logicalcpu_max", "hw.machine", "hw.memsize",
+		"hw.model", "hw.ncpu", "hw.nperflevels", "hw.packages", "hw.pagesize", "hw.pagesize_compat",
+		"hw.physicalcpu", "hw.physicalcpu_max", "hw.tbfrequency_compat", "hw.vectorunit",
+		"kern.argmax", "kern.hostname", "kern.maxfilesperproc", "kern.maxproc",
+		"kern.osproductversion", "kern.osrelease", "kern.ostype", "kern.osvariant_status",
+		"kern.osversion", "kern.secure_kernel", "kern.usrstack64", "kern.version",
+		"machdep.cpu.brand_string", "sysctl.proc_cputype", "sysctl.proc_translated", "vm.loadavg",
 	}
+}
+
+// baselineSysctlPrefixes are CPU feature and performance-level families
+// (hw.optional.arm.FEAT_*, hw.perflevel0.*): hardware description only.
+func baselineSysctlPrefixes() []string {
+	return []string{"hw.optional.arm.", "hw.optional.armv8_", "hw.perflevel"}
+}
+
+// protectedNameRegexes match a protected name as a path component, in any
+// letter case: APFS is case-insensitive by default, so `.GIT` created
+// where no `.git` exists yet is the protected directory, and the exact-
+// case (param "PROTECTED_n") rules would not see it. A regex cannot name
+// the workspace (paths never enter the profile text), so these bind
+// every component so named anywhere below the workspace. Two regexes per
+// name (the component last, or followed by more) keep to the simplest
+// regex syntax.
+func protectedNameRegexes() []string {
+	var out []string
+	for _, d := range driverapi.ProtectedDirs() {
+		var b strings.Builder
+		b.WriteString("/")
+		for _, r := range d {
+			switch {
+			case r == '.':
+				b.WriteString("[.]")
+			case r >= 'a' && r <= 'z':
+				b.WriteString("[" + string(r-'a'+'A') + string(r) + "]")
+			default:
+				b.WriteRune(r)
+			}
+		}
+		out = append(out, b.String()+"$", b.String()+"/")
+	}
+	return out
 }
 
 // Plan is what ProfileFor decides; it is serialised into the profile data.
@@ -264,9 +325,16 @@ func BuildPlan(req driverapi.ProfileRequest, canon Canonicalizer) (Plan, error) 
 		params = append(params, Param{Name: name, Value: a})
 		ancestorNames = append(ancestorNames, name)
 	}
+	var wsUpNames []string
+	for i, a := range ancestors([]string{ws}) {
+		name := paramWSUp + strconv.Itoa(i)
+		params = append(params, Param{Name: name, Value: a})
+		wsUpNames = append(wsUpNames, name)
+	}
 	sort.Slice(params, func(i, j int) bool { return params[i].Name < params[j].Name })
 	plan.Params = params
 	plan.SBPL = renderSBPL(sbplInput{
+		wsUp:      wsUpNames,
 		protected: protected,
 		reads:     readNames,
 		writes:    writeNames,
@@ -353,10 +421,10 @@ func proxyPort(p *driverapi.ProxyEndpoint) (int, error) {
 }
 
 type sbplInput struct {
-	protected, reads, writes, ancestors []string
-	network                             driverapi.NetworkMode
-	proxyPort                           int
-	spawn                               bool
+	protected, reads, writes, ancestors, wsUp []string
+	network                                   driverapi.NetworkMode
+	proxyPort                                 int
+	spawn                                     bool
 }
 
 func sbplString(s string) string {
@@ -393,22 +461,28 @@ func renderSBPL(in sbplInput) string {
 		b.WriteString("\n  (literal " + paramRef(n) + ")")
 	}
 	w(")")
-	w("; devices: null/zero/tty, the pty multiplexer and pseudo-terminals, inherited descriptors")
+	w("; devices: null, zero and inherited descriptors. No terminal: the driver never")
+	w("; gives the command a pty, and it runs in a session of its own without a")
+	w("; controlling terminal, so /dev/tty, /dev/ptmx and the ttys stay closed (TIOCSTI)")
 	w(`(allow file-read* file-write-data file-ioctl`)
-	w(`  (literal "/dev/null") (literal "/dev/zero") (literal "/dev/tty") (literal "/dev/dtracehelper")`)
-	w(`  (literal "/dev/ptmx") (regex #"^/dev/ttys[0-9]+$") (subpath "/dev/fd"))`)
-	w(`(allow pseudo-tty)`)
+	w(`  (literal "/dev/null") (literal "/dev/zero") (literal "/dev/dtracehelper") (subpath "/dev/fd"))`)
 	w("; /tmp scratch (world-shared on macOS already)")
 	w(`(allow file-read* file-write* (subpath "/private/tmp"))`)
-	w("; mach services a command-line process needs to start")
+	w("; mach services: user and group lookups only")
 	b.WriteString("(allow mach-lookup")
 	for _, s := range baselineMachServices() {
 		b.WriteString("\n  (global-name " + sbplString(s) + ")")
 	}
 	w(")")
-	w(`(allow ipc-posix-shm-read-data ipc-posix-shm-read-metadata (ipc-posix-name "apple.shm.notification_center"))`)
-	w(`(allow iokit-open (iokit-user-client-class "IOSurfaceRootUserClient"))`)
-	w(`(allow sysctl-read (sysctl-name-prefix "hw.") (sysctl-name-prefix "machdep.") (sysctl-name-prefix "kern.") (sysctl-name-prefix "vm.") (sysctl-name "sysctl.proc_translated"))`)
+	w("; sysctls: hardware and OS identification, by name")
+	b.WriteString("(allow sysctl-read")
+	for _, n := range baselineSysctls() {
+		b.WriteString("\n  (sysctl-name " + sbplString(n) + ")")
+	}
+	for _, n := range baselineSysctlPrefixes() {
+		b.WriteString("\n  (sysctl-name-prefix " + sbplString(n) + ")")
+	}
+	w(")")
 	w(`(allow process-info* (target self))`)
 	w(`(allow signal (target same-sandbox))`)
 	w("")
@@ -443,8 +517,15 @@ func renderSBPL(in sbplInput) string {
 	w("; --- network: %s ---", in.network)
 	switch in.network {
 	case driverapi.NetworkAllowAll:
-		w(`(allow network*)`)
-		w(`(allow system-socket)`)
+		w("; IP in and out. Unix-domain sockets stay closed but for the resolver's: a")
+		w("; host socket (docker.sock, SSH_AUTH_SOCK, a database) is not reachable")
+		w(`(allow network-outbound (remote ip "*:*"))`)
+		w(`(allow network-inbound (local ip "*:*"))`)
+		w(`(allow network-bind (local ip "*:*"))`)
+		w(`(allow system-socket (socket-domain AF_UNIX))`)
+		w(`(allow network-outbound (remote unix-socket (subpath "/private/var/run/mDNSResponder")))`)
+		w(`(allow system-socket (require-all (socket-domain AF_SYSTEM) (socket-protocol 2)))`)
+		w(`(allow sysctl-read (sysctl-name-prefix "net.routetable."))`)
 		b.WriteString("(allow mach-lookup")
 		for _, s := range networkMachServices() {
 			b.WriteString("\n  (global-name " + sbplString(s) + ")")
@@ -457,13 +538,28 @@ func renderSBPL(in sbplInput) string {
 		w("; none: no network rule at all")
 	}
 	w("")
-	w("; --- protected paths: never writable, never creatable ---")
+	w("; --- protected paths: never writable, never creatable, never moved ---")
+	w("; Later rules win, so these denies override every allow above.")
 	if len(in.protected) > 0 {
 		b.WriteString("(deny file-write*")
 		for _, n := range in.protected {
-			b.WriteString(" (subpath " + paramRef(n) + ")")
+			b.WriteString("\n  (subpath " + paramRef(n) + ") (literal " + paramRef(n) + ")")
 		}
 		w(")")
+		w("; any letter case, at any depth below the workspace (APFS ignores case)")
+		b.WriteString("(deny file-write* (require-all (subpath " + paramRef(ParamWorkspace) + ")\n  (require-any")
+		for _, re := range protectedNameRegexes() {
+			b.WriteString("\n    (regex #" + sbplString(re) + ")")
+		}
+		w(")))")
 	}
+	w("; the workspace and its ancestors cannot be renamed or removed: moving one away,")
+	w("; writing the protected paths at their new place and moving it back would")
+	w("; bypass every rule above")
+	b.WriteString("(deny file-write-unlink\n  (literal " + paramRef(ParamWorkspace) + ")")
+	for _, n := range in.wsUp {
+		b.WriteString("\n  (literal " + paramRef(n) + ")")
+	}
+	w(")")
 	return b.String()
 }

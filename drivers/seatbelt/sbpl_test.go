@@ -5,6 +5,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -180,15 +181,18 @@ func TestProfileContents(t *testing.T) {
 	}{
 		{"strict", driverapi.Capabilities{},
 			[]string{"(deny default)", `(allow process-exec (literal (param "PROGRAM")) (subpath "/bin") (subpath "/usr/bin"))`, `(subpath (param "WORKSPACE"))`,
-				`(deny file-write* (subpath (param "PROTECTED_0")) (subpath (param "PROTECTED_1")) (subpath (param "PROTECTED_2")) (subpath (param "PROTECTED_3")))`,
+				"(deny file-write*\n  (subpath (param \"PROTECTED_0\")) (literal (param \"PROTECTED_0\"))\n  (subpath (param \"PROTECTED_1\")) (literal (param \"PROTECTED_1\"))",
 				`(require-not (subpath (param "PROTECTED_0")))`},
 			[]string{"(allow process-fork)", "(allow network", "allow default", "(allow process-exec)\n"}},
 		{"spawn", driverapi.Capabilities{SpawnSubprocess: true},
 			[]string{"(allow process-fork)", "(allow process-exec)\n"},
 			[]string{"(allow network"}},
 		{"all", driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}},
-			[]string{"(allow network*)", `"com.apple.mDNSResponder"`},
-			[]string{"(allow process-fork)", "localhost:"}},
+			[]string{`(allow network-outbound (remote ip "*:*"))`, `"com.apple.mDNSResponder"`, `"com.apple.trustd.agent"`,
+				`(allow network-outbound (remote unix-socket (subpath "/private/var/run/mDNSResponder")))`},
+			// Unix-domain sockets other than the resolver's stay closed:
+			// no blanket network rule, no unix-socket rule but that one.
+			[]string{"(allow process-fork)", "localhost:", "(allow network*)", "(allow network-outbound)\n", "(allow system-socket)\n", `(path-regex`}},
 		{"hosts", driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"x.org"}}},
 			[]string{`(allow network-outbound (remote tcp "localhost:18080"))`},
 			[]string{"(allow network*)", "x.org", "mDNSResponder"}},
@@ -228,6 +232,8 @@ func TestProtectedAndGrantParams(t *testing.T) {
 		"ANCESTOR_1":  "/Users/dev",
 		"ANCESTOR_2":  "/opt",
 		"ANCESTOR_3":  "/opt/w",
+		"WS_UP_0":     "/Users",
+		"WS_UP_1":     "/Users/dev",
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -376,6 +382,91 @@ func BenchmarkProfileFor(b *testing.B) {
 	for b.Loop() {
 		if _, err := d.ProfileFor(b.Context(), r); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestProtectedPathsCannotBeMovedOrRecased: the workspace and each of its
+// ancestors are denied file-write-unlink (rename and removal), so the
+// workspace cannot be moved away, its .git written at the new place, and
+// moved back; a protected name in any letter case is denied below the
+// workspace; and the denies come after every allow (in SBPL the last
+// matching rule wins).
+func TestProtectedPathsCannotBeMovedOrRecased(t *testing.T) {
+	p := mustPlan(t, req(driverapi.Capabilities{FSWrite: []string{"/Users/dev"}}))
+	unlink := strings.Index(p.SBPL, "(deny file-write-unlink\n  (literal (param \"WORKSPACE\"))\n  (literal (param \"WS_UP_0\"))\n  (literal (param \"WS_UP_1\")))")
+	if unlink < 0 {
+		t.Fatalf("no rename/removal deny on the workspace and its ancestors:\n%s", p.SBPL)
+	}
+	got := map[string]string{}
+	for _, prm := range p.Params {
+		got[prm.Name] = prm.Value
+	}
+	if got["WS_UP_0"] != "/Users" || got["WS_UP_1"] != "/Users/dev" || got["WS_UP_2"] != "" {
+		t.Errorf("workspace ancestors %v", got)
+	}
+	lastAllow := strings.LastIndex(p.SBPL, "(allow ")
+	for _, deny := range []string{"(deny file-write*\n", "(deny file-write* (require-all (subpath (param \"WORKSPACE\"))", "(deny file-write-unlink"} {
+		if i := strings.Index(p.SBPL, deny); i < lastAllow {
+			t.Errorf("%q at %d is not after the last allow (%d): an allow would override it", deny, i, lastAllow)
+		}
+	}
+	for _, re := range []string{`(regex #"/[.][Gg][Ii][Tt]$")`, `(regex #"/[.][Gg][Ii][Tt]/")`, `(regex #"/[.][Aa][Gg][Ee][Nn][Tt][Ss]/")`} {
+		if !strings.Contains(p.SBPL, re) {
+			t.Errorf("profile lacks %s", re)
+		}
+	}
+}
+
+// TestProtectedNameRegexesMatchEveryCase runs the regexes with Go's
+// engine (their syntax is the common subset: bracket classes, $ and
+// literal characters) against spellings APFS treats as the same name,
+// and against names that must stay writable.
+func TestProtectedNameRegexesMatchEveryCase(t *testing.T) {
+	var res []*regexp.Regexp
+	for _, r := range protectedNameRegexes() {
+		res = append(res, regexp.MustCompile(r))
+	}
+	match := func(p string) bool {
+		for _, re := range res {
+			if re.MatchString(p) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, p := range []string{ws + "/.git", ws + "/.GIT", ws + "/.Git/hooks/pre-commit", ws + "/sub/.gIt/config", ws + "/.CODEX", ws + "/.Agents/x", ws + "/.ALEPH"} {
+		if !match(p) {
+			t.Errorf("%s not matched", p)
+		}
+	}
+	for _, p := range []string{ws + "/.gitignore", ws + "/git", ws + "/x.git", ws + "/.github/workflows/ci.yml", ws + "/.codexrc", ws + "/src/main.go"} {
+		if match(p) {
+			t.Errorf("%s matched", p)
+		}
+	}
+}
+
+// TestBaselineIsNarrow: the services and sysctls that let a command reach
+// the network or see other processes are not in the baseline.
+func TestBaselineIsNarrow(t *testing.T) {
+	p := mustPlan(t, req(driverapi.Capabilities{}))
+	var rules []string // the profile without its comments
+	for _, l := range strings.Split(p.SBPL, "\n") {
+		if !strings.HasPrefix(l, ";") {
+			rules = append(rules, l)
+		}
+	}
+	p.SBPL = strings.Join(rules, "\n")
+	for _, bad := range []string{"trustd", "analyticsd", "IOSurface", `(sysctl-name-prefix "kern.`, `(sysctl-name-prefix "vm.`,
+		`(sysctl-name-prefix "hw.")`, `(subpath "/opt/homebrew")`, `"/dev/tty"`, "ttys", "pseudo-tty", "/dev/ptmx", "network", "cfprefsd"} {
+		if strings.Contains(p.SBPL, bad) {
+			t.Errorf("network-none baseline has %s", bad)
+		}
+	}
+	for _, good := range []string{`(global-name "com.apple.system.opendirectoryd.libinfo")`, `(sysctl-name "hw.ncpu")`, `(subpath "/opt/homebrew/bin")`} {
+		if !strings.Contains(p.SBPL, good) {
+			t.Errorf("baseline lacks %s", good)
 		}
 	}
 }
