@@ -145,6 +145,14 @@ func (d *Driver) probe(ctx context.Context) (Tier, map[Tier]error) {
 func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
 	best, errs := d.probe(ctx)
 	features, un, details := report(best, d.floor, errs)
+	for _, f := range features {
+		if f == driverapi.FeatureNetworkViaProxy {
+			if details == nil {
+				details = map[string]string{}
+			}
+			details[driverapi.DetailNetworkRoute] = string(driverapi.RouteHostLoopback)
+		}
+	}
 	return driverapi.HostCapabilities{
 		Backend:         Backend,
 		DriverVersion:   Version,

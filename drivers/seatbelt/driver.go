@@ -126,6 +126,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		d.probeErr = probe(ctx)
 	})
 	hc.Features, hc.Unavailable = capabilityReport(d.probeErr)
+	if hc.Has(driverapi.FeatureNetworkViaProxy) {
+		hc.Details[driverapi.DetailNetworkRoute] = string(driverapi.RouteHostLoopback)
+	}
 	return hc, nil
 }
 
