@@ -49,6 +49,7 @@ func subcommands() []subcommand {
 		{"policy", "check a command string against the command policy", runPolicy},
 		{"conformance", "run the driver conformance suite against a driver binary", runConformance},
 		{"mcp", "serve the sandbox to MCP clients on stdio (tool run_command)", runMCP},
+		{"version", "the CLI's version and protocol; with --json, each driver found", runVersion},
 	}
 }
 
@@ -63,12 +64,23 @@ func main() {
 }
 
 func dispatch(ctx context.Context, args []string, io stdio) int {
+	if len(args) >= 2 && args[0] == "help" {
+		// `help exec` is `exec --help`.
+		for _, sc := range subcommands() {
+			if sc.name == args[1] {
+				return sc.run(ctx, []string{"--help"}, io)
+			}
+		}
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(io.Err)
 		if len(args) == 0 {
 			return 2
 		}
 		return 0
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		return runVersion(ctx, args[1:], io)
 	}
 	for _, sc := range subcommands() {
 		if sc.name == args[0] {
