@@ -10,6 +10,7 @@ TOOLS     := $(CURDIR)/.tools
 # module proxy, so a fresh machine needs nothing installed.
 ACTIONLINT_VERSION := v1.7.12
 
+.PHONY: soak
 .PHONY: all build test test-go test-unprivileged fuzz-short proto proto-tools proto-check lint cross bench clean
 
 all: build
@@ -82,6 +83,11 @@ bench: build
 	$(BIN)/aleph-sandbox bench --n 50 -- /bin/true
 	$(GO) test -run '^$$' -bench . -skip '^BenchmarkLaunch$$' -benchtime 300ms -benchmem $(BENCH_PKGS)
 	$(GO) test -run '^$$' -bench '^BenchmarkLaunch$$' -benchtime 40x ./drivers/bwrap/
+
+# The soak (10000 commands through one warm pipeline) and the load sweep
+# (concurrency 1-64), then what was left behind. Minutes; not part of test.
+soak: build
+	./scripts/soak.sh
 
 clean:
 	rm -rf $(BIN) $(TOOLS)
