@@ -63,6 +63,10 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	}
 	if io.forwardSignals == nil {
 		out, err := p.sandbox.Execute(ctx, cmd)
+		execNotes(io, &f, out, err)
+		if code, ok := deniedWithHint(io, &f, err); ok {
+			return code
+		}
 		return reportExec(io, f.json, out, err)
 	}
 	// SIGINT, SIGTERM and SIGHUP go to the command, which has the grace
@@ -84,6 +88,10 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 			fmt.Fprintf(io.Err, "aleph-sandbox: SIG%s ended the command (this driver cannot forward signals, so its tree was killed)\n", sigLabel(first))
 			return 128 + signalNumber(first)
 		}
+	}
+	execNotes(io, &f, out, err)
+	if code, ok := deniedWithHint(io, &f, err); ok {
+		return code
 	}
 	return reportExec(io, f.json, out, err)
 }

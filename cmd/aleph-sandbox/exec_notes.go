@@ -1,0 +1,90 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+)
+
+// execNotes says on stderr, in text mode, what would otherwise pass in
+// silence or leave a user guessing: which flag asked for a denied elevation
+// and how to approve it, output cut at the budget, a kill for memory, and a
+// command that failed to start subprocesses without --spawn. JSON output
+// carries the same facts in its fields and gets no notes.
+func execNotes(io stdio, f *runFlags, out *core.Output, err error) {
+	if f.json {
+		return
+	}
+	if err != nil || out == nil {
+		return
+	}
+	e := out.Exit
+	if e.OOMKilled {
+		limit := "its memory limit"
+		if f.memoryMB > 0 {
+			limit = fmt.Sprintf("its memory limit (--memory %d)", f.memoryMB)
+		}
+		fmt.Fprintf(io.Err, "aleph-sandbox: the command was killed for exceeding %s\n", limit)
+	}
+	if e.Truncated {
+		fmt.Fprintf(io.Err, "aleph-sandbox: output truncated: the command wrote %d bytes to stdout and %d to stderr, more than the output budget keeps (raise it with --max-output)\n",
+			e.StdoutBytes, e.StderrBytes)
+	}
+	if !f.spawn && e.ExitCode != 0 && looksLikeForkDenied(out.Stderr) {
+		fmt.Fprintln(io.Err, "aleph-sandbox: the command could not start a subprocess: subprocesses need --spawn (approve it with --yes or at the prompt)")
+	}
+}
+
+// deniedWithHint is the one refusal line of a denied elevation in text
+// mode, naming the flags that asked for it and how to approve; ok is false
+// for every other outcome (reportExec handles those).
+func deniedWithHint(io stdio, f *runFlags, err error) (code int, ok bool) {
+	var de *core.DeniedError
+	if f.json || !errors.As(err, &de) || (de.Code != core.ReasonApprovalDenied && de.Code != core.ReasonApprovalTimeout) {
+		return 0, false
+	}
+	return fail(io.Err, "%s (asked for by %s; approve with --yes, or answer the prompt on a terminal)",
+		oneLine(de.Error()), elevationFlags(f)), true
+}
+
+// elevationFlags names the flags of this invocation that ask for more than
+// the strict baseline.
+func elevationFlags(f *runFlags) string {
+	var fl []string
+	if f.spawn {
+		fl = append(fl, "--spawn")
+	}
+	if n := strings.ToLower(strings.TrimSpace(f.net)); n != "" && n != "none" {
+		fl = append(fl, "--net "+f.net)
+	}
+	if len(f.read) > 0 {
+		fl = append(fl, "--read")
+	}
+	if len(f.write) > 0 {
+		fl = append(fl, "--write")
+	}
+	if f.memoryMB > 0 {
+		fl = append(fl, "--memory")
+	}
+	if f.timeout > 0 {
+		fl = append(fl, "--timeout")
+	}
+	if len(fl) == 0 {
+		return "the command"
+	}
+	return strings.Join(fl, ", ")
+}
+
+// looksLikeForkDenied recognises what shells and runtimes print when fork,
+// clone or exec of a child is refused (the seccomp filter answers EPERM).
+func looksLikeForkDenied(stderr []byte) bool {
+	for _, s := range []string{"Cannot fork", "cannot fork", "fork: Operation not permitted", "fork failed", "posix_spawn", "Resource temporarily unavailable"} {
+		if bytes.Contains(stderr, []byte(s)) {
+			return true
+		}
+	}
+	return false
+}

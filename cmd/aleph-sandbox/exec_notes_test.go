@@ -1,0 +1,47 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestExecNotes(t *testing.T) {
+	drv := cliEnv(t)
+	// A denied elevation: one refusal line that names the flags and how
+	// to approve.
+	r := cli(t, "", false, "exec", "--driver", drv, "--net", "all", "--spawn", "--", "echo", "x")
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	if r.code != 125 || len(lines) != 1 || !strings.HasPrefix(lines[0], "aleph-sandbox: denied") ||
+		!strings.Contains(lines[0], "--net all") || !strings.Contains(lines[0], "--spawn") || !strings.Contains(lines[0], "--yes") {
+		t.Fatalf("denial: exit %d, stderr %q", r.code, r.stderr)
+	}
+	// With --yes the same command runs, and no note is printed.
+	r = cli(t, "", false, "exec", "--driver", drv, "--net", "all", "--spawn", "--yes", "--", "echo", "x")
+	if r.code != 0 || r.stdout != "x\n" || r.stderr != "" {
+		t.Fatalf("approved: exit %d, stdout %q, stderr %q", r.code, r.stdout, r.stderr)
+	}
+	// Output past the budget is said, not lost in silence.
+	r = cli(t, "", false, "exec", "--driver", drv, "--max-output", "100", "--", "flood", "1000")
+	if r.code != 0 || len(r.stdout) != 50 || !strings.Contains(r.stderr, "output truncated") || !strings.Contains(r.stderr, "1000 bytes to stdout") {
+		t.Fatalf("truncated: exit %d, %d bytes, stderr %q", r.code, len(r.stdout), r.stderr)
+	}
+	// --json carries it in its fields instead.
+	r = cli(t, "", false, "exec", "--driver", drv, "--json", "--max-output", "100", "--", "flood", "1000")
+	if !strings.Contains(r.stdout, `"truncated":true`) || r.stderr != "" {
+		t.Fatalf("json: %q / %q", r.stdout, r.stderr)
+	}
+}
+
+func TestForkDeniedRecognised(t *testing.T) {
+	for _, s := range []string{"/bin/sh: 0: Cannot fork\n", "bash: fork: Operation not permitted\n", "python: posix_spawn failed"} {
+		if !looksLikeForkDenied([]byte(s)) {
+			t.Errorf("not recognised: %q", s)
+		}
+	}
+	if looksLikeForkDenied([]byte("ls: cannot access 'x': No such file or directory\n")) {
+		t.Error("an ordinary error taken for a refused fork")
+	}
+	if got := elevationFlags(&runFlags{net: "none"}); got != "the command" {
+		t.Errorf("no elevation flags: %q", got)
+	}
+}
