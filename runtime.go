@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 
 	"github.com/hashicorp/go-hclog"
@@ -55,6 +56,8 @@ type options struct {
 	driverEnv  []string
 	warn       io.Writer
 	noRate     bool
+	store      core.GrantStore
+	noStore    bool
 }
 
 // WithApprover sets who answers elevation requests. Without one, every
@@ -97,6 +100,24 @@ func WithWarnings(w io.Writer) Option { return func(o *options) { o.warn = w } }
 // WithoutRateLimit leaves the in-process rate limit out whatever the
 // configuration says (benchmarks measure the sandbox, not the throttle).
 func WithoutRateLimit() Option { return func(o *options) { o.noRate = true } }
+
+// WithGrantStore keeps sessions' grants in st instead of the default file
+// store under the data directory.
+func WithGrantStore(st core.GrantStore) Option { return func(o *options) { o.store = st } }
+
+// WithoutGrantStore keeps grants in memory only, for the life of the
+// runtime.
+func WithoutGrantStore() Option { return func(o *options) { o.noStore = true } }
+
+// DefaultGrantStoreDir is where the CLI and the service keep sessions'
+// grants: DATA/sessions under the data directory (core.DataDir), "" when
+// there is none.
+func DefaultGrantStoreDir() string {
+	if d := core.DataDir(); d != "" {
+		return filepath.Join(d, "sessions")
+	}
+	return ""
+}
 
 // Runtime is the assembled pipeline and everything it owns. Safe for
 // concurrent use.
@@ -175,6 +196,15 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	coreOpts = append(coreOpts, core.WithAuditSink(sink))
 	if o.approver != nil {
 		coreOpts = append(coreOpts, core.WithApprovalRequester(o.approver))
+	}
+	// Grants approved for a session hold across processes: the CLI's and
+	// the service's commands of one session share them.
+	switch {
+	case o.noStore:
+	case o.store != nil:
+		coreOpts = append(coreOpts, core.WithGrantStore(o.store))
+	case DefaultGrantStoreDir() != "":
+		coreOpts = append(coreOpts, core.WithGrantStore(core.NewFileGrantStore(DefaultGrantStoreDir())))
 	}
 	// The proxy's decisions go to the ledger of the sandbox built below;
 	// no command (and so no decision) exists before it does.

@@ -35,6 +35,8 @@ func (approveAll) RequestApproval(context.Context, driverapi.ApprovalRequest) (d
 }
 
 func testConfig(t *testing.T) core.Config {
+	// The grant store lives under the data directory: a private one.
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
 	cfg := core.DefaultConfig()
 	cfg.Sandbox.WorkspaceRoot = filepath.Join(t.TempDir(), "ws")
 	cfg.Sandbox.AuditLog = filepath.Join(t.TempDir(), "audit.jsonl")

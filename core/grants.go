@@ -98,6 +98,7 @@ func (s *WorkspaceSandbox) ApplyNetworkGrant(ctx context.Context, sessionID, hos
 	if !present {
 		sess.netHosts = append(sess.netHosts, subject)
 	}
+	s.persist(sessionID, func(st *StoredGrants) { mergeNetHost(st, subject) })
 	next := sess.digestLocked()
 	sess.mu.Unlock()
 	rec.Decision, rec.Reason, rec.PolicyDigest = DecisionAllow, ReasonGrantApplied, next
@@ -111,10 +112,18 @@ func (s *WorkspaceSandbox) ApplyNetworkGrant(ctx context.Context, sessionID, hos
 // workspace directory stays on disk and is reused if the session comes back,
 // with a fresh baseline. Long-running hosts call it when a session ends so
 // the session map does not grow without bound.
+//
+// With a GrantStore the kept grants are deleted too: a forgotten session
+// starts again from its baseline, in this process and every other.
 func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
 	s.mu.Lock()
 	delete(s.sessions, sessionID)
 	s.mu.Unlock()
+	if s.store != nil {
+		if err := s.store.Delete(sessionID); err != nil {
+			s.logger.Error("forgetting the kept grants failed", "session", sessionID, "error", err)
+		}
+	}
 }
 
 // grantHostProblem says what is wrong with h (lower-cased, no trailing dot)

@@ -103,6 +103,7 @@ type options struct {
 	logger    hclog.Logger
 	mediator  NetworkMediator
 	driverEnv []string
+	grants    GrantStore
 }
 
 // WithDriver runs commands with d instead of launching the configured driver
@@ -127,6 +128,11 @@ func WithLogger(l hclog.Logger) Option { return func(o *options) { o.logger = l 
 
 // WithNetworkMediator enables NetworkAllowHosts and Command.Secrets.
 func WithNetworkMediator(m NetworkMediator) Option { return func(o *options) { o.mediator = m } }
+
+// WithGrantStore keeps sessions' grants in st, so they outlive this
+// process: a session's grants are loaded when it is first used and written
+// back whenever they change; ForgetSession deletes them.
+func WithGrantStore(st GrantStore) Option { return func(o *options) { o.grants = st } }
 
 // WithDriverEnv adds NAME=VALUE entries to the environment of a driver
 // plugin that New launches (not to any command's environment).

@@ -89,6 +89,10 @@ func (s *WorkspaceSandbox) RevokeGrant(ctx context.Context, sessionID, id string
 	if !found {
 		return "", &GrantNotFoundError{SessionID: sessionID, ID: id}
 	}
+	s.persist(sessionID, func(st *StoredGrants) {
+		st.Grants = slices.DeleteFunc(st.Grants, func(c driverapi.Capabilities) bool { return grantID(c) == id })
+		st.NetHosts = slices.DeleteFunc(st.NetHosts, func(h string) bool { return netGrantID(h) == id })
+	})
 	s.ledger.record(ctx, AuditRecord{SessionID: sessionID, CommandID: "revoke-" + newCommandID()[4:], Program: "(grant revoked)",
 		Decision: DecisionAllow, Reason: ReasonGrantRevoked, PolicyDigest: next, Detail: "revoked grant " + id})
 	return next, nil
@@ -111,4 +115,90 @@ func (s *WorkspaceSandbox) WorkspacePath(sessionID string) (string, error) {
 // fetched once and kept.
 func (s *WorkspaceSandbox) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
 	return s.capabilities(ctx)
+}
+
+// restoreGrants loads what the store kept for a new session's state. Kept
+// grants are used only when they were made on the session's baseline of
+// now and their digest checks out (the store verifies it): grants approved
+// against another baseline are not carried over to this one.
+func (s *WorkspaceSandbox) restoreGrants(sess *session) {
+	if s.store == nil {
+		return
+	}
+	st, ok, err := s.store.Load(sess.id)
+	if err != nil {
+		s.logger.Warn("kept grants not used", "session", sess.id, "error", err)
+		return
+	}
+	if !ok {
+		return
+	}
+	if b1, b2 := capsDigest(st.Baseline), capsDigest(sess.baseline); b1 != b2 {
+		s.logger.Warn("kept grants not used: they were approved on another baseline", "session", sess.id)
+		return
+	}
+	for _, g := range st.Grants {
+		sess.grants = append(sess.grants, cloneCaps(g))
+	}
+	sess.netHosts = append(sess.netHosts, st.NetHosts...)
+}
+
+// persist applies a change of a session's grants to the store. A store
+// that cannot be written loses the grant beyond this process only: the
+// command it was approved for still runs; the failure is logged.
+func (s *WorkspaceSandbox) persist(sessionID string, fn func(*StoredGrants)) {
+	if s.store == nil {
+		return
+	}
+	s.mu.RLock()
+	sess := s.sessions[sessionID]
+	s.mu.RUnlock()
+	baseline := driverapi.Capabilities{}
+	if sess != nil {
+		baseline = sess.baseline
+	}
+	if err := s.store.Update(sessionID, func(st *StoredGrants) {
+		if capsDigest(st.Baseline) != capsDigest(baseline) {
+			*st = StoredGrants{}
+		}
+		st.Baseline = baseline
+		fn(st)
+	}); err != nil {
+		s.logger.Error("keeping the session's grants failed", "session", sessionID, "error", err)
+	}
+}
+
+// grantsReachOwnState refuses fs grants that would let a command read or
+// write the sandbox's own state: the grant store (a command that can write
+// it approves its own elevations for the next command) and the audit log.
+func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities) error {
+	for _, p := range caps.FSRead {
+		if err := s.reachesOwnState("capabilities.fs_read", p); err != nil {
+			return err
+		}
+	}
+	for _, p := range caps.FSWrite {
+		if err := s.reachesOwnState("capabilities.fs_write", p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// reachesOwnState refuses a path (a grant, or a workspace a command names)
+// that contains or lies in the sandbox's own state.
+func (s *WorkspaceSandbox) reachesOwnState(field, p string) error {
+	var own []string
+	if s.store != nil && s.store.Dir() != "" {
+		own = append(own, s.store.Dir())
+	}
+	if s.cfg.Sandbox.AuditLog != "" {
+		own = append(own, s.cfg.Sandbox.AuditLog)
+	}
+	for _, o := range own {
+		if driverapi.PathWithin(o, p) || driverapi.PathWithin(p, o) {
+			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q reaches %q, where the sandbox keeps its own state (grants, audit); use a narrower path", p, o)}
+		}
+	}
+	return nil
 }

@@ -44,6 +44,7 @@ type WorkspaceSandbox struct {
 	ownSink  io.Closer
 	mediator NetworkMediator
 	logger   hclog.Logger
+	store    GrantStore // nil: grants live as long as this process
 
 	mu       sync.RWMutex
 	sessions map[string]*session
@@ -112,6 +113,7 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		gate:     NewApprovalGate(o.requester, time.Duration(cfg.Sandbox.ApprovalTimeoutSeconds)*time.Second),
 		mediator: o.mediator,
 		logger:   logger,
+		store:    o.grants,
 		sessions: map[string]*session{},
 		runGrace: defaultRunGrace,
 	}
@@ -204,6 +206,7 @@ func (s *WorkspaceSandbox) session(id string) (*session, error) {
 		return sess, nil
 	}
 	sess = &session{id: id, baseline: driverapi.Capabilities{}}
+	s.restoreGrants(sess)
 	s.sessions[id] = sess
 	return sess, nil
 }
@@ -294,6 +297,9 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	var ws string
 	if cmd.Workspace != "" {
 		ws, err = canonicalDir("workspace", cmd.Workspace)
+		if err == nil {
+			err = s.reachesOwnState("workspace", ws)
+		}
 	} else {
 		ws, err = s.workspaceDir(sess)
 	}
@@ -751,6 +757,9 @@ func (s *WorkspaceSandbox) afterHooks(ctx context.Context, allowed []*hookEntry,
 
 func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *session, sid string, cmd Command) error {
 	caps := cmd.Capabilities
+	if err := s.grantsReachOwnState(caps); err != nil {
+		return err
+	}
 	if caps.IsWithin(sess.baseline) {
 		return nil
 	}
@@ -771,6 +780,7 @@ func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *
 		return &DeniedError{Code: ReasonApprovalDenied, Reason: req.Summary + ": " + err.Error()}
 	case outcome == driverapi.ApprovalApproved:
 		sess.addGrant(caps)
+		s.persist(sid, func(st *StoredGrants) { mergeGrant(st, caps) })
 		r.rec.Reason = ReasonApprovalGranted
 		return nil
 	case outcome == driverapi.ApprovalTimeout:

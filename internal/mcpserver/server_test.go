@@ -24,6 +24,7 @@ func connect(t *testing.T, cfg mcpserver.Config, elicit func(*mcp.ElicitRequest)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	fake := &drivertest.FakeDriver{}
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
 	conf := core.DefaultConfig()
 	conf.Sandbox.WorkspaceRoot = t.TempDir()
 	conf.Sandbox.AuditLog = ""

@@ -1,0 +1,137 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+)
+
+type countingApprover struct{ asked int }
+
+func (a *countingApprover) RequestApproval(context.Context, driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
+	a.asked++
+	return driverapi.ApprovalApproved, nil
+}
+
+func storeSandbox(t *testing.T, dir, root string, a ApprovalRequester) *WorkspaceSandbox {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.Sandbox.WorkspaceRoot = root
+	opts := []Option{WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})), WithAuditSink(&memSink{}), WithGrantStore(NewFileGrantStore(dir))}
+	if a != nil {
+		opts = append(opts, WithApprovalRequester(a))
+	}
+	sb, err := NewWorkspaceSandbox(cfg, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	return sb
+}
+
+// Grants approved in one pipeline hold in the next one (another process,
+// in real use) of the same session, and only of that session.
+func TestGrantsOutliveThePipeline(t *testing.T) {
+	dir, root := t.TempDir(), t.TempDir()
+	ctx := context.Background()
+	net := driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}
+	a := &countingApprover{}
+	first := storeSandbox(t, dir, root, a)
+	if _, err := first.Execute(ctx, Command{SessionID: "s1", Program: "echo", Capabilities: net}); err != nil {
+		t.Fatal(err)
+	}
+	d1, err := first.ApplyNetworkGrant(ctx, "s1", "example.com", 443, first.PolicyDigest("s1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.asked != 1 {
+		t.Fatalf("asked %d times", a.asked)
+	}
+	st, err := os.Stat(filepath.Join(dir, SessionDirName("s1")+".json"))
+	if err != nil || st.Mode().Perm() != 0o600 {
+		t.Fatalf("grant file: %v %v", st, err)
+	}
+
+	// A new pipeline with no approver at all: the kept grant lets the
+	// command through, the digest is the same, and another session gets
+	// nothing of it.
+	second := storeSandbox(t, dir, root, nil)
+	if _, err := second.Execute(ctx, Command{SessionID: "s1", Program: "echo", Capabilities: net}); err != nil {
+		t.Fatalf("kept grant not used: %v", err)
+	}
+	if got := second.PolicyDigest("s1"); got != d1 {
+		t.Fatalf("digest %s after reload, %s before", got, d1)
+	}
+	_, err = second.Execute(ctx, Command{SessionID: "s2", Program: "echo", Capabilities: net})
+	wantDenied(t, err, ReasonApprovalDenied)
+
+	// Forgetting the session removes what was kept.
+	second.ForgetSession("s1")
+	third := storeSandbox(t, dir, root, nil)
+	_, err = third.Execute(ctx, Command{SessionID: "s1", Program: "echo", Capabilities: net})
+	wantDenied(t, err, ReasonApprovalDenied)
+}
+
+// A grant file that was tampered with (edited grants, so the digest no
+// longer matches) is not used.
+func TestTamperedGrantsAreNotUsed(t *testing.T) {
+	dir, root := t.TempDir(), t.TempDir()
+	ctx := context.Background()
+	spawn := driverapi.Capabilities{SpawnSubprocess: true}
+	first := storeSandbox(t, dir, root, &countingApprover{})
+	if _, err := first.Execute(ctx, Command{SessionID: "s", Program: "echo", Capabilities: spawn}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, SessionDirName("s")+".json")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := strings.Replace(string(data), `"network_grants":[]`, `"network_grants":["evil.example"]`, 1)
+	if forged == string(data) {
+		t.Fatalf("test could not forge the file: %s", data)
+	}
+	if err := os.WriteFile(path, []byte(forged), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	second := storeSandbox(t, dir, root, nil)
+	_, err = second.Execute(ctx, Command{SessionID: "s", Program: "echo", Capabilities: spawn})
+	wantDenied(t, err, ReasonApprovalDenied)
+}
+
+// No grant and no named workspace may reach the store: a command that
+// could write it would approve its own next elevation.
+func TestGrantsCannotReachTheStore(t *testing.T) {
+	base := t.TempDir()
+	dir := filepath.Join(base, "state", "sessions")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	sb := storeSandbox(t, dir, t.TempDir(), &countingApprover{})
+	ctx := context.Background()
+	for _, c := range []Command{
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{base}}},
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSRead: []string{filepath.Join(dir, "x.json")}}},
+		{SessionID: "s", Program: "echo", Workspace: base},
+	} {
+		_, err := sb.Execute(ctx, c)
+		var ie *InvalidCommandError
+		if !errors.As(err, &ie) || !strings.Contains(ie.Reason, "own state") {
+			t.Errorf("%+v: want a refusal naming the sandbox's own state, got %v", c, err)
+		}
+	}
+	// Positive control: a sibling path is granted.
+	other := filepath.Join(base, "other")
+	if err := os.Mkdir(other, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sb.Execute(ctx, Command{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{other}}}); err != nil {
+		t.Fatalf("a sibling grant: %v", err)
+	}
+}
