@@ -37,6 +37,9 @@ type hostProbe struct {
 	kernel     string
 	// guard is how bwrap is started (pidguard_linux.go).
 	guard pidGuard
+	// procCover is the bwrap argv covering /proc's host-wide entries
+	// (ProcCoverArgs): the host's /proc is looked at once per driver.
+	procCover []string
 }
 
 func (cs *cgroupSystem) reason(ctrl string) string {
@@ -60,7 +63,7 @@ func (d *Driver) Prepare() { d.probe() }
 // whether it can create the namespaces here, Landlock, seccomp, cgroups.
 func (d *Driver) probe() *hostProbe {
 	d.once.Do(func() {
-		h := &hostProbe{landlock: LandlockABI(), seccomp: SeccompAvailable()}
+		h := &hostProbe{landlock: LandlockABI(), seccomp: SeccompAvailable(), procCover: ProcCoverArgs()}
 		var uts unix.Utsname
 		if unix.Uname(&uts) == nil {
 			h.kernel = unix.ByteSliceToString(uts.Release[:])
@@ -69,7 +72,7 @@ func (d *Driver) probe() *hostProbe {
 		// both mostly wait on the kernel.
 		cgDone := make(chan *cgroupSystem, 1)
 		go func() { cgDone <- d.probeCgroups() }()
-		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath)
+		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover)
 		if h.sandboxErr == nil {
 			if fi, err := os.Stat(d.cfg.InitBinary); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
 				h.sandboxErr = fmt.Errorf("driver binary %s cannot serve as sandbox-init", d.cfg.InitBinary)
@@ -93,7 +96,7 @@ func (d *Driver) probeCgroups() *cgroupSystem {
 	return cs
 }
 
-func probeBwrap(path string) (bin, version string, guard pidGuard, err error, fix string) {
+func probeBwrap(path string, procCover []string) (bin, version string, guard pidGuard, err error, fix string) {
 	const install = "install bubblewrap (apt install bubblewrap / dnf install bubblewrap)"
 	if path == "" {
 		p, lerr := exec.LookPath("bwrap")
@@ -116,8 +119,8 @@ func probeBwrap(path string) (bin, version string, guard pidGuard, err error, fi
 		out, err := exec.CommandContext(ctx, path, "--version").Output()
 		vc <- versionResult{out, err}
 	}()
-	trialErr := trialSandbox(ctx, path, guard)
-	if trialErr != nil && guard.mode != guardNone && trialSandbox(ctx, path, pidGuard{mode: guardNone}) == nil {
+	trialErr := trialSandbox(ctx, path, guard, procCover)
+	if trialErr != nil && guard.mode != guardNone && trialSandbox(ctx, path, pidGuard{mode: guardNone}, procCover) == nil {
 		// bwrap works, only not inside the guard's namespaces (a seccomp
 		// profile or LSM of a container refusing them): run unguarded and
 		// say so, rather than not at all.
@@ -137,19 +140,21 @@ func probeBwrap(path string) (bin, version string, guard pidGuard, err error, fi
 }
 
 // trialSandbox builds one sandbox with the real namespace set and the
-// system read set, running true: whether bwrap can work here at all.
+// system read set and /proc covered as Run covers it, running true:
+// whether bwrap can work here at all.
 // Unprivileged users need user namespaces, and containers often forbid
 // them; --version alone says nothing about that. It is run at every driver
 // start (about a bwrap start's cost, overlapping the host's handshake)
 // rather than cached across starts: a cached answer could claim a sandbox
 // that a changed sysctl, AppArmor profile or container no longer allows.
-func trialSandbox(ctx context.Context, path string, guard pidGuard) error {
+func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []string) error {
 	tr := "/usr/bin/true"
 	if _, err := os.Stat(tr); err != nil {
 		tr = "/bin/true"
 	}
-	args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
+	args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--proc", "/proc"}
+	args = append(args, procCover...)
+	args = append(args, "--dev", "/dev", "--tmpfs", "/tmp")
 	for _, m := range SystemReadSet() {
 		if m.Kind == MountSymlink {
 			args = append(args, "--symlink", m.Src, m.Dest)

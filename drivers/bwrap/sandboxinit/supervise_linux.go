@@ -1,0 +1,315 @@
+//go:build linux
+
+package sandboxinit
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Supervised mode (InitSpec.Supervise): sandbox-init stays, as the
+// target's parent, instead of becoming it.
+//
+// Why: bwrap's own PID-1 reaper is started before any confinement, so it
+// runs with no seccomp filter, as the sandbox's uid, and dumpable. With
+// Landlock present its ptrace restriction keeps the command away from it;
+// with Landlock absent the command could open /proc/1/mem for writing and
+// take over an unfiltered process. So the driver runs bwrap with
+// --as-pid-1 and sandbox-init is PID 1: confined like the command (the
+// same Landlock domain, rlimits and, on every one of its threads, the same
+// seccomp filter, except that it may fork), non-dumpable (its /proc/1/mem,
+// fd, environ and ptrace are closed to the command whatever Landlock does),
+// and it reaps every process of the sandbox. Where sandbox-init is not PID 1
+// (the allow_hosts chain, which needs Landlock anyway) it is the children's
+// subreaper instead.
+//
+// The command is forked from the confined thread: fork copies the calling
+// thread's seccomp filters, Landlock domain and no_new_privs, so the child
+// starts exactly as confined. When the command may not spawn, the child
+// first execs sandbox-init again in the plain mode, which adds the
+// no-spawn filter the supervisor itself cannot carry, and execs the target.
+//
+// How the status crosses: bwrap reports a child killed by signal N as exit
+// status 128+N, on its exit status and on --json-status-fd alike, so from
+// there `exit 130` and death by SIGINT look the same. The supervisor
+// writes the target's raw wait status on the lifeline instead (statusTag
+// and four bytes, little-endian) just before it exits: the lifeline is
+// the one channel between sandbox-init and the launcher that the command
+// can neither read nor write (close-on-exec, never inherited, and
+// /proc/1/fd is closed to it because PID 1 is not dumpable). A sandbox
+// that ends without the record (killed from outside, or sandbox-init
+// failed) is reported from bwrap's status as before.
+//
+// Signals: TERM, INT, HUP, QUIT, USR1, USR2 and WINCH sent to the
+// supervisor are forwarded to the target, and so are signal requests the
+// launcher writes on the lifeline (signalTag and the signal number). A
+// lifeline that hangs up while the command runs means the launcher is gone:
+// everything in the sandbox is killed.
+
+// Lifeline records. The launcher writes signalTag+N; sandbox-init writes
+// the started byte (ReportStarted) and, when supervising, statusTag+4 bytes.
+const (
+	StartedTag = 's'
+	SignalTag  = 'k'
+	StatusTag  = 'x'
+)
+
+// ForwardedSignals are what the supervisor passes on to the target.
+func ForwardedSignals() []syscall.Signal {
+	return []syscall.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT,
+		unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH}
+}
+
+// maxSignal is the highest signal number a lifeline request may carry.
+const maxSignal = 64
+
+// supervisorSpec is the spec whose seccomp filter the supervisor carries:
+// the target's, with fork allowed (it must fork the target once).
+func supervisorSpec(spec *InitSpec) InitSpec {
+	s := *spec
+	s.AllowSpawn = true
+	return s
+}
+
+// childSpec is the spec of the plain sandbox-init the supervisor's child
+// runs when the target may not spawn: the same restrictions, no lifeline
+// (the supervisor owns it), no supervision.
+func childSpec(spec *InitSpec) InitSpec {
+	s := *spec
+	s.Supervise = false
+	s.LifelineFD = 0
+	return s
+}
+
+// supervise runs on the locked, confined thread (no_new_privs, Landlock,
+// rlimits and descriptor marks applied; seccomp not yet). It loads prog on
+// every thread, forks the target and returns the exit status to end with.
+func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []string) (int, error) {
+	// Not dumpable: /proc/1/{mem,fd,environ,...} and ptrace need
+	// CAP_SYS_PTRACE, which nobody inside has. The target's exec makes
+	// it dumpable again, as any exec does.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	pid1 := os.Getpid() == 1
+	if !pid1 {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return 0, fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", err)
+		}
+	}
+	// Signal handlers before the fork, so nothing sent meanwhile is lost.
+	fwd := make(chan os.Signal, 16)
+	chld := make(chan os.Signal, 1)
+	for _, s := range ForwardedSignals() {
+		signal.Notify(fwd, s)
+	}
+	signal.Notify(chld, unix.SIGCHLD)
+	if err := loadSeccompAllThreads(prog); err != nil {
+		return 0, err
+	}
+	if spec.LifelineFD > 0 && LauncherGone(spec.LifelineFD) {
+		return 0, errLauncherGone
+	}
+	// Descriptors 0-2 as they are; descriptors the target inherits were
+	// made inheritable already. The plain child also needs the
+	// environment's descriptor; the target gets its environment directly.
+	files := []uintptr{0, 1, 2}
+	attr := &syscall.ProcAttr{Env: env, Files: files,
+		// The locked thread lives as long as this process.
+		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
+	execPath, execArgv := path, argv
+	if !spec.AllowSpawn {
+		self, err := os.Executable()
+		if err != nil {
+			return 0, fmt.Errorf("own binary: %w", err)
+		}
+		cs := childSpec(spec)
+		args, err := InitArgs(cs, argv[0], argv[1:]...)
+		if err != nil {
+			return 0, err
+		}
+		execPath, execArgv = self, append([]string{self, SandboxInitCommand}, args...)
+		if spec.EnvFD > 0 {
+			// The plain child reads the environment itself: its own stays
+			// empty, so loader variables of the target's do not act on it.
+			attr.Env = []string{}
+			attr.Files = childFiles(spec.EnvFD, spec.InheritFDs)
+		}
+	}
+	child, err := syscall.ForkExec(execPath, execArgv, attr)
+	if err != nil {
+		return 0, fmt.Errorf("start %s: %w", execPath, err)
+	}
+	var life <-chan syscall.Signal
+	if spec.LifelineFD > 0 {
+		life = readSignalRequests(spec.LifelineFD)
+	}
+	ws := superviseLoop(child, pid1, fwd, chld, life)
+	if spec.LifelineFD > 0 {
+		reportStatus(spec.LifelineFD, ws)
+	}
+	return exitCodeOf(ws), nil
+}
+
+// childFiles maps 0-2, envFD and keep to themselves and closes the rest up
+// to the highest of them (-1 closes a slot in the child).
+func childFiles(envFD int, keep []int) []uintptr {
+	top := max(envFD, 2)
+	for _, k := range keep {
+		top = max(top, k)
+	}
+	files := make([]uintptr, top+1)
+	for i := range files {
+		if i <= 2 || i == envFD || slices.Contains(keep, i) {
+			files[i] = uintptr(i)
+		} else {
+			files[i] = ^uintptr(0)
+		}
+	}
+	return files
+}
+
+// superviseLoop forwards signals and reaps children until child has ended,
+// and returns its wait status. Reaping and signalling happen in this one
+// goroutine, so a signal never goes to a pid that was already reaped (and
+// possibly reused).
+func superviseLoop(child int, pid1 bool, fwd, chld <-chan os.Signal, life <-chan syscall.Signal) unix.WaitStatus {
+	for {
+		select {
+		case <-chld:
+			if ws, done := reapAll(child); done {
+				return ws
+			}
+		case s := <-fwd:
+			if sig, ok := s.(syscall.Signal); ok {
+				_ = unix.Kill(child, sig)
+			}
+		case sig, ok := <-life:
+			if !ok {
+				// The launcher is gone: nothing of the sandbox may outlive
+				// it. As PID 1, kill(-1) reaches every other process of
+				// the namespace; as a subreaper only the child is ours.
+				life = nil
+				if pid1 {
+					_ = unix.Kill(-1, unix.SIGKILL)
+				} else {
+					_ = unix.Kill(child, unix.SIGKILL)
+				}
+				continue
+			}
+			_ = unix.Kill(child, sig)
+		}
+	}
+}
+
+// reapAll reaps every child that has ended; done reports child among them.
+func reapAll(child int) (status unix.WaitStatus, done bool) {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil || pid <= 0:
+			return status, done
+		case pid == child:
+			status, done = ws, true
+		}
+	}
+}
+
+// readSignalRequests delivers the signal numbers the launcher writes on
+// the lifeline (SignalTag + one byte each) and is closed when the launcher's
+// end hangs up. Anything else on the stream is skipped.
+func readSignalRequests(fd int) <-chan syscall.Signal {
+	out := make(chan syscall.Signal, 8)
+	go func() {
+		defer close(out)
+		var buf [64]byte
+		var pending []byte
+		for {
+			n, err := unix.Read(fd, buf[:])
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || n <= 0 {
+				return
+			}
+			pending = append(pending, buf[:n]...)
+			for len(pending) >= 2 {
+				if pending[0] != SignalTag {
+					pending = pending[1:]
+					continue
+				}
+				if s := int(pending[1]); s >= 1 && s <= maxSignal {
+					out <- syscall.Signal(s)
+				}
+				pending = pending[2:]
+			}
+		}
+	}()
+	return out
+}
+
+// reportStatus writes the status record. A launcher that is gone cannot
+// read it, which is no error.
+func reportStatus(fd int, ws unix.WaitStatus) {
+	var msg [5]byte
+	msg[0] = StatusTag
+	binary.LittleEndian.PutUint32(msg[1:], uint32(ws))
+	_ = unix.Sendto(fd, msg[:], unix.MSG_NOSIGNAL, nil)
+}
+
+// exitCodeOf is the shell's convention (what bwrap reports too): the exit
+// status, or 128+N for death by signal N.
+func exitCodeOf(ws unix.WaitStatus) int {
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	}
+	return 255
+}
+
+// loadSeccompAllThreads installs prog on every thread of the process
+// (SECCOMP_FILTER_FLAG_TSYNC). The supervisor, unlike the plain mode,
+// lives on beside the command, and all of its Go runtime threads must be
+// filtered, not only the one that forks.
+func loadSeccompAllThreads(prog []bpf.Instruction) error {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return fmt.Errorf("seccomp: %w", err)
+	}
+	if len(raw) == 0 {
+		return errors.New("seccomp: empty program")
+	}
+	filter := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("seccomp: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(filter)
+	if errno != 0 {
+		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): %w", errno)
+	}
+	if r != 0 {
+		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): thread %d could not be synchronised", r)
+	}
+	return nil
+}

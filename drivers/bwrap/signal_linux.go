@@ -1,0 +1,98 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// NotRunningError: no command with this id runs in this driver.
+type NotRunningError struct{ CommandID string }
+
+func (e *NotRunningError) Error() string {
+	return fmt.Sprintf("bwrap driver: no command %q is running", e.CommandID)
+}
+
+// commandTable tracks the running commands by RunSpec.CommandID, each by
+// its lifeline: the only way into a sandbox from the driver. The zero value
+// is ready for use. Ids are the caller's: two commands run under one id are
+// both signalled.
+type commandTable struct {
+	mu sync.Mutex
+	m  map[string][]*lifeline
+}
+
+// add registers l under id until the returned func is called.
+func (t *commandTable) add(id string, l *lifeline) (remove func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string][]*lifeline{}
+	}
+	t.m[id] = append(t.m[id], l)
+	return func() {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		ls := t.m[id]
+		for i, x := range ls {
+			if x == l {
+				ls = append(ls[:i:i], ls[i+1:]...)
+				break
+			}
+		}
+		if len(ls) == 0 {
+			delete(t.m, id)
+		} else {
+			t.m[id] = ls
+		}
+	}
+}
+
+func (t *commandTable) get(id string) []*lifeline {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]*lifeline(nil), t.m[id]...)
+}
+
+// signalCommand delivers sig to the running command commandID
+// (RunSpec.CommandID). sandbox-init, the command's parent inside the
+// sandbox, sends it (supervise_linux.go), so the signal reaches the
+// command itself, never a reused pid, and needs no permission over
+// processes in the sandbox's namespaces. A command that has not reached its
+// program yet gets the signal as soon as it does.
+func (d *Driver) signalCommand(commandID string, sig syscall.Signal) error {
+	if commandID == "" {
+		return &driverapi.InvalidSpecError{Field: "command_id", Reason: "empty"}
+	}
+	if sig < 1 || sig > 64 {
+		return &driverapi.InvalidSpecError{Field: "signal", Reason: fmt.Sprintf("%d is not a signal number (1-64)", int(sig))}
+	}
+	ls := d.running.get(commandID)
+	if len(ls) == 0 {
+		return &NotRunningError{CommandID: commandID}
+	}
+	sent := false
+	var errs []error
+	for _, l := range ls {
+		err := l.Signal(sig)
+		switch {
+		case err == nil:
+			sent = true
+		case !errors.Is(err, errLifelineClosed):
+			errs = append(errs, err)
+		}
+	}
+	if sent {
+		return nil
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	// Every one ended between the look-up and the send.
+	return &NotRunningError{CommandID: commandID}
+}
