@@ -310,3 +310,20 @@ func TestNoLandlockModeReported(t *testing.T) {
 		}
 	}
 }
+
+// The command cannot signal its supervisor (seccomp: pid 1 is not a
+// target, whatever Landlock's scopes allow), while its own process group
+// and itself (positive controls) can be signalled.
+func TestCommandCannotSignalPID1(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	script := "echo ran; kill -9 1 2>/dev/null && echo kill-delivered; kill -TERM 1 2>/dev/null && echo term-delivered; " +
+		"kill -0 1 2>/dev/null && echo probe-delivered; kill -0 0 && echo group-ok; kill -0 $$ && echo self-ok"
+	for _, spawn := range []bool{true, false} {
+		r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: spawn}, nil, "/bin/sh", "-c", script)
+		expectOK(t, r)
+		if r.stdout != "ran\ngroup-ok\nself-ok\n" {
+			t.Errorf("spawn=%v: %q (stderr %q)", spawn, r.stdout, r.stderr)
+		}
+	}
+}

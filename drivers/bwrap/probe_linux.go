@@ -262,6 +262,11 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	if h.landlock == 0 {
 		hc.Details["landlock"] = "unavailable: filesystem isolation rests on mount namespaces alone"
 	}
+	if h.landlock < 6 {
+		// Scopes came with ABI 6. network none and allow_hosts have a
+		// network namespace of their own; all shares the host's.
+		hc.Details["abstract_unix"] = "with network all, abstract unix sockets bound on the host are reachable (Landlock ABI < 6 has no scopes)"
+	}
 	if h.cg.mode == CgroupV1 && h.cg.have[ctrlMemory] && !h.cg.memsw {
 		hc.Details["memory_swap"] = "not limited (cgroup v1 without memsw accounting)"
 	}

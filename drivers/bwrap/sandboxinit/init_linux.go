@@ -68,14 +68,14 @@ func sandboxInit(args []string) (int, error) {
 	}
 	// Everything that can fail for a reason other than the kernel is
 	// computed before the process is changed.
-	prog, err := seccompProgram(&spec)
+	prog, err := guardedProgram(&spec)
 	if err != nil {
 		return fail(err)
 	}
 	if spec.Supervise {
 		// The supervisor carries the filter it may fork under.
 		sup := supervisorSpec(&spec)
-		if prog, err = seccompProgram(&sup); err != nil {
+		if prog, err = guardedProgram(&sup); err != nil {
 			return fail(err)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
@@ -125,8 +126,13 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	// environment's descriptor; the target gets its environment directly.
 	files := []uintptr{0, 1, 2}
 	attr := &syscall.ProcAttr{Env: env, Files: files,
-		// The locked thread lives as long as this process.
-		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}}
+		Sys: &syscall.SysProcAttr{
+			// The locked thread lives as long as this process.
+			Pdeathsig: syscall.SIGKILL,
+			// A process group of its own: kill(0, sig) in the command
+			// reaches the command's group, not its supervisor.
+			Setpgid: true,
+		}}
 	execPath, execArgv := path, argv
 	if !spec.AllowSpawn {
 		self, err := os.Executable()
@@ -312,4 +318,76 @@ func loadSeccompAllThreads(prog []bpf.Instruction) error {
 		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): thread %d could not be synchronised", r)
 	}
 	return nil
+}
+
+// pid1SignalGuard goes in front of every sandbox-init filter (the
+// supervisor's, which a spawning command inherits, and the plain mode's):
+// kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo and pidfd_open
+// aimed at pid 1 fail with EPERM. PID 1 shares the command's Landlock
+// domain, so Landlock's signal scope does not stop these, and the kernel
+// answers a signal to a namespace's init that it then ignores with
+// success. What such a signal could do is small (SIGKILL and SIGSTOP from
+// inside are dropped, the forwarded ones come back to the command), but
+// the command has no business signalling its supervisor. The pid is a
+// pid_t: the kernel keeps only its low 32 bits, so only those are
+// compared. Threads of PID 1 other than the first have other ids, and a
+// signal to one of them reaches the same handlers: no more than above.
+// A foreign architecture skips the guard; the main program kills it.
+func pid1SignalGuard(info *arch.Info) ([]bpf.Instruction, error) {
+	names := []string{"kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open"}
+	var nrs []uint32
+	for _, n := range names {
+		nr, ok := info.SyscallNames[n]
+		if !ok {
+			return nil, fmt.Errorf("seccomp: syscall %s unknown on %s", n, info.Name)
+		}
+		nrs = append(nrs, uint32(nr))
+	}
+	// Layout: [0] load arch, [1] skip all if foreign, [2] load nr,
+	// [3..3+n) one test per syscall jumping to the argument check, then
+	// "not one of them: done", the check (load arg0 low, compare, EPERM),
+	// and the end, where the main program starts.
+	n := len(nrs)
+	checkAt := 3 + n + 1 // index of the argument load
+	end := checkAt + 3   // first instruction after the guard
+	p := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: seccompDataArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(info.ID), SkipTrue: uint8(end - 2)},
+		bpf.LoadAbsolute{Off: seccompDataNr, Size: 4},
+	}
+	for i, nr := range nrs {
+		at := 3 + i
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipTrue: uint8(checkAt - at - 1)})
+	}
+	p = append(p,
+		bpf.Jump{Skip: uint32(end - (3 + n) - 1)},
+		bpf.LoadAbsolute{Off: argLowOffset(0), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 1, SkipFalse: 1},
+		bpf.RetConstant{Val: retEPERM},
+	)
+	if len(p) != end {
+		return nil, fmt.Errorf("seccomp: pid-1 guard is %d instructions, laid out for %d", len(p), end)
+	}
+	return p, nil
+}
+
+// guardedProgram is spec's filter with the pid-1 guard in front.
+func guardedProgram(spec *InitSpec) ([]bpf.Instruction, error) {
+	prog, err := seccompProgram(spec)
+	if err != nil {
+		return nil, err
+	}
+	info, err := nativeArch()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	guard, err := pid1SignalGuard(info)
+	if err != nil {
+		return nil, err
+	}
+	prog = append(guard, prog...)
+	if len(prog) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp: program has %d instructions, limit %d", len(prog), unix.BPF_MAXINSNS)
+	}
+	return prog, nil
 }
