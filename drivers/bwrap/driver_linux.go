@@ -459,6 +459,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// bwrap's reaper there; sandbox-init is the subreaper below it.
 		extra = append(extra, "--as-pid-1")
 	}
+	extra = append(extra, d.probe().userns...)
 	var blockR, blockW, statusR, statusW *os.File
 	if v1 {
 		var err error

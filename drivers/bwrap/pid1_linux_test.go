@@ -327,3 +327,27 @@ func TestCommandCannotSignalPID1(t *testing.T) {
 		}
 	}
 }
+
+// Nested user namespaces: bwrap's --disable-userns where the sandbox has a
+// user namespace of its own (not root), seccomp everywhere; the report says
+// which. Creating one fails inside either way, while the command ran.
+func TestNestedUserNamespaces(t *testing.T) {
+	d := testDriver(t, Options{})
+	caps, err := d.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := caps.Details["nested_userns"]
+	if os.Geteuid() == 0 && !strings.HasPrefix(got, "denied by seccomp") {
+		t.Errorf("root: nested_userns %q", got)
+	}
+	if os.Geteuid() != 0 && !strings.HasPrefix(got, "disabled") && !strings.Contains(got, "setuid") {
+		t.Errorf("unprivileged: nested_userns %q, want --disable-userns in use", got)
+	}
+	ws := newWorkspace(t)
+	r := drvSh(t, d, ws, "echo ran; unshare -U true 2>/dev/null && echo created; :")
+	expectOK(t, r)
+	if r.stdout != "ran\n" {
+		t.Fatalf("inside: %q (stderr %q)", r.stdout, r.stderr)
+	}
+}

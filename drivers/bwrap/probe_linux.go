@@ -40,6 +40,10 @@ type hostProbe struct {
 	// procCover is the bwrap argv covering /proc's host-wide entries
 	// (ProcCoverArgs): the host's /proc is looked at once per driver.
 	procCover []string
+	// userns are bwrap flags that keep the sandbox from making user
+	// namespaces of its own (--disable-userns), where bwrap gives it one.
+	userns    []string
+	usernsWhy string // why userns is empty, for the report
 }
 
 func (cs *cgroupSystem) reason(ctrl string) string {
@@ -78,6 +82,9 @@ func (d *Driver) probe() *hostProbe {
 				h.sandboxErr = fmt.Errorf("driver binary %s cannot serve as sandbox-init", d.cfg.InitBinary)
 				h.sandboxFix = "reinstall aleph-driver-bwrap"
 			}
+		}
+		if h.sandboxErr == nil {
+			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover)
 		}
 		h.cg = <-cgDone
 		d.host = h
@@ -147,12 +154,13 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 // start (about a bwrap start's cost, overlapping the host's handshake)
 // rather than cached across starts: a cached answer could claim a sandbox
 // that a changed sysctl, AppArmor profile or container no longer allows.
-func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []string) error {
+func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []string, extra ...string) error {
 	tr := "/usr/bin/true"
 	if _, err := os.Stat(tr); err != nil {
 		tr = "/bin/true"
 	}
-	args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL", "--proc", "/proc"}
+	args := append([]string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}, extra...)
+	args = append(args, "--proc", "/proc")
 	args = append(args, procCover...)
 	args = append(args, "--dev", "/dev", "--tmpfs", "/tmp")
 	for _, m := range SystemReadSet() {
@@ -176,6 +184,30 @@ func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []
 		return err
 	}
 	return nil
+}
+
+// probeDisableUserns decides on bwrap's --disable-userns: where bwrap gives
+// the sandbox a user namespace (a driver that is not root, running a bwrap
+// that is not setuid), it stops the sandbox from creating further ones,
+// below seccomp's denial of unshare, setns and CLONE_NEWUSER. bwrap insists
+// on an explicit --unshare-user for it (--unshare-all's "try" does not
+// count), and bwrap before 0.8 lacks it: a trial sandbox decides. A root
+// driver's sandbox has no user namespace of its own; seccomp alone denies
+// creating one there.
+func probeDisableUserns(path string, guard pidGuard, procCover []string) ([]string, string) {
+	if os.Geteuid() == 0 {
+		return nil, "root: the sandbox has no user namespace of its own"
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSetuid != 0 {
+		return nil, path + " is setuid"
+	}
+	flags := []string{"--unshare-user", "--disable-userns"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := trialSandbox(ctx, path, guard, procCover, flags...); err != nil {
+		return nil, "bwrap refused --disable-userns: " + err.Error()
+	}
+	return flags, ""
 }
 
 // Capabilities reports what this host enforces now.
@@ -207,6 +239,11 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	}
 	if h.guard.why != "" {
 		hc.Details["setup_guard_off"] = h.guard.why
+	}
+	if len(h.userns) > 0 {
+		hc.Details["nested_userns"] = "disabled (bwrap --disable-userns, and seccomp)"
+	} else if h.usernsWhy != "" {
+		hc.Details["nested_userns"] = "denied by seccomp (" + h.usernsWhy + ")"
 	}
 	if h.landlock > 0 && h.sandboxErr == nil {
 		hc.LandlockABI = uint32(h.landlock)

@@ -84,6 +84,11 @@ func sandboxInit(args []string) (int, error) {
 		return fail(err)
 	}
 	limits := rlimitPlan(&spec)
+	if spec.Supervise {
+		// The supervisor sets RLIMIT_NPROC itself, once it knows how many
+		// threads of its own the count includes (supervise_linux.go).
+		limits = withoutNproc(limits)
+	}
 
 	// Landlock, no_new_privs and seccomp are per thread; the exec below
 	// must run on the thread that carries them. Never unlocked: if exec

@@ -89,7 +89,40 @@ func childSpec(spec *InitSpec) InitSpec {
 	s := *spec
 	s.Supervise = false
 	s.LifelineFD = 0
+	// The supervisor's RLIMIT_NPROC (see nprocHeadroom) is inherited.
+	s.RlimitNproc = 0
 	return s
+}
+
+// nprocHeadroom is added to RLIMIT_NPROC on top of the supervisor's own
+// threads when it forks: the Go runtime may start a few more threads later
+// (a blocking system call, the garbage collector), and they must not eat
+// into the command's max_pids.
+const nprocHeadroom = 4
+
+// withoutNproc is plan less RLIMIT_NPROC.
+func withoutNproc(plan []rlimitSetting) []rlimitSetting {
+	var out []rlimitSetting
+	for _, s := range plan {
+		if s.Resource != unix.RLIMIT_NPROC {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// setNproc sets RLIMIT_NPROC to limit plus the supervisor's own tasks and
+// nprocHeadroom. The kernel counts every task of the uid in the sandbox's
+// user namespace, the supervisor's threads included, and RLIMIT_NPROC is
+// what caps the sandbox where there is no pids cgroup: without this the
+// supervisor (about nine threads here) would take that many of the
+// command's max_pids.
+func setNproc(limit uint64) error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("RLIMIT_NPROC: own threads: %w", err)
+	}
+	return applyRlimits([]rlimitSetting{{"RLIMIT_NPROC", unix.RLIMIT_NPROC, limit + uint64(len(tasks)) + nprocHeadroom}})
 }
 
 // supervise runs on the locked, confined thread (no_new_privs, Landlock,
@@ -115,6 +148,13 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 		signal.Notify(fwd, s)
 	}
 	signal.Notify(chld, unix.SIGCHLD)
+	var life <-chan syscall.Signal
+	if spec.LifelineFD > 0 {
+		var err error
+		if life, err = readSignalRequests(spec.LifelineFD); err != nil {
+			return 0, err
+		}
+	}
 	if err := loadSeccompAllThreads(prog); err != nil {
 		return 0, err
 	}
@@ -152,13 +192,15 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			attr.Files = childFiles(spec.EnvFD, spec.InheritFDs)
 		}
 	}
+	if spec.RlimitNproc > 0 {
+		// Last before the fork, so the count of own threads is current.
+		if err := setNproc(spec.RlimitNproc); err != nil {
+			return 0, err
+		}
+	}
 	child, err := syscall.ForkExec(execPath, execArgv, attr)
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", execPath, err)
-	}
-	var life <-chan syscall.Signal
-	if spec.LifelineFD > 0 {
-		life = readSignalRequests(spec.LifelineFD)
 	}
 	ws := superviseLoop(child, pid1, fwd, chld, life)
 	if spec.LifelineFD > 0 {
@@ -236,18 +278,28 @@ func reapAll(child int) (status unix.WaitStatus, done bool) {
 
 // readSignalRequests delivers the signal numbers the launcher writes on
 // the lifeline (SignalTag + one byte each) and is closed when the launcher's
-// end hangs up. Anything else on the stream is skipped.
-func readSignalRequests(fd int) <-chan syscall.Signal {
+// end hangs up. Anything else on the stream is skipped. The descriptor is
+// made non-blocking so the reads wait in Go's poller, not in a thread of
+// their own (threads count against RLIMIT_NPROC).
+func readSignalRequests(fd int) (<-chan syscall.Signal, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, fmt.Errorf("lifeline fd %d: %w", fd, err)
+	}
+	// A duplicate for the reader: the original stays for the status
+	// record, whatever the reader's file does with its descriptor.
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, fmt.Errorf("lifeline fd %d: %w", fd, err)
+	}
+	f := os.NewFile(uintptr(dup), "lifeline")
 	out := make(chan syscall.Signal, 8)
 	go func() {
 		defer close(out)
+		defer f.Close()
 		var buf [64]byte
 		var pending []byte
 		for {
-			n, err := unix.Read(fd, buf[:])
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
+			n, err := f.Read(buf[:])
 			if err != nil || n <= 0 {
 				return
 			}
@@ -264,7 +316,7 @@ func readSignalRequests(fd int) <-chan syscall.Signal {
 			}
 		}
 	}()
-	return out
+	return out, nil
 }
 
 // reportStatus writes the status record. A launcher that is gone cannot
