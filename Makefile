@@ -32,7 +32,7 @@ test-unprivileged: build
 
 # The Linux driver's tests, the CLI escape battery and the conformance suite
 # under a seccomp filter that hides Landlock (EOPNOTSUPP): every security
-# test must hold without it. About 3.5 minutes here (two cores, shared).
+# test must hold without it. About 2.5 minutes here (two cores, shared).
 test-nolandlock: build
 	./scripts/test-nolandlock.sh
 
