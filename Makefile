@@ -11,7 +11,7 @@ TOOLS     := $(CURDIR)/.tools
 ACTIONLINT_VERSION := v1.7.12
 
 .PHONY: soak
-.PHONY: all build test test-go test-unprivileged fuzz-short proto proto-tools proto-check lint cross bench clean
+.PHONY: all build test test-go test-unprivileged test-nolandlock fuzz-short proto proto-tools proto-check lint cross bench clean
 
 all: build
 
@@ -24,14 +24,21 @@ build:
 
 # The whole check, as CI runs it: generated code fresh, lint for all three
 # OSes, cross builds, every test with the race detector, the Linux driver's
-# tests again as an unprivileged user, and a short fuzzing pass.
-test: build proto-check lint cross test-go test-unprivileged fuzz-short
+# tests again as an unprivileged user and again with Landlock made
+# unavailable, and a short fuzzing pass.
+test: build proto-check lint cross test-go test-unprivileged test-nolandlock fuzz-short
 
 test-go: build
 	$(GO) test -race -count=1 ./...
 
 test-unprivileged: build
 	./scripts/test-unprivileged.sh
+
+# The Linux driver's tests, the CLI escape battery and the conformance suite
+# under a seccomp filter that hides Landlock (EOPNOTSUPP): every security
+# test must hold without it. About 2.5 minutes here (two cores, shared).
+test-nolandlock: build
+	./scripts/test-nolandlock.sh
 
 # Each fuzz target for a few seconds (go test -fuzz takes one target at a time).
 # The budget is a count of executions, not a duration: a duration budget makes

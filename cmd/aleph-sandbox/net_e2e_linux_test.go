@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
@@ -151,6 +152,16 @@ func netE2ELoopbackUpstream(t *testing.T, body string) (port string) {
 // no route at all, and each command leaves nothing behind.
 func TestNetE2E(t *testing.T) {
 	e := newNetE2E(t)
+	if abi := sandboxinit.LandlockABI(); abi < 4 {
+		// Without Landlock's TCP rules (scripts/test-nolandlock.sh, old
+		// kernels) --net HOST cannot be enforced: it must be refused
+		// before anything runs, and that is all there is to test.
+		r := e.exec(t, "--net", "example.com", "--spawn", "--yes", "--", "true")
+		if r.code != 125 || !strings.Contains(r.stderr, "network_via_proxy") {
+			t.Fatalf("Landlock ABI %d: exit %d stderr %q, want the refusal (125, network_via_proxy)", abi, r.code, r.stderr)
+		}
+		return
+	}
 	const body = "hello-from-e2e-upstream"
 	port := netE2ELoopbackUpstream(t, body)
 	otherPort := netE2ELoopbackUpstream(t, "other-upstream-must-not-be-seen")

@@ -13,9 +13,10 @@ import (
 // sandbox of plan p with working directory cwd. initBinary, when set, is
 // bound read-only at InitPath. pinned maps host paths to descriptors bwrap
 // inherits: those are mounted with --bind-fd/--ro-bind-fd (see pinPaths).
-// extra is inserted before the mounts (fd options). The same flags serve Run
+// procCover follows the sandbox's /proc mount (ProcCoverArgs, probed once
+// per driver). extra is inserted before the mounts (fd options). The same flags serve Run
 // and the raw-bwrap benchmark, so the comparison is like for like.
-func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, extra ...string) []string {
+func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCover []string, extra ...string) []string {
 	bind := func(ro bool, src, dest string) []string {
 		if fd, ok := pinned[src]; ok {
 			if ro {
@@ -47,10 +48,9 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, extra ..
 		"--cap-drop", "ALL",
 	)
 	args = append(args, extra...)
-	args = append(args,
-		"--proc", "/proc",
-		"--dev", "/dev",
-	)
+	args = append(args, "--proc", "/proc")
+	args = append(args, procCover...)
+	args = append(args, "--dev", "/dev")
 	args = append(args, p.devArgs()...)
 
 	type mnt struct {

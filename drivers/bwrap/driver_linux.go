@@ -66,6 +66,8 @@ type Driver struct {
 	// the driver then serves, so the host gets a typed error from
 	// SetConfig, but runs nothing (the probe reports the sandbox unavailable).
 	optErr error
+	// running are the commands being run, for signalCommand.
+	running commandTable
 }
 
 var (
@@ -237,6 +239,10 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 
 	is := plan.InitSpec()
 	is.EnvFD, is.LifelineFD = envFD, lifelineFD
+	// sandbox-init stays as the command's parent: PID 1 of the sandbox,
+	// confined and not dumpable, instead of bwrap's unconfined reaper
+	// (sandboxinit/supervise_linux.go).
+	is.Supervise = true
 	if cg != nil && cg.dirs[ctrlMemory] != "" {
 		// The cgroup enforces the real limit; RLIMIT_AS only bounds
 		// address space, which runtimes reserve far beyond what they use.
@@ -448,6 +454,9 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		return driverapi.Exit{}, err
 	}
 	defer life.Close()
+	if spec.CommandID != "" {
+		defer d.running.add(spec.CommandID, life)()
+	}
 	envFile, err := envMemfd(envList(spec.Env))
 	if err != nil {
 		return driverapi.Exit{}, err
@@ -458,6 +467,14 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 
 	v1 := cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0
 	var extra []string
+	if plan.ProxySocket == "" {
+		// No reaper of bwrap's: sandbox-init is PID 1. The allow_hosts
+		// chain starts with the network supervisor, which needs Landlock
+		// (ABI >= 4) whose ptrace restriction keeps the command away from
+		// bwrap's reaper there; sandbox-init is the subreaper below it.
+		extra = append(extra, "--as-pid-1")
+	}
+	extra = append(extra, d.probe().userns...)
 	var blockR, blockW, statusR, statusW *os.File
 	if v1 {
 		var err error
@@ -470,7 +487,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 			return driverapi.Exit{}, err
 		}
 		defer statusR.Close()
-		extra = []string{"--block-fd", "5", "--json-status-fd", "6"}
+		extra = append(extra, "--block-fd", "5", "--json-status-fd", "6")
 	}
 	if v1 {
 		// fds 5 and 6 in bwrap; 7 is bwrap's own copy of the status pipe's
@@ -510,7 +527,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		tail = append(tail, "--lifeline", strconv.Itoa(lifelineFD),
 			"--fd", strconv.Itoa(envFD), "--fd", strconv.Itoa(lifelineFD), "--")
 	}
-	args := plan.BwrapFlags(cwd, initBinary, fdOf, extra...)
+	args := plan.BwrapFlags(cwd, initBinary, fdOf, d.probe().procCover, extra...)
 	args = append(args, tail...)
 	args = append(args, SandboxInitCommand)
 	args = append(args, init...)
@@ -619,19 +636,27 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		}
 	}
 	ws, _ := st.Sys().(syscall.WaitStatus)
+	cws, reported := life.ExitStatus()
 	switch {
 	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ws.Signaled():
 		// Killed by the timeout (a command that ended by itself just as
 		// the deadline passed keeps its own status).
 		exit.TimedOut, exit.ExitCode, exit.Signal = true, 128+int32(unix.SIGKILL), int32(unix.SIGKILL)
+	case reported && cws.Signaled():
+		// The command's own wait status, from sandbox-init: death by a
+		// signal, told apart from an exit status of 128+N.
+		exit.Signal = int32(cws.Signal())
+		exit.ExitCode = 128 + exit.Signal
+	case reported:
+		exit.ExitCode = int32(cws.ExitStatus())
 	case ws.Signaled():
 		exit.Signal = int32(ws.Signal())
 		exit.ExitCode = 128 + exit.Signal
 	default:
 		exit.ExitCode = int32(ws.ExitStatus())
-		// bwrap reports a child killed by signal N as exit status 128+N
-		// (the shell convention); a program that exits 128+N by itself
-		// is indistinguishable from here.
+		// No report from sandbox-init (it failed, or was killed): bwrap
+		// reports a child killed by signal N as exit status 128+N (the
+		// shell convention), indistinguishable here from an exit 128+N.
 		if c := exit.ExitCode; c > 128 && c <= 128+64 {
 			exit.Signal = c - 128
 		}
@@ -720,7 +745,7 @@ func (d *Driver) RawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 	for _, e := range spec.Env {
 		envArgs = append(envArgs, "--setenv", e.Name, e.Value)
 	}
-	args := append(plan.BwrapFlags(cwd, "", fdOf, envArgs...), "--", spec.Program)
+	args := append(plan.BwrapFlags(cwd, "", fdOf, h.procCover, envArgs...), "--", spec.Program)
 	args = append(args, spec.Args...)
 	cmd = exec.CommandContext(ctx, h.bwrap, args...)
 	cmd.Env = launchEnv()

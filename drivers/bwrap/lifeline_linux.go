@@ -4,11 +4,14 @@ package bwrap
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -181,3 +184,55 @@ func (e *SetupError) Error() string {
 }
 
 func (e *SetupError) Unwrap() error { return e.Err }
+
+// Signal asks sandbox-init to deliver sig to the command (SignalTag and the
+// number). A request sent before the command runs waits on the socket
+// until the supervisor starts reading it, right after it forked the
+// command. It fails once the driver's end is closed.
+func (l *lifeline) Signal(sig syscall.Signal) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.local < 0 {
+		return errLifelineClosed
+	}
+	// Two bytes on a stream socket whose buffer nobody else fills:
+	// MSG_DONTWAIT only matters if sandbox-init stopped reading, and then
+	// an error is the honest answer.
+	if err := unix.Sendto(l.local, []byte{sandboxinit.SignalTag, byte(sig)}, unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT, nil); err != nil {
+		return fmt.Errorf("bwrap driver: lifeline: %w", err)
+	}
+	return nil
+}
+
+// errLifelineClosed: the command's lifeline is closed (it has ended).
+var errLifelineClosed = errors.New("lifeline closed")
+
+// ExitStatus returns the command's wait status as the supervisor reported
+// it (sandboxinit.StatusTag record), read once the sandbox has ended; ok is
+// false when there is none (the supervisor never got there).
+func (l *lifeline) ExitStatus() (ws syscall.WaitStatus, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.local < 0 {
+		return 0, false
+	}
+	var got []byte
+	buf := make([]byte, 64)
+	for len(got) < 1<<10 {
+		n, _, err := unix.Recvfrom(l.local, buf, unix.MSG_DONTWAIT)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || n <= 0 {
+			break
+		}
+		got = append(got, buf[:n]...)
+	}
+	// The stream is the started byte, then at most one status record.
+	for i := 0; i+5 <= len(got); i++ {
+		if got[i] == sandboxinit.StatusTag {
+			return syscall.WaitStatus(binary.LittleEndian.Uint32(got[i+1 : i+5])), true
+		}
+	}
+	return 0, false
+}

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
@@ -115,6 +117,11 @@ func NetSupervisorMain(args []string) int {
 	// goroutine on its thread so neither child outlives this process by
 	// way of a retired thread.
 	runtime.LockOSThread()
+	// Not dumpable: its memory and descriptors need CAP_SYS_PTRACE, which
+	// nobody inside has (Landlock keeps the command away as well).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail("prctl(PR_SET_DUMPABLE): %v", err)
+	}
 	br, err := startConfinedBridge(context.Background(), self, socket, listen)
 	if err != nil {
 		return fail("%v", err)

@@ -37,6 +37,13 @@ type hostProbe struct {
 	kernel     string
 	// guard is how bwrap is started (pidguard_linux.go).
 	guard pidGuard
+	// procCover is the bwrap argv covering /proc's host-wide entries
+	// (ProcCoverArgs): the host's /proc is looked at once per driver.
+	procCover []string
+	// userns are bwrap flags that keep the sandbox from making user
+	// namespaces of its own (--disable-userns), where bwrap gives it one.
+	userns    []string
+	usernsWhy string // why userns is empty, for the report
 }
 
 func (cs *cgroupSystem) reason(ctrl string) string {
@@ -60,7 +67,7 @@ func (d *Driver) Prepare() { d.probe() }
 // whether it can create the namespaces here, Landlock, seccomp, cgroups.
 func (d *Driver) probe() *hostProbe {
 	d.once.Do(func() {
-		h := &hostProbe{landlock: LandlockABI(), seccomp: SeccompAvailable()}
+		h := &hostProbe{landlock: LandlockABI(), seccomp: SeccompAvailable(), procCover: ProcCoverArgs()}
 		var uts unix.Utsname
 		if unix.Uname(&uts) == nil {
 			h.kernel = unix.ByteSliceToString(uts.Release[:])
@@ -69,7 +76,7 @@ func (d *Driver) probe() *hostProbe {
 		// both mostly wait on the kernel.
 		cgDone := make(chan *cgroupSystem, 1)
 		go func() { cgDone <- d.probeCgroups() }()
-		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath)
+		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover)
 		if d.optErr != nil {
 			// Fail closed: nothing runs on a configuration the driver refused.
 			h.sandboxErr, h.sandboxFix = toConfigError(d.optErr), "correct [sandbox.linux] in the configuration"
@@ -79,6 +86,9 @@ func (d *Driver) probe() *hostProbe {
 				h.sandboxErr = fmt.Errorf("driver binary %s cannot serve as sandbox-init", d.cfg.InitBinary)
 				h.sandboxFix = "reinstall aleph-driver-bwrap"
 			}
+		}
+		if h.sandboxErr == nil {
+			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover)
 		}
 		h.cg = <-cgDone
 		d.host = h
@@ -97,7 +107,7 @@ func (d *Driver) probeCgroups() *cgroupSystem {
 	return cs
 }
 
-func probeBwrap(path string) (bin, version string, guard pidGuard, err error, fix string) {
+func probeBwrap(path string, procCover []string) (bin, version string, guard pidGuard, err error, fix string) {
 	const install = "install bubblewrap (apt install bubblewrap / dnf install bubblewrap)"
 	if path == "" {
 		p, lerr := exec.LookPath("bwrap")
@@ -120,8 +130,8 @@ func probeBwrap(path string) (bin, version string, guard pidGuard, err error, fi
 		out, err := exec.CommandContext(ctx, path, "--version").Output()
 		vc <- versionResult{out, err}
 	}()
-	trialErr := trialSandbox(ctx, path, guard)
-	if trialErr != nil && guard.mode != guardNone && trialSandbox(ctx, path, pidGuard{mode: guardNone}) == nil {
+	trialErr := trialSandbox(ctx, path, guard, procCover)
+	if trialErr != nil && guard.mode != guardNone && trialSandbox(ctx, path, pidGuard{mode: guardNone}, procCover) == nil {
 		// bwrap works, only not inside the guard's namespaces (a seccomp
 		// profile or LSM of a container refusing them): run unguarded and
 		// say so, rather than not at all.
@@ -141,19 +151,22 @@ func probeBwrap(path string) (bin, version string, guard pidGuard, err error, fi
 }
 
 // trialSandbox builds one sandbox with the real namespace set and the
-// system read set, running true: whether bwrap can work here at all.
+// system read set and /proc covered as Run covers it, running true:
+// whether bwrap can work here at all.
 // Unprivileged users need user namespaces, and containers often forbid
 // them; --version alone says nothing about that. It is run at every driver
 // start (about a bwrap start's cost, overlapping the host's handshake)
 // rather than cached across starts: a cached answer could claim a sandbox
 // that a changed sysctl, AppArmor profile or container no longer allows.
-func trialSandbox(ctx context.Context, path string, guard pidGuard) error {
+func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []string, extra ...string) error {
 	tr := "/usr/bin/true"
 	if _, err := os.Stat(tr); err != nil {
 		tr = "/bin/true"
 	}
-	args := []string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-		"--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"}
+	args := append([]string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}, extra...)
+	args = append(args, "--proc", "/proc")
+	args = append(args, procCover...)
+	args = append(args, "--dev", "/dev", "--tmpfs", "/tmp")
 	for _, m := range SystemReadSet() {
 		if m.Kind == MountSymlink {
 			args = append(args, "--symlink", m.Src, m.Dest)
@@ -175,6 +188,30 @@ func trialSandbox(ctx context.Context, path string, guard pidGuard) error {
 		return err
 	}
 	return nil
+}
+
+// probeDisableUserns decides on bwrap's --disable-userns: where bwrap gives
+// the sandbox a user namespace (a driver that is not root, running a bwrap
+// that is not setuid), it stops the sandbox from creating further ones,
+// below seccomp's denial of unshare, setns and CLONE_NEWUSER. bwrap insists
+// on an explicit --unshare-user for it (--unshare-all's "try" does not
+// count), and bwrap before 0.8 lacks it: a trial sandbox decides. A root
+// driver's sandbox has no user namespace of its own; seccomp alone denies
+// creating one there.
+func probeDisableUserns(path string, guard pidGuard, procCover []string) ([]string, string) {
+	if os.Geteuid() == 0 {
+		return nil, "root: the sandbox has no user namespace of its own"
+	}
+	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSetuid != 0 {
+		return nil, path + " is setuid"
+	}
+	flags := []string{"--unshare-user", "--disable-userns"}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := trialSandbox(ctx, path, guard, procCover, flags...); err != nil {
+		return nil, "bwrap refused --disable-userns: " + err.Error()
+	}
+	return flags, ""
 }
 
 // Capabilities reports what this host enforces now.
@@ -206,6 +243,11 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	}
 	if h.guard.why != "" {
 		hc.Details["setup_guard_off"] = h.guard.why
+	}
+	if len(h.userns) > 0 {
+		hc.Details["nested_userns"] = "disabled (bwrap --disable-userns, and seccomp)"
+	} else if h.usernsWhy != "" {
+		hc.Details["nested_userns"] = "denied by seccomp (" + h.usernsWhy + ")"
 	}
 	if h.landlock > 0 && h.sandboxErr == nil {
 		hc.LandlockABI = uint32(h.landlock)
@@ -264,6 +306,11 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	}
 	if h.landlock == 0 {
 		hc.Details["landlock"] = "unavailable: filesystem isolation rests on mount namespaces alone"
+	}
+	if h.landlock < 6 {
+		// Scopes came with ABI 6. network none and allow_hosts have a
+		// network namespace of their own; all shares the host's.
+		hc.Details["abstract_unix"] = "with network all, abstract unix sockets bound on the host are reachable (Landlock ABI < 6 has no scopes)"
 	}
 	if h.cg.mode == CgroupV1 && h.cg.have[ctrlMemory] && !h.cg.memsw {
 		hc.Details["memory_swap"] = "not limited (cgroup v1 without memsw accounting)"

@@ -20,58 +20,75 @@ import (
 // inside the new namespaces. args is `<initspec-json> -- PROGRAM ARGS...`.
 // It confines its own thread (no_new_privs, Landlock, rlimits, seccomp) and
 // execs PROGRAM, looked up in the PATH of the target's environment (from
-// InitSpec.EnvFD, else its own). It returns only on failure,
-// with SandboxInitExitCode after one `aleph-sandbox: sandbox-init:` line on
-// stderr: the target is never exec'd unconfined.
+// InitSpec.EnvFD, else its own). In the plain mode it returns only on
+// failure, with SandboxInitExitCode after one `aleph-sandbox: sandbox-init:`
+// line on stderr: the target is never exec'd unconfined. Supervising
+// (InitSpec.Supervise, supervise_linux.go) it runs PROGRAM as its child and
+// returns the exit status to end with once PROGRAM has ended.
 func SandboxInit(args []string) int {
-	if err := sandboxInit(args); err != nil {
+	code, err := sandboxInit(args)
+	if err != nil {
 		fmt.Fprintf(os.Stderr, "aleph-sandbox: sandbox-init: %v\n", err)
+		return SandboxInitExitCode
 	}
-	return SandboxInitExitCode
+	return code
 }
 
-func sandboxInit(args []string) error {
+func sandboxInit(args []string) (int, error) {
+	fail := func(err error) (int, error) { return 0, err }
 	spec, argv, err := ParseInitArgs(args)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if spec.LifelineFD > 0 {
 		if err := ReportStarted(spec.LifelineFD); err != nil {
-			return err
+			return fail(err)
 		}
 		if err := WaitReaperArmed(); err != nil {
-			return err
+			return fail(err)
 		}
 	}
 	env := os.Environ()
 	if spec.EnvFD > 0 {
 		if env, err = ReadEnvFD(spec.EnvFD); err != nil {
-			return err
+			return fail(err)
 		}
 		// The PATH lookup below reads this process's environment.
 		os.Clearenv()
 		for _, kv := range env {
 			k, v, _ := strings.Cut(kv, "=")
 			if err := os.Setenv(k, v); err != nil {
-				return fmt.Errorf("env %s: %w", k, err)
+				return fail(fmt.Errorf("env %s: %w", k, err))
 			}
 		}
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		return fmt.Errorf("program %q: %w", argv[0], err)
+		return fail(fmt.Errorf("program %q: %w", argv[0], err))
 	}
 	// Everything that can fail for a reason other than the kernel is
 	// computed before the process is changed.
-	prog, err := seccompProgram(&spec)
+	prog, err := guardedProgram(&spec)
 	if err != nil {
-		return err
+		return fail(err)
+	}
+	if spec.Supervise {
+		// The supervisor carries the filter it may fork under.
+		sup := supervisorSpec(&spec)
+		if prog, err = guardedProgram(&sup); err != nil {
+			return fail(err)
+		}
 	}
 	plan, err := planLandlock(&spec, effectiveLandlockABI())
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	limits := rlimitPlan(&spec)
+	if spec.Supervise {
+		// The supervisor sets RLIMIT_NPROC itself, once it knows how many
+		// threads of its own the count includes (supervise_linux.go).
+		limits = withoutNproc(limits)
+	}
 
 	// Landlock, no_new_privs and seccomp are per thread; the exec below
 	// must run on the thread that carries them. Never unlocked: if exec
@@ -79,31 +96,34 @@ func sandboxInit(args []string) error {
 	runtime.LockOSThread()
 
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+		return fail(fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err))
 	}
 	if err := applyLandlock(plan); err != nil {
-		return err
+		return fail(err)
 	}
 	if err := applyRlimits(limits); err != nil {
-		return err
+		return fail(err)
 	}
 	if err := closeOnExecExcept(spec.InheritFDs); err != nil {
-		return err
+		return fail(err)
+	}
+	if spec.Supervise {
+		return supervise(&spec, prog, path, argv, env)
 	}
 	// seccomp last: it denies nothing the steps above need, but loading
 	// it last keeps the window where this Go code runs filtered minimal.
 	if err := loadSeccomp(prog); err != nil {
-		return err
+		return fail(err)
 	}
 	// Last look at the lifeline: a launcher that died while bwrap set up
 	// could not take the sandbox down (--die-with-parent was not armed
 	// yet). From here on it can: bwrap armed it for this process before
 	// running it, and for its reaper before WaitReaperArmed returned.
 	if spec.LifelineFD > 0 && LauncherGone(spec.LifelineFD) {
-		return errLauncherGone
+		return fail(errLauncherGone)
 	}
 	err = syscall.Exec(path, argv, env)
-	return fmt.Errorf("exec %s: %w", path, err)
+	return fail(fmt.Errorf("exec %s: %w", path, err))
 }
 
 // LandlockABI is the Landlock ABI level SandboxInit enforces on this kernel:

@@ -74,8 +74,9 @@ func ReportStarted(fd int) error {
 }
 
 // LauncherGone reports whether the launcher's end of the lifeline is
-// closed. The launcher never writes on it, so any readiness (EOF, hang-up,
-// error) means it is gone; so does a descriptor that cannot be polled.
+// closed: a hang-up or an error, or a descriptor that cannot be polled.
+// Data waiting is not a hang-up: the launcher writes signal requests on it
+// (SignalTag), which the supervisor reads once the target runs.
 func LauncherGone(fd int) bool {
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
 	for {
@@ -83,7 +84,10 @@ func LauncherGone(fd int) bool {
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
-		return err != nil || n != 0
+		if err != nil {
+			return true
+		}
+		return n != 0 && pfd[0].Revents&(unix.POLLRDHUP|unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0
 	}
 }
 

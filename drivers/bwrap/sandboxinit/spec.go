@@ -109,6 +109,12 @@ type InitSpec struct {
 	// launcher killed while bwrap was still setting up, before its
 	// --die-with-parent was armed, must not leave the command running.
 	LifelineFD int `json:"lifeline_fd,omitempty"`
+	// Supervise keeps sandbox-init as the target's parent instead of
+	// exec'ing it: PID 1 of the sandbox (bwrap --as-pid-1) or else the
+	// children's subreaper, confined itself, not dumpable, reaping every
+	// child, forwarding signals and reporting the target's wait status on
+	// the lifeline (supervise_linux.go).
+	Supervise bool `json:"supervise,omitempty"`
 }
 
 // InitSpecError is returned for a spec or argv that sandbox-init refuses.

@@ -1,0 +1,445 @@
+//go:build linux
+
+package sandboxinit
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"runtime"
+	"slices"
+	"syscall"
+	"unsafe"
+
+	"github.com/elastic/go-seccomp-bpf/arch"
+	"golang.org/x/net/bpf"
+	"golang.org/x/sys/unix"
+)
+
+// Supervised mode (InitSpec.Supervise): sandbox-init stays, as the
+// target's parent, instead of becoming it.
+//
+// Why: bwrap's own PID-1 reaper is started before any confinement, so it
+// runs with no seccomp filter, as the sandbox's uid, and dumpable. With
+// Landlock present its ptrace restriction keeps the command away from it;
+// with Landlock absent the command could open /proc/1/mem for writing and
+// take over an unfiltered process. So the driver runs bwrap with
+// --as-pid-1 and sandbox-init is PID 1: confined like the command (the
+// same Landlock domain, rlimits and, on every one of its threads, the same
+// seccomp filter, except that it may fork), non-dumpable (its /proc/1/mem,
+// fd, environ and ptrace are closed to the command whatever Landlock does),
+// and it reaps every process of the sandbox. Where sandbox-init is not PID 1
+// (the allow_hosts chain, which needs Landlock anyway) it is the children's
+// subreaper instead.
+//
+// The command is forked from the confined thread: fork copies the calling
+// thread's seccomp filters, Landlock domain and no_new_privs, so the child
+// starts exactly as confined. When the command may not spawn, the child
+// first execs sandbox-init again in the plain mode, which adds the
+// no-spawn filter the supervisor itself cannot carry, and execs the target.
+//
+// How the status crosses: bwrap reports a child killed by signal N as exit
+// status 128+N, on its exit status and on --json-status-fd alike, so from
+// there `exit 130` and death by SIGINT look the same. The supervisor
+// writes the target's raw wait status on the lifeline instead (statusTag
+// and four bytes, little-endian) just before it exits: the lifeline is
+// the one channel between sandbox-init and the launcher that the command
+// can neither read nor write (close-on-exec, never inherited, and
+// /proc/1/fd is closed to it because PID 1 is not dumpable). A sandbox
+// that ends without the record (killed from outside, or sandbox-init
+// failed) is reported from bwrap's status as before.
+//
+// Signals: TERM, INT, HUP, QUIT, USR1, USR2 and WINCH sent to the
+// supervisor are forwarded to the target, and so are signal requests the
+// launcher writes on the lifeline (signalTag and the signal number). A
+// lifeline that hangs up while the command runs means the launcher is gone:
+// everything in the sandbox is killed.
+
+// Lifeline records. The launcher writes signalTag+N; sandbox-init writes
+// the started byte (ReportStarted) and, when supervising, statusTag+4 bytes.
+const (
+	StartedTag = 's'
+	SignalTag  = 'k'
+	StatusTag  = 'x'
+)
+
+// ForwardedSignals are what the supervisor passes on to the target.
+func ForwardedSignals() []syscall.Signal {
+	return []syscall.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT,
+		unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH}
+}
+
+// maxSignal is the highest signal number a lifeline request may carry.
+const maxSignal = 64
+
+// supervisorSpec is the spec whose seccomp filter the supervisor carries:
+// the target's, with fork allowed (it must fork the target once).
+func supervisorSpec(spec *InitSpec) InitSpec {
+	s := *spec
+	s.AllowSpawn = true
+	return s
+}
+
+// childSpec is the spec of the plain sandbox-init the supervisor's child
+// runs when the target may not spawn: the same restrictions, no lifeline
+// (the supervisor owns it), no supervision.
+func childSpec(spec *InitSpec) InitSpec {
+	s := *spec
+	s.Supervise = false
+	s.LifelineFD = 0
+	// The supervisor's RLIMIT_NPROC (see nprocHeadroom) is inherited.
+	s.RlimitNproc = 0
+	return s
+}
+
+// nprocHeadroom is added to RLIMIT_NPROC on top of the supervisor's own
+// threads when it forks: the Go runtime may start a few more threads later
+// (a blocking system call, the garbage collector), and they must not eat
+// into the command's max_pids.
+const nprocHeadroom = 4
+
+// withoutNproc is plan less RLIMIT_NPROC.
+func withoutNproc(plan []rlimitSetting) []rlimitSetting {
+	var out []rlimitSetting
+	for _, s := range plan {
+		if s.Resource != unix.RLIMIT_NPROC {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// setNproc sets RLIMIT_NPROC to limit plus the supervisor's own tasks and
+// nprocHeadroom. The kernel counts every task of the uid in the sandbox's
+// user namespace, the supervisor's threads included, and RLIMIT_NPROC is
+// what caps the sandbox where there is no pids cgroup: without this the
+// supervisor (about nine threads here) would take that many of the
+// command's max_pids.
+func setNproc(limit uint64) error {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return fmt.Errorf("RLIMIT_NPROC: own threads: %w", err)
+	}
+	return applyRlimits([]rlimitSetting{{"RLIMIT_NPROC", unix.RLIMIT_NPROC, limit + uint64(len(tasks)) + nprocHeadroom}})
+}
+
+// supervise runs on the locked, confined thread (no_new_privs, Landlock,
+// rlimits and descriptor marks applied; seccomp not yet). It loads prog on
+// every thread, forks the target and returns the exit status to end with.
+func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []string) (int, error) {
+	// Not dumpable: /proc/1/{mem,fd,environ,...} and ptrace need
+	// CAP_SYS_PTRACE, which nobody inside has. The target's exec makes
+	// it dumpable again, as any exec does.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return 0, fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	pid1 := os.Getpid() == 1
+	if !pid1 {
+		if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+			return 0, fmt.Errorf("prctl(PR_SET_CHILD_SUBREAPER): %w", err)
+		}
+	}
+	// Signal handlers before the fork, so nothing sent meanwhile is lost.
+	fwd := make(chan os.Signal, 16)
+	chld := make(chan os.Signal, 1)
+	for _, s := range ForwardedSignals() {
+		signal.Notify(fwd, s)
+	}
+	signal.Notify(chld, unix.SIGCHLD)
+	var life <-chan syscall.Signal
+	if spec.LifelineFD > 0 {
+		var err error
+		if life, err = readSignalRequests(spec.LifelineFD); err != nil {
+			return 0, err
+		}
+	}
+	if err := loadSeccompAllThreads(prog); err != nil {
+		return 0, err
+	}
+	if spec.LifelineFD > 0 && LauncherGone(spec.LifelineFD) {
+		return 0, errLauncherGone
+	}
+	// Descriptors 0-2 as they are; descriptors the target inherits were
+	// made inheritable already. The plain child also needs the
+	// environment's descriptor; the target gets its environment directly.
+	files := []uintptr{0, 1, 2}
+	attr := &syscall.ProcAttr{Env: env, Files: files,
+		Sys: &syscall.SysProcAttr{
+			// The locked thread lives as long as this process.
+			Pdeathsig: syscall.SIGKILL,
+			// A process group of its own: kill(0, sig) in the command
+			// reaches the command's group, not its supervisor.
+			Setpgid: true,
+		}}
+	execPath, execArgv := path, argv
+	if !spec.AllowSpawn {
+		self, err := os.Executable()
+		if err != nil {
+			return 0, fmt.Errorf("own binary: %w", err)
+		}
+		cs := childSpec(spec)
+		args, err := InitArgs(cs, argv[0], argv[1:]...)
+		if err != nil {
+			return 0, err
+		}
+		execPath, execArgv = self, append([]string{self, SandboxInitCommand}, args...)
+		if spec.EnvFD > 0 {
+			// The plain child reads the environment itself: its own stays
+			// empty, so loader variables of the target's do not act on it.
+			attr.Env = []string{}
+			attr.Files = childFiles(spec.EnvFD, spec.InheritFDs)
+		}
+	}
+	if spec.RlimitNproc > 0 {
+		// Last before the fork, so the count of own threads is current.
+		if err := setNproc(spec.RlimitNproc); err != nil {
+			return 0, err
+		}
+	}
+	child, err := syscall.ForkExec(execPath, execArgv, attr)
+	if err != nil {
+		return 0, fmt.Errorf("start %s: %w", execPath, err)
+	}
+	ws := superviseLoop(child, pid1, fwd, chld, life)
+	if spec.LifelineFD > 0 {
+		reportStatus(spec.LifelineFD, ws)
+	}
+	return exitCodeOf(ws), nil
+}
+
+// childFiles maps 0-2, envFD and keep to themselves and closes the rest up
+// to the highest of them (-1 closes a slot in the child).
+func childFiles(envFD int, keep []int) []uintptr {
+	top := max(envFD, 2)
+	for _, k := range keep {
+		top = max(top, k)
+	}
+	files := make([]uintptr, top+1)
+	for i := range files {
+		if i <= 2 || i == envFD || slices.Contains(keep, i) {
+			files[i] = uintptr(i)
+		} else {
+			files[i] = ^uintptr(0)
+		}
+	}
+	return files
+}
+
+// superviseLoop forwards signals and reaps children until child has ended,
+// and returns its wait status. Reaping and signalling happen in this one
+// goroutine, so a signal never goes to a pid that was already reaped (and
+// possibly reused).
+func superviseLoop(child int, pid1 bool, fwd, chld <-chan os.Signal, life <-chan syscall.Signal) unix.WaitStatus {
+	for {
+		select {
+		case <-chld:
+			if ws, done := reapAll(child); done {
+				return ws
+			}
+		case s := <-fwd:
+			if sig, ok := s.(syscall.Signal); ok {
+				_ = unix.Kill(child, sig)
+			}
+		case sig, ok := <-life:
+			if !ok {
+				// The launcher is gone: nothing of the sandbox may outlive
+				// it. As PID 1, kill(-1) reaches every other process of
+				// the namespace; as a subreaper only the child is ours.
+				life = nil
+				if pid1 {
+					_ = unix.Kill(-1, unix.SIGKILL)
+				} else {
+					_ = unix.Kill(child, unix.SIGKILL)
+				}
+				continue
+			}
+			_ = unix.Kill(child, sig)
+		}
+	}
+}
+
+// reapAll reaps every child that has ended; done reports child among them.
+func reapAll(child int) (status unix.WaitStatus, done bool) {
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil || pid <= 0:
+			return status, done
+		case pid == child:
+			status, done = ws, true
+		}
+	}
+}
+
+// readSignalRequests delivers the signal numbers the launcher writes on
+// the lifeline (SignalTag + one byte each) and is closed when the launcher's
+// end hangs up. Anything else on the stream is skipped. The descriptor is
+// made non-blocking so the reads wait in Go's poller, not in a thread of
+// their own (threads count against RLIMIT_NPROC).
+func readSignalRequests(fd int) (<-chan syscall.Signal, error) {
+	if err := unix.SetNonblock(fd, true); err != nil {
+		return nil, fmt.Errorf("lifeline fd %d: %w", fd, err)
+	}
+	// A duplicate for the reader: the original stays for the status
+	// record, whatever the reader's file does with its descriptor.
+	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+	if err != nil {
+		return nil, fmt.Errorf("lifeline fd %d: %w", fd, err)
+	}
+	f := os.NewFile(uintptr(dup), "lifeline")
+	out := make(chan syscall.Signal, 8)
+	go func() {
+		defer close(out)
+		defer f.Close()
+		var buf [64]byte
+		var pending []byte
+		for {
+			n, err := f.Read(buf[:])
+			if err != nil || n <= 0 {
+				return
+			}
+			pending = append(pending, buf[:n]...)
+			for len(pending) >= 2 {
+				if pending[0] != SignalTag {
+					pending = pending[1:]
+					continue
+				}
+				if s := int(pending[1]); s >= 1 && s <= maxSignal {
+					out <- syscall.Signal(s)
+				}
+				pending = pending[2:]
+			}
+		}
+	}()
+	return out, nil
+}
+
+// reportStatus writes the status record. A launcher that is gone cannot
+// read it, which is no error.
+func reportStatus(fd int, ws unix.WaitStatus) {
+	var msg [5]byte
+	msg[0] = StatusTag
+	binary.LittleEndian.PutUint32(msg[1:], uint32(ws))
+	_ = unix.Sendto(fd, msg[:], unix.MSG_NOSIGNAL, nil)
+}
+
+// exitCodeOf is the shell's convention (what bwrap reports too): the exit
+// status, or 128+N for death by signal N.
+func exitCodeOf(ws unix.WaitStatus) int {
+	switch {
+	case ws.Exited():
+		return ws.ExitStatus()
+	case ws.Signaled():
+		return 128 + int(ws.Signal())
+	}
+	return 255
+}
+
+// loadSeccompAllThreads installs prog on every thread of the process
+// (SECCOMP_FILTER_FLAG_TSYNC). The supervisor, unlike the plain mode,
+// lives on beside the command, and all of its Go runtime threads must be
+// filtered, not only the one that forks.
+func loadSeccompAllThreads(prog []bpf.Instruction) error {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return fmt.Errorf("seccomp: %w", err)
+	}
+	if len(raw) == 0 {
+		return errors.New("seccomp: empty program")
+	}
+	filter := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("seccomp: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
+	}
+	r, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
+		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	runtime.KeepAlive(filter)
+	if errno != 0 {
+		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): %w", errno)
+	}
+	if r != 0 {
+		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER, TSYNC): thread %d could not be synchronised", r)
+	}
+	return nil
+}
+
+// pid1SignalGuard goes in front of every sandbox-init filter (the
+// supervisor's, which a spawning command inherits, and the plain mode's):
+// kill, tkill, tgkill, rt_sigqueueinfo, rt_tgsigqueueinfo and pidfd_open
+// aimed at pid 1 fail with EPERM. PID 1 shares the command's Landlock
+// domain, so Landlock's signal scope does not stop these, and the kernel
+// answers a signal to a namespace's init that it then ignores with
+// success. What such a signal could do is small (SIGKILL and SIGSTOP from
+// inside are dropped, the forwarded ones come back to the command), but
+// the command has no business signalling its supervisor. The pid is a
+// pid_t: the kernel keeps only its low 32 bits, so only those are
+// compared. Threads of PID 1 other than the first have other ids, and a
+// signal to one of them reaches the same handlers: no more than above.
+// A foreign architecture skips the guard; the main program kills it.
+func pid1SignalGuard(info *arch.Info) ([]bpf.Instruction, error) {
+	names := []string{"kill", "tkill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open"}
+	var nrs []uint32
+	for _, n := range names {
+		nr, ok := info.SyscallNames[n]
+		if !ok {
+			return nil, fmt.Errorf("seccomp: syscall %s unknown on %s", n, info.Name)
+		}
+		nrs = append(nrs, uint32(nr))
+	}
+	// Layout: [0] load arch, [1] skip all if foreign, [2] load nr,
+	// [3..3+n) one test per syscall jumping to the argument check, then
+	// "not one of them: done", the check (load arg0 low, compare, EPERM),
+	// and the end, where the main program starts.
+	n := len(nrs)
+	checkAt := 3 + n + 1 // index of the argument load
+	end := checkAt + 3   // first instruction after the guard
+	p := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: seccompDataArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(info.ID), SkipTrue: uint8(end - 2)},
+		bpf.LoadAbsolute{Off: seccompDataNr, Size: 4},
+	}
+	for i, nr := range nrs {
+		at := 3 + i
+		p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: nr, SkipTrue: uint8(checkAt - at - 1)})
+	}
+	p = append(p,
+		bpf.Jump{Skip: uint32(end - (3 + n) - 1)},
+		bpf.LoadAbsolute{Off: argLowOffset(0), Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 1, SkipFalse: 1},
+		bpf.RetConstant{Val: retEPERM},
+	)
+	if len(p) != end {
+		return nil, fmt.Errorf("seccomp: pid-1 guard is %d instructions, laid out for %d", len(p), end)
+	}
+	return p, nil
+}
+
+// guardedProgram is spec's filter with the pid-1 guard in front.
+func guardedProgram(spec *InitSpec) ([]bpf.Instruction, error) {
+	prog, err := seccompProgram(spec)
+	if err != nil {
+		return nil, err
+	}
+	info, err := nativeArch()
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	guard, err := pid1SignalGuard(info)
+	if err != nil {
+		return nil, err
+	}
+	prog = append(guard, prog...)
+	if len(prog) > unix.BPF_MAXINSNS {
+		return nil, fmt.Errorf("seccomp: program has %d instructions, limit %d", len(prog), unix.BPF_MAXINSNS)
+	}
+	return prog, nil
+}

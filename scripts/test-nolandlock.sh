@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs the Linux driver's tests, the CLI escape battery and the conformance
+# suite again as if the kernel had no Landlock: under nolandlock
+# (drivers/bwrap/internal/nolandlock), a seccomp filter that makes the
+# Landlock system calls fail with EOPNOTSUPP for this process tree only.
+# The machine is not touched. Every security test must hold there too: /proc
+# is covered by mounts, PID 1 is a confined, non-dumpable sandbox-init, and
+# what needs Landlock (allow_hosts) must be refused and reported, not
+# claimed. ALEPH_TEST_NO_LANDLOCK=1 tells the tests which mode they are in
+# (TestNoLandlockModeReported fails if Landlock is still visible).
+set -euo pipefail
+work=$(mktemp -d /tmp/aleph-nolandlock.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+CGO_ENABLED=0 go build -o "$work/nolandlock" ./drivers/bwrap/internal/nolandlock
+pkgs=${NOLANDLOCK_PKGS:-./drivers/bwrap/... ./cmd/aleph-sandbox/ ./conformance/}
+ALEPH_TEST_NO_LANDLOCK=1 "$work/nolandlock" go test -race -count=1 ${NOLANDLOCK_FLAGS:-} $pkgs
