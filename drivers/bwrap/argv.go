@@ -84,13 +84,10 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, extra ..
 		// Connecting to a unix socket needs no write access to the mount.
 		args = append(args, bind(true, p.ProxySocket, ProxySocketPath)...)
 	}
-	// Protected entries go last so nothing can be mounted over them. Run
-	// makes sure each exists (a placeholder directory when it did not) and
-	// is not a symlink before bwrap starts.
-	for _, name := range p.Protected {
-		d := filepath.Join(p.Workspace, name)
-		args = append(args, bind(true, d, d)...)
-	}
+	// Protected entries go last so nothing can be mounted over them: the
+	// anchors, existing entries and placeholders that Run's protect found
+	// for this command (protect.go).
+	args = append(args, p.prot.mounts(bind)...)
 	if initBinary != "" {
 		args = append(args, "--ro-bind", initBinary, InitPath)
 	}

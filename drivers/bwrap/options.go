@@ -42,6 +42,13 @@ type Options struct {
 	Cgroup CgroupMode `json:"cgroup,omitempty"`
 	// BwrapPath is the bubblewrap binary; empty means "bwrap" on PATH.
 	BwrapPath string `json:"bwrap_path,omitempty"`
+	// ProtectedScanMaxEntries bounds the directory entries one command's
+	// search for nested .git entries visits; 0 means
+	// DefaultProtectedScanMaxEntries.
+	ProtectedScanMaxEntries uint64 `json:"protected_scan_max_entries,omitempty"`
+	// ProtectedScanTimeoutMS bounds that search in time; 0 means
+	// DefaultProtectedScanTimeout.
+	ProtectedScanTimeoutMS uint64 `json:"protected_scan_timeout_ms,omitempty"`
 }
 
 // OptionsError is a configuration the driver refuses.
@@ -89,6 +96,12 @@ func (o Options) Validate() error {
 		if c == 0 {
 			return &OptionsError{Reason: "bwrap_path contains a NUL byte"}
 		}
+	}
+	if o.ProtectedScanMaxEntries > 1<<30 {
+		return &OptionsError{Reason: fmt.Sprintf("protected_scan_max_entries %d is out of range (0..1073741824)", o.ProtectedScanMaxEntries)}
+	}
+	if o.ProtectedScanTimeoutMS > 600_000 {
+		return &OptionsError{Reason: fmt.Sprintf("protected_scan_timeout_ms %d is out of range (0..600000)", o.ProtectedScanTimeoutMS)}
 	}
 	if o.BwrapPath != "" && o.BwrapPath[0] != '/' {
 		return &OptionsError{Reason: fmt.Sprintf("bwrap_path %q is not absolute", o.BwrapPath)}
