@@ -213,7 +213,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	var cg *commandCgroup
 	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
 	if h.cg.mode != CgroupNone && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUQuotaPercent > 0) {
-		if cg, err = h.cg.create(lim); err != nil {
+		if cg, err = h.cg.create(lim, d.owner); err != nil {
 			return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
 		}
 		defer cg.remove()
