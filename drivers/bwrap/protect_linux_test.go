@@ -406,7 +406,7 @@ func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
 	}
 	// While it runs, its placeholders are on the host (the price of
 	// blocking a name that does not exist).
-	if _, err := os.Lstat(filepath.Join(ws, ".claude")); err != nil {
+	if _, err := os.Lstat(filepath.Join(ws, ".git")); err != nil {
 		t.Fatalf("control: no placeholder while the command runs: %v", err)
 	}
 	var newCg []string
@@ -423,7 +423,6 @@ func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
 	// The next driver start cleans up at once.
 	next := testDriver(t, Options{})
 	next.Prepare()
-	sameListing(t, "after the driver was killed and a new one started", before, listing(t, ws))
 	for _, dir := range newCg {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("cgroup %s of the killed driver survived the next start: %v", dir, err)
@@ -433,6 +432,7 @@ func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
 	if os.Geteuid() == 0 && len(newCg) == 0 && local.probe().cg.mode != CgroupNone {
 		t.Error("control: the command had no cgroup to leave behind")
 	}
+	sameListing(t, "after the driver was killed and a new one started", before, listing(t, ws))
 }
 
 // Placeholder recovery never takes a user's file for one: only recorded
