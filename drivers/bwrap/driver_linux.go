@@ -69,6 +69,8 @@ type Driver struct {
 	seq   uint64     // numbers this driver's intent records (under mu)
 
 	recoverOnce sync.Once // placeholders killed drivers left, removed at start
+	janitorOnce sync.Once // starts the janitor (janitor_linux.go)
+	janitorPipe *os.File  // its end closes when this process ends
 }
 
 var (
@@ -419,6 +421,9 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		err := cmd.Start()
 		// bwrap has its copies (or never will): the driver's go now.
 		closePinned()
+		if err == nil && plan.prot != nil && len(plan.prot.missing) > 0 {
+			defer d.recordUser(cmd.Process.Pid)()
+		}
 		if err != nil {
 			if v1 {
 				blockR.Close()

@@ -15,23 +15,30 @@ import (
 
 // procStartTime reads the start time of pid, or fails when it is gone.
 func procStartTime(pid int) (uint64, error) {
+	st, _, err := procStat(pid)
+	return st, err
+}
+
+// procStat reads the start time and state letter of pid.
+func procStat(pid int) (uint64, string, error) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	// The command name (field 2) is in parentheses and may hold spaces
 	// and parentheses itself: count fields after the last ')'.
 	s := string(b)
 	i := strings.LastIndexByte(s, ')')
 	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+		return 0, "", fmt.Errorf("/proc/%d/stat: no command name", pid)
 	}
 	f := strings.Fields(s[i+1:])
 	// f[0] is field 3 (state); the start time is field 22.
 	if len(f) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+		return 0, "", fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
 	}
-	return strconv.ParseUint(f[19], 10, 64)
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	return st, f[0], err
 }
 
 // ownerTag is "<pid>-<start time>" of this process.
@@ -60,10 +67,12 @@ func parseOwnerTag(s string) (pid int, start uint64, rest string, ok bool) {
 // ownerAlive reports whether the process the tag names still runs. A
 // process that cannot be inspected counts as alive: only a sure death lets
 // its leftovers be removed.
+// A zombie is dead: it has finished exiting (for the init of a PID
+// namespace, that includes the death of every process in it).
 func ownerAlive(pid int, start uint64) bool {
-	st, err := procStartTime(pid)
+	st, state, err := procStat(pid)
 	if err != nil {
 		return !os.IsNotExist(err)
 	}
-	return st == start
+	return st == start && state != "Z" && state != "X"
 }

@@ -155,10 +155,19 @@ func removePlaceholder(dir, path string) {
 
 // recoverPlaceholders removes what killed drivers left: see the top of the
 // file. Runs once per driver, before its first command.
-func (d *Driver) recoverPlaceholders() {
+func (d *Driver) recoverPlaceholders() { d.recoverPlaceholdersWaiting(2 * time.Second) }
+
+// recoverPlaceholdersWaiting first waits up to bound for the sandboxes of
+// dead drivers to be gone: a placeholder removed while a dying sandbox
+// still has it mounted would detach the mount for its last moments.
+func (d *Driver) recoverPlaceholdersWaiting(bound time.Duration) {
 	dir, err := d.placeholderDir()
 	if err != nil {
 		d.log.Warn("placeholder records unavailable", "error", err)
+		return
+	}
+	if !waitDeadUsers(dir, bound) {
+		d.log.Warn("sandboxes of a dead driver are still ending; their placeholders are left to a later start")
 		return
 	}
 	ents, err := os.ReadDir(dir)
@@ -275,6 +284,7 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 			}
 			switch {
 			case missing:
+				d.janitorOnce.Do(d.startJanitor)
 				f, err := d.createPlaceholder(dir, t.path)
 				if errors.Is(err, os.ErrExist) {
 					continue

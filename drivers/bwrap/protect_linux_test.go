@@ -375,15 +375,29 @@ func TestProtectedScanBounded(t *testing.T) {
 	expectOK(t, reqRun(t, testDriver(t, Options{ProtectedScanMaxEntries: 1000}), driverapi.ProfileRequest{Workspace: ws}, nil, "true"))
 }
 
-// What a killed driver left is removed at the next driver start: the
-// placeholders of its running command (found by their records) and its
-// command cgroup.
-func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
+// childJanitors lists the janitor processes started by pid.
+func childJanitors(pid int) []int {
+	var out []int
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/children")
+		for _, f := range strings.Fields(string(b)) {
+			c, _ := strconv.Atoi(f)
+			if cl, _ := os.ReadFile("/proc/" + f + "/cmdline"); bytes.Contains(cl, []byte(JanitorCommand)) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// killDriverMidCommand runs a sleeping command through a plugin driver in
+// ws and SIGKILLs the driver (and its janitor too, with killJanitor) while
+// the command runs. It returns the command cgroups that appeared.
+func killDriverMidCommand(t *testing.T, ws string, killJanitor bool) []string {
+	t.Helper()
 	p := launchPlugin(t)
 	ctx := context.Background()
-	ws := newWorkspace(t)
-	mkfile(t, filepath.Join(ws, "src", "main.c"), "int main(){}\n")
-	before := listing(t, ws)
 	local := testDriver(t, Options{})
 	cgBefore := commandCgroups(local)
 	prof, err := p.Driver().ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
@@ -415,12 +429,60 @@ func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
 			newCg = append(newCg, dir)
 		}
 	}
+	if os.Geteuid() == 0 && len(newCg) == 0 && local.probe().cg.mode != CgroupNone {
+		t.Error("control: the command had no cgroup to leave behind")
+	}
+	if killJanitor {
+		js := childJanitors(p.Pid())
+		if len(js) == 0 {
+			t.Fatal("control: the driver started no janitor")
+		}
+		for _, j := range js {
+			_ = syscall.Kill(j, syscall.SIGKILL)
+		}
+	}
 	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	waitNoMarker(t, marker)
 	<-done
-	// The next driver start cleans up at once.
+	return newCg
+}
+
+// A killed driver's janitor removes its placeholders without waiting for
+// another driver to start.
+func TestDriverKillJanitorCleansUp(t *testing.T) {
+	ws := newWorkspace(t)
+	mkfile(t, filepath.Join(ws, "src", "main.c"), "int main(){}\n")
+	before := listing(t, ws)
+	newCg := killDriverMidCommand(t, ws, false)
+	// Not a speed check: the janitor waits for the sandbox to be gone,
+	// which takes a moment after the driver's death.
+	deadline := time.Now().Add(20 * time.Second)
+	for !slices.Equal(before, listing(t, ws)) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	sameListing(t, "after the driver was killed", before, listing(t, ws))
+	testDriver(t, Options{}).Prepare() // removes the dead driver's cgroup
+	for _, dir := range newCg {
+		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s of the killed driver survived the next start: %v", dir, err)
+			_ = os.Remove(dir)
+		}
+	}
+}
+
+// What a killed driver left, its janitor killed too, is removed at the
+// next driver start: the placeholders of its running command (found by
+// their records) and its command cgroup.
+func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
+	ws := newWorkspace(t)
+	mkfile(t, filepath.Join(ws, "src", "main.c"), "int main(){}\n")
+	before := listing(t, ws)
+	newCg := killDriverMidCommand(t, ws, true)
+	if slices.Equal(before, listing(t, ws)) {
+		t.Fatal("control: nothing was left to recover")
+	}
 	next := testDriver(t, Options{})
 	next.Prepare()
 	for _, dir := range newCg {
@@ -428,9 +490,6 @@ func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
 			t.Errorf("cgroup %s of the killed driver survived the next start: %v", dir, err)
 			_ = os.Remove(dir)
 		}
-	}
-	if os.Geteuid() == 0 && len(newCg) == 0 && local.probe().cg.mode != CgroupNone {
-		t.Error("control: the command had no cgroup to leave behind")
 	}
 	sameListing(t, "after the driver was killed and a new one started", before, listing(t, ws))
 }
@@ -589,4 +648,3 @@ func benchTree(b *testing.B) string {
 	}
 	return ws
 }
-
