@@ -495,7 +495,7 @@ func TestConcurrentRunsShareWorkspace(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			r := drvSh(t, d, ws, "test -d .aleph && ! mkdir .aleph/x 2>/dev/null && echo "+strconv.Itoa(i)+" > f"+strconv.Itoa(i)+" && sleep 0.2")
+			r := drvSh(t, d, ws, "test -c .aleph && ! mkdir .aleph/x 2>/dev/null && echo "+strconv.Itoa(i)+" > f"+strconv.Itoa(i)+" && sleep 0.2")
 			if r.err != nil || r.exit.ExitCode != 0 {
 				errs <- r.stderr + fmtErr(r.err)
 			}
