@@ -24,7 +24,8 @@ import (
 // plugin, a CLI that dies takes the plugin down through the lifeline
 // (os.Exit, no deferred code), and SIGKILL allows nothing at all. The
 // janitor is started with the driver's first placeholder, in a session of
-// its own (a terminal's signals to the foreground group do not reach it),
+// its own (a terminal's signals to the foreground group do not reach it)
+// and detached from the driver (not its descendant),
 // and waits for the end of a pipe only the driver holds. When that pipe
 // closes it waits for the driver's sandboxes to be gone (the bwrap
 // processes the driver recorded) and removes every placeholder nobody holds
@@ -37,15 +38,30 @@ const JanitorCommand = "placeholder-janitor"
 const userWait = 10 * time.Second
 
 // JanitorMain is the janitor's main: `JanitorCommand --state DIR`, with the
-// driver's pipe as descriptor 3.
+// driver's pipe as descriptor 3. It starts itself once more (with
+// --detached) and returns at once: the janitor proper is then no
+// descendant of the driver, which keeps no child beyond its commands.
 func JanitorMain(args []string) int {
-	if len(args) != 2 || args[0] != "--state" || !filepath.IsAbs(args[1]) {
+	if len(args) < 2 || args[0] != "--state" || !filepath.IsAbs(args[1]) || len(args) > 3 || len(args) == 3 && args[2] != "--detached" {
 		fmt.Fprintln(os.Stderr, "usage: "+JanitorCommand+" --state DIR")
 		return 2
 	}
 	pipe := os.NewFile(3, "driver")
 	if pipe == nil {
 		return 2
+	}
+	if len(args) == 2 {
+		cmd := exec.Command("/proc/self/exe", JanitorCommand, "--state", args[1], "--detached")
+		cmd.Args[0] = "aleph-sandbox-janitor"
+		cmd.Env = []string{}
+		cmd.Dir = "/"
+		cmd.ExtraFiles = []*os.File{pipe}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "janitor:", err)
+			return 1
+		}
+		return 0
 	}
 	_, _ = io.Copy(io.Discard, pipe)
 	d := &Driver{cfg: Config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownerTag()}
@@ -74,10 +90,14 @@ func (d *Driver) startJanitor() {
 		d.log.Warn("placeholder janitor not started", "error", err)
 		return
 	}
+	// The first stage only starts the detached janitor and exits.
+	if err := cmd.Wait(); err != nil {
+		w.Close()
+		d.log.Warn("placeholder janitor not started", "error", err)
+		return
+	}
 	// The write end stays open (close-on-exec, so no sandbox holds it)
-	// until this process ends; the janitor outlives it. The goroutine only
-	// reaps a janitor that ended early, so it never lingers as a zombie.
-	go func() { _ = cmd.Wait() }()
+	// until this process ends; the janitor outlives it.
 	d.janitorPipe = w
 }
 

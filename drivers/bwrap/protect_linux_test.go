@@ -375,17 +375,29 @@ func TestProtectedScanBounded(t *testing.T) {
 	expectOK(t, reqRun(t, testDriver(t, Options{ProtectedScanMaxEntries: 1000}), driverapi.ProfileRequest{Workspace: ws}, nil, "true"))
 }
 
-// childJanitors lists the janitor processes started by pid.
-func childJanitors(pid int) []int {
+// driverJanitors lists the janitor processes of driver pid: those whose
+// pipe (descriptor 3) the driver holds the other end of.
+func driverJanitors(pid int) []int {
+	held := map[string]bool{}
+	fds, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/fd")
+	for _, fd := range fds {
+		if l, err := os.Readlink("/proc/" + strconv.Itoa(pid) + "/fd/" + fd.Name()); err == nil && strings.HasPrefix(l, "pipe:") {
+			held[l] = true
+		}
+	}
 	var out []int
-	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(pid) + "/task")
-	for _, task := range tasks {
-		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/task/" + task.Name() + "/children")
-		for _, f := range strings.Fields(string(b)) {
-			c, _ := strconv.Atoi(f)
-			if cl, _ := os.ReadFile("/proc/" + f + "/cmdline"); bytes.Contains(cl, []byte(JanitorCommand)) {
-				out = append(out, c)
-			}
+	procs, _ := os.ReadDir("/proc")
+	for _, e := range procs {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil || c == pid {
+			continue
+		}
+		cl, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if !bytes.Contains(cl, []byte(JanitorCommand)) {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/fd/3"); err == nil && held[l] {
+			out = append(out, c)
 		}
 	}
 	return out
@@ -433,7 +445,7 @@ func killDriverMidCommand(t *testing.T, ws string, killJanitor bool) []string {
 		t.Error("control: the command had no cgroup to leave behind")
 	}
 	if killJanitor {
-		js := childJanitors(p.Pid())
+		js := driverJanitors(p.Pid())
 		if len(js) == 0 {
 			t.Fatal("control: the driver started no janitor")
 		}
