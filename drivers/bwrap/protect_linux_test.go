@@ -436,8 +436,10 @@ func killDriverMidCommand(t *testing.T, ws string, killJanitor bool) []string {
 		t.Fatalf("control: no placeholder while the command runs: %v", err)
 	}
 	var newCg []string
+	// Only the plugin's own: other test processes may run commands now.
+	own := cgroupPrefix + strconv.Itoa(p.Pid()) + "-"
 	for dir := range commandCgroups(local) {
-		if !cgBefore[dir] {
+		if !cgBefore[dir] && strings.HasPrefix(filepath.Base(dir), own) {
 			newCg = append(newCg, dir)
 		}
 	}
