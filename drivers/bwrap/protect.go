@@ -73,32 +73,30 @@ type protection struct {
 	anchors  []string // directories bound read-write onto themselves
 }
 
-// mounts are the bwrap arguments for pr, parents before children. bind
-// renders a bind of a host path (pinned where pinPaths opened it).
-func (pr *protection) mounts(bind func(ro bool, src, dest string) []string) []string {
+// protMount is one mount of a protection: its destination and bwrap args.
+type protMount struct {
+	path string
+	args []string
+}
+
+// mounts are the bwrap mounts for pr, anchors first; BwrapFlags sorts them
+// with the others, parents before children. bind renders a bind of a host
+// path (pinned where pinPaths opened it).
+func (pr *protection) mounts(bind func(ro bool, src, dest string) []string) []protMount {
 	if pr == nil {
 		return nil
 	}
-	type m struct {
-		path string
-		args []string
-	}
-	var ms []m
+	var ms []protMount
 	for _, a := range pr.anchors {
-		ms = append(ms, m{a, bind(false, a, a)})
+		ms = append(ms, protMount{a, bind(false, a, a)})
 	}
 	for _, e := range pr.existing {
-		ms = append(ms, m{e, bind(true, e, e)})
+		ms = append(ms, protMount{e, bind(true, e, e)})
 	}
 	for _, p := range pr.missing {
-		ms = append(ms, m{p, []string{"--ro-bind", "/dev/null", p}})
+		ms = append(ms, protMount{p, []string{"--ro-bind", "/dev/null", p}})
 	}
-	sort.SliceStable(ms, func(i, j int) bool { return depth(ms[i].path) < depth(ms[j].path) })
-	var out []string
-	for _, x := range ms {
-		out = append(out, x.args...)
-	}
-	return out
+	return ms
 }
 
 // pinned are the host paths of pr that pinPaths opens.
@@ -170,7 +168,9 @@ func scanProtected(p Plan, lim scanLimits) ([]protectTarget, error) {
 	}
 	out := make([]protectTarget, 0, len(s.targets))
 	for _, t := range s.targets {
-		out = append(out, t)
+		if !s.insideOther(t.path) {
+			out = append(out, t)
+		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].path < out[j].path })
 	return out, nil
@@ -309,6 +309,16 @@ func firstMissing(work, rel string) (string, bool) {
 func (s *scanner) inRoots(p string) bool {
 	for _, r := range s.roots {
 		if driverapi.PathWithin(p, r) {
+			return true
+		}
+	}
+	return false
+}
+
+// insideOther: p lies strictly within another target (read-only already).
+func (s *scanner) insideOther(p string) bool {
+	for t := range s.targets {
+		if t != p && driverapi.PathWithin(p, t) {
 			return true
 		}
 	}

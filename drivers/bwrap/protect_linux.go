@@ -240,6 +240,16 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	// A grant inside a protected entry would be mounted over its read-only
+	// bind (the plan refuses this for the top-level set; nested entries
+	// are only known now).
+	for _, g := range append(append([]string{}, p.FSRead...), p.FSWrite...) {
+		for _, t := range targets {
+			if driverapi.PathWithin(g, t.path) {
+				return nil, nil, &driverapi.InvalidSpecError{Field: "fs_read/fs_write", Reason: fmt.Sprintf("%q lies in the protected %s", g, t.path)}
+			}
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	type held struct {
@@ -308,7 +318,7 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 			break
 		}
 	}
-	pr.anchors = anchorsFor(append([]string{p.Workspace}, p.FSWrite...), targets)
+	pr.anchors = anchorsFor(append([]string{p.Workspace}, p.FSWrite...), p.FSRead, targets)
 	return pr, func() {
 		d.mu.Lock()
 		defer d.mu.Unlock()
@@ -318,8 +328,9 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 
 // anchorsFor are the directories between each root and the protected
 // targets below it (sub for sub/.git, a and a/b for a/b/c/.git), except
-// those inside a target (read-only already).
-func anchorsFor(roots []string, targets []protectTarget) []string {
+// those inside a target or a read grant (read-only already: a read-write
+// anchor there would open a hole).
+func anchorsFor(roots, readOnly []string, targets []protectTarget) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, t := range targets {
@@ -339,6 +350,11 @@ func anchorsFor(roots []string, targets []protectTarget) []string {
 			inside := false
 			for _, o := range targets {
 				if driverapi.PathWithin(dir, o.path) {
+					inside = true
+				}
+			}
+			for _, r := range readOnly {
+				if driverapi.PathWithin(dir, r) {
 					inside = true
 				}
 			}

@@ -662,3 +662,37 @@ func benchTree(b *testing.B) string {
 	}
 	return ws
 }
+
+// Anchors never open a read grant below them, and a grant inside a nested
+// protected entry is refused.
+func TestAnchorsKeepReadGrantsReadOnly(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws, g := newWorkspace(t), newWorkspace(t)
+	mkfile(t, filepath.Join(g, "a", ".git", "config"), "[core]\n")
+	mkfile(t, filepath.Join(g, "a", "r", "x", ".git", "config"), "[core]\n")
+	mkfile(t, filepath.Join(g, "a", "r", "file"), "ro\n")
+	req := driverapi.ProfileRequest{Workspace: ws, Capabilities: driverapi.Capabilities{
+		FSWrite: []string{g}, FSRead: []string{filepath.Join(g, "a", "r")}}}
+	r := reqRun(t, d, req, nil, "echo w > "+g+"/a/f && cat "+g+"/a/r/file")
+	expectOK(t, r)
+	if r.stdout != "ro\n" {
+		t.Fatalf("control: %q", r.stdout)
+	}
+	for _, script := range []string{
+		"echo evil > " + g + "/a/r/file",
+		"echo evil > " + g + "/a/r/x/new",
+		"echo evil >> " + g + "/a/.git/config",
+	} {
+		expectFail(t, reqRun(t, d, req, nil, script))
+	}
+	if b, _ := os.ReadFile(filepath.Join(g, "a", "r", "file")); string(b) != "ro\n" {
+		t.Fatalf("read grant written: %q", b)
+	}
+	bad := driverapi.ProfileRequest{Workspace: ws, Capabilities: driverapi.Capabilities{
+		FSWrite: []string{g, filepath.Join(g, "a", ".git")}}}
+	r = reqRun(t, d, bad, nil, "true")
+	var ise *driverapi.InvalidSpecError
+	if !errors.As(r.err, &ise) {
+		t.Fatalf("write grant inside a nested .git: %v %+v", r.err, r.exit)
+	}
+}
