@@ -116,7 +116,13 @@ func TestDriverDeathKillsSandboxes(t *testing.T) {
 	own := cgroupPrefix + strconv.Itoa(pid) + "-"
 	for dir := range commandCgroups(local) {
 		if !before[dir] && strings.HasPrefix(filepath.Base(dir), own) {
-			if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(b) != 0 {
+			// The last processes may still be exiting: wait a bounded time.
+			b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			for end := time.Now().Add(5 * time.Second); len(b) != 0 && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+				b, _ = os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			}
+			if len(b) != 0 {
 				t.Errorf("cgroup %s of the dead driver still has members: %q", dir, b)
 			}
 			_ = os.Remove(dir)
