@@ -49,7 +49,10 @@ type SandboxConfig struct {
 	RateLimit     RateLimitConfig     `koanf:"rate_limit" json:"rate_limit" toml:"rate_limit"`
 	Network       NetworkConfig       `koanf:"network" json:"network" toml:"network"`
 	Linux         LinuxConfig         `koanf:"linux" json:"linux" toml:"linux"`
-	Windows       WindowsConfig       `koanf:"windows" json:"windows" toml:"windows"`
+	// Protected changes the set of top-level entries kept read-only and
+	// uncreatable in the workspace and in every write grant.
+	Protected ProtectedConfig `koanf:"protected" json:"protected" toml:"protected"`
+	Windows   WindowsConfig   `koanf:"windows" json:"windows" toml:"windows"`
 }
 
 // CommandPolicyConfig is [sandbox.command_policy].
@@ -97,6 +100,61 @@ type SecretInjection struct {
 	Format string `koanf:"format" json:"format" toml:"format"`
 }
 
+// ProtectedConfig is [sandbox.protected]: the default protected entries
+// (driverapi.DefaultProtectedEntries) plus Add, minus Remove. Each entry is
+// one path component (".git", ".envrc"); Remove may only name defaults, so
+// a typo cannot silently leave a default in force or drop a protection
+// nobody meant to drop.
+type ProtectedConfig struct {
+	Add    []string `koanf:"add" json:"add" toml:"add"`
+	Remove []string `koanf:"remove" json:"remove" toml:"remove"`
+}
+
+// ProtectedEntries is the effective protected set, in a stable order: the
+// defaults that were not removed, then the additions.
+func (c Config) ProtectedEntries() []string {
+	pc := c.Sandbox.Protected
+	var out []string
+	seen := map[string]bool{}
+	for _, d := range driverapi.DefaultProtectedEntries() {
+		if !contains(pc.Remove, d) && !seen[d] {
+			out = append(out, d)
+			seen[d] = true
+		}
+	}
+	for _, a := range pc.Add {
+		if !seen[a] {
+			out = append(out, a)
+			seen[a] = true
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}
+
+// checkProtectedName accepts one plain path component.
+func checkProtectedName(n string) string {
+	switch {
+	case n == "":
+		return "must not be empty"
+	case n == "." || n == "..":
+		return fmt.Sprintf("%q is not an entry name", n)
+	case strings.ContainsAny(n, "/\\\x00"):
+		return fmt.Sprintf("%q must be one path component (no slash, backslash or NUL)", n)
+	case len(n) > 255:
+		return "longer than 255 bytes"
+	}
+	return ""
+}
+
 // LinuxConfig is [sandbox.linux]; it reaches the Linux driver as
 // ALEPH_DRIVER_OPTIONS.
 type LinuxConfig struct {
@@ -112,6 +170,13 @@ type LinuxConfig struct {
 	// TmpfsMaxMB caps what a command's /tmp and /dev/shm hold together,
 	// in MiB; 0 means the driver's default (1024).
 	TmpfsMaxMB int64 `koanf:"tmpfs_max_mb" json:"tmpfs_max_mb,omitempty" toml:"tmpfs_max_mb"`
+	// ProtectedScanMaxEntries bounds the per-command search for nested
+	// .git entries (directory entries visited); 0 means the driver's
+	// default. A tree larger than this is refused, not half protected.
+	ProtectedScanMaxEntries int64 `koanf:"protected_scan_max_entries" json:"protected_scan_max_entries,omitempty" toml:"protected_scan_max_entries"`
+	// ProtectedScanTimeoutMS bounds the same search in time; 0 means the
+	// driver's default.
+	ProtectedScanTimeoutMS int64 `koanf:"protected_scan_timeout_ms" json:"protected_scan_timeout_ms,omitempty" toml:"protected_scan_timeout_ms"`
 }
 
 // WindowsConfig is [sandbox.windows]; it reaches the Windows driver as
@@ -208,8 +273,9 @@ func DefaultConfig() Config {
 			Enabled: true, RatePerSecond: 10, Burst: 20, MaxConcurrentPerSession: 4,
 			MaxConcurrentGlobal: 16, IdleForgetSeconds: 600,
 		},
-		Network: NetworkConfig{SecretInjections: []SecretInjection{}},
-		Linux:   LinuxConfig{MaxPids: 200, Cgroup: "auto"},
+		Network:   NetworkConfig{SecretInjections: []SecretInjection{}},
+		Linux:     LinuxConfig{MaxPids: 200, Cgroup: "auto"},
+		Protected: ProtectedConfig{Add: []string{}, Remove: []string{}},
 	}}
 	if data != "" {
 		c.Sandbox.WorkspaceRoot = filepath.Join(data, "workspaces")
@@ -550,6 +616,29 @@ func (c Config) Validate() error {
 	}
 	if lx.BwrapPath != "" && !filepath.IsAbs(lx.BwrapPath) {
 		return bad("linux.bwrap_path", fmt.Sprintf("must be an absolute path or empty, got %q", lx.BwrapPath))
+	}
+	switch {
+	case lx.ProtectedScanMaxEntries < 0 || lx.ProtectedScanMaxEntries > 1<<30:
+		return bad("linux.protected_scan_max_entries", "must be between 0 (driver default) and 1073741824")
+	case lx.ProtectedScanTimeoutMS < 0 || lx.ProtectedScanTimeoutMS > 600_000:
+		return bad("linux.protected_scan_timeout_ms", "must be between 0 (driver default) and 600000")
+	}
+	defaults := driverapi.DefaultProtectedEntries()
+	for i, n := range s.Protected.Add {
+		if r := checkProtectedName(n); r != "" {
+			return bad(fmt.Sprintf("protected.add[%d]", i), r)
+		}
+	}
+	for i, n := range s.Protected.Remove {
+		if !contains(defaults, n) {
+			return bad(fmt.Sprintf("protected.remove[%d]", i), fmt.Sprintf("%q is not a default protected entry (defaults: %s)", n, strings.Join(defaults, ", ")))
+		}
+		if contains(s.Protected.Add, n) {
+			return bad(fmt.Sprintf("protected.remove[%d]", i), fmt.Sprintf("%q is also in protected.add", n))
+		}
+	}
+	if len(c.ProtectedEntries()) == 0 {
+		return bad("protected.remove", "removes every protected entry; at least one must stay (drivers read an empty set as the defaults)")
 	}
 	wx := s.Windows
 	switch wx.MinTier {

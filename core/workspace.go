@@ -345,7 +345,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	if err != nil {
 		return nil, err
 	}
-	preq := driverapi.ProfileRequest{Capabilities: cmd.Capabilities, Workspace: ws, Cwd: cwd}
+	preq := driverapi.ProfileRequest{Capabilities: cmd.Capabilities, Workspace: ws, Cwd: cwd, Protected: s.cfg.ProtectedEntries()}
 	if cmd.Capabilities.Network.Mode == driverapi.NetworkAllowHosts {
 		med, err := s.mediator.Start(ctx, sid, r.rec.CommandID, append([]string(nil), cmd.Capabilities.Network.Hosts...), cmd.Secrets)
 		if err != nil {

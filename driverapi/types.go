@@ -92,8 +92,21 @@ func IsKnownFeature(name string) bool {
 	return false
 }
 
-// ProtectedDirs are the workspace entries that stay read-only whatever the
-// command asks for, whether they exist or not.
+// DefaultProtectedEntries are the top-level entries of the workspace (and of
+// every fs_write grant) that stay read-only whatever the command asks for,
+// and that cannot be created when missing: the places where host tools
+// (git, editors, agent CLIs, direnv, MCP clients) find code to run or
+// instructions to follow when they open the folder. ProfileRequest.Protected
+// overrides the list; an empty one means this list.
+func DefaultProtectedEntries() []string {
+	return []string{".git", ".aleph", ".codex", ".agents", ".claude", ".vscode", ".idea", ".cursor", ".envrc", ".mcp.json"}
+}
+
+// ProtectedDirs is the original fixed protected set, kept for drivers that
+// have not moved to ProfileRequest.Protected.
+//
+// Deprecated: use ProfileRequest.Protected, which defaults to
+// DefaultProtectedEntries.
 func ProtectedDirs() []string { return []string{".git", ".aleph", ".codex", ".agents"} }
 
 // Unavailable says why a feature cannot be enforced on this host and how to
@@ -203,6 +216,11 @@ type ProfileRequest struct {
 	Cwd string `json:"cwd"`
 	// Proxy is set when Capabilities.Network.Mode is NetworkAllowHosts.
 	Proxy *ProxyEndpoint `json:"proxy,omitempty"`
+	// Protected are the top-level entry names (one path component each)
+	// kept read-only and uncreatable in the workspace and in every fs_write
+	// grant. Empty means DefaultProtectedEntries: a host that says nothing
+	// gets the full set, never none.
+	Protected []string `json:"protected,omitempty"`
 }
 
 // Profile is an opaque, driver-specific launch plan (SBPL text on macOS, a

@@ -73,6 +73,14 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 	for _, g := range p.FSWrite {
 		ms = append(ms, mnt{g, bind(false, g, g)})
 	}
+	// The anchors, existing protected entries and placeholders Run's
+	// protect found for this command (protect.go) sort in with the rest:
+	// an anchor must not hide a grant below it. Nothing is mounted below
+	// a protected entry (protect refuses such grants), and at equal depth
+	// they come after the grants.
+	for _, m := range p.prot.mounts(bind) {
+		ms = append(ms, mnt{m.path, m.args})
+	}
 	// Parents before children: a later mount covers an earlier one, so a
 	// grant below another grant (or below the workspace) keeps its own mode,
 	// and a grant never hides a more specific one. The sort is stable so
@@ -84,13 +92,6 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 	if p.ProxySocket != "" {
 		// Connecting to a unix socket needs no write access to the mount.
 		args = append(args, bind(true, p.ProxySocket, ProxySocketPath)...)
-	}
-	// Protected entries go last so nothing can be mounted over them. Run
-	// makes sure each exists (a placeholder directory when it did not) and
-	// is not a symlink before bwrap starts.
-	for _, name := range p.Protected {
-		d := filepath.Join(p.Workspace, name)
-		args = append(args, bind(true, d, d)...)
 	}
 	if initBinary != "" {
 		args = append(args, "--ro-bind", initBinary, InitPath)

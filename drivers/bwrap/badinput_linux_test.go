@@ -173,7 +173,10 @@ func TestRunBadInput(t *testing.T) {
 			s.Profile = forge(func(p *Plan) { p.FSWrite = append(p.FSWrite, "/") })
 		}, isProfile},
 		{"forged unprotected", func(s *driverapi.RunSpec) {
-			s.Profile = forge(func(p *Plan) { p.Protected = []string{".aleph"} })
+			s.Profile = forge(func(p *Plan) { p.Protected = nil })
+		}, isProfile},
+		{"forged protected path", func(s *driverapi.RunSpec) {
+			s.Profile = forge(func(p *Plan) { p.Protected = []string{".git", "../elsewhere"} })
 		}, isProfile},
 		{"forged network", func(s *driverapi.RunSpec) {
 			s.Profile = forge(func(p *Plan) { p.ShareNet = true })

@@ -260,8 +260,10 @@ type commandCgroup struct {
 
 // create makes a command cgroup with lim applied. Only controllers with a
 // limit to enforce are used on v1 (each hierarchy costs a mkdir/rmdir).
-func (cs *cgroupSystem) create(lim cgroupLimits) (*commandCgroup, error) {
-	name := "aleph-" + randHex(8)
+// owner is the ownerTag of the creating driver: the name says whose the
+// cgroup is, so a later driver can remove the cgroups of a dead one at once.
+func (cs *cgroupSystem) create(lim cgroupLimits, owner string) (*commandCgroup, error) {
+	name := cgroupPrefix + owner + "-" + randHex(8)
 	cg := &commandCgroup{name: name, mode: cs.mode, dirs: map[string]string{}, fd: -1}
 	switch cs.mode {
 	case CgroupV2:
@@ -508,15 +510,19 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// staleAfter is how old an empty per-command cgroup must be before a
-// driver removes it as left over by a driver that was killed. A live command
-// cgroup is empty only for the moments between creation and the move of
-// bwrap's child into it, and after the command, before its removal.
+// cgroupPrefix starts every per-command cgroup's name:
+// "aleph-<owner pid>-<owner start time>-<random>".
+const cgroupPrefix = "aleph-"
+
+// staleAfter is how old an empty per-command cgroup named in the older
+// "aleph-<random>" form must be before a driver removes it. Cgroups named
+// after their owner are removed as soon as the owner is dead.
 const staleAfter = 2 * time.Minute
 
-// sweep removes empty per-command cgroups left behind by drivers that died
-// (kill -9 skips their cleanup). Fresh ones are left alone: another driver
-// sharing the parent may be about to move its command in.
+// sweep removes the per-command cgroups of drivers that died (kill -9
+// skips their cleanup): at once for those whose owning driver process no
+// longer exists, its leftover processes killed first; cgroups in the older
+// naming once empty and stale. Those of live drivers are never touched.
 func (cs *cgroupSystem) sweep() {
 	var bases []string
 	if cs.mode == CgroupV2 {
@@ -531,11 +537,20 @@ func (cs *cgroupSystem) sweep() {
 			continue
 		}
 		for _, e := range ents {
-			if !e.IsDir() || !strings.HasPrefix(e.Name(), "aleph-") || e.Name() == "aleph-driver" {
+			name := e.Name()
+			if !e.IsDir() || !strings.HasPrefix(name, cgroupPrefix) || name == "aleph-driver" {
+				continue
+			}
+			dir := filepath.Join(b, name)
+			if pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, cgroupPrefix)); ok && rest != "" {
+				if !ownerAlive(pid, start) {
+					dead := &commandCgroup{name: name, mode: cs.mode, dirs: map[string]string{"": dir}, fd: -1}
+					dead.remove()
+				}
 				continue
 			}
 			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > staleAfter {
-				_ = os.Remove(filepath.Join(b, e.Name())) // fails unless empty
+				_ = os.Remove(dir) // fails unless empty
 			}
 		}
 	}

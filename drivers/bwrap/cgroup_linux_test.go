@@ -67,7 +67,7 @@ func TestCgroupV2FakeFS(t *testing.T) {
 	if got := readTrim(t, filepath.Join(own, "cgroup.subtree_control")); got != "+memory +pids +cpu" {
 		t.Fatalf("subtree_control %q", got)
 	}
-	cg, err := cs.create(cgroupLimits{MemoryBytes: 64 << 20, Pids: 50, CPUQuotaPercent: 50})
+	cg, err := cs.create(cgroupLimits{MemoryBytes: 64 << 20, Pids: 50, CPUQuotaPercent: 50}, ownerTag())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -278,7 +278,7 @@ func TestCgroupV1Files(t *testing.T) {
 	if !caps.Has(driverapi.FeatureCPULimit) {
 		t.Fatalf("cpu controller writable and quota set, cpu_limit not claimed: %+v", caps)
 	}
-	cg, err := h.cg.create(cgroupLimits{MemoryBytes: 64 << 20, Pids: 33, CPUQuotaPercent: 50})
+	cg, err := h.cg.create(cgroupLimits{MemoryBytes: 64 << 20, Pids: 33, CPUQuotaPercent: 50}, ownerTag())
 	if err != nil {
 		t.Fatal(err)
 	}

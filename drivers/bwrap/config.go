@@ -24,6 +24,10 @@ func configFields() []driverapi.ConfigField {
 			Description: "how limits are enforced: auto picks v2 where delegated, else v1 where writable"},
 		{Name: "bwrap_path", Type: driverapi.ConfigString, DefaultJSON: `""`,
 			Description: "absolute path of bubblewrap; empty means bwrap on PATH"},
+		{Name: "protected_scan_max_entries", Type: driverapi.ConfigUint, DefaultJSON: "500000",
+			Description: "directory entries one command's search for nested .git entries may visit; a larger tree is refused; 0 means the default"},
+		{Name: "protected_scan_timeout_ms", Type: driverapi.ConfigUint, DefaultJSON: "3000",
+			Description: "how long that search may take; 0 means the default"},
 		{Name: "tmpfs_max_mb", Type: driverapi.ConfigUint, DefaultJSON: "1024",
 			Description: "MiB a command's writable tmpfs mounts (/tmp, /dev/shm) hold together, never more than its memory limit; 0 means the default"},
 	}

@@ -52,6 +52,10 @@ type Config struct {
 	SelfCgroup string
 	// Logger receives the driver's own diagnostics (never command output).
 	Logger hclog.Logger
+	// StateDir holds the driver's records of the placeholders it made, so
+	// that a later driver removes what a killed one left. Default: see
+	// defaultStateDir. Never inside a workspace.
+	StateDir string
 }
 
 // Driver is the bubblewrap driver. It is safe for concurrent use.
@@ -60,8 +64,13 @@ type Driver struct {
 	log   hclog.Logger
 	once  sync.Once
 	host  *hostProbe
-	mu    sync.Mutex
-	holds map[string]int // placeholder protected dirs this driver created -> commands using them
+	mu    sync.Mutex // serialises placeholder set-up and removal
+	owner string     // ownerTag of this process, for its journal records
+	seq   uint64     // numbers this driver's intent records (under mu)
+
+	recoverOnce sync.Once // placeholders killed drivers left, removed at start
+	janitorOnce sync.Once // starts the janitor (janitor_linux.go)
+	janitorPipe *os.File  // its end closes when this process ends
 	// optErr is why the section the process was started with was refused:
 	// the driver then serves, so the host gets a typed error from
 	// SetConfig, but runs nothing (the probe reports the sandbox unavailable).
@@ -102,7 +111,10 @@ func New(cfg Config) (*Driver, error) {
 	if lg == nil {
 		lg = hclog.NewNullLogger()
 	}
-	return &Driver{cfg: cfg, log: lg, holds: map[string]int{}}, nil
+	if cfg.StateDir == "" {
+		cfg.StateDir = defaultStateDir()
+	}
+	return &Driver{cfg: cfg, log: lg, owner: ownerTag()}, nil
 }
 
 // InitBinaryName is the small in-sandbox binary the driver prefers when it
@@ -220,7 +232,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	var cg *commandCgroup
 	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
 	if h.cg.mode != CgroupNone && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUQuotaPercent > 0) {
-		if cg, err = h.cg.create(lim); err != nil {
+		if cg, err = h.cg.create(lim, d.owner); err != nil {
 			return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
 		}
 		defer cg.remove()
@@ -231,11 +243,12 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 			go h.cg.primeV1(cg)
 		}
 	}
-	release, err := d.protect(plan)
+	prot, release, err := d.protect(plan)
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
 	defer release()
+	plan.prot = prot
 
 	is := plan.InitSpec()
 	is.EnvFD, is.LifelineFD = envFD, lifelineFD
@@ -287,144 +300,6 @@ func (p Plan) checkCwd(cwd string) (string, error) {
 		}
 	}
 	return "", &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is outside the workspace and every granted path", c)}
-}
-
-// protect makes every protected workspace entry exist as something bwrap can
-// bind read-only over itself, and refuses symlinks there.
-//
-// Why placeholders: bwrap can only mount over a path that exists, and a
-// protected entry that does not exist must still be impossible to create
-// inside the sandbox. So the driver creates an empty directory there on the
-// host, bwrap binds it read-only onto itself, and the sandbox sees a
-// read-only directory it can neither fill, remove nor rename (a mount point
-// is busy). After the command the placeholder is removed if it is still
-// empty and nobody else uses it: removing it while another sandbox still has
-// it mounted would detach that sandbox's mount (the kernel unmounts mounts on
-// unlinked dentries) and let it create the entry. Commands of this driver
-// share a placeholder through a reference count; across driver processes
-// every command holds a shared flock on each protected entry for its whole
-// run, and a placeholder is removed only under a non-blocking exclusive lock.
-//
-// A symlink in a protected place is refused: bwrap would follow it and the
-// read-only mount would land wherever it points.
-func (d *Driver) protect(p Plan) (func(), error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	var held []string    // this driver's placeholders this command counts on
-	var locks []*os.File // shared locks this command holds
-	undo := func() {
-		for _, f := range locks {
-			f.Close() // drops the shared lock
-		}
-		for _, path := range held {
-			d.holds[path]--
-			if d.holds[path] <= 0 {
-				delete(d.holds, path)
-				removePlaceholder(path)
-			}
-		}
-	}
-	for _, name := range p.Protected {
-		path := filepath.Join(p.Workspace, name)
-		for attempt := 0; ; attempt++ {
-			created := false
-			fi, err := os.Lstat(path)
-			if errors.Is(err, os.ErrNotExist) {
-				if err := os.Mkdir(path, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-					undo()
-					return nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", name, err)
-				} else if err == nil {
-					created = true
-				}
-				fi, err = os.Lstat(path)
-			}
-			if err != nil {
-				undo()
-				return nil, fmt.Errorf("bwrap driver: protected %s: %w", name, err)
-			}
-			if fi.Mode()&os.ModeSymlink != 0 {
-				undo()
-				return nil, &driverapi.InvalidSpecError{Field: "workspace",
-					Reason: fmt.Sprintf("%s in the workspace is a symlink; protected entries must be real directories or files (remove the link)", name)}
-			}
-			var lock *os.File
-			gone := false
-			if fi.IsDir() {
-				// Placeholders are directories; other entries (a worktree's
-				// .git file) are never removed, so need no lock, and a
-				// device or FIFO there is better not opened.
-				lock, gone = lockShared(path)
-			}
-			if gone {
-				// Another driver removed its placeholder between our look
-				// and our lock: look again.
-				if attempt < 5 {
-					continue
-				}
-				undo()
-				return nil, fmt.Errorf("bwrap driver: protected %s keeps disappearing", name)
-			}
-			if lock != nil {
-				locks = append(locks, lock)
-			}
-			if created || d.holds[path] > 0 {
-				d.holds[path]++
-				held = append(held, path)
-			}
-			break
-		}
-	}
-	return func() {
-		d.mu.Lock()
-		defer d.mu.Unlock()
-		undo()
-	}, nil
-}
-
-// lockShared takes a shared flock on path and checks the lock is on what
-// path names now. gone reports that path vanished or changed meanwhile. An
-// entry the driver cannot open (not readable) is used without a lock: it is
-// not one of the driver's placeholders, which are always readable.
-func lockShared(path string) (f *os.File, gone bool) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return nil, errors.Is(err, unix.ENOENT)
-	}
-	f = os.NewFile(uintptr(fd), path)
-	if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
-		f.Close()
-		return nil, false
-	}
-	if !sameFile(f, path) {
-		f.Close()
-		return nil, true
-	}
-	return f, false
-}
-
-// removePlaceholder deletes an empty placeholder unless a command of any
-// driver process still holds its shared lock.
-func removePlaceholder(path string) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
-	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-		return // in use by another driver's sandbox; it stays
-	}
-	if sameFile(f, path) {
-		_ = os.Remove(path) // only succeeds while empty
-	}
-}
-
-func sameFile(f *os.File, path string) bool {
-	var a, b unix.Stat_t
-	if unix.Fstat(int(f.Fd()), &a) != nil || unix.Lstat(path, &b) != nil {
-		return false
-	}
-	return a.Dev == b.Dev && a.Ino == b.Ino
 }
 
 // envList renders the child's environment exactly as given.
@@ -578,6 +453,9 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		err := cmd.Start()
 		// bwrap has its copies (or never will): the driver's go now.
 		closePinned()
+		if err == nil && plan.prot != nil && len(plan.prot.missing) > 0 {
+			defer d.recordUser(cmd.Process.Pid)()
+		}
 		if err != nil {
 			if v1 {
 				blockR.Close()
@@ -731,9 +609,11 @@ func (d *Driver) RawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 	if h.sandboxErr != nil {
 		return nil, nil, &UnavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
 	}
-	if release, err = d.protect(plan); err != nil {
+	prot, release, err := d.protect(plan)
+	if err != nil {
 		return nil, nil, err
 	}
+	plan.prot = prot
 	pinned, fdOf, err := pinPaths(plan, 3)
 	if err != nil {
 		release()

@@ -56,6 +56,13 @@ type Options struct {
 	// together; 0 means DefaultTmpfsMaxMB. A memory limit lowers it
 	// further (see tmpfsBudget). There is no "unbounded".
 	TmpfsMaxMB uint64 `json:"tmpfs_max_mb,omitempty"`
+	// ProtectedScanMaxEntries bounds the directory entries one command's
+	// search for nested .git entries visits; 0 means
+	// DefaultProtectedScanMaxEntries.
+	ProtectedScanMaxEntries uint64 `json:"protected_scan_max_entries,omitempty"`
+	// ProtectedScanTimeoutMS bounds that search in time; 0 means
+	// DefaultProtectedScanTimeout.
+	ProtectedScanTimeoutMS uint64 `json:"protected_scan_timeout_ms,omitempty"`
 }
 
 // OptionsError is a configuration the driver refuses.
@@ -110,6 +117,12 @@ func (o Options) Validate() error {
 	}
 	if o.TmpfsMaxMB > maxTmpfsMaxMB {
 		return &OptionsError{Key: "tmpfs_max_mb", Reason: fmt.Sprintf("tmpfs_max_mb %d is out of range (0 for the default of %d, up to %d)", o.TmpfsMaxMB, DefaultTmpfsMaxMB, maxTmpfsMaxMB)}
+	}
+	if o.ProtectedScanMaxEntries > 1<<30 {
+		return &OptionsError{Key: "protected_scan_max_entries", Reason: fmt.Sprintf("protected_scan_max_entries %d is out of range (0..1073741824)", o.ProtectedScanMaxEntries)}
+	}
+	if o.ProtectedScanTimeoutMS > 600_000 {
+		return &OptionsError{Key: "protected_scan_timeout_ms", Reason: fmt.Sprintf("protected_scan_timeout_ms %d is out of range (0..600000)", o.ProtectedScanTimeoutMS)}
 	}
 	if o.BwrapPath != "" && o.BwrapPath[0] != '/' {
 		return &OptionsError{Key: "bwrap_path", Reason: fmt.Sprintf("bwrap_path %q is not absolute", o.BwrapPath)}

@@ -25,7 +25,7 @@ func TestPrimeV1KeepsDriverCgroups(t *testing.T) {
 	if cs.mode != CgroupV1 || !cs.have[ctrlPids] {
 		t.Skipf("no writable cgroup v1 pids hierarchy: %v", cs.why)
 	}
-	cg, err := cs.create(cgroupLimits{Pids: 50})
+	cg, err := cs.create(cgroupLimits{Pids: 50}, ownerTag())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ package bwrap
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -14,7 +13,7 @@ import (
 )
 
 // pinPaths opens every host path of the plan that a sandbox could have
-// changed (workspace, grants, protected entries) and checks that each
+// changed (workspace, grants, existing protected entries and their anchors) and checks that each
 // descriptor really is that path. bwrap then mounts the descriptors
 // (--bind-fd), not the names: a symlink swapped in after the check (by
 // another sandbox with write access to a parent, say) cannot redirect a
@@ -26,9 +25,7 @@ import (
 func pinPaths(p Plan, firstFD int) ([]*os.File, map[string]int, error) {
 	paths := append([]string{p.Workspace}, p.FSRead...)
 	paths = append(paths, p.FSWrite...)
-	for _, name := range p.Protected {
-		paths = append(paths, filepath.Join(p.Workspace, name))
-	}
+	paths = append(paths, p.prot.pinned()...)
 	if p.ProxySocket != "" {
 		paths = append(paths, p.ProxySocket)
 	}

@@ -71,7 +71,9 @@ type Plan struct {
 	System      []Mount  `json:"system"`
 	FSRead      []string `json:"fs_read,omitempty"`
 	FSWrite     []string `json:"fs_write,omitempty"`
-	// Protected are workspace entries kept read-only (driverapi.ProtectedDirs).
+	// Protected are the top-level entry names kept read-only and
+	// uncreatable in the workspace and every fs_write grant
+	// (ProfileRequest.Protected, default driverapi.DefaultProtectedEntries).
 	Protected []string `json:"protected"`
 	// ProxySocket is the host proxy's unix socket (allow_hosts only),
 	// bound at ProxySocketPath; BridgePorts are where the bridge listens.
@@ -81,6 +83,10 @@ type Plan struct {
 	// TmpfsBytes is what /tmp and /dev/shm hold together (tmpfsBudget):
 	// the driver's tmpfs_max_mb, at most MemoryBytes.
 	TmpfsBytes uint64 `json:"tmpfs_bytes"`
+	// prot is what this run binds for its protected entries, found by
+	// Run just before bwrap starts (never serialized: the tree changes
+	// between commands).
+	prot *protection
 }
 
 // systemTopLevel are the root entries of the system read set: bound
@@ -258,7 +264,9 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 		Network:    req.Capabilities.Network.Mode.String(),
 		AllowSpawn: req.Capabilities.SpawnSubprocess,
 		System:     SystemReadSet(),
-		Protected:  driverapi.ProtectedDirs(),
+	}
+	if p.Protected, err = protectedList(req.Protected); err != nil {
+		return Plan{}, err
 	}
 	switch req.Capabilities.Network.Mode {
 	case driverapi.NetworkNone:
@@ -338,6 +346,31 @@ func outsideOf(root string, paths []string) []string {
 		}
 	}
 	return out
+}
+
+// protectedList checks the requested protected names (empty: the
+// defaults) and returns them without duplicates, in order.
+func protectedList(req []string) ([]string, error) {
+	if len(req) == 0 {
+		return driverapi.DefaultProtectedEntries(), nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range req {
+		switch {
+		case n == "" || n == "." || n == "..":
+			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: fmt.Sprintf("%q is not an entry name", n)}
+		case strings.ContainsAny(n, "/\\\x00"):
+			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: fmt.Sprintf("%q must be one path component", n)}
+		case len(n) > 255:
+			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: "entry name longer than 255 bytes"}
+		}
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // checkGrantsVsProtected refuses grants inside a protected workspace entry:
@@ -433,14 +466,11 @@ func (p Plan) Check() error {
 			return err
 		}
 	}
-	want := driverapi.ProtectedDirs()
-	if len(p.Protected) != len(want) {
-		return bad("protected list %v, want %v", p.Protected, want)
+	if len(p.Protected) == 0 {
+		return bad("empty protected list")
 	}
-	for i := range want {
-		if p.Protected[i] != want[i] {
-			return bad("protected list %v, want %v", p.Protected, want)
-		}
+	if _, err := protectedList(p.Protected); err != nil {
+		return bad("%v", err)
 	}
 	switch {
 	case p.Network == "none" && p.SocketMode == SocketUnixOnly && !p.ShareNet:

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -137,9 +139,18 @@ func TestDriverDeathKillsSandboxes(t *testing.T) {
 	if err := <-done; err == nil {
 		t.Fatal("Run succeeded although its driver died")
 	}
+	// Only the killed plugin's (named after it): other test processes may
+	// run commands meanwhile.
+	own := cgroupPrefix + strconv.Itoa(pid) + "-"
 	for dir := range commandCgroups(local) {
-		if !before[dir] {
-			if b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs")); len(b) != 0 {
+		if !before[dir] && strings.HasPrefix(filepath.Base(dir), own) {
+			// The last processes may still be exiting: wait a bounded time.
+			b, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			for end := time.Now().Add(5 * time.Second); len(b) != 0 && time.Now().Before(end); {
+				time.Sleep(10 * time.Millisecond)
+				b, _ = os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+			}
+			if len(b) != 0 {
 				t.Errorf("cgroup %s of the dead driver still has members: %q", dir, b)
 			}
 			_ = os.Remove(dir)

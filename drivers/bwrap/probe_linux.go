@@ -61,7 +61,13 @@ func (cs *cgroupSystem) reason(ctrl string) string {
 // sandbox among other things, overlaps the host's handshake instead of
 // delaying the first command). Safe to call any number of times,
 // concurrently with everything else.
-func (d *Driver) Prepare() { d.probe() }
+//
+// It also removes what a killed driver left: its placeholders in
+// workspaces (protect_linux.go) and, through the probe, its cgroups.
+func (d *Driver) Prepare() {
+	d.probe()
+	d.recoverOnce.Do(d.recoverPlaceholders)
+}
 
 // probe inspects the host on first use: bwrap's presence and version,
 // whether it can create the namespaces here, Landlock, seccomp, cgroups.

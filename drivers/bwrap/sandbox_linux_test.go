@@ -239,12 +239,12 @@ func TestProtectedPlaceholderShared(t *testing.T) {
 	// the placeholder the other one still has mounted.
 	d := testDriver(t, Options{})
 	ws := newWorkspace(t)
-	release, err := d.protect(planFor(t, ws))
+	_, release, err := d.protect(planFor(t, ws))
 	if err != nil {
 		t.Fatal(err)
 	}
 	expectOK(t, drvSh(t, d, ws, "true"))
-	if fi, err := os.Stat(filepath.Join(ws, ".aleph")); err != nil || !fi.IsDir() {
+	if fi, err := os.Lstat(filepath.Join(ws, ".aleph")); err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
 		t.Fatalf("placeholder removed while still held: %v", err)
 	}
 	release()
@@ -512,7 +512,7 @@ func TestConcurrentRunsShareWorkspace(t *testing.T) {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			r := drvSh(t, d, ws, "test -d .aleph && ! mkdir .aleph/x 2>/dev/null && echo "+strconv.Itoa(i)+" > f"+strconv.Itoa(i)+" && sleep 0.2")
+			r := drvSh(t, d, ws, "test -c .aleph && ! mkdir .aleph/x 2>/dev/null && echo "+strconv.Itoa(i)+" > f"+strconv.Itoa(i)+" && sleep 0.2")
 			if r.err != nil || r.exit.ExitCode != 0 {
 				errs <- r.stderr + fmtErr(r.err)
 			}
@@ -625,35 +625,27 @@ func TestPlaceholderKeptForOtherDriverProcess(t *testing.T) {
 	d1, d2 := testDriver(t, Options{}), testDriver(t, Options{})
 	ws := newWorkspace(t)
 	p := planFor(t, ws)
-	rel1, err := d1.protect(p)
+	_, rel1, err := d1.protect(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	rel2, err := d2.protect(p)
+	pr2, rel2, err := d2.protect(p)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(pr2.missing) != len(driverapi.DefaultProtectedEntries()) {
+		t.Fatalf("the second driver did not take the first one's placeholders for placeholders: %+v", pr2)
 	}
 	rel1()
 	// d1 created the placeholders, but d2's command still uses them.
-	for _, n := range []string{".aleph", ".codex", ".agents", ".git"} {
-		if fi, err := os.Lstat(filepath.Join(ws, n)); err != nil || !fi.IsDir() {
+	for _, n := range driverapi.DefaultProtectedEntries() {
+		if _, err := os.Lstat(filepath.Join(ws, n)); err != nil {
 			t.Fatalf("%s removed while another driver's command used it: %v", n, err)
 		}
 	}
+	// The last user removes them, whoever made them.
 	rel2()
-	// d2 did not create them, so they stay (empty) after both commands.
-	for _, n := range []string{".aleph", ".codex", ".agents", ".git"} {
-		if err := os.Remove(filepath.Join(ws, n)); err != nil {
-			t.Fatalf("leftover %s: %v", n, err)
-		}
-	}
-	// Control: with nobody else holding them, the creator removes them.
-	rel3, err := d1.protect(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rel3()
-	if _, err := os.Lstat(filepath.Join(ws, ".aleph")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("placeholder not removed by its only user: %v", err)
+	if ents, _ := os.ReadDir(ws); len(ents) != 0 {
+		t.Fatalf("left in the workspace after both commands: %v", ents)
 	}
 }

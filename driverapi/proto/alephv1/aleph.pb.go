@@ -625,11 +625,14 @@ func (x *ProxyEndpoint) GetTcpAddr() string {
 }
 
 type ProfileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Capabilities  *Capabilities          `protobuf:"bytes,1,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
-	Workspace     string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
-	Cwd           string                 `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
-	Proxy         *ProxyEndpoint         `protobuf:"bytes,4,opt,name=proxy,proto3" json:"proxy,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Capabilities *Capabilities          `protobuf:"bytes,1,opt,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Workspace    string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Cwd          string                 `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	Proxy        *ProxyEndpoint         `protobuf:"bytes,4,opt,name=proxy,proto3" json:"proxy,omitempty"`
+	// Top-level entry names kept read-only and uncreatable in the workspace
+	// and every fs_write grant; empty means the driver's defaults.
+	Protected     []string `protobuf:"bytes,5,rep,name=protected,proto3" json:"protected,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -688,6 +691,13 @@ func (x *ProfileRequest) GetCwd() string {
 func (x *ProfileRequest) GetProxy() *ProxyEndpoint {
 	if x != nil {
 		return x.Proxy
+	}
+	return nil
+}
+
+func (x *ProfileRequest) GetProtected() []string {
+	if x != nil {
+		return x.Protected
 	}
 	return nil
 }
@@ -2077,12 +2087,13 @@ const file_aleph_proto_rawDesc = "" +
 	"\rProxyEndpoint\x12\x1f\n" +
 	"\vunix_socket\x18\x01 \x01(\tR\n" +
 	"unixSocket\x12\x19\n" +
-	"\btcp_addr\x18\x02 \x01(\tR\atcpAddr\"\xab\x01\n" +
+	"\btcp_addr\x18\x02 \x01(\tR\atcpAddr\"\xc9\x01\n" +
 	"\x0eProfileRequest\x12:\n" +
 	"\fcapabilities\x18\x01 \x01(\v2\x16.aleph.v1.CapabilitiesR\fcapabilities\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12\x10\n" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12-\n" +
-	"\x05proxy\x18\x04 \x01(\v2\x17.aleph.v1.ProxyEndpointR\x05proxy\"O\n" +
+	"\x05proxy\x18\x04 \x01(\v2\x17.aleph.v1.ProxyEndpointR\x05proxy\x12\x1c\n" +
+	"\tprotected\x18\x05 \x03(\tR\tprotected\"O\n" +
 	"\aProfile\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +

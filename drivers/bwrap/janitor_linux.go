@@ -1,0 +1,157 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// JanitorCommand is the mode of the driver binary that removes a driver's
+// placeholders once the driver is gone, however it went.
+//
+// Why a process of its own: a driver is often ended from outside before it
+// can clean up: the CLI interrupted by Ctrl-C, SIGTERM or SIGPIPE stops its
+// plugin, a CLI that dies takes the plugin down through the lifeline
+// (os.Exit, no deferred code), and SIGKILL allows nothing at all. The
+// janitor is started with the driver's first placeholder, in a session of
+// its own (a terminal's signals to the foreground group do not reach it)
+// and detached from the driver (not its descendant),
+// and waits for the end of a pipe only the driver holds. When that pipe
+// closes it waits for the driver's sandboxes to be gone (the bwrap
+// processes the driver recorded) and removes every placeholder nobody holds
+// any more, then exits. Only a kill of the janitor as well leaves the
+// removal to the next driver start.
+const JanitorCommand = "placeholder-janitor"
+
+// userWait bounds how long a clean-up waits for the sandboxes of a dead
+// driver to finish dying before it leaves their placeholders to a later one.
+const userWait = 10 * time.Second
+
+// JanitorMain is the janitor's main: `JanitorCommand --state DIR`, with the
+// driver's pipe as descriptor 3. It starts itself once more (with
+// --detached) and returns at once: the janitor proper is then no
+// descendant of the driver, which keeps no child beyond its commands.
+func JanitorMain(args []string) int {
+	if len(args) < 2 || args[0] != "--state" || !filepath.IsAbs(args[1]) || len(args) > 3 || len(args) == 3 && args[2] != "--detached" {
+		fmt.Fprintln(os.Stderr, "usage: "+JanitorCommand+" --state DIR")
+		return 2
+	}
+	pipe := os.NewFile(3, "driver")
+	if pipe == nil {
+		return 2
+	}
+	if len(args) == 2 {
+		cmd := exec.Command("/proc/self/exe", JanitorCommand, "--state", args[1], "--detached")
+		cmd.Args[0] = "aleph-sandbox-janitor"
+		cmd.Env = []string{}
+		cmd.Dir = "/"
+		cmd.ExtraFiles = []*os.File{pipe}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		if err := cmd.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, "janitor:", err)
+			return 1
+		}
+		return 0
+	}
+	_, _ = io.Copy(io.Discard, pipe)
+	d := &Driver{cfg: Config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownerTag()}
+	d.recoverPlaceholdersWaiting(userWait)
+	return 0
+}
+
+// startJanitor starts this driver's janitor once. A janitor that cannot be
+// started is logged: placeholders then still go on every path the driver
+// survives, and at the next driver start otherwise.
+func (d *Driver) startJanitor() {
+	r, w, err := os.Pipe()
+	if err != nil {
+		d.log.Warn("placeholder janitor not started", "error", err)
+		return
+	}
+	defer r.Close()
+	cmd := exec.Command(d.cfg.DriverBinary, JanitorCommand, "--state", d.cfg.StateDir)
+	cmd.Args[0] = "aleph-sandbox-janitor"
+	cmd.Env = []string{}
+	cmd.Dir = "/"
+	cmd.ExtraFiles = []*os.File{r}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		w.Close()
+		d.log.Warn("placeholder janitor not started", "error", err)
+		return
+	}
+	// The first stage only starts the detached janitor and exits.
+	if err := cmd.Wait(); err != nil {
+		w.Close()
+		d.log.Warn("placeholder janitor not started", "error", err)
+		return
+	}
+	// The write end stays open (close-on-exec, so no sandbox holds it)
+	// until this process ends; the janitor outlives it.
+	d.janitorPipe = w
+}
+
+// recordUser notes that bwrap process pid runs a sandbox of this driver,
+// so that a clean-up after the driver's death waits for it; the returned
+// func drops the note once bwrap was reaped.
+func (d *Driver) recordUser(pid int) func() {
+	dir, err := d.placeholderDir()
+	if err != nil {
+		return func() {}
+	}
+	start, err := procStartTime(pid)
+	if err != nil {
+		return func() {}
+	}
+	d.mu.Lock()
+	d.seq++
+	name := filepath.Join(dir, "user-"+d.owner+"-"+strconv.FormatUint(d.seq, 10))
+	d.mu.Unlock()
+	if os.WriteFile(name, []byte(strconv.Itoa(pid)+"-"+strconv.FormatUint(start, 10)), 0o600) != nil {
+		return func() {}
+	}
+	return func() { _ = os.Remove(name) }
+}
+
+// waitDeadUsers waits until no sandbox of a dead driver is still dying
+// (bwrap, the init of its PID namespace, ends only after everything in
+// it). It drops the records of the ones that ended and reports whether
+// none is left.
+func waitDeadUsers(dir string, bound time.Duration) bool {
+	deadline := time.Now().Add(bound)
+	for {
+		left := false
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			name := e.Name()
+			if !strings.HasPrefix(name, "user-") {
+				continue
+			}
+			opid, ostart, _, ok := parseOwnerTag(strings.TrimPrefix(name, "user-"))
+			if !ok || ownerAlive(opid, ostart) {
+				continue // a live driver's command: its placeholders are locked
+			}
+			b, _ := os.ReadFile(filepath.Join(dir, name))
+			pid, start, _, ok := parseOwnerTag(string(b) + "-")
+			if ok && ownerAlive(pid, start) {
+				left = true
+				continue
+			}
+			_ = os.Remove(filepath.Join(dir, name))
+		}
+		if !left || time.Now().After(deadline) {
+			return !left
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

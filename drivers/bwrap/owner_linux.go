@@ -1,0 +1,78 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// An owner tag names a driver process so that a later driver can tell
+// whether it is still alive: its pid and its start time (clock ticks since
+// boot, /proc/PID/stat field 22). A pid alone is reused; the pair is not.
+
+// procStartTime reads the start time of pid, or fails when it is gone.
+func procStartTime(pid int) (uint64, error) {
+	st, _, err := procStat(pid)
+	return st, err
+}
+
+// procStat reads the start time and state letter of pid.
+func procStat(pid int) (uint64, string, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, "", err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces
+	// and parentheses itself: count fields after the last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, "", fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state); the start time is field 22.
+	if len(f) < 20 {
+		return 0, "", fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	return st, f[0], err
+}
+
+// ownerTag is "<pid>-<start time>" of this process.
+func ownerTag() string {
+	pid := os.Getpid()
+	st, _ := procStartTime(pid)
+	return strconv.Itoa(pid) + "-" + strconv.FormatUint(st, 10)
+}
+
+// parseOwnerTag splits "<pid>-<start>" off the front of s and returns the
+// rest (after a '-'), or ok false.
+func parseOwnerTag(s string) (pid int, start uint64, rest string, ok bool) {
+	p, after, found := strings.Cut(s, "-")
+	if !found {
+		return 0, 0, "", false
+	}
+	st, rest, _ := strings.Cut(after, "-")
+	pid, err1 := strconv.Atoi(p)
+	start, err2 := strconv.ParseUint(st, 10, 64)
+	if err1 != nil || err2 != nil || pid <= 0 {
+		return 0, 0, "", false
+	}
+	return pid, start, rest, true
+}
+
+// ownerAlive reports whether the process the tag names still runs. A
+// process that cannot be inspected counts as alive: only a sure death lets
+// its leftovers be removed.
+// A zombie is dead: it has finished exiting (for the init of a PID
+// namespace, that includes the death of every process in it).
+func ownerAlive(pid int, start uint64) bool {
+	st, state, err := procStat(pid)
+	if err != nil {
+		return !os.IsNotExist(err)
+	}
+	return st == start && state != "Z" && state != "X"
+}

@@ -1,0 +1,395 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// The host side of missing protected entries (see protect.go for the design).
+//
+// A placeholder is an empty read-only regular file at the missing path,
+// made by the driver just before bwrap starts. Its life:
+//
+//   - Before creating it, the driver writes an intent record (the path) into
+//     its state directory, named after the driver process (pid and start
+//     time). It creates the file with O_EXCL, takes a shared flock on it,
+//     and only then records it as "ph-<dev>-<ino>" (holding the path) and
+//     drops the intent. A file is a placeholder only if such a record names
+//     its inode at its path: a user's own empty .envrc is never one.
+//   - Every command that uses a placeholder, of this driver process or
+//     another, holds a shared flock on it for its whole run. A command that
+//     finds a placeholder already there uses it the same way.
+//   - After the command (on every path the driver survives: exit, timeout,
+//     cancel, setup failure) the command drops its lock and removes the
+//     placeholder under a non-blocking exclusive lock: it goes once the last
+//     command using it is done, and never while a sandbox still has it
+//     mounted. Removing a mount point from outside the sandbox's mount
+//     namespace would detach the sandbox's mount (the kernel unmounts mounts
+//     on unlinked dentries) and let it create the entry.
+//   - A driver killed with SIGKILL cannot remove anything. The next driver
+//     start, of any driver process of the same user, reads the records:
+//     a placeholder nobody holds a lock on is removed with its record, an
+//     intent of a dead process whose file never got a record is removed if
+//     that file still is an empty read-only regular file.
+//
+// Records live outside the workspace, so nothing of this machinery is ever
+// seen there.
+
+// placeholderPerm is the mode of a placeholder file on the host.
+const placeholderPerm = 0o444
+
+// defaultStateDir is the driver's private state directory: /run for root,
+// XDG_RUNTIME_DIR otherwise, else a per-uid directory in the temp dir.
+func defaultStateDir() string {
+	if os.Geteuid() == 0 {
+		return "/run/aleph-sandbox"
+	}
+	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "aleph-sandbox")
+	}
+	return filepath.Join(os.TempDir(), "aleph-sandbox-"+strconv.Itoa(os.Geteuid()))
+}
+
+// placeholderDir returns the record directory, created private if needed,
+// and refuses one another user could write to.
+func (d *Driver) placeholderDir() (string, error) {
+	dir := filepath.Join(d.cfg.StateDir, "placeholders")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("bwrap driver: state directory: %w", err)
+	}
+	for _, p := range []string{d.cfg.StateDir, dir} {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return "", fmt.Errorf("bwrap driver: state directory: %w", err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+			return "", fmt.Errorf("bwrap driver: state directory %s is not a private directory of uid %d (remove it)", p, os.Geteuid())
+		}
+	}
+	return dir, nil
+}
+
+func recordName(st *unix.Stat_t) string {
+	return "ph-" + strconv.FormatUint(st.Dev, 10) + "-" + strconv.FormatUint(st.Ino, 10)
+}
+
+// isPlaceholder: the empty regular file path (with stat st) is recorded as
+// a placeholder.
+func isPlaceholder(dir, path string, st *unix.Stat_t) bool {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(dir, recordName(st)))
+	return err == nil && string(b) == path
+}
+
+// createPlaceholder makes the placeholder at path and returns it holding a
+// shared lock. os.ErrExist: something appeared there meanwhile.
+func (d *Driver) createPlaceholder(dir, path string) (*os.File, error) {
+	d.seq++
+	intent := filepath.Join(dir, "intent-"+d.owner+"-"+strconv.FormatUint(d.seq, 10))
+	if err := os.WriteFile(intent, []byte(path), 0o600); err != nil {
+		return nil, fmt.Errorf("bwrap driver: journal placeholder %s: %w", path, err)
+	}
+	defer os.Remove(intent)
+	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, placeholderPerm)
+	if err != nil {
+		if errors.Is(err, unix.EEXIST) {
+			return nil, os.ErrExist
+		}
+		return nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	var st unix.Stat_t
+	// An exact mode, whatever the umask: recovery recognises it.
+	err = unix.Fchmod(fd, placeholderPerm)
+	if err == nil {
+		err = unix.Flock(fd, unix.LOCK_SH)
+	}
+	if err == nil {
+		err = unix.Fstat(fd, &st)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, recordName(&st)), []byte(path), 0o600)
+	}
+	if err != nil {
+		f.Close()
+		_ = os.Remove(path)
+		return nil, fmt.Errorf("bwrap driver: record placeholder %s: %w", path, err)
+	}
+	return f, nil
+}
+
+// removePlaceholder deletes path and its record if it still is a recorded
+// placeholder and no command of any driver process holds it.
+func removePlaceholder(dir, path string) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return // still in use; its last user removes it
+	}
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || !sameFile(f, path) || !isPlaceholder(dir, path, &st) {
+		return
+	}
+	if os.Remove(path) == nil {
+		_ = os.Remove(filepath.Join(dir, recordName(&st)))
+	}
+}
+
+// recoverPlaceholders removes what killed drivers left: see the top of the
+// file. Runs once per driver, before its first command.
+func (d *Driver) recoverPlaceholders() { d.recoverPlaceholdersWaiting(2 * time.Second) }
+
+// recoverPlaceholdersWaiting first waits up to bound for the sandboxes of
+// dead drivers to be gone: a placeholder removed while a dying sandbox
+// still has it mounted would detach the mount for its last moments.
+func (d *Driver) recoverPlaceholdersWaiting(bound time.Duration) {
+	dir, err := d.placeholderDir()
+	if err != nil {
+		d.log.Warn("placeholder records unavailable", "error", err)
+		return
+	}
+	if !waitDeadUsers(dir, bound) {
+		d.log.Warn("sandboxes of a dead driver are still ending; their placeholders are left to a later start")
+		return
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		name := e.Name()
+		rec := filepath.Join(dir, name)
+		b, err := os.ReadFile(rec)
+		if err != nil || len(b) == 0 || !filepath.IsAbs(string(b)) {
+			continue
+		}
+		path := string(b)
+		switch {
+		case strings.HasPrefix(name, "ph-"):
+			var st unix.Stat_t
+			if unix.Lstat(path, &st) != nil || recordName(&st) != name {
+				// The placeholder is gone (or the name holds another file):
+				// nothing is mounted on it any more.
+				_ = os.Remove(rec)
+				continue
+			}
+			removePlaceholder(dir, path)
+		case strings.HasPrefix(name, "intent-"):
+			pid, start, _, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-"))
+			if !ok || ownerAlive(pid, start) {
+				continue
+			}
+			// Its creator died between the intent and the record: the
+			// file, if made, is an unrecorded placeholder. Only an empty
+			// read-only regular file nobody holds is taken for one.
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+			if err == nil {
+				var st unix.Stat_t
+				if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil && unix.Fstat(fd, &st) == nil &&
+					st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && st.Mode&0o7777 == placeholderPerm && st.Nlink == 1 {
+					if _, err := os.Stat(filepath.Join(dir, recordName(&st))); errors.Is(err, fs.ErrNotExist) {
+						_ = os.Remove(path)
+					}
+				}
+				unix.Close(fd)
+			}
+			_ = os.Remove(rec)
+		}
+	}
+}
+
+// scanLimits are this driver's bounds for one command's scan.
+func (d *Driver) scanLimits() scanLimits {
+	n, to := d.cfg.Options.ProtectedScanMaxEntries, d.cfg.Options.ProtectedScanTimeoutMS
+	lim := scanLimits{maxEntries: DefaultProtectedScanMaxEntries, deadline: time.Now().Add(DefaultProtectedScanTimeout)}
+	if n > 0 {
+		lim.maxEntries = int(n)
+	}
+	if to > 0 {
+		lim.deadline = time.Now().Add(time.Duration(to) * time.Millisecond)
+	}
+	return lim
+}
+
+// protect finds the protected entries of plan p (scanProtected), makes the
+// missing ones exist as placeholders, and returns what the sandbox must
+// bind. release undoes the placeholders; call it once the sandbox is gone.
+// A symlink in a protected place is refused: bwrap would follow it and the
+// read-only mount would land wherever it points.
+func (d *Driver) protect(p Plan) (*protection, func(), error) {
+	d.recoverOnce.Do(d.recoverPlaceholders)
+	targets, err := scanProtected(p, d.scanLimits())
+	if err != nil {
+		return nil, nil, err
+	}
+	// A grant inside a protected entry would be mounted over its read-only
+	// bind (the plan refuses this for the top-level set; nested entries
+	// are only known now).
+	for _, g := range append(append([]string{}, p.FSRead...), p.FSWrite...) {
+		for _, t := range targets {
+			if driverapi.PathWithin(g, t.path) {
+				return nil, nil, &driverapi.InvalidSpecError{Field: "fs_read/fs_write", Reason: fmt.Sprintf("%q lies in the protected %s", g, t.path)}
+			}
+		}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	type held struct {
+		path string
+		f    *os.File
+	}
+	var locks []held
+	dir := ""
+	undo := func() {
+		for _, h := range locks {
+			h.f.Close() // drops this command's shared lock
+		}
+		for _, h := range locks {
+			removePlaceholder(dir, h.path)
+		}
+	}
+	fail := func(err error) (*protection, func(), error) {
+		undo()
+		return nil, nil, err
+	}
+	pr := &protection{}
+	for _, t := range targets {
+		for attempt := 0; ; attempt++ {
+			if attempt > 5 {
+				return fail(fmt.Errorf("bwrap driver: protected %s keeps changing", t.path))
+			}
+			var st unix.Stat_t
+			err := unix.Lstat(t.path, &st)
+			if err == nil && st.Mode&unix.S_IFMT == unix.S_IFLNK {
+				return fail(&driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf(
+					"%s is a symlink; protected entries must be real directories or files (remove the link)", t.path)})
+			}
+			if err != nil && !errors.Is(err, unix.ENOENT) {
+				return fail(fmt.Errorf("bwrap driver: protected %s: %w", t.path, err))
+			}
+			missing := err != nil
+			if dir == "" && (missing || st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0) {
+				var derr error
+				if dir, derr = d.placeholderDir(); derr != nil {
+					return fail(derr)
+				}
+			}
+			switch {
+			case missing:
+				d.janitorOnce.Do(d.startJanitor)
+				f, err := d.createPlaceholder(dir, t.path)
+				if errors.Is(err, os.ErrExist) {
+					continue
+				}
+				if err != nil {
+					return fail(err)
+				}
+				locks = append(locks, held{t.path, f})
+				pr.missing = append(pr.missing, t.path)
+			case isPlaceholder(dir, t.path, &st):
+				// Another command's placeholder: use it, under a lock.
+				f, gone := lockShared(t.path)
+				if gone || f == nil {
+					continue
+				}
+				locks = append(locks, held{t.path, f})
+				pr.missing = append(pr.missing, t.path)
+			default:
+				pr.existing = append(pr.existing, t.path)
+			}
+			break
+		}
+	}
+	pr.anchors = anchorsFor(append([]string{p.Workspace}, p.FSWrite...), p.FSRead, targets)
+	return pr, func() {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		undo()
+	}, nil
+}
+
+// anchorsFor are the directories between each root and the protected
+// targets below it (sub for sub/.git, a and a/b for a/b/c/.git), except
+// those inside a target or a read grant (read-only already: a read-write
+// anchor there would open a hole).
+func anchorsFor(roots, readOnly []string, targets []protectTarget) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, t := range targets {
+		root := ""
+		for _, r := range roots {
+			if driverapi.PathWithin(t.path, r) && len(r) > len(root) {
+				root = r
+			}
+		}
+		if root == "" {
+			continue
+		}
+		for dir := filepath.Dir(t.path); dir != root && driverapi.PathWithin(dir, root); dir = filepath.Dir(dir) {
+			if seen[dir] {
+				break // its parents are in already
+			}
+			inside := false
+			for _, o := range targets {
+				if driverapi.PathWithin(dir, o.path) {
+					inside = true
+				}
+			}
+			for _, r := range readOnly {
+				if driverapi.PathWithin(dir, r) {
+					inside = true
+				}
+			}
+			seen[dir] = true
+			if !inside {
+				out = append(out, dir)
+			}
+		}
+	}
+	return out
+}
+
+// lockShared takes a shared flock on path and checks the lock is on what
+// path names now. gone reports that path vanished or changed meanwhile.
+func lockShared(path string) (f *os.File, gone bool) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, errors.Is(err, unix.ENOENT)
+	}
+	f = os.NewFile(uintptr(fd), path)
+	if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
+		f.Close()
+		return nil, false
+	}
+	if !sameFile(f, path) {
+		f.Close()
+		return nil, true
+	}
+	return f, false
+}
+
+func sameFile(f *os.File, path string) bool {
+	var a, b unix.Stat_t
+	if unix.Fstat(int(f.Fd()), &a) != nil || unix.Lstat(path, &b) != nil {
+		return false
+	}
+	return a.Dev == b.Dev && a.Ino == b.Ino
+}
