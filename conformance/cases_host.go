@@ -46,7 +46,7 @@ func hostCases() []Case {
 		{ID: "fs/protected-existing-readonly", Level: Must, Feature: prot,
 			Description: "Every default protected entry that exists in the workspace (.git, .aleph, .codex, .agents, each holding a config file) can be read, but its file cannot be changed or removed, nothing can be created in it, and it cannot be renamed or removed; the rest of the workspace stays writable.",
 			run:         caseProtectedExisting},
-		{ID: "fs/host-dev-shm-invisible", Level: Must, Feature: rd, OS: LinuxOnly, OSReason: "/dev/shm is Linux's",
+		{ID: "fs/host-dev-shm-invisible", Level: Must, Feature: rd, OS: LinuxOnly, OSReason: "/dev/shm (POSIX shared memory as files) is Linux's",
 			Description: "A file the suite creates in the host's /dev/shm (POSIX shared memory) at a random name cannot be read, is not listed, and nothing can be created beside it in the host's /dev/shm; the program ran.",
 			run:         caseDevShm},
 	}

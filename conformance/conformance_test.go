@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -387,4 +388,44 @@ func goTool() string {
 		return p
 	}
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// The complete minimal driver in docs/writing-a-driver.md is the example
+// driver this package tests against the suite, and it builds as it stands
+// in the document (the snippet is compiled in place of the example's
+// source through a build overlay).
+func TestMinimalDriverInDocs(t *testing.T) {
+	doc, err := os.ReadFile("../docs/writing-a-driver.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- minimal-driver: begin -->\n```go\n")
+	snippet, _, ok2 := strings.Cut(rest, "```\n<!-- minimal-driver: end -->")
+	if !ok || !ok2 {
+		t.Fatal("docs/writing-a-driver.md has no minimal-driver block")
+	}
+	if want := strings.Join(example(t), "\n") + "\n"; snippet != want {
+		t.Error("the minimal driver in docs/writing-a-driver.md differs from conformance/example/main.go")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte(snippet), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target, err := filepath.Abs("example/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {target: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(goTool(), "build", "-overlay", ov, "-o", filepath.Join(dir, "driver"), "./example").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the minimal driver of the docs does not build: %v\n%s", err, out)
+	}
 }
