@@ -113,6 +113,12 @@ func TestLiesAreCaught(t *testing.T) {
 				}
 				for _, id := range l.run {
 					r := got[id]
+					if len(wantFail) > 0 && r.Status == conformance.Skip && strings.HasPrefix(r.Detail, "driver does not claim") {
+						// The lie itself could not be set up here (an
+						// unprivileged bwrap refusing the lie's mounts): the
+						// driver then claims nothing, honestly.
+						t.Skipf("the lying variant claims no isolation on this host: %s: %s", id, r.Detail)
+					}
 					want := conformance.Pass
 					for _, f := range wantFail {
 						if f == id {
