@@ -10,7 +10,7 @@
 // Lies:
 //
 //	host-root  bind the host's root read-write under everything, hide only
-//	           /tmp, /root, /home and /etc/shadow (and let Landlock allow /)
+//	           /tmp, /run, /root, /home and /etc/shadow (and let Landlock allow /)
 //	home       show the host's /home read-only
 //	protected  keep only .git (and missing entries) read-only: existing
 //	           .aleph, .codex, .agents stay writable
@@ -49,7 +49,9 @@ func main() {
 	var err error
 	switch lie {
 	case "host-root":
-		flags = insertBefore(flags, "--proc", "--bind", "/", "/")
+		// /run as tmpfs: the driver mounts its init below it, and an
+		// unprivileged bwrap cannot create that mount point in the host's /run.
+		flags = insertBefore(flags, "--proc", "--bind", "/", "/", "--tmpfs", "/run")
 		flags = without(flags, "--remount-ro", "/")
 		flags = withoutSymlinks(flags) // the host's own /bin link is there already
 		flags = insertBefore(flags, "--chdir", "--tmpfs", "/root", "--tmpfs", "/home", "--ro-bind", "/dev/null", "/etc/shadow")
