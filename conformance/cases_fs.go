@@ -399,14 +399,14 @@ func caseProtectedReadonly(ctx context.Context, h *H) error {
 
 func caseProtectedNotCreatable(ctx context.Context, h *H) error {
 	steps := []string{"mkdir", "other", sep, "echo", "made-other"}
-	for _, d := range driverapi.ProtectedDirs() {
+	for _, d := range protectedEntries() {
 		steps = append(steps, sep, "try", "mkdir", d, sep, "try", "write", d+"/f", "x\n", sep, "try", "write", d, "x\n")
 	}
 	o := h.Probe(ctx, nil, steps...)
 	if err := ran("mkdir other", o, "made-other"); err != nil {
 		return err
 	}
-	for _, d := range driverapi.ProtectedDirs() {
+	for _, d := range protectedEntries() {
 		if err := mustNotExist(filepath.Join(h.Work, d), "creating a protected path"); err != nil {
 			return err
 		}

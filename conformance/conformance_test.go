@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,13 +53,14 @@ func TestMain(m *testing.M) {
 			drivers.paths[n] = filepath.Join(dir, n+exe)
 		}
 		if _, err := os.Stat("../cmd/aleph-driver-bwrap"); err == nil && runtime.GOOS == "linux" {
-			bb := exec.Command(gobin, "build", "-o", dir+string(filepath.Separator), "../cmd/aleph-driver-bwrap", "../cmd/aleph-sandbox-init")
+			bb := exec.Command(gobin, "build", "-o", dir+string(filepath.Separator), "../cmd/aleph-driver-bwrap", "../cmd/aleph-sandbox-init", "./testdrivers/fakebwrap")
 			bb.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
 			out, err := bb.CombinedOutput()
 			if err != nil {
 				drivers.bwrapErr = fmt.Errorf("%v: %s", err, out)
 			} else {
 				drivers.paths["bwrap"] = filepath.Join(dir, "aleph-driver-bwrap")
+				drivers.paths["fakebwrap"] = filepath.Join(dir, "fakebwrap")
 			}
 		} else {
 			drivers.bwrapErr = errors.New("no cmd/aleph-driver-bwrap on this platform")
@@ -75,6 +77,8 @@ func hostDependent() map[string]bool {
 		"fs/etc-shadow-invisible": true, "net/none-blocks-tcp6": true, "net/none-blocks-abstract": true,
 		"fs/home-secrets-invisible": true, "fs/write-home-denied": true,
 		"proc/output-flood-bounded-memory": true, "robust/sequential-200": true, "robust/concurrent-16": true,
+		"fs/host-homes-invisible": true, "fs/host-dev-shm-invisible": true, "proc/host-sysv-ipc-invisible": true,
+		"res/cpu-limit": true,
 	}
 }
 
@@ -226,13 +230,16 @@ func leakyFails() []string {
 		"fs/dotdot-escape-read-denied", "fs/dotdot-escape-write-denied", "fs/etc-shadow-invisible",
 		"fs/home-secrets-invisible", "fs/protected-dirs-not-creatable", "fs/protected-dirs-readonly",
 		"fs/protected-dirs-rename-denied", "fs/read-grant", "fs/read-grant-prefix", "fs/read-outside-denied",
+		"fs/host-canaries-unreadable", "fs/host-canaries-unwritable", "fs/host-dev-shm-invisible",
+		"fs/host-homes-invisible", "fs/protected-existing-readonly",
 		"fs/symlink-escape-read-denied", "fs/symlink-escape-write-denied", "fs/symlink-made-inside-denied",
 		"fs/write-grant-prefix", "fs/write-home-denied", "fs/write-outside-denied",
 		"net/allow-hosts-direct-blocked", "net/allow-hosts-udp-blocked", "net/none-blocks-abstract", "net/none-blocks-listen",
 		"net/none-blocks-tcp", "net/none-blocks-tcp6", "net/none-blocks-udp", "net/none-blocks-unix",
 		"net/none-blocks-unix-granted-path",
 		"proc/cancel-kills-tree", "proc/no-survivors-after-exit", "proc/spawn-denied", "proc/timeout-kills-tree",
-		"res/memory-limit", "res/pid-limit", "robust/driver-death-kills-tree",
+		"proc/host-processes-invisible", "proc/host-sysv-ipc-invisible", "proc/spawn-denied-clone3",
+		"res/memory-limit", "res/memory-limit-tight", "res/pid-limit", "robust/driver-death-kills-tree",
 	}
 }
 
@@ -381,4 +388,44 @@ func goTool() string {
 		return p
 	}
 	return filepath.Join(runtime.GOROOT(), "bin", "go")
+}
+
+// The complete minimal driver in docs/writing-a-driver.md is the example
+// driver this package tests against the suite, and it builds as it stands
+// in the document (the snippet is compiled in place of the example's
+// source through a build overlay).
+func TestMinimalDriverInDocs(t *testing.T) {
+	doc, err := os.ReadFile("../docs/writing-a-driver.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rest, ok := strings.Cut(string(doc), "<!-- minimal-driver: begin -->\n```go\n")
+	snippet, _, ok2 := strings.Cut(rest, "```\n<!-- minimal-driver: end -->")
+	if !ok || !ok2 {
+		t.Fatal("docs/writing-a-driver.md has no minimal-driver block")
+	}
+	if want := strings.Join(example(t), "\n") + "\n"; snippet != want {
+		t.Error("the minimal driver in docs/writing-a-driver.md differs from conformance/example/main.go")
+	}
+	dir := t.TempDir()
+	src := filepath.Join(dir, "main.go")
+	if err := os.WriteFile(src, []byte(snippet), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	target, err := filepath.Abs("example/main.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	overlay, err := json.Marshal(map[string]map[string]string{"Replace": {target: src}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ov := filepath.Join(dir, "overlay.json")
+	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(goTool(), "build", "-overlay", ov, "-o", filepath.Join(dir, "driver"), "./example").CombinedOutput()
+	if err != nil {
+		t.Fatalf("the minimal driver of the docs does not build: %v\n%s", err, out)
+	}
 }

@@ -32,7 +32,10 @@ func Markdown() string {
 	b.WriteString("  program in the workspace run, and with `spawn_subprocess` let it start itself as a child.\n")
 	b.WriteString("  POSIX hosts also need, for the cases that are about them, `/bin/sh` (a #! script in the workspace,\n")
 	b.WriteString("  shell forks without `spawn_subprocess`) and `/usr/bin/perl` (memory and fork limits: under\n")
-	b.WriteString("  `RLIMIT_AS` or a pids limit that counts threads the Go runtime itself cannot start).\n")
+	b.WriteString("  `RLIMIT_AS` or a pids limit that counts threads the Go runtime itself cannot start), and where\n")
+	b.WriteString("  present `/usr/bin/python3` (`os.posix_spawn` for `proc/spawn-denied-clone3`).\n")
+	b.WriteString("- Cases that plant canaries outside the allowed roots use names drawn afresh for every run and\n")
+	b.WriteString("  remove them when the case ends (see writing-a-driver.md for the list of places).\n")
 	area := ""
 	for _, c := range cases {
 		a, _, _ := strings.Cut(c.ID, "/")

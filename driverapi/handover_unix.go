@@ -112,3 +112,27 @@ func watchLifeline() error {
 	}()
 	return nil
 }
+
+// markInheritedCloseOnExec sets close-on-exec on every descriptor above 2
+// that the plugin process was started with. A host may leak descriptors it
+// opened without close-on-exec (a terminal, a socket, a pipe of whatever
+// started it) into the plugin, and os/exec passes every such descriptor on
+// to each process the driver starts: the sandboxed command would get them.
+// The TLS and lifeline descriptors are taken over before this runs.
+func markInheritedCloseOnExec() {
+	for _, dir := range []string{"/proc/self/fd", "/dev/fd"} {
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			continue
+		}
+		for _, e := range ents {
+			if fd, err := strconv.Atoi(e.Name()); err == nil && fd > 2 {
+				syscall.CloseOnExec(fd)
+			}
+		}
+		return
+	}
+	for fd := 3; fd < 1024; fd++ {
+		syscall.CloseOnExec(fd)
+	}
+}

@@ -23,3 +23,7 @@ func (h *handover) closeChildEnds() {}
 func (h *handover) cleanup() {}
 
 func watchLifeline() error { return nil }
+
+// Windows handles are inherited only when a process is started asking for
+// it, and then only those marked inheritable: nothing to do.
+func markInheritedCloseOnExec() {}

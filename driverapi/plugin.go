@@ -117,6 +117,7 @@ func serve(ps plugin.PluginSet, start func()) {
 		fmt.Fprintln(os.Stderr, "plugin: lifeline:", err)
 		os.Exit(1)
 	}
+	markInheritedCloseOnExec()
 	sc := &plugin.ServeConfig{
 		HandshakeConfig: Handshake,
 		Plugins:         ps,

@@ -100,11 +100,11 @@ func arity(step string) (n int, known bool) {
 	switch step {
 	case "echo", "eecho", "args", "waitmarkers", "net":
 		return -1, true
-	case "env", "pwd", "cat", "listen":
+	case "env", "pwd", "cat", "listen", "fds", "clone3":
 		return 0, true
-	case "print", "eprint", "hex", "exit", "sleep", "read", "mkdir", "rm", "rmall", "threads", "alloc", "spawn", "kill":
+	case "print", "eprint", "hex", "exit", "sleep", "read", "mkdir", "rm", "rmall", "threads", "alloc", "spawn", "kill", "ls", "ps":
 		return 1, true
-	case "waitfile", "write", "append", "mv", "symlink", "cpu", "bg", "daemon", "daemonize", "mark":
+	case "waitfile", "write", "append", "mv", "symlink", "cpu", "bg", "daemon", "daemonize", "mark", "sysv":
 		return 2, true
 	case "flood":
 		return 3, true
@@ -265,6 +265,16 @@ func (p *prober) run(s Step) (code int, err error) {
 		err = p.netProbe(a)
 	case "listen":
 		err = p.listen()
+	case "fds":
+		err = p.fds()
+	case "ls":
+		err = p.ls(a[0])
+	case "clone3":
+		err = p.clone3()
+	case "ps":
+		err = p.procScan(a[0])
+	case "sysv":
+		err = p.sysv(a[0], a[1])
 	default:
 		err = fmt.Errorf("%w: unknown step", errUsage)
 	}
@@ -648,5 +658,34 @@ func (p *prober) listen() error {
 	}
 	c.Close()
 	fmt.Fprintln(p.stdout, "accepted")
+	return nil
+}
+
+// fds prints "fd:N:TARGET" for every open descriptor above 2, then
+// "fds-checked". Run first, it sees what the driver handed the program:
+// the Go runtime opens nothing before main.
+func (p *prober) fds() error {
+	open, err := openFDs()
+	if err != nil {
+		return err
+	}
+	for _, fd := range open {
+		fmt.Fprintf(p.stdout, "fd:%d:%s\n", fd, fdTarget(fd))
+	}
+	_, err = fmt.Fprintln(p.stdout, "fds-checked")
+	return err
+}
+
+// ls prints the names in dir, one a line.
+func (p *prober) ls(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if _, err := fmt.Fprintln(p.stdout, e.Name()); err != nil {
+			return err
+		}
+	}
 	return nil
 }

@@ -16,3 +16,5 @@ func politeSignals() []os.Signal { return nil }
 func killSelf(string) error { return errors.New("signals are not supported on this system") }
 
 func cpuTime() time.Duration { return 0 }
+
+func openFDs() ([]int, error) { return nil, errors.New("not supported on this system") }

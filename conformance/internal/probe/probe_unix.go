@@ -27,6 +27,10 @@ func killSelf(name string) error {
 		sig = syscall.SIGTERM
 	case "KILL":
 		sig = syscall.SIGKILL
+	case "INT":
+		sig = syscall.SIGINT
+	case "HUP":
+		sig = syscall.SIGHUP
 	default:
 		return fmt.Errorf("%w: signal %q", errUsage, name)
 	}
@@ -40,4 +44,25 @@ func cpuTime() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// openFDs lists the descriptors above 2 that this process inherited,
+// asking the kernel about each number up to the descriptor limit (at most
+// 65536), so it needs no /proc and opens nothing itself. A descriptor that
+// survived exec has no close-on-exec flag; the Go runtime's own (it keeps
+// the cgroup CPU files open to follow GOMAXPROCS) have it and are left out.
+func openFDs() ([]int, error) {
+	var lim syscall.Rlimit
+	max := uint64(1024)
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) == nil && lim.Cur > 0 {
+		max = min(lim.Cur, 65536)
+	}
+	var open []int
+	for fd := 3; uint64(fd) < max; fd++ {
+		flags, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0)
+		if e == 0 && flags&syscall.FD_CLOEXEC == 0 {
+			open = append(open, fd)
+		}
+	}
+	return open, nil
 }

@@ -2,6 +2,19 @@
 // tests: it claims every feature but runs commands with plain os/exec, no
 // isolation, and passes its own environment on. The suite must fail it on
 // every isolation case.
+//
+// The suite's tests also turn two honest enforcements on and then tell one
+// small lie at a time (see lies_test.go), to show that the case written for
+// that lie, and only it, catches it:
+//
+//	LEAKY_RLIMIT_AS=1     max_memory_mb is enforced with RLIMIT_AS
+//	LEAKY_SPAWN_GATE=1    spawn_subprocess=false is enforced with seccomp
+//	                      (fork, vfork, clone without CLONE_THREAD, clone3)
+//	LEAKY_LIE=memory-3.5x the RLIMIT_AS is 3.5 times the limit asked for
+//	LEAKY_LIE=clone3      the spawn gate leaves clone3 open
+//	LEAKY_LIE=timeout-5x  the timeout is five times the one asked for
+//	LEAKY_LIE=exit-signal an exit status 129..192 is reported as a signal
+//	LEAKY_LIE=fd          the command inherits a descriptor of the host's /
 package main
 
 import (
@@ -12,6 +25,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -48,7 +62,42 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	}
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
-	cmd := exec.CommandContext(runCtx, spec.Program, spec.Args...)
+	var req driverapi.ProfileRequest
+	if err := json.Unmarshal(spec.Profile.Data, &req); err != nil {
+		return driverapi.Exit{}, err
+	}
+	lie := os.Getenv("LEAKY_LIE")
+	if lie == "timeout-5x" {
+		cancel()
+		runCtx, cancel = context.WithTimeout(ctx, 5*spec.Timeout)
+		defer cancel()
+	}
+	var asBytes uint64
+	if mb := req.Capabilities.MaxMemoryMB; mb > 0 && (os.Getenv("LEAKY_RLIMIT_AS") == "1" || lie == "memory-3.5x") {
+		asBytes = mb << 20
+		if lie == "memory-3.5x" {
+			asBytes = asBytes * 7 / 2
+		}
+	}
+	gate := ""
+	if !req.Capabilities.SpawnSubprocess && os.Getenv("LEAKY_SPAWN_GATE") == "1" {
+		gate = "full"
+		if lie == "clone3" {
+			gate = "no-clone3"
+		}
+	}
+	program, args := spec.Program, spec.Args
+	if asBytes > 0 || gate != "" {
+		// The limits are set in a helper (this binary again) that then
+		// execs the program: os/exec cannot set them on the child itself.
+		self, err := os.Executable()
+		if err != nil {
+			return driverapi.Exit{}, err
+		}
+		program = self
+		args = append([]string{childSetup, strconv.FormatUint(asBytes, 10), gate, "--", spec.Program}, spec.Args...)
+	}
+	cmd := exec.CommandContext(runCtx, program, args...)
 	cmd.Env = os.Environ() // the leak: the host's environment goes through
 	for _, e := range spec.Env {
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
@@ -59,6 +108,14 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	stdout := driverapi.NewBudgetWriter(streams.Stdout, outMax)
 	stderr := driverapi.NewBudgetWriter(streams.Stderr, errMax)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
+	if lie == "fd" {
+		root, err := os.Open("/")
+		if err != nil {
+			return driverapi.Exit{}, err
+		}
+		defer root.Close()
+		cmd.ExtraFiles = []*os.File{root}
+	}
 	cmd.WaitDelay = time.Second
 	start := time.Now()
 	err := cmd.Run()
@@ -77,8 +134,25 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 			exit.Signal = int32(ws.Signal())
 			exit.ExitCode = 128 + exit.Signal
 		}
+		if c := exit.ExitCode; lie == "exit-signal" && exit.Signal == 0 && c > 128 && c <= 192 {
+			exit.Signal = c - 128 // the shell's reading of a status, not what happened
+		}
 	}
 	return exit, nil
 }
 
-func main() { driverapi.Serve(driver{}) }
+// childSetup is the helper mode: `leaky child-setup AS_BYTES GATE --
+// PROGRAM ARGS...` sets the limits and execs the program.
+const childSetup = "child-setup"
+
+func main() {
+	if len(os.Args) > 5 && os.Args[1] == childSetup && os.Args[4] == "--" {
+		as, err := strconv.ParseUint(os.Args[2], 10, 64)
+		if err == nil {
+			err = setupAndExec(as, os.Args[3], os.Args[5], os.Args[5:])
+		}
+		os.Stderr.WriteString("leaky child-setup: " + err.Error() + "\n")
+		os.Exit(126)
+	}
+	driverapi.Serve(driver{})
+}

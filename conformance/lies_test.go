@@ -1,0 +1,189 @@
+package conformance_test
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strings"
+	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/conformance"
+)
+
+// A lie is one small dishonest change to a driver that otherwise passes
+// the cases it is run on: the case written for that lie, and only it, must
+// fail, and the honest variant must pass them all. The cases beside the
+// named one show what the suite missed before it had that case.
+type lie struct {
+	name string
+	// driver is "leaky" (with env turning honest enforcement on and the
+	// lie in) or "bwrap" (the real driver, lying through fakebwrap).
+	driver        string
+	honest, lying []string
+	// bwrapLie is fakebwrap's lie for driver "bwrap".
+	bwrapLie string
+	run      []string
+	fails    []string
+	// failsAsRoot are further cases the lie fails only when the suite
+	// runs as root (it can then plant canaries in every home).
+	failsAsRoot []string
+	rootOnly    bool
+	linuxOnly   bool
+}
+
+func lies() []lie {
+	return []lie{
+		{name: "exit-status-read-as-signal", driver: "leaky", lying: []string{"LEAKY_LIE=exit-signal"},
+			run:   []string{"exec/exit-status-not-signal", "exec/exit-codes", "exec/signal-reported"},
+			fails: []string{"exec/exit-status-not-signal"}},
+		{name: "timeout-five-times-too-long", driver: "leaky", lying: []string{"LEAKY_LIE=timeout-5x"},
+			run:   []string{"proc/timeout-tight", "proc/timeout-reported"},
+			fails: []string{"proc/timeout-tight"}},
+		{name: "descriptor-inherited", driver: "leaky", lying: []string{"LEAKY_LIE=fd"},
+			run:   []string{"proc/only-std-fds-inherited", "exec/stdin-small"},
+			fails: []string{"proc/only-std-fds-inherited"}},
+		{name: "memory-limit-3.5-times-too-loose", driver: "leaky", linuxOnly: true,
+			honest: []string{"LEAKY_RLIMIT_AS=1"}, lying: []string{"LEAKY_LIE=memory-3.5x"},
+			run:   []string{"res/memory-limit", "res/memory-limit-tight"},
+			fails: []string{"res/memory-limit-tight"}},
+		{name: "clone3-left-open", driver: "leaky", linuxOnly: true,
+			honest: []string{"LEAKY_SPAWN_GATE=1"}, lying: []string{"LEAKY_SPAWN_GATE=1", "LEAKY_LIE=clone3"},
+			run:   []string{"proc/spawn-denied", "proc/spawn-denied-clone3"},
+			fails: []string{"proc/spawn-denied-clone3"}},
+		{name: "host-root-bound-read-write", driver: "bwrap", bwrapLie: "host-root",
+			run: []string{"fs/host-canaries-unreadable", "fs/host-canaries-unwritable", "fs/host-homes-invisible",
+				"fs/read-outside-denied", "fs/write-outside-denied", "fs/home-secrets-invisible", "fs/write-home-denied",
+				"fs/etc-shadow-invisible"},
+			fails:       []string{"fs/host-canaries-unreadable", "fs/host-canaries-unwritable"},
+			failsAsRoot: []string{"fs/host-homes-invisible"}},
+		{name: "home-shown", driver: "bwrap", bwrapLie: "home", rootOnly: true,
+			run:   []string{"fs/host-homes-invisible", "fs/home-secrets-invisible", "fs/write-home-denied"},
+			fails: []string{"fs/host-homes-invisible"}},
+		{name: "only-git-protected", driver: "bwrap", bwrapLie: "protected",
+			run: []string{"fs/protected-existing-readonly", "fs/protected-dirs-readonly", "fs/protected-dirs-not-creatable",
+				"fs/protected-dirs-rename-denied"},
+			fails: []string{"fs/protected-existing-readonly"}},
+		{name: "host-ipc-shared", driver: "bwrap", bwrapLie: "ipc",
+			run:   []string{"proc/host-sysv-ipc-invisible", "exec/stdin-small"},
+			fails: []string{"proc/host-sysv-ipc-invisible"}},
+		{name: "host-dev-shm-shown", driver: "bwrap", bwrapLie: "dev-shm",
+			run:   []string{"fs/host-dev-shm-invisible", "fs/read-outside-denied"},
+			fails: []string{"fs/host-dev-shm-invisible"}},
+		{name: "host-proc-shown", driver: "bwrap", bwrapLie: "proc",
+			run:   []string{"proc/host-processes-invisible", "proc/spawn-allowed"},
+			fails: []string{"proc/host-processes-invisible"}},
+	}
+}
+
+// TestLiesAreCaught runs every lie and its honest variant on the cases
+// named for it.
+func TestLiesAreCaught(t *testing.T) {
+	for _, l := range lies() {
+		t.Run(l.name, func(t *testing.T) {
+			if l.linuxOnly && (runtime.GOOS != "linux" || runtime.GOARCH != "amd64") {
+				t.Skip("the lie needs Linux on amd64 (rlimits and seccomp in a helper)")
+			}
+			if l.rootOnly && os.Geteuid() != 0 {
+				t.Skip("only a root suite plants a fake home under /home")
+			}
+			honest, lying := l.honest, l.lying
+			if l.driver == "bwrap" {
+				if drivers.paths["bwrap"] == "" {
+					t.Skipf("Linux driver not available: %v", drivers.bwrapErr)
+				}
+				lying = []string{bwrapOptions(t, fakeBwrap(t, l.bwrapLie))}
+			}
+			quoted := make([]string, len(l.run))
+			for i, id := range l.run {
+				quoted[i] = regexp.QuoteMeta(id)
+			}
+			re := regexp.MustCompile("^(" + strings.Join(quoted, "|") + ")$")
+			fails := append([]string(nil), l.fails...)
+			if os.Geteuid() == 0 {
+				fails = append(fails, l.failsAsRoot...)
+			}
+			check := func(what string, env []string, wantFail []string) {
+				rep := runSuite(t, l.driver, func(c *conformance.Config) { c.Env, c.Run = env, re })
+				got := statuses(rep)
+				if len(got) != len(l.run) {
+					t.Fatalf("%s: ran %d cases, want %d: %+v", what, len(got), len(l.run), rep.Results)
+				}
+				for _, id := range l.run {
+					r := got[id]
+					if len(wantFail) > 0 && r.Status == conformance.Skip && strings.HasPrefix(r.Detail, "driver does not claim") {
+						// The lie itself could not be set up here (an
+						// unprivileged bwrap refusing the lie's mounts): the
+						// driver then claims nothing, honestly.
+						t.Skipf("the lying variant claims no isolation on this host: %s: %s", id, r.Detail)
+					}
+					want := conformance.Pass
+					for _, f := range wantFail {
+						if f == id {
+							want = conformance.Fail
+						}
+					}
+					if r.Status == want || (r.Status == conformance.Skip && hostDependent()[id]) {
+						continue
+					}
+					t.Errorf("%s: %s is %s (%s), want %s", what, id, r.Status, r.Detail, want)
+				}
+			}
+			check("honest", honest, nil)
+			check("lying", lying, fails)
+		})
+	}
+}
+
+// TestCPULimitAgainstBaseline: a driver with no CPU cap that claims one
+// (leaky) does not pass res/cpu-limit, and the bwrap driver with a one-core
+// quota does not fail it. Either may be skipped on a host too busy to give
+// the unconfined baseline more than 1.6 cores.
+func TestCPULimitAgainstBaseline(t *testing.T) {
+	re := regexp.MustCompile(`^res/cpu-limit$`)
+	rep := runSuite(t, "leaky", func(c *conformance.Config) { c.Run = re })
+	if r := rep.Results[0]; r.Status == conformance.Pass {
+		t.Errorf("a driver without a CPU cap passed res/cpu-limit: %s", r.Detail)
+	} else {
+		t.Logf("no cap: %s %s", r.Status, r.Detail)
+	}
+	if drivers.paths["bwrap"] == "" {
+		t.Skipf("Linux driver not available: %v", drivers.bwrapErr)
+	}
+	opts, _ := json.Marshal(map[string]any{"cpu_quota_percent": 100})
+	rep = runSuite(t, "bwrap", func(c *conformance.Config) { c.Run, c.Env = re, []string{"ALEPH_DRIVER_OPTIONS=" + string(opts)} })
+	if r := rep.Results[0]; r.Status == conformance.Fail {
+		t.Errorf("the bwrap driver with a one-core quota failed res/cpu-limit: %s", r.Detail)
+	} else {
+		t.Logf("one-core quota: %s %s", r.Status, r.Detail)
+	}
+}
+
+// fakeBwrap writes the bwrap_path script that runs fakebwrap with lie in
+// front of the real bwrap.
+func fakeBwrap(t *testing.T, lie string) string {
+	t.Helper()
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skipf("no bwrap on PATH: %v", err)
+	}
+	if real, err = filepath.Abs(real); err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "bwrap-"+lie)
+	script := "#!/bin/sh\nexec '" + drivers.paths["fakebwrap"] + "' " + lie + " '" + real + "' \"$@\"\n"
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func bwrapOptions(t *testing.T, bwrapPath string) string {
+	b, err := json.Marshal(map[string]string{"bwrap_path": bwrapPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return "ALEPH_DRIVER_OPTIONS=" + string(b)
+}

@@ -1,0 +1,172 @@
+//go:build linux
+
+// Command fakebwrap stands in for bubblewrap in the suite's own tests: the
+// real bwrap driver, given its path as bwrap_path, starts it instead of
+// bwrap, and it tells one lie by changing a few of the arguments before it
+// execs the real bwrap:
+//
+//	fakebwrap LIE REAL-BWRAP ARGS...
+//
+// Lies:
+//
+//	host-root  bind the host's root read-write under everything, hide only
+//	           /tmp, /run, /root, /home and /etc/shadow (and let Landlock allow /)
+//	home       show the host's /home read-only
+//	protected  keep only .git (and missing entries) read-only: existing
+//	           .aleph, .codex, .agents stay writable
+//	ipc        share the host's IPC namespace
+//	dev-shm    show the host's /dev/shm
+//	proc       show the host's /proc instead of the sandbox's own
+//
+// Each lie is one that the conformance case written for it must catch.
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+)
+
+func main() {
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "usage: fakebwrap LIE REAL-BWRAP ARGS...")
+		os.Exit(2)
+	}
+	lie, real, args := os.Args[1], os.Args[2], os.Args[3:]
+	if len(args) == 1 && args[0] == "--version" {
+		exec(real, args)
+	}
+	end := slices.Index(args, "--")
+	if end < 0 {
+		exec(real, args) // not a sandbox launch (the driver's trial runs)
+	}
+	flags, rest := slices.Clone(args[:end]), args[end:]
+	var err error
+	switch lie {
+	case "host-root":
+		// /run as tmpfs: the driver mounts its init below it, and an
+		// unprivileged bwrap cannot create that mount point in the host's /run.
+		flags = insertBefore(flags, "--proc", "--bind", "/", "/", "--tmpfs", "/run")
+		flags = without(flags, "--remount-ro", "/")
+		flags = withoutSymlinks(flags) // the host's own /bin link is there already
+		flags = insertBefore(flags, "--chdir", "--tmpfs", "/root", "--tmpfs", "/home", "--ro-bind", "/dev/null", "/etc/shadow")
+		rest, err = editSpec(rest, func(s *sandboxinit.InitSpec) { s.ReadWrite = append(s.ReadWrite, "/") })
+	case "home":
+		flags = insertBefore(flags, "--remount-ro", "--ro-bind", "/home", "/home")
+		rest, err = editSpec(rest, func(s *sandboxinit.InitSpec) { s.ReadOnly = append(s.ReadOnly, "/home") })
+	case "protected":
+		flags = dropExistingProtected(flags)
+	case "ipc":
+		if i := slices.Index(flags, "--unshare-all"); i >= 0 {
+			flags = slices.Replace(flags, i, i+1, "--unshare-user-try", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
+		}
+	case "dev-shm":
+		// After bwrap's own /dev, which it would cover.
+		if j := slices.Index(flags, "--dev"); j >= 0 {
+			flags = slices.Insert(slices.Clone(flags), j+2, "--bind", "/dev/shm", "/dev/shm")
+		}
+	case "proc":
+		if i := slices.Index(flags, "--proc"); i >= 0 {
+			flags = slices.Replace(flags, i, i+2, "--ro-bind", "/proc", "/proc")
+		}
+	default:
+		err = fmt.Errorf("unknown lie %q", lie)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fakebwrap:", err)
+		os.Exit(2)
+	}
+	exec(real, append(flags, rest...))
+}
+
+func exec(real string, args []string) {
+	err := syscall.Exec(real, append([]string{"bwrap"}, args...), os.Environ())
+	fmt.Fprintln(os.Stderr, "fakebwrap:", err)
+	os.Exit(2)
+}
+
+// insertBefore puts more in front of the first flag named at.
+func insertBefore(flags []string, at string, more ...string) []string {
+	i := slices.Index(flags, at)
+	if i < 0 {
+		i = len(flags)
+	}
+	return slices.Insert(slices.Clone(flags), i, more...)
+}
+
+// without removes the first occurrence of the flag sequence seq.
+func without(flags []string, seq ...string) []string {
+	for i := 0; i+len(seq) <= len(flags); i++ {
+		if slices.Equal(flags[i:i+len(seq)], seq) {
+			return slices.Delete(slices.Clone(flags), i, i+len(seq))
+		}
+	}
+	return flags
+}
+
+// withoutSymlinks removes every --symlink TARGET DEST, and every
+// --ro-bind of a path that is a symlink on the host: under the host's root
+// they are there already, and bwrap cannot mount over them.
+func withoutSymlinks(flags []string) []string {
+	var out []string
+	for i := 0; i < len(flags); i++ {
+		if flags[i] == "--symlink" && i+2 < len(flags) {
+			i += 2
+			continue
+		}
+		if flags[i] == "--ro-bind" && i+2 < len(flags) {
+			if st, err := os.Lstat(flags[i+2]); err == nil && st.Mode()&os.ModeSymlink != 0 {
+				i += 2
+				continue
+			}
+		}
+		out = append(out, flags[i])
+	}
+	return out
+}
+
+// dropExistingProtected removes the read-only binds of protected entries
+// other than .git that hold something (the driver's placeholders for
+// missing entries are empty and stay bound).
+func dropExistingProtected(flags []string) []string {
+	var out []string
+	for i := 0; i < len(flags); i++ {
+		if (flags[i] == "--ro-bind" || flags[i] == "--ro-bind-fd") && i+2 < len(flags) {
+			dest := flags[i+2]
+			name := filepath.Base(dest)
+			if name != ".git" && slices.Contains(driverapi.ProtectedDirs(), name) {
+				if ents, err := os.ReadDir(dest); err == nil && len(ents) > 0 {
+					i += 2
+					continue
+				}
+			}
+		}
+		out = append(out, flags[i])
+	}
+	return out
+}
+
+// editSpec changes the sandbox-init spec that follows "sandbox-init".
+func editSpec(rest []string, f func(*sandboxinit.InitSpec)) ([]string, error) {
+	i := slices.Index(rest, sandboxinit.SandboxInitCommand)
+	if i < 0 || i+1 >= len(rest) {
+		return rest, nil // the driver's trial sandbox runs no sandbox-init
+	}
+	s, err := sandboxinit.ParseInitSpec([]byte(rest[i+1]))
+	if err != nil {
+		return nil, err
+	}
+	f(&s)
+	js, err := sandboxinit.MarshalInitSpec(s)
+	if err != nil {
+		return nil, err
+	}
+	out := slices.Clone(rest)
+	out[i+1] = string(js)
+	return out, nil
+}
