@@ -18,11 +18,10 @@ import (
 const allowedHost = "allowed.conformance.test"
 
 // linuxBridgeHTTPAddr is where a Linux child finds the managed proxy: the
-// host's convention is a bridge in the child's own network namespace,
-// listening on this loopback address and relaying to
-// ProxyEndpoint.UnixSocket. It mirrors the core's proxy package (a test
-// checks they agree); the suite imports only driverapi.
-const linuxBridgeHTTPAddr = "127.0.0.1:3128"
+// contract's namespace-bridge route (driverapi.RouteNamespaceBridge), a
+// bridge in the child's own network namespace relaying to
+// ProxyEndpoint.UnixSocket.
+var linuxBridgeHTTPAddr = driverapi.BridgeHTTPAddr()
 
 // childProxyAddr is the proxy address the host puts in the child's
 // HTTP(S)_PROXY: the bridge on Linux, the proxy's own loopback TCP address
