@@ -21,14 +21,14 @@ const allowedHost = "allowed.conformance.test"
 // contract's namespace-bridge route (driverapi.RouteNamespaceBridge), a
 // bridge in the child's own network namespace relaying to
 // ProxyEndpoint.UnixSocket.
-var linuxBridgeHTTPAddr = driverapi.BridgeHTTPAddr()
+func linuxBridgeHTTPAddr() string { return driverapi.BridgeHTTPAddr() }
 
 // childProxyAddr is the proxy address the host puts in the child's
 // HTTP(S)_PROXY: the bridge on Linux, the proxy's own loopback TCP address
 // elsewhere (macOS children reach host loopback directly).
 func childProxyAddr(tcpAddr string) string {
 	if runtime.GOOS == "linux" {
-		return linuxBridgeHTTPAddr
+		return linuxBridgeHTTPAddr()
 	}
 	return tcpAddr
 }

@@ -19,8 +19,8 @@ import (
 
 // The suite mirrors the host's bridge address rather than importing core.
 func TestBridgeAddressMatchesCore(t *testing.T) {
-	if got := proxy.BridgeListenAddrs()[0]; got != linuxBridgeHTTPAddr {
-		t.Errorf("core's bridge listens on %s, the suite tells children %s", got, linuxBridgeHTTPAddr)
+	if got := proxy.BridgeListenAddrs()[0]; got != linuxBridgeHTTPAddr() {
+		t.Errorf("core's bridge listens on %s, the suite tells children %s", got, linuxBridgeHTTPAddr())
 	}
 }
 
