@@ -7,10 +7,14 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	goio "io"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"unicode/utf8"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
 // execResult is the --json object of CLI.md.
@@ -33,6 +37,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	var f runFlags
 	f.register(fs)
+	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
 	const usageLine = "aleph-sandbox exec [flags] -- PROGRAM [ARG...]"
 	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
 		return 0
@@ -56,12 +61,77 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		return execFailure(io, f.json, err.Error())
 	}
 	defer p.Close()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var live liveOutput
 	if !f.json {
 		// Live output; Output still captures within the budget.
-		cmd.Stdout, cmd.Stderr = io.Out, io.Err
+		cmd.Stdout, cmd.Stderr = live.wire(io, !*rawOutput, cancel)
 	}
 	out, err := p.sandbox.Execute(ctx, cmd)
+	if live.finish() {
+		// The reader of stdout (or stderr) went away: as in a shell
+		// pipeline, the command ends and the status says SIGPIPE.
+		return exitBrokenPipe
+	}
 	return reportExec(io, f.json, out, err)
+}
+
+// liveOutput is the child's output on its way to the CLI's stdout and
+// stderr: filtered for a terminal, and watched for a closed pipe.
+type liveOutput struct {
+	out, err *pipeWatch
+	filters  []*termsafe.Writer
+}
+
+// wire returns the writers for the child's stdout and stderr. filter asks
+// for the terminal filter where the stream is a terminal; stop ends the
+// command when a stream's reader is gone.
+func (l *liveOutput) wire(io stdio, filter bool, stop func()) (stdout, stderr goio.Writer) {
+	l.out = &pipeWatch{w: io.Out, stop: stop}
+	l.err = &pipeWatch{w: io.Err, stop: stop}
+	stdout, stderr = l.out, l.err
+	if filter && io.OutIsTerminal {
+		t := termsafe.NewWriter(stdout)
+		l.filters = append(l.filters, t)
+		stdout = t
+	}
+	if filter && io.ErrIsTerminal {
+		t := termsafe.NewWriter(stderr)
+		l.filters = append(l.filters, t)
+		stderr = t
+	}
+	return stdout, stderr
+}
+
+// finish writes what the filters still hold and reports whether a reader
+// went away.
+func (l *liveOutput) finish() (broken bool) {
+	if l.out == nil {
+		return false
+	}
+	for _, t := range l.filters {
+		_ = t.Flush()
+	}
+	return l.out.broken.Load() || l.err.broken.Load()
+}
+
+// pipeWatch passes writes on and, at the first EPIPE (the reader closed
+// the pipe; SIGPIPE is caught, see main), stops the command: outside a
+// sandbox the writer would have been killed by SIGPIPE, and a command whose
+// output nobody reads must not run on until its timeout.
+type pipeWatch struct {
+	w      goio.Writer
+	stop   func()
+	broken atomic.Bool
+}
+
+func (p *pipeWatch) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	if err != nil && errors.Is(err, syscall.EPIPE) && !p.broken.Swap(true) {
+		p.stop()
+	}
+	return n, err
 }
 
 // reportExec turns the outcome into the exit status and, with --json, the

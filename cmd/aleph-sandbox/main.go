@@ -18,6 +18,9 @@ import (
 const (
 	exitSandboxError = 125 // the sandbox refused or failed to run the command
 	exitTimedOut     = 124
+	// exitBrokenPipe is what a shell reports for a command killed by
+	// SIGPIPE (128+13): exec's stdout was closed by its reader.
+	exitBrokenPipe = 141
 )
 
 // stdio is the process's standard streams, passed down so subcommands can be
@@ -27,6 +30,10 @@ type stdio struct {
 	Out, Err io.Writer
 	// InIsTerminal reports whether In is an interactive terminal.
 	InIsTerminal bool
+	// OutIsTerminal and ErrIsTerminal report whether Out and Err are
+	// terminals: the child's output written there is filtered
+	// (internal/termsafe) unless --raw-output.
+	OutIsTerminal, ErrIsTerminal bool
 }
 
 type subcommand struct {
@@ -49,7 +56,19 @@ func subcommands() []subcommand {
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := dispatch(ctx, os.Args[1:], stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, InIsTerminal: isTerminal(os.Stdin)})
+	// Asking for SIGPIPE makes a write to a closed stdout fail with EPIPE
+	// instead of killing the CLI on the spot: exec then ends the command
+	// and cleans up before it exits 141 (exitBrokenPipe). Notify rather
+	// than Ignore: an ignored signal stays ignored in the driver and the
+	// sandboxed command (exec keeps SIG_IGN), which would change how the
+	// command's own pipes behave; a caught one is reset at exec.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	code := dispatch(ctx, os.Args[1:], stdio{
+		In: os.Stdin, Out: os.Stdout, Err: os.Stderr,
+		InIsTerminal: isTerminal(os.Stdin), OutIsTerminal: isTerminal(os.Stdout), ErrIsTerminal: isTerminal(os.Stderr),
+	})
+	signal.Stop(sigpipe)
 	stop()
 	os.Exit(code)
 }
