@@ -92,3 +92,22 @@ func TestConfiguredBwrapPathNotBubblewrap(t *testing.T) {
 		t.Fatalf("bwrap_path %s: %+v", real, caps)
 	}
 }
+
+// A memory limit too small for the sandbox's own setup used to surface as
+// "could not be set up (exit status 137)"; the error now says the limit is
+// too small to start the program, with a hint of what is needed. Control:
+// a workable limit runs the same program.
+func TestMemoryTooSmallToStart(t *testing.T) {
+	d := testDriver(t, Options{})
+	if caps, _ := d.Capabilities(context.Background()); !caps.Has(driverapi.FeatureMemoryLimit) {
+		t.Skipf("memory limits are not enforced for uid %d here", os.Geteuid())
+	}
+	ws := newWorkspace(t)
+	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{MaxMemoryMB: 1}, nil, "/bin/true")
+	var mt *MemoryTooSmallError
+	if !errors.As(r.err, &mt) || mt.LimitBytes != 1<<20 || !strings.Contains(r.err.Error(), "1 MiB is too small to start the program") ||
+		!strings.Contains(r.err.Error(), "hint:") {
+		t.Fatalf("--memory 1: err=%v exit=%+v", r.err, r.exit)
+	}
+	expectOK(t, drvRun(t, context.Background(), d, ws, driverapi.Capabilities{MaxMemoryMB: 64}, nil, "/bin/true"))
+}
