@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"io"
 	goio "io"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -186,9 +188,45 @@ func writeJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-// oneLine keeps the refusal to the single line CLI.md promises.
+// oneLine keeps the refusal to the single line CLI.md promises, with no
+// control character left: messages carry names and text from outside (a
+// driver name, a path, what a plugin said), and an ESC or a newline in them
+// must not reach the terminal or split the line.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+	return escapeControls(strings.Join(strings.Fields(s), " "))
+}
+
+// shown is a name or path as printed: as it is when it holds only
+// printable characters, else quoted (Go syntax), so a newline or an escape
+// sequence in it is seen, not acted on.
+func shown(s string) string {
+	if escapeControls(s) == s {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// escapeControls writes control characters (C0, DEL, C1) and bytes that
+// are not UTF-8 as visible escapes.
+func escapeControls(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			if r < 0x80 {
+				fmt.Fprintf(&b, `\x%02x`, r)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // lossless returns b as a string; invalid UTF-8 is replaced rather than
