@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // Each bad input is one clear refusal line (exit 125) naming what is
@@ -101,5 +105,30 @@ func TestControlCharactersInNamesAreQuoted(t *testing.T) {
 	}
 	if got := oneLine("a\n b\x1b[2J\u0085c"); got != `a b\x1b[2J c` {
 		t.Errorf("oneLine: %q", got)
+	}
+}
+
+// endless is standard input that never ends (yes | aleph-sandbox exec --stdin).
+type endless struct{}
+
+func (endless) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = 'y'
+	}
+	return len(p), nil
+}
+
+// --stdin reads a bounded amount: an endless stdin is refused with the
+// limit named, not read into memory for ever. Control: a small one
+// reaches the child.
+func TestExecStdinIsBounded(t *testing.T) {
+	drv := cliEnv(t)
+	var out, errOut strings.Builder
+	code := dispatch(context.Background(), []string{"exec", "--driver", drv, "--stdin", "--", "cat"}, stdio{In: endless{}, Out: &out, Err: &errOut})
+	if code != 125 || !strings.Contains(errOut.String(), fmt.Sprintf("larger than %d bytes", driverapi.MaxStdinBytes)) {
+		t.Fatalf("endless stdin: exit %d stderr %q", code, errOut.String())
+	}
+	if r := cli(t, "hello", false, "exec", "--driver", drv, "--stdin", "--", "cat"); r.code != 0 || r.stdout != "hello" {
+		t.Fatalf("control: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
