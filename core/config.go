@@ -15,11 +15,11 @@ import (
 
 	"github.com/knadh/koanf/parsers/toml/v2"
 	envprov "github.com/knadh/koanf/providers/env/v2"
-	"github.com/knadh/koanf/providers/file"
 	"github.com/knadh/koanf/v2"
 	gotoml "github.com/pelletier/go-toml/v2"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/inputfile"
 )
 
 // Config is the whole configuration. Only the [sandbox] table exists.
@@ -297,8 +297,12 @@ func loadConfig(path string, environ []string) (Config, error) {
 	schema := configSchema()
 	k := koanf.New(".")
 	if path != "" {
+		data, err := inputfile.Read(path, MaxConfigFileBytes)
+		if err != nil {
+			return Config{}, &ConfigError{Source: path, Key: "(file)", Reason: configFileReason(err)}
+		}
 		fk := koanf.New(".")
-		if err := fk.Load(file.Provider(path), toml.Parser()); err != nil {
+		if err := fk.Load(bytesProvider(data), toml.Parser()); err != nil {
 			return Config{}, &ConfigError{Source: path, Key: "(file)", Reason: err.Error()}
 		}
 		if err := checkRaw(fk.Raw(), reflect.TypeOf(cfg), ""); err != nil {
@@ -347,6 +351,34 @@ func loadConfig(path string, environ []string) (Config, error) {
 		return Config{}, err
 	}
 	return cfg, nil
+}
+
+// MaxConfigFileBytes bounds a configuration file (1 MiB: a generous
+// configuration is a few kilobytes). The file must also be a regular file:
+// /dev/zero, a FIFO or a terminal named as the config would otherwise be
+// read without end or block.
+const MaxConfigFileBytes = 1 << 20
+
+// configFileReason says why a config file was not read, naming the rule
+// it broke.
+func configFileReason(err error) string {
+	var nr *inputfile.NotRegularError
+	var tl *inputfile.TooLargeError
+	switch {
+	case errors.As(err, &nr):
+		return fmt.Sprintf("is %s: configuration is read only from a regular file", nr.Kind)
+	case errors.As(err, &tl):
+		return fmt.Sprintf("is larger than the %d byte (1 MiB) limit for a configuration file", tl.Limit)
+	}
+	return err.Error()
+}
+
+// bytesProvider hands koanf a configuration already read (within bounds).
+type bytesProvider []byte
+
+func (b bytesProvider) ReadBytes() ([]byte, error) { return b, nil }
+func (b bytesProvider) Read() (map[string]any, error) {
+	return nil, errors.New("bytesProvider needs a parser")
 }
 
 func expandHome(p string) string {

@@ -1,12 +1,15 @@
 package core
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 )
 
 func writeTOML(t *testing.T, body string) string {
@@ -233,5 +236,42 @@ func TestPlatformSections(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Key != key {
 			t.Fatalf("%q: %v", body, err)
 		}
+	}
+}
+
+// A config path that names a device, a FIFO or a huge file is refused at
+// once with the rule it broke; before, /dev/zero was read without end.
+func TestConfigFileBounds(t *testing.T) {
+	dir := t.TempDir()
+	big := filepath.Join(dir, "big.toml")
+	if err := os.WriteFile(big, append([]byte("# "), bytes.Repeat([]byte("x"), MaxConfigFileBytes)...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]string{
+		big: "1048576 byte (1 MiB) limit",
+		dir: "is a directory",
+	}
+	if runtime.GOOS != "windows" {
+		cases["/dev/zero"] = "is a character device: configuration is read only from a regular file"
+	}
+	for path, want := range cases {
+		done := make(chan error, 1)
+		go func() { _, err := loadConfig(path, nil); done <- err }()
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(20 * time.Second):
+			t.Fatalf("loadConfig(%s) did not return", path)
+		}
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Source != path || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: %v, want a ConfigError saying %q", path, err, want)
+		}
+	}
+	// Control: a config of ordinary size is read.
+	ok := writeTOML(t, "[sandbox]\ndefault_timeout_seconds = 7\n"+strings.Repeat("# padding\n", 50_000))
+	cfg, err := loadConfig(ok, nil)
+	if err != nil || cfg.Sandbox.DefaultTimeoutSeconds != 7 {
+		t.Fatalf("ordinary config: %v, %+v", err, cfg.Sandbox)
 	}
 }

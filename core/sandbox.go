@@ -29,6 +29,9 @@ type Command struct {
 	Workspace    string
 	Capabilities driverapi.Capabilities
 	// Timeout: 0 means Capabilities.TimeoutSecs, then the configured default.
+	// Its resolution is the driver protocol's, one millisecond: a timeout
+	// that is not a whole number of milliseconds is rounded up (999µs runs
+	// with 1ms), never down to nothing.
 	Timeout time.Duration
 	// MaxOutputBytes: 0 means the configured budget (split stdout/stderr).
 	MaxOutputBytes int64

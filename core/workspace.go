@@ -370,7 +370,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		timeout = time.Duration(cmd.Capabilities.TimeoutSecs) * time.Second
 	}
 	if cmd.Timeout > 0 {
-		timeout = cmd.Timeout
+		timeout = roundUpMS(cmd.Timeout)
 	}
 	budget := s.cfg.Sandbox.MaxOutputBytes
 	if cmd.MaxOutputBytes > 0 {
@@ -389,6 +389,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	sigCtx, cancelSig := context.WithCancelCause(ctx)
 	runCtx, cancelRun := context.WithTimeout(sigCtx, timeout+s.runGrace)
 	stopSignals := s.forwardSignals(runCtx, cancelSig, hc, r.rec.CommandID, cmd.Signals)
+	runStart := time.Now()
 	exit, err := s.driver.Run(runCtx, spec, streams)
 	stopSignals()
 	killedBySignal := errors.Is(context.Cause(sigCtx), ErrSignalEnded)
@@ -404,8 +405,18 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		}
 		if overdue {
 			err = fmt.Errorf("driver did not end the command within its %s timeout (plus %s grace); it was cancelled: %w", timeout, s.runGrace, err)
+			return nil, s.driverErr("Run", err)
 		}
-		return nil, s.driverErr("Run", err)
+		elapsed := time.Since(runStart)
+		if elapsed < timeout || !setupMayHaveTimedOut(err) {
+			return nil, s.driverErr("Run", err)
+		}
+		// The timeout passed before the driver had the command running:
+		// the driver's deadline cut its setup short (or the setup took
+		// longer than the whole timeout). Either way the command ran out
+		// of time, and a timeout is what the caller must see, not a
+		// sandbox failure.
+		exit = setupTimeoutExit(elapsed, err)
 	}
 	exit.Truncated = exit.Truncated || stdout.truncated || stderr.truncated
 	r.rec.ExitCode, r.rec.Signal = exit.ExitCode, exit.Signal
@@ -415,6 +426,37 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		Stdout: stdout.buf, Stderr: stderr.buf, Exit: exit, Backend: hc.Backend,
 		CommandID: r.rec.CommandID, ProfileDigest: prof.Digest, Verdicts: r.verdicts,
 	}, nil
+}
+
+// roundUpMS rounds d up to a whole millisecond, the resolution of the
+// driver protocol's timeout (which would otherwise truncate 999µs to 0).
+func roundUpMS(d time.Duration) time.Duration {
+	if r := d % time.Millisecond; r != 0 {
+		d += time.Millisecond - r
+	}
+	return d
+}
+
+// setupMayHaveTimedOut reports whether a failed Run may be the command's
+// own timeout firing during setup: not when the driver refused the request
+// or its plugin died or could not be reached (those are failures whatever
+// the clock says).
+func setupMayHaveTimedOut(err error) bool {
+	var ie *driverapi.InvalidSpecError
+	var pe *driverapi.ProfileError
+	var ple *driverapi.PluginError
+	var pm *driverapi.ProtocolMismatchError
+	return !errors.As(err, &ie) && !errors.As(err, &pe) && !errors.As(err, &ple) && !errors.As(err, &pm)
+}
+
+// setupTimeoutExit is the outcome of a command whose timeout fired before
+// it started: timed out, killed as every timed-out command is (SIGKILL),
+// with what the driver said kept in the details.
+func setupTimeoutExit(elapsed time.Duration, err error) driverapi.Exit {
+	return driverapi.Exit{
+		TimedOut: true, ExitCode: 128 + 9, Signal: 9, Duration: elapsed,
+		Details: map[string]string{"timed_out_during": "setup", "setup_error": err.Error()},
+	}
 }
 
 // classify fills the record's decision and reason from the error Execute returns.

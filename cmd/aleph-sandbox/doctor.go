@@ -100,19 +100,19 @@ func diagnose(ctx context.Context, cfgPath, driver string) doctorReport {
 }
 
 func printDoctor(io stdio, r doctorReport) {
-	fmt.Fprintf(io.Out, "driver: %s %s\n", r.Driver, r.Path)
+	fmt.Fprintf(io.Out, "driver: %s %s\n", shown(r.Driver), shown(r.Path))
 	fmt.Fprintf(io.Out, "config: %s\n", oneLine(r.Config))
 	if c := r.Capabilities; c != nil {
-		fmt.Fprintf(io.Out, "backend: %s %s (protocol %d) on %s/%s\n", c.Backend, c.DriverVersion, c.ProtocolVersion, c.OS, c.Arch)
+		fmt.Fprintf(io.Out, "backend: %s %s (protocol %d) on %s/%s\n", shown(c.Backend), shown(c.DriverVersion), c.ProtocolVersion, shown(c.OS), shown(c.Arch))
 		if c.LandlockABI > 0 || c.OS == "linux" {
-			fmt.Fprintf(io.Out, "landlock ABI: %d   seccomp: %v   cgroups: %s\n", c.LandlockABI, c.Seccomp, orNone(c.CgroupMode))
+			fmt.Fprintf(io.Out, "landlock ABI: %d   seccomp: %v   cgroups: %s\n", c.LandlockABI, c.Seccomp, shown(orNone(c.CgroupMode)))
 		}
 		for _, f := range driverapi.KnownFeatures() {
 			mark := "no "
 			if c.Has(f) {
 				mark = "yes"
 			}
-			fmt.Fprintf(io.Out, "  [%s] %s\n", mark, f)
+			fmt.Fprintf(io.Out, "  [%s] %s\n", mark, shown(f))
 		}
 	}
 	if len(r.Problems) == 0 {
@@ -121,9 +121,9 @@ func printDoctor(io stdio, r doctorReport) {
 	}
 	fmt.Fprintln(io.Out, "not enforced here:")
 	for _, p := range r.Problems {
-		fmt.Fprintf(io.Out, "  - %s: %s\n", p.What, p.Why)
+		fmt.Fprintf(io.Out, "  - %s: %s\n", oneLine(p.What), oneLine(p.Why))
 		if p.Fix != "" {
-			fmt.Fprintf(io.Out, "    fix: %s\n", p.Fix)
+			fmt.Fprintf(io.Out, "    fix: %s\n", oneLine(p.Fix))
 		}
 	}
 }

@@ -54,16 +54,16 @@ func runDrivers(ctx context.Context, args []string, io stdio) int {
 		if r.Default {
 			def = " (default)"
 		}
-		fmt.Fprintf(io.Out, "%s%s  %s\n", r.Name, def, r.Path)
+		fmt.Fprintf(io.Out, "%s%s  %s\n", shown(r.Name), def, shown(r.Path))
 		if r.Error != "" {
 			fmt.Fprintf(io.Out, "  error: %s\n", oneLine(r.Error))
 			continue
 		}
 		c := r.Capabilities
-		fmt.Fprintf(io.Out, "  backend %s, version %s, protocol %d, %s/%s\n", c.Backend, c.DriverVersion, c.ProtocolVersion, c.OS, c.Arch)
-		fmt.Fprintf(io.Out, "  enforces: %s\n", strings.Join(c.Features, ", "))
+		fmt.Fprintf(io.Out, "  backend %s, version %s, protocol %d, %s/%s\n", shown(c.Backend), shown(c.DriverVersion), c.ProtocolVersion, shown(c.OS), shown(c.Arch))
+		fmt.Fprintf(io.Out, "  enforces: %s\n", oneLine(strings.Join(c.Features, ", ")))
 		for _, u := range c.Unavailable {
-			fmt.Fprintf(io.Out, "  unavailable: %s: %s\n", u.Feature, u.Reason)
+			fmt.Fprintf(io.Out, "  unavailable: %s: %s\n", shown(u.Feature), oneLine(u.Reason))
 		}
 	}
 	return 0

@@ -7,11 +7,16 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	goio "io"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
 // execResult is the --json object of CLI.md.
@@ -34,6 +39,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("exec", flag.ContinueOnError)
 	var f runFlags
 	f.register(fs)
+	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
 	const usageLine = "aleph-sandbox exec [flags] -- PROGRAM [ARG...]"
 	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
 		return 0
@@ -57,36 +63,41 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		return execFailure(io, f.json, err.Error())
 	}
 	defer p.Close()
-	if !f.json {
-		// Live output; Output still captures within the budget.
-		cmd.Stdout, cmd.Stderr = io.Out, io.Err
-	}
-	if io.forwardSignals == nil {
-		out, err := p.sandbox.Execute(ctx, cmd)
-		execNotes(io, &f, out, err)
-		if code, ok := deniedWithHint(io, &f, err); ok {
-			return code
-		}
-		return reportExec(io, f.json, out, err)
-	}
-	// SIGINT, SIGTERM and SIGHUP go to the command, which has the grace
-	// period to end by itself; then its tree is killed.
 	execCtx, kill := context.WithCancel(ctx)
 	defer kill()
-	sigs := forwardToCommand(io.forwardSignals, f.grace, kill)
-	cmd.Signals = sigs.C
+	var live liveOutput
+	if !f.json {
+		// Live output; Output still captures within the budget.
+		cmd.Stdout, cmd.Stderr = live.wire(io, !*rawOutput, kill)
+	}
+	var sigs *commandSignals
+	if io.forwardSignals != nil {
+		// SIGINT, SIGTERM and SIGHUP go to the command, which has the
+		// grace period to end by itself; then its tree is killed.
+		sigs = forwardToCommand(io.forwardSignals, f.grace, kill)
+		cmd.Signals = sigs.C
+	}
 	out, err := p.sandbox.Execute(execCtx, cmd)
-	sigs.stop()
-	if first, expired := sigs.got(); err != nil && first != nil && ctx.Err() == nil {
-		// The command did not end with a status of its own: report what a
-		// shell would for a process ended by that signal (CLI.md).
-		switch {
-		case expired:
-			fmt.Fprintf(io.Err, "aleph-sandbox: the command did not end within %s of SIG%s; its process tree was killed\n", f.grace, sigLabel(first))
-			return 128 + int(syscall.SIGKILL)
-		case errors.Is(err, core.ErrSignalEnded):
-			fmt.Fprintf(io.Err, "aleph-sandbox: SIG%s ended the command (this driver cannot forward signals, so its tree was killed)\n", sigLabel(first))
-			return 128 + signalNumber(first)
+	if sigs != nil {
+		sigs.stop()
+	}
+	if live.finish() {
+		// The reader of stdout (or stderr) went away: as in a shell
+		// pipeline, the command ends and the status says SIGPIPE.
+		return exitBrokenPipe
+	}
+	if sigs != nil {
+		if first, expired := sigs.got(); err != nil && first != nil && ctx.Err() == nil {
+			// The command did not end with a status of its own: report
+			// what a shell would for a process ended by that signal.
+			switch {
+			case expired:
+				fmt.Fprintf(io.Err, "aleph-sandbox: the command did not end within %s of SIG%s; its process tree was killed\n", f.grace, sigLabel(first))
+				return 128 + int(syscall.SIGKILL)
+			case errors.Is(err, core.ErrSignalEnded):
+				fmt.Fprintf(io.Err, "aleph-sandbox: SIG%s ended the command (this driver cannot forward signals, so its tree was killed)\n", sigLabel(first))
+				return 128 + signalNumber(first)
+			}
 		}
 	}
 	execNotes(io, &f, out, err)
@@ -94,6 +105,63 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		return code
 	}
 	return reportExec(io, f.json, out, err)
+}
+
+// liveOutput is the child's output on its way to the CLI's stdout and
+// stderr: filtered for a terminal, and watched for a closed pipe.
+type liveOutput struct {
+	out, err *pipeWatch
+	filters  []*termsafe.Writer
+}
+
+// wire returns the writers for the child's stdout and stderr. filter asks
+// for the terminal filter where the stream is a terminal; stop ends the
+// command when a stream's reader is gone.
+func (l *liveOutput) wire(io stdio, filter bool, stop func()) (stdout, stderr goio.Writer) {
+	l.out = &pipeWatch{w: io.Out, stop: stop}
+	l.err = &pipeWatch{w: io.Err, stop: stop}
+	stdout, stderr = l.out, l.err
+	if filter && io.OutIsTerminal {
+		t := termsafe.NewWriter(stdout)
+		l.filters = append(l.filters, t)
+		stdout = t
+	}
+	if filter && io.ErrIsTerminal {
+		t := termsafe.NewWriter(stderr)
+		l.filters = append(l.filters, t)
+		stderr = t
+	}
+	return stdout, stderr
+}
+
+// finish writes what the filters still hold and reports whether a reader
+// went away.
+func (l *liveOutput) finish() (broken bool) {
+	if l.out == nil {
+		return false
+	}
+	for _, t := range l.filters {
+		_ = t.Flush()
+	}
+	return l.out.broken.Load() || l.err.broken.Load()
+}
+
+// pipeWatch passes writes on and, at the first EPIPE (the reader closed
+// the pipe; SIGPIPE is caught, see main), stops the command: outside a
+// sandbox the writer would have been killed by SIGPIPE, and a command whose
+// output nobody reads must not run on until its timeout.
+type pipeWatch struct {
+	w      goio.Writer
+	stop   func()
+	broken atomic.Bool
+}
+
+func (p *pipeWatch) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	if err != nil && errors.Is(err, syscall.EPIPE) && !p.broken.Swap(true) {
+		p.stop()
+	}
+	return n, err
 }
 
 // reportExec turns the outcome into the exit status and, with --json, the
@@ -148,9 +216,45 @@ func writeJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-// oneLine keeps the refusal to the single line CLI.md promises.
+// oneLine keeps the refusal to the single line CLI.md promises, with no
+// control character left: messages carry names and text from outside (a
+// driver name, a path, what a plugin said), and an ESC or a newline in them
+// must not reach the terminal or split the line.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", " ")), " ")
+	return escapeControls(strings.Join(strings.Fields(s), " "))
+}
+
+// shown is a name or path as printed: as it is when it holds only
+// printable characters, else quoted (Go syntax), so a newline or an escape
+// sequence in it is seen, not acted on.
+func shown(s string) string {
+	if escapeControls(s) == s {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// escapeControls writes control characters (C0, DEL, C1) and bytes that
+// are not UTF-8 as visible escapes.
+func escapeControls(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			fmt.Fprintf(&b, `\x%02x`, s[i])
+		case unicode.IsControl(r):
+			if r < 0x80 {
+				fmt.Fprintf(&b, `\x%02x`, r)
+			} else {
+				fmt.Fprintf(&b, `\u%04x`, r)
+			}
+		default:
+			b.WriteString(s[i : i+size])
+		}
+		i += size
+	}
+	return b.String()
 }
 
 // lossless returns b as a string; invalid UTF-8 is replaced rather than

@@ -10,6 +10,8 @@ import (
 	"io"
 	goio "io"
 	"os"
+	"os/signal"
+	"syscall"
 )
 
 // cliVersion is the CLI's version (`aleph-sandbox --version`).
@@ -19,6 +21,9 @@ const cliVersion = "0.2.0"
 const (
 	exitSandboxError = 125 // the sandbox refused or failed to run the command
 	exitTimedOut     = 124
+	// exitBrokenPipe is what a shell reports for a command killed by
+	// SIGPIPE (128+13): exec's stdout was closed by its reader.
+	exitBrokenPipe = 141
 )
 
 // stdio is the process's standard streams, passed down so subcommands can be
@@ -31,6 +36,10 @@ type stdio struct {
 	// forwardSignals, when set, diverts the CLI's SIGINT, SIGTERM and
 	// SIGHUP to ch until the returned function is called (signalRouter).
 	forwardSignals func(ch chan<- os.Signal) (restore func())
+	// OutIsTerminal and ErrIsTerminal report whether Out and Err are
+	// terminals: the child's output written there is filtered
+	// (internal/termsafe) unless --raw-output.
+	OutIsTerminal, ErrIsTerminal bool
 }
 
 type subcommand struct {
@@ -56,8 +65,20 @@ func subcommands() []subcommand {
 func main() {
 	ctx, cancel := context.WithCancel(context.Background())
 	router := newSignalRouter(cancel)
-	code := dispatch(ctx, os.Args[1:], stdio{In: os.Stdin, Out: os.Stdout, Err: os.Stderr, InIsTerminal: isTerminal(os.Stdin),
-		forwardSignals: router.forward})
+	// Asking for SIGPIPE makes a write to a closed stdout fail with EPIPE
+	// instead of killing the CLI on the spot: exec then ends the command
+	// and cleans up before it exits 141 (exitBrokenPipe). Notify rather
+	// than Ignore: an ignored signal stays ignored in the driver and the
+	// sandboxed command (exec keeps SIG_IGN), which would change how the
+	// command's own pipes behave; a caught one is reset at exec.
+	sigpipe := make(chan os.Signal, 1)
+	signal.Notify(sigpipe, syscall.SIGPIPE)
+	code := dispatch(ctx, os.Args[1:], stdio{
+		In: os.Stdin, Out: os.Stdout, Err: os.Stderr,
+		InIsTerminal: isTerminal(os.Stdin), OutIsTerminal: isTerminal(os.Stdout), ErrIsTerminal: isTerminal(os.Stderr),
+		forwardSignals: router.forward,
+	})
+	signal.Stop(sigpipe)
 	router.stop()
 	cancel()
 	os.Exit(code)

@@ -18,7 +18,16 @@ import (
 // TestMain doubles as a fake driver plugin: with ALEPH_CLI_TEST_DRIVER set,
 // the test binary serves drivertest.FakeDriver, so CLI tests go through the
 // real plugin mechanism (launch, handshake, gRPC) without a real sandbox.
+//
+// With ALEPH_CLI_TEST_MAIN set it is the CLI itself (main), for tests that
+// need the real process: its own standard streams, signals, a terminal.
 func TestMain(m *testing.M) {
+	if os.Getenv("ALEPH_CLI_TEST_MAIN") == "1" {
+		// The driver plugin this CLI launches must not be a CLI again.
+		_ = os.Unsetenv("ALEPH_CLI_TEST_MAIN")
+		main()
+		return
+	}
 	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "1" {
 		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("default out")})
 		return

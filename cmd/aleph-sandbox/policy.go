@@ -62,7 +62,10 @@ func runPolicy(ctx context.Context, args []string, std stdio) int {
 	}
 	// The hook's own log lines (one per match, target command_policy) go
 	// where the CLI's logs go; by default nowhere.
-	logger, closeLog := cliLogger()
+	logger, closeLog, err := cliLogger()
+	if err != nil {
+		return fail(std.Err, "policy check: %s", oneLine(err.Error()))
+	}
 	defer closeLog()
 	h, errs := commandpolicy.New(alephsandbox.CommandPolicyConfig(cfg.Sandbox.CommandPolicy), logger)
 	for _, e := range errs {

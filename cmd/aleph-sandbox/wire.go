@@ -168,6 +168,9 @@ func (f *runFlags) command(program string, args []string, stdin io.Reader) (core
 			if !ok || name == "" {
 				return core.Command{}, &usageError{fmt.Sprintf("--env %q: want NAME=VALUE", kv)}
 			}
+			if !isPortableEnvName(name) {
+				return core.Command{}, &usageError{fmt.Sprintf("--env %q: %q is not a variable name (letters, digits and _, not starting with a digit)", kv, name)}
+			}
 			if _, dup := cmd.Env[name]; dup {
 				return core.Command{}, &usageError{fmt.Sprintf("--env %s given twice", name)}
 			}
@@ -185,6 +188,23 @@ func (f *runFlags) command(program string, args []string, stdin io.Reader) (core
 		cmd.Stdin = data
 	}
 	return cmd, nil
+}
+
+// isPortableEnvName reports whether name is a POSIX shell variable name,
+// [A-Za-z_][A-Za-z0-9_]*. The driver protocol accepts more (anything
+// without '=' or NUL, as the OS does), but a name a shell cannot expand
+// given on the command line is a typo (--env 'A B=1') far more often than
+// intended, and only the CLI applies this stricter rule.
+func isPortableEnvName(name string) bool {
+	for i, c := range name {
+		switch {
+		case c == '_', c >= 'A' && c <= 'Z', c >= 'a' && c <= 'z':
+		case c >= '0' && c <= '9' && i > 0:
+		default:
+			return false
+		}
+	}
+	return name != ""
 }
 
 func absPath(p string) (string, error) {
@@ -260,22 +280,51 @@ func defaultConfigPath() string {
 
 // cliLogger keeps the CLI's own and the plugins' log lines off the child's
 // stdout and stderr unless asked for: ALEPH_SANDBOX_LOG=LEVEL sends them to
-// stderr, ALEPH_SANDBOX_LOG_FILE=PATH to a file.
-func cliLogger() (hclog.Logger, func()) {
-	level := hclog.LevelFromString(os.Getenv("ALEPH_SANDBOX_LOG"))
+// stderr, ALEPH_SANDBOX_LOG_FILE=PATH to a file. A level hclog does not know
+// or a file that cannot be opened is refused: ignoring it would leave the
+// user looking for logs that are never written.
+func cliLogger() (hclog.Logger, func(), error) {
+	raw := os.Getenv("ALEPH_SANDBOX_LOG")
+	level := hclog.LevelFromString(raw)
+	if level == hclog.NoLevel && strings.TrimSpace(raw) != "" {
+		return nil, func() {}, &usageError{fmt.Sprintf("ALEPH_SANDBOX_LOG=%q: not a log level (want trace, debug, info, warn, error or off)", raw)}
+	}
 	if file := os.Getenv("ALEPH_SANDBOX_LOG_FILE"); file != "" {
-		f, err := os.OpenFile(file, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err == nil {
-			if level == hclog.NoLevel {
-				level = hclog.Info
-			}
-			return hclog.New(&hclog.LoggerOptions{Name: "aleph-sandbox", Output: f, Level: level}), func() { _ = f.Close() }
+		f, err := openLogFile(file)
+		if err != nil {
+			return nil, func() {}, &usageError{fmt.Sprintf("ALEPH_SANDBOX_LOG_FILE=%q: %v", file, err)}
 		}
+		if level == hclog.NoLevel {
+			level = hclog.Info
+		}
+		return hclog.New(&hclog.LoggerOptions{Name: "aleph-sandbox", Output: f, Level: level}), func() { _ = f.Close() }, nil
 	}
 	if level == hclog.NoLevel {
-		return hclog.NewNullLogger(), func() {}
+		return hclog.NewNullLogger(), func() {}, nil
 	}
-	return hclog.New(&hclog.LoggerOptions{Name: "aleph-sandbox", Output: os.Stderr, Level: level}), func() {}
+	return hclog.New(&hclog.LoggerOptions{Name: "aleph-sandbox", Output: os.Stderr, Level: level}), func() {}, nil
+}
+
+// openLogFile opens the log file for appending, creating it (not its
+// directory). It is opened without blocking: a FIFO nobody reads would
+// otherwise hang the CLI at the open; one with a reader works.
+func openLogFile(path string) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND|logOpenFlags, 0o600)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("cannot be created: its directory %s does not exist", filepath.Dir(path))
+		}
+		return nil, fmt.Errorf("cannot be opened for writing: %w", err)
+	}
+	if st, err := f.Stat(); err == nil && st.IsDir() {
+		f.Close()
+		return nil, errors.New("is a directory")
+	}
+	return f, nil
 }
 
 // pipeline is one warm runtime and the CLI's log file.
@@ -297,7 +346,10 @@ func (p *pipeline) Close() {
 // CLI's approver, logger and warning line; the CLI builds no part of the
 // pipeline itself.
 func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Writer, opts ...alephsandbox.Option) (*pipeline, error) {
-	logger, closeLog := cliLogger()
+	logger, closeLog, err := cliLogger()
+	if err != nil {
+		return nil, err
+	}
 	p := &pipeline{closers: []func(){closeLog}}
 	rt, err := alephsandbox.New(cfg, append([]alephsandbox.Option{
 		alephsandbox.WithLogger(logger),

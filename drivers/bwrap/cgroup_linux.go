@@ -426,6 +426,34 @@ func (cg *commandCgroup) oomKilled() bool {
 	return false
 }
 
+// MemoryTooSmallError is a memory limit under which the sandbox could not
+// even be set up: the kernel's OOM killer ended it before the program ran.
+type MemoryTooSmallError struct{ LimitBytes uint64 }
+
+func (e *MemoryTooSmallError) Error() string {
+	// The figures are a hint measured on one host (2 MiB was the least that
+	// set up a sandbox running /bin/true, python3 needed 4 MiB), not a
+	// promise: what a program needs depends on it and on the host.
+	return fmt.Sprintf("the memory limit of %s is too small to start the program: the sandbox was killed for lack of memory while it was being set up "+
+		"(hint: a sandbox needs about 2 MiB before the program starts, and the program its own share on top: try tens of MiB or more)", mib(e.LimitBytes))
+}
+
+func mib(b uint64) string {
+	if b%(1<<20) == 0 {
+		return strconv.FormatUint(b>>20, 10) + " MiB"
+	}
+	return strconv.FormatUint(b, 10) + " bytes"
+}
+
+// setupOOM is the error for a setup the memory limit killed, nil when the
+// memory cgroup saw no OOM kill (or there is none).
+func (cg *commandCgroup) setupOOM(limit uint64) error {
+	if cg == nil || limit == 0 || !cg.oomKilled() {
+		return nil
+	}
+	return &MemoryTooSmallError{LimitBytes: limit}
+}
+
 // remove kills whatever is left in the cgroup and deletes it. By the time
 // it runs bwrap is gone, and with it (PID namespace) every descendant; the
 // kill is a second line for processes that have not been reaped yet.

@@ -486,14 +486,18 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	if r.startErr != nil {
 		if cmd.ProcessState != nil && !life.Started() {
 			// bwrap ran but the hand-over failed: say what bwrap said.
-			return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: r.startErr}
+			err := r.startErr
+			if oom := cg.setupOOM(plan.MemoryBytes); oom != nil {
+				err = fmt.Errorf("%w: %w", oom, err)
+			}
+			return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: err}
 		}
 		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox: %w", r.startErr)
 	}
 	if !life.Started() && runCtx.Err() == nil && cmd.ProcessState != nil {
 		// bwrap ended without ever running sandbox-init: its setup failed
 		// and the command never started.
-		return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message()}
+		return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: cg.setupOOM(plan.MemoryBytes)}
 	}
 	stderrGate.release()
 	exit := driverapi.Exit{

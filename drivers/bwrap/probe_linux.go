@@ -97,9 +97,40 @@ func (d *Driver) probe() *hostProbe {
 			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover)
 		}
 		h.cg = <-cgDone
+		if h.sandboxErr == nil {
+			if err := d.cgroupSettingsErr(h); err != nil {
+				// Fail closed: a limit the configuration asks for and
+				// this host cannot enforce must not turn into commands
+				// that silently run without it.
+				h.sandboxErr, h.sandboxFix = err, cgroupSettingsFix
+			}
+		}
 		d.host = h
 	})
 	return d.host
+}
+
+// cgroupSettingsFix is the way out of cgroupSettingsErr's refusals.
+const cgroupSettingsFix = "change [sandbox.linux] to what this host can enforce (aleph-sandbox doctor shows it: " +
+	"cgroup = \"auto\" picks what is there), or " + cgroupFix
+
+// cgroupSettingsErr refuses configured limits the host cannot enforce: an
+// explicit cgroup mode ("v1", "v2") that is not available, a pids limit
+// under an explicit mode without the pids controller, and a CPU quota
+// without the cpu controller. (With cgroup = "auto", the default max_pids
+// is best effort, as the capability report says.)
+func (d *Driver) cgroupSettingsErr(h *hostProbe) error {
+	o := d.cfg.Options
+	explicit := o.Cgroup == CgroupV1 || o.Cgroup == CgroupV2
+	switch {
+	case explicit && h.cg.mode != o.Cgroup:
+		return fmt.Errorf("[sandbox.linux] cgroup = %q cannot be enforced here: %s", o.Cgroup, h.cg.reason("*"))
+	case explicit && o.Pids() > 0 && !h.cg.have[ctrlPids] && !h.nprocPerSandbox():
+		return fmt.Errorf("[sandbox.linux] max_pids = %d cannot be enforced with cgroup = %q: %s", o.Pids(), o.Cgroup, h.cg.reason(ctrlPids))
+	case o.CPUQuotaPercent > 0 && !h.cg.have[ctrlCPU]:
+		return fmt.Errorf("[sandbox.linux] cpu_quota_percent = %d cannot be enforced here: %s", o.CPUQuotaPercent, h.cg.reason(ctrlCPU))
+	}
+	return nil
 }
 
 // probeCgroups finds the cgroup mode and sweeps what killed drivers left.
@@ -115,6 +146,7 @@ func (d *Driver) probeCgroups() *cgroupSystem {
 
 func probeBwrap(path string, procCover []string) (bin, version string, guard pidGuard, err error, fix string) {
 	const install = "install bubblewrap (apt install bubblewrap / dnf install bubblewrap)"
+	configured := path != ""
 	if path == "" {
 		p, lerr := exec.LookPath("bwrap")
 		if lerr != nil {
@@ -144,16 +176,38 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 		guard, trialErr = pidGuard{mode: guardNone, why: "the guard's namespaces are refused here: " + trialErr.Error()}, nil
 	}
 	v := <-vc
+	out := strings.TrimSpace(string(v.out))
+	if v.err == nil && !strings.HasPrefix(out, "bubblewrap") {
+		v.err = fmt.Errorf("--version printed %q, not \"bubblewrap VERSION\"", firstLine(out, 80))
+	}
 	if v.err != nil {
+		if configured {
+			// Installing bubblewrap would not help: the configuration
+			// points somewhere else.
+			return path, "", guard, fmt.Errorf("the configured bwrap_path %q is not a working bubblewrap: %s --version: %v", path, path, v.err),
+				"set [sandbox.linux] bwrap_path to the bubblewrap binary (its --version prints \"bubblewrap X.Y\"), or remove it to use bwrap from PATH"
+		}
 		return path, "", guard, fmt.Errorf("%s --version: %v", path, v.err), install
 	}
-	version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(v.out)), "bubblewrap"))
+	version = strings.TrimSpace(strings.TrimPrefix(out, "bubblewrap"))
 	if trialErr != nil {
 		return path, version, guard, fmt.Errorf("bwrap cannot create namespaces here: %s", trialErr),
 			"allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, " +
 				"user.max_user_namespaces > 0, AppArmor: kernel.apparmor_restrict_unprivileged_userns=0), or run as root"
 	}
 	return path, version, guard, nil, ""
+}
+
+// firstLine is s up to its first line break, at most n bytes, for quoting
+// a program's output in an error.
+func firstLine(s string, n int) string {
+	if i := strings.IndexAny(s, "\r\n"); i >= 0 {
+		s = s[:i]
+	}
+	if len(s) > n {
+		s = s[:n] + "..."
+	}
+	return s
 }
 
 // trialSandbox builds one sandbox with the real namespace set and the
