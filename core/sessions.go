@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"sort"
 
@@ -196,6 +197,9 @@ func (s *WorkspaceSandbox) reachesOwnState(field, p string) error {
 		own = append(own, s.cfg.Sandbox.AuditLog)
 	}
 	for _, o := range own {
+		if filepath.Clean(p) == string(filepath.Separator) {
+			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("the root directory cannot be granted: it holds %q, where the sandbox keeps its own state (grants, audit); use a narrower path", o)}
+		}
 		if driverapi.PathWithin(o, p) || driverapi.PathWithin(p, o) {
 			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q reaches %q, where the sandbox keeps its own state (grants, audit); use a narrower path", p, o)}
 		}

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -217,6 +218,12 @@ func (h *escapeHarness) execOpts(t *testing.T, ws string, o runOpts, flags []str
 	args := []string{"--workspace-root", h.root}
 	if ws != "" {
 		args = append(args, "--workspace", ws)
+	}
+	if !slices.Contains(flags, "--session") {
+		// Grants outlive an invocation within a session (CLI.md): each
+		// test gets a session of its own, so one case's approval never
+		// answers another's question.
+		args = append(args, "--session", "battery-"+t.Name())
 	}
 	args = append(args, flags...)
 	args = append(args, "--")

@@ -58,6 +58,7 @@ func subcommands() []subcommand {
 		{"policy", "check a command string against the command policy", runPolicy},
 		{"conformance", "run the driver conformance suite against a driver binary", runConformance},
 		{"mcp", "serve the sandbox to MCP clients on stdio (tool run_command)", runMCP},
+		{"session", "show or forget the grants a session keeps across invocations", runSession},
 		{"version", "the CLI's version and protocol; with --json, each driver found", runVersion},
 	}
 }

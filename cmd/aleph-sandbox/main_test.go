@@ -125,14 +125,33 @@ func indexProgram(args []string) int {
 
 func TestExecYesApprovesElevation(t *testing.T) {
 	drv := cliEnv(t)
-	r := cli(t, "", false, "exec", "--driver", drv, "--spawn", "--yes", "--", "echo", "ok")
+	// Without --yes and with no terminal the elevation is refused.
+	r := cli(t, "", false, "exec", "--driver", drv, "--session", "s1", "--spawn", "--", "echo", "ok")
+	if r.code != 125 || r.stdout != "" {
+		t.Fatalf("no --yes, no terminal: %+v", r)
+	}
+	r = cli(t, "", false, "exec", "--driver", drv, "--session", "s1", "--spawn", "--yes", "--", "echo", "ok")
 	if r.code != 0 || r.stdout != "ok\n" {
 		t.Fatalf("--yes: %+v", r)
 	}
-	// Positive control for the denial above: without --yes the same request is refused.
-	r = cli(t, "", false, "exec", "--driver", drv, "--spawn", "--", "echo", "ok")
-	if r.code != 125 || r.stdout != "" {
-		t.Fatalf("no --yes, no terminal: %+v", r)
+	// The approval is the session's: a later invocation (another process
+	// in real use) of the same session needs no --yes (CLI.md) ...
+	r = cli(t, "", false, "exec", "--driver", drv, "--session", "s1", "--spawn", "--", "echo", "again")
+	if r.code != 0 || r.stdout != "again\n" {
+		t.Fatalf("kept grant: %+v", r)
+	}
+	// ... another session does ...
+	r = cli(t, "", false, "exec", "--driver", drv, "--session", "s2", "--spawn", "--", "echo", "ok")
+	if r.code != 125 {
+		t.Fatalf("another session: %+v", r)
+	}
+	// ... and `session forget` clears it.
+	if r = cli(t, "", false, "session", "forget", "s1"); r.code != 0 {
+		t.Fatalf("session forget: %+v", r)
+	}
+	r = cli(t, "", false, "exec", "--driver", drv, "--session", "s1", "--spawn", "--", "echo", "ok")
+	if r.code != 125 {
+		t.Fatalf("after forget: %+v", r)
 	}
 }
 

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+)
+
+// runSession is `aleph-sandbox session forget ID` (CLI.md: it clears the
+// grants a session keeps across invocations) and `session show ID`.
+func runSession(_ context.Context, args []string, io stdio) int {
+	const usageLine = "aleph-sandbox session forget|show [--json] ID"
+	if len(args) == 0 || (args[0] != "forget" && args[0] != "show") {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			fmt.Fprintln(io.Err, "usage: "+usageLine)
+			return 0
+		}
+		return fail(io.Err, "session: usage: %s", usageLine)
+	}
+	fs := flag.NewFlagSet("session "+args[0], flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if done, code := parseFlags(fs, args[1:], io, usageLine); done {
+		return code
+	}
+	if fs.NArg() != 1 || fs.Arg(0) == "" {
+		return fail(io.Err, "session %s: give exactly one session ID (usage: %s)", args[0], usageLine)
+	}
+	id := fs.Arg(0)
+	dir := alephsandbox.DefaultGrantStoreDir()
+	if dir == "" {
+		return fail(io.Err, "session: no data directory (set XDG_DATA_HOME or HOME): no grants are kept")
+	}
+	store := core.NewFileGrantStore(dir)
+	if args[0] == "forget" {
+		if err := store.Delete(id); err != nil {
+			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+		}
+		if !*asJSON {
+			fmt.Fprintf(io.Out, "session %q forgotten: its grants are cleared (its workspace stays)\n", id)
+		}
+		return 0
+	}
+	st, ok, err := store.Load(id)
+	if err != nil {
+		return fail(io.Err, "session show: %s", oneLine(err.Error()))
+	}
+	if *asJSON {
+		if !ok {
+			st = core.StoredGrants{Session: id}
+		}
+		b, _ := json.Marshal(st)
+		fmt.Fprintln(io.Out, string(b))
+		return 0
+	}
+	if !ok || (len(st.Grants) == 0 && len(st.NetHosts) == 0) {
+		fmt.Fprintf(io.Out, "session %q holds no grants\n", id)
+		return 0
+	}
+	for _, g := range st.Grants {
+		fmt.Fprintf(io.Out, "grant: %s\n", core.Summary(g, st.Baseline))
+	}
+	for _, h := range st.NetHosts {
+		fmt.Fprintf(io.Out, "network grant: %s\n", h)
+	}
+	return 0
+}
