@@ -70,6 +70,9 @@ func normalize(s string, depth int) string {
 	if win := windowsView(base); win != "" {
 		out = posix + "\n" + win
 	}
+	if derived := derivedViews(posix); derived != "" {
+		out += "\n" + derived
+	}
 	payloads, complete := encodedPayloads(base, depth)
 	for _, payload := range payloads {
 		out += "\n" + normalize(payload, depth+1)
