@@ -232,10 +232,7 @@ func DefaultRules() []Rule {
 			)},
 		{Name: "chmod-root-recursive", Action: Block,
 			Description: "recursive chmod, chown, chgrp, chattr or setfacl of the root (chmod -R 000 /)",
-			Regex: alt(slices.Concat(
-				withOptionParts(`(?:chmod|chown|chgrp|chattr|setfacl)`, `(?:-[a-z]*r[a-z]*|`+longPrefixes("--recursive", 3)+`)`, rootPath),
-				withOptionParts(`(?:chmod|chown|chgrp|chattr|setfacl)`, `(?:-[a-z]*r[a-z]*|`+longPrefixes("--recursive", 3)+`)`, topDir+`\s(?:`+a+`*\s)?`+topDir),
-			)...)},
+			Regex: withOption(`(?:chmod|chown|chgrp|chattr|setfacl)`, `(?:-[a-z]*r[a-z]*|`+longPrefixes("--recursive", 3)+`)`, rootPath)},
 		{Name: "script-root-delete", Action: Block,
 			Description: "a script one-liner deleting the root (shutil.rmtree(\"/\"), FileUtils.rm_rf(\"/\"), fs.rmSync(\"/\"), [\"rm\", \"-rf\", \"/\"])",
 			Regex: alt(
@@ -257,7 +254,10 @@ func DefaultRules() []Rule {
 			Description: "cp, install, rsync or ddrescue writing onto a disk or partition device",
 			Regex: alt(
 				// The last operand is the destination.
-				cb+`(?:cp|install|rsync|ddrescue|pv)\s`+a+`*\s`+blockDev+`[^\s;&|)]*\s*(?:$|[;&|)])`,
+				cb+`(?:cp|install|rsync|ddrescue)\s`+a+`*\s`+blockDev+`[^\s;&|)]*\s*(?:$|[;&|)])`,
+				// ddrescue's second operand is its output (a map file may
+				// follow).
+				cb+`ddrescue\s(?:-\S+\s+)*[^\s-]\S*\s+(?:-\S+\s+)*`+blockDev,
 				// -t DEST, --target-directory=DEST, pv -o DEST.
 				cb+`(?:cp|install|mv|pv)\s(?:`+a+`*\s)?(?:-t\s*|--target-directory=|-o\s*|--output=)`+blockDev,
 			)},
@@ -285,7 +285,7 @@ func DefaultRules() []Rule {
 			Regex:       cb + `(?:mkfs(?:\.[\w]+)?|mke2fs|mkswap|mkdosfs|mkntfs|mkexfatfs|mkudffs|mkreiserfs|mkfs_\w+|newfs(?:_\w+)?|mkfs\.\w+)\s(?:` + a + `*\s)?` + devDir},
 		{Name: "redirect-to-block-device", Action: Block,
 			Description: "output redirected (or tee'd) into a disk or partition device",
-			Regex:       alt(`>[>|]?\s*`+blockDev, `&>>?\s*`+blockDev, cb+`tee\s(?:`+a+`*\s)?`+blockDev)},
+			Regex:       alt(`>[>|]?\s*`+blockDev, cb+`tee\s(?:`+a+`*\s)?`+blockDev)},
 		{Name: "wipe-device", Action: Block,
 			Description: "wipefs, blkdiscard, shred or another erasing tool (nvme format or sanitize, hdparm --security-erase, cryptsetup luksFormat or erase, sg_format) on a device",
 			Regex: alt(
