@@ -35,8 +35,10 @@ const (
 	// cb: start of a command word, which may carry a directory prefix
 	// (/bin/rm, C:\...\vssadmin.exe) but is not the tail of a longer word.
 	cb = `(?:^|[^\w.-])`
-	// ce: end of a word.
-	ce = `(?:$|[\s;&|)<>}])`
+	// ce: end of a word. A comma and a closing bracket end one too: the
+	// argument lists of script one-liners (subprocess.run("rm -rf /",
+	// shell=True), the quotes dropped).
+	ce = `(?:$|[\s;&|)<>},\]])`
 	// a: a character inside one simple command.
 	a = `[^\n;&|]`
 	// devDir: the /dev directory, also behind the Windows device-namespace
@@ -81,6 +83,10 @@ const (
 	// below SOFTWARE and SYSTEM that hold the same).
 	hiveKey = `(?:[\\/](?:software(?:[\\/](?:microsoft(?:[\\/]windows(?: nt)?(?:[\\/]currentversion)?)?|classes|wow6432node))?|system(?:[\\/](?:currentcontrolset|controlset\d+)(?:[\\/](?:services|control))?)?|sam|security|hardware|bcd00000000|components|drivers|\.default|s-1-5-[\d-]+))?`
 )
+
+// scriptRoot: the root as a script names it: a root path (quotes dropped)
+// or the separator constant of python (os.sep) and node (path.sep).
+var scriptRoot = `(?:` + rootPath + `|os\.sep|os\.path\.sep|path\.sep|path\.posix\.sep)`
 
 // rmRecursive: rm's recursive option, alone, bundled (-rf, -Rfv) or long:
 // GNU getopt takes any unambiguous prefix of --recursive (--rec, --r).
@@ -218,9 +224,9 @@ func DefaultRules() []Rule {
 				// A command naming the root (or every entry of it) whose
 				// output a later stage of the pipeline hands to a recursive
 				// rm: echo / | xargs rm -rf, ls -d /* | xargs -n1 rm -rf.
-				cb+`(?:echo|printf|ls|print|realpath|readlink|dirname|pwd)\s(?:`+a+`*\s)?`+rootPath+ce+`[^\n;&]*\|\s*(?:sudo\s+)?xargs\s(?:`+a+`*\s)?rm\s(?:`+a+`*\s)?`+rmRecursive+ce,
+				cb+`(?:echo|printf|ls|print|realpath|readlink|dirname|pwd)\s(?:`+a+`*\s)?`+rootPath+ce+`[^\n;&]*\|\s*(?:sudo\s+)?(?:xargs|parallel)\s(?:`+a+`*\s)?rm\s(?:`+a+`*\s)?`+rmRecursive+ce,
 				// find below the root lists every file: any rm deletes them.
-				cb+`find\s(?:`+a+`*\s)?`+rootPath+ce+`[^\n;&]*\|\s*(?:sudo\s+)?xargs\s(?:`+a+`*\s)?rm`+ce,
+				cb+`find\s(?:`+a+`*\s)?`+rootPath+ce+`[^\n;&]*\|\s*(?:sudo\s+)?(?:xargs|parallel)\s(?:`+a+`*\s)?rm`+ce,
 				// xargs rm -rf <<< /
 				cb+`xargs\s(?:`+a+`*\s)?rm\s(?:`+a+`*\s)?`+rmRecursive+`(?:\s`+a+`*)?\s?<<<\s*`+rootPath+ce,
 			)},
@@ -232,7 +238,7 @@ func DefaultRules() []Rule {
 			)},
 		{Name: "chmod-root-recursive", Action: Block,
 			Description: "recursive chmod, chown, chgrp, chattr or setfacl of the root (chmod -R 000 /)",
-			Regex: withOption(`(?:chmod|chown|chgrp|chattr|setfacl)`, `(?:-[a-z]*r[a-z]*|`+longPrefixes("--recursive", 3)+`)`, rootPath)},
+			Regex:       withOption(`(?:chmod|chown|chgrp|chattr|setfacl)`, `(?:-[a-z]*r[a-z]*|`+longPrefixes("--recursive", 3)+`)`, rootPath)},
 		{Name: "script-root-delete", Action: Block,
 			Description: "a script one-liner deleting the root (shutil.rmtree(\"/\"), FileUtils.rm_rf(\"/\"), fs.rmSync(\"/\"), [\"rm\", \"-rf\", \"/\"])",
 			Regex: alt(
@@ -241,7 +247,7 @@ func DefaultRules() []Rule {
 				// shutil.rmtree, ruby's FileUtils.rm_rf / rm_r /
 				// remove_dir / remove_entry, perl's rmtree / remove_tree,
 				// node's fs.rm / rmSync / rmdirSync and rimraf.
-				`\b(?:rmtree|rm_rf|rm_r|remove_dir|remove_entry(?:_secure)?|remove_tree|rmsync|rmdirsync|rimraf(?:\.sync)?|(?:fs|promises|fsp|fse)\.(?:rm|rmdir|remove|removesync|emptydir|emptydirsync))(?:\s*\(\s*(?:path\s*=\s*|r)?`+rootPath+`\s*[,)]|\s+`+rootPath+`(?:$|[\s,;)}]))`,
+				`\b(?:rmtree|rm_rf|rm_r|remove_dir|remove_entry(?:_secure)?|remove_tree|rmsync|rmdirsync|rimraf(?:\.sync)?|(?:fs|promises|fsp|fse)\.(?:rm|rmdir|remove|removesync|emptydir|emptydirsync))(?:\s*\(\s*(?:path\s*=\s*|r)?`+scriptRoot+`\s*[,)]|\s+`+scriptRoot+`(?:$|[\s,;)}]))`,
 				// rm -rf / as an argument list: subprocess.run(["rm",
 				// "-rf", "/"]), system("rm", "-rf", "/"), spawn("rm", [...]).
 				`[\[(]\s*rm\s*,(?:\s*\[)?(?:\s*[^,\n\])]*,)*?\s*`+rmRecursive+`\s*,(?:\s*[^,\n\])]*,)*?\s*`+rootPath+`\s*[,\])]`,

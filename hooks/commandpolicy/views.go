@@ -227,6 +227,9 @@ func cwdView(b *strings.Builder, posix string) {
 		line.Reset()
 		changed := false
 		cmdPos, inCd, cdDone := true, false, false
+		// findPaths: just after find's command word, where its starting
+		// points go; none (find -delete) means the directory.
+		findPaths := false
 		for i := 0; i < len(ln); {
 			c := ln[i]
 			if c == ' ' {
@@ -238,7 +241,15 @@ func cwdView(b *strings.Builder, posix string) {
 				if inCd && !cdDone {
 					cwd = "~" // cd alone: the home directory
 				}
-				inCd = false
+				if findPaths && cwd != "" {
+					if l := line.String(); strings.HasSuffix(l, " ") {
+						line.WriteString(cwd + " ")
+					} else {
+						line.WriteString(" " + cwd)
+					}
+					changed = true
+				}
+				inCd, findPaths = false, false
 				switch c {
 				case '(':
 					stack = append(stack, cwd)
@@ -275,8 +286,23 @@ func cwdView(b *strings.Builder, posix string) {
 				if low == "popd" {
 					cwd = ""
 				}
+				if low == "find" {
+					findPaths, cmdPos = true, false
+					continue
+				}
 				cmdPos = strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || isWrapper(low) || isRunner(low)
 				continue
+			}
+			if findPaths {
+				switch {
+				case tok == "-H" || tok == "-L" || tok == "-P":
+					line.WriteString(tok)
+					continue
+				case strings.HasPrefix(tok, "-") && cwd != "":
+					line.WriteString(cwd + " ")
+					changed = true
+				}
+				findPaths = false
 			}
 			cmdPos = isRunner(lowerASCII(tok))
 			if cwd != "" {
@@ -290,6 +316,10 @@ func cwdView(b *strings.Builder, posix string) {
 		}
 		if inCd && !cdDone {
 			cwd = "~"
+		}
+		if findPaths && cwd != "" {
+			line.WriteString(" " + cwd)
+			changed = true
 		}
 		if changed {
 			if b.Len()-start+line.Len() > budget {
