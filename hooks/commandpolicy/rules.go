@@ -88,6 +88,10 @@ const (
 // or the separator constant of python (os.sep) and node (path.sep).
 var scriptRoot = `(?:` + rootPath + `|os\.sep|os\.path\.sep|path\.sep|path\.posix\.sep)`
 
+// chRecursive: -R of chmod, chown, chgrp, chattr and setfacl (read lower
+// case), alone or bundled, or --recursive and its prefixes.
+var chRecursive = `(?:-[a-z]*r[a-z]*|` + longPrefixes("--recursive", 3) + `)`
+
 // rmRecursive: rm's recursive option, alone, bundled (-rf, -Rfv) or long:
 // GNU getopt takes any unambiguous prefix of --recursive (--rec, --r).
 var rmRecursive = `(?:-[a-z]*r[a-z]*|` + longPrefixes("--recursive", 3) + `)`
@@ -238,7 +242,10 @@ func DefaultRules() []Rule {
 			)},
 		{Name: "chmod-root-recursive", Action: Block,
 			Description: "recursive chmod, chown, chgrp, chattr or setfacl of the root (chmod -R 000 /)",
-			Regex:       withOption(`(?:chmod|chown|chgrp|chattr|setfacl)`, `(?:-[a-z]*r[a-z]*|`+longPrefixes("--recursive", 3)+`)`, rootPath)},
+			// One program for both orders (unlike withOption): scripts run
+			// chmod on many lines, and one unit checks " /" once per line.
+			Regex: cb + `(?:chmod|chown|chgrp|chattr|setfacl)(?:\s(?:` + a + `*\s)?` + chRecursive + `(?:\s` + a + `*)?\s` + rootPath + ce +
+				`|(?:\s` + a + `*)?\s` + rootPath + `\s(?:` + a + `*\s)?` + chRecursive + ce + `)`},
 		{Name: "script-root-delete", Action: Block,
 			Description: "a script one-liner deleting the root (shutil.rmtree(\"/\"), FileUtils.rm_rf(\"/\"), fs.rmSync(\"/\"), [\"rm\", \"-rf\", \"/\"])",
 			Regex: alt(

@@ -18,12 +18,16 @@ import (
 //     commands that follow are read against it (cd /; rm -rf . is also read
 //     as cd /; rm -rf /), so the rules on absolute paths see a relative
 //     path that names the same file.
-func derivedViews(posix string) string {
+//
+// hints (from canonicalHints) say whether the text holds a function
+// definition or a cd the cwd view can follow; without them the views are
+// skipped.
+func derivedViews(posix string, hints viewHints) string {
 	var b strings.Builder
-	if strings.Contains(posix, "()") || strings.Contains(posix, "function ") {
+	if hints.funcDef {
 		selfCallView(&b, posix)
 	}
-	if hasCdCandidate(posix) {
+	if hints.cd {
 		cwdView(&b, posix)
 	}
 	return b.String()
@@ -163,44 +167,6 @@ func replaceWord(s, w, r string) string {
 
 // isCd reports the words that change the shell's directory (w lower case).
 func isCd(w string) bool { return w == "cd" || w == "pushd" || w == "chdir" }
-
-// hasCdCandidate reports whether posix holds a cd whose target the cwd
-// view can know: an absolute or home path, or none (the home). It keeps
-// the view's cost off texts whose every cd is relative (cd src).
-func hasCdCandidate(posix string) bool {
-	for _, w := range []string{"cd", "pushd", "chdir"} {
-		for off := 0; ; {
-			k := strings.Index(posix[off:], w)
-			if k < 0 {
-				break
-			}
-			k += off
-			off = k + len(w)
-			if k > 0 && !tokenEnd[posix[k-1]] {
-				continue
-			}
-			rest := posix[off:]
-			if rest == "" || rest[0] == '\n' || rest[0] == ';' || rest[0] == '&' || rest[0] == '|' || rest[0] == ')' {
-				return true
-			}
-			if rest[0] != ' ' {
-				continue
-			}
-			rest = rest[1:]
-			for strings.HasPrefix(rest, "-") && len(rest) > 1 {
-				sp := strings.IndexByte(rest, ' ')
-				if sp < 0 {
-					break
-				}
-				rest = rest[sp+1:]
-			}
-			if rest == "" || rest[0] == '/' || rest[0] == '~' || strings.HasPrefix(rest, "$HOME") || tokenEnd[rest[0]] {
-				return true
-			}
-		}
-	}
-	return false
-}
 
 // Bounds of the cwd view: a directory longer than maxCwd is not followed,
 // and the view stops growing past twice the text (plus a margin). With the
