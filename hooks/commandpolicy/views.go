@@ -177,7 +177,7 @@ const maxCwd = 64
 // cwdView appends, for each line on which a directory set by an earlier cd
 // is known, the line with the relative words of its commands (operands
 // and key=value values, not command words or options) resolved against
-// that directory. It follows the shell's reading: cd to an absolute or home
+// that directory where that makes them an interestingPath. It follows the shell's reading: cd to an absolute or home
 // path sets the directory, a relative cd moves it, cd alone is the home,
 // anything it cannot resolve (cd -, cd $DIR, popd) makes it unknown again,
 // and a subshell's cd ends with the subshell.
@@ -185,13 +185,34 @@ func cwdView(b *strings.Builder, posix string) {
 	budget := 2*len(posix) + 256
 	start := b.Len()
 	cwd := ""
+	// cwdOfNote caches interestingPath(cwd) for lastCwd.
+	lastCwd, cwdOfNote := "", false
+	noted := func() bool {
+		if cwd != lastCwd {
+			lastCwd, cwdOfNote = cwd, interestingPath(cwd)
+		}
+		return cwdOfNote
+	}
 	var stack []string
 	var line strings.Builder
 	for rest := posix; rest != ""; {
 		ln, next, _ := strings.Cut(rest, "\n")
 		rest = next
+		// A line that cannot change the directory nor be read otherwise
+		// is skipped without being tokenised.
+		if len(stack) == 0 && (cwd == "" || !noted()) && !strings.Contains(ln, "..") &&
+			!strings.Contains(ln, "cd") && !strings.Contains(ln, "pushd") && !strings.Contains(ln, "chdir") && !strings.Contains(ln, "popd") {
+			continue
+		}
+		// The line is copied only once something in it is read
+		// otherwise: copied is how much of ln is already in line.
 		line.Reset()
-		changed := false
+		copied, changed := 0, false
+		edit := func(at, skip int, repl string) {
+			line.WriteString(ln[copied:at])
+			line.WriteString(repl)
+			copied, changed = skip, true
+		}
 		cmdPos, inCd, cdDone := true, false, false
 		// findPaths: just after find's command word, where its starting
 		// points go; none (find -delete) means the directory.
@@ -199,7 +220,6 @@ func cwdView(b *strings.Builder, posix string) {
 		for i := 0; i < len(ln); {
 			c := ln[i]
 			if c == ' ' {
-				line.WriteByte(c)
 				i++
 				continue
 			}
@@ -207,13 +227,12 @@ func cwdView(b *strings.Builder, posix string) {
 				if inCd && !cdDone {
 					cwd = "~" // cd alone: the home directory
 				}
-				if findPaths && cwd != "" {
-					if l := line.String(); strings.HasSuffix(l, " ") {
-						line.WriteString(cwd + " ")
+				if findPaths && cwd != "" && noted() {
+					if i > 0 && ln[i-1] == ' ' {
+						edit(i, i, cwd+" ")
 					} else {
-						line.WriteString(" " + cwd)
+						edit(i, i, " "+cwd)
 					}
-					changed = true
 				}
 				inCd, findPaths = false, false
 				switch c {
@@ -224,7 +243,6 @@ func cwdView(b *strings.Builder, posix string) {
 						cwd, stack = stack[n-1], stack[:n-1]
 					}
 				}
-				line.WriteByte(c)
 				cmdPos = c != '<' && c != '>'
 				i++
 				continue
@@ -233,61 +251,54 @@ func cwdView(b *strings.Builder, posix string) {
 			for j < len(ln) && !tokenEnd[ln[j]] {
 				j++
 			}
-			tok := ln[i:j]
+			tok, at := ln[i:j], i
 			i = j
 			switch {
 			case inCd:
 				if !cdDone && !strings.HasPrefix(tok, "-") {
 					cwd, cdDone = cdTarget(cwd, tok), true
 				}
-				line.WriteString(tok)
 				continue
 			case cmdPos:
-				line.WriteString(tok)
-				low := lowerASCII(tok)
-				if isCd(low) {
+				if inFoldedSet(isCd, tok) {
 					inCd, cdDone, cmdPos = true, false, false
 					continue
 				}
-				if low == "popd" {
+				if strings.EqualFold(tok, "popd") {
 					cwd = ""
 				}
-				if low == "find" {
+				if strings.EqualFold(tok, "find") {
 					findPaths, cmdPos = true, false
 					continue
 				}
-				cmdPos = strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || isWrapper(low) || isRunner(low)
+				cmdPos = strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || inFoldedSet(isWrapper, tok) || inFoldedSet(isRunner, tok)
 				continue
 			}
 			if findPaths {
-				switch {
-				case tok == "-H" || tok == "-L" || tok == "-P":
-					line.WriteString(tok)
+				if tok == "-H" || tok == "-L" || tok == "-P" {
 					continue
-				case strings.HasPrefix(tok, "-") && cwd != "":
-					line.WriteString(cwd + " ")
-					changed = true
+				}
+				if strings.HasPrefix(tok, "-") && cwd != "" && noted() {
+					edit(at, at, cwd+" ")
 				}
 				findPaths = false
 			}
-			cmdPos = isRunner(lowerASCII(tok))
-			if cwd != "" {
-				if r, ok := resolveWord(cwd, tok); ok {
-					line.WriteString(r)
-					changed = true
-					continue
-				}
+			cmdPos = (tok[0] == '-' || tok[0] == '/' || tok[0]|0x20 == 'x') && inFoldedSet(isRunner, tok)
+			if cwd == "" || !mayResolveInteresting(cwd, noted(), tok) {
+				continue
 			}
-			line.WriteString(tok)
+			if r, ok := resolveWord(cwd, tok); ok && interestingPath(r) {
+				edit(at, j, r)
+			}
 		}
 		if inCd && !cdDone {
 			cwd = "~"
 		}
-		if findPaths && cwd != "" {
-			line.WriteString(" " + cwd)
-			changed = true
+		if findPaths && cwd != "" && noted() {
+			edit(len(ln), len(ln), " "+cwd)
 		}
 		if changed {
+			line.WriteString(ln[copied:])
 			if b.Len()-start+line.Len() > budget {
 				return
 			}
@@ -297,6 +308,67 @@ func cwdView(b *strings.Builder, posix string) {
 			b.WriteString(line.String())
 		}
 	}
+}
+
+// interestingPath reports the resolved paths a rule can tell apart from a
+// relative one: the root and every entry of it (/, /*, /.*), one top-level
+// system directory (/usr, /etc/*), anything below /dev and /etc, and the
+// home itself or its .ssh. Only such words are written resolved, and only
+// lines holding one are emitted: a script that starts with cd /srv/app
+// and then works on relative paths below it adds nothing to scan.
+func interestingPath(p string) bool {
+	if k := strings.IndexByte(p, '='); k >= 0 {
+		p = p[k+1:]
+	}
+	switch {
+	case p == "":
+		return false
+	case strings.HasPrefix(p, "/dev/"), strings.HasPrefix(p, "/etc/"):
+		return true
+	case p == "~" || p == "~/" || p == "~/*" || strings.HasPrefix(p, "~/.ssh"):
+		return true
+	case p[0] != '/':
+		return false
+	}
+	rest := strings.TrimLeft(p, "/")
+	if rest == "" || strings.IndexByte("*?.[", rest[0]) >= 0 {
+		return true
+	}
+	return isTopName(strings.TrimSuffix(strings.TrimSuffix(rest, "*"), "/"))
+}
+
+// isTopName reports the top-level system directories (as topDir names
+// them).
+func isTopName(name string) bool { return inFoldedSet(topName, name) }
+
+func topName(name string) bool {
+	switch name {
+	case "bin", "boot", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "opt", "proc", "root", "run",
+		"sbin", "srv", "sys", "usr", "var", "system", "library", "applications", "private", "users":
+		return true
+	}
+	return false
+}
+
+// mayResolveInteresting is a cheap test, before resolveWord allocates,
+// that tok read against cwd can be an interestingPath: it climbs (..), or
+// the directory is the root and tok starts with a wildcard, a dot or a
+// top-level name, or the directory is itself of interest (cwdOfNote).
+func mayResolveInteresting(cwd string, cwdOfNote bool, tok string) bool {
+	if strings.Contains(tok, "..") {
+		return true
+	}
+	if cwd != "/" {
+		return cwdOfNote
+	}
+	if k := strings.IndexByte(tok, '='); k >= 0 {
+		tok = tok[k+1:]
+	}
+	if tok == "" || strings.IndexByte(".*?[", tok[0]) >= 0 {
+		return true
+	}
+	first, _, _ := strings.Cut(tok, "/")
+	return isTopName(strings.TrimSuffix(first, "*"))
 }
 
 // cdTarget is the directory after cd tok from cwd ("" when unknown).
