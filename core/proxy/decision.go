@@ -55,6 +55,10 @@ const (
 	// credential that is not this proxy's (wrong, malformed, or another
 	// proxy's).
 	ReasonProxyAuthFailed ReasonCode = "proxy_auth_failed"
+	// ReasonMethodNotAllowed: a TRACE or TRACK request. The upstream
+	// echoes such a request back, headers included, and the proxy may have
+	// added a secret to them; no such request is forwarded.
+	ReasonMethodNotAllowed ReasonCode = "method_not_allowed"
 )
 
 // Protocol is the client protocol a Decision was taken for.

@@ -263,6 +263,11 @@ func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader, authed bool) {
 			}
 		}
 		c.SetReadDeadline(time.Time{})
+		if echoMethod(pr.req.Method) {
+			pr.req.Body.Close()
+			p.refuseEchoMethod(c, pr.target, ProtocolHTTP)
+			return
+		}
 		if pr.req.Method == http.MethodConnect {
 			p.handleConnect(ctx, c, br, pr)
 			return
@@ -271,6 +276,25 @@ func (p *Proxy) serveHTTP(c net.Conn, br *bufio.Reader, authed bool) {
 			return
 		}
 	}
+}
+
+// echoMethod reports the methods whose response echoes the request back:
+// TRACE (RFC 9110 9.3.8) and Microsoft's TRACK. A forwarded one would hand
+// the child every header the proxy set, an injected secret among them, so
+// neither is forwarded, whether or not an injection rule names the target
+// (rules and targets change; the refusal should not depend on them).
+// Methods are case-sensitive, but servers that fold case exist, so any case
+// is refused.
+func echoMethod(m string) bool {
+	return strings.EqualFold(m, http.MethodTrace) || strings.EqualFold(m, "TRACK")
+}
+
+// refuseEchoMethod answers a TRACE or TRACK with 405 and records the
+// refusal; the connection ends, as after every refusal.
+func (p *Proxy) refuseEchoMethod(w io.Writer, t Target, proto Protocol) {
+	const detail = "TRACE and TRACK are not forwarded: the response would echo the request headers, injected secrets included"
+	p.record(t, proto, false, ReasonMethodNotAllowed, detail)
+	writeHTTPError(w, http.StatusMethodNotAllowed, ReasonMethodNotAllowed, t.hostPort(), detail)
 }
 
 func (p *Proxy) answerBadRequest(c net.Conn, err error, keptAlive bool) {

@@ -298,6 +298,11 @@ func (p *Proxy) interceptOne(ctx context.Context, t Target, cbr *bufio.Reader, c
 		cw.Flush()
 		return false
 	}
+	if echoMethod(req.Method) {
+		p.refuseEchoMethod(cw, t, ProtocolConnect)
+		cw.Flush()
+		return false
+	}
 	clientClose := req.Close
 	removeHopHeaders(req.Header)
 	if _, ok := req.Header["User-Agent"]; !ok {

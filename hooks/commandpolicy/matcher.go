@@ -3,6 +3,7 @@ package commandpolicy
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -196,6 +197,17 @@ func newMatcher(rules []compiledRule) *matcher {
 		var set []string
 		if len(sets) > 0 {
 			set, u.needs = sets[0], sets[1:]
+			// The most selective checks first: a window is usually
+			// rejected by the first set it lacks.
+			slices.SortStableFunc(u.needs, func(x, y []string) int {
+				switch {
+				case better(x, y):
+					return -1
+				case better(y, x):
+					return 1
+				}
+				return 0
+			})
 		}
 		if set == nil {
 			m.always = append(m.always, i)

@@ -234,6 +234,26 @@ func BenchmarkStdin256KiBRealistic(b *testing.B) {
 	b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 }
 
+// BenchmarkStdin256KiBAfterCd is the realistic script after a cd the cwd
+// view follows: to the root (every line is read against it) and to a
+// project directory (only lines that climb with .. are).
+func BenchmarkStdin256KiBAfterCd(b *testing.B) {
+	h := newDefault(b)
+	for _, dir := range []string{"/", "/srv/app"} {
+		target := ScanTarget("bash", []string{"-s"}, []byte("cd "+dir+"\n"+realisticScript()))
+		b.Run(dir, func(b *testing.B) {
+			b.SetBytes(int64(len(target)))
+			cpu0 := processCPU()
+			for i := 0; i < b.N; i++ {
+				if m := h.Check(target); m.Action != Allow {
+					b.Fatal(m)
+				}
+			}
+			b.ReportMetric(float64((processCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // BenchmarkStdin256KiB is adversarial: about one line in five is a near
 // miss (rm -rf of a relative path, curl without a pipe).
 func BenchmarkStdin256KiB(b *testing.B) {

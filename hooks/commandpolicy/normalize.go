@@ -65,10 +65,13 @@ func Normalize(s string) string { return normalize(s, 0) }
 
 func normalize(s string, depth int) string {
 	base := fold(s)
-	posix := canonical(unescapeBackslashes(base))
+	posix, hints := canonicalHints(unescapeBackslashes(base))
 	out := posix
 	if win := windowsView(base); win != "" {
 		out = posix + "\n" + win
+	}
+	if derived := derivedViews(posix, hints); derived != "" {
+		out += "\n" + derived
 	}
 	payloads, complete := encodedPayloads(base, depth)
 	for _, payload := range payloads {
@@ -658,6 +661,26 @@ func isRunner(w string) bool {
 // &&, squeezes "( ) {" to "(){", and strips system directory prefixes and
 // .exe suffixes from words in command position.
 func canonical(s string) string {
+	out, _ := canonicalHints(s)
+	return out
+}
+
+// viewHints are what canonical notices on its way for the derived views
+// (see derivedViews), so texts that need neither skip them at no cost.
+type viewHints struct {
+	// funcDef: a function definition (NAME() or the function keyword).
+	funcDef bool
+	// cd: a cd, pushd or chdir in command position whose target the cwd
+	// view can know: an absolute or home path, or none (the home).
+	cd bool
+}
+
+// canonicalHints is canonical, also returning its viewHints.
+func canonicalHints(s string) (string, viewHints) {
+	var hints viewHints
+	// cdPending: the last command word was a cd whose target is still to
+	// come.
+	cdPending := false
 	var b strings.Builder
 	b.Grow(len(s))
 	cmdPos := true
@@ -671,6 +694,9 @@ func canonical(s string) string {
 			i++
 			continue
 		case c == '\n':
+			if cdPending {
+				hints.cd, cdPending = true, false
+			}
 			pendingSpace = false
 			if lastNonSpace == '|' || lastNonSpace == '&' {
 				pendingSpace = true
@@ -693,6 +719,7 @@ func canonical(s string) string {
 				j++
 			}
 			if j < len(s) && s[j] == ')' {
+				hints.funcDef = true
 				b.WriteString("()")
 				k := j + 1
 				for k < len(s) && s[k] == ' ' {
@@ -709,6 +736,9 @@ func canonical(s string) string {
 			}
 		}
 		if isSep(c) {
+			if cdPending {
+				hints.cd, cdPending = true, false
+			}
 			b.WriteByte(c)
 			lastNonSpace = c
 			cmdPos = c != '<' && c != '>'
@@ -726,8 +756,20 @@ func canonical(s string) string {
 		if sep >= 0 {
 			tok = cleanPathToken(tok, sep)
 		}
+		if cdPending && (len(tok) < 2 || tok[0] != '-') {
+			cdPending = false
+			if tok[0] == '/' || tok[0] == '~' || strings.HasPrefix(tok, "$HOME") {
+				hints.cd = true
+			}
+		}
 		if cmdPos {
 			tok = stripCommandPrefix(tok)
+			switch len(tok) {
+			case 2, 5:
+				cdPending = inFoldedSet(isCd, tok)
+			case 8:
+				hints.funcDef = hints.funcDef || tok == "function"
+			}
 			cmdPos = strings.HasPrefix(tok, "-") || strings.Contains(tok, "=") || inFoldedSet(isWrapper, tok) || inFoldedSet(isRunner, tok)
 		} else {
 			// Runners start with '-', '/' or 'x'; skip the lookup otherwise.
@@ -737,7 +779,10 @@ func canonical(s string) string {
 		lastNonSpace = s[j-1]
 		i = j
 	}
-	return strings.TrimRight(b.String(), "\n")
+	if cdPending {
+		hints.cd = true
+	}
+	return strings.TrimRight(b.String(), "\n"), hints
 }
 
 // cleanPathToken resolves the lexical spellings of an absolute path the

@@ -215,3 +215,103 @@ func splitEvery(s string, n int) string {
 	}
 	return strings.Join(append(parts, s), " ")
 }
+
+// The destructive families through the normaliser's folds: each spelled
+// form is blocked by its family's rule, and the plain relative twin passes.
+func TestDestructiveFamiliesThroughFolds(t *testing.T) {
+	h := newDefault(t)
+	for _, c := range []struct{ in, rule string }{
+		{`/usr/bin/find / -delete`, "find-root-delete"},
+		{`f""ind "/" -de''lete`, "find-root-delete"},
+		{`find ${x:-/} -delete`, "find-root-delete"},
+		{`$'\x66ind' // -delete`, "find-root-delete"},
+		{`find /usr/.. -exec r\m -rf {} +`, "find-root-delete"},
+		{`echo / | xargs r""m -rf`, "xargs-rm-root"},
+		{`echo ${d:-/} | xargs rm -r{,f}`, "xargs-rm-root"},
+		{`cd ~/../..; rm -rf .`, "rm-root"},
+		{`cd "/" && rm -rf ./`, "rm-root"},
+		{`pushd //; rm -r -f *`, "rm-root"},
+		{`\cp /dev/zero //dev/./sda`, "copy-to-block-device"},
+		{`cp /dev/zero /dev/sd{a,b}`, "copy-to-block-device"},
+		{`s""gdisk --zap-all /dev//sda`, "partition-device"},
+		{`/sbin/sgdisk -Z $'/dev/sda'`, "partition-device"},
+		{`w(){ w & w; }; w`, "fork-bomb"},
+		{`b${x}b(){ bb|bb& }; bb`, "fork-bomb"},
+		{`perl${IFS}-e${IFS}"fork while 1"`, "fork-bomb"},
+		{`python3 -c 'import shutil; shutil.rmtree("${x:-/}")'`, "script-root-delete"},
+		{`python3 -c 'import shutil; shutil.rmtree("/usr/..")'`, "script-root-delete"},
+		{`chmod -R 000 /usr/..`, "chmod-root-recursive"},
+		{`ch""mod -R 0 //`, "chmod-root-recursive"},
+		{`chown -R x ~/../..`, "chown-root-recursive"},
+		{`reg delete "HKLM\SOFTWARE" /f`, "win-reg-delete-hive"},
+		{`r^eg de^lete HKLM\SYSTEM /f`, "win-reg-delete-hive"},
+	} {
+		rule := c.rule
+		if rule == "chown-root-recursive" {
+			rule = "chmod-root-recursive" // one rule for the chmod family
+		}
+		if m := h.Check(ScanTarget("sh", []string{"-c", c.in}, nil)); m.Action != Block || !hasHit(m, rule) {
+			t.Errorf("%q: %s %+v, want block by %s (normalised %q)", c.in, m.Action, m.Hits, rule, Normalize(c.in))
+		}
+	}
+	for _, in := range []string{`find . -delete`, `rm -rf ./build`, `chmod -R 755 dir`, `python3 -c 'import shutil; shutil.rmtree("build")'`,
+		`f""ind . -de''lete`, `cd /tmp; rm -rf .`, `echo ./build | xargs rm -rf`, `cp /dev/zero ./disk.img`} {
+		if m := h.Check(ScanTarget("sh", []string{"-c", in}, nil)); m.Action != Allow {
+			t.Errorf("%q: %s by %s, want allow (normalised %q)", in, m.Action, m.Rule, Normalize(in))
+		}
+	}
+}
+
+func TestDerivedViews(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		// A self-calling function is also read with its name as ":".
+		{`a(){ a & a; }; a`, ":(){ : & :; }; :"},
+		{`function g { g | g & }; g`, "function : { : | : & }; :"},
+		{`f(){ echo hi; }; f`, ""},
+		{`ab(){ a & b; }; ab`, ""},
+		// Relative words after cd to a known directory.
+		{`cd /; rm -rf .`, "cd /; rm -rf /"},
+		{`cd /dev && dd if=/dev/zero of=sda`, "cd /dev && dd if=/dev/zero of=/dev/sda"},
+		{"cd /\nls\nrm -rf *", "rm -rf /*"},
+		{`cd /usr; cd ..; rm -r etc`, "cd /usr; cd ..; rm -r /etc"},
+		{`cd /usr; cd ..; rm -r x`, ""},
+		{`cd /srv/app && rm -rf ../..`, "cd /srv/app && rm -rf /"},
+		{`cd /srv/app && rm -rf node_modules build`, ""},
+		{`cd /srv/app; cd ../..; find -delete`, "cd /srv/app; cd ../..; find / -delete"},
+		{`cd /dev; cat img > sda1`, "cd /dev; cat /dev/img > /dev/sda1"},
+		{`cd; rm -rf *`, "cd; rm -rf ~/*"},
+		{`cd / && find -delete`, "cd / && find / -delete"},
+		{`cd /; find | xargs rm`, "cd /; find / | xargs rm"},
+		{`cd /; find`, "cd /; find /"},
+		{`(cd /; ls *); rm -rf *`, "(cd /; ls /*); rm -rf *"},
+		{`cd /; cd $D; rm -rf *`, ""},
+		{`cd src && rm -rf *`, ""},
+		{`cd /tmp && ./configure --prefix=/usr && make`, ""},
+	} {
+		got := derive(c.in)
+		if c.want == "" {
+			if got != "" {
+				t.Errorf("%q: derived %q, want none", c.in, got)
+			}
+			continue
+		}
+		if !strings.Contains(got, c.want) {
+			t.Errorf("%q: derived %q, want it to hold %q", c.in, got, c.want)
+		}
+	}
+	// The cwd view is bounded: a long directory is not followed, and the
+	// view stops growing past twice the text.
+	long := "cd /" + strings.Repeat("d", maxCwd) + "; rm -rf *"
+	if got := derive(long); got != "" {
+		t.Errorf("directory longer than %d followed: %q", maxCwd, got)
+	}
+	pad := "cd /dev/disk/by-id; ls " + strings.Repeat("x ", 4096)
+	if got := derive(pad); len(got) > 2*len(pad)+256 {
+		t.Errorf("cwd view of %d bytes for %d bytes", len(got), len(pad))
+	}
+}
+
+// derive is the derived views of s as Normalize computes them.
+func derive(s string) string {
+	return derivedViews(canonicalHints(unescapeBackslashes(fold(s))))
+}

@@ -35,8 +35,10 @@ const (
 	// cb: start of a command word, which may carry a directory prefix
 	// (/bin/rm, C:\...\vssadmin.exe) but is not the tail of a longer word.
 	cb = `(?:^|[^\w.-])`
-	// ce: end of a word.
-	ce = `(?:$|[\s;&|)<>}])`
+	// ce: end of a word. A comma and a closing bracket end one too: the
+	// argument lists of script one-liners (subprocess.run("rm -rf /",
+	// shell=True), the quotes dropped).
+	ce = `(?:$|[\s;&|)<>},\]])`
 	// a: a character inside one simple command.
 	a = `[^\n;&|]`
 	// devDir: the /dev directory, also behind the Windows device-namespace
@@ -76,7 +78,19 @@ const (
 	cmdStart = `(?:^|[;&|({]\s*|(?:^|\s)(?:sudo|doas|exec|nohup|-c|/c|/k|-command)\s+)(?:\S*[/\\])?`
 	credFile = `/etc/(?:passwd|shadow|gshadow|group|sudoers(?:\.d(?:/\S*)?)?)`
 	hive     = `(?:hklm|hkey_local_machine|hkcu|hkey_current_user|hkcr|hkey_classes_root|hku|hkey_users|hkcc|hkey_current_config)`
+	// hiveKey: nothing, or a top-level key of a hive whose loss leaves
+	// Windows unbootable or the user's profile empty (with the few keys
+	// below SOFTWARE and SYSTEM that hold the same).
+	hiveKey = `(?:[\\/](?:software(?:[\\/](?:microsoft(?:[\\/]windows(?: nt)?(?:[\\/]currentversion)?)?|classes|wow6432node))?|system(?:[\\/](?:currentcontrolset|controlset\d+)(?:[\\/](?:services|control))?)?|sam|security|hardware|bcd00000000|components|drivers|\.default|s-1-5-[\d-]+))?`
 )
+
+// scriptRoot: the root as a script names it: a root path (quotes dropped)
+// or the separator constant of python (os.sep) and node (path.sep).
+var scriptRoot = `(?:` + rootPath + `|os\.sep|os\.path\.sep|path\.sep|path\.posix\.sep)`
+
+// chRecursive: -R of chmod, chown, chgrp, chattr and setfacl (read lower
+// case), alone or bundled, or --recursive and its prefixes.
+var chRecursive = `(?:-[a-z]*r[a-z]*|` + longPrefixes("--recursive", 3) + `)`
 
 // rmRecursive: rm's recursive option, alone, bundled (-rf, -Rfv) or long:
 // GNU getopt takes any unambiguous prefix of --recursive (--rec, --r).
@@ -175,8 +189,22 @@ func DefaultRules() []Rule {
 				// bash and ksh: function f { f | f & }
 				cb+`function\s+`+fnName+`\s*(?:\(\))?\s*\{\s*`+fnName+`\s*\|\s*`+fnName+`\s*&\s*;?\s*\}`,
 				`%0\s*\|\s*%0`,
-				`\bfork\s+while\s+fork\b`,
-				`\bwhile\s*\(\s*1\s*\)\s*\{?\s*fork\b`,
+				// A function that calls itself, which the normaliser also
+				// spells ":" (see derivedViews), and whose body starts with a
+				// call of itself piped or sent to the background:
+				// a(){ a & a; }, f(){ f|f; }, f() ( f | f & ).
+				`:\s?\(\)\s?[{(]\s*:\s*(?:\||&(?:[^&]|$))`,
+				cb+`function\s+:\s*(?:\(\))?\s*\{\s*:\s*(?:\||&(?:[^&]|$))`,
+				// fork in an endless loop, as language one-liners write it:
+				// perl -e 'fork while 1', 'fork until 0', 'while(1){fork}',
+				// python's 'while True: os.fork()', ruby's 'loop { fork }',
+				// and a loop over os.fork() in a comprehension.
+				`\bfork\b(?:\s*\(\s*\))?\s*(?:while|until)\s*\(?\s*(?:1|true|fork|!\s*0|0|false)\b`,
+				`\b(?:while|until)\s*\(?\s*fork\b`,
+				`\b(?:while|until)\s*\(?\s*(?:1|true|!\s*0|0|false)\s*\)?\s*(?:\{|:|;\s*do\b|do\b)?[^\n]*\bfork\b`,
+				`\bfor\s*\(\s*;\s*;\s*\)[^\n]*\bfork\b`,
+				`\bloop\s*(?:\{|do\b)[^\n]*\bfork\b`,
+				`\bfork\b[^\n]*\bfor\s+\w+\s+in\s+(?:iter\(\s*int\s*,\s*1\s*\)|itertools\.count\(|count\()`,
 			)},
 		{Name: "rm-no-preserve-root", Action: Block,
 			Description: "rm with --no-preserve-root: deleting the root file system",
@@ -194,23 +222,99 @@ func DefaultRules() []Rule {
 				// cd / (or pushd /) then a recursive rm of everything there.
 				[]string{cb + `(?:cd|pushd|chdir)\s+(?:-[a-z]+\s+)*/[/.]*\s*(?:&&|;)\s*(?:sudo\s+)?rm\s(?:` + a + `*\s)?` + rmRecursive + `(?:\s` + a + `*)?\s` + globAll + ce},
 			)...)},
+		{Name: "xargs-rm-root", Action: Block,
+			Description: "the root fed to rm through xargs (echo / | xargs rm -rf, find / | xargs rm)",
+			Regex: alt(
+				// A command naming the root (or every entry of it) whose
+				// output a later stage of the pipeline hands to a recursive
+				// rm: echo / | xargs rm -rf, ls -d /* | xargs -n1 rm -rf.
+				cb+`(?:echo|printf|ls|print|realpath|readlink|dirname|pwd)\s(?:`+a+`*\s)?`+rootPath+ce+`[^\n;&]*\|\s*(?:sudo\s+)?(?:xargs|parallel)\s(?:`+a+`*\s)?rm\s(?:`+a+`*\s)?`+rmRecursive+ce,
+				// find below the root lists every file: any rm deletes them.
+				cb+`find\s(?:`+a+`*\s)?`+rootPath+ce+`[^\n;&]*\|\s*(?:sudo\s+)?(?:xargs|parallel)\s(?:`+a+`*\s)?rm`+ce,
+				// xargs rm -rf <<< /
+				cb+`xargs\s(?:`+a+`*\s)?rm\s(?:`+a+`*\s)?`+rmRecursive+`(?:\s`+a+`*)?\s?<<<\s*`+rootPath+ce,
+			)},
+		{Name: "find-root-delete", Action: Block,
+			Description: "find from the root deleting what it finds (find / -delete, find / -exec rm)",
+			Regex: alt(
+				cb+`find\s(?:`+a+`*\s)?`+rootPath+`\s(?:`+a+`*\s)?-delete`+ce,
+				cb+`find\s(?:`+a+`*\s)?`+rootPath+`\s(?:`+a+`*\s)?-(?:exec|execdir|ok|okdir)\s+(?:sudo\s+)?(?:rm|shred|unlink)`+ce,
+			)},
+		{Name: "chmod-root-recursive", Action: Block,
+			Description: "recursive chmod, chown, chgrp, chattr or setfacl of the root (chmod -R 000 /)",
+			// One program for both orders (unlike withOption): scripts run
+			// chmod on many lines, and one unit checks " /" once per line.
+			Regex: cb + `(?:chmod|chown|chgrp|chattr|setfacl)(?:\s(?:` + a + `*\s)?` + chRecursive + `(?:\s` + a + `*)?\s` + rootPath + ce +
+				`|(?:\s` + a + `*)?\s` + rootPath + `\s(?:` + a + `*\s)?` + chRecursive + ce + `)`},
+		{Name: "script-root-delete", Action: Block,
+			Description: "a script one-liner deleting the root (shutil.rmtree(\"/\"), FileUtils.rm_rf(\"/\"), fs.rmSync(\"/\"), [\"rm\", \"-rf\", \"/\"])",
+			Regex: alt(
+				// The library calls that delete a tree, on the root (the
+				// normaliser has dropped the quotes): python's
+				// shutil.rmtree, ruby's FileUtils.rm_rf / rm_r /
+				// remove_dir / remove_entry, perl's rmtree / remove_tree,
+				// node's fs.rm / rmSync / rmdirSync and rimraf.
+				`\b(?:rmtree|rm_rf|rm_r|remove_dir|remove_entry(?:_secure)?|remove_tree|rmsync|rmdirsync|rimraf(?:\.sync)?|(?:fs|promises|fsp|fse)\.(?:rm|rmdir|remove|removesync|emptydir|emptydirsync))(?:\s*\(\s*(?:path\s*=\s*|r)?`+scriptRoot+`\s*[,)]|\s+`+scriptRoot+`(?:$|[\s,;)}]))`,
+				// rm -rf / as an argument list: subprocess.run(["rm",
+				// "-rf", "/"]), system("rm", "-rf", "/"), spawn("rm", [...]).
+				`[\[(]\s*rm\s*,(?:\s*\[)?(?:\s*[^,\n\])]*,)*?\s*`+rmRecursive+`\s*,(?:\s*[^,\n\])]*,)*?\s*`+rootPath+`\s*[,\])]`,
+				`[\[(]\s*rm\s*,(?:\s*\[)?(?:\s*[^,\n\])]*,)*?\s*`+rootPath+`\s*,(?:\s*[^,\n\])]*,)*?\s*`+rmRecursive+`\s*[,\])]`,
+			)},
 		{Name: "dd-to-disk", Action: Block,
 			Description: "dd writing onto a disk or partition device",
-			Regex:       cb + `dd\s(?:` + a + `*\s)?of=` + blockDev},
+			Regex:       cb + `(?:dd|dcfldd|dc3dd)\s(?:` + a + `*\s)?of=` + blockDev},
+		{Name: "copy-to-block-device", Action: Block,
+			Description: "cp, install, rsync or ddrescue writing onto a disk or partition device",
+			Regex: alt(
+				// The last operand is the destination.
+				cb+`(?:cp|install|rsync|ddrescue)\s`+a+`*\s`+blockDev+`[^\s;&|)]*\s*(?:$|[;&|)])`,
+				// ddrescue's second operand is its output (a map file may
+				// follow).
+				cb+`ddrescue\s(?:-\S+\s+)*[^\s-]\S*\s+(?:-\S+\s+)*`+blockDev,
+				// -t DEST, --target-directory=DEST, pv -o DEST.
+				cb+`(?:cp|install|mv|pv)\s(?:`+a+`*\s)?(?:-t\s*|--target-directory=|-o\s*|--output=)`+blockDev,
+			)},
+		{Name: "partition-device", Action: Block,
+			Description: "rewriting the partition table of a disk (sgdisk, sfdisk, fdisk, gdisk, cfdisk, parted)",
+			Regex: alt(slices.Concat(
+				// sgdisk with an option that writes (the policy reads lower
+				// case, so -O, -D and -E share the letters of -o, -d, -e).
+				withOptionParts(`sgdisk`, `(?:-[a-z]*[zondgrtclumhsaex][a-z]*|--(?:zap|clear|new|delete|largest-new|load-backup|replicate|mbrtogpt|gpttombr|typecode|change-name|randomize|transpose|transform|partition-guid|disk-guid|hybrid|sort|move|attributes|recompute)\S*)`, blockDev+`\S*`),
+				[]string{
+					// An interactive partitioner fed a script by a pipe, a
+					// redirect or a here-document.
+					`\|\s*(?:sudo\s+)?(?:sfdisk|fdisk|gdisk|parted)\s(?:` + a + `*\s)?` + blockDev,
+					cb + `(?:sfdisk|fdisk|gdisk|parted)\s(?:` + a + `*\s)?` + blockDev + a + `*<`,
+					// sfdisk's writing options, cfdisk on any disk, parted's
+					// writing commands.
+					cb + `sfdisk\s(?:` + a + `*\s)?(?:--delete|--wipe|-w|--append|-a|--move-data|--relocate|--part-type|--part-uuid|--part-label|--part-attrs|--change-id|--id|-n)` + ce + `(?:` + a + `*)?` + blockDev,
+					cb + `sfdisk\s(?:` + a + `*\s)?` + blockDev + `\S*\s(?:` + a + `*\s)?(?:--delete|--wipe|-w|--append|-a|--move-data)` + ce,
+					cb + `cfdisk\s(?:` + a + `*\s)?` + blockDev,
+					cb + `parted\s(?:` + a + `*\s)?` + blockDev + `\S*\s(?:` + a + `*\s)?(?:mklabel|mktable|mkpart|mkpartfs|rm|resizepart|resize|rescue|mkfs)` + ce,
+				},
+			)...)},
 		{Name: "mkfs-device", Action: Block,
 			Description: "creating a file system on a device",
-			Regex:       cb + `(?:mkfs(?:\.[\w]+)?|mke2fs|mkswap|mkdosfs|mkntfs|mkfs_\w+|newfs(?:_\w+)?)\s(?:` + a + `*\s)?` + devDir},
+			Regex:       cb + `(?:mkfs(?:\.[\w]+)?|mke2fs|mkswap|mkdosfs|mkntfs|mkexfatfs|mkudffs|mkreiserfs|mkfs_\w+|newfs(?:_\w+)?|mkfs\.\w+)\s(?:` + a + `*\s)?` + devDir},
 		{Name: "redirect-to-block-device", Action: Block,
 			Description: "output redirected (or tee'd) into a disk or partition device",
 			Regex:       alt(`>[>|]?\s*`+blockDev, cb+`tee\s(?:`+a+`*\s)?`+blockDev)},
 		{Name: "wipe-device", Action: Block,
-			Description: "wipefs, blkdiscard or shred of a device",
-			Regex:       cb + `(?:wipefs|blkdiscard|shred)\s(?:` + a + `*\s)?` + blockDev},
+			Description: "wipefs, blkdiscard, shred or another erasing tool (nvme format or sanitize, hdparm --security-erase, cryptsetup luksFormat or erase, sg_format) on a device",
+			Regex: alt(
+				cb+`(?:wipefs|blkdiscard|shred|sg_format|sg_sanitize|scrub|wipe)\s(?:`+a+`*\s)?`+blockDev,
+				cb+`nvme\s+(?:format|sanitize)\s(?:`+a+`*\s)?`+blockDev,
+				cb+`hdparm\s(?:`+a+`*\s)?--(?:security-erase(?:-enhanced)?|trim-sector-ranges|write-sector|make-bad-sector)\s(?:`+a+`*\s)?`+blockDev,
+				cb+`cryptsetup\s(?:`+a+`*\s)?(?:luksformat|erase|lukserase|reencrypt\s+--encrypt)\s(?:`+a+`*\s)?`+blockDev,
+				cb+`cryptsetup\s(?:`+a+`*\s)?`+blockDev+`\S*\s(?:`+a+`*\s)?(?:luksformat|erase)`+ce,
+			)},
 
 		// ---- Windows: block ----
 		{Name: "win-format-drive", Action: Block,
 			Description: "formatting a drive (format X: or Format-Volume)",
-			Regex:       alt(cb+`format(?:\.com)?\s+[a-z]:(?:$|[\s\\/;&|])`, cb+`format-volume\b`)},
+			Regex: alt(cb+`format(?:\.com)?\s+[a-z]:(?:$|[\s\\/;&|])`, cb+`format-volume\b`,
+				// Options before the drive: format /q /fs:ntfs d:.
+				cmdStart+`format(?:\.com)?\s(?:/[^\s;&|]*\s+)+[a-z]:(?:$|[\s\\/;&|])`)},
 		{Name: "win-root-recursive-delete", Action: Block,
 			Description: "recursive delete of a drive root or registry hive root",
 			Regex: alt(slices.Concat(withOptionParts(winRemove, winRecurse, winRoot),
@@ -241,6 +345,10 @@ func DefaultRules() []Rule {
 				// disk 0','clean' | diskpart, "select disk 0`nclean" with
 				// the backtick folded away).
 				`\bselect\s+disk\s*=?\s*\d+(?:r?n|(?s:.*?)(?:\n|[;&(,]|\becho\s))\s*clean\b`,
+				// A diskpart script that selects a partition or volume and
+				// deletes or formats it.
+				`\bselect\s+(?:partition|volume|vol|part)\s*=?\s*\w+(?:r?n|(?s:.*?)(?:\n|[;&(,]|\becho\s))\s*(?:delete\s+(?:partition|volume|part|vol)|format)\b`,
+				cb+`remove-partition\b`,
 			)},
 		{Name: "win-encoded-command-undecoded", Action: Block,
 			Description: fmt.Sprintf("PowerShell -EncodedCommand payloads past what the policy decodes (more than %d in one text, or nested more than %d deep): the hidden script cannot be checked, so it is not let through", maxDecodes, maxDecodeDepth),
@@ -249,8 +357,10 @@ func DefaultRules() []Rule {
 			Description: "bcdedit deleting boot entries or disabling recovery",
 			Regex:       cb + `bcdedit(?:\.exe)?\s(?:` + a + `*\s)?(?:/delete\b|/set\s` + a + `*\b(?:recoveryenabled\s+(?:no|off|0|false)|bootstatuspolicy\s+ignoreallfailures))`},
 		{Name: "win-reg-delete-hive", Action: Block,
-			Description: "reg delete of a whole registry hive",
-			Regex:       cb + `reg(?:\.exe)?\s+delete\s+` + hive + `\\?\s(?:` + a + `*\s)?[-/]f\b`},
+			Description: "reg delete of a whole registry hive or of one of its top-level system keys (HKLM\\SOFTWARE, HKLM\\SYSTEM, ...)",
+			Regex: alt(cb+`reg(?:\.exe)?\s+delete\s+`+hive+hiveKey+`\\?\s(?:`+a+`*\s)?[-/]f\b`,
+				// PowerShell's registry drives and provider paths.
+				withOption(`(?:remove-item|ri|rm|rmdir|rd|del|erase)`, winRecurse, `(?:(?:hklm|hkcu|hkcr|hku|hkcc):|registry::`+hive+`)`+hiveKey+`[\\/]?\*?`))},
 
 		// ---- POSIX: warn ----
 		{Name: "rm-system-path", Action: Warn,
