@@ -66,9 +66,19 @@ func main() {
 			flags = slices.Replace(flags, i, i+1, "--unshare-user-try", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try")
 		}
 	case "dev-shm":
-		// After bwrap's own /dev, which it would cover.
-		if j := slices.Index(flags, "--dev"); j >= 0 {
-			flags = slices.Insert(slices.Clone(flags), j+2, "--bind", "/dev/shm", "/dev/shm")
+		// After bwrap's own /dev and the driver's sized /dev/shm tmpfs,
+		// which would cover it.
+		at := -1
+		for j := 0; j+1 < len(flags); j++ {
+			if flags[j] == "--tmpfs" && flags[j+1] == "/dev/shm" {
+				at = j + 2
+			}
+		}
+		if j := slices.Index(flags, "--dev"); at < 0 && j >= 0 {
+			at = j + 2
+		}
+		if at >= 0 {
+			flags = slices.Insert(slices.Clone(flags), at, "--bind", "/dev/shm", "/dev/shm")
 		}
 	case "proc":
 		if i := slices.Index(flags, "--proc"); i >= 0 {
