@@ -20,11 +20,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -1202,6 +1204,9 @@ func escapeCLIDeath(t *testing.T, h *escapeHarness) {
 	ws := h.workspace(t)
 	for _, sig := range []syscall.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGKILL} {
 		t.Run(sig.String(), func(t *testing.T) {
+			before := listTree(t, ws)
+			var drivers []int
+			defer func() { leftNothing(t, h, ws, before, drivers) }()
 			marker := uniqueMarker("aleph-cli-victim")
 			var driver int
 			r := h.execOpts(t, ws, runOpts{start: func(cmd *exec.Cmd) {
@@ -1218,6 +1223,7 @@ func escapeCLIDeath(t *testing.T, h *escapeHarness) {
 			if driver == 0 {
 				t.Fatalf("never saw the sandbox (exit %d %s)", r.code, r.stderr)
 			}
+			drivers = append(drivers, driver)
 			if r.code == 0 {
 				t.Errorf("exit 0 after %v", sig)
 			}
@@ -1246,6 +1252,41 @@ func escapeCLIDeath(t *testing.T, h *escapeHarness) {
 			}
 		})
 	}
+	// `exec -- yes | head -1`: the reader goes away; the command ends, the
+	// CLI exits 141 as a shell's pipeline member would, nothing is left.
+	t.Run("SIGPIPE", func(t *testing.T) {
+		before := listTree(t, ws)
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, filepath.Join(h.bin, "aleph-sandbox"), "exec", "--workspace-root", h.root, "--workspace", ws,
+			"--session", "battery-"+t.Name(), "--", "/usr/bin/yes")
+		cmd.Env = h.env()
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var drivers []int
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err != nil || line != "y\n" {
+			t.Fatalf("first line %q, %v", line, err)
+		}
+		if d := childNamed(cmd.Process.Pid, "aleph-driver-bw"); d > 0 {
+			drivers = append(drivers, d)
+		}
+		_ = out.Close()
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 141 {
+			t.Fatalf("exit %v, want 141", err)
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the CLI did not end after its reader went away")
+		}
+		leftNothing(t, h, ws, before, drivers)
+	})
 }
 
 func escapeTimeouts(t *testing.T, h *escapeHarness) {
@@ -1824,3 +1865,80 @@ func errnoOrNil(e syscall.Errno) error {
 	return e
 }
 `
+
+// listTree is every path below dir (relative), sorted: what a command or its
+// sandbox left in a workspace shows as a difference.
+func listTree(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out = append(out, rel)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// commandCgroupsOf lists the command cgroups a driver process owns (named
+// aleph-<driver pid>-...), in every mounted hierarchy.
+func commandCgroupsOf(pid int) []string {
+	prefix := "aleph-" + strconv.Itoa(pid) + "-"
+	var out []string
+	_ = filepath.WalkDir("/sys/fs/cgroup", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if strings.Count(strings.TrimPrefix(p, "/sys/fs/cgroup"), "/") > 6 {
+			return fs.SkipDir
+		}
+		if strings.HasPrefix(d.Name(), prefix) {
+			out = append(out, p)
+			return fs.SkipDir
+		}
+		return nil
+	})
+	return out
+}
+
+// leftNothing holds an interrupted run to issue 18's rule: the workspace
+// looks as before (no placeholder or other entry survives), and no command
+// cgroup of the drivers involved remains — at once where the driver
+// survived, after the next driver start where it was killed.
+func leftNothing(t *testing.T, h *escapeHarness, ws string, before []string, drivers []int) {
+	t.Helper()
+	if t.Failed() {
+		return
+	}
+	settled := func() ([]string, []string) {
+		var cgs []string
+		for _, d := range drivers {
+			cgs = append(cgs, commandCgroupsOf(d)...)
+		}
+		return listTree(t, ws), cgs
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	after, cgs := settled()
+	for (!slices.Equal(after, before) || len(cgs) > 0) && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+		after, cgs = settled()
+	}
+	if len(cgs) > 0 {
+		// A driver that was killed cannot remove its cgroup: the next one
+		// to start sweeps dead owners' at launch.
+		h.exec(t, "", nil, "/bin/true")
+		after, cgs = settled()
+	}
+	if !slices.Equal(after, before) {
+		t.Errorf("the workspace changed: before %v, after %v", before, after)
+	}
+	if len(cgs) > 0 {
+		t.Errorf("command cgroups left behind: %v", cgs)
+	}
+}
