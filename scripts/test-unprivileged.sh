@@ -17,7 +17,9 @@ cp -a . "$work/src"
 # The module cache is copied, not downloaded again: the run stays offline.
 modcache=$(go env GOMODCACHE)
 mkdir -p "$home/go/pkg"
-if [ ! -d "$home/go/pkg/mod" ]; then cp -a "$modcache" "$home/go/pkg/mod"; fi
+# Modules added since the last run are copied too (-n keeps what is there).
+mkdir -p "$home/go/pkg/mod"
+cp -a -n "$modcache/." "$home/go/pkg/mod/"
 chown -R "$user:" "$work" "$home/go"
 gobin=$(command -v go)
 pkgs=${UNPRIV_PKGS:-./drivers/bwrap/... ./cmd/aleph-sandbox/ ./conformance/}
