@@ -51,13 +51,22 @@ import (
 const placeholderPerm = 0o444
 
 // defaultStateDir is the driver's private state directory: /run for root,
-// XDG_RUNTIME_DIR otherwise, else a per-uid directory in the temp dir.
+// XDG_RUNTIME_DIR otherwise, else the user's state directory
+// ($XDG_STATE_HOME, ~/.local/state), and a per-uid directory in the temp
+// dir only without a home: a name in the shared temp dir can be taken by
+// another user first (placeholderDir then refuses it, and nothing runs).
 func defaultStateDir() string {
 	if os.Geteuid() == 0 {
 		return "/run/aleph-sandbox"
 	}
 	if x := os.Getenv("XDG_RUNTIME_DIR"); x != "" && filepath.IsAbs(x) {
 		return filepath.Join(x, "aleph-sandbox")
+	}
+	if x := os.Getenv("XDG_STATE_HOME"); x != "" && filepath.IsAbs(x) {
+		return filepath.Join(x, "aleph-sandbox", "driver")
+	}
+	if h, err := os.UserHomeDir(); err == nil && filepath.IsAbs(h) {
+		return filepath.Join(h, ".local", "state", "aleph-sandbox", "driver")
 	}
 	return filepath.Join(os.TempDir(), "aleph-sandbox-"+strconv.Itoa(os.Geteuid()))
 }
