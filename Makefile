@@ -5,6 +5,7 @@ GOFLAGS   ?=
 # Code generators, pinned: `make proto-tools` installs exactly these.
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 TOOLS     := $(CURDIR)/.tools
 
 .PHONY: all build test test-go test-unprivileged fuzz-short proto proto-tools proto-check lint cross bench clean
@@ -46,12 +47,17 @@ proto-tools:
 	@mkdir -p $(TOOLS)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 
 proto: proto-tools
 	PATH=$(TOOLS):$$PATH protoc -I driverapi/proto/alephv1 \
 		--go_out=paths=source_relative:driverapi/proto/alephv1 \
 		--go-grpc_out=paths=source_relative:driverapi/proto/alephv1 \
 		driverapi/proto/alephv1/aleph.proto
+	PATH=$(TOOLS):$$PATH protoc -I driverapi/proto/hostv1 \
+		--go_out=paths=source_relative:driverapi/proto/hostv1 \
+		--connect-go_out=paths=source_relative:driverapi/proto/hostv1 \
+		driverapi/proto/hostv1/host.proto
 
 # Fails when the committed generated code differs from what `make proto` makes.
 proto-check: proto

@@ -22,9 +22,11 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// Config is the whole configuration. Only the [sandbox] table exists.
+// Config is the whole configuration: the [sandbox] table, and [serve] for
+// `aleph-sandbox serve` (ServeConfig).
 type Config struct {
 	Sandbox SandboxConfig `koanf:"sandbox" json:"sandbox" toml:"sandbox"`
+	Serve   ServeConfig   `koanf:"serve" json:"serve" toml:"serve"`
 }
 
 // SandboxConfig is the [sandbox] table.

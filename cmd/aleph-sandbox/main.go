@@ -45,6 +45,7 @@ func subcommands() []subcommand {
 		{"config", "print the effective configuration", runConfig},
 		{"policy", "check a command string against the command policy", runPolicy},
 		{"conformance", "run the driver conformance suite against a driver binary", runConformance},
+		{"serve", "serve the warm pipeline to local clients over a unix socket", runServe},
 	}
 }
 
