@@ -8,7 +8,7 @@ PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
 PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 TOOLS     := $(CURDIR)/.tools
 
-.PHONY: all build test test-go test-unprivileged fuzz-short proto proto-tools proto-check lint cross bench clean
+.PHONY: all build test test-go test-python test-unprivileged fuzz-short proto proto-tools proto-check lint cross bench clean
 
 all: build
 
@@ -22,10 +22,14 @@ build:
 # The whole check, as CI runs it: generated code fresh, lint for all three
 # OSes, cross builds, every test with the race detector, the Linux driver's
 # tests again as an unprivileged user, and a short fuzzing pass.
-test: build proto-check lint cross test-go test-unprivileged fuzz-short
+test: build proto-check lint cross test-go test-python test-unprivileged fuzz-short
 
 test-go: build
 	$(GO) test -race -count=1 ./...
+
+# The Python client against a real `serve` started by the tests (bin/).
+test-python: build
+	cd clients/python && python3 -W error::ResourceWarning -m unittest discover -s tests
 
 test-unprivileged: build
 	./scripts/test-unprivileged.sh
