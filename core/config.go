@@ -155,7 +155,7 @@ const EnvPrefix = "ALEPH_SANDBOX_SANDBOX__"
 // driver lookup directory.
 func isOtherEnvVar(name string) bool {
 	switch name {
-	case "ALEPH_SANDBOX_LOG", "ALEPH_SANDBOX_LOG_FILE", "ALEPH_SANDBOX_PLUGIN_DIR":
+	case "ALEPH_SANDBOX_LOG", "ALEPH_SANDBOX_LOG_FILE", "ALEPH_SANDBOX_PLUGIN_DIR", "ALEPH_SANDBOX_HOST", "ALEPH_SANDBOX_LOG_FORMAT":
 		return true
 	}
 	return false

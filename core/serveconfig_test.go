@@ -35,3 +35,15 @@ func TestServeSection(t *testing.T) {
 		}
 	}
 }
+
+// TestServeEnvVarsAreNotOverrides: ALEPH_SANDBOX_HOST (exec --host) and
+// ALEPH_SANDBOX_LOG_FORMAT (serve's log) are not refused as mistyped
+// configuration overrides, while a mistyped one still is.
+func TestServeEnvVarsAreNotOverrides(t *testing.T) {
+	if _, err := loadConfig("", []string{"ALEPH_SANDBOX_HOST=unix:/run/a.sock", "ALEPH_SANDBOX_LOG_FORMAT=json"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig("", []string{"ALEPH_SANDBOX_HOSTS=x"}); err == nil {
+		t.Error("a mistyped variable was accepted")
+	}
+}
