@@ -65,6 +65,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]struct{}
+	// running counts Execute calls in progress, so a stopping server can
+	// wait for their commands to be gone.
+	running sync.WaitGroup
 }
 
 var _ hostv1connect.ServiceHandler = (*Server)(nil)
@@ -90,6 +93,20 @@ func New(opts Options) (*Server, error) {
 		s.protected = append(s.protected, canonical(abs))
 	}
 	return s, nil
+}
+
+// Wait waits until no Execute call is in progress, or timeout; it reports
+// whether they all ended. Called after their contexts are cancelled, it
+// returns once their commands have been killed.
+func (s *Server) Wait(timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() { s.running.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
 }
 
 // Handler is the HTTP handler serving the service and the standard gRPC
@@ -265,6 +282,8 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 
 // Execute implements the service.
 func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.ExecuteRequest], stream *connect.ServerStream[hostv1.ExecuteResponse]) error {
+	s.running.Add(1)
+	defer s.running.Done()
 	cmd, err := s.command(req.Msg)
 	if err != nil {
 		return err

@@ -161,21 +161,43 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		}()
 		log.Info("listening", "socket", l.Path())
 	}
+	// SIGINT, SIGTERM and SIGHUP come here: the first starts the graceful
+	// stop, a second one ends the grace period at once.
+	sigs := make(chan os.Signal, 4)
+	if std.forwardSignals != nil {
+		restore := std.forwardSignals(sigs)
+		defer restore()
+	}
 	code := 0
 	select {
 	case <-ctx.Done():
-		log.Info("stopping: waiting for running commands", "grace", grace)
+	case s := <-sigs:
+		log.Info("signal received", "signal", s.String())
 	case err := <-serveErr:
 		log.Error("serving failed", "error", err)
 		code = exitSandboxError
 	}
+	log.Info("stopping: waiting for running commands", "grace", grace)
 	broker.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	go func() {
+		select {
+		case <-sigs:
+			log.Warn("second signal: ending the grace period")
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
 	if err := hs.Shutdown(sctx); err != nil {
 		log.Warn("grace period over: killing the commands still running")
 	}
 	cancel()
 	killAll()
+	// The cancelled commands are killed by the pipeline; wait for that
+	// before the driver is stopped, so none outlives the server.
+	if !srv.Wait(30 * time.Second) {
+		log.Warn("commands still ending after they were killed; stopping the driver")
+	}
 	_ = hs.Close()
 	wg.Wait()
 	closeListeners()

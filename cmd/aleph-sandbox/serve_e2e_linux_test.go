@@ -341,6 +341,46 @@ func TestServe(t *testing.T) {
 		}
 	})
 
+	t.Run("approvals: a client on the Approvals stream answers others' commands", func(t *testing.T) {
+		actx, stop := context.WithCancel(ctx)
+		defer stop()
+		got := make(chan *hostv1.ApprovalRequest, 8)
+		// The call returns with the first request (the response headers
+		// come with it), so it is made aside.
+		go func() {
+			st, err := c.Approvals(actx, connect.NewRequest(&hostv1.ApprovalsRequest{}))
+			if err != nil {
+				return
+			}
+			defer st.Close()
+			for st.Receive() {
+				got <- st.Msg()
+				_, _ = c.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: st.Msg().GetId(), Approved: true}))
+			}
+		}()
+		// The subscription is in place once the server has the call; until
+		// then a request finds no approver and is denied, so try a few times.
+		var o execOutcome
+		for i := 0; i < 50; i++ {
+			o = execute(ctx, c, &hostv1.ExecuteRequest{Session: fmt.Sprintf("s-stream-%d", i), Spawn: true, Argv: []string{"/bin/sh", "-c", "/bin/echo by-stream"}}, nil)
+			if o.err != nil || o.result == nil || !o.result.GetDenied() {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if o.err != nil || o.result == nil || o.result.GetDenied() || string(o.result.GetStdout()) != "by-stream\n" {
+			t.Fatalf("err %v result %+v", o.err, o.result)
+		}
+		select {
+		case r := <-got:
+			if !r.GetRequested().GetSpawn() || r.GetCommandId() == "" {
+				t.Errorf("request %+v", r)
+			}
+		default:
+			t.Error("the approver saw no request")
+		}
+	})
+
 	t.Run("malformed requests are InvalidArgument with the field", func(t *testing.T) {
 		cases := map[string]*hostv1.ExecuteRequest{
 			"argv":            {Session: "s1"},
@@ -588,12 +628,41 @@ func TestServeStaleSocketAndSIGTERM(t *testing.T) {
 		t.Errorf("the command outlived the grace period: %+v", o.result)
 	}
 	if markerRunning(marker) {
-		t.Error("the command's process is still running")
+		t.Errorf("the command's process is still running after serve exited\n%s", p.stderr)
 	}
 	if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("socket left behind: %v", err)
 	}
 	if !strings.Contains(p.stderr.String(), "replacing a stale socket") {
 		t.Errorf("log does not say the stale socket was replaced:\n%s", p.stderr)
+	}
+}
+
+// TestServeSecondSignalEndsGrace: a second SIGTERM during the grace period
+// kills the running commands at once instead of waiting it out.
+func TestServeSecondSignalEndsGrace(t *testing.T) {
+	h := newServeHarness(t)
+	sock := filepath.Join(t.TempDir(), "run", "aleph.sock")
+	p := h.start(t, sock, "[serve]\ngrace_seconds = 600\n")
+	marker := fmt.Sprintf("%d.%d", 800+os.Getpid()%100, time.Now().UnixNano()%1000000)
+	res := make(chan execOutcome, 1)
+	go func() {
+		res <- execute(context.Background(), client(sock), &hostv1.ExecuteRequest{Session: "s1", Argv: []string{"/bin/sleep", marker}}, nil)
+	}()
+	waitFor(t, "the command to start", func() bool { return markerRunning(marker) })
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	waitFor(t, "the graceful stop to begin", func() bool { return strings.Contains(p.stderr.String(), "stopping") })
+	if !markerRunning(marker) {
+		t.Fatal("the first signal killed the command: it has the grace period")
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(60 * time.Second):
+		t.Fatal("serve still waits for the grace period after a second signal")
+	}
+	<-res
+	if markerRunning(marker) {
+		t.Error("the command survived the server")
 	}
 }
