@@ -21,6 +21,8 @@ import (
 
 	"connectrpc.com/connect"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
@@ -32,7 +34,7 @@ type serveHarness struct {
 	bin, home string
 }
 
-func newServeHarness(t *testing.T) *serveHarness {
+func newServeHarness(t testing.TB) *serveHarness {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("serve tests build and run the real sandbox; skipped with -short")
@@ -80,7 +82,7 @@ type serveProc struct {
 }
 
 // start runs `serve` listening on sock with the config text given.
-func (h *serveHarness) start(t *testing.T, sock, config string, extra ...string) *serveProc {
+func (h *serveHarness) start(t testing.TB, sock, config string, extra ...string) *serveProc {
 	t.Helper()
 	p := h.startNoWait(t, sock, config, extra...)
 	deadline := time.Now().Add(20 * time.Second)
@@ -102,7 +104,7 @@ func (h *serveHarness) start(t *testing.T, sock, config string, extra ...string)
 	}
 }
 
-func (h *serveHarness) startNoWait(t *testing.T, sock, config string, extra ...string) *serveProc {
+func (h *serveHarness) startNoWait(t testing.TB, sock, config string, extra ...string) *serveProc {
 	t.Helper()
 	cfg := filepath.Join(t.TempDir(), "config.toml")
 	if err := os.WriteFile(cfg, []byte(config), 0o600); err != nil {
@@ -665,4 +667,49 @@ func TestServeSecondSignalEndsGrace(t *testing.T) {
 	if markerRunning(marker) {
 		t.Error("the command survived the server")
 	}
+}
+
+// BenchmarkServeExecute: one /bin/true through serve (Connect JSON over
+// the unix socket, as the Python client sends it) against the same command
+// through an in-process warm pipeline with the same driver; the ratio of
+// the two is the service's cost per command.
+func BenchmarkServeExecute(b *testing.B) {
+	h := newServeHarness(b)
+	const cfgText = "[sandbox.rate_limit]\nenabled = false\n"
+	sock := filepath.Join(b.TempDir(), "run", "aleph.sock")
+	h.start(b, sock, cfgText)
+	c := client(sock)
+	req := &hostv1.ExecuteRequest{Session: "bench", Argv: []string{"/bin/true"}}
+	b.Run("serve", func(b *testing.B) {
+		for b.Loop() {
+			o := execute(context.Background(), c, req, nil)
+			if o.err != nil || o.result == nil || o.result.GetExitCode() != 0 {
+				b.Fatalf("%v %+v", o.err, o.result)
+			}
+		}
+	})
+	b.Run("in-process", func(b *testing.B) {
+		cfgPath := filepath.Join(b.TempDir(), "c.toml")
+		if err := os.WriteFile(cfgPath, []byte(cfgText), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		b.Setenv("XDG_DATA_HOME", b.TempDir())
+		b.Setenv("ALEPH_SANDBOX_SANDBOX__AUDIT_LOG", "")
+		cfg, err := core.LoadConfig(cfgPath)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rt, err := alephsandbox.New(cfg, alephsandbox.WithDriverDirs(h.bin))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rt.Close()
+		cmd := core.Command{SessionID: "bench", Program: "/bin/true"}
+		for b.Loop() {
+			out, err := rt.Execute(context.Background(), cmd)
+			if err != nil || out.Exit.ExitCode != 0 {
+				b.Fatalf("%v", err)
+			}
+		}
+	})
 }
