@@ -429,6 +429,37 @@ func TestServe(t *testing.T) {
 		}
 	})
 
+	t.Run("a sandboxed command cannot reach the socket", func(t *testing.T) {
+		if _, err := os.Stat("/usr/bin/python3"); err != nil {
+			t.Skip("/usr/bin/python3 is the probe")
+		}
+		// Network all (the host's network namespace) is the worst case; the
+		// socket's path is still outside the sandbox's mount namespace.
+		probe := `import socket,sys
+s=socket.socket(socket.AF_UNIX)
+try:
+    s.connect(sys.argv[1]); print("connected")
+except OSError as e:
+    print("refused", e.errno)`
+		o := execute(ctx, c, &hostv1.ExecuteRequest{Session: "s-probe", Net: "all", AnswerApprovals: true,
+			Argv: []string{"/usr/bin/python3", "-c", probe, sock}},
+			func(a *hostv1.ApprovalRequest) {
+				_, _ = c.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: a.GetId(), Approved: true}))
+			})
+		if o.err != nil || o.result == nil || o.result.GetDenied() {
+			t.Fatalf("err %v result %+v", o.err, o.result)
+		}
+		// The probe ran (it printed its verdict) and did not connect.
+		if got := string(o.result.GetStdout()); !strings.HasPrefix(got, "refused") {
+			t.Errorf("probe inside the sandbox: %q %q", got, o.result.GetStderr())
+		}
+		// Positive control: the same probe outside the sandbox connects.
+		out, err := exec.Command("/usr/bin/python3", "-c", probe, sock).Output()
+		if err != nil || !strings.HasPrefix(string(out), "connected") {
+			t.Errorf("probe on the host: %v %q", err, out)
+		}
+	})
+
 	t.Run("a client that disconnects mid-command cancels it", func(t *testing.T) {
 		marker := fmt.Sprintf("%d.%d", 600+os.Getpid()%100, time.Now().UnixNano()%1000000)
 		cctx, cancel := context.WithCancel(ctx)
