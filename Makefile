@@ -5,13 +5,14 @@ GOFLAGS   ?=
 # Code generators, pinned: `make proto-tools` installs exactly these.
 PROTOC_GEN_GO_VERSION      := v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION := v1.5.1
+PROTOC_GEN_CONNECT_GO_VERSION := v1.21.1
 TOOLS     := $(CURDIR)/.tools
 # The GitHub Actions linter; `go run pkg@version` fetches it through the
 # module proxy, so a fresh machine needs nothing installed.
 ACTIONLINT_VERSION := v1.7.12
 
 .PHONY: soak
-.PHONY: all build test test-go test-unprivileged test-nolandlock fuzz-short proto proto-tools proto-check lint cross bench clean
+.PHONY: all build test test-go test-python test-unprivileged test-nolandlock fuzz-short proto proto-tools proto-check lint cross bench clean
 
 all: build
 
@@ -25,11 +26,15 @@ build:
 # The whole check, as CI runs it: generated code fresh, lint for all three
 # OSes, cross builds, every test with the race detector, the Linux driver's
 # tests again as an unprivileged user and again with Landlock made
-# unavailable, and a short fuzzing pass.
-test: build proto-check lint cross test-go test-unprivileged test-nolandlock fuzz-short
+# unavailable, the Python client against a real serve, and a short fuzzing pass.
+test: build proto-check lint cross test-go test-python test-unprivileged test-nolandlock fuzz-short
 
 test-go: build
 	$(GO) test -race -count=1 ./...
+
+# The Python client against a real `serve` started by the tests (bin/).
+test-python: build
+	cd clients/python && python3 -W error::ResourceWarning -m unittest discover -s tests
 
 test-unprivileged: build
 	./scripts/test-unprivileged.sh
@@ -57,12 +62,17 @@ proto-tools:
 	@mkdir -p $(TOOLS)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@$(PROTOC_GEN_GO_VERSION)
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@$(PROTOC_GEN_GO_GRPC_VERSION)
+	GOBIN=$(TOOLS) $(GO) install connectrpc.com/connect/cmd/protoc-gen-connect-go@$(PROTOC_GEN_CONNECT_GO_VERSION)
 
 proto: proto-tools
 	PATH=$(TOOLS):$$PATH protoc -I driverapi/proto/alephv1 \
 		--go_out=paths=source_relative:driverapi/proto/alephv1 \
 		--go-grpc_out=paths=source_relative:driverapi/proto/alephv1 \
 		driverapi/proto/alephv1/aleph.proto
+	PATH=$(TOOLS):$$PATH protoc -I driverapi/proto/hostv1 \
+		--go_out=paths=source_relative:driverapi/proto/hostv1 \
+		--connect-go_out=paths=source_relative:driverapi/proto/hostv1 \
+		driverapi/proto/hostv1/host.proto
 
 # Fails when the committed generated code differs from what `make proto` makes.
 proto-check: proto

@@ -22,9 +22,11 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/internal/inputfile"
 )
 
-// Config is the whole configuration. Only the [sandbox] table exists.
+// Config is the whole configuration: the [sandbox] table, and [serve] for
+// `aleph-sandbox serve` (ServeConfig).
 type Config struct {
 	Sandbox SandboxConfig `koanf:"sandbox" json:"sandbox" toml:"sandbox"`
+	Serve   ServeConfig   `koanf:"serve" json:"serve" toml:"serve"`
 }
 
 // SandboxConfig is the [sandbox] table.
@@ -221,7 +223,7 @@ const EnvPrefix = "ALEPH_SANDBOX_SANDBOX__"
 // driver lookup directory.
 func isOtherEnvVar(name string) bool {
 	switch name {
-	case "ALEPH_SANDBOX_LOG", "ALEPH_SANDBOX_LOG_FILE", "ALEPH_SANDBOX_PLUGIN_DIR":
+	case "ALEPH_SANDBOX_LOG", "ALEPH_SANDBOX_LOG_FILE", "ALEPH_SANDBOX_PLUGIN_DIR", "ALEPH_SANDBOX_HOST", "ALEPH_SANDBOX_LOG_FORMAT":
 		return true
 	}
 	return false

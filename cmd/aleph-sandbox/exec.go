@@ -40,6 +40,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	var f runFlags
 	f.register(fs)
 	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
+	host := fs.String("host", "", "send the command to a running `aleph-sandbox serve` at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
 	const usageLine = "aleph-sandbox exec [flags] -- PROGRAM [ARG...]"
 	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
 		return 0
@@ -49,6 +50,9 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	rest := fs.Args()
 	if len(rest) == 0 {
 		return execFailure(io, f.json, "exec: no program given (usage: aleph-sandbox exec [flags] -- PROGRAM [ARG...])")
+	}
+	if addr := hostAddress(*host); addr != "" {
+		return runExecHost(ctx, addr, &f, rest, io)
 	}
 	cfg, err := loadConfig(f.config, f.workspaceRoot, f.driver)
 	if err != nil {

@@ -60,6 +60,7 @@ func subcommands() []subcommand {
 		{"mcp", "serve the sandbox to MCP clients on stdio (tool run_command)", runMCP},
 		{"session", "show or forget the grants a session keeps across invocations", runSession},
 		{"version", "the CLI's version and protocol; with --json, each driver found", runVersion},
+		{"serve", "serve the warm pipeline to local clients over a unix socket", runServe},
 	}
 }
 

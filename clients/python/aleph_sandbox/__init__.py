@@ -1,0 +1,464 @@
+"""Python client of the aleph-sandbox host service (``aleph-sandbox serve``).
+
+Standard library only. It speaks the Connect protocol (JSON over HTTP/1.1)
+to the service's unix socket::
+
+    from aleph_sandbox import Client, Denied, SandboxError
+    c = Client()                 # ALEPH_SANDBOX_HOST, else the default socket
+    r = c.exec(["/bin/echo", "hi"], session="s1")
+    print(r.stdout, r.exit_code)
+
+docs/serve.md describes the service and the wire format.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import socket
+import struct
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+
+__all__ = [
+    "Client",
+    "Result",
+    "Event",
+    "ApprovalRequest",
+    "SandboxError",
+    "Denied",
+    "default_address",
+]
+
+SERVICE = "aleph.host.v1.Service"
+
+# The end-of-stream flag of a Connect streaming frame.
+_END_STREAM = 0x02
+_COMPRESSED = 0x01
+
+
+class SandboxError(Exception):
+    """The service could not run the command, or refused the request.
+
+    ``code`` is the Connect status code ("invalid_argument", "unavailable",
+    ...); ``reason_code``, ``rule`` and ``field`` come from the typed error
+    detail, so callers match on them, never on the message.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        code: str = "unknown",
+        reason_code: str = "",
+        rule: str = "",
+        field: str = "",
+        hook: str = "",
+        driver: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.code = code
+        self.reason_code = reason_code
+        self.rule = rule
+        self.field = field
+        self.hook = hook
+        self.driver = driver
+
+    def __str__(self) -> str:
+        return "%s: %s" % (self.code, self.message)
+
+
+class Denied(SandboxError):
+    """The pipeline decided not to run the command (raised by ``exec(...,
+    check=True)``); ``result`` is the denial's Result."""
+
+    def __init__(self, result: "Result") -> None:
+        super().__init__(result.reason, code="permission_denied", reason_code=result.reason_code, rule=result.rule)
+        self.result = result
+
+
+@dataclass
+class Result:
+    """How a command ended: the fields of ``aleph-sandbox exec --json``."""
+
+    stdout: bytes = b""
+    stderr: bytes = b""
+    exit_code: int = 0
+    signal: int = 0
+    timed_out: bool = False
+    truncated: bool = False
+    oom_killed: bool = False
+    duration_ms: int = 0
+    denied: bool = False
+    reason: str = ""
+    rule: str = ""
+    reason_code: str = ""
+    command_id: str = ""
+    backend: str = ""
+    profile_digest: str = ""
+    verdicts: List[Dict[str, str]] = field(default_factory=list)
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "Result":
+        return cls(
+            stdout=_b64(m.get("stdout")),
+            stderr=_b64(m.get("stderr")),
+            exit_code=int(m.get("exitCode", 0)),
+            signal=int(m.get("signal", 0)),
+            timed_out=bool(m.get("timedOut", False)),
+            truncated=bool(m.get("truncated", False)),
+            oom_killed=bool(m.get("oomKilled", False)),
+            duration_ms=int(m.get("durationMs", 0)),
+            denied=bool(m.get("denied", False)),
+            reason=str(m.get("reason", "")),
+            rule=str(m.get("rule", "")),
+            reason_code=str(m.get("reasonCode", "")),
+            command_id=str(m.get("commandId", "")),
+            backend=str(m.get("backend", "")),
+            profile_digest=str(m.get("profileDigest", "")),
+            verdicts=[dict(v) for v in m.get("verdicts", [])],
+        )
+
+
+@dataclass
+class ApprovalRequest:
+    """A command asks for more than its session's baseline and grants."""
+
+    id: str
+    session: str
+    command_id: str
+    argv: List[str]
+    summary: str
+    requested: Dict[str, Any]
+    baseline: Dict[str, Any]
+    policy_digest: str
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "ApprovalRequest":
+        return cls(
+            id=str(m.get("id", "")),
+            session=str(m.get("session", "")),
+            command_id=str(m.get("commandId", "")),
+            argv=list(m.get("argv", [])),
+            summary=str(m.get("summary", "")),
+            requested=dict(m.get("requested", {})),
+            baseline=dict(m.get("baseline", {})),
+            policy_digest=str(m.get("policyDigest", "")),
+        )
+
+
+@dataclass
+class Event:
+    """One event of ``Client.stream``: kind is "stdout", "stderr" or "exit"."""
+
+    kind: str
+    data: bytes = b""
+    result: Optional[Result] = None
+
+
+Approver = Callable[[ApprovalRequest], bool]
+
+
+def default_address() -> str:
+    """$ALEPH_SANDBOX_HOST, else the socket ``serve`` listens on by default."""
+    env = os.environ.get("ALEPH_SANDBOX_HOST")
+    if env:
+        return env
+    run = os.environ.get("XDG_RUNTIME_DIR")
+    if run and os.path.isabs(run):
+        return "unix:" + os.path.join(run, "aleph-sandbox", "aleph.sock")
+    return "unix:" + os.path.join(os.path.expanduser("~"), ".local", "state", "aleph-sandbox", "aleph.sock")
+
+
+class _UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP/1.1 over a unix socket."""
+
+    def __init__(self, path: str, timeout: Optional[float]) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        if self.timeout is not None:
+            s.settimeout(self.timeout)
+        try:
+            s.connect(self._path)
+        except OSError:
+            s.close()
+            raise
+        self.sock = s
+
+
+def _b64(v: Optional[str]) -> bytes:
+    if not v:
+        return b""
+    return base64.b64decode(v + "=" * (-len(v) % 4))
+
+
+def _varint(b: bytes, i: int) -> "tuple[int, int]":
+    n = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        n |= (c & 0x7F) << shift
+        shift += 7
+        if not c & 0x80:
+            return n, i
+
+
+def _error_detail(value: bytes) -> Dict[str, str]:
+    """Decodes an aleph.host.v1.ErrorDetail (all its fields are strings)."""
+    names = {1: "reason_code", 2: "rule", 3: "field", 4: "hook", 5: "driver"}
+    out: Dict[str, str] = {}
+    i = 0
+    try:
+        while i < len(value):
+            key, i = _varint(value, i)
+            if key & 7 != 2:
+                break
+            n, i = _varint(value, i)
+            name = names.get(key >> 3)
+            if name:
+                out[name] = value[i : i + n].decode("utf-8", "replace")
+            i += n
+    except IndexError:
+        pass
+    return out
+
+
+def _error(obj: Mapping[str, Any], fallback_code: str = "unknown") -> SandboxError:
+    code = str(obj.get("code", fallback_code))
+    message = str(obj.get("message", ""))
+    detail: Dict[str, str] = {}
+    for d in obj.get("details", []) or []:
+        if d.get("type") == "aleph.host.v1.ErrorDetail":
+            detail = _error_detail(_b64(d.get("value")))
+            break
+    return SandboxError(message, code=code, **detail)
+
+
+_HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "unimplemented",
+               408: "deadline_exceeded", 409: "aborted", 429: "unavailable", 502: "unavailable",
+               503: "unavailable", 504: "unavailable"}
+
+
+class Client:
+    """A connection to ``aleph-sandbox serve``.
+
+    address is "unix:PATH" (or a bare path); default: $ALEPH_SANDBOX_HOST,
+    else the default socket. approver, when given, answers this client's own
+    approval requests: it gets an ApprovalRequest and returns True to
+    approve. Without one, the service's policy applies (denied unless it runs
+    with --yes or another approver is connected). timeout bounds each call
+    other than a command's run (seconds; None: no bound).
+    """
+
+    def __init__(self, address: Optional[str] = None, approver: Optional[Approver] = None,
+                 timeout: Optional[float] = 30.0) -> None:
+        address = address or default_address()
+        if address.startswith("unix:"):
+            address = address[len("unix:"):]
+        elif ":" in address.split("/")[0]:
+            raise ValueError("only unix:PATH addresses are supported, got %r" % address)
+        self.path = address
+        self.approver = approver
+        self.timeout = timeout
+
+    # ---- transport ----
+
+    def _post(self, method: str, body: bytes, content_type: str, timeout: Optional[float]) -> http.client.HTTPResponse:
+        # One connection per call, closed with its response: a stream
+        # holds its connection for as long as the command runs.
+        conn = _UnixHTTPConnection(self.path, timeout)
+        try:
+            conn.request("POST", "/%s/%s" % (SERVICE, method), body=body,
+                         headers={"Content-Type": content_type, "Connect-Protocol-Version": "1", "Connection": "close"})
+            return conn.getresponse()
+        except socket.timeout as e:
+            conn.close()
+            raise SandboxError("no answer from the service within %ss" % timeout, code="deadline_exceeded") from e
+        except OSError as e:
+            conn.close()
+            raise SandboxError("cannot reach the service at %s: %s" % (self.path, e), code="unavailable") from e
+        finally:
+            # The response keeps reading from the socket; the connection
+            # object itself is no longer needed.
+            conn.sock = None
+
+    def _unary(self, method: str, msg: Mapping[str, Any]) -> Dict[str, Any]:
+        resp = self._post(method, json.dumps(msg).encode(), "application/json", self.timeout)
+        try:
+            data = resp.read()
+        finally:
+            resp.close()
+        if resp.status != 200:
+            try:
+                obj = json.loads(data)
+            except ValueError:
+                obj = {"message": data.decode("utf-8", "replace")}
+            raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"))
+        return json.loads(data) if data else {}
+
+    def _stream(self, method: str, msg: Mapping[str, Any], timeout: Optional[float]) -> Iterator[Dict[str, Any]]:
+        body = json.dumps(msg).encode()
+        resp = self._post(method, struct.pack(">BI", 0, len(body)) + body, "application/connect+json", timeout)
+        try:
+            if resp.status != 200:
+                data = resp.read()
+                try:
+                    obj = json.loads(data)
+                except ValueError:
+                    obj = {"message": data.decode("utf-8", "replace")}
+                raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"))
+            while True:
+                head = resp.read(5)
+                if len(head) < 5:
+                    raise SandboxError("the service closed the stream without its end", code="unavailable")
+                flags, n = struct.unpack(">BI", head)
+                payload = resp.read(n)
+                if len(payload) < n:
+                    raise SandboxError("the service closed the stream mid-message", code="unavailable")
+                if flags & _COMPRESSED:
+                    raise SandboxError("compressed frame, though none was asked for", code="internal")
+                obj = json.loads(payload) if payload else {}
+                if flags & _END_STREAM:
+                    if obj.get("error"):
+                        raise _error(obj["error"])
+                    return
+                yield obj
+        except socket.timeout as e:
+            raise SandboxError("no answer from the service within %ss" % timeout, code="deadline_exceeded") from e
+        finally:
+            resp.close()
+
+    # ---- commands ----
+
+    @staticmethod
+    def _request(argv: Sequence[str], session: str = "default", workspace: Optional[str] = None,
+                 cwd: Optional[str] = None, read: Sequence[str] = (), write: Sequence[str] = (),
+                 net: Union[str, Sequence[str]] = "none", spawn: bool = False, memory_mb: Optional[int] = None,
+                 timeout: Optional[float] = None, max_output: Optional[int] = None,
+                 env: Optional[Mapping[str, str]] = None, stdin: Union[bytes, str, None] = None,
+                 secrets: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+        if isinstance(argv, (str, bytes)):
+            raise TypeError("argv is a list of strings, e.g. ['/bin/sh', '-c', 'echo hi']")
+        req: Dict[str, Any] = {"session": session, "argv": list(argv), "spawn": bool(spawn),
+                               "read": [os.path.abspath(p) for p in read],
+                               "write": [os.path.abspath(p) for p in write],
+                               "net": net if isinstance(net, str) else ",".join(net)}
+        if workspace:
+            req["workspace"] = os.path.abspath(workspace)
+        if cwd:
+            req["cwd"] = cwd
+        if memory_mb:
+            req["memoryMb"] = str(int(memory_mb))
+        if timeout:
+            req["timeoutSeconds"] = float(timeout)
+        if max_output:
+            req["maxOutput"] = str(int(max_output))
+        if env:
+            req["env"] = dict(env)
+        if secrets:
+            req["secrets"] = dict(secrets)
+        if stdin is not None:
+            data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
+            req["stdin"] = base64.b64encode(data).decode()
+        return req
+
+    def _answer(self, req: ApprovalRequest) -> None:
+        assert self.approver is not None
+        try:
+            ok = bool(self.approver(req))
+        except Exception:  # an approver that fails does not approve
+            ok = False
+        try:
+            self.approve(req.id, ok)
+        except SandboxError:
+            pass  # timed out or answered elsewhere meanwhile: the command says so
+
+    def stream(self, argv: Sequence[str], **kwargs: Any) -> Iterator[Event]:
+        """Runs argv, yielding its output as it arrives (Event kind "stdout"
+        or "stderr", in order) and then one Event of kind "exit" with the
+        Result. Keyword arguments are those of exec (without check)."""
+        req = self._request(argv, **kwargs)
+        if self.approver is not None:
+            req["answerApprovals"] = True
+        limit = kwargs.get("timeout")
+        # The command's own limit bounds the wait, plus slack for set-up.
+        read_timeout = None if not limit else float(limit) + 30.0
+        for msg in self._stream("Execute", req, read_timeout):
+            if "output" in msg:
+                out = msg["output"]
+                kind = "stderr" if out.get("stream") == "STREAM_STDERR" else "stdout"
+                yield Event(kind=kind, data=_b64(out.get("data")))
+            elif "approvalRequest" in msg:
+                if self.approver is not None:
+                    # Answered from another thread: the stream must keep
+                    # being read meanwhile.
+                    threading.Thread(target=self._answer, args=(ApprovalRequest._from_json(msg["approvalRequest"]),),
+                                     daemon=True).start()
+            elif "result" in msg:
+                yield Event(kind="exit", result=Result._from_json(msg["result"]))
+
+    def exec(self, argv: Sequence[str], check: bool = False, **kwargs: Any) -> Result:
+        """Runs argv and returns its Result. A denial is a Result with
+        denied=True (check=True raises Denied instead); a failure of the
+        sandbox raises SandboxError.
+
+        Keyword arguments mirror ``aleph-sandbox exec``: session, workspace,
+        cwd, read, write, net ("none", "all", or hosts), spawn, memory_mb,
+        timeout (seconds), max_output (bytes), env, stdin, secrets.
+        """
+        result: Optional[Result] = None
+        for ev in self.stream(argv, **kwargs):
+            if ev.kind == "exit":
+                result = ev.result
+        if result is None:
+            raise SandboxError("the service ended the stream without a result", code="internal")
+        if check and result.denied:
+            raise Denied(result)
+        return result
+
+    # ---- approvals, sessions, grants ----
+
+    def approve(self, request_id: str, approved: bool) -> None:
+        """Answers an approval request (from approvals() or a command's own)."""
+        self._unary("Approve", {"id": request_id, "approved": bool(approved)})
+
+    def approvals(self) -> Iterator[ApprovalRequest]:
+        """Approval requests of commands whose clients do not answer their
+        own, until the service stops; answer each with approve()."""
+        for msg in self._stream("Approvals", {}, None):
+            yield ApprovalRequest._from_json(msg)
+
+    def sessions(self) -> List[Dict[str, Any]]:
+        return list(self._unary("Sessions", {"list": {}}).get("sessions", []))
+
+    def describe(self, session: str) -> Dict[str, Any]:
+        s = self._unary("Sessions", {"describe": {"session": session}}).get("sessions", [])
+        return dict(s[0]) if s else {}
+
+    def forget(self, session: str) -> None:
+        self._unary("Sessions", {"forget": {"session": session}})
+
+    def grants(self, session: str) -> Dict[str, Any]:
+        return self._unary("Grants", {"list": {"session": session}})
+
+    def revoke(self, session: str, grant_id: str) -> Dict[str, Any]:
+        return self._unary("Grants", {"revoke": {"session": session, "grantId": grant_id}})
+
+    def apply_network_grant(self, session: str, host: str, port: int, expected_digest: str) -> Dict[str, Any]:
+        return self._unary("Grants", {"applyNetwork": {"session": session, "host": host, "port": int(port),
+                                                       "expectedDigest": expected_digest}})
+
+    def capabilities(self) -> Dict[str, Any]:
+        """The driver's capability report, as ``doctor`` shows it."""
+        return json.loads(self._unary("Capabilities", {}).get("reportJson", "{}"))
+
+    def check_policy(self, command: str) -> Dict[str, str]:
+        """``policy check``: {"verdict": "allow"|"warn"|"block", "rule", "reason"}."""
+        r = self._unary("CheckPolicy", {"command": command})
+        return {"verdict": r.get("verdict", ""), "rule": r.get("rule", ""), "reason": r.get("reason", "")}

@@ -1,0 +1,231 @@
+"""Tests of the Python client against a real `aleph-sandbox serve` (the
+binaries of bin/, the real bwrap driver)."""
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from aleph_sandbox import Client, Denied, SandboxError  # noqa: E402
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
+BIN = os.environ.get("ALEPH_SANDBOX_BIN", os.path.join(REPO, "bin"))
+
+
+class Server:
+    def __init__(self, *extra):
+        self.dir = tempfile.mkdtemp(prefix="aleph-py-")
+        self.sock = os.path.join(self.dir, "run", "aleph.sock")
+        env = dict(os.environ)
+        data = os.path.join(self.dir, "data")
+        env.update({
+            "XDG_DATA_HOME": data,
+            "XDG_CONFIG_HOME": os.path.join(self.dir, "config"),
+            "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT": os.path.join(data, "ws"),
+            "ALEPH_SANDBOX_SANDBOX__AUDIT_LOG": "",
+        })
+        env.pop("ALEPH_SANDBOX_HOST", None)
+        self.log = open(os.path.join(self.dir, "serve.log"), "wb")
+        self.proc = subprocess.Popen([os.path.join(BIN, "aleph-sandbox"), "serve", "--listen", "unix:" + self.sock] + list(extra),
+                                     env=env, stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.time() + 20
+        while True:
+            try:
+                Client("unix:" + self.sock).check_policy("true")
+                return
+            except SandboxError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    self.stop()
+                    raise RuntimeError("serve did not start: " + self.stderr())
+                time.sleep(0.05)
+
+    def stderr(self):
+        with open(os.path.join(self.dir, "serve.log"), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def setUpModule():
+    if shutil.which("bwrap") is None:
+        raise unittest.SkipTest("bubblewrap (bwrap) is not installed: the client is tested against the real sandbox")
+    if not os.access(os.path.join(BIN, "aleph-sandbox"), os.X_OK):
+        raise RuntimeError("bin/aleph-sandbox is missing: run make build first")
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.server = Server()
+        cls.addr = "unix:" + cls.server.sock
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+
+    def test_exec(self):
+        r = Client(self.addr).exec(["/bin/sh", "-c", "echo hi; echo err >&2; exit 3"], session="py1")
+        self.assertEqual(r.stdout, b"hi\n")
+        self.assertEqual(r.stderr, b"err\n")
+        self.assertEqual(r.exit_code, 3)
+        self.assertFalse(r.denied)
+        self.assertTrue(r.command_id)
+        self.assertEqual(r.reason_code, "allowed")
+
+    def test_exec_kwargs(self):
+        ws = tempfile.mkdtemp()
+        try:
+            with open(os.path.join(ws, "in.txt"), "w") as f:
+                f.write("file")
+            os.mkdir(os.path.join(ws, "sub"))
+            r = Client(self.addr).exec(["/bin/sh", "-c", "read x; echo \"$x\"; echo \"$GREETING\"; pwd; read y < ../in.txt; echo \"$y\""],
+                                       session="py2", workspace=ws, cwd="sub", env={"GREETING": "hello"}, stdin="input\n")
+            self.assertEqual(r.stdout.decode().splitlines(), ["input", "hello", os.path.join(ws, "sub"), "file"])
+        finally:
+            shutil.rmtree(ws)
+
+    def test_timeout_and_output_limit(self):
+        c = Client(self.addr)
+        r = c.exec(["/bin/sleep", "30"], session="py3", timeout=0.5)
+        self.assertTrue(r.timed_out)
+        self.assertEqual(r.reason_code, "timeout")
+        r = c.exec(["/usr/bin/head", "-c", "100000", "/dev/zero"], session="py3", max_output=1000)
+        self.assertTrue(r.truncated, r)
+        self.assertLessEqual(len(r.stdout), 1000)
+
+    def test_stream_in_order(self):
+        kinds = []
+        data = {"stdout": b"", "stderr": b""}
+        result = None
+        for ev in Client(self.addr).stream(["/bin/sh", "-c", "echo a; echo b >&2"], session="py4"):
+            kinds.append(ev.kind)
+            if ev.kind == "exit":
+                result = ev.result
+            else:
+                data[ev.kind] += ev.data
+        self.assertEqual(kinds[-1], "exit")
+        self.assertEqual(data, {"stdout": b"a\n", "stderr": b"b\n"})
+        self.assertEqual(result.exit_code, 0)
+        self.assertEqual(result.stdout, b"a\n")
+
+    def test_policy_denial_is_typed(self):
+        c = Client(self.addr)
+        r = c.exec(["/bin/sh", "-c", "rm -rf /"], session="py5")
+        self.assertTrue(r.denied)
+        self.assertEqual(r.reason_code, "hook_denied")
+        self.assertEqual(r.rule, "rm-root")
+        with self.assertRaises(Denied) as cm:
+            c.exec(["/bin/sh", "-c", "rm -rf /"], session="py5", check=True)
+        self.assertEqual(cm.exception.rule, "rm-root")
+        # Positive control: check=True on an allowed command returns.
+        self.assertEqual(c.exec(["/bin/echo", "ok"], session="py5", check=True).stdout, b"ok\n")
+
+    def test_approver_callback(self):
+        seen = []
+
+        def approver(req):
+            seen.append(req)
+            return req.session == "py-yes"
+
+        c = Client(self.addr, approver=approver)
+        r = c.exec(["/bin/sh", "-c", "/bin/echo spawned"], session="py-no", spawn=True)
+        self.assertTrue(r.denied)
+        self.assertEqual(r.reason_code, "approval_denied")
+        r = c.exec(["/bin/sh", "-c", "/bin/echo spawned"], session="py-yes", spawn=True)
+        self.assertFalse(r.denied, r)
+        self.assertEqual(r.stdout, b"spawned\n")
+        self.assertEqual([s.session for s in seen], ["py-no", "py-yes"])
+        self.assertTrue(seen[1].requested.get("spawn"))
+        self.assertIn("subprocesses", seen[1].summary)
+        # The grant is kept: the next command asks nobody.
+        g = c.grants("py-yes")
+        self.assertEqual(len(g.get("grants", [])), 1)
+        r = c.exec(["/bin/sh", "-c", "/bin/echo again"], session="py-yes", spawn=True)
+        self.assertEqual((r.stdout, len(seen)), (b"again\n", 2))
+
+    def test_no_approver_denies(self):
+        r = Client(self.addr).exec(["/bin/sh", "-c", "/bin/echo x"], session="py6", spawn=True)
+        self.assertTrue(r.denied)
+        self.assertEqual(r.reason_code, "approval_denied")
+
+    def test_invalid_argument(self):
+        with self.assertRaises(SandboxError) as cm:
+            Client(self.addr).exec([], session="py7")
+        self.assertEqual(cm.exception.code, "invalid_argument")
+        self.assertEqual(cm.exception.field, "argv")
+        with self.assertRaises(SandboxError) as cm:
+            Client(self.addr).exec(["/bin/true"], session="py7", net="exa mple.com")
+        self.assertEqual((cm.exception.code, cm.exception.field), ("invalid_argument", "net"))
+
+    def test_socket_dir_grant_refused(self):
+        with self.assertRaises(SandboxError) as cm:
+            Client(self.addr, approver=lambda r: True).exec(["/bin/ls", os.path.dirname(self.server.sock)], session="py8",
+                                                            read=[os.path.dirname(self.server.sock)])
+        self.assertEqual((cm.exception.code, cm.exception.reason_code), ("permission_denied", "protected_path"))
+
+    def test_sessions_capabilities_policy(self):
+        c = Client(self.addr)
+        c.exec(["/bin/true"], session="py9")
+        self.assertIn("py9", [s["session"] for s in c.sessions()])
+        d = c.describe("py9")
+        self.assertTrue(d["workspace"])
+        self.assertTrue(d["policyDigest"])
+        c.forget("py9")
+        self.assertNotIn("py9", [s["session"] for s in c.sessions()])
+        self.assertIn("features", c.capabilities())
+        self.assertEqual(c.check_policy("rm -rf /")["verdict"], "block")
+        self.assertEqual(c.check_policy("ls")["verdict"], "allow")
+
+    def test_concurrent(self):
+        c = Client(self.addr)
+        errors = []
+
+        def run(i):
+            try:
+                # One session per thread: a session runs at most 4 commands at once.
+                r = c.exec(["/bin/echo", str(i)], session="py-conc-%d" % i)
+                if r.stdout != ("%d\n" % i).encode():
+                    errors.append((i, r))
+            except Exception as e:  # collected, reported below
+                errors.append((i, e))
+
+        threads = [threading.Thread(target=run, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        self.assertEqual(errors, [])
+
+    def test_unreachable(self):
+        with self.assertRaises(SandboxError) as cm:
+            Client("unix:/nonexistent/aleph.sock").exec(["/bin/true"])
+        self.assertEqual(cm.exception.code, "unavailable")
+
+
+class YesServerTest(unittest.TestCase):
+    def test_yes_approves(self):
+        s = Server("--yes")
+        try:
+            r = Client("unix:" + s.sock).exec(["/bin/sh", "-c", "/bin/echo spawned"], session="y", spawn=True)
+            self.assertEqual((r.denied, r.stdout), (False, b"spawned\n"))
+        finally:
+            s.stop()
+
+
+if __name__ == "__main__":
+    unittest.main()

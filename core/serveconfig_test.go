@@ -1,0 +1,49 @@
+package core
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestServeSection: [serve] keys are read, an unknown one in the section
+// is refused by name, and bad values are refused by Validate.
+func TestServeSection(t *testing.T) {
+	write := func(text string) string {
+		p := filepath.Join(t.TempDir(), "c.toml")
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg, err := loadConfig(write("[serve]\nlisten = [\"unix:/run/a.sock\"]\nallowed_uids = [1001]\ngrace_seconds = 3\n"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := cfg.Serve; len(s.Listen) != 1 || s.Listen[0] != "unix:/run/a.sock" || len(s.AllowedUIDs) != 1 || s.AllowedUIDs[0] != 1001 || s.GraceSeconds != 3 {
+		t.Errorf("serve section %+v", s)
+	}
+	_, err = loadConfig(write("[serve]\ntokens = [\"x\"]\n"), nil)
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Key != "serve.tokens" {
+		t.Errorf("unknown serve key: %v", err)
+	}
+	for _, bad := range []ServeConfig{{GraceSeconds: -1}, {AllowedUIDs: []int64{-2}}} {
+		if err := bad.Validate(); !errors.As(err, &ce) {
+			t.Errorf("%+v: want a ConfigError, got %v", bad, err)
+		}
+	}
+}
+
+// TestServeEnvVarsAreNotOverrides: ALEPH_SANDBOX_HOST (exec --host) and
+// ALEPH_SANDBOX_LOG_FORMAT (serve's log) are not refused as mistyped
+// configuration overrides, while a mistyped one still is.
+func TestServeEnvVarsAreNotOverrides(t *testing.T) {
+	if _, err := loadConfig("", []string{"ALEPH_SANDBOX_HOST=unix:/run/a.sock", "ALEPH_SANDBOX_LOG_FORMAT=json"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig("", []string{"ALEPH_SANDBOX_HOSTS=x"}); err == nil {
+		t.Error("a mistyped variable was accepted")
+	}
+}

@@ -1,0 +1,162 @@
+package service
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"golang.org/x/sys/unix"
+)
+
+// InUseError is a socket a live server is listening on: it is never taken
+// over.
+type InUseError struct{ Path string }
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("another aleph-sandbox serve is listening on %s", e.Path)
+}
+
+// UnixListener is the service's socket: the lock that makes it ours, and
+// the peer check on every connection.
+type UnixListener struct {
+	net.Listener
+	path    string
+	lock    *os.File
+	allowed map[uint32]bool
+	log     hclog.Logger
+}
+
+// ListenUnix creates the socket at path, mode 0600 in a directory of mode
+// 0700 (created if missing; refused if another user owns it). It first
+// takes an exclusive lock on path+".lock": a live server holds it, so its
+// socket is never stolen (an *InUseError); a socket left by a dead server
+// is replaced. Connections from uids other than the server's own and
+// allowedUIDs are closed before any byte is read.
+func ListenUnix(path string, allowedUIDs []uint32, log hclog.Logger) (*UnixListener, error) {
+	if log == nil {
+		log = hclog.NewNullLogger()
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	st, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
+		return nil, fmt.Errorf("socket directory %s belongs to uid %d, not to this user (%d)", dir, sys.Uid, os.Getuid())
+	}
+	if st.Mode().Perm() != 0o700 {
+		// Only our own directory: tightening it keeps every other user out
+		// of the socket whatever its mode.
+		if err := os.Chmod(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("socket directory %s: %w", dir, err)
+		}
+	}
+	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("lock %s.lock: %w", path, err)
+	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		_ = lock.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, &InUseError{Path: path}
+		}
+		return nil, fmt.Errorf("lock %s.lock: %w", path, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = lock.Close()
+		}
+	}()
+	if _, err := os.Lstat(path); err == nil {
+		// We hold the lock, so no server of ours is live; a listener that
+		// answers anyway (one that predates the lock) is still not stolen.
+		if c, err := net.DialTimeout("unix", path, 200*time.Millisecond); err == nil {
+			_ = c.Close()
+			return nil, &InUseError{Path: path}
+		}
+		log.Info("replacing a stale socket", "path", path)
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("removing the stale socket %s: %w", path, err)
+		}
+	}
+	l, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen %s: %w", path, err)
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		_ = l.Close()
+		return nil, fmt.Errorf("socket %s: %w", path, err)
+	}
+	allowed := map[uint32]bool{uint32(os.Getuid()): true}
+	for _, u := range allowedUIDs {
+		allowed[u] = true
+	}
+	ok = true
+	return &UnixListener{Listener: l, path: path, lock: lock, allowed: allowed, log: log}, nil
+}
+
+// Path is the socket's path.
+func (l *UnixListener) Path() string { return l.path }
+
+// Accept returns the next connection from an allowed uid; others are
+// closed and logged.
+func (l *UnixListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		uid, err := peerUID(c)
+		if err != nil {
+			l.log.Warn("connection refused: peer credentials unreadable", "error", err)
+			_ = c.Close()
+			continue
+		}
+		if !l.allowed[uid] {
+			l.log.Warn("connection refused: peer uid not allowed", "uid", uid)
+			_ = c.Close()
+			continue
+		}
+		return c, nil
+	}
+}
+
+// Close removes the socket (the net package unlinks it) and releases the
+// lock. The lock file stays: removing it would let two servers lock two
+// different files of the same name.
+func (l *UnixListener) Close() error {
+	err := l.Listener.Close()
+	_ = l.lock.Close()
+	return err
+}
+
+func peerUID(c net.Conn) (uint32, error) {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return 0, errors.New("not a unix connection")
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, err
+	}
+	if cerr != nil {
+		return 0, cerr
+	}
+	return cred.Uid, nil
+}

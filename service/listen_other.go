@@ -1,0 +1,30 @@
+//go:build !linux
+
+package service
+
+import (
+	"errors"
+	"fmt"
+	"net"
+
+	"github.com/hashicorp/go-hclog"
+)
+
+// InUseError is a socket a live server is listening on.
+type InUseError struct{ Path string }
+
+func (e *InUseError) Error() string {
+	return fmt.Sprintf("another aleph-sandbox serve is listening on %s", e.Path)
+}
+
+// UnixListener is the service's socket.
+type UnixListener struct{ net.Listener }
+
+// Path is the socket's path.
+func (l *UnixListener) Path() string { return "" }
+
+// ListenUnix is refused here: the peer-uid check before any RPC is
+// implemented on Linux only, and the service is not served without it.
+func ListenUnix(path string, allowedUIDs []uint32, log hclog.Logger) (*UnixListener, error) {
+	return nil, errors.New("serve: the unix socket's peer check is implemented on Linux only")
+}

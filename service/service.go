@@ -1,0 +1,540 @@
+// Package service is the host service of `aleph-sandbox serve`: the
+// aleph.host.v1 handlers over one assembled runtime (package alephsandbox),
+// the approval broker that routes elevation requests to connected clients,
+// and the unix-socket listener that checks every peer's uid before any RPC.
+//
+// The handlers are served with connectrpc.com/connect, so one handler
+// speaks gRPC, gRPC-Web and the Connect protocol (JSON over HTTP/1.1).
+package service
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"github.com/hashicorp/go-hclog"
+
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
+	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
+)
+
+// ReasonProtectedPath is the reason code of a request refused because a
+// path it asks for covers the service's own socket or data directory: a
+// sandboxed command that could reach the socket would pass the same-uid
+// check and could approve its own elevations.
+const ReasonProtectedPath = "protected_path"
+
+// ReasonInvalidRequest is the reason code of a malformed request.
+const ReasonInvalidRequest = "invalid_request"
+
+// Options configure a Server.
+type Options struct {
+	// Host is the assembled pipeline. Its approver must be Broker.
+	Host   alephsandbox.Host
+	Broker *Broker
+	Logger hclog.Logger
+	// Protected are directories no request may read, write or use as a
+	// workspace, nor any ancestor of them (the socket's directory, the data
+	// directory).
+	Protected []string
+	// CommandPolicy is the configuration CheckPolicy answers from.
+	CommandPolicy core.CommandPolicyConfig
+}
+
+// Server implements hostv1connect.ServiceHandler.
+type Server struct {
+	host      alephsandbox.Host
+	broker    *Broker
+	log       hclog.Logger
+	protected []string
+	policy    driverapi.Hook
+
+	mu       sync.Mutex
+	sessions map[string]struct{}
+	// running counts Execute calls in progress, so a stopping server can
+	// wait for their commands to be gone.
+	running sync.WaitGroup
+}
+
+var _ hostv1connect.ServiceHandler = (*Server)(nil)
+
+// New returns the handlers over opts.Host.
+func New(opts Options) (*Server, error) {
+	if opts.Host == nil || opts.Broker == nil {
+		return nil, errors.New("service: Host and Broker are required")
+	}
+	if opts.Logger == nil {
+		opts.Logger = hclog.NewNullLogger()
+	}
+	policy, _ := commandpolicy.New(alephsandbox.CommandPolicyConfig(opts.CommandPolicy), opts.Logger.Named("command_policy"))
+	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy, sessions: map[string]struct{}{}}
+	for _, p := range opts.Protected {
+		if p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return nil, fmt.Errorf("service: protected path %q: %w", p, err)
+		}
+		s.protected = append(s.protected, canonical(abs))
+	}
+	return s, nil
+}
+
+// Wait waits until no Execute call is in progress, or timeout; it reports
+// whether they all ended. Called after their contexts are cancelled, it
+// returns once their commands have been killed.
+func (s *Server) Wait(timeout time.Duration) bool {
+	done := make(chan struct{})
+	go func() { s.running.Wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-time.After(timeout):
+		return false
+	}
+}
+
+// Handler is the HTTP handler serving the service and the standard gRPC
+// health service.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	path, h := hostv1connect.NewServiceHandler(s)
+	mux.Handle(path, h)
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(hostv1connect.ServiceName)))
+	return mux
+}
+
+// canonical resolves symlinks as far as the path exists, so a grant naming
+// a symlink to the socket's directory is seen for what it is.
+func canonical(p string) string {
+	p = filepath.Clean(p)
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	dir, base := filepath.Split(p)
+	if dir == "" || dir == p {
+		return p
+	}
+	return filepath.Join(canonical(filepath.Clean(dir)), base)
+}
+
+// covers reports whether access to p would reach protected directory d:
+// p is d, inside it, or an ancestor of it.
+func covers(p, d string) bool {
+	return driverapi.PathWithin(p, d) || driverapi.PathWithin(d, p)
+}
+
+func (s *Server) checkPath(field, p string) error {
+	if !filepath.IsAbs(p) {
+		return invalid(field, fmt.Sprintf("%q is not an absolute path (the service cannot know the client's working directory)", p))
+	}
+	c := canonical(p)
+	for _, d := range s.protected {
+		if covers(c, d) || covers(filepath.Clean(p), d) {
+			return withDetail(connect.CodePermissionDenied,
+				fmt.Errorf("%s %q covers the service's own directory %s, which no sandbox may reach", field, p, d),
+				&hostv1.ErrorDetail{ReasonCode: ReasonProtectedPath, Field: field})
+		}
+	}
+	return nil
+}
+
+func withDetail(code connect.Code, err error, d *hostv1.ErrorDetail) *connect.Error {
+	ce := connect.NewError(code, err)
+	if det, derr := connect.NewErrorDetail(d); derr == nil {
+		ce.AddDetail(det)
+	}
+	return ce
+}
+
+func invalid(field, reason string) *connect.Error {
+	return withDetail(connect.CodeInvalidArgument, fmt.Errorf("%s: %s", field, reason),
+		&hostv1.ErrorDetail{ReasonCode: ReasonInvalidRequest, Field: field})
+}
+
+// command turns a request into a core.Command, refusing what is malformed.
+func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
+	if req.GetSession() == "" {
+		return core.Command{}, invalid("session", "required")
+	}
+	if len(req.GetArgv()) == 0 || req.GetArgv()[0] == "" {
+		return core.Command{}, invalid("argv", "a program is required")
+	}
+	caps := driverapi.Capabilities{SpawnSubprocess: req.GetSpawn(), MaxMemoryMB: req.GetMemoryMb()}
+	for i, p := range req.GetRead() {
+		if err := s.checkPath(fmt.Sprintf("read[%d]", i), p); err != nil {
+			return core.Command{}, err
+		}
+		caps.FSRead = append(caps.FSRead, filepath.Clean(p))
+	}
+	for i, p := range req.GetWrite() {
+		if err := s.checkPath(fmt.Sprintf("write[%d]", i), p); err != nil {
+			return core.Command{}, err
+		}
+		caps.FSWrite = append(caps.FSWrite, filepath.Clean(p))
+	}
+	net, err := parseNet(req.GetNet())
+	if err != nil {
+		return core.Command{}, invalid("net", err.Error())
+	}
+	caps.Network = net
+	t := req.GetTimeoutSeconds()
+	if t < 0 || t > float64(365*24*3600) || t != t {
+		return core.Command{}, invalid("timeout_seconds", "must be positive (or 0 for the configured default)")
+	}
+	if req.GetMaxOutput() < 0 {
+		return core.Command{}, invalid("max_output", "must be positive (or 0 for the configured budget)")
+	}
+	if len(req.GetStdin()) > driverapi.MaxStdinBytes {
+		return core.Command{}, invalid("stdin", fmt.Sprintf("larger than %d bytes", driverapi.MaxStdinBytes))
+	}
+	for name := range req.GetEnv() {
+		if name == "" || strings.ContainsAny(name, "=\x00") {
+			return core.Command{}, invalid("env", fmt.Sprintf("%q is not a variable name", name))
+		}
+	}
+	cmd := core.Command{
+		SessionID:      req.GetSession(),
+		Program:        req.GetArgv()[0],
+		Args:           req.GetArgv()[1:],
+		Cwd:            req.GetCwd(),
+		Capabilities:   caps,
+		Timeout:        time.Duration(t * float64(time.Second)),
+		MaxOutputBytes: req.GetMaxOutput(),
+		Env:            req.GetEnv(),
+		Stdin:          req.GetStdin(),
+		Secrets:        req.GetSecrets(),
+	}
+	if w := req.GetWorkspace(); w != "" {
+		if err := s.checkPath("workspace", w); err != nil {
+			return core.Command{}, err
+		}
+		cmd.Workspace = filepath.Clean(w)
+	}
+	return cmd, nil
+}
+
+// parseNet reads the net field as the CLI reads --net.
+func parseNet(v string) (driverapi.NetworkPolicy, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "", "none":
+		return driverapi.NetworkPolicy{Mode: driverapi.NetworkNone}, nil
+	case "all":
+		return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}, nil
+	}
+	var hosts []string
+	for _, h := range strings.Split(v, ",") {
+		h = strings.TrimSpace(h)
+		if h == "" {
+			continue
+		}
+		if _, err := proxy.ParseRule(h); err != nil {
+			return driverapi.NetworkPolicy{}, fmt.Errorf("%q: %w", h, err)
+		}
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return driverapi.NetworkPolicy{}, fmt.Errorf("%q: want none, all, or HOST[,HOST...]", v)
+	}
+	return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: hosts}, nil
+}
+
+func (s *Server) remember(session string) {
+	s.mu.Lock()
+	s.sessions[session] = struct{}{}
+	s.mu.Unlock()
+}
+
+// streamWriter sends what the command writes as output chunks; one mutex
+// per call keeps chunks and approval requests in order of arrival.
+type streamWriter struct {
+	mu     *sync.Mutex
+	stream *connect.ServerStream[hostv1.ExecuteResponse]
+	which  hostv1.OutputChunk_Stream
+}
+
+func (w *streamWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// p is the caller's buffer: copy it, the message outlives this call.
+	data := append([]byte(nil), p...)
+	if err := w.stream.Send(&hostv1.ExecuteResponse{Event: &hostv1.ExecuteResponse_Output{
+		Output: &hostv1.OutputChunk{Stream: w.which, Data: data}}}); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// Execute implements the service.
+func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.ExecuteRequest], stream *connect.ServerStream[hostv1.ExecuteResponse]) error {
+	s.running.Add(1)
+	defer s.running.Done()
+	cmd, err := s.command(req.Msg)
+	if err != nil {
+		return err
+	}
+	s.remember(cmd.SessionID)
+	var mu sync.Mutex
+	cmd.Stdout = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDOUT}
+	cmd.Stderr = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDERR}
+	if req.Msg.GetAnswerApprovals() {
+		ctx = withOwnApprover(ctx, func(r *hostv1.ApprovalRequest) error {
+			mu.Lock()
+			defer mu.Unlock()
+			return stream.Send(&hostv1.ExecuteResponse{Event: &hostv1.ExecuteResponse_ApprovalRequest{ApprovalRequest: r}})
+		})
+	}
+	start := time.Now()
+	out, err := s.host.Execute(ctx, cmd)
+	res, rerr := s.result(ctx, out, err)
+	s.log.Info("command", "session", cmd.SessionID, "program", cmd.Program, "reason_code", res.GetReasonCode(),
+		"command_id", res.GetCommandId(), "exit_code", res.GetExitCode(), "duration", time.Since(start), "error", rerr)
+	if rerr != nil {
+		return rerr
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return stream.Send(&hostv1.ExecuteResponse{Event: &hostv1.ExecuteResponse_Result{Result: res}})
+}
+
+// result is the final message for a command, or the error status for a
+// failure: a denial is a result (as `exec --json` reports it), anything
+// that kept the sandbox from answering is a status with an ErrorDetail.
+func (s *Server) result(ctx context.Context, out *core.Output, err error) (*hostv1.ExecResult, error) {
+	var (
+		denied  *core.DeniedError
+		invCmd  *core.InvalidCommandError
+		drvErr  *core.DriverError
+		hookErr *core.HookError
+		wsErr   *core.WorkspaceError
+		medErr  *core.MediationError
+	)
+	switch {
+	case err == nil:
+	case errors.As(err, &denied):
+		return &hostv1.ExecResult{Denied: true, Reason: denied.Error(), Rule: denied.Rule, ReasonCode: string(denied.Code)}, nil
+	case errors.As(err, &invCmd):
+		return nil, withDetail(connect.CodeInvalidArgument, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonInvalidCommand), Field: invCmd.Field})
+	case ctx.Err() != nil:
+		return nil, withDetail(connect.CodeCanceled, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonCanceled)})
+	case errors.As(err, &drvErr):
+		return nil, withDetail(connect.CodeUnavailable, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonDriverFailed), Driver: drvErr.Driver})
+	case errors.As(err, &hookErr):
+		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonHookFailed), Hook: hookErr.Hook})
+	case errors.As(err, &wsErr):
+		return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonWorkspaceFailed)})
+	case errors.As(err, &medErr):
+		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonMediationFailed)})
+	case errors.Is(err, alephsandbox.ErrDisabled):
+		return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: "sandbox_disabled"})
+	default:
+		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{})
+	}
+	e := out.Exit
+	res := &hostv1.ExecResult{
+		Stdout: out.Stdout, Stderr: out.Stderr,
+		ExitCode: e.ExitCode, Signal: e.Signal, TimedOut: e.TimedOut, Truncated: e.Truncated,
+		OomKilled: e.OOMKilled, DurationMs: e.Duration.Milliseconds(), Backend: out.Backend,
+		CommandId: out.CommandID, ProfileDigest: out.ProfileDigest, ReasonCode: string(core.ReasonAllowed),
+	}
+	if e.TimedOut {
+		res.ReasonCode = string(core.ReasonTimeout)
+	}
+	for _, v := range out.Verdicts {
+		res.Verdicts = append(res.Verdicts, &hostv1.Verdict{Action: v.Action.String(), Rule: v.Rule, Reason: v.Reason, Hook: v.Hook})
+		if v.Action == driverapi.ActionWarn && res.ReasonCode == string(core.ReasonAllowed) {
+			res.ReasonCode = string(core.ReasonHookWarned)
+		}
+	}
+	return res, nil
+}
+
+// Approvals implements the service: requests are sent until the client
+// goes away or the service stops.
+func (s *Server) Approvals(ctx context.Context, _ *connect.Request[hostv1.ApprovalsRequest], stream *connect.ServerStream[hostv1.ApprovalRequest]) error {
+	ch, done := s.broker.subscribe()
+	defer done()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.broker.closed:
+			return nil
+		case r := <-ch:
+			if err := stream.Send(r); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Approve implements the service.
+func (s *Server) Approve(_ context.Context, req *connect.Request[hostv1.ApproveRequest]) (*connect.Response[hostv1.ApproveResponse], error) {
+	if req.Msg.GetId() == "" {
+		return nil, invalid("id", "required")
+	}
+	if !s.broker.answer(req.Msg.GetId(), req.Msg.GetApproved()) {
+		return nil, withDetail(connect.CodeNotFound, fmt.Errorf("no pending approval request %q (answered, timed out, or never asked)", req.Msg.GetId()),
+			&hostv1.ErrorDetail{ReasonCode: "approval_unknown", Field: "id"})
+	}
+	return connect.NewResponse(&hostv1.ApproveResponse{}), nil
+}
+
+func capsMsg(c driverapi.Capabilities) *hostv1.Capabilities {
+	return &hostv1.Capabilities{
+		FsRead: c.FSRead, FsWrite: c.FSWrite, NetworkMode: c.Network.Mode.String(), NetworkHosts: c.Network.Hosts,
+		Spawn: c.SpawnSubprocess, MemoryMb: c.MaxMemoryMB, TimeoutSeconds: int64(c.TimeoutSecs),
+	}
+}
+
+func grantsMsg(g core.SessionGrants) []*hostv1.Grant {
+	out := []*hostv1.Grant{}
+	for _, gr := range g.Grants {
+		m := &hostv1.Grant{Id: gr.ID, NetworkHost: gr.NetworkHost}
+		if gr.Capabilities != nil {
+			m.Capabilities = capsMsg(*gr.Capabilities)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+func (s *Server) describe(session string) *hostv1.Session {
+	g := s.host.Grants(session)
+	ws, _ := s.host.WorkspacePath(session)
+	return &hostv1.Session{Session: session, Workspace: ws, Baseline: capsMsg(g.Baseline), Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest}
+}
+
+// Sessions implements the service. The list is of the sessions this
+// service has run or been asked about since it started.
+func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.SessionsRequest]) (*connect.Response[hostv1.SessionsResponse], error) {
+	resp := &hostv1.SessionsResponse{Sessions: []*hostv1.Session{}}
+	switch a := req.Msg.GetAction().(type) {
+	case *hostv1.SessionsRequest_List:
+		s.mu.Lock()
+		names := make([]string, 0, len(s.sessions))
+		for n := range s.sessions {
+			names = append(names, n)
+		}
+		s.mu.Unlock()
+		sort.Strings(names)
+		for _, n := range names {
+			resp.Sessions = append(resp.Sessions, s.describe(n))
+		}
+	case *hostv1.SessionsRequest_Describe:
+		if a.Describe.GetSession() == "" {
+			return nil, invalid("describe.session", "required")
+		}
+		s.remember(a.Describe.GetSession())
+		resp.Sessions = append(resp.Sessions, s.describe(a.Describe.GetSession()))
+	case *hostv1.SessionsRequest_Forget:
+		if a.Forget.GetSession() == "" {
+			return nil, invalid("forget.session", "required")
+		}
+		s.host.ForgetSession(a.Forget.GetSession())
+		s.mu.Lock()
+		delete(s.sessions, a.Forget.GetSession())
+		s.mu.Unlock()
+	default:
+		return nil, invalid("action", "one of list, describe, forget is required")
+	}
+	return connect.NewResponse(resp), nil
+}
+
+// Grants implements the service.
+func (s *Server) Grants(ctx context.Context, req *connect.Request[hostv1.GrantsRequest]) (*connect.Response[hostv1.GrantsResponse], error) {
+	var session string
+	switch a := req.Msg.GetAction().(type) {
+	case *hostv1.GrantsRequest_List:
+		session = a.List.GetSession()
+		if session == "" {
+			return nil, invalid("list.session", "required")
+		}
+	case *hostv1.GrantsRequest_Revoke:
+		session = a.Revoke.GetSession()
+		if session == "" {
+			return nil, invalid("revoke.session", "required")
+		}
+		if a.Revoke.GetGrantId() == "" {
+			return nil, invalid("revoke.grant_id", "required")
+		}
+		if _, err := s.host.RevokeGrant(ctx, session, a.Revoke.GetGrantId()); err != nil {
+			return nil, withDetail(connect.CodeNotFound, err, &hostv1.ErrorDetail{ReasonCode: "grant_unknown", Field: "revoke.grant_id"})
+		}
+	case *hostv1.GrantsRequest_ApplyNetwork:
+		an := a.ApplyNetwork
+		session = an.GetSession()
+		switch {
+		case session == "":
+			return nil, invalid("apply_network.session", "required")
+		case an.GetHost() == "":
+			return nil, invalid("apply_network.host", "required")
+		case an.GetPort() > 65535:
+			return nil, invalid("apply_network.port", "must be at most 65535")
+		case an.GetExpectedDigest() == "":
+			return nil, invalid("apply_network.expected_digest", "required: a grant is pinned to the policy the user saw")
+		}
+		if _, err := s.host.ApplyNetworkGrant(ctx, session, an.GetHost(), uint16(an.GetPort()), an.GetExpectedDigest()); err != nil {
+			var stale *core.StaleGrantError
+			if errors.As(err, &stale) {
+				return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonGrantStale), Field: "apply_network.expected_digest"})
+			}
+			return nil, withDetail(connect.CodeInvalidArgument, err, &hostv1.ErrorDetail{ReasonCode: ReasonInvalidRequest, Field: "apply_network.host"})
+		}
+	default:
+		return nil, invalid("action", "one of list, revoke, apply_network is required")
+	}
+	s.remember(session)
+	g := s.host.Grants(session)
+	return connect.NewResponse(&hostv1.GrantsResponse{Session: session, Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest}), nil
+}
+
+// Capabilities implements the service.
+func (s *Server) Capabilities(ctx context.Context, _ *connect.Request[hostv1.CapabilitiesRequest]) (*connect.Response[hostv1.CapabilitiesResponse], error) {
+	caps, err := s.host.Capabilities(ctx)
+	if err != nil {
+		_, rerr := s.result(ctx, nil, err)
+		return nil, rerr
+	}
+	b, err := json.Marshal(caps)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("encoding the capability report: %w", err))
+	}
+	return connect.NewResponse(&hostv1.CapabilitiesResponse{ReportJson: string(b)}), nil
+}
+
+// CheckPolicy implements the service: the command policy alone, on the
+// string as `sh -c COMMAND` would be scanned (as `policy check`).
+func (s *Server) CheckPolicy(ctx context.Context, req *connect.Request[hostv1.CheckPolicyRequest]) (*connect.Response[hostv1.CheckPolicyResponse], error) {
+	if strings.TrimSpace(req.Msg.GetCommand()) == "" {
+		return nil, invalid("command", "required")
+	}
+	v, err := s.policy.Before(ctx, driverapi.HookRequest{SessionID: "policy-check", CommandID: "policy-check",
+		Program: "sh", Args: []string{"-c", req.Msg.GetCommand()}, Stdin: req.Msg.GetStdin()})
+	if err != nil {
+		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonHookFailed), Hook: "command_policy"})
+	}
+	verdict := "allow"
+	switch v.Action {
+	case driverapi.ActionDeny:
+		verdict = "block"
+	case driverapi.ActionWarn:
+		verdict = "warn"
+	}
+	return connect.NewResponse(&hostv1.CheckPolicyResponse{Verdict: verdict, Rule: v.Rule, Reason: v.Reason}), nil
+}
