@@ -44,6 +44,11 @@ type hostProbe struct {
 	// namespaces of its own (--disable-userns), where bwrap gives it one.
 	userns    []string
 	usernsWhy string // why userns is empty, for the report
+	// tier is how commands run: tierBwrap, or tierLandlock where bwrap
+	// cannot create namespaces and fallback = "landlock" (tier_linux.go).
+	tier string
+	// tierWhy says why the Landlock tier is in use (bwrap's refusal).
+	tierWhy string
 }
 
 func (cs *cgroupSystem) reason(ctrl string) string {
@@ -83,6 +88,14 @@ func (d *Driver) probe() *hostProbe {
 		cgDone := make(chan *cgroupSystem, 1)
 		go func() { cgDone <- d.probeCgroups() }()
 		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover)
+		h.tier = tierBwrap
+		var nsErr *namespaceError
+		if errors.As(h.sandboxErr, &nsErr) && d.cfg.Options.Fallback == FallbackLandlock {
+			// Only the namespaces are missing, and the configuration
+			// asks for the Landlock tier there.
+			h.tier, h.tierWhy = tierLandlock, h.sandboxErr.Error()
+			h.sandboxErr, h.sandboxFix = landlockTierUsable(h.landlock, h.seccomp)
+		}
 		if d.optErr != nil {
 			// Fail closed: nothing runs on a configuration the driver refused.
 			h.sandboxErr, h.sandboxFix = toConfigError(d.optErr), "correct [sandbox.linux] in the configuration"
@@ -93,7 +106,7 @@ func (d *Driver) probe() *hostProbe {
 				h.sandboxFix = "reinstall aleph-driver-bwrap"
 			}
 		}
-		if h.sandboxErr == nil {
+		if h.sandboxErr == nil && h.tier == tierBwrap {
 			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover)
 		}
 		h.cg = <-cgDone
@@ -149,9 +162,7 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 	}
 	version = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(string(v.out)), "bubblewrap"))
 	if trialErr != nil {
-		return path, version, guard, fmt.Errorf("bwrap cannot create namespaces here: %s", trialErr),
-			"allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, " +
-				"user.max_user_namespaces > 0, AppArmor: kernel.apparmor_restrict_unprivileged_userns=0), or run as root"
+		return path, version, guard, &namespaceError{msg: trialErr.Error()}, namespaceFix
 	}
 	return path, version, guard, nil, ""
 }
@@ -226,6 +237,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		return driverapi.HostCapabilities{}, err
 	}
 	h := d.probe()
+	if h.tier == tierLandlock {
+		return d.landlockCapabilities(h), nil
+	}
 	hc := driverapi.HostCapabilities{
 		Backend:         Backend,
 		DriverVersion:   Version,
@@ -245,6 +259,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 			"sandbox_init":   d.cfg.InitBinary,
 			"driver_binary":  d.cfg.DriverBinary,
 			"setup_guard":    h.guard.mode,
+			"tier":           tierBwrap,
 		},
 	}
 	if h.guard.why != "" {
@@ -330,7 +345,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 // unprivileged driver running a bwrap that is not setuid). Elsewhere it
 // counts every process of the uid on the host, or (for root) nothing.
 func (h *hostProbe) nprocPerSandbox() bool {
-	return os.Geteuid() != 0 && h.guard.mode == guardUserPID && kernelAtLeast(h.kernel, 5, 14)
+	return h.tier == tierBwrap && os.Geteuid() != 0 && h.guard.mode == guardUserPID && kernelAtLeast(h.kernel, 5, 14)
 }
 
 // kernelAtLeast compares a kernel release ("6.18.44-foo") with major.minor.
