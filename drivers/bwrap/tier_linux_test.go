@@ -466,10 +466,31 @@ func TestTierOffFailsClosed(t *testing.T) {
 
 // The bwrap tier records itself too (control for the landlock record).
 func TestTierBwrapRecorded(t *testing.T) {
+	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "1" {
+		t.Skip("namespaces are refused in this run (scripts/test-nonamespaces.sh)")
+	}
 	d := testDriver(t, Options{})
 	r := drvSh(t, d, newWorkspace(t), "true")
 	expectOK(t, r)
 	if r.exit.Details["tier"] != tierBwrap {
 		t.Fatalf("details %v", r.exit.Details)
 	}
+}
+
+// Under scripts/test-nonamespaces.sh the real bwrap must fail its trial
+// (else the run tests nothing), the driver must fail closed without the
+// fallback and pick the Landlock tier with it.
+func TestNoNamespacesModeReported(t *testing.T) {
+	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") != "1" {
+		t.Skip("run by scripts/test-nonamespaces.sh")
+	}
+	off := testDriver(t, Options{})
+	hc, err := off.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hc.Features) != 0 || len(hc.Unavailable) == 0 || !strings.Contains(hc.Unavailable[0].Reason, "cannot create namespaces") {
+		t.Fatalf("namespaces still usable here, or not reported: %+v", hc)
+	}
+	tierDriver(t, Options{})
 }
