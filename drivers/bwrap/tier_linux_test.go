@@ -121,15 +121,21 @@ func TestTierFilesystem(t *testing.T) {
 	os.Remove("/tmp/aleph-tier-tmp-probe")
 }
 
-// The environment is exactly the given one.
+// The environment is exactly the given one. No subprocesses: the path
+// where the supervisor starts a plain sandbox-init for the target.
 func TestTierEnvironment(t *testing.T) {
 	d := tierDriver(t, Options{})
 	ws := newWorkspace(t)
 	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "ONLY", Value: "this"}}
-	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, env, "/usr/bin/env")
+	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, env, "/usr/bin/env")
 	expectOK(t, r)
 	if r.stdout != "PATH=/usr/bin:/bin\nONLY=this\n" {
 		t.Fatalf("env %q", r.stdout)
+	}
+	// No subprocess: fork is refused to the target.
+	r = drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, env, "/bin/sh", "-c", "echo ran; /bin/true && echo SPAWNED")
+	if r.err != nil || !strings.Contains(r.stdout, "ran") || strings.Contains(r.stdout, "SPAWNED") || !strings.Contains(r.stderr, "fork") {
+		t.Fatalf("no-spawn: %q %q", r.stdout, r.stderr)
 	}
 }
 

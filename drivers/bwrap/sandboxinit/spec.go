@@ -124,8 +124,9 @@ type InitSpec struct {
 	// nothing leaves the process group the launcher kills as a whole,
 	// keeps the target in that group, denies socket(AF_UNIX) in every
 	// socket mode (no mount namespace hides the host's unix sockets), and
-	// kills its whole group when the launcher is gone. Requires LifelineFD
-	// and Supervise.
+	// kills its whole group when the launcher is gone. The launcher sets
+	// LifelineFD and Supervise with it; the plain child a no-spawn
+	// supervisor starts keeps the flag (its filter) without them.
 	NoNamespaces bool `json:"no_namespaces,omitempty"`
 }
 
@@ -163,9 +164,6 @@ func (s *InitSpec) Validate() error {
 	}
 	if err := s.validateBridge(); err != nil {
 		return err
-	}
-	if s.NoNamespaces && (s.LifelineFD == 0 || !s.Supervise) {
-		return &InitSpecError{"no_namespaces", "needs lifeline_fd and supervise"}
 	}
 	if s.NoNamespaces && s.SocketMode != SocketUnrestricted && s.SocketMode != SocketUnixOnly {
 		return &InitSpecError{"no_namespaces", "only socket_mode " + string(SocketUnrestricted) + " or " + string(SocketUnixOnly) + " (no network namespace for a bridge)"}
