@@ -627,7 +627,7 @@ func (d *Driver) RawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 		return nil, nil, &UnavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
 	}
 	if h.tier == tierLandlock {
-		return nil, nil, &UnavailableError{Feature: "sandbox", Reason: "raw bwrap: " + h.tierWhy, Fix: namespaceFix}
+		return nil, nil, &UnavailableError{Feature: "sandbox", Reason: "raw bwrap: " + h.tierWhy, Fix: tierFix}
 	}
 	prot, release, err := d.protect(plan)
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -34,8 +35,9 @@ import (
 // sealed memfd).
 //
 // What it cannot give: a private /tmp (none is writable unless granted), a
-// hidden /proc (the host's processes are visible, though Landlock's ptrace
-// rules keep their memory, fds and environment closed), a PID namespace
+// /proc of its own (the host's is left unreadable, so the host's processes
+// are not listed, but neither is /proc/self), an IPC namespace (the SysV
+// IPC calls are denied instead), a PID namespace
 // (the command is ended by killing its process group, which setsid and
 // setpgid being denied make inescapable), the allow_hosts bridge (no network
 // namespace to put it in), and protected entries (see protectedRefusal).
@@ -67,6 +69,18 @@ const namespaceFix = `set sandbox.linux.fallback = "landlock" for the weaker Lan
 type namespaceError struct{ msg string }
 
 func (e *namespaceError) Error() string { return "bwrap cannot create namespaces here: " + e.msg }
+
+// What the Landlock tier does not give, as the report states it.
+const (
+	tierLimitTmp  = "no private /tmp (/tmp is not writable unless granted)"
+	tierLimitProc = "no /proc of its own: /proc is not readable at all (no /proc/self either); host pids can be probed with stat, not listed or read"
+	tierLimitPID  = "no PID namespace (the command is ended by killing its process group; setsid and setpgid are denied)"
+	tierLimitUnix = "socket(AF_UNIX) denied under every network mode (socketpair allowed)"
+)
+
+// tierFix is how a host in the Landlock tier gets the full sandbox.
+const tierFix = "allow namespaces for bwrap (sysctl kernel.unprivileged_userns_clone=1, user.max_user_namespaces > 0, " +
+	"kernel.apparmor_restrict_unprivileged_userns=0; in a container, --privileged or a seccomp profile that allows unshare and clone with namespace flags)"
 
 // landlockTierUsable checks the tier's minimum claimed set on this kernel.
 func landlockTierUsable(abi int, seccomp bool) (error, string) {
@@ -101,11 +115,13 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 			"euid":           strconv.Itoa(os.Geteuid()),
 			"sandbox_init":   d.cfg.InitBinary,
 			"driver_binary":  d.cfg.DriverBinary,
-			"tmp":            "no private /tmp: /tmp is not writable unless granted",
-			"proc":           "the host's /proc: host processes are visible (their memory, fds and environment are not)",
-			"pid_namespace":  "none: the command is ended by killing its process group (setsid and setpgid denied)",
-			"unix_sockets":   "socket(AF_UNIX) denied under every network mode (socketpair allowed)",
+			"tmp":            tierLimitTmp,
+			"proc":           tierLimitProc,
+			"pid_namespace":  tierLimitPID,
+			"unix_sockets":   tierLimitUnix,
 			"capabilities":   "all dropped (bounding and ambient sets included)",
+			"tier_limits": strings.Join([]string{tierLimitTmp, tierLimitProc, tierLimitPID, tierLimitUnix,
+				"no protected_paths (workspaces with protected entries are refused)", "no allow_hosts"}, "; "),
 		},
 	}
 	if h.landlock > 0 && h.sandboxErr == nil {
@@ -128,8 +144,8 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 		driverapi.FeatureNetworkNone, driverapi.FeatureNetworkAll,
 		driverapi.FeatureEnvIsolation, driverapi.FeatureSubprocessControl, driverapi.FeatureProcessTreeKill)
 	un(driverapi.FeatureProtectedPaths, "Landlock tier: rights are inherited down the tree, so a writable workspace "+
-		"would make every .git in it writable; workspaces with protected entries are refused", namespaceFix)
-	un(driverapi.FeatureNetworkViaProxy, "Landlock tier: no network namespace to hold the bridge", namespaceFix)
+		"would make every .git in it writable; workspaces with protected entries are refused", tierFix)
+	un(driverapi.FeatureNetworkViaProxy, "Landlock tier: no network namespace to hold the bridge", tierFix)
 	if h.cg.have[ctrlMemory] {
 		hc.Features = append(hc.Features, driverapi.FeatureMemoryLimit)
 	} else {
@@ -180,7 +196,7 @@ func (d *Driver) protectedRefusal(p Plan) error {
 		if _, err := os.Lstat(t.path); err == nil {
 			return &UnavailableError{Feature: driverapi.FeatureProtectedPaths,
 				Reason: fmt.Sprintf("the Landlock tier cannot keep %s read-only inside a writable workspace or grant", t.path),
-				Fix:    "use a workspace without protected entries, or " + namespaceFix}
+				Fix:    "use a workspace without protected entries, or " + tierFix}
 		}
 	}
 	return nil
@@ -193,7 +209,7 @@ func tierDevices() []string {
 }
 
 // landlockInitSpec is what sandbox-init enforces in the Landlock tier:
-// the system read set, /proc and the init binary read-only, the fs_read
+// the system read set and the init binary read-only, the fs_read
 // grants readable, the workspace, the fs_write grants and the harmless
 // devices writable; no /tmp.
 func (d *Driver) landlockInitSpec(p Plan) InitSpec {
@@ -213,7 +229,11 @@ func (d *Driver) landlockInitSpec(p Plan) InitSpec {
 			s.ReadOnly = append(s.ReadOnly, m.Dest)
 		}
 	}
-	s.ReadOnly = append(s.ReadOnly, "/proc", d.cfg.InitBinary)
+	// Not /proc: it is the host's, and its listing and files would show
+	// every host process's command line. Unreadable, the host's
+	// processes stay out of sight (stat and readlink, which Landlock does
+	// not govern, can still probe a pid), at the price of /proc/self.
+	s.ReadOnly = append(s.ReadOnly, d.cfg.InitBinary)
 	s.ReadOnly = append(s.ReadOnly, p.FSRead...)
 	s.ReadWrite = append(s.ReadWrite, p.Workspace)
 	s.ReadWrite = append(s.ReadWrite, tierDevices()...)

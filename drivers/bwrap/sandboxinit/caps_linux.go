@@ -46,16 +46,18 @@ func lastCap() (int, error) {
 // inheritable sets emptied, and the result is read back: a capability left
 // anywhere is an error, never a silent partial drop.
 func dropCapabilities() error {
-	last, err := lastCap()
-	if err != nil {
-		return err
-	}
 	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capget: %w", err)
 	}
 	if data[0].Effective&(1<<unix.CAP_SETPCAP) != 0 {
+		// Read only here: a second sandbox-init below a confined one has
+		// no capabilities left and no /proc to read.
+		last, err := lastCap()
+		if err != nil {
+			return err
+		}
 		bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLock |
 			secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked
 		if err := unix.Prctl(unix.PR_SET_SECUREBITS, uintptr(bits), 0, 0, 0); err != nil {

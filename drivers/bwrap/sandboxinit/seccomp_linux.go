@@ -111,6 +111,10 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 		// Without a PID namespace the launcher ends the command by killing
 		// its process group: nothing may leave it.
 		deny = append(deny, present([]string{"setsid", "setpgid"})...)
+		// No IPC namespace either: the host's SysV objects are reachable
+		// by key or by guessed id, and no Landlock right covers them.
+		deny = append(deny, present([]string{"shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl",
+			"semget", "semop", "semtimedop", "semctl"})...)
 	}
 
 	// The kernel keeps only the low 32 bits of clone(2)'s flags

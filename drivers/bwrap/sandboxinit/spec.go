@@ -122,6 +122,7 @@ type InitSpec struct {
 	// cgroup first) instead of for bwrap's reaper, drops every capability
 	// (bounding and ambient sets included), denies setsid and setpgid so
 	// nothing leaves the process group the launcher kills as a whole,
+	// denies the SysV IPC calls (no IPC namespace),
 	// keeps the target in that group, denies socket(AF_UNIX) in every
 	// socket mode (no mount namespace hides the host's unix sockets), and
 	// kills its whole group when the launcher is gone. The launcher sets
