@@ -218,6 +218,13 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	if spec.LifelineFD > 0 {
 		reportStatus(spec.LifelineFD, ws)
 	}
+	if spec.NoNamespaces {
+		// What the command left in the background ends with it, as a PID
+		// namespace's does when its PID 1 exits. The launcher kills the
+		// group too, but it may be gone by now; this process dies with
+		// the group, its status already on the lifeline.
+		killAll()
+	}
 	return exitCodeOf(ws), nil
 }
 
