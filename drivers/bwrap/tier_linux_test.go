@@ -35,8 +35,8 @@ func refusingBwrap(t testing.TB) string {
 
 // tierDriver is a driver on a host where bwrap cannot create namespaces,
 // with the Landlock tier on, or skips where this kernel cannot give the
-// tier (then the refusal is what TestTierRefusedWithoutLandlockScopes
-// checks).
+// tier (then the refusal is what TestTierMinimumSet checks). Under
+// scripts/test-nonamespaces.sh the real bwrap is used: it fails there.
 func tierDriver(t testing.TB, opts Options) *Driver {
 	t.Helper()
 	if LandlockABI() < minTierLandlockABI || !SeccompAvailable() {
@@ -526,4 +526,27 @@ func TestNoNamespacesModeReported(t *testing.T) {
 		t.Fatalf("namespaces still usable here, or not reported: %+v", hc)
 	}
 	tierDriver(t, Options{})
+}
+
+// The tier starts only with its minimum set: Landlock ABI >= 6 (the signal
+// scope keeps the driver out of the command's reach) and seccomp.
+func TestTierMinimumSet(t *testing.T) {
+	for _, c := range []struct {
+		abi     int
+		seccomp bool
+		want    string
+	}{
+		{0, true, "Landlock ABI >= 6"},
+		{5, true, "this kernel offers 5"},
+		{7, false, "seccomp"},
+		{6, true, ""},
+	} {
+		err, fix := landlockTierUsable(c.abi, c.seccomp)
+		switch {
+		case c.want == "" && err != nil:
+			t.Errorf("abi %d seccomp %v: refused: %v", c.abi, c.seccomp, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want) || fix == ""):
+			t.Errorf("abi %d seccomp %v: got %v (fix %q), want a refusal naming %q", c.abi, c.seccomp, err, fix, c.want)
+		}
+	}
 }
