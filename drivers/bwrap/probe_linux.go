@@ -150,11 +150,16 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 		vc <- versionResult{out, err}
 	}()
 	trialErr := trialSandbox(ctx, path, guard, procCover)
-	if trialErr != nil && guard.mode != guardNone && trialSandbox(ctx, path, pidGuard{mode: guardNone}, procCover) == nil {
-		// bwrap works, only not inside the guard's namespaces (a seccomp
-		// profile or LSM of a container refusing them): run unguarded and
-		// say so, rather than not at all.
-		guard, trialErr = pidGuard{mode: guardNone, why: "the guard's namespaces are refused here: " + trialErr.Error()}, nil
+	if trialErr != nil && guard.mode != guardNone {
+		if plainErr := trialSandbox(ctx, path, pidGuard{mode: guardNone}, procCover); plainErr == nil {
+			// bwrap works, only not inside the guard's namespaces (a seccomp
+			// profile or LSM of a container refusing them): run unguarded and
+			// say so, rather than not at all.
+			guard, trialErr = pidGuard{mode: guardNone, why: "the guard's namespaces are refused here: " + trialErr.Error()}, nil
+		} else {
+			// bwrap's own words say more than the guard's failed clone.
+			trialErr = plainErr
+		}
 	}
 	v := <-vc
 	if v.err != nil {
