@@ -12,7 +12,7 @@ TOOLS     := $(CURDIR)/.tools
 ACTIONLINT_VERSION := v1.7.12
 
 .PHONY: soak
-.PHONY: all build test test-go test-python test-unprivileged test-nolandlock fuzz-short proto proto-tools proto-check lint cross bench clean
+.PHONY: all build test test-go test-python test-unprivileged test-nolandlock test-nonamespaces fuzz-short proto proto-tools proto-check lint cross bench clean
 
 all: build
 
@@ -26,8 +26,9 @@ build:
 # The whole check, as CI runs it: generated code fresh, lint for all three
 # OSes, cross builds, every test with the race detector, the Linux driver's
 # tests again as an unprivileged user and again with Landlock made
-# unavailable, the Python client against a real serve, and a short fuzzing pass.
-test: build proto-check lint cross test-go test-python test-unprivileged test-nolandlock fuzz-short
+# unavailable and with namespaces refused (the Landlock tier), the Python
+# client against a real serve, and a short fuzzing pass.
+test: build proto-check lint cross test-go test-python test-unprivileged test-nolandlock test-nonamespaces fuzz-short
 
 test-go: build
 	$(GO) test -race -count=1 ./...
@@ -44,6 +45,11 @@ test-unprivileged: build
 # test must hold without it. About 2.5 minutes here (two cores, shared).
 test-nolandlock: build
 	./scripts/test-nolandlock.sh
+
+# The Landlock tier (sandbox.linux.fallback = "landlock") on a host that
+# refuses namespaces, reproduced for one process tree (see the script).
+test-nonamespaces: build
+	./scripts/test-nonamespaces.sh
 
 # Each fuzz target for a few seconds (go test -fuzz takes one target at a time).
 # The budget is a count of executions, not a duration: a duration budget makes

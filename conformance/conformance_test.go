@@ -349,8 +349,14 @@ func TestBwrapDriver(t *testing.T) {
 	if drivers.paths["bwrap"] == "" {
 		t.Skipf("Linux driver not available: %v", drivers.bwrapErr)
 	}
+	var env []string
+	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "1" {
+		// scripts/test-nonamespaces.sh: namespaces are refused, the suite
+		// runs against the Landlock tier.
+		env = []string{`ALEPH_DRIVER_OPTIONS={"fallback":"landlock"}`}
+	}
 	conformance.Run(t, func(testing.TB) conformance.Config {
-		return conformance.Config{DriverPath: drivers.paths["bwrap"], Probe: drivers.paths["probe"]}
+		return conformance.Config{DriverPath: drivers.paths["bwrap"], Probe: drivers.paths["probe"], Env: env}
 	})
 }
 

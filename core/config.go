@@ -179,6 +179,10 @@ type LinuxConfig struct {
 	// ProtectedScanTimeoutMS bounds the same search in time; 0 means the
 	// driver's default.
 	ProtectedScanTimeoutMS int64 `koanf:"protected_scan_timeout_ms" json:"protected_scan_timeout_ms,omitempty" toml:"protected_scan_timeout_ms"`
+	// Fallback is "none" (fail closed where bwrap cannot create
+	// namespaces) or "landlock" (the weaker Landlock tier there); empty
+	// means the driver's default, "none".
+	Fallback string `koanf:"fallback" json:"fallback,omitempty" toml:"fallback"`
 }
 
 // WindowsConfig is [sandbox.windows]; it reaches the Windows driver as
@@ -656,6 +660,11 @@ func (c Config) Validate() error {
 		return bad("linux.protected_scan_max_entries", "must be between 0 (driver default) and 1073741824")
 	case lx.ProtectedScanTimeoutMS < 0 || lx.ProtectedScanTimeoutMS > 600_000:
 		return bad("linux.protected_scan_timeout_ms", "must be between 0 (driver default) and 600000")
+	}
+	switch lx.Fallback {
+	case "", "none", "landlock":
+	default:
+		return bad("linux.fallback", fmt.Sprintf("must be \"none\" or \"landlock\", got %q", lx.Fallback))
 	}
 	defaults := driverapi.DefaultProtectedEntries()
 	for i, n := range s.Protected.Add {

@@ -107,6 +107,19 @@ func printDoctor(io stdio, r doctorReport) {
 		if c.LandlockABI > 0 || c.OS == "linux" {
 			fmt.Fprintf(io.Out, "landlock ABI: %d   seccomp: %v   cgroups: %s\n", c.LandlockABI, c.Seccomp, shown(orNone(c.CgroupMode)))
 		}
+		// A driver with tiers (the Linux Landlock tier, the Windows chain)
+		// says which one runs commands and what that tier does not give.
+		if tier := c.Details["tier"]; tier != "" {
+			fmt.Fprintf(io.Out, "tier: %s\n", tier)
+			if why := c.Details["tier_reason"]; why != "" {
+				fmt.Fprintf(io.Out, "  because: %s\n", oneLine(why))
+			}
+			for _, l := range strings.Split(c.Details["tier_limits"], "; ") {
+				if l != "" {
+					fmt.Fprintf(io.Out, "  not in this tier: %s\n", l)
+				}
+			}
+		}
 		for _, f := range driverapi.KnownFeatures() {
 			mark := "no "
 			if c.Has(f) {

@@ -28,6 +28,8 @@ func configFields() []driverapi.ConfigField {
 			Description: "directory entries one command's search for nested .git entries may visit; a larger tree is refused; 0 means the default"},
 		{Name: "protected_scan_timeout_ms", Type: driverapi.ConfigUint, DefaultJSON: "3000",
 			Description: "how long that search may take; 0 means the default"},
+		{Name: "fallback", Type: driverapi.ConfigString, DefaultJSON: `"none"`, Enum: []string{"none", "landlock"},
+			Description: "where bwrap cannot create namespaces (containers): none fails closed; landlock runs commands confined by Landlock and seccomp alone, without a private /tmp, /proc or PID namespace and without protected_paths"},
 		{Name: "tmpfs_max_mb", Type: driverapi.ConfigUint, DefaultJSON: "1024",
 			Description: "MiB a command's writable tmpfs mounts (/tmp, /dev/shm) hold together, never more than its memory limit; 0 means the default"},
 	}

@@ -243,6 +243,11 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 			go h.cg.primeV1(cg)
 		}
 	}
+	if h.tier == tierLandlock {
+		// No bwrap here (tier_linux.go): no placeholders either, the tier
+		// refuses workspaces with protected entries instead.
+		return d.runLandlock(ctx, plan, cwd, cg, spec, streams)
+	}
 	prot, release, err := d.protect(plan)
 	if err != nil {
 		return driverapi.Exit{}, err
@@ -280,6 +285,8 @@ func (d *Driver) viaProxy(h *hostProbe) (bool, string) {
 	switch {
 	case h.sandboxErr != nil:
 		return false, h.sandboxErr.Error()
+	case h.tier == tierLandlock:
+		return false, "Landlock tier: no network namespace to hold the bridge"
 	case !h.seccomp:
 		return false, "seccomp filters cannot be installed here (socket gate)"
 	case h.landlock < 4:
@@ -494,10 +501,17 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		}
 		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox: %w", r.startErr)
 	}
+	return d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, r.err, spec, tierBwrap, plan.MemoryBytes)
+}
+
+// finishExit reports how a command whose sandbox (bwrap, or sandbox-init
+// itself in the Landlock tier) was cmd ended; waitErr is cmd.Wait's error.
+func (d *Driver) finishExit(runCtx context.Context, cmd *exec.Cmd, life *lifeline, stdout, stderr *driverapi.BudgetWriter,
+	stderrGate *setupGate, dur time.Duration, cg *commandCgroup, waitErr error, spec driverapi.RunSpec, tier string, memBytes uint64) (driverapi.Exit, error) {
 	if !life.Started() && runCtx.Err() == nil && cmd.ProcessState != nil {
 		// bwrap ended without ever running sandbox-init: its setup failed
 		// and the command never started.
-		return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: cg.setupOOM(plan.MemoryBytes)}
+		return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: cg.setupOOM(memBytes)}
 	}
 	stderrGate.release()
 	exit := driverapi.Exit{
@@ -508,7 +522,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	}
 	st := cmd.ProcessState
 	if st == nil {
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: wait: %w", r.err)
+		return driverapi.Exit{}, fmt.Errorf("bwrap driver: wait: %w", waitErr)
 	}
 	if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
 		exit.Usage = driverapi.ResourceUsage{
@@ -543,11 +557,14 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 			exit.Signal = c - 128
 		}
 	}
+	// The tier is chosen per driver start and recorded per command: the
+	// audit shows what each command ran under.
+	exit.Details = map[string]string{"tier": tier}
 	if cg != nil {
 		exit.OOMKilled = cg.oomKilled()
-		exit.Details = map[string]string{"cgroup": string(cg.mode), "cgroup_name": cg.name}
+		exit.Details["cgroup"], exit.Details["cgroup_name"] = string(cg.mode), cg.name
 	}
-	if errors.Is(r.err, exec.ErrWaitDelay) {
+	if errors.Is(waitErr, exec.ErrWaitDelay) {
 		d.log.Warn("output pipes still open after the sandbox ended", "command", spec.CommandID)
 	}
 	return exit, nil
@@ -612,6 +629,9 @@ func (d *Driver) RawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 	h := d.probe()
 	if h.sandboxErr != nil {
 		return nil, nil, &UnavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
+	}
+	if h.tier == tierLandlock {
+		return nil, nil, &UnavailableError{Feature: "sandbox", Reason: "raw bwrap: " + h.tierWhy, Fix: tierFix}
 	}
 	prot, release, err := d.protect(plan)
 	if err != nil {

@@ -40,6 +40,19 @@ const (
 	CgroupNone CgroupMode = "none"
 )
 
+// Fallback selects what the driver does where bwrap cannot create its
+// namespaces (an unprivileged container, user namespaces disabled).
+type Fallback string
+
+const (
+	// FallbackNone fails closed: nothing runs without the namespaces.
+	FallbackNone Fallback = "none"
+	// FallbackLandlock runs commands without bwrap, confined by
+	// sandbox-init alone (Landlock, seccomp, rlimits, the cgroup): the
+	// weaker Landlock tier (docs/linux.md says what it lacks).
+	FallbackLandlock Fallback = "landlock"
+)
+
 // Options is the driver's configuration ([sandbox.linux]).
 type Options struct {
 	// MaxPids caps processes+threads per command; nil means DefaultMaxPids,
@@ -63,6 +76,9 @@ type Options struct {
 	// ProtectedScanTimeoutMS bounds that search in time; 0 means
 	// DefaultProtectedScanTimeout.
 	ProtectedScanTimeoutMS uint64 `json:"protected_scan_timeout_ms,omitempty"`
+	// Fallback is what runs where bwrap cannot create namespaces; empty
+	// means FallbackNone.
+	Fallback Fallback `json:"fallback,omitempty"`
 }
 
 // OptionsError is a configuration the driver refuses.
@@ -104,6 +120,11 @@ func (o Options) Validate() error {
 	default:
 		return &OptionsError{Key: "cgroup", Reason: fmt.Sprintf("cgroup %q: want auto, v2, v1 or none", o.Cgroup)}
 	}
+	switch o.Fallback {
+	case "", FallbackNone, FallbackLandlock:
+	default:
+		return &OptionsError{Key: "fallback", Reason: fmt.Sprintf("fallback %q: want none or landlock", o.Fallback)}
+	}
 	if o.MaxPids != nil && *o.MaxPids > 1<<22 {
 		return &OptionsError{Key: "max_pids", Reason: fmt.Sprintf("max_pids %d is above the kernel's pid_max ceiling", *o.MaxPids)}
 	}
@@ -133,6 +154,9 @@ func (o Options) Validate() error {
 func (o Options) withDefaults() Options {
 	if o.Cgroup == "" {
 		o.Cgroup = CgroupAuto
+	}
+	if o.Fallback == "" {
+		o.Fallback = FallbackNone
 	}
 	if o.MaxPids == nil {
 		n := uint64(DefaultMaxPids)

@@ -44,6 +44,11 @@ type hostProbe struct {
 	// namespaces of its own (--disable-userns), where bwrap gives it one.
 	userns    []string
 	usernsWhy string // why userns is empty, for the report
+	// tier is how commands run: tierBwrap, or tierLandlock where bwrap
+	// cannot create namespaces and fallback = "landlock" (tier_linux.go).
+	tier string
+	// tierWhy says why the Landlock tier is in use (bwrap's refusal).
+	tierWhy string
 }
 
 func (cs *cgroupSystem) reason(ctrl string) string {
@@ -83,6 +88,14 @@ func (d *Driver) probe() *hostProbe {
 		cgDone := make(chan *cgroupSystem, 1)
 		go func() { cgDone <- d.probeCgroups() }()
 		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover)
+		h.tier = tierBwrap
+		var nsErr *namespaceError
+		if errors.As(h.sandboxErr, &nsErr) && d.cfg.Options.Fallback == FallbackLandlock {
+			// Only the namespaces are missing, and the configuration
+			// asks for the Landlock tier there.
+			h.tier, h.tierWhy = tierLandlock, h.sandboxErr.Error()
+			h.sandboxErr, h.sandboxFix = landlockTierUsable(h.landlock, h.seccomp)
+		}
 		if d.optErr != nil {
 			// Fail closed: nothing runs on a configuration the driver refused.
 			h.sandboxErr, h.sandboxFix = toConfigError(d.optErr), "correct [sandbox.linux] in the configuration"
@@ -93,7 +106,7 @@ func (d *Driver) probe() *hostProbe {
 				h.sandboxFix = "reinstall aleph-driver-bwrap"
 			}
 		}
-		if h.sandboxErr == nil {
+		if h.sandboxErr == nil && h.tier == tierBwrap {
 			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover)
 		}
 		h.cg = <-cgDone
@@ -169,11 +182,16 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 		vc <- versionResult{out, err}
 	}()
 	trialErr := trialSandbox(ctx, path, guard, procCover)
-	if trialErr != nil && guard.mode != guardNone && trialSandbox(ctx, path, pidGuard{mode: guardNone}, procCover) == nil {
-		// bwrap works, only not inside the guard's namespaces (a seccomp
-		// profile or LSM of a container refusing them): run unguarded and
-		// say so, rather than not at all.
-		guard, trialErr = pidGuard{mode: guardNone, why: "the guard's namespaces are refused here: " + trialErr.Error()}, nil
+	if trialErr != nil && guard.mode != guardNone {
+		if plainErr := trialSandbox(ctx, path, pidGuard{mode: guardNone}, procCover); plainErr == nil {
+			// bwrap works, only not inside the guard's namespaces (a seccomp
+			// profile or LSM of a container refusing them): run unguarded and
+			// say so, rather than not at all.
+			guard, trialErr = pidGuard{mode: guardNone, why: "the guard's namespaces are refused here: " + trialErr.Error()}, nil
+		} else {
+			// bwrap's own words say more than the guard's failed clone.
+			trialErr = plainErr
+		}
 	}
 	v := <-vc
 	out := strings.TrimSpace(string(v.out))
@@ -191,9 +209,7 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 	}
 	version = strings.TrimSpace(strings.TrimPrefix(out, "bubblewrap"))
 	if trialErr != nil {
-		return path, version, guard, fmt.Errorf("bwrap cannot create namespaces here: %s", trialErr),
-			"allow unprivileged user namespaces (sysctl kernel.unprivileged_userns_clone=1, " +
-				"user.max_user_namespaces > 0, AppArmor: kernel.apparmor_restrict_unprivileged_userns=0), or run as root"
+		return path, version, guard, &namespaceError{msg: trialErr.Error()}, namespaceFix
 	}
 	return path, version, guard, nil, ""
 }
@@ -280,6 +296,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		return driverapi.HostCapabilities{}, err
 	}
 	h := d.probe()
+	if h.tier == tierLandlock {
+		return d.landlockCapabilities(h), nil
+	}
 	hc := driverapi.HostCapabilities{
 		Backend:         Backend,
 		DriverVersion:   Version,
@@ -299,6 +318,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 			"sandbox_init":   d.cfg.InitBinary,
 			"driver_binary":  d.cfg.DriverBinary,
 			"setup_guard":    h.guard.mode,
+			"tier":           tierBwrap,
 		},
 	}
 	if h.guard.why != "" {
@@ -384,7 +404,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 // unprivileged driver running a bwrap that is not setuid). Elsewhere it
 // counts every process of the uid on the host, or (for root) nothing.
 func (h *hostProbe) nprocPerSandbox() bool {
-	return os.Geteuid() != 0 && h.guard.mode == guardUserPID && kernelAtLeast(h.kernel, 5, 14)
+	return h.tier == tierBwrap && os.Geteuid() != 0 && h.guard.mode == guardUserPID && kernelAtLeast(h.kernel, 5, 14)
 }
 
 // kernelAtLeast compares a kernel release ("6.18.44-foo") with major.minor.

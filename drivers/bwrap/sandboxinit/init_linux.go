@@ -44,7 +44,13 @@ func sandboxInit(args []string) (int, error) {
 		if err := ReportStarted(spec.LifelineFD); err != nil {
 			return fail(err)
 		}
-		if err := WaitReaperArmed(); err != nil {
+		wait := WaitReaperArmed
+		if spec.NoNamespaces {
+			// No bwrap, no reaper: the launcher says when this process is
+			// in the command's cgroup.
+			wait = func() error { return WaitGoAhead(spec.LifelineFD) }
+		}
+		if err := wait(); err != nil {
 			return fail(err)
 		}
 	}
@@ -97,6 +103,12 @@ func sandboxInit(args []string) (int, error) {
 
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err))
+	}
+	if spec.NoNamespaces {
+		// No user namespace bounds a root launcher's capabilities here.
+		if err := dropCapabilities(); err != nil {
+			return fail(err)
+		}
 	}
 	if err := applyLandlock(plan); err != nil {
 		return fail(err)

@@ -73,6 +73,31 @@ func ReportStarted(fd int) error {
 	return nil
 }
 
+// GoAheadTag is the launcher's go-ahead on the lifeline in the Landlock
+// tier (InitSpec.NoNamespaces): this process has been moved into the
+// command's cgroup and may start the command.
+const GoAheadTag = 'g'
+
+// WaitGoAhead blocks until the launcher writes GoAheadTag on the lifeline;
+// a launcher gone first is errLauncherGone. It reads one byte at a time so
+// nothing after the go-ahead (signal requests) is consumed here.
+func WaitGoAhead(fd int) error {
+	var b [1]byte
+	for {
+		n, err := unix.Read(fd, b[:])
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return fmt.Errorf("lifeline fd %d: %w", fd, err)
+		case n == 0:
+			return errLauncherGone
+		case b[0] == GoAheadTag:
+			return nil
+		}
+	}
+}
+
 // LauncherGone reports whether the launcher's end of the lifeline is
 // closed: a hang-up or an error, or a descriptor that cannot be polled.
 // Data waiting is not a hang-up: the launcher writes signal requests on it

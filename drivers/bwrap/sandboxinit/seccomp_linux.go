@@ -107,6 +107,15 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 	if !spec.AllowSpawn {
 		deny = append(deny, present(spawnSyscalls())...)
 	}
+	if spec.NoNamespaces {
+		// Without a PID namespace the launcher ends the command by killing
+		// its process group: nothing may leave it.
+		deny = append(deny, present([]string{"setsid", "setpgid"})...)
+		// No IPC namespace either: the host's SysV objects are reachable
+		// by key or by guessed id, and no Landlock right covers them.
+		deny = append(deny, present([]string{"shmget", "shmat", "shmctl", "msgget", "msgsnd", "msgrcv", "msgctl",
+			"semget", "semop", "semtimedop", "semctl"})...)
+	}
 
 	// The kernel keeps only the low 32 bits of clone(2)'s flags
 	// (lower_32_bits in kernel/fork.c). Both masks below have no high
@@ -255,6 +264,23 @@ func seccompPrefix(spec *InitSpec, info *arch.Info) ([]bpf.Instruction, error) {
 			return nil, err
 		}
 		p = append(p, socketpairTypeGate(socketpairNr)...)
+	}
+	if spec.NoNamespaces && spec.SocketMode == SocketUnrestricted {
+		// No mount namespace hides the host's unix sockets (a docker.sock
+		// in a readable directory): socket(AF_UNIX) is refused under
+		// network all too; socketpair stays. The family is an int, so the
+		// low 32 bits are compared, as the kernel reads them.
+		socketNr, err := nr("socket")
+		if err != nil {
+			return nil, err
+		}
+		p = append(p,
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: socketNr, SkipFalse: 4},
+			bpf.LoadAbsolute{Off: argLowOffset(0), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_UNIX, SkipFalse: 1},
+			bpf.RetConstant{Val: retEPERM},
+			bpf.LoadAbsolute{Off: seccompDataNr, Size: 4},
+		)
 	}
 	if spec.SocketMode != SocketUnrestricted {
 		socketNr, err := nr("socket")

@@ -115,6 +115,20 @@ type InitSpec struct {
 	// child, forwarding signals and reporting the target's wait status on
 	// the lifeline (supervise_linux.go).
 	Supervise bool `json:"supervise,omitempty"`
+	// NoNamespaces is the Landlock tier: sandbox-init runs on the host,
+	// started by the launcher without bwrap, because namespaces cannot be
+	// created here. It then waits for the launcher's go-ahead on the
+	// lifeline (GoAheadTag: the launcher moves it into the command's
+	// cgroup first) instead of for bwrap's reaper, drops every capability
+	// (bounding and ambient sets included), denies setsid and setpgid so
+	// nothing leaves the process group the launcher kills as a whole,
+	// denies the SysV IPC calls (no IPC namespace),
+	// keeps the target in that group, denies socket(AF_UNIX) in every
+	// socket mode (no mount namespace hides the host's unix sockets), and
+	// kills its whole group when the launcher is gone. The launcher sets
+	// LifelineFD and Supervise with it; the plain child a no-spawn
+	// supervisor starts keeps the flag (its filter) without them.
+	NoNamespaces bool `json:"no_namespaces,omitempty"`
 }
 
 // InitSpecError is returned for a spec or argv that sandbox-init refuses.
@@ -151,6 +165,9 @@ func (s *InitSpec) Validate() error {
 	}
 	if err := s.validateBridge(); err != nil {
 		return err
+	}
+	if s.NoNamespaces && s.SocketMode != SocketUnrestricted && s.SocketMode != SocketUnixOnly {
+		return &InitSpecError{"no_namespaces", "only socket_mode " + string(SocketUnrestricted) + " or " + string(SocketUnixOnly) + " (no network namespace for a bridge)"}
 	}
 	for _, p := range s.BridgePorts {
 		if p == 0 {

@@ -170,8 +170,11 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			// The locked thread lives as long as this process.
 			Pdeathsig: syscall.SIGKILL,
 			// A process group of its own: kill(0, sig) in the command
-			// reaches the command's group, not its supervisor.
-			Setpgid: true,
+			// reaches the command's group, not its supervisor. Without
+			// namespaces the command stays in the supervisor's group
+			// instead: the one the launcher kills as a whole, which
+			// nothing inside can leave (setsid and setpgid are denied).
+			Setpgid: !spec.NoNamespaces,
 		}}
 	execPath, execArgv := path, argv
 	if !spec.AllowSpawn {
@@ -202,9 +205,25 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", execPath, err)
 	}
-	ws := superviseLoop(child, pid1, fwd, chld, life)
+	killAll := func() { _ = unix.Kill(child, unix.SIGKILL) }
+	switch {
+	case pid1:
+		// kill(-1) reaches every other process of the namespace.
+		killAll = func() { _ = unix.Kill(-1, unix.SIGKILL) }
+	case spec.NoNamespaces:
+		// The whole process group, this process included.
+		killAll = func() { _ = unix.Kill(0, unix.SIGKILL) }
+	}
+	ws := superviseLoop(child, fwd, chld, life, killAll)
 	if spec.LifelineFD > 0 {
 		reportStatus(spec.LifelineFD, ws)
+	}
+	if spec.NoNamespaces {
+		// What the command left in the background ends with it, as a PID
+		// namespace's does when its PID 1 exits. The launcher kills the
+		// group too, but it may be gone by now; this process dies with
+		// the group, its status already on the lifeline.
+		killAll()
 	}
 	return exitCodeOf(ws), nil
 }
@@ -231,7 +250,7 @@ func childFiles(envFD int, keep []int) []uintptr {
 // and returns its wait status. Reaping and signalling happen in this one
 // goroutine, so a signal never goes to a pid that was already reaped (and
 // possibly reused).
-func superviseLoop(child int, pid1 bool, fwd, chld <-chan os.Signal, life <-chan syscall.Signal) unix.WaitStatus {
+func superviseLoop(child int, fwd, chld <-chan os.Signal, life <-chan syscall.Signal, killAll func()) unix.WaitStatus {
 	for {
 		select {
 		case <-chld:
@@ -245,14 +264,11 @@ func superviseLoop(child int, pid1 bool, fwd, chld <-chan os.Signal, life <-chan
 		case sig, ok := <-life:
 			if !ok {
 				// The launcher is gone: nothing of the sandbox may outlive
-				// it. As PID 1, kill(-1) reaches every other process of
-				// the namespace; as a subreaper only the child is ours.
+				// it (killAll: as PID 1 every process of the namespace,
+				// without namespaces the process group, as a subreaper
+				// only the child).
 				life = nil
-				if pid1 {
-					_ = unix.Kill(-1, unix.SIGKILL)
-				} else {
-					_ = unix.Kill(child, unix.SIGKILL)
-				}
+				killAll()
 				continue
 			}
 			_ = unix.Kill(child, sig)
