@@ -38,6 +38,10 @@ func docExamples(t *testing.T) []docExample {
 				in = true
 			case strings.HasPrefix(line, "```"):
 				in = false
+			case in && strings.HasPrefix(line, "bin/aleph-sandbox ") && strings.HasSuffix(strings.TrimSpace(stripComment(line)), "&"):
+				// A service started in the background belongs to the
+				// block around it (README's Python quick start), which
+				// TestReadmePythonQuickStart runs whole.
 			case in && strings.HasPrefix(line, "bin/aleph-sandbox "):
 				ex := docExample{where: doc + ":" + strconv.Itoa(n), line: line}
 				if m := exitRE.FindStringSubmatch(line); m != nil {
@@ -97,5 +101,55 @@ func TestDocExamplesRunAsWritten(t *testing.T) {
 				t.Fatalf("%s\nexit %d, want %d\nstdout: %s\nstderr: %s", ex.line, code, ex.code, out.String(), errb.String())
 			}
 		})
+	}
+}
+
+// stripComment drops a trailing shell comment (" # ...").
+func stripComment(line string) string {
+	if i := strings.Index(line, " #"); i >= 0 {
+		return line[:i]
+	}
+	return line
+}
+
+// TestReadmePythonQuickStart runs README's "From Python" block as written,
+// as one shell script (the service in the background, then the client),
+// with a private runtime directory, and stops the service afterwards.
+func TestReadmePythonQuickStart(t *testing.T) {
+	h := newEscapeHarness(t)
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 is not installed")
+	}
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)## From Python[^\n]*\n+```sh\n(.*?)```").FindSubmatch(data)
+	if m == nil {
+		t.Fatal("README.md has no \"From Python\" sh block")
+	}
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := os.Symlink(h.bin, filepath.Join(root, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(repo, "clients"), filepath.Join(root, "clients")); err != nil {
+		t.Fatal(err)
+	}
+	runtimeDir := t.TempDir()
+	// The block's own status is the client's; the service is stopped after.
+	script := string(m[1]) + "rc=$?\nkill $! 2>/dev/null\nwait 2>/dev/null\nexit $rc\n"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", script)
+	cmd.Dir = root
+	cmd.Env = append(h.env(), "XDG_RUNTIME_DIR="+runtimeDir, "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+h.root)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hi\n 0") {
+		t.Fatalf("the README's Python quick start: %v\n%s", err, out)
 	}
 }
