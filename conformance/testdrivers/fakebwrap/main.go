@@ -17,6 +17,13 @@
 //	ipc        share the host's IPC namespace
 //	dev-shm    show the host's /dev/shm
 //	proc       show the host's /proc instead of the sandbox's own
+//	nested-git leave every .git below the workspace's top level (nested
+//	           repositories, gitfiles) writable: only the top-level set is
+//	           protected
+//	protected-four protect only the original four top-level entries
+//	           (driverapi.ProtectedDirs), not the rest of the default set
+//	unix-sockets under allow_hosts, let the command open any socket
+//	           (AF_UNIX included) instead of only AF_INET/AF_INET6
 //
 // Each lie is one that the conformance case written for it must catch.
 package main
@@ -84,6 +91,18 @@ func main() {
 		if i := slices.Index(flags, "--proc"); i >= 0 {
 			flags = slices.Replace(flags, i, i+2, "--ro-bind", "/proc", "/proc")
 		}
+	case "nested-git":
+		flags = dropProtected(flags, func(parent, name string) bool { return name == ".git" && parent != chdir(flags) })
+	case "protected-four":
+		flags = dropProtected(flags, func(parent, name string) bool {
+			return parent == chdir(flags) && slices.Contains(driverapi.DefaultProtectedEntries(), name) && !slices.Contains(driverapi.ProtectedDirs(), name)
+		})
+	case "unix-sockets":
+		rest, err = editSpec(rest, func(s *sandboxinit.InitSpec) {
+			if s.SocketMode == sandboxinit.SocketProxyRouted {
+				s.SocketMode, s.BridgePorts = sandboxinit.SocketUnrestricted, nil
+			}
+		})
 	default:
 		err = fmt.Errorf("unknown lie %q", lie)
 	}
@@ -154,6 +173,33 @@ func dropExistingProtected(flags []string) []string {
 					i += 2
 					continue
 				}
+			}
+		}
+		out = append(out, flags[i])
+	}
+	return out
+}
+
+// chdir is the sandbox's working directory (the workspace, in the cases
+// the lies run).
+func chdir(flags []string) string {
+	if i := slices.Index(flags, "--chdir"); i >= 0 && i+1 < len(flags) {
+		return flags[i+1]
+	}
+	return ""
+}
+
+// dropProtected removes the read-only binds (of existing entries and of
+// the placeholders for missing ones) whose destination's parent and name
+// match.
+func dropProtected(flags []string, match func(parent, name string) bool) []string {
+	var out []string
+	for i := 0; i < len(flags); i++ {
+		if (flags[i] == "--ro-bind" || flags[i] == "--ro-bind-fd") && i+2 < len(flags) {
+			dest := flags[i+2]
+			if match(filepath.Dir(dest), filepath.Base(dest)) {
+				i += 2
+				continue
 			}
 		}
 		out = append(out, flags[i])
