@@ -78,6 +78,7 @@ func Cases() []Case {
 	all = append(all, execCases()...)
 	all = append(all, fsCases()...)
 	all = append(all, hostCases()...)
+	all = append(all, hardeningCases()...)
 	all = append(all, leakCases()...)
 	all = append(all, tightCases()...)
 	all = append(all, procCases()...)

@@ -232,6 +232,8 @@ func leakyFails() []string {
 		"fs/protected-dirs-rename-denied", "fs/read-grant", "fs/read-grant-prefix", "fs/read-outside-denied",
 		"fs/host-canaries-unreadable", "fs/host-canaries-unwritable", "fs/host-dev-shm-invisible",
 		"fs/host-homes-invisible", "fs/protected-existing-readonly",
+		"fs/nested-git-readonly", "fs/protected-default-set", "fs/no-setid-files",
+		"net/allow-hosts-no-unix-sockets", "res/tmpfs-bounded",
 		"fs/symlink-escape-read-denied", "fs/symlink-escape-write-denied", "fs/symlink-made-inside-denied",
 		"fs/write-grant-prefix", "fs/write-home-denied", "fs/write-outside-denied",
 		"net/allow-hosts-direct-blocked", "net/allow-hosts-udp-blocked", "net/none-blocks-abstract", "net/none-blocks-listen",

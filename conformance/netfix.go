@@ -64,8 +64,12 @@ func (h *H) listenStream(network, address string) (*target, error) {
 }
 
 // listenUDP counts datagrams carrying the token until the case ends.
-func (h *H) listenUDP(address string) (*target, error) {
-	pc, err := net.ListenPacket("udp", address)
+func (h *H) listenUDP(address string) (*target, error) { return h.listenPacket("udp", address) }
+
+// listenPacket counts datagrams carrying the token on network (udp,
+// unixgram) until the case ends.
+func (h *H) listenPacket(network, address string) (*target, error) {
+	pc, err := net.ListenPacket(network, address)
 	if err != nil {
 		return nil, err
 	}

@@ -104,7 +104,7 @@ func arity(step string) (n int, known bool) {
 		return 0, true
 	case "print", "eprint", "hex", "exit", "sleep", "read", "mkdir", "rm", "rmall", "threads", "alloc", "spawn", "kill", "ls", "ps":
 		return 1, true
-	case "waitfile", "write", "append", "mv", "symlink", "cpu", "bg", "daemon", "daemonize", "mark", "sysv":
+	case "waitfile", "write", "append", "mv", "symlink", "chmod", "cpu", "bg", "daemon", "daemonize", "mark", "sysv":
 		return 2, true
 	case "flood":
 		return 3, true
@@ -231,6 +231,8 @@ func (p *prober) run(s Step) (code int, err error) {
 		err = os.RemoveAll(a[0])
 	case "symlink":
 		err = os.Symlink(a[0], a[1])
+	case "chmod":
+		err = chmodOctal(a[0], a[1])
 	case "flood":
 		err = p.flood(a[0], a[1], a[2])
 	case "threads":
@@ -546,7 +548,7 @@ func waitMarkers(markers []string) {
 // one connection and sends token; `reply:` shows what came back.
 //
 //	net tcp HOST PORT TOKEN | net udp HOST PORT TOKEN | net unix PATH TOKEN |
-//	net abstract NAME TOKEN | net proxy HOST:PORT TOKEN
+//	net unixgram PATH TOKEN | net abstract NAME TOKEN | net proxy HOST:PORT TOKEN
 func (p *prober) netProbe(a []string) error {
 	if len(a) < 3 {
 		return fmt.Errorf("%w: net KIND ... TOKEN", errUsage)
@@ -563,25 +565,13 @@ func (p *prober) netProbe(a []string) error {
 		network := kind
 		addr := net.JoinHostPort(rest[0], rest[1])
 		if kind == "udp" {
-			if c, err = net.Dial(network, addr); err != nil {
-				return err
-			}
-			defer c.Close()
-			n := 0
-			for range 3 {
-				if _, err := c.Write([]byte(token + "\n")); err == nil {
-					n++
-				}
-			}
-			fmt.Fprintf(p.stdout, "sent:%d\n", n)
-			if n == 0 {
-				return errors.New("no datagram sent")
-			}
-			return nil
+			return p.sendDatagrams(network, addr, token)
 		}
 		c, err = net.DialTimeout(network, addr, 3*time.Second)
 	case kind == "unix" && len(rest) == 1:
 		c, err = net.DialTimeout("unix", rest[0], 3*time.Second)
+	case kind == "unixgram" && len(rest) == 1:
+		return p.sendDatagrams("unixgram", rest[0], token)
 	case kind == "abstract" && len(rest) == 1:
 		c, err = net.DialTimeout("unix", "@"+rest[0], 3*time.Second)
 	case kind == "proxy" && len(rest) == 1:
@@ -600,6 +590,47 @@ func (p *prober) netProbe(a []string) error {
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	_, err = fmt.Fprintf(p.stdout, "reply:%s", line)
 	return err
+}
+
+// sendDatagrams sends the token three times to addr and says how many
+// datagrams left.
+func (p *prober) sendDatagrams(network, addr, token string) error {
+	c, err := net.Dial(network, addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	n := 0
+	for range 3 {
+		if _, err := c.Write([]byte(token + "\n")); err == nil {
+			n++
+		}
+	}
+	fmt.Fprintf(p.stdout, "sent:%d\n", n)
+	if n == 0 {
+		return errors.New("no datagram sent")
+	}
+	return nil
+}
+
+// chmodOctal sets path's mode from an octal string, set-user-id (4000),
+// set-group-id (2000) and sticky (1000) bits included.
+func chmodOctal(mode, path string) error {
+	n, err := strconv.ParseUint(mode, 8, 32)
+	if err != nil || n > 0o7777 {
+		return fmt.Errorf("%w: mode %q", errUsage, mode)
+	}
+	m := os.FileMode(n & 0o777)
+	if n&0o4000 != 0 {
+		m |= os.ModeSetuid
+	}
+	if n&0o2000 != 0 {
+		m |= os.ModeSetgid
+	}
+	if n&0o1000 != 0 {
+		m |= os.ModeSticky
+	}
+	return os.Chmod(path, m)
 }
 
 // viaProxy opens a CONNECT tunnel to hostPort through $HTTPS_PROXY.

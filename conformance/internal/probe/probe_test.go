@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -92,5 +93,24 @@ func TestRunSkipsMagic(t *testing.T) {
 	}
 	if _, _, code := run(t, ""); code != ExitUsage {
 		t.Errorf("no steps: %d", code)
+	}
+}
+
+func TestChmodStep(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(f, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut, code := run(t, "", "chmod", "755", f); code != 0 {
+		t.Fatalf("chmod 755: %s", errOut)
+	}
+	// Windows keeps only the read-only attribute of a mode.
+	if st, err := os.Stat(f); err != nil || (runtime.GOOS != "windows" && st.Mode().Perm() != 0o755) {
+		t.Errorf("after chmod 755: %v %v", st, err)
+	}
+	for _, bad := range []string{"9", "17777", "-1", "rwx"} {
+		if _, _, code := run(t, "", "chmod", bad, f); code != ExitUsage {
+			t.Errorf("chmod %q: status %d, want a usage error", bad, code)
+		}
 	}
 }

@@ -17,6 +17,16 @@
 //	ipc        share the host's IPC namespace
 //	dev-shm    show the host's /dev/shm
 //	proc       show the host's /proc instead of the sandbox's own
+//	nested-git leave every .git below the workspace's top level (nested
+//	           repositories, gitfiles) writable: only the top-level set is
+//	           protected
+//	protected-four protect only the original four top-level entries
+//	           (driverapi.ProtectedDirs), not the rest of the default set
+//	tmpfs      mount /tmp at the kernel's default size (half of RAM) and
+//	           move the memory limit from the command's cgroup to the
+//	           target's RLIMIT_AS (through prlimit), which tmpfs pages escape
+//	unix-sockets under allow_hosts, let the command open any socket
+//	           (AF_UNIX included) instead of only AF_INET/AF_INET6
 //
 // Each lie is one that the conformance case written for it must catch.
 package main
@@ -25,8 +35,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strconv"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
@@ -84,6 +98,28 @@ func main() {
 		if i := slices.Index(flags, "--proc"); i >= 0 {
 			flags = slices.Replace(flags, i, i+2, "--ro-bind", "/proc", "/proc")
 		}
+	case "nested-git":
+		flags = dropProtected(flags, func(parent, name string) bool { return name == ".git" && parent != chdir(flags) })
+	case "protected-four":
+		flags = dropProtected(flags, func(parent, name string) bool {
+			return parent == chdir(flags) && slices.Contains(driverapi.DefaultProtectedEntries(), name) && !slices.Contains(driverapi.ProtectedDirs(), name)
+		})
+	case "tmpfs":
+		for j := 0; j+3 < len(flags); j++ {
+			if flags[j] == "--size" && flags[j+2] == "--tmpfs" && flags[j+3] == "/tmp" {
+				flags = slices.Delete(slices.Clone(flags), j, j+2)
+				break
+			}
+		}
+		if rest, err = limitTargetAS(rest); err == nil {
+			err = liftMemoryLimit()
+		}
+	case "unix-sockets":
+		rest, err = editSpec(rest, func(s *sandboxinit.InitSpec) {
+			if s.SocketMode == sandboxinit.SocketProxyRouted {
+				s.SocketMode, s.BridgePorts = sandboxinit.SocketUnrestricted, nil
+			}
+		})
 	default:
 		err = fmt.Errorf("unknown lie %q", lie)
 	}
@@ -159,6 +195,101 @@ func dropExistingProtected(flags []string) []string {
 		out = append(out, flags[i])
 	}
 	return out
+}
+
+// chdir is the sandbox's working directory (the workspace, in the cases
+// the lies run).
+func chdir(flags []string) string {
+	if i := slices.Index(flags, "--chdir"); i >= 0 && i+1 < len(flags) {
+		return flags[i+1]
+	}
+	return ""
+}
+
+// dropProtected removes the read-only binds (of existing entries and of
+// the placeholders for missing ones) whose destination's parent and name
+// match.
+func dropProtected(flags []string, match func(parent, name string) bool) []string {
+	var out []string
+	for i := 0; i < len(flags); i++ {
+		if (flags[i] == "--ro-bind" || flags[i] == "--ro-bind-fd") && i+2 < len(flags) {
+			dest := flags[i+2]
+			if match(filepath.Dir(dest), filepath.Base(dest)) {
+				i += 2
+				continue
+			}
+		}
+		out = append(out, flags[i])
+	}
+	return out
+}
+
+// limitTargetAS runs the target under prlimit with RLIMIT_AS at the
+// memory limit: the driver's own RLIMIT_AS is the limit plus a fixed
+// headroom for runtimes (drivers/bwrap addressSpaceHeadroom, 4 GiB), too
+// much to stand in for the cgroup, and sandbox-init (a Go program) cannot
+// run under the bare limit itself.
+func limitTargetAS(rest []string) ([]string, error) {
+	i := slices.Index(rest, sandboxinit.SandboxInitCommand)
+	if i < 0 || i+3 >= len(rest) || rest[i+2] != "--" {
+		return rest, nil
+	}
+	s, err := sandboxinit.ParseInitSpec([]byte(rest[i+1]))
+	if err != nil || s.RlimitASBytes <= 4<<30 {
+		return rest, err
+	}
+	as := strconv.FormatUint(s.RlimitASBytes-4<<30, 10)
+	return slices.Insert(slices.Clone(rest), i+3, "/usr/bin/prlimit", "--as="+as+":"+as, "--"), nil
+}
+
+// liftMemoryLimit removes the memory limit of this command's cgroup, and
+// of no other: on cgroup v2 the driver starts bwrap in it (its name is
+// "aleph-PID-START-...", never the driver's own "aleph-driver"); on v1 it
+// moves bwrap's child there later, so it is the newest such cgroup below
+// this process's (the driver's) that holds no process yet.
+func liftMemoryLimit() error {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return err
+	}
+	own := regexp.MustCompile(`^aleph-[0-9]+-[0-9]+-`)
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 {
+			continue
+		}
+		switch {
+		case f[1] == "" && own.MatchString(filepath.Base(f[2])):
+			return os.WriteFile(filepath.Join("/sys/fs/cgroup", f[2], "memory.max"), []byte("max"), 0o644)
+		case slices.Contains(strings.Split(f[1], ","), "memory"):
+			dir := filepath.Join("/sys/fs/cgroup/memory", f[2])
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				return err
+			}
+			newest, at := "", time.Time{}
+			for _, e := range ents {
+				fi, err := e.Info()
+				if err != nil || !e.IsDir() || !own.MatchString(e.Name()) || !fi.ModTime().After(at) {
+					continue
+				}
+				if procs, err := os.ReadFile(filepath.Join(dir, e.Name(), "cgroup.procs")); err == nil && len(procs) == 0 {
+					newest, at = e.Name(), fi.ModTime()
+				}
+			}
+			if newest == "" {
+				return nil
+			}
+			// memory+swap first: the memory limit may not exceed it.
+			if _, err := os.Stat(filepath.Join(dir, newest, "memory.memsw.limit_in_bytes")); err == nil {
+				if err := os.WriteFile(filepath.Join(dir, newest, "memory.memsw.limit_in_bytes"), []byte("-1"), 0o644); err != nil {
+					return err
+				}
+			}
+			return os.WriteFile(filepath.Join(dir, newest, "memory.limit_in_bytes"), []byte("-1"), 0o644)
+		}
+	}
+	return nil
 }
 
 // editSpec changes the sandbox-init spec that follows "sandbox-init".

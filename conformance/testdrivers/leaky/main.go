@@ -10,11 +10,14 @@
 //	LEAKY_RLIMIT_AS=1     max_memory_mb is enforced with RLIMIT_AS
 //	LEAKY_SPAWN_GATE=1    spawn_subprocess=false is enforced with seccomp
 //	                      (fork, vfork, clone without CLONE_THREAD, clone3)
+//	LEAKY_SETID_GATE=1    chmod with a set-user-id or set-group-id bit
+//	                      fails with EPERM (seccomp)
 //	LEAKY_LIE=memory-3.5x the RLIMIT_AS is 3.5 times the limit asked for
 //	LEAKY_LIE=clone3      the spawn gate leaves clone3 open
 //	LEAKY_LIE=timeout-5x  the timeout is five times the one asked for
 //	LEAKY_LIE=exit-signal an exit status 129..192 is reported as a signal
 //	LEAKY_LIE=fd          the command inherits a descriptor of the host's /
+//	LEAKY_LIE=setgid      the set-id gate checks the set-user-id bit only
 package main
 
 import (
@@ -26,6 +29,7 @@ import (
 	"os/exec"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -79,13 +83,20 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 			asBytes = asBytes * 7 / 2
 		}
 	}
-	gate := ""
+	var gates []string
 	if !req.Capabilities.SpawnSubprocess && os.Getenv("LEAKY_SPAWN_GATE") == "1" {
-		gate = "full"
+		gates = append(gates, "spawn")
 		if lie == "clone3" {
-			gate = "no-clone3"
+			gates[len(gates)-1] = "spawn-no-clone3"
 		}
 	}
+	if os.Getenv("LEAKY_SETID_GATE") == "1" {
+		gates = append(gates, "setid")
+		if lie == "setgid" {
+			gates[len(gates)-1] = "setuid-only"
+		}
+	}
+	gate := strings.Join(gates, ",")
 	program, args := spec.Program, spec.Args
 	if asBytes > 0 || gate != "" {
 		// The limits are set in a helper (this binary again) that then
