@@ -135,3 +135,59 @@ func TestGrantsCannotReachTheStore(t *testing.T) {
 		t.Fatalf("a sibling grant: %v", err)
 	}
 }
+
+// The store and the audit log named through a symbolic link: a grant of
+// the real directory the link leads to reaches them just the same, so it
+// is refused too. (Drivers mount only canonical paths, so the real path is
+// the one a command would be granted.)
+func TestGrantsCannotReachTheStoreThroughALink(t *testing.T) {
+	base := t.TempDir()
+	real := filepath.Join(base, "real")
+	if err := os.MkdirAll(filepath.Join(real, "state", "sessions"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	other := filepath.Join(base, "other")
+	if err := os.MkdirAll(filepath.Join(other, "logs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(real, filepath.Join(base, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(other, "logs"), filepath.Join(base, "loglink")); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	cfg.Sandbox.AuditLog = filepath.Join(base, "loglink", "audit.jsonl")
+	fake := &drivertest.FakeDriver{}
+	sb, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, fake)), WithAuditSink(&memSink{}),
+		WithGrantStore(NewFileGrantStore(filepath.Join(base, "link", "state", "sessions"))),
+		WithApprovalRequester(&countingApprover{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	ctx := context.Background()
+	for _, c := range []Command{
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{real}}},
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{filepath.Join(real, "state")}}},
+		{SessionID: "s", Program: "echo", Workspace: filepath.Join(real, "state")},
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{filepath.Join(other, "logs")}}},
+	} {
+		_, err := sb.Execute(ctx, c)
+		var ie *InvalidCommandError
+		if !errors.As(err, &ie) || !strings.Contains(ie.Reason, "own state") {
+			t.Errorf("%+v: want a refusal naming the sandbox's own state, got %v", c, err)
+		}
+	}
+	// Positive control: a sibling of the store's real directory, and one
+	// of the log's, are granted and the command runs.
+	for _, p := range []string{filepath.Join(real, "work"), filepath.Join(other, "src")} {
+		if err := os.Mkdir(p, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		out, err := sb.Execute(ctx, Command{SessionID: "s", Program: "echo", Args: []string{"ran"}, Capabilities: driverapi.Capabilities{FSWrite: []string{p}}})
+		if err != nil || !strings.Contains(string(out.Stdout), "ran") {
+			t.Fatalf("sibling grant %s: %v", p, err)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 
@@ -196,9 +198,40 @@ func (s *WorkspaceSandbox) reachesOwnState(field, p string) error {
 		own = append(own, s.cfg.Sandbox.AuditLog)
 	}
 	for _, o := range own {
-		if driverapi.PathWithin(o, p) || driverapi.PathWithin(p, o) {
+		if pathsOverlap(p, o) {
 			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q reaches %q, where the sandbox keeps its own state (grants, audit); use a narrower path", p, o)}
 		}
 	}
 	return nil
+}
+
+// pathsOverlap reports whether p and o are the same file or one lies in
+// the other, by name and by identity. By name alone is not enough: the
+// store's or the log's configured path may go through a symbolic link
+// (a linked home or data directory) while grants are canonical, and a
+// bind mount or a case-insensitive file system gives one directory
+// several names. So every existing ancestor of each is also compared, as
+// a file, with the other.
+func pathsOverlap(p, o string) bool {
+	if driverapi.PathWithin(o, p) || driverapi.PathWithin(p, o) {
+		return true
+	}
+	return ancestorIs(o, p) || ancestorIs(p, o)
+}
+
+// ancestorIs reports whether a, or an existing directory above it, is the
+// same file as b.
+func ancestorIs(a, b string) bool {
+	bi, err := os.Stat(b)
+	if err != nil {
+		return false
+	}
+	for cur := filepath.Clean(a); ; cur = filepath.Dir(cur) {
+		if ai, err := os.Stat(cur); err == nil && os.SameFile(ai, bi) {
+			return true
+		}
+		if filepath.Dir(cur) == cur {
+			return false
+		}
+	}
 }
