@@ -191,3 +191,33 @@ func TestGrantsCannotReachTheStoreThroughALink(t *testing.T) {
 		}
 	}
 }
+
+// A baseline is checked like a command's capabilities: a relative path, or
+// one that reaches the grant store, is refused when the sandbox is built.
+// Within a valid baseline a command runs without an approver (positive
+// control) and leaves nothing kept for the session.
+func TestBaselineChecked(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "sessions")
+	build := func(b driverapi.Capabilities) (*WorkspaceSandbox, error) {
+		return NewWorkspaceSandbox(testConfig(t), WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})),
+			WithAuditSink(&memSink{}), WithGrantStore(NewFileGrantStore(dir)), WithBaseline(b))
+	}
+	for _, b := range []driverapi.Capabilities{{FSRead: []string{"relative"}}, {FSWrite: []string{filepath.Dir(dir)}}} {
+		if sb, err := build(b); err == nil {
+			_ = sb.Close()
+			t.Errorf("baseline %+v accepted", b)
+		}
+	}
+	sb, err := build(driverapi.Capabilities{SpawnSubprocess: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	out, err := sb.Execute(context.Background(), Command{SessionID: "s", Program: "echo", Args: []string{"ran"}, Capabilities: driverapi.Capabilities{SpawnSubprocess: true}})
+	if err != nil || string(out.Stdout) != "ran\n" {
+		t.Fatalf("within the baseline: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, SessionDirName("s")+".json")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a request within the baseline was kept as a grant: %v", err)
+	}
+}

@@ -45,6 +45,7 @@ type WorkspaceSandbox struct {
 	mediator NetworkMediator
 	logger   hclog.Logger
 	store    GrantStore // nil: grants live as long as this process
+	baseline driverapi.Capabilities
 
 	mu       sync.RWMutex
 	sessions map[string]*session
@@ -114,8 +115,15 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		mediator: o.mediator,
 		logger:   logger,
 		store:    o.grants,
+		baseline: o.baseline,
 		sessions: map[string]*session{},
 		runGrace: defaultRunGrace,
+	}
+	if err := validateCommand("baseline", Command{Program: "baseline", Capabilities: s.baseline}); err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	if err := s.grantsReachOwnState(s.baseline); err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
 	}
 	for i, h := range o.hooks {
 		if h == nil {
@@ -205,7 +213,7 @@ func (s *WorkspaceSandbox) session(id string) (*session, error) {
 	if sess, ok := s.sessions[id]; ok {
 		return sess, nil
 	}
-	sess = &session{id: id, baseline: driverapi.Capabilities{}}
+	sess = &session{id: id, baseline: cloneCaps(s.baseline)}
 	s.restoreGrants(sess)
 	s.sessions[id] = sess
 	return sess, nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -152,6 +153,15 @@ func canElicit(ss *mcp.ServerSession) bool {
 	}
 	p := ss.InitializeParams()
 	return p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil
+}
+
+// RuntimeOptions are what the runtime serving cfg is built with: the
+// approver, and cfg.Baseline as every session's baseline, so that a call
+// within it is let through by the pipeline itself instead of approved, and
+// so never kept as a grant of the session: a server started later with a
+// narrower baseline must not inherit what this one let through.
+func RuntimeOptions(cfg Config) []alephsandbox.Option {
+	return []alephsandbox.Option{alephsandbox.WithApprover(NewApprover(cfg)), alephsandbox.WithBaseline(cfg.Baseline)}
 }
 
 // New is the MCP server with the run_command tool, running commands on r.
