@@ -120,8 +120,10 @@ func TestExecYesApprovesElevation(t *testing.T) {
 	if r.code != 0 || r.stdout != "ok\n" {
 		t.Fatalf("--yes: %+v", r)
 	}
-	// Positive control for the denial above: without --yes the same request is refused.
-	r = cli(t, "", false, "exec", "--driver", drv, "--spawn", "--", "echo", "ok")
+	// Positive control for the denial above: without --yes the same
+	// request is refused (in another session: the first one keeps its
+	// grant across CLI processes).
+	r = cli(t, "", false, "exec", "--driver", drv, "--session", "other", "--spawn", "--", "echo", "ok")
 	if r.code != 125 || r.stdout != "" {
 		t.Fatalf("no --yes, no terminal: %+v", r)
 	}
