@@ -221,3 +221,41 @@ func TestBaselineChecked(t *testing.T) {
 		t.Fatalf("a request within the baseline was kept as a grant: %v", err)
 	}
 }
+
+// The store is the session's grants for every process sharing it: a
+// session forgotten, or a grant revoked, in one process is no longer
+// honoured by another that loaded it earlier, and a process that has not
+// run the session yet lists and revokes what is kept.
+func TestKeptGrantsAreSharedNotCopied(t *testing.T) {
+	dir, root := t.TempDir(), t.TempDir()
+	ctx := context.Background()
+	spawn := Command{SessionID: "s", Program: "echo", Args: []string{"ran"}, Capabilities: driverapi.Capabilities{SpawnSubprocess: true}}
+	a := storeSandbox(t, dir, root, &countingApprover{})
+	if _, err := a.Execute(ctx, spawn); err != nil {
+		t.Fatal(err)
+	}
+	b := storeSandbox(t, dir, root, nil)
+	if out, err := b.Execute(ctx, spawn); err != nil || string(out.Stdout) != "ran\n" {
+		t.Fatalf("kept grant not used: %v", err)
+	}
+	a.ForgetSession("s")
+	_, err := b.Execute(ctx, spawn)
+	wantDenied(t, err, ReasonApprovalDenied)
+
+	// Approved again; a fresh process lists the kept grant and revokes it.
+	if _, err := a.Execute(ctx, spawn); err != nil {
+		t.Fatal(err)
+	}
+	c := storeSandbox(t, dir, root, nil)
+	g := c.Grants("s")
+	if len(g.Grants) != 1 {
+		t.Fatalf("a fresh process lists %d kept grants, want 1", len(g.Grants))
+	}
+	if _, err := c.RevokeGrant(ctx, "s", g.Grants[0].ID); err != nil {
+		t.Fatalf("revoke in a fresh process: %v", err)
+	}
+	_, err = b.Execute(ctx, spawn)
+	wantDenied(t, err, ReasonApprovalDenied)
+	_, err = storeSandbox(t, dir, root, nil).Execute(ctx, spawn)
+	wantDenied(t, err, ReasonApprovalDenied)
+}

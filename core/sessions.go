@@ -40,11 +40,13 @@ func netGrantID(host string) string { return "net-" + driverapi.Digest([]byte(ho
 // Grants lists a session's grants, in a stable order. A session never seen
 // has none.
 func (s *WorkspaceSandbox) Grants(sessionID string) SessionGrants {
-	s.mu.RLock()
-	sess, ok := s.sessions[sessionID]
-	s.mu.RUnlock()
-	if !ok {
-		sess = &session{id: sessionID}
+	// Through session, so that what the store keeps for a session this
+	// process has not run yet is listed too.
+	sess, err := s.session(sessionID)
+	if err != nil {
+		sess = &session{id: sessionID, baseline: cloneCaps(s.baseline)}
+	} else {
+		s.refreshGrants(sess)
 	}
 	sess.mu.RLock()
 	defer sess.mu.RUnlock()
@@ -71,12 +73,11 @@ func (e *GrantNotFoundError) Error() string {
 // commands that need it ask for approval again. It is audited and returns
 // the session's new policy digest.
 func (s *WorkspaceSandbox) RevokeGrant(ctx context.Context, sessionID, id string) (string, error) {
-	s.mu.RLock()
-	sess, ok := s.sessions[sessionID]
-	s.mu.RUnlock()
-	if !ok {
-		return "", &GrantNotFoundError{SessionID: sessionID, ID: id}
+	sess, err := s.session(sessionID)
+	if err != nil {
+		return "", err
 	}
+	s.refreshGrants(sess)
 	sess.mu.Lock()
 	found := false
 	if i := slices.IndexFunc(sess.grants, func(c driverapi.Capabilities) bool { return grantID(c) == id }); i >= 0 {
@@ -137,6 +138,28 @@ func (s *WorkspaceSandbox) restoreGrants(sess *session) {
 	}
 	if b1, b2 := capsDigest(st.Baseline), capsDigest(sess.baseline); b1 != b2 {
 		s.logger.Warn("kept grants not used: they were approved on another baseline", "session", sess.id)
+		return
+	}
+	for _, g := range st.Grants {
+		sess.grants = append(sess.grants, cloneCaps(g))
+	}
+	sess.netHosts = append(sess.netHosts, st.NetHosts...)
+}
+
+// refreshGrants replaces the session's grants with what the store keeps
+// now. The store, not this process's copy, is the session's state: another
+// process may have revoked a grant or forgotten the session since this one
+// loaded it. A store that cannot be read leaves no grants (later commands
+// ask again), as does one kept on another baseline.
+func (s *WorkspaceSandbox) refreshGrants(sess *session) {
+	if s.store == nil {
+		return
+	}
+	st, ok, err := s.store.Load(sess.id)
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	sess.grants, sess.netHosts = nil, nil
+	if err != nil || !ok || capsDigest(st.Baseline) != capsDigest(sess.baseline) {
 		return
 	}
 	for _, g := range st.Grants {

@@ -771,6 +771,7 @@ func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *
 	if caps.IsWithin(sess.baseline) {
 		return nil
 	}
+	s.refreshGrants(sess)
 	if sess.withinGrant(caps) {
 		r.rec.Reason = ReasonGrantCached
 		return nil
