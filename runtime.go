@@ -57,6 +57,7 @@ type options struct {
 	warn       io.Writer
 	noRate     bool
 	baseline   *driverapi.Capabilities
+	protect    []string
 	store      core.GrantStore
 	noStore    bool
 }
@@ -102,6 +103,13 @@ func WithWarnings(w io.Writer) Option { return func(o *options) { o.warn = w } }
 // (core.WithBaseline): requests within it are not asked about and not kept
 // as grants. The default is nothing.
 func WithBaseline(c driverapi.Capabilities) Option { return func(o *options) { o.baseline = &c } }
+
+// WithProtectedPaths names files no command may be granted write access
+// to (core.WithProtectedPaths), such as the configuration file the host
+// read. Configured hook plugins are protected without it.
+func WithProtectedPaths(paths ...string) Option {
+	return func(o *options) { o.protect = append(o.protect, paths...) }
+}
 
 // WithoutRateLimit leaves the in-process rate limit out whatever the
 // configuration says (benchmarks measure the sandbox, not the throttle).
@@ -203,6 +211,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	if o.approver != nil {
 		coreOpts = append(coreOpts, core.WithApprovalRequester(o.approver))
 	}
+	coreOpts = append(coreOpts, core.WithProtectedPaths(o.protect...))
 	if o.baseline != nil {
 		coreOpts = append(coreOpts, core.WithBaseline(*o.baseline))
 	}

@@ -259,3 +259,53 @@ func TestKeptGrantsAreSharedNotCopied(t *testing.T) {
 	_, err = storeSandbox(t, dir, root, nil).Execute(ctx, spawn)
 	wantDenied(t, err, ReasonApprovalDenied)
 }
+
+// The files the sandbox runs or reads outside any sandbox (hook plugins,
+// what WithProtectedPaths names, such as the configuration) may be
+// read but never written by a command: a command that could replace one
+// would run unconfined the next time. So no write grant and no named
+// workspace may hold one; a read grant may, and a sibling directory may be
+// written (positive controls, the command runs).
+func TestProgramsTheSandboxRunsAreNotWritable(t *testing.T) {
+	base := t.TempDir()
+	tools, conf, other := filepath.Join(base, "tools"), filepath.Join(base, "conf"), filepath.Join(base, "other")
+	for _, d := range []string{tools, conf, other} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hook := filepath.Join(tools, "my-hook")
+	if err := os.WriteFile(hook, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := testConfig(t)
+	// The plugin is named, never launched: no command here reaches the
+	// hooks, every one is refused before or runs with the fake's echo.
+	cfg.Sandbox.HookPlugins = []string{hook}
+	sb, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})), WithAuditSink(&memSink{}),
+		WithApprovalRequester(&countingApprover{}), WithProtectedPaths(filepath.Join(conf, "config.toml")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	ctx := context.Background()
+	for _, c := range []Command{
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{tools}}},
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{conf}}},
+		{SessionID: "s", Program: "echo", Workspace: tools},
+	} {
+		_, err := sb.Execute(ctx, c)
+		var ie *InvalidCommandError
+		if !errors.As(err, &ie) || !strings.Contains(ie.Reason, "own state") {
+			t.Errorf("%+v: want a refusal naming the sandbox's own state, got %v", c, err)
+		}
+	}
+	for _, c := range []Command{
+		{SessionID: "s", Program: "echo", Args: []string{"ran"}, Capabilities: driverapi.Capabilities{FSRead: []string{tools, conf}}},
+		{SessionID: "s", Program: "echo", Args: []string{"ran"}, Capabilities: driverapi.Capabilities{FSWrite: []string{other}}},
+	} {
+		if out, err := sb.Execute(ctx, c); err != nil || string(out.Stdout) != "ran\n" {
+			t.Errorf("%+v: %v", c.Capabilities, err)
+		}
+	}
+}

@@ -105,6 +105,7 @@ type options struct {
 	driverEnv []string
 	grants    GrantStore
 	baseline  driverapi.Capabilities
+	protect   []string
 }
 
 // WithDriver runs commands with d instead of launching the configured driver
@@ -143,6 +144,15 @@ func WithGrantStore(st GrantStore) Option { return func(o *options) { o.grants =
 // or the audit log.
 func WithBaseline(c driverapi.Capabilities) Option {
 	return func(o *options) { o.baseline = cloneCaps(c) }
+}
+
+// WithProtectedPaths names files that no write grant and no named
+// workspace may hold: the programs the host runs outside any sandbox (the
+// driver binary, hook plugins) and its configuration. A command that could
+// replace one would run unconfined the next time. Hook plugins named in the
+// configuration are protected without it.
+func WithProtectedPaths(paths ...string) Option {
+	return func(o *options) { o.protect = append(o.protect, paths...) }
 }
 
 // WithDriverEnv adds NAME=VALUE entries to the environment of a driver

@@ -195,15 +195,18 @@ func (s *WorkspaceSandbox) persist(sessionID string, fn func(*StoredGrants)) {
 
 // grantsReachOwnState refuses fs grants that would let a command read or
 // write the sandbox's own state: the grant store (a command that can write
-// it approves its own elevations for the next command) and the audit log.
+// it approves its own elevations for the next command) and the audit log;
+// and write grants that would let it replace a program the sandbox runs
+// unconfined (hook plugins, the driver, the configuration: see
+// WithProtectedPaths).
 func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities) error {
 	for _, p := range caps.FSRead {
-		if err := s.reachesOwnState("capabilities.fs_read", p); err != nil {
+		if err := s.reachesOwnState("capabilities.fs_read", p, false); err != nil {
 			return err
 		}
 	}
 	for _, p := range caps.FSWrite {
-		if err := s.reachesOwnState("capabilities.fs_write", p); err != nil {
+		if err := s.reachesOwnState("capabilities.fs_write", p, true); err != nil {
 			return err
 		}
 	}
@@ -211,8 +214,9 @@ func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities) erro
 }
 
 // reachesOwnState refuses a path (a grant, or a workspace a command names)
-// that contains or lies in the sandbox's own state.
-func (s *WorkspaceSandbox) reachesOwnState(field, p string) error {
+// that contains or lies in the sandbox's own state; when write, also one
+// that contains a protected program or file.
+func (s *WorkspaceSandbox) reachesOwnState(field, p string, write bool) error {
 	var own []string
 	if s.store != nil && s.store.Dir() != "" {
 		own = append(own, s.store.Dir())
@@ -223,6 +227,14 @@ func (s *WorkspaceSandbox) reachesOwnState(field, p string) error {
 	for _, o := range own {
 		if pathsOverlap(p, o) {
 			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q reaches %q, where the sandbox keeps its own state (grants, audit); use a narrower path", p, o)}
+		}
+	}
+	if !write {
+		return nil
+	}
+	for _, o := range s.protect {
+		if pathsOverlap(p, o) {
+			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q holds %q, part of the sandbox's own state (a hook plugin it runs unconfined, or its configuration), which no command may write; use a narrower path", p, o)}
 		}
 	}
 	return nil

@@ -46,6 +46,9 @@ type WorkspaceSandbox struct {
 	logger   hclog.Logger
 	store    GrantStore // nil: grants live as long as this process
 	baseline driverapi.Capabilities
+	// protect are files no write grant or named workspace may hold
+	// (WithProtectedPaths, hook plugins).
+	protect []string
 
 	mu       sync.RWMutex
 	sessions map[string]*session
@@ -118,6 +121,16 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		baseline: o.baseline,
 		sessions: map[string]*session{},
 		runGrace: defaultRunGrace,
+	}
+	for _, p := range o.protect {
+		if p != "" {
+			s.protect = append(s.protect, p)
+		}
+	}
+	for _, h := range cfg.Sandbox.HookPlugins {
+		if filepath.IsAbs(h) {
+			s.protect = append(s.protect, h)
+		}
 	}
 	if err := validateCommand("baseline", Command{Program: "baseline", Capabilities: s.baseline}); err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
@@ -306,7 +319,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	if cmd.Workspace != "" {
 		ws, err = canonicalDir("workspace", cmd.Workspace)
 		if err == nil {
-			err = s.reachesOwnState("workspace", ws)
+			err = s.reachesOwnState("workspace", ws, true)
 		}
 	} else {
 		ws, err = s.workspaceDir(sess)
