@@ -169,8 +169,9 @@ func (s *WorkspaceSandbox) refreshGrants(sess *session) {
 }
 
 // persist applies a change of a session's grants to the store. A store
-// that cannot be written loses the grant beyond this process only: the
-// command it was approved for still runs; the failure is logged.
+// that cannot be written loses the grant beyond the command it was
+// approved for (that one still runs; later ones read the store again, see
+// refreshGrants, and ask again); the failure is logged.
 func (s *WorkspaceSandbox) persist(sessionID string, fn func(*StoredGrants)) {
 	if s.store == nil {
 		return
