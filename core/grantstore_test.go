@@ -309,3 +309,26 @@ func TestProgramsTheSandboxRunsAreNotWritable(t *testing.T) {
 		}
 	}
 }
+
+// A store that cannot be written keeps grants in this process: a second
+// command of the session is not asked again (positive control: with the
+// store writable the grant is in the file).
+func TestUnwritableStoreKeepsGrantsInProcess(t *testing.T) {
+	parent := filepath.Join(t.TempDir(), "file")
+	if err := os.WriteFile(parent, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a := &countingApprover{}
+	// A directory under a regular file can never be created.
+	sb := storeSandbox(t, filepath.Join(parent, "sessions"), t.TempDir(), a)
+	ctx := context.Background()
+	spawn := Command{SessionID: "s", Program: "echo", Args: []string{"ran"}, Capabilities: driverapi.Capabilities{SpawnSubprocess: true}}
+	for i := 0; i < 2; i++ {
+		if out, err := sb.Execute(ctx, spawn); err != nil || string(out.Stdout) != "ran\n" {
+			t.Fatalf("run %d: %v", i, err)
+		}
+	}
+	if a.asked != 1 {
+		t.Fatalf("asked %d times, want 1", a.asked)
+	}
+}

@@ -150,9 +150,10 @@ func (s *WorkspaceSandbox) restoreGrants(sess *session) {
 // now. The store, not this process's copy, is the session's state: another
 // process may have revoked a grant or forgotten the session since this one
 // loaded it. A store that cannot be read leaves no grants (later commands
-// ask again), as does one kept on another baseline.
+// ask again), as does one kept on another baseline. While this process
+// could not write a change (unkept), its own copy stands.
 func (s *WorkspaceSandbox) refreshGrants(sess *session) {
-	if s.store == nil {
+	if s.store == nil || sess.unkept.Load() {
 		return
 	}
 	st, ok, err := s.store.Load(sess.id)
@@ -169,9 +170,9 @@ func (s *WorkspaceSandbox) refreshGrants(sess *session) {
 }
 
 // persist applies a change of a session's grants to the store. A store
-// that cannot be written loses the grant beyond the command it was
-// approved for (that one still runs; later ones read the store again, see
-// refreshGrants, and ask again); the failure is logged.
+// that cannot be written loses the grant beyond this process only: the
+// session's grants then live in this process (refreshGrants leaves them)
+// until a write succeeds again; the failure is logged.
 func (s *WorkspaceSandbox) persist(sessionID string, fn func(*StoredGrants)) {
 	if s.store == nil {
 		return
@@ -191,6 +192,11 @@ func (s *WorkspaceSandbox) persist(sessionID string, fn func(*StoredGrants)) {
 		fn(st)
 	}); err != nil {
 		s.logger.Error("keeping the session's grants failed", "session", sessionID, "error", err)
+		if sess != nil {
+			sess.unkept.Store(true)
+		}
+	} else if sess != nil {
+		sess.unkept.Store(false)
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -95,6 +96,10 @@ type session struct {
 	dirReady bool
 	grants   []driverapi.Capabilities
 	netHosts []string // network grants (ApplyNetworkGrant), one AllowHosts set
+	// unkept is set while a change of the grants could not be written to
+	// the store: this process's copy is then the session's state, and is
+	// not replaced by the store's older one.
+	unkept atomic.Bool
 }
 
 // NewWorkspaceSandbox builds the pipeline regardless of sandbox.enabled
