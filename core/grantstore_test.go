@@ -332,3 +332,25 @@ func TestUnwritableStoreKeepsGrantsInProcess(t *testing.T) {
 		t.Fatalf("asked %d times, want 1", a.asked)
 	}
 }
+
+// Grants and RevokeGrant take only ids Execute takes: an id that is not
+// valid UTF-8 would share its file name with another id (the name hashes
+// the id's JSON, which replaces invalid bytes). Positive control: the
+// valid id lists its grant.
+func TestGrantsRefuseInvalidSessionIDs(t *testing.T) {
+	sb := storeSandbox(t, t.TempDir(), t.TempDir(), &countingApprover{})
+	ctx := context.Background()
+	if _, err := sb.Execute(ctx, Command{SessionID: "a\ufffd", Program: "echo", Capabilities: driverapi.Capabilities{SpawnSubprocess: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(sb.Grants("a\ufffd").Grants); n != 1 {
+		t.Fatalf("valid id lists %d grants", n)
+	}
+	if n := len(sb.Grants("a\xff").Grants); n != 0 {
+		t.Fatalf("an invalid id lists %d grants of another", n)
+	}
+	var ie *InvalidCommandError
+	if _, err := sb.RevokeGrant(ctx, "a\xff", "cap-x"); !errors.As(err, &ie) {
+		t.Fatalf("revoke with an invalid id: %v", err)
+	}
+}

@@ -42,7 +42,11 @@ func netGrantID(host string) string { return "net-" + driverapi.Digest([]byte(ho
 func (s *WorkspaceSandbox) Grants(sessionID string) SessionGrants {
 	// Through session, so that what the store keeps for a session this
 	// process has not run yet is listed too.
-	sess, err := s.session(sessionID)
+	var sess *session
+	err := validateCommand(sessionID, Command{Program: "grants"})
+	if err == nil {
+		sess, err = s.session(sessionID)
+	}
 	if err != nil {
 		sess = &session{id: sessionID, baseline: cloneCaps(s.baseline)}
 	} else {
@@ -73,6 +77,9 @@ func (e *GrantNotFoundError) Error() string {
 // commands that need it ask for approval again. It is audited and returns
 // the session's new policy digest.
 func (s *WorkspaceSandbox) RevokeGrant(ctx context.Context, sessionID, id string) (string, error) {
+	if err := validateCommand(sessionID, Command{Program: "revoke"}); err != nil {
+		return "", err
+	}
 	sess, err := s.session(sessionID)
 	if err != nil {
 		return "", err
