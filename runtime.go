@@ -56,6 +56,8 @@ type options struct {
 	driverEnv  []string
 	warn       io.Writer
 	noRate     bool
+	baseline   *driverapi.Capabilities
+	protect    []string
 	store      core.GrantStore
 	noStore    bool
 }
@@ -96,6 +98,18 @@ func WithDriverEnv(env ...string) Option {
 // runtime works around (a custom command-policy rule that does not compile,
 // say). Default: discarded (the logger still gets them).
 func WithWarnings(w io.Writer) Option { return func(o *options) { o.warn = w } }
+
+// WithBaseline sets what every session may have without approval
+// (core.WithBaseline): requests within it are not asked about and not kept
+// as grants. The default is nothing.
+func WithBaseline(c driverapi.Capabilities) Option { return func(o *options) { o.baseline = &c } }
+
+// WithProtectedPaths names files no command may be granted write access
+// to (core.WithProtectedPaths), such as the configuration file the host
+// read. Configured hook plugins are protected without it.
+func WithProtectedPaths(paths ...string) Option {
+	return func(o *options) { o.protect = append(o.protect, paths...) }
+}
 
 // WithoutRateLimit leaves the in-process rate limit out whatever the
 // configuration says (benchmarks measure the sandbox, not the throttle).
@@ -196,6 +210,10 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	coreOpts = append(coreOpts, core.WithAuditSink(sink))
 	if o.approver != nil {
 		coreOpts = append(coreOpts, core.WithApprovalRequester(o.approver))
+	}
+	coreOpts = append(coreOpts, core.WithProtectedPaths(o.protect...))
+	if o.baseline != nil {
+		coreOpts = append(coreOpts, core.WithBaseline(*o.baseline))
 	}
 	// Grants approved for a session hold across processes: the CLI's and
 	// the service's commands of one session share them.

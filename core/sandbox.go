@@ -107,6 +107,8 @@ type options struct {
 	mediator  NetworkMediator
 	driverEnv []string
 	grants    GrantStore
+	baseline  driverapi.Capabilities
+	protect   []string
 }
 
 // WithDriver runs commands with d instead of launching the configured driver
@@ -136,6 +138,25 @@ func WithNetworkMediator(m NetworkMediator) Option { return func(o *options) { o
 // process: a session's grants are loaded when it is first used and written
 // back whenever they change; ForgetSession deletes them.
 func WithGrantStore(st GrantStore) Option { return func(o *options) { o.grants = st } }
+
+// WithBaseline sets what every session may have without approval (the
+// default is nothing: no host paths, no network, no subprocesses). A
+// request within it runs without asking and is not kept as a grant; kept
+// grants are pinned to it, so grants approved under another baseline are
+// not used. Its paths must be absolute and must not reach the grant store
+// or the audit log.
+func WithBaseline(c driverapi.Capabilities) Option {
+	return func(o *options) { o.baseline = cloneCaps(c) }
+}
+
+// WithProtectedPaths names files that no write grant and no named
+// workspace may hold: the programs the host runs outside any sandbox (the
+// driver binary, hook plugins) and its configuration. A command that could
+// replace one would run unconfined the next time. Hook plugins named in the
+// configuration are protected without it.
+func WithProtectedPaths(paths ...string) Option {
+	return func(o *options) { o.protect = append(o.protect, paths...) }
+}
 
 // WithDriverEnv adds NAME=VALUE entries to the environment of a driver
 // plugin that New launches (not to any command's environment).

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -39,11 +40,17 @@ func netGrantID(host string) string { return "net-" + driverapi.Digest([]byte(ho
 // Grants lists a session's grants, in a stable order. A session never seen
 // has none.
 func (s *WorkspaceSandbox) Grants(sessionID string) SessionGrants {
-	s.mu.RLock()
-	sess, ok := s.sessions[sessionID]
-	s.mu.RUnlock()
-	if !ok {
-		sess = &session{id: sessionID}
+	// Through session, so that what the store keeps for a session this
+	// process has not run yet is listed too.
+	var sess *session
+	err := validateCommand(sessionID, Command{Program: "grants"})
+	if err == nil {
+		sess, err = s.session(sessionID)
+	}
+	if err != nil {
+		sess = &session{id: sessionID, baseline: cloneCaps(s.baseline)}
+	} else {
+		s.refreshGrants(sess)
 	}
 	sess.mu.RLock()
 	defer sess.mu.RUnlock()
@@ -70,12 +77,14 @@ func (e *GrantNotFoundError) Error() string {
 // commands that need it ask for approval again. It is audited and returns
 // the session's new policy digest.
 func (s *WorkspaceSandbox) RevokeGrant(ctx context.Context, sessionID, id string) (string, error) {
-	s.mu.RLock()
-	sess, ok := s.sessions[sessionID]
-	s.mu.RUnlock()
-	if !ok {
-		return "", &GrantNotFoundError{SessionID: sessionID, ID: id}
+	if err := validateCommand(sessionID, Command{Program: "revoke"}); err != nil {
+		return "", err
 	}
+	sess, err := s.session(sessionID)
+	if err != nil {
+		return "", err
+	}
+	s.refreshGrants(sess)
 	sess.mu.Lock()
 	found := false
 	if i := slices.IndexFunc(sess.grants, func(c driverapi.Capabilities) bool { return grantID(c) == id }); i >= 0 {
@@ -144,9 +153,33 @@ func (s *WorkspaceSandbox) restoreGrants(sess *session) {
 	sess.netHosts = append(sess.netHosts, st.NetHosts...)
 }
 
+// refreshGrants replaces the session's grants with what the store keeps
+// now. The store, not this process's copy, is the session's state: another
+// process may have revoked a grant or forgotten the session since this one
+// loaded it. A store that cannot be read leaves no grants (later commands
+// ask again), as does one kept on another baseline. While this process
+// could not write a change (unkept), its own copy stands.
+func (s *WorkspaceSandbox) refreshGrants(sess *session) {
+	if s.store == nil || sess.unkept.Load() {
+		return
+	}
+	st, ok, err := s.store.Load(sess.id)
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	sess.grants, sess.netHosts = nil, nil
+	if err != nil || !ok || capsDigest(st.Baseline) != capsDigest(sess.baseline) {
+		return
+	}
+	for _, g := range st.Grants {
+		sess.grants = append(sess.grants, cloneCaps(g))
+	}
+	sess.netHosts = append(sess.netHosts, st.NetHosts...)
+}
+
 // persist applies a change of a session's grants to the store. A store
 // that cannot be written loses the grant beyond this process only: the
-// command it was approved for still runs; the failure is logged.
+// session's grants then live in this process (refreshGrants leaves them)
+// until a write succeeds again; the failure is logged.
 func (s *WorkspaceSandbox) persist(sessionID string, fn func(*StoredGrants)) {
 	if s.store == nil {
 		return
@@ -166,20 +199,28 @@ func (s *WorkspaceSandbox) persist(sessionID string, fn func(*StoredGrants)) {
 		fn(st)
 	}); err != nil {
 		s.logger.Error("keeping the session's grants failed", "session", sessionID, "error", err)
+		if sess != nil {
+			sess.unkept.Store(true)
+		}
+	} else if sess != nil {
+		sess.unkept.Store(false)
 	}
 }
 
 // grantsReachOwnState refuses fs grants that would let a command read or
 // write the sandbox's own state: the grant store (a command that can write
-// it approves its own elevations for the next command) and the audit log.
+// it approves its own elevations for the next command) and the audit log;
+// and write grants that would let it replace a program the sandbox runs
+// unconfined (hook plugins, the driver, the configuration: see
+// WithProtectedPaths).
 func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities) error {
 	for _, p := range caps.FSRead {
-		if err := s.reachesOwnState("capabilities.fs_read", p); err != nil {
+		if err := s.reachesOwnState("capabilities.fs_read", p, false); err != nil {
 			return err
 		}
 	}
 	for _, p := range caps.FSWrite {
-		if err := s.reachesOwnState("capabilities.fs_write", p); err != nil {
+		if err := s.reachesOwnState("capabilities.fs_write", p, true); err != nil {
 			return err
 		}
 	}
@@ -187,8 +228,9 @@ func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities) erro
 }
 
 // reachesOwnState refuses a path (a grant, or a workspace a command names)
-// that contains or lies in the sandbox's own state.
-func (s *WorkspaceSandbox) reachesOwnState(field, p string) error {
+// that contains or lies in the sandbox's own state; when write, also one
+// that contains a protected program or file.
+func (s *WorkspaceSandbox) reachesOwnState(field, p string, write bool) error {
 	var own []string
 	if s.store != nil && s.store.Dir() != "" {
 		own = append(own, s.store.Dir())
@@ -200,9 +242,48 @@ func (s *WorkspaceSandbox) reachesOwnState(field, p string) error {
 		if filepath.Clean(p) == string(filepath.Separator) {
 			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("the root directory cannot be granted: it holds %q, where the sandbox keeps its own state (grants, audit); use a narrower path", o)}
 		}
-		if driverapi.PathWithin(o, p) || driverapi.PathWithin(p, o) {
+		if pathsOverlap(p, o) {
 			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q reaches %q, where the sandbox keeps its own state (grants, audit); use a narrower path", p, o)}
 		}
 	}
+	if !write {
+		return nil
+	}
+	for _, o := range s.protect {
+		if pathsOverlap(p, o) {
+			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q holds %q, part of the sandbox's own state (a hook plugin it runs unconfined, or its configuration), which no command may write; use a narrower path", p, o)}
+		}
+	}
 	return nil
+}
+
+// pathsOverlap reports whether p and o are the same file or one lies in
+// the other, by name and by identity. By name alone is not enough: the
+// store's or the log's configured path may go through a symbolic link
+// (a linked home or data directory) while grants are canonical, and a
+// bind mount or a case-insensitive file system gives one directory
+// several names. So every existing ancestor of each is also compared, as
+// a file, with the other.
+func pathsOverlap(p, o string) bool {
+	if driverapi.PathWithin(o, p) || driverapi.PathWithin(p, o) {
+		return true
+	}
+	return ancestorIs(o, p) || ancestorIs(p, o)
+}
+
+// ancestorIs reports whether a, or an existing directory above it, is the
+// same file as b.
+func ancestorIs(a, b string) bool {
+	bi, err := os.Stat(b)
+	if err != nil {
+		return false
+	}
+	for cur := filepath.Clean(a); ; cur = filepath.Dir(cur) {
+		if ai, err := os.Stat(cur); err == nil && os.SameFile(ai, bi) {
+			return true
+		}
+		if filepath.Dir(cur) == cur {
+			return false
+		}
+	}
 }

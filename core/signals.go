@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -49,7 +50,7 @@ func (s *WorkspaceSandbox) forwardSignals(ctx context.Context, cancel context.Ca
 					}
 					continue
 				}
-				if err := sg.Signal(ctx, commandID, sig); err != nil {
+				if err := deliverSignal(ctx, done, sg, commandID, sig); err != nil {
 					s.logger.Debug("signal not delivered", "command_id", commandID, "signal", string(sig), "error", err)
 				}
 			}
@@ -58,5 +59,32 @@ func (s *WorkspaceSandbox) forwardSignals(ctx context.Context, cancel context.Ca
 	return func() {
 		close(done)
 		wg.Wait()
+	}
+}
+
+// deliverSignal sends sig to the command, trying again while the driver
+// says it does not run it yet: Run has been called, but a driver knows the
+// command only once it has set its sandbox up, and a signal that came in
+// meanwhile (the user's Ctrl-C at start) would otherwise be lost. The tries
+// end with the run (done, ctx).
+func deliverSignal(ctx context.Context, done <-chan struct{}, sg driverapi.Signaler, commandID string, sig driverapi.Signal) error {
+	wait := 5 * time.Millisecond
+	for {
+		err := sg.Signal(ctx, commandID, sig)
+		var nr *driverapi.NotRunningError
+		if !errors.As(err, &nr) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-done:
+			t.Stop()
+			return err
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
 	}
 }

@@ -125,3 +125,48 @@ func TestSignalsThroughAProtocol10DriverEndTheTree(t *testing.T) {
 		t.Fatalf("a 1.0 driver cannot have received signals, saw %v", wd.seen)
 	}
 }
+
+// lateDriver registers its command only after a signal has been refused
+// for it, as a real driver does not until it has set the sandbox up: a
+// signal that arrives in that window must not be lost.
+type lateDriver struct {
+	*waitingDriver
+	refused chan struct{}
+	once    sync.Once
+}
+
+func (d *lateDriver) Run(ctx context.Context, spec driverapi.RunSpec, st driverapi.Streams) (driverapi.Exit, error) {
+	select {
+	case <-d.refused:
+	case <-ctx.Done():
+		return driverapi.Exit{}, ctx.Err()
+	}
+	return d.waitingDriver.Run(ctx, spec, st)
+}
+
+func (d *lateDriver) Signal(ctx context.Context, id string, sig driverapi.Signal) error {
+	err := d.waitingDriver.Signal(ctx, id, sig)
+	var nr *driverapi.NotRunningError
+	if errors.As(err, &nr) {
+		d.once.Do(func() { close(d.refused) })
+	}
+	return err
+}
+
+func TestSignalBeforeTheDriverRegistersIsDelivered(t *testing.T) {
+	wd := &lateDriver{waitingDriver: newWaitingDriver(), refused: make(chan struct{})}
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(drivertest.Connect(t, wd)), WithAuditSink(&memSink{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	sigs := make(chan driverapi.Signal, 1)
+	sigs <- driverapi.SignalTERM // before the command runs
+	out, err := sb.Execute(context.Background(), Command{SessionID: "s", Program: "/bin/sleep", Args: []string{"60"}, Signals: sigs, Timeout: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Exit.Signal != 15 || out.Exit.TimedOut {
+		t.Fatalf("exit = %+v, want death by TERM (the signal was lost)", out.Exit)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode/utf8"
 
@@ -45,6 +46,10 @@ type WorkspaceSandbox struct {
 	mediator NetworkMediator
 	logger   hclog.Logger
 	store    GrantStore // nil: grants live as long as this process
+	baseline driverapi.Capabilities
+	// protect are files no write grant or named workspace may hold
+	// (WithProtectedPaths, hook plugins).
+	protect []string
 
 	mu       sync.RWMutex
 	sessions map[string]*session
@@ -91,6 +96,10 @@ type session struct {
 	dirReady bool
 	grants   []driverapi.Capabilities
 	netHosts []string // network grants (ApplyNetworkGrant), one AllowHosts set
+	// unkept is set while a change of the grants could not be written to
+	// the store: this process's copy is then the session's state, and is
+	// not replaced by the store's older one.
+	unkept atomic.Bool
 }
 
 // NewWorkspaceSandbox builds the pipeline regardless of sandbox.enabled
@@ -114,8 +123,25 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		mediator: o.mediator,
 		logger:   logger,
 		store:    o.grants,
+		baseline: o.baseline,
 		sessions: map[string]*session{},
 		runGrace: defaultRunGrace,
+	}
+	for _, p := range o.protect {
+		if p != "" {
+			s.protect = append(s.protect, p)
+		}
+	}
+	for _, h := range cfg.Sandbox.HookPlugins {
+		if filepath.IsAbs(h) {
+			s.protect = append(s.protect, h)
+		}
+	}
+	if err := validateCommand("baseline", Command{Program: "baseline", Capabilities: s.baseline}); err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
+	}
+	if err := s.grantsReachOwnState(s.baseline); err != nil {
+		return nil, fmt.Errorf("baseline: %w", err)
 	}
 	for i, h := range o.hooks {
 		if h == nil {
@@ -205,7 +231,7 @@ func (s *WorkspaceSandbox) session(id string) (*session, error) {
 	if sess, ok := s.sessions[id]; ok {
 		return sess, nil
 	}
-	sess = &session{id: id, baseline: driverapi.Capabilities{}}
+	sess = &session{id: id, baseline: cloneCaps(s.baseline)}
 	s.restoreGrants(sess)
 	s.sessions[id] = sess
 	return sess, nil
@@ -298,7 +324,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	if cmd.Workspace != "" {
 		ws, err = canonicalDir("workspace", cmd.Workspace)
 		if err == nil {
-			err = s.reachesOwnState("workspace", ws)
+			err = s.reachesOwnState("workspace", ws, true)
 		}
 	} else {
 		ws, err = s.workspaceDir(sess)
@@ -805,6 +831,7 @@ func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *
 	if caps.IsWithin(sess.baseline) {
 		return nil
 	}
+	s.refreshGrants(sess)
 	if sess.withinGrant(caps) {
 		r.rec.Reason = ReasonGrantCached
 		return nil

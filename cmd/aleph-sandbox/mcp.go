@@ -43,7 +43,9 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
 	mc := mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion}
-	p, err := buildPipeline(cfg, mcpserver.NewApprover(mc), io.Err)
+	// The baseline goes to the pipeline too: calls within it are not
+	// approvals, and so are not kept as the session's grants.
+	p, err := buildPipeline(cfg, nil, io.Err, mcpserver.RuntimeOptions(mc)...)
 	if err != nil {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}

@@ -355,6 +355,9 @@ func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Wri
 		alephsandbox.WithLogger(logger),
 		alephsandbox.WithApprover(approver),
 		alephsandbox.WithWarnings(warn),
+		// A command that could write the per-user configuration could
+		// name its own hook plugin or driver for the next run.
+		alephsandbox.WithProtectedPaths(defaultConfigPath()),
 	}, opts...)...)
 	if err != nil {
 		p.Close()

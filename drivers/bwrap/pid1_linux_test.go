@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -349,5 +350,49 @@ func TestNestedUserNamespaces(t *testing.T) {
 	expectOK(t, r)
 	if r.stdout != "ran\n" {
 		t.Fatalf("inside: %q (stderr %q)", r.stdout, r.stderr)
+	}
+}
+
+// The pid-1 guard stops kill(1, ...), but the command can name PID 1 in
+// other ways: a descriptor of /proc/1 given to pidfd_send_signal, or kill
+// aimed at another of PID 1's threads. A signal PID 1 does not forward
+// (ABRT, SEGV) sent that way must not end sandbox-init, and the command
+// with it (before, the Go runtime died and dumped its state on the
+// command's stderr). Positive controls: the calls were made (the command
+// ran and reached them), and the command's own descriptor works.
+func TestCommandCannotEndPID1ThroughOtherNames(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed: it makes the pidfd_send_signal call")
+	}
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	prog := `import os, signal, time
+print("ran", flush=True)
+own = os.open("/proc/%d" % os.getpid(), os.O_RDONLY | os.O_DIRECTORY)
+signal.pidfd_send_signal(own, 0)
+print("self-ok", flush=True)
+fd = os.open("/proc/1", os.O_RDONLY | os.O_DIRECTORY)
+for s in (signal.SIGABRT, signal.SIGSEGV, signal.SIGBUS):
+    try:
+        signal.pidfd_send_signal(fd, s)
+    except OSError:
+        pass
+print("pidfd-tried", flush=True)
+tids = [int(x) for x in os.listdir("/proc/1/task") if x != "1"]
+for tid in tids:
+    try:
+        os.kill(tid, signal.SIGABRT)
+    except OSError:
+        pass
+print("threads-tried", len(tids) > 0, flush=True)
+time.sleep(0.3)
+print("alive", flush=True)
+`
+	for _, spawn := range []bool{true, false} {
+		r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: spawn}, nil, "/usr/bin/python3", "-c", prog)
+		want := "ran\nself-ok\npidfd-tried\nthreads-tried True\nalive\n"
+		if r.err != nil || r.exit.ExitCode != 0 || r.stdout != want || strings.Contains(r.stderr, "goroutine") {
+			t.Errorf("spawn=%v: stdout %q, want %q (exit %d, err %v, stderr %.300q)", spawn, r.stdout, want, r.exit.ExitCode, r.err, r.stderr)
+		}
 	}
 }

@@ -7,14 +7,19 @@ package mcpserver
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -87,6 +92,7 @@ type callKey struct{}
 type callState struct {
 	canAsk    bool
 	responses mcp.InputResponseMap
+	asked     *askedSet
 	// pending is set when an approval is needed that no response answers.
 	pendingID string
 	pending   *mcp.ElicitParams
@@ -102,10 +108,57 @@ type Approver struct{ cfg Config }
 func NewApprover(cfg Config) *Approver { return &Approver{cfg: cfg} }
 
 // approvalID names an elevation request in the input-request map: the
-// same request in the retried call finds its answer under the same name.
+// digest of what is asked for, so the retried call's request finds its
+// answer, and a random part, so that only an answer to a question this
+// server asked counts (askedSet): a client cannot name an answer in
+// advance and skip the question.
 func approvalID(req driverapi.ApprovalRequest) string {
+	return approvalPrefix(req) + randomHex()
+}
+
+func approvalPrefix(req driverapi.ApprovalRequest) string {
 	b, _ := json.Marshal(req.Requested)
-	return "approve-" + driverapi.Digest(b)[:16]
+	return "approve-" + driverapi.Digest(b)[:16] + "-"
+}
+
+func randomHex() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// maxAsked bounds the questions a server remembers: a client that never
+// answers must not grow the set without end. The oldest is forgotten first.
+const maxAsked = 64
+
+// askedSet holds the ids of the approval questions a server has asked and
+// not seen answered. An answer is used once.
+type askedSet struct {
+	mu    sync.Mutex
+	order []string
+}
+
+func (a *askedSet) add(id string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.order) >= maxAsked {
+		a.order = a.order[1:]
+	}
+	a.order = append(a.order, id)
+}
+
+// take removes and reports an asked id for req among responses.
+func (a *askedSet) take(req driverapi.ApprovalRequest, responses mcp.InputResponseMap) (mcp.InputResponse, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	prefix := approvalPrefix(req)
+	for i, id := range a.order {
+		if r, ok := responses[id]; ok && strings.HasPrefix(id, prefix) {
+			a.order = slices.Delete(a.order, i, i+1)
+			return r, true
+		}
+	}
+	return nil, false
 }
 
 // RequestApproval implements core.ApprovalRequester.
@@ -120,8 +173,7 @@ func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRe
 		}
 		return driverapi.ApprovalDenied, nil
 	}
-	id := approvalID(req)
-	if r, ok := st.responses[id]; ok {
+	if r, ok := st.asked.take(req, st.responses); ok {
 		if er, ok := r.(*mcp.ElicitResult); ok && er.Action == "accept" {
 			if v, ok := er.Content["approve"].(bool); ok && v {
 				return driverapi.ApprovalApproved, nil
@@ -129,6 +181,8 @@ func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRe
 		}
 		return driverapi.ApprovalDenied, nil
 	}
+	id := approvalID(req)
+	st.asked.add(id)
 	st.pendingID = id
 	st.pending = &mcp.ElicitParams{
 		Mode:    "form",
@@ -154,6 +208,15 @@ func canElicit(ss *mcp.ServerSession) bool {
 	return p != nil && p.Capabilities != nil && p.Capabilities.Elicitation != nil
 }
 
+// RuntimeOptions are what the runtime serving cfg is built with: the
+// approver, and cfg.Baseline as every session's baseline, so that a call
+// within it is let through by the pipeline itself instead of approved, and
+// so never kept as a grant of the session: a server started later with a
+// narrower baseline must not inherit what this one let through.
+func RuntimeOptions(cfg Config) []alephsandbox.Option {
+	return []alephsandbox.Option{alephsandbox.WithApprover(NewApprover(cfg)), alephsandbox.WithBaseline(cfg.Baseline)}
+}
+
 // New is the MCP server with the run_command tool, running commands on r.
 func New(r Runner, cfg Config) *mcp.Server {
 	if cfg.Session == "" {
@@ -163,6 +226,7 @@ func New(r Runner, cfg Config) *mcp.Server {
 		cfg.Version = "dev"
 	}
 	s := mcp.NewServer(&mcp.Implementation{Name: "aleph-sandbox", Version: cfg.Version}, nil)
+	asked := &askedSet{}
 	mcp.AddTool(s, &mcp.Tool{
 		Name: ToolRunCommand,
 		Description: "Run a command in the aleph-sandbox OS sandbox: it sees only its workspace and the system paths a program needs, " +
@@ -170,7 +234,7 @@ func New(r Runner, cfg Config) *mcp.Server {
 			"Give argv to run a program directly, or command for a shell line (which needs spawn). " +
 			"Requests beyond the session's baseline need the user's approval.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in RunCommandArgs) (*mcp.CallToolResult, RunCommandResult, error) {
-		st := &callState{canAsk: canElicit(req.Session), responses: req.Params.InputResponses}
+		st := &callState{canAsk: canElicit(req.Session), responses: req.Params.InputResponses, asked: asked}
 		res, out, err := runCommand(context.WithValue(ctx, callKey{}, st), r, cfg, in)
 		if st.pending != nil {
 			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{st.pendingID: st.pending}}, RunCommandResult{}, nil

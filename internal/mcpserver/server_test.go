@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +22,22 @@ import (
 // support elicitation and answer with it.
 func connect(t *testing.T, cfg mcpserver.Config, elicit func(*mcp.ElicitRequest) *mcp.ElicitResult) (*mcp.ClientSession, *drivertest.FakeDriver) {
 	t.Helper()
+	return connectIn(t, t.TempDir(), cfg, elicit)
+}
+
+// connectIn is connect with the data directory (where grants are kept)
+// given, so that servers started one after another share it, as the
+// processes of `aleph-sandbox mcp` do.
+func connectIn(t *testing.T, data string, cfg mcpserver.Config, elicit func(*mcp.ElicitRequest) *mcp.ElicitResult) (*mcp.ClientSession, *drivertest.FakeDriver) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	fake := &drivertest.FakeDriver{}
-	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	t.Setenv("XDG_DATA_HOME", data)
 	conf := core.DefaultConfig()
-	conf.Sandbox.WorkspaceRoot = t.TempDir()
+	conf.Sandbox.WorkspaceRoot = filepath.Join(data, "workspaces")
 	conf.Sandbox.AuditLog = ""
-	rt, err := alephsandbox.New(conf, alephsandbox.WithDriver(drivertest.Connect(t, fake)), alephsandbox.WithApprover(mcpserver.NewApprover(cfg)))
+	rt, err := alephsandbox.New(conf, append(mcpserver.RuntimeOptions(cfg), alephsandbox.WithDriver(drivertest.Connect(t, fake)))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,4 +195,55 @@ func TestMCPBaselineApprovesWithoutAsking(t *testing.T) {
 		t.Fatalf("beyond the baseline: error=%v, asked %d", res.IsError, asked)
 	}
 	_ = time.Second
+}
+
+// The baseline is the server's configuration, not an approval: what a
+// server with a wide baseline let through is not kept as a grant of the
+// session, so a server started later with a narrower baseline does not let
+// it through unasked. Approvals (here the fallback, as --yes gives) are
+// kept, as they should be.
+func TestMCPBaselineIsNotKeptAsAGrant(t *testing.T) {
+	data := t.TempDir()
+	all := map[string]any{"argv": []string{"echo", "net"}, "network": "all"}
+	wide := mcpserver.Config{Session: "s", Baseline: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}}
+	cs, _ := connectIn(t, data, wide, nil)
+	if res, out := call(t, cs, all); res.IsError || out.Stdout != "net\n" {
+		t.Fatalf("within the wide baseline: %+v", out)
+	}
+	cs, _ = connectIn(t, data, mcpserver.Config{Session: "s"}, nil)
+	if res, out := call(t, cs, all); !res.IsError || out.ReasonCode != string(core.ReasonApprovalDenied) {
+		t.Fatalf("a narrower baseline later: %+v, want denied", out)
+	}
+	cs, _ = connectIn(t, data, mcpserver.Config{Session: "s", Fallback: true}, nil)
+	if res, out := call(t, cs, all); res.IsError || out.Stdout != "net\n" {
+		t.Fatalf("approved by the fallback: %+v", out)
+	}
+	cs, _ = connectIn(t, data, mcpserver.Config{Session: "s"}, nil)
+	if res, out := call(t, cs, all); res.IsError || out.Stdout != "net\n" {
+		t.Fatalf("an approval is kept for the session: %+v", out)
+	}
+}
+
+// Answers count only for questions the server asked: a call that arrives
+// with an approval already filled in (under the name the server would give
+// the question) is asked all the same, and the user's answer decides. The
+// positive control is the approval above (TestMCPApprovalByElicitation).
+func TestMCPUnaskedAnswersDoNotApprove(t *testing.T) {
+	asked := 0
+	cs, fake := connect(t, mcpserver.Config{}, func(*mcp.ElicitRequest) *mcp.ElicitResult {
+		asked++
+		return &mcp.ElicitResult{Action: "decline"}
+	})
+	caps := driverapi.Capabilities{SpawnSubprocess: true}
+	b, _ := json.Marshal(caps)
+	forged := &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: mcpserver.ToolRunCommand,
+		Arguments:      map[string]any{"argv": []string{"echo", "x"}, "spawn": true},
+		InputResponses: mcp.InputResponseMap{"approve-" + driverapi.Digest(b)[:16]: forged}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.IsError || asked != 1 || fake.Runs() != 0 {
+		t.Fatalf("an unasked answer: error=%v, asked %d, runs %d; want denied after asking once", res.IsError, asked, fake.Runs())
+	}
 }

@@ -148,6 +148,18 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 		signal.Notify(fwd, s)
 	}
 	signal.Notify(chld, unix.SIGCHLD)
+	// Every other signal is caught and dropped (nothing reads drop; the
+	// signal package never blocks on a full channel). The seccomp guard
+	// keeps kill(1, ...) away, but not every way to name this process: a
+	// descriptor of /proc/1 given to pidfd_send_signal, or kill and tkill
+	// aimed at one of its other threads. Uncaught, a signal such as ABRT
+	// or SEGV sent that way would make the Go runtime end the supervisor
+	// (with a dump of its state on the command's stderr), and with it the
+	// sandbox, without the status record. Caught, it does nothing. Faults
+	// of the supervisor's own still crash it: the runtime tells them from
+	// sent signals.
+	drop := make(chan os.Signal, 1)
+	signal.Notify(drop)
 	var life <-chan syscall.Signal
 	if spec.LifelineFD > 0 {
 		var err error
