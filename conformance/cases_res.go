@@ -23,7 +23,7 @@ func resourceCases() []Case {
 			Description: "A program forking without end is stopped by the process limit before 1024 processes, while its first 8 children start.",
 			run:         casePids},
 		{ID: "res/cpu-limit", Level: Must, Feature: driverapi.FeatureCPULimit,
-			Description: "Busy threads (as many as the host has cores, 2 to 4) spinning for 1 s in the sandbox get less than 1.4 CPU-seconds per second and less than 85% of what the same program gets run unconfined on the host just before and after (the baseline); when the baseline itself is below 1.6 the host cannot show a cap and the case is skipped, saying so.",
+			Description: "Busy threads (as many as the host has cores, 2 to 4) spinning for 1 s in the sandbox, twice (before and after the baseline, the larger count taken), get less than 1.4 CPU-seconds per second and less than 85% of what the same program gets run unconfined on the host in between (the baseline, the smaller of two); when the baseline itself is below 1.6 the host cannot show a cap and the case is skipped, saying so.",
 			run:         caseCPU},
 	}
 }
@@ -139,6 +139,18 @@ func caseCPU(ctx context.Context, h *H) error {
 	if err != nil {
 		return err
 	}
+	// A second sandboxed run after the baselines, and the larger of the
+	// two counts: on a shared host a burst of load during one sandboxed
+	// run must not make an uncapped driver look capped.
+	o = h.Probe(ctx, nil, "cpu", fmt.Sprint(secs), threads)
+	if err := ok("busy loops (second run)", o); err != nil {
+		return err
+	}
+	again, err := cpuFigure(o)
+	if err != nil {
+		return err
+	}
+	limited = max(limited, again)
 	base := min(before, after) / secs
 	rate := limited / secs
 	if rate >= 1.4 {

@@ -169,17 +169,27 @@ func TestLiesAreCaught(t *testing.T) {
 // the unconfined baseline more than 1.6 cores.
 func TestCPULimitAgainstBaseline(t *testing.T) {
 	re := regexp.MustCompile(`^res/cpu-limit$`)
-	rep := runSuite(t, "leaky", func(c *conformance.Config) { c.Run = re })
-	if r := rep.Results[0]; r.Status == conformance.Pass {
-		t.Errorf("a driver without a CPU cap passed res/cpu-limit: %s", r.Detail)
-	} else {
+	// The case measures CPU time on a shared host: one pass of an
+	// uncapped driver can be a burst of load; passing twice in a row is
+	// the case failing to tell.
+	passed := 0
+	for range 2 {
+		rep := runSuite(t, "leaky", func(c *conformance.Config) { c.Run = re })
+		r := rep.Results[0]
 		t.Logf("no cap: %s %s", r.Status, r.Detail)
+		if r.Status != conformance.Pass {
+			break
+		}
+		passed++
+	}
+	if passed == 2 {
+		t.Errorf("a driver without a CPU cap passed res/cpu-limit twice in a row")
 	}
 	if drivers.paths["bwrap"] == "" {
 		t.Skipf("Linux driver not available: %v", drivers.bwrapErr)
 	}
 	opts, _ := json.Marshal(map[string]any{"cpu_quota_percent": 100})
-	rep = runSuite(t, "bwrap", func(c *conformance.Config) { c.Run, c.Env = re, []string{"ALEPH_DRIVER_OPTIONS=" + string(opts)} })
+	rep := runSuite(t, "bwrap", func(c *conformance.Config) { c.Run, c.Env = re, []string{"ALEPH_DRIVER_OPTIONS=" + string(opts)} })
 	if r := rep.Results[0]; r.Status == conformance.Fail {
 		t.Errorf("the bwrap driver with a one-core quota failed res/cpu-limit: %s", r.Detail)
 	} else {
