@@ -170,6 +170,12 @@ func (d *Driver) recoverPlaceholders() { d.recoverPlaceholdersWaiting(2 * time.S
 // dead drivers to be gone: a placeholder removed while a dying sandbox
 // still has it mounted would detach the mount for its last moments.
 func (d *Driver) recoverPlaceholdersWaiting(bound time.Duration) {
+	if _, err := os.Lstat(filepath.Join(d.cfg.StateDir, "placeholders")); errors.Is(err, os.ErrNotExist) {
+		// No record was ever written (or the state directory is gone,
+		// as a test's is before its janitor runs): nothing to recover,
+		// and nothing to create.
+		return
+	}
 	dir, err := d.placeholderDir()
 	if err != nil {
 		d.log.Warn("placeholder records unavailable", "error", err)
