@@ -78,7 +78,8 @@ func TestDocExamplesRunAsWritten(t *testing.T) {
 	if err := os.Symlink(h.bin, filepath.Join(root, "bin")); err != nil {
 		t.Fatal(err)
 	}
-	env := append(h.env(), "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+h.root)
+	// A private TMPDIR: an example may make a directory with mktemp.
+	env := append(h.env(), "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+h.root, "TMPDIR="+t.TempDir())
 	for _, ex := range examples {
 		t.Run(ex.where, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
