@@ -18,10 +18,9 @@ package main
 import (
 	"fmt"
 	"os"
-	"os/exec"
-	"runtime"
-	"syscall"
 	"unsafe"
+
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/filterexec"
 
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
@@ -76,28 +75,4 @@ func argLow0() uint32 {
 	return 16
 }
 
-func run(argv []string) error {
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		return err
-	}
-	raw, err := bpf.Assemble(filter())
-	if err != nil {
-		return err
-	}
-	prog := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		prog[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
-	}
-	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
-	runtime.LockOSThread()
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err)
-	}
-	if _, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog))); errno != 0 {
-		return fmt.Errorf("seccomp: %w", errno)
-	}
-	runtime.KeepAlive(prog)
-	return fmt.Errorf("exec %s: %w", path, syscall.Exec(path, argv, os.Environ()))
-}
+func run(argv []string) error { return filterexec.Exec(argv, filter()) }
