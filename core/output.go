@@ -1,0 +1,54 @@
+package core
+
+import (
+	"io"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// limitedBuffer keeps the first limit bytes and counts the rest.
+type limitedBuffer struct {
+	mu        sync.Mutex
+	buf       []byte
+	limit     int64
+	truncated bool
+}
+
+func (b *limitedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	room := b.limit - int64(len(b.buf))
+	if int64(len(p)) > room {
+		b.truncated = true
+		if room > 0 {
+			b.buf = append(b.buf, p[:room]...)
+		}
+		return len(p), nil
+	}
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// tee sends p to the capture buffer and, within budget, to the live writer.
+func tee(buf *limitedBuffer, live io.Writer, budget int64) io.Writer {
+	if live == nil {
+		return buf
+	}
+	return io.MultiWriter(buf, driverapi.NewBudgetWriter(live, budget))
+}
+
+// trimPartialRune drops a character cut in two at the end of b (by a length
+// bound), so that it does not turn into a replacement.
+func trimPartialRune(b []byte) []byte {
+	for i := 1; i < utf8.UTFMax && i <= len(b); i++ {
+		if utf8.RuneStart(b[len(b)-i]) {
+			if !utf8.FullRune(b[len(b)-i:]) {
+				return b[:len(b)-i]
+			}
+			break
+		}
+	}
+	return b
+}

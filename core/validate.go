@@ -1,0 +1,160 @@
+package core
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+func validateCommand(sid string, cmd Command) error {
+	bad := func(field, reason string) error { return &InvalidCommandError{Field: field, Reason: reason} }
+	switch {
+	case sid == "":
+		return bad("session_id", "empty: set Command.SessionID or carry one in the context with WithSession")
+	case len(sid) > maxSessionIDLen:
+		return bad("session_id", fmt.Sprintf("longer than %d bytes", maxSessionIDLen))
+	case !utf8.ValidString(sid) || strings.IndexByte(sid, 0) >= 0:
+		return bad("session_id", "must be valid UTF-8 without NUL bytes")
+	case cmd.Program == "":
+		return bad("program", "empty")
+	case !utf8.ValidString(cmd.Program):
+		return bad("program", "not valid UTF-8 (the driver protocol carries text)")
+	case !utf8.ValidString(cmd.Cwd):
+		return bad("cwd", "not valid UTF-8")
+	case !utf8.ValidString(cmd.Workspace):
+		return bad("workspace", "not valid UTF-8")
+	case strings.IndexByte(cmd.Program, 0) >= 0:
+		return bad("program", "contains a NUL byte")
+	case cmd.Timeout < 0:
+		return bad("timeout", "must not be negative")
+	case cmd.Timeout > MaxTimeout:
+		return bad("timeout", fmt.Sprintf("longer than the %s maximum", MaxTimeout))
+	case cmd.Capabilities.TimeoutSecs > uint64(MaxTimeout/time.Second):
+		return bad("capabilities.timeout_secs", fmt.Sprintf("longer than the %s maximum", MaxTimeout))
+	case cmd.MaxOutputBytes < 0:
+		return bad("max_output_bytes", "must not be negative")
+	case len(cmd.Stdin) > driverapi.MaxStdinBytes:
+		return bad("stdin", fmt.Sprintf("%d bytes exceeds the %d byte limit", len(cmd.Stdin), driverapi.MaxStdinBytes))
+	case strings.IndexByte(cmd.Cwd, 0) >= 0:
+		return bad("cwd", "contains a NUL byte")
+	case strings.IndexByte(cmd.Workspace, 0) >= 0:
+		return bad("workspace", "contains a NUL byte")
+	}
+	for i, a := range cmd.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return bad(fmt.Sprintf("args[%d]", i), "contains a NUL byte")
+		}
+		if !utf8.ValidString(a) {
+			return bad(fmt.Sprintf("args[%d]", i), "not valid UTF-8 (the driver protocol carries text)")
+		}
+	}
+	for name, v := range cmd.Env {
+		if err := driverapi.ValidateEnvName(name); err != nil {
+			return bad(fmt.Sprintf("env %q", name), "invalid name (empty, '=', NUL or not UTF-8)")
+		}
+		if strings.IndexByte(v, 0) >= 0 {
+			return bad("env "+name, "value contains a NUL byte")
+		}
+		if !utf8.ValidString(v) {
+			return bad("env "+name, "value is not valid UTF-8")
+		}
+	}
+	for name, v := range cmd.Secrets {
+		if err := driverapi.ValidateEnvName(name); err != nil {
+			return bad(fmt.Sprintf("secret %q", name), "invalid name (empty, '=', NUL or not UTF-8)")
+		}
+		if strings.ContainsAny(v, "\x00\r\n") || !utf8.ValidString(v) {
+			return bad("secret "+name, "value contains NUL, CR or LF, or is not valid UTF-8")
+		}
+		if _, dup := cmd.Env[name]; dup {
+			return bad("secret "+name, "collides with an Env entry of the same name")
+		}
+		if isDefaultEnvName(name) {
+			return bad("secret "+name, "collides with a variable the sandbox sets")
+		}
+	}
+	for i, p := range cmd.Capabilities.FSRead {
+		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
+			return bad(fmt.Sprintf("capabilities.fs_read[%d]", i), fmt.Sprintf("%q is not an absolute path", p))
+		}
+	}
+	for i, p := range cmd.Capabilities.FSWrite {
+		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
+			return bad(fmt.Sprintf("capabilities.fs_write[%d]", i), fmt.Sprintf("%q is not an absolute path", p))
+		}
+	}
+	n := cmd.Capabilities.Network
+	switch n.Mode {
+	case driverapi.NetworkNone, driverapi.NetworkAllowAll:
+		if len(n.Hosts) > 0 {
+			return bad("capabilities.network.hosts", "only allowed with mode allow_hosts")
+		}
+	case driverapi.NetworkAllowHosts:
+		if len(n.Hosts) == 0 {
+			return bad("capabilities.network.hosts", "allow_hosts needs at least one host")
+		}
+		for i, h := range n.Hosts {
+			if h == "" || strings.ContainsAny(h, " \t\r\n/\x00") || !utf8.ValidString(h) {
+				return bad(fmt.Sprintf("capabilities.network.hosts[%d]", i), fmt.Sprintf("%q is not a host", h))
+			}
+		}
+	default:
+		return bad("capabilities.network.mode", fmt.Sprintf("unknown mode %d", n.Mode))
+	}
+	return nil
+}
+
+// canonicalDir resolves an existing absolute directory.
+func canonicalDir(field, p string) (string, error) {
+	if !filepath.IsAbs(p) {
+		return "", &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q is not an absolute path", p)}
+	}
+	canon, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return "", &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q does not exist or cannot be resolved", p)}
+	}
+	st, err := os.Stat(canon)
+	if err != nil || !st.IsDir() {
+		return "", &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q is not a directory", p)}
+	}
+	// A workspace named through a symbolic link is refused, not followed:
+	// a sandboxed command can plant a link in a directory it may write
+	// (W/project -> $HOME), and a later command naming that link as its
+	// workspace would make the link's target writable. Grants and the
+	// driver's mounts refuse links for the same reason.
+	if canon != filepath.Clean(p) {
+		return "", &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q goes through a symbolic link (it resolves to %s); name the real directory", p, canon)}
+	}
+	return canon, nil
+}
+
+// confineCwd resolves cwd (symlinks included) and requires it inside ws.
+func confineCwd(ws, cwd string) (string, error) {
+	if cwd == "" {
+		return ws, nil
+	}
+	if !filepath.IsAbs(cwd) {
+		cwd = filepath.Join(ws, cwd)
+	}
+	canon, err := filepath.EvalSymlinks(cwd)
+	if err != nil {
+		// A path that does not resolve may still be an escape attempt;
+		// report escape first when it is lexically outside.
+		if !driverapi.PathWithin(filepath.Clean(cwd), ws) {
+			return "", &DeniedError{Code: ReasonCwdOutsideWorkspace, Reason: fmt.Sprintf("cwd %q is outside the workspace %s", cwd, ws)}
+		}
+		return "", &InvalidCommandError{Field: "cwd", Reason: fmt.Sprintf("%q does not exist", cwd)}
+	}
+	if !driverapi.PathWithin(canon, ws) {
+		return "", &DeniedError{Code: ReasonCwdOutsideWorkspace, Reason: fmt.Sprintf("cwd %q resolves to %s, outside the workspace %s", cwd, canon, ws)}
+	}
+	if st, err := os.Stat(canon); err != nil || !st.IsDir() {
+		return "", &InvalidCommandError{Field: "cwd", Reason: fmt.Sprintf("%q is not a directory", cwd)}
+	}
+	return canon, nil
+}
