@@ -73,11 +73,15 @@ const (
 	SignalUSR1  Signal = "USR1"
 	SignalUSR2  Signal = "USR2"
 	SignalWINCH Signal = "WINCH"
+	// SignalPIPE tells a command that the reader of its output went away,
+	// as the kernel would tell a writer to a closed pipe: the host's own
+	// output was closed, but the command writes to the driver, not to it.
+	SignalPIPE Signal = "PIPE"
 )
 
 // KnownSignals lists the signals of this protocol version.
 func KnownSignals() []Signal {
-	return []Signal{SignalTERM, SignalINT, SignalHUP, SignalQUIT, SignalKILL, SignalUSR1, SignalUSR2, SignalWINCH}
+	return []Signal{SignalTERM, SignalINT, SignalHUP, SignalQUIT, SignalKILL, SignalUSR1, SignalUSR2, SignalWINCH, SignalPIPE}
 }
 
 // ParseSignal accepts a known signal name, with or without "SIG", in any case.
@@ -86,7 +90,7 @@ func ParseSignal(name string) (Signal, error) {
 	if slices.Contains(KnownSignals(), s) {
 		return s, nil
 	}
-	return "", &InvalidSpecError{Field: "signal", Reason: fmt.Sprintf("%q is not one of TERM, INT, HUP, QUIT, KILL, USR1, USR2, WINCH", name)}
+	return "", &InvalidSpecError{Field: "signal", Reason: fmt.Sprintf("%q is not one of TERM, INT, HUP, QUIT, KILL, USR1, USR2, WINCH, PIPE", name)}
 }
 
 // Signaler is implemented by drivers that list CallSignal.

@@ -12,10 +12,12 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
@@ -69,11 +71,6 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	defer p.Close()
 	execCtx, kill := context.WithCancel(ctx)
 	defer kill()
-	var live liveOutput
-	if !f.json {
-		// Live output; Output still captures within the budget.
-		cmd.Stdout, cmd.Stderr = live.wire(io, !*rawOutput, kill)
-	}
 	var sigs *commandSignals
 	if io.forwardSignals != nil {
 		// SIGINT, SIGTERM and SIGHUP go to the command, which has the
@@ -81,10 +78,16 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		sigs = forwardToCommand(io.forwardSignals, f.grace, kill)
 		cmd.Signals = sigs.C
 	}
+	var live liveOutput
+	if !f.json {
+		// Live output; Output still captures within the budget.
+		cmd.Stdout, cmd.Stderr = live.wire(io, !*rawOutput, brokenPipe(sigs, kill))
+	}
 	out, err := p.sandbox.Execute(execCtx, cmd)
 	if sigs != nil {
 		sigs.stop()
 	}
+	live.stopPipeTimer()
 	if live.finish() {
 		// The reader of stdout (or stderr) went away: as in a shell
 		// pipeline, the command ends and the status says SIGPIPE.
@@ -121,7 +124,7 @@ type liveOutput struct {
 // wire returns the writers for the child's stdout and stderr. filter asks
 // for the terminal filter where the stream is a terminal; stop ends the
 // command when a stream's reader is gone.
-func (l *liveOutput) wire(io stdio, filter bool, stop func()) (stdout, stderr goio.Writer) {
+func (l *liveOutput) wire(io stdio, filter bool, stop func() *time.Timer) (stdout, stderr goio.Writer) {
 	l.out = &pipeWatch{w: io.Out, stop: stop}
 	l.err = &pipeWatch{w: io.Err, stop: stop}
 	stdout, stderr = l.out, l.err
@@ -138,6 +141,19 @@ func (l *liveOutput) wire(io stdio, filter bool, stop func()) (stdout, stderr go
 	return stdout, stderr
 }
 
+// stopPipeTimer disarms the kill a closed output armed: the command has
+// ended.
+func (l *liveOutput) stopPipeTimer() {
+	for _, p := range []*pipeWatch{l.out, l.err} {
+		if p == nil {
+			continue
+		}
+		if t := p.timer.Load(); t != nil {
+			t.Stop()
+		}
+	}
+}
+
 // finish writes what the filters still hold and reports whether a reader
 // went away.
 func (l *liveOutput) finish() (broken bool) {
@@ -150,20 +166,50 @@ func (l *liveOutput) finish() (broken bool) {
 	return l.out.broken.Load() || l.err.broken.Load()
 }
 
+// pipeGrace is how long a command told of a closed output (SIGPIPE) has
+// to end before its tree is killed: outside a sandbox the kernel's SIGPIPE
+// ends a writer at once, and a writer that ignores it sees EPIPE and
+// normally stops; here its writes still succeed (they go to the driver), so
+// only the kill bounds one that carries on.
+const pipeGrace = 500 * time.Millisecond
+
+// brokenPipe returns what pipeWatch calls when the CLI's output is closed:
+// SIGPIPE to the command where signals reach it (the command then ends as
+// it would outside, by the signal or its own handler), with the kill
+// after pipeGrace; the kill at once where they do not.
+func brokenPipe(sigs *commandSignals, kill context.CancelFunc) func() *time.Timer {
+	return func() *time.Timer {
+		if sigs == nil {
+			kill()
+			return nil
+		}
+		select {
+		case sigs.C <- driverapi.SignalPIPE:
+		default: // the channel is full of signals already: kill
+			kill()
+			return nil
+		}
+		return time.AfterFunc(pipeGrace, kill)
+	}
+}
+
 // pipeWatch passes writes on and, at the first EPIPE (the reader closed
 // the pipe; SIGPIPE is caught, see main), stops the command: outside a
 // sandbox the writer would have been killed by SIGPIPE, and a command whose
 // output nobody reads must not run on until its timeout.
 type pipeWatch struct {
 	w      goio.Writer
-	stop   func()
+	stop   func() *time.Timer
 	broken atomic.Bool
+	timer  atomic.Pointer[time.Timer]
 }
 
 func (p *pipeWatch) Write(b []byte) (int, error) {
 	n, err := p.w.Write(b)
 	if err != nil && errors.Is(err, syscall.EPIPE) && !p.broken.Swap(true) {
-		p.stop()
+		if t := p.stop(); t != nil {
+			p.timer.Store(t)
+		}
 	}
 	return n, err
 }

@@ -192,4 +192,40 @@ func TestInputsE2E(t *testing.T) {
 			t.Fatalf("driver processes left: %v", left)
 		}
 	})
+
+	// The command itself learns that its reader went away, as it would
+	// outside a sandbox: it gets SIGPIPE (here trapped: the handler writes a
+	// file and exits 7), not a bare SIGKILL. The loop writes with the
+	// shell's builtin echo, so the positive control is the first line read.
+	t.Run("sigpipe reaches the command", func(t *testing.T) {
+		ws := t.TempDir()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		cmd := h.command(ctx, "exec", "--workspace", ws, "--",
+			"/bin/sh", "-c", `trap 'echo pipe > got-sigpipe; exit 7' PIPE; while :; do echo line; done`)
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = w, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		line, err := bufio.NewReader(r).ReadString('\n')
+		r.Close()
+		if err != nil || line != "line\n" {
+			t.Fatalf("first line %q, %v", line, err)
+		}
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != exitBrokenPipe {
+			t.Fatalf("exit %v, want %d; stderr %q", err, exitBrokenPipe, stderr.String())
+		}
+		got, err := os.ReadFile(filepath.Join(ws, "got-sigpipe"))
+		if err != nil || string(got) != "pipe\n" {
+			t.Fatalf("the command never saw SIGPIPE (its handler wrote %q, %v); stderr %q", got, err, stderr.String())
+		}
+	})
 }

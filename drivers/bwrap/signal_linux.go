@@ -36,6 +36,8 @@ func signalNumber(sig driverapi.Signal) (syscall.Signal, bool) {
 		return syscall.SIGUSR2, true
 	case driverapi.SignalWINCH:
 		return syscall.SIGWINCH, true
+	case driverapi.SignalPIPE:
+		return syscall.SIGPIPE, true
 	}
 	return 0, false
 }

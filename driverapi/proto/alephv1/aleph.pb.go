@@ -1616,7 +1616,7 @@ type SignalRequest struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	CommandId string                 `protobuf:"bytes,1,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	// A signal name without the SIG prefix: TERM, INT, HUP, QUIT, KILL,
-	// USR1, USR2, WINCH.
+	// USR1, USR2, WINCH, PIPE.
 	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
