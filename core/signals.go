@@ -88,3 +88,52 @@ func deliverSignal(ctx context.Context, done <-chan struct{}, sg driverapi.Signa
 		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
+
+// ErrSignalBeforeStart is wrapped by the error of a command that a signal
+// stopped before it was handed to the driver (while its hooks ran or its
+// approval was asked): nothing ran. A signal that comes while the user is
+// being asked to approve means "stop", not "deliver this to the program
+// once it starts".
+var ErrSignalBeforeStart = errors.New("interrupted before the command started (nothing ran)")
+
+// watchEarlySignals cancels the returned context (its cause wraps
+// ErrSignalBeforeStart) at the first signal on sigs other than WINCH and
+// PIPE, until stop is called. stop returns only once the watcher no
+// longer reads sigs, so that a signal arriving afterwards is left for
+// forwardSignals.
+func watchEarlySignals(ctx context.Context, sigs <-chan driverapi.Signal) (pre context.Context, stop func()) {
+	pre, cancel := context.WithCancelCause(ctx)
+	if sigs == nil {
+		return pre, func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case <-pre.Done():
+				return
+			case sig, ok := <-sigs:
+				if !ok {
+					return
+				}
+				if sig == driverapi.SignalWINCH || sig == driverapi.SignalPIPE {
+					continue
+				}
+				cancel(fmt.Errorf("SIG%s: %w", sig, ErrSignalBeforeStart))
+				return
+			}
+		}
+	}()
+	var once sync.Once
+	return pre, func() {
+		once.Do(func() {
+			close(done)
+			wg.Wait()
+		})
+	}
+}

@@ -132,10 +132,12 @@ func TestSignalsThroughAProtocol10DriverEndTheTree(t *testing.T) {
 type lateDriver struct {
 	*waitingDriver
 	refused chan struct{}
+	entered chan struct{}
 	once    sync.Once
 }
 
 func (d *lateDriver) Run(ctx context.Context, spec driverapi.RunSpec, st driverapi.Streams) (driverapi.Exit, error) {
+	close(d.entered)
 	select {
 	case <-d.refused:
 	case <-ctx.Done():
@@ -154,19 +156,65 @@ func (d *lateDriver) Signal(ctx context.Context, id string, sig driverapi.Signal
 }
 
 func TestSignalBeforeTheDriverRegistersIsDelivered(t *testing.T) {
-	wd := &lateDriver{waitingDriver: newWaitingDriver(), refused: make(chan struct{})}
+	wd := &lateDriver{waitingDriver: newWaitingDriver(), refused: make(chan struct{}), entered: make(chan struct{})}
 	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(drivertest.Connect(t, wd)), WithAuditSink(&memSink{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sb.Close() })
 	sigs := make(chan driverapi.Signal, 1)
-	sigs <- driverapi.SignalTERM // before the command runs
+	go func() {
+		<-wd.entered
+		sigs <- driverapi.SignalTERM // handed to the driver, not yet running
+	}()
 	out, err := sb.Execute(context.Background(), Command{SessionID: "s", Program: "/bin/sleep", Args: []string{"60"}, Signals: sigs, Timeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if out.Exit.Signal != 15 || out.Exit.TimedOut {
 		t.Fatalf("exit = %+v, want death by TERM (the signal was lost)", out.Exit)
+	}
+}
+
+// blockingApprover answers only when its context ends, as a user who has
+// not typed anything yet; it says when it was asked.
+type blockingApprover struct{ asked chan struct{} }
+
+func (a blockingApprover) RequestApproval(ctx context.Context, _ driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
+	close(a.asked)
+	<-ctx.Done()
+	return driverapi.ApprovalDenied, ctx.Err()
+}
+
+// A signal while the approval is being asked (the user's Ctrl-C at the
+// prompt) stops the command before it starts: the driver never runs it,
+// and the error says so. Control: the same signal once the command runs
+// is delivered to it (TestSignalsReachTheRunningCommand).
+func TestSignalBeforeStartStopsTheCommand(t *testing.T) {
+	wd := newWaitingDriver()
+	ap := blockingApprover{asked: make(chan struct{})}
+	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(drivertest.Connect(t, wd)), WithAuditSink(&memSink{}),
+		WithApprovalRequester(ap))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	sigs := make(chan driverapi.Signal, 2)
+	go func() {
+		<-ap.asked
+		sigs <- driverapi.SignalWINCH // not a reason to stop
+		sigs <- driverapi.SignalINT
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, err = sb.Execute(ctx, Command{SessionID: "s", Program: "/bin/sleep", Args: []string{"60"}, Signals: sigs,
+		Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Timeout: time.Minute})
+	if !errors.Is(err, ErrSignalBeforeStart) || ctx.Err() != nil {
+		t.Fatalf("want ErrSignalBeforeStart promptly, got %T %v (ctx %v)", err, err, ctx.Err())
+	}
+	select {
+	case id := <-wd.started:
+		t.Fatalf("the driver ran command %s after the user interrupted its approval", id)
+	default:
 	}
 }

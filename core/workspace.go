@@ -339,8 +339,26 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 			Reason: "secrets need network mode allow_hosts and a network mediator; without mediation nothing would ever substitute them, so the command is refused"}
 	}
 
+	// From here to the hand-over to the driver, a signal for the command
+	// (the user's Ctrl-C at the approval prompt) stops it: it has not
+	// started, and must not start only to receive that signal.
+	pre, stopEarly := watchEarlySignals(ctx, cmd.Signals)
+	defer stopEarly()
+	out, err = s.prepareAndRun(ctx, pre, stopEarly, r, sess, sid, ws, cwd, cmd)
+	if err != nil && pre.Err() != nil && ctx.Err() == nil {
+		if cause := context.Cause(pre); errors.Is(cause, ErrSignalBeforeStart) {
+			return nil, fmt.Errorf("command %s: %w", r.rec.CommandID, cause)
+		}
+	}
+	return out, err
+}
+
+// prepareAndRun is Execute from the hooks on. pre is ctx until the
+// command is handed to the driver (an early signal cancels it);
+// stopEarly ends that watch.
+func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly func(), r *run, sess *session, sid, ws, cwd string, cmd Command) (out *Output, err error) {
 	// 3. Before-hooks.
-	allowed, err := s.runHooks(ctx, r, sid, cwd, cmd)
+	allowed, err := s.runHooks(pre, r, sid, cwd, cmd)
 	ran := false
 	defer s.afterHooks(ctx, allowed, sid, r.rec.CommandID, &ran)
 	if err != nil {
@@ -350,7 +368,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	// 4. Capabilities. Enforceability is checked before approval: nobody
 	// should be asked to approve what the driver cannot enforce, and no
 	// grant is cached for it.
-	hc, err := s.capabilities(ctx)
+	hc, err := s.capabilities(pre)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +376,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	if err := s.enforceable(hc, cmd.Capabilities); err != nil {
 		return nil, err
 	}
-	if err := s.checkCapabilities(ctx, r, sess, sid, cmd); err != nil {
+	if err := s.checkCapabilities(pre, r, sess, sid, cmd); err != nil {
 		return nil, err
 	}
 
@@ -380,9 +398,13 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	}
 
 	// 5. Profile.
-	prof, err := s.profileFor(ctx, preq)
+	prof, err := s.profileFor(pre, preq)
 	if err != nil {
 		return nil, s.driverErr("ProfileFor", err)
+	}
+	stopEarly()
+	if pre.Err() != nil && ctx.Err() == nil {
+		return nil, context.Cause(pre)
 	}
 	r.rec.ProfileDigest = prof.Digest
 
@@ -500,6 +522,8 @@ func classify(rec *AuditRecord, err error, ctx context.Context) {
 		rec.Decision, rec.Reason = DecisionError, ReasonMediationFailed
 	case errors.As(err, &we):
 		rec.Decision, rec.Reason = DecisionError, ReasonWorkspaceFailed
+	case errors.Is(err, ErrSignalBeforeStart):
+		rec.Decision, rec.Reason = DecisionError, ReasonCanceled
 	case errors.Is(err, ErrClosed):
 		rec.Decision, rec.Reason = DecisionError, ReasonClosed
 	case ctx.Err() != nil:

@@ -101,6 +101,9 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 			case expired:
 				fmt.Fprintf(io.Err, "aleph-sandbox: the command did not end within %s of SIG%s; its process tree was killed\n", f.grace, sigLabel(first))
 				return 128 + int(syscall.SIGKILL)
+			case errors.Is(err, core.ErrSignalBeforeStart):
+				fmt.Fprintf(io.Err, "aleph-sandbox: SIG%s came before the command started; nothing ran\n", sigLabel(first))
+				return 128 + signalNumber(first)
 			case errors.Is(err, core.ErrSignalEnded):
 				fmt.Fprintf(io.Err, "aleph-sandbox: SIG%s ended the command (this driver cannot forward signals, so its tree was killed)\n", sigLabel(first))
 				return 128 + signalNumber(first)
