@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"sync"
 
@@ -172,12 +173,21 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 		}
 	}()
 	coreOpts := []core.Option{core.WithLogger(o.logger)}
+	// The programs the host runs outside any sandbox: a command that could
+	// rewrite one (a workspace holding the checkout's bin/, say) would run
+	// unconfined on the next call. No write grant or workspace may hold
+	// them.
+	protect := append([]string(nil), o.protect...)
+	if exe, err := os.Executable(); err == nil {
+		protect = append(protect, exe)
+	}
 	drv := o.driver
 	if drv == nil {
 		path, _, err := core.FindDriver(cfg.Sandbox.Driver, o.driverDirs)
 		if err != nil {
 			return nil, err
 		}
+		protect = append(protect, path, filepath.Join(filepath.Dir(path), "aleph-sandbox-init"))
 		host, err := core.NewDriverHost(core.DriverHostConfig{
 			Path:    path,
 			SHA256:  cfg.Sandbox.DriverSHA256,
@@ -211,7 +221,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	if o.approver != nil {
 		coreOpts = append(coreOpts, core.WithApprovalRequester(o.approver))
 	}
-	coreOpts = append(coreOpts, core.WithProtectedPaths(o.protect...))
+	coreOpts = append(coreOpts, core.WithProtectedPaths(protect...))
 	if o.baseline != nil {
 		coreOpts = append(coreOpts, core.WithBaseline(*o.baseline))
 	}

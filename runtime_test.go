@@ -182,3 +182,32 @@ func TestRuntimeMissingDriverIsTyped(t *testing.T) {
 		t.Fatalf("want DriverNotFoundError, got %T %v", err, err)
 	}
 }
+
+// The host's own program may not lie in a workspace or a write grant: a
+// command could rewrite it, and the next call would run the rewritten
+// program unconfined. Control: a sibling directory works.
+func TestRuntimeRefusesWorkspacesHoldingTheHostProgram(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Skipf("this system does not name the running program: %v", err)
+	}
+	rt, fake := newRuntime(t, testConfig(t))
+	ctx := context.Background()
+	for _, c := range []core.Command{
+		{SessionID: "s", Program: "echo", Workspace: filepath.Dir(exe)},
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{filepath.Dir(exe)}}},
+	} {
+		_, err := rt.Execute(ctx, c)
+		var ie *core.InvalidCommandError
+		if !errors.As(err, &ie) || !strings.Contains(ie.Reason, exe) {
+			t.Fatalf("%+v: want a refusal naming %s, got %T %v", c, exe, err, err)
+		}
+	}
+	if fake.Runs() != 0 {
+		t.Fatal("a refused command reached the driver")
+	}
+	ws := t.TempDir()
+	if out, err := rt.Execute(ctx, core.Command{SessionID: "s", Program: "echo", Args: []string{"hi"}, Workspace: ws}); err != nil || string(out.Stdout) != "hi\n" {
+		t.Fatalf("control: %v", err)
+	}
+}

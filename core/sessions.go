@@ -251,7 +251,7 @@ func (s *WorkspaceSandbox) reachesOwnState(field, p string, write bool) error {
 	}
 	for _, o := range s.protect {
 		if pathsOverlap(p, o) {
-			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q holds %q, part of the sandbox's own state (a hook plugin it runs unconfined, or its configuration), which no command may write; use a narrower path", p, o)}
+			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q holds %q, part of the sandbox's own state (a program it runs unconfined: the CLI, a driver or a hook plugin; or its configuration), which no command may write; use a narrower path, or a workspace that does not contain it", p, o)}
 		}
 	}
 	return nil
