@@ -97,9 +97,16 @@ func OpenJSONLinesSink(path string) (*JSONLinesSink, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	// Opened without waiting and then held to a regular file: a FIFO with
+	// no reader would block every start of the host at open, and one with
+	// a reader (or a device) would make each command wait on it.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE|nonBlockingOpen, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("audit log %q: not a regular file (a FIFO, socket or device); point sandbox.audit_log at a file", path)
 	}
 	return &JSONLinesSink{f: f}, nil
 }

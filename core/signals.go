@@ -100,11 +100,12 @@ var ErrSignalBeforeStart = errors.New("interrupted before the command started (n
 // ErrSignalBeforeStart) at the first signal on sigs other than WINCH and
 // PIPE, until stop is called. stop returns only once the watcher no
 // longer reads sigs, so that a signal arriving afterwards is left for
-// forwardSignals.
+// forwardSignals; it also ends pre, so callers test the cause
+// (ErrSignalBeforeStart), not pre.Err().
 func watchEarlySignals(ctx context.Context, sigs <-chan driverapi.Signal) (pre context.Context, stop func()) {
 	pre, cancel := context.WithCancelCause(ctx)
 	if sigs == nil {
-		return pre, func() {}
+		return pre, func() { cancel(nil) }
 	}
 	done := make(chan struct{})
 	var wg sync.WaitGroup
@@ -134,6 +135,7 @@ func watchEarlySignals(ctx context.Context, sigs <-chan driverapi.Signal) (pre c
 		once.Do(func() {
 			close(done)
 			wg.Wait()
+			cancel(nil) // pre is done with; a signal's cause stays
 		})
 	}
 }

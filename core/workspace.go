@@ -345,10 +345,8 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	pre, stopEarly := watchEarlySignals(ctx, cmd.Signals)
 	defer stopEarly()
 	out, err = s.prepareAndRun(ctx, pre, stopEarly, r, sess, sid, ws, cwd, cmd)
-	if err != nil && pre.Err() != nil && ctx.Err() == nil {
-		if cause := context.Cause(pre); errors.Is(cause, ErrSignalBeforeStart) {
-			return nil, fmt.Errorf("command %s: %w", r.rec.CommandID, cause)
-		}
+	if cause := context.Cause(pre); err != nil && ctx.Err() == nil && errors.Is(cause, ErrSignalBeforeStart) {
+		return nil, fmt.Errorf("command %s: %w", r.rec.CommandID, cause)
 	}
 	return out, err
 }
@@ -403,8 +401,8 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		return nil, s.driverErr("ProfileFor", err)
 	}
 	stopEarly()
-	if pre.Err() != nil && ctx.Err() == nil {
-		return nil, context.Cause(pre)
+	if cause := context.Cause(pre); ctx.Err() == nil && errors.Is(cause, ErrSignalBeforeStart) {
+		return nil, cause
 	}
 	r.rec.ProfileDigest = prof.Digest
 
