@@ -5,6 +5,7 @@ import { after, before, describe, test } from "node:test";
 import * as assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import * as fs from "node:fs";
+import * as net from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
@@ -435,6 +436,25 @@ describe("Client without a service", () => {
         code: "unavailable",
       });
     } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("a service that does not answer is deadline_exceeded after the client's timeout", T, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "aleph-ts-mute-"));
+    const conns: net.Socket[] = [];
+    const mute = net.createServer((s) => conns.push(s)); // accepts, never answers
+    try {
+      const sock = path.join(dir, "aleph.sock");
+      await new Promise<void>((resolve) => mute.listen(sock, resolve));
+      await assert.rejects(new Client({ socket: sock, timeout: 0.2 }).checkPolicy("ls"), {
+        name: "SandboxError",
+        code: "deadline_exceeded",
+      });
+      assert.equal(conns.length, 1);
+    } finally {
+      conns.forEach((s) => s.destroy());
+      await new Promise((resolve) => mute.close(resolve));
       fs.rmSync(dir, { recursive: true, force: true });
     }
   });
