@@ -28,7 +28,7 @@ build:
 # tests again as an unprivileged user and again with Landlock made
 # unavailable and with namespaces refused (the Landlock tier), the Python
 # client against a real serve, and a short fuzzing pass.
-test: build proto-check lint cross test-go test-python test-unprivileged test-nolandlock test-nonamespaces fuzz-short
+test: build proto-check lint cross test-go test-python test-typescript test-unprivileged test-nolandlock test-nonamespaces fuzz-short
 
 test-go: build
 	$(GO) test -race -count=1 ./...
@@ -36,6 +36,19 @@ test-go: build
 # The Python client against a real `serve` started by the tests (bin/).
 test-python: build
 	cd clients/python && python3 -W error::ResourceWarning -m unittest discover -s tests
+
+# The TypeScript client against a real `serve` started by the tests (bin/).
+# The pinned compiler comes from the lockfile, installed only when
+# node_modules is missing: the tests themselves download nothing. dist/ is
+# committed (the package runs from a checkout without npm), so it must be
+# exactly what tsc builds from src/.
+.PHONY: test-typescript
+test-typescript: build
+	cd clients/typescript && { test -d node_modules || npm ci --no-audit --no-fund; } && \
+		./node_modules/.bin/tsc -p tsconfig.json && ./node_modules/.bin/tsc -p tsconfig.test.json && \
+		node --test .build-test/client.test.js
+	@test -z "$$(git status --porcelain -- clients/typescript/dist)" || \
+		(git status --short -- clients/typescript/dist; echo "clients/typescript/dist is stale: commit what tsc built" >&2; exit 1)
 
 test-unprivileged: build
 	./scripts/test-unprivileged.sh

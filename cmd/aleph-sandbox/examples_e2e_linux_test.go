@@ -154,3 +154,45 @@ func TestReadmePythonQuickStart(t *testing.T) {
 		t.Fatalf("the README's Python quick start: %v\n%s", err, out)
 	}
 }
+
+// TestReadmeTypeScriptQuickStart runs README's "From TypeScript" block as
+// written, as TestReadmePythonQuickStart runs the Python one: the service in
+// the background, then node importing the committed clients/typescript/dist.
+func TestReadmeTypeScriptQuickStart(t *testing.T) {
+	h := newEscapeHarness(t)
+	if _, err := exec.LookPath("node"); err != nil {
+		t.Skip("node is not installed: the TypeScript quick start needs Node >= 18")
+	}
+	data, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)## From TypeScript[^\n]*\n+```sh\n(.*?)```").FindSubmatch(data)
+	if m == nil {
+		t.Fatal("README.md has no \"From TypeScript\" sh block")
+	}
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := t.TempDir()
+	if err := os.Symlink(h.bin, filepath.Join(root, "bin")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(repo, "clients"), filepath.Join(root, "clients")); err != nil {
+		t.Fatal(err)
+	}
+	runtimeDir := t.TempDir()
+	// The block's own status is the client's; the service is stopped after.
+	script := string(m[1]) + "rc=$?\nkill $! 2>/dev/null\nwait 2>/dev/null\nexit $rc\n"
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", script)
+	cmd.Dir = root
+	cmd.Env = append(h.env(), "XDG_RUNTIME_DIR="+runtimeDir, "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+h.root)
+	cmd.WaitDelay = 5 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "hi\n 0") {
+		t.Fatalf("the README's TypeScript quick start: %v\n%s", err, out)
+	}
+}

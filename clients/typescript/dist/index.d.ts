@@ -1,0 +1,252 @@
+/**
+ * TypeScript client of the aleph-sandbox host service (`aleph-sandbox serve`).
+ *
+ * Node's standard library only. It speaks the Connect protocol (JSON over
+ * HTTP/1.1) to the service's unix socket:
+ *
+ * ```ts
+ * import { Client, Denied, SandboxError } from "aleph-sandbox";
+ * const c = new Client();          // ALEPH_SANDBOX_HOST, else the default socket
+ * const r = await c.exec(["/bin/echo", "hi"], { session: "s1" });
+ * console.log(r.stdout.toString(), r.exitCode);
+ * ```
+ *
+ * docs/serve.md of the repository describes the service and the wire format.
+ */
+/** The Connect status codes an error carries (https://connectrpc.com/docs/protocol#error-codes). */
+export type Code = "canceled" | "unknown" | "invalid_argument" | "deadline_exceeded" | "not_found" | "already_exists" | "permission_denied" | "resource_exhausted" | "failed_precondition" | "aborted" | "out_of_range" | "unimplemented" | "internal" | "unavailable" | "data_loss" | "unauthenticated";
+/** The typed detail (aleph.host.v1.ErrorDetail) of an error: what to match on. */
+export interface ErrorDetail {
+    reasonCode: string;
+    rule: string;
+    field: string;
+    hook: string;
+    driver: string;
+}
+/**
+ * The service could not run the command, refused the request, or could not
+ * be reached. `code` is the Connect status code; `reasonCode`, `rule`,
+ * `field`, `hook` and `driver` come from the typed error detail, so callers
+ * match on them, never on the message.
+ */
+export declare class SandboxError extends Error implements ErrorDetail {
+    readonly code: Code | string;
+    readonly reasonCode: string;
+    readonly rule: string;
+    readonly field: string;
+    readonly hook: string;
+    readonly driver: string;
+    constructor(message: string, code?: Code | string, detail?: Partial<ErrorDetail>, options?: {
+        cause?: unknown;
+    });
+    toString(): string;
+}
+/**
+ * The pipeline decided not to run the command (thrown by
+ * `exec(argv, {check: true})`); `result` is the denial's Result.
+ */
+export declare class Denied extends SandboxError {
+    readonly result: Result;
+    constructor(result: Result);
+}
+/** One hook's verdict on a command. */
+export interface Verdict {
+    action: string;
+    rule: string;
+    reason: string;
+    hook: string;
+}
+/** How a command ended: the fields of `aleph-sandbox exec --json`. */
+export interface Result {
+    stdout: Buffer;
+    stderr: Buffer;
+    exitCode: number;
+    /** The signal that ended the command, 0 if none. */
+    signal: number;
+    timedOut: boolean;
+    truncated: boolean;
+    oomKilled: boolean;
+    durationMs: number;
+    denied: boolean;
+    reason: string;
+    rule: string;
+    /** "allowed", "timeout", "hook_denied", "approval_denied", ... */
+    reasonCode: string;
+    commandId: string;
+    backend: string;
+    profileDigest: string;
+    verdicts: Verdict[];
+}
+/** What a command may do (aleph.host.v1.Capabilities). */
+export interface Capabilities {
+    fsRead: string[];
+    fsWrite: string[];
+    networkMode: string;
+    networkHosts: string[];
+    spawn: boolean;
+    memoryMb: number;
+    timeoutSeconds: number;
+}
+/** A command asks for more than its session's baseline and grants. */
+export interface ApprovalRequest {
+    id: string;
+    session: string;
+    commandId: string;
+    argv: string[];
+    summary: string;
+    requested: Capabilities;
+    baseline: Capabilities;
+    policyDigest: string;
+}
+/** One event of `Client.stream`: output as it arrives, then the exit. */
+export type Event = {
+    kind: "stdout" | "stderr";
+    data: Buffer;
+} | {
+    kind: "exit";
+    result: Result;
+};
+/**
+ * Answers an approval request: true (or a promise of true) approves. An
+ * approver that throws or rejects does not approve.
+ */
+export type Approver = (request: ApprovalRequest) => boolean | Promise<boolean>;
+/** A grant kept for a session. */
+export interface Grant {
+    id: string;
+    capabilities?: Capabilities;
+    networkHost: string;
+}
+/** A session as `Sessions` describes it. */
+export interface Session {
+    session: string;
+    workspace: string;
+    baseline: Capabilities;
+    grants: Grant[];
+    policyDigest: string;
+}
+/** The grants of a session. */
+export interface Grants {
+    session: string;
+    grants: Grant[];
+    policyDigest: string;
+}
+/** The verdict of the command policy (`policy check`). */
+export interface PolicyVerdict {
+    verdict: "allow" | "warn" | "block" | string;
+    rule: string;
+    reason: string;
+}
+/** Options of a call other than a command's run. */
+export interface CallOptions {
+    /** Aborting it cancels the call (the promise rejects with code "canceled"). */
+    signal?: AbortSignal;
+}
+/** The options of `stream`; they mirror the flags of `aleph-sandbox exec`. */
+export interface StreamOptions extends CallOptions {
+    /** The session (default "default"): its workspace, grants and limits. */
+    session?: string;
+    /** A directory of yours as the workspace (made absolute). */
+    workspace?: string;
+    /** The working directory, relative to the workspace or absolute inside it. */
+    cwd?: string;
+    /** Paths granted for reading (made absolute). */
+    read?: string[];
+    /** Paths granted for writing (made absolute). */
+    write?: string[];
+    /** "none" (default), "all", or hosts. */
+    net?: string | string[];
+    /** May the command start subprocesses. */
+    spawn?: boolean;
+    memoryMb?: number;
+    /** The command's time limit in seconds; then it is killed and `timedOut` is set. */
+    timeout?: number;
+    /** At most this many bytes of each of stdout and stderr are kept. */
+    maxOutput?: number;
+    env?: Record<string, string>;
+    stdin?: string | Uint8Array;
+    /** Secrets held by the host; the command sees placeholders. */
+    secrets?: Record<string, string>;
+    /**
+     * Cancelling the command: aborting the signal closes the call, and the
+     * service kills the command's process tree.
+     */
+    signal?: AbortSignal;
+}
+/** The options of `exec`. */
+export interface ExecOptions extends StreamOptions {
+    /** Throw `Denied` instead of returning a denial. */
+    check?: boolean;
+}
+/** The options of `new Client`. */
+export interface ClientOptions {
+    /**
+     * "unix:PATH" or a path; default: $ALEPH_SANDBOX_HOST, else the socket
+     * `serve` listens on by default.
+     */
+    socket?: string;
+    /**
+     * Answers this client's own approval requests. Without one, the service's
+     * policy applies (denied unless it runs with --yes or another client
+     * answers on `approvals()`).
+     */
+    approver?: Approver;
+    /**
+     * Seconds a call other than a command's run may wait for the service
+     * (default 30; 0: no bound). A command's own stream is bounded by its
+     * `timeout` plus 30 s of slack, and not at all without one.
+     */
+    timeout?: number;
+}
+/** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
+export declare function defaultAddress(env?: NodeJS.ProcessEnv): string;
+/** A connection to `aleph-sandbox serve`. */
+export declare class Client {
+    /** The unix socket's path. */
+    readonly socketPath: string;
+    readonly approver: Approver | undefined;
+    /** Seconds a call other than a command's run may wait (0: no bound). */
+    readonly timeout: number;
+    constructor(options?: ClientOptions);
+    private unary;
+    private serverStream;
+    private static request;
+    private answer;
+    /**
+     * Runs argv, yielding its output as it arrives (events of kind "stdout"
+     * or "stderr", in order of arrival) and then one event of kind "exit"
+     * with the Result. Stopping the iteration early (break, or aborting
+     * `signal`) cancels the command.
+     */
+    stream(argv: readonly string[], options?: StreamOptions): AsyncGenerator<Event, void, undefined>;
+    /**
+     * Runs argv and resolves with its Result. A denial is a Result with
+     * `denied` set (`check: true` throws `Denied` instead); a failure of the
+     * sandbox, a bad request or an unreachable service throws `SandboxError`.
+     */
+    exec(argv: readonly string[], options?: ExecOptions): Promise<Result>;
+    /** Answers an approval request (from `approvals()` or a command's own). */
+    approve(requestId: string, approved: boolean, options?: CallOptions): Promise<void>;
+    /**
+     * Approval requests of commands whose clients do not answer their own,
+     * until the service stops or `signal` is aborted; answer each with
+     * `approve()`.
+     */
+    approvals(options?: CallOptions): AsyncGenerator<ApprovalRequest, void, undefined>;
+    /** The sessions this service has run or been asked about. */
+    sessions(options?: CallOptions): Promise<Session[]>;
+    /** One session: workspace, baseline, grants, policy digest. */
+    describe(name: string, options?: CallOptions): Promise<Session | undefined>;
+    /** Forgets a session. */
+    forget(name: string, options?: CallOptions): Promise<void>;
+    grants(name: string, options?: CallOptions): Promise<Grants>;
+    revoke(name: string, grantId: string, options?: CallOptions): Promise<Grants>;
+    /** Grants host:port to a session, provided its policy digest is still expectedDigest. */
+    applyNetworkGrant(name: string, host: string, port: number, expectedDigest: string, options?: CallOptions): Promise<Grants>;
+    /** The driver's capability report, as `doctor` shows it. */
+    capabilities(options?: CallOptions): Promise<Record<string, unknown>>;
+    /** `policy check`: the command policy's verdict on a command string. */
+    checkPolicy(command: string, options?: CallOptions & {
+        stdin?: string | Uint8Array;
+    }): Promise<PolicyVerdict>;
+}

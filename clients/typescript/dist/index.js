@@ -1,0 +1,587 @@
+/**
+ * TypeScript client of the aleph-sandbox host service (`aleph-sandbox serve`).
+ *
+ * Node's standard library only. It speaks the Connect protocol (JSON over
+ * HTTP/1.1) to the service's unix socket:
+ *
+ * ```ts
+ * import { Client, Denied, SandboxError } from "aleph-sandbox";
+ * const c = new Client();          // ALEPH_SANDBOX_HOST, else the default socket
+ * const r = await c.exec(["/bin/echo", "hi"], { session: "s1" });
+ * console.log(r.stdout.toString(), r.exitCode);
+ * ```
+ *
+ * docs/serve.md of the repository describes the service and the wire format.
+ */
+import * as http from "node:http";
+import * as os from "node:os";
+import * as path from "node:path";
+const SERVICE = "aleph.host.v1.Service";
+// Flags of a Connect streaming frame.
+const END_STREAM = 0x02;
+const COMPRESSED = 0x01;
+/**
+ * The service could not run the command, refused the request, or could not
+ * be reached. `code` is the Connect status code; `reasonCode`, `rule`,
+ * `field`, `hook` and `driver` come from the typed error detail, so callers
+ * match on them, never on the message.
+ */
+export class SandboxError extends Error {
+    code;
+    reasonCode;
+    rule;
+    field;
+    hook;
+    driver;
+    constructor(message, code = "unknown", detail = {}, options) {
+        super(message, options);
+        this.name = "SandboxError";
+        this.code = code;
+        this.reasonCode = detail.reasonCode ?? "";
+        this.rule = detail.rule ?? "";
+        this.field = detail.field ?? "";
+        this.hook = detail.hook ?? "";
+        this.driver = detail.driver ?? "";
+    }
+    toString() {
+        return `${this.name}: ${this.code}: ${this.message}`;
+    }
+}
+/**
+ * The pipeline decided not to run the command (thrown by
+ * `exec(argv, {check: true})`); `result` is the denial's Result.
+ */
+export class Denied extends SandboxError {
+    result;
+    constructor(result) {
+        super(result.reason, "permission_denied", { reasonCode: result.reasonCode, rule: result.rule });
+        this.name = "Denied";
+        this.result = result;
+    }
+}
+/** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
+export function defaultAddress(env = process.env) {
+    const host = env.ALEPH_SANDBOX_HOST;
+    if (host) {
+        return host;
+    }
+    const run = env.XDG_RUNTIME_DIR;
+    if (run && path.isAbsolute(run)) {
+        return "unix:" + path.join(run, "aleph-sandbox", "aleph.sock");
+    }
+    return "unix:" + path.join(os.homedir(), ".local", "state", "aleph-sandbox", "aleph.sock");
+}
+// Connect's mapping of HTTP statuses to codes, for answers without a body.
+const HTTP_CODES = {
+    400: "invalid_argument",
+    401: "unauthenticated",
+    403: "permission_denied",
+    404: "unimplemented",
+    408: "deadline_exceeded",
+    409: "aborted",
+    429: "unavailable",
+    502: "unavailable",
+    503: "unavailable",
+    504: "unavailable",
+};
+function isObject(v) {
+    return typeof v === "object" && v !== null && !Array.isArray(v);
+}
+function str(v) {
+    return typeof v === "string" ? v : v === undefined || v === null ? "" : String(v);
+}
+// 64-bit integers arrive as strings in protobuf JSON.
+function num(v) {
+    const n = typeof v === "number" ? v : typeof v === "string" && v !== "" ? Number(v) : 0;
+    return Number.isFinite(n) ? n : 0;
+}
+function strings(v) {
+    return Array.isArray(v) ? v.map(str) : [];
+}
+function bytes(v) {
+    return typeof v === "string" && v !== "" ? Buffer.from(v, "base64") : Buffer.alloc(0);
+}
+function capabilities(v) {
+    const m = isObject(v) ? v : {};
+    return {
+        fsRead: strings(m.fsRead),
+        fsWrite: strings(m.fsWrite),
+        networkMode: str(m.networkMode),
+        networkHosts: strings(m.networkHosts),
+        spawn: m.spawn === true,
+        memoryMb: num(m.memoryMb),
+        timeoutSeconds: num(m.timeoutSeconds),
+    };
+}
+function result(v) {
+    const m = isObject(v) ? v : {};
+    return {
+        stdout: bytes(m.stdout),
+        stderr: bytes(m.stderr),
+        exitCode: num(m.exitCode),
+        signal: num(m.signal),
+        timedOut: m.timedOut === true,
+        truncated: m.truncated === true,
+        oomKilled: m.oomKilled === true,
+        durationMs: num(m.durationMs),
+        denied: m.denied === true,
+        reason: str(m.reason),
+        rule: str(m.rule),
+        reasonCode: str(m.reasonCode),
+        commandId: str(m.commandId),
+        backend: str(m.backend),
+        profileDigest: str(m.profileDigest),
+        verdicts: (Array.isArray(m.verdicts) ? m.verdicts : []).map((x) => {
+            const o = isObject(x) ? x : {};
+            return { action: str(o.action), rule: str(o.rule), reason: str(o.reason), hook: str(o.hook) };
+        }),
+    };
+}
+function approvalRequest(v) {
+    const m = isObject(v) ? v : {};
+    return {
+        id: str(m.id),
+        session: str(m.session),
+        commandId: str(m.commandId),
+        argv: strings(m.argv),
+        summary: str(m.summary),
+        requested: capabilities(m.requested),
+        baseline: capabilities(m.baseline),
+        policyDigest: str(m.policyDigest),
+    };
+}
+function grant(v) {
+    const m = isObject(v) ? v : {};
+    const g = { id: str(m.id), networkHost: str(m.networkHost) };
+    if (m.capabilities !== undefined) {
+        g.capabilities = capabilities(m.capabilities);
+    }
+    return g;
+}
+function session(v) {
+    const m = isObject(v) ? v : {};
+    return {
+        session: str(m.session),
+        workspace: str(m.workspace),
+        baseline: capabilities(m.baseline),
+        grants: (Array.isArray(m.grants) ? m.grants : []).map(grant),
+        policyDigest: str(m.policyDigest),
+    };
+}
+function grants(v) {
+    const m = isObject(v) ? v : {};
+    return {
+        session: str(m.session),
+        grants: (Array.isArray(m.grants) ? m.grants : []).map(grant),
+        policyDigest: str(m.policyDigest),
+    };
+}
+function varint(b, i) {
+    let n = 0;
+    let mul = 1;
+    for (;;) {
+        if (i >= b.length) {
+            throw new RangeError("truncated varint");
+        }
+        const c = b[i++];
+        n += (c & 0x7f) * mul;
+        mul *= 128;
+        if (!(c & 0x80)) {
+            return [n, i];
+        }
+    }
+}
+// Decodes an aleph.host.v1.ErrorDetail from its protobuf bytes (all its
+// fields are strings), so that no protobuf library is needed.
+function errorDetail(value) {
+    const names = { 1: "reasonCode", 2: "rule", 3: "field", 4: "hook", 5: "driver" };
+    const out = {};
+    let i = 0;
+    try {
+        while (i < value.length) {
+            let key;
+            let n;
+            [key, i] = varint(value, i);
+            if ((key & 7) !== 2) {
+                break;
+            }
+            [n, i] = varint(value, i);
+            const name = names[Math.floor(key / 8)];
+            if (name) {
+                out[name] = Buffer.from(value.subarray(i, i + n)).toString("utf8");
+            }
+            i += n;
+        }
+    }
+    catch {
+        // A truncated detail: what was read so far stands.
+    }
+    return out;
+}
+function errorFrom(obj, fallbackCode = "unknown") {
+    const m = isObject(obj) ? obj : {};
+    const code = str(m.code) || fallbackCode;
+    let detail = {};
+    for (const d of Array.isArray(m.details) ? m.details : []) {
+        if (isObject(d) && d.type === "aleph.host.v1.ErrorDetail") {
+            detail = errorDetail(bytes(d.value));
+            break;
+        }
+    }
+    return new SandboxError(str(m.message), code, detail);
+}
+function parseError(data, status) {
+    let obj;
+    try {
+        obj = JSON.parse(data.toString("utf8"));
+    }
+    catch {
+        obj = { message: data.toString("utf8") || `HTTP status ${status}` };
+    }
+    return errorFrom(obj, HTTP_CODES[status] ?? "unknown");
+}
+async function readAll(res) {
+    const chunks = [];
+    for await (const c of res) {
+        chunks.push(c);
+    }
+    return Buffer.concat(chunks);
+}
+/**
+ * One call on its own connection, closed with its answer: a stream holds
+ * its connection for as long as the command runs, and closing it is how a
+ * command is cancelled.
+ */
+class Call {
+    socketPath;
+    signal;
+    req;
+    ending;
+    onAbort;
+    constructor(socketPath, method, contentType, signal, idleSeconds) {
+        this.socketPath = socketPath;
+        this.signal = signal;
+        this.req = http.request({
+            socketPath,
+            path: `/${SERVICE}/${method}`,
+            method: "POST",
+            agent: false,
+            headers: { "Content-Type": contentType, "Connect-Protocol-Version": "1", Connection: "close" },
+        });
+        // Errors surface through send() and the response's stream; this
+        // listener only keeps a late one (after the answer began) from being
+        // an unhandled 'error' event.
+        this.req.on("error", () => { });
+        this.onAbort = () => this.end({ kind: "abort", reason: signal?.reason });
+        signal?.addEventListener("abort", this.onAbort, { once: true });
+        if (idleSeconds > 0) {
+            this.req.setTimeout(idleSeconds * 1000, () => this.end({ kind: "timeout", seconds: idleSeconds }));
+        }
+    }
+    end(e) {
+        this.ending ??= e;
+        this.req.destroy();
+    }
+    /** Sends the body; resolves with the response's head. */
+    send(body) {
+        if (this.signal?.aborted) {
+            this.close();
+            return Promise.reject(this.failure(undefined));
+        }
+        return new Promise((resolve, reject) => {
+            this.req.once("response", (res) => {
+                res.on("error", () => { }); // as for req: reported by reading res
+                resolve(res);
+            });
+            this.req.once("error", (err) => reject(this.failure(err)));
+            this.req.end(body);
+        });
+    }
+    /** The error to report for err, given how the call ended. */
+    failure(err) {
+        // How the client ended the call comes first: the error it caused
+        // (a reset connection) is only its consequence.
+        const e = this.ending ?? (this.signal?.aborted ? { kind: "abort", reason: this.signal.reason } : undefined);
+        if (e?.kind === "abort") {
+            return new SandboxError("the call was cancelled", "canceled", {}, { cause: e.reason });
+        }
+        if (e?.kind === "timeout") {
+            return new SandboxError(`no answer from the service within ${e.seconds}s`, "deadline_exceeded", {}, { cause: err });
+        }
+        if (err instanceof SandboxError) {
+            return err;
+        }
+        const msg = err instanceof Error ? err.message : String(err);
+        return new SandboxError(`cannot reach the service at ${this.socketPath}: ${msg}`, "unavailable", {}, { cause: err });
+    }
+    close() {
+        this.signal?.removeEventListener("abort", this.onAbort);
+        this.req.destroy();
+    }
+}
+/** A connection to `aleph-sandbox serve`. */
+export class Client {
+    /** The unix socket's path. */
+    socketPath;
+    approver;
+    /** Seconds a call other than a command's run may wait (0: no bound). */
+    timeout;
+    constructor(options = {}) {
+        let address = options.socket || defaultAddress();
+        if (address.startsWith("unix:")) {
+            address = address.slice("unix:".length);
+        }
+        else if (address.split("/")[0].includes(":")) {
+            throw new TypeError(`only unix:PATH addresses are supported, got ${JSON.stringify(address)}`);
+        }
+        if (address === "") {
+            throw new TypeError("the socket address has no path");
+        }
+        this.socketPath = address;
+        this.approver = options.approver;
+        this.timeout = options.timeout ?? 30;
+        if (!(this.timeout >= 0)) {
+            throw new TypeError(`timeout is a number of seconds >= 0, got ${String(options.timeout)}`);
+        }
+    }
+    // ---- transport ----
+    async unary(method, msg, options = {}) {
+        const call = new Call(this.socketPath, method, "application/json", options.signal, this.timeout);
+        try {
+            const res = await call.send(Buffer.from(JSON.stringify(msg)));
+            let data;
+            try {
+                data = await readAll(res);
+            }
+            catch (err) {
+                throw call.failure(err);
+            }
+            if (res.statusCode !== 200) {
+                throw parseError(data, res.statusCode ?? 0);
+            }
+            if (data.length === 0) {
+                return {};
+            }
+            const obj = JSON.parse(data.toString("utf8"));
+            return isObject(obj) ? obj : {};
+        }
+        finally {
+            call.close();
+        }
+    }
+    async *serverStream(method, msg, signal, idleSeconds) {
+        const body = Buffer.from(JSON.stringify(msg));
+        const head = Buffer.alloc(5);
+        head.writeUInt32BE(body.length, 1);
+        const call = new Call(this.socketPath, method, "application/connect+json", signal, idleSeconds);
+        try {
+            const res = await call.send(Buffer.concat([head, body]));
+            if (res.statusCode !== 200) {
+                let data;
+                try {
+                    data = await readAll(res);
+                }
+                catch (err) {
+                    throw call.failure(err);
+                }
+                throw parseError(data, res.statusCode ?? 0);
+            }
+            let buf = Buffer.alloc(0);
+            try {
+                for await (const chunk of res) {
+                    buf = buf.length === 0 ? chunk : Buffer.concat([buf, chunk]);
+                    while (buf.length >= 5) {
+                        const flags = buf[0];
+                        const n = buf.readUInt32BE(1);
+                        if (buf.length < 5 + n) {
+                            break;
+                        }
+                        const payload = buf.subarray(5, 5 + n);
+                        buf = buf.subarray(5 + n);
+                        if (flags & COMPRESSED) {
+                            throw new SandboxError("compressed frame, though none was asked for", "internal");
+                        }
+                        const obj = n > 0 ? JSON.parse(payload.toString("utf8")) : {};
+                        const m = isObject(obj) ? obj : {};
+                        if (flags & END_STREAM) {
+                            if (m.error !== undefined) {
+                                throw errorFrom(m.error);
+                            }
+                            return;
+                        }
+                        yield m;
+                    }
+                }
+            }
+            catch (err) {
+                throw call.failure(err);
+            }
+            throw call.failure(new SandboxError("the service closed the stream without its end", "unavailable"));
+        }
+        finally {
+            // Also when the caller stops iterating early: closing the connection
+            // is what cancels the command on the service's side.
+            call.close();
+        }
+    }
+    // ---- commands ----
+    static request(argv, o) {
+        if (!Array.isArray(argv) || argv.some((a) => typeof a !== "string")) {
+            throw new TypeError('argv is an array of strings, e.g. ["/bin/sh", "-c", "echo hi"]');
+        }
+        const req = {
+            session: o.session ?? "default",
+            argv: [...argv],
+            spawn: o.spawn === true,
+            read: (o.read ?? []).map((p) => path.resolve(p)),
+            write: (o.write ?? []).map((p) => path.resolve(p)),
+            net: typeof o.net === "string" ? o.net : o.net === undefined ? "none" : o.net.join(","),
+        };
+        if (o.workspace) {
+            req.workspace = path.resolve(o.workspace);
+        }
+        if (o.cwd) {
+            req.cwd = o.cwd;
+        }
+        if (o.memoryMb) {
+            req.memoryMb = String(Math.trunc(o.memoryMb));
+        }
+        if (o.timeout) {
+            req.timeoutSeconds = Number(o.timeout);
+        }
+        if (o.maxOutput) {
+            req.maxOutput = String(Math.trunc(o.maxOutput));
+        }
+        if (o.env) {
+            req.env = { ...o.env };
+        }
+        if (o.secrets) {
+            req.secrets = { ...o.secrets };
+        }
+        if (o.stdin !== undefined) {
+            req.stdin = (typeof o.stdin === "string" ? Buffer.from(o.stdin, "utf8") : Buffer.from(o.stdin)).toString("base64");
+        }
+        return req;
+    }
+    async answer(approver, req) {
+        let ok = false;
+        try {
+            ok = (await approver(req)) === true;
+        }
+        catch {
+            // An approver that fails does not approve.
+        }
+        try {
+            await this.approve(req.id, ok);
+        }
+        catch {
+            // Timed out or answered elsewhere meanwhile: the command's result says so.
+        }
+    }
+    /**
+     * Runs argv, yielding its output as it arrives (events of kind "stdout"
+     * or "stderr", in order of arrival) and then one event of kind "exit"
+     * with the Result. Stopping the iteration early (break, or aborting
+     * `signal`) cancels the command.
+     */
+    async *stream(argv, options = {}) {
+        const req = Client.request(argv, options);
+        const approver = this.approver;
+        if (approver) {
+            req.answerApprovals = true;
+        }
+        // The command's own limit bounds the wait, plus slack for set-up.
+        const idle = options.timeout ? Number(options.timeout) + 30 : 0;
+        for await (const msg of this.serverStream("Execute", req, options.signal, idle)) {
+            if (isObject(msg.output)) {
+                const out = msg.output;
+                yield { kind: out.stream === "STREAM_STDERR" ? "stderr" : "stdout", data: bytes(out.data) };
+            }
+            else if (isObject(msg.approvalRequest)) {
+                if (approver) {
+                    // Not awaited: the stream must keep being read meanwhile.
+                    void this.answer(approver, approvalRequest(msg.approvalRequest));
+                }
+            }
+            else if (isObject(msg.result)) {
+                yield { kind: "exit", result: result(msg.result) };
+            }
+        }
+    }
+    /**
+     * Runs argv and resolves with its Result. A denial is a Result with
+     * `denied` set (`check: true` throws `Denied` instead); a failure of the
+     * sandbox, a bad request or an unreachable service throws `SandboxError`.
+     */
+    async exec(argv, options = {}) {
+        const { check, ...rest } = options;
+        let res;
+        for await (const ev of this.stream(argv, rest)) {
+            if (ev.kind === "exit") {
+                res = ev.result;
+            }
+        }
+        if (res === undefined) {
+            throw new SandboxError("the service ended the stream without a result", "internal");
+        }
+        if (check && res.denied) {
+            throw new Denied(res);
+        }
+        return res;
+    }
+    // ---- approvals, sessions, grants ----
+    /** Answers an approval request (from `approvals()` or a command's own). */
+    async approve(requestId, approved, options = {}) {
+        await this.unary("Approve", { id: requestId, approved: approved === true }, options);
+    }
+    /**
+     * Approval requests of commands whose clients do not answer their own,
+     * until the service stops or `signal` is aborted; answer each with
+     * `approve()`.
+     */
+    async *approvals(options = {}) {
+        for await (const msg of this.serverStream("Approvals", {}, options.signal, 0)) {
+            yield approvalRequest(msg);
+        }
+    }
+    /** The sessions this service has run or been asked about. */
+    async sessions(options = {}) {
+        const r = await this.unary("Sessions", { list: {} }, options);
+        return (Array.isArray(r.sessions) ? r.sessions : []).map(session);
+    }
+    /** One session: workspace, baseline, grants, policy digest. */
+    async describe(name, options = {}) {
+        const r = await this.unary("Sessions", { describe: { session: name } }, options);
+        const s = Array.isArray(r.sessions) ? r.sessions : [];
+        return s.length > 0 ? session(s[0]) : undefined;
+    }
+    /** Forgets a session. */
+    async forget(name, options = {}) {
+        await this.unary("Sessions", { forget: { session: name } }, options);
+    }
+    async grants(name, options = {}) {
+        return grants(await this.unary("Grants", { list: { session: name } }, options));
+    }
+    async revoke(name, grantId, options = {}) {
+        return grants(await this.unary("Grants", { revoke: { session: name, grantId } }, options));
+    }
+    /** Grants host:port to a session, provided its policy digest is still expectedDigest. */
+    async applyNetworkGrant(name, host, port, expectedDigest, options = {}) {
+        return grants(await this.unary("Grants", { applyNetwork: { session: name, host, port: Math.trunc(port), expectedDigest } }, options));
+    }
+    /** The driver's capability report, as `doctor` shows it. */
+    async capabilities(options = {}) {
+        const r = await this.unary("Capabilities", {}, options);
+        const obj = JSON.parse(str(r.reportJson) || "{}");
+        return isObject(obj) ? obj : {};
+    }
+    /** `policy check`: the command policy's verdict on a command string. */
+    async checkPolicy(command, options = {}) {
+        const msg = { command };
+        if (options.stdin !== undefined) {
+            msg.stdin = (typeof options.stdin === "string" ? Buffer.from(options.stdin, "utf8") : Buffer.from(options.stdin)).toString("base64");
+        }
+        const r = await this.unary("CheckPolicy", msg, options);
+        return { verdict: str(r.verdict), rule: str(r.rule), reason: str(r.reason) };
+    }
+}

@@ -1,0 +1,470 @@
+// Tests of the TypeScript client against a real `aleph-sandbox serve` (the
+// binaries of bin/, the real bwrap driver), started and stopped here.
+
+import { after, before, describe, test } from "node:test";
+import * as assert from "node:assert/strict";
+import { spawn, spawnSync, type ChildProcess } from "node:child_process";
+import * as fs from "node:fs";
+import * as net from "node:net";
+import * as os from "node:os";
+import * as path from "node:path";
+import { fileURLToPath } from "node:url";
+
+// The package by its own name: what a user imports, through "exports".
+import { Client, Denied, SandboxError, defaultAddress, type ApprovalRequest, type Event } from "aleph-sandbox";
+
+const REPO = fileURLToPath(new URL("../../../", import.meta.url));
+const BIN = process.env.ALEPH_SANDBOX_BIN || path.join(REPO, "bin");
+
+function hasBwrap(): boolean {
+  return spawnSync("/bin/sh", ["-c", "command -v bwrap"], { stdio: "ignore" }).status === 0;
+}
+
+// A hung call fails its test instead of the whole run.
+const T = { timeout: 60_000 };
+
+const skip = hasBwrap() ? false : "bubblewrap (bwrap) is not installed: the client is tested against the real sandbox";
+
+class Server {
+  readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), "aleph-ts-"));
+  readonly sock = path.join(this.dir, "run", "aleph.sock");
+  readonly addr = "unix:" + this.sock;
+  private proc: ChildProcess | undefined;
+  private exited: Promise<void> | undefined;
+  private log = "";
+
+  async start(...extra: string[]): Promise<void> {
+    const exe = path.join(BIN, "aleph-sandbox");
+    try {
+      fs.accessSync(exe, fs.constants.X_OK);
+    } catch {
+      throw new Error(`${exe} is missing: run make build first`);
+    }
+    const data = path.join(this.dir, "data");
+    const env: NodeJS.ProcessEnv = {
+      ...process.env,
+      XDG_DATA_HOME: data,
+      XDG_CONFIG_HOME: path.join(this.dir, "config"),
+      ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT: path.join(data, "ws"),
+      ALEPH_SANDBOX_SANDBOX__AUDIT_LOG: "",
+    };
+    delete env.ALEPH_SANDBOX_HOST;
+    const proc = spawn(exe, ["serve", "--listen", this.addr, ...extra], { env, stdio: ["ignore", "ignore", "pipe"] });
+    this.proc = proc;
+    proc.stderr!.on("data", (d: Buffer) => (this.log += d.toString()));
+    this.exited = new Promise((resolve) => proc.once("exit", () => resolve()));
+    const deadline = Date.now() + 20_000;
+    for (;;) {
+      try {
+        await new Client({ socket: this.addr, timeout: 5 }).checkPolicy("true");
+        return;
+      } catch (err) {
+        if (!(err instanceof SandboxError) || proc.exitCode !== null || Date.now() > deadline) {
+          await this.stop();
+          throw new Error(`serve did not start (${String(err)}): ${this.log}`);
+        }
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
+  }
+
+  async stop(): Promise<void> {
+    const proc = this.proc;
+    if (proc && proc.exitCode === null && proc.signalCode === null) {
+      proc.kill("SIGTERM");
+      const killer = setTimeout(() => proc.kill("SIGKILL"), 30_000);
+      await this.exited;
+      clearTimeout(killer);
+    }
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+// The host's processes whose argv is exactly argv: sandboxed commands are
+// visible from the host's pid namespace.
+function processesWith(argv: string[]): number[] {
+  const want = argv.join("\0") + "\0";
+  const out: number[] = [];
+  for (const pid of fs.readdirSync("/proc")) {
+    if (!/^\d+$/.test(pid)) {
+      continue;
+    }
+    try {
+      if (fs.readFileSync(`/proc/${pid}/cmdline`, "latin1") === want) {
+        out.push(Number(pid));
+      }
+    } catch {
+      // gone meanwhile, or not ours to read
+    }
+  }
+  return out;
+}
+
+async function waitFor(what: string, cond: () => boolean, ms = 20_000): Promise<void> {
+  const deadline = Date.now() + ms;
+  while (!cond()) {
+    if (Date.now() > deadline) {
+      throw new Error(`timed out waiting for ${what}`);
+    }
+    await new Promise((r) => setTimeout(r, 25));
+  }
+}
+
+// Writes a line to a FIFO once its reader has it open. A non-blocking
+// open fails (ENXIO) until then; a blocking one would wait forever on a
+// command that died.
+async function release(fifo: string): Promise<void> {
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    let fd: number;
+    try {
+      fd = fs.openSync(fifo, fs.constants.O_WRONLY | fs.constants.O_NONBLOCK);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== "ENXIO" || Date.now() > deadline) {
+        throw err;
+      }
+      await new Promise((r) => setTimeout(r, 10));
+      continue;
+    }
+    try {
+      fs.writeSync(fd, "go\n");
+    } finally {
+      fs.closeSync(fd);
+    }
+    return;
+  }
+}
+
+// A sleep no other test or process runs: its argv identifies it in /proc.
+function uniqueSleep(): string[] {
+  return ["/bin/sleep", `1000.${process.pid}${Math.floor(Math.random() * 1e6)}`];
+}
+
+describe("Client against a real serve", { skip }, () => {
+  const server = new Server();
+  let addr = "";
+
+  before(async () => {
+    await server.start();
+    addr = server.addr;
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  test("exec returns output, exit status and the command's identity", T, async () => {
+    const r = await new Client({ socket: addr }).exec(["/bin/sh", "-c", "echo hi; echo err >&2; exit 3"], { session: "ts1" });
+    assert.ok(Buffer.isBuffer(r.stdout));
+    assert.equal(r.stdout.toString(), "hi\n");
+    assert.equal(r.stderr.toString(), "err\n");
+    assert.equal(r.exitCode, 3);
+    assert.equal(r.denied, false);
+    assert.equal(r.reasonCode, "allowed");
+    assert.ok(r.commandId);
+    assert.equal(r.backend, "bwrap");
+  });
+
+  test("exec options reach the command: workspace, cwd, env, stdin", T, async () => {
+    const ws = fs.mkdtempSync(path.join(os.tmpdir(), "aleph-ts-ws-"));
+    try {
+      fs.writeFileSync(path.join(ws, "in.txt"), "file");
+      fs.mkdirSync(path.join(ws, "sub"));
+      const r = await new Client({ socket: addr }).exec(
+        ["/bin/sh", "-c", 'read x; echo "$x"; echo "$GREETING"; pwd; read y < ../in.txt; echo "$y"'],
+        { session: "ts2", workspace: ws, cwd: "sub", env: { GREETING: "hello" }, stdin: new TextEncoder().encode("input\n") },
+      );
+      assert.deepEqual(r.stdout.toString().split("\n"), ["input", "hello", path.join(ws, "sub"), "file", ""]);
+    } finally {
+      fs.rmSync(ws, { recursive: true, force: true });
+    }
+  });
+
+  test("the command's timeout and output limit", T, async () => {
+    const c = new Client({ socket: addr });
+    let r = await c.exec(["/bin/sleep", "30"], { session: "ts3", timeout: 0.5 });
+    assert.equal(r.timedOut, true);
+    assert.equal(r.reasonCode, "timeout");
+    r = await c.exec(["/usr/bin/head", "-c", "100000", "/dev/zero"], { session: "ts3", maxOutput: 1000 });
+    assert.equal(r.truncated, true);
+    assert.ok(r.stdout.length <= 1000, `${r.stdout.length} bytes kept`);
+    // Positive control: under the limit nothing is cut.
+    r = await c.exec(["/usr/bin/head", "-c", "100", "/dev/zero"], { session: "ts3", maxOutput: 1000 });
+    assert.equal(r.truncated, false);
+    assert.equal(r.stdout.length, 100);
+  });
+
+  test("stream yields output as it arrives, in order, then the exit", T, async () => {
+    // The command waits on a FIFO between its writes and the test opens it
+    // only after seeing the previous event: the order is the command's,
+    // and each event arrived while the command was still running.
+    const ws = fs.mkdtempSync(path.join(os.tmpdir(), "aleph-ts-ws-"));
+    try {
+      for (const f of ["go1", "go2"]) {
+        spawnSync("mkfifo", [path.join(ws, f)]);
+        assert.ok(fs.statSync(path.join(ws, f)).isFIFO());
+      }
+      const events: Event[] = [];
+      const stream = new Client({ socket: addr }).stream(
+        ["/bin/sh", "-c", "echo a; read x < go1; echo b >&2; read x < go2; echo c"],
+        { session: "ts4", workspace: ws },
+      );
+      for await (const ev of stream) {
+        events.push(ev);
+        if (ev.kind !== "exit" && events.length < 3) {
+          await release(path.join(ws, `go${events.length}`));
+        }
+      }
+      assert.deepEqual(
+        events.map((e) => (e.kind === "exit" ? "exit" : `${e.kind}:${e.data.toString()}`)),
+        ["stdout:a\n", "stderr:b\n", "stdout:c\n", "exit"],
+      );
+      const last = events[3]!;
+      assert.ok(last.kind === "exit");
+      assert.equal(last.result.exitCode, 0);
+      assert.equal(last.result.stdout.toString(), "a\nc\n");
+      assert.equal(last.result.stderr.toString(), "b\n");
+    } finally {
+      fs.rmSync(ws, { recursive: true, force: true });
+    }
+  });
+
+  test("a policy denial is a typed result, and Denied with check", T, async () => {
+    const c = new Client({ socket: addr });
+    const r = await c.exec(["/bin/sh", "-c", "rm -rf /"], { session: "ts5" });
+    assert.equal(r.denied, true);
+    assert.equal(r.reasonCode, "hook_denied");
+    assert.equal(r.rule, "rm-root");
+    await assert.rejects(c.exec(["/bin/sh", "-c", "rm -rf /"], { session: "ts5", check: true }), (err: unknown) => {
+      assert.ok(err instanceof Denied);
+      assert.ok(err instanceof SandboxError);
+      assert.equal(err.rule, "rm-root");
+      assert.equal(err.reasonCode, "hook_denied");
+      assert.equal(err.result.denied, true);
+      return true;
+    });
+    // Positive control: check on an allowed command resolves.
+    assert.equal((await c.exec(["/bin/echo", "ok"], { session: "ts5", check: true })).stdout.toString(), "ok\n");
+  });
+
+  test("the approver callback answers this client's approval requests", T, async () => {
+    const seen: ApprovalRequest[] = [];
+    // Asynchronous on purpose: a promise is an answer too.
+    const c = new Client({
+      socket: addr,
+      approver: async (req) => {
+        seen.push(req);
+        await new Promise((r) => setTimeout(r, 10));
+        return req.session === "ts-yes";
+      },
+    });
+    let r = await c.exec(["/bin/sh", "-c", "/bin/echo spawned"], { session: "ts-no", spawn: true });
+    assert.equal(r.denied, true);
+    assert.equal(r.reasonCode, "approval_denied");
+    r = await c.exec(["/bin/sh", "-c", "/bin/echo spawned"], { session: "ts-yes", spawn: true });
+    assert.equal(r.denied, false, r.reason);
+    assert.equal(r.stdout.toString(), "spawned\n");
+    assert.deepEqual(seen.map((s) => s.session), ["ts-no", "ts-yes"]);
+    assert.equal(seen[1]!.requested.spawn, true);
+    assert.equal(seen[1]!.baseline.spawn, false);
+    assert.deepEqual(seen[1]!.argv, ["/bin/sh", "-c", "/bin/echo spawned"]);
+    assert.match(seen[1]!.summary, /subprocesses/);
+    assert.ok(seen[1]!.id);
+    // The grant is kept: the next command asks nobody.
+    const g = await c.grants("ts-yes");
+    assert.equal(g.grants.length, 1);
+    assert.equal(g.grants[0]!.capabilities?.spawn, true);
+    r = await c.exec(["/bin/sh", "-c", "/bin/echo again"], { session: "ts-yes", spawn: true });
+    assert.equal(r.stdout.toString(), "again\n");
+    assert.equal(seen.length, 2);
+    // An approver that throws does not approve.
+    const failing = new Client({ socket: addr, approver: () => { throw new Error("no"); } });
+    r = await failing.exec(["/bin/sh", "-c", "/bin/echo x"], { session: "ts-throw", spawn: true });
+    assert.equal(r.reasonCode, "approval_denied");
+  });
+
+  test("without an approver an elevation is denied", T, async () => {
+    const r = await new Client({ socket: addr }).exec(["/bin/sh", "-c", "/bin/echo x"], { session: "ts6", spawn: true });
+    assert.equal(r.denied, true);
+    assert.equal(r.reasonCode, "approval_denied");
+  });
+
+  test("approvals() receives the requests of another client, approve() answers them", T, async () => {
+    const listener = new Client({ socket: addr });
+    const stop = new AbortController();
+    const seen: string[] = [];
+    const answering = (async () => {
+      try {
+        for await (const req of listener.approvals({ signal: stop.signal })) {
+          seen.push(req.session);
+          await listener.approve(req.id, true);
+        }
+      } catch (err) {
+        assert.ok(err instanceof SandboxError);
+        assert.equal(err.code, "canceled");
+      }
+    })();
+    try {
+      // The subscription is in place once the service answers the
+      // stream's head; until then a request would find nobody.
+      const r = await (async () => {
+        for (let i = 0; ; i++) {
+          const r = await new Client({ socket: addr }).exec(["/bin/sh", "-c", "/bin/echo remote"], { session: `ts-remote-${i}`, spawn: true });
+          if (!r.denied || i >= 50) {
+            return r;
+          }
+        }
+      })();
+      assert.equal(r.denied, false, r.reason);
+      assert.equal(r.stdout.toString(), "remote\n");
+      assert.ok(seen.length >= 1);
+    } finally {
+      stop.abort();
+      await answering;
+    }
+  });
+
+  test("aborting a stream cancels the command: its process is killed", T, async () => {
+    const argv = uniqueSleep();
+    const stop = new AbortController();
+    const c = new Client({ socket: addr });
+    const events: string[] = [];
+    await assert.rejects(
+      (async () => {
+        for await (const ev of c.stream(["/bin/sh", "-c", `echo started; exec ${argv.join(" ")}`], { session: "ts7", signal: stop.signal })) {
+          events.push(ev.kind);
+          // Positive control: the command really runs before it is cancelled.
+          await waitFor("the sandboxed sleep to start", () => processesWith(argv).length > 0);
+          stop.abort();
+        }
+      })(),
+      (err: unknown) => {
+        assert.ok(err instanceof SandboxError, String(err));
+        assert.equal(err.code, "canceled");
+        return true;
+      },
+    );
+    assert.deepEqual(events, ["stdout"]);
+    await waitFor("the cancelled command to be killed", () => processesWith(argv).length === 0);
+  });
+
+  test("leaving a stream early (break) cancels the command too", T, async () => {
+    const argv = uniqueSleep();
+    const c = new Client({ socket: addr });
+    for await (const ev of c.stream(["/bin/sh", "-c", `echo started; exec ${argv.join(" ")}`], { session: "ts8" })) {
+      assert.equal(ev.kind, "stdout");
+      await waitFor("the sandboxed sleep to start", () => processesWith(argv).length > 0);
+      break;
+    }
+    await waitFor("the abandoned command to be killed", () => processesWith(argv).length === 0);
+  });
+
+  test("an AbortSignal cancels exec", T, async () => {
+    const argv = uniqueSleep();
+    const stop = new AbortController();
+    const running = new Client({ socket: addr }).exec(argv, { session: "ts9", signal: stop.signal });
+    await waitFor("the sandboxed sleep to start", () => processesWith(argv).length > 0);
+    stop.abort(new Error("enough"));
+    await assert.rejects(running, (err: unknown) => {
+      assert.ok(err instanceof SandboxError);
+      assert.equal(err.code, "canceled");
+      assert.equal((err.cause as Error).message, "enough");
+      return true;
+    });
+    await waitFor("the cancelled command to be killed", () => processesWith(argv).length === 0);
+    // An already aborted signal sends nothing.
+    await assert.rejects(new Client({ socket: addr }).exec(["/bin/true"], { signal: AbortSignal.abort() }), { code: "canceled" });
+  });
+
+  test("a bad request is a typed error naming the field", T, async () => {
+    const c = new Client({ socket: addr });
+    await assert.rejects(c.exec([], { session: "ts10" }), (err: unknown) => {
+      assert.ok(err instanceof SandboxError);
+      assert.equal(err.code, "invalid_argument");
+      assert.equal(err.field, "argv");
+      assert.equal(err.reasonCode, "invalid_request");
+      return true;
+    });
+    await assert.rejects(c.exec(["/bin/true"], { session: "ts10", net: "exa mple.com" }), { code: "invalid_argument", field: "net" });
+    await assert.rejects(c.exec("/bin/true" as unknown as string[]), TypeError);
+    await assert.rejects(c.approve("", true), { code: "invalid_argument", field: "id" });
+    await assert.rejects(c.approve("no-such-request", true), { code: "not_found", reasonCode: "approval_unknown" });
+    // Positive control: the same client's well-formed request runs.
+    assert.equal((await c.exec(["/bin/true"], { session: "ts10", net: "none" })).exitCode, 0);
+  });
+
+  test("a grant covering the service's socket is refused", T, async () => {
+    const dir = path.dirname(server.sock);
+    const c = new Client({ socket: addr, approver: () => true });
+    await assert.rejects(c.exec(["/bin/ls", dir], { session: "ts11", read: [dir] }), {
+      name: "SandboxError",
+      code: "permission_denied",
+      reasonCode: "protected_path",
+    });
+  });
+
+  test("sessions, grants, capabilities and checkPolicy", T, async () => {
+    const c = new Client({ socket: addr });
+    await c.exec(["/bin/true"], { session: "ts12" });
+    assert.ok((await c.sessions()).map((s) => s.session).includes("ts12"));
+    const d = await c.describe("ts12");
+    assert.ok(d?.workspace);
+    assert.ok(d?.policyDigest);
+    assert.equal(d?.baseline.spawn, false);
+    assert.deepEqual((await c.grants("ts12")).grants, []);
+    await c.forget("ts12");
+    assert.ok(!(await c.sessions()).map((s) => s.session).includes("ts12"));
+    assert.ok("features" in (await c.capabilities()));
+    assert.equal((await c.checkPolicy("rm -rf /")).verdict, "block");
+    assert.equal((await c.checkPolicy("rm -rf /")).rule, "rm-root");
+    assert.equal((await c.checkPolicy("ls")).verdict, "allow");
+  });
+
+  test("concurrent commands on one client", T, async () => {
+    const c = new Client({ socket: addr });
+    // One session each: a session runs at most 4 commands at once.
+    const rs = await Promise.all([...Array(6).keys()].map((i) => c.exec(["/bin/echo", String(i)], { session: `ts-conc-${i}` })));
+    assert.deepEqual(rs.map((r) => r.stdout.toString()), [...Array(6).keys()].map((i) => `${i}\n`));
+  });
+});
+
+describe("Client without a service", () => {
+  test("an unreachable socket is unavailable", T, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "aleph-ts-none-"));
+    try {
+      await assert.rejects(new Client({ socket: "unix:" + path.join(dir, "aleph.sock") }).exec(["/bin/true"]), {
+        name: "SandboxError",
+        code: "unavailable",
+      });
+    } finally {
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("a service that does not answer is deadline_exceeded after the client's timeout", T, async () => {
+    const dir = fs.mkdtempSync(path.join(os.tmpdir(), "aleph-ts-mute-"));
+    const conns: net.Socket[] = [];
+    const mute = net.createServer((s) => conns.push(s)); // accepts, never answers
+    try {
+      const sock = path.join(dir, "aleph.sock");
+      await new Promise<void>((resolve) => mute.listen(sock, resolve));
+      await assert.rejects(new Client({ socket: sock, timeout: 0.2 }).checkPolicy("ls"), {
+        name: "SandboxError",
+        code: "deadline_exceeded",
+      });
+      assert.equal(conns.length, 1);
+    } finally {
+      conns.forEach((s) => s.destroy());
+      await new Promise((resolve) => mute.close(resolve));
+      fs.rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  test("addresses", T, () => {
+    assert.equal(defaultAddress({ ALEPH_SANDBOX_HOST: "unix:/x/y.sock" }), "unix:/x/y.sock");
+    assert.equal(defaultAddress({ XDG_RUNTIME_DIR: "/run/user/7" }), "unix:/run/user/7/aleph-sandbox/aleph.sock");
+    assert.equal(defaultAddress({ XDG_RUNTIME_DIR: "relative" }), "unix:" + path.join(os.homedir(), ".local/state/aleph-sandbox/aleph.sock"));
+    assert.equal(new Client({ socket: "/a/b.sock" }).socketPath, "/a/b.sock");
+    assert.equal(new Client({ socket: "unix:/a/b.sock" }).socketPath, "/a/b.sock");
+    assert.throws(() => new Client({ socket: "tcp:127.0.0.1:1" }), TypeError);
+  });
+});
