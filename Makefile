@@ -60,7 +60,9 @@ test-nolandlock: build
 	./scripts/test-nolandlock.sh
 
 # The Landlock tier (sandbox.linux.fallback = "landlock") on a host that
-# refuses namespaces, reproduced for one process tree (see the script).
+# refuses namespaces, reproduced for one process tree (see the script): the
+# tier tests, the conformance suite and the CLI escape battery. About 1.5
+# minutes here, the battery about a third of it.
 test-nonamespaces: build
 	./scripts/test-nonamespaces.sh
 

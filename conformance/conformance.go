@@ -81,6 +81,8 @@ func Cases() []Case {
 	all = append(all, hardeningCases()...)
 	all = append(all, leakCases()...)
 	all = append(all, tightCases()...)
+	all = append(all, moveCases()...)
+	all = append(all, ttyCases()...)
 	all = append(all, procCases()...)
 	all = append(all, netCases()...)
 	all = append(all, resourceCases()...)

@@ -12,11 +12,15 @@
 #    fallback = "landlock": it runs the cases of the features the tier
 #    claims and skips the others (protected_paths, network_via_proxy);
 #  - the CLI end-to-end test runs `exec -- /bin/echo hi` with the fallback
-#    off (one line naming the fix) and on (works).
-# The bwrap-tier tests and the CLI escape battery are not run here: they
-# test what the Landlock tier does not claim (a private /tmp, a hidden
-# /proc, protected entries). ALEPH_TEST_NO_NAMESPACES=1 tells the tests
-# which mode they are in.
+#    off (one line naming the fix) and on (works);
+#  - the CLI escape battery runs against the Landlock tier: it reads the
+#    capability report (doctor --json) and runs every case whose needs the
+#    tier claims, denials and positive controls alike; the cases of what the
+#    tier states it does not give (protected entries, a private /tmp, a /proc
+#    and /dev of its own, a PID namespace, unix sockets, allow_hosts) are
+#    skipped with the report's reason.
+# The bwrap-tier driver tests are not run here: they test the namespaces.
+# ALEPH_TEST_NO_NAMESPACES=1 tells the tests which mode they are in.
 set -euo pipefail
 work=$(mktemp -d /tmp/aleph-nonamespaces.XXXXXX)
 trap 'rm -rf "$work"' EXIT
@@ -25,4 +29,4 @@ export ALEPH_TEST_NO_NAMESPACES=1
 "$work/nonamespaces" go test -race -count=1 ${NONAMESPACES_FLAGS:-} \
 	-run '^(TestTier|TestNoNamespaces)' ./drivers/bwrap/
 "$work/nonamespaces" go test -count=1 ${NONAMESPACES_FLAGS:-} -run '^TestBwrapDriver$' ./conformance/
-"$work/nonamespaces" go test -race -count=1 ${NONAMESPACES_FLAGS:-} -run '^TestNoNamespacesExec' ./cmd/aleph-sandbox/
+"$work/nonamespaces" go test -race -count=1 ${NONAMESPACES_FLAGS:-} -run '^(TestNoNamespacesExec|TestEscapeBattery)$' ./cmd/aleph-sandbox/

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 )
 
 // Access rights (winnt.h), spelled out so the plan is testable anywhere.
@@ -31,8 +32,10 @@ const (
 	// workspace it could delete or rename .git through the parent, even
 	// with .git itself denied.
 	MaskWorkspace = FileGenericRead | FileGenericWrite | FileGenericExecute | accessDelete
-	// MaskWriteGrant is full read/write below an fs_write grant.
-	MaskWriteGrant = MaskWorkspace | fileDeleteChild
+	// MaskWriteGrant is read/write below an fs_write grant: the same as
+	// the workspace's, for the same reason (a grant holds protected
+	// entries too).
+	MaskWriteGrant = MaskWorkspace
 	// MaskReadGrant is read and execute.
 	MaskReadGrant = FileGenericRead | FileGenericExecute
 	// MaskDenyProtected denies every way to change a protected directory
@@ -40,8 +43,11 @@ const (
 	// SYNCHRONIZE and READ_CONTROL, and denying those would break reads.
 	MaskDenyProtected = fileWriteData | fileAppendData | fileWriteEA | fileWriteAttributes |
 		fileDeleteChild | accessDelete | accessWriteDAC | accessWriteOwner
-	// MaskDenyDeleteChild is denied on the workspace directory itself.
-	MaskDenyDeleteChild = fileDeleteChild
+	// MaskDenyRoot is denied on the workspace and on each fs_write grant,
+	// not inherited: no entry can be removed or renamed through the root's
+	// FILE_DELETE_CHILD, and the root itself cannot be removed or renamed
+	// (DELETE).
+	MaskDenyRoot = fileDeleteChild | accessDelete
 )
 
 // Trustee is whom an ACE names.
@@ -150,7 +156,16 @@ func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setu
 	if tier == TierJobObject {
 		return s // the host's own token: ACLs could not restrict it
 	}
+	// The protected entries of the workspace and of the fs_write grants
+	// that exist: a missing grant has nothing to hold them (and the
+	// command cannot create it outside its writable trees).
+	var prots []string
 	for _, prot := range p.Protected {
+		if root := winParent(prot); strings.EqualFold(root, p.Workspace) || exists(root) {
+			prots = append(prots, prot)
+		}
+	}
+	for _, prot := range prots {
 		if !exists(prot) {
 			s.Stubs = append(s.Stubs, prot)
 		}
@@ -181,8 +196,11 @@ func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setu
 			a.BestEffort = true
 			s.ACEs = append(s.ACEs, a)
 		}
-		s.ACEs = append(s.ACEs, ac(p.Workspace, MaskDenyDeleteChild, true, false))
-		for _, prot := range p.Protected {
+		s.ACEs = append(s.ACEs, ac(p.Workspace, MaskDenyRoot, true, false))
+		for _, w := range writes {
+			s.ACEs = append(s.ACEs, ac(w, MaskDenyRoot, true, false))
+		}
+		for _, prot := range prots {
 			s.ACEs = append(s.ACEs, ac(prot, MaskDenyProtected, true, true))
 		}
 	case TierRestrictedToken:
@@ -196,8 +214,11 @@ func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setu
 		for _, w := range writes {
 			s.ACEs = append(s.ACEs, cp(w, MaskWriteGrant, false, true))
 		}
-		s.ACEs = append(s.ACEs, cp(p.Workspace, MaskDenyDeleteChild, true, false))
-		for _, prot := range p.Protected {
+		s.ACEs = append(s.ACEs, cp(p.Workspace, MaskDenyRoot, true, false))
+		for _, w := range writes {
+			s.ACEs = append(s.ACEs, cp(w, MaskDenyRoot, true, false))
+		}
+		for _, prot := range prots {
 			s.ACEs = append(s.ACEs, cp(prot, MaskDenyProtected, true, true))
 		}
 		s.Labels = append(s.Labels, Label{Path: p.Workspace, Low: true})
@@ -205,11 +226,21 @@ func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setu
 			s.Labels = append(s.Labels, Label{Path: w, Low: true, Revert: true})
 		}
 		// After the workspace, so its inherited Low label stops here.
-		for _, prot := range p.Protected {
+		for _, prot := range prots {
 			s.Labels = append(s.Labels, Label{Path: prot, Low: false, Protect: true})
 		}
 	}
 	return s
+}
+
+// winParent is the directory holding p (p itself for a volume root).
+func winParent(p string) string {
+	c := winComponents(p)
+	if len(c) < 2 {
+		vol, _, _ := winVolume(WinClean(p))
+		return vol + `\`
+	}
+	return c[len(c)-2]
 }
 
 // outsideProtected keeps the paths that are not a protected directory or

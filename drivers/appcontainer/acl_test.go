@@ -22,8 +22,16 @@ func TestMasks(t *testing.T) {
 	if MaskReadGrant&(fileWriteData|fileAppendData|accessDelete) != 0 {
 		t.Error("read grant allows writing")
 	}
-	if MaskWriteGrant&fileDeleteChild == 0 || MaskWorkspace&fileWriteData == 0 {
-		t.Error("positive control: grants must allow writing")
+	if MaskWriteGrant&fileWriteData == 0 || MaskWorkspace&fileWriteData == 0 || MaskWriteGrant&accessDelete == 0 {
+		t.Error("positive control: grants must allow writing and deleting their own files")
+	}
+	// FILE_DELETE_CHILD on a root would remove or rename a protected
+	// entry in it whatever that entry's own DENY says.
+	if MaskWriteGrant&fileDeleteChild != 0 || MaskWorkspace&fileDeleteChild != 0 {
+		t.Error("a writable root grants FILE_DELETE_CHILD")
+	}
+	if MaskDenyRoot != fileDeleteChild|accessDelete {
+		t.Errorf("root deny %#x", MaskDenyRoot)
 	}
 }
 
@@ -40,9 +48,20 @@ func existsIn(paths ...string) func(string) bool {
 
 func TestPlanSetupAppContainer(t *testing.T) {
 	p := mustBuild(t, winReq(driverapi.Capabilities{FSRead: []string{`D:\ref`}, FSWrite: []string{`D:\out`, wsPath + `\.git\hooks`}}), MapFS{})
-	s := PlanSetup(TierAppContainer, p, `C:\Users\dev\bin\tool.exe`, existsIn(wsPath+`\.git`, `D:\ref`, `D:\out`, wsPath+`\.git\hooks`))
-	if strings.Join(s.Stubs, "|") != strings.Join([]string{wsPath + `\.aleph`, wsPath + `\.codex`, wsPath + `\.agents`}, "|") {
-		t.Errorf("stubs %q", s.Stubs)
+	s := PlanSetup(TierAppContainer, p, `C:\Users\dev\bin\tool.exe`, existsIn(wsPath+`\.git`, `D:\ref`, `D:\out`, wsPath+`\.git\hooks`, `D:\out\.vscode`))
+	// Every default entry missing from the workspace and from the
+	// fs_write grant D:\out gets a stub; none inside .git\hooks (a grant
+	// inside a protected entry is dropped, not a root of its own).
+	var wantStubs []string
+	for _, root := range []string{wsPath, `D:\out`} {
+		for _, e := range driverapi.DefaultProtectedEntries() {
+			if x := root + `\` + e; x != wsPath+`\.git` && x != `D:\out\.vscode` {
+				wantStubs = append(wantStubs, x)
+			}
+		}
+	}
+	if strings.Join(s.Stubs, "|") != strings.Join(wantStubs, "|") {
+		t.Errorf("stubs %q\nwant  %q", s.Stubs, wantStubs)
 	}
 	find := func(path string, deny bool) *ACE {
 		for i, a := range s.ACEs {
@@ -55,12 +74,23 @@ func TestPlanSetupAppContainer(t *testing.T) {
 	if a := find(wsPath, false); a == nil || a.Mask != MaskWorkspace || !a.Inherit || a.Trustee != TrusteeAppContainer || !a.Revoke {
 		t.Errorf("workspace grant %+v", a)
 	}
-	if a := find(wsPath, true); a == nil || a.Mask != MaskDenyDeleteChild || a.Inherit {
+	if a := find(wsPath, true); a == nil || a.Mask != MaskDenyRoot || a.Inherit {
 		t.Errorf("workspace delete-child deny %+v", a)
+	}
+	if a := find(`D:\out`, true); a == nil || a.Mask != MaskDenyRoot || a.Inherit {
+		t.Errorf("write grant delete-child deny %+v", a)
+	}
+	if len(p.Protected) != 2*len(driverapi.DefaultProtectedEntries()) {
+		t.Errorf("protected %q: want the default set in the workspace and in D:\\out", p.Protected)
 	}
 	for _, prot := range p.Protected {
 		if a := find(prot, true); a == nil || a.Mask != MaskDenyProtected || !a.Inherit {
 			t.Errorf("protected deny on %s: %+v", prot, a)
+		}
+	}
+	for _, a := range s.ACEs {
+		if WinWithin(a.Path, wsPath+`\.git\hooks`) && a.Path != wsPath+`\.git` {
+			t.Errorf("an ACE inside .git\\hooks: %+v", a)
 		}
 	}
 	if a := find(`D:\out`, false); a == nil || a.Mask != MaskWriteGrant {
@@ -91,15 +121,23 @@ func TestPlanSetupAppContainer(t *testing.T) {
 			t.Error("redundant program ACE")
 		}
 	}
-	if len(s.Stubs) != 4 {
-		t.Errorf("all protected dirs missing: stubs %q", s.Stubs)
+	// Nothing exists but the workspace: its whole set is stubbed, and the
+	// missing grant D:\out gets neither stubs nor ACEs.
+	if len(s.Stubs) != len(driverapi.DefaultProtectedEntries()) {
+		t.Errorf("all protected entries missing: stubs %q", s.Stubs)
+	}
+	for _, a := range s.ACEs {
+		if WinWithin(a.Path, `D:\out`) {
+			t.Errorf("ACE for the missing grant: %+v", a)
+		}
 	}
 }
 
 func TestPlanSetupRestrictedAndJob(t *testing.T) {
 	p := mustBuild(t, winReq(driverapi.Capabilities{FSWrite: []string{`D:\out`}}), MapFS{})
 	s := PlanSetup(TierRestrictedToken, p, `C:\Windows\System32\cmd.exe`, existsIn(`D:\out`))
-	if len(s.Labels) != 6 || s.Labels[0].Path != wsPath || !s.Labels[0].Low || s.Labels[0].Revert {
+	n := len(driverapi.DefaultProtectedEntries())
+	if len(s.Labels) != 2+2*n || s.Labels[0].Path != wsPath || !s.Labels[0].Low || s.Labels[0].Revert {
 		t.Fatalf("labels %+v", s.Labels)
 	}
 	if l := s.Labels[1]; l.Path != `D:\out` || !l.Low || !l.Revert {
@@ -127,11 +165,13 @@ func TestPlanSetupRestrictedAndJob(t *testing.T) {
 			grants = append(grants, a.Path)
 		}
 	}
-	if strings.Join(grants, "|") != wsPath+`|D:\out` || len(denies) != 5 {
+	// Denied: both roots (delete-child, delete), and the default set in
+	// each.
+	if strings.Join(grants, "|") != wsPath+`|D:\out` || len(denies) != 2+2*n || denies[0] != wsPath || denies[1] != `D:\out` {
 		t.Errorf("grants %q denies %q", grants, denies)
 	}
 	// A grant that does not exist is skipped, not a setup failure.
-	if m := PlanSetup(TierRestrictedToken, p, `C:\x.exe`, existsIn()); len(m.Labels) != 5 {
+	if m := PlanSetup(TierRestrictedToken, p, `C:\x.exe`, existsIn()); len(m.Labels) != 1+n {
 		t.Errorf("missing fs_write grant still labelled: %+v", m.Labels)
 	}
 	if j := PlanSetup(TierJobObject, p, `C:\x.exe`, existsIn()); len(j.ACEs)+len(j.Labels)+len(j.Stubs) != 0 {

@@ -63,7 +63,11 @@ type Plan struct {
 	Cwd       string   `json:"cwd"`
 	Read      []string `json:"read,omitempty"`
 	Write     []string `json:"write,omitempty"`
-	// Protected are the workspace's .git, .aleph, .codex, .agents.
+	// ProtectedNames are the protected entry names (ProfileRequest.Protected,
+	// default driverapi.DefaultProtectedEntries).
+	ProtectedNames []string `json:"protected_names"`
+	// Protected are those names in the workspace and in each fs_write
+	// grant: protectedPaths(Workspace, Write, ProtectedNames).
 	Protected []string `json:"protected"`
 	Network   string   `json:"network"`
 	// CapabilitySIDs are the AppContainer capabilities granted (SDDL).
@@ -73,8 +77,9 @@ type Plan struct {
 	MaxMemoryMB        uint64   `json:"max_memory_mb,omitempty"`
 }
 
-// PlanFormat is the current Plan.Format.
-const PlanFormat = 1
+// PlanFormat is the current Plan.Format (2: the protected names travel
+// with the plan and apply to the fs_write grants too).
+const PlanFormat = 2
 
 // Well-known AppContainer capability SIDs.
 const (
@@ -145,9 +150,10 @@ func BuildPlan(ctx context.Context, req driverapi.ProfileRequest, opts Options, 
 		SpawnSubprocess: caps.SpawnSubprocess,
 		MaxMemoryMB:     caps.MaxMemoryMB,
 	}
-	for _, d := range driverapi.ProtectedDirs() {
-		p.Protected = append(p.Protected, WinJoin(ws, d))
+	if p.ProtectedNames, err = protectedNames(req.Protected); err != nil {
+		return Plan{}, err
 	}
+	p.Protected = protectedPaths(ws, writes, p.ProtectedNames)
 	p.ActiveProcessLimit = 1
 	if caps.SpawnSubprocess {
 		p.ActiveProcessLimit = opts.MaxProcesses
@@ -161,6 +167,75 @@ func BuildPlan(ctx context.Context, req driverapi.ProfileRequest, opts Options, 
 		}
 	}
 	return p, nil
+}
+
+// protectedNames checks ProfileRequest.Protected (empty: the defaults,
+// driverapi.DefaultProtectedEntries) and returns it without duplicates,
+// compared case-insensitively as NTFS compares names. A name must be one
+// component Windows reads as written: not empty, "." or "..", no
+// separator, nothing checkComponent refuses (a trailing dot or space,
+// which Windows strips, a colon, which names a stream, wildcards, device
+// names) and not shaped like an 8.3 alias (GIT~1), which could stand for
+// another entry.
+func protectedNames(req []string) ([]string, error) {
+	if len(req) == 0 {
+		return driverapi.DefaultProtectedEntries(), nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range req {
+		why := ""
+		switch {
+		case n == "" || n == "." || n == "..":
+			why = "is not an entry name"
+		case strings.ContainsAny(n, "/\\\x00"):
+			why = "must be one path component"
+		case len(n) > 255:
+			why = "is longer than 255 bytes"
+		case IsShortNameAlias(n):
+			why = "looks like an 8.3 short name, which could stand for another entry"
+		default:
+			why = checkComponent(n)
+		}
+		if why != "" {
+			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: fmt.Sprintf("%q %s", n, why)}
+		}
+		if k := strings.ToLower(n); !seen[k] {
+			seen[k] = true
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// protectedPaths are names in the workspace and in each fs_write grant, as
+// the Linux driver protects them, without duplicates. A grant inside a
+// workspace protected entry is no root of its own: PlanSetup drops it,
+// and stubs must not be made inside .git.
+func protectedPaths(ws string, writes, names []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	add := func(root string) {
+		for _, n := range names {
+			p := WinJoin(root, n)
+			if k := strings.ToLower(p); !seen[k] {
+				seen[k] = true
+				out = append(out, p)
+			}
+		}
+	}
+	add(ws)
+	wsProt := append([]string{}, out...)
+	for _, w := range writes {
+		inside := false
+		for _, prot := range wsProt {
+			inside = inside || WinWithin(w, prot)
+		}
+		if !inside {
+			add(w)
+		}
+	}
+	return out
 }
 
 func cleanList(fsys FS, field string, in []string) ([]string, error) {
@@ -213,26 +288,31 @@ func DecodePlan(data []byte) (Plan, error) {
 			return Plan{}, &driverapi.ProfileError{Reason: fmt.Sprintf("appcontainer profile path %q is not in canonical form", x)}
 		}
 	}
-	if len(p.Protected) != len(driverapi.ProtectedDirs()) {
-		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile does not protect every protected directory"}
+	names, err := protectedNames(p.ProtectedNames)
+	if err != nil || len(p.ProtectedNames) == 0 || len(names) != len(p.ProtectedNames) {
+		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile has no valid list of protected names"}
 	}
-	for i, d := range driverapi.ProtectedDirs() {
-		if p.Protected[i] != WinJoin(p.Workspace, d) {
+	want := protectedPaths(p.Workspace, p.Write, p.ProtectedNames)
+	if len(p.Protected) != len(want) {
+		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile does not protect every protected entry"}
+	}
+	for i := range want {
+		if p.Protected[i] != want[i] {
 			return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile protects the wrong paths"}
 		}
 	}
 	if p.ActiveProcessLimit == 0 || (!p.SpawnSubprocess && p.ActiveProcessLimit != 1) {
 		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile has an active-process limit that contradicts spawn_subprocess"}
 	}
-	want := CapabilitySIDsFor(driverapi.NetworkNone)
+	wantSIDs := CapabilitySIDsFor(driverapi.NetworkNone)
 	switch p.Network {
 	case driverapi.NetworkNone.String():
 	case driverapi.NetworkAllowAll.String():
-		want = CapabilitySIDsFor(driverapi.NetworkAllowAll)
+		wantSIDs = CapabilitySIDsFor(driverapi.NetworkAllowAll)
 	default:
 		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile has network mode " + p.Network}
 	}
-	if strings.Join(p.CapabilitySIDs, ",") != strings.Join(want, ",") {
+	if strings.Join(p.CapabilitySIDs, ",") != strings.Join(wantSIDs, ",") {
 		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile capability SIDs do not match its network mode"}
 	}
 	return p, nil

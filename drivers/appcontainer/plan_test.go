@@ -39,9 +39,15 @@ func TestBuildPlan(t *testing.T) {
 	if strings.Join(p.Write, "|") != `C:\out\y` {
 		t.Errorf("writes %q", p.Write)
 	}
-	want := []string{wsPath + `\.git`, wsPath + `\.aleph`, wsPath + `\.codex`, wsPath + `\.agents`}
+	// The whole default set, in the workspace and in the fs_write grant.
+	var want []string
+	for _, root := range []string{wsPath, `C:\out\y`} {
+		for _, e := range driverapi.DefaultProtectedEntries() {
+			want = append(want, root+`\`+e)
+		}
+	}
 	if strings.Join(p.Protected, "|") != strings.Join(want, "|") {
-		t.Errorf("protected %q", p.Protected)
+		t.Errorf("protected %q\nwant %q", p.Protected, want)
 	}
 	if p.ActiveProcessLimit != 1 || p.SpawnSubprocess {
 		t.Errorf("no spawn: limit %d", p.ActiveProcessLimit)
@@ -146,7 +152,10 @@ func TestAllowHostsRefusedWithResolvedAddresses(t *testing.T) {
 func TestDecodePlanRefusesTampering(t *testing.T) {
 	good := mustBuild(t, winReq(driverapi.Capabilities{}), MapFS{})
 	mutations := map[string]func(p *Plan){
-		"format":            func(p *Plan) { p.Format = 2 },
+		"format":            func(p *Plan) { p.Format = PlanFormat + 1 },
+		"names dropped":     func(p *Plan) { p.ProtectedNames = p.ProtectedNames[:1] },
+		"names emptied":     func(p *Plan) { p.ProtectedNames = nil },
+		"bad name":          func(p *Plan) { p.ProtectedNames = []string{".git::$INDEX_ALLOCATION"} },
 		"network widened":   func(p *Plan) { p.CapabilitySIDs = []string{SIDInternetClient} },
 		"unknown network":   func(p *Plan) { p.Network = "allow_hosts" },
 		"protected dropped": func(p *Plan) { p.Protected = p.Protected[:3] },
@@ -159,6 +168,7 @@ func TestDecodePlanRefusesTampering(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			p := good
 			p.Protected = append([]string{}, good.Protected...)
+			p.ProtectedNames = append([]string{}, good.ProtectedNames...)
 			mutate(&p)
 			data, _ := EncodePlan(p)
 			var pe *driverapi.ProfileError
@@ -232,6 +242,32 @@ func TestParseOptions(t *testing.T) {
 	for _, bad := range []string{`{"min_tier":"none"}`, `{"max_pids":3}`, `{"max_processes":-1}`, `[]`} {
 		if _, err := ParseOptions(bad); err == nil {
 			t.Errorf("ParseOptions(%s) accepted", bad)
+		}
+	}
+}
+
+// TestProtectedFromRequest: ProfileRequest.Protected replaces the default
+// set, once per name in any letter case (NTFS compares names so); a name
+// Windows would read as another (a trailing dot or space, a stream, an
+// 8.3 alias, a device) is refused with the field named.
+func TestProtectedFromRequest(t *testing.T) {
+	r := winReq(driverapi.Capabilities{FSWrite: []string{`D:\out`}})
+	r.Protected = []string{".git", ".GIT", ".custom"}
+	p := mustBuild(t, r, MapFS{})
+	want := []string{wsPath + `\.git`, wsPath + `\.custom`, `D:\out\.git`, `D:\out\.custom`}
+	if strings.Join(p.Protected, "|") != strings.Join(want, "|") || strings.Join(p.ProtectedNames, "|") != ".git|.custom" {
+		t.Errorf("protected %q names %q, want %q", p.Protected, p.ProtectedNames, want)
+	}
+	data, _ := EncodePlan(p)
+	if _, err := DecodePlan(data); err != nil {
+		t.Errorf("a plan with its own list does not decode: %v", err)
+	}
+	for _, bad := range []string{"", ".", "..", `a\b`, "a/b", ".git.", ".git ", ".git::$INDEX_ALLOCATION", "GIT~1", "NUL", "con.txt", "a*b", "a\x01b", strings.Repeat("x", 256)} {
+		r.Protected = []string{".git", bad}
+		_, err := BuildPlan(t.Context(), r, Options{MaxProcesses: 10}, MapFS{}, nil)
+		var ise *driverapi.InvalidSpecError
+		if !errors.As(err, &ise) || ise.Field != "protected" {
+			t.Errorf("protected %q: %v, want an InvalidSpecError for protected", bad, err)
 		}
 	}
 }

@@ -192,7 +192,7 @@ func TestDriverChainOnThisHost(t *testing.T) {
 	if strings.TrimSpace(out.String()) != `["a b"]` {
 		t.Errorf("output %q exit %+v", out.String(), exit)
 	}
-	for _, d := range driverapi.ProtectedDirs() {
+	for _, d := range driverapi.DefaultProtectedEntries() {
 		if _, err := os.Stat(filepath.Join(ws, d)); err != nil {
 			t.Errorf("protected stub %s missing after a %s run: %v", d, exit.Details["tier"], err)
 		}

@@ -76,6 +76,7 @@ const (
 	tierLimitProc = "no /proc of its own: /proc is not readable at all (no /proc/self either); host pids can be probed with stat, not listed or read"
 	tierLimitPID  = "no PID namespace (the command is ended by killing its process group; setsid and setpgid are denied)"
 	tierLimitUnix = "socket(AF_UNIX) denied under every network mode (socketpair allowed)"
+	tierLimitDev  = "no /dev of its own: only /dev/null, /dev/zero, /dev/full, /dev/random and /dev/urandom can be opened, /dev cannot be listed, no pty (/dev/ptmx and /dev/pts closed)"
 )
 
 // tierFix is how a host in the Landlock tier gets the full sandbox.
@@ -119,8 +120,9 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 			"proc":           tierLimitProc,
 			"pid_namespace":  tierLimitPID,
 			"unix_sockets":   tierLimitUnix,
+			"dev":            tierLimitDev,
 			"capabilities":   "all dropped (bounding and ambient sets included)",
-			"tier_limits": strings.Join([]string{tierLimitTmp, tierLimitProc, tierLimitPID, tierLimitUnix,
+			"tier_limits": strings.Join([]string{tierLimitTmp, tierLimitProc, tierLimitPID, tierLimitUnix, tierLimitDev,
 				"no protected_paths (workspaces with protected entries are refused)", "no allow_hosts"}, "; "),
 		},
 	}

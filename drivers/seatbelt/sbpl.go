@@ -32,9 +32,9 @@ const (
 	ParamProgram   = "PROGRAM"
 	paramRead      = "READ_"      // READ_0, READ_1, ...: fs_read grants
 	paramWrite     = "WRITE_"     // WRITE_0, ...: fs_write grants
-	paramProtected = "PROTECTED_" // PROTECTED_0..3: WORKSPACE/.git etc.
+	paramProtected = "PROTECTED_" // PROTECTED_n: each protected name in the workspace and in each fs_write grant
 	paramAncestor  = "ANCESTOR_"  // ancestors of every granted path (stat only)
-	paramWSUp      = "WS_UP_"     // ancestors of the workspace (never renamed)
+	paramWSUp      = "WS_UP_"     // ancestors of the workspace and of the fs_write grants (never renamed)
 )
 
 // Param is one `-D NAME=VALUE` argument of sandbox-exec.
@@ -187,32 +187,93 @@ func baselineSysctlPrefixes() []string {
 	return []string{"hw.optional.arm.", "hw.optional.armv8_", "hw.perflevel"}
 }
 
-// protectedNameRegexes match a protected name as a path component, in any
-// letter case: APFS is case-insensitive by default, so `.GIT` created
+// protectedNameRegexes match each protected name as a path component, in
+// any letter case: APFS is case-insensitive by default, so `.GIT` created
 // where no `.git` exists yet is the protected directory, and the exact-
 // case (param "PROTECTED_n") rules would not see it. A regex cannot name
 // the workspace (paths never enter the profile text), so these bind
-// every component so named anywhere below the workspace. Two regexes per
+// every component so named anywhere below the workspace and the fs_write
+// grants: stricter than the top level alone, never weaker. Two regexes per
 // name (the component last, or followed by more) keep to the simplest
-// regex syntax.
-func protectedNameRegexes() []string {
+// regex syntax: letters as a two-letter class, every other character (the
+// few protectedNames lets through) as a one-character class, so no name
+// can carry regex syntax.
+func protectedNameRegexes(names []string) []string {
 	var out []string
-	for _, d := range driverapi.ProtectedDirs() {
+	for _, d := range names {
 		var b strings.Builder
 		b.WriteString("/")
 		for _, r := range d {
 			switch {
-			case r == '.':
-				b.WriteString("[.]")
 			case r >= 'a' && r <= 'z':
 				b.WriteString("[" + string(r-'a'+'A') + string(r) + "]")
-			default:
+			case r >= 'A' && r <= 'Z':
+				b.WriteString("[" + string(r) + string(r-'A'+'a') + "]")
+			case r >= '0' && r <= '9':
 				b.WriteRune(r)
+			default:
+				b.WriteString("[" + string(r) + "]")
 			}
 		}
 		out = append(out, b.String()+"$", b.String()+"/")
 	}
 	return out
+}
+
+// protectedComponent returns the first component of path that is one of
+// names in any letter case, or "".
+func protectedComponent(path string, names []string) string {
+	for _, c := range strings.Split(path, "/") {
+		for _, n := range names {
+			if strings.EqualFold(c, n) {
+				return c
+			}
+		}
+	}
+	return ""
+}
+
+// protectedNamePunct are the characters besides ASCII letters and digits
+// a protected name may hold here. Each is literal inside a regex bracket
+// class and needs no escape in an SBPL string.
+const protectedNamePunct = "._-~+@#%=,"
+
+// protectedNames checks ProfileRequest.Protected (empty: the defaults,
+// driverapi.DefaultProtectedEntries) and returns it without duplicates,
+// in order. Besides what no entry name can be (empty, ".", "..", more
+// than one component), it refuses what the case-insensitive regexes could
+// not match exactly: letters outside ASCII (APFS folds Unicode case,
+// a regex class here would not) and punctuation outside
+// protectedNamePunct.
+func protectedNames(req []string) ([]string, error) {
+	if len(req) == 0 {
+		return driverapi.DefaultProtectedEntries(), nil
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, n := range req {
+		switch {
+		case n == "" || n == "." || n == "..":
+			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: fmt.Sprintf("%q is not an entry name", n)}
+		case strings.ContainsAny(n, "/\\\x00"):
+			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: fmt.Sprintf("%q must be one path component", n)}
+		case len(n) > 255:
+			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: "entry name longer than 255 bytes"}
+		}
+		for _, r := range n {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(protectedNamePunct, r)) {
+				return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: fmt.Sprintf("%q holds %q: the seatbelt driver matches protected names in any letter case "+
+					"and takes only ASCII letters, digits and %s", n, r, protectedNamePunct)}
+			}
+		}
+		// APFS compares names case-insensitively: .git and .GIT are one
+		// entry, listed once.
+		if k := strings.ToLower(n); !seen[k] {
+			seen[k] = true
+			out = append(out, n)
+		}
+	}
+	return out, nil
 }
 
 // Plan is what ProfileFor decides; it is serialised into the profile data.
@@ -283,6 +344,20 @@ func BuildPlan(req driverapi.ProfileRequest, canon Canonicalizer) (Plan, error) 
 	if err != nil {
 		return Plan{}, err
 	}
+	names, err := protectedNames(req.Protected)
+	if err != nil {
+		return Plan{}, err
+	}
+	for i, root := range append([]string{ws}, writes...) {
+		if c := protectedComponent(root, names); c != "" {
+			field := "workspace"
+			if i > 0 {
+				field = fmt.Sprintf("fs_write[%d]", i-1)
+			}
+			return Plan{}, &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q lies in %q, a protected name: the profile denies writing "+
+				"below every component so named, in any letter case, so nothing there could be written", root, c)}
+		}
+	}
 	plan := Plan{
 		Format:          PlanFormat,
 		Network:         caps.Network.Mode.String(),
@@ -302,11 +377,21 @@ func BuildPlan(req driverapi.ProfileRequest, canon Canonicalizer) (Plan, error) 
 	}
 
 	params := []Param{{Name: ParamWorkspace, Value: ws}}
+	// Every protected name in the workspace and in each fs_write grant
+	// (each writable root), as the Linux driver protects them.
 	var protected []string
-	for i, d := range driverapi.ProtectedDirs() {
-		name := paramProtected + strconv.Itoa(i)
-		params = append(params, Param{Name: name, Value: filepath.Join(ws, d)})
-		protected = append(protected, name)
+	seenProt := map[string]bool{}
+	for _, root := range append([]string{ws}, writes...) {
+		for _, d := range names {
+			v := filepath.Join(root, d)
+			if seenProt[v] {
+				continue
+			}
+			seenProt[v] = true
+			name := paramProtected + strconv.Itoa(len(protected))
+			params = append(params, Param{Name: name, Value: v})
+			protected = append(protected, name)
+		}
 	}
 	var readNames, writeNames []string
 	for i, p := range reads {
@@ -325,8 +410,12 @@ func BuildPlan(req driverapi.ProfileRequest, canon Canonicalizer) (Plan, error) 
 		params = append(params, Param{Name: name, Value: a})
 		ancestorNames = append(ancestorNames, name)
 	}
+	// The writable roots and everything above them: none may be renamed
+	// or removed (moved away, its protected entries written at the new
+	// place, moved back). The workspace itself is WORKSPACE; fs_write
+	// grants are listed here with their ancestors.
 	var wsUpNames []string
-	for i, a := range ancestors([]string{ws}) {
+	for i, a := range unlinkDenied(ws, writes) {
 		name := paramWSUp + strconv.Itoa(i)
 		params = append(params, Param{Name: name, Value: a})
 		wsUpNames = append(wsUpNames, name)
@@ -339,6 +428,8 @@ func BuildPlan(req driverapi.ProfileRequest, canon Canonicalizer) (Plan, error) 
 		reads:     readNames,
 		writes:    writeNames,
 		ancestors: ancestorNames,
+		writable:  append([]string{ParamWorkspace}, writeNames...),
+		names:     names,
 		network:   caps.Network.Mode,
 		proxyPort: plan.ProxyPort,
 		spawn:     caps.SpawnSubprocess,
@@ -420,8 +511,30 @@ func proxyPort(p *driverapi.ProxyEndpoint) (int, error) {
 	return port, nil
 }
 
+// unlinkDenied are the paths never to be renamed or removed besides the
+// workspace: its ancestors, each fs_write grant and the grants' ancestors,
+// sorted, without the workspace itself (WORKSPACE names it).
+func unlinkDenied(ws string, writes []string) []string {
+	seen := map[string]bool{}
+	for _, a := range ancestors(append([]string{ws}, writes...)) {
+		seen[a] = true
+	}
+	for _, w := range writes {
+		seen[w] = true
+	}
+	delete(seen, ws)
+	out := make([]string, 0, len(seen))
+	for d := range seen {
+		out = append(out, d)
+	}
+	sort.Strings(out)
+	return out
+}
+
 type sbplInput struct {
 	protected, reads, writes, ancestors, wsUp []string
+	writable                                  []string // WORKSPACE and the WRITE_n names
+	names                                     []string // the protected entry names
 	network                                   driverapi.NetworkMode
 	proxyPort                                 int
 	spawn                                     bool
@@ -546,16 +659,20 @@ func renderSBPL(in sbplInput) string {
 			b.WriteString("\n  (subpath " + paramRef(n) + ") (literal " + paramRef(n) + ")")
 		}
 		w(")")
-		w("; any letter case, at any depth below the workspace (APFS ignores case)")
-		b.WriteString("(deny file-write* (require-all (subpath " + paramRef(ParamWorkspace) + ")\n  (require-any")
-		for _, re := range protectedNameRegexes() {
+		w("; any letter case, at any depth below the workspace and the fs_write grants (APFS ignores case)")
+		b.WriteString("(deny file-write* (require-all (require-any")
+		for _, n := range in.writable {
+			b.WriteString(" (subpath " + paramRef(n) + ")")
+		}
+		b.WriteString(")\n  (require-any")
+		for _, re := range protectedNameRegexes(in.names) {
 			b.WriteString("\n    (regex #" + sbplString(re) + ")")
 		}
 		w(")))")
 	}
-	w("; the workspace and its ancestors cannot be renamed or removed: moving one away,")
-	w("; writing the protected paths at their new place and moving it back would")
-	w("; bypass every rule above")
+	w("; the workspace, the fs_write grants and their ancestors cannot be renamed or")
+	w("; removed: moving one away, writing the protected paths at their new place and")
+	w("; moving it back would bypass every rule above")
 	b.WriteString("(deny file-write-unlink\n  (literal " + paramRef(ParamWorkspace) + ")")
 	for _, n := range in.wsUp {
 		b.WriteString("\n  (literal " + paramRef(n) + ")")

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -221,19 +222,28 @@ func TestProtectedAndGrantParams(t *testing.T) {
 		got[prm.Name] = prm.Value
 	}
 	want := map[string]string{
-		"WORKSPACE":   ws,
-		"PROTECTED_0": ws + "/.git",
-		"PROTECTED_1": ws + "/.aleph",
-		"PROTECTED_2": ws + "/.codex",
-		"PROTECTED_3": ws + "/.agents",
-		"READ_0":      "/opt/r",
-		"WRITE_0":     "/opt/w/x",
-		"ANCESTOR_0":  "/Users",
-		"ANCESTOR_1":  "/Users/dev",
-		"ANCESTOR_2":  "/opt",
-		"ANCESTOR_3":  "/opt/w",
-		"WS_UP_0":     "/Users",
-		"WS_UP_1":     "/Users/dev",
+		"WORKSPACE":  ws,
+		"READ_0":     "/opt/r",
+		"WRITE_0":    "/opt/w/x",
+		"ANCESTOR_0": "/Users",
+		"ANCESTOR_1": "/Users/dev",
+		"ANCESTOR_2": "/opt",
+		"ANCESTOR_3": "/opt/w",
+		// Never renamed: the workspace's and the grant's ancestors, and
+		// the grant itself.
+		"WS_UP_0": "/Users",
+		"WS_UP_1": "/Users/dev",
+		"WS_UP_2": "/opt",
+		"WS_UP_3": "/opt/w",
+		"WS_UP_4": "/opt/w/x",
+	}
+	// The whole default set, in the workspace and then in the fs_write
+	// grant, as the Linux driver protects it.
+	defaults := driverapi.DefaultProtectedEntries()
+	for i, root := range []string{ws, "/opt/w/x"} {
+		for j, e := range defaults {
+			want["PROTECTED_"+strconv.Itoa(i*len(defaults)+j)] = root + "/" + e
+		}
 	}
 	for k, v := range want {
 		if got[k] != v {
@@ -248,6 +258,67 @@ func TestProtectedAndGrantParams(t *testing.T) {
 	}
 	if strings.Contains(p.SBPL, `(allow file-write* (require-all (subpath (param "READ_0"))`) {
 		t.Error("fs_read grant is writable")
+	}
+	// Every protected path is denied outright and excluded from each
+	// writable root's allow.
+	for i := 0; i < 2*len(defaults); i++ {
+		n := strconv.Itoa(i)
+		for _, rule := range []string{`(subpath (param "PROTECTED_` + n + `")) (literal (param "PROTECTED_` + n + `"))`,
+			`(require-not (subpath (param "PROTECTED_` + n + `")))`} {
+			if !strings.Contains(p.SBPL, rule) {
+				t.Errorf("profile lacks %s", rule)
+			}
+		}
+	}
+	if !strings.Contains(p.SBPL, `(deny file-write* (require-all (require-any (subpath (param "WORKSPACE")) (subpath (param "WRITE_0")))`) {
+		t.Errorf("the any-case names are not denied below both writable roots:\n%s", p.SBPL)
+	}
+}
+
+// TestProtectedFromRequest: ProfileRequest.Protected replaces the default
+// set (in the workspace and each fs_write grant), once per name whatever
+// its letter case; names the profile could not match exactly are refused
+// with the field named.
+func TestProtectedFromRequest(t *testing.T) {
+	r := req(driverapi.Capabilities{FSWrite: []string{"/opt/w"}})
+	r.Protected = []string{".git", ".custom-1", ".GIT", "Make_file"}
+	p := mustPlan(t, r)
+	var prot []string
+	for _, prm := range p.Params {
+		if strings.HasPrefix(prm.Name, paramProtected) {
+			prot = append(prot, prm.Value)
+		}
+	}
+	want := []string{ws + "/.git", ws + "/.custom-1", ws + "/Make_file", "/opt/w/.git", "/opt/w/.custom-1", "/opt/w/Make_file"}
+	if strings.Join(prot, "|") != strings.Join(want, "|") {
+		// Params are sorted by name: PROTECTED_0..5 in that order.
+		t.Errorf("protected params %q, want %q", prot, want)
+	}
+	for _, re := range []string{`(regex #"/[.][Cc][Uu][Ss][Tt][Oo][Mm][-]1$")`, `(regex #"/[Mm][Aa][Kk][Ee][_][Ff][Ii][Ll][Ee]/")`} {
+		if !strings.Contains(p.SBPL, re) {
+			t.Errorf("profile lacks %s", re)
+		}
+	}
+	// A writable root below a directory with a protected name could not
+	// be written at all: refused, saying so.
+	for _, bad := range []driverapi.ProfileRequest{
+		{Workspace: "/Users/dev/.Git/inner", Cwd: "/Users/dev/.Git/inner"},
+		{Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{"/opt/.vscode/x"}}},
+	} {
+		if _, err := BuildPlan(bad, IdentityCanonicalizer); err == nil || !strings.Contains(err.Error(), "protected name") {
+			t.Errorf("%+v: %v, want a refusal naming the protected component", bad, err)
+		}
+	}
+	if strings.Contains(p.SBPL, `[Cc][Ll][Aa][Uu][Dd][Ee]`) {
+		t.Error("a request with its own list still protects the default .claude")
+	}
+	for _, bad := range []string{"", ".", "..", "a/b", `a\b`, "a\x00b", ".git]", "na\u00efve", "x(y)", "a b", `q"`, strings.Repeat("x", 256)} {
+		r.Protected = []string{".git", bad}
+		_, err := BuildPlan(r, IdentityCanonicalizer)
+		var ise *driverapi.InvalidSpecError
+		if !errors.As(err, &ise) || ise.Field != "protected" {
+			t.Errorf("protected %q: %v, want an InvalidSpecError for protected", bad, err)
+		}
 	}
 }
 
@@ -393,6 +464,8 @@ func BenchmarkProfileFor(b *testing.B) {
 // workspace; and the denies come after every allow (in SBPL the last
 // matching rule wins).
 func TestProtectedPathsCannotBeMovedOrRecased(t *testing.T) {
+	// The fs_write grant /Users/dev holds the workspace: it and /Users
+	// are the only paths above the workspace not to be moved.
 	p := mustPlan(t, req(driverapi.Capabilities{FSWrite: []string{"/Users/dev"}}))
 	unlink := strings.Index(p.SBPL, "(deny file-write-unlink\n  (literal (param \"WORKSPACE\"))\n  (literal (param \"WS_UP_0\"))\n  (literal (param \"WS_UP_1\")))")
 	if unlink < 0 {
@@ -406,12 +479,13 @@ func TestProtectedPathsCannotBeMovedOrRecased(t *testing.T) {
 		t.Errorf("workspace ancestors %v", got)
 	}
 	lastAllow := strings.LastIndex(p.SBPL, "(allow ")
-	for _, deny := range []string{"(deny file-write*\n", "(deny file-write* (require-all (subpath (param \"WORKSPACE\"))", "(deny file-write-unlink"} {
+	for _, deny := range []string{"(deny file-write*\n", "(deny file-write* (require-all (require-any (subpath (param \"WORKSPACE\"))", "(deny file-write-unlink"} {
 		if i := strings.Index(p.SBPL, deny); i < lastAllow {
 			t.Errorf("%q at %d is not after the last allow (%d): an allow would override it", deny, i, lastAllow)
 		}
 	}
-	for _, re := range []string{`(regex #"/[.][Gg][Ii][Tt]$")`, `(regex #"/[.][Gg][Ii][Tt]/")`, `(regex #"/[.][Aa][Gg][Ee][Nn][Tt][Ss]/")`} {
+	for _, re := range []string{`(regex #"/[.][Gg][Ii][Tt]$")`, `(regex #"/[.][Gg][Ii][Tt]/")`, `(regex #"/[.][Aa][Gg][Ee][Nn][Tt][Ss]/")`,
+		`(regex #"/[.][Mm][Cc][Pp][.][Jj][Ss][Oo][Nn]$")`, `(regex #"/[.][Ee][Nn][Vv][Rr][Cc]$")`, `(regex #"/[.][Vv][Ss][Cc][Oo][Dd][Ee]/")`} {
 		if !strings.Contains(p.SBPL, re) {
 			t.Errorf("profile lacks %s", re)
 		}
@@ -424,7 +498,7 @@ func TestProtectedPathsCannotBeMovedOrRecased(t *testing.T) {
 // and against names that must stay writable.
 func TestProtectedNameRegexesMatchEveryCase(t *testing.T) {
 	var res []*regexp.Regexp
-	for _, r := range protectedNameRegexes() {
+	for _, r := range protectedNameRegexes(driverapi.DefaultProtectedEntries()) {
 		res = append(res, regexp.MustCompile(r))
 	}
 	match := func(p string) bool {
@@ -435,12 +509,14 @@ func TestProtectedNameRegexesMatchEveryCase(t *testing.T) {
 		}
 		return false
 	}
-	for _, p := range []string{ws + "/.git", ws + "/.GIT", ws + "/.Git/hooks/pre-commit", ws + "/sub/.gIt/config", ws + "/.CODEX", ws + "/.Agents/x", ws + "/.ALEPH"} {
+	for _, p := range []string{ws + "/.git", ws + "/.GIT", ws + "/.Git/hooks/pre-commit", ws + "/sub/.gIt/config", ws + "/.CODEX", ws + "/.Agents/x", ws + "/.ALEPH",
+		ws + "/.Claude/settings.json", ws + "/.VSCODE/tasks.json", ws + "/.Idea", ws + "/.CURSOR/rules", ws + "/.EnvRC", ws + "/.MCP.JSON"} {
 		if !match(p) {
 			t.Errorf("%s not matched", p)
 		}
 	}
-	for _, p := range []string{ws + "/.gitignore", ws + "/git", ws + "/x.git", ws + "/.github/workflows/ci.yml", ws + "/.codexrc", ws + "/src/main.go"} {
+	for _, p := range []string{ws + "/.gitignore", ws + "/git", ws + "/x.git", ws + "/.github/workflows/ci.yml", ws + "/.codexrc", ws + "/src/main.go",
+		ws + "/.envrc.example", ws + "/.mcp.jsonx", ws + "/.mcpXjson", ws + "/mcp.json", ws + "/.ideas"} {
 		if match(p) {
 			t.Errorf("%s matched", p)
 		}

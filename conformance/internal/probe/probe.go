@@ -98,9 +98,9 @@ type Step struct {
 // arity is a step's argument count; -1 is any number.
 func arity(step string) (n int, known bool) {
 	switch step {
-	case "echo", "eecho", "args", "waitmarkers", "net":
+	case "echo", "eecho", "args", "waitmarkers", "net", "ctty":
 		return -1, true
-	case "env", "pwd", "cat", "listen", "fds", "clone3":
+	case "env", "pwd", "cat", "listen", "fds", "clone3", "tty":
 		return 0, true
 	case "print", "eprint", "hex", "exit", "sleep", "read", "mkdir", "rm", "rmall", "threads", "alloc", "spawn", "kill", "ls", "ps":
 		return 1, true
@@ -277,6 +277,10 @@ func (p *prober) run(s Step) (code int, err error) {
 		err = p.procScan(a[0])
 	case "sysv":
 		err = p.sysv(a[0], a[1])
+	case "tty":
+		err = p.tty()
+	case "ctty":
+		err = p.ctty(a)
 	default:
 		err = fmt.Errorf("%w: unknown step", errUsage)
 	}

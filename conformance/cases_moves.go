@@ -1,0 +1,134 @@
+package conformance
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// The cases of this file are ways around protected entries that a
+// path-matching sandbox (Seatbelt's subpath rules, NTFS ACLs on paths
+// decided before the command) can miss and a mount-based one cannot: moving
+// the tree that holds a protected entry to a writable place, and spelling
+// the entry's name in another letter case on a case-insensitive file
+// system.
+
+func moveCases() []Case {
+	prot := driverapi.FeatureProtectedPaths
+	return []Case{
+		{ID: "fs/protected-roots-not-movable", Level: Must, Feature: prot,
+			Description: "The trees that hold protected entries cannot be moved to a writable place (where the entries would no longer be where the rules name them, to be written and moved back): with an fs_write grant G beside the workspace W, both holding .git/config, renaming W into G, G into W, and W/.git into G fail, and both .git/config files are unchanged; the same command renames a file within W and within G and writes into G (positive controls).",
+			run:         caseProtectedRootsNotMovable},
+		{ID: "fs/protected-name-any-case", Level: Must, Feature: prot,
+			Description: "A protected entry stays read-only under every spelling of its name, and a protected name spelled in another letter case is the protected entry where the workspace's file system ignores case (APFS and NTFS by default): writing .git/config, .GIT/config and .Git/config where .git/config exists, and creating .CODEX or .Codex/x where no .codex exists, fail and leave .git/config unchanged and no .codex under any spelling; the same command writes Other.TXT (positive control). Where the file system tells case apart (the suite checks on the host), .GIT and .CODEX are other names, and only .git/config unchanged is required.",
+			run:         caseProtectedNameAnyCase},
+	}
+}
+
+func caseProtectedRootsNotMovable(ctx context.Context, h *H) error {
+	const orig = "[core]\n"
+	wsCfg, outCfg := filepath.Join(h.Work, ".git", "config"), filepath.Join(h.Out, ".git", "config")
+	for p, c := range map[string]string{wsCfg: orig, outCfg: orig,
+		filepath.Join(h.Work, "a"): "a\n", filepath.Join(h.Out, "c"): "c\n"} {
+		if err := writeFile(p, c); err != nil {
+			return err
+		}
+	}
+	caps := &driverapi.Capabilities{FSWrite: []string{h.Out}}
+	wsMoved, outMoved, gitMoved := filepath.Join(h.Out, "ws-moved"), filepath.Join(h.Work, "out-moved"), filepath.Join(h.Out, "git-moved")
+	o := h.Probe(ctx, caps,
+		"try", "mv", h.Work, wsMoved, sep, "try", "mv", h.Out, outMoved, sep, "try", "mv", filepath.Join(h.Work, ".git"), gitMoved,
+		sep, "mv", filepath.Join(h.Work, "a"), filepath.Join(h.Work, "b"), sep, "mv", filepath.Join(h.Out, "c"), filepath.Join(h.Out, "d"),
+		sep, "write", filepath.Join(h.Out, "new"), "new\n", sep, "echo", "moved-within")
+	if err := ran("renames within the workspace and the grant", o, "moved-within"); err != nil {
+		return err
+	}
+	for _, p := range []string{wsMoved, outMoved, gitMoved} {
+		if err := mustNotExist(p, "moving a tree that holds protected entries"); err != nil {
+			return err
+		}
+	}
+	for _, c := range []string{wsCfg, outCfg} {
+		if got := readHost(c); got != orig {
+			return fmt.Errorf("%s is %q after the command, want %q", c, got, orig)
+		}
+	}
+	if readHost(filepath.Join(h.Work, "b")) != "a\n" || readHost(filepath.Join(h.Out, "d")) != "c\n" || readHost(filepath.Join(h.Out, "new")) != "new\n" {
+		return errors.New("the renames within the workspace and the grant, or the write into the grant, did not reach the host (positive control)")
+	}
+	return nil
+}
+
+// caseInsensitive reports whether dir's file system folds letter case: a
+// file made as one spelling is found under another.
+func caseInsensitive(dir string) (bool, error) {
+	p := filepath.Join(dir, "CaseCheck.tmp")
+	if err := os.WriteFile(p, nil, 0o644); err != nil {
+		return false, err
+	}
+	defer os.Remove(p)
+	_, err := os.Lstat(filepath.Join(dir, "casecheck.TMP"))
+	return err == nil, nil
+}
+
+func caseProtectedNameAnyCase(ctx context.Context, h *H) error {
+	const orig = "[core]\n"
+	cfg := filepath.Join(h.Work, ".git", "config")
+	if err := writeFile(cfg, orig); err != nil {
+		return err
+	}
+	folds, err := caseInsensitive(h.Work)
+	if err != nil {
+		return err
+	}
+	o := h.Probe(ctx, nil,
+		"try", "write", ".git/config", "evil\n", sep, "try", "write", ".GIT/config", "evil\n", sep, "try", "append", ".Git/config", "evil\n", sep, "try", "mkdir", ".GIT/hooks",
+		sep, "try", "mkdir", ".CODEX", sep, "try", "write", ".Codex/x", "x\n", sep, "try", "write", ".cOdEx", "x\n",
+		sep, "write", "Other.TXT", "ok\n", sep, "echo", "wrote-other")
+	if err := ran("the workspace write", o, "wrote-other"); err != nil {
+		return err
+	}
+	if got := readHost(cfg); got != orig {
+		return fmt.Errorf(".git/config is %q after writes to other spellings of it, want %q", got, orig)
+	}
+	if readHost(filepath.Join(h.Work, "Other.TXT")) != "ok\n" {
+		return errors.New("the workspace write did not reach the host (positive control)")
+	}
+	if !folds {
+		return nil // .GIT and .CODEX are other names here
+	}
+	// Each attempt must have been refused (the probe names the path it
+	// failed on), and nothing made under any spelling of .codex.
+	for _, p := range []string{".GIT/config", ".Git/config", ".GIT/hooks", ".CODEX", ".Codex/x", ".cOdEx"} {
+		if !bytes.Contains(o.Stderr, []byte(" "+p+":")) {
+			return fmt.Errorf("%s, another spelling of a protected entry on this case-insensitive file system, was not refused: %s", p, o)
+		}
+	}
+	if err := mustNotExist(filepath.Join(h.Work, ".git", "hooks"), "creating .GIT/hooks"); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(h.Work)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !strings.EqualFold(e.Name(), ".codex") {
+			continue
+		}
+		// Only a driver's own placeholder for the missing entry may be
+		// there (an empty stub), never what the command wrote.
+		if sub, err := os.ReadDir(filepath.Join(h.Work, e.Name())); err == nil && len(sub) > 0 {
+			return fmt.Errorf("the missing protected .codex was created as %s, holding %d entries", e.Name(), len(sub))
+		}
+		if e.Type().IsRegular() && readHost(filepath.Join(h.Work, e.Name())) != "" {
+			return fmt.Errorf("the missing protected .codex was written as %s", e.Name())
+		}
+	}
+	return nil
+}
