@@ -18,7 +18,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
-// benchResult is the --json object of CLI.md.
+// benchResult is the --json object of docs/cli.md.
 type benchResult struct {
 	N           int     `json:"n"`
 	Concurrency int     `json:"concurrency"`
@@ -28,7 +28,7 @@ type benchResult struct {
 	PerSecond   float64 `json:"per_second"`
 	DirectP50MS float64 `json:"direct_p50_ms"`
 	Backend     string  `json:"backend"`
-	// The side-by-side baselines (added to CLI.md's fields): bubblewrap
+	// The side-by-side baselines (added to the fields of docs/cli.md): bubblewrap
 	// alone with the driver's flags (Linux with the bwrap driver only, else
 	// 0), and a fresh CLI process per run. The ratios are p50 over raw p50
 	// (0 when there is no raw figure).

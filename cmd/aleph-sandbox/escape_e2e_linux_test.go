@@ -222,7 +222,7 @@ func (h *escapeHarness) execOpts(t *testing.T, ws string, o runOpts, flags []str
 		args = append(args, "--workspace", ws)
 	}
 	if !slices.Contains(flags, "--session") {
-		// Grants outlive an invocation within a session (CLI.md): each
+		// Grants outlive an invocation within a session (docs/cli.md): each
 		// test gets a session of its own, so one case's approval never
 		// answers another's question.
 		args = append(args, "--session", "battery-"+t.Name())
@@ -308,7 +308,7 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// oneRefusalLine checks the CLI.md refusal: exit 125 and exactly one line
+// oneRefusalLine checks the docs/cli.md refusal: exit 125 and exactly one line
 // starting with "aleph-sandbox:".
 func oneRefusalLine(t *testing.T, r cliResult, wantPart string) {
 	t.Helper()
@@ -1913,7 +1913,7 @@ func commandCgroupsOf(pid int) []string {
 	return out
 }
 
-// leftNothing holds an interrupted run to issue 18's rule: the workspace
+// leftNothing holds an interrupted run to leaving nothing behind: the workspace
 // looks as before (no placeholder or other entry survives), and no command
 // cgroup of the drivers involved remains — at once where the driver
 // survived, after the next driver start where it was killed.

@@ -19,7 +19,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
-// execResult is the --json object of CLI.md.
+// execResult is the --json object of docs/cli.md.
 type execResult struct {
 	Stdout     string `json:"stdout"`
 	Stderr     string `json:"stderr"`
@@ -169,7 +169,7 @@ func (p *pipeWatch) Write(b []byte) (int, error) {
 }
 
 // reportExec turns the outcome into the exit status and, with --json, the
-// one object CLI.md describes.
+// one object docs/cli.md describes.
 func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
 	var denied *core.DeniedError
 	switch {
@@ -220,7 +220,7 @@ func writeJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-// oneLine keeps the refusal to the single line CLI.md promises, with no
+// oneLine keeps the refusal to the single line docs/cli.md promises, with no
 // control character left: messages carry names and text from outside (a
 // driver name, a path, what a plugin said), and an ESC or a newline in them
 // must not reach the terminal or split the line.

@@ -135,7 +135,7 @@ func TestExecYesApprovesElevation(t *testing.T) {
 		t.Fatalf("--yes: %+v", r)
 	}
 	// The approval is the session's: a later invocation (another process
-	// in real use) of the same session needs no --yes (CLI.md) ...
+	// in real use) of the same session needs no --yes (docs/cli.md) ...
 	r = cli(t, "", false, "exec", "--driver", drv, "--session", "s1", "--spawn", "--", "echo", "again")
 	if r.code != 0 || r.stdout != "again\n" {
 		t.Fatalf("kept grant: %+v", r)

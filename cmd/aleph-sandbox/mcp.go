@@ -12,7 +12,7 @@ import (
 )
 
 // runMCP is `aleph-sandbox mcp`: an MCP server on stdio whose run_command
-// tool runs commands in the sandbox (SERVE.md, docs/mcp.md).
+// tool runs commands in the sandbox (docs/mcp.md).
 func runMCP(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")

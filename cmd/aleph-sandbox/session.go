@@ -10,7 +10,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
-// runSession is `aleph-sandbox session forget ID` (CLI.md: it clears the
+// runSession is `aleph-sandbox session forget ID` (docs/cli.md: it clears the
 // grants a session keeps across invocations) and `session show ID`.
 func runSession(_ context.Context, args []string, io stdio) int {
 	const usageLine = "aleph-sandbox session forget|show [--json] ID"
