@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 )
 
 // cliVersion is the CLI's version (`aleph-sandbox --version`).
@@ -65,6 +67,9 @@ func subcommands() []subcommand {
 }
 
 func main() {
+	// `conformance` runs this binary as the suite's probe (no separate
+	// probe binary to ship): started so, it is the probe and nothing else.
+	conformance.ServeProbe(os.Args)
 	ctx, cancel := context.WithCancel(context.Background())
 	router := newSignalRouter(cancel)
 	// Asking for SIGPIPE makes a write to a closed stdout fail with EPIPE

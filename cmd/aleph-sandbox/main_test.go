@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
@@ -22,6 +23,9 @@ import (
 // With ALEPH_CLI_TEST_MAIN set it is the CLI itself (main), for tests that
 // need the real process: its own standard streams, signals, a terminal.
 func TestMain(m *testing.M) {
+	// runConformance is given no probe: this binary is the probe, as the
+	// aleph-sandbox binary is in real use (main).
+	conformance.ServeProbe(os.Args)
 	if os.Getenv("ALEPH_CLI_TEST_MAIN") == "1" {
 		// The driver plugin this CLI launches must not be a CLI again.
 		_ = os.Unsetenv("ALEPH_CLI_TEST_MAIN")
