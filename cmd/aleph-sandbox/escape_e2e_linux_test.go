@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -37,6 +36,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
 // escapeHarness holds the binaries built for one run of the battery.
@@ -955,56 +955,14 @@ func escapeSignals(t *testing.T, h *escapeHarness) {
 
 func escapeNetwork(t *testing.T, h *escapeHarness) {
 	ws := h.workspace(t)
-	tcp, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tcp.Close()
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer udp.Close()
+	tcp := netnstest.Stream(t, "tcp", "127.0.0.1:0", "hello")
+	udp, _ := netnstest.Datagram(t, "udp", "127.0.0.1:0")
 	abstract := "@" + uniqueMarker("aleph-escape")
-	abs, err := net.Listen("unix", abstract)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer abs.Close()
+	netnstest.Stream(t, "unix", abstract, "hello")
 	hostSock := filepath.Join(t.TempDir(), "host.sock")
-	hs, err := net.Listen("unix", hostSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hs.Close()
+	netnstest.Stream(t, "unix", hostSock, "hello")
 	wsSock := filepath.Join(ws, "ws.sock")
-	wss, err := net.Listen("unix", wsSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wss.Close()
-	for _, l := range []net.Listener{tcp, abs, hs, wss} {
-		go func(l net.Listener) {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				_, _ = c.Write([]byte("hello"))
-				c.Close()
-			}
-		}(l)
-	}
-	go func() {
-		b := make([]byte, 64)
-		for {
-			n, a, err := udp.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			_, _ = udp.WriteTo(b[:n], a)
-		}
-	}()
+	netnstest.Stream(t, "unix", wsSock, "hello")
 	tcpSpec, udpSpec := "tcp:"+tcp.Addr().String(), "udp:"+udp.LocalAddr().String()
 	specs := []string{tcpSpec, udpSpec, "unix:" + abstract, "unix:" + hostSock, "unix:" + wsSock, "dns:example.com", "dns:localhost"}
 	none := h.probeIn(t, ws, nil, specs...)
