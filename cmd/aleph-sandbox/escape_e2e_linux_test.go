@@ -384,6 +384,7 @@ func TestEscapeBattery(t *testing.T) {
 	t.Run("signals", func(t *testing.T) { t.Parallel(); escapeSignals(t, h) })
 	t.Run("network", func(t *testing.T) { t.Parallel(); escapeNetwork(t, h) })
 	t.Run("badinput", func(t *testing.T) { t.Parallel(); escapeBadInput(t, h) })
+	t.Run("bench-raw-row", func(t *testing.T) { t.Parallel(); benchRawRow(t, h) })
 	t.Run("workspaces", func(t *testing.T) { t.Parallel(); escapeWorkspaces(t, h) })
 	// The heavy classes run one at a time after the others.
 	t.Run("heavy", func(t *testing.T) {
@@ -1904,5 +1905,23 @@ func leftNothing(t *testing.T, h *escapeHarness, ws string, before []string, dri
 	}
 	if len(cgs) > 0 {
 		t.Errorf("command cgroups left behind: %v", cgs)
+	}
+}
+
+// benchRawRow: bench's raw bubblewrap row runs through the real driver
+// binary's raw mode (the CLI links no driver): its figure is there, beside
+// the warm pipeline's.
+func benchRawRow(t *testing.T, h *escapeHarness) {
+	r := h.run(t, runOpts{args: []string{"--workspace-root", h.root, "--session", "bench-raw", "--json", "--n", "3", "--", "/bin/true"}}, "bench")
+	var o struct {
+		Backend   string  `json:"backend"`
+		RawP50MS  float64 `json:"raw_p50_ms"`
+		WarmVsRaw float64 `json:"warm_vs_raw"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &o) != nil {
+		t.Fatalf("bench: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if o.Backend != "bwrap" || o.RawP50MS <= 0 || o.WarmVsRaw <= 0 {
+		t.Errorf("bench --json: backend %q, raw_p50_ms %v, warm_vs_raw %v: want the raw bwrap row", o.Backend, o.RawP50MS, o.WarmVsRaw)
 	}
 }
