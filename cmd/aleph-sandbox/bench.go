@@ -290,7 +290,7 @@ func coldRunner(ctx context.Context, flags []string, cmd core.Command) (func() s
 func benchFailure(out *core.Output, err error) string {
 	switch {
 	case err != nil:
-		return oneLine(err.Error())
+		return oneLine(userMessage(err))
 	case out.Exit.TimedOut:
 		return "the command timed out"
 	case out.Exit.Signal != 0:

@@ -169,20 +169,33 @@ func TestExecJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatalf("not one JSON object: %q", r.stdout)
 	}
-	if res.ExitCode != 3 || res.Denied || res.Backend != drivertest.FakeBackend {
-		t.Fatalf("json = %+v", res)
+	if res.ExitCode == nil || *res.ExitCode != 3 || res.Signal == nil || *res.Signal != 0 || res.Denied || res.Backend != drivertest.FakeBackend {
+		t.Fatalf("json = %s", r.stdout)
+	}
+	// A command that ran and succeeded: exit_code 0, a number.
+	r = cli(t, "", false, "exec", "--driver", drv, "--json", "--", "echo", "x")
+	if r.code != 0 || !strings.Contains(r.stdout, `"exit_code":0,"signal":0,`) {
+		t.Fatalf("successful json: code %d %q", r.code, r.stdout)
 	}
 
+	// No process ran: exit_code and signal are null, not a 0 that reads as
+	// success.
 	r = cli(t, "", false, "exec", "--driver", drv, "--json", "--net", "all", "--", "echo", "x")
 	res = execResult{}
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || !res.Denied || res.Reason == "" {
 		t.Fatalf("denied json: code %d %q", r.code, r.stdout)
+	}
+	if !strings.Contains(r.stdout, `"exit_code":null,"signal":null,`) {
+		t.Errorf("denied json reports a status: %s", r.stdout)
 	}
 
 	r = cli(t, "", false, "exec", "--driver", filepath.Join(t.TempDir(), "aleph-driver-missing"), "--json", "--", "echo")
 	res = execResult{}
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 125 || res.Error == "" {
 		t.Fatalf("missing driver json: code %d %q", r.code, r.stdout)
+	}
+	if !strings.Contains(r.stdout, `"exit_code":null,"signal":null,`) {
+		t.Errorf("failure json reports a status: %s", r.stdout)
 	}
 }
 
