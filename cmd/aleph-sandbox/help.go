@@ -51,8 +51,8 @@ func helpFor(command string) commandHelp {
 				"or bench exits 125 naming the first failure. The exec flags shape the command.",
 			},
 			examples: []helpExample{
-				{"aleph-sandbox bench --n 5 -- /bin/true", "the four rows side by side"},
-				{"aleph-sandbox bench --json --n 5 --concurrency 2 -- /bin/true", ""},
+				{"aleph-sandbox bench --n 3 -- /bin/true", "the four rows side by side"},
+				{"aleph-sandbox bench --json --n 3 --concurrency 2 -- /bin/true", ""},
 			},
 		}
 	case "doctor":
