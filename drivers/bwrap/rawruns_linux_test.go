@@ -64,6 +64,11 @@ func TestRawRunsMode(t *testing.T) {
 		return replies
 	}
 	got := rawRuns("/bin/sh", "-c", "echo x >> raw-ran")
+	if len(got) > 0 && strings.Contains(got[0].Error, "raw bwrap: ") {
+		// The Landlock tier (no namespaces here): there is no bwrap run to
+		// measure, and the mode says so in each reply.
+		t.Skipf("bubblewrap cannot run here: %s", got[0].Error)
+	}
 	if len(got) != 2 || got[0].Error != "" || got[1].Error != "" || got[0].Nanoseconds <= 0 {
 		t.Fatalf("replies %+v, want two timed successes", got)
 	}
