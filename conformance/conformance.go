@@ -127,9 +127,9 @@ type Config struct {
 	// Progress, when set, is called as each case ends.
 	Progress func(Result)
 	// Probe is the program the cases run in the sandbox (built from
-	// conformance/probe). Default: the running executable, which answers
-	// as the probe through this package (see init); a separate probe
-	// binary is smaller and starts faster.
+	// conformance/probe). Default: the running executable, which must
+	// then call ServeProbe first thing in its main (or TestMain); a
+	// separate probe binary is smaller and starts faster.
 	Probe string
 }
 

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/conformance"
+	"github.com/aleph-sandbox/aleph-sandbox/conformance/internal/probe"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -29,6 +30,8 @@ var drivers struct {
 }
 
 func TestMain(m *testing.M) {
+	// With no Config.Probe this test binary is the probe (TestRunEntryPoint).
+	conformance.ServeProbe(os.Args)
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "conformance-drivers-")
 	if err != nil {
@@ -38,7 +41,7 @@ func TestMain(m *testing.M) {
 	code := func() int {
 		defer os.RemoveAll(dir)
 		gobin := goTool()
-		build := exec.Command(gobin, "build", "-o", dir+string(filepath.Separator), "./example", "./testdrivers/leaky", "./testdrivers/denyall", "./probe")
+		build := exec.Command(gobin, "build", "-o", dir+string(filepath.Separator), "./example", "./testdrivers/leaky", "./testdrivers/denyall", "./probe", "./internal/linkonly")
 		build.Stdout, build.Stderr = os.Stderr, os.Stderr
 		if err := build.Run(); err != nil {
 			fmt.Fprintln(os.Stderr, "building the test drivers:", err)
@@ -49,7 +52,7 @@ func TestMain(m *testing.M) {
 			exe = ".exe"
 		}
 		drivers.paths = map[string]string{}
-		for _, n := range []string{"example", "leaky", "denyall", "probe"} {
+		for _, n := range []string{"example", "leaky", "denyall", "probe", "linkonly"} {
 			drivers.paths[n] = filepath.Join(dir, n+exe)
 		}
 		if _, err := os.Stat("../cmd/aleph-driver-bwrap"); err == nil && runtime.GOOS == "linux" {
@@ -436,5 +439,28 @@ func TestMinimalDriverInDocs(t *testing.T) {
 	out, err := exec.Command(goTool(), "build", "-overlay", ov, "-o", filepath.Join(dir, "driver"), "./example").CombinedOutput()
 	if err != nil {
 		t.Fatalf("the minimal driver of the docs does not build: %v\n%s", err, out)
+	}
+}
+
+// Linking the conformance package changes nothing in a program: started
+// with the probe's magic first argument, a program that does not call
+// ServeProbe runs its own main (the package once did this from an init,
+// taking over every binary that linked it). The positive control: this
+// test binary, which calls ServeProbe in TestMain, answers as the probe.
+func TestLinkingDoesNotMakeTheProbe(t *testing.T) {
+	out, err := exec.Command(drivers.paths["linkonly"], probe.Magic, "echo", "hi").CombinedOutput()
+	if err != nil {
+		t.Fatalf("linkonly: %v: %s", err, out)
+	}
+	if got := string(out); got != "linkonly main ran with 3 arguments\n" {
+		t.Errorf("a program linking conformance, started as the probe, printed %q, want its own main's line", got)
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err = exec.Command(self, probe.Magic, "echo", "hi").CombinedOutput()
+	if err != nil || string(out) != "hi\n" {
+		t.Errorf("this test binary (ServeProbe in TestMain) as the probe: %v, %q, want \"hi\\n\"", err, out)
 	}
 }

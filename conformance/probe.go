@@ -10,18 +10,20 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/conformance/internal/probe"
 )
 
-// init makes every binary that links this package usable as the probe:
-// started with the probe's magic first argument it runs the probe and
-// exits before main. That is how the suite runs without a separate probe
-// binary (Config.Probe), e.g. from the aleph-sandbox command or a driver's
-// own go test binary; no other argument list is affected.
+// ServeProbe makes the calling program the suite's probe when args (its
+// os.Args) ask for it: started with the probe's magic first argument it
+// runs the probe and exits; with any other argument list it returns at once
+// and does nothing. A program that runs the suite without Config.Probe (the
+// suite then uses the running executable as the probe: the aleph-sandbox
+// command, a driver's own go test binary) calls it first thing in main or
+// TestMain. Linking this package alone changes nothing in a program.
 //
 // It ends with syscall.Exit, not os.Exit: a host built with -race would
 // otherwise sleep a second in the race runtime's exit hook on every probe
 // command. The probe's output is unbuffered, so nothing is lost.
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == probe.Magic {
-		syscall.Exit(probe.Main(os.Args[2:]))
+func ServeProbe(args []string) {
+	if len(args) > 1 && args[1] == probe.Magic {
+		syscall.Exit(probe.Main(args[2:]))
 	}
 }
 

@@ -70,12 +70,21 @@ func (e *DeniedError) Error() string {
 }
 
 // InvalidCommandError is a Command field that cannot be run as given.
+// Field names it as the wire protocol does (session_id, cwd,
+// capabilities.fs_read[0], ...): a front end maps it to its own spelling
+// (the CLI to a flag) and shows Reason, which names no Go API.
 type InvalidCommandError struct {
 	Field  string
 	Reason string
+	// Hint, when set, says how a Go caller sets the field (Error includes
+	// it; a front end whose users set it otherwise leaves it out).
+	Hint string
 }
 
 func (e *InvalidCommandError) Error() string {
+	if e.Hint != "" {
+		return fmt.Sprintf("invalid command: %s: %s (%s)", e.Field, e.Reason, e.Hint)
+	}
 	return fmt.Sprintf("invalid command: %s: %s", e.Field, e.Reason)
 }
 

@@ -14,7 +14,7 @@ import (
 
 // GrantStore keeps sessions' grants beyond one process, so an elevation
 // approved once for a session (by the CLI's --yes or prompt, or a client of
-// the service) holds for its later commands wherever they run (CLI.md).
+// the service) holds for its later commands wherever they run (docs/cli.md).
 // Implementations must be safe for concurrent use, also by several
 // processes sharing the store.
 type GrantStore interface {

@@ -15,7 +15,7 @@ func validateCommand(sid string, cmd Command) error {
 	bad := func(field, reason string) error { return &InvalidCommandError{Field: field, Reason: reason} }
 	switch {
 	case sid == "":
-		return bad("session_id", "empty: set Command.SessionID or carry one in the context with WithSession")
+		return &InvalidCommandError{Field: "session_id", Reason: "empty", Hint: "set Command.SessionID or carry one in the context with WithSession"}
 	case len(sid) > maxSessionIDLen:
 		return bad("session_id", fmt.Sprintf("longer than %d bytes", maxSessionIDLen))
 	case !utf8.ValidString(sid) || strings.IndexByte(sid, 0) >= 0:

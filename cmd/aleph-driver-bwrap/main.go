@@ -25,6 +25,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == bwrap.JanitorCommand {
 		os.Exit(bwrap.JanitorMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == bwrap.RawRunsCommand {
+		os.Exit(bwrap.RawRunsMain(os.Args[2:], os.Stdin, os.Stdout))
+	}
 	if initmain.IsInitMode(os.Args[1:]) {
 		os.Exit(initmain.Main(os.Args[1:]))
 	}

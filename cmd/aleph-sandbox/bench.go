@@ -18,7 +18,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
-// benchResult is the --json object of CLI.md.
+// benchResult is the --json object of docs/cli.md.
 type benchResult struct {
 	N           int     `json:"n"`
 	Concurrency int     `json:"concurrency"`
@@ -28,7 +28,7 @@ type benchResult struct {
 	PerSecond   float64 `json:"per_second"`
 	DirectP50MS float64 `json:"direct_p50_ms"`
 	Backend     string  `json:"backend"`
-	// The side-by-side baselines (added to CLI.md's fields): bubblewrap
+	// The side-by-side baselines (added to the fields of docs/cli.md): bubblewrap
 	// alone with the driver's flags (Linux with the bwrap driver only, else
 	// 0), and a fresh CLI process per run. The ratios are p50 over raw p50
 	// (0 when there is no raw figure).
@@ -71,6 +71,27 @@ func execFlags(fs *flag.FlagSet, args []string) []string {
 		}
 	}
 	return out
+}
+
+// benchWay is one way of running the command: it runs it once and returns
+// the failure, if any, and how long the run took when it measured that
+// itself (the raw bwrap runs are timed in the process that starts bwrap,
+// without the pipe to it); 0 lets the caller time the call.
+type benchWay func() (took time.Duration, failure string)
+
+// timed is a way the caller times.
+func timed(fn func() string) benchWay {
+	return func() (time.Duration, string) { return 0, fn() }
+}
+
+// runWay runs w once and returns its latency and failure.
+func runWay(w benchWay) (time.Duration, string) {
+	t := time.Now()
+	took, msg := w()
+	if took <= 0 {
+		took = time.Since(t)
+	}
+	return took, msg
 }
 
 // ratio is a over b, 0 when there is no b.
@@ -125,12 +146,13 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		out, err := p.sandbox.Execute(ctx, cmd)
 		return benchFailure(out, err)
 	}
-	rawRun, err := rawRunner(ctx, cfg, cmd)
+	rawRun, stopRaw, err := rawRunner(ctx, cfg, cmd)
 	if err != nil {
 		return fail(io.Err, "bench: raw bwrap baseline: %s", oneLine(err.Error()))
 	}
+	defer stopRaw()
 	if rawRun != nil {
-		if msg := rawRun(); msg != "" {
+		if _, msg := rawRun(); msg != "" {
 			return fail(io.Err, "bench: warm-up of %s", msg)
 		}
 	}
@@ -154,7 +176,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	if *conc == 1 {
 		// One round runs each way once, so load that comes and goes on a
 		// shared machine touches all of them alike and the ratios hold.
-		ways := []func() string{warm, coldRun, directRun}
+		ways := []benchWay{timed(warm), timed(coldRun), timed(directRun)}
 		if rawRun != nil {
 			ways = append(ways, rawRun)
 		}
@@ -169,15 +191,15 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		}
 	} else {
 		// Concurrent warm runs first, then the baselines one at a time.
-		lat, elapsed, msg = measure(*n, *conc, warm)
+		lat, elapsed, msg = measure(*n, *conc, timed(warm))
 		if msg == "" && rawRun != nil {
 			raw, _, msg = measure(*n, 1, rawRun)
 		}
 		if msg == "" {
-			cold, _, msg = measure(*n, 1, coldRun)
+			cold, _, msg = measure(*n, 1, timed(coldRun))
 		}
 		if msg == "" {
-			direct, _, msg = measure(*n, 1, directRun)
+			direct, _, msg = measure(*n, 1, timed(directRun))
 		}
 	}
 	if msg != "" {
@@ -224,13 +246,12 @@ func printBench(w io.Writer, r benchResult, warm, raw, cold, direct []time.Durat
 
 // interleave runs n rounds, each calling every way once in turn, and
 // returns each way's latencies and the first failure.
-func interleave(n int, ways []func() string) ([][]time.Duration, string) {
+func interleave(n int, ways []benchWay) ([][]time.Duration, string) {
 	lat := make([][]time.Duration, len(ways))
 	for i := 0; i < n; i++ {
 		for w, fn := range ways {
-			t := time.Now()
-			msg := fn()
-			lat[w] = append(lat[w], time.Since(t))
+			took, msg := runWay(fn)
+			lat[w] = append(lat[w], took)
 			if msg != "" {
 				return lat, fmt.Sprintf("run %d: %s", i+1, msg)
 			}
@@ -269,7 +290,7 @@ func coldRunner(ctx context.Context, flags []string, cmd core.Command) (func() s
 func benchFailure(out *core.Output, err error) string {
 	switch {
 	case err != nil:
-		return oneLine(err.Error())
+		return oneLine(userMessage(err))
 	case out.Exit.TimedOut:
 		return "the command timed out"
 	case out.Exit.Signal != 0:
@@ -282,7 +303,7 @@ func benchFailure(out *core.Output, err error) string {
 
 // measure runs fn n times, c at a time, and returns each run's latency, the
 // wall time of the whole, and the first failure.
-func measure(n, c int, fn func() string) ([]time.Duration, time.Duration, string) {
+func measure(n, c int, fn benchWay) ([]time.Duration, time.Duration, string) {
 	lat := make([]time.Duration, n)
 	var mu sync.Mutex
 	first := ""
@@ -294,9 +315,8 @@ func measure(n, c int, fn func() string) ([]time.Duration, time.Duration, string
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				t := time.Now()
-				msg := fn()
-				lat[i] = time.Since(t)
+				took, msg := runWay(fn)
+				lat[i] = took
 				if msg != "" {
 					mu.Lock()
 					if first == "" {

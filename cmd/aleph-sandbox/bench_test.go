@@ -5,7 +5,11 @@ import (
 	"encoding/json"
 	"flag"
 	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -64,7 +68,7 @@ func TestInterleave(t *testing.T) {
 			return ""
 		}
 	}
-	lat, msg := interleave(3, []func() string{way("a", 0), way("b", 0)})
+	lat, msg := interleave(3, []benchWay{timed(way("a", 0)), timed(way("b", 0))})
 	if msg != "" || len(lat) != 2 || len(lat[0]) != 3 || len(lat[1]) != 3 {
 		t.Fatalf("interleave: %q, %d ways", msg, len(lat))
 	}
@@ -72,7 +76,7 @@ func TestInterleave(t *testing.T) {
 		t.Errorf("order %q, want ababab", got)
 	}
 	order = nil
-	_, msg = interleave(3, []func() string{way("a", 0), way("b", 2)})
+	_, msg = interleave(3, []benchWay{timed(way("a", 0)), timed(way("b", 2))})
 	if msg != "run 2: b failed" || strings.Join(order, "") != "abab" {
 		t.Errorf("failure: %q after %q", msg, strings.Join(order, ""))
 	}
@@ -121,5 +125,46 @@ func TestBenchJSONFields(t *testing.T) {
 	}
 	if len(m) != 12 {
 		t.Errorf("--json has %d fields, want 12: %s", len(m), b)
+	}
+}
+
+// A way that times itself (the raw bwrap runs, timed in the process that
+// starts bwrap) is recorded with its own figure, not the call's.
+func TestSelfTimedWay(t *testing.T) {
+	self := benchWay(func() (time.Duration, string) { return 7 * time.Millisecond, "" })
+	lat, msg := interleave(2, []benchWay{self})
+	if msg != "" || len(lat[0]) != 2 || lat[0][0] != 7*time.Millisecond || lat[0][1] != 7*time.Millisecond {
+		t.Errorf("interleave: %v %q, want two runs of 7ms", lat, msg)
+	}
+	got, _, msg := measure(3, 2, self)
+	if msg != "" || len(got) != 3 || got[2] != 7*time.Millisecond {
+		t.Errorf("measure: %v %q, want three runs of 7ms", got, msg)
+	}
+}
+
+// The CLI links no driver: bench's raw bubblewrap row comes from the driver
+// binary's raw mode (drivers/bwrap RawRunsCommand), not from the driver's
+// package linked into the host; the pipeline reaches drivers over the
+// plugin protocol only.
+func TestHostLinksNoDriver(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	for _, goos := range []string{"linux", "darwin", "windows"} {
+		cmd := exec.Command(gobin, "list", "-deps", ".")
+		cmd.Env = append(os.Environ(), "GOOS="+goos)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list -deps (GOOS=%s): %v", goos, err)
+		}
+		if !strings.Contains(string(out), "github.com/aleph-sandbox/aleph-sandbox/core\n") {
+			t.Fatalf("GOOS=%s: go list -deps does not list core; the check would prove nothing:\n%s", goos, out)
+		}
+		for _, p := range strings.Fields(string(out)) {
+			if strings.HasPrefix(p, "github.com/aleph-sandbox/aleph-sandbox/drivers/") {
+				t.Errorf("GOOS=%s: aleph-sandbox links %s", goos, p)
+			}
+		}
 	}
 }

@@ -20,12 +20,12 @@ import (
 // failed.
 func runConformance(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("conformance", flag.ContinueOnError)
-	driver := fs.String("driver", "", "driver name (bwrap → aleph-driver-bwrap) or path to a driver binary")
+	driver := fs.String("driver", "", "driver `NAME|PATH`: a name (bwrap → aleph-driver-bwrap) or the path of a driver binary")
 	junit := fs.String("junit", "", "also write a JUnit XML report to `FILE`")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the case lines")
 	run := fs.String("run", "", "run only the cases whose id matches `REGEXP`")
 	list := fs.Bool("list", false, "list the cases (id, level, feature) without running them")
-	config := fs.String("config", "", "TOML config whose platform section is passed to the driver as ALEPH_DRIVER_OPTIONS, as exec does")
+	config := fs.String("config", "", "TOML config `FILE` whose platform section is passed to the driver as ALEPH_DRIVER_OPTIONS, as exec does")
 	if done, code := parseFlags(fs, args, io, "aleph-sandbox conformance --driver NAME|PATH [--junit FILE] [--json] [--run REGEXP]"); done {
 		return code
 	}

@@ -19,6 +19,36 @@ type driverReport struct {
 	Default      bool                        `json:"default"`
 	Capabilities *driverapi.HostCapabilities `json:"capabilities,omitempty"`
 	Error        string                      `json:"error,omitempty"`
+	// ForOS is set, instead of a report, for one of the project's drivers
+	// built for another system (seatbelt: darwin, appcontainer: windows):
+	// it is not launched, since it can only say it does not run here.
+	ForOS string `json:"for_os,omitempty"`
+}
+
+// builtinDriverOS is the system each of the project's own drivers is for.
+func builtinDriverOS(name string) string {
+	switch name {
+	case "bwrap":
+		return "linux"
+	case "seatbelt":
+		return "darwin"
+	case "appcontainer":
+		return "windows"
+	}
+	return ""
+}
+
+// osLabel is a GOOS as people name the system.
+func osLabel(goos string) string {
+	switch goos {
+	case "darwin":
+		return "macOS"
+	case "windows":
+		return "Windows"
+	case "linux":
+		return "Linux"
+	}
+	return goos
 }
 
 // runDrivers lists the driver binaries found where exec would look, launches
@@ -53,6 +83,10 @@ func runDrivers(ctx context.Context, args []string, io stdio) int {
 		def := ""
 		if r.Default {
 			def = " (default)"
+		}
+		if r.ForOS != "" {
+			fmt.Fprintf(io.Out, "%s  %s  for %s, not this system (%s): not launched\n", shown(r.Name), shown(r.Path), osLabel(r.ForOS), osLabel(goos()))
+			continue
 		}
 		fmt.Fprintf(io.Out, "%s%s  %s\n", shown(r.Name), def, shown(r.Path))
 		if r.Error != "" {
@@ -115,6 +149,10 @@ func driverPin(cfg core.Config, path string) string {
 
 func probeDriver(ctx context.Context, d foundDriver, cfg core.Config) driverReport {
 	r := driverReport{Name: d.name, Path: d.path, Default: d.isDefault}
+	if sys := builtinDriverOS(d.name); sys != "" && sys != goos() {
+		r.ForOS = sys
+		return r
+	}
 	host, err := core.NewDriverHost(core.DriverHostConfig{Path: d.path, SHA256: driverPin(cfg, d.path), Options: cfg.DriverOptions(goos()), StartTimeout: 15 * time.Second})
 	if err != nil {
 		r.Error = err.Error()

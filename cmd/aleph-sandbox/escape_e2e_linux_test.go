@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -38,6 +37,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
 // escapeHarness holds the binaries built for one run of the battery.
@@ -324,7 +324,7 @@ func (h *escapeHarness) execOpts(t *testing.T, ws string, o runOpts, flags []str
 		args = append(args, "--workspace", ws)
 	}
 	if !slices.Contains(flags, "--session") {
-		// Grants outlive an invocation within a session (CLI.md): each
+		// Grants outlive an invocation within a session (docs/cli.md): each
 		// test gets a session of its own, so one case's approval never
 		// answers another's question.
 		args = append(args, "--session", "battery-"+t.Name())
@@ -410,7 +410,7 @@ func exists(p string) bool {
 	return err == nil
 }
 
-// oneRefusalLine checks the CLI.md refusal: exit 125 and exactly one line
+// oneRefusalLine checks the docs/cli.md refusal: exit 125 and exactly one line
 // starting with "aleph-sandbox:".
 func oneRefusalLine(t *testing.T, r cliResult, wantPart string) {
 	t.Helper()
@@ -486,6 +486,7 @@ func TestEscapeBattery(t *testing.T) {
 	t.Run("signals", func(t *testing.T) { t.Parallel(); escapeSignals(t, h) })
 	t.Run("network", func(t *testing.T) { t.Parallel(); escapeNetwork(t, h) })
 	t.Run("badinput", func(t *testing.T) { t.Parallel(); escapeBadInput(t, h) })
+	t.Run("bench-raw-row", func(t *testing.T) { t.Parallel(); benchRawRow(t, h) })
 	t.Run("workspaces", func(t *testing.T) { t.Parallel(); escapeWorkspaces(t, h) })
 	// The heavy classes run one at a time after the others.
 	t.Run("heavy", func(t *testing.T) {
@@ -1119,56 +1120,14 @@ func escapeSignals(t *testing.T, h *escapeHarness) {
 
 func escapeNetwork(t *testing.T, h *escapeHarness) {
 	ws := h.workspace(t)
-	tcp, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tcp.Close()
-	udp, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer udp.Close()
+	tcp := netnstest.Stream(t, "tcp", "127.0.0.1:0", "hello")
+	udp, _ := netnstest.Datagram(t, "udp", "127.0.0.1:0")
 	abstract := "@" + uniqueMarker("aleph-escape")
-	abs, err := net.Listen("unix", abstract)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer abs.Close()
+	netnstest.Stream(t, "unix", abstract, "hello")
 	hostSock := filepath.Join(t.TempDir(), "host.sock")
-	hs, err := net.Listen("unix", hostSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer hs.Close()
+	netnstest.Stream(t, "unix", hostSock, "hello")
 	wsSock := filepath.Join(ws, "ws.sock")
-	wss, err := net.Listen("unix", wsSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wss.Close()
-	for _, l := range []net.Listener{tcp, abs, hs, wss} {
-		go func(l net.Listener) {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				_, _ = c.Write([]byte("hello"))
-				c.Close()
-			}
-		}(l)
-	}
-	go func() {
-		b := make([]byte, 64)
-		for {
-			n, a, err := udp.ReadFrom(b)
-			if err != nil {
-				return
-			}
-			_, _ = udp.WriteTo(b[:n], a)
-		}
-	}()
+	netnstest.Stream(t, "unix", wsSock, "hello")
 	tcpSpec, udpSpec := "tcp:"+tcp.Addr().String(), "udp:"+udp.LocalAddr().String()
 	specs := []string{tcpSpec, udpSpec, "unix:" + abstract, "unix:" + hostSock, "unix:" + wsSock, "dns:example.com", "dns:localhost"}
 	none := h.probeIn(t, ws, nil, specs...)
@@ -2149,7 +2108,7 @@ func commandCgroupsOf(pid int) []string {
 	return out
 }
 
-// leftNothing holds an interrupted run to issue 18's rule: the workspace
+// leftNothing holds an interrupted run to leaving nothing behind: the workspace
 // looks as before (no placeholder or other entry survives), and no command
 // cgroup of the drivers involved remains — at once where the driver
 // survived, after the next driver start where it was killed.
@@ -2182,5 +2141,23 @@ func leftNothing(t *testing.T, h *escapeHarness, ws string, before []string, dri
 	}
 	if len(cgs) > 0 {
 		t.Errorf("command cgroups left behind: %v", cgs)
+	}
+}
+
+// benchRawRow: bench's raw bubblewrap row runs through the real driver
+// binary's raw mode (the CLI links no driver): its figure is there, beside
+// the warm pipeline's.
+func benchRawRow(t *testing.T, h *escapeHarness) {
+	r := h.run(t, runOpts{args: []string{"--workspace-root", h.root, "--session", "bench-raw", "--json", "--n", "3", "--", "/bin/true"}}, "bench")
+	var o struct {
+		Backend   string  `json:"backend"`
+		RawP50MS  float64 `json:"raw_p50_ms"`
+		WarmVsRaw float64 `json:"warm_vs_raw"`
+	}
+	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &o) != nil {
+		t.Fatalf("bench: exit %d %q %q", r.code, r.stdout, r.stderr)
+	}
+	if o.Backend != "bwrap" || o.RawP50MS <= 0 || o.WarmVsRaw <= 0 {
+		t.Errorf("bench --json: backend %q, raw_p50_ms %v, warm_vs_raw %v: want the raw bwrap row", o.Backend, o.RawP50MS, o.WarmVsRaw)
 	}
 }

@@ -21,12 +21,14 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
-// execResult is the --json object of CLI.md.
+// execResult is the --json object of docs/cli.md. ExitCode and Signal are
+// null when no process ran (a denial, a sandbox failure): 0 would read as
+// a command that ran and succeeded.
 type execResult struct {
 	Stdout     string `json:"stdout"`
 	Stderr     string `json:"stderr"`
-	ExitCode   int    `json:"exit_code"`
-	Signal     int    `json:"signal"`
+	ExitCode   *int   `json:"exit_code"`
+	Signal     *int   `json:"signal"`
 	TimedOut   bool   `json:"timed_out"`
 	Truncated  bool   `json:"truncated"`
 	DurationMS int64  `json:"duration_ms"`
@@ -42,7 +44,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	var f runFlags
 	f.register(fs)
 	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
-	host := fs.String("host", "", "send the command to a running `aleph-sandbox serve` at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
+	host := fs.String("host", "", "send the command to a running aleph-sandbox serve at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
 	const usageLine = "aleph-sandbox exec [flags] -- PROGRAM [ARG...]"
 	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
 		return 0
@@ -218,7 +220,7 @@ func (p *pipeWatch) Write(b []byte) (int, error) {
 }
 
 // reportExec turns the outcome into the exit status and, with --json, the
-// one object CLI.md describes.
+// one object docs/cli.md describes.
 func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
 	var denied *core.DeniedError
 	switch {
@@ -229,15 +231,15 @@ func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
 		}
 		return fail(io.Err, "%s", oneLine(denied.Error()))
 	case err != nil:
-		return execFailure(io, asJSON, err.Error())
+		return execFailure(io, asJSON, userMessage(err))
 	}
 	e := out.Exit
 	if asJSON {
 		writeJSON(io.Out, execResult{
 			Stdout:     lossless(out.Stdout),
 			Stderr:     lossless(out.Stderr),
-			ExitCode:   int(e.ExitCode),
-			Signal:     int(e.Signal),
+			ExitCode:   ptr(int(e.ExitCode)),
+			Signal:     ptr(int(e.Signal)),
 			TimedOut:   e.TimedOut,
 			Truncated:  e.Truncated,
 			DurationMS: e.Duration.Milliseconds(),
@@ -255,6 +257,8 @@ func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
 	return int(e.ExitCode) & 0xff
 }
 
+func ptr[T any](v T) *T { return &v }
+
 func execFailure(io stdio, asJSON bool, msg string) int {
 	if asJSON {
 		writeJSON(io.Out, execResult{Error: oneLine(msg)})
@@ -269,7 +273,7 @@ func writeJSON(w io.Writer, v any) {
 	_ = enc.Encode(v)
 }
 
-// oneLine keeps the refusal to the single line CLI.md promises, with no
+// oneLine keeps the refusal to the single line docs/cli.md promises, with no
 // control character left: messages carry names and text from outside (a
 // driver name, a path, what a plugin said), and an ESC or a newline in them
 // must not reach the terminal or split the line.

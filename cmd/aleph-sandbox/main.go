@@ -11,7 +11,10 @@ import (
 	goio "io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+
+	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 )
 
 // cliVersion is the CLI's version (`aleph-sandbox --version`).
@@ -65,6 +68,9 @@ func subcommands() []subcommand {
 }
 
 func main() {
+	// `conformance` runs this binary as the suite's probe (no separate
+	// probe binary to ship): started so, it is the probe and nothing else.
+	conformance.ServeProbe(os.Args)
 	ctx, cancel := context.WithCancel(context.Background())
 	router := newSignalRouter(cancel)
 	// Asking for SIGPIPE makes a write to a closed stdout fail with EPIPE
@@ -114,14 +120,6 @@ func dispatch(ctx context.Context, args []string, io stdio) int {
 	return 2
 }
 
-func usage(w io.Writer) {
-	fmt.Fprintln(w, "usage: aleph-sandbox COMMAND [flags]")
-	fmt.Fprintln(w)
-	for _, sc := range subcommands() {
-		fmt.Fprintf(w, "  %-12s %s\n", sc.name, sc.summary)
-	}
-}
-
 func isTerminal(f *os.File) bool {
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
@@ -155,10 +153,41 @@ func parseFlagsQuiet(fs *flag.FlagSet, args []string, io stdio, usageLine string
 	fs.Usage = func() {}
 	err = fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		fmt.Fprintln(io.Err, "usage: "+usageLine)
-		fs.SetOutput(io.Err)
-		fs.PrintDefaults()
+		printHelp(io.Err, fs, usageLine)
 		return true, nil
 	}
-	return false, err
+	if err != nil {
+		return false, errors.New(flagErrorText(err.Error()))
+	}
+	return false, nil
+}
+
+// flagErrorText words the flag package's errors with the flags spelled as
+// the help spells them (--name): "flag provided but not defined: -x"
+// becomes "unknown flag --x", "invalid value "v" for flag -x: why" becomes
+// "invalid value "v" for --x: why", "flag needs an argument: -x" becomes
+// "--x needs a value".
+func flagErrorText(msg string) string {
+	for _, r := range []struct{ prefix, repl string }{
+		{"flag provided but not defined: -", "unknown flag --"},
+		{"flag needs an argument: -", "--"},
+	} {
+		if rest, ok := strings.CutPrefix(msg, r.prefix); ok {
+			rest = strings.TrimPrefix(rest, "-")
+			if r.prefix == "flag needs an argument: -" {
+				return r.repl + rest + " needs a value"
+			}
+			return r.repl + rest
+		}
+	}
+	for _, sep := range []string{" for flag -", " for -"} {
+		if before, after, ok := strings.Cut(msg, sep); ok && strings.HasPrefix(before, "invalid ") {
+			after = strings.TrimSuffix(after, ": parse error") // strconv.ParseBool's
+			if strings.HasPrefix(before, "invalid boolean value") && !strings.Contains(after, ":") {
+				after += ": want true or false"
+			}
+			return before + " for --" + strings.TrimPrefix(after, "-")
+		}
+	}
+	return msg
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
@@ -22,6 +23,9 @@ import (
 // With ALEPH_CLI_TEST_MAIN set it is the CLI itself (main), for tests that
 // need the real process: its own standard streams, signals, a terminal.
 func TestMain(m *testing.M) {
+	// runConformance is given no probe: this binary is the probe, as the
+	// aleph-sandbox binary is in real use (main).
+	conformance.ServeProbe(os.Args)
 	if os.Getenv("ALEPH_CLI_TEST_MAIN") == "1" {
 		// The driver plugin this CLI launches must not be a CLI again.
 		_ = os.Unsetenv("ALEPH_CLI_TEST_MAIN")
@@ -135,7 +139,7 @@ func TestExecYesApprovesElevation(t *testing.T) {
 		t.Fatalf("--yes: %+v", r)
 	}
 	// The approval is the session's: a later invocation (another process
-	// in real use) of the same session needs no --yes (CLI.md) ...
+	// in real use) of the same session needs no --yes (docs/cli.md) ...
 	r = cli(t, "", false, "exec", "--driver", drv, "--session", "s1", "--spawn", "--", "echo", "again")
 	if r.code != 0 || r.stdout != "again\n" {
 		t.Fatalf("kept grant: %+v", r)
@@ -165,20 +169,33 @@ func TestExecJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 		t.Fatalf("not one JSON object: %q", r.stdout)
 	}
-	if res.ExitCode != 3 || res.Denied || res.Backend != drivertest.FakeBackend {
-		t.Fatalf("json = %+v", res)
+	if res.ExitCode == nil || *res.ExitCode != 3 || res.Signal == nil || *res.Signal != 0 || res.Denied || res.Backend != drivertest.FakeBackend {
+		t.Fatalf("json = %s", r.stdout)
+	}
+	// A command that ran and succeeded: exit_code 0, a number.
+	r = cli(t, "", false, "exec", "--driver", drv, "--json", "--", "echo", "x")
+	if r.code != 0 || !strings.Contains(r.stdout, `"exit_code":0,"signal":0,`) {
+		t.Fatalf("successful json: code %d %q", r.code, r.stdout)
 	}
 
+	// No process ran: exit_code and signal are null, not a 0 that reads as
+	// success.
 	r = cli(t, "", false, "exec", "--driver", drv, "--json", "--net", "all", "--", "echo", "x")
 	res = execResult{}
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 0 || !res.Denied || res.Reason == "" {
 		t.Fatalf("denied json: code %d %q", r.code, r.stdout)
+	}
+	if !strings.Contains(r.stdout, `"exit_code":null,"signal":null,`) {
+		t.Errorf("denied json reports a status: %s", r.stdout)
 	}
 
 	r = cli(t, "", false, "exec", "--driver", filepath.Join(t.TempDir(), "aleph-driver-missing"), "--json", "--", "echo")
 	res = execResult{}
 	if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || r.code != 125 || res.Error == "" {
 		t.Fatalf("missing driver json: code %d %q", r.code, r.stdout)
+	}
+	if !strings.Contains(r.stdout, `"exit_code":null,"signal":null,`) {
+		t.Errorf("failure json reports a status: %s", r.stdout)
 	}
 }
 

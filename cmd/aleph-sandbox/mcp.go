@@ -12,13 +12,13 @@ import (
 )
 
 // runMCP is `aleph-sandbox mcp`: an MCP server on stdio whose run_command
-// tool runs commands in the sandbox (SERVE.md, docs/mcp.md).
+// tool runs commands in the sandbox (docs/mcp.md).
 func runMCP(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	driver := fs.String("driver", "", "driver `NAME|PATH` (default: the platform's)")
 	session := fs.String("session", "mcp", "sandbox session `ID` of every call (its workspace and grants)")
-	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (shell `command` strings need it)")
+	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (shell command strings need it)")
 	allowNet := fs.String("allow-net", "", "baseline: network `HOST[,HOST...]` or all that calls get without asking")
 	yes := fs.Bool("yes", false, "approve elevations beyond the baseline when the client cannot be asked (default: deny)")
 	const usageLine = "aleph-sandbox mcp [--config FILE] [--driver NAME|PATH] [--session ID] [--allow-spawn] [--allow-net HOSTS] [--yes]"

@@ -228,7 +228,7 @@ func TestNetE2E(t *testing.T) {
 		if err := dec.Decode(&res); err != nil {
 			t.Fatalf("--json output %q: %v", r.stdout, err)
 		}
-		if res.Stdout != body || res.ExitCode != 0 || res.Signal != 0 || res.TimedOut || res.Truncated ||
+		if res.Stdout != body || res.ExitCode == nil || *res.ExitCode != 0 || res.Signal == nil || *res.Signal != 0 || res.TimedOut || res.Truncated ||
 			res.Denied || res.Error != "" || res.Backend != "bwrap" || res.DurationMS <= 0 {
 			t.Errorf("--json result: %+v", res)
 		}

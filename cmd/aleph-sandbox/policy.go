@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -24,26 +23,21 @@ const (
 // COMMAND-STRING`: the command-policy hook alone, on the string as
 // `sh -c COMMAND-STRING` would be scanned.
 func runPolicy(ctx context.Context, args []string, std stdio) int {
-	if len(args) == 0 || args[0] != "check" {
-		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprintln(std.Err, "usage: aleph-sandbox policy check [--config FILE] [--json] [--stdin] -- COMMAND-STRING")
-			return 0
-		}
-		return fail(std.Err, "policy: usage: aleph-sandbox policy check [--config FILE] [--json] [--stdin] -- COMMAND-STRING")
-	}
+	const usageLine = "aleph-sandbox policy check [--config FILE] [--json] [--stdin] -- COMMAND-STRING"
 	fs := flag.NewFlagSet("policy check", flag.ContinueOnError)
-	// Flag errors become the one-line refusal, not a usage dump.
-	fs.SetOutput(io.Discard)
-	cfgPath := fs.String("config", "", "TOML config (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
+	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	asJSON := fs.Bool("json", false, `print {"verdict", "rule", "reason"}`)
 	withStdin := fs.Bool("stdin", false, "also scan standard input, as the command's stdin payload")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(std.Err)
-			fs.PrintDefaults()
+	if len(args) == 0 || args[0] != "check" {
+		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+			printHelp(std.Err, fs, usageLine)
 			return 0
 		}
-		return fail(std.Err, "policy check: %v", err)
+		return fail(std.Err, "policy: usage: %s", usageLine)
+	}
+	// Flag errors become the one-line refusal, not a usage dump.
+	if done, code := parseFlags(fs, args[1:], std, usageLine); done {
+		return code
 	}
 	if fs.NArg() == 0 {
 		return fail(std.Err, "policy check: no command string (usage: aleph-sandbox policy check [--config FILE] [--json] -- COMMAND-STRING)")

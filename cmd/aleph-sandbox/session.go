@@ -10,19 +10,23 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
-// runSession is `aleph-sandbox session forget ID` (CLI.md: it clears the
+// runSession is `aleph-sandbox session forget ID` (docs/cli.md: it clears the
 // grants a session keeps across invocations) and `session show ID`.
 func runSession(_ context.Context, args []string, io stdio) int {
 	const usageLine = "aleph-sandbox session forget|show [--json] ID"
+	sub := "help"
+	if len(args) > 0 {
+		sub = args[0]
+	}
+	fs := flag.NewFlagSet("session "+sub, flag.ContinueOnError)
+	asJSON := fs.Bool("json", false, "print JSON")
 	if len(args) == 0 || (args[0] != "forget" && args[0] != "show") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			fmt.Fprintln(io.Err, "usage: "+usageLine)
+			printHelp(io.Err, fs, usageLine)
 			return 0
 		}
 		return fail(io.Err, "session: usage: %s", usageLine)
 	}
-	fs := flag.NewFlagSet("session "+args[0], flag.ContinueOnError)
-	asJSON := fs.Bool("json", false, "print JSON")
 	if done, code := parseFlags(fs, args[1:], io, usageLine); done {
 		return code
 	}

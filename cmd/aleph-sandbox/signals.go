@@ -16,7 +16,7 @@ import (
 const defaultSignalGrace = 10 * time.Second
 
 // signalRouter owns the CLI's SIGINT, SIGTERM and SIGHUP. While a command
-// runs they are forwarded to it (CLI.md: the exit status is then the
+// runs they are forwarded to it (docs/cli.md: the exit status is then the
 // command's); otherwise the first one cancels the CLI's context, as
 // signal.NotifyContext would.
 type signalRouter struct {

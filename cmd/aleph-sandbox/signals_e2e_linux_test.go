@@ -14,7 +14,7 @@ import (
 
 // TestExecForwardsSignals: SIGTERM, SIGINT and SIGHUP reaching `exec` go to
 // the command, which may handle them; the exit status is the command's own
-// (CLI.md), and a command that ignores them is killed after --grace.
+// (docs/cli.md), and a command that ignores them is killed after --grace.
 func TestExecForwardsSignals(t *testing.T) {
 	h := newEscapeHarness(t)
 	cases := []struct {

@@ -25,6 +25,7 @@ func runVersion(ctx context.Context, args []string, io stdio) int {
 		DriverVersion string `json:"driver_version,omitempty"`
 		ProtocolMinor uint32 `json:"protocol_minor"`
 		Error         string `json:"error,omitempty"`
+		ForOS         string `json:"for_os,omitempty"` // a driver for another system, not launched
 	}
 	out := struct {
 		Version  string          `json:"version"`
@@ -37,7 +38,7 @@ func runVersion(ctx context.Context, args []string, io stdio) int {
 	}
 	for _, d := range discoverDrivers(cfg) {
 		r := probeDriver(ctx, d, cfg)
-		dv := driverVersion{Name: r.Name, Path: r.Path, Error: r.Error}
+		dv := driverVersion{Name: r.Name, Path: r.Path, Error: r.Error, ForOS: r.ForOS}
 		if r.Capabilities != nil {
 			dv.DriverVersion, dv.ProtocolMinor = r.Capabilities.DriverVersion, r.Capabilities.ProtocolMinor
 		}

@@ -48,22 +48,22 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.driver, "driver", "", "driver `NAME|PATH` (default: the platform's)")
 	fs.StringVar(&f.config, "config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	fs.StringVar(&f.session, "session", "cli", "session `ID`; its workspace is reused across calls")
-	fs.StringVar(&f.workspaceRoot, "workspace-root", "", "overrides sandbox.workspace_root")
+	fs.StringVar(&f.workspaceRoot, "workspace-root", "", "workspace root `DIR` (overrides sandbox.workspace_root)")
 	fs.StringVar(&f.workspace, "workspace", "", "run in this existing `DIR` as the workspace")
 	fs.StringVar(&f.cwd, "cwd", "", "working `DIR`, inside the workspace")
 	fs.Var(&f.read, "read", "extra readable `PATH` (repeatable)")
 	fs.Var(&f.write, "write", "extra writable `PATH` (repeatable)")
-	fs.StringVar(&f.net, "net", "none", "network: none|all|HOST[,HOST...]")
+	fs.StringVar(&f.net, "net", "none", "network `none|all|HOST[,HOST...]`: no network, all of it, or only these hosts through the proxy")
 	fs.BoolVar(&f.spawn, "spawn", false, "allow subprocesses")
 	fs.Var((*positiveUint64)(&f.memoryMB), "memory", "memory limit in `MB`")
-	fs.Var((*positiveDuration)(&f.timeout), "timeout", "wall-clock limit (e.g. 30s)")
+	fs.Var((*positiveDuration)(&f.timeout), "timeout", "wall-clock limit `DURATION` (e.g. 30s)")
 	fs.Var((*positiveInt64)(&f.maxOutput), "max-output", "output budget in `BYTES`")
 	fs.Var(&f.env, "env", "set `NAME=VALUE` in the child (repeatable)")
 	fs.BoolVar(&f.stdin, "stdin", false, "feed standard input to the child")
 	fs.BoolVar(&f.yes, "yes", false, "approve every elevation without asking")
 	fs.BoolVar(&f.json, "json", false, "print one JSON object instead of the child's output")
 	f.grace = defaultSignalGrace
-	fs.Var((*positiveDuration)(&f.grace), "grace", "after SIGINT, SIGTERM or SIGHUP is forwarded, how long the command may take to end before its tree is killed")
+	fs.Var((*positiveDuration)(&f.grace), "grace", "after SIGINT, SIGTERM or SIGHUP is forwarded, the `DURATION` the command may take to end before its tree is killed")
 }
 
 // The limits are positive when given: 0 would otherwise read as "not

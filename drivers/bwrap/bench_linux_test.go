@@ -60,7 +60,7 @@ func BenchmarkLaunch(b *testing.B) {
 		fn   func() error
 	}{
 		{"raw_bwrap", func() error {
-			cmd, release, err := d.RawBwrapCommand(ctx, spec)
+			cmd, release, err := d.rawBwrapCommand(ctx, spec)
 			if err != nil {
 				return err
 			}

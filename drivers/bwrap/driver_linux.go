@@ -603,15 +603,16 @@ func joinV1(cg *commandCgroup, bwrapPID int, status io.Reader, block *os.File) e
 	}
 }
 
-// RawBwrapCommand returns bwrap with exactly the namespace and mount flags
+// rawBwrapCommand returns bwrap with exactly the namespace and mount flags
 // Run would use for spec, running spec.Program directly: no sandbox-init
 // (so no Landlock, seccomp or rlimits), no cgroup, no output budget. It
 // exists to measure what the driver adds on top of bubblewrap (the bench
-// command and the package benchmarks); never use it to run untrusted code.
+// command through RawRunsCommand, and the package benchmarks); never use it
+// to run untrusted code.
 //
 // The caller must call release once the command has ended: it removes the
 // protected-entry placeholders the command needed.
-func (d *Driver) RawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (cmd *exec.Cmd, release func(), err error) {
+func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (cmd *exec.Cmd, release func(), err error) {
 	if err := spec.Profile.Verify(Backend); err != nil {
 		return nil, nil, err
 	}

@@ -3,13 +3,9 @@
 package bwrap
 
 import (
-	"context"
 	"errors"
-	"os/exec"
 
 	"github.com/hashicorp/go-hclog"
-
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // Config configures a Driver (Linux only).
@@ -33,11 +29,6 @@ func New(Config) (*Driver, error) { return nil, ErrUnsupported }
 
 // NewFromEnv refuses off Linux.
 func NewFromEnv(hclog.Logger) (*Driver, error) { return nil, ErrUnsupported }
-
-// RawBwrapCommand refuses off Linux.
-func (d *Driver) RawBwrapCommand(context.Context, driverapi.RunSpec) (*exec.Cmd, func(), error) {
-	return nil, nil, ErrUnsupported
-}
 
 // Prepare does nothing off Linux.
 func (d *Driver) Prepare() {}

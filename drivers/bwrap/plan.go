@@ -277,7 +277,7 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 		// The sandbox keeps its own network namespace; the only way out
 		// is the bridge to the host proxy, which enforces the host list.
 		if req.Proxy == nil || req.Proxy.UnixSocket == "" {
-			return Plan{}, &driverapi.InvalidSpecError{Field: "proxy", Reason: "allow_hosts needs the managed proxy's unix socket (ProfileRequest.Proxy.UnixSocket)"}
+			return Plan{}, &driverapi.InvalidSpecError{Field: "proxy", Reason: "allow_hosts needs the managed proxy's unix socket, and the host gave none"}
 		}
 		sock, err := checkSocket(req.Proxy.UnixSocket)
 		if err != nil {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
 // refusingBwrap is a bwrap that works (--version answers) but cannot
@@ -206,37 +207,8 @@ func TestTierNetwork(t *testing.T) {
 	}
 	d := tierDriver(t, Options{})
 	ws := newWorkspace(t)
-	tcp, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer tcp.Close()
-	go func() {
-		for {
-			c, err := tcp.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("tcp-hello"))
-			c.Close()
-		}
-	}()
-	udp, err := net.ListenPacket("udp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer udp.Close()
-	gotUDP := make(chan string, 4)
-	go func() {
-		var b [64]byte
-		for {
-			n, _, err := udp.ReadFrom(b[:])
-			if err != nil {
-				return
-			}
-			gotUDP <- string(b[:n])
-		}
-	}()
+	tcp := netnstest.Stream(t, "tcp4", "127.0.0.1:0", "tcp-hello")
+	udp, gotUDP := netnstest.Datagram(t, "udp4", "127.0.0.1:0")
 	sockDir := t.TempDir()
 	sockPath := filepath.Join(sockDir, "host.sock")
 	ul, err := net.Listen("unix", sockPath)

@@ -19,6 +19,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
@@ -26,6 +27,8 @@ import (
 // TestMain lets the test binary act as the RLIMIT_AS shim, as the driver
 // binary does in production.
 func TestMain(m *testing.M) {
+	// TestConformancePlumbing gives no Config.Probe: this binary is the probe.
+	conformance.ServeProbe(os.Args)
 	if len(os.Args) > 1 && os.Args[1] == ShimArg {
 		os.Exit(ShimMain(os.Args[2:]))
 	}

@@ -24,7 +24,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// ToolRunCommand is the tool's name (SERVE.md).
+// ToolRunCommand is the tool's name (docs/mcp.md).
 const ToolRunCommand = "run_command"
 
 // Runner runs one command; *alephsandbox.Runtime is one.

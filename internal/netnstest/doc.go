@@ -1,3 +1,4 @@
-// Package netnstest builds network-namespace test hosts (Linux only; on
-// other systems the package is empty).
+// Package netnstest holds the network fixtures of the tests: listeners
+// that greet or echo (any system), and network-namespace test hosts
+// (Linux only).
 package netnstest

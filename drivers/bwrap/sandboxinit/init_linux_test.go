@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/int80test"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
 // The test binary doubles as sandbox-init and as the probe it execs. These
@@ -633,20 +634,7 @@ func TestSandboxInitLandlockFilesystem(t *testing.T) {
 
 func tcpListener(t *testing.T) (net.Listener, string) {
 	t.Helper()
-	l, err := net.Listen("tcp4", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	l := netnstest.Stream(t, "tcp4", "127.0.0.1:0", "")
 	return l, l.Addr().String()
 }
 
