@@ -4,8 +4,11 @@ package bwrap
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"sort"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,6 +58,7 @@ func BenchmarkLaunch(b *testing.B) {
 		}
 		return err
 	}
+	minimal := minimalBwrapArgs(d, ws)
 	ways := []struct {
 		name string
 		fn   func() error
@@ -68,6 +72,7 @@ func BenchmarkLaunch(b *testing.B) {
 			return cmd.Run()
 		}},
 		{"direct", func() error { return exec.Command("/bin/true").Run() }},
+		{"raw_minimal", func() error { return exec.Command(d.probe().bwrap, minimal...).Run() }},
 		{"in_process", func() error { return run(d, spec) }},
 		{"no_cgroup", func() error { return run(dn, spec) }},
 		{"plugin", func() error { return run(pd, pspec) }},
@@ -95,4 +100,111 @@ func BenchmarkLaunch(b *testing.B) {
 			b.ReportMetric(v/raw, w.name+"_x_raw")
 		}
 	}
+}
+
+// minimalBwrapArgs is the smallest bubblewrap sandbox that runs /bin/true
+// here: every namespace, the system directories (as the plan has them:
+// merged-/usr hosts link /bin to usr/bin), /proc, /dev and the workspace.
+// It is the floor any bwrap-based sandbox pays per command.
+func minimalBwrapArgs(d *Driver, ws string) []string {
+	args := []string{"--unshare-all", "--die-with-parent"}
+	for _, m := range SystemReadSet() {
+		if !strings.HasPrefix(m.Dest, "/etc") {
+			if m.Kind == MountSymlink {
+				args = append(args, "--symlink", m.Src, m.Dest)
+			} else {
+				args = append(args, "--ro-bind", m.Src, m.Dest)
+			}
+		}
+	}
+	return append(args, "--proc", "/proc", "--dev", "/dev", "--bind", ws, ws, "--chdir", ws, "--", "/bin/true")
+}
+
+// BenchmarkThroughput runs /bin/true from 4 and 8 goroutines at once,
+// through raw bwrap with the driver's flags and through the driver in
+// process, one batch of each per iteration (interleaved, as BenchmarkLaunch).
+// The figures are execs/s per way and the driver's ratio to raw bwrap.
+func BenchmarkThroughput(b *testing.B) {
+	for _, conc := range []int{4, 8} {
+		b.Run("c"+strconv.Itoa(conc), func(b *testing.B) { benchThroughput(b, conc) })
+	}
+}
+
+func benchThroughput(b *testing.B, conc int) {
+	ctx := context.Background()
+	d, err := New(Config{InitBinary: chooseInit(driverBin)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ws := newWorkspace(b)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 30 * time.Second,
+		MaxOutputBytes: 1 << 20, Env: pathEnv()}
+	ways := []struct {
+		name string
+		fn   func() error
+	}{
+		{"raw_bwrap", func() error {
+			cmd, release, err := d.RawBwrapCommand(ctx, spec)
+			if err != nil {
+				return err
+			}
+			defer release()
+			return cmd.Run()
+		}},
+		{"driver", func() error {
+			exit, err := d.Run(ctx, spec, driverapi.Streams{})
+			if err == nil && exit.ExitCode != 0 {
+				return fmt.Errorf("exit %+v", exit)
+			}
+			return err
+		}},
+	}
+	perBatch := 4 * conc
+	total := make([]time.Duration, len(ways))
+	for b.Loop() {
+		for i, w := range ways {
+			t := time.Now()
+			if err := batch(conc, perBatch, w.fn); err != nil {
+				b.Fatalf("%s: %v", w.name, err)
+			}
+			total[i] += time.Since(t)
+		}
+	}
+	rate := func(i int) float64 { return float64(perBatch*b.N) / total[i].Seconds() }
+	for i, w := range ways {
+		b.ReportMetric(rate(i), w.name+"_execs/s")
+	}
+	b.ReportMetric(rate(1)/rate(0), "driver_x_raw")
+}
+
+// batch runs n calls of fn from conc goroutines and returns the first error.
+func batch(conc, n int, fn func() error) error {
+	jobs := make(chan struct{}, n)
+	for range n {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	errs := make(chan error, conc)
+	for range conc {
+		go func() {
+			var first error
+			for range jobs {
+				if err := fn(); err != nil && first == nil {
+					first = err
+				}
+			}
+			errs <- first
+		}()
+	}
+	var first error
+	for range conc {
+		if err := <-errs; err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
 }

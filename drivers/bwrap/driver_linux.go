@@ -77,6 +77,8 @@ type Driver struct {
 	optErr error
 	// running are the commands being run, for signalCommand.
 	running commandTable
+	// etc is the /etc view in use (etcview_linux.go).
+	etc etcViews
 }
 
 var (
@@ -254,6 +256,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	}
 	defer release()
 	plan.prot = prot
+	plan.etcView = d.etcViewFor(plan)
 
 	is := plan.InitSpec()
 	is.EnvFD, is.LifelineFD = envFD, lifelineFD
@@ -638,6 +641,7 @@ func (d *Driver) RawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 		return nil, nil, err
 	}
 	plan.prot = prot
+	plan.etcView = d.etcViewFor(plan)
 	pinned, fdOf, err := pinPaths(plan, 3)
 	if err != nil {
 		release()

@@ -87,6 +87,9 @@ type Plan struct {
 	// Run just before bwrap starts (never serialized: the tree changes
 	// between commands).
 	prot *protection
+	// etcView, when set, is the directory bound read-only at /etc in
+	// place of the plan's /etc entries (etcview_linux.go), chosen by Run.
+	etcView string
 }
 
 // systemTopLevel are the root entries of the system read set: bound
