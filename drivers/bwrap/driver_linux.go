@@ -79,6 +79,8 @@ type Driver struct {
 	running commandTable
 	// etc is the /etc view in use (etcview_linux.go).
 	etc etcViews
+	// progs are the precompiled seccomp programs (seccompfd_linux.go).
+	progs seccompPrograms
 }
 
 var (
@@ -274,6 +276,15 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 		// namespace, caps its tasks (threads included) instead.
 		is.RlimitNproc = d.cfg.Options.Pids()
 	}
+	if f := d.progs.get(is, d.log); f != nil {
+		// After envFD and lifelineFD, and the three of the v1 hand-over
+		// (launch passes them in this order).
+		is.SeccompFD = lifelineFD + 1
+		if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
+			is.SeccompFD += 3
+		}
+		plan.seccomp = f
+	}
 	init, err := InitArgs(is, spec.Program, spec.Args...)
 	if err != nil {
 		return driverapi.Exit{}, err
@@ -382,6 +393,12 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// sandbox-init.
 		extraFiles = append(extraFiles, blockR, statusW, statusR)
 	}
+	seccompFD := 0
+	if plan.seccomp != nil {
+		// Shared by every command with the same programs: never closed here.
+		extraFiles = append(extraFiles, plan.seccomp)
+		seccompFD = 2 + len(extraFiles)
+	}
 	pinned, fdOf, err := pinPaths(plan, 3+len(extraFiles))
 	if err != nil {
 		if v1 {
@@ -410,7 +427,11 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 			tail = append(tail, "--listen", "127.0.0.1:"+strconv.Itoa(int(port)))
 		}
 		tail = append(tail, "--lifeline", strconv.Itoa(lifelineFD),
-			"--fd", strconv.Itoa(envFD), "--fd", strconv.Itoa(lifelineFD), "--")
+			"--fd", strconv.Itoa(envFD), "--fd", strconv.Itoa(lifelineFD))
+		if seccompFD > 0 {
+			tail = append(tail, "--fd", strconv.Itoa(seccompFD))
+		}
+		tail = append(tail, "--")
 	}
 	args := plan.BwrapFlags(cwd, initBinary, fdOf, d.probe().procCover, extra...)
 	args = append(args, tail...)

@@ -90,6 +90,9 @@ type Plan struct {
 	// etcView, when set, is the directory bound read-only at /etc in
 	// place of the plan's /etc entries (etcview_linux.go), chosen by Run.
 	etcView string
+	// seccomp, when set, is the memfd of precompiled seccomp programs
+	// (InitSpec.SeccompFD), passed to bwrap after the fixed descriptors.
+	seccomp *os.File
 }
 
 // systemTopLevel are the root entries of the system read set: bound
