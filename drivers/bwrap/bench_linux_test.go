@@ -15,14 +15,16 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// BenchmarkLaunch runs /bin/true five ways, interleaved: directly, through
-// raw bwrap with the driver's flags, through the driver in-process
-// (sandbox-init, cgroup, output plumbing), the same without cgroups, and
-// through the driver plugin over gRPC (what the core does, warm). Each
-// iteration runs every way once, so load that comes and goes on a shared
-// machine touches all of them alike; ns/op is the sum of the five. The
-// figures to read are the per-way p50 (ms) and each one's ratio to raw
-// bwrap's p50 (x_raw).
+// BenchmarkLaunch runs /bin/true several ways, interleaved: directly,
+// through the smallest bwrap sandbox (raw_minimal), through raw bwrap with
+// the driver's flags, through the driver in-process (sandbox-init, cgroup,
+// output plumbing), the same without cgroups, through the driver plugin
+// over gRPC (what the core does, warm), and the raw and in-process ways
+// once more with the set-up as it was before the /etc view and the
+// precompiled seccomp programs (_before). Each iteration runs every way
+// once, so load that comes and goes on a shared machine touches all of them
+// alike; ns/op is the sum. The figures to read are the per-way p50 (ms) and
+// each one's ratio to raw bwrap's p50 (x_raw).
 func BenchmarkLaunch(b *testing.B) {
 	ctx := context.Background()
 	// The installed layout: the small aleph-sandbox-init beside the driver.
@@ -33,6 +35,11 @@ func BenchmarkLaunch(b *testing.B) {
 	// Without cgroups: what the confinement costs apart from the cgroup
 	// hand-over (on cgroup v1 the move of bwrap's child).
 	dn, err := New(Config{Options: Options{Cgroup: CgroupNone}, InitBinary: chooseInit(driverBin)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The set-up before the /etc view and the precompiled programs.
+	dl, err := New(Config{InitBinary: chooseInit(driverBin), legacySetup: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -71,9 +78,18 @@ func BenchmarkLaunch(b *testing.B) {
 			defer release()
 			return cmd.Run()
 		}},
+		{"raw_bwrap_before", func() error {
+			cmd, release, err := dl.RawBwrapCommand(ctx, spec)
+			if err != nil {
+				return err
+			}
+			defer release()
+			return cmd.Run()
+		}},
 		{"direct", func() error { return exec.Command("/bin/true").Run() }},
 		{"raw_minimal", func() error { return exec.Command(d.probe().bwrap, minimal...).Run() }},
 		{"in_process", func() error { return run(d, spec) }},
+		{"in_process_before", func() error { return run(dl, spec) }},
 		{"no_cgroup", func() error { return run(dn, spec) }},
 		{"plugin", func() error { return run(pd, pspec) }},
 	}
@@ -136,6 +152,10 @@ func benchThroughput(b *testing.B, conc int) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	dl, err := New(Config{InitBinary: chooseInit(driverBin), legacySetup: true})
+	if err != nil {
+		b.Fatal(err)
+	}
 	ws := newWorkspace(b)
 	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
 	if err != nil {
@@ -155,13 +175,8 @@ func benchThroughput(b *testing.B, conc int) {
 			defer release()
 			return cmd.Run()
 		}},
-		{"driver", func() error {
-			exit, err := d.Run(ctx, spec, driverapi.Streams{})
-			if err == nil && exit.ExitCode != 0 {
-				return fmt.Errorf("exit %+v", exit)
-			}
-			return err
-		}},
+		{"driver", func() error { return runTrue(ctx, d, spec) }},
+		{"driver_before", func() error { return runTrue(ctx, dl, spec) }},
 	}
 	perBatch := 4 * conc
 	total := make([]time.Duration, len(ways))
@@ -179,6 +194,15 @@ func benchThroughput(b *testing.B, conc int) {
 		b.ReportMetric(rate(i), w.name+"_execs/s")
 	}
 	b.ReportMetric(rate(1)/rate(0), "driver_x_raw")
+	b.ReportMetric(rate(1)/rate(2), "driver_x_before")
+}
+
+func runTrue(ctx context.Context, d *Driver, spec driverapi.RunSpec) error {
+	exit, err := d.Run(ctx, spec, driverapi.Streams{})
+	if err == nil && exit.ExitCode != 0 {
+		return fmt.Errorf("exit %+v", exit)
+	}
+	return err
 }
 
 // batch runs n calls of fn from conc goroutines and returns the first error.

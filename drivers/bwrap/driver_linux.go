@@ -56,6 +56,11 @@ type Config struct {
 	// that a later driver removes what a killed one left. Default: see
 	// defaultStateDir. Never inside a workspace.
 	StateDir string
+
+	// legacySetup restores the set-up before the /etc view and the
+	// precompiled seccomp programs (one bind per /etc entry, programs built
+	// in every sandbox-init): the benchmarks measure both in one run.
+	legacySetup bool
 }
 
 // Driver is the bubblewrap driver. It is safe for concurrent use.
@@ -276,7 +281,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 		// namespace, caps its tasks (threads included) instead.
 		is.RlimitNproc = d.cfg.Options.Pids()
 	}
-	if f := d.progs.get(is, d.log); f != nil {
+	if f := d.progs.get(is, d.log); f != nil && !d.cfg.legacySetup {
 		// After envFD and lifelineFD, and the three of the v1 hand-over
 		// (launch passes them in this order).
 		is.SeccompFD = lifelineFD + 1

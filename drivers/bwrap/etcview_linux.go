@@ -86,7 +86,7 @@ func (p Plan) etcEntries() []string {
 // which is logged: the binds are the fallback, never a weaker sandbox).
 func (d *Driver) etcViewFor(p Plan) string {
 	entries := p.etcEntries()
-	if len(entries) == 0 {
+	if len(entries) == 0 || d.cfg.legacySetup {
 		return ""
 	}
 	root := d.etcViewRoot()
