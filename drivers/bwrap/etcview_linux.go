@@ -58,6 +58,7 @@ type etcViews struct {
 	dir     string    // its directory (the one bound at /etc)
 	shallow string    // the entries' own fingerprint when fp was checked
 	checked time.Time // when fp was last checked
+	failed  string    // a fingerprint whose view could not be made
 	locks   []*os.File
 }
 
@@ -120,9 +121,14 @@ func (d *Driver) etcViewFor(p Plan) string {
 		v.shallow, v.checked = shallow, time.Now()
 		return v.dir
 	}
+	if fp == v.failed {
+		// Not tried again until the host's entries change.
+		return ""
+	}
 	dir, lock, err := acquireEtcView(root, fp, entries)
 	if err != nil {
 		d.log.Warn("etc view unavailable; binding the entries one by one", "error", err)
+		v.failed = fp
 		return ""
 	}
 	// The old view stays locked: commands started on it may still run.
