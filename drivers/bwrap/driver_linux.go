@@ -281,14 +281,14 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 		// namespace, caps its tasks (threads included) instead.
 		is.RlimitNproc = d.cfg.Options.Pids()
 	}
-	if f := d.progs.get(is, d.log); f != nil && !d.cfg.legacySetup {
+	if f := d.precompiled(is); f != nil {
 		// After envFD and lifelineFD, and the three of the v1 hand-over
-		// (launch passes them in this order).
+		// (launch passes them in this order and checks the number).
 		is.SeccompFD = lifelineFD + 1
 		if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
 			is.SeccompFD += 3
 		}
-		plan.seccomp = f
+		plan.seccomp, plan.seccompFD = f, is.SeccompFD
 	}
 	init, err := InitArgs(is, spec.Program, spec.Args...)
 	if err != nil {
@@ -403,6 +403,13 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// Shared by every command with the same programs: never closed here.
 		extraFiles = append(extraFiles, plan.seccomp)
 		seccompFD = 2 + len(extraFiles)
+		if seccompFD != plan.seccompFD {
+			if v1 {
+				blockR.Close()
+				statusW.Close()
+			}
+			return driverapi.Exit{}, fmt.Errorf("bwrap driver: the seccomp programs would be descriptor %d, sandbox-init is told %d", seccompFD, plan.seccompFD)
+		}
 	}
 	pinned, fdOf, err := pinPaths(plan, 3+len(extraFiles))
 	if err != nil {

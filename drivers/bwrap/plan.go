@@ -92,7 +92,8 @@ type Plan struct {
 	etcView string
 	// seccomp, when set, is the memfd of precompiled seccomp programs
 	// (InitSpec.SeccompFD), passed to bwrap after the fixed descriptors.
-	seccomp *os.File
+	seccomp   *os.File
+	seccompFD int // the number sandbox-init is told (InitSpec.SeccompFD)
 }
 
 // systemTopLevel are the root entries of the system read set: bound

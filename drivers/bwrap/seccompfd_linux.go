@@ -64,3 +64,12 @@ func programsMemfd(s InitSpec) (*os.File, error) {
 	}
 	return f, nil
 }
+
+// precompiled is the programs' memfd for s, or nil where sandbox-init is
+// to build them (the benchmarks' legacy set-up).
+func (d *Driver) precompiled(s InitSpec) *os.File {
+	if d.cfg.legacySetup {
+		return nil
+	}
+	return d.progs.get(s, d.log)
+}
