@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/initmain"
 )
 
@@ -59,7 +60,14 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 	}
 	var ms []mnt
 	ms = append(ms, mnt{"/tmp", p.tmpArgs()})
+	if p.etcView != "" {
+		ms = append(ms, mnt{"/etc", []string{"--ro-bind", p.etcView, "/etc"}})
+	}
 	for _, m := range p.System {
+		if p.etcView != "" && m.Kind == MountROBind && driverapi.PathWithin(m.Dest, "/etc") {
+			// In the view.
+			continue
+		}
 		if m.Kind == MountSymlink {
 			ms = append(ms, mnt{m.Dest, []string{"--symlink", m.Src, m.Dest}})
 		} else {

@@ -56,6 +56,11 @@ type Config struct {
 	// that a later driver removes what a killed one left. Default: see
 	// defaultStateDir. Never inside a workspace.
 	StateDir string
+
+	// legacySetup restores the set-up before the /etc view and the
+	// precompiled seccomp programs (one bind per /etc entry, programs built
+	// in every sandbox-init): the benchmarks measure both in one run.
+	legacySetup bool
 }
 
 // Driver is the bubblewrap driver. It is safe for concurrent use.
@@ -77,6 +82,10 @@ type Driver struct {
 	optErr error
 	// running are the commands being run, for signalCommand.
 	running commandTable
+	// etc is the /etc view in use (etcview_linux.go).
+	etc etcViews
+	// progs are the precompiled seccomp programs (seccompfd_linux.go).
+	progs seccompPrograms
 }
 
 var (
@@ -254,6 +263,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	}
 	defer release()
 	plan.prot = prot
+	plan.etcView = d.etcViewFor(plan)
 
 	is := plan.InitSpec()
 	is.EnvFD, is.LifelineFD = envFD, lifelineFD
@@ -270,6 +280,15 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 		// No pids cgroup: RLIMIT_NPROC, counted in the sandbox's own user
 		// namespace, caps its tasks (threads included) instead.
 		is.RlimitNproc = d.cfg.Options.Pids()
+	}
+	if f := d.precompiled(is); f != nil {
+		// After envFD and lifelineFD, and the three of the v1 hand-over
+		// (launch passes them in this order and checks the number).
+		is.SeccompFD = lifelineFD + 1
+		if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
+			is.SeccompFD += 3
+		}
+		plan.seccomp, plan.seccompFD = f, is.SeccompFD
 	}
 	init, err := InitArgs(is, spec.Program, spec.Args...)
 	if err != nil {
@@ -379,6 +398,19 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// sandbox-init.
 		extraFiles = append(extraFiles, blockR, statusW, statusR)
 	}
+	seccompFD := 0
+	if plan.seccomp != nil {
+		// Shared by every command with the same programs: never closed here.
+		extraFiles = append(extraFiles, plan.seccomp)
+		seccompFD = 2 + len(extraFiles)
+		if seccompFD != plan.seccompFD {
+			if v1 {
+				blockR.Close()
+				statusW.Close()
+			}
+			return driverapi.Exit{}, fmt.Errorf("bwrap driver: the seccomp programs would be descriptor %d, sandbox-init is told %d", seccompFD, plan.seccompFD)
+		}
+	}
 	pinned, fdOf, err := pinPaths(plan, 3+len(extraFiles))
 	if err != nil {
 		if v1 {
@@ -407,7 +439,11 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 			tail = append(tail, "--listen", "127.0.0.1:"+strconv.Itoa(int(port)))
 		}
 		tail = append(tail, "--lifeline", strconv.Itoa(lifelineFD),
-			"--fd", strconv.Itoa(envFD), "--fd", strconv.Itoa(lifelineFD), "--")
+			"--fd", strconv.Itoa(envFD), "--fd", strconv.Itoa(lifelineFD))
+		if seccompFD > 0 {
+			tail = append(tail, "--fd", strconv.Itoa(seccompFD))
+		}
+		tail = append(tail, "--")
 	}
 	args := plan.BwrapFlags(cwd, initBinary, fdOf, d.probe().procCover, extra...)
 	args = append(args, tail...)
@@ -639,6 +675,7 @@ func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 		return nil, nil, err
 	}
 	plan.prot = prot
+	plan.etcView = d.etcViewFor(plan)
 	pinned, fdOf, err := pinPaths(plan, 3)
 	if err != nil {
 		release()

@@ -87,6 +87,13 @@ type Plan struct {
 	// Run just before bwrap starts (never serialized: the tree changes
 	// between commands).
 	prot *protection
+	// etcView, when set, is the directory bound read-only at /etc in
+	// place of the plan's /etc entries (etcview_linux.go), chosen by Run.
+	etcView string
+	// seccomp, when set, is the memfd of precompiled seccomp programs
+	// (InitSpec.SeccompFD), passed to bwrap after the fixed descriptors.
+	seccomp   *os.File
+	seccompFD int // the number sandbox-init is told (InitSpec.SeccompFD)
 }
 
 // systemTopLevel are the root entries of the system read set: bound

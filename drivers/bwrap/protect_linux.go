@@ -164,7 +164,10 @@ func removePlaceholder(dir, path string) {
 
 // recoverPlaceholders removes what killed drivers left: see the top of the
 // file. Runs once per driver, before its first command.
-func (d *Driver) recoverPlaceholders() { d.recoverPlaceholdersWaiting(2 * time.Second) }
+func (d *Driver) recoverPlaceholders() {
+	sweepEtcViews(d.etcViewRoot())
+	d.recoverPlaceholdersWaiting(2 * time.Second)
+}
 
 // recoverPlaceholdersWaiting first waits up to bound for the sandboxes of
 // dead drivers to be gone: a placeholder removed while a dying sandbox

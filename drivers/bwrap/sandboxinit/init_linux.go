@@ -74,16 +74,10 @@ func sandboxInit(args []string) (int, error) {
 	}
 	// Everything that can fail for a reason other than the kernel is
 	// computed before the process is changed.
-	prog, err := guardedProgram(&spec)
+	// The supervisor carries the filter it may fork under.
+	prog, err := initProgram(&spec)
 	if err != nil {
 		return fail(err)
-	}
-	if spec.Supervise {
-		// The supervisor carries the filter it may fork under.
-		sup := supervisorSpec(&spec)
-		if prog, err = guardedProgram(&sup); err != nil {
-			return fail(err)
-		}
 	}
 	plan, err := planLandlock(&spec, effectiveLandlockABI())
 	if err != nil {

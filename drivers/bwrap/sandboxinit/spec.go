@@ -129,6 +129,10 @@ type InitSpec struct {
 	// LifelineFD and Supervise with it; the plain child a no-spawn
 	// supervisor starts keeps the flag (its filter) without them.
 	NoNamespaces bool `json:"no_namespaces,omitempty"`
+	// SeccompFD, when set, is a sealed memfd holding the seccomp programs
+	// the launcher built for this spec (precompiled_linux.go): sandbox-init
+	// loads those instead of building its own. 0: it builds them.
+	SeccompFD int `json:"seccomp_fd,omitempty"`
 }
 
 // InitSpecError is returned for a spec or argv that sandbox-init refuses.
@@ -187,7 +191,7 @@ func (s *InitSpec) Validate() error {
 	for _, f := range []struct {
 		name string
 		fd   int
-	}{{"env_fd", s.EnvFD}, {"lifeline_fd", s.LifelineFD}} {
+	}{{"env_fd", s.EnvFD}, {"lifeline_fd", s.LifelineFD}, {"seccomp_fd", s.SeccompFD}} {
 		if f.fd == 0 {
 			continue
 		}

@@ -91,6 +91,10 @@ func childSpec(spec *InitSpec) InitSpec {
 	s.LifelineFD = 0
 	// The supervisor's RLIMIT_NPROC (see nprocHeadroom) is inherited.
 	s.RlimitNproc = 0
+	if s.EnvFD == 0 {
+		// Only the environment's path passes descriptors on to it.
+		s.SeccompFD = 0
+	}
 	return s
 }
 
@@ -204,7 +208,7 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			// The plain child reads the environment itself: its own stays
 			// empty, so loader variables of the target's do not act on it.
 			attr.Env = []string{}
-			attr.Files = childFiles(spec.EnvFD, spec.InheritFDs)
+			attr.Files = childFiles(spec.EnvFD, withSeccompFD(spec))
 		}
 	}
 	if spec.RlimitNproc > 0 {

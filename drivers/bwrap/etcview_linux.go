@@ -1,0 +1,413 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// The /etc view: one read-only bind instead of one per /etc entry.
+//
+// Why: every mount bwrap makes costs a few hundred microseconds here (the
+// kernel's, not bwrap's: a read-write bind costs the same as a read-only
+// one), and the system read set's /etc part is about twenty of them, the
+// largest group of mounts in a sandbox. The view is a directory holding a
+// copy of exactly the /etc entries of the plan's system read set (files
+// with their content, mode and, for a root driver, owner; directories with
+// their entries, symlinks inside them as symlinks; a top-level symlink is
+// followed, as the bind of it was), bound read-only at /etc. Inside, /etc
+// shows the same names with the same content as the binds did, and nothing
+// else (shadow, sudoers, keys stay out: they are never copied).
+//
+// Freshness: before every command the driver stats the host's entries (each
+// file, and every entry below each directory) and compares a fingerprint of
+// what it finds (inode, size, mode, owner, mtime and ctime) with the view's;
+// a change makes a new view. What a command sees is /etc as it was when the
+// command started; a change made while it runs shows in the next command
+// (the binds showed it at once).
+//
+// Views are named by their fingerprint and shared by every driver process of
+// the user (the state directory is private to it). Each driver holds a
+// shared flock on each view it used, for its lifetime; a view nobody holds
+// is removed at the next driver start and by the janitor once its driver is
+// gone. The view is not used (the per-entry binds are) when a grant or the
+// workspace lies under /etc (their mount points would have to be made in the
+// read-only view) or when a writable grant or the workspace holds the state
+// directory (a sandbox could then change what later sandboxes see as /etc).
+
+// etcViews is one driver's use of the views.
+type etcViews struct {
+	mu      sync.Mutex
+	fp      string    // fingerprint of the view in use
+	dir     string    // its directory (the one bound at /etc)
+	shallow string    // the entries' own fingerprint when fp was checked
+	checked time.Time // when fp was last checked
+	failed  string    // a fingerprint whose view could not be made
+	locks   []*os.File
+}
+
+// etcDeepEvery is how often the entries below the listed directories are
+// looked at again (a walk of a few hundred entries): the listed entries
+// themselves, and so a directory's own change (an entry added, removed or
+// renamed into it, as package tools do), are looked at before every command.
+const etcDeepEvery = 2 * time.Second
+
+// etcViewRoot is where the views live.
+func (d *Driver) etcViewRoot() string { return filepath.Join(d.cfg.StateDir, "etc-views") }
+
+// etcEntries are the /etc entries of p's system read set.
+func (p Plan) etcEntries() []string {
+	var out []string
+	for _, m := range p.System {
+		if m.Kind == MountROBind && driverapi.PathWithin(m.Dest, "/etc") {
+			out = append(out, m.Dest)
+		}
+	}
+	return out
+}
+
+// etcViewFor returns the view to bind at /etc for plan p, or "" when p's
+// /etc entries are to be bound one by one (see above; also on any failure,
+// which is logged: the binds are the fallback, never a weaker sandbox).
+func (d *Driver) etcViewFor(p Plan) string {
+	entries := p.etcEntries()
+	if len(entries) == 0 || d.cfg.legacySetup {
+		return ""
+	}
+	root := d.etcViewRoot()
+	for _, g := range append(append([]string{p.Workspace}, p.FSRead...), p.FSWrite...) {
+		if driverapi.PathWithin(g, "/etc") {
+			return ""
+		}
+	}
+	for _, g := range append([]string{p.Workspace}, p.FSWrite...) {
+		if driverapi.PathWithin(root, g) || driverapi.PathWithin(g, root) {
+			return ""
+		}
+	}
+	shallow, err := etcFingerprint(entries, false)
+	if err != nil {
+		d.log.Debug("etc view: host entries changing; binding them one by one", "error", err)
+		return ""
+	}
+	v := &d.etc
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.dir != "" && v.shallow == shallow && time.Since(v.checked) < etcDeepEvery {
+		return v.dir
+	}
+	fp, err := etcFingerprint(entries, true)
+	if err != nil {
+		d.log.Debug("etc view: host entries changing; binding them one by one", "error", err)
+		return ""
+	}
+	if v.fp == fp && v.dir != "" {
+		v.shallow, v.checked = shallow, time.Now()
+		return v.dir
+	}
+	if fp == v.failed {
+		// Not tried again until the host's entries change.
+		return ""
+	}
+	dir, lock, err := acquireEtcView(root, fp, entries)
+	if err != nil {
+		d.log.Warn("etc view unavailable; binding the entries one by one", "error", err)
+		v.failed = fp
+		return ""
+	}
+	// The old view stays locked: commands started on it may still run.
+	v.locks = append(v.locks, lock)
+	v.fp, v.dir, v.shallow, v.checked = fp, dir, shallow, time.Now()
+	// Removed after this process is gone, however it goes.
+	d.janitorOnce.Do(d.startJanitor)
+	return dir
+}
+
+// etcFingerprint summarises what the host's entries are now: each entry
+// (followed, as the bind follows it) and, when deep, every entry below the
+// directories among them.
+func etcFingerprint(entries []string, deep bool) (string, error) {
+	h := sha256.New()
+	put := func(name string, st *unix.Stat_t) {
+		io.WriteString(h, name)
+		h.Write([]byte{0})
+		var b [8 * 10]byte
+		for i, v := range []uint64{st.Dev, st.Ino, uint64(st.Mode), uint64(st.Uid), uint64(st.Gid), uint64(st.Size),
+			uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec)} {
+			binary.LittleEndian.PutUint64(b[8*i:], v)
+		}
+		h.Write(b[:])
+	}
+	for _, e := range entries {
+		var st unix.Stat_t
+		if err := unix.Stat(e, &st); err != nil {
+			return "", fmt.Errorf("%s: %w", e, err)
+		}
+		put(e, &st)
+		if !deep || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		err := filepath.WalkDir(e, func(p string, _ fs.DirEntry, err error) error {
+			if err != nil {
+				return err
+			}
+			if p == e {
+				return nil
+			}
+			var st unix.Stat_t
+			if err := unix.Lstat(p, &st); err != nil {
+				return err
+			}
+			put(p, &st)
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+}
+
+// acquireEtcView returns the view named fp under root, building it if
+// needed, with a shared lock held on it (the returned file).
+func acquireEtcView(root, fp string, entries []string) (string, *os.File, error) {
+	if err := privateDir(root); err != nil {
+		return "", nil, err
+	}
+	dir := filepath.Join(root, fp)
+	for attempt := 0; attempt < 5; attempt++ {
+		lock, err := os.Open(dir + ".lock")
+		if errors.Is(err, fs.ErrNotExist) {
+			if err := buildEtcView(root, fp, entries); err != nil {
+				return "", nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return "", nil, err
+		}
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH); err != nil {
+			lock.Close()
+			return "", nil, fmt.Errorf("lock %s: %w", dir, err)
+		}
+		// A sweep may have removed it between the open and the lock.
+		if _, err := os.Lstat(dir + ".lock"); err != nil {
+			lock.Close()
+			continue
+		}
+		if _, err := os.Lstat(filepath.Join(dir, "etc")); err != nil {
+			lock.Close()
+			return "", nil, fmt.Errorf("etc view %s is incomplete: %w", dir, err)
+		}
+		return filepath.Join(dir, "etc"), lock, nil
+	}
+	return "", nil, fmt.Errorf("etc view %s keeps going away", dir)
+}
+
+// privateDir makes dir (and its parents) and refuses it, or the state
+// directory holding it, when another user could write there: what is in it
+// becomes every sandbox's /etc.
+func privateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("etc view: %w", err)
+	}
+	for _, p := range []string{dir, filepath.Dir(dir)} {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return fmt.Errorf("etc view: %w", err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR || int(st.Uid) != os.Geteuid() || st.Mode&0o022 != 0 {
+			return fmt.Errorf("etc view: %s is not a private directory of uid %d", p, os.Geteuid())
+		}
+	}
+	return nil
+}
+
+// buildEtcView copies entries into root/fp/etc (made under a temporary name
+// and renamed into place, so a view is complete or absent) and creates its
+// lock file last.
+func buildEtcView(root, fp string, entries []string) error {
+	tmp, err := os.MkdirTemp(root, "tmp-")
+	if err != nil {
+		return fmt.Errorf("etc view: %w", err)
+	}
+	defer os.RemoveAll(tmp)
+	etc := filepath.Join(tmp, "etc")
+	if err := os.Mkdir(etc, 0o755); err != nil {
+		return fmt.Errorf("etc view: %w", err)
+	}
+	sorted := append([]string(nil), entries...)
+	sort.Strings(sorted)
+	for _, e := range sorted {
+		dest := filepath.Join(tmp, e)
+		if err := mkdirParents(etc, dest); err != nil {
+			return err
+		}
+		if err := copyEntry(e, dest, true); err != nil {
+			return err
+		}
+	}
+	// World-readable: the sandbox's user may differ from the driver's.
+	if err := os.Chmod(tmp, 0o755); err != nil {
+		return fmt.Errorf("etc view: %w", err)
+	}
+	final := filepath.Join(root, fp)
+	// A view that exists already (another driver made it first, or died
+	// before it made the lock file) is complete: it was renamed into place
+	// whole. Either way the lock file comes next.
+	if err := os.Rename(tmp, final); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, unix.ENOTEMPTY) {
+		return fmt.Errorf("etc view: %w", err)
+	}
+	f, err := os.OpenFile(final+".lock", os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("etc view: %w", err)
+	}
+	return f.Close()
+}
+
+// mkdirParents makes the directories between etc and dest (0755, as bwrap
+// makes the mount points' parents).
+func mkdirParents(etc, dest string) error {
+	rel, err := filepath.Rel(etc, filepath.Dir(dest))
+	if err != nil || rel == "." {
+		return err
+	}
+	p := etc
+	for _, c := range strings.Split(rel, "/") {
+		p = filepath.Join(p, c)
+		if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("etc view: %w", err)
+		}
+	}
+	return nil
+}
+
+// copyEntry copies src to dest: follow says whether a symlink at src is
+// followed (the top-level entries, as a bind follows them) or copied as a
+// symlink (entries inside a directory, as a bind shows them).
+func copyEntry(src, dest string, follow bool) error {
+	var st unix.Stat_t
+	var err error
+	if follow {
+		err = unix.Stat(src, &st)
+	} else {
+		err = unix.Lstat(src, &st)
+	}
+	if err != nil {
+		return fmt.Errorf("etc view: %s: %w", src, err)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		t, err := os.Readlink(src)
+		if err != nil {
+			return fmt.Errorf("etc view: %w", err)
+		}
+		if err := os.Symlink(t, dest); err != nil {
+			return fmt.Errorf("etc view: %w", err)
+		}
+	case unix.S_IFDIR:
+		if err := os.Mkdir(dest, 0o700); err != nil {
+			return fmt.Errorf("etc view: %w", err)
+		}
+		ents, err := os.ReadDir(src)
+		if err != nil {
+			return fmt.Errorf("etc view: %w", err)
+		}
+		for _, e := range ents {
+			if err := copyEntry(filepath.Join(src, e.Name()), filepath.Join(dest, e.Name()), false); err != nil {
+				return err
+			}
+		}
+	case unix.S_IFREG:
+		if err := copyFile(src, dest); err != nil {
+			return err
+		}
+	default:
+		// Devices, sockets and fifos have no place in /etc's read set.
+		return nil
+	}
+	if os.Geteuid() == 0 {
+		if err := unix.Lchown(dest, int(st.Uid), int(st.Gid)); err != nil {
+			return fmt.Errorf("etc view: %w", err)
+		}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFLNK {
+		// After the chown, which clears set-id bits.
+		if err := unix.Chmod(dest, st.Mode&0o7777); err != nil {
+			return fmt.Errorf("etc view: %w", err)
+		}
+	}
+	return nil
+}
+
+func copyFile(src, dest string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return fmt.Errorf("etc view: %w", err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dest, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("etc view: %w", err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return fmt.Errorf("etc view: copy %s: %w", src, err)
+	}
+	return out.Close()
+}
+
+// sweepEtcViews removes the views under root nobody holds a lock on, and
+// what builders that died mid-way left.
+func sweepEtcViews(root string) {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), "tmp-") || strings.HasPrefix(e.Name(), "trash-") {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > 10*time.Minute {
+				_ = os.RemoveAll(filepath.Join(root, e.Name()))
+			}
+			continue
+		}
+		name, ok := strings.CutSuffix(e.Name(), ".lock")
+		if !ok {
+			continue
+		}
+		lock, err := os.Open(filepath.Join(root, e.Name()))
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			// Nobody uses it. Moved aside first, then the lock file goes:
+			// a driver that locks it after this finds the lock file gone
+			// and builds a fresh view, which the rename let through.
+			trash := filepath.Join(root, "trash-"+randHex(8))
+			moved := os.Rename(filepath.Join(root, name), trash) == nil
+			_ = os.Remove(filepath.Join(root, e.Name()))
+			lock.Close()
+			if moved {
+				_ = os.RemoveAll(trash)
+			}
+			continue
+		}
+		lock.Close()
+	}
+}
