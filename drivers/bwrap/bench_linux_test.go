@@ -79,7 +79,7 @@ func BenchmarkLaunch(b *testing.B) {
 			return cmd.Run()
 		}},
 		{"raw_bwrap_before", func() error {
-			cmd, release, err := dl.RawBwrapCommand(ctx, spec)
+			cmd, release, err := dl.rawBwrapCommand(ctx, spec)
 			if err != nil {
 				return err
 			}
@@ -168,7 +168,7 @@ func benchThroughput(b *testing.B, conc int) {
 		fn   func() error
 	}{
 		{"raw_bwrap", func() error {
-			cmd, release, err := d.RawBwrapCommand(ctx, spec)
+			cmd, release, err := d.rawBwrapCommand(ctx, spec)
 			if err != nil {
 				return err
 			}
