@@ -571,7 +571,7 @@ func (cs *cgroupSystem) sweep() {
 			}
 			dir := filepath.Join(b, name)
 			if pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, cgroupPrefix)); ok && rest != "" {
-				if !ownerAlive(pid, start) {
+				if ownerGone(pid, start, rest) {
 					dead := &commandCgroup{name: name, mode: cs.mode, dirs: map[string]string{"": dir}, fd: -1}
 					dead.remove()
 				}

@@ -139,8 +139,8 @@ func waitDeadUsers(dir string, bound time.Duration) bool {
 			if !strings.HasPrefix(name, "user-") {
 				continue
 			}
-			opid, ostart, _, ok := parseOwnerTag(strings.TrimPrefix(name, "user-"))
-			if !ok || ownerAlive(opid, ostart) {
+			opid, ostart, orest, ok := parseOwnerTag(strings.TrimPrefix(name, "user-"))
+			if !ok || !ownerGone(opid, ostart, orest) {
 				continue // a live driver's command: its placeholders are locked
 			}
 			b, _ := os.ReadFile(filepath.Join(dir, name))

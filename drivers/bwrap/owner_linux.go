@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // An owner tag names a driver process so that a later driver can tell
@@ -41,11 +43,42 @@ func procStat(pid int) (uint64, string, error) {
 	return st, f[0], err
 }
 
-// ownerTag is "<pid>-<start time>" of this process.
+// ownerTag is "<pid>-<start time>-p<PID namespace inode>" of this
+// process. A pid and a start time mean something only in the PID
+// namespace they were read in: a driver in a container (or in any other
+// PID namespace) sharing this host's cgroups and state directory would
+// read another driver's pid as some unrelated or absent process of its own
+// and take the owner for dead. The namespace part lets it tell that it
+// cannot judge (see ownerGone).
 func ownerTag() string {
 	pid := os.Getpid()
 	st, _ := procStartTime(pid)
-	return strconv.Itoa(pid) + "-" + strconv.FormatUint(st, 10)
+	return strconv.Itoa(pid) + "-" + strconv.FormatUint(st, 10) + "-" + pidNamespaceTag()
+}
+
+// pidNamespaceTag is "p<inode>" of this process's PID namespace, or "p0"
+// when it cannot be read.
+func pidNamespaceTag() string {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &st) != nil {
+		return "p0"
+	}
+	return "p" + strconv.FormatUint(st.Ino, 10)
+}
+
+// ownerGone reports whether the owner a tag names is surely dead: its
+// namespace part (the start of rest, in tags ownerTag made) is this
+// process's own, and the process is gone. A tag from another PID
+// namespace is never judged dead; one without a namespace part (an older
+// driver's) is judged as before.
+func ownerGone(pid int, start uint64, rest string) bool {
+	if strings.HasPrefix(rest, "p") {
+		ns, _, _ := strings.Cut(rest, "-")
+		if _, err := strconv.ParseUint(ns[1:], 10, 64); err == nil && ns != pidNamespaceTag() {
+			return false
+		}
+	}
+	return !ownerAlive(pid, start)
 }
 
 // parseOwnerTag splits "<pid>-<start>" off the front of s and returns the

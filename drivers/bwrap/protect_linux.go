@@ -211,8 +211,8 @@ func (d *Driver) recoverPlaceholdersWaiting(bound time.Duration) {
 			}
 			removePlaceholder(dir, path)
 		case strings.HasPrefix(name, "intent-"):
-			pid, start, _, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-"))
-			if !ok || ownerAlive(pid, start) {
+			pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-"))
+			if !ok || !ownerGone(pid, start, rest) {
 				continue
 			}
 			// Its creator died between the intent and the record: the

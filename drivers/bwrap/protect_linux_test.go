@@ -570,7 +570,12 @@ func TestSweepDeadOwnersCgroups(t *testing.T) {
 	}
 	deadName := fmt.Sprintf("aleph-%d-%d-ab12", os.Getpid(), st+1)
 	liveName := "aleph-" + ownerTag() + "-cd34"
-	for _, n := range []string{deadName, liveName} {
+	// The same dead owner in this PID namespace's tag form, and an owner
+	// in another PID namespace: its pid means nothing here, so it must be
+	// kept even though no process here has that pid and start time.
+	deadTagged := fmt.Sprintf("aleph-%d-%d-%s-ef56", os.Getpid(), st+1, pidNamespaceTag())
+	foreign := fmt.Sprintf("aleph-%d-%d-p1-ab78", os.Getpid(), st+1)
+	for _, n := range []string{deadName, liveName, deadTagged, foreign} {
 		if err := os.Mkdir(filepath.Join(base, n), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -582,6 +587,12 @@ func TestSweepDeadOwnersCgroups(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(base, liveName)); err != nil {
 		t.Errorf("cgroup of a live owner removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, deadTagged)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("cgroup of a dead owner of this PID namespace kept: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(base, foreign)); err != nil {
+		t.Errorf("cgroup of an owner in another PID namespace removed: %v", err)
 	}
 }
 
