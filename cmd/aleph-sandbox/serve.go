@@ -103,6 +103,14 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	// The data directory holds the workspaces, the audit log and the grant
 	// store; the socket directories are added below.
 	protected := []string{core.DataDir()}
+	// The bearer tokens and the TLS key authenticate to the service as
+	// the socket does: a grant covering them is refused like one covering
+	// the socket's directory.
+	for _, secret := range []string{cfg.Serve.TokensFile, cfg.Serve.TLS.Key} {
+		if secret != "" && len(tcpAddrs) > 0 {
+			protected = append(protected, secret)
+		}
+	}
 	if root := cfg.Sandbox.WorkspaceRoot; root != "" {
 		for _, s := range sockets {
 			if abs, err := filepath.Abs(root); err == nil && strings.HasPrefix(filepath.Dir(s)+string(filepath.Separator), abs+string(filepath.Separator)) {

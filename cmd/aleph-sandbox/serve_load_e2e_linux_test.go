@@ -231,9 +231,11 @@ func TestServeLoad(t *testing.T) {
 	sock := filepath.Join(t.TempDir(), "run", "aleph.sock")
 	p := h.start(t, sock, loadTestConfig)
 	pid := p.cmd.Process.Pid
-	// Warm-up at the same concurrency: the server's pools and heap reach
-	// their working size, which is the baseline.
-	if errs := loadRound(sock, clients, 2, "warm"); len(errs) > 0 {
+	// Warm-up at the same concurrency, a fifth of the load (at least two
+	// commands a client): the server's pools and heap reach their working
+	// size, which is the baseline; the load then runs five times as many
+	// commands, so memory kept per command would show.
+	if errs := loadRound(sock, clients, max(2, per/5), "warm"); len(errs) > 0 {
 		t.Fatalf("warm-up: %d failures, first: %s\n%s", len(errs), errs[0], p.stderr)
 	}
 	drv := driverPid(t, pid)
@@ -241,6 +243,7 @@ func TestServeLoad(t *testing.T) {
 	baseProcs := descendants(pid)
 	baseFDs := fdCount(pid)
 	baseRSS := settledRSS(pid)
+	baseLog := p.stderr.String()
 	start := time.Now()
 	errs := loadRound(sock, clients, per, "load")
 	elapsed := time.Since(start)
@@ -281,6 +284,11 @@ func TestServeLoad(t *testing.T) {
 		time.Since(idle).Round(time.Second), procStatusKB(pid, "VmHWM"), fdCount(pid))
 	if ratio > 1.10 || ratio < 0.90 {
 		t.Errorf("server RSS %d kB after the load, baseline %d kB: %.3f×, outside ±10%%", rss, baseRSS, ratio)
+		// With GODEBUG=gctrace=1 the server's collections say whether the
+		// live heap grew (a leak) or only the pages the runtime keeps.
+		if base, last := lastGC(baseLog), lastGC(p.stderr.String()); last != "" {
+			t.Logf("server's last collection before the load:\n%s\nand after it:\n%s", base, last)
+		}
 	}
 }
 
@@ -471,4 +479,15 @@ func drvPidOf(procs map[int]string, server int) int {
 		}
 	}
 	return 0
+}
+
+// lastGC is the last gctrace line in a server's log.
+func lastGC(log string) string {
+	last := ""
+	for _, l := range strings.Split(log, "\n") {
+		if strings.HasPrefix(l, "gc ") {
+			last = l
+		}
+	}
+	return last
 }

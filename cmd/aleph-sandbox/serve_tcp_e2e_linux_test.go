@@ -234,6 +234,28 @@ func TestServeTCPTokens(t *testing.T) {
 			t.Errorf("%s: the command's file: %v", name, err)
 		}
 	}
+	// A grant over the tokens file (or its directory) is refused like one
+	// over the socket: a sandbox that read a token could approve its own
+	// elevations over TCP. Positive control: another file of the same
+	// kind elsewhere is granted and read.
+	good := tlsClient(pki, addr, nil, token, false)
+	for _, p := range []string{tokens, filepath.Dir(tokens)} {
+		o := execute(ctx, good, &hostv1.ExecuteRequest{Session: "s-tcp", Argv: []string{"/bin/cat", tokens}, Read: []string{p}, AnswerApprovals: true}, nil)
+		if connect.CodeOf(o.err) != connect.CodePermissionDenied || errDetail(t, o.err).GetReasonCode() != "protected_path" {
+			t.Errorf("read %s: want PermissionDenied protected_path, got %v %+v", p, o.err, o.result)
+		}
+	}
+	other := filepath.Join(t.TempDir(), "other")
+	if err := os.WriteFile(other, []byte("not-a-token"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o := execute(ctx, good, &hostv1.ExecuteRequest{Session: "s-tcp2", Argv: []string{"/bin/cat", other}, Read: []string{filepath.Dir(other)}, AnswerApprovals: true},
+		func(a *hostv1.ApprovalRequest) {
+			_, _ = good.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: a.GetId(), Approved: true}))
+		})
+	if o.err != nil || o.result == nil || string(o.result.GetStdout()) != "not-a-token" {
+		t.Errorf("control: %v %+v", o.err, o.result)
+	}
 	// Plain HTTP on the TLS port gets no answer from the service.
 	resp, err := http.Post("http://"+addr+"/aleph.host.v1.Service/CheckPolicy", "application/json", strings.NewReader(`{"command":"true"}`))
 	if err == nil {
