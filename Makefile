@@ -11,7 +11,7 @@ TOOLS     := $(CURDIR)/.tools
 # module proxy, so a fresh machine needs nothing installed.
 ACTIONLINT_VERSION := v1.7.12
 
-.PHONY: soak
+.PHONY: soak test-serve-load
 .PHONY: all build test test-go test-python test-unprivileged test-nolandlock test-nonamespaces fuzz-short proto proto-tools proto-check lint cross bench clean
 
 all: build
@@ -49,6 +49,12 @@ test-typescript: build
 		node --test .build-test/client.test.js
 	@test -z "$$(git status --porcelain -- clients/typescript/dist)" || \
 		(git status --short -- clients/typescript/dist; echo "clients/typescript/dist is stale: commit what tsc built" >&2; exit 1)
+
+# The service under full load: 64 clients × 50 commands over the real
+# socket, every answer checked, nothing leaked, the server's RSS back to its
+# baseline (the default test run uses 16 × 10). A few minutes here.
+test-serve-load:
+	ALEPH_SANDBOX_LOAD_FULL=1 $(GO) test -count=1 -v -timeout 30m -run 'TestServeLoad$$' ./cmd/aleph-sandbox
 
 test-unprivileged: build
 	./scripts/test-unprivileged.sh

@@ -51,6 +51,9 @@ type DriverHost struct {
 	// caps is the fingerprint reported by capsOf, the process it came from.
 	caps   *driverapi.HostCapabilities
 	capsOf *driverapi.Process
+	// launches counts the plugin processes started (for serve's metrics:
+	// every one after the first is a relaunch).
+	launches int64
 }
 
 var (
@@ -128,7 +131,15 @@ func (h *DriverHost) get(ctx context.Context) (*driverapi.Process, error) {
 		return nil, err
 	}
 	h.proc = p
+	h.launches++
 	return p, nil
+}
+
+// Launches is how many plugin processes this host has started.
+func (h *DriverHost) Launches() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.launches
 }
 
 // configure negotiates with a freshly launched driver: it learns the

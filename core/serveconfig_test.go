@@ -47,3 +47,35 @@ func TestServeEnvVarsAreNotOverrides(t *testing.T) {
 		t.Error("a mistyped variable was accepted")
 	}
 }
+
+// TestServeTLSSection: [serve.tls], tokens_file and metrics_listen are
+// read; half a key pair, a client CA without a certificate and a metrics
+// address that is not tcp: are refused by Validate, naming the key.
+func TestServeTLSSection(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "c.toml")
+	text := "[serve]\ntokens_file = \"/etc/t\"\nmetrics_listen = \"tcp:127.0.0.1:9464\"\n[serve.tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\nclient_ca = \"/ca.pem\"\n"
+	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(p, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Serve
+	if s.TokensFile != "/etc/t" || s.MetricsListen != "tcp:127.0.0.1:9464" || s.TLS.Cert != "/c.pem" || s.TLS.Key != "/k.pem" || s.TLS.ClientCA != "/ca.pem" {
+		t.Fatalf("serve section %+v", s)
+	}
+	if err := s.Validate(); err != nil {
+		t.Errorf("valid section refused: %v", err)
+	}
+	for key, bad := range map[string]ServeConfig{
+		"serve.tls":            {TLS: ServeTLSConfig{Cert: "/c.pem"}},
+		"serve.tls.client_ca":  {TLS: ServeTLSConfig{ClientCA: "/ca.pem"}},
+		"serve.metrics_listen": {MetricsListen: "127.0.0.1:9464"},
+	} {
+		var ce *ConfigError
+		if err := bad.Validate(); !errors.As(err, &ce) || ce.Key != key {
+			t.Errorf("%s: %v", key, err)
+		}
+	}
+}

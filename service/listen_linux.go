@@ -160,3 +160,12 @@ func peerUID(c net.Conn) (uint32, error) {
 	}
 	return cred.Uid, nil
 }
+
+// fileOwner is the uid owning the file st describes.
+func fileOwner(st os.FileInfo) (int, bool) {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(sys.Uid), true
+}

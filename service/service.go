@@ -41,6 +41,13 @@ const ReasonProtectedPath = "protected_path"
 // ReasonInvalidRequest is the reason code of a malformed request.
 const ReasonInvalidRequest = "invalid_request"
 
+// ReasonSignalEnded is the reason code of a command a signal ended through
+// a driver that cannot forward signals (its tree was killed).
+const ReasonSignalEnded = "signal_ended"
+
+// ReasonNotRunning is the reason code of a Signal for no running command.
+const ReasonNotRunning = "not_running"
+
 // Options configure a Server.
 type Options struct {
 	// Host is the assembled pipeline. Its approver must be Broker.
@@ -53,6 +60,9 @@ type Options struct {
 	Protected []string
 	// CommandPolicy is the configuration CheckPolicy answers from.
 	CommandPolicy core.CommandPolicyConfig
+	// DriverLaunches, when set, counts the driver processes started (the
+	// driver_restarts metric).
+	DriverLaunches func() int64
 }
 
 // Server implements hostv1connect.ServiceHandler.
@@ -63,8 +73,14 @@ type Server struct {
 	protected []string
 	policy    driverapi.Hook
 
+	metrics        *Metrics
+	driverLaunches func() int64
+
 	mu       sync.Mutex
 	sessions map[string]struct{}
+	// signals are the running commands that can be signalled, by the
+	// signal_key of their request.
+	signals map[string]chan driverapi.Signal
 	// running counts Execute calls in progress, so a stopping server can
 	// wait for their commands to be gone.
 	running sync.WaitGroup
@@ -81,7 +97,9 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = hclog.NewNullLogger()
 	}
 	policy, _ := commandpolicy.New(alephsandbox.CommandPolicyConfig(opts.CommandPolicy), opts.Logger.Named("command_policy"))
-	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy, sessions: map[string]struct{}{}}
+	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
+		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches,
+		sessions: map[string]struct{}{}, signals: map[string]chan driverapi.Signal{}}
 	for _, p := range opts.Protected {
 		if p == "" {
 			continue
@@ -284,11 +302,26 @@ func (w *streamWriter) Write(p []byte) (int, error) {
 func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.ExecuteRequest], stream *connect.ServerStream[hostv1.ExecuteResponse]) error {
 	s.running.Add(1)
 	defer s.running.Done()
+	start := time.Now()
+	s.metrics.started()
+	outcome, reason := OutcomeError, ReasonInvalidRequest
+	defer func() { s.metrics.finished(outcome, reason, time.Since(start)) }()
 	cmd, err := s.command(req.Msg)
 	if err != nil {
+		if d := detailOf(err); d != nil {
+			reason = d.GetReasonCode()
+		}
 		return err
 	}
 	s.remember(cmd.SessionID)
+	if key := req.Msg.GetSignalKey(); key != "" {
+		sigs, release, err := s.registerSignals(key)
+		if err != nil {
+			return err
+		}
+		defer release()
+		cmd.Signals = sigs
+	}
 	var mu sync.Mutex
 	cmd.Stdout = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDOUT}
 	cmd.Stderr = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDERR}
@@ -299,9 +332,19 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 			return stream.Send(&hostv1.ExecuteResponse{Event: &hostv1.ExecuteResponse_ApprovalRequest{ApprovalRequest: r}})
 		})
 	}
-	start := time.Now()
 	out, err := s.host.Execute(ctx, cmd)
 	res, rerr := s.result(ctx, out, err)
+	switch {
+	case rerr != nil:
+		reason = ""
+		if d := detailOf(rerr); d != nil {
+			reason = d.GetReasonCode()
+		}
+	case res.GetDenied():
+		outcome, reason = OutcomeDenied, res.GetReasonCode()
+	default:
+		outcome, reason = OutcomeOK, res.GetReasonCode()
+	}
 	s.log.Info("command", "session", cmd.SessionID, "program", cmd.Program, "reason_code", res.GetReasonCode(),
 		"command_id", res.GetCommandId(), "exit_code", res.GetExitCode(), "duration", time.Since(start), "error", rerr)
 	if rerr != nil {
@@ -340,6 +383,10 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 		return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonWorkspaceFailed)})
 	case errors.As(err, &medErr):
 		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonMediationFailed)})
+	case errors.Is(err, core.ErrSignalEnded):
+		// The driver cannot forward signals, so the one sent ended the
+		// command as a cancel does: no exit status of its own.
+		return nil, withDetail(connect.CodeAborted, err, &hostv1.ErrorDetail{ReasonCode: ReasonSignalEnded})
 	case errors.Is(err, alephsandbox.ErrDisabled):
 		return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: "sandbox_disabled"})
 	default:
@@ -537,4 +584,67 @@ func (s *Server) CheckPolicy(ctx context.Context, req *connect.Request[hostv1.Ch
 		verdict = "warn"
 	}
 	return connect.NewResponse(&hostv1.CheckPolicyResponse{Verdict: verdict, Rule: v.Rule, Reason: v.Reason}), nil
+}
+
+// detailOf is the ErrorDetail of a connect error, if it has one.
+func detailOf(err error) *hostv1.ErrorDetail {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return nil
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if ed, ok := v.(*hostv1.ErrorDetail); ok {
+				return ed
+			}
+		}
+	}
+	return nil
+}
+
+// registerSignals makes the command of an Execute call reachable by Signal
+// under key until release is called.
+func (s *Server) registerSignals(key string) (<-chan driverapi.Signal, func(), error) {
+	if len(key) > 256 {
+		return nil, nil, invalid("signal_key", "longer than 256 bytes")
+	}
+	ch := make(chan driverapi.Signal, 8)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.signals[key]; dup {
+		return nil, nil, invalid("signal_key", "already names a running command")
+	}
+	s.signals[key] = ch
+	return ch, func() {
+		s.mu.Lock()
+		delete(s.signals, key)
+		s.mu.Unlock()
+	}, nil
+}
+
+// Signal implements the service: the signal goes to the command as a
+// signal reaching in-process `exec` does (the pipeline forwards it through
+// the driver; the command decides what it means).
+func (s *Server) Signal(_ context.Context, req *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error) {
+	if req.Msg.GetSignalKey() == "" {
+		return nil, invalid("signal_key", "required")
+	}
+	sig, err := driverapi.ParseSignal(req.Msg.GetSignal())
+	if err != nil {
+		return nil, invalid("signal", err.Error())
+	}
+	s.mu.Lock()
+	ch, ok := s.signals[req.Msg.GetSignalKey()]
+	if ok {
+		select {
+		case ch <- sig:
+		default: // a burst: the command has been told already
+		}
+	}
+	s.mu.Unlock()
+	if !ok {
+		return nil, withDetail(connect.CodeNotFound, fmt.Errorf("no running command has signal_key %q (not started yet, or ended)", req.Msg.GetSignalKey()),
+			&hostv1.ErrorDetail{ReasonCode: ReasonNotRunning, Field: "signal_key"})
+	}
+	return connect.NewResponse(&hostv1.SignalResponse{}), nil
 }

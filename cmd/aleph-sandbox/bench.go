@@ -36,6 +36,15 @@ type benchResult struct {
 	ColdP50MS float64 `json:"cold_p50_ms"`
 	WarmVsRaw float64 `json:"warm_vs_raw"`
 	ColdVsRaw float64 `json:"cold_vs_raw"`
+	// The daemon rows: one command through a private `serve` from this
+	// process (the in-service round trip, as a language client pays it)
+	// and from a fresh `exec --host` process each time; and the CLI's own
+	// start (`--version`). 0 when serve could not be started.
+	ServeP50MS    float64 `json:"serve_p50_ms"`
+	HostCLIP50MS  float64 `json:"host_cli_p50_ms"`
+	CLIStartP50MS float64 `json:"cli_start_p50_ms"`
+	ServeVsRaw    float64 `json:"serve_vs_raw"`
+	HostCLIVsRaw  float64 `json:"host_cli_vs_raw"`
 }
 
 // benchOnlyFlags are bench's own flags; the rest are exec's and are passed
@@ -160,6 +169,26 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	if err != nil {
 		return fail(io.Err, "bench: %s", oneLine(err.Error()))
 	}
+	var tripRun, hostRun func() string
+	if srv, err := startBenchServe(ctx, &f); err != nil {
+		fmt.Fprintf(io.Err, "bench: no daemon rows: %s\n", oneLine(err.Error()))
+	} else {
+		defer srv.stop()
+		tripRun = srv.roundTrip(ctx, cmd)
+		hargs := append([]string{"exec", "--host", "unix:" + srv.sock}, hostFlags(execFlags(fs, args))...)
+		hargs = append(append(hargs, "--", cmd.Program), cmd.Args...)
+		if hostRun, err = selfRunner(ctx, "exec --host", hargs, cmd.Stdin); err != nil {
+			return fail(io.Err, "bench: %s", oneLine(err.Error()))
+		}
+		// The service's first command launches its driver.
+		if msg := tripRun(); msg != "" {
+			return fail(io.Err, "bench: warm-up %s", msg)
+		}
+	}
+	startRun, err := selfRunner(ctx, "CLI start", []string{"--version"}, nil)
+	if err != nil {
+		return fail(io.Err, "bench: %s", oneLine(err.Error()))
+	}
 	directRun := func() string {
 		c := exec.CommandContext(ctx, cmd.Program, cmd.Args...)
 		if len(cmd.Stdin) > 0 {
@@ -170,36 +199,44 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		}
 		return ""
 	}
-	var lat, raw, cold, direct []time.Duration
+	var lat, raw, cold, direct, trip, host, start []time.Duration
 	var elapsed time.Duration
 	var msg string
+	// The ways beside the warm pipeline, each with where its latencies go.
+	others := []struct {
+		run benchWay
+		lat *[]time.Duration
+	}{{timedOrNil(coldRun), &cold}, {timedOrNil(directRun), &direct}, {rawRun, &raw},
+		{timedOrNil(tripRun), &trip}, {timedOrNil(hostRun), &host}, {timedOrNil(startRun), &start}}
 	if *conc == 1 {
 		// One round runs each way once, so load that comes and goes on a
 		// shared machine touches all of them alike and the ratios hold.
-		ways := []benchWay{timed(warm), timed(coldRun), timed(directRun)}
-		if rawRun != nil {
-			ways = append(ways, rawRun)
+		ways := []benchWay{timed(warm)}
+		for _, o := range others {
+			if o.run != nil {
+				ways = append(ways, o.run)
+			}
 		}
 		var all [][]time.Duration
 		all, msg = interleave(*n, ways)
-		lat, cold, direct = all[0], all[1], all[2]
-		if rawRun != nil {
-			raw = all[3]
+		lat = all[0]
+		i := 1
+		for _, o := range others {
+			if o.run != nil {
+				*o.lat = all[i]
+				i++
+			}
 		}
 		for _, d := range lat {
 			elapsed += d
 		}
 	} else {
-		// Concurrent warm runs first, then the baselines one at a time.
+		// Concurrent warm runs first, then the others one at a time.
 		lat, elapsed, msg = measure(*n, *conc, timed(warm))
-		if msg == "" && rawRun != nil {
-			raw, _, msg = measure(*n, 1, rawRun)
-		}
-		if msg == "" {
-			cold, _, msg = measure(*n, 1, timed(coldRun))
-		}
-		if msg == "" {
-			direct, _, msg = measure(*n, 1, timed(directRun))
+		for _, o := range others {
+			if msg == "" && o.run != nil {
+				*o.lat, _, msg = measure(*n, 1, o.run)
+			}
 		}
 	}
 	if msg != "" {
@@ -208,24 +245,29 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	r := benchResult{
 		N: *n, Concurrency: *conc,
 		P50MS: pct(lat, 50), P90MS: pct(lat, 90), P99MS: pct(lat, 99),
-		PerSecond:   float64(*n) / elapsed.Seconds(),
-		DirectP50MS: pct(direct, 50),
-		Backend:     backend,
-		RawP50MS:    pct(raw, 50),
-		ColdP50MS:   pct(cold, 50),
+		PerSecond:     float64(*n) / elapsed.Seconds(),
+		DirectP50MS:   pct(direct, 50),
+		Backend:       backend,
+		RawP50MS:      pct(raw, 50),
+		ColdP50MS:     pct(cold, 50),
+		ServeP50MS:    pct(trip, 50),
+		HostCLIP50MS:  pct(host, 50),
+		CLIStartP50MS: pct(start, 50),
 	}
 	r.WarmVsRaw, r.ColdVsRaw = ratio(r.P50MS, r.RawP50MS), ratio(r.ColdP50MS, r.RawP50MS)
+	r.ServeVsRaw, r.HostCLIVsRaw = ratio(r.ServeP50MS, r.RawP50MS), ratio(r.HostCLIP50MS, r.RawP50MS)
 	if f.json {
 		writeJSON(io.Out, r)
 		return 0
 	}
-	printBench(io.Out, r, lat, raw, cold, direct)
+	printBench(io.Out, r, lat, raw, cold, direct,
+		benchRow{"CLI start (--version)", start}, benchRow{"serve, round trip", trip}, benchRow{"exec --host (fresh CLI)", host})
 	return 0
 }
 
 // printBench prints the side-by-side table: each way of running the
 // command, its percentiles and its p50 over raw bubblewrap's.
-func printBench(w io.Writer, r benchResult, warm, raw, cold, direct []time.Duration) {
+func printBench(w io.Writer, r benchResult, warm, raw, cold, direct []time.Duration, extra ...benchRow) {
 	fmt.Fprintf(w, "%-22s %9s %9s %9s %9s\n", "", "p50 ms", "p90 ms", "p99 ms", "vs raw")
 	row := func(name string, d []time.Duration) {
 		if len(d) == 0 {
@@ -241,7 +283,24 @@ func printBench(w io.Writer, r benchResult, warm, raw, cold, direct []time.Durat
 	row("raw bwrap, same flags", raw)
 	row("warm pipeline ("+r.Backend+")", warm)
 	row("cold CLI", cold)
+	for _, e := range extra {
+		row(e.name, e.lat)
+	}
 	fmt.Fprintf(w, "warm: %.1f runs/s at concurrency %d; n=%d each\n", r.PerSecond, r.Concurrency, r.N)
+}
+
+// benchRow is a row of the table beyond the first four.
+type benchRow struct {
+	name string
+	lat  []time.Duration
+}
+
+// timedOrNil is timed(fn), or nil for a way that is not measured.
+func timedOrNil(fn func() string) benchWay {
+	if fn == nil {
+		return nil
+	}
+	return timed(fn)
 }
 
 // interleave runs n rounds, each calling every way once in turn, and

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 )
@@ -54,6 +55,16 @@ func TestBenchEndToEnd(t *testing.T) {
 	}
 	if ps, _ := o["per_second"].(float64); ps <= 0 {
 		t.Fatalf("per_second %v", o["per_second"])
+	}
+	// The daemon rows: the CLI's own start always; the rows through a
+	// private serve where serve runs (Linux), else a note says why not.
+	if v, _ := o["cli_start_p50_ms"].(float64); v <= 0 {
+		t.Errorf("cli_start_p50_ms %v", o["cli_start_p50_ms"])
+	}
+	served, _ := o["serve_p50_ms"].(float64)
+	host, _ := o["host_cli_p50_ms"].(float64)
+	if runtime.GOOS == "linux" && (served <= 0 || host <= 0) {
+		t.Errorf("no daemon rows: serve %v, exec --host %v; stderr %q", served, host, r.stderr)
 	}
 	// A failing run: 125, one line, naming it.
 	r = cli(t, "", false, "bench", "--driver", drv, "--n", "3", "--", "sh", "-c", "exit 3")

@@ -98,6 +98,19 @@ func TestPrintBench(t *testing.T) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
 	}
+	// The daemon rows follow, each with its ratio; one without figures
+	// (serve could not start) has no row.
+	out.Reset()
+	printBench(&out, r, ms(5), ms(4), ms(12), ms(1), benchRow{"CLI start (--version)", ms(2)},
+		benchRow{"serve, round trip", ms(6)}, benchRow{"exec --host (fresh CLI)", nil})
+	for _, want := range []string{"CLI start (--version)      2.000", "0.50x", "serve, round trip          6.000", "1.50x"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "exec --host") {
+		t.Errorf("a row without figures is printed:\n%s", out.String())
+	}
 	// Without a raw figure (another driver) there is no ratio and no row.
 	r.RawP50MS = 0
 	out.Reset()
@@ -118,13 +131,14 @@ func TestBenchJSONFields(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, k := range []string{"n", "concurrency", "p50_ms", "p90_ms", "p99_ms", "per_second", "direct_p50_ms", "backend",
-		"raw_p50_ms", "cold_p50_ms", "warm_vs_raw", "cold_vs_raw"} {
+		"raw_p50_ms", "cold_p50_ms", "warm_vs_raw", "cold_vs_raw",
+		"serve_p50_ms", "host_cli_p50_ms", "cli_start_p50_ms", "serve_vs_raw", "host_cli_vs_raw"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("--json lacks %q: %s", k, b)
 		}
 	}
-	if len(m) != 12 {
-		t.Errorf("--json has %d fields, want 12: %s", len(m), b)
+	if len(m) != 17 {
+		t.Errorf("--json has %d fields, want 17: %s", len(m), b)
 	}
 }
 

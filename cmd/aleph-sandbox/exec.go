@@ -56,7 +56,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		return execFailure(io, f.json, "exec: no program given (usage: aleph-sandbox exec [flags] -- PROGRAM [ARG...])")
 	}
 	if addr := hostAddress(*host); addr != "" {
-		return runExecHost(ctx, addr, &f, rest, io)
+		return runExecHost(ctx, addr, &f, rest, io, !*rawOutput)
 	}
 	cfg, err := loadConfig(f.config, f.workspaceRoot, f.driver)
 	if err != nil {

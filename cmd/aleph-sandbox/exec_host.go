@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -17,6 +21,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
+	"github.com/aleph-sandbox/aleph-sandbox/service"
 )
 
 // hostEnv names the service `exec` sends its command to when --host is
@@ -70,7 +75,7 @@ func executeRequest(cmd core.Command) *hostv1.ExecuteRequest {
 // runExecHost is `exec --host`: the command goes to a running service; the
 // output, the exit statuses and --json are those of in-process exec, and
 // this CLI answers its own approval requests (--yes or the terminal).
-func runExecHost(ctx context.Context, addr string, f *runFlags, argv []string, std stdio) int {
+func runExecHost(ctx context.Context, addr string, f *runFlags, argv []string, std stdio, filter bool) int {
 	switch {
 	case f.config != "":
 		return execFailure(std, f.json, "exec: --config does not apply with --host: the service's configuration does")
@@ -89,37 +94,72 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, argv []string, s
 	}
 	c := hostClient(sock)
 	ask := &approver{yes: f.yes, terminal: std.InIsTerminal || f.stdin, prompt: std.Err, answers: ttyAnswers}
-	// A signal cancels the call; the service then kills the command's tree.
-	stream, err := c.Execute(ctx, connect.NewRequest(executeRequest(cmd)))
-	if err != nil {
-		return execFailure(std, f.json, hostError(sock, err))
+	req := executeRequest(cmd)
+	req.SignalKey = newSignalKey()
+	// Cancelling the call (a closed output pipe, or the grace period after
+	// a signal running out) makes the service kill the command's tree.
+	execCtx, kill := context.WithCancel(ctx)
+	defer kill()
+	var sigs *commandSignals
+	sent := make(chan struct{})
+	if std.forwardSignals != nil {
+		// SIGINT, SIGTERM and SIGHUP go to the command through the
+		// service, with the grace period of in-process exec.
+		sigs = forwardToCommand(std.forwardSignals, f.grace, kill)
+		go func() {
+			defer close(sent)
+			for {
+				select {
+				case <-execCtx.Done():
+					return
+				case sig := <-sigs.C:
+					sendSignal(execCtx, c, req.SignalKey, sig)
+				}
+			}
+		}()
+	} else {
+		close(sent)
 	}
-	defer stream.Close()
+	var live liveOutput
+	var stdout, stderr io.Writer
+	if !f.json {
+		// The same writers as in-process: the terminal filter where a
+		// stream is a terminal (unless --raw-output), and a closed pipe
+		// sending the command SIGPIPE, then ending it.
+		stdout, stderr = live.wire(std, filter, brokenPipe(sigs, kill))
+	}
+	// The call returns with the first message (or the failure of the
+	// call), which a silent command sends only at its end.
 	var res *hostv1.ExecResult
-	for stream.Receive() {
-		switch ev := stream.Msg().GetEvent().(type) {
-		case *hostv1.ExecuteResponse_Output:
-			if f.json {
-				continue
+	stream, streamErr := c.Execute(execCtx, connect.NewRequest(req))
+	if streamErr == nil {
+		res, streamErr = receiveExec(execCtx, stream, c, ask, f.json, stdout, stderr)
+	}
+	if sigs != nil {
+		sigs.stop()
+	}
+	live.stopPipeTimer()
+	kill()
+	<-sent
+	if live.finish() {
+		// The reader of stdout (or stderr) went away: as in a shell
+		// pipeline, the command ends and the status says SIGPIPE.
+		return exitBrokenPipe
+	}
+	if sigs != nil {
+		if first, expired := sigs.got(); streamErr != nil && first != nil && ctx.Err() == nil {
+			switch {
+			case expired:
+				fmt.Fprintf(std.Err, "aleph-sandbox: the command did not end within %s of SIG%s; its process tree was killed\n", f.grace, sigLabel(first))
+				return 128 + int(syscall.SIGKILL)
+			case reasonOf(streamErr) == service.ReasonSignalEnded:
+				fmt.Fprintf(std.Err, "aleph-sandbox: SIG%s ended the command (this driver cannot forward signals, so its tree was killed)\n", sigLabel(first))
+				return 128 + signalNumber(first)
 			}
-			w := std.Out
-			if ev.Output.GetStream() == hostv1.OutputChunk_STREAM_STDERR {
-				w = std.Err
-			}
-			_, _ = w.Write(ev.Output.GetData())
-		case *hostv1.ExecuteResponse_ApprovalRequest:
-			r := ev.ApprovalRequest
-			// Answered aside: the stream is read meanwhile.
-			go func() {
-				o, _ := ask.RequestApproval(ctx, driverapi.ApprovalRequest{SessionID: r.GetSession(), CommandID: r.GetCommandId(), Summary: r.GetSummary()})
-				_, _ = c.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: r.GetId(), Approved: o == driverapi.ApprovalApproved}))
-			}()
-		case *hostv1.ExecuteResponse_Result:
-			res = ev.Result
 		}
 	}
-	if err := stream.Err(); err != nil {
-		return execFailure(std, f.json, hostError(sock, err))
+	if streamErr != nil {
+		return execFailure(std, f.json, hostError(sock, streamErr))
 	}
 	if res == nil {
 		return execFailure(std, f.json, "exec: the service ended the call without a result")
@@ -144,6 +184,81 @@ func hostError(sock string, err error) string {
 		return fmt.Sprintf("exec: no service at %s (start it with aleph-sandbox serve): %s", sock, ce.Message())
 	}
 	return "exec: " + err.Error()
+}
+
+// receiveExec reads the call's events: output to stdout and stderr
+// (unless asJSON), approval requests answered by ask, then the result.
+func receiveExec(ctx context.Context, stream *connect.ServerStreamForClient[hostv1.ExecuteResponse], c hostv1connect.ServiceClient,
+	ask *approver, asJSON bool, stdout, stderr io.Writer) (*hostv1.ExecResult, error) {
+	defer stream.Close()
+	var res *hostv1.ExecResult
+	for stream.Receive() {
+		switch ev := stream.Msg().GetEvent().(type) {
+		case *hostv1.ExecuteResponse_Output:
+			if asJSON {
+				continue
+			}
+			w := stdout
+			if ev.Output.GetStream() == hostv1.OutputChunk_STREAM_STDERR {
+				w = stderr
+			}
+			_, _ = w.Write(ev.Output.GetData())
+		case *hostv1.ExecuteResponse_ApprovalRequest:
+			r := ev.ApprovalRequest
+			// Answered aside: the stream is read meanwhile.
+			go func() {
+				o, _ := ask.RequestApproval(ctx, driverapi.ApprovalRequest{SessionID: r.GetSession(), CommandID: r.GetCommandId(), Summary: r.GetSummary()})
+				_, _ = c.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: r.GetId(), Approved: o == driverapi.ApprovalApproved}))
+			}()
+		case *hostv1.ExecuteResponse_Result:
+			res = ev.Result
+		}
+	}
+	return res, stream.Err()
+}
+
+// newSignalKey names this command for the service's Signal call.
+func newSignalKey() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return "sig-" + hex.EncodeToString(b[:])
+}
+
+// sendSignal delivers sig to the command through the service. A signal
+// that arrives before the service has the call (the user's Ctrl-C at once)
+// is retried until the command runs or the call ends.
+func sendSignal(ctx context.Context, c hostv1connect.ServiceClient, key string, sig driverapi.Signal) {
+	wait := 5 * time.Millisecond
+	for {
+		_, err := c.Signal(ctx, connect.NewRequest(&hostv1.SignalRequest{SignalKey: key, Signal: string(sig)}))
+		if connect.CodeOf(err) != connect.CodeNotFound {
+			return
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		wait = min(2*wait, 100*time.Millisecond)
+	}
+}
+
+// reasonOf is the reason code of a service error.
+func reasonOf(err error) string {
+	var ce *connect.Error
+	if !errors.As(err, &ce) {
+		return ""
+	}
+	for _, d := range ce.Details() {
+		if v, derr := d.Value(); derr == nil {
+			if ed, ok := v.(*hostv1.ErrorDetail); ok {
+				return ed.GetReasonCode()
+			}
+		}
+	}
+	return ""
 }
 
 func durationMS(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

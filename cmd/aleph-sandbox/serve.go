@@ -24,7 +24,7 @@ import (
 // SIGTERM or SIGINT when [serve] grace_seconds is not set.
 const defaultServeGrace = 10 * time.Second
 
-const serveUsage = "aleph-sandbox serve [--config FILE] [--listen unix:PATH]... [--driver NAME|PATH] [--yes]"
+const serveUsage = "aleph-sandbox serve [--config FILE] [--listen unix:PATH|tcp:HOST:PORT]... [--metrics tcp:HOST:PORT] [--driver NAME|PATH] [--yes]"
 
 // runServe is `aleph-sandbox serve`: one warm pipeline behind the
 // aleph.host.v1 service on a unix socket (docs/serve.md).
@@ -32,9 +32,10 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	var listen listFlag
-	fs.Var(&listen, "listen", "`ADDR` to listen on: unix:PATH (repeatable; default: "+defaultSocketHint+")")
+	fs.Var(&listen, "listen", "`ADDR` to listen on: unix:PATH or tcp:HOST:PORT (TCP needs [serve.tls] and client authentication; repeatable; default: "+defaultSocketHint+")")
 	driver := fs.String("driver", "", "driver `NAME|PATH` (default: the platform's)")
 	yes := fs.Bool("yes", false, "approve every elevation no connected client answers")
+	metrics := fs.String("metrics", "", "serve /metrics (Prometheus text format) on `tcp:HOST:PORT` (default: [serve] metrics_listen; neither: off)")
 	if done, code := parseFlags(fs, args, std, serveUsage); done {
 		return code
 	}
@@ -59,7 +60,7 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		}
 		addrs = []string{"unix:" + p}
 	}
-	var sockets []string
+	var sockets, tcpAddrs []string
 	for _, a := range addrs {
 		switch {
 		case strings.HasPrefix(a, "unix:") && len(a) > len("unix:"):
@@ -68,13 +69,26 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 				return fail(std.Err, "serve: --listen %q: %v", a, err)
 			}
 			sockets = append(sockets, p)
-		case strings.HasPrefix(a, "tcp:"):
-			// TCP needs mutual TLS or bearer tokens, which this version does
-			// not implement: refused rather than served unauthenticated.
-			return fail(std.Err, "serve: --listen %q: TCP listening needs TLS or tokens, which this version does not implement; use a unix socket", a)
+		case strings.HasPrefix(a, "tcp:") && len(a) > len("tcp:"):
+			tcpAddrs = append(tcpAddrs, strings.TrimPrefix(a, "tcp:"))
 		default:
-			return fail(std.Err, "serve: --listen %q: want unix:PATH", a)
+			return fail(std.Err, "serve: --listen %q: want unix:PATH or tcp:HOST:PORT", a)
 		}
+	}
+	// TCP is authenticated by TLS client certificates or bearer tokens;
+	// without either it is refused here, before anything listens.
+	var tcpAuth *service.TCPAuth
+	if len(tcpAddrs) > 0 {
+		if tcpAuth, err = service.NewTCPAuth("tcp:"+tcpAddrs[0], cfg.Serve); err != nil {
+			return fail(std.Err, "serve: %v", err)
+		}
+	}
+	metricsAddr := *metrics
+	if metricsAddr == "" {
+		metricsAddr = cfg.Serve.MetricsListen
+	}
+	if metricsAddr != "" && (!strings.HasPrefix(metricsAddr, "tcp:") || len(metricsAddr) == len("tcp:")) {
+		return fail(std.Err, "serve: --metrics %q: want tcp:HOST:PORT", metricsAddr)
 	}
 	var allowed []uint32
 	for _, u := range cfg.Serve.AllowedUIDs {
@@ -89,6 +103,14 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	// The data directory holds the workspaces, the audit log and the grant
 	// store; the socket directories are added below.
 	protected := []string{core.DataDir()}
+	// The bearer tokens and the TLS key authenticate to the service as
+	// the socket does: a grant covering them is refused like one covering
+	// the socket's directory.
+	for _, secret := range []string{cfg.Serve.TokensFile, cfg.Serve.TLS.Key} {
+		if secret != "" && len(tcpAddrs) > 0 {
+			protected = append(protected, secret)
+		}
+	}
 	if root := cfg.Sandbox.WorkspaceRoot; root != "" {
 		for _, s := range sockets {
 			if abs, err := filepath.Abs(root); err == nil && strings.HasPrefix(filepath.Dir(s)+string(filepath.Separator), abs+string(filepath.Separator)) {
@@ -115,6 +137,36 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		listeners = append(listeners, l)
 		protected = append(protected, filepath.Dir(s))
 	}
+	var tcpListeners []net.Listener
+	closeTCP := func() {
+		for _, l := range tcpListeners {
+			_ = l.Close()
+		}
+	}
+	for _, a := range tcpAddrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			closeListeners()
+			closeTCP()
+			return fail(std.Err, "serve: --listen tcp:%s: %v", a, err)
+		}
+		tcpListeners = append(tcpListeners, l)
+	}
+	var metricsListener net.Listener
+	if metricsAddr != "" {
+		if metricsListener, err = net.Listen("tcp", strings.TrimPrefix(metricsAddr, "tcp:")); err != nil {
+			closeListeners()
+			closeTCP()
+			return fail(std.Err, "serve: --metrics %s: %v", metricsAddr, err)
+		}
+	}
+	closeAll := func() {
+		closeListeners()
+		closeTCP()
+		if metricsListener != nil {
+			_ = metricsListener.Close()
+		}
+	}
 
 	broker := service.NewBroker(*yes, nil)
 	rt, err := alephsandbox.New(cfg,
@@ -122,14 +174,18 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		alephsandbox.WithApprover(broker),
 		alephsandbox.WithWarnings(std.Err))
 	if err != nil {
-		closeListeners()
+		closeAll()
 		return fail(std.Err, "serve: %s", oneLine(err.Error()))
 	}
 	broker.SetDigest(rt.PolicyDigest)
+	var launches func() int64
+	if d := rt.Driver(); d != nil {
+		launches = d.Launches
+	}
 	srv, err := service.New(service.Options{Host: rt, Broker: broker, Logger: log.Named("service"),
-		Protected: protected, CommandPolicy: cfg.Sandbox.CommandPolicy})
+		Protected: protected, CommandPolicy: cfg.Sandbox.CommandPolicy, DriverLaunches: launches})
 	if err != nil {
-		closeListeners()
+		closeAll()
 		_ = rt.Close()
 		return fail(std.Err, "serve: %v", err)
 	}
@@ -138,28 +194,54 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	// kills what is still running.
 	base, killAll := context.WithCancel(context.Background())
 	defer killAll()
-	hs := &http.Server{
-		Handler:           srv.Handler(),
-		BaseContext:       func(net.Listener) context.Context { return base },
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+	newServer := func(h http.Handler) *http.Server {
+		return &http.Server{
+			Handler:           h,
+			BaseContext:       func(net.Listener) context.Context { return base },
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
+		}
 	}
+	hs := newServer(srv.Handler())
 	// gRPC needs HTTP/2; over a unix socket it is spoken in cleartext
 	// (h2c), beside HTTP/1.1 for the Connect protocol.
 	hs.Protocols = new(http.Protocols)
 	hs.Protocols.SetHTTP1(true)
 	hs.Protocols.SetUnencryptedHTTP2(true)
+	servers := []*http.Server{hs}
 	var wg sync.WaitGroup
-	serveErr := make(chan error, len(listeners))
-	for _, l := range listeners {
+	serveErr := make(chan error, len(listeners)+len(tcpListeners)+1)
+	run := func(f func() error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := hs.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			if err := f(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				serveErr <- err
 			}
 		}()
+	}
+	for _, l := range listeners {
+		run(func() error { return hs.Serve(l) })
 		log.Info("listening", "socket", l.Path())
+	}
+	if len(tcpListeners) > 0 {
+		// Over TCP: TLS always (HTTP/2 by ALPN for gRPC, HTTP/1.1 for the
+		// Connect protocol); the handshake refuses a client without a
+		// valid certificate when client_ca is set, and the token check
+		// runs before any handler.
+		ts := newServer(tcpAuth.Handler(srv.Handler()))
+		ts.TLSConfig = tcpAuth.TLS
+		servers = append(servers, ts)
+		for _, l := range tcpListeners {
+			run(func() error { return ts.ServeTLS(l, "", "") })
+			log.Info("listening", "tcp", l.Addr().String(), "mtls", tcpAuth.TLS.ClientCAs != nil, "tokens", tcpAuth.Tokens != nil)
+		}
+	}
+	if metricsListener != nil {
+		ms := newServer(srv.MetricsHandler())
+		servers = append(servers, ms)
+		run(func() error { return ms.Serve(metricsListener) })
+		log.Info("listening", "metrics", metricsListener.Addr().String())
 	}
 	// SIGINT, SIGTERM and SIGHUP come here: the first starts the graceful
 	// stop, a second one ends the grace period at once.
@@ -188,9 +270,17 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		case <-sctx.Done():
 		}
 	}()
-	if err := hs.Shutdown(sctx); err != nil {
-		log.Warn("grace period over: killing the commands still running")
+	var swg sync.WaitGroup
+	for _, h := range servers {
+		swg.Add(1)
+		go func() {
+			defer swg.Done()
+			if err := h.Shutdown(sctx); err != nil && h == hs {
+				log.Warn("grace period over: killing the commands still running")
+			}
+		}()
 	}
+	swg.Wait()
 	cancel()
 	killAll()
 	// The cancelled commands are killed by the pipeline; wait for that
@@ -198,9 +288,11 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	if !srv.Wait(30 * time.Second) {
 		log.Warn("commands still ending after they were killed; stopping the driver")
 	}
-	_ = hs.Close()
+	for _, h := range servers {
+		_ = h.Close()
+	}
 	wg.Wait()
-	closeListeners()
+	closeAll()
 	_ = rt.Close()
 	log.Info("stopped")
 	return code

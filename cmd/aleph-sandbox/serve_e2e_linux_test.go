@@ -113,7 +113,15 @@ func (h *serveHarness) startNoWait(t testing.TB, sock, config string, extra ...s
 	args := append([]string{"serve", "--config", cfg, "--listen", "unix:" + sock}, extra...)
 	cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), args...)
 	data := t.TempDir()
-	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+t.TempDir(),
+	// The load test's switch is the test's, not a configuration override
+	// (serve refuses unknown ALEPH_SANDBOX_ variables).
+	var env []string
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, loadFullEnv+"=") {
+			env = append(env, e)
+		}
+	}
+	cmd.Env = append(env, "XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+t.TempDir(),
 		"ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+filepath.Join(data, "ws"), "ALEPH_SANDBOX_SANDBOX__AUDIT_LOG=")
 	p := &serveProc{cmd: cmd, sock: sock, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr

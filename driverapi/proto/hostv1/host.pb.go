@@ -174,7 +174,10 @@ type ExecuteRequest struct {
 	// approval_request) for this client to answer with Approve.
 	AnswerApprovals bool `protobuf:"varint,14,opt,name=answer_approvals,json=answerApprovals,proto3" json:"answer_approvals,omitempty"`
 	// Secrets held by the host; the child sees placeholders (core.Command).
-	Secrets       map[string]string `protobuf:"bytes,15,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	Secrets map[string]string `protobuf:"bytes,15,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// When set, a key (chosen by the client: unique, unguessable) by which
+	// Signal reaches this command while it runs.
+	SignalKey     string `protobuf:"bytes,16,opt,name=signal_key,json=signalKey,proto3" json:"signal_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -312,6 +315,13 @@ func (x *ExecuteRequest) GetSecrets() map[string]string {
 		return x.Secrets
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetSignalKey() string {
+	if x != nil {
+		return x.SignalKey
+	}
+	return ""
 }
 
 type ExecuteResponse struct {
@@ -1939,6 +1949,96 @@ func (x *CheckPolicyResponse) GetReason() string {
 	return ""
 }
 
+type SignalRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The signal_key of a running Execute call.
+	SignalKey string `protobuf:"bytes,1,opt,name=signal_key,json=signalKey,proto3" json:"signal_key,omitempty"`
+	// "TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2" or "WINCH".
+	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalRequest) Reset() {
+	*x = SignalRequest{}
+	mi := &file_host_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalRequest) ProtoMessage() {}
+
+func (x *SignalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
+func (*SignalRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SignalRequest) GetSignalKey() string {
+	if x != nil {
+		return x.SignalKey
+	}
+	return ""
+}
+
+func (x *SignalRequest) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+type SignalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalResponse) Reset() {
+	*x = SignalResponse{}
+	mi := &file_host_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalResponse) ProtoMessage() {}
+
+func (x *SignalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
+func (*SignalResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{28}
+}
+
 var File_host_proto protoreflect.FileDescriptor
 
 const file_host_proto_rawDesc = "" +
@@ -1951,7 +2051,7 @@ const file_host_proto_rawDesc = "" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
 	"\x05field\x18\x03 \x01(\tR\x05field\x12\x12\n" +
 	"\x04hook\x18\x04 \x01(\tR\x04hook\x12\x16\n" +
-	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xda\x04\n" +
+	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xf9\x04\n" +
 	"\x0eExecuteRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x1c\n" +
@@ -1969,7 +2069,9 @@ const file_host_proto_rawDesc = "" +
 	"\x03env\x18\f \x03(\v2&.aleph.host.v1.ExecuteRequest.EnvEntryR\x03env\x12\x14\n" +
 	"\x05stdin\x18\r \x01(\fR\x05stdin\x12)\n" +
 	"\x10answer_approvals\x18\x0e \x01(\bR\x0fanswerApprovals\x12D\n" +
-	"\asecrets\x18\x0f \x03(\v2*.aleph.host.v1.ExecuteRequest.SecretsEntryR\asecrets\x1a6\n" +
+	"\asecrets\x18\x0f \x03(\v2*.aleph.host.v1.ExecuteRequest.SecretsEntryR\asecrets\x12\x1d\n" +
+	"\n" +
+	"signal_key\x18\x10 \x01(\tR\tsignalKey\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -2092,7 +2194,12 @@ const file_host_proto_rawDesc = "" +
 	"\x13CheckPolicyResponse\x12\x18\n" +
 	"\averdict\x18\x01 \x01(\tR\averdict\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason2\xb2\x04\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"F\n" +
+	"\rSignalRequest\x12\x1d\n" +
+	"\n" +
+	"signal_key\x18\x01 \x01(\tR\tsignalKey\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x10\n" +
+	"\x0eSignalResponse2\xf9\x04\n" +
 	"\aService\x12J\n" +
 	"\aExecute\x12\x1d.aleph.host.v1.ExecuteRequest\x1a\x1e.aleph.host.v1.ExecuteResponse0\x01\x12N\n" +
 	"\tApprovals\x12\x1f.aleph.host.v1.ApprovalsRequest\x1a\x1e.aleph.host.v1.ApprovalRequest0\x01\x12H\n" +
@@ -2100,7 +2207,8 @@ const file_host_proto_rawDesc = "" +
 	"\bSessions\x12\x1e.aleph.host.v1.SessionsRequest\x1a\x1f.aleph.host.v1.SessionsResponse\x12E\n" +
 	"\x06Grants\x12\x1c.aleph.host.v1.GrantsRequest\x1a\x1d.aleph.host.v1.GrantsResponse\x12W\n" +
 	"\fCapabilities\x12\".aleph.host.v1.CapabilitiesRequest\x1a#.aleph.host.v1.CapabilitiesResponse\x12T\n" +
-	"\vCheckPolicy\x12!.aleph.host.v1.CheckPolicyRequest\x1a\".aleph.host.v1.CheckPolicyResponseBFZDgithub.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1;hostv1b\x06proto3"
+	"\vCheckPolicy\x12!.aleph.host.v1.CheckPolicyRequest\x1a\".aleph.host.v1.CheckPolicyResponse\x12E\n" +
+	"\x06Signal\x12\x1c.aleph.host.v1.SignalRequest\x1a\x1d.aleph.host.v1.SignalResponseBFZDgithub.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1;hostv1b\x06proto3"
 
 var (
 	file_host_proto_rawDescOnce sync.Once
@@ -2115,7 +2223,7 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),      // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),          // 1: aleph.host.v1.ErrorDetail
@@ -2145,12 +2253,14 @@ var file_host_proto_goTypes = []any{
 	(*CapabilitiesResponse)(nil), // 25: aleph.host.v1.CapabilitiesResponse
 	(*CheckPolicyRequest)(nil),   // 26: aleph.host.v1.CheckPolicyRequest
 	(*CheckPolicyResponse)(nil),  // 27: aleph.host.v1.CheckPolicyResponse
-	nil,                          // 28: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                          // 29: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*SignalRequest)(nil),        // 28: aleph.host.v1.SignalRequest
+	(*SignalResponse)(nil),       // 29: aleph.host.v1.SignalResponse
+	nil,                          // 30: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                          // 31: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	28, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	29, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	30, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	31, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	4,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
 	9,  // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	6,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
@@ -2176,15 +2286,17 @@ var file_host_proto_depIdxs = []int32{
 	19, // 24: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
 	24, // 25: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
 	26, // 26: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
-	3,  // 27: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	9,  // 28: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	11, // 29: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	18, // 30: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	23, // 31: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	25, // 32: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	27, // 33: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	27, // [27:34] is the sub-list for method output_type
-	20, // [20:27] is the sub-list for method input_type
+	28, // 27: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
+	3,  // 28: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	9,  // 29: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	11, // 30: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	18, // 31: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	23, // 32: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	25, // 33: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	27, // 34: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	29, // 35: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	28, // [28:36] is the sub-list for method output_type
+	20, // [20:28] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -2216,7 +2328,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -54,6 +54,8 @@ const (
 	ServiceCapabilitiesProcedure = "/aleph.host.v1.Service/Capabilities"
 	// ServiceCheckPolicyProcedure is the fully-qualified name of the Service's CheckPolicy RPC.
 	ServiceCheckPolicyProcedure = "/aleph.host.v1.Service/CheckPolicy"
+	// ServiceSignalProcedure is the fully-qualified name of the Service's Signal RPC.
+	ServiceSignalProcedure = "/aleph.host.v1.Service/Signal"
 )
 
 // ServiceClient is a client for the aleph.host.v1.Service service.
@@ -74,6 +76,11 @@ type ServiceClient interface {
 	Capabilities(context.Context, *connect.Request[hostv1.CapabilitiesRequest]) (*connect.Response[hostv1.CapabilitiesResponse], error)
 	// CheckPolicy is `policy check`: the command policy on a command string.
 	CheckPolicy(context.Context, *connect.Request[hostv1.CheckPolicyRequest]) (*connect.Response[hostv1.CheckPolicyResponse], error)
+	// Signal delivers a signal to a running command, named by the
+	// signal_key its Execute request carried (that is how `exec --host`
+	// forwards the SIGTERM, SIGINT or SIGHUP it receives). The command
+	// decides what the signal means, as in-process.
+	Signal(context.Context, *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error)
 }
 
 // NewServiceClient constructs a client for the aleph.host.v1.Service service. By default, it uses
@@ -129,6 +136,12 @@ func NewServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(serviceMethods.ByName("CheckPolicy")),
 			connect.WithClientOptions(opts...),
 		),
+		signal: connect.NewClient[hostv1.SignalRequest, hostv1.SignalResponse](
+			httpClient,
+			baseURL+ServiceSignalProcedure,
+			connect.WithSchema(serviceMethods.ByName("Signal")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -141,6 +154,7 @@ type serviceClient struct {
 	grants       *connect.Client[hostv1.GrantsRequest, hostv1.GrantsResponse]
 	capabilities *connect.Client[hostv1.CapabilitiesRequest, hostv1.CapabilitiesResponse]
 	checkPolicy  *connect.Client[hostv1.CheckPolicyRequest, hostv1.CheckPolicyResponse]
+	signal       *connect.Client[hostv1.SignalRequest, hostv1.SignalResponse]
 }
 
 // Execute calls aleph.host.v1.Service.Execute.
@@ -178,6 +192,11 @@ func (c *serviceClient) CheckPolicy(ctx context.Context, req *connect.Request[ho
 	return c.checkPolicy.CallUnary(ctx, req)
 }
 
+// Signal calls aleph.host.v1.Service.Signal.
+func (c *serviceClient) Signal(ctx context.Context, req *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error) {
+	return c.signal.CallUnary(ctx, req)
+}
+
 // ServiceHandler is an implementation of the aleph.host.v1.Service service.
 type ServiceHandler interface {
 	// Execute runs one command: output chunks in order of arrival, then one
@@ -196,6 +215,11 @@ type ServiceHandler interface {
 	Capabilities(context.Context, *connect.Request[hostv1.CapabilitiesRequest]) (*connect.Response[hostv1.CapabilitiesResponse], error)
 	// CheckPolicy is `policy check`: the command policy on a command string.
 	CheckPolicy(context.Context, *connect.Request[hostv1.CheckPolicyRequest]) (*connect.Response[hostv1.CheckPolicyResponse], error)
+	// Signal delivers a signal to a running command, named by the
+	// signal_key its Execute request carried (that is how `exec --host`
+	// forwards the SIGTERM, SIGINT or SIGHUP it receives). The command
+	// decides what the signal means, as in-process.
+	Signal(context.Context, *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error)
 }
 
 // NewServiceHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -247,6 +271,12 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(serviceMethods.ByName("CheckPolicy")),
 		connect.WithHandlerOptions(opts...),
 	)
+	serviceSignalHandler := connect.NewUnaryHandler(
+		ServiceSignalProcedure,
+		svc.Signal,
+		connect.WithSchema(serviceMethods.ByName("Signal")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/aleph.host.v1.Service/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ServiceExecuteProcedure:
@@ -263,6 +293,8 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 			serviceCapabilitiesHandler.ServeHTTP(w, r)
 		case ServiceCheckPolicyProcedure:
 			serviceCheckPolicyHandler.ServeHTTP(w, r)
+		case ServiceSignalProcedure:
+			serviceSignalHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -298,4 +330,8 @@ func (UnimplementedServiceHandler) Capabilities(context.Context, *connect.Reques
 
 func (UnimplementedServiceHandler) CheckPolicy(context.Context, *connect.Request[hostv1.CheckPolicyRequest]) (*connect.Response[hostv1.CheckPolicyResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.CheckPolicy is not implemented"))
+}
+
+func (UnimplementedServiceHandler) Signal(context.Context, *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Signal is not implemented"))
 }

@@ -1,0 +1,182 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+)
+
+// benchServe is a private `aleph-sandbox serve` that bench starts for its
+// daemon rows, on a socket in a temporary directory of its own.
+type benchServe struct {
+	dir, sock string
+	cmd       *exec.Cmd
+	stderr    *syncBuffer
+	done      chan struct{}
+}
+
+// syncBuffer is the server's stderr, read when it fails to start.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// startBenchServe runs serve with bench's --config and --driver, the rate
+// limit off (as for every other row), and waits until it answers.
+func startBenchServe(ctx context.Context, f *runFlags) (*benchServe, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("locate own binary: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "aleph-bench-serve-")
+	if err != nil {
+		return nil, err
+	}
+	s := &benchServe{dir: dir, sock: filepath.Join(dir, "run", "aleph.sock"), stderr: &syncBuffer{}, done: make(chan struct{})}
+	args := []string{"serve", "--listen", "unix:" + s.sock}
+	if f.config != "" {
+		args = append(args, "--config", f.config)
+	}
+	if f.driver != "" {
+		args = append(args, "--driver", f.driver)
+	}
+	if f.yes {
+		args = append(args, "--yes")
+	}
+	s.cmd = exec.Command(self, args...)
+	s.cmd.Env = append(os.Environ(), core.EnvPrefix+"RATE_LIMIT__ENABLED=false", "ALEPH_SANDBOX_LOG=warn")
+	if f.workspaceRoot != "" {
+		s.cmd.Env = append(s.cmd.Env, core.EnvPrefix+"WORKSPACE_ROOT="+f.workspaceRoot)
+	}
+	s.cmd.Stderr = s.stderr
+	if err := s.cmd.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	go func() { _ = s.cmd.Wait(); close(s.done) }()
+	c := hostClient(s.sock)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := c.CheckPolicy(ctx, connect.NewRequest(&hostv1.CheckPolicyRequest{Command: "true"}))
+		if err == nil {
+			return s, nil
+		}
+		select {
+		case <-s.done:
+			_ = os.RemoveAll(dir)
+			return nil, fmt.Errorf("serve exited: %s", oneLine(s.stderr.String()))
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return nil, errors.New("serve did not answer within 20s")
+		}
+	}
+}
+
+// stop ends the server (SIGTERM, then SIGKILL) and removes its directory.
+func (s *benchServe) stop() {
+	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-s.done:
+	case <-time.After(15 * time.Second):
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+	_ = os.RemoveAll(s.dir)
+}
+
+// roundTrip is one command through the service from this process, over
+// the socket as the language clients send it: the in-service cost.
+func (s *benchServe) roundTrip(ctx context.Context, cmd core.Command) func() string {
+	c := hostClient(s.sock)
+	req := executeRequest(cmd)
+	req.AnswerApprovals = false
+	return func() string {
+		st, err := c.Execute(ctx, connect.NewRequest(req))
+		if err != nil {
+			return "through serve: " + oneLine(err.Error())
+		}
+		defer st.Close()
+		var res *hostv1.ExecResult
+		for st.Receive() {
+			if r := st.Msg().GetResult(); r != nil {
+				res = r
+			}
+		}
+		switch {
+		case st.Err() != nil:
+			return "through serve: " + oneLine(st.Err().Error())
+		case res == nil:
+			return "through serve: no result"
+		case res.GetDenied():
+			return "through serve: denied: " + oneLine(res.GetReason())
+		case res.GetExitCode() != 0 || res.GetSignal() != 0:
+			return fmt.Sprintf("through serve: the command exited %d (signal %d)", res.GetExitCode(), res.GetSignal())
+		}
+		return ""
+	}
+}
+
+// hostFlags are exec flags that apply with --host (the service's own
+// configuration and driver replace --config, --driver, --workspace-root).
+func hostFlags(flags []string) []string {
+	var out []string
+	for i := 0; i < len(flags); i++ {
+		name, _, hasValue := strings.Cut(strings.TrimLeft(flags[i], "-"), "=")
+		switch name {
+		case "config", "driver", "workspace-root":
+			if !hasValue {
+				i++
+			}
+			continue
+		}
+		out = append(out, flags[i])
+	}
+	return out
+}
+
+// selfRunner runs this binary with args, a fresh process each time.
+func selfRunner(ctx context.Context, what string, args []string, stdin []byte) (func() string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("%s: locate own binary: %w", what, err)
+	}
+	return func() string {
+		c := exec.CommandContext(ctx, self, args...)
+		if len(stdin) > 0 {
+			c.Stdin = bytes.NewReader(stdin)
+		}
+		var stderr bytes.Buffer
+		c.Stderr = &stderr
+		if err := c.Run(); err != nil {
+			return what + ": " + err.Error() + ": " + oneLine(stderr.String())
+		}
+		return ""
+	}, nil
+}

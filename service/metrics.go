@@ -1,0 +1,137 @@
+package service
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+const nBuckets = 14
+
+// latencyBuckets are the upper bounds (seconds) of the command latency
+// histogram: from a warm /bin/true (a few ms) to long builds.
+func latencyBuckets() [nBuckets]float64 {
+	return [nBuckets]float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300}
+}
+
+// Metrics are the service's counters, written in the Prometheus text
+// exposition format (version 0.0.4) by hand: the handful of series here do
+// not need a client library and its dependencies in every binary.
+type Metrics struct {
+	mu       sync.Mutex
+	commands map[outcomeKey]uint64
+	buckets  [nBuckets]uint64
+	count    uint64
+	sum      float64
+	inFlight int64
+}
+
+type outcomeKey struct{ outcome, reason string }
+
+// NewMetrics returns empty counters.
+func NewMetrics() *Metrics { return &Metrics{commands: map[outcomeKey]uint64{}} }
+
+// Outcomes of a command, the "outcome" label.
+const (
+	OutcomeOK     = "ok"     // the command ran and exited (any status)
+	OutcomeDenied = "denied" // refused by policy, approval or rate limit
+	OutcomeError  = "error"  // the sandbox could not run it, or it was cancelled
+)
+
+func (m *Metrics) started() {
+	m.mu.Lock()
+	m.inFlight++
+	m.mu.Unlock()
+}
+
+// finished records one Execute call.
+func (m *Metrics) finished(outcome, reason string, d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.inFlight--
+	m.commands[outcomeKey{outcome, reason}]++
+	s := d.Seconds()
+	for i, b := range latencyBuckets() {
+		if s <= b {
+			m.buckets[i]++
+		}
+	}
+	m.count++
+	m.sum += s
+}
+
+// Gauges are read when scraped, from the server's state.
+type gauges struct {
+	sessions       int
+	driverLaunches int64
+}
+
+func (m *Metrics) write(w io.Writer, g gauges) {
+	m.mu.Lock()
+	keys := make([]outcomeKey, 0, len(m.commands))
+	for k := range m.commands {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].outcome != keys[j].outcome {
+			return keys[i].outcome < keys[j].outcome
+		}
+		return keys[i].reason < keys[j].reason
+	})
+	var b strings.Builder
+	b.WriteString("# HELP aleph_sandbox_commands_total Commands answered, by outcome and reason code.\n")
+	b.WriteString("# TYPE aleph_sandbox_commands_total counter\n")
+	for _, k := range keys {
+		fmt.Fprintf(&b, "aleph_sandbox_commands_total{outcome=%s,reason_code=%s} %d\n", label(k.outcome), label(k.reason), m.commands[k])
+	}
+	b.WriteString("# HELP aleph_sandbox_command_duration_seconds Time from request to result.\n")
+	b.WriteString("# TYPE aleph_sandbox_command_duration_seconds histogram\n")
+	for i, ub := range latencyBuckets() {
+		fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_bucket{le=\"%s\"} %d\n", strconv.FormatFloat(ub, 'g', -1, 64), m.buckets[i])
+	}
+	fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_bucket{le=\"+Inf\"} %d\n", m.count)
+	fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_sum %s\n", strconv.FormatFloat(m.sum, 'g', -1, 64))
+	fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_count %d\n", m.count)
+	b.WriteString("# HELP aleph_sandbox_commands_in_flight Commands running now.\n")
+	b.WriteString("# TYPE aleph_sandbox_commands_in_flight gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_commands_in_flight %d\n", m.inFlight)
+	m.mu.Unlock()
+	b.WriteString("# HELP aleph_sandbox_sessions_active Sessions this service has run or been asked about and not forgotten.\n")
+	b.WriteString("# TYPE aleph_sandbox_sessions_active gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_sessions_active %d\n", g.sessions)
+	restarts := g.driverLaunches - 1
+	if restarts < 0 {
+		restarts = 0
+	}
+	b.WriteString("# HELP aleph_sandbox_driver_restarts_total Driver processes launched after the first (each follows a driver that died).\n")
+	b.WriteString("# TYPE aleph_sandbox_driver_restarts_total counter\n")
+	fmt.Fprintf(&b, "aleph_sandbox_driver_restarts_total %d\n", restarts)
+	_, _ = io.WriteString(w, b.String())
+}
+
+// label quotes a label value as the text format wants it.
+func label(v string) string {
+	r := strings.NewReplacer(`\`, `\\`, `"`, `\"`, "\n", `\n`)
+	return `"` + r.Replace(v) + `"`
+}
+
+// MetricsHandler serves /metrics (and nothing else).
+func (s *Server) MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+		s.mu.Lock()
+		g := gauges{sessions: len(s.sessions)}
+		s.mu.Unlock()
+		if s.driverLaunches != nil {
+			g.driverLaunches = s.driverLaunches()
+		}
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		s.metrics.write(w, g)
+	})
+	return mux
+}

@@ -1,0 +1,47 @@
+package service
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestMetricsText: counters by outcome and reason, a cumulative histogram
+// and the gauges, in the text format; label values are escaped.
+func TestMetricsText(t *testing.T) {
+	m := NewMetrics()
+	for _, c := range []struct {
+		outcome, reason string
+		d               time.Duration
+	}{{OutcomeOK, "allowed", 3 * time.Millisecond}, {OutcomeOK, "allowed", 40 * time.Millisecond}, {OutcomeDenied, `odd"reason\`, 2 * time.Second}} {
+		m.started()
+		m.finished(c.outcome, c.reason, c.d)
+	}
+	m.started() // one still running
+	var b strings.Builder
+	m.write(&b, gauges{sessions: 3, driverLaunches: 2})
+	out := b.String()
+	for _, want := range []string{
+		`aleph_sandbox_commands_total{outcome="ok",reason_code="allowed"} 2`,
+		`aleph_sandbox_commands_total{outcome="denied",reason_code="odd\"reason\\"} 1`,
+		`aleph_sandbox_command_duration_seconds_bucket{le="0.005"} 1`,
+		`aleph_sandbox_command_duration_seconds_bucket{le="0.05"} 2`,
+		`aleph_sandbox_command_duration_seconds_bucket{le="1"} 2`,
+		`aleph_sandbox_command_duration_seconds_bucket{le="2.5"} 3`,
+		`aleph_sandbox_command_duration_seconds_bucket{le="+Inf"} 3`,
+		`aleph_sandbox_command_duration_seconds_count 3`,
+		`aleph_sandbox_commands_in_flight 1`,
+		`aleph_sandbox_sessions_active 3`,
+		`aleph_sandbox_driver_restarts_total 1`,
+		"# TYPE aleph_sandbox_command_duration_seconds histogram",
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("metrics lack %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	NewMetrics().write(&b, gauges{})
+	if !strings.Contains(b.String(), "aleph_sandbox_driver_restarts_total 0\n") {
+		t.Errorf("no driver launched yet: %s", b.String())
+	}
+}
