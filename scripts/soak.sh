@@ -30,11 +30,13 @@ count_left() {
 before=$(count_left)
 echo "before: $before"
 echo "== soak: $n commands, concurrency 1"
-"$bin" bench --n "$n" --concurrency 1 -- /bin/true
+"$bin" bench --warm-only --n "$n" --concurrency 1 -- /bin/true
 for c in 1 2 4 8 16 32 64; do
 	echo "== load: concurrency $c"
-	"$bin" bench --n $((c * 20)) --concurrency "$c" -- /bin/true
+	"$bin" bench --warm-only --n $((c * 20)) --concurrency "$c" -- /bin/true
 done
+echo "== the baselines beside it, interleaved"
+"$bin" bench --n 50 -- /bin/true
 sleep 1
 after=$(count_left)
 echo "after: $after"

@@ -120,6 +120,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	f.register(fs)
 	n := fs.Int("n", 100, "number of runs")
 	conc := fs.Int("concurrency", 1, "runs at a time")
+	warmOnly := fs.Bool("warm-only", false, "measure the warm pipeline alone, no baselines (the soak: long runs without thousands of cold CLI starts)")
 	if done, code := parseFlags(fs, args, io, "aleph-sandbox bench [exec flags] [--n N] [--concurrency C] [--json] -- PROGRAM [ARG...]"); done {
 		return code
 	}
@@ -155,49 +156,58 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		out, err := p.sandbox.Execute(ctx, cmd)
 		return benchFailure(out, err)
 	}
-	rawRun, stopRaw, err := rawRunner(ctx, cfg, cmd)
-	if err != nil {
-		return fail(io.Err, "bench: raw bwrap baseline: %s", oneLine(err.Error()))
-	}
-	defer stopRaw()
-	if rawRun != nil {
-		if _, msg := rawRun(); msg != "" {
-			return fail(io.Err, "bench: warm-up of %s", msg)
+	var rawRun benchWay
+	var coldRun, tripRun, hostRun, startRun, directRun func() string
+	var cleanups []func()
+	defer func() {
+		for i := len(cleanups) - 1; i >= 0; i-- {
+			cleanups[i]()
 		}
-	}
-	coldRun, err := coldRunner(ctx, execFlags(fs, args), cmd)
-	if err != nil {
-		return fail(io.Err, "bench: %s", oneLine(err.Error()))
-	}
-	var tripRun, hostRun func() string
-	if srv, err := startBenchServe(ctx, &f); err != nil {
-		fmt.Fprintf(io.Err, "bench: no daemon rows: %s\n", oneLine(err.Error()))
-	} else {
-		defer srv.stop()
-		tripRun = srv.roundTrip(ctx, cmd)
-		hargs := append([]string{"exec", "--host", "unix:" + srv.sock}, hostFlags(execFlags(fs, args))...)
-		hargs = append(append(hargs, "--", cmd.Program), cmd.Args...)
-		if hostRun, err = selfRunner(ctx, "exec --host", hargs, cmd.Stdin); err != nil {
+	}()
+	if !*warmOnly {
+		var stopRaw func()
+		rawRun, stopRaw, err = rawRunner(ctx, cfg, cmd)
+		if err != nil {
+			return fail(io.Err, "bench: raw bwrap baseline: %s", oneLine(err.Error()))
+		}
+		cleanups = append(cleanups, stopRaw)
+		if rawRun != nil {
+			if _, msg := rawRun(); msg != "" {
+				return fail(io.Err, "bench: warm-up of %s", msg)
+			}
+		}
+		coldRun, err = coldRunner(ctx, execFlags(fs, args), cmd)
+		if err != nil {
 			return fail(io.Err, "bench: %s", oneLine(err.Error()))
 		}
-		// The service's first command launches its driver.
-		if msg := tripRun(); msg != "" {
-			return fail(io.Err, "bench: warm-up %s", msg)
+		if srv, err := startBenchServe(ctx, &f); err != nil {
+			fmt.Fprintf(io.Err, "bench: no daemon rows: %s\n", oneLine(err.Error()))
+		} else {
+			cleanups = append(cleanups, srv.stop)
+			tripRun = srv.roundTrip(ctx, cmd)
+			hargs := append([]string{"exec", "--host", "unix:" + srv.sock}, hostFlags(execFlags(fs, args))...)
+			hargs = append(append(hargs, "--", cmd.Program), cmd.Args...)
+			if hostRun, err = selfRunner(ctx, "exec --host", hargs, cmd.Stdin); err != nil {
+				return fail(io.Err, "bench: %s", oneLine(err.Error()))
+			}
+			// The service's first command launches its driver.
+			if msg := tripRun(); msg != "" {
+				return fail(io.Err, "bench: warm-up %s", msg)
+			}
 		}
-	}
-	startRun, err := selfRunner(ctx, "CLI start", []string{"--version"}, nil)
-	if err != nil {
-		return fail(io.Err, "bench: %s", oneLine(err.Error()))
-	}
-	directRun := func() string {
-		c := exec.CommandContext(ctx, cmd.Program, cmd.Args...)
-		if len(cmd.Stdin) > 0 {
-			c.Stdin = bytes.NewReader(cmd.Stdin)
+		if startRun, err = selfRunner(ctx, "CLI start", []string{"--version"}, nil); err != nil {
+			return fail(io.Err, "bench: %s", oneLine(err.Error()))
 		}
-		if err := c.Run(); err != nil {
-			return "direct run: " + err.Error()
+		directRun = func() string {
+			c := exec.CommandContext(ctx, cmd.Program, cmd.Args...)
+			if len(cmd.Stdin) > 0 {
+				c.Stdin = bytes.NewReader(cmd.Stdin)
+			}
+			if err := c.Run(); err != nil {
+				return "direct run: " + err.Error()
+			}
+			return ""
 		}
-		return ""
 	}
 	var lat, raw, cold, direct, trip, host, start []time.Duration
 	var elapsed time.Duration
