@@ -60,6 +60,49 @@ type SandboxConfig struct {
 	// uncreatable in the workspace and in every write grant.
 	Protected ProtectedConfig `koanf:"protected" json:"protected" toml:"protected"`
 	Windows   WindowsConfig   `koanf:"windows" json:"windows" toml:"windows"`
+	// Session is what every session starts with: its baseline and the
+	// child's HOME.
+	Session SessionConfig `koanf:"session" json:"session" toml:"session"`
+}
+
+// SessionConfig is [sandbox.session].
+type SessionConfig struct {
+	// Baseline names what every session may do without approval: "strict"
+	// (nothing beyond the workspace) or "spawn" (subprocesses too: shells,
+	// make, compilers). See BaselinePresets.
+	Baseline string `koanf:"baseline" json:"baseline" toml:"baseline"`
+	// Home is the child's HOME: "session" (a private directory per
+	// session, kept outside the workspace, under
+	// <workspace_root>/.homes/, removed by ForgetSession) or "workspace"
+	// (the workspace itself).
+	Home string `koanf:"home" json:"home" toml:"home"`
+}
+
+// Values of SessionConfig.Home.
+const (
+	HomeSession   = "session"
+	HomeWorkspace = "workspace"
+)
+
+// HomesDirName is the directory under the workspace root that holds the
+// sessions' private HOME directories, one per session, named like its
+// workspace (SessionDirName). It cannot be a session's workspace: those
+// are hex names.
+const HomesDirName = ".homes"
+
+// BaselinePresets are the values sandbox.session.baseline accepts and the
+// capabilities each gives every session without approval.
+func BaselinePresets() map[string]driverapi.Capabilities {
+	return map[string]driverapi.Capabilities{
+		"strict": {},
+		"spawn":  {SpawnSubprocess: true},
+	}
+}
+
+// SessionBaseline is the baseline sandbox.session.baseline names (what
+// New uses unless WithBaseline says otherwise).
+func (c Config) SessionBaseline() driverapi.Capabilities {
+	return BaselinePresets()[c.Sandbox.Session.Baseline]
 }
 
 // CommandPolicyConfig is [sandbox.command_policy].
@@ -281,6 +324,7 @@ func DefaultConfig() Config {
 		Network:   NetworkConfig{SecretInjections: []SecretInjection{}},
 		Linux:     Section{},
 		Protected: ProtectedConfig{Add: []string{}, Remove: []string{}},
+		Session:   SessionConfig{Baseline: "strict", Home: HomeSession},
 	}}
 	if data != "" {
 		c.Sandbox.WorkspaceRoot = filepath.Join(data, "workspaces")
@@ -912,6 +956,19 @@ func (c Config) Validate() error {
 	}
 	if len(c.ProtectedEntries()) == 0 {
 		return bad("protected.remove", "removes every protected entry; at least one must stay (drivers read an empty set as the defaults)")
+	}
+	if _, ok := BaselinePresets()[s.Session.Baseline]; !ok {
+		names := make([]string, 0, 2)
+		for n := range BaselinePresets() {
+			names = append(names, fmt.Sprintf("%q", n))
+		}
+		sort.Strings(names)
+		return bad("session.baseline", fmt.Sprintf("must be one of %s, got %q", strings.Join(names, ", "), s.Session.Baseline))
+	}
+	switch s.Session.Home {
+	case HomeSession, HomeWorkspace:
+	default:
+		return bad("session.home", fmt.Sprintf("must be %q or %q, got %q", HomeSession, HomeWorkspace, s.Session.Home))
 	}
 	wx := s.Windows
 	switch wx.MinTier {
