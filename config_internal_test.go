@@ -109,10 +109,10 @@ func TestRateLimitSectionOneReading(t *testing.T) {
 		t.Fatalf("plugin %+v, in-process %+v", got, in)
 	}
 	for body, key := range map[string]string{
-		"[sandbox.rate_limit]\nper_sesion = 2\n":            "sandbox.rate_limit.per_sesion",
-		"[sandbox.rate_limit]\nburst = -1\n":                "sandbox.rate_limit.burst",
+		"[sandbox.rate_limit]\nper_sesion = 2\n":             "sandbox.rate_limit.per_sesion",
+		"[sandbox.rate_limit]\nburst = -1\n":                 "sandbox.rate_limit.burst",
 		"[sandbox.rate_limit]\nrate_per_second = \"fast\"\n": "sandbox.rate_limit.rate_per_second",
-		"[sandbox.rate_limit]\nidle_forget_seconds = -5\n":  "sandbox.rate_limit.idle_forget_seconds",
+		"[sandbox.rate_limit]\nidle_forget_seconds = -5\n":   "sandbox.rate_limit.idle_forget_seconds",
 	} {
 		_, err := LoadConfig(write(body))
 		var ce *core.ConfigError
