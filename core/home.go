@@ -107,21 +107,31 @@ func (s *WorkspaceSandbox) childHome(sess *session, ws string) (string, error) {
 	return home, nil
 }
 
-// forgetHome removes a forgotten session's private HOME. Tools leave
-// read-only directories there (Go's module cache), which the owner may
-// still remove once it makes them writable again; symlinks are never
-// followed.
+// forgetHome removes a forgotten session's private HOME.
 func (s *WorkspaceSandbox) forgetHome(sessionID string) {
-	root := s.homesRoot()
-	if root == "" {
-		return
+	if err := RemoveSessionHome(s.cfg, sessionID); err != nil {
+		s.logger.Error("removing the session's HOME failed", "session", sessionID, "error", err)
 	}
+}
+
+// RemoveSessionHome removes a session's private HOME as cfg places it
+// (nothing when sandbox.session.home is "workspace", or when it does not
+// exist): what ForgetSession does to the HOME, for a host that forgets a
+// session without building a sandbox (`aleph-sandbox session forget`).
+// Tools leave read-only directories there (Go's module cache), which the
+// owner may still remove once it makes them writable again; symlinks are
+// never followed.
+func RemoveSessionHome(cfg Config, sessionID string) error {
+	if cfg.Sandbox.Session.Home != HomeSession || cfg.Sandbox.WorkspaceRoot == "" {
+		return nil
+	}
+	root := filepath.Join(cfg.Sandbox.WorkspaceRoot, HomesDirName)
 	if st, err := os.Lstat(root); err != nil || !st.IsDir() {
-		return
+		return nil
 	}
 	dir := filepath.Join(root, SessionDirName(sessionID))
 	if err := os.RemoveAll(dir); err == nil {
-		return
+		return nil
 	}
 	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.IsDir() {
@@ -130,8 +140,9 @@ func (s *WorkspaceSandbox) forgetHome(sessionID string) {
 		return nil
 	})
 	if err := os.RemoveAll(dir); err != nil {
-		s.logger.Error("removing the session's HOME failed", "session", sessionID, "path", dir, "error", err)
+		return &WorkspaceError{Path: dir, Err: err}
 	}
+	return nil
 }
 
 // ownStateFiles are the grant store's directory and the audit log.

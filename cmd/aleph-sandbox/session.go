@@ -13,7 +13,7 @@ import (
 // runSession is `aleph-sandbox session forget ID` (CLI.md: it clears the
 // grants a session keeps across invocations) and `session show ID`.
 func runSession(_ context.Context, args []string, io stdio) int {
-	const usageLine = "aleph-sandbox session forget|show [--json] ID"
+	const usageLine = "aleph-sandbox session forget|show [--json] [--config FILE] ID"
 	if len(args) == 0 || (args[0] != "forget" && args[0] != "show") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			fmt.Fprintln(io.Err, "usage: "+usageLine)
@@ -23,6 +23,7 @@ func runSession(_ context.Context, args []string, io stdio) int {
 	}
 	fs := flag.NewFlagSet("session "+args[0], flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
+	cfgPath := fs.String("config", "", "TOML config `FILE` that places the session's private HOME (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	if done, code := parseFlags(fs, args[1:], io, usageLine); done {
 		return code
 	}
@@ -36,11 +37,18 @@ func runSession(_ context.Context, args []string, io stdio) int {
 	}
 	store := core.NewFileGrantStore(dir)
 	if args[0] == "forget" {
+		cfg, err := loadConfig(*cfgPath, "", "")
+		if err != nil {
+			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+		}
 		if err := store.Delete(id); err != nil {
 			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
 		}
+		if err := core.RemoveSessionHome(cfg, id); err != nil {
+			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+		}
 		if !*asJSON {
-			fmt.Fprintf(io.Out, "session %q forgotten: its grants are cleared (its workspace stays)\n", id)
+			fmt.Fprintf(io.Out, "session %q forgotten: its grants are cleared and its private HOME removed (its workspace stays)\n", id)
 		}
 		return 0
 	}
