@@ -111,3 +111,34 @@ func TestPrivateHomeEndToEnd(t *testing.T) {
 		t.Fatalf("home = workspace: %q %v", b, err)
 	}
 }
+
+// TestConfiguredBaselineEndToEnd: sandbox.session.baseline = "spawn" lets
+// a shell line with a pipe run without --spawn and without approval; the
+// default, strict, refuses it without asking (no terminal, no --yes).
+func TestConfiguredBaselineEndToEnd(t *testing.T) {
+	h := newInputsHarness(t)
+	// strict: the pipe needs a subprocess the command was not given.
+	code, out, errOut := h.run(t, "exec", "--session", "s", "--", "/bin/sh", "-c", "echo a | tr a b")
+	if code == 0 || out == "b\n" {
+		t.Fatalf("strict baseline: %d %q %q", code, out, errOut)
+	}
+	cfg := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(cfg, []byte("[sandbox.session]\nbaseline = \"spawn\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = h.run(t, "exec", "--config", cfg, "--session", "s", "--", "/bin/sh", "-c", "echo a | tr a b")
+	if code != 0 || out != "b\n" {
+		t.Fatalf("spawn baseline: %d %q %q", code, out, errOut)
+	}
+	// Within the baseline nothing is approved, so nothing is kept.
+	if code, out, _ := h.run(t, "session", "show", "s"); code != 0 || !strings.Contains(out, "holds no grants") {
+		t.Fatalf("grants after a baseline command: %d %q", code, out)
+	}
+	// A bad preset is refused by its full name.
+	if err := os.WriteFile(cfg, []byte("[sandbox.session]\nbaseline = \"lax\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := h.run(t, "exec", "--config", cfg, "--", "/bin/true"); code != 125 || !strings.Contains(errOut, "sandbox.session.baseline") {
+		t.Fatalf("bad preset: %d %q", code, errOut)
+	}
+}
