@@ -50,8 +50,11 @@ func (s *WorkspaceSandbox) HomePath(sessionID string) (string, error) {
 // homeDir creates the session's private HOME on first use and returns its
 // canonical path.
 func (s *WorkspaceSandbox) homeDir(sess *session) (string, error) {
+	// Another process (`aleph-sandbox session forget`) may have removed
+	// the HOME since it was made: it is made again, empty, rather than
+	// handed to the driver missing.
 	sess.mu.RLock()
-	if sess.homeReady {
+	if sess.homeReady && isDir(sess.home) {
 		d := sess.home
 		sess.mu.RUnlock()
 		return d, nil
@@ -59,9 +62,10 @@ func (s *WorkspaceSandbox) homeDir(sess *session) (string, error) {
 	sess.mu.RUnlock()
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	if sess.homeReady {
+	if sess.homeReady && isDir(sess.home) {
 		return sess.home, nil
 	}
+	sess.homeReady = false
 	root := s.homesRoot()
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return "", &WorkspaceError{Path: root, Err: err}
@@ -89,6 +93,11 @@ func (s *WorkspaceSandbox) homeDir(sess *session) (string, error) {
 	}
 	sess.home, sess.homeReady = canon, true
 	return canon, nil
+}
+
+func isDir(p string) bool {
+	st, err := os.Lstat(p)
+	return err == nil && st.IsDir()
 }
 
 // childHome is the HOME of a command of sess running in ws: the session's

@@ -70,6 +70,15 @@ func TestPrivateHome(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// Removed by another process (the CLI's session forget) while this
+	// one remembers it: the next command gets it again, empty.
+	hb, _ := h.sb.HomePath("b")
+	if err := RemoveSessionHome(cfg, "b"); err != nil || isDir(hb) {
+		t.Fatalf("RemoveSessionHome: %v", err)
+	}
+	if _, err := h.sb.Execute(ctx, Command{SessionID: "b", Program: "echo"}); err != nil || !isDir(hb) {
+		t.Fatalf("after an outside removal: %v, HOME there: %v", err, isDir(hb))
+	}
 	h.sb.ForgetSession("a")
 	if _, err := os.Lstat(home); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("HOME after ForgetSession: %v", err)
