@@ -142,3 +142,33 @@ func TestConfiguredBaselineEndToEnd(t *testing.T) {
 		t.Fatalf("bad preset: %d %q", code, errOut)
 	}
 }
+
+// TestComponentSectionsRefuseUnknownKeys: a mistyped key in a section a
+// component owns is refused by its full name, whether the loader checks it
+// against the component's schema ([sandbox.rate_limit]) or the driver does
+// when it is handed the section ([sandbox.linux]); the same sections with
+// known keys run (the control).
+func TestComponentSectionsRefuseUnknownKeys(t *testing.T) {
+	h := newInputsHarness(t)
+	dir := t.TempDir()
+	for i, c := range []struct{ body, refused string }{
+		{"[sandbox.rate_limit]\nper_sesion = 2\n", "sandbox.rate_limit.per_sesion: unknown key"},
+		{"[sandbox.linux]\nmax_pidz = 50\n", "sandbox.linux.max_pidz: unknown key"},
+		{"[sandbox.rate_limit]\nmax_concurrent_per_session = 2\n[sandbox.linux]\nmax_pids = 50\n", ""},
+	} {
+		cfg := filepath.Join(dir, strings.Repeat("c", i+1)+".toml")
+		if err := os.WriteFile(cfg, []byte(c.body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, errOut := h.run(t, "exec", "--config", cfg, "--", "/bin/echo", "ran")
+		if c.refused == "" {
+			if code != 0 || out != "ran\n" {
+				t.Errorf("%q: %d %q %q", c.body, code, out, errOut)
+			}
+			continue
+		}
+		if code != 125 || out != "" || !strings.Contains(errOut, c.refused) {
+			t.Errorf("%q: %d %q %q, want %q", c.body, code, out, errOut, c.refused)
+		}
+	}
+}
