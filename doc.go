@@ -10,7 +10,7 @@
 // the bare pipeline without the hooks and proxy the configuration asks for;
 // embedders use this package instead.
 //
-//	cfg, err := core.LoadConfig(path)
+//	cfg, err := alephsandbox.LoadConfig(path) // core.LoadConfig with the components' section schemas
 //	rt, err := alephsandbox.New(cfg, alephsandbox.WithApprover(myApprover))
 //	defer rt.Close()
 //	out, err := rt.Execute(ctx, core.Command{SessionID: "s1", Program: "/bin/echo", Args: []string{"hi"}})

@@ -41,16 +41,14 @@ func hooksFromConfig(cfg core.Config, logger hclog.Logger, warn io.Writer, noRat
 		}
 		hooks = append(hooks, h)
 	}
-	if rl := cfg.Sandbox.RateLimit; rl.Enabled && !noRate {
-		h, err := ratelimit.New(ratelimit.Config{
-			RatePerSecond:           rl.RatePerSecond,
-			Burst:                   int(rl.Burst),
-			MaxConcurrentPerSession: int(rl.MaxConcurrentPerSession),
-			MaxConcurrentGlobal:     int(rl.MaxConcurrentGlobal),
-			IdleForget:              time.Duration(rl.IdleForgetSeconds) * time.Second,
-		}, ratelimit.WithLogger(logger.Named("rate_limit")))
+	rl, err := RateLimitConfig(cfg)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	if rl.Enabled && !noRate {
+		h, err := ratelimit.New(rl, ratelimit.WithLogger(logger.Named("rate_limit")))
 		if err != nil {
-			return nil, closeAll, fmt.Errorf("sandbox.rate_limit: %w", err)
+			return nil, closeAll, err
 		}
 		hooks = append(hooks, h)
 	}
@@ -84,13 +82,13 @@ func hookPluginEnv(cfg core.Config, path string) ([]string, error) {
 		c.Enabled = true
 		v = c
 	case "aleph-hook-ratelimit":
-		rl := cfg.Sandbox.RateLimit
-		v = map[string]any{
-			"rate_per_second": rl.RatePerSecond, "burst": rl.Burst,
-			"max_concurrent_per_session": rl.MaxConcurrentPerSession,
-			"max_concurrent_global":      rl.MaxConcurrentGlobal,
-			"idle_forget_seconds":        rl.IdleForgetSeconds,
+		// The same type the in-process hook is built from, so the plugin
+		// and the in-process hook cannot read the section differently.
+		rl, err := RateLimitConfig(cfg)
+		if err != nil {
+			return nil, err
 		}
+		v = rl
 	default:
 		return nil, nil
 	}

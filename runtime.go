@@ -32,7 +32,8 @@ type Host interface {
 	Grants(sessionID string) core.SessionGrants
 	// RevokeGrant removes one grant (by its ID in Grants).
 	RevokeGrant(ctx context.Context, sessionID, grantID string) (string, error)
-	// ForgetSession drops a session's grants (its workspace stays on disk).
+	// ForgetSession drops a session's grants and its private HOME (its
+	// workspace stays on disk).
 	ForgetSession(sessionID string)
 	// WorkspacePath is the session's workspace directory.
 	WorkspacePath(sessionID string) (string, error)
@@ -309,6 +310,15 @@ func (r *Runtime) ForgetSession(sessionID string) {
 	if r.ws != nil {
 		r.ws.ForgetSession(sessionID)
 	}
+}
+
+// HomePath is a session's private HOME (sandbox.session.home), or its
+// workspace when HOME is the workspace.
+func (r *Runtime) HomePath(sessionID string) (string, error) {
+	if r.ws == nil {
+		return "", ErrDisabled
+	}
+	return r.ws.HomePath(sessionID)
 }
 
 // WorkspacePath implements Host.

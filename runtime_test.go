@@ -211,3 +211,28 @@ func TestRuntimeRefusesWorkspacesHoldingTheHostProgram(t *testing.T) {
 		t.Fatalf("control: %v", err)
 	}
 }
+
+// The configuration's session baseline reaches every front end through
+// New (serve and exec build nothing else); a host's WithBaseline replaces
+// it.
+func TestRuntimeUsesConfiguredBaseline(t *testing.T) {
+	spawn := core.Command{SessionID: "s", Program: "sh", Capabilities: driverapi.Capabilities{SpawnSubprocess: true}}
+	cfg := testConfig(t)
+	rt, _ := newRuntime(t, cfg)
+	var de *core.DeniedError
+	if _, err := rt.Execute(context.Background(), spawn); !errors.As(err, &de) || de.Code != core.ReasonApprovalDenied {
+		t.Fatalf("strict: %v", err)
+	}
+	cfg.Sandbox.Session.Baseline = "spawn"
+	rt, fake := newRuntime(t, cfg)
+	if _, err := rt.Execute(context.Background(), spawn); err != nil || fake.Runs() != 1 {
+		t.Fatalf("spawn baseline: %v", err)
+	}
+	if g := rt.Grants("s"); !g.Baseline.SpawnSubprocess {
+		t.Fatalf("baseline %+v", g.Baseline)
+	}
+	rt, _ = newRuntime(t, cfg, alephsandbox.WithBaseline(driverapi.Capabilities{}))
+	if _, err := rt.Execute(context.Background(), spawn); !errors.As(err, &de) {
+		t.Fatalf("host baseline: %v", err)
+	}
+}

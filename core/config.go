@@ -48,13 +48,61 @@ type SandboxConfig struct {
 	// capability_ledger log lines remain).
 	AuditLog      string              `koanf:"audit_log" json:"audit_log" toml:"audit_log"`
 	CommandPolicy CommandPolicyConfig `koanf:"command_policy" json:"command_policy" toml:"command_policy"`
-	RateLimit     RateLimitConfig     `koanf:"rate_limit" json:"rate_limit" toml:"rate_limit"`
-	Network       NetworkConfig       `koanf:"network" json:"network" toml:"network"`
-	Linux         LinuxConfig         `koanf:"linux" json:"linux" toml:"linux"`
+	// RateLimit is owned by the rate-limit hook (hooks/ratelimit: its
+	// type, defaults and validation); core keeps it as a Section.
+	RateLimit Section       `koanf:"rate_limit" json:"rate_limit" toml:"rate_limit"`
+	Network   NetworkConfig `koanf:"network" json:"network" toml:"network"`
+	// Linux is owned by the Linux driver, which validates it when the host
+	// hands it over (driverapi.Configurable.SetConfig, else
+	// ALEPH_DRIVER_OPTIONS); core never reads it.
+	Linux Section `koanf:"linux" json:"linux" toml:"linux"`
 	// Protected changes the set of top-level entries kept read-only and
 	// uncreatable in the workspace and in every write grant.
 	Protected ProtectedConfig `koanf:"protected" json:"protected" toml:"protected"`
 	Windows   WindowsConfig   `koanf:"windows" json:"windows" toml:"windows"`
+	// Session is what every session starts with: its baseline and the
+	// child's HOME.
+	Session SessionConfig `koanf:"session" json:"session" toml:"session"`
+}
+
+// SessionConfig is [sandbox.session].
+type SessionConfig struct {
+	// Baseline names what every session may do without approval: "strict"
+	// (nothing beyond the workspace) or "spawn" (subprocesses too: shells,
+	// make, compilers). See BaselinePresets.
+	Baseline string `koanf:"baseline" json:"baseline" toml:"baseline"`
+	// Home is the child's HOME: "session" (a private directory per
+	// session, kept outside the workspace, under
+	// <workspace_root>/.homes/, removed by ForgetSession) or "workspace"
+	// (the workspace itself).
+	Home string `koanf:"home" json:"home" toml:"home"`
+}
+
+// Values of SessionConfig.Home.
+const (
+	HomeSession   = "session"
+	HomeWorkspace = "workspace"
+)
+
+// HomesDirName is the directory under the workspace root that holds the
+// sessions' private HOME directories, one per session, named like its
+// workspace (SessionDirName). It cannot be a session's workspace: those
+// are hex names.
+const HomesDirName = ".homes"
+
+// BaselinePresets are the values sandbox.session.baseline accepts and the
+// capabilities each gives every session without approval.
+func BaselinePresets() map[string]driverapi.Capabilities {
+	return map[string]driverapi.Capabilities{
+		"strict": {},
+		"spawn":  {SpawnSubprocess: true},
+	}
+}
+
+// SessionBaseline is the baseline sandbox.session.baseline names (what
+// New uses unless WithBaseline says otherwise).
+func (c Config) SessionBaseline() driverapi.Capabilities {
+	return BaselinePresets()[c.Sandbox.Session.Baseline]
 }
 
 // CommandPolicyConfig is [sandbox.command_policy].
@@ -157,32 +205,27 @@ func checkProtectedName(n string) string {
 	return ""
 }
 
-// LinuxConfig is [sandbox.linux]; it reaches the Linux driver as
-// ALEPH_DRIVER_OPTIONS.
-type LinuxConfig struct {
-	// MaxPids caps processes+threads; 0 means no cap.
-	MaxPids int64 `koanf:"max_pids" json:"max_pids" toml:"max_pids"`
-	// CPUQuotaPercent of one core; 0 means unlimited.
-	CPUQuotaPercent int64 `koanf:"cpu_quota_percent" json:"cpu_quota_percent" toml:"cpu_quota_percent"`
-	// Cgroup is "auto", "v2", "v1" or "none".
-	Cgroup string `koanf:"cgroup" json:"cgroup" toml:"cgroup"`
-	// BwrapPath is the bubblewrap binary; empty means "bwrap" on the
-	// driver's PATH.
-	BwrapPath string `koanf:"bwrap_path" json:"bwrap_path,omitempty" toml:"bwrap_path"`
-	// TmpfsMaxMB caps what a command's /tmp and /dev/shm hold together,
-	// in MiB; 0 means the driver's default (1024).
-	TmpfsMaxMB int64 `koanf:"tmpfs_max_mb" json:"tmpfs_max_mb,omitempty" toml:"tmpfs_max_mb"`
-	// ProtectedScanMaxEntries bounds the per-command search for nested
-	// .git entries (directory entries visited); 0 means the driver's
-	// default. A tree larger than this is refused, not half protected.
-	ProtectedScanMaxEntries int64 `koanf:"protected_scan_max_entries" json:"protected_scan_max_entries,omitempty" toml:"protected_scan_max_entries"`
-	// ProtectedScanTimeoutMS bounds the same search in time; 0 means the
-	// driver's default.
-	ProtectedScanTimeoutMS int64 `koanf:"protected_scan_timeout_ms" json:"protected_scan_timeout_ms,omitempty" toml:"protected_scan_timeout_ms"`
-	// Fallback is "none" (fail closed where bwrap cannot create
-	// namespaces) or "landlock" (the weaker Landlock tier there); empty
-	// means the driver's default, "none".
-	Fallback string `koanf:"fallback" json:"fallback,omitempty" toml:"fallback"`
+// Section is a configuration section owned by a component (a hook, a
+// driver): core keeps it as the tree of values the file and the
+// environment gave, and hands it to its owner as one JSON object
+// (Section.JSON). The owner holds the section's type, defaults and
+// validation; a loader given the owner's schema (WithSection) refuses
+// unknown keys and values of the wrong type with their full names, fills
+// the owner's defaults and runs the owner's check. A section no schema was
+// given for is checked by its owner alone.
+type Section map[string]any
+
+// JSON is the section as one JSON object ("{}" when empty).
+func (s Section) JSON() []byte {
+	if len(s) == 0 {
+		return []byte("{}")
+	}
+	b, err := json.Marshal(map[string]any(s))
+	if err != nil {
+		// Only TOML values reach a section, and each has a JSON form.
+		return []byte("{}")
+	}
+	return b
 }
 
 // WindowsConfig is [sandbox.windows]; it reaches the Windows driver as
@@ -275,13 +318,13 @@ func DefaultConfig() Config {
 		CommandPolicy: CommandPolicyConfig{
 			Enabled: true, Enforcement: "block", UseDefaultRules: true, CustomRules: []CustomRule{},
 		},
-		RateLimit: RateLimitConfig{
-			Enabled: true, RatePerSecond: 10, Burst: 20, MaxConcurrentPerSession: 4,
-			MaxConcurrentGlobal: 16, IdleForgetSeconds: 600,
-		},
+		// The owners' sections are empty: their defaults are the owners'
+		// (LoadConfig fills them from the schemas it is given).
+		RateLimit: Section{},
 		Network:   NetworkConfig{SecretInjections: []SecretInjection{}},
-		Linux:     LinuxConfig{MaxPids: 200, Cgroup: "auto"},
+		Linux:     Section{},
 		Protected: ProtectedConfig{Add: []string{}, Remove: []string{}},
+		Session:   SessionConfig{Baseline: "strict", Home: HomeSession},
 	}}
 	if data != "" {
 		c.Sandbox.WorkspaceRoot = filepath.Join(data, "workspaces")
@@ -290,16 +333,52 @@ func DefaultConfig() Config {
 	return c
 }
 
+// LoadOption adjusts LoadConfig.
+type LoadOption func(*loadOptions)
+
+type loadOptions struct {
+	sections []ownedSection
+}
+
+type ownedSection struct {
+	schema driverapi.ConfigSchema
+	check  func(sectionJSON []byte) error
+}
+
+// WithSection gives the loader a component's schema for its section,
+// [sandbox.<schema.Section>], which must be one of Config's Section fields:
+// the loader then refuses the section's unknown keys and values of the
+// wrong type with their full names, fills the schema's defaults for keys
+// not set, and runs check (when not nil) on the result, naming the key of a
+// *driverapi.ConfigError it returns. The assembly (package alephsandbox)
+// passes the shipped hooks' schemas; core links none of them.
+func WithSection(schema driverapi.ConfigSchema, check func(sectionJSON []byte) error) LoadOption {
+	return func(o *loadOptions) { o.sections = append(o.sections, ownedSection{schema: schema, check: check}) }
+}
+
 // LoadConfig reads the configuration: defaults, then the TOML file at path
 // (skipped when path is empty), then ALEPH_SANDBOX_SANDBOX__* environment
 // overrides (see EnvPrefix). Unknown keys, values of the wrong type and
-// invalid values are refused with a *ConfigError naming the full key.
-func LoadConfig(path string) (Config, error) {
-	return loadConfig(path, os.Environ())
+// invalid values are refused with a *ConfigError naming the full key; in a
+// component's Section, only when its schema is given (WithSection).
+func LoadConfig(path string, opts ...LoadOption) (Config, error) {
+	return loadConfig(path, os.Environ(), opts...)
 }
 
-func loadConfig(path string, environ []string) (Config, error) {
+func loadConfig(path string, environ []string, opts ...LoadOption) (Config, error) {
+	var lo loadOptions
+	for _, o := range opts {
+		o(&lo)
+	}
 	cfg := DefaultConfig()
+	sections := map[string]driverapi.ConfigSchema{}
+	for _, owned := range lo.sections {
+		key := "sandbox." + owned.schema.Section
+		if cfg.section(owned.schema.Section) == nil {
+			return Config{}, &ConfigError{Key: key, Reason: "a schema was given for a section the configuration does not have"}
+		}
+		sections[key] = owned.schema
+	}
 	schema := configSchema()
 	k := koanf.New(".")
 	if path != "" {
@@ -311,7 +390,7 @@ func loadConfig(path string, environ []string) (Config, error) {
 		if err := fk.Load(bytesProvider(data), toml.Parser()); err != nil {
 			return Config{}, &ConfigError{Source: path, Key: "(file)", Reason: err.Error()}
 		}
-		if err := checkRaw(fk.Raw(), reflect.TypeOf(cfg), ""); err != nil {
+		if err := checkRaw(fk.Raw(), reflect.TypeOf(cfg), "", sections); err != nil {
 			err.Source = path
 			return Config{}, err
 		}
@@ -329,7 +408,7 @@ func loadConfig(path string, environ []string) (Config, error) {
 		EnvironFunc: func() []string { return environ },
 		TransformFunc: func(name, val string) (string, any) {
 			key := "sandbox." + strings.ToLower(strings.ReplaceAll(strings.TrimPrefix(name, EnvPrefix), "__", "."))
-			v, err := parseEnvValue(schema, key, val)
+			v, err := parseEnvValue(schema, sections, key, val)
 			if err != nil && envErr == nil {
 				envErr = &ConfigError{Source: "environment " + name, Key: key, Reason: err.Error()}
 			}
@@ -350,6 +429,11 @@ func loadConfig(path string, environ []string) (Config, error) {
 	}
 	if err := k.UnmarshalWithConf("", &cfg, koanf.UnmarshalConf{Tag: "koanf"}); err != nil {
 		return Config{}, &ConfigError{Source: path, Key: "(decode)", Reason: err.Error()}
+	}
+	for _, owned := range lo.sections {
+		if err := fillSection(&cfg, owned, path); err != nil {
+			return Config{}, err
+		}
 	}
 	cfg.Sandbox.WorkspaceRoot = expandHome(cfg.Sandbox.WorkspaceRoot)
 	cfg.Sandbox.AuditLog = expandHome(cfg.Sandbox.AuditLog)
@@ -415,9 +499,162 @@ func configSchema() map[string]reflect.Type {
 	return out
 }
 
+// section is the Section field of the [sandbox] table called name, or nil.
+func (c *Config) section(name string) *Section {
+	v := reflect.ValueOf(&c.Sandbox).Elem()
+	for i := 0; i < v.NumField(); i++ {
+		if v.Type().Field(i).Tag.Get("koanf") == name && v.Field(i).Type() == reflect.TypeOf(Section{}) {
+			return v.Field(i).Addr().Interface().(*Section)
+		}
+	}
+	return nil
+}
+
+// fillSection sets the schema's defaults under what the file and the
+// environment gave, and runs the owner's check.
+func fillSection(cfg *Config, owned ownedSection, path string) error {
+	sec := cfg.section(owned.schema.Section)
+	merged := Section{}
+	for _, f := range owned.schema.Fields {
+		if f.DefaultJSON == "" {
+			continue
+		}
+		v, err := defaultValue(f)
+		if err != nil {
+			return &ConfigError{Key: "sandbox." + owned.schema.Section + "." + f.Name, Reason: "the component's default " + f.DefaultJSON + ": " + err.Error()}
+		}
+		merged[f.Name] = v
+	}
+	for k, v := range *sec {
+		merged[k] = v
+	}
+	*sec = merged
+	if owned.check == nil {
+		return nil
+	}
+	if err := owned.check(merged.JSON()); err != nil {
+		key := "sandbox." + owned.schema.Section
+		var ce *driverapi.ConfigError
+		if !errors.As(err, &ce) {
+			return &ConfigError{Source: path, Key: key, Reason: err.Error()}
+		}
+		if ce.Key != "" {
+			key += "." + ce.Key
+		}
+		return &ConfigError{Key: key, Reason: ce.Reason}
+	}
+	return nil
+}
+
+// defaultValue decodes a schema default into the value TOML would give
+// (int64 for integers), so the printed configuration loads back.
+func defaultValue(f driverapi.ConfigField) (any, error) {
+	dec := json.NewDecoder(strings.NewReader(f.DefaultJSON))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return tomlValue(v), nil
+}
+
+func tomlValue(v any) any {
+	switch x := v.(type) {
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return n
+		}
+		f, _ := x.Float64()
+		return f
+	case []any:
+		out := make([]any, len(x))
+		for i, e := range x {
+			out[i] = tomlValue(e)
+		}
+		return out
+	}
+	return v
+}
+
+// checkSectionValue checks one value of a component's section against the
+// type its schema gives.
+func checkSectionValue(v any, f driverapi.ConfigField, key string) *ConfigError {
+	bad := func(what string) *ConfigError {
+		return &ConfigError{Key: key, Reason: fmt.Sprintf("must be %s, got %T", what, v)}
+	}
+	switch f.Type {
+	case driverapi.ConfigString:
+		s, ok := v.(string)
+		if !ok {
+			return bad("a string")
+		}
+		if len(f.Enum) > 0 && !contains(f.Enum, s) {
+			return &ConfigError{Key: key, Reason: fmt.Sprintf("must be one of %s, got %q", strings.Join(f.Enum, ", "), s)}
+		}
+	case driverapi.ConfigBool:
+		if _, ok := v.(bool); !ok {
+			return bad("a boolean")
+		}
+	case driverapi.ConfigInt:
+		if _, ok := v.(int64); !ok {
+			return bad("an integer")
+		}
+	case driverapi.ConfigUint:
+		n, ok := v.(int64)
+		if !ok {
+			return bad("an integer")
+		}
+		if n < 0 {
+			return &ConfigError{Key: key, Reason: fmt.Sprintf("must be >= 0, got %d", n)}
+		}
+	case driverapi.ConfigNumber:
+		switch v.(type) {
+		case int64, float64:
+		default:
+			return bad("a number")
+		}
+	case driverapi.ConfigStringList:
+		items, ok := v.([]any)
+		if !ok {
+			return bad("an array of strings")
+		}
+		for i, it := range items {
+			if _, ok := it.(string); !ok {
+				return &ConfigError{Key: fmt.Sprintf("%s[%d]", key, i), Reason: fmt.Sprintf("must be a string, got %T", it)}
+			}
+		}
+	}
+	return nil
+}
+
+// checkSection refuses a section's unknown keys and mistyped values.
+func checkSection(raw map[string]any, sc driverapi.ConfigSchema, prefix string) *ConfigError {
+	keys := make([]string, 0, len(raw))
+	for k := range raw {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		f, ok := sc.Field(k)
+		if !ok {
+			names := make([]string, len(sc.Fields))
+			for i, f := range sc.Fields {
+				names[i] = f.Name
+			}
+			return &ConfigError{Key: prefix + k, Reason: "unknown key (known: " + strings.Join(names, ", ") + ")"}
+		}
+		if err := checkSectionValue(raw[k], f, prefix+k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // checkRaw walks a parsed file against the Config type and refuses the first
-// unknown key or value of the wrong type, naming it in full.
-func checkRaw(raw map[string]any, t reflect.Type, prefix string) *ConfigError {
+// unknown key or value of the wrong type, naming it in full. A component's
+// Section is checked against its schema when sections has one, else only
+// that it is a table.
+func checkRaw(raw map[string]any, t reflect.Type, prefix string, sections map[string]driverapi.ConfigSchema) *ConfigError {
 	fields := map[string]reflect.Type{}
 	for i := 0; i < t.NumField(); i++ {
 		fields[t.Field(i).Tag.Get("koanf")] = t.Field(i).Type
@@ -433,31 +670,40 @@ func checkRaw(raw map[string]any, t reflect.Type, prefix string) *ConfigError {
 		if !ok {
 			return &ConfigError{Key: full, Reason: "unknown key"}
 		}
-		if err := checkValue(raw[k], ft, full); err != nil {
+		if err := checkValue(raw[k], ft, full, sections); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func checkValue(v any, t reflect.Type, key string) *ConfigError {
+func checkValue(v any, t reflect.Type, key string, sections map[string]driverapi.ConfigSchema) *ConfigError {
 	bad := func() *ConfigError {
 		return &ConfigError{Key: key, Reason: fmt.Sprintf("must be %s, got %T", kindName(t), v)}
 	}
 	switch t.Kind() {
+	case reflect.Map:
+		m, ok := v.(map[string]any)
+		if !ok {
+			return &ConfigError{Key: key, Reason: fmt.Sprintf("must be a table, got %T", v)}
+		}
+		if sc, ok := sections[key]; ok {
+			return checkSection(m, sc, key+".")
+		}
+		return nil
 	case reflect.Struct:
 		m, ok := v.(map[string]any)
 		if !ok {
 			return &ConfigError{Key: key, Reason: fmt.Sprintf("must be a table, got %T", v)}
 		}
-		return checkRaw(m, t, key+".")
+		return checkRaw(m, t, key+".", sections)
 	case reflect.Slice:
 		items, ok := v.([]any)
 		if !ok {
 			return bad()
 		}
 		for i, it := range items {
-			if err := checkValue(it, t.Elem(), fmt.Sprintf("%s[%d]", key, i)); err != nil {
+			if err := checkValue(it, t.Elem(), fmt.Sprintf("%s[%d]", key, i), sections); err != nil {
 				return err
 			}
 		}
@@ -504,7 +750,78 @@ func kindName(t reflect.Type) string {
 	return t.String()
 }
 
-func parseEnvValue(schema map[string]reflect.Type, key, val string) (any, error) {
+// sectionEnvValue reads an override of a key of a component's section: as
+// the schema's type says when there is one; in a section without one, as
+// an integer when it is one, true or false as a boolean, else a string
+// (the owner refuses a value of the wrong type).
+func sectionEnvValue(sections map[string]driverapi.ConfigSchema, section, name, key, val string) (any, error) {
+	sc, ok := sections[section]
+	if !ok {
+		if n, err := strconv.ParseInt(val, 10, 64); err == nil {
+			return n, nil
+		}
+		if val == "true" || val == "false" {
+			return val == "true", nil
+		}
+		return val, nil
+	}
+	f, ok := sc.Field(name)
+	if !ok {
+		return nil, errors.New("unknown key")
+	}
+	var v any
+	switch f.Type {
+	case driverapi.ConfigString:
+		v = val
+	case driverapi.ConfigBool:
+		b, err := strconv.ParseBool(val)
+		if err != nil {
+			return nil, fmt.Errorf("must be true or false, got %q", val)
+		}
+		v = b
+	case driverapi.ConfigInt, driverapi.ConfigUint:
+		n, err := strconv.ParseInt(val, 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("must be an integer, got %q", val)
+		}
+		v = n
+	case driverapi.ConfigNumber:
+		if n, err := strconv.ParseInt(val, 10, 64); err == nil {
+			v = n
+			break
+		}
+		x, err := strconv.ParseFloat(val, 64)
+		if err != nil {
+			return nil, fmt.Errorf("must be a number, got %q", val)
+		}
+		v = x
+	case driverapi.ConfigStringList:
+		out := []any{}
+		for _, p := range strings.Split(val, ",") {
+			if p = strings.TrimSpace(p); p != "" {
+				out = append(out, p)
+			}
+		}
+		v = out
+	default:
+		v = val
+	}
+	if err := checkSectionValue(v, f, key); err != nil {
+		return nil, errors.New(err.Reason)
+	}
+	return v, nil
+}
+
+func parseEnvValue(schema map[string]reflect.Type, sections map[string]driverapi.ConfigSchema, key, val string) (any, error) {
+	for sk, t := range schema {
+		if t.Kind() == reflect.Map && strings.HasPrefix(key, sk+".") {
+			name := strings.TrimPrefix(key, sk+".")
+			if name == "" || strings.Contains(name, ".") {
+				return nil, errors.New("unknown key")
+			}
+			return sectionEnvValue(sections, sk, name, key, val)
+		}
+	}
 	t, ok := schema[key]
 	if !ok {
 		return nil, errors.New("unknown key")
@@ -608,19 +925,6 @@ func (c Config) Validate() error {
 		}
 		names[r.Name] = true
 	}
-	rl := s.RateLimit
-	switch {
-	case !(rl.RatePerSecond > 0):
-		return bad("rate_limit.rate_per_second", "must be > 0")
-	case rl.Burst <= 0:
-		return bad("rate_limit.burst", "must be > 0")
-	case rl.MaxConcurrentPerSession <= 0:
-		return bad("rate_limit.max_concurrent_per_session", "must be > 0")
-	case rl.MaxConcurrentGlobal <= 0:
-		return bad("rate_limit.max_concurrent_global", "must be > 0")
-	case rl.IdleForgetSeconds <= 0:
-		return bad("rate_limit.idle_forget_seconds", "must be > 0")
-	}
 	for i, si := range s.Network.SecretInjections {
 		key := fmt.Sprintf("network.secret_injections[%d]", i)
 		switch {
@@ -635,36 +939,6 @@ func (c Config) Validate() error {
 		case strings.ContainsAny(si.Format, "\r\n\x00"):
 			return bad(key+".format", "must not contain CR, LF or NUL")
 		}
-	}
-	lx := s.Linux
-	switch {
-	case lx.MaxPids < 0:
-		return bad("linux.max_pids", "must be >= 0 (0 = no cap)")
-	case lx.CPUQuotaPercent < 0:
-		return bad("linux.cpu_quota_percent", "must be >= 0 (0 = unlimited)")
-	case lx.CPUQuotaPercent > 100*1024:
-		return bad("linux.cpu_quota_percent", "must be <= 102400")
-	case lx.TmpfsMaxMB < 0 || lx.TmpfsMaxMB > 1<<20:
-		return bad("linux.tmpfs_max_mb", "must be between 0 (driver default, 1024) and 1048576")
-	}
-	switch lx.Cgroup {
-	case "auto", "v2", "v1", "none":
-	default:
-		return bad("linux.cgroup", fmt.Sprintf("must be \"auto\", \"v2\", \"v1\" or \"none\", got %q", lx.Cgroup))
-	}
-	if lx.BwrapPath != "" && !filepath.IsAbs(lx.BwrapPath) {
-		return bad("linux.bwrap_path", fmt.Sprintf("must be an absolute path or empty, got %q", lx.BwrapPath))
-	}
-	switch {
-	case lx.ProtectedScanMaxEntries < 0 || lx.ProtectedScanMaxEntries > 1<<30:
-		return bad("linux.protected_scan_max_entries", "must be between 0 (driver default) and 1073741824")
-	case lx.ProtectedScanTimeoutMS < 0 || lx.ProtectedScanTimeoutMS > 600_000:
-		return bad("linux.protected_scan_timeout_ms", "must be between 0 (driver default) and 600000")
-	}
-	switch lx.Fallback {
-	case "", "none", "landlock":
-	default:
-		return bad("linux.fallback", fmt.Sprintf("must be \"none\" or \"landlock\", got %q", lx.Fallback))
 	}
 	defaults := driverapi.DefaultProtectedEntries()
 	for i, n := range s.Protected.Add {
@@ -682,6 +956,19 @@ func (c Config) Validate() error {
 	}
 	if len(c.ProtectedEntries()) == 0 {
 		return bad("protected.remove", "removes every protected entry; at least one must stay (drivers read an empty set as the defaults)")
+	}
+	if _, ok := BaselinePresets()[s.Session.Baseline]; !ok {
+		names := make([]string, 0, 2)
+		for n := range BaselinePresets() {
+			names = append(names, fmt.Sprintf("%q", n))
+		}
+		sort.Strings(names)
+		return bad("session.baseline", fmt.Sprintf("must be one of %s, got %q", strings.Join(names, ", "), s.Session.Baseline))
+	}
+	switch s.Session.Home {
+	case HomeSession, HomeWorkspace:
+	default:
+		return bad("session.home", fmt.Sprintf("must be %q or %q, got %q", HomeSession, HomeWorkspace, s.Session.Home))
 	}
 	wx := s.Windows
 	switch wx.MinTier {
@@ -753,7 +1040,7 @@ func (c Config) DriverOptions(goos string) []byte {
 	var v any
 	switch goos {
 	case "linux":
-		v = c.Sandbox.Linux
+		return c.Sandbox.Linux.JSON()
 	case "windows":
 		v = c.Sandbox.Windows
 	default:

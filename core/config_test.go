@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 func writeTOML(t *testing.T, body string) string {
@@ -19,6 +21,30 @@ func writeTOML(t *testing.T, body string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// testSection stands for a component's section (the assembly passes the
+// real ones, tested there): its schema and a check that refuses, by key, a
+// negative burst.
+func testSection() LoadOption {
+	sc := driverapi.ConfigSchema{Section: "rate_limit", Fields: []driverapi.ConfigField{
+		{Name: "enabled", Type: driverapi.ConfigBool, DefaultJSON: "true"},
+		{Name: "rate_per_second", Type: driverapi.ConfigNumber, DefaultJSON: "10"},
+		{Name: "burst", Type: driverapi.ConfigInt, DefaultJSON: "20"},
+		{Name: "max_concurrent_global", Type: driverapi.ConfigUint, DefaultJSON: "16"},
+		{Name: "mode", Type: driverapi.ConfigString, DefaultJSON: `"a"`, Enum: []string{"a", "b"}},
+		{Name: "tags", Type: driverapi.ConfigStringList, DefaultJSON: `[]`},
+	}}
+	return WithSection(sc, func(b []byte) error {
+		var v struct{ Burst int64 }
+		if err := json.Unmarshal(b, &v); err != nil {
+			return err
+		}
+		if v.Burst < 0 {
+			return &driverapi.ConfigError{Section: "rate_limit", Key: "burst", Reason: "must be >= 0"}
+		}
+		return nil
+	})
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -32,10 +58,18 @@ func TestConfigDefaults(t *testing.T) {
 		!s.Enabled || s.DefaultTimeoutSeconds != 60 || s.MaxOutputBytes != 1<<20 || s.ApprovalTimeoutSeconds != 60 ||
 		s.HookTimeoutMS != 2000 || s.Driver != "" || s.DriverSHA256 != "" ||
 		!s.CommandPolicy.Enabled || s.CommandPolicy.Enforcement != "block" || !s.CommandPolicy.UseDefaultRules ||
-		!s.RateLimit.Enabled || s.RateLimit.RatePerSecond != 10 || s.RateLimit.Burst != 20 || s.RateLimit.MaxConcurrentPerSession != 4 ||
-		s.RateLimit.MaxConcurrentGlobal != 16 || s.RateLimit.IdleForgetSeconds != 600 || s.Network.TLSIntercept ||
-		s.Linux.MaxPids != 200 || s.Linux.CPUQuotaPercent != 0 || s.Linux.Cgroup != "auto" {
+		len(s.RateLimit) != 0 || s.Network.TLSIntercept || len(s.Linux) != 0 {
 		t.Fatalf("defaults %+v", s)
+	}
+	// The owners' sections hold what their schemas say, typed as TOML
+	// would give them (so the printed configuration loads back).
+	cfg, err = loadConfig("", nil, testSection())
+	if err != nil {
+		t.Fatal(err)
+	}
+	rl := cfg.Sandbox.RateLimit
+	if rl["enabled"] != true || rl["rate_per_second"] != int64(10) || rl["burst"] != int64(20) || rl["mode"] != "a" || len(rl) != 6 {
+		t.Fatalf("section defaults %#v", rl)
 	}
 	t.Setenv("XDG_DATA_HOME", "")
 	t.Setenv("HOME", "/home/u")
@@ -83,16 +117,16 @@ tmpfs_max_mb = 256
 		"ALEPH_SANDBOX_PLUGIN_DIR=/not/config", // not a config key: ignored
 		"OTHER=1",
 	}
-	cfg, err := loadConfig(p, env)
+	cfg, err := loadConfig(p, env, testSection())
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := cfg.Sandbox
 	if s.WorkspaceRoot != "/srv/ws" || s.DefaultTimeoutSeconds != 15 || s.Driver != "bwrap" || s.Enabled ||
 		s.CommandPolicy.Enforcement != "warn" || len(s.CommandPolicy.CustomRules) != 1 || s.CommandPolicy.CustomRules[0].Name != "no-curl" ||
-		s.RateLimit.RatePerSecond != 2.5 || s.RateLimit.Burst != 9 || s.RateLimit.MaxConcurrentGlobal != 16 ||
+		s.RateLimit["rate_per_second"] != 2.5 || s.RateLimit["burst"] != int64(9) || s.RateLimit["max_concurrent_global"] != int64(16) ||
 		len(s.Network.SecretInjections) != 1 || s.Network.SecretInjections[0].Format != "Bearer {secret}" ||
-		s.Linux.MaxPids != 50 || s.Linux.Cgroup != "v1" || strings.Join(s.HookPlugins, ",") != "/x/a,/x/b" {
+		s.Linux["max_pids"] != int64(50) || s.Linux["cgroup"] != "v1" || strings.Join(s.HookPlugins, ",") != "/x/a,/x/b" {
 		t.Fatalf("loaded %+v", s)
 	}
 	var lx map[string]any
@@ -125,8 +159,15 @@ func TestConfigRefusals(t *testing.T) {
 		{"[sandbox.rate_limit]\nburts = 1\n", nil, "sandbox.rate_limit.burts", "unknown key"},
 		{"[other]\nx = 1\n", nil, "other", "unknown key"},
 		{"[[sandbox.command_policy.custom_rules]]\nname = \"a\"\nregex = \"b\"\naction = \"block\"\nseverity = 3\n", nil, "sandbox.command_policy.custom_rules[0].severity", "unknown key"},
-		{"[sandbox.rate_limit]\nburst = 0\n", nil, "sandbox.rate_limit.burst", "must be > 0"},
+		{"[sandbox.rate_limit]\nper_sesion = 1\n", nil, "sandbox.rate_limit.per_sesion", "unknown key (known: enabled, rate_per_second"},
+		{"[sandbox.rate_limit]\nburst = -1\n", nil, "sandbox.rate_limit.burst", "must be >= 0"},
 		{"[sandbox.rate_limit]\nburst = \"ten\"\n", nil, "sandbox.rate_limit.burst", "must be an integer"},
+		{"[sandbox.rate_limit]\nmax_concurrent_global = -2\n", nil, "sandbox.rate_limit.max_concurrent_global", "must be >= 0"},
+		{"[sandbox.rate_limit]\nrate_per_second = true\n", nil, "sandbox.rate_limit.rate_per_second", "must be a number"},
+		{"[sandbox.rate_limit]\nmode = \"c\"\n", nil, "sandbox.rate_limit.mode", "must be one of a, b"},
+		{"[sandbox.rate_limit]\ntags = [1]\n", nil, "sandbox.rate_limit.tags[0]", "must be a string"},
+		{"[sandbox]\nrate_limit = 3\n", nil, "sandbox.rate_limit", "must be a table"},
+		{"[sandbox]\nlinux = 3\n", nil, "sandbox.linux", "must be a table"},
 		{"[sandbox]\nenabled = \"yes\"\n", nil, "sandbox.enabled", "must be a boolean"},
 		{"[sandbox]\ndefault_timeout_seconds = -5\n", nil, "sandbox.default_timeout_seconds", "must be > 0"},
 		{"[sandbox]\ndefault_timeout_seconds = 9223372036854775807\n", nil, "sandbox.default_timeout_seconds", "must be <="},
@@ -134,13 +175,13 @@ func TestConfigRefusals(t *testing.T) {
 		{"[sandbox]\ndriver_sha256 = \"abc\"\n", nil, "sandbox.driver_sha256", "64 hex"},
 		{"[sandbox.command_policy]\nenforcement = \"maybe\"\n", nil, "sandbox.command_policy.enforcement", "must be"},
 		{"[[sandbox.command_policy.custom_rules]]\nname = \"a\"\nregex = \"b\"\naction = \"kill\"\n", nil, "sandbox.command_policy.custom_rules[0].action", "must be"},
-		{"[sandbox.linux]\ncgroup = \"v3\"\n", nil, "sandbox.linux.cgroup", "must be"},
-		{"[sandbox.linux]\nmax_pids = -1\n", nil, "sandbox.linux.max_pids", ">= 0"},
-		{"[sandbox.linux]\ntmpfs_max_mb = -1\n", nil, "sandbox.linux.tmpfs_max_mb", "between 0"},
 		{"[[sandbox.network.secret_injections]]\nhost = \"a\"\nheader = \"Bad Header\"\nsecret = \"K\"\n", nil, "sandbox.network.secret_injections[0].header", "header"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__NOPE=1"}, "sandbox.nope", "unknown key"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=x"}, "sandbox.rate_limit.burst", "must be an integer"},
-		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=-3"}, "sandbox.rate_limit.burst", "must be > 0"},
+		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=-3"}, "sandbox.rate_limit.burst", "must be >= 0"},
+		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__PER_SESION=3"}, "sandbox.rate_limit.per_sesion", "unknown key"},
+		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__MAX_CONCURRENT_GLOBAL=-3"}, "sandbox.rate_limit.max_concurrent_global", "must be >= 0"},
+		{"", []string{"ALEPH_SANDBOX_SANDBOX__LINUX__MAX_PIDS__X=3"}, "sandbox.linux.max_pids.x", "unknown key"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__COMMAND_POLICY__CUSTOM_RULES=x"}, "sandbox.command_policy.custom_rules", "config file"},
 		// A mistyped override is refused, not ignored.
 		{"", []string{"ALEPH_SANDBOX_DEFAULT_TIMEOUT_SECONDS=5"}, "ALEPH_SANDBOX_DEFAULT_TIMEOUT_SECONDS", "unknown variable"},
@@ -151,7 +192,7 @@ func TestConfigRefusals(t *testing.T) {
 		if c.toml != "" {
 			p = writeTOML(t, c.toml)
 		}
-		_, err := loadConfig(p, c.env)
+		_, err := loadConfig(p, c.env, testSection())
 		var ce *ConfigError
 		if !errors.As(err, &ce) || ce.Key != c.key || !strings.Contains(err.Error(), c.why) || !strings.Contains(err.Error(), c.key) {
 			t.Fatalf("%q %v: got %v, want key %s (%s)", c.toml, c.env, err, c.key, c.why)
@@ -171,9 +212,22 @@ func TestConfigRefusals(t *testing.T) {
 		t.Fatal("malformed TOML accepted")
 	}
 	// The exact message for the documented example.
-	_, err = loadConfig(writeTOML(t, "[sandbox.rate_limit]\nburst = 0\n"), nil)
-	if !strings.HasSuffix(err.Error(), "sandbox.rate_limit.burst: must be > 0") {
+	_, err = loadConfig(writeTOML(t, "[sandbox.rate_limit]\nper_sesion = 2\n"), nil, testSection())
+	if !strings.Contains(err.Error(), "sandbox.rate_limit.per_sesion: unknown key") {
 		t.Fatalf("message %q", err)
+	}
+	// Without the owner's schema the section is the owner's alone to
+	// check: the loader keeps it as given.
+	cfg, err = loadConfig(writeTOML(t, "[sandbox.rate_limit]\nper_sesion = 2\n"), nil)
+	if err != nil || cfg.Sandbox.RateLimit["per_sesion"] != int64(2) {
+		t.Fatalf("opaque section: %v %v", err, cfg.Sandbox.RateLimit)
+	}
+	// A schema for a section the configuration does not have is a mistake
+	// of the assembly, refused by name.
+	_, err = loadConfig("", nil, WithSection(driverapi.ConfigSchema{Section: "network"}, nil))
+	var ce *ConfigError
+	if !errors.As(err, &ce) || ce.Key != "sandbox.network" {
+		t.Fatalf("schema for a non-section: %v", err)
 	}
 }
 
@@ -186,11 +240,16 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 }
 
 func TestConfigStringRoundTrips(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg, err := loadConfig("", nil, testSection())
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg.Sandbox.WorkspaceRoot = "/srv/ws"
-	cfg.Sandbox.RateLimit.Burst = 3
+	cfg.Sandbox.RateLimit["burst"] = int64(3)
+	cfg.Sandbox.RateLimit["rate_per_second"] = 2.5
+	cfg.Sandbox.Linux["max_pids"] = int64(7)
 	cfg.Sandbox.CommandPolicy.CustomRules = []CustomRule{{Name: "r", Regex: "x", Action: "warn"}}
-	back, err := loadConfig(writeTOML(t, cfg.String()), nil)
+	back, err := loadConfig(writeTOML(t, cfg.String()), nil, testSection())
 	if err != nil {
 		t.Fatalf("%v\n%s", err, cfg.String())
 	}
@@ -206,7 +265,7 @@ func TestLoadConfigReadsProcessEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.Sandbox.WorkspaceRoot != "/from/env" || cfg.Sandbox.Linux.CPUQuotaPercent != 50 {
+	if cfg.Sandbox.WorkspaceRoot != "/from/env" || cfg.Sandbox.Linux["cpu_quota_percent"] != int64(50) {
 		t.Fatalf("%+v", cfg.Sandbox)
 	}
 }
@@ -219,17 +278,21 @@ func TestPlatformSections(t *testing.T) {
 	if got := string(cfg.DriverOptions("windows")); got != `{"min_tier":"appcontainer","max_processes":8}` {
 		t.Fatalf("windows options %s", got)
 	}
-	if got := string(cfg.DriverOptions("linux")); got != `{"max_pids":200,"cpu_quota_percent":0,"cgroup":"auto","bwrap_path":"/opt/bwrap"}` {
+	// The Linux section goes to the driver as given: its defaults are the
+	// driver's.
+	if got := string(cfg.DriverOptions("linux")); got != `{"bwrap_path":"/opt/bwrap"}` {
 		t.Fatalf("linux options %s", got)
+	}
+	if got := string(DefaultConfig().DriverOptions("linux")); got != `{}` {
+		t.Fatalf("default linux options %s", got)
 	}
 	// Defaults send no Windows keys, so the driver's own defaults apply.
 	if got := string(DefaultConfig().DriverOptions("windows")); got != `{}` {
 		t.Fatalf("default windows options %s", got)
 	}
 	for body, key := range map[string]string{
-		"[sandbox.windows]\nmin_tier = \"none\"\n":  "sandbox.windows.min_tier",
-		"[sandbox.windows]\nmax_processes = -1\n":   "sandbox.windows.max_processes",
-		"[sandbox.linux]\nbwrap_path = \"bwrap\"\n": "sandbox.linux.bwrap_path",
+		"[sandbox.windows]\nmin_tier = \"none\"\n": "sandbox.windows.min_tier",
+		"[sandbox.windows]\nmax_processes = -1\n":  "sandbox.windows.max_processes",
 	} {
 		_, err := loadConfig(writeTOML(t, body), nil)
 		var ce *ConfigError

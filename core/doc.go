@@ -9,7 +9,7 @@
 //	    Close() error
 //	}
 //	func New(cfg Config, opts ...Option) (Sandbox, error)   // *WorkspaceSandbox, or NoopSandbox when disabled
-//	func LoadConfig(path string) (Config, error)             // defaults + TOML file + ALEPH_SANDBOX_SANDBOX__* env
+//	func LoadConfig(path string, opts ...LoadOption) (Config, error) // defaults + TOML file + ALEPH_SANDBOX_SANDBOX__* env
 //	func WithSession(ctx, id) context.Context / SessionFrom(ctx) (string, bool)
 //	Options: WithDriver, WithHooks, WithApprovalRequester, WithAuditSink,
 //	         WithLogger, WithNetworkMediator, WithDriverEnv
@@ -56,16 +56,19 @@
 // lists of tables are file-only. Other ALEPH_SANDBOX_* variables (such as
 // ALEPH_SANDBOX_PLUGIN_DIR) are not configuration. Unknown keys, values of
 // the wrong type and invalid values are refused with a *ConfigError naming
-// the full key ("sandbox.rate_limit.burst: must be > 0"). Config.String
+// the full key ("sandbox.rate_limit.per_sesion: unknown key"). Config.String
 // prints the effective configuration as TOML (it loads back unchanged);
-// Config.Effective gives flat keys for JSON. The [sandbox.linux] table
-// reaches the Linux driver as JSON in ALEPH_DRIVER_OPTIONS
-// (Config.DriverOptions).
+// Config.Effective gives flat keys for JSON. A section owned by another
+// component is a Section, kept as given: [sandbox.rate_limit] is the
+// rate-limit hook's, checked here only against the schema the assembly
+// passes (WithSection); the [sandbox.linux] table is the Linux driver's and
+// reaches it as JSON (Config.DriverOptions), through SetConfig and
+// ALEPH_DRIVER_OPTIONS, where it is validated.
 //
 // # Environment of the child
 //
 // The host environment never reaches the child. It gets PATH, HOME (the
-// workspace), LANG=C.UTF-8, TERM=dumb and TZ=UTC, then Command.Env on top,
+// session's private HOME, or the workspace: sandbox.session.home), LANG=C.UTF-8, TERM=dumb and TZ=UTC, then Command.Env on top,
 // then one "aleph:secret:NAME" placeholder per secret, then the mediation's
 // proxy variables.
 //

@@ -6,9 +6,9 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-func defaultEnv(ws string) map[string]string {
+func defaultEnv(home string) map[string]string {
 	return map[string]string{
-		"PATH": DefaultPath, "HOME": ws, "LANG": "C.UTF-8", "TERM": "dumb", "TZ": "UTC",
+		"PATH": DefaultPath, "HOME": home, "LANG": "C.UTF-8", "TERM": "dumb", "TZ": "UTC",
 	}
 }
 
@@ -17,10 +17,11 @@ func isDefaultEnvName(n string) bool {
 	return ok
 }
 
-// buildEnv is the child's whole environment: the allowlisted defaults,
+// buildEnv is the child's whole environment: the allowlisted defaults
+// (HOME is home: the session's private HOME, or the workspace),
 // Command.Env, and placeholders for secrets. Never the host's environment.
-func buildEnv(ws string, cmd Command) ([]driverapi.EnvVar, error) {
-	m := defaultEnv(ws)
+func buildEnv(home string, cmd Command) ([]driverapi.EnvVar, error) {
+	m := defaultEnv(home)
 	for k, v := range cmd.Env {
 		m[k] = v
 	}

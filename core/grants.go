@@ -108,9 +108,10 @@ func (s *WorkspaceSandbox) ApplyNetworkGrant(ctx context.Context, sessionID, hos
 	return next, nil
 }
 
-// ForgetSession drops a session's in-memory state (its grants); its
-// workspace directory stays on disk and is reused if the session comes back,
-// with a fresh baseline. Long-running hosts call it when a session ends so
+// ForgetSession drops a session's in-memory state (its grants) and removes
+// its private HOME (sandbox.session.home = "session"); its workspace
+// directory stays on disk and is reused if the session comes back, with a
+// fresh baseline and an empty HOME. Long-running hosts call it when a session ends so
 // the session map does not grow without bound.
 //
 // With a GrantStore the kept grants are deleted too: a forgotten session
@@ -119,6 +120,7 @@ func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
 	s.mu.Lock()
 	delete(s.sessions, sessionID)
 	s.mu.Unlock()
+	s.forgetHome(sessionID)
 	if s.store != nil {
 		if err := s.store.Delete(sessionID); err != nil {
 			s.logger.Error("forgetting the kept grants failed", "session", sessionID, "error", err)

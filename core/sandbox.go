@@ -107,7 +107,7 @@ type options struct {
 	mediator  NetworkMediator
 	driverEnv []string
 	grants    GrantStore
-	baseline  driverapi.Capabilities
+	baseline  *driverapi.Capabilities
 	protect   []string
 }
 
@@ -139,14 +139,16 @@ func WithNetworkMediator(m NetworkMediator) Option { return func(o *options) { o
 // back whenever they change; ForgetSession deletes them.
 func WithGrantStore(st GrantStore) Option { return func(o *options) { o.grants = st } }
 
-// WithBaseline sets what every session may have without approval (the
-// default is nothing: no host paths, no network, no subprocesses). A
+// WithBaseline sets what every session may have without approval, in place
+// of the configuration's sandbox.session.baseline (Config.SessionBaseline;
+// its default, "strict", is nothing: no host paths, no network, no
+// subprocesses). A
 // request within it runs without asking and is not kept as a grant; kept
 // grants are pinned to it, so grants approved under another baseline are
 // not used. Its paths must be absolute and must not reach the grant store
 // or the audit log.
 func WithBaseline(c driverapi.Capabilities) Option {
-	return func(o *options) { o.baseline = cloneCaps(c) }
+	return func(o *options) { b := cloneCaps(c); o.baseline = &b }
 }
 
 // WithProtectedPaths names files that no write grant and no named

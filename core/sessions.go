@@ -231,19 +231,18 @@ func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities) erro
 // that contains or lies in the sandbox's own state; when write, also one
 // that contains a protected program or file.
 func (s *WorkspaceSandbox) reachesOwnState(field, p string, write bool) error {
-	var own []string
-	if s.store != nil && s.store.Dir() != "" {
-		own = append(own, s.store.Dir())
-	}
-	if s.cfg.Sandbox.AuditLog != "" {
-		own = append(own, s.cfg.Sandbox.AuditLog)
+	own := s.ownStateFiles()
+	// The sessions' private HOMEs: a grant reaching them would hand one
+	// session another's HOME (home.go).
+	if h := s.homesRoot(); h != "" {
+		own = append(own, h)
 	}
 	for _, o := range own {
 		if filepath.Clean(p) == string(filepath.Separator) {
-			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("the root directory cannot be granted: it holds %q, where the sandbox keeps its own state (grants, audit); use a narrower path", o)}
+			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("the root directory cannot be granted: it holds %q, where the sandbox keeps its own state (grants, audit, session homes); use a narrower path", o)}
 		}
 		if pathsOverlap(p, o) {
-			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q reaches %q, where the sandbox keeps its own state (grants, audit); use a narrower path", p, o)}
+			return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q reaches %q, where the sandbox keeps its own state (grants, audit, session homes); use a narrower path", p, o)}
 		}
 	}
 	if !write {

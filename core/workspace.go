@@ -90,8 +90,11 @@ type session struct {
 
 	mu       sync.RWMutex
 	dirReady bool
-	grants   []driverapi.Capabilities
-	netHosts []string // network grants (ApplyNetworkGrant), one AllowHosts set
+	// home is the private HOME's canonical path, once created (homeDir).
+	home      string
+	homeReady bool
+	grants    []driverapi.Capabilities
+	netHosts  []string // network grants (ApplyNetworkGrant), one AllowHosts set
 	// unkept is set while a change of the grants could not be written to
 	// the store: this process's copy is then the session's state, and is
 	// not replaced by the store's older one.
@@ -119,7 +122,7 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		mediator: o.mediator,
 		logger:   logger,
 		store:    o.grants,
-		baseline: o.baseline,
+		baseline: baselineOf(cfg, o.baseline),
 		sessions: map[string]*session{},
 		runGrace: defaultRunGrace,
 	}
@@ -379,11 +382,22 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	}
 
 	// Environment, then mediation for AllowHosts.
-	env, err := buildEnv(ws, cmd)
+	home, err := s.childHome(sess, ws)
+	if err != nil {
+		return nil, err
+	}
+	env, err := buildEnv(home, cmd)
 	if err != nil {
 		return nil, err
 	}
 	preq := driverapi.ProfileRequest{Capabilities: cmd.Capabilities, Workspace: ws, Cwd: cwd, Protected: s.cfg.ProtectedEntries()}
+	if home != ws {
+		// The private HOME is writable the way a write grant is (see
+		// home.go); it was never asked about, so it joins the request
+		// only, not the capabilities checked and audited above.
+		preq.Capabilities = cloneCaps(cmd.Capabilities)
+		preq.Capabilities.FSWrite = append(preq.Capabilities.FSWrite, home)
+	}
 	if cmd.Capabilities.Network.Mode == driverapi.NetworkAllowHosts {
 		med, err := s.mediator.Start(ctx, sid, r.rec.CommandID, append([]string(nil), cmd.Capabilities.Network.Hosts...), cmd.Secrets)
 		if err != nil {
@@ -540,4 +554,13 @@ func newCommandID() string {
 func capsDigest(c driverapi.Capabilities) string {
 	b, _ := json.Marshal(c)
 	return driverapi.Digest(b)
+}
+
+// baselineOf is the host's baseline (WithBaseline) when it gave one, else
+// the configuration's.
+func baselineOf(cfg Config, host *driverapi.Capabilities) driverapi.Capabilities {
+	if host != nil {
+		return cloneCaps(*host)
+	}
+	return cloneCaps(cfg.SessionBaseline())
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -93,8 +94,16 @@ func TestSessionDirNamingAndLazyCreation(t *testing.T) {
 		t.Fatal("two sessions share a workspace")
 	}
 	entries, _ := os.ReadDir(cfg.Sandbox.WorkspaceRoot)
-	if len(entries) != 2 {
-		t.Fatalf("want 2 session dirs, got %d", len(entries))
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	// Two workspaces, and the directory of the sessions' private HOMEs.
+	if len(entries) != 3 || !slices.Contains(names, HomesDirName) {
+		t.Fatalf("want 2 session dirs and %s, got %v", HomesDirName, names)
+	}
+	if homes, _ := os.ReadDir(filepath.Join(cfg.Sandbox.WorkspaceRoot, HomesDirName)); len(homes) != 2 || homes[0].Name() == homes[1].Name() {
+		t.Fatalf("want 2 private HOMEs, got %v", homes)
 	}
 }
 
@@ -240,7 +249,15 @@ func TestChildEnvironment(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := h.fake.LastProfileRequest().Workspace
-	want := "FOO=bar\nHOME=" + ws + "\nLANG=de_DE.UTF-8\nPATH=" + DefaultPath + "\nTERM=dumb\nTZ=UTC\n"
+	home, err := h.sb.HomePath("env")
+	if err != nil || home == ws || driverapi.PathWithin(ws, home) || driverapi.PathWithin(home, ws) {
+		t.Fatalf("HOME %q (%v) must be apart from the workspace %q", home, err, ws)
+	}
+	// Writable the way a write grant is, through the profile request only.
+	if fw := h.fake.LastProfileRequest().Capabilities.FSWrite; !slices.Contains(fw, home) {
+		t.Fatalf("profile request fs_write %v lacks the HOME %q", fw, home)
+	}
+	want := "FOO=bar\nHOME=" + home + "\nLANG=de_DE.UTF-8\nPATH=" + DefaultPath + "\nTERM=dumb\nTZ=UTC\n"
 	if string(out.Stdout) != want {
 		t.Fatalf("env:\n%s\nwant:\n%s", out.Stdout, want)
 	}

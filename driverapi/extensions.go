@@ -117,6 +117,8 @@ const (
 	ConfigInt        ConfigFieldType = "int"
 	ConfigUint       ConfigFieldType = "uint"
 	ConfigStringList ConfigFieldType = "string_list"
+	// ConfigNumber is an integer or a fraction (a rate per second).
+	ConfigNumber ConfigFieldType = "number"
 )
 
 // ConfigField describes one key of a driver's configuration section.

@@ -3,36 +3,25 @@
 //
 // Configuration is the [sandbox.rate_limit] section as JSON, from the
 // -config-json flag or the ALEPH_HOOK_CONFIG environment variable:
-// {"rate_per_second": 10, "burst": 20, "max_concurrent_per_session": 8,
-// "max_concurrent_global": 64, "idle_forget_seconds": 600}; missing keys
-// keep their defaults, unknown keys are refused ("enabled" is accepted and
-// ignored: a disabled limiter is simply not launched). Nothing is ever
-// written to stdout: it carries the plugin handshake.
+// {"rate_per_second": 10, "burst": 20, "max_concurrent_per_session": 4,
+// "max_concurrent_global": 16, "idle_forget_seconds": 600}, read by
+// ratelimit.ParseConfig (the type, defaults and validation are the hook
+// package's, the same as in-process); missing keys keep their defaults,
+// unknown keys are refused ("enabled" is accepted and ignored: a disabled
+// limiter is simply not launched). Nothing is ever written to stdout: it
+// carries the plugin handshake.
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
 )
-
-// section mirrors [sandbox.rate_limit].
-type section struct {
-	Enabled                 *bool    `json:"enabled"`
-	RatePerSecond           *float64 `json:"rate_per_second"`
-	Burst                   *int     `json:"burst"`
-	MaxConcurrentPerSession *int     `json:"max_concurrent_per_session"`
-	MaxConcurrentGlobal     *int     `json:"max_concurrent_global"`
-	IdleForgetSeconds       *int64   `json:"idle_forget_seconds"`
-}
 
 func main() {
 	fs := flag.NewFlagSet("aleph-hook-ratelimit", flag.ContinueOnError)
@@ -55,34 +44,12 @@ func main() {
 	driverapi.ServeHook(h)
 }
 
+// parseConfig reads the section with the hook package's own parser, the
+// one the in-process hook and the configuration loader use.
 func parseConfig(raw string) (ratelimit.Config, error) {
-	cfg := ratelimit.DefaultConfig()
-	if raw == "" {
-		return cfg, nil
-	}
-	var s section
-	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&s); err != nil {
+	cfg, err := ratelimit.ParseConfig([]byte(raw))
+	if err != nil {
 		return cfg, fmt.Errorf("configuration JSON: %w", err)
-	}
-	if s.RatePerSecond != nil {
-		cfg.RatePerSecond = *s.RatePerSecond
-	}
-	if s.Burst != nil {
-		cfg.Burst = *s.Burst
-	}
-	if s.MaxConcurrentPerSession != nil {
-		cfg.MaxConcurrentPerSession = *s.MaxConcurrentPerSession
-	}
-	if s.MaxConcurrentGlobal != nil {
-		cfg.MaxConcurrentGlobal = *s.MaxConcurrentGlobal
-	}
-	if s.IdleForgetSeconds != nil {
-		if *s.IdleForgetSeconds < 0 {
-			return cfg, fmt.Errorf("idle_forget_seconds must not be negative")
-		}
-		cfg.IdleForget = time.Duration(*s.IdleForgetSeconds) * time.Second
 	}
 	return cfg, nil
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
 )
 
 // runMainEnv makes the test binary run main(), so the plugin is tested as
@@ -23,7 +23,7 @@ func TestMain(m *testing.M) {
 
 func TestParseConfig(t *testing.T) {
 	cfg, err := parseConfig(`{"enabled":true,"rate_per_second":2,"burst":1,"idle_forget_seconds":30}`)
-	if err != nil || cfg.RatePerSecond != 2 || cfg.Burst != 1 || cfg.IdleForget != 30*time.Second || cfg.MaxConcurrentGlobal != 64 {
+	if err != nil || cfg.RatePerSecond != 2 || cfg.Burst != 1 || cfg.IdleForgetSeconds != 30 || cfg.MaxConcurrentGlobal != ratelimit.DefaultConfig().MaxConcurrentGlobal {
 		t.Fatalf("%+v %v", cfg, err)
 	}
 	for _, bad := range []string{`{"rate":2}`, `{"idle_forget_seconds":-1}`, `{`} {

@@ -66,6 +66,9 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
 	}
+	// What the session's baseline gives needs no flag: with baseline
+	// "spawn" a shell line runs without --spawn.
+	cmd.Capabilities.SpawnSubprocess = cmd.Capabilities.SpawnSubprocess || cfg.SessionBaseline().SpawnSubprocess
 	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers}, io.Err)
 	if err != nil {
 		return execFailure(io, f.json, err.Error())

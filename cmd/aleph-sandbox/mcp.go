@@ -7,7 +7,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
 )
 
@@ -18,7 +17,7 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	driver := fs.String("driver", "", "driver `NAME|PATH` (default: the platform's)")
 	session := fs.String("session", "mcp", "sandbox session `ID` of every call (its workspace and grants)")
-	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (shell command strings need it)")
+	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (shell `command` strings need it); adds to sandbox.session.baseline")
 	allowNet := fs.String("allow-net", "", "baseline: network `HOST[,HOST...]` or all that calls get without asking")
 	yes := fs.Bool("yes", false, "approve elevations beyond the baseline when the client cannot be asked (default: deny)")
 	const usageLine = "aleph-sandbox mcp [--config FILE] [--driver NAME|PATH] [--session ID] [--allow-spawn] [--allow-net HOSTS] [--yes]"
@@ -30,17 +29,20 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	if fs.NArg() > 0 {
 		return fail(io.Err, "mcp: unexpected arguments %q (usage: %s)", fs.Args(), usageLine)
 	}
-	baseline := driverapi.Capabilities{SpawnSubprocess: *allowSpawn}
+	cfg, err := loadConfig(*cfgPath, "", *driver)
+	if err != nil {
+		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
+	}
+	// The configured baseline (sandbox.session.baseline), widened by the
+	// flags.
+	baseline := cfg.SessionBaseline()
+	baseline.SpawnSubprocess = baseline.SpawnSubprocess || *allowSpawn
 	if *allowNet != "" {
 		net, err := parseNet(*allowNet)
 		if err != nil {
 			return fail(io.Err, "mcp: --allow-net: %s", oneLine(err.Error()))
 		}
 		baseline.Network = net
-	}
-	cfg, err := loadConfig(*cfgPath, "", *driver)
-	if err != nil {
-		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
 	mc := mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion}
 	// The baseline goes to the pipeline too: calls within it are not

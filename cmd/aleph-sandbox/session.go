@@ -13,13 +13,14 @@ import (
 // runSession is `aleph-sandbox session forget ID` (docs/cli.md: it clears the
 // grants a session keeps across invocations) and `session show ID`.
 func runSession(_ context.Context, args []string, io stdio) int {
-	const usageLine = "aleph-sandbox session forget|show [--json] ID"
+	const usageLine = "aleph-sandbox session forget|show [--json] [--config FILE] ID"
 	sub := "help"
 	if len(args) > 0 {
 		sub = args[0]
 	}
 	fs := flag.NewFlagSet("session "+sub, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
+	cfgPath := fs.String("config", "", "TOML config `FILE` that places the session's private HOME (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	if len(args) == 0 || (args[0] != "forget" && args[0] != "show") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			printHelp(io.Err, fs, usageLine)
@@ -40,11 +41,18 @@ func runSession(_ context.Context, args []string, io stdio) int {
 	}
 	store := core.NewFileGrantStore(dir)
 	if args[0] == "forget" {
+		cfg, err := loadConfig(*cfgPath, "", "")
+		if err != nil {
+			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+		}
 		if err := store.Delete(id); err != nil {
 			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
 		}
+		if err := core.RemoveSessionHome(cfg, id); err != nil {
+			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+		}
 		if !*asJSON {
-			fmt.Fprintf(io.Out, "session %q forgotten: its grants are cleared (its workspace stays)\n", id)
+			fmt.Fprintf(io.Out, "session %q forgotten: its grants are cleared and its private HOME removed (its workspace stays)\n", id)
 		}
 		return 0
 	}

@@ -249,7 +249,7 @@ func loadConfig(path, workspaceRoot, driver string) (core.Config, error) {
 			}
 		}
 	}
-	cfg, err := core.LoadConfig(path)
+	cfg, err := alephsandbox.LoadConfig(path)
 	if err != nil {
 		return core.Config{}, err
 	}

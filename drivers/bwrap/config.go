@@ -3,6 +3,7 @@ package bwrap
 import (
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -13,24 +14,26 @@ import (
 const ConfigSection = "linux"
 
 // configFields describes every key of Options. A test holds it to the
-// struct's JSON tags, so a key cannot be added without its description.
+// struct's JSON tags, so a key cannot be added without its description; the
+// defaults are the constants the driver applies, so the schema (and the
+// docs, which a test holds to it) cannot drift from them.
 func configFields() []driverapi.ConfigField {
 	return []driverapi.ConfigField{
-		{Name: "max_pids", Type: driverapi.ConfigUint, DefaultJSON: "200",
+		{Name: "max_pids", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultMaxPids),
 			Description: "processes and threads per command; 0 means no limit"},
 		{Name: "cpu_quota_percent", Type: driverapi.ConfigUint, DefaultJSON: "0",
 			Description: "CPU time as a percentage of one core (50 = half a core); 0 means no cap"},
-		{Name: "cgroup", Type: driverapi.ConfigString, DefaultJSON: `"auto"`, Enum: []string{"auto", "v2", "v1", "none"},
+		{Name: "cgroup", Type: driverapi.ConfigString, DefaultJSON: strconv.Quote(string(CgroupAuto)), Enum: []string{"auto", "v2", "v1", "none"},
 			Description: "how limits are enforced: auto picks v2 where delegated, else v1 where writable"},
 		{Name: "bwrap_path", Type: driverapi.ConfigString, DefaultJSON: `""`,
 			Description: "absolute path of bubblewrap; empty means bwrap on PATH"},
-		{Name: "protected_scan_max_entries", Type: driverapi.ConfigUint, DefaultJSON: "500000",
+		{Name: "protected_scan_max_entries", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultProtectedScanMaxEntries),
 			Description: "directory entries one command's search for nested .git entries may visit; a larger tree is refused; 0 means the default"},
-		{Name: "protected_scan_timeout_ms", Type: driverapi.ConfigUint, DefaultJSON: "3000",
+		{Name: "protected_scan_timeout_ms", Type: driverapi.ConfigUint, DefaultJSON: strconv.FormatInt(DefaultProtectedScanTimeout.Milliseconds(), 10),
 			Description: "how long that search may take; 0 means the default"},
-		{Name: "fallback", Type: driverapi.ConfigString, DefaultJSON: `"none"`, Enum: []string{"none", "landlock"},
+		{Name: "fallback", Type: driverapi.ConfigString, DefaultJSON: strconv.Quote(string(FallbackNone)), Enum: []string{"none", "landlock"},
 			Description: "where bwrap cannot create namespaces (containers): none fails closed; landlock runs commands confined by Landlock and seccomp alone, without a private /tmp, /proc or PID namespace and without protected_paths"},
-		{Name: "tmpfs_max_mb", Type: driverapi.ConfigUint, DefaultJSON: "1024",
+		{Name: "tmpfs_max_mb", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultTmpfsMaxMB),
 			Description: "MiB a command's writable tmpfs mounts (/tmp, /dev/shm) hold together, never more than its memory limit; 0 means the default"},
 	}
 }

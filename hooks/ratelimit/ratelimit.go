@@ -2,16 +2,23 @@
 // commands run at once: a token bucket per session (golang.org/x/time/rate)
 // and caps on concurrent commands per session and overall. A slot taken by
 // Before is given back by After. A denial carries RetryAfter and says so in
-// its reason. Sessions idle for IdleForget with nothing running are
+// its reason. Sessions idle for IdleForgetSeconds with nothing running are
 // forgotten, so memory stays bounded by the number of recently active
 // sessions; a slot whose After never comes is given back after
-// InflightLease.
+// InflightLease. The package owns the [sandbox.rate_limit] configuration
+// section: its type (Config), defaults (DefaultConfig), schema and
+// validation (ParseConfig).
 package ratelimit
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"math"
+	"strings"
 	"sync"
 	"time"
 
@@ -31,46 +38,143 @@ const (
 	RuleGlobalConcurrent  = "global_concurrency"
 )
 
-// Config is the [sandbox.rate_limit] section. A zero or negative limit
-// means "no limit" for that dimension.
+// Section is the name of the configuration section this package owns,
+// [sandbox.rate_limit].
+const Section = "rate_limit"
+
+// Config is the [sandbox.rate_limit] section: the one type the in-process
+// hook, the aleph-hook-ratelimit plugin and the configuration loader (through
+// Schema and ParseConfig) read. The JSON names are the configuration keys.
+//
+// Zero has one meaning for every limit: no limit in that dimension
+// (RatePerSecond, MaxConcurrentPerSession, MaxConcurrentGlobal). Burst 0
+// derives the bucket from the rate, max(1, ceil(RatePerSecond));
+// IdleForgetSeconds 0 is the default, 600. Negative values are refused.
 type Config struct {
+	// Enabled says whether the assembly runs the hook in-process; the hook
+	// itself ignores it (a disabled limiter is simply not built).
+	Enabled bool `json:"enabled"`
 	// RatePerSecond is the sustained number of commands a session may
 	// start per second.
-	RatePerSecond float64 `json:"rate_per_second" koanf:"rate_per_second" toml:"rate_per_second"`
-	// Burst is how many commands a session may start at once; 0 means
-	// max(1, ceil(RatePerSecond)).
-	Burst int `json:"burst" koanf:"burst" toml:"burst"`
+	RatePerSecond float64 `json:"rate_per_second"`
+	// Burst is how many commands a session may start at once.
+	Burst int `json:"burst"`
 	// MaxConcurrentPerSession caps commands running at once in a session.
-	MaxConcurrentPerSession int `json:"max_concurrent_per_session" koanf:"max_concurrent_per_session" toml:"max_concurrent_per_session"`
+	MaxConcurrentPerSession int `json:"max_concurrent_per_session"`
 	// MaxConcurrentGlobal caps commands running at once overall.
-	MaxConcurrentGlobal int `json:"max_concurrent_global" koanf:"max_concurrent_global" toml:"max_concurrent_global"`
-	// IdleForget is how long a session without commands is remembered;
-	// 0 means 10 minutes. A session with a command still running is never
+	MaxConcurrentGlobal int `json:"max_concurrent_global"`
+	// IdleForgetSeconds is how long a session without commands is
+	// remembered. A session with a command still running is never
 	// forgotten (its slot must keep counting against the caps).
-	IdleForget time.Duration `json:"-"`
+	IdleForgetSeconds int64 `json:"idle_forget_seconds"`
 	// InflightLease is how long a command holds its concurrency slot
 	// without After: a lost After (a hook plugin restarted, a caller that
 	// crashed) must not hold a slot for ever, and a command running
 	// longer than this loses its place in the count. 0 means 24 hours.
+	// Not a configuration key.
 	InflightLease time.Duration `json:"-"`
 	// ConcurrencyRetryAfter is the RetryAfter given when a concurrency cap
-	// is reached (when a slot frees is not knowable); 0 means 1s.
+	// is reached (when a slot frees is not knowable); 0 means 1s. Not a
+	// configuration key.
 	ConcurrencyRetryAfter time.Duration `json:"-"`
 }
 
-// DefaultConfig is a generous default: 10 commands/s with bursts of 20,
-// 8 at once per session, 64 overall.
+// DefaultIdleForgetSeconds is what IdleForgetSeconds 0 means.
+const DefaultIdleForgetSeconds = 600
+
+// DefaultConfig is the section with nothing set, the only place its
+// defaults are written: 10 commands/s with bursts of 20 per session, 4 at
+// once per session, 16 overall, enabled.
 func DefaultConfig() Config {
-	return Config{RatePerSecond: 10, Burst: 20, MaxConcurrentPerSession: 8, MaxConcurrentGlobal: 64, IdleForget: 10 * time.Minute}
+	return Config{Enabled: true, RatePerSecond: 10, Burst: 20, MaxConcurrentPerSession: 4,
+		MaxConcurrentGlobal: 16, IdleForgetSeconds: DefaultIdleForgetSeconds}
 }
 
-// ConfigError is a configuration value that cannot be used.
-type ConfigError struct {
-	Field  string
-	Reason string
+// Schema describes the section for the configuration loader, defaults
+// taken from DefaultConfig (so the file's defaults cannot drift from the
+// hook's).
+func Schema() driverapi.ConfigSchema {
+	d := DefaultConfig()
+	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	return driverapi.ConfigSchema{Section: Section, Fields: []driverapi.ConfigField{
+		{Name: "enabled", Type: driverapi.ConfigBool, DefaultJSON: js(d.Enabled),
+			Description: "run the rate-limit hook in-process"},
+		{Name: "rate_per_second", Type: driverapi.ConfigNumber, DefaultJSON: js(d.RatePerSecond),
+			Description: "sustained commands per second per session (token bucket); 0 means no rate limit"},
+		{Name: "burst", Type: driverapi.ConfigUint, DefaultJSON: js(d.Burst),
+			Description: "bucket size; 0 means max(1, ceil(rate_per_second))"},
+		{Name: "max_concurrent_per_session", Type: driverapi.ConfigUint, DefaultJSON: js(d.MaxConcurrentPerSession),
+			Description: "commands running at once in one session; 0 means no cap"},
+		{Name: "max_concurrent_global", Type: driverapi.ConfigUint, DefaultJSON: js(d.MaxConcurrentGlobal),
+			Description: "commands running at once overall; 0 means no cap"},
+		{Name: "idle_forget_seconds", Type: driverapi.ConfigUint, DefaultJSON: js(d.IdleForgetSeconds),
+			Description: "a session idle this long with nothing running is forgotten; 0 means the default, 600"},
+	}}
 }
 
-func (e *ConfigError) Error() string { return fmt.Sprintf("rate limit: %s: %s", e.Field, e.Reason) }
+// ParseConfig reads the section as one JSON object: keys it does not name
+// keep DefaultConfig's values, unknown keys and bad values are refused
+// with a *driverapi.ConfigError naming the key. Empty input is the
+// defaults.
+func ParseConfig(sectionJSON []byte) (Config, error) {
+	cfg := DefaultConfig()
+	if len(bytes.TrimSpace(sectionJSON)) == 0 {
+		return cfg, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(sectionJSON))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&cfg); err != nil {
+		key := ""
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			key = te.Field
+		} else if _, rest, ok := strings.Cut(err.Error(), `unknown field "`); ok {
+			// encoding/json names an unknown key only in its message; it is
+			// this package's own decoder, not a peer's text.
+			key, _, _ = strings.Cut(rest, `"`)
+			return Config{}, &driverapi.ConfigError{Section: Section, Key: key, Reason: "unknown key"}
+		}
+		return Config{}, &driverapi.ConfigError{Section: Section, Key: key, Reason: err.Error()}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Config{}, &driverapi.ConfigError{Section: Section, Reason: "trailing data after the JSON object"}
+	}
+	if err := cfg.Validate(); err != nil {
+		return Config{}, err
+	}
+	return cfg, nil
+}
+
+// Validate refuses values no hook can use, with a *driverapi.ConfigError
+// naming the key.
+func (c Config) Validate() error {
+	bad := func(key, reason string) error {
+		return &driverapi.ConfigError{Section: Section, Key: key, Reason: reason}
+	}
+	switch {
+	case math.IsNaN(c.RatePerSecond) || math.IsInf(c.RatePerSecond, 0):
+		return bad("rate_per_second", "must be a finite number")
+	case c.RatePerSecond < 0:
+		return bad("rate_per_second", "must be >= 0 (0 = no rate limit)")
+	case c.Burst < 0:
+		return bad("burst", "must be >= 0 (0 = derived from rate_per_second)")
+	case c.MaxConcurrentPerSession < 0:
+		return bad("max_concurrent_per_session", "must be >= 0 (0 = no cap)")
+	case c.MaxConcurrentGlobal < 0:
+		return bad("max_concurrent_global", "must be >= 0 (0 = no cap)")
+	case c.IdleForgetSeconds < 0:
+		return bad("idle_forget_seconds", "must be >= 0 (0 = the default, 600)")
+	case c.IdleForgetSeconds > maxIdleForgetSeconds:
+		return bad("idle_forget_seconds", fmt.Sprintf("must be <= %d (one year)", maxIdleForgetSeconds))
+	case c.InflightLease < 0:
+		return bad("inflight_lease", "must not be negative")
+	}
+	return nil
+}
+
+// maxIdleForgetSeconds bounds idle_forget_seconds (one year), far from
+// time.Duration overflow.
+const maxIdleForgetSeconds = 365 * 24 * 3600
 
 // Option adjusts a Hook.
 type Option func(*Hook)
@@ -89,9 +193,10 @@ type session struct {
 
 // Hook is the rate limiter. Safe for concurrent use.
 type Hook struct {
-	cfg Config
-	now func() time.Time
-	log hclog.Logger
+	cfg        Config
+	idleForget time.Duration
+	now        func() time.Time
+	log        hclog.Logger
 
 	mu        sync.Mutex
 	sessions  map[string]*session
@@ -101,20 +206,13 @@ type Hook struct {
 
 var _ driverapi.AfterHook = (*Hook)(nil)
 
-// New validates cfg and builds the hook.
+// New validates cfg (Config.Validate) and builds the hook.
 func New(cfg Config, opts ...Option) (*Hook, error) {
-	switch {
-	case math.IsNaN(cfg.RatePerSecond) || math.IsInf(cfg.RatePerSecond, 0):
-		return nil, &ConfigError{Field: "rate_per_second", Reason: "must be a finite number"}
-	case cfg.Burst < 0:
-		return nil, &ConfigError{Field: "burst", Reason: "must not be negative"}
-	case cfg.IdleForget < 0:
-		return nil, &ConfigError{Field: "idle_forget", Reason: "must not be negative"}
-	case cfg.InflightLease < 0:
-		return nil, &ConfigError{Field: "inflight_lease", Reason: "must not be negative"}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
-	if cfg.IdleForget == 0 {
-		cfg.IdleForget = 10 * time.Minute
+	if cfg.IdleForgetSeconds == 0 {
+		cfg.IdleForgetSeconds = DefaultIdleForgetSeconds
 	}
 	if cfg.InflightLease == 0 {
 		cfg.InflightLease = 24 * time.Hour
@@ -125,7 +223,7 @@ func New(cfg Config, opts ...Option) (*Hook, error) {
 	if cfg.RatePerSecond > 0 && cfg.Burst == 0 {
 		cfg.Burst = max(1, int(math.Ceil(cfg.RatePerSecond)))
 	}
-	h := &Hook{cfg: cfg, now: time.Now, log: hclog.NewNullLogger(), sessions: map[string]*session{}}
+	h := &Hook{cfg: cfg, idleForget: time.Duration(cfg.IdleForgetSeconds) * time.Second, now: time.Now, log: hclog.NewNullLogger(), sessions: map[string]*session{}}
 	for _, o := range opts {
 		o(h)
 	}
@@ -209,10 +307,10 @@ func (h *Hook) After(_ context.Context, sessionID, commandID string, _ bool) {
 }
 
 // sweep gives back slots held longer than InflightLease and forgets
-// sessions idle for IdleForget with nothing running, at most once per half
+// sessions idle for IdleForgetSeconds with nothing running, at most once per half
 // of the shorter of the two so the cost stays amortised.
 func (h *Hook) sweep(now time.Time) {
-	if now.Sub(h.lastSweep) < min(h.cfg.IdleForget, h.cfg.InflightLease)/2 {
+	if now.Sub(h.lastSweep) < min(h.idleForget, h.cfg.InflightLease)/2 {
 		return
 	}
 	h.lastSweep = now
@@ -223,7 +321,7 @@ func (h *Hook) sweep(now time.Time) {
 				h.global--
 			}
 		}
-		if len(s.inflight) == 0 && now.Sub(s.lastSeen) >= h.cfg.IdleForget {
+		if len(s.inflight) == 0 && now.Sub(s.lastSeen) >= h.idleForget {
 			delete(h.sessions, id)
 		}
 	}

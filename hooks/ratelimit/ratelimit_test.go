@@ -2,6 +2,7 @@ package ratelimit
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -105,7 +106,7 @@ func TestConcurrencyCaps(t *testing.T) {
 
 func TestIdleSessionsForgotten(t *testing.T) {
 	c := newClock()
-	h, _ := New(Config{RatePerSecond: 1, Burst: 1, MaxConcurrentGlobal: 2, IdleForget: time.Minute, InflightLease: time.Hour}, WithClock(c.now))
+	h, _ := New(Config{RatePerSecond: 1, Burst: 1, MaxConcurrentGlobal: 2, IdleForgetSeconds: 60, InflightLease: time.Hour}, WithClock(c.now))
 	for i := 0; i < 1000; i++ {
 		s := fmt.Sprint("s", i)
 		before(t, h, s, "x")
@@ -147,7 +148,7 @@ func TestIdleSessionsForgotten(t *testing.T) {
 // the slot (the control).
 func TestLongCommandKeepsItsSlot(t *testing.T) {
 	c := newClock()
-	h, _ := New(Config{MaxConcurrentPerSession: 1, MaxConcurrentGlobal: 1, IdleForget: time.Minute}, WithClock(c.now))
+	h, _ := New(Config{MaxConcurrentPerSession: 1, MaxConcurrentGlobal: 1, IdleForgetSeconds: 60}, WithClock(c.now))
 	if v := before(t, h, "s", "c1"); v.Action != driverapi.ActionAllow {
 		t.Fatalf("c1: %+v", v)
 	}
@@ -171,7 +172,7 @@ func TestLongCommandKeepsItsSlot(t *testing.T) {
 // back once the lease is over, so a lost After cannot block a cap for ever.
 func TestLostAfterGivenBackAfterLease(t *testing.T) {
 	c := newClock()
-	h, _ := New(Config{MaxConcurrentGlobal: 1, IdleForget: time.Minute, InflightLease: 10 * time.Minute}, WithClock(c.now))
+	h, _ := New(Config{MaxConcurrentGlobal: 1, IdleForgetSeconds: 60, InflightLease: 10 * time.Minute}, WithClock(c.now))
 	before(t, h, "lost", "l1")
 	c.add(9 * time.Minute)
 	if v := before(t, h, "s", "a"); v.Action != driverapi.ActionDeny {
@@ -196,9 +197,9 @@ func TestNoLimitsAllowsAll(t *testing.T) {
 }
 
 func TestBadConfig(t *testing.T) {
-	for _, cfg := range []Config{{RatePerSecond: math.NaN()}, {Burst: -1}, {IdleForget: -time.Second}} {
-		var ce *ConfigError
-		if _, err := New(cfg); !errors.As(err, &ce) {
+	for _, cfg := range []Config{{RatePerSecond: math.NaN()}, {Burst: -1}, {IdleForgetSeconds: -1}, {RatePerSecond: -1}, {MaxConcurrentGlobal: -1}} {
+		var ce *driverapi.ConfigError
+		if _, err := New(cfg); !errors.As(err, &ce) || ce.Section != Section || ce.Key == "" {
 			t.Errorf("%+v: %v", cfg, err)
 		}
 	}
@@ -228,5 +229,89 @@ func TestConcurrentUse(t *testing.T) {
 	wg.Wait()
 	if allowed == 0 || h.InFlight() != 0 {
 		t.Fatalf("allowed %d, in flight %d", allowed, h.InFlight())
+	}
+}
+
+// TestSchemaDefaultsAreDefaultConfig: the loader fills the section from
+// Schema's defaults, the hook from DefaultConfig; decoding the one gives
+// the other, so the two cannot drift.
+func TestSchemaDefaultsAreDefaultConfig(t *testing.T) {
+	obj := map[string]json.RawMessage{}
+	sc := Schema()
+	if sc.Section != Section {
+		t.Fatalf("section %q", sc.Section)
+	}
+	for _, f := range sc.Fields {
+		if f.DefaultJSON == "" || f.Description == "" {
+			t.Errorf("%s: no default or description", f.Name)
+		}
+		obj[f.Name] = json.RawMessage(f.DefaultJSON)
+	}
+	b, _ := json.Marshal(obj)
+	got, err := ParseConfig(b)
+	if err != nil || got != DefaultConfig() {
+		t.Fatalf("schema defaults %s decode to %+v (%v), want %+v", b, got, err, DefaultConfig())
+	}
+	// Every key of Config has a schema field and the reverse.
+	var keys map[string]any
+	full, _ := json.Marshal(DefaultConfig())
+	_ = json.Unmarshal(full, &keys)
+	if len(keys) != len(sc.Fields) {
+		t.Fatalf("Config keys %v, schema fields %d", keys, len(sc.Fields))
+	}
+	for _, f := range sc.Fields {
+		if _, ok := keys[f.Name]; !ok {
+			t.Errorf("schema field %s is not a key of Config", f.Name)
+		}
+	}
+	if d, err := ParseConfig(nil); err != nil || d != DefaultConfig() {
+		t.Fatalf("empty section: %+v %v", d, err)
+	}
+}
+
+func TestParseConfig(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`{"enabled":false,"rate_per_second":2,"burst":1,"idle_forget_seconds":30,"max_concurrent_global":0}`))
+	want := DefaultConfig()
+	want.Enabled, want.RatePerSecond, want.Burst, want.IdleForgetSeconds, want.MaxConcurrentGlobal = false, 2, 1, 30, 0
+	if err != nil || cfg != want {
+		t.Fatalf("%+v %v", cfg, err)
+	}
+	for in, key := range map[string]string{
+		`{"per_sesion":2}`:                  "per_sesion",
+		`{"idle_forget_seconds":-1}`:        "idle_forget_seconds",
+		`{"burst":"x"}`:                     "burst",
+		`{"rate_per_second":-0.5}`:          "rate_per_second",
+		`{"max_concurrent_per_session":-1}`: "max_concurrent_per_session",
+	} {
+		var ce *driverapi.ConfigError
+		if _, err := ParseConfig([]byte(in)); !errors.As(err, &ce) || ce.Key != key || ce.Section != Section {
+			t.Errorf("%s: %v, want a ConfigError on %s", in, err, key)
+		}
+	}
+	if _, err := ParseConfig([]byte(`{} {}`)); err == nil {
+		t.Error("trailing data accepted")
+	}
+}
+
+// TestZeroMeansNoLimit: 0 for a cap is no cap (a session can run more at
+// once than any default would allow).
+func TestZeroMeansNoLimit(t *testing.T) {
+	h, err := New(Config{RatePerSecond: 0, MaxConcurrentPerSession: 0, MaxConcurrentGlobal: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 100; i++ {
+		if v := before(t, h, "s", fmt.Sprint(i)); v.Action != driverapi.ActionAllow {
+			t.Fatalf("%d: %+v", i, v)
+		}
+	}
+	if h.InFlight() != 100 {
+		t.Fatalf("in flight %d", h.InFlight())
+	}
+	// The control: a cap of 1 refuses the second.
+	h1, _ := New(Config{MaxConcurrentPerSession: 1})
+	before(t, h1, "s", "a")
+	if v := before(t, h1, "s", "b"); v.Action != driverapi.ActionDeny {
+		t.Fatalf("cap 1: %+v", v)
 	}
 }

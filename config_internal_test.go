@@ -1,0 +1,136 @@
+package alephsandbox
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
+)
+
+// hookConfigOf is the ALEPH_HOOK_CONFIG the assembly starts the
+// aleph-hook-ratelimit plugin with, read the way that binary reads it.
+func hookConfigOf(t *testing.T, cfg core.Config) ratelimit.Config {
+	t.Helper()
+	env, err := hookPluginEnv(cfg, "/opt/hooks/aleph-hook-ratelimit")
+	if err != nil || len(env) != 1 || !strings.HasPrefix(env[0], "ALEPH_HOOK_CONFIG=") {
+		t.Fatalf("plugin env %q %v", env, err)
+	}
+	rl, err := ratelimit.ParseConfig([]byte(strings.TrimPrefix(env[0], "ALEPH_HOOK_CONFIG=")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rl
+}
+
+// TestRateLimitDefaultsAgree: the defaults of [sandbox.rate_limit] are the
+// same whichever way they are reached — the hook package, the loaded
+// configuration (from the schema), a configuration never loaded
+// (core.DefaultConfig), the plugin's ALEPH_HOOK_CONFIG, and the table in
+// docs/configuration.md. A default changed in one place only fails here.
+func TestRateLimitDefaultsAgree(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	want := ratelimit.DefaultConfig()
+	loaded, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string]core.Config{"loaded": loaded, "core.DefaultConfig": core.DefaultConfig()} {
+		got, err := RateLimitConfig(cfg)
+		if err != nil || got != want {
+			t.Errorf("%s: in-process %+v %v, want %+v", name, got, err, want)
+		}
+		if got := hookConfigOf(t, cfg); got != want {
+			t.Errorf("%s: plugin %+v, want %+v", name, got, want)
+		}
+	}
+	// The loaded section shows every key with its default (what `config`
+	// prints).
+	for _, f := range ratelimit.Schema().Fields {
+		if _, ok := loaded.Sandbox.RateLimit[f.Name]; !ok {
+			t.Errorf("loaded section lacks %s", f.Name)
+		}
+	}
+	doc, err := os.ReadFile("docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(doc), "## `[sandbox.rate_limit]`")
+	table, _, _ = strings.Cut(table, "\n## ")
+	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| `([^`]*)` \\|")
+	rows := row.FindAllStringSubmatch(table, -1)
+	if len(rows) != len(ratelimit.Schema().Fields) {
+		t.Fatalf("docs/configuration.md lists %d rate_limit keys, the schema %d", len(rows), len(ratelimit.Schema().Fields))
+	}
+	for _, r := range rows {
+		f, ok := ratelimit.Schema().Field(r[1])
+		if !ok {
+			t.Errorf("docs list %s, not a key of the section", r[1])
+			continue
+		}
+		if r[2] != f.DefaultJSON {
+			t.Errorf("docs give %s the default %s, the hook %s", r[1], r[2], f.DefaultJSON)
+		}
+	}
+}
+
+// TestRateLimitSectionOneReading: a configured section reaches the
+// in-process hook and the plugin as the same Config, and the loader
+// refuses its unknown keys and bad values by their full names.
+func TestRateLimitSectionOneReading(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	dir := t.TempDir()
+	write := func(body string) string {
+		p := filepath.Join(dir, "c.toml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg, err := LoadConfig(write("[sandbox.rate_limit]\nrate_per_second = 2.5\nburst = 0\nmax_concurrent_global = 0\nidle_forget_seconds = 30\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := RateLimitConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := ratelimit.DefaultConfig()
+	want.RatePerSecond, want.Burst, want.MaxConcurrentGlobal, want.IdleForgetSeconds = 2.5, 0, 0, 30
+	if in != want {
+		t.Fatalf("in-process %+v, want %+v", in, want)
+	}
+	if got := hookConfigOf(t, cfg); got != in {
+		t.Fatalf("plugin %+v, in-process %+v", got, in)
+	}
+	for body, key := range map[string]string{
+		"[sandbox.rate_limit]\nper_sesion = 2\n":             "sandbox.rate_limit.per_sesion",
+		"[sandbox.rate_limit]\nburst = -1\n":                 "sandbox.rate_limit.burst",
+		"[sandbox.rate_limit]\nrate_per_second = \"fast\"\n": "sandbox.rate_limit.rate_per_second",
+		"[sandbox.rate_limit]\nidle_forget_seconds = -5\n":   "sandbox.rate_limit.idle_forget_seconds",
+	} {
+		_, err := LoadConfig(write(body))
+		var ce *core.ConfigError
+		if !errors.As(err, &ce) || ce.Key != key || !strings.Contains(err.Error(), key) {
+			t.Errorf("%q: %v, want a ConfigError on %s", body, err, key)
+		}
+	}
+	// New refuses a bad section built in Go (no loader involved), naming
+	// the key.
+	bad := core.DefaultConfig()
+	bad.Sandbox.WorkspaceRoot = t.TempDir()
+	bad.Sandbox.RateLimit = core.Section{"max_concurrent_per_session": int64(-1)}
+	_, err = New(bad, WithDriver(nopDriver{}))
+	var ce *driverapi.ConfigError
+	if !errors.As(err, &ce) || ce.Key != "max_concurrent_per_session" || !strings.Contains(err.Error(), "sandbox.rate_limit.max_concurrent_per_session") {
+		t.Fatalf("New with a bad section: %v", err)
+	}
+}
+
+// nopDriver is never asked to run anything: New fails before.
+type nopDriver struct{ driverapi.Driver }
