@@ -70,6 +70,12 @@ const (
 	// DetailNetworkRoute: the ProxyRoute the driver uses for
 	// NetworkAllowHosts, when it claims FeatureNetworkViaProxy.
 	DetailNetworkRoute = "network.route"
+	// DetailNetworkNoneLoopback: what a command under NetworkNone may reach
+	// on loopback. "session": a loopback of its own that the commands of
+	// its session (RunSpec.SessionID) share, never the host's nor another
+	// session's; "command": a loopback of its own, shared with nothing.
+	// Absent: no loopback (inet sockets fail).
+	DetailNetworkNoneLoopback = "network.none_loopback"
 )
 
 // Signal names a signal to deliver to a running command, without the SIG
