@@ -361,3 +361,44 @@ func TestSessionNetsLifecycle(t *testing.T) {
 	}
 	_ = filepath.Join
 }
+
+// TestSessionNetworkLandlockTierDenies: without namespaces there is no
+// loopback of the sandbox's own, so network none keeps denying inet
+// sockets there, says so, and never claims a loopback; a plan that asks for
+// the loopback mode is run unix_only.
+func TestSessionNetworkLandlockTierDenies(t *testing.T) {
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+	d := tierDriver(t, Options{})
+	ctx := context.Background()
+	hc, err := d.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := hc.Details[driverapi.DetailNetworkNoneLoopback]; ok || !strings.Contains(hc.Details["network_none"], "denied") {
+		t.Fatalf("the Landlock tier reports %q = %q, network_none %q", driverapi.DetailNetworkNoneLoopback,
+			hc.Details[driverapi.DetailNetworkNoneLoopback], hc.Details["network_none"])
+	}
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan, err := DecodePlan(prof.Data)
+	if err != nil || plan.SocketMode != SocketUnixOnly {
+		t.Fatalf("Landlock tier plan for none: %q %v", plan.SocketMode, err)
+	}
+	plan.SocketMode = SocketLoopback
+	if m := d.landlockInitSpec(plan).SocketMode; m != SocketUnixOnly {
+		t.Fatalf("a loopback plan runs with socket mode %q in the Landlock tier", m)
+	}
+	out, errw := newLineWriter(`^$`), newLineWriter(`^$`)
+	e, err := sessionRun(ctx, d, prof, ws, "tier-session", out, errw, "-c", "print('ran', flush=True)\n"+pyConnect, "1")
+	if err != nil || e.ExitCode == 0 || !strings.Contains(out.String(), "ran") || !strings.Contains(errw.String(), "PermissionError") {
+		t.Fatalf("want the program to run and its socket refused: %+v %v stdout %q stderr %q", e, err, out, errw)
+	}
+	if len(d.nets.held()) != 0 {
+		t.Fatalf("the Landlock tier made session namespaces: %v", d.nets.held())
+	}
+}
