@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -359,7 +358,6 @@ func TestSessionNetsLifecycle(t *testing.T) {
 	if netKey("A") == "A" || strings.Contains(netKey("../x"), "/") || len(netKey("A")) != 64 {
 		t.Errorf("netKey %q is not an opaque hash", netKey("A"))
 	}
-	_ = filepath.Join
 }
 
 // TestSessionNetworkLandlockTierDenies: without namespaces there is no
