@@ -400,3 +400,45 @@ func TestSessionNetworkLandlockTierDenies(t *testing.T) {
 		t.Fatalf("the Landlock tier made session namespaces: %v", d.nets.held())
 	}
 }
+
+// TestPlanNoneLoopback: network none plans the loopback socket mode in
+// bwrap's own namespace; a command of a session shares the session's
+// instead of unsharing one; a plan with the old unix_only mode stays valid.
+func TestPlanNoneLoopback(t *testing.T) {
+	ws := newWorkspace(t)
+	p, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.SocketMode != SocketLoopback || p.ShareNet {
+		t.Fatalf("none: socket mode %q share_net %v", p.SocketMode, p.ShareNet)
+	}
+	has := func(args []string, flag string) bool {
+		for _, a := range args {
+			if a == flag {
+				return true
+			}
+		}
+		return false
+	}
+	if args := p.BwrapFlags(ws, "", nil, nil); has(args, "--share-net") || !has(args, "--unshare-all") {
+		t.Fatalf("a command without a session shares a network: %v", args)
+	}
+	p.joinNet = true
+	if args := p.BwrapFlags(ws, "", nil, nil); !has(args, "--share-net") {
+		t.Fatalf("a command of a session does not share its namespace: %v", args)
+	}
+	p.joinNet = false
+	old := p
+	old.SocketMode = SocketUnixOnly
+	data, _ := old.Encode()
+	if _, err := DecodePlan(data); err != nil {
+		t.Fatalf("a unix_only plan for none is refused: %v", err)
+	}
+	forged := p
+	forged.ShareNet = true
+	data, _ = forged.Encode()
+	if _, err := DecodePlan(data); err == nil {
+		t.Fatal("a none plan sharing the host's network was accepted")
+	}
+}
