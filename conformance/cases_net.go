@@ -96,6 +96,9 @@ func netCases() []Case {
 				}
 				return noneBlocksWith(ctx, h, t, [][]string{{"abstract", name}}, &driverapi.Capabilities{}, false)
 			}},
+		{ID: "net/none-own-loopback", Level: Must, Feature: none,
+			Description: "With network none, a driver that reports a loopback of the command's own (HostCapabilities.Details[\"" + driverapi.DetailNetworkNoneLoopback + "\"]) lets the program bind and connect on 127.0.0.1 over TCP and UDP, while in the same command a listener on the host's loopback stays out of reach: the loopback is the sandbox's, not the host's.",
+			run:         caseNoneOwnLoopback},
 		{ID: "net/none-blocks-listen", Level: Must, Feature: none,
 			Description: "With network none a program cannot serve the host: a TCP listener it opens (if it can open one at all) accepts no connection from the host's loopback or address.",
 			run:         caseNoneListen},
@@ -292,6 +295,28 @@ func caseProxyUDPBlocked(ctx context.Context, h *H) error {
 		return errors.New("with allow_hosts a UDP datagram left the sandbox")
 	}
 	return viaProxy(ctx, h, t, c)
+}
+
+func caseNoneOwnLoopback(ctx context.Context, h *H) error {
+	if h.Caps.Details[driverapi.DetailNetworkNoneLoopback] == "" {
+		return skipf("the driver reports no loopback under network none (%s)", driverapi.DetailNetworkNoneLoopback)
+	}
+	t, err := h.listenStream("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{Caps: &driverapi.Capabilities{}, Timeout: 20 * time.Second},
+		"loopback", sep, "try", "net", "tcp", "127.0.0.1", fmt.Sprint(portOf(t.addr)), t.token, sep, "print", "done"))
+	if err := ran("loopback", o, "done"); err != nil {
+		return err
+	}
+	if !bytes.Contains(o.Stdout, []byte("loopback-tcp-ok")) || !bytes.Contains(o.Stdout, []byte("loopback-udp-ok")) {
+		return fmt.Errorf("with network none the program could not use its own loopback: %s", o)
+	}
+	if t.reached() || bytes.Contains(o.Stdout, []byte("reply:pong")) {
+		return fmt.Errorf("with network none the program reached the host's loopback listener %s", t.addr)
+	}
+	return nil
 }
 
 func caseNoneListen(ctx context.Context, h *H) error {

@@ -201,6 +201,30 @@ func (h *DriverHost) Signal(ctx context.Context, commandID string, sig driverapi
 	return nil
 }
 
+// ForgetSession tells the driver that sessionID is forgotten
+// (driverapi.SessionForgetter). It never launches a driver: one that is not
+// running keeps nothing for any session. A driver without the call keeps
+// nothing per session either, and is not asked.
+func (h *DriverHost) ForgetSession(ctx context.Context, sessionID string) error {
+	h.mu.Lock()
+	p, caps := h.proc, h.caps
+	if h.capsOf != p {
+		caps = nil
+	}
+	h.mu.Unlock()
+	if p == nil || p.Exited() || caps == nil || !caps.Supports(driverapi.CallForgetSession) {
+		return nil
+	}
+	f, ok := p.Driver().(driverapi.SessionForgetter)
+	if !ok {
+		return nil
+	}
+	if err := f.ForgetSession(ctx, sessionID); err != nil {
+		return h.failed(p, "ForgetSession", err)
+	}
+	return nil
+}
+
 // ConfigSchema describes the driver's configuration section, launching the
 // driver if needed. A driver without the config call gives an
 // *driverapi.UnsupportedCallError.

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -108,6 +109,11 @@ func (s *WorkspaceSandbox) ApplyNetworkGrant(ctx context.Context, sessionID, hos
 	return next, nil
 }
 
+// forgetDriverTimeout bounds the driver's ForgetSession call: releasing
+// what a driver keeps per session is quick, and a hung driver must not hang
+// the host's forget.
+const forgetDriverTimeout = 10 * time.Second
+
 // ForgetSession drops a session's in-memory state (its grants) and removes
 // its private HOME (sandbox.session.home = "session"); its workspace
 // directory stays on disk and is reused if the session comes back, with a
@@ -116,11 +122,23 @@ func (s *WorkspaceSandbox) ApplyNetworkGrant(ctx context.Context, sessionID, hos
 //
 // With a GrantStore the kept grants are deleted too: a forgotten session
 // starts again from its baseline, in this process and every other.
+//
+// The driver is told too (driverapi.SessionForgetter), so that it releases
+// what it keeps for the session: the bwrap driver's shared network
+// namespace of network none.
 func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
 	s.mu.Lock()
 	delete(s.sessions, sessionID)
 	s.mu.Unlock()
 	s.forgetHome(sessionID)
+	if f, ok := s.driver.(driverapi.SessionForgetter); ok && sessionID != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), forgetDriverTimeout)
+		err := f.ForgetSession(ctx, sessionID)
+		cancel()
+		if err != nil {
+			s.logger.Error("the driver could not forget the session", "session", sessionID, "error", err)
+		}
+	}
 	if s.store != nil {
 		if err := s.store.Delete(sessionID); err != nil {
 			s.logger.Error("forgetting the kept grants failed", "session", sessionID, "error", err)

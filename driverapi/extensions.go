@@ -25,6 +25,7 @@ import (
 //	1.1  Signal (call "signal"): signals to a running command.
 //	     ConfigSchema and SetConfig (call "config"): driver-owned configuration.
 //	     Errors carry an ErrorDetail status detail.
+//	     ForgetSession (call "forget_session"): the host forgot a session.
 const ProtocolMinor = 1
 
 // Optional calls a driver may list in HostCapabilities.Calls.
@@ -33,10 +34,23 @@ const (
 	CallSignal = "signal"
 	// CallConfig: the driver implements Configurable.
 	CallConfig = "config"
+	// CallForgetSession: the driver implements SessionForgetter.
+	CallForgetSession = "forget_session"
 )
 
 // KnownCalls lists every optional call of this protocol version.
-func KnownCalls() []string { return []string{CallSignal, CallConfig} }
+func KnownCalls() []string { return []string{CallSignal, CallConfig, CallForgetSession} }
+
+// SessionForgetter is implemented by drivers that list CallForgetSession:
+// drivers that keep something per session (RunSpec.SessionID), such as
+// the network namespace the commands of a session share.
+type SessionForgetter interface {
+	// ForgetSession releases what the driver keeps for sessionID; the
+	// session's next command starts afresh. Commands of the session still
+	// running keep what they have until they end. Forgetting a session the
+	// driver does not know is not an error. Safe for concurrent use with Run.
+	ForgetSession(ctx context.Context, sessionID string) error
+}
 
 // Supports reports whether the driver listed call in its capability report.
 func (h HostCapabilities) Supports(call string) bool { return slices.Contains(h.Calls, call) }
@@ -56,6 +70,12 @@ const (
 	// DetailNetworkRoute: the ProxyRoute the driver uses for
 	// NetworkAllowHosts, when it claims FeatureNetworkViaProxy.
 	DetailNetworkRoute = "network.route"
+	// DetailNetworkNoneLoopback: what a command under NetworkNone may reach
+	// on loopback. "session": a loopback of its own that the commands of
+	// its session (RunSpec.SessionID) share, never the host's nor another
+	// session's; "command": a loopback of its own, shared with nothing.
+	// Absent: no loopback (inet sockets fail).
+	DetailNetworkNoneLoopback = "network.none_loopback"
 )
 
 // Signal names a signal to deliver to a running command, without the SIG

@@ -20,6 +20,14 @@ type extDriver struct {
 	signals []string
 	applied []byte
 	capsErr error
+	forgot  []string
+}
+
+func (d *extDriver) ForgetSession(_ context.Context, id string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.forgot = append(d.forgot, id)
+	return nil
 }
 
 func (d *extDriver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
@@ -201,5 +209,33 @@ func TestDeprecatedLinuxFieldsReconciled(t *testing.T) {
 	}
 	if caps.LandlockABI != 0 || caps.Seccomp || caps.CgroupMode != "none" {
 		t.Fatalf("deprecated fields not filled from details: %+v", caps)
+	}
+}
+
+func TestForgetSessionAcrossTheWire(t *testing.T) {
+	ctx := context.Background()
+	impl := &extDriver{}
+	d := drivertest.Connect(t, impl)
+	caps, err := d.Capabilities(ctx)
+	if err != nil || !caps.Supports(driverapi.CallForgetSession) {
+		t.Fatalf("a driver implementing SessionForgetter lists calls %v (%v)", caps.Calls, err)
+	}
+	if err := d.(driverapi.SessionForgetter).ForgetSession(ctx, "s1"); err != nil {
+		t.Fatal(err)
+	}
+	var ie *driverapi.InvalidSpecError
+	if err := d.(driverapi.SessionForgetter).ForgetSession(ctx, ""); !errors.As(err, &ie) {
+		t.Fatalf("empty session id: want InvalidSpecError, got %T %v", err, err)
+	}
+	impl.mu.Lock()
+	got := slices.Clone(impl.forgot)
+	impl.mu.Unlock()
+	if !slices.Equal(got, []string{"s1"}) {
+		t.Fatalf("the driver was told to forget %v, want [s1]", got)
+	}
+	older := drivertest.Connect(t, &drivertest.FakeDriver{})
+	var ue *driverapi.UnsupportedCallError
+	if err := older.(driverapi.SessionForgetter).ForgetSession(ctx, "s1"); !errors.As(err, &ue) || ue.Call != driverapi.CallForgetSession {
+		t.Fatalf("ForgetSession to a 1.0 driver: want UnsupportedCallError, got %T %v", err, err)
 	}
 }

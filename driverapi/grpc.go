@@ -47,7 +47,24 @@ func implementedCalls(d Driver) []string {
 	if _, ok := d.(Configurable); ok {
 		calls = append(calls, CallConfig)
 	}
+	if _, ok := d.(SessionForgetter); ok {
+		calls = append(calls, CallForgetSession)
+	}
 	return calls
+}
+
+func (s *driverServer) ForgetSession(ctx context.Context, req *pb.ForgetSessionRequest) (*pb.ForgetSessionResponse, error) {
+	f, ok := s.impl.(SessionForgetter)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this driver does not implement ForgetSession")
+	}
+	if req.GetSessionId() == "" {
+		return nil, toStatus(&InvalidSpecError{Field: "session_id", Reason: "empty"})
+	}
+	if err := f.ForgetSession(ctx, req.GetSessionId()); err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.ForgetSessionResponse{}, nil
 }
 
 func (s *driverServer) Signal(ctx context.Context, req *pb.SignalRequest) (*pb.SignalResponse, error) {
@@ -158,9 +175,10 @@ type driverClient struct {
 }
 
 var (
-	_ Driver       = (*driverClient)(nil)
-	_ Signaler     = (*driverClient)(nil)
-	_ Configurable = (*driverClient)(nil)
+	_ Driver           = (*driverClient)(nil)
+	_ Signaler         = (*driverClient)(nil)
+	_ Configurable     = (*driverClient)(nil)
+	_ SessionForgetter = (*driverClient)(nil)
 )
 
 // NewDriverClient wraps a gRPC connection to an OsSandboxDriver service.
@@ -183,6 +201,15 @@ func (d *driverClient) Capabilities(ctx context.Context) (HostCapabilities, erro
 func (d *driverClient) Signal(ctx context.Context, commandID string, sig Signal) error {
 	if _, err := d.c.Signal(ctx, &pb.SignalRequest{CommandId: commandID, Signal: string(sig)}); err != nil {
 		return d.callError("Signal", CallSignal, err)
+	}
+	return nil
+}
+
+// ForgetSession tells the driver the host forgot sessionID. Callers check
+// HostCapabilities.Supports(CallForgetSession) first.
+func (d *driverClient) ForgetSession(ctx context.Context, sessionID string) error {
+	if _, err := d.c.ForgetSession(ctx, &pb.ForgetSessionRequest{SessionId: sessionID}); err != nil {
+		return d.callError("ForgetSession", CallForgetSession, err)
 	}
 	return nil
 }

@@ -22,6 +22,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == bwrap.NetSupervisorCommand {
 		os.Exit(bwrap.NetSupervisorMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == bwrap.NetnsHolderCommand {
+		os.Exit(bwrap.NetnsHolderMain(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == bwrap.JanitorCommand {
 		os.Exit(bwrap.JanitorMain(os.Args[2:]))
 	}

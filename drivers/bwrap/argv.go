@@ -35,7 +35,7 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 		// and (where unprivileged) user.
 		"--unshare-all",
 	}
-	if p.ShareNet {
+	if p.ShareNet || p.joinNet {
 		args = append(args, "--share-net")
 	}
 	args = append(args,

@@ -61,6 +61,14 @@ type Config struct {
 	// precompiled seccomp programs (one bind per /etc entry, programs built
 	// in every sandbox-init): the benchmarks measure both in one run.
 	legacySetup bool
+	// MaxSessionNetworks caps the network namespaces held for sessions
+	// under network none (sessionnet_linux.go); when every one has a
+	// command running, a command of one more session is refused. Default
+	// DefaultMaxSessionNetworks.
+	MaxSessionNetworks int
+	// SessionNetworkIdle is how long a session's network namespace is
+	// kept with no command running in it. Default DefaultSessionNetworkIdle.
+	SessionNetworkIdle time.Duration
 }
 
 // Driver is the bubblewrap driver. It is safe for concurrent use.
@@ -86,12 +94,16 @@ type Driver struct {
 	etc etcViews
 	// progs are the precompiled seccomp programs (seccompfd_linux.go).
 	progs seccompPrograms
+	// nets are the sessions' network namespaces (network none).
+	nets sessionNets
 }
 
 var (
 	_ driverapi.Driver       = (*Driver)(nil)
 	_ driverapi.Preparer     = (*Driver)(nil)
 	_ driverapi.Configurable = (*Driver)(nil)
+
+	_ driverapi.SessionForgetter = (*Driver)(nil)
 )
 
 // New returns a driver; the host is probed on first use.
@@ -123,7 +135,16 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.StateDir == "" {
 		cfg.StateDir = defaultStateDir()
 	}
-	return &Driver{cfg: cfg, log: lg, owner: ownerTag()}, nil
+	if cfg.MaxSessionNetworks <= 0 {
+		cfg.MaxSessionNetworks = DefaultMaxSessionNetworks
+	}
+	if cfg.SessionNetworkIdle <= 0 {
+		cfg.SessionNetworkIdle = DefaultSessionNetworkIdle
+	}
+	d := &Driver{cfg: cfg, log: lg, owner: ownerTag()}
+	d.nets = sessionNets{max: cfg.MaxSessionNetworks, idle: cfg.SessionNetworkIdle,
+		make: func() (*netns, error) { return makeNetns(cfg.DriverBinary, os.Geteuid() != 0) }}
+	return d, nil
 }
 
 // InitBinaryName is the small in-sandbox binary the driver prefers when it
@@ -181,6 +202,11 @@ func (d *Driver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (
 		return driverapi.Profile{}, err
 	}
 	p.TmpfsBytes = tmpfsBudget(d.cfg.Options.TmpfsMaxBytes(), p.MemoryBytes)
+	if p.SocketMode == SocketLoopback && d.probe().tier == tierLandlock {
+		// No network namespace in the Landlock tier: network none keeps
+		// denying inet sockets there.
+		p.SocketMode = SocketUnixOnly
+	}
 	if err := d.enforceable(p); err != nil {
 		return driverapi.Profile{}, err
 	}
@@ -265,6 +291,23 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	plan.prot = prot
 	plan.etcView = d.etcViewFor(plan)
 
+	var ns *netns
+	if plan.SocketMode == SocketLoopback && spec.SessionID != "" && h.sessionNet != "" {
+		// The session's namespace, shared with its other commands; without
+		// a session (or where it cannot be entered) bwrap's own.
+		n, releaseNet, err := d.nets.acquire(spec.SessionID)
+		if err != nil {
+			var full errSessionNetsFull
+			if errors.As(err, &full) {
+				return driverapi.Exit{}, &UnavailableError{Feature: "session_network", Reason: err.Error(),
+					Fix: "forget the sessions that are done, or wait for a command to end"}
+			}
+			return driverapi.Exit{}, fmt.Errorf("bwrap driver: session network namespace: %w", err)
+		}
+		defer releaseNet()
+		ns, plan.joinNet = n, true
+	}
+
 	is := plan.InitSpec()
 	is.EnvFD, is.LifelineFD = envFD, lifelineFD
 	// sandbox-init stays as the command's parent: PID 1 of the sandbox,
@@ -294,7 +337,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
-	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, spec, streams)
+	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, ns, spec, streams)
 }
 
 // viaProxy says whether allow_hosts can be enforced here: the child's only
@@ -338,9 +381,10 @@ func envList(env []driverapi.EnvVar) []string {
 	return out
 }
 
-// launch runs bwrap and reports how the command ended.
+// launch runs bwrap and reports how the command ended; with ns, inside
+// that network namespace (sessionnet_linux.go).
 func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd string, init []string,
-	cg *commandCgroup, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	cg *commandCgroup, ns *netns, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
 	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
 	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
 	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
@@ -450,8 +494,21 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	args = append(args, SandboxInitCommand)
 	args = append(args, init...)
 
-	cmd := exec.CommandContext(runCtx, bwrapPath, args...)
-	cmd.Args[0] = "bwrap"
+	prog, progName, guarded := bwrapPath, "bwrap", true
+	viaNsenter := ns != nil && d.probe().sessionNet == sessionNetNsenter
+	if viaNsenter {
+		// Unprivileged: nsenter enters the session's user and network
+		// namespaces, unshare makes the setup guard's namespaces inside
+		// them, bwrap runs below (sessionnet_linux.go). The descriptors
+		// go on to bwrap, whose sandbox-init closes them.
+		h := d.probe()
+		userFD, netFD := 3+len(extraFiles), 4+len(extraFiles)
+		extraFiles = append(extraFiles, ns.user, ns.net)
+		args = nsenterChain(h.unshare, bwrapPath, userFD, netFD, args...)
+		prog, progName, guarded = h.nsenter, "nsenter", false
+	}
+	cmd := exec.CommandContext(runCtx, prog, args...)
+	cmd.Args[0] = progName
 	// bwrap gets nothing of the driver's environment nor of the child's
 	// (see launchEnv): its PID-1 reaper keeps the environment it was
 	// started with, readable inside as /proc/1/environ.
@@ -472,7 +529,9 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	// ...and for the microseconds between that arming and the go-ahead,
 	// bwrap is PID 1 of a namespace of its own: its death, whenever, ends
 	// everything it cloned (pidguard_linux.go).
-	d.probe().guard.apply(cmd.SysProcAttr)
+	if guarded {
+		d.probe().guard.apply(cmd.SysProcAttr)
+	}
 	cmd.ExtraFiles = extraFiles
 	if cg != nil && cg.mode == CgroupV2 {
 		// CLONE_INTO_CGROUP: bwrap is born inside the command's cgroup, so
@@ -493,7 +552,17 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// the thread (and kill the sandbox) while the command runs; the
 		// thread exits with the goroutine, after Wait.
 		runtime.LockOSThread()
-		err := cmd.Start()
+		var err error
+		if ns != nil && !viaNsenter {
+			// As root: this thread enters the session's namespace, bwrap
+			// forked from it starts there, and the thread goes back to
+			// its own namespace (it may be the main thread, which the
+			// runtime keeps even when its goroutine exits locked, and
+			// which would hold the namespace for the driver's life).
+			err = startInNetns(cmd, ns)
+		} else {
+			err = cmd.Start()
+		}
 		// bwrap has its copies (or never will): the driver's go now.
 		closePinned()
 		if err == nil && plan.prot != nil && len(plan.prot.missing) > 0 {

@@ -312,7 +312,9 @@ func TestDriverDeathDuringSetup(t *testing.T) {
 	}()
 	ws := newWorkspace(t)
 	caps := driverapi.Capabilities{SpawnSubprocess: true}
-	try := func(delay time.Duration, kill bool) (started bool, left []string) {
+	// session: a command of a session enters the session's network
+	// namespace (unprivileged, through nsenter and unshare).
+	try := func(session string, delay time.Duration, kill bool) (started bool, left []string) {
 		p := launchPlugin(t)
 		d := p.Driver()
 		ctx := context.Background()
@@ -326,12 +328,12 @@ func TestDriverDeathDuringSetup(t *testing.T) {
 		done := make(chan error, 1)
 		go func() {
 			_, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "echo started; sleep 30", marker}, Cwd: ws,
-				Profile: prof, Timeout: time.Minute, MaxOutputBytes: 1024, Env: pathEnv()}, driverapi.Streams{Stdout: &out})
+				Profile: prof, Timeout: time.Minute, MaxOutputBytes: 1024, Env: pathEnv(), SessionID: session}, driverapi.Streams{Stdout: &out})
 			done <- err
 		}()
 		pid := p.Pid()
 		deadline := time.Now().Add(15 * time.Second)
-		for !childWithComm(pid, "bwrap") && time.Now().Before(deadline) {
+		for !childWithComm(pid, "bwrap") && !childWithComm(pid, "nsenter") && !childWithComm(pid, "unshare") && time.Now().Before(deadline) {
 			time.Sleep(200 * time.Microsecond)
 		}
 		if !kill {
@@ -358,20 +360,35 @@ func TestDriverDeathDuringSetup(t *testing.T) {
 		}
 		return started, left
 	}
-	if started, left := try(0, false); !started || len(left) > 0 {
-		t.Fatalf("control: started %v, left %v", started, left)
+	for _, session := range []string{"", "setup-session"} {
+		if started, left := try(session, 0, false); !started || len(left) > 0 {
+			t.Fatalf("control (session %q): started %v, left %v", session, started, left)
+		}
+		step := 2
+		if session != "" {
+			step = 5
+		}
+		for delay := 0; delay <= 30; delay += step {
+			_, left := try(session, time.Duration(delay)*time.Millisecond, true)
+			checkSetupResidue(t, session, delay, left)
+		}
 	}
-	for delay := 0; delay <= 30; delay += 2 {
-		_, left := try(time.Duration(delay)*time.Millisecond, true)
+}
+
+// checkSetupResidue fails for every process of a killed driver's setup
+// that survived, but the one known inert residue.
+func checkSetupResidue(t *testing.T, session string, delay int, left []string) {
+	t.Helper()
+	{
 		for _, l := range left {
 			if strings.Contains(l, " bwrap ") && strings.Contains(l, "/1, waiting in do_wait_intr_irq)") {
 				// Known residue: bwrap killed between cloning its child
 				// and letting it go on leaves that child blocked for good
 				// on an eventfd, before any mount, never running anything.
-				t.Logf("driver killed %d ms after bwrap started: inert bwrap child left (killed now): %s", delay, l)
+				t.Logf("driver killed %d ms after bwrap started (session %q): inert bwrap child left (killed now): %s", delay, session, l)
 				continue
 			}
-			t.Errorf("driver killed %d ms after bwrap started: %s survived", delay, l)
+			t.Errorf("driver killed %d ms after bwrap started (session %q): %s survived", delay, session, l)
 		}
 	}
 }

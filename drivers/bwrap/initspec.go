@@ -20,6 +20,7 @@ const (
 	SocketUnrestricted = sandboxinit.SocketUnrestricted
 	SocketUnixOnly     = sandboxinit.SocketUnixOnly
 	SocketProxyRouted  = sandboxinit.SocketProxyRouted
+	SocketLoopback     = sandboxinit.SocketLoopback
 )
 
 // InitSpec is what the launcher tells sandbox-init to enforce.

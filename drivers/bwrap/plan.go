@@ -94,6 +94,10 @@ type Plan struct {
 	// (InitSpec.SeccompFD), passed to bwrap after the fixed descriptors.
 	seccomp   *os.File
 	seccompFD int // the number sandbox-init is told (InitSpec.SeccompFD)
+	// joinNet: bwrap starts inside the session's network namespace
+	// (sessionnet_linux.go) and shares it instead of unsharing its own.
+	// Set by Run per command, never serialized.
+	joinNet bool
 }
 
 // systemTopLevel are the root entries of the system read set: bound
@@ -277,7 +281,10 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 	}
 	switch req.Capabilities.Network.Mode {
 	case driverapi.NetworkNone:
-		p.SocketMode = SocketUnixOnly
+		// An empty network namespace (the session's, or bwrap's own):
+		// inet sockets reach nothing but its loopback. The Landlock tier,
+		// which has no namespace, uses unix_only instead (ProfileFor).
+		p.SocketMode = SocketLoopback
 	case driverapi.NetworkAllowAll:
 		p.SocketMode, p.ShareNet = SocketUnrestricted, true
 	case driverapi.NetworkAllowHosts:
@@ -480,7 +487,7 @@ func (p Plan) Check() error {
 		return bad("%v", err)
 	}
 	switch {
-	case p.Network == "none" && p.SocketMode == SocketUnixOnly && !p.ShareNet:
+	case p.Network == "none" && (p.SocketMode == SocketLoopback || p.SocketMode == SocketUnixOnly) && !p.ShareNet:
 	case p.Network == "allow_all" && p.SocketMode == SocketUnrestricted && p.ShareNet:
 	case p.Network == "allow_hosts" && p.SocketMode == SocketProxyRouted && !p.ShareNet:
 		if _, err := checkSocket(p.ProxySocket); err != nil {

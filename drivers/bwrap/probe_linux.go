@@ -49,6 +49,12 @@ type hostProbe struct {
 	tier string
 	// tierWhy says why the Landlock tier is in use (bwrap's refusal).
 	tierWhy string
+	// sessionNet is how the commands of a session share their network
+	// namespace under network none (sessionnet_linux.go): sessionNetSetns,
+	// sessionNetNsenter, or "" (each command has its own; sessionNetWhy
+	// says why). nsenter and unshare are the tools sessionNetNsenter runs.
+	sessionNet, sessionNetWhy string
+	nsenter, unshare          string
 }
 
 func (cs *cgroupSystem) reason(ctrl string) string {
@@ -110,6 +116,7 @@ func (d *Driver) probe() *hostProbe {
 			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover)
 		}
 		h.cg = <-cgDone
+		h.sessionNet, h.sessionNetWhy = d.probeSessionNet(h)
 		if h.sandboxErr == nil {
 			if err := d.cgroupSettingsErr(h); err != nil {
 				// Fail closed: a limit the configuration asks for and
@@ -353,6 +360,13 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		hc.Details[driverapi.DetailNetworkRoute] = string(driverapi.RouteNamespaceBridge)
 	} else {
 		un(driverapi.FeatureNetworkViaProxy, reason, "use a kernel with Landlock ABI >= 4 and seccomp")
+	}
+	if h.sessionNet != "" {
+		hc.Details[driverapi.DetailNetworkNoneLoopback] = "session"
+		hc.Details["network_none"] = "loopback only, in a network namespace per session shared by its commands (entered by " + h.sessionNet + ")"
+	} else {
+		hc.Details[driverapi.DetailNetworkNoneLoopback] = "command"
+		hc.Details["network_none"] = "loopback only, in a network namespace per command (not shared: " + h.sessionNetWhy + ")"
 	}
 	if h.seccomp {
 		hc.Features = append(hc.Features, driverapi.FeatureSubprocessControl)

@@ -148,6 +148,7 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 	un(driverapi.FeatureProtectedPaths, "Landlock tier: rights are inherited down the tree, so a writable workspace "+
 		"would make every .git in it writable; workspaces with protected entries are refused", tierFix)
 	un(driverapi.FeatureNetworkViaProxy, "Landlock tier: no network namespace to hold the bridge", tierFix)
+	hc.Details["network_none"] = "inet sockets denied: the Landlock tier has no network namespace, so no loopback of its own either"
 	if h.cg.have[ctrlMemory] {
 		hc.Features = append(hc.Features, driverapi.FeatureMemoryLimit)
 	} else {
@@ -215,8 +216,14 @@ func tierDevices() []string {
 // grants readable, the workspace, the fs_write grants and the harmless
 // devices writable; no /tmp.
 func (d *Driver) landlockInitSpec(p Plan) InitSpec {
+	mode := p.SocketMode
+	if mode == SocketLoopback {
+		// No network namespace here: an inet socket would reach the
+		// host's network (ProfileFor makes this plan unix_only already).
+		mode = SocketUnixOnly
+	}
 	s := InitSpec{
-		SocketMode:        p.SocketMode,
+		SocketMode:        mode,
 		AllowSpawn:        p.AllowSpawn,
 		RlimitASBytes:     p.MemoryBytes,
 		ScopeSignals:      true,

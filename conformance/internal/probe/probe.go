@@ -100,7 +100,7 @@ func arity(step string) (n int, known bool) {
 	switch step {
 	case "echo", "eecho", "args", "waitmarkers", "net", "ctty":
 		return -1, true
-	case "env", "pwd", "cat", "listen", "fds", "clone3", "tty":
+	case "env", "pwd", "cat", "listen", "loopback", "fds", "clone3", "tty":
 		return 0, true
 	case "print", "eprint", "hex", "exit", "sleep", "read", "mkdir", "rm", "rmall", "threads", "alloc", "spawn", "kill", "ls", "ps":
 		return 1, true
@@ -267,6 +267,8 @@ func (p *prober) run(s Step) (code int, err error) {
 		err = p.netProbe(a)
 	case "listen":
 		err = p.listen()
+	case "loopback":
+		err = p.loopback()
 	case "fds":
 		err = p.fds()
 	case "ls":
@@ -694,6 +696,61 @@ func (p *prober) listen() error {
 	c.Close()
 	fmt.Fprintln(p.stdout, "accepted")
 	return nil
+}
+
+// loopback listens on 127.0.0.1 (TCP and UDP), connects to itself and
+// exchanges a line each way; it prints "loopback-tcp-ok" and
+// "loopback-udp-ok" for what worked.
+func (p *prober) loopback() error {
+	fmt.Fprintln(p.stdout, "probe-start")
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("loopback listen: %w", err)
+	}
+	defer l.Close()
+	go func() {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		_, _ = io.WriteString(c, "echo:"+line)
+	}()
+	c, err := net.DialTimeout("tcp4", l.Addr().String(), 3*time.Second)
+	if err != nil {
+		return fmt.Errorf("loopback connect: %w", err)
+	}
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+	if _, err := io.WriteString(c, "ping\n"); err != nil {
+		return err
+	}
+	if line, _ := bufio.NewReader(c).ReadString('\n'); line != "echo:ping\n" {
+		return fmt.Errorf("loopback reply %q", line)
+	}
+	fmt.Fprintln(p.stdout, "loopback-tcp-ok")
+	pc, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		return fmt.Errorf("loopback udp: %w", err)
+	}
+	defer pc.Close()
+	u, err := net.Dial("udp4", pc.LocalAddr().String())
+	if err != nil {
+		return fmt.Errorf("loopback udp dial: %w", err)
+	}
+	defer u.Close()
+	if _, err := u.Write([]byte("dgram")); err != nil {
+		return err
+	}
+	_ = pc.SetDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 16)
+	if n, _, err := pc.ReadFrom(buf); err != nil || string(buf[:n]) != "dgram" {
+		return fmt.Errorf("loopback udp read: %q %v", buf[:n], err)
+	}
+	_, err = fmt.Fprintln(p.stdout, "loopback-udp-ok")
+	return err
 }
 
 // fds prints "fd:N:TARGET" for every open descriptor above 2, then

@@ -20,6 +20,7 @@ func (driver) Capabilities(context.Context) (driverapi.HostCapabilities, error) 
 	return driverapi.HostCapabilities{
 		Backend: backend, DriverVersion: "0.0.0-test", ProtocolVersion: driverapi.ProtocolVersion,
 		Features: driverapi.KnownFeatures(), OS: runtime.GOOS, Arch: runtime.GOARCH,
+		Details: map[string]string{driverapi.DetailNetworkNoneLoopback: "session"},
 	}, nil
 }
 

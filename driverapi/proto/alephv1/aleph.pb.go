@@ -1702,6 +1702,86 @@ func (*SignalResponse) Descriptor() ([]byte, []int) {
 	return file_aleph_proto_rawDescGZIP(), []int{21}
 }
 
+type ForgetSessionRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetSessionRequest) Reset() {
+	*x = ForgetSessionRequest{}
+	mi := &file_aleph_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetSessionRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetSessionRequest) ProtoMessage() {}
+
+func (x *ForgetSessionRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetSessionRequest.ProtoReflect.Descriptor instead.
+func (*ForgetSessionRequest) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ForgetSessionRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type ForgetSessionResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForgetSessionResponse) Reset() {
+	*x = ForgetSessionResponse{}
+	mi := &file_aleph_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForgetSessionResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForgetSessionResponse) ProtoMessage() {}
+
+func (x *ForgetSessionResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForgetSessionResponse.ProtoReflect.Descriptor instead.
+func (*ForgetSessionResponse) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{23}
+}
+
 type ConfigSchemaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1710,7 +1790,7 @@ type ConfigSchemaRequest struct {
 
 func (x *ConfigSchemaRequest) Reset() {
 	*x = ConfigSchemaRequest{}
-	mi := &file_aleph_proto_msgTypes[22]
+	mi := &file_aleph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1722,7 +1802,7 @@ func (x *ConfigSchemaRequest) String() string {
 func (*ConfigSchemaRequest) ProtoMessage() {}
 
 func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[22]
+	mi := &file_aleph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1735,7 +1815,7 @@ func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigSchemaRequest.ProtoReflect.Descriptor instead.
 func (*ConfigSchemaRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{22}
+	return file_aleph_proto_rawDescGZIP(), []int{24}
 }
 
 type ConfigField struct {
@@ -1754,7 +1834,7 @@ type ConfigField struct {
 
 func (x *ConfigField) Reset() {
 	*x = ConfigField{}
-	mi := &file_aleph_proto_msgTypes[23]
+	mi := &file_aleph_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1846,7 @@ func (x *ConfigField) String() string {
 func (*ConfigField) ProtoMessage() {}
 
 func (x *ConfigField) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[23]
+	mi := &file_aleph_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1859,7 @@ func (x *ConfigField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigField.ProtoReflect.Descriptor instead.
 func (*ConfigField) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{23}
+	return file_aleph_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ConfigField) GetName() string {
@@ -1828,7 +1908,7 @@ type DriverConfigSchema struct {
 
 func (x *DriverConfigSchema) Reset() {
 	*x = DriverConfigSchema{}
-	mi := &file_aleph_proto_msgTypes[24]
+	mi := &file_aleph_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1840,7 +1920,7 @@ func (x *DriverConfigSchema) String() string {
 func (*DriverConfigSchema) ProtoMessage() {}
 
 func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[24]
+	mi := &file_aleph_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1853,7 +1933,7 @@ func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverConfigSchema.ProtoReflect.Descriptor instead.
 func (*DriverConfigSchema) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{24}
+	return file_aleph_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *DriverConfigSchema) GetSection() string {
@@ -1880,7 +1960,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_aleph_proto_msgTypes[25]
+	mi := &file_aleph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1892,7 +1972,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[25]
+	mi := &file_aleph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1905,7 +1985,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{25}
+	return file_aleph_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *SetConfigRequest) GetConfigJson() []byte {
@@ -1923,7 +2003,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2015,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2028,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{26}
+	return file_aleph_proto_rawDescGZIP(), []int{28}
 }
 
 // ErrorDetail travels as a gRPC status detail with every error a plugin
@@ -1974,7 +2054,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1986,7 +2066,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1999,7 +2079,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{27}
+	return file_aleph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -2179,7 +2259,11 @@ const file_aleph_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\x01 \x01(\tR\tcommandId\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x10\n" +
-	"\x0eSignalResponse\"\x15\n" +
+	"\x0eSignalResponse\"5\n" +
+	"\x14ForgetSessionRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
+	"\x15ForgetSessionResponse\"\x15\n" +
 	"\x13ConfigSchemaRequest\"\x8e\x01\n" +
 	"\vConfigField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2214,7 +2298,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ALLOW\x10\x01\x12\x0f\n" +
 	"\vACTION_WARN\x10\x02\x12\x0f\n" +
-	"\vACTION_DENY\x10\x032\x9a\x03\n" +
+	"\vACTION_DENY\x10\x032\xec\x03\n" +
 	"\x0fOsSandboxDriver\x12I\n" +
 	"\fCapabilities\x12\x1d.aleph.v1.CapabilitiesRequest\x1a\x1a.aleph.v1.HostCapabilities\x129\n" +
 	"\n" +
@@ -2222,7 +2306,8 @@ const file_aleph_proto_rawDesc = "" +
 	"\x03Run\x12\x14.aleph.v1.RunRequest\x1a\x12.aleph.v1.RunEvent0\x01\x12;\n" +
 	"\x06Signal\x12\x17.aleph.v1.SignalRequest\x1a\x18.aleph.v1.SignalResponse\x12K\n" +
 	"\fConfigSchema\x12\x1d.aleph.v1.ConfigSchemaRequest\x1a\x1c.aleph.v1.DriverConfigSchema\x12D\n" +
-	"\tSetConfig\x12\x1a.aleph.v1.SetConfigRequest\x1a\x1b.aleph.v1.SetConfigResponse2\xb6\x01\n" +
+	"\tSetConfig\x12\x1a.aleph.v1.SetConfigRequest\x1a\x1b.aleph.v1.SetConfigResponse\x12P\n" +
+	"\rForgetSession\x12\x1e.aleph.v1.ForgetSessionRequest\x1a\x1f.aleph.v1.ForgetSessionResponse2\xb6\x01\n" +
 	"\vSandboxHook\x129\n" +
 	"\bDescribe\x12\x19.aleph.v1.DescribeRequest\x1a\x12.aleph.v1.HookInfo\x122\n" +
 	"\x06Before\x12\x15.aleph.v1.HookRequest\x1a\x11.aleph.v1.Verdict\x128\n" +
@@ -2241,45 +2326,47 @@ func file_aleph_proto_rawDescGZIP() []byte {
 }
 
 var file_aleph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 30)
+var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_aleph_proto_goTypes = []any{
-	(NetworkMode)(0),            // 0: aleph.v1.NetworkMode
-	(Stream)(0),                 // 1: aleph.v1.Stream
-	(Action)(0),                 // 2: aleph.v1.Action
-	(*CapabilitiesRequest)(nil), // 3: aleph.v1.CapabilitiesRequest
-	(*Unavailable)(nil),         // 4: aleph.v1.Unavailable
-	(*HostCapabilities)(nil),    // 5: aleph.v1.HostCapabilities
-	(*NetworkPolicy)(nil),       // 6: aleph.v1.NetworkPolicy
-	(*Capabilities)(nil),        // 7: aleph.v1.Capabilities
-	(*ProxyEndpoint)(nil),       // 8: aleph.v1.ProxyEndpoint
-	(*ProfileRequest)(nil),      // 9: aleph.v1.ProfileRequest
-	(*Profile)(nil),             // 10: aleph.v1.Profile
-	(*EnvVar)(nil),              // 11: aleph.v1.EnvVar
-	(*RunRequest)(nil),          // 12: aleph.v1.RunRequest
-	(*OutputChunk)(nil),         // 13: aleph.v1.OutputChunk
-	(*ResourceUsage)(nil),       // 14: aleph.v1.ResourceUsage
-	(*Exit)(nil),                // 15: aleph.v1.Exit
-	(*RunEvent)(nil),            // 16: aleph.v1.RunEvent
-	(*DescribeRequest)(nil),     // 17: aleph.v1.DescribeRequest
-	(*HookInfo)(nil),            // 18: aleph.v1.HookInfo
-	(*HookRequest)(nil),         // 19: aleph.v1.HookRequest
-	(*Verdict)(nil),             // 20: aleph.v1.Verdict
-	(*AfterRequest)(nil),        // 21: aleph.v1.AfterRequest
-	(*AfterResponse)(nil),       // 22: aleph.v1.AfterResponse
-	(*SignalRequest)(nil),       // 23: aleph.v1.SignalRequest
-	(*SignalResponse)(nil),      // 24: aleph.v1.SignalResponse
-	(*ConfigSchemaRequest)(nil), // 25: aleph.v1.ConfigSchemaRequest
-	(*ConfigField)(nil),         // 26: aleph.v1.ConfigField
-	(*DriverConfigSchema)(nil),  // 27: aleph.v1.DriverConfigSchema
-	(*SetConfigRequest)(nil),    // 28: aleph.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),   // 29: aleph.v1.SetConfigResponse
-	(*ErrorDetail)(nil),         // 30: aleph.v1.ErrorDetail
-	nil,                         // 31: aleph.v1.HostCapabilities.DetailsEntry
-	nil,                         // 32: aleph.v1.Exit.DetailsEntry
+	(NetworkMode)(0),              // 0: aleph.v1.NetworkMode
+	(Stream)(0),                   // 1: aleph.v1.Stream
+	(Action)(0),                   // 2: aleph.v1.Action
+	(*CapabilitiesRequest)(nil),   // 3: aleph.v1.CapabilitiesRequest
+	(*Unavailable)(nil),           // 4: aleph.v1.Unavailable
+	(*HostCapabilities)(nil),      // 5: aleph.v1.HostCapabilities
+	(*NetworkPolicy)(nil),         // 6: aleph.v1.NetworkPolicy
+	(*Capabilities)(nil),          // 7: aleph.v1.Capabilities
+	(*ProxyEndpoint)(nil),         // 8: aleph.v1.ProxyEndpoint
+	(*ProfileRequest)(nil),        // 9: aleph.v1.ProfileRequest
+	(*Profile)(nil),               // 10: aleph.v1.Profile
+	(*EnvVar)(nil),                // 11: aleph.v1.EnvVar
+	(*RunRequest)(nil),            // 12: aleph.v1.RunRequest
+	(*OutputChunk)(nil),           // 13: aleph.v1.OutputChunk
+	(*ResourceUsage)(nil),         // 14: aleph.v1.ResourceUsage
+	(*Exit)(nil),                  // 15: aleph.v1.Exit
+	(*RunEvent)(nil),              // 16: aleph.v1.RunEvent
+	(*DescribeRequest)(nil),       // 17: aleph.v1.DescribeRequest
+	(*HookInfo)(nil),              // 18: aleph.v1.HookInfo
+	(*HookRequest)(nil),           // 19: aleph.v1.HookRequest
+	(*Verdict)(nil),               // 20: aleph.v1.Verdict
+	(*AfterRequest)(nil),          // 21: aleph.v1.AfterRequest
+	(*AfterResponse)(nil),         // 22: aleph.v1.AfterResponse
+	(*SignalRequest)(nil),         // 23: aleph.v1.SignalRequest
+	(*SignalResponse)(nil),        // 24: aleph.v1.SignalResponse
+	(*ForgetSessionRequest)(nil),  // 25: aleph.v1.ForgetSessionRequest
+	(*ForgetSessionResponse)(nil), // 26: aleph.v1.ForgetSessionResponse
+	(*ConfigSchemaRequest)(nil),   // 27: aleph.v1.ConfigSchemaRequest
+	(*ConfigField)(nil),           // 28: aleph.v1.ConfigField
+	(*DriverConfigSchema)(nil),    // 29: aleph.v1.DriverConfigSchema
+	(*SetConfigRequest)(nil),      // 30: aleph.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),     // 31: aleph.v1.SetConfigResponse
+	(*ErrorDetail)(nil),           // 32: aleph.v1.ErrorDetail
+	nil,                           // 33: aleph.v1.HostCapabilities.DetailsEntry
+	nil,                           // 34: aleph.v1.Exit.DetailsEntry
 }
 var file_aleph_proto_depIdxs = []int32{
 	4,  // 0: aleph.v1.HostCapabilities.unavailable:type_name -> aleph.v1.Unavailable
-	31, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
+	33, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
 	0,  // 2: aleph.v1.NetworkPolicy.mode:type_name -> aleph.v1.NetworkMode
 	6,  // 3: aleph.v1.Capabilities.network:type_name -> aleph.v1.NetworkPolicy
 	7,  // 4: aleph.v1.ProfileRequest.capabilities:type_name -> aleph.v1.Capabilities
@@ -2288,32 +2375,34 @@ var file_aleph_proto_depIdxs = []int32{
 	10, // 7: aleph.v1.RunRequest.profile:type_name -> aleph.v1.Profile
 	1,  // 8: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
 	14, // 9: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
-	32, // 10: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
+	34, // 10: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
 	13, // 11: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
 	15, // 12: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
 	7,  // 13: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
 	2,  // 14: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
-	26, // 15: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
+	28, // 15: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
 	3,  // 16: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
 	9,  // 17: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
 	12, // 18: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
 	23, // 19: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
-	25, // 20: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
-	28, // 21: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
-	17, // 22: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
-	19, // 23: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
-	21, // 24: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
-	5,  // 25: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
-	10, // 26: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
-	16, // 27: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
-	24, // 28: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
-	27, // 29: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
-	29, // 30: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
-	18, // 31: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
-	20, // 32: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
-	22, // 33: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
-	25, // [25:34] is the sub-list for method output_type
-	16, // [16:25] is the sub-list for method input_type
+	27, // 20: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
+	30, // 21: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
+	25, // 22: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
+	17, // 23: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
+	19, // 24: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
+	21, // 25: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
+	5,  // 26: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
+	10, // 27: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
+	16, // 28: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
+	24, // 29: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
+	29, // 30: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
+	31, // 31: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
+	26, // 32: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
+	18, // 33: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
+	20, // 34: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
+	22, // 35: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
+	26, // [26:36] is the sub-list for method output_type
+	16, // [16:26] is the sub-list for method input_type
 	16, // [16:16] is the sub-list for extension type_name
 	16, // [16:16] is the sub-list for extension extendee
 	0,  // [0:16] is the sub-list for field type_name
@@ -2334,7 +2423,7 @@ func file_aleph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aleph_proto_rawDesc), len(file_aleph_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   30,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -27,12 +27,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OsSandboxDriver_Capabilities_FullMethodName = "/aleph.v1.OsSandboxDriver/Capabilities"
-	OsSandboxDriver_ProfileFor_FullMethodName   = "/aleph.v1.OsSandboxDriver/ProfileFor"
-	OsSandboxDriver_Run_FullMethodName          = "/aleph.v1.OsSandboxDriver/Run"
-	OsSandboxDriver_Signal_FullMethodName       = "/aleph.v1.OsSandboxDriver/Signal"
-	OsSandboxDriver_ConfigSchema_FullMethodName = "/aleph.v1.OsSandboxDriver/ConfigSchema"
-	OsSandboxDriver_SetConfig_FullMethodName    = "/aleph.v1.OsSandboxDriver/SetConfig"
+	OsSandboxDriver_Capabilities_FullMethodName  = "/aleph.v1.OsSandboxDriver/Capabilities"
+	OsSandboxDriver_ProfileFor_FullMethodName    = "/aleph.v1.OsSandboxDriver/ProfileFor"
+	OsSandboxDriver_Run_FullMethodName           = "/aleph.v1.OsSandboxDriver/Run"
+	OsSandboxDriver_Signal_FullMethodName        = "/aleph.v1.OsSandboxDriver/Signal"
+	OsSandboxDriver_ConfigSchema_FullMethodName  = "/aleph.v1.OsSandboxDriver/ConfigSchema"
+	OsSandboxDriver_SetConfig_FullMethodName     = "/aleph.v1.OsSandboxDriver/SetConfig"
+	OsSandboxDriver_ForgetSession_FullMethodName = "/aleph.v1.OsSandboxDriver/ForgetSession"
 )
 
 // OsSandboxDriverClient is the client API for OsSandboxDriver service.
@@ -59,6 +60,10 @@ type OsSandboxDriverClient interface {
 	// INVALID_ARGUMENT with an ErrorDetail naming the field when refused;
 	// nothing is applied then.
 	SetConfig(ctx context.Context, in *SetConfigRequest, opts ...grpc.CallOption) (*SetConfigResponse, error)
+	// Call "forget_session": the host forgot the session; the driver releases
+	// what it keeps for it (the bwrap driver: the session's network
+	// namespace). Commands of the session still running are not affected.
+	ForgetSession(ctx context.Context, in *ForgetSessionRequest, opts ...grpc.CallOption) (*ForgetSessionResponse, error)
 }
 
 type osSandboxDriverClient struct {
@@ -138,6 +143,16 @@ func (c *osSandboxDriverClient) SetConfig(ctx context.Context, in *SetConfigRequ
 	return out, nil
 }
 
+func (c *osSandboxDriverClient) ForgetSession(ctx context.Context, in *ForgetSessionRequest, opts ...grpc.CallOption) (*ForgetSessionResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForgetSessionResponse)
+	err := c.cc.Invoke(ctx, OsSandboxDriver_ForgetSession_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OsSandboxDriverServer is the server API for OsSandboxDriver service.
 // All implementations must embed UnimplementedOsSandboxDriverServer
 // for forward compatibility.
@@ -162,6 +177,10 @@ type OsSandboxDriverServer interface {
 	// INVALID_ARGUMENT with an ErrorDetail naming the field when refused;
 	// nothing is applied then.
 	SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error)
+	// Call "forget_session": the host forgot the session; the driver releases
+	// what it keeps for it (the bwrap driver: the session's network
+	// namespace). Commands of the session still running are not affected.
+	ForgetSession(context.Context, *ForgetSessionRequest) (*ForgetSessionResponse, error)
 	mustEmbedUnimplementedOsSandboxDriverServer()
 }
 
@@ -189,6 +208,9 @@ func (UnimplementedOsSandboxDriverServer) ConfigSchema(context.Context, *ConfigS
 }
 func (UnimplementedOsSandboxDriverServer) SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetConfig not implemented")
+}
+func (UnimplementedOsSandboxDriverServer) ForgetSession(context.Context, *ForgetSessionRequest) (*ForgetSessionResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method ForgetSession not implemented")
 }
 func (UnimplementedOsSandboxDriverServer) mustEmbedUnimplementedOsSandboxDriverServer() {}
 func (UnimplementedOsSandboxDriverServer) testEmbeddedByValue()                         {}
@@ -312,6 +334,24 @@ func _OsSandboxDriver_SetConfig_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OsSandboxDriver_ForgetSession_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForgetSessionRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OsSandboxDriverServer).ForgetSession(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OsSandboxDriver_ForgetSession_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OsSandboxDriverServer).ForgetSession(ctx, req.(*ForgetSessionRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OsSandboxDriver_ServiceDesc is the grpc.ServiceDesc for OsSandboxDriver service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -338,6 +378,10 @@ var OsSandboxDriver_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetConfig",
 			Handler:    _OsSandboxDriver_SetConfig_Handler,
+		},
+		{
+			MethodName: "ForgetSession",
+			Handler:    _OsSandboxDriver_ForgetSession_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

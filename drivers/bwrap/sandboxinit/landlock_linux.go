@@ -112,7 +112,9 @@ func planLandlock(spec *InitSpec, abi int) (landlockPlan, error) {
 	// even if it opens AF_INET sockets the seccomp gate lets through.
 	// Landlock does not cover MPTCP; the seccomp gate only allows the
 	// default protocol families and bwrap's network namespace has no route.
-	if spec.SocketMode == SocketUnrestricted {
+	if spec.SocketMode == SocketUnrestricted || spec.SocketMode == SocketLoopback {
+		// loopback: the empty network namespace is the boundary, and
+		// every port in it is the sandbox's own.
 		cfg.HandledAccessNet = 0
 	} else if cfg.HandledAccessNet != 0 && spec.SocketMode == SocketProxyRouted {
 		for _, port := range spec.BridgePorts {

@@ -172,6 +172,17 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
 				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
 		)
+	case SocketLoopback:
+		// The empty namespace confines AF_INET and AF_INET6; everything
+		// else (AF_UNIX, AF_NETLINK, AF_PACKET...) stays denied as in
+		// unix_only.
+		sockRules = append(sockRules,
+			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET},
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET6}}},
+			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
+		)
 	case SocketBridge:
 		// The bridge itself needs its stream unix socket to the host proxy.
 		sockRules = append(sockRules,
@@ -258,7 +269,7 @@ func seccompPrefix(spec *InitSpec, info *arch.Info) ([]bpf.Instruction, error) {
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: openat2Nr, SkipFalse: 1},
 		bpf.RetConstant{Val: retENOSYS},
 	)
-	if spec.SocketMode == SocketUnixOnly || spec.SocketMode == SocketProxyRouted {
+	if spec.SocketMode == SocketUnixOnly || spec.SocketMode == SocketProxyRouted || spec.SocketMode == SocketLoopback {
 		socketpairNr, err := nr("socketpair")
 		if err != nil {
 			return nil, err

@@ -111,7 +111,7 @@ func strictSpec(mode SocketMode) InitSpec {
 }
 
 func TestSeccompFilterDenylist(t *testing.T) {
-	for _, mode := range []SocketMode{SocketUnrestricted, SocketUnixOnly, SocketProxyRouted} {
+	for _, mode := range []SocketMode{SocketUnrestricted, SocketUnixOnly, SocketProxyRouted, SocketLoopback} {
 		t.Run(string(mode), func(t *testing.T) {
 			f := newFilterVM(t, strictSpec(mode))
 			for _, name := range deniedSyscalls() {
@@ -221,6 +221,28 @@ func TestSeccompFilterSocketGate(t *testing.T) {
 		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_TCP)
 		f.expect(retEPERM, "ioctl", 0, unix.TIOCSTI) // the ioctl rule still follows
 	})
+	t.Run("loopback", func(t *testing.T) {
+		// network none in an empty namespace: inet sockets of every type
+		// for the sandbox's own loopback, nothing else.
+		f := newFilterVM(t, strictSpec(SocketLoopback))
+		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_STREAM)
+		f.expect(retAllow, "socket", unix.AF_INET6, unix.SOCK_STREAM)
+		f.expect(retAllow, "socket", unix.AF_INET, unix.SOCK_DGRAM)
+		f.expect(retAllow, "connect", 3, 0, 0)
+		f.expect(retAllow, "bind", 3, 0, 0)
+		f.expect(retAllow, "sendto", 3, 0x1000, 1, 0, 0x2000, 16)
+		f.expect(retEPERM, "socket", unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socket", unix.AF_UNIX, unix.SOCK_DGRAM)
+		f.expect(retEPERM, "socket", 1<<32|unix.AF_INET, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socket", unix.AF_NETLINK, unix.SOCK_RAW)
+		f.expect(retEPERM, "socket", unix.AF_PACKET, unix.SOCK_RAW)
+		f.expect(retEPERM, "socket", unix.AF_VSOCK, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socketpair", unix.AF_INET, unix.SOCK_STREAM)
+		f.expect(retEPERM, "socketpair", unix.AF_UNIX, unix.SOCK_DGRAM)
+		f.expect(retAllow, "socketpair", unix.AF_UNIX, unix.SOCK_STREAM)
+		f.expect(retNoProto, "socket", unix.AF_INET, unix.SOCK_STREAM, unix.IPPROTO_MPTCP)
+		f.expect(retEPERM, "ioctl", 0, unix.TIOCSTI)
+	})
 	t.Run("bridge", func(t *testing.T) {
 		// The bridge's own way to the host proxy is a stream unix socket.
 		f := newFilterVM(t, InitSpec{SocketMode: SocketBridge, BridgePorts: []uint16{3128}})
@@ -284,7 +306,7 @@ func TestSeccompFilterClone(t *testing.T) {
 
 func TestSeccompProgramSize(t *testing.T) {
 	for _, spawn := range []bool{false, true} {
-		for _, mode := range []SocketMode{SocketUnrestricted, SocketUnixOnly, SocketProxyRouted} {
+		for _, mode := range []SocketMode{SocketUnrestricted, SocketUnixOnly, SocketProxyRouted, SocketLoopback} {
 			spec := InitSpec{SocketMode: mode, AllowSpawn: spawn}
 			prog, err := seccompProgram(&spec)
 			if err != nil {
@@ -324,7 +346,7 @@ func TestSeccompFilterSetID(t *testing.T) {
 		cwd  = uint64(0xffffffffffffff9c) // AT_FDCWD as the register holds it
 		path = 0x1000
 	)
-	for _, mode := range []SocketMode{SocketUnrestricted, SocketUnixOnly, SocketProxyRouted} {
+	for _, mode := range []SocketMode{SocketUnrestricted, SocketUnixOnly, SocketProxyRouted, SocketLoopback} {
 		t.Run(string(mode), func(t *testing.T) {
 			f := newFilterVM(t, strictSpec(mode))
 			has := func(name string) bool { _, ok := f.info.SyscallNames[name]; return ok }

@@ -44,12 +44,21 @@ const (
 	// SocketUnixOnly; Landlock lets TCP connect only to BridgePorts and
 	// bind nothing.
 	SocketProxyRouted SocketMode = "proxy_routed"
+	// SocketLoopback is network "none" in an empty network namespace (the
+	// session's, or bwrap's own): AF_INET and AF_INET6 sockets of every
+	// type (no AF_UNIX, AF_NETLINK or raw packet sockets: host unix sockets
+	// in the workspace or a grant stay out of reach), socketpair() as in
+	// SocketUnixOnly, connect() allowed, TCP not handled by Landlock. The
+	// namespace is what confines it: it holds nothing but loopback, so
+	// bind and connect reach only the sandbox's own listeners. Never valid
+	// without a network namespace (NoNamespaces).
+	SocketLoopback SocketMode = "loopback"
 )
 
 // Valid reports whether m is one of the defined modes.
 func (m SocketMode) Valid() bool {
 	switch m {
-	case SocketUnrestricted, SocketUnixOnly, SocketProxyRouted, SocketBridge:
+	case SocketUnrestricted, SocketUnixOnly, SocketProxyRouted, SocketBridge, SocketLoopback:
 		return true
 	}
 	return false

@@ -61,6 +61,9 @@ func TestInitSpecRefusals(t *testing.T) {
 		{"inherit stderr", `{"socket_mode":"unix_only","inherit_fds":[2]}`, "inherit_fds"},
 		{"inherit twice", `{"socket_mode":"unix_only","inherit_fds":[5,5]}`, "inherit_fds"},
 		{"inherit huge", `{"socket_mode":"unix_only","inherit_fds":[99999999]}`, "inherit_fds"},
+		// Without a network namespace an inet socket is the host's.
+		{"loopback without namespaces", `{"socket_mode":"loopback","no_namespaces":true}`, "no_namespaces"},
+		{"ports in loopback mode", `{"socket_mode":"loopback","bridge_ports":[80]}`, "bridge_ports"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -77,6 +80,9 @@ func TestInitSpecRefusals(t *testing.T) {
 	// Positive control: the minimal valid spec parses.
 	if _, err := ParseInitSpec([]byte(`{"socket_mode":"unix_only"}`)); err != nil {
 		t.Fatalf("minimal spec refused: %v", err)
+	}
+	if _, err := ParseInitSpec([]byte(`{"socket_mode":"loopback"}`)); err != nil {
+		t.Fatalf("loopback spec refused: %v", err)
 	}
 }
 
