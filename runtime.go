@@ -179,6 +179,9 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	// unconfined on the next call. No write grant or workspace may hold
 	// them.
 	protect := append([]string(nil), o.protect...)
+	if src := cfg.Source(); src != "" {
+		protect = append(protect, src)
+	}
 	if exe, err := os.Executable(); err == nil {
 		protect = append(protect, exe)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -234,5 +235,44 @@ func TestRuntimeUsesConfiguredBaseline(t *testing.T) {
 	rt, _ = newRuntime(t, cfg, alephsandbox.WithBaseline(driverapi.Capabilities{}))
 	if _, err := rt.Execute(context.Background(), spawn); !errors.As(err, &de) {
 		t.Fatalf("host baseline: %v", err)
+	}
+}
+
+// The configuration file a runtime was loaded from, wherever it lies (an
+// explicit --config FILE, not only the per-user default), is out of every
+// command's write reach: rewritten, it would name the next run's driver
+// and hook plugins. Control: reading it may be granted.
+func TestRuntimeProtectsItsConfigFile(t *testing.T) {
+	base := testConfig(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "explicit.toml")
+	body := fmt.Sprintf("[sandbox]\nworkspace_root = %q\naudit_log = %q\n", base.Sandbox.WorkspaceRoot, base.Sandbox.AuditLog)
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := alephsandbox.LoadConfig(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Source() != path {
+		t.Fatalf("Source() = %q, want %q", cfg.Source(), path)
+	}
+	rt, fake := newRuntime(t, cfg, alephsandbox.WithApprover(approveAll{}))
+	ctx := context.Background()
+	for _, c := range []core.Command{
+		{SessionID: "s", Program: "echo", Workspace: dir},
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{dir}}},
+	} {
+		_, err := rt.Execute(ctx, c)
+		var ie *core.InvalidCommandError
+		if !errors.As(err, &ie) || !strings.Contains(ie.Reason, path) {
+			t.Fatalf("%+v: want a refusal naming %s, got %T %v", c, path, err, err)
+		}
+	}
+	if fake.Runs() != 0 {
+		t.Fatal("a refused command reached the driver")
+	}
+	if _, err := rt.Execute(ctx, core.Command{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSRead: []string{dir}}}); err != nil {
+		t.Fatalf("control (read grant): %v", err)
 	}
 }

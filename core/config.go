@@ -27,7 +27,16 @@ import (
 type Config struct {
 	Sandbox SandboxConfig `koanf:"sandbox" json:"sandbox" toml:"sandbox"`
 	Serve   ServeConfig   `koanf:"serve" json:"serve" toml:"serve"`
+
+	// source is the file LoadConfig read, if any (Source).
+	source string
 }
+
+// Source is the absolute path of the file LoadConfig read this
+// configuration from, or "" (defaults and environment only, or built in
+// code). Hosts keep it out of every command's write reach: a command that
+// could rewrite it would choose the next run's driver and hook plugins.
+func (c Config) Source() string { return c.source }
 
 // SandboxConfig is the [sandbox] table.
 type SandboxConfig struct {
@@ -439,6 +448,11 @@ func loadConfig(path string, environ []string, opts ...LoadOption) (Config, erro
 	cfg.Sandbox.AuditLog = expandHome(cfg.Sandbox.AuditLog)
 	if err := cfg.Validate(); err != nil {
 		return Config{}, err
+	}
+	if path != "" {
+		if abs, err := filepath.Abs(path); err == nil {
+			cfg.source = abs
+		}
 	}
 	return cfg, nil
 }
