@@ -11,7 +11,7 @@ import (
 
 func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *session, sid string, cmd Command) error {
 	caps := cmd.Capabilities
-	if err := s.grantsReachOwnState(caps); err != nil {
+	if err := s.grantsReachOwnState(caps, sid); err != nil {
 		return err
 	}
 	if caps.IsWithin(sess.baseline) {

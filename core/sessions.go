@@ -213,9 +213,12 @@ func (s *WorkspaceSandbox) persist(sessionID string, fn func(*StoredGrants)) {
 // and write grants that would let it replace a program the sandbox runs
 // unconfined (hook plugins, the driver, the configuration: see
 // WithProtectedPaths).
-func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities) error {
+func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities, sid string) error {
 	for _, p := range caps.FSRead {
 		if err := s.reachesOwnState("capabilities.fs_read", p, false); err != nil {
+			return err
+		}
+		if err := s.reachesOtherSessions("capabilities.fs_read", p, sid); err != nil {
 			return err
 		}
 	}
@@ -223,8 +226,35 @@ func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities) erro
 		if err := s.reachesOwnState("capabilities.fs_write", p, true); err != nil {
 			return err
 		}
+		if err := s.reachesOtherSessions("capabilities.fs_write", p, sid); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// reachesOtherSessions refuses a path (a grant, or a workspace a command
+// names) that lies in the workspace root but outside session sid's own
+// workspace: the session directories under the root are the other
+// sessions' workspaces, and one session must not read or write another's
+// (an approved grant of a neighbour's directory would make the session
+// boundary a matter of the approver noticing a hash).
+func (s *WorkspaceSandbox) reachesOtherSessions(field, p, sid string) error {
+	root := s.cfg.Sandbox.WorkspaceRoot
+	if root == "" {
+		return nil
+	}
+	if canon, err := filepath.EvalSymlinks(root); err == nil {
+		root = canon
+	}
+	if !driverapi.PathWithin(p, root) {
+		return nil
+	}
+	own := filepath.Join(root, SessionDirName(sid))
+	if driverapi.PathWithin(p, own) {
+		return nil
+	}
+	return &InvalidCommandError{Field: field, Reason: fmt.Sprintf("%q lies in the workspace root %q outside this session's own workspace: the other directories there are other sessions' workspaces; grant a path outside the root, or run in that session", p, root)}
 }
 
 // reachesOwnState refuses a path (a grant, or a workspace a command names)

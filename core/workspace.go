@@ -139,7 +139,7 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 	if err := validateCommand("baseline", Command{Program: "baseline", Capabilities: s.baseline}); err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
-	if err := s.grantsReachOwnState(s.baseline); err != nil {
+	if err := s.grantsReachOwnState(s.baseline, ""); err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
 	for i, h := range o.hooks {
@@ -324,6 +324,9 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		ws, err = canonicalDir("workspace", cmd.Workspace)
 		if err == nil {
 			err = s.reachesOwnState("workspace", ws, true)
+		}
+		if err == nil {
+			err = s.reachesOtherSessions("workspace", ws, sid)
 		}
 	} else {
 		ws, err = s.workspaceDir(sess)
