@@ -25,7 +25,9 @@ import (
 //	1.1  Signal (call "signal"): signals to a running command.
 //	     ConfigSchema and SetConfig (call "config"): driver-owned configuration.
 //	     Errors carry an ErrorDetail status detail.
-const ProtocolMinor = 1
+//	1.2  RunStream (call "run_stream"): streamed stdin, an optional
+//	     pseudo-terminal with window-size changes (stream.go).
+const ProtocolMinor = 2
 
 // Optional calls a driver may list in HostCapabilities.Calls.
 const (
@@ -33,10 +35,12 @@ const (
 	CallSignal = "signal"
 	// CallConfig: the driver implements Configurable.
 	CallConfig = "config"
+	// CallRunStream: the driver implements StreamRunner.
+	CallRunStream = "run_stream"
 )
 
 // KnownCalls lists every optional call of this protocol version.
-func KnownCalls() []string { return []string{CallSignal, CallConfig} }
+func KnownCalls() []string { return []string{CallSignal, CallConfig, CallRunStream} }
 
 // Supports reports whether the driver listed call in its capability report.
 func (h HostCapabilities) Supports(call string) bool { return slices.Contains(h.Calls, call) }

@@ -33,6 +33,7 @@ const (
 	OsSandboxDriver_Signal_FullMethodName       = "/aleph.v1.OsSandboxDriver/Signal"
 	OsSandboxDriver_ConfigSchema_FullMethodName = "/aleph.v1.OsSandboxDriver/ConfigSchema"
 	OsSandboxDriver_SetConfig_FullMethodName    = "/aleph.v1.OsSandboxDriver/SetConfig"
+	OsSandboxDriver_RunStream_FullMethodName    = "/aleph.v1.OsSandboxDriver/RunStream"
 )
 
 // OsSandboxDriverClient is the client API for OsSandboxDriver service.
@@ -59,6 +60,15 @@ type OsSandboxDriverClient interface {
 	// INVALID_ARGUMENT with an ErrorDetail naming the field when refused;
 	// nothing is applied then.
 	SetConfig(ctx context.Context, in *SetConfigRequest, opts ...grpc.CallOption) (*SetConfigResponse, error)
+	// Protocol 1.2 (call "run_stream"): runs one command whose stdin is a
+	// stream. The first message carries the RunRequest (with tty set for a
+	// pseudo-terminal); later ones carry stdin chunks, one close_stdin (the
+	// command then reads end-of-file) and, for a tty, window sizes. The
+	// driver answers as Run does: output chunks, then exactly one Exit.
+	// Flow control is gRPC's: the driver reads the next message only when
+	// the previous chunk has gone to the command. Cancelling the stream
+	// kills the whole process tree.
+	RunStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunStreamRequest, RunEvent], error)
 }
 
 type osSandboxDriverClient struct {
@@ -138,6 +148,19 @@ func (c *osSandboxDriverClient) SetConfig(ctx context.Context, in *SetConfigRequ
 	return out, nil
 }
 
+func (c *osSandboxDriverClient) RunStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunStreamRequest, RunEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OsSandboxDriver_ServiceDesc.Streams[1], OsSandboxDriver_RunStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RunStreamRequest, RunEvent]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OsSandboxDriver_RunStreamClient = grpc.BidiStreamingClient[RunStreamRequest, RunEvent]
+
 // OsSandboxDriverServer is the server API for OsSandboxDriver service.
 // All implementations must embed UnimplementedOsSandboxDriverServer
 // for forward compatibility.
@@ -162,6 +185,15 @@ type OsSandboxDriverServer interface {
 	// INVALID_ARGUMENT with an ErrorDetail naming the field when refused;
 	// nothing is applied then.
 	SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error)
+	// Protocol 1.2 (call "run_stream"): runs one command whose stdin is a
+	// stream. The first message carries the RunRequest (with tty set for a
+	// pseudo-terminal); later ones carry stdin chunks, one close_stdin (the
+	// command then reads end-of-file) and, for a tty, window sizes. The
+	// driver answers as Run does: output chunks, then exactly one Exit.
+	// Flow control is gRPC's: the driver reads the next message only when
+	// the previous chunk has gone to the command. Cancelling the stream
+	// kills the whole process tree.
+	RunStream(grpc.BidiStreamingServer[RunStreamRequest, RunEvent]) error
 	mustEmbedUnimplementedOsSandboxDriverServer()
 }
 
@@ -189,6 +221,9 @@ func (UnimplementedOsSandboxDriverServer) ConfigSchema(context.Context, *ConfigS
 }
 func (UnimplementedOsSandboxDriverServer) SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method SetConfig not implemented")
+}
+func (UnimplementedOsSandboxDriverServer) RunStream(grpc.BidiStreamingServer[RunStreamRequest, RunEvent]) error {
+	return status.Errorf(codes.Unimplemented, "method RunStream not implemented")
 }
 func (UnimplementedOsSandboxDriverServer) mustEmbedUnimplementedOsSandboxDriverServer() {}
 func (UnimplementedOsSandboxDriverServer) testEmbeddedByValue()                         {}
@@ -312,6 +347,13 @@ func _OsSandboxDriver_SetConfig_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OsSandboxDriver_RunStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(OsSandboxDriverServer).RunStream(&grpc.GenericServerStream[RunStreamRequest, RunEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OsSandboxDriver_RunStreamServer = grpc.BidiStreamingServer[RunStreamRequest, RunEvent]
+
 // OsSandboxDriver_ServiceDesc is the grpc.ServiceDesc for OsSandboxDriver service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -345,6 +387,12 @@ var OsSandboxDriver_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Run",
 			Handler:       _OsSandboxDriver_Run_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "RunStream",
+			Handler:       _OsSandboxDriver_RunStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "aleph.proto",
