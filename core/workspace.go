@@ -282,6 +282,10 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		CommandID: newCommandID(),
 		Program:   cmd.Program,
 		ArgCount:  len(cmd.Args),
+		// What the command was given to talk to, recorded whether it ran
+		// or not.
+		Interactive: cmd.StdinStream != nil,
+		Tty:         cmd.Tty != nil,
 	}}
 	r.rec.CapabilityDigest = capsDigest(cmd.Capabilities)
 	defer func() {
@@ -308,6 +312,9 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	}
 	r.rec.SessionID = sid
 	if err := validateCommand(sid, cmd); err != nil {
+		return nil, err
+	}
+	if err := validateStream(cmd); err != nil {
 		return nil, err
 	}
 
@@ -356,6 +363,9 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	}
 	r.rec.Backend = hc.Backend
 	if err := s.enforceable(hc, cmd.Capabilities); err != nil {
+		return nil, err
+	}
+	if err := s.streamable(hc, cmd); err != nil {
 		return nil, err
 	}
 	if err := s.checkCapabilities(ctx, r, sess, sid, cmd); err != nil {
@@ -412,7 +422,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	runCtx, cancelRun := context.WithTimeout(sigCtx, timeout+s.runGrace)
 	stopSignals := s.forwardSignals(runCtx, cancelSig, hc, r.rec.CommandID, cmd.Signals)
 	runStart := time.Now()
-	exit, err := s.driver.Run(runCtx, spec, streams)
+	exit, err := s.runDriver(runCtx, cmd, spec, streams)
 	stopSignals()
 	killedBySignal := errors.Is(context.Cause(sigCtx), ErrSignalEnded)
 	overdue := runCtx.Err() != nil && ctx.Err() == nil && !killedBySignal
