@@ -480,4 +480,5 @@ func (h *DriverHost) RunStream(ctx context.Context, spec driverapi.RunSpec, in d
 	}
 	return exit, nil
 }
+
 var _ driverapi.StreamRunner = (*DriverHost)(nil)
