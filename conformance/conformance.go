@@ -103,7 +103,9 @@ func Cases() []Case {
 }
 
 // areas are the id prefixes, in report order.
-func areas() []string { return []string{"protocol", "exec", "stream", "pty", "fs", "proc", "net", "res", "robust"} }
+func areas() []string {
+	return []string{"protocol", "exec", "stream", "pty", "fs", "proc", "net", "res", "robust"}
+}
 
 // Config says which driver binary to test and how.
 type Config struct {
