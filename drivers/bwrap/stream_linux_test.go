@@ -84,7 +84,7 @@ func TestRunStreamPty(t *testing.T) {
 	done := make(chan error, 1)
 	var exit driverapi.Exit
 	script := `test -t 0 && test -t 1 && test -t 2 && echo tty-yes; stty size; tty;
-trap 'stty size' WINCH; echo ready; read l; echo "line:$l"; stty size; exit 7`
+echo ready; while read l; do echo "line:$l"; stty size; done; exit 7`
 	go func() {
 		var err error
 		exit, err = streamRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true},
@@ -93,19 +93,29 @@ trap 'stty size' WINCH; echo ready; read l; echo "line:$l"; stty size; exit 7`
 	}()
 	waitOutput(t, &out, "ready")
 	resize <- driverapi.WindowSize{Rows: 41, Cols: 132}
-	// The echo of the typed line comes from the terminal itself.
-	if _, err := pw.Write([]byte("hello\n")); err != nil {
-		t.Fatal(err)
+	// The size travels on the lifeline, the line on stdin: ask until the
+	// new size shows. The echo of each line comes from the terminal itself.
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(out.String(), "41 132") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the resize never showed: %q", out.String())
+		}
+		if _, err := pw.Write([]byte("hello\n")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
+	pw.Close()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	o := strings.ReplaceAll(out.String(), "\r\n", "\n")
-	for _, want := range []string{"tty-yes\n", "30 100\n", "/dev/pts/0\n", "ready\nhello\n", "line:hello\n", "41 132\n"} {
+	for _, want := range []string{"tty-yes\n30 100\n/dev/pts/0\nready\n", "hello\n", "line:hello\n", "41 132\n"} {
 		if !strings.Contains(o, want) {
 			t.Errorf("output lacks %q: %q", want, o)
 		}
 	}
+	// EOF on the stream ended the loop: the script's own status.
 	if exit.ExitCode != 7 {
 		t.Fatalf("exit %+v", exit)
 	}
