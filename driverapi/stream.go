@@ -38,7 +38,9 @@ type StreamInput struct {
 	// pipe it closes, a reader that returns).
 	Stdin io.Reader
 	// Resize delivers window-size changes of a tty run; nil when there are
-	// none. RunStream stops reading it when the command ends.
+	// none. RunStream stops reading it when the command ends. Sizes travel
+	// in order with stdin: one sent after stdin the command has not read
+	// yet reaches it once that stdin has been taken.
 	Resize <-chan WindowSize
 }
 
@@ -218,6 +220,23 @@ func (d *driverClient) RunStream(ctx context.Context, spec RunSpec, in StreamInp
 		c, resize := chunks, in.Resize
 		for {
 			var m *pb.RunStreamRequest
+			// A waiting size goes before more stdin: the command may be
+			// redrawing for it rather than reading.
+			select {
+			case ws, ok := <-resize:
+				if ok {
+					m = &pb.RunStreamRequest{Msg: &pb.RunStreamRequest_Resize{Resize: &pb.WindowSize{Rows: uint32(ws.Rows), Cols: uint32(ws.Cols)}}}
+				} else {
+					resize = nil
+				}
+			default:
+			}
+			if m != nil {
+				if err := st.Send(m); err != nil {
+					return
+				}
+				continue
+			}
 			select {
 			case <-ctx.Done():
 				return
