@@ -80,8 +80,9 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if inter.interactive {
 		cmd.StdinStream = io.In
 	}
+	var term *userTerminal
 	if inter.tty {
-		term := openUserTerminal(io.In, io.Out)
+		term = openUserTerminal(io.In, io.Out)
 		// Every way out of exec passes here (signals end the command, then
 		// exec returns): the user's terminal is never left raw.
 		defer term.restore()
@@ -106,6 +107,11 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		cmd.Signals = sigs.C
 	}
 	out, err := p.sandbox.Execute(execCtx, cmd)
+	if term != nil {
+		// Before any message of the CLI's own: they are written for a
+		// terminal in its ordinary mode.
+		term.restore()
+	}
 	if sigs != nil {
 		sigs.stop()
 	}
