@@ -17,7 +17,7 @@ import (
 // the terminal size and each resize on stderr.
 type echoStream struct{ drivertest.FakeDriver }
 
-func (echoStream) RunStream(_ context.Context, spec driverapi.RunSpec, in driverapi.StreamInput, st driverapi.Streams) (driverapi.Exit, error) {
+func (*echoStream) RunStream(_ context.Context, spec driverapi.RunSpec, in driverapi.StreamInput, st driverapi.Streams) (driverapi.Exit, error) {
 	// Stdin is read while the size is awaited: sizes travel in order with
 	// stdin, so one sent after unread stdin waits for it.
 	type copied struct {
