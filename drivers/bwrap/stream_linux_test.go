@@ -206,3 +206,4 @@ func TestRunStreamSignal(t *testing.T) {
 		t.Fatalf("exit %+v output %q", exit, out.String())
 	}
 }
+

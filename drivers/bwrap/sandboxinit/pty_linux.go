@@ -59,6 +59,11 @@ func EncodeWinsize(rows, cols uint16) []byte {
 // once; a background process still holding the terminal is not waited for.
 const drainQuiet = 100 * time.Millisecond
 
+// drainMax bounds the whole drain: a background process that keeps
+// writing to the terminal must not hold the command's end (and its
+// status) back.
+const drainMax = 2 * time.Second
+
 // ptyRelay is the supervisor's side of the terminal.
 type ptyRelay struct {
 	master *os.File
@@ -68,6 +73,8 @@ type ptyRelay struct {
 	out      io.Writer
 	in       io.Reader
 	draining atomic.Bool
+	// drainEnd is when the drain stops at the latest (UnixNano).
+	drainEnd atomic.Int64
 	outDone  chan struct{}
 }
 
@@ -177,7 +184,7 @@ func (r *ptyRelay) pumpOut() {
 				return
 			}
 			if r.draining.Load() {
-				_ = r.master.SetReadDeadline(time.Now().Add(drainQuiet))
+				_ = r.master.SetReadDeadline(r.drainDeadline())
 			}
 		}
 		if err != nil {
@@ -191,9 +198,21 @@ func (r *ptyRelay) pumpOut() {
 
 // finish waits until the output the target left is relayed.
 func (r *ptyRelay) finish() {
-	r.draining.Store(true)
-	_ = r.master.SetReadDeadline(time.Now().Add(drainQuiet))
+	if !r.draining.Load() {
+		r.drainEnd.Store(time.Now().Add(drainMax).UnixNano())
+		r.draining.Store(true)
+	}
+	_ = r.master.SetReadDeadline(r.drainDeadline())
 	<-r.outDone
+}
+
+// drainDeadline is drainQuiet from now, but never past drainEnd.
+func (r *ptyRelay) drainDeadline() time.Time {
+	d := time.Now().Add(drainQuiet)
+	if end := time.Unix(0, r.drainEnd.Load()); d.After(end) {
+		return end
+	}
+	return d
 }
 
 // resize applies a window size (the kernel signals SIGWINCH).
