@@ -206,4 +206,3 @@ func TestRunStreamSignal(t *testing.T) {
 		t.Fatalf("exit %+v output %q", exit, out.String())
 	}
 }
-
