@@ -70,12 +70,13 @@ type Case struct {
 	run   func(ctx context.Context, h *H) error
 }
 
-// Cases returns the suite's cases: by area (protocol, exec, fs, proc, net,
-// res, robust), then by id.
+// Cases returns the suite's cases: by area (protocol, exec, stream and pty,
+// fs, proc, net, res, robust), then by id.
 func Cases() []Case {
 	var all []Case
 	all = append(all, protocolCases()...)
 	all = append(all, execCases()...)
+	all = append(all, streamCases()...)
 	all = append(all, fsCases()...)
 	all = append(all, hostCases()...)
 	all = append(all, hardeningCases()...)
@@ -104,7 +105,9 @@ func Cases() []Case {
 }
 
 // areas are the id prefixes, in report order.
-func areas() []string { return []string{"protocol", "exec", "fs", "proc", "net", "res", "robust"} }
+func areas() []string {
+	return []string{"protocol", "exec", "stream", "pty", "fs", "proc", "net", "res", "robust"}
+}
 
 // Config says which driver binary to test and how.
 type Config struct {

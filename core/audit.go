@@ -56,6 +56,10 @@ type AuditRecord struct {
 	// Network is set on the records of a command's network decisions
 	// (one per proxy decision, or a summary of many; see RecordNetwork).
 	Network *NetworkAudit `json:"network,omitempty"`
+	// Interactive: the command's stdin was a stream (Command.StdinStream).
+	Interactive bool `json:"interactive,omitempty"`
+	// Tty: the command had a pseudo-terminal (Command.Tty).
+	Tty bool `json:"tty,omitempty"`
 }
 
 // NetworkAudit is one decision of a command's managed proxy: the client

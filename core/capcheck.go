@@ -132,7 +132,7 @@ func (s *WorkspaceSandbox) enforceable(hc driverapi.HostCapabilities, caps drive
 				}
 			}
 		}
-		return &DeniedError{Code: ReasonUnenforceable,
+		return &DeniedError{Code: ReasonUnenforceable, Feature: f,
 			Reason: fmt.Sprintf("driver %s cannot enforce %s here: %s", hc.Backend, f, why)}
 	}
 	if caps.Network.Mode == driverapi.NetworkAllowHosts && s.mediator == nil {

@@ -486,3 +486,34 @@ func isExecutableFile(p string) bool {
 	}
 	return runtime.GOOS == "windows" || st.Mode().Perm()&0o111 != 0
 }
+
+// RunStream runs spec in the plugin with streamed stdin
+// (driverapi.StreamRunner). A driver without the run_stream call gives an
+// *driverapi.UnsupportedCallError.
+func (h *DriverHost) RunStream(ctx context.Context, spec driverapi.RunSpec, in driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
+	p, err := h.get(ctx)
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	h.mu.Lock()
+	caps := h.caps
+	if h.capsOf != p {
+		caps = nil
+	}
+	h.mu.Unlock()
+	sr, ok := p.Driver().(driverapi.StreamRunner)
+	if !ok || caps == nil || !caps.Supports(driverapi.CallRunStream) {
+		minor := uint32(0)
+		if caps != nil {
+			minor = caps.ProtocolMinor
+		}
+		return driverapi.Exit{}, &driverapi.UnsupportedCallError{Plugin: h.cfg.Name, Call: driverapi.CallRunStream, Minor: minor}
+	}
+	exit, err := sr.RunStream(ctx, spec, in, streams)
+	if err != nil {
+		return exit, h.failed(p, "RunStream", err)
+	}
+	return exit, nil
+}
+
+var _ driverapi.StreamRunner = (*DriverHost)(nil)

@@ -47,6 +47,9 @@ type DeniedError struct {
 	Hook string
 	// RetryAfter is set when the denying hook said when to try again.
 	RetryAfter time.Duration
+	// Feature is the driver feature that is missing, for reason
+	// unenforceable (a driverapi.Feature* name).
+	Feature string
 }
 
 func (e *DeniedError) Error() string {

@@ -49,6 +49,23 @@ type Command struct {
 	// any signal but WINCH ends the command as a cancel does, killing the
 	// tree; WINCH is dropped.
 	Signals <-chan driverapi.Signal
+	// StdinStream, when set, is the command's stdin, read as the command
+	// consumes it (never gathered up front, never beyond what the driver
+	// takes) until io.EOF, which closes it. Stdin must then be empty, and
+	// before-hooks see no stdin. It needs a driver with the run_stream
+	// call (protocol 1.2) claiming driverapi.FeatureStdinStream; else the
+	// command is refused (*DeniedError, reason unenforceable, naming the
+	// feature). Execute may return while a Read is in progress: the caller
+	// ends it (closing a pipe, say).
+	StdinStream io.Reader
+	// Tty, when set, gives the command a pseudo-terminal of this initial
+	// size, allocated by the driver inside the sandbox, as its stdin,
+	// stdout and stderr; its output then arrives as one stream, on
+	// Stdout. Its input comes from StdinStream. Needs
+	// driverapi.FeaturePTY, refused as above otherwise.
+	Tty *driverapi.WindowSize
+	// Resize delivers window-size changes of a Tty command while it runs.
+	Resize <-chan driverapi.WindowSize
 }
 
 // Output is how a command that ran ended and what it wrote (within budget).

@@ -285,6 +285,10 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		CommandID: newCommandID(),
 		Program:   cmd.Program,
 		ArgCount:  len(cmd.Args),
+		// What the command was given to talk to, recorded whether it ran
+		// or not.
+		Interactive: cmd.StdinStream != nil,
+		Tty:         cmd.Tty != nil,
 	}}
 	r.rec.CapabilityDigest = capsDigest(cmd.Capabilities)
 	defer func() {
@@ -311,6 +315,9 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	}
 	r.rec.SessionID = sid
 	if err := validateCommand(sid, cmd); err != nil {
+		return nil, err
+	}
+	if err := validateStream(cmd); err != nil {
 		return nil, err
 	}
 
@@ -378,6 +385,9 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	}
 	r.rec.Backend = hc.Backend
 	if err := s.enforceable(hc, cmd.Capabilities); err != nil {
+		return nil, err
+	}
+	if err := s.streamable(hc, cmd); err != nil {
 		return nil, err
 	}
 	if err := s.checkCapabilities(pre, r, sess, sid, cmd); err != nil {
@@ -449,7 +459,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	runCtx, cancelRun := context.WithTimeout(sigCtx, timeout+s.runGrace)
 	stopSignals := s.forwardSignals(runCtx, cancelSig, hc, r.rec.CommandID, cmd.Signals)
 	runStart := time.Now()
-	exit, err := s.driver.Run(runCtx, spec, streams)
+	exit, err := s.runDriver(runCtx, cmd, spec, streams)
 	stopSignals()
 	killedBySignal := errors.Is(context.Cause(sigCtx), ErrSignalEnded)
 	overdue := runCtx.Err() != nil && ctx.Err() == nil && !killedBySignal

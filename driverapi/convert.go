@@ -178,6 +178,9 @@ func runSpecToPB(s RunSpec) *pb.RunRequest {
 		SessionId:      s.SessionID,
 		CommandId:      s.CommandID,
 	}
+	if s.Tty != nil {
+		out.Tty = &pb.WindowSize{Rows: uint32(s.Tty.Rows), Cols: uint32(s.Tty.Cols)}
+	}
 	for _, e := range s.Env {
 		out.Env = append(out.Env, &pb.EnvVar{Name: e.Name, Value: e.Value})
 	}
@@ -195,6 +198,10 @@ func runSpecFromPB(r *pb.RunRequest) RunSpec {
 		MaxOutputBytes: int64(min(r.GetMaxOutputBytes(), 1<<62)),
 		SessionID:      r.GetSessionId(),
 		CommandID:      r.GetCommandId(),
+	}
+	if t := r.GetTty(); t != nil {
+		// Sizes past 16 bits are refused before this (windowSizeFromPB).
+		out.Tty = &WindowSize{Rows: uint16(min(t.GetRows(), 0xffff)), Cols: uint16(min(t.GetCols(), 0xffff))}
 	}
 	for _, e := range r.GetEnv() {
 		out.Env = append(out.Env, EnvVar{Name: e.GetName(), Value: e.GetValue()})

@@ -25,8 +25,10 @@ import (
 //	1.1  Signal (call "signal"): signals to a running command.
 //	     ConfigSchema and SetConfig (call "config"): driver-owned configuration.
 //	     Errors carry an ErrorDetail status detail.
+//	1.2  RunStream (call "run_stream"): streamed stdin, an optional
+//	     pseudo-terminal with window-size changes (stream.go).
 //	     ForgetSession (call "forget_session"): the host forgot a session.
-const ProtocolMinor = 1
+const ProtocolMinor = 2
 
 // Optional calls a driver may list in HostCapabilities.Calls.
 const (
@@ -36,10 +38,14 @@ const (
 	CallConfig = "config"
 	// CallForgetSession: the driver implements SessionForgetter.
 	CallForgetSession = "forget_session"
+	// CallRunStream: the driver implements StreamRunner.
+	CallRunStream = "run_stream"
 )
 
 // KnownCalls lists every optional call of this protocol version.
-func KnownCalls() []string { return []string{CallSignal, CallConfig, CallForgetSession} }
+func KnownCalls() []string {
+	return []string{CallSignal, CallConfig, CallForgetSession, CallRunStream}
+}
 
 // SessionForgetter is implemented by drivers that list CallForgetSession:
 // drivers that keep something per session (RunSpec.SessionID), such as

@@ -50,6 +50,9 @@ func implementedCalls(d Driver) []string {
 	if _, ok := d.(SessionForgetter); ok {
 		calls = append(calls, CallForgetSession)
 	}
+	if _, ok := d.(StreamRunner); ok {
+		calls = append(calls, CallRunStream)
+	}
 	return calls
 }
 
@@ -144,6 +147,9 @@ func (s *driverServer) Run(req *pb.RunRequest, stream pb.OsSandboxDriver_RunServ
 	streams := Streams{
 		Stdout: chunkWriter{stream: pb.Stream_STREAM_STDOUT, send: send},
 		Stderr: chunkWriter{stream: pb.Stream_STREAM_STDERR, send: send},
+	}
+	if req.GetTty() != nil {
+		return toStatus(errTtyNeedsStream)
 	}
 	exit, err := s.impl.Run(stream.Context(), runSpecFromPB(req), streams)
 	if err != nil {
@@ -251,6 +257,9 @@ func (d *driverClient) ProfileFor(ctx context.Context, req ProfileRequest) (Prof
 }
 
 func (d *driverClient) Run(ctx context.Context, spec RunSpec, streams Streams) (Exit, error) {
+	if spec.Tty != nil {
+		return Exit{}, errTtyNeedsStream
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // ends the stream, which tells the driver to kill the tree
 	st, err := d.c.Run(ctx, runSpecToPB(spec))

@@ -70,6 +70,17 @@ const (
 	// FeatureProcessTreeKill: timeout and cancel kill every descendant,
 	// daemonised ones included.
 	FeatureProcessTreeKill = "process_tree_kill"
+	// FeatureStdinStream (protocol 1.2): RunStream feeds the command's
+	// stdin as it arrives and closes it on request.
+	FeatureStdinStream = "stdin_stream"
+	// FeaturePTY (protocol 1.2): RunSpec.Tty gives the command a
+	// pseudo-terminal allocated inside the sandbox (never one of the
+	// host's), that follows window-size changes, and through which no
+	// input can be injected (TIOCSTI and the like are denied).
+	FeaturePTY = "pty"
+	// FeatureSignals: Signal (CallSignal) delivers signals to the running
+	// command, streamed runs included.
+	FeatureSignals = "signals"
 )
 
 // KnownFeatures lists every feature name defined by this protocol version.
@@ -79,6 +90,7 @@ func KnownFeatures() []string {
 		FeatureNetworkNone, FeatureNetworkAll, FeatureNetworkViaProxy,
 		FeatureSubprocessControl, FeatureMemoryLimit, FeaturePidLimit,
 		FeatureCPULimit, FeatureEnvIsolation, FeatureProcessTreeKill,
+		FeatureStdinStream, FeaturePTY, FeatureSignals,
 	}
 }
 
@@ -274,6 +286,11 @@ type RunSpec struct {
 	MaxOutputBytes int64
 	SessionID      string
 	CommandID      string
+	// Tty, when set, gives the command a pseudo-terminal of this initial
+	// size as its stdin, stdout and stderr (protocol 1.2, StreamRunner
+	// only; Run refuses it). Its output then arrives as one stream, on
+	// Streams.Stdout, within the stdout budget.
+	Tty *WindowSize
 }
 
 // StreamBudgets splits a total output budget between stdout and stderr.

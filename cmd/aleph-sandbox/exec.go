@@ -44,7 +44,9 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	var f runFlags
 	f.register(fs)
 	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
-	host := fs.String("host", "", "send the command to a running aleph-sandbox serve at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
+	host := fs.String("host", "", "send the command to a running `aleph-sandbox serve` at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
+	var inter interactiveFlags
+	inter.register(fs)
 	const usageLine = "aleph-sandbox exec [flags] -- PROGRAM [ARG...]"
 	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
 		return 0
@@ -54,6 +56,12 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	rest := fs.Args()
 	if len(rest) == 0 {
 		return execFailure(io, f.json, "exec: no program given (usage: aleph-sandbox exec [flags] -- PROGRAM [ARG...])")
+	}
+	if msg := inter.check(&f, hostAddress(*host)); msg != "" {
+		return execFailure(io, f.json, msg)
+	}
+	if inter.tty && !ttySupported() {
+		return execFailure(io, f.json, "exec: -t/--tty: this build of the CLI drives a terminal on Linux only")
 	}
 	if addr := hostAddress(*host); addr != "" {
 		return runExecHost(ctx, addr, &f, rest, io, !*rawOutput)
@@ -76,6 +84,21 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	defer p.Close()
 	execCtx, kill := context.WithCancel(ctx)
 	defer kill()
+	if inter.interactive {
+		cmd.StdinStream = io.In
+	}
+	var term *userTerminal
+	if inter.tty {
+		term = openUserTerminal(io.In, io.Out)
+		// Every way out of exec passes here (signals end the command, then
+		// exec returns): the user's terminal is never left raw.
+		defer term.restore()
+		size := term.size
+		cmd.Tty, cmd.Resize = &size, term.resize
+		if inter.interactive {
+			cmd.StdinStream = &onFirstRead{r: io.In, first: term.makeRaw}
+		}
+	}
 	var sigs *commandSignals
 	if io.forwardSignals != nil {
 		// SIGINT, SIGTERM and SIGHUP go to the command, which has the
@@ -85,10 +108,17 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	}
 	var live liveOutput
 	if !f.json {
-		// Live output; Output still captures within the budget.
-		cmd.Stdout, cmd.Stderr = live.wire(io, !*rawOutput, brokenPipe(sigs, kill))
+		// Live output; Output still captures within the budget. A
+		// terminal command owns the user's terminal: its output passes
+		// raw (docs/cli.md).
+		cmd.Stdout, cmd.Stderr = live.wire(io, !*rawOutput && !inter.tty, brokenPipe(sigs, kill))
 	}
 	out, err := p.sandbox.Execute(execCtx, cmd)
+	if term != nil {
+		// Before any message of the CLI's own: they are written for a
+		// terminal in its ordinary mode.
+		term.restore()
+	}
 	if sigs != nil {
 		sigs.stop()
 	}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
 // Version is the driver's version, reported in HostCapabilities.
@@ -241,6 +242,14 @@ func (d *Driver) enforceable(p Plan) error {
 
 // Run runs spec in the sandbox its profile describes.
 func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	if spec.Tty != nil {
+		return driverapi.Exit{}, &driverapi.InvalidSpecError{Field: "tty", Reason: "a pseudo-terminal needs RunStream"}
+	}
+	return d.run(ctx, spec, nil, streams)
+}
+
+// run is Run, and RunStream when in is set (stream_linux.go).
+func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
 	if err := spec.Profile.Verify(Backend); err != nil {
 		return driverapi.Exit{}, err
 	}
@@ -279,6 +288,9 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 		}
 	}
 	if h.tier == tierLandlock {
+		if in != nil {
+			return driverapi.Exit{}, streamUnavailable(spec)
+		}
 		// No bwrap here (tier_linux.go): no placeholders either, the tier
 		// refuses workspaces with protected entries instead.
 		return d.runLandlock(ctx, plan, cwd, cg, spec, streams)
@@ -314,6 +326,9 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	// confined and not dumpable, instead of bwrap's unconfined reaper
 	// (sandboxinit/supervise_linux.go).
 	is.Supervise = true
+	if spec.Tty != nil {
+		is.Tty = &sandboxinit.TtySpec{Rows: spec.Tty.Rows, Cols: spec.Tty.Cols}
+	}
 	if cg != nil && cg.dirs[ctrlMemory] != "" {
 		// The cgroup enforces the real limit; RLIMIT_AS only bounds
 		// address space, which runtimes reserve far beyond what they use.
@@ -337,7 +352,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
-	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, ns, spec, streams)
+	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, ns, spec, in, streams)
 }
 
 // viaProxy says whether allow_hosts can be enforced here: the child's only
@@ -384,7 +399,7 @@ func envList(env []driverapi.EnvVar) []string {
 // launch runs bwrap and reports how the command ended; with ns, inside
 // that network namespace (sessionnet_linux.go).
 func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd string, init []string,
-	cg *commandCgroup, ns *netns, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	cg *commandCgroup, ns *netns, spec driverapi.RunSpec, in *driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
 	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
 	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
 	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
@@ -517,6 +532,16 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	if len(spec.Stdin) > 0 {
 		cmd.Stdin = bytes.NewReader(spec.Stdin)
 	}
+	var feed *stdinFeed
+	if in != nil {
+		if feed, err = feedStdin(cmd, in.Stdin); err != nil {
+			return driverapi.Exit{}, err
+		}
+		defer feed.stop()
+		if in.Resize != nil {
+			defer followResize(life, in.Resize)()
+		}
+	}
 	cmd.Stdout, cmd.Stderr = stdout, stderrGate
 	cmd.WaitDelay = waitDelay
 	// No Pdeathsig here: --die-with-parent makes bwrap arm its own right
@@ -565,6 +590,9 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		}
 		// bwrap has its copies (or never will): the driver's go now.
 		closePinned()
+		if feed != nil {
+			feed.afterStart()
+		}
 		if err == nil && plan.prot != nil && len(plan.prot.missing) > 0 {
 			defer d.recordUser(cmd.Process.Pid)()
 		}

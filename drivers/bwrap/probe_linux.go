@@ -373,6 +373,15 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	} else {
 		un(driverapi.FeatureSubprocessControl, "seccomp filters cannot be installed here", "use a kernel with CONFIG_SECCOMP_FILTER")
 	}
+	// Streamed runs, the pty and signals (stream_linux.go): the pty comes
+	// from the sandbox's own devpts, and the seccomp filter is what keeps
+	// TIOCSTI and TIOCLINUX away from it.
+	hc.Features = append(hc.Features, driverapi.FeatureStdinStream, driverapi.FeatureSignals)
+	if h.seccomp {
+		hc.Features = append(hc.Features, driverapi.FeaturePTY)
+	} else {
+		un(driverapi.FeaturePTY, "seccomp filters cannot be installed here (TIOCSTI on the terminal could not be denied)", "use a kernel with CONFIG_SECCOMP_FILTER")
+	}
 	if h.cg.have[ctrlMemory] {
 		hc.Features = append(hc.Features, driverapi.FeatureMemoryLimit)
 	} else {

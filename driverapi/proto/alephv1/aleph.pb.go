@@ -827,8 +827,12 @@ type RunRequest struct {
 	MaxOutputBytes uint64                 `protobuf:"varint,8,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
 	SessionId      string                 `protobuf:"bytes,9,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	CommandId      string                 `protobuf:"bytes,10,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Protocol 1.2, RunStream only: give the command a pseudo-terminal of
+	// this initial size as stdin, stdout and stderr (output then arrives as
+	// one stream, on stdout). Run refuses a request that sets it.
+	Tty           *WindowSize `protobuf:"bytes,20,opt,name=tty,proto3" json:"tty,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
@@ -929,6 +933,13 @@ func (x *RunRequest) GetCommandId() string {
 		return x.CommandId
 	}
 	return ""
+}
+
+func (x *RunRequest) GetTty() *WindowSize {
+	if x != nil {
+		return x.Tty
+	}
+	return nil
 }
 
 type OutputChunk struct {
@@ -2124,6 +2135,214 @@ func (x *ErrorDetail) GetSection() string {
 	return ""
 }
 
+// A terminal's size in character cells.
+type WindowSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowSize) Reset() {
+	*x = WindowSize{}
+	mi := &file_aleph_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowSize) ProtoMessage() {}
+
+func (x *WindowSize) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
+func (*WindowSize) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WindowSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *WindowSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+// Ends the stdin of a RunStream: the command reads end-of-file.
+type CloseStdin struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseStdin) Reset() {
+	*x = CloseStdin{}
+	mi := &file_aleph_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseStdin) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseStdin) ProtoMessage() {}
+
+func (x *CloseStdin) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseStdin.ProtoReflect.Descriptor instead.
+func (*CloseStdin) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{31}
+}
+
+// One message of RunStream from the host.
+type RunStreamRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Msg:
+	//
+	//	*RunStreamRequest_Start
+	//	*RunStreamRequest_Stdin
+	//	*RunStreamRequest_CloseStdin
+	//	*RunStreamRequest_Resize
+	Msg           isRunStreamRequest_Msg `protobuf_oneof:"msg"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunStreamRequest) Reset() {
+	*x = RunStreamRequest{}
+	mi := &file_aleph_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunStreamRequest) ProtoMessage() {}
+
+func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
+func (*RunStreamRequest) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *RunStreamRequest) GetMsg() isRunStreamRequest_Msg {
+	if x != nil {
+		return x.Msg
+	}
+	return nil
+}
+
+func (x *RunStreamRequest) GetStart() *RunRequest {
+	if x != nil {
+		if x, ok := x.Msg.(*RunStreamRequest_Start); ok {
+			return x.Start
+		}
+	}
+	return nil
+}
+
+func (x *RunStreamRequest) GetStdin() []byte {
+	if x != nil {
+		if x, ok := x.Msg.(*RunStreamRequest_Stdin); ok {
+			return x.Stdin
+		}
+	}
+	return nil
+}
+
+func (x *RunStreamRequest) GetCloseStdin() *CloseStdin {
+	if x != nil {
+		if x, ok := x.Msg.(*RunStreamRequest_CloseStdin); ok {
+			return x.CloseStdin
+		}
+	}
+	return nil
+}
+
+func (x *RunStreamRequest) GetResize() *WindowSize {
+	if x != nil {
+		if x, ok := x.Msg.(*RunStreamRequest_Resize); ok {
+			return x.Resize
+		}
+	}
+	return nil
+}
+
+type isRunStreamRequest_Msg interface {
+	isRunStreamRequest_Msg()
+}
+
+type RunStreamRequest_Start struct {
+	// First message, and only there.
+	Start *RunRequest `protobuf:"bytes,1,opt,name=start,proto3,oneof"`
+}
+
+type RunStreamRequest_Stdin struct {
+	// Bytes for the command's stdin, at most 32 KiB per message.
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3,oneof"`
+}
+
+type RunStreamRequest_CloseStdin struct {
+	CloseStdin *CloseStdin `protobuf:"bytes,3,opt,name=close_stdin,json=closeStdin,proto3,oneof"`
+}
+
+type RunStreamRequest_Resize struct {
+	// A new window size (tty runs only).
+	Resize *WindowSize `protobuf:"bytes,4,opt,name=resize,proto3,oneof"`
+}
+
+func (*RunStreamRequest_Start) isRunStreamRequest_Msg() {}
+
+func (*RunStreamRequest_Stdin) isRunStreamRequest_Msg() {}
+
+func (*RunStreamRequest_CloseStdin) isRunStreamRequest_Msg() {}
+
+func (*RunStreamRequest_Resize) isRunStreamRequest_Msg() {}
+
 var File_aleph_proto protoreflect.FileDescriptor
 
 const file_aleph_proto_rawDesc = "" +
@@ -2180,7 +2399,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\x06digest\x18\x03 \x01(\tR\x06digest\"2\n" +
 	"\x06EnvVar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xba\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xe2\x02\n" +
 	"\n" +
 	"RunRequest\x12\x18\n" +
 	"\aprogram\x18\x01 \x01(\tR\aprogram\x12\x12\n" +
@@ -2196,7 +2415,8 @@ const file_aleph_proto_rawDesc = "" +
 	"session_id\x18\t \x01(\tR\tsessionId\x12\x1d\n" +
 	"\n" +
 	"command_id\x18\n" +
-	" \x01(\tR\tcommandId\"K\n" +
+	" \x01(\tR\tcommandId\x12&\n" +
+	"\x03tty\x18\x14 \x01(\v2\x14.aleph.v1.WindowSizeR\x03tty\"K\n" +
 	"\vOutputChunk\x12(\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x10.aleph.v1.StreamR\x06stream\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"c\n" +
@@ -2284,7 +2504,20 @@ const file_aleph_proto_rawDesc = "" +
 	"\afeature\x18\x03 \x01(\tR\afeature\x12\x16\n" +
 	"\x06reason\x18\x04 \x01(\tR\x06reason\x12\x10\n" +
 	"\x03fix\x18\x05 \x01(\tR\x03fix\x12\x18\n" +
-	"\asection\x18\x06 \x01(\tR\asection*|\n" +
+	"\asection\x18\x06 \x01(\tR\asection\"4\n" +
+	"\n" +
+	"WindowSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\f\n" +
+	"\n" +
+	"CloseStdin\"\xc8\x01\n" +
+	"\x10RunStreamRequest\x12,\n" +
+	"\x05start\x18\x01 \x01(\v2\x14.aleph.v1.RunRequestH\x00R\x05start\x12\x16\n" +
+	"\x05stdin\x18\x02 \x01(\fH\x00R\x05stdin\x127\n" +
+	"\vclose_stdin\x18\x03 \x01(\v2\x14.aleph.v1.CloseStdinH\x00R\n" +
+	"closeStdin\x12.\n" +
+	"\x06resize\x18\x04 \x01(\v2\x14.aleph.v1.WindowSizeH\x00R\x06resizeB\x05\n" +
+	"\x03msg*|\n" +
 	"\vNetworkMode\x12\x1c\n" +
 	"\x18NETWORK_MODE_UNSPECIFIED\x10\x00\x12\x15\n" +
 	"\x11NETWORK_MODE_NONE\x10\x01\x12\x1c\n" +
@@ -2298,7 +2531,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ALLOW\x10\x01\x12\x0f\n" +
 	"\vACTION_WARN\x10\x02\x12\x0f\n" +
-	"\vACTION_DENY\x10\x032\xec\x03\n" +
+	"\vACTION_DENY\x10\x032\xad\x04\n" +
 	"\x0fOsSandboxDriver\x12I\n" +
 	"\fCapabilities\x12\x1d.aleph.v1.CapabilitiesRequest\x1a\x1a.aleph.v1.HostCapabilities\x129\n" +
 	"\n" +
@@ -2307,7 +2540,8 @@ const file_aleph_proto_rawDesc = "" +
 	"\x06Signal\x12\x17.aleph.v1.SignalRequest\x1a\x18.aleph.v1.SignalResponse\x12K\n" +
 	"\fConfigSchema\x12\x1d.aleph.v1.ConfigSchemaRequest\x1a\x1c.aleph.v1.DriverConfigSchema\x12D\n" +
 	"\tSetConfig\x12\x1a.aleph.v1.SetConfigRequest\x1a\x1b.aleph.v1.SetConfigResponse\x12P\n" +
-	"\rForgetSession\x12\x1e.aleph.v1.ForgetSessionRequest\x1a\x1f.aleph.v1.ForgetSessionResponse2\xb6\x01\n" +
+	"\rForgetSession\x12\x1e.aleph.v1.ForgetSessionRequest\x1a\x1f.aleph.v1.ForgetSessionResponse\x12?\n" +
+	"\tRunStream\x12\x1a.aleph.v1.RunStreamRequest\x1a\x12.aleph.v1.RunEvent(\x010\x012\xb6\x01\n" +
 	"\vSandboxHook\x129\n" +
 	"\bDescribe\x12\x19.aleph.v1.DescribeRequest\x1a\x12.aleph.v1.HookInfo\x122\n" +
 	"\x06Before\x12\x15.aleph.v1.HookRequest\x1a\x11.aleph.v1.Verdict\x128\n" +
@@ -2326,7 +2560,7 @@ func file_aleph_proto_rawDescGZIP() []byte {
 }
 
 var file_aleph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_aleph_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: aleph.v1.NetworkMode
 	(Stream)(0),                   // 1: aleph.v1.Stream
@@ -2361,51 +2595,60 @@ var file_aleph_proto_goTypes = []any{
 	(*SetConfigRequest)(nil),      // 30: aleph.v1.SetConfigRequest
 	(*SetConfigResponse)(nil),     // 31: aleph.v1.SetConfigResponse
 	(*ErrorDetail)(nil),           // 32: aleph.v1.ErrorDetail
-	nil,                           // 33: aleph.v1.HostCapabilities.DetailsEntry
-	nil,                           // 34: aleph.v1.Exit.DetailsEntry
+	(*WindowSize)(nil),            // 33: aleph.v1.WindowSize
+	(*CloseStdin)(nil),            // 34: aleph.v1.CloseStdin
+	(*RunStreamRequest)(nil),      // 35: aleph.v1.RunStreamRequest
+	nil,                           // 36: aleph.v1.HostCapabilities.DetailsEntry
+	nil,                           // 37: aleph.v1.Exit.DetailsEntry
 }
 var file_aleph_proto_depIdxs = []int32{
 	4,  // 0: aleph.v1.HostCapabilities.unavailable:type_name -> aleph.v1.Unavailable
-	33, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
+	36, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
 	0,  // 2: aleph.v1.NetworkPolicy.mode:type_name -> aleph.v1.NetworkMode
 	6,  // 3: aleph.v1.Capabilities.network:type_name -> aleph.v1.NetworkPolicy
 	7,  // 4: aleph.v1.ProfileRequest.capabilities:type_name -> aleph.v1.Capabilities
 	8,  // 5: aleph.v1.ProfileRequest.proxy:type_name -> aleph.v1.ProxyEndpoint
 	11, // 6: aleph.v1.RunRequest.env:type_name -> aleph.v1.EnvVar
 	10, // 7: aleph.v1.RunRequest.profile:type_name -> aleph.v1.Profile
-	1,  // 8: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
-	14, // 9: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
-	34, // 10: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
-	13, // 11: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
-	15, // 12: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
-	7,  // 13: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
-	2,  // 14: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
-	28, // 15: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
-	3,  // 16: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
-	9,  // 17: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
-	12, // 18: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
-	23, // 19: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
-	27, // 20: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
-	30, // 21: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
-	25, // 22: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
-	17, // 23: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
-	19, // 24: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
-	21, // 25: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
-	5,  // 26: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
-	10, // 27: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
-	16, // 28: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
-	24, // 29: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
-	29, // 30: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
-	31, // 31: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
-	26, // 32: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
-	18, // 33: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
-	20, // 34: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
-	22, // 35: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
-	26, // [26:36] is the sub-list for method output_type
-	16, // [16:26] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	33, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
+	1,  // 9: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
+	14, // 10: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
+	37, // 11: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
+	13, // 12: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
+	15, // 13: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
+	7,  // 14: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
+	2,  // 15: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
+	28, // 16: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
+	12, // 17: aleph.v1.RunStreamRequest.start:type_name -> aleph.v1.RunRequest
+	34, // 18: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
+	33, // 19: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
+	3,  // 20: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
+	9,  // 21: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
+	12, // 22: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
+	23, // 23: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
+	27, // 24: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
+	30, // 25: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
+	25, // 26: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
+	35, // 27: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
+	17, // 28: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
+	19, // 29: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
+	21, // 30: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
+	5,  // 31: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
+	10, // 32: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
+	16, // 33: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
+	24, // 34: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
+	29, // 35: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
+	31, // 36: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
+	26, // 37: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
+	16, // 38: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
+	18, // 39: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
+	20, // 40: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
+	22, // 41: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
+	31, // [31:42] is the sub-list for method output_type
+	20, // [20:31] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_aleph_proto_init() }
@@ -2417,13 +2660,19 @@ func file_aleph_proto_init() {
 		(*RunEvent_Output)(nil),
 		(*RunEvent_Exit)(nil),
 	}
+	file_aleph_proto_msgTypes[32].OneofWrappers = []any{
+		(*RunStreamRequest_Start)(nil),
+		(*RunStreamRequest_Stdin)(nil),
+		(*RunStreamRequest_CloseStdin)(nil),
+		(*RunStreamRequest_Resize)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aleph_proto_rawDesc), len(file_aleph_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -34,6 +34,7 @@ const (
 	OsSandboxDriver_ConfigSchema_FullMethodName  = "/aleph.v1.OsSandboxDriver/ConfigSchema"
 	OsSandboxDriver_SetConfig_FullMethodName     = "/aleph.v1.OsSandboxDriver/SetConfig"
 	OsSandboxDriver_ForgetSession_FullMethodName = "/aleph.v1.OsSandboxDriver/ForgetSession"
+	OsSandboxDriver_RunStream_FullMethodName     = "/aleph.v1.OsSandboxDriver/RunStream"
 )
 
 // OsSandboxDriverClient is the client API for OsSandboxDriver service.
@@ -60,10 +61,19 @@ type OsSandboxDriverClient interface {
 	// INVALID_ARGUMENT with an ErrorDetail naming the field when refused;
 	// nothing is applied then.
 	SetConfig(ctx context.Context, in *SetConfigRequest, opts ...grpc.CallOption) (*SetConfigResponse, error)
-	// Call "forget_session": the host forgot the session; the driver releases
+	// Protocol 1.2, call "forget_session": the host forgot the session; the driver releases
 	// what it keeps for it (the bwrap driver: the session's network
 	// namespace). Commands of the session still running are not affected.
 	ForgetSession(ctx context.Context, in *ForgetSessionRequest, opts ...grpc.CallOption) (*ForgetSessionResponse, error)
+	// Protocol 1.2 (call "run_stream"): runs one command whose stdin is a
+	// stream. The first message carries the RunRequest (with tty set for a
+	// pseudo-terminal); later ones carry stdin chunks, one close_stdin (the
+	// command then reads end-of-file) and, for a tty, window sizes. The
+	// driver answers as Run does: output chunks, then exactly one Exit.
+	// Flow control is gRPC's: the driver reads the next message only when
+	// the previous chunk has gone to the command. Cancelling the stream
+	// kills the whole process tree.
+	RunStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunStreamRequest, RunEvent], error)
 }
 
 type osSandboxDriverClient struct {
@@ -153,6 +163,19 @@ func (c *osSandboxDriverClient) ForgetSession(ctx context.Context, in *ForgetSes
 	return out, nil
 }
 
+func (c *osSandboxDriverClient) RunStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunStreamRequest, RunEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OsSandboxDriver_ServiceDesc.Streams[1], OsSandboxDriver_RunStream_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[RunStreamRequest, RunEvent]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OsSandboxDriver_RunStreamClient = grpc.BidiStreamingClient[RunStreamRequest, RunEvent]
+
 // OsSandboxDriverServer is the server API for OsSandboxDriver service.
 // All implementations must embed UnimplementedOsSandboxDriverServer
 // for forward compatibility.
@@ -177,10 +200,19 @@ type OsSandboxDriverServer interface {
 	// INVALID_ARGUMENT with an ErrorDetail naming the field when refused;
 	// nothing is applied then.
 	SetConfig(context.Context, *SetConfigRequest) (*SetConfigResponse, error)
-	// Call "forget_session": the host forgot the session; the driver releases
+	// Protocol 1.2, call "forget_session": the host forgot the session; the driver releases
 	// what it keeps for it (the bwrap driver: the session's network
 	// namespace). Commands of the session still running are not affected.
 	ForgetSession(context.Context, *ForgetSessionRequest) (*ForgetSessionResponse, error)
+	// Protocol 1.2 (call "run_stream"): runs one command whose stdin is a
+	// stream. The first message carries the RunRequest (with tty set for a
+	// pseudo-terminal); later ones carry stdin chunks, one close_stdin (the
+	// command then reads end-of-file) and, for a tty, window sizes. The
+	// driver answers as Run does: output chunks, then exactly one Exit.
+	// Flow control is gRPC's: the driver reads the next message only when
+	// the previous chunk has gone to the command. Cancelling the stream
+	// kills the whole process tree.
+	RunStream(grpc.BidiStreamingServer[RunStreamRequest, RunEvent]) error
 	mustEmbedUnimplementedOsSandboxDriverServer()
 }
 
@@ -211,6 +243,9 @@ func (UnimplementedOsSandboxDriverServer) SetConfig(context.Context, *SetConfigR
 }
 func (UnimplementedOsSandboxDriverServer) ForgetSession(context.Context, *ForgetSessionRequest) (*ForgetSessionResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method ForgetSession not implemented")
+}
+func (UnimplementedOsSandboxDriverServer) RunStream(grpc.BidiStreamingServer[RunStreamRequest, RunEvent]) error {
+	return status.Errorf(codes.Unimplemented, "method RunStream not implemented")
 }
 func (UnimplementedOsSandboxDriverServer) mustEmbedUnimplementedOsSandboxDriverServer() {}
 func (UnimplementedOsSandboxDriverServer) testEmbeddedByValue()                         {}
@@ -352,6 +387,13 @@ func _OsSandboxDriver_ForgetSession_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OsSandboxDriver_RunStream_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(OsSandboxDriverServer).RunStream(&grpc.GenericServerStream[RunStreamRequest, RunEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OsSandboxDriver_RunStreamServer = grpc.BidiStreamingServer[RunStreamRequest, RunEvent]
+
 // OsSandboxDriver_ServiceDesc is the grpc.ServiceDesc for OsSandboxDriver service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -389,6 +431,12 @@ var OsSandboxDriver_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Run",
 			Handler:       _OsSandboxDriver_Run_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "RunStream",
+			Handler:       _OsSandboxDriver_RunStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "aleph.proto",

@@ -142,6 +142,16 @@ type InitSpec struct {
 	// the launcher built for this spec (precompiled_linux.go): sandbox-init
 	// loads those instead of building its own. 0: it builds them.
 	SeccompFD int `json:"seccomp_fd,omitempty"`
+	// Tty, when set, makes the supervisor give the target a pseudo-terminal
+	// of this initial size, allocated from the sandbox's own devpts
+	// (pty_linux.go). Only with Supervise and namespaces.
+	Tty *TtySpec `json:"tty,omitempty"`
+}
+
+// TtySpec is the initial window size of InitSpec.Tty.
+type TtySpec struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
 }
 
 // InitSpecError is returned for a spec or argv that sandbox-init refuses.
@@ -181,6 +191,9 @@ func (s *InitSpec) Validate() error {
 	}
 	if s.NoNamespaces && s.SocketMode != SocketUnrestricted && s.SocketMode != SocketUnixOnly {
 		return &InitSpecError{"no_namespaces", "only socket_mode " + string(SocketUnrestricted) + " or " + string(SocketUnixOnly) + " (no network namespace for a bridge)"}
+	}
+	if s.Tty != nil && (!s.Supervise || s.NoNamespaces) {
+		return &InitSpecError{"tty", "needs supervise and a sandbox of its own (a private devpts)"}
 	}
 	for _, p := range s.BridgePorts {
 		if p == 0 {

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"unsafe"
 
@@ -89,6 +90,8 @@ func childSpec(spec *InitSpec) InitSpec {
 	s := *spec
 	s.Supervise = false
 	s.LifelineFD = 0
+	// The supervisor holds the terminal; the child only inherits it.
+	s.Tty = nil
 	// The supervisor's RLIMIT_NPROC (see nprocHeadroom) is inherited.
 	s.RlimitNproc = 0
 	if s.EnvFD == 0 {
@@ -164,10 +167,27 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	// sent signals.
 	drop := make(chan os.Signal, 1)
 	signal.Notify(drop)
+	// The terminal first (pty_linux.go): window sizes from the lifeline
+	// are applied to it as they come.
+	var master *os.File
+	mfd, slave := -1, -1
+	var relay atomic.Pointer[ptyRelay]
+	onResize := func(rows, cols uint16) {
+		if r := relay.Load(); r != nil {
+			r.resize(rows, cols)
+		}
+	}
+	if spec.Tty != nil {
+		var err error
+		if master, mfd, slave, err = openPty(*spec.Tty); err != nil {
+			return 0, err
+		}
+		defer master.Close()
+	}
 	var life <-chan syscall.Signal
 	if spec.LifelineFD > 0 {
 		var err error
-		if life, err = readSignalRequests(spec.LifelineFD); err != nil {
+		if life, err = readSignalRequests(spec.LifelineFD, onResize); err != nil {
 			return 0, err
 		}
 	}
@@ -217,9 +237,26 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			return 0, err
 		}
 	}
+	if slave >= 0 {
+		ptyForkAttr(attr, slave)
+	}
 	child, err := syscall.ForkExec(execPath, execArgv, attr)
+	if slave >= 0 {
+		// Only the target holds the slave: the master reads EIO once it
+		// and what it started have closed theirs.
+		unix.Close(slave)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("start %s: %w", execPath, err)
+	}
+	if master != nil {
+		r, err := startPtyRelay(master, mfd)
+		if err != nil {
+			_ = unix.Kill(child, unix.SIGKILL)
+			return 0, err
+		}
+		relay.Store(r)
+		defer r.finish()
 	}
 	killAll := func() { _ = unix.Kill(child, unix.SIGKILL) }
 	switch {
@@ -231,6 +268,10 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 		killAll = func() { _ = unix.Kill(0, unix.SIGKILL) }
 	}
 	ws := superviseLoop(child, fwd, chld, life, killAll)
+	if r := relay.Load(); r != nil {
+		// The target's last output goes out before its status.
+		r.finish()
+	}
 	if spec.LifelineFD > 0 {
 		reportStatus(spec.LifelineFD, ws)
 	}
@@ -313,7 +354,9 @@ func reapAll(child int) (status unix.WaitStatus, done bool) {
 // end hangs up. Anything else on the stream is skipped. The descriptor is
 // made non-blocking so the reads wait in Go's poller, not in a thread of
 // their own (threads count against RLIMIT_NPROC).
-func readSignalRequests(fd int) (<-chan syscall.Signal, error) {
+//
+// WinsizeTag records (pty_linux.go) go to onResize.
+func readSignalRequests(fd int, onResize func(rows, cols uint16)) (<-chan syscall.Signal, error) {
 	if err := unix.SetNonblock(fd, true); err != nil {
 		return nil, fmt.Errorf("lifeline fd %d: %w", fd, err)
 	}
@@ -337,6 +380,14 @@ func readSignalRequests(fd int) (<-chan syscall.Signal, error) {
 			}
 			pending = append(pending, buf[:n]...)
 			for len(pending) >= 2 {
+				if pending[0] == WinsizeTag {
+					if len(pending) < winsizeRecordLen {
+						break
+					}
+					onResize(binary.LittleEndian.Uint16(pending[1:]), binary.LittleEndian.Uint16(pending[3:]))
+					pending = pending[winsizeRecordLen:]
+					continue
+				}
 				if pending[0] != SignalTag {
 					pending = pending[1:]
 					continue

@@ -1,0 +1,121 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+)
+
+// Streamed runs (driverapi.StreamRunner, protocol 1.2).
+//
+// Stdin: bwrap's stdin is a pipe the driver feeds from the stream as the
+// command reads it (a full pipe holds the feeder back, and with it the
+// stream), closed when the stream closes stdin; without a terminal the
+// command reads that pipe directly. With a terminal (RunSpec.Tty)
+// sandbox-init opens it inside the sandbox, from the sandbox's own devpts,
+// and relays between it and its stdin and stdout (sandboxinit/pty_linux.go);
+// window sizes travel on the lifeline. Both need the bwrap tier: the
+// Landlock tier has no devpts of its own, and refuses streamed runs.
+
+var _ driverapi.StreamRunner = (*Driver)(nil)
+
+// RunStream implements driverapi.StreamRunner.
+func (d *Driver) RunStream(ctx context.Context, spec driverapi.RunSpec, in driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
+	if len(spec.Stdin) > 0 {
+		return driverapi.Exit{}, &driverapi.InvalidSpecError{Field: "stdin", Reason: "a streamed run takes its stdin from the stream"}
+	}
+	return d.run(ctx, spec, &in, streams)
+}
+
+// streamUnavailable is the refusal of a streamed run where the tier cannot
+// give one.
+func streamUnavailable(spec driverapi.RunSpec) error {
+	f := driverapi.FeatureStdinStream
+	if spec.Tty != nil {
+		f = driverapi.FeaturePTY
+	}
+	return &UnavailableError{Feature: f, Reason: "Landlock tier: no sandbox of its own (no private devpts, no supervisor on a pipe)", Fix: tierFix}
+}
+
+// stdinFeed copies the stream's stdin into the pipe that is bwrap's stdin.
+type stdinFeed struct {
+	r, w *os.File
+	once sync.Once
+}
+
+// feedStdin makes cmd's stdin a pipe fed from src (nil: EOF at once).
+// The driver's copy of the read end is closed once bwrap has started (see
+// afterStart), so the feeder sees EPIPE when the sandbox has ended.
+func feedStdin(cmd *exec.Cmd, src io.Reader) (*stdinFeed, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: stdin pipe: %w", err)
+	}
+	cmd.Stdin = r
+	f := &stdinFeed{r: r, w: w}
+	go func() {
+		if src != nil {
+			_, _ = io.Copy(w, src)
+		}
+		f.closeW()
+	}()
+	return f, nil
+}
+
+func (f *stdinFeed) closeW() { f.once.Do(func() { f.w.Close() }) }
+
+// afterStart drops the driver's copy of the read end.
+func (f *stdinFeed) afterStart() { f.r.Close() }
+
+// stop ends the feed: a copy blocked on a full pipe is woken.
+func (f *stdinFeed) stop() {
+	f.r.Close()
+	f.closeW()
+}
+
+// followResize passes window sizes to sandbox-init until stop is called.
+func followResize(life *lifeline, sizes <-chan driverapi.WindowSize) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			case ws, ok := <-sizes:
+				if !ok {
+					return
+				}
+				// A lost size is not fatal: the next one corrects it.
+				_ = life.Resize(ws.Rows, ws.Cols)
+			}
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// Resize asks sandbox-init to set the terminal's window size (a
+// WinsizeTag record), queued on the socket until it reads it.
+func (l *lifeline) Resize(rows, cols uint16) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.local < 0 {
+		return errLifelineClosed
+	}
+	if err := unix.Sendto(l.local, sandboxinit.EncodeWinsize(rows, cols), unix.MSG_NOSIGNAL|unix.MSG_DONTWAIT, nil); err != nil {
+		return fmt.Errorf("bwrap driver: lifeline: %w", err)
+	}
+	return nil
+}
