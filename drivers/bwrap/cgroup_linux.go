@@ -256,6 +256,9 @@ type commandCgroup struct {
 	mode CgroupMode
 	dirs map[string]string // controller -> dir (v2: every controller maps to the one dir)
 	fd   int               // v2: open directory for CLONE_INTO_CGROUP, else -1
+	// lim and memsw are what create applied (v1), for join to apply again.
+	lim   cgroupLimits
+	memsw bool
 }
 
 // create makes a command cgroup with lim applied. Only controllers with a
@@ -301,6 +304,7 @@ func (cs *cgroupSystem) create(lim cgroupLimits, owner string) (*commandCgroup, 
 			}
 			cg.dirs[c] = dir
 		}
+		cg.lim, cg.memsw = lim, cs.memsw
 		if err := cg.applyV1(lim, cs.memsw); err != nil {
 			cg.remove()
 			return nil, err
@@ -372,9 +376,23 @@ func (cg *commandCgroup) applyV1(lim cgroupLimits, memsw bool) error {
 
 // join moves pid (and so, since it has not forked yet, everything it will
 // start) into every v1 hierarchy of the command cgroup.
+//
+// A command cgroup that vanished between create and join (a v1 hierarchy's
+// root is shared by every process of the host, and something outside the
+// driver removed an empty directory there: seen on shared machines) is
+// made again with the same limits, once: the limits hold either way, and
+// the command is not refused for what another process did.
 func (cg *commandCgroup) join(pid int) error {
 	for c, d := range cg.dirs {
-		if err := writeCg(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid)); err != nil {
+		err := writeCg(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid))
+		if errors.Is(err, os.ErrNotExist) && cg.mode == CgroupV1 {
+			if os.Mkdir(d, 0o755) == nil {
+				if err = cg.applyV1(cg.lim, cg.memsw); err == nil {
+					err = writeCg(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid))
+				}
+			}
+		}
+		if err != nil {
 			return fmt.Errorf("join %s cgroup: %w", c, err)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,5 +74,40 @@ func TestBackToBackCommandsLeaveNoCgroups(t *testing.T) {
 			t.Fatalf("run %d: %+v %v", i, exit, err)
 		}
 		cgroupGone(t, d, exit)
+	}
+}
+
+// A command cgroup removed from outside between create and join is made
+// again, with its limit, and the process lands in it (not refused, not
+// left unlimited).
+func TestJoinRemakesAVanishedCgroup(t *testing.T) {
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		t.Skip(err)
+	}
+	cs := detectCgroups("/sys/fs/cgroup", self, CgroupV1, os.Getpid())
+	if cs.mode != CgroupV1 || !cs.have[ctrlPids] {
+		t.Skipf("no writable cgroup v1 pids hierarchy: %v", cs.why)
+	}
+	cg, err := cs.create(cgroupLimits{Pids: 37}, ownerTag())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.remove()
+	if err := os.Remove(cg.dirs[ctrlPids]); err != nil {
+		t.Fatal(err)
+	}
+	c := exec.Command("/bin/sleep", "5")
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	if err := cg.join(c.Process.Pid); err != nil {
+		t.Fatalf("join after the cgroup vanished: %v", err)
+	}
+	procs, _ := os.ReadFile(cg.dirs[ctrlPids] + "/cgroup.procs")
+	max, _ := os.ReadFile(cg.dirs[ctrlPids] + "/pids.max")
+	if string(procs) != strconv.Itoa(c.Process.Pid)+"\n" || strings.TrimSpace(string(max)) != "37" {
+		t.Fatalf("remade cgroup holds %q with pids.max %q", procs, max)
 	}
 }
