@@ -68,6 +68,14 @@ func main() {
 		flags = insertBefore(flags, "--proc", "--bind", "/", "/", "--tmpfs", "/run")
 		flags = without(flags, "--remount-ro", "/")
 		flags = withoutSymlinks(flags) // the host's own /bin link is there already
+		// The driver's read-only /etc view would cover the host's /etc, where
+		// /etc/shadow is hidden below.
+		for j := 0; j+2 < len(flags); j++ {
+			if flags[j] == "--ro-bind" && flags[j+2] == "/etc" {
+				flags = slices.Delete(slices.Clone(flags), j, j+3)
+				break
+			}
+		}
 		flags = insertBefore(flags, "--chdir", "--tmpfs", "/root", "--tmpfs", "/home", "--ro-bind", "/dev/null", "/etc/shadow")
 		rest, err = editSpec(rest, func(s *sandboxinit.InitSpec) { s.ReadWrite = append(s.ReadWrite, "/") })
 	case "home":
@@ -118,6 +126,9 @@ func main() {
 		rest, err = editSpec(rest, func(s *sandboxinit.InitSpec) {
 			if s.SocketMode == sandboxinit.SocketProxyRouted {
 				s.SocketMode, s.BridgePorts = sandboxinit.SocketUnrestricted, nil
+				// The driver's precompiled programs would still deny them:
+				// sandbox-init builds its own from the edited spec.
+				s.SeccompFD = 0
 			}
 		})
 	default:
