@@ -44,7 +44,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	var f runFlags
 	f.register(fs)
 	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
-	host := fs.String("host", "", "send the command to a running `aleph-sandbox serve` at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
+	host := fs.String("host", "", "send the command to a running aleph-sandbox serve at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
 	var inter interactiveFlags
 	inter.register(fs)
 	const usageLine = "aleph-sandbox exec [flags] -- PROGRAM [ARG...]"

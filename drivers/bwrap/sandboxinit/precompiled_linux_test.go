@@ -115,6 +115,8 @@ func TestPrecompileKeyCoversTheProgram(t *testing.T) {
 			} else {
 				v.Set(reflect.ValueOf([]int{9}))
 			}
+		case reflect.Ptr:
+			v.Set(reflect.New(f.Type.Elem()))
 		default:
 			t.Fatalf("field %s of kind %s: teach this test about it", f.Name, v.Kind())
 		}
