@@ -68,7 +68,10 @@ type SandboxConfig struct {
 	// Protected changes the set of top-level entries kept read-only and
 	// uncreatable in the workspace and in every write grant.
 	Protected ProtectedConfig `koanf:"protected" json:"protected" toml:"protected"`
-	Windows   WindowsConfig   `koanf:"windows" json:"windows" toml:"windows"`
+	// Windows is owned by the Windows driver (drivers/appcontainer:
+	// ParseOptions), which validates it from ALEPH_DRIVER_OPTIONS at start;
+	// core never reads it.
+	Windows Section `koanf:"windows" json:"windows" toml:"windows"`
 	// Session is what every session starts with: its baseline and the
 	// child's HOME.
 	Session SessionConfig `koanf:"session" json:"session" toml:"session"`
@@ -235,18 +238,6 @@ func (s Section) JSON() []byte {
 		return []byte("{}")
 	}
 	return b
-}
-
-// WindowsConfig is [sandbox.windows]; it reaches the Windows driver as
-// ALEPH_DRIVER_OPTIONS.
-type WindowsConfig struct {
-	// MinTier is the weakest tier the Windows driver may use when the
-	// stronger ones are absent on the host: "appcontainer", "restricted_token"
-	// or "job_object". Empty means the driver's default, "appcontainer".
-	MinTier string `koanf:"min_tier" json:"min_tier,omitempty" toml:"min_tier"`
-	// MaxProcesses is the Job Object's active-process limit when
-	// subprocesses are allowed; 0 means the driver's default (64).
-	MaxProcesses int64 `koanf:"max_processes" json:"max_processes,omitempty" toml:"max_processes"`
 }
 
 // ConfigError is a configuration key that is unknown or has an invalid value.
@@ -984,15 +975,6 @@ func (c Config) Validate() error {
 	default:
 		return bad("session.home", fmt.Sprintf("must be %q or %q, got %q", HomeSession, HomeWorkspace, s.Session.Home))
 	}
-	wx := s.Windows
-	switch wx.MinTier {
-	case "", "appcontainer", "restricted_token", "job_object":
-	default:
-		return bad("windows.min_tier", fmt.Sprintf("must be \"appcontainer\", \"restricted_token\" or \"job_object\", got %q", wx.MinTier))
-	}
-	if wx.MaxProcesses < 0 || wx.MaxProcesses > 1<<32-1 {
-		return bad("windows.max_processes", "must be between 0 (driver default) and 4294967295")
-	}
 	return nil
 }
 
@@ -1051,15 +1033,11 @@ func (c Config) Effective() map[string]any {
 // get "{}"). Drivers refuse keys they do not know, so only keys of the
 // section are ever sent.
 func (c Config) DriverOptions(goos string) []byte {
-	var v any
 	switch goos {
 	case "linux":
 		return c.Sandbox.Linux.JSON()
 	case "windows":
-		v = c.Sandbox.Windows
-	default:
-		return []byte("{}")
+		return c.Sandbox.Windows.JSON()
 	}
-	b, _ := json.Marshal(v)
-	return b
+	return []byte("{}")
 }
