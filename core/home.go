@@ -12,10 +12,13 @@ import (
 // of its own under <workspace_root>/.homes/, so that what tools keep in
 // HOME (.cache, .config, .gitconfig) stays out of the workspace, lasts
 // from one command of the session to the next, and is gone with the
-// session (ForgetSession). It reaches the driver as one more fs_write path
-// of the profile request, so every driver binds it writable with the
-// mechanism it already has for write grants (protected entries included);
-// it is not a grant, and is not asked about or kept.
+// session (ForgetSession). It reaches a driver that reports
+// Details[driverapi.DetailProfileHome] as ProfileRequest.Home, a writable
+// directory without protected entries (no host tool opens it as a
+// project, and setting them up costs every command); any other driver gets
+// it as one more fs_write path of the profile request, bound writable with
+// the mechanism it already has for write grants (protected entries
+// included). It is not a grant, and is not asked about or kept.
 //
 // The homes directory counts as the sandbox's own state: no grant and no
 // named workspace may reach it (reachesOwnState), so one session's command

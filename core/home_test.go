@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
 
 // TestPrivateHome: each session has a HOME of its own, outside its
@@ -237,5 +238,45 @@ func TestSessionConfigLoad(t *testing.T) {
 		if !errors.As(err, &ce) || ce.Key != key {
 			t.Errorf("%q: %v, want %s", body, err, key)
 		}
+	}
+}
+
+// TestHomeProfileField: a driver reporting Details["profile.home"] = "1"
+// gets the private HOME as ProfileRequest.Home (through the gRPC plugin
+// glue) and not as an fs_write path; a driver that does not report it
+// gets today's fs_write path and no Home.
+func TestHomeProfileField(t *testing.T) {
+	caps := drivertest.FullCapabilities()
+	caps.Details = map[string]string{driverapi.DetailProfileHome: "1"}
+	for _, c := range []struct {
+		name     string
+		fake     *drivertest.FakeDriver
+		asFields bool
+	}{
+		{"advertised", &drivertest.FakeDriver{Caps: caps}, true},
+		{"not advertised", &drivertest.FakeDriver{}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHarness(t, testConfig(t), c.fake)
+			if _, err := h.sb.Execute(context.Background(), Command{SessionID: "a", Program: "echo"}); err != nil {
+				t.Fatal(err)
+			}
+			home, err := h.sb.HomePath("a")
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := h.fake.LastProfileRequest()
+			fw := pr.Capabilities.FSWrite
+			if c.asFields {
+				if pr.Home != home || len(fw) != 0 {
+					t.Fatalf("Home %q fs_write %v, want Home %q and no fs_write", pr.Home, fw, home)
+				}
+			} else if pr.Home != "" || !slices.Equal(fw, []string{home}) {
+				t.Fatalf("Home %q fs_write %v, want no Home and %q among fs_write", pr.Home, fw, home)
+			}
+			if envOf(h.fake.LastSpec())["HOME"] != home {
+				t.Fatalf("child HOME %q, want %q", envOf(h.fake.LastSpec())["HOME"], home)
+			}
+		})
 	}
 }

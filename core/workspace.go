@@ -407,9 +407,16 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	if home != ws {
 		// The private HOME is writable the way a write grant is (see
 		// home.go); it was never asked about, so it joins the request
-		// only, not the capabilities checked and audited above.
-		preq.Capabilities = cloneCaps(cmd.Capabilities)
-		preq.Capabilities.FSWrite = append(preq.Capabilities.FSWrite, home)
+		// only, not the capabilities checked and audited above. A driver
+		// that says it honours ProfileRequest.Home gets it there (no
+		// protected entries to set up in it); any other gets it as one
+		// more fs_write path, protected entries included.
+		if hc.Details[driverapi.DetailProfileHome] == "1" {
+			preq.Home = home
+		} else {
+			preq.Capabilities = cloneCaps(cmd.Capabilities)
+			preq.Capabilities.FSWrite = append(preq.Capabilities.FSWrite, home)
+		}
 	}
 	if cmd.Capabilities.Network.Mode == driverapi.NetworkAllowHosts {
 		med, err := s.mediator.Start(ctx, sid, r.rec.CommandID, append([]string(nil), cmd.Capabilities.Network.Hosts...), cmd.Secrets)

@@ -147,7 +147,7 @@ func profileFromPB(p *pb.Profile) Profile {
 }
 
 func profileReqToPB(r ProfileRequest) *pb.ProfileRequest {
-	out := &pb.ProfileRequest{Capabilities: capsToPB(r.Capabilities), Workspace: r.Workspace, Cwd: r.Cwd, Protected: r.Protected}
+	out := &pb.ProfileRequest{Capabilities: capsToPB(r.Capabilities), Workspace: r.Workspace, Cwd: r.Cwd, Protected: r.Protected, Home: r.Home}
 	if r.Proxy != nil {
 		out.Proxy = &pb.ProxyEndpoint{UnixSocket: r.Proxy.UnixSocket, TcpAddr: r.Proxy.TCPAddr}
 	}
@@ -159,7 +159,7 @@ func profileReqFromPB(r *pb.ProfileRequest) (ProfileRequest, error) {
 	if err != nil {
 		return ProfileRequest{}, err
 	}
-	out := ProfileRequest{Capabilities: caps, Workspace: r.GetWorkspace(), Cwd: r.GetCwd(), Protected: r.GetProtected()}
+	out := ProfileRequest{Capabilities: caps, Workspace: r.GetWorkspace(), Cwd: r.GetCwd(), Protected: r.GetProtected(), Home: r.GetHome()}
 	if p := r.GetProxy(); p != nil {
 		out.Proxy = &ProxyEndpoint{UnixSocket: p.GetUnixSocket(), TCPAddr: p.GetTcpAddr()}
 	}

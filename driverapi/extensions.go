@@ -82,6 +82,11 @@ const (
 	// session's; "command": a loopback of its own, shared with nothing.
 	// Absent: no loopback (inet sockets fail).
 	DetailNetworkNoneLoopback = "network.none_loopback"
+	// DetailProfileHome: "1" when the driver honours ProfileRequest.Home
+	// (a writable directory without protected entries). A host sends Home
+	// only to a driver that reports it; to any other it passes the same
+	// directory as one more fs_write path, protected entries included.
+	DetailProfileHome = "profile.home"
 )
 
 // Signal names a signal to deliver to a running command, without the SIG

@@ -233,6 +233,14 @@ type ProfileRequest struct {
 	// grant. Empty means DefaultProtectedEntries: a host that says nothing
 	// gets the full set, never none.
 	Protected []string `json:"protected,omitempty"`
+	// Home, when set, is a canonical absolute directory the command may
+	// read and write like an fs_write grant but without protected entries:
+	// the sandbox's own HOME, which no host tool opens as a project, so
+	// nothing there needs guarding. A host sets it only for a driver whose
+	// capability report has Details[DetailProfileHome] == "1". The driver
+	// refuses (InvalidSpecError) a Home that overlaps the workspace or a
+	// grant: protected entries must not lose their protection through it.
+	Home string `json:"home,omitempty"`
 }
 
 // Profile is an opaque, driver-specific launch plan (SBPL text on macOS, a

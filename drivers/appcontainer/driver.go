@@ -167,6 +167,12 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 
 // ProfileFor builds the launch plan.
 func (d *Driver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	// This driver does not report details["profile.home"], so a host
+	// sends the HOME as an fs_write path; a Home it would not honour is
+	// refused rather than dropped.
+	if req.Home != "" {
+		return driverapi.Profile{}, &driverapi.InvalidSpecError{Field: "home", Reason: "this driver does not support ProfileRequest.home; pass the directory as an fs_write path"}
+	}
 	p, err := BuildPlan(ctx, req, d.cfg.Options, d.cfg.FS, d.cfg.Resolver)
 	if err != nil {
 		return driverapi.Profile{}, err

@@ -443,3 +443,18 @@ func TestNewRefusesBadMinTier(t *testing.T) {
 		t.Error("accepted")
 	}
 }
+
+// A Home, which this driver does not report supporting, is refused, not
+// dropped; the same request without it is accepted.
+func TestProfileRefusesHome(t *testing.T) {
+	d := newTestDriver(t, &fakePlatform{}, "")
+	r := driverapi.ProfileRequest{Workspace: wsPath, Cwd: wsPath}
+	if _, err := d.ProfileFor(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	r.Home = wsPath + `\home`
+	var ie *driverapi.InvalidSpecError
+	if _, err := d.ProfileFor(t.Context(), r); !errors.As(err, &ie) || ie.Field != "home" {
+		t.Fatalf("ProfileFor with a home: %v, want an InvalidSpecError for home", err)
+	}
+}

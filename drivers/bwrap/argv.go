@@ -78,7 +78,7 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 	for _, g := range p.FSRead {
 		ms = append(ms, mnt{g, bind(true, g, g)})
 	}
-	for _, g := range p.FSWrite {
+	for _, g := range p.writable() {
 		ms = append(ms, mnt{g, bind(false, g, g)})
 	}
 	// The anchors, existing protected entries and placeholders Run's
@@ -135,7 +135,7 @@ func (p Plan) InitSpec() InitSpec {
 	s.ReadOnly = append(s.ReadOnly, "/proc", InitPath)
 	s.ReadOnly = append(s.ReadOnly, p.FSRead...)
 	s.ReadWrite = append(s.ReadWrite, p.Workspace, "/tmp", "/dev")
-	s.ReadWrite = append(s.ReadWrite, p.FSWrite...)
+	s.ReadWrite = append(s.ReadWrite, p.writable()...)
 	return s
 }
 

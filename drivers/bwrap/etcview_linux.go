@@ -91,12 +91,12 @@ func (d *Driver) etcViewFor(p Plan) string {
 		return ""
 	}
 	root := d.etcViewRoot()
-	for _, g := range append(append([]string{p.Workspace}, p.FSRead...), p.FSWrite...) {
+	for _, g := range append(append([]string{p.Workspace}, p.FSRead...), p.writable()...) {
 		if driverapi.PathWithin(g, "/etc") {
 			return ""
 		}
 	}
-	for _, g := range append([]string{p.Workspace}, p.FSWrite...) {
+	for _, g := range append([]string{p.Workspace}, p.writable()...) {
 		if driverapi.PathWithin(root, g) || driverapi.PathWithin(g, root) {
 			return ""
 		}

@@ -24,7 +24,7 @@ import (
 // them once bwrap has started.
 func pinPaths(p Plan, firstFD int) ([]*os.File, map[string]int, error) {
 	paths := append([]string{p.Workspace}, p.FSRead...)
-	paths = append(paths, p.FSWrite...)
+	paths = append(paths, p.writable()...)
 	paths = append(paths, p.prot.pinned()...)
 	if p.ProxySocket != "" {
 		paths = append(paths, p.ProxySocket)

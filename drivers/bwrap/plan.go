@@ -75,6 +75,12 @@ type Plan struct {
 	// uncreatable in the workspace and every fs_write grant
 	// (ProfileRequest.Protected, default driverapi.DefaultProtectedEntries).
 	Protected []string `json:"protected"`
+	// Home is a directory bound read-write like an fs_write grant but
+	// with no protected entries (ProfileRequest.Home: the sandbox's own
+	// HOME, which no host tool opens as a project). It overlaps neither
+	// the workspace nor any grant, so no protected entry of theirs is
+	// reached through it.
+	Home string `json:"home,omitempty"`
 	// ProxySocket is the host proxy's unix socket (allow_hosts only),
 	// bound at ProxySocketPath; BridgePorts are where the bridge listens.
 	ProxySocket string   `json:"proxy_socket,omitempty"`
@@ -347,7 +353,48 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 	// one pinned descriptor, which bwrap cannot do: drop it. Protected
 	// entries were checked above, so a grant into .git is still refused.
 	p.FSRead, p.FSWrite = outsideOf(ws, p.FSRead), outsideOf(ws, p.FSWrite)
+	if req.Home != "" {
+		if p.Home, err = canonicalPath("home", req.Home); err != nil {
+			return Plan{}, err
+		}
+		if fi, err := os.Stat(p.Home); err != nil || !fi.IsDir() {
+			return Plan{}, &driverapi.InvalidSpecError{Field: "home", Reason: fmt.Sprintf("%q is not a directory", p.Home)}
+		}
+		if err := p.checkHome(); err != nil {
+			return Plan{}, err
+		}
+	}
 	return p, nil
+}
+
+// checkHome refuses a Home that would take protection away: one holding
+// system directories, or one overlapping the workspace or a grant (equal
+// to, inside or containing it), where protected entries would then lie in
+// a tree bound writable without them, or be hidden by its bind.
+func (p *Plan) checkHome() error {
+	if coversSystem(p.Home) {
+		return &driverapi.InvalidSpecError{Field: "home", Reason: fmt.Sprintf("%q contains system directories", p.Home)}
+	}
+	overlap := func(a, b string) bool { return driverapi.PathWithin(a, b) || driverapi.PathWithin(b, a) }
+	if overlap(p.Home, p.Workspace) {
+		return &driverapi.InvalidSpecError{Field: "home", Reason: fmt.Sprintf("%q overlaps the workspace %q; the home must lie outside it", p.Home, p.Workspace)}
+	}
+	for _, g := range append(append([]string{}, p.FSRead...), p.FSWrite...) {
+		if overlap(p.Home, g) {
+			return &driverapi.InvalidSpecError{Field: "home", Reason: fmt.Sprintf("%q overlaps the granted path %q; the home must lie apart from every grant", p.Home, g)}
+		}
+	}
+	return nil
+}
+
+// writable are the host paths bound read-write besides the workspace: the
+// fs_write grants and the home.
+func (p Plan) writable() []string {
+	out := append([]string{}, p.FSWrite...)
+	if p.Home != "" {
+		out = append(out, p.Home)
+	}
+	return out
 }
 
 // outsideOf keeps the paths not within root (nil when none is left, as in
@@ -469,6 +516,14 @@ func (p Plan) Check() error {
 	}
 	if err := p.checkTmpfs(); err != nil {
 		return err
+	}
+	if p.Home != "" {
+		if _, err := canonicalPath("home", p.Home); err != nil {
+			return bad("%v", err)
+		}
+		if err := p.checkHome(); err != nil {
+			return bad("%v", err)
+		}
 	}
 	for _, g := range append(append([]string{}, p.FSRead...), p.FSWrite...) {
 		if driverapi.PathWithin(g, p.Workspace) {

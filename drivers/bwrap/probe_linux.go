@@ -342,6 +342,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	hc.Details[driverapi.DetailLinuxLandlockABI] = strconv.FormatUint(uint64(hc.LandlockABI), 10)
 	hc.Details[driverapi.DetailLinuxSeccomp] = strconv.FormatBool(hc.Seccomp)
 	hc.Details[driverapi.DetailLinuxCgroupMode] = hc.CgroupMode
+	// ProfileRequest.Home is bound writable without protected entries
+	// (Plan.Home), in either tier.
+	hc.Details[driverapi.DetailProfileHome] = "1"
 	un := func(f, reason, fix string) {
 		hc.Unavailable = append(hc.Unavailable, driverapi.Unavailable{Feature: f, Reason: reason, Fix: fix})
 	}

@@ -246,7 +246,7 @@ func (d *Driver) landlockInitSpec(p Plan) InitSpec {
 	s.ReadOnly = append(s.ReadOnly, p.FSRead...)
 	s.ReadWrite = append(s.ReadWrite, p.Workspace)
 	s.ReadWrite = append(s.ReadWrite, tierDevices()...)
-	s.ReadWrite = append(s.ReadWrite, p.FSWrite...)
+	s.ReadWrite = append(s.ReadWrite, p.writable()...)
 	return s
 }
 

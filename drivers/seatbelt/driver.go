@@ -182,6 +182,12 @@ func checkExecutable(path string) error {
 
 // ProfileFor builds the SBPL profile and its parameters for req.
 func (d *Driver) ProfileFor(_ context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	// This driver does not report details["profile.home"], so a host
+	// sends the HOME as an fs_write path; a Home it would not honour is
+	// refused rather than dropped.
+	if req.Home != "" {
+		return driverapi.Profile{}, &driverapi.InvalidSpecError{Field: "home", Reason: "this driver does not support ProfileRequest.home; pass the directory as an fs_write path"}
+	}
 	plan, err := BuildPlan(req, d.cfg.Canonicalize)
 	if err != nil {
 		return driverapi.Profile{}, err

@@ -546,3 +546,18 @@ func TestBaselineIsNarrow(t *testing.T) {
 		}
 	}
 }
+
+// A Home, which this driver does not report supporting, is refused, not
+// dropped; the same request without it is accepted.
+func TestProfileRefusesHome(t *testing.T) {
+	d := New(Config{Canonicalize: IdentityCanonicalizer, GOOS: "darwin"})
+	r := req(driverapi.Capabilities{})
+	if _, err := d.ProfileFor(t.Context(), r); err != nil {
+		t.Fatal(err)
+	}
+	r.Home = "/h"
+	var ie *driverapi.InvalidSpecError
+	if _, err := d.ProfileFor(t.Context(), r); !errors.As(err, &ie) || ie.Field != "home" {
+		t.Fatalf("ProfileFor with a home: %v, want an InvalidSpecError for home", err)
+	}
+}

@@ -632,7 +632,10 @@ type ProfileRequest struct {
 	Proxy        *ProxyEndpoint         `protobuf:"bytes,4,opt,name=proxy,proto3" json:"proxy,omitempty"`
 	// Top-level entry names kept read-only and uncreatable in the workspace
 	// and every fs_write grant; empty means the driver's defaults.
-	Protected     []string `protobuf:"bytes,5,rep,name=protected,proto3" json:"protected,omitempty"`
+	Protected []string `protobuf:"bytes,5,rep,name=protected,proto3" json:"protected,omitempty"`
+	// A writable directory without protected entries (the sandbox's own
+	// HOME); sent only to drivers reporting details["profile.home"] = "1".
+	Home          string `protobuf:"bytes,6,opt,name=home,proto3" json:"home,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -700,6 +703,13 @@ func (x *ProfileRequest) GetProtected() []string {
 		return x.Protected
 	}
 	return nil
+}
+
+func (x *ProfileRequest) GetHome() string {
+	if x != nil {
+		return x.Home
+	}
+	return ""
 }
 
 type Profile struct {
@@ -2386,13 +2396,14 @@ const file_aleph_proto_rawDesc = "" +
 	"\rProxyEndpoint\x12\x1f\n" +
 	"\vunix_socket\x18\x01 \x01(\tR\n" +
 	"unixSocket\x12\x19\n" +
-	"\btcp_addr\x18\x02 \x01(\tR\atcpAddr\"\xc9\x01\n" +
+	"\btcp_addr\x18\x02 \x01(\tR\atcpAddr\"\xdd\x01\n" +
 	"\x0eProfileRequest\x12:\n" +
 	"\fcapabilities\x18\x01 \x01(\v2\x16.aleph.v1.CapabilitiesR\fcapabilities\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x12\x10\n" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x12-\n" +
 	"\x05proxy\x18\x04 \x01(\v2\x17.aleph.v1.ProxyEndpointR\x05proxy\x12\x1c\n" +
-	"\tprotected\x18\x05 \x03(\tR\tprotected\"O\n" +
+	"\tprotected\x18\x05 \x03(\tR\tprotected\x12\x12\n" +
+	"\x04home\x18\x06 \x01(\tR\x04home\"O\n" +
 	"\aProfile\x12\x18\n" +
 	"\abackend\x18\x01 \x01(\tR\abackend\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x16\n" +
