@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"io"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -242,5 +243,34 @@ func TestProcessCaps(t *testing.T) {
 	var ic *InvalidCommandError
 	if _, err := pt.Start(context.Background(), Command{Program: "prog"}); !errors.As(err, &ic) {
 		t.Fatalf("no session: %v", err)
+	}
+}
+
+func TestProcessStdinPipeIsBounded(t *testing.T) {
+	// The pipe between Write and the run (whose driver stream has its own
+	// flow-control window) holds at most its bound: a writer past it waits.
+	b := newBoundedPipe(4)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	n, err := b.write(ctx, []byte("abc\ndef\n"), nil)
+	if n != 4 || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("write into a full pipe: %d %v", n, err)
+	}
+	buf := make([]byte, 16)
+	if n, err := b.Read(buf); n != 4 || err != nil || string(buf[:n]) != "abc\n" {
+		t.Fatalf("read %q %v", buf[:n], err)
+	}
+	if n, err := b.write(context.Background(), []byte("def\n"), nil); n != 4 || err != nil {
+		t.Fatalf("write once read: %d %v", n, err)
+	}
+	b.CloseWrite()
+	if n, err := b.Read(buf); n != 4 || err != nil {
+		t.Fatalf("read after close: %d %v", n, err)
+	}
+	if _, err := b.Read(buf); err != io.EOF {
+		t.Fatalf("EOF after the last byte: %v", err)
+	}
+	if _, err := b.write(context.Background(), []byte("x"), nil); !errors.Is(err, ErrStdinClosed) {
+		t.Fatalf("write after close: %v", err)
 	}
 }
