@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -143,6 +144,35 @@ func TestServeProcesses(t *testing.T) {
 		_, err = c.ReadProcess(ctx, connect.NewRequest(&hostv1.ReadProcessRequest{Id: id}))
 		if connect.CodeOf(err) != connect.CodeNotFound {
 			t.Fatalf("read after forget: %v", err)
+		}
+	})
+
+	// Last: it stops the service.
+	defer t.Run("Process killed when the service stops", func(t *testing.T) {
+		const mark = "4712.25"
+		st, err := c.StartProcess(ctx, connect.NewRequest(&hostv1.StartProcessRequest{
+			Command: &hostv1.ExecuteRequest{Session: "p5", Argv: []string{"/bin/sh", "-c", "echo up; exec sleep " + mark}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		readProc(t, c, st.Msg.GetId(), "up\n")
+		deadline := time.Now().Add(10 * time.Second)
+		for !hostProcWithArg(mark) {
+			if time.Now().After(deadline) {
+				t.Fatal("the started sleep is not running")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := srv.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-srv.done:
+		case <-time.After(60 * time.Second):
+			t.Fatalf("serve did not stop\n%s", srv.stderr)
+		}
+		if hostProcWithArg(mark) {
+			t.Fatalf("a process outlived the service\n%s", srv.stderr)
 		}
 	})
 
