@@ -63,6 +63,8 @@ type Options struct {
 	// DriverLaunches, when set, counts the driver processes started (the
 	// driver_restarts metric).
 	DriverLaunches func() int64
+	// Processes bound the processes of StartProcess (zero: the defaults).
+	Processes core.ProcessLimits
 }
 
 // Server implements hostv1connect.ServiceHandler.
@@ -81,6 +83,8 @@ type Server struct {
 	// signals are the running commands that can be signalled, by the
 	// signal_key of their request.
 	signals map[string]chan driverapi.Signal
+	// procs are the processes that outlive the call starting them.
+	procs *core.ProcessTable
 	// running counts Execute calls in progress, so a stopping server can
 	// wait for their commands to be gone.
 	running sync.WaitGroup
@@ -99,7 +103,8 @@ func New(opts Options) (*Server, error) {
 	policy, _ := commandpolicy.New(alephsandbox.CommandPolicyConfig(opts.CommandPolicy), opts.Logger.Named("command_policy"))
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
 		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches,
-		sessions: map[string]struct{}{}, signals: map[string]chan driverapi.Signal{}}
+		sessions: map[string]struct{}{}, signals: map[string]chan driverapi.Signal{},
+		procs: core.NewProcessTable(opts.Host, opts.Processes)}
 	for _, p := range opts.Protected {
 		if p == "" {
 			continue
@@ -493,6 +498,8 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 		if a.Forget.GetSession() == "" {
 			return nil, invalid("forget.session", "required")
 		}
+		// The session's processes go first: none may outlive it.
+		s.procs.ForgetSession(a.Forget.GetSession())
 		s.host.ForgetSession(a.Forget.GetSession())
 		s.mu.Lock()
 		delete(s.sessions, a.Forget.GetSession())

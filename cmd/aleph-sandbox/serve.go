@@ -283,6 +283,7 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	swg.Wait()
 	cancel()
 	killAll()
+	srv.Close()
 	// The cancelled commands are killed by the pipeline; wait for that
 	// before the driver is stopped, so none outlives the server.
 	if !srv.Wait(30 * time.Second) {

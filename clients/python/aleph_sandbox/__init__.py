@@ -27,6 +27,7 @@ __all__ = [
     "Client",
     "Result",
     "Event",
+    "Process",
     "ApprovalRequest",
     "SandboxError",
     "Denied",
@@ -288,8 +289,9 @@ class Client:
             # object itself is no longer needed.
             conn.sock = None
 
-    def _unary(self, method: str, msg: Mapping[str, Any]) -> Dict[str, Any]:
-        resp = self._post(method, json.dumps(msg).encode(), "application/json", self.timeout)
+    def _unary(self, method: str, msg: Mapping[str, Any], timeout: Union[float, None, str] = "default") -> Dict[str, Any]:
+        t = self.timeout if timeout == "default" else timeout
+        resp = self._post(method, json.dumps(msg).encode(), "application/json", t)  # type: ignore[arg-type]
         try:
             data = resp.read()
         finally:
@@ -422,6 +424,25 @@ class Client:
             raise Denied(result)
         return result
 
+    def start(self, argv: Sequence[str], tty: bool = False, rows: int = 24, cols: int = 80,
+              **kwargs: Any) -> "Process":
+        """Starts argv as a process that outlives this call (within its
+        session: forgetting the session, or the service stopping, kills it).
+        It has no timeout unless one is given (the service's maximum lifetime
+        bounds it). Its stdin comes from Process.write; keyword arguments
+        are those of exec except stdin."""
+        if kwargs.get("stdin") is not None:
+            raise TypeError("a process's stdin comes from Process.write")
+        req: Dict[str, Any] = {"command": self._request(argv, **kwargs)}
+        if tty:
+            req.update({"tty": True, "rows": int(rows), "cols": int(cols)})
+        r = self._unary("StartProcess", req)
+        return Process(self, str(r.get("id", "")))
+
+    def processes(self, session: str = "") -> List[Dict[str, Any]]:
+        """The processes of a session ("" for every session's)."""
+        return list(self._unary("ListProcesses", {"session": session}).get("processes", []))
+
     # ---- approvals, sessions, grants ----
 
     def approve(self, request_id: str, approved: bool) -> None:
@@ -462,3 +483,61 @@ class Client:
         """``policy check``: {"verdict": "allow"|"warn"|"block", "rule", "reason"}."""
         r = self._unary("CheckPolicy", {"command": command})
         return {"verdict": r.get("verdict", ""), "rule": r.get("rule", ""), "reason": r.get("reason", "")}
+
+
+class Process:
+    """A process started by Client.start. read() follows its output (stdout
+    and stderr in order of arrival) from where the last read ended; the
+    service keeps the last 1 MiB of it, and ``dropped`` counts what a slow
+    reader lost."""
+
+    def __init__(self, client: Client, id: str) -> None:
+        self.client = client
+        self.id = id
+        self.offset = 0
+        self.dropped = 0
+        self.exited = False
+        self.result: Optional[Result] = None
+
+    def write(self, data: Union[bytes, str]) -> int:
+        """Writes to the process's stdin (waits while its pipe is full)."""
+        b = data.encode() if isinstance(data, str) else bytes(data)
+        r = self.client._unary("WriteProcess", {"id": self.id, "data": base64.b64encode(b).decode()}, None)
+        return int(r.get("written", 0))
+
+    def close_stdin(self) -> None:
+        """Ends the stdin: the process reads EOF after what was written."""
+        self.client._unary("CloseProcessStdin", {"id": self.id})
+
+    def read(self, timeout: float = 1.0) -> bytes:
+        """The output since the last read, waiting up to timeout seconds
+        when there is none yet; b"" when none came (or the process ended:
+        see ``exited``)."""
+        wait = max(0.0, float(timeout))
+        r = self.client._unary("ReadProcess", {"id": self.id, "offset": str(self.offset), "waitSeconds": wait},
+                               wait + 30.0)
+        self.offset = int(r.get("nextOffset", self.offset))
+        self.dropped += int(r.get("dropped", 0))
+        if r.get("exited"):
+            self.exited = True
+            if "result" in r:
+                self.result = Result._from_json(r["result"])
+        return _b64(r.get("data"))
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Sets the window size of a process started with tty=True."""
+        self.client._unary("ResizeProcess", {"id": self.id, "rows": int(rows), "cols": int(cols)})
+
+    def signal(self, name: str) -> None:
+        """Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1",
+        "USR2", "WINCH" or "PIPE"."""
+        self.client._unary("SignalProcess", {"id": self.id, "signal": name})
+
+    def wait(self, timeout: Optional[float] = None) -> Result:
+        """Waits for the end and returns the Result (its stdout and stderr
+        are the output the pipeline kept; read() gives the rest). The
+        process is then gone from the service."""
+        r = self.client._unary("WaitProcess", {"id": self.id}, timeout)
+        self.exited = True
+        self.result = Result._from_json(r.get("result", {}))
+        return self.result

@@ -2039,6 +2039,887 @@ func (*SignalResponse) Descriptor() ([]byte, []int) {
 	return file_host_proto_rawDescGZIP(), []int{28}
 }
 
+// StartProcessRequest is an Execute request (its stdin must be empty: the
+// process's comes through WriteProcess) and, for a terminal, its size.
+type StartProcessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Command       *ExecuteRequest        `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	Tty           bool                   `protobuf:"varint,2,opt,name=tty,proto3" json:"tty,omitempty"`
+	Rows          uint32                 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,4,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartProcessRequest) Reset() {
+	*x = StartProcessRequest{}
+	mi := &file_host_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartProcessRequest) ProtoMessage() {}
+
+func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
+func (*StartProcessRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *StartProcessRequest) GetCommand() *ExecuteRequest {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *StartProcessRequest) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *StartProcessRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *StartProcessRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type StartProcessResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartProcessResponse) Reset() {
+	*x = StartProcessResponse{}
+	mi := &file_host_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartProcessResponse) ProtoMessage() {}
+
+func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
+func (*StartProcessResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *StartProcessResponse) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type WriteProcessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteProcessRequest) Reset() {
+	*x = WriteProcessRequest{}
+	mi := &file_host_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteProcessRequest) ProtoMessage() {}
+
+func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteProcessRequest.ProtoReflect.Descriptor instead.
+func (*WriteProcessRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WriteProcessRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *WriteProcessRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// WriteProcessResponse: written may be short of the data when the process
+// ended or the call was cancelled while the stdin pipe was full.
+type WriteProcessResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Written       int64                  `protobuf:"varint,1,opt,name=written,proto3" json:"written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteProcessResponse) Reset() {
+	*x = WriteProcessResponse{}
+	mi := &file_host_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteProcessResponse) ProtoMessage() {}
+
+func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteProcessResponse.ProtoReflect.Descriptor instead.
+func (*WriteProcessResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *WriteProcessResponse) GetWritten() int64 {
+	if x != nil {
+		return x.Written
+	}
+	return 0
+}
+
+type CloseProcessStdinRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseProcessStdinRequest) Reset() {
+	*x = CloseProcessStdinRequest{}
+	mi := &file_host_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseProcessStdinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseProcessStdinRequest) ProtoMessage() {}
+
+func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseProcessStdinRequest.ProtoReflect.Descriptor instead.
+func (*CloseProcessStdinRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *CloseProcessStdinRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type CloseProcessStdinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseProcessStdinResponse) Reset() {
+	*x = CloseProcessStdinResponse{}
+	mi := &file_host_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseProcessStdinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseProcessStdinResponse) ProtoMessage() {}
+
+func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseProcessStdinResponse.ProtoReflect.Descriptor instead.
+func (*CloseProcessStdinResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{34}
+}
+
+type ReadProcessRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The output offset to read from (0: the beginning); next_offset of the
+	// previous answer follows on.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// How long to wait for output when there is none yet (at most 60).
+	WaitSeconds   float64 `protobuf:"fixed64,3,opt,name=wait_seconds,json=waitSeconds,proto3" json:"wait_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadProcessRequest) Reset() {
+	*x = ReadProcessRequest{}
+	mi := &file_host_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadProcessRequest) ProtoMessage() {}
+
+func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadProcessRequest.ProtoReflect.Descriptor instead.
+func (*ReadProcessRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{35}
+}
+
+func (x *ReadProcessRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ReadProcessRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadProcessRequest) GetWaitSeconds() float64 {
+	if x != nil {
+		return x.WaitSeconds
+	}
+	return 0
+}
+
+type ReadProcessResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// stdout and stderr in order of arrival (merged; one stream on a tty).
+	Data       []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	NextOffset int64  `protobuf:"varint,2,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
+	// Bytes between offset and data lost to the output ring's bound.
+	Dropped int64 `protobuf:"varint,3,opt,name=dropped,proto3" json:"dropped,omitempty"`
+	// Set once the process has ended and data reaches the end of its output.
+	Exited bool `protobuf:"varint,4,opt,name=exited,proto3" json:"exited,omitempty"`
+	// How it ended, when exited; a pipeline failure is in result.error.
+	Result        *ExecResult `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadProcessResponse) Reset() {
+	*x = ReadProcessResponse{}
+	mi := &file_host_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadProcessResponse) ProtoMessage() {}
+
+func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadProcessResponse.ProtoReflect.Descriptor instead.
+func (*ReadProcessResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *ReadProcessResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadProcessResponse) GetNextOffset() int64 {
+	if x != nil {
+		return x.NextOffset
+	}
+	return 0
+}
+
+func (x *ReadProcessResponse) GetDropped() int64 {
+	if x != nil {
+		return x.Dropped
+	}
+	return 0
+}
+
+func (x *ReadProcessResponse) GetExited() bool {
+	if x != nil {
+		return x.Exited
+	}
+	return false
+}
+
+func (x *ReadProcessResponse) GetResult() *ExecResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type SignalProcessRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// TERM, INT, HUP, QUIT, KILL, USR1, USR2, WINCH or PIPE.
+	Signal        string `protobuf:"bytes,2,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalProcessRequest) Reset() {
+	*x = SignalProcessRequest{}
+	mi := &file_host_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalProcessRequest) ProtoMessage() {}
+
+func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
+func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SignalProcessRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *SignalProcessRequest) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+type SignalProcessResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SignalProcessResponse) Reset() {
+	*x = SignalProcessResponse{}
+	mi := &file_host_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SignalProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SignalProcessResponse) ProtoMessage() {}
+
+func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SignalProcessResponse.ProtoReflect.Descriptor instead.
+func (*SignalProcessResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{38}
+}
+
+type ResizeProcessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Rows          uint32                 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,3,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeProcessRequest) Reset() {
+	*x = ResizeProcessRequest{}
+	mi := &file_host_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeProcessRequest) ProtoMessage() {}
+
+func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
+func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *ResizeProcessRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ResizeProcessRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ResizeProcessRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ResizeProcessResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeProcessResponse) Reset() {
+	*x = ResizeProcessResponse{}
+	mi := &file_host_proto_msgTypes[40]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeProcessResponse) ProtoMessage() {}
+
+func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[40]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
+func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{40}
+}
+
+type WaitProcessRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitProcessRequest) Reset() {
+	*x = WaitProcessRequest{}
+	mi := &file_host_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitProcessRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitProcessRequest) ProtoMessage() {}
+
+func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
+func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{41}
+}
+
+func (x *WaitProcessRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type WaitProcessResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Result        *ExecResult            `protobuf:"bytes,1,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WaitProcessResponse) Reset() {
+	*x = WaitProcessResponse{}
+	mi := &file_host_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WaitProcessResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WaitProcessResponse) ProtoMessage() {}
+
+func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WaitProcessResponse.ProtoReflect.Descriptor instead.
+func (*WaitProcessResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *WaitProcessResponse) GetResult() *ExecResult {
+	if x != nil {
+		return x.Result
+	}
+	return nil
+}
+
+type ListProcessesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The session whose processes to list; empty lists every session's.
+	Session       string `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesRequest) Reset() {
+	*x = ListProcessesRequest{}
+	mi := &file_host_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesRequest) ProtoMessage() {}
+
+func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
+func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *ListProcessesRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+type ProcessInfo struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Session       string                 `protobuf:"bytes,2,opt,name=session,proto3" json:"session,omitempty"`
+	Program       string                 `protobuf:"bytes,3,opt,name=program,proto3" json:"program,omitempty"`
+	StartedUnixMs int64                  `protobuf:"varint,4,opt,name=started_unix_ms,json=startedUnixMs,proto3" json:"started_unix_ms,omitempty"`
+	Exited        bool                   `protobuf:"varint,5,opt,name=exited,proto3" json:"exited,omitempty"`
+	ExitCode      int32                  `protobuf:"varint,6,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessInfo) Reset() {
+	*x = ProcessInfo{}
+	mi := &file_host_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessInfo) ProtoMessage() {}
+
+func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
+func (*ProcessInfo) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *ProcessInfo) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ProcessInfo) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ProcessInfo) GetProgram() string {
+	if x != nil {
+		return x.Program
+	}
+	return ""
+}
+
+func (x *ProcessInfo) GetStartedUnixMs() int64 {
+	if x != nil {
+		return x.StartedUnixMs
+	}
+	return 0
+}
+
+func (x *ProcessInfo) GetExited() bool {
+	if x != nil {
+		return x.Exited
+	}
+	return false
+}
+
+func (x *ProcessInfo) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+type ListProcessesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Processes     []*ProcessInfo         `protobuf:"bytes,1,rep,name=processes,proto3" json:"processes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListProcessesResponse) Reset() {
+	*x = ListProcessesResponse{}
+	mi := &file_host_proto_msgTypes[45]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListProcessesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListProcessesResponse) ProtoMessage() {}
+
+func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[45]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
+func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{45}
+}
+
+func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
+	if x != nil {
+		return x.Processes
+	}
+	return nil
+}
+
 var File_host_proto protoreflect.FileDescriptor
 
 const file_host_proto_rawDesc = "" +
@@ -2199,7 +3080,58 @@ const file_host_proto_rawDesc = "" +
 	"\n" +
 	"signal_key\x18\x01 \x01(\tR\tsignalKey\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x10\n" +
-	"\x0eSignalResponse2\xf9\x04\n" +
+	"\x0eSignalResponse\"\x88\x01\n" +
+	"\x13StartProcessRequest\x127\n" +
+	"\acommand\x18\x01 \x01(\v2\x1d.aleph.host.v1.ExecuteRequestR\acommand\x12\x10\n" +
+	"\x03tty\x18\x02 \x01(\bR\x03tty\x12\x12\n" +
+	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x04 \x01(\rR\x04cols\"&\n" +
+	"\x14StartProcessResponse\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
+	"\x13WriteProcessRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"0\n" +
+	"\x14WriteProcessResponse\x12\x18\n" +
+	"\awritten\x18\x01 \x01(\x03R\awritten\"*\n" +
+	"\x18CloseProcessStdinRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x1b\n" +
+	"\x19CloseProcessStdinResponse\"_\n" +
+	"\x12ReadProcessRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12!\n" +
+	"\fwait_seconds\x18\x03 \x01(\x01R\vwaitSeconds\"\xaf\x01\n" +
+	"\x13ReadProcessResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x1f\n" +
+	"\vnext_offset\x18\x02 \x01(\x03R\n" +
+	"nextOffset\x12\x18\n" +
+	"\adropped\x18\x03 \x01(\x03R\adropped\x12\x16\n" +
+	"\x06exited\x18\x04 \x01(\bR\x06exited\x121\n" +
+	"\x06result\x18\x05 \x01(\v2\x19.aleph.host.v1.ExecResultR\x06result\">\n" +
+	"\x14SignalProcessRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x17\n" +
+	"\x15SignalProcessResponse\"N\n" +
+	"\x14ResizeProcessRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x03 \x01(\rR\x04cols\"\x17\n" +
+	"\x15ResizeProcessResponse\"$\n" +
+	"\x12WaitProcessRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"H\n" +
+	"\x13WaitProcessResponse\x121\n" +
+	"\x06result\x18\x01 \x01(\v2\x19.aleph.host.v1.ExecResultR\x06result\"0\n" +
+	"\x14ListProcessesRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\"\xae\x01\n" +
+	"\vProcessInfo\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
+	"\asession\x18\x02 \x01(\tR\asession\x12\x18\n" +
+	"\aprogram\x18\x03 \x01(\tR\aprogram\x12&\n" +
+	"\x0fstarted_unix_ms\x18\x04 \x01(\x03R\rstartedUnixMs\x12\x16\n" +
+	"\x06exited\x18\x05 \x01(\bR\x06exited\x12\x1b\n" +
+	"\texit_code\x18\x06 \x01(\x05R\bexitCode\"Q\n" +
+	"\x15ListProcessesResponse\x128\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x1a.aleph.host.v1.ProcessInfoR\tprocesses2\xd3\n" +
+	"\n" +
 	"\aService\x12J\n" +
 	"\aExecute\x12\x1d.aleph.host.v1.ExecuteRequest\x1a\x1e.aleph.host.v1.ExecuteResponse0\x01\x12N\n" +
 	"\tApprovals\x12\x1f.aleph.host.v1.ApprovalsRequest\x1a\x1e.aleph.host.v1.ApprovalRequest0\x01\x12H\n" +
@@ -2208,7 +3140,15 @@ const file_host_proto_rawDesc = "" +
 	"\x06Grants\x12\x1c.aleph.host.v1.GrantsRequest\x1a\x1d.aleph.host.v1.GrantsResponse\x12W\n" +
 	"\fCapabilities\x12\".aleph.host.v1.CapabilitiesRequest\x1a#.aleph.host.v1.CapabilitiesResponse\x12T\n" +
 	"\vCheckPolicy\x12!.aleph.host.v1.CheckPolicyRequest\x1a\".aleph.host.v1.CheckPolicyResponse\x12E\n" +
-	"\x06Signal\x12\x1c.aleph.host.v1.SignalRequest\x1a\x1d.aleph.host.v1.SignalResponseBFZDgithub.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1;hostv1b\x06proto3"
+	"\x06Signal\x12\x1c.aleph.host.v1.SignalRequest\x1a\x1d.aleph.host.v1.SignalResponse\x12W\n" +
+	"\fStartProcess\x12\".aleph.host.v1.StartProcessRequest\x1a#.aleph.host.v1.StartProcessResponse\x12W\n" +
+	"\fWriteProcess\x12\".aleph.host.v1.WriteProcessRequest\x1a#.aleph.host.v1.WriteProcessResponse\x12f\n" +
+	"\x11CloseProcessStdin\x12'.aleph.host.v1.CloseProcessStdinRequest\x1a(.aleph.host.v1.CloseProcessStdinResponse\x12T\n" +
+	"\vReadProcess\x12!.aleph.host.v1.ReadProcessRequest\x1a\".aleph.host.v1.ReadProcessResponse\x12Z\n" +
+	"\rSignalProcess\x12#.aleph.host.v1.SignalProcessRequest\x1a$.aleph.host.v1.SignalProcessResponse\x12Z\n" +
+	"\rResizeProcess\x12#.aleph.host.v1.ResizeProcessRequest\x1a$.aleph.host.v1.ResizeProcessResponse\x12T\n" +
+	"\vWaitProcess\x12!.aleph.host.v1.WaitProcessRequest\x1a\".aleph.host.v1.WaitProcessResponse\x12Z\n" +
+	"\rListProcesses\x12#.aleph.host.v1.ListProcessesRequest\x1a$.aleph.host.v1.ListProcessesResponseBFZDgithub.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1;hostv1b\x06proto3"
 
 var (
 	file_host_proto_rawDescOnce sync.Once
@@ -2223,44 +3163,61 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_host_proto_goTypes = []any{
-	(OutputChunk_Stream)(0),      // 0: aleph.host.v1.OutputChunk.Stream
-	(*ErrorDetail)(nil),          // 1: aleph.host.v1.ErrorDetail
-	(*ExecuteRequest)(nil),       // 2: aleph.host.v1.ExecuteRequest
-	(*ExecuteResponse)(nil),      // 3: aleph.host.v1.ExecuteResponse
-	(*OutputChunk)(nil),          // 4: aleph.host.v1.OutputChunk
-	(*Verdict)(nil),              // 5: aleph.host.v1.Verdict
-	(*ExecResult)(nil),           // 6: aleph.host.v1.ExecResult
-	(*Capabilities)(nil),         // 7: aleph.host.v1.Capabilities
-	(*ApprovalsRequest)(nil),     // 8: aleph.host.v1.ApprovalsRequest
-	(*ApprovalRequest)(nil),      // 9: aleph.host.v1.ApprovalRequest
-	(*ApproveRequest)(nil),       // 10: aleph.host.v1.ApproveRequest
-	(*ApproveResponse)(nil),      // 11: aleph.host.v1.ApproveResponse
-	(*SessionsRequest)(nil),      // 12: aleph.host.v1.SessionsRequest
-	(*ListSessions)(nil),         // 13: aleph.host.v1.ListSessions
-	(*DescribeSession)(nil),      // 14: aleph.host.v1.DescribeSession
-	(*ForgetSession)(nil),        // 15: aleph.host.v1.ForgetSession
-	(*Grant)(nil),                // 16: aleph.host.v1.Grant
-	(*Session)(nil),              // 17: aleph.host.v1.Session
-	(*SessionsResponse)(nil),     // 18: aleph.host.v1.SessionsResponse
-	(*GrantsRequest)(nil),        // 19: aleph.host.v1.GrantsRequest
-	(*ListGrants)(nil),           // 20: aleph.host.v1.ListGrants
-	(*RevokeGrant)(nil),          // 21: aleph.host.v1.RevokeGrant
-	(*ApplyNetworkGrant)(nil),    // 22: aleph.host.v1.ApplyNetworkGrant
-	(*GrantsResponse)(nil),       // 23: aleph.host.v1.GrantsResponse
-	(*CapabilitiesRequest)(nil),  // 24: aleph.host.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil), // 25: aleph.host.v1.CapabilitiesResponse
-	(*CheckPolicyRequest)(nil),   // 26: aleph.host.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil),  // 27: aleph.host.v1.CheckPolicyResponse
-	(*SignalRequest)(nil),        // 28: aleph.host.v1.SignalRequest
-	(*SignalResponse)(nil),       // 29: aleph.host.v1.SignalResponse
-	nil,                          // 30: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                          // 31: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
+	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
+	(*ExecuteRequest)(nil),            // 2: aleph.host.v1.ExecuteRequest
+	(*ExecuteResponse)(nil),           // 3: aleph.host.v1.ExecuteResponse
+	(*OutputChunk)(nil),               // 4: aleph.host.v1.OutputChunk
+	(*Verdict)(nil),                   // 5: aleph.host.v1.Verdict
+	(*ExecResult)(nil),                // 6: aleph.host.v1.ExecResult
+	(*Capabilities)(nil),              // 7: aleph.host.v1.Capabilities
+	(*ApprovalsRequest)(nil),          // 8: aleph.host.v1.ApprovalsRequest
+	(*ApprovalRequest)(nil),           // 9: aleph.host.v1.ApprovalRequest
+	(*ApproveRequest)(nil),            // 10: aleph.host.v1.ApproveRequest
+	(*ApproveResponse)(nil),           // 11: aleph.host.v1.ApproveResponse
+	(*SessionsRequest)(nil),           // 12: aleph.host.v1.SessionsRequest
+	(*ListSessions)(nil),              // 13: aleph.host.v1.ListSessions
+	(*DescribeSession)(nil),           // 14: aleph.host.v1.DescribeSession
+	(*ForgetSession)(nil),             // 15: aleph.host.v1.ForgetSession
+	(*Grant)(nil),                     // 16: aleph.host.v1.Grant
+	(*Session)(nil),                   // 17: aleph.host.v1.Session
+	(*SessionsResponse)(nil),          // 18: aleph.host.v1.SessionsResponse
+	(*GrantsRequest)(nil),             // 19: aleph.host.v1.GrantsRequest
+	(*ListGrants)(nil),                // 20: aleph.host.v1.ListGrants
+	(*RevokeGrant)(nil),               // 21: aleph.host.v1.RevokeGrant
+	(*ApplyNetworkGrant)(nil),         // 22: aleph.host.v1.ApplyNetworkGrant
+	(*GrantsResponse)(nil),            // 23: aleph.host.v1.GrantsResponse
+	(*CapabilitiesRequest)(nil),       // 24: aleph.host.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),      // 25: aleph.host.v1.CapabilitiesResponse
+	(*CheckPolicyRequest)(nil),        // 26: aleph.host.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),       // 27: aleph.host.v1.CheckPolicyResponse
+	(*SignalRequest)(nil),             // 28: aleph.host.v1.SignalRequest
+	(*SignalResponse)(nil),            // 29: aleph.host.v1.SignalResponse
+	(*StartProcessRequest)(nil),       // 30: aleph.host.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),      // 31: aleph.host.v1.StartProcessResponse
+	(*WriteProcessRequest)(nil),       // 32: aleph.host.v1.WriteProcessRequest
+	(*WriteProcessResponse)(nil),      // 33: aleph.host.v1.WriteProcessResponse
+	(*CloseProcessStdinRequest)(nil),  // 34: aleph.host.v1.CloseProcessStdinRequest
+	(*CloseProcessStdinResponse)(nil), // 35: aleph.host.v1.CloseProcessStdinResponse
+	(*ReadProcessRequest)(nil),        // 36: aleph.host.v1.ReadProcessRequest
+	(*ReadProcessResponse)(nil),       // 37: aleph.host.v1.ReadProcessResponse
+	(*SignalProcessRequest)(nil),      // 38: aleph.host.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),     // 39: aleph.host.v1.SignalProcessResponse
+	(*ResizeProcessRequest)(nil),      // 40: aleph.host.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 41: aleph.host.v1.ResizeProcessResponse
+	(*WaitProcessRequest)(nil),        // 42: aleph.host.v1.WaitProcessRequest
+	(*WaitProcessResponse)(nil),       // 43: aleph.host.v1.WaitProcessResponse
+	(*ListProcessesRequest)(nil),      // 44: aleph.host.v1.ListProcessesRequest
+	(*ProcessInfo)(nil),               // 45: aleph.host.v1.ProcessInfo
+	(*ListProcessesResponse)(nil),     // 46: aleph.host.v1.ListProcessesResponse
+	nil,                               // 47: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 48: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	30, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	31, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	47, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	48, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	4,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
 	9,  // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	6,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
@@ -2279,27 +3236,47 @@ var file_host_proto_depIdxs = []int32{
 	21, // 17: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
 	22, // 18: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
 	16, // 19: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
-	2,  // 20: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
-	8,  // 21: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
-	10, // 22: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
-	12, // 23: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
-	19, // 24: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
-	24, // 25: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
-	26, // 26: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
-	28, // 27: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
-	3,  // 28: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	9,  // 29: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	11, // 30: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	18, // 31: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	23, // 32: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	25, // 33: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	27, // 34: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	29, // 35: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	28, // [28:36] is the sub-list for method output_type
-	20, // [20:28] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	2,  // 20: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
+	6,  // 21: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	6,  // 22: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	45, // 23: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
+	2,  // 24: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
+	8,  // 25: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
+	10, // 26: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
+	12, // 27: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
+	19, // 28: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
+	24, // 29: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
+	26, // 30: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
+	28, // 31: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
+	30, // 32: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
+	32, // 33: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
+	34, // 34: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
+	36, // 35: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
+	38, // 36: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
+	40, // 37: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
+	42, // 38: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
+	44, // 39: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
+	3,  // 40: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	9,  // 41: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	11, // 42: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	18, // 43: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	23, // 44: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	25, // 45: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	27, // 46: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	29, // 47: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	31, // 48: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	33, // 49: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	35, // 50: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	37, // 51: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	39, // 52: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	41, // 53: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	43, // 54: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	46, // 55: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	40, // [40:56] is the sub-list for method output_type
+	24, // [24:40] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_host_proto_init() }
@@ -2328,7 +3305,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   31,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,6 +56,23 @@ const (
 	ServiceCheckPolicyProcedure = "/aleph.host.v1.Service/CheckPolicy"
 	// ServiceSignalProcedure is the fully-qualified name of the Service's Signal RPC.
 	ServiceSignalProcedure = "/aleph.host.v1.Service/Signal"
+	// ServiceStartProcessProcedure is the fully-qualified name of the Service's StartProcess RPC.
+	ServiceStartProcessProcedure = "/aleph.host.v1.Service/StartProcess"
+	// ServiceWriteProcessProcedure is the fully-qualified name of the Service's WriteProcess RPC.
+	ServiceWriteProcessProcedure = "/aleph.host.v1.Service/WriteProcess"
+	// ServiceCloseProcessStdinProcedure is the fully-qualified name of the Service's CloseProcessStdin
+	// RPC.
+	ServiceCloseProcessStdinProcedure = "/aleph.host.v1.Service/CloseProcessStdin"
+	// ServiceReadProcessProcedure is the fully-qualified name of the Service's ReadProcess RPC.
+	ServiceReadProcessProcedure = "/aleph.host.v1.Service/ReadProcess"
+	// ServiceSignalProcessProcedure is the fully-qualified name of the Service's SignalProcess RPC.
+	ServiceSignalProcessProcedure = "/aleph.host.v1.Service/SignalProcess"
+	// ServiceResizeProcessProcedure is the fully-qualified name of the Service's ResizeProcess RPC.
+	ServiceResizeProcessProcedure = "/aleph.host.v1.Service/ResizeProcess"
+	// ServiceWaitProcessProcedure is the fully-qualified name of the Service's WaitProcess RPC.
+	ServiceWaitProcessProcedure = "/aleph.host.v1.Service/WaitProcess"
+	// ServiceListProcessesProcedure is the fully-qualified name of the Service's ListProcesses RPC.
+	ServiceListProcessesProcedure = "/aleph.host.v1.Service/ListProcesses"
 )
 
 // ServiceClient is a client for the aleph.host.v1.Service service.
@@ -81,6 +98,24 @@ type ServiceClient interface {
 	// forwards the SIGTERM, SIGINT or SIGHUP it receives). The command
 	// decides what the signal means, as in-process.
 	Signal(context.Context, *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error)
+	// Processes that outlive the call that started them, within their
+	// session (docs/serve.md, "Interactive processes"). StartProcess returns
+	// once the process is under way; its refusal, if the pipeline refuses
+	// it, is its result. Every call but StartProcess names it by id; an
+	// unknown id is NotFound with reason_code process_unknown.
+	StartProcess(context.Context, *connect.Request[hostv1.StartProcessRequest]) (*connect.Response[hostv1.StartProcessResponse], error)
+	WriteProcess(context.Context, *connect.Request[hostv1.WriteProcessRequest]) (*connect.Response[hostv1.WriteProcessResponse], error)
+	CloseProcessStdin(context.Context, *connect.Request[hostv1.CloseProcessStdinRequest]) (*connect.Response[hostv1.CloseProcessStdinResponse], error)
+	// ReadProcess is unary with a wait, so clients on HTTP/1.1 can follow
+	// the output: it answers as soon as there is output past offset, the
+	// process has ended, or wait_seconds have passed.
+	ReadProcess(context.Context, *connect.Request[hostv1.ReadProcessRequest]) (*connect.Response[hostv1.ReadProcessResponse], error)
+	SignalProcess(context.Context, *connect.Request[hostv1.SignalProcessRequest]) (*connect.Response[hostv1.SignalProcessResponse], error)
+	ResizeProcess(context.Context, *connect.Request[hostv1.ResizeProcessRequest]) (*connect.Response[hostv1.ResizeProcessResponse], error)
+	// WaitProcess waits for the end and removes the process from its
+	// session's table (later calls for its id are NotFound).
+	WaitProcess(context.Context, *connect.Request[hostv1.WaitProcessRequest]) (*connect.Response[hostv1.WaitProcessResponse], error)
+	ListProcesses(context.Context, *connect.Request[hostv1.ListProcessesRequest]) (*connect.Response[hostv1.ListProcessesResponse], error)
 }
 
 // NewServiceClient constructs a client for the aleph.host.v1.Service service. By default, it uses
@@ -142,19 +177,75 @@ func NewServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(serviceMethods.ByName("Signal")),
 			connect.WithClientOptions(opts...),
 		),
+		startProcess: connect.NewClient[hostv1.StartProcessRequest, hostv1.StartProcessResponse](
+			httpClient,
+			baseURL+ServiceStartProcessProcedure,
+			connect.WithSchema(serviceMethods.ByName("StartProcess")),
+			connect.WithClientOptions(opts...),
+		),
+		writeProcess: connect.NewClient[hostv1.WriteProcessRequest, hostv1.WriteProcessResponse](
+			httpClient,
+			baseURL+ServiceWriteProcessProcedure,
+			connect.WithSchema(serviceMethods.ByName("WriteProcess")),
+			connect.WithClientOptions(opts...),
+		),
+		closeProcessStdin: connect.NewClient[hostv1.CloseProcessStdinRequest, hostv1.CloseProcessStdinResponse](
+			httpClient,
+			baseURL+ServiceCloseProcessStdinProcedure,
+			connect.WithSchema(serviceMethods.ByName("CloseProcessStdin")),
+			connect.WithClientOptions(opts...),
+		),
+		readProcess: connect.NewClient[hostv1.ReadProcessRequest, hostv1.ReadProcessResponse](
+			httpClient,
+			baseURL+ServiceReadProcessProcedure,
+			connect.WithSchema(serviceMethods.ByName("ReadProcess")),
+			connect.WithClientOptions(opts...),
+		),
+		signalProcess: connect.NewClient[hostv1.SignalProcessRequest, hostv1.SignalProcessResponse](
+			httpClient,
+			baseURL+ServiceSignalProcessProcedure,
+			connect.WithSchema(serviceMethods.ByName("SignalProcess")),
+			connect.WithClientOptions(opts...),
+		),
+		resizeProcess: connect.NewClient[hostv1.ResizeProcessRequest, hostv1.ResizeProcessResponse](
+			httpClient,
+			baseURL+ServiceResizeProcessProcedure,
+			connect.WithSchema(serviceMethods.ByName("ResizeProcess")),
+			connect.WithClientOptions(opts...),
+		),
+		waitProcess: connect.NewClient[hostv1.WaitProcessRequest, hostv1.WaitProcessResponse](
+			httpClient,
+			baseURL+ServiceWaitProcessProcedure,
+			connect.WithSchema(serviceMethods.ByName("WaitProcess")),
+			connect.WithClientOptions(opts...),
+		),
+		listProcesses: connect.NewClient[hostv1.ListProcessesRequest, hostv1.ListProcessesResponse](
+			httpClient,
+			baseURL+ServiceListProcessesProcedure,
+			connect.WithSchema(serviceMethods.ByName("ListProcesses")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // serviceClient implements ServiceClient.
 type serviceClient struct {
-	execute      *connect.Client[hostv1.ExecuteRequest, hostv1.ExecuteResponse]
-	approvals    *connect.Client[hostv1.ApprovalsRequest, hostv1.ApprovalRequest]
-	approve      *connect.Client[hostv1.ApproveRequest, hostv1.ApproveResponse]
-	sessions     *connect.Client[hostv1.SessionsRequest, hostv1.SessionsResponse]
-	grants       *connect.Client[hostv1.GrantsRequest, hostv1.GrantsResponse]
-	capabilities *connect.Client[hostv1.CapabilitiesRequest, hostv1.CapabilitiesResponse]
-	checkPolicy  *connect.Client[hostv1.CheckPolicyRequest, hostv1.CheckPolicyResponse]
-	signal       *connect.Client[hostv1.SignalRequest, hostv1.SignalResponse]
+	execute           *connect.Client[hostv1.ExecuteRequest, hostv1.ExecuteResponse]
+	approvals         *connect.Client[hostv1.ApprovalsRequest, hostv1.ApprovalRequest]
+	approve           *connect.Client[hostv1.ApproveRequest, hostv1.ApproveResponse]
+	sessions          *connect.Client[hostv1.SessionsRequest, hostv1.SessionsResponse]
+	grants            *connect.Client[hostv1.GrantsRequest, hostv1.GrantsResponse]
+	capabilities      *connect.Client[hostv1.CapabilitiesRequest, hostv1.CapabilitiesResponse]
+	checkPolicy       *connect.Client[hostv1.CheckPolicyRequest, hostv1.CheckPolicyResponse]
+	signal            *connect.Client[hostv1.SignalRequest, hostv1.SignalResponse]
+	startProcess      *connect.Client[hostv1.StartProcessRequest, hostv1.StartProcessResponse]
+	writeProcess      *connect.Client[hostv1.WriteProcessRequest, hostv1.WriteProcessResponse]
+	closeProcessStdin *connect.Client[hostv1.CloseProcessStdinRequest, hostv1.CloseProcessStdinResponse]
+	readProcess       *connect.Client[hostv1.ReadProcessRequest, hostv1.ReadProcessResponse]
+	signalProcess     *connect.Client[hostv1.SignalProcessRequest, hostv1.SignalProcessResponse]
+	resizeProcess     *connect.Client[hostv1.ResizeProcessRequest, hostv1.ResizeProcessResponse]
+	waitProcess       *connect.Client[hostv1.WaitProcessRequest, hostv1.WaitProcessResponse]
+	listProcesses     *connect.Client[hostv1.ListProcessesRequest, hostv1.ListProcessesResponse]
 }
 
 // Execute calls aleph.host.v1.Service.Execute.
@@ -197,6 +288,46 @@ func (c *serviceClient) Signal(ctx context.Context, req *connect.Request[hostv1.
 	return c.signal.CallUnary(ctx, req)
 }
 
+// StartProcess calls aleph.host.v1.Service.StartProcess.
+func (c *serviceClient) StartProcess(ctx context.Context, req *connect.Request[hostv1.StartProcessRequest]) (*connect.Response[hostv1.StartProcessResponse], error) {
+	return c.startProcess.CallUnary(ctx, req)
+}
+
+// WriteProcess calls aleph.host.v1.Service.WriteProcess.
+func (c *serviceClient) WriteProcess(ctx context.Context, req *connect.Request[hostv1.WriteProcessRequest]) (*connect.Response[hostv1.WriteProcessResponse], error) {
+	return c.writeProcess.CallUnary(ctx, req)
+}
+
+// CloseProcessStdin calls aleph.host.v1.Service.CloseProcessStdin.
+func (c *serviceClient) CloseProcessStdin(ctx context.Context, req *connect.Request[hostv1.CloseProcessStdinRequest]) (*connect.Response[hostv1.CloseProcessStdinResponse], error) {
+	return c.closeProcessStdin.CallUnary(ctx, req)
+}
+
+// ReadProcess calls aleph.host.v1.Service.ReadProcess.
+func (c *serviceClient) ReadProcess(ctx context.Context, req *connect.Request[hostv1.ReadProcessRequest]) (*connect.Response[hostv1.ReadProcessResponse], error) {
+	return c.readProcess.CallUnary(ctx, req)
+}
+
+// SignalProcess calls aleph.host.v1.Service.SignalProcess.
+func (c *serviceClient) SignalProcess(ctx context.Context, req *connect.Request[hostv1.SignalProcessRequest]) (*connect.Response[hostv1.SignalProcessResponse], error) {
+	return c.signalProcess.CallUnary(ctx, req)
+}
+
+// ResizeProcess calls aleph.host.v1.Service.ResizeProcess.
+func (c *serviceClient) ResizeProcess(ctx context.Context, req *connect.Request[hostv1.ResizeProcessRequest]) (*connect.Response[hostv1.ResizeProcessResponse], error) {
+	return c.resizeProcess.CallUnary(ctx, req)
+}
+
+// WaitProcess calls aleph.host.v1.Service.WaitProcess.
+func (c *serviceClient) WaitProcess(ctx context.Context, req *connect.Request[hostv1.WaitProcessRequest]) (*connect.Response[hostv1.WaitProcessResponse], error) {
+	return c.waitProcess.CallUnary(ctx, req)
+}
+
+// ListProcesses calls aleph.host.v1.Service.ListProcesses.
+func (c *serviceClient) ListProcesses(ctx context.Context, req *connect.Request[hostv1.ListProcessesRequest]) (*connect.Response[hostv1.ListProcessesResponse], error) {
+	return c.listProcesses.CallUnary(ctx, req)
+}
+
 // ServiceHandler is an implementation of the aleph.host.v1.Service service.
 type ServiceHandler interface {
 	// Execute runs one command: output chunks in order of arrival, then one
@@ -220,6 +351,24 @@ type ServiceHandler interface {
 	// forwards the SIGTERM, SIGINT or SIGHUP it receives). The command
 	// decides what the signal means, as in-process.
 	Signal(context.Context, *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error)
+	// Processes that outlive the call that started them, within their
+	// session (docs/serve.md, "Interactive processes"). StartProcess returns
+	// once the process is under way; its refusal, if the pipeline refuses
+	// it, is its result. Every call but StartProcess names it by id; an
+	// unknown id is NotFound with reason_code process_unknown.
+	StartProcess(context.Context, *connect.Request[hostv1.StartProcessRequest]) (*connect.Response[hostv1.StartProcessResponse], error)
+	WriteProcess(context.Context, *connect.Request[hostv1.WriteProcessRequest]) (*connect.Response[hostv1.WriteProcessResponse], error)
+	CloseProcessStdin(context.Context, *connect.Request[hostv1.CloseProcessStdinRequest]) (*connect.Response[hostv1.CloseProcessStdinResponse], error)
+	// ReadProcess is unary with a wait, so clients on HTTP/1.1 can follow
+	// the output: it answers as soon as there is output past offset, the
+	// process has ended, or wait_seconds have passed.
+	ReadProcess(context.Context, *connect.Request[hostv1.ReadProcessRequest]) (*connect.Response[hostv1.ReadProcessResponse], error)
+	SignalProcess(context.Context, *connect.Request[hostv1.SignalProcessRequest]) (*connect.Response[hostv1.SignalProcessResponse], error)
+	ResizeProcess(context.Context, *connect.Request[hostv1.ResizeProcessRequest]) (*connect.Response[hostv1.ResizeProcessResponse], error)
+	// WaitProcess waits for the end and removes the process from its
+	// session's table (later calls for its id are NotFound).
+	WaitProcess(context.Context, *connect.Request[hostv1.WaitProcessRequest]) (*connect.Response[hostv1.WaitProcessResponse], error)
+	ListProcesses(context.Context, *connect.Request[hostv1.ListProcessesRequest]) (*connect.Response[hostv1.ListProcessesResponse], error)
 }
 
 // NewServiceHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -277,6 +426,54 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(serviceMethods.ByName("Signal")),
 		connect.WithHandlerOptions(opts...),
 	)
+	serviceStartProcessHandler := connect.NewUnaryHandler(
+		ServiceStartProcessProcedure,
+		svc.StartProcess,
+		connect.WithSchema(serviceMethods.ByName("StartProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceWriteProcessHandler := connect.NewUnaryHandler(
+		ServiceWriteProcessProcedure,
+		svc.WriteProcess,
+		connect.WithSchema(serviceMethods.ByName("WriteProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceCloseProcessStdinHandler := connect.NewUnaryHandler(
+		ServiceCloseProcessStdinProcedure,
+		svc.CloseProcessStdin,
+		connect.WithSchema(serviceMethods.ByName("CloseProcessStdin")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceReadProcessHandler := connect.NewUnaryHandler(
+		ServiceReadProcessProcedure,
+		svc.ReadProcess,
+		connect.WithSchema(serviceMethods.ByName("ReadProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceSignalProcessHandler := connect.NewUnaryHandler(
+		ServiceSignalProcessProcedure,
+		svc.SignalProcess,
+		connect.WithSchema(serviceMethods.ByName("SignalProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceResizeProcessHandler := connect.NewUnaryHandler(
+		ServiceResizeProcessProcedure,
+		svc.ResizeProcess,
+		connect.WithSchema(serviceMethods.ByName("ResizeProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceWaitProcessHandler := connect.NewUnaryHandler(
+		ServiceWaitProcessProcedure,
+		svc.WaitProcess,
+		connect.WithSchema(serviceMethods.ByName("WaitProcess")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceListProcessesHandler := connect.NewUnaryHandler(
+		ServiceListProcessesProcedure,
+		svc.ListProcesses,
+		connect.WithSchema(serviceMethods.ByName("ListProcesses")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/aleph.host.v1.Service/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ServiceExecuteProcedure:
@@ -295,6 +492,22 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 			serviceCheckPolicyHandler.ServeHTTP(w, r)
 		case ServiceSignalProcedure:
 			serviceSignalHandler.ServeHTTP(w, r)
+		case ServiceStartProcessProcedure:
+			serviceStartProcessHandler.ServeHTTP(w, r)
+		case ServiceWriteProcessProcedure:
+			serviceWriteProcessHandler.ServeHTTP(w, r)
+		case ServiceCloseProcessStdinProcedure:
+			serviceCloseProcessStdinHandler.ServeHTTP(w, r)
+		case ServiceReadProcessProcedure:
+			serviceReadProcessHandler.ServeHTTP(w, r)
+		case ServiceSignalProcessProcedure:
+			serviceSignalProcessHandler.ServeHTTP(w, r)
+		case ServiceResizeProcessProcedure:
+			serviceResizeProcessHandler.ServeHTTP(w, r)
+		case ServiceWaitProcessProcedure:
+			serviceWaitProcessHandler.ServeHTTP(w, r)
+		case ServiceListProcessesProcedure:
+			serviceListProcessesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -334,4 +547,36 @@ func (UnimplementedServiceHandler) CheckPolicy(context.Context, *connect.Request
 
 func (UnimplementedServiceHandler) Signal(context.Context, *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Signal is not implemented"))
+}
+
+func (UnimplementedServiceHandler) StartProcess(context.Context, *connect.Request[hostv1.StartProcessRequest]) (*connect.Response[hostv1.StartProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.StartProcess is not implemented"))
+}
+
+func (UnimplementedServiceHandler) WriteProcess(context.Context, *connect.Request[hostv1.WriteProcessRequest]) (*connect.Response[hostv1.WriteProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.WriteProcess is not implemented"))
+}
+
+func (UnimplementedServiceHandler) CloseProcessStdin(context.Context, *connect.Request[hostv1.CloseProcessStdinRequest]) (*connect.Response[hostv1.CloseProcessStdinResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.CloseProcessStdin is not implemented"))
+}
+
+func (UnimplementedServiceHandler) ReadProcess(context.Context, *connect.Request[hostv1.ReadProcessRequest]) (*connect.Response[hostv1.ReadProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.ReadProcess is not implemented"))
+}
+
+func (UnimplementedServiceHandler) SignalProcess(context.Context, *connect.Request[hostv1.SignalProcessRequest]) (*connect.Response[hostv1.SignalProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.SignalProcess is not implemented"))
+}
+
+func (UnimplementedServiceHandler) ResizeProcess(context.Context, *connect.Request[hostv1.ResizeProcessRequest]) (*connect.Response[hostv1.ResizeProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.ResizeProcess is not implemented"))
+}
+
+func (UnimplementedServiceHandler) WaitProcess(context.Context, *connect.Request[hostv1.WaitProcessRequest]) (*connect.Response[hostv1.WaitProcessResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.WaitProcess is not implemented"))
+}
+
+func (UnimplementedServiceHandler) ListProcesses(context.Context, *connect.Request[hostv1.ListProcessesRequest]) (*connect.Response[hostv1.ListProcessesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.ListProcesses is not implemented"))
 }
