@@ -1643,7 +1643,7 @@ func (h *escapeHarness) killDriver(t *testing.T, ws string, early time.Duration)
 			// The command's own launcher (its argv carries the marker),
 			// not the driver's start-up probe sandbox: killing the driver
 			// during the probe only makes the host relaunch it.
-			ready := d > 0 && cmdlineHas(childNamed(d, h.launcher()), marker)
+			ready := d > 0 && cmdlineHas(descendantNamed(d, h.launcher(), 3), marker)
 			if early < 0 {
 				ready = d > 0 && commWith(marker, "probe")
 			}
@@ -1700,6 +1700,27 @@ func commWith(marker, comm string) bool {
 		}
 	}
 	return false
+}
+
+// descendantNamed is childNamed over up to depth generations below ppid:
+// unprivileged, a command sharing its session's network namespace is
+// started through nsenter and unshare, so bwrap is the driver's grandchild.
+func descendantNamed(ppid int, name string, depth int) int {
+	if p := childNamed(ppid, name); p > 0 || depth <= 1 {
+		return p
+	}
+	base := "/proc/" + strconv.Itoa(ppid) + "/task/"
+	tasks, _ := os.ReadDir(base)
+	for _, tk := range tasks {
+		b, _ := os.ReadFile(base + tk.Name() + "/children")
+		for _, f := range strings.Fields(string(b)) {
+			c, _ := strconv.Atoi(f)
+			if p := descendantNamed(c, name, depth-1); p > 0 {
+				return p
+			}
+		}
+	}
+	return 0
 }
 
 // childNamed returns a child of ppid whose comm starts with name (from the

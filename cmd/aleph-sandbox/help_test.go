@@ -137,6 +137,10 @@ func TestFlagErrorsSpellFlagsWithTwoDashes(t *testing.T) {
 // goIdentifier matches what a Go API name looks like in a message: a
 // qualified name (Command.SessionID, core.Config) or a mixed-case word
 // (SessionID, WithSession, MaxOutputBytes).
+// pathToken is a path in a message (a temporary directory's random name
+// looks like an identifier).
+var pathToken = regexp.MustCompile(`[^\s"\\]*/[^\s"\\]*`)
+
 var goIdentifier = regexp.MustCompile(`\b[A-Za-z]+\.[A-Z][A-Za-z]+\b|\b[A-Z][a-z]+[A-Z][A-Za-z]*\b|\b[a-z]+[A-Z][A-Za-z]*\b`)
 
 // The CLI's refusals of common mistakes name the flag, never a Go API
@@ -175,7 +179,7 @@ func TestMessagesNameFlagsNotGoIdentifiers(t *testing.T) {
 				t.Errorf("%q: exit %d, %q; want 125 naming %s", args, r.code, msg, c.flag)
 			}
 			// Paths and JSON keys are not identifiers; the message is.
-			text := strings.NewReplacer(missing, "", ws, "").Replace(msg)
+			text := pathToken.ReplaceAllString(strings.NewReplacer(missing, "", ws, "").Replace(msg), "")
 			if m := goIdentifier.FindString(text); m != "" {
 				t.Errorf("%q: the message names %q, a Go identifier: %q", args, m, msg)
 			}
