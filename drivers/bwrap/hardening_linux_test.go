@@ -302,11 +302,17 @@ func childWithComm(pid int, comm string) bool {
 func TestDriverDeathDuringSetup(t *testing.T) {
 	local := testDriver(t, Options{})
 	before := commandCgroups(local)
+	var killed []int // the plugins' pids
 	defer func() {
-		// The dead drivers cannot remove their command cgroups.
+		// The dead drivers cannot remove their command cgroups. Only
+		// theirs (named after them): other test processes run commands
+		// meanwhile, and removing one of their cgroups between its
+		// creation and its first member fails that command.
 		for dir := range commandCgroups(local) {
-			if !before[dir] {
-				_ = os.Remove(dir)
+			for _, pid := range killed {
+				if !before[dir] && strings.HasPrefix(filepath.Base(dir), cgroupPrefix+strconv.Itoa(pid)+"-") {
+					_ = os.Remove(dir)
+				}
 			}
 		}
 	}()
@@ -336,6 +342,7 @@ func TestDriverDeathDuringSetup(t *testing.T) {
 			done <- err
 		}()
 		pid := p.Pid()
+		killed = append(killed, pid)
 		// Bounds for a loaded machine, not expected durations: each wait
 		// below ends as soon as what it waits for happens.
 		deadline := time.Now().Add(60 * time.Second)
