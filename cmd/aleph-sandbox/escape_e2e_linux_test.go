@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -290,11 +291,12 @@ func (h *escapeHarness) run(t *testing.T, o runOpts, sub string) cliResult {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	stopHWM := sampleHWM(cmd.Process.Pid)
 	if o.start != nil {
 		o.start(cmd)
 	}
 	err := cmd.Wait()
-	r := cliResult{stdout: out.String(), stderr: errb.String(), dur: time.Since(begin), cmd: cmd}
+	r := cliResult{stdout: out.String(), stderr: errb.String(), dur: time.Since(begin), cmd: cmd, maxRSSKiB: stopHWM()}
 	if ctx.Err() != nil {
 		t.Fatalf("aleph-sandbox %s did not finish: %v\nstderr: %s", strings.Join(args, " "), err, r.stderr)
 	}
@@ -305,10 +307,60 @@ func (h *escapeHarness) run(t *testing.T, o runOpts, sub string) cliResult {
 	case err != nil:
 		t.Fatal(err)
 	}
-	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		r.maxRSSKiB = ru.Maxrss
-	}
 	return r
+}
+
+// sampleHWM follows the peak RSS (VmHWM, KiB) of the process pid until the
+// returned function is called, which returns it. Not the rusage of its
+// wait: os/exec starts a child with vfork, whose execve folds the parent's
+// peak into the child's maxrss, so that reports the test process's own
+// peak (300 MB and more with -race after a while), not the CLI's. VmHWM
+// belongs to the CLI's memory alone, and only grows: the last sample
+// before the exit holds the peak up to then. /proc/PID is opened once, so
+// a pid reused after the exit is never read.
+func sampleHWM(pid int) (stop func() int64) {
+	dir, err := unix.Open("/proc/"+strconv.Itoa(pid), unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return func() int64 { return -1 }
+	}
+	var peak atomic.Int64
+	read := func() {
+		fd, err := unix.Openat(dir, "status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return
+		}
+		f := os.NewFile(uintptr(fd), "status")
+		defer f.Close()
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+				if n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64); err == nil && n > peak.Load() {
+					peak.Store(n)
+				}
+			}
+		}
+	}
+	read()
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(5 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-tick.C:
+				read()
+			}
+		}
+	}()
+	return func() int64 {
+		close(quit)
+		<-done
+		unix.Close(dir)
+		return peak.Load()
+	}
 }
 
 // exec runs `aleph-sandbox exec --workspace-root R [--workspace WS] FLAGS -- PROGRAM...`.
