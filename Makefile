@@ -51,7 +51,7 @@ test-typescript: build
 		(git status --short -- clients/typescript/dist; echo "clients/typescript/dist is stale: commit what tsc built" >&2; exit 1)
 
 # The service under full load: 64 clients × 50 commands over the real
-# socket, every answer checked, nothing leaked, the server's RSS back to its
+# socket, every answer checked, nothing leaked, the server's live heap back to its
 # baseline (the default test run uses 16 × 10). A few minutes here.
 test-serve-load:
 	ALEPH_SANDBOX_LOAD_FULL=1 $(GO) test -count=1 -v -timeout 30m -run 'TestServeLoad$$' ./cmd/aleph-sandbox

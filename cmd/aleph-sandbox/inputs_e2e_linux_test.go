@@ -185,10 +185,10 @@ func TestInputsE2E(t *testing.T) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); !ok || ws.Signaled() {
 			t.Fatalf("the CLI was killed (%v) instead of exiting %d", ee, exitBrokenPipe)
 		}
-		if left := waitGone(marker, 5*time.Second); len(left) > 0 {
+		if left := waitGone(marker, goneWithin); len(left) > 0 {
 			t.Fatalf("command processes left: %v", left)
 		}
-		if left := waitGone(h.bin, 5*time.Second); len(left) > 0 {
+		if left := waitGone(h.bin, goneWithin); len(left) > 0 {
 			t.Fatalf("driver processes left: %v", left)
 		}
 	})

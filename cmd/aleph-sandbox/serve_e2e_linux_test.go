@@ -32,6 +32,8 @@ import (
 // the private directories a `serve` process runs with.
 type serveHarness struct {
 	bin, home string
+	// env is added to the environment of the serve processes started.
+	env []string
 }
 
 func newServeHarness(t testing.TB) *serveHarness {
@@ -123,6 +125,7 @@ func (h *serveHarness) startNoWait(t testing.TB, sock, config string, extra ...s
 	}
 	cmd.Env = append(env, "XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+t.TempDir(),
 		"ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+filepath.Join(data, "ws"), "ALEPH_SANDBOX_SANDBOX__AUDIT_LOG=")
+	cmd.Env = append(cmd.Env, h.env...)
 	p := &serveProc{cmd: cmd, sock: sock, stderr: &lockedBuffer{}, done: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {

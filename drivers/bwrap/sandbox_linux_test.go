@@ -124,9 +124,14 @@ func TestEnvironment(t *testing.T) {
 	go func() {
 		done <- drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, env, "/bin/sh", "-c", "sleep 5; :", marker)
 	}()
+	// The target is the sh whose parent is sandbox-init: the shell forks
+	// to run sleep, and that child is an sh with the same argv until its
+	// execve, so "any sh" can be two processes. Once the target exists,
+	// bwrap's clone has long become sandbox-init.
 	var bwraps, inits, targets []string
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && len(targets) == 0; time.Sleep(10 * time.Millisecond) {
 		bwraps, inits, targets = nil, nil, nil
+		var shells [][2]string // pid, ppid
 		for _, p := range argvProcs(marker) {
 			f := strings.Fields(p)
 			switch f[1] {
@@ -135,7 +140,12 @@ func TestEnvironment(t *testing.T) {
 			case filepath.Base(InitPath):
 				inits = append(inits, f[0])
 			case "sh":
-				targets = append(targets, f[0])
+				shells = append(shells, [2]string{f[0], strings.TrimSuffix(f[3], ",")})
+			}
+		}
+		for _, sh := range shells {
+			if len(inits) == 1 && sh[1] == inits[0] {
+				targets = append(targets, sh[0])
 			}
 		}
 	}
