@@ -9,6 +9,10 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
+// tinyMemoryMB is the largest --memory that gets the "too small to start"
+// hint with a kill for memory: below a few MiB no program gets going.
+const tinyMemoryMB = 4
+
 // execNotes says on stderr, in text mode, what would otherwise pass in
 // silence or leave a user guessing: which flag asked for a denied elevation
 // and how to approve it, output cut at the budget, a kill for memory, and a
@@ -27,7 +31,13 @@ func execNotes(io stdio, f *runFlags, out *core.Output, err error) {
 		if f.memoryMB > 0 {
 			limit = fmt.Sprintf("its memory limit (--memory %d)", f.memoryMB)
 		}
-		fmt.Fprintf(io.Err, "aleph-sandbox: the command was killed for exceeding %s\n", limit)
+		hint := ""
+		if f.memoryMB > 0 && f.memoryMB <= tinyMemoryMB {
+			// Killed as it started (or, a moment earlier, while its
+			// sandbox was set up: the driver's MemoryTooSmallError).
+			hint = fmt.Sprintf(": %d MiB is too small to start the program (hint: a sandbox needs about 2 MiB before the program starts, and the program its own share on top: try tens of MiB or more)", f.memoryMB)
+		}
+		fmt.Fprintf(io.Err, "aleph-sandbox: the command was killed for exceeding %s%s\n", limit, hint)
 	}
 	if e.Truncated {
 		fmt.Fprintf(io.Err, "aleph-sandbox: output truncated: the command wrote %d bytes to stdout and %d to stderr, more than the output budget keeps (raise it with --max-output)\n",
