@@ -2238,6 +2238,14 @@ func benchRawRow(t *testing.T, h *escapeHarness) {
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &o) != nil {
 		t.Fatalf("bench: exit %d %q %q", r.code, r.stdout, r.stderr)
 	}
+	if h.claims.tier == "landlock" {
+		// No namespaces: raw bwrap cannot run, bench says so and gives the
+		// other rows.
+		if o.RawP50MS != 0 || !strings.Contains(r.stderr, "no raw bwrap row") {
+			t.Errorf("Landlock tier: raw_p50_ms %v, stderr %q: want no raw row, said", o.RawP50MS, r.stderr)
+		}
+		return
+	}
 	if o.Backend != "bwrap" || o.RawP50MS <= 0 || o.WarmVsRaw <= 0 {
 		t.Errorf("bench --json: backend %q, raw_p50_ms %v, warm_vs_raw %v: want the raw bwrap row", o.Backend, o.RawP50MS, o.WarmVsRaw)
 	}
