@@ -7,3 +7,9 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq $pkgs >/dev/null
+# The TypeScript client's tests need Node >= 18 and npm (its pinned
+# compiler comes from the lockfile: `make test-typescript` runs npm ci).
+if ! command -v npm >/dev/null; then
+	$sudo apt-get install -y -qq nodejs npm >/dev/null
+fi
+node -e 'if (+process.versions.node.split(".")[0] < 18) { console.error("Node >= 18 is needed, found " + process.version); process.exit(1) }'
