@@ -7,7 +7,7 @@ import (
 
 // ConfigSections are the loader options that give core the schemas of the
 // sections the runtime's in-process components own ([sandbox.rate_limit],
-// the rate-limit hook's). With them core.LoadConfig refuses those
+// the rate-limit hook's; [sandbox.processes], the process table's). With them core.LoadConfig refuses those
 // sections' unknown keys and bad values by their full names and fills
 // their owners' defaults. A driver's section ([sandbox.linux]) is not
 // among them: the driver validates it when the runtime hands it over.
@@ -15,6 +15,10 @@ func ConfigSections() []core.LoadOption {
 	return []core.LoadOption{
 		core.WithSection(ratelimit.Schema(), func(b []byte) error {
 			_, err := ratelimit.ParseConfig(b)
+			return err
+		}),
+		core.WithSection(core.ProcessSchema(), func(b []byte) error {
+			_, err := core.ParseProcessConfig(b)
 			return err
 		}),
 	}

@@ -75,6 +75,9 @@ type SandboxConfig struct {
 	// Session is what every session starts with: its baseline and the
 	// child's HOME.
 	Session SessionConfig `koanf:"session" json:"session" toml:"session"`
+	// Processes is owned by the process table (procsconfig.go: its type,
+	// defaults and validation), kept as a Section.
+	Processes Section `koanf:"processes" json:"processes" toml:"processes"`
 }
 
 // SessionConfig is [sandbox.session].
@@ -325,6 +328,7 @@ func DefaultConfig() Config {
 		Linux:     Section{},
 		Protected: ProtectedConfig{Add: []string{}, Remove: []string{}},
 		Session:   SessionConfig{Baseline: "strict", Home: HomeSession},
+		Processes: Section{},
 	}}
 	if data != "" {
 		c.Sandbox.WorkspaceRoot = filepath.Join(data, "workspaces")

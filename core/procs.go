@@ -46,20 +46,22 @@ type ProcessLimits struct {
 }
 
 func (l ProcessLimits) withDefaults() ProcessLimits {
+	// The defaults are written once, in DefaultProcessConfig.
+	d := DefaultProcessConfig()
 	if l.PerSession <= 0 {
-		l.PerSession = 16
+		l.PerSession = d.MaxPerSession
 	}
 	if l.Total <= 0 {
-		l.Total = 64
+		l.Total = d.MaxTotal
 	}
 	if l.RingBytes <= 0 {
-		l.RingBytes = 1 << 20
+		l.RingBytes = d.RingBytes
 	}
 	if l.StdinBytes <= 0 {
-		l.StdinBytes = 64 << 10
+		l.StdinBytes = d.StdinBytes
 	}
 	if l.MaxLifetime <= 0 || l.MaxLifetime > MaxTimeout {
-		l.MaxLifetime = 24 * time.Hour
+		l.MaxLifetime = time.Duration(d.MaxLifetimeSeconds) * time.Second
 	}
 	return l
 }
@@ -128,11 +130,82 @@ type ProcessTable struct {
 	mu     sync.Mutex
 	procs  map[string]*process
 	closed bool
+	// started and exited count every process since the table was made
+	// (ProcessStats); exited by ProcessOutcome.
+	started uint64
+	exited  map[string]uint64
 }
 
 // NewProcessTable returns a table running commands through exec.
 func NewProcessTable(exec Executor, limits ProcessLimits) *ProcessTable {
-	return &ProcessTable{exec: exec, limits: limits.withDefaults(), procs: map[string]*process{}}
+	return &ProcessTable{exec: exec, limits: limits.withDefaults(), procs: map[string]*process{}, exited: map[string]uint64{}}
+}
+
+// Limits are the table's bounds, defaults filled in.
+func (t *ProcessTable) Limits() ProcessLimits { return t.limits }
+
+// Outcomes of a process, as ProcessStats counts them.
+const (
+	ProcessOK       = "ok"        // it ran and exited (any status)
+	ProcessTimedOut = "timed_out" // its maximum lifetime (or timeout) ended it
+	ProcessDenied   = "denied"    // the pipeline refused it
+	ProcessKilled   = "killed"    // its session was forgotten or the table closed
+	ProcessError    = "error"     // the sandbox could not run it
+)
+
+func processOutcome(r ProcessResult, cancelled bool) string {
+	var denied *DeniedError
+	switch {
+	case r.Err == nil && r.Output != nil && r.Output.Exit.TimedOut:
+		return ProcessTimedOut
+	case r.Err == nil:
+		return ProcessOK
+	case errors.As(r.Err, &denied):
+		return ProcessDenied
+	case cancelled:
+		return ProcessKilled
+	}
+	return ProcessError
+}
+
+// ProcessStats is the table's state for the service's metrics.
+type ProcessStats struct {
+	// Running are the processes that have not ended.
+	Running int
+	// Held are the processes in the table (running, or ended and not yet
+	// waited for).
+	Held int
+	// OutputBytes is the output the rings hold, StdinBytes the written
+	// stdin not yet read.
+	OutputBytes, StdinBytes int64
+	// Started counts the processes started; Exited those ended, by
+	// outcome (ProcessOK, ...).
+	Started uint64
+	Exited  map[string]uint64
+}
+
+// Stats reads the table's state.
+func (t *ProcessTable) Stats() ProcessStats {
+	t.mu.Lock()
+	st := ProcessStats{Held: len(t.procs), Started: t.started, Exited: make(map[string]uint64, len(t.exited))}
+	for k, v := range t.exited {
+		st.Exited[k] = v
+	}
+	ps := make([]*process, 0, len(t.procs))
+	for _, p := range t.procs {
+		ps = append(ps, p)
+	}
+	t.mu.Unlock()
+	for _, p := range ps {
+		p.mu.Lock()
+		st.OutputBytes += int64(len(p.ring))
+		if !p.ended() {
+			st.Running++
+		}
+		p.mu.Unlock()
+		st.StdinBytes += int64(p.stdin.buffered())
+	}
+	return st
 }
 
 type process struct {
@@ -206,11 +279,16 @@ func (t *ProcessTable) Start(ctx context.Context, cmd Command) (string, error) {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	p.cancel = cancel
 	t.procs[p.id] = p
+	t.started++
 	t.mu.Unlock()
 	go func() {
 		out, err := t.exec.Execute(runCtx, cmd)
+		cancelled := runCtx.Err() != nil
 		cancel()
 		p.stdin.CloseRead()
+		t.mu.Lock()
+		t.exited[processOutcome(ProcessResult{Output: out, Err: err}, cancelled)]++
+		t.mu.Unlock()
 		p.mu.Lock()
 		p.result = ProcessResult{Output: out, Err: err}
 		close(p.done)
@@ -533,6 +611,12 @@ func (b *boundedPipe) write(ctx context.Context, p []byte, done <-chan struct{})
 		}
 	}
 	return n, nil
+}
+
+func (b *boundedPipe) buffered() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.buf)
 }
 
 // CloseWrite ends the input: the reader sees EOF after what is buffered.

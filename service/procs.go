@@ -70,6 +70,9 @@ func (s *Server) StartProcess(ctx context.Context, req *connect.Request[hostv1.S
 	if req.Msg.GetCommand().GetSignalKey() != "" || req.Msg.GetCommand().GetAnswerApprovals() {
 		return nil, invalid("command", "signal_key and answer_approvals belong to Execute: a process is signalled by SignalProcess, and its approvals go to the connected approvers")
 	}
+	if req.Msg.GetCommand().GetStdinStream() || req.Msg.GetCommand().GetTty() {
+		return nil, invalid("command", "stdin_stream and tty belong to Execute: a process's stdin is WriteProcess's, its terminal StartProcess's own tty, rows and cols")
+	}
 	cmd, err := s.command(req.Msg.GetCommand())
 	if err != nil {
 		return nil, err

@@ -80,9 +80,10 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]struct{}
-	// signals are the running commands that can be signalled, by the
-	// signal_key of their request.
-	signals map[string]chan driverapi.Signal
+	// calls are the running commands that can be signalled (and, for
+	// exec -i/-t, written to and resized), by the signal_key of their
+	// request.
+	calls map[string]*call
 	// procs are the processes that outlive the call starting them.
 	procs *core.ProcessTable
 	// running counts Execute calls in progress, so a stopping server can
@@ -103,7 +104,7 @@ func New(opts Options) (*Server, error) {
 	policy, _ := commandpolicy.New(alephsandbox.CommandPolicyConfig(opts.CommandPolicy), opts.Logger.Named("command_policy"))
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
 		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches,
-		sessions: map[string]struct{}{}, signals: map[string]chan driverapi.Signal{},
+		sessions: map[string]struct{}{}, calls: map[string]*call{},
 		procs: core.NewProcessTable(opts.Host, opts.Processes)}
 	for _, p := range opts.Protected {
 		if p == "" {
@@ -318,16 +319,44 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 		}
 		return err
 	}
+	interactive, err := s.interactive(req.Msg, &cmd)
+	if err != nil {
+		return err
+	}
 	s.remember(cmd.SessionID)
+	var mu sync.Mutex
+	// finished ends the StdinOpen sender before the result is sent: no
+	// Send may follow the handler's return.
+	finished := make(chan struct{})
+	var senders sync.WaitGroup
 	if key := req.Msg.GetSignalKey(); key != "" {
-		sigs, release, err := s.registerSignals(key)
+		c, release, err := s.registerCall(key, interactive)
 		if err != nil {
 			return err
 		}
 		defer release()
-		cmd.Signals = sigs
+		cmd.Signals = c.signals
+		if c.stdin != nil {
+			cmd.StdinStream = c.stdin
+			// The client starts writing (and puts its terminal in raw
+			// mode) once the command reads: until then the user's
+			// terminal may still be answering an approval prompt.
+			senders.Add(1)
+			go func() {
+				defer senders.Done()
+				select {
+				case <-c.stdin.Opened():
+					mu.Lock()
+					_ = stream.Send(&hostv1.ExecuteResponse{Event: &hostv1.ExecuteResponse_StdinOpen{StdinOpen: &hostv1.StdinOpen{}}})
+					mu.Unlock()
+				case <-finished:
+				}
+			}()
+		}
+		if c.resize != nil {
+			cmd.Resize = c.resize
+		}
 	}
-	var mu sync.Mutex
 	cmd.Stdout = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDOUT}
 	cmd.Stderr = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDERR}
 	if req.Msg.GetAnswerApprovals() {
@@ -338,6 +367,8 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 		})
 	}
 	out, err := s.host.Execute(ctx, cmd)
+	close(finished)
+	senders.Wait()
 	res, rerr := s.result(ctx, out, err)
 	switch {
 	case rerr != nil:
@@ -609,23 +640,44 @@ func detailOf(err error) *hostv1.ErrorDetail {
 	return nil
 }
 
-// registerSignals makes the command of an Execute call reachable by Signal
-// under key until release is called.
-func (s *Server) registerSignals(key string) (<-chan driverapi.Signal, func(), error) {
+// call is a running Execute reachable by its signal_key: its signals and,
+// for a streamed stdin or a terminal, its stdin pipe and window sizes.
+type call struct {
+	signals chan driverapi.Signal
+	stdin   *core.StdinPipe           // nil: stdin was given up front
+	resize  chan driverapi.WindowSize // nil: no terminal
+	ended   chan struct{}
+}
+
+// registerCall makes the command of an Execute call reachable by Signal
+// (and WriteStdin, CloseStdin, ResizeTerminal) under key until release is
+// called.
+func (s *Server) registerCall(key string, ia interactiveCall) (*call, func(), error) {
 	if len(key) > 256 {
 		return nil, nil, invalid("signal_key", "longer than 256 bytes")
 	}
-	ch := make(chan driverapi.Signal, 8)
+	c := &call{signals: make(chan driverapi.Signal, 8), ended: make(chan struct{})}
+	if ia.stdin {
+		c.stdin = core.NewStdinPipe(s.procs.Limits().StdinBytes)
+	}
+	if ia.tty {
+		c.resize = make(chan driverapi.WindowSize, 1)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, dup := s.signals[key]; dup {
+	if _, dup := s.calls[key]; dup {
 		return nil, nil, invalid("signal_key", "already names a running command")
 	}
-	s.signals[key] = ch
-	return ch, func() {
+	s.calls[key] = c
+	return c, func() {
 		s.mu.Lock()
-		delete(s.signals, key)
+		delete(s.calls, key)
 		s.mu.Unlock()
+		close(c.ended)
+		if c.stdin != nil {
+			// Writers waiting for room return: the command is gone.
+			c.stdin.CloseRead()
+		}
 	}, nil
 }
 
@@ -641,10 +693,10 @@ func (s *Server) Signal(_ context.Context, req *connect.Request[hostv1.SignalReq
 		return nil, invalid("signal", err.Error())
 	}
 	s.mu.Lock()
-	ch, ok := s.signals[req.Msg.GetSignalKey()]
+	c, ok := s.calls[req.Msg.GetSignalKey()]
 	if ok {
 		select {
-		case ch <- sig:
+		case c.signals <- sig:
 		default: // a burst: the command has been told already
 		}
 	}

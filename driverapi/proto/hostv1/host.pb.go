@@ -74,7 +74,7 @@ func (x OutputChunk_Stream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use OutputChunk_Stream.Descriptor instead.
 func (OutputChunk_Stream) EnumDescriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{3, 0}
+	return file_host_proto_rawDescGZIP(), []int{4, 0}
 }
 
 // ErrorDetail is attached to every error status: what to match on.
@@ -177,7 +177,18 @@ type ExecuteRequest struct {
 	Secrets map[string]string `protobuf:"bytes,15,rep,name=secrets,proto3" json:"secrets,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// When set, a key (chosen by the client: unique, unguessable) by which
 	// Signal reaches this command while it runs.
-	SignalKey     string `protobuf:"bytes,16,opt,name=signal_key,json=signalKey,proto3" json:"signal_key,omitempty"`
+	SignalKey string `protobuf:"bytes,16,opt,name=signal_key,json=signalKey,proto3" json:"signal_key,omitempty"`
+	// When set (with signal_key), the command's stdin is a stream fed by
+	// WriteStdin and ended by CloseStdin (stdin must then be empty).
+	StdinStream bool `protobuf:"varint,17,opt,name=stdin_stream,json=stdinStream,proto3" json:"stdin_stream,omitempty"`
+	// When set (with signal_key), the command runs on a pseudo-terminal the
+	// driver allocates inside the sandbox, of rows x cols, resized by
+	// ResizeTerminal; its output (stdout and stderr both) comes as stdout.
+	// With stdin_stream or tty, timeout_seconds 0 means no timeout but the
+	// service's process maximum lifetime ([sandbox.processes]).
+	Tty           bool   `protobuf:"varint,18,opt,name=tty,proto3" json:"tty,omitempty"`
+	Rows          uint32 `protobuf:"varint,19,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32 `protobuf:"varint,20,opt,name=cols,proto3" json:"cols,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -324,6 +335,34 @@ func (x *ExecuteRequest) GetSignalKey() string {
 	return ""
 }
 
+func (x *ExecuteRequest) GetStdinStream() bool {
+	if x != nil {
+		return x.StdinStream
+	}
+	return false
+}
+
+func (x *ExecuteRequest) GetTty() bool {
+	if x != nil {
+		return x.Tty
+	}
+	return false
+}
+
+func (x *ExecuteRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ExecuteRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
 type ExecuteResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -331,6 +370,7 @@ type ExecuteResponse struct {
 	//	*ExecuteResponse_Output
 	//	*ExecuteResponse_ApprovalRequest
 	//	*ExecuteResponse_Result
+	//	*ExecuteResponse_StdinOpen
 	Event         isExecuteResponse_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -400,6 +440,15 @@ func (x *ExecuteResponse) GetResult() *ExecResult {
 	return nil
 }
 
+func (x *ExecuteResponse) GetStdinOpen() *StdinOpen {
+	if x != nil {
+		if x, ok := x.Event.(*ExecuteResponse_StdinOpen); ok {
+			return x.StdinOpen
+		}
+	}
+	return nil
+}
+
 type isExecuteResponse_Event interface {
 	isExecuteResponse_Event()
 }
@@ -416,11 +465,55 @@ type ExecuteResponse_Result struct {
 	Result *ExecResult `protobuf:"bytes,3,opt,name=result,proto3,oneof"`
 }
 
+type ExecuteResponse_StdinOpen struct {
+	// Sent once, when the command first reads its streamed stdin: it is
+	// running (any approval has been answered).
+	StdinOpen *StdinOpen `protobuf:"bytes,4,opt,name=stdin_open,json=stdinOpen,proto3,oneof"`
+}
+
 func (*ExecuteResponse_Output) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_ApprovalRequest) isExecuteResponse_Event() {}
 
 func (*ExecuteResponse_Result) isExecuteResponse_Event() {}
+
+func (*ExecuteResponse_StdinOpen) isExecuteResponse_Event() {}
+
+type StdinOpen struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StdinOpen) Reset() {
+	*x = StdinOpen{}
+	mi := &file_host_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StdinOpen) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StdinOpen) ProtoMessage() {}
+
+func (x *StdinOpen) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StdinOpen.ProtoReflect.Descriptor instead.
+func (*StdinOpen) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{3}
+}
 
 type OutputChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -432,7 +525,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_host_proto_msgTypes[3]
+	mi := &file_host_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -444,7 +537,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[3]
+	mi := &file_host_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -457,7 +550,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{3}
+	return file_host_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *OutputChunk) GetStream() OutputChunk_Stream {
@@ -486,7 +579,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_host_proto_msgTypes[4]
+	mi := &file_host_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +591,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[4]
+	mi := &file_host_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +604,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{4}
+	return file_host_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Verdict) GetAction() string {
@@ -568,7 +661,7 @@ type ExecResult struct {
 
 func (x *ExecResult) Reset() {
 	*x = ExecResult{}
-	mi := &file_host_proto_msgTypes[5]
+	mi := &file_host_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +673,7 @@ func (x *ExecResult) String() string {
 func (*ExecResult) ProtoMessage() {}
 
 func (x *ExecResult) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[5]
+	mi := &file_host_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +686,7 @@ func (x *ExecResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResult.ProtoReflect.Descriptor instead.
 func (*ExecResult) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{5}
+	return file_host_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExecResult) GetStdout() []byte {
@@ -730,7 +823,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_host_proto_msgTypes[6]
+	mi := &file_host_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +835,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[6]
+	mi := &file_host_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +848,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{6}
+	return file_host_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Capabilities) GetFsRead() []string {
@@ -815,7 +908,7 @@ type ApprovalsRequest struct {
 
 func (x *ApprovalsRequest) Reset() {
 	*x = ApprovalsRequest{}
-	mi := &file_host_proto_msgTypes[7]
+	mi := &file_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -827,7 +920,7 @@ func (x *ApprovalsRequest) String() string {
 func (*ApprovalsRequest) ProtoMessage() {}
 
 func (x *ApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[7]
+	mi := &file_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -840,7 +933,7 @@ func (x *ApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{7}
+	return file_host_proto_rawDescGZIP(), []int{8}
 }
 
 type ApprovalRequest struct {
@@ -859,7 +952,7 @@ type ApprovalRequest struct {
 
 func (x *ApprovalRequest) Reset() {
 	*x = ApprovalRequest{}
-	mi := &file_host_proto_msgTypes[8]
+	mi := &file_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -871,7 +964,7 @@ func (x *ApprovalRequest) String() string {
 func (*ApprovalRequest) ProtoMessage() {}
 
 func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[8]
+	mi := &file_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -884,7 +977,7 @@ func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{8}
+	return file_host_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ApprovalRequest) GetId() string {
@@ -953,7 +1046,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_host_proto_msgTypes[9]
+	mi := &file_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -965,7 +1058,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[9]
+	mi := &file_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -978,7 +1071,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{9}
+	return file_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApproveRequest) GetId() string {
@@ -1003,7 +1096,7 @@ type ApproveResponse struct {
 
 func (x *ApproveResponse) Reset() {
 	*x = ApproveResponse{}
-	mi := &file_host_proto_msgTypes[10]
+	mi := &file_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1015,7 +1108,7 @@ func (x *ApproveResponse) String() string {
 func (*ApproveResponse) ProtoMessage() {}
 
 func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[10]
+	mi := &file_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1028,7 +1121,7 @@ func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
 func (*ApproveResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{10}
+	return file_host_proto_rawDescGZIP(), []int{11}
 }
 
 type SessionsRequest struct {
@@ -1045,7 +1138,7 @@ type SessionsRequest struct {
 
 func (x *SessionsRequest) Reset() {
 	*x = SessionsRequest{}
-	mi := &file_host_proto_msgTypes[11]
+	mi := &file_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1150,7 @@ func (x *SessionsRequest) String() string {
 func (*SessionsRequest) ProtoMessage() {}
 
 func (x *SessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[11]
+	mi := &file_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1163,7 @@ func (x *SessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsRequest.ProtoReflect.Descriptor instead.
 func (*SessionsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{11}
+	return file_host_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SessionsRequest) GetAction() isSessionsRequest_Action {
@@ -1137,7 +1230,7 @@ type ListSessions struct {
 
 func (x *ListSessions) Reset() {
 	*x = ListSessions{}
-	mi := &file_host_proto_msgTypes[12]
+	mi := &file_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1149,7 +1242,7 @@ func (x *ListSessions) String() string {
 func (*ListSessions) ProtoMessage() {}
 
 func (x *ListSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[12]
+	mi := &file_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1162,7 +1255,7 @@ func (x *ListSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessions.ProtoReflect.Descriptor instead.
 func (*ListSessions) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{12}
+	return file_host_proto_rawDescGZIP(), []int{13}
 }
 
 type DescribeSession struct {
@@ -1174,7 +1267,7 @@ type DescribeSession struct {
 
 func (x *DescribeSession) Reset() {
 	*x = DescribeSession{}
-	mi := &file_host_proto_msgTypes[13]
+	mi := &file_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1186,7 +1279,7 @@ func (x *DescribeSession) String() string {
 func (*DescribeSession) ProtoMessage() {}
 
 func (x *DescribeSession) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[13]
+	mi := &file_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1199,7 +1292,7 @@ func (x *DescribeSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSession.ProtoReflect.Descriptor instead.
 func (*DescribeSession) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{13}
+	return file_host_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DescribeSession) GetSession() string {
@@ -1218,7 +1311,7 @@ type ForgetSession struct {
 
 func (x *ForgetSession) Reset() {
 	*x = ForgetSession{}
-	mi := &file_host_proto_msgTypes[14]
+	mi := &file_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1230,7 +1323,7 @@ func (x *ForgetSession) String() string {
 func (*ForgetSession) ProtoMessage() {}
 
 func (x *ForgetSession) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[14]
+	mi := &file_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1243,7 +1336,7 @@ func (x *ForgetSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetSession.ProtoReflect.Descriptor instead.
 func (*ForgetSession) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{14}
+	return file_host_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ForgetSession) GetSession() string {
@@ -1264,7 +1357,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_host_proto_msgTypes[15]
+	mi := &file_host_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1276,7 +1369,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[15]
+	mi := &file_host_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1289,7 +1382,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{15}
+	return file_host_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Grant) GetId() string {
@@ -1326,7 +1419,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_host_proto_msgTypes[16]
+	mi := &file_host_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1431,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[16]
+	mi := &file_host_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1444,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{16}
+	return file_host_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Session) GetSession() string {
@@ -1398,7 +1491,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1410,7 +1503,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1423,7 +1516,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{17}
+	return file_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SessionsResponse) GetSessions() []*Session {
@@ -1447,7 +1540,7 @@ type GrantsRequest struct {
 
 func (x *GrantsRequest) Reset() {
 	*x = GrantsRequest{}
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1552,7 @@ func (x *GrantsRequest) String() string {
 func (*GrantsRequest) ProtoMessage() {}
 
 func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1565,7 @@ func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsRequest.ProtoReflect.Descriptor instead.
 func (*GrantsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{18}
+	return file_host_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GrantsRequest) GetAction() isGrantsRequest_Action {
@@ -1540,7 +1633,7 @@ type ListGrants struct {
 
 func (x *ListGrants) Reset() {
 	*x = ListGrants{}
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1552,7 +1645,7 @@ func (x *ListGrants) String() string {
 func (*ListGrants) ProtoMessage() {}
 
 func (x *ListGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1565,7 +1658,7 @@ func (x *ListGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrants.ProtoReflect.Descriptor instead.
 func (*ListGrants) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{19}
+	return file_host_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListGrants) GetSession() string {
@@ -1585,7 +1678,7 @@ type RevokeGrant struct {
 
 func (x *RevokeGrant) Reset() {
 	*x = RevokeGrant{}
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1597,7 +1690,7 @@ func (x *RevokeGrant) String() string {
 func (*RevokeGrant) ProtoMessage() {}
 
 func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1610,7 +1703,7 @@ func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrant.ProtoReflect.Descriptor instead.
 func (*RevokeGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{20}
+	return file_host_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeGrant) GetSession() string {
@@ -1639,7 +1732,7 @@ type ApplyNetworkGrant struct {
 
 func (x *ApplyNetworkGrant) Reset() {
 	*x = ApplyNetworkGrant{}
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1744,7 @@ func (x *ApplyNetworkGrant) String() string {
 func (*ApplyNetworkGrant) ProtoMessage() {}
 
 func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1757,7 @@ func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyNetworkGrant.ProtoReflect.Descriptor instead.
 func (*ApplyNetworkGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{21}
+	return file_host_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ApplyNetworkGrant) GetSession() string {
@@ -1706,7 +1799,7 @@ type GrantsResponse struct {
 
 func (x *GrantsResponse) Reset() {
 	*x = GrantsResponse{}
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1718,7 +1811,7 @@ func (x *GrantsResponse) String() string {
 func (*GrantsResponse) ProtoMessage() {}
 
 func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1731,7 +1824,7 @@ func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsResponse.ProtoReflect.Descriptor instead.
 func (*GrantsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{22}
+	return file_host_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GrantsResponse) GetSession() string {
@@ -1763,7 +1856,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1868,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1881,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{23}
+	return file_host_proto_rawDescGZIP(), []int{24}
 }
 
 type CapabilitiesResponse struct {
@@ -1801,7 +1894,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1813,7 +1906,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1826,7 +1919,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{24}
+	return file_host_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CapabilitiesResponse) GetReportJson() string {
@@ -1846,7 +1939,7 @@ type CheckPolicyRequest struct {
 
 func (x *CheckPolicyRequest) Reset() {
 	*x = CheckPolicyRequest{}
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1858,7 +1951,7 @@ func (x *CheckPolicyRequest) String() string {
 func (*CheckPolicyRequest) ProtoMessage() {}
 
 func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1871,7 +1964,7 @@ func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CheckPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{25}
+	return file_host_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CheckPolicyRequest) GetCommand() string {
@@ -1900,7 +1993,7 @@ type CheckPolicyResponse struct {
 
 func (x *CheckPolicyResponse) Reset() {
 	*x = CheckPolicyResponse{}
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2005,7 @@ func (x *CheckPolicyResponse) String() string {
 func (*CheckPolicyResponse) ProtoMessage() {}
 
 func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2018,7 @@ func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CheckPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{26}
+	return file_host_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckPolicyResponse) GetVerdict() string {
@@ -1961,7 +2054,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1973,7 +2066,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1986,7 +2079,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{27}
+	return file_host_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SignalRequest) GetSignalKey() string {
@@ -2011,7 +2104,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2023,7 +2116,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2036,7 +2129,282 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{28}
+	return file_host_proto_rawDescGZIP(), []int{29}
+}
+
+type WriteStdinRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The signal_key of a running Execute call with stdin_stream.
+	SignalKey     string `protobuf:"bytes,1,opt,name=signal_key,json=signalKey,proto3" json:"signal_key,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStdinRequest) Reset() {
+	*x = WriteStdinRequest{}
+	mi := &file_host_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStdinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStdinRequest) ProtoMessage() {}
+
+func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
+func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WriteStdinRequest) GetSignalKey() string {
+	if x != nil {
+		return x.SignalKey
+	}
+	return ""
+}
+
+func (x *WriteStdinRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type WriteStdinResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// How much of data the command's stdin took (all of it, unless the
+	// command ended or its stdin was closed meanwhile).
+	Written       int64 `protobuf:"varint,1,opt,name=written,proto3" json:"written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteStdinResponse) Reset() {
+	*x = WriteStdinResponse{}
+	mi := &file_host_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteStdinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteStdinResponse) ProtoMessage() {}
+
+func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
+func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *WriteStdinResponse) GetWritten() int64 {
+	if x != nil {
+		return x.Written
+	}
+	return 0
+}
+
+type CloseStdinRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SignalKey     string                 `protobuf:"bytes,1,opt,name=signal_key,json=signalKey,proto3" json:"signal_key,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseStdinRequest) Reset() {
+	*x = CloseStdinRequest{}
+	mi := &file_host_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseStdinRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseStdinRequest) ProtoMessage() {}
+
+func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
+func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *CloseStdinRequest) GetSignalKey() string {
+	if x != nil {
+		return x.SignalKey
+	}
+	return ""
+}
+
+type CloseStdinResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CloseStdinResponse) Reset() {
+	*x = CloseStdinResponse{}
+	mi := &file_host_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CloseStdinResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CloseStdinResponse) ProtoMessage() {}
+
+func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
+func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{33}
+}
+
+type ResizeTerminalRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SignalKey     string                 `protobuf:"bytes,1,opt,name=signal_key,json=signalKey,proto3" json:"signal_key,omitempty"`
+	Rows          uint32                 `protobuf:"varint,2,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,3,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeTerminalRequest) Reset() {
+	*x = ResizeTerminalRequest{}
+	mi := &file_host_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeTerminalRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeTerminalRequest) ProtoMessage() {}
+
+func (x *ResizeTerminalRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeTerminalRequest.ProtoReflect.Descriptor instead.
+func (*ResizeTerminalRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *ResizeTerminalRequest) GetSignalKey() string {
+	if x != nil {
+		return x.SignalKey
+	}
+	return ""
+}
+
+func (x *ResizeTerminalRequest) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *ResizeTerminalRequest) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ResizeTerminalResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResizeTerminalResponse) Reset() {
+	*x = ResizeTerminalResponse{}
+	mi := &file_host_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResizeTerminalResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResizeTerminalResponse) ProtoMessage() {}
+
+func (x *ResizeTerminalResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResizeTerminalResponse.ProtoReflect.Descriptor instead.
+func (*ResizeTerminalResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{35}
 }
 
 // StartProcessRequest is an Execute request (its stdin must be empty: the
@@ -2053,7 +2421,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2065,7 +2433,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2078,7 +2446,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{29}
+	return file_host_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *StartProcessRequest) GetCommand() *ExecuteRequest {
@@ -2118,7 +2486,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2498,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2511,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{30}
+	return file_host_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StartProcessResponse) GetId() string {
@@ -2163,7 +2531,7 @@ type WriteProcessRequest struct {
 
 func (x *WriteProcessRequest) Reset() {
 	*x = WriteProcessRequest{}
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2175,7 +2543,7 @@ func (x *WriteProcessRequest) String() string {
 func (*WriteProcessRequest) ProtoMessage() {}
 
 func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2188,7 +2556,7 @@ func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessRequest.ProtoReflect.Descriptor instead.
 func (*WriteProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{31}
+	return file_host_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WriteProcessRequest) GetId() string {
@@ -2216,7 +2584,7 @@ type WriteProcessResponse struct {
 
 func (x *WriteProcessResponse) Reset() {
 	*x = WriteProcessResponse{}
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2228,7 +2596,7 @@ func (x *WriteProcessResponse) String() string {
 func (*WriteProcessResponse) ProtoMessage() {}
 
 func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2241,7 +2609,7 @@ func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessResponse.ProtoReflect.Descriptor instead.
 func (*WriteProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{32}
+	return file_host_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WriteProcessResponse) GetWritten() int64 {
@@ -2260,7 +2628,7 @@ type CloseProcessStdinRequest struct {
 
 func (x *CloseProcessStdinRequest) Reset() {
 	*x = CloseProcessStdinRequest{}
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2272,7 +2640,7 @@ func (x *CloseProcessStdinRequest) String() string {
 func (*CloseProcessStdinRequest) ProtoMessage() {}
 
 func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2285,7 +2653,7 @@ func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{33}
+	return file_host_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *CloseProcessStdinRequest) GetId() string {
@@ -2303,7 +2671,7 @@ type CloseProcessStdinResponse struct {
 
 func (x *CloseProcessStdinResponse) Reset() {
 	*x = CloseProcessStdinResponse{}
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2315,7 +2683,7 @@ func (x *CloseProcessStdinResponse) String() string {
 func (*CloseProcessStdinResponse) ProtoMessage() {}
 
 func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2328,7 +2696,7 @@ func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{34}
+	return file_host_proto_rawDescGZIP(), []int{41}
 }
 
 type ReadProcessRequest struct {
@@ -2345,7 +2713,7 @@ type ReadProcessRequest struct {
 
 func (x *ReadProcessRequest) Reset() {
 	*x = ReadProcessRequest{}
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2357,7 +2725,7 @@ func (x *ReadProcessRequest) String() string {
 func (*ReadProcessRequest) ProtoMessage() {}
 
 func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2370,7 +2738,7 @@ func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessRequest.ProtoReflect.Descriptor instead.
 func (*ReadProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{35}
+	return file_host_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ReadProcessRequest) GetId() string {
@@ -2411,7 +2779,7 @@ type ReadProcessResponse struct {
 
 func (x *ReadProcessResponse) Reset() {
 	*x = ReadProcessResponse{}
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2423,7 +2791,7 @@ func (x *ReadProcessResponse) String() string {
 func (*ReadProcessResponse) ProtoMessage() {}
 
 func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2436,7 +2804,7 @@ func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessResponse.ProtoReflect.Descriptor instead.
 func (*ReadProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{36}
+	return file_host_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadProcessResponse) GetData() []byte {
@@ -2485,7 +2853,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2865,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2878,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{37}
+	return file_host_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SignalProcessRequest) GetId() string {
@@ -2535,7 +2903,7 @@ type SignalProcessResponse struct {
 
 func (x *SignalProcessResponse) Reset() {
 	*x = SignalProcessResponse{}
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2915,7 @@ func (x *SignalProcessResponse) String() string {
 func (*SignalProcessResponse) ProtoMessage() {}
 
 func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2928,7 @@ func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessResponse.ProtoReflect.Descriptor instead.
 func (*SignalProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{38}
+	return file_host_proto_rawDescGZIP(), []int{45}
 }
 
 type ResizeProcessRequest struct {
@@ -2574,7 +2942,7 @@ type ResizeProcessRequest struct {
 
 func (x *ResizeProcessRequest) Reset() {
 	*x = ResizeProcessRequest{}
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2586,7 +2954,7 @@ func (x *ResizeProcessRequest) String() string {
 func (*ResizeProcessRequest) ProtoMessage() {}
 
 func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2599,7 +2967,7 @@ func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{39}
+	return file_host_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ResizeProcessRequest) GetId() string {
@@ -2631,7 +2999,7 @@ type ResizeProcessResponse struct {
 
 func (x *ResizeProcessResponse) Reset() {
 	*x = ResizeProcessResponse{}
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2643,7 +3011,7 @@ func (x *ResizeProcessResponse) String() string {
 func (*ResizeProcessResponse) ProtoMessage() {}
 
 func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2656,7 +3024,7 @@ func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{40}
+	return file_host_proto_rawDescGZIP(), []int{47}
 }
 
 type WaitProcessRequest struct {
@@ -2668,7 +3036,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2680,7 +3048,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2693,7 +3061,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{41}
+	return file_host_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WaitProcessRequest) GetId() string {
@@ -2712,7 +3080,7 @@ type WaitProcessResponse struct {
 
 func (x *WaitProcessResponse) Reset() {
 	*x = WaitProcessResponse{}
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2724,7 +3092,7 @@ func (x *WaitProcessResponse) String() string {
 func (*WaitProcessResponse) ProtoMessage() {}
 
 func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2737,7 +3105,7 @@ func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessResponse.ProtoReflect.Descriptor instead.
 func (*WaitProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{42}
+	return file_host_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WaitProcessResponse) GetResult() *ExecResult {
@@ -2757,7 +3125,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2769,7 +3137,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2782,7 +3150,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{43}
+	return file_host_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ListProcessesRequest) GetSession() string {
@@ -2806,7 +3174,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2818,7 +3186,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2831,7 +3199,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{44}
+	return file_host_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ProcessInfo) GetId() string {
@@ -2885,7 +3253,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2897,7 +3265,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2910,7 +3278,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{45}
+	return file_host_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -2932,7 +3300,7 @@ const file_host_proto_rawDesc = "" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
 	"\x05field\x18\x03 \x01(\tR\x05field\x12\x12\n" +
 	"\x04hook\x18\x04 \x01(\tR\x04hook\x12\x16\n" +
-	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xf9\x04\n" +
+	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xd6\x05\n" +
 	"\x0eExecuteRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x1c\n" +
@@ -2952,18 +3320,25 @@ const file_host_proto_rawDesc = "" +
 	"\x10answer_approvals\x18\x0e \x01(\bR\x0fanswerApprovals\x12D\n" +
 	"\asecrets\x18\x0f \x03(\v2*.aleph.host.v1.ExecuteRequest.SecretsEntryR\asecrets\x12\x1d\n" +
 	"\n" +
-	"signal_key\x18\x10 \x01(\tR\tsignalKey\x1a6\n" +
+	"signal_key\x18\x10 \x01(\tR\tsignalKey\x12!\n" +
+	"\fstdin_stream\x18\x11 \x01(\bR\vstdinStream\x12\x10\n" +
+	"\x03tty\x18\x12 \x01(\bR\x03tty\x12\x12\n" +
+	"\x04rows\x18\x13 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x14 \x01(\rR\x04cols\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
 	"\fSecretsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xd2\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8d\x02\n" +
 	"\x0fExecuteResponse\x124\n" +
 	"\x06output\x18\x01 \x01(\v2\x1a.aleph.host.v1.OutputChunkH\x00R\x06output\x12K\n" +
 	"\x10approval_request\x18\x02 \x01(\v2\x1e.aleph.host.v1.ApprovalRequestH\x00R\x0fapprovalRequest\x123\n" +
-	"\x06result\x18\x03 \x01(\v2\x19.aleph.host.v1.ExecResultH\x00R\x06resultB\a\n" +
-	"\x05event\"\xa4\x01\n" +
+	"\x06result\x18\x03 \x01(\v2\x19.aleph.host.v1.ExecResultH\x00R\x06result\x129\n" +
+	"\n" +
+	"stdin_open\x18\x04 \x01(\v2\x18.aleph.host.v1.StdinOpenH\x00R\tstdinOpenB\a\n" +
+	"\x05event\"\v\n" +
+	"\tStdinOpen\"\xa4\x01\n" +
 	"\vOutputChunk\x129\n" +
 	"\x06stream\x18\x01 \x01(\x0e2!.aleph.host.v1.OutputChunk.StreamR\x06stream\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"F\n" +
@@ -3080,7 +3455,23 @@ const file_host_proto_rawDesc = "" +
 	"\n" +
 	"signal_key\x18\x01 \x01(\tR\tsignalKey\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\tR\x06signal\"\x10\n" +
-	"\x0eSignalResponse\"\x88\x01\n" +
+	"\x0eSignalResponse\"F\n" +
+	"\x11WriteStdinRequest\x12\x1d\n" +
+	"\n" +
+	"signal_key\x18\x01 \x01(\tR\tsignalKey\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\".\n" +
+	"\x12WriteStdinResponse\x12\x18\n" +
+	"\awritten\x18\x01 \x01(\x03R\awritten\"2\n" +
+	"\x11CloseStdinRequest\x12\x1d\n" +
+	"\n" +
+	"signal_key\x18\x01 \x01(\tR\tsignalKey\"\x14\n" +
+	"\x12CloseStdinResponse\"^\n" +
+	"\x15ResizeTerminalRequest\x12\x1d\n" +
+	"\n" +
+	"signal_key\x18\x01 \x01(\tR\tsignalKey\x12\x12\n" +
+	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x03 \x01(\rR\x04cols\"\x18\n" +
+	"\x16ResizeTerminalResponse\"\x88\x01\n" +
 	"\x13StartProcessRequest\x127\n" +
 	"\acommand\x18\x01 \x01(\v2\x1d.aleph.host.v1.ExecuteRequestR\acommand\x12\x10\n" +
 	"\x03tty\x18\x02 \x01(\bR\x03tty\x12\x12\n" +
@@ -3130,8 +3521,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06exited\x18\x05 \x01(\bR\x06exited\x12\x1b\n" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\"Q\n" +
 	"\x15ListProcessesResponse\x128\n" +
-	"\tprocesses\x18\x01 \x03(\v2\x1a.aleph.host.v1.ProcessInfoR\tprocesses2\xd3\n" +
-	"\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x1a.aleph.host.v1.ProcessInfoR\tprocesses2\xd8\f\n" +
 	"\aService\x12J\n" +
 	"\aExecute\x12\x1d.aleph.host.v1.ExecuteRequest\x1a\x1e.aleph.host.v1.ExecuteResponse0\x01\x12N\n" +
 	"\tApprovals\x12\x1f.aleph.host.v1.ApprovalsRequest\x1a\x1e.aleph.host.v1.ApprovalRequest0\x01\x12H\n" +
@@ -3140,7 +3530,12 @@ const file_host_proto_rawDesc = "" +
 	"\x06Grants\x12\x1c.aleph.host.v1.GrantsRequest\x1a\x1d.aleph.host.v1.GrantsResponse\x12W\n" +
 	"\fCapabilities\x12\".aleph.host.v1.CapabilitiesRequest\x1a#.aleph.host.v1.CapabilitiesResponse\x12T\n" +
 	"\vCheckPolicy\x12!.aleph.host.v1.CheckPolicyRequest\x1a\".aleph.host.v1.CheckPolicyResponse\x12E\n" +
-	"\x06Signal\x12\x1c.aleph.host.v1.SignalRequest\x1a\x1d.aleph.host.v1.SignalResponse\x12W\n" +
+	"\x06Signal\x12\x1c.aleph.host.v1.SignalRequest\x1a\x1d.aleph.host.v1.SignalResponse\x12Q\n" +
+	"\n" +
+	"WriteStdin\x12 .aleph.host.v1.WriteStdinRequest\x1a!.aleph.host.v1.WriteStdinResponse\x12Q\n" +
+	"\n" +
+	"CloseStdin\x12 .aleph.host.v1.CloseStdinRequest\x1a!.aleph.host.v1.CloseStdinResponse\x12]\n" +
+	"\x0eResizeTerminal\x12$.aleph.host.v1.ResizeTerminalRequest\x1a%.aleph.host.v1.ResizeTerminalResponse\x12W\n" +
 	"\fStartProcess\x12\".aleph.host.v1.StartProcessRequest\x1a#.aleph.host.v1.StartProcessResponse\x12W\n" +
 	"\fWriteProcess\x12\".aleph.host.v1.WriteProcessRequest\x1a#.aleph.host.v1.WriteProcessResponse\x12f\n" +
 	"\x11CloseProcessStdin\x12'.aleph.host.v1.CloseProcessStdinRequest\x1a(.aleph.host.v1.CloseProcessStdinResponse\x12T\n" +
@@ -3163,120 +3558,134 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
 	(*ExecuteRequest)(nil),            // 2: aleph.host.v1.ExecuteRequest
 	(*ExecuteResponse)(nil),           // 3: aleph.host.v1.ExecuteResponse
-	(*OutputChunk)(nil),               // 4: aleph.host.v1.OutputChunk
-	(*Verdict)(nil),                   // 5: aleph.host.v1.Verdict
-	(*ExecResult)(nil),                // 6: aleph.host.v1.ExecResult
-	(*Capabilities)(nil),              // 7: aleph.host.v1.Capabilities
-	(*ApprovalsRequest)(nil),          // 8: aleph.host.v1.ApprovalsRequest
-	(*ApprovalRequest)(nil),           // 9: aleph.host.v1.ApprovalRequest
-	(*ApproveRequest)(nil),            // 10: aleph.host.v1.ApproveRequest
-	(*ApproveResponse)(nil),           // 11: aleph.host.v1.ApproveResponse
-	(*SessionsRequest)(nil),           // 12: aleph.host.v1.SessionsRequest
-	(*ListSessions)(nil),              // 13: aleph.host.v1.ListSessions
-	(*DescribeSession)(nil),           // 14: aleph.host.v1.DescribeSession
-	(*ForgetSession)(nil),             // 15: aleph.host.v1.ForgetSession
-	(*Grant)(nil),                     // 16: aleph.host.v1.Grant
-	(*Session)(nil),                   // 17: aleph.host.v1.Session
-	(*SessionsResponse)(nil),          // 18: aleph.host.v1.SessionsResponse
-	(*GrantsRequest)(nil),             // 19: aleph.host.v1.GrantsRequest
-	(*ListGrants)(nil),                // 20: aleph.host.v1.ListGrants
-	(*RevokeGrant)(nil),               // 21: aleph.host.v1.RevokeGrant
-	(*ApplyNetworkGrant)(nil),         // 22: aleph.host.v1.ApplyNetworkGrant
-	(*GrantsResponse)(nil),            // 23: aleph.host.v1.GrantsResponse
-	(*CapabilitiesRequest)(nil),       // 24: aleph.host.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),      // 25: aleph.host.v1.CapabilitiesResponse
-	(*CheckPolicyRequest)(nil),        // 26: aleph.host.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil),       // 27: aleph.host.v1.CheckPolicyResponse
-	(*SignalRequest)(nil),             // 28: aleph.host.v1.SignalRequest
-	(*SignalResponse)(nil),            // 29: aleph.host.v1.SignalResponse
-	(*StartProcessRequest)(nil),       // 30: aleph.host.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),      // 31: aleph.host.v1.StartProcessResponse
-	(*WriteProcessRequest)(nil),       // 32: aleph.host.v1.WriteProcessRequest
-	(*WriteProcessResponse)(nil),      // 33: aleph.host.v1.WriteProcessResponse
-	(*CloseProcessStdinRequest)(nil),  // 34: aleph.host.v1.CloseProcessStdinRequest
-	(*CloseProcessStdinResponse)(nil), // 35: aleph.host.v1.CloseProcessStdinResponse
-	(*ReadProcessRequest)(nil),        // 36: aleph.host.v1.ReadProcessRequest
-	(*ReadProcessResponse)(nil),       // 37: aleph.host.v1.ReadProcessResponse
-	(*SignalProcessRequest)(nil),      // 38: aleph.host.v1.SignalProcessRequest
-	(*SignalProcessResponse)(nil),     // 39: aleph.host.v1.SignalProcessResponse
-	(*ResizeProcessRequest)(nil),      // 40: aleph.host.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 41: aleph.host.v1.ResizeProcessResponse
-	(*WaitProcessRequest)(nil),        // 42: aleph.host.v1.WaitProcessRequest
-	(*WaitProcessResponse)(nil),       // 43: aleph.host.v1.WaitProcessResponse
-	(*ListProcessesRequest)(nil),      // 44: aleph.host.v1.ListProcessesRequest
-	(*ProcessInfo)(nil),               // 45: aleph.host.v1.ProcessInfo
-	(*ListProcessesResponse)(nil),     // 46: aleph.host.v1.ListProcessesResponse
-	nil,                               // 47: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                               // 48: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*StdinOpen)(nil),                 // 4: aleph.host.v1.StdinOpen
+	(*OutputChunk)(nil),               // 5: aleph.host.v1.OutputChunk
+	(*Verdict)(nil),                   // 6: aleph.host.v1.Verdict
+	(*ExecResult)(nil),                // 7: aleph.host.v1.ExecResult
+	(*Capabilities)(nil),              // 8: aleph.host.v1.Capabilities
+	(*ApprovalsRequest)(nil),          // 9: aleph.host.v1.ApprovalsRequest
+	(*ApprovalRequest)(nil),           // 10: aleph.host.v1.ApprovalRequest
+	(*ApproveRequest)(nil),            // 11: aleph.host.v1.ApproveRequest
+	(*ApproveResponse)(nil),           // 12: aleph.host.v1.ApproveResponse
+	(*SessionsRequest)(nil),           // 13: aleph.host.v1.SessionsRequest
+	(*ListSessions)(nil),              // 14: aleph.host.v1.ListSessions
+	(*DescribeSession)(nil),           // 15: aleph.host.v1.DescribeSession
+	(*ForgetSession)(nil),             // 16: aleph.host.v1.ForgetSession
+	(*Grant)(nil),                     // 17: aleph.host.v1.Grant
+	(*Session)(nil),                   // 18: aleph.host.v1.Session
+	(*SessionsResponse)(nil),          // 19: aleph.host.v1.SessionsResponse
+	(*GrantsRequest)(nil),             // 20: aleph.host.v1.GrantsRequest
+	(*ListGrants)(nil),                // 21: aleph.host.v1.ListGrants
+	(*RevokeGrant)(nil),               // 22: aleph.host.v1.RevokeGrant
+	(*ApplyNetworkGrant)(nil),         // 23: aleph.host.v1.ApplyNetworkGrant
+	(*GrantsResponse)(nil),            // 24: aleph.host.v1.GrantsResponse
+	(*CapabilitiesRequest)(nil),       // 25: aleph.host.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),      // 26: aleph.host.v1.CapabilitiesResponse
+	(*CheckPolicyRequest)(nil),        // 27: aleph.host.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),       // 28: aleph.host.v1.CheckPolicyResponse
+	(*SignalRequest)(nil),             // 29: aleph.host.v1.SignalRequest
+	(*SignalResponse)(nil),            // 30: aleph.host.v1.SignalResponse
+	(*WriteStdinRequest)(nil),         // 31: aleph.host.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),        // 32: aleph.host.v1.WriteStdinResponse
+	(*CloseStdinRequest)(nil),         // 33: aleph.host.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),        // 34: aleph.host.v1.CloseStdinResponse
+	(*ResizeTerminalRequest)(nil),     // 35: aleph.host.v1.ResizeTerminalRequest
+	(*ResizeTerminalResponse)(nil),    // 36: aleph.host.v1.ResizeTerminalResponse
+	(*StartProcessRequest)(nil),       // 37: aleph.host.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),      // 38: aleph.host.v1.StartProcessResponse
+	(*WriteProcessRequest)(nil),       // 39: aleph.host.v1.WriteProcessRequest
+	(*WriteProcessResponse)(nil),      // 40: aleph.host.v1.WriteProcessResponse
+	(*CloseProcessStdinRequest)(nil),  // 41: aleph.host.v1.CloseProcessStdinRequest
+	(*CloseProcessStdinResponse)(nil), // 42: aleph.host.v1.CloseProcessStdinResponse
+	(*ReadProcessRequest)(nil),        // 43: aleph.host.v1.ReadProcessRequest
+	(*ReadProcessResponse)(nil),       // 44: aleph.host.v1.ReadProcessResponse
+	(*SignalProcessRequest)(nil),      // 45: aleph.host.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),     // 46: aleph.host.v1.SignalProcessResponse
+	(*ResizeProcessRequest)(nil),      // 47: aleph.host.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 48: aleph.host.v1.ResizeProcessResponse
+	(*WaitProcessRequest)(nil),        // 49: aleph.host.v1.WaitProcessRequest
+	(*WaitProcessResponse)(nil),       // 50: aleph.host.v1.WaitProcessResponse
+	(*ListProcessesRequest)(nil),      // 51: aleph.host.v1.ListProcessesRequest
+	(*ProcessInfo)(nil),               // 52: aleph.host.v1.ProcessInfo
+	(*ListProcessesResponse)(nil),     // 53: aleph.host.v1.ListProcessesResponse
+	nil,                               // 54: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 55: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	47, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	48, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
-	4,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
-	9,  // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
-	6,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
-	0,  // 5: aleph.host.v1.OutputChunk.stream:type_name -> aleph.host.v1.OutputChunk.Stream
-	5,  // 6: aleph.host.v1.ExecResult.verdicts:type_name -> aleph.host.v1.Verdict
-	7,  // 7: aleph.host.v1.ApprovalRequest.requested:type_name -> aleph.host.v1.Capabilities
-	7,  // 8: aleph.host.v1.ApprovalRequest.baseline:type_name -> aleph.host.v1.Capabilities
-	13, // 9: aleph.host.v1.SessionsRequest.list:type_name -> aleph.host.v1.ListSessions
-	14, // 10: aleph.host.v1.SessionsRequest.describe:type_name -> aleph.host.v1.DescribeSession
-	15, // 11: aleph.host.v1.SessionsRequest.forget:type_name -> aleph.host.v1.ForgetSession
-	7,  // 12: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
-	7,  // 13: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
-	16, // 14: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
-	17, // 15: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
-	20, // 16: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
-	21, // 17: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
-	22, // 18: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
-	16, // 19: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
-	2,  // 20: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
-	6,  // 21: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	6,  // 22: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	45, // 23: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
-	2,  // 24: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
-	8,  // 25: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
-	10, // 26: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
-	12, // 27: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
-	19, // 28: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
-	24, // 29: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
-	26, // 30: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
-	28, // 31: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
-	30, // 32: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
-	32, // 33: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
-	34, // 34: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
-	36, // 35: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
-	38, // 36: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
-	40, // 37: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
-	42, // 38: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
-	44, // 39: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
-	3,  // 40: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	9,  // 41: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	11, // 42: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	18, // 43: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	23, // 44: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	25, // 45: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	27, // 46: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	29, // 47: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	31, // 48: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
-	33, // 49: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
-	35, // 50: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
-	37, // 51: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
-	39, // 52: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
-	41, // 53: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
-	43, // 54: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
-	46, // 55: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
-	40, // [40:56] is the sub-list for method output_type
-	24, // [24:40] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	54, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	55, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	5,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
+	10, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
+	7,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
+	4,  // 5: aleph.host.v1.ExecuteResponse.stdin_open:type_name -> aleph.host.v1.StdinOpen
+	0,  // 6: aleph.host.v1.OutputChunk.stream:type_name -> aleph.host.v1.OutputChunk.Stream
+	6,  // 7: aleph.host.v1.ExecResult.verdicts:type_name -> aleph.host.v1.Verdict
+	8,  // 8: aleph.host.v1.ApprovalRequest.requested:type_name -> aleph.host.v1.Capabilities
+	8,  // 9: aleph.host.v1.ApprovalRequest.baseline:type_name -> aleph.host.v1.Capabilities
+	14, // 10: aleph.host.v1.SessionsRequest.list:type_name -> aleph.host.v1.ListSessions
+	15, // 11: aleph.host.v1.SessionsRequest.describe:type_name -> aleph.host.v1.DescribeSession
+	16, // 12: aleph.host.v1.SessionsRequest.forget:type_name -> aleph.host.v1.ForgetSession
+	8,  // 13: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
+	8,  // 14: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
+	17, // 15: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
+	18, // 16: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
+	21, // 17: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
+	22, // 18: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
+	23, // 19: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
+	17, // 20: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
+	2,  // 21: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
+	7,  // 22: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	7,  // 23: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	52, // 24: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
+	2,  // 25: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
+	9,  // 26: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
+	11, // 27: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
+	13, // 28: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
+	20, // 29: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
+	25, // 30: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
+	27, // 31: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
+	29, // 32: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
+	31, // 33: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
+	33, // 34: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
+	35, // 35: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
+	37, // 36: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
+	39, // 37: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
+	41, // 38: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
+	43, // 39: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
+	45, // 40: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
+	47, // 41: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
+	49, // 42: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
+	51, // 43: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
+	3,  // 44: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	10, // 45: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	12, // 46: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	19, // 47: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	24, // 48: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	26, // 49: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	28, // 50: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	30, // 51: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	32, // 52: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
+	34, // 53: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
+	36, // 54: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
+	38, // 55: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	40, // 56: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	42, // 57: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	44, // 58: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	46, // 59: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	48, // 60: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	50, // 61: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	53, // 62: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	44, // [44:63] is the sub-list for method output_type
+	25, // [25:44] is the sub-list for method input_type
+	25, // [25:25] is the sub-list for extension type_name
+	25, // [25:25] is the sub-list for extension extendee
+	0,  // [0:25] is the sub-list for field type_name
 }
 
 func init() { file_host_proto_init() }
@@ -3288,13 +3697,14 @@ func file_host_proto_init() {
 		(*ExecuteResponse_Output)(nil),
 		(*ExecuteResponse_ApprovalRequest)(nil),
 		(*ExecuteResponse_Result)(nil),
+		(*ExecuteResponse_StdinOpen)(nil),
 	}
-	file_host_proto_msgTypes[11].OneofWrappers = []any{
+	file_host_proto_msgTypes[12].OneofWrappers = []any{
 		(*SessionsRequest_List)(nil),
 		(*SessionsRequest_Describe)(nil),
 		(*SessionsRequest_Forget)(nil),
 	}
-	file_host_proto_msgTypes[18].OneofWrappers = []any{
+	file_host_proto_msgTypes[19].OneofWrappers = []any{
 		(*GrantsRequest_List)(nil),
 		(*GrantsRequest_Revoke)(nil),
 		(*GrantsRequest_ApplyNetwork)(nil),
@@ -3305,7 +3715,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   48,
+			NumMessages:   55,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -56,6 +56,12 @@ const (
 	ServiceCheckPolicyProcedure = "/aleph.host.v1.Service/CheckPolicy"
 	// ServiceSignalProcedure is the fully-qualified name of the Service's Signal RPC.
 	ServiceSignalProcedure = "/aleph.host.v1.Service/Signal"
+	// ServiceWriteStdinProcedure is the fully-qualified name of the Service's WriteStdin RPC.
+	ServiceWriteStdinProcedure = "/aleph.host.v1.Service/WriteStdin"
+	// ServiceCloseStdinProcedure is the fully-qualified name of the Service's CloseStdin RPC.
+	ServiceCloseStdinProcedure = "/aleph.host.v1.Service/CloseStdin"
+	// ServiceResizeTerminalProcedure is the fully-qualified name of the Service's ResizeTerminal RPC.
+	ServiceResizeTerminalProcedure = "/aleph.host.v1.Service/ResizeTerminal"
 	// ServiceStartProcessProcedure is the fully-qualified name of the Service's StartProcess RPC.
 	ServiceStartProcessProcedure = "/aleph.host.v1.Service/StartProcess"
 	// ServiceWriteProcessProcedure is the fully-qualified name of the Service's WriteProcess RPC.
@@ -98,6 +104,15 @@ type ServiceClient interface {
 	// forwards the SIGTERM, SIGINT or SIGHUP it receives). The command
 	// decides what the signal means, as in-process.
 	Signal(context.Context, *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error)
+	// WriteStdin, CloseStdin and ResizeTerminal reach, by the same
+	// signal_key, an Execute call whose request set stdin_stream or tty (that
+	// is how `exec --host -i/-t` feeds its stdin and its window size).
+	// WriteStdin answers once the service holds the data, waiting while the
+	// command has not read what it holds already (a bounded buffer: a client
+	// writing faster than the command reads is held back).
+	WriteStdin(context.Context, *connect.Request[hostv1.WriteStdinRequest]) (*connect.Response[hostv1.WriteStdinResponse], error)
+	CloseStdin(context.Context, *connect.Request[hostv1.CloseStdinRequest]) (*connect.Response[hostv1.CloseStdinResponse], error)
+	ResizeTerminal(context.Context, *connect.Request[hostv1.ResizeTerminalRequest]) (*connect.Response[hostv1.ResizeTerminalResponse], error)
 	// Processes that outlive the call that started them, within their
 	// session (docs/serve.md, "Interactive processes"). StartProcess returns
 	// once the process is under way; its refusal, if the pipeline refuses
@@ -177,6 +192,24 @@ func NewServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(serviceMethods.ByName("Signal")),
 			connect.WithClientOptions(opts...),
 		),
+		writeStdin: connect.NewClient[hostv1.WriteStdinRequest, hostv1.WriteStdinResponse](
+			httpClient,
+			baseURL+ServiceWriteStdinProcedure,
+			connect.WithSchema(serviceMethods.ByName("WriteStdin")),
+			connect.WithClientOptions(opts...),
+		),
+		closeStdin: connect.NewClient[hostv1.CloseStdinRequest, hostv1.CloseStdinResponse](
+			httpClient,
+			baseURL+ServiceCloseStdinProcedure,
+			connect.WithSchema(serviceMethods.ByName("CloseStdin")),
+			connect.WithClientOptions(opts...),
+		),
+		resizeTerminal: connect.NewClient[hostv1.ResizeTerminalRequest, hostv1.ResizeTerminalResponse](
+			httpClient,
+			baseURL+ServiceResizeTerminalProcedure,
+			connect.WithSchema(serviceMethods.ByName("ResizeTerminal")),
+			connect.WithClientOptions(opts...),
+		),
 		startProcess: connect.NewClient[hostv1.StartProcessRequest, hostv1.StartProcessResponse](
 			httpClient,
 			baseURL+ServiceStartProcessProcedure,
@@ -238,6 +271,9 @@ type serviceClient struct {
 	capabilities      *connect.Client[hostv1.CapabilitiesRequest, hostv1.CapabilitiesResponse]
 	checkPolicy       *connect.Client[hostv1.CheckPolicyRequest, hostv1.CheckPolicyResponse]
 	signal            *connect.Client[hostv1.SignalRequest, hostv1.SignalResponse]
+	writeStdin        *connect.Client[hostv1.WriteStdinRequest, hostv1.WriteStdinResponse]
+	closeStdin        *connect.Client[hostv1.CloseStdinRequest, hostv1.CloseStdinResponse]
+	resizeTerminal    *connect.Client[hostv1.ResizeTerminalRequest, hostv1.ResizeTerminalResponse]
 	startProcess      *connect.Client[hostv1.StartProcessRequest, hostv1.StartProcessResponse]
 	writeProcess      *connect.Client[hostv1.WriteProcessRequest, hostv1.WriteProcessResponse]
 	closeProcessStdin *connect.Client[hostv1.CloseProcessStdinRequest, hostv1.CloseProcessStdinResponse]
@@ -286,6 +322,21 @@ func (c *serviceClient) CheckPolicy(ctx context.Context, req *connect.Request[ho
 // Signal calls aleph.host.v1.Service.Signal.
 func (c *serviceClient) Signal(ctx context.Context, req *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error) {
 	return c.signal.CallUnary(ctx, req)
+}
+
+// WriteStdin calls aleph.host.v1.Service.WriteStdin.
+func (c *serviceClient) WriteStdin(ctx context.Context, req *connect.Request[hostv1.WriteStdinRequest]) (*connect.Response[hostv1.WriteStdinResponse], error) {
+	return c.writeStdin.CallUnary(ctx, req)
+}
+
+// CloseStdin calls aleph.host.v1.Service.CloseStdin.
+func (c *serviceClient) CloseStdin(ctx context.Context, req *connect.Request[hostv1.CloseStdinRequest]) (*connect.Response[hostv1.CloseStdinResponse], error) {
+	return c.closeStdin.CallUnary(ctx, req)
+}
+
+// ResizeTerminal calls aleph.host.v1.Service.ResizeTerminal.
+func (c *serviceClient) ResizeTerminal(ctx context.Context, req *connect.Request[hostv1.ResizeTerminalRequest]) (*connect.Response[hostv1.ResizeTerminalResponse], error) {
+	return c.resizeTerminal.CallUnary(ctx, req)
 }
 
 // StartProcess calls aleph.host.v1.Service.StartProcess.
@@ -351,6 +402,15 @@ type ServiceHandler interface {
 	// forwards the SIGTERM, SIGINT or SIGHUP it receives). The command
 	// decides what the signal means, as in-process.
 	Signal(context.Context, *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error)
+	// WriteStdin, CloseStdin and ResizeTerminal reach, by the same
+	// signal_key, an Execute call whose request set stdin_stream or tty (that
+	// is how `exec --host -i/-t` feeds its stdin and its window size).
+	// WriteStdin answers once the service holds the data, waiting while the
+	// command has not read what it holds already (a bounded buffer: a client
+	// writing faster than the command reads is held back).
+	WriteStdin(context.Context, *connect.Request[hostv1.WriteStdinRequest]) (*connect.Response[hostv1.WriteStdinResponse], error)
+	CloseStdin(context.Context, *connect.Request[hostv1.CloseStdinRequest]) (*connect.Response[hostv1.CloseStdinResponse], error)
+	ResizeTerminal(context.Context, *connect.Request[hostv1.ResizeTerminalRequest]) (*connect.Response[hostv1.ResizeTerminalResponse], error)
 	// Processes that outlive the call that started them, within their
 	// session (docs/serve.md, "Interactive processes"). StartProcess returns
 	// once the process is under way; its refusal, if the pipeline refuses
@@ -426,6 +486,24 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(serviceMethods.ByName("Signal")),
 		connect.WithHandlerOptions(opts...),
 	)
+	serviceWriteStdinHandler := connect.NewUnaryHandler(
+		ServiceWriteStdinProcedure,
+		svc.WriteStdin,
+		connect.WithSchema(serviceMethods.ByName("WriteStdin")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceCloseStdinHandler := connect.NewUnaryHandler(
+		ServiceCloseStdinProcedure,
+		svc.CloseStdin,
+		connect.WithSchema(serviceMethods.ByName("CloseStdin")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceResizeTerminalHandler := connect.NewUnaryHandler(
+		ServiceResizeTerminalProcedure,
+		svc.ResizeTerminal,
+		connect.WithSchema(serviceMethods.ByName("ResizeTerminal")),
+		connect.WithHandlerOptions(opts...),
+	)
 	serviceStartProcessHandler := connect.NewUnaryHandler(
 		ServiceStartProcessProcedure,
 		svc.StartProcess,
@@ -492,6 +570,12 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 			serviceCheckPolicyHandler.ServeHTTP(w, r)
 		case ServiceSignalProcedure:
 			serviceSignalHandler.ServeHTTP(w, r)
+		case ServiceWriteStdinProcedure:
+			serviceWriteStdinHandler.ServeHTTP(w, r)
+		case ServiceCloseStdinProcedure:
+			serviceCloseStdinHandler.ServeHTTP(w, r)
+		case ServiceResizeTerminalProcedure:
+			serviceResizeTerminalHandler.ServeHTTP(w, r)
 		case ServiceStartProcessProcedure:
 			serviceStartProcessHandler.ServeHTTP(w, r)
 		case ServiceWriteProcessProcedure:
@@ -547,6 +631,18 @@ func (UnimplementedServiceHandler) CheckPolicy(context.Context, *connect.Request
 
 func (UnimplementedServiceHandler) Signal(context.Context, *connect.Request[hostv1.SignalRequest]) (*connect.Response[hostv1.SignalResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Signal is not implemented"))
+}
+
+func (UnimplementedServiceHandler) WriteStdin(context.Context, *connect.Request[hostv1.WriteStdinRequest]) (*connect.Response[hostv1.WriteStdinResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.WriteStdin is not implemented"))
+}
+
+func (UnimplementedServiceHandler) CloseStdin(context.Context, *connect.Request[hostv1.CloseStdinRequest]) (*connect.Response[hostv1.CloseStdinResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.CloseStdin is not implemented"))
+}
+
+func (UnimplementedServiceHandler) ResizeTerminal(context.Context, *connect.Request[hostv1.ResizeTerminalRequest]) (*connect.Response[hostv1.ResizeTerminalResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.ResizeTerminal is not implemented"))
 }
 
 func (UnimplementedServiceHandler) StartProcess(context.Context, *connect.Request[hostv1.StartProcessRequest]) (*connect.Response[hostv1.StartProcessResponse], error) {
