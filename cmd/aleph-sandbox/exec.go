@@ -57,14 +57,14 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if len(rest) == 0 {
 		return execFailure(io, f.json, "exec: no program given (usage: aleph-sandbox exec [flags] -- PROGRAM [ARG...])")
 	}
-	if msg := inter.check(&f, hostAddress(*host)); msg != "" {
+	if msg := inter.check(&f); msg != "" {
 		return execFailure(io, f.json, msg)
 	}
 	if inter.tty && !ttySupported() {
 		return execFailure(io, f.json, "exec: -t/--tty: this build of the CLI drives a terminal on Linux only")
 	}
 	if addr := hostAddress(*host); addr != "" {
-		return runExecHost(ctx, addr, &f, rest, io, !*rawOutput)
+		return runExecHost(ctx, addr, &f, &inter, rest, io, !*rawOutput)
 	}
 	cfg, err := loadConfig(f.config, f.workspaceRoot, f.driver)
 	if err != nil {
@@ -82,6 +82,15 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		return execFailure(io, f.json, err.Error())
 	}
 	defer p.Close()
+	if inter.any() && f.timeout == 0 {
+		// An interactive command waits for a person: no default timeout,
+		// only the processes' maximum lifetime ([sandbox.processes]).
+		pc, err := core.ProcessConfigOf(cfg)
+		if err != nil {
+			return execFailure(io, f.json, err.Error())
+		}
+		cmd.Timeout = pc.Limits().MaxLifetime
+	}
 	execCtx, kill := context.WithCancel(ctx)
 	defer kill()
 	if inter.interactive {

@@ -75,7 +75,7 @@ func executeRequest(cmd core.Command) *hostv1.ExecuteRequest {
 // runExecHost is `exec --host`: the command goes to a running service; the
 // output, the exit statuses and --json are those of in-process exec, and
 // this CLI answers its own approval requests (--yes or the terminal).
-func runExecHost(ctx context.Context, addr string, f *runFlags, argv []string, std stdio, filter bool) int {
+func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interactiveFlags, argv []string, std stdio, filter bool) int {
 	switch {
 	case f.config != "":
 		return execFailure(std, f.json, "exec: --config does not apply with --host: the service's configuration does")
@@ -100,6 +100,36 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, argv []string, s
 	// a signal running out) makes the service kill the command's tree.
 	execCtx, kill := context.WithCancel(ctx)
 	defer kill()
+	// -i and -t: the stdin goes through WriteStdin and the window size
+	// through ResizeTerminal, named by the signal key. Without --timeout
+	// (0 in the request) the service gives an interactive command no
+	// default timeout, only its processes' maximum lifetime.
+	req.StdinStream = inter.interactive
+	var term *userTerminal
+	resized := make(chan struct{})
+	if inter.tty {
+		term = openUserTerminal(std.In, std.Out)
+		// Every way out passes here: the user's terminal is never left raw.
+		defer term.restore()
+		req.Tty, req.Rows, req.Cols = true, uint32(term.size.Rows), uint32(term.size.Cols)
+		go func() {
+			defer close(resized)
+			followWindow(execCtx, c, req.SignalKey, term.resize)
+		}()
+	} else {
+		close(resized)
+	}
+	onStdinOpen := func() {
+		if !inter.interactive {
+			return
+		}
+		if term != nil {
+			// Raw only now that the command reads: an approval prompt
+			// before it was answered in the terminal's ordinary mode.
+			term.makeRaw()
+		}
+		go pumpStdin(execCtx, c, req.SignalKey, std.In)
+	}
 	var sigs *commandSignals
 	sent := make(chan struct{})
 	if std.forwardSignals != nil {
@@ -126,14 +156,21 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, argv []string, s
 		// The same writers as in-process: the terminal filter where a
 		// stream is a terminal (unless --raw-output), and a closed pipe
 		// sending the command SIGPIPE, then ending it.
-		stdout, stderr = live.wire(std, filter, brokenPipe(sigs, kill))
+		// A terminal command owns the user's terminal: its output
+		// passes raw (docs/cli.md).
+		stdout, stderr = live.wire(std, filter && !inter.tty, brokenPipe(sigs, kill))
 	}
 	// The call returns with the first message (or the failure of the
 	// call), which a silent command sends only at its end.
 	var res *hostv1.ExecResult
 	stream, streamErr := c.Execute(execCtx, connect.NewRequest(req))
 	if streamErr == nil {
-		res, streamErr = receiveExec(execCtx, stream, c, ask, f.json, stdout, stderr)
+		res, streamErr = receiveExec(execCtx, stream, c, ask, f.json, stdout, stderr, onStdinOpen)
+	}
+	if term != nil {
+		// Before any message of the CLI's own: they are written for a
+		// terminal in its ordinary mode.
+		term.restore()
 	}
 	if sigs != nil {
 		sigs.stop()
@@ -141,6 +178,7 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, argv []string, s
 	live.stopPipeTimer()
 	kill()
 	<-sent
+	<-resized
 	if live.finish() {
 		// The reader of stdout (or stderr) went away: as in a shell
 		// pipeline, the command ends and the status says SIGPIPE.
@@ -189,7 +227,7 @@ func hostError(sock string, err error) string {
 // receiveExec reads the call's events: output to stdout and stderr
 // (unless asJSON), approval requests answered by ask, then the result.
 func receiveExec(ctx context.Context, stream *connect.ServerStreamForClient[hostv1.ExecuteResponse], c hostv1connect.ServiceClient,
-	ask *approver, asJSON bool, stdout, stderr io.Writer) (*hostv1.ExecResult, error) {
+	ask *approver, asJSON bool, stdout, stderr io.Writer, onStdinOpen func()) (*hostv1.ExecResult, error) {
 	defer stream.Close()
 	var res *hostv1.ExecResult
 	for stream.Receive() {
@@ -210,6 +248,8 @@ func receiveExec(ctx context.Context, stream *connect.ServerStreamForClient[host
 				o, _ := ask.RequestApproval(ctx, driverapi.ApprovalRequest{SessionID: r.GetSession(), CommandID: r.GetCommandId(), Summary: r.GetSummary()})
 				_, _ = c.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: r.GetId(), Approved: o == driverapi.ApprovalApproved}))
 			}()
+		case *hostv1.ExecuteResponse_StdinOpen:
+			onStdinOpen()
 		case *hostv1.ExecuteResponse_Result:
 			res = ev.Result
 		}
@@ -228,10 +268,62 @@ func newSignalKey() string {
 // that arrives before the service has the call (the user's Ctrl-C at once)
 // is retried until the command runs or the call ends.
 func sendSignal(ctx context.Context, c hostv1connect.ServiceClient, key string, sig driverapi.Signal) {
+	untilRunning(ctx, func() error {
+		_, err := c.Signal(ctx, connect.NewRequest(&hostv1.SignalRequest{SignalKey: key, Signal: string(sig)}))
+		return err
+	})
+}
+
+// stdinChunk is the most `exec --host -i` sends in one WriteStdin; each
+// waits for the service to hold it, so what is in flight is bounded by
+// this, the service's stdin_bytes and the kernel's pipe buffers.
+const stdinChunk = 32 << 10
+
+// pumpStdin sends the CLI's stdin to the command as it arrives, one
+// WriteStdin at a time, and closes the command's stdin at end of file.
+// It stops when the call ends; a Read of a terminal it is blocked in then
+// ends with the CLI.
+func pumpStdin(ctx context.Context, c hostv1connect.ServiceClient, key string, in io.Reader) {
+	buf := make([]byte, stdinChunk)
+	for {
+		n, rerr := in.Read(buf)
+		if n > 0 {
+			// The call is synchronous: buf is marshalled before it returns.
+			resp, err := c.WriteStdin(ctx, connect.NewRequest(&hostv1.WriteStdinRequest{SignalKey: key, Data: buf[:n]}))
+			if err != nil || resp.Msg.GetWritten() < int64(n) {
+				return // the command ended, or closed its stdin
+			}
+		}
+		if rerr != nil {
+			if errors.Is(rerr, io.EOF) {
+				_, _ = c.CloseStdin(ctx, connect.NewRequest(&hostv1.CloseStdinRequest{SignalKey: key}))
+			}
+			return
+		}
+	}
+}
+
+// followWindow sends the user's terminal's new sizes to the command's.
+func followWindow(ctx context.Context, c hostv1connect.ServiceClient, key string, sizes <-chan driverapi.WindowSize) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ws := <-sizes:
+			untilRunning(ctx, func() error {
+				_, err := c.ResizeTerminal(ctx, connect.NewRequest(&hostv1.ResizeTerminalRequest{SignalKey: key, Rows: uint32(ws.Rows), Cols: uint32(ws.Cols)}))
+				return err
+			})
+		}
+	}
+}
+
+// untilRunning calls f until it answers anything but NotFound (the
+// service does not have the call yet) or ctx ends.
+func untilRunning(ctx context.Context, f func() error) {
 	wait := 5 * time.Millisecond
 	for {
-		_, err := c.Signal(ctx, connect.NewRequest(&hostv1.SignalRequest{SignalKey: key, Signal: string(sig)}))
-		if connect.CodeOf(err) != connect.CodeNotFound {
+		if connect.CodeOf(f()) != connect.CodeNotFound {
 			return
 		}
 		t := time.NewTimer(wait)

@@ -27,12 +27,10 @@ func (f *interactiveFlags) register(fs *flag.FlagSet) {
 func (f *interactiveFlags) any() bool { return f.interactive || f.tty }
 
 // check refuses combinations that cannot mean anything.
-func (f *interactiveFlags) check(rf *runFlags, host string) string {
+func (f *interactiveFlags) check(rf *runFlags) string {
 	switch {
 	case !f.any():
 		return ""
-	case host != "":
-		return "exec: -i/--interactive and -t/--tty run in-process only: the service (--host, $ALEPH_SANDBOX_HOST) has no streaming interface yet; run without --host"
 	case rf.stdin:
 		return "exec: --stdin gives the command its stdin as one buffer, up front; -i/-t stream it: use one or the other"
 	case f.tty && rf.json:

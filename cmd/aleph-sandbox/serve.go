@@ -49,6 +49,10 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	if err := cfg.Serve.Validate(); err != nil {
 		return fail(std.Err, "serve: %s", oneLine(err.Error()))
 	}
+	procCfg, err := core.ProcessConfigOf(cfg)
+	if err != nil {
+		return fail(std.Err, "serve: %s", oneLine(err.Error()))
+	}
 	addrs := []string(listen)
 	if len(addrs) == 0 {
 		addrs = cfg.Serve.Listen
@@ -183,7 +187,8 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		launches = d.Launches
 	}
 	srv, err := service.New(service.Options{Host: rt, Broker: broker, Logger: log.Named("service"),
-		Protected: protected, CommandPolicy: cfg.Sandbox.CommandPolicy, DriverLaunches: launches})
+		Protected: protected, CommandPolicy: cfg.Sandbox.CommandPolicy, DriverLaunches: launches,
+		Processes: procCfg.Limits()})
 	if err != nil {
 		closeAll()
 		_ = rt.Close()

@@ -223,10 +223,11 @@ func TestExecInteractiveRefusals(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-t", "--host", "unix:/nonexistent.sock"}, "in-process only"},
-		{[]string{"-i", "--host", "unix:/nonexistent.sock"}, "--host"},
 		{[]string{"-i", "--stdin"}, "one or the other"},
 		{[]string{"-t", "--json"}, "one or the other"},
+		// The same refusals with --host, before any service is reached.
+		{[]string{"-i", "--stdin", "--host", "unix:/nonexistent.sock"}, "one or the other"},
+		{[]string{"-t", "--json", "--host", "unix:/nonexistent.sock"}, "one or the other"},
 	} {
 		r := cli(t, "", false, append(append([]string{"exec"}, c.args...), "--", "true")...)
 		if r.code != exitSandboxError || !strings.Contains(r.stderr+r.stdout, c.want) {
