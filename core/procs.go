@@ -158,12 +158,14 @@ func processOutcome(r ProcessResult, cancelled bool) string {
 	switch {
 	case r.Err == nil && r.Output != nil && r.Output.Exit.TimedOut:
 		return ProcessTimedOut
-	case r.Err == nil:
-		return ProcessOK
 	case errors.As(r.Err, &denied):
 		return ProcessDenied
 	case cancelled:
+		// Killed by ForgetSession or Close, whether the driver reported
+		// the kill as an exit or as the cancellation.
 		return ProcessKilled
+	case r.Err == nil:
+		return ProcessOK
 	}
 	return ProcessError
 }

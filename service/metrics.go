@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
 const nBuckets = 14
@@ -69,6 +71,13 @@ func (m *Metrics) finished(outcome, reason string, d time.Duration) {
 type gauges struct {
 	sessions       int
 	driverLaunches int64
+	procs          core.ProcessStats
+}
+
+// processOutcomes are the outcome labels of processes_exited_total, each
+// written (0 too) so a rate over any of them is defined from the start.
+func processOutcomes() []string {
+	return []string{core.ProcessDenied, core.ProcessError, core.ProcessKilled, core.ProcessOK, core.ProcessTimedOut}
 }
 
 func (m *Metrics) write(w io.Writer, g gauges) {
@@ -111,6 +120,27 @@ func (m *Metrics) write(w io.Writer, g gauges) {
 	b.WriteString("# HELP aleph_sandbox_driver_restarts_total Driver processes launched after the first (each follows a driver that died).\n")
 	b.WriteString("# TYPE aleph_sandbox_driver_restarts_total counter\n")
 	fmt.Fprintf(&b, "aleph_sandbox_driver_restarts_total %d\n", restarts)
+	p := g.procs
+	b.WriteString("# HELP aleph_sandbox_processes_running Processes (StartProcess) running now.\n")
+	b.WriteString("# TYPE aleph_sandbox_processes_running gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_processes_running %d\n", p.Running)
+	b.WriteString("# HELP aleph_sandbox_processes_held Processes in the table: running, or ended and not yet waited for (what the caps count).\n")
+	b.WriteString("# TYPE aleph_sandbox_processes_held gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_processes_held %d\n", p.Held)
+	b.WriteString("# HELP aleph_sandbox_processes_started_total Processes started.\n")
+	b.WriteString("# TYPE aleph_sandbox_processes_started_total counter\n")
+	fmt.Fprintf(&b, "aleph_sandbox_processes_started_total %d\n", p.Started)
+	b.WriteString("# HELP aleph_sandbox_processes_exited_total Processes ended, by outcome.\n")
+	b.WriteString("# TYPE aleph_sandbox_processes_exited_total counter\n")
+	for _, o := range processOutcomes() {
+		fmt.Fprintf(&b, "aleph_sandbox_processes_exited_total{outcome=%s} %d\n", label(o), p.Exited[o])
+	}
+	b.WriteString("# HELP aleph_sandbox_process_output_bytes Output the processes' rings hold.\n")
+	b.WriteString("# TYPE aleph_sandbox_process_output_bytes gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_process_output_bytes %d\n", p.OutputBytes)
+	b.WriteString("# HELP aleph_sandbox_process_stdin_bytes Stdin written to processes and not yet read by them.\n")
+	b.WriteString("# TYPE aleph_sandbox_process_stdin_bytes gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_process_stdin_bytes %d\n", p.StdinBytes)
 	_, _ = io.WriteString(w, b.String())
 }
 
@@ -127,6 +157,7 @@ func (s *Server) MetricsHandler() http.Handler {
 		s.mu.Lock()
 		g := gauges{sessions: len(s.sessions)}
 		s.mu.Unlock()
+		g.procs = s.procs.Stats()
 		if s.driverLaunches != nil {
 			g.driverLaunches = s.driverLaunches()
 		}

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
 // TestMetricsText: counters by outcome and reason, a cumulative histogram
@@ -19,7 +21,8 @@ func TestMetricsText(t *testing.T) {
 	}
 	m.started() // one still running
 	var b strings.Builder
-	m.write(&b, gauges{sessions: 3, driverLaunches: 2})
+	m.write(&b, gauges{sessions: 3, driverLaunches: 2, procs: core.ProcessStats{Running: 2, Held: 3, Started: 5,
+		OutputBytes: 1234, StdinBytes: 56, Exited: map[string]uint64{core.ProcessOK: 2, core.ProcessKilled: 1}}})
 	out := b.String()
 	for _, want := range []string{
 		`aleph_sandbox_commands_total{outcome="ok",reason_code="allowed"} 2`,
@@ -34,6 +37,14 @@ func TestMetricsText(t *testing.T) {
 		`aleph_sandbox_sessions_active 3`,
 		`aleph_sandbox_driver_restarts_total 1`,
 		"# TYPE aleph_sandbox_command_duration_seconds histogram",
+		`aleph_sandbox_processes_running 2`,
+		`aleph_sandbox_processes_held 3`,
+		`aleph_sandbox_processes_started_total 5`,
+		`aleph_sandbox_processes_exited_total{outcome="ok"} 2`,
+		`aleph_sandbox_processes_exited_total{outcome="killed"} 1`,
+		`aleph_sandbox_processes_exited_total{outcome="denied"} 0`,
+		`aleph_sandbox_process_output_bytes 1234`,
+		`aleph_sandbox_process_stdin_bytes 56`,
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("metrics lack %q:\n%s", want, out)

@@ -416,3 +416,62 @@ func TestServeStreamedStdinOverHTTP1(t *testing.T) {
 		t.Errorf("StartProcess with stdin_stream: %v", err)
 	}
 }
+
+// TestServeProcessMetrics: /metrics, scraped and parsed, counts the
+// processes running and held, those started and ended by outcome (a
+// denial, a kill by forgetting the session), and the output their rings
+// hold.
+func TestServeProcessMetrics(t *testing.T) {
+	h := newServeHarness(t)
+	sock := filepath.Join(t.TempDir(), "run", "aleph.sock")
+	p := h.start(t, sock, "", "--metrics", "tcp:127.0.0.1:0")
+	maddr := tcpAddrOf(t, p, "metrics")
+	c := client(sock)
+	ctx := context.Background()
+	check := func(when string, want map[string]float64) {
+		t.Helper()
+		m := scrape(t, maddr)
+		for k, v := range want {
+			if got, ok := m[k]; !ok || got != v {
+				t.Errorf("%s: %s = %v (present %v), want %v", when, k, got, ok, v)
+			}
+		}
+	}
+	check("at start", map[string]float64{
+		`aleph_sandbox_processes_running`: 0, `aleph_sandbox_processes_started_total`: 0,
+		`aleph_sandbox_processes_exited_total{outcome="killed"}`: 0, `aleph_sandbox_process_output_bytes`: 0,
+	})
+	st, err := c.StartProcess(ctx, connect.NewRequest(&hostv1.StartProcessRequest{
+		Command: &hostv1.ExecuteRequest{Session: "pm", Argv: []string{"/bin/cat"}}}))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, p.stderr)
+	}
+	if _, err := c.WriteProcess(ctx, connect.NewRequest(&hostv1.WriteProcessRequest{Id: st.Msg.GetId(), Data: []byte("twelve bytes")})); err != nil {
+		t.Fatal(err)
+	}
+	readProc(t, c, st.Msg.GetId(), "twelve bytes")
+	// A process the command policy refuses: its refusal is its result.
+	den, err := c.StartProcess(ctx, connect.NewRequest(&hostv1.StartProcessRequest{
+		Command: &hostv1.ExecuteRequest{Session: "pm", Argv: []string{"/bin/sh", "-c", "rm -rf /"}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.WaitProcess(ctx, connect.NewRequest(&hostv1.WaitProcessRequest{Id: den.Msg.GetId()}))
+	if err != nil || !w.Msg.GetResult().GetDenied() {
+		t.Fatalf("the denied process: %v %v", w, err)
+	}
+	check("one running, one denied", map[string]float64{
+		`aleph_sandbox_processes_running`: 1, `aleph_sandbox_processes_held`: 1, `aleph_sandbox_processes_started_total`: 2,
+		`aleph_sandbox_processes_exited_total{outcome="denied"}`: 1, `aleph_sandbox_processes_exited_total{outcome="ok"}`: 0,
+		`aleph_sandbox_process_output_bytes`: 12,
+	})
+	if _, err := c.Sessions(ctx, connect.NewRequest(&hostv1.SessionsRequest{Action: &hostv1.SessionsRequest_Forget{
+		Forget: &hostv1.ForgetSession{Session: "pm"}}})); err != nil {
+		t.Fatal(err)
+	}
+	check("after the session is forgotten", map[string]float64{
+		`aleph_sandbox_processes_running`: 0, `aleph_sandbox_processes_held`: 0, `aleph_sandbox_processes_started_total`: 2,
+		`aleph_sandbox_processes_exited_total{outcome="killed"}`: 1, `aleph_sandbox_processes_exited_total{outcome="denied"}`: 1,
+		`aleph_sandbox_process_output_bytes`: 0,
+	})
+}
