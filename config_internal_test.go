@@ -134,3 +134,59 @@ func TestRateLimitSectionOneReading(t *testing.T) {
 
 // nopDriver is never asked to run anything: New fails before.
 type nopDriver struct{ driverapi.Driver }
+
+// TestProcessDefaultsAgree: the defaults of [sandbox.processes] are the
+// same in the process table (core), the loaded configuration (from the
+// schema), a configuration never loaded, and the table in
+// docs/configuration.md; the loader refuses its unknown keys by full name.
+func TestProcessDefaultsAgree(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	want := core.DefaultProcessConfig()
+	loaded, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string]core.Config{"loaded": loaded, "core.DefaultConfig": core.DefaultConfig()} {
+		got, err := core.ProcessConfigOf(cfg)
+		if err != nil || got != want {
+			t.Errorf("%s: %+v %v, want %+v", name, got, err, want)
+		}
+	}
+	if got := core.NewProcessTable(nil, core.ProcessLimits{}).Limits(); got != want.Limits() {
+		t.Errorf("the table's own defaults %+v, the section's %+v", got, want.Limits())
+	}
+	for _, f := range core.ProcessSchema().Fields {
+		if _, ok := loaded.Sandbox.Processes[f.Name]; !ok {
+			t.Errorf("loaded section lacks %s", f.Name)
+		}
+	}
+	doc, err := os.ReadFile("docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(doc), "## `[sandbox.processes]`")
+	table, _, _ = strings.Cut(table, "\n## ")
+	rows := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| `([^`]*)` \\|").FindAllStringSubmatch(table, -1)
+	if len(rows) != len(core.ProcessSchema().Fields) {
+		t.Fatalf("docs/configuration.md lists %d processes keys, the schema %d", len(rows), len(core.ProcessSchema().Fields))
+	}
+	for _, r := range rows {
+		f, ok := core.ProcessSchema().Field(r[1])
+		if !ok {
+			t.Errorf("docs list %s, not a key of the section", r[1])
+			continue
+		}
+		if r[2] != f.DefaultJSON {
+			t.Errorf("docs give %s the default %s, the code %s", r[1], r[2], f.DefaultJSON)
+		}
+	}
+	p := filepath.Join(t.TempDir(), "c.toml")
+	if err := os.WriteFile(p, []byte("[sandbox.processes]\nmax_per_sesion = 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = LoadConfig(p)
+	var ce *core.ConfigError
+	if !errors.As(err, &ce) || ce.Key != "sandbox.processes.max_per_sesion" {
+		t.Errorf("unknown key: %v", err)
+	}
+}
