@@ -107,8 +107,9 @@ func TestServeHostInteractiveShellInPty(t *testing.T) {
 	}
 	// Ctrl-C is a byte for the command's terminal: it interrupts the
 	// shell's foreground job (sleep), not exec, and the shell carries on.
-	type_("sleep 30; echo after-sleep\r")
-	at = waitScreen(t, &scr, at, "sleep 30; echo after-sleep\r\n")
+	type_("echo started-$((1+1)); sleep 30; echo after-sleep\r")
+	at = waitScreen(t, &scr, at, "started-2\r\n")
+	// The shell forks sleep right after its echo; give it the moment.
 	time.Sleep(300 * time.Millisecond)
 	type_("\x03")
 	// What the shell prints ("still-42"), not the terminal's echo of the
