@@ -181,9 +181,10 @@ func (r *hostRun) wait(t *testing.T) int {
 // TestServeHostInteractiveStdin: `exec --host -i` streams its stdin to the
 // command as it arrives (the answer to a line comes back before the next
 // is written), end of file closes it, the byte count of a large input is
-// exact, and a command that does not read holds the writer back: what is
-// taken from the writer stays bounded (the CLI's chunk, the service's
-// stdin_bytes, the pipes), not the whole input.
+// exact, a command that does not read holds the writer back (what is
+// taken from the writer stays bounded: the CLI's chunk, the service's
+// stdin_bytes, the pipes, not the whole input), a signal the CLI gets goes
+// to the command, and --json and the exit status are in-process exec's.
 func TestServeHostInteractiveStdin(t *testing.T) {
 	h := newServeHarness(t)
 	sock := filepath.Join(t.TempDir(), "run", "aleph.sock")
@@ -255,6 +256,20 @@ func TestServeHostInteractiveStdin(t *testing.T) {
 		}
 		if code := r.wait(t); code != 0 || strings.TrimSpace(r.out.String()) != fmt.Sprint(total) {
 			t.Fatalf("exit %d, wc says %q (want %d); stderr %q", code, r.out, total, r.err)
+		}
+	})
+
+	t.Run("a signal to the CLI goes to the command", func(t *testing.T) {
+		ws := t.TempDir()
+		r := startHostExec(t, h, sock, "--workspace", ws, "--spawn", "--yes", "-i", "--",
+			"/bin/sh", "-c", `trap 'echo got-term; exit 3' TERM; : > ready; while :; do sleep 0.05; done`)
+		waitFor(t, "the command to start", func() bool { _, err := os.Stat(filepath.Join(ws, "ready")); return err == nil })
+		if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		// The command's own status and output: it ran its trap.
+		if code := r.wait(t); code != 3 || r.out.String() != "got-term\n" {
+			t.Fatalf("exit %d stdout %q stderr %q, want 3 and got-term", code, r.out, r.err)
 		}
 	})
 
