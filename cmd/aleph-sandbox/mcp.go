@@ -11,7 +11,8 @@ import (
 )
 
 // runMCP is `aleph-sandbox mcp`: an MCP server on stdio whose run_command
-// tool runs commands in the sandbox (docs/mcp.md).
+// tool runs commands in the sandbox, and whose process tools keep processes
+// running across calls (docs/mcp.md).
 func runMCP(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
@@ -53,7 +54,11 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	}
 	defer p.Close()
 	t := &mcp.IOTransport{Reader: goio.NopCloser(io.In), Writer: nopWriteCloser{io.Out}}
-	if err := mcpserver.New(p.sandbox, mc).Run(ctx, t); err != nil && ctx.Err() == nil {
+	srv := mcpserver.New(p.sandbox, mc)
+	// Before the pipeline closes: the processes the client started end
+	// with the server.
+	defer srv.Close()
+	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
 	return 0
