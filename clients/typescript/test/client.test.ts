@@ -151,6 +151,13 @@ async function readUntil(p: Process, want: string): Promise<Buffer> {
   }
 }
 
+// Waits until a cat process runs (it echoes a line back): a signal sent
+// before the command started ends it as "nothing ran" instead.
+async function catRuns(p: Process): Promise<void> {
+  await p.write("ready\n");
+  await readUntil(p, "ready\n");
+}
+
 // A sleep no other test or process runs: its argv identifies it in /proc.
 function uniqueSleep(): string[] {
   return ["/bin/sleep", `1000.${process.pid}${Math.floor(Math.random() * 1e6)}`];
@@ -481,6 +488,7 @@ describe("Client against a real serve", { skip }, () => {
     assert.equal(r.exitCode, 0);
     // A process without a terminal cannot be resized.
     const q = await c.start(["/bin/cat"], { session });
+    await catRuns(q);
     await assert.rejects(q.resize(10, 10), { name: "SandboxError", code: "invalid_argument" });
     await q.signal("KILL");
     await q.wait();
@@ -501,6 +509,7 @@ describe("Client against a real serve", { skip }, () => {
   test("processes lists a session's processes", T, async () => {
     const c = new Client({ socket: addr });
     const p = await c.start(["/bin/cat"], { session: "ts-list" });
+    await catRuns(p);
     const mine = await c.processes({ session: "ts-list" });
     assert.equal(mine.length, 1);
     assert.equal(mine[0]!.id, p.id);
@@ -527,6 +536,7 @@ describe("Client against a real serve", { skip }, () => {
     await assert.rejects(new Process(c, "proc-none").signal("TERM"), { name: "SandboxError", reasonCode: "process_unknown" });
     assert.throws(() => new Process(c, ""), TypeError);
     const q = await c.start(["/bin/cat"], { session: "ts-proc-bad" });
+    await catRuns(q);
     await assert.rejects(q.signal("STOP" as "TERM"), TypeError);
     await assert.rejects(q.resize(0, 80), TypeError);
     await assert.rejects(c.start(["/bin/cat"], { session: "ts-proc-bad", stdin: "x" } as never), TypeError);
