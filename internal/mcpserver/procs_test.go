@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -52,6 +53,9 @@ func (d *streamFake) RunStream(ctx context.Context, spec driverapi.RunSpec, in d
 		delete(d.sigs, spec.CommandID)
 		d.mu.Unlock()
 	}()
+	if spec.Tty != nil {
+		fmt.Fprintf(st.Stdout, "tty %dx%d\n", spec.Tty.Rows, spec.Tty.Cols)
+	}
 	chunks := make(chan []byte)
 	go func() {
 		defer close(chunks)
@@ -316,6 +320,24 @@ func TestMCPProcessRoundTrip(t *testing.T) {
 	}
 	if tool(t, cs, mcpserver.ToolListProcesses, map[string]any{}, &l); len(l.Processes) != 0 {
 		t.Fatalf("list after stop: %+v", l)
+	}
+}
+
+// tty gives the process a terminal of 24 rows and 80 columns; without it
+// there is none.
+func TestMCPProcessTerminal(t *testing.T) {
+	cs := newProcServer(t, mcpserver.Config{}).connect(nil)
+	var r mcpserver.ProcessResult
+	tool(t, cs, mcpserver.ToolStartProcess, map[string]any{"argv": []string{"cat"}, "tty": true, "wait_seconds": 0}, &r)
+	if _, out := readUntil(t, cs, r.ID, 0, "\n"); out != "tty 24x80\n" {
+		t.Fatalf("tty start: %q", out)
+	}
+	var plain mcpserver.ProcessResult
+	tool(t, cs, mcpserver.ToolStartProcess, map[string]any{"argv": []string{"cat"}, "wait_seconds": 0}, &plain)
+	var w mcpserver.WriteProcessResult
+	tool(t, cs, mcpserver.ToolWriteProcess, map[string]any{"id": plain.ID, "data": "x\n"}, &w)
+	if _, out := readUntil(t, cs, plain.ID, 0, "\n"); out != "x\n" {
+		t.Fatalf("a start without tty: %q", out)
 	}
 }
 
