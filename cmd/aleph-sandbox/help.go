@@ -106,8 +106,9 @@ func helpFor(command string) commandHelp {
 	case "mcp":
 		return commandHelp{
 			about: []string{
-				"Serves the sandbox to an MCP client on stdin and stdout (one tool, run_command); the",
-				"client starts it. Every call runs in the one session given (docs/mcp.md).",
+				"Serves the sandbox to an MCP client on stdin and stdout (run_command, and process tools",
+				"start_process ... list_processes); the client starts it. Every call runs in the one",
+				"session given, on a pipeline of its own or on a running serve (--host; docs/mcp.md).",
 			},
 			examples: []helpExample{{"aleph-sandbox mcp --allow-spawn < /dev/null", "ends when the client closes stdin"}},
 		}

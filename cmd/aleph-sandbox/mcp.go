@@ -7,11 +7,13 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
 )
 
 // runMCP is `aleph-sandbox mcp`: an MCP server on stdio whose run_command
-// tool runs commands in the sandbox (docs/mcp.md).
+// tool runs commands in the sandbox, and whose process tools keep processes
+// running across calls (docs/mcp.md).
 func runMCP(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("mcp", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
@@ -20,7 +22,8 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (shell `command` strings need it); adds to sandbox.session.baseline")
 	allowNet := fs.String("allow-net", "", "baseline: network `HOST[,HOST...]` or all that calls get without asking")
 	yes := fs.Bool("yes", false, "approve elevations beyond the baseline when the client cannot be asked (default: deny)")
-	const usageLine = "aleph-sandbox mcp [--config FILE] [--driver NAME|PATH] [--session ID] [--allow-spawn] [--allow-net HOSTS] [--yes]"
+	host := fs.String("host", "", "run the calls on the aleph-sandbox serve listening at `ADDR` (unix:PATH) instead of a pipeline of this server's own")
+	const usageLine = "aleph-sandbox mcp [--config FILE] [--driver NAME|PATH] [--host ADDR] [--session ID] [--allow-spawn] [--allow-net HOSTS] [--yes]"
 	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
 		return 0
 	} else if err != nil {
@@ -28,6 +31,9 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	}
 	if fs.NArg() > 0 {
 		return fail(io.Err, "mcp: unexpected arguments %q (usage: %s)", fs.Args(), usageLine)
+	}
+	if *host != "" {
+		return runMCPHost(ctx, io, *host, *cfgPath, *driver, *session, *allowSpawn, *allowNet, *yes)
 	}
 	cfg, err := loadConfig(*cfgPath, "", *driver)
 	if err != nil {
@@ -53,7 +59,47 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	}
 	defer p.Close()
 	t := &mcp.IOTransport{Reader: goio.NopCloser(io.In), Writer: nopWriteCloser{io.Out}}
-	if err := mcpserver.New(p.sandbox, mc).Run(ctx, t); err != nil && ctx.Err() == nil {
+	srv := mcpserver.New(p.sandbox, mc)
+	// Before the pipeline closes: the processes the client started end
+	// with the server.
+	defer srv.Close()
+	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil {
+		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
+	}
+	return 0
+}
+
+// runMCPHost is `mcp --host`: the service's configuration, driver and
+// session grants apply; the baseline flags are this server's own, and
+// answer the service's approval requests of run_command calls within them
+// (beyond them the client is asked, or --yes decides).
+func runMCPHost(ctx context.Context, io stdio, addr, cfgPath, driver, session string, allowSpawn bool, allowNet string, yes bool) int {
+	switch {
+	case cfgPath != "":
+		return fail(io.Err, "mcp: --config does not apply with --host: the service's configuration does")
+	case driver != "":
+		return fail(io.Err, "mcp: --driver does not apply with --host: the service's driver runs the commands")
+	}
+	sock, err := socketPath(addr)
+	if err != nil {
+		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
+	}
+	baseline := driverapi.Capabilities{SpawnSubprocess: allowSpawn}
+	if allowNet != "" {
+		net, err := parseNet(allowNet)
+		if err != nil {
+			return fail(io.Err, "mcp: --allow-net: %s", oneLine(err.Error()))
+		}
+		baseline.Network = net
+	}
+	h := &mcpHost{c: hostClient(sock), sock: sock}
+	mc := mcpserver.Config{Session: session, Baseline: baseline, Fallback: yes, Version: cliVersion, Processes: h}
+	h.approve = mcpserver.NewApprover(mc)
+	srv := mcpserver.New(h, mc)
+	// The processes this server started end with it, on the service too.
+	defer srv.Close()
+	t := &mcp.IOTransport{Reader: goio.NopCloser(io.In), Writer: nopWriteCloser{io.Out}}
+	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
 	return 0

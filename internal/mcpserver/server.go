@@ -1,6 +1,8 @@
 // Package mcpserver is `aleph-sandbox mcp`: a Model Context Protocol server
 // whose tool run_command runs a command in the sandbox, through the same
-// assembled runtime as the CLI (package alephsandbox). Approvals go to the
+// assembled runtime as the CLI (package alephsandbox), and whose process
+// tools (start_process, write_process, read_process, signal_process,
+// stop_process, list_processes) keep processes running across calls. Approvals go to the
 // MCP client as elicitation where it supports it; otherwise the server's
 // configured answer (deny by default) applies.
 package mcpserver
@@ -46,6 +48,10 @@ type Config struct {
 	Fallback bool
 	// Version is reported to the client.
 	Version string
+	// Processes runs the process tools; nil gives the server a process
+	// table of its own over the Runner (with core's default limits),
+	// closed by Server.Close.
+	Processes Processes
 }
 
 // RunCommandArgs are run_command's arguments. Exactly one of Argv and
@@ -93,9 +99,32 @@ type callState struct {
 	canAsk    bool
 	responses mcp.InputResponseMap
 	asked     *askedSet
+
+	// mu guards what follows: a process's approval is asked from the
+	// goroutine that runs it, while its start_process call waits.
+	mu sync.Mutex
 	// pending is set when an approval is needed that no response answers.
 	pendingID string
 	pending   *mcp.ElicitParams
+	// done is set once the call has returned: a later approval request
+	// (of a process whose pipeline was slower than its start's wait)
+	// cannot be asked any more.
+	done bool
+}
+
+// finish ends the call and returns the question it must return, if any.
+func (st *callState) finish() (string, *mcp.ElicitParams) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.done = true
+	return st.pendingID, st.pending
+}
+
+// askable reports whether the client can still be asked within this call.
+func (st *callState) askable() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.canAsk && !st.done && st.pending == nil
 }
 
 // Approver answers elevation requests of run_command calls: within the
@@ -181,10 +210,16 @@ func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRe
 		}
 		return driverapi.ApprovalDenied, nil
 	}
+	if !st.askable() {
+		// The call has returned (a process whose pipeline was slower
+		// than its start's wait): nobody relays a question now.
+		if a.cfg.Fallback {
+			return driverapi.ApprovalApproved, nil
+		}
+		return driverapi.ApprovalDenied, nil
+	}
 	id := approvalID(req)
-	st.asked.add(id)
-	st.pendingID = id
-	st.pending = &mcp.ElicitParams{
+	q := &mcp.ElicitParams{
 		Mode:    "form",
 		Message: fmt.Sprintf("aleph-sandbox: %s (%s). Allow it for this session?", req.Summary, strings.Join(append([]string{req.Program}, req.Args...), " ")),
 		RequestedSchema: map[string]any{
@@ -195,6 +230,15 @@ func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRe
 			"required": []string{"approve"},
 		},
 	}
+	st.mu.Lock()
+	if st.done || st.pending != nil {
+		// Too late to ask (or asked already): nobody relays an answer.
+		st.mu.Unlock()
+		return driverapi.ApprovalDenied, nil
+	}
+	st.asked.add(id)
+	st.pendingID, st.pending = id, q
+	st.mu.Unlock()
 	// Denied for this round: the call returns the question instead of a
 	// result, and the retried call carries the answer.
 	return driverapi.ApprovalDenied, nil
@@ -217,8 +261,26 @@ func RuntimeOptions(cfg Config) []alephsandbox.Option {
 	return []alephsandbox.Option{alephsandbox.WithApprover(NewApprover(cfg)), alephsandbox.WithBaseline(cfg.Baseline)}
 }
 
-// New is the MCP server with the run_command tool, running commands on r.
-func New(r Runner, cfg Config) *mcp.Server {
+// Server is the MCP server: the SDK's, and the processes its sessions
+// started.
+type Server struct {
+	*mcp.Server
+	tracker *procTracker
+	table   *core.ProcessTable
+}
+
+// Close kills the processes every session started (each session's are
+// killed when it ends as well) and refuses new ones.
+func (s *Server) Close() {
+	s.tracker.close()
+	if s.table != nil {
+		s.table.Close()
+	}
+}
+
+// New is the MCP server with the run_command tool and the process tools,
+// running commands on r. Close it when done with it.
+func New(r Runner, cfg Config) *Server {
 	if cfg.Session == "" {
 		cfg.Session = "mcp"
 	}
@@ -236,12 +298,20 @@ func New(r Runner, cfg Config) *mcp.Server {
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in RunCommandArgs) (*mcp.CallToolResult, RunCommandResult, error) {
 		st := &callState{canAsk: canElicit(req.Session), responses: req.Params.InputResponses, asked: asked}
 		res, out, err := runCommand(context.WithValue(ctx, callKey{}, st), r, cfg, in)
-		if st.pending != nil {
-			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{st.pendingID: st.pending}}, RunCommandResult{}, nil
+		if id, q := st.finish(); q != nil {
+			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{id: q}}, RunCommandResult{}, nil
 		}
 		return res, out, err
 	})
-	return s
+	srv := &Server{Server: s}
+	procs := cfg.Processes
+	if procs == nil {
+		srv.table = core.NewProcessTable(startWatch{r}, core.ProcessLimits{})
+		procs = TableProcesses(srv.table)
+	}
+	srv.tracker = &procTracker{procs: procs, watchStarts: cfg.Processes == nil, owned: map[*mcp.ServerSession]map[string]bool{}}
+	addProcessTools(s, cfg, srv.tracker, asked)
+	return srv
 }
 
 func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs) (*mcp.CallToolResult, RunCommandResult, error) {

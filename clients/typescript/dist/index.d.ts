@@ -178,6 +178,41 @@ export interface ExecOptions extends StreamOptions {
     /** Throw `Denied` instead of returning a denial. */
     check?: boolean;
 }
+/**
+ * The options of `start`: those of `stream` but stdin (a process's stdin
+ * comes from `Process.write`), and a terminal on request. `signal` cancels
+ * the start call only: the process outlives it.
+ */
+export interface StartOptions extends Omit<StreamOptions, "stdin"> {
+    /** A pseudo-terminal of rows × cols as stdin, stdout and stderr (one output stream). */
+    tty?: boolean;
+    /** The terminal's rows (default 24). */
+    rows?: number;
+    /** The terminal's columns (default 80). */
+    cols?: number;
+}
+/** The options of `Process.read`. */
+export interface ReadOptions extends CallOptions {
+    /** Seconds to wait for output when there is none yet (default 1, at most 60 on the service). */
+    timeout?: number;
+}
+/** The options of `Process.wait`. */
+export interface WaitOptions extends CallOptions {
+    /** Seconds to wait for the end (default: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
+    timeout?: number;
+}
+/** A process as `processes()` lists it. */
+export interface ProcessInfo {
+    id: string;
+    session: string;
+    program: string;
+    /** When it started, in milliseconds since the epoch. */
+    startedUnixMs: number;
+    exited: boolean;
+    exitCode: number;
+}
+/** The signals `Process.signal` sends. */
+export type SignalName = "TERM" | "INT" | "HUP" | "QUIT" | "KILL" | "USR1" | "USR2" | "WINCH" | "PIPE";
 /** The options of `new Client`. */
 export interface ClientOptions {
     /**
@@ -208,7 +243,6 @@ export declare class Client {
     /** Seconds a call other than a command's run may wait (0: no bound). */
     readonly timeout: number;
     constructor(options?: ClientOptions);
-    private unary;
     private serverStream;
     private static request;
     private answer;
@@ -225,6 +259,19 @@ export declare class Client {
      * sandbox, a bad request or an unreachable service throws `SandboxError`.
      */
     exec(argv: readonly string[], options?: ExecOptions): Promise<Result>;
+    /**
+     * Starts argv as a process that outlives this call, within its session
+     * (forgetting the session, or the service stopping, kills it). It has no
+     * timeout unless one is given (the service's maximum lifetime bounds it).
+     * The hooks, approval and the driver's start happen in the background: a
+     * refusal is the process's Result (`wait()`, or `read()` once it has
+     * ended), and its approval requests go to the clients on `approvals()`.
+     */
+    start(argv: readonly string[], options?: StartOptions): Promise<Process>;
+    /** The processes of a session (every session's without one), oldest first. */
+    processes(options?: CallOptions & {
+        session?: string;
+    }): Promise<ProcessInfo[]>;
     /** Answers an approval request (from `approvals()` or a command's own). */
     approve(requestId: string, approved: boolean, options?: CallOptions): Promise<void>;
     /**
@@ -249,4 +296,45 @@ export declare class Client {
     checkPolicy(command: string, options?: CallOptions & {
         stdin?: string | Uint8Array;
     }): Promise<PolicyVerdict>;
+}
+/**
+ * A process started by `Client.start` (or attached to by its id). `read()`
+ * follows its output (stdout and stderr in order of arrival; one stream on
+ * a terminal) from where the last read ended; the service keeps the last
+ * 1 MiB of it, and `dropped` counts what a slow reader lost. Errors are
+ * `SandboxError`s: reasonCode "process_unknown" (never started, waited for
+ * already, or its session forgotten), "process_ended", "stdin_closed".
+ */
+export declare class Process {
+    readonly client: Client;
+    readonly id: string;
+    /** The output offset the next `read()` starts from. */
+    offset: number;
+    /** Bytes lost to the service's bound between reads. */
+    dropped: number;
+    /** Set once a read reached the end of a process that has ended, or `wait()` returned. */
+    exited: boolean;
+    /** How it ended, once `exited`. */
+    result: Result | undefined;
+    constructor(client: Client, id: string);
+    /** Writes to the process's stdin (waits while its pipe is full); resolves with the bytes taken. */
+    write(data: string | Uint8Array, options?: CallOptions): Promise<number>;
+    /** Ends the stdin: the process reads end-of-file after what was written. */
+    closeStdin(options?: CallOptions): Promise<void>;
+    /**
+     * The output since the last read, waiting up to `timeout` seconds when
+     * there is none yet; an empty Buffer when none came, or when the process
+     * has ended (then `exited` and `result` are set).
+     */
+    read(options?: ReadOptions): Promise<Buffer>;
+    /** Sets the window size of a process started with `tty: true`. */
+    resize(rows: number, cols: number, options?: CallOptions): Promise<void>;
+    /** Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH" or "PIPE". */
+    signal(name: SignalName, options?: CallOptions): Promise<void>;
+    /**
+     * Waits for the end and resolves with the Result (its stdout and stderr
+     * are the output the pipeline kept; `read()` gives the rest, before the
+     * wait). The process is then gone from the service.
+     */
+    wait(options?: WaitOptions): Promise<Result>;
 }

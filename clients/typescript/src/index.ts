@@ -232,6 +232,46 @@ export interface ExecOptions extends StreamOptions {
   check?: boolean;
 }
 
+/**
+ * The options of `start`: those of `stream` but stdin (a process's stdin
+ * comes from `Process.write`), and a terminal on request. `signal` cancels
+ * the start call only: the process outlives it.
+ */
+export interface StartOptions extends Omit<StreamOptions, "stdin"> {
+  /** A pseudo-terminal of rows × cols as stdin, stdout and stderr (one output stream). */
+  tty?: boolean;
+  /** The terminal's rows (default 24). */
+  rows?: number;
+  /** The terminal's columns (default 80). */
+  cols?: number;
+}
+
+/** The options of `Process.read`. */
+export interface ReadOptions extends CallOptions {
+  /** Seconds to wait for output when there is none yet (default 1, at most 60 on the service). */
+  timeout?: number;
+}
+
+/** The options of `Process.wait`. */
+export interface WaitOptions extends CallOptions {
+  /** Seconds to wait for the end (default: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
+  timeout?: number;
+}
+
+/** A process as `processes()` lists it. */
+export interface ProcessInfo {
+  id: string;
+  session: string;
+  program: string;
+  /** When it started, in milliseconds since the epoch. */
+  startedUnixMs: number;
+  exited: boolean;
+  exitCode: number;
+}
+
+/** The signals `Process.signal` sends. */
+export type SignalName = "TERM" | "INT" | "HUP" | "QUIT" | "KILL" | "USR1" | "USR2" | "WINCH" | "PIPE";
+
 /** The options of `new Client`. */
 export interface ClientOptions {
   /**
@@ -570,8 +610,9 @@ export class Client {
 
   // ---- transport ----
 
-  private async unary(method: string, msg: JSONObject, options: CallOptions = {}): Promise<JSONObject> {
-    const call = new Call(this.socketPath, method, "application/json", options.signal, this.timeout);
+  /** @internal A unary call; idleSeconds replaces the client's timeout. */
+  async unary(method: string, msg: JSONObject, options: CallOptions = {}, idleSeconds = this.timeout): Promise<JSONObject> {
+    const call = new Call(this.socketPath, method, "application/json", options.signal, idleSeconds);
     try {
       const res = await call.send(Buffer.from(JSON.stringify(msg)));
       let data: Buffer;
@@ -752,6 +793,52 @@ export class Client {
     return res;
   }
 
+  // ---- processes ----
+
+  /**
+   * Starts argv as a process that outlives this call, within its session
+   * (forgetting the session, or the service stopping, kills it). It has no
+   * timeout unless one is given (the service's maximum lifetime bounds it).
+   * The hooks, approval and the driver's start happen in the background: a
+   * refusal is the process's Result (`wait()`, or `read()` once it has
+   * ended), and its approval requests go to the clients on `approvals()`.
+   */
+  async start(argv: readonly string[], options: StartOptions = {}): Promise<Process> {
+    const { tty, rows, cols, signal, ...rest } = options;
+    if ((rest as StreamOptions).stdin !== undefined) {
+      throw new TypeError("a process's stdin comes from Process.write");
+    }
+    const req: JSONObject = { command: Client.request(argv, rest) };
+    if (tty) {
+      const r = rows ?? 24;
+      const c = cols ?? 80;
+      if (!Number.isInteger(r) || !Number.isInteger(c) || r < 1 || c < 1 || r > 65535 || c > 65535) {
+        throw new TypeError(`rows and cols are integers between 1 and 65535, got ${String(rows)} × ${String(cols)}`);
+      }
+      req.tty = true;
+      req.rows = r;
+      req.cols = c;
+    }
+    const r = await this.unary("StartProcess", req, signal ? { signal } : {});
+    return new Process(this, str(r.id));
+  }
+
+  /** The processes of a session (every session's without one), oldest first. */
+  async processes(options: CallOptions & { session?: string } = {}): Promise<ProcessInfo[]> {
+    const r = await this.unary("ListProcesses", { session: options.session ?? "" }, options);
+    return (Array.isArray(r.processes) ? r.processes : []).map((v: unknown) => {
+      const m = isObject(v) ? v : {};
+      return {
+        id: str(m.id),
+        session: str(m.session),
+        program: str(m.program),
+        startedUnixMs: num(m.startedUnixMs),
+        exited: m.exited === true,
+        exitCode: num(m.exitCode),
+      };
+    });
+  }
+
   // ---- approvals, sessions, grants ----
 
   /** Answers an approval request (from `approvals()` or a command's own). */
@@ -816,5 +903,103 @@ export class Client {
     }
     const r = await this.unary("CheckPolicy", msg, options);
     return { verdict: str(r.verdict), rule: str(r.rule), reason: str(r.reason) };
+  }
+}
+
+const SIGNALS: readonly string[] = ["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH", "PIPE"];
+
+/**
+ * A process started by `Client.start` (or attached to by its id). `read()`
+ * follows its output (stdout and stderr in order of arrival; one stream on
+ * a terminal) from where the last read ended; the service keeps the last
+ * 1 MiB of it, and `dropped` counts what a slow reader lost. Errors are
+ * `SandboxError`s: reasonCode "process_unknown" (never started, waited for
+ * already, or its session forgotten), "process_ended", "stdin_closed".
+ */
+export class Process {
+  /** The output offset the next `read()` starts from. */
+  offset = 0;
+  /** Bytes lost to the service's bound between reads. */
+  dropped = 0;
+  /** Set once a read reached the end of a process that has ended, or `wait()` returned. */
+  exited = false;
+  /** How it ended, once `exited`. */
+  result: Result | undefined;
+
+  constructor(
+    readonly client: Client,
+    readonly id: string,
+  ) {
+    if (typeof id !== "string" || id === "") {
+      throw new TypeError("a process id is a non-empty string");
+    }
+  }
+
+  /** Writes to the process's stdin (waits while its pipe is full); resolves with the bytes taken. */
+  async write(data: string | Uint8Array, options: CallOptions = {}): Promise<number> {
+    const b = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
+    // Backpressure may hold the call as long as the process does not read.
+    const r = await this.client.unary("WriteProcess", { id: this.id, data: b.toString("base64") }, options, 0);
+    return num(r.written);
+  }
+
+  /** Ends the stdin: the process reads end-of-file after what was written. */
+  async closeStdin(options: CallOptions = {}): Promise<void> {
+    await this.client.unary("CloseProcessStdin", { id: this.id }, options);
+  }
+
+  /**
+   * The output since the last read, waiting up to `timeout` seconds when
+   * there is none yet; an empty Buffer when none came, or when the process
+   * has ended (then `exited` and `result` are set).
+   */
+  async read(options: ReadOptions = {}): Promise<Buffer> {
+    const wait = options.timeout ?? 1;
+    if (!(wait >= 0)) {
+      throw new TypeError(`timeout is a number of seconds >= 0, got ${String(options.timeout)}`);
+    }
+    const r = await this.client.unary("ReadProcess", { id: this.id, offset: String(this.offset), waitSeconds: wait }, options, Math.min(wait, 60) + 30);
+    this.offset = num(r.nextOffset) || this.offset;
+    this.dropped += num(r.dropped);
+    if (r.exited === true) {
+      this.exited = true;
+      if (r.result !== undefined) {
+        this.result = result(r.result);
+      }
+    }
+    return bytes(r.data);
+  }
+
+  /** Sets the window size of a process started with `tty: true`. */
+  async resize(rows: number, cols: number, options: CallOptions = {}): Promise<void> {
+    if (!Number.isInteger(rows) || !Number.isInteger(cols) || rows < 1 || cols < 1 || rows > 65535 || cols > 65535) {
+      throw new TypeError(`rows and cols are integers between 1 and 65535, got ${String(rows)} × ${String(cols)}`);
+    }
+    await this.client.unary("ResizeProcess", { id: this.id, rows, cols }, options);
+  }
+
+  /** Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH" or "PIPE". */
+  async signal(name: SignalName, options: CallOptions = {}): Promise<void> {
+    const n = typeof name === "string" ? name.toUpperCase().replace(/^SIG/, "") : "";
+    if (!SIGNALS.includes(n)) {
+      throw new TypeError(`signal is one of ${SIGNALS.join(", ")}, got ${JSON.stringify(name)}`);
+    }
+    await this.client.unary("SignalProcess", { id: this.id, signal: n }, options);
+  }
+
+  /**
+   * Waits for the end and resolves with the Result (its stdout and stderr
+   * are the output the pipeline kept; `read()` gives the rest, before the
+   * wait). The process is then gone from the service.
+   */
+  async wait(options: WaitOptions = {}): Promise<Result> {
+    const t = options.timeout ?? 0;
+    if (!(t >= 0)) {
+      throw new TypeError(`timeout is a number of seconds >= 0, got ${String(options.timeout)}`);
+    }
+    const r = await this.client.unary("WaitProcess", { id: this.id }, options, t);
+    this.exited = true;
+    this.result = result(r.result);
+    return this.result;
   }
 }

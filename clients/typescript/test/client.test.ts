@@ -11,7 +11,7 @@ import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 
 // The package by its own name: what a user imports, through "exports".
-import { Client, Denied, SandboxError, defaultAddress, type ApprovalRequest, type Event } from "aleph-sandbox";
+import { Client, Denied, Process, SandboxError, defaultAddress, type ApprovalRequest, type Event } from "aleph-sandbox";
 
 const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 const BIN = process.env.ALEPH_SANDBOX_BIN || path.join(REPO, "bin");
@@ -133,6 +133,29 @@ async function release(fifo: string): Promise<void> {
     }
     return;
   }
+}
+
+// Reads a process until its output since the first read holds want.
+async function readUntil(p: Process, want: string): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  const deadline = Date.now() + 20_000;
+  for (;;) {
+    chunks.push(await p.read({ timeout: 0.5 }));
+    const all = Buffer.concat(chunks);
+    if (all.toString().includes(want)) {
+      return all;
+    }
+    if (p.exited || Date.now() > deadline) {
+      throw new Error(`never saw ${JSON.stringify(want)} in ${JSON.stringify(all.toString())} (exited ${p.exited})`);
+    }
+  }
+}
+
+// Waits until a cat process runs (it echoes a line back): a signal sent
+// before the command started ends it as "nothing ran" instead.
+async function catRuns(p: Process): Promise<void> {
+  await p.write("ready\n");
+  await readUntil(p, "ready\n");
 }
 
 // A sleep no other test or process runs: its argv identifies it in /proc.
@@ -424,6 +447,102 @@ describe("Client against a real serve", { skip }, () => {
     // One session each: a session runs at most 4 commands at once.
     const rs = await Promise.all([...Array(6).keys()].map((i) => c.exec(["/bin/echo", String(i)], { session: `ts-conc-${i}` })));
     assert.deepEqual(rs.map((r) => r.stdout.toString()), [...Array(6).keys()].map((i) => `${i}\n`));
+  });
+
+  test("a process: cat round trip through write, read, closeStdin and wait", T, async () => {
+    const c = new Client({ socket: addr });
+    const p = await c.start(["/bin/cat"], { session: "ts-proc" });
+    assert.ok(p instanceof Process);
+    assert.match(p.id, /^proc-/);
+    assert.equal(await p.write("one\n"), 4);
+    assert.equal((await readUntil(p, "one\n")).toString(), "one\n");
+    assert.equal(p.offset, 4);
+    // The next read follows on: only what is new.
+    await p.write(Buffer.from("two\n"));
+    assert.equal((await readUntil(p, "two\n")).toString(), "two\n");
+    await p.closeStdin();
+    await assert.rejects(p.write("late"), (err: unknown) => err instanceof SandboxError && ["stdin_closed", "process_ended"].includes(err.reasonCode));
+    const r = await p.wait();
+    assert.equal(r.exitCode, 0);
+    assert.equal(r.signal, 0);
+    assert.equal(r.denied, false);
+    assert.equal(r.stdout.toString(), "one\ntwo\n");
+    assert.equal(p.exited, true);
+    // Waited for, it is gone from the service.
+    await assert.rejects(p.read({ timeout: 0 }), { name: "SandboxError", code: "not_found", reasonCode: "process_unknown" });
+  });
+
+  test("a process on a terminal: its size, and resize", T, async () => {
+    const session = "ts-tty";
+    // The shell runs stty: spawn is approved once and kept for the session.
+    const granted = await new Client({ socket: addr, approver: () => true }).exec(["/bin/true"], { session, spawn: true });
+    assert.equal(granted.denied, false, granted.reason);
+    const c = new Client({ socket: addr });
+    const p = await c.start(["/bin/sh", "-c", "stty size; read x; stty size"], { session, spawn: true, tty: true, rows: 30, cols: 100 });
+    await readUntil(p, "30 100");
+    await p.resize(40, 132);
+    await p.write("go\n");
+    const out = (await readUntil(p, "40 132")).toString();
+    assert.ok(out.includes("40 132"), out);
+    const r = await p.wait();
+    assert.equal(r.exitCode, 0);
+    // A process without a terminal cannot be resized.
+    const q = await c.start(["/bin/cat"], { session });
+    await catRuns(q);
+    await assert.rejects(q.resize(10, 10), { name: "SandboxError", code: "invalid_argument" });
+    await q.signal("KILL");
+    await q.wait();
+  });
+
+  test("a signal ends a process, and wait reports it", T, async () => {
+    const c = new Client({ socket: addr });
+    const argv = uniqueSleep();
+    const p = await c.start(argv, { session: "ts-sig" });
+    await waitFor("the sleep to run", () => processesWith(argv).length === 1);
+    await p.signal("INT");
+    const r = await p.wait();
+    assert.equal(r.signal, 2);
+    assert.equal(r.timedOut, false);
+    await waitFor("the sleep to be gone", () => processesWith(argv).length === 0);
+  });
+
+  test("processes lists a session's processes", T, async () => {
+    const c = new Client({ socket: addr });
+    const p = await c.start(["/bin/cat"], { session: "ts-list" });
+    await catRuns(p);
+    const mine = await c.processes({ session: "ts-list" });
+    assert.equal(mine.length, 1);
+    assert.equal(mine[0]!.id, p.id);
+    assert.equal(mine[0]!.session, "ts-list");
+    assert.equal(mine[0]!.program, "/bin/cat");
+    assert.equal(mine[0]!.exited, false);
+    assert.ok(Math.abs(mine[0]!.startedUnixMs - Date.now()) < 600_000);
+    assert.ok((await c.processes()).some((x) => x.id === p.id));
+    assert.equal((await c.processes({ session: "ts-list-other" })).length, 0);
+    await p.signal("TERM");
+    assert.equal((await p.wait()).signal, 15);
+    assert.equal((await c.processes({ session: "ts-list" })).length, 0);
+  });
+
+  test("a refused start is the process's result; bad process calls are typed errors", T, async () => {
+    const c = new Client({ socket: addr });
+    // Spawn beyond the strict baseline, with nobody on approvals(): denied.
+    const p = await c.start(["/bin/sh", "-c", "/bin/echo x"], { session: "ts-proc-denied", spawn: true });
+    const r = await p.wait({ timeout: 30 });
+    assert.equal(r.denied, true);
+    assert.equal(r.reasonCode, "approval_denied");
+    assert.equal(r.stdout.length, 0);
+    await assert.rejects(new Process(c, "proc-none").read({ timeout: 0 }), { name: "SandboxError", code: "not_found", reasonCode: "process_unknown" });
+    await assert.rejects(new Process(c, "proc-none").signal("TERM"), { name: "SandboxError", reasonCode: "process_unknown" });
+    assert.throws(() => new Process(c, ""), TypeError);
+    const q = await c.start(["/bin/cat"], { session: "ts-proc-bad" });
+    await catRuns(q);
+    await assert.rejects(q.signal("STOP" as "TERM"), TypeError);
+    await assert.rejects(q.resize(0, 80), TypeError);
+    await assert.rejects(c.start(["/bin/cat"], { session: "ts-proc-bad", stdin: "x" } as never), TypeError);
+    await assert.rejects(c.start(["/bin/cat"], { session: "ts-proc-bad", tty: true, rows: 0 }), TypeError);
+    await q.signal("KILL");
+    assert.equal((await q.wait()).signal, 9);
   });
 });
 
