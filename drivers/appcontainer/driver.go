@@ -75,12 +75,19 @@ type Config struct {
 	FS       FS       // nil: the OS file system
 	Resolver Resolver // nil: net.DefaultResolver
 	GOOS     string   // default runtime.GOOS
+	// Placeholders makes the placeholders of missing protected entries
+	// (nil: the OS's; off Windows a stub that refuses).
+	Placeholders PlaceholderFS
+	// StateDir holds the placeholder records (default: under the user's
+	// local application data). Never inside a workspace.
+	StateDir string
 }
 
 // Driver is the Windows driver. Safe for concurrent use.
 type Driver struct {
 	cfg   Config
 	floor Tier
+	ph    *placeholders
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -114,7 +121,13 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.GOOS == "" {
 		cfg.GOOS = runtime.GOOS
 	}
-	return &Driver{cfg: cfg, floor: floor}, nil
+	if cfg.Placeholders == nil {
+		cfg.Placeholders = osPlaceholders()
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = defaultStateDir()
+	}
+	return &Driver{cfg: cfg, floor: floor, ph: newPlaceholders(cfg.Placeholders, cfg.StateDir)}, nil
 }
 
 // probe runs the tier probes once, strongest first, down to the floor,
@@ -232,6 +245,17 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 		return driverapi.Exit{}, err
 	}
 	exists := func(p string) bool { fi, err := d.cfg.FS.Lstat(p); return err == nil && fi.Exists }
+	if tier != TierJobObject {
+		// Every protected entry must exist while the command runs: a
+		// missing one is taken by a placeholder, removed after the
+		// command (placeholder.go). release runs after Launch, which
+		// returns only once the job is gone and the ACEs are revoked.
+		release, err := d.ph.acquire(plan.rootedProtected(exists))
+		if err != nil {
+			return driverapi.Exit{}, fmt.Errorf("appcontainer: %w", err)
+		}
+		defer release()
+	}
 	launch := Launch{Plan: plan, Program: prog, CommandLine: cmdline, Env: env, Cwd: cwd,
 		Stdin: spec.Stdin, Timeout: spec.Timeout, MaxOutputBytes: spec.MaxOutputBytes, CommandID: spec.CommandID}
 	launch.Setup = PlanSetup(tier, plan, prog, exists)

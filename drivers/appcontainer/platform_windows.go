@@ -6,7 +6,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -94,12 +93,6 @@ func (p *winPlatform) Launch(ctx context.Context, t Tier, l Launch, streams driv
 		}
 	}
 	defer cleanup()
-
-	for _, stub := range l.Setup.Stubs {
-		if err := os.Mkdir(stub, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return driverapi.Exit{}, setupErr("create stub "+stub, err)
-		}
-	}
 
 	var token windows.Token
 	var secCaps *securityCapabilities
