@@ -309,6 +309,24 @@ func TestPlaceholderOSSemantics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A command's DENY merged in keeps it protected.
+	sid, err := windows.StringToSid("S-1-15-2-1111-2222-3333-4444-5555-6666-7777")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := applyACE(ACE{Path: p, Trustee: TrusteeAppContainer, Deny: true, Mask: MaskDenyProtected, Inherit: true}, sid); err != nil {
+		t.Fatal(err)
+	}
+	sd, err = windows.GetNamedSecurityInfo(p, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ctl, _, _ := sd.Control(); ctl&windows.SE_DACL_PROTECTED == 0 || !strings.Contains(sd.String(), sid.String()) {
+		t.Errorf("after a merged DENY: %s", sd)
+	}
+	if err := revokeSID(p, sid); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(filepath.Join(p, "f"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
