@@ -78,8 +78,8 @@ type Config struct {
 	// Placeholders makes the placeholders of missing protected entries
 	// (nil: the OS's; off Windows a stub that refuses).
 	Placeholders PlaceholderFS
-	// StateDir holds the placeholder records (default: under the user's
-	// local application data). Never inside a workspace.
+	// StateDir holds the placeholder records and the ACL lock file
+	// (default: under the user's local application data).
 	StateDir string
 }
 
@@ -109,9 +109,6 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Options.MaxProcesses == 0 {
 		cfg.Options.MaxProcesses = DefaultMaxProcesses
 	}
-	if cfg.Platform == nil {
-		cfg.Platform = osPlatform()
-	}
 	if cfg.FS == nil {
 		cfg.FS = osFS{}
 	}
@@ -126,6 +123,9 @@ func New(cfg Config) (*Driver, error) {
 	}
 	if cfg.StateDir == "" {
 		cfg.StateDir = defaultStateDir()
+	}
+	if cfg.Platform == nil {
+		cfg.Platform = osPlatform(cfg.StateDir)
 	}
 	return &Driver{cfg: cfg, floor: floor, ph: newPlaceholders(cfg.Placeholders, cfg.StateDir)}, nil
 }

@@ -18,7 +18,7 @@ func errNotWindows() error {
 
 type stubPlatform struct{}
 
-func osPlatform() Platform { return stubPlatform{} }
+func osPlatform(string) Platform { return stubPlatform{} }
 
 func (stubPlatform) Probe(context.Context, Tier) error { return errNotWindows() }
 

@@ -119,7 +119,7 @@ func childLaunch(t *testing.T, mode string, spawn bool, args ...string) Launch {
 func runJobTier(t *testing.T, l Launch) (driverapi.Exit, string, string) {
 	t.Helper()
 	var out, errb bytes.Buffer
-	exit, err := osPlatform().Launch(t.Context(), TierJobObject, l, driverapi.Streams{Stdout: &out, Stderr: &errb})
+	exit, err := osPlatform(tempDir(t)).Launch(t.Context(), TierJobObject, l, driverapi.Streams{Stdout: &out, Stderr: &errb})
 	if err != nil {
 		t.Fatalf("Launch: %v", err)
 	}
@@ -175,7 +175,7 @@ func TestJobTierProcessLimit(t *testing.T) {
 
 // TestProbesReport only logs: which tiers work depends on the host.
 func TestProbesReport(t *testing.T) {
-	pf := osPlatform()
+	pf := osPlatform(tempDir(t))
 	for _, tier := range Tiers() {
 		t.Logf("probe %s: %v", tier, pf.Probe(t.Context(), tier))
 	}
@@ -390,7 +390,7 @@ func TestACLApplyAndRevoke(t *testing.T) {
 	}
 	s := PlanSetup(TierAppContainer, p, "", exists)
 	var cleanups []func()
-	pf := &winPlatform{labelRefs: map[string]int{}}
+	pf := osPlatform(tempDir(t)).(*winPlatform)
 	if err := pf.applySetup(s, sid, &cleanups); err != nil {
 		t.Fatalf("applySetup: %v", err)
 	}
@@ -411,5 +411,37 @@ func TestACLApplyAndRevoke(t *testing.T) {
 	}
 	if ws2, git2 := sddl(ws), sddl(filepath.Join(ws, ".git")); strings.Contains(ws2, sid.String()) || strings.Contains(git2, sid.String()) {
 		t.Errorf("ACEs not revoked:\nworkspace %s\n.git %s", ws2, git2)
+	}
+}
+
+// TestACLLockExcludesOtherDriverProcesses: while one driver holds the ACL
+// lock, another handle on the lock file (as another driver process has)
+// cannot take it; once released it can.
+func TestACLLockExcludesOtherDriverProcesses(t *testing.T) {
+	state := tempDir(t)
+	p := osPlatform(state).(*winPlatform)
+	unlock, err := p.lockACL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filepath.Join(state, "acl.lock"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	try := func() error {
+		ol := new(windows.Overlapped)
+		err := windows.LockFileEx(windows.Handle(f.Fd()), windows.LOCKFILE_EXCLUSIVE_LOCK|windows.LOCKFILE_FAIL_IMMEDIATELY, 0, 1, 0, ol)
+		if err == nil {
+			_ = windows.UnlockFileEx(windows.Handle(f.Fd()), 0, 1, 0, ol)
+		}
+		return err
+	}
+	if err := try(); err == nil {
+		t.Error("a second driver took the ACL lock while the first held it")
+	}
+	unlock()
+	if err := try(); err != nil {
+		t.Errorf("the lock is not free after unlock: %v", err)
 	}
 }
