@@ -243,8 +243,10 @@ func (w *winPlaceholders) Remove(path string, id FileID, fresh bool) error {
 	return nil
 }
 
-// sameDACL compares h's DACL with the one Create gives, both rendered by
-// the same conversion.
+// sameDACL: h's DACL is protected and holds exactly the entries Create
+// gives, both rendered by the same conversion. The control flags after
+// "D:" are not compared beyond protection: the system may add
+// auto-inheritance flags when it stores a descriptor.
 func (w *winPlaceholders) sameDACL(h windows.Handle) (bool, error) {
 	sddl, err := w.placeholderSDDL()
 	if err != nil {
@@ -258,5 +260,15 @@ func (w *winPlaceholders) sameDACL(h windows.Handle) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read placeholder ACL: %w", err)
 	}
-	return got.String() == want.String(), nil
+	ctl, _, err := got.Control()
+	if err != nil {
+		return false, fmt.Errorf("read placeholder ACL: %w", err)
+	}
+	entries := func(s string) string {
+		if i := strings.IndexByte(s, '('); i >= 0 {
+			return s[i:]
+		}
+		return ""
+	}
+	return ctl&windows.SE_DACL_PROTECTED != 0 && entries(got.String()) != "" && entries(got.String()) == entries(want.String()), nil
 }
