@@ -7,9 +7,11 @@
 //
 // What needs no Windows (command-line quoting, the launch plan, ACL and
 // label planning, reparse-point checks, tier selection, the capability
-// report, the allow_hosts refusal) lives in files without a build tag and
-// is unit-tested on any OS. The Windows calls sit in *_windows.go behind
-// the Platform interface; elsewhere Platform reports that it is missing.
+// report, the allow_hosts refusal, the journal, counts and sweep of the
+// placeholders for missing protected entries) lives in files without a
+// build tag and is unit-tested on any OS. The Windows calls sit in
+// *_windows.go behind the Platform and PlaceholderFS interfaces; elsewhere
+// they report that they are missing.
 package appcontainer
 
 import (
