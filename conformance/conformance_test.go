@@ -270,6 +270,11 @@ func TestLeakyDriverFailsIsolation(t *testing.T) {
 	for _, id := range streamFails {
 		want[id] = conformance.Fail
 	}
+	if runtime.GOOS == "windows" {
+		// Run only there: without isolation a write through .git.\config
+		// lands in .git\config.
+		want["fs/protected-windows-aliases"] = conformance.Fail
+	}
 	if runtime.GOOS == "linux" {
 		// Linux children find the proxy at the in-namespace bridge, which
 		// a driver without a network namespace does not provide.
