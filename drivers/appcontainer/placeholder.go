@@ -56,11 +56,15 @@ import (
 //     recorded one, empty, and held by nobody (a sharing violation means a
 //     command of another driver process uses it; that one removes it).
 //   - A killed driver removes nothing, but its Job Objects die with it
-//     (kill on close), so no sandbox of it still runs. The next driver
-//     start, before its first command, reads the records: a placeholder
-//     nobody holds is removed with its record; an intent of a dead process
-//     whose directory got no record is removed only if that directory is
-//     still exactly as created (empty, with the DACL it was created with).
+//     (kill on close), so no sandbox of it still runs. With its first
+//     placeholder the driver starts a janitor (JanitorCommand), a process
+//     of its own outside the driver's console group and job, that waits
+//     for the driver to end and then sweeps. Each driver start sweeps too,
+//     before its first command, in case the janitor was killed as well.
+//     A sweep reads the records: a placeholder nobody holds is removed
+//     with its record; an intent of a dead process whose directory got no
+//     record is removed only if that directory is still exactly as created
+//     (empty, with the DACL it was created with).
 //
 // The logic here is portable and unit-tested with a fake PlaceholderFS;
 // the Win32 calls are in placeholder_windows.go.
@@ -102,6 +106,12 @@ type PlaceholderFS interface {
 	OwnerGone(owner string) bool
 }
 
+// janitorStarter is a PlaceholderFS that can start a janitor for this
+// process (see JanitorCommand).
+type janitorStarter interface {
+	StartJanitor(stateDir string) error
+}
+
 // PlaceholderHold is an open handle on a placeholder that keeps it from
 // being removed or renamed.
 type PlaceholderHold interface {
@@ -115,12 +125,14 @@ const placeholderAttempts = 10
 
 // placeholders makes and removes the placeholders of one driver process.
 type placeholders struct {
-	fs    PlaceholderFS
-	dir   string // the record directory
-	mu    sync.Mutex
-	seq   uint64
-	swept bool
-	refs  map[string]*phRef // by strings.ToLower(path)
+	fs       PlaceholderFS
+	stateDir string
+	dir      string // the record directory
+	mu       sync.Mutex
+	seq      uint64
+	swept    bool
+	janitor  bool              // started (or tried)
+	refs     map[string]*phRef // by strings.ToLower(path)
 }
 
 // phRef is one placeholder this process holds, and how many of its
@@ -133,7 +145,7 @@ type phRef struct {
 }
 
 func newPlaceholders(fsys PlaceholderFS, stateDir string) *placeholders {
-	return &placeholders{fs: fsys, dir: filepath.Join(stateDir, "placeholders"), refs: map[string]*phRef{}}
+	return &placeholders{fs: fsys, stateDir: stateDir, dir: filepath.Join(stateDir, "placeholders"), refs: map[string]*phRef{}}
 }
 
 func validFileID(id FileID) bool {
@@ -259,6 +271,11 @@ func (m *placeholders) create(path string) (*phRef, error) {
 	if err := os.MkdirAll(m.dir, 0o700); err != nil {
 		return nil, fmt.Errorf("placeholder records: %w", err)
 	}
+	if js, ok := m.fs.(janitorStarter); ok && !m.janitor {
+		// Best effort: without a janitor the next driver start sweeps.
+		m.janitor = true
+		_ = js.StartJanitor(m.stateDir)
+	}
 	m.seq++
 	intent := filepath.Join(m.dir, "intent-"+m.fs.Owner()+"-"+strconv.FormatUint(m.seq, 10))
 	if err := os.WriteFile(intent, []byte(path), 0o600); err != nil {
@@ -370,4 +387,51 @@ func (m *placeholders) sweep() {
 		}
 		_ = os.Remove(rec)
 	}
+}
+
+// JanitorCommand is the mode of the driver binary that removes a driver's
+// placeholders once the driver is gone, however it went:
+//
+//	aleph-driver-appcontainer JanitorCommand --state DIR --owner PID-START
+//
+// The driver starts it with its first placeholder, detached (no console,
+// a process group of its own, out of the driver's job where the job
+// allows it), so that neither a console's Ctrl-C or close nor the end of
+// a job that held the driver takes it down. It waits for the process the
+// owner tag names to end, sweeps the state directory, and exits.
+const JanitorCommand = "__aleph-placeholder-janitor"
+
+// parseJanitorArgs reads `--state DIR --owner PID-START`.
+func parseJanitorArgs(args []string) (stateDir, owner string, err error) {
+	usage := fmt.Errorf("usage: %s --state DIR --owner PID-START", JanitorCommand)
+	if len(args) != 4 || args[0] != "--state" || args[2] != "--owner" {
+		return "", "", usage
+	}
+	stateDir, owner = args[1], args[3]
+	pid, start, ok := strings.Cut(owner, "-")
+	if !WinIsAbs(stateDir) && !filepath.IsAbs(stateDir) || !ok || !allDigits(pid) || !allDigits(start) {
+		return "", "", usage
+	}
+	return stateDir, owner, nil
+}
+
+func allDigits(s string) bool {
+	if s == "" || len(s) > 20 {
+		return false
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// janitorSweep is what the janitor does once its driver is gone.
+func janitorSweep(fsys PlaceholderFS, stateDir string) {
+	m := newPlaceholders(fsys, stateDir)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.swept = true
+	m.sweep()
 }

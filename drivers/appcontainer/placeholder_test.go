@@ -558,3 +558,80 @@ func TestRunConcurrentCommandsShareAPlaceholder(t *testing.T) {
 		t.Errorf("left after both: %q", got)
 	}
 }
+
+// A janitor is started once per driver process, with its first
+// placeholder, and not by a command that needs none.
+func TestPlaceholderJanitorStartedWithTheFirstPlaceholder(t *testing.T) {
+	v, state := newVolume(), t.TempDir()
+	j := &janitorProc{fakeProc: v.proc("10-1")}
+	v.userDir(`C:\ws\.git`)
+	m := newPlaceholders(j, state)
+	r, err := m.acquire([]string{`C:\ws\.git`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r()
+	if j.started != 0 {
+		t.Fatal("a janitor was started though nothing needed a placeholder")
+	}
+	for i := 0; i < 2; i++ {
+		r, err := m.acquire([]string{`C:\ws\.codex`, `C:\ws\.idea`})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r()
+	}
+	if j.started != 1 || j.stateDir != state {
+		t.Errorf("janitor started %d times with %q, want once with %q", j.started, j.stateDir, state)
+	}
+	if j.createsAtStart != 0 {
+		t.Errorf("the janitor was started after %d placeholders were made, want before the first", j.createsAtStart)
+	}
+}
+
+type janitorProc struct {
+	*fakeProc
+	started        int
+	stateDir       string
+	createsAtStart int
+}
+
+func (j *janitorProc) StartJanitor(stateDir string) error {
+	j.started++
+	j.stateDir = stateDir
+	j.createsAtStart = j.v.creates
+	return nil
+}
+
+// The janitor's sweep: the dead driver's placeholders go, a live one's
+// stay.
+func TestJanitorSweep(t *testing.T) {
+	v, state := newVolume(), t.TempDir()
+	if _, err := newPlaceholders(v.proc("10-1"), state).acquire([]string{`C:\ws\.codex`}); err != nil {
+		t.Fatal(err)
+	}
+	rl, err := newPlaceholders(v.proc("20-1"), state).acquire([]string{`C:\other\.codex`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.kill("10-1")
+	janitorSweep(v.proc("30-1"), state)
+	if got := v.paths(); strings.Join(got, "|") != `C:\other\.codex` {
+		t.Errorf("after the janitor: %q, want only the live driver's placeholder", got)
+	}
+	rl()
+}
+
+func TestParseJanitorArgs(t *testing.T) {
+	if st, owner, err := parseJanitorArgs([]string{"--state", `C:\Users\u\AppData\Local\aleph-sandbox\driver`, "--owner", "123-456"}); err != nil || owner != "123-456" || !strings.HasSuffix(st, `driver`) {
+		t.Errorf("good args: %q %q %v", st, owner, err)
+	}
+	for _, bad := range [][]string{
+		nil, {"--state", `C:\s`}, {"--state", "relative", "--owner", "1-2"}, {"--state", `C:\s`, "--owner", "1"},
+		{"--state", `C:\s`, "--owner", "x-2"}, {"--owner", "1-2", "--state", `C:\s`}, {"--state", `C:\s`, "--owner", "1-2", "extra"},
+	} {
+		if _, _, err := parseJanitorArgs(bad); err == nil {
+			t.Errorf("accepted %q", bad)
+		}
+	}
+}

@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"unsafe"
 
 	"golang.org/x/sys/windows"
@@ -271,4 +273,64 @@ func (w *winPlaceholders) sameDACL(h windows.Handle) (bool, error) {
 		return ""
 	}
 	return ctl&windows.SE_DACL_PROTECTED != 0 && entries(got.String()) != "" && entries(got.String()) == entries(want.String()), nil
+}
+
+// StartJanitor starts this binary as the janitor of this process (see
+// JanitorCommand): detached, in a process group of its own, out of this
+// process's job when the job allows breaking away (else inside it, where
+// it still outlives a driver killed alone). Its working directory is the
+// system directory, never a workspace or the state directory (its open
+// directory handle would keep the user from removing either). It is not
+// waited for.
+func (w *winPlaceholders) StartJanitor(stateDir string) error {
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("janitor: %w", err)
+	}
+	sysDir, err := windows.GetSystemDirectory()
+	if err != nil {
+		return fmt.Errorf("janitor: %w", err)
+	}
+	start := func(flags uint32) error {
+		cmd := exec.Command(exe, JanitorCommand, "--state", stateDir, "--owner", w.owner)
+		cmd.Dir = sysDir
+		cmd.Env = []string{"SystemRoot=" + os.Getenv("SystemRoot")}
+		cmd.SysProcAttr = &syscall.SysProcAttr{CreationFlags: flags}
+		if err := cmd.Start(); err != nil {
+			return err
+		}
+		return cmd.Process.Release()
+	}
+	base := uint32(windows.CREATE_NEW_PROCESS_GROUP | windows.DETACHED_PROCESS)
+	if err := start(base | windows.CREATE_BREAKAWAY_FROM_JOB); err == nil {
+		return nil
+	}
+	if err := start(base); err != nil {
+		return fmt.Errorf("janitor: %w", err)
+	}
+	return nil
+}
+
+// JanitorMain is the janitor's main (JanitorCommand's arguments): it
+// waits for the driver process the owner tag names, then sweeps.
+func JanitorMain(args []string) int {
+	stateDir, owner, err := parseJanitorArgs(args)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	pidS, startS, _ := strings.Cut(owner, "-")
+	pid, _ := strconv.ParseUint(pidS, 10, 32)
+	start, _ := strconv.ParseInt(startS, 10, 64)
+	h, err := windows.OpenProcess(windows.SYNCHRONIZE|windows.PROCESS_QUERY_LIMITED_INFORMATION, false, uint32(pid))
+	if err == nil {
+		// A pid reused by another process is not the driver: it has
+		// ended already.
+		if processStart(h) == start {
+			_, _ = windows.WaitForSingleObject(h, windows.INFINITE)
+		}
+		windows.CloseHandle(h)
+	}
+	janitorSweep(osPlaceholders(), stateDir)
+	return 0
 }

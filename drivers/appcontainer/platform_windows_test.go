@@ -49,6 +49,11 @@ func tempDir(t *testing.T) string {
 // what it does. These tests run the real Win32 plumbing (job, pipes,
 // process creation); isolation itself is the conformance suite's job.
 func TestMain(m *testing.M) {
+	// A driver run in this binary starts this binary as its placeholder
+	// janitor, as the driver binary does.
+	if len(os.Args) > 1 && os.Args[1] == JanitorCommand {
+		os.Exit(JanitorMain(os.Args[2:]))
+	}
 	switch os.Getenv("ALEPH_TEST_CHILD") {
 	case "":
 		os.Exit(m.Run())
@@ -443,5 +448,57 @@ func TestACLLockExcludesOtherDriverProcesses(t *testing.T) {
 	unlock()
 	if err := try(); err != nil {
 		t.Errorf("the lock is not free after unlock: %v", err)
+	}
+}
+
+// TestJanitorRemovesAKilledDriversPlaceholders: a placeholder made for a
+// driver process (here a child standing in for it) is held by nobody once
+// that process is killed; the janitor started with it waits for the
+// process to end and removes the placeholder and its record.
+func TestJanitorRemovesAKilledDriversPlaceholders(t *testing.T) {
+	if underWine() {
+		t.Skip("Wine does not enforce every share mode")
+	}
+	state, ws := tempDir(t), tempDir(t)
+	exe, _ := os.Executable()
+	c := exec.Command(exe)
+	c.Env = []string{"ALEPH_TEST_CHILD=sleep", "SystemRoot=" + os.Getenv("SystemRoot")}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Process.Kill(); _ = c.Wait() }()
+	ph, err := windows.OpenProcess(windows.PROCESS_QUERY_LIMITED_INFORMATION, false, uint32(c.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &winPlaceholders{owner: fmt.Sprintf("%d-%d", c.Process.Pid, processStart(ph))}
+	windows.CloseHandle(ph)
+	m := newPlaceholders(w, state)
+	p := filepath.Join(ws, ".codex")
+	if _, err := m.acquire([]string{p}); err != nil {
+		t.Fatal(err)
+	}
+	// What the child's death would do to its handles.
+	m.mu.Lock()
+	for _, r := range m.refs {
+		r.hold.Close()
+	}
+	m.mu.Unlock()
+	if _, err := os.Lstat(p); err != nil {
+		t.Fatalf("the placeholder is not there: %v", err)
+	}
+	_ = c.Process.Kill()
+	_ = c.Wait()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, err := os.Lstat(p)
+		ents, _ := os.ReadDir(filepath.Join(state, "placeholders"))
+		if err != nil && len(ents) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the janitor did not remove the killed process's placeholder (%v) and its records (%v)", err, ents)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
