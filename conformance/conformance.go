@@ -60,7 +60,8 @@ type Case struct {
 	Feature string
 	// Description says what passing proves.
 	Description string
-	// OS limits the case to some hosts (AllOS, POSIXOnly, LinuxOnly); on
+	// OS limits the case to some hosts (AllOS, POSIXOnly, LinuxOnly,
+	// WindowsOnly); on
 	// the others it is SKIPPED with OSReason, never passed.
 	OS       string
 	OSReason string

@@ -79,6 +79,8 @@ const (
 	POSIXOnly = "posix"
 	// LinuxOnly: Linux hosts only.
 	LinuxOnly = "linux"
+	// WindowsOnly: Windows hosts only.
+	WindowsOnly = "windows"
 )
 
 // osSkip says why c does not run on goos ("" when it does).
@@ -90,6 +92,10 @@ func osSkip(c Case, goos string) string {
 		}
 	case LinuxOnly:
 		if goos != "linux" {
+			return "not applicable on " + goos + ": " + c.OSReason
+		}
+	case WindowsOnly:
+		if goos != "windows" {
 			return "not applicable on " + goos + ": " + c.OSReason
 		}
 	}

@@ -63,6 +63,7 @@ func TestOSSkip(t *testing.T) {
 		{AllOS, "windows", false}, {AllOS, "linux", false},
 		{POSIXOnly, "linux", false}, {POSIXOnly, "darwin", false}, {POSIXOnly, "windows", true},
 		{LinuxOnly, "linux", false}, {LinuxOnly, "darwin", true}, {LinuxOnly, "windows", true},
+		{WindowsOnly, "windows", false}, {WindowsOnly, "linux", true}, {WindowsOnly, "darwin", true},
 	}
 	for _, tt := range tests {
 		why := osSkip(Case{ID: "x/y", OS: tt.os, OSReason: "because"}, tt.goos)
@@ -84,7 +85,7 @@ func TestCaseOSScopes(t *testing.T) {
 			if c.OSReason != "" {
 				t.Errorf("%s: a reason but no OS limit", c.ID)
 			}
-		case POSIXOnly, LinuxOnly:
+		case POSIXOnly, LinuxOnly, WindowsOnly:
 			if len(c.OSReason) < 20 {
 				t.Errorf("%s: OS %s without a reason", c.ID, c.OS)
 			}

@@ -11,6 +11,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == appcontainer.JanitorCommand {
+		os.Exit(appcontainer.JanitorMain(os.Args[2:]))
+	}
 	opts, err := appcontainer.ParseOptions(os.Getenv("ALEPH_DRIVER_OPTIONS"))
 	if err == nil {
 		var d *appcontainer.Driver

@@ -139,37 +139,36 @@ type Label struct {
 	Revert bool
 }
 
-// Setup is everything to do to the file system before a tier runs.
+// Setup is everything to do to the file system before a tier runs. The
+// missing protected entries are not in it: the driver has made them
+// exist as placeholders before planning (placeholder.go).
 type Setup struct {
-	// Stubs are protected directories to create because they are missing:
-	// NTFS ACLs cannot deny creating a child by name, so the name is
-	// taken by a directory that carries the DENY.
-	Stubs  []string
 	ACEs   []ACE
 	Labels []Label
 }
 
-// PlanSetup computes the file-system changes for tier. exists reports
-// whether a protected path exists now; program is the resolved program.
-func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setup {
-	var s Setup
-	if tier == TierJobObject {
-		return s // the host's own token: ACLs could not restrict it
-	}
-	// The protected entries of the workspace and of the fs_write grants
-	// that exist: a missing grant has nothing to hold them (and the
-	// command cannot create it outside its writable trees).
+// rootedProtected are the protected entries of the workspace and of the
+// fs_write grants that exist: a missing grant has nothing to hold them
+// (and the command cannot create it outside its writable trees). Each
+// must exist while the command runs, as itself or as a placeholder.
+func (p Plan) rootedProtected(exists func(string) bool) []string {
 	var prots []string
 	for _, prot := range p.Protected {
 		if root := winParent(prot); strings.EqualFold(root, p.Workspace) || exists(root) {
 			prots = append(prots, prot)
 		}
 	}
-	for _, prot := range prots {
-		if !exists(prot) {
-			s.Stubs = append(s.Stubs, prot)
-		}
+	return prots
+}
+
+// PlanSetup computes the file-system changes for tier. exists reports
+// whether a path exists now; program is the resolved program.
+func PlanSetup(tier Tier, p Plan, program string, exists func(string) bool) Setup {
+	var s Setup
+	if tier == TierJobObject {
+		return s // the host's own token: ACLs could not restrict it
 	}
+	prots := p.rootedProtected(exists)
 	// A grant on or below a protected directory would be an explicit
 	// allow, which Windows orders before the inherited DENY: drop it.
 	// A grant that does not exist has nothing to carry an ACE (and the

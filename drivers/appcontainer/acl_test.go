@@ -49,19 +49,19 @@ func existsIn(paths ...string) func(string) bool {
 func TestPlanSetupAppContainer(t *testing.T) {
 	p := mustBuild(t, winReq(driverapi.Capabilities{FSRead: []string{`D:\ref`}, FSWrite: []string{`D:\out`, wsPath + `\.git\hooks`}}), MapFS{})
 	s := PlanSetup(TierAppContainer, p, `C:\Users\dev\bin\tool.exe`, existsIn(wsPath+`\.git`, `D:\ref`, `D:\out`, wsPath+`\.git\hooks`, `D:\out\.vscode`))
-	// Every default entry missing from the workspace and from the
-	// fs_write grant D:\out gets a stub; none inside .git\hooks (a grant
-	// inside a protected entry is dropped, not a root of its own).
-	var wantStubs []string
+	// The default set in the workspace and in the existing fs_write grant
+	// D:\out must exist while the command runs (as itself or as a
+	// placeholder); none inside .git\hooks (a grant inside a protected
+	// entry is dropped, not a root of its own).
+	var wantRooted []string
 	for _, root := range []string{wsPath, `D:\out`} {
 		for _, e := range driverapi.DefaultProtectedEntries() {
-			if x := root + `\` + e; x != wsPath+`\.git` && x != `D:\out\.vscode` {
-				wantStubs = append(wantStubs, x)
-			}
+			wantRooted = append(wantRooted, root+`\`+e)
 		}
 	}
-	if strings.Join(s.Stubs, "|") != strings.Join(wantStubs, "|") {
-		t.Errorf("stubs %q\nwant  %q", s.Stubs, wantStubs)
+	exists := existsIn(wsPath+`\.git`, `D:\ref`, `D:\out`, wsPath+`\.git\hooks`, `D:\out\.vscode`)
+	if got := p.rootedProtected(exists); strings.Join(got, "|") != strings.Join(wantRooted, "|") {
+		t.Errorf("rooted protected %q\nwant  %q", got, wantRooted)
 	}
 	find := func(path string, deny bool) *ACE {
 		for i, a := range s.ACEs {
@@ -121,10 +121,10 @@ func TestPlanSetupAppContainer(t *testing.T) {
 			t.Error("redundant program ACE")
 		}
 	}
-	// Nothing exists but the workspace: its whole set is stubbed, and the
-	// missing grant D:\out gets neither stubs nor ACEs.
-	if len(s.Stubs) != len(driverapi.DefaultProtectedEntries()) {
-		t.Errorf("all protected entries missing: stubs %q", s.Stubs)
+	// Nothing exists but the workspace: its whole set needs placeholders,
+	// and the missing grant D:\out gets neither placeholders nor ACEs.
+	if got := p.rootedProtected(existsIn()); len(got) != len(driverapi.DefaultProtectedEntries()) || !WinWithin(got[0], wsPath) {
+		t.Errorf("all protected entries missing: rooted %q", got)
 	}
 	for _, a := range s.ACEs {
 		if WinWithin(a.Path, `D:\out`) {
@@ -174,7 +174,7 @@ func TestPlanSetupRestrictedAndJob(t *testing.T) {
 	if m := PlanSetup(TierRestrictedToken, p, `C:\x.exe`, existsIn()); len(m.Labels) != 1+n {
 		t.Errorf("missing fs_write grant still labelled: %+v", m.Labels)
 	}
-	if j := PlanSetup(TierJobObject, p, `C:\x.exe`, existsIn()); len(j.ACEs)+len(j.Labels)+len(j.Stubs) != 0 {
+	if j := PlanSetup(TierJobObject, p, `C:\x.exe`, existsIn()); len(j.ACEs)+len(j.Labels) != 0 {
 		t.Errorf("job tier changes the file system: %+v", j)
 	}
 }

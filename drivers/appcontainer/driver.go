@@ -7,9 +7,11 @@
 //
 // What needs no Windows (command-line quoting, the launch plan, ACL and
 // label planning, reparse-point checks, tier selection, the capability
-// report, the allow_hosts refusal) lives in files without a build tag and
-// is unit-tested on any OS. The Windows calls sit in *_windows.go behind
-// the Platform interface; elsewhere Platform reports that it is missing.
+// report, the allow_hosts refusal, the journal, counts and sweep of the
+// placeholders for missing protected entries) lives in files without a
+// build tag and is unit-tested on any OS. The Windows calls sit in
+// *_windows.go behind the Platform and PlaceholderFS interfaces; elsewhere
+// they report that they are missing.
 package appcontainer
 
 import (
@@ -75,12 +77,19 @@ type Config struct {
 	FS       FS       // nil: the OS file system
 	Resolver Resolver // nil: net.DefaultResolver
 	GOOS     string   // default runtime.GOOS
+	// Placeholders makes the placeholders of missing protected entries
+	// (nil: the OS's; off Windows a stub that refuses).
+	Placeholders PlaceholderFS
+	// StateDir holds the placeholder records and the ACL lock file
+	// (default: under the user's local application data).
+	StateDir string
 }
 
 // Driver is the Windows driver. Safe for concurrent use.
 type Driver struct {
 	cfg   Config
 	floor Tier
+	ph    *placeholders
 
 	probeMu   sync.Mutex
 	probed    bool
@@ -102,9 +111,6 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.Options.MaxProcesses == 0 {
 		cfg.Options.MaxProcesses = DefaultMaxProcesses
 	}
-	if cfg.Platform == nil {
-		cfg.Platform = osPlatform()
-	}
 	if cfg.FS == nil {
 		cfg.FS = osFS{}
 	}
@@ -114,7 +120,16 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.GOOS == "" {
 		cfg.GOOS = runtime.GOOS
 	}
-	return &Driver{cfg: cfg, floor: floor}, nil
+	if cfg.Placeholders == nil {
+		cfg.Placeholders = osPlaceholders()
+	}
+	if cfg.StateDir == "" {
+		cfg.StateDir = defaultStateDir()
+	}
+	if cfg.Platform == nil {
+		cfg.Platform = osPlatform(cfg.StateDir)
+	}
+	return &Driver{cfg: cfg, floor: floor, ph: newPlaceholders(cfg.Placeholders, cfg.StateDir)}, nil
 }
 
 // probe runs the tier probes once, strongest first, down to the floor,
@@ -232,6 +247,17 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 		return driverapi.Exit{}, err
 	}
 	exists := func(p string) bool { fi, err := d.cfg.FS.Lstat(p); return err == nil && fi.Exists }
+	if tier != TierJobObject {
+		// Every protected entry must exist while the command runs: a
+		// missing one is taken by a placeholder, removed after the
+		// command (placeholder.go). release runs after Launch, which
+		// returns only once the job is gone and the ACEs are revoked.
+		release, err := d.ph.acquire(plan.rootedProtected(exists))
+		if err != nil {
+			return driverapi.Exit{}, fmt.Errorf("appcontainer: %w", err)
+		}
+		defer release()
+	}
 	launch := Launch{Plan: plan, Program: prog, CommandLine: cmdline, Env: env, Cwd: cwd,
 		Stdin: spec.Stdin, Timeout: spec.Timeout, MaxOutputBytes: spec.MaxOutputBytes, CommandID: spec.CommandID}
 	launch.Setup = PlanSetup(tier, plan, prog, exists)

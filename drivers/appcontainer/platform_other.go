@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -17,7 +18,7 @@ func errNotWindows() error {
 
 type stubPlatform struct{}
 
-func osPlatform() Platform { return stubPlatform{} }
+func osPlatform(string) Platform { return stubPlatform{} }
 
 func (stubPlatform) Probe(context.Context, Tier) error { return errNotWindows() }
 
@@ -40,3 +41,25 @@ func (osFS) Lstat(p string) (FileInfo, error) {
 	}
 	return FileInfo{Exists: true, IsDir: fi.IsDir(), Reparse: fi.Mode()&os.ModeSymlink != 0}, nil
 }
+
+// defaultStateDir off Windows: never used for placeholders (the stub
+// below makes none), only so that Config is complete everywhere.
+func defaultStateDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "aleph-sandbox", "appcontainer-driver")
+	}
+	return filepath.Join(os.TempDir(), "aleph-sandbox-appcontainer-driver")
+}
+
+// stubPlaceholders refuses: nothing runs off Windows, so nothing needs a
+// placeholder. Tests give the driver a fake.
+type stubPlaceholders struct{}
+
+func osPlaceholders() PlaceholderFS { return stubPlaceholders{} }
+
+func (stubPlaceholders) Create(string) (PlaceholderHold, error) { return nil, errNotWindows() }
+func (stubPlaceholders) Hold(string) (PlaceholderHold, error)   { return nil, errNotWindows() }
+func (stubPlaceholders) Identify(string) (FileID, error)        { return "", errNotWindows() }
+func (stubPlaceholders) Remove(string, FileID, bool) error      { return errNotWindows() }
+func (stubPlaceholders) Owner() string                          { return "0-0" }
+func (stubPlaceholders) OwnerGone(string) bool                  { return false }

@@ -6,10 +6,10 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -20,15 +20,63 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// winPlatform runs commands with the Win32 API. mu serialises DACL and
-// label read-modify-write cycles: two commands in one workspace must not
-// lose each other's entries.
+// winPlatform runs commands with the Win32 API. DACL and label
+// read-modify-write cycles are serialised (lockACL): two commands in one
+// workspace must not lose each other's entries.
 type winPlatform struct {
 	mu        sync.Mutex
-	labelRefs map[string]int // fs_write paths labelled Low, by live commands
+	labelRefs map[string]int // fs_write paths labelled Low, by live commands of this process
+	lockPath  string         // the lock file shared with the user's other driver processes
 }
 
-func osPlatform() Platform { return &winPlatform{labelRefs: map[string]int{}} }
+func osPlatform(stateDir string) Platform {
+	return &winPlatform{labelRefs: map[string]int{}, lockPath: filepath.Join(stateDir, "acl.lock")}
+}
+
+// lockACL serialises DACL and label changes with the other commands of
+// this driver (mu) and of every other driver process of the user (an
+// exclusive LockFileEx on a file in the state directory: each CLI command
+// runs a driver of its own). Without it two merges into one DACL could
+// lose an entry: a lost DENY on .git, with the command's inherited grant
+// from the workspace still there, would let that command write .git.
+func (p *winPlatform) lockACL() (unlock func(), err error) {
+	p.mu.Lock()
+	fail := func(err error) (func(), error) {
+		p.mu.Unlock()
+		return nil, fmt.Errorf("ACL lock %s: %w", p.lockPath, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(p.lockPath), 0o700); err != nil {
+		return fail(err)
+	}
+	f, err := os.OpenFile(p.lockPath, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return fail(err)
+	}
+	h := windows.Handle(f.Fd())
+	ol := new(windows.Overlapped)
+	if err := windows.LockFileEx(h, windows.LOCKFILE_EXCLUSIVE_LOCK, 0, 1, 0, ol); err != nil {
+		f.Close()
+		return fail(err)
+	}
+	return func() {
+		_ = windows.UnlockFileEx(h, 0, 1, 0, ol)
+		f.Close()
+		p.mu.Unlock()
+	}, nil
+}
+
+// underACLLock runs undo under the ACL lock; if the lock cannot be had
+// (its file gone), under this process's lock alone: an undo is never
+// skipped.
+func (p *winPlatform) underACLLock(undo func()) {
+	unlock, err := p.lockACL()
+	if err != nil {
+		p.mu.Lock()
+		unlock = p.mu.Unlock
+	}
+	defer unlock()
+	undo()
+}
 
 func (p *winPlatform) IsFile(path string) bool { return isRegularFile(path) }
 
@@ -94,12 +142,6 @@ func (p *winPlatform) Launch(ctx context.Context, t Tier, l Launch, streams driv
 		}
 	}
 	defer cleanup()
-
-	for _, stub := range l.Setup.Stubs {
-		if err := os.Mkdir(stub, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-			return driverapi.Exit{}, setupErr("create stub "+stub, err)
-		}
-	}
 
 	var token windows.Token
 	var secCaps *securityCapabilities
@@ -168,8 +210,11 @@ func (p *winPlatform) Launch(ctx context.Context, t Tier, l Launch, streams driv
 // applySetup applies the planned ACEs and labels for trustee, adding the
 // undo steps to cleanups.
 func (p *winPlatform) applySetup(s Setup, trustee *windows.SID, cleanups *[]func()) error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
+	unlock, err := p.lockACL()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	revoked := map[string]bool{}
 	for _, a := range s.ACEs {
 		if err := applyACE(a, trustee); err != nil {
@@ -182,9 +227,7 @@ func (p *winPlatform) applySetup(s Setup, trustee *windows.SID, cleanups *[]func
 			revoked[strings.ToLower(a.Path)] = true
 			path := a.Path
 			*cleanups = append(*cleanups, func() {
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				_ = revokeSID(path, trustee)
+				p.underACLLock(func() { _ = revokeSID(path, trustee) })
 			})
 		}
 	}
@@ -197,13 +240,13 @@ func (p *winPlatform) applySetup(s Setup, trustee *windows.SID, cleanups *[]func
 			p.labelRefs[key]++
 			path := l.Path
 			*cleanups = append(*cleanups, func() {
-				p.mu.Lock()
-				defer p.mu.Unlock()
-				p.labelRefs[key]--
-				if p.labelRefs[key] == 0 {
-					delete(p.labelRefs, key)
-					_ = clearLabel(path)
-				}
+				p.underACLLock(func() {
+					p.labelRefs[key]--
+					if p.labelRefs[key] == 0 {
+						delete(p.labelRefs, key)
+						_ = clearLabel(path)
+					}
+				})
 			})
 		}
 	}

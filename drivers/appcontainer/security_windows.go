@@ -45,7 +45,16 @@ func mergeDACL(path string, entries []windows.EXPLICIT_ACCESS) error {
 	if err != nil {
 		return fmt.Errorf("build ACL for %s: %w", path, err)
 	}
-	if err := windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, windows.DACL_SECURITY_INFORMATION, nil, nil, acl, nil); err != nil {
+	// A protected DACL (a placeholder's, or one the user protected) stays
+	// protected: it must not start inheriting the workspace's grants,
+	// which name the SIDs of other running commands.
+	info := windows.SECURITY_INFORMATION(windows.DACL_SECURITY_INFORMATION)
+	if ctl, _, err := sd.Control(); err != nil {
+		return fmt.Errorf("read ACL of %s: %w", path, err)
+	} else if ctl&windows.SE_DACL_PROTECTED != 0 {
+		info |= windows.PROTECTED_DACL_SECURITY_INFORMATION
+	}
+	if err := windows.SetNamedSecurityInfo(path, windows.SE_FILE_OBJECT, info, nil, nil, acl, nil); err != nil {
 		return fmt.Errorf("write ACL of %s: %w", path, err)
 	}
 	return nil

@@ -104,7 +104,7 @@ func arity(step string) (n int, known bool) {
 		return 0, true
 	case "print", "eprint", "hex", "exit", "sleep", "read", "mkdir", "rm", "rmall", "threads", "alloc", "spawn", "kill", "ls", "ps":
 		return 1, true
-	case "waitfile", "write", "append", "mv", "symlink", "chmod", "cpu", "bg", "daemon", "daemonize", "mark", "sysv":
+	case "waitfile", "write", "append", "mv", "symlink", "link", "chmod", "cpu", "bg", "daemon", "daemonize", "mark", "sysv":
 		return 2, true
 	case "flood":
 		return 3, true
@@ -231,6 +231,8 @@ func (p *prober) run(s Step) (code int, err error) {
 		err = os.RemoveAll(a[0])
 	case "symlink":
 		err = os.Symlink(a[0], a[1])
+	case "link":
+		err = os.Link(a[0], a[1])
 	case "chmod":
 		err = chmodOctal(a[0], a[1])
 	case "flood":
