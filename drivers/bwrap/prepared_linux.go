@@ -103,8 +103,11 @@ type preparedPool struct {
 	idle     map[poolKey][]*preparedSandbox
 	building map[poolKey]int
 	seen     map[poolKey]time.Time // last Run per key (auto mode)
-	total    int                   // waiting + being built
-	stats    PreparedStats
+	// forgotten counts forget_session calls per session: a sandbox whose
+	// build began before one is destroyed when it is ready.
+	forgotten map[string]int
+	total     int // waiting + being built
+	stats     PreparedStats
 }
 
 // poolMode is the pool's mode for this driver, off where it cannot work.
@@ -200,6 +203,7 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 		p.seen = map[poolKey]time.Time{}
 		p.idle = map[poolKey][]*preparedSandbox{}
 		p.building = map[poolKey]int{}
+		p.forgotten = map[string]int{}
 	}
 	last, seen := p.seen[key]
 	idle := time.Duration(o.PreparedIdleMS) * time.Millisecond
@@ -217,12 +221,25 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 	for ; want > 0 && p.total < int(o.PreparedMax); want-- {
 		p.building[key]++
 		p.total++
+		gen := p.forgotten[session]
 		go func() {
 			ps, err := d.prepare(key, plan, session)
 			p.mu.Lock()
 			p.building[key]--
 			if p.building[key] == 0 {
 				delete(p.building, key)
+			}
+			stale := p.forgotten[session] != gen
+			if !p.buildingFor(session) {
+				// Nothing in flight can hold an older count: the map
+				// stays as small as the builds.
+				delete(p.forgotten, session)
+			}
+			if err == nil && stale {
+				p.total--
+				p.mu.Unlock()
+				ps.destroy()
+				return
 			}
 			if err != nil {
 				p.total--
@@ -237,6 +254,16 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 			p.mu.Unlock()
 		}()
 	}
+}
+
+// buildingFor says whether a sandbox of session is being built (p.mu held).
+func (p *preparedPool) buildingFor(session string) bool {
+	for k := range p.building {
+		if k.session == session {
+			return true
+		}
+	}
+	return false
 }
 
 // expire destroys ps if it is still waiting.
@@ -268,6 +295,9 @@ func (d *Driver) expire(ps *preparedSandbox) {
 func (d *Driver) forgetPrepared(session string) {
 	p := &d.pool
 	p.mu.Lock()
+	if p.forgotten != nil && p.buildingFor(session) {
+		p.forgotten[session]++
+	}
 	var gone []*preparedSandbox
 	for k, l := range p.idle {
 		if k.session == session {
@@ -507,7 +537,8 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	}
 	dur := time.Since(start)
 	hio.wait()
-	ps.sb.close()
+	// The lifeline last: finishExit reads the command's status from it.
+	defer ps.sb.close()
 	defer ps.cg.remove()
 	defer ps.releaseNet()
 	if ctx.Err() != nil {
@@ -651,12 +682,12 @@ func (l *lifeline) awaitReady(ctx context.Context) error {
 // (sent with the record) and the driver's (fed and drained here).
 type handoverIO struct {
 	stdin, stdout, stderr *os.File // the sandbox's ends
-	feedW                         *os.File
-	feed                          func() // starts feeding stdin
-	outR, errR                    *os.File
-	copies                        sync.WaitGroup
-	once                          sync.Once
-	fed                           bool
+	feedW                 *os.File
+	feed                  func() // starts feeding stdin
+	outR, errR            *os.File
+	copies                sync.WaitGroup
+	once                  sync.Once
+	fed                   bool
 }
 
 func newHandoverIO(spec driverapi.RunSpec, in *driverapi.StreamInput, stdout, stderr io.Writer) (_ *handoverIO, err error) {
