@@ -268,6 +268,11 @@ func (h *escapeHarness) env() []string {
 		// and the battery runs against the Landlock tier.
 		env = append(env, "ALEPH_SANDBOX_SANDBOX__LINUX__FALLBACK=landlock")
 	}
+	if m := os.Getenv("ALEPH_TEST_PREPARED"); m != "" {
+		// scripts/test-prepared.sh: every command through a prepared
+		// sandbox.
+		env = append(env, "ALEPH_SANDBOX_SANDBOX__LINUX__PREPARED="+m)
+	}
 	return env
 }
 
