@@ -374,3 +374,38 @@ func TestPreparedSetupFailureFallsBack(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestPreparedIdleCost measures what a waiting sandbox costs in memory
+// (proportional set size of its processes) and holds it to a bound far
+// above the figure measured (about 5 MB: bwrap and a Go sandbox-init), so
+// a sandbox that grew by an order of magnitude fails here.
+func TestPreparedIdleCost(t *testing.T) {
+	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
+	ws := newWorkspace(t)
+	fillPool(t, d, ws)
+	// The sandbox reports ready before its Go runtime settles.
+	time.Sleep(200 * time.Millisecond)
+	pids := preparedProcs(ws)
+	if len(pids) < 2 {
+		t.Fatalf("control: %d processes of one waiting sandbox", len(pids))
+	}
+	var pssKB int
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
+		if err != nil {
+			t.Skipf("no smaps_rollup here: %v", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+				n, _ := strconv.Atoi(f[1])
+				pssKB += n
+			}
+		}
+	}
+	t.Logf("one waiting sandbox: %d processes, %d KiB PSS", len(pids), pssKB)
+	if pssKB <= 0 || pssKB > 48<<10 {
+		t.Fatalf("one waiting sandbox holds %d KiB", pssKB)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
