@@ -199,7 +199,17 @@ func dropCapabilitiesAllThreads() error {
 		}
 		return nil
 	}
+	// Each all-threads call stops the world once: drop only what the
+	// bounding set holds (bwrap left the two the hand-over needed). Every
+	// thread has the same set: they all came from bwrap's exec.
 	for c := 0; c <= last; c++ {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if err != nil {
+			return fmt.Errorf("PR_CAPBSET_READ %d: %w", c, err)
+		}
+		if in == 0 {
+			continue
+		}
 		if err := all("PR_CAPBSET_DROP", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
 			return err
 		}
