@@ -481,6 +481,9 @@ type sandbox struct {
 	v1                               bool
 	cg                               *commandCgroup
 	blockR, blockW, statusR, statusW *os.File
+	// started is closed once the start was attempted: cmd.Process is set
+	// (or never will be) and may be read.
+	started chan struct{}
 }
 
 // sandboxResult is how a sandbox's process ended: startErr when it never
@@ -625,6 +628,13 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 	return sb, nil
 }
 
+// process is the started process, or nil when its start failed; it waits
+// for the start to have been attempted (startSandbox).
+func (sb *sandbox) process() *os.Process {
+	<-sb.started
+	return sb.cmd.Process
+}
+
 // closeSetup closes the driver's copies of what bwrap inherited: once it
 // has started (it has its own) or will never start.
 func (sb *sandbox) closeSetup() {
@@ -673,6 +683,7 @@ func (sb *sandbox) startError(err error, gate *setupGate, cg *commandCgroup, mem
 func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan sandboxResult {
 	done := make(chan sandboxResult, 1)
 	cmd := sb.cmd
+	sb.started = make(chan struct{})
 	go func() {
 		// Pdeathsig fires when the forking OS thread exits, not the process
 		// (golang/go#27505). This goroutine keeps its thread locked from
@@ -693,6 +704,7 @@ func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan 
 		}
 		// bwrap has its copies (or never will): the driver's go now.
 		sb.closeSetup()
+		close(sb.started)
 		if afterStart != nil {
 			afterStart()
 		}

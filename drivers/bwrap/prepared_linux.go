@@ -50,7 +50,13 @@ import (
 //   - until the hand-over nothing of the command's exists in the sandbox;
 //     sandbox-init holds CAP_SYS_ADMIN and CAP_SETPCAP of the sandbox's own
 //     user namespace for the hand-over's mounts and drops them on every
-//     thread before the command's program is looked up.
+//     thread before the command's program is looked up;
+//   - root drivers only: unprivileged, bwrap does its mounts as uid 0 of a
+//     first user namespace and runs the sandbox in a second one, nested,
+//     mapping the user's uid, which holds no capability over the sandbox's
+//     mount namespace: no mount can be made in it from inside (EPERM, with
+//     any capability kept). An unprivileged driver builds every sandbox for
+//     its command.
 //
 // Lifetime: at most prepared_per_profile per key and prepared_max in all
 // wait or are being built; each is destroyed after prepared_idle_ms, on
@@ -60,7 +66,8 @@ import (
 //
 // Not prepared (a Run of these always builds its sandbox): terminals (the
 // pty is opened before the program), allow_hosts (the bridge's chain),
-// the Landlock tier (no bwrap), and profiles whose pool is off.
+// the Landlock tier (no bwrap), unprivileged drivers (above), and
+// profiles whose pool is off.
 
 // poolKey is what a prepared sandbox may serve: one profile of one session.
 type poolKey struct {
@@ -116,7 +123,7 @@ func (d *Driver) poolMode() PreparedMode {
 	if o.Prepared == PreparedOff || o.PreparedPerProfile == nil || *o.PreparedPerProfile == 0 {
 		return PreparedOff
 	}
-	if h := d.probe(); h.sandboxErr != nil || h.tier != tierBwrap {
+	if h := d.probe(); h.sandboxErr != nil || h.tier != tierBwrap || os.Geteuid() != 0 {
 		return PreparedOff
 	}
 	return o.Prepared
@@ -404,10 +411,10 @@ func waitStarted(life *lifeline, done <-chan sandboxResult) error {
 func (ps *preparedSandbox) destroy() {
 	ps.destroyed.Do(func() {
 		if ps.sb != nil {
-			if ps.sb.cmd.Process != nil {
-				_ = ps.sb.cmd.Process.Kill()
-			}
 			if ps.done != nil {
+				if p := ps.sb.process(); p != nil {
+					_ = p.Kill()
+				}
 				<-ps.done
 			}
 			ps.sb.close()
@@ -495,8 +502,12 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
 	life, cmd := ps.sb.life, ps.sb.cmd
+	proc := ps.sb.process()
+	if proc == nil {
+		return driverapi.Exit{}, errors.New("the prepared sandbox never started"), false
+	}
 	if len(prot.missing) > 0 {
-		defer d.recordUser(cmd.Process.Pid)()
+		defer d.recordUser(proc.Pid)()
 	}
 	rec, err := sandboxinit.EncodeHandover(sandboxinit.Handover{Argv: append([]string{spec.Program}, spec.Args...), Cwd: cwd, Mounts: mounts})
 	if err != nil {
@@ -532,7 +543,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	select {
 	case r = <-ps.done:
 	case <-runCtx.Done():
-		_ = cmd.Process.Kill()
+		_ = proc.Kill()
 		r = <-ps.done
 	}
 	dur := time.Since(start)

@@ -19,10 +19,45 @@ import (
 
 func preparedOpts(mode PreparedMode) Options { return Options{Prepared: mode} }
 
+// needPreparable skips where the driver builds every sandbox for its
+// command by design (docs/linux.md, "Prepared sandboxes": root drivers
+// only); TestPreparedOffUnprivileged holds that case.
+func needPreparable(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("prepared sandboxes need a root driver (the sandbox cannot mount in its own mount namespace unprivileged)")
+	}
+}
+
+// TestPreparedOffUnprivileged: an unprivileged driver asked for prepared
+// sandboxes builds each sandbox for its command, says so in its
+// capabilities, and runs every command (in "always" mode too).
+func TestPreparedOffUnprivileged(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root: prepared sandboxes are used (the other TestPrepared* tests)")
+	}
+	d := testDriver(t, preparedOpts(PreparedAlways))
+	ws := newWorkspace(t)
+	for i := 0; i < 3; i++ {
+		r := drvSh(t, d, ws, "echo ok")
+		if r.err != nil || r.exit.ExitCode != 0 || r.stdout != "ok\n" || r.exit.Details["prepared"] == "1" {
+			t.Fatalf("%+v", r)
+		}
+	}
+	caps, err := d.Capabilities(context.Background())
+	if err != nil || !strings.HasPrefix(caps.Details["prepared"], "off (unprivileged") {
+		t.Fatalf("prepared: %q %v", caps.Details["prepared"], err)
+	}
+	if st := d.PreparedStats(); st.Hits+st.Built != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
 // TestPreparedHandover runs commands through prepared sandboxes: output,
 // exit status, environment, cwd and stdin arrive with the hand-over, and
 // the exit says it ran prepared.
 func TestPreparedHandover(t *testing.T) {
+	needPreparable(t)
 	d := testDriver(t, preparedOpts(PreparedAlways))
 	ws := newWorkspace(t)
 	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
@@ -45,6 +80,7 @@ func TestPreparedHandover(t *testing.T) {
 // one profile back to back run in different sandboxes (PID namespaces),
 // both prepared, and the pool hit.
 func TestPreparedOnce(t *testing.T) {
+	needPreparable(t)
 	d := testDriver(t, preparedOpts(PreparedAuto))
 	ws := newWorkspace(t)
 	seen := map[string]bool{}
@@ -81,6 +117,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 // TestPreparedTimeoutFromHandover: a sandbox that waited longer than the
 // command's timeout does not shorten it, and the timeout still applies.
 func TestPreparedTimeoutFromHandover(t *testing.T) {
+	needPreparable(t)
 	d := testDriver(t, preparedOpts(PreparedAuto))
 	ws := newWorkspace(t)
 	ctx := context.Background()
@@ -124,6 +161,7 @@ func fillPool(t *testing.T, d *Driver, ws string) {
 // prepared, nested ones included, is read-only to the command; missing
 // entries cannot be created; and the rest of the workspace stays writable.
 func TestPreparedProtectedAtHandover(t *testing.T) {
+	needPreparable(t)
 	d := testDriver(t, preparedOpts(PreparedAuto))
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
@@ -170,6 +208,7 @@ func TestPreparedProtectedAtHandover(t *testing.T) {
 // prepared is not served by that sandbox (it binds the old directory):
 // the command runs in a sandbox built for it and sees the new one.
 func TestPreparedStaleWorkspace(t *testing.T) {
+	needPreparable(t)
 	d := testDriver(t, preparedOpts(PreparedAuto))
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
@@ -193,6 +232,7 @@ func TestPreparedStaleWorkspace(t *testing.T) {
 // TestPreparedNotAcrossSessions: a session's sandboxes never serve
 // another session's command, even for the same profile.
 func TestPreparedNotAcrossSessions(t *testing.T) {
+	needPreparable(t)
 	d := testDriver(t, preparedOpts(PreparedAuto))
 	ws := newWorkspace(t)
 	ctx := context.Background()
@@ -215,7 +255,7 @@ func TestPreparedNotAcrossSessions(t *testing.T) {
 		t.Fatal("session b was served a sandbox prepared for session a")
 	}
 	if e := run("a"); e.Details["prepared"] != "1" {
-		t.Fatal("positive control: session a's own command was not served prepared")
+		t.Fatalf("positive control: session a's own command was not served prepared (%+v)", d.PreparedStats())
 	}
 	// Forgetting a session destroys its waiting sandboxes.
 	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
@@ -230,6 +270,7 @@ func TestPreparedNotAcrossSessions(t *testing.T) {
 // TestPreparedCapped: many sessions, each with a warm pool, never hold
 // more sandboxes than prepared_max, waiting or being built.
 func TestPreparedCapped(t *testing.T) {
+	needPreparable(t)
 	const limit = 6
 	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedMax: limit})
 	ws := newWorkspace(t)
@@ -271,6 +312,13 @@ func preparedProcs(ws string) []string {
 		if err != nil {
 			continue
 		}
+		// bwrap and sandbox-init (InitPath inside): unprivileged, the
+		// nsenter and unshare that start bwrap in a session's network
+		// namespace carry the same argv and are left out.
+		argv := strings.Split(string(b), "\x00")
+		if name := filepath.Base(argv[0]); name != "bwrap" && argv[0] != InitPath {
+			continue
+		}
 		cl := string(b)
 		if strings.Contains(cl, sandboxinit.HandoverProgram) && strings.Contains(cl, ws) {
 			found = append(found, e.Name())
@@ -282,6 +330,7 @@ func preparedProcs(ws string) []string {
 // TestPreparedDriverDeath: killing the driver (kill -9) while sandboxes
 // wait leaves none of them behind.
 func TestPreparedDriverDeath(t *testing.T) {
+	needPreparable(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"prepared":"auto","cgroup":"none"}`}})
@@ -320,6 +369,7 @@ func TestPreparedDriverDeath(t *testing.T) {
 // (nothing of the driver's or of any command's) and sandbox-init told the
 // precompiled seccomp programs' descriptor.
 func TestPreparedChain(t *testing.T) {
+	needPreparable(t)
 	d := testDriver(t, preparedOpts(PreparedAuto))
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
@@ -380,6 +430,7 @@ func TestPreparedSetupFailureFallsBack(t *testing.T) {
 // above the figure measured (about 5 MB: bwrap and a Go sandbox-init), so
 // a sandbox that grew by an order of magnitude fails here.
 func TestPreparedIdleCost(t *testing.T) {
+	needPreparable(t)
 	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)

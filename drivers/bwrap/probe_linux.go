@@ -335,6 +335,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	// the pool has done so far.
 	if m := d.poolMode(); m == PreparedOff {
 		hc.Details["prepared"] = string(PreparedOff)
+		if d.cfg.Options.Prepared != PreparedOff && os.Geteuid() != 0 {
+			hc.Details["prepared"] += " (unprivileged: the sandbox's user namespace cannot mount in its own mount namespace, so the hand-over's mounts cannot be made; every sandbox is built for its command)"
+		}
 	} else {
 		st := d.PreparedStats()
 		hc.Details["prepared"] = fmt.Sprintf("%s: up to %d per profile and session, %d in all, %d ms idle; %d waiting, %d hits, %d misses",
