@@ -28,7 +28,7 @@ build:
 # tests again as an unprivileged user and again with Landlock made
 # unavailable and with namespaces refused (the Landlock tier), the Python
 # client against a real serve, and a short fuzzing pass.
-test: build proto-check lint cross test-go test-python test-typescript test-unprivileged test-nolandlock test-nonamespaces fuzz-short
+test: build proto-check lint cross test-go test-python test-typescript test-unprivileged test-nolandlock test-nonamespaces test-prepared fuzz-short
 
 test-go: build
 	$(GO) test -race -count=1 ./...
@@ -64,6 +64,13 @@ test-unprivileged: build
 # test must hold without it. About 2.5 minutes here (two cores, shared).
 test-nolandlock: build
 	./scripts/test-nolandlock.sh
+
+# The driver's tests, the conformance suite and the CLI escape battery with
+# every command handed to a prepared sandbox (sandbox.linux.prepared =
+# "always"). About 2 minutes here.
+.PHONY: test-prepared
+test-prepared: build
+	./scripts/test-prepared.sh
 
 # The Landlock tier (sandbox.linux.fallback = "landlock") on a host that
 # refuses namespaces, reproduced for one process tree (see the script): the

@@ -372,11 +372,24 @@ func TestBwrapDriver(t *testing.T) {
 	if drivers.paths["bwrap"] == "" {
 		t.Skipf("Linux driver not available: %v", drivers.bwrapErr)
 	}
-	var env []string
+	opts := map[string]string{}
 	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "1" {
 		// scripts/test-nonamespaces.sh: namespaces are refused, the suite
 		// runs against the Landlock tier.
-		env = []string{`ALEPH_DRIVER_OPTIONS={"fallback":"landlock"}`}
+		opts["fallback"] = "landlock"
+	}
+	if m := os.Getenv("ALEPH_TEST_PREPARED"); m != "" {
+		// scripts/test-prepared.sh: every command through a prepared
+		// sandbox (sandbox.linux.prepared = "always").
+		opts["prepared"] = m
+	}
+	var env []string
+	if len(opts) > 0 {
+		js, err := json.Marshal(opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env = []string{"ALEPH_DRIVER_OPTIONS=" + string(js)}
 	}
 	conformance.Run(t, func(testing.TB) conformance.Config {
 		return conformance.Config{DriverPath: drivers.paths["bwrap"], Probe: drivers.paths["probe"], Env: env}

@@ -114,6 +114,9 @@ func (h *H) launch(ctx context.Context, mod func(*driverapi.LaunchConfig)) (*dri
 	return p, nil
 }
 
+// probeSession is the session id of every command the suite runs.
+const probeSession = "conformance"
+
 // useFresh launches a plugin of the case's own and makes it h.Driver.
 func (h *H) useFresh(ctx context.Context) error {
 	p, err := h.launch(ctx, nil)
@@ -245,7 +248,7 @@ func (h *H) spec(c Cmd, p driverapi.Profile) driverapi.RunSpec {
 	return driverapi.RunSpec{
 		Program: c.Program, Args: c.Args, Env: env, Stdin: c.Stdin, Cwd: cwd,
 		Profile: p, Timeout: timeout, MaxOutputBytes: maxOut,
-		SessionID: "conformance", CommandID: fmt.Sprintf("c%d", time.Now().UnixNano()),
+		SessionID: probeSession, CommandID: fmt.Sprintf("c%d", time.Now().UnixNano()),
 	}
 }
 

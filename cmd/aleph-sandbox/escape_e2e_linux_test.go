@@ -268,6 +268,11 @@ func (h *escapeHarness) env() []string {
 		// and the battery runs against the Landlock tier.
 		env = append(env, "ALEPH_SANDBOX_SANDBOX__LINUX__FALLBACK=landlock")
 	}
+	if m := os.Getenv("ALEPH_TEST_PREPARED"); m != "" {
+		// scripts/test-prepared.sh: every command through a prepared
+		// sandbox.
+		env = append(env, "ALEPH_SANDBOX_SANDBOX__LINUX__PREPARED="+m)
+	}
 	return env
 }
 
@@ -1695,6 +1700,12 @@ func escapeDriverDeath(t *testing.T, h *escapeHarness) {
 func (h *escapeHarness) killDriver(t *testing.T, ws string, early time.Duration) []string {
 	t.Helper()
 	marker := uniqueMarker("aleph-victim")
+	launchMark := marker
+	if os.Getenv("ALEPH_TEST_PREPARED") == "always" {
+		// The command's sandbox is prepared, then handed the command: its
+		// bwrap carries the hand-over's placeholder program instead.
+		launchMark = "<hand-over>"
+	}
 	var killed int
 	r := h.execOpts(t, ws, runOpts{start: func(cmd *exec.Cmd) {
 		deadline := time.Now().Add(15 * time.Second)
@@ -1703,7 +1714,7 @@ func (h *escapeHarness) killDriver(t *testing.T, ws string, early time.Duration)
 			// The command's own launcher (its argv carries the marker),
 			// not the driver's start-up probe sandbox: killing the driver
 			// during the probe only makes the host relaunch it.
-			ready := d > 0 && cmdlineHas(descendantNamed(d, h.launcher(), 3), marker)
+			ready := d > 0 && cmdlineHas(descendantNamed(d, h.launcher(), 3), launchMark)
 			if early < 0 {
 				ready = d > 0 && commWith(marker, "probe")
 			}

@@ -32,14 +32,19 @@ func BenchmarkLaunch(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	// Every sandbox built for its command (d keeps prepared ones).
+	du, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin)})
+	if err != nil {
+		b.Fatal(err)
+	}
 	// Without cgroups: what the confinement costs apart from the cgroup
 	// hand-over (on cgroup v1 the move of bwrap's child).
-	dn, err := New(Config{Options: Options{Cgroup: CgroupNone}, InitBinary: chooseInit(driverBin)})
+	dn, err := New(Config{Options: Options{Cgroup: CgroupNone, Prepared: PreparedOff}, InitBinary: chooseInit(driverBin)})
 	if err != nil {
 		b.Fatal(err)
 	}
 	// The set-up before the /etc view and the precompiled programs.
-	dl, err := New(Config{InitBinary: chooseInit(driverBin), legacySetup: true})
+	dl, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin), legacySetup: true})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -89,6 +94,7 @@ func BenchmarkLaunch(b *testing.B) {
 		{"direct", func() error { return exec.Command("/bin/true").Run() }},
 		{"raw_minimal", func() error { return exec.Command(d.probe().bwrap, minimal...).Run() }},
 		{"in_process", func() error { return run(d, spec) }},
+		{"in_process_unprepared", func() error { return run(du, spec) }},
 		{"in_process_before", func() error { return run(dl, spec) }},
 		{"no_cgroup", func() error { return run(dn, spec) }},
 		{"plugin", func() error { return run(pd, pspec) }},
@@ -108,14 +114,92 @@ func BenchmarkLaunch(b *testing.B) {
 		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 		return float64(s[len(s)/2].Microseconds()) / 1000
 	}
-	raw := p50(lat[0])
+	raw, floor := p50(lat[0]), p50(lat[3])
 	for i, w := range ways {
 		v := p50(lat[i])
 		b.ReportMetric(v, w.name+"_p50_ms")
 		if i > 0 && raw > 0 {
 			b.ReportMetric(v/raw, w.name+"_x_raw")
 		}
+		if i > 3 && floor > 0 {
+			b.ReportMetric(v/floor, w.name+"_x_minimal")
+		}
 	}
+	b.ReportMetric(hitRate(d), "in_process_hit_rate")
+}
+
+// hitRate is the share of d's runs served by a prepared sandbox.
+func hitRate(d *Driver) float64 {
+	st := d.PreparedStats()
+	if st.Hits+st.Misses == 0 {
+		return 0
+	}
+	return float64(st.Hits) / float64(st.Hits+st.Misses)
+}
+
+// BenchmarkPreparedBackToBack runs /bin/true ten times back to back through
+// the driver with prepared sandboxes (at most two per profile, the
+// default), then ten times through the driver without them, through the
+// smallest bwrap sandbox and directly; the batches alternate, so load
+// touches all alike. The figures are each way's p50 (ms), the prepared
+// driver's ratio to raw minimal bwrap and to direct exec, and its hit rate:
+// back to back, a command arrives while the sandbox for the next is still
+// being built, so a pool as large as the run would prove nothing.
+func BenchmarkPreparedBackToBack(b *testing.B) {
+	ctx := context.Background()
+	d, err := New(Config{InitBinary: chooseInit(driverBin)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	du, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ws := newWorkspace(b)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		b.Fatal(err)
+	}
+	spec := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 30 * time.Second,
+		MaxOutputBytes: 1 << 20, Env: pathEnv()}
+	minimal := minimalBwrapArgs(d, ws)
+	ways := []struct {
+		name string
+		fn   func() error
+	}{
+		{"prepared", func() error { return runTrue(ctx, d, spec) }},
+		{"unprepared", func() error { return runTrue(ctx, du, spec) }},
+		{"raw_minimal", func() error { return exec.Command(d.probe().bwrap, minimal...).Run() }},
+		{"direct", func() error { return exec.Command("/bin/true").Run() }},
+	}
+	lat := make([][]time.Duration, len(ways))
+	for b.Loop() {
+		for i, w := range ways {
+			for range 10 {
+				t := time.Now()
+				if err := w.fn(); err != nil {
+					b.Fatalf("%s: %v", w.name, err)
+				}
+				lat[i] = append(lat[i], time.Since(t))
+			}
+		}
+	}
+	p50 := func(d []time.Duration) float64 {
+		s := append([]time.Duration(nil), d...)
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+		return float64(s[len(s)/2].Microseconds()) / 1000
+	}
+	for i, w := range ways {
+		b.ReportMetric(p50(lat[i]), w.name+"_p50_ms")
+	}
+	if m := p50(lat[2]); m > 0 {
+		b.ReportMetric(p50(lat[0])/m, "prepared_x_minimal")
+		b.ReportMetric(p50(lat[1])/m, "unprepared_x_minimal")
+	}
+	if de := p50(lat[3]); de > 0 {
+		b.ReportMetric(p50(lat[0])/de, "prepared_x_direct")
+	}
+	b.ReportMetric(hitRate(d), "hit_rate")
 }
 
 // minimalBwrapArgs is the smallest bubblewrap sandbox that runs /bin/true
@@ -152,7 +236,11 @@ func benchThroughput(b *testing.B, conc int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	dl, err := New(Config{InitBinary: chooseInit(driverBin), legacySetup: true})
+	dl, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin), legacySetup: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	du, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -177,6 +265,7 @@ func benchThroughput(b *testing.B, conc int) {
 		}},
 		{"driver", func() error { return runTrue(ctx, d, spec) }},
 		{"driver_before", func() error { return runTrue(ctx, dl, spec) }},
+		{"driver_unprepared", func() error { return runTrue(ctx, du, spec) }},
 	}
 	perBatch := 4 * conc
 	total := make([]time.Duration, len(ways))
@@ -195,6 +284,8 @@ func benchThroughput(b *testing.B, conc int) {
 	}
 	b.ReportMetric(rate(1)/rate(0), "driver_x_raw")
 	b.ReportMetric(rate(1)/rate(2), "driver_x_before")
+	b.ReportMetric(rate(1)/rate(3), "driver_x_unprepared")
+	b.ReportMetric(hitRate(d), "driver_hit_rate")
 }
 
 func runTrue(ctx context.Context, d *Driver, spec driverapi.RunSpec) error {

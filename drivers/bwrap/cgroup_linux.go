@@ -476,6 +476,9 @@ func (cg *commandCgroup) setupOOM(limit uint64) error {
 // it runs bwrap is gone, and with it (PID namespace) every descendant; the
 // kill is a second line for processes that have not been reaped yet.
 func (cg *commandCgroup) remove() {
+	if cg == nil {
+		return
+	}
 	if cg.fd >= 0 {
 		_ = unix.Close(cg.fd)
 		cg.fd = -1

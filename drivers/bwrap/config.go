@@ -35,6 +35,14 @@ func configFields() []driverapi.ConfigField {
 			Description: "where bwrap cannot create namespaces (containers): none fails closed; landlock runs commands confined by Landlock and seccomp alone, without a private /tmp, /proc or PID namespace and without protected_paths"},
 		{Name: "tmpfs_max_mb", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultTmpfsMaxMB),
 			Description: "MiB a command's writable tmpfs mounts (/tmp, /dev/shm) hold together, never more than its memory limit; 0 means the default"},
+		{Name: "prepared", Type: driverapi.ConfigString, DefaultJSON: strconv.Quote(string(PreparedAuto)), Enum: []string{"auto", "always", "off"},
+			Description: "sandboxes built before their command: auto keeps some ready for a profile used twice; always runs every command through one (built on the spot when none waits); off builds each sandbox for its command"},
+		{Name: "prepared_per_profile", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultPreparedPerProfile),
+			Description: "prepared sandboxes kept ready per profile and session; 0 keeps none"},
+		{Name: "prepared_max", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultPreparedMax),
+			Description: "prepared sandboxes waiting or being built, in all; 0 means the default"},
+		{Name: "prepared_idle_ms", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultPreparedIdleMS),
+			Description: "how long a prepared sandbox waits for a command before it is destroyed; 0 means the default"},
 	}
 }
 

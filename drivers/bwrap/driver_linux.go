@@ -97,6 +97,8 @@ type Driver struct {
 	progs seccompPrograms
 	// nets are the sessions' network namespaces (network none).
 	nets sessionNets
+	// pool holds the prepared sandboxes (prepared_linux.go).
+	pool preparedPool
 }
 
 var (
@@ -270,9 +272,15 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if err := ctx.Err(); err != nil {
 		return driverapi.Exit{}, err
 	}
+	h := d.probe()
+	if h.tier == tierBwrap {
+		// A sandbox prepared for this profile and session, when one waits.
+		if exit, err, ok := d.runPooled(ctx, plan, cwd, spec, in, streams); ok {
+			return exit, err
+		}
+	}
 	// The cgroup comes first: on v1 its directories must exist before the
 	// grace period below starts (both need the kernel's cgroup mutex).
-	h := d.probe()
 	var cg *commandCgroup
 	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
 	if h.cg.mode != CgroupNone && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUQuotaPercent > 0) {
@@ -320,14 +328,27 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 		ns, plan.joinNet = n, true
 	}
 
+	is := d.initSpecFor(&plan, cg, spec.Tty)
+	init, err := InitArgs(is, spec.Program, spec.Args...)
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, ns, spec, in, streams)
+}
+
+// initSpecFor is what sandbox-init enforces for plan in cgroup cg, with a
+// terminal of tty's size when set; it sets the plan's precompiled seccomp
+// descriptor.
+func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.WindowSize) InitSpec {
+	h := d.probe()
 	is := plan.InitSpec()
 	is.EnvFD, is.LifelineFD = envFD, lifelineFD
 	// sandbox-init stays as the command's parent: PID 1 of the sandbox,
 	// confined and not dumpable, instead of bwrap's unconfined reaper
 	// (sandboxinit/supervise_linux.go).
 	is.Supervise = true
-	if spec.Tty != nil {
-		is.Tty = &sandboxinit.TtySpec{Rows: spec.Tty.Rows, Cols: spec.Tty.Cols}
+	if tty != nil {
+		is.Tty = &sandboxinit.TtySpec{Rows: tty.Rows, Cols: tty.Cols}
 	}
 	if cg != nil && cg.dirs[ctrlMemory] != "" {
 		// The cgroup enforces the real limit; RLIMIT_AS only bounds
@@ -348,11 +369,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 		}
 		plan.seccomp, plan.seccompFD = f, is.SeccompFD
 	}
-	init, err := InitArgs(is, spec.Program, spec.Args...)
-	if err != nil {
-		return driverapi.Exit{}, err
-	}
-	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, ns, spec, in, streams)
+	return is
 }
 
 // viaProxy says whether allow_hosts can be enforced here: the child's only
@@ -407,25 +424,98 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
 
-	// fds 3 and 4 in bwrap (envFD, lifelineFD): the child's environment,
-	// which applies only at the target's execve, and the lifeline.
-	life, err := newLifeline()
+	sb, err := d.newSandbox(runCtx, bwrapPath, plan, cwd, init, cg, ns, envList(spec.Env))
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
-	defer life.Close()
+	defer sb.close()
+	life, cmd := sb.life, sb.cmd
 	if spec.CommandID != "" {
 		defer d.running.add(spec.CommandID, life)()
 	}
-	envFile, err := envMemfd(envList(spec.Env))
-	if err != nil {
-		return driverapi.Exit{}, err
-	}
-	defer envFile.Close()
-	extraFiles := []*os.File{envFile, life.remote}
 	stderrGate := &setupGate{w: stderr, life: life}
+	if len(spec.Stdin) > 0 {
+		cmd.Stdin = bytes.NewReader(spec.Stdin)
+	}
+	var feed *stdinFeed
+	if in != nil {
+		if feed, err = feedStdin(cmd, in.Stdin); err != nil {
+			return driverapi.Exit{}, err
+		}
+		defer feed.stop()
+		if in.Resize != nil {
+			defer followResize(life, in.Resize)()
+		}
+	}
+	cmd.Stdout, cmd.Stderr = stdout, stderrGate
+	start := time.Now()
+	r := <-d.startSandbox(sb, plan, func() {
+		if feed != nil {
+			feed.afterStart()
+		}
+	})
+	dur := time.Since(start)
+	// Cancellation first: a cancel during the v1 hand-over also surfaces
+	// as a failed start, and the caller must see that it cancelled.
+	if ctx.Err() != nil {
+		return driverapi.Exit{}, ctx.Err()
+	}
+	if r.startErr != nil {
+		return driverapi.Exit{}, sb.startError(r.startErr, stderrGate, cg, plan.MemoryBytes)
+	}
+	return d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, r.err, spec, tierBwrap, plan.MemoryBytes)
+}
 
-	v1 := cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0
+// sandbox is one bwrap (or nsenter chain) about to start or started, with
+// the descriptors it inherits.
+type sandbox struct {
+	cmd     *exec.Cmd
+	life    *lifeline
+	envFile *os.File
+	pinned  []*os.File
+	ns      *netns
+	// viaNsenter: cmd is the unprivileged nsenter chain into ns; else
+	// bwrap itself, under the PID guard when guarded.
+	viaNsenter, guarded bool
+	// The v1 cgroup hand-over's pipes (joinV1), when v1.
+	v1                               bool
+	cg                               *commandCgroup
+	blockR, blockW, statusR, statusW *os.File
+	// started is closed once the start was attempted: cmd.Process is set
+	// (or never will be) and may be read.
+	started chan struct{}
+}
+
+// sandboxResult is how a sandbox's process ended: startErr when it never
+// ran (or the cgroup hand-over failed), else Wait's error.
+type sandboxResult struct {
+	err      error
+	startErr error
+}
+
+// newSandbox builds the command that runs bwrap for plan, with the
+// environment env on its descriptor, the lifeline, the v1 cgroup pipes, the
+// seccomp programs and the pinned paths, in the order the init spec says.
+// ctx bounds the process (exec.CommandContext). The caller sets stdio.
+func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cwd string, init []string,
+	cg *commandCgroup, ns *netns, env []string) (_ *sandbox, err error) {
+	sb := &sandbox{ns: ns, cg: cg, guarded: true}
+	defer func() {
+		if err != nil {
+			sb.close()
+		}
+	}()
+	// fds 3 and 4 in bwrap (envFD, lifelineFD): the child's environment,
+	// which applies only at the target's execve, and the lifeline.
+	if sb.life, err = newLifeline(); err != nil {
+		return nil, err
+	}
+	if sb.envFile, err = envMemfd(env); err != nil {
+		return nil, err
+	}
+	extraFiles := []*os.File{sb.envFile, sb.life.remote}
+
+	sb.v1 = cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0
 	var extra []string
 	if plan.ProxySocket == "" {
 		// No reaper of bwrap's: sandbox-init is PID 1. The allow_hosts
@@ -434,28 +524,28 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// bwrap's reaper there; sandbox-init is the subreaper below it.
 		extra = append(extra, "--as-pid-1")
 	}
-	extra = append(extra, d.probe().userns...)
-	var blockR, blockW, statusR, statusW *os.File
-	if v1 {
-		var err error
-		if blockR, blockW, err = os.Pipe(); err != nil {
-			return driverapi.Exit{}, err
-		}
-		defer blockW.Close()
-		if statusR, statusW, err = os.Pipe(); err != nil {
-			blockR.Close()
-			return driverapi.Exit{}, err
-		}
-		defer statusR.Close()
-		extra = append(extra, "--block-fd", "5", "--json-status-fd", "6")
+	if plan.prepared {
+		// The hand-over's mounts (sandboxinit/handover.go): sandbox-init
+		// keeps these two in the sandbox's user namespace until it has
+		// made them, and drops them on every thread before anything of
+		// the command's runs.
+		extra = append(extra, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP")
 	}
-	if v1 {
+	extra = append(extra, d.probe().userns...)
+	if sb.v1 {
+		if sb.blockR, sb.blockW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		if sb.statusR, sb.statusW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		extra = append(extra, "--block-fd", "5", "--json-status-fd", "6")
 		// fds 5 and 6 in bwrap; 7 is bwrap's own copy of the status pipe's
 		// read end, so its child-pid write never meets a closed pipe
 		// (SIGPIPE) when the driver dies during setup: a bwrap killed
 		// there would leave its child blocked for good before it reaches
 		// sandbox-init.
-		extraFiles = append(extraFiles, blockR, statusW, statusR)
+		extraFiles = append(extraFiles, sb.blockR, sb.statusW, sb.statusR)
 	}
 	seccompFD := 0
 	if plan.seccomp != nil {
@@ -463,29 +553,14 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		extraFiles = append(extraFiles, plan.seccomp)
 		seccompFD = 2 + len(extraFiles)
 		if seccompFD != plan.seccompFD {
-			if v1 {
-				blockR.Close()
-				statusW.Close()
-			}
-			return driverapi.Exit{}, fmt.Errorf("bwrap driver: the seccomp programs would be descriptor %d, sandbox-init is told %d", seccompFD, plan.seccompFD)
+			return nil, fmt.Errorf("bwrap driver: the seccomp programs would be descriptor %d, sandbox-init is told %d", seccompFD, plan.seccompFD)
 		}
 	}
 	pinned, fdOf, err := pinPaths(plan, 3+len(extraFiles))
 	if err != nil {
-		if v1 {
-			blockR.Close()
-			statusW.Close()
-		}
-		return driverapi.Exit{}, err
+		return nil, err
 	}
-	closePinned := func() {
-		for _, f := range pinned {
-			f.Close()
-		}
-		envFile.Close()
-		life.remote.Close()
-	}
-	defer closePinned()
+	sb.pinned = pinned
 	extraFiles = append(extraFiles, pinned...)
 	initBinary := d.cfg.InitBinary
 	tail := []string{"--", InitPath}
@@ -509,9 +584,9 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	args = append(args, SandboxInitCommand)
 	args = append(args, init...)
 
-	prog, progName, guarded := bwrapPath, "bwrap", true
-	viaNsenter := ns != nil && d.probe().sessionNet == sessionNetNsenter
-	if viaNsenter {
+	prog, progName := bwrapPath, "bwrap"
+	sb.viaNsenter = ns != nil && d.probe().sessionNet == sessionNetNsenter
+	if sb.viaNsenter {
 		// Unprivileged: nsenter enters the session's user and network
 		// namespaces, unshare makes the setup guard's namespaces inside
 		// them, bwrap runs below (sessionnet_linux.go). The descriptors
@@ -520,29 +595,15 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		userFD, netFD := 3+len(extraFiles), 4+len(extraFiles)
 		extraFiles = append(extraFiles, ns.user, ns.net)
 		args = nsenterChain(h.unshare, bwrapPath, userFD, netFD, args...)
-		prog, progName, guarded = h.nsenter, "nsenter", false
+		prog, progName, sb.guarded = h.nsenter, "nsenter", false
 	}
-	cmd := exec.CommandContext(runCtx, prog, args...)
+	cmd := exec.CommandContext(ctx, prog, args...)
 	cmd.Args[0] = progName
 	// bwrap gets nothing of the driver's environment nor of the child's
 	// (see launchEnv): its PID-1 reaper keeps the environment it was
 	// started with, readable inside as /proc/1/environ.
 	cmd.Env = launchEnv()
 	cmd.Dir = "/"
-	if len(spec.Stdin) > 0 {
-		cmd.Stdin = bytes.NewReader(spec.Stdin)
-	}
-	var feed *stdinFeed
-	if in != nil {
-		if feed, err = feedStdin(cmd, in.Stdin); err != nil {
-			return driverapi.Exit{}, err
-		}
-		defer feed.stop()
-		if in.Resize != nil {
-			defer followResize(life, in.Resize)()
-		}
-	}
-	cmd.Stdout, cmd.Stderr = stdout, stderrGate
 	cmd.WaitDelay = waitDelay
 	// No Pdeathsig here: --die-with-parent makes bwrap arm its own right
 	// after it cloned the sandbox's first process and just before it lets
@@ -554,7 +615,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	// ...and for the microseconds between that arming and the go-ahead,
 	// bwrap is PID 1 of a namespace of its own: its death, whenever, ends
 	// everything it cloned (pidguard_linux.go).
-	if guarded {
+	if sb.guarded {
 		d.probe().guard.apply(cmd.SysProcAttr)
 	}
 	cmd.ExtraFiles = extraFiles
@@ -563,13 +624,66 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// nothing of the sandbox ever runs outside its limits.
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
 	}
+	sb.cmd = cmd
+	return sb, nil
+}
 
-	type result struct {
-		err      error
-		startErr error
+// process is the started process, or nil when its start failed; it waits
+// for the start to have been attempted (startSandbox).
+func (sb *sandbox) process() *os.Process {
+	<-sb.started
+	return sb.cmd.Process
+}
+
+// closeSetup closes the driver's copies of what bwrap inherited: once it
+// has started (it has its own) or will never start.
+func (sb *sandbox) closeSetup() {
+	for _, f := range sb.pinned {
+		f.Close()
 	}
-	done := make(chan result, 1)
-	start := time.Now()
+	for _, f := range []*os.File{sb.envFile, sb.blockR, sb.statusW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if sb.life != nil {
+		sb.life.remote.Close()
+	}
+}
+
+// close releases everything the driver holds for sb (the lifeline last).
+func (sb *sandbox) close() {
+	sb.closeSetup()
+	for _, f := range []*os.File{sb.blockW, sb.statusR} {
+		if f != nil {
+			f.Close()
+		}
+	}
+	if sb.life != nil {
+		sb.life.Close()
+	}
+}
+
+// startError is the error of a sandbox whose start failed (r.startErr).
+func (sb *sandbox) startError(err error, gate *setupGate, cg *commandCgroup, memBytes uint64) error {
+	cmd := sb.cmd
+	if cmd.ProcessState != nil && !sb.life.Started() {
+		// bwrap ran but the hand-over failed: say what bwrap said.
+		if oom := cg.setupOOM(memBytes); oom != nil {
+			err = fmt.Errorf("%w: %w", oom, err)
+		}
+		return &SetupError{Status: cmd.ProcessState.String(), Message: gate.message(), Err: err}
+	}
+	return fmt.Errorf("bwrap driver: start sandbox: %w", err)
+}
+
+// startSandbox starts sb on a goroutine that keeps its OS thread locked
+// until the sandbox has been reaped, and reports on the channel how it
+// ended. afterStart runs once the process exists (or failed to).
+func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan sandboxResult {
+	done := make(chan sandboxResult, 1)
+	cmd := sb.cmd
+	sb.started = make(chan struct{})
 	go func() {
 		// Pdeathsig fires when the forking OS thread exits, not the process
 		// (golang/go#27505). This goroutine keeps its thread locked from
@@ -578,63 +692,40 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 		// thread exits with the goroutine, after Wait.
 		runtime.LockOSThread()
 		var err error
-		if ns != nil && !viaNsenter {
+		if sb.ns != nil && !sb.viaNsenter {
 			// As root: this thread enters the session's namespace, bwrap
 			// forked from it starts there, and the thread goes back to
 			// its own namespace (it may be the main thread, which the
 			// runtime keeps even when its goroutine exits locked, and
 			// which would hold the namespace for the driver's life).
-			err = startInNetns(cmd, ns)
+			err = startInNetns(cmd, sb.ns)
 		} else {
 			err = cmd.Start()
 		}
 		// bwrap has its copies (or never will): the driver's go now.
-		closePinned()
-		if feed != nil {
-			feed.afterStart()
+		sb.closeSetup()
+		close(sb.started)
+		if afterStart != nil {
+			afterStart()
 		}
 		if err == nil && plan.prot != nil && len(plan.prot.missing) > 0 {
 			defer d.recordUser(cmd.Process.Pid)()
 		}
 		if err != nil {
-			if v1 {
-				blockR.Close()
-				statusW.Close()
-			}
-			done <- result{startErr: err}
+			done <- sandboxResult{startErr: err}
 			return
 		}
-		if v1 {
-			blockR.Close()
-			statusW.Close()
-			if err := joinV1(cg, cmd.Process.Pid, statusR, blockW); err != nil {
+		if sb.v1 {
+			if err := joinV1(sb.cg, cmd.Process.Pid, sb.statusR, sb.blockW); err != nil {
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
-				done <- result{startErr: err}
+				done <- sandboxResult{startErr: err}
 				return
 			}
 		}
-		done <- result{err: cmd.Wait()}
+		done <- sandboxResult{err: cmd.Wait()}
 	}()
-	r := <-done
-	dur := time.Since(start)
-	// Cancellation first: a cancel during the v1 hand-over also surfaces
-	// as a failed start, and the caller must see that it cancelled.
-	if ctx.Err() != nil {
-		return driverapi.Exit{}, ctx.Err()
-	}
-	if r.startErr != nil {
-		if cmd.ProcessState != nil && !life.Started() {
-			// bwrap ran but the hand-over failed: say what bwrap said.
-			err := r.startErr
-			if oom := cg.setupOOM(plan.MemoryBytes); oom != nil {
-				err = fmt.Errorf("%w: %w", oom, err)
-			}
-			return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: err}
-		}
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox: %w", r.startErr)
-	}
-	return d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, r.err, spec, tierBwrap, plan.MemoryBytes)
+	return done
 }
 
 // finishExit reports how a command whose sandbox (bwrap, or sandbox-init

@@ -48,8 +48,15 @@ func TestMain(m *testing.M) {
 }
 
 // testDriver returns a driver using the test-built sandbox-init.
+//
+// ALEPH_TEST_PREPARED (auto, always or off) sets the prepared-sandbox mode
+// of every test that does not choose its own: `make test-prepared` runs the
+// package with every command handed to a prepared sandbox.
 func testDriver(t testing.TB, opts Options) *Driver {
 	t.Helper()
+	if m := os.Getenv("ALEPH_TEST_PREPARED"); m != "" && opts.Prepared == "" {
+		opts.Prepared = PreparedMode(m)
+	}
 	d, err := New(Config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin})
 	if err != nil {
 		t.Fatal(err)

@@ -442,7 +442,10 @@ func TestSetupFailureIsDriverError(t *testing.T) {
 	}
 	_ = os.Chmod(dir, 0o755)
 	// With the cgroup v1 hand-over where it applies (root here), and without.
-	for _, opts := range []Options{{BwrapPath: fake}, {BwrapPath: fake, Cgroup: CgroupNone}} {
+	// The fake breaks a launch by the command's argv, which a prepared
+	// sandbox's bwrap never carries: TestPreparedSetupFailureFallsBack is its
+	// counterpart there.
+	for _, opts := range []Options{{BwrapPath: fake, Prepared: PreparedOff}, {BwrapPath: fake, Cgroup: CgroupNone, Prepared: PreparedOff}} {
 		d := testDriver(t, opts)
 		ws := newWorkspace(t)
 		r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, nil, "/bin/sh", "-c", "echo own-stderr >&2; exit 3")

@@ -25,6 +25,32 @@ const DefaultTmpfsMaxMB = 1024
 // enough that the byte count cannot overflow.
 const maxTmpfsMaxMB = 1 << 20
 
+// Prepared sandboxes (prepared_linux.go): the defaults.
+const (
+	DefaultPreparedPerProfile = 2
+	DefaultPreparedMax        = 16
+	DefaultPreparedIdleMS     = 60_000
+	maxPreparedPerProfile     = 16
+	maxPreparedMax            = 1024
+	maxPreparedIdleMS         = 3_600_000
+)
+
+// PreparedMode selects when commands run in sandboxes built ahead.
+type PreparedMode string
+
+const (
+	// PreparedAuto keeps up to prepared_per_profile sandboxes ready for a
+	// profile once it has been used twice within prepared_idle_ms.
+	PreparedAuto PreparedMode = "auto"
+	// PreparedAlways runs every command it can through a prepared
+	// sandbox: one is built for the command when none waits (slower than
+	// a plain launch; the hand-over path for every command, as the test
+	// suites run it).
+	PreparedAlways PreparedMode = "always"
+	// PreparedOff builds every sandbox for its command.
+	PreparedOff PreparedMode = "off"
+)
+
 // CgroupMode selects how resource limits are enforced.
 type CgroupMode string
 
@@ -79,6 +105,17 @@ type Options struct {
 	// Fallback is what runs where bwrap cannot create namespaces; empty
 	// means FallbackNone.
 	Fallback Fallback `json:"fallback,omitempty"`
+	// Prepared selects prepared sandboxes; empty means PreparedAuto.
+	Prepared PreparedMode `json:"prepared,omitempty"`
+	// PreparedPerProfile is how many sandboxes wait per profile and
+	// session; nil means DefaultPreparedPerProfile (0 turns the pool off).
+	PreparedPerProfile *uint64 `json:"prepared_per_profile,omitempty"`
+	// PreparedMax caps the sandboxes waiting (or being built) in all;
+	// 0 means DefaultPreparedMax.
+	PreparedMax uint64 `json:"prepared_max,omitempty"`
+	// PreparedIdleMS is how long a prepared sandbox waits before it is
+	// destroyed; 0 means DefaultPreparedIdleMS.
+	PreparedIdleMS uint64 `json:"prepared_idle_ms,omitempty"`
 }
 
 // OptionsError is a configuration the driver refuses.
@@ -125,6 +162,20 @@ func (o Options) Validate() error {
 	default:
 		return &OptionsError{Key: "fallback", Reason: fmt.Sprintf("fallback %q: want none or landlock", o.Fallback)}
 	}
+	switch o.Prepared {
+	case "", PreparedAuto, PreparedAlways, PreparedOff:
+	default:
+		return &OptionsError{Key: "prepared", Reason: fmt.Sprintf("prepared %q: want auto, always or off", o.Prepared)}
+	}
+	if o.PreparedPerProfile != nil && *o.PreparedPerProfile > maxPreparedPerProfile {
+		return &OptionsError{Key: "prepared_per_profile", Reason: fmt.Sprintf("prepared_per_profile %d is out of range (0..%d)", *o.PreparedPerProfile, maxPreparedPerProfile)}
+	}
+	if o.PreparedMax > maxPreparedMax {
+		return &OptionsError{Key: "prepared_max", Reason: fmt.Sprintf("prepared_max %d is out of range (0 for the default of %d, up to %d)", o.PreparedMax, DefaultPreparedMax, maxPreparedMax)}
+	}
+	if o.PreparedIdleMS > maxPreparedIdleMS {
+		return &OptionsError{Key: "prepared_idle_ms", Reason: fmt.Sprintf("prepared_idle_ms %d is out of range (0 for the default of %d, up to %d)", o.PreparedIdleMS, DefaultPreparedIdleMS, maxPreparedIdleMS)}
+	}
 	if o.MaxPids != nil && *o.MaxPids > 1<<22 {
 		return &OptionsError{Key: "max_pids", Reason: fmt.Sprintf("max_pids %d is above the kernel's pid_max ceiling", *o.MaxPids)}
 	}
@@ -161,6 +212,19 @@ func (o Options) withDefaults() Options {
 	if o.MaxPids == nil {
 		n := uint64(DefaultMaxPids)
 		o.MaxPids = &n
+	}
+	if o.Prepared == "" {
+		o.Prepared = PreparedAuto
+	}
+	if o.PreparedPerProfile == nil {
+		n := uint64(DefaultPreparedPerProfile)
+		o.PreparedPerProfile = &n
+	}
+	if o.PreparedMax == 0 {
+		o.PreparedMax = DefaultPreparedMax
+	}
+	if o.PreparedIdleMS == 0 {
+		o.PreparedIdleMS = DefaultPreparedIdleMS
 	}
 	return o
 }

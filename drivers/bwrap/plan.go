@@ -104,6 +104,9 @@ type Plan struct {
 	// (sessionnet_linux.go) and shares it instead of unsharing its own.
 	// Set by Run per command, never serialized.
 	joinNet bool
+	// prepared: the sandbox is built ahead of its command, which arrives
+	// with the hand-over (prepared_linux.go). Never serialized.
+	prepared bool
 }
 
 // systemTopLevel are the root entries of the system read set: bound

@@ -331,6 +331,18 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	if h.guard.why != "" {
 		hc.Details["setup_guard_off"] = h.guard.why
 	}
+	// Prepared sandboxes (prepared_linux.go): the mode in force, and what
+	// the pool has done so far.
+	if m := d.poolMode(); m == PreparedOff {
+		hc.Details["prepared"] = string(PreparedOff)
+		if d.cfg.Options.Prepared != PreparedOff && os.Geteuid() != 0 {
+			hc.Details["prepared"] += " (unprivileged: the sandbox's user namespace cannot mount in its own mount namespace, so the hand-over's mounts cannot be made; every sandbox is built for its command)"
+		}
+	} else {
+		st := d.PreparedStats()
+		hc.Details["prepared"] = fmt.Sprintf("%s: up to %d per profile and session, %d in all, %d ms idle; %d waiting, %d hits, %d misses",
+			m, *d.cfg.Options.PreparedPerProfile, d.cfg.Options.PreparedMax, d.cfg.Options.PreparedIdleMS, st.Waiting, st.Hits, st.Misses)
+	}
 	if len(h.userns) > 0 {
 		hc.Details["nested_userns"] = "disabled (bwrap --disable-userns, and seccomp)"
 	} else if h.usernsWhy != "" {

@@ -99,7 +99,10 @@ func TestHostSecretsInvisible(t *testing.T) {
 
 func TestEnvironment(t *testing.T) {
 	t.Setenv("ALEPH_CANARY_HOST_VAR", "leak-me")
-	d := testDriver(t, Options{})
+	// The chain is found by the command's argv, which the bwrap and
+	// sandbox-init of a prepared sandbox do not carry (TestPreparedChain
+	// checks theirs).
+	d := testDriver(t, Options{Prepared: PreparedOff})
 	ws := newWorkspace(t)
 	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "FOO", Value: "bar baz"}, {Name: "HOME", Value: ws}}
 	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, env, "/usr/bin/env")

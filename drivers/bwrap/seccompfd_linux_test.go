@@ -20,7 +20,10 @@ import (
 // TestSandboxInitLoadsPrecompiled; that they deny what they must: the
 // hardening tests, which run through this path.)
 func TestPrecompiledSeccompReachesSandboxInit(t *testing.T) {
-	d := testDriver(t, Options{})
+	// The chain is found by the command's argv, which the bwrap and
+	// sandbox-init of a prepared sandbox do not carry (TestPreparedChain
+	// checks theirs).
+	d := testDriver(t, Options{Prepared: PreparedOff})
 	ws := newWorkspace(t)
 	marker := uniqueMarker()
 	done := make(chan drvResult, 1)

@@ -395,6 +395,8 @@ func (d *Driver) ForgetSession(ctx context.Context, sessionID string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	// The session's prepared sandboxes first: they hold its namespace.
+	d.forgetPrepared(sessionID)
 	d.nets.forget(sessionID)
 	return nil
 }

@@ -54,6 +54,18 @@ func sandboxInit(args []string) (int, error) {
 			return fail(err)
 		}
 	}
+	if spec.Prepared {
+		// A prepared sandbox: the command arrives now (handover.go).
+		h, fds, err := awaitHandover(spec.LifelineFD)
+		if err != nil {
+			return fail(err)
+		}
+		herr := applyHandover(h, fds, spec.EnvFD)
+		if err := replyHandover(spec.LifelineFD, herr); herr != nil || err != nil {
+			return fail(errors.Join(herr, err))
+		}
+		argv = h.Argv
+	}
 	env := os.Environ()
 	if spec.EnvFD > 0 {
 		if env, err = ReadEnvFD(spec.EnvFD); err != nil {

@@ -146,6 +146,11 @@ type InitSpec struct {
 	// of this initial size, allocated from the sandbox's own devpts
 	// (pty_linux.go). Only with Supervise and namespaces.
 	Tty *TtySpec `json:"tty,omitempty"`
+	// Prepared makes sandbox-init wait on the lifeline for its command
+	// (handover.go) instead of running the program of its argv, which must
+	// be HandoverProgram. Only with Supervise, a lifeline, an environment
+	// descriptor and namespaces, and without a terminal.
+	Prepared bool `json:"prepared,omitempty"`
 }
 
 // TtySpec is the initial window size of InitSpec.Tty.
@@ -194,6 +199,9 @@ func (s *InitSpec) Validate() error {
 	}
 	if s.Tty != nil && (!s.Supervise || s.NoNamespaces) {
 		return &InitSpecError{"tty", "needs supervise and a sandbox of its own (a private devpts)"}
+	}
+	if s.Prepared && (!s.Supervise || s.NoNamespaces || s.Tty != nil || s.LifelineFD == 0 || s.EnvFD == 0) {
+		return &InitSpecError{"prepared", "needs supervise, a lifeline, an environment descriptor and a sandbox of its own, and no tty"}
 	}
 	for _, p := range s.BridgePorts {
 		if p == 0 {
@@ -300,6 +308,9 @@ func ParseInitArgs(argv []string) (InitSpec, []string, error) {
 	s, err := ParseInitSpec([]byte(argv[0]))
 	if err != nil {
 		return InitSpec{}, nil, err
+	}
+	if s.Prepared != (len(argv) == 3 && argv[2] == HandoverProgram) {
+		return InitSpec{}, nil, &InitSpecError{"prepared", "a prepared sandbox-init runs " + HandoverProgram + " and only it does"}
 	}
 	return s, argv[2:], nil
 }

@@ -90,6 +90,8 @@ func childSpec(spec *InitSpec) InitSpec {
 	s := *spec
 	s.Supervise = false
 	s.LifelineFD = 0
+	// Its program is the command's, handed over already.
+	s.Prepared = false
 	// The supervisor holds the terminal; the child only inherits it.
 	s.Tty = nil
 	// The supervisor's RLIMIT_NPROC (see nprocHeadroom) is inherited.

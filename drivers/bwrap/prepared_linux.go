@@ -1,0 +1,796 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+)
+
+// Prepared sandboxes: the design.
+//
+// Everything about a sandbox but the command's argv, environment, stdio,
+// directory and the protected entries of the workspace as it is now
+// follows from the profile: namespaces, the mounts of the system, the
+// workspace and the grants, the cgroup and its limits, the session's
+// network namespace, the seccomp programs and the Landlock rules. So the
+// driver builds sandboxes ahead, per (profile, session): bwrap runs with
+// the profile's flags, sandbox-init (PID 1, in the command's cgroup) waits
+// on the lifeline, and a Run of that profile in that session hands one
+// its command (sandboxinit/handover.go) instead of building one.
+//
+// Isolation per command is what it is without them:
+//   - a prepared sandbox serves one command and is then destroyed
+//     (sandbox-init reads one hand-over and becomes that command's
+//     supervisor); it is taken from the pool before the hand-over, so two
+//     Runs can never be handed the same;
+//   - pools are keyed by the profile's bytes and the session id: never
+//     shared across sessions, workspaces or grants;
+//   - what can change between the preparation and the command is checked
+//     at the hand-over: the protected entries are found then (the scan,
+//     the placeholders, their mounts, each checked by inode inside), the
+//     workspace and grant roots must still be the directories bound (same
+//     device and inode), and the /etc view must be the one in use;
+//   - the command's timeout starts at the hand-over: a sandbox that waited
+//     does not shorten it;
+//   - until the hand-over nothing of the command's exists in the sandbox;
+//     sandbox-init holds CAP_SYS_ADMIN and CAP_SETPCAP of the sandbox's own
+//     user namespace for the hand-over's mounts and drops them on every
+//     thread before the command's program is looked up;
+//   - root drivers only: unprivileged, bwrap does its mounts as uid 0 of a
+//     first user namespace and runs the sandbox in a second one, nested,
+//     mapping the user's uid, which holds no capability over the sandbox's
+//     mount namespace: no mount can be made in it from inside (EPERM, with
+//     any capability kept). An unprivileged driver builds every sandbox for
+//     its command.
+//
+// Lifetime: at most prepared_per_profile per key and prepared_max in all
+// wait or are being built; each is destroyed after prepared_idle_ms, on
+// forget_session and with the driver: its lifeline hangs up, sandbox-init
+// (which waits on it) ends, and bwrap, PID 1 of its PID guard, takes
+// everything with it, as for a command whose driver died.
+//
+// Not prepared (a Run of these always builds its sandbox): terminals (the
+// pty is opened before the program), allow_hosts (the bridge's chain),
+// the Landlock tier (no bwrap), unprivileged drivers (above), and
+// profiles whose pool is off.
+
+// poolKey is what a prepared sandbox may serve: one profile of one session.
+type poolKey struct {
+	profile [32]byte
+	session string
+}
+
+func keyFor(spec driverapi.RunSpec) poolKey {
+	return poolKey{profile: sha256.Sum256(spec.Profile.Data), session: spec.SessionID}
+}
+
+// preparedSandbox is one sandbox waiting for its command.
+type preparedSandbox struct {
+	key        poolKey
+	sb         *sandbox
+	done       <-chan sandboxResult
+	cg         *commandCgroup
+	releaseNet func()
+	setup      *limitedBuffer // what bwrap or sandbox-init said while setting up
+	etcView    string
+	roots      []rootID // the workspace and grant roots bound, as they were
+	timer      *time.Timer
+	destroyed  sync.Once
+}
+
+// rootID is a bound root's identity at preparation.
+type rootID struct {
+	path     string
+	dev, ino uint64
+}
+
+// PreparedStats counts what the pool did (for tests, bench and doctor).
+type PreparedStats struct {
+	Hits, Misses, Built, Failed, Expired, Stale, Waiting int
+}
+
+// preparedPool holds the waiting sandboxes. The zero value is empty.
+type preparedPool struct {
+	mu       sync.Mutex
+	idle     map[poolKey][]*preparedSandbox
+	building map[poolKey]int
+	seen     map[poolKey]time.Time // last Run per key (auto mode)
+	// forgotten counts forget_session calls per session: a sandbox whose
+	// build began before one is destroyed when it is ready.
+	forgotten map[string]int
+	total     int // waiting + being built
+	stats     PreparedStats
+}
+
+// poolMode is the pool's mode for this driver, off where it cannot work.
+func (d *Driver) poolMode() PreparedMode {
+	o := d.cfg.Options
+	if o.Prepared == PreparedOff || o.PreparedPerProfile == nil || *o.PreparedPerProfile == 0 {
+		return PreparedOff
+	}
+	if h := d.probe(); h.sandboxErr != nil || h.tier != tierBwrap || os.Geteuid() != 0 {
+		return PreparedOff
+	}
+	return o.Prepared
+}
+
+// preparable says whether spec's sandbox can be built ahead.
+func preparable(plan Plan, spec driverapi.RunSpec) bool {
+	return spec.Tty == nil && plan.ProxySocket == ""
+}
+
+// PreparedStats reports the pool's counters.
+func (d *Driver) PreparedStats() PreparedStats {
+	p := &d.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.stats
+	for _, l := range p.idle {
+		s.Waiting += len(l)
+	}
+	return s
+}
+
+// take removes a waiting sandbox for key from the pool, or returns nil.
+func (p *preparedPool) take(key poolKey) *preparedSandbox {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.idle[key]
+	if len(l) == 0 {
+		p.stats.Misses++
+		return nil
+	}
+	ps := l[0]
+	p.idle[key] = l[1:]
+	if len(p.idle[key]) == 0 {
+		delete(p.idle, key)
+	}
+	p.total--
+	p.stats.Hits++
+	ps.timer.Stop()
+	return ps
+}
+
+// runPooled runs spec in a prepared sandbox when it can. ok is false when
+// it did not run the command at all (no sandbox waited, or the hand-over
+// failed before the command started): the caller builds one the usual
+// way.
+func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driverapi.RunSpec,
+	in *driverapi.StreamInput, streams driverapi.Streams) (exit driverapi.Exit, err error, ok bool) {
+	mode := d.poolMode()
+	if mode == PreparedOff || !preparable(plan, spec) {
+		return driverapi.Exit{}, nil, false
+	}
+	key := keyFor(spec)
+	ps := d.pool.take(key)
+	d.refill(key, plan, spec.SessionID, mode)
+	if ps == nil && mode == PreparedAlways {
+		if ps, err = d.prepare(key, plan, spec.SessionID); err != nil {
+			d.log.Debug("no prepared sandbox", "error", err)
+			return driverapi.Exit{}, nil, false
+		}
+	}
+	if ps == nil {
+		return driverapi.Exit{}, nil, false
+	}
+	exit, err, ok = d.handOver(ctx, ps, plan, cwd, spec, in, streams)
+	if !ok {
+		d.log.Debug("prepared sandbox refused the hand-over", "error", err)
+		return driverapi.Exit{}, nil, false
+	}
+	return exit, err, true
+}
+
+// refill starts building sandboxes for key in the background, up to the
+// per-profile and total caps. In auto mode a key is only prepared once it
+// has been run twice within the idle time: a driver that runs one command
+// (the one-shot CLI) never builds a sandbox nobody takes.
+func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMode) {
+	o := d.cfg.Options
+	p := &d.pool
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	now := time.Now()
+	if p.seen == nil {
+		p.seen = map[poolKey]time.Time{}
+		p.idle = map[poolKey][]*preparedSandbox{}
+		p.building = map[poolKey]int{}
+		p.forgotten = map[string]int{}
+	}
+	last, seen := p.seen[key]
+	idle := time.Duration(o.PreparedIdleMS) * time.Millisecond
+	p.seen[key] = now
+	for k, t := range p.seen {
+		// Forget keys not run for a while: the map stays bounded.
+		if now.Sub(t) > idle && len(p.idle[k]) == 0 && p.building[k] == 0 {
+			delete(p.seen, k)
+		}
+	}
+	if mode == PreparedAuto && (!seen || now.Sub(last) > idle) {
+		return
+	}
+	want := int(*o.PreparedPerProfile) - len(p.idle[key]) - p.building[key]
+	for ; want > 0 && p.total < int(o.PreparedMax); want-- {
+		p.building[key]++
+		p.total++
+		gen := p.forgotten[session]
+		go func() {
+			ps, err := d.prepare(key, plan, session)
+			p.mu.Lock()
+			p.building[key]--
+			if p.building[key] == 0 {
+				delete(p.building, key)
+			}
+			stale := p.forgotten[session] != gen
+			if !p.buildingFor(session) {
+				// Nothing in flight can hold an older count: the map
+				// stays as small as the builds.
+				delete(p.forgotten, session)
+			}
+			if err == nil && stale {
+				p.total--
+				p.mu.Unlock()
+				ps.destroy()
+				return
+			}
+			if err != nil {
+				p.total--
+				p.stats.Failed++
+				p.mu.Unlock()
+				d.log.Debug("preparing a sandbox failed", "error", err)
+				return
+			}
+			p.stats.Built++
+			p.idle[key] = append(p.idle[key], ps)
+			ps.timer = time.AfterFunc(idle, func() { d.expire(ps) })
+			p.mu.Unlock()
+		}()
+	}
+}
+
+// buildingFor says whether a sandbox of session is being built (p.mu held).
+func (p *preparedPool) buildingFor(session string) bool {
+	for k := range p.building {
+		if k.session == session {
+			return true
+		}
+	}
+	return false
+}
+
+// expire destroys ps if it is still waiting.
+func (d *Driver) expire(ps *preparedSandbox) {
+	p := &d.pool
+	p.mu.Lock()
+	l := p.idle[ps.key]
+	i := -1
+	for j, x := range l {
+		if x == ps {
+			i = j
+		}
+	}
+	if i < 0 {
+		p.mu.Unlock()
+		return
+	}
+	p.idle[ps.key] = append(l[:i:i], l[i+1:]...)
+	if len(p.idle[ps.key]) == 0 {
+		delete(p.idle, ps.key)
+	}
+	p.total--
+	p.stats.Expired++
+	p.mu.Unlock()
+	ps.destroy()
+}
+
+// forgetPrepared destroys the waiting sandboxes of session.
+func (d *Driver) forgetPrepared(session string) {
+	p := &d.pool
+	p.mu.Lock()
+	if p.forgotten != nil && p.buildingFor(session) {
+		p.forgotten[session]++
+	}
+	var gone []*preparedSandbox
+	for k, l := range p.idle {
+		if k.session == session {
+			gone = append(gone, l...)
+			p.total -= len(l)
+			delete(p.idle, k)
+			delete(p.seen, k)
+		}
+	}
+	p.mu.Unlock()
+	for _, ps := range gone {
+		ps.timer.Stop()
+		ps.destroy()
+	}
+}
+
+// preparedReadyWait bounds how long a sandbox may take to be set up.
+const preparedReadyWait = 10 * time.Second
+
+// prepare builds one sandbox for key and waits until sandbox-init waits
+// for its command.
+func (d *Driver) prepare(key poolKey, plan Plan, session string) (_ *preparedSandbox, err error) {
+	h := d.probe()
+	ps := &preparedSandbox{key: key, setup: &limitedBuffer{}, releaseNet: func() {}}
+	defer func() {
+		if err != nil {
+			ps.destroy()
+		}
+	}()
+	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
+	if h.cg.mode != CgroupNone && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUQuotaPercent > 0) {
+		if ps.cg, err = h.cg.create(lim, d.owner); err != nil {
+			return nil, err
+		}
+		if ps.cg.mode == CgroupV1 {
+			go h.cg.primeV1(ps.cg)
+		}
+	}
+	plan.prot = nil
+	plan.prepared = true
+	plan.etcView = d.etcViewFor(plan)
+	ps.etcView = plan.etcView
+	if ps.roots, err = rootIDs(plan); err != nil {
+		return nil, err
+	}
+	var ns *netns
+	if plan.SocketMode == SocketLoopback && session != "" && h.sessionNet != "" {
+		n, release, err := d.nets.acquire(session)
+		if err != nil {
+			return nil, err
+		}
+		ns, plan.joinNet, ps.releaseNet = n, true, release
+	}
+	is := d.initSpecFor(&plan, ps.cg, nil)
+	is.Prepared = true
+	init, err := InitArgs(is, sandboxinit.HandoverProgram)
+	if err != nil {
+		return nil, err
+	}
+	// The command's environment arrives with the hand-over; bwrap's
+	// descriptor holds an empty one until then.
+	sb, err := d.newSandbox(context.Background(), h.bwrap, plan, plan.Workspace, init, ps.cg, ns, nil)
+	if err != nil {
+		return nil, err
+	}
+	ps.sb = sb
+	sb.cmd.Stderr = ps.setup
+	ps.done = d.startSandbox(sb, plan, nil)
+	if err := waitStarted(sb.life, ps.done); err != nil {
+		return nil, fmt.Errorf("%w: %s", err, ps.setup.String())
+	}
+	return ps, nil
+}
+
+// waitStarted waits for sandbox-init's started byte on life, or for the
+// sandbox to end.
+func waitStarted(life *lifeline, done <-chan sandboxResult) error {
+	deadline := time.Now().Add(preparedReadyWait)
+	for time.Now().Before(deadline) {
+		pfd := []unix.PollFd{{Fd: int32(life.local), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 100)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("lifeline: %w", err)
+		}
+		if n > 0 {
+			if life.Started() {
+				return nil
+			}
+			return errors.New("the sandbox ended while it was set up")
+		}
+		select {
+		case r := <-done:
+			return fmt.Errorf("the sandbox ended while it was set up: %v %v", r.startErr, r.err)
+		default:
+		}
+	}
+	return fmt.Errorf("the sandbox was not set up within %v", preparedReadyWait)
+}
+
+// destroy ends ps and releases what it holds; safe to call more than once.
+func (ps *preparedSandbox) destroy() {
+	ps.destroyed.Do(func() {
+		if ps.sb != nil {
+			if ps.done != nil {
+				if p := ps.sb.process(); p != nil {
+					_ = p.Kill()
+				}
+				<-ps.done
+			}
+			ps.sb.close()
+		}
+		ps.cg.remove()
+		ps.releaseNet()
+	})
+}
+
+// rootIDs are the device and inode of every root the sandbox binds from
+// the host tree: the workspace and the grants.
+func rootIDs(plan Plan) ([]rootID, error) {
+	var ids []rootID
+	for _, p := range append(append([]string{plan.Workspace}, plan.FSRead...), plan.writable()...) {
+		var st unix.Stat_t
+		if err := unix.Lstat(p, &st); err != nil {
+			return nil, fmt.Errorf("bwrap driver: %s: %w", p, err)
+		}
+		ids = append(ids, rootID{p, st.Dev, st.Ino})
+	}
+	return ids, nil
+}
+
+// stale says why ps no longer matches the host, or "".
+func (d *Driver) stale(ps *preparedSandbox, plan Plan) string {
+	if v := d.etcViewFor(plan); v != ps.etcView {
+		return "the /etc view changed"
+	}
+	now, err := rootIDs(plan)
+	if err != nil {
+		return err.Error()
+	}
+	for i, r := range now {
+		if i >= len(ps.roots) || r != ps.roots[i] {
+			return r.path + " is no longer the directory the sandbox binds"
+		}
+	}
+	return ""
+}
+
+// handOver gives ps the command spec and reports how it ended. ok is false
+// when the command never started (the sandbox is then destroyed).
+func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, cwd string, spec driverapi.RunSpec,
+	in *driverapi.StreamInput, streams driverapi.Streams) (_ driverapi.Exit, _ error, ok bool) {
+	defer func() {
+		if !ok {
+			ps.destroy()
+		}
+	}()
+	if why := d.stale(ps, plan); why != "" {
+		d.pool.mu.Lock()
+		d.pool.stats.Stale++
+		d.pool.mu.Unlock()
+		return driverapi.Exit{}, errors.New(why), false
+	}
+	// The protected entries as they are now.
+	prot, release, err := d.protect(plan)
+	if err != nil {
+		// The same refusal a fresh sandbox would give.
+		return driverapi.Exit{}, err, true
+	}
+	defer release()
+	mounts, pins, err := handoverMounts(prot)
+	defer closeAll(pins)
+	if err != nil {
+		return driverapi.Exit{}, err, true
+	}
+	envFile, err := envMemfd(envList(spec.Env))
+	if err != nil {
+		return driverapi.Exit{}, err, true
+	}
+	defer envFile.Close()
+
+	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
+	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
+	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
+	hio, err := newHandoverIO(spec, in, stdout, stderr)
+	if err != nil {
+		return driverapi.Exit{}, err, true
+	}
+	defer hio.close()
+
+	// The timeout counts from here: the sandbox's own setup was not the
+	// command's time.
+	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
+	defer cancel()
+	life, cmd := ps.sb.life, ps.sb.cmd
+	proc := ps.sb.process()
+	if proc == nil {
+		return driverapi.Exit{}, errors.New("the prepared sandbox never started"), false
+	}
+	if len(prot.missing) > 0 {
+		defer d.recordUser(proc.Pid)()
+	}
+	rec, err := sandboxinit.EncodeHandover(sandboxinit.Handover{Argv: append([]string{spec.Program}, spec.Args...), Cwd: cwd, Mounts: mounts})
+	if err != nil {
+		return driverapi.Exit{}, err, true
+	}
+	start := time.Now()
+	if err := life.handOver(rec, []int{int(hio.stdin.Fd()), int(hio.stdout.Fd()), int(hio.stderr.Fd()), int(envFile.Fd())}); err != nil {
+		return driverapi.Exit{}, err, false
+	}
+	hio.sent()
+	if spec.CommandID != "" {
+		// A signal sent from now on waits on the lifeline until the
+		// supervisor reads it, as for a command still being set up.
+		defer d.running.add(spec.CommandID, life)()
+	}
+	if err := life.awaitReady(runCtx); err != nil {
+		switch {
+		case ctx.Err() != nil:
+			return driverapi.Exit{}, ctx.Err(), true
+		case runCtx.Err() != nil:
+			// The timeout expired during the hand-over: a timeout, as
+			// during any sandbox's setup.
+			return driverapi.Exit{TimedOut: true, ExitCode: 128 + int32(unix.SIGKILL), Signal: int32(unix.SIGKILL),
+				Duration: time.Since(start), Details: map[string]string{"tier": tierBwrap, "prepared": "1"}}, nil, true
+		}
+		return driverapi.Exit{}, err, false
+	}
+	hio.begin()
+	if in != nil && in.Resize != nil {
+		defer followResize(life, in.Resize)()
+	}
+	var r sandboxResult
+	select {
+	case r = <-ps.done:
+	case <-runCtx.Done():
+		_ = proc.Kill()
+		r = <-ps.done
+	}
+	dur := time.Since(start)
+	hio.wait()
+	// The lifeline last: finishExit reads the command's status from it.
+	defer ps.sb.close()
+	defer ps.cg.remove()
+	defer ps.releaseNet()
+	if ctx.Err() != nil {
+		return driverapi.Exit{}, ctx.Err(), true
+	}
+	if r.startErr != nil {
+		return driverapi.Exit{}, fmt.Errorf("bwrap driver: prepared sandbox: %w", r.startErr), true
+	}
+	gate := &setupGate{w: stderr, life: life, open: true}
+	exit, err := d.finishExit(runCtx, cmd, life, stdout, stderr, gate, dur, ps.cg, r.err, spec, tierBwrap, plan.MemoryBytes)
+	if exit.Details != nil {
+		exit.Details["prepared"] = "1"
+	}
+	return exit, err, true
+}
+
+// handoverMounts are the mounts of pr for a hand-over, in the order
+// BwrapFlags would make them (anchors, existing entries, placeholders;
+// parents first), each with the inode the driver found. pins hold the
+// entries open until sandbox-init has mounted them, so their inodes cannot
+// be reused meanwhile.
+func handoverMounts(pr *protection) (ms []sandboxinit.HandoverMount, pins []*os.File, err error) {
+	add := func(path, kind string) error {
+		fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("bwrap driver: protected %s: %w", path, err)
+		}
+		pins = append(pins, os.NewFile(uintptr(fd), path))
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return fmt.Errorf("bwrap driver: protected %s: %w", path, err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFLNK {
+			return &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%s became a symlink", path)}
+		}
+		ms = append(ms, sandboxinit.HandoverMount{Path: path, Kind: kind, Dev: st.Dev, Ino: st.Ino})
+		return nil
+	}
+	for _, a := range pr.anchors {
+		if err := add(a, sandboxinit.MountReadWrite); err != nil {
+			return nil, pins, err
+		}
+	}
+	for _, e := range pr.existing {
+		if err := add(e, sandboxinit.MountReadOnly); err != nil {
+			return nil, pins, err
+		}
+	}
+	for _, p := range pr.missing {
+		if err := add(p, sandboxinit.MountDevNull); err != nil {
+			return nil, pins, err
+		}
+	}
+	sort.SliceStable(ms, func(i, j int) bool { return depth(ms[i].Path) < depth(ms[j].Path) })
+	return ms, pins, nil
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
+}
+
+// handOver sends the hand-over record rec with fds on the lifeline.
+func (l *lifeline) handOver(rec []byte, fds []int) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.local < 0 {
+		return errLifelineClosed
+	}
+	// One sendmsg: the descriptors travel with the record's first byte.
+	n, err := unix.SendmsgN(l.local, rec, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL)
+	if err != nil {
+		return fmt.Errorf("bwrap driver: hand-over: %w", err)
+	}
+	for n < len(rec) {
+		m, err := unix.SendmsgN(l.local, rec[n:], nil, nil, unix.MSG_NOSIGNAL)
+		if err != nil {
+			return fmt.Errorf("bwrap driver: hand-over: %w", err)
+		}
+		n += m
+	}
+	return nil
+}
+
+// awaitReady reads sandbox-init's answer to the hand-over: nil once it
+// runs the command, else why it will not.
+func (l *lifeline) awaitReady(ctx context.Context) error {
+	read := func(b []byte) error {
+		for off := 0; off < len(b); {
+			pfd := []unix.PollFd{{Fd: int32(l.local), Events: unix.POLLIN}}
+			if _, err := unix.Poll(pfd, 50); err != nil && !errors.Is(err, unix.EINTR) {
+				return err
+			}
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			n, _, err := unix.Recvfrom(l.local, b[off:], unix.MSG_DONTWAIT)
+			switch {
+			case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EINTR):
+				continue
+			case err != nil:
+				return err
+			case n == 0:
+				return errors.New("the prepared sandbox ended before its command started")
+			}
+			off += n
+		}
+		return nil
+	}
+	var b [1]byte
+	for {
+		if err := read(b[:]); err != nil {
+			return err
+		}
+		switch b[0] {
+		case sandboxinit.StartedTag:
+			continue
+		case sandboxinit.ReadyTag:
+			l.mu.Lock()
+			l.started = true
+			l.mu.Unlock()
+			return nil
+		case sandboxinit.ErrorTag:
+			var n [2]byte
+			if err := read(n[:]); err != nil {
+				return err
+			}
+			msg := make([]byte, binary.LittleEndian.Uint16(n[:]))
+			if err := read(msg); err != nil {
+				return err
+			}
+			return fmt.Errorf("prepared sandbox: %s", msg)
+		default:
+			return fmt.Errorf("prepared sandbox: unexpected record %q", b[0])
+		}
+	}
+}
+
+// handoverIO is the command's stdio for a hand-over: the sandbox's ends
+// (sent with the record) and the driver's (fed and drained here).
+type handoverIO struct {
+	stdin, stdout, stderr *os.File // the sandbox's ends
+	feedW                 *os.File
+	feed                  func() // starts feeding stdin
+	outR, errR            *os.File
+	copies                sync.WaitGroup
+	once                  sync.Once
+	fed                   bool
+}
+
+func newHandoverIO(spec driverapi.RunSpec, in *driverapi.StreamInput, stdout, stderr io.Writer) (_ *handoverIO, err error) {
+	h := &handoverIO{}
+	defer func() {
+		if err != nil {
+			h.close()
+		}
+	}()
+	switch {
+	case len(spec.Stdin) > 0 || in != nil:
+		if h.stdin, h.feedW, err = os.Pipe(); err != nil {
+			return nil, err
+		}
+		w := h.feedW
+		var src io.Reader
+		if in != nil {
+			src = in.Stdin
+		} else {
+			src = bytes.NewReader(spec.Stdin)
+		}
+		h.feed = func() {
+			go func() {
+				if src != nil {
+					_, _ = io.Copy(w, src)
+				}
+				w.Close()
+			}()
+		}
+	default:
+		if h.stdin, err = os.Open(os.DevNull); err != nil {
+			return nil, err
+		}
+	}
+	if h.outR, h.stdout, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	if h.errR, h.stderr, err = os.Pipe(); err != nil {
+		return nil, err
+	}
+	for _, c := range []struct {
+		r *os.File
+		w io.Writer
+	}{{h.outR, stdout}, {h.errR, stderr}} {
+		h.copies.Add(1)
+		go func() {
+			defer h.copies.Done()
+			_, _ = io.Copy(c.w, c.r)
+		}()
+	}
+	return h, nil
+}
+
+// sent closes the driver's copies of the sandbox's ends.
+func (h *handoverIO) sent() {
+	for _, f := range []*os.File{h.stdin, h.stdout, h.stderr} {
+		f.Close()
+	}
+}
+
+// begin starts feeding stdin (once the command runs: a refused hand-over
+// must not have consumed any of it).
+func (h *handoverIO) begin() {
+	if h.feed != nil {
+		h.fed = true
+		h.feed()
+	}
+}
+
+// wait waits for the output copies, bounded: every writer end is in the
+// sandbox, whose processes are all gone once bwrap is.
+func (h *handoverIO) wait() {
+	done := make(chan struct{})
+	go func() { h.copies.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(waitDelay):
+		h.outR.Close()
+		h.errR.Close()
+		<-done
+	}
+}
+
+func (h *handoverIO) close() {
+	h.once.Do(func() {
+		for _, f := range []*os.File{h.stdin, h.stdout, h.stderr, h.outR, h.errR} {
+			if f != nil {
+				f.Close()
+			}
+		}
+		if h.feedW != nil && !h.fed {
+			h.feedW.Close()
+		}
+	})
+}

@@ -1,0 +1,462 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+)
+
+func preparedOpts(mode PreparedMode) Options { return Options{Prepared: mode} }
+
+// needPreparable skips where the driver builds every sandbox for its
+// command by design (docs/linux.md, "Prepared sandboxes": root drivers
+// only); TestPreparedOffUnprivileged holds that case.
+func needPreparable(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("prepared sandboxes need a root driver (the sandbox cannot mount in its own mount namespace unprivileged)")
+	}
+}
+
+// TestPreparedOffUnprivileged: an unprivileged driver asked for prepared
+// sandboxes builds each sandbox for its command, says so in its
+// capabilities, and runs every command (in "always" mode too).
+func TestPreparedOffUnprivileged(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root: prepared sandboxes are used (the other TestPrepared* tests)")
+	}
+	d := testDriver(t, preparedOpts(PreparedAlways))
+	ws := newWorkspace(t)
+	for i := 0; i < 3; i++ {
+		r := drvSh(t, d, ws, "echo ok")
+		if r.err != nil || r.exit.ExitCode != 0 || r.stdout != "ok\n" || r.exit.Details["prepared"] == "1" {
+			t.Fatalf("%+v", r)
+		}
+	}
+	caps, err := d.Capabilities(context.Background())
+	if err != nil || !strings.HasPrefix(caps.Details["prepared"], "off (unprivileged") {
+		t.Fatalf("prepared: %q %v", caps.Details["prepared"], err)
+	}
+	if st := d.PreparedStats(); st.Hits+st.Built != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestPreparedHandover runs commands through prepared sandboxes: output,
+// exit status, environment, cwd and stdin arrive with the hand-over, and
+// the exit says it ran prepared.
+func TestPreparedHandover(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAlways))
+	ws := newWorkspace(t)
+	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := drvSh(t, d, ws, `echo "out $FOO $(pwd)"; echo err >&2; exit 7`)
+	if r.err != nil || r.exit.ExitCode != 7 || r.stderr != "err\n" || r.exit.Details["prepared"] != "1" {
+		t.Fatalf("got %+v", r)
+	}
+	if !strings.HasPrefix(r.stdout, "out  "+ws) {
+		t.Fatalf("stdout %q", r.stdout)
+	}
+	st := d.PreparedStats()
+	if st.Built+st.Hits == 0 && st.Misses == 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestPreparedOnce: a prepared sandbox serves one command. Two commands of
+// one profile back to back run in different sandboxes (PID namespaces),
+// both prepared, and the pool hit.
+func TestPreparedOnce(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	ws := newWorkspace(t)
+	seen := map[string]bool{}
+	prepared := 0
+	for i := 0; i < 6; i++ {
+		r := drvSh(t, d, ws, `readlink /proc/self/ns/pid`)
+		expectOK(t, r)
+		if seen[r.stdout] {
+			t.Fatalf("command %d ran in a PID namespace seen before: %s", i, r.stdout)
+		}
+		seen[r.stdout] = true
+		if r.exit.Details["prepared"] == "1" {
+			prepared++
+		}
+		// Give the refill time to finish (auto: from the second run on).
+		waitUntil(t, func() bool { return i < 1 || d.PreparedStats().Waiting > 0 })
+	}
+	if st := d.PreparedStats(); st.Hits < 3 || prepared < 3 {
+		t.Fatalf("prepared %d of 6, stats %+v", prepared, st)
+	}
+}
+
+func waitUntil(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 20s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPreparedTimeoutFromHandover: a sandbox that waited longer than the
+// command's timeout does not shorten it, and the timeout still applies.
+func TestPreparedTimeoutFromHandover(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	caps := driverapi.Capabilities{SpawnSubprocess: true}
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: caps, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(script string, timeout time.Duration) driverapi.Exit {
+		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script}, Env: pathEnv(), Cwd: ws,
+			Profile: prof, Timeout: timeout, MaxOutputBytes: 1 << 20}, driverapi.Streams{Stdout: &lockedBuf{}, Stderr: &lockedBuf{}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return exit
+	}
+	run("true", time.Second)
+	run("true", time.Second)
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting >= 2 })
+	time.Sleep(1500 * time.Millisecond) // longer than the timeout below
+	if e := run("sleep 0.3", time.Second); e.TimedOut || e.ExitCode != 0 || e.Details["prepared"] != "1" {
+		t.Fatalf("a command well within its timeout: %+v", e)
+	}
+	if e := run("sleep 5", 500*time.Millisecond); !e.TimedOut || e.Details["prepared"] != "1" || e.Duration > 4*time.Second {
+		t.Fatalf("a command past its timeout: %+v", e)
+	}
+}
+
+// fillPool runs a profile twice (auto mode prepares on the second run) and
+// waits until a sandbox waits for it.
+func fillPool(t *testing.T, d *Driver, ws string) {
+	t.Helper()
+	expectOK(t, drvSh(t, d, ws, "true"))
+	expectOK(t, drvSh(t, d, ws, "true"))
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
+}
+
+// TestPreparedProtectedAtHandover: the protected entries are those of the
+// workspace when the command arrives. While a sandbox waits, nothing of it
+// is on the host (no placeholder); a repository made after the sandbox was
+// prepared, nested ones included, is read-only to the command; missing
+// entries cannot be created; and the rest of the workspace stays writable.
+func TestPreparedProtectedAtHandover(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	ws := newWorkspace(t)
+	fillPool(t, d, ws)
+	if ents, err := os.ReadDir(ws); err != nil || len(ents) != 0 {
+		t.Fatalf("the workspace holds %v while a sandbox waits (%v)", ents, err)
+	}
+	for _, dir := range []string{".git/hooks", "sub/.git/hooks"} {
+		if err := os.MkdirAll(filepath.Join(ws, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".git", "config"), []byte("[core]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := drvSh(t, d, ws, `
+		echo evil > .git/config 2>/dev/null && echo wrote-config
+		echo evil > .git/hooks/pre-commit 2>/dev/null && echo wrote-hook
+		echo evil > sub/.git/hooks/pre-commit 2>/dev/null && echo wrote-nested-hook
+		mv sub moved 2>/dev/null && echo moved-sub
+		mkdir .vscode 2>/dev/null && echo made-vscode
+		echo ok > allowed && echo wrote-allowed
+		echo ok > sub/allowed && echo wrote-sub-allowed`)
+	expectOK(t, r)
+	if r.exit.Details["prepared"] != "1" {
+		t.Fatalf("not run prepared: %+v", r.exit)
+	}
+	if got := strings.Fields(r.stdout); len(got) != 2 || got[0] != "wrote-allowed" || got[1] != "wrote-sub-allowed" {
+		t.Fatalf("inside: %q (want only the two allowed writes)", r.stdout)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, ".git", "config")); string(b) != "[core]\n" {
+		t.Fatalf(".git/config is %q", b)
+	}
+	for _, p := range []string{".git/hooks/pre-commit", "sub/.git/hooks/pre-commit", ".vscode"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+			t.Errorf("%s exists on the host", p)
+		}
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "sub", "allowed")); string(b) != "ok\n" {
+		t.Fatalf("positive control: sub/allowed is %q", b)
+	}
+}
+
+// TestPreparedStaleWorkspace: a workspace replaced after its sandbox was
+// prepared is not served by that sandbox (it binds the old directory):
+// the command runs in a sandbox built for it and sees the new one.
+func TestPreparedStaleWorkspace(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	ws := newWorkspace(t)
+	fillPool(t, d, ws)
+	if err := os.Remove(ws); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "new"), []byte("fresh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	stale := d.PreparedStats().Stale
+	r := drvSh(t, d, ws, "cat new")
+	expectOK(t, r)
+	if r.stdout != "fresh\n" || r.exit.Details["prepared"] == "1" || d.PreparedStats().Stale != stale+1 {
+		t.Fatalf("stdout %q details %v stats %+v", r.stdout, r.exit.Details, d.PreparedStats())
+	}
+}
+
+// TestPreparedNotAcrossSessions: a session's sandboxes never serve
+// another session's command, even for the same profile.
+func TestPreparedNotAcrossSessions(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(session string) driverapi.Exit {
+		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, SessionID: session,
+			Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{})
+		if err != nil || exit.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, exit)
+		}
+		return exit
+	}
+	run("a")
+	run("a")
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
+	if e := run("b"); e.Details["prepared"] == "1" {
+		t.Fatal("session b was served a sandbox prepared for session a")
+	}
+	if e := run("a"); e.Details["prepared"] != "1" {
+		t.Fatalf("positive control: session a's own command was not served prepared (%+v)", d.PreparedStats())
+	}
+	// Forgetting a session destroys its waiting sandboxes.
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
+	if err := d.ForgetSession(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.PreparedStats(); st.Waiting != 0 {
+		t.Fatalf("after forget: %+v", st)
+	}
+}
+
+// TestPreparedCapped: many sessions, each with a warm pool, never hold
+// more sandboxes than prepared_max, waiting or being built.
+func TestPreparedCapped(t *testing.T) {
+	needPreparable(t)
+	const limit = 6
+	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedMax: limit})
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	peak := 0
+	for s := 0; s < 100; s++ {
+		for i := 0; i < 2; i++ {
+			exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof,
+				SessionID: "s" + strconv.Itoa(s), Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{})
+			if err != nil || exit.ExitCode != 0 {
+				t.Fatalf("%v %+v", err, exit)
+			}
+		}
+		d.pool.mu.Lock()
+		peak = max(peak, d.pool.total)
+		d.pool.mu.Unlock()
+	}
+	if peak > limit || peak == 0 {
+		t.Fatalf("peak %d waiting or being built, cap %d", peak, limit)
+	}
+	if n := len(preparedProcs(ws)); n > 2*limit {
+		t.Fatalf("%d sandbox processes for a cap of %d sandboxes", n, limit)
+	}
+}
+
+// preparedProcs are the host processes of sandboxes prepared for ws.
+func preparedProcs(ws string) []string {
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		// bwrap and sandbox-init (InitPath inside): unprivileged, the
+		// nsenter and unshare that start bwrap in a session's network
+		// namespace carry the same argv and are left out.
+		argv := strings.Split(string(b), "\x00")
+		if name := filepath.Base(argv[0]); name != "bwrap" && argv[0] != InitPath {
+			continue
+		}
+		cl := string(b)
+		if strings.Contains(cl, sandboxinit.HandoverProgram) && strings.Contains(cl, ws) {
+			found = append(found, e.Name())
+		}
+	}
+	return found
+}
+
+// TestPreparedDriverDeath: killing the driver (kill -9) while sandboxes
+// wait leaves none of them behind.
+func TestPreparedDriverDeath(t *testing.T) {
+	needPreparable(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"prepared":"auto","cgroup":"none"}`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	d := p.Driver()
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Env: pathEnv(),
+			Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, exit)
+		}
+	}
+	// Control: sandboxes wait (bwrap and sandbox-init of each).
+	waitUntil(t, func() bool { return len(preparedProcs(ws)) >= 2 })
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for len(preparedProcs(ws)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("prepared sandboxes outlived their driver: %v", preparedProcs(ws))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestPreparedChain: what waits in a prepared sandbox starts as a
+// launched one does: bwrap and sandbox-init with an empty environment
+// (nothing of the driver's or of any command's) and sandbox-init told the
+// precompiled seccomp programs' descriptor.
+func TestPreparedChain(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	ws := newWorkspace(t)
+	fillPool(t, d, ws)
+	pids := preparedProcs(ws)
+	if len(pids) < 2 {
+		t.Fatalf("control: %d processes of the waiting sandbox", len(pids))
+	}
+	sawSeccompFD := false
+	for _, pid := range pids {
+		env, err := os.ReadFile("/proc/" + pid + "/environ")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// bwrap's is empty; sandbox-init's holds the PWD bwrap sets.
+		for _, kv := range strings.Split(strings.TrimSuffix(string(env), "\x00"), "\x00") {
+			if kv != "" && !strings.HasPrefix(kv, "PWD=") {
+				t.Errorf("process %s starts with %q in its environment", pid, kv)
+			}
+		}
+		cl, _ := os.ReadFile("/proc/" + pid + "/cmdline")
+		if strings.Contains(string(cl), `"seccomp_fd":`) && strings.Contains(string(cl), `"prepared":true`) {
+			sawSeccompFD = true
+		}
+	}
+	if !sawSeccompFD {
+		t.Fatal("no waiting sandbox-init was told the precompiled programs")
+	}
+}
+
+// TestPreparedSetupFailureFallsBack: a sandbox that cannot be prepared
+// costs the command nothing but the attempt: it runs in a sandbox built
+// for it, with its own output and status.
+func TestPreparedSetupFailureFallsBack(t *testing.T) {
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("no bwrap")
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "bwrap")
+	script := "#!/bin/sh\nfor a; do case \"$a\" in *'" + sandboxinit.HandoverProgram + "'*) echo 'bwrap: broken' >&2; exit 1;; esac; done\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	d := testDriver(t, Options{BwrapPath: fake, Prepared: PreparedAlways})
+	ws := newWorkspace(t)
+	r := drvSh(t, d, ws, "echo out; echo own >&2; exit 4")
+	if r.err != nil || r.exit.ExitCode != 4 || r.stdout != "out\n" || r.stderr != "own\n" || r.exit.Details["prepared"] == "1" {
+		t.Fatalf("%+v", r)
+	}
+	if st := d.PreparedStats(); st.Hits != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestPreparedIdleCost measures what a waiting sandbox costs in memory
+// (proportional set size of its processes) and holds it to a bound far
+// above the figure measured (about 5 MB: bwrap and a Go sandbox-init), so
+// a sandbox that grew by an order of magnitude fails here.
+func TestPreparedIdleCost(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
+	ws := newWorkspace(t)
+	fillPool(t, d, ws)
+	// The sandbox reports ready before its Go runtime settles.
+	time.Sleep(200 * time.Millisecond)
+	pids := preparedProcs(ws)
+	if len(pids) < 2 {
+		t.Fatalf("control: %d processes of one waiting sandbox", len(pids))
+	}
+	var pssKB int
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
+		if err != nil {
+			t.Skipf("no smaps_rollup here: %v", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+				n, _ := strconv.Atoi(f[1])
+				pssKB += n
+			}
+		}
+	}
+	t.Logf("one waiting sandbox: %d processes, %d KiB PSS", len(pids), pssKB)
+	if pssKB <= 0 || pssKB > 48<<10 {
+		t.Fatalf("one waiting sandbox holds %d KiB", pssKB)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
