@@ -45,6 +45,14 @@ type benchResult struct {
 	CLIStartP50MS float64 `json:"cli_start_p50_ms"`
 	ServeVsRaw    float64 `json:"serve_vs_raw"`
 	HostCLIVsRaw  float64 `json:"host_cli_vs_raw"`
+	// The smallest bwrap sandbox (every namespace, the system directories,
+	// /proc, /dev, the workspace): the floor of any bwrap-based sandbox,
+	// and each way's p50 over it (0 when there is none).
+	RawMinimalP50MS  float64 `json:"raw_minimal_p50_ms"`
+	WarmVsMinimal    float64 `json:"warm_vs_minimal"`
+	ColdVsMinimal    float64 `json:"cold_vs_minimal"`
+	ServeVsMinimal   float64 `json:"serve_vs_minimal"`
+	HostCLIVsMinimal float64 `json:"host_cli_vs_minimal"`
 }
 
 // benchOnlyFlags are bench's own flags; the rest are exec's and are passed
@@ -156,7 +164,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		out, err := p.sandbox.Execute(ctx, cmd)
 		return benchFailure(out, err)
 	}
-	var rawRun benchWay
+	var rawRun, minRun benchWay
 	var coldRun, tripRun, hostRun, startRun, directRun func() string
 	var cleanups []func()
 	defer func() {
@@ -166,7 +174,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	}()
 	if !*warmOnly {
 		var stopRaw func()
-		rawRun, stopRaw, err = rawRunner(ctx, cfg, cmd)
+		rawRun, minRun, stopRaw, err = rawRunner(ctx, cfg, cmd)
 		if err != nil {
 			return fail(io.Err, "bench: raw bwrap baseline: %s", oneLine(err.Error()))
 		}
@@ -177,6 +185,12 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 				// Landlock tier): the other rows still mean something.
 				fmt.Fprintf(io.Err, "bench: no raw bwrap row: %s\n", oneLine(msg))
 				rawRun = nil
+			}
+		}
+		if minRun != nil {
+			if _, msg := minRun(); msg != "" {
+				fmt.Fprintf(io.Err, "bench: no raw minimal bwrap row: %s\n", oneLine(msg))
+				minRun = nil
 			}
 		}
 		coldRun, err = coldRunner(ctx, execFlags(fs, args), cmd)
@@ -212,14 +226,14 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 			return ""
 		}
 	}
-	var lat, raw, cold, direct, trip, host, start []time.Duration
+	var lat, raw, rawMin, cold, direct, trip, host, start []time.Duration
 	var elapsed time.Duration
 	var msg string
 	// The ways beside the warm pipeline, each with where its latencies go.
 	others := []struct {
 		run benchWay
 		lat *[]time.Duration
-	}{{timedOrNil(coldRun), &cold}, {timedOrNil(directRun), &direct}, {rawRun, &raw},
+	}{{timedOrNil(coldRun), &cold}, {timedOrNil(directRun), &direct}, {rawRun, &raw}, {minRun, &rawMin},
 		{timedOrNil(tripRun), &trip}, {timedOrNil(hostRun), &host}, {timedOrNil(startRun), &start}}
 	if *conc == 1 {
 		// One round runs each way once, so load that comes and goes on a
@@ -267,13 +281,16 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		HostCLIP50MS:  pct(host, 50),
 		CLIStartP50MS: pct(start, 50),
 	}
+	r.RawMinimalP50MS = pct(rawMin, 50)
+	r.WarmVsMinimal, r.ColdVsMinimal = ratio(r.P50MS, r.RawMinimalP50MS), ratio(r.ColdP50MS, r.RawMinimalP50MS)
+	r.ServeVsMinimal, r.HostCLIVsMinimal = ratio(r.ServeP50MS, r.RawMinimalP50MS), ratio(r.HostCLIP50MS, r.RawMinimalP50MS)
 	r.WarmVsRaw, r.ColdVsRaw = ratio(r.P50MS, r.RawP50MS), ratio(r.ColdP50MS, r.RawP50MS)
 	r.ServeVsRaw, r.HostCLIVsRaw = ratio(r.ServeP50MS, r.RawP50MS), ratio(r.HostCLIP50MS, r.RawP50MS)
 	if f.json {
 		writeJSON(io.Out, r)
 		return 0
 	}
-	printBench(io.Out, r, lat, raw, cold, direct,
+	printBench(io.Out, r, lat, raw, cold, direct, benchRow{"raw minimal bwrap", rawMin},
 		benchRow{"CLI start (--version)", start}, benchRow{"serve, round trip", trip}, benchRow{"exec --host (fresh CLI)", host})
 	return 0
 }
@@ -281,16 +298,19 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 // printBench prints the side-by-side table: each way of running the
 // command, its percentiles and its p50 over raw bubblewrap's.
 func printBench(w io.Writer, r benchResult, warm, raw, cold, direct []time.Duration, extra ...benchRow) {
-	fmt.Fprintf(w, "%-22s %9s %9s %9s %9s\n", "", "p50 ms", "p90 ms", "p99 ms", "vs raw")
+	fmt.Fprintf(w, "%-22s %9s %9s %9s %9s %11s\n", "", "p50 ms", "p90 ms", "p99 ms", "vs raw", "vs minimal")
 	row := func(name string, d []time.Duration) {
 		if len(d) == 0 {
 			return
 		}
-		vs := "-"
+		vs, vsMin := "-", "-"
 		if r.RawP50MS > 0 {
 			vs = fmt.Sprintf("%.2fx", ratio(pct(d, 50), r.RawP50MS))
 		}
-		fmt.Fprintf(w, "%-22s %9.3f %9.3f %9.3f %9s\n", name, pct(d, 50), pct(d, 90), pct(d, 99), vs)
+		if r.RawMinimalP50MS > 0 {
+			vsMin = fmt.Sprintf("%.2fx", ratio(pct(d, 50), r.RawMinimalP50MS))
+		}
+		fmt.Fprintf(w, "%-22s %9.3f %9.3f %9.3f %9s %11s\n", name, pct(d, 50), pct(d, 90), pct(d, 99), vs, vsMin)
 	}
 	row("direct exec", direct)
 	row("raw bwrap, same flags", raw)

@@ -44,22 +44,24 @@ type rawRunsReply struct {
 // rawRunner returns a way that runs cmd through bubblewrap alone, with
 // exactly the namespace and mount flags the bwrap driver would use for it
 // (no sandbox-init, no cgroup, no plugin, no core): the baseline the
-// pipeline's cost is measured against. The driver binary does the runs, in
-// one process started here and kept for the whole benchmark, and times
-// each bwrap run itself. It returns a nil way when the configured driver is
-// not bwrap; stop ends the process.
-func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way benchWay, stop func(), err error) {
+// pipeline's cost is measured against; and minimal, a way that runs it in
+// the smallest bwrap sandbox (every namespace, the system directories,
+// /proc, /dev and the workspace): the floor of any bwrap-based sandbox.
+// The driver binary does the runs, in one process started here and kept
+// for the whole benchmark, and times each bwrap run itself. It returns nil
+// ways when the configured driver is not bwrap; stop ends the process.
+func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way, minimal benchWay, stop func(), err error) {
 	stop = func() {}
 	path, _, err := core.FindDriver(cfg.Sandbox.Driver, nil)
 	if err != nil {
-		return nil, stop, err
+		return nil, nil, stop, err
 	}
 	if filepath.Base(path) != core.DriverBinaryName("bwrap") {
-		return nil, stop, nil
+		return nil, nil, stop, nil
 	}
 	if pin := driverPin(cfg, path); pin != "" {
 		if err := checkPin(path, pin); err != nil {
-			return nil, stop, err
+			return nil, nil, stop, err
 		}
 	}
 	ws := cmd.Workspace
@@ -67,7 +69,7 @@ func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way benc
 		ws = filepath.Join(cfg.Sandbox.WorkspaceRoot, core.SessionDirName(cmd.SessionID))
 	}
 	if ws, err = filepath.EvalSymlinks(ws); err != nil {
-		return nil, stop, fmt.Errorf("raw bwrap workspace: %w", err)
+		return nil, nil, stop, fmt.Errorf("raw bwrap workspace: %w", err)
 	}
 	cwd := ws
 	if cmd.Cwd != "" {
@@ -92,7 +94,7 @@ func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way benc
 			Timeout: time.Minute, MaxOutputBytes: 1 << 20, SessionID: cmd.SessionID, CommandID: "bench-raw"},
 	})
 	if err != nil {
-		return nil, stop, err
+		return nil, nil, stop, err
 	}
 	c := exec.CommandContext(ctx, path, rawRunsCommand)
 	c.Env = append(os.Environ(), "ALEPH_DRIVER_OPTIONS="+string(cfg.DriverOptions("linux")))
@@ -100,14 +102,14 @@ func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way benc
 	c.Stderr = stderr
 	in, err := c.StdinPipe()
 	if err != nil {
-		return nil, stop, err
+		return nil, nil, stop, err
 	}
 	outPipe, err := c.StdoutPipe()
 	if err != nil {
-		return nil, stop, err
+		return nil, nil, stop, err
 	}
 	if err := c.Start(); err != nil {
-		return nil, stop, fmt.Errorf("raw bwrap: start %s: %w", path, err)
+		return nil, nil, stop, fmt.Errorf("raw bwrap: start %s: %w", path, err)
 	}
 	var once sync.Once
 	stop = func() {
@@ -118,11 +120,14 @@ func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way benc
 	}
 	if _, err := in.Write(append(req, '\n')); err != nil {
 		stop()
-		return nil, func() {}, fmt.Errorf("raw bwrap: %w: %s", err, oneLine(stderr.String()))
+		return nil, nil, func() {}, fmt.Errorf("raw bwrap: %w: %s", err, oneLine(stderr.String()))
 	}
 	out := bufio.NewReader(outPipe)
-	way = func() (time.Duration, string) {
-		if _, err := io.WriteString(in, "run\n"); err != nil {
+	var mu sync.Mutex
+	runLine := func(what string) (time.Duration, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		if _, err := io.WriteString(in, what+"\n"); err != nil {
 			return 0, "raw bwrap: " + err.Error() + ": " + oneLine(stderr.String())
 		}
 		line, err := out.ReadBytes('\n')
@@ -138,7 +143,9 @@ func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way benc
 		}
 		return time.Duration(r.Nanoseconds), ""
 	}
-	return way, stop, nil
+	way = func() (time.Duration, string) { return runLine("run") }
+	minimal = func() (time.Duration, string) { return runLine("minimal") }
+	return way, minimal, stop, nil
 }
 
 // checkPin refuses the binary at path unless its sha256 is pin (hex), as

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -202,22 +201,9 @@ func BenchmarkPreparedBackToBack(b *testing.B) {
 	b.ReportMetric(hitRate(d), "hit_rate")
 }
 
-// minimalBwrapArgs is the smallest bubblewrap sandbox that runs /bin/true
-// here: every namespace, the system directories (as the plan has them:
-// merged-/usr hosts link /bin to usr/bin), /proc, /dev and the workspace.
-// It is the floor any bwrap-based sandbox pays per command.
-func minimalBwrapArgs(d *Driver, ws string) []string {
-	args := []string{"--unshare-all", "--die-with-parent"}
-	for _, m := range SystemReadSet() {
-		if !strings.HasPrefix(m.Dest, "/etc") {
-			if m.Kind == MountSymlink {
-				args = append(args, "--symlink", m.Src, m.Dest)
-			} else {
-				args = append(args, "--ro-bind", m.Src, m.Dest)
-			}
-		}
-	}
-	return append(args, "--proc", "/proc", "--dev", "/dev", "--bind", ws, ws, "--chdir", ws, "--", "/bin/true")
+// minimalBwrapArgs runs /bin/true in MinimalBwrapArgs' sandbox.
+func minimalBwrapArgs(_ *Driver, ws string) []string {
+	return append(MinimalBwrapArgs(ws, ws), "/bin/true")
 }
 
 // BenchmarkThroughput runs /bin/true from 4 and 8 goroutines at once,

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -43,8 +45,9 @@ type RawRunsReply struct {
 // RawRunsMain is `aleph-driver-bwrap raw-bwrap-runs`: the driver's section
 // of the configuration in OptionsEnv, as for the plugin; a RawRunsRequest
 // as the first line of stdin; then, for every further line, one run and one
-// RawRunsReply line on stdout, until stdin ends. The command's own output is
-// discarded.
+// RawRunsReply line on stdout, until stdin ends: "run" runs the command
+// with the driver's flags, "minimal" in the smallest bwrap sandbox
+// (MinimalBwrapArgs). The command's own output is discarded.
 func RawRunsMain(args []string, stdin io.Reader, stdout io.Writer) int {
 	if len(args) != 0 {
 		fmt.Fprintln(os.Stderr, "usage: "+RawRunsCommand+" (the request on stdin)")
@@ -79,9 +82,18 @@ func RawRunsMain(args []string, stdin io.Reader, stdout io.Writer) int {
 	spec := req.Spec
 	spec.Profile = prof
 	enc := json.NewEncoder(stdout)
+	plan, err := DecodePlan(prof.Data)
+	if err != nil {
+		return fail(err)
+	}
 	for in.Scan() {
 		start := time.Now()
-		err := d.rawRun(ctx, spec)
+		var err error
+		if in.Text() == "minimal" {
+			err = d.minimalRun(ctx, plan.Workspace, spec)
+		} else {
+			err = d.rawRun(ctx, spec)
+		}
 		reply := RawRunsReply{Nanoseconds: time.Since(start).Nanoseconds()}
 		if err != nil {
 			reply.Error = err.Error()
@@ -104,4 +116,36 @@ func (d *Driver) rawRun(ctx context.Context, spec driverapi.RunSpec) error {
 		c.Stdin = bytes.NewReader(spec.Stdin)
 	}
 	return c.Run()
+}
+
+// minimalRun runs spec once in the smallest bwrap sandbox.
+func (d *Driver) minimalRun(ctx context.Context, ws string, spec driverapi.RunSpec) error {
+	args := append(MinimalBwrapArgs(ws, spec.Cwd, "--clearenv"), spec.Program)
+	c := exec.CommandContext(ctx, d.probe().bwrap, append(args, spec.Args...)...)
+	c.Env = launchEnv()
+	if len(spec.Stdin) > 0 {
+		c.Stdin = bytes.NewReader(spec.Stdin)
+	}
+	return c.Run()
+}
+
+// MinimalBwrapArgs is the smallest bubblewrap sandbox that runs a program
+// here (the argv up to and including "--"; the program follows): every
+// namespace, the system directories of the read set (as the plan has
+// them: merged-/usr hosts link /bin to usr/bin), /proc, /dev and the
+// workspace ws, in cwd. It is the floor any bwrap-based sandbox pays per
+// command, the "raw minimal bwrap" of the benchmarks. extra goes before the
+// mounts.
+func MinimalBwrapArgs(ws, cwd string, extra ...string) []string {
+	args := append([]string{"--unshare-all", "--die-with-parent"}, extra...)
+	for _, m := range SystemReadSet() {
+		if !strings.HasPrefix(m.Dest, "/etc") {
+			if m.Kind == MountSymlink {
+				args = append(args, "--symlink", m.Src, m.Dest)
+			} else {
+				args = append(args, "--ro-bind", m.Src, m.Dest)
+			}
+		}
+	}
+	return append(args, "--proc", "/proc", "--dev", "/dev", "--bind", ws, ws, "--chdir", cwd, "--")
 }
