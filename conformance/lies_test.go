@@ -216,8 +216,13 @@ func fakeBwrap(t *testing.T, lie string) string {
 	return p
 }
 
+// bwrapOptions runs the bwrap driver on bwrapPath with every sandbox built
+// for its command: the lies edit the bwrap argv of such a launch (the
+// protected mounts, the tmpfs size, the init spec's program), which a
+// prepared sandbox's bwrap does not carry (its command arrives later, on
+// the lifeline).
 func bwrapOptions(t *testing.T, bwrapPath string) string {
-	b, err := json.Marshal(map[string]string{"bwrap_path": bwrapPath})
+	b, err := json.Marshal(map[string]string{"bwrap_path": bwrapPath, "prepared": "off"})
 	if err != nil {
 		t.Fatal(err)
 	}

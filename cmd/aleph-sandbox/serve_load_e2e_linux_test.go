@@ -164,6 +164,22 @@ func newClient(sock string) (hostv1connect.ServiceClient, func()) {
 
 // loadRound runs clients × perClient commands at once, each checking its
 // own answer; it returns the failures.
+// forgetLoadSessions forgets the sessions loadRound uses.
+func forgetLoadSessions(t *testing.T, sock string) {
+	t.Helper()
+	cl, closeIdle := newClient(sock)
+	defer closeIdle()
+	for c := 0; c < loadSessions; c++ {
+		if _, err := cl.Sessions(context.Background(), connect.NewRequest(&hostv1.SessionsRequest{Action: &hostv1.SessionsRequest_Forget{
+			Forget: &hostv1.ForgetSession{Session: fmt.Sprintf("load-%d", c)}}})); err != nil {
+			t.Fatalf("forget load-%d: %v", c, err)
+		}
+	}
+}
+
+// loadSessions is how many sessions loadRound's clients share.
+const loadSessions = 8
+
 func loadRound(sock string, clients, perClient int, tag string) []string {
 	var (
 		mu   sync.Mutex
@@ -178,7 +194,7 @@ func loadRound(sock string, clients, perClient int, tag string) []string {
 			defer closeIdle()
 			for j := 0; j < perClient; j++ {
 				want := fmt.Sprintf("%s-%d-%d", tag, c, j)
-				o := execute(context.Background(), cl, &hostv1.ExecuteRequest{Session: fmt.Sprintf("load-%d", c%8),
+				o := execute(context.Background(), cl, &hostv1.ExecuteRequest{Session: fmt.Sprintf("load-%d", c%loadSessions),
 					Argv: []string{"/bin/sh", "-c", `echo "$1"; echo "$1" >&2; exit $(($2 % 7))`, "sh", want, strconv.Itoa(j)}}, nil)
 				var bad string
 				switch {
@@ -269,6 +285,10 @@ func TestServeLoad(t *testing.T) {
 		t.Fatalf("warm-up: %d failures, first: %s\n%s", len(errs), errs[0], p.stderr)
 	}
 	drv := driverPid(t, pid)
+	// What the server keeps for a session (prepared sandboxes, its network
+	// namespace) lives until the session is forgotten: forgotten here and
+	// after the load, everything must be gone.
+	forgetLoadSessions(t, sock)
 	waitFor(t, "the warm-up's sandboxes to be gone", func() bool { return len(descendants(pid)) == len(descendants(drv))+1 })
 	baseProcs := descendants(pid)
 	baseFDs := fdCount(pid)
@@ -282,6 +302,7 @@ func TestServeLoad(t *testing.T) {
 	}
 	// Nothing left: the same processes as before (the driver and its own
 	// helpers), no per-command cgroup, no connection still open.
+	forgetLoadSessions(t, sock)
 	waitFor(t, "the sandboxes to be gone", func() bool {
 		now := descendants(pid)
 		if len(now) != len(baseProcs) {

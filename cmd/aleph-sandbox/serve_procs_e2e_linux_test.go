@@ -176,8 +176,12 @@ func TestServeProcesses(t *testing.T) {
 		case <-time.After(60 * time.Second):
 			t.Fatalf("serve did not stop\n%s", srv.stderr)
 		}
-		if hostProcWithArg(mark) {
-			t.Fatalf("a process outlived the service\n%s", srv.stderr)
+		// Killed with the driver; under load its last moments (the PID
+		// namespace's teardown) may outlast serve's exit by a little.
+		for end := time.Now().Add(5 * time.Second); hostProcWithArg(mark); time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(end) {
+				t.Fatalf("a process outlived the service by 5 s\n%s", srv.stderr)
+			}
 		}
 	})
 
