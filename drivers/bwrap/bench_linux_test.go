@@ -26,34 +26,16 @@ import (
 // each one's ratio to raw bwrap's p50 (x_raw).
 func BenchmarkLaunch(b *testing.B) {
 	ctx := context.Background()
-	// The installed layout: the small aleph-sandbox-init beside the driver.
-	d, err := New(Config{InitBinary: chooseInit(driverBin)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Every sandbox built for its command (d keeps prepared ones).
-	du, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	// The installed layout, prepared sandboxes on (the default).
+	d := benchDriver(b, Options{}, false)
+	// Every sandbox built for its command.
+	du := benchDriver(b, Options{Prepared: PreparedOff}, false)
 	// Without cgroups: what the confinement costs apart from the cgroup
 	// hand-over (on cgroup v1 the move of bwrap's child).
-	dn, err := New(Config{Options: Options{Cgroup: CgroupNone, Prepared: PreparedOff}, InitBinary: chooseInit(driverBin)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	dn := benchDriver(b, Options{Cgroup: CgroupNone, Prepared: PreparedOff}, false)
 	// The set-up before the /etc view and the precompiled programs.
-	dl, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin), legacySetup: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ws := newWorkspace(b)
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		b.Fatal(err)
-	}
-	spec := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 30 * time.Second,
-		MaxOutputBytes: 1 << 20, Env: pathEnv()}
+	dl := benchDriver(b, Options{Prepared: PreparedOff}, true)
+	spec, ws := benchSpec(b, d)
 	p := launchPlugin(b)
 	pd := p.Driver()
 	pprof, err := pd.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
@@ -146,21 +128,9 @@ func hitRate(d *Driver) float64 {
 // being built, so a pool as large as the run would prove nothing.
 func BenchmarkPreparedBackToBack(b *testing.B) {
 	ctx := context.Background()
-	d, err := New(Config{InitBinary: chooseInit(driverBin)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	du, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ws := newWorkspace(b)
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		b.Fatal(err)
-	}
-	spec := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 30 * time.Second,
-		MaxOutputBytes: 1 << 20, Env: pathEnv()}
+	d := benchDriver(b, Options{}, false)
+	du := benchDriver(b, Options{Prepared: PreparedOff}, false)
+	spec, ws := benchSpec(b, d)
 	minimal := minimalBwrapArgs(d, ws)
 	ways := []struct {
 		name string
@@ -201,6 +171,30 @@ func BenchmarkPreparedBackToBack(b *testing.B) {
 	b.ReportMetric(hitRate(d), "hit_rate")
 }
 
+// benchDriver is a driver in the installed layout (the small
+// aleph-sandbox-init beside the driver binary) with opts; legacy restores
+// the set-up before the /etc view and the precompiled programs.
+func benchDriver(b *testing.B, opts Options, legacy bool) *Driver {
+	b.Helper()
+	d, err := New(Config{Options: opts, InitBinary: chooseInit(driverBin), legacySetup: legacy})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
+// benchSpec runs /bin/true in a fresh workspace with d's default profile.
+func benchSpec(b *testing.B, d *Driver) (driverapi.RunSpec, string) {
+	b.Helper()
+	ws := newWorkspace(b)
+	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 30 * time.Second,
+		MaxOutputBytes: 1 << 20, Env: pathEnv()}, ws
+}
+
 // minimalBwrapArgs runs /bin/true in MinimalBwrapArgs' sandbox.
 func minimalBwrapArgs(_ *Driver, ws string) []string {
 	return append(MinimalBwrapArgs(ws, ws), "/bin/true")
@@ -218,25 +212,10 @@ func BenchmarkThroughput(b *testing.B) {
 
 func benchThroughput(b *testing.B, conc int) {
 	ctx := context.Background()
-	d, err := New(Config{InitBinary: chooseInit(driverBin)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	dl, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin), legacySetup: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	du, err := New(Config{Options: Options{Prepared: PreparedOff}, InitBinary: chooseInit(driverBin)})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ws := newWorkspace(b)
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		b.Fatal(err)
-	}
-	spec := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 30 * time.Second,
-		MaxOutputBytes: 1 << 20, Env: pathEnv()}
+	d := benchDriver(b, Options{}, false)
+	dl := benchDriver(b, Options{Prepared: PreparedOff}, true)
+	du := benchDriver(b, Options{Prepared: PreparedOff}, false)
+	spec, _ := benchSpec(b, d)
 	ways := []struct {
 		name string
 		fn   func() error

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -300,28 +301,18 @@ func TestPreparedCapped(t *testing.T) {
 	}
 }
 
-// preparedProcs are the host processes of sandboxes prepared for ws.
+// preparedProcs are the host processes of sandboxes prepared for ws: bwrap
+// and sandbox-init (InitPath inside). Unprivileged, the nsenter and unshare
+// that start bwrap in a session's network namespace carry the same argv
+// and are left out.
 func preparedProcs(ws string) []string {
 	var found []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+	for pid, argv := range hostCmdlines() {
+		if filepath.Base(argv[0]) != "bwrap" && argv[0] != InitPath {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		// bwrap and sandbox-init (InitPath inside): unprivileged, the
-		// nsenter and unshare that start bwrap in a session's network
-		// namespace carry the same argv and are left out.
-		argv := strings.Split(string(b), "\x00")
-		if name := filepath.Base(argv[0]); name != "bwrap" && argv[0] != InitPath {
-			continue
-		}
-		cl := string(b)
-		if strings.Contains(cl, sandboxinit.HandoverProgram) && strings.Contains(cl, ws) {
-			found = append(found, e.Name())
+		if slices.Contains(argv, sandboxinit.HandoverProgram) && strings.Contains(strings.Join(argv, " "), ws) {
+			found = append(found, pid)
 		}
 	}
 	return found

@@ -301,23 +301,30 @@ func TestExitCodesAndSignals(t *testing.T) {
 func hostMarkerProcs(t *testing.T, marker string) []string {
 	t.Helper()
 	var found []string
+	for pid, argv := range hostCmdlines() {
+		cl := strings.Join(argv, " ")
+		// bwrap's and the shell's argv contain the script text; count
+		// only the sleeping marker processes themselves.
+		if strings.HasPrefix(cl, "sleep "+marker) {
+			found = append(found, pid+": "+cl)
+		}
+	}
+	return found
+}
+
+// hostCmdlines is the argv of every process on the host, by pid.
+func hostCmdlines() map[string][]string {
+	out := map[string][]string{}
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		if e.Name()[0] < '0' || e.Name()[0] > '9' {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		cl := strings.ReplaceAll(string(b), "\x00", " ")
-		// bwrap's and the shell's argv contain the script text; count
-		// only the sleeping marker processes themselves.
-		if strings.HasPrefix(cl, "sleep "+marker) {
-			found = append(found, e.Name()+": "+cl)
+		if b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline"); err == nil && len(b) > 0 {
+			out[e.Name()] = strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 		}
 	}
-	return found
+	return out
 }
 
 // waitNoMarker polls (bounded) until no marker process is left.
