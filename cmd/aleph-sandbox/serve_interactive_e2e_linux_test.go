@@ -83,28 +83,7 @@ func TestServeHostInteractiveShellInPty(t *testing.T) {
 	}
 	type_("y\r")
 	at = waitScreen(t, &scr, at, "sbx$ ")
-	type_("tty; stty size\r")
-	at = waitScreen(t, &scr, at, "/dev/pts/0\r\n30 90\r\n")
-	if during, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil || during.Lflag&unix.ECHO != 0 || during.Lflag&unix.ICANON != 0 {
-		t.Fatalf("the user's terminal is not raw while the shell runs: %+v %v", during, err)
-	}
-	type_("echo hi\r")
-	at = waitScreen(t, &scr, at, "echo hi\r\nhi\r\n")
-	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 41, Col: 133}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		type_("stty size\r")
-		at = waitScreen(t, &scr, at, "sbx$ ")
-		if strings.Contains(scr.String()[:at], "41 133\r\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the resize never reached the shell: %q", scr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	at = checkShellTerminal(t, slave, &scr, at, type_)
 	// Ctrl-C is a byte for the command's terminal: it interrupts the
 	// shell's foreground job (sleep), not exec, and the shell carries on.
 	type_("echo started-$((1+1)); sleep 30; echo after-sleep\r")

@@ -53,6 +53,39 @@ func (s *screen) String() string              { s.mu.Lock(); defer s.mu.Unlock()
 
 // waitScreen waits until the text after offset from contains want and
 // returns the offset just past it.
+// checkShellTerminal drives the sandbox's interactive shell (prompt
+// "sbx$ ", started on a 30x90 terminal) through the user's terminal slave:
+// its terminal is the sandbox's own (/dev/pts/0) with the size given, the
+// user's terminal is raw meanwhile (the command's terminal echoes, not the
+// user's), a line runs, and a resize of the user's terminal (the kernel
+// sends SIGWINCH to the CLI, its foreground process) reaches the shell's.
+// It returns the screen offset after the last prompt.
+func checkShellTerminal(t *testing.T, slave *os.File, scr *screen, at int, type_ func(string)) int {
+	t.Helper()
+	type_("tty; stty size\r")
+	at = waitScreen(t, scr, at, "/dev/pts/0\r\n30 90\r\n")
+	if during, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil || during.Lflag&unix.ECHO != 0 || during.Lflag&unix.ICANON != 0 {
+		t.Fatalf("the user's terminal is not raw while the shell runs: %+v %v", during, err)
+	}
+	type_("echo hi\r")
+	at = waitScreen(t, scr, at, "echo hi\r\nhi\r\n")
+	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 41, Col: 133}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		type_("stty size\r")
+		at = waitScreen(t, scr, at, "sbx$ ")
+		if strings.Contains(scr.String()[:at], "41 133\r\n") {
+			return at
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the resize never reached the shell: %q", scr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func waitScreen(t *testing.T, s *screen, from int, want string) int {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
@@ -118,30 +151,7 @@ func TestExecInteractiveShellInPty(t *testing.T) {
 	// The shell is interactive (a prompt) on a terminal of the sandbox's
 	// own devpts, and the user's terminal is raw meanwhile: the command's
 	// terminal echoes, not the user's.
-	type_("tty; stty size\r")
-	at = waitScreen(t, &scr, at, "/dev/pts/0\r\n30 90\r\n")
-	if during, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil || during.Lflag&unix.ECHO != 0 || during.Lflag&unix.ICANON != 0 {
-		t.Fatalf("the user's terminal is not raw while the shell runs: %+v %v", during, err)
-	}
-	type_("echo hi\r")
-	at = waitScreen(t, &scr, at, "echo hi\r\nhi\r\n")
-	// A resize of the user's terminal (the kernel sends SIGWINCH to the
-	// CLI, its foreground process) reaches the shell's terminal.
-	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 41, Col: 133}); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		type_("stty size\r")
-		at = waitScreen(t, &scr, at, "sbx$ ")
-		if strings.Contains(scr.String()[:at], "41 133\r\n") {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the resize never reached the shell: %q", scr.String())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	at = checkShellTerminal(t, slave, &scr, at, type_)
 	type_("exit 3\r")
 	err = cmd.Wait()
 	var ee *exec.ExitError
