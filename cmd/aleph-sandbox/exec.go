@@ -18,6 +18,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
@@ -66,10 +67,14 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if addr := hostAddress(*host); addr != "" {
 		return runExecHost(ctx, addr, &f, rest, io, !*rawOutput)
 	}
+	trace := starttrace.FromEnv("cli")
+	defer trace.Close()
+	trace.Mark("exec")
 	cfg, err := loadConfig(f.config, f.workspaceRoot, f.driver)
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
 	}
+	trace.Mark("config loaded")
 	cmd, err := f.command(rest[0], rest[1:], io.In)
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
@@ -81,7 +86,11 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
 	}
-	defer p.Close()
+	trace.Mark("pipeline built")
+	defer func() {
+		p.Close()
+		trace.Mark("pipeline closed")
+	}()
 	execCtx, kill := context.WithCancel(ctx)
 	defer kill()
 	if inter.interactive {
@@ -114,6 +123,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		cmd.Stdout, cmd.Stderr = live.wire(io, !*rawOutput && !inter.tty, brokenPipe(sigs, kill))
 	}
 	out, err := p.sandbox.Execute(execCtx, cmd)
+	trace.Mark("executed")
 	if term != nil {
 		// Before any message of the CLI's own: they are written for a
 		// terminal in its ordinary mode.

@@ -24,6 +24,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
 )
 
 // Version is the driver's version, reported in HostCapabilities.
@@ -97,6 +98,8 @@ type Driver struct {
 	progs seccompPrograms
 	// nets are the sessions' network namespaces (network none).
 	nets sessionNets
+	// trace marks the steps of a start for measurement (nil: off).
+	trace *starttrace.Trace
 }
 
 var (
@@ -190,11 +193,13 @@ func NewFromEnv(lg hclog.Logger) (*Driver, error) {
 		return nil, err
 	}
 	d.optErr = optErr
+	d.trace = starttrace.FromEnv("driver")
 	return d, nil
 }
 
 // ProfileFor builds the launch plan for req.
 func (d *Driver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	d.trace.Mark("ProfileFor")
 	if err := ctx.Err(); err != nil {
 		return driverapi.Profile{}, err
 	}
@@ -242,6 +247,8 @@ func (d *Driver) enforceable(p Plan) error {
 
 // Run runs spec in the sandbox its profile describes.
 func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	d.trace.Mark("Run")
+	defer d.trace.Mark("Run returns")
 	if spec.Tty != nil {
 		return driverapi.Exit{}, &driverapi.InvalidSpecError{Field: "tty", Reason: "a pseudo-terminal needs RunStream"}
 	}
@@ -307,7 +314,9 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if plan.SocketMode == SocketLoopback && spec.SessionID != "" && h.sessionNet != "" {
 		// The session's namespace, shared with its other commands; without
 		// a session (or where it cannot be entered) bwrap's own.
+		d.trace.Mark("session network")
 		n, releaseNet, err := d.nets.acquire(spec.SessionID)
+		d.trace.Mark("session network acquired")
 		if err != nil {
 			var full errSessionNetsFull
 			if errors.As(err, &full) {
@@ -352,6 +361,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
+	d.trace.Mark("launch")
 	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, ns, spec, in, streams)
 }
 

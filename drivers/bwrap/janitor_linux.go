@@ -75,6 +75,8 @@ func JanitorMain(args []string) int {
 // started is logged: placeholders then still go on every path the driver
 // survives, and at the next driver start otherwise.
 func (d *Driver) startJanitor() {
+	d.trace.Mark("janitor start")
+	defer d.trace.Mark("janitor started")
 	r, w, err := os.Pipe()
 	if err != nil {
 		d.log.Warn("placeholder janitor not started", "error", err)

@@ -76,14 +76,18 @@ func (cs *cgroupSystem) reason(ctrl string) string {
 // It also removes what a killed driver left: its placeholders in
 // workspaces (protect_linux.go) and, through the probe, its cgroups.
 func (d *Driver) Prepare() {
+	d.trace.Mark("Prepare")
 	d.probe()
 	d.recoverOnce.Do(d.recoverPlaceholders)
+	d.trace.Mark("Prepare done")
 }
 
 // probe inspects the host on first use: bwrap's presence and version,
 // whether it can create the namespaces here, Landlock, seccomp, cgroups.
 func (d *Driver) probe() *hostProbe {
 	d.once.Do(func() {
+		d.trace.Mark("probe")
+		defer d.trace.Mark("probe done")
 		h := &hostProbe{landlock: LandlockABI(), seccomp: SeccompAvailable(), procCover: ProcCoverArgs()}
 		var uts unix.Utsname
 		if unix.Uname(&uts) == nil {
@@ -115,8 +119,11 @@ func (d *Driver) probe() *hostProbe {
 		if h.sandboxErr == nil && h.tier == tierBwrap {
 			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover)
 		}
+		d.trace.Mark("probe: bwrap tried")
 		h.cg = <-cgDone
+		d.trace.Mark("probe: cgroups found")
 		h.sessionNet, h.sessionNetWhy = d.probeSessionNet(h)
+		d.trace.Mark("probe: session network decided")
 		if h.sandboxErr == nil {
 			if err := d.cgroupSettingsErr(h); err != nil {
 				// Fail closed: a limit the configuration asks for and
@@ -299,6 +306,7 @@ func probeDisableUserns(path string, guard pidGuard, procCover []string) ([]stri
 
 // Capabilities reports what this host enforces now.
 func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
+	d.trace.Mark("Capabilities")
 	if err := ctx.Err(); err != nil {
 		return driverapi.HostCapabilities{}, err
 	}
@@ -446,3 +454,7 @@ func kernelAtLeast(release string, major, minor int) bool {
 	}
 	return ma > major || ma == major && mi >= minor
 }
+
+// MarkTrace adds event to the start-up trace, when one is on
+// (internal/starttrace).
+func (d *Driver) MarkTrace(event string) { d.trace.Mark(event) }
