@@ -16,6 +16,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
@@ -82,7 +83,10 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	// What the session's baseline gives needs no flag: with baseline
 	// "spawn" a shell line runs without --spawn.
 	cmd.Capabilities.SpawnSubprocess = cmd.Capabilities.SpawnSubprocess || cfg.SessionBaseline().SpawnSubprocess
-	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers}, io.Err)
+	// This process runs one command and ends its driver: the driver may
+	// leave out what only later commands would use (driverapi.OneCommandEnv).
+	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers}, io.Err,
+		alephsandbox.WithDriverEnv(driverapi.OneCommandEnv+"=1"))
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
 	}

@@ -71,6 +71,10 @@ type Config struct {
 	// SessionNetworkIdle is how long a session's network namespace is
 	// kept with no command running in it. Default DefaultSessionNetworkIdle.
 	SessionNetworkIdle time.Duration
+	// OneCommand says the host runs one command with this driver process
+	// (driverapi.OneCommandEnv): no network namespace is held for the
+	// session, whose only command gets bwrap's own (probe_linux.go).
+	OneCommand bool
 }
 
 // Driver is the bubblewrap driver. It is safe for concurrent use.
@@ -188,7 +192,7 @@ func NewFromEnv(lg hclog.Logger) (*Driver, error) {
 	if optErr != nil {
 		o = Options{}
 	}
-	d, err := New(Config{Options: o, Logger: lg})
+	d, err := New(Config{Options: o, Logger: lg, OneCommand: os.Getenv(driverapi.OneCommandEnv) == "1"})
 	if err != nil {
 		return nil, err
 	}

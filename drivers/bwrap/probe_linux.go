@@ -122,7 +122,14 @@ func (d *Driver) probe() *hostProbe {
 		d.trace.Mark("probe: bwrap tried")
 		h.cg = <-cgDone
 		d.trace.Mark("probe: cgroups found")
-		h.sessionNet, h.sessionNetWhy = d.probeSessionNet(h)
+		if d.cfg.OneCommand && h.sandboxErr == nil && h.tier == tierBwrap {
+			// A session's network namespace is shared by its commands
+			// running at the same time; this process runs one. Holding one
+			// would cost a process start here and another at the command.
+			h.sessionNetWhy = "one command per driver process (" + driverapi.OneCommandEnv + ")"
+		} else {
+			h.sessionNet, h.sessionNetWhy = d.probeSessionNet(h)
+		}
 		d.trace.Mark("probe: session network decided")
 		if h.sandboxErr == nil {
 			if err := d.cgroupSettingsErr(h); err != nil {
