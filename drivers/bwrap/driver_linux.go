@@ -71,6 +71,8 @@ type Config struct {
 	// SessionNetworkIdle is how long a session's network namespace is
 	// kept with no command running in it. Default DefaultSessionNetworkIdle.
 	SessionNetworkIdle time.Duration
+	// probeKeyExtra are more files the probe cache's key includes (tests).
+	probeKeyExtra []string
 	// OneCommand says the host runs one command with this driver process
 	// (driverapi.OneCommandEnv): no network namespace is held for the
 	// session, whose only command gets bwrap's own (probe_linux.go).
@@ -256,7 +258,9 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	if spec.Tty != nil {
 		return driverapi.Exit{}, &driverapi.InvalidSpecError{Field: "tty", Reason: "a pseudo-terminal needs RunStream"}
 	}
-	return d.run(ctx, spec, nil, streams)
+	exit, err := d.run(ctx, spec, nil, streams)
+	d.forgetProbeCache(err)
+	return exit, err
 }
 
 // run is Run, and RunStream when in is set (stream_linux.go).

@@ -55,6 +55,10 @@ type hostProbe struct {
 	// says why). nsenter and unshare are the tools sessionNetNsenter runs.
 	sessionNet, sessionNetWhy string
 	nsenter, unshare          string
+	// probeCached says a trial was skipped on the probe cache's word
+	// (probecache_linux.go); probeCacheWhy why the cache is off, if it is.
+	probeCached   bool
+	probeCacheWhy string
 }
 
 func (cs *cgroupSystem) reason(ctrl string) string {
@@ -97,7 +101,9 @@ func (d *Driver) probe() *hostProbe {
 		// both mostly wait on the kernel.
 		cgDone := make(chan *cgroupSystem, 1)
 		go func() { cgDone <- d.probeCgroups() }()
-		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover)
+		var cache *probeCache
+		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover,
+			func(path string) *probeCache { cache = d.openProbeCache(path); return cache })
 		h.tier = tierBwrap
 		var nsErr *namespaceError
 		if errors.As(h.sandboxErr, &nsErr) && d.cfg.Options.Fallback == FallbackLandlock {
@@ -117,7 +123,13 @@ func (d *Driver) probe() *hostProbe {
 			}
 		}
 		if h.sandboxErr == nil && h.tier == tierBwrap {
-			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover)
+			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover, cache)
+		}
+		if cache != nil {
+			h.probeCached, h.probeCacheWhy = cache.used, cache.why
+			if h.sandboxErr == nil && h.tier == tierBwrap {
+				cache.save(d.cfg.StateDir)
+			}
 		}
 		d.trace.Mark("probe: bwrap tried")
 		h.cg = <-cgDone
@@ -178,7 +190,9 @@ func (d *Driver) probeCgroups() *cgroupSystem {
 	return cs
 }
 
-func probeBwrap(path string, procCover []string) (bin, version string, guard pidGuard, err error, fix string) {
+// cacheFor opens the probe cache for the bwrap found (probecache_linux.go);
+// nil means no cache.
+func probeBwrap(path string, procCover []string, cacheFor func(bwrap string) *probeCache) (bin, version string, guard pidGuard, err error, fix string) {
 	const install = "install bubblewrap (apt install bubblewrap / dnf install bubblewrap)"
 	configured := path != ""
 	if path == "" {
@@ -189,6 +203,16 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 		path = p
 	}
 	guard = choosePIDGuard(path)
+	var cache *probeCache
+	if cacheFor != nil {
+		cache = cacheFor(path)
+	}
+	if v, ok := cache.version(); ok && cache.confirmed(trialGuard(guard.mode)) {
+		// This very bwrap printed v and built a sandbox with this very
+		// guard on a host with this key: neither is run again.
+		cache.used = true
+		return path, v, guard, nil, ""
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// The version query and the trial sandbox are independent: run them
@@ -231,6 +255,11 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 	version = strings.TrimSpace(strings.TrimPrefix(out, "bubblewrap"))
 	if trialErr != nil {
 		return path, version, guard, &namespaceError{msg: trialErr.Error()}, namespaceFix
+	}
+	if guard.why == "" {
+		// Only the setup choosePIDGuard picks is confirmed: a fallback
+		// to no guard is tried again at every start.
+		cache.confirm(trialGuard(guard.mode), version)
 	}
 	return path, version, guard, nil, ""
 }
@@ -295,7 +324,7 @@ func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []
 // count), and bwrap before 0.8 lacks it: a trial sandbox decides. A root
 // driver's sandbox has no user namespace of its own; seccomp alone denies
 // creating one there.
-func probeDisableUserns(path string, guard pidGuard, procCover []string) ([]string, string) {
+func probeDisableUserns(path string, guard pidGuard, procCover []string, cache *probeCache) ([]string, string) {
 	if os.Geteuid() == 0 {
 		return nil, "root: the sandbox has no user namespace of its own"
 	}
@@ -303,11 +332,18 @@ func probeDisableUserns(path string, guard pidGuard, procCover []string) ([]stri
 		return nil, path + " is setuid"
 	}
 	flags := []string{"--unshare-user", "--disable-userns"}
+	if cache.confirmed(trialUserns(guard.mode)) {
+		// A refusal is never cached: the flags are only ever added on
+		// the cache's word, not left out.
+		cache.used = true
+		return flags, ""
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := trialSandbox(ctx, path, guard, procCover, flags...); err != nil {
 		return nil, "bwrap refused --disable-userns: " + err.Error()
 	}
+	cache.confirm(trialUserns(guard.mode), "")
 	return flags, ""
 }
 
@@ -341,7 +377,13 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 			"driver_binary":  d.cfg.DriverBinary,
 			"setup_guard":    h.guard.mode,
 			"tier":           tierBwrap,
+			"host_probe":     "trial sandboxes run at this start",
 		},
+	}
+	if h.probeCached {
+		hc.Details["host_probe"] = "trial sandboxes skipped: confirmed by the probe cache for this host's key"
+	} else if h.probeCacheWhy != "" {
+		hc.Details["host_probe"] += " (" + h.probeCacheWhy + ")"
 	}
 	if h.guard.why != "" {
 		hc.Details["setup_guard_off"] = h.guard.why
