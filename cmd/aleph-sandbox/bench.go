@@ -45,6 +45,13 @@ type benchResult struct {
 	CLIStartP50MS float64 `json:"cli_start_p50_ms"`
 	ServeVsRaw    float64 `json:"serve_vs_raw"`
 	HostCLIVsRaw  float64 `json:"host_cli_vs_raw"`
+	// The smallest bwrap sandbox (every namespace, the system directories,
+	// /proc, /dev, the workspace; Linux with the bwrap driver only, else
+	// 0): the floor of any bubblewrap sandbox, and the cold CLI's and the
+	// warm pipeline's p50 over it.
+	RawMinimalP50MS float64 `json:"raw_minimal_p50_ms"`
+	ColdVsMinimal   float64 `json:"cold_vs_minimal"`
+	WarmVsMinimal   float64 `json:"warm_vs_minimal"`
 }
 
 // benchOnlyFlags are bench's own flags; the rest are exec's and are passed
@@ -156,7 +163,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		out, err := p.sandbox.Execute(ctx, cmd)
 		return benchFailure(out, err)
 	}
-	var rawRun benchWay
+	var rawRun, minRun benchWay
 	var coldRun, tripRun, hostRun, startRun, directRun func() string
 	var cleanups []func()
 	defer func() {
@@ -166,7 +173,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	}()
 	if !*warmOnly {
 		var stopRaw func()
-		rawRun, stopRaw, err = rawRunner(ctx, cfg, cmd)
+		rawRun, stopRaw, err = rawRunner(ctx, cfg, cmd, false)
 		if err != nil {
 			return fail(io.Err, "bench: raw bwrap baseline: %s", oneLine(err.Error()))
 		}
@@ -177,6 +184,19 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 				// Landlock tier): the other rows still mean something.
 				fmt.Fprintf(io.Err, "bench: no raw bwrap row: %s\n", oneLine(msg))
 				rawRun = nil
+			}
+		}
+		if rawRun != nil {
+			var stopMin func()
+			if minRun, stopMin, err = rawRunner(ctx, cfg, cmd, true); err != nil {
+				return fail(io.Err, "bench: raw minimal bwrap baseline: %s", oneLine(err.Error()))
+			}
+			cleanups = append(cleanups, stopMin)
+			if minRun != nil {
+				if _, msg := minRun(); msg != "" {
+					fmt.Fprintf(io.Err, "bench: no raw minimal bwrap row: %s\n", oneLine(msg))
+					minRun = nil
+				}
 			}
 		}
 		coldRun, err = coldRunner(ctx, execFlags(fs, args), cmd)
@@ -212,14 +232,14 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 			return ""
 		}
 	}
-	var lat, raw, cold, direct, trip, host, start []time.Duration
+	var lat, raw, minimal, cold, direct, trip, host, start []time.Duration
 	var elapsed time.Duration
 	var msg string
 	// The ways beside the warm pipeline, each with where its latencies go.
 	others := []struct {
 		run benchWay
 		lat *[]time.Duration
-	}{{timedOrNil(coldRun), &cold}, {timedOrNil(directRun), &direct}, {rawRun, &raw},
+	}{{timedOrNil(coldRun), &cold}, {timedOrNil(directRun), &direct}, {rawRun, &raw}, {minRun, &minimal},
 		{timedOrNil(tripRun), &trip}, {timedOrNil(hostRun), &host}, {timedOrNil(startRun), &start}}
 	if *conc == 1 {
 		// One round runs each way once, so load that comes and goes on a
@@ -269,12 +289,18 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	}
 	r.WarmVsRaw, r.ColdVsRaw = ratio(r.P50MS, r.RawP50MS), ratio(r.ColdP50MS, r.RawP50MS)
 	r.ServeVsRaw, r.HostCLIVsRaw = ratio(r.ServeP50MS, r.RawP50MS), ratio(r.HostCLIP50MS, r.RawP50MS)
+	r.RawMinimalP50MS = pct(minimal, 50)
+	r.ColdVsMinimal, r.WarmVsMinimal = ratio(r.ColdP50MS, r.RawMinimalP50MS), ratio(r.P50MS, r.RawMinimalP50MS)
 	if f.json {
 		writeJSON(io.Out, r)
 		return 0
 	}
 	printBench(io.Out, r, lat, raw, cold, direct,
+		benchRow{"raw minimal bwrap", minimal},
 		benchRow{"CLI start (--version)", start}, benchRow{"serve, round trip", trip}, benchRow{"exec --host (fresh CLI)", host})
+	if r.RawMinimalP50MS > 0 {
+		fmt.Fprintf(io.Out, "vs raw minimal bwrap: warm %.2fx, cold CLI %.2fx\n", r.WarmVsMinimal, r.ColdVsMinimal)
+	}
 	return 0
 }
 

@@ -34,6 +34,7 @@ const rawRunsCommand = "raw-bwrap-runs"
 type rawRunsRequest struct {
 	Request driverapi.ProfileRequest `json:"request"`
 	Spec    driverapi.RunSpec        `json:"spec"`
+	Minimal bool                     `json:"minimal,omitempty"`
 }
 
 type rawRunsReply struct {
@@ -47,8 +48,9 @@ type rawRunsReply struct {
 // pipeline's cost is measured against. The driver binary does the runs, in
 // one process started here and kept for the whole benchmark, and times
 // each bwrap run itself. It returns a nil way when the configured driver is
-// not bwrap; stop ends the process.
-func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way benchWay, stop func(), err error) {
+// not bwrap; stop ends the process. minimal asks for the smallest bwrap
+// sandbox instead of the driver's flags (the floor of any bwrap sandbox).
+func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command, minimal bool) (way benchWay, stop func(), err error) {
 	stop = func() {}
 	path, _, err := core.FindDriver(cfg.Sandbox.Driver, nil)
 	if err != nil {
@@ -90,6 +92,7 @@ func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way benc
 		Request: driverapi.ProfileRequest{Capabilities: cmd.Capabilities, Workspace: ws, Cwd: cwd},
 		Spec: driverapi.RunSpec{Program: cmd.Program, Args: cmd.Args, Env: env, Stdin: cmd.Stdin, Cwd: cwd,
 			Timeout: time.Minute, MaxOutputBytes: 1 << 20, SessionID: cmd.SessionID, CommandID: "bench-raw"},
+		Minimal: minimal,
 	})
 	if err != nil {
 		return nil, stop, err

@@ -9,6 +9,6 @@ import (
 )
 
 // rawRunner has no raw baseline off Linux: the raw figure is bubblewrap's.
-func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (benchWay, func(), error) {
+func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command, minimal bool) (benchWay, func(), error) {
 	return nil, func() {}, nil
 }

@@ -132,13 +132,14 @@ func TestBenchJSONFields(t *testing.T) {
 	}
 	for _, k := range []string{"n", "concurrency", "p50_ms", "p90_ms", "p99_ms", "per_second", "direct_p50_ms", "backend",
 		"raw_p50_ms", "cold_p50_ms", "warm_vs_raw", "cold_vs_raw",
-		"serve_p50_ms", "host_cli_p50_ms", "cli_start_p50_ms", "serve_vs_raw", "host_cli_vs_raw"} {
+		"serve_p50_ms", "host_cli_p50_ms", "cli_start_p50_ms", "serve_vs_raw", "host_cli_vs_raw",
+		"raw_minimal_p50_ms", "cold_vs_minimal", "warm_vs_minimal"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("--json lacks %q: %s", k, b)
 		}
 	}
-	if len(m) != 17 {
-		t.Errorf("--json has %d fields, want 17: %s", len(m), b)
+	if len(m) != 20 {
+		t.Errorf("--json has %d fields, want 20: %s", len(m), b)
 	}
 }
 

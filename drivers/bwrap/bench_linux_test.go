@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -122,19 +121,7 @@ func BenchmarkLaunch(b *testing.B) {
 // here: every namespace, the system directories (as the plan has them:
 // merged-/usr hosts link /bin to usr/bin), /proc, /dev and the workspace.
 // It is the floor any bwrap-based sandbox pays per command.
-func minimalBwrapArgs(d *Driver, ws string) []string {
-	args := []string{"--unshare-all", "--die-with-parent"}
-	for _, m := range SystemReadSet() {
-		if !strings.HasPrefix(m.Dest, "/etc") {
-			if m.Kind == MountSymlink {
-				args = append(args, "--symlink", m.Src, m.Dest)
-			} else {
-				args = append(args, "--ro-bind", m.Src, m.Dest)
-			}
-		}
-	}
-	return append(args, "--proc", "/proc", "--dev", "/dev", "--bind", ws, ws, "--chdir", ws, "--", "/bin/true")
-}
+func minimalBwrapArgs(d *Driver, ws string) []string { return minimalArgs(ws, "/bin/true") }
 
 // BenchmarkThroughput runs /bin/true from 4 and 8 goroutines at once,
 // through raw bwrap with the driver's flags and through the driver in

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"strings"
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -30,6 +32,9 @@ const RawRunsCommand = "raw-bwrap-runs"
 type RawRunsRequest struct {
 	Request driverapi.ProfileRequest `json:"request"`
 	Spec    driverapi.RunSpec        `json:"spec"`
+	// Minimal runs the smallest bwrap sandbox instead (minimalArgs): the
+	// floor of any bwrap-based sandbox, not the driver's flags.
+	Minimal bool `json:"minimal,omitempty"`
 }
 
 // RawRunsReply answers one "run" line: how long the run took, measured
@@ -79,9 +84,25 @@ func RawRunsMain(args []string, stdin io.Reader, stdout io.Writer) int {
 	spec := req.Spec
 	spec.Profile = prof
 	enc := json.NewEncoder(stdout)
+	run := func() error { return d.rawRun(ctx, spec) }
+	if req.Minimal {
+		h := d.probe()
+		if h.sandboxErr != nil || h.tier != tierBwrap {
+			return fail(fmt.Errorf("raw minimal bwrap: no bwrap sandbox here"))
+		}
+		args := minimalArgs(req.Request.Workspace, append([]string{spec.Program}, spec.Args...)...)
+		run = func() error {
+			c := exec.CommandContext(ctx, h.bwrap, args...)
+			c.Env = launchEnv()
+			if len(spec.Stdin) > 0 {
+				c.Stdin = bytes.NewReader(spec.Stdin)
+			}
+			return c.Run()
+		}
+	}
 	for in.Scan() {
 		start := time.Now()
-		err := d.rawRun(ctx, spec)
+		err := run()
 		reply := RawRunsReply{Nanoseconds: time.Since(start).Nanoseconds()}
 		if err != nil {
 			reply.Error = err.Error()
@@ -104,4 +125,23 @@ func (d *Driver) rawRun(ctx context.Context, spec driverapi.RunSpec) error {
 		c.Stdin = bytes.NewReader(spec.Stdin)
 	}
 	return c.Run()
+}
+
+// minimalArgs is the smallest bubblewrap sandbox that runs argv in ws
+// here: every namespace, the system directories (as the plan has them:
+// merged-/usr hosts link /bin to usr/bin), /proc, /dev and the workspace.
+// It is the floor any bwrap-based sandbox pays per command.
+func minimalArgs(ws string, argv ...string) []string {
+	args := []string{"--unshare-all", "--die-with-parent"}
+	for _, m := range SystemReadSet() {
+		if !strings.HasPrefix(m.Dest, "/etc") {
+			if m.Kind == MountSymlink {
+				args = append(args, "--symlink", m.Src, m.Dest)
+			} else {
+				args = append(args, "--ro-bind", m.Src, m.Dest)
+			}
+		}
+	}
+	args = append(args, "--proc", "/proc", "--dev", "/dev", "--bind", ws, ws, "--chdir", ws, "--")
+	return append(args, argv...)
 }
