@@ -81,6 +81,13 @@ func (cs *cgroupSystem) reason(ctrl string) string {
 // workspaces (protect_linux.go) and, through the probe, its cgroups.
 func (d *Driver) Prepare() {
 	d.trace.Mark("Prepare")
+	if d.cfg.OneCommand {
+		// The one command all but always needs the janitor (its
+		// placeholders, the /etc view): started now, its process start
+		// overlaps the handshake instead of delaying the command. A
+		// placeholder made before it is up waits for it (janitorOnce).
+		go d.janitorOnce.Do(d.startJanitor)
+	}
 	d.probe()
 	d.recoverOnce.Do(d.recoverPlaceholders)
 	d.trace.Mark("Prepare done")
