@@ -94,20 +94,18 @@ func (d *Driver) startJanitor() {
 		d.log.Warn("placeholder janitor not started", "error", err)
 		return
 	}
+	// The first stage only starts the detached janitor and exits. It is
+	// waited for: the janitor proper is then up before the first
+	// placeholder is made. (A one-command driver starts it while the
+	// handshake runs, Prepare, so the wait is off the command's path.)
+	if err := cmd.Wait(); err != nil {
+		w.Close()
+		d.log.Warn("placeholder janitor not started", "error", err)
+		return
+	}
 	// The write end stays open (close-on-exec, so no sandbox holds it)
 	// until this process ends; the janitor outlives it.
 	d.janitorPipe = w
-	// The first stage only starts the detached janitor and exits. It is
-	// not waited for here: once it runs it holds the pipe's read end and
-	// hands it on, in a session of its own, so the clean-up is assured
-	// whenever this driver dies from now on; waiting would only put two
-	// process starts on the first command's path. A stage that fails is
-	// logged; the next driver start removes what a killed driver left.
-	go func() {
-		if err := cmd.Wait(); err != nil {
-			d.log.Warn("placeholder janitor not started", "error", err)
-		}
-	}()
 }
 
 // recordUser notes that bwrap process pid runs a sandbox of this driver,
