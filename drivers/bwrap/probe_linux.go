@@ -287,10 +287,10 @@ func firstLine(s string, n int) string {
 // system read set and /proc covered as Run covers it, running true:
 // whether bwrap can work here at all.
 // Unprivileged users need user namespaces, and containers often forbid
-// them; --version alone says nothing about that. It is run at every driver
-// start (about a bwrap start's cost, overlapping the host's handshake)
-// rather than cached across starts: a cached answer could claim a sandbox
-// that a changed sysctl, AppArmor profile or container no longer allows.
+// them; --version alone says nothing about that. It is run at a driver
+// start unless the probe cache confirms its success for this host's key,
+// which covers the sysctls, LSM policy revisions, namespaces and
+// credentials that could make the answer change (probecache_linux.go).
 func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []string, extra ...string) error {
 	tr := "/usr/bin/true"
 	if _, err := os.Stat(tr); err != nil {
