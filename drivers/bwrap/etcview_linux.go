@@ -102,6 +102,12 @@ func (d *Driver) etcViewFor(p Plan) string {
 			return ""
 		}
 	}
+	return d.etcViewOf(root, entries)
+}
+
+// etcViewOf is the view of entries under root, made or taken up (the
+// checks of the plan are etcViewFor's).
+func (d *Driver) etcViewOf(root string, entries []string) string {
 	shallow, err := etcFingerprint(entries, false)
 	if err != nil {
 		d.log.Debug("etc view: host entries changing; binding them one by one", "error", err)

@@ -90,3 +90,52 @@ func TestOneCommandHoldsNoSessionNetwork(t *testing.T) {
 		t.Fatalf("one-command driver holds session namespaces %v", held)
 	}
 }
+
+// A one-command driver's Prepare takes up the /etc view and builds the
+// default command's seccomp programs before any command arrives; the
+// command then uses exactly those (and runs: positive control), while a
+// plan the view must not serve still gets the binds (the plan's checks
+// are made at the command, not at the warm-up).
+func TestOneCommandWarmsUpBeforeTheCommand(t *testing.T) {
+	d, err := New(Config{InitBinary: driverBin, DriverBinary: driverBin, OneCommand: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := d.probe()
+	if h.sandboxErr != nil || h.tier != tierBwrap {
+		t.Skipf("no bwrap sandbox here: %v", h.sandboxErr)
+	}
+	d.Prepare()
+	d.etc.mu.Lock()
+	warmView := d.etc.dir
+	d.etc.mu.Unlock()
+	if warmView == "" {
+		t.Fatal("Prepare made no /etc view")
+	}
+	d.progs.mu.Lock()
+	nprogs := len(d.progs.files)
+	d.progs.mu.Unlock()
+	if nprogs != 1 {
+		t.Fatalf("Prepare built %d program sets, want the default command's", nprogs)
+	}
+	ws := newWorkspace(t)
+	plan := Plan{System: SystemReadSet(), Workspace: ws}
+	if v := d.etcViewFor(plan); v != warmView {
+		t.Fatalf("the command's view %q is not the one Prepare took up (%q)", v, warmView)
+	}
+	underEtc := plan
+	underEtc.FSRead = []string{"/etc/ssl/certs"}
+	if v := d.etcViewFor(underEtc); v != "" {
+		t.Fatalf("a grant under /etc got the view %s", v)
+	}
+	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, nil, "/bin/echo", "ran")
+	if r.err != nil || r.exit.ExitCode != 0 || r.stdout != "ran\n" {
+		t.Fatalf("the command after the warm-up: %+v", r)
+	}
+	d.progs.mu.Lock()
+	nprogs = len(d.progs.files)
+	d.progs.mu.Unlock()
+	if nprogs != 1 {
+		t.Fatalf("the default command built programs of its own (%d sets): the warm-up's key differs", nprogs)
+	}
+}

@@ -90,6 +90,9 @@ func (d *Driver) Prepare() {
 	}
 	d.probe()
 	d.recoverOnce.Do(d.recoverPlaceholders)
+	if d.cfg.OneCommand {
+		d.warmForOneCommand()
+	}
 	d.trace.Mark("Prepare done")
 }
 
