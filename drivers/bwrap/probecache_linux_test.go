@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -49,6 +50,47 @@ func freshProbe(t *testing.T, d *Driver) *hostProbe {
 
 func cacheFile(dir string) string { return filepath.Join(dir, probeCacheName) }
 
+// filtered reports whether this process runs under a seccomp filter (the
+// test scripts' nolandlock and nonamespaces modes), where the probe cache
+// is off by design.
+func filtered(t *testing.T) bool {
+	t.Helper()
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return !unfilteredProcess(string(status))
+}
+
+// needsCache skips a test of the cache's use where the cache is off by
+// design (TestProbeCacheOffUnderSeccomp covers that case).
+func needsCache(t *testing.T) {
+	t.Helper()
+	if filtered(t) {
+		t.Skip("this process runs under a seccomp filter: the probe cache is off by design")
+	}
+}
+
+// Under a seccomp filter the driver neither reads nor writes the record,
+// and says why; its probe runs the trials (and still finds what they find).
+func TestProbeCacheOffUnderSeccomp(t *testing.T) {
+	if !filtered(t) {
+		t.Skip("no seccomp filter on this process (scripts/test-nolandlock.sh runs this under one)")
+	}
+	dir, key := t.TempDir(), filepath.Join(t.TempDir(), "key")
+	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	d := cacheDriver(t, dir, key, Options{}, "")
+	h := d.probe()
+	if h.probeCached || !strings.Contains(h.probeCacheWhy, "seccomp filter") {
+		t.Fatalf("cache used %v, why %q: want off, for the filter", h.probeCached, h.probeCacheWhy)
+	}
+	if _, err := os.Lstat(cacheFile(dir)); !os.IsNotExist(err) {
+		t.Fatalf("a filtered driver wrote the record: %v", err)
+	}
+}
+
 // writeRecord writes rec with a correct checksum, 0600.
 func writeRecord(t *testing.T, path string, rec probeRecord) {
 	t.Helper()
@@ -85,6 +127,7 @@ func readRecord(t *testing.T, path string) probeRecord {
 // directory); the next driver start skips the trials on its word, finds
 // the same setup, and its sandbox works (positive control).
 func TestProbeCacheUsedByTheNextStart(t *testing.T) {
+	needsCache(t)
 	dir, key := t.TempDir(), filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
 		t.Fatal(err)
@@ -126,6 +169,7 @@ func TestProbeCacheUsedByTheNextStart(t *testing.T) {
 // bwrap binary, the driver binary. Each time the probe runs its trials
 // again, and its new record serves the start after it.
 func TestProbeCacheKeyChangeRefusesIt(t *testing.T) {
+	needsCache(t)
 	tmp := t.TempDir()
 	bw := filepath.Join(tmp, "bwrap")
 	sys, err := exec.LookPath("bwrap")
@@ -181,6 +225,7 @@ func TestProbeCacheKeyChangeRefusesIt(t *testing.T) {
 // own or not a plain file is ignored: the probe runs its trials and
 // reports what they find. The untouched record is used (control).
 func TestProbeCacheTamperedIsIgnored(t *testing.T) {
+	needsCache(t)
 	dir, key := t.TempDir(), filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
 		t.Fatal(err)
@@ -262,6 +307,7 @@ func TestProbeCacheTamperedIsIgnored(t *testing.T) {
 // PID guard) than the one the probe picks makes the probe run its trial
 // for the setup it picked, which it then uses.
 func TestProbeCacheNeverPicksTheSetup(t *testing.T) {
+	needsCache(t)
 	dir, key := t.TempDir(), filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
 		t.Fatal(err)
@@ -301,6 +347,7 @@ func TestUnfilteredProcess(t *testing.T) {
 // A sandbox that fails its setup on a cached probe removes the record;
 // another error leaves it (control).
 func TestProbeCacheForgottenOnSetupFailure(t *testing.T) {
+	needsCache(t)
 	dir, key := t.TempDir(), filepath.Join(t.TempDir(), "key")
 	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
 		t.Fatal(err)
