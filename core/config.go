@@ -269,11 +269,12 @@ func (e *ConfigError) Error() string {
 const EnvPrefix = "ALEPH_SANDBOX_SANDBOX__"
 
 // isOtherEnvVar reports the ALEPH_SANDBOX_ variables that are not
-// configuration overrides: the CLI's log level and destination, and the
-// driver lookup directory.
+// configuration overrides: the CLI's log level and destination, the
+// driver lookup directory, and the start-up trace (internal/starttrace).
 func isOtherEnvVar(name string) bool {
 	switch name {
-	case "ALEPH_SANDBOX_LOG", "ALEPH_SANDBOX_LOG_FILE", "ALEPH_SANDBOX_PLUGIN_DIR", "ALEPH_SANDBOX_HOST", "ALEPH_SANDBOX_LOG_FORMAT":
+	case "ALEPH_SANDBOX_LOG", "ALEPH_SANDBOX_LOG_FILE", "ALEPH_SANDBOX_PLUGIN_DIR", "ALEPH_SANDBOX_HOST", "ALEPH_SANDBOX_LOG_FORMAT",
+		"ALEPH_SANDBOX_TRACE":
 		return true
 	}
 	return false

@@ -41,6 +41,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "aleph-driver-bwrap:", err)
 		os.Exit(125)
 	}
+	d.MarkTrace("serving")
 	// Serve starts d.Prepare (the host probe) in the background, so it
 	// overlaps the handshake.
 	driverapi.Serve(d)

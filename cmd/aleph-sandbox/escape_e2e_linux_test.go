@@ -2245,6 +2245,8 @@ func benchRawRow(t *testing.T, h *escapeHarness) {
 		Backend   string  `json:"backend"`
 		RawP50MS  float64 `json:"raw_p50_ms"`
 		WarmVsRaw float64 `json:"warm_vs_raw"`
+		MinP50MS  float64 `json:"raw_minimal_p50_ms"`
+		ColdVsMin float64 `json:"cold_vs_minimal"`
 	}
 	if r.code != 0 || json.Unmarshal([]byte(r.stdout), &o) != nil {
 		t.Fatalf("bench: exit %d %q %q", r.code, r.stdout, r.stderr)
@@ -2259,5 +2261,8 @@ func benchRawRow(t *testing.T, h *escapeHarness) {
 	}
 	if o.Backend != "bwrap" || o.RawP50MS <= 0 || o.WarmVsRaw <= 0 {
 		t.Errorf("bench --json: backend %q, raw_p50_ms %v, warm_vs_raw %v: want the raw bwrap row", o.Backend, o.RawP50MS, o.WarmVsRaw)
+	}
+	if o.MinP50MS <= 0 || o.ColdVsMin <= 0 {
+		t.Errorf("bench --json: raw_minimal_p50_ms %v, cold_vs_minimal %v: want the raw minimal bwrap row", o.MinP50MS, o.ColdVsMin)
 	}
 }

@@ -16,8 +16,10 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
@@ -66,10 +68,14 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if addr := hostAddress(*host); addr != "" {
 		return runExecHost(ctx, addr, &f, &inter, rest, io, !*rawOutput)
 	}
+	trace := starttrace.FromEnv("cli")
+	defer trace.Close()
+	trace.Mark("exec")
 	cfg, err := loadConfig(f.config, f.workspaceRoot, f.driver)
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
 	}
+	trace.Mark("config loaded")
 	cmd, err := f.command(rest[0], rest[1:], io.In)
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
@@ -77,11 +83,18 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	// What the session's baseline gives needs no flag: with baseline
 	// "spawn" a shell line runs without --spawn.
 	cmd.Capabilities.SpawnSubprocess = cmd.Capabilities.SpawnSubprocess || cfg.SessionBaseline().SpawnSubprocess
-	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers}, io.Err)
+	// This process runs one command and ends its driver: the driver may
+	// leave out what only later commands would use (driverapi.OneCommandEnv).
+	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers}, io.Err,
+		alephsandbox.WithDriverEnv(driverapi.OneCommandEnv+"=1"))
 	if err != nil {
 		return execFailure(io, f.json, err.Error())
 	}
-	defer p.Close()
+	trace.Mark("pipeline built")
+	defer func() {
+		p.Close()
+		trace.Mark("pipeline closed")
+	}()
 	if inter.any() && f.timeout == 0 {
 		// An interactive command waits for a person: no default timeout,
 		// only the processes' maximum lifetime ([sandbox.processes]).
@@ -123,6 +136,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		cmd.Stdout, cmd.Stderr = live.wire(io, !*rawOutput && !inter.tty, brokenPipe(sigs, kill))
 	}
 	out, err := p.sandbox.Execute(execCtx, cmd)
+	trace.Mark("executed")
 	if term != nil {
 		// Before any message of the CLI's own: they are written for a
 		// terminal in its ordinary mode.

@@ -6,12 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/conformance"
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
@@ -34,6 +36,11 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "1" {
 		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("default out")})
+		return
+	}
+	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "hints" {
+		// Says what the host told it at launch (TestExecTellsTheDriverOneCommand).
+		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("one-command=" + os.Getenv(driverapi.OneCommandEnv) + "\n")})
 		return
 	}
 	os.Exit(m.Run())
@@ -416,5 +423,31 @@ func TestExecJSONDenials(t *testing.T) {
 				t.Fatalf("stdout %q backend %q: a denied command must not have run, an allowed one must", o.Stdout, o.Backend)
 			}
 		})
+	}
+}
+
+// exec runs one command and ends its driver, and says so at launch
+// (driverapi.OneCommandEnv): the driver may leave out what only later
+// commands use. A long-lived host (the warm pipeline bench runs) says
+// nothing of the kind (control).
+func TestExecTellsTheDriverOneCommand(t *testing.T) {
+	drv := cliEnv(t)
+	t.Setenv("ALEPH_CLI_TEST_DRIVER", "hints")
+	r := cli(t, "", false, "exec", "--driver", drv, "--", "anything")
+	if r.code != 0 || r.stdout != "one-command=1\n" {
+		t.Fatalf("exec: code %d stdout %q stderr %q, want one-command=1", r.code, r.stdout, r.stderr)
+	}
+	cfg, err := loadConfig("", "", drv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := buildPipeline(cfg, &approver{}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	out, err := p.sandbox.Execute(context.Background(), core.Command{SessionID: "s", Program: "anything"})
+	if err != nil || string(out.Stdout) != "one-command=\n" {
+		t.Fatalf("long-lived pipeline: %v %+v, want no hint", err, out)
 	}
 }

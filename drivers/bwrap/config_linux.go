@@ -24,6 +24,7 @@ func (d *Driver) ConfigSchema(ctx context.Context) (driverapi.ConfigSchema, erro
 // naming its key. A section that differs from the one the process started
 // with is refused rather than half applied: the probe already ran on it.
 func (d *Driver) SetConfig(ctx context.Context, configJSON []byte) error {
+	d.trace.Mark("SetConfig")
 	if err := ctx.Err(); err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
 )
 
 // Version is the driver's version, reported in HostCapabilities.
@@ -70,6 +71,12 @@ type Config struct {
 	// SessionNetworkIdle is how long a session's network namespace is
 	// kept with no command running in it. Default DefaultSessionNetworkIdle.
 	SessionNetworkIdle time.Duration
+	// probeKeyExtra are more files the probe cache's key includes (tests).
+	probeKeyExtra []string
+	// OneCommand says the host runs one command with this driver process
+	// (driverapi.OneCommandEnv): no network namespace is held for the
+	// session, whose only command gets bwrap's own (probe_linux.go).
+	OneCommand bool
 }
 
 // Driver is the bubblewrap driver. It is safe for concurrent use.
@@ -99,6 +106,8 @@ type Driver struct {
 	nets sessionNets
 	// pool holds the prepared sandboxes (prepared_linux.go).
 	pool preparedPool
+	// trace marks the steps of a start for measurement (nil: off).
+	trace *starttrace.Trace
 }
 
 var (
@@ -187,16 +196,18 @@ func NewFromEnv(lg hclog.Logger) (*Driver, error) {
 	if optErr != nil {
 		o = Options{}
 	}
-	d, err := New(Config{Options: o, Logger: lg})
+	d, err := New(Config{Options: o, Logger: lg, OneCommand: os.Getenv(driverapi.OneCommandEnv) == "1"})
 	if err != nil {
 		return nil, err
 	}
 	d.optErr = optErr
+	d.trace = starttrace.FromEnv("driver")
 	return d, nil
 }
 
 // ProfileFor builds the launch plan for req.
 func (d *Driver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	d.trace.Mark("ProfileFor")
 	if err := ctx.Err(); err != nil {
 		return driverapi.Profile{}, err
 	}
@@ -244,10 +255,14 @@ func (d *Driver) enforceable(p Plan) error {
 
 // Run runs spec in the sandbox its profile describes.
 func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	d.trace.Mark("Run")
+	defer d.trace.Mark("Run returns")
 	if spec.Tty != nil {
 		return driverapi.Exit{}, &driverapi.InvalidSpecError{Field: "tty", Reason: "a pseudo-terminal needs RunStream"}
 	}
-	return d.run(ctx, spec, nil, streams)
+	exit, err := d.run(ctx, spec, nil, streams)
+	d.forgetProbeCache(err)
+	return exit, err
 }
 
 // run is Run, and RunStream when in is set (stream_linux.go).
@@ -315,7 +330,9 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if plan.SocketMode == SocketLoopback && spec.SessionID != "" && h.sessionNet != "" {
 		// The session's namespace, shared with its other commands; without
 		// a session (or where it cannot be entered) bwrap's own.
+		d.trace.Mark("session network")
 		n, releaseNet, err := d.nets.acquire(spec.SessionID)
+		d.trace.Mark("session network acquired")
 		if err != nil {
 			var full errSessionNetsFull
 			if errors.As(err, &full) {
@@ -333,6 +350,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
+	d.trace.Mark("launch")
 	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, ns, spec, in, streams)
 }
 

@@ -46,7 +46,8 @@ import (
 // the user (the state directory is private to it). Each driver holds a
 // shared flock on each view it used, for its lifetime; a view nobody holds
 // is removed at the next driver start and by the janitor once its driver is
-// gone. The view is not used (the per-entry binds are) when a grant or the
+// gone, except the one used last, which the next driver (a one-shot
+// command's, say) takes up instead of copying /etc again (lastUsedView). The view is not used (the per-entry binds are) when a grant or the
 // workspace lies under /etc (their mount points would have to be made in the
 // read-only view) or when a writable grant or the workspace holds the state
 // directory (a sandbox could then change what later sandboxes see as /etc).
@@ -101,6 +102,12 @@ func (d *Driver) etcViewFor(p Plan) string {
 			return ""
 		}
 	}
+	return d.etcViewOf(root, entries)
+}
+
+// etcViewOf is the view of entries under root, made or taken up (the
+// checks of the plan are etcViewFor's).
+func (d *Driver) etcViewOf(root string, entries []string) string {
 	shallow, err := etcFingerprint(entries, false)
 	if err != nil {
 		d.log.Debug("etc view: host entries changing; binding them one by one", "error", err)
@@ -215,6 +222,9 @@ func acquireEtcView(root, fp string, entries []string) (string, *os.File, error)
 			lock.Close()
 			return "", nil, fmt.Errorf("etc view %s is incomplete: %w", dir, err)
 		}
+		// The sweeps keep the view used last (lastUsedView).
+		now := time.Now()
+		_ = os.Chtimes(dir+".lock", now, now)
 		return filepath.Join(dir, "etc"), lock, nil
 	}
 	return "", nil, fmt.Errorf("etc view %s keeps going away", dir)
@@ -373,13 +383,15 @@ func copyFile(src, dest string) error {
 	return out.Close()
 }
 
-// sweepEtcViews removes the views under root nobody holds a lock on, and
-// what builders that died mid-way left.
+// sweepEtcViews removes the views under root nobody holds a lock on, but
+// the one used last (see etcKeepLast), and what builders that died mid-way
+// left.
 func sweepEtcViews(root string) {
 	ents, err := os.ReadDir(root)
 	if err != nil {
 		return
 	}
+	keep := lastUsedView(ents)
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), "tmp-") || strings.HasPrefix(e.Name(), "trash-") {
 			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > 10*time.Minute {
@@ -388,7 +400,7 @@ func sweepEtcViews(root string) {
 			continue
 		}
 		name, ok := strings.CutSuffix(e.Name(), ".lock")
-		if !ok {
+		if !ok || name == keep {
 			continue
 		}
 		lock, err := os.Open(filepath.Join(root, e.Name()))
@@ -410,4 +422,38 @@ func sweepEtcViews(root string) {
 		}
 		lock.Close()
 	}
+}
+
+// lastUsedView is the name of the view under ents whose lock file was
+// touched last (acquireEtcView touches it at every use), "" when there is
+// none.
+//
+// Why one view outlives the drivers: a one-shot command (the CLI's exec)
+// starts a driver for one command; removing every view nobody holds made
+// each such command copy the /etc read set again (hundreds of files, tens
+// to hundreds of milliseconds on a loaded disk) and remove it after. The
+// view used last is what the next driver wants unless /etc changed since,
+// and it is checked exactly as a view kept by a running driver is: its
+// name is the fingerprint of the host's entries it was copied from, and a
+// driver uses it only when the host's entries have that fingerprint now.
+// It lives in the state directory, private to the driver's user, as every
+// view does. Any other unheld view (an /etc that changed since) is removed
+// as before, so at most one view is kept beyond the drivers' lives.
+func lastUsedView(ents []fs.DirEntry) string {
+	var keep string
+	var newest time.Time
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".lock")
+		if !ok || strings.HasPrefix(name, "tmp-") || strings.HasPrefix(name, "trash-") {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		if keep == "" || fi.ModTime().After(newest) {
+			keep, newest = name, fi.ModTime()
+		}
+	}
+	return keep
 }

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -136,11 +137,37 @@ func TestEtcViewBuildAndSweep(t *testing.T) {
 	if _, err := os.Lstat(dir2); err != nil {
 		t.Fatalf("held view swept: %v", err)
 	}
+	// The view used last outlives its users, for the next driver (a
+	// one-shot command's), and is taken up again as it is.
 	lock2.Close()
 	sweepEtcViews(root)
+	var before unix.Stat_t
+	if err := unix.Lstat(dir2, &before); err != nil {
+		t.Fatalf("the view used last was swept: %v", err)
+	}
+	again, lock2b, err := acquireEtcView(root, fp2, entries)
+	must(err)
+	var after unix.Stat_t
+	if err := unix.Lstat(again, &after); err != nil || again != dir2 || after.Ino != before.Ino {
+		t.Fatalf("the kept view was not reused: %s (inode %d, was %d): %v", again, after.Ino, before.Ino, err)
+	}
+	lock2b.Close()
+	// Once another view is used later, the older one goes: at most one
+	// view is kept beyond its users.
+	time.Sleep(10 * time.Millisecond) // the lock files' mtimes must differ
+	dir1b, lock1b, err := acquireEtcView(root, fp1, entries)
+	must(err)
+	lock1b.Close()
+	sweepEtcViews(root)
+	if _, err := os.Lstat(dir2); err == nil {
+		t.Fatal("an unheld view that is not the one used last was kept")
+	}
+	if _, err := os.Lstat(dir1b); err != nil {
+		t.Fatalf("the view used last was swept: %v", err)
+	}
 	ents, _ := os.ReadDir(root)
-	if len(ents) != 0 {
-		t.Fatalf("left in the view root: %v", ents)
+	if len(ents) != 2 {
+		t.Fatalf("want the last view and its lock in the view root, got %v", ents)
 	}
 }
 

@@ -75,6 +75,8 @@ func JanitorMain(args []string) int {
 // started is logged: placeholders then still go on every path the driver
 // survives, and at the next driver start otherwise.
 func (d *Driver) startJanitor() {
+	d.trace.Mark("janitor start")
+	defer d.trace.Mark("janitor started")
 	r, w, err := os.Pipe()
 	if err != nil {
 		d.log.Warn("placeholder janitor not started", "error", err)
@@ -92,7 +94,10 @@ func (d *Driver) startJanitor() {
 		d.log.Warn("placeholder janitor not started", "error", err)
 		return
 	}
-	// The first stage only starts the detached janitor and exits.
+	// The first stage only starts the detached janitor and exits. It is
+	// waited for: the janitor proper is then up before the first
+	// placeholder is made. (A one-command driver starts it while the
+	// handshake runs, Prepare, so the wait is off the command's path.)
 	if err := cmd.Wait(); err != nil {
 		w.Close()
 		d.log.Warn("placeholder janitor not started", "error", err)

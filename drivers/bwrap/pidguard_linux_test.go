@@ -155,14 +155,14 @@ func TestPIDGuardFallback(t *testing.T) {
 	refusing := write("bwrap-refusing", version+`[ $$ = 1 ] && { echo "namespace refused by policy" >&2; exit 1; }`+"\nexit 0\n")
 	working := write("bwrap-working", version+"exit 0\n")
 
-	_, _, g, err, _ := probeBwrap(refusing, ProcCoverArgs())
+	_, _, g, err, _ := probeBwrap(refusing, ProcCoverArgs(), nil)
 	if err != nil {
 		t.Fatalf("probe of a bwrap that works unguarded: %v", err)
 	}
 	if g.mode != guardNone || !strings.Contains(g.why, "namespace refused by policy") {
 		t.Fatalf("guard %+v, want none with the refusal as reason", g)
 	}
-	_, _, g, err, _ = probeBwrap(working, ProcCoverArgs())
+	_, _, g, err, _ = probeBwrap(working, ProcCoverArgs(), nil)
 	if err != nil || g.mode == guardNone {
 		t.Fatalf("guard %+v, %v: want the guard on", g, err)
 	}

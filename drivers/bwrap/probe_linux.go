@@ -55,6 +55,10 @@ type hostProbe struct {
 	// says why). nsenter and unshare are the tools sessionNetNsenter runs.
 	sessionNet, sessionNetWhy string
 	nsenter, unshare          string
+	// probeCached says a trial was skipped on the probe cache's word
+	// (probecache_linux.go); probeCacheWhy why the cache is off, if it is.
+	probeCached   bool
+	probeCacheWhy string
 }
 
 func (cs *cgroupSystem) reason(ctrl string) string {
@@ -76,14 +80,28 @@ func (cs *cgroupSystem) reason(ctrl string) string {
 // It also removes what a killed driver left: its placeholders in
 // workspaces (protect_linux.go) and, through the probe, its cgroups.
 func (d *Driver) Prepare() {
+	d.trace.Mark("Prepare")
+	if d.cfg.OneCommand {
+		// The one command all but always needs the janitor (its
+		// placeholders, the /etc view): started now, its process start
+		// overlaps the handshake instead of delaying the command. A
+		// placeholder made before it is up waits for it (janitorOnce).
+		go d.janitorOnce.Do(d.startJanitor)
+	}
 	d.probe()
 	d.recoverOnce.Do(d.recoverPlaceholders)
+	if d.cfg.OneCommand {
+		d.warmForOneCommand()
+	}
+	d.trace.Mark("Prepare done")
 }
 
 // probe inspects the host on first use: bwrap's presence and version,
 // whether it can create the namespaces here, Landlock, seccomp, cgroups.
 func (d *Driver) probe() *hostProbe {
 	d.once.Do(func() {
+		d.trace.Mark("probe")
+		defer d.trace.Mark("probe done")
 		h := &hostProbe{landlock: LandlockABI(), seccomp: SeccompAvailable(), procCover: ProcCoverArgs()}
 		var uts unix.Utsname
 		if unix.Uname(&uts) == nil {
@@ -93,7 +111,9 @@ func (d *Driver) probe() *hostProbe {
 		// both mostly wait on the kernel.
 		cgDone := make(chan *cgroupSystem, 1)
 		go func() { cgDone <- d.probeCgroups() }()
-		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover)
+		var cache *probeCache
+		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover,
+			func(path string) *probeCache { cache = d.openProbeCache(path); return cache })
 		h.tier = tierBwrap
 		var nsErr *namespaceError
 		if errors.As(h.sandboxErr, &nsErr) && d.cfg.Options.Fallback == FallbackLandlock {
@@ -113,10 +133,26 @@ func (d *Driver) probe() *hostProbe {
 			}
 		}
 		if h.sandboxErr == nil && h.tier == tierBwrap {
-			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover)
+			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover, cache)
 		}
+		if cache != nil {
+			h.probeCached, h.probeCacheWhy = cache.used, cache.why
+			if h.sandboxErr == nil && h.tier == tierBwrap {
+				cache.save(d.cfg.StateDir)
+			}
+		}
+		d.trace.Mark("probe: bwrap tried")
 		h.cg = <-cgDone
-		h.sessionNet, h.sessionNetWhy = d.probeSessionNet(h)
+		d.trace.Mark("probe: cgroups found")
+		if d.cfg.OneCommand && h.sandboxErr == nil && h.tier == tierBwrap {
+			// A session's network namespace is shared by its commands
+			// running at the same time; this process runs one. Holding one
+			// would cost a process start here and another at the command.
+			h.sessionNetWhy = "one command per driver process (" + driverapi.OneCommandEnv + ")"
+		} else {
+			h.sessionNet, h.sessionNetWhy = d.probeSessionNet(h)
+		}
+		d.trace.Mark("probe: session network decided")
 		if h.sandboxErr == nil {
 			if err := d.cgroupSettingsErr(h); err != nil {
 				// Fail closed: a limit the configuration asks for and
@@ -164,7 +200,9 @@ func (d *Driver) probeCgroups() *cgroupSystem {
 	return cs
 }
 
-func probeBwrap(path string, procCover []string) (bin, version string, guard pidGuard, err error, fix string) {
+// cacheFor opens the probe cache for the bwrap found (probecache_linux.go);
+// nil means no cache.
+func probeBwrap(path string, procCover []string, cacheFor func(bwrap string) *probeCache) (bin, version string, guard pidGuard, err error, fix string) {
 	const install = "install bubblewrap (apt install bubblewrap / dnf install bubblewrap)"
 	configured := path != ""
 	if path == "" {
@@ -175,6 +213,16 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 		path = p
 	}
 	guard = choosePIDGuard(path)
+	var cache *probeCache
+	if cacheFor != nil {
+		cache = cacheFor(path)
+	}
+	if v, ok := cache.version(); ok && cache.confirmed(trialGuard(guard.mode)) {
+		// This very bwrap printed v and built a sandbox with this very
+		// guard on a host with this key: neither is run again.
+		cache.used = true
+		return path, v, guard, nil, ""
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	// The version query and the trial sandbox are independent: run them
@@ -218,6 +266,11 @@ func probeBwrap(path string, procCover []string) (bin, version string, guard pid
 	if trialErr != nil {
 		return path, version, guard, &namespaceError{msg: trialErr.Error()}, namespaceFix
 	}
+	if guard.why == "" {
+		// Only the setup choosePIDGuard picks is confirmed: a fallback
+		// to no guard is tried again at every start.
+		cache.confirm(trialGuard(guard.mode), version)
+	}
 	return path, version, guard, nil, ""
 }
 
@@ -237,10 +290,10 @@ func firstLine(s string, n int) string {
 // system read set and /proc covered as Run covers it, running true:
 // whether bwrap can work here at all.
 // Unprivileged users need user namespaces, and containers often forbid
-// them; --version alone says nothing about that. It is run at every driver
-// start (about a bwrap start's cost, overlapping the host's handshake)
-// rather than cached across starts: a cached answer could claim a sandbox
-// that a changed sysctl, AppArmor profile or container no longer allows.
+// them; --version alone says nothing about that. It is run at a driver
+// start unless the probe cache confirms its success for this host's key,
+// which covers the sysctls, LSM policy revisions, namespaces and
+// credentials that could make the answer change (probecache_linux.go).
 func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []string, extra ...string) error {
 	tr := "/usr/bin/true"
 	if _, err := os.Stat(tr); err != nil {
@@ -281,7 +334,7 @@ func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []
 // count), and bwrap before 0.8 lacks it: a trial sandbox decides. A root
 // driver's sandbox has no user namespace of its own; seccomp alone denies
 // creating one there.
-func probeDisableUserns(path string, guard pidGuard, procCover []string) ([]string, string) {
+func probeDisableUserns(path string, guard pidGuard, procCover []string, cache *probeCache) ([]string, string) {
 	if os.Geteuid() == 0 {
 		return nil, "root: the sandbox has no user namespace of its own"
 	}
@@ -289,16 +342,24 @@ func probeDisableUserns(path string, guard pidGuard, procCover []string) ([]stri
 		return nil, path + " is setuid"
 	}
 	flags := []string{"--unshare-user", "--disable-userns"}
+	if cache.confirmed(trialUserns(guard.mode)) {
+		// A refusal is never cached: the flags are only ever added on
+		// the cache's word, not left out.
+		cache.used = true
+		return flags, ""
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := trialSandbox(ctx, path, guard, procCover, flags...); err != nil {
 		return nil, "bwrap refused --disable-userns: " + err.Error()
 	}
+	cache.confirm(trialUserns(guard.mode), "")
 	return flags, ""
 }
 
 // Capabilities reports what this host enforces now.
 func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
+	d.trace.Mark("Capabilities")
 	if err := ctx.Err(); err != nil {
 		return driverapi.HostCapabilities{}, err
 	}
@@ -326,7 +387,13 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 			"driver_binary":  d.cfg.DriverBinary,
 			"setup_guard":    h.guard.mode,
 			"tier":           tierBwrap,
+			"host_probe":     "trial sandboxes run at this start",
 		},
+	}
+	if h.probeCached {
+		hc.Details["host_probe"] = "trial sandboxes skipped: confirmed by the probe cache for this host's key"
+	} else if h.probeCacheWhy != "" {
+		hc.Details["host_probe"] += " (" + h.probeCacheWhy + ")"
 	}
 	if h.guard.why != "" {
 		hc.Details["setup_guard_off"] = h.guard.why
@@ -458,3 +525,7 @@ func kernelAtLeast(release string, major, minor int) bool {
 	}
 	return ma > major || ma == major && mi >= minor
 }
+
+// MarkTrace adds event to the start-up trace, when one is on
+// (internal/starttrace).
+func (d *Driver) MarkTrace(event string) { d.trace.Mark(event) }

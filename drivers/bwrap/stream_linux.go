@@ -34,7 +34,9 @@ func (d *Driver) RunStream(ctx context.Context, spec driverapi.RunSpec, in drive
 	if len(spec.Stdin) > 0 {
 		return driverapi.Exit{}, &driverapi.InvalidSpecError{Field: "stdin", Reason: "a streamed run takes its stdin from the stream"}
 	}
-	return d.run(ctx, spec, &in, streams)
+	exit, err := d.run(ctx, spec, &in, streams)
+	d.forgetProbeCache(err)
+	return exit, err
 }
 
 // streamUnavailable is the refusal of a streamed run where the tier cannot

@@ -10,11 +10,11 @@ import (
 // compiledRule is a Rule ready to confirm candidates.
 type compiledRule struct {
 	Rule
-	re *regexp.Regexp
+	re *lazyRegexp
 	// variants are the top-level alternatives of a curated rule compiled
 	// on their own: each has its own literals, so a candidate runs only the
 	// alternative that can match there, and smaller programs run faster.
-	variants []*regexp.Regexp
+	variants []*lazyRegexp
 	// lineScoped rules cannot match across a newline, so a candidate is
 	// confirmed on its own line only; other rules are run on the whole text
 	// once.
@@ -42,7 +42,7 @@ type matcher struct {
 // unit is one variant of one rule: what a literal hit confirms.
 type unit struct {
 	rule int
-	re   *regexp.Regexp
+	re   *lazyRegexp
 	// needs are further literal sets every match contains one of; a
 	// window lacking one is rejected without running the regexp.
 	needs [][]string
@@ -115,33 +115,27 @@ func compileRule(r Rule, curated bool) (compiledRule, error) {
 	if r.Regex == "" {
 		return compiledRule{}, &RuleError{Rule: r.Name, Reason: "empty regex"}
 	}
-	pattern := r.Regex
-	lineScoped := false
 	if curated {
-		pattern = `(?m)` + confineToLine(pattern)
-		lineScoped = !r.spansLines
+		// Compiled on first use (lazyRegexp): the tests compile them all.
+		re := &lazyRegexp{pattern: `(?m)` + confineToLine(r.Regex)}
+		cr := compiledRule{Rule: r, re: re, lineScoped: !r.spansLines, curated: true, variants: []*lazyRegexp{re}}
+		if parts := splitTopAlternation(confineToLine(r.Regex)); len(parts) > 1 {
+			cr.variants = cr.variants[:0]
+			for _, p := range parts {
+				cr.variants = append(cr.variants, &lazyRegexp{pattern: `(?m)` + p})
+			}
+		}
+		return cr, nil
 	}
-	re, err := regexp.Compile(pattern)
+	re, err := regexp.Compile(r.Regex)
 	if err != nil {
 		return compiledRule{}, &RuleError{Rule: r.Name, Reason: "malformed regex: " + err.Error()}
 	}
 	if re.MatchString("") {
 		return compiledRule{}, &RuleError{Rule: r.Name, Reason: "regex matches the empty string, so every command"}
 	}
-	cr := compiledRule{Rule: r, re: re, lineScoped: lineScoped, curated: curated, variants: []*regexp.Regexp{re}}
-	if curated {
-		if parts := splitTopAlternation(confineToLine(r.Regex)); len(parts) > 1 {
-			cr.variants = cr.variants[:0]
-			for _, p := range parts {
-				v, err := regexp.Compile(`(?m)` + p)
-				if err != nil {
-					return compiledRule{}, &RuleError{Rule: r.Name, Reason: "malformed regex: " + err.Error()}
-				}
-				cr.variants = append(cr.variants, v)
-			}
-		}
-	}
-	return cr, nil
+	lre := compiledRegexp(re)
+	return compiledRule{Rule: r, re: lre, variants: []*lazyRegexp{lre}}, nil
 }
 
 // splitTopAlternation splits "(?:a|b|c)" into a, b, c when the whole
@@ -191,9 +185,13 @@ func newMatcher(rules []compiledRule) *matcher {
 			m.units = append(m.units, unit{rule: ri, re: v})
 		}
 	}
+	table := curatedLiteralSets()
 	for i := range m.units {
 		u := &m.units[i]
-		sets := requiredLiteralSets(u.re.String())
+		sets, ok := table[u.re.String()]
+		if !ok || !m.rules[u.rule].curated {
+			sets = requiredLiteralSets(u.re.String())
+		}
 		var set []string
 		if len(sets) > 0 {
 			set, u.needs = sets[0], sets[1:]

@@ -1,0 +1,23 @@
+//go:build linux
+
+package bwrap
+
+// warmForOneCommand does, while the host's handshake runs, the work a
+// driver does once for its first command and that does not depend on the
+// command (Config.OneCommand: that first command is the only one): it
+// takes up (or makes) the /etc view of the system read set and builds the
+// seccomp programs of the default command (network none, no
+// subprocesses). The command still decides for itself: etcViewFor checks
+// its plan and the host's entries again before it binds the view, and a
+// command of another kind gets programs of its own key. Only time moves;
+// nothing a command is allowed depends on this having run.
+func (d *Driver) warmForOneCommand() {
+	h := d.probe()
+	if h.sandboxErr != nil || h.tier != tierBwrap || d.cfg.legacySetup {
+		return
+	}
+	if entries := (Plan{System: SystemReadSet()}).etcEntries(); len(entries) > 0 {
+		d.etcViewOf(d.etcViewRoot(), entries)
+	}
+	d.precompiled(InitSpec{SocketMode: SocketLoopback})
+}
