@@ -97,39 +97,7 @@ func TestMCPServerProcessesEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	call := func(name string, args map[string]any, out any) bool {
-		t.Helper()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		b, _ := json.Marshal(res.StructuredContent)
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s: %s: %v", name, b, err)
-		}
-		return res.IsError
-	}
-	// follow reads from offset until the output holds want (or, for "",
-	// until the process has ended).
-	follow := func(id string, offset int64, want string) (mcpserver.ProcessResult, string) {
-		t.Helper()
-		var all strings.Builder
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var r mcpserver.ProcessResult
-			if call(mcpserver.ToolReadProcess, map[string]any{"id": id, "offset": offset, "wait_seconds": 1}, &r) {
-				t.Fatalf("read_process: %+v", r)
-			}
-			all.WriteString(r.Output)
-			offset = r.NextOffset
-			if (want != "" && strings.Contains(all.String(), want)) || (want == "" && !r.Running) {
-				return r, all.String()
-			}
-			if !r.Running || time.Now().After(deadline) {
-				t.Fatalf("never saw %q in %q (running %v, %+v)", want, all.String(), r.Running, r)
-			}
-		}
-	}
+	call, follow := mcpTools(t, ctx, cs)
 
 	var st mcpserver.ProcessResult
 	if call(mcpserver.ToolStartProcess, map[string]any{"argv": []string{"/bin/cat"}, "wait_seconds": 0}, &st) || !st.Running || st.ID == "" {
@@ -232,4 +200,45 @@ func serverRunning(port string) bool {
 		}
 	}
 	return false
+}
+
+// mcpTools returns call, which calls a tool of cs and decodes its
+// structured result into out (reporting whether it is a tool error), and
+// follow, which reads a process from offset until its output holds want
+// (or, for "", until it has ended).
+func mcpTools(t *testing.T, ctx context.Context, cs *mcp.ClientSession) (
+	call func(name string, args map[string]any, out any) bool,
+	follow func(id string, offset int64, want string) (mcpserver.ProcessResult, string)) {
+	call = func(name string, args map[string]any, out any) bool {
+		t.Helper()
+		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		b, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(b, out); err != nil {
+			t.Fatalf("%s: %s: %v", name, b, err)
+		}
+		return res.IsError
+	}
+	follow = func(id string, offset int64, want string) (mcpserver.ProcessResult, string) {
+		t.Helper()
+		var all strings.Builder
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			var r mcpserver.ProcessResult
+			if call(mcpserver.ToolReadProcess, map[string]any{"id": id, "offset": offset, "wait_seconds": 1}, &r) {
+				t.Fatalf("read_process: %+v", r)
+			}
+			all.WriteString(r.Output)
+			offset = r.NextOffset
+			if (want != "" && strings.Contains(all.String(), want)) || (want == "" && !r.Running) {
+				return r, all.String()
+			}
+			if !r.Running || time.Now().After(deadline) {
+				t.Fatalf("never saw %q in %q (running %v, %+v)", want, all.String(), r.Running, r)
+			}
+		}
+	}
+	return call, follow
 }

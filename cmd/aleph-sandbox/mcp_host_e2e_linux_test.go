@@ -4,12 +4,10 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -62,37 +60,7 @@ func TestMCPServerOnHostEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	call := func(name string, args map[string]any, out any) bool {
-		t.Helper()
-		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
-		if err != nil {
-			t.Fatalf("%s: %v", name, err)
-		}
-		b, _ := json.Marshal(res.StructuredContent)
-		if err := json.Unmarshal(b, out); err != nil {
-			t.Fatalf("%s: %s: %v", name, b, err)
-		}
-		return res.IsError
-	}
-	follow := func(id string, offset int64, want string) (mcpserver.ProcessResult, string) {
-		t.Helper()
-		var all strings.Builder
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			var r mcpserver.ProcessResult
-			if call(mcpserver.ToolReadProcess, map[string]any{"id": id, "offset": offset, "wait_seconds": 1}, &r) {
-				t.Fatalf("read_process: %+v", r)
-			}
-			all.WriteString(r.Output)
-			offset = r.NextOffset
-			if (want != "" && strings.Contains(all.String(), want)) || (want == "" && !r.Running) {
-				return r, all.String()
-			}
-			if !r.Running || time.Now().After(deadline) {
-				t.Fatalf("never saw %q in %q (%+v)", want, all.String(), r)
-			}
-		}
-	}
+	call, follow := mcpTools(t, ctx, cs)
 
 	var run mcpserver.RunCommandResult
 	if call(mcpserver.ToolRunCommand, map[string]any{"argv": []string{"/bin/echo", "hi"}}, &run) || run.Stdout != "hi\n" || run.Backend != "bwrap" {
