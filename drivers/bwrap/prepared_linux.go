@@ -513,6 +513,10 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		defer d.running.add(spec.CommandID, life)()
 	}
 	if err := life.awaitReady(runCtx); err != nil {
+		// sandbox-init may have read the record and be starting the
+		// command as this returns: the sandbox ends here, or the command
+		// would run on past its timeout or cancel, unsupervised.
+		ps.destroy()
 		switch {
 		case ctx.Err() != nil:
 			return driverapi.Exit{}, ctx.Err(), true
