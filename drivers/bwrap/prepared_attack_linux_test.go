@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -90,5 +91,83 @@ func TestPreparedAttackDeadlineDuringHandover(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(ws, m)); err == nil {
 			t.Errorf("the command ran on after its Run answered (%s)", m)
 		}
+	}
+}
+
+// factsScript prints what bounds a command from inside, stripped of what
+// differs from one sandbox to the next (pids, inode numbers, the
+// workspace's path, mount order), then tries what a command of a sandbox
+// built for it cannot do.
+const factsScript = `
+grep -E '^(Uid|Gid|Groups|Cap|NoNewPrivs|Seccomp)' /proc/self/status
+echo pid1:; grep -E '^(Uid|Cap|NoNewPrivs|Seccomp)' /proc/1/status 2>&1
+echo pid1-environ:; cat /proc/1/environ 2>&1 | tr '\0' '\n' | sed 's/=.*//' | sort
+echo pid1-mem:; head -c1 /proc/1/mem 2>&1 | sed 's/[0-9][0-9]*/N/g'
+echo fds:; for f in /proc/self/fd/*; do echo "${f##*/} $(readlink $f | sed 's/[0-9][0-9]*/N/g')"; done
+echo limits:; cat /proc/self/limits
+echo mounts:; awk '{ s=""; for(i=7;i<=NF;i++){ if($i=="-"){ s=$(i+1)" "$(i+3); break } } print $5, $6, s}' /proc/self/mountinfo | sed "s|$PWD|WS|g" | sort
+echo cgroup:; sed 's/[0-9a-f]\{16\}/H/g; s/[0-9][0-9]*/N/g' /proc/self/cgroup
+echo tmp:; ls -A /tmp /dev/shm
+echo attempts:
+echo planted > /tmp/planted && echo planted > /dev/shm/planted && echo planted-tmp
+mount -t tmpfs x /tmp 2>/dev/null && echo mounted
+unshare -m true 2>/dev/null && echo unshared-mnt
+unshare -U -r true 2>/dev/null && echo unshared-user
+umount "$PWD/.git" 2>/dev/null && echo unmounted-git
+umount -l "$PWD/.vscode" 2>/dev/null && echo unmounted-placeholder
+echo evil > .git/config 2>/dev/null && echo wrote-git-config
+echo evil > sub/.git/HEAD 2>/dev/null && echo wrote-nested-git
+mkdir .vscode/x 2>/dev/null && echo made-vscode
+kill -9 1 2>/dev/null && echo killed-pid1
+echo ok > allowed && echo wrote-allowed
+`
+
+// TestPreparedAttackSameAsBuilt: a command handed to a prepared sandbox is
+// bounded exactly as one in a sandbox built for it: the same credentials,
+// capabilities (none, its PID 1's none either), seccomp and no_new_privs,
+// descriptors, limits, mounts (the protected entries' included, with the
+// same flags), cgroup, and the same refusals; its /tmp and /dev/shm are
+// its own (nothing of the command before it, though the sandbox was
+// prepared while that one ran); PID 1 cannot be killed. The positive controls: the workspace write and the
+// plants in /tmp and /dev/shm succeed in both.
+func TestPreparedAttackSameAsBuilt(t *testing.T) {
+	facts := map[PreparedMode]string{}
+	for _, m := range []PreparedMode{PreparedOff, PreparedAlways} {
+		d := testDriver(t, preparedOpts(m))
+		ws := newWorkspace(t)
+		for _, p := range []string{".git/hooks", "sub/.git"} {
+			if err := os.MkdirAll(filepath.Join(ws, p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, p := range []string{".git/config", "sub/.git/HEAD"} {
+			if err := os.WriteFile(filepath.Join(ws, p), []byte("orig\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := 0; i < 2; i++ {
+			r := drvSh(t, d, ws, factsScript)
+			expectOK(t, r)
+			if got := r.exit.Details["prepared"] == "1"; got != (m == PreparedAlways) {
+				t.Fatalf("mode %s: prepared %v", m, got)
+			}
+			if !strings.HasSuffix(r.stdout, "attempts:\nplanted-tmp\nwrote-allowed\n") {
+				t.Fatalf("mode %s, command %d: attempts\n%s", m, i, r.stdout[strings.Index(r.stdout, "attempts:"):])
+			}
+			if !strings.Contains(r.stdout, "tmp:\n/dev/shm:\n\n/tmp:\n") {
+				t.Fatalf("mode %s, command %d: /tmp or /dev/shm not empty at the start:\n%s", m, i, r.stdout)
+			}
+			if i == 1 {
+				facts[m] = r.stdout
+			}
+		}
+		for _, p := range []string{".git/config", "sub/.git/HEAD"} {
+			if b, _ := os.ReadFile(filepath.Join(ws, p)); string(b) != "orig\n" {
+				t.Fatalf("mode %s: %s is %q", m, p, b)
+			}
+		}
+	}
+	if facts[PreparedOff] != facts[PreparedAlways] {
+		t.Fatalf("a prepared sandbox differs from one built for the command:\nbuilt:\n%s\nprepared:\n%s", facts[PreparedOff], facts[PreparedAlways])
 	}
 }
