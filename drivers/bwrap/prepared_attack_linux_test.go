@@ -171,3 +171,106 @@ func TestPreparedAttackSameAsBuilt(t *testing.T) {
 		t.Fatalf("a prepared sandbox differs from one built for the command:\nbuilt:\n%s\nprepared:\n%s", facts[PreparedOff], facts[PreparedAlways])
 	}
 }
+
+// TestPreparedAttackIdleExpiry: a sandbox nobody takes is destroyed after
+// prepared_idle_ms, with everything it held: its processes and its
+// cgroup. The control: while it waits, both exist.
+func TestPreparedAttackIdleExpiry(t *testing.T) {
+	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedIdleMS: 400})
+	ws := newWorkspace(t)
+	fillPool(t, d, ws)
+	var cgDirs []string
+	d.pool.mu.Lock()
+	for _, l := range d.pool.idle {
+		for _, ps := range l {
+			if ps.cg != nil {
+				for _, dir := range ps.cg.dirs {
+					cgDirs = append(cgDirs, dir)
+				}
+			}
+		}
+	}
+	d.pool.mu.Unlock()
+	if len(preparedProcs(ws)) == 0 {
+		t.Fatal("control: no process of a waiting sandbox")
+	}
+	for _, dir := range cgDirs {
+		if _, err := os.Stat(dir); err != nil {
+			t.Fatalf("control: the waiting sandbox's cgroup: %v", err)
+		}
+	}
+	waitUntil(t, func() bool { st := d.PreparedStats(); return st.Waiting == 0 && st.Expired > 0 })
+	waitUntil(t, func() bool { return len(preparedProcs(ws)) == 0 })
+	for _, dir := range cgDirs {
+		if _, err := os.Stat(dir); err == nil {
+			t.Errorf("cgroup %s outlived its expired sandbox", dir)
+		}
+	}
+	d.pool.mu.Lock()
+	total := d.pool.total
+	d.pool.mu.Unlock()
+	if total != 0 {
+		t.Fatalf("the pool counts %d sandboxes after expiry", total)
+	}
+}
+
+// TestPreparedAttackSameSession: a command cannot reach the sandboxes that
+// wait for the next commands of its own session (same profile, same
+// session network namespace): it sees no process of theirs, its kill of
+// every process it can signal leaves them waiting, and the next command
+// is still handed one. The control: the same kill ends the command's own
+// background process.
+func TestPreparedAttackSameSession(t *testing.T) {
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(script string) drvResult {
+		var out, errb lockedBuf
+		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script}, Env: pathEnv(), Cwd: ws,
+			Profile: prof, SessionID: "s", Timeout: 20 * time.Second, MaxOutputBytes: 1 << 20}, driverapi.Streams{Stdout: &out, Stderr: &errb})
+		return drvResult{exit: exit, stdout: out.String(), stderr: errb.String(), err: err}
+	}
+	expectOK(t, run("true"))
+	expectOK(t, run("true"))
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting >= 2 })
+	waiting := preparedProcs(ws)
+	r := run(`
+		init=$(cat /proc/1/comm)
+		echo "$init" | grep -q . && echo "pid1 visible"
+		cat /proc/[0-9]*/comm | grep -cxF -e bwrap -e "$init"
+		sleep 100 & bg=$!
+		kill -9 -1
+		wait $bg; echo "bg $?"`)
+	expectOK(t, r)
+	if r.exit.Details["prepared"] != "1" {
+		t.Fatalf("not run prepared: %+v", r.exit)
+	}
+	if r.stdout != "pid1 visible\n1\nbg 137\n" {
+		t.Fatalf("inside: %q (want only the own PID 1 seen, no other sandbox-init or bwrap, and the own background process killed)", r.stdout)
+	}
+	alive := 0
+	for _, pid := range waiting {
+		if _, err := os.Stat("/proc/" + pid); err == nil {
+			alive++
+		}
+	}
+	// One served the command above (bwrap and sandbox-init); the other's
+	// two processes must still be there.
+	if alive < 2 {
+		t.Fatalf("%d of the %d processes of the waiting sandboxes left after the kill", alive, len(waiting))
+	}
+	if st := d.PreparedStats(); st.Waiting == 0 {
+		t.Fatalf("no sandbox waits after the kill: %+v", st)
+	}
+	hits := d.PreparedStats().Hits
+	if r := run("echo next"); r.err != nil || r.stdout != "next\n" || r.exit.Details["prepared"] != "1" {
+		t.Fatalf("the next command: %+v", r)
+	}
+	if d.PreparedStats().Hits != hits+1 {
+		t.Fatal("the next command was not served a waiting sandbox")
+	}
+}
