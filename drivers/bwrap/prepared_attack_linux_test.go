@@ -42,6 +42,7 @@ func slowHandoverWorkspace(t *testing.T) string {
 // timeout was reported.
 func TestPreparedAttackDeadlineDuringHandover(t *testing.T) {
 	d := testDriver(t, preparedOpts(PreparedAlways))
+	skipWithoutPool(t, d)
 	ws := slowHandoverWorkspace(t)
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{
 		Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
@@ -134,6 +135,7 @@ func TestPreparedAttackSameAsBuilt(t *testing.T) {
 	facts := map[PreparedMode]string{}
 	for _, m := range []PreparedMode{PreparedOff, PreparedAlways} {
 		d := testDriver(t, preparedOpts(m))
+		skipWithoutPool(t, d)
 		ws := newWorkspace(t)
 		for _, p := range []string{".git/hooks", "sub/.git"} {
 			if err := os.MkdirAll(filepath.Join(ws, p), 0o755); err != nil {
@@ -177,6 +179,7 @@ func TestPreparedAttackSameAsBuilt(t *testing.T) {
 // cgroup. The control: while it waits, both exist.
 func TestPreparedAttackIdleExpiry(t *testing.T) {
 	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedIdleMS: 400})
+	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
 	var cgDirs []string
@@ -222,6 +225,7 @@ func TestPreparedAttackIdleExpiry(t *testing.T) {
 // background process.
 func TestPreparedAttackSameSession(t *testing.T) {
 	d := testDriver(t, preparedOpts(PreparedAuto))
+	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	ctx := context.Background()
 	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
@@ -272,5 +276,47 @@ func TestPreparedAttackSameSession(t *testing.T) {
 	}
 	if d.PreparedStats().Hits != hits+1 {
 		t.Fatal("the next command was not served a waiting sandbox")
+	}
+}
+
+// skipWithoutPool skips where this host hands no command over (the pool
+// is off whatever the options say), with the reason.
+func skipWithoutPool(t *testing.T, d *Driver) {
+	t.Helper()
+	if d.poolMode() == PreparedOff {
+		t.Skipf("no prepared sandboxes here: %s", preparedOffWhy(d.probe()))
+	}
+}
+
+// TestPreparedAttackNoWastedSandboxes: with nothing changing in between,
+// every command is handed over, or (where this host cannot hand over) the
+// pool is off and says why, building nothing. On the old code an
+// unprivileged driver (bwrap --disable-userns) built sandboxes whose every
+// hand-over failed (open_tree: EPERM): each command paid for a sandbox it
+// could not use and then for its own.
+func TestPreparedAttackNoWastedSandboxes(t *testing.T) {
+	d := testDriver(t, preparedOpts(PreparedAlways))
+	ws := newWorkspace(t)
+	prepared := 0
+	for i := 0; i < 3; i++ {
+		r := drvSh(t, d, ws, "echo ran")
+		expectOK(t, r)
+		if r.stdout != "ran\n" {
+			t.Fatalf("control: stdout %q", r.stdout)
+		}
+		if r.exit.Details["prepared"] == "1" {
+			prepared++
+		}
+	}
+	st := d.PreparedStats()
+	if prepared == 3 {
+		return
+	}
+	caps, err := d.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.poolMode() != PreparedOff || st.Built+st.Hits+st.Failed != 0 || !strings.HasPrefix(caps.Details["prepared"], "off (") {
+		t.Fatalf("%d of 3 commands handed over; stats %+v; capabilities say prepared %q", prepared, st, caps.Details["prepared"])
 	}
 }

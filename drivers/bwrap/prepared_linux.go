@@ -116,10 +116,22 @@ func (d *Driver) poolMode() PreparedMode {
 	if o.Prepared == PreparedOff || o.PreparedPerProfile == nil || *o.PreparedPerProfile == 0 {
 		return PreparedOff
 	}
-	if h := d.probe(); h.sandboxErr != nil || h.tier != tierBwrap {
+	if h := d.probe(); h.sandboxErr != nil || h.tier != tierBwrap || preparedOffWhy(h) != "" {
 		return PreparedOff
 	}
 	return o.Prepared
+}
+
+// preparedOffWhy says why this host cannot hand a command over, or "".
+// Under bwrap --disable-userns the sandbox runs in a second user namespace
+// below the one that owns its mounts: the capabilities sandbox-init keeps
+// are those of the inner one, and the hand-over's mounts fail (EPERM) every
+// time, so each command would pay for a sandbox it cannot use.
+func preparedOffWhy(h *hostProbe) string {
+	if len(h.userns) > 0 {
+		return "the sandbox's own user namespace (bwrap --disable-userns) cannot make the hand-over's mounts"
+	}
+	return ""
 }
 
 // preparable says whether spec's sandbox can be built ahead.

@@ -24,6 +24,7 @@ func preparedOpts(mode PreparedMode) Options { return Options{Prepared: mode} }
 // the exit says it ran prepared.
 func TestPreparedHandover(t *testing.T) {
 	d := testDriver(t, preparedOpts(PreparedAlways))
+	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
 		t.Fatal(err)
@@ -46,6 +47,7 @@ func TestPreparedHandover(t *testing.T) {
 // both prepared, and the pool hit.
 func TestPreparedOnce(t *testing.T) {
 	d := testDriver(t, preparedOpts(PreparedAuto))
+	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	seen := map[string]bool{}
 	prepared := 0
@@ -82,6 +84,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 // command's timeout does not shorten it, and the timeout still applies.
 func TestPreparedTimeoutFromHandover(t *testing.T) {
 	d := testDriver(t, preparedOpts(PreparedAuto))
+	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	ctx := context.Background()
 	caps := driverapi.Capabilities{SpawnSubprocess: true}
@@ -113,6 +116,7 @@ func TestPreparedTimeoutFromHandover(t *testing.T) {
 // waits until a sandbox waits for it.
 func fillPool(t *testing.T, d *Driver, ws string) {
 	t.Helper()
+	skipWithoutPool(t, d)
 	expectOK(t, drvSh(t, d, ws, "true"))
 	expectOK(t, drvSh(t, d, ws, "true"))
 	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
@@ -194,6 +198,7 @@ func TestPreparedStaleWorkspace(t *testing.T) {
 // another session's command, even for the same profile.
 func TestPreparedNotAcrossSessions(t *testing.T) {
 	d := testDriver(t, preparedOpts(PreparedAuto))
+	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	ctx := context.Background()
 	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
@@ -232,6 +237,7 @@ func TestPreparedNotAcrossSessions(t *testing.T) {
 func TestPreparedCapped(t *testing.T) {
 	const limit = 6
 	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedMax: limit})
+	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	ctx := context.Background()
 	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
@@ -282,6 +288,7 @@ func preparedProcs(ws string) []string {
 // TestPreparedDriverDeath: killing the driver (kill -9) while sandboxes
 // wait leaves none of them behind.
 func TestPreparedDriverDeath(t *testing.T) {
+	skipWithoutPool(t, testDriver(t, preparedOpts(PreparedAuto)))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"prepared":"auto","cgroup":"none"}`}})

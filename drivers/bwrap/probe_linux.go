@@ -335,6 +335,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	// the pool has done so far.
 	if m := d.poolMode(); m == PreparedOff {
 		hc.Details["prepared"] = string(PreparedOff)
+		if why := preparedOffWhy(h); why != "" && d.cfg.Options.Prepared != PreparedOff {
+			hc.Details["prepared"] += " (" + why + ")"
+		}
 	} else {
 		st := d.PreparedStats()
 		hc.Details["prepared"] = fmt.Sprintf("%s: up to %d per profile and session, %d in all, %d ms idle; %d waiting, %d hits, %d misses",
