@@ -132,10 +132,10 @@ echo ok > allowed && echo wrote-allowed
 // prepared while that one ran); PID 1 cannot be killed. The positive controls: the workspace write and the
 // plants in /tmp and /dev/shm succeed in both.
 func TestPreparedAttackSameAsBuilt(t *testing.T) {
+	skipWithoutPool(t, testDriver(t, preparedOpts(PreparedAlways)))
 	facts := map[PreparedMode]string{}
 	for _, m := range []PreparedMode{PreparedOff, PreparedAlways} {
 		d := testDriver(t, preparedOpts(m))
-		skipWithoutPool(t, d)
 		ws := newWorkspace(t)
 		for _, p := range []string{".git/hooks", "sub/.git"} {
 			if err := os.MkdirAll(filepath.Join(ws, p), 0o755); err != nil {
@@ -319,4 +319,65 @@ func TestPreparedAttackNoWastedSandboxes(t *testing.T) {
 	if d.poolMode() != PreparedOff || st.Built+st.Hits+st.Failed != 0 || !strings.HasPrefix(caps.Details["prepared"], "off (") {
 		t.Fatalf("%d of 3 commands handed over; stats %+v; capabilities say prepared %q", prepared, st, caps.Details["prepared"])
 	}
+}
+
+// TestPreparedAttackNestedLayouts: repositories nested in every way git
+// allows (a nested repository, one nested in that, a submodule's git
+// directory inside .git, a gitfile pointing there, a worktree-style
+// gitfile) are protected in a
+// prepared sandbox exactly as in one built for the command: every write
+// below tries each, and the list of what succeeded must be the same (the
+// ordinary files beside them, the positive controls, among them).
+func TestPreparedAttackNestedLayouts(t *testing.T) {
+	layout := func(t *testing.T, ws string) {
+		for _, dir := range []string{".git/hooks", ".git/modules/m/hooks", "sub/.git/hooks", "sub/deeper/.git/hooks", "mod", "wt"} {
+			if err := os.MkdirAll(filepath.Join(ws, dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		files := map[string]string{
+			".git/config": "[core]\n", ".git/modules/m/config": "[core]\n", "sub/.git/config": "[core]\n",
+			"sub/deeper/.git/config": "[core]\n", "mod/.git": "gitdir: ../.git/modules/m\n", "wt/.git": "gitdir: ../.git\n",
+		}
+		for p, c := range files {
+			if err := os.WriteFile(filepath.Join(ws, p), []byte(c), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	const script = `
+		for f in .git/config .git/hooks/x .git/modules/m/config .git/modules/m/hooks/x sub/.git/config sub/.git/hooks/x \
+			sub/deeper/.git/config sub/deeper/.git/hooks/x mod/.git wt/.git \
+			sub/file sub/deeper/file mod/file wt/file; do
+			echo evil >> "$f" 2>/dev/null && echo "wrote $f"
+		done
+		for d in .git sub/.git sub/deeper/.git mod/.git wt/.git sub sub/deeper; do
+			mv "$d" "$d.moved" 2>/dev/null && echo "moved $d" && mv "$d.moved" "$d"
+		done
+		echo done`
+	skipWithoutPool(t, testDriver(t, preparedOpts(PreparedAlways)))
+	got := map[PreparedMode]string{}
+	for _, m := range []PreparedMode{PreparedOff, PreparedAlways} {
+		d := testDriver(t, preparedOpts(m))
+		ws := newWorkspace(t)
+		layout(t, ws)
+		r := drvSh(t, d, ws, script)
+		expectOK(t, r)
+		if p := r.exit.Details["prepared"] == "1"; p != (m == PreparedAlways) {
+			t.Fatalf("mode %s: prepared %v", m, p)
+		}
+		if !strings.Contains(r.stdout, "wrote sub/deeper/file\n") || !strings.HasSuffix(r.stdout, "done\n") {
+			t.Fatalf("mode %s: control: %q", m, r.stdout)
+		}
+		for _, p := range []string{".git/config", ".git/modules/m/config", "sub/.git/config", "sub/deeper/.git/config"} {
+			if b, _ := os.ReadFile(filepath.Join(ws, p)); string(b) != "[core]\n" {
+				t.Errorf("mode %s: %s is %q", m, p, b)
+			}
+		}
+		got[m] = r.stdout
+	}
+	if got[PreparedOff] != got[PreparedAlways] {
+		t.Fatalf("built:\n%s\nprepared:\n%s", got[PreparedOff], got[PreparedAlways])
+	}
+	t.Logf("both:\n%s", got[PreparedOff])
 }
