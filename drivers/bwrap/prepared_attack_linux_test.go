@@ -381,3 +381,92 @@ func TestPreparedAttackNestedLayouts(t *testing.T) {
 	}
 	t.Logf("both:\n%s", got[PreparedOff])
 }
+
+// ownCgroups are the command cgroups of d that exist now, in the
+// directories where dirs (cgroups d made) were.
+func ownCgroups(d *Driver, dirs []string) []string {
+	var found []string
+	seen := map[string]bool{}
+	for _, dir := range dirs {
+		parent := filepath.Dir(dir)
+		if seen[parent] {
+			continue
+		}
+		seen[parent] = true
+		ents, _ := os.ReadDir(parent)
+		for _, e := range ents {
+			if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix+d.owner+"-") {
+				found = append(found, filepath.Join(parent, e.Name()))
+			}
+		}
+	}
+	return found
+}
+
+// TestPreparedAttackForgetLeavesNothing: forget_session, with sandboxes of
+// the session waiting and others still being built, leaves nothing of
+// them: no process, no cgroup, nothing counted in the pool. The control:
+// before it, the waiting ones' processes and cgroups exist.
+func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	skipWithoutPool(t, d)
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func() {
+		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, SessionID: "s",
+			Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{})
+		if err != nil || exit.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, exit)
+		}
+	}
+	run()
+	run()
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting >= 2 })
+	var dirs []string
+	d.pool.mu.Lock()
+	for _, l := range d.pool.idle {
+		for _, ps := range l {
+			if ps.cg != nil {
+				for _, dir := range ps.cg.dirs {
+					dirs = append(dirs, dir)
+				}
+			}
+		}
+	}
+	d.pool.mu.Unlock()
+	if len(preparedProcs(ws)) == 0 {
+		t.Fatal("control: no process of the waiting sandboxes")
+	}
+	if d.probe().cg.mode != CgroupNone && len(ownCgroups(d, dirs)) == 0 {
+		t.Fatal("control: no cgroup of the waiting sandboxes")
+	}
+	// One more run takes a sandbox and starts building its replacement;
+	// the session is forgotten while that build is in flight.
+	run()
+	if err := d.ForgetSession(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, func() bool {
+		d.pool.mu.Lock()
+		defer d.pool.mu.Unlock()
+		return len(d.pool.building) == 0
+	})
+	waitUntil(t, func() bool { return len(preparedProcs(ws)) == 0 })
+	// A sandbox whose build ended after the forget is destroyed by the
+	// build's goroutine: its cgroup goes just after its processes.
+	for deadline := time.Now().Add(10 * time.Second); len(ownCgroups(d, dirs)) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("cgroups left after forget_session: %v", ownCgroups(d, dirs))
+		}
+	}
+	d.pool.mu.Lock()
+	total, idle := d.pool.total, len(d.pool.idle)
+	d.pool.mu.Unlock()
+	if total != 0 || idle != 0 {
+		t.Fatalf("the pool counts %d sandboxes (%d keys) after forget_session", total, idle)
+	}
+}
