@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -468,5 +469,49 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 	d.pool.mu.Unlock()
 	if total != 0 || idle != 0 {
 		t.Fatalf("the pool counts %d sandboxes (%d keys) after forget_session", total, idle)
+	}
+}
+
+// TestPreparedAttackFailedHandoverSilent: a hand-over sandbox-init cannot
+// complete leaves nothing in the command's output: the command runs in a
+// sandbox built for it with exactly its own stdout and stderr. A
+// sandbox-init built with cgo is such a case (the runtime cannot drop the
+// capabilities on every thread). On the old code its error line,
+// "sandbox-init: PR_CAPBSET_DROP on every thread: operation not
+// supported", was written to the command's stderr before the fallback ran
+// the command again. The control: the same command through the usual
+// sandbox-init is handed over.
+func TestPreparedAttackFailedHandoverSilent(t *testing.T) {
+	skipWithoutPool(t, testDriver(t, preparedOpts(PreparedAlways)))
+	if _, err := exec.LookPath("gcc"); err != nil {
+		t.Skip("no C compiler here to build a cgo sandbox-init")
+	}
+	bin := filepath.Join(filepath.Dir(driverBin), "cgo", "aleph-driver-bwrap")
+	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-driver-bwrap")
+	build.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("cgo build: %v\n%s", err, out)
+	}
+	_ = os.Chmod(filepath.Dir(bin), 0o755)
+	const script = "echo out; echo err >&2"
+	for _, cgo := range []bool{false, true} {
+		opts := Options{Prepared: PreparedAlways}
+		cfg := Config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin}
+		if cgo {
+			cfg.InitBinary, cfg.DriverBinary = bin, bin
+		}
+		d, err := New(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws := newWorkspace(t)
+		r := drvSh(t, d, ws, script)
+		expectOK(t, r)
+		if r.stdout != "out\n" || r.stderr != "err\n" {
+			t.Fatalf("cgo %v: stdout %q stderr %q", cgo, r.stdout, r.stderr)
+		}
+		if p := r.exit.Details["prepared"] == "1"; p == cgo {
+			t.Fatalf("cgo %v: prepared %v (want a hand-over only without cgo)", cgo, p)
+		}
 	}
 }
