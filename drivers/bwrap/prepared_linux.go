@@ -377,7 +377,12 @@ func (d *Driver) prepare(key poolKey, plan Plan, session string) (_ *preparedSan
 	}
 	ps.sb = sb
 	sb.cmd.Stderr = ps.setup
-	ps.done = d.startSandbox(sb, plan, nil)
+	// cmd.Process is written by the goroutine that starts bwrap; the
+	// lifeline's started byte orders nothing for the memory model, this
+	// channel does (the hand-over and destroy read cmd.Process).
+	forked := make(chan struct{})
+	ps.done = d.startSandbox(sb, plan, func() { close(forked) })
+	<-forked
 	if err := waitStarted(sb.life, ps.done); err != nil {
 		return nil, fmt.Errorf("%w: %s", err, ps.setup.String())
 	}
