@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
 // Attacks on prepared sandboxes (prepared_linux.go): what a command, or a
@@ -533,5 +534,47 @@ func TestPreparedAttackFailedHandoverSilent(t *testing.T) {
 		if p := r.exit.Details["prepared"] == "1"; p == cgo {
 			t.Fatalf("cgo %v: prepared %v (want a hand-over only without cgo)", cgo, p)
 		}
+	}
+}
+
+// TestPreparedAttackCancelWhilePreparing: in "always" mode a command with
+// no sandbox waiting has one built on the spot; a cancel then ends that
+// wait instead of the driver sitting out the set-up bound (10 s) first.
+// The sandbox here never gets ready (bwrap, for a prepared sandbox only,
+// is a program that just waits); on the old code the Run answered the
+// cancel only after the 10 s. The control: the same bwrap runs the
+// command in a sandbox built for it.
+func TestPreparedAttackCancelWhilePreparing(t *testing.T) {
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("no bwrap")
+	}
+	dir := t.TempDir()
+	fake := filepath.Join(dir, "bwrap")
+	// The waiting program reads the lifeline (bwrap's fd 4) until the
+	// driver's end closes: it ends with the sandbox's destroy or with the
+	// test process, as a real one would.
+	script := "#!/bin/sh\nfor a; do case \"$a\" in *'" + sandboxinit.HandoverProgram + "'*) exec cat <&4 >/dev/null;; esac; done\nexec " + real + " \"$@\"\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(dir, 0o755)
+	d := testDriver(t, Options{BwrapPath: fake, Prepared: PreparedAlways})
+	skipWithoutPool(t, d)
+	ws := newWorkspace(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(300*time.Millisecond, cancel)
+	start := time.Now()
+	r := drvRun(t, ctx, d, ws, driverapi.Capabilities{}, nil, "/bin/echo", "ran")
+	if !errors.Is(r.err, context.Canceled) {
+		t.Fatalf("cancelled: %+v", r)
+	}
+	// Far below the 10 s the old code waited, far above the 300 ms.
+	if el := time.Since(start); el > 5*time.Second {
+		t.Fatalf("the cancel was answered after %v", el)
+	}
+	off := testDriver(t, Options{BwrapPath: fake, Prepared: PreparedOff})
+	if r := drvRun(t, context.Background(), off, ws, driverapi.Capabilities{}, nil, "/bin/echo", "ran"); r.err != nil || r.stdout != "ran\n" {
+		t.Fatalf("control: %+v", r)
 	}
 }

@@ -185,7 +185,8 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 	ps := d.pool.take(key)
 	d.refill(key, plan, spec.SessionID, mode)
 	if ps == nil && mode == PreparedAlways {
-		if ps, err = d.prepare(key, plan, spec.SessionID); err != nil {
+		// Built for this command: its caller's cancel ends the wait.
+		if ps, err = d.prepare(ctx, key, plan, spec.SessionID); err != nil {
 			d.log.Debug("no prepared sandbox", "error", err)
 			return driverapi.Exit{}, nil, false
 		}
@@ -235,7 +236,7 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 		p.total++
 		gen := p.forgotten[session]
 		go func() {
-			ps, err := d.prepare(key, plan, session)
+			ps, err := d.prepare(context.Background(), key, plan, session)
 			p.mu.Lock()
 			p.building[key]--
 			if p.building[key] == 0 {
@@ -330,8 +331,8 @@ func (d *Driver) forgetPrepared(session string) {
 const preparedReadyWait = 10 * time.Second
 
 // prepare builds one sandbox for key and waits until sandbox-init waits
-// for its command.
-func (d *Driver) prepare(key poolKey, plan Plan, session string) (_ *preparedSandbox, err error) {
+// for its command, or ctx ends.
+func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session string) (_ *preparedSandbox, err error) {
 	h := d.probe()
 	ps := &preparedSandbox{key: key, setup: &limitedBuffer{}, releaseNet: func() {}}
 	defer func() {
@@ -383,17 +384,20 @@ func (d *Driver) prepare(key poolKey, plan Plan, session string) (_ *preparedSan
 	forked := make(chan struct{})
 	ps.done = d.startSandbox(sb, plan, func() { close(forked) })
 	<-forked
-	if err := waitStarted(sb.life, ps.done); err != nil {
+	if err := waitStarted(ctx, sb.life, ps.done); err != nil {
 		return nil, fmt.Errorf("%w: %s", err, ps.setup.String())
 	}
 	return ps, nil
 }
 
 // waitStarted waits for sandbox-init's started byte on life, or for the
-// sandbox to end.
-func waitStarted(life *lifeline, done <-chan sandboxResult) error {
+// sandbox to end, or for ctx to.
+func waitStarted(ctx context.Context, life *lifeline, done <-chan sandboxResult) error {
 	deadline := time.Now().Add(preparedReadyWait)
 	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		pfd := []unix.PollFd{{Fd: int32(life.local), Events: unix.POLLIN}}
 		n, err := unix.Poll(pfd, 100)
 		if errors.Is(err, unix.EINTR) {
