@@ -578,3 +578,50 @@ func TestPreparedAttackCancelWhilePreparing(t *testing.T) {
 		t.Fatalf("control: %+v", r)
 	}
 }
+
+// TestPreparedAttackRefusedWorkspaceLeaks: a command can make its
+// workspace one the driver refuses (a nested .git that is a symlink); each
+// later Run is refused, as for a sandbox built for it, and must not leave
+// the prepared sandbox it took behind. On the old code every such Run
+// leaked one (bwrap, sandbox-init, cgroup, descriptors) until the driver
+// ended, and the pool built a new one for the next: unbounded, at the
+// command's will. After forget_session nothing of the session remains.
+func TestPreparedAttackRefusedWorkspaceLeaks(t *testing.T) {
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	skipWithoutPool(t, d)
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(script string) drvResult {
+		var out, errb lockedBuf
+		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script}, Env: pathEnv(), Cwd: ws,
+			Profile: prof, SessionID: "s", Timeout: 20 * time.Second, MaxOutputBytes: 1 << 20}, driverapi.Streams{Stdout: &out, Stderr: &errb})
+		return drvResult{exit: exit, stdout: out.String(), stderr: errb.String(), err: err}
+	}
+	expectOK(t, run("true"))
+	// The attack, from inside (positive control: it ran).
+	r := run("mkdir sub && ln -s /tmp sub/.git && echo planted")
+	expectOK(t, r)
+	if r.stdout != "planted\n" {
+		t.Fatalf("the command did not plant the link: %+v", r)
+	}
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting >= 2 })
+	for i := 0; i < 4; i++ {
+		var inv *driverapi.InvalidSpecError
+		if r := run("echo ran"); !errors.As(r.err, &inv) {
+			t.Fatalf("run %d in the refused workspace: %+v", i, r)
+		}
+		waitUntil(t, func() bool { d.pool.mu.Lock(); defer d.pool.mu.Unlock(); return len(d.pool.building) == 0 })
+	}
+	if err := d.ForgetSession(ctx, "s"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(preparedProcs(ws)) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d sandbox processes left after forget_session (%d refused runs)", len(preparedProcs(ws)), 4)
+		}
+	}
+}

@@ -473,8 +473,13 @@ func (d *Driver) stale(ps *preparedSandbox, plan Plan) string {
 // when the command never started (the sandbox is then destroyed).
 func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, cwd string, spec driverapi.RunSpec,
 	in *driverapi.StreamInput, streams driverapi.Streams) (_ driverapi.Exit, _ error, ok bool) {
+	// Until the record is sent the sandbox is this call's alone: whatever
+	// ends the call there (a refusal of the workspace included) ends the
+	// sandbox, or it would wait on its lifeline for as long as the driver
+	// lives, outside the pool and its caps.
+	handed := false
 	defer func() {
-		if !ok {
+		if !ok || !handed {
 			ps.destroy()
 		}
 	}()
@@ -527,6 +532,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	if err := life.handOver(rec, []int{int(hio.stdin.Fd()), int(hio.stdout.Fd()), int(hio.stderr.Fd()), int(envFile.Fd())}); err != nil {
 		return driverapi.Exit{}, err, false
 	}
+	handed = true
 	hio.sent()
 	if spec.CommandID != "" {
 		// A signal sent from now on waits on the lifeline until the
