@@ -123,10 +123,25 @@ func (d *Driver) poolMode() PreparedMode {
 	if o.Prepared == PreparedOff || o.PreparedPerProfile == nil || *o.PreparedPerProfile == 0 {
 		return PreparedOff
 	}
-	if h := d.probe(); h.sandboxErr != nil || h.tier != tierBwrap || os.Geteuid() != 0 {
+	if h := d.probe(); h.sandboxErr != nil || h.tier != tierBwrap || preparedOffWhy(h) != "" {
 		return PreparedOff
 	}
 	return o.Prepared
+}
+
+// preparedOffWhy says why this host cannot hand a command over, or "": a
+// driver that tried anyway would build, for every command, a sandbox it
+// cannot use.
+func preparedOffWhy(h *hostProbe) string {
+	if os.Geteuid() != 0 {
+		// Unprivileged, bwrap makes its mounts as uid 0 of a first user
+		// namespace and runs the sandbox in a second, nested one mapping
+		// the user's uid (and a third with --disable-userns): none the
+		// sandbox is in holds a capability over its mount namespace, so
+		// every mount from inside is EPERM, whatever capabilities it kept.
+		return "unprivileged: the sandbox's user namespace cannot mount in its own mount namespace, so the hand-over's mounts cannot be made; every sandbox is built for its command"
+	}
+	return ""
 }
 
 // preparable says whether spec's sandbox can be built ahead.
@@ -180,7 +195,8 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 	ps := d.pool.take(key)
 	d.refill(key, plan, spec.SessionID, mode)
 	if ps == nil && mode == PreparedAlways {
-		if ps, err = d.prepare(key, plan, spec.SessionID); err != nil {
+		// Built for this command: its caller's cancel ends the wait.
+		if ps, err = d.prepare(ctx, key, plan, spec.SessionID); err != nil {
 			d.log.Debug("no prepared sandbox", "error", err)
 			return driverapi.Exit{}, nil, false
 		}
@@ -230,7 +246,7 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 		p.total++
 		gen := p.forgotten[session]
 		go func() {
-			ps, err := d.prepare(key, plan, session)
+			ps, err := d.prepare(context.Background(), key, plan, session)
 			p.mu.Lock()
 			p.building[key]--
 			if p.building[key] == 0 {
@@ -325,8 +341,8 @@ func (d *Driver) forgetPrepared(session string) {
 const preparedReadyWait = 10 * time.Second
 
 // prepare builds one sandbox for key and waits until sandbox-init waits
-// for its command.
-func (d *Driver) prepare(key poolKey, plan Plan, session string) (_ *preparedSandbox, err error) {
+// for its command, or ctx ends.
+func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session string) (_ *preparedSandbox, err error) {
 	h := d.probe()
 	ps := &preparedSandbox{key: key, setup: &limitedBuffer{}, releaseNet: func() {}}
 	defer func() {
@@ -372,18 +388,26 @@ func (d *Driver) prepare(key poolKey, plan Plan, session string) (_ *preparedSan
 	}
 	ps.sb = sb
 	sb.cmd.Stderr = ps.setup
-	ps.done = d.startSandbox(sb, plan, nil)
-	if err := waitStarted(sb.life, ps.done); err != nil {
+	// cmd.Process is written by the goroutine that starts bwrap; the
+	// lifeline's started byte orders nothing for the memory model, this
+	// channel does (the hand-over and destroy read cmd.Process).
+	forked := make(chan struct{})
+	ps.done = d.startSandbox(sb, plan, func() { close(forked) })
+	<-forked
+	if err := waitStarted(ctx, sb.life, ps.done); err != nil {
 		return nil, fmt.Errorf("%w: %s", err, ps.setup.String())
 	}
 	return ps, nil
 }
 
 // waitStarted waits for sandbox-init's started byte on life, or for the
-// sandbox to end.
-func waitStarted(life *lifeline, done <-chan sandboxResult) error {
+// sandbox to end, or for ctx to.
+func waitStarted(ctx context.Context, life *lifeline, done <-chan sandboxResult) error {
 	deadline := time.Now().Add(preparedReadyWait)
 	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		pfd := []unix.PollFd{{Fd: int32(life.local), Events: unix.POLLIN}}
 		n, err := unix.Poll(pfd, 100)
 		if errors.Is(err, unix.EINTR) {
@@ -459,8 +483,13 @@ func (d *Driver) stale(ps *preparedSandbox, plan Plan) string {
 // when the command never started (the sandbox is then destroyed).
 func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, cwd string, spec driverapi.RunSpec,
 	in *driverapi.StreamInput, streams driverapi.Streams) (_ driverapi.Exit, _ error, ok bool) {
+	// Until the record is sent the sandbox is this call's alone: whatever
+	// ends the call there (a refusal of the workspace included) ends the
+	// sandbox, or it would wait on its lifeline for as long as the driver
+	// lives, outside the pool and its caps.
+	handed := false
 	defer func() {
-		if !ok {
+		if !ok || !handed {
 			ps.destroy()
 		}
 	}()
@@ -517,6 +546,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	if err := life.handOver(rec, []int{int(hio.stdin.Fd()), int(hio.stdout.Fd()), int(hio.stderr.Fd()), int(envFile.Fd())}); err != nil {
 		return driverapi.Exit{}, err, false
 	}
+	handed = true
 	hio.sent()
 	if spec.CommandID != "" {
 		// A signal sent from now on waits on the lifeline until the
@@ -524,6 +554,10 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		defer d.running.add(spec.CommandID, life)()
 	}
 	if err := life.awaitReady(runCtx); err != nil {
+		// sandbox-init may have read the record and be starting the
+		// command as this returns: the sandbox ends here, or the command
+		// would run on past its timeout or cancel, unsupervised.
+		ps.destroy()
 		switch {
 		case ctx.Err() != nil:
 			return driverapi.Exit{}, ctx.Err(), true

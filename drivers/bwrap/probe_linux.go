@@ -402,8 +402,8 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	// the pool has done so far.
 	if m := d.poolMode(); m == PreparedOff {
 		hc.Details["prepared"] = string(PreparedOff)
-		if d.cfg.Options.Prepared != PreparedOff && os.Geteuid() != 0 {
-			hc.Details["prepared"] += " (unprivileged: the sandbox's user namespace cannot mount in its own mount namespace, so the hand-over's mounts cannot be made; every sandbox is built for its command)"
+		if why := preparedOffWhy(h); why != "" && d.cfg.Options.Prepared != PreparedOff {
+			hc.Details["prepared"] += " (" + why + ")"
 		}
 	} else {
 		st := d.PreparedStats()

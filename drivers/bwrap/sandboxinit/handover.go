@@ -27,9 +27,9 @@ import (
 // placeholders of missing ones, read-write anchors), each resolved without
 // following any symlink and checked against the device and inode the
 // launcher saw, so a tree changed in between fails the hand-over instead of
-// mounting elsewhere. It changes to the command's directory, takes the
-// descriptors as its 0, 1, 2 and the environment's, drops the capabilities
-// it kept for those mounts (CAP_SYS_ADMIN, CAP_SETPCAP: bwrap --cap-add)
+// mounting elsewhere. It changes to the command's directory, drops the
+// capabilities it kept for those mounts (CAP_SYS_ADMIN, CAP_SETPCAP: bwrap
+// --cap-add), takes the descriptors as its 0, 1, 2 and the environment's
 // and answers ReadyTag. From there on it is exactly the sandbox-init of a
 // sandbox built for the command: no_new_privs, Landlock, rlimits, seccomp,
 // the supervised fork. A failure before ReadyTag is answered with ErrorTag

@@ -110,10 +110,13 @@ func parseRights(oob []byte) ([]int, error) {
 	return fds, nil
 }
 
-// applyHandover makes h's mounts, enters its directory, puts fds in place
-// (0, 1, 2 and envFD) and drops the capabilities the mounts needed, on
-// every thread. Any error leaves the sandbox unusable: the caller reports
-// it and ends.
+// applyHandover makes h's mounts, enters its directory, drops the
+// capabilities the mounts needed, on every thread, and puts fds in place
+// (0, 1, 2 and envFD). Any error leaves the sandbox unusable: the caller
+// reports it and ends. The descriptors come last: until then this
+// process's stderr is the sandbox's setup stream, so a hand-over that
+// fails says so there, never in the output of the command that the
+// launcher then runs in a sandbox built for it.
 func applyHandover(h Handover, fds []int, envFD int) error {
 	for _, m := range h.Mounts {
 		if err := handoverMount(m); err != nil {
@@ -123,13 +126,16 @@ func applyHandover(h Handover, fds []int, envFD int) error {
 	if err := unix.Chdir(h.Cwd); err != nil {
 		return fmt.Errorf("chdir %s: %w", h.Cwd, err)
 	}
+	if err := dropCapabilitiesAllThreads(); err != nil {
+		return err
+	}
 	for i, to := range []int{0, 1, 2, envFD} {
 		if err := unix.Dup3(fds[i], to, 0); err != nil {
 			return fmt.Errorf("hand-over descriptor %d: %w", to, err)
 		}
 		unix.Close(fds[i])
 	}
-	return dropCapabilitiesAllThreads()
+	return nil
 }
 
 // handoverMount makes one mount of a hand-over. The path is resolved with
