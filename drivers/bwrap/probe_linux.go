@@ -332,11 +332,13 @@ func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []
 // below seccomp's denial of unshare, setns and CLONE_NEWUSER. bwrap insists
 // on an explicit --unshare-user for it (--unshare-all's "try" does not
 // count), and bwrap before 0.8 lacks it: a trial sandbox decides. A root
-// driver's sandbox has no user namespace of its own; seccomp alone denies
-// creating one there.
+// driver's sandbox is not given the flag: its user namespace (from
+// --unshare-all, uid 0 mapped to uid 0) is where its mounts are made, and
+// the prepared sandboxes' hand-over makes its mounts there too; seccomp
+// alone denies creating further user namespaces in it.
 func probeDisableUserns(path string, guard pidGuard, procCover []string, cache *probeCache) ([]string, string) {
 	if os.Geteuid() == 0 {
-		return nil, "root: the sandbox has no user namespace of its own"
+		return nil, "root: not used (seccomp denies new user namespaces in the sandbox)"
 	}
 	if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSetuid != 0 {
 		return nil, path + " is setuid"
