@@ -113,6 +113,9 @@ type preparedPool struct {
 	// forgotten counts forget_session calls per session: a sandbox whose
 	// build began before one is destroyed when it is ready.
 	forgotten map[string]int
+	// refused counts the hand-overs of a key that failed in a row: from
+	// maxRefused on, the key is not prepared until it has been idle.
+	refused map[poolKey]int
 	total     int // waiting + being built
 	stats     PreparedStats
 }
@@ -194,7 +197,7 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 	key := keyFor(spec)
 	ps := d.pool.take(key)
 	d.refill(key, plan, spec.SessionID, mode)
-	if ps == nil && mode == PreparedAlways {
+	if ps == nil && mode == PreparedAlways && !d.pool.refusing(key) {
 		// Built for this command: its caller's cancel ends the wait.
 		if ps, err = d.prepare(ctx, key, plan, spec.SessionID); err != nil {
 			d.log.Debug("no prepared sandbox", "error", err)
@@ -205,11 +208,39 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 		return driverapi.Exit{}, nil, false
 	}
 	exit, err, ok = d.handOver(ctx, ps, plan, cwd, spec, in, streams)
+	d.pool.noteHandover(key, ok)
 	if !ok {
 		d.log.Debug("prepared sandbox refused the hand-over", "error", err)
 		return driverapi.Exit{}, nil, false
 	}
 	return exit, err, true
+}
+
+// maxRefused is how many hand-overs of a key may fail in a row before the
+// key is no longer prepared (until it has been idle for prepared_idle_ms):
+// a failure that recurs would otherwise make every command pay for a
+// sandbox it cannot use, on top of its own.
+const maxRefused = 3
+
+// noteHandover counts a hand-over of key that failed, or clears the count.
+func (p *preparedPool) noteHandover(key poolKey, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.refused == nil {
+		p.refused = map[poolKey]int{}
+	}
+	if ok {
+		delete(p.refused, key)
+		return
+	}
+	p.refused[key]++
+}
+
+// refusing says whether key is not prepared for now (noteHandover).
+func (p *preparedPool) refusing(key poolKey) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused[key] >= maxRefused
 }
 
 // refill starts building sandboxes for key in the background, up to the
@@ -227,6 +258,7 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 		p.idle = map[poolKey][]*preparedSandbox{}
 		p.building = map[poolKey]int{}
 		p.forgotten = map[string]int{}
+		p.refused = map[poolKey]int{}
 	}
 	last, seen := p.seen[key]
 	idle := time.Duration(o.PreparedIdleMS) * time.Millisecond
@@ -235,7 +267,11 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 		// Forget keys not run for a while: the map stays bounded.
 		if now.Sub(t) > idle && len(p.idle[k]) == 0 && p.building[k] == 0 {
 			delete(p.seen, k)
+			delete(p.refused, k)
 		}
+	}
+	if p.refused[key] >= maxRefused {
+		return
 	}
 	if mode == PreparedAuto && (!seen || now.Sub(last) > idle) {
 		return

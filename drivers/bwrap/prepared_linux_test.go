@@ -457,3 +457,34 @@ func TestPreparedIdleCost(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// TestPreparedStopsAfterRefusals: when the hand-overs of a profile keep
+// failing (here: the workspace replaced before every command, so each
+// waiting sandbox binds a directory that is gone), the driver stops
+// preparing sandboxes for it instead of building one per command that
+// nobody can use; the commands themselves all run.
+func TestPreparedStopsAfterRefusals(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAuto))
+	skipWithoutPool(t, d)
+	ws := newWorkspace(t)
+	fillPool(t, d, ws)
+	for i := 0; i < 8; i++ {
+		if err := os.RemoveAll(ws); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Mkdir(ws, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		r := drvSh(t, d, ws, "echo ok")
+		if r.err != nil || r.stdout != "ok\n" || r.exit.Details["prepared"] == "1" {
+			t.Fatalf("command %d: %+v", i, r)
+		}
+		// Let a refill (if any) finish before the next replacement.
+		time.Sleep(100 * time.Millisecond)
+	}
+	st := d.PreparedStats()
+	if st.Stale < maxRefused || st.Built > maxRefused+2 {
+		t.Fatalf("after 8 refused hand-overs: %+v (want at least %d stale, at most %d built)", st, maxRefused, maxRefused+2)
+	}
+}
