@@ -116,8 +116,8 @@ type preparedPool struct {
 	// refused counts the hand-overs of a key that failed in a row: from
 	// maxRefused on, the key is not prepared until it has been idle.
 	refused map[poolKey]int
-	total     int // waiting + being built
-	stats     PreparedStats
+	total   int // waiting + being built
+	stats   PreparedStats
 }
 
 // poolMode is the pool's mode for this driver, off where it cannot work.
