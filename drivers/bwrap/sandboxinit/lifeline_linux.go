@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"time"
 
@@ -22,13 +21,23 @@ var errLauncherGone = errors.New("the launcher is gone; not starting the command
 
 // ReadEnvFD reads the environment held by fd (see InitSpec.EnvFD).
 func ReadEnvFD(fd int) ([]string, error) {
-	f := os.NewFile(uintptr(fd), "env")
-	if f == nil {
-		return nil, fmt.Errorf("env fd %d: not open", fd)
-	}
-	data, err := io.ReadAll(io.NewSectionReader(f, 0, maxEnvBytes+1))
-	if err != nil {
-		return nil, fmt.Errorf("env fd %d: %w", fd, err)
+	// pread on the number, not an *os.File: a File's finalizer would close
+	// the descriptor at some later collection, while the supervisor's plain
+	// child still needs it (and by then the number may be another file's).
+	var data []byte
+	buf := make([]byte, 64<<10)
+	for len(data) <= maxEnvBytes {
+		n, err := unix.Pread(fd, buf, int64(len(data)))
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("env fd %d: %w", fd, err)
+		}
+		if n == 0 {
+			break
+		}
+		data = append(data, buf[:n]...)
 	}
 	if len(data) > maxEnvBytes {
 		return nil, fmt.Errorf("env fd %d: more than %d bytes", fd, maxEnvBytes)

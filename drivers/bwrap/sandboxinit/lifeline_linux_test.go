@@ -5,8 +5,10 @@ package sandboxinit
 import (
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -91,5 +93,31 @@ func TestSpecFDFields(t *testing.T) {
 		if err := s.Validate(); !errors.As(err, &ise) {
 			t.Errorf("%+v: %v", s, err)
 		}
+	}
+}
+
+// ReadEnvFD leaves the descriptor as it found it: the supervisor's plain
+// child is given the same number later, so no finalizer of a wrapper may
+// close it at some collection in between.
+func TestReadEnvFDKeepsDescriptor(t *testing.T) {
+	fd, err := unix.MemfdCreate("env", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Skip("memfd:", err)
+	}
+	defer unix.Close(fd)
+	if _, err := unix.Write(fd, EncodeEnv([]string{"A=1"})); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if env, err := ReadEnvFD(fd); err != nil || len(env) != 1 || env[0] != "A=1" {
+			t.Fatalf("read %d: %q %v", i, env, err)
+		}
+	}
+	for i := 0; i < 3; i++ {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err != nil {
+		t.Fatalf("the environment's descriptor was closed behind the caller's back: %v", err)
 	}
 }
