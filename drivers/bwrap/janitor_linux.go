@@ -65,7 +65,7 @@ func JanitorMain(args []string) int {
 	}
 	_, _ = io.Copy(io.Discard, pipe)
 	d := &Driver{cfg: Config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownerTag()}
-	d.recoverPlaceholdersWaiting(userWait)
+	d.recoverPlaceholdersWaiting(userWait, true)
 	// The driver's locks on its /etc views went with it.
 	sweepEtcViews(d.etcViewRoot())
 	return 0

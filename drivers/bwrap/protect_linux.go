@@ -142,37 +142,39 @@ func (d *Driver) createPlaceholder(dir, path string) (*os.File, error) {
 }
 
 // removePlaceholder deletes path and its record if it still is a recorded
-// placeholder and no command of any driver process holds it.
-func removePlaceholder(dir, path string) {
+// placeholder and no command of any driver process holds it. held reports
+// that some process still held it (so it was left).
+func removePlaceholder(dir, path string) (held bool) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		return false
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
-		return // still in use; its last user removes it
+		return true // still in use; its last user removes it
 	}
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) != nil || !sameFile(f, path) || !isPlaceholder(dir, path, &st) {
-		return
+		return false
 	}
 	if os.Remove(path) == nil {
 		_ = os.Remove(filepath.Join(dir, recordName(&st)))
 	}
+	return false
 }
 
 // recoverPlaceholders removes what killed drivers left: see the top of the
 // file. Runs once per driver, before its first command.
 func (d *Driver) recoverPlaceholders() {
 	sweepEtcViews(d.etcViewRoot())
-	d.recoverPlaceholdersWaiting(2 * time.Second)
+	d.recoverPlaceholdersWaiting(2*time.Second, false)
 }
 
 // recoverPlaceholdersWaiting first waits up to bound for the sandboxes of
 // dead drivers to be gone: a placeholder removed while a dying sandbox
 // still has it mounted would detach the mount for its last moments.
-func (d *Driver) recoverPlaceholdersWaiting(bound time.Duration) {
+func (d *Driver) recoverPlaceholdersWaiting(bound time.Duration, retryHeld bool) {
 	if _, err := os.Lstat(filepath.Join(d.cfg.StateDir, "placeholders")); errors.Is(err, os.ErrNotExist) {
 		// No record was ever written (or the state directory is gone,
 		// as a test's is before its janitor runs): nothing to recover,
@@ -188,9 +190,27 @@ func (d *Driver) recoverPlaceholdersWaiting(bound time.Duration) {
 		d.log.Warn("sandboxes of a dead driver are still ending; their placeholders are left to a later start")
 		return
 	}
+	// For the janitor, a placeholder still held may be its dead driver's
+	// own, for the last moments of its exit (its descriptors close one
+	// after the other, the pipe the janitor waits on among them): it looks
+	// again for a short while. A starting driver does not wait: what is
+	// held there is another live command's.
+	held := d.recoverPass(dir)
+	for deadline := time.Now().Add(placeholderHeldWait); held && retryHeld && time.Now().Before(deadline); held = d.recoverPass(dir) {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// placeholderHeldWait bounds how long recovery retries placeholders that are
+// still held; past it, whoever holds one removes it when done.
+const placeholderHeldWait = 2 * time.Second
+
+// recoverPass is one pass of recoverPlaceholdersWaiting over the records in
+// dir; held reports that a recorded placeholder was still held by someone.
+func (d *Driver) recoverPass(dir string) (held bool) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return
+		return false
 	}
 	for _, e := range ents {
 		name := e.Name()
@@ -209,7 +229,9 @@ func (d *Driver) recoverPlaceholdersWaiting(bound time.Duration) {
 				_ = os.Remove(rec)
 				continue
 			}
-			removePlaceholder(dir, path)
+			if removePlaceholder(dir, path) {
+				held = true
+			}
 		case strings.HasPrefix(name, "intent-"):
 			pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-"))
 			if !ok || !ownerGone(pid, start, rest) {
@@ -232,6 +254,7 @@ func (d *Driver) recoverPlaceholdersWaiting(bound time.Duration) {
 			_ = os.Remove(rec)
 		}
 	}
+	return held
 }
 
 // scanLimits are this driver's bounds for one command's scan.
