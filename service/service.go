@@ -329,12 +329,17 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	// Send may follow the handler's return.
 	finished := make(chan struct{})
 	var senders sync.WaitGroup
+	// The key is released before the result is sent: once a client has
+	// the result, the calls naming the key find no command.
+	releaseKey := func() {}
 	if key := req.Msg.GetSignalKey(); key != "" {
 		c, release, err := s.registerCall(key, interactive)
 		if err != nil {
 			return err
 		}
-		defer release()
+		var once sync.Once
+		releaseKey = func() { once.Do(release) }
+		defer releaseKey()
 		cmd.Signals = c.signals
 		if c.stdin != nil {
 			cmd.StdinStream = c.stdin
@@ -369,6 +374,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	out, err := s.host.Execute(ctx, cmd)
 	close(finished)
 	senders.Wait()
+	releaseKey()
 	res, rerr := s.result(ctx, out, err)
 	switch {
 	case rerr != nil:

@@ -151,7 +151,15 @@ func TestMCPServerOnHostEndToEnd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(r.Msg.GetProcesses()) == 0 && !serverRunning(port) {
+		// Ended, and killed: the service may still list it as exited
+		// until its session is forgotten; nothing of it may run.
+		running := 0
+		for _, p := range r.Msg.GetProcesses() {
+			if !p.GetExited() {
+				running++
+			}
+		}
+		if running == 0 && !serverRunning(port) {
 			break
 		}
 		if time.Now().After(deadline) {
