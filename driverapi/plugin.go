@@ -89,14 +89,25 @@ func pluginLogger(name string) hclog.Logger {
 // Prepare must be safe to run concurrently with every other method.
 type Preparer interface{ Prepare() }
 
+// Closer is optional for a Driver that Serve runs: Close is called once the
+// host has shut the plugin down (its graceful stop), before the process
+// exits, to release what the driver keeps between commands (sandboxes built
+// ahead, their cgroups). A plugin that dies otherwise never gets there: what
+// it kept must also end on its own (as the bwrap driver's do, with their
+// lifeline) and be swept by the next start.
+type Closer interface{ Close() }
+
 // Serve runs d as a plugin process. It is the whole main of a driver binary
-// and does not return.
+// and returns once the host has shut the plugin down.
 func Serve(d Driver) {
 	serve(plugin.PluginSet{PluginDriver: &DriverPlugin{Impl: d}}, func() {
 		if p, ok := d.(Preparer); ok {
 			go p.Prepare()
 		}
 	})
+	if c, ok := d.(Closer); ok {
+		c.Close()
+	}
 }
 
 // ServeHook runs h as a hook plugin process; it does not return.

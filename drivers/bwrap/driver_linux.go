@@ -113,6 +113,7 @@ type Driver struct {
 var (
 	_ driverapi.Driver       = (*Driver)(nil)
 	_ driverapi.Preparer     = (*Driver)(nil)
+	_ driverapi.Closer       = (*Driver)(nil)
 	_ driverapi.Configurable = (*Driver)(nil)
 
 	_ driverapi.SessionForgetter = (*Driver)(nil)

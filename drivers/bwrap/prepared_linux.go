@@ -116,6 +116,8 @@ type preparedPool struct {
 	// refused counts the hand-overs of a key that failed in a row: from
 	// maxRefused on, the key is not prepared until it has been idle.
 	refused map[poolKey]int
+	// closed: the driver is closing (Close); nothing is prepared any more.
+	closed bool
 	total   int // waiting + being built
 	stats   PreparedStats
 }
@@ -270,7 +272,7 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 			delete(p.refused, k)
 		}
 	}
-	if p.refused[key] >= maxRefused {
+	if p.refused[key] >= maxRefused || p.closed {
 		return
 	}
 	if mode == PreparedAuto && (!seen || now.Sub(last) > idle) {
@@ -288,7 +290,7 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 			if p.building[key] == 0 {
 				delete(p.building, key)
 			}
-			stale := p.forgotten[session] != gen
+			stale := p.forgotten[session] != gen || p.closed
 			if !p.buildingFor(session) {
 				// Nothing in flight can hold an older count: the map
 				// stays as small as the builds.
@@ -348,6 +350,27 @@ func (d *Driver) expire(ps *preparedSandbox) {
 	p.stats.Expired++
 	p.mu.Unlock()
 	ps.destroy()
+}
+
+// Close destroys every waiting sandbox, with its processes and its
+// cgroup, and any still being built as it is ready (driverapi.Closer: the
+// plugin calls it when the host shuts it down). Commands may not be run
+// after it.
+func (d *Driver) Close() {
+	p := &d.pool
+	p.mu.Lock()
+	p.closed = true
+	var gone []*preparedSandbox
+	for k, l := range p.idle {
+		gone = append(gone, l...)
+		p.total -= len(l)
+		delete(p.idle, k)
+	}
+	p.mu.Unlock()
+	for _, ps := range gone {
+		ps.timer.Stop()
+		ps.destroy()
+	}
 }
 
 // forgetPrepared destroys the waiting sandboxes of session.

@@ -488,3 +488,55 @@ func TestPreparedStopsAfterRefusals(t *testing.T) {
 		t.Fatalf("after 8 refused hand-overs: %+v (want at least %d stale, at most %d built)", st, maxRefused, maxRefused+2)
 	}
 }
+
+// TestPreparedGracefulStop: when the host shuts the plugin down, its
+// waiting sandboxes go with it, processes and cgroups, before the process
+// exits (not only at the next driver's start).
+func TestPreparedGracefulStop(t *testing.T) {
+	needPreparable(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"prepared":"auto"}`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	d := p.Driver()
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Env: pathEnv(),
+			Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, exit)
+		}
+	}
+	// Control: sandboxes wait, each in a cgroup of this plugin's.
+	waitUntil(t, func() bool { return len(preparedProcs(ws)) >= 2 })
+	local := testDriver(t, Options{})
+	own := cgroupPrefix + strconv.Itoa(p.Pid()) + "-"
+	ownCgroups := func() []string {
+		var out []string
+		for dir := range commandCgroups(local) {
+			if strings.HasPrefix(filepath.Base(dir), own) {
+				out = append(out, dir)
+			}
+		}
+		return out
+	}
+	if local.probe().cg.mode != CgroupNone && len(ownCgroups()) == 0 {
+		t.Fatal("control: the waiting sandboxes have no cgroup")
+	}
+	p.Kill() // the host's graceful stop: Close runs before the process exits
+	if left := preparedProcs(ws); len(left) > 0 {
+		t.Errorf("waiting sandboxes outlived the plugin's stop: %v", left)
+	}
+	if left := ownCgroups(); len(left) > 0 {
+		t.Errorf("cgroups of the stopped plugin left: %v", left)
+		for _, dir := range left {
+			_ = os.Remove(dir)
+		}
+	}
+}
