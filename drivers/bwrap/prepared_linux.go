@@ -118,8 +118,8 @@ type preparedPool struct {
 	refused map[poolKey]int
 	// closed: the driver is closing (Close); nothing is prepared any more.
 	closed bool
-	total   int // waiting + being built
-	stats   PreparedStats
+	total  int // waiting + being built
+	stats  PreparedStats
 }
 
 // poolMode is the pool's mode for this driver, off where it cannot work.
