@@ -328,25 +328,7 @@ func preparedProcs(ws string) []string {
 // wait leaves none of them behind.
 func TestPreparedDriverDeath(t *testing.T) {
 	needPreparable(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"prepared":"auto","cgroup":"none"}`}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	d := p.Driver()
-	ws := newWorkspace(t)
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ {
-		if exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Env: pathEnv(),
-			Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
-			t.Fatalf("%v %+v", err, exit)
-		}
-	}
+	p, ws := pluginWithPool(t, `{"prepared":"auto","cgroup":"none"}`)
 	// Control: sandboxes wait (bwrap and sandbox-init of each).
 	waitUntil(t, func() bool { return len(preparedProcs(ws)) >= 2 })
 	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
@@ -494,25 +476,7 @@ func TestPreparedStopsAfterRefusals(t *testing.T) {
 // exits (not only at the next driver's start).
 func TestPreparedGracefulStop(t *testing.T) {
 	needPreparable(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + `={"prepared":"auto"}`}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(p.Kill)
-	d := p.Driver()
-	ws := newWorkspace(t)
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ {
-		if exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Env: pathEnv(),
-			Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
-			t.Fatalf("%v %+v", err, exit)
-		}
-	}
+	p, ws := pluginWithPool(t, `{"prepared":"auto"}`)
 	// Control: sandboxes wait, each in a cgroup of this plugin's.
 	waitUntil(t, func() bool { return len(preparedProcs(ws)) >= 2 })
 	local := testDriver(t, Options{})
@@ -539,4 +503,31 @@ func TestPreparedGracefulStop(t *testing.T) {
 			_ = os.Remove(dir)
 		}
 	}
+}
+
+// pluginWithPool launches the driver plugin with the options section opts
+// and runs one profile twice in a fresh workspace, so that (in auto mode)
+// sandboxes are being prepared for it.
+func pluginWithPool(t *testing.T, opts string) (*driverapi.Process, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + "=" + opts}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	d := p.Driver()
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Env: pathEnv(),
+			Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, exit)
+		}
+	}
+	return p, ws
 }
