@@ -171,6 +171,17 @@ func cgroupGone(t *testing.T, d *Driver, exit driverapi.Exit) {
 	if name == "" {
 		t.Fatalf("no cgroup used: %+v", exit.Details)
 	}
+	if exit.Details["prepared"] == "1" {
+		// A prepared sandbox is torn down in the background once its
+		// command is answered (endSandbox), bounded by endWait.
+		done := make(chan struct{})
+		go func() { d.pool.waitEnded(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(2 * endWait):
+			t.Fatal("an answered prepared sandbox was not torn down")
+		}
+	}
 	h := d.probe()
 	for c, base := range h.cg.v1Base {
 		if _, err := os.Stat(filepath.Join(base, name)); !errors.Is(err, os.ErrNotExist) {

@@ -757,37 +757,35 @@ func (d *Driver) finishExit(runCtx context.Context, cmd *exec.Cmd, life *lifelin
 		return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: cg.setupOOM(memBytes)}
 	}
 	stderrGate.release()
-	exit := driverapi.Exit{
-		Duration:    dur,
-		StdoutBytes: stdout.Total(),
-		StderrBytes: stderr.Total(),
-		Truncated:   stdout.Truncated() || stderr.Truncated(),
-	}
+	exit := outputExit(dur, stdout, stderr)
 	st := cmd.ProcessState
 	if st == nil {
 		return driverapi.Exit{}, fmt.Errorf("bwrap driver: wait: %w", waitErr)
 	}
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
-		exit.Usage = driverapi.ResourceUsage{
-			MaxRSSKB: ru.Maxrss,
-			UserMS:   ru.Utime.Sec*1000 + int64(ru.Utime.Usec)/1000,
-			SystemMS: ru.Stime.Sec*1000 + int64(ru.Stime.Usec)/1000,
+	ws, _ := st.Sys().(syscall.WaitStatus)
+	rec, reported, _ := life.status()
+	switch {
+	case reported:
+		// The command's own use, without bwrap's and sandbox-init's.
+		exit.Usage = usageOf(rec)
+	default:
+		if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
+			exit.Usage = driverapi.ResourceUsage{
+				MaxRSSKB: ru.Maxrss,
+				UserMS:   ru.Utime.Sec*1000 + int64(ru.Utime.Usec)/1000,
+				SystemMS: ru.Stime.Sec*1000 + int64(ru.Stime.Usec)/1000,
+			}
 		}
 	}
-	ws, _ := st.Sys().(syscall.WaitStatus)
-	cws, reported := life.ExitStatus()
 	switch {
 	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ws.Signaled():
 		// Killed by the timeout (a command that ended by itself just as
 		// the deadline passed keeps its own status).
 		exit.TimedOut, exit.ExitCode, exit.Signal = true, 128+int32(unix.SIGKILL), int32(unix.SIGKILL)
-	case reported && cws.Signaled():
+	case reported:
 		// The command's own wait status, from sandbox-init: death by a
 		// signal, told apart from an exit status of 128+N.
-		exit.Signal = int32(cws.Signal())
-		exit.ExitCode = 128 + exit.Signal
-	case reported:
-		exit.ExitCode = int32(cws.ExitStatus())
+		setWaitStatus(&exit, unix.WaitStatus(rec.Wait))
 	case ws.Signaled():
 		exit.Signal = int32(ws.Signal())
 		exit.ExitCode = 128 + exit.Signal
@@ -800,6 +798,42 @@ func (d *Driver) finishExit(runCtx context.Context, cmd *exec.Cmd, life *lifelin
 			exit.Signal = c - 128
 		}
 	}
+	exitDetails(&exit, cg, tier)
+	if errors.Is(waitErr, exec.ErrWaitDelay) {
+		d.log.Warn("output pipes still open after the sandbox ended", "command", spec.CommandID)
+	}
+	return exit, nil
+}
+
+// outputExit is an Exit with what the command wrote.
+func outputExit(dur time.Duration, stdout, stderr *driverapi.BudgetWriter) driverapi.Exit {
+	return driverapi.Exit{
+		Duration:    dur,
+		StdoutBytes: stdout.Total(),
+		StderrBytes: stderr.Total(),
+		Truncated:   stdout.Truncated() || stderr.Truncated(),
+	}
+}
+
+// usageOf is the resource use of a supervisor's status record.
+func usageOf(rec sandboxinit.Status) driverapi.ResourceUsage {
+	return driverapi.ResourceUsage{MaxRSSKB: rec.MaxRSSKB, UserMS: rec.UserUS / 1000, SystemMS: rec.SystemUS / 1000}
+}
+
+// setWaitStatus sets exit's code and signal from the command's own wait
+// status.
+func setWaitStatus(exit *driverapi.Exit, ws unix.WaitStatus) {
+	if ws.Signaled() {
+		exit.Signal = int32(ws.Signal())
+		exit.ExitCode = 128 + exit.Signal
+		return
+	}
+	exit.ExitCode = int32(ws.ExitStatus())
+}
+
+// exitDetails records the tier and the cgroup a command ran under, and
+// whether the cgroup's OOM killer ended it.
+func exitDetails(exit *driverapi.Exit, cg *commandCgroup, tier string) {
 	// The tier is chosen per driver start and recorded per command: the
 	// audit shows what each command ran under.
 	exit.Details = map[string]string{"tier": tier}
@@ -807,10 +841,6 @@ func (d *Driver) finishExit(runCtx context.Context, cmd *exec.Cmd, life *lifelin
 		exit.OOMKilled = cg.oomKilled()
 		exit.Details["cgroup"], exit.Details["cgroup_name"] = string(cg.mode), cg.name
 	}
-	if errors.Is(waitErr, exec.ErrWaitDelay) {
-		d.log.Warn("output pipes still open after the sandbox ended", "command", spec.CommandID)
-	}
-	return exit, nil
 }
 
 // joinV1 waits for bwrap to report its child's pid, moves that process

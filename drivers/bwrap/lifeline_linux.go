@@ -4,7 +4,6 @@ package bwrap
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -65,6 +64,7 @@ type lifeline struct {
 
 	mu      sync.Mutex
 	started bool
+	got     []byte // what ExitStatus and status read so far
 }
 
 func newLifeline() (*lifeline, error) {
@@ -211,28 +211,59 @@ var errLifelineClosed = errors.New("lifeline closed")
 // it (sandboxinit.StatusTag record), read once the sandbox has ended; ok is
 // false when there is none (the supervisor never got there).
 func (l *lifeline) ExitStatus() (ws syscall.WaitStatus, ok bool) {
+	st, ok, _ := l.status()
+	return syscall.WaitStatus(st.Wait), ok
+}
+
+// status reads what sandbox-init has written since the last call and
+// decodes the status record from all of it; hungUp reports that its end
+// is closed (nothing more will come).
+func (l *lifeline) status() (st sandboxinit.Status, ok, hungUp bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.local < 0 {
-		return 0, false
+	if st, ok = sandboxinit.DecodeStatus(l.got); ok || l.local < 0 {
+		return st, ok, l.local < 0
 	}
-	var got []byte
 	buf := make([]byte, 64)
-	for len(got) < 1<<10 {
+	for len(l.got) < 1<<10 {
 		n, _, err := unix.Recvfrom(l.local, buf, unix.MSG_DONTWAIT)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
+		if n == 0 && err == nil {
+			hungUp = true
+		}
 		if err != nil || n <= 0 {
 			break
 		}
-		got = append(got, buf[:n]...)
+		l.got = append(l.got, buf[:n]...)
 	}
-	// The stream is the started byte, then at most one status record.
-	for i := 0; i+5 <= len(got); i++ {
-		if got[i] == sandboxinit.StatusTag {
-			return syscall.WaitStatus(binary.LittleEndian.Uint32(got[i+1 : i+5])), true
+	st, ok = sandboxinit.DecodeStatus(l.got)
+	return st, ok, hungUp
+}
+
+// awaitStatus waits until the status record has arrived (ok) or the
+// supervisor's end hangs up without one, or stop is closed.
+func (l *lifeline) awaitStatus(stop <-chan struct{}) (st sandboxinit.Status, ok bool) {
+	for {
+		if st, ok, hungUp := l.status(); ok || hungUp {
+			return st, ok
+		}
+		l.mu.Lock()
+		fd := l.local
+		l.mu.Unlock()
+		if fd < 0 {
+			return st, false
+		}
+		select {
+		case <-stop:
+			return st, false
+		default:
+		}
+		// Bounded, so a closed stop is seen; the record wakes it at once.
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if _, err := unix.Poll(pfd, 50); err != nil && !errors.Is(err, unix.EINTR) {
+			return st, false
 		}
 	}
-	return 0, false
 }

@@ -120,6 +120,76 @@ type preparedPool struct {
 	closed bool
 	total  int // waiting + being built
 	stats  PreparedStats
+	// ending counts the sandboxes whose commands have been answered and
+	// which are still being torn down (endSandbox); ended signals when it
+	// drops to zero.
+	ending int
+	ended  *sync.Cond
+}
+
+// endSandbox tears down ps, whose command has ended and been answered, in
+// the background: bwrap ending (the namespaces going away), the lifeline,
+// the cgroup and the session network. Close and forget_session wait for
+// it, so nothing of a command outlives them.
+func (d *Driver) endSandbox(ps *preparedSandbox) {
+	p := &d.pool
+	p.mu.Lock()
+	p.ending++
+	p.mu.Unlock()
+	go func() {
+		t := time.NewTimer(endWait)
+		select {
+		case <-ps.done:
+		case <-t.C:
+			// The supervisor reported and killed everything; what keeps
+			// bwrap from ending now is killed with it.
+			if pr := ps.sb.process(); pr != nil {
+				_ = pr.Kill()
+			}
+			<-ps.done
+		}
+		t.Stop()
+		ps.sb.close()
+		ps.cg.remove()
+		ps.releaseNet()
+		p.mu.Lock()
+		p.ending--
+		p.mu.Unlock()
+		p.signalEnded()
+	}()
+}
+
+// signalEnded wakes waitEnded and waitIdle.
+func (p *preparedPool) signalEnded() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended != nil {
+		p.ended.Broadcast()
+	}
+}
+
+// endWait bounds how long a sandbox whose supervisor has reported may take
+// to end by itself.
+const endWait = 5 * time.Second
+
+// waitEnded waits until no answered sandbox is still being torn down.
+func (p *preparedPool) waitEnded() { p.wait(func() bool { return p.ending == 0 }) }
+
+// waitIdle waits until, besides that, no sandbox is being built either.
+func (p *preparedPool) waitIdle() {
+	p.wait(func() bool { return p.ending == 0 && len(p.building) == 0 })
+}
+
+// wait waits until done holds (it is called with p.mu held).
+func (p *preparedPool) wait(done func() bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.ended == nil {
+		p.ended = sync.NewCond(&p.mu)
+	}
+	for !done() {
+		p.ended.Wait()
+	}
 }
 
 // poolMode is the pool's mode for this driver, off where it cannot work.
@@ -296,10 +366,16 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 				// stays as small as the builds.
 				delete(p.forgotten, session)
 			}
+			// Close waits for builds in flight (and for what they end).
+			defer p.signalEnded()
 			if err == nil && stale {
 				p.total--
+				p.ending++
 				p.mu.Unlock()
 				ps.destroy()
+				p.mu.Lock()
+				p.ending--
+				p.mu.Unlock()
 				return
 			}
 			if err != nil {
@@ -371,6 +447,9 @@ func (d *Driver) Close() {
 		ps.timer.Stop()
 		ps.destroy()
 	}
+	// Builds in flight destroy what they build (p.closed), and answered
+	// sandboxes finish ending.
+	p.waitIdle()
 }
 
 // forgetPrepared destroys the waiting sandboxes of session.
@@ -394,6 +473,9 @@ func (d *Driver) forgetPrepared(session string) {
 		ps.timer.Stop()
 		ps.destroy()
 	}
+	// The session's commands that were answered may still hold its
+	// network namespace and their cgroups for a moment.
+	p.waitEnded()
 }
 
 // preparedReadyWait bounds how long a sandbox may take to be set up.
@@ -552,6 +634,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 			ps.destroy()
 		}
 	}()
+	d.trace.Mark("handOver")
 	if why := d.stale(ps, plan); why != "" {
 		d.pool.mu.Lock()
 		d.pool.stats.Stale++
@@ -565,6 +648,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		return driverapi.Exit{}, err, true
 	}
 	defer release()
+	d.trace.Mark("protected")
 	mounts, pins, err := handoverMounts(prot)
 	defer closeAll(pins)
 	if err != nil {
@@ -606,6 +690,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		return driverapi.Exit{}, err, false
 	}
 	handed = true
+	d.trace.Mark("sent")
 	hio.sent()
 	if spec.CommandID != "" {
 		// A signal sent from now on waits on the lifeline until the
@@ -628,19 +713,63 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		}
 		return driverapi.Exit{}, err, false
 	}
+	d.trace.Mark("ready")
 	hio.begin()
 	if in != nil && in.Resize != nil {
 		defer followResize(life, in.Resize)()
 	}
+	// The supervisor's status record means that nothing of the command
+	// runs any more and its output is complete (sandboxinit/status.go):
+	// the answer does not wait for bwrap and the namespaces to go.
+	type reported struct {
+		st sandboxinit.Status
+		ok bool
+	}
+	stop, status := make(chan struct{}), make(chan reported, 1)
+	go func() {
+		st, ok := life.awaitStatus(stop)
+		status <- reported{st, ok}
+	}()
 	var r sandboxResult
+	var rep reported
 	select {
+	case rep = <-status:
+		if rep.ok && rep.st.Alone {
+			break
+		}
+		// No record (the supervisor failed or was killed), or one that
+		// cannot say the sandbox is empty: bwrap's status tells.
+		rep.ok = false
+		select {
+		case r = <-ps.done:
+		case <-runCtx.Done():
+			_ = proc.Kill()
+			r = <-ps.done
+		}
 	case r = <-ps.done:
 	case <-runCtx.Done():
 		_ = proc.Kill()
 		r = <-ps.done
 	}
+	// The waiter ends by itself within one poll: a lifeline closed
+	// meanwhile reads as hung up (status), whatever its descriptor's
+	// number names by then.
+	close(stop)
 	dur := time.Since(start)
+	d.trace.Mark("status")
 	hio.wait()
+	if rep.ok {
+		exit := outputExit(dur, stdout, stderr)
+		exit.Usage = usageOf(rep.st)
+		setWaitStatus(&exit, unix.WaitStatus(rep.st.Wait))
+		exitDetails(&exit, ps.cg, tierBwrap) // before the cgroup goes
+		exit.Details["prepared"] = "1"
+		d.endSandbox(ps)
+		if ctx.Err() != nil {
+			return driverapi.Exit{}, ctx.Err(), true
+		}
+		return exit, nil, true
+	}
 	// The lifeline last: finishExit reads the command's status from it.
 	defer ps.sb.close()
 	defer ps.cg.remove()

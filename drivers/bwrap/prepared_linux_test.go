@@ -106,6 +106,62 @@ func TestPreparedOnce(t *testing.T) {
 	}
 }
 
+// TestPreparedAnswerMeansEnded: a prepared sandbox's command is answered
+// as soon as its supervisor reports, before the namespaces are gone, so
+// the report must mean what a sandbox that ended means: what the command
+// left running in the background is dead (it never writes its file), and
+// the output is complete. The positive control waits for the same
+// background writer, whose file then exists: the writer works, and only
+// the end of its command stops it.
+func TestPreparedAnswerMeansEnded(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAlways))
+	skipWithoutPool(t, d)
+	ws := newWorkspace(t)
+	// A writer that never stops: once its command is answered, the file
+	// must not grow.
+	r := drvSh(t, d, ws, `(exec >/dev/null 2>&1 </dev/null; while :; do echo x >> busy; done) & sleep 0.1; echo started`)
+	size := func() int64 {
+		st, err := os.Stat(filepath.Join(ws, "busy"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Size()
+	}
+	at := size()
+	expectOK(t, r)
+	if r.exit.Details["prepared"] != "1" || r.stdout != "started\n" || at == 0 {
+		t.Fatalf("%+v, %d bytes written", r, at)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if now := size(); now != at {
+		t.Fatalf("the background writer of an answered command still ran: %d bytes, then %d", at, now)
+	}
+	late := func(wait string) drvResult {
+		return drvSh(t, d, ws, `(sleep 0.3; echo late > late; echo bg-out) & echo started; `+wait)
+	}
+	r = late("wait")
+	expectOK(t, r)
+	if r.exit.Details["prepared"] != "1" || r.stdout != "started\nbg-out\n" {
+		t.Fatalf("control: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(ws, "late")); err != nil {
+		t.Fatalf("control: the background writer did not write: %v", err)
+	}
+	// Large output is complete when the answer comes.
+	r = drvSh(t, d, ws, `head -c 400000 /dev/zero`)
+	expectOK(t, r)
+	if r.exit.Details["prepared"] != "1" || len(r.stdout) != 400000 || r.exit.StdoutBytes != 400000 {
+		t.Fatalf("output: %d bytes, exit %+v", len(r.stdout), r.exit)
+	}
+	// The command's own resource use comes with the report.
+	r = drvSh(t, d, ws, `i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done`)
+	expectOK(t, r)
+	if r.exit.Details["prepared"] != "1" || r.exit.Usage.MaxRSSKB <= 0 || r.exit.Usage.UserMS+r.exit.Usage.SystemMS <= 0 {
+		t.Fatalf("usage: %+v", r.exit)
+	}
+}
+
 func waitUntil(t *testing.T, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)

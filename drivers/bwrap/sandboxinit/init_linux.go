@@ -54,7 +54,13 @@ func sandboxInit(args []string) (int, error) {
 			return fail(err)
 		}
 	}
+	var sigs *caughtSignals
 	if spec.Prepared {
+		if spec.Supervise {
+			// What does not depend on the command is done before it
+			// arrives (supervise_linux.go).
+			sigs = catchSignals()
+		}
 		// A prepared sandbox: the command arrives now (handover.go).
 		h, fds, err := awaitHandover(spec.LifelineFD)
 		if err != nil {
@@ -126,7 +132,7 @@ func sandboxInit(args []string) (int, error) {
 		return fail(err)
 	}
 	if spec.Supervise {
-		return supervise(&spec, prog, path, argv, env)
+		return supervise(&spec, prog, path, argv, env, sigs)
 	}
 	// seccomp last: it denies nothing the steps above need, but loading
 	// it last keeps the window where this Go code runs filtered minimal.

@@ -137,7 +137,10 @@ func setNproc(limit uint64) error {
 // supervise runs on the locked, confined thread (no_new_privs, Landlock,
 // rlimits and descriptor marks applied; seccomp not yet). It loads prog on
 // every thread, forks the target and returns the exit status to end with.
-func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []string) (int, error) {
+//
+// sigs are the signal channels when they were set up already (a prepared
+// sandbox catches them while it waits), else nil.
+func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []string, sigs *caughtSignals) (int, error) {
 	// Not dumpable: /proc/1/{mem,fd,environ,...} and ptrace need
 	// CAP_SYS_PTRACE, which nobody inside has. The target's exec makes
 	// it dumpable again, as any exec does.
@@ -151,24 +154,10 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 		}
 	}
 	// Signal handlers before the fork, so nothing sent meanwhile is lost.
-	fwd := make(chan os.Signal, 16)
-	chld := make(chan os.Signal, 1)
-	for _, s := range ForwardedSignals() {
-		signal.Notify(fwd, s)
+	if sigs == nil {
+		sigs = catchSignals()
 	}
-	signal.Notify(chld, unix.SIGCHLD)
-	// Every other signal is caught and dropped (nothing reads drop; the
-	// signal package never blocks on a full channel). The seccomp guard
-	// keeps kill(1, ...) away, but not every way to name this process: a
-	// descriptor of /proc/1 given to pidfd_send_signal, or kill and tkill
-	// aimed at one of its other threads. Uncaught, a signal such as ABRT
-	// or SEGV sent that way would make the Go runtime end the supervisor
-	// (with a dump of its state on the command's stderr), and with it the
-	// sandbox, without the status record. Caught, it does nothing. Faults
-	// of the supervisor's own still crash it: the runtime tells them from
-	// sent signals.
-	drop := make(chan os.Signal, 1)
-	signal.Notify(drop)
+	fwd, chld := sigs.fwd, sigs.chld
 	// The terminal first (pty_linux.go): window sizes from the lifeline
 	// are applied to it as they come.
 	var master *os.File
@@ -269,13 +258,30 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 		// The whole process group, this process included.
 		killAll = func() { _ = unix.Kill(0, unix.SIGKILL) }
 	}
-	ws := superviseLoop(child, fwd, chld, life, killAll)
+	var used usage
+	ws := superviseLoop(child, fwd, chld, life, killAll, &used)
+	if pid1 {
+		// What the command left running ends now, not when this process
+		// exits: the status record below tells the launcher that nothing
+		// of the command runs any more (see status.go).
+		killAll()
+		reapRest(&used)
+		used.alone = true
+	}
 	if r := relay.Load(); r != nil {
 		// The target's last output goes out before its status.
 		r.finish()
 	}
+	if spec.Prepared {
+		// The command's output ends here: the launcher of a prepared
+		// sandbox holds none of these descriptors, so its copies see the
+		// end of the output now instead of when this process exits.
+		for fd := range 3 {
+			_ = unix.Close(fd)
+		}
+	}
 	if spec.LifelineFD > 0 {
-		reportStatus(spec.LifelineFD, ws)
+		reportStatus(spec.LifelineFD, ws, used)
 	}
 	if spec.NoNamespaces {
 		// What the command left in the background ends with it, as a PID
@@ -285,6 +291,38 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 		killAll()
 	}
 	return exitCodeOf(ws), nil
+}
+
+// caughtSignals are the supervisor's signal channels: fwd for
+// ForwardedSignals, chld for SIGCHLD. Every other signal is caught and
+// dropped (the signal package never blocks on a full channel, and nothing
+// reads that one). The seccomp guard keeps kill(1, ...) away, but not every
+// way to name this process: a descriptor of /proc/1 given to
+// pidfd_send_signal, or kill and tkill aimed at one of its other threads.
+// Uncaught, a signal such as ABRT or SEGV sent that way would make the Go
+// runtime end the supervisor (with a dump of its state on the command's
+// stderr), and with it the sandbox, without the status record. Caught, it
+// does nothing. Faults of the supervisor's own still crash it: the runtime
+// tells them from sent signals.
+type caughtSignals struct {
+	fwd, chld chan os.Signal
+}
+
+// catchSignals installs the supervisor's handlers. It is slow for what it
+// does: the Go runtime hands each newly caught signal to its signal-mask
+// thread and waits for the answer, about 2-3 ms for all of them here, so a
+// prepared sandbox calls it before it waits for its command. Catching
+// early changes nothing else: until the command is forked nothing reads
+// fwd, and what arrives meanwhile (up to its buffer) is passed on to the
+// command once it runs, as a signal sent during a sandbox's setup is.
+func catchSignals() *caughtSignals {
+	c := &caughtSignals{fwd: make(chan os.Signal, 16), chld: make(chan os.Signal, 1)}
+	for _, s := range ForwardedSignals() {
+		signal.Notify(c.fwd, s)
+	}
+	signal.Notify(c.chld, unix.SIGCHLD)
+	signal.Notify(make(chan os.Signal, 1))
+	return c
 }
 
 // childFiles maps 0-2, envFD and keep to themselves and closes the rest up
@@ -309,11 +347,11 @@ func childFiles(envFD int, keep []int) []uintptr {
 // and returns its wait status. Reaping and signalling happen in this one
 // goroutine, so a signal never goes to a pid that was already reaped (and
 // possibly reused).
-func superviseLoop(child int, fwd, chld <-chan os.Signal, life <-chan syscall.Signal, killAll func()) unix.WaitStatus {
+func superviseLoop(child int, fwd, chld <-chan os.Signal, life <-chan syscall.Signal, killAll func(), used *usage) unix.WaitStatus {
 	for {
 		select {
 		case <-chld:
-			if ws, done := reapAll(child); done {
+			if ws, done := reapAll(child, used); done {
 				return ws
 			}
 		case s := <-fwd:
@@ -335,19 +373,51 @@ func superviseLoop(child int, fwd, chld <-chan os.Signal, life <-chan syscall.Si
 	}
 }
 
+// usage is what the reaped processes used, for the status record.
+type usage struct {
+	maxRSSKB, userUS, systemUS int64
+	alone                      bool // every other process was reaped
+}
+
+func (u *usage) add(ru *unix.Rusage) {
+	u.maxRSSKB = max(u.maxRSSKB, ru.Maxrss)
+	u.userUS += ru.Utime.Sec*1e6 + ru.Utime.Usec
+	u.systemUS += ru.Stime.Sec*1e6 + ru.Stime.Usec
+}
+
 // reapAll reaps every child that has ended; done reports child among them.
-func reapAll(child int) (status unix.WaitStatus, done bool) {
+func reapAll(child int, used *usage) (status unix.WaitStatus, done bool) {
 	for {
 		var ws unix.WaitStatus
-		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+		var ru unix.Rusage
+		pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, &ru)
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue
 		case err != nil || pid <= 0:
 			return status, done
-		case pid == child:
+		}
+		used.add(&ru)
+		if pid == child {
 			status, done = ws, true
 		}
+	}
+}
+
+// reapRest waits for every remaining child (PID 1 has just killed them
+// all; orphans of the namespace are its children too) until none is left.
+func reapRest(used *usage) {
+	for {
+		var ws unix.WaitStatus
+		var ru unix.Rusage
+		_, err := unix.Wait4(-1, &ws, 0, &ru)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return // ECHILD: nothing of the sandbox is left
+		}
+		used.add(&ru)
 	}
 }
 
@@ -406,11 +476,9 @@ func readSignalRequests(fd int, onResize func(rows, cols uint16)) (<-chan syscal
 
 // reportStatus writes the status record. A launcher that is gone cannot
 // read it, which is no error.
-func reportStatus(fd int, ws unix.WaitStatus) {
-	var msg [5]byte
-	msg[0] = StatusTag
-	binary.LittleEndian.PutUint32(msg[1:], uint32(ws))
-	_ = unix.Sendto(fd, msg[:], unix.MSG_NOSIGNAL, nil)
+func reportStatus(fd int, ws unix.WaitStatus, used usage) {
+	rec := EncodeStatus(Status{Wait: uint32(ws), MaxRSSKB: used.maxRSSKB, UserUS: used.userUS, SystemUS: used.systemUS, Alone: used.alone})
+	_ = unix.Sendto(fd, rec, unix.MSG_NOSIGNAL, nil)
 }
 
 // exitCodeOf is the shell's convention (what bwrap reports too): the exit
