@@ -22,11 +22,12 @@ import (
 // A placeholder is an empty read-only regular file at the missing path,
 // made by the driver just before bwrap starts. Its life:
 //
-//   - Before creating it, the driver writes an intent record (the path) into
+//   - Before creating it, the driver writes an intent record (the path, or
+//     the paths of every placeholder one command makes, NUL-separated) into
 //     its state directory, named after the driver process (pid and start
 //     time). It creates the file with O_EXCL, takes a shared flock on it,
 //     and only then records it as "ph-<dev>-<ino>" (holding the path) and
-//     drops the intent. A file is a placeholder only if such a record names
+//     drops the intent once all of them are recorded. A file is a placeholder only if such a record names
 //     its inode at its path: a user's own empty .envrc is never one.
 //   - Every command that uses a placeholder, of this driver process or
 //     another, holds a shared flock on it for its whole run. A command that
@@ -37,7 +38,11 @@ import (
 //     command using it is done, and never while a sandbox still has it
 //     mounted. Removing a mount point from outside the sandbox's mount
 //     namespace would detach the sandbox's mount (the kernel unmounts mounts
-//     on unlinked dentries) and let it create the entry.
+//     on unlinked dentries) and let it create the entry. The one exception is
+//     a prepared sandbox whose supervisor reported that it is alone
+//     (sandboxinit/status.go): every other process of the sandbox is dead and
+//     reaped, the supervisor runs nothing of the command's and only exits,
+//     so nothing is left that could create the entry once the mount is gone.
 //   - A driver killed with SIGKILL cannot remove anything. The next driver
 //     start, of any driver process of the same user, reads the records:
 //     a placeholder nobody holds a lock on is removed with its record, an
@@ -106,45 +111,64 @@ func isPlaceholder(dir, path string, st *unix.Stat_t) bool {
 
 // createPlaceholder makes the placeholder at path and returns it holding a
 // shared lock. os.ErrExist: something appeared there meanwhile.
-func (d *Driver) createPlaceholder(dir, path string) (*os.File, error) {
-	d.seq++
-	intent := filepath.Join(dir, "intent-"+d.owner+"-"+strconv.FormatUint(d.seq, 10))
-	if err := os.WriteFile(intent, []byte(path), 0o600); err != nil {
-		return nil, fmt.Errorf("bwrap driver: journal placeholder %s: %w", path, err)
+// journaled says an intent of this command names path already (else
+// one is written for it alone). st is the placeholder's stat.
+func (d *Driver) createPlaceholder(dir, path string, journaled bool) (*os.File, *unix.Stat_t, error) {
+	if !journaled {
+		intent, err := d.writeIntent(dir, []string{path})
+		if err != nil {
+			return nil, nil, err
+		}
+		defer os.Remove(intent)
 	}
-	defer os.Remove(intent)
 	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, placeholderPerm)
 	if err != nil {
 		if errors.Is(err, unix.EEXIST) {
-			return nil, os.ErrExist
+			return nil, nil, os.ErrExist
 		}
-		return nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
+		return nil, nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
-	var st unix.Stat_t
-	// An exact mode, whatever the umask: recovery recognises it.
-	err = unix.Fchmod(fd, placeholderPerm)
+	st := new(unix.Stat_t)
+	err = unix.Flock(fd, unix.LOCK_SH)
 	if err == nil {
-		err = unix.Flock(fd, unix.LOCK_SH)
+		err = unix.Fstat(fd, st)
+	}
+	if err == nil && st.Mode&0o7777 != placeholderPerm {
+		// An exact mode, whatever the umask: recovery recognises it.
+		err = unix.Fchmod(fd, placeholderPerm)
 	}
 	if err == nil {
-		err = unix.Fstat(fd, &st)
-	}
-	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, recordName(&st)), []byte(path), 0o600)
+		err = os.WriteFile(filepath.Join(dir, recordName(st)), []byte(path), 0o600)
 	}
 	if err != nil {
 		f.Close()
 		_ = os.Remove(path)
-		return nil, fmt.Errorf("bwrap driver: record placeholder %s: %w", path, err)
+		return nil, nil, fmt.Errorf("bwrap driver: record placeholder %s: %w", path, err)
 	}
-	return f, nil
+	return f, st, nil
+}
+
+// writeIntent journals that the placeholders at paths are about to be
+// made and returns the intent record's name (removed once they are
+// recorded, or failed).
+func (d *Driver) writeIntent(dir string, paths []string) (string, error) {
+	d.seq++
+	intent := filepath.Join(dir, "intent-"+d.owner+"-"+strconv.FormatUint(d.seq, 10))
+	if err := os.WriteFile(intent, []byte(strings.Join(paths, "\x00")), 0o600); err != nil {
+		return "", fmt.Errorf("bwrap driver: journal placeholders %s: %w", strings.Join(paths, ", "), err)
+	}
+	return intent, nil
 }
 
 // removePlaceholder deletes path and its record if it still is a recorded
 // placeholder and no command of any driver process holds it. held reports
 // that some process still held it (so it was left).
-func removePlaceholder(dir, path string) (held bool) {
+//
+// made is the placeholder's stat when this driver made it (nil otherwise):
+// the same file, still empty and of the placeholder's mode, needs no look
+// at its record, which this driver wrote.
+func removePlaceholder(dir, path string, made *unix.Stat_t) (held bool) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
@@ -155,13 +179,36 @@ func removePlaceholder(dir, path string) (held bool) {
 		return true // still in use; its last user removes it
 	}
 	var st unix.Stat_t
-	if unix.Fstat(fd, &st) != nil || !sameFile(f, path) || !isPlaceholder(dir, path, &st) {
+	if unix.Fstat(fd, &st) != nil || !sameFile(f, path) {
+		return false
+	}
+	ours := made != nil && made.Dev == st.Dev && made.Ino == st.Ino && st.Mode&unix.S_IFMT == unix.S_IFREG &&
+		st.Size == 0 && st.Mode&0o7777 == placeholderPerm
+	if !ours && !isPlaceholder(dir, path, &st) {
 		return false
 	}
 	if os.Remove(path) == nil {
 		_ = os.Remove(filepath.Join(dir, recordName(&st)))
 	}
 	return false
+}
+
+// removeUnrecorded removes path if it is an empty read-only regular file
+// that nobody holds and that no record names: a placeholder whose maker
+// died before recording it.
+func removeUnrecorded(dir, path string) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil && unix.Fstat(fd, &st) == nil &&
+		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && st.Mode&0o7777 == placeholderPerm && st.Nlink == 1 {
+		if _, err := os.Stat(filepath.Join(dir, recordName(&st))); errors.Is(err, fs.ErrNotExist) {
+			_ = os.Remove(path)
+		}
+	}
 }
 
 // recoverPlaceholders removes what killed drivers left: see the top of the
@@ -221,7 +268,7 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 		}
 		path := string(b)
 		switch {
-		case strings.HasPrefix(name, "ph-"):
+		case strings.HasPrefix(name, "ph-") && !strings.Contains(path, "\x00"):
 			var st unix.Stat_t
 			if unix.Lstat(path, &st) != nil || recordName(&st) != name {
 				// The placeholder is gone (or the name holds another file):
@@ -229,7 +276,7 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 				_ = os.Remove(rec)
 				continue
 			}
-			if removePlaceholder(dir, path) {
+			if removePlaceholder(dir, path, nil) {
 				held = true
 			}
 		case strings.HasPrefix(name, "intent-"):
@@ -237,19 +284,13 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 			if !ok || !ownerGone(pid, start, rest) {
 				continue
 			}
-			// Its creator died between the intent and the record: the
-			// file, if made, is an unrecorded placeholder. Only an empty
-			// read-only regular file nobody holds is taken for one.
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-			if err == nil {
-				var st unix.Stat_t
-				if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil && unix.Fstat(fd, &st) == nil &&
-					st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && st.Mode&0o7777 == placeholderPerm && st.Nlink == 1 {
-					if _, err := os.Stat(filepath.Join(dir, recordName(&st))); errors.Is(err, fs.ErrNotExist) {
-						_ = os.Remove(path)
-					}
+			// Its creator died between the intent and the records: each
+			// file, if made, may be an unrecorded placeholder. Only an
+			// empty read-only regular file nobody holds is taken for one.
+			for _, path := range strings.Split(path, "\x00") {
+				if filepath.IsAbs(path) {
+					removeUnrecorded(dir, path)
 				}
-				unix.Close(fd)
 			}
 			_ = os.Remove(rec)
 		}
@@ -296,6 +337,7 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 	type held struct {
 		path string
 		f    *os.File
+		made *unix.Stat_t // this command made it
 	}
 	var locks []held
 	dir := ""
@@ -304,12 +346,38 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 			h.f.Close() // drops this command's shared lock
 		}
 		for _, h := range locks {
-			removePlaceholder(dir, h.path)
+			removePlaceholder(dir, h.path, h.made)
 		}
 	}
 	fail := func(err error) (*protection, func(), error) {
 		undo()
 		return nil, nil, err
+	}
+	// One intent for every entry missing now (each file operation on the
+	// state directory costs about as much as the placeholder itself); an
+	// entry that goes missing only later gets one of its own.
+	journaled := map[string]bool{}
+	var absent []string
+	for _, t := range targets {
+		var st unix.Stat_t
+		if errors.Is(unix.Lstat(t.path, &st), unix.ENOENT) {
+			absent = append(absent, t.path)
+		}
+	}
+	if len(absent) > 0 {
+		var derr error
+		if dir, derr = d.placeholderDir(); derr != nil {
+			return fail(derr)
+		}
+		intent, err := d.writeIntent(dir, absent)
+		if err != nil {
+			return fail(err)
+		}
+		// Removed once every placeholder below is recorded (or failed).
+		defer os.Remove(intent)
+		for _, a := range absent {
+			journaled[a] = true
+		}
 	}
 	pr := &protection{}
 	for _, t := range targets {
@@ -336,14 +404,14 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 			switch {
 			case missing:
 				d.janitorOnce.Do(d.startJanitor)
-				f, err := d.createPlaceholder(dir, t.path)
+				f, st, err := d.createPlaceholder(dir, t.path, journaled[t.path])
 				if errors.Is(err, os.ErrExist) {
 					continue
 				}
 				if err != nil {
 					return fail(err)
 				}
-				locks = append(locks, held{t.path, f})
+				locks = append(locks, held{t.path, f, st})
 				pr.missing = append(pr.missing, t.path)
 			case isPlaceholder(dir, t.path, &st):
 				// Another command's placeholder: use it, under a lock.
@@ -351,7 +419,7 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 				if gone || f == nil {
 					continue
 				}
-				locks = append(locks, held{t.path, f})
+				locks = append(locks, held{t.path, f, nil})
 				pr.missing = append(pr.missing, t.path)
 			default:
 				pr.existing = append(pr.existing, t.path)

@@ -532,21 +532,36 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	user := filepath.Join(ws, ".envrc")
 	mkfile(t, user, "")
 	orphan := filepath.Join(ws, ".claude")
-	mkfile(t, orphan, "")
-	if err := os.Chmod(orphan, placeholderPerm); err != nil {
+	orphan2 := filepath.Join(ws, ".hg")
+	for _, o := range []string{orphan, orphan2} {
+		mkfile(t, o, "")
+		if err := os.Chmod(o, placeholderPerm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Named by the same dead intent, but not empty: a user's file.
+	written := filepath.Join(ws, ".svn")
+	mkfile(t, written, "mine")
+	if err := os.Chmod(written, placeholderPerm); err != nil {
 		t.Fatal(err)
 	}
-	// An intent of a process that is gone (our pid, another start time).
+	// An intent of a process that is gone (our pid, another start time),
+	// for all the placeholders of one command.
 	st, _ := procStartTime(os.Getpid())
 	dead := fmt.Sprintf("intent-%d-%d-1", os.Getpid(), st+1)
-	for name, path := range map[string]string{dead: orphan, "intent-" + d.owner + "-9": user} {
+	for name, path := range map[string]string{dead: orphan + "\x00" + written + "\x00" + orphan2, "intent-" + d.owner + "-9": user} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(path), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	d.recoverPlaceholders()
-	if _, err := os.Lstat(orphan); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the dead driver's unrecorded placeholder stayed: %v", err)
+	for _, o := range []string{orphan, orphan2} {
+		if _, err := os.Lstat(o); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the dead driver's unrecorded placeholder %s stayed: %v", o, err)
+		}
+	}
+	if _, err := os.Lstat(written); err != nil {
+		t.Errorf("a non-empty file named in a dead intent was removed: %v", err)
 	}
 	if _, err := os.Lstat(user); err != nil {
 		t.Errorf("a live driver's intent or a user's file was removed: %v", err)
