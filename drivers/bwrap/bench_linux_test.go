@@ -180,6 +180,7 @@ func benchDriver(b *testing.B, opts Options, legacy bool) *Driver {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(d.Close)
 	return d
 }
 

@@ -61,6 +61,9 @@ func testDriver(t testing.TB, opts Options) *Driver {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// As the plugin does when its host stops it: prepared sandboxes, and
+	// their cgroups, end with the test instead of with the test binary.
+	t.Cleanup(d.Close)
 	return d
 }
 
