@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -51,6 +52,13 @@ import (
 //
 // Records live outside the workspace, so nothing of this machinery is ever
 // seen there.
+
+// lockRetries and lockRetryEvery bound how long the last user of a
+// placeholder tries again to remove one it found held (protect's undo).
+const (
+	lockRetries    = 10
+	lockRetryEvery = 200 * time.Microsecond
+)
 
 // placeholderPerm is the mode of a placeholder file on the host.
 const placeholderPerm = 0o444
@@ -342,11 +350,35 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 	var locks []held
 	dir := ""
 	undo := func() {
+		// A child of this process between fork and exec holds a copy of
+		// every descriptor, close-on-exec or not, and with it this
+		// command's shared lock: the removal would take the placeholder
+		// for another command's and leave it for good. A fork holds
+		// ForkLock until the child's exec has begun, so none starts while
+		// the locks are dropped; the exec closes the copies a moment after
+		// the fork lets go, and what was held is tried again briefly for
+		// that. A placeholder another command really uses stays held, and
+		// its last user removes it.
+		var busy []held
+		syscall.ForkLock.RLock()
 		for _, h := range locks {
 			h.f.Close() // drops this command's shared lock
 		}
 		for _, h := range locks {
-			removePlaceholder(dir, h.path, h.made)
+			if removePlaceholder(dir, h.path, h.made) {
+				busy = append(busy, h)
+			}
+		}
+		syscall.ForkLock.RUnlock()
+		for try := 0; len(busy) > 0 && try < lockRetries; try++ {
+			time.Sleep(lockRetryEvery)
+			still := busy[:0]
+			for _, h := range busy {
+				if removePlaceholder(dir, h.path, h.made) {
+					still = append(still, h)
+				}
+			}
+			busy = still
 		}
 	}
 	fail := func(err error) (*protection, func(), error) {

@@ -730,3 +730,58 @@ func TestAnchorsKeepReadGrantsReadOnly(t *testing.T) {
 		t.Fatalf("write grant inside a nested .git: %v %+v", r.err, r.exit)
 	}
 }
+
+// TestPlaceholderRemovalBesideForks: a fork of the driver process between
+// fork and exec holds a copy of every descriptor, a placeholder's lock
+// included; removing placeholders while other goroutines start processes
+// must still leave none behind.
+func TestPlaceholderRemovalBesideForks(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	before := listing(t, ws)
+	plan := planFor(t, ws)
+	stop := make(chan struct{})
+	forks := make(chan int)
+	for range 2 {
+		go func() {
+			n := 0
+			for {
+				select {
+				case <-stop:
+					forks <- n
+					return
+				default:
+				}
+				if exec.Command("/bin/true").Run() == nil {
+					n++
+				}
+			}
+		}()
+	}
+	made, left := 0, 0
+	for range 300 {
+		pr, release, err := d.protect(plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		made += len(pr.missing)
+		release()
+		// Each command's own: none may be left once it is done (the next
+		// one would take a leftover up and remove it, hiding the leak).
+		for _, p := range pr.missing {
+			if _, err := os.Lstat(p); err == nil {
+				left++
+				_ = os.Remove(p)
+			}
+		}
+	}
+	close(stop)
+	n := <-forks + <-forks
+	if made == 0 || n == 0 {
+		t.Fatalf("control: %d placeholders made beside %d forks", made, n)
+	}
+	if left > 0 {
+		t.Fatalf("%d of %d placeholders left behind beside %d forks", left, made, n)
+	}
+	sameListing(t, "after placeholders made and removed beside forks", before, listing(t, ws))
+}
