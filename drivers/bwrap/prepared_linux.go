@@ -237,15 +237,16 @@ func (d *Driver) PreparedStats() PreparedStats {
 }
 
 // take removes a waiting sandbox for key from the pool, or returns nil.
-func (p *preparedPool) take(key poolKey) *preparedSandbox {
+// left is how many still wait for key.
+func (p *preparedPool) take(key poolKey) (ps *preparedSandbox, left int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.idle[key]
 	if len(l) == 0 {
 		p.stats.Misses++
-		return nil
+		return nil, 0
 	}
-	ps := l[0]
+	ps = l[0]
 	p.idle[key] = l[1:]
 	if len(p.idle[key]) == 0 {
 		delete(p.idle, key)
@@ -253,7 +254,7 @@ func (p *preparedPool) take(key poolKey) *preparedSandbox {
 	p.total--
 	p.stats.Hits++
 	ps.timer.Stop()
-	return ps
+	return ps, len(l) - 1
 }
 
 // runPooled runs spec in a prepared sandbox when it can. ok is false when
@@ -267,8 +268,16 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 		return driverapi.Exit{}, nil, false
 	}
 	key := keyFor(spec)
-	ps := d.pool.take(key)
-	d.refill(key, plan, spec.SessionID, mode)
+	ps, left := d.pool.take(key)
+	if left > 0 {
+		// Another sandbox waits for the next command: this one's are
+		// built after the answer. A sandbox being built shares the CPUs
+		// and the kernel's mount locks with the hand-over (its
+		// placeholders took several times as long beside one).
+		defer d.refill(key, plan, spec.SessionID, mode)
+	} else {
+		d.refill(key, plan, spec.SessionID, mode)
+	}
 	if ps == nil && mode == PreparedAlways && !d.pool.refusing(key) {
 		// Built for this command: its caller's cancel ends the wait.
 		if ps, err = d.prepare(ctx, key, plan, spec.SessionID); err != nil {
@@ -474,8 +483,9 @@ func (d *Driver) forgetPrepared(session string) {
 		ps.destroy()
 	}
 	// The session's commands that were answered may still hold its
-	// network namespace and their cgroups for a moment.
-	p.waitEnded()
+	// network namespace and their cgroups for a moment, and a sandbox of
+	// its still being built destroys itself when it is ready (forgotten).
+	p.wait(func() bool { return p.ending == 0 && !p.buildingFor(session) })
 }
 
 // preparedReadyWait bounds how long a sandbox may take to be set up.
@@ -485,6 +495,8 @@ const preparedReadyWait = 10 * time.Second
 // for its command, or ctx ends.
 func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session string) (_ *preparedSandbox, err error) {
 	h := d.probe()
+	d.trace.Mark("prepare")
+	defer d.trace.Mark("prepared")
 	ps := &preparedSandbox{key: key, setup: &limitedBuffer{}, releaseNet: func() {}}
 	defer func() {
 		if err != nil {
@@ -558,8 +570,17 @@ func waitStarted(ctx context.Context, life *lifeline, done <-chan sandboxResult)
 			return fmt.Errorf("lifeline: %w", err)
 		}
 		if n > 0 {
-			if life.Started() {
+			// The started byte, then the prepared one: sandbox-init has
+			// done what it can before the command arrives.
+			var b [2]byte
+			got, _, _ := unix.Recvfrom(life.local, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+			switch {
+			case got == 2 && b[0] == sandboxinit.StartedTag && b[1] == sandboxinit.PreparedTag:
 				return nil
+			case got == 1 && b[0] == sandboxinit.StartedTag:
+				// Not ready yet: the poll above would return at once.
+				time.Sleep(200 * time.Microsecond)
+				continue
 			}
 			return errors.New("the sandbox ended while it was set up")
 		}
@@ -888,7 +909,7 @@ func (l *lifeline) awaitReady(ctx context.Context) error {
 			return err
 		}
 		switch b[0] {
-		case sandboxinit.StartedTag:
+		case sandboxinit.StartedTag, sandboxinit.PreparedTag:
 			continue
 		case sandboxinit.ReadyTag:
 			l.mu.Lock()

@@ -358,7 +358,8 @@ func TestPreparedCapped(t *testing.T) {
 	if peak > limit || peak == 0 {
 		t.Fatalf("peak %d waiting or being built, cap %d", peak, limit)
 	}
-	if n := len(preparedProcs(ws)); n > 2*limit {
+	// bwrap, sandbox-init and its pre-forked child (a no-spawn profile).
+	if n := len(preparedProcs(ws)); n > 3*limit {
 		t.Fatalf("%d sandbox processes for a cap of %d sandboxes", n, limit)
 	}
 }
@@ -467,13 +468,27 @@ func TestPreparedSetupFailureFallsBack(t *testing.T) {
 func TestPreparedIdleCost(t *testing.T) {
 	needPreparable(t)
 	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
+	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
-	fillPool(t, d, ws)
-	// The sandbox reports ready before its Go runtime settles.
+	// The default profile (no spawn): its sandbox-init starts the plain
+	// child while it waits (sandboxinit/prefork_linux.go).
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}
+	for range 2 {
+		if exit, err := d.Run(ctx, spec, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, exit)
+		}
+	}
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
+	// The sandbox reports ready before its Go runtimes settle.
 	time.Sleep(200 * time.Millisecond)
 	pids := preparedProcs(ws)
-	if len(pids) < 2 {
-		t.Fatalf("control: %d processes of one waiting sandbox", len(pids))
+	if len(pids) != 3 {
+		t.Fatalf("%d processes of one waiting sandbox (want bwrap, sandbox-init and its waiting child)", len(pids))
 	}
 	var pssKB int
 	for _, pid := range pids {
@@ -586,4 +601,129 @@ func pluginWithPool(t *testing.T, opts string) (*driverapi.Process, string) {
 		}
 	}
 	return p, ws
+}
+
+// TestPreparedWaitingChild: the plain child a no-spawn sandbox starts while
+// it waits (sandboxinit/prefork_linux.go) holds no capability in any set,
+// has no_new_privs, and holds no descriptor of the lifeline, while its
+// supervisor still holds only the effective capabilities the hand-over's
+// mounts need (its bounding and ambient sets already empty).
+func TestPreparedWaitingChild(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
+	skipWithoutPool(t, d)
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}
+	for range 2 {
+		if exit, err := d.Run(ctx, spec, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, exit)
+		}
+	}
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
+	var sup, child string
+	waitUntil(t, func() bool {
+		sup, child = "", ""
+		all := hostCmdlines()
+		for _, pid := range preparedProcs(ws) {
+			if len(all[pid]) == 0 || all[pid][0] != InitPath {
+				continue // bwrap
+			}
+			cmd := strings.Join(all[pid], " ")
+			switch {
+			case strings.Contains(cmd, `"go_fd"`):
+				child = pid
+			case strings.Contains(cmd, `"prepared":true`):
+				sup = pid
+			}
+		}
+		// Ready once the child has confined itself (no_new_privs is set
+		// just before it says so).
+		return sup != "" && child != "" && procStatus(t, atoi(child))["NoNewPrivs"] == "1"
+	})
+	cs, ss := procStatus(t, atoi(child)), procStatus(t, atoi(sup))
+	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+		if cs[k] != "0000000000000000" {
+			t.Errorf("waiting child %s: %s", k, cs[k])
+		}
+	}
+	// The control: the supervisor still has what the mounts need, and
+	// nothing it could pass on at an exec.
+	if ss["CapEff"] == "0000000000000000" {
+		t.Errorf("supervisor holds no capability before the hand-over: %v", ss)
+	}
+	if ss["CapBnd"] != "0000000000000000" || ss["CapAmb"] != "0000000000000000" {
+		t.Errorf("supervisor's bounding %s, ambient %s", ss["CapBnd"], ss["CapAmb"])
+	}
+	lifeline, err := os.Readlink("/proc/" + sup + "/fd/" + strconv.Itoa(lifelineFD))
+	if err != nil || !strings.HasPrefix(lifeline, "socket:") {
+		t.Fatalf("supervisor's lifeline: %q %v", lifeline, err)
+	}
+	fds, err := os.ReadDir("/proc/" + child + "/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range fds {
+		if l, _ := os.Readlink("/proc/" + child + "/fd/" + f.Name()); l == lifeline {
+			t.Errorf("the waiting child holds the lifeline (fd %s)", f.Name())
+		}
+	}
+	// And it runs the next command.
+	exit, err := d.Run(ctx, spec, driverapi.Streams{})
+	if err != nil || exit.ExitCode != 0 || exit.Details["prepared"] != "1" {
+		t.Fatalf("%v %+v", err, exit)
+	}
+}
+
+// TestPreparedNoSpawnSignals: the target of a no-spawn profile runs in the
+// pre-forked child's Landlock domain, beside (not below) its supervisor's;
+// signals still reach it: one sent through the driver is forwarded, and
+// the timeout kills it. Its own attempt to signal its supervisor fails.
+func TestPreparedNoSpawnSignals(t *testing.T) {
+	needPreparable(t)
+	d := testDriver(t, preparedOpts(PreparedAlways))
+	skipWithoutPool(t, d)
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(id, script string, timeout time.Duration, out *lockedBuf) <-chan runResult {
+		done := make(chan runResult, 1)
+		go func() {
+			exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script}, Env: pathEnv(), Cwd: ws,
+				Profile: prof, Timeout: timeout, MaxOutputBytes: 1 << 20, CommandID: id}, driverapi.Streams{Stdout: out, Stderr: out})
+			done <- runResult{exit, err}
+		}()
+		return done
+	}
+	// Builtins only: the shell itself is the target and never forks.
+	var out lockedBuf
+	done := run("nospawn-term", `trap 'echo got; exit 7' TERM; kill -TERM 1 2>/dev/null && echo "signalled 1"; echo ready; while :; do :; done`, 20*time.Second, &out)
+	waitFor(t, &out, "ready")
+	if err := d.signalCommand("nospawn-term", syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err != nil || r.exit.ExitCode != 7 || r.exit.Details["prepared"] != "1" || !strings.Contains(out.String(), "got") {
+		t.Fatalf("forwarded TERM: %+v %v %q", r.exit, r.err, out.String())
+	}
+	if strings.Contains(out.String(), "signalled 1") {
+		t.Errorf("the target signalled its supervisor: %q", out.String())
+	}
+	var out2 lockedBuf
+	r = <-run("nospawn-timeout", `echo ready; while :; do :; done`, 700*time.Millisecond, &out2)
+	if r.err != nil || !r.exit.TimedOut || r.exit.Details["prepared"] != "1" || !strings.Contains(out2.String(), "ready") {
+		t.Fatalf("timeout: %+v %v %q", r.exit, r.err, out2.String())
+	}
+}
+
+func atoi(s string) int {
+	n, _ := strconv.Atoi(s)
+	return n
 }

@@ -117,6 +117,9 @@ func parseRights(oob []byte) ([]int, error) {
 // process's stderr is the sandbox's setup stream, so a hand-over that
 // fails says so there, never in the output of the command that the
 // launcher then runs in a sandbox built for it.
+//
+// The bounding and ambient sets were emptied while the sandbox waited
+// (dropBoundingAllThreads); only what the threads hold is left to clear.
 func applyHandover(h Handover, fds []int, envFD int) error {
 	for _, m := range h.Mounts {
 		if err := handoverMount(m); err != nil {
@@ -126,7 +129,7 @@ func applyHandover(h Handover, fds []int, envFD int) error {
 	if err := unix.Chdir(h.Cwd); err != nil {
 		return fmt.Errorf("chdir %s: %w", h.Cwd, err)
 	}
-	if err := dropCapabilitiesAllThreads(); err != nil {
+	if err := clearCapabilitiesAllThreads(); err != nil {
 		return err
 	}
 	for i, to := range []int{0, 1, 2, envFD} {
@@ -188,26 +191,34 @@ func handoverMount(m HandoverMount) error {
 	return nil
 }
 
-// dropCapabilitiesAllThreads empties the capability sets of every thread
-// of this process: the prepared sandbox kept CAP_SYS_ADMIN and CAP_SETPCAP
-// (in its own user namespace) for the hand-over's mounts, and a Go process
-// has threads the exec'ing one does not control. It fails where the
-// runtime cannot run a system call on every thread (a cgo build): the
-// hand-over then fails and the command gets a sandbox built for it.
-func dropCapabilitiesAllThreads() error {
+// The capabilities of a prepared sandbox: it kept CAP_SYS_ADMIN and
+// CAP_SETPCAP (in its own user namespace) for the hand-over's mounts, and
+// a Go process has threads the exec'ing one does not control, so every
+// thread drops them. Where the runtime cannot run a system call on every
+// thread (a cgo build) that fails, and the command gets a sandbox built
+// for it.
+
+// allThreads runs one system call on every thread of the process.
+func allThreads(what string, trap, a1, a2, a3 uintptr) error {
+	if _, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3); e != 0 {
+		return fmt.Errorf("%s on every thread: %w", what, e)
+	}
+	return nil
+}
+
+// dropBoundingAllThreads empties the bounding and ambient sets of every
+// thread: nothing can be gained at an exec any more. What the threads hold
+// now (the mounts need CAP_SYS_ADMIN) stays until
+// clearCapabilitiesAllThreads, so a prepared sandbox calls this while it
+// waits, off the command's path (each all-threads call stops the world).
+func dropBoundingAllThreads() error {
 	last, err := lastCap()
 	if err != nil {
 		return err
 	}
-	all := func(what string, trap, a1, a2, a3 uintptr) error {
-		if _, _, e := syscall.AllThreadsSyscall(trap, a1, a2, a3); e != 0 {
-			return fmt.Errorf("%s on every thread: %w", what, e)
-		}
-		return nil
-	}
-	// Each all-threads call stops the world once: drop only what the
-	// bounding set holds (bwrap left the two the hand-over needed). Every
-	// thread has the same set: they all came from bwrap's exec.
+	// Only what the bounding set holds (bwrap left the two the hand-over
+	// needs). Every thread has the same set: they all came from bwrap's
+	// exec.
 	for c := 0; c <= last; c++ {
 		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
 		if err != nil {
@@ -216,18 +227,21 @@ func dropCapabilitiesAllThreads() error {
 		if in == 0 {
 			continue
 		}
-		if err := all("PR_CAPBSET_DROP", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
+		if err := allThreads("PR_CAPBSET_DROP", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
 			return err
 		}
 	}
-	if err := all("PR_CAP_AMBIENT_CLEAR_ALL", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
-		return err
-	}
+	return allThreads("PR_CAP_AMBIENT_CLEAR_ALL", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0)
+}
+
+// clearCapabilitiesAllThreads empties the effective, permitted and
+// inheritable sets of every thread and checks that none is left.
+func clearCapabilitiesAllThreads() error {
 	// On the heap (new), so the addresses stay valid while every thread
 	// reads them.
 	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := new([2]unix.CapUserData)
-	err = all("capset", unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	err := allThreads("capset", unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
 	runtime.KeepAlive(hdr)
 	runtime.KeepAlive(data)
 	if err != nil {

@@ -40,6 +40,9 @@ func sandboxInit(args []string) (int, error) {
 	if err != nil {
 		return fail(err)
 	}
+	if spec.GoFD > 0 {
+		return preforkedChild(spec)
+	}
 	if spec.LifelineFD > 0 {
 		if err := ReportStarted(spec.LifelineFD); err != nil {
 			return fail(err)
@@ -55,11 +58,27 @@ func sandboxInit(args []string) (int, error) {
 		}
 	}
 	var sigs *caughtSignals
+	var pre *preforked
+	var cwd string
 	if spec.Prepared {
-		if spec.Supervise {
-			// What does not depend on the command is done before it
-			// arrives (supervise_linux.go).
-			sigs = catchSignals()
+		// What does not depend on the command is done before it arrives:
+		// the signal handlers (supervise_linux.go), the bounding set, the
+		// plain child (prefork_linux.go). The child's death signal follows
+		// the thread that forks it: the one locked below for good.
+		runtime.LockOSThread()
+		sigs = catchSignals()
+		if err := dropBoundingAllThreads(); err != nil {
+			return fail(err)
+		}
+		if wantsPrefork(&spec) {
+			if pre, err = startPreforked(&spec); err != nil {
+				// The child is forked at the hand-over instead, as in a
+				// sandbox built for its command.
+				pre = nil
+			}
+		}
+		if err := ReportPrepared(spec.LifelineFD); err != nil {
+			return fail(err)
 		}
 		// A prepared sandbox: the command arrives now (handover.go).
 		h, fds, err := awaitHandover(spec.LifelineFD)
@@ -70,7 +89,7 @@ func sandboxInit(args []string) (int, error) {
 		if err := replyHandover(spec.LifelineFD, herr); herr != nil || err != nil {
 			return fail(errors.Join(herr, err))
 		}
-		argv = h.Argv
+		argv, cwd = h.Argv, h.Cwd
 	}
 	env := os.Environ()
 	if spec.EnvFD > 0 {
@@ -97,7 +116,15 @@ func sandboxInit(args []string) (int, error) {
 	if err != nil {
 		return fail(err)
 	}
-	plan, err := planLandlock(&spec, effectiveLandlockABI())
+	own := spec
+	if pre != nil {
+		// The supervisor's domain must let it signal the child, which is
+		// in a sibling domain (prefork_linux.go says why that costs
+		// nothing). The child keeps the scope, and so does one forked
+		// instead should the waiting child have failed (from spec).
+		own.ScopeSignals = false
+	}
+	plan, err := planLandlock(&own, effectiveLandlockABI())
 	if err != nil {
 		return fail(err)
 	}
@@ -132,7 +159,7 @@ func sandboxInit(args []string) (int, error) {
 		return fail(err)
 	}
 	if spec.Supervise {
-		return supervise(&spec, prog, path, argv, env, sigs)
+		return supervise(&spec, prog, path, argv, env, sigs, pre, cwd)
 	}
 	// seccomp last: it denies nothing the steps above need, but loading
 	// it last keeps the window where this Go code runs filtered minimal.

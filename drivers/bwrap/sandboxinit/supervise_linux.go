@@ -127,11 +127,20 @@ func withoutNproc(plan []rlimitSetting) []rlimitSetting {
 // supervisor (about nine threads here) would take that many of the
 // command's max_pids.
 func setNproc(limit uint64) error {
+	n, err := nprocFor(limit)
+	if err != nil {
+		return err
+	}
+	return applyRlimits([]rlimitSetting{{"RLIMIT_NPROC", unix.RLIMIT_NPROC, n}})
+}
+
+// nprocFor is limit plus this process's tasks and nprocHeadroom.
+func nprocFor(limit uint64) (uint64, error) {
 	tasks, err := os.ReadDir("/proc/self/task")
 	if err != nil {
-		return fmt.Errorf("RLIMIT_NPROC: own threads: %w", err)
+		return 0, fmt.Errorf("RLIMIT_NPROC: own threads: %w", err)
 	}
-	return applyRlimits([]rlimitSetting{{"RLIMIT_NPROC", unix.RLIMIT_NPROC, limit + uint64(len(tasks)) + nprocHeadroom}})
+	return limit + uint64(len(tasks)) + nprocHeadroom, nil
 }
 
 // supervise runs on the locked, confined thread (no_new_privs, Landlock,
@@ -139,8 +148,11 @@ func setNproc(limit uint64) error {
 // every thread, forks the target and returns the exit status to end with.
 //
 // sigs are the signal channels when they were set up already (a prepared
-// sandbox catches them while it waits), else nil.
-func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []string, sigs *caughtSignals) (int, error) {
+// sandbox catches them while it waits), else nil; pre is the plain child a
+// prepared sandbox started while it waited, to be given the command and cwd
+// instead of forking one (prefork_linux.go).
+func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []string, sigs *caughtSignals,
+	pre *preforked, cwd string) (int, error) {
 	// Not dumpable: /proc/1/{mem,fd,environ,...} and ptrace need
 	// CAP_SYS_PTRACE, which nobody inside has. The target's exec makes
 	// it dumpable again, as any exec does.
@@ -203,8 +215,14 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			// nothing inside can leave (setsid and setpgid are denied).
 			Setpgid: !spec.NoNamespaces,
 		}}
+	if pre != nil && !pre.ready() {
+		// The waiting child failed: one is forked for the command, as in
+		// a sandbox built for it.
+		pre.abandon()
+		pre = nil
+	}
 	execPath, execArgv := path, argv
-	if !spec.AllowSpawn {
+	if !spec.AllowSpawn && pre == nil {
 		self, err := os.Executable()
 		if err != nil {
 			return 0, fmt.Errorf("own binary: %w", err)
@@ -222,23 +240,41 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			attr.Files = childFiles(spec.EnvFD, withSeccompFD(spec))
 		}
 	}
-	if spec.RlimitNproc > 0 {
-		// Last before the fork, so the count of own threads is current.
-		if err := setNproc(spec.RlimitNproc); err != nil {
+	var child int
+	if pre != nil {
+		var nproc uint64
+		if spec.RlimitNproc > 0 {
+			var err error
+			if nproc, err = nprocFor(spec.RlimitNproc); err != nil {
+				pre.abandon()
+				return 0, err
+			}
+		}
+		if err := pre.start(argv, cwd, nproc, spec.EnvFD); err != nil {
+			pre.abandon()
 			return 0, err
 		}
-	}
-	if slave >= 0 {
-		ptyForkAttr(attr, slave)
-	}
-	child, err := syscall.ForkExec(execPath, execArgv, attr)
-	if slave >= 0 {
-		// Only the target holds the slave: the master reads EIO once it
-		// and what it started have closed theirs.
-		unix.Close(slave)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("start %s: %w", execPath, err)
+		child = pre.pid
+	} else {
+		if spec.RlimitNproc > 0 {
+			// Last before the fork, so the count of own threads is current.
+			if err := setNproc(spec.RlimitNproc); err != nil {
+				return 0, err
+			}
+		}
+		if slave >= 0 {
+			ptyForkAttr(attr, slave)
+		}
+		var err error
+		child, err = syscall.ForkExec(execPath, execArgv, attr)
+		if slave >= 0 {
+			// Only the target holds the slave: the master reads EIO once it
+			// and what it started have closed theirs.
+			unix.Close(slave)
+		}
+		if err != nil {
+			return 0, fmt.Errorf("start %s: %w", execPath, err)
+		}
 	}
 	if master != nil {
 		r, err := startPtyRelay(master, mfd)
