@@ -91,6 +91,10 @@ type preparedSandbox struct {
 	roots      []rootID // the workspace and grant roots bound, as they were
 	timer      *time.Timer
 	destroyed  sync.Once
+	// handed is closed once its command runs (or its hand-over ended):
+	// the refill its take started waits for it.
+	handed     chan struct{}
+	handedOnce sync.Once
 }
 
 // rootID is a bound root's identity at preparation.
@@ -237,16 +241,15 @@ func (d *Driver) PreparedStats() PreparedStats {
 }
 
 // take removes a waiting sandbox for key from the pool, or returns nil.
-// left is how many still wait for key.
-func (p *preparedPool) take(key poolKey) (ps *preparedSandbox, left int) {
+func (p *preparedPool) take(key poolKey) *preparedSandbox {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	l := p.idle[key]
 	if len(l) == 0 {
 		p.stats.Misses++
-		return nil, 0
+		return nil
 	}
-	ps = l[0]
+	ps := l[0]
 	p.idle[key] = l[1:]
 	if len(p.idle[key]) == 0 {
 		delete(p.idle, key)
@@ -254,7 +257,14 @@ func (p *preparedPool) take(key poolKey) (ps *preparedSandbox, left int) {
 	p.total--
 	p.stats.Hits++
 	ps.timer.Stop()
-	return ps, len(l) - 1
+	return ps
+}
+
+// closeOnce closes c (if any) the first time it is called for once.
+func closeOnce(once *sync.Once, c chan struct{}) {
+	if c != nil {
+		once.Do(func() { close(c) })
+	}
 }
 
 // runPooled runs spec in a prepared sandbox when it can. ok is false when
@@ -268,16 +278,18 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 		return driverapi.Exit{}, nil, false
 	}
 	key := keyFor(spec)
-	ps, left := d.pool.take(key)
-	if left > 0 {
-		// Another sandbox waits for the next command: this one's are
-		// built after the answer. A sandbox being built shares the CPUs
-		// and the kernel's mount locks with the hand-over (its
-		// placeholders took several times as long beside one).
-		defer d.refill(key, plan, spec.SessionID, mode)
-	} else {
-		d.refill(key, plan, spec.SessionID, mode)
+	ps := d.pool.take(key)
+	var handed chan struct{}
+	if ps != nil {
+		// The refill waits until this command runs: a sandbox being built
+		// shares the CPUs and the kernel's mount locks with the hand-over
+		// (its placeholders and mounts took several times as long beside
+		// one), not with the command.
+		handed = make(chan struct{})
+		defer closeOnce(&ps.handedOnce, handed)
+		ps.handed = handed
 	}
+	d.refill(key, plan, spec.SessionID, mode, handed)
 	if ps == nil && mode == PreparedAlways && !d.pool.refusing(key) {
 		// Built for this command: its caller's cancel ends the wait.
 		if ps, err = d.prepare(ctx, key, plan, spec.SessionID); err != nil {
@@ -328,7 +340,9 @@ func (p *preparedPool) refusing(key poolKey) bool {
 // per-profile and total caps. In auto mode a key is only prepared once it
 // has been run twice within the idle time: a driver that runs one command
 // (the one-shot CLI) never builds a sandbox nobody takes.
-func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMode) {
+//
+// The builds start once after is closed (nil: at once).
+func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMode, after <-chan struct{}) {
 	o := d.cfg.Options
 	p := &d.pool
 	p.mu.Lock()
@@ -363,6 +377,9 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 		p.total++
 		gen := p.forgotten[session]
 		go func() {
+			if after != nil {
+				<-after
+			}
 			ps, err := d.prepare(context.Background(), key, plan, session)
 			p.mu.Lock()
 			p.building[key]--
@@ -735,6 +752,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		return driverapi.Exit{}, err, false
 	}
 	d.trace.Mark("ready")
+	closeOnce(&ps.handedOnce, ps.handed)
 	hio.begin()
 	if in != nil && in.Resize != nil {
 		defer followResize(life, in.Resize)()
