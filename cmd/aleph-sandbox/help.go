@@ -54,6 +54,9 @@ func helpFor(command string) commandHelp {
 				"(p50_ms, raw_p50_ms, warm_vs_raw, ...; docs/cli.md). Every run must succeed (exit 0)",
 				"or bench exits 125 naming the first failure. The exec flags shape the command.",
 				"--warm-only measures the warm pipeline alone (long soaks without the baselines).",
+				"After each warm, serve and exec --host run a round pauses 40 ms, untimed: a driver with prepared",
+				"sandboxes tears the used one down and builds the next in the background, and that work",
+				"must not land on the next row.",
 			},
 			examples: []helpExample{
 				{"aleph-sandbox bench --n 3 -- /bin/true", "the rows side by side"},
