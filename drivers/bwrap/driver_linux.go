@@ -106,6 +106,9 @@ type Driver struct {
 	nets sessionNets
 	// pool holds the prepared sandboxes (prepared_linux.go).
 	pool preparedPool
+	// lateRemovals counts placeholders whose removal goes on in the
+	// background (protect_linux.go); Close waits for them.
+	lateRemovals pending
 	// trace marks the steps of a start for measurement (nil: off).
 	trace *starttrace.Trace
 }

@@ -128,7 +128,9 @@ type preparedPool struct {
 	// which are still being torn down (endSandbox); ended signals when it
 	// drops to zero.
 	ending int
-	ended  *sync.Cond
+	// endingFor counts them per session (forget_session waits for its own).
+	endingFor map[string]int
+	ended     *sync.Cond
 }
 
 // endSandbox tears down ps, whose command has ended and been answered, in
@@ -138,7 +140,7 @@ type preparedPool struct {
 func (d *Driver) endSandbox(ps *preparedSandbox) {
 	p := &d.pool
 	p.mu.Lock()
-	p.ending++
+	p.addEnding(ps.key.session, 1)
 	p.mu.Unlock()
 	go func() {
 		t := time.NewTimer(endWait)
@@ -157,10 +159,21 @@ func (d *Driver) endSandbox(ps *preparedSandbox) {
 		ps.cg.remove()
 		ps.releaseNet()
 		p.mu.Lock()
-		p.ending--
+		p.addEnding(ps.key.session, -1)
 		p.mu.Unlock()
 		p.signalEnded()
 	}()
+}
+
+// addEnding adds n to the sandboxes of session being torn down (p.mu held).
+func (p *preparedPool) addEnding(session string, n int) {
+	if p.endingFor == nil {
+		p.endingFor = map[string]int{}
+	}
+	p.ending += n
+	if p.endingFor[session] += n; p.endingFor[session] == 0 {
+		delete(p.endingFor, session)
+	}
 }
 
 // signalEnded wakes waitEnded and waitIdle.
@@ -171,6 +184,10 @@ func (p *preparedPool) signalEnded() {
 		p.ended.Broadcast()
 	}
 }
+
+// refillWait bounds how long a refill waits for the hand-over that
+// started it to reach its command.
+const refillWait = time.Second
 
 // endWait bounds how long a sandbox whose supervisor has reported may take
 // to end by itself.
@@ -378,7 +395,13 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 		gen := p.forgotten[session]
 		go func() {
 			if after != nil {
-				<-after
+				// Bounded: a hand-over that hangs must not hold the pool.
+				t := time.NewTimer(refillWait)
+				select {
+				case <-after:
+				case <-t.C:
+				}
+				t.Stop()
 			}
 			ps, err := d.prepare(context.Background(), key, plan, session)
 			p.mu.Lock()
@@ -396,11 +419,11 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 			defer p.signalEnded()
 			if err == nil && stale {
 				p.total--
-				p.ending++
+				p.addEnding(session, 1)
 				p.mu.Unlock()
 				ps.destroy()
 				p.mu.Lock()
-				p.ending--
+				p.addEnding(session, -1)
 				p.mu.Unlock()
 				return
 			}
@@ -474,8 +497,9 @@ func (d *Driver) Close() {
 		ps.destroy()
 	}
 	// Builds in flight destroy what they build (p.closed), and answered
-	// sandboxes finish ending.
+	// sandboxes finish ending; so do placeholder removals still retried.
 	p.waitIdle()
+	d.lateRemovals.wait()
 }
 
 // forgetPrepared destroys the waiting sandboxes of session.
@@ -502,7 +526,7 @@ func (d *Driver) forgetPrepared(session string) {
 	// The session's commands that were answered may still hold its
 	// network namespace and their cgroups for a moment, and a sandbox of
 	// its still being built destroys itself when it is ready (forgotten).
-	p.wait(func() bool { return p.ending == 0 && !p.buildingFor(session) })
+	p.wait(func() bool { return p.endingFor[session] == 0 && !p.buildingFor(session) })
 }
 
 // preparedReadyWait bounds how long a sandbox may take to be set up.

@@ -656,8 +656,8 @@ func TestPreparedWaitingChild(t *testing.T) {
 	if ss["CapEff"] == "0000000000000000" {
 		t.Errorf("supervisor holds no capability before the hand-over: %v", ss)
 	}
-	if ss["CapBnd"] != "0000000000000000" || ss["CapAmb"] != "0000000000000000" {
-		t.Errorf("supervisor's bounding %s, ambient %s", ss["CapBnd"], ss["CapAmb"])
+	if ss["CapBnd"] != "0000000000000000" || ss["CapAmb"] != "0000000000000000" || ss["CapInh"] != "0000000000000000" {
+		t.Errorf("supervisor's bounding %s, ambient %s, inheritable %s", ss["CapBnd"], ss["CapAmb"], ss["CapInh"])
 	}
 	lifeline, err := os.Readlink("/proc/" + sup + "/fd/" + strconv.Itoa(lifelineFD))
 	if err != nil || !strings.HasPrefix(lifeline, "socket:") {
@@ -672,10 +672,16 @@ func TestPreparedWaitingChild(t *testing.T) {
 			t.Errorf("the waiting child holds the lifeline (fd %s)", f.Name())
 		}
 	}
-	// And it runs the next command.
-	exit, err := d.Run(ctx, spec, driverapi.Streams{})
-	if err != nil || exit.ExitCode != 0 || exit.Details["prepared"] != "1" {
-		t.Fatalf("%v %+v", err, exit)
+	// A waiting child that dies does not cost the command: its
+	// supervisor forks one for it, as in a sandbox built for it.
+	if err := syscall.Kill(atoi(child), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var out lockedBuf
+	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "echo ran"}, Env: pathEnv(), Cwd: ws,
+		Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{Stdout: &out, Stderr: &out})
+	if err != nil || exit.ExitCode != 0 || exit.Details["prepared"] != "1" || out.String() != "ran\n" {
+		t.Fatalf("after the waiting child died: %v %+v %q", err, exit, out.String())
 	}
 }
 

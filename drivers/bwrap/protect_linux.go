@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,11 +55,42 @@ import (
 // seen there.
 
 // lockRetries and lockRetryEvery bound how long the last user of a
-// placeholder tries again to remove one it found held (protect's undo).
+// placeholder tries again to remove one it found held (protect's undo)
+// before it answers; lateRetries, doubling from lockRetryEvery, how long it
+// goes on in the background (about 6.5 s).
 const (
 	lockRetries    = 10
 	lockRetryEvery = 200 * time.Microsecond
+	lateRetries    = 15
 )
+
+// pending counts work in the background that a driver's Close waits for.
+type pending struct {
+	mu   sync.Mutex
+	n    int
+	zero *sync.Cond
+}
+
+func (p *pending) add(n int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n += n
+	if p.n == 0 && p.zero != nil {
+		p.zero.Broadcast()
+	}
+}
+
+// wait waits until the count is zero.
+func (p *pending) wait() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.zero == nil {
+		p.zero = sync.NewCond(&p.mu)
+	}
+	for p.n > 0 {
+		p.zero.Wait()
+	}
+}
 
 // placeholderPerm is the mode of a placeholder file on the host.
 const placeholderPerm = 0o444
@@ -370,16 +402,35 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 			}
 		}
 		syscall.ForkLock.RUnlock()
-		for try := 0; len(busy) > 0 && try < lockRetries; try++ {
-			time.Sleep(lockRetryEvery)
-			still := busy[:0]
-			for _, h := range busy {
-				if removePlaceholder(dir, h.path, h.made) {
-					still = append(still, h)
+		retry := func(busy []held, tries int, every time.Duration, grow bool) []held {
+			for try := 0; len(busy) > 0 && try < tries; try++ {
+				time.Sleep(every)
+				if grow {
+					every *= 2
 				}
+				still := busy[:0]
+				for _, h := range busy {
+					if removePlaceholder(dir, h.path, h.made) {
+						still = append(still, h)
+					}
+				}
+				busy = still
 			}
-			busy = still
+			return busy
 		}
+		busy = retry(busy, lockRetries, lockRetryEvery, false)
+		if len(busy) == 0 {
+			return
+		}
+		// Still held: another command uses it (its last user removes it,
+		// and these tries then find it gone), or a child forked without
+		// vfork (a user namespace's) has not exec'd yet. Tried again in
+		// the background, backing off, for a few seconds.
+		d.lateRemovals.add(1)
+		go func() {
+			defer d.lateRemovals.add(-1)
+			retry(busy, lateRetries, lockRetryEvery, true)
+		}()
 	}
 	fail := func(err error) (*protection, func(), error) {
 		undo()

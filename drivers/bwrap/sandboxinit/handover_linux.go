@@ -206,13 +206,36 @@ func allThreads(what string, trap, a1, a2, a3 uintptr) error {
 	return nil
 }
 
-// dropBoundingAllThreads empties the bounding and ambient sets of every
-// thread: nothing can be gained at an exec any more. What the threads hold
-// now (the mounts need CAP_SYS_ADMIN) stays until
+// dropBoundingAllThreads empties the bounding, ambient and inheritable
+// sets of every thread and locks the securebits that keep uid 0 from
+// gaining capabilities at an exec: nothing can be gained at an exec any
+// more (for root, exec gives inheritable | bounding | ambient; with no
+// root rule, nothing). What the threads hold in their effective and
+// permitted sets (the mounts need CAP_SYS_ADMIN) stays until
 // clearCapabilitiesAllThreads, so a prepared sandbox calls this while it
-// waits, off the command's path (each all-threads call stops the world).
+// waits, off the command's path (each all-threads call stops the world),
+// and before it forks the child that becomes the command.
 func dropBoundingAllThreads() error {
 	last, err := lastCap()
+	if err != nil {
+		return err
+	}
+	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLock |
+		secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked
+	if err := allThreads("PR_SET_SECUREBITS", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uintptr(bits), 0); err != nil {
+		return err
+	}
+	// The inheritable set: what the threads hold stays. Every thread has
+	// the same sets (they all came from bwrap's exec).
+	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := new([2]unix.CapUserData)
+	if err := unix.Capget(hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	data[0].Inheritable, data[1].Inheritable = 0, 0
+	err = allThreads("capset", unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	runtime.KeepAlive(hdr)
+	runtime.KeepAlive(data)
 	if err != nil {
 		return err
 	}

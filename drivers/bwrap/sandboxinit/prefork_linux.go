@@ -10,6 +10,7 @@ import (
 	"runtime"
 	"strings"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -56,9 +57,11 @@ import (
 //
 // The child's capabilities: it was forked from the waiting supervisor,
 // which still holds CAP_SYS_ADMIN and CAP_SETPCAP (in the sandbox's user
-// namespace) for the mounts. The supervisor empties the bounding and
-// ambient sets before it forks, so the exec leaves the child none to
-// gain, and the child clears what it has on every thread before it waits.
+// namespace) for the mounts. Before it forks, the supervisor empties its
+// bounding, ambient and inheritable sets and locks the securebits that
+// give uid 0 capabilities at an exec, so the child starts with none; it
+// refuses to go on if it finds any, and clears the sets on every thread
+// anyway before it waits.
 
 // PreparedTag on the lifeline says that a prepared sandbox is ready for its
 // command (after StartedTag): what can be done before the command arrives
@@ -120,19 +123,50 @@ func startPreforked(spec *InitSpec) (*preforked, error) {
 }
 
 // ready waits until the child says it waits for its command (one byte),
-// and reports whether it does; false: it ended (or said something else)
-// and the supervisor forks a child the ordinary way. Not waited for at
-// start: the sandbox is ready for the pool sooner, and the child's start
-// overlaps the hand-over when a command comes at once.
+// and reports whether it does; false: it ended, said something else or
+// took longer than preforkReadyWait, and the supervisor forks a child the
+// ordinary way. Not waited for at start: the sandbox is ready for the pool
+// sooner, and the child's start overlaps the hand-over when a command
+// comes at once.
 func (p *preforked) ready() bool {
-	var b [1]byte
+	deadline := time.Now().Add(preforkReadyWait)
 	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return false
+		}
+		pfd := []unix.PollFd{{Fd: int32(p.sock), Events: unix.POLLIN}}
+		if n, err := unix.Poll(pfd, int(left.Milliseconds())+1); errors.Is(err, unix.EINTR) {
+			continue
+		} else if err != nil || n == 0 {
+			return false
+		}
+		var b [1]byte
 		n, err := unix.Read(p.sock, b[:])
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		return err == nil && n == 1 && b[0] == StartedTag
 	}
+}
+
+// preforkReadyWait bounds how long a command waits for the pre-forked
+// child before one is forked for it.
+const preforkReadyWait = 5 * time.Second
+
+// noCapabilities fails when this thread holds any capability.
+func noCapabilities() error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	for _, d := range data {
+		if d.Effective|d.Permitted|d.Inheritable != 0 {
+			return fmt.Errorf("the pre-forked child started with capabilities: %+v", data)
+		}
+	}
+	return nil
 }
 
 // abandon kills and reaps the child (it never received a command).
@@ -178,6 +212,9 @@ func (p *preforked) start(argv []string, cwd string, nproc uint64, envFD int) er
 // ends without a command: 0, nil and nothing to say).
 func preforkedChild(spec InitSpec) (int, error) {
 	fail := func(err error) (int, error) { return 0, err }
+	if err := noCapabilities(); err != nil {
+		return fail(err)
+	}
 	prog, err := initProgram(&spec)
 	if err != nil {
 		return fail(err)

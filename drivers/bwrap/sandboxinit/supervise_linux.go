@@ -215,12 +215,28 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			// nothing inside can leave (setsid and setpgid are denied).
 			Setpgid: !spec.NoNamespaces,
 		}}
-	if pre != nil && !pre.ready() {
-		// The waiting child failed: one is forked for the command, as in
-		// a sandbox built for it.
+	var child int
+	if pre != nil && pre.ready() {
+		var nproc uint64
+		var err error
+		if spec.RlimitNproc > 0 {
+			nproc, err = nprocFor(spec.RlimitNproc)
+		}
+		if err == nil {
+			err = pre.start(argv, cwd, nproc, spec.EnvFD)
+		}
+		if err == nil {
+			child = pre.pid
+		} else {
+			pre.abandon()
+			pre = nil
+		}
+	} else if pre != nil {
 		pre.abandon()
 		pre = nil
 	}
+	// pre is nil when the waiting child failed (it never ran anything):
+	// one is forked for the command, as in a sandbox built for it.
 	execPath, execArgv := path, argv
 	if !spec.AllowSpawn && pre == nil {
 		self, err := os.Executable()
@@ -240,22 +256,7 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			attr.Files = childFiles(spec.EnvFD, withSeccompFD(spec))
 		}
 	}
-	var child int
-	if pre != nil {
-		var nproc uint64
-		if spec.RlimitNproc > 0 {
-			var err error
-			if nproc, err = nprocFor(spec.RlimitNproc); err != nil {
-				pre.abandon()
-				return 0, err
-			}
-		}
-		if err := pre.start(argv, cwd, nproc, spec.EnvFD); err != nil {
-			pre.abandon()
-			return 0, err
-		}
-		child = pre.pid
-	} else {
+	if pre == nil {
 		if spec.RlimitNproc > 0 {
 			// Last before the fork, so the count of own threads is current.
 			if err := setNproc(spec.RlimitNproc); err != nil {
