@@ -467,23 +467,7 @@ func TestPreparedSetupFailureFallsBack(t *testing.T) {
 // a sandbox that grew by an order of magnitude fails here.
 func TestPreparedIdleCost(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
-	skipWithoutPool(t, d)
-	ws := newWorkspace(t)
-	// The default profile (no spawn): its sandbox-init starts the plain
-	// child while it waits (sandboxinit/prefork_linux.go).
-	ctx := context.Background()
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}
-	for range 2 {
-		if exit, err := d.Run(ctx, spec, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
-			t.Fatalf("%v %+v", err, exit)
-		}
-	}
-	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
+	_, ws, _, _ := noSpawnPool(t)
 	// The sandbox reports ready before its Go runtimes settle.
 	time.Sleep(200 * time.Millisecond)
 	pids := preparedProcs(ws)
@@ -610,21 +594,8 @@ func pluginWithPool(t *testing.T, opts string) (*driverapi.Process, string) {
 // mounts need (its bounding and ambient sets already empty).
 func TestPreparedWaitingChild(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
-	skipWithoutPool(t, d)
-	ws := newWorkspace(t)
+	d, ws, prof, _ := noSpawnPool(t)
 	ctx := context.Background()
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
-	spec := driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}
-	for range 2 {
-		if exit, err := d.Run(ctx, spec, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
-			t.Fatalf("%v %+v", err, exit)
-		}
-	}
-	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
 	var sup, child string
 	waitUntil(t, func() bool {
 		sup, child = "", ""
@@ -732,4 +703,28 @@ func TestPreparedNoSpawnSignals(t *testing.T) {
 func atoi(s string) int {
 	n, _ := strconv.Atoi(s)
 	return n
+}
+
+// noSpawnPool is an auto-mode driver with one sandbox waiting for the
+// default profile (no spawn: its sandbox-init starts the plain child while
+// it waits, sandboxinit/prefork_linux.go), its workspace, the profile and a
+// /bin/true spec of it.
+func noSpawnPool(t *testing.T) (*Driver, string, driverapi.Profile, driverapi.RunSpec) {
+	t.Helper()
+	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
+	skipWithoutPool(t, d)
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}
+	for range 2 {
+		if exit, err := d.Run(ctx, spec, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, exit)
+		}
+	}
+	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
+	return d, ws, prof, spec
 }

@@ -96,13 +96,8 @@ func sandboxInit(args []string) (int, error) {
 		if env, err = ReadEnvFD(spec.EnvFD); err != nil {
 			return fail(err)
 		}
-		// The PATH lookup below reads this process's environment.
-		os.Clearenv()
-		for _, kv := range env {
-			k, v, _ := strings.Cut(kv, "=")
-			if err := os.Setenv(k, v); err != nil {
-				return fail(fmt.Errorf("env %s: %w", k, err))
-			}
+		if err := becomeEnv(env); err != nil {
+			return fail(err)
 		}
 	}
 	path, err := exec.LookPath(argv[0])
@@ -175,6 +170,19 @@ func sandboxInit(args []string) (int, error) {
 	}
 	err = syscall.Exec(path, argv, env)
 	return fail(fmt.Errorf("exec %s: %w", path, err))
+}
+
+// becomeEnv makes env this process's environment: the PATH lookup of the
+// program reads it.
+func becomeEnv(env []string) error {
+	os.Clearenv()
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if err := os.Setenv(k, v); err != nil {
+			return fmt.Errorf("env %s: %w", k, err)
+		}
+	}
+	return nil
 }
 
 // LandlockABI is the Landlock ABI level SandboxInit enforces on this kernel:

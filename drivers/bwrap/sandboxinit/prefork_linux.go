@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strings"
 	"syscall"
 	"time"
 
@@ -261,12 +260,8 @@ func preforkedChild(spec InitSpec) (int, error) {
 	if err != nil {
 		return fail(err)
 	}
-	os.Clearenv()
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		if err := os.Setenv(k, v); err != nil {
-			return fail(fmt.Errorf("env %s: %w", k, err))
-		}
+	if err := becomeEnv(env); err != nil {
+		return fail(err)
 	}
 	path, err := exec.LookPath(h.Argv[0])
 	if err != nil {
