@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -109,6 +110,9 @@ type Driver struct {
 	// lateRemovals counts placeholders whose removal goes on in the
 	// background (protect_linux.go); Close waits for them.
 	lateRemovals pending
+	// tombs numbers the intents a placeholder's record becomes while the
+	// placeholder is removed (protect_linux.go).
+	tombs atomic.Uint64
 	// trace marks the steps of a start for measurement (nil: off).
 	trace *starttrace.Trace
 }

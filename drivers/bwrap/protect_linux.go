@@ -208,7 +208,9 @@ func (d *Driver) writeIntent(dir string, paths []string) (string, error) {
 // made is the placeholder's stat when this driver made it (nil otherwise):
 // the same file, still empty and of the placeholder's mode, needs no look
 // at its record, which this driver wrote.
-func removePlaceholder(dir, path string, made *unix.Stat_t) (held bool) {
+//
+// tomb is a fresh intent name of this driver process (tombName).
+func removePlaceholder(dir, path string, made *unix.Stat_t, tomb string) (held bool) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return false
@@ -227,10 +229,31 @@ func removePlaceholder(dir, path string, made *unix.Stat_t) (held bool) {
 	if !ours && !isPlaceholder(dir, path, &st) {
 		return false
 	}
-	if os.Remove(path) == nil {
-		_ = os.Remove(filepath.Join(dir, recordName(&st)))
+	// The record becomes an intent before the file goes. Once the file is
+	// unlinked its inode number may name a new placeholder at once (of
+	// another command, or another driver process), whose record has the
+	// same name: removing the record after the file could remove that one,
+	// and leave a placeholder that nothing recognises. As an intent of
+	// this process it still lets recovery remove the file should this
+	// process die in between.
+	rec := filepath.Join(dir, recordName(&st))
+	renamed := os.Rename(rec, tomb) == nil
+	if err := os.Remove(path); err != nil {
+		if renamed {
+			_ = os.Rename(tomb, rec)
+		}
+		return false
+	}
+	if renamed {
+		_ = os.Remove(tomb)
 	}
 	return false
+}
+
+// tombName is a fresh intent name of this driver process for
+// removePlaceholder.
+func (d *Driver) tombName(dir string) string {
+	return filepath.Join(dir, "intent-"+d.owner+"-r"+strconv.FormatUint(d.tombs.Add(1), 10))
 }
 
 // removeUnrecorded removes path if it is an empty read-only regular file
@@ -316,7 +339,7 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 				_ = os.Remove(rec)
 				continue
 			}
-			if removePlaceholder(dir, path, nil) {
+			if removePlaceholder(dir, path, nil, d.tombName(dir)) {
 				held = true
 			}
 		case strings.HasPrefix(name, "intent-"):
@@ -397,28 +420,36 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 			h.f.Close() // drops this command's shared lock
 		}
 		for _, h := range locks {
-			if removePlaceholder(dir, h.path, h.made) {
+			if removePlaceholder(dir, h.path, h.made, d.tombName(dir)) {
 				busy = append(busy, h)
 			}
 		}
 		syscall.ForkLock.RUnlock()
-		retry := func(busy []held, tries int, every time.Duration, grow bool) []held {
+		// lock is what each round of tries holds: nothing more in the
+		// caller's (which holds d.mu), d.mu in the background, so that a
+		// removal never interleaves with this process's set-up of a
+		// placeholder at the same path (a new one may get the same inode
+		// number, and so the same record name, between the removal of the
+		// old file and of its record).
+		retry := func(busy []held, tries int, every time.Duration, grow bool, lock func() func()) []held {
 			for try := 0; len(busy) > 0 && try < tries; try++ {
 				time.Sleep(every)
 				if grow {
 					every *= 2
 				}
+				unlock := lock()
 				still := busy[:0]
 				for _, h := range busy {
-					if removePlaceholder(dir, h.path, h.made) {
+					if removePlaceholder(dir, h.path, h.made, d.tombName(dir)) {
 						still = append(still, h)
 					}
 				}
+				unlock()
 				busy = still
 			}
 			return busy
 		}
-		busy = retry(busy, lockRetries, lockRetryEvery, false)
+		busy = retry(busy, lockRetries, lockRetryEvery, false, func() func() { return func() {} })
 		if len(busy) == 0 {
 			return
 		}
@@ -429,7 +460,10 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 		d.lateRemovals.add(1)
 		go func() {
 			defer d.lateRemovals.add(-1)
-			retry(busy, lateRetries, lockRetryEvery, true)
+			retry(busy, lateRetries, lockRetryEvery, true, func() func() {
+				d.mu.Lock()
+				return d.mu.Unlock
+			})
 		}()
 	}
 	fail := func(err error) (*protection, func(), error) {

@@ -18,6 +18,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -789,5 +791,55 @@ func TestPlaceholderRemovalBesideForks(t *testing.T) {
 	}
 	if left > 0 {
 		t.Fatalf("%d of %d placeholders left behind beside %d forks", left, made, n)
+	}
+}
+
+// TestPlaceholderRecordBecomesIntent: removing a placeholder turns its
+// record into an intent of the remover before the file goes, so a new
+// placeholder that gets the freed inode number keeps its record, and a
+// remover that dies in between leaves an intent recovery acts on.
+func TestPlaceholderRecordBecomesIntent(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	dir, err := d.placeholderDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(ws, ".envrc")
+	newPlaceholder := func() *unix.Stat_t {
+		f, st, err := d.createPlaceholder(dir, path, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		if _, err := os.Stat(filepath.Join(dir, recordName(st))); err != nil {
+			t.Fatalf("control: no record: %v", err)
+		}
+		return st
+	}
+	// The ordinary removal: file, record and intent all gone.
+	st := newPlaceholder()
+	tomb := d.tombName(dir)
+	if removePlaceholder(dir, path, st, tomb) {
+		t.Fatal("held")
+	}
+	for _, p := range []string{path, filepath.Join(dir, recordName(st)), tomb} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s left: %v", p, err)
+		}
+	}
+	// A remover that died after the record became its intent: the next
+	// driver start removes the placeholder and the intent.
+	st = newPlaceholder()
+	pst, _ := procStartTime(os.Getpid())
+	dead := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-r1", os.Getpid(), pst+1))
+	if err := os.Rename(filepath.Join(dir, recordName(st)), dead); err != nil {
+		t.Fatal(err)
+	}
+	d.recoverPlaceholders()
+	for _, p := range []string{path, dead} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after recovery, %s left: %v", p, err)
+		}
 	}
 }
