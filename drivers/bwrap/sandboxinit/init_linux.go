@@ -59,6 +59,7 @@ func sandboxInit(args []string) (int, error) {
 	}
 	var sigs *caughtSignals
 	var pre *preforked
+	var conf *confinement
 	var cwd string
 	if spec.Prepared {
 		// What does not depend on the command is done before it arrives:
@@ -77,6 +78,13 @@ func sandboxInit(args []string) (int, error) {
 				pre = nil
 			}
 		}
+		// The supervisor's own confinement is built now too (its
+		// seccomp program, its Landlock ruleset); only loading them is
+		// left for after the hand-over's mounts, which both would deny.
+		if conf, err = planConfinement(&spec, pre != nil); err != nil {
+			return fail(err)
+		}
+		defer conf.close()
 		if err := ReportPrepared(spec.LifelineFD); err != nil {
 			return fail(err)
 		}
@@ -106,22 +114,11 @@ func sandboxInit(args []string) (int, error) {
 	}
 	// Everything that can fail for a reason other than the kernel is
 	// computed before the process is changed.
-	// The supervisor carries the filter it may fork under.
-	prog, err := initProgram(&spec)
-	if err != nil {
-		return fail(err)
-	}
-	own := spec
-	if pre != nil {
-		// The supervisor's domain must let it signal the child, which is
-		// in a sibling domain (prefork_linux.go says why that costs
-		// nothing). The child keeps the scope, and so does one forked
-		// instead should the waiting child have failed (from spec).
-		own.ScopeSignals = false
-	}
-	plan, err := planLandlock(&own, effectiveLandlockABI())
-	if err != nil {
-		return fail(err)
+	if conf == nil {
+		if conf, err = planConfinement(&spec, false); err != nil {
+			return fail(err)
+		}
+		defer conf.close()
 	}
 	limits := rlimitPlan(&spec)
 	if spec.Supervise {
@@ -144,7 +141,7 @@ func sandboxInit(args []string) (int, error) {
 			return fail(err)
 		}
 	}
-	if err := applyLandlock(plan); err != nil {
+	if err := conf.restrict(); err != nil {
 		return fail(err)
 	}
 	if err := applyRlimits(limits); err != nil {
@@ -154,11 +151,11 @@ func sandboxInit(args []string) (int, error) {
 		return fail(err)
 	}
 	if spec.Supervise {
-		return supervise(&spec, prog, path, argv, env, sigs, pre, cwd)
+		return supervise(&spec, conf.prog, path, argv, env, sigs, pre, cwd)
 	}
 	// seccomp last: it denies nothing the steps above need, but loading
 	// it last keeps the window where this Go code runs filtered minimal.
-	if err := loadSeccomp(prog); err != nil {
+	if err := loadSeccomp(conf.prog); err != nil {
 		return fail(err)
 	}
 	// Last look at the lifeline: a launcher that died while bwrap set up

@@ -10,6 +10,7 @@ import (
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -139,25 +140,100 @@ func planLandlock(spec *InitSpec, abi int) (landlockPlan, error) {
 	return landlockPlan{ABI: abi, Config: cfg, Rules: rules}, nil
 }
 
-// applyLandlock enforces plan on the calling OS thread only. The caller holds
-// runtime.LockOSThread, has set no_new_privs, and execs on this thread: the
-// exec'd image inherits this thread's domain (see loadSeccomp for why the
-// other runtime threads do not matter). go-landlock's Restrict would instead
-// use psx to reach all threads, which fails in cgo binaries and is not needed.
+// applyLandlock enforces plan on the calling OS thread only (see
+// ruleset.restrict).
 func applyLandlock(plan landlockPlan) error {
+	rs, err := buildRuleset(plan)
+	if err != nil {
+		return err
+	}
+	defer rs.close()
+	return rs.restrict()
+}
+
+// ruleset is a Landlock ruleset built and not yet enforced: building opens
+// every path of its rules, enforcing is one system call. fd is -1 when
+// nothing is handled (no Landlock, or a plan that handles no right).
+type ruleset struct {
+	fd    int
+	flags uint32
+}
+
+// buildRuleset builds plan's ruleset. The rules name the inodes its paths
+// resolve to now: a prepared sandbox builds its supervisor's before the
+// hand-over, when they resolve to what bwrap mounted (the hand-over's own
+// mounts cover protected entries only, which no rule names: a grant in a
+// protected entry is refused).
+func buildRuleset(plan landlockPlan) (ruleset, error) {
 	if plan.ABI == 0 {
-		return nil
+		return ruleset{fd: -1}, nil
 	}
 	fd, flags, err := plan.Config.NewRulesetFD(plan.Rules...)
 	if err != nil {
-		return fmt.Errorf("landlock: building ruleset: %w", err)
+		return ruleset{fd: -1}, fmt.Errorf("landlock: building ruleset: %w", err)
 	}
 	if fd < 0 {
-		return nil // nothing handled
+		return ruleset{fd: -1}, nil // nothing handled
 	}
-	defer unix.Close(fd)
-	if err := llsys.LandlockRestrictSelf(fd, flags); err != nil {
+	return ruleset{fd: fd, flags: flags}, nil
+}
+
+// restrict enforces the ruleset on the calling OS thread only. The caller
+// holds runtime.LockOSThread, has set no_new_privs, and execs (or forks)
+// on this thread: the exec'd image inherits this thread's domain (see
+// loadSeccomp for why the other runtime threads do not matter).
+// go-landlock's Restrict would instead use psx to reach all threads, which
+// fails in cgo binaries and is not needed.
+func (r ruleset) restrict() error {
+	if r.fd < 0 {
+		return nil
+	}
+	if err := llsys.LandlockRestrictSelf(r.fd, r.flags); err != nil {
 		return fmt.Errorf("landlock: restrict_self: %w", err)
 	}
 	return nil
 }
+
+func (r *ruleset) close() {
+	if r.fd >= 0 {
+		unix.Close(r.fd)
+		r.fd = -1
+	}
+}
+
+// confinement is what sandbox-init loads on itself: its seccomp program
+// (the supervisor's when it supervises, else the target's) and its Landlock
+// ruleset, computed before anything of the process is changed.
+type confinement struct {
+	prog []bpf.Instruction
+	rs   ruleset
+}
+
+// planConfinement builds spec's confinement. preforked says a waiting
+// child will become the command: the supervisor's own domain must then let
+// it signal that child, which is in a sibling domain (prefork_linux.go says
+// why that costs nothing). The child keeps the scope, and so does one
+// forked instead should the waiting child fail (it plans from spec).
+func planConfinement(spec *InitSpec, preforked bool) (*confinement, error) {
+	prog, err := initProgram(spec)
+	if err != nil {
+		return nil, err
+	}
+	own := *spec
+	if preforked {
+		own.ScopeSignals = false
+	}
+	plan, err := planLandlock(&own, effectiveLandlockABI())
+	if err != nil {
+		return nil, err
+	}
+	rs, err := buildRuleset(plan)
+	if err != nil {
+		return nil, err
+	}
+	return &confinement{prog: prog, rs: rs}, nil
+}
+
+func (c *confinement) restrict() error { return c.rs.restrict() }
+
+func (c *confinement) close() { c.rs.close() }

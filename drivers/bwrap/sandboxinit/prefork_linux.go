@@ -26,8 +26,8 @@ import (
 // then waits on a socket pair only the supervisor holds the other end of.
 // At the hand-over the supervisor sends it the command (argv, directory,
 // the RLIMIT_NPROC to apply) with the command's stdin, stdout, stderr and
-// environment as SCM_RIGHTS; the child puts them in place, loads the
-// target's seccomp program and execs the target.
+// environment as SCM_RIGHTS; the child, under the target's seccomp program
+// since before it waited, puts them in place and execs the target.
 //
 // What is the same as a child forked at the hand-over: the target's
 // Landlock rules (built from the spec, which has nothing of the command's:
@@ -235,6 +235,14 @@ func preforkedChild(spec InitSpec) (int, error) {
 	if err := applyRlimits(rlimitPlan(&spec)); err != nil {
 		return fail(err)
 	}
+	// The target's program now, on this thread (the one that execs): what
+	// runs under it from here to the exec (receiving the command, the
+	// descriptors, the directory, the environment, the PATH lookup) is
+	// what any target may do, and threads the runtime starts meanwhile
+	// die at the exec.
+	if err := loadSeccomp(prog); err != nil {
+		return fail(err)
+	}
 	if err := unix.Sendto(spec.GoFD, []byte{StartedTag}, unix.MSG_NOSIGNAL, nil); err != nil {
 		return fail(fmt.Errorf("go fd %d: %w", spec.GoFD, err))
 	}
@@ -273,9 +281,6 @@ func preforkedChild(spec InitSpec) (int, error) {
 		}
 	}
 	if err := closeOnExecExcept(spec.InheritFDs); err != nil {
-		return fail(err)
-	}
-	if err := loadSeccomp(prog); err != nil {
 		return fail(err)
 	}
 	err = syscall.Exec(path, h.Argv, env)
