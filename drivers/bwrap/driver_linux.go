@@ -298,7 +298,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	h := d.probe()
 	if h.tier == tierBwrap {
 		// A sandbox prepared for this profile and session, when one waits.
-		if exit, err, ok := d.runPooled(ctx, plan, cwd, spec, in, streams); ok {
+		if exit, err, ok := d.runPooled(ctx, plan, cwd, spec, in, streams, &plan.early); ok {
 			return exit, err
 		}
 	}
@@ -458,6 +458,11 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	life, cmd := sb.life, sb.cmd
 	if spec.CommandID != "" {
 		defer d.running.add(spec.CommandID, life)()
+		for _, sig := range plan.early {
+			// Sent while a prepared sandbox's hand-over failed: they wait
+			// on this lifeline for the supervisor, as any sent now would.
+			_ = life.Signal(sig)
+		}
 	}
 	stderrGate := &setupGate{w: stderr, life: life}
 	if len(spec.Stdin) > 0 {

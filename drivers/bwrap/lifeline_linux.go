@@ -65,6 +65,11 @@ type lifeline struct {
 	mu      sync.Mutex
 	started bool
 	got     []byte // what ExitStatus and status read so far
+	// holding: a prepared sandbox's supervisor reads its hand-over record
+	// before anything else, so Signal keeps its requests in held until
+	// handOver has sent the record (holdSignals).
+	holding bool
+	held    []syscall.Signal
 }
 
 func newLifeline() (*lifeline, error) {
@@ -195,6 +200,15 @@ func (l *lifeline) Signal(sig syscall.Signal) error {
 	if l.local < 0 {
 		return errLifelineClosed
 	}
+	if l.holding {
+		l.held = append(l.held, sig)
+		return nil
+	}
+	return l.sendSignal(sig)
+}
+
+// sendSignal writes a signal request (l.mu held).
+func (l *lifeline) sendSignal(sig syscall.Signal) error {
 	// Two bytes on a stream socket whose buffer nobody else fills:
 	// MSG_DONTWAIT only matters if sandbox-init stopped reading, and then
 	// an error is the honest answer.
@@ -202,6 +216,25 @@ func (l *lifeline) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("bwrap driver: lifeline: %w", err)
 	}
 	return nil
+}
+
+// holdSignals makes Signal keep its requests until handOver sends them,
+// after the record: the command is registered for signals before its
+// hand-over is sent, so that none sent once it runs can miss it.
+func (l *lifeline) holdSignals() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.holding = true
+}
+
+// takeHeld returns the requests held back and never sent (the hand-over
+// failed before its record went out), and stops holding.
+func (l *lifeline) takeHeld() []syscall.Signal {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	held := l.held
+	l.holding, l.held = false, nil
+	return held
 }
 
 // errLifelineClosed: the command's lifeline is closed (it has ended).

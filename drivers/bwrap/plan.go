@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -107,6 +108,10 @@ type Plan struct {
 	// prepared: the sandbox is built ahead of its command, which arrives
 	// with the hand-over (prepared_linux.go). Never serialized.
 	prepared bool
+	// early are signals the command was sent while a prepared sandbox's
+	// hand-over, which then failed, was under way: the sandbox built
+	// instead gets them first (runPooled). Never serialized.
+	early []syscall.Signal
 }
 
 // systemTopLevel are the root entries of the system read set: bound

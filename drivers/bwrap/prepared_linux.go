@@ -13,6 +13,7 @@ import (
 	"os"
 	"sort"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -288,8 +289,11 @@ func closeOnce(once *sync.Once, c chan struct{}) {
 // it did not run the command at all (no sandbox waited, or the hand-over
 // failed before the command started): the caller builds one the usual
 // way.
+//
+// early gets the signals the command was sent during a hand-over that
+// failed before its record went out.
 func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driverapi.RunSpec,
-	in *driverapi.StreamInput, streams driverapi.Streams) (exit driverapi.Exit, err error, ok bool) {
+	in *driverapi.StreamInput, streams driverapi.Streams, early *[]syscall.Signal) (exit driverapi.Exit, err error, ok bool) {
 	mode := d.poolMode()
 	if mode == PreparedOff || !preparable(plan, spec) {
 		return driverapi.Exit{}, nil, false
@@ -321,6 +325,7 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 	d.pool.noteHandover(key, ok)
 	if !ok {
 		d.log.Debug("prepared sandbox refused the hand-over", "error", err)
+		*early = ps.sb.life.takeHeld()
 		return driverapi.Exit{}, nil, false
 	}
 	return exit, err, true
@@ -747,6 +752,15 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	if err != nil {
 		return driverapi.Exit{}, err, true
 	}
+	if spec.CommandID != "" {
+		// Registered before the record goes: once it is sent the command
+		// may run (and print, and be signalled) before this goroutine
+		// goes on. A signal sent before the record is held until the
+		// record is out, then waits on the lifeline until the supervisor
+		// reads it, as for a command still being set up.
+		life.holdSignals()
+		defer d.running.add(spec.CommandID, life)()
+	}
 	start := time.Now()
 	if err := life.handOver(rec, []int{int(hio.stdin.Fd()), int(hio.stdout.Fd()), int(hio.stderr.Fd()), int(envFile.Fd())}); err != nil {
 		return driverapi.Exit{}, err, false
@@ -754,11 +768,6 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	handed = true
 	d.trace.Mark("sent")
 	hio.sent()
-	if spec.CommandID != "" {
-		// A signal sent from now on waits on the lifeline until the
-		// supervisor reads it, as for a command still being set up.
-		defer d.running.add(spec.CommandID, life)()
-	}
 	if err := life.awaitReady(runCtx); err != nil {
 		// sandbox-init may have read the record and be starting the
 		// command as this returns: the sandbox ends here, or the command
@@ -916,6 +925,15 @@ func (l *lifeline) handOver(rec []byte, fds []int) error {
 			return fmt.Errorf("bwrap driver: hand-over: %w", err)
 		}
 		n += m
+	}
+	// What Signal held back follows the record: the supervisor reads it
+	// once it has forked the command, as for any sandbox.
+	held := l.held
+	l.holding, l.held = false, nil
+	for _, sig := range held {
+		if err := l.sendSignal(sig); err != nil {
+			return err
+		}
 	}
 	return nil
 }

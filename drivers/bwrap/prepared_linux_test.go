@@ -3,7 +3,9 @@
 package bwrap
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+	"golang.org/x/sys/unix"
 )
 
 func preparedOpts(mode PreparedMode) Options { return Options{Prepared: mode} }
@@ -727,4 +730,72 @@ func noSpawnPool(t *testing.T) (*Driver, string, driverapi.Profile, driverapi.Ru
 	}
 	waitUntil(t, func() bool { return d.PreparedStats().Waiting > 0 })
 	return d, ws, prof, spec
+}
+
+// A prepared command is registered for signals before its hand-over record
+// is sent (the command may run and print before the driver goes on), so
+// a signal can come before the record; the supervisor reads the record
+// first, so the signal must follow it on the lifeline, never precede it.
+// One held for a hand-over that never went out goes to the sandbox built
+// instead (takeHeld).
+func TestPreparedSignalHeldForRecord(t *testing.T) {
+	l, err := newLifeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	remote := int(l.remote.Fd())
+	l.holdSignals()
+	if err := l.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	var b [64]byte
+	if n, _, err := unix.Recvfrom(remote, b[:], unix.MSG_DONTWAIT); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("a held signal reached the supervisor before the record: %q %v", b[:max(n, 0)], err)
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	rec := []byte{sandboxinit.HandoverTag, 'r', 'e', 'c'}
+	if err := l.handOver(rec, []int{int(null.Fd())}); err != nil {
+		t.Fatal(err)
+	}
+	want := append(append([]byte{}, rec...), sandboxinit.SignalTag, byte(syscall.SIGTERM))
+	var got []byte
+	for len(got) < len(want) {
+		n, _, _, _, err := unix.Recvmsg(remote, b[:], make([]byte, unix.CmsgSpace(4)), 0)
+		if err != nil || n == 0 {
+			t.Fatalf("after %q: %v", got, err)
+		}
+		got = append(got, b[:n]...)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the lifeline carried %q, want the record then the signal %q", got, want)
+	}
+	// After the record a signal goes straight out (the control: holding
+	// ends with the hand-over).
+	if err := l.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := unix.Read(remote, b[:]); err != nil || !bytes.Equal(b[:n], []byte{sandboxinit.SignalTag, byte(syscall.SIGINT)}) {
+		t.Fatalf("after the hand-over: %q %v", b[:max(n, 0)], err)
+	}
+
+	l2, err := newLifeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	l2.holdSignals()
+	if err := l2.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	if held := l2.takeHeld(); len(held) != 1 || held[0] != syscall.SIGHUP {
+		t.Fatalf("held for a hand-over that never went out: %v", held)
+	}
+	if held := l2.takeHeld(); len(held) != 0 {
+		t.Fatalf("taken twice: %v", held)
+	}
 }
