@@ -92,10 +92,6 @@ type preparedSandbox struct {
 	roots      []rootID // the workspace and grant roots bound, as they were
 	timer      *time.Timer
 	destroyed  sync.Once
-	// handed is closed once its command runs (or its hand-over ended):
-	// the refill its take started waits for it.
-	handed     chan struct{}
-	handedOnce sync.Once
 }
 
 // rootID is a bound root's identity at preparation.
@@ -186,9 +182,10 @@ func (p *preparedPool) signalEnded() {
 	}
 }
 
-// refillWait bounds how long a refill waits for the hand-over that
-// started it to reach its command.
-const refillWait = time.Second
+// refillWait bounds how long a refill waits for the command whose take
+// started it to be answered: a long command's pool is refilled while it
+// runs, for the commands that come meanwhile.
+const refillWait = 250 * time.Millisecond
 
 // endWait bounds how long a sandbox whose supervisor has reported may take
 // to end by itself.
@@ -278,13 +275,6 @@ func (p *preparedPool) take(key poolKey) *preparedSandbox {
 	return ps
 }
 
-// closeOnce closes c (if any) the first time it is called for once.
-func closeOnce(once *sync.Once, c chan struct{}) {
-	if c != nil {
-		once.Do(func() { close(c) })
-	}
-}
-
 // runPooled runs spec in a prepared sandbox when it can. ok is false when
 // it did not run the command at all (no sandbox waited, or the hand-over
 // failed before the command started): the caller builds one the usual
@@ -300,17 +290,18 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 	}
 	key := keyFor(spec)
 	ps := d.pool.take(key)
-	var handed chan struct{}
+	var answered chan struct{}
 	if ps != nil {
-		// The refill waits until this command runs: a sandbox being built
-		// shares the CPUs and the kernel's mount locks with the hand-over
-		// (its placeholders and mounts took several times as long beside
-		// one), not with the command.
-		handed = make(chan struct{})
-		defer closeOnce(&ps.handedOnce, handed)
-		ps.handed = handed
+		// The refill waits until this command is answered (for at most
+		// refillWait): a sandbox being built shares the CPUs and the
+		// kernel's mount locks with the hand-over, the command and the
+		// placeholders' removal, and on two cores made a hit about 1.3x as
+		// long (BenchmarkPreparedBackToBack, docs/performance.md), for
+		// the same hit rate back to back.
+		answered = make(chan struct{})
+		defer close(answered)
 	}
-	d.refill(key, plan, spec.SessionID, mode, handed)
+	d.refill(key, plan, spec.SessionID, mode, answered)
 	if ps == nil && mode == PreparedAlways && !d.pool.refusing(key) {
 		// Built for this command: its caller's cancel ends the wait.
 		if ps, err = d.prepare(ctx, key, plan, spec.SessionID); err != nil {
@@ -785,7 +776,6 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		return driverapi.Exit{}, err, false
 	}
 	d.trace.Mark("ready")
-	closeOnce(&ps.handedOnce, ps.handed)
 	hio.begin()
 	if in != nil && in.Resize != nil {
 		defer followResize(life, in.Resize)()
