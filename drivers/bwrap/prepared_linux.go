@@ -584,19 +584,26 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	forked := make(chan struct{})
 	ps.done = d.startSandbox(sb, plan, func() { close(forked) })
 	<-forked
-	if err := waitStarted(ctx, sb.life, ps.done); err != nil {
+	ended, err := waitStarted(ctx, sb.life, ps.done)
+	if ended != nil {
+		// done reports once; destroy reads it again.
+		again := make(chan sandboxResult, 1)
+		again <- *ended
+		ps.done = again
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: %s", err, ps.setup.String())
 	}
 	return ps, nil
 }
 
-// waitStarted waits for sandbox-init's started byte on life, or for the
-// sandbox to end, or for ctx to.
-func waitStarted(ctx context.Context, life *lifeline, done <-chan sandboxResult) error {
+// waitStarted waits for sandbox-init's started and prepared bytes on life,
+// or for the sandbox to end (ended: what done reported), or for ctx to.
+func waitStarted(ctx context.Context, life *lifeline, done <-chan sandboxResult) (ended *sandboxResult, err error) {
 	deadline := time.Now().Add(preparedReadyWait)
 	for time.Now().Before(deadline) {
 		if err := ctx.Err(); err != nil {
-			return err
+			return nil, err
 		}
 		pfd := []unix.PollFd{{Fd: int32(life.local), Events: unix.POLLIN}}
 		n, err := unix.Poll(pfd, 100)
@@ -604,7 +611,7 @@ func waitStarted(ctx context.Context, life *lifeline, done <-chan sandboxResult)
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("lifeline: %w", err)
+			return nil, fmt.Errorf("lifeline: %w", err)
 		}
 		if n > 0 {
 			// The started byte, then the prepared one: sandbox-init has
@@ -613,21 +620,23 @@ func waitStarted(ctx context.Context, life *lifeline, done <-chan sandboxResult)
 			got, _, _ := unix.Recvfrom(life.local, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
 			switch {
 			case got == 2 && b[0] == sandboxinit.StartedTag && b[1] == sandboxinit.PreparedTag:
-				return nil
-			case got == 1 && b[0] == sandboxinit.StartedTag:
-				// Not ready yet: the poll above would return at once.
-				time.Sleep(200 * time.Microsecond)
-				continue
+				return nil, nil
+			case got != 1 || b[0] != sandboxinit.StartedTag:
+				return nil, errors.New("the sandbox ended while it was set up")
 			}
-			return errors.New("the sandbox ended while it was set up")
+			// Started, not ready yet: the poll above would return at once,
+			// so the sandbox's end is looked for here as well (one that
+			// fails after its started byte leaves that byte alone on the
+			// lifeline).
+			time.Sleep(200 * time.Microsecond)
 		}
 		select {
 		case r := <-done:
-			return fmt.Errorf("the sandbox ended while it was set up: %v %v", r.startErr, r.err)
+			return &r, fmt.Errorf("the sandbox ended while it was set up: %v %v", r.startErr, r.err)
 		default:
 		}
 	}
-	return fmt.Errorf("the sandbox was not set up within %v", preparedReadyWait)
+	return nil, fmt.Errorf("the sandbox was not set up within %v", preparedReadyWait)
 }
 
 // destroy ends ps and releases what it holds; safe to call more than once.

@@ -799,3 +799,48 @@ func TestPreparedSignalHeldForRecord(t *testing.T) {
 		t.Fatalf("taken twice: %v", held)
 	}
 }
+
+// A sandbox-init that fails after its started byte leaves that byte alone
+// on the lifeline: waitStarted must see the sandbox end (not wait out
+// preparedReadyWait, polling a descriptor that is always readable), and
+// hand back what done reported, which destroy reads again.
+func TestPreparedWaitStartedSeesEnd(t *testing.T) {
+	l, err := newLifeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.remote.Write([]byte{sandboxinit.StartedTag}); err != nil {
+		t.Fatal(err)
+	}
+	l.remote.Close()
+	done := make(chan sandboxResult, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		done <- sandboxResult{err: errors.New("exit status 1")}
+	}()
+	// Well below preparedReadyWait: a wait for that long fails the test.
+	ctx, cancel := context.WithTimeout(context.Background(), preparedReadyWait/2)
+	defer cancel()
+	ended, err := waitStarted(ctx, l, done)
+	if err == nil || ctx.Err() != nil || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("waitStarted = %v (context: %v), want the sandbox's end", err, ctx.Err())
+	}
+	if ended == nil || ended.err == nil || ended.err.Error() != "exit status 1" {
+		t.Fatalf("ended = %+v, want what done reported", ended)
+	}
+
+	// The control: started and prepared bytes mean ready, with the
+	// sandbox still running.
+	l2, err := newLifeline()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	if _, err := l2.remote.Write([]byte{sandboxinit.StartedTag, sandboxinit.PreparedTag}); err != nil {
+		t.Fatal(err)
+	}
+	if ended, err := waitStarted(context.Background(), l2, make(chan sandboxResult)); err != nil || ended != nil {
+		t.Fatalf("ready sandbox: %v %+v", err, ended)
+	}
+}
