@@ -326,6 +326,14 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 		name := e.Name()
 		rec := filepath.Join(dir, name)
 		b, err := os.ReadFile(rec)
+		if err == nil && len(b) == 0 && strings.HasPrefix(name, "intent-") {
+			// Its creator died between creating it and writing it: it
+			// names nothing, and nobody else would ever remove it.
+			if pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-")); ok && ownerGone(pid, start, rest) {
+				_ = os.Remove(rec)
+			}
+			continue
+		}
 		if err != nil || len(b) == 0 || !filepath.IsAbs(string(b)) {
 			continue
 		}

@@ -551,12 +551,23 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	// for all the placeholders of one command.
 	st, _ := procStartTime(os.Getpid())
 	dead := fmt.Sprintf("intent-%d-%d-1", os.Getpid(), st+1)
-	for name, path := range map[string]string{dead: orphan + "\x00" + written + "\x00" + orphan2, "intent-" + d.owner + "-9": user} {
+	// Empty intents: their creators died (or are about to write them)
+	// between creating and writing them.
+	deadEmpty := fmt.Sprintf("intent-%d-%d-2", os.Getpid(), st+1)
+	liveEmpty := "intent-" + d.owner + "-10"
+	for name, path := range map[string]string{dead: orphan + "\x00" + written + "\x00" + orphan2, "intent-" + d.owner + "-9": user,
+		deadEmpty: "", liveEmpty: ""} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(path), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
 	d.recoverPlaceholders()
+	if _, err := os.Lstat(filepath.Join(dir, deadEmpty)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a dead driver's empty intent stayed: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, liveEmpty)); err != nil {
+		t.Errorf("a live driver's empty intent was removed: %v", err)
+	}
 	for _, o := range []string{orphan, orphan2} {
 		if _, err := os.Lstat(o); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the dead driver's unrecorded placeholder %s stayed: %v", o, err)
