@@ -268,10 +268,26 @@ func removeUnrecorded(dir, path string) {
 	var st unix.Stat_t
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil && unix.Fstat(fd, &st) == nil &&
 		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && st.Mode&0o7777 == placeholderPerm && st.Nlink == 1 {
-		if _, err := os.Stat(filepath.Join(dir, recordName(&st))); errors.Is(err, fs.ErrNotExist) {
+		if rec := filepath.Join(dir, recordName(&st)); !exists(rec) || deadRecord(rec) {
 			_ = os.Remove(path)
 		}
 	}
+}
+
+// emptyRecordAge is how old an empty placeholder record must be to be
+// taken for one whose writer died between creating and writing it (the
+// write follows the create at once).
+const emptyRecordAge = time.Minute
+
+// deadRecord: the record rec is empty and older than emptyRecordAge.
+func deadRecord(rec string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(rec, &st) == nil && st.Size == 0 && time.Since(time.Unix(st.Mtim.Unix())) > emptyRecordAge
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return !errors.Is(err, fs.ErrNotExist)
 }
 
 // recoverPlaceholders removes what killed drivers left: see the top of the
@@ -326,10 +342,18 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 		name := e.Name()
 		rec := filepath.Join(dir, name)
 		b, err := os.ReadFile(rec)
-		if err == nil && len(b) == 0 && strings.HasPrefix(name, "intent-") {
+		if err == nil && len(b) == 0 {
 			// Its creator died between creating it and writing it: it
-			// names nothing, and nobody else would ever remove it.
-			if pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-")); ok && ownerGone(pid, start, rest) {
+			// names nothing, and nobody else would ever remove it. An
+			// intent names its owner; a record does not, and one is
+			// written a moment after it is created, so only an old one
+			// is taken for dead (deadRecord).
+			switch {
+			case strings.HasPrefix(name, "intent-"):
+				if pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-")); ok && ownerGone(pid, start, rest) {
+					_ = os.Remove(rec)
+				}
+			case strings.HasPrefix(name, "ph-") && deadRecord(rec):
 				_ = os.Remove(rec)
 			}
 			continue

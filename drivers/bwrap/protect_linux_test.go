@@ -551,12 +551,34 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	// for all the placeholders of one command.
 	st, _ := procStartTime(os.Getpid())
 	dead := fmt.Sprintf("intent-%d-%d-1", os.Getpid(), st+1)
+	// Two more unrecorded placeholders of the dead intent, each with an
+	// empty record: its writer died between creating and writing it (an
+	// old one), or is writing it now (a fresh one, kept with its file).
+	staleRec := filepath.Join(ws, ".stale")
+	freshRec := filepath.Join(ws, ".fresh")
+	recs := map[string]string{}
+	for _, o := range []string{staleRec, freshRec} {
+		mkfile(t, o, "")
+		if err := os.Chmod(o, placeholderPerm); err != nil {
+			t.Fatal(err)
+		}
+		var ost unix.Stat_t
+		if err := unix.Lstat(o, &ost); err != nil {
+			t.Fatal(err)
+		}
+		recs[o] = filepath.Join(dir, recordName(&ost))
+		mkfile(t, recs[o], "")
+	}
+	old := time.Now().Add(-2 * emptyRecordAge)
+	if err := os.Chtimes(recs[staleRec], old, old); err != nil {
+		t.Fatal(err)
+	}
 	// Empty intents: their creators died (or are about to write them)
 	// between creating and writing them.
 	deadEmpty := fmt.Sprintf("intent-%d-%d-2", os.Getpid(), st+1)
 	liveEmpty := "intent-" + d.owner + "-10"
 	for name, path := range map[string]string{dead: orphan + "\x00" + written + "\x00" + orphan2, "intent-" + d.owner + "-9": user,
-		deadEmpty: "", liveEmpty: ""} {
+		deadEmpty: "", liveEmpty: "", fmt.Sprintf("intent-%d-%d-3", os.Getpid(), st+1): staleRec + "\x00" + freshRec} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(path), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -567,6 +589,16 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(dir, liveEmpty)); err != nil {
 		t.Errorf("a live driver's empty intent was removed: %v", err)
+	}
+	for _, p := range []string{staleRec, recs[staleRec]} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s stayed beside an old empty record: %v", p, err)
+		}
+	}
+	for _, p := range []string{freshRec, recs[freshRec]} {
+		if _, err := os.Lstat(p); err != nil {
+			t.Errorf("%s, with a record being written, was removed: %v", p, err)
+		}
 	}
 	for _, o := range []string{orphan, orphan2} {
 		if _, err := os.Lstat(o); !errors.Is(err, os.ErrNotExist) {
