@@ -86,6 +86,7 @@ type Driver struct {
 	log   hclog.Logger
 	once  sync.Once
 	host  *hostProbe
+	plans planCache
 	mu    sync.Mutex // serialises placeholder set-up and removal
 	owner string     // ownerTag of this process, for its journal records
 	seq   uint64     // numbers this driver's intent records (under mu)
@@ -281,7 +282,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if err := driverapi.ValidateRunSpec(spec); err != nil {
 		return driverapi.Exit{}, err
 	}
-	plan, err := DecodePlan(spec.Profile.Data)
+	plan, err := d.plans.decode(spec.Profile.Data)
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
