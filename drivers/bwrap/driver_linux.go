@@ -108,9 +108,6 @@ type Driver struct {
 	nets sessionNets
 	// pool holds the prepared sandboxes (prepared_linux.go).
 	pool preparedPool
-	// lateRemovals counts placeholders whose removal goes on in the
-	// background (protect_linux.go); Close waits for them.
-	lateRemovals pending
 	// tombs numbers the intents a placeholder's record becomes while the
 	// placeholder is removed (protect_linux.go).
 	tombs atomic.Uint64

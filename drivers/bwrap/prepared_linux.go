@@ -493,9 +493,8 @@ func (d *Driver) Close() {
 		ps.destroy()
 	}
 	// Builds in flight destroy what they build (p.closed), and answered
-	// sandboxes finish ending; so do placeholder removals still retried.
+	// sandboxes finish ending.
 	p.waitIdle()
-	d.lateRemovals.wait()
 }
 
 // forgetPrepared destroys the waiting sandboxes of session.

@@ -10,8 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -35,10 +33,10 @@ import (
 //     another, holds a shared flock on it for its whole run. A command that
 //     finds a placeholder already there uses it the same way.
 //   - After the command (on every path the driver survives: exit, timeout,
-//     cancel, setup failure) the command drops its lock and removes the
-//     placeholder under a non-blocking exclusive lock: it goes once the last
-//     command using it is done, and never while a sandbox still has it
-//     mounted. Removing a mount point from outside the sandbox's mount
+//     cancel, setup failure) the command turns its shared lock into a
+//     non-blocking exclusive one, on the same open file description, and
+//     removes the placeholder if it gets it: it goes once the last command
+//     using it is done, and never while a sandbox still has it mounted. Removing a mount point from outside the sandbox's mount
 //     namespace would detach the sandbox's mount (the kernel unmounts mounts
 //     on unlinked dentries) and let it create the entry. The one exception is
 //     a prepared sandbox whose supervisor reported that it is alone
@@ -53,44 +51,6 @@ import (
 //
 // Records live outside the workspace, so nothing of this machinery is ever
 // seen there.
-
-// lockRetries and lockRetryEvery bound how long the last user of a
-// placeholder tries again to remove one it found held (protect's undo)
-// before it answers; lateRetries, doubling from lockRetryEvery, how long it
-// goes on in the background (about 6.5 s).
-const (
-	lockRetries    = 10
-	lockRetryEvery = 200 * time.Microsecond
-	lateRetries    = 15
-)
-
-// pending counts work in the background that a driver's Close waits for.
-type pending struct {
-	mu   sync.Mutex
-	n    int
-	zero *sync.Cond
-}
-
-func (p *pending) add(n int) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.n += n
-	if p.n == 0 && p.zero != nil {
-		p.zero.Broadcast()
-	}
-}
-
-// wait waits until the count is zero.
-func (p *pending) wait() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.zero == nil {
-		p.zero = sync.NewCond(&p.mu)
-	}
-	for p.n > 0 {
-		p.zero.Wait()
-	}
-}
 
 // placeholderPerm is the mode of a placeholder file on the host.
 const placeholderPerm = 0o444
@@ -215,8 +175,16 @@ func removePlaceholder(dir, path string, made *unix.Stat_t, tomb string) (held b
 	if err != nil {
 		return false
 	}
-	f := os.NewFile(uintptr(fd), path)
+	return removeHeld(dir, path, os.NewFile(uintptr(fd), path), made, tomb)
+}
+
+// removeHeld is removePlaceholder on f, an open file description of path
+// (one holding this command's shared lock, or a new one), which it closes.
+// Converting f's lock to an exclusive one fails while any other
+// description holds a lock on the file.
+func removeHeld(dir, path string, f *os.File, made *unix.Stat_t, tomb string) (held bool) {
 	defer f.Close()
+	fd := int(f.Fd())
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) != nil {
 		return true // still in use; its last user removes it
 	}
@@ -437,66 +405,19 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 	var locks []held
 	dir := ""
 	undo := func() {
-		// A child of this process between fork and exec holds a copy of
-		// every descriptor, close-on-exec or not, and with it this
-		// command's shared lock: the removal would take the placeholder
-		// for another command's and leave it for good. A fork holds
-		// ForkLock until the child's exec has begun, so none starts while
-		// the locks are dropped; the exec closes the copies a moment after
-		// the fork lets go, and what was held is tried again briefly for
-		// that. A placeholder another command really uses stays held, and
-		// its last user removes it.
-		var busy []held
-		syscall.ForkLock.RLock()
+		// Each lock is turned into an exclusive one on this command's own
+		// open file description, never on a new one: a child of this
+		// process between fork and exec holds a copy of every descriptor,
+		// but a copy of the same description, which holds no lock of its
+		// own and so cannot keep this command from removing what it made.
+		// (Dropping the lock and reopening the file used to do that: the
+		// child's copy then held the shared lock against the new
+		// description, and the placeholder was left for good.) Another
+		// command using the placeholder holds its own description's
+		// lock: the conversion fails, and its last user removes it.
 		for _, h := range locks {
-			h.f.Close() // drops this command's shared lock
+			removeHeld(dir, h.path, h.f, h.made, d.tombName(dir))
 		}
-		for _, h := range locks {
-			if removePlaceholder(dir, h.path, h.made, d.tombName(dir)) {
-				busy = append(busy, h)
-			}
-		}
-		syscall.ForkLock.RUnlock()
-		// lock is what each round of tries holds: nothing more in the
-		// caller's (which holds d.mu), d.mu in the background, so that a
-		// removal never interleaves with this process's set-up of a
-		// placeholder at the same path (a new one may get the same inode
-		// number, and so the same record name, between the removal of the
-		// old file and of its record).
-		retry := func(busy []held, tries int, every time.Duration, grow bool, lock func() func()) []held {
-			for try := 0; len(busy) > 0 && try < tries; try++ {
-				time.Sleep(every)
-				if grow {
-					every *= 2
-				}
-				unlock := lock()
-				still := busy[:0]
-				for _, h := range busy {
-					if removePlaceholder(dir, h.path, h.made, d.tombName(dir)) {
-						still = append(still, h)
-					}
-				}
-				unlock()
-				busy = still
-			}
-			return busy
-		}
-		busy = retry(busy, lockRetries, lockRetryEvery, false, func() func() { return func() {} })
-		if len(busy) == 0 {
-			return
-		}
-		// Still held: another command uses it (its last user removes it,
-		// and these tries then find it gone), or a child forked without
-		// vfork (a user namespace's) has not exec'd yet. Tried again in
-		// the background, backing off, for a few seconds.
-		d.lateRemovals.add(1)
-		go func() {
-			defer d.lateRemovals.add(-1)
-			retry(busy, lateRetries, lockRetryEvery, true, func() func() {
-				d.mu.Lock()
-				return d.mu.Unlock
-			})
-		}()
 	}
 	fail := func(err error) (*protection, func(), error) {
 		undo()

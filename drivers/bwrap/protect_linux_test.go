@@ -823,7 +823,7 @@ func TestPlaceholderRemovalBesideForks(t *testing.T) {
 	if made == 0 || n == 0 {
 		t.Fatalf("control: %d placeholders made beside %d forks", made, n)
 	}
-	d.Close() // waits for removals still retried
+	d.Close()
 	left := 0
 	for _, ws := range wss {
 		ents, err := os.ReadDir(ws)
