@@ -731,14 +731,19 @@ func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan 
 		} else {
 			err = cmd.Start()
 		}
+		// Recovery waits for this sandbox to be gone before it removes
+		// placeholders a dead driver left (janitor_linux.go). A prepared
+		// sandbox is recorded while it is built, off its command's path,
+		// and before it can be handed one: that command's placeholders
+		// are only known then.
+		if err == nil && (plan.prepared || plan.prot != nil && len(plan.prot.missing) > 0) {
+			defer d.recordUser(cmd.Process.Pid)()
+		}
 		// bwrap has its copies (or never will): the driver's go now.
 		sb.closeSetup()
 		close(sb.started)
 		if afterStart != nil {
 			afterStart()
-		}
-		if err == nil && plan.prot != nil && len(plan.prot.missing) > 0 {
-			defer d.recordUser(cmd.Process.Pid)()
 		}
 		if err != nil {
 			done <- sandboxResult{startErr: err}

@@ -744,9 +744,6 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	if proc == nil {
 		return driverapi.Exit{}, errors.New("the prepared sandbox never started"), false
 	}
-	if len(prot.missing) > 0 {
-		defer d.recordUser(proc.Pid)()
-	}
 	rec, err := sandboxinit.EncodeHandover(sandboxinit.Handover{Argv: append([]string{spec.Program}, spec.Args...), Cwd: cwd, Mounts: mounts})
 	if err != nil {
 		return driverapi.Exit{}, err, true

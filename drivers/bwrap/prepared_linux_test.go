@@ -844,3 +844,55 @@ func TestPreparedWaitStartedSeesEnd(t *testing.T) {
 		t.Fatalf("ready sandbox: %v %+v", err, ended)
 	}
 }
+
+// A waiting sandbox is recorded as a user of placeholders while it is
+// built (recovery after a driver's death waits for it to be gone before it
+// removes what that driver left), so the hand-over need not record it on
+// the command's path; the record goes with the sandbox.
+func TestPreparedSandboxRecordedAsUser(t *testing.T) {
+	needPreparable(t)
+	d, _, _, _ := noSpawnPool(t)
+	dir, err := d.placeholderDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.pool.mu.Lock()
+	var pids []int
+	for _, l := range d.pool.idle {
+		for _, ps := range l {
+			if p := ps.sb.process(); p != nil {
+				pids = append(pids, p.Pid)
+			}
+		}
+	}
+	d.pool.mu.Unlock()
+	if len(pids) == 0 {
+		t.Fatal("control: no sandbox waits")
+	}
+	users := func() map[int]bool {
+		got := map[int]bool{}
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if !strings.HasPrefix(e.Name(), "user-"+d.owner+"-") {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				continue
+			}
+			pid, _, _ := strings.Cut(string(b), "-")
+			got[atoi(pid)] = true
+		}
+		return got
+	}
+	got := users()
+	for _, pid := range pids {
+		if !got[pid] {
+			t.Errorf("waiting sandbox (bwrap pid %d) not recorded; records name %v", pid, got)
+		}
+	}
+	d.Close()
+	if left := users(); len(left) != 0 {
+		t.Errorf("records left after Close: %v", left)
+	}
+}
