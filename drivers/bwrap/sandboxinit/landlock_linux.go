@@ -234,6 +234,10 @@ func planConfinement(spec *InitSpec, preforked bool) (*confinement, error) {
 	return &confinement{prog: prog, rs: rs}, nil
 }
 
-func (c *confinement) restrict() error { return c.rs.restrict() }
+// restrict enforces the ruleset on the calling thread and closes it.
+func (c *confinement) restrict() error {
+	defer c.rs.close()
+	return c.rs.restrict()
+}
 
 func (c *confinement) close() { c.rs.close() }
