@@ -67,7 +67,7 @@ type lifeline struct {
 	got     []byte // what ExitStatus and status read so far
 	// holding: a prepared sandbox's supervisor reads its hand-over record
 	// before anything else, so Signal keeps its requests in held until
-	// handOver has sent the record (holdSignals).
+	// the supervisor has answered the record (holdSignals, awaitReady).
 	holding bool
 	held    []syscall.Signal
 }
@@ -218,9 +218,10 @@ func (l *lifeline) sendSignal(sig syscall.Signal) error {
 	return nil
 }
 
-// holdSignals makes Signal keep its requests until handOver sends them,
-// after the record: the command is registered for signals before its
-// hand-over is sent, so that none sent once it runs can miss it.
+// holdSignals makes Signal keep its requests until awaitReady sends them,
+// once the supervisor has answered the hand-over record: the command is
+// registered for signals before its record is sent, so that none sent
+// once it runs can miss it.
 func (l *lifeline) holdSignals() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -228,7 +229,7 @@ func (l *lifeline) holdSignals() {
 }
 
 // takeHeld returns the requests held back and never sent (the hand-over
-// failed before its record went out), and stops holding.
+// failed before the supervisor answered it), and stops holding.
 func (l *lifeline) takeHeld() []syscall.Signal {
 	l.mu.Lock()
 	defer l.mu.Unlock()

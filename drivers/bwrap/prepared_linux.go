@@ -759,6 +759,9 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	}
 	start := time.Now()
 	if err := life.handOver(rec, []int{int(hio.stdin.Fd()), int(hio.stdout.Fd()), int(hio.stderr.Fd()), int(envFile.Fd())}); err != nil {
+		// Part of the record may be out: the sandbox ends before the
+		// placeholders go (the deferred release runs first otherwise).
+		ps.destroy()
 		return driverapi.Exit{}, err, false
 	}
 	handed = true
@@ -921,15 +924,6 @@ func (l *lifeline) handOver(rec []byte, fds []int) error {
 		}
 		n += m
 	}
-	// What Signal held back follows the record: the supervisor reads it
-	// once it has forked the command, as for any sandbox.
-	held := l.held
-	l.holding, l.held = false, nil
-	for _, sig := range held {
-		if err := l.sendSignal(sig); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -969,6 +963,16 @@ func (l *lifeline) awaitReady(ctx context.Context) error {
 		case sandboxinit.ReadyTag:
 			l.mu.Lock()
 			l.started = true
+			// What Signal held back goes now: the supervisor has read the
+			// record (a large one may have filled the socket's buffer
+			// until then) and reads signals once it has forked the
+			// command, as for any sandbox. A send that fails now finds
+			// the sandbox gone, as a Signal would.
+			held := l.held
+			l.holding, l.held = false, nil
+			for _, sig := range held {
+				_ = l.sendSignal(sig)
+			}
 			l.mu.Unlock()
 			return nil
 		case sandboxinit.ErrorTag:

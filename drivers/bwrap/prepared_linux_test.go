@@ -735,9 +735,10 @@ func noSpawnPool(t *testing.T) (*Driver, string, driverapi.Profile, driverapi.Ru
 // A prepared command is registered for signals before its hand-over record
 // is sent (the command may run and print before the driver goes on), so
 // a signal can come before the record; the supervisor reads the record
-// first, so the signal must follow it on the lifeline, never precede it.
-// One held for a hand-over that never went out goes to the sandbox built
-// instead (takeHeld).
+// first, so the signal must follow it on the lifeline, never precede it:
+// it is held until the supervisor has answered the record. One held for a
+// hand-over that was never answered goes to the sandbox built instead
+// (takeHeld).
 func TestPreparedSignalHeldForRecord(t *testing.T) {
 	l, err := newLifeline()
 	if err != nil {
@@ -762,20 +763,33 @@ func TestPreparedSignalHeldForRecord(t *testing.T) {
 	if err := l.handOver(rec, []int{int(null.Fd())}); err != nil {
 		t.Fatal(err)
 	}
-	want := append(append([]byte{}, rec...), sandboxinit.SignalTag, byte(syscall.SIGTERM))
 	var got []byte
-	for len(got) < len(want) {
+	for len(got) < len(rec) {
 		n, _, _, _, err := unix.Recvmsg(remote, b[:], make([]byte, unix.CmsgSpace(4)), 0)
 		if err != nil || n == 0 {
 			t.Fatalf("after %q: %v", got, err)
 		}
 		got = append(got, b[:n]...)
 	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("the lifeline carried %q, want the record then the signal %q", got, want)
+	if !bytes.Equal(got, rec) {
+		t.Fatalf("the lifeline carried %q, want the record alone %q", got, rec)
 	}
-	// After the record a signal goes straight out (the control: holding
-	// ends with the hand-over).
+	// Still held until the supervisor answers the record (a large record
+	// may fill the socket's buffer until it is read).
+	if n, _, err := unix.Recvfrom(remote, b[:], unix.MSG_DONTWAIT); !errors.Is(err, unix.EAGAIN) {
+		t.Fatalf("a held signal went out before the supervisor's answer: %q %v", b[:max(n, 0)], err)
+	}
+	if _, err := l.remote.Write([]byte{sandboxinit.ReadyTag}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.awaitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := unix.Read(remote, b[:]); err != nil || !bytes.Equal(b[:n], []byte{sandboxinit.SignalTag, byte(syscall.SIGTERM)}) {
+		t.Fatalf("after the answer: %q %v, want the held signal", b[:max(n, 0)], err)
+	}
+	// After the answer a signal goes straight out (the control: holding
+	// ends there).
 	if err := l.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
@@ -792,8 +806,17 @@ func TestPreparedSignalHeldForRecord(t *testing.T) {
 	if err := l2.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
 	}
-	if held := l2.takeHeld(); len(held) != 1 || held[0] != syscall.SIGHUP {
-		t.Fatalf("held for a hand-over that never went out: %v", held)
+	// The record went out, the supervisor never answered it: what was
+	// held, and what came after the record, goes to the sandbox built
+	// instead.
+	if err := l2.handOver([]byte{sandboxinit.HandoverTag}, []int{int(null.Fd())}); err != nil {
+		t.Fatal(err)
+	}
+	if err := l2.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	if held := l2.takeHeld(); len(held) != 2 || held[0] != syscall.SIGHUP || held[1] != syscall.SIGUSR1 {
+		t.Fatalf("held for a hand-over never answered: %v", held)
 	}
 	if held := l2.takeHeld(); len(held) != 0 {
 		t.Fatalf("taken twice: %v", held)
