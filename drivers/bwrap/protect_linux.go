@@ -227,19 +227,33 @@ func (d *Driver) tombName(dir string) string {
 // removeUnrecorded removes path if it is an empty read-only regular file
 // that nobody holds and that no record names: a placeholder whose maker
 // died before recording it.
-func removeUnrecorded(dir, path string) {
+//
+// later reports a file left only because its record is empty and young (its
+// writer may still be writing it): the intent naming it must stay, or
+// nothing would name the file once the record is taken for dead.
+func removeUnrecorded(dir, path string) (later bool) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return
+		return false
 	}
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil && unix.Fstat(fd, &st) == nil &&
 		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && st.Mode&0o7777 == placeholderPerm && st.Nlink == 1 {
-		if rec := filepath.Join(dir, recordName(&st)); !exists(rec) || deadRecord(rec) {
+		rec := filepath.Join(dir, recordName(&st))
+		switch {
+		case !exists(rec) || deadRecord(rec):
 			_ = os.Remove(path)
+		case emptyFile(rec):
+			return true
 		}
 	}
+	return false
+}
+
+func emptyFile(path string) bool {
+	var st unix.Stat_t
+	return unix.Lstat(path, &st) == nil && st.Size == 0
 }
 
 // emptyRecordAge is how old an empty placeholder record must be to be
@@ -350,12 +364,15 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 			// Its creator died between the intent and the records: each
 			// file, if made, may be an unrecorded placeholder. Only an
 			// empty read-only regular file nobody holds is taken for one.
+			later := false
 			for _, path := range strings.Split(path, "\x00") {
-				if filepath.IsAbs(path) {
-					removeUnrecorded(dir, path)
+				if filepath.IsAbs(path) && removeUnrecorded(dir, path) {
+					later = true
 				}
 			}
-			_ = os.Remove(rec)
+			if !later {
+				_ = os.Remove(rec)
+			}
 		}
 	}
 	return held
@@ -452,8 +469,13 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 	pr := &protection{}
 	for _, t := range targets {
 		for attempt := 0; ; attempt++ {
-			if attempt > 5 {
+			if attempt > maxProtectAttempts {
 				return fail(fmt.Errorf("bwrap driver: protected %s keeps changing", t.path))
+			}
+			if attempt > 0 {
+				// Another process is making or removing it, or holds it
+				// locked: a moment, growing, before looking again.
+				time.Sleep(time.Duration(attempt) * 200 * time.Microsecond)
 			}
 			var st unix.Stat_t
 			err := unix.Lstat(t.path, &st)
@@ -491,6 +513,13 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 				}
 				locks = append(locks, held{t.path, f, nil})
 				pr.missing = append(pr.missing, t.path)
+			case looksLikePlaceholder(&st) && d.placeholderInFlux(dir, t.path):
+				// No record, but another live process's intent names it:
+				// a placeholder being made (not recorded yet) or removed
+				// (its record already an intent). Bound read-only as a
+				// user's file it would hold no lock, and its removal would
+				// detach this sandbox's mount.
+				continue
 			default:
 				pr.existing = append(pr.existing, t.path)
 			}
@@ -554,7 +583,10 @@ func lockShared(path string) (f *os.File, gone bool) {
 		return nil, errors.Is(err, unix.ENOENT)
 	}
 	f = os.NewFile(uintptr(fd), path)
-	if err := unix.Flock(fd, unix.LOCK_SH); err != nil {
+	// Not blocking: anyone who can read the file can lock it, and protect
+	// holds the driver's placeholder lock. Held exclusively means being
+	// removed (or held by someone else): the caller looks again, bounded.
+	if err := unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB); err != nil {
 		f.Close()
 		return nil, false
 	}
@@ -563,6 +595,47 @@ func lockShared(path string) (f *os.File, gone bool) {
 		return nil, true
 	}
 	return f, false
+}
+
+// maxProtectAttempts bounds how often protect looks again at an entry
+// that changes under it (about 10 ms of pauses in all); past it the command
+// is refused.
+const maxProtectAttempts = 9
+
+// looksLikePlaceholder: st is an empty regular file of the placeholders'
+// mode.
+func looksLikePlaceholder(st *unix.Stat_t) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && st.Mode&0o7777 == placeholderPerm
+}
+
+// placeholderInFlux reports whether an intent of another live process names
+// path (this process's own are serialized with its placeholder set-up by
+// d.mu). Read only for an unrecorded file that looks like a placeholder.
+func (d *Driver) placeholderInFlux(dir, path string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasPrefix(name, "intent-") || strings.HasPrefix(name, "intent-"+d.owner+"-") {
+			continue
+		}
+		pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-"))
+		if !ok || ownerGone(pid, start, rest) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			continue
+		}
+		for _, p := range strings.Split(string(b), "\x00") {
+			if p == path {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func sameFile(f *os.File, path string) bool {

@@ -600,6 +600,21 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 			t.Errorf("%s, with a record being written, was removed: %v", p, err)
 		}
 	}
+	// The dead intent naming it stays, so that a later recovery, once the
+	// record is old, still finds the file.
+	if _, err := os.Lstat(filepath.Join(dir, fmt.Sprintf("intent-%d-%d-3", os.Getpid(), st+1))); err != nil {
+		t.Errorf("the intent naming a placeholder left for its young record was removed: %v", err)
+	}
+	old2 := time.Now().Add(-2 * emptyRecordAge)
+	if err := os.Chtimes(recs[freshRec], old2, old2); err != nil {
+		t.Fatal(err)
+	}
+	d.recoverPlaceholders()
+	for _, p := range []string{freshRec, recs[freshRec], filepath.Join(dir, fmt.Sprintf("intent-%d-%d-3", os.Getpid(), st+1))} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s stayed once the record was old: %v", p, err)
+		}
+	}
 	for _, o := range []string{orphan, orphan2} {
 		if _, err := os.Lstat(o); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("the dead driver's unrecorded placeholder %s stayed: %v", o, err)
@@ -884,5 +899,122 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("after recovery, %s left: %v", p, err)
 		}
+	}
+}
+
+// An empty read-only file at a protected name that no record names, while
+// another live process's intent names it, is a placeholder being made or
+// removed: protect waits for it to settle instead of binding it as a
+// user's file (without a lock, whose removal would then detach the mount).
+// The control: the same file with no such intent is a user's file.
+func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
+	d := testDriver(t, Options{})
+	dir, err := d.placeholderDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := exec.Command("/bin/sleep", "30")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
+	ostart, err := procStartTime(other.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inFlux := range []bool{false, true} {
+		ws := newWorkspace(t)
+		path := filepath.Join(ws, ".claude")
+		mkfile(t, path, "")
+		if err := os.Chmod(path, placeholderPerm); err != nil {
+			t.Fatal(err)
+		}
+		intent := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-%s-r1", other.Process.Pid, ostart, pidNamespaceTag()))
+		if inFlux {
+			// The other process is removing its placeholder: the file
+			// goes, then its intent.
+			if err := os.WriteFile(intent, []byte(path), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				time.Sleep(2 * time.Millisecond)
+				_ = os.Remove(path)
+				_ = os.Remove(intent)
+			}()
+		}
+		pr, release, err := d.protect(planFor(t, ws))
+		if err != nil {
+			t.Fatal(err)
+		}
+		release()
+		_ = os.Remove(intent)
+		existing, missing := slices.Contains(pr.existing, path), slices.Contains(pr.missing, path)
+		switch {
+		case inFlux && (existing || !missing):
+			t.Errorf("a placeholder being removed was taken as it was (existing %v, missing %v)", existing, missing)
+		case !inFlux && (!existing || missing):
+			t.Errorf("control: a user's empty read-only file: existing %v, missing %v", existing, missing)
+		}
+		if !inFlux {
+			if _, err := os.Lstat(path); err != nil {
+				t.Errorf("control: the user's file went: %v", err)
+			}
+		}
+	}
+}
+
+// A placeholder that someone holds an exclusive lock on (anyone who can
+// read it can) refuses the command within a bound instead of hanging the
+// driver; the control, without that lock, shares it.
+func TestProtectSharedLockNotBlocking(t *testing.T) {
+	d := testDriver(t, Options{})
+	dir, err := d.placeholderDir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := newWorkspace(t)
+	path := filepath.Join(ws, ".claude")
+	f, _, err := d.createPlaceholder(dir, path, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		f.Close()
+		_ = removePlaceholder(dir, path, nil, d.tombName(dir))
+	}()
+	// The control: another command shares it.
+	pr, release, err := d.protect(planFor(t, ws))
+	if err != nil || !slices.Contains(pr.missing, path) {
+		t.Fatalf("control: %v %+v", err, pr)
+	}
+	release()
+	if _, err := os.Lstat(path); err != nil {
+		t.Fatalf("control: the maker's placeholder was removed by a sharer: %v", err)
+	}
+	// Its maker's lock stays shared; a reader takes an exclusive one.
+	r, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	f.Close() // the maker's shared lock goes: only the reader's holds
+	if err := unix.Flock(int(r.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, release, err := d.protect(planFor(t, ws))
+		if err == nil {
+			release()
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "keeps changing") {
+			t.Fatalf("a placeholder held exclusively: %v, want the command refused", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("protect hangs on a placeholder held exclusively")
 	}
 }
