@@ -513,12 +513,13 @@ func (d *Driver) protect(p Plan) (*protection, func(), error) {
 				}
 				locks = append(locks, held{t.path, f, nil})
 				pr.missing = append(pr.missing, t.path)
-			case looksLikePlaceholder(&st) && d.placeholderInFlux(dir, t.path):
+			case looksLikePlaceholder(&st) && (d.placeholderInFlux(dir, t.path) || !stillSame(t.path, &st)):
 				// No record, but another live process's intent names it:
 				// a placeholder being made (not recorded yet) or removed
-				// (its record already an intent). Bound read-only as a
-				// user's file it would hold no lock, and its removal would
-				// detach this sandbox's mount.
+				// (its record already an intent), or it changed while the
+				// intents were read (its remover done with both). Bound
+				// read-only as a user's file it would hold no lock, and
+				// its removal would detach this sandbox's mount.
 				continue
 			default:
 				pr.existing = append(pr.existing, t.path)
@@ -636,6 +637,12 @@ func (d *Driver) placeholderInFlux(dir, path string) bool {
 		}
 	}
 	return false
+}
+
+// stillSame: path still names the file st was taken of.
+func stillSame(path string, st *unix.Stat_t) bool {
+	var now unix.Stat_t
+	return unix.Lstat(path, &now) == nil && now.Dev == st.Dev && now.Ino == st.Ino
 }
 
 func sameFile(f *os.File, path string) bool {

@@ -904,9 +904,10 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 
 // An empty read-only file at a protected name that no record names, while
 // another live process's intent names it, is a placeholder being made or
-// removed: protect waits for it to settle instead of binding it as a
-// user's file (without a lock, whose removal would then detach the mount).
-// The control: the same file with no such intent is a user's file.
+// removed: protect looks again (bounded) instead of binding it as a user's
+// file (without a lock, whose removal would then detach the mount), and
+// refuses the command if it never settles. The control: the same file
+// with no such intent is a user's file.
 func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 	d := testDriver(t, Options{})
 	dir, err := d.placeholderDir()
@@ -922,7 +923,7 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, inFlux := range []bool{false, true} {
+	for _, way := range []string{"user's file", "stuck"} {
 		ws := newWorkspace(t)
 		path := filepath.Join(ws, ".claude")
 		mkfile(t, path, "")
@@ -930,35 +931,28 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 			t.Fatal(err)
 		}
 		intent := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-%s-r1", other.Process.Pid, ostart, pidNamespaceTag()))
-		if inFlux {
-			// The other process is removing its placeholder: the file
-			// goes, then its intent.
+		if way == "stuck" {
 			if err := os.WriteFile(intent, []byte(path), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			go func() {
-				time.Sleep(2 * time.Millisecond)
-				_ = os.Remove(path)
-				_ = os.Remove(intent)
-			}()
 		}
 		pr, release, err := d.protect(planFor(t, ws))
-		if err != nil {
-			t.Fatal(err)
-		}
-		release()
 		_ = os.Remove(intent)
-		existing, missing := slices.Contains(pr.existing, path), slices.Contains(pr.missing, path)
-		switch {
-		case inFlux && (existing || !missing):
-			t.Errorf("a placeholder being removed was taken as it was (existing %v, missing %v)", existing, missing)
-		case !inFlux && (!existing || missing):
-			t.Errorf("control: a user's empty read-only file: existing %v, missing %v", existing, missing)
-		}
-		if !inFlux {
+		switch way {
+		case "user's file":
+			if err != nil || !slices.Contains(pr.existing, path) || slices.Contains(pr.missing, path) {
+				t.Errorf("control: a user's empty read-only file: %v %+v", err, pr)
+			}
 			if _, err := os.Lstat(path); err != nil {
 				t.Errorf("control: the user's file went: %v", err)
 			}
+		case "stuck":
+			if err == nil || !strings.Contains(err.Error(), "keeps changing") {
+				t.Errorf("a placeholder that stays in flux: %v %+v, want the command refused", err, pr)
+			}
+		}
+		if err == nil {
+			release()
 		}
 	}
 }
