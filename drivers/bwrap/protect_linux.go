@@ -5,7 +5,6 @@ package bwrap
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,7 +35,8 @@ import (
 //     cancel, setup failure) the command turns its shared lock into a
 //     non-blocking exclusive one, on the same open file description, and
 //     removes the placeholder if it gets it: it goes once the last command
-//     using it is done, and never while a sandbox still has it mounted. Removing a mount point from outside the sandbox's mount
+//     using it is done, and never while a sandbox still has it mounted.
+//     Removing a mount point from outside the sandbox's mount
 //     namespace would detach the sandbox's mount (the kernel unmounts mounts
 //     on unlinked dentries) and let it create the entry. The one exception is
 //     a prepared sandbox whose supervisor reported that it is alone
@@ -192,8 +192,7 @@ func removeHeld(dir, path string, f *os.File, made *unix.Stat_t, tomb string) (h
 	if unix.Fstat(fd, &st) != nil || !sameFile(f, path) {
 		return false
 	}
-	ours := made != nil && made.Dev == st.Dev && made.Ino == st.Ino && st.Mode&unix.S_IFMT == unix.S_IFREG &&
-		st.Size == 0 && st.Mode&0o7777 == placeholderPerm
+	ours := made != nil && made.Dev == st.Dev && made.Ino == st.Ino && looksLikePlaceholder(&st)
 	if !ours && !isPlaceholder(dir, path, &st) {
 		return false
 	}
@@ -239,21 +238,15 @@ func removeUnrecorded(dir, path string) (later bool) {
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) == nil && unix.Fstat(fd, &st) == nil &&
-		st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && st.Mode&0o7777 == placeholderPerm && st.Nlink == 1 {
-		rec := filepath.Join(dir, recordName(&st))
-		switch {
-		case !exists(rec) || deadRecord(rec):
+		looksLikePlaceholder(&st) && st.Nlink == 1 {
+		switch recordState(filepath.Join(dir, recordName(&st))) {
+		case recordNone, recordDead:
 			_ = os.Remove(path)
-		case emptyFile(rec):
+		case recordYoung:
 			return true
 		}
 	}
 	return false
-}
-
-func emptyFile(path string) bool {
-	var st unix.Stat_t
-	return unix.Lstat(path, &st) == nil && st.Size == 0
 }
 
 // emptyRecordAge is how old an empty placeholder record must be to be
@@ -261,15 +254,26 @@ func emptyFile(path string) bool {
 // write follows the create at once).
 const emptyRecordAge = time.Minute
 
-// deadRecord: the record rec is empty and older than emptyRecordAge.
-func deadRecord(rec string) bool {
-	var st unix.Stat_t
-	return unix.Lstat(rec, &st) == nil && st.Size == 0 && time.Since(time.Unix(st.Mtim.Unix())) > emptyRecordAge
-}
+// What a placeholder record's file says (recordState).
+const (
+	recordWritten = iota // it names a path, or cannot be looked at
+	recordNone           // there is none
+	recordYoung          // empty, younger than emptyRecordAge: being written
+	recordDead           // empty and older: its writer died
+)
 
-func exists(path string) bool {
-	_, err := os.Lstat(path)
-	return !errors.Is(err, fs.ErrNotExist)
+// recordState looks at the record rec once.
+func recordState(rec string) int {
+	var st unix.Stat_t
+	switch err := unix.Lstat(rec, &st); {
+	case errors.Is(err, unix.ENOENT):
+		return recordNone
+	case err != nil || st.Size != 0:
+		return recordWritten
+	case time.Since(time.Unix(st.Mtim.Unix())) > emptyRecordAge:
+		return recordDead
+	}
+	return recordYoung
 }
 
 // recoverPlaceholders removes what killed drivers left: see the top of the
@@ -324,23 +328,19 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 		name := e.Name()
 		rec := filepath.Join(dir, name)
 		b, err := os.ReadFile(rec)
-		if err == nil && len(b) == 0 {
-			// Its creator died between creating it and writing it: it
-			// names nothing, and nobody else would ever remove it. An
-			// intent names its owner; a record does not, and one is
+		if err != nil {
+			continue
+		}
+		if len(b) == 0 && strings.HasPrefix(name, "ph-") {
+			// Its writer died between creating and writing it (it is
 			// written a moment after it is created, so only an old one
-			// is taken for dead (deadRecord).
-			switch {
-			case strings.HasPrefix(name, "intent-"):
-				if pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-")); ok && ownerGone(pid, start, rest) {
-					_ = os.Remove(rec)
-				}
-			case strings.HasPrefix(name, "ph-") && deadRecord(rec):
+			// is taken for dead), or is writing it now.
+			if recordState(rec) == recordDead {
 				_ = os.Remove(rec)
 			}
 			continue
 		}
-		if err != nil || len(b) == 0 || !filepath.IsAbs(string(b)) {
+		if len(b) > 0 && !filepath.IsAbs(string(b)) {
 			continue
 		}
 		path := string(b)
@@ -364,6 +364,8 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 			// Its creator died between the intent and the records: each
 			// file, if made, may be an unrecorded placeholder. Only an
 			// empty read-only regular file nobody holds is taken for one.
+			// An empty intent (its creator died before writing it) names
+			// nothing and goes.
 			later := false
 			for _, path := range strings.Split(path, "\x00") {
 				if filepath.IsAbs(path) && removeUnrecorded(dir, path) {
