@@ -538,7 +538,8 @@ func (c *planCache) decode(data []byte) (Plan, error) {
 		if len(c.m) >= maxCachedPlans || c.m == nil {
 			c.m = map[string]Plan{}
 		}
-		c.m[string(data)] = p.clone()
+		// p is fresh: the cache keeps it, every caller gets a clone.
+		c.m[string(data)] = p
 		c.mu.Unlock()
 	}
 	p = p.clone()
