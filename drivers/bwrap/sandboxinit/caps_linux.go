@@ -76,12 +76,20 @@ func dropCapabilities() error {
 	if err := unix.Capset(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capset: %w", err)
 	}
+	return noneHeld("capabilities left after the drop")
+}
+
+// noneHeld reads this thread's effective, permitted and inheritable sets
+// back and fails, saying what (and what is held), if any is not empty.
+func noneHeld(what string) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
 	if err := unix.Capget(&hdr, &data[0]); err != nil {
 		return fmt.Errorf("capget: %w", err)
 	}
 	for _, d := range data {
 		if d.Effective|d.Permitted|d.Inheritable != 0 {
-			return fmt.Errorf("capabilities left after the drop: %+v", data)
+			return fmt.Errorf("%s: %+v", what, data)
 		}
 	}
 	return nil

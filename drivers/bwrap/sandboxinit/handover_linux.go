@@ -270,15 +270,7 @@ func clearCapabilitiesAllThreads() error {
 	if err != nil {
 		return err
 	}
-	if err := unix.Capget(hdr, &data[0]); err != nil {
-		return fmt.Errorf("capget: %w", err)
-	}
-	for _, d := range *data {
-		if d.Effective|d.Permitted|d.Inheritable != 0 {
-			return fmt.Errorf("capabilities left after the drop: %+v", data)
-		}
-	}
-	return nil
+	return noneHeld("capabilities left after the drop")
 }
 
 // replyHandover answers the hand-over on the lifeline: ReadyTag, or

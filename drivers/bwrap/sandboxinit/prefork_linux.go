@@ -155,17 +155,7 @@ const preforkReadyWait = 5 * time.Second
 
 // noCapabilities fails when this thread holds any capability.
 func noCapabilities() error {
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capget(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("capget: %w", err)
-	}
-	for _, d := range data {
-		if d.Effective|d.Permitted|d.Inheritable != 0 {
-			return fmt.Errorf("the pre-forked child started with capabilities: %+v", data)
-		}
-	}
-	return nil
+	return noneHeld("the pre-forked child started with capabilities")
 }
 
 // abandon kills and reaps the child (it never received a command).
