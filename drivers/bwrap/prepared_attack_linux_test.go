@@ -418,14 +418,8 @@ func ownCgroups(d *Driver, dirs []string) []string {
 // them: no process, no cgroup, nothing counted in the pool. The control:
 // before it, the waiting ones' processes and cgroups exist.
 func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
-	d := testDriver(t, preparedOpts(PreparedAuto))
-	skipWithoutPool(t, d)
-	ws := newWorkspace(t)
+	d, ws, prof := poolDriver(t, preparedOpts(PreparedAuto))
 	ctx := context.Background()
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := func() {
 		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, SessionID: "s",
 			Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{})

@@ -297,14 +297,8 @@ func TestPreparedStaleWorkspace(t *testing.T) {
 // another session's command, even for the same profile.
 func TestPreparedNotAcrossSessions(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAuto))
-	skipWithoutPool(t, d)
-	ws := newWorkspace(t)
+	d, ws, prof := poolDriver(t, preparedOpts(PreparedAuto))
 	ctx := context.Background()
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := func(session string) driverapi.Exit {
 		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, SessionID: session,
 			Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{})
@@ -337,14 +331,8 @@ func TestPreparedNotAcrossSessions(t *testing.T) {
 func TestPreparedCapped(t *testing.T) {
 	needPreparable(t)
 	const limit = 6
-	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedMax: limit})
-	skipWithoutPool(t, d)
-	ws := newWorkspace(t)
+	d, ws, prof := poolDriver(t, Options{Prepared: PreparedAuto, PreparedMax: limit})
 	ctx := context.Background()
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
 	peak := 0
 	for s := 0; s < 100; s++ {
 		for i := 0; i < 2; i++ {
@@ -665,14 +653,8 @@ func TestPreparedWaitingChild(t *testing.T) {
 // the timeout kills it. Its own attempt to signal its supervisor fails.
 func TestPreparedNoSpawnSignals(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAlways))
-	skipWithoutPool(t, d)
-	ws := newWorkspace(t)
+	d, ws, prof := poolDriver(t, preparedOpts(PreparedAlways))
 	ctx := context.Background()
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
 	run := func(id, script string, timeout time.Duration, out *lockedBuf) <-chan runResult {
 		done := make(chan runResult, 1)
 		go func() {
@@ -714,14 +696,8 @@ func atoi(s string) int {
 // /bin/true spec of it.
 func noSpawnPool(t *testing.T) (*Driver, string, driverapi.Profile, driverapi.RunSpec) {
 	t.Helper()
-	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
-	skipWithoutPool(t, d)
-	ws := newWorkspace(t)
+	d, ws, prof := poolDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
 	ctx := context.Background()
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	if err != nil {
-		t.Fatal(err)
-	}
 	spec := driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}
 	for range 2 {
 		if exit, err := d.Run(ctx, spec, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
@@ -918,4 +894,19 @@ func TestPreparedSandboxRecordedAsUser(t *testing.T) {
 	if left := users(); len(left) != 0 {
 		t.Errorf("records left after Close: %v", left)
 	}
+}
+
+// poolDriver is a driver of opts with its pool (the test is skipped where
+// there can be none), a fresh workspace and the workspace's default
+// profile.
+func poolDriver(t *testing.T, opts Options) (*Driver, string, driverapi.Profile) {
+	t.Helper()
+	d := testDriver(t, opts)
+	skipWithoutPool(t, d)
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, ws, prof
 }
