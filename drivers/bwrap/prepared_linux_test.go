@@ -639,6 +639,12 @@ func TestPreparedWaitingChild(t *testing.T) {
 	if err := syscall.Kill(atoi(child), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	// Dead, not only signalled: a child still dying when the command
+	// arrives takes it and dies with it (its socket is still open).
+	waitUntil(t, func() bool {
+		st, err := os.ReadFile("/proc/" + child + "/stat")
+		return err != nil || strings.Contains(string(st), ") Z ")
+	})
 	var out lockedBuf
 	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "echo ran"}, Env: pathEnv(), Cwd: ws,
 		Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{Stdout: &out, Stderr: &out})
