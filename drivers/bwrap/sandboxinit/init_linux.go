@@ -67,10 +67,12 @@ func sandboxInit(args []string) (int, error) {
 		// plain child (prefork_linux.go). The child's death signal follows
 		// the thread that forks it: the one locked below for good.
 		runtime.LockOSThread()
-		sigs = catchSignals()
+		// The bounding set first: each all-threads call stops every
+		// thread, and catching signals starts two more.
 		if err := dropBoundingAllThreads(); err != nil {
 			return fail(err)
 		}
+		sigs = catchSignals(!targetScopedAway(&spec))
 		if wantsPrefork(&spec) {
 			if pre, err = startPreforked(&spec); err != nil {
 				// The child is forked at the hand-over instead, as in a

@@ -167,7 +167,7 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	}
 	// Signal handlers before the fork, so nothing sent meanwhile is lost.
 	if sigs == nil {
-		sigs = catchSignals()
+		sigs = catchSignals(!targetScopedAway(spec))
 	}
 	fwd, chld := sigs.fwd, sigs.chld
 	// The terminal first (pty_linux.go): window sizes from the lifeline
@@ -331,36 +331,67 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 }
 
 // caughtSignals are the supervisor's signal channels: fwd for
-// ForwardedSignals, chld for SIGCHLD. Every other signal is caught and
-// dropped (the signal package never blocks on a full channel, and nothing
-// reads that one). The seccomp guard keeps kill(1, ...) away, but not every
-// way to name this process: a descriptor of /proc/1 given to
-// pidfd_send_signal, or kill and tkill aimed at one of its other threads.
-// Uncaught, a signal such as ABRT or SEGV sent that way would make the Go
-// runtime end the supervisor (with a dump of its state on the command's
-// stderr), and with it the sandbox, without the status record. Caught, it
-// does nothing. Faults of the supervisor's own still crash it: the runtime
-// tells them from sent signals.
+// ForwardedSignals, chld for SIGCHLD.
 type caughtSignals struct {
 	fwd, chld chan os.Signal
 }
 
 // catchSignals installs the supervisor's handlers. It is slow for what it
 // does: the Go runtime hands each newly caught signal to its signal-mask
-// thread and waits for the answer, about 2-3 ms for all of them here, so a
+// thread and waits for the answer (two thread wake-ups per signal), so a
 // prepared sandbox calls it before it waits for its command. Catching
 // early changes nothing else: until the command is forked nothing reads
 // fwd, and what arrives meanwhile (up to its buffer) is passed on to the
 // command once it runs, as a signal sent during a sandbox's setup is.
-func catchSignals() *caughtSignals {
+//
+// With all, every other signal is caught and dropped too (the signal
+// package never blocks on a full channel, and nothing reads that one). The
+// seccomp guard keeps kill(1, ...) away, but not every way the command can
+// name this process: a descriptor of /proc/1 given to pidfd_send_signal,
+// or kill and tkill aimed at one of its other threads. Uncaught, a signal
+// such as ABRT or SEGV sent that way would make the Go runtime end the
+// supervisor (with a dump of its state on the command's stderr), and with
+// it the sandbox, without the status record. Caught, it does nothing.
+// Faults of the supervisor's own still crash it: the runtime tells them
+// from sent signals. Catching the other sixty-odd signals costs as much
+// CPU as a Go process's start (about 1.5 ms here), on every command, so
+// it is left out where the kernel already refuses every such signal
+// (targetScopedAway).
+func catchSignals(all bool) *caughtSignals {
 	c := &caughtSignals{fwd: make(chan os.Signal, 16), chld: make(chan os.Signal, 1)}
 	for _, s := range ForwardedSignals() {
 		signal.Notify(c.fwd, s)
 	}
 	signal.Notify(c.chld, unix.SIGCHLD)
-	signal.Notify(make(chan os.Signal, 1))
+	if all {
+		signal.Notify(make(chan os.Signal, 1))
+	}
 	return c
 }
+
+// targetScopedAway reports whether the command of spec runs in a Landlock
+// domain of its own that has the signal scope, so that the kernel refuses
+// every signal it or anything it starts sends to the supervisor, however
+// it names it (kill, tkill, tgkill, pidfd_send_signal, F_SETOWN): a domain
+// with LANDLOCK_SCOPE_SIGNAL may signal only processes in itself or in
+// domains nested in it, and the supervisor is in neither.
+//
+// That holds when the command may not spawn: the supervisor's child then
+// confines itself in a domain of its own before it execs the target,
+// whether it is a prepared sandbox's waiting child (a sibling of the
+// supervisor's domain, prefork_linux.go) or the plain sandbox-init forked
+// at the command (nested in the supervisor's). Both plan their domain from
+// spec, with its scope. A command that may spawn is forked straight into
+// the supervisor's own domain, where the scope lets it signal the
+// supervisor, so it gets the catch-all handlers. So does every command
+// where Landlock has no signal scope (ABI < 6, Landlock unavailable).
+func targetScopedAway(spec *InitSpec) bool {
+	return !spec.AllowSpawn && spec.ScopeSignals && effectiveLandlockABI() >= landlockScopeABI
+}
+
+// landlockScopeABI is the first Landlock ABI with scopes (signals and
+// abstract unix sockets).
+const landlockScopeABI = 6
 
 // childFiles maps 0-2, envFD and keep to themselves and closes the rest up
 // to the highest of them (-1 closes a slot in the child).
