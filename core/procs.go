@@ -416,6 +416,13 @@ func (t *ProcessTable) Read(ctx context.Context, id string, offset int64, wait t
 
 // Signal delivers sig to the process (the pipeline forwards it through the
 // driver, as for a command of exec).
+//
+// KILL is never lost. A burst of other signals may fill the process's
+// queue (the pipeline reads it only once the command runs, and forwards
+// one at a time); a KILL that does not fit, or that has not ended the
+// process killBackstop later (still in its hooks or approval, a driver
+// that did not deliver it), cancels the process's run instead, which ends
+// its whole tree as a timeout does.
 func (t *ProcessTable) Signal(id string, sig driverapi.Signal) error {
 	p, err := t.get(id)
 	if err != nil {
@@ -427,9 +434,23 @@ func (t *ProcessTable) Signal(id string, sig driverapi.Signal) error {
 	select {
 	case p.signals <- sig:
 	default: // a burst: the process has been told already
+		if sig == driverapi.SignalKILL {
+			p.cancel()
+		}
+	}
+	if sig == driverapi.SignalKILL {
+		backstop := time.AfterFunc(killBackstop, p.cancel)
+		go func() {
+			<-p.done
+			backstop.Stop()
+		}()
 	}
 	return nil
 }
+
+// killBackstop is how long a KILL may take through the pipeline before
+// the process's run is cancelled.
+const killBackstop = 3 * time.Second
 
 // Resize sets a terminal process's window size.
 func (t *ProcessTable) Resize(id string, ws driverapi.WindowSize) error {

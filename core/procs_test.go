@@ -274,3 +274,48 @@ func TestProcessStdinPipeIsBounded(t *testing.T) {
 		t.Fatalf("write after close: %v", err)
 	}
 }
+
+// deafExecutor runs until its context ends and never reads the signals
+// it is given: a command still in its hooks or approval, or a driver that
+// does not deliver them.
+type deafExecutor struct{ running chan struct{} }
+
+func (e deafExecutor) Execute(ctx context.Context, cmd Command) (*Output, error) {
+	close(e.running)
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// A KILL is never lost: not behind a full queue of other signals, and not
+// when nothing delivers signals at all. Positive control: the other
+// signals alone do not end the process.
+func TestProcessKillIsNeverDropped(t *testing.T) {
+	for _, burst := range []int{0, 20} {
+		e := deafExecutor{running: make(chan struct{})}
+		pt := NewProcessTable(e, ProcessLimits{})
+		id, err := pt.Start(context.Background(), Command{SessionID: "s", Program: "prog"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-e.running
+		for range burst {
+			if err := pt.Signal(id, driverapi.SignalTERM); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		if l := pt.List(""); len(l) != 1 || l[0].Exited {
+			t.Fatalf("burst %d: TERM ended a process that ignores it: %+v", burst, l)
+		}
+		if err := pt.Signal(id, driverapi.SignalKILL); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*killBackstop)
+		res, err := pt.Wait(ctx, id)
+		cancel()
+		if err != nil || res.Err == nil {
+			t.Fatalf("burst %d: KILL did not end the process: %+v %v", burst, res, err)
+		}
+		pt.Close()
+	}
+}

@@ -33,7 +33,7 @@ func TestMCPServerOnHostEndToEnd(t *testing.T) {
 	}
 	h := newServeHarness(t)
 	sock := filepath.Join(t.TempDir(), "s.sock")
-	h.start(t, sock, "")
+	srvProc := h.start(t, sock, "")
 	svc := client(sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -54,6 +54,10 @@ func TestMCPServerOnHostEndToEnd(t *testing.T) {
 	const session = "mcp-host"
 	cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), "mcp", "--host", "unix:"+sock, "--session", session)
 	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+	// Kept for the failure messages below: the server's own account of
+	// how it ended its processes.
+	mcpStderr := &lockedBuffer{}
+	cmd.Stderr = mcpStderr
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: elicit}).
 		Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
@@ -163,7 +167,8 @@ func TestMCPServerOnHostEndToEnd(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the MCP server's process outlived it: %v (running %v)", r.Msg.GetProcesses(), serverRunning(port))
+			t.Fatalf("the MCP server's process outlived it: %v (running %v; mcp exited %v)\nmcp stderr:\n%s\nserve stderr:\n%s",
+				r.Msg.GetProcesses(), serverRunning(port), cmd.ProcessState, mcpStderr, srvProc.stderr)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
