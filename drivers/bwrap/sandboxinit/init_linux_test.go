@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -870,5 +871,52 @@ func TestSandboxInitClosesInheritedFDs(t *testing.T) {
 	args, _ = InitArgs(spec, "/bin/true")
 	if r := run(t, append([]string{exe, SandboxInitCommand}, args...)); r.exit != SandboxInitExitCode {
 		t.Errorf("inherit of a closed fd: exit %d, want %d", r.exit, SandboxInitExitCode)
+	}
+}
+
+// A supervisor whose own output meets a closed pipe (the terminal relay
+// writing the command's output to descriptor 1 after its reader went
+// away) is not ended by SIGPIPE, also where the kernel's signal scope
+// spares it the catch-all handlers: the command's exit status is still
+// what it reports. The command ran: the control run with a reader sees
+// its output.
+func TestSupervisorSurvivesBrokenStdout(t *testing.T) {
+	requireSeccomp(t)
+	spec := baseSpec(t, SocketUnixOnly)
+	spec.AllowSpawn, spec.Supervise, spec.ScopeSignals = false, true, true
+	spec.Tty = &TtySpec{Rows: 24, Cols: 80}
+	exe := testExe(t)
+	args, err := InitArgs(spec, exe, "probe", "status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, broken := range []bool{false, true} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if broken {
+			r.Close()
+		}
+		cmd := exec.Command(exe, append([]string{SandboxInitCommand}, args...)...)
+		cmd.Env = append(os.Environ(), helperEnv+"=1", "GORACE="+strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
+		var errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = w, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		var out []byte
+		if !broken {
+			out, _ = io.ReadAll(r)
+			r.Close()
+		}
+		err = cmd.Wait()
+		if err != nil {
+			t.Fatalf("broken=%v: %v (stderr %q)", broken, err, errb.String())
+		}
+		if !broken && !strings.Contains(string(out), "RESULT ok") {
+			t.Fatalf("the command's output: %q (stderr %q)", out, errb.String())
+		}
 	}
 }

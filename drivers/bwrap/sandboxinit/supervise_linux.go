@@ -365,6 +365,13 @@ func catchSignals(all bool) *caughtSignals {
 	signal.Notify(c.chld, unix.SIGCHLD)
 	if all {
 		signal.Notify(make(chan os.Signal, 1))
+	} else {
+		// Caught whatever the scope: the kernel sends SIGPIPE to this
+		// process for its own writes, and the Go runtime ends a process
+		// whose write to descriptor 1 or 2 (the terminal relay's output,
+		// a failure message) meets a closed pipe unless SIGPIPE is
+		// caught. Caught, the write fails with EPIPE instead.
+		signal.Notify(make(chan os.Signal, 1), unix.SIGPIPE)
 	}
 	return c
 }
