@@ -12,7 +12,7 @@ TOOLS     := $(CURDIR)/.tools
 ACTIONLINT_VERSION := v1.7.12
 
 .PHONY: soak test-serve-load
-.PHONY: all build test test-go test-python test-unprivileged test-nolandlock test-nonamespaces fuzz-short proto proto-tools proto-check lint cross bench clean
+.PHONY: all build test test-go test-python test-unprivileged test-nolandlock test-nonamespaces fuzz-short proto proto-tools proto-check lint cross bench bench-cpu clean
 
 all: build
 
@@ -134,6 +134,12 @@ bench: build
 	$(BIN)/aleph-sandbox bench --n 50 -- /bin/true
 	$(GO) test -run '^$$' -bench . -skip '^BenchmarkLaunch$$' -benchtime 300ms -benchmem $(BENCH_PKGS)
 	$(GO) test -run '^$$' -bench '^BenchmarkLaunch$$' -benchtime 40x ./drivers/bwrap/
+
+# CPU per command, warm pipeline against raw minimal bwrap at concurrency 4
+# (the machine's busy time, /proc/stat): what throughput is made of. About a
+# minute; run it on a quiet machine. See docs/performance.md.
+bench-cpu: build
+	./scripts/cpu-per-command.sh
 
 # The soak (10000 commands through one warm pipeline) and the load sweep
 # (concurrency 1-64), then what was left behind. Minutes; not part of test.
