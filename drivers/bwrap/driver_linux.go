@@ -736,8 +736,9 @@ func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan 
 		// sandbox is recorded while it is built, off its command's path,
 		// and before it can be handed one: that command's placeholders
 		// are only known then.
+		unrecord := func() {}
 		if err == nil && (plan.prepared || plan.prot != nil && len(plan.prot.missing) > 0) {
-			defer d.recordUser(cmd.Process.Pid)()
+			unrecord = d.recordUser(cmd.Process.Pid)
 		}
 		// bwrap has its copies (or never will): the driver's go now.
 		sb.closeSetup()
@@ -753,11 +754,16 @@ func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan 
 			if err := joinV1(sb.cg, cmd.Process.Pid, sb.statusR, sb.blockW); err != nil {
 				_ = cmd.Process.Kill()
 				_ = cmd.Wait()
+				unrecord()
 				done <- sandboxResult{startErr: err}
 				return
 			}
 		}
-		done <- sandboxResult{err: cmd.Wait()}
+		werr := cmd.Wait()
+		// bwrap is reaped: the record goes before the result does, so
+		// whoever waits for the result (destroy, Close) finds none left.
+		unrecord()
+		done <- sandboxResult{err: werr}
 	}()
 	return done
 }
