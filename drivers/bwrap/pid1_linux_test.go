@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -418,6 +420,72 @@ print("alive", flush=True)
 			denials = "pidfd-denied 0 threads-denied all" // PID 1's domain
 		}
 		want := "ran\nself-ok\npidfd-tried\nthreads-tried True\n" + denials + "\nalive\n"
+		if r.err != nil || r.exit.ExitCode != 0 || r.stdout != want || strings.Contains(r.stderr, "goroutine") {
+			t.Errorf("spawn=%v: stdout %q, want %q (exit %d, err %v, stderr %.300q)", spawn, r.stdout, want, r.exit.ExitCode, r.err, r.stderr)
+		}
+	}
+}
+
+// The catch-all handlers drop a signal sent with kill, but not every
+// signal: the Go runtime takes a SIGSEGV, SIGBUS or SIGFPE whose code is
+// not SI_USER or SI_TKILL for a fault of its own, and crashes on it caught
+// or not. sigqueue and pidfd_send_signal with a siginfo choose such a code
+// (SI_QUEUE), and so does the kernel for a descriptor's SIGIO when F_SETSIG
+// names the signal (POLL_IN). A command that may spawn shares PID 1's
+// Landlock domain, so nothing but the seccomp guard stops those (and
+// without the signal scope, for every command): before it, each one ended
+// sandbox-init with a dump of its state on the command's stderr, and the
+// run ended with exit status 2 and no status record. Positive controls:
+// the command ran, and the same calls with its own pid and SIGUSR1 deliver.
+func TestCommandCannotEndPID1WithFaultCodes(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("python3 not installed: it makes the calls")
+	}
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	prog := `import ctypes, os, signal, fcntl, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+pidfd_send_signal, rt_sigqueueinfo, F_SETOWN, F_SETSIG = (int(a) for a in sys.argv[1:5])
+print("ran", flush=True)
+got = []
+signal.signal(signal.SIGUSR1, lambda s, f: got.append(s))
+def err(r):
+    return "ok" if r == 0 else os.strerror(ctypes.get_errno())
+def info(sig):
+    i = (ctypes.c_int * 32)()
+    i[0], i[2], i[4], i[5] = sig, -1, os.getpid(), os.getuid()  # SI_QUEUE
+    return ctypes.byref(i)
+def queue_pidfd(pid, sig):
+    fd = os.open("/proc/%d" % pid, os.O_RDONLY | os.O_DIRECTORY)
+    return err(libc.syscall(pidfd_send_signal, fd, sig, info(sig), 0))
+def queue_tid(tid, sig):
+    return err(libc.syscall(rt_sigqueueinfo, tid, sig, info(sig)))
+def sigio(pid, sig):
+    r, w = os.pipe()
+    try:
+        fcntl.fcntl(r, F_SETOWN, pid)
+        fcntl.fcntl(r, F_SETSIG, sig)
+    except OSError as e:
+        return e.strerror
+    fcntl.fcntl(r, fcntl.F_SETFL, fcntl.fcntl(r, fcntl.F_GETFL) | os.O_ASYNC | os.O_NONBLOCK)
+    os.write(w, b"x")
+    time.sleep(0.1)
+    return "ok"
+print("self", queue_pidfd(os.getpid(), signal.SIGUSR1), queue_tid(os.getpid(), signal.SIGUSR1), sigio(os.getpid(), signal.SIGUSR1), len(got), flush=True)
+tids = [int(x) for x in os.listdir("/proc/1/task") if x != "1"]
+for s in (signal.SIGSEGV, signal.SIGBUS, signal.SIGFPE):
+    print("pid1", queue_pidfd(1, s), sigio(1, s), flush=True)
+    print("threads", set(queue_tid(tid, s) for tid in tids), flush=True)
+time.sleep(0.3)
+print("alive", flush=True)
+`
+	nums := []string{strconv.Itoa(unix.SYS_PIDFD_SEND_SIGNAL), strconv.Itoa(unix.SYS_RT_SIGQUEUEINFO),
+		strconv.Itoa(unix.F_SETOWN), strconv.Itoa(unix.F_SETSIG)}
+	refused := "pid1 Operation not permitted Operation not permitted\nthreads {'Operation not permitted'}\n"
+	want := "ran\nself ok ok ok 3\n" + strings.Repeat(refused, 3) + "alive\n"
+	for _, spawn := range []bool{true, false} {
+		r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: spawn}, nil, "/usr/bin/python3",
+			append([]string{"-c", prog}, nums...)...)
 		if r.err != nil || r.exit.ExitCode != 0 || r.stdout != want || strings.Contains(r.stderr, "goroutine") {
 			t.Errorf("spawn=%v: stdout %q, want %q (exit %d, err %v, stderr %.300q)", spawn, r.stdout, want, r.exit.ExitCode, r.err, r.stderr)
 		}

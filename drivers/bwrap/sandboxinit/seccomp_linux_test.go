@@ -423,3 +423,71 @@ func TestSeccompFilterSetID(t *testing.T) {
 		})
 	}
 }
+
+// newGuardedVM is newFilterVM for the whole program sandbox-init loads:
+// the pid-1 and fault-signal guards in front of spec's filter.
+func newGuardedVM(t *testing.T, spec InitSpec) *filterVM {
+	t.Helper()
+	prog, err := guardedProgram(&spec)
+	if err != nil {
+		t.Fatalf("guardedProgram: %v", err)
+	}
+	if _, err := bpf.Assemble(prog); err != nil {
+		t.Fatalf("bpf.Assemble: %v", err)
+	}
+	vm, err := bpf.NewVM(prog)
+	if err != nil {
+		t.Fatalf("bpf.NewVM: %v", err)
+	}
+	info, err := nativeArch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &filterVM{t: t, vm: vm, info: info}
+}
+
+// A fault signal cannot be queued (any code but SI_USER and SI_TKILL) nor
+// chosen as a descriptor's SIGIO, in the target's program and the
+// supervisor's alike; the same calls with other signals, a plain
+// pidfd_send_signal, other fcntl commands and the pid-1 guard are as
+// before.
+func TestSeccompFaultSignalGuard(t *testing.T) {
+	for _, spawn := range []bool{false, true} {
+		spec := strictSpec(SocketUnixOnly)
+		spec.AllowSpawn = spawn
+		f := newGuardedVM(t, spec)
+		const pid, fd, info = 4242, 5, 0x7ffd_0000_1000
+		for _, s := range faultSignals() {
+			sig := uint64(s)
+			f.expect(retEPERM, "rt_sigqueueinfo", pid, sig, info)
+			f.expect(retEPERM, "rt_tgsigqueueinfo", pid, pid, sig, info)
+			f.expect(retEPERM, "pidfd_send_signal", fd, sig, info, 0)
+			f.expect(retEPERM, "fcntl", fd, unix.F_SETSIG, sig)
+			// What the kernel truncates away changes nothing.
+			f.expect(retEPERM, "rt_sigqueueinfo", pid, 1<<32|sig, info)
+			f.expect(retEPERM, "fcntl", fd, 1<<32|unix.F_SETSIG, 1<<32|sig)
+			// A siginfo pointer above 4 GiB only.
+			f.expect(retEPERM, "pidfd_send_signal", fd, sig, 1<<32, 0)
+			// Positive controls: no siginfo (SI_USER), another command.
+			f.expect(retAllow, "pidfd_send_signal", fd, sig, 0, 0)
+			f.expect(retAllow, "fcntl", fd, unix.F_SETOWN, sig)
+			f.expect(retAllow, "kill", pid, sig)
+		}
+		// Positive controls: other signals pass every one of these calls.
+		for _, s := range []uint64{uint64(unix.SIGUSR1), uint64(unix.SIGIO), uint64(unix.SIGABRT), 34, 64} {
+			f.expect(retAllow, "rt_sigqueueinfo", pid, s, info)
+			f.expect(retAllow, "rt_tgsigqueueinfo", pid, pid, s, info)
+			f.expect(retAllow, "pidfd_send_signal", fd, s, info, 0)
+			f.expect(retAllow, "fcntl", fd, unix.F_SETSIG, s)
+		}
+		f.expect(retAllow, "fcntl", fd, unix.F_SETSIG, 0)
+		f.expect(retAllow, "fcntl", fd, unix.F_GETFL, 0)
+		// The pid-1 guard in front still acts, and the main program after.
+		f.expect(retEPERM, "kill", 1, uint64(unix.SIGUSR1))
+		f.expect(retEPERM, "rt_sigqueueinfo", 1, uint64(unix.SIGUSR1), info)
+		f.expect(retEPERM, "mount")
+		if got := f.runRaw(unix.AUDIT_ARCH_I386, 178, pid, uint64(unix.SIGSEGV)); got != retKillProcess {
+			t.Errorf("i386 rt_sigqueueinfo: got %s, want KILL_PROCESS", retName(got))
+		}
+	}
+}

@@ -651,7 +651,96 @@ func pid1SignalGuard(info *arch.Info) ([]bpf.Instruction, error) {
 	return p, nil
 }
 
-// guardedProgram is spec's filter with the pid-1 guard in front.
+// faultSignals are the signals the Go runtime ends the supervisor on,
+// caught or not, when they carry a code other than SI_USER or SI_TKILL:
+// it takes SIGSEGV, SIGBUS and SIGFPE for a fault of its own, and the
+// others for a trap it cannot recover from. kill, tkill and tgkill always
+// send SI_USER or SI_TKILL; sigqueue and pidfd_send_signal let the sender
+// choose a negative code (SI_QUEUE), and a descriptor's owner gets the
+// signal F_SETSIG names with a POLL_* code.
+func faultSignals() []uint32 {
+	return []uint32{uint32(unix.SIGILL), uint32(unix.SIGTRAP), uint32(unix.SIGBUS), uint32(unix.SIGFPE),
+		uint32(unix.SIGSEGV), uint32(unix.SIGSTKFLT), uint32(unix.SIGSYS)}
+}
+
+// faultSignalGuard goes in front of every sandbox-init filter, after the
+// pid-1 guard: rt_sigqueueinfo, rt_tgsigqueueinfo, pidfd_send_signal with
+// a siginfo, and fcntl(F_SETSIG) get EPERM for a signal of faultSignals.
+// The catch-all handlers (catchSignals) do not help against those: a
+// SIGSEGV queued to PID 1 with SI_QUEUE, or sent as its descriptor's
+// SIGIO, made the Go runtime crash with a dump of its state on the
+// command's stderr, and the sandbox ended without its status record. A
+// command that may spawn shares PID 1's Landlock domain, and without the
+// signal scope nothing else stops it; the pid-1 guard cannot see a
+// descriptor's target, nor PID 1's other threads. No program needs to
+// queue a fault signal to another process, nor to be told of I/O with
+// one. The arguments are ints the kernel truncates to 32 bits, so only the
+// low halves are compared, the siginfo pointer excepted.
+func faultSignalGuard(info *arch.Info) ([]bpf.Instruction, error) {
+	sigs := faultSignals()
+	n := len(sigs)
+	// sigIn denies when argument arg holds one of sigs; it falls through
+	// to its last instruction, which reloads the number for what follows.
+	sigIn := func(arg uint32) []bpf.Instruction {
+		p := []bpf.Instruction{bpf.LoadAbsolute{Off: argLowOffset(arg), Size: 4}}
+		for i, s := range sigs {
+			p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: s, SkipTrue: uint8(n - i)})
+		}
+		return append(p,
+			bpf.Jump{Skip: 1},
+			bpf.RetConstant{Val: retEPERM},
+			bpf.LoadAbsolute{Off: seccompDataNr, Size: 4},
+		)
+	}
+	sigLen := n + 3 // sigIn without its reload
+	type check struct {
+		name string
+		body []bpf.Instruction
+	}
+	checks := []check{
+		{"rt_sigqueueinfo", sigIn(1)},
+		{"rt_tgsigqueueinfo", sigIn(2)},
+		// pidfd_send_signal(fd, sig, info, flags): without a siginfo the
+		// code is SI_USER, which the catch-all handles.
+		{"pidfd_send_signal", append([]bpf.Instruction{
+			bpf.LoadAbsolute{Off: argLowOffset(2), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0, SkipTrue: 2},
+			bpf.LoadAbsolute{Off: argLowOffset(2) ^ 4, Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: uint8(sigLen)},
+		}, sigIn(1)...)},
+	}
+	for _, name := range []string{"fcntl", "fcntl64"} {
+		if _, ok := info.SyscallNames[name]; !ok {
+			continue
+		}
+		checks = append(checks, check{name, append([]bpf.Instruction{
+			bpf.LoadAbsolute{Off: argLowOffset(1), Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.F_SETSIG, SkipTrue: uint8(sigLen)},
+		}, sigIn(2)...)})
+	}
+	var body []bpf.Instruction
+	for _, c := range checks {
+		nr, ok := info.SyscallNames[c.name]
+		if !ok {
+			return nil, fmt.Errorf("seccomp: syscall %s unknown on %s", c.name, info.Name)
+		}
+		body = append(body, bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(nr), SkipTrue: uint8(len(c.body))})
+		body = append(body, c.body...)
+	}
+	if len(body)+1 > 255 {
+		return nil, fmt.Errorf("seccomp: fault-signal guard is %d instructions, more than a jump reaches", len(body))
+	}
+	// A foreign architecture skips the guard, as the pid-1 guard's; the
+	// main program kills it.
+	return append([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: seccompDataArch, Size: 4},
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: uint32(info.ID), SkipTrue: uint8(len(body) + 1)},
+		bpf.LoadAbsolute{Off: seccompDataNr, Size: 4},
+	}, body...), nil
+}
+
+// guardedProgram is spec's filter with the pid-1 and fault-signal guards
+// in front.
 func guardedProgram(spec *InitSpec) ([]bpf.Instruction, error) {
 	prog, err := seccompProgram(spec)
 	if err != nil {
@@ -665,6 +754,11 @@ func guardedProgram(spec *InitSpec) ([]bpf.Instruction, error) {
 	if err != nil {
 		return nil, err
 	}
+	faults, err := faultSignalGuard(info)
+	if err != nil {
+		return nil, err
+	}
+	guard = append(guard, faults...)
 	prog = append(guard, prog...)
 	if len(prog) > unix.BPF_MAXINSNS {
 		return nil, fmt.Errorf("seccomp: program has %d instructions, limit %d", len(prog), unix.BPF_MAXINSNS)
