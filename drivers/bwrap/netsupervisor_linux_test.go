@@ -276,3 +276,38 @@ func BenchmarkConfinedBridgeThroughput(b *testing.B) {
 		b.Fatalf("sink got %d bytes", n)
 	}
 }
+
+// In the allow_hosts chain bwrap's reaper stays PID 1 and the supervisor
+// is its grandchild, which the kernel does not keep SIGKILL and SIGSTOP
+// away from: where Landlock has the signal scope, a command that may spawn
+// runs in a domain nested in the supervisor's and cannot signal it
+// (before, kill -9 $PPID ended the supervisor, and the run was reported
+// as killed by SIGKILL, without its status record). Positive controls:
+// the command ran, can signal its own child, and its own exit status is
+// reported.
+func TestAllowHostsCommandCannotSignalSupervisor(t *testing.T) {
+	if LandlockABI() < 6 {
+		t.Skipf("Landlock ABI %d has no signal scope: the supervisor is not protected here (docs/linux.md)", LandlockABI())
+	}
+	d := testDriver(t, Options{})
+	ctx := context.Background()
+	caps, _ := d.Capabilities(ctx)
+	if !caps.Has(driverapi.FeatureNetworkViaProxy) {
+		t.Skip("network_via_proxy unavailable here")
+	}
+	ws := newWorkspace(t)
+	sock := fakeProxy(t)
+	req := driverapi.Capabilities{SpawnSubprocess: true, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: req, Workspace: ws, Cwd: ws, Proxy: &driverapi.ProxyEndpoint{UnixSocket: sock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	script := "echo ran; [ $PPID != 1 ] && echo not-pid1; kill -STOP $PPID 2>/dev/null || echo stop-refused; " +
+		"kill -9 $PPID 2>/dev/null || echo kill-refused; sleep 10 & kill -9 $!; wait $!; echo child $?; exit 7"
+	var out, errb lockedBuf
+	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script}, Cwd: ws, Profile: prof,
+		Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16, Env: pathEnv()}, driverapi.Streams{Stdout: &out, Stderr: &errb})
+	if err != nil || exit.ExitCode != 7 || exit.Signal != 0 || out.String() != "ran\nnot-pid1\nstop-refused\nkill-refused\nchild 137\n" {
+		t.Fatalf("exit %+v err %v stdout %q stderr %q", exit, err, out.String(), errb.String())
+	}
+}

@@ -40,6 +40,7 @@ import (
 // starts exactly as confined. When the command may not spawn, the child
 // first execs sandbox-init again in the plain mode, which adds the
 // no-spawn filter the supervisor itself cannot carry, and execs the target.
+// So does the child of a supervisor that is not PID 1 (nestsTarget).
 //
 // How the status crosses: bwrap reports a child killed by signal N as exit
 // status 128+N, on its exit status and on --json-status-fd alike, so from
@@ -84,8 +85,9 @@ func supervisorSpec(spec *InitSpec) InitSpec {
 }
 
 // childSpec is the spec of the plain sandbox-init the supervisor's child
-// runs when the target may not spawn: the same restrictions, no lifeline
-// (the supervisor owns it), no supervision.
+// runs when the target may not spawn, or when the supervisor is not PID 1
+// (nestsTarget): the same restrictions, no lifeline (the supervisor owns
+// it), no supervision.
 func childSpec(spec *InitSpec) InitSpec {
 	s := *spec
 	s.Supervise = false
@@ -238,7 +240,7 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	// pre is nil when the waiting child failed (it never ran anything):
 	// one is forked for the command, as in a sandbox built for it.
 	execPath, execArgv := path, argv
-	if !spec.AllowSpawn && pre == nil {
+	if nestsTarget(spec, pid1) && pre == nil {
 		self, err := os.Executable()
 		if err != nil {
 			return 0, fmt.Errorf("own binary: %w", err)
@@ -399,6 +401,24 @@ func targetScopedAway(spec *InitSpec) bool {
 // landlockScopeABI is the first Landlock ABI with scopes (signals and
 // abstract unix sockets).
 const landlockScopeABI = 6
+
+// nestsTarget reports whether the supervisor's child runs the plain
+// sandbox-init, which confines itself again before it execs the target:
+// always when the command may not spawn (the no-spawn filter), and, where
+// Landlock has the signal scope, when the supervisor is not PID 1 (the
+// allow_hosts chain, the Landlock tier). Forked straight, a command that
+// may spawn shares the supervisor's domain, and the kernel's protection
+// of a namespace's init (no SIGKILL, no SIGSTOP from inside, signals it
+// has no handler for dropped) is not there: kill -9 $PPID ended the
+// supervisor, and the run was reported as killed, without its status
+// record. In a domain nested in the supervisor's, with the scope, the
+// command can signal neither it nor anything else outside.
+func nestsTarget(spec *InitSpec, pid1 bool) bool {
+	if !spec.AllowSpawn {
+		return true
+	}
+	return !pid1 && spec.ScopeSignals && effectiveLandlockABI() >= landlockScopeABI
+}
 
 // childFiles maps 0-2, envFD and keep to themselves and closes the rest up
 // to the highest of them (-1 closes a slot in the child).
