@@ -149,7 +149,7 @@ const (
 	ProcessOK       = "ok"        // it ran and exited (any status)
 	ProcessTimedOut = "timed_out" // its maximum lifetime (or timeout) ended it
 	ProcessDenied   = "denied"    // the pipeline refused it
-	ProcessKilled   = "killed"    // its session was forgotten or the table closed
+	ProcessKilled   = "killed"    // its session was forgotten, the table closed, or a KILL cancelled its run
 	ProcessError    = "error"     // the sandbox could not run it
 )
 
@@ -161,8 +161,9 @@ func processOutcome(r ProcessResult, cancelled bool) string {
 	case errors.As(r.Err, &denied):
 		return ProcessDenied
 	case cancelled:
-		// Killed by ForgetSession or Close, whether the driver reported
-		// the kill as an exit or as the cancellation.
+		// Killed by ForgetSession, Close or Signal's KILL backstop,
+		// whether the driver reported the kill as an exit or as the
+		// cancellation.
 		return ProcessKilled
 	case r.Err == nil:
 		return ProcessOK
@@ -225,6 +226,9 @@ type process struct {
 	notify chan struct{}
 	done   chan struct{}
 	result ProcessResult
+	// backstop cancels the run killBackstop after the first KILL (one
+	// timer however many come); the run's end stops it.
+	backstop *time.Timer
 }
 
 // Start runs cmd as a process of its session and returns its id once it
@@ -292,6 +296,9 @@ func (t *ProcessTable) Start(ctx context.Context, cmd Command) (string, error) {
 		t.exited[processOutcome(ProcessResult{Output: out, Err: err}, cancelled)]++
 		t.mu.Unlock()
 		p.mu.Lock()
+		if p.backstop != nil {
+			p.backstop.Stop()
+		}
 		p.result = ProcessResult{Output: out, Err: err}
 		close(p.done)
 		close(p.notify)
@@ -420,9 +427,10 @@ func (t *ProcessTable) Read(ctx context.Context, id string, offset int64, wait t
 // KILL is never lost. A burst of other signals may fill the process's
 // queue (the pipeline reads it only once the command runs, and forwards
 // one at a time); a KILL that does not fit, or that has not ended the
-// process killBackstop later (still in its hooks or approval, a driver
-// that did not deliver it), cancels the process's run instead, which ends
-// its whole tree as a timeout does.
+// process killBackstop later (a driver that did not deliver it; during
+// the hooks or the approval any signal but WINCH and PIPE stops the
+// process at once, watchEarlySignals), cancels the process's run instead,
+// which ends its whole tree as a timeout does.
 func (t *ProcessTable) Signal(id string, sig driverapi.Signal) error {
 	p, err := t.get(id)
 	if err != nil {
@@ -439,13 +447,20 @@ func (t *ProcessTable) Signal(id string, sig driverapi.Signal) error {
 		}
 	}
 	if sig == driverapi.SignalKILL {
-		backstop := time.AfterFunc(killBackstop, p.cancel)
-		go func() {
-			<-p.done
-			backstop.Stop()
-		}()
+		p.armBackstop()
 	}
 	return nil
+}
+
+// armBackstop starts the KILL backstop unless it runs already or the run
+// has ended. Once per process: a client repeating KILL must not start a
+// timer (before, a timer and a goroutine) per call while the run ends.
+func (p *process) armBackstop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.backstop == nil && !p.ended() {
+		p.backstop = time.AfterFunc(killBackstop, p.cancel)
+	}
 }
 
 // killBackstop is how long a KILL may take through the pipeline before

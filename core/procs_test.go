@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -317,5 +318,48 @@ func TestProcessKillIsNeverDropped(t *testing.T) {
 			t.Fatalf("burst %d: KILL did not end the process: %+v %v", burst, res, err)
 		}
 		pt.Close()
+	}
+}
+
+// slowEndExecutor is a run that a cancel reaches at once but that takes
+// until release to end (a driver still tearing its sandbox down).
+type slowEndExecutor struct{ running, cancelled, release chan struct{} }
+
+func (e slowEndExecutor) Execute(ctx context.Context, cmd Command) (*Output, error) {
+	close(e.running)
+	<-ctx.Done()
+	close(e.cancelled)
+	<-e.release
+	return nil, ctx.Err()
+}
+
+// Repeated KILLs while the run ends arm one backstop, not a timer and a
+// goroutine each (before, a thousand KILLs left a thousand goroutines
+// waiting for the run's end). Positive control: the KILLs did cancel the
+// run, and its end is the process's result.
+func TestProcessRepeatedKillsHoldNothing(t *testing.T) {
+	e := slowEndExecutor{running: make(chan struct{}), cancelled: make(chan struct{}), release: make(chan struct{})}
+	pt := NewProcessTable(e, ProcessLimits{})
+	defer pt.Close()
+	id, err := pt.Start(context.Background(), Command{SessionID: "s", Program: "prog"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-e.running
+	before := runtime.NumGoroutine()
+	const kills = 1000
+	for range kills {
+		if err := pt.Signal(id, driverapi.SignalKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if grown := runtime.NumGoroutine() - before; grown > kills/10 {
+		t.Errorf("%d KILLs left %d more goroutines", kills, grown)
+	}
+	<-e.cancelled
+	close(e.release)
+	res, err := pt.Wait(context.Background(), id)
+	if err != nil || !errors.Is(res.Err, context.Canceled) {
+		t.Fatalf("result %+v %v, want the cancelled run's", res, err)
 	}
 }
