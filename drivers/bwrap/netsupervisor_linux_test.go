@@ -280,11 +280,11 @@ func BenchmarkConfinedBridgeThroughput(b *testing.B) {
 // In the allow_hosts chain bwrap's reaper stays PID 1 and the supervisor
 // is its grandchild, which the kernel does not keep SIGKILL and SIGSTOP
 // away from: where Landlock has the signal scope, a command that may spawn
-// runs in a domain nested in the supervisor's and cannot signal it
-// (before, kill -9 $PPID ended the supervisor, and the run was reported
-// as killed by SIGKILL, without its status record). Positive controls:
-// the command ran, can signal its own child, and its own exit status is
-// reported.
+// runs in a domain nested in the supervisor's and cannot signal it, ABRT
+// included, which the supervisor does not catch there (before, kill -9
+// $PPID ended the supervisor, and the run was reported as killed by
+// SIGKILL, without its status record). Positive controls: the command
+// ran, can signal its own child, and its own exit status is reported.
 func TestAllowHostsCommandCannotSignalSupervisor(t *testing.T) {
 	if LandlockABI() < 6 {
 		t.Skipf("Landlock ABI %d has no signal scope: the supervisor is not protected here (docs/linux.md)", LandlockABI())
@@ -302,12 +302,12 @@ func TestAllowHostsCommandCannotSignalSupervisor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := "echo ran; [ $PPID != 1 ] && echo not-pid1; kill -STOP $PPID 2>/dev/null || echo stop-refused; " +
+	script := "echo ran; [ $PPID != 1 ] && echo not-pid1; kill -ABRT $PPID 2>/dev/null || echo abrt-refused; kill -STOP $PPID 2>/dev/null || echo stop-refused; " +
 		"kill -9 $PPID 2>/dev/null || echo kill-refused; sleep 10 & kill -9 $!; wait $!; echo child $?; exit 7"
 	var out, errb lockedBuf
 	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script}, Cwd: ws, Profile: prof,
 		Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16, Env: pathEnv()}, driverapi.Streams{Stdout: &out, Stderr: &errb})
-	if err != nil || exit.ExitCode != 7 || exit.Signal != 0 || out.String() != "ran\nnot-pid1\nstop-refused\nkill-refused\nchild 137\n" {
+	if err != nil || exit.ExitCode != 7 || exit.Signal != 0 || out.String() != "ran\nnot-pid1\nabrt-refused\nstop-refused\nkill-refused\nchild 137\n" {
 		t.Fatalf("exit %+v err %v stdout %q stderr %q", exit, err, out.String(), errb.String())
 	}
 }

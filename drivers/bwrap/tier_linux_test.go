@@ -536,16 +536,17 @@ func TestTierMinimumSet(t *testing.T) {
 // The supervisor is not PID 1 here, so nothing of the kernel's keeps
 // SIGKILL and SIGSTOP away from it: a command that may spawn runs in a
 // Landlock domain nested in the supervisor's, whose signal scope refuses
-// both (before, it shared the supervisor's domain: kill -9 $PPID ended the
-// supervisor and the run was reported as killed by SIGKILL, without its
-// status record). Positive controls: the command ran, can signal its own
-// child, and its own exit status is reported.
+// both, and ABRT, which the supervisor does not catch there (before, it
+// shared the supervisor's domain: kill -9 $PPID ended the supervisor and
+// the run was reported as killed by SIGKILL, without its status record).
+// Positive controls: the command ran, can signal its own child, and its
+// own exit status is reported.
 func TestTierCommandCannotSignalSupervisor(t *testing.T) {
 	d := tierDriver(t, Options{})
 	ws := newWorkspace(t)
-	r := tierRun(t, d, ws, driverapi.NetworkNone, "echo ran; kill -STOP $PPID 2>/dev/null || echo stop-refused; "+
+	r := tierRun(t, d, ws, driverapi.NetworkNone, "echo ran; kill -ABRT $PPID 2>/dev/null || echo abrt-refused; kill -STOP $PPID 2>/dev/null || echo stop-refused; "+
 		"kill -9 $PPID 2>/dev/null || echo kill-refused; sleep 10 & kill -9 $!; wait $!; echo child $?; exit 7")
-	if r.err != nil || r.exit.ExitCode != 7 || r.exit.Signal != 0 || r.stdout != "ran\nstop-refused\nkill-refused\nchild 137\n" {
+	if r.err != nil || r.exit.ExitCode != 7 || r.exit.Signal != 0 || r.stdout != "ran\nabrt-refused\nstop-refused\nkill-refused\nchild 137\n" {
 		t.Fatalf("exit %+v err %v stdout %q stderr %q", r.exit, r.err, r.stdout, r.stderr)
 	}
 }

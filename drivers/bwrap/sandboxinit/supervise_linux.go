@@ -385,17 +385,19 @@ func catchSignals(all bool) *caughtSignals {
 // with LANDLOCK_SCOPE_SIGNAL may signal only processes in itself or in
 // domains nested in it, and the supervisor is in neither.
 //
-// That holds when the command may not spawn: the supervisor's child then
-// confines itself in a domain of its own before it execs the target,
-// whether it is a prepared sandbox's waiting child (a sibling of the
-// supervisor's domain, prefork_linux.go) or the plain sandbox-init forked
-// at the command (nested in the supervisor's). Both plan their domain from
-// spec, with its scope. A command that may spawn is forked straight into
-// the supervisor's own domain, where the scope lets it signal the
-// supervisor, so it gets the catch-all handlers. So does every command
-// where Landlock has no signal scope (ABI < 6, Landlock unavailable).
+// That holds when the command may not spawn, or the supervisor is not
+// PID 1 (nestsTarget): the supervisor's child then confines itself in a
+// domain of its own before it execs the target, whether it is a prepared
+// sandbox's waiting child (a sibling of the supervisor's domain,
+// prefork_linux.go) or the plain sandbox-init forked at the command
+// (nested in the supervisor's). Both plan their domain from spec, with its
+// scope, and whatever the command starts stays in that domain or below
+// it. A command that may spawn under PID 1 is forked straight into the
+// supervisor's own domain, where the scope lets it signal the supervisor,
+// so it gets the catch-all handlers. So does every command where Landlock
+// has no signal scope (ABI < 6, Landlock unavailable).
 func targetScopedAway(spec *InitSpec) bool {
-	return !spec.AllowSpawn && spec.ScopeSignals && effectiveLandlockABI() >= landlockScopeABI
+	return spec.ScopeSignals && effectiveLandlockABI() >= landlockScopeABI && nestsTarget(spec, os.Getpid() == 1)
 }
 
 // landlockScopeABI is the first Landlock ABI with scopes (signals and
