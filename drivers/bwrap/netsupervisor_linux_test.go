@@ -174,19 +174,8 @@ func TestConfinedBridgeStartFailure(t *testing.T) {
 // command: the bridge process beside it runs under seccomp with
 // no_new_privs, and the command still gets through it.
 func TestAllowHostsBridgeConfinedInSandbox(t *testing.T) {
-	d := testDriver(t, Options{})
+	d, ws, prof := allowHostsProfile(t)
 	ctx := context.Background()
-	caps, _ := d.Capabilities(ctx)
-	if !caps.Has(driverapi.FeatureNetworkViaProxy) {
-		t.Skip("network_via_proxy unavailable here")
-	}
-	ws := newWorkspace(t)
-	sock := fakeProxy(t)
-	req := driverapi.Capabilities{SpawnSubprocess: true, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}
-	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: req, Workspace: ws, Cwd: ws, Proxy: &driverapi.ProxyEndpoint{UnixSocket: sock}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	script := `curl -s --max-time 10 -x http://127.0.0.1:3128 http://example.com/in; echo
 for p in /proc/[0-9]*; do
   c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null)
@@ -289,6 +278,23 @@ func TestAllowHostsCommandCannotSignalSupervisor(t *testing.T) {
 	if LandlockABI() < 6 {
 		t.Skipf("Landlock ABI %d has no signal scope: the supervisor is not protected here (docs/linux.md)", LandlockABI())
 	}
+	d, ws, prof := allowHostsProfile(t)
+	ctx := context.Background()
+	script := "echo ran; [ $PPID != 1 ] && echo not-pid1; kill -ABRT $PPID 2>/dev/null || echo abrt-refused; kill -STOP $PPID 2>/dev/null || echo stop-refused; " +
+		"kill -9 $PPID 2>/dev/null || echo kill-refused; sleep 10 & kill -9 $!; wait $!; echo child $?; exit 7"
+	var out, errb lockedBuf
+	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script}, Cwd: ws, Profile: prof,
+		Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16, Env: pathEnv()}, driverapi.Streams{Stdout: &out, Stderr: &errb})
+	if err != nil || exit.ExitCode != 7 || exit.Signal != 0 || out.String() != "ran\nnot-pid1\nabrt-refused\nstop-refused\nkill-refused\nchild 137\n" {
+		t.Fatalf("exit %+v err %v stdout %q stderr %q", exit, err, out.String(), errb.String())
+	}
+}
+
+// allowHostsProfile is a driver, a fresh workspace and the profile of a
+// command that may spawn and reach example.com through a fake proxy (the
+// test is skipped where network_via_proxy is unavailable).
+func allowHostsProfile(t *testing.T) (*Driver, string, driverapi.Profile) {
+	t.Helper()
 	d := testDriver(t, Options{})
 	ctx := context.Background()
 	caps, _ := d.Capabilities(ctx)
@@ -302,12 +308,5 @@ func TestAllowHostsCommandCannotSignalSupervisor(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	script := "echo ran; [ $PPID != 1 ] && echo not-pid1; kill -ABRT $PPID 2>/dev/null || echo abrt-refused; kill -STOP $PPID 2>/dev/null || echo stop-refused; " +
-		"kill -9 $PPID 2>/dev/null || echo kill-refused; sleep 10 & kill -9 $!; wait $!; echo child $?; exit 7"
-	var out, errb lockedBuf
-	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script}, Cwd: ws, Profile: prof,
-		Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16, Env: pathEnv()}, driverapi.Streams{Stdout: &out, Stderr: &errb})
-	if err != nil || exit.ExitCode != 7 || exit.Signal != 0 || out.String() != "ran\nnot-pid1\nabrt-refused\nstop-refused\nkill-refused\nchild 137\n" {
-		t.Fatalf("exit %+v err %v stdout %q stderr %q", exit, err, out.String(), errb.String())
-	}
+	return d, ws, prof
 }

@@ -41,9 +41,15 @@ type filterVM struct {
 
 func newFilterVM(t *testing.T, spec InitSpec) *filterVM {
 	t.Helper()
-	prog, err := seccompProgram(&spec)
+	return vmOf(t, "seccompProgram", seccompProgram, spec)
+}
+
+// vmOf runs the program build makes of spec in a BPF VM.
+func vmOf(t *testing.T, name string, build func(*InitSpec) ([]bpf.Instruction, error), spec InitSpec) *filterVM {
+	t.Helper()
+	prog, err := build(&spec)
 	if err != nil {
-		t.Fatalf("seccompProgram: %v", err)
+		t.Fatalf("%s: %v", name, err)
 	}
 	// Must also pass the kernel-side assembler constraints.
 	if _, err := bpf.Assemble(prog); err != nil {
@@ -428,22 +434,7 @@ func TestSeccompFilterSetID(t *testing.T) {
 // the pid-1 and fault-signal guards in front of spec's filter.
 func newGuardedVM(t *testing.T, spec InitSpec) *filterVM {
 	t.Helper()
-	prog, err := guardedProgram(&spec)
-	if err != nil {
-		t.Fatalf("guardedProgram: %v", err)
-	}
-	if _, err := bpf.Assemble(prog); err != nil {
-		t.Fatalf("bpf.Assemble: %v", err)
-	}
-	vm, err := bpf.NewVM(prog)
-	if err != nil {
-		t.Fatalf("bpf.NewVM: %v", err)
-	}
-	info, err := nativeArch()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &filterVM{t: t, vm: vm, info: info}
+	return vmOf(t, "guardedProgram", guardedProgram, spec)
 }
 
 // A fault signal cannot be queued (any code but SI_USER and SI_TKILL) nor
