@@ -100,6 +100,8 @@ type Driver struct {
 	optErr error
 	// running are the commands being run, for signalCommand.
 	running commandTable
+	// runs are the runs in flight, which Close ends and waits for.
+	runs runGroup
 	// etc is the /etc view in use (etcview_linux.go).
 	etc etcViews
 	// progs are the precompiled seccomp programs (seccompfd_linux.go).
@@ -273,6 +275,8 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 
 // run is Run, and RunStream when in is set (stream_linux.go).
 func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
+	ctx, leave := d.runs.enter(ctx)
+	defer leave()
 	if err := spec.Profile.Verify(Backend); err != nil {
 		return driverapi.Exit{}, err
 	}
@@ -960,3 +964,66 @@ func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 	}
 	return cmd, release, nil
 }
+
+// runGroup is the runs in flight. A plugin whose host shuts it down stops
+// serving at once (its handlers' contexts are cancelled, and nothing waits
+// for them) and exits after Close: a run still killing its sandbox then
+// went with the process, and the sandbox ended on its own (bwrap's parent-
+// death signal), after the host had been told the driver stopped. Close
+// ends every run still going (its context is cancelled, so its bwrap is
+// killed and reaped, and its output drained) and waits for it, bounded.
+type runGroup struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+	end    context.Context
+	cancel context.CancelFunc
+}
+
+// enter registers a run: the returned context also ends when the group is
+// closed, and leave must be called when the run returns. Runs after close
+// are not tracked (Close has returned).
+func (g *runGroup) enter(ctx context.Context) (context.Context, func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ctx, func() {}
+	}
+	if g.end == nil {
+		g.end, g.cancel = context.WithCancel(context.Background())
+	}
+	g.wg.Add(1)
+	rctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(g.end, cancel)
+	return rctx, func() {
+		stop()
+		cancel()
+		g.wg.Done()
+	}
+}
+
+// close ends the runs in flight and waits for them, at most bound.
+func (g *runGroup) close(bound time.Duration) {
+	g.mu.Lock()
+	g.closed = true
+	cancel := g.cancel
+	g.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	done := make(chan struct{})
+	go func() {
+		g.wg.Wait()
+		close(done)
+	}()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// runsEndWait bounds how long Close waits for the runs it ended: a killed
+// bwrap is reaped at once, and its output drained within waitDelay.
+const runsEndWait = 5 * waitDelay

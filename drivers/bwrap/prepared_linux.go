@@ -473,11 +473,14 @@ func (d *Driver) expire(ps *preparedSandbox) {
 	ps.destroy()
 }
 
-// Close destroys every waiting sandbox, with its processes and its
-// cgroup, and any still being built as it is ready (driverapi.Closer: the
-// plugin calls it when the host shuts it down). Commands may not be run
-// after it.
+// Close ends every run still going and waits for its sandbox to be gone,
+// then destroys every waiting sandbox, with its processes and its cgroup,
+// and any still being built as it is ready (driverapi.Closer: the plugin
+// calls it when the host shuts it down). Commands may not be run after it.
 func (d *Driver) Close() {
+	// The runs still going first: none of their sandboxes may outlive
+	// the driver's stop (runGroup).
+	d.runs.close(runsEndWait)
 	p := &d.pool
 	p.mu.Lock()
 	p.closed = true

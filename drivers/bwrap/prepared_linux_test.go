@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -915,4 +916,50 @@ func poolDriver(t *testing.T, opts Options) (*Driver, string, driverapi.Profile)
 		t.Fatal(err)
 	}
 	return d, ws, prof
+}
+
+// Close ends the runs still going and returns only once their sandboxes
+// are gone: a plugin's handlers are cancelled when its host shuts it down
+// and nothing waits for them, so a command still being killed went on
+// after the plugin, and the service, had exited. The control: the command
+// was seen running before Close.
+func TestCloseEndsRunsInFlight(t *testing.T) {
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	marker := fmt.Sprintf("%d.%d", 300+os.Getpid()%100, time.Now().UnixNano()%1000000)
+	res := make(chan drvResult, 1)
+	go func() {
+		res <- drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, nil, "/bin/sleep", marker)
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for !argRunning(marker) {
+		if time.Now().After(deadline) {
+			t.Fatal("control: the command never ran")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	d.Close()
+	if argRunning(marker) {
+		t.Fatal("the command still runs after Close returned")
+	}
+	select {
+	case r := <-res:
+		if !errors.Is(r.err, context.Canceled) {
+			t.Fatalf("the run Close ended: %+v", r)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the run did not return")
+	}
+}
+
+// argRunning reports whether a process has arg in its command line.
+func argRunning(arg string) bool {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err == nil && slices.Contains(strings.Split(string(b), "\x00"), arg) {
+			return true
+		}
+	}
+	return false
 }
