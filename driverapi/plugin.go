@@ -92,8 +92,11 @@ type Preparer interface{ Prepare() }
 // Closer is optional for a Driver that Serve runs: Close is called once the
 // host has shut the plugin down (its graceful stop), before the process
 // exits, to release what the driver keeps between commands (sandboxes built
-// ahead, their cgroups). A plugin that dies otherwise never gets there: what
-// it kept must also end on its own (as the bwrap driver's do, with their
+// ahead, their cgroups). The contexts of runs still in flight are cancelled
+// by then, but nothing waits for their calls to return: Close should wait
+// for them, so that no command outlives the plugin (the bwrap driver's
+// does, bounded). A plugin that dies otherwise never gets there: what it
+// kept must also end on its own (as the bwrap driver's do, with their
 // lifeline) and be swept by the next start.
 type Closer interface{ Close() }
 
