@@ -397,7 +397,13 @@ func catchSignals(all bool) *caughtSignals {
 // so it gets the catch-all handlers. So does every command where Landlock
 // has no signal scope (ABI < 6, Landlock unavailable).
 func targetScopedAway(spec *InitSpec) bool {
-	return spec.ScopeSignals && effectiveLandlockABI() >= landlockScopeABI && nestsTarget(spec, os.Getpid() == 1)
+	return signalScoped(spec) && nestsTarget(spec, os.Getpid() == 1)
+}
+
+// signalScoped reports whether the domains planned from spec have the
+// signal scope: spec asks for it and this kernel's Landlock has scopes.
+func signalScoped(spec *InitSpec) bool {
+	return spec.ScopeSignals && effectiveLandlockABI() >= landlockScopeABI
 }
 
 // landlockScopeABI is the first Landlock ABI with scopes (signals and
@@ -419,7 +425,7 @@ func nestsTarget(spec *InitSpec, pid1 bool) bool {
 	if !spec.AllowSpawn {
 		return true
 	}
-	return !pid1 && spec.ScopeSignals && effectiveLandlockABI() >= landlockScopeABI
+	return !pid1 && signalScoped(spec)
 }
 
 // childFiles maps 0-2, envFD and keep to themselves and closes the rest up
@@ -727,7 +733,7 @@ func faultSignalGuard(info *arch.Info) ([]bpf.Instruction, error) {
 		{"pidfd_send_signal", append([]bpf.Instruction{
 			bpf.LoadAbsolute{Off: argLowOffset(2), Size: 4},
 			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: 0, SkipTrue: 2},
-			bpf.LoadAbsolute{Off: argLowOffset(2) ^ 4, Size: 4},
+			bpf.LoadAbsolute{Off: argLowOffset(2) ^ 4, Size: 4}, // the other half of the pointer
 			bpf.JumpIf{Cond: bpf.JumpEqual, Val: 0, SkipTrue: uint8(sigLen)},
 		}, sigIn(1)...)},
 	}
