@@ -579,45 +579,34 @@ func pluginWithPool(t *testing.T, opts string) (*driverapi.Process, string) {
 	return p, ws
 }
 
-// TestPreparedWaitingChild: the plain child a no-spawn sandbox starts while
-// it waits (sandboxinit/prefork_linux.go) holds no capability in any set,
-// has no_new_privs, and holds no descriptor of the lifeline, while its
-// supervisor still holds only the effective capabilities the hand-over's
-// mounts need (its bounding and ambient sets already empty).
+// TestPreparedWaitingChild: the child a no-spawn sandbox forks while it
+// waits (sandboxinit/prefork_linux.go) holds no capability in any set, has
+// no_new_privs and its seccomp filter, and holds no descriptor of the
+// lifeline, while its supervisor still holds only the effective
+// capabilities the hand-over's mounts need (its bounding and ambient sets
+// already empty) and no filter yet. The next command runs as that very
+// process. A waiting child that died costs the command nothing.
 func TestPreparedWaitingChild(t *testing.T) {
 	needPreparable(t)
 	d, ws, prof, _ := noSpawnPool(t)
 	ctx := context.Background()
-	var sup, child string
-	waitUntil(t, func() bool {
-		sup, child = "", ""
-		all := hostCmdlines()
-		for _, pid := range preparedProcs(ws) {
-			if len(all[pid]) == 0 || all[pid][0] != InitPath {
-				continue // bwrap
-			}
-			cmd := strings.Join(all[pid], " ")
-			switch {
-			case strings.Contains(cmd, `"go_fd"`):
-				child = pid
-			case strings.Contains(cmd, `"prepared":true`):
-				sup = pid
-			}
-		}
-		// Ready once the child has confined itself (no_new_privs is set
-		// just before it says so).
-		return sup != "" && child != "" && procStatus(t, atoi(child))["NoNewPrivs"] == "1"
-	})
+	sup, child := waitingPair(t, ws)
 	cs, ss := procStatus(t, atoi(child)), procStatus(t, atoi(sup))
 	for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
 		if cs[k] != "0000000000000000" {
 			t.Errorf("waiting child %s: %s", k, cs[k])
 		}
 	}
+	// One filter more than its supervisor (which may carry filters of its
+	// own host's: the Landlock-hidden pass puts one on the whole tree).
+	if cs["Seccomp"] != "2" || cs["NoNewPrivs"] != "1" || atoi(cs["Seccomp_filters"]) != atoi(ss["Seccomp_filters"])+1 {
+		t.Errorf("waiting child: seccomp %s, %s filters (its supervisor %s), no_new_privs %s",
+			cs["Seccomp"], cs["Seccomp_filters"], ss["Seccomp_filters"], cs["NoNewPrivs"])
+	}
 	// The control: the supervisor still has what the mounts need, and
 	// nothing it could pass on at an exec.
 	if ss["CapEff"] == "0000000000000000" {
-		t.Errorf("supervisor holds no capability before the hand-over: %v", ss)
+		t.Errorf("supervisor before the hand-over: %v", ss)
 	}
 	if ss["CapBnd"] != "0000000000000000" || ss["CapAmb"] != "0000000000000000" || ss["CapInh"] != "0000000000000000" {
 		t.Errorf("supervisor's bounding %s, ambient %s, inheritable %s", ss["CapBnd"], ss["CapAmb"], ss["CapInh"])
@@ -635,8 +624,27 @@ func TestPreparedWaitingChild(t *testing.T) {
 			t.Errorf("the waiting child holds the lifeline (fd %s)", f.Name())
 		}
 	}
+	if len(fds) > 5 {
+		t.Errorf("the waiting child holds %d descriptors (0-2 and its socket expected)", len(fds))
+	}
+	// The command is the waiting child itself: the shell's $$ is its pid
+	// in the sandbox's namespace.
+	nspid := strings.Fields(cs["NSpid"])
+	run := func() string {
+		var out lockedBuf
+		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "echo $$"}, Env: pathEnv(), Cwd: ws,
+			Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{Stdout: &out, Stderr: &out})
+		if err != nil || exit.ExitCode != 0 || exit.Details["prepared"] != "1" {
+			t.Fatalf("%v %+v %q", err, exit, out.String())
+		}
+		return strings.TrimSpace(out.String())
+	}
+	if got := run(); len(nspid) < 2 || got != nspid[len(nspid)-1] {
+		t.Fatalf("the command ran as pid %s, the waiting child was %v", got, nspid)
+	}
 	// A waiting child that dies does not cost the command: its
 	// supervisor forks one for it, as in a sandbox built for it.
+	_, child = waitingPair(t, ws)
 	if err := syscall.Kill(atoi(child), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -646,12 +654,122 @@ func TestPreparedWaitingChild(t *testing.T) {
 		st, err := os.ReadFile("/proc/" + child + "/stat")
 		return err != nil || strings.Contains(string(st), ") Z ")
 	})
-	var out lockedBuf
-	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "echo ran"}, Env: pathEnv(), Cwd: ws,
-		Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{Stdout: &out, Stderr: &out})
-	if err != nil || exit.ExitCode != 0 || exit.Details["prepared"] != "1" || out.String() != "ran\n" {
-		t.Fatalf("after the waiting child died: %v %+v %q", err, exit, out.String())
+	if got := run(); got == "" {
+		t.Fatal("after the waiting child died: no pid printed")
 	}
+}
+
+// TestPreparedNofileLimit: the Go runtime raises its own soft
+// RLIMIT_NOFILE at every start and puts the inherited one back only in
+// what it execs; the waiting child, a fork of the supervisor that execs
+// the target itself, puts it back too. The target of a prepared no-spawn
+// sandbox sees the limit its driver was started with, as one built for its
+// command does (the control).
+func TestPreparedNofileLimit(t *testing.T) {
+	needPreparable(t)
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		t.Fatal(err)
+	}
+	if lim.Max < 2048 {
+		t.Skipf("hard RLIMIT_NOFILE %d: no room below it for a distinct soft limit", lim.Max)
+	}
+	// This process's children (bwrap, so sandbox-init) start with 1000.
+	if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: 1000, Max: lim.Max}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
+	want := fmt.Sprintf("1000\n%d", lim.Max)
+	for _, mode := range []PreparedMode{PreparedAlways, PreparedOff} {
+		d := testDriver(t, preparedOpts(mode))
+		ws := newWorkspace(t)
+		prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out lockedBuf
+		exit, err := d.Run(context.Background(), driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "ulimit -Sn; ulimit -Hn"},
+			Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{Stdout: &out, Stderr: &out})
+		if err != nil || exit.ExitCode != 0 || (exit.Details["prepared"] == "1") != (mode == PreparedAlways) {
+			t.Fatalf("%s: %v %+v %q", mode, err, exit, out.String())
+		}
+		if got := strings.TrimSpace(out.String()); got != want {
+			t.Errorf("%s: soft and hard RLIMIT_NOFILE %q, want %q", mode, got, want)
+		}
+	}
+}
+
+// TestPreparedExecFailure: a target the kernel refuses to exec (no
+// interpreter line, not an ELF file) ends the run with SandboxInitExitCode
+// and sandbox-init's line naming the exec and the kernel's error on the
+// command's stderr, whether the waiting child execs it or a child forked
+// for the command does (the control: a sandbox built for it). The program
+// in the same place made executable text runs (the positive control).
+func TestPreparedExecFailure(t *testing.T) {
+	needPreparable(t)
+	for _, mode := range []PreparedMode{PreparedAlways, PreparedOff} {
+		d := testDriver(t, preparedOpts(mode))
+		ws := newWorkspace(t)
+		prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		prog := filepath.Join(ws, "prog")
+		run := func(content string) (driverapi.Exit, string) {
+			if err := os.WriteFile(prog, []byte(content), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			var out lockedBuf
+			exit, err := d.Run(context.Background(), driverapi.RunSpec{Program: prog, Env: pathEnv(), Cwd: ws, Profile: prof,
+				Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{Stdout: &out, Stderr: &out})
+			if err != nil {
+				t.Fatalf("%s: %v", mode, err)
+			}
+			if (exit.Details["prepared"] == "1") != (mode == PreparedAlways) {
+				t.Fatalf("%s: %+v", mode, exit)
+			}
+			return exit, out.String()
+		}
+		exit, out := run("\x7fnot a program\n")
+		if want := "aleph-sandbox: sandbox-init: exec " + prog + ": exec format error\n"; exit.ExitCode != SandboxInitExitCode || out != want {
+			t.Errorf("%s: exit %d, output %q; want %d, %q", mode, exit.ExitCode, out, SandboxInitExitCode, want)
+		}
+		if exit, out = run("#!/bin/sh\necho ran\n"); exit.ExitCode != 0 || out != "ran\n" {
+			t.Errorf("%s: the control: exit %d, output %q", mode, exit.ExitCode, out)
+		}
+	}
+}
+
+// waitingPair finds the supervisor of ws's waiting sandbox and its
+// waiting child (the supervisor's child, confined: no_new_privs is set
+// before it says it waits).
+func waitingPair(t *testing.T, ws string) (sup, child string) {
+	t.Helper()
+	waitUntil(t, func() bool {
+		sup, child = "", ""
+		all := hostCmdlines()
+		for _, pid := range preparedProcs(ws) {
+			if len(all[pid]) == 0 || all[pid][0] != InitPath {
+				continue // bwrap
+			}
+			st, err := os.ReadFile("/proc/" + pid + "/stat")
+			if err != nil {
+				continue
+			}
+			// pid (comm) state ppid ...
+			f := strings.Fields(string(st[bytes.LastIndexByte(st, ')')+1:]))
+			if len(f) < 2 {
+				continue
+			}
+			if p := f[1]; slices.Contains(preparedProcs(ws), p) && all[p][0] == InitPath {
+				child = pid
+			} else {
+				sup = pid
+			}
+		}
+		return sup != "" && child != "" && procStatus(t, atoi(child))["NoNewPrivs"] == "1"
+	})
+	return sup, child
 }
 
 // TestPreparedNoSpawnSignals: the target of a no-spawn profile runs in the

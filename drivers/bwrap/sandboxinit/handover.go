@@ -87,9 +87,6 @@ type Handover struct {
 	Cwd string `json:"cwd"`
 	// Mounts are made in order (parents first).
 	Mounts []HandoverMount `json:"mounts,omitempty"`
-	// Nproc, on the supervisor's record to its pre-forked child
-	// (prefork_linux.go), is the RLIMIT_NPROC the child sets; 0: none.
-	Nproc uint64 `json:"nproc,omitempty"`
 }
 
 // Validate checks what sandbox-init relies on.

@@ -47,9 +47,6 @@ func sandboxInit(args []string) (int, error) {
 	if err != nil {
 		return fail(err)
 	}
-	if spec.GoFD > 0 {
-		return preforkedChild(spec)
-	}
 	if spec.LifelineFD > 0 {
 		if err := ReportStarted(spec.LifelineFD); err != nil {
 			return fail(err)

@@ -6,38 +6,48 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"runtime"
+	"slices"
 	"syscall"
 	"time"
+	"unsafe"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
-// The pre-forked child of a prepared sandbox (InitSpec.GoFD).
+// The waiting child of a prepared sandbox.
 //
-// When the command may not spawn, the supervisor's child execs
+// When the command may not spawn, the supervisor's child used to exec
 // sandbox-init again in the plain mode, which adds the no-spawn filter the
-// supervisor itself cannot carry, then execs the target. That second Go
-// start (about 1.5 ms here, more under load) and the child's confinement
-// used to come after the command arrived. A prepared sandbox starts the
-// child while it waits instead: the child confines itself (no_new_privs,
-// Landlock, the rlimits, its capabilities cleared on every thread) and
-// then waits on a socket pair only the supervisor holds the other end of.
-// At the hand-over the supervisor sends it the command (argv, directory,
-// the RLIMIT_NPROC to apply) with the command's stdin, stdout, stderr and
-// environment as SCM_RIGHTS; the child, under the target's seccomp program
-// since before it waited, puts them in place and execs the target.
+// supervisor itself cannot carry, then exec the target. A prepared sandbox
+// starts that child while it waits instead, and the child is not a second
+// Go program: it is a fork of the supervisor that runs system calls only,
+// on values the supervisor computed before the fork (waitPlan), as the
+// child half of syscall.ForkExec does. It confines itself (its
+// capabilities emptied, no_new_privs, Landlock, the rlimits, the target's
+// seccomp program) and then waits on a socket pair only the supervisor
+// holds the other end of. At the hand-over the supervisor lays the
+// command out in memory the two share (the program's path it looked up,
+// argv, the environment, the directory, the RLIMIT_NPROC to apply) and
+// sends one byte with the command's stdin, stdout and stderr as
+// SCM_RIGHTS; the child puts them in place, enters the directory and
+// execs. A second Go start per command (about 1.5 ms of CPU here, more
+// under load), the child's all-threads calls and the teardown of its Go
+// runtime at the exec are gone; an exec from a single-threaded process is
+// also shorter on the command's path.
 //
 // What is the same as a child forked at the hand-over: the target's
 // Landlock rules (built from the spec, which has nothing of the command's:
 // the roots and the system read set, never a protected entry, so building
 // them before the hand-over's mounts changes nothing), its seccomp program
-// (the target's whole program, which includes the PID-1 guard the forked
-// child inherited from the supervisor), no_new_privs, the rlimits, the
-// descriptors it keeps, its process group, and the death signal tied to
-// the supervisor's locked thread. The child holds neither the lifeline nor
-// anything of the driver's.
+// (the target's whole program, which includes the PID-1 guard), the
+// rlimits, no_new_privs, the descriptors it keeps (0-2 and InheritFDs), its
+// process group, the death signal tied to the supervisor's locked thread,
+// RLIMIT_NOFILE's soft limit as the supervisor inherited it
+// (originalNofile), an environment of the command's only. It holds neither
+// the lifeline nor anything else of the supervisor's: every other
+// descriptor is closed right after the fork.
 //
 // What differs: the child is not in the supervisor's Landlock domain, but
 // in a sibling one with the same rules (it was forked before the
@@ -54,13 +64,24 @@ import (
 // only itself and what is nested in it, and the supervisor is not
 // dumpable.
 //
+// Why a fork of a Go process may run here at all: between the fork and
+// the exec the child is one thread with a copy of the supervisor's memory
+// and none of its other threads, so it must not allocate, grow its stack,
+// take a lock or enter the scheduler. forkWaiting is written as
+// syscall.forkAndExecInChild1 is: every variable declared before the fork,
+// runtime_BeforeFork spoils the stack guard so that any growth would crash
+// instead of corrupting, and after the fork only nosplit functions that
+// make system calls are called; no pointer is stored (no write barrier).
+// The memory it reads was written before the fork, or, for the command,
+// into a shared mapping before the byte that wakes it was sent.
+//
 // The child's capabilities: it was forked from the waiting supervisor,
 // which still holds CAP_SYS_ADMIN and CAP_SETPCAP (in the sandbox's user
-// namespace) for the mounts. Before it forks, the supervisor empties its
-// bounding, ambient and inheritable sets and locks the securebits that
-// give uid 0 capabilities at an exec, so the child starts with none; it
-// refuses to go on if it finds any, and clears the sets on every thread
-// anyway before it waits.
+// namespace) in its effective and permitted sets for the mounts. Before
+// it forks, the supervisor empties its bounding, ambient and inheritable
+// sets and locks the securebits that give uid 0 capabilities at an exec;
+// the child empties the rest with capset (one thread: the whole process)
+// before anything else, reads them back and ends if any is left.
 
 // PreparedTag on the lifeline says that a prepared sandbox is ready for its
 // command (after StartedTag): what can be done before the command arrives
@@ -75,58 +96,291 @@ func ReportPrepared(fd int) error {
 	return nil
 }
 
+// goTag wakes the waiting child: its command is in the shared mapping.
+const goTag = 'g'
+
+// Bounds of a waitPlan's fixed arrays: a spec beyond them is served by a
+// child forked at the hand-over instead.
+const (
+	maxWaitRanges  = 40
+	maxWaitInherit = 32
+	maxWaitRlimits = 8
+	// waitRegionBytes is the shared mapping's size (reserved, not
+	// committed: only the pages a command's layout touches are). A
+	// command that does not fit is run by a child forked for it, which
+	// gets the kernel's own E2BIG for what no exec could take.
+	waitRegionBytes = 8 << 20
+)
+
+// waitRlimit is one limit the child sets (soft and hard as given).
+type waitRlimit struct {
+	resource uintptr
+	lim      unix.Rlimit
+}
+
+// waitCommand is the head of the shared mapping, written by the supervisor
+// at the hand-over: offsets into the mapping (argv and envp are arrays of
+// absolute addresses ending with 0).
+type waitCommand struct {
+	path, argv, envp, cwd uintptr
+	nproc                 uint64
+}
+
+// waitPlan is everything the waiting child does, computed before the fork
+// (see above). Only integers are written to it after the fork.
+type waitPlan struct {
+	ppid     uintptr // the supervisor, for the death signal's check
+	sock     uintptr // the child's end, as the socket pair made it
+	sockFD   uintptr // where the child keeps it (above every fd it keeps)
+	ranges   [maxWaitRanges][2]uintptr
+	nranges  int
+	inherit  [maxWaitInherit]uintptr
+	ninherit int
+	capHdr   unix.CapUserHeader
+	capData  [2]unix.CapUserData
+	ruleset  int // -1: no Landlock
+	rsFlags  uintptr
+	rlimits  [maxWaitRlimits]waitRlimit
+	nrlimits int
+	filter   []unix.SockFilter
+	fprog    unix.SockFprog
+	region   unsafe.Pointer // the shared mapping
+	started  [1]byte
+	// The hand-over's message and its descriptors.
+	buf [1]byte
+	iov unix.Iovec
+	oob [64]byte
+	msg unix.Msghdr
+	// cmsgLen is the length of a control message of three descriptors,
+	// cmsgData where their numbers start in oob.
+	cmsgLen  uint64
+	cmsgData int
+	fds      [3]int32
+	errs     [134]string // the kernel's error texts, indexed by errno
+	out      [1024]byte  // a failure message is built here
+}
+
+// waitStep names what failed in a waiting child, for its message.
+const (
+	stepDeath    = "death signal"
+	stepGroup    = "process group"
+	stepSocket   = "socket"
+	stepCaps     = "capabilities"
+	stepCapsLeft = "capabilities left after the drop"
+	stepNoNew    = "prctl(PR_SET_NO_NEW_PRIVS)"
+	stepLandlock = "landlock: restrict_self"
+	stepClose    = "close_range"
+	stepRlimit   = "setrlimit"
+	stepSeccomp  = "seccomp(SECCOMP_SET_MODE_FILTER)"
+	stepWait     = "waiting for the command"
+	stepFD       = "command descriptor"
+	stepInherit  = "inherit fd"
+	stepChdir    = "chdir"
+	stepExec     = "exec"
+)
+
 // preforked is a supervisor's waiting child.
 type preforked struct {
-	pid  int
-	sock int // the supervisor's end
+	pid    int
+	sock   int    // the supervisor's end
+	region []byte // the shared mapping
 }
 
 // wantsPrefork says whether spec's supervisor starts its child while it
 // waits: a prepared sandbox whose command may not spawn, supervised as
-// PID 1 (its kill(-1) must reach the child).
+// PID 1 (its kill(-1) must reach the child), where the fork below works.
 func wantsPrefork(spec *InitSpec) bool {
-	return spec.Prepared && spec.Supervise && !spec.AllowSpawn && spec.Tty == nil && os.Getpid() == 1
+	return spec.Prepared && spec.Supervise && !spec.AllowSpawn && spec.Tty == nil && os.Getpid() == 1 &&
+		rawForkWorks()
+}
+
+// rawForkWorks says whether forkWaiting can run here: a clone whose
+// argument order it knows, and close_range (Linux 5.9), which lets the
+// child close what it must not hold without a list of them.
+func rawForkWorks() bool {
+	if !rawForkArch {
+		return false
+	}
+	// Closes nothing (the highest possible descriptor), fails ENOSYS on
+	// a kernel without the call.
+	return unix.CloseRange(^uint(0), ^uint(0), 0) == nil
 }
 
 // startPreforked starts the waiting child. It runs on the locked thread
 // (the child's death signal follows that thread).
 func startPreforked(spec *InitSpec) (*preforked, error) {
-	self, err := os.Executable()
+	cs := childSpec(spec)
+	prog, err := initProgram(&cs)
 	if err != nil {
-		return nil, fmt.Errorf("own binary: %w", err)
+		return nil, err
+	}
+	llPlan, err := planLandlock(&cs, effectiveLandlockABI())
+	if err != nil {
+		return nil, err
+	}
+	limits, err := waitLimits(rlimitPlan(&cs))
+	if err != nil {
+		return nil, err
+	}
+	p, err := newWaitPlan(spec.InheritFDs, spec.EnvFD, prog, limits)
+	if err != nil {
+		return nil, err
 	}
 	sv, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("pre-forked child: socketpair: %w", err)
 	}
-	cs := childSpec(spec)
-	files := childFiles(spec.EnvFD, withSeccompFD(spec))
-	cs.GoFD = len(files)
-	files = append(files, uintptr(sv[1]))
-	args, err := InitArgs(cs, HandoverProgram)
+	p.sock = uintptr(sv[1])
+	region, err := unix.Mmap(-1, 0, waitRegionBytes, unix.PROT_READ|unix.PROT_WRITE,
+		unix.MAP_SHARED|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE)
 	if err != nil {
 		unix.Close(sv[0])
 		unix.Close(sv[1])
-		return nil, err
+		return nil, fmt.Errorf("pre-forked child: shared mapping: %w", err)
 	}
-	pid, err := syscall.ForkExec(self, append([]string{self, SandboxInitCommand}, args...), &syscall.ProcAttr{
-		Env: []string{}, Files: files,
-		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true},
-	})
-	unix.Close(sv[1])
+	p.region = unsafe.Pointer(&region[0])
+	rs, err := buildRuleset(llPlan)
 	if err != nil {
 		unix.Close(sv[0])
-		return nil, fmt.Errorf("pre-forked child: start %s: %w", self, err)
+		unix.Close(sv[1])
+		_ = unix.Munmap(region)
+		return nil, err
 	}
-	return &preforked{pid: pid, sock: sv[0]}, nil
+	p.ruleset, p.rsFlags = rs.fd, uintptr(rs.flags)
+	p.ppid = uintptr(os.Getpid())
+
+	// As syscall.forkExec: no descriptor is made without close-on-exec
+	// meanwhile (the child closes every one it does not keep anyway).
+	syscall.ForkLock.Lock()
+	pid, errno := forkWaiting(p)
+	syscall.ForkLock.Unlock()
+	runtime.KeepAlive(p)
+	rs.close()
+	unix.Close(sv[1])
+	if errno != 0 {
+		unix.Close(sv[0])
+		_ = unix.Munmap(region)
+		return nil, fmt.Errorf("pre-forked child: clone: %w", errno)
+	}
+	return &preforked{pid: pid, sock: sv[0], region: region}, nil
+}
+
+// newWaitPlan fills the parts of a waitPlan that depend on the spec: the
+// descriptors the child keeps (0-2 until the command's replace them, and
+// keep, made inheritable at the hand-over), where it keeps its socket, the
+// ranges it closes, the target's program and the limits.
+func newWaitPlan(keep []int, envFD int, prog []bpf.Instruction, limits []waitRlimit) (*waitPlan, error) {
+	p := &waitPlan{ruleset: -1}
+	keep = slices.Sorted(slices.Values(keep))
+	if len(keep) > maxWaitInherit || len(limits) > maxWaitRlimits {
+		return nil, fmt.Errorf("pre-forked child: %d inherited descriptors, %d limits", len(keep), len(limits))
+	}
+	top := max(2, envFD)
+	for i, fd := range keep {
+		p.inherit[i] = uintptr(fd)
+		top = max(top, fd)
+	}
+	p.ninherit = len(keep)
+	p.sockFD = uintptr(top + 1)
+	// Closed: 3 up to the socket's number, less keep, and all above it.
+	next := uintptr(3)
+	for _, fd := range append(slices.Clone(keep), int(p.sockFD)) {
+		if uintptr(fd) > next {
+			if p.nranges == maxWaitRanges {
+				return nil, errors.New("pre-forked child: too many descriptor ranges")
+			}
+			p.ranges[p.nranges] = [2]uintptr{next, uintptr(fd) - 1}
+			p.nranges++
+		}
+		next = uintptr(fd) + 1
+	}
+	if p.nranges == maxWaitRanges {
+		return nil, errors.New("pre-forked child: too many descriptor ranges")
+	}
+	p.ranges[p.nranges] = [2]uintptr{next, uintptr(^uint32(0))} // close_range takes unsigned ints
+	p.nranges++
+	copy(p.rlimits[:], limits)
+	p.nrlimits = len(limits)
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	if len(raw) == 0 {
+		return nil, errors.New("seccomp: empty program")
+	}
+	p.filter = make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		p.filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	p.fprog = unix.SockFprog{Len: uint16(len(p.filter)), Filter: &p.filter[0]}
+	p.capHdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	p.started[0] = StartedTag
+	p.iov = unix.Iovec{Base: &p.buf[0]}
+	p.iov.SetLen(len(p.buf))
+	p.msg = unix.Msghdr{Iov: &p.iov, Iovlen: 1, Control: &p.oob[0]}
+	p.cmsgLen, p.cmsgData = uint64(unix.CmsgLen(4*3)), unix.CmsgLen(0)
+	for i := range p.errs {
+		p.errs[i] = syscall.Errno(i).Error()
+	}
+	return p, nil
+}
+
+// waitLimits turns plan into the child's settings: each at min(asked,
+// the current hard limit), as applyRlimits sets them, and RLIMIT_NOFILE's
+// soft limit back to what this process inherited when the plan does not
+// set it (what syscall.Exec would have restored).
+func waitLimits(plan []rlimitSetting) ([]waitRlimit, error) {
+	var out []waitRlimit
+	nofile := false
+	for _, s := range plan {
+		var cur syscall.Rlimit
+		if err := syscall.Getrlimit(s.Resource, &cur); err != nil {
+			return nil, fmt.Errorf("getrlimit(%s): %w", s.Name, err)
+		}
+		v := min(s.Value, cur.Max)
+		out = append(out, waitRlimit{uintptr(s.Resource), unix.Rlimit{Cur: v, Max: v}})
+		nofile = nofile || s.Resource == syscall.RLIMIT_NOFILE
+	}
+	if !nofile {
+		lim, err := originalNofile()
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, waitRlimit{uintptr(syscall.RLIMIT_NOFILE), unix.Rlimit{Cur: lim.Cur, Max: lim.Max}})
+	}
+	return out, nil
+}
+
+// originalNofile is RLIMIT_NOFILE as this process inherited it. The Go
+// runtime raises the soft limit of every Go process at its start (to the
+// hard limit less one) and puts the original back only in what it execs
+// through the syscall package: syscall.Exec restores it in this process
+// just before its execve. An exec that fails at once (an empty path: the
+// kernel looks nothing up) therefore leaves the original in place, with
+// the runtime's copy forgotten, so the children this supervisor forks the
+// ordinary way inherit the same limit. Without the raise (soft already at
+// hard, or hard less one) the limit is the inherited one as it is.
+func originalNofile() (syscall.Rlimit, error) {
+	var lim syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+		return lim, fmt.Errorf("getrlimit(RLIMIT_NOFILE): %w", err)
+	}
+	if lim.Max > 0 && lim.Cur == lim.Max-1 {
+		if err := syscall.Exec("", nil, nil); !errors.Is(err, syscall.ENOENT) {
+			return lim, fmt.Errorf("RLIMIT_NOFILE: restoring the inherited limit: %v", err)
+		}
+		if err := syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim); err != nil {
+			return lim, fmt.Errorf("getrlimit(RLIMIT_NOFILE): %w", err)
+		}
+	}
+	return lim, nil
 }
 
 // ready waits until the child says it waits for its command (one byte),
 // and reports whether it does; false: it ended, said something else or
 // took longer than preforkReadyWait, and the supervisor forks a child the
 // ordinary way. Not waited for at start: the sandbox is ready for the pool
-// sooner, and the child's start overlaps the hand-over when a command
-// comes at once.
+// sooner.
 func (p *preforked) ready() bool {
 	deadline := time.Now().Add(preforkReadyWait)
 	for {
@@ -153,11 +407,6 @@ func (p *preforked) ready() bool {
 // child before one is forked for it.
 const preforkReadyWait = 5 * time.Second
 
-// noCapabilities fails when this thread holds any capability.
-func noCapabilities() error {
-	return noneHeld("the pre-forked child started with capabilities")
-}
-
 // abandon kills and reaps the child (it never received a command).
 func (p *preforked) abandon() {
 	_ = unix.Kill(p.pid, unix.SIGKILL)
@@ -167,112 +416,89 @@ func (p *preforked) abandon() {
 			break
 		}
 	}
+	p.release()
+}
+
+// release closes the supervisor's end and unmaps its view of the shared
+// mapping (the child keeps its own until its exec).
+func (p *preforked) release() {
 	if p.sock >= 0 {
 		unix.Close(p.sock)
+		p.sock = -1
+	}
+	if p.region != nil {
+		_ = unix.Munmap(p.region)
+		p.region = nil
 	}
 }
 
-// start sends the child its command with this process's descriptors 0, 1,
-// 2 and envFD (the command's, since the hand-over) and closes the
-// supervisor's end.
-func (p *preforked) start(argv []string, cwd string, nproc uint64, envFD int) error {
-	defer func() {
-		unix.Close(p.sock)
-		p.sock = -1
-	}()
-	rec, err := EncodeHandover(Handover{Argv: argv, Cwd: cwd, Nproc: nproc})
-	if err != nil {
+// start lays the command out in the shared mapping and wakes the child
+// with this process's descriptors 0, 1 and 2 (the command's, since the
+// hand-over). path is the program as the supervisor looked it up in env's
+// PATH from cwd, where it is now.
+func (p *preforked) start(path string, argv, env []string, cwd string, nproc uint64) error {
+	defer p.release()
+	if err := layOutCommand(p.region, path, argv, env, cwd, nproc); err != nil {
 		return err
 	}
-	n, err := unix.SendmsgN(p.sock, rec, unix.UnixRights(0, 1, 2, envFD), nil, unix.MSG_NOSIGNAL)
-	for err == nil && n < len(rec) {
-		var m int
-		m, err = unix.SendmsgN(p.sock, rec[n:], nil, nil, unix.MSG_NOSIGNAL)
-		n += m
-	}
-	if err != nil {
+	if _, err := unix.SendmsgN(p.sock, []byte{goTag}, unix.UnixRights(0, 1, 2), nil, unix.MSG_NOSIGNAL); err != nil {
 		return fmt.Errorf("pre-forked child: %w", err)
 	}
 	return nil
 }
 
-// preforkedChild is sandbox-init as a pre-forked child: confine, wait for
-// the command, exec it. It returns only on failure (or when the supervisor
-// ends without a command: 0, nil and nothing to say).
-func preforkedChild(spec InitSpec) (int, error) {
-	fail := func(err error) (int, error) { return 0, err }
-	if err := noCapabilities(); err != nil {
-		return fail(err)
-	}
-	prog, err := initProgram(&spec)
-	if err != nil {
-		return fail(err)
-	}
-	plan, err := planLandlock(&spec, effectiveLandlockABI())
-	if err != nil {
-		return fail(err)
-	}
-	runtime.LockOSThread()
-	if err := clearCapabilitiesAllThreads(); err != nil {
-		return fail(err)
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fail(fmt.Errorf("prctl(PR_SET_NO_NEW_PRIVS): %w", err))
-	}
-	if err := applyLandlock(plan); err != nil {
-		return fail(err)
-	}
-	if err := applyRlimits(rlimitPlan(&spec)); err != nil {
-		return fail(err)
-	}
-	// The target's program now, on this thread (the one that execs): what
-	// runs under it from here to the exec (receiving the command, the
-	// descriptors, the directory, the environment, the PATH lookup) is
-	// what any target may do, and threads the runtime starts meanwhile
-	// die at the exec.
-	if err := loadSeccomp(prog); err != nil {
-		return fail(err)
-	}
-	if err := unix.Sendto(spec.GoFD, []byte{StartedTag}, unix.MSG_NOSIGNAL, nil); err != nil {
-		return fail(fmt.Errorf("go fd %d: %w", spec.GoFD, err))
-	}
-	h, fds, err := awaitHandover(spec.GoFD)
-	if errors.Is(err, errLauncherGone) {
-		// The sandbox ends without a command (destroyed, or its hand-over
-		// failed): nothing to run, nothing to say.
-		return SandboxInitExitCode, nil
-	}
-	if err != nil {
-		return fail(err)
-	}
-	for i, to := range []int{0, 1, 2, spec.EnvFD} {
-		if err := unix.Dup3(fds[i], to, 0); err != nil {
-			return fail(fmt.Errorf("command descriptor %d: %w", to, err))
+// errCommandTooLarge says a command does not fit the shared mapping.
+var errCommandTooLarge = errors.New("pre-forked child: the command does not fit its mapping")
+
+// layOutCommand writes a waitCommand and what it points to into region.
+func layOutCommand(region []byte, path string, argv, env []string, cwd string, nproc uint64) error {
+	const word = int(unsafe.Sizeof(uintptr(0)))
+	base := uintptr(unsafe.Pointer(&region[0]))
+	off := int(unsafe.Sizeof(waitCommand{}))
+	align := func() { off = (off + word - 1) &^ (word - 1) }
+	str := func(s string) (uintptr, bool) {
+		if off+len(s)+1 > len(region) {
+			return 0, false
 		}
-		unix.Close(fds[i])
+		at := off
+		copy(region[off:], s)
+		region[off+len(s)] = 0
+		off += len(s) + 1
+		return uintptr(at), true
 	}
-	if err := unix.Chdir(h.Cwd); err != nil {
-		return fail(fmt.Errorf("chdir %s: %w", h.Cwd, err))
-	}
-	env, err := ReadEnvFD(spec.EnvFD)
-	if err != nil {
-		return fail(err)
-	}
-	if err := becomeEnv(env); err != nil {
-		return fail(err)
-	}
-	path, err := exec.LookPath(h.Argv[0])
-	if err != nil {
-		return fail(fmt.Errorf("program %q: %w", h.Argv[0], err))
-	}
-	if h.Nproc > 0 {
-		if err := applyRlimits([]rlimitSetting{{"RLIMIT_NPROC", unix.RLIMIT_NPROC, h.Nproc}}); err != nil {
-			return fail(err)
+	// Strings first, then each array of their addresses.
+	list := func(ss []string) (uintptr, bool) {
+		offs := make([]uintptr, len(ss))
+		for i, s := range ss {
+			o, ok := str(s)
+			if !ok {
+				return 0, false
+			}
+			offs[i] = o
 		}
+		align()
+		if off+word*(len(ss)+1) > len(region) {
+			return 0, false
+		}
+		at := off
+		for _, o := range offs {
+			*(*uintptr)(unsafe.Pointer(&region[off])) = base + o
+			off += word
+		}
+		*(*uintptr)(unsafe.Pointer(&region[off])) = 0
+		off += word
+		return uintptr(at), true
 	}
-	if err := closeOnExecExcept(spec.InheritFDs); err != nil {
-		return fail(err)
+	var c waitCommand
+	var ok1, ok2, ok3, ok4 bool
+	c.path, ok1 = str(path)
+	c.cwd, ok2 = str(cwd)
+	c.argv, ok3 = list(argv)
+	c.envp, ok4 = list(env)
+	if !ok1 || !ok2 || !ok3 || !ok4 {
+		return errCommandTooLarge
 	}
-	err = syscall.Exec(path, h.Argv, env)
-	return fail(fmt.Errorf("exec %s: %w", path, err))
+	c.nproc = nproc
+	*(*waitCommand)(unsafe.Pointer(&region[0])) = c
+	return nil
 }

@@ -151,12 +151,6 @@ type InitSpec struct {
 	// be HandoverProgram. Only with Supervise, a lifeline, an environment
 	// descriptor and namespaces, and without a terminal.
 	Prepared bool `json:"prepared,omitempty"`
-	// GoFD, when set, makes this the plain child a prepared sandbox's
-	// supervisor starts while it waits (prefork_linux.go): it confines
-	// itself, then waits on this socket for its command. Only in the plain
-	// mode (no supervision, lifeline or terminal) with an environment
-	// descriptor; its program must be HandoverProgram.
-	GoFD int `json:"go_fd,omitempty"`
 }
 
 // TtySpec is the initial window size of InitSpec.Tty.
@@ -209,9 +203,6 @@ func (s *InitSpec) Validate() error {
 	if s.Prepared && (!s.Supervise || s.NoNamespaces || s.Tty != nil || s.LifelineFD == 0 || s.EnvFD == 0) {
 		return &InitSpecError{"prepared", "needs supervise, a lifeline, an environment descriptor and a sandbox of its own, and no tty"}
 	}
-	if s.GoFD != 0 && (s.Supervise || s.Prepared || s.LifelineFD != 0 || s.Tty != nil || s.EnvFD == 0) {
-		return &InitSpecError{"go_fd", "only for the plain child of a prepared sandbox: no supervise, prepared, lifeline or tty, and an environment descriptor"}
-	}
 	for _, p := range s.BridgePorts {
 		if p == 0 {
 			return &InitSpecError{"bridge_ports", "port 0"}
@@ -230,7 +221,7 @@ func (s *InitSpec) Validate() error {
 	for _, f := range []struct {
 		name string
 		fd   int
-	}{{"env_fd", s.EnvFD}, {"lifeline_fd", s.LifelineFD}, {"seccomp_fd", s.SeccompFD}, {"go_fd", s.GoFD}} {
+	}{{"env_fd", s.EnvFD}, {"lifeline_fd", s.LifelineFD}, {"seccomp_fd", s.SeccompFD}} {
 		if f.fd == 0 {
 			continue
 		}
@@ -318,8 +309,8 @@ func ParseInitArgs(argv []string) (InitSpec, []string, error) {
 	if err != nil {
 		return InitSpec{}, nil, err
 	}
-	if (s.Prepared || s.GoFD != 0) != (len(argv) == 3 && argv[2] == HandoverProgram) {
-		return InitSpec{}, nil, &InitSpecError{"prepared", "a prepared sandbox-init (or its pre-forked child) runs " + HandoverProgram + " and only it does"}
+	if s.Prepared != (len(argv) == 3 && argv[2] == HandoverProgram) {
+		return InitSpec{}, nil, &InitSpecError{"prepared", "a prepared sandbox-init runs " + HandoverProgram + " and only it does"}
 	}
 	return s, argv[2:], nil
 }

@@ -64,11 +64,8 @@ func TestInitSpecRefusals(t *testing.T) {
 		// Without a network namespace an inet socket is the host's.
 		{"loopback without namespaces", `{"socket_mode":"loopback","no_namespaces":true}`, "no_namespaces"},
 		{"ports in loopback mode", `{"socket_mode":"loopback","bridge_ports":[80]}`, "bridge_ports"},
-		// The pre-forked child: plain mode only, with its environment.
-		{"go fd supervised", `{"socket_mode":"unix_only","env_fd":3,"go_fd":5,"supervise":true}`, "go_fd"},
-		{"go fd with a lifeline", `{"socket_mode":"unix_only","env_fd":3,"go_fd":5,"lifeline_fd":4}`, "go_fd"},
-		{"go fd without environment", `{"socket_mode":"unix_only","go_fd":5}`, "go_fd"},
-		{"go fd shared", `{"socket_mode":"unix_only","env_fd":3,"go_fd":3}`, "go_fd"},
+		// The waiting child is a fork now, never a sandbox-init of its own.
+		{"go fd", `{"socket_mode":"unix_only","env_fd":3,"go_fd":5}`, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -89,8 +86,8 @@ func TestInitSpecRefusals(t *testing.T) {
 	if _, err := ParseInitSpec([]byte(`{"socket_mode":"loopback"}`)); err != nil {
 		t.Fatalf("loopback spec refused: %v", err)
 	}
-	if _, err := ParseInitSpec([]byte(`{"socket_mode":"unix_only","env_fd":3,"go_fd":5}`)); err != nil {
-		t.Fatalf("pre-forked child's spec refused: %v", err)
+	if _, err := ParseInitSpec([]byte(`{"socket_mode":"unix_only","env_fd":3,"lifeline_fd":4,"supervise":true,"prepared":true}`)); err != nil {
+		t.Fatalf("prepared supervisor's spec refused: %v", err)
 	}
 }
 
@@ -103,8 +100,8 @@ func TestInitArgsRefusals(t *testing.T) {
 		{ok, "-x", "prog"},
 		{ok, "--", ""},
 		{`{"socket_mode":"nope"}`, "--", "prog"},
-		// A pre-forked child runs the hand-over's program, and only it.
-		{`{"socket_mode":"unix_only","env_fd":3,"go_fd":5}`, "--", "prog"},
+		// A prepared sandbox-init runs the hand-over's program, and only it.
+		{`{"socket_mode":"unix_only","env_fd":3,"lifeline_fd":4,"supervise":true,"prepared":true}`, "--", "prog"},
 		{ok, "--", HandoverProgram},
 	} {
 		if _, _, err := ParseInitArgs(argv); err == nil {
@@ -122,7 +119,7 @@ func TestInitArgsRefusals(t *testing.T) {
 	if _, _, err := ParseInitArgs([]string{ok, "--", "prog"}); err != nil {
 		t.Errorf("positive control refused: %v", err)
 	}
-	if _, _, err := ParseInitArgs([]string{`{"socket_mode":"unix_only","env_fd":3,"go_fd":5}`, "--", HandoverProgram}); err != nil {
-		t.Errorf("pre-forked child's argv refused: %v", err)
+	if _, _, err := ParseInitArgs([]string{`{"socket_mode":"unix_only","env_fd":3,"lifeline_fd":4,"supervise":true,"prepared":true}`, "--", HandoverProgram}); err != nil {
+		t.Errorf("prepared supervisor's argv refused: %v", err)
 	}
 }

@@ -225,7 +225,7 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			nproc, err = nprocFor(spec.RlimitNproc)
 		}
 		if err == nil {
-			err = pre.start(argv, cwd, nproc, spec.EnvFD)
+			err = pre.start(path, argv, env, cwd, nproc)
 		}
 		if err == nil {
 			child = pre.pid
