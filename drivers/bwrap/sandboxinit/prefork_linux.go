@@ -144,8 +144,14 @@ type waitPlan struct {
 	nrlimits int
 	filter   []unix.SockFilter
 	fprog    unix.SockFprog
-	region   unsafe.Pointer // the shared mapping
-	started  [1]byte
+	region   unsafe.Pointer // the shared mapping (immediate: laid out in private memory before the fork)
+	// immediate: the command is known at the fork (a sandbox built for
+	// it, forkCommand): no socket, no waiting, descriptors 0-2 as they
+	// are, the directory the supervisor's.
+	immediate bool
+	layout    []byte // immediate: what region points into
+	setpgid   bool
+	started   [1]byte
 	// The hand-over's message and its descriptors.
 	buf [1]byte
 	iov unix.Iovec
@@ -222,10 +228,11 @@ func startPreforked(spec *InitSpec) (*preforked, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := newWaitPlan(spec.InheritFDs, spec.EnvFD, prog, limits)
+	p, err := newWaitPlan(spec.InheritFDs, spec.EnvFD, true, prog, limits)
 	if err != nil {
 		return nil, err
 	}
+	p.setpgid = true
 	sv, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("pre-forked child: socketpair: %w", err)
@@ -265,11 +272,78 @@ func startPreforked(spec *InitSpec) (*preforked, error) {
 	return &preforked{pid: pid, sock: sv[0], region: region}, nil
 }
 
+// forkCommand starts the target of a sandbox built for its command when
+// the supervisor's child confines itself (nestsTarget): the same fork as a
+// prepared sandbox's waiting child, with the command laid out before the
+// fork instead of waiting for it, so no second sandbox-init starts (its Go
+// start and confinement were about 2 ms of every such command's path).
+// The child keeps descriptors 0-2 and the directory as they are, inherits
+// the supervisor's RLIMIT_NPROC, is in a process group of its own unless
+// the sandbox has no namespaces (the launcher kills the supervisor's group
+// as a whole there), and stacks the target's program on the supervisor's,
+// in a Landlock domain nested in the supervisor's. It runs on the locked
+// thread, after the supervisor's own confinement.
+func forkCommand(spec *InitSpec, path string, argv, env []string) (int, error) {
+	cs := childSpec(spec)
+	prog, err := initProgram(&cs)
+	if err != nil {
+		return 0, err
+	}
+	llPlan, err := planLandlock(&cs, effectiveLandlockABI())
+	if err != nil {
+		return 0, err
+	}
+	limits, err := waitLimits(rlimitPlan(&cs))
+	if err != nil {
+		return 0, err
+	}
+	p, err := newWaitPlan(spec.InheritFDs, spec.EnvFD, false, prog, limits)
+	if err != nil {
+		return 0, err
+	}
+	p.immediate, p.setpgid = true, !spec.NoNamespaces
+	p.layout = make([]byte, commandLayoutSize(path, argv, env))
+	if err := layOutCommand(p.layout, path, argv, env, "", 0); err != nil {
+		return 0, err
+	}
+	p.region = unsafe.Pointer(&p.layout[0])
+	rs, err := buildRuleset(llPlan)
+	if err != nil {
+		return 0, err
+	}
+	defer rs.close()
+	p.ruleset, p.rsFlags = rs.fd, uintptr(rs.flags)
+	p.ppid = uintptr(os.Getpid())
+	syscall.ForkLock.Lock()
+	pid, errno := forkWaiting(p)
+	syscall.ForkLock.Unlock()
+	runtime.KeepAlive(p)
+	if errno != 0 {
+		return 0, fmt.Errorf("start %s: clone: %w", path, errno)
+	}
+	return pid, nil
+}
+
+// commandLayoutSize is what layOutCommand needs for a command without a
+// directory.
+func commandLayoutSize(path string, argv, env []string) int {
+	const word = int(unsafe.Sizeof(uintptr(0)))
+	n := int(unsafe.Sizeof(waitCommand{})) + len(path) + 1
+	for _, ss := range [][]string{argv, env} {
+		for _, s := range ss {
+			n += len(s) + 1
+		}
+		n += word - 1 + word*(len(ss)+1) // alignment, the array
+	}
+	return n
+}
+
 // newWaitPlan fills the parts of a waitPlan that depend on the spec: the
-// descriptors the child keeps (0-2 until the command's replace them, and
-// keep, made inheritable at the hand-over), where it keeps its socket, the
-// ranges it closes, the target's program and the limits.
-func newWaitPlan(keep []int, envFD int, prog []bpf.Instruction, limits []waitRlimit) (*waitPlan, error) {
+// descriptors the child keeps (0-2, until a waiting child's are replaced by
+// the command's, and keep, made inheritable before the exec), where it
+// keeps its socket (withSocket), the ranges it closes, the target's
+// program and the limits.
+func newWaitPlan(keep []int, envFD int, withSocket bool, prog []bpf.Instruction, limits []waitRlimit) (*waitPlan, error) {
 	p := &waitPlan{ruleset: -1}
 	keep = slices.Sorted(slices.Values(keep))
 	if len(keep) > maxWaitInherit || len(limits) > maxWaitRlimits {
@@ -284,7 +358,11 @@ func newWaitPlan(keep []int, envFD int, prog []bpf.Instruction, limits []waitRli
 	p.sockFD = uintptr(top + 1)
 	// Closed: 3 up to the socket's number, less keep, and all above it.
 	next := uintptr(3)
-	for _, fd := range append(slices.Clone(keep), int(p.sockFD)) {
+	kept := slices.Clone(keep)
+	if withSocket {
+		kept = append(kept, int(p.sockFD))
+	}
+	for _, fd := range kept {
 		if uintptr(fd) > next {
 			if p.nranges == maxWaitRanges {
 				return nil, errors.New("pre-forked child: too many descriptor ranges")
@@ -450,7 +528,8 @@ func (p *preforked) start(path string, argv, env []string, cwd string, nproc uin
 // errCommandTooLarge says a command does not fit the shared mapping.
 var errCommandTooLarge = errors.New("pre-forked child: the command does not fit its mapping")
 
-// layOutCommand writes a waitCommand and what it points to into region.
+// layOutCommand writes a waitCommand and what it points to into region. An
+// empty cwd leaves the directory as it is.
 func layOutCommand(region []byte, path string, argv, env []string, cwd string, nproc uint64) error {
 	const word = int(unsafe.Sizeof(uintptr(0)))
 	base := uintptr(unsafe.Pointer(&region[0]))
@@ -490,9 +569,12 @@ func layOutCommand(region []byte, path string, argv, env []string, cwd string, n
 		return uintptr(at), true
 	}
 	var c waitCommand
-	var ok1, ok2, ok3, ok4 bool
+	var ok1, ok3, ok4 bool
+	ok2 := true
 	c.path, ok1 = str(path)
-	c.cwd, ok2 = str(cwd)
+	if cwd != "" { // else 0: the directory stays
+		c.cwd, ok2 = str(cwd)
+	}
 	c.argv, ok3 = list(argv)
 	c.envp, ok4 = list(env)
 	if !ok1 || !ok2 || !ok3 || !ok4 {

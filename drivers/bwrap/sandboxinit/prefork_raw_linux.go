@@ -60,8 +60,10 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 	}
 	// A process group of its own, as the command's: kill(0, sig) in it
 	// reaches its group, not its supervisor.
-	if _, _, e = syscall.RawSyscall(unix.SYS_SETPGID, 0, 0, 0); e != 0 {
-		waitFail(p, stepGroup, -1, e)
+	if p.setpgid {
+		if _, _, e = syscall.RawSyscall(unix.SYS_SETPGID, 0, 0, 0); e != 0 {
+			waitFail(p, stepGroup, -1, e)
+		}
 	}
 	// Capabilities first: what the supervisor holds for the mounts.
 	if _, _, e = syscall.RawSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&p.capHdr)), uintptr(unsafe.Pointer(&p.capData[0])), 0); e != 0 {
@@ -85,7 +87,7 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 	}
 	// The socket to its place, then nothing else of the supervisor's
 	// (the ruleset, the lifeline, the runtime's own) but 0-2 and keep.
-	if p.sock != p.sockFD {
+	if !p.immediate && p.sock != p.sockFD {
 		if _, _, e = syscall.RawSyscall(unix.SYS_DUP3, p.sock, p.sockFD, unix.O_CLOEXEC); e != 0 {
 			waitFail(p, stepSocket, -1, e)
 		}
@@ -106,40 +108,46 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 	if _, _, e = syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, uintptr(unsafe.Pointer(&p.fprog))); e != 0 {
 		waitFail(p, stepSeccomp, -1, e)
 	}
-	if _, _, e = syscall.RawSyscall(unix.SYS_WRITE, p.sockFD, uintptr(unsafe.Pointer(&p.started[0])), 1); e != 0 {
-		waitFail(p, stepSocket, -1, e)
-	}
+	if !p.immediate {
+		// Says it waits, and waits: for the byte that says its command is
+		// in the shared mapping, with the command's descriptors.
+		if _, _, e = syscall.RawSyscall(unix.SYS_WRITE, p.sockFD, uintptr(unsafe.Pointer(&p.started[0])), 1); e != 0 {
+			waitFail(p, stepSocket, -1, e)
+		}
 
-	// Waiting. The supervisor's end closed without a byte: the sandbox
-	// ends without a command, nothing to run, nothing to say.
-	for {
-		p.msg.Controllen = uint64(len(p.oob))
-		r1, _, e = syscall.RawSyscall(unix.SYS_RECVMSG, p.sockFD, uintptr(unsafe.Pointer(&p.msg)), unix.MSG_CMSG_CLOEXEC)
-		if e != unix.EINTR {
-			break
+		// Waiting. The supervisor's end closed without a byte: the sandbox
+		// ends without a command, nothing to run, nothing to say.
+		for {
+			p.msg.Controllen = uint64(len(p.oob))
+			r1, _, e = syscall.RawSyscall(unix.SYS_RECVMSG, p.sockFD, uintptr(unsafe.Pointer(&p.msg)), unix.MSG_CMSG_CLOEXEC)
+			if e != unix.EINTR {
+				break
+			}
 		}
-	}
-	if e != 0 {
-		waitFail(p, stepWait, -1, e)
-	}
-	if r1 == 0 {
-		syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
-	}
-	c = (*unix.Cmsghdr)(unsafe.Pointer(&p.oob[0]))
-	if p.buf[0] != goTag || p.msg.Flags&unix.MSG_CTRUNC != 0 || p.msg.Controllen < p.cmsgLen ||
-		c.Level != unix.SOL_SOCKET || c.Type != unix.SCM_RIGHTS || c.Len != p.cmsgLen {
-		waitFail(p, stepWait, -1, unix.EBADMSG)
-	}
-	p.fds = *(*[3]int32)(unsafe.Pointer(&p.oob[p.cmsgData]))
-	for i = 0; i < 3; i++ {
-		if _, _, e = syscall.RawSyscall(unix.SYS_DUP3, uintptr(p.fds[i]), uintptr(i), 0); e != 0 {
-			waitFail(p, stepFD, -1, e)
+		if e != 0 {
+			waitFail(p, stepWait, -1, e)
 		}
-		syscall.RawSyscall(unix.SYS_CLOSE, uintptr(p.fds[i]), 0, 0)
+		if r1 == 0 {
+			syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
+		}
+		c = (*unix.Cmsghdr)(unsafe.Pointer(&p.oob[0]))
+		if p.buf[0] != goTag || p.msg.Flags&unix.MSG_CTRUNC != 0 || p.msg.Controllen < p.cmsgLen ||
+			c.Level != unix.SOL_SOCKET || c.Type != unix.SCM_RIGHTS || c.Len != p.cmsgLen {
+			waitFail(p, stepWait, -1, unix.EBADMSG)
+		}
+		p.fds = *(*[3]int32)(unsafe.Pointer(&p.oob[p.cmsgData]))
+		for i = 0; i < 3; i++ {
+			if _, _, e = syscall.RawSyscall(unix.SYS_DUP3, uintptr(p.fds[i]), uintptr(i), 0); e != 0 {
+				waitFail(p, stepFD, -1, e)
+			}
+			syscall.RawSyscall(unix.SYS_CLOSE, uintptr(p.fds[i]), 0, 0)
+		}
 	}
 	cmd = (*waitCommand)(p.region)
-	if _, _, e = syscall.RawSyscall(unix.SYS_CHDIR, uintptr(p.region)+cmd.cwd, 0, 0); e != 0 {
-		waitFail(p, stepChdir, int(cmd.cwd), e)
+	if cmd.cwd != 0 {
+		if _, _, e = syscall.RawSyscall(unix.SYS_CHDIR, uintptr(p.region)+cmd.cwd, 0, 0); e != 0 {
+			waitFail(p, stepChdir, int(cmd.cwd), e)
+		}
 	}
 	if cmd.nproc > 0 {
 		p.rlimits[0] = waitRlimit{unix.RLIMIT_NPROC, unix.Rlimit{Cur: cmd.nproc, Max: cmd.nproc}}

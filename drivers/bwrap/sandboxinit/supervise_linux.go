@@ -240,7 +240,10 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	// pre is nil when the waiting child failed (it never ran anything):
 	// one is forked for the command, as in a sandbox built for it.
 	execPath, execArgv := path, argv
-	if nestsTarget(spec, pid1) && pre == nil {
+	// A child that confines itself is a fork that runs system calls only
+	// (forkCommand), where it can be; else the plain sandbox-init.
+	direct := nestsTarget(spec, pid1) && pre == nil && slave < 0 && rawForkWorks()
+	if nestsTarget(spec, pid1) && pre == nil && !direct {
 		self, err := os.Executable()
 		if err != nil {
 			return 0, fmt.Errorf("own binary: %w", err)
@@ -269,7 +272,11 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			ptyForkAttr(attr, slave)
 		}
 		var err error
-		child, err = syscall.ForkExec(execPath, execArgv, attr)
+		if direct {
+			child, err = forkCommand(spec, path, argv, env)
+		} else {
+			child, err = syscall.ForkExec(execPath, execArgv, attr)
+		}
 		if slave >= 0 {
 			// Only the target holds the slave: the master reads EIO once it
 			// and what it started have closed theirs.
