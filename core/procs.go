@@ -149,7 +149,7 @@ const (
 	ProcessOK       = "ok"        // it ran and exited (any status)
 	ProcessTimedOut = "timed_out" // its maximum lifetime (or timeout) ended it
 	ProcessDenied   = "denied"    // the pipeline refused it
-	ProcessKilled   = "killed"    // its session was forgotten, the table closed, or a KILL cancelled its run
+	ProcessKilled   = "killed"    // its session was forgotten, the table closed, a KILL cancelled its run, or a signal stopped it before it started
 	ProcessError    = "error"     // the sandbox could not run it
 )
 
@@ -160,10 +160,15 @@ func processOutcome(r ProcessResult, cancelled bool) string {
 		return ProcessTimedOut
 	case errors.As(r.Err, &denied):
 		return ProcessDenied
-	case cancelled:
+	case errors.Is(r.Err, ErrSignalBeforeStart):
+		// Signalled during the hooks or the approval: stopped, as asked.
+		return ProcessKilled
+	case cancelled && (r.Err != nil || r.Output == nil || r.Output.Exit.Signal != 0):
 		// Killed by ForgetSession, Close or Signal's KILL backstop,
-		// whether the driver reported the kill as an exit or as the
-		// cancellation.
+		// whether the driver reported the kill as an exit (by a signal)
+		// or as the cancellation. A run cancelled as it returned with
+		// an exit of the command's own (the backstop firing just after
+		// the command ended) was not killed: it ran and exited.
 		return ProcessKilled
 	case r.Err == nil:
 		return ProcessOK

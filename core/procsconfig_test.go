@@ -3,10 +3,13 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // TestProcessConfigSection: [sandbox.processes] reaches the table's limits
@@ -132,5 +135,36 @@ func TestProcessStats(t *testing.T) {
 	st = pt.Stats()
 	if st.Running != 0 || st.Held != 0 || st.Exited[ProcessOK] != 1 || st.Exited[ProcessKilled] != 1 || st.OutputBytes != 0 {
 		t.Fatalf("after both ended %+v", st)
+	}
+}
+
+// TestProcessOutcome: how a run's end is counted. A cancelled run counts
+// as killed when the cancellation ended it (the driver's error, or an exit
+// by a signal), not when it had exited by itself just before (a backstop
+// or a forgotten session firing as the run returned).
+func TestProcessOutcome(t *testing.T) {
+	exit := func(code, sig int32) *Output {
+		return &Output{Exit: driverapi.Exit{ExitCode: code, Signal: sig}}
+	}
+	cases := []struct {
+		name      string
+		r         ProcessResult
+		cancelled bool
+		want      string
+	}{
+		{"own exit", ProcessResult{Output: exit(3, 0)}, false, ProcessOK},
+		{"killed through the driver", ProcessResult{Output: exit(137, 9)}, false, ProcessOK},
+		{"cancelled, the driver's error", ProcessResult{Err: context.Canceled}, true, ProcessKilled},
+		{"cancelled, killed by a signal", ProcessResult{Output: exit(137, 9)}, true, ProcessKilled},
+		{"cancelled as it exited by itself", ProcessResult{Output: exit(0, 0)}, true, ProcessOK},
+		{"timed out", ProcessResult{Output: &Output{Exit: driverapi.Exit{ExitCode: 124, TimedOut: true}}}, true, ProcessTimedOut},
+		{"denied", ProcessResult{Err: &DeniedError{}}, true, ProcessDenied},
+		{"signalled during the approval", ProcessResult{Err: fmt.Errorf("SIGKILL: %w", ErrSignalBeforeStart)}, false, ProcessKilled},
+		{"error", ProcessResult{Err: errors.New("no sandbox")}, false, ProcessError},
+	}
+	for _, c := range cases {
+		if got := processOutcome(c.r, c.cancelled); got != c.want {
+			t.Errorf("%s: %s, want %s", c.name, got, c.want)
+		}
 	}
 }
