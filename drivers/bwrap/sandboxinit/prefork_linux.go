@@ -160,7 +160,7 @@ type waitPlan struct {
 	// cmsgLen is the length of a control message of three descriptors,
 	// cmsgData where their numbers start in oob.
 	cmsgLen  uint64
-	cmsgData int
+	cmsgData uintptr
 	fds      [3]int32
 	errs     [134]string // the kernel's error texts, indexed by errno
 	out      [1024]byte  // a failure message is built here
@@ -396,7 +396,7 @@ func newWaitPlan(keep []int, envFD int, withSocket bool, prog []bpf.Instruction,
 	p.iov = unix.Iovec{Base: &p.buf[0]}
 	p.iov.SetLen(len(p.buf))
 	p.msg = unix.Msghdr{Iov: &p.iov, Iovlen: 1, Control: &p.oob[0]}
-	p.cmsgLen, p.cmsgData = uint64(unix.CmsgLen(4*3)), unix.CmsgLen(0)
+	p.cmsgLen, p.cmsgData = uint64(unix.CmsgLen(4*3)), uintptr(unix.CmsgLen(0))
 	for i := range p.errs {
 		p.errs[i] = syscall.Errno(i).Error()
 	}
