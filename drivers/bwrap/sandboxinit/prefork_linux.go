@@ -516,6 +516,16 @@ func (p *preforked) release() {
 // PATH from cwd, where it is now.
 func (p *preforked) start(path string, argv, env []string, cwd string, nproc uint64) error {
 	defer p.release()
+	if nproc > 0 {
+		// At most the hard limit, as applyRlimits sets every limit: the
+		// child holds no capability to raise it, and its hard limit is
+		// this process's (nothing set RLIMIT_NPROC since the fork).
+		var lim syscall.Rlimit
+		if err := syscall.Getrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			return fmt.Errorf("getrlimit(RLIMIT_NPROC): %w", err)
+		}
+		nproc = min(nproc, lim.Max)
+	}
 	if err := layOutCommand(p.region, path, argv, env, cwd, nproc); err != nil {
 		return err
 	}
