@@ -319,7 +319,7 @@ func forkCommand(spec *InitSpec, path string, argv, env []string) (int, error) {
 	syscall.ForkLock.Unlock()
 	runtime.KeepAlive(p)
 	if errno != 0 {
-		return 0, fmt.Errorf("start %s: clone: %w", path, errno)
+		return 0, fmt.Errorf("clone: %w", errno) // the caller says what it started
 	}
 	return pid, nil
 }
