@@ -45,6 +45,8 @@ func init() {
 		os.Exit(runProbe(os.Args[2:]))
 	case "prefork-nproc":
 		os.Exit(preforkNproc(os.Args[2:]))
+	case "prefork-too-large":
+		os.Exit(preforkTooLarge(os.Args[2:]))
 	}
 }
 

@@ -126,3 +126,63 @@ func TestPreforkedNprocWithinHardLimit(t *testing.T) {
 		t.Fatalf("control: NPROC %q for a limit of %d under a hard limit of %d: %+v", got, hard/2, hard, r)
 	}
 }
+
+// preforkTooLarge (a helper mode) starts a waiting child for the spec in
+// args, hands it a command whose environment does not fit the shared
+// mapping and abandons it, as the supervisor does before it forks a child
+// for the command. It prints RESULT ok when the hand-over said the
+// command is too large, the child is gone (reaped: no child is left) and
+// the mapping is unmapped.
+func preforkTooLarge(args []string) int {
+	spec, argv, err := ParseInitArgs(args)
+	if err != nil {
+		return result(err)
+	}
+	runtime.LockOSThread()
+	pre, err := startPreforked(&spec)
+	if err != nil {
+		return result(err)
+	}
+	if !pre.ready() {
+		pre.abandon()
+		return result(errors.New("the waiting child is not ready"))
+	}
+	big := "X=" + strings.Repeat("x", waitRegionBytes)
+	err = pre.start(argv[0], argv, []string{big}, "/", 0)
+	if !errors.Is(err, errCommandTooLarge) {
+		pre.abandon()
+		return result(fmt.Errorf("start: %w", err))
+	}
+	pre.abandon()
+	var ws unix.WaitStatus
+	if _, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil); !errors.Is(err, unix.ECHILD) {
+		return result(fmt.Errorf("a child is left: %v", err))
+	}
+	if pre.region != nil || pre.sock != -1 {
+		return result(errors.New("the mapping or the socket is left"))
+	}
+	fmt.Println("abandoned", pre.pid)
+	return result(nil)
+}
+
+// TestPreforkedTooLargeAbandoned: a command that does not fit the shared
+// mapping is refused at the hand-over, before the child is woken, and the
+// waiting child is killed and reaped, its socket and mapping released:
+// the supervisor then forks a child for the command, which gets the
+// kernel's E2BIG, as one built for it does. The control: the same helper
+// path runs a command that fits (TestPreforkedNprocWithinHardLimit).
+func TestPreforkedTooLargeAbandoned(t *testing.T) {
+	requireSeccomp(t)
+	if !rawForkWorks() {
+		t.Skip("no raw fork on this architecture or kernel (close_range)")
+	}
+	exe := testExe(t)
+	args, err := InitArgs(baseSpec(t, SocketUnixOnly), exe, "probe", "rlimits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, append([]string{exe, "prefork-too-large"}, args...))
+	if got := r.result(t); got != "ok" || !strings.Contains(r.stdout, "abandoned ") {
+		t.Fatalf("%s: %+v", got, r)
+	}
+}
