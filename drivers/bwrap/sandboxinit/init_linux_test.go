@@ -43,6 +43,10 @@ func init() {
 		os.Exit(landlockOnly(os.Args[2:]))
 	case "probe":
 		os.Exit(runProbe(os.Args[2:]))
+	case "prefork-nproc":
+		os.Exit(preforkNproc(os.Args[2:]))
+	case "prefork-too-large":
+		os.Exit(preforkTooLarge(os.Args[2:]))
 	}
 }
 

@@ -160,7 +160,7 @@ type waitPlan struct {
 	// cmsgLen is the length of a control message of three descriptors,
 	// cmsgData where their numbers start in oob.
 	cmsgLen  uint64
-	cmsgData int
+	cmsgData uintptr
 	fds      [3]int32
 	errs     [134]string // the kernel's error texts, indexed by errno
 	out      [1024]byte  // a failure message is built here
@@ -319,7 +319,7 @@ func forkCommand(spec *InitSpec, path string, argv, env []string) (int, error) {
 	syscall.ForkLock.Unlock()
 	runtime.KeepAlive(p)
 	if errno != 0 {
-		return 0, fmt.Errorf("start %s: clone: %w", path, errno)
+		return 0, fmt.Errorf("clone: %w", errno) // the caller says what it started
 	}
 	return pid, nil
 }
@@ -396,7 +396,7 @@ func newWaitPlan(keep []int, envFD int, withSocket bool, prog []bpf.Instruction,
 	p.iov = unix.Iovec{Base: &p.buf[0]}
 	p.iov.SetLen(len(p.buf))
 	p.msg = unix.Msghdr{Iov: &p.iov, Iovlen: 1, Control: &p.oob[0]}
-	p.cmsgLen, p.cmsgData = uint64(unix.CmsgLen(4*3)), unix.CmsgLen(0)
+	p.cmsgLen, p.cmsgData = uint64(unix.CmsgLen(4*3)), uintptr(unix.CmsgLen(0))
 	for i := range p.errs {
 		p.errs[i] = syscall.Errno(i).Error()
 	}
@@ -516,6 +516,16 @@ func (p *preforked) release() {
 // PATH from cwd, where it is now.
 func (p *preforked) start(path string, argv, env []string, cwd string, nproc uint64) error {
 	defer p.release()
+	if nproc > 0 {
+		// At most the hard limit, as applyRlimits sets every limit: the
+		// child holds no capability to raise it, and its hard limit is
+		// this process's (nothing set RLIMIT_NPROC since the fork).
+		var lim syscall.Rlimit
+		if err := syscall.Getrlimit(unix.RLIMIT_NPROC, &lim); err != nil {
+			return fmt.Errorf("getrlimit(RLIMIT_NPROC): %w", err)
+		}
+		nproc = min(nproc, lim.Max)
+	}
 	if err := layOutCommand(p.region, path, argv, env, cwd, nproc); err != nil {
 		return err
 	}

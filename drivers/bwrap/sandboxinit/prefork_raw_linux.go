@@ -92,12 +92,12 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 			waitFail(p, stepSocket, -1, e)
 		}
 	}
-	for i = 0; i < p.nranges; i++ {
+	for i = 0; i < p.nranges && i < len(p.ranges); i++ {
 		if _, _, e = syscall.RawSyscall(unix.SYS_CLOSE_RANGE, p.ranges[i][0], p.ranges[i][1], 0); e != 0 {
 			waitFail(p, stepClose, -1, e)
 		}
 	}
-	for i = 0; i < p.nrlimits; i++ {
+	for i = 0; i < p.nrlimits && i < len(p.rlimits); i++ {
 		if _, _, e = syscall.RawSyscall6(unix.SYS_PRLIMIT64, 0, p.rlimits[i].resource, uintptr(unsafe.Pointer(&p.rlimits[i].lim)), 0, 0, 0); e != 0 {
 			waitFail(p, stepRlimit, -1, e)
 		}
@@ -135,7 +135,7 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 			c.Level != unix.SOL_SOCKET || c.Type != unix.SCM_RIGHTS || c.Len != p.cmsgLen {
 			waitFail(p, stepWait, -1, unix.EBADMSG)
 		}
-		p.fds = *(*[3]int32)(unsafe.Pointer(&p.oob[p.cmsgData]))
+		p.fds = *(*[3]int32)(unsafe.Add(unsafe.Pointer(&p.oob), p.cmsgData))
 		for i = 0; i < 3; i++ {
 			if _, _, e = syscall.RawSyscall(unix.SYS_DUP3, uintptr(p.fds[i]), uintptr(i), 0); e != 0 {
 				waitFail(p, stepFD, -1, e)
@@ -156,7 +156,7 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 		}
 	}
 	// What the target inherits: open, and kept across the exec.
-	for i = 0; i < p.ninherit; i++ {
+	for i = 0; i < p.ninherit && i < len(p.inherit); i++ {
 		if _, _, e = syscall.RawSyscall(unix.SYS_FCNTL, p.inherit[i], unix.F_SETFD, 0); e != 0 {
 			waitFail(p, stepInherit, -1, e)
 		}
@@ -175,12 +175,12 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 //go:nosplit
 //go:norace
 func waitFail(p *waitPlan, step string, arg int, e syscall.Errno) {
-	n := 0
+	var n uint
 	n = childAppend(p, n, "aleph-sandbox: sandbox-init: ")
 	n = childAppend(p, n, step)
 	if arg >= 0 {
 		n = childAppend(p, n, " ")
-		for ; n < len(p.out) && arg < waitRegionBytes; arg++ {
+		for ; n < uint(len(p.out)) && arg < waitRegionBytes; arg++ {
 			b := *(*byte)(unsafe.Add(p.region, arg))
 			if b == 0 {
 				break
@@ -205,8 +205,8 @@ func waitFail(p *waitPlan, step string, arg int, e syscall.Errno) {
 //
 //go:nosplit
 //go:norace
-func childAppend(p *waitPlan, n int, s string) int {
-	for j := 0; j < len(s) && n < len(p.out); j++ {
+func childAppend(p *waitPlan, n uint, s string) uint {
+	for j := 0; j < len(s) && n < uint(len(p.out)); j++ {
 		p.out[n] = s[j]
 		n++
 	}

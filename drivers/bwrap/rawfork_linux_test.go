@@ -1,0 +1,99 @@
+package bwrap
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// targetFacts runs programs that read their own process state through d
+// with caps (one command each, none spawns) and returns what must not
+// depend on how the command was started: signal mask and dispositions,
+// capabilities, no_new_privs, credentials, limits, process group and
+// session, parent, environment, directory and descriptors. prepared is
+// the runs' Details["prepared"].
+func targetFacts(t *testing.T, d *Driver, ws string, caps driverapi.Capabilities) (facts map[string]string, prepared string) {
+	t.Helper()
+	facts = map[string]string{}
+	run := func(program string, args ...string) string {
+		t.Helper()
+		r := drvRun(t, context.Background(), d, ws, caps, nil, program, args...)
+		expectOK(t, r)
+		if prepared == "" {
+			prepared = r.exit.Details["prepared"]
+		} else if prepared != r.exit.Details["prepared"] {
+			t.Fatalf("%s: prepared %q, the runs before %q", program, r.exit.Details["prepared"], prepared)
+		}
+		return r.stdout
+	}
+	for _, l := range strings.Split(run("/bin/cat", "/proc/self/status"), "\n") {
+		k, v, _ := strings.Cut(l, ":")
+		v = strings.TrimSpace(v)
+		switch {
+		case strings.HasPrefix(k, "Sig") && k != "SigQ", strings.HasPrefix(k, "Cap"), k == "ShdPnd",
+			k == "NoNewPrivs", k == "Seccomp", k == "Uid", k == "Gid", k == "Groups":
+			facts[k] = v
+		}
+	}
+	facts["limits"] = run("/bin/cat", "/proc/self/limits")
+	stat := run("/bin/cat", "/proc/self/stat")
+	f := strings.Fields(stat[strings.LastIndex(stat, ")")+1:])
+	if len(f) < 5 {
+		t.Fatalf("stat %q", stat)
+	}
+	pid := strings.Fields(stat)[0]
+	facts["ppid"], facts["own group"], facts["session"], facts["tty"] = f[1], strconv.FormatBool(f[2] == pid), f[3], f[4]
+	facts["environ"] = run("/bin/cat", "/proc/self/environ")
+	facts["cwd"] = run("/bin/readlink", "/proc/self/cwd")
+	facts["fds"] = run("/bin/ls", "/proc/self/fd") // ls's own directory is 3
+	return facts, prepared
+}
+
+// TestRawForkTargetAsForkExec: the target of a no-spawn profile is exec'd
+// by a fork of the supervisor that runs system calls only: a prepared
+// sandbox's waiting child, or forkCommand in a sandbox built for it. What
+// it inherits is what Go's own fork-and-exec gives a command that may
+// spawn (the reference: the supervisor forks it straight): the signal mask
+// and dispositions (the supervisor catches every signal; the target must
+// have none caught, none blocked), the capability sets, no_new_privs, the
+// limits (RLIMIT_NOFILE's soft limit as inherited), a process group of its
+// own in the supervisor's session, PID 1 as its parent, the environment,
+// the directory and descriptors 0-2 only. The control: the no-spawn
+// profile's shell runs and cannot fork, the reference's forks.
+func TestRawForkTargetAsForkExec(t *testing.T) {
+	ws := newWorkspace(t)
+	ref, _ := targetFacts(t, testDriver(t, preparedOpts(PreparedOff)), ws, driverapi.Capabilities{SpawnSubprocess: true})
+	if ref["SigCgt"] != "0000000000000000" || ref["SigBlk"] != "0000000000000000" || ref["own group"] != "true" ||
+		ref["ppid"] != "1" || ref["fds"] != "0\n1\n2\n3\n" || ref["cwd"] != ws+"\n" {
+		t.Fatalf("the reference itself: %v", ref)
+	}
+	modes := []PreparedMode{PreparedOff}
+	if os.Geteuid() == 0 { // prepared sandboxes need a root driver (needPreparable)
+		modes = append(modes, PreparedAlways)
+	}
+	for _, mode := range modes {
+		d := testDriver(t, preparedOpts(mode))
+		got, prepared := targetFacts(t, d, ws, driverapi.Capabilities{})
+		if (prepared == "1") != (mode == PreparedAlways) {
+			t.Fatalf("%s: prepared %q", mode, prepared)
+		}
+		for k, want := range ref {
+			if got[k] != want {
+				t.Errorf("%s: %s %q, a command forked straight has %q", mode, k, got[k], want)
+			}
+		}
+		// The control: the same profile's command is the no-spawn one (it
+		// runs, and its fork fails), the reference's forks.
+		script := "echo ran; /bin/true && echo spawned"
+		if r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, nil, "/bin/sh", "-c", script); r.err != nil || r.stdout != "ran\n" {
+			t.Errorf("%s: the no-spawn command: %+v", mode, r)
+		}
+		if r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, nil, "/bin/sh", "-c", script); r.stdout != "ran\nspawned\n" {
+			t.Errorf("%s: the command that may spawn: %+v", mode, r)
+		}
+	}
+}
