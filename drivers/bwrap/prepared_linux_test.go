@@ -681,12 +681,7 @@ func TestPreparedNofileLimit(t *testing.T) {
 	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
 	want := fmt.Sprintf("1000\n%d", lim.Max)
 	for _, mode := range []PreparedMode{PreparedAlways, PreparedOff} {
-		d := testDriver(t, preparedOpts(mode))
-		ws := newWorkspace(t)
-		prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, ws, prof := modeDriver(t, mode)
 		var out lockedBuf
 		exit, err := d.Run(context.Background(), driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "ulimit -Sn; ulimit -Hn"},
 			Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{Stdout: &out, Stderr: &out})
@@ -708,12 +703,7 @@ func TestPreparedNofileLimit(t *testing.T) {
 func TestPreparedExecFailure(t *testing.T) {
 	needPreparable(t)
 	for _, mode := range []PreparedMode{PreparedAlways, PreparedOff} {
-		d := testDriver(t, preparedOpts(mode))
-		ws := newWorkspace(t)
-		prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-		if err != nil {
-			t.Fatal(err)
-		}
+		d, ws, prof := modeDriver(t, mode)
 		prog := filepath.Join(ws, "prog")
 		run := func(content string) (driverapi.Exit, string) {
 			if err := os.WriteFile(prog, []byte(content), 0o755); err != nil {
@@ -1024,6 +1014,19 @@ func TestPreparedSandboxRecordedAsUser(t *testing.T) {
 // poolDriver is a driver of opts with its pool (the test is skipped where
 // there can be none), a fresh workspace and the workspace's default
 // profile.
+// modeDriver is a driver in prepared mode mode, a workspace and its
+// default profile (poolDriver without the need for a pool).
+func modeDriver(t *testing.T, mode PreparedMode) (*Driver, string, driverapi.Profile) {
+	t.Helper()
+	d := testDriver(t, preparedOpts(mode))
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d, ws, prof
+}
+
 func poolDriver(t *testing.T, opts Options) (*Driver, string, driverapi.Profile) {
 	t.Helper()
 	d := testDriver(t, opts)

@@ -175,17 +175,31 @@ func sandboxInit(args []string) (int, error) {
 	return fail(fmt.Errorf("exec %s: %w", path, err))
 }
 
-// becomeEnv makes env this process's environment: the PATH lookup of the
-// program reads it.
+// becomeEnv makes env's PATH this process's only variable: the PATH lookup
+// of the program reads it. Nothing else of the command's environment is
+// taken on: a supervisor lives as long as its command, and the Go runtime
+// acts on some variables when they are set (GODEBUG changes its settings
+// at once), so a command's GODEBUG would otherwise tune the supervisor.
 func becomeEnv(env []string) error {
 	os.Clearenv()
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		if err := os.Setenv(k, v); err != nil {
-			return fmt.Errorf("env %s: %w", k, err)
+	if path, ok := envPath(env); ok {
+		if err := os.Setenv("PATH", path); err != nil {
+			return fmt.Errorf("env PATH: %w", err)
 		}
 	}
 	return nil
+}
+
+// envPath is env's PATH (the last one, as setting each in turn would
+// leave it).
+func envPath(env []string) (string, bool) {
+	path, found := "", false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path, found = v, true
+		}
+	}
+	return path, found
 }
 
 // LandlockABI is the Landlock ABI level SandboxInit enforces on this kernel:

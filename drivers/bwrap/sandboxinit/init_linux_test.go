@@ -924,3 +924,25 @@ func TestSupervisorSurvivesBrokenStdout(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvPath: the supervisor takes on its command's PATH and nothing else
+// of its environment (becomeEnv); the last PATH wins, as setting each in
+// turn did.
+func TestEnvPath(t *testing.T) {
+	cases := []struct {
+		env   []string
+		want  string
+		found bool
+	}{
+		{[]string{"HOME=/h", "PATH=/a:/b", "GODEBUG=gctrace=1"}, "/a:/b", true},
+		{[]string{"PATH=/a", "PATH=/b"}, "/b", true},
+		{[]string{"PATH="}, "", true},
+		{[]string{"XPATH=/x", "PATHX=/y", "GODEBUG=gctrace=1"}, "", false},
+		{nil, "", false},
+	}
+	for _, c := range cases {
+		if got, found := envPath(c.env); got != c.want || found != c.found {
+			t.Errorf("envPath(%q) = %q, %v; want %q, %v", c.env, got, found, c.want, c.found)
+		}
+	}
+}

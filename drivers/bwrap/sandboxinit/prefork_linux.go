@@ -215,20 +215,7 @@ func rawForkWorks() bool {
 // startPreforked starts the waiting child. It runs on the locked thread
 // (the child's death signal follows that thread).
 func startPreforked(spec *InitSpec) (*preforked, error) {
-	cs := childSpec(spec)
-	prog, err := initProgram(&cs)
-	if err != nil {
-		return nil, err
-	}
-	llPlan, err := planLandlock(&cs, effectiveLandlockABI())
-	if err != nil {
-		return nil, err
-	}
-	limits, err := waitLimits(rlimitPlan(&cs))
-	if err != nil {
-		return nil, err
-	}
-	p, err := newWaitPlan(spec.InheritFDs, spec.EnvFD, true, prog, limits)
+	p, ll, err := childPlan(spec, true)
 	if err != nil {
 		return nil, err
 	}
@@ -246,28 +233,12 @@ func startPreforked(spec *InitSpec) (*preforked, error) {
 		return nil, fmt.Errorf("pre-forked child: shared mapping: %w", err)
 	}
 	p.region = unsafe.Pointer(&region[0])
-	rs, err := buildRuleset(llPlan)
+	pid, err := p.fork(ll)
+	unix.Close(sv[1])
 	if err != nil {
 		unix.Close(sv[0])
-		unix.Close(sv[1])
 		_ = unix.Munmap(region)
-		return nil, err
-	}
-	p.ruleset, p.rsFlags = rs.fd, uintptr(rs.flags)
-	p.ppid = uintptr(os.Getpid())
-
-	// As syscall.forkExec: no descriptor is made without close-on-exec
-	// meanwhile (the child closes every one it does not keep anyway).
-	syscall.ForkLock.Lock()
-	pid, errno := forkWaiting(p)
-	syscall.ForkLock.Unlock()
-	runtime.KeepAlive(p)
-	rs.close()
-	unix.Close(sv[1])
-	if errno != 0 {
-		unix.Close(sv[0])
-		_ = unix.Munmap(region)
-		return nil, fmt.Errorf("pre-forked child: clone: %w", errno)
+		return nil, fmt.Errorf("pre-forked child: %w", err)
 	}
 	return &preforked{pid: pid, sock: sv[0], region: region}, nil
 }
@@ -284,20 +255,7 @@ func startPreforked(spec *InitSpec) (*preforked, error) {
 // in a Landlock domain nested in the supervisor's. It runs on the locked
 // thread, after the supervisor's own confinement.
 func forkCommand(spec *InitSpec, path string, argv, env []string) (int, error) {
-	cs := childSpec(spec)
-	prog, err := initProgram(&cs)
-	if err != nil {
-		return 0, err
-	}
-	llPlan, err := planLandlock(&cs, effectiveLandlockABI())
-	if err != nil {
-		return 0, err
-	}
-	limits, err := waitLimits(rlimitPlan(&cs))
-	if err != nil {
-		return 0, err
-	}
-	p, err := newWaitPlan(spec.InheritFDs, spec.EnvFD, false, prog, limits)
+	p, ll, err := childPlan(spec, false)
 	if err != nil {
 		return 0, err
 	}
@@ -307,19 +265,51 @@ func forkCommand(spec *InitSpec, path string, argv, env []string) (int, error) {
 		return 0, err
 	}
 	p.region = unsafe.Pointer(&p.layout[0])
-	rs, err := buildRuleset(llPlan)
+	return p.fork(ll) // the caller says what it started
+}
+
+// childPlan is what both children plan from spec, as the plain
+// sandbox-init would (childSpec): the target's program, its Landlock plan,
+// its limits; withSocket for a child that waits.
+func childPlan(spec *InitSpec, withSocket bool) (*waitPlan, landlockPlan, error) {
+	cs := childSpec(spec)
+	prog, err := initProgram(&cs)
+	if err != nil {
+		return nil, landlockPlan{}, err
+	}
+	ll, err := planLandlock(&cs, effectiveLandlockABI())
+	if err != nil {
+		return nil, landlockPlan{}, err
+	}
+	limits, err := waitLimits(rlimitPlan(&cs))
+	if err != nil {
+		return nil, landlockPlan{}, err
+	}
+	p, err := newWaitPlan(spec.InheritFDs, spec.EnvFD, withSocket, prog, limits)
+	if err != nil {
+		return nil, landlockPlan{}, err
+	}
+	return p, ll, nil
+}
+
+// fork builds ll's ruleset (the child enforces it; this process closes its
+// copy) and forks the child of p.
+func (p *waitPlan) fork(ll landlockPlan) (int, error) {
+	rs, err := buildRuleset(ll)
 	if err != nil {
 		return 0, err
 	}
 	defer rs.close()
 	p.ruleset, p.rsFlags = rs.fd, uintptr(rs.flags)
 	p.ppid = uintptr(os.Getpid())
+	// As syscall.forkExec: no descriptor is made without close-on-exec
+	// meanwhile (the child closes every one it does not keep anyway).
 	syscall.ForkLock.Lock()
 	pid, errno := forkWaiting(p)
 	syscall.ForkLock.Unlock()
 	runtime.KeepAlive(p)
 	if errno != 0 {
-		return 0, fmt.Errorf("clone: %w", errno) // the caller says what it started
+		return 0, fmt.Errorf("clone: %w", errno)
 	}
 	return pid, nil
 }
