@@ -28,8 +28,8 @@ func afterForkInChild()
 //
 // Everything after the fork in the child is system calls on p's values.
 // No variable may be declared after beforeFork, no function called but
-// nosplit ones that make system calls (waitFail, childWrite), no pointer
-// stored: see the package comment above.
+// nosplit ones that make system calls (waitFail, childAppend), no pointer
+// stored: see the comment at the top of prefork_linux.go.
 //
 //go:noinline
 //go:norace
