@@ -1597,6 +1597,21 @@ func escapeMemory(t *testing.T, h *escapeHarness) {
 		if rm := h.exec(t, ws, []string{"--memory", "64", "--timeout", "20s"}, "python3", "-c", fmt.Sprintf(fill, 300)); rm.code != 137 {
 			t.Fatalf("memfd bomb not stopped: exit %d %q %q", rm.code, rm.stdout, rm.stderr)
 		}
+		// --json says why (its twin below: it was not).
+		oom := func(n int) (bool, int) {
+			r := h.exec(t, ws, []string{"--json", "--memory", "64", "--timeout", "20s"}, "python3", "-c", fmt.Sprintf(fill, n))
+			var res execResult
+			if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.ExitCode == nil {
+				t.Fatalf("--json: exit %d %q %q: %v", r.code, r.stdout, r.stderr, err)
+			}
+			return res.OOMKilled, *res.ExitCode
+		}
+		if killed, code := oom(300); !killed || code != 137 {
+			t.Errorf("--json of the memfd bomb: oom_killed %v, exit_code %d", killed, code)
+		}
+		if killed, code := oom(8); killed || code != 0 {
+			t.Errorf("--json of its twin: oom_killed %v, exit_code %d", killed, code)
+		}
 		// Twin: well under the limit.
 		if rc := h.exec(t, ws, []string{"--memory", "64", "--timeout", "20s"}, "python3", "-c", fmt.Sprintf(fill, 8)); rc.code != 0 || rc.stdout != "filled\n" {
 			t.Fatalf("control: exit %d %q %q", rc.code, rc.stdout, rc.stderr)

@@ -27,12 +27,16 @@ import (
 // null when no process ran (a denial, a sandbox failure): 0 would read as
 // a command that ran and succeeded.
 type execResult struct {
-	Stdout     string `json:"stdout"`
-	Stderr     string `json:"stderr"`
-	ExitCode   *int   `json:"exit_code"`
-	Signal     *int   `json:"signal"`
-	TimedOut   bool   `json:"timed_out"`
-	Truncated  bool   `json:"truncated"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	ExitCode  *int   `json:"exit_code"`
+	Signal    *int   `json:"signal"`
+	TimedOut  bool   `json:"timed_out"`
+	Truncated bool   `json:"truncated"`
+	// OOMKilled: the kernel ended the command for its memory limit (the
+	// fact the note "killed for exceeding its memory limit" says without
+	// --json).
+	OOMKilled  bool   `json:"oom_killed"`
 	DurationMS int64  `json:"duration_ms"`
 	Denied     bool   `json:"denied"`
 	Reason     string `json:"reason"`
@@ -298,6 +302,7 @@ func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
 			Signal:     ptr(int(e.Signal)),
 			TimedOut:   e.TimedOut,
 			Truncated:  e.Truncated,
+			OOMKilled:  e.OOMKilled,
 			DurationMS: e.Duration.Milliseconds(),
 			Backend:    out.Backend,
 		})
