@@ -369,17 +369,11 @@ func newWaitPlan(keep []int, envFD int, withSocket bool, prog []bpf.Instruction,
 	p.nranges++
 	copy(p.rlimits[:], limits)
 	p.nrlimits = len(limits)
-	raw, err := bpf.Assemble(prog)
+	filter, err := sockFilter(prog)
 	if err != nil {
-		return nil, fmt.Errorf("seccomp: %w", err)
+		return nil, err
 	}
-	if len(raw) == 0 {
-		return nil, errors.New("seccomp: empty program")
-	}
-	p.filter = make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		p.filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
-	}
+	p.filter = filter
 	p.fprog = unix.SockFprog{Len: uint16(len(p.filter)), Filter: &p.filter[0]}
 	p.capHdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	p.started[0] = StartedTag

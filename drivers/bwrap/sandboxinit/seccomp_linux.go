@@ -355,16 +355,9 @@ func seccompProgram(spec *InitSpec) ([]bpf.Instruction, error) {
 // go-seccomp-bpf's LoadFilter cannot be used: it assembles the policy itself
 // and offers no way to put the prefix in front.
 func loadSeccomp(prog []bpf.Instruction) error {
-	raw, err := bpf.Assemble(prog)
+	filter, err := sockFilter(prog)
 	if err != nil {
-		return fmt.Errorf("seccomp: %w", err)
-	}
-	if len(raw) == 0 {
-		return errors.New("seccomp: empty program")
-	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+		return err
 	}
 	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	// no_new_privs is required to install a filter without CAP_SYS_ADMIN
@@ -378,6 +371,22 @@ func loadSeccomp(prog []bpf.Instruction) error {
 		return fmt.Errorf("seccomp(SECCOMP_SET_MODE_FILTER): %w", errno)
 	}
 	return nil
+}
+
+// sockFilter assembles prog into the kernel's filter format.
+func sockFilter(prog []bpf.Instruction) ([]unix.SockFilter, error) {
+	raw, err := bpf.Assemble(prog)
+	if err != nil {
+		return nil, fmt.Errorf("seccomp: %w", err)
+	}
+	if len(raw) == 0 {
+		return nil, errors.New("seccomp: empty program")
+	}
+	filter := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
+	return filter, nil
 }
 
 // seccompSupported reports whether this kernel accepts seccomp filters.

@@ -608,16 +608,9 @@ func exitCodeOf(ws unix.WaitStatus) int {
 // lives on beside the command, and all of its Go runtime threads must be
 // filtered, not only the one that forks.
 func loadSeccompAllThreads(prog []bpf.Instruction) error {
-	raw, err := bpf.Assemble(prog)
+	filter, err := sockFilter(prog)
 	if err != nil {
-		return fmt.Errorf("seccomp: %w", err)
-	}
-	if len(raw) == 0 {
-		return errors.New("seccomp: empty program")
-	}
-	filter := make([]unix.SockFilter, len(raw))
-	for i, r := range raw {
-		filter[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+		return err
 	}
 	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
