@@ -55,8 +55,12 @@ func EncodeWinsize(rows, cols uint16) []byte {
 }
 
 // drainQuiet is how long the relay waits for more output once the target
-// has ended: what it wrote is in the master's buffer already, read at
-// once; a background process still holding the terminal is not waited for.
+// has ended, when something else may still hold the terminal (a
+// background process is not waited for). What the target wrote reaches the
+// master through the kernel's tty buffer work, which a loaded machine may
+// run later than that; when nothing else can hold the terminal, the drain
+// waits for the hang-up instead (the kernel delivers what is buffered
+// first), bounded by drainMax.
 const drainQuiet = 100 * time.Millisecond
 
 // drainMax bounds the whole drain: a background process that keeps
@@ -73,6 +77,9 @@ type ptyRelay struct {
 	out      io.Writer
 	in       io.Reader
 	draining atomic.Bool
+	// alone: nothing but the master is left open on the terminal, so
+	// the drain ends at the hang-up, not at a quiet spell.
+	alone atomic.Bool
 	// drainEnd is when the drain stops at the latest (UnixNano).
 	drainEnd atomic.Int64
 	outDone  chan struct{}
@@ -196,8 +203,13 @@ func (r *ptyRelay) pumpOut() {
 	}
 }
 
-// finish waits until the output the target left is relayed.
-func (r *ptyRelay) finish() {
+// finish waits until the output the target left is relayed. alone says
+// that no process of the command is left (a PID-1 supervisor has killed
+// and reaped them all, and holds no slave itself).
+func (r *ptyRelay) finish(alone bool) {
+	if alone {
+		r.alone.Store(true)
+	}
 	if !r.draining.Load() {
 		r.drainEnd.Store(time.Now().Add(drainMax).UnixNano())
 		r.draining.Store(true)
@@ -206,10 +218,15 @@ func (r *ptyRelay) finish() {
 	<-r.outDone
 }
 
-// drainDeadline is drainQuiet from now, but never past drainEnd.
+// drainDeadline is drainQuiet from now, but never past drainEnd (drainEnd
+// itself when alone).
 func (r *ptyRelay) drainDeadline() time.Time {
+	end := time.Unix(0, r.drainEnd.Load())
+	if r.alone.Load() {
+		return end
+	}
 	d := time.Now().Add(drainQuiet)
-	if end := time.Unix(0, r.drainEnd.Load()); d.After(end) {
+	if d.After(end) {
 		return end
 	}
 	return d

@@ -293,7 +293,7 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			return 0, err
 		}
 		relay.Store(r)
-		defer r.finish()
+		defer r.finish(false)
 	}
 	killAll := func() { _ = unix.Kill(child, unix.SIGKILL) }
 	switch {
@@ -316,7 +316,7 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	}
 	if r := relay.Load(); r != nil {
 		// The target's last output goes out before its status.
-		r.finish()
+		r.finish(used.alone)
 	}
 	if spec.Prepared {
 		// The command's output ends here: the launcher of a prepared
