@@ -900,7 +900,7 @@ func (c Config) Validate() error {
 	case s.HookTimeoutMS <= 0:
 		return bad("hook_timeout_ms", "must be > 0")
 	case s.HookTimeoutMS > maxConfigSeconds*1000:
-		return bad("hook_timeout_ms", fmt.Sprintf("must be <= %d (one year)", maxConfigSeconds*1000))
+		return bad("hook_timeout_ms", fmt.Sprintf("must be <= %d (one year)", int64(maxConfigSeconds*1000)))
 	case s.AuditLog != "" && !filepath.IsAbs(s.AuditLog):
 		return bad("audit_log", fmt.Sprintf("must be an absolute path or empty, got %q", s.AuditLog))
 	}

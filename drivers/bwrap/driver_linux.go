@@ -796,9 +796,9 @@ func (d *Driver) finishExit(runCtx context.Context, cmd *exec.Cmd, life *lifelin
 	default:
 		if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
 			exit.Usage = driverapi.ResourceUsage{
-				MaxRSSKB: ru.Maxrss,
-				UserMS:   ru.Utime.Sec*1000 + int64(ru.Utime.Usec)/1000,
-				SystemMS: ru.Stime.Sec*1000 + int64(ru.Stime.Usec)/1000,
+				MaxRSSKB: int64(ru.Maxrss), // int32 on 32-bit targets
+				UserMS:   int64(ru.Utime.Sec)*1000 + int64(ru.Utime.Usec)/1000,
+				SystemMS: int64(ru.Stime.Sec)*1000 + int64(ru.Stime.Usec)/1000,
 			}
 		}
 	}

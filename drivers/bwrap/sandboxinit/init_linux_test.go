@@ -293,7 +293,8 @@ func probeTIOCSTI(highBits bool) int {
 	}
 	cmd := uintptr(unix.TIOCSTI)
 	if highBits {
-		cmd |= 0xa1e5 << 32
+		high := uint64(0xa1e5) << 32 // a variable: 32-bit targets drop the bits
+		cmd |= uintptr(high)
 	}
 	c := byte('x')
 	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(pts), cmd, uintptr(unsafe.Pointer(&c)))

@@ -490,9 +490,10 @@ type usage struct {
 }
 
 func (u *usage) add(ru *unix.Rusage) {
-	u.maxRSSKB = max(u.maxRSSKB, ru.Maxrss)
-	u.userUS += ru.Utime.Sec*1e6 + ru.Utime.Usec
-	u.systemUS += ru.Stime.Sec*1e6 + ru.Stime.Usec
+	// The conversions are for 32-bit targets, where these fields are int32.
+	u.maxRSSKB = max(u.maxRSSKB, int64(ru.Maxrss))
+	u.userUS += int64(ru.Utime.Sec)*1e6 + int64(ru.Utime.Usec)
+	u.systemUS += int64(ru.Stime.Sec)*1e6 + int64(ru.Stime.Usec)
 }
 
 // reapAll reaps every child that has ended; done reports child among them.
