@@ -21,6 +21,26 @@ func (e *InUseError) Error() string {
 	return fmt.Sprintf("another aleph-sandbox serve is listening on %s", e.Path)
 }
 
+// SocketDirError is a socket directory that ListenUnix will not use: one
+// another user owns, or whose mode lets others in. It is not changed.
+type SocketDirError struct {
+	Dir string
+	Why string
+}
+
+func (e *SocketDirError) Error() string {
+	return fmt.Sprintf("socket directory %s: %s; the socket needs a directory of mode 0700 that only you use "+
+		"(fix: name a socket in a directory that does not exist yet, which serve creates with mode 0700, "+
+		"or run chmod 0700 on one that is yours alone)", e.Dir, e.Why)
+}
+
+func stickyBit(m os.FileMode) uint32 {
+	if m&os.ModeSticky != 0 {
+		return 0o1000
+	}
+	return 0
+}
+
 // UnixListener is the service's socket: the lock that makes it ours, and
 // the peer check on every connection.
 type UnixListener struct {
@@ -31,12 +51,15 @@ type UnixListener struct {
 	log     hclog.Logger
 }
 
-// ListenUnix creates the socket at path, mode 0600 in a directory of mode
-// 0700 (created if missing; refused if another user owns it). It first
-// takes an exclusive lock on path+".lock": a live server holds it, so its
-// socket is never stolen (an *InUseError); a socket left by a dead server
-// is replaced. Connections from uids other than the server's own and
-// allowedUIDs are closed before any byte is read.
+// ListenUnix creates the socket at path, mode 0600, in a directory of mode
+// 0700 that only this user can enter: created if missing, refused (a
+// *SocketDirError) if it exists with another owner or another mode. An
+// existing directory is never changed: a path such as /tmp/aleph.sock or
+// ./aleph.sock must not tighten /tmp or a project for every other user.
+// It first takes an exclusive lock on path+".lock": a live server holds
+// it, so its socket is never stolen (an *InUseError); a socket left by a
+// dead server is replaced. Connections from uids other than the server's
+// own and allowedUIDs are closed before any byte is read.
 func ListenUnix(path string, allowedUIDs []uint32, log hclog.Logger) (*UnixListener, error) {
 	if log == nil {
 		log = hclog.NewNullLogger()
@@ -50,16 +73,12 @@ func ListenUnix(path string, allowedUIDs []uint32, log hclog.Logger) (*UnixListe
 		return nil, fmt.Errorf("socket directory %s: %w", dir, err)
 	}
 	if sys, ok := st.Sys().(*syscall.Stat_t); ok && int(sys.Uid) != os.Getuid() {
-		return nil, fmt.Errorf("socket directory %s belongs to uid %d, not to this user (%d)", dir, sys.Uid, os.Getuid())
+		return nil, &SocketDirError{Dir: dir, Why: fmt.Sprintf("it belongs to uid %d, not to this user (%d)", sys.Uid, os.Getuid())}
 	}
-	if st.Mode().Perm() != 0o700 {
-		// Only our own directory: tightening it keeps every other user out
-		// of the socket whatever its mode.
-		if err := os.Chmod(dir, 0o700); err != nil {
-			return nil, fmt.Errorf("socket directory %s: %w", dir, err)
-		}
+	if m := st.Mode() & (os.ModePerm | os.ModeSticky); m != 0o700 {
+		return nil, &SocketDirError{Dir: dir, Why: fmt.Sprintf("its mode is %04o, not 0700", uint32(m.Perm())|stickyBit(m))}
 	}
-	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("lock %s.lock: %w", path, err)
 	}
