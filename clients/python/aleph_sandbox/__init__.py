@@ -87,7 +87,9 @@ class Result:
 
     stdout: bytes = b""
     stderr: bytes = b""
-    exit_code: int = 0
+    #: The command's exit status; None when it was denied (no process ran),
+    #: so that ``r.exit_code == 0`` never reads a denial as success.
+    exit_code: Optional[int] = None
     signal: int = 0
     timed_out: bool = False
     truncated: bool = False
@@ -107,7 +109,7 @@ class Result:
         return cls(
             stdout=_b64(m.get("stdout")),
             stderr=_b64(m.get("stderr")),
-            exit_code=int(m.get("exitCode", 0)),
+            exit_code=None if m.get("denied") else int(m.get("exitCode", 0)),
             signal=int(m.get("signal", 0)),
             timed_out=bool(m.get("timedOut", False)),
             truncated=bool(m.get("truncated", False)),

@@ -127,6 +127,7 @@ class ClientTest(unittest.TestCase):
         c = Client(self.addr)
         r = c.exec(["/bin/sh", "-c", "rm -rf /"], session="py5")
         self.assertTrue(r.denied)
+        self.assertIsNone(r.exit_code)  # no process ran: never read as 0
         self.assertEqual(r.reason_code, "hook_denied")
         self.assertEqual(r.rule, "rm-root")
         with self.assertRaises(Denied) as cm:

@@ -60,7 +60,9 @@ export interface Verdict {
 export interface Result {
     stdout: Buffer;
     stderr: Buffer;
-    exitCode: number;
+    /** The command's exit status; null when it was denied (no process ran),
+     * so that `r.exitCode === 0` never reads a denial as success. */
+    exitCode: number | null;
     /** The signal that ended the command, 0 if none. */
     signal: number;
     timedOut: boolean;

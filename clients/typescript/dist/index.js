@@ -118,7 +118,7 @@ function result(v) {
     return {
         stdout: bytes(m.stdout),
         stderr: bytes(m.stderr),
-        exitCode: num(m.exitCode),
+        exitCode: m.denied === true ? null : num(m.exitCode),
         signal: num(m.signal),
         timedOut: m.timedOut === true,
         truncated: m.truncated === true,

@@ -108,7 +108,9 @@ export interface Verdict {
 export interface Result {
   stdout: Buffer;
   stderr: Buffer;
-  exitCode: number;
+  /** The command's exit status; null when it was denied (no process ran),
+   * so that `r.exitCode === 0` never reads a denial as success. */
+  exitCode: number | null;
   /** The signal that ended the command, 0 if none. */
   signal: number;
   timedOut: boolean;
@@ -362,7 +364,7 @@ function result(v: unknown): Result {
   return {
     stdout: bytes(m.stdout),
     stderr: bytes(m.stderr),
-    exitCode: num(m.exitCode),
+    exitCode: m.denied === true ? null : num(m.exitCode),
     signal: num(m.signal),
     timedOut: m.timedOut === true,
     truncated: m.truncated === true,

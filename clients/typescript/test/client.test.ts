@@ -255,6 +255,7 @@ describe("Client against a real serve", { skip }, () => {
     const c = new Client({ socket: addr });
     const r = await c.exec(["/bin/sh", "-c", "rm -rf /"], { session: "ts5" });
     assert.equal(r.denied, true);
+    assert.equal(r.exitCode, null); // no process ran: never read as 0
     assert.equal(r.reasonCode, "hook_denied");
     assert.equal(r.rule, "rm-root");
     await assert.rejects(c.exec(["/bin/sh", "-c", "rm -rf /"], { session: "ts5", check: true }), (err: unknown) => {
