@@ -103,7 +103,7 @@ func printDoctor(io stdio, r doctorReport) {
 	fmt.Fprintf(io.Out, "driver: %s %s\n", shown(r.Driver), shown(r.Path))
 	fmt.Fprintf(io.Out, "config: %s\n", oneLine(r.Config))
 	if c := r.Capabilities; c != nil {
-		fmt.Fprintf(io.Out, "backend: %s %s (protocol %d) on %s/%s\n", shown(c.Backend), shown(c.DriverVersion), c.ProtocolVersion, shown(c.OS), shown(c.Arch))
+		fmt.Fprintf(io.Out, "backend: %s %s (protocol %d.%d) on %s/%s\n", shown(c.Backend), shown(c.DriverVersion), c.ProtocolVersion, c.ProtocolMinor, shown(c.OS), shown(c.Arch))
 		if c.LandlockABI > 0 || c.OS == "linux" {
 			fmt.Fprintf(io.Out, "landlock ABI: %d   seccomp: %v   cgroups: %s\n", c.LandlockABI, c.Seccomp, shown(orNone(c.CgroupMode)))
 		}

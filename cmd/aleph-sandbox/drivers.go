@@ -94,7 +94,7 @@ func runDrivers(ctx context.Context, args []string, io stdio) int {
 			continue
 		}
 		c := r.Capabilities
-		fmt.Fprintf(io.Out, "  backend %s, version %s, protocol %d, %s/%s\n", shown(c.Backend), shown(c.DriverVersion), c.ProtocolVersion, shown(c.OS), shown(c.Arch))
+		fmt.Fprintf(io.Out, "  backend %s, version %s, protocol %d.%d, %s/%s\n", shown(c.Backend), shown(c.DriverVersion), c.ProtocolVersion, c.ProtocolMinor, shown(c.OS), shown(c.Arch))
 		fmt.Fprintf(io.Out, "  enforces: %s\n", oneLine(strings.Join(c.Features, ", ")))
 		for _, u := range c.Unavailable {
 			fmt.Fprintf(io.Out, "  unavailable: %s: %s\n", shown(u.Feature), oneLine(u.Reason))

@@ -17,7 +17,7 @@ type interactiveFlags struct {
 
 func (f *interactiveFlags) register(fs *flag.FlagSet) {
 	const iUsage = "stream standard input to the command as it arrives (closing it ends the command's stdin)"
-	const tUsage = "give the command a pseudo-terminal, allocated inside the sandbox; the user's terminal is put in raw mode and its window size follows"
+	const tUsage = "give the command a pseudo-terminal, allocated inside the sandbox, whose window size follows the user's terminal; with -i too, the user's terminal is put in raw mode"
 	fs.BoolVar(&f.interactive, "i", false, iUsage)
 	fs.BoolVar(&f.interactive, "interactive", false, iUsage)
 	fs.BoolVar(&f.tty, "t", false, tUsage)

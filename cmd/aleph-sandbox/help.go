@@ -156,7 +156,24 @@ func printHelp(w io.Writer, fs *flag.FlagSet, usageLine string) {
 	}
 	var flags [][2]string
 	width := 0
+	// A one-letter flag with the same meaning as a long one is its short
+	// spelling (-i of --interactive): shown on the long flag's line.
+	short := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
+		if len(f.Name) == 1 {
+			short[f.Usage] = f.Name
+		}
+	})
+	aliased := map[string]bool{}
+	fs.VisitAll(func(f *flag.Flag) {
+		if s, ok := short[f.Usage]; ok && len(f.Name) > 1 {
+			aliased[s] = true
+		}
+	})
+	fs.VisitAll(func(f *flag.Flag) {
+		if aliased[f.Name] {
+			return
+		}
 		arg, usage := flag.UnquoteUsage(f)
 		switch arg {
 		case "string", "value":
@@ -167,6 +184,9 @@ func printHelp(w io.Writer, fs *flag.FlagSet, usageLine string) {
 			arg = "N"
 		}
 		name := "--" + f.Name
+		if s, ok := short[f.Usage]; ok && len(f.Name) > 1 {
+			name = "-" + s + ", " + name
+		}
 		if arg != "" {
 			name += " " + arg
 		}

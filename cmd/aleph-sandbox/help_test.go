@@ -2,6 +2,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // helpSections splits a command's help into its flag lines and example
@@ -47,16 +50,16 @@ func TestHelpListsFlagsAndExamples(t *testing.T) {
 	for _, l := range strings.Split(string(doc)+"\n"+string(readme), "\n") {
 		docLines[strings.TrimSpace(withoutComment(l))] = true
 	}
-	flagLine := regexp.MustCompile(`^  --[a-z][a-z0-9-]*( \S+)?\s{2,}\S`)
+	flagLine := regexp.MustCompile(`^  (-[a-z], )?--[a-z][a-z0-9-]*( \S+)?\s{2,}\S`)
 	for _, sc := range subcommands() {
 		r := cli(t, "", false, "help", sc.name)
-		if r.code != 0 || !strings.HasPrefix(r.stderr, "usage: aleph-sandbox "+sc.name) {
-			t.Errorf("help %s: exit %d, %q", sc.name, r.code, r.stderr)
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "usage: aleph-sandbox "+sc.name) {
+			t.Errorf("help %s: exit %d, %q", sc.name, r.code, r.stdout)
 			continue
 		}
-		flags, examples := helpSections(r.stderr)
+		flags, examples := helpSections(r.stdout)
 		if len(flags) == 0 {
-			t.Errorf("help %s lists no flags:\n%s", sc.name, r.stderr)
+			t.Errorf("help %s lists no flags:\n%s", sc.name, r.stdout)
 		}
 		for _, l := range flags {
 			if !flagLine.MatchString(l) {
@@ -64,7 +67,7 @@ func TestHelpListsFlagsAndExamples(t *testing.T) {
 			}
 		}
 		if len(examples) == 0 {
-			t.Errorf("help %s has no examples:\n%s", sc.name, r.stderr)
+			t.Errorf("help %s has no examples:\n%s", sc.name, r.stdout)
 		}
 		for _, e := range examples {
 			line := strings.TrimSpace(withoutComment(e))
@@ -83,22 +86,32 @@ func TestHelpListsFlagsAndExamples(t *testing.T) {
 	f.register(fs)
 	r := cli(t, "", false, "help", "exec")
 	fs.VisitAll(func(fl *flag.Flag) {
-		if !strings.Contains(r.stderr, "\n  --"+fl.Name+" ") {
-			t.Errorf("help exec does not list --%s:\n%s", fl.Name, r.stderr)
+		if len(fl.Name) == 1 {
+			// A short spelling, on its long flag's line.
+			if !regexp.MustCompile(`\n  -` + fl.Name + `, --[a-z-]+ `).MatchString(r.stdout) {
+				t.Errorf("help exec does not list -%s beside its long flag:\n%s", fl.Name, r.stdout)
+			}
+			return
+		}
+		if !regexp.MustCompile(`\n  (-[a-z], )?--` + fl.Name + ` `).MatchString(r.stdout) {
+			t.Errorf("help exec does not list --%s:\n%s", fl.Name, r.stdout)
 		}
 	})
+	if strings.Contains(r.stdout, "--i ") || strings.Contains(r.stdout, "--t ") {
+		t.Errorf("help exec spells a short flag with two dashes:\n%s", r.stdout)
+	}
 	for _, want := range []string{"--raw-output", "--host unix:PATH", "--timeout DURATION", "(default 10s)"} {
-		if !strings.Contains(r.stderr, want) {
+		if !strings.Contains(r.stdout, want) {
 			t.Errorf("help exec lacks %q", want)
 		}
 	}
-	if regexp.MustCompile(`(?m)^\s+-[a-z]`).MatchString(r.stderr) {
-		t.Errorf("help exec spells a flag with one dash:\n%s", r.stderr)
+	if regexp.MustCompile(`(?m)^\s+-[a-z](?:[^,]|$)`).MatchString(r.stdout) {
+		t.Errorf("help exec spells a flag with one dash:\n%s", r.stdout)
 	}
 	// The top-level help says where the flags are.
 	top := cli(t, "", false, "help")
-	if top.code != 0 || !strings.Contains(top.stderr, "help COMMAND") || !strings.Contains(top.stderr, "examples:") {
-		t.Errorf("help: exit %d\n%s", top.code, top.stderr)
+	if top.code != 0 || !strings.Contains(top.stdout, "help COMMAND") || !strings.Contains(top.stdout, "examples:") {
+		t.Errorf("help: exit %d\n%s", top.code, top.stdout)
 	}
 }
 
@@ -108,8 +121,8 @@ func TestBenchHelpSaysWhatItPrints(t *testing.T) {
 	cliEnv(t)
 	r := cli(t, "", false, "bench", "-h")
 	for _, want := range []string{"direct exec", "raw bwrap", "warm pipeline", "cold CLI", "milliseconds", "p50", "90th", "99th", "1.50x", "runs per second", "--json", "exits 125"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("bench -h does not say %q:\n%s", want, r.stderr)
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("bench -h does not say %q:\n%s", want, r.stdout)
 		}
 	}
 }
@@ -259,6 +272,11 @@ func TestDriversNamesOtherSystemsInOneLine(t *testing.T) {
 	}
 	if own != "" && !strings.Contains(r.stdout, own+" (default)") || !strings.Contains(r.stdout, "backend "+"fake") {
 		t.Errorf("drivers: this system's driver is not reported:\n%s", r.stdout)
+	}
+	// The protocol with its minor version (-i and -t need 1.2), as the
+	// driver reports it (the test driver: 1.0).
+	if want := fmt.Sprintf(", protocol %d.0, ", driverapi.ProtocolVersion); !strings.Contains(r.stdout, want) {
+		t.Errorf("drivers: no %q:\n%s", want, r.stdout)
 	}
 	j := cli(t, "", false, "drivers", "--json")
 	for sys, name := range others {

@@ -101,11 +101,19 @@ func dispatch(ctx context.Context, args []string, io stdio) int {
 			}
 		}
 	}
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) >= 2 && args[0] == "help" {
+		fmt.Fprintf(io.Err, "aleph-sandbox: no command %q\n\n", args[1])
 		usage(io.Err)
-		if len(args) == 0 {
-			return 2
-		}
+		return 2
+	}
+	// Help asked for goes to stdout (`aleph-sandbox help | less`); the
+	// usage shown for a missing command is an error, on stderr.
+	if len(args) == 0 {
+		usage(io.Err)
+		return 2
+	}
+	if args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(io.Out)
 		return 0
 	}
 	if args[0] == "--version" || args[0] == "-version" {
@@ -153,7 +161,7 @@ func parseFlagsQuiet(fs *flag.FlagSet, args []string, io stdio, usageLine string
 	fs.Usage = func() {}
 	err = fs.Parse(args)
 	if errors.Is(err, flag.ErrHelp) {
-		printHelp(io.Err, fs, usageLine)
+		printHelp(io.Out, fs, usageLine)
 		return true, nil
 	}
 	if err != nil {

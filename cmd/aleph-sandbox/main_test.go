@@ -330,8 +330,8 @@ func TestFlagErrorsAreOneLine(t *testing.T) {
 		if r.code != 125 || len(lines) != 1 || !strings.HasPrefix(lines[0], "aleph-sandbox: ") {
 			t.Errorf("%s: exit %d, stderr %q", sc, r.code, r.stderr)
 		}
-		if h := cli(t, "", false, sc, "-h"); h.code != 0 || !strings.Contains(h.stderr, "usage: aleph-sandbox "+sc) {
-			t.Errorf("%s -h: exit %d, stderr %q", sc, h.code, h.stderr)
+		if h := cli(t, "", false, sc, "-h"); h.code != 0 || !strings.Contains(h.stdout, "usage: aleph-sandbox "+sc) || h.stderr != "" {
+			t.Errorf("%s -h: exit %d, stdout %q, stderr %q", sc, h.code, h.stdout, h.stderr)
 		}
 	}
 }

@@ -30,7 +30,7 @@ func runPolicy(ctx context.Context, args []string, std stdio) int {
 	withStdin := fs.Bool("stdin", false, "also scan standard input, as the command's stdin payload")
 	if len(args) == 0 || args[0] != "check" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			printHelp(std.Err, fs, usageLine)
+			printHelp(std.Out, fs, usageLine)
 			return 0
 		}
 		return fail(std.Err, "policy: usage: %s", usageLine)

@@ -23,7 +23,7 @@ func runSession(_ context.Context, args []string, io stdio) int {
 	cfgPath := fs.String("config", "", "TOML config `FILE` that places the session's private HOME (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	if len(args) == 0 || (args[0] != "forget" && args[0] != "show") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
-			printHelp(io.Err, fs, usageLine)
+			printHelp(io.Out, fs, usageLine)
 			return 0
 		}
 		return fail(io.Err, "session: usage: %s", usageLine)

@@ -13,13 +13,13 @@ func TestVersionAndHelpSubcommand(t *testing.T) {
 		}
 	}
 	r := cli(t, "", false, "help", "exec")
-	if r.code != 0 || !strings.Contains(r.stderr, "usage: aleph-sandbox exec") || !strings.Contains(r.stderr, "-spawn") {
-		t.Fatalf("help exec: exit %d, stderr %q", r.code, r.stderr)
+	if r.code != 0 || !strings.Contains(r.stdout, "usage: aleph-sandbox exec") || !strings.Contains(r.stdout, "-spawn") {
+		t.Fatalf("help exec: exit %d, stdout %q", r.code, r.stdout)
 	}
 	// An unknown topic is the general usage, not a silent success of
 	// something else.
 	r = cli(t, "", false, "help", "nosuch")
-	if !strings.Contains(r.stderr, "usage: aleph-sandbox COMMAND") {
-		t.Fatalf("help nosuch: %q", r.stderr)
+	if r.code != 2 || !strings.Contains(r.stderr, `no command "nosuch"`) || !strings.Contains(r.stderr, "usage: aleph-sandbox COMMAND") {
+		t.Fatalf("help nosuch: exit %d, %q", r.code, r.stderr)
 	}
 }
