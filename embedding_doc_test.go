@@ -38,7 +38,20 @@ func TestEmbeddingDocProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	mod := "module embedexample\n\ngo 1.26\n\nrequire github.com/aleph-sandbox/aleph-sandbox v0.0.0\n\nreplace github.com/aleph-sandbox/aleph-sandbox => " + repo + "\n"
+	// As the page says: the module, replaced by the checkout, and the
+	// checkout's own require blocks, so that the build list is the
+	// checkout's and needs no go.mod beyond those its build has fetched
+	// (GOPROXY=off: a module cache filled by building the checkout).
+	gomod, err := os.ReadFile("go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	requires := regexp.MustCompile(`(?ms)^require \(\n.*?^\)\n`).FindAll(gomod, -1)
+	if len(requires) == 0 {
+		t.Fatal("go.mod has no require block")
+	}
+	mod := "module embedexample\n\ngo 1.26\n\nrequire github.com/aleph-sandbox/aleph-sandbox v0.0.0\n\n" + string(bytes.Join(requires, []byte("\n"))) +
+		"\nreplace github.com/aleph-sandbox/aleph-sandbox => " + repo + "\n"
 	sum, err := os.ReadFile("go.sum")
 	if err != nil {
 		t.Fatal(err)

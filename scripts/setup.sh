@@ -13,3 +13,9 @@ if ! command -v npm >/dev/null; then
 	$sudo apt-get install -y -qq nodejs npm >/dev/null
 fi
 node -e 'if (+process.versions.node.split(".")[0] < 18) { console.error("Node >= 18 is needed, found " + process.version); process.exit(1) }'
+# The module graph's go.mod files: docs/embedding.md's program is built by a
+# test as a module of its own, offline (GOPROXY=off), and resolving its build
+# list reads go.mod files that building the checkout itself never fetches.
+if command -v go >/dev/null; then
+	(cd "$(dirname "$0")/.." && go list -m all >/dev/null)
+fi
