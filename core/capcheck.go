@@ -97,10 +97,13 @@ func (s *WorkspaceSandbox) capabilities(ctx context.Context) (driverapi.HostCapa
 
 // RequiredFeatures lists the driver features a command with caps relies on.
 // The baseline promises (host files invisible, writes confined to the
-// workspace) need the fs isolation features for every command; the rest
-// follow from what caps asks for.
+// workspace, the host's environment never passed through) need the fs
+// isolation features and env isolation for every command: without the
+// last, a driver that hands the child its own environment would leak the
+// host's secrets and the plugin's cookie. The rest follow from what caps
+// asks for.
 func RequiredFeatures(caps driverapi.Capabilities) []string {
-	req := []string{driverapi.FeatureFSReadIsolation, driverapi.FeatureFSWriteIsolation}
+	req := []string{driverapi.FeatureFSReadIsolation, driverapi.FeatureFSWriteIsolation, driverapi.FeatureEnvIsolation}
 	switch caps.Network.Mode {
 	case driverapi.NetworkNone:
 		req = append(req, driverapi.FeatureNetworkNone)

@@ -503,7 +503,7 @@ func TestAuditLedgerFile(t *testing.T) {
 func TestUnenforceableIsNotOfferedForApproval(t *testing.T) {
 	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
 	caps := drivertest.FullCapabilities()
-	caps.Features = []string{driverapi.FeatureFSReadIsolation, driverapi.FeatureFSWriteIsolation, driverapi.FeatureNetworkNone, driverapi.FeatureSubprocessControl}
+	caps.Features = []string{driverapi.FeatureFSReadIsolation, driverapi.FeatureFSWriteIsolation, driverapi.FeatureNetworkNone, driverapi.FeatureSubprocessControl, driverapi.FeatureEnvIsolation}
 	h := newHarness(t, testConfig(t), &drivertest.FakeDriver{Caps: caps}, WithApprovalRequester(ap))
 	_, err := h.sb.Execute(WithSession(context.Background(), "u"), Command{Program: "echo",
 		Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}})

@@ -395,6 +395,9 @@ func TestEnforceability(t *testing.T) {
 		{driverapi.FeatureSubprocessControl, driverapi.Capabilities{}, driverapi.Capabilities{SpawnSubprocess: true}},
 		{driverapi.FeatureMemoryLimit, driverapi.Capabilities{MaxMemoryMB: 64}, driverapi.Capabilities{}},
 		{driverapi.FeatureFSReadIsolation, driverapi.Capabilities{}, driverapi.Capabilities{}},
+		// A driver that passes its own environment through would leak the
+		// host's: every command needs it too.
+		{driverapi.FeatureEnvIsolation, driverapi.Capabilities{}, driverapi.Capabilities{}},
 	}
 	for _, c := range cases {
 		h := newHarness(t, testConfig(t), missing(c.feature, "kernel too old"), WithApprovalRequester(yes))
@@ -407,7 +410,7 @@ func TestEnforceability(t *testing.T) {
 		if h.fake.Runs() != 0 {
 			t.Fatal("unenforceable command ran")
 		}
-		if c.feature == driverapi.FeatureFSReadIsolation {
+		if c.feature == driverapi.FeatureFSReadIsolation || c.feature == driverapi.FeatureEnvIsolation {
 			continue // every command needs it: no positive control possible
 		}
 		if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: c.ok}); err != nil {
