@@ -48,6 +48,8 @@ type DriverHost struct {
 	mu     sync.Mutex
 	proc   *driverapi.Process
 	closed bool
+	// launching is the start under way, if any (get).
+	launching *launch
 	// caps is the fingerprint reported by capsOf, the process it came from.
 	caps   *driverapi.HostCapabilities
 	capsOf *driverapi.Process
@@ -102,37 +104,114 @@ func (h *DriverHost) Start(ctx context.Context) error {
 	return err
 }
 
+// get returns the running plugin, launching one if none runs. Callers
+// that arrive while a launch is under way wait for that launch instead of
+// starting their own (a plugin that fails to start is tried once per
+// wave of callers, not once per caller), each for as long as its ctx
+// allows. The launch itself is not the caller's: it runs under
+// StartTimeout alone, so a caller that gives up does not fail the
+// others.
 func (h *DriverHost) get(ctx context.Context) (*driverapi.Process, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if h.closed {
+		h.mu.Unlock()
 		return nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: errors.New("driver host is closed")}
 	}
 	if h.proc != nil && !h.proc.Exited() {
-		return h.proc, nil
+		p := h.proc
+		h.mu.Unlock()
+		return p, nil
 	}
 	if h.proc != nil {
 		h.logger.Warn("driver process has exited; launching a new one")
 		h.proc.Kill()
 		h.proc = nil
 	}
+	l := h.launching
+	if l == nil {
+		timeout := h.cfg.StartTimeout
+		if timeout <= 0 {
+			timeout = defaultStartTimeout
+		}
+		lctx, cancel := context.WithTimeout(context.Background(), timeout)
+		l = &launch{done: make(chan struct{}), cancel: cancel, timeout: timeout}
+		h.launching = l
+		go h.launch(lctx, l)
+	}
+	l.waiting++
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		l.waiting--
+		h.mu.Unlock()
+	}()
+	select {
+	case <-l.done:
+		return l.p, l.err
+	case <-ctx.Done():
+		return nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: fmt.Errorf("gave up waiting for the driver to start: %w", ctx.Err())}
+	}
+}
+
+// defaultStartTimeout bounds a launch without StartTimeout: driverapi's
+// own default for the handshake, here for the first calls too.
+const defaultStartTimeout = 30 * time.Second
+
+// launch is one start of the plugin, shared by every caller of get that
+// arrives while it runs.
+type launch struct {
+	done    chan struct{} // closed when p or err is set
+	cancel  context.CancelFunc
+	timeout time.Duration
+	p       *driverapi.Process
+	err     error
+	// waiting counts the callers waiting for it (under the host's mu),
+	// which tests observe to know a caller joined.
+	waiting int
+}
+
+// launch starts the plugin and negotiates with it (configure), both bounded
+// by StartTimeout: a driver that completes its handshake and then never
+// answers Capabilities must not hang every command.
+func (h *DriverHost) launch(ctx context.Context, l *launch) {
+	defer l.cancel()
+	timeout := l.timeout
 	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{
 		Path:         h.cfg.Path,
 		SHA256:       h.cfg.SHA256,
 		Logger:       h.logger,
-		StartTimeout: h.cfg.StartTimeout,
+		StartTimeout: timeout,
 		Env:          append(append([]string(nil), h.cfg.Env...), "ALEPH_DRIVER_OPTIONS="+string(h.cfg.Options)),
 	})
 	if err != nil {
-		return nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: err}
+		err = &DriverError{Driver: h.cfg.Name, Op: "start", Err: err}
 	}
-	if err := h.configure(ctx, p); err != nil {
+	var caps driverapi.HostCapabilities
+	if err == nil {
+		caps, err = h.configure(ctx, p)
+	}
+	if err != nil && p != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = &DriverError{Driver: h.cfg.Name, Op: "Capabilities",
+				Err: fmt.Errorf("the driver started but did not answer within %s of its start: %w", timeout, ctx.Err())}
+		}
 		p.Kill()
-		return nil, err
+		p = nil
 	}
-	h.proc = p
-	h.launches++
-	return p, nil
+	h.mu.Lock()
+	h.launching = nil
+	if err == nil && h.closed {
+		p.Kill()
+		p, err = nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: errors.New("driver host is closed")}
+	}
+	if err == nil {
+		h.proc = p
+		h.caps, h.capsOf = &caps, p
+		h.launches++
+	}
+	l.p, l.err = p, err
+	h.mu.Unlock()
+	close(l.done)
 }
 
 // Launches is how many plugin processes this host has started.
@@ -147,28 +226,26 @@ func (h *DriverHost) Launches() int64 {
 // driver with the config call its section through SetConfig, where a refused
 // key becomes a typed *driverapi.ConfigError. A protocol-1.0 driver only had
 // the section in its environment and validated it there.
-func (h *DriverHost) configure(ctx context.Context, p *driverapi.Process) error {
+func (h *DriverHost) configure(ctx context.Context, p *driverapi.Process) (driverapi.HostCapabilities, error) {
 	c, err := p.Driver().Capabilities(ctx)
 	if err != nil {
-		return &DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
+		return c, &DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
 	}
-	h.caps, h.capsOf = &c, p
 	if !c.Supports(driverapi.CallConfig) {
-		return nil
+		return c, nil
 	}
 	cf, ok := p.Driver().(driverapi.Configurable)
 	if !ok {
-		return nil
+		return c, nil
 	}
 	if err := cf.SetConfig(ctx, h.cfg.Options); err != nil {
-		return &DriverError{Driver: h.cfg.Name, Op: "configure", Err: err}
+		return c, &DriverError{Driver: h.cfg.Name, Op: "configure", Err: err}
 	}
 	// The report may depend on the section: ask again.
 	if c, err = p.Driver().Capabilities(ctx); err != nil {
-		return &DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
+		return c, &DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
 	}
-	h.caps = &c
-	return nil
+	return c, nil
 }
 
 // Signal delivers sig to a running command (driverapi.Signaler). It never
@@ -325,11 +402,18 @@ func (h *DriverHost) Run(ctx context.Context, spec driverapi.RunSpec, streams dr
 // Close kills the plugin process and waits for it. Later calls fail.
 func (h *DriverHost) Close() error {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	h.closed = true
 	if h.proc != nil {
 		h.proc.Kill()
 		h.proc = nil
+	}
+	l := h.launching
+	h.mu.Unlock()
+	if l != nil {
+		// A start under way is cut short (its plugin killed) and waited
+		// for, so no plugin process outlives Close.
+		l.cancel()
+		<-l.done
 	}
 	return nil
 }

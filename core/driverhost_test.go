@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
@@ -361,5 +362,145 @@ func TestDriverHostHandsTheDriverItsSection(t *testing.T) {
 	}
 	if _, err := old.ConfigSchema(ctx); !errors.As(err, &ue) {
 		t.Fatalf("ConfigSchema of a 1.0 driver: want UnsupportedCallError, got %T %v", err, err)
+	}
+}
+
+// gatedHost is a DriverHost whose plugin (mode "gate" or "hangcaps" of
+// TestMain) logs each start's pid to the returned log file; a "gate"
+// plugin waits for the gate file, then exits without a handshake.
+func gatedHost(t *testing.T, mode string, start time.Duration) (h *DriverHost, log, gate string) {
+	t.Helper()
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	log, gate = filepath.Join(dir, "launches"), filepath.Join(dir, "gate")
+	h, err = NewDriverHost(DriverHostConfig{Path: exe, Name: "fake-plugin", StartTimeout: start,
+		Env: []string{fakeDriverEnv + "=" + mode, "ALEPH_TEST_LAUNCH_LOG=" + log, "ALEPH_TEST_GATE=" + gate}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = h.Close() })
+	return h, log, gate
+}
+
+// launchPids are the pids the plugin logged, one per start; it waits until
+// there are at least n.
+func launchPids(t *testing.T, log string, n int) []int {
+	t.Helper()
+	var pids []int
+	waitFor(t, func() bool {
+		b, _ := os.ReadFile(log)
+		pids = nil
+		for _, l := range strings.Fields(string(b)) {
+			p, _ := strconv.Atoi(l)
+			pids = append(pids, p)
+		}
+		return len(pids) >= n
+	})
+	return pids
+}
+
+// A caller that arrives while a start is under way waits for that start
+// instead of launching another; a caller that gives up does not end it;
+// the next caller after a failed start tries again.
+func TestDriverHostCallersShareOneStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	h, log, gate := gatedHost(t, "gate", time.Minute)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := h.Capabilities(gone)
+	var de *DriverError
+	if !errors.As(err, &de) || !errors.Is(err, context.Canceled) {
+		t.Fatalf("a caller that gave up: %v", err)
+	}
+	first := launchPids(t, log, 1)
+	res := make(chan error, 1)
+	go func() { _, err := h.Capabilities(context.Background()); res <- err }()
+	// The second caller waits for the start the first one began.
+	waitFor(t, func() bool {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		return h.launching != nil && h.launching.waiting == 1
+	})
+	if err := os.WriteFile(gate, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-res; !errors.As(err, &de) || de.Op != "start" {
+		t.Fatalf("the second caller: %v, want the start's failure", err)
+	}
+	if pids := launchPids(t, log, 1); len(pids) != 1 || pids[0] != first[0] {
+		t.Fatalf("starts %v: the second caller launched its own", pids)
+	}
+	// A later caller tries again.
+	if _, err := h.Capabilities(context.Background()); err == nil {
+		t.Fatal("a driver that never handshakes started")
+	}
+	if pids := launchPids(t, log, 2); len(pids) != 2 {
+		t.Fatalf("starts %v, want a second one", pids)
+	}
+}
+
+// A driver that completes its handshake and then never answers is given
+// up on after StartTimeout, and its process is killed; the same timeout
+// lets a working driver start (the control).
+func TestDriverHostBoundsAWedgedDriver(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	h, log, _ := gatedHost(t, "hangcaps", 2*time.Second)
+	_, err := h.Capabilities(context.Background())
+	var de *DriverError
+	if !errors.As(err, &de) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not answer") {
+		t.Fatalf("a wedged driver: %v", err)
+	}
+	pid := launchPids(t, log, 1)[0]
+	if processAlive(pid) {
+		t.Fatalf("the wedged driver %d was left running", pid)
+	}
+	exe, _ := os.Executable()
+	ok, err := NewDriverHost(DriverHostConfig{Path: exe, Name: "fake-plugin", StartTimeout: 2 * time.Second, Env: []string{fakeDriverEnv + "=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ok.Close()
+	if _, err := ok.Capabilities(context.Background()); err != nil {
+		t.Fatalf("the control: %v", err)
+	}
+}
+
+// Close during a start kills the plugin being started.
+func TestDriverHostCloseEndsAStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	h, log, _ := gatedHost(t, "gate", time.Minute)
+	gone, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, _ = h.Capabilities(gone)
+	pid := launchPids(t, log, 1)[0]
+	if !processAlive(pid) {
+		t.Fatal("the plugin being started is not running")
+	}
+	_ = h.Close()
+	if processAlive(pid) {
+		t.Fatalf("the plugin %d outlived Close", pid)
+	}
+	if _, err := h.Capabilities(context.Background()); err == nil || !strings.Contains(err.Error(), "closed") {
+		t.Fatalf("after Close: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds, failing the test after a long bound
+// (a bound against a hang, not a speed check).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 30s")
+		}
 	}
 }

@@ -180,6 +180,8 @@ type Process struct {
 	// plugin exits when it reads EOF: at Kill, or when the host dies
 	// however it dies) and the plugin's private socket directory.
 	handover *handover
+	// endLife kills the process through os/exec (launch).
+	endLife context.CancelFunc
 }
 
 // Driver returns the Driver served by the process, or nil if it serves a hook.
@@ -197,6 +199,9 @@ func (p *Process) Path() string { return p.path }
 // Kill ends the plugin process (gracefully, then forcibly) and waits for it.
 func (p *Process) Kill() {
 	p.client.Kill()
+	if p.endLife != nil {
+		p.endLife()
+	}
 	p.handover.cleanup()
 }
 
@@ -251,13 +256,19 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	} else {
 		ps = plugin.PluginSet{PluginHook: &HookPlugin{Name: cfg.Path}}
 	}
-	cmd := exec.Command(cfg.Path, cfg.Args...)
+	// life ends the process from outside go-plugin: its Kill waits for the
+	// lock its Start holds until the handshake or StartTimeout, so a
+	// cancelled start could not stop a plugin that never handshakes.
+	// Cancelling life kills it (os/exec), and Start returns at once.
+	life, endLife := context.WithCancel(context.Background())
+	cmd := exec.CommandContext(life, cfg.Path, cfg.Args...)
 	cmd.Env = append(os.Environ(), cfg.Env...)
 	stderrTail := &tailWriter{max: 4096}
 	// Mutual TLS with per-launch ephemeral certificates, and a lifeline
 	// pipe so the plugin cannot outlive this process (see handover.go).
 	ho, err := newHandover(cmd)
 	if err != nil {
+		endLife()
 		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: err}
 	}
 	// The plugin has its copies once started (or never will): close ours.
@@ -265,6 +276,7 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	launched := false
 	defer func() {
 		if !launched {
+			endLife()
 			ho.cleanup()
 		}
 	}()
@@ -298,7 +310,7 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 		pc.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
 	}
 	client := plugin.NewClient(pc)
-	proc, err := startClient(ctx, client, kind)
+	proc, err := startClient(ctx, client, kind, endLife)
 	if err != nil {
 		client.Kill()
 		switch {
@@ -327,11 +339,12 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	}
 	proc.path = cfg.Path
 	proc.handover = ho
+	proc.endLife = endLife
 	launched = true
 	return proc, nil
 }
 
-func startClient(ctx context.Context, client *plugin.Client, kind string) (*Process, error) {
+func startClient(ctx context.Context, client *plugin.Client, kind string, endLife context.CancelFunc) (*Process, error) {
 	type result struct {
 		raw interface{}
 		err error
@@ -353,6 +366,7 @@ func startClient(ctx context.Context, client *plugin.Client, kind string) (*Proc
 		}
 		return &Process{client: client, raw: r.raw}, nil
 	case <-ctx.Done():
+		endLife()
 		client.Kill()
 		<-done
 		return nil, ctx.Err()
