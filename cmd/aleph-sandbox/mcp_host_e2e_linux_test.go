@@ -32,7 +32,7 @@ func TestMCPServerOnHostEndToEnd(t *testing.T) {
 		t.Skipf("%s is not installed: the http.server case needs it", python)
 	}
 	h := newServeHarness(t)
-	sock := filepath.Join(t.TempDir(), "s.sock")
+	sock := filepath.Join(t.TempDir(), "run", "s.sock") // serve makes run/ 0700
 	srvProc := h.start(t, sock, "")
 	svc := client(sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

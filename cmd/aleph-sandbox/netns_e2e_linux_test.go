@@ -119,7 +119,7 @@ func TestNetSessionLoopbackE2E(t *testing.T) {
 		t.Skip("no /usr/bin/python3")
 	}
 	h := newServeHarness(t)
-	sock := filepath.Join(t.TempDir(), "s.sock")
+	sock := filepath.Join(t.TempDir(), "run", "s.sock") // serve makes run/ 0700
 	p := h.start(t, sock, "")
 	c := client(sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)

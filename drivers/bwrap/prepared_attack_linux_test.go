@@ -180,7 +180,10 @@ func TestPreparedAttackSameAsBuilt(t *testing.T) {
 // prepared_idle_ms, with everything it held: its processes and its
 // cgroup. The control: while it waits, both exist.
 func TestPreparedAttackIdleExpiry(t *testing.T) {
-	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedIdleMS: 400})
+	// Idle long enough for the control to see it waiting on a loaded
+	// machine: a sandbox that expired before the first look is never
+	// prepared again (no demand), and the look would wait in vain.
+	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedIdleMS: 3000})
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
