@@ -152,6 +152,7 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	}
 	var live liveOutput
 	var stdout, stderr io.Writer
+	errTail := tailBuffer{max: 4096}
 	if !f.json {
 		// The same writers as in-process: the terminal filter where a
 		// stream is a terminal (unless --raw-output), and a closed pipe
@@ -159,6 +160,9 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 		// A terminal command owns the user's terminal: its output
 		// passes raw (docs/cli.md).
 		stdout, stderr = live.wire(std, filter && !inter.tty, brokenPipe(sigs, kill))
+		// The streamed stderr's end, for the notes an in-process exec
+		// reads from the captured output (a fork refused without --spawn).
+		stderr = io.MultiWriter(stderr, &errTail)
 	}
 	// The call returns with the first message (or the failure of the
 	// call), which a silent command sends only at its end.
@@ -207,12 +211,19 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 			writeJSON(std.Out, execResult{Denied: true, Reason: res.GetReason(), Rule: res.GetRule()})
 			return 0
 		}
+		if code, ok := denialHint(std, f, core.ReasonCode(res.GetReasonCode()), res.GetReason()); ok {
+			return code
+		}
 		return fail(std.Err, "%s", oneLine(res.GetReason()))
 	}
 	out := &core.Output{Stdout: res.GetStdout(), Stderr: res.GetStderr(), Backend: res.GetBackend(),
 		CommandID: res.GetCommandId(), Exit: driverapi.Exit{ExitCode: res.GetExitCode(), Signal: res.GetSignal(),
 			TimedOut: res.GetTimedOut(), Truncated: res.GetTruncated(), OOMKilled: res.GetOomKilled(),
 			Duration: durationMS(res.GetDurationMs())}}
+	if len(out.Stderr) == 0 {
+		out.Stderr = errTail.bytes()
+	}
+	execNotes(std, f, out, nil)
 	return reportExec(std, f.json, out, nil)
 }
 

@@ -39,9 +39,13 @@ func execNotes(io stdio, f *runFlags, out *core.Output, err error) {
 		}
 		fmt.Fprintf(io.Err, "aleph-sandbox: the command was killed for exceeding %s%s\n", limit, hint)
 	}
-	if e.Truncated {
+	switch {
+	case e.Truncated && e.StdoutBytes+e.StderrBytes > 0:
 		fmt.Fprintf(io.Err, "aleph-sandbox: output truncated: the command wrote %d bytes to stdout and %d to stderr, more than the output budget keeps (raise it with --max-output)\n",
 			e.StdoutBytes, e.StderrBytes)
+	case e.Truncated:
+		// Through the service, whose result has no byte counts.
+		fmt.Fprintln(io.Err, "aleph-sandbox: output truncated: the command wrote more than the output budget keeps (raise it with --max-output)")
 	}
 	if !f.spawn && e.ExitCode != 0 && looksLikeForkDenied(out.Stderr) {
 		fmt.Fprintln(io.Err, "aleph-sandbox: the command could not start a subprocess: subprocesses need --spawn (approve it with --yes or at the prompt)")
@@ -53,12 +57,37 @@ func execNotes(io stdio, f *runFlags, out *core.Output, err error) {
 // for every other outcome (reportExec handles those).
 func deniedWithHint(io stdio, f *runFlags, err error) (code int, ok bool) {
 	var de *core.DeniedError
-	if f.json || !errors.As(err, &de) || (de.Code != core.ReasonApprovalDenied && de.Code != core.ReasonApprovalTimeout) {
+	if !errors.As(err, &de) {
+		return 0, false
+	}
+	return denialHint(io, f, de.Code, de.Error())
+}
+
+// denialHint is deniedWithHint for a denial known by its code and text
+// (exec --host has them from the service's result).
+func denialHint(io stdio, f *runFlags, code core.ReasonCode, text string) (int, bool) {
+	if f.json || (code != core.ReasonApprovalDenied && code != core.ReasonApprovalTimeout) {
 		return 0, false
 	}
 	return fail(io.Err, "%s (asked for by %s; approve with --yes, or answer the prompt on a terminal)",
-		oneLine(de.Error()), elevationFlags(f)), true
+		oneLine(text), elevationFlags(f)), true
 }
+
+// tailBuffer keeps the last max bytes written to it.
+type tailBuffer struct {
+	max int
+	b   []byte
+}
+
+func (t *tailBuffer) Write(p []byte) (int, error) {
+	t.b = append(t.b, p...)
+	if over := len(t.b) - t.max; over > 0 {
+		t.b = append(t.b[:0], t.b[over:]...)
+	}
+	return len(p), nil
+}
+
+func (t *tailBuffer) bytes() []byte { return t.b }
 
 // elevationFlags names the flags of this invocation that ask for more than
 // the strict baseline.

@@ -532,8 +532,21 @@ except OSError as e:
 		// ALEPH_SANDBOX_HOST; no terminal and no --yes: the elevation is
 		// denied (125), as in-process; --yes approves it.
 		env := []string{"ALEPH_SANDBOX_HOST=" + host}
-		if code, _, errs := run(env, "exec", "--spawn", "--", "/bin/sh", "-c", "/bin/echo x"); code != 125 || !strings.Contains(errs, "approval_denied") {
-			t.Errorf("denied: %d %q", code, errs)
+		if code, _, errs := run(env, "exec", "--spawn", "--", "/bin/sh", "-c", "/bin/echo x"); code != 125 || !strings.Contains(errs, "approval_denied") ||
+			!strings.Contains(errs, "(asked for by --spawn; approve with --yes") {
+			t.Errorf("denied: %d %q, want the flag that asked and how to approve", code, errs)
+		}
+		// The notes of in-process exec: output cut at the budget, and a
+		// fork refused without --spawn (the control: none for a command
+		// within both).
+		if code, _, errs := run(env, "exec", "--max-output", "100", "--", "/usr/bin/seq", "1", "100000"); code != 0 || !strings.Contains(errs, "output truncated") || !strings.Contains(errs, "--max-output") {
+			t.Errorf("truncated: %d %q", code, errs)
+		}
+		if code, _, errs := run(env, "exec", "--", "/bin/sh", "-c", "ls | cat"); code == 0 || !strings.Contains(errs, "subprocesses need --spawn") {
+			t.Errorf("fork without --spawn: %d %q", code, errs)
+		}
+		if code, _, errs := run(env, "exec", "--max-output", "100", "--", "/bin/echo", "short"); code != 0 || errs != "" {
+			t.Errorf("control: %d %q", code, errs)
 		}
 		if code, out, _ := run(env, "exec", "--spawn", "--yes", "--", "/bin/sh", "-c", "/bin/echo spawned"); code != 0 || out != "spawned\n" {
 			t.Errorf("--yes: %d %q", code, out)
