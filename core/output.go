@@ -14,11 +14,13 @@ type limitedBuffer struct {
 	buf       []byte
 	limit     int64
 	truncated bool
+	total     int64 // every byte the driver delivered, kept or not
 }
 
 func (b *limitedBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	b.total += int64(len(p))
 	room := b.limit - int64(len(b.buf))
 	if int64(len(p)) > room {
 		b.truncated = true
@@ -51,4 +53,11 @@ func trimPartialRune(b []byte) []byte {
 		}
 	}
 	return b
+}
+
+// received is how many bytes the driver delivered.
+func (b *limitedBuffer) received() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total
 }

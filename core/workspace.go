@@ -493,6 +493,8 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		// of time, and a timeout is what the caller must see, not a
 		// sandbox failure.
 		exit = setupTimeoutExit(elapsed, err)
+	} else if err := saneExit(&exit, time.Since(runStart), stdout.received(), stderr.received()); err != nil {
+		return nil, s.driverErr("Run", err)
 	}
 	exit.Truncated = exit.Truncated || stdout.truncated || stderr.truncated
 	r.rec.ExitCode, r.rec.Signal = exit.ExitCode, exit.Signal
@@ -523,6 +525,24 @@ func setupMayHaveTimedOut(err error) bool {
 	var ple *driverapi.PluginError
 	var pm *driverapi.ProtocolMismatchError
 	return !errors.As(err, &ie) && !errors.As(err, &pe) && !errors.As(err, &ple) && !errors.As(err, &pm)
+}
+
+// saneExit checks what a driver reported against what cannot be so, and
+// corrects what the host knows better. A signal number outside 0-127
+// cannot be reported as an exit status (128+N), so the result is refused.
+// A duration longer than the host waited, or negative, becomes the host's
+// own; byte counts below what the host received become what it received.
+// ExitCode is not checked: on Windows any 32-bit value is an exit code.
+func saneExit(e *driverapi.Exit, elapsed time.Duration, stdout, stderr int64) error {
+	if e.Signal < 0 || e.Signal > 127 {
+		return fmt.Errorf("the driver reported an impossible exit: signal %d (a signal number is 1-127, 0 for none)", e.Signal)
+	}
+	if e.Duration < 0 || e.Duration > elapsed {
+		e.Duration = elapsed
+	}
+	e.StdoutBytes = max(e.StdoutBytes, stdout)
+	e.StderrBytes = max(e.StderrBytes, stderr)
+	return nil
 }
 
 // setupTimeoutExit is the outcome of a command whose timeout fired before

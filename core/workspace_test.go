@@ -8,6 +8,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -658,5 +659,54 @@ func TestDriverCapabilitiesFailure(t *testing.T) {
 	}
 	if r := sink.last(t); r.Reason != ReasonDriverFailed {
 		t.Fatalf("audit %+v", r)
+	}
+}
+
+// A driver's impossible signal number fails the command naming the
+// driver, instead of becoming an exit status that wraps (128+999); a real
+// one is reported (the control).
+func TestImpossibleExitRefused(t *testing.T) {
+	h := newHarness(t, testConfig(t), nil)
+	ctx := WithSession(context.Background(), "x")
+	_, err := h.sb.Execute(ctx, Command{Program: "signal", Args: []string{"999"}})
+	var de *DriverError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "signal 999") {
+		t.Fatalf("signal 999: %v, want a DriverError naming it", err)
+	}
+	out, err := h.sb.Execute(ctx, Command{Program: "signal", Args: []string{"15"}})
+	if err != nil || out.Exit.Signal != 15 || out.Exit.ExitCode != 143 {
+		t.Fatalf("signal 15: %+v, %v", out, err)
+	}
+}
+
+func TestSaneExit(t *testing.T) {
+	const elapsed = 2 * time.Second
+	for _, c := range []struct {
+		name      string
+		in, want  driverapi.Exit
+		out, errb int64
+		refuse    bool
+	}{
+		{name: "as reported", in: driverapi.Exit{ExitCode: 3, Duration: time.Second, StdoutBytes: 10, StderrBytes: 4}, out: 10, errb: 4,
+			want: driverapi.Exit{ExitCode: 3, Duration: time.Second, StdoutBytes: 10, StderrBytes: 4}},
+		{name: "more written than delivered (past the budget)", in: driverapi.Exit{StdoutBytes: 1 << 20}, out: 100,
+			want: driverapi.Exit{StdoutBytes: 1 << 20}},
+		{name: "fewer than delivered", in: driverapi.Exit{StdoutBytes: 0, StderrBytes: -1}, out: 5 << 20, errb: 3,
+			want: driverapi.Exit{StdoutBytes: 5 << 20, StderrBytes: 3}},
+		{name: "negative duration", in: driverapi.Exit{Duration: -time.Hour}, want: driverapi.Exit{Duration: elapsed}},
+		{name: "longer than the host waited", in: driverapi.Exit{Duration: time.Hour}, want: driverapi.Exit{Duration: elapsed}},
+		{name: "negative exit code (Windows)", in: driverapi.Exit{ExitCode: -1073741819}, want: driverapi.Exit{ExitCode: -1073741819}},
+		{name: "signal 999", in: driverapi.Exit{ExitCode: 1127, Signal: 999}, refuse: true},
+		{name: "negative signal", in: driverapi.Exit{Signal: -5}, refuse: true},
+	} {
+		e := c.in
+		err := saneExit(&e, elapsed, c.out, c.errb)
+		if (err != nil) != c.refuse {
+			t.Errorf("%s: err %v, refuse %v", c.name, err, c.refuse)
+			continue
+		}
+		if !c.refuse && !reflect.DeepEqual(e, c.want) {
+			t.Errorf("%s: %+v, want %+v", c.name, e, c.want)
+		}
 	}
 }
