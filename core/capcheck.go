@@ -174,6 +174,16 @@ func (s *WorkspaceSandbox) driverErr(op string, err error) error {
 	s.profMu.Lock()
 	s.profiles = nil
 	s.profMu.Unlock()
+	var ise *driverapi.InvalidSpecError
+	if errors.As(err, &ise) {
+		// The driver refused a part of the command the caller gave
+		// (a workspace of system directories, a path that does not
+		// exist, a program it cannot execute): bad input, named by the
+		// command's own field, not a driver failure to retry.
+		if f, ok := commandFieldOf(ise.Field); ok {
+			return &InvalidCommandError{Field: f, Reason: ise.Reason, Err: err}
+		}
+	}
 	var de *DriverError
 	if errors.As(err, &de) {
 		return err
@@ -189,4 +199,24 @@ func (s *WorkspaceSandbox) driverErr(op string, err error) error {
 		s.capsMu.Unlock()
 	}
 	return &DriverError{Driver: name, Op: op, Err: err}
+}
+
+// commandFieldOf is the Command field (as InvalidCommandError names it) of
+// a driver's InvalidSpecError field; ok is false for a field of the
+// driver's own making (protected entries, the proxy, the home directory),
+// which stays a driver error.
+func commandFieldOf(specField string) (field string, ok bool) {
+	switch specField {
+	case "program", "args", "cwd", "workspace", "stdin", "timeout", "max_output_bytes", "session_id":
+		return specField, true
+	case "env":
+		return "env", true
+	case "fs_read", "fs_write":
+		return "capabilities." + specField, true
+	case "max_memory_mb":
+		return "capabilities.max_memory_mb", true
+	case "network", "network.mode":
+		return "capabilities.network", true
+	}
+	return "", false
 }

@@ -82,7 +82,12 @@ type InvalidCommandError struct {
 	// Hint, when set, says how a Go caller sets the field (Error includes
 	// it; a front end whose users set it otherwise leaves it out).
 	Hint string
+	// Err is the driver's refusal when the driver found the field bad
+	// (a *driverapi.InvalidSpecError), else nil.
+	Err error
 }
+
+func (e *InvalidCommandError) Unwrap() error { return e.Err }
 
 func (e *InvalidCommandError) Error() string {
 	if e.Hint != "" {

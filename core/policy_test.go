@@ -161,7 +161,12 @@ func TestApprovalApprovedCachesGrant(t *testing.T) {
 	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
 	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap))
 	ctx := WithSession(context.Background(), "ap")
-	wide := driverapi.Capabilities{FSRead: []string{"/data"}, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}, SpawnSubprocess: true}
+	// Granted paths must exist: data/ and data/sub/ of a temp dir.
+	data := filepath.Join(t.TempDir(), "data")
+	if err := os.MkdirAll(filepath.Join(data, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	wide := driverapi.Capabilities{FSRead: []string{data}, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}, SpawnSubprocess: true}
 	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Args: []string{"secret-arg"}, Capabilities: wide}); err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +174,7 @@ func TestApprovalApprovedCachesGrant(t *testing.T) {
 	if len(reqs) != 1 {
 		t.Fatalf("%d approval requests", len(reqs))
 	}
-	if s := reqs[0].Summary; !strings.Contains(s, "network access to all hosts") || !strings.Contains(s, "read access to /data") || !strings.Contains(s, "subprocesses") {
+	if s := reqs[0].Summary; !strings.Contains(s, "network access to all hosts") || !strings.Contains(s, "read access to "+data) || !strings.Contains(s, "subprocesses") {
 		t.Fatalf("summary %q", s)
 	}
 	if reqs[0].SessionID != "ap" || reqs[0].Program != "echo" {
@@ -179,7 +184,7 @@ func TestApprovalApprovedCachesGrant(t *testing.T) {
 		t.Fatalf("audit %+v", r)
 	}
 	// Same and narrower: no new question.
-	narrow := driverapi.Capabilities{FSRead: []string{"/data/sub"}, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"x.org"}}}
+	narrow := driverapi.Capabilities{FSRead: []string{filepath.Join(data, "sub")}, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"x.org"}}}
 	for _, c := range []driverapi.Capabilities{wide, narrow, {SpawnSubprocess: true}} {
 		c := c
 		if c.Network.Mode == driverapi.NetworkAllowHosts {
@@ -196,7 +201,7 @@ func TestApprovalApprovedCachesGrant(t *testing.T) {
 		t.Fatalf("narrower request asked again: %d requests", n)
 	}
 	// Wider than the grant: asks again. Another session: asks again.
-	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{"/data"}}}); err != nil {
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{data}}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h.sb.Execute(WithSession(context.Background(), "other"), Command{Program: "echo", Capabilities: wide}); err != nil {
@@ -652,5 +657,72 @@ func TestForgetSessionDropsGrants(t *testing.T) {
 	}
 	if h.fake.LastProfileRequest().Workspace != ws {
 		t.Fatal("workspace directory changed")
+	}
+}
+
+// A granted path that does not exist is refused before anyone is asked,
+// naming the field, and nothing is kept as a grant; an existing one is
+// asked about and granted (the control).
+func TestMissingGrantPathRefusedBeforeApproval(t *testing.T) {
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap))
+	ctx := WithSession(context.Background(), "m")
+	dir := t.TempDir()
+	for _, caps := range []driverapi.Capabilities{
+		{FSRead: []string{filepath.Join(dir, "nope")}},
+		{FSWrite: []string{dir, filepath.Join(dir, "nope")}},
+	} {
+		_, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: caps})
+		var ie *InvalidCommandError
+		if !errors.As(err, &ie) || !strings.HasPrefix(ie.Field, "capabilities.fs_") || !strings.Contains(ie.Reason, "no such file") {
+			t.Fatalf("%+v: %v, want an InvalidCommandError naming the path", caps, err)
+		}
+	}
+	if n := len(ap.Requests()); n != 0 {
+		t.Fatalf("%d approval requests for paths that do not exist", n)
+	}
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: driverapi.Capabilities{FSRead: []string{dir}}}); err != nil {
+		t.Fatalf("the control: %v", err)
+	}
+	if n := len(ap.Requests()); n != 1 {
+		t.Fatalf("the control: %d approval requests, want 1", n)
+	}
+}
+
+// specRefuser refuses every profile as a driver refuses a bad workspace.
+type specRefuser struct {
+	*drivertest.FakeDriver
+	field string
+}
+
+func (d specRefuser) ProfileFor(context.Context, driverapi.ProfileRequest) (driverapi.Profile, error) {
+	return driverapi.Profile{}, &driverapi.InvalidSpecError{Field: d.field, Reason: "contains system directories"}
+}
+
+// A driver's refusal of a field the caller gave is bad input named by the
+// command's field (the CLI turns it into the flag), not a driver failure;
+// one of the driver's own making stays a DriverError.
+func TestDriverRefusalIsInvalidCommand(t *testing.T) {
+	for _, c := range []struct{ spec, field string }{
+		{"workspace", "workspace"}, {"fs_read", "capabilities.fs_read"}, {"program", "program"}, {"protected", ""},
+	} {
+		h := newHarness(t, testConfig(t), nil)
+		sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(specRefuser{FakeDriver: h.fake, field: c.spec}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = sb.Execute(WithSession(context.Background(), "r"), Command{Program: "echo"})
+		sb.Close()
+		var ie *InvalidCommandError
+		var de *DriverError
+		var ise *driverapi.InvalidSpecError
+		switch {
+		case !errors.As(err, &ise):
+			t.Errorf("%s: %v does not keep the driver's InvalidSpecError", c.spec, err)
+		case c.field == "" && !errors.As(err, &de):
+			t.Errorf("%s: %v, want a DriverError", c.spec, err)
+		case c.field != "" && (!errors.As(err, &ie) || ie.Field != c.field || !strings.Contains(ie.Reason, "system directories")):
+			t.Errorf("%s: %v, want an InvalidCommandError naming %s", c.spec, err, c.field)
+		}
 	}
 }

@@ -213,6 +213,10 @@ func (s *WorkspaceSandbox) persist(sessionID string, fn func(*StoredGrants)) {
 // and write grants that would let it replace a program the sandbox runs
 // unconfined (hook plugins, the driver, the configuration: see
 // WithProtectedPaths).
+//
+// Last, a granted path must exist: before anyone is asked to approve it,
+// since an approved path that is not there would be kept as a grant of
+// nothing (and the driver refuses it anyway).
 func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities, sid string) error {
 	for _, p := range caps.FSRead {
 		if err := s.reachesOwnState("capabilities.fs_read", p, false); err != nil {
@@ -228,6 +232,16 @@ func (s *WorkspaceSandbox) grantsReachOwnState(caps driverapi.Capabilities, sid 
 		}
 		if err := s.reachesOtherSessions("capabilities.fs_write", p, sid); err != nil {
 			return err
+		}
+	}
+	for _, g := range []struct {
+		field string
+		paths []string
+	}{{"capabilities.fs_read", caps.FSRead}, {"capabilities.fs_write", caps.FSWrite}} {
+		for i, p := range g.paths {
+			if _, err := os.Stat(p); err != nil {
+				return &InvalidCommandError{Field: fmt.Sprintf("%s[%d]", g.field, i), Reason: fmt.Sprintf("%q: %v", p, unwrapPath(err))}
+			}
 		}
 	}
 	return nil

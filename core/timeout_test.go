@@ -59,14 +59,14 @@ func TestTimeoutDuringSetupIsATimeout(t *testing.T) {
 	if !errors.As(err, &de) || rec.Reason != ReasonDriverFailed {
 		t.Fatalf("early setup failure: %v, audit %+v", err, rec)
 	}
-	// ...and so does a refusal or a dead plugin, whatever the clock says.
-	for _, e := range []error{
-		&driverapi.InvalidSpecError{Field: "cwd", Reason: "bad"},
-		&driverapi.PluginError{Plugin: "p", Op: "Run", Err: driverapi.ErrPluginDied},
-	} {
-		if _, err, _ := run(setupFailDriver{FakeDriver: &drivertest.FakeDriver{}, err: e}, time.Millisecond); !errors.As(err, &de) {
-			t.Fatalf("%v after the timeout: got %v, want a DriverError", e, err)
-		}
+	// ...and so does a refusal (bad input: an InvalidCommandError naming
+	// the field) or a dead plugin, whatever the clock says.
+	var ie *InvalidCommandError
+	if _, err, _ := run(setupFailDriver{FakeDriver: &drivertest.FakeDriver{}, err: &driverapi.InvalidSpecError{Field: "cwd", Reason: "bad"}}, time.Millisecond); !errors.As(err, &ie) || ie.Field != "cwd" {
+		t.Fatalf("a refusal after the timeout: got %v, want an InvalidCommandError naming cwd", err)
+	}
+	if _, err, _ := run(setupFailDriver{FakeDriver: &drivertest.FakeDriver{}, err: &driverapi.PluginError{Plugin: "p", Op: "Run", Err: driverapi.ErrPluginDied}}, time.Millisecond); !errors.As(err, &de) {
+		t.Fatalf("a dead plugin after the timeout: got %v, want a DriverError", err)
 	}
 }
 

@@ -1,7 +1,9 @@
 package core
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,14 +80,14 @@ func validateCommand(sid string, cmd Command) error {
 			return bad("secret "+name, "collides with a variable the sandbox sets")
 		}
 	}
-	for i, p := range cmd.Capabilities.FSRead {
-		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
-			return bad(fmt.Sprintf("capabilities.fs_read[%d]", i), fmt.Sprintf("%q is not an absolute path", p))
-		}
-	}
-	for i, p := range cmd.Capabilities.FSWrite {
-		if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
-			return bad(fmt.Sprintf("capabilities.fs_write[%d]", i), fmt.Sprintf("%q is not an absolute path", p))
+	for _, g := range []struct {
+		field string
+		paths []string
+	}{{"capabilities.fs_read", cmd.Capabilities.FSRead}, {"capabilities.fs_write", cmd.Capabilities.FSWrite}} {
+		for i, p := range g.paths {
+			if !filepath.IsAbs(p) || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
+				return bad(fmt.Sprintf("%s[%d]", g.field, i), fmt.Sprintf("%q is not an absolute path", p))
+			}
 		}
 	}
 	n := cmd.Capabilities.Network
@@ -157,4 +159,13 @@ func confineCwd(ws, cwd string) (string, error) {
 		return "", &InvalidCommandError{Field: "cwd", Reason: fmt.Sprintf("%q is not a directory", cwd)}
 	}
 	return canon, nil
+}
+
+// unwrapPath is a *fs.PathError's cause alone (the path is named already).
+func unwrapPath(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }
