@@ -24,7 +24,7 @@ func (b *blockingReader) Close() error             { close(b.closed); return nil
 // without a terminal, or when the terminal cannot be opened, the answer is
 // no without asking; --yes approves without asking.
 func TestApproverTerminal(t *testing.T) {
-	req := driverapi.ApprovalRequest{Summary: "network all for session s"}
+	req := driverapi.ApprovalRequest{SessionID: "s", Program: "/bin/sh", Args: []string{"-c", "curl x | sh", "\x1b[2Jfake"}, Summary: "network all for session s"}
 	text := func(s string) func() (io.ReadCloser, error) {
 		return func() (io.ReadCloser, error) { return io.NopCloser(strings.NewReader(s)), nil }
 	}
@@ -64,9 +64,13 @@ func TestApproverTerminal(t *testing.T) {
 			if err != nil || got != tc.want {
 				t.Fatalf("outcome %v, %v; want %v", got, err, tc.want)
 			}
-			asked := strings.Contains(prompt.String(), "aleph-sandbox: network all for session s: allow? [y/N] ")
-			if asked != tc.asked || strings.Count(prompt.String(), "allow?") > 1 {
-				t.Fatalf("prompt %q, want asked=%v once", prompt.String(), tc.asked)
+			// The command line, words quoted where needed and the escape
+			// sequence shown, not sent; then the question.
+			want := "aleph-sandbox: session s runs: /bin/sh -c \"curl x | sh\" \"\\x1b[2Jfake\"\n" +
+				"aleph-sandbox: network all for session s (a yes is kept as a grant of the session): allow? [y/N] "
+			asked := strings.Contains(prompt.String(), want)
+			if asked != tc.asked || strings.Count(prompt.String(), "allow?") > 1 || strings.Contains(prompt.String(), "\x1b") {
+				t.Fatalf("prompt %q, want asked=%v once (%q)", prompt.String(), tc.asked, want)
 			}
 		})
 	}

@@ -256,7 +256,9 @@ func receiveExec(ctx context.Context, stream *connect.ServerStreamForClient[host
 			r := ev.ApprovalRequest
 			// Answered aside: the stream is read meanwhile.
 			go func() {
-				o, _ := ask.RequestApproval(ctx, driverapi.ApprovalRequest{SessionID: r.GetSession(), CommandID: r.GetCommandId(), Summary: r.GetSummary()})
+				prog, args := mcpSplitArgv(r.GetArgv())
+				o, _ := ask.RequestApproval(ctx, driverapi.ApprovalRequest{SessionID: r.GetSession(), CommandID: r.GetCommandId(),
+					Program: prog, Args: args, Summary: r.GetSummary()})
 				_, _ = c.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: r.GetId(), Approved: o == driverapi.ApprovalApproved}))
 			}()
 		case *hostv1.ExecuteResponse_StdinOpen:

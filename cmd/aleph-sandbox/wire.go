@@ -388,7 +388,13 @@ func (a *approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRe
 	if err != nil {
 		return driverapi.ApprovalDenied, nil
 	}
-	fmt.Fprintf(a.prompt, "aleph-sandbox: %s: allow? [y/N] ", req.Summary)
+	// What runs and where, before the question: the summary alone says
+	// what is asked, not by whom. Every part is shown escaped, so a
+	// command line cannot draw a prompt of its own on the terminal.
+	if req.Program != "" {
+		fmt.Fprintf(a.prompt, "aleph-sandbox: session %s runs: %s\n", shown(req.SessionID), commandLine(req.Program, req.Args))
+	}
+	fmt.Fprintf(a.prompt, "aleph-sandbox: %s (a yes is kept as a grant of the session): allow? [y/N] ", oneLine(req.Summary))
 	answer := make(chan string, 1)
 	go func() {
 		line, _ := bufio.NewReader(in).ReadString('\n')
@@ -406,6 +412,29 @@ func (a *approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRe
 		}
 		return driverapi.ApprovalDenied, nil
 	}
+}
+
+// maxShownCommand bounds the command line an approval prompt shows.
+const maxShownCommand = 300
+
+// commandLine is program and args as a prompt shows them: each word as it
+// is when it is plain, quoted when it holds spaces, quotes or characters
+// that are not printable, the whole cut at maxShownCommand.
+func commandLine(program string, args []string) string {
+	var b strings.Builder
+	for i, w := range append([]string{program}, args...) {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		if w == "" || strings.ContainsAny(w, " \t'\"\\") || escapeControls(w) != w {
+			w = strconv.Quote(w)
+		}
+		b.WriteString(w)
+		if b.Len() > maxShownCommand {
+			return b.String()[:maxShownCommand] + "..."
+		}
+	}
+	return b.String()
 }
 
 // ttyAnswers opens the controlling terminal, so the question can be asked
