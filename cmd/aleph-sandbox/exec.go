@@ -310,7 +310,9 @@ func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
 	}
 	switch {
 	case e.TimedOut:
-		fmt.Fprintf(io.Err, "aleph-sandbox: timed out after %s\n", e.Duration.Round(1e6))
+		// Duration is how long the command's sandbox ran, setup included,
+		// which a limit shorter than the setup exceeds.
+		fmt.Fprintf(io.Err, "aleph-sandbox: timed out: the command reached its time limit (--timeout, or sandbox.default_timeout_seconds) and was killed after %s\n", e.Duration.Round(1e6))
 		return exitTimedOut
 	case e.Signal > 0:
 		return 128 + int(e.Signal)

@@ -125,7 +125,7 @@ func TestExecStdinIsBounded(t *testing.T) {
 	drv := cliEnv(t)
 	var out, errOut strings.Builder
 	code := dispatch(context.Background(), []string{"exec", "--driver", drv, "--stdin", "--", "cat"}, stdio{In: endless{}, Out: &out, Err: &errOut})
-	if code != 125 || !strings.Contains(errOut.String(), fmt.Sprintf("larger than %d bytes", driverapi.MaxStdinBytes)) {
+	if code != 125 || !strings.Contains(errOut.String(), fmt.Sprintf("larger than %d bytes", driverapi.MaxStdinBytes)) || !strings.Contains(errOut.String(), "-i streams") {
 		t.Fatalf("endless stdin: exit %d stderr %q", code, errOut.String())
 	}
 	if r := cli(t, "hello", false, "exec", "--driver", drv, "--stdin", "--", "cat"); r.code != 0 || r.stdout != "hello" {

@@ -183,7 +183,7 @@ func (f *runFlags) command(program string, args []string, stdin io.Reader) (core
 			return core.Command{}, &usageError{fmt.Sprintf("reading standard input: %v", err)}
 		}
 		if len(data) > driverapi.MaxStdinBytes {
-			return core.Command{}, &usageError{fmt.Sprintf("standard input is larger than %d bytes", driverapi.MaxStdinBytes)}
+			return core.Command{}, &usageError{fmt.Sprintf("--stdin: standard input is larger than %d bytes (-i streams it with no limit)", driverapi.MaxStdinBytes)}
 		}
 		cmd.Stdin = data
 	}
