@@ -16,6 +16,8 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import math
+import numbers
 import os
 import socket
 import struct
@@ -243,6 +245,80 @@ def _error(obj: Mapping[str, Any], fallback_code: str = "unknown") -> SandboxErr
     return SandboxError(message, code=code, **detail)
 
 
+# The service's bound on timeout_seconds; beyond it a request is refused.
+_MAX_TIMEOUT = 365 * 24 * 3600.0
+_MAX_UINT64 = 2 ** 64 - 1
+_MAX_INT64 = 2 ** 63 - 1
+
+
+def _flag(name: str, v: Any) -> bool:
+    """A boolean option: True or False, nothing merely truthy."""
+    if not isinstance(v, bool):
+        raise TypeError("%s is True or False, got %r" % (name, v))
+    return v
+
+
+def _seconds(name: str, v: Any, omit: str, maximum: float = _MAX_TIMEOUT) -> float:
+    """A positive, finite number of seconds. omit says what leaving the
+    option out (None) gives instead: on the wire 0 means "not given"."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError("%s is a number of seconds, got %r" % (name, v))
+    f = float(v)
+    if not (0 < f <= maximum):  # also refuses NaN
+        raise ValueError("%s must be a positive number of seconds of at most %g, got %r; %s"
+                         % (name, maximum, v, omit))
+    return f
+
+
+def _count(name: str, v: Any, unit: str, maximum: int, omit: str) -> int:
+    """A positive whole number (of unit): 0 means "not given" on the wire."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError("%s is a whole number of %s, got %r" % (name, unit, v))
+    n = int(v)
+    if not (0 < n <= maximum):
+        raise ValueError("%s must be a positive number of %s (at most %d), got %r; %s" % (name, unit, maximum, v, omit))
+    return n
+
+
+def _size(rows: Any, cols: Any) -> "tuple[int, int]":
+    """A terminal's rows and columns, 1 to 65535 each."""
+    for name, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError("%s is a whole number, got %r" % (name, v))
+        if not 1 <= int(v) <= 65535:
+            raise ValueError("rows and cols lie between 1 and 65535, got %r x %r" % (rows, cols))
+    return int(rows), int(cols)
+
+
+def _paths(name: str, v: Any) -> List[str]:
+    """A list of paths, made absolute; a lone string is refused (it would
+    be read as a list of its characters)."""
+    example = v if isinstance(v, str) else "/data"
+    try:
+        items = None if isinstance(v, (str, bytes)) else list(v)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(p, str) for p in items):
+        raise TypeError("%s is a list of paths, e.g. [%r], got %r" % (name, example, v))
+    return [os.path.abspath(p) for p in items]
+
+
+_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH", "PIPE")
+
+
+def _signal_name(name: Any) -> str:
+    """A signal's name as the service takes it ("TERM"; "SIGTERM" and
+    "term" are read as "TERM")."""
+    if not isinstance(name, str):
+        raise TypeError("a signal is named by a string, one of %s; got %r" % (", ".join(_SIGNALS), name))
+    n = name.strip().upper()
+    if n.startswith("SIG"):
+        n = n[3:]
+    if n not in _SIGNALS:
+        raise ValueError("signal is one of %s, got %r" % (", ".join(_SIGNALS), name))
+    return n
+
+
 _HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "unimplemented",
                408: "deadline_exceeded", 409: "aborted", 429: "unavailable", 502: "unavailable",
                503: "unavailable", 504: "unavailable"}
@@ -256,7 +332,7 @@ class Client:
     approval requests: it gets an ApprovalRequest and returns True to
     approve. Without one, the service's policy applies (denied unless it runs
     with --yes or another approver is connected). timeout bounds each call
-    other than a command's run (seconds; None: no bound).
+    other than a command's run (seconds > 0; None: no bound).
     """
 
     def __init__(self, address: Optional[str] = None, approver: Optional[Approver] = None,
@@ -268,7 +344,8 @@ class Client:
             raise ValueError("only unix:PATH addresses are supported, got %r" % address)
         self.path = address
         self.approver = approver
-        self.timeout = timeout
+        # A socket timeout of 0 would make every call non-blocking.
+        self.timeout = None if timeout is None else _seconds("timeout", timeout, "use None for no bound")
 
     # ---- transport ----
 
@@ -349,20 +426,25 @@ class Client:
                  secrets: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
         if isinstance(argv, (str, bytes)):
             raise TypeError("argv is a list of strings, e.g. ['/bin/sh', '-c', 'echo hi']")
-        req: Dict[str, Any] = {"session": session, "argv": list(argv), "spawn": bool(spawn),
-                               "read": [os.path.abspath(p) for p in read],
-                               "write": [os.path.abspath(p) for p in write],
+        req: Dict[str, Any] = {"session": session, "argv": list(argv), "spawn": _flag("spawn", spawn),
+                               "read": _paths("read", read), "write": _paths("write", write),
                                "net": net if isinstance(net, str) else ",".join(net)}
         if workspace:
             req["workspace"] = os.path.abspath(workspace)
         if cwd:
             req["cwd"] = cwd
-        if memory_mb:
-            req["memoryMb"] = str(int(memory_mb))
-        if timeout:
-            req["timeoutSeconds"] = float(timeout)
-        if max_output:
-            req["maxOutput"] = str(int(max_output))
+        # On the wire 0 is "not given", so a 0 asked for would silently be
+        # the default: it is refused, as the CLI refuses --timeout 0.
+        if memory_mb is not None:
+            req["memoryMb"] = str(_count("memory_mb", memory_mb, "MiB", _MAX_UINT64,
+                                         "leave memory_mb out (None) for no memory limit of the command's own"))
+        if timeout is not None:
+            req["timeoutSeconds"] = _seconds("timeout", timeout,
+                                             "leave timeout out (None) for the service's default "
+                                             "(sandbox.default_timeout_seconds; there is no unlimited timeout)")
+        if max_output is not None:
+            req["maxOutput"] = str(_count("max_output", max_output, "bytes", _MAX_INT64,
+                                          "leave max_output out (None) for the configured budget (sandbox.max_output_bytes)"))
         if env:
             req["env"] = dict(env)
         if secrets:
@@ -390,9 +472,9 @@ class Client:
         req = self._request(argv, **kwargs)
         if self.approver is not None:
             req["answerApprovals"] = True
-        limit = kwargs.get("timeout")
+        limit = req.get("timeoutSeconds")
         # The command's own limit bounds the wait, plus slack for set-up.
-        read_timeout = None if not limit else float(limit) + 30.0
+        read_timeout = None if limit is None else limit + 30.0
         for msg in self._stream("Execute", req, read_timeout):
             if "output" in msg:
                 out = msg["output"]
@@ -413,9 +495,15 @@ class Client:
         sandbox raises SandboxError.
 
         Keyword arguments mirror ``aleph-sandbox exec``: session, workspace,
-        cwd, read, write, net ("none", "all", or hosts), spawn, memory_mb,
-        timeout (seconds), max_output (bytes), env, stdin, secrets.
+        cwd, read, write (lists of paths), net ("none", "all", or hosts),
+        spawn (a bool), memory_mb (MiB), timeout (seconds), max_output
+        (bytes), env, stdin, secrets. memory_mb, timeout and max_output are
+        positive when given: on the wire 0 means "not given", so a 0 is
+        refused (ValueError) rather than silently run with the default; leave
+        one out (None) for the service's default. A value of the wrong type
+        (a string, a bool, a fraction of a byte) is a TypeError.
         """
+        _flag("check", check)
         result: Optional[Result] = None
         for ev in self.stream(argv, **kwargs):
             if ev.kind == "exit":
@@ -426,18 +514,22 @@ class Client:
             raise Denied(result)
         return result
 
-    def start(self, argv: Sequence[str], tty: bool = False, rows: int = 24, cols: int = 80,
+    def start(self, argv: Sequence[str], tty: bool = False, rows: Optional[int] = None, cols: Optional[int] = None,
               **kwargs: Any) -> "Process":
         """Starts argv as a process that outlives this call (within its
         session: forgetting the session, or the service stopping, kills it).
         It has no timeout unless one is given (the service's maximum lifetime
         bounds it). Its stdin comes from Process.write; keyword arguments
-        are those of exec except stdin."""
+        are those of exec except stdin. tty=True gives it a terminal of rows
+        x cols (default 24 x 80); rows and cols without tty are refused."""
         if kwargs.get("stdin") is not None:
             raise TypeError("a process's stdin comes from Process.write")
         req: Dict[str, Any] = {"command": self._request(argv, **kwargs)}
-        if tty:
-            req.update({"tty": True, "rows": int(rows), "cols": int(cols)})
+        if _flag("tty", tty):
+            r, c = _size(24 if rows is None else rows, 80 if cols is None else cols)
+            req.update({"tty": True, "rows": r, "cols": c})
+        elif rows is not None or cols is not None:
+            raise TypeError("rows and cols are a terminal's size: pass tty=True with them")
         r = self._unary("StartProcess", req)
         return Process(self, str(r.get("id", "")))
 
@@ -515,7 +607,11 @@ class Process:
         """The output since the last read, waiting up to timeout seconds
         when there is none yet; b"" when none came (or the process ended:
         see ``exited``)."""
-        wait = max(0.0, float(timeout))
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+            raise TypeError("timeout is a number of seconds, got %r" % (timeout,))
+        if not 0 <= float(timeout) < math.inf:  # also refuses NaN
+            raise ValueError("timeout is a finite number of seconds >= 0 (the service waits at most 60), got %r" % (timeout,))
+        wait = float(timeout)
         r = self.client._unary("ReadProcess", {"id": self.id, "offset": str(self.offset), "waitSeconds": wait},
                                wait + 30.0)
         self.offset = int(r.get("nextOffset", self.offset))
@@ -528,17 +624,21 @@ class Process:
 
     def resize(self, rows: int, cols: int) -> None:
         """Sets the window size of a process started with tty=True."""
-        self.client._unary("ResizeProcess", {"id": self.id, "rows": int(rows), "cols": int(cols)})
+        r, c = _size(rows, cols)
+        self.client._unary("ResizeProcess", {"id": self.id, "rows": r, "cols": c})
 
     def signal(self, name: str) -> None:
         """Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1",
         "USR2", "WINCH" or "PIPE"."""
-        self.client._unary("SignalProcess", {"id": self.id, "signal": name})
+        self.client._unary("SignalProcess", {"id": self.id, "signal": _signal_name(name)})
 
     def wait(self, timeout: Optional[float] = None) -> Result:
         """Waits for the end and returns the Result (its stdout and stderr
         are the output the pipeline kept; read() gives the rest). The
-        process is then gone from the service."""
+        process is then gone from the service. timeout: seconds > 0, or None
+        for no bound."""
+        if timeout is not None:
+            timeout = _seconds("timeout", timeout, "use None for no bound")
         r = self.client._unary("WaitProcess", {"id": self.id}, timeout)
         self.exited = True
         self.result = Result._from_json(r.get("result", {}))
