@@ -427,6 +427,58 @@ function grants(v: unknown): Grants {
   };
 }
 
+// The service's bound on timeout_seconds; beyond it a request is refused.
+const MAX_TIMEOUT = 365 * 24 * 3600;
+// The longest delay Node's timers take.
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+// A boolean option: true or false, nothing merely truthy.
+function flag(name: string, v: unknown): boolean {
+  if (v === undefined) {
+    return false;
+  }
+  if (typeof v !== "boolean") {
+    throw new TypeError(`${name} is true or false, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+// A positive, finite number of seconds. omit says what leaving the option
+// out gives instead: on the wire 0 means "not given".
+function seconds(name: string, v: unknown, omit: string, max = MAX_TIMEOUT): number {
+  if (typeof v !== "number" || !(v > 0 && v <= max)) {
+    throw new TypeError(`${name} must be a positive number of seconds of at most ${max}, got ${String(v)}; ${omit}`);
+  }
+  return v;
+}
+
+// A positive whole number (of unit): 0 means "not given" on the wire.
+function count(name: string, v: unknown, unit: string, omit: string): number {
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v <= 0) {
+    throw new TypeError(`${name} must be a positive whole number of ${unit} (at most ${Number.MAX_SAFE_INTEGER}), got ${String(v)}; ${omit}`);
+  }
+  return v;
+}
+
+function terminalSize(rows: unknown, cols: unknown): [number, number] {
+  if (!Number.isInteger(rows) || !Number.isInteger(cols) || (rows as number) < 1 || (cols as number) < 1 || (rows as number) > 65535 || (cols as number) > 65535) {
+    throw new TypeError(`rows and cols are integers between 1 and 65535, got ${String(rows)} × ${String(cols)}`);
+  }
+  return [rows as number, cols as number];
+}
+
+// A list of paths, made absolute; a lone string is refused (it would not be
+// a list of paths, and a character-by-character reading would grant "/").
+function paths(name: string, v: unknown): string[] {
+  if (v === undefined) {
+    return [];
+  }
+  if (!Array.isArray(v) || v.some((p) => typeof p !== "string")) {
+    throw new TypeError(`${name} is an array of paths, e.g. [${JSON.stringify(typeof v === "string" ? v : "/data")}], got ${JSON.stringify(v)}`);
+  }
+  return v.map((p: string) => path.resolve(p));
+}
+
 function varint(b: Uint8Array, i: number): [number, number] {
   let n = 0;
   let mul = 1;
@@ -534,7 +586,10 @@ class Call {
     this.req.on("error", () => {});
     this.onAbort = () => this.end({ kind: "abort", reason: signal?.reason });
     signal?.addEventListener("abort", this.onAbort, { once: true });
-    if (idleSeconds > 0) {
+    // Node's timers take at most 2^31-1 ms (24.8 days): a longer bound
+    // would be cut to that with a TimeoutOverflowWarning on the host
+    // program's stderr. It is no bound instead.
+    if (idleSeconds > 0 && idleSeconds * 1000 <= MAX_TIMER_MS) {
       this.req.setTimeout(idleSeconds * 1000, () => this.end({ kind: "timeout", seconds: idleSeconds }));
     }
   }
@@ -605,8 +660,8 @@ export class Client {
     this.socketPath = address;
     this.approver = options.approver;
     this.timeout = options.timeout ?? 30;
-    if (!(this.timeout >= 0)) {
-      throw new TypeError(`timeout is a number of seconds >= 0, got ${String(options.timeout)}`);
+    if (typeof this.timeout !== "number" || !(this.timeout >= 0 && this.timeout < Infinity)) {
+      throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
     }
   }
 
@@ -698,9 +753,9 @@ export class Client {
     const req: JSONObject = {
       session: o.session ?? "default",
       argv: [...argv],
-      spawn: o.spawn === true,
-      read: (o.read ?? []).map((p) => path.resolve(p)),
-      write: (o.write ?? []).map((p) => path.resolve(p)),
+      spawn: flag("spawn", o.spawn),
+      read: paths("read", o.read),
+      write: paths("write", o.write),
       net: typeof o.net === "string" ? o.net : o.net === undefined ? "none" : o.net.join(","),
     };
     if (o.workspace) {
@@ -709,14 +764,16 @@ export class Client {
     if (o.cwd) {
       req.cwd = o.cwd;
     }
-    if (o.memoryMb) {
-      req.memoryMb = String(Math.trunc(o.memoryMb));
+    // On the wire 0 is "not given", so a 0 asked for would silently be the
+    // default: it is refused, as the CLI refuses --timeout 0.
+    if (o.memoryMb !== undefined) {
+      req.memoryMb = String(count("memoryMb", o.memoryMb, "MiB", "leave memoryMb out for no memory limit of the command's own"));
     }
-    if (o.timeout) {
-      req.timeoutSeconds = Number(o.timeout);
+    if (o.timeout !== undefined) {
+      req.timeoutSeconds = seconds("timeout", o.timeout, "leave timeout out for the service's default (sandbox.default_timeout_seconds; there is no unlimited timeout)");
     }
-    if (o.maxOutput) {
-      req.maxOutput = String(Math.trunc(o.maxOutput));
+    if (o.maxOutput !== undefined) {
+      req.maxOutput = String(count("maxOutput", o.maxOutput, "bytes", "leave maxOutput out for the configured budget (sandbox.max_output_bytes)"));
     }
     if (o.env) {
       req.env = { ...o.env };
@@ -757,7 +814,7 @@ export class Client {
       req.answerApprovals = true;
     }
     // The command's own limit bounds the wait, plus slack for set-up.
-    const idle = options.timeout ? Number(options.timeout) + 30 : 0;
+    const idle = typeof req.timeoutSeconds === "number" ? req.timeoutSeconds + 30 : 0;
     for await (const msg of this.serverStream("Execute", req, options.signal, idle)) {
       if (isObject(msg.output)) {
         const out = msg.output;
@@ -780,6 +837,7 @@ export class Client {
    */
   async exec(argv: readonly string[], options: ExecOptions = {}): Promise<Result> {
     const { check, ...rest } = options;
+    flag("check", check);
     let res: Result | undefined;
     for await (const ev of this.stream(argv, rest)) {
       if (ev.kind === "exit") {
@@ -811,15 +869,11 @@ export class Client {
       throw new TypeError("a process's stdin comes from Process.write");
     }
     const req: JSONObject = { command: Client.request(argv, rest) };
-    if (tty) {
-      const r = rows ?? 24;
-      const c = cols ?? 80;
-      if (!Number.isInteger(r) || !Number.isInteger(c) || r < 1 || c < 1 || r > 65535 || c > 65535) {
-        throw new TypeError(`rows and cols are integers between 1 and 65535, got ${String(rows)} × ${String(cols)}`);
-      }
+    if (flag("tty", tty)) {
+      [req.rows, req.cols] = terminalSize(rows ?? 24, cols ?? 80);
       req.tty = true;
-      req.rows = r;
-      req.cols = c;
+    } else if (rows !== undefined || cols !== undefined) {
+      throw new TypeError("rows and cols are a terminal's size: pass tty: true with them");
     }
     const r = await this.unary("StartProcess", req, signal ? { signal } : {});
     return new Process(this, str(r.id));
@@ -957,8 +1011,9 @@ export class Process {
    */
   async read(options: ReadOptions = {}): Promise<Buffer> {
     const wait = options.timeout ?? 1;
-    if (!(wait >= 0)) {
-      throw new TypeError(`timeout is a number of seconds >= 0, got ${String(options.timeout)}`);
+    // Infinity would reach the service as null, that is 0: no wait at all.
+    if (typeof wait !== "number" || !(wait >= 0 && wait < Infinity)) {
+      throw new TypeError(`timeout is a finite number of seconds >= 0 (the service waits at most 60), got ${String(options.timeout)}`);
     }
     const r = await this.client.unary("ReadProcess", { id: this.id, offset: String(this.offset), waitSeconds: wait }, options, Math.min(wait, 60) + 30);
     this.offset = num(r.nextOffset) || this.offset;
@@ -974,9 +1029,7 @@ export class Process {
 
   /** Sets the window size of a process started with `tty: true`. */
   async resize(rows: number, cols: number, options: CallOptions = {}): Promise<void> {
-    if (!Number.isInteger(rows) || !Number.isInteger(cols) || rows < 1 || cols < 1 || rows > 65535 || cols > 65535) {
-      throw new TypeError(`rows and cols are integers between 1 and 65535, got ${String(rows)} × ${String(cols)}`);
-    }
+    terminalSize(rows, cols);
     await this.client.unary("ResizeProcess", { id: this.id, rows, cols }, options);
   }
 
@@ -996,8 +1049,8 @@ export class Process {
    */
   async wait(options: WaitOptions = {}): Promise<Result> {
     const t = options.timeout ?? 0;
-    if (!(t >= 0)) {
-      throw new TypeError(`timeout is a number of seconds >= 0, got ${String(options.timeout)}`);
+    if (typeof t !== "number" || !(t >= 0 && t < Infinity)) {
+      throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
     }
     const r = await this.client.unary("WaitProcess", { id: this.id }, options, t);
     this.exited = true;

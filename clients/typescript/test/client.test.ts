@@ -214,6 +214,20 @@ describe("Client against a real serve", { skip }, () => {
     r = await c.exec(["/usr/bin/head", "-c", "100", "/dev/zero"], { session: "ts3", maxOutput: 1000 });
     assert.equal(r.truncated, false);
     assert.equal(r.stdout.length, 100);
+    // A limit longer than Node's timers take (24.8 days) runs, and puts no
+    // TimeoutOverflowWarning on the host program's stderr.
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    try {
+      r = await c.exec(["/bin/echo", "long"], { session: "ts3", timeout: 30 * 24 * 3600 });
+      // Warnings are emitted on a later tick.
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off("warning", onWarning);
+    }
+    assert.equal(r.stdout.toString(), "long\n");
+    assert.deepEqual(warnings, []);
   });
 
   test("stream yields output as it arrives, in order, then the exit", T, async () => {
@@ -577,6 +591,60 @@ describe("Client without a service", () => {
       await new Promise((resolve) => mute.close(resolve));
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  // Each call goes to a socket nobody listens on: reaching the service
+  // would reject with "unavailable", not the TypeError asserted. The
+  // positive controls show well-formed values get that far.
+  const nowhere = "unix:/nonexistent-aleph-sandbox/aleph.sock";
+  const unavailable = { name: "SandboxError", code: "unavailable" };
+  const refused = (words: RegExp) => (err: unknown) => err instanceof TypeError && words.test(err.message);
+
+  test("0 is refused, not dropped: on the wire it means the default", T, async () => {
+    const c = new Client({ socket: nowhere });
+    await assert.rejects(c.exec(["/bin/true"], { timeout: 0 }), refused(/^timeout must be a positive .*default/));
+    await assert.rejects(c.exec(["/bin/true"], { memoryMb: 0 }), refused(/^memoryMb must be a positive .*no memory limit/));
+    await assert.rejects(c.exec(["/bin/true"], { maxOutput: 0 }), refused(/^maxOutput must be a positive .*budget/));
+    await assert.rejects(c.start(["/bin/true"], { timeout: 0 }), refused(/^timeout/));
+    await assert.rejects(c.stream(["/bin/true"], { maxOutput: 0 }).next(), refused(/^maxOutput/));
+    // Positive control: the smallest meaningful values are sent.
+    await assert.rejects(c.exec(["/bin/true"], { timeout: 0.001, memoryMb: 1, maxOutput: 1 }), unavailable);
+    await assert.rejects(c.start(["/bin/true"], { timeout: 1, memoryMb: 64, maxOutput: 1 << 20 }), unavailable);
+  });
+
+  test("bad numbers, booleans and path lists are TypeErrors", T, async () => {
+    const c = new Client({ socket: nowhere });
+    for (const bad of [-1, NaN, Infinity, 365 * 24 * 3600 + 1, "30", true]) {
+      await assert.rejects(c.exec(["/bin/true"], { timeout: bad as number }), refused(/^timeout/));
+    }
+    await assert.rejects(c.exec(["/bin/true"], { memoryMb: -5 }), refused(/^memoryMb.*-5/));
+    // Not truncated to 1: a fraction of a byte is a mistake.
+    await assert.rejects(c.exec(["/bin/true"], { maxOutput: 1.5 }), refused(/^maxOutput.*whole number/));
+    await assert.rejects(c.exec(["/bin/true"], { maxOutput: 2 ** 60 }), refused(/^maxOutput/));
+    await assert.rejects(c.exec(["/bin/true"], { memoryMb: "512" as unknown as number }), refused(/^memoryMb/));
+    // "yes" is not true: a string is refused, not read as false.
+    await assert.rejects(c.exec(["/bin/true"], { spawn: "yes" as unknown as boolean }), refused(/^spawn is true or false/));
+    await assert.rejects(c.exec(["/bin/true"], { check: 1 as unknown as boolean }), refused(/^check/));
+    await assert.rejects(c.start(["/bin/true"], { tty: "yes" as unknown as boolean }), refused(/^tty/));
+    await assert.rejects(c.exec(["/bin/true"], { read: "/etc" as unknown as string[] }), refused(/^read is an array of paths, e.g. \["\/etc"\]/));
+    await assert.rejects(c.exec(["/bin/true"], { write: [1] as unknown as string[] }), refused(/^write/));
+    await assert.rejects(c.exec(["/bin/true"], { spawn: false, read: ["/etc"], write: [] }), unavailable);
+  });
+
+  test("terminal sizes and process timeouts are checked before sending", T, async () => {
+    const c = new Client({ socket: nowhere });
+    await assert.rejects(c.start(["/bin/cat"], { tty: true, cols: 65536 }), refused(/^rows and cols/));
+    // A size without a terminal would be ignored: refused instead.
+    await assert.rejects(c.start(["/bin/cat"], { rows: 30, cols: 100 }), refused(/tty: true/));
+    await assert.rejects(c.start(["/bin/cat"], { tty: true, rows: 1, cols: 65535 }), unavailable);
+    const p = new Process(c, "proc-none");
+    await assert.rejects(p.read({ timeout: Infinity }), refused(/^timeout is a finite number/));
+    await assert.rejects(p.read({ timeout: -1 }), refused(/^timeout/));
+    await assert.rejects(p.wait({ timeout: NaN }), refused(/^timeout/));
+    await assert.rejects(p.read({ timeout: 0 }), unavailable);
+    assert.throws(() => new Client({ socket: nowhere, timeout: Infinity }), refused(/^timeout/));
+    assert.throws(() => new Client({ socket: nowhere, timeout: -1 }), refused(/^timeout/));
+    assert.equal(new Client({ socket: nowhere, timeout: 0 }).timeout, 0);
   });
 
   test("addresses", T, () => {
