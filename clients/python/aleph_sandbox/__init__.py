@@ -8,6 +8,11 @@ to the service's unix socket::
     r = c.exec(["/bin/echo", "hi"], session="s1")
     print(r.stdout, r.exit_code)
 
+    ex = c.stream(["/bin/sh", "-c", "echo ready; read x"], session="s1", stdin_stream=True)
+    for ev in ex:                # "stdout" / "stderr" events, then one "exit"
+        if ev.data == b"ready\\n":
+            ex.signal("TERM")    # or ex.write(b"x\\n"); ex.close_stdin()
+
 docs/serve.md describes the service and the wire format.
 """
 
@@ -19,9 +24,11 @@ import json
 import math
 import numbers
 import os
+import secrets as _secrets
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -29,6 +36,7 @@ __all__ = [
     "Client",
     "Result",
     "Event",
+    "Execution",
     "Process",
     "ApprovalRequest",
     "SandboxError",
@@ -454,6 +462,32 @@ class Client:
             req["stdin"] = base64.b64encode(data).decode()
         return req
 
+    def _events(self, ex: "_CallState", req: Dict[str, Any], read_timeout: Optional[float]) -> Iterator[Event]:
+        ex.sent = True
+        try:
+            for msg in self._stream("Execute", req, read_timeout):
+                # Any message means the service has the call: its key is
+                # registered before the command's first output.
+                ex.running = True
+                if "output" in msg:
+                    out = msg["output"]
+                    kind = "stderr" if out.get("stream") == "STREAM_STDERR" else "stdout"
+                    yield Event(kind=kind, data=_b64(out.get("data")))
+                elif "approvalRequest" in msg:
+                    if self.approver is not None:
+                        # Answered from another thread: the stream must keep
+                        # being read meanwhile.
+                        threading.Thread(target=self._answer, args=(ApprovalRequest._from_json(msg["approvalRequest"]),),
+                                         daemon=True).start()
+                elif "result" in msg:
+                    ex.result = Result._from_json(msg["result"])
+                    yield Event(kind="exit", result=ex.result)
+        except Exception as e:
+            ex.failure = e
+            raise
+        finally:
+            ex.ended = True
+
     def _answer(self, req: ApprovalRequest) -> None:
         assert self.approver is not None
         try:
@@ -465,34 +499,38 @@ class Client:
         except SandboxError:
             pass  # timed out or answered elsewhere meanwhile: the command says so
 
-    def stream(self, argv: Sequence[str], **kwargs: Any) -> Iterator[Event]:
-        """Runs argv, yielding its output as it arrives (Event kind "stdout"
-        or "stderr", in order) and then one Event of kind "exit" with the
-        Result. Keyword arguments are those of exec (without check)."""
+    def stream(self, argv: Sequence[str], stdin_stream: bool = False, **kwargs: Any) -> "Execution":
+        """Runs argv and returns its Execution: iterating it yields the
+        output as it arrives (Events of kind "stdout" and "stderr": each
+        stream's bytes in the order the command wrote them, with no order
+        between the two, which are separate pipes) and then one Event of
+        kind "exit" with the Result. While it runs, Execution.signal sends
+        it a signal; with stdin_stream=True its stdin is a stream fed by
+        Execution.write and ended by Execution.close_stdin (and it then has
+        no default timeout, only the service's maximum lifetime). Nothing is
+        sent before the iteration begins. Keyword arguments are those of
+        exec (without check; stdin is refused with stdin_stream)."""
+        if _flag("stdin_stream", stdin_stream) and kwargs.get("stdin") is not None:
+            raise TypeError("stdin is either one buffer up front (stdin=) or a stream (stdin_stream=True), not both")
         req = self._request(argv, **kwargs)
+        # Always set, as `exec --host` does: the key only reaches this
+        # command, and only while it runs.
+        req["signalKey"] = "sig-" + _secrets.token_hex(16)
+        if stdin_stream:
+            req["stdinStream"] = True
         if self.approver is not None:
             req["answerApprovals"] = True
         limit = req.get("timeoutSeconds")
         # The command's own limit bounds the wait, plus slack for set-up.
         read_timeout = None if limit is None else limit + 30.0
-        for msg in self._stream("Execute", req, read_timeout):
-            if "output" in msg:
-                out = msg["output"]
-                kind = "stderr" if out.get("stream") == "STREAM_STDERR" else "stdout"
-                yield Event(kind=kind, data=_b64(out.get("data")))
-            elif "approvalRequest" in msg:
-                if self.approver is not None:
-                    # Answered from another thread: the stream must keep
-                    # being read meanwhile.
-                    threading.Thread(target=self._answer, args=(ApprovalRequest._from_json(msg["approvalRequest"]),),
-                                     daemon=True).start()
-            elif "result" in msg:
-                yield Event(kind="exit", result=Result._from_json(msg["result"]))
+        return Execution(self, req, read_timeout)
 
     def exec(self, argv: Sequence[str], check: bool = False, **kwargs: Any) -> Result:
         """Runs argv and returns its Result. A denial is a Result with
         denied=True (check=True raises Denied instead); a failure of the
-        sandbox raises SandboxError.
+        sandbox raises SandboxError. It is ``stream(argv, **kwargs).wait()``:
+        to signal the command while it runs, or to stream its stdin, use
+        stream.
 
         Keyword arguments mirror ``aleph-sandbox exec``: session, workspace,
         cwd, read, write (lists of paths), net ("none", "all", or hosts),
@@ -504,15 +542,9 @@ class Client:
         (a string, a bool, a fraction of a byte) is a TypeError.
         """
         _flag("check", check)
-        result: Optional[Result] = None
-        for ev in self.stream(argv, **kwargs):
-            if ev.kind == "exit":
-                result = ev.result
-        if result is None:
-            raise SandboxError("the service ended the stream without a result", code="internal")
-        if check and result.denied:
-            raise Denied(result)
-        return result
+        if kwargs.get("stdin_stream") is not None:
+            raise TypeError("exec returns at the end, so nothing could write to a streamed stdin: use stream(..., stdin_stream=True)")
+        return self.stream(argv, **kwargs).wait(check=check)
 
     def start(self, argv: Sequence[str], tty: bool = False, rows: Optional[int] = None, cols: Optional[int] = None,
               **kwargs: Any) -> "Process":
@@ -577,6 +609,148 @@ class Client:
         """``policy check``: {"verdict": "allow"|"warn"|"block", "rule", "reason"}."""
         r = self._unary("CheckPolicy", {"command": command})
         return {"verdict": r.get("verdict", ""), "rule": r.get("rule", ""), "reason": r.get("reason", "")}
+
+
+# The most one WriteStdin carries (the service's limit).
+_STDIN_CHUNK = 1 << 20
+
+
+class _CallState:
+    """What an Execution and its stream's generator share. The generator
+    holds this, not the Execution: without a cycle, dropping the Execution
+    closes the call at once."""
+
+    def __init__(self) -> None:
+        self.sent = False      # the request is on its way
+        self.running = False   # a message came: the service has the call
+        self.ended = False     # the stream is over
+        self.closed = False    # closed by the client before the result
+        self.result: Optional[Result] = None
+        self.failure: Optional[BaseException] = None
+
+
+class Execution:
+    """A command run by Client.stream. Iterate it for its Events (the
+    output as it arrives, then one of kind "exit"); wait() reads to the end
+    and returns the Result. signal(), write() and close_stdin() reach the
+    command while it runs, from the iterating thread or any other.
+
+    Nothing is sent before the iteration (or wait) begins. Leaving the
+    iteration early does not end the command: close() does (or a ``with``
+    block around it), and so does dropping the Execution; the service then
+    kills the command's process tree.
+    """
+
+    def __init__(self, client: Client, req: Dict[str, Any], read_timeout: Optional[float]) -> None:
+        self.client = client
+        #: The key naming this command to Signal, WriteStdin and CloseStdin.
+        self.signal_key: str = req["signalKey"]
+        self._stdin_stream = bool(req.get("stdinStream"))
+        self._state = _CallState()
+        self._events = client._events(self._state, req, read_timeout)
+
+    @property
+    def result(self) -> Optional[Result]:
+        """The Result, once the "exit" event has come."""
+        return self._state.result
+
+    def __iter__(self) -> "Execution":
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._events)
+
+    def __enter__(self) -> "Execution":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the call; a command still running is killed."""
+        self._events.close()
+        if self._state.result is None and self._state.sent:
+            self._state.closed = True
+
+    def wait(self, check: bool = False) -> Result:
+        """Reads the rest of the stream and returns the Result (check=True
+        raises Denied for a denial); the output not yet iterated is in the
+        Result's stdout and stderr, within the output budget."""
+        _flag("check", check)
+        for _ in self:
+            pass
+        if self.result is None:
+            if self._state.failure is not None:
+                raise self._state.failure
+            if self._state.closed:
+                raise SandboxError("the call was closed before the command ended", code="canceled")
+            raise SandboxError("the service ended the stream without a result", code="internal")
+        if check and self.result.denied:
+            raise Denied(self.result)
+        return self.result
+
+    def _call(self, method: str, msg: Dict[str, Any], timeout: Union[float, None, str] = "default") -> Dict[str, Any]:
+        """A call naming this command by its key. Until the first message
+        the service may not have the call yet: NotFound is tried again
+        (for at most the client's timeout), as `exec --host` does; after it,
+        NotFound means the command has ended."""
+        st = self._state
+        if not st.sent:
+            raise SandboxError("the command has not been sent yet: iterate the stream (or call wait) first",
+                               code="not_found", reason_code="not_running", field="signal_key")
+        deadline = None if self.client.timeout is None else time.monotonic() + self.client.timeout
+        pause = 0.005
+        while True:
+            if st.ended:
+                raise SandboxError("the command has ended", code="not_found", reason_code="not_running", field="signal_key")
+            running = st.running
+            try:
+                return self.client._unary(method, msg, timeout)
+            except SandboxError as e:
+                if e.code != "not_found" or running:
+                    raise
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.1)
+
+    def signal(self, name: str) -> None:
+        """Sends the running command a signal: "TERM", "INT", "HUP",
+        "QUIT", "KILL", "USR1", "USR2", "WINCH" or "PIPE". The command
+        decides what it means (a shell trap runs; unhandled, TERM ends it
+        with signal 15). Before the command is handed to the sandbox (during
+        its hooks or approval), any signal but WINCH and PIPE stops it:
+        nothing runs. SandboxError reason_code "not_running" once it has
+        ended."""
+        self._call("Signal", {"signalKey": self.signal_key, "signal": _signal_name(name)})
+
+    def write(self, data: Union[bytes, str]) -> int:
+        """Writes to the command's streamed stdin (stream(...,
+        stdin_stream=True)); returns the bytes taken, fewer only when the
+        command ended or closed its stdin meanwhile. Waits while the service
+        holds as much unread input as it keeps (64 KiB): the command's pace
+        bounds the writer's."""
+        if not self._stdin_stream:
+            raise TypeError("this command's stdin is not a stream: pass stdin_stream=True to stream()")
+        if not isinstance(data, (bytes, bytearray, memoryview, str)):
+            raise TypeError("data is bytes or str, got %r" % (type(data).__name__,))
+        b = data.encode() if isinstance(data, str) else bytes(data)
+        written = 0
+        for i in range(0, len(b), _STDIN_CHUNK):
+            piece = b[i:i + _STDIN_CHUNK]
+            r = self._call("WriteStdin", {"signalKey": self.signal_key, "data": base64.b64encode(piece).decode()}, None)
+            n = int(r.get("written", 0))
+            written += n
+            if n < len(piece):
+                break
+        return written
+
+    def close_stdin(self) -> None:
+        """Ends the streamed stdin: the command reads EOF after what was
+        written."""
+        if not self._stdin_stream:
+            raise TypeError("this command's stdin is not a stream: pass stdin_stream=True to stream()")
+        self._call("CloseStdin", {"signalKey": self.signal_key})
 
 
 class Process:
