@@ -755,7 +755,9 @@ class Execution:
 
 class Process:
     """A process started by Client.start. read() follows its output (stdout
-    and stderr in order of arrival) from where the last read ended; the
+    and stderr merged as the service reads them: each stream's bytes in
+    order, no order between the two, which are separate pipes; one stream
+    on a terminal) from where the last read ended; the
     service keeps the last 1 MiB of it, and ``dropped`` counts what a slow
     reader lost."""
 

@@ -1189,9 +1189,11 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
 
 /**
  * A process started by `Client.start` (or attached to by its id). `read()`
- * follows its output (stdout and stderr in order of arrival; one stream on
- * a terminal) from where the last read ended; the service keeps the last
- * 1 MiB of it, and `dropped` counts what a slow reader lost. Errors are
+ * follows its output (stdout and stderr merged as the service reads them:
+ * each stream's bytes in order, no order between the two, which are
+ * separate pipes; one stream on a terminal) from where the last read
+ * ended; the service keeps the last 1 MiB of it, and `dropped` counts what
+ * a slow reader lost. Errors are
  * `SandboxError`s: reasonCode "process_unknown" (never started, waited for
  * already, or its session forgotten), "process_ended", "stdin_closed".
  */
