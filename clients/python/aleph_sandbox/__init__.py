@@ -8,6 +8,11 @@ to the service's unix socket::
     r = c.exec(["/bin/echo", "hi"], session="s1")
     print(r.stdout, r.exit_code)
 
+    ex = c.stream(["/bin/sh", "-c", "echo ready; read x"], session="s1", stdin_stream=True)
+    for ev in ex:                # "stdout" / "stderr" events, then one "exit"
+        if ev.data == b"ready\\n":
+            ex.signal("TERM")    # or ex.write(b"x\\n"); ex.close_stdin()
+
 docs/serve.md describes the service and the wire format.
 """
 
@@ -16,10 +21,14 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+import math
+import numbers
 import os
+import secrets as _secrets
 import socket
 import struct
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
@@ -27,6 +36,7 @@ __all__ = [
     "Client",
     "Result",
     "Event",
+    "Execution",
     "Process",
     "ApprovalRequest",
     "SandboxError",
@@ -243,6 +253,80 @@ def _error(obj: Mapping[str, Any], fallback_code: str = "unknown") -> SandboxErr
     return SandboxError(message, code=code, **detail)
 
 
+# The service's bound on timeout_seconds; beyond it a request is refused.
+_MAX_TIMEOUT = 365 * 24 * 3600.0
+_MAX_UINT64 = 2 ** 64 - 1
+_MAX_INT64 = 2 ** 63 - 1
+
+
+def _flag(name: str, v: Any) -> bool:
+    """A boolean option: True or False, nothing merely truthy."""
+    if not isinstance(v, bool):
+        raise TypeError("%s is True or False, got %r" % (name, v))
+    return v
+
+
+def _seconds(name: str, v: Any, omit: str, maximum: float = _MAX_TIMEOUT) -> float:
+    """A positive, finite number of seconds. omit says what leaving the
+    option out (None) gives instead: on the wire 0 means "not given"."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError("%s is a number of seconds, got %r" % (name, v))
+    f = float(v)
+    if not (0 < f <= maximum):  # also refuses NaN
+        raise ValueError("%s must be a positive number of seconds of at most %g, got %r; %s"
+                         % (name, maximum, v, omit))
+    return f
+
+
+def _count(name: str, v: Any, unit: str, maximum: int, omit: str) -> int:
+    """A positive whole number (of unit): 0 means "not given" on the wire."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError("%s is a whole number of %s, got %r" % (name, unit, v))
+    n = int(v)
+    if not (0 < n <= maximum):
+        raise ValueError("%s must be a positive number of %s (at most %d), got %r; %s" % (name, unit, maximum, v, omit))
+    return n
+
+
+def _size(rows: Any, cols: Any) -> "tuple[int, int]":
+    """A terminal's rows and columns, 1 to 65535 each."""
+    for name, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise TypeError("%s is a whole number, got %r" % (name, v))
+        if not 1 <= int(v) <= 65535:
+            raise ValueError("rows and cols lie between 1 and 65535, got %r x %r" % (rows, cols))
+    return int(rows), int(cols)
+
+
+def _paths(name: str, v: Any) -> List[str]:
+    """A list of paths, made absolute; a lone string is refused (it would
+    be read as a list of its characters)."""
+    example = v if isinstance(v, str) else "/data"
+    try:
+        items = None if isinstance(v, (str, bytes)) else list(v)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(p, str) for p in items):
+        raise TypeError("%s is a list of paths, e.g. [%r], got %r" % (name, example, v))
+    return [os.path.abspath(p) for p in items]
+
+
+_SIGNALS = ("TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH", "PIPE")
+
+
+def _signal_name(name: Any) -> str:
+    """A signal's name as the service takes it ("TERM"; "SIGTERM" and
+    "term" are read as "TERM")."""
+    if not isinstance(name, str):
+        raise TypeError("a signal is named by a string, one of %s; got %r" % (", ".join(_SIGNALS), name))
+    n = name.strip().upper()
+    if n.startswith("SIG"):
+        n = n[3:]
+    if n not in _SIGNALS:
+        raise ValueError("signal is one of %s, got %r" % (", ".join(_SIGNALS), name))
+    return n
+
+
 _HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission_denied", 404: "unimplemented",
                408: "deadline_exceeded", 409: "aborted", 429: "unavailable", 502: "unavailable",
                503: "unavailable", 504: "unavailable"}
@@ -256,7 +340,7 @@ class Client:
     approval requests: it gets an ApprovalRequest and returns True to
     approve. Without one, the service's policy applies (denied unless it runs
     with --yes or another approver is connected). timeout bounds each call
-    other than a command's run (seconds; None: no bound).
+    other than a command's run (seconds > 0; None: no bound).
     """
 
     def __init__(self, address: Optional[str] = None, approver: Optional[Approver] = None,
@@ -268,7 +352,8 @@ class Client:
             raise ValueError("only unix:PATH addresses are supported, got %r" % address)
         self.path = address
         self.approver = approver
-        self.timeout = timeout
+        # A socket timeout of 0 would make every call non-blocking.
+        self.timeout = None if timeout is None else _seconds("timeout", timeout, "use None for no bound")
 
     # ---- transport ----
 
@@ -349,20 +434,25 @@ class Client:
                  secrets: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
         if isinstance(argv, (str, bytes)):
             raise TypeError("argv is a list of strings, e.g. ['/bin/sh', '-c', 'echo hi']")
-        req: Dict[str, Any] = {"session": session, "argv": list(argv), "spawn": bool(spawn),
-                               "read": [os.path.abspath(p) for p in read],
-                               "write": [os.path.abspath(p) for p in write],
+        req: Dict[str, Any] = {"session": session, "argv": list(argv), "spawn": _flag("spawn", spawn),
+                               "read": _paths("read", read), "write": _paths("write", write),
                                "net": net if isinstance(net, str) else ",".join(net)}
         if workspace:
             req["workspace"] = os.path.abspath(workspace)
         if cwd:
             req["cwd"] = cwd
-        if memory_mb:
-            req["memoryMb"] = str(int(memory_mb))
-        if timeout:
-            req["timeoutSeconds"] = float(timeout)
-        if max_output:
-            req["maxOutput"] = str(int(max_output))
+        # On the wire 0 is "not given", so a 0 asked for would silently be
+        # the default: it is refused, as the CLI refuses --timeout 0.
+        if memory_mb is not None:
+            req["memoryMb"] = str(_count("memory_mb", memory_mb, "MiB", _MAX_UINT64,
+                                         "leave memory_mb out (None) for no memory limit of the command's own"))
+        if timeout is not None:
+            req["timeoutSeconds"] = _seconds("timeout", timeout,
+                                             "leave timeout out (None) for the service's default "
+                                             "(sandbox.default_timeout_seconds; there is no unlimited timeout)")
+        if max_output is not None:
+            req["maxOutput"] = str(_count("max_output", max_output, "bytes", _MAX_INT64,
+                                          "leave max_output out (None) for the configured budget (sandbox.max_output_bytes)"))
         if env:
             req["env"] = dict(env)
         if secrets:
@@ -371,6 +461,32 @@ class Client:
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
             req["stdin"] = base64.b64encode(data).decode()
         return req
+
+    def _events(self, ex: "_CallState", req: Dict[str, Any], read_timeout: Optional[float]) -> Iterator[Event]:
+        ex.sent = True
+        try:
+            for msg in self._stream("Execute", req, read_timeout):
+                # Any message means the service has the call: its key is
+                # registered before the command's first output.
+                ex.running = True
+                if "output" in msg:
+                    out = msg["output"]
+                    kind = "stderr" if out.get("stream") == "STREAM_STDERR" else "stdout"
+                    yield Event(kind=kind, data=_b64(out.get("data")))
+                elif "approvalRequest" in msg:
+                    if self.approver is not None:
+                        # Answered from another thread: the stream must keep
+                        # being read meanwhile.
+                        threading.Thread(target=self._answer, args=(ApprovalRequest._from_json(msg["approvalRequest"]),),
+                                         daemon=True).start()
+                elif "result" in msg:
+                    ex.result = Result._from_json(msg["result"])
+                    yield Event(kind="exit", result=ex.result)
+        except Exception as e:
+            ex.failure = e
+            raise
+        finally:
+            ex.ended = True
 
     def _answer(self, req: ApprovalRequest) -> None:
         assert self.approver is not None
@@ -383,61 +499,69 @@ class Client:
         except SandboxError:
             pass  # timed out or answered elsewhere meanwhile: the command says so
 
-    def stream(self, argv: Sequence[str], **kwargs: Any) -> Iterator[Event]:
-        """Runs argv, yielding its output as it arrives (Event kind "stdout"
-        or "stderr", in order) and then one Event of kind "exit" with the
-        Result. Keyword arguments are those of exec (without check)."""
+    def stream(self, argv: Sequence[str], stdin_stream: bool = False, **kwargs: Any) -> "Execution":
+        """Runs argv and returns its Execution: iterating it yields the
+        output as it arrives (Events of kind "stdout" and "stderr": each
+        stream's bytes in the order the command wrote them, with no order
+        between the two, which are separate pipes) and then one Event of
+        kind "exit" with the Result. While it runs, Execution.signal sends
+        it a signal; with stdin_stream=True its stdin is a stream fed by
+        Execution.write and ended by Execution.close_stdin (and it then has
+        no default timeout, only the service's maximum lifetime). Nothing is
+        sent before the iteration begins. Keyword arguments are those of
+        exec (without check; stdin is refused with stdin_stream)."""
+        if _flag("stdin_stream", stdin_stream) and kwargs.get("stdin") is not None:
+            raise TypeError("stdin is either one buffer up front (stdin=) or a stream (stdin_stream=True), not both")
         req = self._request(argv, **kwargs)
+        # Always set, as `exec --host` does: the key only reaches this
+        # command, and only while it runs.
+        req["signalKey"] = "sig-" + _secrets.token_hex(16)
+        if stdin_stream:
+            req["stdinStream"] = True
         if self.approver is not None:
             req["answerApprovals"] = True
-        limit = kwargs.get("timeout")
+        limit = req.get("timeoutSeconds")
         # The command's own limit bounds the wait, plus slack for set-up.
-        read_timeout = None if not limit else float(limit) + 30.0
-        for msg in self._stream("Execute", req, read_timeout):
-            if "output" in msg:
-                out = msg["output"]
-                kind = "stderr" if out.get("stream") == "STREAM_STDERR" else "stdout"
-                yield Event(kind=kind, data=_b64(out.get("data")))
-            elif "approvalRequest" in msg:
-                if self.approver is not None:
-                    # Answered from another thread: the stream must keep
-                    # being read meanwhile.
-                    threading.Thread(target=self._answer, args=(ApprovalRequest._from_json(msg["approvalRequest"]),),
-                                     daemon=True).start()
-            elif "result" in msg:
-                yield Event(kind="exit", result=Result._from_json(msg["result"]))
+        read_timeout = None if limit is None else limit + 30.0
+        return Execution(self, req, read_timeout)
 
     def exec(self, argv: Sequence[str], check: bool = False, **kwargs: Any) -> Result:
         """Runs argv and returns its Result. A denial is a Result with
         denied=True (check=True raises Denied instead); a failure of the
-        sandbox raises SandboxError.
+        sandbox raises SandboxError. It is ``stream(argv, **kwargs).wait()``:
+        to signal the command while it runs, or to stream its stdin, use
+        stream.
 
         Keyword arguments mirror ``aleph-sandbox exec``: session, workspace,
-        cwd, read, write, net ("none", "all", or hosts), spawn, memory_mb,
-        timeout (seconds), max_output (bytes), env, stdin, secrets.
+        cwd, read, write (lists of paths), net ("none", "all", or hosts),
+        spawn (a bool), memory_mb (MiB), timeout (seconds), max_output
+        (bytes), env, stdin, secrets. memory_mb, timeout and max_output are
+        positive when given: on the wire 0 means "not given", so a 0 is
+        refused (ValueError) rather than silently run with the default; leave
+        one out (None) for the service's default. A value of the wrong type
+        (a string, a bool, a fraction of a byte) is a TypeError.
         """
-        result: Optional[Result] = None
-        for ev in self.stream(argv, **kwargs):
-            if ev.kind == "exit":
-                result = ev.result
-        if result is None:
-            raise SandboxError("the service ended the stream without a result", code="internal")
-        if check and result.denied:
-            raise Denied(result)
-        return result
+        _flag("check", check)
+        if kwargs.get("stdin_stream") is not None:
+            raise TypeError("exec returns at the end, so nothing could write to a streamed stdin: use stream(..., stdin_stream=True)")
+        return self.stream(argv, **kwargs).wait(check=check)
 
-    def start(self, argv: Sequence[str], tty: bool = False, rows: int = 24, cols: int = 80,
+    def start(self, argv: Sequence[str], tty: bool = False, rows: Optional[int] = None, cols: Optional[int] = None,
               **kwargs: Any) -> "Process":
         """Starts argv as a process that outlives this call (within its
         session: forgetting the session, or the service stopping, kills it).
         It has no timeout unless one is given (the service's maximum lifetime
         bounds it). Its stdin comes from Process.write; keyword arguments
-        are those of exec except stdin."""
+        are those of exec except stdin. tty=True gives it a terminal of rows
+        x cols (default 24 x 80); rows and cols without tty are refused."""
         if kwargs.get("stdin") is not None:
             raise TypeError("a process's stdin comes from Process.write")
         req: Dict[str, Any] = {"command": self._request(argv, **kwargs)}
-        if tty:
-            req.update({"tty": True, "rows": int(rows), "cols": int(cols)})
+        if _flag("tty", tty):
+            r, c = _size(24 if rows is None else rows, 80 if cols is None else cols)
+            req.update({"tty": True, "rows": r, "cols": c})
+        elif rows is not None or cols is not None:
+            raise TypeError("rows and cols are a terminal's size: pass tty=True with them")
         r = self._unary("StartProcess", req)
         return Process(self, str(r.get("id", "")))
 
@@ -487,9 +611,153 @@ class Client:
         return {"verdict": r.get("verdict", ""), "rule": r.get("rule", ""), "reason": r.get("reason", "")}
 
 
+# The most one WriteStdin carries (the service's limit).
+_STDIN_CHUNK = 1 << 20
+
+
+class _CallState:
+    """What an Execution and its stream's generator share. The generator
+    holds this, not the Execution: without a cycle, dropping the Execution
+    closes the call at once."""
+
+    def __init__(self) -> None:
+        self.sent = False      # the request is on its way
+        self.running = False   # a message came: the service has the call
+        self.ended = False     # the stream is over
+        self.closed = False    # closed by the client before the result
+        self.result: Optional[Result] = None
+        self.failure: Optional[BaseException] = None
+
+
+class Execution:
+    """A command run by Client.stream. Iterate it for its Events (the
+    output as it arrives, then one of kind "exit"); wait() reads to the end
+    and returns the Result. signal(), write() and close_stdin() reach the
+    command while it runs, from the iterating thread or any other.
+
+    Nothing is sent before the iteration (or wait) begins. Leaving the
+    iteration early does not end the command: close() does (or a ``with``
+    block around it), and so does dropping the Execution; the service then
+    kills the command's process tree.
+    """
+
+    def __init__(self, client: Client, req: Dict[str, Any], read_timeout: Optional[float]) -> None:
+        self.client = client
+        #: The key naming this command to Signal, WriteStdin and CloseStdin.
+        self.signal_key: str = req["signalKey"]
+        self._stdin_stream = bool(req.get("stdinStream"))
+        self._state = _CallState()
+        self._events = client._events(self._state, req, read_timeout)
+
+    @property
+    def result(self) -> Optional[Result]:
+        """The Result, once the "exit" event has come."""
+        return self._state.result
+
+    def __iter__(self) -> "Execution":
+        return self
+
+    def __next__(self) -> Event:
+        return next(self._events)
+
+    def __enter__(self) -> "Execution":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Closes the call; a command still running is killed."""
+        self._events.close()
+        if self._state.result is None and self._state.sent:
+            self._state.closed = True
+
+    def wait(self, check: bool = False) -> Result:
+        """Reads the rest of the stream and returns the Result (check=True
+        raises Denied for a denial); the output not yet iterated is in the
+        Result's stdout and stderr, within the output budget."""
+        _flag("check", check)
+        for _ in self:
+            pass
+        if self.result is None:
+            if self._state.failure is not None:
+                raise self._state.failure
+            if self._state.closed:
+                raise SandboxError("the call was closed before the command ended", code="canceled")
+            raise SandboxError("the service ended the stream without a result", code="internal")
+        if check and self.result.denied:
+            raise Denied(self.result)
+        return self.result
+
+    def _call(self, method: str, msg: Dict[str, Any], timeout: Union[float, None, str] = "default") -> Dict[str, Any]:
+        """A call naming this command by its key. Until the first message
+        the service may not have the call yet: NotFound is tried again
+        (for at most the client's timeout), as `exec --host` does; after it,
+        NotFound means the command has ended."""
+        st = self._state
+        if not st.sent:
+            raise SandboxError("the command has not been sent yet: iterate the stream (or call wait) first",
+                               code="not_found", reason_code="not_running", field="signal_key")
+        deadline = None if self.client.timeout is None else time.monotonic() + self.client.timeout
+        pause = 0.005
+        while True:
+            if st.ended:
+                raise SandboxError("the command has ended", code="not_found", reason_code="not_running", field="signal_key")
+            running = st.running
+            try:
+                return self.client._unary(method, msg, timeout)
+            except SandboxError as e:
+                if e.code != "not_found" or running:
+                    raise
+                if deadline is not None and time.monotonic() > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(2 * pause, 0.1)
+
+    def signal(self, name: str) -> None:
+        """Sends the running command a signal: "TERM", "INT", "HUP",
+        "QUIT", "KILL", "USR1", "USR2", "WINCH" or "PIPE". The command
+        decides what it means (a shell trap runs; unhandled, TERM ends it
+        with signal 15). Before the command is handed to the sandbox (during
+        its hooks or approval), any signal but WINCH and PIPE stops it:
+        nothing runs. SandboxError reason_code "not_running" once it has
+        ended."""
+        self._call("Signal", {"signalKey": self.signal_key, "signal": _signal_name(name)})
+
+    def write(self, data: Union[bytes, str]) -> int:
+        """Writes to the command's streamed stdin (stream(...,
+        stdin_stream=True)); returns the bytes taken, fewer only when the
+        command ended or closed its stdin meanwhile. Waits while the service
+        holds as much unread input as it keeps (64 KiB): the command's pace
+        bounds the writer's."""
+        if not self._stdin_stream:
+            raise TypeError("this command's stdin is not a stream: pass stdin_stream=True to stream()")
+        if not isinstance(data, (bytes, bytearray, memoryview, str)):
+            raise TypeError("data is bytes or str, got %r" % (type(data).__name__,))
+        b = data.encode() if isinstance(data, str) else bytes(data)
+        written = 0
+        for i in range(0, len(b), _STDIN_CHUNK):
+            piece = b[i:i + _STDIN_CHUNK]
+            r = self._call("WriteStdin", {"signalKey": self.signal_key, "data": base64.b64encode(piece).decode()}, None)
+            n = int(r.get("written", 0))
+            written += n
+            if n < len(piece):
+                break
+        return written
+
+    def close_stdin(self) -> None:
+        """Ends the streamed stdin: the command reads EOF after what was
+        written."""
+        if not self._stdin_stream:
+            raise TypeError("this command's stdin is not a stream: pass stdin_stream=True to stream()")
+        self._call("CloseStdin", {"signalKey": self.signal_key})
+
+
 class Process:
     """A process started by Client.start. read() follows its output (stdout
-    and stderr in order of arrival) from where the last read ended; the
+    and stderr merged as the service reads them: each stream's bytes in
+    order, no order between the two, which are separate pipes; one stream
+    on a terminal) from where the last read ended; the
     service keeps the last 1 MiB of it, and ``dropped`` counts what a slow
     reader lost."""
 
@@ -515,7 +783,11 @@ class Process:
         """The output since the last read, waiting up to timeout seconds
         when there is none yet; b"" when none came (or the process ended:
         see ``exited``)."""
-        wait = max(0.0, float(timeout))
+        if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real):
+            raise TypeError("timeout is a number of seconds, got %r" % (timeout,))
+        if not 0 <= float(timeout) < math.inf:  # also refuses NaN
+            raise ValueError("timeout is a finite number of seconds >= 0 (the service waits at most 60), got %r" % (timeout,))
+        wait = float(timeout)
         r = self.client._unary("ReadProcess", {"id": self.id, "offset": str(self.offset), "waitSeconds": wait},
                                wait + 30.0)
         self.offset = int(r.get("nextOffset", self.offset))
@@ -528,17 +800,21 @@ class Process:
 
     def resize(self, rows: int, cols: int) -> None:
         """Sets the window size of a process started with tty=True."""
-        self.client._unary("ResizeProcess", {"id": self.id, "rows": int(rows), "cols": int(cols)})
+        r, c = _size(rows, cols)
+        self.client._unary("ResizeProcess", {"id": self.id, "rows": r, "cols": c})
 
     def signal(self, name: str) -> None:
         """Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1",
         "USR2", "WINCH" or "PIPE"."""
-        self.client._unary("SignalProcess", {"id": self.id, "signal": name})
+        self.client._unary("SignalProcess", {"id": self.id, "signal": _signal_name(name)})
 
     def wait(self, timeout: Optional[float] = None) -> Result:
         """Waits for the end and returns the Result (its stdout and stderr
         are the output the pipeline kept; read() gives the rest). The
-        process is then gone from the service."""
+        process is then gone from the service. timeout: seconds > 0, or None
+        for no bound."""
+        if timeout is not None:
+            timeout = _seconds("timeout", timeout, "use None for no bound")
         r = self.client._unary("WaitProcess", {"id": self.id}, timeout)
         self.exited = True
         self.result = Result._from_json(r.get("result", {}))

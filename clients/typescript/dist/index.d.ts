@@ -174,9 +174,16 @@ export interface StreamOptions extends CallOptions {
      * service kills the command's process tree.
      */
     signal?: AbortSignal;
+    /**
+     * (`stream` only) The command's stdin is a stream fed by
+     * `Execution.write` and ended by `Execution.closeStdin`, not `stdin`.
+     * Such a command has no default timeout, only the service's maximum
+     * lifetime of processes.
+     */
+    stdinStream?: boolean;
 }
 /** The options of `exec`. */
-export interface ExecOptions extends StreamOptions {
+export interface ExecOptions extends Omit<StreamOptions, "stdinStream"> {
     /** Throw `Denied` instead of returning a denial. */
     check?: boolean;
 }
@@ -185,7 +192,7 @@ export interface ExecOptions extends StreamOptions {
  * comes from `Process.write`), and a terminal on request. `signal` cancels
  * the start call only: the process outlives it.
  */
-export interface StartOptions extends Omit<StreamOptions, "stdin"> {
+export interface StartOptions extends Omit<StreamOptions, "stdin" | "stdinStream"> {
     /** A pseudo-terminal of rows × cols as stdin, stdout and stderr (one output stream). */
     tty?: boolean;
     /** The terminal's rows (default 24). */
@@ -245,20 +252,25 @@ export declare class Client {
     /** Seconds a call other than a command's run may wait (0: no bound). */
     readonly timeout: number;
     constructor(options?: ClientOptions);
-    private serverStream;
     private static request;
-    private answer;
     /**
-     * Runs argv, yielding its output as it arrives (events of kind "stdout"
-     * or "stderr", in order of arrival) and then one event of kind "exit"
-     * with the Result. Stopping the iteration early (break, or aborting
-     * `signal`) cancels the command.
+     * Runs argv and returns its `Execution`: iterating it (`for await`)
+     * yields the output as it arrives (events of kind "stdout" and "stderr":
+     * each stream's bytes in the order the command wrote them, with no order
+     * between the two, which are separate pipes) and then one event of kind
+     * "exit" with the Result. While it runs, `Execution.signal` sends it a
+     * signal; with `stdinStream: true`, `Execution.write` and `closeStdin`
+     * feed its stdin. Nothing is sent before the iteration begins. Stopping
+     * the iteration early (break, or aborting `signal`) cancels the command.
+     * Bad options throw a `TypeError` here.
      */
-    stream(argv: readonly string[], options?: StreamOptions): AsyncGenerator<Event, void, undefined>;
+    stream(argv: readonly string[], options?: StreamOptions): Execution;
     /**
      * Runs argv and resolves with its Result. A denial is a Result with
      * `denied` set (`check: true` throws `Denied` instead); a failure of the
      * sandbox, a bad request or an unreachable service throws `SandboxError`.
+     * It is `stream(argv, options).wait()`: to signal the command while it
+     * runs, or to stream its stdin, use `stream`.
      */
     exec(argv: readonly string[], options?: ExecOptions): Promise<Result>;
     /**
@@ -300,10 +312,66 @@ export declare class Client {
     }): Promise<PolicyVerdict>;
 }
 /**
+ * A command run by `Client.stream`. Iterate it (`for await`) for its
+ * events, or `wait()` for its Result; `signal()`, `write()` and
+ * `closeStdin()` reach the command while it runs. Nothing is sent before
+ * the iteration (or `wait`) begins; leaving the iteration early, or
+ * `return()`, closes the call, which cancels the command.
+ */
+export declare class Execution implements AsyncGenerator<Event, void, undefined> {
+    readonly client: Client;
+    /** The key naming this command to Signal, WriteStdin and CloseStdin. */
+    readonly signalKey: string;
+    /** The Result, once the "exit" event has come. */
+    result: Result | undefined;
+    private readonly stdinStream;
+    private readonly events;
+    private sent;
+    private running;
+    private ended;
+    private closed;
+    private failure;
+    private run;
+    next(): Promise<IteratorResult<Event, void>>;
+    /** Closes the call; a command still running is killed. */
+    return(value?: void | PromiseLike<void>): Promise<IteratorResult<Event, void>>;
+    throw(err: unknown): Promise<IteratorResult<Event, void>>;
+    [Symbol.asyncIterator](): this;
+    /**
+     * Reads the rest of the stream and resolves with the Result (`check:
+     * true` throws `Denied` for a denial); the output not yet iterated is in
+     * the Result's stdout and stderr, within the output budget.
+     */
+    wait(options?: {
+        check?: boolean;
+    }): Promise<Result>;
+    private call;
+    /**
+     * Sends the running command a signal: "TERM", "INT", "HUP", "QUIT",
+     * "KILL", "USR1", "USR2", "WINCH" or "PIPE". The command decides what it
+     * means (a shell trap runs; unhandled, TERM ends it with signal 15).
+     * Before the command is handed to the sandbox (during its hooks or
+     * approval), any signal but WINCH and PIPE stops it: nothing runs.
+     * Rejects with reasonCode "not_running" once it has ended.
+     */
+    signal(name: SignalName, options?: CallOptions): Promise<void>;
+    /**
+     * Writes to the command's streamed stdin (`stdinStream: true`); resolves
+     * with the bytes taken, fewer only when the command ended or closed its
+     * stdin meanwhile. Waits while the service holds as much unread input as
+     * it keeps (64 KiB): the command's pace bounds the writer's.
+     */
+    write(data: string | Uint8Array, options?: CallOptions): Promise<number>;
+    /** Ends the streamed stdin: the command reads end-of-file after what was written. */
+    closeStdin(options?: CallOptions): Promise<void>;
+}
+/**
  * A process started by `Client.start` (or attached to by its id). `read()`
- * follows its output (stdout and stderr in order of arrival; one stream on
- * a terminal) from where the last read ended; the service keeps the last
- * 1 MiB of it, and `dropped` counts what a slow reader lost. Errors are
+ * follows its output (stdout and stderr merged as the service reads them:
+ * each stream's bytes in order, no order between the two, which are
+ * separate pipes; one stream on a terminal) from where the last read
+ * ended; the service keeps the last 1 MiB of it, and `dropped` counts what
+ * a slow reader lost. Errors are
  * `SandboxError`s: reasonCode "process_unknown" (never started, waited for
  * already, or its session forgotten), "process_ended", "stdin_closed".
  */

@@ -14,6 +14,7 @@
  * docs/serve.md of the repository describes the service and the wire format.
  */
 
+import { randomBytes } from "node:crypto";
 import * as http from "node:http";
 import * as os from "node:os";
 import * as path from "node:path";
@@ -226,10 +227,17 @@ export interface StreamOptions extends CallOptions {
    * service kills the command's process tree.
    */
   signal?: AbortSignal;
+  /**
+   * (`stream` only) The command's stdin is a stream fed by
+   * `Execution.write` and ended by `Execution.closeStdin`, not `stdin`.
+   * Such a command has no default timeout, only the service's maximum
+   * lifetime of processes.
+   */
+  stdinStream?: boolean;
 }
 
 /** The options of `exec`. */
-export interface ExecOptions extends StreamOptions {
+export interface ExecOptions extends Omit<StreamOptions, "stdinStream"> {
   /** Throw `Denied` instead of returning a denial. */
   check?: boolean;
 }
@@ -239,7 +247,7 @@ export interface ExecOptions extends StreamOptions {
  * comes from `Process.write`), and a terminal on request. `signal` cancels
  * the start call only: the process outlives it.
  */
-export interface StartOptions extends Omit<StreamOptions, "stdin"> {
+export interface StartOptions extends Omit<StreamOptions, "stdin" | "stdinStream"> {
   /** A pseudo-terminal of rows × cols as stdin, stdout and stderr (one output stream). */
   tty?: boolean;
   /** The terminal's rows (default 24). */
@@ -427,6 +435,58 @@ function grants(v: unknown): Grants {
   };
 }
 
+// The service's bound on timeout_seconds; beyond it a request is refused.
+const MAX_TIMEOUT = 365 * 24 * 3600;
+// The longest delay Node's timers take.
+const MAX_TIMER_MS = 2 ** 31 - 1;
+
+// A boolean option: true or false, nothing merely truthy.
+function flag(name: string, v: unknown): boolean {
+  if (v === undefined) {
+    return false;
+  }
+  if (typeof v !== "boolean") {
+    throw new TypeError(`${name} is true or false, got ${JSON.stringify(v)}`);
+  }
+  return v;
+}
+
+// A positive, finite number of seconds. omit says what leaving the option
+// out gives instead: on the wire 0 means "not given".
+function seconds(name: string, v: unknown, omit: string, max = MAX_TIMEOUT): number {
+  if (typeof v !== "number" || !(v > 0 && v <= max)) {
+    throw new TypeError(`${name} must be a positive number of seconds of at most ${max}, got ${String(v)}; ${omit}`);
+  }
+  return v;
+}
+
+// A positive whole number (of unit): 0 means "not given" on the wire.
+function count(name: string, v: unknown, unit: string, omit: string): number {
+  if (typeof v !== "number" || !Number.isSafeInteger(v) || v <= 0) {
+    throw new TypeError(`${name} must be a positive whole number of ${unit} (at most ${Number.MAX_SAFE_INTEGER}), got ${String(v)}; ${omit}`);
+  }
+  return v;
+}
+
+function terminalSize(rows: unknown, cols: unknown): [number, number] {
+  if (!Number.isInteger(rows) || !Number.isInteger(cols) || (rows as number) < 1 || (cols as number) < 1 || (rows as number) > 65535 || (cols as number) > 65535) {
+    throw new TypeError(`rows and cols are integers between 1 and 65535, got ${String(rows)} × ${String(cols)}`);
+  }
+  return [rows as number, cols as number];
+}
+
+// A list of paths, made absolute; a lone string is refused (it would not be
+// a list of paths, and a character-by-character reading would grant "/").
+function paths(name: string, v: unknown): string[] {
+  if (v === undefined) {
+    return [];
+  }
+  if (!Array.isArray(v) || v.some((p) => typeof p !== "string")) {
+    throw new TypeError(`${name} is an array of paths, e.g. [${JSON.stringify(typeof v === "string" ? v : "/data")}], got ${JSON.stringify(v)}`);
+  }
+  return v.map((p: string) => path.resolve(p));
+}
+
 function varint(b: Uint8Array, i: number): [number, number] {
   let n = 0;
   let mul = 1;
@@ -534,7 +594,10 @@ class Call {
     this.req.on("error", () => {});
     this.onAbort = () => this.end({ kind: "abort", reason: signal?.reason });
     signal?.addEventListener("abort", this.onAbort, { once: true });
-    if (idleSeconds > 0) {
+    // Node's timers take at most 2^31-1 ms (24.8 days): a longer bound
+    // would be cut to that with a TimeoutOverflowWarning on the host
+    // program's stderr. It is no bound instead.
+    if (idleSeconds > 0 && idleSeconds * 1000 <= MAX_TIMER_MS) {
       this.req.setTimeout(idleSeconds * 1000, () => this.end({ kind: "timeout", seconds: idleSeconds }));
     }
   }
@@ -605,8 +668,8 @@ export class Client {
     this.socketPath = address;
     this.approver = options.approver;
     this.timeout = options.timeout ?? 30;
-    if (!(this.timeout >= 0)) {
-      throw new TypeError(`timeout is a number of seconds >= 0, got ${String(options.timeout)}`);
+    if (typeof this.timeout !== "number" || !(this.timeout >= 0 && this.timeout < Infinity)) {
+      throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
     }
   }
 
@@ -636,7 +699,8 @@ export class Client {
     }
   }
 
-  private async *serverStream(method: string, msg: JSONObject, signal: AbortSignal | undefined, idleSeconds: number): AsyncGenerator<JSONObject> {
+  /** @internal A server-streaming call. */
+  async *serverStream(method: string, msg: JSONObject, signal: AbortSignal | undefined, idleSeconds: number): AsyncGenerator<JSONObject> {
     const body = Buffer.from(JSON.stringify(msg));
     const head = Buffer.alloc(5);
     head.writeUInt32BE(body.length, 1);
@@ -698,9 +762,9 @@ export class Client {
     const req: JSONObject = {
       session: o.session ?? "default",
       argv: [...argv],
-      spawn: o.spawn === true,
-      read: (o.read ?? []).map((p) => path.resolve(p)),
-      write: (o.write ?? []).map((p) => path.resolve(p)),
+      spawn: flag("spawn", o.spawn),
+      read: paths("read", o.read),
+      write: paths("write", o.write),
       net: typeof o.net === "string" ? o.net : o.net === undefined ? "none" : o.net.join(","),
     };
     if (o.workspace) {
@@ -709,14 +773,16 @@ export class Client {
     if (o.cwd) {
       req.cwd = o.cwd;
     }
-    if (o.memoryMb) {
-      req.memoryMb = String(Math.trunc(o.memoryMb));
+    // On the wire 0 is "not given", so a 0 asked for would silently be the
+    // default: it is refused, as the CLI refuses --timeout 0.
+    if (o.memoryMb !== undefined) {
+      req.memoryMb = String(count("memoryMb", o.memoryMb, "MiB", "leave memoryMb out for no memory limit of the command's own"));
     }
-    if (o.timeout) {
-      req.timeoutSeconds = Number(o.timeout);
+    if (o.timeout !== undefined) {
+      req.timeoutSeconds = seconds("timeout", o.timeout, "leave timeout out for the service's default (sandbox.default_timeout_seconds; there is no unlimited timeout)");
     }
-    if (o.maxOutput) {
-      req.maxOutput = String(Math.trunc(o.maxOutput));
+    if (o.maxOutput !== undefined) {
+      req.maxOutput = String(count("maxOutput", o.maxOutput, "bytes", "leave maxOutput out for the configured budget (sandbox.max_output_bytes)"));
     }
     if (o.env) {
       req.env = { ...o.env };
@@ -730,7 +796,8 @@ export class Client {
     return req;
   }
 
-  private async answer(approver: Approver, req: ApprovalRequest): Promise<void> {
+  /** @internal Answers one of this client's own approval requests. */
+  async answer(approver: Approver, req: ApprovalRequest): Promise<void> {
     let ok = false;
     try {
       ok = (await approver(req)) === true;
@@ -745,54 +812,50 @@ export class Client {
   }
 
   /**
-   * Runs argv, yielding its output as it arrives (events of kind "stdout"
-   * or "stderr", in order of arrival) and then one event of kind "exit"
-   * with the Result. Stopping the iteration early (break, or aborting
-   * `signal`) cancels the command.
+   * Runs argv and returns its `Execution`: iterating it (`for await`)
+   * yields the output as it arrives (events of kind "stdout" and "stderr":
+   * each stream's bytes in the order the command wrote them, with no order
+   * between the two, which are separate pipes) and then one event of kind
+   * "exit" with the Result. While it runs, `Execution.signal` sends it a
+   * signal; with `stdinStream: true`, `Execution.write` and `closeStdin`
+   * feed its stdin. Nothing is sent before the iteration begins. Stopping
+   * the iteration early (break, or aborting `signal`) cancels the command.
+   * Bad options throw a `TypeError` here.
    */
-  async *stream(argv: readonly string[], options: StreamOptions = {}): AsyncGenerator<Event, void, undefined> {
-    const req = Client.request(argv, options);
-    const approver = this.approver;
-    if (approver) {
+  stream(argv: readonly string[], options: StreamOptions = {}): Execution {
+    const { stdinStream, ...rest } = options;
+    if (flag("stdinStream", stdinStream) && rest.stdin !== undefined) {
+      throw new TypeError("stdin is either one buffer up front (stdin) or a stream (stdinStream: true), not both");
+    }
+    const req = Client.request(argv, rest);
+    // Always set, as `exec --host` does: the key only reaches this
+    // command, and only while it runs.
+    req.signalKey = "sig-" + randomBytes(16).toString("hex");
+    if (stdinStream) {
+      req.stdinStream = true;
+    }
+    if (this.approver) {
       req.answerApprovals = true;
     }
     // The command's own limit bounds the wait, plus slack for set-up.
-    const idle = options.timeout ? Number(options.timeout) + 30 : 0;
-    for await (const msg of this.serverStream("Execute", req, options.signal, idle)) {
-      if (isObject(msg.output)) {
-        const out = msg.output;
-        yield { kind: out.stream === "STREAM_STDERR" ? "stderr" : "stdout", data: bytes(out.data) };
-      } else if (isObject(msg.approvalRequest)) {
-        if (approver) {
-          // Not awaited: the stream must keep being read meanwhile.
-          void this.answer(approver, approvalRequest(msg.approvalRequest));
-        }
-      } else if (isObject(msg.result)) {
-        yield { kind: "exit", result: result(msg.result) };
-      }
-    }
+    const idle = typeof req.timeoutSeconds === "number" ? req.timeoutSeconds + 30 : 0;
+    return new Execution(this, req, options.signal, idle);
   }
 
   /**
    * Runs argv and resolves with its Result. A denial is a Result with
    * `denied` set (`check: true` throws `Denied` instead); a failure of the
    * sandbox, a bad request or an unreachable service throws `SandboxError`.
+   * It is `stream(argv, options).wait()`: to signal the command while it
+   * runs, or to stream its stdin, use `stream`.
    */
   async exec(argv: readonly string[], options: ExecOptions = {}): Promise<Result> {
     const { check, ...rest } = options;
-    let res: Result | undefined;
-    for await (const ev of this.stream(argv, rest)) {
-      if (ev.kind === "exit") {
-        res = ev.result;
-      }
+    flag("check", check);
+    if ((rest as StreamOptions).stdinStream !== undefined) {
+      throw new TypeError("exec resolves at the end, so nothing could write to a streamed stdin: use stream(argv, { stdinStream: true })");
     }
-    if (res === undefined) {
-      throw new SandboxError("the service ended the stream without a result", "internal");
-    }
-    if (check && res.denied) {
-      throw new Denied(res);
-    }
-    return res;
+    return this.stream(argv, rest).wait({ check: check === true });
   }
 
   // ---- processes ----
@@ -811,15 +874,11 @@ export class Client {
       throw new TypeError("a process's stdin comes from Process.write");
     }
     const req: JSONObject = { command: Client.request(argv, rest) };
-    if (tty) {
-      const r = rows ?? 24;
-      const c = cols ?? 80;
-      if (!Number.isInteger(r) || !Number.isInteger(c) || r < 1 || c < 1 || r > 65535 || c > 65535) {
-        throw new TypeError(`rows and cols are integers between 1 and 65535, got ${String(rows)} × ${String(cols)}`);
-      }
+    if (flag("tty", tty)) {
+      [req.rows, req.cols] = terminalSize(rows ?? 24, cols ?? 80);
       req.tty = true;
-      req.rows = r;
-      req.cols = c;
+    } else if (rows !== undefined || cols !== undefined) {
+      throw new TypeError("rows and cols are a terminal's size: pass tty: true with them");
     }
     const r = await this.unary("StartProcess", req, signal ? { signal } : {});
     return new Process(this, str(r.id));
@@ -910,11 +969,231 @@ export class Client {
 
 const SIGNALS: readonly string[] = ["TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH", "PIPE"];
 
+// A signal's name as the service takes it ("SIGTERM" and "term" are TERM).
+function signalName(name: unknown): string {
+  const n = typeof name === "string" ? name.trim().toUpperCase().replace(/^SIG/, "") : "";
+  if (!SIGNALS.includes(n)) {
+    throw new TypeError(`signal is one of ${SIGNALS.join(", ")}, got ${JSON.stringify(name)}`);
+  }
+  return n;
+}
+
+// The most one WriteStdin carries (the service's limit).
+const STDIN_CHUNK = 1 << 20;
+
+function notRunning(message: string): SandboxError {
+  return new SandboxError(message, "not_found", { reasonCode: "not_running", field: "signal_key" });
+}
+
+// Waits ms, or rejects with "canceled" when signal is aborted first.
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const cancelled = () => new SandboxError("the call was cancelled", "canceled", {}, { cause: signal?.reason });
+    if (signal?.aborted) {
+      reject(cancelled());
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(cancelled());
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+/**
+ * A command run by `Client.stream`. Iterate it (`for await`) for its
+ * events, or `wait()` for its Result; `signal()`, `write()` and
+ * `closeStdin()` reach the command while it runs. Nothing is sent before
+ * the iteration (or `wait`) begins; leaving the iteration early, or
+ * `return()`, closes the call, which cancels the command.
+ */
+export class Execution implements AsyncGenerator<Event, void, undefined> {
+  /** The key naming this command to Signal, WriteStdin and CloseStdin. */
+  readonly signalKey: string;
+  /** The Result, once the "exit" event has come. */
+  result: Result | undefined;
+  private readonly stdinStream: boolean;
+  private readonly events: AsyncGenerator<Event, void, undefined>;
+  private sent = false; // the request is on its way
+  private running = false; // a message came: the service has the call
+  private ended = false; // the stream is over
+  private closed = false; // closed by the client before the result
+  private failure: unknown = undefined;
+
+  /** @internal Made by `Client.stream`. */
+  constructor(
+    readonly client: Client,
+    req: JSONObject,
+    signal: AbortSignal | undefined,
+    idleSeconds: number,
+  ) {
+    this.signalKey = str(req.signalKey);
+    this.stdinStream = req.stdinStream === true;
+    this.events = this.run(req, signal, idleSeconds);
+  }
+
+  private async *run(req: JSONObject, signal: AbortSignal | undefined, idleSeconds: number): AsyncGenerator<Event, void, undefined> {
+    this.sent = true;
+    const approver = this.client.approver;
+    try {
+      for await (const msg of this.client.serverStream("Execute", req, signal, idleSeconds)) {
+        // Any message means the service has the call: its key is
+        // registered before the command's first output.
+        this.running = true;
+        if (isObject(msg.output)) {
+          const out = msg.output;
+          yield { kind: out.stream === "STREAM_STDERR" ? "stderr" : "stdout", data: bytes(out.data) };
+        } else if (isObject(msg.approvalRequest)) {
+          if (approver) {
+            // Not awaited: the stream must keep being read meanwhile.
+            void this.client.answer(approver, approvalRequest(msg.approvalRequest));
+          }
+        } else if (isObject(msg.result)) {
+          this.result = result(msg.result);
+          yield { kind: "exit", result: this.result };
+        }
+      }
+    } catch (err) {
+      this.failure = err;
+      throw err;
+    } finally {
+      this.ended = true;
+    }
+  }
+
+  next(): Promise<IteratorResult<Event, void>> {
+    return this.events.next();
+  }
+
+  /** Closes the call; a command still running is killed. */
+  return(value?: void | PromiseLike<void>): Promise<IteratorResult<Event, void>> {
+    if (this.sent && this.result === undefined) {
+      this.closed = true;
+    }
+    return this.events.return(value);
+  }
+
+  throw(err: unknown): Promise<IteratorResult<Event, void>> {
+    return this.events.throw(err);
+  }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  /**
+   * Reads the rest of the stream and resolves with the Result (`check:
+   * true` throws `Denied` for a denial); the output not yet iterated is in
+   * the Result's stdout and stderr, within the output budget.
+   */
+  async wait(options: { check?: boolean } = {}): Promise<Result> {
+    flag("check", options.check);
+    while (!(await this.next()).done) {
+      // The events are in the Result.
+    }
+    if (this.result === undefined) {
+      if (this.failure !== undefined) {
+        throw this.failure;
+      }
+      if (this.closed) {
+        throw new SandboxError("the call was closed before the command ended", "canceled");
+      }
+      throw new SandboxError("the service ended the stream without a result", "internal");
+    }
+    if (options.check === true && this.result.denied) {
+      throw new Denied(this.result);
+    }
+    return this.result;
+  }
+
+  // A call naming this command by its key. Until the first message the
+  // service may not have the call yet: NotFound is tried again (for at most
+  // the client's timeout), as `exec --host` does; after it, NotFound means
+  // the command has ended.
+  private async call(method: string, msg: JSONObject, options: CallOptions, idleSeconds?: number): Promise<JSONObject> {
+    if (!this.sent) {
+      throw notRunning("the command has not been sent yet: iterate the stream (or call wait) first");
+    }
+    const deadline = this.client.timeout > 0 ? Date.now() + this.client.timeout * 1000 : Infinity;
+    let ms = 5;
+    for (;;) {
+      if (this.ended) {
+        throw notRunning("the command has ended");
+      }
+      const running = this.running;
+      try {
+        return await this.client.unary(method, msg, options, idleSeconds ?? this.client.timeout);
+      } catch (err) {
+        if (!(err instanceof SandboxError) || err.code !== "not_found" || running || Date.now() > deadline) {
+          throw err;
+        }
+      }
+      await pause(ms, options.signal);
+      ms = Math.min(2 * ms, 100);
+    }
+  }
+
+  /**
+   * Sends the running command a signal: "TERM", "INT", "HUP", "QUIT",
+   * "KILL", "USR1", "USR2", "WINCH" or "PIPE". The command decides what it
+   * means (a shell trap runs; unhandled, TERM ends it with signal 15).
+   * Before the command is handed to the sandbox (during its hooks or
+   * approval), any signal but WINCH and PIPE stops it: nothing runs.
+   * Rejects with reasonCode "not_running" once it has ended.
+   */
+  async signal(name: SignalName, options: CallOptions = {}): Promise<void> {
+    await this.call("Signal", { signalKey: this.signalKey, signal: signalName(name) }, options);
+  }
+
+  /**
+   * Writes to the command's streamed stdin (`stdinStream: true`); resolves
+   * with the bytes taken, fewer only when the command ended or closed its
+   * stdin meanwhile. Waits while the service holds as much unread input as
+   * it keeps (64 KiB): the command's pace bounds the writer's.
+   */
+  async write(data: string | Uint8Array, options: CallOptions = {}): Promise<number> {
+    if (!this.stdinStream) {
+      throw new TypeError("this command's stdin is not a stream: pass stdinStream: true to stream()");
+    }
+    if (typeof data !== "string" && !(data instanceof Uint8Array)) {
+      throw new TypeError(`data is a string or bytes, got ${typeof data}`);
+    }
+    const b = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
+    let written = 0;
+    for (let i = 0; i < b.length; i += STDIN_CHUNK) {
+      const piece = b.subarray(i, i + STDIN_CHUNK);
+      // Backpressure may hold the call as long as the command does not read.
+      const r = await this.call("WriteStdin", { signalKey: this.signalKey, data: piece.toString("base64") }, options, 0);
+      const n = num(r.written);
+      written += n;
+      if (n < piece.length) {
+        break;
+      }
+    }
+    return written;
+  }
+
+  /** Ends the streamed stdin: the command reads end-of-file after what was written. */
+  async closeStdin(options: CallOptions = {}): Promise<void> {
+    if (!this.stdinStream) {
+      throw new TypeError("this command's stdin is not a stream: pass stdinStream: true to stream()");
+    }
+    await this.call("CloseStdin", { signalKey: this.signalKey }, options);
+  }
+}
+
 /**
  * A process started by `Client.start` (or attached to by its id). `read()`
- * follows its output (stdout and stderr in order of arrival; one stream on
- * a terminal) from where the last read ended; the service keeps the last
- * 1 MiB of it, and `dropped` counts what a slow reader lost. Errors are
+ * follows its output (stdout and stderr merged as the service reads them:
+ * each stream's bytes in order, no order between the two, which are
+ * separate pipes; one stream on a terminal) from where the last read
+ * ended; the service keeps the last 1 MiB of it, and `dropped` counts what
+ * a slow reader lost. Errors are
  * `SandboxError`s: reasonCode "process_unknown" (never started, waited for
  * already, or its session forgotten), "process_ended", "stdin_closed".
  */
@@ -957,8 +1236,9 @@ export class Process {
    */
   async read(options: ReadOptions = {}): Promise<Buffer> {
     const wait = options.timeout ?? 1;
-    if (!(wait >= 0)) {
-      throw new TypeError(`timeout is a number of seconds >= 0, got ${String(options.timeout)}`);
+    // Infinity would reach the service as null, that is 0: no wait at all.
+    if (typeof wait !== "number" || !(wait >= 0 && wait < Infinity)) {
+      throw new TypeError(`timeout is a finite number of seconds >= 0 (the service waits at most 60), got ${String(options.timeout)}`);
     }
     const r = await this.client.unary("ReadProcess", { id: this.id, offset: String(this.offset), waitSeconds: wait }, options, Math.min(wait, 60) + 30);
     this.offset = num(r.nextOffset) || this.offset;
@@ -974,19 +1254,13 @@ export class Process {
 
   /** Sets the window size of a process started with `tty: true`. */
   async resize(rows: number, cols: number, options: CallOptions = {}): Promise<void> {
-    if (!Number.isInteger(rows) || !Number.isInteger(cols) || rows < 1 || cols < 1 || rows > 65535 || cols > 65535) {
-      throw new TypeError(`rows and cols are integers between 1 and 65535, got ${String(rows)} × ${String(cols)}`);
-    }
+    terminalSize(rows, cols);
     await this.client.unary("ResizeProcess", { id: this.id, rows, cols }, options);
   }
 
   /** Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH" or "PIPE". */
   async signal(name: SignalName, options: CallOptions = {}): Promise<void> {
-    const n = typeof name === "string" ? name.toUpperCase().replace(/^SIG/, "") : "";
-    if (!SIGNALS.includes(n)) {
-      throw new TypeError(`signal is one of ${SIGNALS.join(", ")}, got ${JSON.stringify(name)}`);
-    }
-    await this.client.unary("SignalProcess", { id: this.id, signal: n }, options);
+    await this.client.unary("SignalProcess", { id: this.id, signal: signalName(name) }, options);
   }
 
   /**
@@ -996,8 +1270,8 @@ export class Process {
    */
   async wait(options: WaitOptions = {}): Promise<Result> {
     const t = options.timeout ?? 0;
-    if (!(t >= 0)) {
-      throw new TypeError(`timeout is a number of seconds >= 0, got ${String(options.timeout)}`);
+    if (typeof t !== "number" || !(t >= 0 && t < Infinity)) {
+      throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
     }
     const r = await this.client.unary("WaitProcess", { id: this.id }, options, t);
     this.exited = true;

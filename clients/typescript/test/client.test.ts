@@ -5,13 +5,14 @@ import { after, before, describe, test } from "node:test";
 import * as assert from "node:assert/strict";
 import { spawn, spawnSync, type ChildProcess } from "node:child_process";
 import * as fs from "node:fs";
+import * as http from "node:http";
 import * as net from "node:net";
 import * as os from "node:os";
 import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 
 // The package by its own name: what a user imports, through "exports".
-import { Client, Denied, Process, SandboxError, defaultAddress, type ApprovalRequest, type Event } from "aleph-sandbox";
+import { Client, Denied, Execution, Process, SandboxError, defaultAddress, type ApprovalRequest, type Event, type Result } from "aleph-sandbox";
 
 const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 const BIN = process.env.ALEPH_SANDBOX_BIN || path.join(REPO, "bin");
@@ -214,6 +215,20 @@ describe("Client against a real serve", { skip }, () => {
     r = await c.exec(["/usr/bin/head", "-c", "100", "/dev/zero"], { session: "ts3", maxOutput: 1000 });
     assert.equal(r.truncated, false);
     assert.equal(r.stdout.length, 100);
+    // A limit longer than Node's timers take (24.8 days) runs, and puts no
+    // TimeoutOverflowWarning on the host program's stderr.
+    const warnings: string[] = [];
+    const onWarning = (w: Error) => warnings.push(w.name);
+    process.on("warning", onWarning);
+    try {
+      r = await c.exec(["/bin/echo", "long"], { session: "ts3", timeout: 30 * 24 * 3600 });
+      // Warnings are emitted on a later tick.
+      await new Promise((resolve) => setImmediate(resolve));
+    } finally {
+      process.off("warning", onWarning);
+    }
+    assert.equal(r.stdout.toString(), "long\n");
+    assert.deepEqual(warnings, []);
   });
 
   test("stream yields output as it arrives, in order, then the exit", T, async () => {
@@ -374,12 +389,15 @@ describe("Client against a real serve", { skip }, () => {
   test("leaving a stream early (break) cancels the command too", T, async () => {
     const argv = uniqueSleep();
     const c = new Client({ socket: addr });
-    for await (const ev of c.stream(["/bin/sh", "-c", `echo started; exec ${argv.join(" ")}`], { session: "ts8" })) {
+    const ex = c.stream(["/bin/sh", "-c", `echo started; exec ${argv.join(" ")}`], { session: "ts8" });
+    for await (const ev of ex) {
       assert.equal(ev.kind, "stdout");
       await waitFor("the sandboxed sleep to start", () => processesWith(argv).length > 0);
       break;
     }
     await waitFor("the abandoned command to be killed", () => processesWith(argv).length === 0);
+    // Closed before its end, it has no result.
+    await assert.rejects(ex.wait(), { name: "SandboxError", code: "canceled" });
   });
 
   test("an AbortSignal cancels exec", T, async () => {
@@ -448,6 +466,145 @@ describe("Client against a real serve", { skip }, () => {
     // One session each: a session runs at most 4 commands at once.
     const rs = await Promise.all([...Array(6).keys()].map((i) => c.exec(["/bin/echo", String(i)], { session: `ts-conc-${i}` })));
     assert.deepEqual(rs.map((r) => r.stdout.toString()), [...Array(6).keys()].map((i) => `${i}\n`));
+  });
+
+  // Iterates ex, calling onEvent with each output event and the output so
+  // far; resolves with the output and the Result.
+  async function run(ex: Execution, onEvent: (out: { stdout: string; stderr: string }) => void = () => {}) {
+    const out = { stdout: "", stderr: "" };
+    let res: Result | undefined;
+    for await (const ev of ex) {
+      if (ev.kind === "exit") {
+        res = ev.result;
+      } else {
+        out[ev.kind] += ev.data.toString("latin1");
+        onEvent(out);
+      }
+    }
+    assert.ok(res, "no exit event");
+    return { ...out, result: res };
+  }
+
+  // Traps TERM; otherwise waits for a line on its stdin.
+  const TRAP = `trap 'echo got-term; exit 3' TERM; echo ready; read line; echo "done $line"`;
+  // The same in Python, for a command whose stdin is not a stream: it
+  // sleeps argv[1] seconds instead of reading.
+  const PY_TRAP = [
+    "import signal, sys, time",
+    "signal.signal(signal.SIGTERM, lambda *a: (print('got-term'), sys.exit(3)))",
+    "print('ready')",
+    "time.sleep(float(sys.argv[1]))",
+    "print('done')",
+  ].join("\n");
+
+  test("signal() runs the command's trap mid-stream; unsignalled it runs to its end", T, async () => {
+    const c = new Client({ socket: addr });
+    const ex = c.stream(["/usr/bin/python3", "-u", "-c", PY_TRAP, "60"], { session: "ts-ex1", timeout: 120 });
+    assert.ok(ex instanceof Execution);
+    const signalled: Promise<void>[] = [];
+    let r = await run(ex, (out) => {
+      if (out.stdout === "ready\n") {
+        signalled.push(ex.signal("TERM"));
+      }
+    });
+    await Promise.all(signalled);
+    assert.equal(signalled.length, 1);
+    assert.equal(r.stdout, "ready\ngot-term\n");
+    assert.deepEqual([r.result.exitCode, r.result.signal], [3, 0]);
+    assert.equal(ex.result, r.result);
+    // Positive control: unsignalled, it runs to its end.
+    r = await run(c.stream(["/usr/bin/python3", "-u", "-c", PY_TRAP, "0"], { session: "ts-ex1" }));
+    assert.equal(r.stdout, "ready\ndone\n");
+    assert.equal(r.result.exitCode, 0);
+  });
+
+  test("a shell reading its streamed stdin: signalled, its trap runs; written to, it ends", T, async () => {
+    const c = new Client({ socket: addr });
+    let ex = c.stream(["/bin/sh", "-c", TRAP], { session: "ts-ex2", stdinStream: true });
+    const calls: Promise<unknown>[] = [];
+    let r = await run(ex, (out) => {
+      if (out.stdout === "ready\n") {
+        calls.push(ex.signal("TERM"));
+      }
+    });
+    await Promise.all(calls);
+    assert.equal(r.stdout, "ready\ngot-term\n");
+    assert.equal(r.result.exitCode, 3);
+    // Positive control: the same command given its line ends by itself.
+    ex = c.stream(["/bin/sh", "-c", TRAP], { session: "ts-ex2", stdinStream: true });
+    const written: Promise<number>[] = [];
+    r = await run(ex, (out) => {
+      if (out.stdout === "ready\n") {
+        written.push(ex.write("x\n"));
+      }
+    });
+    assert.deepEqual(await Promise.all(written), [2]);
+    assert.equal(r.stdout, "ready\ndone x\n");
+    assert.equal(r.result.exitCode, 0);
+    // An unhandled KILL ends it.
+    ex = c.stream(["/bin/sh", "-c", TRAP], { session: "ts-ex2", stdinStream: true });
+    r = await run(ex, (out) => {
+      if (out.stdout === "ready\n") {
+        calls.push(ex.signal("KILL"));
+      }
+    });
+    await Promise.all(calls);
+    assert.equal(r.result.signal, 9);
+  });
+
+  test("a streamed stdin larger than one write and the service's buffer reaches the command whole", T, async () => {
+    const c = new Client({ socket: addr });
+    // More than one WriteStdin takes (1 MiB) and the service holds (64 KiB).
+    const big = Buffer.from(Array.from({ length: 3 << 20 }, (_, i) => (i * 7919) % 251));
+    const ex = c.stream(["/bin/sh", "-c", "echo ready; exec /bin/cat"], { session: "ts-ex3", stdinStream: true, maxOutput: 8 << 20 });
+    let feeding: Promise<number[]> | undefined;
+    const chunks: Buffer[] = [];
+    let res: Result | undefined;
+    for await (const ev of ex) {
+      if (ev.kind === "exit") {
+        res = ev.result;
+        continue;
+      }
+      chunks.push(ev.data);
+      // Not awaited here: cat's output must be read while it is fed.
+      feeding ??= (async () => {
+        const n = [await ex.write("one\n"), await ex.write(big)];
+        await ex.closeStdin();
+        return n;
+      })();
+    }
+    assert.deepEqual(await feeding, [4, big.length]);
+    assert.equal(res?.exitCode, 0);
+    assert.equal(res?.truncated, false);
+    assert.ok(Buffer.concat(chunks).equals(Buffer.concat([Buffer.from("ready\none\n"), big])), `${Buffer.concat(chunks).length} bytes of output`);
+  });
+
+  test("wait() is exec; an ended command is not_running", T, async () => {
+    const c = new Client({ socket: addr });
+    const r = await c.stream(["/bin/sh", "-c", "echo out; echo err >&2; exit 4"], { session: "ts-ex4" }).wait();
+    assert.deepEqual([r.stdout.toString(), r.stderr.toString(), r.exitCode], ["out\n", "err\n", 4]);
+    const ex = c.stream(["/bin/sh", "-c", "rm -rf /"], { session: "ts-ex4" });
+    await assert.rejects(ex.wait({ check: true }), (err: unknown) => err instanceof Denied && err.rule === "rm-root");
+    assert.equal((await ex.wait()).denied, true);
+    await assert.rejects(ex.signal("TERM"), { name: "SandboxError", code: "not_found", reasonCode: "not_running" });
+  });
+
+  test("misusing an Execution is a typed error", T, async () => {
+    const c = new Client({ socket: addr });
+    const ex = c.stream(["/bin/echo", "hi"], { session: "ts-ex5" });
+    // Nothing sent before the iteration: nothing to signal.
+    await assert.rejects(ex.signal("TERM"), { name: "SandboxError", reasonCode: "not_running" });
+    await assert.rejects(ex.write("x"), TypeError); // its stdin is not a stream
+    await assert.rejects(ex.closeStdin(), TypeError);
+    await assert.rejects(ex.signal("STOP" as "TERM"), TypeError);
+    assert.equal((await ex.wait()).stdout.toString(), "hi\n");
+    assert.throws(() => c.stream(["/bin/cat"], { stdin: "x", stdinStream: true }), TypeError);
+    assert.throws(() => c.stream(["/bin/cat"], { stdinStream: "yes" as unknown as boolean }), TypeError);
+    await assert.rejects(c.exec(["/bin/cat"], { stdinStream: true } as never), TypeError);
+    // Each command has its own unguessable key.
+    const [a, b] = [c.stream(["/bin/true"]), c.stream(["/bin/true"])];
+    assert.match(a.signalKey, /^sig-[0-9a-f]{32}$/);
+    assert.notEqual(a.signalKey, b.signalKey);
   });
 
   test("a process: cat round trip through write, read, closeStdin and wait", T, async () => {
@@ -547,6 +704,107 @@ describe("Client against a real serve", { skip }, () => {
   });
 });
 
+// Answers Execute and Signal as scripted, recording the requests.
+class FakeService {
+  readonly dir = fs.mkdtempSync(path.join(os.tmpdir(), "aleph-ts-fake-"));
+  readonly sock = path.join(this.dir, "aleph.sock");
+  execute: Record<string, unknown> | undefined;
+  readonly signals: Record<string, unknown>[] = [];
+  release!: () => void;
+  private readonly released = new Promise<void>((resolve) => (this.release = resolve));
+  private began!: () => void;
+  readonly executing = new Promise<void>((resolve) => (this.began = resolve));
+  private readonly server: http.Server;
+
+  constructor(firstOutput: boolean, signalOkAfter: number | null) {
+    const frame = (obj: unknown, flags = 0) => {
+      const body = Buffer.from(JSON.stringify(obj));
+      const head = Buffer.alloc(5);
+      head[0] = flags;
+      head.writeUInt32BE(body.length, 1);
+      return Buffer.concat([head, body]);
+    };
+    this.server = http.createServer((req, res) => {
+      const chunks: Buffer[] = [];
+      req.on("data", (c: Buffer) => chunks.push(c));
+      req.on("end", () => {
+        const body = Buffer.concat(chunks);
+        if (req.url!.endsWith("/Execute")) {
+          this.execute = JSON.parse(body.subarray(5).toString());
+          res.writeHead(200, { "Content-Type": "application/connect+json" });
+          if (firstOutput) {
+            res.write(frame({ output: { stream: "STREAM_STDOUT", data: "cmVhZHkK" } }));
+          }
+          this.began();
+          void this.released.then(() => res.end(Buffer.concat([frame({ result: { exitCode: 7 } }), frame({}, 0x02)])));
+          return;
+        }
+        this.signals.push(JSON.parse(body.toString()));
+        const ok = signalOkAfter !== null && this.signals.length > signalOkAfter;
+        res.writeHead(ok ? 200 : 404, { "Content-Type": "application/json" });
+        res.end(ok ? "{}" : JSON.stringify({ code: "not_found", message: "no running command" }));
+        if (ok || (signalOkAfter === null && this.signals.length === 2)) {
+          this.release();
+        }
+      });
+    });
+  }
+
+  listen(): Promise<void> {
+    return new Promise((resolve) => this.server.listen(this.sock, resolve));
+  }
+
+  async stop(): Promise<void> {
+    this.release();
+    this.server.closeAllConnections();
+    await new Promise((resolve) => this.server.close(resolve));
+    fs.rmSync(this.dir, { recursive: true, force: true });
+  }
+}
+
+describe("signal() before the service has the call (a fake service)", () => {
+  async function withFake(firstOutput: boolean, signalOkAfter: number | null, f: (fake: FakeService, ex: Execution) => Promise<void>) {
+    const fake = new FakeService(firstOutput, signalOkAfter);
+    await fake.listen();
+    try {
+      await f(fake, new Client({ socket: fake.sock }).stream(["/bin/true"]));
+    } finally {
+      await fake.stop();
+    }
+  }
+
+  test("not_found is tried again until the call is there", T, () =>
+    withFake(false, 2, async (fake, ex) => {
+      const waiting = ex.wait();
+      await fake.executing;
+      await ex.signal("TERM");
+      assert.equal((await waiting).exitCode, 7);
+      assert.deepEqual(fake.signals.map((s) => s.signal), ["TERM", "TERM", "TERM"]);
+      assert.deepEqual([...new Set(fake.signals.map((s) => s.signalKey))], [fake.execute?.signalKey]);
+      assert.match(String(fake.execute?.signalKey), /^sig-[0-9a-f]{32}$/);
+    }));
+
+  test("not_found after the first event means the command ended", T, () =>
+    withFake(true, null, async (fake, ex) => {
+      const first = await ex.next();
+      assert.equal(first.done, false);
+      await assert.rejects(ex.signal("TERM"), { name: "SandboxError", code: "not_found" });
+      assert.equal(fake.signals.length, 1);
+      fake.release();
+      assert.equal((await ex.wait()).exitCode, 7);
+    }));
+
+  test("a stream that ends meanwhile stops the tries", T, () =>
+    withFake(false, null, async (fake, ex) => {
+      // The fake ends the stream after the second refused signal.
+      const waiting = ex.wait();
+      await fake.executing;
+      await assert.rejects(ex.signal("TERM"), { name: "SandboxError", code: "not_found", reasonCode: "not_running" });
+      assert.equal((await waiting).exitCode, 7);
+      assert.ok(fake.signals.length >= 2);
+    }));
+});
+
 describe("Client without a service", () => {
   test("an unreachable socket is unavailable", T, async () => {
     const dir = fs.mkdtempSync(path.join(os.tmpdir(), "aleph-ts-none-"));
@@ -577,6 +835,60 @@ describe("Client without a service", () => {
       await new Promise((resolve) => mute.close(resolve));
       fs.rmSync(dir, { recursive: true, force: true });
     }
+  });
+
+  // Each call goes to a socket nobody listens on: reaching the service
+  // would reject with "unavailable", not the TypeError asserted. The
+  // positive controls show well-formed values get that far.
+  const nowhere = "unix:/nonexistent-aleph-sandbox/aleph.sock";
+  const unavailable = { name: "SandboxError", code: "unavailable" };
+  const refused = (words: RegExp) => (err: unknown) => err instanceof TypeError && words.test(err.message);
+
+  test("0 is refused, not dropped: on the wire it means the default", T, async () => {
+    const c = new Client({ socket: nowhere });
+    await assert.rejects(c.exec(["/bin/true"], { timeout: 0 }), refused(/^timeout must be a positive .*default/));
+    await assert.rejects(c.exec(["/bin/true"], { memoryMb: 0 }), refused(/^memoryMb must be a positive .*no memory limit/));
+    await assert.rejects(c.exec(["/bin/true"], { maxOutput: 0 }), refused(/^maxOutput must be a positive .*budget/));
+    await assert.rejects(c.start(["/bin/true"], { timeout: 0 }), refused(/^timeout/));
+    assert.throws(() => c.stream(["/bin/true"], { maxOutput: 0 }), refused(/^maxOutput/));
+    // Positive control: the smallest meaningful values are sent.
+    await assert.rejects(c.exec(["/bin/true"], { timeout: 0.001, memoryMb: 1, maxOutput: 1 }), unavailable);
+    await assert.rejects(c.start(["/bin/true"], { timeout: 1, memoryMb: 64, maxOutput: 1 << 20 }), unavailable);
+  });
+
+  test("bad numbers, booleans and path lists are TypeErrors", T, async () => {
+    const c = new Client({ socket: nowhere });
+    for (const bad of [-1, NaN, Infinity, 365 * 24 * 3600 + 1, "30", true]) {
+      await assert.rejects(c.exec(["/bin/true"], { timeout: bad as number }), refused(/^timeout/));
+    }
+    await assert.rejects(c.exec(["/bin/true"], { memoryMb: -5 }), refused(/^memoryMb.*-5/));
+    // Not truncated to 1: a fraction of a byte is a mistake.
+    await assert.rejects(c.exec(["/bin/true"], { maxOutput: 1.5 }), refused(/^maxOutput.*whole number/));
+    await assert.rejects(c.exec(["/bin/true"], { maxOutput: 2 ** 60 }), refused(/^maxOutput/));
+    await assert.rejects(c.exec(["/bin/true"], { memoryMb: "512" as unknown as number }), refused(/^memoryMb/));
+    // "yes" is not true: a string is refused, not read as false.
+    await assert.rejects(c.exec(["/bin/true"], { spawn: "yes" as unknown as boolean }), refused(/^spawn is true or false/));
+    await assert.rejects(c.exec(["/bin/true"], { check: 1 as unknown as boolean }), refused(/^check/));
+    await assert.rejects(c.start(["/bin/true"], { tty: "yes" as unknown as boolean }), refused(/^tty/));
+    await assert.rejects(c.exec(["/bin/true"], { read: "/etc" as unknown as string[] }), refused(/^read is an array of paths, e.g. \["\/etc"\]/));
+    await assert.rejects(c.exec(["/bin/true"], { write: [1] as unknown as string[] }), refused(/^write/));
+    await assert.rejects(c.exec(["/bin/true"], { spawn: false, read: ["/etc"], write: [] }), unavailable);
+  });
+
+  test("terminal sizes and process timeouts are checked before sending", T, async () => {
+    const c = new Client({ socket: nowhere });
+    await assert.rejects(c.start(["/bin/cat"], { tty: true, cols: 65536 }), refused(/^rows and cols/));
+    // A size without a terminal would be ignored: refused instead.
+    await assert.rejects(c.start(["/bin/cat"], { rows: 30, cols: 100 }), refused(/tty: true/));
+    await assert.rejects(c.start(["/bin/cat"], { tty: true, rows: 1, cols: 65535 }), unavailable);
+    const p = new Process(c, "proc-none");
+    await assert.rejects(p.read({ timeout: Infinity }), refused(/^timeout is a finite number/));
+    await assert.rejects(p.read({ timeout: -1 }), refused(/^timeout/));
+    await assert.rejects(p.wait({ timeout: NaN }), refused(/^timeout/));
+    await assert.rejects(p.read({ timeout: 0 }), unavailable);
+    assert.throws(() => new Client({ socket: nowhere, timeout: Infinity }), refused(/^timeout/));
+    assert.throws(() => new Client({ socket: nowhere, timeout: -1 }), refused(/^timeout/));
+    assert.equal(new Client({ socket: nowhere, timeout: 0 }).timeout, 0);
   });
 
   test("addresses", T, () => {

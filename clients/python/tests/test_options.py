@@ -1,0 +1,111 @@
+"""Bad options are refused before anything is sent: each call below goes to
+a socket nobody listens on, so reaching the service would raise
+SandboxError ("unavailable") instead of the TypeError or ValueError
+asserted. The positive controls show well-formed values get that far."""
+
+import os
+import shutil
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from aleph_sandbox import Client, Process, SandboxError  # noqa: E402
+
+
+class OptionsTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="aleph-py-none-")
+        cls.addr = "unix:" + os.path.join(cls.dir, "aleph.sock")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.dir)
+
+    def refused(self, exc, fn, *words):
+        with self.assertRaises(exc) as cm:
+            fn()
+        for w in words:
+            self.assertIn(w, str(cm.exception))
+
+    def unavailable(self, fn):
+        with self.assertRaises(SandboxError) as cm:
+            fn()
+        self.assertEqual(cm.exception.code, "unavailable")
+
+    def test_zero_is_refused_not_dropped(self):
+        # On the wire 0 means "not given": sent, it would run with the default.
+        c = Client(self.addr)
+        self.refused(ValueError, lambda: c.exec(["/bin/true"], timeout=0), "timeout", "positive", "default")
+        self.refused(ValueError, lambda: c.exec(["/bin/true"], memory_mb=0), "memory_mb", "positive", "no memory limit")
+        self.refused(ValueError, lambda: c.exec(["/bin/true"], max_output=0), "max_output", "positive", "budget")
+        self.refused(ValueError, lambda: list(c.stream(["/bin/true"], timeout=0)), "timeout")
+        self.refused(ValueError, lambda: c.start(["/bin/true"], memory_mb=0), "memory_mb")
+        # Positive control: the smallest meaningful values are sent.
+        self.unavailable(lambda: c.exec(["/bin/true"], timeout=0.001, memory_mb=1, max_output=1))
+        self.unavailable(lambda: c.start(["/bin/true"], timeout=1, memory_mb=64, max_output=1 << 20))
+
+    def test_bad_numbers(self):
+        c = Client(self.addr)
+        for bad in (-1, float("nan"), float("inf"), 365 * 24 * 3600 + 1):
+            self.refused(ValueError, lambda: c.exec(["/bin/true"], timeout=bad), "timeout", repr(bad))
+        for bad in ("30", True, [1]):
+            self.refused(TypeError, lambda: c.exec(["/bin/true"], timeout=bad), "timeout")
+        self.refused(ValueError, lambda: c.exec(["/bin/true"], memory_mb=-5), "memory_mb", "-5")
+        self.refused(ValueError, lambda: c.exec(["/bin/true"], memory_mb=2 ** 64), "memory_mb")
+        self.refused(ValueError, lambda: c.exec(["/bin/true"], max_output=2 ** 63), "max_output")
+        # Not truncated to 1: a fraction of a byte is a mistake.
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], max_output=1.5), "max_output", "whole number")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], memory_mb="512"), "memory_mb")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], memory_mb=True), "memory_mb")
+
+    def test_booleans_and_paths(self):
+        c = Client(self.addr)
+        # bool("no") is True: a string is refused, not read as a flag.
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], spawn="no"), "spawn", "True or False")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], check=1), "check")
+        self.refused(TypeError, lambda: c.start(["/bin/true"], tty="yes"), "tty")
+        # A lone string would be a list of its characters: "/", "/e", ...
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], read="/etc"), "read", "['/etc']")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], write=None), "write")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], read=[1]), "read")
+        self.unavailable(lambda: c.exec(["/bin/true"], spawn=False, read=("/etc",), write=[]))
+
+    def test_terminal_size(self):
+        c = Client(self.addr)
+        self.refused(ValueError, lambda: c.start(["/bin/cat"], tty=True, rows=0), "rows and cols")
+        self.refused(ValueError, lambda: c.start(["/bin/cat"], tty=True, cols=65536), "rows and cols")
+        self.refused(TypeError, lambda: c.start(["/bin/cat"], tty=True, rows=2.5), "rows")
+        # A size without a terminal would be ignored: refused instead.
+        self.refused(TypeError, lambda: c.start(["/bin/cat"], rows=30, cols=100), "tty=True")
+        p = Process(c, "proc-none")
+        self.refused(ValueError, lambda: p.resize(0, 80), "rows and cols")
+        self.unavailable(lambda: c.start(["/bin/cat"], tty=True, rows=1, cols=65535))
+        self.unavailable(lambda: p.resize(24, 80))
+
+    def test_client_and_process_timeouts(self):
+        # A socket timeout of 0 is non-blocking: every call would fail.
+        self.refused(ValueError, lambda: Client(self.addr, timeout=0), "timeout", "None")
+        self.refused(ValueError, lambda: Client(self.addr, timeout=-1), "timeout")
+        self.assertIsNone(Client(self.addr, timeout=None).timeout)
+        p = Process(Client(self.addr), "proc-none")
+        self.refused(ValueError, lambda: p.wait(timeout=0), "None")
+        self.refused(ValueError, lambda: p.read(timeout=-1), "timeout")
+        self.refused(ValueError, lambda: p.read(timeout=float("nan")), "timeout")
+        self.refused(TypeError, lambda: p.read(timeout="1"), "timeout")
+        self.unavailable(lambda: p.read(timeout=0))
+        self.unavailable(lambda: p.wait(timeout=5))
+
+    def test_signal_names(self):
+        p = Process(Client(self.addr), "proc-none")
+        self.refused(ValueError, lambda: p.signal("STOP"), "TERM", "'STOP'")
+        self.refused(TypeError, lambda: p.signal(15), "string")
+        # "SIGTERM" and "term" are TERM.
+        self.unavailable(lambda: p.signal("SIGTERM"))
+        self.unavailable(lambda: p.signal("term"))
+
+
+if __name__ == "__main__":
+    unittest.main()
