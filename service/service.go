@@ -45,6 +45,10 @@ const ReasonInvalidRequest = "invalid_request"
 // a driver that cannot forward signals (its tree was killed).
 const ReasonSignalEnded = "signal_ended"
 
+// ReasonSignalBeforeStart is the reason code of a command a signal reached
+// before it started (during its hooks or approval): nothing ran.
+const ReasonSignalBeforeStart = "signal_before_start"
+
 // ReasonNotRunning is the reason code of a Signal for no running command.
 const ReasonNotRunning = "not_running"
 
@@ -425,6 +429,8 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 		return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonWorkspaceFailed)})
 	case errors.As(err, &medErr):
 		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonMediationFailed)})
+	case errors.Is(err, core.ErrSignalBeforeStart):
+		return nil, withDetail(connect.CodeAborted, err, &hostv1.ErrorDetail{ReasonCode: ReasonSignalBeforeStart})
 	case errors.Is(err, core.ErrSignalEnded):
 		// The driver cannot forward signals, so the one sent ended the
 		// command as a cancel does: no exit status of its own.

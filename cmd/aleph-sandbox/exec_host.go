@@ -194,6 +194,9 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 			case expired:
 				fmt.Fprintf(std.Err, "aleph-sandbox: the command did not end within %s of SIG%s; its process tree was killed\n", f.grace, sigLabel(first))
 				return 128 + int(syscall.SIGKILL)
+			case reasonOf(streamErr) == service.ReasonSignalBeforeStart:
+				fmt.Fprintf(std.Err, "aleph-sandbox: SIG%s came before the command started; nothing ran\n", sigLabel(first))
+				return 128 + signalNumber(first)
 			case reasonOf(streamErr) == service.ReasonSignalEnded:
 				fmt.Fprintf(std.Err, "aleph-sandbox: SIG%s ended the command (this driver cannot forward signals, so its tree was killed)\n", sigLabel(first))
 				return 128 + signalNumber(first)

@@ -559,6 +559,36 @@ except OSError as e:
 		}
 	})
 
+	t.Run("a signal during the approval: nothing ran, Aborted with its own reason code", func(t *testing.T) {
+		key := newSignalKey()
+		ws := t.TempDir()
+		marker := filepath.Join(ws, "ran")
+		o := execute(ctx, c, &hostv1.ExecuteRequest{Session: "s-sig", Argv: []string{"/bin/sh", "-c", "touch " + marker}, Workspace: ws,
+			Spawn: true, AnswerApprovals: true, SignalKey: key}, func(*hostv1.ApprovalRequest) {
+			// Unanswered: the signal comes while the command waits for it.
+			if _, err := c.Signal(ctx, connect.NewRequest(&hostv1.SignalRequest{SignalKey: key, Signal: "TERM"})); err != nil {
+				t.Errorf("Signal: %v", err)
+			}
+		})
+		if connect.CodeOf(o.err) != connect.CodeAborted || errDetail(t, o.err).GetReasonCode() != "signal_before_start" {
+			t.Fatalf("%v, want Aborted / signal_before_start", o.err)
+		}
+		if _, err := os.Stat(marker); err == nil {
+			t.Fatal("the command ran")
+		}
+		// The control: approved, the same command runs.
+		o = execute(ctx, c, &hostv1.ExecuteRequest{Session: "s-sig", Argv: []string{"/bin/sh", "-c", "touch " + marker}, Workspace: ws,
+			Spawn: true, AnswerApprovals: true}, func(r *hostv1.ApprovalRequest) {
+			_, _ = c.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: r.GetId(), Approved: true}))
+		})
+		if o.err != nil || o.result.GetExitCode() != 0 {
+			t.Fatalf("the control: %v %+v", o.err, o.result)
+		}
+		if _, err := os.Stat(marker); err != nil {
+			t.Fatalf("the control did not run: %v", err)
+		}
+	})
+
 	t.Run("health", func(t *testing.T) {
 		hc := unixHTTP(sock, false)
 		resp, err := hc.Post("http://aleph/grpc.health.v1.Health/Check", "application/json", strings.NewReader(`{"service":"aleph.host.v1.Service"}`))
