@@ -196,6 +196,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 			Path:    path,
 			SHA256:  cfg.Sandbox.DriverSHA256,
 			Options: cfg.DriverOptions(goos()),
+			Section: cfg.DriverSection,
 			Logger:  o.logger,
 			Env:     o.driverEnv,
 		})

@@ -72,6 +72,10 @@ type SandboxConfig struct {
 	// ParseOptions), which validates it from ALEPH_DRIVER_OPTIONS at start;
 	// core never reads it.
 	Windows Section `koanf:"windows" json:"windows" toml:"windows"`
+	// Drivers holds the sections of other drivers, [sandbox.drivers.NAME],
+	// NAME as the driver's ConfigSchema names its section; each is owned
+	// and validated by its driver (DriverSection), core never reads them.
+	Drivers map[string]Section `koanf:"drivers" json:"drivers,omitempty" toml:"drivers"`
 	// Session is what every session starts with: its baseline and the
 	// child's HOME.
 	Session SessionConfig `koanf:"session" json:"session" toml:"session"`
@@ -700,6 +704,14 @@ func checkValue(v any, t reflect.Type, key string, sections map[string]driverapi
 		if sc, ok := sections[key]; ok {
 			return checkSection(m, sc, key+".")
 		}
+		if t.Elem().Kind() == reflect.Map {
+			// A table of sections ([sandbox.drivers.NAME]): each a table.
+			for name, sub := range m {
+				if _, ok := sub.(map[string]any); !ok {
+					return &ConfigError{Key: key + "." + name, Reason: fmt.Sprintf("must be a table, got %T", sub)}
+				}
+			}
+		}
 		return nil
 	case reflect.Struct:
 		m, ok := v.(map[string]any)
@@ -1037,6 +1049,9 @@ func (c Config) Effective() map[string]any {
 // [sandbox.linux], "windows" [sandbox.windows]; platforms without a section
 // get "{}"). Drivers refuse keys they do not know, so only keys of the
 // section are ever sent.
+//
+// A driver with the config call is handed, instead, the section its
+// ConfigSchema names (DriverSection, through DriverHostConfig.Section).
 func (c Config) DriverOptions(goos string) []byte {
 	switch goos {
 	case "linux":
@@ -1045,4 +1060,18 @@ func (c Config) DriverOptions(goos string) []byte {
 		return c.Sandbox.Windows.JSON()
 	}
 	return []byte("{}")
+}
+
+// DriverSection is the section called name as JSON ("{}" when absent):
+// "linux" is [sandbox.linux], "windows" [sandbox.windows], any other
+// name [sandbox.drivers.NAME]. It is what a driver whose ConfigSchema
+// names that section is handed.
+func (c Config) DriverSection(name string) []byte {
+	switch name {
+	case "linux":
+		return c.Sandbox.Linux.JSON()
+	case "windows":
+		return c.Sandbox.Windows.JSON()
+	}
+	return c.Sandbox.Drivers[name].JSON()
 }

@@ -335,3 +335,30 @@ func TestConfigFileBounds(t *testing.T) {
 		t.Fatalf("ordinary config: %v, %+v", err, cfg.Sandbox)
 	}
 }
+
+// [sandbox.drivers.NAME] holds a third-party driver's section, handed over
+// as JSON by name; the platform sections keep their names; a value of
+// [sandbox.drivers] that is not a table is refused.
+func TestDriverSections(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(path, []byte("[sandbox.linux]\nmax_pids = 9\n\n[sandbox.drivers.naive]\nlevel = 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := loadConfig(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"naive": `{"level":3}`, "linux": `{"max_pids":9}`, "other": `{}`, "windows": `{}`} {
+		if got := string(cfg.DriverSection(name)); got != want {
+			t.Errorf("DriverSection(%q) = %s, want %s", name, got, want)
+		}
+	}
+	if err := os.WriteFile(path, []byte("[sandbox.drivers]\nnaive = 3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ce *ConfigError
+	if _, err := loadConfig(path, nil); !errors.As(err, &ce) || ce.Key != "sandbox.drivers.naive" {
+		t.Fatalf("a driver section that is not a table: %v", err)
+	}
+}

@@ -26,8 +26,16 @@ type DriverHostConfig struct {
 	// SHA256 pins the binary (hex); empty means unpinned.
 	SHA256 string
 	// Options is the JSON handed to the plugin as ALEPH_DRIVER_OPTIONS
-	// (Config.DriverOptions); nil sends "{}".
+	// (Config.DriverOptions); nil sends "{}". A driver with the config call
+	// is also handed it by SetConfig, unless Section routes it another.
 	Options []byte
+	// Section, when set, gives a section of the configuration by name
+	// (Config.DriverSection). A driver with the config call whose backend
+	// is not one of the shipped drivers (which own the platform sections
+	// that Options holds) is asked its ConfigSchema and handed the section
+	// it names, so a third-party driver gets [sandbox.drivers.NAME]
+	// instead of another driver's keys.
+	Section func(name string) []byte
 	// Logger receives the plugin's own log lines, under a logger named
 	// after the driver. Never command output.
 	Logger hclog.Logger
@@ -238,7 +246,15 @@ func (h *DriverHost) configure(ctx context.Context, p *driverapi.Process) (drive
 	if !ok {
 		return c, nil
 	}
-	if err := cf.SetConfig(ctx, h.cfg.Options); err != nil {
+	opts := h.cfg.Options
+	if h.cfg.Section != nil && !shippedBackend(c.Backend) {
+		sc, err := cf.ConfigSchema(ctx)
+		if err != nil {
+			return c, &DriverError{Driver: h.cfg.Name, Op: "ConfigSchema", Err: err}
+		}
+		opts = h.cfg.Section(sc.Section)
+	}
+	if err := cf.SetConfig(ctx, opts); err != nil {
 		return c, &DriverError{Driver: h.cfg.Name, Op: "configure", Err: err}
 	}
 	// The report may depend on the section: ask again.
@@ -416,6 +432,17 @@ func (h *DriverHost) Close() error {
 		<-l.done
 	}
 	return nil
+}
+
+// shippedBackend reports whether backend is one of the drivers this
+// project ships, whose sections are the platform ones (Options): asking
+// them their schema would cost every start a call to learn what is known.
+func shippedBackend(backend string) bool {
+	switch backend {
+	case "bwrap", "seatbelt", "appcontainer":
+		return true
+	}
+	return false
 }
 
 // DefaultDriverName is the platform's default driver: bwrap on Linux,

@@ -504,3 +504,40 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// A third-party driver with the config call is handed the section its
+// ConfigSchema names, not the platform section (another driver's keys);
+// what it refuses there is named in its own section.
+func TestDriverHostRoutesTheDriversOwnSection(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := func(own string) *DriverHost {
+		h, err := NewDriverHost(DriverHostConfig{Path: exe, Name: "fake-plugin", Env: []string{fakeDriverEnv + "=config"},
+			Options: []byte(`{"bad": 1}`), // the platform section: keys of another driver
+			Section: func(name string) []byte {
+				if name == "fake" {
+					return []byte(own)
+				}
+				return []byte("{}")
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Close() })
+		return h
+	}
+	ctx := context.Background()
+	if err := host(`{"ok": 1}`).Start(ctx); err != nil {
+		t.Fatalf("its own section: %v", err)
+	}
+	err = host(`{"bad": 1}`).Start(ctx)
+	var ce *driverapi.ConfigError
+	if !errors.As(err, &ce) || ce.Section != "fake" || ce.Key != "bad" {
+		t.Fatalf("a bad key in its own section: %v, want sandbox.fake.bad", err)
+	}
+}

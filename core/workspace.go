@@ -168,6 +168,7 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 			Path:    path,
 			SHA256:  cfg.Sandbox.DriverSHA256,
 			Options: cfg.DriverOptions(runtime.GOOS),
+			Section: cfg.DriverSection,
 			Logger:  logger,
 			Env:     o.driverEnv,
 		})
