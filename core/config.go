@@ -397,7 +397,13 @@ func loadConfig(path string, environ []string, opts ...LoadOption) (Config, erro
 		}
 		fk := koanf.New(".")
 		if err := fk.Load(bytesProvider(data), toml.Parser()); err != nil {
-			return Config{}, &ConfigError{Source: path, Key: "(file)", Reason: err.Error()}
+			reason := err.Error()
+			var de *gotoml.DecodeError
+			if errors.As(err, &de) {
+				row, col := de.Position()
+				reason = fmt.Sprintf("line %d, column %d: %s", row, col, reason)
+			}
+			return Config{}, &ConfigError{Source: path, Key: "(file)", Reason: reason}
 		}
 		if err := checkRaw(fk.Raw(), reflect.TypeOf(cfg), "", sections); err != nil {
 			err.Source = path
@@ -682,7 +688,14 @@ func checkRaw(raw map[string]any, t reflect.Type, prefix string, sections map[st
 		full := prefix + k
 		ft, ok := fields[k]
 		if !ok {
-			return &ConfigError{Key: full, Reason: "unknown key"}
+			known := make([]string, 0, len(fields))
+			for name := range fields {
+				if name != "" && name != "-" {
+					known = append(known, name)
+				}
+			}
+			sort.Strings(known)
+			return &ConfigError{Key: full, Reason: "unknown key (known: " + strings.Join(known, ", ") + ")"}
 		}
 		if err := checkValue(raw[k], ft, full, sections); err != nil {
 			return err

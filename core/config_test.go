@@ -362,3 +362,24 @@ func TestDriverSections(t *testing.T) {
 		t.Fatalf("a driver section that is not a table: %v", err)
 	}
 }
+
+// A file's syntax error says where; an unknown key lists the keys of its
+// table.
+func TestConfigErrorsSayWhere(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.toml")
+	if err := os.WriteFile(path, []byte("[sandbox]\nmax_output_bytes = 10\ndefault_timeout_seconds = 1x\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var ce *ConfigError
+	if _, err := loadConfig(path, nil); !errors.As(err, &ce) || !strings.Contains(ce.Reason, "line 3, column") {
+		t.Fatalf("syntax error: %v, want its line", err)
+	}
+	if err := os.WriteFile(path, []byte("[sandbox]\ndefault_timeout_secnds = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := loadConfig(path, nil); !errors.As(err, &ce) || ce.Key != "sandbox.default_timeout_secnds" ||
+		!strings.Contains(ce.Reason, "default_timeout_seconds") || !strings.Contains(ce.Reason, "max_output_bytes") {
+		t.Fatalf("unknown key: %v, want the table's keys listed", err)
+	}
+}
