@@ -45,6 +45,14 @@ const ReasonInvalidRequest = "invalid_request"
 // a driver that cannot forward signals (its tree was killed).
 const ReasonSignalEnded = "signal_ended"
 
+// ErrStopping is the cause with which a stopping server cancels the calls
+// still running (the context its listeners' requests derive from).
+var ErrStopping = errors.New("the service is stopping")
+
+// ReasonServiceStopping is the reason code of a command the server killed
+// as it stopped, after its grace period.
+const ReasonServiceStopping = "service_stopping"
+
 // ReasonSignalBeforeStart is the reason code of a command a signal reached
 // before it started (during its hooks or approval): nothing ran.
 const ReasonSignalBeforeStart = "signal_before_start"
@@ -419,6 +427,10 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 		return &hostv1.ExecResult{Denied: true, Reason: denied.Error(), Rule: denied.Rule, ReasonCode: string(denied.Code)}, nil
 	case errors.As(err, &invCmd):
 		return nil, withDetail(connect.CodeInvalidArgument, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonInvalidCommand), Field: invCmd.Field})
+	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrStopping):
+		// Not the client's cancel: the server stopped under the command.
+		return nil, withDetail(connect.CodeUnavailable, fmt.Errorf("the service stopped while the command ran, and killed it: %w", err),
+			&hostv1.ErrorDetail{ReasonCode: ReasonServiceStopping})
 	case ctx.Err() != nil:
 		return nil, withDetail(connect.CodeCanceled, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonCanceled)})
 	case errors.As(err, &drvErr):

@@ -232,8 +232,14 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 
 func hostError(sock string, err error) string {
 	var ce *connect.Error
-	if errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && strings.Contains(ce.Message(), "dial") {
+	switch {
+	case errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && strings.Contains(ce.Message(), "dial"):
 		return fmt.Sprintf("exec: no service at %s (start it with aleph-sandbox serve): %s", sock, ce.Message())
+	case reasonOf(err) == service.ReasonServiceStopping:
+		return fmt.Sprintf("exec: the service at %s stopped while the command ran, and killed it", sock)
+	case errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && reasonOf(err) == "":
+		// No detail: the connection itself went (the server died).
+		return fmt.Sprintf("exec: the connection to the service at %s was lost while the command ran (did the service stop?): %s", sock, ce.Message())
 	}
 	return "exec: " + err.Error()
 }

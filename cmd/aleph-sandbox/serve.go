@@ -197,7 +197,8 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 
 	// Requests derive from base: cancelling it after the grace period
 	// kills what is still running.
-	base, killAll := context.WithCancel(context.Background())
+	base, cancelAll := context.WithCancelCause(context.Background())
+	killAll := func() { cancelAll(service.ErrStopping) }
 	defer killAll()
 	newServer := func(h http.Handler) *http.Server {
 		return &http.Server{

@@ -713,6 +713,8 @@ func TestServeStaleSocketAndSIGTERM(t *testing.T) {
 	o := <-res
 	if o.err == nil {
 		t.Errorf("the command outlived the grace period: %+v", o.result)
+	} else if connect.CodeOf(o.err) != connect.CodeUnavailable || errDetail(t, o.err).GetReasonCode() != "service_stopping" {
+		t.Errorf("the killed command: %v, want Unavailable / service_stopping", o.err)
 	}
 	if markerRunning(marker) {
 		t.Errorf("the command's process is still running after serve exited\n%s", p.stderr)
