@@ -270,7 +270,7 @@ func (h *DriverHost) failed(p *driverapi.Process, op string, err error) error {
 	}
 	h.mu.Unlock()
 	return &DriverError{Driver: h.cfg.Name, Op: op,
-		Err: fmt.Errorf("driver process died during the call (it will be relaunched for the next command): %w", driverapi.ErrPluginDied)}
+		Err: fmt.Errorf("driver process died during the call (it will be relaunched for the next command): %w", p.DiedError())}
 }
 
 // Capabilities reports the driver's fingerprint (fetched once per process).

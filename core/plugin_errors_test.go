@@ -1,0 +1,57 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+)
+
+// panicDriverEnv makes the test binary a failing driver plugin: "1" serves
+// panicDriver, which panics during Run.
+const panicDriverEnv = "ALEPH_TEST_PANIC_DRIVER"
+
+func init() {
+	switch os.Getenv(panicDriverEnv) {
+	case "1":
+		driverapi.Serve(&panicDriver{})
+		os.Exit(0)
+	}
+}
+
+type panicDriver struct{ drivertest.FakeDriver }
+
+func (*panicDriver) Run(context.Context, driverapi.RunSpec, driverapi.Streams) (driverapi.Exit, error) {
+	panic("boom in Run")
+}
+
+// A driver that dies during Run is explained by its own last words (its
+// panic line), not only by "plugin process died".
+func TestDriverDeathQuotesThePanic(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewDriverHost(DriverHostConfig{Path: exe, Name: "panicky", Env: []string{panicDriverEnv + "=1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	ctx := context.Background()
+	prof, err := h.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: "/ws", Cwd: "/ws"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = h.Run(ctx, driverapi.RunSpec{Program: "x", Cwd: "/ws", Profile: prof, Timeout: 5e9, MaxOutputBytes: 1 << 20}, driverapi.Streams{})
+	var de *DriverError
+	if !errors.As(err, &de) || !errors.Is(err, driverapi.ErrPluginDied) {
+		t.Fatalf("want a DriverError for a dead plugin, got %T %v", err, err)
+	}
+	if !strings.Contains(err.Error(), "it wrote: panic: boom in Run (in ") {
+		t.Fatalf("the panic is not in the error: %v", err)
+	}
+}
