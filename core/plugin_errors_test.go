@@ -3,6 +3,7 @@ package core
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -12,7 +13,8 @@ import (
 )
 
 // panicDriverEnv makes the test binary a failing driver plugin: "1" serves
-// panicDriver, which panics during Run.
+// panicDriver, which panics during Run; "sayswhy" says why on stderr and
+// exits before any handshake.
 const panicDriverEnv = "ALEPH_TEST_PANIC_DRIVER"
 
 func init() {
@@ -20,6 +22,9 @@ func init() {
 	case "1":
 		driverapi.Serve(&panicDriver{})
 		os.Exit(0)
+	case "sayswhy":
+		fmt.Fprintln(os.Stderr, "sayswhy: needs /dev/kvm")
+		os.Exit(1)
 	}
 }
 
@@ -53,5 +58,28 @@ func TestDriverDeathQuotesThePanic(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "it wrote: panic: boom in Run (in ") {
 		t.Fatalf("the panic is not in the error: %v", err)
+	}
+}
+
+// A driver that fails to start is named once, with its path, and the step
+// is said once ("start", not "start: plugin ...: start").
+func TestDriverStartErrorSaysEachLabelOnce(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := NewDriverHost(DriverHostConfig{Path: exe, Name: "sayswhy", Env: []string{panicDriverEnv + "=sayswhy"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	err = h.Start(context.Background())
+	want := "driver sayswhy (" + exe + "): start: exited without a handshake; it wrote: sayswhy: needs /dev/kvm"
+	if err == nil || err.Error() != want {
+		t.Fatalf("error %v, want %q", err, want)
+	}
+	var pe *driverapi.PluginError
+	if !errors.As(err, &pe) || pe.Op != "start" {
+		t.Fatalf("the PluginError is lost: %T", err)
 	}
 }
