@@ -385,7 +385,9 @@ func FindDriver(name string, searchDirs []string) (path string, looked []string,
 			abs = name
 		}
 		looked = []string{abs}
-		if isExecutableFile(abs) {
+		// A file the user named exists: the launch says what is wrong
+		// with it (not executable, not a plugin), "not found" would not.
+		if _, err := os.Stat(abs); err == nil {
 			return abs, looked, nil
 		}
 		return "", looked, &DriverNotFoundError{Name: name, Binary: filepath.Base(name), Looked: looked}

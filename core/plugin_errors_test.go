@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -58,6 +59,34 @@ func TestDriverDeathQuotesThePanic(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), "it wrote: panic: boom in Run (in ") {
 		t.Fatalf("the panic is not in the error: %v", err)
+	}
+}
+
+// A driver file named by path that exists but is not executable is
+// reported as not executable, with the fix, not as "not found"; the
+// message names each step once.
+func TestNonExecutableDriverPath(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "drv")
+	if err := os.WriteFile(p, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, _, err := FindDriver(p, nil)
+	if err != nil || got != p {
+		t.Fatalf("FindDriver(%s) = %q, %v; want the path", p, got, err)
+	}
+	h, err := NewDriverHost(DriverHostConfig{Path: got})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	err = h.Start(context.Background())
+	want := "driver drv (" + p + "): find: not executable (chmod +x " + p + ")"
+	if err == nil || err.Error() != want {
+		t.Fatalf("error %v, want %q", err, want)
+	}
+	// Control: a missing path is still not found.
+	if _, _, err := FindDriver(p+"-gone", nil); !errors.As(err, new(*DriverNotFoundError)) {
+		t.Fatalf("missing path: %v", err)
 	}
 }
 
