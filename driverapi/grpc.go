@@ -21,8 +21,8 @@ type driverServer struct {
 	impl Driver
 }
 
-func (s *driverServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesRequest) (*pb.HostCapabilities, error) {
-	h, err := s.impl.Capabilities(ctx)
+func (s *driverServer) Capabilities(ctx context.Context, req *pb.CapabilitiesRequest) (*pb.HostCapabilities, error) {
+	h, err := s.impl.Capabilities(withHostProtocolMinor(ctx, req.GetHostProtocolMinor()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -32,7 +32,12 @@ func (s *driverServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesReque
 	if h.Calls == nil {
 		h.Calls = implementedCalls(s.impl)
 	}
-	if h.ProtocolMinor == 0 && len(h.Calls) > 0 {
+	// The minor version is what this package speaks on the driver's
+	// behalf (error details, the refusal of a tty through Run), whatever
+	// calls the driver has: the host never makes a call it does not list,
+	// so a driver with only the base calls is a 1.2 driver without the
+	// optional ones, not a 1.0 driver.
+	if h.ProtocolMinor == 0 {
 		h.ProtocolMinor = ProtocolMinor
 	}
 	return hostCapsToPB(h), nil

@@ -135,8 +135,9 @@ type HostCapabilities struct {
 	DriverVersion   string `json:"driver_version"`
 	ProtocolVersion uint32 `json:"protocol_version"`
 	// ProtocolMinor is the minor version the driver speaks; Serve fills in
-	// ProtocolMinor of this package when a driver leaves it zero and lists
-	// calls. Zero from the wire means a protocol-1.0 driver.
+	// ProtocolMinor of this package when a driver leaves it zero (with or
+	// without optional calls: what the driver lacks is said by Calls).
+	// Zero from the wire means a protocol-1.0 driver.
 	ProtocolMinor uint32 `json:"protocol_minor"`
 	// Calls lists the optional calls the driver implements (Call*). Serve
 	// fills it from the interfaces the driver implements when left nil.
