@@ -363,7 +363,7 @@ func (h *DriverHost) failed(p *driverapi.Process, op string, err error) error {
 	}
 	h.mu.Unlock()
 	return &DriverError{Driver: h.cfg.Name, Op: op,
-		Err: fmt.Errorf("driver process died during the call (it will be relaunched for the next command): %w", driverapi.ErrPluginDied)}
+		Err: fmt.Errorf("driver process died during the call (it will be relaunched for the next command): %w", p.DiedError())}
 }
 
 // Capabilities reports the driver's fingerprint (fetched once per process).
@@ -496,7 +496,9 @@ func FindDriver(name string, searchDirs []string) (path string, looked []string,
 			abs = name
 		}
 		looked = []string{abs}
-		if isExecutableFile(abs) {
+		// A file the user named exists: the launch says what is wrong
+		// with it (not executable, not a plugin), "not found" would not.
+		if _, err := os.Stat(abs); err == nil {
 			return abs, looked, nil
 		}
 		return "", looked, &DriverNotFoundError{Name: name, Binary: filepath.Base(name), Looked: looked}

@@ -357,7 +357,7 @@ func TestDriverHostHandsTheDriverItsSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ue *driverapi.UnsupportedCallError
-	if err := old.Signal(ctx, "c1", driverapi.SignalTERM); !errors.As(err, &ue) || ue.Minor != 0 {
+	if err := old.Signal(ctx, "c1", driverapi.SignalTERM); !errors.As(err, &ue) || ue.Minor != driverapi.ProtocolMinor {
 		t.Fatalf("Signal through a 1.0 driver: want UnsupportedCallError, got %T %v", err, err)
 	}
 	if _, err := old.ConfigSchema(ctx); !errors.As(err, &ue) {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // ReasonCode says why the pipeline decided what it decided. It appears in
@@ -118,7 +120,26 @@ type DriverError struct {
 }
 
 func (e *DriverError) Error() string {
-	return fmt.Sprintf("driver %s: %s: %v", e.Driver, e.Op, e.Err)
+	// driverapi's errors label themselves with the plugin's path and the
+	// step: say the driver, its path and the step once each.
+	var plugin, op string
+	var inner any
+	switch de := e.Err.(type) {
+	case *driverapi.PluginError:
+		plugin, op, inner = de.Plugin, de.Op, de.Err
+	case *driverapi.RemoteError:
+		plugin, op, inner = de.Plugin, de.Op, de.Msg
+	}
+	if inner == nil {
+		return fmt.Sprintf("driver %s: %s: %v", e.Driver, e.Op, e.Err)
+	}
+	name := e.Driver
+	if plugin != "" && plugin != e.Driver {
+		name += " (" + plugin + ")"
+	}
+	// The plugin's step is the more precise one ("checksum" or "find"
+	// during a "start").
+	return fmt.Sprintf("driver %s: %s: %v", name, op, inner)
 }
 
 func (e *DriverError) Unwrap() error { return e.Err }

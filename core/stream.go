@@ -52,8 +52,7 @@ func (s *WorkspaceSandbox) streamable(hc driverapi.HostCapabilities, cmd Command
 	_, ok := s.driver.(driverapi.StreamRunner)
 	if !ok || !hc.Supports(driverapi.CallRunStream) {
 		return &DeniedError{Code: ReasonUnenforceable, Feature: feats[0],
-			Reason: fmt.Sprintf("driver %s (protocol 1.%d) cannot give %s: it lacks the %q call of protocol 1.2",
-				hc.Backend, hc.ProtocolMinor, feats[0], driverapi.CallRunStream)}
+			Reason: hc.UnsupportedCall(hc.Backend, driverapi.CallRunStream, feats[0]).Error()}
 	}
 	for _, f := range feats {
 		if hc.Has(f) {

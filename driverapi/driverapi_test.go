@@ -6,12 +6,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
+	"log"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-plugin"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
@@ -31,8 +35,41 @@ func TestMain(m *testing.M) {
 	case "host":
 		hostMain()
 		return
+	case "panic-at-start":
+		panic("boom at start")
+	case "stdout-first":
+		fmt.Println("hello from the driver")
+		driverapi.Serve(&drivertest.FakeDriver{})
+		return
+	case "foreign":
+		// A go-plugin plugin of another program: its cookie is not ours.
+		plugin.Serve(&plugin.ServeConfig{HandshakeConfig: plugin.HandshakeConfig{
+			ProtocolVersion: 1, MagicCookieKey: "OTHER_PROGRAM_PLUGIN", MagicCookieValue: "other"}})
+		return
+	case "dying":
+		driverapi.Serve(&dyingDriver{})
+		return
 	}
 	os.Exit(m.Run())
+}
+
+// dyingDriver dies during Run, after writing command output: program
+// "panic" panics, "exit" says why on its stderr and exits (log.Fatal).
+type dyingDriver struct{ drivertest.FakeDriver }
+
+// commandSecret is command output: it must never reach an error.
+const commandSecret = "COMMAND-OUTPUT-SECRET"
+
+func (d *dyingDriver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	_, _ = streams.Stderr.Write([]byte(commandSecret + "\n"))
+	_, _ = streams.Stdout.Write([]byte(commandSecret + "\n"))
+	switch spec.Program {
+	case "panic":
+		panic("boom in Run")
+	case "exit":
+		log.Fatal("dying-driver: lost its backend")
+	}
+	return d.FakeDriver.Run(ctx, spec, streams)
 }
 
 type denyHook struct{}
@@ -295,6 +332,14 @@ func TestChecksumPin(t *testing.T) {
 	if !errors.As(err, &pe) || pe.Op != "checksum" {
 		t.Fatalf("want checksum PluginError, got %T %v", err, err)
 	}
+	// Both hashes are named: a stale pin and a replaced binary look alike
+	// otherwise.
+	var ce *driverapi.ChecksumError
+	actual := hex.EncodeToString(sum[:])
+	if !errors.As(err, &ce) || ce.Pinned != bad.SHA256 || ce.Actual != actual ||
+		!strings.Contains(err.Error(), bad.SHA256) || !strings.Contains(err.Error(), actual) {
+		t.Fatalf("checksum error does not name both hashes: %T %v", err, err)
+	}
 
 	malformed := cfg
 	malformed.SHA256 = "xyz"
@@ -415,4 +460,90 @@ func TestLaunchEnvOverridesHostEnv(t *testing.T) {
 		t.Fatalf("LaunchConfig.Env lost to the host environment: %v", err)
 	}
 	proc.Kill()
+}
+
+// A plugin that panics before its handshake is explained by its panic line
+// and the frame it panicked in, not by the last line of the stack trace.
+func TestLaunchPanicShowsPanicLine(t *testing.T) {
+	_, err := driverapi.LaunchDriver(context.Background(), selfPlugin(t, "panic-at-start"))
+	var he *driverapi.HandshakeError
+	if !errors.As(err, &he) {
+		t.Fatalf("want a HandshakeError, got %T %v", err, err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "it wrote: panic: boom at start (in ") || !strings.Contains(msg, "TestMain at ") ||
+		!strings.Contains(msg, "driverapi_test.go:") || strings.Contains(msg, "+0x") {
+		t.Fatalf("panic at start explained as: %s", msg)
+	}
+}
+
+// A plugin that writes to stdout before its handshake is told so, not
+// given go-plugin's guesses about architectures and libraries.
+func TestLaunchStdoutWriterIsToldSo(t *testing.T) {
+	_, err := driverapi.LaunchDriver(context.Background(), selfPlugin(t, "stdout-first"))
+	var he *driverapi.HandshakeError
+	if !errors.As(err, &he) || !he.WroteStdout || he.Stdout != "hello from the driver" {
+		t.Fatalf("want a HandshakeError for stdout, got %T %v", err, err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "the driver wrote to stdout before its handshake (stdout is the plugin protocol's channel; log to stderr): first line: \"hello from the driver\"") ||
+		strings.Contains(msg, "Unrecognized") || strings.Contains(msg, "architecture") {
+		t.Fatalf("stdout writer explained as: %s", msg)
+	}
+}
+
+// A go-plugin plugin of another program prints go-plugin's notice for a
+// missing cookie; the host names what it is instead of quoting the
+// notice's last line.
+func TestLaunchForeignPluginIsNamed(t *testing.T) {
+	_, err := driverapi.LaunchDriver(context.Background(), selfPlugin(t, "foreign"))
+	var he *driverapi.HandshakeError
+	if !errors.As(err, &he) || !he.ForeignPlugin {
+		t.Fatalf("want a HandshakeError for a foreign plugin, got %T %v", err, err)
+	}
+	msg := err.Error()
+	if !strings.Contains(msg, "not an aleph-sandbox driver plugin") || strings.Contains(msg, "load any plugins automatically") {
+		t.Fatalf("foreign plugin explained as: %s", msg)
+	}
+}
+
+// A plugin that dies during Run leaves its own words in the call's error
+// (its panic line, or what it wrote before exiting), and only its own:
+// the command's output, which it had sent, is not among them.
+func TestPluginDeathDuringRunKeepsItsWords(t *testing.T) {
+	ctx := context.Background()
+	for program, want := range map[string]string{
+		"panic": "plugin process died; it wrote: panic: boom in Run (in ",
+		"exit":  "dying-driver: lost its backend",
+	} {
+		t.Run(program, func(t *testing.T) {
+			proc, err := driverapi.LaunchDriver(ctx, selfPlugin(t, "dying"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer proc.Kill()
+			p := profileFor(t, proc.Driver())
+			// Control: the driver writes the secret as command output,
+			// which reaches the command's streams.
+			var errOut bytes.Buffer
+			if _, err := proc.Driver().Run(ctx, spec(p, "other"), driverapi.Streams{Stdout: io.Discard, Stderr: &errOut}); err != nil || !strings.Contains(errOut.String(), commandSecret) {
+				t.Fatalf("control run: %v, stderr %q", err, errOut.String())
+			}
+			_, err = proc.Driver().Run(ctx, spec(p, program), driverapi.Streams{Stdout: io.Discard, Stderr: io.Discard})
+			var de *driverapi.PluginDiedError
+			if !errors.Is(err, driverapi.ErrPluginDied) || !errors.As(err, &de) {
+				t.Fatalf("want a PluginDiedError, got %T %v", err, err)
+			}
+			if !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), proc.Path()) {
+				t.Fatalf("error %q, want %q and the plugin's path", err, want)
+			}
+			if strings.Contains(err.Error(), commandSecret) || strings.Contains(de.LastWords, commandSecret) {
+				t.Fatalf("command output in the error: %v", err)
+			}
+			// The host's own view of the death says the same.
+			if derr := proc.DiedError(); !errors.Is(derr, driverapi.ErrPluginDied) || !strings.Contains(derr.Error(), want) {
+				t.Fatalf("DiedError = %v", derr)
+			}
+		})
+	}
 }

@@ -58,6 +58,91 @@ func (e *PluginError) Unwrap() error { return e.Err }
 // ErrPluginDied is wrapped by errors from a call whose plugin process died.
 var ErrPluginDied = errors.New("plugin process died")
 
+// PluginDiedError: the plugin process died during a call. errors.Is(err,
+// ErrPluginDied) holds for it.
+type PluginDiedError struct {
+	// LastWords is what the plugin's stderr ended with: for a Go panic or
+	// fatal error its "panic: ..." line and first frame, otherwise its last
+	// line. Empty when it wrote nothing. Only ever the plugin's own log:
+	// command output never passes through the plugin's stderr.
+	LastWords string
+	// Transport is what the connection said (gRPC's message), shown only
+	// when the plugin left no words of its own.
+	Transport string
+}
+
+func (e *PluginDiedError) Error() string {
+	switch {
+	case e.LastWords != "":
+		return "plugin process died; it wrote: " + e.LastWords
+	case e.Transport != "":
+		return "plugin process died: " + e.Transport
+	}
+	return "plugin process died"
+}
+
+func (e *PluginDiedError) Unwrap() error { return ErrPluginDied }
+
+// HandshakeError: a plugin process that ended, or wrote something else,
+// before completing go-plugin's handshake. It is the Err of a
+// *PluginError with Op "start".
+type HandshakeError struct {
+	// ForeignPlugin: the binary printed go-plugin's notice for a missing
+	// magic cookie, so it is a go-plugin plugin of another program.
+	ForeignPlugin bool
+	// WroteStdout: the plugin wrote to stdout, which carries the
+	// handshake; Stdout is the first line it wrote there (bounded).
+	WroteStdout bool
+	Stdout      string
+	// LastWords is what its stderr ended with (see PluginDiedError).
+	LastWords string
+	// Err is go-plugin's error, kept for errors.Is; its message guesses
+	// (wrong architecture, missing libraries) and is not shown.
+	Err error
+	// kind is "driver" or "hook", for the message.
+	kind string
+}
+
+func (e *HandshakeError) Error() string {
+	kind := e.kind
+	if kind == "" {
+		kind = "plugin"
+	}
+	var s string
+	switch {
+	case e.ForeignPlugin:
+		return "this binary is not an aleph-sandbox " + kind + " plugin (it printed go-plugin's notice for a missing magic cookie: it is a plugin of another program)"
+	case e.WroteStdout:
+		s = fmt.Sprintf("the %s wrote to stdout before its handshake (stdout is the plugin protocol's channel; log to stderr): first line: %q", kind, e.Stdout)
+		if e.LastWords != "" {
+			s += "; its stderr ended with: " + e.LastWords
+		}
+		return s
+	case e.LastWords != "":
+		return "exited without a handshake; it wrote: " + e.LastWords
+	}
+	return "exited without a handshake, writing nothing on stderr"
+}
+
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+// ChecksumError: a plugin binary whose SHA-256 is not the pinned one. It
+// is never executed. It is the Err of a *PluginError with Op "checksum".
+type ChecksumError struct {
+	Pinned string // lower-case hex, from the configuration
+	Actual string // lower-case hex of the file now; empty if unreadable
+	// ReadErr is why Actual is empty.
+	ReadErr error
+}
+
+func (e *ChecksumError) Error() string {
+	actual := e.Actual
+	if actual == "" {
+		actual = fmt.Sprintf("unknown (%v)", e.ReadErr)
+	}
+	return fmt.Sprintf("binary does not match the pinned sha256, refusing to run it: pinned %s, the file's is %s (pin the new hash only if you trust the new binary)", e.Pinned, actual)
+}
+
 // ValidateRunSpec checks the parts of a RunSpec every driver relies on. It
 // does not check the profile (Profile.Verify does).
 func ValidateRunSpec(s RunSpec) error {

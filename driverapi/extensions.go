@@ -243,9 +243,85 @@ type UnsupportedCallError struct {
 	Call   string
 	// Minor is the protocol minor version the driver reported.
 	Minor uint32
+	// Feature, when set, is the feature the call was needed for.
+	Feature string
+	// Reason and Fix, when set, are the driver's own explanation: its
+	// Unavailable entry for Feature (see HostCapabilities.UnsupportedCall).
+	Reason string
+	Fix    string
 }
 
 func (e *UnsupportedCallError) Error() string {
-	return fmt.Sprintf("driver %s (protocol 1.%d) does not implement the %q call: use a driver for protocol 1.%d or newer",
-		e.Plugin, e.Minor, e.Call, ProtocolMinor)
+	since := callSince(e.Call)
+	var why string
+	switch {
+	case e.Reason != "":
+		why = e.Reason
+		if e.Fix != "" {
+			why += " (fix: " + e.Fix + ")"
+		}
+	case e.Minor < since:
+		why = fmt.Sprintf("it speaks protocol 1.%d, and the %q call came with protocol 1.%d: use a driver for protocol 1.%d or newer", e.Minor, e.Call, since, since)
+	default:
+		// A driver as new as the call that does not implement it: its
+		// backend has no such thing, and no upgrade of the protocol helps.
+		why = fmt.Sprintf("it does not implement the optional %q call", e.Call)
+	}
+	if e.Feature != "" {
+		return fmt.Sprintf("driver %s cannot give %s: %s", e.Plugin, e.Feature, why)
+	}
+	if e.Reason != "" {
+		return fmt.Sprintf("driver %s does not implement the %q call: %s", e.Plugin, e.Call, why)
+	}
+	return fmt.Sprintf("driver %s: %s", e.Plugin, why)
+}
+
+// callSince is the protocol minor version that introduced call.
+func callSince(call string) uint32 {
+	switch call {
+	case CallSignal, CallConfig:
+		return 1
+	case CallForgetSession, CallRunStream:
+		return 2
+	}
+	return ProtocolMinor
+}
+
+// UnavailableFor returns the driver's Unavailable entry for feature.
+func (h HostCapabilities) UnavailableFor(feature string) (Unavailable, bool) {
+	for _, u := range h.Unavailable {
+		if u.Feature == feature {
+			return u, true
+		}
+	}
+	return Unavailable{}, false
+}
+
+// UnsupportedCall is the error for a call missing from h (plugin names the
+// driver), needed for feature (may be empty). When the driver lists the
+// feature as unavailable, the error carries the driver's own reason and
+// fix: it knows why better than a version number does.
+func (h HostCapabilities) UnsupportedCall(plugin, call, feature string) *UnsupportedCallError {
+	e := &UnsupportedCallError{Plugin: plugin, Call: call, Minor: h.ProtocolMinor, Feature: feature}
+	if u, ok := h.UnavailableFor(feature); ok && feature != "" {
+		e.Reason, e.Fix = u.Reason, u.Fix
+	}
+	return e
+}
+
+type hostMinorKey struct{}
+
+func withHostProtocolMinor(ctx context.Context, minor uint32) context.Context {
+	return context.WithValue(ctx, hostMinorKey{}, minor)
+}
+
+// HostProtocolMinor is, in a Go driver's Capabilities, the protocol minor
+// version the host said it speaks (CapabilitiesRequest.host_protocol_minor);
+// ok is false outside a Capabilities call served by Serve. Most drivers
+// need not read it: the host never makes a call the driver does not list,
+// so a driver lists what it implements whatever the host's version. A
+// host of protocol 1.0 sends 0.
+func HostProtocolMinor(ctx context.Context) (minor uint32, ok bool) {
+	minor, ok = ctx.Value(hostMinorKey{}).(uint32)
+	return minor, ok
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -74,26 +75,95 @@ func TestNegotiatedMinorVersionAndCalls(t *testing.T) {
 		t.Fatalf("a 1.1 driver is reported as minor %d with calls %v", caps.ProtocolMinor, caps.Calls)
 	}
 
-	// A driver of protocol 1.0 implements none of the optional calls: it
-	// keeps working, and is reported as lacking them.
-	older := drivertest.Connect(t, &drivertest.FakeDriver{})
-	caps, err = older.Capabilities(ctx)
+	// A Go driver with only the base calls speaks the protocol of the
+	// driverapi it was built with (its error details, its refusal of a tty
+	// through Run): it reports that minor version and no optional calls,
+	// keeps working, and is reported as lacking the calls.
+	base := drivertest.Connect(t, &drivertest.FakeDriver{})
+	caps, err = base.Capabilities(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if caps.ProtocolMinor != 0 || len(caps.Calls) != 0 || caps.Supports(driverapi.CallSignal) {
-		t.Fatalf("a 1.0 driver is reported as minor %d with calls %v", caps.ProtocolMinor, caps.Calls)
+	if caps.ProtocolMinor != driverapi.ProtocolMinor || len(caps.Calls) != 0 || caps.Supports(driverapi.CallSignal) {
+		t.Fatalf("a driver with the base calls is reported as minor %d with calls %v", caps.ProtocolMinor, caps.Calls)
 	}
-	p := profileFor(t, older)
-	if _, err := older.Run(ctx, spec(p, "echo", "still works"), driverapi.Streams{}); err != nil {
-		t.Fatalf("a 1.0 driver no longer runs: %v", err)
+	p := profileFor(t, base)
+	if _, err := base.Run(ctx, spec(p, "echo", "still works"), driverapi.Streams{}); err != nil {
+		t.Fatalf("a driver with the base calls no longer runs: %v", err)
 	}
 	var ue *driverapi.UnsupportedCallError
-	if err := older.(driverapi.Signaler).Signal(ctx, "c1", driverapi.SignalTERM); !errors.As(err, &ue) || ue.Call != driverapi.CallSignal {
-		t.Fatalf("Signal to a 1.0 driver: want UnsupportedCallError, got %T %v", err, err)
+	if err := base.(driverapi.Signaler).Signal(ctx, "c1", driverapi.SignalTERM); !errors.As(err, &ue) || ue.Call != driverapi.CallSignal {
+		t.Fatalf("Signal to a driver without it: want UnsupportedCallError, got %T %v", err, err)
 	}
-	if _, err := older.(driverapi.Configurable).ConfigSchema(ctx); !errors.As(err, &ue) || ue.Call != driverapi.CallConfig {
-		t.Fatalf("ConfigSchema of a 1.0 driver: want UnsupportedCallError, got %T %v", err, err)
+	if _, err := base.(driverapi.Configurable).ConfigSchema(ctx); !errors.As(err, &ue) || ue.Call != driverapi.CallConfig {
+		t.Fatalf("ConfigSchema of a driver without it: want UnsupportedCallError, got %T %v", err, err)
+	}
+
+	// A driver that says which minor version it speaks is left alone.
+	pinned := &drivertest.FakeDriver{}
+	pinned.Caps, _ = pinned.Capabilities(ctx)
+	pinned.Caps.ProtocolMinor = 1
+	if caps, err := drivertest.Connect(t, pinned).Capabilities(ctx); err != nil || caps.ProtocolMinor != 1 {
+		t.Fatalf("a driver's own minor version was replaced: %d, %v", caps.ProtocolMinor, err)
+	}
+}
+
+// The host's minor version reaches a Go driver's Capabilities.
+func TestHostProtocolMinorReachesTheDriver(t *testing.T) {
+	d := &hostMinorDriver{}
+	if _, err := drivertest.Connect(t, d).Capabilities(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !d.ok || d.minor != driverapi.ProtocolMinor {
+		t.Fatalf("HostProtocolMinor = %d, %v; want %d, true", d.minor, d.ok, driverapi.ProtocolMinor)
+	}
+	// Control: outside a served Capabilities call there is none.
+	if _, ok := driverapi.HostProtocolMinor(context.Background()); ok {
+		t.Fatal("HostProtocolMinor outside a Capabilities call")
+	}
+}
+
+type hostMinorDriver struct {
+	drivertest.FakeDriver
+	minor uint32
+	ok    bool
+}
+
+func (d *hostMinorDriver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, error) {
+	d.minor, d.ok = driverapi.HostProtocolMinor(ctx)
+	return d.FakeDriver.Capabilities(ctx)
+}
+
+// An optional call a driver lacks is explained by the driver's own
+// reason when it gives one, by the protocol version only when the driver
+// is older than the call, and never by telling a driver of this version
+// to upgrade to it.
+func TestUnsupportedCallMessages(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		caps driverapi.HostCapabilities
+		want string
+		not  string
+	}{
+		{"own reason", driverapi.HostCapabilities{ProtocolMinor: 2, Unavailable: []driverapi.Unavailable{
+			{Feature: driverapi.FeatureStdinStream, Reason: "this backend runs batch jobs", Fix: "use bwrap"}}},
+			"driver d cannot give stdin_stream: this backend runs batch jobs (fix: use bwrap)", "protocol"},
+		{"current without reason", driverapi.HostCapabilities{ProtocolMinor: 2},
+			`driver d cannot give stdin_stream: it does not implement the optional "run_stream" call`, "or newer"},
+		{"older", driverapi.HostCapabilities{ProtocolMinor: 1},
+			`driver d cannot give stdin_stream: it speaks protocol 1.1, and the "run_stream" call came with protocol 1.2: use a driver for protocol 1.2 or newer`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := tc.caps.UnsupportedCall("d", driverapi.CallRunStream, driverapi.FeatureStdinStream).Error()
+			if msg != tc.want || (tc.not != "" && strings.Contains(msg, tc.not)) {
+				t.Fatalf("message %q, want %q", msg, tc.want)
+			}
+		})
+	}
+	// Without a feature: the call is named.
+	e := &driverapi.UnsupportedCallError{Plugin: "d", Call: driverapi.CallSignal, Minor: 2}
+	if got := e.Error(); got != `driver d: it does not implement the optional "signal" call` {
+		t.Fatalf("message %q", got)
 	}
 }
 
@@ -236,6 +306,6 @@ func TestForgetSessionAcrossTheWire(t *testing.T) {
 	older := drivertest.Connect(t, &drivertest.FakeDriver{})
 	var ue *driverapi.UnsupportedCallError
 	if err := older.(driverapi.SessionForgetter).ForgetSession(ctx, "s1"); !errors.As(err, &ue) || ue.Call != driverapi.CallForgetSession {
-		t.Fatalf("ForgetSession to a 1.0 driver: want UnsupportedCallError, got %T %v", err, err)
+		t.Fatalf("ForgetSession to a driver without it: want UnsupportedCallError, got %T %v", err, err)
 	}
 }

@@ -21,8 +21,8 @@ type driverServer struct {
 	impl Driver
 }
 
-func (s *driverServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesRequest) (*pb.HostCapabilities, error) {
-	h, err := s.impl.Capabilities(ctx)
+func (s *driverServer) Capabilities(ctx context.Context, req *pb.CapabilitiesRequest) (*pb.HostCapabilities, error) {
+	h, err := s.impl.Capabilities(withHostProtocolMinor(ctx, req.GetHostProtocolMinor()))
 	if err != nil {
 		return nil, toStatus(err)
 	}
@@ -32,7 +32,12 @@ func (s *driverServer) Capabilities(ctx context.Context, _ *pb.CapabilitiesReque
 	if h.Calls == nil {
 		h.Calls = implementedCalls(s.impl)
 	}
-	if h.ProtocolMinor == 0 && len(h.Calls) > 0 {
+	// The minor version is what this package speaks on the driver's
+	// behalf (error details, the refusal of a tty through Run), whatever
+	// calls the driver has: the host never makes a call it does not list,
+	// so a driver with only the base calls is a 1.2 driver without the
+	// optional ones, not a 1.0 driver.
+	if h.ProtocolMinor == 0 {
 		h.ProtocolMinor = ProtocolMinor
 	}
 	return hostCapsToPB(h), nil
@@ -178,6 +183,9 @@ func (w chunkWriter) Write(p []byte) (int, error) {
 type driverClient struct {
 	c    pb.OsSandboxDriverClient
 	name string
+	// died, when set (a launched process), builds the error of a call
+	// whose plugin died, with the plugin's last words on stderr.
+	died func(transport string) error
 }
 
 var (
@@ -195,8 +203,14 @@ func NewDriverClient(conn grpc.ClientConnInterface, name string) Driver {
 
 func (d *driverClient) Capabilities(ctx context.Context) (HostCapabilities, error) {
 	h, err := d.c.Capabilities(ctx, &pb.CapabilitiesRequest{HostProtocolMinor: ProtocolMinor})
+	if status.Code(err) == codes.Unimplemented {
+		// No driver service at all: a hook plugin, or a plugin of another
+		// go-plugin program that shares the handshake.
+		return HostCapabilities{}, &PluginError{Plugin: d.name, Op: "Capabilities",
+			Err: fmt.Errorf("this plugin serves no aleph-sandbox driver (is it a hook plugin?): %s", status.Convert(err).Message())}
+	}
 	if err != nil {
-		return HostCapabilities{}, fromStatus(d.name, "Capabilities", err)
+		return HostCapabilities{}, statusError(d.died, d.name, "Capabilities", err)
 	}
 	return hostCapsFromPB(h), nil
 }
@@ -245,13 +259,13 @@ func (d *driverClient) callError(op, call string, err error) error {
 	if status.Code(err) == codes.Unimplemented {
 		return &UnsupportedCallError{Plugin: d.name, Call: call}
 	}
-	return fromStatus(d.name, op, err)
+	return statusError(d.died, d.name, op, err)
 }
 
 func (d *driverClient) ProfileFor(ctx context.Context, req ProfileRequest) (Profile, error) {
 	p, err := d.c.ProfileFor(ctx, profileReqToPB(req))
 	if err != nil {
-		return Profile{}, fromStatus(d.name, "ProfileFor", err)
+		return Profile{}, statusError(d.died, d.name, "ProfileFor", err)
 	}
 	return profileFromPB(p), nil
 }
@@ -264,7 +278,7 @@ func (d *driverClient) Run(ctx context.Context, spec RunSpec, streams Streams) (
 	defer cancel() // ends the stream, which tells the driver to kill the tree
 	st, err := d.c.Run(ctx, runSpecToPB(spec))
 	if err != nil {
-		return Exit{}, fromStatus(d.name, "Run", err)
+		return Exit{}, statusError(d.died, d.name, "Run", err)
 	}
 	for {
 		ev, err := st.Recv()
@@ -272,7 +286,7 @@ func (d *driverClient) Run(ctx context.Context, spec RunSpec, streams Streams) (
 			return Exit{}, &PluginError{Plugin: d.name, Op: "Run", Err: errors.New("stream ended without an exit event")}
 		}
 		if err != nil {
-			return Exit{}, fromStatus(d.name, "Run", err)
+			return Exit{}, statusError(d.died, d.name, "Run", err)
 		}
 		switch e := ev.GetEvent().(type) {
 		case *pb.RunEvent_Output:
@@ -332,6 +346,7 @@ func (s *hookServer) After(ctx context.Context, req *pb.AfterRequest) (*pb.After
 type hookClient struct {
 	c    pb.SandboxHookClient
 	name string
+	died func(transport string) error
 }
 
 var _ AfterHook = (*hookClient)(nil)
@@ -344,7 +359,7 @@ func NewHookClient(conn grpc.ClientConnInterface, name string) AfterHook {
 func (h *hookClient) Describe(ctx context.Context) (HookInfo, error) {
 	i, err := h.c.Describe(ctx, &pb.DescribeRequest{})
 	if err != nil {
-		return HookInfo{}, fromStatus(h.name, "Describe", err)
+		return HookInfo{}, statusError(h.died, h.name, "Describe", err)
 	}
 	return HookInfo{Name: i.GetName(), Version: i.GetVersion(), Description: i.GetDescription()}, nil
 }
@@ -352,7 +367,7 @@ func (h *hookClient) Describe(ctx context.Context) (HookInfo, error) {
 func (h *hookClient) Before(ctx context.Context, req HookRequest) (Verdict, error) {
 	v, err := h.c.Before(ctx, hookReqToPB(req))
 	if err != nil {
-		return Verdict{}, fromStatus(h.name, "Before", err)
+		return Verdict{}, statusError(h.died, h.name, "Before", err)
 	}
 	out, err := verdictFromPB(v)
 	if err != nil {
@@ -403,6 +418,16 @@ func toStatus(err error) error {
 	return st.Err()
 }
 
+// statusError is fromStatus, with the plugin's last words when the call
+// failed because the plugin died and died can say them.
+func statusError(died func(string) error, name, op string, err error) error {
+	out := fromStatus(name, op, err)
+	if died == nil || !errors.Is(out, ErrPluginDied) {
+		return out
+	}
+	return &PluginError{Plugin: name, Op: op, Err: died(status.Convert(err).Message())}
+}
+
 // RemoteError is an error a plugin returned for a call that has no typed
 // form in this package.
 type RemoteError struct {
@@ -449,7 +474,7 @@ func fromStatus(name, op string, err error) error {
 	case codes.DeadlineExceeded:
 		return fmt.Errorf("plugin %s: %s: %w", name, op, context.DeadlineExceeded)
 	case codes.Unavailable:
-		return &PluginError{Plugin: name, Op: op, Err: fmt.Errorf("%w: %s", ErrPluginDied, s.Message())}
+		return &PluginError{Plugin: name, Op: op, Err: &PluginDiedError{Transport: s.Message()}}
 	}
 	return &RemoteError{Plugin: name, Op: op, Msg: s.Message()}
 }

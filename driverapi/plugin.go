@@ -6,16 +6,22 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/go-plugin"
@@ -45,6 +51,8 @@ type DriverPlugin struct {
 	Impl Driver
 	// Name labels errors on the client side.
 	Name string
+	// died builds the error of a call whose plugin died (set by launch).
+	died func(transport string) error
 }
 
 // GRPCServer registers the driver service.
@@ -55,7 +63,7 @@ func (p *DriverPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 
 // GRPCClient returns a Driver backed by the connection.
 func (p *DriverPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
-	return NewDriverClient(c, p.Name), nil
+	return &driverClient{c: pb.NewOsSandboxDriverClient(c), name: p.Name, died: p.died}, nil
 }
 
 // HookPlugin is the go-plugin glue for a Hook.
@@ -63,6 +71,7 @@ type HookPlugin struct {
 	plugin.NetRPCUnsupportedPlugin
 	Impl Hook
 	Name string
+	died func(transport string) error
 }
 
 // GRPCServer registers the hook service.
@@ -73,7 +82,7 @@ func (p *HookPlugin) GRPCServer(_ *plugin.GRPCBroker, s *grpc.Server) error {
 
 // GRPCClient returns a Hook backed by the connection.
 func (p *HookPlugin) GRPCClient(_ context.Context, _ *plugin.GRPCBroker, c *grpc.ClientConn) (interface{}, error) {
-	return NewHookClient(c, p.Name), nil
+	return &hookClient{c: pb.NewSandboxHookClient(c), name: p.Name, died: p.died}, nil
 }
 
 func pluginLogger(name string) hclog.Logger {
@@ -182,6 +191,8 @@ type Process struct {
 	handover *handover
 	// endLife kills the process through os/exec (launch).
 	endLife context.CancelFunc
+	// stderr is what is kept of the plugin's stderr (bounded).
+	stderr *stderrLog
 }
 
 // Driver returns the Driver served by the process, or nil if it serves a hook.
@@ -205,6 +216,15 @@ func (p *Process) Kill() {
 	p.handover.cleanup()
 }
 
+// DiedError is the error for a call whose plugin process died: a
+// *PluginDiedError (errors.Is ErrPluginDied) carrying the plugin's last
+// words on stderr, such as the line of a Go panic, which otherwise reach
+// only the log. It waits a few seconds at most for the process to end, so
+// that everything it wrote has been read.
+func (p *Process) DiedError() error {
+	return diedError(p.client, p.stderr, "")
+}
+
 // Pid is the plugin's process id, or 0 when unknown.
 func (p *Process) Pid() int {
 	if rc := p.client.ReattachConfig(); rc != nil {
@@ -225,6 +245,13 @@ func LaunchHook(ctx context.Context, cfg LaunchConfig) (*Process, error) {
 
 var mismatchRE = regexp.MustCompile(`Plugin version: (\d+)`)
 
+// go-plugin's error when the first line on the plugin's stdout is not a
+// handshake, and its note when there was no line at all.
+const (
+	goPluginUnrecognized = "Unrecognized remote plugin message: "
+	goPluginNoStdout     = "Failed to read any lines from plugin's stdout"
+)
+
 func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error) {
 	if cfg.Path == "" {
 		return nil, &PluginError{Plugin: "(none)", Op: "find", Err: errors.New("no plugin path given")}
@@ -238,7 +265,7 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	case !st.Mode().IsRegular():
 		return nil, &PluginError{Plugin: cfg.Path, Op: "find", Err: errors.New("not a regular file")}
 	case st.Mode().Perm()&0o111 == 0 && !strings.HasSuffix(strings.ToLower(cfg.Path), ".exe"):
-		return nil, &PluginError{Plugin: cfg.Path, Op: "find", Err: errors.New("not executable")}
+		return nil, &PluginError{Plugin: cfg.Path, Op: "find", Err: fmt.Errorf("not executable (chmod +x %s)", cfg.Path)}
 	}
 	logger := cfg.Logger
 	if logger == nil {
@@ -250,11 +277,16 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	}
 	hs := Handshake
 	hs.ProtocolVersion = uint(hostVer)
+	// What the plugin writes on stderr explains its end: at start, and when
+	// it dies during a call (died, below, hands it to the call's error).
+	stderr := &stderrLog{}
+	var client *plugin.Client // set before any call can fail
+	died := func(transport string) error { return diedError(client, stderr, transport) }
 	var ps plugin.PluginSet
 	if kind == PluginDriver {
-		ps = plugin.PluginSet{PluginDriver: &DriverPlugin{Name: cfg.Path}}
+		ps = plugin.PluginSet{PluginDriver: &DriverPlugin{Name: cfg.Path, died: died}}
 	} else {
-		ps = plugin.PluginSet{PluginHook: &HookPlugin{Name: cfg.Path}}
+		ps = plugin.PluginSet{PluginHook: &HookPlugin{Name: cfg.Path, died: died}}
 	}
 	// life ends the process from outside go-plugin: its Kill waits for the
 	// lock its Start holds until the handshake or StartTimeout, so a
@@ -263,7 +295,6 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	life, endLife := context.WithCancel(context.Background())
 	cmd := exec.CommandContext(life, cfg.Path, cfg.Args...)
 	cmd.Env = append(os.Environ(), cfg.Env...)
-	stderrTail := &tailWriter{max: 4096}
 	// Mutual TLS with per-launch ephemeral certificates, and a lifeline
 	// pipe so the plugin cannot outlive this process (see handover.go).
 	ho, err := newHandover(cmd)
@@ -294,28 +325,30 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 		SkipHostEnv:  true,
 		Logger:       logger,
 		StartTimeout: cfg.StartTimeout,
-		// The plugin's stdout/stderr after the handshake go to the logger
-		// (go-plugin's defaults), never into a command's output. The tail
-		// of stderr is kept to explain a plugin that fails to start.
-		Stderr: stderrTail,
+		// The plugin's stderr goes to the logger (go-plugin's default),
+		// never into a command's output. What is kept of it explains a
+		// plugin that fails to start or dies.
+		Stderr:     stderr,
+		SyncStderr: &syncStderr{log: stderr, logger: logger.Named(filepath.Base(cfg.Path))},
 	}
 	if cfg.StartTimeout == 0 {
 		pc.StartTimeout = 30 * time.Second
 	}
+	var pinned []byte
 	if cfg.SHA256 != "" {
-		sum, err := hex.DecodeString(strings.TrimSpace(cfg.SHA256))
-		if err != nil || len(sum) != sha256.Size {
+		pinned, err = hex.DecodeString(strings.TrimSpace(cfg.SHA256))
+		if err != nil || len(pinned) != sha256.Size {
 			return nil, &PluginError{Plugin: cfg.Path, Op: "checksum", Err: fmt.Errorf("pinned sha256 %q is not 64 hex digits", cfg.SHA256)}
 		}
-		pc.SecureConfig = &plugin.SecureConfig{Checksum: sum, Hash: sha256.New()}
+		pc.SecureConfig = &plugin.SecureConfig{Checksum: pinned, Hash: sha256.New()}
 	}
-	client := plugin.NewClient(pc)
+	client = plugin.NewClient(pc)
 	proc, err := startClient(ctx, client, kind, endLife)
 	if err != nil {
-		client.Kill()
+		client.Kill() // waits for the process, and for its stderr to be read
 		switch {
 		case errors.Is(err, plugin.ErrChecksumsDoNotMatch):
-			return nil, &PluginError{Plugin: cfg.Path, Op: "checksum", Err: errors.New("binary does not match the pinned sha256; refusing to run it")}
+			return nil, &PluginError{Plugin: cfg.Path, Op: "checksum", Err: checksumError(cfg.Path, pinned)}
 		case strings.Contains(err.Error(), "incompatible API version"):
 			pv := -1
 			if m := mismatchRE.FindStringSubmatch(err.Error()); m != nil {
@@ -323,26 +356,81 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 			}
 			return nil, &ProtocolMismatchError{Plugin: cfg.Path, PluginVer: pv, HostVer: hostVer, Underlying: err}
 		}
-		if line := stderrTail.lastLine(); line != "" {
-			// A plugin that refuses to run says why on stderr (a
-			// driver built for another OS, bad options); go-plugin's
-			// own error only says the handshake failed.
-			if msg := err.Error(); strings.Contains(msg, "Unrecognized remote plugin message") || strings.Contains(msg, "exited before we could connect") {
-				// go-plugin's guesses (wrong architecture, missing
-				// libraries...) only hide the plugin's own words.
-				err = fmt.Errorf("exited without a handshake; it wrote: %s", line)
-			} else {
-				err = fmt.Errorf("%w; the plugin wrote: %s", err, line)
-			}
-		}
-		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: err}
+		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: startError(err, kind, stderr)}
 	}
 	proc.path = cfg.Path
 	proc.handover = ho
 	proc.endLife = endLife
+	proc.stderr = stderr
 	launched = true
 	return proc, nil
 }
+
+// startError explains a plugin that did not complete its handshake in its
+// own words, instead of go-plugin's: those guess at a wrong architecture,
+// missing libraries or permissions, and quote only the first line the
+// plugin wrote to stdout.
+func startError(err error, kind string, stderr *stderrLog) error {
+	msg := err.Error()
+	he := &HandshakeError{kind: kind, LastWords: stderr.lastWords(), Err: err}
+	switch {
+	case stderr.sawCookieNotice():
+		he.ForeignPlugin = true
+	case strings.HasPrefix(msg, goPluginUnrecognized):
+		rest := msg[len(goPluginUnrecognized):]
+		line, _, _ := strings.Cut(rest, "\n")
+		if line != "" || !strings.Contains(rest, goPluginNoStdout) {
+			he.WroteStdout, he.Stdout = true, bound(cleanLine([]byte(line)))
+		}
+	case strings.Contains(msg, "exited before we could connect"):
+	default:
+		// A timeout, a cancelled start, a refused connection: go-plugin's
+		// words are right, the plugin's are added.
+		if he.LastWords != "" {
+			return fmt.Errorf("%w; the plugin wrote: %s", err, he.LastWords)
+		}
+		return err
+	}
+	return he
+}
+
+// checksumError names both hashes: the pin is configuration, and the
+// binary's hash is of a file the user controls, so neither is a secret, and
+// the user needs both to tell a stale pin from a replaced binary.
+func checksumError(path string, pinned []byte) error {
+	e := &ChecksumError{Pinned: hex.EncodeToString(pinned)}
+	f, err := os.Open(path)
+	if err == nil {
+		h := sha256.New()
+		if _, err = io.Copy(h, f); err == nil {
+			e.Actual = hex.EncodeToString(h.Sum(nil))
+		}
+		f.Close()
+	}
+	if err != nil {
+		e.ReadErr = err
+	}
+	return e
+}
+
+// diedError is the error for a call whose plugin process died: it waits,
+// boundedly, for the process to end and its stderr to be read to the end
+// (go-plugin marks it exited only then), so that a panic's last words,
+// written just before the connection broke, are in it.
+func diedError(client *plugin.Client, stderr *stderrLog, transport string) error {
+	if client != nil {
+		deadline := time.Now().Add(diedWait)
+		for !client.Exited() && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	return &PluginDiedError{LastWords: stderr.lastWords(), Transport: transport}
+}
+
+// diedWait bounds how long a failed call waits for its dead plugin's last
+// words. A process whose connection broke is normally gone at once; one
+// that is not yet is killed by the host afterwards anyway.
+const diedWait = 3 * time.Second
 
 func startClient(ctx context.Context, client *plugin.Client, kind string, endLife context.CancelFunc) (*Process, error) {
 	type result struct {
@@ -373,31 +461,242 @@ func startClient(ctx context.Context, client *plugin.Client, kind string, endLif
 	}
 }
 
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
+// Bounds of what is kept of a plugin's stderr (its own log, never a
+// command's output: that travels over gRPC). A plugin writes as much as it
+// likes; the host keeps this much.
+const (
+	stderrLineMax = 512 // bytes kept of one line; the rest is dropped
+	lastWordsMax  = 300 // bytes of one line shown in an error
+)
+
+// goPluginCookieNotice is the first line go-plugin's Serve prints, on
+// stderr, when the magic cookie it expects is missing from its environment:
+// the binary is a go-plugin plugin, but of another program.
+const goPluginCookieNotice = "This binary is a plugin. These are not meant to be executed directly."
+
+// stderrLog is what the host keeps of a launched plugin's stderr, to
+// explain its end in the plugin's own words: its last non-empty line, and
+// the line (and first frame) of a Go panic or fatal error, which the stack
+// trace after it would push out of any tail. Memory is bounded whatever the
+// plugin writes: a few lines of at most stderrLineMax bytes.
+type stderrLog struct {
+	mu      sync.Mutex
+	partial []byte // the line being written, at most stderrLineMax bytes
+	last    string // the last complete non-empty line
+
+	// A Go panic: its "panic: ..." or "fatal error: ..." line, then the
+	// function and file of the first frame that is not the runtime's.
+	panicLine, frameFunc, frame string
+	panicState                  int
+	cookieNotice                bool
 }
 
-func (w *tailWriter) Write(p []byte) (int, error) {
+// goSignalRE matches the first line of the Go runtime's report of a fatal
+// signal outside Go code ("SIGSEGV: segmentation violation").
+var goSignalRE = regexp.MustCompile(`^SIG[A-Z]+: `)
+
+// Where stderrLog is in a Go stack trace after the panic line.
+const (
+	traceNone     = iota
+	tracePanicked // saw the panic line; waiting for "goroutine N [...]:"
+	traceFunc     // waiting for a frame's function line
+	traceSkipFile // skipping the file line of a runtime frame
+	traceFile     // waiting for the file line of the first real frame
+	traceDone
+)
+
+// Write takes the plugin process's stderr (go-plugin's ClientConfig.Stderr).
+func (w *stderrLog) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.buf = append(w.buf, p...)
-	if over := len(w.buf) - w.max; over > 0 {
-		w.buf = append(w.buf[:0], w.buf[over:]...)
-	}
+	splitLines(&w.partial, p, w.commit)
 	return len(p), nil
 }
 
-// lastLine is the last non-empty line written, trimmed and bounded.
-func (w *tailWriter) lastLine() string {
+// splitLines appends p to the line in *partial (kept to stderrLineMax
+// bytes, the rest dropped) and hands each completed line to commit.
+func splitLines(partial *[]byte, p []byte, commit func(string)) {
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		chunk := p
+		if i >= 0 {
+			chunk = p[:i]
+		}
+		if room := stderrLineMax - len(*partial); room > 0 {
+			*partial = append(*partial, chunk[:min(room, len(chunk))]...)
+		}
+		if i < 0 {
+			return
+		}
+		commit(cleanLine(*partial))
+		*partial = (*partial)[:0]
+		p = p[i+1:]
+	}
+}
+
+// syncStderr takes what a Go plugin writes to os.Stderr once it serves:
+// go-plugin's Serve points os.Stderr at a pipe it carries over the
+// connection (ClientConfig.SyncStderr), not at the process's stderr, which
+// Serve's logger, the log package and the runtime's panics still use.
+// Those lines go to the host's log (go-plugin drops them by default) and
+// count as the plugin's last words. They travel the connection, so the
+// last ones before a sudden exit may be lost: what must explain a death
+// belongs on the process's stderr (log.Fatal, Serve's logger).
+type syncStderr struct {
+	log     *stderrLog
+	logger  hclog.Logger
+	mu      sync.Mutex
+	partial []byte
+}
+
+func (w *syncStderr) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	lines := strings.Split(strings.TrimSpace(string(bytes.ToValidUTF8(w.buf, []byte("?")))), "\n")
-	line := strings.TrimSpace(lines[len(lines)-1])
-	if len(line) > 300 {
-		line = line[:300] + "..."
+	splitLines(&w.partial, p, func(line string) {
+		w.logger.Debug(line)
+		w.log.mu.Lock()
+		w.log.commit(line)
+		w.log.mu.Unlock()
+	})
+	return len(p), nil
+}
+
+// cleanLine makes a line of the plugin's safe to show on a terminal:
+// valid UTF-8, control characters (escape sequences) replaced by '?'.
+func cleanLine(b []byte) string {
+	s := strings.ToValidUTF8(string(b), "?")
+	return strings.TrimRightFunc(strings.Map(func(r rune) rune {
+		if r == '\t' {
+			return r
+		}
+		if r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0) {
+			return '?'
+		}
+		return r
+	}, s), unicode.IsSpace)
+}
+
+func (w *stderrLog) commit(line string) {
+	w.followTrace(line)
+	if strings.Contains(line, goPluginCookieNotice) {
+		w.cookieNotice = true
 	}
-	return line
+	if strings.TrimSpace(line) != "" {
+		w.last = line
+	}
+}
+
+// followTrace picks out of a Go stack trace the panic line and the first
+// frame that is the program's own (runtime frames, such as a re-panic's,
+// are skipped).
+func (w *stderrLog) followTrace(line string) {
+	if strings.TrimSpace(line) == "" {
+		return
+	}
+	if w.panicState != traceNone && strings.HasPrefix(line, "{") {
+		// A log line after a trace: the plugin recovered and went on (a
+		// trace is never JSON), so the trace is not how it ended.
+		w.panicLine, w.frameFunc, w.frame, w.panicState = "", "", "", traceNone
+	}
+	switch w.panicState {
+	case traceNone:
+		if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") || goSignalRE.MatchString(line) {
+			w.panicLine, w.panicState = line, tracePanicked
+		}
+	case tracePanicked:
+		if strings.HasPrefix(line, "goroutine ") && strings.HasSuffix(line, ":") {
+			w.panicState = traceFunc
+		}
+	case traceFunc:
+		fn := line
+		if i := strings.LastIndexByte(fn, '('); i > 0 {
+			fn = fn[:i]
+		}
+		switch {
+		case strings.HasPrefix(line, "\t"), strings.HasPrefix(line, "created by "):
+			w.panicState = traceDone // not a frame: give up on the frame
+		case fn == "panic" || strings.HasPrefix(fn, "runtime."):
+			w.panicState = traceSkipFile
+		default:
+			w.frameFunc, w.panicState = fn, traceFile
+		}
+	case traceSkipFile:
+		w.panicState = traceFunc
+	case traceFile:
+		file := strings.TrimSpace(line)
+		if i := strings.Index(file, " +0x"); i > 0 {
+			file = file[:i]
+		}
+		w.frame, w.panicState = w.frameFunc+" at "+file, traceDone
+	}
+}
+
+// lastWords is what best explains the plugin's end: for a Go panic or
+// fatal error its panic line and first frame (the stack trace's last line,
+// a file name, says nothing); otherwise its last non-empty line, the
+// message of an hclog JSON line. Empty when it wrote nothing.
+func (w *stderrLog) lastWords() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.panicLine != "" {
+		s := bound(w.panicLine)
+		if w.frame != "" {
+			s += " (in " + bound(w.frame) + ")"
+		}
+		return s
+	}
+	// A last line without its newline is the latest of all.
+	if s := cleanLine(w.partial); strings.TrimSpace(s) != "" {
+		return bound(logMessage(s))
+	}
+	return bound(logMessage(w.last))
+}
+
+// sawCookieNotice reports whether the plugin printed go-plugin's notice
+// for a missing magic cookie.
+func (w *stderrLog) sawCookieNotice() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.cookieNotice
+}
+
+// logMessage turns an hclog JSON line (what Serve's logger writes) into
+// its message and fields; any other line is returned as it is.
+func logMessage(line string) string {
+	line = strings.TrimSpace(line)
+	if !strings.HasPrefix(line, "{") {
+		return line
+	}
+	var m map[string]any
+	if json.Unmarshal([]byte(line), &m) != nil {
+		return line
+	}
+	msg, ok := m["@message"].(string)
+	if !ok {
+		return line
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		if !strings.HasPrefix(k, "@") {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		msg += fmt.Sprintf(" %s=%v", k, m[k])
+	}
+	return cleanLine([]byte(msg))
+}
+
+// bound cuts s to lastWordsMax bytes, on a rune boundary.
+func bound(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) <= lastWordsMax {
+		return s
+	}
+	cut := lastWordsMax
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
 }

@@ -45,8 +45,11 @@ const (
 	FeatureFSReadIsolation = "fs_read_isolation"
 	// FeatureFSWriteIsolation: only the workspace and fs_write grants are writable.
 	FeatureFSWriteIsolation = "fs_write_isolation"
-	// FeatureProtectedPaths: .git, .aleph, .codex, .agents in the workspace
-	// are read-only and cannot be created.
+	// FeatureProtectedPaths: every entry of ProfileRequest.Protected
+	// (DefaultProtectedEntries when it is empty: the conformance suite
+	// tests all of them) at the top of the workspace and of every fs_write
+	// grant is read-only and cannot be created when missing, and so is
+	// every .git below the top level.
 	FeatureProtectedPaths = "protected_paths"
 	// FeatureNetworkNone: NetworkNone blocks every socket family that can
 	// reach outside (TCP, UDP, unix, abstract).
@@ -61,7 +64,9 @@ const (
 	FeatureSubprocessControl = "subprocess_control"
 	// FeatureMemoryLimit: max_memory_mb is enforced.
 	FeatureMemoryLimit = "memory_limit"
-	// FeaturePidLimit: the number of processes/threads is capped.
+	// FeaturePidLimit: the number of tasks the command may have, processes
+	// and threads counted together (as a pids cgroup counts them), is
+	// capped. A cap on processes alone is not this feature.
 	FeaturePidLimit = "pid_limit"
 	// FeatureCPULimit: CPU time share is capped.
 	FeatureCPULimit = "cpu_limit"
@@ -135,8 +140,9 @@ type HostCapabilities struct {
 	DriverVersion   string `json:"driver_version"`
 	ProtocolVersion uint32 `json:"protocol_version"`
 	// ProtocolMinor is the minor version the driver speaks; Serve fills in
-	// ProtocolMinor of this package when a driver leaves it zero and lists
-	// calls. Zero from the wire means a protocol-1.0 driver.
+	// ProtocolMinor of this package when a driver leaves it zero (with or
+	// without optional calls: what the driver lacks is said by Calls).
+	// Zero from the wire means a protocol-1.0 driver.
 	ProtocolMinor uint32 `json:"protocol_minor"`
 	// Calls lists the optional calls the driver implements (Call*). Serve
 	// fills it from the interfaces the driver implements when left nil.
@@ -351,12 +357,24 @@ type Exit struct {
 // resolution, time zone, users and TLS trust roots on Linux), never a home
 // directory, a credential store or the host's /tmp.
 //
-// Lifecycle. The host launches the driver, calls Capabilities once (and again
-// after a relaunch), then, per command, ProfileFor and Run. A driver process
-// may be killed at any moment; it must make everything it started die with
-// it (processes, mounts, cgroups) and leave nothing in the host's directories.
-// Protocol 1.1 adds optional calls, negotiated through Capabilities: see
-// ProtocolMinor, Signaler and Configurable.
+// Lifecycle. The host launches the driver and calls Capabilities; a driver
+// that lists the config call is then given its section (SetConfig) and asked
+// Capabilities again. This happens again after every relaunch. Then, per
+// command, ProfileFor and Run, or RunStream for a command with streamed
+// stdin or a terminal; Signal may come while a Run is in progress, and
+// ForgetSession when the host forgets a session. A driver process may be
+// killed at any moment; it must make everything it started die with it
+// (processes, mounts, cgroups) and leave nothing in the host's directories.
+//
+// Optional calls are negotiated through Capabilities (ProtocolMinor and
+// Calls, which Serve fills in: this package's minor version, and the calls
+// of the interfaces the driver implements), and the host makes no call the
+// driver did not list. Protocol 1.1 adds
+// Signaler (CallSignal) and Configurable (CallConfig); protocol 1.2 adds
+// StreamRunner (CallRunStream) and SessionForgetter (CallForgetSession).
+// Inside the plugin process, Serve also uses Preparer (slow start-up work,
+// overlapped with the handshake) and Closer (release at shutdown); they are
+// not on the wire.
 //
 // Concurrency. Every method is safe for concurrent use: the host runs many
 // commands at once through one driver, and may call Signal while Run runs.
@@ -389,11 +407,15 @@ type Driver interface {
 	// (nothing added, PWD included) and spec.Stdin then EOF. The driver
 	// enforces spec.Timeout (TimedOut in the Exit) and the output budget
 	// (Truncated; it keeps draining the child so it never blocks on a full
-	// pipe). Exit reports an exit code or the signal that killed the
-	// command, never both: a command that exits 130 reports ExitCode 130 and
-	// Signal 0. Cancelling ctx kills the whole process tree and returns
-	// ctx's error. A returned error means the command did not run to an
-	// Exit (setup failed, driver fault).
+	// pipe). Exit says how the command ended, from its real wait status: a
+	// command killed by signal N reports Signal N and ExitCode 128+N (what a
+	// shell would show); one that exited by itself reports its status and
+	// Signal 0, whatever the number (a command that exits 130 reports
+	// ExitCode 130 and Signal 0). Cancelling ctx kills the whole process tree
+	// and returns ctx's error. A returned error means the command did not
+	// run to an Exit (setup failed, driver fault). A driver that does not
+	// end the command within spec.Timeout is given 10 s more by the core,
+	// which then cancels the call and fails the command.
 	Run(ctx context.Context, spec RunSpec, streams Streams) (Exit, error)
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os/exec"
@@ -52,15 +53,20 @@ func runDoctor(ctx context.Context, args []string, io stdio) int {
 }
 
 func diagnose(ctx context.Context, cfgPath, driver string) doctorReport {
-	r := doctorReport{Driver: driver, Config: "ok", Problems: []doctorProblem{}}
-	if r.Driver == "" {
-		r.Driver = core.DefaultDriverName()
-	}
+	r := doctorReport{Config: "ok", Problems: []doctorProblem{}}
 	cfg, err := loadConfig(cfgPath, "", driver)
+	configOK := err == nil
 	if err != nil {
 		r.Config = err.Error()
 		r.Problems = append(r.Problems, doctorProblem{What: "configuration", Why: err.Error(), Fix: "correct the key named above (aleph-sandbox config prints the effective configuration)"})
 		cfg = core.DefaultConfig()
+		cfg.Sandbox.Driver = driver
+	}
+	// The driver looked for: --driver, else the configuration's, else the
+	// platform's default.
+	r.Driver = cfg.Sandbox.Driver
+	if r.Driver == "" {
+		r.Driver = core.DefaultDriverName()
 	}
 	if r.Driver == "" {
 		r.Problems = append(r.Problems, doctorProblem{What: "driver", Why: "no default driver for this OS", Fix: "pass --driver PATH to a third-party driver"})
@@ -87,20 +93,50 @@ func diagnose(ctx context.Context, cfgPath, driver string) doctorReport {
 		}
 	}
 	if err != nil {
-		r.Problems = append(r.Problems, doctorProblem{What: "driver", Why: err.Error(), Fix: "rebuild the driver (make build); check driver_sha256 in the configuration"})
+		r.Problems = append(r.Problems, doctorProblem{What: "driver", Why: err.Error(), Fix: driverFix(r.Driver, err)})
 		return r
 	}
 	for _, u := range r.Capabilities.Unavailable {
 		r.Problems = append(r.Problems, doctorProblem{What: u.Feature, Why: u.Reason, Fix: u.Fix})
 	}
 	// The driver runs: what it cannot enforce is reported, and commands that
-	// need it are refused at run time, so the host is usable.
-	r.OK = true
+	// need it are refused at run time, so the host is usable, once its
+	// configuration is (with a broken one no command runs).
+	r.OK = configOK
 	return r
 }
 
+// ownDrivers are the drivers this project builds (make build).
+var ownDrivers = map[string]bool{"bwrap": true, "seatbelt": true, "appcontainer": true}
+
+// driverFix is what to do about a driver that did not start or answer.
+// Only this project's drivers are rebuilt with make build; a pin that no
+// longer matches is the configuration's to change; a third-party driver's
+// own message (quoted in the problem) says what is wrong with it.
+func driverFix(driver string, err error) string {
+	var ce *driverapi.ChecksumError
+	var pe *driverapi.PluginError
+	switch {
+	case errors.As(err, &ce):
+		return "sandbox.driver_sha256 pins another binary: put back the binary it pins, or, if you trust this one, pin its hash"
+	case errors.As(err, &pe) && pe.Op == "find":
+		return "the driver binary must be an executable file"
+	case ownDrivers[driver]:
+		return "rebuild the driver (make build)"
+	}
+	return "see the driver's own words above; ALEPH_SANDBOX_LOG=debug shows its log"
+}
+
 func printDoctor(io stdio, r doctorReport) {
-	fmt.Fprintf(io.Out, "driver: %s %s\n", shown(r.Driver), shown(r.Path))
+	// The path once: a driver named by its path is that path.
+	switch {
+	case r.Path == "":
+		fmt.Fprintf(io.Out, "driver: %s\n", shown(r.Driver))
+	case strings.ContainsAny(r.Driver, `/\`):
+		fmt.Fprintf(io.Out, "driver: %s\n", shown(r.Path))
+	default:
+		fmt.Fprintf(io.Out, "driver: %s (%s)\n", shown(r.Driver), shown(r.Path))
+	}
 	fmt.Fprintf(io.Out, "config: %s\n", oneLine(r.Config))
 	if c := r.Capabilities; c != nil {
 		fmt.Fprintf(io.Out, "backend: %s %s (protocol %d.%d) on %s/%s\n", shown(c.Backend), shown(c.DriverVersion), c.ProtocolVersion, c.ProtocolMinor, shown(c.OS), shown(c.Arch))

@@ -274,8 +274,8 @@ func TestDriversNamesOtherSystemsInOneLine(t *testing.T) {
 		t.Errorf("drivers: this system's driver is not reported:\n%s", r.stdout)
 	}
 	// The protocol with its minor version (-i and -t need 1.2), as the
-	// driver reports it (the test driver: 1.0).
-	if want := fmt.Sprintf(", protocol %d.0, ", driverapi.ProtocolVersion); !strings.Contains(r.stdout, want) {
+	// driver reports it (the test driver, served by this driverapi).
+	if want := fmt.Sprintf(", protocol %d.%d, ", driverapi.ProtocolVersion, driverapi.ProtocolMinor); !strings.Contains(r.stdout, want) {
 		t.Errorf("drivers: no %q:\n%s", want, r.stdout)
 	}
 	j := cli(t, "", false, "drivers", "--json")
