@@ -65,8 +65,13 @@ func TestTimeoutDuringSetupIsATimeout(t *testing.T) {
 	if _, err, _ := run(setupFailDriver{FakeDriver: &drivertest.FakeDriver{}, err: &driverapi.InvalidSpecError{Field: "cwd", Reason: "bad"}}, time.Millisecond); !errors.As(err, &ie) || ie.Field != "cwd" {
 		t.Fatalf("a refusal after the timeout: got %v, want an InvalidCommandError naming cwd", err)
 	}
-	if _, err, _ := run(setupFailDriver{FakeDriver: &drivertest.FakeDriver{}, err: &driverapi.PluginError{Plugin: "p", Op: "Run", Err: driverapi.ErrPluginDied}}, time.Millisecond); !errors.As(err, &de) {
-		t.Fatalf("a dead plugin after the timeout: got %v, want a DriverError", err)
+	for _, died := range []error{
+		&driverapi.PluginError{Plugin: "p", Op: "Run", Err: driverapi.ErrPluginDied},
+		&driverapi.PluginDiedError{LastWords: "panic: boom"}, // as DriverHost reports it
+	} {
+		if _, err, _ := run(setupFailDriver{FakeDriver: &drivertest.FakeDriver{}, err: died}, time.Millisecond); !errors.As(err, &de) {
+			t.Fatalf("a dead plugin (%T) after the timeout: got %v, want a DriverError", died, err)
+		}
 	}
 }
 

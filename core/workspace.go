@@ -525,7 +525,8 @@ func setupMayHaveTimedOut(err error) bool {
 	var pe *driverapi.ProfileError
 	var ple *driverapi.PluginError
 	var pm *driverapi.ProtocolMismatchError
-	return !errors.As(err, &ie) && !errors.As(err, &pe) && !errors.As(err, &ple) && !errors.As(err, &pm)
+	return !errors.As(err, &ie) && !errors.As(err, &pe) && !errors.As(err, &ple) && !errors.As(err, &pm) &&
+		!errors.Is(err, driverapi.ErrPluginDied)
 }
 
 // saneExit checks what a driver reported against what cannot be so, and
