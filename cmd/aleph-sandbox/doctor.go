@@ -83,7 +83,7 @@ func diagnose(ctx context.Context, cfgPath, driver string) doctorReport {
 		return r
 	}
 	r.Path = path
-	host, err := core.NewDriverHost(core.DriverHostConfig{Path: path, SHA256: cfg.Sandbox.DriverSHA256, Options: cfg.DriverOptions(goos()), StartTimeout: 15 * time.Second})
+	host, err := core.NewDriverHost(core.DriverHostConfig{Path: path, SHA256: cfg.Sandbox.DriverSHA256, Options: cfg.DriverOptions(goos()), Section: cfg.DriverSection, StartTimeout: 15 * time.Second})
 	if err == nil {
 		defer host.Close()
 		var caps driverapi.HostCapabilities

@@ -153,7 +153,7 @@ func probeDriver(ctx context.Context, d foundDriver, cfg core.Config) driverRepo
 		r.ForOS = sys
 		return r
 	}
-	host, err := core.NewDriverHost(core.DriverHostConfig{Path: d.path, SHA256: driverPin(cfg, d.path), Options: cfg.DriverOptions(goos()), StartTimeout: 15 * time.Second})
+	host, err := core.NewDriverHost(core.DriverHostConfig{Path: d.path, SHA256: driverPin(cfg, d.path), Options: cfg.DriverOptions(goos()), Section: cfg.DriverSection, StartTimeout: 15 * time.Second})
 	if err != nil {
 		r.Error = err.Error()
 		return r
