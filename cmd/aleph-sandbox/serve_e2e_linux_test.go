@@ -713,8 +713,10 @@ func TestServeStaleSocketAndSIGTERM(t *testing.T) {
 	o := <-res
 	if o.err == nil {
 		t.Errorf("the command outlived the grace period: %+v", o.result)
-	} else if connect.CodeOf(o.err) != connect.CodeUnavailable || errDetail(t, o.err).GetReasonCode() != "service_stopping" {
-		t.Errorf("the killed command: %v, want Unavailable / service_stopping", o.err)
+	} else if connect.CodeOf(o.err) != connect.CodeUnavailable {
+		// service_stopping when the answer gets out before the server
+		// closes the connection, else the lost connection itself.
+		t.Errorf("the killed command: %v, want Unavailable", o.err)
 	}
 	if markerRunning(marker) {
 		t.Errorf("the command's process is still running after serve exited\n%s", p.stderr)
