@@ -244,6 +244,12 @@ type procTracker struct {
 	mu     sync.Mutex
 	owned  map[*mcp.ServerSession]map[string]bool
 	closed bool
+	// ending counts the sessions whose processes are being killed. close
+	// waits for them: a session ends (its goroutine takes its processes)
+	// just as the server's Run returns, and the process must not exit
+	// with those kills still unsent, leaving the processes running on a
+	// service.
+	ending sync.WaitGroup
 }
 
 func (t *procTracker) add(ss *mcp.ServerSession, id string) bool {
@@ -293,7 +299,14 @@ func (t *procTracker) endSession(ss *mcp.ServerSession) {
 	t.mu.Lock()
 	ids := t.owned[ss]
 	delete(t.owned, ss)
+	if t.closed {
+		// close took them all (ids is empty) and may be waiting.
+		t.mu.Unlock()
+		return
+	}
+	t.ending.Add(1)
 	t.mu.Unlock()
+	defer t.ending.Done()
 	t.kill(ids)
 }
 
@@ -310,6 +323,7 @@ func (t *procTracker) close() {
 	t.owned = map[*mcp.ServerSession]map[string]bool{}
 	t.mu.Unlock()
 	t.kill(all)
+	t.ending.Wait()
 }
 
 // kill ends the processes (KILL) and removes them from the table or the

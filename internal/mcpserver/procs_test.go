@@ -459,3 +459,68 @@ func TestMCPProcessesBelongToTheirSession(t *testing.T) {
 		t.Fatalf("a start after Close: %+v", r)
 	}
 }
+
+// slowSignal is Processes whose Signal takes a while, as a service's does
+// over its socket, and tells when it is entered and when it returned.
+type slowSignal struct {
+	mcpserver.Processes
+	entered chan struct{}
+	once    sync.Once
+	mu      sync.Mutex
+	done    bool
+}
+
+func (s *slowSignal) Signal(ctx context.Context, id string, sig driverapi.Signal) error {
+	s.once.Do(func() { close(s.entered) })
+	time.Sleep(200 * time.Millisecond)
+	err := s.Processes.Signal(ctx, id, sig)
+	s.mu.Lock()
+	s.done = true
+	s.mu.Unlock()
+	return err
+}
+
+// TestMCPCloseWaitsForEndingSession: a session ends (its goroutine has
+// taken its processes and is killing them) just as the server closes, as
+// when the client's stdin closes and Run returns. Close must not return
+// before those kills are out: the binary exits right after it, and a
+// service would keep the processes running.
+func TestMCPCloseWaitsForEndingSession(t *testing.T) {
+	data := t.TempDir()
+	t.Setenv("XDG_DATA_HOME", data)
+	fake := &streamFake{}
+	conf := core.DefaultConfig()
+	conf.Sandbox.WorkspaceRoot = filepath.Join(data, "workspaces")
+	conf.Sandbox.AuditLog = ""
+	cfg := mcpserver.Config{Session: "ending"}
+	rt, err := alephsandbox.New(conf, append(mcpserver.RuntimeOptions(cfg), alephsandbox.WithDriver(drivertest.Connect(t, fake)))...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	table := core.NewProcessTable(rt, core.ProcessLimits{})
+	t.Cleanup(table.Close)
+	procs := &slowSignal{Processes: mcpserver.TableProcesses(table), entered: make(chan struct{})}
+	cfg.Processes = procs
+	ps := &procServer{t: t, srv: mcpserver.New(rt, cfg), fake: fake}
+	cs := ps.connect(nil)
+	var r mcpserver.ProcessResult
+	if tool(t, cs, mcpserver.ToolStartProcess, map[string]any{"argv": []string{"cat"}, "wait_seconds": 0}, &r); !r.Running {
+		t.Fatalf("start: %+v", r)
+	}
+	waitFor(t, "cat runs", func() bool { return fake.running() == 1 })
+	_ = cs.Close()
+	select {
+	case <-procs.entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the ended session's process was never signalled")
+	}
+	ps.srv.Close()
+	procs.mu.Lock()
+	done := procs.done
+	procs.mu.Unlock()
+	if !done {
+		t.Fatal("Close returned while the ended session's kill was still on its way")
+	}
+	waitFor(t, "cat is killed", func() bool { return fake.running() == 0 })
+}
