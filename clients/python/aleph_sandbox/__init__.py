@@ -311,6 +311,20 @@ def _paths(name: str, v: Any) -> List[str]:
     return [os.path.abspath(p) for p in items]
 
 
+def _strmap(name: str, v: Any) -> Dict[str, str]:
+    """A mapping of strings to strings (env, secrets): anything else would
+    reach the service as JSON it refuses, or as a value it never meant."""
+    if not isinstance(v, Mapping):
+        raise TypeError("%s is a mapping of names to strings, e.g. {'LANG': 'C.UTF-8'}, got %r" % (name, type(v).__name__))
+    for k, val in v.items():
+        if not isinstance(k, str) or not k:
+            raise TypeError("%s: a name is a non-empty string, got %r" % (name, k))
+        if not isinstance(val, str):
+            raise TypeError("%s[%r] is a string, got %s %r; convert it with str() if that is what you mean"
+                            % (name, k, type(val).__name__, val))
+    return dict(v)
+
+
 _SIGNALS = ("TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH", "PIPE")
 
 
@@ -432,9 +446,10 @@ class Client:
                  timeout: Optional[float] = None, max_output: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, stdin: Union[bytes, str, None] = None,
                  secrets: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
-        if isinstance(argv, (str, bytes)):
-            raise TypeError("argv is a list of strings, e.g. ['/bin/sh', '-c', 'echo hi']")
-        req: Dict[str, Any] = {"session": session, "argv": list(argv), "spawn": _flag("spawn", spawn),
+        items = None if isinstance(argv, (str, bytes)) else list(argv)
+        if items is None or not all(isinstance(a, str) for a in items):
+            raise TypeError("argv is a list of strings, e.g. ['/bin/sh', '-c', 'echo hi'], got %r" % (argv,))
+        req: Dict[str, Any] = {"session": session, "argv": items, "spawn": _flag("spawn", spawn),
                                "read": _paths("read", read), "write": _paths("write", write),
                                "net": net if isinstance(net, str) else ",".join(net)}
         if workspace:
@@ -453,10 +468,10 @@ class Client:
         if max_output is not None:
             req["maxOutput"] = str(_count("max_output", max_output, "bytes", _MAX_INT64,
                                           "leave max_output out (None) for the configured budget (sandbox.max_output_bytes)"))
-        if env:
-            req["env"] = dict(env)
-        if secrets:
-            req["secrets"] = dict(secrets)
+        if env is not None and (env or not isinstance(env, Mapping)):
+            req["env"] = _strmap("env", env)
+        if secrets is not None and (secrets or not isinstance(secrets, Mapping)):
+            req["secrets"] = _strmap("secrets", secrets)
         if stdin is not None:
             data = stdin.encode() if isinstance(stdin, str) else bytes(stdin)
             req["stdin"] = base64.b64encode(data).decode()

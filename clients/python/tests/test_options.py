@@ -73,6 +73,24 @@ class OptionsTest(unittest.TestCase):
         self.refused(TypeError, lambda: c.exec(["/bin/true"], read=[1]), "read")
         self.unavailable(lambda: c.exec(["/bin/true"], spawn=False, read=("/etc",), write=[]))
 
+    def test_strings_only(self):
+        # A number in env or argv would reach the service as JSON it
+        # refuses with a protocol error, or not as the string meant.
+        c = Client(self.addr)
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], env={"N": 1}), "env['N']", "int", "str()")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], env={"N": None}), "env['N']")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], env={1: "x"}), "env", "name")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], env={"": "x"}), "env", "name")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], env=["A=1"]), "env", "mapping")
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], secrets={"TOKEN": b"x"}), "secrets['TOKEN']", "bytes")
+        self.refused(TypeError, lambda: c.start(["/bin/true"], env={"N": 2.5}), "env['N']")
+        self.refused(TypeError, lambda: c.exec(["/bin/echo", 1]), "argv", "list of strings")
+        self.refused(TypeError, lambda: list(c.stream(["/bin/echo", b"x"])), "argv")
+        # Positive controls: strings (and empty mappings) get as far as the socket.
+        self.unavailable(lambda: c.exec(["/bin/true"], env={"N": "1", "EMPTY": ""}, secrets={"T": "x"}))
+        self.unavailable(lambda: c.exec(["/bin/true"], env={}, secrets={}))
+        self.unavailable(lambda: c.exec(("/bin/echo", "tuple")))
+
     def test_terminal_size(self):
         c = Client(self.addr)
         self.refused(ValueError, lambda: c.start(["/bin/cat"], tty=True, rows=0), "rows and cols")

@@ -223,6 +223,24 @@ function paths(name, v) {
     }
     return v.map((p) => path.resolve(p));
 }
+// A record of strings (env, secrets): a number or null from plain
+// JavaScript would reach the service as JSON it refuses.
+function strMap(name, v) {
+    if (typeof v !== "object" || v === null || Array.isArray(v)) {
+        throw new TypeError(`${name} is an object of names to strings, e.g. { LANG: "C.UTF-8" }, got ${JSON.stringify(v)}`);
+    }
+    const out = {};
+    for (const [k, val] of Object.entries(v)) {
+        if (k === "") {
+            throw new TypeError(`${name}: a name is a non-empty string`);
+        }
+        if (typeof val !== "string") {
+            throw new TypeError(`${name}[${JSON.stringify(k)}] is a string, got ${val === null ? "null" : typeof val} ${JSON.stringify(val)}; convert it with String() if that is what you mean`);
+        }
+        out[k] = val;
+    }
+    return out;
+}
 function varint(b, i) {
     let n = 0;
     let mul = 1;
@@ -506,11 +524,11 @@ export class Client {
         if (o.maxOutput !== undefined) {
             req.maxOutput = String(count("maxOutput", o.maxOutput, "bytes", "leave maxOutput out for the configured budget (sandbox.max_output_bytes)"));
         }
-        if (o.env) {
-            req.env = { ...o.env };
+        if (o.env !== undefined) {
+            req.env = strMap("env", o.env);
         }
-        if (o.secrets) {
-            req.secrets = { ...o.secrets };
+        if (o.secrets !== undefined) {
+            req.secrets = strMap("secrets", o.secrets);
         }
         if (o.stdin !== undefined) {
             req.stdin = (typeof o.stdin === "string" ? Buffer.from(o.stdin, "utf8") : Buffer.from(o.stdin)).toString("base64");

@@ -875,6 +875,20 @@ describe("Client without a service", () => {
     await assert.rejects(c.exec(["/bin/true"], { spawn: false, read: ["/etc"], write: [] }), unavailable);
   });
 
+  test("env and secrets hold strings only", T, async () => {
+    const c = new Client({ socket: nowhere });
+    const bad = (v: unknown) => v as Record<string, string>;
+    await assert.rejects(c.exec(["/bin/true"], { env: bad({ N: 1 }) }), refused(/^env\["N"\] is a string, got number 1; convert it with String\(\)/));
+    await assert.rejects(c.exec(["/bin/true"], { env: bad({ N: null }) }), refused(/^env\["N"\] is a string, got null/));
+    await assert.rejects(c.exec(["/bin/true"], { env: bad({ "": "x" }) }), refused(/^env: a name/));
+    await assert.rejects(c.exec(["/bin/true"], { env: bad(["A=1"]) }), refused(/^env is an object/));
+    await assert.rejects(c.exec(["/bin/true"], { env: bad(null) }), refused(/^env is an object/));
+    await assert.rejects(c.start(["/bin/true"], { secrets: bad({ T: true }) }), refused(/^secrets\["T"\]/));
+    // Positive controls: strings and empty objects get as far as the socket.
+    await assert.rejects(c.exec(["/bin/true"], { env: { N: "1", EMPTY: "" }, secrets: { T: "x" } }), unavailable);
+    await assert.rejects(c.exec(["/bin/true"], { env: {}, secrets: {} }), unavailable);
+  });
+
   test("terminal sizes and process timeouts are checked before sending", T, async () => {
     const c = new Client({ socket: nowhere });
     await assert.rejects(c.start(["/bin/cat"], { tty: true, cols: 65536 }), refused(/^rows and cols/));
