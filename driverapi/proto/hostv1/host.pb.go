@@ -2764,7 +2764,8 @@ func (x *ReadProcessRequest) GetWaitSeconds() float64 {
 
 type ReadProcessResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// stdout and stderr in order of arrival (merged; one stream on a tty).
+	// stdout and stderr merged as the service read them: each stream's bytes
+	// in order, no order between the two (one stream on a tty).
 	Data       []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	NextOffset int64  `protobuf:"varint,2,opt,name=next_offset,json=nextOffset,proto3" json:"next_offset,omitempty"`
 	// Bytes between offset and data lost to the output ring's bound.

@@ -83,8 +83,9 @@ const (
 
 // ServiceClient is a client for the aleph.host.v1.Service service.
 type ServiceClient interface {
-	// Execute runs one command: output chunks in order of arrival, then one
-	// final result. A denial is a result with denied = true; a sandbox failure
+	// Execute runs one command: output chunks (each stream's bytes in the
+	// order the command wrote them; no order between stdout and stderr,
+	// which are separate pipes), then one final result. A denial is a result with denied = true; a sandbox failure
 	// is an error status with an ErrorDetail.
 	Execute(context.Context, *connect.Request[hostv1.ExecuteRequest]) (*connect.ServerStreamForClient[hostv1.ExecuteResponse], error)
 	// Approvals delivers approval requests to a connected approver; each is
@@ -381,8 +382,9 @@ func (c *serviceClient) ListProcesses(ctx context.Context, req *connect.Request[
 
 // ServiceHandler is an implementation of the aleph.host.v1.Service service.
 type ServiceHandler interface {
-	// Execute runs one command: output chunks in order of arrival, then one
-	// final result. A denial is a result with denied = true; a sandbox failure
+	// Execute runs one command: output chunks (each stream's bytes in the
+	// order the command wrote them; no order between stdout and stderr,
+	// which are separate pipes), then one final result. A denial is a result with denied = true; a sandbox failure
 	// is an error status with an ErrorDetail.
 	Execute(context.Context, *connect.Request[hostv1.ExecuteRequest], *connect.ServerStream[hostv1.ExecuteResponse]) error
 	// Approvals delivers approval requests to a connected approver; each is
