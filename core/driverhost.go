@@ -278,11 +278,7 @@ func (h *DriverHost) Signal(ctx context.Context, commandID string, sig driverapi
 	}
 	sg, ok := p.Driver().(driverapi.Signaler)
 	if !ok || caps == nil || !caps.Supports(driverapi.CallSignal) {
-		minor := uint32(0)
-		if caps != nil {
-			minor = caps.ProtocolMinor
-		}
-		return &driverapi.UnsupportedCallError{Plugin: h.cfg.Name, Call: driverapi.CallSignal, Minor: minor}
+		return h.unsupported(caps, driverapi.CallSignal)
 	}
 	if err := sg.Signal(ctx, commandID, sig); err != nil {
 		var nr *driverapi.NotRunningError
@@ -331,11 +327,7 @@ func (h *DriverHost) ConfigSchema(ctx context.Context) (driverapi.ConfigSchema, 
 	h.mu.Unlock()
 	cf, ok := p.Driver().(driverapi.Configurable)
 	if !ok || caps == nil || !caps.Supports(driverapi.CallConfig) {
-		minor := uint32(0)
-		if caps != nil {
-			minor = caps.ProtocolMinor
-		}
-		return driverapi.ConfigSchema{}, &driverapi.UnsupportedCallError{Plugin: h.cfg.Name, Call: driverapi.CallConfig, Minor: minor}
+		return driverapi.ConfigSchema{}, h.unsupported(caps, driverapi.CallConfig)
 	}
 	sc, err := cf.ConfigSchema(ctx)
 	if err != nil {
@@ -616,11 +608,7 @@ func (h *DriverHost) RunStream(ctx context.Context, spec driverapi.RunSpec, in d
 	h.mu.Unlock()
 	sr, ok := p.Driver().(driverapi.StreamRunner)
 	if !ok || caps == nil || !caps.Supports(driverapi.CallRunStream) {
-		minor := uint32(0)
-		if caps != nil {
-			minor = caps.ProtocolMinor
-		}
-		return driverapi.Exit{}, &driverapi.UnsupportedCallError{Plugin: h.cfg.Name, Call: driverapi.CallRunStream, Minor: minor}
+		return driverapi.Exit{}, h.unsupported(caps, driverapi.CallRunStream)
 	}
 	exit, err := sr.RunStream(ctx, spec, in, streams)
 	if err != nil {
@@ -630,3 +618,12 @@ func (h *DriverHost) RunStream(ctx context.Context, spec driverapi.RunSpec, in d
 }
 
 var _ driverapi.StreamRunner = (*DriverHost)(nil)
+
+// unsupported is the error for a call the driver does not implement, with
+// the protocol version it reported (caps is nil before it reported one).
+func (h *DriverHost) unsupported(caps *driverapi.HostCapabilities, call string) *driverapi.UnsupportedCallError {
+	if caps == nil {
+		return &driverapi.UnsupportedCallError{Plugin: h.cfg.Name, Call: call}
+	}
+	return caps.UnsupportedCall(h.cfg.Name, call, "")
+}
