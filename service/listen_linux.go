@@ -3,6 +3,7 @@ package service
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -49,7 +50,17 @@ type UnixListener struct {
 	lock    *os.File
 	allowed map[uint32]bool
 	log     hclog.Logger
+	// refusing bounds the refused connections being told why at once: a
+	// peer that connects in a loop gets no more than refuseSlots
+	// goroutines, and beyond them a bare close.
+	refusing chan struct{}
 }
+
+const (
+	refuseSlots = 8
+	// refuseWait bounds how long a refused peer holds its slot.
+	refuseWait = time.Second
+)
 
 // ListenUnix creates the socket at path, mode 0600, in a directory of mode
 // 0700 that only this user can enter: created if missing, refused (a
@@ -120,7 +131,8 @@ func ListenUnix(path string, allowedUIDs []uint32, log hclog.Logger) (*UnixListe
 		allowed[u] = true
 	}
 	ok = true
-	return &UnixListener{Listener: l, path: path, lock: lock, allowed: allowed, log: log}, nil
+	return &UnixListener{Listener: l, path: path, lock: lock, allowed: allowed, log: log,
+		refusing: make(chan struct{}, refuseSlots)}, nil
 }
 
 // Path is the socket's path.
@@ -142,11 +154,41 @@ func (l *UnixListener) Accept() (net.Conn, error) {
 		}
 		if !l.allowed[uid] {
 			l.log.Warn("connection refused: peer uid not allowed", "uid", uid)
-			_ = c.Close()
+			select {
+			case l.refusing <- struct{}{}:
+				go func() {
+					defer func() { <-l.refusing }()
+					refuse(c, uid)
+				}()
+			default:
+				_ = c.Close()
+			}
 			continue
 		}
 		return c, nil
 	}
+}
+
+// refuse tells a peer of a uid not allowed why it is disconnected, so its
+// client reports permission_denied instead of a broken pipe: one fixed
+// HTTP/1.1 answer (Connect's JSON error, which the clients read), written
+// before anything of the peer's is read. What the peer sent is then
+// drained unread, for a bounded time, so that closing does not cut the
+// answer off while the peer is still writing its request; none of it
+// reaches the service.
+func refuse(c net.Conn, uid uint32) {
+	defer c.Close()
+	body := fmt.Sprintf(`{"code":"permission_denied","message":"peer uid %d is not allowed on this socket: `+
+		`connect as the user running aleph-sandbox serve, or add %d to [serve] allowed_uids"}`, uid, uid)
+	_ = c.SetDeadline(time.Now().Add(refuseWait))
+	if _, err := fmt.Fprintf(c, "HTTP/1.1 403 Forbidden\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"+
+		"Connection: close\r\n\r\n%s", len(body), body); err != nil {
+		return
+	}
+	if uc, ok := c.(*net.UnixConn); ok {
+		_ = uc.CloseWrite()
+	}
+	_, _ = io.CopyN(io.Discard, c, 64<<10)
 }
 
 // Close removes the socket (the net package unlinks it) and releases the

@@ -1,10 +1,17 @@
 package service
 
 import (
+	"bufio"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestListenUnixNeverChangesADirectory: a socket directory that exists
@@ -63,5 +70,85 @@ func TestListenUnixNeverChangesADirectory(t *testing.T) {
 				t.Errorf("socket: %v, %v; want mode 0600", sst, err)
 			}
 		})
+	}
+}
+
+// TestRefusedPeerIsToldAndBounded: a peer whose uid is not allowed gets
+// the fixed 403 naming its uid (this test's own uid, taken off the
+// allowed list); at most refuseSlots peers are being told at once, and
+// the next one is only closed, so a peer that connects in a loop cannot
+// grow the server's goroutines; a slot frees within refuseWait.
+func TestRefusedPeerIsToldAndBounded(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	sock := filepath.Join(dir, "a.sock")
+	l, err := ListenUnix(sock, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.allowed = map[uint32]bool{}
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			// Nothing is allowed: an accepted connection is the fault.
+			c.Close()
+			t.Error("a connection of a uid not allowed was accepted")
+		}
+	}()
+	dial := func() net.Conn {
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	// told reads the answer without closing: the server holds the slot
+	// until refuseWait.
+	told := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		want := fmt.Sprintf("peer uid %d is not allowed", os.Getuid())
+		if resp.StatusCode != 403 || !strings.Contains(string(b), `"code":"permission_denied"`) || !strings.Contains(string(b), want) {
+			t.Fatalf("refusal: %d %s", resp.StatusCode, b)
+		}
+		return true
+	}
+	var held []net.Conn
+	for i := 0; i < refuseSlots; i++ {
+		c := dial()
+		held = append(held, c)
+		if !told(c) {
+			t.Fatalf("peer %d was not told", i)
+		}
+	}
+	extra := dial()
+	_ = extra.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if b, err := io.ReadAll(extra); err != nil || len(b) != 0 {
+		t.Fatalf("the peer beyond the slots: %q %v (want a bare close)", b, err)
+	}
+	extra.Close()
+	for _, c := range held {
+		c.Close()
+	}
+	// The slots free (the held peers closed, or refuseWait passed).
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := dial()
+		ok := told(c)
+		c.Close()
+		if ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no slot freed")
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
