@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -38,7 +39,61 @@ const (
 	ReasonCanceled                ReasonCode = "canceled"
 	ReasonWorkspaceFailed         ReasonCode = "workspace_failed"
 	ReasonClosed                  ReasonCode = "sandbox_closed"
+	ReasonSignalBeforeStart       ReasonCode = "signal_before_start"
+	ReasonSignalEnded             ReasonCode = "signal_ended"
+	ReasonDisabled                ReasonCode = "sandbox_disabled"
+	ReasonDriverNotFound          ReasonCode = "driver_not_found"
+	ReasonConfigInvalid           ReasonCode = "config_invalid"
 )
+
+// FailureReason is the reason code of err, a command that did not give an
+// exit status, and the command field at fault (for invalid_command): what
+// a caller branches on instead of parsing the message. A denial has its
+// own code (DeniedError.Code); an error of no known kind gives "".
+func FailureReason(err error) (code ReasonCode, field string) {
+	var (
+		denied *DeniedError
+		invCmd *InvalidCommandError
+		cfgErr *ConfigError
+		notFnd *DriverNotFoundError
+		drvErr *DriverError
+		hookE  *HookError
+		hookPE *HookPluginError
+		wsErr  *WorkspaceError
+		medErr *MediationError
+	)
+	switch {
+	case err == nil:
+		return "", ""
+	case errors.As(err, &denied):
+		return denied.Code, ""
+	case errors.As(err, &invCmd):
+		return ReasonInvalidCommand, invCmd.Field
+	case errors.Is(err, ErrSignalBeforeStart):
+		return ReasonSignalBeforeStart, ""
+	case errors.Is(err, ErrSignalEnded):
+		return ReasonSignalEnded, ""
+	case errors.As(err, &cfgErr):
+		return ReasonConfigInvalid, cfgErr.Key
+	case errors.As(err, &notFnd):
+		return ReasonDriverNotFound, ""
+	case errors.As(err, &drvErr):
+		return ReasonDriverFailed, ""
+	case errors.As(err, &hookE), errors.As(err, &hookPE):
+		return ReasonHookFailed, ""
+	case errors.As(err, &wsErr):
+		return ReasonWorkspaceFailed, ""
+	case errors.As(err, &medErr):
+		return ReasonMediationFailed, ""
+	case errors.Is(err, ErrDisabled):
+		return ReasonDisabled, ""
+	case errors.Is(err, ErrClosed):
+		return ReasonClosed, ""
+	case errors.Is(err, context.Canceled):
+		return ReasonCanceled, ""
+	}
+	return "", ""
+}
 
 // DeniedError is a policy decision not to run a command.
 type DeniedError struct {

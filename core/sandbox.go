@@ -80,6 +80,20 @@ type Output struct {
 	Verdicts []driverapi.Verdict
 }
 
+// Reason is the reason code of a command that ran: timeout when it ran
+// out of time, hook_warned when a before-hook warned, else allowed.
+func (o *Output) Reason() ReasonCode {
+	if o.Exit.TimedOut {
+		return ReasonTimeout
+	}
+	for _, v := range o.Verdicts {
+		if v.Action == driverapi.ActionWarn {
+			return ReasonHookWarned
+		}
+	}
+	return ReasonAllowed
+}
+
 // Sandbox runs commands. Implementations are safe for concurrent use.
 type Sandbox interface {
 	Execute(ctx context.Context, cmd Command) (*Output, error)

@@ -43,7 +43,7 @@ const ReasonInvalidRequest = "invalid_request"
 
 // ReasonSignalEnded is the reason code of a command a signal ended through
 // a driver that cannot forward signals (its tree was killed).
-const ReasonSignalEnded = "signal_ended"
+const ReasonSignalEnded = string(core.ReasonSignalEnded)
 
 // ErrStopping is the cause with which a stopping server cancels the calls
 // still running (the context its listeners' requests derive from).
@@ -55,7 +55,7 @@ const ReasonServiceStopping = "service_stopping"
 
 // ReasonSignalBeforeStart is the reason code of a command a signal reached
 // before it started (during its hooks or approval): nothing ran.
-const ReasonSignalBeforeStart = "signal_before_start"
+const ReasonSignalBeforeStart = string(core.ReasonSignalBeforeStart)
 
 // ReasonNotRunning is the reason code of a Signal for no running command.
 const ReasonNotRunning = "not_running"
@@ -421,12 +421,17 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 		wsErr   *core.WorkspaceError
 		medErr  *core.MediationError
 	)
+	// The reason codes are core's, as exec --json gives them; this switch
+	// picks the status code.
+	reason, _ := core.FailureReason(err)
+	detail := &hostv1.ErrorDetail{ReasonCode: string(reason)}
 	switch {
 	case err == nil:
 	case errors.As(err, &denied):
 		return &hostv1.ExecResult{Denied: true, Reason: denied.Error(), Rule: denied.Rule, ReasonCode: string(denied.Code)}, nil
 	case errors.As(err, &invCmd):
-		return nil, withDetail(connect.CodeInvalidArgument, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonInvalidCommand), Field: invCmd.Field})
+		detail.Field = invCmd.Field
+		return nil, withDetail(connect.CodeInvalidArgument, err, detail)
 	case ctx.Err() != nil && errors.Is(context.Cause(ctx), ErrStopping):
 		// Not the client's cancel: the server stopped under the command.
 		return nil, withDetail(connect.CodeUnavailable, fmt.Errorf("the service stopped while the command ran, and killed it: %w", err),
@@ -434,39 +439,35 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 	case ctx.Err() != nil:
 		return nil, withDetail(connect.CodeCanceled, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonCanceled)})
 	case errors.As(err, &drvErr):
-		return nil, withDetail(connect.CodeUnavailable, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonDriverFailed), Driver: drvErr.Driver})
+		detail.Driver = drvErr.Driver
+		return nil, withDetail(connect.CodeUnavailable, err, detail)
 	case errors.As(err, &hookErr):
-		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonHookFailed), Hook: hookErr.Hook})
+		detail.Hook = hookErr.Hook
+		return nil, withDetail(connect.CodeInternal, err, detail)
 	case errors.As(err, &wsErr):
-		return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonWorkspaceFailed)})
+		return nil, withDetail(connect.CodeFailedPrecondition, err, detail)
 	case errors.As(err, &medErr):
-		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonMediationFailed)})
+		return nil, withDetail(connect.CodeInternal, err, detail)
 	case errors.Is(err, core.ErrSignalBeforeStart):
-		return nil, withDetail(connect.CodeAborted, err, &hostv1.ErrorDetail{ReasonCode: ReasonSignalBeforeStart})
+		return nil, withDetail(connect.CodeAborted, err, detail)
 	case errors.Is(err, core.ErrSignalEnded):
 		// The driver cannot forward signals, so the one sent ended the
 		// command as a cancel does: no exit status of its own.
-		return nil, withDetail(connect.CodeAborted, err, &hostv1.ErrorDetail{ReasonCode: ReasonSignalEnded})
+		return nil, withDetail(connect.CodeAborted, err, detail)
 	case errors.Is(err, alephsandbox.ErrDisabled):
-		return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: "sandbox_disabled"})
+		return nil, withDetail(connect.CodeFailedPrecondition, err, detail)
 	default:
-		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{})
+		return nil, withDetail(connect.CodeInternal, err, detail)
 	}
 	e := out.Exit
 	res := &hostv1.ExecResult{
 		Stdout: out.Stdout, Stderr: out.Stderr,
 		ExitCode: e.ExitCode, Signal: e.Signal, TimedOut: e.TimedOut, Truncated: e.Truncated,
 		OomKilled: e.OOMKilled, DurationMs: e.Duration.Milliseconds(), Backend: out.Backend,
-		CommandId: out.CommandID, ProfileDigest: out.ProfileDigest, ReasonCode: string(core.ReasonAllowed),
-	}
-	if e.TimedOut {
-		res.ReasonCode = string(core.ReasonTimeout)
+		CommandId: out.CommandID, ProfileDigest: out.ProfileDigest, ReasonCode: string(out.Reason()),
 	}
 	for _, v := range out.Verdicts {
 		res.Verdicts = append(res.Verdicts, &hostv1.Verdict{Action: v.Action.String(), Rule: v.Rule, Reason: v.Reason, Hook: v.Hook})
-		if v.Action == driverapi.ActionWarn && res.ReasonCode == string(core.ReasonAllowed) {
-			res.ReasonCode = string(core.ReasonHookWarned)
-		}
 	}
 	return res, nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -21,6 +22,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
+	"github.com/aleph-sandbox/aleph-sandbox/service"
 )
 
 // execResult is the --json object of docs/cli.md. ExitCode and Signal are
@@ -43,6 +45,13 @@ type execResult struct {
 	Rule       string `json:"rule"`
 	Backend    string `json:"backend"`
 	Error      string `json:"error"`
+	// ReasonCode is what a script branches on instead of parsing reason
+	// or error: core's reason codes, as serve's results and errors carry
+	// them (allowed, timeout, approval_denied, invalid_command, ...), and
+	// invalid_request for the CLI's own flags. Field, for invalid_command
+	// and config_invalid, is the command field or configuration key.
+	ReasonCode string `json:"reason_code"`
+	Field      string `json:"field"`
 }
 
 func runExec(ctx context.Context, args []string, io stdio) int {
@@ -77,12 +86,12 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	trace.Mark("exec")
 	cfg, err := loadConfig(f.config, f.workspaceRoot, f.driver)
 	if err != nil {
-		return execFailure(io, f.json, err.Error())
+		return execFailureErr(io, f.json, err)
 	}
 	trace.Mark("config loaded")
 	cmd, err := f.command(rest[0], rest[1:], io.In)
 	if err != nil {
-		return execFailure(io, f.json, err.Error())
+		return execFailureErr(io, f.json, err)
 	}
 	// What the session's baseline gives needs no flag: with baseline
 	// "spawn" a shell line runs without --spawn.
@@ -92,7 +101,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers}, io.Err,
 		alephsandbox.WithDriverEnv(driverapi.OneCommandEnv+"=1"))
 	if err != nil {
-		return execFailure(io, f.json, err.Error())
+		return execFailureErr(io, f.json, err)
 	}
 	trace.Mark("pipeline built")
 	defer func() {
@@ -104,7 +113,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		// only the processes' maximum lifetime ([sandbox.processes]).
 		pc, err := core.ProcessConfigOf(cfg)
 		if err != nil {
-			return execFailure(io, f.json, err.Error())
+			return execFailureErr(io, f.json, err)
 		}
 		cmd.Timeout = pc.Limits().MaxLifetime
 	}
@@ -176,7 +185,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if code, ok := deniedWithHint(io, &f, err); ok {
 		return code
 	}
-	return reportExec(io, f.json, out, err)
+	return reportExec(io, f.json, out, "", err)
 }
 
 // liveOutput is the child's output on its way to the CLI's stdout and
@@ -281,17 +290,21 @@ func (p *pipeWatch) Write(b []byte) (int, error) {
 
 // reportExec turns the outcome into the exit status and, with --json, the
 // one object docs/cli.md describes.
-func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
+//
+// reason is the run's reason code when it is known already (the
+// service's), else out.Reason() gives it.
+func reportExec(io stdio, asJSON bool, out *core.Output, reason core.ReasonCode, err error) int {
 	var denied *core.DeniedError
 	switch {
 	case errors.As(err, &denied):
 		if asJSON {
-			writeJSON(io.Out, execResult{Denied: true, Reason: denied.Error(), Rule: denied.Rule})
+			writeJSON(io.Out, execResult{Denied: true, Reason: denied.Error(), Rule: denied.Rule, ReasonCode: string(denied.Code)})
 			return 0
 		}
 		return fail(io.Err, "%s", oneLine(denied.Error()))
 	case err != nil:
-		return execFailure(io, asJSON, userMessage(err))
+		code, field := core.FailureReason(err)
+		return execFailureCode(io, asJSON, userMessage(err), string(code), field)
 	}
 	e := out.Exit
 	if asJSON {
@@ -305,6 +318,7 @@ func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
 			OOMKilled:  e.OOMKilled,
 			DurationMS: e.Duration.Milliseconds(),
 			Backend:    out.Backend,
+			ReasonCode: string(cmp.Or(reason, out.Reason())),
 		})
 		return 0
 	}
@@ -322,9 +336,25 @@ func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
 
 func ptr[T any](v T) *T { return &v }
 
+// execFailure is exec refusing its own input (flags, their values):
+// reason code invalid_request.
 func execFailure(io stdio, asJSON bool, msg string) int {
+	return execFailureCode(io, asJSON, msg, service.ReasonInvalidRequest, "")
+}
+
+// execFailureErr is exec failing on err, with err's reason code (see
+// core.FailureReason), invalid_request when it has none.
+func execFailureErr(io stdio, asJSON bool, err error) int {
+	code, field := core.FailureReason(err)
+	if code == "" {
+		code = service.ReasonInvalidRequest
+	}
+	return execFailureCode(io, asJSON, userMessage(err), string(code), field)
+}
+
+func execFailureCode(io stdio, asJSON bool, msg, code, field string) int {
 	if asJSON {
-		writeJSON(io.Out, execResult{Error: oneLine(msg)})
+		writeJSON(io.Out, execResult{Error: oneLine(msg), ReasonCode: code, Field: field})
 		return exitSandboxError
 	}
 	return fail(io.Err, "%s", oneLine(msg))

@@ -86,11 +86,11 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	}
 	sock, err := socketPath(addr)
 	if err != nil {
-		return execFailure(std, f.json, err.Error())
+		return execFailureErr(std, f.json, err)
 	}
 	cmd, err := f.command(argv[0], argv[1:], std.In)
 	if err != nil {
-		return execFailure(std, f.json, err.Error())
+		return execFailureErr(std, f.json, err)
 	}
 	c := hostClient(sock)
 	ask := &approver{yes: f.yes, terminal: std.InIsTerminal || f.stdin, prompt: std.Err, answers: ttyAnswers}
@@ -204,14 +204,15 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 		}
 	}
 	if streamErr != nil {
-		return execFailure(std, f.json, hostError(sock, streamErr))
+		code, field := hostReason(streamErr)
+		return execFailureCode(std, f.json, hostError(sock, streamErr), code, field)
 	}
 	if res == nil {
-		return execFailure(std, f.json, "exec: the service ended the call without a result")
+		return execFailureCode(std, f.json, "exec: the service ended the call without a result", reasonServiceUnavailable, "")
 	}
 	if res.GetDenied() {
 		if f.json {
-			writeJSON(std.Out, execResult{Denied: true, Reason: res.GetReason(), Rule: res.GetRule()})
+			writeJSON(std.Out, execResult{Denied: true, Reason: res.GetReason(), Rule: res.GetRule(), ReasonCode: res.GetReasonCode()})
 			return 0
 		}
 		if code, ok := denialHint(std, f, core.ReasonCode(res.GetReasonCode()), res.GetReason()); ok {
@@ -227,7 +228,7 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 		out.Stderr = errTail.bytes()
 	}
 	execNotes(std, f, out, nil)
-	return reportExec(std, f.json, out, nil)
+	return reportExec(std, f.json, out, core.ReasonCode(res.GetReasonCode()), nil)
 }
 
 func hostError(sock string, err error) string {
@@ -360,19 +361,40 @@ func untilRunning(ctx context.Context, f func() error) {
 }
 
 // reasonOf is the reason code of a service error.
-func reasonOf(err error) string {
+func reasonOf(err error) string { return detailOf(err).GetReasonCode() }
+
+// detailOf is a service error's ErrorDetail (nil when it has none).
+func detailOf(err error) *hostv1.ErrorDetail {
 	var ce *connect.Error
 	if !errors.As(err, &ce) {
-		return ""
+		return nil
 	}
 	for _, d := range ce.Details() {
 		if v, derr := d.Value(); derr == nil {
 			if ed, ok := v.(*hostv1.ErrorDetail); ok {
-				return ed.GetReasonCode()
+				return ed
 			}
 		}
 	}
-	return ""
+	return nil
+}
+
+// reasonServiceUnavailable is exec --host's reason code for a service it
+// could not reach, or that went away without a reason of its own.
+const reasonServiceUnavailable = "service_unavailable"
+
+// hostReason is exec --json's reason_code and field for a service error:
+// the service's own, else service_unavailable when the service could not
+// be reached or the connection broke.
+func hostReason(err error) (code, field string) {
+	if d := detailOf(err); d.GetReasonCode() != "" {
+		return d.GetReasonCode(), d.GetField()
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable {
+		return reasonServiceUnavailable, ""
+	}
+	return "", ""
 }
 
 func durationMS(ms int64) time.Duration { return time.Duration(ms) * time.Millisecond }

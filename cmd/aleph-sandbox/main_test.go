@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -449,5 +450,53 @@ func TestExecTellsTheDriverOneCommand(t *testing.T) {
 	out, err := p.sandbox.Execute(context.Background(), core.Command{SessionID: "s", Program: "anything"})
 	if err != nil || string(out.Stdout) != "one-command=\n" {
 		t.Fatalf("long-lived pipeline: %v %+v, want no hint", err, out)
+	}
+}
+
+// TestExecJSONReasonCodes: every --json object carries reason_code (and,
+// for a field at fault, field), core's codes as serve gives them, so a
+// script branches without parsing reason or error. The allowed runs are
+// the controls: a code is not always the same one.
+func TestExecJSONReasonCodes(t *testing.T) {
+	drv := cliEnv(t)
+	badCfg := filepath.Join(t.TempDir(), "config.toml")
+	if err := os.WriteFile(badCfg, []byte("[sandbox]\nmax_output_bytes = -1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		exit  int
+		code  string
+		field string
+	}{
+		{"ran", []string{"--", "echo", "x"}, 0, "allowed", ""},
+		{"ran and failed", []string{"--", "exit", "3"}, 0, "allowed", ""},
+		{"timed out", []string{"--timeout", "50ms", "--", "sleep", "10s"}, 0, "timeout", ""},
+		{"hook denial", []string{"--", "rm", "-rf", "/"}, 0, "hook_denied", ""},
+		{"approval denial", []string{"--net", "all", "--", "echo", "x"}, 0, "approval_denied", ""},
+		{"cwd outside", []string{"--cwd", "/", "--", "echo", "x"}, 0, "cwd_outside_workspace", ""},
+		{"bad flag", []string{"--nope", "--", "echo"}, 125, "invalid_request", ""},
+		{"bad session", []string{"--session", strings.Repeat("s", 5000), "--", "echo"}, 125, "invalid_command", "session_id"},
+		{"bad config", []string{"--config", badCfg, "--", "echo"}, 125, "config_invalid", "sandbox.max_output_bytes"},
+		{"no driver", []string{"--driver", filepath.Join(t.TempDir(), "aleph-driver-missing"), "--", "echo"}, 125, "driver_not_found", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			args := []string{"exec", "--json"}
+			if !slices.Contains(tc.args, "--driver") {
+				args = append(args, "--driver", drv)
+			}
+			r := cli(t, "", false, append(args, tc.args...)...)
+			var o execResult
+			if err := json.Unmarshal([]byte(r.stdout), &o); err != nil {
+				t.Fatalf("not one JSON object: %v %q (%s)", err, r.stdout, r.stderr)
+			}
+			if r.code != tc.exit || o.ReasonCode != tc.code || o.Field != tc.field {
+				t.Fatalf("exit %d reason_code %q field %q, want %d %q %q: %s", r.code, o.ReasonCode, o.Field, tc.exit, tc.code, tc.field, r.stdout)
+			}
+			if !strings.Contains(r.stdout, `"reason_code":`) || !strings.Contains(r.stdout, `"field":`) {
+				t.Fatalf("reason_code and field are always present: %s", r.stdout)
+			}
+		})
 	}
 }
