@@ -130,6 +130,15 @@ type procServer struct {
 
 func newProcServer(t *testing.T, cfg mcpserver.Config) *procServer {
 	t.Helper()
+	rt, fake := newProcRuntime(t, cfg)
+	srv := mcpserver.New(rt, cfg)
+	t.Cleanup(srv.Close)
+	return &procServer{t: t, srv: srv, fake: fake}
+}
+
+// newProcRuntime is the runtime a server of cfg runs on, over a streamFake.
+func newProcRuntime(t *testing.T, cfg mcpserver.Config) (*alephsandbox.Runtime, *streamFake) {
+	t.Helper()
 	data := t.TempDir()
 	t.Setenv("XDG_DATA_HOME", data)
 	fake := &streamFake{}
@@ -141,9 +150,7 @@ func newProcServer(t *testing.T, cfg mcpserver.Config) *procServer {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = rt.Close() })
-	srv := mcpserver.New(rt, cfg)
-	t.Cleanup(srv.Close)
-	return &procServer{t: t, srv: srv, fake: fake}
+	return rt, fake
 }
 
 // connect is a new MCP session of the server, with elicitation when
@@ -486,18 +493,8 @@ func (s *slowSignal) Signal(ctx context.Context, id string, sig driverapi.Signal
 // before those kills are out: the binary exits right after it, and a
 // service would keep the processes running.
 func TestMCPCloseWaitsForEndingSession(t *testing.T) {
-	data := t.TempDir()
-	t.Setenv("XDG_DATA_HOME", data)
-	fake := &streamFake{}
-	conf := core.DefaultConfig()
-	conf.Sandbox.WorkspaceRoot = filepath.Join(data, "workspaces")
-	conf.Sandbox.AuditLog = ""
 	cfg := mcpserver.Config{Session: "ending"}
-	rt, err := alephsandbox.New(conf, append(mcpserver.RuntimeOptions(cfg), alephsandbox.WithDriver(drivertest.Connect(t, fake)))...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = rt.Close() })
+	rt, fake := newProcRuntime(t, cfg)
 	table := core.NewProcessTable(rt, core.ProcessLimits{})
 	t.Cleanup(table.Close)
 	procs := &slowSignal{Processes: mcpserver.TableProcesses(table), entered: make(chan struct{})}
