@@ -24,6 +24,10 @@ import (
 
 func preparedOpts(mode PreparedMode) Options { return Options{Prepared: mode} }
 
+// preparedMarker is in the argv of a prepared sandbox's bwrap and
+// sandbox-init (the spec's field) and in no other's.
+const preparedMarker = `"prepared":true`
+
 // needPreparable skips where the driver builds every sandbox for its
 // command by design (docs/linux.md, "Prepared sandboxes": root drivers
 // only); TestPreparedOffUnprivileged holds that case.
@@ -366,7 +370,7 @@ func preparedProcs(ws string) []string {
 		if filepath.Base(argv[0]) != "bwrap" && argv[0] != InitPath {
 			continue
 		}
-		if slices.Contains(argv, sandboxinit.HandoverProgram) && strings.Contains(strings.Join(argv, " "), ws) {
+		if joined := strings.Join(argv, " "); strings.Contains(joined, preparedMarker) && strings.Contains(joined, ws) {
 			found = append(found, pid)
 		}
 	}
@@ -437,7 +441,7 @@ func TestPreparedSetupFailureFallsBack(t *testing.T) {
 	}
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "bwrap")
-	script := "#!/bin/sh\nfor a; do case \"$a\" in *'" + sandboxinit.HandoverProgram + "'*) echo 'bwrap: broken' >&2; exit 1;; esac; done\nexec " + real + " \"$@\"\n"
+	script := "#!/bin/sh\nfor a; do case \"$a\" in *'" + preparedMarker + "'*) echo 'bwrap: broken' >&2; exit 1;; esac; done\nexec " + real + " \"$@\"\n"
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}

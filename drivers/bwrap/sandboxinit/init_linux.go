@@ -17,10 +17,11 @@ import (
 )
 
 // SandboxInit is the sandbox-init mode of the driver binary, run by bwrap
-// inside the new namespaces. args is `<initspec-json> -- PROGRAM ARGS...`.
-// It confines its own thread (no_new_privs, Landlock, rlimits, seccomp) and
-// execs PROGRAM, looked up in the PATH of the target's environment (from
-// InitSpec.EnvFD, else its own). In the plain mode it returns only on
+// inside the new namespaces. args is `<initspec-json>`, the command on
+// InitSpec.CommandFD, or `<initspec-json> -- PROGRAM ARGS...`. It confines
+// its own thread (no_new_privs, Landlock, rlimits, seccomp) and execs
+// PROGRAM, looked up in the PATH of the target's environment (from
+// InitSpec.CommandFD, else its own). In the plain mode it returns only on
 // failure, with SandboxInitExitCode after one `aleph-sandbox: sandbox-init:`
 // line on stderr: the target is never exec'd unconfined. Supervising
 // (InitSpec.Supervise, supervise_linux.go) it runs PROGRAM as its child and
@@ -99,15 +100,15 @@ func sandboxInit(args []string) (int, error) {
 		if err != nil {
 			return fail(err)
 		}
-		herr := applyHandover(h, fds, spec.EnvFD)
+		herr := applyHandover(h, fds, spec.CommandFD)
 		if err := replyHandover(spec.LifelineFD, herr); herr != nil || err != nil {
 			return fail(errors.Join(herr, err))
 		}
-		argv, cwd = h.Argv, h.Cwd
+		cwd = h.Cwd
 	}
 	env := os.Environ()
-	if spec.EnvFD > 0 {
-		if env, err = ReadEnvFD(spec.EnvFD); err != nil {
+	if spec.CommandFD > 0 {
+		if argv, env, err = ReadCommandFD(spec.CommandFD); err != nil {
 			return fail(err)
 		}
 		if err := becomeEnv(env); err != nil {

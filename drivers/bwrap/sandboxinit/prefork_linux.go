@@ -285,7 +285,7 @@ func childPlan(spec *InitSpec, withSocket bool) (*waitPlan, landlockPlan, error)
 	if err != nil {
 		return nil, landlockPlan{}, err
 	}
-	p, err := newWaitPlan(spec.InheritFDs, spec.EnvFD, withSocket, prog, limits)
+	p, err := newWaitPlan(spec.InheritFDs, spec.CommandFD, withSocket, prog, limits)
 	if err != nil {
 		return nil, landlockPlan{}, err
 	}
@@ -333,13 +333,13 @@ func commandLayoutSize(path string, argv, env []string) int {
 // the command's, and keep, made inheritable before the exec), where it
 // keeps its socket (withSocket), the ranges it closes, the target's
 // program and the limits.
-func newWaitPlan(keep []int, envFD int, withSocket bool, prog []bpf.Instruction, limits []waitRlimit) (*waitPlan, error) {
+func newWaitPlan(keep []int, commandFD int, withSocket bool, prog []bpf.Instruction, limits []waitRlimit) (*waitPlan, error) {
 	p := &waitPlan{ruleset: -1}
 	keep = slices.Sorted(slices.Values(keep))
 	if len(keep) > maxWaitInherit || len(limits) > maxWaitRlimits {
 		return nil, fmt.Errorf("pre-forked child: %d inherited descriptors, %d limits", len(keep), len(limits))
 	}
-	top := max(2, envFD)
+	top := max(2, commandFD)
 	for i, fd := range keep {
 		p.inherit[i] = uintptr(fd)
 		top = max(top, fd)

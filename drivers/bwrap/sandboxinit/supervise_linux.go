@@ -98,8 +98,8 @@ func childSpec(spec *InitSpec) InitSpec {
 	s.Tty = nil
 	// The supervisor's RLIMIT_NPROC (see nprocHeadroom) is inherited.
 	s.RlimitNproc = 0
-	if s.EnvFD == 0 {
-		// Only the environment's path passes descriptors on to it.
+	if s.CommandFD == 0 {
+		// Only the command record's path passes descriptors on to it.
 		s.SeccompFD = 0
 	}
 	return s
@@ -249,16 +249,22 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			return 0, fmt.Errorf("own binary: %w", err)
 		}
 		cs := childSpec(spec)
-		args, err := InitArgs(cs, argv[0], argv[1:]...)
+		var args []string
+		if cs.CommandFD > 0 {
+			args, err = CommandInitArgs(cs)
+		} else {
+			args, err = InitArgs(cs, argv[0], argv[1:]...)
+		}
 		if err != nil {
 			return 0, err
 		}
 		execPath, execArgv = self, append([]string{self, SandboxInitCommand}, args...)
-		if spec.EnvFD > 0 {
-			// The plain child reads the environment itself: its own stays
-			// empty, so loader variables of the target's do not act on it.
+		if spec.CommandFD > 0 {
+			// The plain child reads the command itself: its own
+			// environment stays empty, so loader variables of the target's
+			// do not act on it, and its argv holds the spec alone.
 			attr.Env = []string{}
-			attr.Files = childFiles(spec.EnvFD, withSeccompFD(spec))
+			attr.Files = childFiles(spec.CommandFD, withSeccompFD(spec))
 		}
 	}
 	if pre == nil {
@@ -435,16 +441,16 @@ func nestsTarget(spec *InitSpec, pid1 bool) bool {
 	return !pid1 && signalScoped(spec)
 }
 
-// childFiles maps 0-2, envFD and keep to themselves and closes the rest up
-// to the highest of them (-1 closes a slot in the child).
-func childFiles(envFD int, keep []int) []uintptr {
-	top := max(envFD, 2)
+// childFiles maps 0-2, commandFD and keep to themselves and closes the
+// rest up to the highest of them (-1 closes a slot in the child).
+func childFiles(commandFD int, keep []int) []uintptr {
+	top := max(commandFD, 2)
 	for _, k := range keep {
 		top = max(top, k)
 	}
 	files := make([]uintptr, top+1)
 	for i := range files {
-		if i <= 2 || i == envFD || slices.Contains(keep, i) {
+		if i <= 2 || i == commandFD || slices.Contains(keep, i) {
 			files[i] = uintptr(i)
 		} else {
 			files[i] = ^uintptr(0)
