@@ -4,6 +4,9 @@ package bwrap
 
 import (
 	"context"
+	"errors"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -157,4 +160,122 @@ func TestBwrapArgvSmall(t *testing.T) {
 	if len(commands) == 0 || len(launchers) < 2 {
 		t.Fatalf("command processes %v, bwrap and sandbox-init %v", commands, launchers)
 	}
+}
+
+// checkExecSizeRefused runs, through d, the largest command the driver's
+// exec-size check lets through (it runs, and sees all its arguments: the
+// positive control), then the same one byte larger in its arguments, in
+// its environment, and with one argument past MAX_ARG_STRLEN: each is an
+// InvalidSpecError naming args or env and the sizes, and nothing of it
+// runs. launches, when set, counts the sandboxes started so far: none is
+// for a refused command.
+func checkExecSizeRefused(t *testing.T, d *Driver, launches func() int) {
+	t.Helper()
+	ctx := context.Background()
+	ws := newWorkspace(t)
+	lim, err := execLimits()
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := lim.Total - execHeadroom
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(spec driverapi.RunSpec) (driverapi.Exit, string, error) {
+		spec.Cwd, spec.Profile, spec.Timeout, spec.MaxOutputBytes = ws, prof, 60*time.Second, 1<<20
+		var out lockedBuf
+		exit, err := d.Run(ctx, spec, driverapi.Streams{Stdout: &out, Stderr: &out})
+		return exit, out.String(), err
+	}
+	env := pathEnv()
+	script := "echo $# > ran; echo $#"
+	fits := sizedSpec(t, allowed, env, "-c", script, "sh")
+	started := 0
+	if launches != nil {
+		started = launches()
+	}
+	exit, out, err := run(fits)
+	if launches != nil && launches() == started {
+		t.Fatal("control: no sandbox was counted for the command that ran")
+	}
+	if want := strconv.Itoa(len(fits.Args)-3) + "\n"; err != nil || exit.ExitCode != 0 || out != want {
+		t.Fatalf("control: the largest command allowed (%d bytes of %d): err %v exit %+v output %q, want %q", allowed, lim.Total, err, exit, out, want)
+	}
+	if err := os.Remove(filepath.Join(ws, "ran")); err != nil {
+		t.Fatal(err)
+	}
+	big := strings.Repeat("e", 100<<10)
+	for _, c := range []struct {
+		name, field, says string
+		spec              driverapi.RunSpec
+	}{
+		{"arguments one byte over", "args", strconv.FormatUint(allowed, 10) + " bytes", sizedSpec(t, allowed+1, env, "-c", script, "sh")},
+		{"environment one byte over", "env", "environment", func() driverapi.RunSpec {
+			s := fits
+			s.Args = []string{"-c", script}
+			for i := 0; ; i++ {
+				s.Env = append(s.Env, driverapi.EnvVar{Name: "E" + strconv.Itoa(i), Value: big})
+				if checkExecSize(s, lim) != nil {
+					return s
+				}
+			}
+		}()},
+		{"argument past MAX_ARG_STRLEN", "args", "MAX_ARG_STRLEN", driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script, strings.Repeat("a", int(lim.String))}, Env: env}},
+	} {
+		before := 0
+		if launches != nil {
+			before = launches()
+		}
+		exit, out, err := run(c.spec)
+		var ise *driverapi.InvalidSpecError
+		if !errors.As(err, &ise) || ise.Field != c.field || !strings.Contains(ise.Reason, c.says) {
+			t.Errorf("%s: err %v exit %+v output %q, want InvalidSpecError %s saying %q", c.name, err, exit, out, c.field, c.says)
+		}
+		if _, err := os.Stat(filepath.Join(ws, "ran")); err == nil {
+			t.Errorf("%s: the command ran", c.name)
+		}
+		if launches != nil && launches() != before {
+			t.Errorf("%s: a sandbox was started for a refused command", c.name)
+		}
+	}
+}
+
+// countingBwrap is a bwrap that counts its runs in a file before it execs
+// the real one, and the count.
+func countingBwrap(t *testing.T) (string, func() int) {
+	t.Helper()
+	real, err := exec.LookPath("bwrap")
+	if err != nil {
+		t.Skip("no bwrap")
+	}
+	dir := t.TempDir()
+	_ = os.Chmod(dir, 0o755)
+	log, fake := filepath.Join(dir, "runs"), filepath.Join(dir, "bwrap")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho >> "+log+"\nexec "+real+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return fake, func() int {
+		b, _ := os.ReadFile(log)
+		return strings.Count(string(b), "\n")
+	}
+}
+
+// TestExecSizeRefused: a command the kernel would not take at its exec
+// is refused by the driver before any sandbox is built for it, with the
+// field to change; the largest it lets through runs.
+func TestExecSizeRefused(t *testing.T) {
+	fake, launches := countingBwrap(t)
+	t.Run("built for the command", func(t *testing.T) {
+		checkExecSizeRefused(t, testDriver(t, Options{BwrapPath: fake, Prepared: PreparedOff}), launches)
+	})
+	t.Run("prepared", func(t *testing.T) {
+		needPreparable(t)
+		checkExecSizeRefused(t, testDriver(t, Options{Prepared: PreparedAlways}), nil)
+	})
+}
+
+// TestTierExecSizeRefused is TestExecSizeRefused in the Landlock tier.
+func TestTierExecSizeRefused(t *testing.T) {
+	checkExecSizeRefused(t, tierDriver(t, Options{}), nil)
 }

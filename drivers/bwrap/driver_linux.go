@@ -283,6 +283,15 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if err := driverapi.ValidateRunSpec(spec); err != nil {
 		return driverapi.Exit{}, err
 	}
+	// Before anything is built: a command the kernel would refuse at its
+	// exec is the caller's to fix, and says which field.
+	xl, err := execLimits()
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	if err := checkExecSize(spec, xl); err != nil {
+		return driverapi.Exit{}, err
+	}
 	plan, err := d.plans.decode(spec.Profile.Data)
 	if err != nil {
 		return driverapi.Exit{}, err
