@@ -805,6 +805,10 @@ func (d *Driver) finishExit(runCtx context.Context, cmd *exec.Cmd, life *lifelin
 	}
 	ws, _ := st.Sys().(syscall.WaitStatus)
 	rec, reported, _ := life.status()
+	if reported && rec.NotRun != sandboxinit.NotRunNone {
+		// The program never ran: the run's error, not an exit status.
+		return driverapi.Exit{}, notRunError(spec, rec)
+	}
 	switch {
 	case reported:
 		// The command's own use, without bwrap's and sandbox-init's.

@@ -831,6 +831,13 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	dur := time.Since(start)
 	d.trace.Mark("status")
 	hio.wait()
+	if rep.ok && rep.st.NotRun != sandboxinit.NotRunNone {
+		d.endSandbox(ps)
+		if ctx.Err() != nil {
+			return driverapi.Exit{}, ctx.Err(), true
+		}
+		return driverapi.Exit{}, notRunError(spec, rep.st), true
+	}
 	if rep.ok {
 		exit := outputExit(dur, stdout, stderr)
 		exit.Usage = usageOf(rep.st)

@@ -139,11 +139,20 @@ func TestSpecFDFields(t *testing.T) {
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	plainChild := InitSpec{SocketMode: SocketUnixOnly, CommandFD: 3, InheritFDs: []int{5}, ReportFD: 6}
+	if err := plainChild.Validate(); err != nil {
+		t.Fatalf("the plain child's spec: %v", err)
+	}
 	for _, s := range []InitSpec{
 		{SocketMode: SocketUnixOnly, CommandFD: 2},
 		{SocketMode: SocketUnixOnly, LifelineFD: -1},
 		{SocketMode: SocketUnixOnly, CommandFD: 3, LifelineFD: 3},
 		{SocketMode: SocketUnixOnly, CommandFD: 5, InheritFDs: []int{5}},
+		// A supervisor reports on its lifeline, never on a report fd.
+		{SocketMode: SocketUnixOnly, ReportFD: 6, Supervise: true},
+		{SocketMode: SocketUnixOnly, ReportFD: 6, LifelineFD: 4},
+		{SocketMode: SocketUnixOnly, CommandFD: 3, ReportFD: 3},
+		{SocketMode: SocketUnixOnly, ReportFD: 2},
 	} {
 		var ise *InitSpecError
 		if err := s.Validate(); !errors.As(err, &ise) {

@@ -115,6 +115,12 @@ type InitSpec struct {
 	// gets sandbox-init's own environment (the launcher's own programs,
 	// such as the bridge).
 	CommandFD int `json:"command_fd,omitempty"`
+	// ReportFD, when set, is a descriptor on which the plain mode (the
+	// supervisor's child: never with Supervise or a lifeline) writes a
+	// NotRunTag record when the target's lookup or exec fails, in place
+	// of its stderr line. It is close-on-exec like every descriptor not in
+	// InheritFDs, so the target never holds it and cannot forge a record.
+	ReportFD int `json:"report_fd,omitempty"`
 	// LifelineFD, when set, is the sandbox's end of a socket whose other
 	// end only the launcher holds. sandbox-init writes one byte on it as
 	// soon as it runs (so the launcher can tell a sandbox that never got
@@ -208,6 +214,9 @@ func (s *InitSpec) Validate() error {
 	if s.Prepared && (!s.Supervise || s.NoNamespaces || s.Tty != nil || s.LifelineFD == 0 || s.CommandFD == 0) {
 		return &InitSpecError{"prepared", "needs supervise, a lifeline, a command descriptor and a sandbox of its own, and no tty"}
 	}
+	if s.ReportFD != 0 && (s.Supervise || s.LifelineFD != 0) {
+		return &InitSpecError{"report_fd", "only for the plain mode (a supervisor reports on its lifeline)"}
+	}
 	for _, p := range s.BridgePorts {
 		if p == 0 {
 			return &InitSpecError{"bridge_ports", "port 0"}
@@ -226,7 +235,7 @@ func (s *InitSpec) Validate() error {
 	for _, f := range []struct {
 		name string
 		fd   int
-	}{{"command_fd", s.CommandFD}, {"lifeline_fd", s.LifelineFD}, {"seccomp_fd", s.SeccompFD}} {
+	}{{"command_fd", s.CommandFD}, {"lifeline_fd", s.LifelineFD}, {"seccomp_fd", s.SeccompFD}, {"report_fd", s.ReportFD}} {
 		if f.fd == 0 {
 			continue
 		}
