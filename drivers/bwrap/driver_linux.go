@@ -969,6 +969,11 @@ func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 	for _, e := range spec.Env {
 		envArgs = append(envArgs, "--setenv", e.Name, e.Value)
 	}
+	// The program, its arguments and its environment go on bwrap's own
+	// command line here, as a plain bwrap invocation has them: bwrap
+	// refuses more than 9000 arguments (three per variable), which the
+	// bench's small command is far from. A run puts them on the command
+	// record's descriptor instead (commandMemfd).
 	args := append(plan.BwrapFlags(cwd, "", fdOf, h.procCover, envArgs...), "--", spec.Program)
 	args = append(args, spec.Args...)
 	cmd = exec.CommandContext(ctx, h.bwrap, args...)
