@@ -111,3 +111,26 @@ func TestProgramNotRun(t *testing.T) {
 func TestTierProgramNotRun(t *testing.T) {
 	checkNotRun(t, tierDriver(t, Options{}), false)
 }
+
+// TestAllowHostsProgramNotRun: in the allow_hosts chain (sandbox-init a
+// subreaper below sandbox-net, the lifeline passed through) a program
+// that cannot be run is the same typed error; one that exists runs.
+func TestAllowHostsProgramNotRun(t *testing.T) {
+	d, ws, prof := allowHostsProfile(t)
+	run := func(program string) (driverapi.Exit, string, error) {
+		var out lockedBuf
+		exit, err := d.Run(context.Background(), driverapi.RunSpec{Program: program, Args: []string{"-c", "echo ran"}, Env: pathEnv(),
+			Cwd: ws, Profile: prof, Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16}, driverapi.Streams{Stdout: &out, Stderr: &out})
+		return exit, out.String(), err
+	}
+	if exit, out, err := run("/bin/sh"); err != nil || exit.ExitCode != 0 || out != "ran\n" {
+		t.Fatalf("control: err %v exit %+v output %q", err, exit, out)
+	}
+	for _, c := range notRunPrograms(t, ws) {
+		_, out, err := run(c.program)
+		var ise *driverapi.InvalidSpecError
+		if !errors.As(err, &ise) || ise.Field != "program" || !strings.Contains(ise.Reason, c.says) || out != "" {
+			t.Errorf("%s: err %v output %q, want an InvalidSpecError for the program saying %q", c.name, err, out, c.says)
+		}
+	}
+}
