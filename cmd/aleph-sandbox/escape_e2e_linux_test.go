@@ -1715,12 +1715,12 @@ func escapeDriverDeath(t *testing.T, h *escapeHarness) {
 func (h *escapeHarness) killDriver(t *testing.T, ws string, early time.Duration) []string {
 	t.Helper()
 	marker := uniqueMarker("aleph-victim")
-	launchMark := marker
-	if os.Getenv("ALEPH_TEST_PREPARED") == "always" {
-		// The command's sandbox is prepared, then handed the command: its
-		// bwrap carries the hand-over's placeholder program instead.
-		launchMark = "<hand-over>"
-	}
+	// The command's launcher is told by its workspace: the command's argv
+	// is on a descriptor, not on bwrap's (or the Landlock tier's
+	// sandbox-init's) command line, whose mounts (or spec) name the
+	// workspace, for a sandbox built for the command and a prepared one
+	// alike.
+	launchMark := ws
 	var killed int
 	r := h.execOpts(t, ws, runOpts{start: func(cmd *exec.Cmd) {
 		deadline := time.Now().Add(15 * time.Second)

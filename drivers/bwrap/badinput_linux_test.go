@@ -202,12 +202,16 @@ func TestRunBadInput(t *testing.T) {
 	if exit, err := d.Run(ctx, good, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
 		t.Fatalf("control: %v %+v", err, exit)
 	}
-	// A program that does not exist fails inside, not in the driver.
+	// A program that does not exist is found missing inside the sandbox
+	// (the driver cannot see its view), and reported as the program's
+	// error, not as the command's exit status (TestProgramNotRun has the
+	// other ways a program cannot run).
 	spec := good
 	spec.Program = "/nonexistent"
 	var errb bytes.Buffer
 	exit, err := d.Run(ctx, spec, driverapi.Streams{Stderr: &errb})
-	if err != nil || exit.ExitCode == 0 || !strings.Contains(errb.String(), "nonexistent") {
+	var ise *driverapi.InvalidSpecError
+	if !errors.As(err, &ise) || ise.Field != "program" || !strings.Contains(ise.Reason, "/nonexistent") || errb.Len() != 0 {
 		t.Fatalf("missing program: %v %+v %q", err, exit, errb.String())
 	}
 }

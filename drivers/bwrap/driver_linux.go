@@ -283,6 +283,15 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if err := driverapi.ValidateRunSpec(spec); err != nil {
 		return driverapi.Exit{}, err
 	}
+	// Before anything is built: a command the kernel would refuse at its
+	// exec is the caller's to fix, and says which field.
+	xl, err := execLimits()
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	if err := checkExecSize(spec, xl); err != nil {
+		return driverapi.Exit{}, err
+	}
 	plan, err := d.plans.decode(spec.Profile.Data)
 	if err != nil {
 		return driverapi.Exit{}, err
@@ -356,7 +365,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	}
 
 	is := d.initSpecFor(&plan, cg, spec.Tty)
-	init, err := InitArgs(is, spec.Program, spec.Args...)
+	init, err := CommandInitArgs(is)
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
@@ -370,7 +379,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.WindowSize) InitSpec {
 	h := d.probe()
 	is := plan.InitSpec()
-	is.EnvFD, is.LifelineFD = envFD, lifelineFD
+	is.CommandFD, is.LifelineFD = commandFD, lifelineFD
 	// sandbox-init stays as the command's parent: PID 1 of the sandbox,
 	// confined and not dumpable, instead of bwrap's unconfined reaper
 	// (sandboxinit/supervise_linux.go).
@@ -389,7 +398,7 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 		is.RlimitNproc = d.cfg.Options.Pids()
 	}
 	if f := d.precompiled(is); f != nil {
-		// After envFD and lifelineFD, and the three of the v1 hand-over
+		// After commandFD and lifelineFD, and the three of the v1 hand-over
 		// (launch passes them in this order and checks the number).
 		is.SeccompFD = lifelineFD + 1
 		if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
@@ -431,6 +440,11 @@ func (p Plan) checkCwd(cwd string) (string, error) {
 	return "", &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is outside the workspace and every granted path", c)}
 }
 
+// commandArgv is the child's argv: its program, then its arguments.
+func commandArgv(spec driverapi.RunSpec) []string {
+	return append([]string{spec.Program}, spec.Args...)
+}
+
 // envList renders the child's environment exactly as given.
 func envList(env []driverapi.EnvVar) []string {
 	// A non-nil empty slice: exec.Cmd inherits the host environment for nil.
@@ -452,7 +466,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
 	defer cancel()
 
-	sb, err := d.newSandbox(runCtx, bwrapPath, plan, cwd, init, cg, ns, envList(spec.Env))
+	sb, err := d.newSandbox(runCtx, bwrapPath, plan, cwd, init, cg, ns, commandArgv(spec), envList(spec.Env))
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
@@ -504,7 +518,7 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 type sandbox struct {
 	cmd     *exec.Cmd
 	life    *lifeline
-	envFile *os.File
+	cmdFile *os.File // the command record (commandFD)
 	pinned  []*os.File
 	ns      *netns
 	// viaNsenter: cmd is the unprivileged nsenter chain into ns; else
@@ -527,26 +541,28 @@ type sandboxResult struct {
 }
 
 // newSandbox builds the command that runs bwrap for plan, with the
-// environment env on its descriptor, the lifeline, the v1 cgroup pipes, the
+// command argv and its environment env on their descriptor (none yet for
+// a prepared sandbox: nil argv), the lifeline, the v1 cgroup pipes, the
 // seccomp programs and the pinned paths, in the order the init spec says.
 // ctx bounds the process (exec.CommandContext). The caller sets stdio.
 func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cwd string, init []string,
-	cg *commandCgroup, ns *netns, env []string) (_ *sandbox, err error) {
+	cg *commandCgroup, ns *netns, argv, env []string) (_ *sandbox, err error) {
 	sb := &sandbox{ns: ns, cg: cg, guarded: true}
 	defer func() {
 		if err != nil {
 			sb.close()
 		}
 	}()
-	// fds 3 and 4 in bwrap (envFD, lifelineFD): the child's environment,
-	// which applies only at the target's execve, and the lifeline.
+	// fds 3 and 4 in bwrap (commandFD, lifelineFD): the child's argv and
+	// environment, which apply only at the target's execve, and the
+	// lifeline.
 	if sb.life, err = newLifeline(); err != nil {
 		return nil, err
 	}
-	if sb.envFile, err = envMemfd(env); err != nil {
+	if sb.cmdFile, err = commandMemfd(argv, env); err != nil {
 		return nil, err
 	}
-	extraFiles := []*os.File{sb.envFile, sb.life.remote}
+	extraFiles := []*os.File{sb.cmdFile, sb.life.remote}
 
 	sb.v1 = cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0
 	var extra []string
@@ -606,7 +622,7 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 			tail = append(tail, "--listen", "127.0.0.1:"+strconv.Itoa(int(port)))
 		}
 		tail = append(tail, "--lifeline", strconv.Itoa(lifelineFD),
-			"--fd", strconv.Itoa(envFD), "--fd", strconv.Itoa(lifelineFD))
+			"--fd", strconv.Itoa(commandFD), "--fd", strconv.Itoa(lifelineFD))
 		if seccompFD > 0 {
 			tail = append(tail, "--fd", strconv.Itoa(seccompFD))
 		}
@@ -674,7 +690,7 @@ func (sb *sandbox) closeSetup() {
 	for _, f := range sb.pinned {
 		f.Close()
 	}
-	for _, f := range []*os.File{sb.envFile, sb.blockR, sb.statusW} {
+	for _, f := range []*os.File{sb.cmdFile, sb.blockR, sb.statusW} {
 		if f != nil {
 			f.Close()
 		}
@@ -789,6 +805,10 @@ func (d *Driver) finishExit(runCtx context.Context, cmd *exec.Cmd, life *lifelin
 	}
 	ws, _ := st.Sys().(syscall.WaitStatus)
 	rec, reported, _ := life.status()
+	if reported && rec.NotRun != sandboxinit.NotRunNone {
+		// The program never ran: the run's error, not an exit status.
+		return driverapi.Exit{}, notRunError(spec, rec)
+	}
 	switch {
 	case reported:
 		// The command's own use, without bwrap's and sandbox-init's.
@@ -949,6 +969,11 @@ func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 	for _, e := range spec.Env {
 		envArgs = append(envArgs, "--setenv", e.Name, e.Value)
 	}
+	// The program, its arguments and its environment go on bwrap's own
+	// command line here, as a plain bwrap invocation has them: bwrap
+	// refuses more than 9000 arguments (three per variable), which the
+	// bench's small command is far from. A run puts them on the command
+	// record's descriptor instead (commandMemfd).
 	args := append(plan.BwrapFlags(cwd, "", fdOf, h.procCover, envArgs...), "--", spec.Program)
 	args = append(args, spec.Args...)
 	cmd = exec.CommandContext(ctx, h.bwrap, args...)

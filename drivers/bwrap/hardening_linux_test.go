@@ -316,7 +316,6 @@ func TestDriverDeathDuringSetup(t *testing.T) {
 			}
 		}
 	}()
-	ws := newWorkspace(t)
 	caps := driverapi.Capabilities{SpawnSubprocess: true}
 	// session: a command of a session enters the session's network
 	// namespace (unprivileged, through nsenter and unshare).
@@ -324,11 +323,16 @@ func TestDriverDeathDuringSetup(t *testing.T) {
 		p := launchPlugin(t)
 		d := p.Driver()
 		ctx := context.Background()
+		// A workspace of its own for each try: its path is the marker,
+		// named by bwrap's mounts, sandbox-init's spec and the command's
+		// argv alike (the command's argv reaches neither bwrap's nor
+		// sandbox-init's command line).
+		ws := newWorkspace(t)
 		prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: caps, Workspace: ws, Cwd: ws})
 		if err != nil {
 			t.Fatal(err)
 		}
-		marker := "aleph-setup-victim-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+		marker := ws
 		started = false
 		var out lockedBuf
 		done := make(chan error, 1)
@@ -442,9 +446,9 @@ func TestSetupFailureIsDriverError(t *testing.T) {
 	}
 	_ = os.Chmod(dir, 0o755)
 	// With the cgroup v1 hand-over where it applies (root here), and without.
-	// The fake breaks a launch by the command's argv, which a prepared
-	// sandbox's bwrap never carries: TestPreparedSetupFailureFallsBack is its
-	// counterpart there.
+	// The fake breaks a launch by its workspace, named by bwrap's mounts;
+	// a prepared sandbox fails at its preparation instead:
+	// TestPreparedSetupFailureFallsBack is its counterpart there.
 	for _, opts := range []Options{{BwrapPath: fake, Prepared: PreparedOff}, {BwrapPath: fake, Cgroup: CgroupNone, Prepared: PreparedOff}} {
 		d := testDriver(t, opts)
 		ws := newWorkspace(t)
@@ -452,7 +456,8 @@ func TestSetupFailureIsDriverError(t *testing.T) {
 		if r.err != nil || r.exit.ExitCode != 3 || r.stderr != "own-stderr\n" {
 			t.Fatalf("%+v: control: err=%v exit=%+v stderr=%q", opts, r.err, r.exit, r.stderr)
 		}
-		r = drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, nil, "/bin/sh", "-c", "echo break-me")
+		broken := mkdir(t, newWorkspace(t), "break-me")
+		r = drvRun(t, context.Background(), d, broken, driverapi.Capabilities{SpawnSubprocess: true}, nil, "/bin/sh", "-c", "echo ran")
 		var se *SetupError
 		if !errors.As(r.err, &se) || !strings.Contains(se.Message, "Can't stat fd 5") || strings.Contains(se.Error(), "\n") {
 			t.Fatalf("%+v: setup failure: err=%v exit=%+v", opts, r.err, r.exit)

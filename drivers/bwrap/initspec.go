@@ -40,6 +40,10 @@ func InitArgs(s InitSpec, program string, args ...string) ([]string, error) {
 	return sandboxinit.InitArgs(s, program, args...)
 }
 
+// CommandInitArgs builds `<initspec-json>` for sandbox-init, for a spec
+// whose command is on InitSpec.CommandFD.
+func CommandInitArgs(s InitSpec) ([]string, error) { return sandboxinit.CommandInitArgs(s) }
+
 // ParseInitArgs is the inverse of InitArgs.
 func ParseInitArgs(argv []string) (InitSpec, []string, error) { return sandboxinit.ParseInitArgs(argv) }
 

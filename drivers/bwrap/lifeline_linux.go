@@ -18,10 +18,10 @@ import (
 )
 
 // The descriptors every sandbox-init of the command finds open: the
-// child's environment (InitSpec.EnvFD) and the lifeline
+// child's argv and environment (InitSpec.CommandFD) and the lifeline
 // (InitSpec.LifelineFD).
 const (
-	envFD      = 3
+	commandFD  = 3
 	lifelineFD = 4
 )
 
@@ -31,25 +31,34 @@ const (
 // variable of the child's (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH,
 // GCONV_PATH...) in their environment would make the host's loader run
 // workspace code in them. The child's environment travels on a descriptor
-// (InitSpec.EnvFD) and applies only at the target's execve.
+// (InitSpec.CommandFD) and applies only at the target's execve.
 func launchEnv() []string { return []string{} }
 
-// envMemfd returns a sealed memfd holding env for InitSpec.EnvFD.
-func envMemfd(env []string) (*os.File, error) {
-	fd, err := unix.MemfdCreate("aleph-env", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("bwrap driver: memfd for the environment: %w", err)
+// commandMemfd returns a sealed memfd holding the command record of argv
+// and env for InitSpec.CommandFD; nil argv leaves it empty (a prepared
+// sandbox's, whose record comes with the hand-over).
+func commandMemfd(argv, env []string) (*os.File, error) {
+	var rec []byte
+	if argv != nil {
+		var err error
+		if rec, err = sandboxinit.EncodeCommand(argv, env); err != nil {
+			return nil, fmt.Errorf("bwrap driver: %w", err)
+		}
 	}
-	f := os.NewFile(uintptr(fd), "aleph-env")
-	if _, err := f.Write(sandboxinit.EncodeEnv(env)); err != nil {
+	fd, err := unix.MemfdCreate("aleph-command", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: memfd for the command: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "aleph-command")
+	if _, err := f.Write(rec); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("bwrap driver: write the environment: %w", err)
+		return nil, fmt.Errorf("bwrap driver: write the command: %w", err)
 	}
 	// Sealed: nothing that holds the descriptor can change what the
 	// target will be given.
 	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_WRITE|unix.F_SEAL_GROW|unix.F_SEAL_SHRINK); err != nil {
 		f.Close()
-		return nil, fmt.Errorf("bwrap driver: seal the environment: %w", err)
+		return nil, fmt.Errorf("bwrap driver: seal the command: %w", err)
 	}
 	return f, nil
 }

@@ -173,12 +173,12 @@ func TestSignalCommand(t *testing.T) {
 
 // Signals sent to sandbox-init itself (PID 1) are forwarded to the command.
 func TestSignalToPID1Forwarded(t *testing.T) {
-	// The chain is found by the command's argv, which the bwrap and
-	// sandbox-init of a prepared sandbox do not carry (TestPreparedChain
-	// checks theirs).
+	// sandbox-init is found by the workspace in its spec (the command's
+	// argv is on a descriptor); a prepared sandbox's is another
+	// (TestPreparedChain checks theirs).
 	d := testDriver(t, Options{Prepared: PreparedOff})
 	ws := newWorkspace(t)
-	marker := uniqueMarker()
+	marker := ws
 	var out lockedBuf
 	done := startRun(t, d, ws, driverapi.Capabilities{SpawnSubprocess: true}, "", &out,
 		"/bin/sh", "-c", `trap 'echo got-int; exit 9' INT; echo ready; while :; do sleep 0.05; done`, marker)

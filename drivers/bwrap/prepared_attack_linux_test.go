@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
 // Attacks on prepared sandboxes (prepared_linux.go): what a command, or a
@@ -559,7 +558,7 @@ func TestPreparedAttackCancelWhilePreparing(t *testing.T) {
 	// The waiting program reads the lifeline (bwrap's fd 4) until the
 	// driver's end closes: it ends with the sandbox's destroy or with the
 	// test process, as a real one would.
-	script := "#!/bin/sh\nfor a; do case \"$a\" in *'" + sandboxinit.HandoverProgram + "'*) exec cat <&4 >/dev/null;; esac; done\nexec " + real + " \"$@\"\n"
+	script := "#!/bin/sh\nfor a; do case \"$a\" in *'" + preparedMarker + "'*) exec cat <&4 >/dev/null;; esac; done\nexec " + real + " \"$@\"\n"
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}

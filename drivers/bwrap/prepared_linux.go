@@ -568,13 +568,13 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	}
 	is := d.initSpecFor(&plan, ps.cg, nil)
 	is.Prepared = true
-	init, err := InitArgs(is, sandboxinit.HandoverProgram)
+	init, err := CommandInitArgs(is)
 	if err != nil {
 		return nil, err
 	}
-	// The command's environment arrives with the hand-over; bwrap's
-	// descriptor holds an empty one until then.
-	sb, err := d.newSandbox(context.Background(), h.bwrap, plan, plan.Workspace, init, ps.cg, ns, nil)
+	// The command's record arrives with the hand-over; bwrap's descriptor
+	// is an empty memfd until then.
+	sb, err := d.newSandbox(context.Background(), h.bwrap, plan, plan.Workspace, init, ps.cg, ns, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -723,11 +723,11 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	if err != nil {
 		return driverapi.Exit{}, err, true
 	}
-	envFile, err := envMemfd(envList(spec.Env))
+	cmdFile, err := commandMemfd(commandArgv(spec), envList(spec.Env))
 	if err != nil {
 		return driverapi.Exit{}, err, true
 	}
-	defer envFile.Close()
+	defer cmdFile.Close()
 
 	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
 	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
@@ -747,7 +747,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	if proc == nil {
 		return driverapi.Exit{}, errors.New("the prepared sandbox never started"), false
 	}
-	rec, err := sandboxinit.EncodeHandover(sandboxinit.Handover{Argv: append([]string{spec.Program}, spec.Args...), Cwd: cwd, Mounts: mounts})
+	rec, err := sandboxinit.EncodeHandover(sandboxinit.Handover{Cwd: cwd, Mounts: mounts})
 	if err != nil {
 		return driverapi.Exit{}, err, true
 	}
@@ -761,7 +761,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		defer d.running.add(spec.CommandID, life)()
 	}
 	start := time.Now()
-	if err := life.handOver(rec, []int{int(hio.stdin.Fd()), int(hio.stdout.Fd()), int(hio.stderr.Fd()), int(envFile.Fd())}); err != nil {
+	if err := life.handOver(rec, []int{int(hio.stdin.Fd()), int(hio.stdout.Fd()), int(hio.stderr.Fd()), int(cmdFile.Fd())}); err != nil {
 		// Part of the record may be out: the sandbox ends before the
 		// placeholders go (the deferred release runs first otherwise).
 		ps.destroy()
@@ -831,6 +831,13 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	dur := time.Since(start)
 	d.trace.Mark("status")
 	hio.wait()
+	if rep.ok && rep.st.NotRun != sandboxinit.NotRunNone {
+		d.endSandbox(ps)
+		if ctx.Err() != nil {
+			return driverapi.Exit{}, ctx.Err(), true
+		}
+		return driverapi.Exit{}, notRunError(spec, rep.st), true
+	}
 	if rep.ok {
 		exit := outputExit(dur, stdout, stderr)
 		exit.Usage = usageOf(rep.st)

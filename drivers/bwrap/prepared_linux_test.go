@@ -24,6 +24,10 @@ import (
 
 func preparedOpts(mode PreparedMode) Options { return Options{Prepared: mode} }
 
+// preparedMarker is in the argv of a prepared sandbox's bwrap and
+// sandbox-init (the spec's field) and in no other's.
+const preparedMarker = `"prepared":true`
+
 // needPreparable skips where the driver builds every sandbox for its
 // command by design (docs/linux.md, "Prepared sandboxes": root drivers
 // only); TestPreparedOffUnprivileged holds that case.
@@ -366,7 +370,7 @@ func preparedProcs(ws string) []string {
 		if filepath.Base(argv[0]) != "bwrap" && argv[0] != InitPath {
 			continue
 		}
-		if slices.Contains(argv, sandboxinit.HandoverProgram) && strings.Contains(strings.Join(argv, " "), ws) {
+		if joined := strings.Join(argv, " "); strings.Contains(joined, preparedMarker) && strings.Contains(joined, ws) {
 			found = append(found, pid)
 		}
 	}
@@ -437,7 +441,7 @@ func TestPreparedSetupFailureFallsBack(t *testing.T) {
 	}
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "bwrap")
-	script := "#!/bin/sh\nfor a; do case \"$a\" in *'" + sandboxinit.HandoverProgram + "'*) echo 'bwrap: broken' >&2; exit 1;; esac; done\nexec " + real + " \"$@\"\n"
+	script := "#!/bin/sh\nfor a; do case \"$a\" in *'" + preparedMarker + "'*) echo 'bwrap: broken' >&2; exit 1;; esac; done\nexec " + real + " \"$@\"\n"
 	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -695,37 +699,36 @@ func TestPreparedNofileLimit(t *testing.T) {
 }
 
 // TestPreparedExecFailure: a target the kernel refuses to exec (no
-// interpreter line, not an ELF file) ends the run with SandboxInitExitCode
-// and sandbox-init's line naming the exec and the kernel's error on the
-// command's stderr, whether the waiting child execs it or a child forked
-// for the command does (the control: a sandbox built for it). The program
-// in the same place made executable text runs (the positive control).
+// interpreter line, not an ELF file) ends the run with an InvalidSpecError
+// for the program naming the kernel's error, and nothing on the command's
+// output, whether the waiting child execs it or a child forked for the
+// command does (the control: a sandbox built for it). The program in the
+// same place made executable text runs (the positive control).
 func TestPreparedExecFailure(t *testing.T) {
 	needPreparable(t)
 	for _, mode := range []PreparedMode{PreparedAlways, PreparedOff} {
 		d, ws, prof := modeDriver(t, mode)
 		prog := filepath.Join(ws, "prog")
-		run := func(content string) (driverapi.Exit, string) {
+		run := func(content string) (driverapi.Exit, string, error) {
 			if err := os.WriteFile(prog, []byte(content), 0o755); err != nil {
 				t.Fatal(err)
 			}
 			var out lockedBuf
 			exit, err := d.Run(context.Background(), driverapi.RunSpec{Program: prog, Env: pathEnv(), Cwd: ws, Profile: prof,
 				Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{Stdout: &out, Stderr: &out})
-			if err != nil {
-				t.Fatalf("%s: %v", mode, err)
-			}
-			if (exit.Details["prepared"] == "1") != (mode == PreparedAlways) {
-				t.Fatalf("%s: %+v", mode, exit)
-			}
-			return exit, out.String()
+			return exit, out.String(), err
 		}
-		exit, out := run("\x7fnot a program\n")
-		if want := "aleph-sandbox: sandbox-init: exec " + prog + ": exec format error\n"; exit.ExitCode != SandboxInitExitCode || out != want {
-			t.Errorf("%s: exit %d, output %q; want %d, %q", mode, exit.ExitCode, out, SandboxInitExitCode, want)
+		_, out, err := run("\x7fnot a program\n")
+		var ise *driverapi.InvalidSpecError
+		if !errors.As(err, &ise) || ise.Field != "program" || !strings.Contains(ise.Reason, "exec format error") || out != "" {
+			t.Errorf("%s: err %v, output %q; want an InvalidSpecError for the program saying exec format error", mode, err, out)
 		}
-		if exit, out = run("#!/bin/sh\necho ran\n"); exit.ExitCode != 0 || out != "ran\n" {
-			t.Errorf("%s: the control: exit %d, output %q", mode, exit.ExitCode, out)
+		exit, out, err := run("#!/bin/sh\necho ran\n")
+		if err != nil || exit.ExitCode != 0 || out != "ran\n" {
+			t.Errorf("%s: the control: err %v exit %d, output %q", mode, err, exit.ExitCode, out)
+		}
+		if (exit.Details["prepared"] == "1") != (mode == PreparedAlways) {
+			t.Errorf("%s: %+v", mode, exit)
 		}
 	}
 }

@@ -99,9 +99,10 @@ func TestHostSecretsInvisible(t *testing.T) {
 
 func TestEnvironment(t *testing.T) {
 	t.Setenv("ALEPH_CANARY_HOST_VAR", "leak-me")
-	// The chain is found by the command's argv, which the bwrap and
-	// sandbox-init of a prepared sandbox do not carry (TestPreparedChain
-	// checks theirs).
+	// The chain is found by its workspace, which bwrap's mounts, the spec
+	// on sandbox-init's command line and the command's argv all name;
+	// a prepared sandbox's chain is another (TestPreparedChain checks
+	// theirs).
 	d := testDriver(t, Options{Prepared: PreparedOff})
 	ws := newWorkspace(t)
 	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "FOO", Value: "bar baz"}, {Name: "HOME", Value: ws}}
@@ -122,7 +123,7 @@ func TestEnvironment(t *testing.T) {
 	// bwrap and its PID-1 reaper hold no host variable, read from the host
 	// (inside, /proc/1/environ is not readable at all); the target's
 	// environ (positive control) holds the given one.
-	marker := "aleph-environ-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	marker := ws
 	done := make(chan drvResult, 1)
 	go func() {
 		done <- drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, env, "/bin/sh", "-c", "sleep 5; :", marker)

@@ -20,9 +20,9 @@ import (
 // TestSandboxInitLoadsPrecompiled; that they deny what they must: the
 // hardening tests, which run through this path.)
 func TestPrecompiledSeccompReachesSandboxInit(t *testing.T) {
-	// The chain is found by the command's argv, which the bwrap and
-	// sandbox-init of a prepared sandbox do not carry (TestPreparedChain
-	// checks theirs).
+	// sandbox-init is found by the workspace in its spec (the command's
+	// argv is on a descriptor); a prepared sandbox's is another
+	// (TestPreparedChain checks theirs).
 	d := testDriver(t, Options{Prepared: PreparedOff})
 	ws := newWorkspace(t)
 	marker := uniqueMarker()
@@ -35,7 +35,7 @@ func TestPrecompiledSeccompReachesSandboxInit(t *testing.T) {
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
 			b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if err == nil && strings.Contains(string(b), marker) && strings.Contains(string(b), SandboxInitCommand) && !strings.HasPrefix(string(b), "bwrap") {
+			if err == nil && strings.Contains(string(b), ws) && strings.Contains(string(b), SandboxInitCommand) && !strings.HasPrefix(string(b), "bwrap") {
 				initArgv = string(b)
 			}
 		}

@@ -230,7 +230,7 @@ func (d *Driver) landlockInitSpec(p Plan) InitSpec {
 		ScopeAbstractUnix: true,
 		NoNamespaces:      true,
 		Supervise:         true,
-		EnvFD:             envFD,
+		CommandFD:         commandFD,
 		LifelineFD:        lifelineFD,
 	}
 	for _, m := range p.System {
@@ -261,7 +261,7 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	if cg != nil && cg.dirs[ctrlMemory] != "" {
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
-	init, err := InitArgs(is, spec.Program, spec.Args...)
+	init, err := CommandInitArgs(is)
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
@@ -278,11 +278,11 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	if spec.CommandID != "" {
 		defer d.running.add(spec.CommandID, life)()
 	}
-	envFile, err := envMemfd(envList(spec.Env))
+	cmdFile, err := commandMemfd(commandArgv(spec), envList(spec.Env))
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
-	defer envFile.Close()
+	defer cmdFile.Close()
 	stderrGate := &setupGate{w: stderr, life: life}
 
 	cmd := exec.CommandContext(runCtx, d.cfg.InitBinary, append([]string{SandboxInitCommand}, init...)...)
@@ -293,7 +293,7 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderrGate
 	cmd.WaitDelay = waitDelay
-	cmd.ExtraFiles = []*os.File{envFile, life.remote} // envFD, lifelineFD
+	cmd.ExtraFiles = []*os.File{cmdFile, life.remote} // commandFD, lifelineFD
 	// A session of its own: no controlling terminal (no TIOCSTI into the
 	// host's), and a process group the command cannot leave. No
 	// Pdeathsig: it would kill sandbox-init alone and leave the command;
@@ -308,7 +308,7 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	if err := cmd.Start(); err != nil {
 		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox-init: %w", err)
 	}
-	envFile.Close()
+	cmdFile.Close()
 	life.remote.Close()
 	pid := cmd.Process.Pid
 	// sandbox-init waits for this go-ahead before it confines itself any

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"path/filepath"
-	"strings"
 )
 
 // Prepared sandboxes (InitSpec.Prepared).
@@ -20,21 +19,22 @@ import (
 //
 // The hand-over is one record on the lifeline (HandoverTag, a four-byte
 // little-endian length, a JSON Handover) carrying, as SCM_RIGHTS, the
-// command's stdin, stdout and stderr and the sealed memfd of its
-// environment. sandbox-init then makes the mounts that depend on the
-// workspace as it is now (the protected entries the launcher found just
-// before: read-only binds of the existing ones, /dev/null on the
-// placeholders of missing ones, read-write anchors), each resolved without
-// following any symlink and checked against the device and inode the
-// launcher saw, so a tree changed in between fails the hand-over instead of
-// mounting elsewhere. It changes to the command's directory, drops the
-// capabilities it kept for those mounts (CAP_SYS_ADMIN, CAP_SETPCAP: bwrap
-// --cap-add), takes the descriptors as its 0, 1, 2 and the environment's
-// and answers ReadyTag. From there on it is exactly the sandbox-init of a
-// sandbox built for the command: no_new_privs, Landlock, rlimits, seccomp,
-// the supervised fork. A failure before ReadyTag is answered with ErrorTag
-// and a message, and the sandbox ends without running anything; the
-// launcher then builds one for the command the ordinary way.
+// command's stdin, stdout and stderr and the sealed memfd of its command
+// record (its argv and environment: command.go). sandbox-init then makes
+// the mounts that depend on the workspace as it is now (the protected
+// entries the launcher found just before: read-only binds of the existing
+// ones, /dev/null on the placeholders of missing ones, read-write
+// anchors), each resolved without following any symlink and checked
+// against the device and inode the launcher saw, so a tree changed in
+// between fails the hand-over instead of mounting elsewhere. It changes to
+// the command's directory, drops the capabilities it kept for those mounts
+// (CAP_SYS_ADMIN, CAP_SETPCAP: bwrap --cap-add), takes the descriptors as
+// its 0, 1, 2 and the command record's and answers ReadyTag. From there on
+// it is exactly the sandbox-init of a sandbox built for the command:
+// no_new_privs, Landlock, rlimits, seccomp, the supervised fork. A failure
+// before ReadyTag is answered with ErrorTag and a message, and the sandbox
+// ends without running anything; the launcher then builds one for the
+// command the ordinary way.
 //
 // A prepared sandbox serves one command: sandbox-init reads one record and
 // becomes that command's supervisor. It is never handed a second.
@@ -45,10 +45,6 @@ const (
 	ReadyTag    = 'r'
 	ErrorTag    = 'e'
 )
-
-// HandoverProgram is the program a prepared sandbox-init is started with,
-// in place of the command's (which arrives with the hand-over).
-const HandoverProgram = "<hand-over>"
 
 // maxHandoverBytes bounds one hand-over record.
 const maxHandoverBytes = 4 << 20
@@ -79,10 +75,9 @@ type HandoverMount struct {
 	Ino  uint64 `json:"ino"`
 }
 
-// Handover is the command a prepared sandbox is given.
+// Handover is what a prepared sandbox is given beside the command's record
+// (whose argv[0] is looked up in its environment's PATH).
 type Handover struct {
-	// Argv is the command: Argv[0] is looked up in the environment's PATH.
-	Argv []string `json:"argv"`
 	// Cwd is the command's directory (the launcher checked it).
 	Cwd string `json:"cwd"`
 	// Mounts are made in order (parents first).
@@ -91,14 +86,6 @@ type Handover struct {
 
 // Validate checks what sandbox-init relies on.
 func (h *Handover) Validate() error {
-	if len(h.Argv) == 0 || h.Argv[0] == "" {
-		return &InitSpecError{"argv", "empty program"}
-	}
-	for _, a := range h.Argv {
-		if strings.IndexByte(a, 0) >= 0 {
-			return &InitSpecError{"argv", "argument contains NUL"}
-		}
-	}
 	if err := validPaths("cwd", []string{h.Cwd}); err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 )
 
 // handoverFDs is how many descriptors a hand-over carries: stdin, stdout,
-// stderr and the environment's memfd.
+// stderr and the command record's memfd.
 const handoverFDs = 4
 
 // awaitHandover blocks until the launcher sends the hand-over record on the
@@ -112,7 +112,7 @@ func parseRights(oob []byte) ([]int, error) {
 
 // applyHandover makes h's mounts, enters its directory, drops the
 // capabilities the mounts needed, on every thread, and puts fds in place
-// (0, 1, 2 and envFD). Any error leaves the sandbox unusable: the caller
+// (0, 1, 2 and commandFD). Any error leaves the sandbox unusable: the caller
 // reports it and ends. The descriptors come last: until then this
 // process's stderr is the sandbox's setup stream, so a hand-over that
 // fails says so there, never in the output of the command that the
@@ -120,7 +120,7 @@ func parseRights(oob []byte) ([]int, error) {
 //
 // The bounding and ambient sets were emptied while the sandbox waited
 // (dropBoundingAllThreads); only what the threads hold is left to clear.
-func applyHandover(h Handover, fds []int, envFD int) error {
+func applyHandover(h Handover, fds []int, commandFD int) error {
 	for _, m := range h.Mounts {
 		if err := handoverMount(m); err != nil {
 			return err
@@ -132,7 +132,7 @@ func applyHandover(h Handover, fds []int, envFD int) error {
 	if err := clearCapabilitiesAllThreads(); err != nil {
 		return err
 	}
-	for i, to := range []int{0, 1, 2, envFD} {
+	for i, to := range []int{0, 1, 2, commandFD} {
 		if err := unix.Dup3(fds[i], to, 0); err != nil {
 			return fmt.Errorf("hand-over descriptor %d: %w", to, err)
 		}

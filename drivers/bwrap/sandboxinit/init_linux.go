@@ -5,6 +5,7 @@ package sandboxinit
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"runtime"
@@ -17,10 +18,11 @@ import (
 )
 
 // SandboxInit is the sandbox-init mode of the driver binary, run by bwrap
-// inside the new namespaces. args is `<initspec-json> -- PROGRAM ARGS...`.
-// It confines its own thread (no_new_privs, Landlock, rlimits, seccomp) and
-// execs PROGRAM, looked up in the PATH of the target's environment (from
-// InitSpec.EnvFD, else its own). In the plain mode it returns only on
+// inside the new namespaces. args is `<initspec-json>`, the command on
+// InitSpec.CommandFD, or `<initspec-json> -- PROGRAM ARGS...`. It confines
+// its own thread (no_new_privs, Landlock, rlimits, seccomp) and execs
+// PROGRAM, looked up in the PATH of the target's environment (from
+// InitSpec.CommandFD, else its own). In the plain mode it returns only on
 // failure, with SandboxInitExitCode after one `aleph-sandbox: sandbox-init:`
 // line on stderr: the target is never exec'd unconfined. Supervising
 // (InitSpec.Supervise, supervise_linux.go) it runs PROGRAM as its child and
@@ -99,15 +101,15 @@ func sandboxInit(args []string) (int, error) {
 		if err != nil {
 			return fail(err)
 		}
-		herr := applyHandover(h, fds, spec.EnvFD)
+		herr := applyHandover(h, fds, spec.CommandFD)
 		if err := replyHandover(spec.LifelineFD, herr); herr != nil || err != nil {
 			return fail(errors.Join(herr, err))
 		}
-		argv, cwd = h.Argv, h.Cwd
+		cwd = h.Cwd
 	}
 	env := os.Environ()
-	if spec.EnvFD > 0 {
-		if env, err = ReadEnvFD(spec.EnvFD); err != nil {
+	if spec.CommandFD > 0 {
+		if argv, env, err = ReadCommandFD(spec.CommandFD); err != nil {
 			return fail(err)
 		}
 		if err := becomeEnv(env); err != nil {
@@ -116,7 +118,11 @@ func sandboxInit(args []string) (int, error) {
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		return fail(fmt.Errorf("program %q: %w", argv[0], err))
+		err = fmt.Errorf("program %q: %w", argv[0], err)
+		if reportNotRun(&spec, pre, NotRunLookup, err) {
+			return SandboxInitExitCode, nil
+		}
+		return fail(err)
 	}
 	// Everything that can fail for a reason other than the kernel is
 	// computed before the process is changed.
@@ -172,7 +178,61 @@ func sandboxInit(args []string) (int, error) {
 		return fail(errLauncherGone)
 	}
 	err = syscall.Exec(path, argv, env)
-	return fail(fmt.Errorf("exec %s: %w", path, err))
+	err = fmt.Errorf("exec %s: %w", path, err)
+	if reportNotRun(&spec, nil, NotRunExec, err) {
+		return SandboxInitExitCode, nil
+	}
+	return fail(err)
+}
+
+// reportNotRun tells whoever launched this sandbox-init that the target
+// never ran, and why (err's errno), through a channel the command cannot
+// write to: the plain mode writes a NotRunTag record on its ReportFD (to
+// the supervisor that forked it), a supervisor the status record on the
+// lifeline (to the launcher), after ending its waiting child pre and, in a
+// prepared sandbox, closing the command's stdio. It returns false when err
+// has no errno or there is no one to tell: the caller then says it on
+// stderr, as for any other failure. A report replaces that line: the
+// launcher says it, once, as the error of the run.
+func reportNotRun(spec *InitSpec, pre *preforked, stage NotRunStage, err error) bool {
+	e := errnoOf(err)
+	switch {
+	case e == 0:
+		return false
+	case spec.ReportFD > 0:
+		rec := encodeNotRun(stage, e)
+		n, err := unix.Write(spec.ReportFD, rec)
+		return err == nil && n == len(rec)
+	case spec.Supervise && spec.LifelineFD > 0:
+		if pre != nil {
+			pre.abandon()
+		}
+		if spec.Prepared {
+			// As at the end of a command that ran (supervise_linux.go).
+			for fd := range 3 {
+				_ = unix.Close(fd)
+			}
+		}
+		// Nothing was started: as PID 1 nothing else of the sandbox runs.
+		rec := EncodeStatus(Status{Wait: SandboxInitExitCode << 8, Alone: os.Getpid() == 1, NotRun: stage, Errno: e})
+		return unix.Sendto(spec.LifelineFD, rec, unix.MSG_NOSIGNAL, nil) == nil
+	}
+	return false
+}
+
+// errnoOf is the errno behind a failed lookup or exec, 0 when there is
+// none: the lookup's own errors stand for the errno they mean.
+func errnoOf(err error) syscall.Errno {
+	var e syscall.Errno
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return syscall.ENOENT
+	case errors.Is(err, fs.ErrPermission):
+		return syscall.EACCES
+	}
+	return 0
 }
 
 // becomeEnv makes env's PATH this process's only variable: the PATH lookup

@@ -12,60 +12,35 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxEnvBytes bounds the environment read from EnvFD (the kernel refuses
-// an execve with much less anyway).
-const maxEnvBytes = 32 << 20
-
 // errLauncherGone: the launcher's end of the lifeline is closed.
 var errLauncherGone = errors.New("the launcher is gone; not starting the command")
 
-// ReadEnvFD reads the environment held by fd (see InitSpec.EnvFD).
-func ReadEnvFD(fd int) ([]string, error) {
+// ReadCommandFD reads the command record held by fd (see InitSpec.CommandFD)
+// and returns its argv and environment.
+func ReadCommandFD(fd int) (argv, env []string, err error) {
 	// pread on the number, not an *os.File: a File's finalizer would close
 	// the descriptor at some later collection, while the supervisor's plain
 	// child still needs it (and by then the number may be another file's).
 	var data []byte
 	buf := make([]byte, 64<<10)
-	for len(data) <= maxEnvBytes {
+	for len(data) <= maxCommandBytes {
 		n, err := unix.Pread(fd, buf, int64(len(data)))
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("env fd %d: %w", fd, err)
+			return nil, nil, fmt.Errorf("command fd %d: %w", fd, err)
 		}
 		if n == 0 {
 			break
 		}
 		data = append(data, buf[:n]...)
 	}
-	if len(data) > maxEnvBytes {
-		return nil, fmt.Errorf("env fd %d: more than %d bytes", fd, maxEnvBytes)
+	argv, env, err = DecodeCommand(data)
+	if err != nil {
+		return nil, nil, fmt.Errorf("command fd %d: %w", fd, err)
 	}
-	env := []string{}
-	for len(data) > 0 {
-		i := bytes.IndexByte(data, 0)
-		if i < 0 {
-			return nil, fmt.Errorf("env fd %d: entry without terminating NUL", fd)
-		}
-		kv := string(data[:i])
-		if j := bytes.IndexByte(data[:i], '='); j <= 0 {
-			return nil, fmt.Errorf("env fd %d: entry %q is not NAME=VALUE", fd, kv)
-		}
-		env = append(env, kv)
-		data = data[i+1:]
-	}
-	return env, nil
-}
-
-// EncodeEnv renders env (NAME=VALUE entries) as ReadEnvFD reads it.
-func EncodeEnv(env []string) []byte {
-	var b bytes.Buffer
-	for _, kv := range env {
-		b.WriteString(kv)
-		b.WriteByte(0)
-	}
-	return b.Bytes()
+	return argv, env, nil
 }
 
 // ReportStarted writes the started byte on the lifeline; a closed

@@ -153,7 +153,7 @@ func initProgram(spec *InitSpec) ([]bpf.Instruction, error) {
 }
 
 // withSeccompFD is the descriptors the supervisor's plain child keeps open
-// besides 0-2 and the environment's: InheritFDs and the programs' memfd
+// besides 0-2 and the command record's: InheritFDs and the programs' memfd
 // (which the child marks close-on-exec again, as every descriptor not in
 // InheritFDs).
 func withSeccompFD(spec *InitSpec) []int {

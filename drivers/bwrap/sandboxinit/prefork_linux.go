@@ -146,12 +146,15 @@ type waitPlan struct {
 	fprog    unix.SockFprog
 	region   unsafe.Pointer // the shared mapping (immediate: laid out in private memory before the fork)
 	// immediate: the command is known at the fork (a sandbox built for
-	// it, forkCommand): no socket, no waiting, descriptors 0-2 as they
-	// are, the directory the supervisor's.
+	// it, forkCommand): no waiting, descriptors 0-2 as they are, the
+	// directory the supervisor's. Its socket only reports a failed exec.
 	immediate bool
 	layout    []byte // immediate: what region points into
 	setpgid   bool
 	started   [1]byte
+	// notRun is the NotRunTag record written on the socket when the exec
+	// fails (the errno filled in by the child).
+	notRun [notRunRecordLen]byte
 	// The hand-over's message and its descriptors.
 	buf [1]byte
 	iov unix.Iovec
@@ -185,7 +188,9 @@ const (
 	stepExec     = "exec"
 )
 
-// preforked is a supervisor's waiting child.
+// preforked is a supervisor's waiting child. Its socket is also where it
+// reports a failed exec (a NotRunTag record; close-on-exec, so the target
+// never holds it): the supervisor keeps it until the child is reaped.
 type preforked struct {
 	pid    int
 	sock   int    // the supervisor's end
@@ -215,7 +220,7 @@ func rawForkWorks() bool {
 // startPreforked starts the waiting child. It runs on the locked thread
 // (the child's death signal follows that thread).
 func startPreforked(spec *InitSpec) (*preforked, error) {
-	p, ll, err := childPlan(spec, true)
+	p, ll, err := childPlan(spec)
 	if err != nil {
 		return nil, err
 	}
@@ -253,25 +258,38 @@ func startPreforked(spec *InitSpec) (*preforked, error) {
 // the sandbox has no namespaces (the launcher kills the supervisor's group
 // as a whole there), and stacks the target's program on the supervisor's,
 // in a Landlock domain nested in the supervisor's. It runs on the locked
-// thread, after the supervisor's own confinement.
-func forkCommand(spec *InitSpec, path string, argv, env []string) (int, error) {
-	p, ll, err := childPlan(spec, false)
+// thread, after the supervisor's own confinement. report is the
+// supervisor's end of the socket on which the child says that its exec
+// failed (readNotRun, once the child is reaped).
+func forkCommand(spec *InitSpec, path string, argv, env []string) (pid, report int, err error) {
+	p, ll, err := childPlan(spec)
 	if err != nil {
-		return 0, err
+		return 0, -1, err
 	}
 	p.immediate, p.setpgid = true, !spec.NoNamespaces
 	p.layout = make([]byte, commandLayoutSize(path, argv, env))
 	if err := layOutCommand(p.layout, path, argv, env, "", 0); err != nil {
-		return 0, err
+		return 0, -1, err
 	}
 	p.region = unsafe.Pointer(&p.layout[0])
-	return p.fork(ll) // the caller says what it started
+	sv, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return 0, -1, fmt.Errorf("forked child: socketpair: %w", err)
+	}
+	p.sock = uintptr(sv[1])
+	pid, err = p.fork(ll) // the caller says what it started
+	unix.Close(sv[1])
+	if err != nil {
+		unix.Close(sv[0])
+		return 0, -1, err
+	}
+	return pid, sv[0], nil
 }
 
 // childPlan is what both children plan from spec, as the plain
 // sandbox-init would (childSpec): the target's program, its Landlock plan,
-// its limits; withSocket for a child that waits.
-func childPlan(spec *InitSpec, withSocket bool) (*waitPlan, landlockPlan, error) {
+// its limits.
+func childPlan(spec *InitSpec) (*waitPlan, landlockPlan, error) {
 	cs := childSpec(spec)
 	prog, err := initProgram(&cs)
 	if err != nil {
@@ -285,7 +303,7 @@ func childPlan(spec *InitSpec, withSocket bool) (*waitPlan, landlockPlan, error)
 	if err != nil {
 		return nil, landlockPlan{}, err
 	}
-	p, err := newWaitPlan(spec.InheritFDs, spec.EnvFD, withSocket, prog, limits)
+	p, err := newWaitPlan(spec.InheritFDs, spec.CommandFD, prog, limits)
 	if err != nil {
 		return nil, landlockPlan{}, err
 	}
@@ -331,15 +349,15 @@ func commandLayoutSize(path string, argv, env []string) int {
 // newWaitPlan fills the parts of a waitPlan that depend on the spec: the
 // descriptors the child keeps (0-2, until a waiting child's are replaced by
 // the command's, and keep, made inheritable before the exec), where it
-// keeps its socket (withSocket), the ranges it closes, the target's
-// program and the limits.
-func newWaitPlan(keep []int, envFD int, withSocket bool, prog []bpf.Instruction, limits []waitRlimit) (*waitPlan, error) {
+// keeps its socket, the ranges it closes, the target's program and the
+// limits.
+func newWaitPlan(keep []int, commandFD int, prog []bpf.Instruction, limits []waitRlimit) (*waitPlan, error) {
 	p := &waitPlan{ruleset: -1}
 	keep = slices.Sorted(slices.Values(keep))
 	if len(keep) > maxWaitInherit || len(limits) > maxWaitRlimits {
 		return nil, fmt.Errorf("pre-forked child: %d inherited descriptors, %d limits", len(keep), len(limits))
 	}
-	top := max(2, envFD)
+	top := max(2, commandFD)
 	for i, fd := range keep {
 		p.inherit[i] = uintptr(fd)
 		top = max(top, fd)
@@ -348,10 +366,7 @@ func newWaitPlan(keep []int, envFD int, withSocket bool, prog []bpf.Instruction,
 	p.sockFD = uintptr(top + 1)
 	// Closed: 3 up to the socket's number, less keep, and all above it.
 	next := uintptr(3)
-	kept := slices.Clone(keep)
-	if withSocket {
-		kept = append(kept, int(p.sockFD))
-	}
+	kept := append(slices.Clone(keep), int(p.sockFD))
 	for _, fd := range kept {
 		if uintptr(fd) > next {
 			if p.nranges == maxWaitRanges {
@@ -377,6 +392,7 @@ func newWaitPlan(keep []int, envFD int, withSocket bool, prog []bpf.Instruction,
 	p.fprog = unix.SockFprog{Len: uint16(len(p.filter)), Filter: &p.filter[0]}
 	p.capHdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	p.started[0] = StartedTag
+	p.notRun = [notRunRecordLen]byte{NotRunTag, byte(NotRunExec)}
 	p.iov = unix.Iovec{Base: &p.buf[0]}
 	p.iov.SetLen(len(p.buf))
 	p.msg = unix.Msghdr{Iov: &p.iov, Iovlen: 1, Control: &p.oob[0]}
@@ -497,9 +513,17 @@ func (p *preforked) release() {
 // start lays the command out in the shared mapping and wakes the child
 // with this process's descriptors 0, 1 and 2 (the command's, since the
 // hand-over). path is the program as the supervisor looked it up in env's
-// PATH from cwd, where it is now.
-func (p *preforked) start(path string, argv, env []string, cwd string, nproc uint64) error {
-	defer p.release()
+// PATH from cwd, where it is now. The socket stays open (report), the
+// mapping goes; a failed start releases both.
+func (p *preforked) start(path string, argv, env []string, cwd string, nproc uint64) (err error) {
+	defer func() {
+		if err != nil {
+			p.release()
+		} else if p.region != nil {
+			_ = unix.Munmap(p.region)
+			p.region = nil
+		}
+	}()
 	if nproc > 0 {
 		// At most the hard limit, as applyRlimits sets every limit: the
 		// child holds no capability to raise it, and its hard limit is
@@ -517,6 +541,15 @@ func (p *preforked) start(path string, argv, env []string, cwd string, nproc uin
 		return fmt.Errorf("pre-forked child: %w", err)
 	}
 	return nil
+}
+
+// report hands over the socket on which the started child says that its
+// exec failed: the caller reads it once the child is reaped (readNotRun)
+// and closes it.
+func (p *preforked) report() int {
+	fd := p.sock
+	p.sock = -1
+	return fd
 }
 
 // errCommandTooLarge says a command does not fit the shared mapping.

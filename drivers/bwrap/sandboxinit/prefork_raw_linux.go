@@ -87,7 +87,7 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 	}
 	// The socket to its place, then nothing else of the supervisor's
 	// (the ruleset, the lifeline, the runtime's own) but 0-2 and keep.
-	if !p.immediate && p.sock != p.sockFD {
+	if p.sock != p.sockFD {
 		if _, _, e = syscall.RawSyscall(unix.SYS_DUP3, p.sock, p.sockFD, unix.O_CLOEXEC); e != 0 {
 			waitFail(p, stepSocket, -1, e)
 		}
@@ -162,6 +162,13 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 		}
 	}
 	_, _, e = syscall.RawSyscall(unix.SYS_EXECVE, uintptr(p.region)+cmd.path, uintptr(p.region)+cmd.argv, uintptr(p.region)+cmd.envp)
+	// The target never ran: the supervisor learns why on the socket (the
+	// NotRunTag record), which only this child holds and which an exec
+	// that succeeds closes; the sandbox's stderr stays the command's.
+	p.notRun[2], p.notRun[3], p.notRun[4], p.notRun[5] = byte(e), byte(e>>8), byte(e>>16), byte(e>>24)
+	if r1, _, _ = syscall.RawSyscall(unix.SYS_WRITE, p.sockFD, uintptr(unsafe.Pointer(&p.notRun[0])), uintptr(len(p.notRun))); r1 == uintptr(len(p.notRun)) {
+		syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
+	}
 	waitFail(p, stepExec, int(cmd.path), e)
 	return 0, 0 // not reached
 }

@@ -102,14 +102,25 @@ type InitSpec struct {
 	// inherited (only its own status/info fds are closed), and a leaked pipe
 	// back to the driver would let the child forge status or reach the host.
 	InheritFDs []int `json:"inherit_fds,omitempty"`
-	// EnvFD, when set, is a descriptor holding the target's environment as
-	// NUL-terminated NAME=VALUE entries (read from offset 0). The target is
-	// exec'd with exactly that environment, and sandbox-init starts with a
-	// fixed one of the launcher's: loader variables (LD_PRELOAD, LD_AUDIT,
-	// GCONV_PATH...) meant for the target then act on the target alone,
-	// never on bwrap, sandbox-init or anything outside the sandbox. 0: the
-	// target gets sandbox-init's own environment.
-	EnvFD int `json:"env_fd,omitempty"`
+	// CommandFD, when set, is a descriptor holding the target's argv and
+	// environment as a command record (command.go), read from offset 0;
+	// sandbox-init's own argv then ends with the spec. The target is
+	// exec'd with exactly that argv and environment, and sandbox-init
+	// starts with a fixed environment of the launcher's: loader variables
+	// (LD_PRELOAD, LD_AUDIT, GCONV_PATH...) meant for the target then act
+	// on the target alone, never on bwrap, sandbox-init or anything
+	// outside the sandbox, and no argv of the target's counts against
+	// bwrap's limit on its own arguments. 0: the program and its
+	// arguments follow the spec on sandbox-init's argv, and the target
+	// gets sandbox-init's own environment (the launcher's own programs,
+	// such as the bridge).
+	CommandFD int `json:"command_fd,omitempty"`
+	// ReportFD, when set, is a descriptor on which the plain mode (the
+	// supervisor's child: never with Supervise or a lifeline) writes a
+	// NotRunTag record when the target's lookup or exec fails, in place
+	// of its stderr line. It is close-on-exec like every descriptor not in
+	// InheritFDs, so the target never holds it and cannot forge a record.
+	ReportFD int `json:"report_fd,omitempty"`
 	// LifelineFD, when set, is the sandbox's end of a socket whose other
 	// end only the launcher holds. sandbox-init writes one byte on it as
 	// soon as it runs (so the launcher can tell a sandbox that never got
@@ -147,8 +158,8 @@ type InitSpec struct {
 	// (pty_linux.go). Only with Supervise and namespaces.
 	Tty *TtySpec `json:"tty,omitempty"`
 	// Prepared makes sandbox-init wait on the lifeline for its command
-	// (handover.go) instead of running the program of its argv, which must
-	// be HandoverProgram. Only with Supervise, a lifeline, an environment
+	// (handover.go): CommandFD holds nothing until the hand-over puts the
+	// command's record there. Only with Supervise, a lifeline, a command
 	// descriptor and namespaces, and without a terminal.
 	Prepared bool `json:"prepared,omitempty"`
 }
@@ -200,8 +211,11 @@ func (s *InitSpec) Validate() error {
 	if s.Tty != nil && (!s.Supervise || s.NoNamespaces) {
 		return &InitSpecError{"tty", "needs supervise and a sandbox of its own (a private devpts)"}
 	}
-	if s.Prepared && (!s.Supervise || s.NoNamespaces || s.Tty != nil || s.LifelineFD == 0 || s.EnvFD == 0) {
-		return &InitSpecError{"prepared", "needs supervise, a lifeline, an environment descriptor and a sandbox of its own, and no tty"}
+	if s.Prepared && (!s.Supervise || s.NoNamespaces || s.Tty != nil || s.LifelineFD == 0 || s.CommandFD == 0) {
+		return &InitSpecError{"prepared", "needs supervise, a lifeline, a command descriptor and a sandbox of its own, and no tty"}
+	}
+	if s.ReportFD != 0 && (s.Supervise || s.LifelineFD != 0) {
+		return &InitSpecError{"report_fd", "only for the plain mode (a supervisor reports on its lifeline)"}
 	}
 	for _, p := range s.BridgePorts {
 		if p == 0 {
@@ -221,7 +235,7 @@ func (s *InitSpec) Validate() error {
 	for _, f := range []struct {
 		name string
 		fd   int
-	}{{"env_fd", s.EnvFD}, {"lifeline_fd", s.LifelineFD}, {"seccomp_fd", s.SeccompFD}} {
+	}{{"command_fd", s.CommandFD}, {"lifeline_fd", s.LifelineFD}, {"seccomp_fd", s.SeccompFD}, {"report_fd", s.ReportFD}} {
 		if f.fd == 0 {
 			continue
 		}
@@ -283,10 +297,13 @@ func ParseInitSpec(data []byte) (InitSpec, error) {
 	return s, nil
 }
 
-// InitArgs builds the argv that follows SandboxInitCommand:
-// `<initspec-json> -- PROGRAM ARGS...`. The launcher's bwrap argv ends with
-// `-- <driver-binary> sandbox-init <InitArgs...>`.
+// InitArgs builds the argv that follows SandboxInitCommand for a spec
+// without CommandFD: `<initspec-json> -- PROGRAM ARGS...`. The launcher's
+// bwrap argv ends with `-- <driver-binary> sandbox-init <InitArgs...>`.
 func InitArgs(s InitSpec, program string, args ...string) ([]string, error) {
+	if s.CommandFD != 0 {
+		return nil, &InitSpecError{"command_fd", "the command comes from the descriptor: use CommandInitArgs"}
+	}
 	if program == "" {
 		return nil, &InitSpecError{"", "empty program"}
 	}
@@ -297,20 +314,43 @@ func InitArgs(s InitSpec, program string, args ...string) ([]string, error) {
 	return append([]string{string(js), "--", program}, args...), nil
 }
 
-// ParseInitArgs is the inverse of InitArgs.
-func ParseInitArgs(argv []string) (InitSpec, []string, error) {
-	if len(argv) < 3 || argv[1] != "--" {
-		return InitSpec{}, nil, &InitSpecError{"", "usage: sandbox-init <initspec-json> -- PROGRAM [ARGS...]"}
+// CommandInitArgs builds the argv that follows SandboxInitCommand for a
+// spec with CommandFD: `<initspec-json>`, nothing else (the command is on
+// the descriptor).
+func CommandInitArgs(s InitSpec) ([]string, error) {
+	if s.CommandFD == 0 {
+		return nil, &InitSpecError{"command_fd", "not set: use InitArgs with the program"}
 	}
-	if argv[2] == "" {
-		return InitSpec{}, nil, &InitSpecError{"", "empty program"}
+	js, err := MarshalInitSpec(s)
+	if err != nil {
+		return nil, err
+	}
+	return []string{string(js)}, nil
+}
+
+// ParseInitArgs is the inverse of InitArgs and CommandInitArgs. argv is the
+// program and its arguments of InitArgs' form, nil for a spec with
+// CommandFD (sandbox-init reads them from the descriptor).
+func ParseInitArgs(argv []string) (InitSpec, []string, error) {
+	const usage = "usage: sandbox-init <initspec-json> [-- PROGRAM [ARGS...]]"
+	if len(argv) == 0 {
+		return InitSpec{}, nil, &InitSpecError{"", usage}
 	}
 	s, err := ParseInitSpec([]byte(argv[0]))
 	if err != nil {
 		return InitSpec{}, nil, err
 	}
-	if s.Prepared != (len(argv) == 3 && argv[2] == HandoverProgram) {
-		return InitSpec{}, nil, &InitSpecError{"prepared", "a prepared sandbox-init runs " + HandoverProgram + " and only it does"}
+	if s.CommandFD != 0 {
+		if len(argv) != 1 {
+			return InitSpec{}, nil, &InitSpecError{"command_fd", "the command comes from the descriptor: nothing may follow the spec"}
+		}
+		return s, nil, nil
+	}
+	if len(argv) < 3 || argv[1] != "--" {
+		return InitSpec{}, nil, &InitSpecError{"", usage}
+	}
+	if argv[2] == "" {
+		return InitSpec{}, nil, &InitSpecError{"", "empty program"}
 	}
 	return s, argv[2:], nil
 }

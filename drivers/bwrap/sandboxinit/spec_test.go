@@ -65,7 +65,7 @@ func TestInitSpecRefusals(t *testing.T) {
 		{"loopback without namespaces", `{"socket_mode":"loopback","no_namespaces":true}`, "no_namespaces"},
 		{"ports in loopback mode", `{"socket_mode":"loopback","bridge_ports":[80]}`, "bridge_ports"},
 		// The waiting child is a fork now, never a sandbox-init of its own.
-		{"go fd", `{"socket_mode":"unix_only","env_fd":3,"go_fd":5}`, ""},
+		{"go fd", `{"socket_mode":"unix_only","command_fd":3,"go_fd":5}`, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -86,7 +86,7 @@ func TestInitSpecRefusals(t *testing.T) {
 	if _, err := ParseInitSpec([]byte(`{"socket_mode":"loopback"}`)); err != nil {
 		t.Fatalf("loopback spec refused: %v", err)
 	}
-	if _, err := ParseInitSpec([]byte(`{"socket_mode":"unix_only","env_fd":3,"lifeline_fd":4,"supervise":true,"prepared":true}`)); err != nil {
+	if _, err := ParseInitSpec([]byte(`{"socket_mode":"unix_only","command_fd":3,"lifeline_fd":4,"supervise":true,"prepared":true}`)); err != nil {
 		t.Fatalf("prepared supervisor's spec refused: %v", err)
 	}
 }
@@ -100,9 +100,17 @@ func TestInitArgsRefusals(t *testing.T) {
 		{ok, "-x", "prog"},
 		{ok, "--", ""},
 		{`{"socket_mode":"nope"}`, "--", "prog"},
-		// A prepared sandbox-init runs the hand-over's program, and only it.
-		{`{"socket_mode":"unix_only","env_fd":3,"lifeline_fd":4,"supervise":true,"prepared":true}`, "--", "prog"},
-		{ok, "--", HandoverProgram},
+		// With command_fd the command is on the descriptor, and nothing
+		// follows the spec on the command line.
+		{`{"socket_mode":"unix_only","command_fd":3}`, "--", "prog"},
+		{`{"socket_mode":"unix_only","command_fd":3}`, "--"},
+		{`{"socket_mode":"unix_only","command_fd":3,"lifeline_fd":4,"supervise":true,"prepared":true}`, "--", "prog"},
+		// A prepared sandbox-init takes its command from the hand-over's
+		// record: never without the descriptor.
+		{`{"socket_mode":"unix_only","lifeline_fd":4,"supervise":true,"prepared":true}`, "--", "prog"},
+		// The environment-only descriptor of earlier sandbox-inits is no
+		// field any more: an older launcher's spec is refused whole.
+		{`{"socket_mode":"unix_only","env_fd":3}`, "--", "prog"},
 	} {
 		if _, _, err := ParseInitArgs(argv); err == nil {
 			t.Errorf("ParseInitArgs(%q) accepted", argv)
@@ -119,7 +127,19 @@ func TestInitArgsRefusals(t *testing.T) {
 	if _, _, err := ParseInitArgs([]string{ok, "--", "prog"}); err != nil {
 		t.Errorf("positive control refused: %v", err)
 	}
-	if _, _, err := ParseInitArgs([]string{`{"socket_mode":"unix_only","env_fd":3,"lifeline_fd":4,"supervise":true,"prepared":true}`, "--", HandoverProgram}); err != nil {
-		t.Errorf("prepared supervisor's argv refused: %v", err)
+	if _, argv, err := ParseInitArgs([]string{`{"socket_mode":"unix_only","command_fd":3,"lifeline_fd":4,"supervise":true,"prepared":true}`}); err != nil || argv != nil {
+		t.Errorf("prepared supervisor's argv refused: %q %v", argv, err)
+	}
+	if _, argv, err := ParseInitArgs([]string{`{"socket_mode":"unix_only","command_fd":3}`}); err != nil || argv != nil {
+		t.Errorf("command_fd spec alone refused: %q %v", argv, err)
+	}
+	if _, err := InitArgs(InitSpec{SocketMode: SocketUnixOnly, CommandFD: 3}, "prog"); err == nil {
+		t.Error("InitArgs put a program beside command_fd")
+	}
+	if _, err := CommandInitArgs(InitSpec{SocketMode: SocketUnixOnly}); err == nil {
+		t.Error("CommandInitArgs accepted a spec without command_fd")
+	}
+	if args, err := CommandInitArgs(InitSpec{SocketMode: SocketUnixOnly, CommandFD: 3}); err != nil || len(args) != 1 {
+		t.Errorf("CommandInitArgs: %q %v", args, err)
 	}
 }

@@ -98,8 +98,8 @@ func childSpec(spec *InitSpec) InitSpec {
 	s.Tty = nil
 	// The supervisor's RLIMIT_NPROC (see nprocHeadroom) is inherited.
 	s.RlimitNproc = 0
-	if s.EnvFD == 0 {
-		// Only the environment's path passes descriptors on to it.
+	if s.CommandFD == 0 {
+		// Only the command record's path passes descriptors on to it.
 		s.SeccompFD = 0
 	}
 	return s
@@ -203,8 +203,9 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 		return 0, errLauncherGone
 	}
 	// Descriptors 0-2 as they are; descriptors the target inherits were
-	// made inheritable already. The plain child also needs the
-	// environment's descriptor; the target gets its environment directly.
+	// made inheritable already. The plain child also needs the command
+	// record's descriptor and its report descriptor; the target gets its
+	// argv and environment directly.
 	files := []uintptr{0, 1, 2}
 	attr := &syscall.ProcAttr{Env: env, Files: files,
 		Sys: &syscall.SysProcAttr{
@@ -218,6 +219,16 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			Setpgid: !spec.NoNamespaces,
 		}}
 	var child int
+	// report is where the child says that its target never ran (a
+	// NotRunTag record), read once it is reaped: the waiting child's and
+	// forkCommand's socket, the plain child's ReportFD. -1: none (a
+	// target forked straight, whose exec error ForkExec returns).
+	report := -1
+	defer func() {
+		if report >= 0 {
+			unix.Close(report)
+		}
+	}()
 	if pre != nil && pre.ready() {
 		var nproc uint64
 		var err error
@@ -228,7 +239,7 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			err = pre.start(path, argv, env, cwd, nproc)
 		}
 		if err == nil {
-			child = pre.pid
+			child, report = pre.pid, pre.report()
 		} else {
 			pre.abandon()
 			pre = nil
@@ -243,23 +254,45 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	// A child that confines itself is a fork that runs system calls only
 	// (forkCommand), where it can be; else the plain sandbox-init.
 	direct := nestsTarget(spec, pid1) && pre == nil && slave < 0 && rawForkWorks()
+	reportW := -1
+	defer func() {
+		if reportW >= 0 {
+			unix.Close(reportW)
+		}
+	}()
 	if nestsTarget(spec, pid1) && pre == nil && !direct {
 		self, err := os.Executable()
 		if err != nil {
 			return 0, fmt.Errorf("own binary: %w", err)
 		}
+		if spec.CommandFD > 0 {
+			// The plain child reads the command itself: its own
+			// environment stays empty, so loader variables of the target's
+			// do not act on it, and its argv holds the spec alone.
+			attr.Env = []string{}
+			attr.Files = childFiles(spec.CommandFD, withSeccompFD(spec))
+		} else {
+			attr.Files = childFiles(0, spec.InheritFDs)
+		}
+		// Its report descriptor goes above every other it keeps.
+		var pfd [2]int
+		if err := unix.Pipe2(pfd[:], unix.O_CLOEXEC); err != nil {
+			return 0, fmt.Errorf("report pipe: %w", err)
+		}
+		report, reportW = pfd[0], pfd[1]
 		cs := childSpec(spec)
-		args, err := InitArgs(cs, argv[0], argv[1:]...)
+		cs.ReportFD = len(attr.Files)
+		attr.Files = append(attr.Files, uintptr(reportW))
+		var args []string
+		if cs.CommandFD > 0 {
+			args, err = CommandInitArgs(cs)
+		} else {
+			args, err = InitArgs(cs, argv[0], argv[1:]...)
+		}
 		if err != nil {
 			return 0, err
 		}
 		execPath, execArgv = self, append([]string{self, SandboxInitCommand}, args...)
-		if spec.EnvFD > 0 {
-			// The plain child reads the environment itself: its own stays
-			// empty, so loader variables of the target's do not act on it.
-			attr.Env = []string{}
-			attr.Files = childFiles(spec.EnvFD, withSeccompFD(spec))
-		}
 	}
 	if pre == nil {
 		if spec.RlimitNproc > 0 {
@@ -273,9 +306,15 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 		}
 		var err error
 		if direct {
-			child, err = forkCommand(spec, path, argv, env)
+			child, report, err = forkCommand(spec, path, argv, env)
 		} else {
 			child, err = syscall.ForkExec(execPath, execArgv, attr)
+		}
+		if reportW >= 0 {
+			// Only the child holds the write end now: its target's exec
+			// or its exit closes it.
+			unix.Close(reportW)
+			reportW = -1
 		}
 		if slave >= 0 {
 			// Only the target holds the slave: the master reads EIO once it
@@ -283,7 +322,15 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			unix.Close(slave)
 		}
 		if err != nil {
-			return 0, fmt.Errorf("start %s: %w", execPath, err)
+			err = fmt.Errorf("start %s: %w", execPath, err)
+			// ForkExec reports the error of the child's failed step; for
+			// the target itself, one about the program is its exec's
+			// (Go's other steps here, setpgid, the death signal and the
+			// descriptors, fail with none of those).
+			if execPath == path && !direct && ProgramErrno(errnoOf(err)) && reportNotRun(spec, nil, NotRunExec, err) {
+				return SandboxInitExitCode, nil
+			}
+			return 0, err
 		}
 	}
 	if master != nil {
@@ -306,6 +353,9 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	}
 	var used usage
 	ws := superviseLoop(child, fwd, chld, life, killAll, &used)
+	// The child is reaped: what it wrote on its report descriptor is all
+	// there will be.
+	used.notRun, used.errno = readNotRun(report)
 	if pid1 {
 		// What the command left running ends now, not when this process
 		// exits: the status record below tells the launcher that nothing
@@ -435,16 +485,16 @@ func nestsTarget(spec *InitSpec, pid1 bool) bool {
 	return !pid1 && signalScoped(spec)
 }
 
-// childFiles maps 0-2, envFD and keep to themselves and closes the rest up
-// to the highest of them (-1 closes a slot in the child).
-func childFiles(envFD int, keep []int) []uintptr {
-	top := max(envFD, 2)
+// childFiles maps 0-2, commandFD and keep to themselves and closes the
+// rest up to the highest of them (-1 closes a slot in the child).
+func childFiles(commandFD int, keep []int) []uintptr {
+	top := max(commandFD, 2)
 	for _, k := range keep {
 		top = max(top, k)
 	}
 	files := make([]uintptr, top+1)
 	for i := range files {
-		if i <= 2 || i == envFD || slices.Contains(keep, i) {
+		if i <= 2 || i == commandFD || slices.Contains(keep, i) {
 			files[i] = uintptr(i)
 		} else {
 			files[i] = ^uintptr(0)
@@ -483,10 +533,13 @@ func superviseLoop(child int, fwd, chld <-chan os.Signal, life <-chan syscall.Si
 	}
 }
 
-// usage is what the reaped processes used, for the status record.
+// usage is what the reaped processes used, and how the target ended
+// when it never ran, for the status record.
 type usage struct {
 	maxRSSKB, userUS, systemUS int64
 	alone                      bool // every other process was reaped
+	notRun                     NotRunStage
+	errno                      syscall.Errno
 }
 
 func (u *usage) add(ru *unix.Rusage) {
@@ -585,10 +638,42 @@ func readSignalRequests(fd int, onResize func(rows, cols uint16)) (<-chan syscal
 	return out, nil
 }
 
+// readNotRun reads what a reaped child wrote on its report descriptor
+// (none: fd < 0): a NotRunTag record when its target never ran, nothing
+// (its exec closed the descriptor) when it did. Anything else is no
+// report: the child's exit status stands.
+func readNotRun(fd int) (NotRunStage, syscall.Errno) {
+	if fd < 0 {
+		return NotRunNone, 0
+	}
+	// Every writer is gone (the child is reaped, and nothing else ever
+	// held the other end): a read never waits, but the descriptor is made
+	// non-blocking so a mistake there cannot hang the supervisor.
+	_ = unix.SetNonblock(fd, true)
+	var buf [2 * notRunRecordLen]byte
+	n := 0
+	for n < len(buf) {
+		m, err := unix.Read(fd, buf[n:])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || m <= 0 {
+			break
+		}
+		n += m
+	}
+	stage, e, ok := decodeNotRun(buf[:n])
+	if !ok {
+		return NotRunNone, 0
+	}
+	return stage, e
+}
+
 // reportStatus writes the status record. A launcher that is gone cannot
 // read it, which is no error.
 func reportStatus(fd int, ws unix.WaitStatus, used usage) {
-	rec := EncodeStatus(Status{Wait: uint32(ws), MaxRSSKB: used.maxRSSKB, UserUS: used.userUS, SystemUS: used.systemUS, Alone: used.alone})
+	rec := EncodeStatus(Status{Wait: uint32(ws), MaxRSSKB: used.maxRSSKB, UserUS: used.userUS, SystemUS: used.systemUS, Alone: used.alone,
+		NotRun: used.notRun, Errno: used.errno})
 	_ = unix.Sendto(fd, rec, unix.MSG_NOSIGNAL, nil)
 }
 
