@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -431,7 +432,13 @@ func commandLine(program string, args []string) string {
 		}
 		b.WriteString(w)
 		if b.Len() > maxShownCommand {
-			return b.String()[:maxShownCommand] + "..."
+			// Cut between characters: half of one would print as
+			// something else.
+			s, cut := b.String(), maxShownCommand
+			for cut > 0 && !utf8.RuneStart(s[cut]) {
+				cut--
+			}
+			return s[:cut] + "..."
 		}
 	}
 	return b.String()
