@@ -317,7 +317,13 @@ func reportExec(io stdio, asJSON bool, out *core.Output, err error) int {
 	case e.Signal > 0:
 		return 128 + int(e.Signal)
 	}
-	return int(e.ExitCode) & 0xff
+	// A status holds a byte: a wider code (Windows' are 32 bits) is cut to
+	// its low byte as shells do, but a failure whose low byte is 0 (256)
+	// must not read as success.
+	if c := int(e.ExitCode) & 0xff; c != 0 || e.ExitCode == 0 {
+		return c
+	}
+	return 255
 }
 
 func ptr[T any](v T) *T { return &v }
