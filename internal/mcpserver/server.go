@@ -131,10 +131,14 @@ func (st *callState) askable() bool {
 // baseline it approves, beyond it it asks the calling client by
 // elicitation, and where the client cannot be asked Fallback decides. The
 // runtime must be built with it (alephsandbox.WithApprover).
-type Approver struct{ cfg Config }
+type Approver struct {
+	cfg Config
+	// reach is cfg.Baseline with where its paths resolved (core.Reach).
+	reach driverapi.Capabilities
+}
 
 // NewApprover returns the approver for cfg.
-func NewApprover(cfg Config) *Approver { return &Approver{cfg: cfg} }
+func NewApprover(cfg Config) *Approver { return &Approver{cfg: cfg, reach: core.Reach(cfg.Baseline)} }
 
 // approvalID names an elevation request in the input-request map: the
 // digest of what is asked for, so the retried call's request finds its
@@ -192,7 +196,9 @@ func (a *askedSet) take(req driverapi.ApprovalRequest, responses mcp.InputRespon
 
 // RequestApproval implements core.ApprovalRequester.
 func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
-	if req.Requested.IsWithin(a.cfg.Baseline) {
+	// By name and by where the paths lead: a link under the baseline
+	// leads out of it.
+	if core.Covered(req.Requested, a.cfg.Baseline, a.reach) {
 		return driverapi.ApprovalApproved, nil
 	}
 	st, _ := ctx.Value(callKey{}).(*callState)

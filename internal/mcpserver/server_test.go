@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -252,5 +253,36 @@ func TestMCPUnaskedAnswersDoNotApprove(t *testing.T) {
 	}
 	if !res.IsError || asked != 1 || fake.Runs() != 0 {
 		t.Fatalf("an unasked answer: error=%v, asked %d, runs %d; want denied after asking once", res.IsError, asked, fake.Runs())
+	}
+}
+
+// The server's baseline answers yes only to what lies within it by its
+// paths' names and by where they lead: a link under a baseline path that
+// leads out of it is asked about (here, with no client to ask, refused);
+// a real directory under it, and a link that stays under it, are approved
+// (the controls).
+func TestMCPBaselineDoesNotCoverALinkOutOfIt(t *testing.T) {
+	dir := t.TempDir()
+	build, secret := filepath.Join(dir, "build"), filepath.Join(dir, "secret")
+	for _, d := range []string{filepath.Join(build, "sub"), secret} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, to := range map[string]string{"inner": filepath.Join(build, "sub"), "out": secret} {
+		if err := os.Symlink(to, filepath.Join(build, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := mcpserver.NewApprover(mcpserver.Config{Baseline: driverapi.Capabilities{FSRead: []string{build}}})
+	for p, want := range map[string]driverapi.ApprovalOutcome{
+		filepath.Join(build, "sub"):   driverapi.ApprovalApproved,
+		filepath.Join(build, "inner"): driverapi.ApprovalApproved,
+		filepath.Join(build, "out"):   driverapi.ApprovalDenied,
+	} {
+		got, err := a.RequestApproval(context.Background(), driverapi.ApprovalRequest{Requested: driverapi.Capabilities{FSRead: []string{p}}})
+		if err != nil || got != want {
+			t.Errorf("%s: %v, %v; want %v", p, got, err, want)
+		}
 	}
 }
