@@ -21,6 +21,18 @@ func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *
 	// (the command may write there) leads out of it, and a driver that
 	// resolves paths (Seatbelt) would reach its target unasked.
 	reach := resolvedCaps(caps)
+	if note := leadsTo(caps, reach); note != "" {
+		// Where the paths lead is held to what may be granted as their
+		// names are: by name, a link to another session's workspace is
+		// outside the workspace root.
+		if err := s.grantsReachOwnState(reach, sid); err != nil {
+			var ie *InvalidCommandError
+			if errors.As(err, &ie) {
+				ie.Reason += note
+			}
+			return err
+		}
+	}
 	if covered(caps, reach, sess.baseline, s.baselineReach) {
 		return nil
 	}

@@ -2,6 +2,7 @@ package core
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -129,5 +130,41 @@ func TestLinkInAGrantIsNotCoveredByIt(t *testing.T) {
 	}
 	if got := ap.Requests()[2].Summary; !strings.Contains(got, other) {
 		t.Errorf("the question after the re-point does not name %s: %q", other, got)
+	}
+}
+
+// Where a requested path leads is held to what may be granted as its name
+// is: a link to the root directory, or to another session's workspace, is
+// refused before anyone is asked, as the paths themselves are (a yes
+// would otherwise keep a grant of what no grant may be). The control: a
+// link to a directory that may be granted is asked about.
+func TestLinkToWhatCannotBeGrantedIsRefused(t *testing.T) {
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalDenied}
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap))
+	other, err := h.sb.WorkspacePath("neighbour")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, plain := t.TempDir(), t.TempDir()
+	for name, to := range map[string]string{"root": "/", "neighbour": other, "plain": plain} {
+		if err := os.Symlink(to, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := WithSession(context.Background(), "me")
+	for _, name := range []string{"root", "neighbour"} {
+		_, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: driverapi.Capabilities{FSRead: []string{filepath.Join(dir, name)}}})
+		var ie *InvalidCommandError
+		if !errors.As(err, &ie) {
+			t.Errorf("a link to %s: %v, want an InvalidCommandError", name, err)
+		}
+	}
+	if n := len(ap.Requests()); n != 0 {
+		t.Fatalf("%d questions about links to what cannot be granted", n)
+	}
+	_, err = h.sb.Execute(ctx, Command{Program: "echo", Capabilities: driverapi.Capabilities{FSRead: []string{filepath.Join(dir, "plain")}}})
+	wantDenied(t, err, ReasonApprovalDenied)
+	if n := len(ap.Requests()); n != 1 {
+		t.Fatalf("the control: %d questions, want 1", n)
 	}
 }
