@@ -13,7 +13,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
@@ -360,36 +359,9 @@ func shown(s string) string {
 	return strconv.Quote(s)
 }
 
-// escapeControls writes control characters (C0, DEL, C1), every other
-// character that prints nothing of its own (bidi overrides and isolates,
-// zero-width and format characters, line and paragraph separators, spaces
-// other than the ASCII one) and bytes that are not UTF-8 as visible
-// escapes: a bidi override reorders what follows it on the line, and a
-// no-break space passes for a word break, so either lets text read as
-// something it is not.
-func escapeControls(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case !unicode.IsPrint(r):
-			switch {
-			case r < 0x80:
-				fmt.Fprintf(&b, `\x%02x`, r)
-			case r <= 0xffff:
-				fmt.Fprintf(&b, `\u%04x`, r)
-			default:
-				fmt.Fprintf(&b, `\U%08x`, r)
-			}
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
+// escapeControls is termsafe.Escape: what prints nothing of its own is
+// shown escaped.
+func escapeControls(s string) string { return termsafe.Escape(s) }
 
 // lossless returns b as a string; invalid UTF-8 is replaced rather than
 // letting encoding/json mangle it silently (JSON strings are Unicode).

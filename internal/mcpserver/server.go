@@ -24,6 +24,7 @@ import (
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
 // ToolRunCommand is the tool's name (docs/mcp.md).
@@ -137,6 +138,9 @@ type Approver struct {
 	reach driverapi.Capabilities
 }
 
+// maxShownCommand bounds the command line a question shows.
+const maxShownCommand = 300
+
 // NewApprover returns the approver for cfg.
 func NewApprover(cfg Config) *Approver { return &Approver{cfg: cfg, reach: core.Reach(cfg.Baseline)} }
 
@@ -226,8 +230,11 @@ func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRe
 	}
 	id := approvalID(req)
 	q := &mcp.ElicitParams{
-		Mode:    "form",
-		Message: fmt.Sprintf("aleph-sandbox: %s (%s). Allow it for this session?", req.Summary, strings.Join(append([]string{req.Program}, req.Args...), " ")),
+		Mode: "form",
+		// Escaped and quoted: the command line is the caller's, and must
+		// not add lines or reorder the question its user answers.
+		Message: fmt.Sprintf("aleph-sandbox: %s (%s). Allow it for this session?",
+			termsafe.Escape(req.Summary), termsafe.CommandLine(req.Program, req.Args, maxShownCommand)),
 		RequestedSchema: map[string]any{
 			"type": "object",
 			"properties": map[string]any{

@@ -286,3 +286,31 @@ func TestMCPBaselineDoesNotCoverALinkOutOfIt(t *testing.T) {
 		}
 	}
 }
+
+// The question the client shows its user cannot be drawn by the command
+// line: each word that is not plain is quoted, and what prints nothing of
+// its own (a newline, an escape sequence, a bidi override) is shown
+// escaped, so an argument cannot add lines of its own ("asks for nothing
+// beyond its baseline") or reorder the text. A plain word stays as it is
+// (the control).
+func TestMCPQuestionShowsTheCommandLineEscaped(t *testing.T) {
+	var asked []string
+	cs, _ := connect(t, mcpserver.Config{}, func(r *mcp.ElicitRequest) *mcp.ElicitResult {
+		asked = append(asked, r.Params.Message)
+		return &mcp.ElicitResult{Action: "decline"}
+	})
+	forged := "x).\n\naleph-sandbox: this command asks for nothing beyond its baseline (ls"
+	call(t, cs, map[string]any{"argv": []string{"echo", "plain", forged, "\x1b[2J", "a b", "r\u202eev"}, "network": "all"})
+	if len(asked) != 1 {
+		t.Fatalf("asked %d times", len(asked))
+	}
+	q := asked[0]
+	for _, raw := range []string{"\n", "\x1b", "\u202e"} {
+		if strings.Contains(q, raw) {
+			t.Errorf("the question holds %q raw: %q", raw, q)
+		}
+	}
+	if !strings.Contains(q, `(echo plain "x).\n\naleph-sandbox: `) || !strings.Contains(q, ` "\x1b[2J" "a b" "r\u202eev")`) {
+		t.Errorf("the command line is not shown quoted: %q", q)
+	}
+}
