@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -14,17 +16,34 @@ func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *
 	if err := s.grantsReachOwnState(caps, sid); err != nil {
 		return err
 	}
-	if caps.IsWithin(sess.baseline) {
+	// A path is covered by the baseline or a grant only if it is by its
+	// name and by where it resolves: a symbolic link made inside a grant
+	// (the command may write there) leads out of it, and a driver that
+	// resolves paths (Seatbelt) would reach its target unasked.
+	reach := resolvedCaps(caps)
+	if note := leadsTo(caps, reach); note != "" {
+		// Where the paths lead is held to what may be granted as their
+		// names are: by name, a link to another session's workspace is
+		// outside the workspace root.
+		if err := s.grantsReachOwnState(reach, sid); err != nil {
+			var ie *InvalidCommandError
+			if errors.As(err, &ie) {
+				ie.Reason += note
+			}
+			return err
+		}
+	}
+	if covered(caps, reach, sess.baseline, s.baselineReach) {
 		return nil
 	}
 	s.refreshGrants(sess)
-	if sess.withinGrant(caps) {
+	if sess.withinGrant(caps, reach) {
 		r.rec.Reason = ReasonGrantCached
 		return nil
 	}
 	req := driverapi.ApprovalRequest{
 		SessionID: sid, CommandID: r.rec.CommandID, Program: cmd.Program, Args: cmd.Args,
-		Requested: caps, Baseline: sess.baseline, Summary: Summary(caps, sess.baseline),
+		Requested: caps, Baseline: sess.baseline, Summary: Summary(caps, sess.baseline) + leadsTo(caps, reach),
 	}
 	outcome, err := s.gate.Decide(ctx, req)
 	if ctx.Err() != nil {
@@ -34,8 +53,11 @@ func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *
 	case err != nil:
 		return &DeniedError{Code: ReasonApprovalDenied, Reason: req.Summary + ": " + err.Error()}
 	case outcome == driverapi.ApprovalApproved:
-		sess.addGrant(caps)
-		s.persist(sid, func(st *StoredGrants) { mergeGrant(st, caps) })
+		// The grant is of the names approved and of where they led when
+		// approved: a link re-pointed later leads out of it.
+		grant := withResolved(caps)
+		sess.addGrant(grant)
+		s.persist(sid, func(st *StoredGrants) { mergeGrant(st, grant) })
 		r.rec.Reason = ReasonApprovalGranted
 		return nil
 	case outcome == driverapi.ApprovalTimeout:
@@ -44,11 +66,13 @@ func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *
 	return &DeniedError{Code: ReasonApprovalDenied, Reason: req.Summary + ": not approved"}
 }
 
-func (ss *session) withinGrant(c driverapi.Capabilities) bool {
+// withinGrant reports whether c, and reach (c's paths as they resolve),
+// lie within one of the session's grants.
+func (ss *session) withinGrant(c, reach driverapi.Capabilities) bool {
 	ss.mu.RLock()
 	defer ss.mu.RUnlock()
 	for _, g := range ss.grants {
-		if c.IsWithin(g) {
+		if covered(c, reach, g, g) {
 			return true
 		}
 	}
@@ -65,6 +89,76 @@ func (ss *session) addGrant(c driverapi.Capabilities) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	ss.grants = append(ss.grants, cloneCaps(c))
+}
+
+// Covered reports whether requested lies within base both by its paths'
+// names and by where they resolve now, against baseReach (Reach(base),
+// taken when base was set): a symbolic link under a path of base, which a
+// command that may write there can make, leads out of it, and a driver
+// that resolves paths (Seatbelt) would reach its target. An approver that
+// answers yes to what lies within a baseline of its own decides with it.
+func Covered(requested, base, baseReach driverapi.Capabilities) bool {
+	return covered(requested, resolvedCaps(requested), base, baseReach)
+}
+
+func covered(requested, reach, base, baseReach driverapi.Capabilities) bool {
+	return requested.IsWithin(base) && reach.IsWithin(baseReach)
+}
+
+// Reach is c with, beside each fs path that resolves elsewhere, where it
+// resolves now: what c covers for Covered, fixed at the time it is taken,
+// so a link re-pointed later does not carry it along.
+func Reach(c driverapi.Capabilities) driverapi.Capabilities { return withResolved(c) }
+
+// resolvedCaps is c with each fs path as it resolves now, symbolic links
+// followed: what a driver that resolves paths reaches. A path that does
+// not resolve is kept as named.
+func resolvedCaps(c driverapi.Capabilities) driverapi.Capabilities {
+	c = cloneCaps(c)
+	for _, paths := range [][]string{c.FSRead, c.FSWrite} {
+		for i, p := range paths {
+			paths[i] = resolvePath(p)
+		}
+	}
+	return c
+}
+
+// withResolved is c with, beside each fs path that resolves elsewhere,
+// where it resolves now.
+func withResolved(c driverapi.Capabilities) driverapi.Capabilities {
+	c = cloneCaps(c)
+	for _, paths := range []*[]string{&c.FSRead, &c.FSWrite} {
+		for _, p := range *paths {
+			if r := resolvePath(p); r != filepath.Clean(p) {
+				*paths = append(*paths, r)
+			}
+		}
+	}
+	return c
+}
+
+func resolvePath(p string) string {
+	if r, err := filepath.EvalSymlinks(p); err == nil {
+		return r
+	}
+	return filepath.Clean(p)
+}
+
+// leadsTo is the approval summary's note of the requested paths that
+// resolve elsewhere than their names say, or "".
+func leadsTo(named, reach driverapi.Capabilities) string {
+	var notes []string
+	for _, pair := range [][2][]string{{named.FSRead, reach.FSRead}, {named.FSWrite, reach.FSWrite}} {
+		for i, p := range pair[0] {
+			if r := pair[1][i]; r != filepath.Clean(p) {
+				notes = append(notes, p+" leads to "+r)
+			}
+		}
+	}
+	if len(notes) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(notes, ", ") + ")"
 }
 
 func cloneCaps(c driverapi.Capabilities) driverapi.Capabilities {

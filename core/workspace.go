@@ -43,6 +43,9 @@ type WorkspaceSandbox struct {
 	logger   hclog.Logger
 	store    GrantStore // nil: grants live as long as this process
 	baseline driverapi.Capabilities
+	// baselineReach is the baseline with, beside each path, where it
+	// resolved when the pipeline was built (withResolved).
+	baselineReach driverapi.Capabilities
 	// protect are files no write grant or named workspace may hold
 	// (WithProtectedPaths, hook plugins).
 	protect []string
@@ -142,6 +145,7 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 	if err := s.grantsReachOwnState(s.baseline, ""); err != nil {
 		return nil, fmt.Errorf("baseline: %w", err)
 	}
+	s.baselineReach = withResolved(s.baseline)
 	for i, h := range o.hooks {
 		if h == nil {
 			return nil, fmt.Errorf("hook %d is nil", i)

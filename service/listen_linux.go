@@ -42,6 +42,61 @@ func stickyBit(m os.FileMode) uint32 {
 	return 0
 }
 
+// checkWay refuses a socket directory reached through an entry that a uid
+// other than this one and root could replace, as it names it and as it
+// resolves: a symbolic link or a directory another uid owns, or a
+// directory others may write that is not sticky (in a sticky one, as
+// /tmp, only an entry's owner replaces it, and the entry is checked in
+// turn). The socket directory's own mode is checked apart. A replaced
+// entry would not touch the server's socket, but every client that dials
+// the path would reach whatever the entry then leads to: a listener of
+// the other uid's, handed the commands and their secrets.
+func checkWay(dir string) error {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	ways := []string{abs}
+	if real, err := filepath.EvalSymlinks(abs); err == nil && real != abs {
+		ways = append(ways, real)
+	}
+	for _, way := range ways {
+		for cur := way; ; cur = filepath.Dir(cur) {
+			st, err := os.Lstat(cur)
+			if err == nil {
+				if why := replaceable(cur, st, cur == way); why != "" {
+					return &SocketDirError{Dir: dir, Why: why}
+				}
+			}
+			if filepath.Dir(cur) == cur {
+				break
+			}
+		}
+	}
+	return nil
+}
+
+// replaceable says why entry p (st, from Lstat) could be replaced by a uid
+// other than this one and root, or "" when it cannot. last is the socket
+// directory itself, whose mode ListenUnix checks apart.
+func replaceable(p string, st os.FileInfo, last bool) string {
+	uid, ok := fileOwner(st)
+	if !ok {
+		return ""
+	}
+	if uid != os.Getuid() && uid != 0 {
+		what := "directory"
+		if st.Mode()&os.ModeSymlink != 0 {
+			what = "symbolic link"
+		}
+		return fmt.Sprintf("the %s %s on its way belongs to uid %d, who could replace what it leads to", what, p, uid)
+	}
+	if !last && st.IsDir() && st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
+		return fmt.Sprintf("the directory %s on its way has mode %04o: others may write it, and could replace what is in it", p, uint32(st.Mode().Perm()))
+	}
+	return ""
+}
+
 // UnixListener is the service's socket: the lock that makes it ours, and
 // the peer check on every connection.
 type UnixListener struct {
@@ -76,8 +131,16 @@ func ListenUnix(path string, allowedUIDs []uint32, log hclog.Logger) (*UnixListe
 		log = hclog.NewNullLogger()
 	}
 	dir := filepath.Dir(path)
+	// Checked before MkdirAll too: a directory is not made through a way
+	// that is refused.
+	if err := checkWay(dir); err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("socket directory %s: %w", dir, err)
+	}
+	if err := checkWay(dir); err != nil {
+		return nil, err
 	}
 	st, err := os.Stat(dir)
 	if err != nil {

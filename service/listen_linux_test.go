@@ -152,3 +152,159 @@ func TestRefusedPeerIsToldAndBounded(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestListenUnixRefusesAReplaceableWay: a socket directory reached through
+// an entry someone else could replace is refused before anything is
+// created: a symbolic link another uid owns (in a sticky public directory,
+// as in /tmp: its owner re-points it at a directory of its own, and every
+// client that dials the path talks to a server of its making), a directory
+// on the way that others may write, or one another uid owns. The same
+// layouts with the entry this user's own (a link of ours, a sticky public
+// directory, a parent of ours) are used (the controls).
+func TestListenUnixRefusesAReplaceableWay(t *testing.T) {
+	const other = 65534
+	for _, c := range []struct {
+		name   string
+		root   bool // needs root: it chowns to another uid
+		refuse bool
+		// setup lays out base and returns the socket directory to use.
+		setup func(t *testing.T, base string) string
+	}{
+		{"link of another uid", true, true, func(t *testing.T, base string) string {
+			return linkInPublic(t, base, other)
+		}},
+		{"link of ours", false, false, func(t *testing.T, base string) string {
+			return linkInPublic(t, base, os.Getuid())
+		}},
+		{"writable parent", false, true, func(t *testing.T, base string) string {
+			return under(t, base, 0o777, -1)
+		}},
+		{"sticky public parent", false, false, func(t *testing.T, base string) string {
+			return under(t, base, 0o777|os.ModeSticky, -1)
+		}},
+		{"parent of another uid", true, true, func(t *testing.T, base string) string {
+			return under(t, base, 0o755, other)
+		}},
+		{"parent of ours", false, false, func(t *testing.T, base string) string {
+			return under(t, base, 0o755, -1)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.root && os.Getuid() != 0 {
+				t.Skip("needs root to give an entry to another uid")
+			}
+			dir := c.setup(t, t.TempDir())
+			sock := filepath.Join(dir, "a.sock")
+			l, err := ListenUnix(sock, nil, nil)
+			if !c.refuse {
+				if err != nil {
+					t.Fatalf("ListenUnix: %v", err)
+				}
+				l.Close()
+				return
+			}
+			var de *SocketDirError
+			if errors.As(err, &de) {
+				if !strings.Contains(de.Why, "replace") {
+					t.Errorf("the refusal does not say why: %v", err)
+				}
+				if _, err := os.Lstat(sock + ".lock"); !os.IsNotExist(err) {
+					t.Errorf("a lock was made on a refused way: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("ListenUnix: %v, want a *SocketDirError", err)
+			}
+			defer l.Close()
+			t.Fatalf("ListenUnix on %s accepted a way another uid can replace", dir)
+		})
+	}
+	if os.Getuid() != 0 {
+		return
+	}
+	// What the refusal prevents: through a link another uid owns, a
+	// client that dials the served path reaches that uid's listener once
+	// the link is re-pointed.
+	t.Run("hijack", func(t *testing.T) {
+		base := t.TempDir()
+		link := linkInPublic(t, base, os.Getuid())
+		sock := filepath.Join(link, "a.sock")
+		l, err := ListenUnix(sock, nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		evil := filepath.Join(base, "evil")
+		if err := os.Mkdir(evil, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		el, err := net.Listen("unix", filepath.Join(evil, "a.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer el.Close()
+		if err := os.Remove(link); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(evil, link); err != nil {
+			t.Fatal(err)
+		}
+		c, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = el.(*net.UnixListener).SetDeadline(time.Now().Add(5 * time.Second))
+		ec, err := el.Accept()
+		if err != nil {
+			t.Fatalf("the re-pointed link did not lead to the other listener: %v", err)
+		}
+		ec.Close()
+	})
+}
+
+// linkInPublic makes base/real (0700) and base/pub/aleph, a link to it
+// owned by uid, in a sticky world-writable directory; it returns the link.
+func linkInPublic(t *testing.T, base string, uid int) string {
+	t.Helper()
+	real, pub := filepath.Join(base, "real"), filepath.Join(base, "pub")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(pub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(pub, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(pub, "aleph")
+	if err := os.Symlink(real, link); err != nil {
+		t.Fatal(err)
+	}
+	if uid != os.Getuid() {
+		if err := os.Lchown(link, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return link
+}
+
+// under makes base/parent with mode (and owner uid, unless -1) and returns
+// base/parent/run, which ListenUnix creates.
+func under(t *testing.T, base string, mode os.FileMode, uid int) string {
+	t.Helper()
+	parent := filepath.Join(base, "parent")
+	if err := os.Mkdir(parent, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(parent, mode); err != nil {
+		t.Fatal(err)
+	}
+	if uid >= 0 {
+		if err := os.Chown(parent, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return filepath.Join(parent, "run")
+}

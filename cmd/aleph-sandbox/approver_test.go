@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -73,5 +75,47 @@ func TestApproverTerminal(t *testing.T) {
 				t.Fatalf("prompt %q, want asked=%v once (%q)", prompt.String(), tc.asked, want)
 			}
 		})
+	}
+}
+
+// TestApproverPromptShowsInvisibles: characters that print nothing, or
+// reorder or fake what is around them (bidi overrides and isolates,
+// zero-width characters, the line and paragraph separators, a no-break
+// space that looks like a word break), are shown as escapes in the command
+// line and in the summary, so an argument or a granted path cannot make the
+// prompt read as another command; a plain word and an accented one are
+// shown as they are (the control). A command line cut at its bound is cut
+// between characters.
+func TestApproverPromptShowsInvisibles(t *testing.T) {
+	invisible := []rune{'\u202e', '\u2066', '\u2069', '\u200b', '\u2028', '\u2029', '\u00a0', '\ufeff', '\u061c'}
+	var args []string
+	for _, r := range invisible {
+		args = append(args, "x"+string(r)+"y")
+	}
+	args = append(args, "plain", "caf\u00e9")
+	req := driverapi.ApprovalRequest{SessionID: "s\u202e", Program: "/bin/echo", Args: args,
+		Summary: "this command asks for read access to /tmp/\u202edata\u2069"}
+	var prompt bytes.Buffer
+	a := approver{terminal: true, prompt: &prompt, answers: func() (io.ReadCloser, error) {
+		return io.NopCloser(strings.NewReader("n\n")), nil
+	}}
+	if got, err := a.RequestApproval(context.Background(), req); err != nil || got != driverapi.ApprovalDenied {
+		t.Fatalf("outcome %v, %v", got, err)
+	}
+	p := prompt.String()
+	for _, r := range invisible {
+		if strings.ContainsRune(p, r) {
+			t.Errorf("the prompt holds U+%04X raw: %q", r, p)
+		}
+		if esc := fmt.Sprintf(`\u%04x`, r); !strings.Contains(p, esc) {
+			t.Errorf("the prompt does not show U+%04X as %s: %q", r, esc, p)
+		}
+	}
+	if !strings.Contains(p, " plain caf\u00e9\n") || !strings.Contains(p, `/tmp/\u202edata\u2069`) {
+		t.Errorf("printable words or the path not shown as they are: %q", p)
+	}
+	long := commandLine("/bin/cat", []string{strings.Repeat("\u00e9", maxShownCommand)})
+	if !utf8.ValidString(long) || !strings.HasSuffix(long, "...") {
+		t.Errorf("a long command line is cut inside a character: %q", long[len(long)-8:])
 	}
 }

@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
@@ -331,7 +330,13 @@ func reportExec(io stdio, asJSON bool, out *core.Output, reason core.ReasonCode,
 	case e.Signal > 0:
 		return 128 + int(e.Signal)
 	}
-	return int(e.ExitCode) & 0xff
+	// A status holds a byte: a wider code (Windows' are 32 bits) is cut to
+	// its low byte as shells do, but a failure whose low byte is 0 (256)
+	// must not read as success.
+	if c := int(e.ExitCode) & 0xff; c != 0 || e.ExitCode == 0 {
+		return c
+	}
+	return 255
 }
 
 func ptr[T any](v T) *T { return &v }
@@ -384,28 +389,9 @@ func shown(s string) string {
 	return strconv.Quote(s)
 }
 
-// escapeControls writes control characters (C0, DEL, C1) and bytes that
-// are not UTF-8 as visible escapes.
-func escapeControls(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); {
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size <= 1:
-			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case unicode.IsControl(r):
-			if r < 0x80 {
-				fmt.Fprintf(&b, `\x%02x`, r)
-			} else {
-				fmt.Fprintf(&b, `\u%04x`, r)
-			}
-		default:
-			b.WriteString(s[i : i+size])
-		}
-		i += size
-	}
-	return b.String()
-}
+// escapeControls is termsafe.Escape: what prints nothing of its own is
+// shown escaped.
+func escapeControls(s string) string { return termsafe.Escape(s) }
 
 // lossless returns b as a string; invalid UTF-8 is replaced rather than
 // letting encoding/json mangle it silently (JSON strings are Unicode).

@@ -45,11 +45,33 @@ func socketPath(addr string) (string, error) {
 	return filepath.Abs(p)
 }
 
-// hostClient speaks to the service over its unix socket.
+// ServiceOwnerError is a socket served by another user: nothing is sent
+// to it.
+type ServiceOwnerError struct {
+	Socket string
+	UID    uint32
+}
+
+func (e *ServiceOwnerError) Error() string {
+	return fmt.Sprintf("the socket %s is served by uid %d, not by you (uid %d) or root: nothing was sent to it "+
+		"(fix: start aleph-sandbox serve yourself, on a socket in a directory only you can write, such as the default)",
+		e.Socket, e.UID, os.Getuid())
+}
+
+// hostClient speaks to the service over its unix socket, once it has
+// checked who serves it (checkServiceOwner).
 func hostClient(sock string) hostv1connect.ServiceClient {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
-		return d.DialContext(ctx, "unix", sock)
+		c, err := d.DialContext(ctx, "unix", sock)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkServiceOwner(c, sock); err != nil {
+			_ = c.Close()
+			return nil, err
+		}
+		return c, nil
 	}}
 	return hostv1connect.NewServiceClient(&http.Client{Transport: tr}, "http://aleph-sandbox")
 }
@@ -233,7 +255,10 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 
 func hostError(sock string, err error) string {
 	var ce *connect.Error
+	var oe *ServiceOwnerError
 	switch {
+	case errors.As(err, &oe):
+		return "exec: " + oe.Error()
 	case errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && strings.Contains(ce.Message(), "dial"):
 		return fmt.Sprintf("exec: no service at %s (start it with aleph-sandbox serve): %s", sock, ce.Message())
 	case reasonOf(err) == service.ReasonServiceStopping:

@@ -35,6 +35,10 @@ func TestMain(m *testing.M) {
 		main()
 		return
 	}
+	if p := os.Getenv("ALEPH_CLI_TEST_FAKE_SERVICE"); p != "" {
+		fakeService(p)
+		return
+	}
 	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "1" {
 		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("default out")})
 		return

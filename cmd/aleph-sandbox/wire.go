@@ -20,6 +20,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
 // runFlags are the flags exec and bench share: everything that shapes one
@@ -417,24 +418,10 @@ func (a *approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRe
 // maxShownCommand bounds the command line an approval prompt shows.
 const maxShownCommand = 300
 
-// commandLine is program and args as a prompt shows them: each word as it
-// is when it is plain, quoted when it holds spaces, quotes or characters
-// that are not printable, the whole cut at maxShownCommand.
+// commandLine is program and args as a prompt shows them
+// (termsafe.CommandLine), cut at maxShownCommand.
 func commandLine(program string, args []string) string {
-	var b strings.Builder
-	for i, w := range append([]string{program}, args...) {
-		if i > 0 {
-			b.WriteByte(' ')
-		}
-		if w == "" || strings.ContainsAny(w, " \t'\"\\") || escapeControls(w) != w {
-			w = strconv.Quote(w)
-		}
-		b.WriteString(w)
-		if b.Len() > maxShownCommand {
-			return b.String()[:maxShownCommand] + "..."
-		}
-	}
-	return b.String()
+	return termsafe.CommandLine(program, args, maxShownCommand)
 }
 
 // ttyAnswers opens the controlling terminal, so the question can be asked

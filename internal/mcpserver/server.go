@@ -24,6 +24,7 @@ import (
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
 // ToolRunCommand is the tool's name (docs/mcp.md).
@@ -131,10 +132,17 @@ func (st *callState) askable() bool {
 // baseline it approves, beyond it it asks the calling client by
 // elicitation, and where the client cannot be asked Fallback decides. The
 // runtime must be built with it (alephsandbox.WithApprover).
-type Approver struct{ cfg Config }
+type Approver struct {
+	cfg Config
+	// reach is cfg.Baseline with where its paths resolved (core.Reach).
+	reach driverapi.Capabilities
+}
+
+// maxShownCommand bounds the command line a question shows.
+const maxShownCommand = 300
 
 // NewApprover returns the approver for cfg.
-func NewApprover(cfg Config) *Approver { return &Approver{cfg: cfg} }
+func NewApprover(cfg Config) *Approver { return &Approver{cfg: cfg, reach: core.Reach(cfg.Baseline)} }
 
 // approvalID names an elevation request in the input-request map: the
 // digest of what is asked for, so the retried call's request finds its
@@ -192,7 +200,9 @@ func (a *askedSet) take(req driverapi.ApprovalRequest, responses mcp.InputRespon
 
 // RequestApproval implements core.ApprovalRequester.
 func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
-	if req.Requested.IsWithin(a.cfg.Baseline) {
+	// By name and by where the paths lead: a link under the baseline
+	// leads out of it.
+	if core.Covered(req.Requested, a.cfg.Baseline, a.reach) {
 		return driverapi.ApprovalApproved, nil
 	}
 	st, _ := ctx.Value(callKey{}).(*callState)
@@ -220,8 +230,11 @@ func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRe
 	}
 	id := approvalID(req)
 	q := &mcp.ElicitParams{
-		Mode:    "form",
-		Message: fmt.Sprintf("aleph-sandbox: %s (%s). Allow it for this session?", req.Summary, strings.Join(append([]string{req.Program}, req.Args...), " ")),
+		Mode: "form",
+		// Escaped and quoted: the command line is the caller's, and must
+		// not add lines or reorder the question its user answers.
+		Message: fmt.Sprintf("aleph-sandbox: %s (%s). Allow it for this session?",
+			termsafe.Escape(req.Summary), termsafe.CommandLine(req.Program, req.Args, maxShownCommand)),
 		RequestedSchema: map[string]any{
 			"type": "object",
 			"properties": map[string]any{

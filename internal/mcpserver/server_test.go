@@ -3,6 +3,7 @@ package mcpserver_test
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -252,5 +253,64 @@ func TestMCPUnaskedAnswersDoNotApprove(t *testing.T) {
 	}
 	if !res.IsError || asked != 1 || fake.Runs() != 0 {
 		t.Fatalf("an unasked answer: error=%v, asked %d, runs %d; want denied after asking once", res.IsError, asked, fake.Runs())
+	}
+}
+
+// The server's baseline answers yes only to what lies within it by its
+// paths' names and by where they lead: a link under a baseline path that
+// leads out of it is asked about (here, with no client to ask, refused);
+// a real directory under it, and a link that stays under it, are approved
+// (the controls).
+func TestMCPBaselineDoesNotCoverALinkOutOfIt(t *testing.T) {
+	dir := t.TempDir()
+	build, secret := filepath.Join(dir, "build"), filepath.Join(dir, "secret")
+	for _, d := range []string{filepath.Join(build, "sub"), secret} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for link, to := range map[string]string{"inner": filepath.Join(build, "sub"), "out": secret} {
+		if err := os.Symlink(to, filepath.Join(build, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := mcpserver.NewApprover(mcpserver.Config{Baseline: driverapi.Capabilities{FSRead: []string{build}}})
+	for p, want := range map[string]driverapi.ApprovalOutcome{
+		filepath.Join(build, "sub"):   driverapi.ApprovalApproved,
+		filepath.Join(build, "inner"): driverapi.ApprovalApproved,
+		filepath.Join(build, "out"):   driverapi.ApprovalDenied,
+	} {
+		got, err := a.RequestApproval(context.Background(), driverapi.ApprovalRequest{Requested: driverapi.Capabilities{FSRead: []string{p}}})
+		if err != nil || got != want {
+			t.Errorf("%s: %v, %v; want %v", p, got, err, want)
+		}
+	}
+}
+
+// The question the client shows its user cannot be drawn by the command
+// line: each word that is not plain is quoted, and what prints nothing of
+// its own (a newline, an escape sequence, a bidi override) is shown
+// escaped, so an argument cannot add lines of its own ("asks for nothing
+// beyond its baseline") or reorder the text. A plain word stays as it is
+// (the control).
+func TestMCPQuestionShowsTheCommandLineEscaped(t *testing.T) {
+	var asked []string
+	cs, _ := connect(t, mcpserver.Config{}, func(r *mcp.ElicitRequest) *mcp.ElicitResult {
+		asked = append(asked, r.Params.Message)
+		return &mcp.ElicitResult{Action: "decline"}
+	})
+	forged := "x).\n\naleph-sandbox: this command asks for nothing beyond its baseline (ls"
+	call(t, cs, map[string]any{"argv": []string{"echo", "plain", forged, "\x1b[2J", "a b", "r\u202eev"}, "network": "all"})
+	if len(asked) != 1 {
+		t.Fatalf("asked %d times", len(asked))
+	}
+	q := asked[0]
+	for _, raw := range []string{"\n", "\x1b", "\u202e"} {
+		if strings.Contains(q, raw) {
+			t.Errorf("the question holds %q raw: %q", raw, q)
+		}
+	}
+	if !strings.Contains(q, `(echo plain "x).\n\naleph-sandbox: `) || !strings.Contains(q, ` "\x1b[2J" "a b" "r\u202eev")`) {
+		t.Errorf("the command line is not shown quoted: %q", q)
 	}
 }
