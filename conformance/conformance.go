@@ -175,6 +175,10 @@ func (c Config) validate() error {
 	if !st.Mode().IsRegular() {
 		return &ConfigError{Reason: fmt.Sprintf("driver binary %s is not a regular file", c.DriverPath)}
 	}
+	if c.Run != nil && len(selectCases(c.Run)) == 0 {
+		// A filter with a typo would otherwise run nothing and pass.
+		return &ConfigError{Reason: fmt.Sprintf("Run %q matches no case id, so the run would prove nothing (Cases lists the ids)", c.Run.String())}
+	}
 	if c.Probe != "" {
 		st, err := os.Stat(c.Probe)
 		if err != nil {
@@ -285,10 +289,13 @@ func newSuite(cfg Config) *suite {
 	return &suite{cfg: cfg, progs: programsFor(runtime.GOOS, os.Getenv)}
 }
 
-func (s *suite) selected() []Case {
+func (s *suite) selected() []Case { return selectCases(s.cfg.Run) }
+
+// selectCases is the cases whose id re matches (all of them for nil).
+func selectCases(re *regexp.Regexp) []Case {
 	var out []Case
 	for _, c := range Cases() {
-		if s.cfg.Run == nil || s.cfg.Run.MatchString(c.ID) {
+		if re == nil || re.MatchString(c.ID) {
 			out = append(out, c)
 		}
 	}

@@ -358,6 +358,8 @@ func TestBadConfig(t *testing.T) {
 		"empty":   {},
 		"missing": {DriverPath: filepath.Join(t.TempDir(), "nope")},
 		"dir":     {DriverPath: t.TempDir()},
+		// A typo in a filter must not pass having run nothing.
+		"no case": {DriverPath: drivers.paths["example"], Run: regexp.MustCompile(`^exec/no-such-case$`)},
 	} {
 		_, err := conformance.RunSuite(context.Background(), cfg)
 		var ce *conformance.ConfigError

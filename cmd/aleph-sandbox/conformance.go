@@ -32,12 +32,9 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 	if fs.NArg() > 0 {
 		return fail(io.Err, "conformance: unexpected argument %q", fs.Arg(0))
 	}
-	var re *regexp.Regexp
-	if *run != "" {
-		var err error
-		if re, err = regexp.Compile(*run); err != nil {
-			return fail(io.Err, "conformance: --run: %v", err)
-		}
+	re, err := runFilter(*run)
+	if err != nil {
+		return fail(io.Err, "conformance: %s", oneLine(err.Error()))
 	}
 	if *list {
 		for _, c := range conformance.Cases() {
@@ -84,6 +81,25 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 		return 1
 	}
 	return 0
+}
+
+// runFilter compiles --run. A pattern that is no regular expression, or
+// that selects no case, is refused: a CI job whose filter has a typo must
+// fail, not pass having run nothing.
+func runFilter(pattern string) (*regexp.Regexp, error) {
+	if pattern == "" {
+		return nil, nil
+	}
+	re, err := regexp.Compile(pattern)
+	if err != nil {
+		return nil, fmt.Errorf("--run %q is not a regular expression (Go RE2 syntax): %w", pattern, err)
+	}
+	for _, c := range conformance.Cases() {
+		if re.MatchString(c.ID) {
+			return re, nil
+		}
+	}
+	return nil, fmt.Errorf("--run %q matches no case id; list them with: aleph-sandbox conformance --list", pattern)
 }
 
 func caseLine(r conformance.Result) string {

@@ -130,3 +130,41 @@ func TestConformanceList(t *testing.T) {
 		t.Errorf("exit %d, %q", code, out)
 	}
 }
+
+// A --run filter that cannot select anything is the caller's mistake: it
+// is refused (125) before any driver is looked at, naming the pattern,
+// rather than passing with nothing run.
+func TestConformanceRunFilterRefused(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"no match", []string{"--driver", "/bin/sh", "--run", "^fs/no-such-case$"},
+			[]string{`--run "^fs/no-such-case$" matches no case id`, "aleph-sandbox conformance --list"}},
+		{"no match, missing driver", []string{"--driver", "no-such-driver-name-xyz", "--run", "typo"},
+			[]string{`--run "typo" matches no case id`}},
+		{"no match with --list", []string{"--list", "--run", "^net/nope$"},
+			[]string{`--run "^net/nope$" matches no case id`}},
+		{"bad regexp", []string{"--driver", "/bin/sh", "--run", "("},
+			[]string{`--run "(" is not a regular expression`, "missing closing )"}},
+		{"bad regexp with --list", []string{"--list", "--run", "a**"},
+			[]string{`--run "a**" is not a regular expression`}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := runConf(t, c.args...)
+			if code != exitSandboxError || out != "" || strings.Count(errOut, "\n") != 1 || !strings.HasPrefix(errOut, "aleph-sandbox: conformance: ") {
+				t.Fatalf("exit %d, stdout %q, stderr %q; want 125 and one line on stderr", code, out, errOut)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(errOut, w) {
+					t.Errorf("stderr %q does not say %q", errOut, w)
+				}
+			}
+		})
+	}
+	// Positive control: a filter that matches runs the list.
+	if code, out, _ := runConf(t, "--list", "--run", "^net/none-blocks-tcp$"); code != 0 || out == "" {
+		t.Errorf("matching --list: exit %d, %q", code, out)
+	}
+}
