@@ -168,3 +168,103 @@ func TestConformanceRunFilterRefused(t *testing.T) {
 		t.Errorf("matching --list: exit %d, %q", code, out)
 	}
 }
+
+// confJSON is conformance --json's object as a CI job reads it.
+type confJSON struct {
+	Driver    string `json:"driver"`
+	Cases     []struct{ ID, Status, Detail string }
+	Passed    int    `json:"passed"`
+	Failed    int    `json:"failed"`
+	Error     string `json:"error"`
+	ErrorCode string `json:"error_code"`
+}
+
+// decodeOne decodes out, which must be exactly one JSON object holding
+// the keys error and error_code, into v.
+func decodeOne(t *testing.T, out string, v any) {
+	t.Helper()
+	dec := json.NewDecoder(strings.NewReader(out))
+	var obj map[string]json.RawMessage
+	if err := dec.Decode(&obj); err != nil {
+		t.Fatalf("stdout is not a JSON object: %v\n%q", err, out)
+	}
+	if dec.More() {
+		t.Fatalf("stdout holds more than one JSON value: %q", out)
+	}
+	for _, k := range []string{"error", "error_code", "cases"} {
+		if _, ok := obj[k]; !ok {
+			t.Errorf("the object has no %q: %s", k, out)
+		}
+	}
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// With --json every error that ends the command is still one object on
+// stdout, with error and error_code, and nothing on stderr: a CI job that
+// parses the output never gets an empty document.
+func TestConformanceJSONErrors(t *testing.T) {
+	drv := buildTestDriver(t, "../../conformance/example")
+	noDir := filepath.Join(t.TempDir(), "no-such-dir", "report.xml")
+	for _, c := range []struct {
+		name string
+		args []string
+		code string
+		want string
+	}{
+		{"unknown flag", []string{"--json", "--nope"}, "invalid_config", "unknown flag --nope"},
+		{"unexpected argument", []string{"--json", "--driver", drv, "extra"}, "invalid_config", `unexpected argument "extra"`},
+		{"bad regexp", []string{"--json", "--driver", drv, "--run", "("}, "invalid_config", `--run "(" is not a regular expression`},
+		{"no match", []string{"--json", "--driver", drv, "--run", "^nope$"}, "invalid_config", `--run "^nope$" matches no case id`},
+		{"no match with --list", []string{"--json", "--list", "--run", "^nope$"}, "invalid_config", `matches no case id`},
+		{"missing driver", []string{"--json", "--driver", "no-such-driver-name-xyz"}, "driver_launch", "not found"},
+		{"missing config", []string{"--json", "--driver", drv, "--config", filepath.Join(t.TempDir(), "nope.toml")}, "invalid_config", "nope.toml"},
+		{"junit not writable", []string{"--json", "--driver", drv, "--run", "^protocol/handshake$", "--junit", noDir}, "report_write", "writing " + noDir},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			code, out, errOut := runConf(t, c.args...)
+			if code != exitSandboxError || errOut != "" {
+				t.Errorf("exit %d, stderr %q; want 125 and nothing on stderr", code, errOut)
+			}
+			var rep confJSON
+			decodeOne(t, out, &rep)
+			if rep.ErrorCode != c.code || !strings.HasPrefix(rep.Error, "conformance: ") || !strings.Contains(rep.Error, c.want) || strings.Contains(rep.Error, "\n") {
+				t.Errorf("error_code %q error %q; want %q and a line saying %q", rep.ErrorCode, rep.Error, c.code, c.want)
+			}
+			if rep.Cases == nil {
+				t.Error(`"cases" is null, want a list`)
+			}
+		})
+	}
+	// The report written before the failed --junit is complete; and a run
+	// that ends normally says so with empty error fields.
+	code, out, _ := runConf(t, "--json", "--driver", drv, "--run", "^protocol/handshake$", "--junit", noDir)
+	var rep confJSON
+	decodeOne(t, out, &rep)
+	if code != exitSandboxError || rep.Passed != 1 || len(rep.Cases) != 1 || rep.Driver != drv {
+		t.Errorf("report beside the --junit error: exit %d %+v", code, rep)
+	}
+	code, out, _ = runConf(t, "--json", "--driver", drv, "--run", "^protocol/handshake$")
+	rep = confJSON{}
+	decodeOne(t, out, &rep)
+	if code != 0 || rep.Error != "" || rep.ErrorCode != "" || rep.Passed != 1 {
+		t.Errorf("a clean run: exit %d %+v", code, rep)
+	}
+}
+
+func TestConformanceListJSON(t *testing.T) {
+	code, out, _ := runConf(t, "--list", "--json", "--run", "^net/none-blocks-tcp$")
+	var list struct {
+		Cases []struct {
+			ID, Level, Feature, OS, Description string
+		}
+		Error     string `json:"error"`
+		ErrorCode string `json:"error_code"`
+	}
+	decodeOne(t, out, &list)
+	if code != 0 || len(list.Cases) != 1 || list.Cases[0].ID != "net/none-blocks-tcp" || list.Cases[0].Level != "MUST" ||
+		list.Cases[0].Feature != "network_none" || list.Cases[0].OS != "all" || list.Cases[0].Description == "" || list.Error != "" {
+		t.Errorf("exit %d, %+v", code, list)
+	}
+}
