@@ -191,6 +191,20 @@ func (c Config) validate() error {
 	return nil
 }
 
+// LaunchError: the driver did not start, or did not answer its capability
+// report, before the first case. No case could say anything about it, so
+// the run is refused as a whole (one error, not one failure per case).
+type LaunchError struct {
+	Path string
+	Err  error
+}
+
+func (e *LaunchError) Error() string {
+	return fmt.Sprintf("conformance: the driver %s did not start, so no case ran: %v", e.Path, e.Err)
+}
+
+func (e *LaunchError) Unwrap() error { return e.Err }
+
 // skipError marks a case as skipped from inside it.
 type skipError struct{ reason string }
 
@@ -217,6 +231,9 @@ func Run(t *testing.T, f Factory) {
 	}
 	s := newSuite(cfg)
 	defer s.close()
+	if err := s.start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range s.selected() {
 		t.Run(c.ID, func(t *testing.T) {
 			r := s.runCase(t.Context(), c)
@@ -231,16 +248,21 @@ func Run(t *testing.T, f Factory) {
 }
 
 // RunSuite runs every selected case and returns the report. The error is
-// non-nil only for a Config that cannot be run at all; a driver that fails
-// to start fails its cases instead.
+// non-nil for a Config that cannot be run at all (*ConfigError), a driver
+// that does not start (*LaunchError: no case ran), and a cancelled ctx
+// (ctx's error, with the cases run so far). A driver that dies later, in
+// a case, fails that case and is started again for the next.
 func RunSuite(ctx context.Context, cfg Config) (Report, error) {
+	rep := Report{Driver: cfg.DriverPath}
 	if err := cfg.validate(); err != nil {
-		return Report{}, err
+		return rep, err
 	}
 	start := time.Now()
 	s := newSuite(cfg)
 	defer s.close()
-	rep := Report{Driver: cfg.DriverPath}
+	if err := s.start(ctx); err != nil {
+		return rep, err
+	}
 	for _, c := range s.selected() {
 		if ctx.Err() != nil {
 			break
@@ -275,7 +297,9 @@ type suite struct {
 	shared    *driverapi.Process
 	caps      driverapi.HostCapabilities
 	launchErr error
-	launched  bool
+	// launchCause is launchErr's cause, worded for a *LaunchError.
+	launchCause error
+	launched    bool
 
 	probeMu         sync.Mutex
 	probeDir, probe string // the suite's copy of the probe
@@ -306,6 +330,31 @@ func (s *suite) launchConfig() driverapi.LaunchConfig {
 	return driverapi.LaunchConfig{Path: s.cfg.DriverPath, SHA256: s.cfg.SHA256, Env: s.cfg.Env, Args: s.cfg.Args, Logger: s.cfg.Logger, StartTimeout: 20 * time.Second}
 }
 
+// start launches the shared plugin before the first case that needs a
+// driver (one selected that is not skipped for this OS): a driver that
+// cannot start is one *LaunchError, not a failure for every case.
+func (s *suite) start(ctx context.Context) error {
+	needed := false
+	for _, c := range s.selected() {
+		needed = needed || osSkip(c, s.progs.goos) == ""
+	}
+	if !needed {
+		return nil
+	}
+	// Bounded like a case: a driver that hangs in its handshake or its
+	// capability report must not hang the run.
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.CaseTimeout)
+	defer cancel()
+	err := s.ensureShared(lctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return &LaunchError{Path: s.cfg.DriverPath, Err: s.launchCause}
+}
+
 // ensureShared launches the shared plugin once, and again if it died (a
 // case that crashed it must not fail every later case).
 func (s *suite) ensureShared(ctx context.Context) error {
@@ -322,12 +371,14 @@ func (s *suite) ensureShared(ctx context.Context) error {
 	s.launched = true
 	p, err := driverapi.LaunchDriver(ctx, s.launchConfig())
 	if err != nil {
+		s.launchCause = err
 		s.launchErr = fmt.Errorf("driver did not start: %w", err)
 		return s.launchErr
 	}
 	caps, err := p.Driver().Capabilities(ctx)
 	if err != nil {
 		p.Kill()
+		s.launchCause = fmt.Errorf("it started, but its Capabilities call failed: %w", err)
 		s.launchErr = fmt.Errorf("driver Capabilities failed: %w", err)
 		return s.launchErr
 	}

@@ -11,6 +11,7 @@ import (
 	"os"
 	"regexp"
 	"runtime"
+	"strings"
 
 	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -79,14 +80,20 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 	}
 	rep, err := conformance.RunSuite(ctx, cfg)
 	rep.Driver = path
+	// The package's errors say "conformance: " already.
+	why := strings.TrimPrefix(fmt.Sprint(err), "conformance: ")
 	var ce *conformance.ConfigError
+	var le *conformance.LaunchError
 	switch {
 	case errors.As(err, &ce):
-		return failure(confErrInvalid, rep, err.Error())
+		return failure(confErrInvalid, rep, why)
+	case errors.As(err, &le):
+		// One error for the run: every case would fail for this reason.
+		return failure(confErrDriver, rep, why)
 	case err != nil && ctx.Err() != nil:
-		return failure(confErrInterrupted, rep, fmt.Sprintf("interrupted after %d cases: %v", len(rep.Results), err))
+		return failure(confErrInterrupted, rep, fmt.Sprintf("interrupted after %d cases: %s", len(rep.Results), why))
 	case err != nil:
-		return failure(confErrDriver, rep, err.Error())
+		return failure(confErrDriver, rep, why)
 	}
 	if *junit != "" {
 		if err := writeJUnit(*junit, rep); err != nil {

@@ -268,3 +268,46 @@ func TestConformanceListJSON(t *testing.T) {
 		t.Errorf("exit %d, %+v", code, list)
 	}
 }
+
+// writeScript writes an executable shell script (mode) or a plain file.
+func writeScript(t *testing.T, name, body string, mode os.FileMode) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(body), mode); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// A driver that cannot start is one launch error (exit 125), not a FAIL
+// line for every case that could not run: with and without --json.
+func TestConformanceDriverDoesNotStart(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("the stand-in drivers are POSIX programs and scripts")
+	}
+	hostile := buildTestDriver(t, "./testdata/hostiledriver")
+	for _, c := range []struct {
+		name, driver, mode, want string
+	}{
+		{"exits at once", "/bin/false", "", "exited without a handshake"},
+		{"not executable", writeScript(t, "driver", "#!/bin/sh\n", 0o644), "", "not executable"},
+		{"crashes at start", writeScript(t, "driver", "#!/bin/sh\necho 'panic: broken at start' >&2\nexit 2\n", 0o755), "", "panic: broken at start"},
+		{"writes on stdout", writeScript(t, "driver", "#!/bin/sh\necho hello\nsleep 5\n", 0o755), "", `first line: "hello"`},
+		{"capabilities fail", hostile, "capabilities-error", "its Capabilities call failed"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Setenv("HOSTILE_DRIVER_MODE", c.mode)
+			code, out, errOut := runConf(t, "--driver", c.driver, "--run", `^(protocol/handshake|exec/stdin-small|fs/read-outside-denied)$`)
+			if code != exitSandboxError || out != "" || strings.Count(errOut, "\n") != 1 ||
+				!strings.Contains(errOut, "did not start, so no case ran") || !strings.Contains(errOut, c.want) {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 125 and one line saying %q", code, out, errOut, c.want)
+			}
+			code, out, errOut = runConf(t, "--json", "--driver", c.driver)
+			var rep confJSON
+			decodeOne(t, out, &rep)
+			if code != exitSandboxError || errOut != "" || rep.ErrorCode != "driver_launch" || !strings.Contains(rep.Error, c.want) || len(rep.Cases) != 0 || rep.Driver != c.driver {
+				t.Errorf("--json: exit %d, stderr %q, %+v", code, errOut, rep)
+			}
+		})
+	}
+}
