@@ -179,14 +179,18 @@ func runFilter(pattern string) (*regexp.Regexp, error) {
 	return nil, fmt.Errorf("--run %q matches no case id; list them with: aleph-sandbox conformance --list", pattern)
 }
 
+// caseLine is one case's line of the text report. The detail carries
+// text from the driver (its error messages), which must not be able to
+// end the line and forge another ("\nPASS x") or drive the terminal: it is
+// printed with control characters escaped.
 func caseLine(r conformance.Result) string {
 	switch r.Status {
 	case conformance.Pass:
 		return "PASS " + r.ID
 	case conformance.Fail:
-		return fmt.Sprintf("FAIL %s: %s", r.ID, r.Detail)
+		return fmt.Sprintf("FAIL %s: %s", r.ID, escapeControls(r.Detail))
 	}
-	return fmt.Sprintf("SKIP %s: %s", r.ID, r.Detail)
+	return fmt.Sprintf("SKIP %s: %s", r.ID, escapeControls(r.Detail))
 }
 
 // conformanceJSON is the --json shape fixed by the command-line contract,

@@ -11,6 +11,8 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 )
 
 // buildTestDriver builds one of the conformance package's drivers.
@@ -309,5 +311,59 @@ func TestConformanceDriverDoesNotStart(t *testing.T) {
 				t.Errorf("--json: exit %d, stderr %q, %+v", code, errOut, rep)
 			}
 		})
+	}
+}
+
+// hasControl reports a control character (C0, DEL, C1) other than the
+// newlines that end lines.
+func hasControl(s string) bool {
+	for _, r := range s {
+		if r != '\n' && (r < 0x20 || r == 0x7f || (r >= 0x80 && r < 0xa0)) {
+			return true
+		}
+	}
+	return false
+}
+
+// A case's detail is text from the driver: printed, its control
+// characters are escaped, so it can neither end its line and forge
+// another nor send the terminal escape sequences.
+func TestConformanceCaseLineEscapes(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		r    conformance.Result
+		want string
+	}{
+		{"forged line", conformance.Result{ID: "exec/x", Status: conformance.Fail, Detail: "bad\nPASS exec/y"}, `FAIL exec/x: bad\x0aPASS exec/y`},
+		{"carriage return", conformance.Result{ID: "exec/x", Status: conformance.Fail, Detail: "bad\rPASS exec/x"}, `FAIL exec/x: bad\x0dPASS exec/x`},
+		{"escape sequences", conformance.Result{ID: "exec/x", Status: conformance.Fail, Detail: "\x1b[2J\x1b]0;t\x07\u009b1m"}, `FAIL exec/x: \x1b[2J\x1b]0;t\x07\u009b1m`},
+		{"skip reason", conformance.Result{ID: "fs/x", Status: conformance.Skip, Detail: "why\x1b[8m"}, `SKIP fs/x: why\x1b[8m`},
+		{"plain text kept", conformance.Result{ID: "fs/x", Status: conformance.Fail, Detail: `exit=1 stdout="a\nb" ünïcode`}, `FAIL fs/x: exit=1 stdout="a\nb" ünïcode`},
+		{"pass", conformance.Result{ID: "fs/x", Status: conformance.Pass}, "PASS fs/x"},
+	} {
+		if got := caseLine(c.r); got != c.want || hasControl(got) {
+			t.Errorf("%s: %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// End to end: a driver whose Run error holds a newline, a PASS line and
+// escape sequences gets one FAIL line, escaped, and no forged PASS.
+func TestConformanceHostileDriverText(t *testing.T) {
+	drv := buildTestDriver(t, "./testdata/hostiledriver")
+	code, out, _ := runConf(t, "--driver", drv, "--run", `^exec/stdin-small$`)
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	if code != 1 || len(lines) != 2 || !strings.HasPrefix(lines[0], "FAIL exec/stdin-small: ") || lines[1] != "0 passed, 1 failed, 0 skipped" {
+		t.Fatalf("exit %d, stdout %q; want exit 1, one FAIL line and the counts", code, out)
+	}
+	if hasControl(out) || !strings.Contains(lines[0], `refused\nPASS forged/case\r\x1b[2J\x1b]0;owned\x07`) {
+		t.Errorf("the driver's text is not shown escaped: %q", lines[0])
+	}
+	// --json keeps the text as the driver sent it (JSON escapes it).
+	_, out, _ = runConf(t, "--json", "--driver", drv, "--run", `^exec/stdin-small$`)
+	var rep confJSON
+	decodeOne(t, out, &rep)
+	if len(rep.Cases) != 1 || !strings.Contains(rep.Cases[0].Detail, "\x1b[2J") || hasControl(out) {
+		t.Errorf("--json: %q", out)
 	}
 }
