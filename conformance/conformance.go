@@ -76,6 +76,7 @@ type Case struct {
 func Cases() []Case {
 	var all []Case
 	all = append(all, protocolCases()...)
+	all = append(all, pathCases()...)
 	all = append(all, execCases()...)
 	all = append(all, streamCases()...)
 	all = append(all, fsCases()...)

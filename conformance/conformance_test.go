@@ -238,7 +238,7 @@ func leakyFails() []string {
 		"fs/nested-git-readonly", "fs/protected-default-set", "fs/no-setid-files",
 		"fs/protected-roots-not-movable", "fs/protected-name-any-case", "fs/protected-hardlink-write-denied",
 		"net/allow-hosts-no-unix-sockets", "res/tmpfs-bounded",
-		"fs/symlink-escape-read-denied", "fs/symlink-escape-write-denied", "fs/symlink-made-inside-denied",
+		"fs/symlink-escape-read-denied", "fs/symlink-escape-write-denied", "fs/symlink-made-inside-denied", "fs/symlink-dir-escape-read-denied",
 		"fs/write-grant-prefix", "fs/write-home-denied", "fs/write-outside-denied",
 		"net/allow-hosts-direct-blocked", "net/allow-hosts-udp-blocked", "net/none-blocks-abstract", "net/none-blocks-listen",
 		"net/none-blocks-tcp", "net/none-blocks-tcp6", "net/none-blocks-udp", "net/none-blocks-unix",
