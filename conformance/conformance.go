@@ -76,6 +76,7 @@ type Case struct {
 func Cases() []Case {
 	var all []Case
 	all = append(all, protocolCases()...)
+	all = append(all, pathCases()...)
 	all = append(all, execCases()...)
 	all = append(all, streamCases()...)
 	all = append(all, fsCases()...)
@@ -175,6 +176,10 @@ func (c Config) validate() error {
 	if !st.Mode().IsRegular() {
 		return &ConfigError{Reason: fmt.Sprintf("driver binary %s is not a regular file", c.DriverPath)}
 	}
+	if c.Run != nil && len(selectCases(c.Run)) == 0 {
+		// A filter with a typo would otherwise run nothing and pass.
+		return &ConfigError{Reason: fmt.Sprintf("Run %q matches no case id, so the run would prove nothing (Cases lists the ids)", c.Run.String())}
+	}
 	if c.Probe != "" {
 		st, err := os.Stat(c.Probe)
 		if err != nil {
@@ -186,6 +191,20 @@ func (c Config) validate() error {
 	}
 	return nil
 }
+
+// LaunchError: the driver did not start, or did not answer its capability
+// report, before the first case. No case could say anything about it, so
+// the run is refused as a whole (one error, not one failure per case).
+type LaunchError struct {
+	Path string
+	Err  error
+}
+
+func (e *LaunchError) Error() string {
+	return fmt.Sprintf("conformance: the driver %s did not start, so no case ran: %v", e.Path, e.Err)
+}
+
+func (e *LaunchError) Unwrap() error { return e.Err }
 
 // skipError marks a case as skipped from inside it.
 type skipError struct{ reason string }
@@ -213,6 +232,9 @@ func Run(t *testing.T, f Factory) {
 	}
 	s := newSuite(cfg)
 	defer s.close()
+	if err := s.start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range s.selected() {
 		t.Run(c.ID, func(t *testing.T) {
 			r := s.runCase(t.Context(), c)
@@ -227,16 +249,21 @@ func Run(t *testing.T, f Factory) {
 }
 
 // RunSuite runs every selected case and returns the report. The error is
-// non-nil only for a Config that cannot be run at all; a driver that fails
-// to start fails its cases instead.
+// non-nil for a Config that cannot be run at all (*ConfigError), a driver
+// that does not start (*LaunchError: no case ran), and a cancelled ctx
+// (ctx's error, with the cases run so far). A driver that dies later, in
+// a case, fails that case and is started again for the next.
 func RunSuite(ctx context.Context, cfg Config) (Report, error) {
+	rep := Report{Driver: cfg.DriverPath}
 	if err := cfg.validate(); err != nil {
-		return Report{}, err
+		return rep, err
 	}
 	start := time.Now()
 	s := newSuite(cfg)
 	defer s.close()
-	rep := Report{Driver: cfg.DriverPath}
+	if err := s.start(ctx); err != nil {
+		return rep, err
+	}
 	for _, c := range s.selected() {
 		if ctx.Err() != nil {
 			break
@@ -271,7 +298,9 @@ type suite struct {
 	shared    *driverapi.Process
 	caps      driverapi.HostCapabilities
 	launchErr error
-	launched  bool
+	// launchCause is launchErr's cause, worded for a *LaunchError.
+	launchCause error
+	launched    bool
 
 	probeMu         sync.Mutex
 	probeDir, probe string // the suite's copy of the probe
@@ -285,10 +314,13 @@ func newSuite(cfg Config) *suite {
 	return &suite{cfg: cfg, progs: programsFor(runtime.GOOS, os.Getenv)}
 }
 
-func (s *suite) selected() []Case {
+func (s *suite) selected() []Case { return selectCases(s.cfg.Run) }
+
+// selectCases is the cases whose id re matches (all of them for nil).
+func selectCases(re *regexp.Regexp) []Case {
 	var out []Case
 	for _, c := range Cases() {
-		if s.cfg.Run == nil || s.cfg.Run.MatchString(c.ID) {
+		if re == nil || re.MatchString(c.ID) {
 			out = append(out, c)
 		}
 	}
@@ -297,6 +329,31 @@ func (s *suite) selected() []Case {
 
 func (s *suite) launchConfig() driverapi.LaunchConfig {
 	return driverapi.LaunchConfig{Path: s.cfg.DriverPath, SHA256: s.cfg.SHA256, Env: s.cfg.Env, Args: s.cfg.Args, Logger: s.cfg.Logger, StartTimeout: 20 * time.Second}
+}
+
+// start launches the shared plugin before the first case that needs a
+// driver (one selected that is not skipped for this OS): a driver that
+// cannot start is one *LaunchError, not a failure for every case.
+func (s *suite) start(ctx context.Context) error {
+	needed := false
+	for _, c := range s.selected() {
+		needed = needed || osSkip(c, s.progs.goos) == ""
+	}
+	if !needed {
+		return nil
+	}
+	// Bounded like a case: a driver that hangs in its handshake or its
+	// capability report must not hang the run.
+	lctx, cancel := context.WithTimeout(ctx, s.cfg.CaseTimeout)
+	defer cancel()
+	err := s.ensureShared(lctx)
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return ctx.Err()
+	}
+	return &LaunchError{Path: s.cfg.DriverPath, Err: s.launchCause}
 }
 
 // ensureShared launches the shared plugin once, and again if it died (a
@@ -315,12 +372,14 @@ func (s *suite) ensureShared(ctx context.Context) error {
 	s.launched = true
 	p, err := driverapi.LaunchDriver(ctx, s.launchConfig())
 	if err != nil {
+		s.launchCause = err
 		s.launchErr = fmt.Errorf("driver did not start: %w", err)
 		return s.launchErr
 	}
 	caps, err := p.Driver().Capabilities(ctx)
 	if err != nil {
 		p.Kill()
+		s.launchCause = fmt.Errorf("it started, but its Capabilities call failed: %w", err)
 		s.launchErr = fmt.Errorf("driver Capabilities failed: %w", err)
 		return s.launchErr
 	}

@@ -238,7 +238,7 @@ func leakyFails() []string {
 		"fs/nested-git-readonly", "fs/protected-default-set", "fs/no-setid-files",
 		"fs/protected-roots-not-movable", "fs/protected-name-any-case", "fs/protected-hardlink-write-denied",
 		"net/allow-hosts-no-unix-sockets", "res/tmpfs-bounded",
-		"fs/symlink-escape-read-denied", "fs/symlink-escape-write-denied", "fs/symlink-made-inside-denied",
+		"fs/symlink-escape-read-denied", "fs/symlink-escape-write-denied", "fs/symlink-made-inside-denied", "fs/symlink-dir-escape-read-denied",
 		"fs/write-grant-prefix", "fs/write-home-denied", "fs/write-outside-denied",
 		"net/allow-hosts-direct-blocked", "net/allow-hosts-udp-blocked", "net/none-blocks-abstract", "net/none-blocks-listen",
 		"net/none-blocks-tcp", "net/none-blocks-tcp6", "net/none-blocks-udp", "net/none-blocks-unix",
@@ -336,20 +336,30 @@ func TestDriverThatDoesNotStart(t *testing.T) {
 	if runtime.GOOS == "windows" {
 		t.Skip("the stand-in non-plugin executable is /bin/sh")
 	}
-	// A real executable that is not a plugin: every case fails, saying why.
-	rep, err := conformance.RunSuite(t.Context(), conformance.Config{
-		DriverPath: "/bin/sh", Args: []string{"-c", "exit 3"},
-		Run: regexp.MustCompile(`^(protocol/capabilities-well-formed|exec/stdin-small)$`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if rep.Failed != 2 {
-		t.Fatalf("want 2 failures, got %+v", rep.Results)
-	}
-	for _, r := range rep.Results {
-		if !strings.Contains(r.Detail, "driver did not start") {
-			t.Errorf("%s: %s", r.ID, r.Detail)
+	// Real executables that are not plugins: the run is one *LaunchError
+	// saying why, and no case is reported (each would fail for the same
+	// reason).
+	for name, args := range map[string][]string{
+		"exits":            {"-c", "exit 3"},
+		"writes on stdout": {"-c", "echo hello; sleep 5"},
+	} {
+		rep, err := conformance.RunSuite(t.Context(), conformance.Config{
+			DriverPath: "/bin/sh", Args: args,
+			Run: regexp.MustCompile(`^(protocol/capabilities-well-formed|exec/stdin-small)$`)})
+		var le *conformance.LaunchError
+		if !errors.As(err, &le) || le.Path != "/bin/sh" || !strings.Contains(err.Error(), "did not start") {
+			t.Errorf("%s: want a *LaunchError, got %v", name, err)
 		}
+		if len(rep.Results) != 0 || rep.Failed != 0 {
+			t.Errorf("%s: cases reported: %+v", name, rep.Results)
+		}
+	}
+	// Positive control: the same selection against a driver that starts
+	// runs both cases.
+	rep, err := conformance.RunSuite(t.Context(), conformance.Config{DriverPath: drivers.paths["example"], Probe: drivers.paths["probe"],
+		Run: regexp.MustCompile(`^(protocol/capabilities-well-formed|exec/stdin-small)$`)})
+	if err != nil || rep.Passed != 2 {
+		t.Errorf("example driver: %v, %+v", err, rep.Results)
 	}
 }
 
@@ -358,6 +368,8 @@ func TestBadConfig(t *testing.T) {
 		"empty":   {},
 		"missing": {DriverPath: filepath.Join(t.TempDir(), "nope")},
 		"dir":     {DriverPath: t.TempDir()},
+		// A typo in a filter must not pass having run nothing.
+		"no case": {DriverPath: drivers.paths["example"], Run: regexp.MustCompile(`^exec/no-such-case$`)},
 	} {
 		_, err := conformance.RunSuite(context.Background(), cfg)
 		var ce *conformance.ConfigError

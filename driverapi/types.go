@@ -398,12 +398,19 @@ type Driver interface {
 	// relative, missing or not canonical, a Cwd outside Workspace, and grants
 	// it cannot honour; and (*UnavailableError) a request needing a feature it
 	// does not claim. ProfileRequest.Cwd is the default working directory of
-	// commands run under the profile.
+	// commands run under the profile. Workspace and Cwd arrive canonical
+	// (CheckCanonicalDir): one with a ".", "..", doubled or trailing
+	// separator, or a symbolic link on the way, is refused with an
+	// *InvalidSpecError for "workspace" or "cwd", never resolved by the
+	// driver, which would follow a link swapped in since the host resolved
+	// it (CheckWorkspaceCwd does both checks).
 	ProfileFor(ctx context.Context, req ProfileRequest) (Profile, error)
 	// Run runs spec under spec.Profile (which it verifies first), writing
 	// output to streams as it comes, and returns how it ended. RunSpec.Cwd
-	// wins over ProfileRequest.Cwd and must lie inside the profile's
-	// workspace (else *InvalidSpecError). The child gets exactly spec.Env
+	// wins over ProfileRequest.Cwd; it must be canonical and lie inside the
+	// profile's workspace (a driver may also accept one inside a granted
+	// path), else Run refuses it with *InvalidSpecError{Field: "cwd"} and
+	// starts nothing. The child gets exactly spec.Env
 	// (nothing added, PWD included) and spec.Stdin then EOF. The driver
 	// enforces spec.Timeout (TimedOut in the Exit) and the output budget
 	// (Truncated; it keeps draining the child so it never blocks on a full

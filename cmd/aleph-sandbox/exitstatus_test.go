@@ -29,7 +29,7 @@ func TestExecStatusKeepsAFailureAFailure(t *testing.T) {
 		{driverapi.Exit{ExitCode: -256}, 255},
 	} {
 		var out, errb bytes.Buffer
-		got := reportExec(stdio{Out: &out, Err: &errb}, false, &core.Output{Exit: c.exit}, nil)
+		got := reportExec(stdio{Out: &out, Err: &errb}, false, &core.Output{Exit: c.exit}, "", nil)
 		if got != c.want {
 			t.Errorf("exit code %d (signal %d): status %d, want %d", c.exit.ExitCode, c.exit.Signal, got, c.want)
 		}

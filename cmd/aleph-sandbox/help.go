@@ -101,7 +101,9 @@ func helpFor(command string) commandHelp {
 		return commandHelp{
 			about: []string{
 				"Runs the shared driver conformance suite against a driver binary: one line per case",
-				"(PASS, FAIL, SKIP with the reason), then the counts. Exit 0 only when nothing failed.",
+				"(PASS, FAIL, SKIP with the reason), then the counts. Exit 0 only when nothing failed,",
+				"1 when a case failed, 125 when the run could not be made: a bad flag, a --run that",
+				"matches no case, a driver that does not start. --json prints one object even then.",
 			},
 			examples: []helpExample{
 				{"aleph-sandbox conformance --list", "the cases, without running them"},

@@ -41,6 +41,9 @@ func (driver) Capabilities(context.Context) (driverapi.HostCapabilities, error) 
 
 // ProfileFor serialises the request: deterministic, and Run can check it.
 func (driver) ProfileFor(_ context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	if err := driverapi.CheckWorkspaceCwd(req.Workspace, req.Cwd); err != nil {
+		return driverapi.Profile{}, err // canonical paths only: never resolve them here
+	}
 	data, err := json.Marshal(req)
 	return driverapi.NewProfile(backend, data), err
 }
@@ -49,7 +52,12 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	if err := driverapi.ValidateRunSpec(spec); err != nil {
 		return driverapi.Exit{}, err
 	}
+	var req driverapi.ProfileRequest // as ProfileFor checked and serialised it
 	if err := spec.Profile.Verify(backend); err != nil {
+		return driverapi.Exit{}, err
+	} else if err := json.Unmarshal(spec.Profile.Data, &req); err != nil {
+		return driverapi.Exit{}, err
+	} else if err := driverapi.CheckWorkspaceCwd(req.Workspace, spec.Cwd); err != nil {
 		return driverapi.Exit{}, err
 	}
 	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
@@ -60,9 +68,7 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 		cmd.Env = append(cmd.Env, e.Name+"="+e.Value)
 	}
 	cmd.Dir = spec.Cwd
-	if len(spec.Stdin) > 0 {
-		cmd.Stdin = bytes.NewReader(spec.Stdin)
-	}
+	cmd.Stdin = bytes.NewReader(spec.Stdin) // empty: end-of-file at once
 	outMax, errMax := driverapi.StreamBudgets(spec.MaxOutputBytes)
 	stdout := driverapi.NewBudgetWriter(streams.Stdout, outMax)
 	stderr := driverapi.NewBudgetWriter(streams.Stderr, errMax)
@@ -70,10 +76,8 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	cmd.WaitDelay = time.Second // a grandchild holding the pipes must not hang Run
 	start := time.Now()
 	err := cmd.Run()
-	exit := driverapi.Exit{
-		Duration: time.Since(start), StdoutBytes: stdout.Total(), StderrBytes: stderr.Total(),
-		Truncated: stdout.Truncated() || stderr.Truncated(),
-	}
+	exit := driverapi.Exit{Duration: time.Since(start), StdoutBytes: stdout.Total(), StderrBytes: stderr.Total(),
+		Truncated: stdout.Truncated() || stderr.Truncated()}
 	if ctx.Err() != nil {
 		return exit, ctx.Err() // cancelled by the host
 	}

@@ -212,7 +212,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
-	cwd, err := CanonicalPath(d.cfg.FS, "cwd", spec.Cwd)
+	cwd, err := ExactPath(d.cfg.FS, "cwd", spec.Cwd)
 	if err != nil {
 		return driverapi.Exit{}, err
 	}

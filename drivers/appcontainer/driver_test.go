@@ -361,6 +361,13 @@ func TestRunRefusesBadInput(t *testing.T) {
 	if _, err := d.Run(t.Context(), s, driverapi.Streams{}); !errors.As(err, &ise) {
 		t.Errorf("cwd outside: %v", err)
 	}
+	for _, cwd := range []string{wsPath + `\.`, wsPath + `\sub\..`, wsPath + `\`} {
+		s = good
+		s.Cwd = cwd
+		if _, err := d.Run(t.Context(), s, driverapi.Streams{}); !errors.As(err, &ise) || ise.Field != "cwd" {
+			t.Errorf("cwd %q: %v, want an InvalidSpecError for cwd", cwd, err)
+		}
+	}
 	s = good
 	s.Program = "missing"
 	if _, err := d.Run(t.Context(), s, driverapi.Streams{}); !errors.As(err, &ise) {

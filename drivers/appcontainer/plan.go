@@ -107,7 +107,7 @@ type Resolver interface {
 // BuildPlan validates req and makes the plan. fsys is consulted for
 // reparse points; resolver only for the allow_hosts refusal.
 func BuildPlan(ctx context.Context, req driverapi.ProfileRequest, opts Options, fsys FS, resolver Resolver) (Plan, error) {
-	ws, err := CanonicalPath(fsys, "workspace", req.Workspace)
+	ws, err := ExactPath(fsys, "workspace", req.Workspace)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -116,7 +116,7 @@ func BuildPlan(ctx context.Context, req driverapi.ProfileRequest, opts Options, 
 	}
 	cwd := ws
 	if req.Cwd != "" {
-		if cwd, err = CanonicalPath(fsys, "cwd", req.Cwd); err != nil {
+		if cwd, err = ExactPath(fsys, "cwd", req.Cwd); err != nil {
 			return Plan{}, err
 		}
 		if !WinWithin(cwd, ws) {

@@ -84,10 +84,16 @@ func TestBuildPlanRejects(t *testing.T) {
 		"verbatim":           func(r *driverapi.ProfileRequest) { r.Workspace, r.Cwd = `\\?\C:\ws`, "" },
 		"cwd outside":        func(r *driverapi.ProfileRequest) { r.Cwd = `C:\Users\dev\wsx` },
 		"cwd dotdot":         func(r *driverapi.ProfileRequest) { r.Cwd = wsPath + `\..\other` },
-		"relative read":      func(r *driverapi.ProfileRequest) { r.Capabilities.FSRead = []string{`data`} },
-		"drive write":        func(r *driverapi.ProfileRequest) { r.Capabilities.FSWrite = []string{`D:\`} },
-		"nul":                func(r *driverapi.ProfileRequest) { r.Capabilities.FSWrite = []string{"C:\\a\x00"} },
-		"bad mode":           func(r *driverapi.ProfileRequest) { r.Capabilities.Network.Mode = 9 },
+		// Spellings of a canonical path are refused, not cleaned.
+		"workspace dot":             func(r *driverapi.ProfileRequest) { r.Workspace, r.Cwd = wsPath+`\.`, "" },
+		"workspace trailing":        func(r *driverapi.ProfileRequest) { r.Workspace, r.Cwd = wsPath+`\`, "" },
+		"workspace forward slashes": func(r *driverapi.ProfileRequest) { r.Workspace, r.Cwd = strings.ReplaceAll(wsPath, `\`, "/"), "" },
+		"cwd dotdot inside":         func(r *driverapi.ProfileRequest) { r.Cwd = wsPath + `\sub\..` },
+		"cwd doubled":               func(r *driverapi.ProfileRequest) { r.Cwd = wsPath + `\\sub` },
+		"relative read":             func(r *driverapi.ProfileRequest) { r.Capabilities.FSRead = []string{`data`} },
+		"drive write":               func(r *driverapi.ProfileRequest) { r.Capabilities.FSWrite = []string{`D:\`} },
+		"nul":                       func(r *driverapi.ProfileRequest) { r.Capabilities.FSWrite = []string{"C:\\a\x00"} },
+		"bad mode":                  func(r *driverapi.ProfileRequest) { r.Capabilities.Network.Mode = 9 },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -99,6 +105,10 @@ func TestBuildPlanRejects(t *testing.T) {
 				t.Fatalf("got %v, want *InvalidSpecError", err)
 			}
 		})
+	}
+	// Positive control: the request as the host sends it.
+	if _, err := BuildPlan(t.Context(), winReq(driverapi.Capabilities{}), Options{}, MapFS{}, nil); err != nil {
+		t.Fatalf("canonical request: %v", err)
 	}
 }
 

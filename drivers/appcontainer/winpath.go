@@ -216,6 +216,17 @@ func checkComponents(field, raw, p string, allowShort bool) error {
 	return nil
 }
 
+// ExactPath is CanonicalPath for a path the host hands over already
+// resolved (the workspace, a cwd): one that WinClean would change (a "."
+// or ".." element, a doubled or trailing separator, a forward slash) is
+// refused, not cleaned, since nobody checked the path it cleans to.
+func ExactPath(fsys FS, field, raw string) (string, error) {
+	if c := WinClean(raw); c != "" && c != raw {
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q is not canonical (it cleans to %q): pass the resolved path", raw, c)}
+	}
+	return CanonicalPath(fsys, field, raw)
+}
+
 // CanonicalPath turns a request path into the one form every check here
 // compares: absolute, cleaned, with each component as Windows will read
 // it. Components Windows would rewrite (trailing dots and spaces, streams,

@@ -101,6 +101,28 @@ func TestProfileRequestRefused(t *testing.T) {
 		"allow_hosts no proxy": {Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}},
 		"allow_hosts tcp only": {Workspace: ws, Cwd: ws, Proxy: &driverapi.ProxyEndpoint{TCPAddr: "127.0.0.1:1"}, Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts}}},
 	}
+	// Spellings of a canonical path are refused, not cleaned: the host
+	// hands canonical paths, and one that is not was not checked as such.
+	sub := mkdir(t, ws, "sub")
+	for name, req := range map[string]driverapi.ProfileRequest{
+		"workspace with .":         {Workspace: ws + "/.", Cwd: ws},
+		"workspace with ..":        {Workspace: sub + "/..", Cwd: ws},
+		"workspace trailing slash": {Workspace: ws + "/", Cwd: ws},
+		"workspace doubled slash":  {Workspace: filepath.Dir(ws) + "//" + filepath.Base(ws), Cwd: ws},
+		"cwd with ..":              {Workspace: ws, Cwd: sub + "/.."},
+		"cwd with .":               {Workspace: ws, Cwd: ws + "/./sub"},
+		"cwd trailing slash":       {Workspace: ws, Cwd: sub + "/"},
+	} {
+		_, err := d.ProfileFor(context.Background(), req)
+		var ise *driverapi.InvalidSpecError
+		want := "cwd"
+		if strings.HasPrefix(name, "workspace") {
+			want = "workspace"
+		}
+		if !errors.As(err, &ise) || ise.Field != want || !strings.Contains(ise.Reason, "not canonical") {
+			t.Errorf("%s: want an InvalidSpecError for %s, got %v", name, want, err)
+		}
+	}
 	for name, req := range cases {
 		_, err := d.ProfileFor(context.Background(), req)
 		var ise *driverapi.InvalidSpecError
@@ -109,9 +131,13 @@ func TestProfileRequestRefused(t *testing.T) {
 			t.Errorf("%s: want a typed refusal, got %v", name, err)
 		}
 	}
-	// Controls: the plain request works, and so does a read grant inside
-	// a system directory (the path itself, not its parent).
+	// Controls: the plain request works (with the cwd in a subdirectory
+	// too), and so does a read grant inside a system directory (the path
+	// itself, not its parent).
 	if _, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: sub}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws,
@@ -159,6 +185,12 @@ func TestRunBadInput(t *testing.T) {
 	}
 	isProfile := func(err error) bool { var e *driverapi.ProfileError; return errors.As(err, &e) }
 	isSpec := func(err error) bool { var e *driverapi.InvalidSpecError; return errors.As(err, &e) }
+	isCwd := func(err error) bool { var e *driverapi.InvalidSpecError; return errors.As(err, &e) && e.Field == "cwd" }
+	sub := mkdir(t, ws, "sub")
+	link := filepath.Join(ws, "link")
+	if err := os.Symlink(sub, link); err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []tc{
 		{"garbled profile", func(s *driverapi.RunSpec) { s.Profile = garbled }, isProfile},
 		{"other backend", func(s *driverapi.RunSpec) { s.Profile = wrongBackend }, isProfile},
@@ -186,6 +218,11 @@ func TestRunBadInput(t *testing.T) {
 		}, isProfile},
 		{"relative cwd", func(s *driverapi.RunSpec) { s.Cwd = "sub" }, isSpec},
 		{"cwd outside", func(s *driverapi.RunSpec) { s.Cwd = "/usr" }, isSpec},
+		{"cwd with ..", func(s *driverapi.RunSpec) { s.Cwd = sub + "/.." }, isCwd},
+		{"cwd with .", func(s *driverapi.RunSpec) { s.Cwd = ws + "/./sub" }, isCwd},
+		{"cwd trailing slash", func(s *driverapi.RunSpec) { s.Cwd = sub + "/" }, isCwd},
+		{"cwd doubled slash", func(s *driverapi.RunSpec) { s.Cwd = ws + "//sub" }, isCwd},
+		{"cwd through a link", func(s *driverapi.RunSpec) { s.Cwd = link }, isCwd},
 		{"NUL arg", func(s *driverapi.RunSpec) { s.Args = []string{"a\x00b"} }, isSpec},
 		{"NUL env", func(s *driverapi.RunSpec) { s.Env = []driverapi.EnvVar{{Name: "A", Value: "x\x00"}} }, isSpec},
 		{"zero timeout", func(s *driverapi.RunSpec) { s.Timeout = 0 }, isSpec},
@@ -198,9 +235,15 @@ func TestRunBadInput(t *testing.T) {
 			t.Errorf("%s: got %v", c.name, err)
 		}
 	}
-	// Control: the untouched spec runs.
+	// Controls: the untouched spec runs, and so does one in the canonical
+	// subdirectory.
 	if exit, err := d.Run(ctx, good, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
 		t.Fatalf("control: %v %+v", err, exit)
+	}
+	inSub := good
+	inSub.Cwd = sub
+	if exit, err := d.Run(ctx, inSub, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
+		t.Fatalf("control in %s: %v %+v", sub, err, exit)
 	}
 	// A program that does not exist is found missing inside the sandbox
 	// (the driver cannot see its view), and reported as the program's

@@ -426,9 +426,10 @@ func (d *Driver) viaProxy(h *hostProbe) (bool, string) {
 	return true, ""
 }
 
-// checkCwd accepts a canonical directory inside the workspace or a grant.
+// checkCwd accepts a canonical directory inside the workspace or a grant,
+// and refuses any other spelling of one (driverapi.CheckCanonicalDir).
 func (p Plan) checkCwd(cwd string) (string, error) {
-	c, err := canonicalPath("cwd", cwd)
+	c, err := exactPath("cwd", cwd)
 	if err != nil {
 		return "", err
 	}

@@ -242,6 +242,19 @@ func canonicalPath(field, p string) (string, error) {
 	return real, nil
 }
 
+// exactPath is canonicalPath for a path the host hands over already
+// canonical (the workspace, a cwd; and every path of a plan, which
+// BuildPlan stores resolved): one that is canonical only once cleaned
+// (".", "..", a doubled or trailing separator) is refused too, not
+// repaired, as one through a symlink is. The host resolved it under its
+// own checks; repairing it here would act on a path nobody checked.
+func exactPath(field, p string) (string, error) {
+	if p != "" && filepath.Clean(p) != p {
+		return "", &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q is not canonical (it cleans to %q): pass the resolved path itself", p, filepath.Clean(p))}
+	}
+	return canonicalPath(field, p)
+}
+
 func unwrapPathErr(err error) error {
 	var pe *os.PathError
 	if errors.As(err, &pe) {
@@ -264,7 +277,7 @@ func coversSystem(p string) bool {
 // BuildPlan turns a profile request into a Plan, resolving and checking
 // every path. It is deterministic for equal input on the same host.
 func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
-	ws, err := canonicalPath("workspace", req.Workspace)
+	ws, err := exactPath("workspace", req.Workspace)
 	if err != nil {
 		return Plan{}, err
 	}
@@ -278,7 +291,7 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 	if cwd == "" {
 		cwd = ws
 	}
-	if cwd, err = canonicalPath("cwd", cwd); err != nil {
+	if cwd, err = exactPath("cwd", cwd); err != nil {
 		return Plan{}, err
 	}
 	if !driverapi.PathWithin(cwd, ws) {
@@ -557,22 +570,22 @@ func (p Plan) Check() error {
 	if p.Version != PlanVersion {
 		return bad("version %d, this driver runs version %d", p.Version, PlanVersion)
 	}
-	if _, err := canonicalPath("workspace", p.Workspace); err != nil {
+	if _, err := exactPath("workspace", p.Workspace); err != nil {
 		return bad("%v", err)
 	}
 	if coversSystem(p.Workspace) {
 		return bad("workspace %q contains system directories", p.Workspace)
 	}
-	if _, err := canonicalPath("cwd", p.Cwd); err != nil || !driverapi.PathWithin(p.Cwd, p.Workspace) {
+	if _, err := exactPath("cwd", p.Cwd); err != nil || !driverapi.PathWithin(p.Cwd, p.Workspace) {
 		return bad("cwd %q is not a directory inside the workspace", p.Cwd)
 	}
 	for _, g := range p.FSRead {
-		if _, err := canonicalPath("fs_read", g); err != nil {
+		if _, err := exactPath("fs_read", g); err != nil {
 			return bad("%v", err)
 		}
 	}
 	for _, g := range p.FSWrite {
-		if _, err := canonicalPath("fs_write", g); err != nil {
+		if _, err := exactPath("fs_write", g); err != nil {
 			return bad("%v", err)
 		}
 		if coversSystem(g) {
@@ -586,7 +599,7 @@ func (p Plan) Check() error {
 		return err
 	}
 	if p.Home != "" {
-		if _, err := canonicalPath("home", p.Home); err != nil {
+		if _, err := exactPath("home", p.Home); err != nil {
 			return bad("%v", err)
 		}
 		if err := p.checkHome(); err != nil {

@@ -321,6 +321,9 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 	if d.cfg.GOOS != "darwin" && d.cfg.SandboxExec == DefaultSandboxExec {
 		return driverapi.Exit{}, fmt.Errorf("seatbelt: sandbox-exec exists only on macOS; this host runs %s", d.cfg.GOOS)
 	}
+	if err := checkExact("cwd", spec.Cwd, d.cfg.Canonicalize); err != nil {
+		return driverapi.Exit{}, err
+	}
 	if ws := plan.param(ParamWorkspace); !driverapi.PathWithin(d.cfg.Canonicalize(spec.Cwd), ws) {
 		return driverapi.Exit{}, &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is not inside the workspace %q", spec.Cwd, ws)}
 	}

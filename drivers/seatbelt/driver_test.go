@@ -72,7 +72,12 @@ type fixture struct {
 
 func newFixture(t *testing.T, caps driverapi.Capabilities) *fixture {
 	t.Helper()
-	dir := t.TempDir()
+	// Resolved, as a host passes it: macOS's temp dir is below the /var
+	// symlink, and the driver refuses a workspace reached through one.
+	dir, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
 	se := filepath.Join(dir, "sandbox-exec")
 	if err := os.WriteFile(se, []byte(standIn), 0o755); err != nil {
 		t.Fatal(err)
@@ -303,6 +308,27 @@ func TestRunRefusesBadProfileAndSpec(t *testing.T) {
 	s.Cwd = filepath.Dir(f.ws)
 	if _, err := f.d.Run(t.Context(), s, driverapi.Streams{}); !errors.As(err, &ise) {
 		t.Errorf("cwd outside the workspace: %v", err)
+	}
+	// A cwd that only resolves into the workspace is refused, not
+	// resolved: through a symlink, or spelled with "..".
+	sub := filepath.Join(f.ws, "sub")
+	if err := os.Mkdir(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(sub, filepath.Join(f.ws, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, cwd := range []string{filepath.Join(f.ws, "link"), sub + "/..", sub + "/"} {
+		s = f.spec("true")
+		s.Cwd = cwd
+		if _, err := f.d.Run(t.Context(), s, driverapi.Streams{}); !errors.As(err, &ise) || ise.Field != "cwd" {
+			t.Errorf("cwd %q: %v, want an InvalidSpecError for cwd", cwd, err)
+		}
+	}
+	s = f.spec("true")
+	s.Cwd = sub
+	if exit, _, errs := f.run(t, s); exit.ExitCode != 0 {
+		t.Errorf("canonical cwd %s: %+v %q", sub, exit, errs)
 	}
 	exit, _, errs := f.run(t, f.spec("no-such-program-here"))
 	if exit.ExitCode != 127 || !strings.Contains(errs, "not found") {

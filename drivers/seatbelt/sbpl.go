@@ -320,11 +320,11 @@ func BuildPlan(req driverapi.ProfileRequest, canon Canonicalizer) (Plan, error) 
 	if canon == nil {
 		canon = IdentityCanonicalizer
 	}
-	if err := checkPath("workspace", req.Workspace); err != nil {
+	if err := checkExact("workspace", req.Workspace, canon); err != nil {
 		return Plan{}, err
 	}
 	if req.Cwd != "" {
-		if err := checkPath("cwd", req.Cwd); err != nil {
+		if err := checkExact("cwd", req.Cwd, canon); err != nil {
 			return Plan{}, err
 		}
 		if !driverapi.PathWithin(canon(req.Cwd), canon(req.Workspace)) {
@@ -445,6 +445,20 @@ func checkPath(field, p string) error {
 		return &driverapi.InvalidSpecError{Field: field, Reason: "contains a NUL byte"}
 	case !filepath.IsAbs(p) || p[0] != '/':
 		return &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q is not an absolute path", p)}
+	}
+	return nil
+}
+
+// checkExact is checkPath for a path the host hands over canonical (the
+// workspace, a cwd): one canon would change (a ".", "..", doubled or
+// trailing separator, a symlink on the way) is refused, not resolved, since
+// a symlink swapped in after the host's check would be followed.
+func checkExact(field, p string, canon Canonicalizer) error {
+	if err := checkPath(field, p); err != nil {
+		return err
+	}
+	if c := canon(p); c != p {
+		return &driverapi.InvalidSpecError{Field: field, Reason: fmt.Sprintf("%q is not canonical (it resolves to %q): pass the resolved path", p, c)}
 	}
 	return nil
 }

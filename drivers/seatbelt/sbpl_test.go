@@ -331,9 +331,14 @@ func TestBuildPlanRejectsBadInput(t *testing.T) {
 		"nul workspace":      func(r *driverapi.ProfileRequest) { r.Workspace = "/a\x00b"; r.Cwd = "" },
 		"cwd outside":        func(r *driverapi.ProfileRequest) { r.Cwd = "/etc" },
 		"cwd prefix trick":   func(r *driverapi.ProfileRequest) { r.Cwd = ws + "x" },
-		"relative read":      func(r *driverapi.ProfileRequest) { r.Capabilities.FSRead = []string{"etc"} },
-		"root write":         func(r *driverapi.ProfileRequest) { r.Capabilities.FSWrite = []string{"/"} },
-		"nul write":          func(r *driverapi.ProfileRequest) { r.Capabilities.FSWrite = []string{"/tmp/\x00"} },
+		// Spellings of a canonical path are refused, not cleaned.
+		"workspace with .":         func(r *driverapi.ProfileRequest) { r.Workspace = ws + "/."; r.Cwd = "" },
+		"workspace trailing slash": func(r *driverapi.ProfileRequest) { r.Workspace = ws + "/"; r.Cwd = "" },
+		"cwd with ..":              func(r *driverapi.ProfileRequest) { r.Cwd = ws + "/sub/.." },
+		"cwd doubled slash":        func(r *driverapi.ProfileRequest) { r.Cwd = ws + "//sub" },
+		"relative read":            func(r *driverapi.ProfileRequest) { r.Capabilities.FSRead = []string{"etc"} },
+		"root write":               func(r *driverapi.ProfileRequest) { r.Capabilities.FSWrite = []string{"/"} },
+		"nul write":                func(r *driverapi.ProfileRequest) { r.Capabilities.FSWrite = []string{"/tmp/\x00"} },
 		"hosts no proxy": func(r *driverapi.ProfileRequest) {
 			r.Capabilities.Network.Mode = driverapi.NetworkAllowHosts
 			r.Proxy = nil

@@ -55,6 +55,10 @@ func (driver) Capabilities(context.Context) (driverapi.HostCapabilities, error) 
 }
 
 func (driver) ProfileFor(_ context.Context, req driverapi.ProfileRequest) (driverapi.Profile, error) {
+	// Honest about the protocol, so that only its isolation lies fail.
+	if err := driverapi.CheckWorkspaceCwd(req.Workspace, req.Cwd); err != nil {
+		return driverapi.Profile{}, err
+	}
 	data, err := json.Marshal(req)
 	return driverapi.NewProfile(backend, data), err
 }
@@ -70,6 +74,9 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	defer cancel()
 	var req driverapi.ProfileRequest
 	if err := json.Unmarshal(spec.Profile.Data, &req); err != nil {
+		return driverapi.Exit{}, err
+	}
+	if err := driverapi.CheckWorkspaceCwd(req.Workspace, spec.Cwd); err != nil {
 		return driverapi.Exit{}, err
 	}
 	lie := os.Getenv("LEAKY_LIE")
