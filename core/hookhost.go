@@ -193,17 +193,10 @@ func call[T any](ctx context.Context, h *HookHost, op string, fn func(context.Co
 		h.discard(p)
 		return zero, &HookPluginError{Hook: h.cfg.Name, Op: op, Err: fmt.Errorf("%w (%s)", ErrHookHung, h.cfg.CallTimeout)}
 	case errors.Is(err, driverapi.ErrPluginDied) || p.Exited():
-		// The plugin's last words (a Go panic's line) say why, which the
-		// transport's "connection closed" does not.
-		died := err
-		var pd *driverapi.PluginDiedError
-		if !errors.As(err, &pd) {
-			died = p.DiedError()
-		}
-		h.logger.Error("hook plugin died", "op", op, "error", died)
+		h.logger.Error("hook plugin died", "op", op, "error", err)
 		h.discard(p)
 		return zero, &HookPluginError{Hook: h.cfg.Name, Op: op,
-			Err: fmt.Errorf("%w (it will be relaunched for the next command)", died)}
+			Err: fmt.Errorf("plugin process died (it will be relaunched for the next command): %w", driverapi.ErrPluginDied)}
 	}
 	var ie *driverapi.InvalidSpecError
 	if errors.As(err, &ie) && ie.Field == "verdict.action" {

@@ -75,10 +75,6 @@ func TestCrashFailsClosedThenRelaunches(t *testing.T) {
 	if !errors.As(err, &he) || !errors.Is(err, driverapi.ErrPluginDied) {
 		t.Fatalf("crash: %v", err)
 	}
-	// Its last words on stderr say why it died.
-	if !strings.Contains(err.Error(), "out of luck") {
-		t.Fatalf("the plugin's last words are missing from %q", err)
-	}
 	v, err := before(h)
 	if err != nil || v.Action != driverapi.ActionAllow {
 		t.Fatalf("after relaunch: %+v %v", v, err)

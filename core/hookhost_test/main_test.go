@@ -5,7 +5,6 @@ package hookhost_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"testing"
 	"time"
@@ -56,7 +55,6 @@ func (f *fakeHook) Before(ctx context.Context, req driverapi.HookRequest) (drive
 		return driverapi.Verdict{Action: driverapi.ActionDeny, Rule: "fake", Reason: "denied by the fake hook"}, nil
 	case "crash", "crash-once":
 		if f.misbehave() {
-			fmt.Fprintln(os.Stderr, "fake hook: out of luck")
 			os.Exit(3)
 		}
 	case "hang", "hang-once":
