@@ -42,6 +42,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
@@ -242,7 +244,7 @@ func dropProtected(flags []string, match func(parent, name string) bool) []strin
 // run under the bare limit itself.
 func limitTargetAS(rest []string) ([]string, error) {
 	i := slices.Index(rest, sandboxinit.SandboxInitCommand)
-	if i < 0 || i+3 >= len(rest) || rest[i+2] != "--" {
+	if i < 0 || i+1 >= len(rest) {
 		return rest, nil
 	}
 	s, err := sandboxinit.ParseInitSpec([]byte(rest[i+1]))
@@ -250,7 +252,49 @@ func limitTargetAS(rest []string) ([]string, error) {
 		return rest, err
 	}
 	as := strconv.FormatUint(s.RlimitASBytes-4<<30, 10)
-	return slices.Insert(slices.Clone(rest), i+3, "/usr/bin/prlimit", "--as="+as+":"+as, "--"), nil
+	prlimit := []string{"/usr/bin/prlimit", "--as=" + as + ":" + as, "--"}
+	if s.CommandFD == 0 {
+		if i+3 >= len(rest) || rest[i+2] != "--" {
+			return rest, nil
+		}
+		return slices.Insert(slices.Clone(rest), i+3, prlimit...), nil
+	}
+	// The command's argv travels on a sealed memfd: put a new one, with
+	// prlimit in front, at the same descriptor.
+	return rest, rewriteCommand(s.CommandFD, func(argv []string) []string { return append(prlimit, argv...) })
+}
+
+// rewriteCommand replaces the command record at fd with one whose argv is
+// edit's, sealed as the driver seals its own.
+func rewriteCommand(fd int, edit func([]string) []string) error {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/self/fd/%d", fd))
+	if err != nil {
+		return err
+	}
+	argv, env, err := sandboxinit.DecodeCommand(data)
+	if err != nil {
+		return err
+	}
+	rec, err := sandboxinit.EncodeCommand(edit(argv), env)
+	if err != nil {
+		return err
+	}
+	nfd, err := unix.MemfdCreate("aleph-command", unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(nfd), "command")
+	defer f.Close()
+	if _, err := f.Write(rec); err != nil {
+		return err
+	}
+	if _, err := f.Seek(0, 0); err != nil {
+		return err
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_WRITE|unix.F_SEAL_GROW|unix.F_SEAL_SHRINK); err != nil {
+		return err
+	}
+	return unix.Dup3(nfd, fd, 0)
 }
 
 // liftMemoryLimit removes the memory limit of this command's cgroup, and
