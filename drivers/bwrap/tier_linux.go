@@ -261,6 +261,15 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	if cg != nil && cg.dirs[ctrlMemory] != "" {
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
+	// The metadata guard (metaguard_linux.go): sandbox-init sends its
+	// listener on this socket before it forks the command.
+	guardLocal, guardRemote, err := metaGuardSocket()
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	defer guardLocal.Close()
+	defer guardRemote.Close()
+	is.MetaGuardFD = metaGuardFD
 	init, err := CommandInitArgs(is)
 	if err != nil {
 		return driverapi.Exit{}, err
@@ -293,7 +302,7 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderrGate
 	cmd.WaitDelay = waitDelay
-	cmd.ExtraFiles = []*os.File{cmdFile, life.remote} // commandFD, lifelineFD
+	cmd.ExtraFiles = []*os.File{cmdFile, life.remote, guardRemote} // commandFD, lifelineFD, metaGuardFD
 	// A session of its own: no controlling terminal (no TIOCSTI into the
 	// host's), and a process group the command cannot leave. No
 	// Pdeathsig: it would kill sandbox-init alone and leave the command;
@@ -310,6 +319,9 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	}
 	cmdFile.Close()
 	life.remote.Close()
+	guardRemote.Close()
+	stopGuard := startMetaGuard(guardLocal, plan, is)
+	defer stopGuard()
 	pid := cmd.Process.Pid
 	// sandbox-init waits for this go-ahead before it confines itself any
 	// further or starts anything: it is inside the command's cgroup first.
