@@ -8,6 +8,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // hostDevStat is what the test compares of a host device node.
@@ -92,5 +96,56 @@ cat err
 		if now := statHostDev(t, p); now != st {
 			t.Errorf("host %s changed: %+v -> %+v", p, st, now)
 		}
+	}
+}
+
+// In the bwrap tier, everything outside the write grants is a read-only
+// bind mount: the metadata of a read-granted host file the uid owns cannot
+// be changed, by path or by a read-only descriptor (EROFS), and a directory
+// outside every grant is not there to watch; the same calls work in the
+// workspace, in the same command. Run as root and unprivileged.
+func TestBwrapTierMetadataReadOnly(t *testing.T) {
+	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") != "" {
+		t.Skip("bwrap tier only: TestTierMetadataGuarded covers the Landlock tier")
+	}
+	d := testDriver(t, Options{})
+	ws := newWorkspace(t)
+	host := newWorkspace(t)
+	secret := newWorkspace(t)
+	target := filepath.Join(host, "owned")
+	if err := os.WriteFile(target, []byte("host"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wsTarget := filepath.Join(ws, "mine")
+	if err := os.WriteFile(wsTarget, []byte("ws"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(ws, "user.probe", []byte("1"), 0); err != nil {
+		t.Skipf("user xattrs not supported on %s: %v", ws, err)
+	}
+	before := statHostDev(t, target)
+	probe := filepath.Join(ws, "probe.py")
+	if err := os.WriteFile(probe, []byte(metadataProbe), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := "python3 " + probe + " " + target + " " + secret + " host; python3 " + probe + " " + wsTarget + " " + ws + " ws"
+	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{host}}
+	r := drvRun(t, t.Context(), d, ws, caps, nil, "/bin/sh", "-c", script)
+	if r.err != nil {
+		t.Fatalf("run: %v", r.err)
+	}
+	for _, what := range []string{"chmod", "fchmod", "utimes", "futimens", "setxattr", "fsetxattr", "chown", "fchown"} {
+		if !strings.Contains(r.stdout, "ws "+what+" ok\n") {
+			t.Errorf("positive control: %s in the workspace failed: %q (stderr %q)", what, r.stdout, r.stderr)
+		}
+		if !strings.Contains(r.stdout, "host "+what+" refused EROFS\n") {
+			t.Errorf("%s on a read-granted file: want EROFS: %q (stderr %q)", what, r.stdout, r.stderr)
+		}
+	}
+	if !strings.Contains(r.stdout, "ws inotify ok\n") || !strings.Contains(r.stdout, "host inotify refused ENOENT\n") {
+		t.Errorf("inotify: want a working watch in the workspace and no directory outside the grants: %q", r.stdout)
+	}
+	if now := statHostDev(t, target); now != before {
+		t.Errorf("host file changed: %+v -> %+v", before, now)
 	}
 }
