@@ -246,6 +246,9 @@ func (d *Driver) enforceable(p Plan) error {
 	if h.sandboxErr != nil {
 		return &UnavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
 	}
+	if err := d.stateDirRefusal(p); err != nil {
+		return err
+	}
 	if p.MemoryBytes > 0 && !h.cg.have[ctrlMemory] {
 		return &UnavailableError{Feature: driverapi.FeatureMemoryLimit, Reason: h.cg.reason(ctrlMemory), Fix: cgroupFix}
 	}
