@@ -40,7 +40,7 @@ func stateDriver(t *testing.T, parent string) *Driver {
 // it; a grant beside it, and a read grant over it, are not.
 func TestStateDirGrantRefused(t *testing.T) {
 	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") != "" {
-		t.Skip("bwrap tier: the Landlock tier is covered by the same check (enforceable) in TestTierStateDirGrantRefused")
+		t.Skip("drives the bwrap tier; the Landlock tier runs the same check (enforceable) before every command")
 	}
 	runDir := newWorkspace(t) // plays ~/run or /run
 	d := stateDriver(t, runDir)
