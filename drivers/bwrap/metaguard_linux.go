@@ -410,6 +410,7 @@ func (c *call) resolve(dirfd int, pathAddr uint64, follow, emptyOK bool) (int, u
 	if e != 0 {
 		return -1, e
 	}
+	path = c.ownProc(path)
 	if path == "" {
 		if !emptyOK {
 			return -1, unix.ENOENT
@@ -445,6 +446,19 @@ func (c *call) resolve(dirfd int, pathAddr uint64, follow, emptyOK bool) (int, u
 		return -1, errnoOf(err)
 	}
 	return fd, 0
+}
+
+// ownProc rewrites /proc/self and /proc/thread-self, which name the
+// process that resolves them, into the caller's /proc/PID (glibc's lchmod
+// and fchmodat fallbacks chmod /proc/self/fd/N). The notification's pid is
+// the calling thread's id, which /proc also serves.
+func (c *call) ownProc(path string) string {
+	for _, self := range []string{"/proc/self", "/proc/thread-self"} {
+		if rest, ok := strings.CutPrefix(path, self); ok && (rest == "" || rest[0] == '/') {
+			return "/proc/" + strconv.Itoa(c.pid) + rest
+		}
+	}
+	return path
 }
 
 func (c *call) openProc(rest string) (int, unix.Errno) {

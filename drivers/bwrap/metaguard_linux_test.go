@@ -120,6 +120,8 @@ func TestTierMetadataGuarded(t *testing.T) {
 	}
 	script := "python3 " + probe + " " + target + " " + secret + " host; " +
 		"python3 " + probe + " " + wsTarget + " " + ws + " ws; " +
+		"python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_PATH); os.chmod(\"/proc/self/fd/%d\" % fd, 0o600); print(\"procself ok\")' " + wsTarget + "; " +
+		"python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_PATH); os.chmod(\"/proc/self/fd/%d\" % fd, 0o600); print(\"procself host ok\")' " + target + "; " +
 		"chmod 0600 /dev/null && echo dev chmod ok; echo x > /dev/null && echo dev write ok"
 	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{host}}
 	r := drvRun(t, t.Context(), d, ws, caps, nil, "/bin/sh", "-c", script)
@@ -135,6 +137,11 @@ func TestTierMetadataGuarded(t *testing.T) {
 		if !strings.Contains(out, "host "+what+" refused ") {
 			t.Errorf("%s outside the write grants was not refused: %q (stderr %q)", what, out, r.stderr)
 		}
+	}
+	// A path through /proc/self names the command's descriptors, not the
+	// driver's (glibc's lchmod fallback uses it).
+	if !strings.Contains(out, "procself ok\n") || strings.Contains(out, "procself host ok") {
+		t.Errorf("chmod through /proc/self/fd: want it in the workspace only: %q (stderr %q)", out, r.stderr)
 	}
 	// Inode flags are refused everywhere, the workspace included.
 	for _, who := range []string{"host", "ws"} {
