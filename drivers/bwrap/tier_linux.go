@@ -77,6 +77,10 @@ const (
 	tierLimitPID  = "no PID namespace (the command is ended by killing its process group; setsid and setpgid are denied)"
 	tierLimitUnix = "socket(AF_UNIX) denied under every network mode (socketpair allowed)"
 	tierLimitDev  = "no /dev of its own: only /dev/null, /dev/zero, /dev/full, /dev/random and /dev/urandom can be opened, /dev cannot be listed, no pty (/dev/ptmx and /dev/pts closed)"
+	// Landlock has no right for metadata: the driver answers those calls
+	// itself (metaguard_linux.go).
+	tierLimitMeta = "chmod, chown, utimes, xattrs and inotify watches are answered by the driver, inside the write grants only (a watch: where readable); " +
+		"inode flags (chattr), fs-verity and fanotify marks are refused everywhere"
 )
 
 // tierFix is how a host in the Landlock tier gets the full sandbox.
@@ -121,8 +125,9 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 			"pid_namespace":  tierLimitPID,
 			"unix_sockets":   tierLimitUnix,
 			"dev":            tierLimitDev,
+			"metadata":       tierLimitMeta,
 			"capabilities":   "all dropped (bounding and ambient sets included)",
-			"tier_limits": strings.Join([]string{tierLimitTmp, tierLimitProc, tierLimitPID, tierLimitUnix, tierLimitDev,
+			"tier_limits": strings.Join([]string{tierLimitTmp, tierLimitProc, tierLimitPID, tierLimitUnix, tierLimitDev, tierLimitMeta,
 				"no protected_paths (workspaces with protected entries are refused)", "no allow_hosts"}, "; "),
 		},
 	}
