@@ -246,6 +246,9 @@ func (d *Driver) enforceable(p Plan) error {
 	if h.sandboxErr != nil {
 		return &UnavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
 	}
+	if err := d.stateDirRefusal(p); err != nil {
+		return err
+	}
 	if p.MemoryBytes > 0 && !h.cg.have[ctrlMemory] {
 		return &UnavailableError{Feature: driverapi.FeatureMemoryLimit, Reason: h.cg.reason(ctrlMemory), Fix: cgroupFix}
 	}
@@ -741,16 +744,22 @@ func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan 
 		// the thread (and kill the sandbox) while the command runs; the
 		// thread exits with the goroutine, after Wait.
 		runtime.LockOSThread()
-		var err error
+		start := cmd.Start
 		if sb.ns != nil && !sb.viaNsenter {
 			// As root: this thread enters the session's namespace, bwrap
 			// forked from it starts there, and the thread goes back to
 			// its own namespace (it may be the main thread, which the
 			// runtime keeps even when its goroutine exits locked, and
 			// which would hold the namespace for the driver's life).
-			err = startInNetns(cmd, sb.ns)
+			start = func() error { return startInNetns(cmd, sb.ns) }
+		}
+		var err error
+		if readOnlyDevicesNeeded(sb.viaNsenter) {
+			// The device nodes bwrap binds are the host's, owned by the
+			// root command: bound read-only (devices_linux.go).
+			err = startWithReadOnlyDevices(start)
 		} else {
-			err = cmd.Start()
+			err = start()
 		}
 		// Recovery waits for this sandbox to be gone before it removes
 		// placeholders a dead driver left (janitor_linux.go). A prepared

@@ -60,6 +60,7 @@ type etcViews struct {
 	shallow string    // the entries' own fingerprint when fp was checked
 	checked time.Time // when fp was last checked
 	failed  string    // a fingerprint whose view could not be made
+	viewFP  string    // the view's own fingerprint when its content was checked
 	locks   []*os.File
 }
 
@@ -125,6 +126,12 @@ func (d *Driver) etcViewOf(root string, entries []string) string {
 		return ""
 	}
 	if v.fp == fp && v.dir != "" {
+		// The view itself, too (etcverify_linux.go).
+		if now, err := viewFingerprint(v.dir); err != nil || now != v.viewFP {
+			d.log.Warn("etc view changed since it was checked; binding the entries one by one", "view", v.dir, "error", err)
+			v.dir, v.failed = "", fp
+			return ""
+		}
 		v.shallow, v.checked = shallow, time.Now()
 		return v.dir
 	}
@@ -138,6 +145,16 @@ func (d *Driver) etcViewOf(root string, entries []string) string {
 		v.failed = fp
 		return ""
 	}
+	// Its name says what it should hold; its content is checked before
+	// any sandbox sees it (etcverify_linux.go).
+	viewFP, err := checkEtcView(root, fp, dir, entries)
+	if err != nil {
+		lock.Close()
+		d.log.Warn("etc view does not match the host's entries; binding them one by one", "error", err)
+		v.failed = fp
+		return ""
+	}
+	v.viewFP = viewFP
 	// The old view stays locked: commands started on it may still run.
 	v.locks = append(v.locks, lock)
 	v.fp, v.dir, v.shallow, v.checked = fp, dir, shallow, time.Now()
@@ -281,8 +298,21 @@ func buildEtcView(root, fp string, entries []string) error {
 	// A view that exists already (another driver made it first, or died
 	// before it made the lock file) is complete: it was renamed into place
 	// whole. Either way the lock file comes next.
-	if err := os.Rename(tmp, final); err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, unix.ENOTEMPTY) {
+	err = os.Rename(tmp, final)
+	if err != nil && !errors.Is(err, fs.ErrExist) && !errors.Is(err, unix.ENOTEMPTY) {
 		return fmt.Errorf("etc view: %w", err)
+	}
+	if err == nil {
+		// The view as copied: its fingerprint is the record a driver
+		// taking it up compares with (etcverify_linux.go). A view another
+		// builder renamed into place is checked against the host instead.
+		viewFP, err := viewFingerprint(filepath.Join(final, "etc"))
+		if err != nil {
+			return err
+		}
+		if err := writeViewSum(filepath.Join(root, fp+".sum"), viewFP); err != nil {
+			return err
+		}
 	}
 	f, err := os.OpenFile(final+".lock", os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
@@ -414,6 +444,7 @@ func sweepEtcViews(root string) {
 			trash := filepath.Join(root, "trash-"+randHex(8))
 			moved := os.Rename(filepath.Join(root, name), trash) == nil
 			_ = os.Remove(filepath.Join(root, e.Name()))
+			_ = os.Remove(filepath.Join(root, name+".sum"))
 			lock.Close()
 			if moved {
 				_ = os.RemoveAll(trash)

@@ -166,8 +166,8 @@ func TestEtcViewBuildAndSweep(t *testing.T) {
 		t.Fatalf("the view used last was swept: %v", err)
 	}
 	ents, _ := os.ReadDir(root)
-	if len(ents) != 2 {
-		t.Fatalf("want the last view and its lock in the view root, got %v", ents)
+	if len(ents) != 3 {
+		t.Fatalf("want the last view, its lock and its fingerprint record in the view root, got %v", ents)
 	}
 }
 

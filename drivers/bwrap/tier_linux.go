@@ -77,6 +77,10 @@ const (
 	tierLimitPID  = "no PID namespace (the command is ended by killing its process group; setsid and setpgid are denied)"
 	tierLimitUnix = "socket(AF_UNIX) denied under every network mode (socketpair allowed)"
 	tierLimitDev  = "no /dev of its own: only /dev/null, /dev/zero, /dev/full, /dev/random and /dev/urandom can be opened, /dev cannot be listed, no pty (/dev/ptmx and /dev/pts closed)"
+	// Landlock has no right for metadata: the driver answers those calls
+	// itself (metaguard_linux.go).
+	tierLimitMeta = "chmod, chown, utimes, xattrs and inotify watches are answered by the driver, inside the write grants only (a watch: where readable); " +
+		"inode flags (chattr), fs-verity and fanotify marks are refused everywhere"
 )
 
 // tierFix is how a host in the Landlock tier gets the full sandbox.
@@ -121,8 +125,9 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 			"pid_namespace":  tierLimitPID,
 			"unix_sockets":   tierLimitUnix,
 			"dev":            tierLimitDev,
+			"metadata":       tierLimitMeta,
 			"capabilities":   "all dropped (bounding and ambient sets included)",
-			"tier_limits": strings.Join([]string{tierLimitTmp, tierLimitProc, tierLimitPID, tierLimitUnix, tierLimitDev,
+			"tier_limits": strings.Join([]string{tierLimitTmp, tierLimitProc, tierLimitPID, tierLimitUnix, tierLimitDev, tierLimitMeta,
 				"no protected_paths (workspaces with protected entries are refused)", "no allow_hosts"}, "; "),
 		},
 	}
@@ -261,6 +266,15 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	if cg != nil && cg.dirs[ctrlMemory] != "" {
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
+	// The metadata guard (metaguard_linux.go): sandbox-init sends its
+	// listener on this socket before it forks the command.
+	guardLocal, guardRemote, err := metaGuardSocket()
+	if err != nil {
+		return driverapi.Exit{}, err
+	}
+	defer guardLocal.Close()
+	defer guardRemote.Close()
+	is.MetaGuardFD = metaGuardFD
 	init, err := CommandInitArgs(is)
 	if err != nil {
 		return driverapi.Exit{}, err
@@ -293,7 +307,7 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderrGate
 	cmd.WaitDelay = waitDelay
-	cmd.ExtraFiles = []*os.File{cmdFile, life.remote} // commandFD, lifelineFD
+	cmd.ExtraFiles = []*os.File{cmdFile, life.remote, guardRemote} // commandFD, lifelineFD, metaGuardFD
 	// A session of its own: no controlling terminal (no TIOCSTI into the
 	// host's), and a process group the command cannot leave. No
 	// Pdeathsig: it would kill sandbox-init alone and leave the command;
@@ -310,6 +324,9 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	}
 	cmdFile.Close()
 	life.remote.Close()
+	guardRemote.Close()
+	stopGuard := startMetaGuard(guardLocal, plan, is)
+	defer stopGuard()
 	pid := cmd.Process.Pid
 	// sandbox-init waits for this go-ahead before it confines itself any
 	// further or starts anything: it is inside the command's cgroup first.

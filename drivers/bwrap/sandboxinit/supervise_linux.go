@@ -92,6 +92,8 @@ func childSpec(spec *InitSpec) InitSpec {
 	s := *spec
 	s.Supervise = false
 	s.LifelineFD = 0
+	// The guard is inherited; its socket is the supervisor's, closed.
+	s.MetaGuardFD = 0
 	// Its program is the command's, handed over already.
 	s.Prepared = false
 	// The supervisor holds the terminal; the child only inherits it.
@@ -193,6 +195,12 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 	if spec.LifelineFD > 0 {
 		var err error
 		if life, err = readSignalRequests(spec.LifelineFD, onResize); err != nil {
+			return 0, err
+		}
+	}
+	if spec.MetaGuardFD > 0 {
+		// Before the fork: the command and all it starts inherit it.
+		if err := installMetaGuard(spec.MetaGuardFD); err != nil {
 			return 0, err
 		}
 	}
