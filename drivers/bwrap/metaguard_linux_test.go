@@ -5,6 +5,7 @@ package bwrap
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -118,11 +119,19 @@ func TestTierMetadataGuarded(t *testing.T) {
 	if err := os.WriteFile(probe, []byte(metadataProbe), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	var devNull syscall.Stat_t
+	if err := syscall.Stat("/dev/null", &devNull); err != nil {
+		t.Fatal(err)
+	}
+	devNullMode := strconv.FormatUint(uint64(devNull.Mode&0o7777), 8)
 	script := "python3 " + probe + " " + target + " " + secret + " host; " +
 		"python3 " + probe + " " + wsTarget + " " + ws + " ws; " +
 		"python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_PATH); os.chmod(\"/proc/self/fd/%d\" % fd, 0o600); print(\"procself ok\")' " + wsTarget + "; " +
 		"python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_PATH); os.chmod(\"/proc/self/fd/%d\" % fd, 0o600); print(\"procself host ok\")' " + target + "; " +
-		"chmod 0600 /dev/null && echo dev chmod ok; echo x > /dev/null && echo dev write ok"
+		// The mode given is the one /dev/null has: should the guard fail,
+		// the call succeeds (and is reported) without breaking the host's
+		// /dev/null for every other process.
+		"chmod " + devNullMode + " /dev/null && echo dev chmod ok; echo x > /dev/null && echo dev write ok"
 	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{host}}
 	r := drvRun(t, t.Context(), d, ws, caps, nil, "/bin/sh", "-c", script)
 	if r.err != nil {
