@@ -461,6 +461,11 @@ func TestMinimalDriverInDocs(t *testing.T) {
 	if want := strings.Join(example(t), "\n") + "\n"; snippet != want {
 		t.Error("the minimal driver in docs/writing-a-driver.md differs from conformance/example/main.go")
 	}
+	_, rest, ok = strings.Cut(string(doc), "<!-- minimal-driver-group: begin -->\n```go\n")
+	group, _, ok2 := strings.Cut(rest, "```\n<!-- minimal-driver-group: end -->")
+	if want, err := os.ReadFile("example/group_unix.go"); err != nil || !ok || !ok2 || group != string(want) {
+		t.Errorf("the ownGroup block in docs/writing-a-driver.md differs from conformance/example/group_unix.go (%v)", err)
+	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "main.go")
 	if err := os.WriteFile(src, []byte(snippet), 0o644); err != nil {

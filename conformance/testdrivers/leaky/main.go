@@ -18,6 +18,9 @@
 //	LEAKY_LIE=exit-signal an exit status 129..192 is reported as a signal
 //	LEAKY_LIE=fd          the command inherits a descriptor of the host's /
 //	LEAKY_LIE=setgid      the set-id gate checks the set-user-id bit only
+//	LEAKY_LIE=no-kill     process_tree_kill is not claimed, and cancel and
+//	                      timeout return at once, killing nothing (the
+//	                      timeout is still reported)
 package main
 
 import (
@@ -28,6 +31,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +46,10 @@ type driver struct{}
 
 func (driver) Capabilities(context.Context) (driverapi.HostCapabilities, error) {
 	features := driverapi.KnownFeatures()
+	if os.Getenv("LEAKY_LIE") == "no-kill" {
+		// Honest about the feature, lying about the contract.
+		features = slices.DeleteFunc(features, func(f string) bool { return f == driverapi.FeatureProcessTreeKill })
+	}
 	// The suite's own tests add a made-up feature name this way.
 	if extra := os.Getenv("LEAKY_EXTRA_FEATURE"); extra != "" {
 		features = append(features, extra)
@@ -138,7 +146,15 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	}
 	cmd.WaitDelay = time.Second
 	start := time.Now()
-	err := cmd.Run()
+	var err error
+	state := (*os.ProcessState)(nil)
+	if lie == "no-kill" {
+		state, err = runNoKill(runCtx, cmd)
+	} else {
+		ownGroup(cmd)
+		err = cmd.Run()
+		state = cmd.ProcessState
+	}
 	exit := driverapi.Exit{Duration: time.Since(start), StdoutBytes: stdout.Total(), StderrBytes: stderr.Total(),
 		Truncated: stdout.Truncated() || stderr.Truncated(), TimedOut: runCtx.Err() != nil && ctx.Err() == nil}
 	if ctx.Err() != nil {
@@ -148,9 +164,9 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	if err != nil && !errors.As(err, &ee) && !errors.Is(err, exec.ErrWaitDelay) {
 		return exit, err
 	}
-	if cmd.ProcessState != nil {
-		exit.ExitCode = int32(cmd.ProcessState.ExitCode())
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if state != nil {
+		exit.ExitCode = int32(state.ExitCode())
+		if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			exit.Signal = int32(ws.Signal())
 			exit.ExitCode = 128 + exit.Signal
 		}
@@ -159,6 +175,27 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 		}
 	}
 	return exit, nil
+}
+
+// runNoKill is the no-kill lie: the command starts as a plain process and
+// Run returns when ctx or the timeout ends, with nothing killed (an
+// exec.Cmd without a context kills nothing). The command and its children
+// run on, unsupervised; the suite's cleanup ends them.
+func runNoKill(runCtx context.Context, c *exec.Cmd) (*os.ProcessState, error) {
+	cmd := exec.Command(c.Path, c.Args[1:]...)
+	cmd.Env, cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Env, c.Dir, c.Stdin, c.Stdout, c.Stderr
+	cmd.ExtraFiles = c.ExtraFiles
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return cmd.ProcessState, err
+	case <-runCtx.Done():
+		return nil, nil
+	}
 }
 
 // childSetup is the helper mode: `leaky child-setup AS_BYTES GATE --
