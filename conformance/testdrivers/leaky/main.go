@@ -10,14 +10,17 @@
 //	LEAKY_RLIMIT_AS=1     max_memory_mb is enforced with RLIMIT_AS
 //	LEAKY_SPAWN_GATE=1    spawn_subprocess=false is enforced with seccomp
 //	                      (fork, vfork, clone without CLONE_THREAD, clone3)
-//	LEAKY_SETID_GATE=1    chmod with a set-user-id or set-group-id bit
-//	                      fails with EPERM (seccomp)
+//	LEAKY_SETID_GATE=1    giving a file a set-user-id or set-group-id bit
+//	                      (chmod, fchmod, fchmodat, fchmodat2, or the mode
+//	                      of open, openat, creat, mknod) fails with EPERM
+//	                      (seccomp)
 //	LEAKY_LIE=memory-3.5x the RLIMIT_AS is 3.5 times the limit asked for
 //	LEAKY_LIE=clone3      the spawn gate leaves clone3 open
 //	LEAKY_LIE=timeout-5x  the timeout is five times the one asked for
 //	LEAKY_LIE=exit-signal an exit status 129..192 is reported as a signal
 //	LEAKY_LIE=fd          the command inherits a descriptor of the host's /
 //	LEAKY_LIE=setgid      the set-id gate checks the set-user-id bit only
+//	LEAKY_LIE=no-fchmod   the set-id gate forgets fchmod (a descriptor's mode)
 //	LEAKY_LIE=no-kill     process_tree_kill is not claimed, and cancel and
 //	                      timeout return at once, killing nothing (the
 //	                      timeout is still reported)
@@ -109,8 +112,11 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	}
 	if os.Getenv("LEAKY_SETID_GATE") == "1" {
 		gates = append(gates, "setid")
-		if lie == "setgid" {
+		switch lie {
+		case "setgid":
 			gates[len(gates)-1] = "setuid-only"
+		case "no-fchmod":
+			gates[len(gates)-1] = "setid-no-fchmod"
 		}
 	}
 	gate := strings.Join(gates, ",")
