@@ -29,7 +29,7 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the case lines (errors included)")
 	run := fs.String("run", "", "run only the cases whose id matches `REGEXP`")
 	list := fs.Bool("list", false, "list the cases (id, level, feature) without running them")
-	config := fs.String("config", "", "TOML config `FILE` whose platform section is passed to the driver as ALEPH_DRIVER_OPTIONS, as exec does")
+	config := fs.String("config", "", "TOML config `FILE` whose section for the driver ([sandbox.linux] or [sandbox.windows] for this project's drivers, [sandbox.drivers.NAME] for aleph-driver-NAME) is passed to it as ALEPH_DRIVER_OPTIONS, as exec does")
 	const usageLine = "aleph-sandbox conformance --driver NAME|PATH [--junit FILE] [--json] [--run REGEXP]"
 	// failure ends the command with msg: the one refusal line, or with
 	// --json the report so far with error and error_code set.
@@ -72,7 +72,7 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 		if err != nil {
 			return failure(confErrInvalid, conformance.Report{Driver: path}, err.Error())
 		}
-		cfg.Env = []string{"ALEPH_DRIVER_OPTIONS=" + string(c.DriverOptions(runtime.GOOS))}
+		cfg.Env = []string{"ALEPH_DRIVER_OPTIONS=" + string(c.DriverOptionsFor(path, runtime.GOOS))}
 		cfg.SHA256 = driverPin(c, path)
 	}
 	if !*asJSON {
