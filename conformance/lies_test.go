@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 )
@@ -100,6 +101,9 @@ func lies() []lie {
 		{name: "cancel-and-timeout-kill-nothing", driver: "leaky", lying: []string{"LEAKY_LIE=no-kill"},
 			run: []string{"proc/cancel-kills-command", "proc/timeout-kills-command", "protocol/cancel-mid-run",
 				"proc/timeout-reported", "proc/timeout-tight", "exec/stdin-small"},
+			fails: []string{"proc/cancel-kills-command", "proc/timeout-kills-command"}},
+		{name: "cancel-and-timeout-kill-the-child-only", driver: "leaky", lying: []string{"LEAKY_LIE=kill-child-only"},
+			run:   []string{"proc/cancel-kills-command", "proc/timeout-kills-command", "protocol/cancel-mid-run", "proc/timeout-reported"},
 			fails: []string{"proc/cancel-kills-command", "proc/timeout-kills-command"}},
 		{name: "host-proc-shown", driver: "bwrap", bwrapLie: "proc",
 			run:   []string{"proc/host-processes-invisible", "proc/spawn-allowed"},
@@ -242,4 +246,23 @@ func bwrapOptions(t *testing.T, bwrapPath string) string {
 		t.Fatal(err)
 	}
 	return "ALEPH_DRIVER_OPTIONS=" + string(b)
+}
+
+// TestBudgetScalesWithTheDriver: the many-command cases measure a driver
+// against its own pace, not against a fixed budget that makes them a speed
+// test: a driver taking 150 ms more per command runs 200 of them past a 5 s
+// case budget and still passes robust/sequential-200.
+func TestBudgetScalesWithTheDriver(t *testing.T) {
+	rep := runSuite(t, "leaky", func(c *conformance.Config) {
+		c.Run = regexp.MustCompile(`^robust/sequential-200$`)
+		c.Env = []string{"LEAKY_SLOW=150ms"}
+		c.CaseTimeout = 5 * time.Second
+	})
+	r := rep.Results[0]
+	if r.Duration <= 5*time.Second {
+		t.Fatalf("the slow driver ran 200 commands in %s: not past the 5s budget, so the test shows nothing", r.Duration)
+	}
+	if r.Status != conformance.Pass {
+		t.Errorf("a slow, steady driver: %s (%s), want pass", r.Status, r.Detail)
+	}
 }

@@ -14,6 +14,8 @@
 //	                      (chmod, fchmod, fchmodat, fchmodat2, or the mode
 //	                      of open, openat, creat, mknod) fails with EPERM
 //	                      (seccomp)
+//	LEAKY_SLOW=DURATION   every Run waits DURATION before it starts the
+//	                      command (a slow, honest driver)
 //	LEAKY_LIE=memory-3.5x the RLIMIT_AS is 3.5 times the limit asked for
 //	LEAKY_LIE=clone3      the spawn gate leaves clone3 open
 //	LEAKY_LIE=timeout-5x  the timeout is five times the one asked for
@@ -24,6 +26,9 @@
 //	LEAKY_LIE=no-kill     process_tree_kill is not claimed, and cancel and
 //	                      timeout return at once, killing nothing (the
 //	                      timeout is still reported)
+//	LEAKY_LIE=kill-child-only process_tree_kill is not claimed, and cancel
+//	                      and timeout kill the direct child only
+//	                      (exec.CommandContext's default)
 package main
 
 import (
@@ -49,7 +54,7 @@ type driver struct{}
 
 func (driver) Capabilities(context.Context) (driverapi.HostCapabilities, error) {
 	features := driverapi.KnownFeatures()
-	if os.Getenv("LEAKY_LIE") == "no-kill" {
+	if lie := os.Getenv("LEAKY_LIE"); lie == "no-kill" || lie == "kill-child-only" {
 		// Honest about the feature, lying about the contract.
 		features = slices.DeleteFunc(features, func(f string) bool { return f == driverapi.FeatureProcessTreeKill })
 	}
@@ -75,6 +80,14 @@ func (driver) ProfileFor(_ context.Context, req driverapi.ProfileRequest) (drive
 }
 
 func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	if d, err := time.ParseDuration(os.Getenv("LEAKY_SLOW")); err == nil {
+		// A slow but steady driver (a VM per command, say).
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return driverapi.Exit{}, ctx.Err()
+		}
+	}
 	if err := driverapi.ValidateRunSpec(spec); err != nil {
 		return driverapi.Exit{}, err
 	}
@@ -157,7 +170,9 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	if lie == "no-kill" {
 		state, err = runNoKill(runCtx, cmd)
 	} else {
-		ownGroup(cmd)
+		if lie != "kill-child-only" {
+			ownGroup(cmd)
+		}
 		err = cmd.Run()
 		state = cmd.ProcessState
 	}
