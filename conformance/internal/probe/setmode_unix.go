@@ -8,7 +8,9 @@ import (
 	"syscall"
 )
 
-var setModeRoutes = []string{"chmod", "fchmod", "open-create", "chown-chmod"}
+// SetModeRoutes are the routes setmode knows on this OS: those every
+// POSIX system has.
+func SetModeRoutes() []string { return []string{"chmod", "fchmod", "open-create", "chown-chmod"} }
 
 // setModeRoute: the routes every POSIX system has (see the Linux file).
 func setModeRoute(route string, m uint32, path string) error {
