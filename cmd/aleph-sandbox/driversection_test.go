@@ -24,7 +24,28 @@ type optionsDriver struct {
 	refused string
 }
 
-func serveOptionsDriver() {
+// configOptionsDriver adds the config call: its section is
+// [sandbox.drivers.thirdparty], and SetConfig refuses any key but "image".
+type configOptionsDriver struct{ *optionsDriver }
+
+func (configOptionsDriver) ConfigSchema(context.Context) (driverapi.ConfigSchema, error) {
+	return driverapi.ConfigSchema{Section: "thirdparty", Fields: []driverapi.ConfigField{{Name: "image", Type: driverapi.ConfigString}}}, nil
+}
+
+func (configOptionsDriver) SetConfig(_ context.Context, b []byte) error {
+	var m map[string]any
+	if err := json.Unmarshal(b, &m); err != nil {
+		return &driverapi.ConfigError{Section: "drivers.thirdparty", Reason: err.Error()}
+	}
+	for k := range m {
+		if k != "image" {
+			return &driverapi.ConfigError{Section: "drivers.thirdparty", Key: k, Reason: "unknown key (known: image)"}
+		}
+	}
+	return nil
+}
+
+func serveOptionsDriver(withConfig bool) {
 	raw := os.Getenv("ALEPH_DRIVER_OPTIONS")
 	d := &optionsDriver{}
 	d.Stdout = []byte("options=" + raw + "\n")
@@ -41,6 +62,10 @@ func serveOptionsDriver() {
 	sort.Strings(keys)
 	if len(keys) > 0 {
 		d.refused = "unknown key " + strings.Join(keys, ", ") + " in ALEPH_DRIVER_OPTIONS"
+	}
+	if withConfig {
+		driverapi.Serve(configOptionsDriver{d})
+		return
 	}
 	driverapi.Serve(d)
 }
@@ -117,5 +142,38 @@ func TestDriverSectionRouting(t *testing.T) {
 	if r.code != 1 || strings.Contains(r.stdout, "config: ok") || !strings.Contains(r.stdout, "[sandbox.linux] sets max_pids") ||
 		!strings.Contains(r.stdout, "fix: move what thirdparty understands to [sandbox.drivers.thirdparty]") {
 		t.Fatalf("doctor, keys of another driver: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+}
+
+// A driver that refuses its own section (through the config call) makes
+// doctor fail with the refusal on its config line, not "config: ok".
+func TestDoctorConfigLineTellsARefusedSection(t *testing.T) {
+	if goos() != "linux" {
+		t.Skip("the routing under test is the Linux platform's")
+	}
+	exe := cliEnv(t)
+	t.Setenv("ALEPH_CLI_TEST_DRIVER", "options-config")
+	dir := t.TempDir()
+	drv := filepath.Join(dir, "aleph-driver-thirdparty")
+	if err := os.Symlink(exe, drv); err != nil {
+		t.Fatal(err)
+	}
+	good := filepath.Join(dir, "good.toml")
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(good, []byte("[sandbox.drivers.thirdparty]\nimage = \"alpine\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte("[sandbox.drivers.thirdparty]\nimage = \"alpine\"\nbogus = 1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Positive control: the section it accepts.
+	r := cli(t, "", false, "doctor", "--driver", drv, "--config", good)
+	if r.code != 0 || !strings.Contains(r.stdout, "config: ok\n") || !strings.Contains(r.stdout, "driver section: [sandbox.drivers.thirdparty]\n") {
+		t.Fatalf("doctor, accepted section: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+	}
+	r = cli(t, "", false, "doctor", "--driver", drv, "--config", bad)
+	if r.code != 1 || strings.Contains(r.stdout, "config: ok") || !strings.Contains(r.stdout, "config: ") ||
+		!strings.Contains(r.stdout, "sandbox.drivers.thirdparty.bogus") {
+		t.Fatalf("doctor, refused section: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }

@@ -46,7 +46,12 @@ func TestMain(m *testing.M) {
 	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "options" {
 		// A third-party driver without the config call: it reads its
 		// settings from ALEPH_DRIVER_OPTIONS alone (TestDriverSectionRouting).
-		serveOptionsDriver()
+		serveOptionsDriver(false)
+		return
+	}
+	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "options-config" {
+		// The same driver with the config call.
+		serveOptionsDriver(true)
 		return
 	}
 	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "hints" {
