@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aleph-sandbox/aleph-sandbox/conformance/internal/probe"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -32,7 +33,7 @@ func hardeningCases() []Case {
 			Description: "With ProfileRequest.Protected empty, the driver protects all of driverapi.DefaultProtectedEntries() (" + strings.Join(driverapi.DefaultProtectedEntries(), ", ") + "), not only the original four: each missing entry cannot be created as a directory, a file or a symlink; the existing .claude (a directory) and .envrc (a file) can be read but not changed, removed or renamed; and after the command the host's workspace holds exactly what it held before plus the command's own ok.txt and other/ (no placeholder or mount point left behind).",
 			run:         caseProtectedDefaultSet},
 		{ID: "fs/no-setid-files", Level: Must, Feature: wr, OS: POSIXOnly, OSReason: "set-user-id and set-group-id bits are POSIX file modes",
-			Description: "A command cannot leave a set-user-id or set-group-id file for the host (a setuid copy of a shell is a way up for whoever runs it): chmod 4755, 2755 and 6755 on workspace files fail or leave no set-id bit visible from the host, while chmod 755 in the same command takes effect. Skipped, saying so, where the host's own file system keeps no set-id bits.",
+			Description: "A command cannot leave a set-user-id or set-group-id file for the host (a setuid copy of a shell is a way up for whoever runs it): modes 4755, 2755 and 6755 given by every route (chmod by path, fchmod on a descriptor, fchmodat, fchmodat2, the mode of openat and creat at creation, an O_TMPFILE file linked in, mknod of a regular file, chown to oneself then chmod; on other POSIX systems chmod, fchmod, open and chown-then-chmod) fail or leave no set-id file in the workspace as the host sees it, while the same routes with mode 0755 work (chmod, fchmod, fchmodat, open, creat and chown-then-chmod must; mknod, O_TMPFILE and fchmodat2 may be refused) and each attempt is shown to have run. Skipped, saying so, where the host's own file system keeps no set-id bits.",
 			run:         caseNoSetID},
 		{ID: "res/tmpfs-bounded", Level: Must, Feature: driverapi.FeatureMemoryLimit, OS: LinuxOnly, OSReason: "the private /tmp is a memory-backed tmpfs on Linux",
 			Description: "Under max_memory_mb=128 the command's /tmp cannot hold 256 MiB (the write fails, ENOSPC, or the command is killed), while 16 MiB written there under the same limit succeed: files in a memory-backed /tmp are memory the limit must cover, whatever enforces it. A sandbox with no writable /tmp at all (the program reports the open refused) has nothing to bound: the case is skipped, saying so.",
@@ -223,31 +224,64 @@ func caseNoSetID(ctx context.Context, h *H) error {
 	if st, err := os.Stat(ctl); err != nil || st.Mode()&setID != setID {
 		return skipf("the host's file system here keeps no set-id bits (%v)", err)
 	}
-	modes := map[string]string{"suid": "4755", "sgid": "2755", "both": "6755"}
+	// Every route by which a mode reaches a file (by path, by descriptor,
+	// at creation, fchmodat2, mknod, after a chown): a filter that forgets
+	// one leaves the host a set-id file through it. Each route also makes a
+	// plain 0755 file, the positive control that the route itself works
+	// where it must.
+	routes := probe.SetModeRoutes()
+	created := map[string]bool{"open-create": true, "creat": true, "tmpfile": true, "mknod": true}
+	// A sandbox may refuse these altogether: mknod of a regular file (a
+	// driver allowing FIFOs only), O_TMPFILE (a file system without it),
+	// fchmodat2 (a kernel before 6.6).
+	optional := map[string]bool{"tmpfile": true, "mknod": true, "fchmodat2": true}
 	var steps []string
-	for _, f := range []string{"suid", "sgid", "both", "plain"} {
-		if err := writeFile(filepath.Join(h.Work, f), "#!/bin/sh\necho ran\n"); err != nil {
-			return err
-		}
-		if m, ok := modes[f]; ok {
-			steps = append(steps, "try", "chmod", m, f, sep)
+	for _, r := range routes {
+		for _, m := range []string{"0755", "4755", "2755", "6755"} {
+			name := r + "-" + m
+			if !created[r] {
+				if err := writeFile(filepath.Join(h.Work, name), "#!/bin/sh\necho ran\n"); err != nil {
+					return err
+				}
+			}
+			steps = append(steps, "try", "setmode", r, m, name, sep)
 		}
 	}
-	o := h.Probe(ctx, nil, append(steps, "chmod", "755", "plain", sep, "echo", "chmod-ran")...)
-	if err := ran("chmod 755", o, "chmod-ran"); err != nil {
+	o := h.Probe(ctx, nil, append(steps, "echo", "setid-routes-done")...)
+	if err := ran("set-id routes", o, "setid-routes-done"); err != nil {
 		return err
 	}
-	if st, err := os.Stat(filepath.Join(h.Work, "plain")); err != nil || st.Mode().Perm() != 0o755 || st.Mode()&setID != 0 {
-		return fmt.Errorf("chmod 755 in the workspace did not take effect on the host (positive control): %v %v", st, err)
+	for _, r := range routes {
+		for _, m := range []string{"0755", "4755", "2755", "6755"} {
+			if !bytes.Contains(o.Stdout, []byte("tried:"+r+":"+m+"\n")) {
+				return fmt.Errorf("the probe did not try %s with mode %s: %s", r, m, o)
+			}
+		}
+		if optional[r] {
+			continue
+		}
+		st, err := os.Lstat(filepath.Join(h.Work, r+"-0755"))
+		if err != nil || !st.Mode().IsRegular() || st.Mode()&0o700 != 0o700 || (!created[r] && st.Mode().Perm() != 0o755) {
+			return fmt.Errorf("%s with mode 0755 did not take effect in the workspace (positive control): %v %v; the command: %s", r, st, err, o)
+		}
 	}
-	for f, m := range modes {
-		st, err := os.Stat(filepath.Join(h.Work, f))
-		if err != nil {
-			return fmt.Errorf("the workspace file %s is gone: %w", f, err)
+	// Whatever the routes answered, the host's workspace holds no set-id
+	// file.
+	var bad []string
+	err := filepath.WalkDir(h.Work, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
 		}
-		if st.Mode()&setID != 0 {
-			return fmt.Errorf("chmod %s left the host a set-id file: %s is %v", m, f, st.Mode())
+		if st, err := os.Lstat(p); err == nil && st.Mode()&setID != 0 {
+			bad = append(bad, fmt.Sprintf("%s (%v)", filepath.Base(p), st.Mode()))
 		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		return fmt.Errorf("the host was left set-id files, named ROUTE-MODE after the way they were made: %s", strings.Join(bad, ", "))
 	}
 	return nil
 }

@@ -135,6 +135,12 @@ func procCases() []Case {
 				o := h.Exec(runCtx, h.ProbeCmd(Cmd{}, t.start("sleep", "30")...))
 				return t.check(ctx, o)
 			}},
+		{ID: "proc/cancel-kills-command", Level: Must,
+			Description: "Whatever the driver claims (the Driver contract, not a feature): cancelling a running command kills it and, on POSIX hosts, a plain background child it started (same session and process group): both had run (their marker files grew) and neither grows once Run returned. A driver that returns on cancel and leaves the command running fails. Daemonised descendants are process_tree_kill's (proc/cancel-kills-tree).",
+			run:         func(ctx context.Context, h *H) error { return caseKillsCommand(ctx, h, false) }},
+		{ID: "proc/timeout-kills-command", Level: Must,
+			Description: "Whatever the driver claims (the Driver contract, not a feature): when the timeout fires the command is killed and, on POSIX hosts, so is a plain background child it started (same session and process group): both had run (their marker files grew), the run is reported timed_out, and neither marker grows once Run returned. Reporting timed_out while the command runs on fails. Daemonised descendants are process_tree_kill's (proc/timeout-kills-tree).",
+			run:         func(ctx context.Context, h *H) error { return caseKillsCommand(ctx, h, true) }},
 		{ID: "proc/no-survivors-after-exit", Level: Must, Feature: tk,
 			Description: "When the main program exits on its own, background children and setsid daemons it left behind are killed.",
 			run: func(ctx context.Context, h *H) error {
@@ -266,6 +272,59 @@ func caseFloodMemory(ctx context.Context, h *H) error {
 	}
 	if grew := after - before; grew > 48<<10 {
 		return fmt.Errorf("driver peak memory grew by %d KiB while discarding 128 MiB of output", grew)
+	}
+	return nil
+}
+
+// caseKillsCommand: the command itself is the marker ("mark" in the
+// foreground), with a plain background child marking beside it on POSIX
+// hosts. The Driver contract has Run kill the tree on cancel and timeout
+// for every driver; process_tree_kill only adds the descendants that left
+// the command's session (the tree cases). On Windows a plain driver has no
+// process group to kill (a Job Object is the tool, process_tree_kill's), so
+// only the command itself is required there.
+func caseKillsCommand(ctx context.Context, h *H, timeout bool) error {
+	t, err := newTree(h)
+	if err != nil {
+		return err
+	}
+	t.markers = []string{filepath.Join(h.Work, "marker-main")}
+	var steps []string
+	if h.suite.progs.posix() {
+		t.markers = append(t.markers, filepath.Join(h.Work, "marker-bg"))
+		steps = append(steps, "bg", "marker-bg", t.tag, sep, "waitmarkers", "marker-bg", sep)
+	}
+	// The probe marks for 25 s in the foreground: far beyond the timeout
+	// and the cancel below, so only a kill ends it in time.
+	steps = append(steps, "echo", "started", sep, "mark", "marker-main", t.tag)
+	c := h.ProbeCmd(Cmd{}, steps...)
+	runCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if timeout {
+		// Time for the child to start on a busy host.
+		c.Timeout = 4 * time.Second
+	} else {
+		var once sync.Once
+		go func() {
+			waitFor(runCtx, 10*time.Second, t.markersStarted)
+			once.Do(cancel)
+		}()
+	}
+	o := h.Exec(runCtx, c)
+	if timeout && o.Err == nil && !o.Exit.TimedOut {
+		return fmt.Errorf("the command outlived its 4s timeout but was not reported timed_out: %s", o)
+	}
+	if !t.markersStarted() {
+		return fmt.Errorf("the command (and its background child) never marked (positive control): %s", o)
+	}
+	for _, m := range t.markers {
+		if growing, size := stillGrowing(ctx, m, 600*time.Millisecond); growing {
+			what := "the command itself"
+			if filepath.Base(m) == "marker-bg" {
+				what = "its plain background child"
+			}
+			return fmt.Errorf("%s still runs after Run returned (%s at %d bytes and growing): the driver did not kill it", what, filepath.Base(m), size)
+		}
 	}
 	return nil
 }

@@ -13,13 +13,13 @@ import (
 
 func robustCases() []Case {
 	return []Case{
-		{ID: "robust/sequential-200", Level: Must, fresh: true,
-			Description: "200 commands one after another all succeed with their own output, and afterwards the driver process holds no more file descriptors than before and has no child processes left (measured in /proc; Linux only for the measurement). A driver with forget_session is measured once the session is forgotten: it may keep sandboxes prepared for a session until then.",
+		{ID: "robust/sequential-200", Level: Must, fresh: true, scaled: true,
+			Description: "200 commands one after another all succeed with their own output (within the suite's case budget plus four times the driver's own per-command cost, measured in three warm-up commands, for each command: a slow driver is not failed for its speed), and afterwards the driver process holds no more file descriptors than before and has no child processes left (measured in /proc; Linux only for the measurement). A driver with forget_session is measured once the session is forgotten: it may keep sandboxes prepared for a session until then.",
 			run: func(ctx context.Context, h *H) error {
 				return leakRun(ctx, h, 200, 1)
 			}},
-		{ID: "robust/concurrent-16", Level: Must, fresh: true,
-			Description: "16 commands at a time, four rounds, all succeed with their own output, without leaking descriptors or processes in the driver process (measured as robust/sequential-200 is).",
+		{ID: "robust/concurrent-16", Level: Must, fresh: true, scaled: true,
+			Description: "16 commands at a time, four rounds, all succeed with their own output (within a budget scaled as robust/sequential-200's), without leaking descriptors or processes in the driver process (measured as robust/sequential-200 is).",
 			run: func(ctx context.Context, h *H) error {
 				return leakRun(ctx, h, 64, 16)
 			}},
@@ -43,11 +43,27 @@ func leakRun(ctx context.Context, h *H, n, par int) error {
 		}
 		return nil
 	}
-	// Warm up: lazily opened descriptors (logs, pools) belong in the baseline.
-	for i := range 3 {
+	// Warm up: lazily opened descriptors (logs, pools) belong in the
+	// baseline, and the warm-up's pace sets the case's budget.
+	const warm = 3
+	start := time.Now()
+	for i := range warm {
 		if err := one(i); err != nil {
 			return err
 		}
+	}
+	cost := time.Since(start) / warm
+	budget := h.suite.scaledBudget(n, cost)
+	bctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	outer := ctx
+	ctx = bctx
+	over := func(err error) error {
+		if bctx.Err() != nil && outer.Err() == nil {
+			return fmt.Errorf("%d commands did not finish within %s, the case's budget (the suite's %s plus 4 x %s, the driver's own per-command cost in the warm-up, per command): the driver slowed down or hung: %w",
+				n, budget.Round(time.Second), h.suite.cfg.CaseTimeout, cost.Round(time.Millisecond), err)
+		}
+		return err
 	}
 	pid := h.Proc.Pid()
 	base, merr := measureProc(pid)
@@ -60,7 +76,7 @@ func leakRun(ctx context.Context, h *H, n, par int) error {
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
-			return err
+			return over(err)
 		}
 	}
 	if merr != nil || !leakMeasurable {

@@ -68,7 +68,11 @@ type Case struct {
 	// fresh: the case launches its own plugin processes and needs no
 	// shared one.
 	fresh bool
-	run   func(ctx context.Context, h *H) error
+	// scaled: the case runs many commands and sets its own budget from
+	// the driver's measured per-command cost (scaledBudget), within
+	// maxScale times CaseTimeout.
+	scaled bool
+	run    func(ctx context.Context, h *H) error
 }
 
 // Cases returns the suite's cases: by area (protocol, exec, stream and pty,
@@ -125,7 +129,12 @@ type Config struct {
 	Run *regexp.Regexp
 	// Logger receives the plugin's own log lines; default: none.
 	Logger hclog.Logger
-	// CaseTimeout bounds each case. Default 60s.
+	// CaseTimeout bounds each case. Default 60s. The cases that run many
+	// commands (robust/sequential-200, robust/concurrent-16) are bounded
+	// instead by CaseTimeout plus four times the driver's own per-command
+	// cost, measured in their warm-up, for each command, and never by
+	// more than 10 times CaseTimeout: a slow driver is not failed for its
+	// speed, a hung one still is.
 	CaseTimeout time.Duration
 	// TempDir is where per-case workspaces are made; default os.TempDir().
 	TempDir string
@@ -402,7 +411,11 @@ func (s *suite) runCase(parent context.Context, c Case) (r Result) {
 	start := time.Now()
 	r = Result{ID: c.ID, Level: c.Level, Feature: c.Feature}
 	defer func() { r.Duration = time.Since(start) }()
-	ctx, cancel := context.WithTimeout(parent, s.cfg.CaseTimeout)
+	limit := s.cfg.CaseTimeout
+	if c.scaled {
+		limit *= maxScale
+	}
+	ctx, cancel := context.WithTimeout(parent, limit)
 	defer cancel()
 	// The OS gate needs no driver.
 	if why := osSkip(c, s.progs.goos); why != "" {
@@ -435,10 +448,21 @@ func (s *suite) runCase(parent context.Context, c Case) (r Result) {
 	default:
 		r.Status, r.Detail = Fail, oneLine(err.Error())
 		if ctx.Err() != nil && parent.Err() == nil {
-			r.Detail += fmt.Sprintf(" (case exceeded %s)", s.cfg.CaseTimeout)
+			r.Detail += fmt.Sprintf(" (case exceeded %s)", limit)
 		}
 	}
 	return r
+}
+
+// maxScale bounds a scaled case: at most this many times CaseTimeout.
+const maxScale = 10
+
+// scaledBudget is the budget of a case that runs n commands on a driver
+// whose commands took perCommand each in the warm-up: CaseTimeout plus
+// four times that cost per command. The budget measures the driver against
+// itself: only a driver that slows down as it goes (or hangs) exceeds it.
+func (s *suite) scaledBudget(n int, perCommand time.Duration) time.Duration {
+	return s.cfg.CaseTimeout + time.Duration(n)*4*perCommand
 }
 
 // runGuarded turns a panic in a case into a failure rather than ending the

@@ -37,6 +37,13 @@ func Markdown() string {
 	b.WriteString("  present `/usr/bin/python3` (`os.posix_spawn` for `proc/spawn-denied-clone3`).\n")
 	b.WriteString("- Cases that plant canaries outside the allowed roots use names drawn afresh for every run and\n")
 	b.WriteString("  remove them when the case ends (see writing-a-driver.md for the list of places).\n")
+	b.WriteString("- **Budget**: each case must end within `Config.CaseTimeout`, 60 s by default (`aleph-sandbox\n")
+	b.WriteString("  conformance --case-timeout`); a case that runs out fails, saying `case exceeded 60s`. The cases that\n")
+	b.WriteString("  run many commands (`robust/sequential-200`, `robust/concurrent-16`) are measured against the\n")
+	b.WriteString("  driver's own pace instead, so that they test leaks, not speed: their budget is the case budget\n")
+	b.WriteString("  plus four times the per-command cost of three warm-up commands for each command, at most ten\n")
+	b.WriteString("  times the case budget (a steady driver of up to about 0.7 s a command fits the default). Only the\n")
+	b.WriteString("  timeout cases hold a driver to a clock of their own (`proc/timeout-tight`: the timeout plus 2 s).\n")
 	area := ""
 	for _, c := range cases {
 		a, _, _ := strings.Cut(c.ID, "/")
@@ -72,7 +79,49 @@ func Markdown() string {
 			fmt.Fprintf(&b, "- `%s` (%s): %s.\n", c.ID, c.OS, c.OSReason)
 		}
 	}
+	b.WriteString("\n## Lies a careless driver author makes\n\n")
+	b.WriteString("Each line is a small dishonest (or careless) change to an otherwise passing driver, and the case\n")
+	b.WriteString("that fails it. The suite's own tests make each change to a test driver (`conformance/testdrivers`:\n")
+	b.WriteString("`leaky`, or the real Linux driver through `fakebwrap`) and check that the named case fails it\n")
+	b.WriteString("while the honest variant passes (`TestLiesAreCaught`, `TestCPULimitAgainstBaseline`).\n\n")
+	b.WriteString("| the lie | caught by |\n| --- | --- |\n")
+	for _, l := range carelessLies() {
+		ids := make([]string, len(l.cases))
+		for i, id := range l.cases {
+			ids[i] = "`" + id + "`"
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", l.lie, strings.Join(ids, ", "))
+	}
 	return b.String()
+}
+
+// lieDoc is one line of the lies table: what the driver does and the cases
+// that fail it (each tested in lies_test.go).
+type lieDoc struct {
+	lie   string
+	cases []string
+}
+
+func carelessLies() []lieDoc {
+	return []lieDoc{
+		{"Cancel or timeout returns at once and kills nothing (process_tree_kill not claimed, so the tree cases skip).", []string{"proc/cancel-kills-command", "proc/timeout-kills-command"}},
+		{"Cancel and timeout kill only the direct child (`exec.CommandContext` alone): a background child runs on.", []string{"proc/cancel-kills-command", "proc/timeout-kills-command"}},
+		{"The timeout is enforced, but five times too late.", []string{"proc/timeout-tight"}},
+		{"An exit status above 128 is read as a death by signal.", []string{"exec/exit-status-not-signal"}},
+		{"A descriptor of the driver reaches the command.", []string{"proc/only-std-fds-inherited"}},
+		{"The set-id filter checks chmod and forgets fchmod (a descriptor's mode), or the creation mode of open, creat or mknod.", []string{"fs/no-setid-files"}},
+		{"The set-id filter checks the set-user-id bit only.", []string{"fs/no-setid-files"}},
+		{"cpu_limit is claimed and no cap is set (passing only where the host is too busy to tell).", []string{"res/cpu-limit"}},
+		{"The memory limit is an RLIMIT_AS 3.5 times the one asked for.", []string{"res/memory-limit-tight"}},
+		{"The memory limit does not cover a memory-backed /tmp.", []string{"res/tmpfs-bounded"}},
+		{"The spawn gate denies fork and clone but leaves clone3 open.", []string{"proc/spawn-denied-clone3"}},
+		{"The host's root is bound under the sandbox with only a few well-known paths hidden.", []string{"fs/host-canaries-unreadable", "fs/host-canaries-unwritable", "fs/host-homes-invisible"}},
+		{"The host's /home is shown read-only.", []string{"fs/host-homes-invisible"}},
+		{"Only .git is protected, or only the original four entries of the default protected set.", []string{"fs/protected-existing-readonly", "fs/protected-default-set"}},
+		{"Nested repositories and submodule gitfiles are left writable.", []string{"fs/nested-git-readonly"}},
+		{"The host's IPC namespace, /dev/shm or /proc is shared.", []string{"proc/host-sysv-ipc-invisible", "fs/host-dev-shm-invisible", "proc/host-processes-invisible"}},
+		{"Under allow_hosts any socket family may be opened, AF_UNIX included.", []string{"net/allow-hosts-no-unix-sockets"}},
+	}
 }
 
 func areaTitle(a string) string {

@@ -126,3 +126,18 @@ func TestOSSkippedCaseIsReported(t *testing.T) {
 		t.Errorf("%s: %s %q", Cases()[0].ID, r.Status, r.Detail)
 	}
 }
+
+// Every case the lies table names exists.
+func TestLiesTableNamesCases(t *testing.T) {
+	ids := map[string]bool{}
+	for _, c := range Cases() {
+		ids[c.ID] = true
+	}
+	for _, l := range carelessLies() {
+		for _, id := range l.cases {
+			if !ids[id] {
+				t.Errorf("the lies table names %s, which is no case", id)
+			}
+		}
+	}
+}

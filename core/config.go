@@ -1075,6 +1075,18 @@ func (c Config) DriverOptions(goos string) []byte {
 	return []byte("{}")
 }
 
+// DriverOptionsFor is the JSON for the driver binary at path, routed by its
+// name (DriverName): the platform section (DriverOptions) for this
+// project's drivers, [sandbox.drivers.NAME] for any other, which must not
+// be handed another driver's keys. DriverHost does the same when given
+// Config.DriverSection.
+func (c Config) DriverOptionsFor(path, goos string) []byte {
+	if name := DriverName(path); !shippedBackend(name) {
+		return c.DriverSection(name)
+	}
+	return c.DriverOptions(goos)
+}
+
 // DriverSection is the section called name as JSON ("{}" when absent):
 // "linux" is [sandbox.linux], "windows" [sandbox.windows], any other
 // name [sandbox.drivers.NAME]. It is what a driver whose ConfigSchema

@@ -26,15 +26,19 @@ type DriverHostConfig struct {
 	// SHA256 pins the binary (hex); empty means unpinned.
 	SHA256 string
 	// Options is the JSON handed to the plugin as ALEPH_DRIVER_OPTIONS
-	// (Config.DriverOptions); nil sends "{}". A driver with the config call
-	// is also handed it by SetConfig, unless Section routes it another.
+	// (Config.DriverOptions, the platform section); nil sends "{}". A
+	// driver with the config call is also handed it by SetConfig, unless
+	// Section routes it another.
 	Options []byte
 	// Section, when set, gives a section of the configuration by name
-	// (Config.DriverSection). A driver with the config call whose backend
-	// is not one of the shipped drivers (which own the platform sections
-	// that Options holds) is asked its ConfigSchema and handed the section
-	// it names, so a third-party driver gets [sandbox.drivers.NAME]
-	// instead of another driver's keys.
+	// (Config.DriverSection) and routes the configuration by driver: the
+	// platform section in Options belongs to this project's drivers, so a
+	// binary of another name (aleph-driver-NAME, DriverName) is launched
+	// with [sandbox.drivers.NAME] in ALEPH_DRIVER_OPTIONS instead, and a
+	// driver with the config call whose backend is not one of the shipped
+	// drivers is asked its ConfigSchema and handed the section it names.
+	// A third-party driver never sees another driver's keys, which it
+	// would refuse (running nothing) or, worse, half understand.
 	Section func(name string) []byte
 	// Logger receives the plugin's own log lines, under a logger named
 	// after the driver. Never command output.
@@ -64,6 +68,10 @@ type DriverHost struct {
 	// launches counts the plugin processes started (for serve's metrics:
 	// every one after the first is a relaunch).
 	launches int64
+	// launchSection is the key of the section routed into
+	// ALEPH_DRIVER_OPTIONS ("" for the platform section), configSection
+	// the one SetConfig handed the running driver, when it names another.
+	launchSection, configSection string
 }
 
 var (
@@ -79,6 +87,12 @@ func NewDriverHost(cfg DriverHostConfig) (*DriverHost, error) {
 	if cfg.Name == "" {
 		cfg.Name = strings.TrimSuffix(filepath.Base(cfg.Path), ".exe")
 	}
+	section := ""
+	if cfg.Section != nil {
+		if name := DriverName(cfg.Path); !shippedBackend(name) {
+			cfg.Options, section = cfg.Section(name), SectionKey(name)
+		}
+	}
 	if cfg.Options == nil {
 		cfg.Options = []byte("{}")
 	}
@@ -86,7 +100,40 @@ func NewDriverHost(cfg DriverHostConfig) (*DriverHost, error) {
 	if l == nil {
 		l = hclog.NewNullLogger()
 	}
-	return &DriverHost{cfg: cfg, logger: l.Named(cfg.Name)}, nil
+	return &DriverHost{cfg: cfg, logger: l.Named(cfg.Name), launchSection: section}, nil
+}
+
+// DriverName is the name a driver binary goes by: its base name without
+// ".exe" and the "aleph-driver-" prefix (/opt/x/aleph-driver-runc is
+// "runc", FindDriver's inverse). Its configuration section, unless it is
+// one of this project's drivers, is [sandbox.drivers.NAME].
+func DriverName(path string) string {
+	base := strings.TrimSuffix(filepath.Base(path), ".exe")
+	return strings.TrimPrefix(base, "aleph-driver-")
+}
+
+// SectionKey is the configuration key of the section Config.DriverSection
+// gives for name: "sandbox.linux" and "sandbox.windows" for the platform
+// sections, "sandbox.drivers.NAME" for any other.
+func SectionKey(name string) string {
+	switch name {
+	case "linux", "windows":
+		return "sandbox." + name
+	}
+	return "sandbox.drivers." + name
+}
+
+// ConfigSection is the key of the configuration section the running driver
+// was handed ("sandbox.drivers.runc"), or "" for the platform section
+// (Options as given) or when no driver has been configured yet. doctor
+// shows it: the keys a user set elsewhere reach no driver.
+func (h *DriverHost) ConfigSection() string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.configSection != "" {
+		return h.configSection
+	}
+	return h.launchSection
 }
 
 // Name is the driver's name (for errors and logs).
@@ -253,6 +300,9 @@ func (h *DriverHost) configure(ctx context.Context, p *driverapi.Process) (drive
 			return c, &DriverError{Driver: h.cfg.Name, Op: "ConfigSchema", Err: err}
 		}
 		opts = h.cfg.Section(sc.Section)
+		h.mu.Lock()
+		h.configSection = SectionKey(sc.Section)
+		h.mu.Unlock()
 	}
 	if err := cf.SetConfig(ctx, opts); err != nil {
 		return c, &DriverError{Driver: h.cfg.Name, Op: "configure", Err: err}

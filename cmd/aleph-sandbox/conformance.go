@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"runtime"
 	"strings"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -29,7 +30,8 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 	asJSON := fs.Bool("json", false, "print one JSON object instead of the case lines (errors included)")
 	run := fs.String("run", "", "run only the cases whose id matches `REGEXP`")
 	list := fs.Bool("list", false, "list the cases (id, level, feature) without running them")
-	config := fs.String("config", "", "TOML config `FILE` whose platform section is passed to the driver as ALEPH_DRIVER_OPTIONS, as exec does")
+	caseTimeout := fs.Duration("case-timeout", 60*time.Second, "bound each case by `DURATION` (the cases that run many commands scale it by the driver's own pace, up to 10 times)")
+	config := fs.String("config", "", "TOML config `FILE` whose section for the driver ([sandbox.linux] or [sandbox.windows] for this project's drivers, [sandbox.drivers.NAME] for aleph-driver-NAME) is passed to it as ALEPH_DRIVER_OPTIONS, as exec does")
 	const usageLine = "aleph-sandbox conformance --driver NAME|PATH [--junit FILE] [--json] [--run REGEXP]"
 	// failure ends the command with msg: the one refusal line, or with
 	// --json the report so far with error and error_code set.
@@ -51,6 +53,9 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 	if fs.NArg() > 0 {
 		return failure(confErrInvalid, conformance.Report{}, fmt.Sprintf("unexpected argument %q (usage: %s)", fs.Arg(0), usageLine))
 	}
+	if *caseTimeout <= 0 {
+		return failure(confErrInvalid, conformance.Report{}, fmt.Sprintf("--case-timeout %s: give a positive duration, such as 60s or 5m", *caseTimeout))
+	}
 	re, err := runFilter(*run)
 	if *list {
 		if err != nil {
@@ -65,14 +70,14 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 	if err != nil {
 		return failure(confErrDriver, conformance.Report{Driver: *driver}, err.Error())
 	}
-	cfg := conformance.Config{DriverPath: path, Run: re}
+	cfg := conformance.Config{DriverPath: path, Run: re, CaseTimeout: *caseTimeout}
 	if *config != "" {
 		// Without --config the driver runs on its own defaults.
 		c, err := core.LoadConfig(*config)
 		if err != nil {
 			return failure(confErrInvalid, conformance.Report{Driver: path}, err.Error())
 		}
-		cfg.Env = []string{"ALEPH_DRIVER_OPTIONS=" + string(c.DriverOptions(runtime.GOOS))}
+		cfg.Env = []string{"ALEPH_DRIVER_OPTIONS=" + string(c.DriverOptionsFor(path, runtime.GOOS))}
 		cfg.SHA256 = driverPin(c, path)
 	}
 	if !*asJSON {

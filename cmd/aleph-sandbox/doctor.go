@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"os/exec"
+	"sort"
 	"strings"
 	"time"
 
@@ -16,11 +18,15 @@ import (
 // doctorReport says what this host can enforce through the chosen driver
 // and how to fix what it cannot.
 type doctorReport struct {
-	Driver       string                      `json:"driver"`
-	Path         string                      `json:"path,omitempty"`
-	Config       string                      `json:"config"`
-	Capabilities *driverapi.HostCapabilities `json:"capabilities,omitempty"`
-	Problems     []doctorProblem             `json:"problems"`
+	Driver string `json:"driver"`
+	Path   string `json:"path,omitempty"`
+	Config string `json:"config"`
+	// ConfigSection is the configuration section the driver is handed
+	// ("sandbox.linux", "sandbox.drivers.runc"); empty where the platform
+	// has none for it.
+	ConfigSection string                      `json:"config_section,omitempty"`
+	Capabilities  *driverapi.HostCapabilities `json:"capabilities,omitempty"`
+	Problems      []doctorProblem             `json:"problems"`
 	// OK: a driver was found and answered; Problems may still list
 	// features it cannot enforce here.
 	OK bool `json:"ok"`
@@ -92,9 +98,34 @@ func diagnose(ctx context.Context, cfgPath, driver string) doctorReport {
 			r.Capabilities = &caps
 		}
 	}
+	if host != nil {
+		if r.ConfigSection = host.ConfigSection(); r.ConfigSection == "" {
+			r.ConfigSection = platformSectionKey()
+		}
+	}
+	var ce *driverapi.ConfigError
+	if errors.As(err, &ce) {
+		// The driver refused its section: the configuration is what is
+		// wrong, and "config: ok" would send the user looking elsewhere.
+		configOK = false
+		r.Config = err.Error()
+	}
 	if err != nil {
 		r.Problems = append(r.Problems, doctorProblem{What: "driver", Why: err.Error(), Fix: driverFix(r.Driver, err)})
 		return r
+	}
+	// Keys of the platform section belong to this project's driver. With
+	// another driver configured they reach nothing: a limit the user set
+	// there (cpu_quota_percent, max_pids) is enforced by nobody.
+	if name := core.DriverName(path); !ownDrivers[name] && platformSectionKey() != "" {
+		if keys := sectionKeys(cfg.DriverOptions(goos())); len(keys) > 0 {
+			configOK = false
+			r.Config = fmt.Sprintf("[%s] sets %s, which the driver %s is not handed", platformSectionKey(), strings.Join(keys, ", "), name)
+			r.Problems = append(r.Problems, doctorProblem{What: "configuration",
+				Why: fmt.Sprintf("[%s] holds keys of this project's driver (%s), but the configured driver is %s, which is handed [%s] instead: no driver enforces them",
+					platformSectionKey(), strings.Join(keys, ", "), name, r.ConfigSection),
+				Fix: fmt.Sprintf("move what %s understands to [%s] and remove [%s], or configure this project's driver", name, r.ConfigSection, platformSectionKey())})
+		}
 	}
 	for _, u := range r.Capabilities.Unavailable {
 		r.Problems = append(r.Problems, doctorProblem{What: u.Feature, Why: u.Reason, Fix: u.Fix})
@@ -104,6 +135,30 @@ func diagnose(ctx context.Context, cfgPath, driver string) doctorReport {
 	// configuration is (with a broken one no command runs).
 	r.OK = configOK
 	return r
+}
+
+// platformSectionKey is the key of this platform's section, the one this
+// project's driver reads ("" on macOS, whose driver has none).
+func platformSectionKey() string {
+	switch goos() {
+	case "linux", "windows":
+		return core.SectionKey(goos())
+	}
+	return ""
+}
+
+// sectionKeys are the top-level keys of a section's JSON, sorted.
+func sectionKeys(js []byte) []string {
+	var m map[string]any
+	if json.Unmarshal(js, &m) != nil {
+		return nil
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
 }
 
 // ownDrivers are the drivers this project builds (make build).
@@ -138,6 +193,9 @@ func printDoctor(io stdio, r doctorReport) {
 		fmt.Fprintf(io.Out, "driver: %s (%s)\n", shown(r.Driver), shown(r.Path))
 	}
 	fmt.Fprintf(io.Out, "config: %s\n", oneLine(r.Config))
+	if r.ConfigSection != "" {
+		fmt.Fprintf(io.Out, "driver section: [%s]\n", shown(r.ConfigSection))
+	}
 	if c := r.Capabilities; c != nil {
 		fmt.Fprintf(io.Out, "backend: %s %s (protocol %d.%d) on %s/%s\n", shown(c.Backend), shown(c.DriverVersion), c.ProtocolVersion, c.ProtocolMinor, shown(c.OS), shown(c.Arch))
 		if c.LandlockABI > 0 || c.OS == "linux" {

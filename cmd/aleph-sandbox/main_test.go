@@ -43,6 +43,17 @@ func TestMain(m *testing.M) {
 		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("default out")})
 		return
 	}
+	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "options" {
+		// A third-party driver without the config call: it reads its
+		// settings from ALEPH_DRIVER_OPTIONS alone (TestDriverSectionRouting).
+		serveOptionsDriver(false)
+		return
+	}
+	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "options-config" {
+		// The same driver with the config call.
+		serveOptionsDriver(true)
+		return
+	}
 	if os.Getenv("ALEPH_CLI_TEST_DRIVER") == "hints" {
 		// Says what the host told it at launch (TestExecTellsTheDriverOneCommand).
 		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("one-command=" + os.Getenv(driverapi.OneCommandEnv) + "\n")})

@@ -74,14 +74,14 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	stderr := driverapi.NewBudgetWriter(streams.Stderr, errMax)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.WaitDelay = time.Second // a grandchild holding the pipes must not hang Run
+	ownGroup(cmd)               // cancel and timeout kill its process group (group_unix.go)
 	start := time.Now()
 	err := cmd.Run()
 	exit := driverapi.Exit{Duration: time.Since(start), StdoutBytes: stdout.Total(), StderrBytes: stderr.Total(),
-		Truncated: stdout.Truncated() || stderr.Truncated()}
+		Truncated: stdout.Truncated() || stderr.Truncated(), TimedOut: runCtx.Err() != nil}
 	if ctx.Err() != nil {
 		return exit, ctx.Err() // cancelled by the host
 	}
-	exit.TimedOut = runCtx.Err() != nil
 	var ee *exec.ExitError
 	if err != nil && !errors.As(err, &ee) && !errors.Is(err, exec.ErrWaitDelay) {
 		return exit, err // never started, e.g. no such program

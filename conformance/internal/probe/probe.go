@@ -106,7 +106,7 @@ func arity(step string) (n int, known bool) {
 		return 1, true
 	case "waitfile", "write", "append", "mv", "symlink", "link", "chmod", "cpu", "bg", "daemon", "daemonize", "mark", "sysv":
 		return 2, true
-	case "flood":
+	case "flood", "setmode":
 		return 3, true
 	}
 	return 0, false
@@ -235,6 +235,8 @@ func (p *prober) run(s Step) (code int, err error) {
 		err = os.Link(a[0], a[1])
 	case "chmod":
 		err = chmodOctal(a[0], a[1])
+	case "setmode":
+		err = p.setMode(a[0], a[1], a[2])
 	case "flood":
 		err = p.flood(a[0], a[1], a[2])
 	case "threads":
@@ -639,6 +641,23 @@ func chmodOctal(mode, path string) error {
 		m |= os.ModeSticky
 	}
 	return os.Chmod(path, m)
+}
+
+// setMode gives path an octal mode by the named route (SetModeRoutes; the
+// routes differ by system call, not by outcome), printing
+// "tried:ROUTE:MODE" first, so the suite sees the attempt was made even
+// when it is refused, and "set:ROUTE:MODE" when the call succeeded.
+func (p *prober) setMode(route, mode, path string) error {
+	n, err := strconv.ParseUint(mode, 8, 32)
+	if err != nil || n > 0o7777 {
+		return fmt.Errorf("%w: mode %q", errUsage, mode)
+	}
+	fmt.Fprintf(p.stdout, "tried:%s:%s\n", route, mode)
+	if err := setModeRoute(route, uint32(n), path); err != nil {
+		return fmt.Errorf("%s %s %s: %w", route, mode, path, err)
+	}
+	_, err = fmt.Fprintf(p.stdout, "set:%s:%s\n", route, mode)
+	return err
 }
 
 // viaProxy opens a CONNECT tunnel to hostPort through $HTTPS_PROXY.

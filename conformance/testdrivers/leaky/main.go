@@ -10,14 +10,25 @@
 //	LEAKY_RLIMIT_AS=1     max_memory_mb is enforced with RLIMIT_AS
 //	LEAKY_SPAWN_GATE=1    spawn_subprocess=false is enforced with seccomp
 //	                      (fork, vfork, clone without CLONE_THREAD, clone3)
-//	LEAKY_SETID_GATE=1    chmod with a set-user-id or set-group-id bit
-//	                      fails with EPERM (seccomp)
+//	LEAKY_SETID_GATE=1    giving a file a set-user-id or set-group-id bit
+//	                      (chmod, fchmod, fchmodat, fchmodat2, or the mode
+//	                      of open, openat, creat, mknod) fails with EPERM
+//	                      (seccomp)
+//	LEAKY_SLOW=DURATION   every Run waits DURATION before it starts the
+//	                      command (a slow, honest driver)
 //	LEAKY_LIE=memory-3.5x the RLIMIT_AS is 3.5 times the limit asked for
 //	LEAKY_LIE=clone3      the spawn gate leaves clone3 open
 //	LEAKY_LIE=timeout-5x  the timeout is five times the one asked for
 //	LEAKY_LIE=exit-signal an exit status 129..192 is reported as a signal
 //	LEAKY_LIE=fd          the command inherits a descriptor of the host's /
 //	LEAKY_LIE=setgid      the set-id gate checks the set-user-id bit only
+//	LEAKY_LIE=no-fchmod   the set-id gate forgets fchmod (a descriptor's mode)
+//	LEAKY_LIE=no-kill     process_tree_kill is not claimed, and cancel and
+//	                      timeout return at once, killing nothing (the
+//	                      timeout is still reported)
+//	LEAKY_LIE=kill-child-only process_tree_kill is not claimed, and cancel
+//	                      and timeout kill the direct child only
+//	                      (exec.CommandContext's default)
 package main
 
 import (
@@ -28,6 +39,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,6 +54,10 @@ type driver struct{}
 
 func (driver) Capabilities(context.Context) (driverapi.HostCapabilities, error) {
 	features := driverapi.KnownFeatures()
+	if lie := os.Getenv("LEAKY_LIE"); lie == "no-kill" || lie == "kill-child-only" {
+		// Honest about the feature, lying about the contract.
+		features = slices.DeleteFunc(features, func(f string) bool { return f == driverapi.FeatureProcessTreeKill })
+	}
 	// The suite's own tests add a made-up feature name this way.
 	if extra := os.Getenv("LEAKY_EXTRA_FEATURE"); extra != "" {
 		features = append(features, extra)
@@ -64,6 +80,14 @@ func (driver) ProfileFor(_ context.Context, req driverapi.ProfileRequest) (drive
 }
 
 func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	if d, err := time.ParseDuration(os.Getenv("LEAKY_SLOW")); err == nil {
+		// A slow but steady driver (a VM per command, say).
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return driverapi.Exit{}, ctx.Err()
+		}
+	}
 	if err := driverapi.ValidateRunSpec(spec); err != nil {
 		return driverapi.Exit{}, err
 	}
@@ -101,8 +125,11 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	}
 	if os.Getenv("LEAKY_SETID_GATE") == "1" {
 		gates = append(gates, "setid")
-		if lie == "setgid" {
+		switch lie {
+		case "setgid":
 			gates[len(gates)-1] = "setuid-only"
+		case "no-fchmod":
+			gates[len(gates)-1] = "setid-no-fchmod"
 		}
 	}
 	gate := strings.Join(gates, ",")
@@ -138,7 +165,17 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	}
 	cmd.WaitDelay = time.Second
 	start := time.Now()
-	err := cmd.Run()
+	var err error
+	state := (*os.ProcessState)(nil)
+	if lie == "no-kill" {
+		state, err = runNoKill(runCtx, cmd)
+	} else {
+		if lie != "kill-child-only" {
+			ownGroup(cmd)
+		}
+		err = cmd.Run()
+		state = cmd.ProcessState
+	}
 	exit := driverapi.Exit{Duration: time.Since(start), StdoutBytes: stdout.Total(), StderrBytes: stderr.Total(),
 		Truncated: stdout.Truncated() || stderr.Truncated(), TimedOut: runCtx.Err() != nil && ctx.Err() == nil}
 	if ctx.Err() != nil {
@@ -148,9 +185,9 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 	if err != nil && !errors.As(err, &ee) && !errors.Is(err, exec.ErrWaitDelay) {
 		return exit, err
 	}
-	if cmd.ProcessState != nil {
-		exit.ExitCode = int32(cmd.ProcessState.ExitCode())
-		if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+	if state != nil {
+		exit.ExitCode = int32(state.ExitCode())
+		if ws, ok := state.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
 			exit.Signal = int32(ws.Signal())
 			exit.ExitCode = 128 + exit.Signal
 		}
@@ -159,6 +196,27 @@ func (driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi
 		}
 	}
 	return exit, nil
+}
+
+// runNoKill is the no-kill lie: the command starts as a plain process and
+// Run returns when ctx or the timeout ends, with nothing killed (an
+// exec.Cmd without a context kills nothing). The command and its children
+// run on, unsupervised; the suite's cleanup ends them.
+func runNoKill(runCtx context.Context, c *exec.Cmd) (*os.ProcessState, error) {
+	cmd := exec.Command(c.Path, c.Args[1:]...)
+	cmd.Env, cmd.Dir, cmd.Stdin, cmd.Stdout, cmd.Stderr = c.Env, c.Dir, c.Stdin, c.Stdout, c.Stderr
+	cmd.ExtraFiles = c.ExtraFiles
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return cmd.ProcessState, err
+	case <-runCtx.Done():
+		return nil, nil
+	}
 }
 
 // childSetup is the helper mode: `leaky child-setup AS_BYTES GATE --

@@ -18,9 +18,10 @@ import (
 // list ("": none) of "spawn" (fork, vfork and clone without CLONE_THREAD
 // fail with EPERM, clone3 with ENOSYS, so that libc falls back to clone
 // for threads), "spawn-no-clone3" (the same but clone3 stays open),
-// "setid" (chmod, fchmod, fchmodat and fchmodat2 with a set-user-id or
-// set-group-id bit fail with EPERM) and "setuid-only" (the same for the
-// set-user-id bit alone), then execs program on the thread that installed
+// "setid" (setIDGate: every call giving a file a set-user-id or
+// set-group-id bit fails with EPERM), "setuid-only" (the same for the
+// set-user-id bit alone) and "setid-no-fchmod" (the same with fchmod
+// left open), then execs program on the thread that installed
 // the filters.
 func setupAndExec(asBytes uint64, gates, program string, argv []string) error {
 	runtime.LockOSThread()
@@ -42,9 +43,11 @@ func setupAndExec(asBytes uint64, gates, program string, argv []string) error {
 		case "spawn", "spawn-no-clone3":
 			prog = spawnGate(gate == "spawn")
 		case "setid":
-			prog = setIDGate(unix.S_ISUID | unix.S_ISGID)
+			prog = setIDGate(unix.S_ISUID|unix.S_ISGID, true)
 		case "setuid-only":
-			prog = setIDGate(unix.S_ISUID)
+			prog = setIDGate(unix.S_ISUID, true)
+		case "setid-no-fchmod":
+			prog = setIDGate(unix.S_ISUID|unix.S_ISGID, false)
 		default:
 			return errors.New("unknown gate " + gate)
 		}
@@ -55,28 +58,45 @@ func setupAndExec(asBytes uint64, gates, program string, argv []string) error {
 	return syscall.Exec(program, argv, os.Environ())
 }
 
-// setIDGate denies the chmod calls whose mode has any of bits (the mode is
-// the second argument of chmod and fchmod, the third of fchmodat and
-// fchmodat2; its low word, little-endian).
-func setIDGate(bits uint32) []bpf.Instruction {
+// setIDGate denies, with EPERM, every call that can give a file a mode
+// with any of bits: chmod, fchmod, fchmodat and fchmodat2, and the
+// creation mode of open, openat, creat, mknod and mknodat (the mode
+// argument's low word, little-endian; a call that creates nothing passes
+// mode 0). openat2 carries its mode in a struct a filter cannot read: it
+// gets ENOSYS, so callers fall back to openat. Without fchmod (the
+// no-fchmod lie) a descriptor's mode can still be changed.
+func setIDGate(bits uint32, withFchmod bool) []bpf.Instruction {
 	const (
 		allow = unix.SECCOMP_RET_ALLOW
 		eperm = unix.SECCOMP_RET_ERRNO | uint32(unix.EPERM)
+		enosy = unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS)
 	)
-	return []bpf.Instruction{
-		bpf.LoadAbsolute{Off: 0, Size: 4}, // nr
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_CHMOD, SkipTrue: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_FCHMOD, SkipTrue: 3},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.SYS_FCHMODAT, SkipTrue: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: 452, SkipTrue: 3}, // fchmodat2
-		bpf.RetConstant{Val: allow},
-		bpf.LoadAbsolute{Off: 16 + 8, Size: 4}, // args[1]
-		bpf.Jump{Skip: 1},
-		bpf.LoadAbsolute{Off: 16 + 16, Size: 4}, // args[2]
-		bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: bits, SkipTrue: 1},
-		bpf.RetConstant{Val: allow},
-		bpf.RetConstant{Val: eperm},
+	// Each system call and the index of its mode argument.
+	calls := [][2]uint32{
+		{unix.SYS_CHMOD, 1}, {unix.SYS_FCHMODAT, 2}, {452, 2}, // fchmodat2
+		{unix.SYS_OPEN, 2}, {unix.SYS_OPENAT, 3}, {unix.SYS_CREAT, 1},
+		{unix.SYS_MKNOD, 1}, {unix.SYS_MKNODAT, 2},
 	}
+	if withFchmod {
+		calls = append(calls, [2]uint32{unix.SYS_FCHMOD, 1})
+	}
+	prog := []bpf.Instruction{
+		bpf.LoadAbsolute{Off: 0, Size: 4}, // nr
+		bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: unix.SYS_OPENAT2, SkipTrue: 1},
+		bpf.RetConstant{Val: enosy},
+	}
+	for _, c := range calls {
+		// A holds nr until a block matches; a block that does not match
+		// skips to the next.
+		prog = append(prog,
+			bpf.JumpIf{Cond: bpf.JumpNotEqual, Val: c[0], SkipTrue: 4},
+			bpf.LoadAbsolute{Off: 16 + 8*c[1], Size: 4},
+			bpf.JumpIf{Cond: bpf.JumpBitsSet, Val: bits, SkipTrue: 1},
+			bpf.RetConstant{Val: allow},
+			bpf.RetConstant{Val: eperm},
+		)
+	}
+	return append(prog, bpf.RetConstant{Val: allow})
 }
 
 // spawnGate is the spawn gate. A test filter: it checks no architecture
