@@ -69,6 +69,9 @@ type WorkspaceSandbox struct {
 	// driver to report before giving up on it (the driver enforces the
 	// timeout; this only bounds a driver that does not).
 	runGrace time.Duration
+	// gitLimits bound the search for planted git repositories after each
+	// command (zero: defaultGitScanLimits).
+	gitLimits gitScanLimits
 }
 
 // defaultRunGrace is the default WorkspaceSandbox.runGrace.
@@ -467,6 +470,22 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		SessionID: sid, CommandID: r.rec.CommandID,
 	}
 	ran = true
+	// What the command writes is searched, once it has ended, for git
+	// repositories planted for the host's git (gitquarantine.go); the
+	// mark is taken before it can write anything.
+	mark := markGitScan(ws)
+	defer func() {
+		gq := s.quarantineGit(ctx, ws, mark, hc)
+		if gq.Empty() {
+			return
+		}
+		r.rec.GitQuarantine = gq
+		if out != nil {
+			out.GitQuarantine = gq
+		}
+		s.logger.Warn("git repositories the command planted were neutralised", "command", r.rec.CommandID,
+			"renamed", gq.Renamed, "incomplete", gq.Incomplete)
+	}()
 	sigCtx, cancelSig := context.WithCancelCause(ctx)
 	runCtx, cancelRun := context.WithTimeout(sigCtx, timeout+s.runGrace)
 	stopSignals := s.forwardSignals(runCtx, cancelSig, hc, r.rec.CommandID, cmd.Signals)
