@@ -72,6 +72,8 @@ type WorkspaceSandbox struct {
 	// gitLimits bound the search for planted git repositories after each
 	// command (zero: defaultGitScanLimits).
 	gitLimits gitScanLimits
+	// gitScanOff skips that search (the benchmark's baseline).
+	gitScanOff bool
 }
 
 // defaultRunGrace is the default WorkspaceSandbox.runGrace.
@@ -475,6 +477,9 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	// mark is taken before it can write anything.
 	mark := markGitScan(ws)
 	defer func() {
+		if s.gitScanOff {
+			return
+		}
 		gq := s.quarantineGit(ctx, ws, mark, hc)
 		if gq.Empty() {
 			return
