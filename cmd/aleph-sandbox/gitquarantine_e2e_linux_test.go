@@ -63,16 +63,7 @@ func TestGitQuarantineEndToEnd(t *testing.T) {
 		}
 	}
 	h := newInputsHarness(t)
-	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "1" {
-		// scripts/test-nonamespaces.sh: the Landlock tier.
-		cfgDir := filepath.Join(h.xdg, "config", "aleph-sandbox")
-		if err := os.MkdirAll(cfgDir, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(cfgDir, "config.toml"), []byte("[sandbox.linux]\nfallback = \"landlock\"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	landlockTierUnderTest(t, h)
 	markers := t.TempDir()
 	if err := os.Chmod(markers, 0o777); err != nil {
 		t.Fatal(err)
@@ -155,5 +146,22 @@ func TestGitQuarantineEndToEnd(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// landlockTierUnderTest configures the harness's CLI for the Landlock
+// tier when scripts/test-nonamespaces.sh runs the test (namespaces
+// refused): there the tier must be asked for.
+func landlockTierUnderTest(t *testing.T, h *inputsHarness) {
+	t.Helper()
+	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") != "1" {
+		return
+	}
+	cfgDir := filepath.Join(h.xdg, "config", "aleph-sandbox")
+	if err := os.MkdirAll(cfgDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "config.toml"), []byte("[sandbox.linux]\nfallback = \"landlock\"\n"), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -19,6 +19,9 @@ import (
 // (AGENTS.md, CLAUDE.md, GEMINI.md) and any other file stay writable: the
 // command ran, and nothing of the protected names is on the host after it.
 func TestToolConfigsProtectedEndToEnd(t *testing.T) {
+	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "1" {
+		t.Skip("the Landlock tier does not claim protected_paths (docs/linux.md, TestTierProtectedRefused): a missing protected entry can be created there")
+	}
 	h := newInputsHarness(t)
 	blocked := []string{".gemini/settings.json", ".zed/tasks.json", ".continue/config.yaml", ".amazonq/mcp.json",
 		".roo/mcp.json", ".kiro/settings/mcp.json", ".opencode/plugin.js", "opencode.json", ".aider.conf.yml",
