@@ -167,7 +167,7 @@ func (g *gitScan) dir(fd int, rel string, depth int) error {
 	}
 	// A .git that is not a directory: a gitfile naming a git directory
 	// anywhere, or a symlink to one. Git follows either.
-	if dotGit != 0xff && dotGit != unix.DT_DIR && !(depth == 0 && g.skip[".git"]) && g.changed(fd, ".git") {
+	if dotGit != 0xff && dotGit != unix.DT_DIR && !(depth == 0 && g.skip[".git"]) && g.changed(fd, ".git") && !emptyFile(fd, ".git") {
 		g.neutralise(fd, rel, ".git")
 	}
 	if has["HEAD"] && (has["objects"] || has["refs"] || has["commondir"]) && g.repoChanged(fd) {
@@ -306,4 +306,14 @@ func (g *gitScan) rename(fd int, from, to string) error {
 		err = unix.Renameat(fd, from, fd, to)
 	}
 	return err
+}
+
+// emptyFile reports whether name of fd is an empty regular file: git
+// refuses an empty gitfile ("invalid gitfile format") and runs nothing,
+// and it is what the Linux driver leaves on the host, while a command
+// runs, in place of a missing protected .git below the workspace root (a
+// neighbouring command's walk must not rename it from under the driver).
+func emptyFile(fd int, name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0
 }

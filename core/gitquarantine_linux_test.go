@@ -187,7 +187,9 @@ func TestGitQuarantinePlantedRepositories(t *testing.T) {
 
 // TestGitQuarantineHostRepositoryChanged: a command that adds a hook or
 // changes the config of a repository the host made gets it neutralised;
-// one that only adds refs and objects (a push into it) does not.
+// one that only adds refs and objects (a push into it) does not, nor does
+// an empty .git file (git refuses it; the driver's placeholder for a
+// missing nested .git is one).
 func TestGitQuarantineHostRepositoryChanged(t *testing.T) {
 	requireGit(t)
 	cfg := testConfig(t)
@@ -209,7 +211,8 @@ func TestGitQuarantineHostRepositoryChanged(t *testing.T) {
 	m := filepath.Join(t.TempDir(), "m")
 	script := fmt.Sprintf(`printf '#!/bin/sh\ntouch %[1]s-hook\n' > hooked.git/hooks/post-update && chmod +x hooked.git/hooks/post-update &&
 printf '[alias]\n\tpwn = "!touch %[1]s-alias"\n' >> configured.git/config &&
-echo 0123456789012345678901234567890123456789 > pushed.git/refs/heads/topic && mkdir -p pushed.git/objects/ab`, m)
+echo 0123456789012345678901234567890123456789 > pushed.git/refs/heads/topic && mkdir -p pushed.git/objects/ab &&
+mkdir e && : > e/.git`, m)
 	out, err := sb.Execute(context.Background(), Command{SessionID: "s", Program: "sh", Args: []string{script}})
 	if err != nil || out.Exit.ExitCode != 0 {
 		t.Fatalf("command: %v %+v", err, out)
