@@ -233,3 +233,31 @@ mkdir e && : > e/.git`, m)
 		t.Fatalf("a harmless command: %v %+v", err, out.GitQuarantine)
 	}
 }
+
+// TestGitQuarantineBoundsSaySo: a walk cut short by its bounds (entries,
+// depth) says so in Incomplete, and one within them does not (control).
+func TestGitQuarantineBoundsSaySo(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "a", "b", "c", "d"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprint(i)), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mark := markGitScan(root)
+	lim := defaultGitScanLimits()
+	if q := quarantineGitAfter(context.Background(), root, mark, nil, lim); q == nil || q.Incomplete != "" || q.Dirs != 5 {
+		t.Fatalf("control: %+v", q)
+	}
+	lim.maxEntries = 5
+	if q := quarantineGitAfter(context.Background(), root, mark, nil, lim); !strings.Contains(q.Incomplete, "more than 5 entries") {
+		t.Fatalf("entries bound: %+v", q)
+	}
+	lim = defaultGitScanLimits()
+	lim.maxDepth = 2
+	if q := quarantineGitAfter(context.Background(), root, mark, nil, lim); !strings.Contains(q.Incomplete, "deeper than 2 levels") {
+		t.Fatalf("depth bound: %+v", q)
+	}
+}
