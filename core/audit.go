@@ -60,6 +60,9 @@ type AuditRecord struct {
 	Interactive bool `json:"interactive,omitempty"`
 	// Tty: the command had a pseudo-terminal (Command.Tty).
 	Tty bool `json:"tty,omitempty"`
+	// GitQuarantine: git repositories the command planted in its
+	// workspace, neutralised after it ended (Output.GitQuarantine).
+	GitQuarantine *GitQuarantine `json:"git_quarantine,omitempty"`
 }
 
 // NetworkAudit is one decision of a command's managed proxy: the client

@@ -236,5 +236,10 @@ func (e *WorkspaceError) Unwrap() error { return e.Err }
 // ErrClosed is returned by a WorkspaceSandbox after Close.
 var ErrClosed = errors.New("sandbox is closed")
 
+// ErrSessionForgotten is the cause a command that was running when its
+// session was forgotten (ForgetSession) ends with: it is killed before
+// the session's HOME is removed.
+var ErrSessionForgotten = errors.New("its session was forgotten while it ran")
+
 // ErrDisabled is returned by every NoopSandbox call.
 var ErrDisabled = errors.New("sandbox disabled: sandbox.enabled is false in the configuration, so no command can run; set it to true to run commands")

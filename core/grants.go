@@ -114,7 +114,9 @@ func (s *WorkspaceSandbox) ApplyNetworkGrant(ctx context.Context, sessionID, hos
 // the host's forget.
 const forgetDriverTimeout = 10 * time.Second
 
-// ForgetSession drops a session's in-memory state (its grants) and removes
+// ForgetSession ends the session's commands still running (Execute in
+// flight: each returns an error whose cause is ErrSessionForgotten), drops
+// its in-memory state (its grants) and removes
 // its private HOME (sandbox.session.home = "session"); its workspace
 // directory stays on disk and is reused if the session comes back, with a
 // fresh baseline and an empty HOME. Long-running hosts call it when a session ends so
@@ -128,8 +130,15 @@ const forgetDriverTimeout = 10 * time.Second
 // namespace of network none.
 func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
 	s.mu.Lock()
+	sess := s.sessions[sessionID]
 	delete(s.sessions, sessionID)
 	s.mu.Unlock()
+	// The session's running commands end first: one still running could
+	// plant links in the HOME while it is removed (the removal never
+	// follows them, but it could not finish).
+	if sess != nil && !sess.endAll(s.runGrace+forgetDriverTimeout) {
+		s.logger.Error("commands of the forgotten session did not end in time; its HOME is removed all the same", "session", sessionID)
+	}
 	s.forgetHome(sessionID)
 	if f, ok := s.driver.(driverapi.SessionForgetter); ok && sessionID != "" {
 		ctx, cancel := context.WithTimeout(context.Background(), forgetDriverTimeout)

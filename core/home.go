@@ -3,7 +3,6 @@ package core
 import (
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 )
@@ -142,16 +141,10 @@ func RemoveSessionHome(cfg Config, sessionID string) error {
 		return nil
 	}
 	dir := filepath.Join(root, SessionDirName(sessionID))
-	if err := os.RemoveAll(dir); err == nil {
-		return nil
-	}
-	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.Chmod(p, 0o700)
-		}
-		return nil
-	})
-	if err := os.RemoveAll(dir); err != nil {
+	// By descriptor, never by path (removetree_unix.go): a command of the
+	// session may still be running, and a link it plants or swaps in
+	// must not take a chmod or an unlink out of the HOME.
+	if err := removeTree(dir); err != nil {
 		return &WorkspaceError{Path: dir, Err: err}
 	}
 	return nil

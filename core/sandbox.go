@@ -78,6 +78,11 @@ type Output struct {
 	ProfileDigest string
 	// Verdicts are the before-hooks' answers (Allow and Warn).
 	Verdicts []driverapi.Verdict
+	// GitQuarantine, when set, says which git repositories the command
+	// planted in its workspace were neutralised after it ended (so that
+	// the host's git does not run what they configure), or that the
+	// search for them could not finish. Linux only so far.
+	GitQuarantine *GitQuarantine
 }
 
 // Reason is the reason code of a command that ran: timeout when it ran

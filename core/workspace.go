@@ -69,6 +69,11 @@ type WorkspaceSandbox struct {
 	// driver to report before giving up on it (the driver enforces the
 	// timeout; this only bounds a driver that does not).
 	runGrace time.Duration
+	// gitLimits bound the search for planted git repositories after each
+	// command (zero: defaultGitScanLimits).
+	gitLimits gitScanLimits
+	// gitScanOff skips that search (the benchmark's baseline).
+	gitScanOff bool
 }
 
 // defaultRunGrace is the default WorkspaceSandbox.runGrace.
@@ -102,6 +107,61 @@ type session struct {
 	// the store: this process's copy is then the session's state, and is
 	// not replaced by the store's older one.
 	unkept atomic.Bool
+
+	// The commands running in the session (Execute in flight), so that
+	// ForgetSession ends them before it removes what they could write.
+	runMu     sync.Mutex
+	running   map[uint64]context.CancelCauseFunc
+	runSeq    uint64
+	runWG     sync.WaitGroup
+	forgotten bool
+}
+
+// track registers a command of the session; it is cancelled with
+// ErrSessionForgotten if the session is forgotten while it runs. ok is
+// false when the session was forgotten already (the caller takes the
+// session anew). done must be called when the command has ended.
+func (ss *session) track(cancel context.CancelCauseFunc) (done func(), ok bool) {
+	ss.runMu.Lock()
+	defer ss.runMu.Unlock()
+	if ss.forgotten {
+		return nil, false
+	}
+	if ss.running == nil {
+		ss.running = map[uint64]context.CancelCauseFunc{}
+	}
+	ss.runSeq++
+	id := ss.runSeq
+	ss.running[id] = cancel
+	ss.runWG.Add(1)
+	return func() {
+		ss.runMu.Lock()
+		delete(ss.running, id)
+		ss.runMu.Unlock()
+		ss.runWG.Done()
+	}, true
+}
+
+// endAll marks the session forgotten, cancels its running commands and
+// waits for them to end (the driver kills a cancelled command's tree), at
+// most wait. It reports whether they all ended.
+func (ss *session) endAll(wait time.Duration) bool {
+	ss.runMu.Lock()
+	ss.forgotten = true
+	for _, c := range ss.running {
+		c(ErrSessionForgotten)
+	}
+	ss.runMu.Unlock()
+	ended := make(chan struct{})
+	go func() { ss.runWG.Wait(); close(ended) }()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ended:
+		return true
+	case <-t.C:
+		return false
+	}
 }
 
 // NewWorkspaceSandbox builds the pipeline regardless of sandbox.enabled
@@ -286,6 +346,10 @@ type run struct {
 // Execute runs cmd through the pipeline.
 func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Output, err error) {
 	start := time.Now()
+	// The caller's ctx: the record is classified and written against it
+	// (ctx becomes the command's own below, cancelled when its session is
+	// forgotten, and a command ended that way says so in its error).
+	outer := ctx
 	r := &run{rec: AuditRecord{
 		CommandID: newCommandID(),
 		Program:   cmd.Program,
@@ -300,7 +364,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		r.rec.Verdicts = r.verdicts
 		r.rec.DurationMS = time.Since(start).Milliseconds()
 		if err != nil {
-			classify(&r.rec, err, ctx)
+			classify(&r.rec, err, outer)
 		} else {
 			r.rec.Decision = DecisionAllow
 			if r.rec.Reason == "" {
@@ -310,7 +374,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 				r.rec.Reason = ReasonTimeout
 			}
 		}
-		s.ledger.record(ctx, r.rec)
+		s.ledger.record(outer, r.rec)
 	}()
 
 	// 0. Input.
@@ -326,10 +390,26 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		return nil, err
 	}
 
-	// 1. Session.
-	sess, err := s.session(sid)
-	if err != nil {
-		return nil, err
+	// 1. Session. The command is tracked so that forgetting the session
+	// ends it (ForgetSession).
+	ctx, cancelForget := context.WithCancelCause(ctx)
+	defer cancelForget(nil)
+	var sess *session
+	for {
+		if sess, err = s.session(sid); err != nil {
+			return nil, err
+		}
+		if done, ok := sess.track(cancelForget); ok {
+			defer done()
+			break
+		}
+		// Forgotten between the lookup and now: the session's state is
+		// made anew.
+		s.mu.Lock()
+		if s.sessions[sid] == sess {
+			delete(s.sessions, sid)
+		}
+		s.mu.Unlock()
 	}
 	var ws string
 	if cmd.Workspace != "" {
@@ -363,6 +443,9 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	pre, stopEarly := watchEarlySignals(ctx, cmd.Signals)
 	defer stopEarly()
 	out, err = s.prepareAndRun(ctx, pre, stopEarly, r, sess, sid, ws, cwd, cmd)
+	if err != nil && outer.Err() == nil && errors.Is(context.Cause(ctx), ErrSessionForgotten) {
+		return nil, fmt.Errorf("command %s: %w", r.rec.CommandID, ErrSessionForgotten)
+	}
 	if cause := context.Cause(pre); err != nil && ctx.Err() == nil && errors.Is(cause, ErrSignalBeforeStart) {
 		return nil, fmt.Errorf("command %s: %w", r.rec.CommandID, cause)
 	}
@@ -467,6 +550,25 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		SessionID: sid, CommandID: r.rec.CommandID,
 	}
 	ran = true
+	// What the command writes is searched, once it has ended, for git
+	// repositories planted for the host's git (gitquarantine.go); the
+	// mark is taken before it can write anything.
+	mark := markGitScan(ws)
+	defer func() {
+		if s.gitScanOff {
+			return
+		}
+		gq := s.quarantineGit(ctx, ws, mark, hc)
+		if gq.Empty() {
+			return
+		}
+		r.rec.GitQuarantine = gq
+		if out != nil {
+			out.GitQuarantine = gq
+		}
+		s.logger.Warn("git repositories the command planted were neutralised", "command", r.rec.CommandID,
+			"renamed", gq.Renamed, "incomplete", gq.Incomplete)
+	}()
 	sigCtx, cancelSig := context.WithCancelCause(ctx)
 	runCtx, cancelRun := context.WithTimeout(sigCtx, timeout+s.runGrace)
 	stopSignals := s.forwardSignals(runCtx, cancelSig, hc, r.rec.CommandID, cmd.Signals)
@@ -580,7 +682,7 @@ func classify(rec *AuditRecord, err error, ctx context.Context) {
 		rec.Decision, rec.Reason = DecisionError, ReasonMediationFailed
 	case errors.As(err, &we):
 		rec.Decision, rec.Reason = DecisionError, ReasonWorkspaceFailed
-	case errors.Is(err, ErrSignalBeforeStart):
+	case errors.Is(err, ErrSignalBeforeStart), errors.Is(err, ErrSessionForgotten):
 		rec.Decision, rec.Reason = DecisionError, ReasonCanceled
 	case errors.Is(err, ErrClosed):
 		rec.Decision, rec.Reason = DecisionError, ReasonClosed

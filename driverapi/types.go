@@ -115,8 +115,19 @@ func IsKnownFeature(name string) bool {
 // (git, editors, agent CLIs, direnv, MCP clients) find code to run or
 // instructions to follow when they open the folder. ProfileRequest.Protected
 // overrides the list; an empty one means this list.
+//
+// Each one names commands or servers a host program starts: .gemini
+// (settings.json mcpServers, hooks), .zed (settings.json language and
+// context servers, tasks.json), .continue (config and mcpServers files),
+// .amazonq (mcp.json), .roo (mcp.json), .kiro (settings/mcp.json, hooks),
+// .opencode and opencode.json (MCP servers, plugins), .aider.conf.yml
+// (lint-cmd, test-cmd), .devcontainer (initializeCommand runs on the
+// host). Instruction prose an agent reads (AGENTS.md, CLAUDE.md,
+// GEMINI.md) is not in the set: agents edit it as part of their work, and
+// it runs nothing by itself (docs/threat-model.md).
 func DefaultProtectedEntries() []string {
-	return []string{".git", ".aleph", ".codex", ".agents", ".claude", ".vscode", ".idea", ".cursor", ".envrc", ".mcp.json"}
+	return []string{".git", ".aleph", ".codex", ".agents", ".claude", ".vscode", ".idea", ".cursor", ".envrc", ".mcp.json",
+		".gemini", ".zed", ".continue", ".amazonq", ".roo", ".kiro", ".opencode", "opencode.json", ".aider.conf.yml", ".devcontainer"}
 }
 
 // ProtectedDirs is the original fixed protected set, kept for drivers that

@@ -51,6 +51,9 @@ type execResult struct {
 	// and config_invalid, is the command field or configuration key.
 	ReasonCode string `json:"reason_code"`
 	Field      string `json:"field"`
+	// GitQuarantine: git repositories the command planted in its
+	// workspace, neutralised after it ended (core.GitQuarantine).
+	GitQuarantine *core.GitQuarantine `json:"git_quarantine,omitempty"`
 }
 
 func runExec(ctx context.Context, args []string, io stdio) int {
@@ -318,9 +321,12 @@ func reportExec(io stdio, asJSON bool, out *core.Output, reason core.ReasonCode,
 			DurationMS: e.Duration.Milliseconds(),
 			Backend:    out.Backend,
 			ReasonCode: string(cmp.Or(reason, out.Reason())),
+
+			GitQuarantine: out.GitQuarantine,
 		})
 		return 0
 	}
+	gitQuarantineNote(io, out.GitQuarantine)
 	switch {
 	case e.TimedOut:
 		// Duration is how long the command's sandbox ran, setup included,
@@ -414,4 +420,19 @@ func jsonRequested(args []string) bool {
 		}
 	}
 	return false
+}
+
+// gitQuarantineNote tells the user which git repositories the command
+// planted were neutralised (and how to undo it), or that the search for
+// them could not finish.
+func gitQuarantineNote(io stdio, q *core.GitQuarantine) {
+	if q.Empty() {
+		return
+	}
+	for _, r := range q.Renamed {
+		fmt.Fprintf(io.Err, "aleph-sandbox: the command made or changed a git repository in the workspace; renamed %s so that git on the host does not run what its config or hooks name (inspect it, then rename it back if you trust it)\n", oneLine(r))
+	}
+	if q.Incomplete != "" {
+		fmt.Fprintf(io.Err, "aleph-sandbox: warning: the search for git repositories planted in the workspace did not finish: %s\n", oneLine(q.Incomplete))
+	}
 }

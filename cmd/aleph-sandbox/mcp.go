@@ -7,7 +7,6 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
 )
 
@@ -69,31 +68,31 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	return 0
 }
 
-// runMCPHost is `mcp --host`: the service's configuration, driver and
-// session grants apply; the baseline flags are this server's own, and
-// answer the service's approval requests of run_command calls within them
-// (beyond them the client is asked, or --yes decides).
+// runMCPHost is `mcp --host`: the service's configuration, driver,
+// baseline and session grants apply; the service's approval requests of
+// run_command calls are asked of the client, or --yes decides.
 func runMCPHost(ctx context.Context, io stdio, addr, cfgPath, driver, session string, allowSpawn bool, allowNet string, yes bool) int {
 	switch {
 	case cfgPath != "":
 		return fail(io.Err, "mcp: --config does not apply with --host: the service's configuration does")
 	case driver != "":
 		return fail(io.Err, "mcp: --driver does not apply with --host: the service's driver runs the commands")
+	case allowSpawn || allowNet != "":
+		// The service keeps every approval it receives as a grant of the
+		// session, and the protocol has no answer meaning "this call
+		// only": a baseline of this server's would become the session's
+		// lasting grant, used later by commands that never had it (an
+		// mcp without the flag, exec --session without --yes).
+		return fail(io.Err, "mcp: --allow-spawn and --allow-net do not apply with --host: the service's baseline (its sandbox.session.baseline) applies, and what a call needs beyond it is asked of the MCP client (or --yes) and kept as a grant of the session; widen the service's baseline instead")
 	}
 	sock, err := socketPath(addr)
 	if err != nil {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
-	baseline := driverapi.Capabilities{SpawnSubprocess: allowSpawn}
-	if allowNet != "" {
-		net, err := parseNet(allowNet)
-		if err != nil {
-			return fail(io.Err, "mcp: --allow-net: %s", oneLine(err.Error()))
-		}
-		baseline.Network = net
-	}
+	// No baseline of the server's own (refused above): everything the
+	// service asks about goes to the client, or --yes decides.
 	h := &mcpHost{c: hostClient(sock), sock: sock}
-	mc := mcpserver.Config{Session: session, Baseline: baseline, Fallback: yes, Version: cliVersion, Processes: h}
+	mc := mcpserver.Config{Session: session, Fallback: yes, Version: cliVersion, Processes: h}
 	h.approve = mcpserver.NewApprover(mc)
 	srv := mcpserver.New(h, mc)
 	// The processes this server started end with it, on the service too.
