@@ -177,7 +177,21 @@ type SecretInjection struct {
 type ProtectedConfig struct {
 	Add    []string `koanf:"add" json:"add" toml:"add"`
 	Remove []string `koanf:"remove" json:"remove" toml:"remove"`
+	// PlantedGit says what the core does, after each command, with git
+	// repositories the command created or changed in its workspace
+	// (gitquarantine.go): "quarantine" (the default, also when empty)
+	// renames them out of git's way; "allow" leaves them, for a host that
+	// never runs git in its workspaces and cannot pay the walk's cost on a
+	// very large tree. The host's git runs what such a repository's config
+	// names: "allow" is only safe where no git runs there.
+	PlantedGit string `koanf:"planted_git" json:"planted_git,omitempty" toml:"planted_git"`
 }
+
+// Values of [sandbox.protected] planted_git.
+const (
+	PlantedGitQuarantine = "quarantine"
+	PlantedGitAllow      = "allow"
+)
 
 // ProtectedEntries is the effective protected set, in a stable order: the
 // defaults that were not removed, then the additions.
@@ -988,6 +1002,11 @@ func (c Config) Validate() error {
 		if contains(s.Protected.Add, n) {
 			return bad(fmt.Sprintf("protected.remove[%d]", i), fmt.Sprintf("%q is also in protected.add", n))
 		}
+	}
+	switch s.Protected.PlantedGit {
+	case "", PlantedGitQuarantine, PlantedGitAllow:
+	default:
+		return bad("protected.planted_git", fmt.Sprintf("must be %q or %q, got %q", PlantedGitQuarantine, PlantedGitAllow, s.Protected.PlantedGit))
 	}
 	if len(c.ProtectedEntries()) == 0 {
 		return bad("protected.remove", "removes every protected entry; at least one must stay (drivers read an empty set as the defaults)")

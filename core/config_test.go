@@ -174,6 +174,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"[sandbox]\nworkspace_root = \"relative/ws\"\n", nil, "sandbox.workspace_root", "absolute"},
 		{"[sandbox]\ndriver_sha256 = \"abc\"\n", nil, "sandbox.driver_sha256", "64 hex"},
 		{"[sandbox.command_policy]\nenforcement = \"maybe\"\n", nil, "sandbox.command_policy.enforcement", "must be"},
+		{"[sandbox.protected]\nplanted_git = \"off\"\n", nil, "sandbox.protected.planted_git", "must be \"quarantine\" or \"allow\""},
 		{"[[sandbox.command_policy.custom_rules]]\nname = \"a\"\nregex = \"b\"\naction = \"kill\"\n", nil, "sandbox.command_policy.custom_rules[0].action", "must be"},
 		{"[[sandbox.network.secret_injections]]\nhost = \"a\"\nheader = \"Bad Header\"\nsecret = \"K\"\n", nil, "sandbox.network.secret_injections[0].header", "header"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__NOPE=1"}, "sandbox.nope", "unknown key"},

@@ -261,3 +261,42 @@ func TestGitQuarantineBoundsSaySo(t *testing.T) {
 		t.Fatalf("depth bound: %+v", q)
 	}
 }
+
+// TestGitQuarantineAllowLeavesRepositories: [sandbox.protected]
+// planted_git = "allow" turns the search off (a planted bare repository
+// keeps its HEAD and the result says nothing), while the default
+// configuration of the same test quarantines it: the control that the
+// setting, not the scenario, makes the difference.
+func TestGitQuarantineAllowLeavesRepositories(t *testing.T) {
+	for _, tc := range []struct {
+		setting  string
+		wantHEAD bool
+	}{{"", false}, {PlantedGitQuarantine, false}, {PlantedGitAllow, true}} {
+		t.Run("planted_git="+tc.setting, func(t *testing.T) {
+			cfg := testConfig(t)
+			cfg.Sandbox.Protected.PlantedGit = tc.setting
+			sb, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, hostShDriver{&drivertest.FakeDriver{}})))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = sb.Close() })
+			ws, err := sb.WorkspacePath("s")
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, err := sb.Execute(context.Background(), Command{
+				SessionID: "s", Program: "sh", Args: []string{plantRepoScript("r", true, filepath.Join(t.TempDir(), "m"))},
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, statErr := os.Stat(filepath.Join(ws, "r", "HEAD"))
+			if gotHEAD := statErr == nil; gotHEAD != tc.wantHEAD {
+				t.Errorf("r/HEAD present = %v, want %v (quarantine %+v)", gotHEAD, tc.wantHEAD, out.GitQuarantine)
+			}
+			if tc.wantHEAD != out.GitQuarantine.Empty() {
+				t.Errorf("the result's GitQuarantine = %+v, want it empty only when allowed", out.GitQuarantine)
+			}
+		})
+	}
+}

@@ -72,7 +72,8 @@ type WorkspaceSandbox struct {
 	// gitLimits bound the search for planted git repositories after each
 	// command (zero: defaultGitScanLimits).
 	gitLimits gitScanLimits
-	// gitScanOff skips that search (the benchmark's baseline).
+	// gitScanOff skips that search ([sandbox.protected] planted_git =
+	// "allow", and the benchmark's baseline).
 	gitScanOff bool
 }
 
@@ -188,6 +189,8 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		baseline: baselineOf(cfg, o.baseline),
 		sessions: map[string]*session{},
 		runGrace: defaultRunGrace,
+		// Set only by configuration that says so (ProtectedConfig.PlantedGit).
+		gitScanOff: cfg.Sandbox.Protected.PlantedGit == PlantedGitAllow,
 	}
 	for _, p := range o.protect {
 		if p != "" {
