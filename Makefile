@@ -130,11 +130,12 @@ cross:
 # The side-by-side table (direct exec, raw bwrap with the driver's flags,
 # the warm pipeline, the cold CLI; interleaved, p50 and ratios), then the Go
 # microbenchmarks, each briefly: a few minutes in all. See docs/performance.md.
+# scripts/bench.sh runs each step in a process group of its own and ends it
+# whatever happens (Ctrl-C, SIGTERM, SIGKILL of make or of the script): a
+# bench killed part way leaves no private serve behind.
 BENCH_PKGS = ./core/ ./core/proxy/ ./hooks/commandpolicy/ ./drivers/bwrap/ ./drivers/bwrap/sandboxinit/
 bench: build
-	$(BIN)/aleph-sandbox bench --n 50 -- /bin/true
-	$(GO) test -run '^$$' -bench . -skip '^BenchmarkLaunch$$' -benchtime 300ms -benchmem $(BENCH_PKGS)
-	$(GO) test -run '^$$' -bench '^BenchmarkLaunch$$' -benchtime 40x ./drivers/bwrap/
+	./scripts/bench.sh $(BIN) $(GO) $(BENCH_PKGS)
 
 # CPU per command, warm pipeline against raw minimal bwrap at concurrency 4
 # (the machine's busy time, /proc/stat): what throughput is made of. About a
