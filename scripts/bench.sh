@@ -78,5 +78,5 @@ step() {
 }
 
 step "$BIN/aleph-sandbox" bench --n "$BENCH_N" -- /bin/true
-step "$GO" test -run '^$' -bench . -skip '^BenchmarkLaunch$' -benchtime 300ms -benchmem "${pkgs[@]}"
-step "$GO" test -run '^$' -bench '^BenchmarkLaunch$' -benchtime 40x ./drivers/bwrap/
+step "$GO" test -timeout 30m -run '^$' -bench . -skip '^BenchmarkLaunch$' -benchtime 300ms -benchmem "${pkgs[@]}"
+step "$GO" test -timeout 30m -run '^$' -bench '^BenchmarkLaunch$' -benchtime 40x ./drivers/bwrap/
