@@ -77,6 +77,22 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if inter.tty && !ttySupported() {
 		return execFailure(io, f.json, "exec: -t/--tty: this build of the CLI drives a terminal on Linux only")
 	}
+	if inter.tty && !inter.interactive && !f.stdin && io.InIsTerminal {
+		// `exec -t bash` on a terminal means an interactive shell: without
+		// the user's keys the shell sat at its prompt for ever (a program
+		// that puts its terminal in raw mode never sees the end-of-file
+		// that -t alone gives it). -t alone keeps its meaning where stdin
+		// is not a terminal (output to a terminal, no input).
+		inter.interactive = true
+	}
+	if io.InIsPipe && !inter.interactive && !f.stdin {
+		// Input piped or redirected to exec is not passed unless asked:
+		// forwarding it by default would let a command eat the rest of a
+		// `while read` loop's input, and a driver without streamed stdin
+		// would refuse every such command. Say so instead of dropping it
+		// silently.
+		fmt.Fprintln(io.Err, "aleph-sandbox: note: standard input is a pipe or a file and is not passed to the command; use --stdin (read whole, up to 2 MiB) or -i (streamed) to pass it, or </dev/null to silence this")
+	}
 	if addr := hostAddress(*host); addr != "" {
 		return runExecHost(ctx, addr, &f, &inter, rest, io, !*rawOutput)
 	}

@@ -36,6 +36,11 @@ type stdio struct {
 	Out, Err io.Writer
 	// InIsTerminal reports whether In is an interactive terminal.
 	InIsTerminal bool
+	// InIsPipe reports whether In is a pipe or a regular file: input
+	// someone meant for a program (`echo x | aleph-sandbox exec -- cat`),
+	// which exec passes only when asked (--stdin, -i) and otherwise says
+	// it did not.
+	InIsPipe bool
 	// forwardSignals, when set, diverts the CLI's SIGINT, SIGTERM and
 	// SIGHUP to ch until the returned function is called (signalRouter).
 	forwardSignals func(ch chan<- os.Signal) (restore func())
@@ -83,7 +88,7 @@ func main() {
 	signal.Notify(sigpipe, syscall.SIGPIPE)
 	code := dispatch(ctx, os.Args[1:], stdio{
 		In: os.Stdin, Out: os.Stdout, Err: os.Stderr,
-		InIsTerminal: isTerminal(os.Stdin), OutIsTerminal: isTerminal(os.Stdout), ErrIsTerminal: isTerminal(os.Stderr),
+		InIsTerminal: isTerminal(os.Stdin), InIsPipe: isPipeOrFile(os.Stdin), OutIsTerminal: isTerminal(os.Stdout), ErrIsTerminal: isTerminal(os.Stderr),
 		forwardSignals: router.forward,
 	})
 	signal.Stop(sigpipe)
@@ -181,6 +186,11 @@ func editDistance(a, b string) int {
 		}
 	}
 	return d[len(ra)][len(rb)]
+}
+
+func isPipeOrFile(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && (st.Mode()&os.ModeNamedPipe != 0 || st.Mode().IsRegular())
 }
 
 func isTerminal(f *os.File) bool {
