@@ -581,8 +581,19 @@ class Client:
         return Process(self, str(r.get("id", "")))
 
     def processes(self, session: str = "") -> List[Dict[str, Any]]:
-        """The processes of a session ("" for every session's)."""
-        return list(self._unary("ListProcesses", {"session": session}).get("processes", []))
+        """The processes of a session ("" for every session's): dicts with
+        id, session, program, startedUnixMs (an int: milliseconds since the
+        epoch), exited and exitCode (an int). The protobuf JSON mapping
+        sends 64-bit integers as strings; they are numbers here, as in the
+        TypeScript client."""
+        out = []
+        for p in self._unary("ListProcesses", {"session": session}).get("processes", []):
+            p = dict(p)
+            p["startedUnixMs"] = int(p.get("startedUnixMs") or 0)
+            p["exitCode"] = int(p.get("exitCode") or 0)
+            p["exited"] = bool(p.get("exited", False))
+            out.append(p)
+        return out
 
     # ---- approvals, sessions, grants ----
 
