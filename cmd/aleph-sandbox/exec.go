@@ -59,6 +59,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	f.register(fs)
 	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
 	host := fs.String("host", "", "send the command to a running aleph-sandbox serve at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
+	verbose := fs.Bool("verbose", false, "say on stderr what runs the command: with --host, which serve answered (its pid, version and data dir)")
 	var inter interactiveFlags
 	inter.register(fs)
 	const usageLine = "aleph-sandbox exec [flags] -- PROGRAM [ARG...]"
@@ -94,7 +95,21 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		fmt.Fprintln(io.Err, "aleph-sandbox: note: standard input is a pipe or a file and is not passed to the command; use --stdin (read whole, up to 2 MiB) or -i (streamed) to pass it, or </dev/null to silence this")
 	}
 	if addr := hostAddress(*host); addr != "" {
+		if *verbose {
+			sock, err := socketPath(addr)
+			if err != nil {
+				return execFailureErr(io, f.json, err)
+			}
+			who, err := describeService(sock)
+			if err != nil {
+				return execFailureErr(io, f.json, err)
+			}
+			fmt.Fprintf(io.Err, "aleph-sandbox: served by %s on %s\n", who, sock)
+		}
 		return runExecHost(ctx, addr, &f, &inter, rest, io, !*rawOutput)
+	}
+	if *verbose {
+		fmt.Fprintln(io.Err, "aleph-sandbox: in-process: a pipeline of this CLI's own (no serve; --host or ALEPH_SANDBOX_HOST sends the command to one)")
 	}
 	trace := starttrace.FromEnv("cli")
 	defer trace.Close()

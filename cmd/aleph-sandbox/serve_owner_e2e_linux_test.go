@@ -3,7 +3,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -44,5 +47,25 @@ func TestServeRefusesLiveSocketNamingOwner(t *testing.T) {
 	case <-first.done:
 		t.Fatalf("the first serve exited: %v\n%s", first.err, first.stderr)
 	default:
+	}
+}
+
+// TestExecHostVerboseSaysWhichServe: exec --host --verbose names the serve
+// that answered (its pid as the kernel reports the listener, its version
+// and data dir), and the command still runs there.
+func TestExecHostVerboseSaysWhichServe(t *testing.T) {
+	h := newServeHarness(t)
+	sock := filepath.Join(t.TempDir(), "run", "aleph.sock")
+	p := h.start(t, sock, "")
+	cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), "exec", "--host", "unix:"+sock, "--verbose", "--", "/bin/echo", "ran")
+	cmd.Env = append(os.Environ(), "XDG_DATA_HOME="+t.TempDir(), "XDG_CONFIG_HOME="+t.TempDir())
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil || out.String() != "ran\n" {
+		t.Fatalf("exec --host --verbose: %v, stdout %q, stderr %q", err, out.String(), errb.String())
+	}
+	want := fmt.Sprintf("aleph-sandbox: served by pid %d, version %s, data dir ", p.cmd.Process.Pid, cliVersion)
+	if !strings.Contains(errb.String(), want) || !strings.Contains(errb.String(), " on "+sock+"\n") {
+		t.Fatalf("stderr %q, want it to contain %q and the socket", errb.String(), want)
 	}
 }
