@@ -144,7 +144,7 @@ func TestDocBlocksRun(t *testing.T) {
 	if os.Getenv("ALEPH_TEST_NO_LANDLOCK") == "1" {
 		// make test-nolandlock reruns this package for its security tests;
 		// the docs' examples are not, and run in the default and the
-		// unprivileged passes (five minutes each).
+		// unprivileged passes (about a minute each).
 		t.Skip("the docs' examples run in the default and unprivileged passes, not again without Landlock")
 	}
 	h := newEscapeHarness(t)
@@ -202,11 +202,24 @@ func runDocBlocks(t *testing.T, h *escapeHarness, repo string, blocks []docBlock
 		}
 	}
 	runtimeDir, tmp, home := t.TempDir(), t.TempDir(), t.TempDir()
+	// A block that builds Go (go build ./conformance/example) uses this
+	// machine's build and module caches, not a cold cache in the private
+	// HOME: the caches are what a user's checkout would have after make
+	// build, and a cold build of the dependencies would be most of the run.
+	var goEnv []string
+	for _, v := range []string{"GOCACHE", "GOMODCACHE", "GOPATH"} {
+		out, err := exec.Command("go", "env", v).Output()
+		if err != nil {
+			t.Fatalf("go env %s: %v", v, err)
+		}
+		goEnv = append(goEnv, v+"="+strings.TrimSpace(string(out)))
+	}
 	env := append(h.env(), "XDG_RUNTIME_DIR="+runtimeDir, "TMPDIR="+tmp, "HOME="+home, "PWD="+root,
 		"ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+h.root, "npm_config_cache="+filepath.Join(home, ".npm"),
 		// The python blocks import the checkout's client, as the doc's
 		// first (sh) example shows with PYTHONPATH=clients/python.
 		"PYTHONPATH="+filepath.Join(root, "clients", "python"))
+	env = append(env, goEnv...)
 	// Everything the doc's blocks start shares one process group, ended
 	// when the doc is done (a `serve &` included). A sleeping leader keeps
 	// the group alive between blocks: a process can join only a group
