@@ -13,4 +13,4 @@ work=$(mktemp -d /tmp/aleph-nolandlock.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 CGO_ENABLED=0 go build -o "$work/nolandlock" ./drivers/bwrap/internal/nolandlock
 pkgs=${NOLANDLOCK_PKGS:-./drivers/bwrap/... ./cmd/aleph-sandbox/ ./conformance/}
-ALEPH_TEST_NO_LANDLOCK=1 "$work/nolandlock" go test -race -count=1 ${NOLANDLOCK_FLAGS:-} $pkgs
+ALEPH_TEST_NO_LANDLOCK=1 "$work/nolandlock" go test -race -count=1 -timeout "${TEST_TIMEOUT:-30m}" ${NOLANDLOCK_FLAGS:-} $pkgs

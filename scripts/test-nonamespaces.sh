@@ -26,7 +26,7 @@ work=$(mktemp -d /tmp/aleph-nonamespaces.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 CGO_ENABLED=0 go build -o "$work/nonamespaces" ./drivers/bwrap/internal/nonamespaces
 export ALEPH_TEST_NO_NAMESPACES=1
-"$work/nonamespaces" go test -race -count=1 ${NONAMESPACES_FLAGS:-} \
+"$work/nonamespaces" go test -race -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} \
 	-run '^(TestTier|TestNoNamespaces)' ./drivers/bwrap/
-"$work/nonamespaces" go test -count=1 ${NONAMESPACES_FLAGS:-} -run '^TestBwrapDriver$' ./conformance/
-"$work/nonamespaces" go test -race -count=1 ${NONAMESPACES_FLAGS:-} -run '^(TestNoNamespacesExec|TestEscapeBattery)$' ./cmd/aleph-sandbox/
+"$work/nonamespaces" go test -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} -run '^TestBwrapDriver$' ./conformance/
+"$work/nonamespaces" go test -race -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} -run '^(TestNoNamespacesExec|TestEscapeBattery)$' ./cmd/aleph-sandbox/

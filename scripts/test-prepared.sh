@@ -9,9 +9,9 @@
 # has it; this one is about what the sandbox enforces.
 set -euo pipefail
 export ALEPH_TEST_PREPARED=${ALEPH_TEST_PREPARED:-always}
-go test -count=1 ${PREPARED_FLAGS:-} ./drivers/bwrap/ &
+go test -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${PREPARED_FLAGS:-} ./drivers/bwrap/ &
 a=$!
-go test -count=1 ${PREPARED_FLAGS:-} -run '^(TestBwrapDriver|TestEscapeBattery)$' ./conformance/ ./cmd/aleph-sandbox/ &
+go test -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${PREPARED_FLAGS:-} -run '^(TestBwrapDriver|TestEscapeBattery)$' ./conformance/ ./cmd/aleph-sandbox/ &
 b=$!
 rc=0
 wait $a || rc=1

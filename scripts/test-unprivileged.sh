@@ -25,4 +25,4 @@ gobin=$(command -v go)
 pkgs=${UNPRIV_PKGS:-./drivers/bwrap/... ./cmd/aleph-sandbox/ ./conformance/}
 runuser -u "$user" -- env -i PATH="$(dirname "$gobin"):/usr/sbin:/usr/bin:/sbin:/bin" HOME="$home" \
 	GOMODCACHE="$home/go/pkg/mod" GOPROXY=off GOTOOLCHAIN=local \
-	bash -c "cd '$work/src' && go test -race -count=1 $pkgs"
+	bash -c "cd '$work/src' && go test -race -count=1 -timeout ${TEST_TIMEOUT:-30m} $pkgs"

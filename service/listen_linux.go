@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -16,10 +17,47 @@ import (
 
 // InUseError is a socket a live server is listening on: it is never taken
 // over.
-type InUseError struct{ Path string }
+type InUseError struct {
+	Path string
+	// Owner is what the live server wrote about itself with WriteOwner
+	// (its pid, version and data directory), "" when it wrote nothing.
+	Owner string
+}
 
 func (e *InUseError) Error() string {
+	if e.Owner != "" {
+		return fmt.Sprintf("another aleph-sandbox serve is listening on %s (%s)", e.Path, e.Owner)
+	}
 	return fmt.Sprintf("another aleph-sandbox serve is listening on %s", e.Path)
+}
+
+// maxOwnerBytes bounds what is read back from a lock file: it is written
+// by a server of the same user, but a reader does not trust its length.
+const maxOwnerBytes = 512
+
+// lockOwner reads what the server holding path's lock wrote about itself.
+func lockOwner(lock *os.File) string {
+	b := make([]byte, maxOwnerBytes)
+	n, _ := lock.ReadAt(b, 0)
+	return strings.Join(strings.Fields(strings.ToValidUTF8(string(b[:n]), "?")), " ")
+}
+
+// WriteOwner records, in the socket's lock file, who listens (e.g. "pid
+// 123, version 0.4.0, data dir /home/u/.local/share/aleph-sandbox"): a
+// second server started on the same socket is refused with this in its
+// InUseError, so the user learns which server already answers there
+// (another checkout's, another terminal's) instead of silently talking to
+// it. Only the lock's holder writes it, so no reader sees a half record
+// of an older owner.
+func (l *UnixListener) WriteOwner(owner string) error {
+	if len(owner) > maxOwnerBytes {
+		owner = owner[:maxOwnerBytes]
+	}
+	if err := l.lock.Truncate(0); err != nil {
+		return err
+	}
+	_, err := l.lock.WriteAt([]byte(owner+"\n"), 0)
+	return err
 }
 
 // SocketDirError is a socket directory that ListenUnix will not use: one
@@ -157,9 +195,13 @@ func ListenUnix(path string, allowedUIDs []uint32, log hclog.Logger) (*UnixListe
 		return nil, fmt.Errorf("lock %s.lock: %w", path, err)
 	}
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		owner := ""
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			owner = lockOwner(lock)
+		}
 		_ = lock.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &InUseError{Path: path}
+			return nil, &InUseError{Path: path, Owner: owner}
 		}
 		return nil, fmt.Errorf("lock %s.lock: %w", path, err)
 	}

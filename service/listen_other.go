@@ -12,11 +12,20 @@ import (
 )
 
 // InUseError is a socket a live server is listening on.
-type InUseError struct{ Path string }
+type InUseError struct {
+	Path  string
+	Owner string
+}
 
 func (e *InUseError) Error() string {
+	if e.Owner != "" {
+		return fmt.Sprintf("another aleph-sandbox serve is listening on %s (%s)", e.Path, e.Owner)
+	}
 	return fmt.Sprintf("another aleph-sandbox serve is listening on %s", e.Path)
 }
+
+// WriteOwner is a no-op here: ListenUnix is refused.
+func (l *UnixListener) WriteOwner(owner string) error { return nil }
 
 // UnixListener is the service's socket.
 type UnixListener struct{ net.Listener }

@@ -62,6 +62,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	f.register(fs)
 	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
 	host := fs.String("host", "", "send the command to a running aleph-sandbox serve at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
+	verbose := fs.Bool("verbose", false, "say on stderr what runs the command: with --host, which serve answered (its pid, version and data dir)")
 	var inter interactiveFlags
 	inter.register(fs)
 	const usageLine = "aleph-sandbox exec [flags] -- PROGRAM [ARG...]"
@@ -80,8 +81,38 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if inter.tty && !ttySupported() {
 		return execFailure(io, f.json, "exec: -t/--tty: this build of the CLI drives a terminal on Linux only")
 	}
+	if inter.tty && !inter.interactive && !f.stdin && io.InIsTerminal {
+		// `exec -t bash` on a terminal means an interactive shell: without
+		// the user's keys the shell sat at its prompt for ever (a program
+		// that puts its terminal in raw mode never sees the end-of-file
+		// that -t alone gives it). -t alone keeps its meaning where stdin
+		// is not a terminal (output to a terminal, no input).
+		inter.interactive = true
+	}
+	if io.InIsPipe && !inter.interactive && !f.stdin {
+		// Input piped or redirected to exec is not passed unless asked:
+		// forwarding it by default would let a command eat the rest of a
+		// `while read` loop's input, and a driver without streamed stdin
+		// would refuse every such command. Say so instead of dropping it
+		// silently.
+		fmt.Fprintln(io.Err, "aleph-sandbox: note: standard input is a pipe or a file and is not passed to the command; use --stdin (read whole, up to 2 MiB) or -i (streamed) to pass it, or </dev/null to silence this")
+	}
 	if addr := hostAddress(*host); addr != "" {
+		if *verbose {
+			sock, err := socketPath(addr)
+			if err != nil {
+				return execFailureErr(io, f.json, err)
+			}
+			who, err := describeService(sock)
+			if err != nil {
+				return execFailureErr(io, f.json, err)
+			}
+			fmt.Fprintf(io.Err, "aleph-sandbox: served by %s on %s\n", who, sock)
+		}
 		return runExecHost(ctx, addr, &f, &inter, rest, io, !*rawOutput)
+	}
+	if *verbose {
+		fmt.Fprintln(io.Err, "aleph-sandbox: in-process: a pipeline of this CLI's own (no serve; --host or ALEPH_SANDBOX_HOST sends the command to one)")
 	}
 	trace := starttrace.FromEnv("cli")
 	defer trace.Close()

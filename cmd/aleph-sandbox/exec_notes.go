@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -125,5 +126,21 @@ func looksLikeForkDenied(stderr []byte) bool {
 			return true
 		}
 	}
+	// Runtimes that say it in their own words, each with the errno
+	// (EPERM) so that an unrelated failure of theirs is not taken for it:
+	// python's subprocess (a PermissionError raised in _execute_child),
+	// node's child_process ("spawn PROGRAM EPERM", "spawnSync PROGRAM
+	// EPERM"), go's os/exec ("fork/exec PROGRAM: operation not permitted").
+	switch {
+	case bytes.Contains(stderr, []byte("_execute_child")) && bytes.Contains(stderr, []byte("PermissionError: [Errno 1]")):
+		return true
+	case forkDeniedNode.Match(stderr), forkDeniedGo.Match(stderr):
+		return true
+	}
 	return false
 }
+
+var (
+	forkDeniedNode = regexp.MustCompile(`\bspawn(Sync)? \S+ EPERM\b`)
+	forkDeniedGo   = regexp.MustCompile(`fork/exec \S+: operation not permitted`)
+)

@@ -33,13 +33,22 @@ func TestExecNotes(t *testing.T) {
 }
 
 func TestForkDeniedRecognised(t *testing.T) {
-	for _, s := range []string{"/bin/sh: 0: Cannot fork\n", "bash: fork: Operation not permitted\n", "python: posix_spawn failed"} {
+	for _, s := range []string{"/bin/sh: 0: Cannot fork\n", "bash: fork: Operation not permitted\n", "python: posix_spawn failed",
+		// python's subprocess, node's child_process, go's os/exec, as
+		// each printed it in the sandbox without --spawn.
+		"  File \"/usr/lib/python3.11/subprocess.py\", line 1901, in _execute_child\n    self.pid = _fork_exec(\n               ^^^^^^^^^^^\nPermissionError: [Errno 1] Operation not permitted\n",
+		"Error: spawnSync /bin/true EPERM\n    at Object.spawnSync (node:internal/child_process:1124:20)\n",
+		"fork/exec /bin/true: operation not permitted\n"} {
 		if !looksLikeForkDenied([]byte(s)) {
 			t.Errorf("not recognised: %q", s)
 		}
 	}
-	if looksLikeForkDenied([]byte("ls: cannot access 'x': No such file or directory\n")) {
-		t.Error("an ordinary error taken for a refused fork")
+	for _, s := range []string{"ls: cannot access 'x': No such file or directory\n",
+		"PermissionError: [Errno 13] Permission denied: '/etc/shadow'\n",
+		"Error: EACCES: permission denied, open '/etc/shadow'\n"} {
+		if looksLikeForkDenied([]byte(s)) {
+			t.Errorf("an ordinary error taken for a refused fork: %q", s)
+		}
 	}
 	if got := elevationFlags(&runFlags{net: "none"}); got != "the command" {
 		t.Errorf("no elevation flags: %q", got)

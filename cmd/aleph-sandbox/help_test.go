@@ -293,3 +293,57 @@ func withoutComment(line string) string {
 	}
 	return line
 }
+
+// A mistyped command gets the nearest one named (and a command nothing is
+// near gets none); `help` of a mistyped command likewise.
+func TestMistypedCommandSuggestsNearest(t *testing.T) {
+	cliEnv(t)
+	for typed, want := range map[string]string{
+		"exce": "exec", "exex": "exec", "serv": "serve", "confromance": "conformance",
+		"doctr": "doctor", "polcy": "policy", "conf": "config",
+	} {
+		r := cli(t, "", false, typed)
+		if r.code != 2 || !strings.Contains(r.stderr, fmt.Sprintf("did you mean %q?", want)) {
+			t.Errorf("%s: exit %d, stderr %q, want a suggestion of %q", typed, r.code, r.stderr, want)
+		}
+		r = cli(t, "", false, "help", typed)
+		if r.code != 2 || !strings.Contains(r.stderr, fmt.Sprintf("did you mean %q?", want)) {
+			t.Errorf("help %s: exit %d, stderr %q, want a suggestion of %q", typed, r.code, r.stderr, want)
+		}
+	}
+	r := cli(t, "", false, "frobnicate")
+	if r.code != 2 || strings.Contains(r.stderr, "did you mean") || !strings.Contains(r.stderr, `unknown command "frobnicate"`) {
+		t.Errorf("frobnicate: exit %d, stderr %q, want no suggestion", r.code, r.stderr)
+	}
+}
+
+// exec's --help says what a newcomer otherwise learns by surprise: the
+// output budget is one for stdout and stderr together, and a command has
+// a 60 s timeout unless told otherwise. mcp's --allow-spawn takes no value.
+func TestHelpSaysBudgetAndDefaultTimeout(t *testing.T) {
+	cliEnv(t)
+	r := cli(t, "", false, "exec", "--help")
+	flags, _ := helpSections(r.stdout)
+	var budget, timeout string
+	for _, l := range flags {
+		if strings.Contains(l, "--max-output") {
+			budget = l
+		}
+		if strings.Contains(l, "--timeout") {
+			timeout = l
+		}
+	}
+	if !strings.Contains(budget, "shared by stdout and stderr") || !strings.Contains(budget, "1 MiB") {
+		t.Errorf("exec --help, --max-output: %q, want it to say the budget is shared by stdout and stderr, 1 MiB by default", budget)
+	}
+	if !strings.Contains(timeout, "60 s") {
+		t.Errorf("exec --help, --timeout: %q, want the 60 s default", timeout)
+	}
+	r = cli(t, "", false, "mcp", "--help")
+	for _, l := range strings.Split(r.stdout, "\n") {
+		if strings.Contains(l, "--allow-spawn") && strings.HasPrefix(strings.TrimSpace(l), "--allow-spawn ") &&
+			!regexp.MustCompile(`^\s*--allow-spawn\s{2,}`).MatchString(l) {
+			t.Errorf("mcp --help shows --allow-spawn with a value: %q", l)
+		}
+	}
+}

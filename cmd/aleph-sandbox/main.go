@@ -36,6 +36,11 @@ type stdio struct {
 	Out, Err io.Writer
 	// InIsTerminal reports whether In is an interactive terminal.
 	InIsTerminal bool
+	// InIsPipe reports whether In is a pipe or a regular file: input
+	// someone meant for a program (`echo x | aleph-sandbox exec -- cat`),
+	// which exec passes only when asked (--stdin, -i) and otherwise says
+	// it did not.
+	InIsPipe bool
 	// forwardSignals, when set, diverts the CLI's SIGINT, SIGTERM and
 	// SIGHUP to ch until the returned function is called (signalRouter).
 	forwardSignals func(ch chan<- os.Signal) (restore func())
@@ -83,7 +88,7 @@ func main() {
 	signal.Notify(sigpipe, syscall.SIGPIPE)
 	code := dispatch(ctx, os.Args[1:], stdio{
 		In: os.Stdin, Out: os.Stdout, Err: os.Stderr,
-		InIsTerminal: isTerminal(os.Stdin), OutIsTerminal: isTerminal(os.Stdout), ErrIsTerminal: isTerminal(os.Stderr),
+		InIsTerminal: isTerminal(os.Stdin), InIsPipe: isPipeOrFile(os.Stdin), OutIsTerminal: isTerminal(os.Stdout), ErrIsTerminal: isTerminal(os.Stderr),
 		forwardSignals: router.forward,
 	})
 	signal.Stop(sigpipe)
@@ -102,7 +107,11 @@ func dispatch(ctx context.Context, args []string, io stdio) int {
 		}
 	}
 	if len(args) >= 2 && args[0] == "help" {
-		fmt.Fprintf(io.Err, "aleph-sandbox: no command %q\n\n", args[1])
+		if near := nearestCommand(args[1]); near != "" {
+			fmt.Fprintf(io.Err, "aleph-sandbox: no command %q; did you mean %q?\n\n", args[1], near)
+		} else {
+			fmt.Fprintf(io.Err, "aleph-sandbox: no command %q\n\n", args[1])
+		}
 		usage(io.Err)
 		return 2
 	}
@@ -124,8 +133,64 @@ func dispatch(ctx context.Context, args []string, io stdio) int {
 			return sc.run(ctx, args[1:], io)
 		}
 	}
+	if near := nearestCommand(args[0]); near != "" {
+		fmt.Fprintf(io.Err, "aleph-sandbox: unknown command %q; did you mean %q? (run aleph-sandbox help)\n", args[0], near)
+		return 2
+	}
 	fmt.Fprintf(io.Err, "aleph-sandbox: unknown command %q (run aleph-sandbox help)\n", args[0])
 	return 2
+}
+
+// nearestCommand is the subcommand closest to a mistyped one (`exce`,
+// `serv`, `confromance`), or "" when none is close: at most two edits
+// away (a swap of neighbours counts as one), or a prefix of at least two
+// letters that names exactly one command.
+func nearestCommand(typed string) string {
+	best, bestDist, prefixed := "", 3, []string{}
+	for _, sc := range subcommands() {
+		if d := editDistance(typed, sc.name); d < bestDist {
+			best, bestDist = sc.name, d
+		}
+		if len(typed) >= 2 && strings.HasPrefix(sc.name, typed) {
+			prefixed = append(prefixed, sc.name)
+		}
+	}
+	if best == "" && len(prefixed) == 1 {
+		return prefixed[0]
+	}
+	return best
+}
+
+// editDistance is the optimal string alignment distance: insertions,
+// deletions, substitutions and transpositions of neighbours cost one.
+func editDistance(a, b string) int {
+	ra, rb := []rune(a), []rune(b)
+	d := make([][]int, len(ra)+1)
+	for i := range d {
+		d[i] = make([]int, len(rb)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(ra); i++ {
+		for j := 1; j <= len(rb); j++ {
+			cost := 1
+			if ra[i-1] == rb[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && ra[i-1] == rb[j-2] && ra[i-2] == rb[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(ra)][len(rb)]
+}
+
+func isPipeOrFile(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && (st.Mode()&os.ModeNamedPipe != 0 || st.Mode().IsRegular())
 }
 
 func isTerminal(f *os.File) bool {

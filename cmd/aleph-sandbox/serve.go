@@ -138,6 +138,11 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 			}
 			return fail(std.Err, "serve: %v", err)
 		}
+		// Who listens here, for a second serve started on this socket to
+		// name (its refusal says which server the clients already reach).
+		if err := l.WriteOwner(serveOwner()); err != nil {
+			log.Warn("could not record this server in the socket's lock file", "error", err)
+		}
 		listeners = append(listeners, l)
 		protected = append(protected, filepath.Dir(s))
 	}
@@ -328,4 +333,11 @@ func serveLogger(std stdio) hclog.Logger {
 	}
 	return hclog.New(&hclog.LoggerOptions{Name: "aleph-sandbox", Output: std.Err, Level: level,
 		JSONFormat: os.Getenv("ALEPH_SANDBOX_LOG_FORMAT") == "json"})
+}
+
+// serveOwner is how this server names itself to a second one refused on
+// its socket: enough to tell another checkout's or another terminal's
+// server from this one's.
+func serveOwner() string {
+	return fmt.Sprintf("pid %d, version %s, data dir %s", os.Getpid(), cliVersion, core.DataDir())
 }

@@ -245,3 +245,78 @@ func TestExecInteractiveRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestExecTtyAloneOnTerminalIsInteractive: `exec -t -- /bin/sh` from a
+// terminal is an interactive shell, as a user expects: the keys reach it
+// and `exit 4` ends it. Before, -t alone passed no input and the shell sat
+// at its prompt until the command's timeout.
+func TestExecTtyAloneOnTerminalIsInteractive(t *testing.T) {
+	h := newEscapeHarness(t)
+	ws := h.workspace(t)
+	master, slave := hostPty(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, filepath.Join(h.bin, "aleph-sandbox"), "exec", "--workspace-root", h.root, "--workspace", ws,
+		"--session", "tty-"+t.Name(), "--spawn", "--yes", "--timeout", "50s", "--env", "PS1=sbx$ ", "-t", "--", "/bin/sh")
+	cmd.Env = h.env()
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var scr screen
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			if n > 0 {
+				_, _ = scr.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	at := waitScreen(t, &scr, 0, "sbx$ ")
+	if _, err := master.Write([]byte("echo typed-$((6*7))\r")); err != nil {
+		t.Fatal(err)
+	}
+	waitScreen(t, &scr, at, "typed-42\r\n")
+	if _, err := master.Write([]byte("exit 4\r")); err != nil {
+		t.Fatal(err)
+	}
+	err := cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 4 {
+		t.Fatalf("exec -t ended with %v, want exit status 4 from the typed exit; screen %q", err, scr.String())
+	}
+}
+
+// TestExecPipedStdinNotPassedSaysSo: input piped to exec without --stdin
+// or -i is not passed, and exec says so on stderr naming both flags; with
+// --stdin it is passed, without the note. Before, it was dropped silently.
+func TestExecPipedStdinNotPassedSaysSo(t *testing.T) {
+	h := newEscapeHarness(t)
+	ws := h.workspace(t)
+	piped := func() *os.File {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.WriteString("piped\n"); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		t.Cleanup(func() { r.Close() })
+		return r
+	}
+	r := h.execOpts(t, ws, runOpts{stdin: piped()}, nil, "/bin/cat")
+	if r.code != 0 || r.stdout != "" || !strings.Contains(r.stderr, "not passed to the command") ||
+		!strings.Contains(r.stderr, "--stdin") || !strings.Contains(r.stderr, "-i") {
+		t.Fatalf("piped stdin without --stdin: exit %d stdout %q stderr %q, want nothing passed and a note naming --stdin and -i", r.code, r.stdout, r.stderr)
+	}
+	r = h.execOpts(t, ws, runOpts{stdin: piped()}, []string{"--stdin"}, "/bin/cat")
+	if r.code != 0 || r.stdout != "piped\n" || strings.Contains(r.stderr, "not passed") {
+		t.Fatalf("piped stdin with --stdin: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
+	}
+}

@@ -22,6 +22,12 @@ func newHost(t *testing.T, mode string, once bool) *core.HookHost {
 		t.Fatal(err)
 	}
 	env := []string{fakeHookEnv + "=" + mode}
+	if strings.HasPrefix(mode, "hang") {
+		// A hung plugin's tests set short deadlines; their plugin starts a
+		// second late, as on a loaded machine, so the deadline must fire on
+		// the call, never on a slow start.
+		env = append(env, fakeHookSlowStartEnv+"=1s")
+	}
 	if once {
 		env = append(env, fakeHookMarkerEnv+"="+filepath.Join(t.TempDir(), "marker"))
 	}
@@ -31,6 +37,16 @@ func newHost(t *testing.T, mode string, once bool) *core.HookHost {
 	}
 	t.Cleanup(func() { _ = h.Close() })
 	return h
+}
+
+// launch starts the plugin with a call that does not misbehave (Describe),
+// so the deadline a test sets next measures the hung call alone, not a
+// process start that a loaded machine can make arbitrarily slow.
+func launch(t *testing.T, h *core.HookHost) {
+	t.Helper()
+	if _, err := h.Describe(context.Background()); err != nil {
+		t.Fatalf("launching the plugin: %v", err)
+	}
 }
 
 func before(h *core.HookHost) (driverapi.Verdict, error) {
@@ -84,12 +100,13 @@ func TestCrashFailsClosedThenRelaunches(t *testing.T) {
 func TestHangFailsClosedThenRelaunches(t *testing.T) {
 	exe, _ := os.Executable()
 	h, err := core.NewHookHost(core.HookHostConfig{Path: exe, Env: []string{
-		fakeHookEnv + "=hang-once", fakeHookMarkerEnv + "=" + filepath.Join(t.TempDir(), "m")},
-		CallTimeout: 500 * time.Millisecond})
+		fakeHookEnv + "=hang-once", fakeHookMarkerEnv + "=" + filepath.Join(t.TempDir(), "m"), fakeHookSlowStartEnv + "=1s"},
+		CallTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer h.Close()
+	launch(t, h)
 	if _, err := before(h); !errors.Is(err, core.ErrHookHung) {
 		t.Fatalf("hang: %v", err)
 	}
@@ -113,6 +130,7 @@ func TestGarbageFailsClosed(t *testing.T) {
 
 func TestCallerCancelIsAnError(t *testing.T) {
 	h := newHost(t, "hang", false)
+	launch(t, h)
 	ctx, cancel := context.WithCancel(context.Background())
 	go func() { time.Sleep(300 * time.Millisecond); cancel() }()
 	if _, err := h.Before(ctx, driverapi.HookRequest{SessionID: "s"}); !errors.Is(err, context.Canceled) {
@@ -124,6 +142,7 @@ func TestCallerCancelIsAnError(t *testing.T) {
 // the plugin too, so a host whose deadline matches the pipeline's recovers.
 func TestCallerDeadlineOnHungPluginRelaunches(t *testing.T) {
 	h := newHost(t, "hang-once", true)
+	launch(t, h)
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	if _, err := h.Before(ctx, driverapi.HookRequest{SessionID: "s"}); !errors.Is(err, core.ErrHookHung) {

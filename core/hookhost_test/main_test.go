@@ -18,10 +18,17 @@ const (
 	// (the marker file in fakeHookMarkerEnv records that it did).
 	fakeHookEnv       = "ALEPH_TEST_FAKE_HOOK"
 	fakeHookMarkerEnv = "ALEPH_TEST_FAKE_HOOK_MARKER"
+	// fakeHookSlowStartEnv delays the plugin's start by that duration
+	// (time.ParseDuration), as a loaded machine does: a test's deadline
+	// must be about the call, not about how fast a process starts.
+	fakeHookSlowStartEnv = "ALEPH_TEST_FAKE_HOOK_SLOW_START"
 )
 
 func TestMain(m *testing.M) {
 	if mode := os.Getenv(fakeHookEnv); mode != "" {
+		if d, err := time.ParseDuration(os.Getenv(fakeHookSlowStartEnv)); err == nil {
+			time.Sleep(d)
+		}
 		driverapi.ServeHook(&fakeHook{mode: mode, marker: os.Getenv(fakeHookMarkerEnv)})
 		os.Exit(0)
 	}

@@ -369,6 +369,33 @@ class Client:
         # A socket timeout of 0 would make every call non-blocking.
         self.timeout = None if timeout is None else _seconds("timeout", timeout, "use None for no bound")
 
+    def server(self) -> Dict[str, Any]:
+        """Which serve answers on this client's socket: {"socket", "pid",
+        "owner"}. pid is the listener's as the kernel reports it
+        (SO_PEERCRED, Linux); owner is the line that serve wrote into the
+        socket's lock file ("pid N, version V, data dir D"), given only
+        when it names that same pid, else "". The default socket is shared
+        by every checkout of a user: this says whether the serve that
+        answers is the one you started."""
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            s.settimeout(5.0)
+            s.connect(self.path)
+            pid, _, _ = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        except OSError as e:
+            raise SandboxError("service socket %s: %s" % (self.path, e), code="unavailable") from e
+        finally:
+            s.close()
+        owner = ""
+        try:
+            with open(self.path + ".lock", "rb") as f:
+                line = " ".join(f.read(512).decode("utf-8", "replace").split())
+            if line == "pid %d" % pid or line.startswith("pid %d," % pid):
+                owner = line
+        except OSError:
+            pass
+        return {"socket": self.path, "pid": pid, "owner": owner}
+
     # ---- transport ----
 
     def _post(self, method: str, body: bytes, content_type: str, timeout: Optional[float]) -> http.client.HTTPResponse:
@@ -581,8 +608,19 @@ class Client:
         return Process(self, str(r.get("id", "")))
 
     def processes(self, session: str = "") -> List[Dict[str, Any]]:
-        """The processes of a session ("" for every session's)."""
-        return list(self._unary("ListProcesses", {"session": session}).get("processes", []))
+        """The processes of a session ("" for every session's): dicts with
+        id, session, program, startedUnixMs (an int: milliseconds since the
+        epoch), exited and exitCode (an int). The protobuf JSON mapping
+        sends 64-bit integers as strings; they are numbers here, as in the
+        TypeScript client."""
+        out = []
+        for p in self._unary("ListProcesses", {"session": session}).get("processes", []):
+            p = dict(p)
+            p["startedUnixMs"] = int(p.get("startedUnixMs") or 0)
+            p["exitCode"] = int(p.get("exitCode") or 0)
+            p["exited"] = bool(p.get("exited", False))
+            out.append(p)
+        return out
 
     # ---- approvals, sessions, grants ----
 

@@ -78,6 +78,15 @@ class ClientTest(unittest.TestCase):
     def tearDownClass(cls):
         cls.server.stop()
 
+    def test_server_says_which_serve(self):
+        # The serve this test started answers: its pid (as the kernel
+        # reports the listener) and the line it wrote about itself.
+        s = Client(self.addr).server()
+        self.assertEqual(s["pid"], self.server.proc.pid)
+        self.assertEqual(s["socket"], self.server.sock)
+        self.assertTrue(s["owner"].startswith("pid %d, version " % self.server.proc.pid), s)
+        self.assertIn(", data dir ", s["owner"])
+
     def test_exec(self):
         r = Client(self.addr).exec(["/bin/sh", "-c", "echo hi; echo err >&2; exit 3"], session="py1")
         self.assertEqual(r.stdout, b"hi\n")

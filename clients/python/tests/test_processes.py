@@ -59,7 +59,14 @@ class ProcessTest(unittest.TestCase):
         p = c.start(["/bin/cat"], session="pp1")
         self.assertEqual(p.write(b"hello\n"), 6)
         self.assertEqual(read_until(p, b"hello\n"), b"hello\n")
-        self.assertEqual([x["id"] for x in c.processes("pp1")], [p.id])
+        listed = c.processes("pp1")
+        self.assertEqual([x["id"] for x in listed], [p.id])
+        # One type on the wire's far side: a number, as the TypeScript
+        # client gives (protobuf JSON sends an int64 as a string).
+        self.assertIsInstance(listed[0]["startedUnixMs"], int)
+        self.assertLess(abs(listed[0]["startedUnixMs"] - time.time() * 1000), 600000)
+        self.assertIsInstance(listed[0]["exitCode"], int)
+        self.assertIs(listed[0]["exited"], False)
         p.write("again\n")
         self.assertEqual(read_until(p, b"again\n"), b"again\n")
         p.close_stdin()
