@@ -395,6 +395,12 @@ func loadConfig(path string, environ []string, opts ...LoadOption) (Config, erro
 		if err != nil {
 			return Config{}, &ConfigError{Source: path, Key: "(file)", Reason: configFileReason(err)}
 		}
+		// The depth is bounded before the parser sees the file: a deep
+		// file costs the parser time quadratic in its depth.
+		if err := checkConfigNesting(data); err != nil {
+			err.Source = path
+			return Config{}, err
+		}
 		fk := koanf.New(".")
 		if err := fk.Load(bytesProvider(data), toml.Parser()); err != nil {
 			reason := err.Error()
