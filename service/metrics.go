@@ -72,6 +72,7 @@ type gauges struct {
 	sessions       int
 	driverLaunches int64
 	procs          core.ProcessStats
+	auditFailures  int64
 }
 
 // processOutcomes are the outcome labels of processes_exited_total, each
@@ -120,6 +121,9 @@ func (m *Metrics) write(w io.Writer, g gauges) {
 	b.WriteString("# HELP aleph_sandbox_driver_restarts_total Driver processes launched after the first (each follows a driver that died).\n")
 	b.WriteString("# TYPE aleph_sandbox_driver_restarts_total counter\n")
 	fmt.Fprintf(&b, "aleph_sandbox_driver_restarts_total %d\n", restarts)
+	b.WriteString("# HELP aleph_sandbox_audit_write_failures_total Audit records that could not be written (removed again, never left half-written).\n")
+	b.WriteString("# TYPE aleph_sandbox_audit_write_failures_total counter\n")
+	fmt.Fprintf(&b, "aleph_sandbox_audit_write_failures_total %d\n", g.auditFailures)
 	p := g.procs
 	b.WriteString("# HELP aleph_sandbox_processes_running Processes (StartProcess) running now.\n")
 	b.WriteString("# TYPE aleph_sandbox_processes_running gauge\n")
@@ -160,6 +164,9 @@ func (s *Server) MetricsHandler() http.Handler {
 		g.procs = s.procs.Stats()
 		if s.driverLaunches != nil {
 			g.driverLaunches = s.driverLaunches()
+		}
+		if a, ok := s.host.(interface{ AuditFailures() int64 }); ok {
+			g.auditFailures = a.AuditFailures()
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.write(w, g)
