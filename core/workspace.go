@@ -468,6 +468,9 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	var stdout, stderr limitedBuffer
 	stdout.limit, stderr.limit = outBudget, errBudget
 	streams := driverapi.Streams{Stdout: tee(&stdout, cmd.Stdout, outBudget), Stderr: tee(&stderr, cmd.Stderr, errBudget)}
+	if cmd.StreamOnly {
+		streams = driverapi.Streams{Stdout: streamOnly(&stdout, cmd.Stdout), Stderr: streamOnly(&stderr, cmd.Stderr)}
+	}
 	spec := driverapi.RunSpec{
 		Program: cmd.Program, Args: cmd.Args, Env: env, Stdin: cmd.Stdin, Cwd: cwd,
 		Profile: prof, Timeout: timeout, MaxOutputBytes: budget,

@@ -77,6 +77,9 @@ type Options struct {
 	DriverLaunches func() int64
 	// Processes bound the processes of StartProcess (zero: the defaults).
 	Processes core.ProcessLimits
+	// Limits bound requests, output, sessions and connections (zero
+	// fields: the defaults of core.ServeConfig.Limits).
+	Limits core.ServeLimits
 }
 
 // Server implements hostv1connect.ServiceHandler.
@@ -89,6 +92,8 @@ type Server struct {
 
 	metrics        *Metrics
 	driverLaunches func() int64
+	limits         core.ServeLimits
+	conns          *connLimits
 
 	mu       sync.Mutex
 	sessions map[string]struct{}
@@ -114,8 +119,27 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = hclog.NewNullLogger()
 	}
 	policy, _ := commandpolicy.New(alephsandbox.CommandPolicyConfig(opts.CommandPolicy), opts.Logger.Named("command_policy"))
+	// Zero fields take the defaults; the output ceiling's default is the
+	// configured sandbox budget's default.
+	def := core.ServeConfig{}.Limits(core.DefaultConfig().Sandbox.MaxOutputBytes)
+	l := opts.Limits
+	for _, f := range []struct{ v, d *int64 }{{&l.MaxRequestBytes, &def.MaxRequestBytes}, {&l.MaxOutputBytes, &def.MaxOutputBytes}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	for _, f := range []struct{ v, d *int }{{&l.MaxSessions, &def.MaxSessions}, {&l.MaxConnections, &def.MaxConnections}, {&l.MaxConnectionsPerPeer, &def.MaxConnectionsPerPeer}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	for _, f := range []struct{ v, d *time.Duration }{{&l.ReadHeaderTimeout, &def.ReadHeaderTimeout}, {&l.ReadTimeout, &def.ReadTimeout}, {&l.IdleTimeout, &def.IdleTimeout}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
-		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches,
+		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, limits: l, conns: newConnLimits(l),
 		sessions: map[string]struct{}{}, calls: map[string]*call{},
 		procs: core.NewProcessTable(opts.Host, opts.Processes)}
 	for _, p := range opts.Protected {
@@ -149,11 +173,16 @@ func (s *Server) Wait(timeout time.Duration) bool {
 // health service.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	path, h := hostv1connect.NewServiceHandler(s)
+	opts := handlerOptions(s.limits.MaxRequestBytes)
+	path, h := hostv1connect.NewServiceHandler(s, opts...)
 	mux.Handle(path, h)
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(hostv1connect.ServiceName)))
-	return mux
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(hostv1connect.ServiceName), opts...))
+	return limitBody(s.limits.MaxRequestBytes, mux)
 }
+
+// Limits are the server's effective bounds (serve sets its HTTP
+// timeouts from them).
+func (s *Server) Limits() core.ServeLimits { return s.limits }
 
 // canonical resolves symlinks as far as the path exists, so a grant naming
 // a symlink to the socket's directory is seen for what it is.
@@ -205,8 +234,12 @@ func invalid(field, reason string) *connect.Error {
 
 // command turns a request into a core.Command, refusing what is malformed.
 func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
-	if req.GetSession() == "" {
-		return core.Command{}, invalid("session", "required")
+	if err := checkSession("session", req.GetSession()); err != nil {
+		return core.Command{}, err
+	}
+	if m := req.GetMaxOutput(); m > s.limits.MaxOutputBytes {
+		return core.Command{}, exhausted("serve.max_output_bytes", s.limits.MaxOutputBytes,
+			fmt.Sprintf("max_output %d is above the server's ceiling", m))
 	}
 	if len(req.GetArgv()) == 0 || req.GetArgv()[0] == "" {
 		return core.Command{}, invalid("argv", "a program is required")
@@ -256,6 +289,11 @@ func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
 		Stdin:          req.GetStdin(),
 		Secrets:        req.GetSecrets(),
 	}
+	if cmd.MaxOutputBytes == 0 && s.limits.DefaultOutputBytes > s.limits.MaxOutputBytes {
+		// The configured budget is above the server's ceiling: the
+		// ceiling is the default here.
+		cmd.MaxOutputBytes = s.limits.MaxOutputBytes
+	}
 	if w := req.GetWorkspace(); w != "" {
 		if err := s.checkPath("workspace", w); err != nil {
 			return core.Command{}, err
@@ -294,6 +332,45 @@ func (s *Server) remember(session string) {
 	s.mu.Lock()
 	s.sessions[session] = struct{}{}
 	s.mu.Unlock()
+}
+
+// known reports whether the service holds session.
+func (s *Server) known(session string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.sessions[session]
+	return ok
+}
+
+// admit refuses a command of a session the service does not hold yet
+// when it holds serve.max_sessions already. (Concurrent first commands of
+// new sessions may pass it together: the bound is exceeded by at most
+// the commands in flight.)
+func (s *Server) admit(session string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sessions[session]; ok || len(s.sessions) < s.limits.MaxSessions {
+		return nil
+	}
+	return exhausted("serve.max_sessions", int64(s.limits.MaxSessions),
+		fmt.Sprintf("the service holds %d sessions already; forget one (Sessions forget) or reuse one", len(s.sessions)))
+}
+
+// checkSession refuses a session name the pipeline would refuse (empty,
+// over 1024 bytes, not UTF-8, with a NUL) before anything is kept about
+// it.
+func checkSession(field, session string) error {
+	if session == "" {
+		return invalid(field, "required")
+	}
+	if err := core.ValidateSessionID(session); err != nil {
+		var ie *core.InvalidCommandError
+		if errors.As(err, &ie) {
+			return invalid(field, ie.Reason)
+		}
+		return invalid(field, err.Error())
+	}
+	return nil
 }
 
 // streamWriter sends what the command writes as output chunks; one mutex
@@ -335,7 +412,10 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	if err != nil {
 		return err
 	}
-	s.remember(cmd.SessionID)
+	if err := s.admit(cmd.SessionID); err != nil {
+		reason = ReasonResourceExhausted
+		return err
+	}
 	var mu sync.Mutex
 	// finished ends the StdinOpen sender before the result is sent: no
 	// Send may follow the handler's return.
@@ -384,6 +464,12 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 		})
 	}
 	out, err := s.host.Execute(ctx, cmd)
+	// The session is the service's from the first command that reached
+	// the pipeline's decision (ran, or was denied): a request refused
+	// before that keeps nothing.
+	if denied := (*core.DeniedError)(nil); err == nil || errors.As(err, &denied) {
+		s.remember(cmd.SessionID)
+	}
 	close(finished)
 	senders.Wait()
 	releaseKey()
@@ -524,7 +610,10 @@ func grantsMsg(g core.SessionGrants) []*hostv1.Grant {
 
 func (s *Server) describe(session string) *hostv1.Session {
 	g := s.host.Grants(session)
-	ws, _ := s.host.WorkspacePath(session)
+	ws := ""
+	if s.known(session) {
+		ws, _ = s.host.WorkspacePath(session)
+	}
 	return &hostv1.Session{Session: session, Workspace: ws, Baseline: capsMsg(g.Baseline), Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest}
 }
 
@@ -545,14 +634,16 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 			resp.Sessions = append(resp.Sessions, s.describe(n))
 		}
 	case *hostv1.SessionsRequest_Describe:
-		if a.Describe.GetSession() == "" {
-			return nil, invalid("describe.session", "required")
+		if err := checkSession("describe.session", a.Describe.GetSession()); err != nil {
+			return nil, err
 		}
-		s.remember(a.Describe.GetSession())
+		// A read: a session the service does not hold is described
+		// (baseline, kept grants) without being created, and its
+		// workspace is not made.
 		resp.Sessions = append(resp.Sessions, s.describe(a.Describe.GetSession()))
 	case *hostv1.SessionsRequest_Forget:
-		if a.Forget.GetSession() == "" {
-			return nil, invalid("forget.session", "required")
+		if err := checkSession("forget.session", a.Forget.GetSession()); err != nil {
+			return nil, err
 		}
 		// The session's processes go first: none may outlive it.
 		s.procs.ForgetSession(a.Forget.GetSession())
@@ -572,13 +663,13 @@ func (s *Server) Grants(ctx context.Context, req *connect.Request[hostv1.GrantsR
 	switch a := req.Msg.GetAction().(type) {
 	case *hostv1.GrantsRequest_List:
 		session = a.List.GetSession()
-		if session == "" {
-			return nil, invalid("list.session", "required")
+		if err := checkSession("list.session", session); err != nil {
+			return nil, err
 		}
 	case *hostv1.GrantsRequest_Revoke:
 		session = a.Revoke.GetSession()
-		if session == "" {
-			return nil, invalid("revoke.session", "required")
+		if err := checkSession("revoke.session", session); err != nil {
+			return nil, err
 		}
 		if a.Revoke.GetGrantId() == "" {
 			return nil, invalid("revoke.grant_id", "required")
@@ -589,9 +680,13 @@ func (s *Server) Grants(ctx context.Context, req *connect.Request[hostv1.GrantsR
 	case *hostv1.GrantsRequest_ApplyNetwork:
 		an := a.ApplyNetwork
 		session = an.GetSession()
+		if err := checkSession("apply_network.session", session); err != nil {
+			return nil, err
+		}
+		if err := s.admit(session); err != nil {
+			return nil, err
+		}
 		switch {
-		case session == "":
-			return nil, invalid("apply_network.session", "required")
 		case an.GetHost() == "":
 			return nil, invalid("apply_network.host", "required")
 		case an.GetPort() > 65535:
@@ -609,7 +704,11 @@ func (s *Server) Grants(ctx context.Context, req *connect.Request[hostv1.GrantsR
 	default:
 		return nil, invalid("action", "one of list, revoke, apply_network is required")
 	}
-	s.remember(session)
+	// A grant applied or revoked is state of the session; a list is a
+	// read and keeps nothing.
+	if _, isList := req.Msg.GetAction().(*hostv1.GrantsRequest_List); !isList {
+		s.remember(session)
+	}
 	g := s.host.Grants(session)
 	return connect.NewResponse(&hostv1.GrantsResponse{Session: session, Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest}), nil
 }
