@@ -67,6 +67,21 @@ type LimitError struct {
 	Reason string
 }
 
+// LimitOf is the configuration key of the capacity limit err reached (a
+// *LimitError of the pipeline or a *driverapi.LimitError of the driver),
+// or "".
+func LimitOf(err error) string {
+	var le *LimitError
+	var dle *driverapi.LimitError
+	switch {
+	case errors.As(err, &le):
+		return le.Limit
+	case errors.As(err, &dle):
+		return dle.Limit
+	}
+	return ""
+}
+
 func (e *LimitError) Error() string {
 	return fmt.Sprintf("%s (limit %s = %d; raise it in the configuration, or send less)", e.Reason, e.Limit, e.Value)
 }
@@ -100,8 +115,8 @@ func FailureReason(err error) (code ReasonCode, field string) {
 		return ReasonSignalEnded, ""
 	case errors.Is(err, ErrAuditUnavailable):
 		return ReasonAuditUnavailable, ""
-	case errors.As(err, new(*LimitError)):
-		return ReasonResourceExhausted, ""
+	case errors.As(err, new(*LimitError)), errors.As(err, new(*driverapi.LimitError)):
+		return ReasonResourceExhausted, LimitOf(err)
 	case errors.As(err, &cfgErr):
 		return ReasonConfigInvalid, cfgErr.Key
 	case errors.As(err, &notFnd):

@@ -596,7 +596,7 @@ func classify(rec *AuditRecord, err error, ctx context.Context) {
 		rec.Decision, rec.Reason = DecisionError, ReasonClosed
 	case errors.Is(err, ErrAuditUnavailable):
 		rec.Decision, rec.Reason = DecisionError, ReasonAuditUnavailable
-	case errors.As(err, new(*LimitError)):
+	case errors.As(err, new(*LimitError)), errors.As(err, new(*driverapi.LimitError)):
 		rec.Decision, rec.Reason = DecisionError, ReasonResourceExhausted
 	case ctx.Err() != nil:
 		rec.Decision, rec.Reason = DecisionError, ReasonCanceled

@@ -524,6 +524,11 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 			&hostv1.ErrorDetail{ReasonCode: ReasonServiceStopping})
 	case ctx.Err() != nil:
 		return nil, withDetail(connect.CodeCanceled, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonCanceled)})
+	case core.LimitOf(err) != "":
+		// A capacity limit (the pipeline's or the driver's): the client
+		// is told which key to raise, not that the sandbox failed.
+		return nil, withDetail(connect.CodeResourceExhausted, err,
+			&hostv1.ErrorDetail{ReasonCode: ReasonResourceExhausted, Field: core.LimitOf(err)})
 	case errors.As(err, &drvErr):
 		detail.Driver = drvErr.Driver
 		return nil, withDetail(connect.CodeUnavailable, err, detail)
