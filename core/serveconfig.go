@@ -50,6 +50,10 @@ type ServeConfig struct {
 	ReadHeaderTimeoutSeconds int64 `koanf:"read_header_timeout_seconds" json:"read_header_timeout_seconds,omitempty" toml:"read_header_timeout_seconds"`
 	ReadTimeoutSeconds       int64 `koanf:"read_timeout_seconds" json:"read_timeout_seconds,omitempty" toml:"read_timeout_seconds"`
 	IdleTimeoutSeconds       int64 `koanf:"idle_timeout_seconds" json:"idle_timeout_seconds,omitempty" toml:"idle_timeout_seconds"`
+	// TermGraceSeconds: when grace_seconds is over, the commands still
+	// running get SIGTERM and this long to end before they are killed.
+	// Default 5.
+	TermGraceSeconds int64 `koanf:"term_grace_seconds" json:"term_grace_seconds,omitempty" toml:"term_grace_seconds"`
 }
 
 // ServeLimits are the effective bounds of a ServeConfig (its defaults
@@ -143,6 +147,7 @@ func (c ServeConfig) Validate() error {
 		{"read_header_timeout_seconds", c.ReadHeaderTimeoutSeconds, maxConfigSeconds},
 		{"read_timeout_seconds", c.ReadTimeoutSeconds, maxConfigSeconds},
 		{"idle_timeout_seconds", c.IdleTimeoutSeconds, maxConfigSeconds},
+		{"term_grace_seconds", c.TermGraceSeconds, maxConfigSeconds},
 	} {
 		if b.v < 0 || b.v > b.max {
 			return &ConfigError{Key: "serve." + b.key, Reason: fmt.Sprintf("must be between 0 (the default) and %d, got %d", b.max, b.v)}

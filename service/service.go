@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -106,6 +107,12 @@ type Server struct {
 	// running counts Execute calls in progress, so a stopping server can
 	// wait for their commands to be gone.
 	running sync.WaitGroup
+	// live are the signal channels of the Execute calls in progress, so a
+	// stopping server can warn them (Terminate) before it kills them.
+	live map[chan driverapi.Signal]struct{}
+	// terminating: Terminate ran; a command ending now ended because the
+	// service stopped.
+	terminating atomic.Bool
 }
 
 var _ hostv1connect.ServiceHandler = (*Server)(nil)
@@ -140,7 +147,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
 		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, limits: l, conns: newConnLimits(l),
-		sessions: map[string]struct{}{}, calls: map[string]*call{},
+		sessions: map[string]struct{}{}, calls: map[string]*call{}, live: map[chan driverapi.Signal]struct{}{},
 		procs: core.NewProcessTable(opts.Host, opts.Processes)}
 	for _, p := range opts.Protected {
 		if p == "" {
@@ -166,6 +173,26 @@ func (s *Server) Wait(timeout time.Duration) bool {
 		return true
 	case <-time.After(timeout):
 		return false
+	}
+}
+
+// Terminate sends SIGTERM to every command an Execute call is running
+// and to every running process: a stopping server warns them before it
+// kills them, so a command's TERM handler runs. It returns at once.
+func (s *Server) Terminate() {
+	s.terminating.Store(true)
+	s.mu.Lock()
+	for ch := range s.live {
+		select {
+		case ch <- driverapi.SignalTERM:
+		default: // a burst: the command has been told already
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range s.procs.List("") {
+		if !p.Exited {
+			_ = s.procs.Signal(p.ID, driverapi.SignalTERM)
+		}
 	}
 }
 
@@ -424,6 +451,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	// The key is released before the result is sent: once a client has
 	// the result, the calls naming the key find no command.
 	releaseKey := func() {}
+	var sigCh chan driverapi.Signal
 	if key := req.Msg.GetSignalKey(); key != "" {
 		c, release, err := s.registerCall(key, interactive)
 		if err != nil {
@@ -432,7 +460,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 		var once sync.Once
 		releaseKey = func() { once.Do(release) }
 		defer releaseKey()
-		cmd.Signals = c.signals
+		cmd.Signals, sigCh = c.signals, c.signals
 		if c.stdin != nil {
 			cmd.StdinStream = c.stdin
 			// The client starts writing (and puts its terminal in raw
@@ -454,6 +482,19 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 			cmd.Resize = c.resize
 		}
 	}
+	if sigCh == nil {
+		// No signal_key: the channel is the server's alone (Terminate).
+		sigCh = make(chan driverapi.Signal, 8)
+		cmd.Signals = sigCh
+	}
+	s.mu.Lock()
+	s.live[sigCh] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.live, sigCh)
+		s.mu.Unlock()
+	}()
 	cmd.Stdout = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDOUT}
 	cmd.Stderr = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDERR}
 	if req.Msg.GetAnswerApprovals() {
@@ -474,6 +515,13 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	senders.Wait()
 	releaseKey()
 	res, rerr := s.result(ctx, out, err)
+	if rerr == nil && !res.GetDenied() && s.terminating.Load() {
+		// The service sent it SIGTERM as it stopped: its end is the
+		// service's doing, as a kill after the grace period is (what it
+		// wrote on the way out was streamed).
+		rerr = withDetail(connect.CodeUnavailable, fmt.Errorf("the service stopped while the command ran: it was sent SIGTERM and ended (exit status %d, signal %d)", res.GetExitCode(), res.GetSignal()),
+			&hostv1.ErrorDetail{ReasonCode: ReasonServiceStopping})
+	}
 	switch {
 	case rerr != nil:
 		reason = ""

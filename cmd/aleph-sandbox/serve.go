@@ -290,12 +290,35 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		}
 	}()
 	var swg sync.WaitGroup
+	var over sync.Once
+	termGrace := 5 * time.Second
+	if cfg.Serve.TermGraceSeconds > 0 {
+		termGrace = time.Duration(cfg.Serve.TermGraceSeconds) * time.Second
+	}
 	for _, h := range servers {
 		swg.Add(1)
 		go func() {
 			defer swg.Done()
 			if err := h.Shutdown(sctx); err != nil && h == hs {
-				log.Warn("grace period over: killing the commands still running")
+				// The grace is over: the commands still running are
+				// warned (SIGTERM, their handlers run) and killed
+				// term_grace_seconds later, or at a second signal.
+				over.Do(func() {
+					log.Warn("grace period over: SIGTERM to the commands still running", "kill_after", termGrace)
+					srv.Terminate()
+					tctx, tcancel := context.WithTimeout(context.Background(), termGrace)
+					defer tcancel()
+					go func() {
+						select {
+						case <-sigs:
+							tcancel()
+						case <-tctx.Done():
+						}
+					}()
+					if err := h.Shutdown(tctx); err != nil {
+						log.Warn("killing the commands still running")
+					}
+				})
 			}
 		}()
 	}
