@@ -263,10 +263,6 @@ func (t *ProcessTable) Start(ctx context.Context, cmd Command) (string, error) {
 	ring := &ringWriter{p: p, limit: t.limits.RingBytes}
 	cmd.StdinStream, cmd.Signals = p.stdin, p.signals
 	cmd.Stdout, cmd.Stderr = ring, ring
-	// The ring is the output's one copy: the pipeline keeps none of its
-	// own for the result (which Wait does not return), so a process's
-	// output costs at most its ring (the process_output_bytes metric).
-	cmd.StreamOnly = true
 	if cmd.Tty != nil {
 		cmd.Resize = p.resize
 	}
