@@ -95,6 +95,15 @@ test-typescript: build
 test-serve-load: build
 	ALEPH_SANDBOX_LOAD_FULL=1 $(GO) test -count=1 -v -timeout 30m -run 'TestServeLoad$$' ./cmd/aleph-sandbox
 
+# Hostile inputs at the sizes that found the bounds missing (300 MB
+# bodies, 20,000 stalled connections, 4,000 reads of unknown sessions, a
+# 100 MB MCP line) against a real serve and mcp; prints serve's RSS and
+# fds before and after. The default test run replays the same shapes
+# smaller (TestHostileInputs, RSS growth bound 64 MB).
+.PHONY: test-hostile
+test-hostile: build
+	ALEPH_HOSTILE_FULL=1 $(GO) test -count=1 -v -timeout 20m -run '^TestHostileInputs$$' ./cmd/aleph-sandbox
+
 test-unprivileged: build
 	./scripts/test-unprivileged.sh
 

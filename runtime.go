@@ -377,3 +377,12 @@ func (f fanOut) Record(ctx context.Context, rec core.AuditRecord) error {
 	}
 	return first
 }
+
+// AuditFailures is how many audit records could not be written since the
+// runtime was built (the audit_write_failures metric of serve).
+func (r *Runtime) AuditFailures() int64 {
+	if r.ws == nil {
+		return 0
+	}
+	return r.ws.AuditFailures()
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -118,7 +119,10 @@ func OpenJSONLinesSink(path string) (*JSONLinesSink, error) {
 	return &JSONLinesSink{f: f}, nil
 }
 
-// Record appends rec as one line.
+// Record appends rec as one line, whole or not at all: the line goes out
+// in one write, and a write that fails part-way (a full filesystem, a file
+// size limit) is cut back off the file, so a reader never finds half a
+// record glued to the next one.
 func (s *JSONLinesSink) Record(_ context.Context, rec AuditRecord) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -130,8 +134,29 @@ func (s *JSONLinesSink) Record(_ context.Context, rec AuditRecord) error {
 	if s.f == nil {
 		return os.ErrClosed
 	}
-	_, err = s.f.Write(b)
-	return err
+	n, err := s.f.Write(b)
+	if err == nil {
+		return nil
+	}
+	if n > 0 {
+		s.unwrite(int64(n))
+	}
+	return fmt.Errorf("audit log: wrote %d of the record's %d bytes (removed again): %w", n, len(b), err)
+}
+
+// unwrite removes the n bytes a failed write appended. The file is
+// opened O_APPEND, so they are its last n bytes unless another writer
+// (a one-shot exec sharing the ledger) appended since: then the size does
+// not match and the partial record is ended with a newline instead, so
+// the next record still starts a line of its own.
+func (s *JSONLinesSink) unwrite(n int64) {
+	fi, err := s.f.Stat()
+	if err == nil && fi.Size() >= n {
+		if err := s.f.Truncate(fi.Size() - n); err == nil {
+			return
+		}
+	}
+	_, _ = s.f.Write([]byte{'\n'})
 }
 
 // Close closes the file.
@@ -146,11 +171,35 @@ func (s *JSONLinesSink) Close() error {
 	return err
 }
 
+// Values of sandbox.audit_on_failure.
+const (
+	// AuditFailOpen: a record that cannot be written is logged and
+	// counted (AuditFailures); commands go on running.
+	AuditFailOpen = "open"
+	// AuditFailClosed: once a record cannot be written, commands are
+	// refused (ErrAuditUnavailable) until one can be written again.
+	AuditFailClosed = "closed"
+)
+
 // ledger writes records to the capability_ledger logger and the sink.
 type ledger struct {
 	log  hclog.Logger
 	sink AuditSink
+	// failClosed: refuse commands while the sink is failing.
+	failClosed bool
+	// failures counts the records the sink could not write; failing is
+	// whether the last one failed.
+	failures atomic.Int64
+	failing  atomic.Bool
 }
+
+// refusing reports whether commands must be refused: failing closed and
+// the last record was not written.
+func (l *ledger) refusing() bool { return l.failClosed && l.failing.Load() }
+
+// AuditFailures is how many audit records could not be written since the
+// sandbox was built (each also logged as "audit sink failed").
+func (s *WorkspaceSandbox) AuditFailures() int64 { return s.ledger.failures.Load() }
 
 func (l *ledger) record(ctx context.Context, rec AuditRecord) {
 	if rec.Time.IsZero() {
@@ -201,7 +250,11 @@ func (l *ledger) record(ctx context.Context, rec AuditRecord) {
 	}
 	if l.sink != nil {
 		if err := l.sink.Record(context.WithoutCancel(ctx), rec); err != nil {
-			l.log.Error("audit sink failed", "error", err, "command_id", rec.CommandID)
+			l.failures.Add(1)
+			l.failing.Store(true)
+			l.log.Error("audit sink failed", "error", err, "command_id", rec.CommandID, "fail_closed", l.failClosed)
+		} else {
+			l.failing.Store(false)
 		}
 	}
 }

@@ -55,8 +55,13 @@ type SandboxConfig struct {
 	HookTimeoutMS          int64    `koanf:"hook_timeout_ms" json:"hook_timeout_ms" toml:"hook_timeout_ms"`
 	// AuditLog is the JSON-lines ledger file; empty disables the file (the
 	// capability_ledger log lines remain).
-	AuditLog      string              `koanf:"audit_log" json:"audit_log" toml:"audit_log"`
-	CommandPolicy CommandPolicyConfig `koanf:"command_policy" json:"command_policy" toml:"command_policy"`
+	AuditLog string `koanf:"audit_log" json:"audit_log" toml:"audit_log"`
+	// AuditOnFailure is what commands do once an audit record could not
+	// be written: "open" (the default) runs them and counts the failure,
+	// "closed" refuses them (reason audit_unavailable) until a record can
+	// be written again.
+	AuditOnFailure string              `koanf:"audit_on_failure" json:"audit_on_failure" toml:"audit_on_failure"`
+	CommandPolicy  CommandPolicyConfig `koanf:"command_policy" json:"command_policy" toml:"command_policy"`
 	// RateLimit is owned by the rate-limit hook (hooks/ratelimit: its
 	// type, defaults and validation); core keeps it as a Section.
 	RateLimit Section       `koanf:"rate_limit" json:"rate_limit" toml:"rate_limit"`
@@ -335,6 +340,7 @@ func DefaultConfig() Config {
 		DefaultTimeoutSeconds:  60,
 		MaxOutputBytes:         1 << 20,
 		ApprovalTimeoutSeconds: 60,
+		AuditOnFailure:         AuditFailOpen,
 		HookPlugins:            []string{},
 		HookTimeoutMS:          2000,
 		CommandPolicy: CommandPolicyConfig{
@@ -408,6 +414,12 @@ func loadConfig(path string, environ []string, opts ...LoadOption) (Config, erro
 		data, err := inputfile.Read(path, MaxConfigFileBytes)
 		if err != nil {
 			return Config{}, &ConfigError{Source: path, Key: "(file)", Reason: configFileReason(err)}
+		}
+		// The depth is bounded before the parser sees the file: a deep
+		// file costs the parser time quadratic in its depth.
+		if err := checkConfigNesting(data); err != nil {
+			err.Source = path
+			return Config{}, err
 		}
 		fk := koanf.New(".")
 		if err := fk.Load(bytesProvider(data), toml.Parser()); err != nil {
@@ -942,6 +954,8 @@ func (c Config) Validate() error {
 		return bad("hook_timeout_ms", fmt.Sprintf("must be <= %d (one year)", int64(maxConfigSeconds*1000)))
 	case s.AuditLog != "" && !filepath.IsAbs(s.AuditLog):
 		return bad("audit_log", fmt.Sprintf("must be an absolute path or empty, got %q", s.AuditLog))
+	case s.AuditOnFailure != AuditFailOpen && s.AuditOnFailure != AuditFailClosed:
+		return bad("audit_on_failure", fmt.Sprintf("must be %q (commands run, failures counted) or %q (commands refused until the audit can be written), got %q", AuditFailOpen, AuditFailClosed, s.AuditOnFailure))
 	}
 	if s.DriverSHA256 != "" {
 		if b, err := hex.DecodeString(s.DriverSHA256); err != nil || len(b) != 32 {

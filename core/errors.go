@@ -44,7 +44,47 @@ const (
 	ReasonDisabled                ReasonCode = "sandbox_disabled"
 	ReasonDriverNotFound          ReasonCode = "driver_not_found"
 	ReasonConfigInvalid           ReasonCode = "config_invalid"
+	// ReasonAuditUnavailable: sandbox.audit_on_failure is "closed" and the
+	// last audit record could not be written; nothing ran.
+	ReasonAuditUnavailable ReasonCode = "audit_unavailable"
+	// ReasonResourceExhausted: a configured capacity limit was reached
+	// (LimitError names it); nothing ran.
+	ReasonResourceExhausted ReasonCode = "resource_exhausted"
 )
+
+// ErrAuditUnavailable refuses a command when the audit fails closed
+// (sandbox.audit_on_failure = "closed") and the last record could not be
+// written.
+var ErrAuditUnavailable = errors.New("the audit log could not be written and sandbox.audit_on_failure is \"closed\": commands are refused until a record can be written (free space on its filesystem)")
+
+// LimitError is a configured capacity limit a request reached: Limit is
+// the limit's configuration key (e.g. "serve.max_request_bytes"), Value
+// its value. It is never a failure of the sandbox: raise the limit or
+// send less.
+type LimitError struct {
+	Limit  string
+	Value  int64
+	Reason string
+}
+
+// LimitOf is the configuration key of the capacity limit err reached (a
+// *LimitError of the pipeline or a *driverapi.LimitError of the driver),
+// or "".
+func LimitOf(err error) string {
+	var le *LimitError
+	var dle *driverapi.LimitError
+	switch {
+	case errors.As(err, &le):
+		return le.Limit
+	case errors.As(err, &dle):
+		return dle.Limit
+	}
+	return ""
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s (limit %s = %d; raise it in the configuration, or send less)", e.Reason, e.Limit, e.Value)
+}
 
 // FailureReason is the reason code of err, a command that did not give an
 // exit status, and the command field at fault (for invalid_command): what
@@ -73,6 +113,10 @@ func FailureReason(err error) (code ReasonCode, field string) {
 		return ReasonSignalBeforeStart, ""
 	case errors.Is(err, ErrSignalEnded):
 		return ReasonSignalEnded, ""
+	case errors.Is(err, ErrAuditUnavailable):
+		return ReasonAuditUnavailable, ""
+	case errors.As(err, new(*LimitError)), errors.As(err, new(*driverapi.LimitError)):
+		return ReasonResourceExhausted, LimitOf(err)
 	case errors.As(err, &cfgErr):
 		return ReasonConfigInvalid, cfgErr.Key
 	case errors.As(err, &notFnd):

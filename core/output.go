@@ -41,6 +41,52 @@ func tee(buf *limitedBuffer, live io.Writer, budget int64) io.Writer {
 	return io.MultiWriter(buf, driverapi.NewBudgetWriter(live, budget))
 }
 
+// liveFirst sends output to the live writer and keeps in the buffer only
+// what the live writer did not take (Command.StreamOnly); the buffer still
+// counts every byte, so truncation is judged on the whole output.
+type liveFirst struct {
+	buf    *limitedBuffer
+	live   io.Writer
+	failed bool
+}
+
+// streamOnly is the writer of one stream of a StreamOnly command; without
+// a live writer it is the buffer.
+func streamOnly(buf *limitedBuffer, live io.Writer) io.Writer {
+	if live == nil {
+		return buf
+	}
+	return &liveFirst{buf: buf, live: live}
+}
+
+func (w *liveFirst) Write(p []byte) (int, error) {
+	n0 := len(p)
+	w.buf.mu.Lock()
+	room := w.buf.limit - w.buf.total
+	w.buf.total += int64(n0)
+	if int64(n0) > room {
+		w.buf.truncated = true
+		p = p[:max(room, 0)]
+	}
+	failed := w.failed
+	w.buf.mu.Unlock()
+	if len(p) == 0 {
+		return n0, nil
+	}
+	if !failed {
+		n, err := w.live.Write(p)
+		if err == nil {
+			return n0, nil
+		}
+		p = p[min(max(n, 0), len(p)):]
+	}
+	w.buf.mu.Lock()
+	w.failed = true
+	w.buf.buf = append(w.buf.buf, p...)
+	w.buf.mu.Unlock()
+	return n0, nil
+}
+
 // trimPartialRune drops a character cut in two at the end of b (by a length
 // bound), so that it does not turn into a replacement.
 func trimPartialRune(b []byte) []byte {

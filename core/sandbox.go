@@ -43,6 +43,13 @@ type Command struct {
 	// budget) in addition to the captured Output.
 	Stdout io.Writer
 	Stderr io.Writer
+	// StreamOnly: what reaches Stdout/Stderr live is not kept again in
+	// Output, which then holds only the output that could not be
+	// delivered (the live writer failed: the client went away). A
+	// service streaming the output sets it, so a command's output is held
+	// once (in flight) and not a second time for the final result.
+	// Truncation is reported as without it.
+	StreamOnly bool
 	// Signals, when set, are delivered to the command while it runs (a
 	// signal that arrives before it starts waits; after it ends, none is
 	// read). Through a driver that lacks the signal call (protocol 1.0),

@@ -3,6 +3,7 @@ package core
 import (
 	"fmt"
 	"strings"
+	"time"
 )
 
 // ServeConfig is the [serve] table: how `aleph-sandbox serve` listens and
@@ -26,6 +27,88 @@ type ServeConfig struct {
 	// MetricsListen, when set (tcp:HOST:PORT), serves /metrics in the
 	// Prometheus text format there; --metrics replaces it.
 	MetricsListen string `koanf:"metrics_listen" json:"metrics_listen,omitempty" toml:"metrics_listen"`
+
+	// The bounds below hold serve's memory and descriptors under load and
+	// hostile clients; 0 means the default (docs/serve.md lists them).
+
+	// MaxRequestBytes bounds one request body (the largest is an
+	// Execute with stdin). Default 4 MiB.
+	MaxRequestBytes int64 `koanf:"max_request_bytes" json:"max_request_bytes,omitempty" toml:"max_request_bytes"`
+	// MaxOutputBytes is the ceiling of a request's max_output. Default:
+	// sandbox.max_output_bytes (1 MiB unless configured).
+	MaxOutputBytes int64 `koanf:"max_output_bytes" json:"max_output_bytes,omitempty" toml:"max_output_bytes"`
+	// MaxSessions bounds the sessions the service holds. Default 1024.
+	MaxSessions int64 `koanf:"max_sessions" json:"max_sessions,omitempty" toml:"max_sessions"`
+	// MaxConnections bounds open connections, in total and per peer (a
+	// TCP client's address; on the unix socket every peer is one).
+	// Defaults 1024 and 128.
+	MaxConnections        int64 `koanf:"max_connections" json:"max_connections,omitempty" toml:"max_connections"`
+	MaxConnectionsPerPeer int64 `koanf:"max_connections_per_peer" json:"max_connections_per_peer,omitempty" toml:"max_connections_per_peer"`
+	// ReadHeaderTimeoutSeconds, ReadTimeoutSeconds (a whole request,
+	// body included) and IdleTimeoutSeconds (a kept-alive connection with
+	// no request) end stalled connections. Defaults 10, 60, 120.
+	ReadHeaderTimeoutSeconds int64 `koanf:"read_header_timeout_seconds" json:"read_header_timeout_seconds,omitempty" toml:"read_header_timeout_seconds"`
+	ReadTimeoutSeconds       int64 `koanf:"read_timeout_seconds" json:"read_timeout_seconds,omitempty" toml:"read_timeout_seconds"`
+	IdleTimeoutSeconds       int64 `koanf:"idle_timeout_seconds" json:"idle_timeout_seconds,omitempty" toml:"idle_timeout_seconds"`
+	// TermGraceSeconds: when grace_seconds is over, the commands still
+	// running get SIGTERM and this long to end before they are killed.
+	// Default 5.
+	TermGraceSeconds int64 `koanf:"term_grace_seconds" json:"term_grace_seconds,omitempty" toml:"term_grace_seconds"`
+}
+
+// ServeLimits are the effective bounds of a ServeConfig (its defaults
+// filled in).
+type ServeLimits struct {
+	MaxRequestBytes int64
+	MaxOutputBytes  int64
+	// DefaultOutputBytes is sandbox.max_output_bytes, the budget of a
+	// request that names none.
+	DefaultOutputBytes    int64
+	MaxSessions           int
+	MaxConnections        int
+	MaxConnectionsPerPeer int
+	ReadHeaderTimeout     time.Duration
+	ReadTimeout           time.Duration
+	IdleTimeout           time.Duration
+}
+
+// Defaults of the [serve] bounds.
+const (
+	DefaultServeMaxRequestBytes       = 4 << 20
+	DefaultServeMaxSessions           = 1024
+	DefaultServeMaxConnections        = 1024
+	DefaultServeMaxConnectionsPerPeer = 128
+	DefaultServeReadHeaderTimeout     = 10 * time.Second
+	DefaultServeReadTimeout           = 60 * time.Second
+	DefaultServeIdleTimeout           = 120 * time.Second
+)
+
+// Limits is c's bounds with the defaults filled in; sandboxOutput is
+// sandbox.max_output_bytes, the default output ceiling.
+func (c ServeConfig) Limits(sandboxOutput int64) ServeLimits {
+	or := func(v, d int64) int64 {
+		if v > 0 {
+			return v
+		}
+		return d
+	}
+	secs := func(v int64, d time.Duration) time.Duration {
+		if v > 0 {
+			return time.Duration(v) * time.Second
+		}
+		return d
+	}
+	return ServeLimits{
+		MaxRequestBytes:       or(c.MaxRequestBytes, DefaultServeMaxRequestBytes),
+		MaxOutputBytes:        or(c.MaxOutputBytes, sandboxOutput),
+		DefaultOutputBytes:    sandboxOutput,
+		MaxSessions:           int(or(c.MaxSessions, DefaultServeMaxSessions)),
+		MaxConnections:        int(or(c.MaxConnections, DefaultServeMaxConnections)),
+		MaxConnectionsPerPeer: int(or(c.MaxConnectionsPerPeer, DefaultServeMaxConnectionsPerPeer)),
+		ReadHeaderTimeout:     secs(c.ReadHeaderTimeoutSeconds, DefaultServeReadHeaderTimeout),
+		ReadTimeout:           secs(c.ReadTimeoutSeconds, DefaultServeReadTimeout),
+		IdleTimeout:           secs(c.IdleTimeoutSeconds, DefaultServeIdleTimeout),
+	}
 }
 
 // ServeTLSConfig is the [serve.tls] table: PEM files.
@@ -50,6 +133,25 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.TLS.ClientCA != "" && c.TLS.Cert == "" {
 		return &ConfigError{Key: "serve.tls.client_ca", Reason: "needs serve.tls.cert and serve.tls.key (the server's own certificate)"}
+	}
+	for _, b := range []struct {
+		key string
+		v   int64
+		max int64
+	}{
+		{"max_request_bytes", c.MaxRequestBytes, 1 << 30},
+		{"max_output_bytes", c.MaxOutputBytes, 1 << 30},
+		{"max_sessions", c.MaxSessions, 1 << 20},
+		{"max_connections", c.MaxConnections, 1 << 20},
+		{"max_connections_per_peer", c.MaxConnectionsPerPeer, 1 << 20},
+		{"read_header_timeout_seconds", c.ReadHeaderTimeoutSeconds, maxConfigSeconds},
+		{"read_timeout_seconds", c.ReadTimeoutSeconds, maxConfigSeconds},
+		{"idle_timeout_seconds", c.IdleTimeoutSeconds, maxConfigSeconds},
+		{"term_grace_seconds", c.TermGraceSeconds, maxConfigSeconds},
+	} {
+		if b.v < 0 || b.v > b.max {
+			return &ConfigError{Key: "serve." + b.key, Reason: fmt.Sprintf("must be between 0 (the default) and %d, got %d", b.max, b.v)}
+		}
 	}
 	if c.MetricsListen != "" && !strings.HasPrefix(c.MetricsListen, "tcp:") {
 		return &ConfigError{Key: "serve.metrics_listen", Reason: fmt.Sprintf("%q: want tcp:HOST:PORT", c.MetricsListen)}

@@ -42,15 +42,24 @@ func netGrantID(host string) string { return "net-" + driverapi.Digest([]byte(ho
 func (s *WorkspaceSandbox) Grants(sessionID string) SessionGrants {
 	// Through session, so that what the store keeps for a session this
 	// process has not run yet is listed too.
+	// A read creates nothing: a session this process does not hold is
+	// described from a transient copy (baseline plus what the store
+	// kept), not added to the sessions.
 	var sess *session
 	err := validateCommand(sessionID, Command{Program: "grants"})
 	if err == nil {
-		sess, err = s.session(sessionID)
-	}
-	if err != nil {
-		sess = &session{id: sessionID, baseline: cloneCaps(s.baseline)}
+		s.mu.RLock()
+		held, ok := s.sessions[sessionID]
+		s.mu.RUnlock()
+		if ok {
+			sess = held
+			s.refreshGrants(sess)
+		} else {
+			sess = &session{id: sessionID, baseline: cloneCaps(s.baseline)}
+			s.restoreGrants(sess)
+		}
 	} else {
-		s.refreshGrants(sess)
+		sess = &session{id: sessionID, baseline: cloneCaps(s.baseline)}
 	}
 	sess.mu.RLock()
 	defer sess.mu.RUnlock()

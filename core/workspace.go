@@ -223,7 +223,8 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		}
 		sink, s.ownSink = js, js
 	}
-	s.ledger = &ledger{log: logger.ResetNamed("capability_ledger"), sink: sink}
+	s.ledger = &ledger{log: logger.ResetNamed("capability_ledger"), sink: sink,
+		failClosed: cfg.Sandbox.AuditOnFailure == AuditFailClosed}
 	if s.driver == nil {
 		path, looked, err := FindDriver(cfg.Sandbox.Driver, nil)
 		if err != nil {
@@ -392,6 +393,12 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	if err := validateStream(cmd); err != nil {
 		return nil, err
 	}
+	// Failing closed: a command runs only while its record can be kept.
+	// The refusal's own record (deferred above) is the probe: once it is
+	// written, the next command runs.
+	if s.ledger.refusing() {
+		return nil, ErrAuditUnavailable
+	}
 
 	// 1. Session. The command is tracked so that forgetting the session
 	// ends it (ForgetSession).
@@ -547,6 +554,9 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	var stdout, stderr limitedBuffer
 	stdout.limit, stderr.limit = outBudget, errBudget
 	streams := driverapi.Streams{Stdout: tee(&stdout, cmd.Stdout, outBudget), Stderr: tee(&stderr, cmd.Stderr, errBudget)}
+	if cmd.StreamOnly {
+		streams = driverapi.Streams{Stdout: streamOnly(&stdout, cmd.Stdout), Stderr: streamOnly(&stderr, cmd.Stderr)}
+	}
 	spec := driverapi.RunSpec{
 		Program: cmd.Program, Args: cmd.Args, Env: env, Stdin: cmd.Stdin, Cwd: cwd,
 		Profile: prof, Timeout: timeout, MaxOutputBytes: budget,
@@ -689,6 +699,10 @@ func classify(rec *AuditRecord, err error, ctx context.Context) {
 		rec.Decision, rec.Reason = DecisionError, ReasonCanceled
 	case errors.Is(err, ErrClosed):
 		rec.Decision, rec.Reason = DecisionError, ReasonClosed
+	case errors.Is(err, ErrAuditUnavailable):
+		rec.Decision, rec.Reason = DecisionError, ReasonAuditUnavailable
+	case errors.As(err, new(*LimitError)), errors.As(err, new(*driverapi.LimitError)):
+		rec.Decision, rec.Reason = DecisionError, ReasonResourceExhausted
 	case ctx.Err() != nil:
 		rec.Decision, rec.Reason = DecisionError, ReasonCanceled
 	default:

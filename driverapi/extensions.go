@@ -229,6 +229,19 @@ func (e *ConfigError) Error() string {
 	return fmt.Sprintf("invalid %s: %s", where, e.Reason)
 }
 
+// LimitError: a configured capacity limit of the driver was reached (the
+// command did not run). Limit is the limit's full configuration key, e.g.
+// "sandbox.linux.max_session_networks"; Value its value.
+type LimitError struct {
+	Limit  string
+	Value  int64
+	Reason string
+}
+
+func (e *LimitError) Error() string {
+	return fmt.Sprintf("%s (limit %s = %d)", e.Reason, e.Limit, e.Value)
+}
+
 // NotRunningError: a call names a command that has no Run in progress.
 type NotRunningError struct{ CommandID string }
 

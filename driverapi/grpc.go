@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -393,6 +394,7 @@ func toStatus(err error) error {
 		ue  *UnavailableError
 		ce  *ConfigError
 		nre *NotRunningError
+		le  *LimitError
 	)
 	code, d := codes.Internal, &pb.ErrorDetail{Kind: "internal", Reason: err.Error()}
 	switch {
@@ -406,6 +408,10 @@ func toStatus(err error) error {
 		code, d = codes.InvalidArgument, &pb.ErrorDetail{Kind: "config", Section: ce.Section, Field: ce.Key, Reason: ce.Reason}
 	case errors.As(err, &nre):
 		code, d = codes.NotFound, &pb.ErrorDetail{Kind: "not_running", Field: nre.CommandID}
+	case errors.As(err, &le):
+		// The value travels in Fix (a number as text): ErrorDetail has
+		// no integer field.
+		code, d = codes.ResourceExhausted, &pb.ErrorDetail{Kind: "limit", Field: le.Limit, Reason: le.Reason, Fix: strconv.FormatInt(le.Value, 10)}
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
@@ -462,6 +468,9 @@ func fromStatus(name, op string, err error) error {
 			return &ConfigError{Section: d.GetSection(), Key: d.GetField(), Reason: d.GetReason()}
 		case "not_running":
 			return &NotRunningError{CommandID: d.GetField()}
+		case "limit":
+			v, _ := strconv.ParseInt(d.GetFix(), 10, 64)
+			return &LimitError{Limit: d.GetField(), Value: v, Reason: d.GetReason()}
 		}
 	}
 	switch s.Code() {

@@ -72,6 +72,10 @@ type gauges struct {
 	sessions       int
 	driverLaunches int64
 	procs          core.ProcessStats
+	auditFailures  int64
+	connsOpen      int
+	refusedTotal   int64
+	refusedPeer    int64
 }
 
 // processOutcomes are the outcome labels of processes_exited_total, each
@@ -120,6 +124,16 @@ func (m *Metrics) write(w io.Writer, g gauges) {
 	b.WriteString("# HELP aleph_sandbox_driver_restarts_total Driver processes launched after the first (each follows a driver that died).\n")
 	b.WriteString("# TYPE aleph_sandbox_driver_restarts_total counter\n")
 	fmt.Fprintf(&b, "aleph_sandbox_driver_restarts_total %d\n", restarts)
+	b.WriteString("# HELP aleph_sandbox_audit_write_failures_total Audit records that could not be written (removed again, never left half-written).\n")
+	b.WriteString("# TYPE aleph_sandbox_audit_write_failures_total counter\n")
+	fmt.Fprintf(&b, "aleph_sandbox_audit_write_failures_total %d\n", g.auditFailures)
+	b.WriteString("# HELP aleph_sandbox_connections_open Connections open now (what serve.max_connections counts).\n")
+	b.WriteString("# TYPE aleph_sandbox_connections_open gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_connections_open %d\n", g.connsOpen)
+	b.WriteString("# HELP aleph_sandbox_connections_refused_total Connections closed at once at a cap, by the cap (serve.max_connections: total; serve.max_connections_per_peer: per_peer).\n")
+	b.WriteString("# TYPE aleph_sandbox_connections_refused_total counter\n")
+	fmt.Fprintf(&b, "aleph_sandbox_connections_refused_total{limit=\"per_peer\"} %d\n", g.refusedPeer)
+	fmt.Fprintf(&b, "aleph_sandbox_connections_refused_total{limit=\"total\"} %d\n", g.refusedTotal)
 	p := g.procs
 	b.WriteString("# HELP aleph_sandbox_processes_running Processes (StartProcess) running now.\n")
 	b.WriteString("# TYPE aleph_sandbox_processes_running gauge\n")
@@ -160,6 +174,10 @@ func (s *Server) MetricsHandler() http.Handler {
 		g.procs = s.procs.Stats()
 		if s.driverLaunches != nil {
 			g.driverLaunches = s.driverLaunches()
+		}
+		g.connsOpen, g.refusedTotal, g.refusedPeer = s.conns.stats()
+		if a, ok := s.host.(interface{ AuditFailures() int64 }); ok {
+			g.auditFailures = a.AuditFailures()
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.write(w, g)

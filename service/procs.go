@@ -84,8 +84,14 @@ func (s *Server) StartProcess(ctx context.Context, req *connect.Request[hostv1.S
 		}
 		cmd.Tty = &driverapi.WindowSize{Rows: uint16(rows), Cols: uint16(cols)}
 	}
-	s.remember(cmd.SessionID)
+	if err := s.admit(cmd.SessionID); err != nil {
+		return nil, err
+	}
 	id, err := s.procs.Start(ctx, cmd)
+	if err == nil {
+		// The session is the service's once a process of it started.
+		s.remember(cmd.SessionID)
+	}
 	if err != nil {
 		return nil, procErr(err)
 	}

@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -77,6 +78,9 @@ type Options struct {
 	DriverLaunches func() int64
 	// Processes bound the processes of StartProcess (zero: the defaults).
 	Processes core.ProcessLimits
+	// Limits bound requests, output, sessions and connections (zero
+	// fields: the defaults of core.ServeConfig.Limits).
+	Limits core.ServeLimits
 }
 
 // Server implements hostv1connect.ServiceHandler.
@@ -89,6 +93,8 @@ type Server struct {
 
 	metrics        *Metrics
 	driverLaunches func() int64
+	limits         core.ServeLimits
+	conns          *connLimits
 
 	mu       sync.Mutex
 	sessions map[string]struct{}
@@ -101,6 +107,12 @@ type Server struct {
 	// running counts Execute calls in progress, so a stopping server can
 	// wait for their commands to be gone.
 	running sync.WaitGroup
+	// live are the signal channels of the Execute calls in progress, so a
+	// stopping server can warn them (Terminate) before it kills them.
+	live map[chan driverapi.Signal]struct{}
+	// terminating: Terminate ran; a command ending now ended because the
+	// service stopped.
+	terminating atomic.Bool
 }
 
 var _ hostv1connect.ServiceHandler = (*Server)(nil)
@@ -114,9 +126,28 @@ func New(opts Options) (*Server, error) {
 		opts.Logger = hclog.NewNullLogger()
 	}
 	policy, _ := commandpolicy.New(alephsandbox.CommandPolicyConfig(opts.CommandPolicy), opts.Logger.Named("command_policy"))
+	// Zero fields take the defaults; the output ceiling's default is the
+	// configured sandbox budget's default.
+	def := core.ServeConfig{}.Limits(core.DefaultConfig().Sandbox.MaxOutputBytes)
+	l := opts.Limits
+	for _, f := range []struct{ v, d *int64 }{{&l.MaxRequestBytes, &def.MaxRequestBytes}, {&l.MaxOutputBytes, &def.MaxOutputBytes}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	for _, f := range []struct{ v, d *int }{{&l.MaxSessions, &def.MaxSessions}, {&l.MaxConnections, &def.MaxConnections}, {&l.MaxConnectionsPerPeer, &def.MaxConnectionsPerPeer}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
+	for _, f := range []struct{ v, d *time.Duration }{{&l.ReadHeaderTimeout, &def.ReadHeaderTimeout}, {&l.ReadTimeout, &def.ReadTimeout}, {&l.IdleTimeout, &def.IdleTimeout}} {
+		if *f.v <= 0 {
+			*f.v = *f.d
+		}
+	}
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
-		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches,
-		sessions: map[string]struct{}{}, calls: map[string]*call{},
+		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, limits: l, conns: newConnLimits(l),
+		sessions: map[string]struct{}{}, calls: map[string]*call{}, live: map[chan driverapi.Signal]struct{}{},
 		procs: core.NewProcessTable(opts.Host, opts.Processes)}
 	for _, p := range opts.Protected {
 		if p == "" {
@@ -145,15 +176,40 @@ func (s *Server) Wait(timeout time.Duration) bool {
 	}
 }
 
+// Terminate sends SIGTERM to every command an Execute call is running
+// and to every running process: a stopping server warns them before it
+// kills them, so a command's TERM handler runs. It returns at once.
+func (s *Server) Terminate() {
+	s.terminating.Store(true)
+	s.mu.Lock()
+	for ch := range s.live {
+		select {
+		case ch <- driverapi.SignalTERM:
+		default: // a burst: the command has been told already
+		}
+	}
+	s.mu.Unlock()
+	for _, p := range s.procs.List("") {
+		if !p.Exited {
+			_ = s.procs.Signal(p.ID, driverapi.SignalTERM)
+		}
+	}
+}
+
 // Handler is the HTTP handler serving the service and the standard gRPC
 // health service.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	path, h := hostv1connect.NewServiceHandler(s)
+	opts := handlerOptions(s.limits.MaxRequestBytes)
+	path, h := hostv1connect.NewServiceHandler(s, opts...)
 	mux.Handle(path, h)
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(hostv1connect.ServiceName)))
-	return mux
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(hostv1connect.ServiceName), opts...))
+	return limitBody(s.limits.MaxRequestBytes, mux)
 }
+
+// Limits are the server's effective bounds (serve sets its HTTP
+// timeouts from them).
+func (s *Server) Limits() core.ServeLimits { return s.limits }
 
 // canonical resolves symlinks as far as the path exists, so a grant naming
 // a symlink to the socket's directory is seen for what it is.
@@ -205,8 +261,12 @@ func invalid(field, reason string) *connect.Error {
 
 // command turns a request into a core.Command, refusing what is malformed.
 func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
-	if req.GetSession() == "" {
-		return core.Command{}, invalid("session", "required")
+	if err := checkSession("session", req.GetSession()); err != nil {
+		return core.Command{}, err
+	}
+	if m := req.GetMaxOutput(); m > s.limits.MaxOutputBytes {
+		return core.Command{}, exhausted("serve.max_output_bytes", s.limits.MaxOutputBytes,
+			fmt.Sprintf("max_output %d is above the server's ceiling", m))
 	}
 	if len(req.GetArgv()) == 0 || req.GetArgv()[0] == "" {
 		return core.Command{}, invalid("argv", "a program is required")
@@ -256,6 +316,11 @@ func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
 		Stdin:          req.GetStdin(),
 		Secrets:        req.GetSecrets(),
 	}
+	if cmd.MaxOutputBytes == 0 && s.limits.DefaultOutputBytes > s.limits.MaxOutputBytes {
+		// The configured budget is above the server's ceiling: the
+		// ceiling is the default here.
+		cmd.MaxOutputBytes = s.limits.MaxOutputBytes
+	}
 	if w := req.GetWorkspace(); w != "" {
 		if err := s.checkPath("workspace", w); err != nil {
 			return core.Command{}, err
@@ -294,6 +359,45 @@ func (s *Server) remember(session string) {
 	s.mu.Lock()
 	s.sessions[session] = struct{}{}
 	s.mu.Unlock()
+}
+
+// known reports whether the service holds session.
+func (s *Server) known(session string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.sessions[session]
+	return ok
+}
+
+// admit refuses a command of a session the service does not hold yet
+// when it holds serve.max_sessions already. (Concurrent first commands of
+// new sessions may pass it together: the bound is exceeded by at most
+// the commands in flight.)
+func (s *Server) admit(session string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.sessions[session]; ok || len(s.sessions) < s.limits.MaxSessions {
+		return nil
+	}
+	return exhausted("serve.max_sessions", int64(s.limits.MaxSessions),
+		fmt.Sprintf("the service holds %d sessions already; forget one (Sessions forget) or reuse one", len(s.sessions)))
+}
+
+// checkSession refuses a session name the pipeline would refuse (empty,
+// over 1024 bytes, not UTF-8, with a NUL) before anything is kept about
+// it.
+func checkSession(field, session string) error {
+	if session == "" {
+		return invalid(field, "required")
+	}
+	if err := core.ValidateSessionID(session); err != nil {
+		var ie *core.InvalidCommandError
+		if errors.As(err, &ie) {
+			return invalid(field, ie.Reason)
+		}
+		return invalid(field, err.Error())
+	}
+	return nil
 }
 
 // streamWriter sends what the command writes as output chunks; one mutex
@@ -335,7 +439,10 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	if err != nil {
 		return err
 	}
-	s.remember(cmd.SessionID)
+	if err := s.admit(cmd.SessionID); err != nil {
+		reason = ReasonResourceExhausted
+		return err
+	}
 	var mu sync.Mutex
 	// finished ends the StdinOpen sender before the result is sent: no
 	// Send may follow the handler's return.
@@ -344,6 +451,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	// The key is released before the result is sent: once a client has
 	// the result, the calls naming the key find no command.
 	releaseKey := func() {}
+	var sigCh chan driverapi.Signal
 	if key := req.Msg.GetSignalKey(); key != "" {
 		c, release, err := s.registerCall(key, interactive)
 		if err != nil {
@@ -352,7 +460,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 		var once sync.Once
 		releaseKey = func() { once.Do(release) }
 		defer releaseKey()
-		cmd.Signals = c.signals
+		cmd.Signals, sigCh = c.signals, c.signals
 		if c.stdin != nil {
 			cmd.StdinStream = c.stdin
 			// The client starts writing (and puts its terminal in raw
@@ -374,6 +482,19 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 			cmd.Resize = c.resize
 		}
 	}
+	if sigCh == nil {
+		// No signal_key: the channel is the server's alone (Terminate).
+		sigCh = make(chan driverapi.Signal, 8)
+		cmd.Signals = sigCh
+	}
+	s.mu.Lock()
+	s.live[sigCh] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.live, sigCh)
+		s.mu.Unlock()
+	}()
 	cmd.Stdout = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDOUT}
 	cmd.Stderr = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDERR}
 	if req.Msg.GetAnswerApprovals() {
@@ -384,10 +505,23 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 		})
 	}
 	out, err := s.host.Execute(ctx, cmd)
+	// The session is the service's from the first command that reached
+	// the pipeline's decision (ran, or was denied): a request refused
+	// before that keeps nothing.
+	if denied := (*core.DeniedError)(nil); err == nil || errors.As(err, &denied) {
+		s.remember(cmd.SessionID)
+	}
 	close(finished)
 	senders.Wait()
 	releaseKey()
 	res, rerr := s.result(ctx, out, err)
+	if rerr == nil && !res.GetDenied() && s.terminating.Load() {
+		// The service sent it SIGTERM as it stopped: its end is the
+		// service's doing, as a kill after the grace period is (what it
+		// wrote on the way out was streamed).
+		rerr = withDetail(connect.CodeUnavailable, fmt.Errorf("the service stopped while the command ran: it was sent SIGTERM and ended (exit status %d, signal %d)", res.GetExitCode(), res.GetSignal()),
+			&hostv1.ErrorDetail{ReasonCode: ReasonServiceStopping})
+	}
 	switch {
 	case rerr != nil:
 		reason = ""
@@ -438,6 +572,11 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 			&hostv1.ErrorDetail{ReasonCode: ReasonServiceStopping})
 	case ctx.Err() != nil:
 		return nil, withDetail(connect.CodeCanceled, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonCanceled)})
+	case core.LimitOf(err) != "":
+		// A capacity limit (the pipeline's or the driver's): the client
+		// is told which key to raise, not that the sandbox failed.
+		return nil, withDetail(connect.CodeResourceExhausted, err,
+			&hostv1.ErrorDetail{ReasonCode: ReasonResourceExhausted, Field: core.LimitOf(err)})
 	case errors.As(err, &drvErr):
 		detail.Driver = drvErr.Driver
 		return nil, withDetail(connect.CodeUnavailable, err, detail)
@@ -524,7 +663,10 @@ func grantsMsg(g core.SessionGrants) []*hostv1.Grant {
 
 func (s *Server) describe(session string) *hostv1.Session {
 	g := s.host.Grants(session)
-	ws, _ := s.host.WorkspacePath(session)
+	ws := ""
+	if s.known(session) {
+		ws, _ = s.host.WorkspacePath(session)
+	}
 	return &hostv1.Session{Session: session, Workspace: ws, Baseline: capsMsg(g.Baseline), Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest}
 }
 
@@ -545,14 +687,16 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 			resp.Sessions = append(resp.Sessions, s.describe(n))
 		}
 	case *hostv1.SessionsRequest_Describe:
-		if a.Describe.GetSession() == "" {
-			return nil, invalid("describe.session", "required")
+		if err := checkSession("describe.session", a.Describe.GetSession()); err != nil {
+			return nil, err
 		}
-		s.remember(a.Describe.GetSession())
+		// A read: a session the service does not hold is described
+		// (baseline, kept grants) without being created, and its
+		// workspace is not made.
 		resp.Sessions = append(resp.Sessions, s.describe(a.Describe.GetSession()))
 	case *hostv1.SessionsRequest_Forget:
-		if a.Forget.GetSession() == "" {
-			return nil, invalid("forget.session", "required")
+		if err := checkSession("forget.session", a.Forget.GetSession()); err != nil {
+			return nil, err
 		}
 		// The session's processes go first: none may outlive it.
 		s.procs.ForgetSession(a.Forget.GetSession())
@@ -572,13 +716,13 @@ func (s *Server) Grants(ctx context.Context, req *connect.Request[hostv1.GrantsR
 	switch a := req.Msg.GetAction().(type) {
 	case *hostv1.GrantsRequest_List:
 		session = a.List.GetSession()
-		if session == "" {
-			return nil, invalid("list.session", "required")
+		if err := checkSession("list.session", session); err != nil {
+			return nil, err
 		}
 	case *hostv1.GrantsRequest_Revoke:
 		session = a.Revoke.GetSession()
-		if session == "" {
-			return nil, invalid("revoke.session", "required")
+		if err := checkSession("revoke.session", session); err != nil {
+			return nil, err
 		}
 		if a.Revoke.GetGrantId() == "" {
 			return nil, invalid("revoke.grant_id", "required")
@@ -589,9 +733,13 @@ func (s *Server) Grants(ctx context.Context, req *connect.Request[hostv1.GrantsR
 	case *hostv1.GrantsRequest_ApplyNetwork:
 		an := a.ApplyNetwork
 		session = an.GetSession()
+		if err := checkSession("apply_network.session", session); err != nil {
+			return nil, err
+		}
+		if err := s.admit(session); err != nil {
+			return nil, err
+		}
 		switch {
-		case session == "":
-			return nil, invalid("apply_network.session", "required")
 		case an.GetHost() == "":
 			return nil, invalid("apply_network.host", "required")
 		case an.GetPort() > 65535:
@@ -609,7 +757,11 @@ func (s *Server) Grants(ctx context.Context, req *connect.Request[hostv1.GrantsR
 	default:
 		return nil, invalid("action", "one of list, revoke, apply_network is required")
 	}
-	s.remember(session)
+	// A grant applied or revoked is state of the session; a list is a
+	// read and keeps nothing.
+	if _, isList := req.Msg.GetAction().(*hostv1.GrantsRequest_List); !isList {
+		s.remember(session)
+	}
 	g := s.host.Grants(session)
 	return connect.NewResponse(&hostv1.GrantsResponse{Session: session, Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest}), nil
 }

@@ -394,6 +394,7 @@ func coldRunner(ctx context.Context, flags []string, cmd core.Command) (func() s
 	env := append(os.Environ(), core.EnvPrefix+"RATE_LIMIT__ENABLED=false")
 	return func() string {
 		c := exec.CommandContext(ctx, self, args...)
+		tieToBench(c)
 		c.Env = env
 		if len(cmd.Stdin) > 0 {
 			c.Stdin = bytes.NewReader(cmd.Stdin)

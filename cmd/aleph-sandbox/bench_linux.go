@@ -17,6 +17,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -182,4 +183,15 @@ func (l *limitedBuffer) Write(p []byte) (int, error) {
 		l.b.Write(p[:min(len(p), room)])
 	}
 	return len(p), nil
+}
+
+// tieToBench makes a process bench starts (its private serve, the CLI
+// runs it times) end with bench: SIGTERM when bench dies, however it
+// dies (a SIGKILL runs none of its cleanups). serve stops as on any
+// SIGTERM (its driver and sandboxes go with it, by their own guards).
+func tieToBench(c *exec.Cmd) {
+	if c.SysProcAttr == nil {
+		c.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	c.SysProcAttr.Pdeathsig = syscall.SIGTERM
 }

@@ -74,6 +74,8 @@ func startBenchServe(ctx context.Context, f *runFlags) (*benchServe, error) {
 		s.cmd.Env = append(s.cmd.Env, core.EnvPrefix+"WORKSPACE_ROOT="+f.workspaceRoot)
 	}
 	s.cmd.Stderr = s.stderr
+	// A killed bench must not leave its private serve (and driver) behind.
+	tieToBench(s.cmd)
 	if err := s.cmd.Start(); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -169,6 +171,7 @@ func selfRunner(ctx context.Context, what string, args []string, stdin []byte) (
 	}
 	return func() string {
 		c := exec.CommandContext(ctx, self, args...)
+		tieToBench(c)
 		if len(stdin) > 0 {
 			c.Stdin = bytes.NewReader(stdin)
 		}

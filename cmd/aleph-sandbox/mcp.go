@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	goio "io"
-
-	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
 )
@@ -57,7 +54,9 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
 	defer p.Close()
-	t := &mcp.IOTransport{Reader: goio.NopCloser(io.In), Writer: nopWriteCloser{io.Out}}
+	// One malformed message is answered (JSON-RPC parse or
+	// invalid-request error), never the end of the server.
+	t := mcpserver.NewStdioTransport(io.In, io.Out, mcpserver.DefaultMaxLineBytes)
 	srv := mcpserver.New(p.sandbox, mc)
 	// Before the pipeline closes: the processes the client started end
 	// with the server.
@@ -97,13 +96,11 @@ func runMCPHost(ctx context.Context, io stdio, addr, cfgPath, driver, session st
 	srv := mcpserver.New(h, mc)
 	// The processes this server started end with it, on the service too.
 	defer srv.Close()
-	t := &mcp.IOTransport{Reader: goio.NopCloser(io.In), Writer: nopWriteCloser{io.Out}}
+	// One malformed message is answered (JSON-RPC parse or
+	// invalid-request error), never the end of the server.
+	t := mcpserver.NewStdioTransport(io.In, io.Out, mcpserver.DefaultMaxLineBytes)
 	if err := srv.Run(ctx, t); err != nil && ctx.Err() == nil {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
 	return 0
 }
-
-type nopWriteCloser struct{ goio.Writer }
-
-func (nopWriteCloser) Close() error { return nil }

@@ -193,7 +193,7 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	}
 	srv, err := service.New(service.Options{Host: rt, Broker: broker, Logger: log.Named("service"),
 		Protected: protected, CommandPolicy: cfg.Sandbox.CommandPolicy, DriverLaunches: launches,
-		Processes: procCfg.Limits()})
+		Processes: procCfg.Limits(), Limits: cfg.Serve.Limits(cfg.Sandbox.MaxOutputBytes)})
 	if err != nil {
 		closeAll()
 		_ = rt.Close()
@@ -205,11 +205,20 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	base, cancelAll := context.WithCancelCause(context.Background())
 	killAll := func() { cancelAll(service.ErrStopping) }
 	defer killAll()
+	// Stalled clients are cut off: a connection that does not finish its
+	// headers, or its request, in time, or idles between requests, is
+	// closed ([serve] read_header_timeout_seconds, read_timeout_seconds,
+	// idle_timeout_seconds). The timeouts bound the reading of a request
+	// only: a command streaming its output for hours is not cut.
+	lim := srv.Limits()
 	newServer := func(h http.Handler) *http.Server {
 		return &http.Server{
 			Handler:           h,
 			BaseContext:       func(net.Listener) context.Context { return base },
-			ReadHeaderTimeout: 10 * time.Second,
+			ReadHeaderTimeout: lim.ReadHeaderTimeout,
+			ReadTimeout:       lim.ReadTimeout,
+			IdleTimeout:       lim.IdleTimeout,
+			MaxHeaderBytes:    64 << 10,
 			ErrorLog:          log.StandardLogger(&hclog.StandardLoggerOptions{InferLevels: true}),
 		}
 	}
@@ -231,8 +240,11 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 			}
 		}()
 	}
+	// Every listener counts its connections against [serve]
+	// max_connections and max_connections_per_peer.
 	for _, l := range listeners {
-		run(func() error { return hs.Serve(l) })
+		ll := srv.LimitListener(l)
+		run(func() error { return hs.Serve(ll) })
 		log.Info("listening", "socket", l.Path())
 	}
 	if len(tcpListeners) > 0 {
@@ -244,7 +256,8 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		ts.TLSConfig = tcpAuth.TLS
 		servers = append(servers, ts)
 		for _, l := range tcpListeners {
-			run(func() error { return ts.ServeTLS(l, "", "") })
+			ll := srv.LimitListener(l)
+			run(func() error { return ts.ServeTLS(ll, "", "") })
 			log.Info("listening", "tcp", l.Addr().String(), "mtls", tcpAuth.TLS.ClientCAs != nil, "tokens", tcpAuth.Tokens != nil)
 		}
 	}
@@ -282,12 +295,35 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		}
 	}()
 	var swg sync.WaitGroup
+	var over sync.Once
+	termGrace := 5 * time.Second
+	if cfg.Serve.TermGraceSeconds > 0 {
+		termGrace = time.Duration(cfg.Serve.TermGraceSeconds) * time.Second
+	}
 	for _, h := range servers {
 		swg.Add(1)
 		go func() {
 			defer swg.Done()
 			if err := h.Shutdown(sctx); err != nil && h == hs {
-				log.Warn("grace period over: killing the commands still running")
+				// The grace is over: the commands still running are
+				// warned (SIGTERM, their handlers run) and killed
+				// term_grace_seconds later, or at a second signal.
+				over.Do(func() {
+					log.Warn("grace period over: SIGTERM to the commands still running", "kill_after", termGrace)
+					srv.Terminate()
+					tctx, tcancel := context.WithTimeout(context.Background(), termGrace)
+					defer tcancel()
+					go func() {
+						select {
+						case <-sigs:
+							tcancel()
+						case <-tctx.Done():
+						}
+					}()
+					if err := h.Shutdown(tctx); err != nil {
+						log.Warn("killing the commands still running")
+					}
+				})
 			}
 		}()
 	}

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // Resource controllers the driver uses.
@@ -454,6 +456,17 @@ func (e *MemoryTooSmallError) Error() string {
 	// promise: what a program needs depends on it and on the host.
 	return fmt.Sprintf("the memory limit of %s is too small to start the program: the sandbox was killed for lack of memory while it was being set up "+
 		"(hint: a sandbox needs about 2 MiB before the program starts, and the program its own share on top: try tens of MiB or more)", mib(e.LimitBytes))
+}
+
+// As lets the error cross the plugin boundary as what it is to the
+// caller: a max_memory_mb too small for the program, bad input naming its
+// field (invalid_command on the host), not a failure of the sandbox.
+func (e *MemoryTooSmallError) As(target any) bool {
+	if t, ok := target.(**driverapi.InvalidSpecError); ok {
+		*t = &driverapi.InvalidSpecError{Field: "max_memory_mb", Reason: e.Error()}
+		return true
+	}
+	return false
 }
 
 func mib(b uint64) string {

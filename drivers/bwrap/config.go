@@ -43,6 +43,8 @@ func configFields() []driverapi.ConfigField {
 			Description: "prepared sandboxes waiting or being built, in all; 0 means the default"},
 		{Name: "prepared_idle_ms", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultPreparedIdleMS),
 			Description: "how long a prepared sandbox waits for a command before it is destroyed; 0 means the default"},
+		{Name: "max_session_networks", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultMaxSessionNetworks),
+			Description: "network namespaces held for sessions at once; past it a command needing one is refused (resource_exhausted); 0 means the default"},
 	}
 }
 

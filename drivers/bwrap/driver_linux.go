@@ -156,6 +156,9 @@ func New(cfg Config) (*Driver, error) {
 		cfg.StateDir = defaultStateDir()
 	}
 	if cfg.MaxSessionNetworks <= 0 {
+		cfg.MaxSessionNetworks = int(cfg.Options.MaxSessionNetworks)
+	}
+	if cfg.MaxSessionNetworks <= 0 {
 		cfg.MaxSessionNetworks = DefaultMaxSessionNetworks
 	}
 	if cfg.SessionNetworkIdle <= 0 {
@@ -358,8 +361,10 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 		if err != nil {
 			var full errSessionNetsFull
 			if errors.As(err, &full) {
-				return driverapi.Exit{}, &UnavailableError{Feature: "session_network", Reason: err.Error(),
-					Fix: "forget the sessions that are done, or wait for a command to end"}
+				// A capacity limit, not a failure of the sandbox: the
+				// host reports it as resource_exhausted naming the key.
+				return driverapi.Exit{}, &driverapi.LimitError{Limit: "sandbox.linux.max_session_networks", Value: int64(full.max),
+					Reason: err.Error() + "; forget the sessions that are done, wait for a command to end, or raise the limit"}
 			}
 			return driverapi.Exit{}, fmt.Errorf("bwrap driver: session network namespace: %w", err)
 		}

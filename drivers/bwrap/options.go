@@ -116,6 +116,10 @@ type Options struct {
 	// PreparedIdleMS is how long a prepared sandbox waits before it is
 	// destroyed; 0 means DefaultPreparedIdleMS.
 	PreparedIdleMS uint64 `json:"prepared_idle_ms,omitempty"`
+	// MaxSessionNetworks caps the network namespaces held for sessions
+	// (each a pasta or slirp process and a namespace); past it a command
+	// needing one is refused as resource_exhausted. 0: the default (64).
+	MaxSessionNetworks uint64 `json:"max_session_networks,omitempty"`
 }
 
 // OptionsError is a configuration the driver refuses.
@@ -196,11 +200,18 @@ func (o Options) Validate() error {
 	if o.ProtectedScanTimeoutMS > 600_000 {
 		return &OptionsError{Key: "protected_scan_timeout_ms", Reason: fmt.Sprintf("protected_scan_timeout_ms %d is out of range (0..600000)", o.ProtectedScanTimeoutMS)}
 	}
+	if o.MaxSessionNetworks > maxSessionNetworks {
+		return &OptionsError{Key: "max_session_networks", Reason: fmt.Sprintf("max_session_networks %d is out of range (0 for the default of %d, up to %d)", o.MaxSessionNetworks, DefaultMaxSessionNetworks, maxSessionNetworks)}
+	}
 	if o.BwrapPath != "" && o.BwrapPath[0] != '/' {
 		return &OptionsError{Key: "bwrap_path", Reason: fmt.Sprintf("bwrap_path %q is not absolute", o.BwrapPath)}
 	}
 	return nil
 }
+
+// maxSessionNetworks bounds max_session_networks: each namespace holds
+// processes and descriptors of its own.
+const maxSessionNetworks = 4096
 
 func (o Options) withDefaults() Options {
 	if o.Cgroup == "" {

@@ -109,5 +109,10 @@ func TestMemoryTooSmallToStart(t *testing.T) {
 		!strings.Contains(r.err.Error(), "hint:") {
 		t.Fatalf("--memory 1: err=%v exit=%+v", r.err, r.exit)
 	}
+	// It crosses the plugin boundary as bad input naming the field.
+	var ise *driverapi.InvalidSpecError
+	if !errors.As(r.err, &ise) || ise.Field != "max_memory_mb" {
+		t.Fatalf("--memory 1: want an InvalidSpecError for max_memory_mb, got %v", r.err)
+	}
 	expectOK(t, drvRun(t, context.Background(), d, ws, driverapi.Capabilities{MaxMemoryMB: 64}, nil, "/bin/true"))
 }

@@ -60,6 +60,11 @@ export class Denied extends SandboxError {
         this.result = result;
     }
 }
+/** The options a command request is built from (StreamOptions' own, and the call's signal). */
+const REQUEST_OPTIONS = new Set([
+    "session", "workspace", "cwd", "read", "write", "net", "spawn", "memoryMb", "timeout", "maxOutput",
+    "env", "stdin", "secrets", "signal",
+]);
 /** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
 export function defaultAddress(env = process.env) {
     const host = env.ALEPH_SANDBOX_HOST;
@@ -498,6 +503,13 @@ export class Client {
     static request(argv, o) {
         if (!Array.isArray(argv) || argv.some((a) => typeof a !== "string")) {
             throw new TypeError('argv is an array of strings, e.g. ["/bin/sh", "-c", "echo hi"]');
+        }
+        // A misspelt option (memoryMbb, timeoutSecs) would otherwise be
+        // dropped and the command run without the limit it meant to set.
+        for (const key of Object.keys(o)) {
+            if (!REQUEST_OPTIONS.has(key)) {
+                throw new TypeError(`unknown option ${JSON.stringify(key)} (known: ${[...REQUEST_OPTIONS].sort().join(", ")})`);
+            }
         }
         const req = {
             session: o.session ?? "default",

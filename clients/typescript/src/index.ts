@@ -197,6 +197,12 @@ export interface CallOptions {
   signal?: AbortSignal;
 }
 
+/** The options a command request is built from (StreamOptions' own, and the call's signal). */
+const REQUEST_OPTIONS: ReadonlySet<string> = new Set([
+  "session", "workspace", "cwd", "read", "write", "net", "spawn", "memoryMb", "timeout", "maxOutput",
+  "env", "stdin", "secrets", "signal",
+]);
+
 /** The options of `stream`; they mirror the flags of `aleph-sandbox exec`. */
 export interface StreamOptions extends CallOptions {
   /** The session (default "default"): its workspace, grants and limits. */
@@ -777,6 +783,13 @@ export class Client {
   private static request(argv: readonly string[], o: StreamOptions): JSONObject {
     if (!Array.isArray(argv) || argv.some((a) => typeof a !== "string")) {
       throw new TypeError('argv is an array of strings, e.g. ["/bin/sh", "-c", "echo hi"]');
+    }
+    // A misspelt option (memoryMbb, timeoutSecs) would otherwise be
+    // dropped and the command run without the limit it meant to set.
+    for (const key of Object.keys(o)) {
+      if (!REQUEST_OPTIONS.has(key)) {
+        throw new TypeError(`unknown option ${JSON.stringify(key)} (known: ${[...REQUEST_OPTIONS].sort().join(", ")})`);
+      }
     }
     const req: JSONObject = {
       session: o.session ?? "default",

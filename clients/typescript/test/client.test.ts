@@ -428,6 +428,12 @@ describe("Client against a real serve", { skip }, () => {
     });
     await assert.rejects(c.exec(["/bin/true"], { session: "ts10", net: "exa mple.com" }), { code: "invalid_argument", field: "net" });
     await assert.rejects(c.exec("/bin/true" as unknown as string[]), TypeError);
+    // A misspelt limit is refused, never dropped (the command would run
+    // without it), in every call that builds a command.
+    const misspelt = { session: "ts10", memoryMbb: 16 } as unknown as { session: string };
+    await assert.rejects(c.exec(["/bin/true"], misspelt), /unknown option "memoryMbb"/);
+    assert.throws(() => c.stream(["/bin/true"], { timeoutSecs: 1 } as unknown as { session: string }), /unknown option "timeoutSecs"/);
+    await assert.rejects(c.start(["/bin/true"], misspelt), /unknown option "memoryMbb"/);
     await assert.rejects(c.approve("", true), { code: "invalid_argument", field: "id" });
     await assert.rejects(c.approve("no-such-request", true), { code: "not_found", reasonCode: "approval_unknown" });
     // Positive control: the same client's well-formed request runs.
