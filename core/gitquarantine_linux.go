@@ -36,7 +36,7 @@ func markGitScan(root string) gitMark {
 	defer unix.Close(fd)
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) == nil && unix.Fchmod(fd, st.Mode&0o7777) == nil && unix.Fstat(fd, &st) == nil {
-		return gitMark{sec: st.Ctim.Sec, nsec: st.Ctim.Nsec, ok: true}
+		return gitMark{sec: int64(st.Ctim.Sec), nsec: int64(st.Ctim.Nsec), ok: true}
 	}
 	t := time.Now().Truncate(2 * time.Second).Add(-time.Second)
 	return gitMark{sec: t.Unix(), nsec: int64(t.Nanosecond()), ok: true}
@@ -44,7 +44,8 @@ func markGitScan(root string) gitMark {
 
 // since reports whether ts is at or after the mark.
 func (m gitMark) since(ts unix.Timespec) bool {
-	return ts.Sec > m.sec || ts.Sec == m.sec && ts.Nsec >= m.nsec
+	sec, nsec := int64(ts.Sec), int64(ts.Nsec) // int32 fields on 32-bit builds
+	return sec > m.sec || sec == m.sec && nsec >= m.nsec
 }
 
 type gitScan struct {

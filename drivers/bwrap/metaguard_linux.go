@@ -87,6 +87,12 @@ type metaGuard struct {
 // metaGuardSocket is the pair sandbox-init sends the guard's listener on:
 // the launcher keeps local, sandbox-init inherits remote.
 func metaGuardSocket() (local, remote *os.File, err error) {
+	if strconv.IntSize != 64 {
+		// The guard reads the command's arguments in the 64-bit layouts
+		// (timespec, timeval, utimbuf); a 32-bit build would misread
+		// them, so the tier refuses to run rather than guard wrongly.
+		return nil, nil, errors.New("metadata guard: the Landlock tier needs a 64-bit build of the driver")
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, nil, fmt.Errorf("metadata guard socket: %w", err)
@@ -614,8 +620,7 @@ func (c *call) utimensat(dirfd int, pathAddr, timesAddr uint64, flags int) (int6
 		}
 		ts = &[2]unix.Timespec{}
 		for i := range 2 {
-			ts[i].Sec = int64(binary.NativeEndian.Uint64(b[16*i:]))
-			ts[i].Nsec = int64(binary.NativeEndian.Uint64(b[16*i+8:]))
+			ts[i] = mkTimespec(int64(binary.NativeEndian.Uint64(b[16*i:])), int64(binary.NativeEndian.Uint64(b[16*i+8:])))
 		}
 	}
 	var fd int
@@ -650,8 +655,7 @@ func (c *call) utimesTimeval(dirfd int, pathAddr, tvAddr uint64) (int64, unix.Er
 			if usec < 0 || usec >= 1_000_000 {
 				return -1, unix.EINVAL
 			}
-			ts[i].Sec = int64(binary.NativeEndian.Uint64(b[16*i:]))
-			ts[i].Nsec = usec * 1000
+			ts[i] = mkTimespec(int64(binary.NativeEndian.Uint64(b[16*i:])), usec*1000)
 		}
 	}
 	var fd int
@@ -677,8 +681,8 @@ func (c *call) utime(pathAddr, bufAddr uint64) (int64, unix.Errno) {
 			return -1, e
 		}
 		ts = &[2]unix.Timespec{
-			{Sec: int64(binary.NativeEndian.Uint64(b[0:]))},
-			{Sec: int64(binary.NativeEndian.Uint64(b[8:]))},
+			mkTimespec(int64(binary.NativeEndian.Uint64(b[0:])), 0),
+			mkTimespec(int64(binary.NativeEndian.Uint64(b[8:])), 0),
 		}
 	}
 	fd, e := c.resolve(atFDCWD, pathAddr, true, false)

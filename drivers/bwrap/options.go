@@ -209,6 +209,11 @@ func (o Options) Validate() error {
 	return nil
 }
 
+// DefaultMaxSessionNetworks is the default Config.MaxSessionNetworks
+// (max_session_networks): how many sessions may hold a network namespace
+// of their own at once.
+const DefaultMaxSessionNetworks = 64
+
 // maxSessionNetworks bounds max_session_networks: each namespace holds
 // processes and descriptors of its own.
 const maxSessionNetworks = 4096

@@ -63,11 +63,10 @@ import (
 // "ready\n" on stdout and waits for stdin to close.
 const NetnsHolderCommand = "sandbox-netns"
 
-// Defaults for Config.MaxSessionNetworks and Config.SessionNetworkIdle.
-const (
-	DefaultMaxSessionNetworks = 64
-	DefaultSessionNetworkIdle = 10 * time.Minute
-)
+// DefaultSessionNetworkIdle is the default Config.SessionNetworkIdle
+// (DefaultMaxSessionNetworks, which the options validate on every OS, is
+// in options.go).
+const DefaultSessionNetworkIdle = 10 * time.Minute
 
 // Session network modes (hostProbe.sessionNet).
 const (
