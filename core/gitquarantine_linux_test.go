@@ -15,6 +15,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/gitplant"
 )
 
 // hostShDriver runs "sh -c SCRIPT" on the host, in the command's cwd: a
@@ -34,41 +35,6 @@ func (d hostShDriver) Run(ctx context.Context, spec driverapi.RunSpec, streams d
 		return driverapi.Exit{ExitCode: int32(ee.ExitCode())}, nil
 	}
 	return driverapi.Exit{}, err
-}
-
-// plantRepoScript makes dir a git directory whose config runs a program
-// three ways (core.fsmonitor, core.pager, a "!" alias), each creating
-// marker-<way>.
-func plantRepoScript(dir string, bare bool, marker string) string {
-	return fmt.Sprintf(`mkdir -p %[1]s/objects %[1]s/refs/heads && echo 'ref: refs/heads/main' > %[1]s/HEAD &&
-printf '[core]\n\trepositoryformatversion = 0\n\tbare = %[2]t\n\tfsmonitor = "touch %[3]s-fsmonitor; true"\n\tpager = "touch %[3]s-pager; cat"\n[alias]\n\tpwn = "!touch %[3]s-alias"\n' > %[1]s/config`,
-		dir, bare, marker)
-}
-
-// hostGitRuns runs the host's git in dir the three ways the planted
-// config hooks (status for fsmonitor, a paginated log through a terminal
-// for the pager, the alias) and returns which markers exist afterwards.
-func hostGitRuns(t *testing.T, dir, marker string) []string {
-	t.Helper()
-	run := func(args ...string) {
-		c := exec.Command(args[0], args[1:]...)
-		c.Dir = dir
-		c.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir())
-		_, _ = c.CombinedOutput()
-	}
-	run("git", "status")
-	run("git", "pwn")
-	if _, err := exec.LookPath("script"); err == nil {
-		run("script", "-qec", "git -p log", "/dev/null")
-	}
-	var got []string
-	for _, way := range []string{"fsmonitor", "pager", "alias"} {
-		if _, err := os.Stat(marker + "-" + way); err == nil {
-			got = append(got, way)
-			_ = os.Remove(marker + "-" + way)
-		}
-	}
-	return got
 }
 
 func requireGit(t *testing.T) {
@@ -110,15 +76,15 @@ func TestGitQuarantinePlantedRepositories(t *testing.T) {
 		noGit    bool // the workspace has no .git of its own
 	}
 	scenarios := []scenario{
-		{"bare at the root", ".", func(ws, m string) string { return plantRepoScript(".", true, m) }, 2, "HEAD -> HEAD.aleph-quarantined", true},
-		{"bare in src shadowing the real .git", "src", func(ws, m string) string { return plantRepoScript("src", true, m) }, 2, "src/HEAD -> src/HEAD.aleph-quarantined", false},
-		{"nested .git", "sub", func(ws, m string) string { return "mkdir -p sub && " + plantRepoScript("sub/.git", false, m) }, 3, "sub/.git/HEAD -> sub/.git/HEAD.aleph-quarantined", false},
+		{"bare at the root", ".", func(ws, m string) string { return gitplant.Script(".", true, m) }, 2, "HEAD -> HEAD.aleph-quarantined", true},
+		{"bare in src shadowing the real .git", "src", func(ws, m string) string { return gitplant.Script("src", true, m) }, 2, "src/HEAD -> src/HEAD.aleph-quarantined", false},
+		{"nested .git", "sub", func(ws, m string) string { return "mkdir -p sub && " + gitplant.Script("sub/.git", false, m) }, 3, "sub/.git/HEAD -> sub/.git/HEAD.aleph-quarantined", false},
 		{"gitfile naming a repository outside", "gf", func(ws, m string) string {
 			g := filepath.Join(outside, "g-"+filepath.Base(m))
-			return plantRepoScript(g, false, m) + " && mkdir -p gf && echo 'gitdir: " + g + "' > gf/.git"
+			return gitplant.Script(g, false, m) + " && mkdir -p gf && echo 'gitdir: " + g + "' > gf/.git"
 		}, 3, "gf/.git -> gf/.git.aleph-quarantined", false},
 		{"bare in a directory made unreadable", "hid/r", func(ws, m string) string {
-			return plantRepoScript("hid/r", true, m) + " && chmod 0100 hid"
+			return gitplant.Script("hid/r", true, m) + " && chmod 0100 hid"
 		}, 2, "hid/r/HEAD -> hid/r/HEAD.aleph-quarantined", false},
 	}
 	for i, sc := range scenarios {
@@ -156,7 +122,7 @@ func TestGitQuarantinePlantedRepositories(t *testing.T) {
 				t.Fatalf("host plant: %v %s", err, out)
 			}
 			_ = os.Chmod(filepath.Join(ctl, "hid"), 0o700)
-			if got := hostGitRuns(t, filepath.Join(ctl, sc.gitDir), cm); len(got) < sc.wantWays {
+			if got := gitplant.Fires(t, filepath.Join(ctl, sc.gitDir), cm); len(got) < sc.wantWays {
 				t.Fatalf("control: the host-made repository ran %v, want %d ways: the attack is not shown", got, sc.wantWays)
 			}
 
@@ -166,7 +132,7 @@ func TestGitQuarantinePlantedRepositories(t *testing.T) {
 				t.Fatalf("plant: %v %+v %s", err, out, out.Stderr)
 			}
 			_ = os.Chmod(filepath.Join(ws, "hid"), 0o700)
-			if got := hostGitRuns(t, filepath.Join(ws, sc.gitDir), m); len(got) > 0 {
+			if got := gitplant.Fires(t, filepath.Join(ws, sc.gitDir), m); len(got) > 0 {
 				t.Fatalf("the host's git ran the planted program (%v)", got)
 			}
 			if out.GitQuarantine == nil || !slices.Contains(out.GitQuarantine.Renamed, sc.renamed) {
@@ -221,7 +187,7 @@ mkdir e && : > e/.git`, m)
 	if out.GitQuarantine == nil || strings.Join(out.GitQuarantine.Renamed, ",") != strings.Join(want, ",") {
 		t.Fatalf("renamed %+v, want %q", out.GitQuarantine, want)
 	}
-	if got := hostGitRuns(t, filepath.Join(ws, "configured.git"), m); len(got) > 0 {
+	if got := gitplant.Fires(t, filepath.Join(ws, "configured.git"), m); len(got) > 0 {
 		t.Fatalf("the changed config ran %v", got)
 	}
 	if b, err := exec.Command("git", "-C", filepath.Join(ws, "pushed.git"), "rev-parse", "--is-bare-repository").CombinedOutput(); err != nil || strings.TrimSpace(string(b)) != "true" {
@@ -285,7 +251,7 @@ func TestGitQuarantineAllowLeavesRepositories(t *testing.T) {
 				t.Fatal(err)
 			}
 			out, err := sb.Execute(context.Background(), Command{
-				SessionID: "s", Program: "sh", Args: []string{plantRepoScript("r", true, filepath.Join(t.TempDir(), "m"))},
+				SessionID: "s", Program: "sh", Args: []string{gitplant.Script("r", true, filepath.Join(t.TempDir(), "m"))},
 			})
 			if err != nil {
 				t.Fatal(err)

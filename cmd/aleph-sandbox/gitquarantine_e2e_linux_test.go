@@ -13,39 +13,8 @@ import (
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/gitplant"
 )
-
-// plantScript makes dir a git directory whose config runs a program three
-// ways (core.fsmonitor, core.pager, a "!" alias), each creating
-// marker-<way>.
-func plantScript(dir string, bare bool, marker string) string {
-	return fmt.Sprintf(`mkdir -p %[1]s/objects %[1]s/refs/heads && echo 'ref: refs/heads/main' > %[1]s/HEAD &&
-printf '[core]\n\trepositoryformatversion = 0\n\tbare = %[2]t\n\tfsmonitor = "touch %[3]s-fsmonitor; true"\n\tpager = "touch %[3]s-pager; cat"\n[alias]\n\tpwn = "!touch %[3]s-alias"\n' > %[1]s/config`,
-		dir, bare, marker)
-}
-
-// gitFires runs the host's git in dir the three ways the planted config
-// hooks and returns which markers it created.
-func gitFires(t *testing.T, dir, marker string) []string {
-	t.Helper()
-	run := func(args ...string) {
-		c := exec.Command(args[0], args[1:]...)
-		c.Dir = dir
-		c.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir())
-		_, _ = c.CombinedOutput()
-	}
-	run("git", "status")
-	run("git", "pwn")
-	run("script", "-qec", "git -p log", "/dev/null")
-	var got []string
-	for _, way := range []string{"fsmonitor", "pager", "alias"} {
-		if _, err := os.Stat(marker + "-" + way); err == nil {
-			got = append(got, way)
-			_ = os.Remove(marker + "-" + way)
-		}
-	}
-	return got
-}
 
 // TestGitQuarantineEndToEnd: through the real CLI, driver and sandbox, a
 // command plants repositories whose config runs a program (a bare one at
@@ -111,16 +80,16 @@ func TestGitQuarantineEndToEnd(t *testing.T) {
 				// Control: the host makes the same repository and its
 				// git runs the program.
 				cm := filepath.Join(markers, fmt.Sprintf("%s-ctl%d", tc.session, i))
-				hp := exec.Command("/bin/sh", "-c", plantScript(r.dir, r.bare, cm))
+				hp := exec.Command("/bin/sh", "-c", gitplant.Script(r.dir, r.bare, cm))
 				hp.Dir = ctl
 				if out, err := hp.CombinedOutput(); err != nil {
 					t.Fatalf("host plant: %v %s", err, out)
 				}
 				gitDir := strings.TrimSuffix(r.dir, "/.git")
-				if got := gitFires(t, filepath.Join(ctl, gitDir), cm); len(got) < r.ways {
+				if got := gitplant.Fires(t, filepath.Join(ctl, gitDir), cm); len(got) < r.ways {
 					t.Fatalf("control %s: the host-made repository ran %v, want %d ways", r.dir, got, r.ways)
 				}
-				script = append(script, plantScript(r.dir, r.bare, filepath.Join(markers, fmt.Sprintf("%s-cmd%d", tc.session, i))))
+				script = append(script, gitplant.Script(r.dir, r.bare, filepath.Join(markers, fmt.Sprintf("%s-cmd%d", tc.session, i))))
 			}
 			script = append(script, "echo ok > ok.txt")
 			code, out, errOut := h.run(t, "exec", "--session", tc.session, "--spawn", "--yes", "--json", "--", "/bin/sh", "-c", strings.Join(script, " && "))
@@ -133,7 +102,7 @@ func TestGitQuarantineEndToEnd(t *testing.T) {
 			}
 			for i, r := range tc.repos {
 				gitDir := strings.TrimSuffix(r.dir, "/.git")
-				if got := gitFires(t, filepath.Join(ws, gitDir), filepath.Join(markers, fmt.Sprintf("%s-cmd%d", tc.session, i))); len(got) > 0 {
+				if got := gitplant.Fires(t, filepath.Join(ws, gitDir), filepath.Join(markers, fmt.Sprintf("%s-cmd%d", tc.session, i))); len(got) > 0 {
 					t.Errorf("%s: the host's git ran the planted program (%v)", r.dir, got)
 				}
 				if res.GitQuarantine == nil || !slices.Contains(res.GitQuarantine.Renamed, r.renamed) {
