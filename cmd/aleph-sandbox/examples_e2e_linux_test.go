@@ -125,7 +125,7 @@ func TestReadmePythonQuickStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)## From Python[^\n]*\n+```sh\n(.*?)```").FindSubmatch(data)
+	m := regexp.MustCompile("(?s)## From Python[^\n]*\n+(?:<!--[^\n]*-->\n+)?```sh\n(.*?)```").FindSubmatch(data)
 	if m == nil {
 		t.Fatal("README.md has no \"From Python\" sh block")
 	}
@@ -167,7 +167,7 @@ func TestReadmeTypeScriptQuickStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := regexp.MustCompile("(?s)## From TypeScript[^\n]*\n+```sh\n(.*?)```").FindSubmatch(data)
+	m := regexp.MustCompile("(?s)## From TypeScript[^\n]*\n+(?:<!--[^\n]*-->\n+)?```sh\n(.*?)```").FindSubmatch(data)
 	if m == nil {
 		t.Fatal("README.md has no \"From TypeScript\" sh block")
 	}

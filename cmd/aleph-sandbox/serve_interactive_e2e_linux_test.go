@@ -167,7 +167,9 @@ func (r *hostRun) wait(t *testing.T) int {
 func TestServeHostInteractiveStdin(t *testing.T) {
 	h := newServeHarness(t)
 	sock := filepath.Join(t.TempDir(), "run", "aleph.sock")
-	srv := h.start(t, sock, "")
+	// The byte-count case asks for 16 MiB of output, above the default
+	// ceiling (serve.max_output_bytes, 1 MiB), so this server raises it.
+	srv := h.start(t, sock, "[serve]\nmax_output_bytes = 16777216\n")
 
 	t.Run("lines answered as they arrive, EOF ends", func(t *testing.T) {
 		r := startHostExec(t, h, sock, "--workspace", t.TempDir(), "--spawn", "--yes", "-i", "--",

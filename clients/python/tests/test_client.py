@@ -31,6 +31,10 @@ class Server:
             "ALEPH_SANDBOX_SANDBOX__AUDIT_LOG": "",
         })
         env.pop("ALEPH_SANDBOX_HOST", None)
+        # Some tests stream more than the default output ceiling (1 MiB).
+        os.makedirs(os.path.join(self.dir, "config", "aleph-sandbox"))
+        with open(os.path.join(self.dir, "config", "aleph-sandbox", "config.toml"), "w") as f:
+            f.write("[serve]\nmax_output_bytes = %d\n" % (16 << 20))
         self.log = open(os.path.join(self.dir, "serve.log"), "wb")
         self.proc = subprocess.Popen([os.path.join(BIN, "aleph-sandbox"), "serve", "--listen", "unix:" + self.sock] + list(extra),
                                      env=env, stdout=subprocess.DEVNULL, stderr=self.log)

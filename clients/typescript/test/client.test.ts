@@ -50,6 +50,9 @@ class Server {
       ALEPH_SANDBOX_SANDBOX__AUDIT_LOG: "",
     };
     delete env.ALEPH_SANDBOX_HOST;
+    // Some tests stream more than the default output ceiling (1 MiB).
+    fs.mkdirSync(path.join(this.dir, "config", "aleph-sandbox"), { recursive: true });
+    fs.writeFileSync(path.join(this.dir, "config", "aleph-sandbox", "config.toml"), `[serve]\nmax_output_bytes = ${16 << 20}\n`);
     const proc = spawn(exe, ["serve", "--listen", this.addr, ...extra], { env, stdio: ["ignore", "ignore", "pipe"] });
     this.proc = proc;
     proc.stderr!.on("data", (d: Buffer) => (this.log += d.toString()));
