@@ -91,15 +91,10 @@ func mustRel(base, p string) string {
 // sameEntry compares host entry src with its copy dest as copyEntry made
 // it (follow: a top-level entry, whose symlink the copy followed).
 func sameEntry(src, dest string, follow bool) error {
-	var hs, vs unix.Stat_t
-	var err error
-	if follow {
-		err = unix.Stat(src, &hs)
-	} else {
-		err = unix.Lstat(src, &hs)
-	}
+	var vs unix.Stat_t
+	hs, err := statEntry(src, follow)
 	if err != nil {
-		return fmt.Errorf("etc view: %s: %w", src, err)
+		return err
 	}
 	skipped := false
 	switch hs.Mode & unix.S_IFMT {

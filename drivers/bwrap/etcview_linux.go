@@ -342,15 +342,9 @@ func mkdirParents(etc, dest string) error {
 // followed (the top-level entries, as a bind follows them) or copied as a
 // symlink (entries inside a directory, as a bind shows them).
 func copyEntry(src, dest string, follow bool) error {
-	var st unix.Stat_t
-	var err error
-	if follow {
-		err = unix.Stat(src, &st)
-	} else {
-		err = unix.Lstat(src, &st)
-	}
+	st, err := statEntry(src, follow)
 	if err != nil {
-		return fmt.Errorf("etc view: %s: %w", src, err)
+		return err
 	}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFLNK:
@@ -487,4 +481,20 @@ func lastUsedView(ents []fs.DirEntry) string {
 		}
 	}
 	return keep
+}
+
+// statEntry stats an /etc entry as the view sees it: following a
+// top-level entry's symlink (follow), not one inside a directory.
+func statEntry(src string, follow bool) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	var err error
+	if follow {
+		err = unix.Stat(src, &st)
+	} else {
+		err = unix.Lstat(src, &st)
+	}
+	if err != nil {
+		return st, fmt.Errorf("etc view: %s: %w", src, err)
+	}
+	return st, nil
 }
