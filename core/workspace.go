@@ -554,8 +554,10 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	var stdout, stderr limitedBuffer
 	stdout.limit, stderr.limit = outBudget, errBudget
 	streams := driverapi.Streams{Stdout: tee(&stdout, cmd.Stdout, outBudget), Stderr: tee(&stderr, cmd.Stderr, errBudget)}
+	var liveOut, liveErr *liveFirst
 	if cmd.StreamOnly {
-		streams = driverapi.Streams{Stdout: streamOnly(&stdout, cmd.Stdout), Stderr: streamOnly(&stderr, cmd.Stderr)}
+		liveOut, liveErr = streamOnly(&stdout, cmd.Stdout), streamOnly(&stderr, cmd.Stderr)
+		streams = driverapi.Streams{Stdout: liveOut, Stderr: liveErr}
 	}
 	spec := driverapi.RunSpec{
 		Program: cmd.Program, Args: cmd.Args, Env: env, Stdin: cmd.Stdin, Cwd: cwd,
@@ -620,10 +622,15 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	r.rec.ExitCode, r.rec.Signal = exit.ExitCode, exit.Signal
 	r.rec.TimedOut, r.rec.Truncated = exit.TimedOut, exit.Truncated
 	r.rec.Details = maps.Clone(exit.Details)
-	return &Output{
+	o := &Output{
 		Stdout: stdout.buf, Stderr: stderr.buf, Exit: exit, Backend: hc.Backend,
 		CommandID: r.rec.CommandID, ProfileDigest: prof.Digest, Verdicts: r.verdicts,
-	}, nil
+	}
+	if cmd.StreamOnly {
+		o.Streamed = true
+		o.StreamedStdout, o.StreamedStderr = liveOut.sent(), liveErr.sent()
+	}
+	return o, nil
 }
 
 // roundUpMS rounds d up to a whole millisecond, the resolution of the
