@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -587,8 +588,10 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	sigCtx, cancelSig := context.WithCancelCause(ctx)
 	runCtx, cancelRun := context.WithTimeout(sigCtx, timeout+s.runGrace)
 	stopSignals := s.forwardSignals(runCtx, cancelSig, hc, r.rec.CommandID, cmd.Signals)
+	grace, stopTerm := s.termBeforeTimeout(runCtx, hc, r.rec.CommandID, timeout)
 	runStart := time.Now()
 	exit, err := s.runDriver(runCtx, cmd, spec, streams)
+	termSent := stopTerm()
 	stopSignals()
 	killedBySignal := errors.Is(context.Cause(sigCtx), ErrSignalEnded)
 	overdue := runCtx.Err() != nil && ctx.Err() == nil && !killedBySignal
@@ -619,6 +622,18 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		return nil, s.driverErr("Run", err)
 	}
 	exit.Truncated = exit.Truncated || stdout.truncated || stderr.truncated
+	if termSent {
+		// The timeout's SIGTERM reached it: however it ended (dead of
+		// TERM, its handler's exit status, or killed at the timeout), it
+		// ran out of time. ExitCode and Signal stay what they were, so
+		// the result says which signal ended it.
+		exit.TimedOut = true
+		exit.Details = maps.Clone(exit.Details)
+		if exit.Details == nil {
+			exit.Details = map[string]string{}
+		}
+		exit.Details["timeout_term_grace_ms"] = strconv.FormatInt(grace.Milliseconds(), 10)
+	}
 	r.rec.ExitCode, r.rec.Signal = exit.ExitCode, exit.Signal
 	r.rec.TimedOut, r.rec.Truncated = exit.TimedOut, exit.Truncated
 	r.rec.Details = maps.Clone(exit.Details)
