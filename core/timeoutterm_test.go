@@ -12,7 +12,7 @@ import (
 
 // deadlineDriver is waitingDriver with a driver's own timeout: a command
 // still running at spec.Timeout is killed (SIGKILL), as the real drivers
-// do. ignoreTERM makes its command ignore SIGTERM (a trap ”); exitAfter,
+// do. ignoreTERM makes its command ignore SIGTERM (as trap "" TERM does); exitAfter,
 // when set, makes it end by itself, exit 0, that soon.
 type deadlineDriver struct {
 	*waitingDriver
