@@ -53,6 +53,12 @@ type SandboxConfig struct {
 	ApprovalTimeoutSeconds int64    `koanf:"approval_timeout_seconds" json:"approval_timeout_seconds" toml:"approval_timeout_seconds"`
 	HookPlugins            []string `koanf:"hook_plugins" json:"hook_plugins" toml:"hook_plugins"`
 	HookTimeoutMS          int64    `koanf:"hook_timeout_ms" json:"hook_timeout_ms" toml:"hook_timeout_ms"`
+	// TimeoutTermGraceMS is how long before its timeout a command is sent
+	// SIGTERM, so that it can end cleanly before the driver kills it
+	// (SIGKILL) at the timeout: the grace is part of the timeout, never
+	// added to it, and is at most half of it. 0: killed at the timeout
+	// without warning.
+	TimeoutTermGraceMS int64 `koanf:"timeout_term_grace_ms" json:"timeout_term_grace_ms" toml:"timeout_term_grace_ms"`
 	// AuditLog is the JSON-lines ledger file; empty disables the file (the
 	// capability_ledger log lines remain).
 	AuditLog string `koanf:"audit_log" json:"audit_log" toml:"audit_log"`
@@ -332,6 +338,10 @@ func DataDir() string {
 	return filepath.Join(home, ".local", "share", "aleph-sandbox")
 }
 
+// DefaultTimeoutTermGraceMS is sandbox.timeout_term_grace_ms by default:
+// a command is warned (SIGTERM) 2 s before its timeout kills it.
+const DefaultTimeoutTermGraceMS = 2000
+
 // DefaultConfig is the configuration with nothing set.
 func DefaultConfig() Config {
 	data := DataDir()
@@ -343,6 +353,7 @@ func DefaultConfig() Config {
 		AuditOnFailure:         AuditFailOpen,
 		HookPlugins:            []string{},
 		HookTimeoutMS:          2000,
+		TimeoutTermGraceMS:     DefaultTimeoutTermGraceMS,
 		CommandPolicy: CommandPolicyConfig{
 			Enabled: true, Enforcement: "block", UseDefaultRules: true, CustomRules: []CustomRule{},
 		},
@@ -952,6 +963,10 @@ func (c Config) Validate() error {
 		return bad("hook_timeout_ms", "must be > 0")
 	case s.HookTimeoutMS > maxConfigSeconds*1000:
 		return bad("hook_timeout_ms", fmt.Sprintf("must be <= %d (one year)", int64(maxConfigSeconds*1000)))
+	case s.TimeoutTermGraceMS < 0:
+		return bad("timeout_term_grace_ms", "must be >= 0 (0: killed at the timeout without SIGTERM first)")
+	case s.TimeoutTermGraceMS > maxConfigSeconds*1000:
+		return bad("timeout_term_grace_ms", fmt.Sprintf("must be <= %d (one year)", int64(maxConfigSeconds*1000)))
 	case s.AuditLog != "" && !filepath.IsAbs(s.AuditLog):
 		return bad("audit_log", fmt.Sprintf("must be an absolute path or empty, got %q", s.AuditLog))
 	case s.AuditOnFailure != AuditFailOpen && s.AuditOnFailure != AuditFailClosed:

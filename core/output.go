@@ -48,15 +48,21 @@ type liveFirst struct {
 	buf    *limitedBuffer
 	live   io.Writer
 	failed bool
+	// streamed counts the bytes the live writer took (under buf.mu).
+	streamed int64
 }
 
 // streamOnly is the writer of one stream of a StreamOnly command; without
 // a live writer it is the buffer.
-func streamOnly(buf *limitedBuffer, live io.Writer) io.Writer {
-	if live == nil {
-		return buf
-	}
-	return &liveFirst{buf: buf, live: live}
+func streamOnly(buf *limitedBuffer, live io.Writer) *liveFirst {
+	return &liveFirst{buf: buf, live: live, failed: live == nil}
+}
+
+// sent is how many bytes reached the live writer.
+func (w *liveFirst) sent() int64 {
+	w.buf.mu.Lock()
+	defer w.buf.mu.Unlock()
+	return w.streamed
 }
 
 func (w *liveFirst) Write(p []byte) (int, error) {
@@ -75,10 +81,14 @@ func (w *liveFirst) Write(p []byte) (int, error) {
 	}
 	if !failed {
 		n, err := w.live.Write(p)
-		if err == nil {
+		n = min(max(n, 0), len(p))
+		w.buf.mu.Lock()
+		w.streamed += int64(n)
+		w.buf.mu.Unlock()
+		if err == nil && n == len(p) {
 			return n0, nil
 		}
-		p = p[min(max(n, 0), len(p)):]
+		p = p[n:]
 	}
 	w.buf.mu.Lock()
 	w.failed = true

@@ -184,8 +184,10 @@ type ProcessStats struct {
 	// waited for).
 	Held int
 	// OutputBytes is the output the rings hold, StdinBytes the written
-	// stdin not yet read.
-	OutputBytes, StdinBytes int64
+	// stdin not yet read, ResultBytes the output kept for the results
+	// Wait returns (of running processes, and of ended ones not yet
+	// waited for).
+	OutputBytes, StdinBytes, ResultBytes int64
 	// Started counts the processes started; Exited those ended, by
 	// outcome (ProcessOK, ...).
 	Started uint64
@@ -207,6 +209,10 @@ func (t *ProcessTable) Stats() ProcessStats {
 	for _, p := range ps {
 		p.mu.Lock()
 		st.OutputBytes += int64(len(p.ring))
+		st.ResultBytes += int64(len(p.stdout) + len(p.stderr))
+		if o := p.result.Output; o != nil {
+			st.ResultBytes += int64(len(o.Stdout) + len(o.Stderr))
+		}
 		if !p.ended() {
 			st.Running++
 		}
@@ -225,12 +231,15 @@ type process struct {
 	resize               chan driverapi.WindowSize
 	tty                  bool
 
-	mu     sync.Mutex
-	ring   []byte
-	start  int64 // offset of ring[0]
-	notify chan struct{}
-	done   chan struct{}
-	result ProcessResult
+	mu    sync.Mutex
+	ring  []byte
+	start int64 // offset of ring[0]
+	// stdout and stderr are the copy kept for the result while it runs
+	// (within the budget); then the result holds it.
+	stdout, stderr []byte
+	notify         chan struct{}
+	done           chan struct{}
+	result         ProcessResult
 	// backstop cancels the run killBackstop after the first KILL (one
 	// timer however many come); the run's end stops it.
 	backstop *time.Timer
@@ -262,7 +271,13 @@ func (t *ProcessTable) Start(ctx context.Context, cmd Command) (string, error) {
 	}
 	ring := &ringWriter{p: p, limit: t.limits.RingBytes}
 	cmd.StdinStream, cmd.Signals = p.stdin, p.signals
-	cmd.Stdout, cmd.Stderr = ring, ring
+	// The output goes to the ring and, for the result Wait returns, to a
+	// copy the table keeps itself (not the pipeline: StreamOnly), so that
+	// ProcessStats counts every byte a process holds. The pipeline hands
+	// the writers no more than the budget of each stream.
+	cmd.Stdout = io.MultiWriter(ring, keepWriter{p: p, buf: &p.stdout})
+	cmd.Stderr = io.MultiWriter(ring, keepWriter{p: p, buf: &p.stderr})
+	cmd.StreamOnly = true
 	if cmd.Tty != nil {
 		cmd.Resize = p.resize
 	}
@@ -304,6 +319,15 @@ func (t *ProcessTable) Start(ctx context.Context, cmd Command) (string, error) {
 		if p.backstop != nil {
 			p.backstop.Stop()
 		}
+		if out != nil && out.Streamed {
+			// The result's output is the whole of it: the table's copy,
+			// then what the writers did not take (nothing: they never
+			// fail).
+			out.Stdout = append(p.stdout, out.Stdout...)
+			out.Stderr = append(p.stderr, out.Stderr...)
+			out.Streamed, out.StreamedStdout, out.StreamedStderr = false, 0, 0
+		}
+		p.stdout, p.stderr = nil, nil
 		p.result = ProcessResult{Output: out, Err: err}
 		close(p.done)
 		close(p.notify)
@@ -311,6 +335,19 @@ func (t *ProcessTable) Start(ctx context.Context, cmd Command) (string, error) {
 		p.mu.Unlock()
 	}()
 	return p.id, nil
+}
+
+// keepWriter appends output to the copy a process keeps for its result.
+type keepWriter struct {
+	p   *process
+	buf *[]byte
+}
+
+func (w keepWriter) Write(b []byte) (int, error) {
+	w.p.mu.Lock()
+	defer w.p.mu.Unlock()
+	*w.buf = append(*w.buf, b...)
+	return len(b), nil
 }
 
 // ringWriter appends output to a process's ring, dropping the oldest bytes

@@ -363,3 +363,40 @@ func TestProcessRepeatedKillsHoldNothing(t *testing.T) {
 		t.Fatalf("result %+v %v, want the cancelled run's", res, err)
 	}
 }
+
+// What a process holds for its result is counted (ResultBytes), besides
+// its ring: while it runs and once it has ended until it is waited for;
+// Wait returns the whole output, and then nothing is held.
+func TestProcessResultBytesCounted(t *testing.T) {
+	_, pt := newProcTable(t, &streamDriver{}, ProcessLimits{})
+	id, err := pt.Start(context.Background(), Command{SessionID: "s", Program: "prog"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pt.Write(context.Background(), id, []byte("one\n")); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, pt, id, "got:one\n")
+	if st := pt.Stats(); st.ResultBytes != int64(len("got:one\n")) || st.OutputBytes != st.ResultBytes {
+		t.Fatalf("running: ResultBytes %d, OutputBytes %d; want %d each", st.ResultBytes, st.OutputBytes, len("got:one\n"))
+	}
+	if err := pt.CloseStdin(id); err != nil {
+		t.Fatal(err)
+	}
+	readUntil(t, pt, id, "eof\n")
+	deadline := time.Now().Add(10 * time.Second)
+	for pt.Stats().Running > 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	want := "got:one\neof\n"
+	if st := pt.Stats(); st.Running != 0 || st.ResultBytes != int64(len(want)) {
+		t.Fatalf("ended, not waited for: running %d, ResultBytes %d; want 0, %d", st.Running, st.ResultBytes, len(want))
+	}
+	res, err := pt.Wait(context.Background(), id)
+	if err != nil || res.Err != nil || string(res.Output.Stdout) != want || res.Output.Streamed {
+		t.Fatalf("wait: %+v %v", res, err)
+	}
+	if st := pt.Stats(); st.ResultBytes != 0 {
+		t.Fatalf("after Wait: ResultBytes %d, want 0", st.ResultBytes)
+	}
+}

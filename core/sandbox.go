@@ -85,6 +85,12 @@ type Output struct {
 	ProfileDigest string
 	// Verdicts are the before-hooks' answers (Allow and Warn).
 	Verdicts []driverapi.Verdict
+	// Streamed is set for a Command.StreamOnly command: Stdout and Stderr
+	// then hold only what the live writers did not take, and
+	// StreamedStdout and StreamedStderr count what they took, so a caller
+	// can tell output that was streamed from output that was empty.
+	Streamed                       bool
+	StreamedStdout, StreamedStderr int64
 	// GitQuarantine, when set, says which git repositories the command
 	// planted in its workspace were neutralised after it ended (so that
 	// the host's git does not run what they configure), or that the

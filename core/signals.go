@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -137,5 +138,64 @@ func watchEarlySignals(ctx context.Context, sigs <-chan driverapi.Signal) (pre c
 			wg.Wait()
 			cancel(nil) // pre is done with; a signal's cause stays
 		})
+	}
+}
+
+// termGrace is how long before a command's timeout it is sent SIGTERM:
+// sandbox.timeout_term_grace_ms, at most half the timeout (a short
+// timeout keeps most of its time before the warning), nothing under a
+// millisecond (the driver protocol's resolution).
+func termGrace(configured, timeout time.Duration) time.Duration {
+	g := min(configured, timeout/2)
+	if g < time.Millisecond {
+		return 0
+	}
+	return g.Truncate(time.Millisecond)
+}
+
+// termBeforeTimeout sends SIGTERM to the command grace before its timeout,
+// through the driver's signal call: the command's TERM handler runs (a
+// build tool removes its lock, a server closes its connections) and the
+// command ends on its own. One that is still running at the timeout is
+// killed by the driver (SIGKILL), as before: the grace is part of the
+// timeout, so a command never runs longer than its timeout. Nothing is
+// sent through a driver without the signal call (it could only kill the
+// tree, which its own deadline does at the timeout), nor when the grace
+// is 0. stop ends the timer and reports whether SIGTERM reached the
+// command (then its end, however it came, is the timeout's doing).
+func (s *WorkspaceSandbox) termBeforeTimeout(ctx context.Context, hc driverapi.HostCapabilities, commandID string,
+	timeout time.Duration) (grace time.Duration, stop func() (sent bool)) {
+	grace = termGrace(time.Duration(s.cfg.Sandbox.TimeoutTermGraceMS)*time.Millisecond, timeout)
+	sg, ok := s.driver.(driverapi.Signaler)
+	if grace <= 0 || !ok || !hc.Supports(driverapi.CallSignal) {
+		return 0, func() bool { return false }
+	}
+	var sent atomic.Bool
+	done := make(chan struct{})
+	t := time.NewTimer(timeout - grace)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		select {
+		case <-t.C:
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		}
+		// A command that has ended meanwhile is not running: the delivery
+		// fails and it is not reported as ended by the timeout.
+		if err := deliverSignal(ctx, done, sg, commandID, driverapi.SignalTERM); err != nil {
+			s.logger.Debug("timeout SIGTERM not delivered", "command_id", commandID, "error", err)
+			return
+		}
+		sent.Store(true)
+	}()
+	return grace, func() bool {
+		t.Stop()
+		close(done)
+		wg.Wait()
+		return sent.Load()
 	}
 }

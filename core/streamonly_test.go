@@ -41,6 +41,11 @@ func TestStreamOnlyKeepsOnlyWhatWasNotStreamed(t *testing.T) {
 	if len(o.Stdout) != 0 || len(o.Stderr) != 0 || !bytes.Equal(live.Bytes(), out) || liveErr.String() != "err" || o.Exit.Truncated {
 		t.Fatalf("streamed: kept %d+%d bytes, streamed %d (truncated %v); want 0 kept, all streamed", len(o.Stdout), len(o.Stderr), live.Len(), o.Exit.Truncated)
 	}
+	// The output says it was streamed, and how much: "streamed" is not
+	// "empty".
+	if !o.Streamed || o.StreamedStdout != int64(len(out)) || o.StreamedStderr != 3 {
+		t.Fatalf("streamed: Streamed %v, counts %d/%d; want true, %d/3", o.Streamed, o.StreamedStdout, o.StreamedStderr, len(out))
+	}
 
 	// A budget below the output: the stream stops at the budget and the
 	// result says it was truncated, keeping nothing.
@@ -62,6 +67,9 @@ func TestStreamOnlyKeepsOnlyWhatWasNotStreamed(t *testing.T) {
 	if got := append(fw.got.Bytes(), o.Stdout...); !bytes.Equal(got, out) || fw.got.Len() != 100 {
 		t.Fatalf("failed stream: streamed %d + kept %d, want 100 + the rest, in order", fw.got.Len(), len(o.Stdout))
 	}
+	if o.StreamedStdout != 100 {
+		t.Fatalf("failed stream: StreamedStdout %d, want the 100 bytes the writer took", o.StreamedStdout)
+	}
 
 	// Control: without StreamOnly, streamed and kept.
 	live.Reset()
@@ -69,7 +77,7 @@ func TestStreamOnlyKeepsOnlyWhatWasNotStreamed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(o.Stdout, out) || !bytes.Equal(live.Bytes(), out) {
-		t.Fatalf("control: kept %d, streamed %d", len(o.Stdout), live.Len())
+	if !bytes.Equal(o.Stdout, out) || !bytes.Equal(live.Bytes(), out) || o.Streamed {
+		t.Fatalf("control: kept %d, streamed %d, Streamed %v", len(o.Stdout), live.Len(), o.Streamed)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -554,8 +555,10 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	var stdout, stderr limitedBuffer
 	stdout.limit, stderr.limit = outBudget, errBudget
 	streams := driverapi.Streams{Stdout: tee(&stdout, cmd.Stdout, outBudget), Stderr: tee(&stderr, cmd.Stderr, errBudget)}
+	var liveOut, liveErr *liveFirst
 	if cmd.StreamOnly {
-		streams = driverapi.Streams{Stdout: streamOnly(&stdout, cmd.Stdout), Stderr: streamOnly(&stderr, cmd.Stderr)}
+		liveOut, liveErr = streamOnly(&stdout, cmd.Stdout), streamOnly(&stderr, cmd.Stderr)
+		streams = driverapi.Streams{Stdout: liveOut, Stderr: liveErr}
 	}
 	spec := driverapi.RunSpec{
 		Program: cmd.Program, Args: cmd.Args, Env: env, Stdin: cmd.Stdin, Cwd: cwd,
@@ -585,8 +588,10 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	sigCtx, cancelSig := context.WithCancelCause(ctx)
 	runCtx, cancelRun := context.WithTimeout(sigCtx, timeout+s.runGrace)
 	stopSignals := s.forwardSignals(runCtx, cancelSig, hc, r.rec.CommandID, cmd.Signals)
+	grace, stopTerm := s.termBeforeTimeout(runCtx, hc, r.rec.CommandID, timeout)
 	runStart := time.Now()
 	exit, err := s.runDriver(runCtx, cmd, spec, streams)
+	termSent := stopTerm()
 	stopSignals()
 	killedBySignal := errors.Is(context.Cause(sigCtx), ErrSignalEnded)
 	overdue := runCtx.Err() != nil && ctx.Err() == nil && !killedBySignal
@@ -617,13 +622,30 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		return nil, s.driverErr("Run", err)
 	}
 	exit.Truncated = exit.Truncated || stdout.truncated || stderr.truncated
+	if termSent {
+		// The timeout's SIGTERM reached it: however it ended (dead of
+		// TERM, its handler's exit status, or killed at the timeout), it
+		// ran out of time. ExitCode and Signal stay what they were, so
+		// the result says which signal ended it.
+		exit.TimedOut = true
+		exit.Details = maps.Clone(exit.Details)
+		if exit.Details == nil {
+			exit.Details = map[string]string{}
+		}
+		exit.Details["timeout_term_grace_ms"] = strconv.FormatInt(grace.Milliseconds(), 10)
+	}
 	r.rec.ExitCode, r.rec.Signal = exit.ExitCode, exit.Signal
 	r.rec.TimedOut, r.rec.Truncated = exit.TimedOut, exit.Truncated
 	r.rec.Details = maps.Clone(exit.Details)
-	return &Output{
+	o := &Output{
 		Stdout: stdout.buf, Stderr: stderr.buf, Exit: exit, Backend: hc.Backend,
 		CommandID: r.rec.CommandID, ProfileDigest: prof.Digest, Verdicts: r.verdicts,
-	}, nil
+	}
+	if cmd.StreamOnly {
+		o.Streamed = true
+		o.StreamedStdout, o.StreamedStderr = liveOut.sent(), liveErr.sent()
+	}
+	return o, nil
 }
 
 // roundUpMS rounds d up to a whole millisecond, the resolution of the

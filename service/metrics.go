@@ -76,6 +76,7 @@ type gauges struct {
 	connsOpen      int
 	refusedTotal   int64
 	refusedPeer    int64
+	held, heldPeak int64
 }
 
 // processOutcomes are the outcome labels of processes_exited_total, each
@@ -152,6 +153,15 @@ func (m *Metrics) write(w io.Writer, g gauges) {
 	b.WriteString("# HELP aleph_sandbox_process_output_bytes Output the processes' rings hold.\n")
 	b.WriteString("# TYPE aleph_sandbox_process_output_bytes gauge\n")
 	fmt.Fprintf(&b, "aleph_sandbox_process_output_bytes %d\n", p.OutputBytes)
+	b.WriteString("# HELP aleph_sandbox_execute_output_held_bytes Output Execute calls hold now: chunks on their way to the client and the unstreamed rest a result carries (streamed output is never held again).\n")
+	b.WriteString("# TYPE aleph_sandbox_execute_output_held_bytes gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_execute_output_held_bytes %d\n", g.held)
+	b.WriteString("# HELP aleph_sandbox_execute_output_held_bytes_max The most output Execute calls held at once since the service started.\n")
+	b.WriteString("# TYPE aleph_sandbox_execute_output_held_bytes_max gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_execute_output_held_bytes_max %d\n", g.heldPeak)
+	b.WriteString("# HELP aleph_sandbox_process_result_bytes Output kept for the processes' results (WaitProcess), within each one's budget, besides their rings.\n")
+	b.WriteString("# TYPE aleph_sandbox_process_result_bytes gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_process_result_bytes %d\n", p.ResultBytes)
 	b.WriteString("# HELP aleph_sandbox_process_stdin_bytes Stdin written to processes and not yet read by them.\n")
 	b.WriteString("# TYPE aleph_sandbox_process_stdin_bytes gauge\n")
 	fmt.Fprintf(&b, "aleph_sandbox_process_stdin_bytes %d\n", p.StdinBytes)
@@ -171,6 +181,7 @@ func (s *Server) MetricsHandler() http.Handler {
 		s.mu.Lock()
 		g := gauges{sessions: len(s.sessions)}
 		s.mu.Unlock()
+		g.held, g.heldPeak = s.held.now.Load(), s.held.peak.Load()
 		g.procs = s.procs.Stats()
 		if s.driverLaunches != nil {
 			g.driverLaunches = s.driverLaunches()

@@ -22,7 +22,7 @@ func TestMetricsText(t *testing.T) {
 	m.started() // one still running
 	var b strings.Builder
 	m.write(&b, gauges{sessions: 3, driverLaunches: 2, procs: core.ProcessStats{Running: 2, Held: 3, Started: 5,
-		OutputBytes: 1234, StdinBytes: 56, Exited: map[string]uint64{core.ProcessOK: 2, core.ProcessKilled: 1}}, auditFailures: 7})
+		OutputBytes: 1234, StdinBytes: 56, ResultBytes: 789, Exited: map[string]uint64{core.ProcessOK: 2, core.ProcessKilled: 1}}, auditFailures: 7, held: 32768, heldPeak: 65536})
 	out := b.String()
 	for _, want := range []string{
 		`aleph_sandbox_commands_total{outcome="ok",reason_code="allowed"} 2`,
@@ -45,7 +45,10 @@ func TestMetricsText(t *testing.T) {
 		`aleph_sandbox_processes_exited_total{outcome="denied"} 0`,
 		`aleph_sandbox_process_output_bytes 1234`,
 		`aleph_sandbox_process_stdin_bytes 56`,
+		`aleph_sandbox_process_result_bytes 789`,
 		`aleph_sandbox_audit_write_failures_total 7`,
+		`aleph_sandbox_execute_output_held_bytes 32768`,
+		`aleph_sandbox_execute_output_held_bytes_max 65536`,
 	} {
 		if !strings.Contains(out, want+"\n") {
 			t.Errorf("metrics lack %q:\n%s", want, out)

@@ -92,6 +92,7 @@ type Server struct {
 	policy    driverapi.Hook
 
 	metrics        *Metrics
+	held           heldBytes
 	driverLaunches func() int64
 	limits         core.ServeLimits
 	conns          *connLimits
@@ -402,22 +403,50 @@ func checkSession(field, session string) error {
 
 // streamWriter sends what the command writes as output chunks; one mutex
 // per call keeps chunks and approval requests in order of arrival.
+//
+// The command runs StreamOnly: what Write sends is not kept by the
+// pipeline for the result, so the service holds a command's output only
+// while one chunk is on its way (at most driverapi.MaxOutputChunk, as the
+// driver delivers it), counted in held. Send returns once the chunk is
+// written to the connection, so a client that does not read holds the
+// command back (flow control) instead of making the service buffer.
 type streamWriter struct {
 	mu     *sync.Mutex
 	stream *connect.ServerStream[hostv1.ExecuteResponse]
 	which  hostv1.OutputChunk_Stream
+	held   *heldBytes
 }
 
 func (w *streamWriter) Write(p []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	// p is the caller's buffer: copy it, the message outlives this call.
-	data := append([]byte(nil), p...)
+	// No copy of p: Send marshals the message onto the connection before
+	// it returns (connect keeps no reference to it), and p is the
+	// caller's until Write returns.
+	w.held.add(int64(len(p)))
+	defer w.held.add(-int64(len(p)))
 	if err := w.stream.Send(&hostv1.ExecuteResponse{Event: &hostv1.ExecuteResponse_Output{
-		Output: &hostv1.OutputChunk{Stream: w.which, Data: data}}}); err != nil {
+		Output: &hostv1.OutputChunk{Stream: w.which, Data: p}}}); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// heldBytes counts the output bytes Execute calls hold (chunks on their
+// way, and the unstreamed rest a result carries) and the most ever held
+// at once: the aleph_sandbox_execute_output_held_bytes gauges.
+type heldBytes struct {
+	now, peak atomic.Int64
+}
+
+func (h *heldBytes) add(n int64) {
+	v := h.now.Add(n)
+	for {
+		p := h.peak.Load()
+		if v <= p || h.peak.CompareAndSwap(p, v) {
+			return
+		}
+	}
 }
 
 // Execute implements the service.
@@ -495,8 +524,11 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 		delete(s.live, sigCh)
 		s.mu.Unlock()
 	}()
-	cmd.Stdout = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDOUT}
-	cmd.Stderr = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDERR}
+	cmd.Stdout = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDOUT, held: &s.held}
+	cmd.Stderr = &streamWriter{mu: &mu, stream: stream, which: hostv1.OutputChunk_STREAM_STDERR, held: &s.held}
+	// Streamed bytes are sent once and never held again: the result
+	// carries only what could not be streamed (output_streamed says so).
+	cmd.StreamOnly = true
 	if req.Msg.GetAnswerApprovals() {
 		ctx = withOwnApprover(ctx, func(r *hostv1.ApprovalRequest) error {
 			mu.Lock()
@@ -540,6 +572,9 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	}
 	mu.Lock()
 	defer mu.Unlock()
+	rest := int64(len(res.GetStdout()) + len(res.GetStderr()))
+	s.held.add(rest)
+	defer s.held.add(-rest)
 	return stream.Send(&hostv1.ExecuteResponse{Event: &hostv1.ExecuteResponse_Result{Result: res}})
 }
 
@@ -604,6 +639,7 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 		ExitCode: e.ExitCode, Signal: e.Signal, TimedOut: e.TimedOut, Truncated: e.Truncated,
 		OomKilled: e.OOMKilled, DurationMs: e.Duration.Milliseconds(), Backend: out.Backend,
 		CommandId: out.CommandID, ProfileDigest: out.ProfileDigest, ReasonCode: string(out.Reason()),
+		OutputStreamed: out.Streamed, StreamedStdoutBytes: out.StreamedStdout, StreamedStderrBytes: out.StreamedStderr,
 	}
 	for _, v := range out.Verdicts {
 		res.Verdicts = append(res.Verdicts, &hostv1.Verdict{Action: v.Action.String(), Rule: v.Rule, Reason: v.Reason, Hook: v.Hook})

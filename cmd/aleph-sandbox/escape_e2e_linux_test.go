@@ -1508,6 +1508,65 @@ func escapeTimeouts(t *testing.T, h *escapeHarness) {
 			t.Fatalf("control: exit %d %s", r.code, r.stderr)
 		}
 	})
+	t.Run("SIGTERM first, SIGKILL at the limit", func(t *testing.T) {
+		// At a command's timeout it is sent SIGTERM
+		// (sandbox.timeout_term_grace_ms, 2 s by default, before the
+		// limit) and killed at the limit only if still running; the
+		// result says timed out and which signal ended it.
+		if _, err := exec.LookPath("python3"); err != nil {
+			t.Skip("no python3 for the TERM handler")
+		}
+		run := func(t *testing.T, script string) (execResult, string) {
+			t.Helper()
+			marker := uniqueMarker("aleph-term")
+			r := h.exec(t, ws, []string{"--json", "--timeout", "4s"}, "python3", "-c", script, marker)
+			var o execResult
+			if err := json.Unmarshal([]byte(r.stdout), &o); err != nil || r.code != 0 || o.ExitCode == nil || o.Signal == nil {
+				t.Fatalf("exit %d: %v %.300s %s", r.code, err, r.stdout, r.stderr)
+			}
+			// Nothing of it is left, however it ended.
+			if left := waitGone(marker, goneWithin); len(left) > 0 {
+				t.Fatalf("escape: %d processes outlived the command: %v", len(left), left)
+			}
+			return o, marker
+		}
+		t.Run("its TERM handler runs", func(t *testing.T) {
+			done := filepath.Join(ws, "term-handler-ran")
+			os.Remove(done)
+			o, _ := run(t, `import signal, sys, time
+def bye(*a):
+    open("term-handler-ran", "w").write("cleaned up")
+    print("handler", flush=True)
+    sys.exit(3)
+signal.signal(signal.SIGTERM, bye)
+print("ready", flush=True)
+time.sleep(60)`)
+			if !o.TimedOut || *o.ExitCode != 3 || *o.Signal != 0 || o.Stdout != "ready\nhandler\n" {
+				t.Fatalf("timed_out %v exit %d signal %d stdout %q: want timed out, the handler's exit 3", o.TimedOut, *o.ExitCode, *o.Signal, o.Stdout)
+			}
+			if b, err := os.ReadFile(done); err != nil || string(b) != "cleaned up" {
+				t.Fatalf("the handler's file: %q %v", b, err)
+			}
+		})
+		t.Run("dies of TERM", func(t *testing.T) {
+			o, _ := run(t, `import time; print("ready", flush=True); time.sleep(60)`)
+			if !o.TimedOut || *o.Signal != 15 || *o.ExitCode != 143 {
+				t.Fatalf("timed_out %v exit %d signal %d: want timed out by SIGTERM (15)", o.TimedOut, *o.ExitCode, *o.Signal)
+			}
+		})
+		t.Run("ignores TERM, killed", func(t *testing.T) {
+			o, _ := run(t, `import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print("ready", flush=True); time.sleep(60)`)
+			if !o.TimedOut || *o.Signal != 9 || *o.ExitCode != 137 {
+				t.Fatalf("timed_out %v exit %d signal %d: want timed out by SIGKILL (9)", o.TimedOut, *o.ExitCode, *o.Signal)
+			}
+		})
+		t.Run("control: ends within its limit", func(t *testing.T) {
+			o, _ := run(t, `print("quick")`)
+			if o.TimedOut || *o.Signal != 0 || *o.ExitCode != 0 || o.Stdout != "quick\n" {
+				t.Fatalf("timed_out %v exit %d signal %d stdout %q", o.TimedOut, *o.ExitCode, *o.Signal, o.Stdout)
+			}
+		})
+	})
 	t.Run("daemons do not survive", func(t *testing.T) {
 		marker := uniqueMarker("aleph-orphan")
 		mf := filepath.Join(ws, "marker")

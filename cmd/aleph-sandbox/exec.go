@@ -362,7 +362,20 @@ func reportExec(io stdio, asJSON bool, out *core.Output, reason core.ReasonCode,
 	case e.TimedOut:
 		// Duration is how long the command's sandbox ran, setup included,
 		// which a limit shorter than the setup exceeds.
-		fmt.Fprintf(io.Err, "aleph-sandbox: timed out: the command reached its time limit (--timeout, or sandbox.default_timeout_seconds) and was killed after %s\n", e.Duration.Round(1e6))
+		// Which signal ended it: SIGTERM came sandbox.timeout_term_grace_ms
+		// before the limit, SIGKILL at it for a command still running.
+		how := "was killed"
+		switch {
+		case e.Signal == int32(syscall.SIGTERM):
+			how = "was sent SIGTERM before it and ended"
+		case e.Signal == int32(syscall.SIGKILL):
+			how = "was killed (SIGKILL)"
+		case e.Signal == 0:
+			how = fmt.Sprintf("was sent SIGTERM before it and exited with status %d", e.ExitCode)
+		case e.Signal > 0:
+			how = fmt.Sprintf("was sent SIGTERM before it and died of signal %d", e.Signal)
+		}
+		fmt.Fprintf(io.Err, "aleph-sandbox: timed out: the command reached its time limit (--timeout, or sandbox.default_timeout_seconds) and %s after %s\n", how, e.Duration.Round(1e6))
 		return exitTimedOut
 	case e.Signal > 0:
 		return 128 + int(e.Signal)

@@ -174,6 +174,9 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	}
 	var live liveOutput
 	var stdout, stderr io.Writer
+	// With --json the output is printed in the result, assembled from the
+	// chunks: the service sends each byte once.
+	var got streamedOutput
 	errTail := tailBuffer{max: 4096}
 	if !f.json {
 		// The same writers as in-process: the terminal filter where a
@@ -191,7 +194,7 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	var res *hostv1.ExecResult
 	stream, streamErr := c.Execute(execCtx, connect.NewRequest(req))
 	if streamErr == nil {
-		res, streamErr = receiveExec(execCtx, stream, c, ask, f.json, stdout, stderr, onStdinOpen)
+		res, streamErr = receiveExec(execCtx, stream, c, ask, &got, stdout, stderr, onStdinOpen)
 	}
 	if term != nil {
 		// Before any message of the CLI's own: they are written for a
@@ -242,7 +245,14 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 		}
 		return fail(std.Err, "%s", oneLine(res.GetReason()))
 	}
-	out := &core.Output{Stdout: res.GetStdout(), Stderr: res.GetStderr(), Backend: res.GetBackend(),
+	if !f.json && res.GetOutputStreamed() {
+		// What the service could not stream (normally nothing) comes
+		// after what it did, in each stream's order.
+		_, _ = stdout.Write(res.GetStdout())
+		_, _ = stderr.Write(res.GetStderr())
+	}
+	resOut, resErr := got.whole(res)
+	out := &core.Output{Stdout: resOut, Stderr: resErr, Backend: res.GetBackend(),
 		CommandID: res.GetCommandId(), Exit: driverapi.Exit{ExitCode: res.GetExitCode(), Signal: res.GetSignal(),
 			TimedOut: res.GetTimedOut(), Truncated: res.GetTruncated(), OOMKilled: res.GetOomKilled(),
 			Duration: durationMS(res.GetDurationMs())}}
@@ -271,15 +281,17 @@ func hostError(sock string, err error) string {
 }
 
 // receiveExec reads the call's events: output to stdout and stderr
-// (unless asJSON), approval requests answered by ask, then the result.
+// (with --json, where they are nil, into got), approval requests answered
+// by ask, then the result.
 func receiveExec(ctx context.Context, stream *connect.ServerStreamForClient[hostv1.ExecuteResponse], c hostv1connect.ServiceClient,
-	ask *approver, asJSON bool, stdout, stderr io.Writer, onStdinOpen func()) (*hostv1.ExecResult, error) {
+	ask *approver, got *streamedOutput, stdout, stderr io.Writer, onStdinOpen func()) (*hostv1.ExecResult, error) {
 	defer stream.Close()
 	var res *hostv1.ExecResult
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *hostv1.ExecuteResponse_Output:
-			if asJSON {
+			if stdout == nil {
+				got.add(ev.Output)
 				continue
 			}
 			w := stdout

@@ -37,8 +37,12 @@ func (h *mcpHost) Execute(ctx context.Context, cmd core.Command) (*core.Output, 
 	}
 	defer stream.Close()
 	var res *hostv1.ExecResult
+	// The output comes once, as chunks; the result repeats none of it.
+	var got streamedOutput
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
+		case *hostv1.ExecuteResponse_Output:
+			got.add(ev.Output)
 		case *hostv1.ExecuteResponse_ApprovalRequest:
 			r := ev.ApprovalRequest
 			prog, args := mcpSplitArgv(r.GetArgv())
@@ -59,7 +63,11 @@ func (h *mcpHost) Execute(ctx context.Context, cmd core.Command) (*core.Output, 
 	if res == nil {
 		return nil, errors.New("the service ended the call without a result")
 	}
-	return mcpOutputFrom(res)
+	o, err := mcpOutputFrom(res)
+	if o != nil {
+		o.Stdout, o.Stderr = got.whole(res)
+	}
+	return o, err
 }
 
 // mcpOutputFrom is a service result as Execute's return.

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -166,8 +167,12 @@ func client(sock string) hostv1connect.ServiceClient {
 type execOutcome struct {
 	chunks    []*hostv1.OutputChunk
 	approvals []*hostv1.ApprovalRequest
-	result    *hostv1.ExecResult
-	err       error
+	// result is the final message with the command's whole output in
+	// stdout and stderr, assembled from the chunks as a client does (the
+	// service sends each byte once); wire is the message as it came.
+	result *hostv1.ExecResult
+	wire   *hostv1.ExecResult
+	err    error
 }
 
 // execute runs req; onApproval (if set) answers approval requests.
@@ -189,10 +194,18 @@ func execute(ctx context.Context, c hostv1connect.ServiceClient, req *hostv1.Exe
 				onApproval(ev.ApprovalRequest)
 			}
 		case *hostv1.ExecuteResponse_Result:
-			o.result = ev.Result
+			o.wire = ev.Result
 		}
 	}
 	o.err = st.Err()
+	if o.wire != nil {
+		var got streamedOutput
+		for _, c := range o.chunks {
+			got.add(c)
+		}
+		o.result = proto.CloneOf(o.wire)
+		o.result.Stdout, o.result.Stderr = got.whole(o.wire)
+	}
 	return o
 }
 

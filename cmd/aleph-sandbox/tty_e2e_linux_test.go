@@ -320,3 +320,68 @@ func TestExecPipedStdinNotPassedSaysSo(t *testing.T) {
 		t.Fatalf("piped stdin with --stdin: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
 }
+
+// TestExecTerminalTimeoutTERM: a terminal command (exec -t) is warned at
+// its timeout as any other: its TERM handler runs (its words reach the
+// terminal) and the CLI says it timed out and how it ended; one that
+// ignores SIGTERM is killed at the limit, and nothing of either is left.
+func TestExecTerminalTimeoutTERM(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3 for the TERM handler")
+	}
+	h := newEscapeHarness(t)
+	ws := h.workspace(t)
+	for _, c := range []struct {
+		name, script, screen, says string
+	}{
+		{"handler runs", `import signal, sys, time
+def bye(*a):
+    print("handler-ran", flush=True)
+    sys.exit(3)
+signal.signal(signal.SIGTERM, bye)
+print("ready", flush=True)
+time.sleep(60)`, "handler-ran", "was sent SIGTERM before it and exited with status 3"},
+		{"ignores TERM", `import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+print("ready", flush=True)
+time.sleep(60)`, "ready", "was killed (SIGKILL)"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			master, slave := hostPty(t)
+			marker := uniqueMarker("aleph-ttyterm")
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, filepath.Join(h.bin, "aleph-sandbox"), "exec", "--workspace-root", h.root, "--workspace", ws,
+				"--session", "tty-"+t.Name(), "--timeout", "4s", "-t", "--", "python3", "-c", c.script, marker)
+			cmd.Env = h.env()
+			cmd.Stdin, cmd.Stdout, cmd.Stderr = slave, slave, slave
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var scr screen
+			go func() {
+				buf := make([]byte, 4096)
+				for {
+					n, err := master.Read(buf)
+					if n > 0 {
+						_, _ = scr.Write(buf[:n])
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			err := cmd.Wait()
+			var ee *exec.ExitError
+			if !errors.As(err, &ee) || ee.ExitCode() != exitTimedOut {
+				t.Fatalf("exec ended with %v, want %d; screen %q", err, exitTimedOut, scr.String())
+			}
+			waitScreen(t, &scr, 0, c.screen)
+			waitScreen(t, &scr, 0, c.says)
+			if left := waitGone(marker, goneWithin); len(left) > 0 {
+				t.Fatalf("escape: %d processes outlived the command: %v", len(left), left)
+			}
+		})
+	}
+}

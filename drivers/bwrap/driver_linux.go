@@ -104,6 +104,9 @@ type Driver struct {
 	runs runGroup
 	// etc is the /etc view in use (etcview_linux.go).
 	etc etcViews
+	// etcEntriesHook, when set (tests only), replaces the host's /etc
+	// entries of the system read set by stand-ins the test can change.
+	etcEntriesHook func() []string
 	// progs are the precompiled seccomp programs (seccompfd_linux.go).
 	progs seccompPrograms
 	// nets are the sessions' network namespaces (network none).
@@ -349,7 +352,10 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	}
 	defer release()
 	plan.prot = prot
-	plan.etcView = d.etcViewFor(plan)
+	// The view stays held until the command's sandbox has ended.
+	var releaseEtc func()
+	plan.etcView, releaseEtc = d.useEtcView(plan)
+	defer releaseEtc()
 
 	var ns *netns
 	if plan.SocketMode == SocketLoopback && spec.SessionID != "" && h.sessionNet != "" {
@@ -972,9 +978,11 @@ func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 		return nil, nil, err
 	}
 	plan.prot = prot
-	plan.etcView = d.etcViewFor(plan)
+	var releaseEtc func()
+	plan.etcView, releaseEtc = d.useEtcView(plan)
 	pinned, fdOf, err := pinPaths(plan, 3)
 	if err != nil {
+		releaseEtc()
 		release()
 		return nil, nil, err
 	}
@@ -1001,6 +1009,7 @@ func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 			f.Close()
 		}
 		unprotect()
+		releaseEtc()
 	}
 	return cmd, release, nil
 }

@@ -43,8 +43,15 @@ import (
 // (the binds showed it at once).
 //
 // Views are named by their fingerprint and shared by every driver process of
-// the user (the state directory is private to it). Each driver holds a
-// shared flock on each view it used, for its lifetime; a view nobody holds
+// the user (the state directory is private to it). A driver holds a shared
+// flock on the view it uses now (the current one) and on each older view a
+// sandbox of its still binds: every sandbox (a command's, or a prepared one
+// waiting in the pool, which keeps its view bound after the command that
+// built it) takes a reference on its view and drops it when it has ended,
+// and a view that is no longer the current one is released (its lock
+// closed, its directory removed unless another driver holds it) when its
+// last reference goes. So a driver holds 1 view plus those its running and
+// pooled sandboxes bind, however often /etc changes. A view nobody holds
 // is removed at the next driver start and by the janitor once its driver is
 // gone, except the one used last, which the next driver (a one-shot
 // command's, say) takes up instead of copying /etc again (lastUsedView). The view is not used (the per-entry binds are) when a grant or the
@@ -61,7 +68,81 @@ type etcViews struct {
 	checked time.Time // when fp was last checked
 	failed  string    // a fingerprint whose view could not be made
 	viewFP  string    // the view's own fingerprint when its content was checked
-	locks   []*os.File
+	// held are the views this driver holds a lock on, by directory: the
+	// current one (dir) and older ones sandboxes still bind.
+	held map[string]*heldEtcView
+}
+
+// heldEtcView is one view this driver holds: its lock and the sandboxes
+// binding it.
+type heldEtcView struct {
+	root, name string // the view is root/name (its directory is root/name/etc)
+	lock       *os.File
+	refs       int
+}
+
+// hold takes a reference on the view at dir (v.mu held); the returned
+// release drops it, once, and releases the view when it was the last
+// reference to a view that is no longer the current one.
+func (v *etcViews) hold(dir string) func() {
+	h := v.held[dir]
+	if h == nil {
+		return func() {}
+	}
+	h.refs++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			v.mu.Lock()
+			defer v.mu.Unlock()
+			h.refs--
+			v.releaseUnused(dir)
+		})
+	}
+}
+
+// releaseUnused lets go of the view at dir when it is neither the current
+// view nor bound by any sandbox of this driver (v.mu held).
+func (v *etcViews) releaseUnused(dir string) {
+	h := v.held[dir]
+	if h == nil || h.refs > 0 || dir == v.dir {
+		return
+	}
+	delete(v.held, dir)
+	h.lock.Close()
+	// Removed unless another driver holds it (or is the one to keep for
+	// the next driver: not this one, which is not current any more).
+	removeEtcView(h.root, h.name)
+}
+
+// setCurrent makes dir (locked by lock) the current view and releases
+// the previous one if no sandbox binds it (v.mu held). dir "" leaves no
+// current view.
+func (v *etcViews) setCurrent(root, dir string, lock *os.File) {
+	old := v.dir
+	v.dir = dir
+	if dir != "" && lock != nil {
+		if v.held == nil {
+			v.held = map[string]*heldEtcView{}
+		}
+		if h := v.held[dir]; h != nil {
+			// Taken up again while a sandbox still binds it: one lock is
+			// enough.
+			lock.Close()
+		} else {
+			v.held[dir] = &heldEtcView{root: root, name: filepath.Base(filepath.Dir(dir)), lock: lock}
+		}
+	}
+	if old != "" && old != dir {
+		v.releaseUnused(old)
+	}
+}
+
+// heldCount is how many views this driver holds (the tests read it).
+func (v *etcViews) heldCount() int {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return len(v.held)
 }
 
 // etcDeepEvery is how often the entries below the listed directories are
@@ -86,37 +167,64 @@ func (p Plan) etcEntries() []string {
 
 // etcViewFor returns the view to bind at /etc for plan p, or "" when p's
 // /etc entries are to be bound one by one (see above; also on any failure,
-// which is logged: the binds are the fallback, never a weaker sandbox).
+// which is logged: the binds are the fallback, never a weaker sandbox). It
+// takes no reference: a sandbox binds the view of useEtcView.
 func (d *Driver) etcViewFor(p Plan) string {
+	dir, _ := d.etcView(p, false)
+	return dir
+}
+
+// useEtcView is etcViewFor for a sandbox that binds the view: the view
+// stays held until release is called, once the sandbox has ended.
+func (d *Driver) useEtcView(p Plan) (dir string, release func()) {
+	return d.etcView(p, true)
+}
+
+func (d *Driver) etcView(p Plan, hold bool) (string, func()) {
+	none := func() {}
 	entries := p.etcEntries()
 	if len(entries) == 0 || d.cfg.legacySetup {
-		return ""
+		return "", none
+	}
+	if d.etcEntriesHook != nil {
+		entries = d.etcEntriesHook()
 	}
 	root := d.etcViewRoot()
 	for _, g := range append(append([]string{p.Workspace}, p.FSRead...), p.writable()...) {
 		if driverapi.PathWithin(g, "/etc") {
-			return ""
+			return "", none
 		}
 	}
 	for _, g := range append([]string{p.Workspace}, p.writable()...) {
 		if driverapi.PathWithin(root, g) || driverapi.PathWithin(g, root) {
-			return ""
+			return "", none
 		}
 	}
-	return d.etcViewOf(root, entries)
+	d.etc.mu.Lock()
+	defer d.etc.mu.Unlock()
+	dir := d.etcViewLocked(root, entries)
+	if !hold || dir == "" {
+		return dir, none
+	}
+	return dir, d.etc.hold(dir)
 }
 
 // etcViewOf is the view of entries under root, made or taken up (the
-// checks of the plan are etcViewFor's).
+// checks of the plan are etcViewFor's), without a reference.
 func (d *Driver) etcViewOf(root string, entries []string) string {
+	d.etc.mu.Lock()
+	defer d.etc.mu.Unlock()
+	return d.etcViewLocked(root, entries)
+}
+
+// etcViewLocked is etcViewOf with d.etc.mu held.
+func (d *Driver) etcViewLocked(root string, entries []string) string {
 	shallow, err := etcFingerprint(entries, false)
 	if err != nil {
 		d.log.Debug("etc view: host entries changing; binding them one by one", "error", err)
 		return ""
 	}
 	v := &d.etc
-	v.mu.Lock()
-	defer v.mu.Unlock()
 	if v.dir != "" && v.shallow == shallow && time.Since(v.checked) < etcDeepEvery {
 		return v.dir
 	}
@@ -129,7 +237,8 @@ func (d *Driver) etcViewOf(root string, entries []string) string {
 		// The view itself, too (etcverify_linux.go).
 		if now, err := viewFingerprint(v.dir); err != nil || now != v.viewFP {
 			d.log.Warn("etc view changed since it was checked; binding the entries one by one", "view", v.dir, "error", err)
-			v.dir, v.failed = "", fp
+			v.failed = fp
+			v.setCurrent(root, "", nil)
 			return ""
 		}
 		v.shallow, v.checked = shallow, time.Now()
@@ -155,9 +264,10 @@ func (d *Driver) etcViewOf(root string, entries []string) string {
 		return ""
 	}
 	v.viewFP = viewFP
-	// The old view stays locked: commands started on it may still run.
-	v.locks = append(v.locks, lock)
-	v.fp, v.dir, v.shallow, v.checked = fp, dir, shallow, time.Now()
+	// The old view stays locked while sandboxes bind it (their
+	// references), and goes with the last of them.
+	v.setCurrent(root, dir, lock)
+	v.fp, v.shallow, v.checked = fp, shallow, time.Now()
 	// Removed after this process is gone, however it goes.
 	d.janitorOnce.Do(d.startJanitor)
 	return dir
@@ -431,21 +541,35 @@ func sweepEtcViews(root string) {
 		if err != nil {
 			continue
 		}
-		if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
-			// Nobody uses it. Moved aside first, then the lock file goes:
-			// a driver that locks it after this finds the lock file gone
-			// and builds a fresh view, which the rename let through.
-			trash := filepath.Join(root, "trash-"+randHex(8))
-			moved := os.Rename(filepath.Join(root, name), trash) == nil
-			_ = os.Remove(filepath.Join(root, e.Name()))
-			_ = os.Remove(filepath.Join(root, name+".sum"))
-			lock.Close()
-			if moved {
-				_ = os.RemoveAll(trash)
-			}
-			continue
-		}
-		lock.Close()
+		removeLocked(root, name, lock)
+	}
+}
+
+// removeEtcView removes the view root/name unless a driver holds it.
+func removeEtcView(root, name string) {
+	lock, err := os.Open(filepath.Join(root, name+".lock"))
+	if err != nil {
+		return
+	}
+	removeLocked(root, name, lock)
+}
+
+// removeLocked removes the view root/name whose lock file is open as lock
+// when nobody holds it, and closes lock.
+func removeLocked(root, name string, lock *os.File) {
+	defer lock.Close()
+	if unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		return
+	}
+	// Nobody uses it. Moved aside first, then the lock file goes: a
+	// driver that locks it after this finds the lock file gone and builds
+	// a fresh view, which the rename let through.
+	trash := filepath.Join(root, "trash-"+randHex(8))
+	moved := os.Rename(filepath.Join(root, name), trash) == nil
+	_ = os.Remove(filepath.Join(root, name+".lock"))
+	_ = os.Remove(filepath.Join(root, name+".sum"))
+	if moved {
+		_ = os.RemoveAll(trash)
 	}
 }
 

@@ -89,6 +89,9 @@ type preparedSandbox struct {
 	releaseNet func()
 	setup      *limitedBuffer // what bwrap or sandbox-init said while setting up
 	etcView    string
+	// releaseEtc drops the sandbox's reference on its /etc view, once it
+	// has ended (a pooled sandbox keeps its view bound until then).
+	releaseEtc func()
 	roots      []rootID // the workspace and grant roots bound, as they were
 	timer      *time.Timer
 	destroyed  sync.Once
@@ -155,6 +158,7 @@ func (d *Driver) endSandbox(ps *preparedSandbox) {
 		ps.sb.close()
 		ps.cg.remove()
 		ps.releaseNet()
+		ps.releaseEtc()
 		p.mu.Lock()
 		p.addEnding(ps.key.session, -1)
 		p.mu.Unlock()
@@ -536,7 +540,7 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	h := d.probe()
 	d.trace.Mark("prepare")
 	defer d.trace.Mark("prepared")
-	ps := &preparedSandbox{key: key, setup: &limitedBuffer{}, releaseNet: func() {}}
+	ps := &preparedSandbox{key: key, setup: &limitedBuffer{}, releaseNet: func() {}, releaseEtc: func() {}}
 	defer func() {
 		if err != nil {
 			ps.destroy()
@@ -553,7 +557,7 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	}
 	plan.prot = nil
 	plan.prepared = true
-	plan.etcView = d.etcViewFor(plan)
+	plan.etcView, ps.releaseEtc = d.useEtcView(plan)
 	ps.etcView = plan.etcView
 	if ps.roots, err = rootIDs(plan); err != nil {
 		return nil, err
@@ -655,6 +659,7 @@ func (ps *preparedSandbox) destroy() {
 		}
 		ps.cg.remove()
 		ps.releaseNet()
+		ps.releaseEtc()
 	})
 }
 
@@ -854,6 +859,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	defer ps.sb.close()
 	defer ps.cg.remove()
 	defer ps.releaseNet()
+	defer ps.releaseEtc()
 	if ctx.Err() != nil {
 		return driverapi.Exit{}, ctx.Err(), true
 	}

@@ -514,7 +514,9 @@ class Client:
                 if "output" in msg:
                     out = msg["output"]
                     kind = "stderr" if out.get("stream") == "STREAM_STDERR" else "stdout"
-                    yield Event(kind=kind, data=_b64(out.get("data")))
+                    data = _b64(out.get("data"))
+                    (ex.stderr if kind == "stderr" else ex.stdout).append(data)
+                    yield Event(kind=kind, data=data)
                 elif "approvalRequest" in msg:
                     if self.approver is not None:
                         # Answered from another thread: the stream must keep
@@ -523,6 +525,14 @@ class Client:
                                          daemon=True).start()
                 elif "result" in msg:
                     ex.result = Result._from_json(msg["result"])
+                    if msg["result"].get("outputStreamed"):
+                        # The Result's output is the whole of it: the
+                        # chunks, then the rest the service could not
+                        # stream (normally none). A service that predates
+                        # output_streamed repeated it all in the result.
+                        ex.result.stdout = b"".join(ex.stdout) + ex.result.stdout
+                        ex.result.stderr = b"".join(ex.stderr) + ex.result.stderr
+                    ex.stdout, ex.stderr = [], []
                     yield Event(kind="exit", result=ex.result)
         except Exception as e:
             ex.failure = e
@@ -680,6 +690,10 @@ class _CallState:
         self.closed = False    # closed by the client before the result
         self.result: Optional[Result] = None
         self.failure: Optional[BaseException] = None
+        # The output as it came: the service sends each byte once, as a
+        # chunk, and its result carries only what it could not stream.
+        self.stdout: List[bytes] = []
+        self.stderr: List[bytes] = []
 
 
 class Execution:

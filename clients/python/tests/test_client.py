@@ -136,6 +136,36 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(result.exit_code, 0)
         self.assertEqual(result.stdout, b"a\n")
 
+    def test_big_output_sent_once(self):
+        # 5 MiB of every byte value arrives whole and exact; the final
+        # message on the wire does not repeat it: it says the output was
+        # streamed, and how much, so an empty result reads as "streamed".
+        n = 5 << 20
+        want = (bytes(range(256)) * (n // 256 + 1))[:n]
+        argv = ["/usr/bin/python3", "-c", "import sys; p=bytes(range(256)); "
+                "sys.stdout.buffer.write((p*(%d//256+1))[:%d]); sys.stdout.flush(); sys.stderr.write('done')" % (n, n)]
+        c = Client(self.addr)
+        wire = []
+        stream = c._stream
+
+        def spy(method, msg, timeout):
+            for m in stream(method, msg, timeout):
+                if "result" in m:
+                    wire.append(m["result"])
+                yield m
+        c._stream = spy  # type: ignore[assignment]
+        r = c.exec(argv, session="py-big", max_output=16 << 20)
+        self.assertEqual(r.exit_code, 0, r.stderr)
+        self.assertEqual(len(r.stdout), n)
+        self.assertTrue(r.stdout == want, "the output differs from what the command wrote")
+        self.assertEqual(r.stderr, b"done")
+        self.assertEqual(len(wire), 1)
+        self.assertNotIn("stdout", wire[0])
+        self.assertNotIn("stderr", wire[0])
+        self.assertTrue(wire[0].get("outputStreamed"), wire[0])
+        self.assertEqual(int(wire[0].get("streamedStdoutBytes", 0)), n)
+        self.assertEqual(int(wire[0].get("streamedStderrBytes", 0)), 4)
+
     def test_policy_denial_is_typed(self):
         c = Client(self.addr)
         r = c.exec(["/bin/sh", "-c", "rm -rf /"], session="py5")

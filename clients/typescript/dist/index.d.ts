@@ -331,6 +331,8 @@ export declare class Execution implements AsyncGenerator<Event, void, undefined>
     private ended;
     private closed;
     private failure;
+    private stdoutChunks;
+    private stderrChunks;
     private run;
     next(): Promise<IteratorResult<Event, void>>;
     /** Closes the call; a command still running is killed. */

@@ -757,6 +757,10 @@ export class Execution {
     ended = false; // the stream is over
     closed = false; // closed by the client before the result
     failure = undefined;
+    // The output as it came: the service sends each byte once, as a chunk,
+    // and its result carries only what it could not stream.
+    stdoutChunks = [];
+    stderrChunks = [];
     /** @internal Made by `Client.stream`. */
     constructor(client, req, signal, idleSeconds) {
         this.client = client;
@@ -774,7 +778,10 @@ export class Execution {
                 this.running = true;
                 if (isObject(msg.output)) {
                     const out = msg.output;
-                    yield { kind: out.stream === "STREAM_STDERR" ? "stderr" : "stdout", data: bytes(out.data) };
+                    const data = bytes(out.data);
+                    const kind = out.stream === "STREAM_STDERR" ? "stderr" : "stdout";
+                    (kind === "stderr" ? this.stderrChunks : this.stdoutChunks).push(data);
+                    yield { kind, data };
                 }
                 else if (isObject(msg.approvalRequest)) {
                     if (approver) {
@@ -784,6 +791,15 @@ export class Execution {
                 }
                 else if (isObject(msg.result)) {
                     this.result = result(msg.result);
+                    if (msg.result.outputStreamed === true) {
+                        // The Result's output is the whole of it: the chunks, then the
+                        // rest the service could not stream (normally none). A service
+                        // that predates outputStreamed repeated it all in the result.
+                        this.result.stdout = Buffer.concat([...this.stdoutChunks, this.result.stdout]);
+                        this.result.stderr = Buffer.concat([...this.stderrChunks, this.result.stderr]);
+                    }
+                    this.stdoutChunks = [];
+                    this.stderrChunks = [];
                     yield { kind: "exit", result: this.result };
                 }
             }

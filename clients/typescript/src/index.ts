@@ -1056,6 +1056,10 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
   private ended = false; // the stream is over
   private closed = false; // closed by the client before the result
   private failure: unknown = undefined;
+  // The output as it came: the service sends each byte once, as a chunk,
+  // and its result carries only what it could not stream.
+  private stdoutChunks: Buffer[] = [];
+  private stderrChunks: Buffer[] = [];
 
   /** @internal Made by `Client.stream`. */
   constructor(
@@ -1079,7 +1083,10 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
         this.running = true;
         if (isObject(msg.output)) {
           const out = msg.output;
-          yield { kind: out.stream === "STREAM_STDERR" ? "stderr" : "stdout", data: bytes(out.data) };
+          const data = bytes(out.data);
+          const kind = out.stream === "STREAM_STDERR" ? "stderr" : "stdout";
+          (kind === "stderr" ? this.stderrChunks : this.stdoutChunks).push(data);
+          yield { kind, data };
         } else if (isObject(msg.approvalRequest)) {
           if (approver) {
             // Not awaited: the stream must keep being read meanwhile.
@@ -1087,6 +1094,15 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
           }
         } else if (isObject(msg.result)) {
           this.result = result(msg.result);
+          if (msg.result.outputStreamed === true) {
+            // The Result's output is the whole of it: the chunks, then the
+            // rest the service could not stream (normally none). A service
+            // that predates outputStreamed repeated it all in the result.
+            this.result.stdout = Buffer.concat([...this.stdoutChunks, this.result.stdout]);
+            this.result.stderr = Buffer.concat([...this.stderrChunks, this.result.stderr]);
+          }
+          this.stdoutChunks = [];
+          this.stderrChunks = [];
           yield { kind: "exit", result: this.result };
         }
       }

@@ -24,6 +24,8 @@ function hasBwrap(): boolean {
 // A hung call fails its test instead of the whole run.
 const T = { timeout: 60_000 };
 
+type JSONObject = Record<string, unknown>;
+
 const skip = hasBwrap() ? false : "bubblewrap (bwrap) is not installed: the client is tested against the real sandbox";
 
 class Server {
@@ -267,6 +269,41 @@ describe("Client against a real serve", { skip }, () => {
     } finally {
       fs.rmSync(ws, { recursive: true, force: true });
     }
+  });
+
+  test("5 MiB of output arrives whole and exact; the final message does not repeat it", T, async () => {
+    const n = 5 << 20;
+    const pattern = Buffer.from(Array.from({ length: 256 }, (_, i) => i));
+    const want = Buffer.concat(Array(Math.ceil(n / 256)).fill(pattern)).subarray(0, n);
+    const c = new Client({ socket: addr });
+    // The final message as it came on the wire.
+    // (serverStream is internal: not in the published types.)
+    type Streams = { serverStream: (...a: unknown[]) => AsyncGenerator<JSONObject> };
+    const spied = c as unknown as Streams;
+    const wire: JSONObject[] = [];
+    const orig = spied.serverStream.bind(c);
+    spied.serverStream = async function* (...args: unknown[]) {
+      for await (const m of orig(...args)) {
+        if (m.result !== undefined) {
+          wire.push(m.result as JSONObject);
+        }
+        yield m;
+      }
+    };
+    const r = await c.exec(
+      ["/usr/bin/python3", "-c", `import sys; p=bytes(range(256)); sys.stdout.buffer.write((p*(${n}//256+1))[:${n}]); sys.stdout.flush(); sys.stderr.write('done')`],
+      { session: "ts-big", maxOutput: 16 << 20 },
+    );
+    assert.equal(r.exitCode, 0, r.stderr.toString());
+    assert.equal(r.stdout.length, n);
+    assert.ok(r.stdout.equals(want), "the output differs from what the command wrote");
+    assert.equal(r.stderr.toString(), "done");
+    assert.equal(wire.length, 1);
+    assert.equal(wire[0]!.stdout, undefined);
+    assert.equal(wire[0]!.stderr, undefined);
+    assert.equal(wire[0]!.outputStreamed, true);
+    assert.equal(Number(wire[0]!.streamedStdoutBytes), n);
+    assert.equal(Number(wire[0]!.streamedStderrBytes), 4);
   });
 
   test("a policy denial is a typed result, and Denied with check", T, async () => {

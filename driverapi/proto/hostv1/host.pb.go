@@ -637,26 +637,40 @@ func (x *Verdict) GetHook() string {
 
 // ExecResult carries the fields of `exec --json` and more.
 type ExecResult struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stdout        []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr        []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	ExitCode      int32                  `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
-	Signal        int32                  `protobuf:"varint,4,opt,name=signal,proto3" json:"signal,omitempty"`
-	TimedOut      bool                   `protobuf:"varint,5,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
-	Truncated     bool                   `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
-	DurationMs    int64                  `protobuf:"varint,7,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
-	Denied        bool                   `protobuf:"varint,8,opt,name=denied,proto3" json:"denied,omitempty"`
-	Reason        string                 `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
-	Rule          string                 `protobuf:"bytes,10,opt,name=rule,proto3" json:"rule,omitempty"`
-	Backend       string                 `protobuf:"bytes,11,opt,name=backend,proto3" json:"backend,omitempty"`
-	Error         string                 `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
-	ReasonCode    string                 `protobuf:"bytes,13,opt,name=reason_code,json=reasonCode,proto3" json:"reason_code,omitempty"`
-	CommandId     string                 `protobuf:"bytes,14,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
-	Verdicts      []*Verdict             `protobuf:"bytes,15,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
-	OomKilled     bool                   `protobuf:"varint,16,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
-	ProfileDigest string                 `protobuf:"bytes,17,opt,name=profile_digest,json=profileDigest,proto3" json:"profile_digest,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// In Execute's result (output_streamed set) stdout and stderr carry only
+	// the output that was not sent as output chunks before it: normally
+	// nothing, since every byte within the budget is streamed once and never
+	// repeated. A client assembles a command's output from the chunks.
+	Stdout        []byte     `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr        []byte     `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	ExitCode      int32      `protobuf:"varint,3,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Signal        int32      `protobuf:"varint,4,opt,name=signal,proto3" json:"signal,omitempty"`
+	TimedOut      bool       `protobuf:"varint,5,opt,name=timed_out,json=timedOut,proto3" json:"timed_out,omitempty"`
+	Truncated     bool       `protobuf:"varint,6,opt,name=truncated,proto3" json:"truncated,omitempty"`
+	DurationMs    int64      `protobuf:"varint,7,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
+	Denied        bool       `protobuf:"varint,8,opt,name=denied,proto3" json:"denied,omitempty"`
+	Reason        string     `protobuf:"bytes,9,opt,name=reason,proto3" json:"reason,omitempty"`
+	Rule          string     `protobuf:"bytes,10,opt,name=rule,proto3" json:"rule,omitempty"`
+	Backend       string     `protobuf:"bytes,11,opt,name=backend,proto3" json:"backend,omitempty"`
+	Error         string     `protobuf:"bytes,12,opt,name=error,proto3" json:"error,omitempty"`
+	ReasonCode    string     `protobuf:"bytes,13,opt,name=reason_code,json=reasonCode,proto3" json:"reason_code,omitempty"`
+	CommandId     string     `protobuf:"bytes,14,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
+	Verdicts      []*Verdict `protobuf:"bytes,15,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
+	OomKilled     bool       `protobuf:"varint,16,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
+	ProfileDigest string     `protobuf:"bytes,17,opt,name=profile_digest,json=profileDigest,proto3" json:"profile_digest,omitempty"`
+	// Set when the output was sent as output chunks before this result:
+	// stdout and stderr above then hold only what could not be streamed
+	// (empty when every byte was), so "empty" and "streamed" differ. Unset
+	// in the result of WaitProcess and ReadProcess, whose stdout and stderr
+	// are the pipeline's copy of the output.
+	OutputStreamed bool `protobuf:"varint,18,opt,name=output_streamed,json=outputStreamed,proto3" json:"output_streamed,omitempty"`
+	// How many bytes of each stream were sent as output chunks (within the
+	// budget; the rest of a truncated output was counted, not sent).
+	StreamedStdoutBytes int64 `protobuf:"varint,19,opt,name=streamed_stdout_bytes,json=streamedStdoutBytes,proto3" json:"streamed_stdout_bytes,omitempty"`
+	StreamedStderrBytes int64 `protobuf:"varint,20,opt,name=streamed_stderr_bytes,json=streamedStderrBytes,proto3" json:"streamed_stderr_bytes,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *ExecResult) Reset() {
@@ -806,6 +820,27 @@ func (x *ExecResult) GetProfileDigest() string {
 		return x.ProfileDigest
 	}
 	return ""
+}
+
+func (x *ExecResult) GetOutputStreamed() bool {
+	if x != nil {
+		return x.OutputStreamed
+	}
+	return false
+}
+
+func (x *ExecResult) GetStreamedStdoutBytes() int64 {
+	if x != nil {
+		return x.StreamedStdoutBytes
+	}
+	return 0
+}
+
+func (x *ExecResult) GetStreamedStderrBytes() int64 {
+	if x != nil {
+		return x.StreamedStderrBytes
+	}
+	return 0
 }
 
 type Capabilities struct {
@@ -3351,7 +3386,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xfb\x03\n" +
+	"\x04hook\x18\x04 \x01(\tR\x04hook\"\x8c\x05\n" +
 	"\n" +
 	"ExecResult\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
@@ -3375,7 +3410,10 @@ const file_host_proto_rawDesc = "" +
 	"\bverdicts\x18\x0f \x03(\v2\x16.aleph.host.v1.VerdictR\bverdicts\x12\x1d\n" +
 	"\n" +
 	"oom_killed\x18\x10 \x01(\bR\toomKilled\x12%\n" +
-	"\x0eprofile_digest\x18\x11 \x01(\tR\rprofileDigest\"\xe6\x01\n" +
+	"\x0eprofile_digest\x18\x11 \x01(\tR\rprofileDigest\x12'\n" +
+	"\x0foutput_streamed\x18\x12 \x01(\bR\x0eoutputStreamed\x122\n" +
+	"\x15streamed_stdout_bytes\x18\x13 \x01(\x03R\x13streamedStdoutBytes\x122\n" +
+	"\x15streamed_stderr_bytes\x18\x14 \x01(\x03R\x13streamedStderrBytes\"\xe6\x01\n" +
 	"\fCapabilities\x12\x17\n" +
 	"\afs_read\x18\x01 \x03(\tR\x06fsRead\x12\x19\n" +
 	"\bfs_write\x18\x02 \x03(\tR\afsWrite\x12!\n" +

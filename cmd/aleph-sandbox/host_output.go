@@ -1,0 +1,33 @@
+package main
+
+import (
+	"bytes"
+
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+)
+
+// streamedOutput assembles a command's output on the client side of
+// Execute: the service sends each byte once, as an output chunk, and its
+// result carries only what it could not stream (output_streamed).
+type streamedOutput struct {
+	stdout, stderr bytes.Buffer
+}
+
+// add keeps one chunk.
+func (o *streamedOutput) add(c *hostv1.OutputChunk) {
+	if c.GetStream() == hostv1.OutputChunk_STREAM_STDERR {
+		o.stderr.Write(c.GetData())
+		return
+	}
+	o.stdout.Write(c.GetData())
+}
+
+// whole is the command's output: the chunks and then the rest the result
+// carries. A service older than output_streamed repeated the whole output
+// in its result: that is then the output.
+func (o *streamedOutput) whole(res *hostv1.ExecResult) (stdout, stderr []byte) {
+	if !res.GetOutputStreamed() {
+		return res.GetStdout(), res.GetStderr()
+	}
+	return append(o.stdout.Bytes(), res.GetStdout()...), append(o.stderr.Bytes(), res.GetStderr()...)
+}
