@@ -34,4 +34,4 @@ skip=$(./scripts/mode-skip.sh unprivileged $lists)
 echo "test-unprivileged: the tests $lists name for the main pass only are not run again"
 runuser -u "$user" -- env -i PATH="$(dirname "$gobin"):/usr/sbin:/usr/bin:/sbin:/bin" HOME="$home" \
 	GOMODCACHE="$home/go/pkg/mod" GOPROXY=off GOTOOLCHAIN=local \
-	bash -c "cd '$work/src' && go test -race -count=1 -timeout ${TEST_TIMEOUT:-20m} -skip '$skip' $pkgs"
+	bash -c "cd '$work/src' && go test -race -count=1 -timeout ${TEST_TIMEOUT:-30m} -skip '$skip' $pkgs"
