@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the Linux driver's tests, the CLI escape battery and the conformance
-# suite again as if the kernel had no Landlock: under nolandlock
+# Runs the Linux driver's tests, the CLI's sandbox tests (the escape battery
+# first) and the bwrap driver's conformance suite again as if the kernel had
+# no Landlock: under nolandlock
 # (drivers/bwrap/internal/nolandlock), a seccomp filter that makes the
 # Landlock system calls fail with EOPNOTSUPP for this process tree only.
 # The machine is not touched. Every security test must hold there too: /proc
@@ -13,4 +14,12 @@ work=$(mktemp -d /tmp/aleph-nolandlock.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 CGO_ENABLED=0 go build -o "$work/nolandlock" ./drivers/bwrap/internal/nolandlock
 pkgs=${NOLANDLOCK_PKGS:-./drivers/bwrap/... ./cmd/aleph-sandbox/ ./conformance/}
-ALEPH_TEST_NO_LANDLOCK=1 "$work/nolandlock" go test -race -count=1 -timeout "${TEST_TIMEOUT:-30m}" ${NOLANDLOCK_FLAGS:-} $pkgs
+# The tests whose outcome does not depend on Landlock (help text, serve's
+# protocol, the conformance suite against its stand-in drivers...) ran in
+# the main pass and are not run again: the packages' testdata/modes.txt
+# name them, each with its reason, and every other test runs here
+# (MODE_TESTS=all runs the whole packages).
+lists="cmd/aleph-sandbox/testdata/modes.txt conformance/testdata/modes.txt"
+skip=$(./scripts/mode-skip.sh nolandlock $lists)
+echo "test-nolandlock: the tests $lists name for the main pass only are not run again"
+ALEPH_TEST_NO_LANDLOCK=1 "$work/nolandlock" go test -race -count=1 -timeout "${TEST_TIMEOUT:-20m}" -skip "$skip" ${NOLANDLOCK_FLAGS:-} $pkgs

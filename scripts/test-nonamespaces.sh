@@ -18,7 +18,9 @@
 #    tier claims, denials and positive controls alike; the cases of what the
 #    tier states it does not give (protected entries, a private /tmp, a /proc
 #    and /dev of its own, a PID namespace, unix sockets, allow_hosts) are
-#    skipped with the report's reason.
+#    skipped with the report's reason;
+#  - the CLI's git quarantine end-to-end test runs in the tier (its
+#    workspaces without a .git of their own, which the tier refuses).
 # The bwrap-tier driver tests are not run here: they test the namespaces.
 # ALEPH_TEST_NO_NAMESPACES=1 tells the tests which mode they are in.
 set -euo pipefail
@@ -26,7 +28,17 @@ work=$(mktemp -d /tmp/aleph-nonamespaces.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 CGO_ENABLED=0 go build -o "$work/nonamespaces" ./drivers/bwrap/internal/nonamespaces
 export ALEPH_TEST_NO_NAMESPACES=1
+# The three runs are independent and mostly wait on sandboxes: they run
+# side by side (as test-prepared.sh's do), and the pass fails if any fails.
 "$work/nonamespaces" go test -race -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} \
-	-run '^(TestTier|TestNoNamespaces)' ./drivers/bwrap/
-"$work/nonamespaces" go test -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} -run '^TestBwrapDriver$' ./conformance/
-"$work/nonamespaces" go test -race -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} -run '^(TestNoNamespacesExec|TestEscapeBattery)$' ./cmd/aleph-sandbox/
+	-run '^(TestTier|TestNoNamespaces)' ./drivers/bwrap/ &
+a=$!
+"$work/nonamespaces" go test -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} -run '^TestBwrapDriver$' ./conformance/ &
+b=$!
+"$work/nonamespaces" go test -race -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} -run '^(TestNoNamespacesExec|TestEscapeBattery|TestGitQuarantineEndToEnd)$' ./cmd/aleph-sandbox/ &
+c=$!
+rc=0
+wait $a || rc=1
+wait $b || rc=1
+wait $c || rc=1
+exit $rc

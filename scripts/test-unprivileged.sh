@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs the Linux driver's tests, the CLI escape battery and the conformance
-# suite a second time as an ordinary user, to check the
+# Runs the Linux driver's tests, the CLI's sandbox tests (the escape battery
+# first) and the bwrap driver's conformance suite a second time as an
+# ordinary user, to check the
 # honest degrade path (no writable cgroups, no root). Only meaningful when the
 # main run was root; as a non-root user the main run already was unprivileged.
 set -euo pipefail
@@ -23,6 +24,14 @@ cp -a -n "$modcache/." "$home/go/pkg/mod/"
 chown -R "$user:" "$work" "$home/go"
 gobin=$(command -v go)
 pkgs=${UNPRIV_PKGS:-./drivers/bwrap/... ./cmd/aleph-sandbox/ ./conformance/}
+# The tests whose outcome does not depend on the user (help text, serve's
+# protocol, the conformance suite against its stand-in drivers...) ran in
+# the main pass and are not run again: the packages' testdata/modes.txt
+# name them, each with its reason, and every other test runs here, the
+# docs' examples included (MODE_TESTS=all runs the whole packages).
+lists="cmd/aleph-sandbox/testdata/modes.txt conformance/testdata/modes.txt"
+skip=$(./scripts/mode-skip.sh unprivileged $lists)
+echo "test-unprivileged: the tests $lists name for the main pass only are not run again"
 runuser -u "$user" -- env -i PATH="$(dirname "$gobin"):/usr/sbin:/usr/bin:/sbin:/bin" HOME="$home" \
 	GOMODCACHE="$home/go/pkg/mod" GOPROXY=off GOTOOLCHAIN=local \
-	bash -c "cd '$work/src' && go test -race -count=1 -timeout ${TEST_TIMEOUT:-30m} $pkgs"
+	bash -c "cd '$work/src' && go test -race -count=1 -timeout ${TEST_TIMEOUT:-30m} -skip '$skip' $pkgs"

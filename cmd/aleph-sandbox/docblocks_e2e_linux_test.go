@@ -141,12 +141,6 @@ func runnableLang(lang string) bool {
 // starts in the background (a serve) lives until the doc's end, so a later
 // block can use it. A placeholder /path/to/aleph-sandbox is the checkout.
 func TestDocBlocksRun(t *testing.T) {
-	if os.Getenv("ALEPH_TEST_NO_LANDLOCK") == "1" {
-		// make test-nolandlock reruns this package for its security tests;
-		// the docs' examples are not, and run in the default and the
-		// unprivileged passes (about a minute each).
-		t.Skip("the docs' examples run in the default and unprivileged passes, not again without Landlock")
-	}
 	h := newEscapeHarness(t)
 	repo, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
