@@ -1,6 +1,9 @@
 package alephsandbox
 
 import (
+	"os"
+	"path/filepath"
+
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
 )
@@ -37,4 +40,20 @@ func LoadConfig(path string, opts ...core.LoadOption) (core.Config, error) {
 // *driverapi.ConfigError naming it.
 func RateLimitConfig(cfg core.Config) (ratelimit.Config, error) {
 	return ratelimit.ParseConfig(cfg.Sandbox.RateLimit.JSON())
+}
+
+// DefaultConfigPath is the per-user configuration file the CLI, serve and
+// mcp read when no --config is given: $XDG_CONFIG_HOME/aleph-sandbox/config.toml,
+// or ~/.config/aleph-sandbox/config.toml; "" when there is no home. New
+// protects it from every command's writes whether or not it exists.
+func DefaultConfigPath() string {
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "aleph-sandbox", "config.toml")
 }

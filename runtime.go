@@ -107,8 +107,9 @@ func WithWarnings(w io.Writer) Option { return func(o *options) { o.warn = w } }
 func WithBaseline(c driverapi.Capabilities) Option { return func(o *options) { o.baseline = &c } }
 
 // WithProtectedPaths names files no command may be granted write access
-// to (core.WithProtectedPaths), such as the configuration file the host
-// read. Configured hook plugins are protected without it.
+// to (core.WithProtectedPaths). The configuration file cfg was loaded
+// from, DefaultConfigPath, the host program, the driver and the configured
+// hook plugins are protected without it.
 func WithProtectedPaths(paths ...string) Option {
 	return func(o *options) { o.protect = append(o.protect, paths...) }
 }
@@ -181,6 +182,16 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	protect := append([]string(nil), o.protect...)
 	if src := cfg.Source(); src != "" {
 		protect = append(protect, src)
+	}
+	// The per-user configuration file, whether or not it exists yet: a
+	// command that could write (or create) it could name its own driver or
+	// hook plugin for the next run of the CLI, serve or mcp. Protected here
+	// and not by each front end, so that no way of building a runtime
+	// forgets it.
+	if def := DefaultConfigPath(); def != "" {
+		if abs, err := filepath.Abs(def); err == nil {
+			protect = append(protect, abs)
+		}
 	}
 	if exe, err := os.Executable(); err == nil {
 		protect = append(protect, exe)

@@ -276,3 +276,41 @@ func TestRuntimeProtectsItsConfigFile(t *testing.T) {
 		t.Fatalf("control (read grant): %v", err)
 	}
 }
+
+// The per-user configuration file is out of every command's write reach
+// whoever builds the runtime (serve and embedders as well as exec), and
+// whether or not it exists yet: a command that created it could name the
+// next run's driver and hook plugins. Control: a sibling directory may be
+// granted.
+func TestRuntimeProtectsTheDefaultConfigPath(t *testing.T) {
+	cfgHome := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfgHome)
+	want := filepath.Join(cfgHome, "aleph-sandbox", "config.toml")
+	if got := alephsandbox.DefaultConfigPath(); got != want {
+		t.Fatalf("DefaultConfigPath() = %q, want %q", got, want)
+	}
+	if _, err := os.Stat(want); !os.IsNotExist(err) {
+		t.Fatalf("the default file should not exist for this test: %v", err)
+	}
+	rt, fake := newRuntime(t, testConfig(t), alephsandbox.WithApprover(approveAll{}))
+	ctx := context.Background()
+	for _, c := range []core.Command{
+		{SessionID: "s", Program: "echo", Workspace: cfgHome},
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{cfgHome}}},
+	} {
+		_, err := rt.Execute(ctx, c)
+		var ie *core.InvalidCommandError
+		if !errors.As(err, &ie) || !strings.Contains(ie.Reason, want) {
+			t.Fatalf("%+v: want a refusal naming %s, got %T %v", c, want, err, err)
+		}
+	}
+	if fake.Runs() != 0 {
+		t.Fatal("a refused command reached the driver")
+	}
+	if _, err := rt.Execute(ctx, core.Command{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{t.TempDir()}}}); err != nil {
+		t.Fatalf("control (a sibling write grant): %v", err)
+	}
+	if fake.Runs() != 1 {
+		t.Fatalf("runs = %d, want 1", fake.Runs())
+	}
+}
