@@ -157,7 +157,7 @@ func New(opts Options) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("service: protected path %q: %w", p, err)
 		}
-		s.protected = append(s.protected, canonical(abs))
+		s.protected = append(s.protected, Canonical(abs))
 	}
 	return s, nil
 }
@@ -211,33 +211,13 @@ func (s *Server) Handler() http.Handler {
 // timeouts from them).
 func (s *Server) Limits() core.ServeLimits { return s.limits }
 
-// canonical resolves symlinks as far as the path exists, so a grant naming
-// a symlink to the socket's directory is seen for what it is.
-func canonical(p string) string {
-	p = filepath.Clean(p)
-	if r, err := filepath.EvalSymlinks(p); err == nil {
-		return r
-	}
-	dir, base := filepath.Split(p)
-	if dir == "" || dir == p {
-		return p
-	}
-	return filepath.Join(canonical(filepath.Clean(dir)), base)
-}
-
-// covers reports whether access to p would reach protected directory d:
-// p is d, inside it, or an ancestor of it.
-func covers(p, d string) bool {
-	return driverapi.PathWithin(p, d) || driverapi.PathWithin(d, p)
-}
-
 func (s *Server) checkPath(field, p string) error {
 	if !filepath.IsAbs(p) {
 		return invalid(field, fmt.Sprintf("%q is not an absolute path (the service cannot know the client's working directory)", p))
 	}
-	c := canonical(p)
+	c := Canonical(p)
 	for _, d := range s.protected {
-		if covers(c, d) || covers(filepath.Clean(p), d) {
+		if Covers(c, d) || Covers(filepath.Clean(p), d) {
 			return withDetail(connect.CodePermissionDenied,
 				fmt.Errorf("%s %q covers the service's own directory %s, which no sandbox may reach", field, p, d),
 				&hostv1.ErrorDetail{ReasonCode: ReasonProtectedPath, Field: field})
