@@ -16,6 +16,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
 	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
+	"github.com/aleph-sandbox/aleph-sandbox/pluginhost"
 )
 
 func goos() string { return runtime.GOOS }
@@ -58,7 +59,7 @@ func hooksFromConfig(cfg core.Config, logger hclog.Logger, warn io.Writer, noRat
 			closeAll()
 			return nil, func() {}, err
 		}
-		hh, err := core.NewHookHost(core.HookHostConfig{Path: path, Logger: logger, Env: env, CallTimeout: time.Duration(cfg.Sandbox.HookTimeoutMS) * time.Millisecond})
+		hh, err := pluginhost.NewHookHost(pluginhost.HookHostConfig{Path: path, Logger: logger, Env: env, CallTimeout: time.Duration(cfg.Sandbox.HookTimeoutMS) * time.Millisecond})
 		if err != nil {
 			closeAll()
 			return nil, func() {}, err

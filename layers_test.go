@@ -25,9 +25,6 @@ var knownLayerViolations = []string{
 	"service -> hooks/commandpolicy",                 // service.go builds the policy again
 	"core -> core/proxy",                             // mediator_compat_test.go, symlinkgrant_test.go
 	"core -> drivers/seatbelt",                       // symlinkgrant_test.go
-	"core/e2e -> core/proxy",                         // secrets_linux_test.go
-	"core/hookhost_test -> hooks/commandpolicy",      // pipeline_test.go
-	"core/hookhost_test -> hooks/ratelimit",          // pipeline_test.go
 	"drivers/bwrap -> core/proxy",                    // bridge tests
 	"conformance -> core/proxy",                      // netfix_test.go
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/pluginhost"
 )
 
 // Host is what a host program calls on the runtime: commands, and the
@@ -140,7 +141,7 @@ func DefaultGrantStoreDir() string {
 // concurrent use.
 type Runtime struct {
 	ws      *core.WorkspaceSandbox // nil when disabled
-	driver  *core.DriverHost       // nil with WithDriver
+	driver  *pluginhost.DriverHost // nil with WithDriver
 	closers []func()
 	once    sync.Once
 }
@@ -198,12 +199,12 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	}
 	drv := o.driver
 	if drv == nil {
-		path, _, err := core.FindDriver(cfg.Sandbox.Driver, o.driverDirs)
+		path, _, err := pluginhost.FindDriver(cfg.Sandbox.Driver, o.driverDirs)
 		if err != nil {
 			return nil, err
 		}
 		protect = append(protect, path, filepath.Join(filepath.Dir(path), "aleph-sandbox-init"))
-		host, err := core.NewDriverHost(core.DriverHostConfig{
+		host, err := pluginhost.NewDriverHost(pluginhost.DriverHostConfig{
 			Path:    path,
 			SHA256:  cfg.Sandbox.DriverSHA256,
 			Options: cfg.DriverOptions(goos()),
@@ -270,7 +271,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 }
 
 // Driver is the driver plugin host, or nil (disabled, or WithDriver).
-func (r *Runtime) Driver() *core.DriverHost { return r.driver }
+func (r *Runtime) Driver() *pluginhost.DriverHost { return r.driver }
 
 // Execute implements Host.
 func (r *Runtime) Execute(ctx context.Context, cmd core.Command) (*core.Output, error) {
