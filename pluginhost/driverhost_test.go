@@ -491,3 +491,36 @@ func TestDriverHostRoutesTheDriversOwnSection(t *testing.T) {
 		t.Fatalf("a bad key in its own section: %v, want sandbox.fake.bad", err)
 	}
 }
+
+// A pinned binary runs only when its digest matches: a pin that does not
+// match refuses it before any handshake. Control: unpinned, the same
+// binary runs a command.
+func TestDriverHostPin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pin := range []string{"", strings.Repeat("0", 64)} {
+		h, err := NewDriverHost(DriverHostConfig{Path: exe, Name: "fake-plugin", SHA256: pin, Env: []string{fakeDriverEnv + "=1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		sb, err := core.NewWorkspaceSandbox(testConfig(t), core.WithDriver(h), core.WithAuditSink(&memSink{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		out, err := sb.Execute(core.WithSession(context.Background(), "n"), core.Command{Program: "echo", Args: []string{"via", "plugin"}})
+		var pe *driverapi.PluginError
+		switch {
+		case pin == "" && (err != nil || string(out.Stdout) != "via plugin\n"):
+			t.Fatalf("unpinned: %v", err)
+		case pin != "" && (!errors.As(err, &pe) || pe.Op != "checksum"):
+			t.Fatalf("pin mismatch: %v", err)
+		}
+	}
+}
