@@ -165,6 +165,9 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	if err := checkComponents(cfg); err != nil {
+		return nil, err
+	}
 	rt := &Runtime{}
 	if !cfg.Sandbox.Enabled {
 		return rt, nil

@@ -314,3 +314,41 @@ func TestRuntimeProtectsTheDefaultConfigPath(t *testing.T) {
 		t.Fatalf("runs = %d, want 1", fake.Runs())
 	}
 }
+
+// A secret-injection rule the proxy would refuse for every command (a
+// header it never injects, such as Host) is refused when the configuration
+// is loaded, naming the key, and by New for a configuration built in
+// code; it used to load and then fail every allow_hosts command. Control:
+// the same rule with Authorization loads and builds.
+func TestSecretInjectionRuleRefusedAtLoad(t *testing.T) {
+	base := testConfig(t)
+	for header, refused := range map[string]bool{"Host": true, "content-length": true, "Authorization": false, "X-Api-Key": false} {
+		path := filepath.Join(t.TempDir(), "config.toml")
+		body := fmt.Sprintf("[sandbox]\nworkspace_root = %q\naudit_log = %q\n[[sandbox.network.secret_injections]]\nhost = \"api.example.com\"\nheader = %q\nsecret = \"API_TOKEN\"\n",
+			base.Sandbox.WorkspaceRoot, base.Sandbox.AuditLog, header)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := alephsandbox.LoadConfig(path)
+		var ce *core.ConfigError
+		switch {
+		case refused && (!errors.As(err, &ce) || ce.Key != "sandbox.network.secret_injections[0].header" || !strings.Contains(ce.Reason, "may not be injected")):
+			t.Fatalf("header %q: want a ConfigError for the header, got %T %v", header, err, err)
+		case !refused && err != nil:
+			t.Fatalf("header %q (control): %v", header, err)
+		}
+		code := base
+		code.Sandbox.Network.SecretInjections = []core.SecretInjection{{Host: "api.example.com", Header: header, Secret: "API_TOKEN"}}
+		rt, err := alephsandbox.New(code, alephsandbox.WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})))
+		if rt != nil {
+			_ = rt.Close()
+		}
+		switch {
+		case refused && (!errors.As(err, &ce) || ce.Key != "sandbox.network.secret_injections[0].header"):
+			t.Fatalf("New with header %q: want a ConfigError, got %T %v", header, err, err)
+		case !refused && err != nil:
+			t.Fatalf("New with header %q (control): %v", header, err)
+		}
+		_ = cfg
+	}
+}
