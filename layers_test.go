@@ -20,9 +20,7 @@ var knownLayerViolations = []string{
 	// Front ends build what the assembly should own.
 	"cmd/aleph-sandbox -> core/proxy",                // wire.go parseNet; net/escape tests
 	"cmd/aleph-sandbox -> drivers/bwrap/sandboxinit", // escape test
-	"cmd/aleph-sandbox -> hooks/commandpolicy",       // policy.go
 	"service -> core/proxy",                          // service.go parseNet
-	"service -> hooks/commandpolicy",                 // service.go builds the policy again
 	"core -> core/proxy",                             // mediator_compat_test.go, symlinkgrant_test.go
 	"core -> drivers/seatbelt",                       // symlinkgrant_test.go
 	"drivers/bwrap -> core/proxy",                    // bridge tests

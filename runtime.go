@@ -142,6 +142,7 @@ func DefaultGrantStoreDir() string {
 type Runtime struct {
 	ws      *core.WorkspaceSandbox // nil when disabled
 	driver  *pluginhost.DriverHost // nil with WithDriver
+	policy  *PolicyChecker
 	closers []func()
 	once    sync.Once
 }
@@ -168,7 +169,9 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	if err := checkComponents(cfg); err != nil {
 		return nil, err
 	}
-	rt := &Runtime{}
+	// The command policy is built even when the sandbox is disabled:
+	// "would this be refused" has an answer without a driver.
+	rt := &Runtime{policy: newPolicyChecker(cfg, o.logger, o.warn)}
 	if !cfg.Sandbox.Enabled {
 		return rt, nil
 	}
@@ -225,7 +228,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	}
 	coreOpts = append(coreOpts, core.WithDriver(drv))
 
-	hooks, closeHooks, err := hooksFromConfig(cfg, o.logger, o.warn, o.noRate)
+	hooks, closeHooks, err := hooksFromConfig(cfg, hookBuild{logger: o.logger, policy: rt.policy, noRate: o.noRate})
 	rt.closers = append(rt.closers, closeHooks)
 	if err != nil {
 		return nil, err
@@ -272,6 +275,11 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	ok = true
 	return rt, nil
 }
+
+// Policy is the command policy the pipeline runs (built once, whether or
+// not [sandbox.command_policy] enables it in the pipeline), for questions
+// such as the service's CheckPolicy.
+func (r *Runtime) Policy() *PolicyChecker { return r.policy }
 
 // Driver is the driver plugin host, or nil (disabled, or WithDriver).
 func (r *Runtime) Driver() *pluginhost.DriverHost { return r.driver }

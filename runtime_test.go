@@ -352,3 +352,39 @@ func TestSecretInjectionRuleRefusedAtLoad(t *testing.T) {
 		_ = cfg
 	}
 }
+
+// The command policy is built once per runtime: what Policy answers (the
+// service's CheckPolicy) is the hook the pipeline runs, custom rules
+// included, and a rule that does not compile is reported once.
+func TestRuntimePolicyIsThePipelines(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.CommandPolicy.CustomRules = []core.CustomRule{{Name: "no-curl", Regex: `\bcurl\b`, Action: "block"}}
+	rt, fake := newRuntime(t, cfg, alephsandbox.WithApprover(approveAll{}))
+	ctx := context.Background()
+	v, err := rt.Policy().Check(ctx, "curl https://example.com", nil)
+	if err != nil || v.Action != driverapi.ActionDeny || v.Rule != "no-curl" {
+		t.Fatalf("Policy().Check: %+v %v", v, err)
+	}
+	_, err = rt.Execute(ctx, core.Command{SessionID: "s", Program: "sh", Args: []string{"-c", "curl https://example.com"},
+		Capabilities: driverapi.Capabilities{SpawnSubprocess: true}})
+	var de *core.DeniedError
+	if !errors.As(err, &de) || de.Rule != "no-curl" || fake.Runs() != 0 {
+		t.Fatalf("pipeline: %v (runs %d)", err, fake.Runs())
+	}
+	// Control: an ordinary command passes both.
+	if v, err := rt.Policy().Check(ctx, "ls", nil); err != nil || v.Action != driverapi.ActionAllow {
+		t.Fatalf("Policy().Check(ls): %+v %v", v, err)
+	}
+
+	var warn strings.Builder
+	bad := testConfig(t)
+	bad.Sandbox.CommandPolicy.CustomRules = []core.CustomRule{{Name: "broken", Regex: "(", Action: "block"}}
+	rt2, _ := newRuntime(t, bad, alephsandbox.WithWarnings(&warn))
+	if n := strings.Count(warn.String(), "warning:"); n != 1 || !strings.Contains(warn.String(), "broken") {
+		t.Fatalf("warnings for one broken rule: %q", warn.String())
+	}
+	// The fallback is the curated rules, never weaker.
+	if v, err := rt2.Policy().Check(ctx, "rm -rf /", nil); err != nil || v.Action != driverapi.ActionDeny {
+		t.Fatalf("fallback: %+v %v", v, err)
+	}
+}

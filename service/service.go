@@ -30,7 +30,6 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
-	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
 )
 
 // ReasonProtectedPath is the reason code of a request refused because a
@@ -71,8 +70,10 @@ type Options struct {
 	// workspace, nor any ancestor of them (the socket's directory, the data
 	// directory).
 	Protected []string
-	// CommandPolicy is the configuration CheckPolicy answers from.
-	CommandPolicy core.CommandPolicyConfig
+	// Policy is the command policy CheckPolicy answers from: the
+	// runtime's own (alephsandbox.Runtime.Policy). Nil: a policy that
+	// is off.
+	Policy *alephsandbox.PolicyChecker
 	// DriverLaunches, when set, counts the driver processes started (the
 	// driver_restarts metric).
 	DriverLaunches func() int64
@@ -89,7 +90,7 @@ type Server struct {
 	broker    *Broker
 	log       hclog.Logger
 	protected []string
-	policy    driverapi.Hook
+	policy    *alephsandbox.PolicyChecker
 
 	metrics        *Metrics
 	driverLaunches func() int64
@@ -125,7 +126,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	policy, _ := commandpolicy.New(alephsandbox.CommandPolicyConfig(opts.CommandPolicy), opts.Logger.Named("command_policy"))
+	policy := opts.Policy
+	if policy == nil {
+		policy = alephsandbox.NewPolicyChecker(core.Config{})
+	}
 	// Zero fields take the defaults; the output ceiling's default is the
 	// configured sandbox budget's default.
 	def := core.ServeConfig{}.Limits(core.DefaultConfig().Sandbox.MaxOutputBytes)
@@ -766,8 +770,7 @@ func (s *Server) CheckPolicy(ctx context.Context, req *connect.Request[hostv1.Ch
 	if strings.TrimSpace(req.Msg.GetCommand()) == "" {
 		return nil, invalid("command", "required")
 	}
-	v, err := s.policy.Before(ctx, driverapi.HookRequest{SessionID: "policy-check", CommandID: "policy-check",
-		Program: "sh", Args: []string{"-c", req.Msg.GetCommand()}, Stdin: req.Msg.GetStdin()})
+	v, err := s.policy.Check(ctx, req.Msg.GetCommand(), req.Msg.GetStdin())
 	if err != nil {
 		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonHookFailed), Hook: "command_policy"})
 	}

@@ -192,7 +192,7 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		launches = d.Launches
 	}
 	srv, err := service.New(service.Options{Host: rt, Broker: broker, Logger: log.Named("service"),
-		Protected: protected, CommandPolicy: cfg.Sandbox.CommandPolicy, DriverLaunches: launches,
+		Protected: protected, Policy: rt.Policy(), DriverLaunches: launches,
 		Processes: procCfg.Limits(), Limits: cfg.Serve.Limits(cfg.Sandbox.MaxOutputBytes)})
 	if err != nil {
 		closeAll()
