@@ -201,6 +201,41 @@ func CommandPolicyConfig(c core.CommandPolicyConfig) commandpolicy.Config {
 	return out
 }
 
+// routedMediator starts each command's proxy on the route the driver
+// reports (HostCapabilities.NetworkRoute): the driver, not the host's OS,
+// decides how the command reaches the proxy, so a third-party Linux
+// driver that shares the host's loopback gets a loopback listener with a
+// credential, not bridge addresses nobody serves. A driver that reports no
+// route gets the platform's (the bridge on Linux, loopback elsewhere), as
+// before routes were reported.
+type routedMediator struct {
+	m      *proxy.Mediator
+	driver driverapi.Driver
+}
+
+func (r routedMediator) Start(ctx context.Context, sessionID, commandID string, hosts []string, secrets map[string]string) (core.Mediation, error) {
+	hc, err := r.driver.Capabilities(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := *r.m
+	switch route := hc.NetworkRoute(); route {
+	case driverapi.RouteNamespaceBridge:
+		m.Route = proxy.RouteBridge
+	case driverapi.RouteHostLoopback:
+		m.Route = proxy.RouteHostLoopback
+	case "":
+		m.Route = proxy.RouteDefault
+	default:
+		return nil, fmt.Errorf("the driver reports network route %q, which this host does not know (want %q or %q)", route, driverapi.RouteNamespaceBridge, driverapi.RouteHostLoopback)
+	}
+	p, err := m.StartProxy(ctx, sessionID, commandID, hosts, secrets)
+	if err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
 // mediatorFromConfig is the managed proxy for AllowHosts commands.
 func mediatorFromConfig(cfg core.Config) *proxy.Mediator {
 	m := &proxy.Mediator{TLSIntercept: cfg.Sandbox.Network.TLSIntercept}

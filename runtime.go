@@ -260,7 +260,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	// The proxy's decisions go to the ledger of the sandbox built below;
 	// no command (and so no decision) exists before it does.
 	mediator := mediatorFromConfig(cfg)
-	coreOpts = append(coreOpts, core.WithNetworkMediator(mediator))
+	coreOpts = append(coreOpts, core.WithNetworkMediator(routedMediator{m: mediator, driver: drv}))
 	ws, err := core.NewWorkspaceSandbox(cfg, coreOpts...)
 	if err != nil {
 		return nil, err

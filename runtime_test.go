@@ -388,3 +388,46 @@ func TestRuntimePolicyIsThePipelines(t *testing.T) {
 		t.Fatalf("fallback: %+v %v", v, err)
 	}
 }
+
+// The proxy takes its route from what the driver reports, not from the
+// host's OS: a driver reporting host_loopback gets a loopback TCP address
+// (and proxy variables naming it) wherever the host runs, one reporting
+// namespace_bridge gets the unix socket and the bridge addresses.
+func TestRuntimeProxyRouteFromTheDriver(t *testing.T) {
+	for _, route := range []driverapi.ProxyRoute{driverapi.RouteHostLoopback, driverapi.RouteNamespaceBridge} {
+		caps := drivertest.FullCapabilities()
+		caps.Details = map[string]string{driverapi.DetailNetworkRoute: string(route)}
+		fake := &drivertest.FakeDriver{Caps: caps}
+		rt, err := alephsandbox.New(testConfig(t), alephsandbox.WithDriver(drivertest.Connect(t, fake)), alephsandbox.WithApprover(approveAll{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rt.Close() })
+		_, err = rt.Execute(context.Background(), core.Command{SessionID: "s", Program: "echo",
+			Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}})
+		if err != nil {
+			t.Fatalf("%s: %v", route, err)
+		}
+		req := fake.LastProfileRequest()
+		if req.Proxy == nil {
+			t.Fatalf("%s: no proxy endpoint in the profile request", route)
+		}
+		var httpProxy string
+		for _, e := range fake.LastSpec().Env {
+			if e.Name == "HTTP_PROXY" {
+				httpProxy = e.Value
+			}
+		}
+		bridge := "http://" + driverapi.BridgeHTTPAddr()
+		switch route {
+		case driverapi.RouteHostLoopback:
+			if req.Proxy.TCPAddr == "" || httpProxy == bridge || !strings.Contains(httpProxy, req.Proxy.TCPAddr) {
+				t.Fatalf("host_loopback: endpoint %+v, HTTP_PROXY %q", *req.Proxy, httpProxy)
+			}
+		case driverapi.RouteNamespaceBridge:
+			if req.Proxy.TCPAddr != "" || req.Proxy.UnixSocket == "" || httpProxy != bridge {
+				t.Fatalf("namespace_bridge: endpoint %+v, HTTP_PROXY %q", *req.Proxy, httpProxy)
+			}
+		}
+	}
+}

@@ -480,7 +480,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		// that says it honours ProfileRequest.Home gets it there (no
 		// protected entries to set up in it); any other gets it as one
 		// more fs_write path, protected entries included.
-		if hc.Details[driverapi.DetailProfileHome] == "1" {
+		if hc.ProfileHome() {
 			preq.Home = home
 		} else {
 			preq.Capabilities = cloneCaps(cmd.Capabilities)
