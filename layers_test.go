@@ -23,7 +23,6 @@ var knownLayerViolations = []string{
 	"service -> core/proxy",                          // service.go parseNet
 	"core -> drivers/seatbelt",                       // symlinkgrant_test.go
 	"drivers/bwrap -> core/proxy",                    // bridge tests
-	"conformance -> core/proxy",                      // netfix_test.go
 }
 
 // layerRule is one row of the table.
