@@ -1,7 +1,13 @@
 package alephsandbox
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
 )
 
@@ -27,7 +33,33 @@ func ConfigSections() []core.LoadOption {
 // LoadConfig is core.LoadConfig with ConfigSections: what the CLI, serve
 // and mcp read a configuration file with.
 func LoadConfig(path string, opts ...core.LoadOption) (core.Config, error) {
-	return core.LoadConfig(path, append(ConfigSections(), opts...)...)
+	cfg, err := core.LoadConfig(path, append(ConfigSections(), opts...)...)
+	if err != nil {
+		return cfg, err
+	}
+	if err := checkComponents(cfg); err != nil {
+		var ce *core.ConfigError
+		if errors.As(err, &ce) && ce.Source == "" {
+			ce.Source = cfg.Source()
+		}
+		return core.Config{}, err
+	}
+	return cfg, nil
+}
+
+// checkComponents is what the runtime's components refuse in cfg beyond
+// core's own validation, checked by each component's own rules: the
+// proxy's for [[sandbox.network.secret_injections]] (core checks only the
+// shape). LoadConfig and New both run it, so a rule that would fail every
+// command is refused once, naming its key.
+func checkComponents(cfg core.Config) error {
+	for i, si := range cfg.Sandbox.Network.SecretInjections {
+		field, err := proxy.CheckInjection(proxy.SecretInjection{Host: si.Host, Header: si.Header, Secret: si.Secret, Format: si.Format})
+		if err != nil {
+			return &core.ConfigError{Key: fmt.Sprintf("sandbox.network.secret_injections[%d].%s", i, field), Reason: err.Error()}
+		}
+	}
+	return nil
 }
 
 // RateLimitConfig is the rate-limit hook's configuration as cfg gives it
@@ -37,4 +69,20 @@ func LoadConfig(path string, opts ...core.LoadOption) (core.Config, error) {
 // *driverapi.ConfigError naming it.
 func RateLimitConfig(cfg core.Config) (ratelimit.Config, error) {
 	return ratelimit.ParseConfig(cfg.Sandbox.RateLimit.JSON())
+}
+
+// DefaultConfigPath is the per-user configuration file the CLI, serve and
+// mcp read when no --config is given: $XDG_CONFIG_HOME/aleph-sandbox/config.toml,
+// or ~/.config/aleph-sandbox/config.toml; "" when there is no home. New
+// protects it from every command's writes whether or not it exists.
+func DefaultConfigPath() string {
+	dir := os.Getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return ""
+		}
+		dir = filepath.Join(home, ".config")
+	}
+	return filepath.Join(dir, "aleph-sandbox", "config.toml")
 }

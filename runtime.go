@@ -14,6 +14,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/pluginhost"
 )
 
 // Host is what a host program calls on the runtime: commands, and the
@@ -107,8 +108,9 @@ func WithWarnings(w io.Writer) Option { return func(o *options) { o.warn = w } }
 func WithBaseline(c driverapi.Capabilities) Option { return func(o *options) { o.baseline = &c } }
 
 // WithProtectedPaths names files no command may be granted write access
-// to (core.WithProtectedPaths), such as the configuration file the host
-// read. Configured hook plugins are protected without it.
+// to (core.WithProtectedPaths). The configuration file cfg was loaded
+// from, DefaultConfigPath, the host program, the driver and the configured
+// hook plugins are protected without it.
 func WithProtectedPaths(paths ...string) Option {
 	return func(o *options) { o.protect = append(o.protect, paths...) }
 }
@@ -139,7 +141,8 @@ func DefaultGrantStoreDir() string {
 // concurrent use.
 type Runtime struct {
 	ws      *core.WorkspaceSandbox // nil when disabled
-	driver  *core.DriverHost       // nil with WithDriver
+	driver  *pluginhost.DriverHost // nil with WithDriver
+	policy  *PolicyChecker
 	closers []func()
 	once    sync.Once
 }
@@ -163,7 +166,12 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	rt := &Runtime{}
+	if err := checkComponents(cfg); err != nil {
+		return nil, err
+	}
+	// The command policy is built even when the sandbox is disabled:
+	// "would this be refused" has an answer without a driver.
+	rt := &Runtime{policy: newPolicyChecker(cfg, o.logger, o.warn)}
 	if !cfg.Sandbox.Enabled {
 		return rt, nil
 	}
@@ -182,17 +190,27 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	if src := cfg.Source(); src != "" {
 		protect = append(protect, src)
 	}
+	// The per-user configuration file, whether or not it exists yet: a
+	// command that could write (or create) it could name its own driver or
+	// hook plugin for the next run of the CLI, serve or mcp. Protected here
+	// and not by each front end, so that no way of building a runtime
+	// forgets it.
+	if def := DefaultConfigPath(); def != "" {
+		if abs, err := filepath.Abs(def); err == nil {
+			protect = append(protect, abs)
+		}
+	}
 	if exe, err := os.Executable(); err == nil {
 		protect = append(protect, exe)
 	}
 	drv := o.driver
 	if drv == nil {
-		path, _, err := core.FindDriver(cfg.Sandbox.Driver, o.driverDirs)
+		path, _, err := pluginhost.FindDriver(cfg.Sandbox.Driver, o.driverDirs)
 		if err != nil {
 			return nil, err
 		}
 		protect = append(protect, path, filepath.Join(filepath.Dir(path), "aleph-sandbox-init"))
-		host, err := core.NewDriverHost(core.DriverHostConfig{
+		host, err := pluginhost.NewDriverHost(pluginhost.DriverHostConfig{
 			Path:    path,
 			SHA256:  cfg.Sandbox.DriverSHA256,
 			Options: cfg.DriverOptions(goos()),
@@ -210,7 +228,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	}
 	coreOpts = append(coreOpts, core.WithDriver(drv))
 
-	hooks, closeHooks, err := hooksFromConfig(cfg, o.logger, o.warn, o.noRate)
+	hooks, closeHooks, err := hooksFromConfig(cfg, hookBuild{logger: o.logger, policy: rt.policy, noRate: o.noRate})
 	rt.closers = append(rt.closers, closeHooks)
 	if err != nil {
 		return nil, err
@@ -242,7 +260,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	// The proxy's decisions go to the ledger of the sandbox built below;
 	// no command (and so no decision) exists before it does.
 	mediator := mediatorFromConfig(cfg)
-	coreOpts = append(coreOpts, core.WithNetworkMediator(mediator))
+	coreOpts = append(coreOpts, core.WithNetworkMediator(routedMediator{m: mediator, driver: drv}))
 	ws, err := core.NewWorkspaceSandbox(cfg, coreOpts...)
 	if err != nil {
 		return nil, err
@@ -258,8 +276,13 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	return rt, nil
 }
 
+// Policy is the command policy the pipeline runs (built once, whether or
+// not [sandbox.command_policy] enables it in the pipeline), for questions
+// such as the service's CheckPolicy.
+func (r *Runtime) Policy() *PolicyChecker { return r.policy }
+
 // Driver is the driver plugin host, or nil (disabled, or WithDriver).
-func (r *Runtime) Driver() *core.DriverHost { return r.driver }
+func (r *Runtime) Driver() *pluginhost.DriverHost { return r.driver }
 
 // Execute implements Host.
 func (r *Runtime) Execute(ctx context.Context, cmd core.Command) (*core.Output, error) {

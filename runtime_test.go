@@ -276,3 +276,158 @@ func TestRuntimeProtectsItsConfigFile(t *testing.T) {
 		t.Fatalf("control (read grant): %v", err)
 	}
 }
+
+// The per-user configuration file is out of every command's write reach
+// whoever builds the runtime (serve and embedders as well as exec), and
+// whether or not it exists yet: a command that created it could name the
+// next run's driver and hook plugins. Control: a sibling directory may be
+// granted.
+func TestRuntimeProtectsTheDefaultConfigPath(t *testing.T) {
+	cfgHome := t.TempDir()
+	t.Setenv("XDG_CONFIG_HOME", cfgHome)
+	want := filepath.Join(cfgHome, "aleph-sandbox", "config.toml")
+	if got := alephsandbox.DefaultConfigPath(); got != want {
+		t.Fatalf("DefaultConfigPath() = %q, want %q", got, want)
+	}
+	if _, err := os.Stat(want); !os.IsNotExist(err) {
+		t.Fatalf("the default file should not exist for this test: %v", err)
+	}
+	rt, fake := newRuntime(t, testConfig(t), alephsandbox.WithApprover(approveAll{}))
+	ctx := context.Background()
+	for _, c := range []core.Command{
+		{SessionID: "s", Program: "echo", Workspace: cfgHome},
+		{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{cfgHome}}},
+	} {
+		_, err := rt.Execute(ctx, c)
+		var ie *core.InvalidCommandError
+		if !errors.As(err, &ie) || !strings.Contains(ie.Reason, want) {
+			t.Fatalf("%+v: want a refusal naming %s, got %T %v", c, want, err, err)
+		}
+	}
+	if fake.Runs() != 0 {
+		t.Fatal("a refused command reached the driver")
+	}
+	if _, err := rt.Execute(ctx, core.Command{SessionID: "s", Program: "echo", Capabilities: driverapi.Capabilities{FSWrite: []string{t.TempDir()}}}); err != nil {
+		t.Fatalf("control (a sibling write grant): %v", err)
+	}
+	if fake.Runs() != 1 {
+		t.Fatalf("runs = %d, want 1", fake.Runs())
+	}
+}
+
+// A secret-injection rule the proxy would refuse for every command (a
+// header it never injects, such as Host) is refused when the configuration
+// is loaded, naming the key, and by New for a configuration built in
+// code; it used to load and then fail every allow_hosts command. Control:
+// the same rule with Authorization loads and builds.
+func TestSecretInjectionRuleRefusedAtLoad(t *testing.T) {
+	base := testConfig(t)
+	for header, refused := range map[string]bool{"Host": true, "content-length": true, "Authorization": false, "X-Api-Key": false} {
+		path := filepath.Join(t.TempDir(), "config.toml")
+		body := fmt.Sprintf("[sandbox]\nworkspace_root = %q\naudit_log = %q\n[[sandbox.network.secret_injections]]\nhost = \"api.example.com\"\nheader = %q\nsecret = \"API_TOKEN\"\n",
+			base.Sandbox.WorkspaceRoot, base.Sandbox.AuditLog, header)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := alephsandbox.LoadConfig(path)
+		var ce *core.ConfigError
+		switch {
+		case refused && (!errors.As(err, &ce) || ce.Key != "sandbox.network.secret_injections[0].header" || !strings.Contains(ce.Reason, "may not be injected")):
+			t.Fatalf("header %q: want a ConfigError for the header, got %T %v", header, err, err)
+		case !refused && err != nil:
+			t.Fatalf("header %q (control): %v", header, err)
+		}
+		code := base
+		code.Sandbox.Network.SecretInjections = []core.SecretInjection{{Host: "api.example.com", Header: header, Secret: "API_TOKEN"}}
+		rt, err := alephsandbox.New(code, alephsandbox.WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})))
+		if rt != nil {
+			_ = rt.Close()
+		}
+		switch {
+		case refused && (!errors.As(err, &ce) || ce.Key != "sandbox.network.secret_injections[0].header"):
+			t.Fatalf("New with header %q: want a ConfigError, got %T %v", header, err, err)
+		case !refused && err != nil:
+			t.Fatalf("New with header %q (control): %v", header, err)
+		}
+		_ = cfg
+	}
+}
+
+// The command policy is built once per runtime: what Policy answers (the
+// service's CheckPolicy) is the hook the pipeline runs, custom rules
+// included, and a rule that does not compile is reported once.
+func TestRuntimePolicyIsThePipelines(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Sandbox.CommandPolicy.CustomRules = []core.CustomRule{{Name: "no-curl", Regex: `\bcurl\b`, Action: "block"}}
+	rt, fake := newRuntime(t, cfg, alephsandbox.WithApprover(approveAll{}))
+	ctx := context.Background()
+	v, err := rt.Policy().Check(ctx, "curl https://example.com", nil)
+	if err != nil || v.Action != driverapi.ActionDeny || v.Rule != "no-curl" {
+		t.Fatalf("Policy().Check: %+v %v", v, err)
+	}
+	_, err = rt.Execute(ctx, core.Command{SessionID: "s", Program: "sh", Args: []string{"-c", "curl https://example.com"},
+		Capabilities: driverapi.Capabilities{SpawnSubprocess: true}})
+	var de *core.DeniedError
+	if !errors.As(err, &de) || de.Rule != "no-curl" || fake.Runs() != 0 {
+		t.Fatalf("pipeline: %v (runs %d)", err, fake.Runs())
+	}
+	// Control: an ordinary command passes both.
+	if v, err := rt.Policy().Check(ctx, "ls", nil); err != nil || v.Action != driverapi.ActionAllow {
+		t.Fatalf("Policy().Check(ls): %+v %v", v, err)
+	}
+
+	var warn strings.Builder
+	bad := testConfig(t)
+	bad.Sandbox.CommandPolicy.CustomRules = []core.CustomRule{{Name: "broken", Regex: "(", Action: "block"}}
+	rt2, _ := newRuntime(t, bad, alephsandbox.WithWarnings(&warn))
+	if n := strings.Count(warn.String(), "warning:"); n != 1 || !strings.Contains(warn.String(), "broken") {
+		t.Fatalf("warnings for one broken rule: %q", warn.String())
+	}
+	// The fallback is the curated rules, never weaker.
+	if v, err := rt2.Policy().Check(ctx, "rm -rf /", nil); err != nil || v.Action != driverapi.ActionDeny {
+		t.Fatalf("fallback: %+v %v", v, err)
+	}
+}
+
+// The proxy takes its route from what the driver reports, not from the
+// host's OS: a driver reporting host_loopback gets a loopback TCP address
+// (and proxy variables naming it) wherever the host runs, one reporting
+// namespace_bridge gets the unix socket and the bridge addresses.
+func TestRuntimeProxyRouteFromTheDriver(t *testing.T) {
+	for _, route := range []driverapi.ProxyRoute{driverapi.RouteHostLoopback, driverapi.RouteNamespaceBridge} {
+		caps := drivertest.FullCapabilities()
+		caps.Details = map[string]string{driverapi.DetailNetworkRoute: string(route)}
+		fake := &drivertest.FakeDriver{Caps: caps}
+		rt, err := alephsandbox.New(testConfig(t), alephsandbox.WithDriver(drivertest.Connect(t, fake)), alephsandbox.WithApprover(approveAll{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = rt.Close() })
+		_, err = rt.Execute(context.Background(), core.Command{SessionID: "s", Program: "echo",
+			Capabilities: driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}})
+		if err != nil {
+			t.Fatalf("%s: %v", route, err)
+		}
+		req := fake.LastProfileRequest()
+		if req.Proxy == nil {
+			t.Fatalf("%s: no proxy endpoint in the profile request", route)
+		}
+		var httpProxy string
+		for _, e := range fake.LastSpec().Env {
+			if e.Name == "HTTP_PROXY" {
+				httpProxy = e.Value
+			}
+		}
+		bridge := "http://" + driverapi.BridgeHTTPAddr()
+		switch route {
+		case driverapi.RouteHostLoopback:
+			if req.Proxy.TCPAddr == "" || httpProxy == bridge || !strings.Contains(httpProxy, req.Proxy.TCPAddr) {
+				t.Fatalf("host_loopback: endpoint %+v, HTTP_PROXY %q", *req.Proxy, httpProxy)
+			}
+		case driverapi.RouteNamespaceBridge:
+			if req.Proxy.TCPAddr != "" || req.Proxy.UnixSocket == "" || httpProxy != bridge {
+				t.Fatalf("namespace_bridge: endpoint %+v, HTTP_PROXY %q", *req.Proxy, httpProxy)
+			}
+		}
+	}
+}

@@ -24,9 +24,17 @@ const allowedHost = "allowed.conformance.test"
 func linuxBridgeHTTPAddr() string { return driverapi.BridgeHTTPAddr() }
 
 // childProxyAddr is the proxy address the host puts in the child's
-// HTTP(S)_PROXY: the bridge on Linux, the proxy's own loopback TCP address
-// elsewhere (macOS children reach host loopback directly).
-func childProxyAddr(tcpAddr string) string {
+// HTTP(S)_PROXY for the route the driver reports: the in-namespace bridge
+// for namespace_bridge, the proxy's own loopback TCP address for
+// host_loopback. A driver that reports no route gets the platform's, as
+// the host does (the bridge on Linux, loopback elsewhere).
+func childProxyAddr(route driverapi.ProxyRoute, tcpAddr string) string {
+	switch route {
+	case driverapi.RouteNamespaceBridge:
+		return linuxBridgeHTTPAddr()
+	case driverapi.RouteHostLoopback:
+		return tcpAddr
+	}
 	if runtime.GOOS == "linux" {
 		return linuxBridgeHTTPAddr()
 	}
@@ -214,7 +222,7 @@ func proxySetup(ctx context.Context, h *H) (*target, *connectProxy, Cmd, error) 
 	if err != nil {
 		return nil, nil, Cmd{}, err
 	}
-	proxyURL := "http://" + childProxyAddr(p.tcpAddr)
+	proxyURL := "http://" + childProxyAddr(h.Caps.NetworkRoute(), p.tcpAddr)
 	c := Cmd{
 		Caps:  &driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{hostPort}}},
 		Proxy: &driverapi.ProxyEndpoint{TCPAddr: p.tcpAddr, UnixSocket: p.unixPath},

@@ -14,15 +14,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/conformance/internal/probe"
-	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 )
-
-// The suite mirrors the host's bridge address rather than importing core.
-func TestBridgeAddressMatchesCore(t *testing.T) {
-	if got := proxy.BridgeListenAddrs()[0]; got != linuxBridgeHTTPAddr() {
-		t.Errorf("core's bridge listens on %s, the suite tells children %s", got, linuxBridgeHTTPAddr())
-	}
-}
 
 // The network cases are only as good as their probe and fixtures: run the
 // probe's net step on the host, unsandboxed and in process, where every

@@ -25,26 +25,3 @@ func BenchmarkExecute(b *testing.B) {
 		}
 	}
 }
-
-// BenchmarkExecuteRealPlugin is the same round trip with the fake driver in
-// a real plugin process (go-plugin over a unix socket with mTLS).
-func BenchmarkExecuteRealPlugin(b *testing.B) {
-	host := newPluginHost(b)
-	sb, err := NewWorkspaceSandbox(testConfig(b), WithDriver(host), WithAuditSink(&memSink{}))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer sb.Close()
-	ctx := WithSession(context.Background(), "bench")
-	cmd := Command{Program: "echo", Args: []string{"hi"}}
-	if _, err := sb.Execute(ctx, cmd); err != nil {
-		b.Fatal(err)
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := sb.Execute(ctx, cmd); err != nil {
-			b.Fatal(err)
-		}
-	}
-}

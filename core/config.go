@@ -1129,7 +1129,7 @@ func (c Config) DriverOptions(goos string) []byte {
 // be handed another driver's keys. DriverHost does the same when given
 // Config.DriverSection.
 func (c Config) DriverOptionsFor(path, goos string) []byte {
-	if name := DriverName(path); !shippedBackend(name) {
+	if name := DriverName(path); !ShippedBackend(name) {
 		return c.DriverSection(name)
 	}
 	return c.DriverOptions(goos)

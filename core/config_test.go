@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -238,7 +239,7 @@ func TestConfigRefusals(t *testing.T) {
 func TestNewRefusesInvalidConfig(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Sandbox.MaxOutputBytes = 0
-	if _, err := New(cfg); err == nil || !strings.Contains(err.Error(), "sandbox.max_output_bytes") {
+	if _, err := NewWorkspaceSandbox(cfg, WithDriver(&drivertest.FakeDriver{})); err == nil || !strings.Contains(err.Error(), "sandbox.max_output_bytes") {
 		t.Fatalf("err %v", err)
 	}
 }

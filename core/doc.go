@@ -1,6 +1,9 @@
 // Package core is the aleph-sandbox pipeline: it takes a Command from a host
 // program, decides whether and how it may run, and hands it to an OS sandbox
-// driver (a driverapi.Driver, usually a plugin process launched by DriverHost).
+// driver (a driverapi.Driver). Core launches no process and opens no file of
+// its own: the driver (usually a plugin process kept by pluginhost.DriverHost),
+// hooks, audit sink, grant store and network mediator are injected, and the
+// assembly package (alephsandbox.New) is what builds them from a Config.
 //
 // # API shape
 //
@@ -8,11 +11,12 @@
 //	    Execute(ctx context.Context, cmd Command) (*Output, error)
 //	    Close() error
 //	}
-//	func New(cfg Config, opts ...Option) (Sandbox, error)   // *WorkspaceSandbox, or NoopSandbox when disabled
+//	func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) // WithDriver required
 //	func LoadConfig(path string, opts ...LoadOption) (Config, error) // defaults + TOML file + ALEPH_SANDBOX_SANDBOX__* env
 //	func WithSession(ctx, id) context.Context / SessionFrom(ctx) (string, bool)
 //	Options: WithDriver, WithHooks, WithApprovalRequester, WithAuditSink,
-//	         WithLogger, WithNetworkMediator, WithDriverEnv
+//	         WithLogger, WithNetworkMediator, WithGrantStore, WithBaseline,
+//	         WithProtectedPaths
 //
 // # Pipeline (WorkspaceSandbox.Execute)
 //
@@ -79,7 +83,8 @@
 // *StaleGrantError (ApplyNetworkGrant against an outdated digest),
 // *HookError (a hook failed, timed out or answered nonsense; fail closed),
 // *MediationError (the network mediation did not start), *WorkspaceError,
-// *DriverNotFoundError (FindDriver), *ConfigError (LoadConfig/Validate),
-// ErrClosed after Close, and ErrDisabled from NoopSandbox. Every outcome,
+// *DriverNotFoundError (pluginhost.FindDriver), *HookPluginError (a hook
+// plugin process failed), *ConfigError (LoadConfig/Validate, and a pipeline
+// built without its driver or audit sink), and ErrClosed after Close. Every outcome,
 // success or not, leaves one AuditRecord whose ReasonCode says which.
 package core

@@ -129,8 +129,6 @@ func FailureReason(err error) (code ReasonCode, field string) {
 		return ReasonWorkspaceFailed, ""
 	case errors.As(err, &medErr):
 		return ReasonMediationFailed, ""
-	case errors.Is(err, ErrDisabled):
-		return ReasonDisabled, ""
 	case errors.Is(err, ErrClosed):
 		return ReasonClosed, ""
 	case errors.Is(err, context.Canceled):
@@ -285,5 +283,21 @@ var ErrClosed = errors.New("sandbox is closed")
 // the session's HOME is removed.
 var ErrSessionForgotten = errors.New("its session was forgotten while it ran")
 
-// ErrDisabled is returned by every NoopSandbox call.
-var ErrDisabled = errors.New("sandbox disabled: sandbox.enabled is false in the configuration, so no command can run; set it to true to run commands")
+// HookPluginError is a hook plugin that could not be started, died, hung
+// past its deadline or answered something that is not a verdict. The
+// pipeline fails the command closed on it.
+type HookPluginError struct {
+	Hook string
+	Op   string
+	Err  error
+}
+
+func (e *HookPluginError) Error() string {
+	return fmt.Sprintf("hook plugin %s: %s: %v", e.Hook, e.Op, e.Err)
+}
+
+func (e *HookPluginError) Unwrap() error { return e.Err }
+
+// ErrHookHung is wrapped by the error of a call the plugin did not answer
+// within its deadline.
+var ErrHookHung = errors.New("hook plugin did not answer within its deadline")

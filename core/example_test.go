@@ -11,17 +11,17 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
 
-// An embedding host builds the sandbox once and runs commands through it.
-// Here the driver is the in-process fake; without WithDriver, New finds
-// and launches the platform's driver plugin.
-func ExampleNew() {
+// The bare pipeline, built from its parts: here the driver is the
+// in-process fake. A host builds the whole runtime (the configured driver
+// plugin, hooks, proxy and audit file) with alephsandbox.New instead.
+func ExampleNewWorkspaceSandbox() {
 	root, _ := os.MkdirTemp("", "aleph-example-")
 	defer os.RemoveAll(root)
 	cfg := core.DefaultConfig()
 	cfg.Sandbox.WorkspaceRoot = root
 	cfg.Sandbox.AuditLog = ""
 
-	sb, err := core.New(cfg,
+	sb, err := core.NewWorkspaceSandbox(cfg,
 		core.WithDriver(&drivertest.FakeDriver{}),
 		core.WithApprovalRequester(&drivertest.FakeApprover{Outcome: driverapi.ApprovalDenied}))
 	if err != nil {

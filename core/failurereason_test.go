@@ -31,7 +31,6 @@ func TestFailureReason(t *testing.T) {
 		{&MediationError{Err: errors.New("x")}, ReasonMediationFailed, ""},
 		{wrap(ErrSignalBeforeStart), ReasonSignalBeforeStart, ""},
 		{ErrSignalEnded, ReasonSignalEnded, ""},
-		{ErrDisabled, ReasonDisabled, ""},
 		{ErrClosed, ReasonClosed, ""},
 		{wrap(context.Canceled), ReasonCanceled, ""},
 	} {

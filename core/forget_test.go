@@ -41,13 +41,3 @@ func TestForgetSessionTellsTheDriver(t *testing.T) {
 		t.Fatalf("the driver was told to forget %v, want [s1]", got)
 	}
 }
-
-func TestDriverHostForgetNeverLaunches(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts plugin processes")
-	}
-	host := newPluginHost(t)
-	if err := host.ForgetSession(context.Background(), "s1"); err != nil || host.Pid() != 0 {
-		t.Fatalf("ForgetSession on a host with no driver running: %v, pid %d", err, host.Pid())
-	}
-}

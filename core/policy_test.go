@@ -457,7 +457,14 @@ func TestNetworkGrants(t *testing.T) {
 func TestAuditLedgerFile(t *testing.T) {
 	cfg := testConfig(t)
 	cfg.Sandbox.AuditLog = filepath.Join(t.TempDir(), "sub", "audit.jsonl")
-	sb, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})), WithHooks(allow("a")))
+	// The assembly opens the configured file and hands it in; so does
+	// this test.
+	js, err := OpenJSONLinesSink(cfg.Sandbox.AuditLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer js.Close()
+	sb, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})), WithHooks(allow("a")), WithAuditSink(js))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -470,6 +477,9 @@ func TestAuditLedgerFile(t *testing.T) {
 		t.Fatal("expected a denial")
 	}
 	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := js.Close(); err != nil {
 		t.Fatal(err)
 	}
 	st, err := os.Stat(cfg.Sandbox.AuditLog)

@@ -144,7 +144,7 @@ type Mediation = interface {
 	Close() error
 }
 
-// Option configures New.
+// Option configures NewWorkspaceSandbox.
 type Option func(*options)
 
 type options struct {
@@ -154,14 +154,13 @@ type options struct {
 	sink      AuditSink
 	logger    hclog.Logger
 	mediator  NetworkMediator
-	driverEnv []string
 	grants    GrantStore
 	baseline  *driverapi.Capabilities
 	protect   []string
 }
 
-// WithDriver runs commands with d instead of launching the configured driver
-// binary. The caller keeps ownership of d (Close does not close it).
+// WithDriver runs commands with d (required). The caller keeps ownership
+// of d (Close does not close it).
 func WithDriver(d driverapi.Driver) Option { return func(o *options) { o.driver = d } }
 
 // WithHooks appends before-hooks; they run in the order given.
@@ -208,30 +207,3 @@ func WithBaseline(c driverapi.Capabilities) Option {
 func WithProtectedPaths(paths ...string) Option {
 	return func(o *options) { o.protect = append(o.protect, paths...) }
 }
-
-// WithDriverEnv adds NAME=VALUE entries to the environment of a driver
-// plugin that New launches (not to any command's environment).
-func WithDriverEnv(env ...string) Option {
-	return func(o *options) { o.driverEnv = append(o.driverEnv, env...) }
-}
-
-// New builds the sandbox cfg describes. With sandbox.enabled false it
-// returns NoopSandbox. Without WithDriver it finds the configured (or
-// platform default) driver binary and launches it on first use; a driver
-// that cannot be found is a *DriverNotFoundError here.
-func New(cfg Config, opts ...Option) (Sandbox, error) {
-	if !cfg.Sandbox.Enabled {
-		return NoopSandbox{}, nil
-	}
-	return NewWorkspaceSandbox(cfg, opts...)
-}
-
-// NoopSandbox is what a disabled configuration gives: every call fails with
-// ErrDisabled, so a disabled sandbox is never a silent bypass.
-type NoopSandbox struct{}
-
-// Execute always fails with ErrDisabled.
-func (NoopSandbox) Execute(context.Context, Command) (*Output, error) { return nil, ErrDisabled }
-
-// Close does nothing.
-func (NoopSandbox) Close() error { return nil }

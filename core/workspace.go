@@ -8,11 +8,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -35,11 +33,9 @@ const maxSessionIDLen = 1024
 type WorkspaceSandbox struct {
 	cfg      Config
 	driver   driverapi.Driver
-	ownedDrv io.Closer // closed by Close: a DriverHost New launched
 	hooks    []*hookEntry
 	gate     *ApprovalGate
 	ledger   *ledger
-	ownSink  io.Closer
 	mediator NetworkMediator
 	logger   hclog.Logger
 	store    GrantStore // nil: grants live as long as this process
@@ -166,8 +162,11 @@ func (ss *session) endAll(wait time.Duration) bool {
 	}
 }
 
-// NewWorkspaceSandbox builds the pipeline regardless of sandbox.enabled
-// (New is the entry point that honours it).
+// NewWorkspaceSandbox builds the pipeline from its parts: the driver
+// (WithDriver) is required, and so is an audit sink (WithAuditSink) when
+// sandbox.audit_log is set. It does not look at sandbox.enabled: the
+// assembly (alephsandbox.New) builds no pipeline for a disabled
+// configuration.
 func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -216,58 +215,30 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		}
 		s.hooks = append(s.hooks, &hookEntry{hook: h, idx: i})
 	}
+	// Core launches nothing and opens no file: the driver and the audit
+	// sink are parts the assembly (alephsandbox.New) builds and hands in.
+	// Missing either is refused rather than run without: a pipeline with
+	// no driver cannot run anything, and one that silently dropped the
+	// configured audit log would be an unaudited sandbox.
+	if s.driver == nil {
+		return nil, &ConfigError{Key: "sandbox.driver", Reason: "no driver was given to the pipeline (core.WithDriver); build the runtime with alephsandbox.New, which finds and launches the configured driver"}
+	}
 	sink := o.sink
 	if sink == nil && cfg.Sandbox.AuditLog != "" {
-		js, err := OpenJSONLinesSink(cfg.Sandbox.AuditLog)
-		if err != nil {
-			return nil, &ConfigError{Key: "sandbox.audit_log", Reason: err.Error()}
-		}
-		sink, s.ownSink = js, js
+		return nil, &ConfigError{Key: "sandbox.audit_log", Reason: "no audit sink was given to the pipeline (core.WithAuditSink) for the configured audit log; build the runtime with alephsandbox.New, which opens it"}
 	}
 	s.ledger = &ledger{log: logger.ResetNamed("capability_ledger"), sink: sink,
 		failClosed: cfg.Sandbox.AuditOnFailure == AuditFailClosed}
-	if s.driver == nil {
-		path, looked, err := FindDriver(cfg.Sandbox.Driver, nil)
-		if err != nil {
-			s.closeOwned()
-			_ = looked
-			return nil, err
-		}
-		h, err := NewDriverHost(DriverHostConfig{
-			Path:    path,
-			SHA256:  cfg.Sandbox.DriverSHA256,
-			Options: cfg.DriverOptions(runtime.GOOS),
-			Section: cfg.DriverSection,
-			Logger:  logger,
-			Env:     o.driverEnv,
-		})
-		if err != nil {
-			s.closeOwned()
-			return nil, err
-		}
-		s.driver, s.ownedDrv = h, h
-	}
 	return s, nil
 }
 
-// Close ends the driver plugin New launched (if any) and closes the ledger
-// file. Commands after Close fail.
+// Close ends the pipeline: commands after Close fail with ErrClosed. The
+// driver, hooks and audit sink it was given belong to their caller.
 func (s *WorkspaceSandbox) Close() error {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	return s.closeOwned()
-}
-
-func (s *WorkspaceSandbox) closeOwned() error {
-	var errs []error
-	if s.ownedDrv != nil {
-		errs = append(errs, s.ownedDrv.Close())
-	}
-	if s.ownSink != nil {
-		errs = append(errs, s.ownSink.Close())
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // SessionDirName is the directory name of a session's workspace:
@@ -510,7 +481,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		// that says it honours ProfileRequest.Home gets it there (no
 		// protected entries to set up in it); any other gets it as one
 		// more fs_write path, protected entries included.
-		if hc.Details[driverapi.DetailProfileHome] == "1" {
+		if hc.ProfileHome() {
 			preq.Home = home
 		} else {
 			preq.Capabilities = cloneCaps(cmd.Capabilities)

@@ -344,32 +344,32 @@ func TestDefaultOutputBudgetIsOneMiB(t *testing.T) {
 	}
 }
 
-func TestDisabledSandbox(t *testing.T) {
+// Core launches nothing and opens no file: a pipeline without a driver,
+// or with an audit log configured but no sink to write it, is refused
+// naming the key, never run unaudited or driverless. Control: with both
+// parts the same configuration runs.
+func TestPipelineNeedsItsParts(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Sandbox.Enabled = false
-	sb, err := New(cfg, WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})))
-	if err != nil {
-		t.Fatal(err)
+	cfg.Sandbox.AuditLog = filepath.Join(t.TempDir(), "audit.jsonl")
+	var ce *ConfigError
+	if _, err := NewWorkspaceSandbox(cfg, WithAuditSink(&memSink{})); !errors.As(err, &ce) || ce.Key != "sandbox.driver" {
+		t.Fatalf("without a driver: %v", err)
 	}
-	if _, ok := sb.(NoopSandbox); !ok {
-		t.Fatalf("disabled config gave %T", sb)
+	fake := &drivertest.FakeDriver{}
+	if _, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, fake))); !errors.As(err, &ce) || ce.Key != "sandbox.audit_log" {
+		t.Fatalf("without an audit sink: %v", err)
 	}
-	_, err = sb.Execute(WithSession(context.Background(), "x"), Command{Program: "echo"})
-	if !errors.Is(err, ErrDisabled) || !strings.Contains(err.Error(), "sandbox.enabled") {
-		t.Fatalf("err %v", err)
+	if _, err := os.Stat(cfg.Sandbox.AuditLog); !os.IsNotExist(err) {
+		t.Fatalf("core created the audit file: %v", err)
 	}
-	if err := sb.Close(); err != nil {
-		t.Fatal(err)
-	}
-	// Positive control: enabled gives the real pipeline.
-	cfg.Sandbox.Enabled = true
-	sb, err = New(cfg, WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})))
+	sink := &memSink{}
+	sb, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, fake)), WithAuditSink(sink))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Close()
-	if _, err := sb.Execute(WithSession(context.Background(), "x"), Command{Program: "echo"}); err != nil {
-		t.Fatal(err)
+	if _, err := sb.Execute(WithSession(context.Background(), "x"), Command{Program: "echo"}); err != nil || fake.Runs() != 1 || len(sink.all()) != 1 {
+		t.Fatalf("control: %v, runs %d, records %d", err, fake.Runs(), len(sink.all()))
 	}
 }
 

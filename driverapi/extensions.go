@@ -89,6 +89,20 @@ const (
 	DetailProfileHome = "profile.home"
 )
 
+// NetworkRoute is the route the driver reported for NetworkAllowHosts
+// (Details[DetailNetworkRoute]), "" when it reported none. The host starts
+// the command's proxy for this route: it decides what the proxy listens on
+// and what the child's proxy variables say.
+func (hc HostCapabilities) NetworkRoute() ProxyRoute {
+	return ProxyRoute(hc.Details[DetailNetworkRoute])
+}
+
+// ProfileHome reports whether the driver honours ProfileRequest.Home
+// (Details[DetailProfileHome] == "1").
+func (hc HostCapabilities) ProfileHome() bool {
+	return hc.Details[DetailProfileHome] == "1"
+}
+
 // Signal names a signal to deliver to a running command, without the SIG
 // prefix. Names, not numbers, cross the wire: numbers differ between
 // systems, and a driver maps each name to what its OS has.

@@ -30,7 +30,6 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
-	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
 )
 
 // ReasonProtectedPath is the reason code of a request refused because a
@@ -71,8 +70,10 @@ type Options struct {
 	// workspace, nor any ancestor of them (the socket's directory, the data
 	// directory).
 	Protected []string
-	// CommandPolicy is the configuration CheckPolicy answers from.
-	CommandPolicy core.CommandPolicyConfig
+	// Policy is the command policy CheckPolicy answers from: the
+	// runtime's own (alephsandbox.Runtime.Policy). Nil: a policy that
+	// is off.
+	Policy *alephsandbox.PolicyChecker
 	// DriverLaunches, when set, counts the driver processes started (the
 	// driver_restarts metric).
 	DriverLaunches func() int64
@@ -89,7 +90,7 @@ type Server struct {
 	broker    *Broker
 	log       hclog.Logger
 	protected []string
-	policy    driverapi.Hook
+	policy    *alephsandbox.PolicyChecker
 
 	metrics        *Metrics
 	held           heldBytes
@@ -126,7 +127,10 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = hclog.NewNullLogger()
 	}
-	policy, _ := commandpolicy.New(alephsandbox.CommandPolicyConfig(opts.CommandPolicy), opts.Logger.Named("command_policy"))
+	policy := opts.Policy
+	if policy == nil {
+		policy = alephsandbox.NewPolicyChecker(core.Config{})
+	}
 	// Zero fields take the defaults; the output ceiling's default is the
 	// configured sandbox budget's default.
 	def := core.ServeConfig{}.Limits(core.DefaultConfig().Sandbox.MaxOutputBytes)
@@ -158,7 +162,7 @@ func New(opts Options) (*Server, error) {
 		if err != nil {
 			return nil, fmt.Errorf("service: protected path %q: %w", p, err)
 		}
-		s.protected = append(s.protected, canonical(abs))
+		s.protected = append(s.protected, Canonical(abs))
 	}
 	return s, nil
 }
@@ -212,33 +216,13 @@ func (s *Server) Handler() http.Handler {
 // timeouts from them).
 func (s *Server) Limits() core.ServeLimits { return s.limits }
 
-// canonical resolves symlinks as far as the path exists, so a grant naming
-// a symlink to the socket's directory is seen for what it is.
-func canonical(p string) string {
-	p = filepath.Clean(p)
-	if r, err := filepath.EvalSymlinks(p); err == nil {
-		return r
-	}
-	dir, base := filepath.Split(p)
-	if dir == "" || dir == p {
-		return p
-	}
-	return filepath.Join(canonical(filepath.Clean(dir)), base)
-}
-
-// covers reports whether access to p would reach protected directory d:
-// p is d, inside it, or an ancestor of it.
-func covers(p, d string) bool {
-	return driverapi.PathWithin(p, d) || driverapi.PathWithin(d, p)
-}
-
 func (s *Server) checkPath(field, p string) error {
 	if !filepath.IsAbs(p) {
 		return invalid(field, fmt.Sprintf("%q is not an absolute path (the service cannot know the client's working directory)", p))
 	}
-	c := canonical(p)
+	c := Canonical(p)
 	for _, d := range s.protected {
-		if covers(c, d) || covers(filepath.Clean(p), d) {
+		if Covers(c, d) || Covers(filepath.Clean(p), d) {
 			return withDetail(connect.CodePermissionDenied,
 				fmt.Errorf("%s %q covers the service's own directory %s, which no sandbox may reach", field, p, d),
 				&hostv1.ErrorDetail{ReasonCode: ReasonProtectedPath, Field: field})
@@ -822,8 +806,7 @@ func (s *Server) CheckPolicy(ctx context.Context, req *connect.Request[hostv1.Ch
 	if strings.TrimSpace(req.Msg.GetCommand()) == "" {
 		return nil, invalid("command", "required")
 	}
-	v, err := s.policy.Before(ctx, driverapi.HookRequest{SessionID: "policy-check", CommandID: "policy-check",
-		Program: "sh", Args: []string{"-c", req.Msg.GetCommand()}, Stdin: req.Msg.GetStdin()})
+	v, err := s.policy.Check(ctx, req.Msg.GetCommand(), req.Msg.GetStdin())
 	if err != nil {
 		return nil, withDetail(connect.CodeInternal, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonHookFailed), Hook: "command_policy"})
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/pluginhost"
 )
 
 // rawRunsCommand is the driver binary's mode that runs a command through
@@ -53,11 +54,11 @@ type rawRunsReply struct {
 // ways when the configured driver is not bwrap; stop ends the process.
 func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way, minimal benchWay, stop func(), err error) {
 	stop = func() {}
-	path, _, err := core.FindDriver(cfg.Sandbox.Driver, nil)
+	path, _, err := pluginhost.FindDriver(cfg.Sandbox.Driver, nil)
 	if err != nil {
 		return nil, nil, stop, err
 	}
-	if filepath.Base(path) != core.DriverBinaryName("bwrap") {
+	if filepath.Base(path) != pluginhost.DriverBinaryName("bwrap") {
 		return nil, nil, stop, nil
 	}
 	if pin := driverPin(cfg, path); pin != "" {

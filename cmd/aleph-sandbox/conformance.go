@@ -16,6 +16,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/conformance"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/pluginhost"
 )
 
 // runConformance runs the driver conformance suite against one driver
@@ -66,7 +67,7 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 	if err != nil {
 		return failure(confErrInvalid, conformance.Report{Driver: *driver}, err.Error())
 	}
-	path, _, err := core.FindDriver(*driver, nil)
+	path, _, err := pluginhost.FindDriver(*driver, nil)
 	if err != nil {
 		return failure(confErrDriver, conformance.Report{Driver: *driver}, err.Error())
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/pluginhost"
 )
 
 // doctorReport says what this host can enforce through the chosen driver
@@ -72,7 +73,7 @@ func diagnose(ctx context.Context, cfgPath, driver string) doctorReport {
 	// platform's default.
 	r.Driver = cfg.Sandbox.Driver
 	if r.Driver == "" {
-		r.Driver = core.DefaultDriverName()
+		r.Driver = pluginhost.DefaultDriverName()
 	}
 	if r.Driver == "" {
 		r.Problems = append(r.Problems, doctorProblem{What: "driver", Why: "no default driver for this OS", Fix: "pass --driver PATH to a third-party driver"})
@@ -83,13 +84,13 @@ func diagnose(ctx context.Context, cfgPath, driver string) doctorReport {
 			r.Problems = append(r.Problems, doctorProblem{What: "bubblewrap", Why: "bwrap is not on PATH", Fix: "apt-get install bubblewrap (Debian/Ubuntu) or dnf install bubblewrap"})
 		}
 	}
-	path, looked, err := core.FindDriver(cfg.Sandbox.Driver, nil)
+	path, looked, err := pluginhost.FindDriver(cfg.Sandbox.Driver, nil)
 	if err != nil {
-		r.Problems = append(r.Problems, doctorProblem{What: "driver binary", Why: fmt.Sprintf("%s not found; looked in %s", core.DriverBinaryName(r.Driver), strings.Join(looked, ", ")), Fix: "make build, or put the binary beside aleph-sandbox or in $ALEPH_SANDBOX_PLUGIN_DIR"})
+		r.Problems = append(r.Problems, doctorProblem{What: "driver binary", Why: fmt.Sprintf("%s not found; looked in %s", pluginhost.DriverBinaryName(r.Driver), strings.Join(looked, ", ")), Fix: "make build, or put the binary beside aleph-sandbox or in $ALEPH_SANDBOX_PLUGIN_DIR"})
 		return r
 	}
 	r.Path = path
-	host, err := core.NewDriverHost(core.DriverHostConfig{Path: path, SHA256: cfg.Sandbox.DriverSHA256, Options: cfg.DriverOptions(goos()), Section: cfg.DriverSection, StartTimeout: 15 * time.Second})
+	host, err := pluginhost.NewDriverHost(pluginhost.DriverHostConfig{Path: path, SHA256: cfg.Sandbox.DriverSHA256, Options: cfg.DriverOptions(goos()), Section: cfg.DriverSection, StartTimeout: 15 * time.Second})
 	if err == nil {
 		defer host.Close()
 		var caps driverapi.HostCapabilities

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/pluginhost"
 )
 
 // driverReport is one driver binary and what it says it enforces here.
@@ -76,7 +77,7 @@ func runDrivers(ctx context.Context, args []string, io stdio) int {
 		return 0
 	}
 	if len(reports) == 0 {
-		fmt.Fprintf(io.Out, "no driver binaries found (looked for %s)\n", core.DriverBinaryName("*"))
+		fmt.Fprintf(io.Out, "no driver binaries found (looked for %s)\n", pluginhost.DriverBinaryName("*"))
 		return 0
 	}
 	for _, r := range reports {
@@ -116,20 +117,20 @@ type foundDriver struct {
 func discoverDrivers(cfg core.Config) []foundDriver {
 	var configured *foundDriver
 	if d := cfg.Sandbox.Driver; strings.ContainsRune(d, filepath.Separator) {
-		if p, _, err := core.FindDriver(d, nil); err == nil {
+		if p, _, err := pluginhost.FindDriver(d, nil); err == nil {
 			name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(p), "aleph-driver-"), ".exe")
-			configured = &foundDriver{name: name, path: p, isDefault: name == core.DefaultDriverName()}
+			configured = &foundDriver{name: name, path: p, isDefault: name == pluginhost.DefaultDriverName()}
 		}
 	}
 	var out []foundDriver
 	if configured != nil {
 		out = append(out, *configured)
 	}
-	for _, c := range core.FindDrivers(nil) {
+	for _, c := range pluginhost.FindDrivers(nil) {
 		if configured != nil && c.Name == configured.name {
 			continue
 		}
-		out = append(out, foundDriver{name: c.Name, path: c.Path, isDefault: c.Name == core.DefaultDriverName()})
+		out = append(out, foundDriver{name: c.Name, path: c.Path, isDefault: c.Name == pluginhost.DefaultDriverName()})
 	}
 	return out
 }
@@ -141,7 +142,7 @@ func driverPin(cfg core.Config, path string) string {
 	if cfg.Sandbox.DriverSHA256 == "" {
 		return ""
 	}
-	if p, _, err := core.FindDriver(cfg.Sandbox.Driver, nil); err == nil && p == path {
+	if p, _, err := pluginhost.FindDriver(cfg.Sandbox.Driver, nil); err == nil && p == path {
 		return cfg.Sandbox.DriverSHA256
 	}
 	return ""
@@ -153,7 +154,7 @@ func probeDriver(ctx context.Context, d foundDriver, cfg core.Config) driverRepo
 		r.ForOS = sys
 		return r
 	}
-	host, err := core.NewDriverHost(core.DriverHostConfig{Path: d.path, SHA256: driverPin(cfg, d.path), Options: cfg.DriverOptions(goos()), Section: cfg.DriverSection, StartTimeout: 15 * time.Second})
+	host, err := pluginhost.NewDriverHost(pluginhost.DriverHostConfig{Path: d.path, SHA256: driverPin(cfg, d.path), Options: cfg.DriverOptions(goos()), Section: cfg.DriverSection, StartTimeout: 15 * time.Second})
 	if err != nil {
 		r.Error = err.Error()
 		return r

@@ -9,7 +9,6 @@ import (
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
 )
 
 // Exit statuses of `policy check`.
@@ -49,7 +48,7 @@ func runPolicy(ctx context.Context, args []string, std stdio) int {
 	}
 	var stdin []byte
 	if *withStdin && std.In != nil {
-		stdin, err = readBounded(std.In, commandpolicy.MaxScanStdin)
+		stdin, err = readBounded(std.In, alephsandbox.MaxPolicyStdin)
 		if err != nil {
 			return fail(std.Err, "policy check: reading stdin: %v", err)
 		}
@@ -61,13 +60,10 @@ func runPolicy(ctx context.Context, args []string, std stdio) int {
 		return fail(std.Err, "policy check: %s", oneLine(err.Error()))
 	}
 	defer closeLog()
-	h, errs := commandpolicy.New(alephsandbox.CommandPolicyConfig(cfg.Sandbox.CommandPolicy), logger)
-	for _, e := range errs {
-		// The hook fell back to a safe rule set; say so, but still answer.
-		fmt.Fprintf(std.Err, "aleph-sandbox: warning: %s\n", oneLine(e.Error()))
-	}
-	v, err := h.Before(ctx, driverapi.HookRequest{SessionID: "cli", CommandID: "policy-check",
-		Program: "sh", Args: []string{"-c", command}, Stdin: stdin})
+	// A custom rule that does not compile falls back to a safe rule set;
+	// the warning says so, but the check still answers.
+	policy := alephsandbox.NewPolicyChecker(cfg, alephsandbox.WithLogger(logger), alephsandbox.WithWarnings(std.Err))
+	v, err := policy.Check(ctx, command, stdin)
 	if err != nil {
 		return fail(std.Err, "policy check: %v", err)
 	}

@@ -117,8 +117,8 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	}
 	if root := cfg.Sandbox.WorkspaceRoot; root != "" {
 		for _, s := range sockets {
-			if abs, err := filepath.Abs(root); err == nil && strings.HasPrefix(filepath.Dir(s)+string(filepath.Separator), abs+string(filepath.Separator)) {
-				return fail(std.Err, "serve: the socket %s is inside the workspace root %s, where sandboxes run", s, root)
+			if err := socketInWorkspaceRoot(s, root); err != nil {
+				return fail(std.Err, "serve: %v", err)
 			}
 		}
 	}
@@ -192,7 +192,7 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		launches = d.Launches
 	}
 	srv, err := service.New(service.Options{Host: rt, Broker: broker, Logger: log.Named("service"),
-		Protected: protected, CommandPolicy: cfg.Sandbox.CommandPolicy, DriverLaunches: launches,
+		Protected: protected, Policy: rt.Policy(), DriverLaunches: launches,
 		Processes: procCfg.Limits(), Limits: cfg.Serve.Limits(cfg.Sandbox.MaxOutputBytes)})
 	if err != nil {
 		closeAll()
@@ -376,4 +376,25 @@ func serveLogger(std stdio) hclog.Logger {
 // server from this one's.
 func serveOwner() string {
 	return fmt.Sprintf("pid %d, version %s, data dir %s", os.Getpid(), cliVersion, core.DataDir())
+}
+
+// socketInWorkspaceRoot refuses a socket whose directory lies in the
+// workspace root, where sandboxes run and could reach it. Both paths are
+// compared by name and by where they resolve (service.Within), so neither
+// a link to the root nor a root named through a link slips by; a socket
+// beside the root or above it stays allowed, since a workspace lies below
+// the root and reaches neither.
+func socketInWorkspaceRoot(socket, root string) error {
+	absSock, err := filepath.Abs(socket)
+	if err != nil {
+		return fmt.Errorf("socket %s: %w", socket, err)
+	}
+	absRoot, err := filepath.Abs(root)
+	if err != nil {
+		return fmt.Errorf("workspace root %s: %w", root, err)
+	}
+	if service.Within(filepath.Dir(absSock), absRoot) {
+		return fmt.Errorf("the socket %s is inside the workspace root %s, where sandboxes run (listen elsewhere, or move sandbox.workspace_root)", socket, root)
+	}
+	return nil
 }

@@ -244,7 +244,7 @@ func parseNet(v string) (driverapi.NetworkPolicy, error) {
 // or only defaults and environment overrides.
 func loadConfig(path, workspaceRoot, driver string) (core.Config, error) {
 	if path == "" {
-		if def := defaultConfigPath(); def != "" {
+		if def := alephsandbox.DefaultConfigPath(); def != "" {
 			if _, err := os.Stat(def); err == nil {
 				path = def
 			}
@@ -265,18 +265,6 @@ func loadConfig(path, workspaceRoot, driver string) (core.Config, error) {
 		cfg.Sandbox.Driver = driver
 	}
 	return cfg, cfg.Validate()
-}
-
-func defaultConfigPath() string {
-	dir := os.Getenv("XDG_CONFIG_HOME")
-	if dir == "" {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return ""
-		}
-		dir = filepath.Join(home, ".config")
-	}
-	return filepath.Join(dir, "aleph-sandbox", "config.toml")
 }
 
 // cliLogger keeps the CLI's own and the plugins' log lines off the child's
@@ -356,9 +344,6 @@ func buildPipeline(cfg core.Config, approver core.ApprovalRequester, warn io.Wri
 		alephsandbox.WithLogger(logger),
 		alephsandbox.WithApprover(approver),
 		alephsandbox.WithWarnings(warn),
-		// A command that could write the per-user configuration could
-		// name its own hook plugin or driver for the next run.
-		alephsandbox.WithProtectedPaths(defaultConfigPath()),
 	}, opts...)...)
 	if err != nil {
 		p.Close()

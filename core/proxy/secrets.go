@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"sort"
@@ -80,6 +81,42 @@ func validHeaderValue(v string) bool {
 	return httpguts.ValidHeaderFieldValue(v) && !strings.ContainsAny(v, "\r\n\x00")
 }
 
+// CheckInjection checks one rule on its own, as every command would:
+// the host pattern, the header name (a valid name, and not one the proxy
+// never injects, such as Host), the format. field is the rule's key at
+// fault ("host", "header" or "format"). A configuration is checked with it
+// when it is loaded, so a rule that would fail every command is refused
+// once, by name, instead.
+func CheckInjection(in SecretInjection) (field string, err error) {
+	_, field, err = checkInjection(in)
+	return field, err
+}
+
+func checkInjection(in SecretInjection) (compiledInjection, string, error) {
+	r, err := ParseRule(in.Host)
+	if err != nil {
+		return compiledInjection{}, "host", err
+	}
+	if !httpguts.ValidHeaderFieldName(in.Header) {
+		return compiledInjection{}, "header", fmt.Errorf("%q is not a valid header name", in.Header)
+	}
+	h := http.CanonicalHeaderKey(in.Header)
+	if forbiddenInjectHeaders[h] {
+		return compiledInjection{}, "header", fmt.Errorf("%q may not be injected (it frames or routes the request, which the proxy owns)", h)
+	}
+	format := in.Format
+	if format == "" {
+		format = "{secret}"
+	}
+	if !strings.Contains(format, "{secret}") {
+		return compiledInjection{}, "format", errors.New("must contain {secret}")
+	}
+	if !validHeaderValue(strings.ReplaceAll(format, "{secret}", "")) {
+		return compiledInjection{}, "format", errors.New("contains control characters")
+	}
+	return compiledInjection{rule: r, header: h, secret: in.Secret, format: format}, "", nil
+}
+
 // compileInjections validates rules against the command's secrets. When
 // secrets is non-empty every rule must name one of them (a rule that could
 // never fire would silently strand the secret); rules naming absent secrets
@@ -95,26 +132,9 @@ func compileInjections(rules []SecretInjection, secrets map[string]string) ([]co
 	}
 	var out []compiledInjection
 	for _, in := range rules {
-		r, err := ParseRule(in.Host)
+		c, field, err := checkInjection(in)
 		if err != nil {
-			return nil, &SecretError{Secret: in.Secret, Reason: "host: " + err.Error()}
-		}
-		if !httpguts.ValidHeaderFieldName(in.Header) {
-			return nil, &SecretError{Secret: in.Secret, Reason: fmt.Sprintf("header %q is not a valid header name", in.Header)}
-		}
-		h := http.CanonicalHeaderKey(in.Header)
-		if forbiddenInjectHeaders[h] {
-			return nil, &SecretError{Secret: in.Secret, Reason: fmt.Sprintf("header %q may not be injected", h)}
-		}
-		format := in.Format
-		if format == "" {
-			format = "{secret}"
-		}
-		if !strings.Contains(format, "{secret}") {
-			return nil, &SecretError{Secret: in.Secret, Reason: "format must contain {secret}"}
-		}
-		if !validHeaderValue(strings.ReplaceAll(format, "{secret}", "")) {
-			return nil, &SecretError{Secret: in.Secret, Reason: "format contains control characters"}
+			return nil, &SecretError{Secret: in.Secret, Reason: field + ": " + err.Error()}
 		}
 		if _, ok := secrets[in.Secret]; !ok {
 			if len(secrets) > 0 {
@@ -122,7 +142,7 @@ func compileInjections(rules []SecretInjection, secrets map[string]string) ([]co
 			}
 			continue
 		}
-		out = append(out, compiledInjection{rule: r, header: h, secret: in.Secret, format: format})
+		out = append(out, c)
 	}
 	return out, nil
 }

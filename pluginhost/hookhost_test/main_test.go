@@ -1,4 +1,4 @@
-// Package hookhost_test tests core.HookHost against real hook plugin
+// Package hookhost_test tests pluginhost.HookHost against real hook plugin
 // processes: the test binary re-executes itself as a fake hook plugin whose
 // behaviour is chosen by an environment variable.
 package hookhost_test

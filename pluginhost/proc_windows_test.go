@@ -1,6 +1,6 @@
 //go:build windows
 
-package core
+package pluginhost
 
 import "golang.org/x/sys/windows"
 

@@ -1,4 +1,4 @@
-package core
+package pluginhost
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -41,25 +42,6 @@ type HookHostConfig struct {
 	StartTimeout time.Duration
 }
 
-// HookPluginError is a hook plugin that could not be started, died, hung
-// past its deadline or answered something that is not a verdict. The
-// pipeline fails the command closed on it.
-type HookPluginError struct {
-	Hook string
-	Op   string
-	Err  error
-}
-
-func (e *HookPluginError) Error() string {
-	return fmt.Sprintf("hook plugin %s: %s: %v", e.Hook, e.Op, e.Err)
-}
-
-func (e *HookPluginError) Unwrap() error { return e.Err }
-
-// ErrHookHung is wrapped by the error of a call the plugin did not answer
-// within its deadline.
-var ErrHookHung = errors.New("hook plugin did not answer within its deadline")
-
 // HookHost is a driverapi.AfterHook backed by a hook plugin process. It
 // launches the plugin on first use and keeps it; a plugin that crashes,
 // hangs past the call deadline or answers garbage fails that call with a
@@ -83,7 +65,7 @@ var _ driverapi.AfterHook = (*HookHost)(nil)
 // NewHookHost checks cfg; it does not start the plugin.
 func NewHookHost(cfg HookHostConfig) (*HookHost, error) {
 	if cfg.Path == "" {
-		return nil, &HookPluginError{Hook: "(none)", Op: "configure", Err: errors.New("no hook plugin path")}
+		return nil, &core.HookPluginError{Hook: "(none)", Op: "configure", Err: errors.New("no hook plugin path")}
 	}
 	if cfg.Name == "" {
 		cfg.Name = strings.TrimSuffix(filepath.Base(cfg.Path), ".exe")
@@ -115,7 +97,7 @@ func (h *HookHost) get(ctx context.Context) (*driverapi.Process, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.closed {
-		return nil, &HookPluginError{Hook: h.cfg.Name, Op: "start", Err: errors.New("hook host is closed")}
+		return nil, &core.HookPluginError{Hook: h.cfg.Name, Op: "start", Err: errors.New("hook host is closed")}
 	}
 	if h.proc != nil && !h.proc.Exited() {
 		return h.proc, nil
@@ -133,11 +115,11 @@ func (h *HookHost) get(ctx context.Context) (*driverapi.Process, error) {
 		Args:         h.cfg.Args,
 	})
 	if err != nil {
-		return nil, &HookPluginError{Hook: h.cfg.Name, Op: "start", Err: err}
+		return nil, &core.HookPluginError{Hook: h.cfg.Name, Op: "start", Err: err}
 	}
 	if p.Hook() == nil {
 		p.Kill()
-		return nil, &HookPluginError{Hook: h.cfg.Name, Op: "start", Err: errors.New("plugin does not serve a hook")}
+		return nil, &core.HookPluginError{Hook: h.cfg.Name, Op: "start", Err: errors.New("plugin does not serve a hook")}
 	}
 	h.proc = p
 	return p, nil
@@ -184,18 +166,18 @@ func call[T any](ctx context.Context, h *HookHost, op string, fn func(context.Co
 	switch {
 	case errors.Is(ctx.Err(), context.Canceled):
 		// The caller gave up: not the plugin's fault, keep it.
-		return zero, &HookPluginError{Hook: h.cfg.Name, Op: op, Err: ctx.Err()}
+		return zero, &core.HookPluginError{Hook: h.cfg.Name, Op: op, Err: ctx.Err()}
 	case errors.Is(cctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded):
 		// Whose deadline it was (ours or the caller's) does not matter: a
 		// plugin that has not answered may never answer, so it is replaced
 		// rather than left to fail every later call too.
 		h.logger.Error("hook plugin hung; killing it", "op", op, "timeout", h.cfg.CallTimeout)
 		h.discard(p)
-		return zero, &HookPluginError{Hook: h.cfg.Name, Op: op, Err: fmt.Errorf("%w (%s)", ErrHookHung, h.cfg.CallTimeout)}
+		return zero, &core.HookPluginError{Hook: h.cfg.Name, Op: op, Err: fmt.Errorf("%w (%s)", core.ErrHookHung, h.cfg.CallTimeout)}
 	case errors.Is(err, driverapi.ErrPluginDied) || p.Exited():
 		h.logger.Error("hook plugin died", "op", op, "error", err)
 		h.discard(p)
-		return zero, &HookPluginError{Hook: h.cfg.Name, Op: op,
+		return zero, &core.HookPluginError{Hook: h.cfg.Name, Op: op,
 			Err: fmt.Errorf("plugin process died (it will be relaunched for the next command): %w", driverapi.ErrPluginDied)}
 	}
 	var ie *driverapi.InvalidSpecError
@@ -205,7 +187,7 @@ func call[T any](ctx context.Context, h *HookHost, op string, fn func(context.Co
 		h.logger.Error("hook plugin answered garbage; killing it", "op", op, "error", err)
 		h.discard(p)
 	}
-	return zero, &HookPluginError{Hook: h.cfg.Name, Op: op, Err: err}
+	return zero, &core.HookPluginError{Hook: h.cfg.Name, Op: op, Err: err}
 }
 
 // Describe asks the plugin for its name.
@@ -231,7 +213,7 @@ func (h *HookHost) Before(ctx context.Context, req driverapi.HookRequest) (drive
 		return v, nil
 	}
 	h.discard(proc)
-	return driverapi.Verdict{}, &HookPluginError{Hook: h.cfg.Name, Op: "Before",
+	return driverapi.Verdict{}, &core.HookPluginError{Hook: h.cfg.Name, Op: "Before",
 		Err: fmt.Errorf("plugin answered with unknown action %d", v.Action)}
 }
 

@@ -1,4 +1,4 @@
-package core
+package pluginhost
 
 import (
 	"context"
@@ -6,10 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
@@ -54,9 +54,9 @@ func TestDriverDeathQuotesThePanic(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = h.Run(ctx, driverapi.RunSpec{Program: "x", Cwd: "/ws", Profile: prof, Timeout: 5e9, MaxOutputBytes: 1 << 20}, driverapi.Streams{})
-	var de *DriverError
+	var de *core.DriverError
 	if !errors.As(err, &de) || !errors.Is(err, driverapi.ErrPluginDied) {
-		t.Fatalf("want a DriverError for a dead plugin, got %T %v", err, err)
+		t.Fatalf("want a core.DriverError for a dead plugin, got %T %v", err, err)
 	}
 	if !strings.Contains(err.Error(), "it wrote: panic: boom in Run (in ") {
 		t.Fatalf("the panic is not in the error: %v", err)
@@ -86,7 +86,7 @@ func TestNonExecutableDriverPath(t *testing.T) {
 		t.Fatalf("error %v, want %q", err, want)
 	}
 	// Control: a missing path is still not found.
-	if _, _, err := FindDriver(p+"-gone", nil); !errors.As(err, new(*DriverNotFoundError)) {
+	if _, _, err := FindDriver(p+"-gone", nil); !errors.As(err, new(*core.DriverNotFoundError)) {
 		t.Fatalf("missing path: %v", err)
 	}
 }
@@ -111,19 +111,5 @@ func TestDriverStartErrorSaysEachLabelOnce(t *testing.T) {
 	var pe *driverapi.PluginError
 	if !errors.As(err, &pe) || pe.Op != "start" {
 		t.Fatalf("the PluginError is lost: %T", err)
-	}
-}
-
-// A driver without the run_stream call that says why it cannot stream is
-// quoted, instead of being told to upgrade to the protocol it speaks.
-func TestStreamDenialQuotesTheDriver(t *testing.T) {
-	caps := drivertest.FullCapabilities()
-	caps.Features = slices.DeleteFunc(caps.Features, func(f string) bool { return f == driverapi.FeatureStdinStream })
-	caps.Unavailable = append(caps.Unavailable, driverapi.Unavailable{Feature: driverapi.FeatureStdinStream, Reason: "this backend runs batch jobs", Fix: "drop -i"})
-	h := newHarness(t, testConfig(t), &drivertest.FakeDriver{Caps: caps})
-	_, err := h.sb.Execute(context.Background(), streamCmd(strings.NewReader("x"), nil))
-	de := wantDenied(t, err, ReasonUnenforceable)
-	if de.Feature != driverapi.FeatureStdinStream || !strings.Contains(de.Reason, "cannot give stdin_stream: this backend runs batch jobs (fix: drop -i)") || strings.Contains(de.Reason, "protocol 1.") {
-		t.Fatalf("refusal %+v", de)
 	}
 }

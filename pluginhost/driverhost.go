@@ -1,4 +1,8 @@
-package core
+// Package pluginhost launches and keeps the plugin processes the runtime
+// uses: the driver (DriverHost) and hook plugins (HookHost), and finds
+// driver binaries (FindDriver). The assembly package (alephsandbox) injects
+// them into core's pipeline; core launches nothing itself.
+package pluginhost
 
 import (
 	"context"
@@ -14,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -89,8 +94,8 @@ func NewDriverHost(cfg DriverHostConfig) (*DriverHost, error) {
 	}
 	section := ""
 	if cfg.Section != nil {
-		if name := DriverName(cfg.Path); !shippedBackend(name) {
-			cfg.Options, section = cfg.Section(name), SectionKey(name)
+		if name := core.DriverName(cfg.Path); !core.ShippedBackend(name) {
+			cfg.Options, section = cfg.Section(name), core.SectionKey(name)
 		}
 	}
 	if cfg.Options == nil {
@@ -101,26 +106,6 @@ func NewDriverHost(cfg DriverHostConfig) (*DriverHost, error) {
 		l = hclog.NewNullLogger()
 	}
 	return &DriverHost{cfg: cfg, logger: l.Named(cfg.Name), launchSection: section}, nil
-}
-
-// DriverName is the name a driver binary goes by: its base name without
-// ".exe" and the "aleph-driver-" prefix (/opt/x/aleph-driver-runc is
-// "runc", FindDriver's inverse). Its configuration section, unless it is
-// one of this project's drivers, is [sandbox.drivers.NAME].
-func DriverName(path string) string {
-	base := strings.TrimSuffix(filepath.Base(path), ".exe")
-	return strings.TrimPrefix(base, "aleph-driver-")
-}
-
-// SectionKey is the configuration key of the section Config.DriverSection
-// gives for name: "sandbox.linux" and "sandbox.windows" for the platform
-// sections, "sandbox.drivers.NAME" for any other.
-func SectionKey(name string) string {
-	switch name {
-	case "linux", "windows":
-		return "sandbox." + name
-	}
-	return "sandbox.drivers." + name
 }
 
 // ConfigSection is the key of the configuration section the running driver
@@ -170,7 +155,7 @@ func (h *DriverHost) get(ctx context.Context) (*driverapi.Process, error) {
 	h.mu.Lock()
 	if h.closed {
 		h.mu.Unlock()
-		return nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: errors.New("driver host is closed")}
+		return nil, &core.DriverError{Driver: h.cfg.Name, Op: "start", Err: errors.New("driver host is closed")}
 	}
 	if h.proc != nil && !h.proc.Exited() {
 		p := h.proc
@@ -204,7 +189,7 @@ func (h *DriverHost) get(ctx context.Context) (*driverapi.Process, error) {
 	case <-l.done:
 		return l.p, l.err
 	case <-ctx.Done():
-		return nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: fmt.Errorf("gave up waiting for the driver to start: %w", ctx.Err())}
+		return nil, &core.DriverError{Driver: h.cfg.Name, Op: "start", Err: fmt.Errorf("gave up waiting for the driver to start: %w", ctx.Err())}
 	}
 }
 
@@ -239,7 +224,7 @@ func (h *DriverHost) launch(ctx context.Context, l *launch) {
 		Env:          append(append([]string(nil), h.cfg.Env...), "ALEPH_DRIVER_OPTIONS="+string(h.cfg.Options)),
 	})
 	if err != nil {
-		err = &DriverError{Driver: h.cfg.Name, Op: "start", Err: err}
+		err = &core.DriverError{Driver: h.cfg.Name, Op: "start", Err: err}
 	}
 	var caps driverapi.HostCapabilities
 	if err == nil {
@@ -247,7 +232,7 @@ func (h *DriverHost) launch(ctx context.Context, l *launch) {
 	}
 	if err != nil && p != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			err = &DriverError{Driver: h.cfg.Name, Op: "Capabilities",
+			err = &core.DriverError{Driver: h.cfg.Name, Op: "Capabilities",
 				Err: fmt.Errorf("the driver started but did not answer within %s of its start: %w", timeout, ctx.Err())}
 		}
 		p.Kill()
@@ -257,7 +242,7 @@ func (h *DriverHost) launch(ctx context.Context, l *launch) {
 	h.launching = nil
 	if err == nil && h.closed {
 		p.Kill()
-		p, err = nil, &DriverError{Driver: h.cfg.Name, Op: "start", Err: errors.New("driver host is closed")}
+		p, err = nil, &core.DriverError{Driver: h.cfg.Name, Op: "start", Err: errors.New("driver host is closed")}
 	}
 	if err == nil {
 		h.proc = p
@@ -284,7 +269,7 @@ func (h *DriverHost) Launches() int64 {
 func (h *DriverHost) configure(ctx context.Context, p *driverapi.Process) (driverapi.HostCapabilities, error) {
 	c, err := p.Driver().Capabilities(ctx)
 	if err != nil {
-		return c, &DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
+		return c, &core.DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
 	}
 	if !c.Supports(driverapi.CallConfig) {
 		return c, nil
@@ -294,22 +279,22 @@ func (h *DriverHost) configure(ctx context.Context, p *driverapi.Process) (drive
 		return c, nil
 	}
 	opts := h.cfg.Options
-	if h.cfg.Section != nil && !shippedBackend(c.Backend) {
+	if h.cfg.Section != nil && !core.ShippedBackend(c.Backend) {
 		sc, err := cf.ConfigSchema(ctx)
 		if err != nil {
-			return c, &DriverError{Driver: h.cfg.Name, Op: "ConfigSchema", Err: err}
+			return c, &core.DriverError{Driver: h.cfg.Name, Op: "ConfigSchema", Err: err}
 		}
 		opts = h.cfg.Section(sc.Section)
 		h.mu.Lock()
-		h.configSection = SectionKey(sc.Section)
+		h.configSection = core.SectionKey(sc.Section)
 		h.mu.Unlock()
 	}
 	if err := cf.SetConfig(ctx, opts); err != nil {
-		return c, &DriverError{Driver: h.cfg.Name, Op: "configure", Err: err}
+		return c, &core.DriverError{Driver: h.cfg.Name, Op: "configure", Err: err}
 	}
 	// The report may depend on the section: ask again.
 	if c, err = p.Driver().Capabilities(ctx); err != nil {
-		return c, &DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
+		return c, &core.DriverError{Driver: h.cfg.Name, Op: "Capabilities", Err: err}
 	}
 	return c, nil
 }
@@ -396,7 +381,7 @@ func (h *DriverHost) failed(p *driverapi.Process, op string, err error) error {
 	}
 	dead := errors.Is(err, driverapi.ErrPluginDied) || p.Exited()
 	if !dead {
-		return &DriverError{Driver: h.cfg.Name, Op: op, Err: err}
+		return &core.DriverError{Driver: h.cfg.Name, Op: op, Err: err}
 	}
 	h.mu.Lock()
 	if h.proc == p {
@@ -404,7 +389,7 @@ func (h *DriverHost) failed(p *driverapi.Process, op string, err error) error {
 		h.proc = nil
 	}
 	h.mu.Unlock()
-	return &DriverError{Driver: h.cfg.Name, Op: op,
+	return &core.DriverError{Driver: h.cfg.Name, Op: op,
 		Err: fmt.Errorf("driver process died during the call (it will be relaunched for the next command): %w", p.DiedError())}
 }
 
@@ -476,17 +461,6 @@ func (h *DriverHost) Close() error {
 	return nil
 }
 
-// shippedBackend reports whether backend is one of the drivers this
-// project ships, whose sections are the platform ones (Options): asking
-// them their schema would cost every start a call to learn what is known.
-func shippedBackend(backend string) bool {
-	switch backend {
-	case "bwrap", "seatbelt", "appcontainer":
-		return true
-	}
-	return false
-}
-
 // DefaultDriverName is the platform's default driver: bwrap on Linux,
 // seatbelt on macOS, appcontainer on Windows ("" elsewhere).
 func DefaultDriverName() string {
@@ -511,20 +485,6 @@ func DriverBinaryName(name string) string {
 	return b
 }
 
-// DriverNotFoundError lists where FindDriver looked.
-type DriverNotFoundError struct {
-	Name   string
-	Binary string
-	Looked []string
-}
-
-func (e *DriverNotFoundError) Error() string {
-	if len(e.Looked) == 0 {
-		return fmt.Sprintf("driver %q not found: no place to look for %s", e.Name, e.Binary)
-	}
-	return fmt.Sprintf("driver %q not found: looked for %s in %s", e.Name, e.Binary, strings.Join(e.Looked, ", "))
-}
-
 // FindDriver resolves a driver name or path to a binary. A name containing
 // a path separator is a path. Otherwise ("" meaning DefaultDriverName) the
 // binary DriverBinaryName(name) is looked for in searchDirs (e.g. the
@@ -543,16 +503,16 @@ func FindDriver(name string, searchDirs []string) (path string, looked []string,
 		if _, err := os.Stat(abs); err == nil {
 			return abs, looked, nil
 		}
-		return "", looked, &DriverNotFoundError{Name: name, Binary: filepath.Base(name), Looked: looked}
+		return "", looked, &core.DriverNotFoundError{Name: name, Binary: filepath.Base(name), Looked: looked}
 	}
 	if name == "" {
 		name = DefaultDriverName()
 		if name == "" {
-			return "", nil, &DriverNotFoundError{Name: "(default)", Binary: "aleph-driver-*", Looked: nil}
+			return "", nil, &core.DriverNotFoundError{Name: "(default)", Binary: "aleph-driver-*", Looked: nil}
 		}
 	}
 	if strings.ContainsAny(name, "\x00") || name == "." || name == ".." {
-		return "", nil, &DriverNotFoundError{Name: name, Binary: DriverBinaryName(name)}
+		return "", nil, &core.DriverNotFoundError{Name: name, Binary: DriverBinaryName(name)}
 	}
 	bin := DriverBinaryName(name)
 	seen := map[string]bool{}
@@ -567,7 +527,7 @@ func FindDriver(name string, searchDirs []string) (path string, looked []string,
 			return cand, looked, nil
 		}
 	}
-	return "", looked, &DriverNotFoundError{Name: name, Binary: bin, Looked: looked}
+	return "", looked, &core.DriverNotFoundError{Name: name, Binary: bin, Looked: looked}
 }
 
 // DriverSearchDirs is the driver lookup path: searchDirs, the directory of

@@ -13,9 +13,10 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/pluginhost"
 )
 
-func newHost(t *testing.T, mode string, once bool) *core.HookHost {
+func newHost(t *testing.T, mode string, once bool) *pluginhost.HookHost {
 	t.Helper()
 	exe, err := os.Executable()
 	if err != nil {
@@ -31,7 +32,7 @@ func newHost(t *testing.T, mode string, once bool) *core.HookHost {
 	if once {
 		env = append(env, fakeHookMarkerEnv+"="+filepath.Join(t.TempDir(), "marker"))
 	}
-	h, err := core.NewHookHost(core.HookHostConfig{Path: exe, Name: "fake", Env: env, CallTimeout: 3 * time.Second})
+	h, err := pluginhost.NewHookHost(pluginhost.HookHostConfig{Path: exe, Name: "fake", Env: env, CallTimeout: 3 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,14 +43,14 @@ func newHost(t *testing.T, mode string, once bool) *core.HookHost {
 // launch starts the plugin with a call that does not misbehave (Describe),
 // so the deadline a test sets next measures the hung call alone, not a
 // process start that a loaded machine can make arbitrarily slow.
-func launch(t *testing.T, h *core.HookHost) {
+func launch(t *testing.T, h *pluginhost.HookHost) {
 	t.Helper()
 	if _, err := h.Describe(context.Background()); err != nil {
 		t.Fatalf("launching the plugin: %v", err)
 	}
 }
 
-func before(h *core.HookHost) (driverapi.Verdict, error) {
+func before(h *pluginhost.HookHost) (driverapi.Verdict, error) {
 	return h.Before(context.Background(), driverapi.HookRequest{SessionID: "s", CommandID: "c", Program: "true"})
 }
 
@@ -99,7 +100,7 @@ func TestCrashFailsClosedThenRelaunches(t *testing.T) {
 
 func TestHangFailsClosedThenRelaunches(t *testing.T) {
 	exe, _ := os.Executable()
-	h, err := core.NewHookHost(core.HookHostConfig{Path: exe, Env: []string{
+	h, err := pluginhost.NewHookHost(pluginhost.HookHostConfig{Path: exe, Env: []string{
 		fakeHookEnv + "=hang-once", fakeHookMarkerEnv + "=" + filepath.Join(t.TempDir(), "m"), fakeHookSlowStartEnv + "=1s"},
 		CallTimeout: 2 * time.Second})
 	if err != nil {
@@ -177,7 +178,7 @@ func TestCloseLeavesNoProcess(t *testing.T) {
 }
 
 func TestMissingBinary(t *testing.T) {
-	h, err := core.NewHookHost(core.HookHostConfig{Path: filepath.Join(t.TempDir(), "nope")})
+	h, err := pluginhost.NewHookHost(pluginhost.HookHostConfig{Path: filepath.Join(t.TempDir(), "nope")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,6 @@
 //go:build linux
 
-package e2e
+package alephsandbox_test
 
 import (
 	"bytes"
@@ -22,8 +22,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
-	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -77,8 +77,10 @@ func (l *lockedBuf) Write(p []byte) (int, error) {
 }
 func (l *lockedBuf) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
-// TestSecretInjectionEndToEnd runs curl in the bwrap sandbox through core
-// and the proxy with one secret and one injection rule for one upstream:
+// TestSecretInjectionEndToEnd runs curl in the bwrap sandbox through the
+// runtime alephsandbox.New builds from a configuration file (core, the
+// proxy with the file's injection rule, the driver plugin, the audit file),
+// with no piece replaced by a fake, with one secret and one injection rule for one upstream:
 // the child sees only the placeholder, the upstream named by the rule gets
 // the real header over plain HTTP, another allowed upstream gets only what
 // the child sent (the placeholder), and the value appears in none of the
@@ -108,6 +110,7 @@ func TestSecretInjectionEndToEnd(t *testing.T) {
 
 	home := t.TempDir()
 	auditPath := filepath.Join(home, "audit.jsonl")
+	t.Setenv("XDG_DATA_HOME", filepath.Join(home, "data"))
 	t.Setenv("ALEPH_SANDBOX_SANDBOX__AUDIT_LOG", auditPath)
 	t.Setenv("ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT", filepath.Join(home, "ws"))
 	t.Setenv("ALEPH_SANDBOX_SANDBOX__DRIVER", filepath.Join(bin, "aleph-driver-bwrap"))
@@ -121,7 +124,7 @@ format = "Bearer {secret}"
 	if err := os.WriteFile(cfgPath, []byte(toml), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := core.LoadConfig(cfgPath)
+	cfg, err := alephsandbox.LoadConfig(cfgPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,16 +132,11 @@ format = "Bearer {secret}"
 		t.Fatalf("config not as written: audit %q injections %+v", cfg.Sandbox.AuditLog, cfg.Sandbox.Network.SecretInjections)
 	}
 
-	var decisions []proxy.Decision
-	var decMu sync.Mutex
-	med := &proxy.Mediator{Audit: func(d proxy.Decision) { decMu.Lock(); decisions = append(decisions, d); decMu.Unlock() }}
-	for _, si := range cfg.Sandbox.Network.SecretInjections {
-		med.Injections = append(med.Injections, proxy.SecretInjection{Host: si.Host, Header: si.Header, Secret: si.Secret, Format: si.Format})
-	}
 	var logs lockedBuf
 	logger := hclog.New(&hclog.LoggerOptions{Name: "e2e", Output: &logs, Level: hclog.Trace})
-	sb, err := core.New(cfg, core.WithLogger(logger), core.WithNetworkMediator(med),
-		core.WithApprovalRequester(approveAll{}))
+	sink := &memSink{}
+	sb, err := alephsandbox.New(cfg, alephsandbox.WithLogger(logger), alephsandbox.WithAuditSink(sink),
+		alephsandbox.WithApprover(approveAll{}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -197,9 +195,17 @@ echo "to-stderr=$API_TOKEN" >&2`
 	if !bytes.Contains(audit, []byte(`"session_id":"e2e-secrets"`)) {
 		t.Errorf("audit log has no record of the command:\n%s", audit)
 	}
-	decMu.Lock()
+	// The proxy's decisions reach the ledger (one network record per
+	// connection), and through it every sink.
+	var decisions []*core.NetworkAudit
+	sink.mu.Lock()
+	for _, r := range sink.recs {
+		if r.Network != nil {
+			decisions = append(decisions, r.Network)
+		}
+	}
+	sink.mu.Unlock()
 	decJSON, _ := json.Marshal(decisions)
-	decMu.Unlock()
 	if !bytes.Contains(decJSON, []byte(`"127.0.0.1"`)) || len(decisions) < 2 {
 		t.Errorf("proxy decisions: %s", decJSON)
 	}
@@ -214,12 +220,4 @@ echo "to-stderr=$API_TOKEN" >&2`
 			t.Errorf("the secret value appears in the %s", name)
 		}
 	}
-}
-
-// approveAll approves every elevation (this test asks for network and
-// spawn explicitly).
-type approveAll struct{}
-
-func (approveAll) RequestApproval(context.Context, driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
-	return driverapi.ApprovalApproved, nil
 }

@@ -1,4 +1,4 @@
-package core_test
+package alephsandbox_test
 
 import (
 	"github.com/aleph-sandbox/aleph-sandbox/core"

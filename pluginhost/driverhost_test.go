@@ -1,4 +1,4 @@
-package core
+package pluginhost
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
@@ -43,16 +44,16 @@ func TestDriverHostCrashAndRelaunch(t *testing.T) {
 	}
 	host := newPluginHost(t)
 	sink := &memSink{}
-	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(host), WithAuditSink(sink))
+	sb, err := core.NewWorkspaceSandbox(testConfig(t), core.WithDriver(host), core.WithAuditSink(sink))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Close()
-	ctx := WithSession(context.Background(), "crash")
+	ctx := core.WithSession(context.Background(), "crash")
 	if host.Pid() != 0 {
 		t.Fatal("plugin launched before first use")
 	}
-	out, err := sb.Execute(ctx, Command{Program: "echo", Args: []string{"one"}})
+	out, err := sb.Execute(ctx, core.Command{Program: "echo", Args: []string{"one"}})
 	if err != nil || string(out.Stdout) != "one\n" {
 		t.Fatalf("first: %v", err)
 	}
@@ -67,23 +68,23 @@ func TestDriverHostCrashAndRelaunch(t *testing.T) {
 		}
 	}
 	// The plugin is kept across commands.
-	if _, err := sb.Execute(ctx, Command{Program: "echo"}); err != nil || host.Pid() != pid1 {
+	if _, err := sb.Execute(ctx, core.Command{Program: "echo"}); err != nil || host.Pid() != pid1 {
 		t.Fatalf("second command: %v, pid %d -> %d", err, pid1, host.Pid())
 	}
 	// It dies mid-command: the command fails naming the driver.
-	_, err = sb.Execute(ctx, Command{Program: "crash"})
-	var de *DriverError
+	_, err = sb.Execute(ctx, core.Command{Program: "crash"})
+	var de *core.DriverError
 	if !errors.As(err, &de) || de.Driver != "fake-plugin" || !errors.Is(err, driverapi.ErrPluginDied) || !strings.Contains(err.Error(), "fake-plugin") {
 		t.Fatalf("crash error %T %v", err, err)
 	}
-	if r := sink.last(t); r.Reason != ReasonDriverFailed || r.Decision != DecisionError {
+	if r := sink.last(t); r.Reason != core.ReasonDriverFailed || r.Decision != core.DecisionError {
 		t.Fatalf("audit %+v", r)
 	}
 	if processAlive(pid1) {
 		t.Fatal("crashed plugin still alive")
 	}
 	// The next command relaunches it.
-	out, err = sb.Execute(ctx, Command{Program: "echo", Args: []string{"again"}})
+	out, err = sb.Execute(ctx, core.Command{Program: "echo", Args: []string{"again"}})
 	if err != nil || string(out.Stdout) != "again\n" {
 		t.Fatalf("after crash: %v", err)
 	}
@@ -100,60 +101,9 @@ func TestDriverHostCrashAndRelaunch(t *testing.T) {
 	if host.Pid() != 0 {
 		t.Fatal("pid after Close")
 	}
-	_, err = sb.Execute(ctx, Command{Program: "echo"})
+	_, err = sb.Execute(ctx, core.Command{Program: "echo"})
 	if !errors.As(err, &de) {
 		t.Fatalf("closed host ran a command: %v", err)
-	}
-}
-
-func TestNewLaunchesConfiguredDriver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts plugin processes")
-	}
-	exe, _ := os.Executable()
-	cfg := testConfig(t)
-	cfg.Sandbox.Driver = exe
-	sb, err := New(cfg, WithDriverEnv(fakeDriverEnv+"=1"), WithAuditSink(&memSink{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ws := sb.(*WorkspaceSandbox)
-	host := ws.driver.(*DriverHost)
-	out, err := sb.Execute(WithSession(context.Background(), "n"), Command{Program: "echo", Args: []string{"via", "plugin"}})
-	if err != nil || string(out.Stdout) != "via plugin\n" || out.Backend != "fake" {
-		t.Fatalf("%v %+v", err, out)
-	}
-	pid := host.Pid()
-	if err := sb.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if pid == 0 || processAlive(pid) {
-		t.Fatalf("pid %d alive after Close", pid)
-	}
-	// A pin that does not match refuses to run the binary.
-	cfg.Sandbox.DriverSHA256 = strings.Repeat("0", 64)
-	sb, err = New(cfg, WithDriverEnv(fakeDriverEnv+"=1"), WithAuditSink(&memSink{}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
-	_, err = sb.Execute(WithSession(context.Background(), "n"), Command{Program: "echo"})
-	var pe *driverapi.PluginError
-	if !errors.As(err, &pe) || pe.Op != "checksum" {
-		t.Fatalf("pin mismatch: %v", err)
-	}
-}
-
-func TestNewWithoutDriverBinary(t *testing.T) {
-	cfg := testConfig(t)
-	cfg.Sandbox.Driver = "no-such-driver-xyz"
-	_, err := New(cfg)
-	var nf *DriverNotFoundError
-	if !errors.As(err, &nf) || nf.Binary != DriverBinaryName("no-such-driver-xyz") || len(nf.Looked) == 0 {
-		t.Fatalf("err %v", err)
-	}
-	if !strings.Contains(err.Error(), "aleph-driver-no-such-driver-xyz") {
-		t.Fatalf("message %q", err)
 	}
 }
 
@@ -189,7 +139,7 @@ func TestFindDriver(t *testing.T) {
 		t.Fatalf("path: %s %v", got, err)
 	}
 	_, looked, err = FindDriver("gamma", []string{a})
-	var nf *DriverNotFoundError
+	var nf *core.DriverNotFoundError
 	if !errors.As(err, &nf) || len(nf.Looked) != len(looked) {
 		t.Fatalf("gamma: %v", err)
 	}
@@ -230,7 +180,7 @@ func TestDriverHostMissingBinary(t *testing.T) {
 		t.Fatalf("name %s", h.Name())
 	}
 	err = h.Start(context.Background())
-	var de *DriverError
+	var de *core.DriverError
 	var pe *driverapi.PluginError
 	if !errors.As(err, &de) || de.Driver != "aleph-driver-gone" || !errors.As(err, &pe) || pe.Op != "find" {
 		t.Fatalf("err %v", err)
@@ -245,12 +195,12 @@ func TestDriverHostConcurrentCrash(t *testing.T) {
 		t.Skip("starts plugin processes")
 	}
 	host := newPluginHost(t)
-	sb, err := NewWorkspaceSandbox(testConfig(t), WithDriver(host), WithAuditSink(&memSink{}))
+	sb, err := core.NewWorkspaceSandbox(testConfig(t), core.WithDriver(host), core.WithAuditSink(&memSink{}))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer sb.Close()
-	ctx := WithSession(context.Background(), "cc")
+	ctx := core.WithSession(context.Background(), "cc")
 	errs := make(chan error, 24)
 	var wg sync.WaitGroup
 	for i := 0; i < 24; i++ {
@@ -261,7 +211,7 @@ func TestDriverHostConcurrentCrash(t *testing.T) {
 			if i == 12 {
 				prog = "crash"
 			}
-			_, err := sb.Execute(ctx, Command{Program: prog, Args: []string{"x"}})
+			_, err := sb.Execute(ctx, core.Command{Program: prog, Args: []string{"x"}})
 			errs <- err
 		}(i)
 	}
@@ -273,7 +223,7 @@ func TestDriverHostConcurrentCrash(t *testing.T) {
 			continue
 		}
 		failures++
-		var de *DriverError
+		var de *core.DriverError
 		if !errors.As(err, &de) || de.Driver != "fake-plugin" {
 			t.Fatalf("unexpected error %T %v", err, err)
 		}
@@ -281,7 +231,7 @@ func TestDriverHostConcurrentCrash(t *testing.T) {
 	if failures == 0 {
 		t.Fatal("the crashing command did not fail")
 	}
-	out, err := sb.Execute(ctx, Command{Program: "echo", Args: []string{"after"}})
+	out, err := sb.Execute(ctx, core.Command{Program: "echo", Args: []string{"after"}})
 	if err != nil || string(out.Stdout) != "after\n" {
 		t.Fatalf("after concurrent crash: %v", err)
 	}
@@ -332,9 +282,9 @@ func TestDriverHostHandsTheDriverItsSection(t *testing.T) {
 	ctx := context.Background()
 	err := configHost(t, "config", `{"bad": 1}`).Start(ctx)
 	var ce *driverapi.ConfigError
-	var de *DriverError
+	var de *core.DriverError
 	if !errors.As(err, &ce) || !errors.As(err, &de) || ce.Key != "bad" || ce.Section != "fake" {
-		t.Fatalf("want a DriverError wrapping the ConfigError on sandbox.fake.bad, got %T %v", err, err)
+		t.Fatalf("want a core.DriverError wrapping the ConfigError on sandbox.fake.bad, got %T %v", err, err)
 	}
 	// Positive control: an accepted section starts the driver, whose
 	// optional calls are then available.
@@ -413,7 +363,7 @@ func TestDriverHostCallersShareOneStart(t *testing.T) {
 	gone, cancel := context.WithCancel(context.Background())
 	cancel()
 	_, err := h.Capabilities(gone)
-	var de *DriverError
+	var de *core.DriverError
 	if !errors.As(err, &de) || !errors.Is(err, context.Canceled) {
 		t.Fatalf("a caller that gave up: %v", err)
 	}
@@ -453,7 +403,7 @@ func TestDriverHostBoundsAWedgedDriver(t *testing.T) {
 	}
 	h, log, _ := gatedHost(t, "hangcaps", 2*time.Second)
 	_, err := h.Capabilities(context.Background())
-	var de *DriverError
+	var de *core.DriverError
 	if !errors.As(err, &de) || !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "did not answer") {
 		t.Fatalf("a wedged driver: %v", err)
 	}
@@ -539,5 +489,38 @@ func TestDriverHostRoutesTheDriversOwnSection(t *testing.T) {
 	var ce *driverapi.ConfigError
 	if !errors.As(err, &ce) || ce.Section != "fake" || ce.Key != "bad" {
 		t.Fatalf("a bad key in its own section: %v, want sandbox.fake.bad", err)
+	}
+}
+
+// A pinned binary runs only when its digest matches: a pin that does not
+// match refuses it before any handshake. Control: unpinned, the same
+// binary runs a command.
+func TestDriverHostPin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts plugin processes")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pin := range []string{"", strings.Repeat("0", 64)} {
+		h, err := NewDriverHost(DriverHostConfig{Path: exe, Name: "fake-plugin", SHA256: pin, Env: []string{fakeDriverEnv + "=1"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer h.Close()
+		sb, err := core.NewWorkspaceSandbox(testConfig(t), core.WithDriver(h), core.WithAuditSink(&memSink{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sb.Close()
+		out, err := sb.Execute(core.WithSession(context.Background(), "n"), core.Command{Program: "echo", Args: []string{"via", "plugin"}})
+		var pe *driverapi.PluginError
+		switch {
+		case pin == "" && (err != nil || string(out.Stdout) != "via plugin\n"):
+			t.Fatalf("unpinned: %v", err)
+		case pin != "" && (!errors.As(err, &pe) || pe.Op != "checksum"):
+			t.Fatalf("pin mismatch: %v", err)
+		}
 	}
 }
