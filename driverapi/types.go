@@ -354,6 +354,11 @@ type Exit struct {
 	Duration    time.Duration     `json:"duration"`
 	Usage       ResourceUsage     `json:"usage"`
 	Details     map[string]string `json:"details,omitempty"`
+	// SpawnRefused counts the command's attempts to start a process
+	// (fork, vfork, clone without CLONE_THREAD) that the sandbox refused
+	// because the command may not spawn. A driver that cannot tell leaves
+	// it 0: 0 means "none seen", never "none made".
+	SpawnRefused int64 `json:"spawn_refused,omitempty"`
 }
 
 // Driver is an OS sandbox backend: the contract every driver binary serves

@@ -655,6 +655,12 @@ type ExecResult struct {
 	Verdicts      []*Verdict             `protobuf:"bytes,15,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
 	OomKilled     bool                   `protobuf:"varint,16,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	ProfileDigest string                 `protobuf:"bytes,17,opt,name=profile_digest,json=profileDigest,proto3" json:"profile_digest,omitempty"`
+	// How many process starts the sandbox refused (the command lacked the
+	// spawn capability); non-zero goes with reason_code spawn_refused.
+	SpawnRefused int64 `protobuf:"varint,18,opt,name=spawn_refused,json=spawnRefused,proto3" json:"spawn_refused,omitempty"`
+	// One line saying how to get what was refused (for spawn_refused: the
+	// spawn capability), empty when there is nothing to say.
+	Hint          string `protobuf:"bytes,19,opt,name=hint,proto3" json:"hint,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -804,6 +810,20 @@ func (x *ExecResult) GetOomKilled() bool {
 func (x *ExecResult) GetProfileDigest() string {
 	if x != nil {
 		return x.ProfileDigest
+	}
+	return ""
+}
+
+func (x *ExecResult) GetSpawnRefused() int64 {
+	if x != nil {
+		return x.SpawnRefused
+	}
+	return 0
+}
+
+func (x *ExecResult) GetHint() string {
+	if x != nil {
+		return x.Hint
 	}
 	return ""
 }
@@ -3351,7 +3371,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xfb\x03\n" +
+	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xb4\x04\n" +
 	"\n" +
 	"ExecResult\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
@@ -3375,7 +3395,9 @@ const file_host_proto_rawDesc = "" +
 	"\bverdicts\x18\x0f \x03(\v2\x16.aleph.host.v1.VerdictR\bverdicts\x12\x1d\n" +
 	"\n" +
 	"oom_killed\x18\x10 \x01(\bR\toomKilled\x12%\n" +
-	"\x0eprofile_digest\x18\x11 \x01(\tR\rprofileDigest\"\xe6\x01\n" +
+	"\x0eprofile_digest\x18\x11 \x01(\tR\rprofileDigest\x12#\n" +
+	"\rspawn_refused\x18\x12 \x01(\x03R\fspawnRefused\x12\x12\n" +
+	"\x04hint\x18\x13 \x01(\tR\x04hint\"\xe6\x01\n" +
 	"\fCapabilities\x12\x17\n" +
 	"\afs_read\x18\x01 \x03(\tR\x06fsRead\x12\x19\n" +
 	"\bfs_write\x18\x02 \x03(\tR\afsWrite\x12!\n" +
