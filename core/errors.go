@@ -63,7 +63,6 @@ const (
 // TypeScript client spawn: true, the MCP server its spawn argument.
 const SpawnRefusedHint = "the command tried to start a subprocess and the sandbox refused it: subprocesses need the spawn capability"
 
-
 // ErrAuditUnavailable refuses a command when the audit fails closed
 // (sandbox.audit_on_failure = "closed") and the last record could not be
 // written.

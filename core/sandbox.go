@@ -90,6 +90,11 @@ type Output struct {
 	// the host's git does not run what they configure), or that the
 	// search for them could not finish. Linux only so far.
 	GitQuarantine *GitQuarantine
+	// SpawnReported: the driver counts refused process starts
+	// (driverapi.FeatureSpawnRefusedReport), so an Exit.SpawnRefused of
+	// 0 means none was refused. Without it, 0 says nothing, and a front
+	// end may still guess from the command's output.
+	SpawnReported bool
 }
 
 // Reason is the reason code of a command that ran: timeout when it ran

@@ -623,6 +623,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	return &Output{
 		Stdout: stdout.buf, Stderr: stderr.buf, Exit: exit, Backend: hc.Backend,
 		CommandID: r.rec.CommandID, ProfileDigest: prof.Digest, Verdicts: r.verdicts,
+		SpawnReported: hc.Has(driverapi.FeatureSpawnRefusedReport),
 	}, nil
 }
 

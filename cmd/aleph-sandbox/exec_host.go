@@ -245,7 +245,8 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	out := &core.Output{Stdout: res.GetStdout(), Stderr: res.GetStderr(), Backend: res.GetBackend(),
 		CommandID: res.GetCommandId(), Exit: driverapi.Exit{ExitCode: res.GetExitCode(), Signal: res.GetSignal(),
 			TimedOut: res.GetTimedOut(), Truncated: res.GetTruncated(), OOMKilled: res.GetOomKilled(),
-			Duration: durationMS(res.GetDurationMs())}}
+			Duration: durationMS(res.GetDurationMs()), SpawnRefused: res.GetSpawnRefused()},
+		SpawnReported: res.GetSpawnReported()}
 	if len(out.Stderr) == 0 {
 		out.Stderr = errTail.bytes()
 	}

@@ -660,7 +660,10 @@ type ExecResult struct {
 	SpawnRefused int64 `protobuf:"varint,18,opt,name=spawn_refused,json=spawnRefused,proto3" json:"spawn_refused,omitempty"`
 	// One line saying how to get what was refused (for spawn_refused: the
 	// spawn capability), empty when there is nothing to say.
-	Hint          string `protobuf:"bytes,19,opt,name=hint,proto3" json:"hint,omitempty"`
+	Hint string `protobuf:"bytes,19,opt,name=hint,proto3" json:"hint,omitempty"`
+	// The driver counts refused process starts (its spawn_refused_report
+	// feature): a spawn_refused of 0 then means none was refused.
+	SpawnReported bool `protobuf:"varint,20,opt,name=spawn_reported,json=spawnReported,proto3" json:"spawn_reported,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -826,6 +829,13 @@ func (x *ExecResult) GetHint() string {
 		return x.Hint
 	}
 	return ""
+}
+
+func (x *ExecResult) GetSpawnReported() bool {
+	if x != nil {
+		return x.SpawnReported
+	}
+	return false
 }
 
 type Capabilities struct {
@@ -3371,7 +3381,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xb4\x04\n" +
+	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xdb\x04\n" +
 	"\n" +
 	"ExecResult\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
@@ -3397,7 +3407,8 @@ const file_host_proto_rawDesc = "" +
 	"oom_killed\x18\x10 \x01(\bR\toomKilled\x12%\n" +
 	"\x0eprofile_digest\x18\x11 \x01(\tR\rprofileDigest\x12#\n" +
 	"\rspawn_refused\x18\x12 \x01(\x03R\fspawnRefused\x12\x12\n" +
-	"\x04hint\x18\x13 \x01(\tR\x04hint\"\xe6\x01\n" +
+	"\x04hint\x18\x13 \x01(\tR\x04hint\x12%\n" +
+	"\x0espawn_reported\x18\x14 \x01(\bR\rspawnReported\"\xe6\x01\n" +
 	"\fCapabilities\x12\x17\n" +
 	"\afs_read\x18\x01 \x03(\tR\x06fsRead\x12\x19\n" +
 	"\bfs_write\x18\x02 \x03(\tR\afsWrite\x12!\n" +
