@@ -154,7 +154,9 @@ func TestSpawnRefusedAllowHosts(t *testing.T) {
 	checkSpawnRefused(t, run, driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}})
 }
 
-func TestSpawnRefusedLandlockTier(t *testing.T) {
+// Named TestTier* so that scripts/test-nonamespaces.sh runs it against a
+// host that refuses namespaces.
+func TestTierSpawnRefused(t *testing.T) {
 	d := tierDriver(t, Options{})
 	checkSpawnRefused(t, runOn(d, newWorkspace(t)), driverapi.Capabilities{})
 }
