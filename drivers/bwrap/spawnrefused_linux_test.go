@@ -87,6 +87,7 @@ func TestSpawnRefusedDirect(t *testing.T) {
 }
 
 func TestSpawnRefusedPrepared(t *testing.T) {
+	needPreparable(t)
 	d := testDriver(t, Options{Prepared: PreparedAlways})
 	ws := newWorkspace(t)
 	checkSpawnRefused(t, runOn(d, ws), driverapi.Capabilities{})

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The metadata guard of the Landlock tier (InitSpec.MetaGuardFD).
+// The metadata guard of the Landlock tier (InitSpec.MetaGuard).
 //
 // Landlock has no right for a file's mode, owner, times or extended
 // attributes, nor for inotify: in the Landlock tier, where no read-only

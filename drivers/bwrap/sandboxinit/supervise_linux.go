@@ -478,7 +478,8 @@ const landlockScopeABI = 6
 
 // nestsTarget reports whether the supervisor's child runs the plain
 // sandbox-init, which confines itself again before it execs the target:
-// always when the command may not spawn (the no-spawn filter), and, where
+// always when the command may not spawn (the no-spawn rules) or in the
+// Landlock tier (the notification filter, notify_linux.go), and, where
 // Landlock has the signal scope, when the supervisor is not PID 1 (the
 // allow_hosts chain, the Landlock tier). Forked straight, a command that
 // may spawn shares the supervisor's domain, and the kernel's protection
