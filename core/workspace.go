@@ -374,6 +374,10 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 			if r.rec.Reason == "" {
 				r.rec.Reason = ReasonAllowed
 			}
+			if out.Exit.SpawnRefused > 0 {
+				// What explains the result, as Output.Reason says it.
+				r.rec.Reason = ReasonSpawnRefused
+			}
 			if out.Exit.TimedOut {
 				r.rec.Reason = ReasonTimeout
 			}
