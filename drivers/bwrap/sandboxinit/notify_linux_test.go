@@ -3,6 +3,7 @@
 package sandboxinit
 
 import (
+	"os"
 	"testing"
 
 	"golang.org/x/net/bpf"
@@ -106,3 +107,54 @@ func TestTargetProgramForkRulesWithNotify(t *testing.T) {
 
 // sigchld is clone's exit-signal field for SIGCHLD, as fork passes it.
 const sigchld = uint64(unix.SIGCHLD)
+
+// With the answering side gone the kernel still refuses: the child sends
+// the listener, the receiver closes it without answering, and the
+// command's fork fails with ENOSYS (the command ran: its probe reports).
+// Control: the same probe without a notification filter gets the target
+// program's own EPERM; with spawn it forks (the probe reaches the kernel).
+func TestNotifyAnswererGoneStillRefuses(t *testing.T) {
+	requireSeccomp(t)
+	spec := baseSpec(t, SocketUnixOnly)
+	if got := sandboxed(t, spec, "syscall", "fork").result(t); got != "ok" {
+		t.Fatalf("control: fork with spawn: %s", got)
+	}
+	spec.AllowSpawn = false
+	if got := sandboxed(t, spec, "syscall", "fork").result(t); got != "EPERM" {
+		t.Fatalf("control: fork without spawn, no notification filter: %s, want EPERM", got)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, remote := os.NewFile(uintptr(fds[0]), "local"), os.NewFile(uintptr(fds[1]), "remote")
+	defer local.Close()
+	got := make(chan bool, 1)
+	go func() {
+		// Takes the listener and drops it unanswered: the driver died.
+		buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
+		_, oobn, _, _, err := unix.Recvmsg(int(local.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		ok := false
+		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); err == nil && perr == nil && len(msgs) == 1 {
+			if l, rerr := unix.ParseUnixRights(&msgs[0]); rerr == nil && len(l) == 1 {
+				unix.Close(l[0])
+				ok = true
+			}
+		}
+		got <- ok
+	}()
+	spec.NotifyFD = 3
+	exe := testExe(t)
+	args, err := InitArgs(spec, exe, "probe", "syscall", "fork")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, append([]string{exe, SandboxInitCommand}, args...), remote)
+	remote.Close()
+	if !<-got {
+		t.Fatalf("no listener arrived (stderr %q)", r.stderr)
+	}
+	if res := r.result(t); res != "ENOSYS" {
+		t.Fatalf("fork with the answerer gone: %s, want ENOSYS (still refused)", res)
+	}
+}
