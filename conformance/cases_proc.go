@@ -88,6 +88,9 @@ func procCases() []Case {
 		{ID: "proc/spawn-denied", Level: Must, Feature: driverapi.FeatureSubprocessControl,
 			Description: "Without spawn_subprocess the program runs but cannot start a child process (and, on POSIX, a shell can neither start a program nor fork a subshell); the same commands with spawn_subprocess can.",
 			run:         caseSpawnDenied},
+		{ID: "proc/spawn-refused-reported", Level: Must, Feature: driverapi.FeatureSpawnRefusedReport,
+			Description: "Without spawn_subprocess a program that tries to start a child runs, is refused, and the exit reports it (spawn_refused >= 1); the same program with spawn_subprocess starts its child and reports 0, and a program that starts none reports 0 without spawn_subprocess.",
+			run:         caseSpawnRefusedReported},
 		{ID: "proc/timeout-reported", Level: Must,
 			Description: "A command that outlives its timeout is stopped and reported with timed_out, well before it would have ended.",
 			run: func(ctx context.Context, h *H) error {
@@ -218,6 +221,35 @@ func caseSpawnDenied(ctx context.Context, h *H) error {
 	}
 	if !bytes.Contains(o.Stdout, []byte("spawn=0")) || !bytes.Contains(o.Stdout, []byte("forked-subshell")) {
 		return fmt.Errorf("spawn_subprocess=true did not allow a child (positive control): %s", o)
+	}
+	return nil
+}
+
+func caseSpawnRefusedReported(ctx context.Context, h *H) error {
+	steps := []string{"echo", "alive", sep, "try", "spawn", "0"}
+	o := h.Probe(ctx, &driverapi.Capabilities{}, steps...)
+	if err := ran("probe without spawn", o, "alive"); err != nil {
+		return err
+	}
+	if bytes.Contains(o.Stdout, []byte("child=0")) {
+		return fmt.Errorf("a child process started without spawn_subprocess: %s", o)
+	}
+	if o.Exit.SpawnRefused < 1 {
+		return fmt.Errorf("the refused child was not reported (spawn_refused %d): %s", o.Exit.SpawnRefused, o)
+	}
+	o = h.Probe(ctx, &driverapi.Capabilities{SpawnSubprocess: true}, steps...)
+	if err := ok("with spawn", o); err != nil {
+		return err
+	}
+	if !bytes.Contains(o.Stdout, []byte("child=0")) || o.Exit.SpawnRefused != 0 {
+		return fmt.Errorf("with spawn_subprocess: want a child and spawn_refused 0 (positive control), got spawn_refused %d: %s", o.Exit.SpawnRefused, o)
+	}
+	o = h.Probe(ctx, &driverapi.Capabilities{}, "echo", "alive")
+	if err := ok("a program that starts nothing", o); err != nil {
+		return err
+	}
+	if o.Exit.SpawnRefused != 0 {
+		return fmt.Errorf("spawn_refused %d for a program that started no process: %s", o.Exit.SpawnRefused, o)
 	}
 	return nil
 }

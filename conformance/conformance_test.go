@@ -243,7 +243,7 @@ func leakyFails() []string {
 		"net/none-blocks-tcp", "net/none-blocks-tcp6", "net/none-blocks-udp", "net/none-blocks-unix",
 		"net/none-blocks-unix-granted-path", "net/none-own-loopback",
 		"proc/cancel-kills-tree", "proc/no-host-terminal", "proc/no-survivors-after-exit", "proc/spawn-denied", "proc/timeout-kills-tree",
-		"proc/host-processes-invisible", "proc/host-sysv-ipc-invisible", "proc/spawn-denied-clone3",
+		"proc/host-processes-invisible", "proc/host-sysv-ipc-invisible", "proc/spawn-denied-clone3", "proc/spawn-refused-reported",
 		"res/memory-limit", "res/memory-limit-tight", "res/pid-limit", "robust/driver-death-kills-tree",
 		// No cap: failed as such on an idle host, as inconclusive on a busy one.
 		"res/cpu-limit",

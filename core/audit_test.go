@@ -49,3 +49,25 @@ func TestRecordNetwork(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditSpawnRefused: a command whose start of a process the driver
+// refused and counted is recorded (and reported) as spawn_refused, with
+// the hint; one that starts none is allowed, without a hint (the control).
+func TestAuditSpawnRefused(t *testing.T) {
+	h := newHarness(t, testConfig(t), &drivertest.FakeDriver{})
+	ctx := WithSession(context.Background(), "spawn")
+	out, err := h.sb.Execute(ctx, Command{Program: "fork"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := h.sink.last(t); r.Reason != ReasonSpawnRefused || out.Reason() != ReasonSpawnRefused || out.Hint() != SpawnRefusedHint || !out.SpawnReported {
+		t.Fatalf("ledger reason %s, output %s %q reported %v", r.Reason, out.Reason(), out.Hint(), out.SpawnReported)
+	}
+	out, err = h.sb.Execute(ctx, Command{Program: "echo", Args: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := h.sink.last(t); r.Reason != ReasonAllowed || out.Reason() != ReasonAllowed || out.Hint() != "" {
+		t.Fatalf("control: ledger reason %s, output %s %q", r.Reason, out.Reason(), out.Hint())
+	}
+}

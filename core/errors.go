@@ -50,7 +50,18 @@ const (
 	// ReasonResourceExhausted: a configured capacity limit was reached
 	// (LimitError names it); nothing ran.
 	ReasonResourceExhausted ReasonCode = "resource_exhausted"
+	// ReasonSpawnRefused: the command ran, but it tried to start a process
+	// (fork, vfork, clone) without the spawn capability, and the sandbox
+	// refused it; the driver counted it (driverapi.Exit.SpawnRefused).
+	// Output.Hint says what to do.
+	ReasonSpawnRefused ReasonCode = "spawn_refused"
 )
+
+// SpawnRefusedHint is the hint of a spawn_refused result, naming the
+// capability in the pipeline's own terms. Each front end says it in its
+// own: the CLI names --spawn, the Python client spawn=True, the
+// TypeScript client spawn: true, the MCP server its spawn argument.
+const SpawnRefusedHint = "the command tried to start a subprocess and the sandbox refused it: subprocesses need the spawn capability"
 
 // ErrAuditUnavailable refuses a command when the audit fails closed
 // (sandbox.audit_on_failure = "closed") and the last record could not be

@@ -96,13 +96,26 @@ type Output struct {
 	// the host's git does not run what they configure), or that the
 	// search for them could not finish. Linux only so far.
 	GitQuarantine *GitQuarantine
+	// SpawnReported: the driver counts refused process starts
+	// (driverapi.FeatureSpawnRefusedReport), so an Exit.SpawnRefused of
+	// 0 means none was refused. Without it, 0 says nothing, and a front
+	// end may still guess from the command's output.
+	SpawnReported bool
 }
 
 // Reason is the reason code of a command that ran: timeout when it ran
-// out of time, hook_warned when a before-hook warned, else allowed.
+// out of time, spawn_refused when the driver refused (and counted) an
+// attempt of it to start a process, hook_warned when a before-hook warned,
+// else allowed.
 func (o *Output) Reason() ReasonCode {
 	if o.Exit.TimedOut {
 		return ReasonTimeout
+	}
+	if o.Exit.SpawnRefused > 0 {
+		// Said rather than hook_warned: it is what explains the result
+		// (a command that failed for want of a subprocess), and a warning
+		// stays in Verdicts.
+		return ReasonSpawnRefused
 	}
 	for _, v := range o.Verdicts {
 		if v.Action == driverapi.ActionWarn {
@@ -110,6 +123,16 @@ func (o *Output) Reason() ReasonCode {
 		}
 	}
 	return ReasonAllowed
+}
+
+// Hint is one line saying how to get what the sandbox refused the command
+// while it ran, in the pipeline's terms (SpawnRefusedHint), or "" when
+// nothing was refused.
+func (o *Output) Hint() string {
+	if o.Reason() == ReasonSpawnRefused {
+		return SpawnRefusedHint
+	}
+	return ""
 }
 
 // Sandbox runs commands. Implementations are safe for concurrent use.

@@ -346,6 +346,10 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 			if r.rec.Reason == "" {
 				r.rec.Reason = ReasonAllowed
 			}
+			if out.Exit.SpawnRefused > 0 {
+				// What explains the result, as Output.Reason says it.
+				r.rec.Reason = ReasonSpawnRefused
+			}
 			if out.Exit.TimedOut {
 				r.rec.Reason = ReasonTimeout
 			}
@@ -611,6 +615,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	o := &Output{
 		Stdout: stdout.buf, Stderr: stderr.buf, Exit: exit, Backend: hc.Backend,
 		CommandID: r.rec.CommandID, ProfileDigest: prof.Digest, Verdicts: r.verdicts,
+		SpawnReported: hc.Has(driverapi.FeatureSpawnRefusedReport),
 	}
 	if cmd.StreamOnly {
 		o.Streamed = true

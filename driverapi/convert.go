@@ -211,16 +211,17 @@ func runSpecFromPB(r *pb.RunRequest) RunSpec {
 
 func exitToPB(e Exit) *pb.Exit {
 	return &pb.Exit{
-		ExitCode:    e.ExitCode,
-		Signal:      e.Signal,
-		TimedOut:    e.TimedOut,
-		Truncated:   e.Truncated,
-		OomKilled:   e.OOMKilled,
-		StdoutBytes: e.StdoutBytes,
-		StderrBytes: e.StderrBytes,
-		DurationMs:  e.Duration.Milliseconds(),
-		Usage:       &pb.ResourceUsage{MaxRssKb: e.Usage.MaxRSSKB, UserMs: e.Usage.UserMS, SystemMs: e.Usage.SystemMS},
-		Details:     e.Details,
+		ExitCode:     e.ExitCode,
+		Signal:       e.Signal,
+		TimedOut:     e.TimedOut,
+		Truncated:    e.Truncated,
+		OomKilled:    e.OOMKilled,
+		StdoutBytes:  e.StdoutBytes,
+		StderrBytes:  e.StderrBytes,
+		DurationMs:   e.Duration.Milliseconds(),
+		Usage:        &pb.ResourceUsage{MaxRssKb: e.Usage.MaxRSSKB, UserMs: e.Usage.UserMS, SystemMs: e.Usage.SystemMS},
+		Details:      e.Details,
+		SpawnRefused: e.SpawnRefused,
 	}
 }
 
@@ -239,7 +240,8 @@ func exitFromPB(e *pb.Exit) Exit {
 			UserMS:   e.GetUsage().GetUserMs(),
 			SystemMS: e.GetUsage().GetSystemMs(),
 		},
-		Details: e.GetDetails(),
+		Details:      e.GetDetails(),
+		SpawnRefused: e.GetSpawnRefused(),
 	}
 }
 

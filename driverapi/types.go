@@ -86,6 +86,12 @@ const (
 	// FeatureSignals: Signal (CallSignal) delivers signals to the running
 	// command, streamed runs included.
 	FeatureSignals = "signals"
+	// FeatureSpawnRefusedReport: a command without spawn_subprocess that
+	// tries to start a process has Exit.SpawnRefused > 0 (each refused
+	// fork, vfork or process-making clone counted where the sandbox
+	// refuses it), and one that starts none has 0. Without the feature, 0
+	// says nothing.
+	FeatureSpawnRefusedReport = "spawn_refused_report"
 )
 
 // KnownFeatures lists every feature name defined by this protocol version.
@@ -95,7 +101,7 @@ func KnownFeatures() []string {
 		FeatureNetworkNone, FeatureNetworkAll, FeatureNetworkViaProxy,
 		FeatureSubprocessControl, FeatureMemoryLimit, FeaturePidLimit,
 		FeatureCPULimit, FeatureEnvIsolation, FeatureProcessTreeKill,
-		FeatureStdinStream, FeaturePTY, FeatureSignals,
+		FeatureStdinStream, FeaturePTY, FeatureSignals, FeatureSpawnRefusedReport,
 	}
 }
 
@@ -354,6 +360,11 @@ type Exit struct {
 	Duration    time.Duration     `json:"duration"`
 	Usage       ResourceUsage     `json:"usage"`
 	Details     map[string]string `json:"details,omitempty"`
+	// SpawnRefused counts the command's attempts to start a process
+	// (fork, vfork, clone without CLONE_THREAD) that the sandbox refused
+	// because the command may not spawn. A driver that cannot tell leaves
+	// it 0: 0 means "none seen", never "none made".
+	SpawnRefused int64 `json:"spawn_refused,omitempty"`
 }
 
 // Driver is an OS sandbox backend: the contract every driver binary serves

@@ -624,6 +624,9 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 		OomKilled: e.OOMKilled, DurationMs: e.Duration.Milliseconds(), Backend: out.Backend,
 		CommandId: out.CommandID, ProfileDigest: out.ProfileDigest, ReasonCode: string(out.Reason()),
 		OutputStreamed: out.Streamed, StreamedStdoutBytes: out.StreamedStdout, StreamedStderrBytes: out.StreamedStderr,
+		// The hint in the pipeline's terms: each client says it in its
+		// own (spawn=True, spawn: true, --spawn) from reason_code.
+		SpawnRefused: e.SpawnRefused, Hint: out.Hint(), SpawnReported: out.SpawnReported,
 	}
 	for _, v := range out.Verdicts {
 		res.Verdicts = append(res.Verdicts, &hostv1.Verdict{Action: v.Action.String(), Rule: v.Rule, Reason: v.Reason, Hook: v.Hook})

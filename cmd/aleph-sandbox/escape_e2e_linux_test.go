@@ -1053,6 +1053,50 @@ func escapeSyscalls(t *testing.T, h *escapeHarness) {
 			t.Fatalf("control: fork with --spawn --yes: %v", twin["fork"])
 		}
 	})
+	t.Run("fork without --spawn is reported", func(t *testing.T) {
+		// The command runs and meets the refusal (its own error on its
+		// stderr); the driver counted the refused fork, and exec --json
+		// says spawn_refused with a hint naming --spawn. With --spawn
+		// (approved) the same command works and says allowed; a command
+		// that starts nothing says allowed without --spawn.
+		type result struct {
+			ExitCode     int    `json:"exit_code"`
+			Stderr       string `json:"stderr"`
+			ReasonCode   string `json:"reason_code"`
+			SpawnRefused int64  `json:"spawn_refused"`
+			Hint         string `json:"hint"`
+		}
+		jsonExec := func(t *testing.T, flags []string, program ...string) result {
+			t.Helper()
+			r := h.exec(t, ws, append([]string{"--json"}, flags...), program...)
+			var res result
+			if err := json.Unmarshal([]byte(r.stdout), &res); r.code != 0 || err != nil {
+				t.Fatalf("exec --json %v: exit %d, %v\n%s%s", program, r.code, err, r.stdout, r.stderr)
+			}
+			return res
+		}
+		attempts := [][]string{{"sh", "-c", "true & wait"}}
+		if exists("/usr/bin/python3") {
+			attempts = append(attempts, []string{"/usr/bin/python3", "-c", "import subprocess; subprocess.run(['true'])"})
+		}
+		for _, argv := range attempts {
+			res := jsonExec(t, nil, argv...)
+			if res.ExitCode == 0 || res.Stderr == "" || res.ReasonCode != "spawn_refused" || res.SpawnRefused < 1 || !strings.Contains(res.Hint, "--spawn") {
+				t.Errorf("%v without --spawn: %+v", argv, res)
+			}
+			if res = jsonExec(t, []string{"--spawn", "--yes"}, argv...); res.ExitCode != 0 || res.ReasonCode != "allowed" || res.SpawnRefused != 0 || res.Hint != "" {
+				t.Errorf("control: %v with --spawn --yes: %+v", argv, res)
+			}
+		}
+		// Text mode: the hint on stderr, after the command's own words.
+		r := h.exec(t, ws, nil, attempts[len(attempts)-1]...)
+		if r.code == 0 || !strings.Contains(r.stderr, "subprocesses need --spawn") {
+			t.Errorf("text mode: exit %d, stderr %q", r.code, r.stderr)
+		}
+		if res := jsonExec(t, nil, "/bin/echo", "no fork"); res.ExitCode != 0 || res.ReasonCode != "allowed" || res.SpawnRefused != 0 || res.Hint != "" {
+			t.Errorf("a command that starts nothing: %+v", res)
+		}
+	})
 	t.Run("--spawn needs approval", func(t *testing.T) {
 		// A session of its own: grants outlive the CLI process, and the
 		// session of the subtests above holds spawn, approved with --yes.

@@ -51,6 +51,13 @@ type execResult struct {
 	// and config_invalid, is the command field or configuration key.
 	ReasonCode string `json:"reason_code"`
 	Field      string `json:"field"`
+	// SpawnRefused: how many process starts the sandbox refused (the
+	// command lacked --spawn); non-zero goes with reason_code
+	// spawn_refused and Hint.
+	SpawnRefused int64 `json:"spawn_refused"`
+	// Hint is one line saying how to get what was refused (for
+	// spawn_refused: --spawn); empty otherwise.
+	Hint string `json:"hint,omitempty"`
 	// GitQuarantine: git repositories the command planted in its
 	// workspace, neutralised after it ended (core.GitQuarantine).
 	GitQuarantine *core.GitQuarantine `json:"git_quarantine,omitempty"`
@@ -340,18 +347,25 @@ func reportExec(io stdio, asJSON bool, out *core.Output, reason core.ReasonCode,
 		return execFailureCode(io, asJSON, userMessage(err), string(code), field)
 	}
 	e := out.Exit
+	reason = cmp.Or(reason, out.Reason())
 	if asJSON {
+		hint := ""
+		if reason == core.ReasonSpawnRefused {
+			hint = cliSpawnHint
+		}
 		writeJSON(io.Out, execResult{
-			Stdout:     lossless(out.Stdout),
-			Stderr:     lossless(out.Stderr),
-			ExitCode:   ptr(int(e.ExitCode)),
-			Signal:     ptr(int(e.Signal)),
-			TimedOut:   e.TimedOut,
-			Truncated:  e.Truncated,
-			OOMKilled:  e.OOMKilled,
-			DurationMS: e.Duration.Milliseconds(),
-			Backend:    out.Backend,
-			ReasonCode: string(cmp.Or(reason, out.Reason())),
+			Stdout:       lossless(out.Stdout),
+			Stderr:       lossless(out.Stderr),
+			ExitCode:     ptr(int(e.ExitCode)),
+			Signal:       ptr(int(e.Signal)),
+			TimedOut:     e.TimedOut,
+			Truncated:    e.Truncated,
+			OOMKilled:    e.OOMKilled,
+			DurationMS:   e.Duration.Milliseconds(),
+			Backend:      out.Backend,
+			ReasonCode:   string(reason),
+			SpawnRefused: e.SpawnRefused,
+			Hint:         hint,
 
 			GitQuarantine: out.GitQuarantine,
 		})

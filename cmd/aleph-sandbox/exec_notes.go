@@ -48,10 +48,22 @@ func execNotes(io stdio, f *runFlags, out *core.Output, err error) {
 		// Through the service, whose result has no byte counts.
 		fmt.Fprintln(io.Err, "aleph-sandbox: output truncated: the command wrote more than the output budget keeps (raise it with --max-output)")
 	}
-	if !f.spawn && e.ExitCode != 0 && looksLikeForkDenied(out.Stderr) {
-		fmt.Fprintln(io.Err, "aleph-sandbox: the command could not start a subprocess: subprocesses need --spawn (approve it with --yes or at the prompt)")
+	switch {
+	case e.SpawnRefused > 0:
+		// Seen where it happened: the driver refused and counted it.
+		fmt.Fprintln(io.Err, "aleph-sandbox: "+cliSpawnHint)
+	case !out.SpawnReported && !f.spawn && e.ExitCode != 0 && looksLikeForkDenied(out.Stderr):
+		// A driver that does not count refused forks (the macOS and
+		// Windows drivers, a third party's): the command's own words are
+		// all there is to go by. Never with one that counts: its 0 means
+		// nothing was refused, whatever the output says.
+		fmt.Fprintln(io.Err, "aleph-sandbox: "+cliSpawnHint)
 	}
 }
+
+// cliSpawnHint is the CLI's one line for a command that was refused a
+// subprocess (core.SpawnRefusedHint in the CLI's terms).
+const cliSpawnHint = "the command could not start a subprocess: subprocesses need --spawn (approve it with --yes or at the prompt)"
 
 // deniedWithHint is the one refusal line of a denied elevation in text
 // mode, naming the flags that asked for it and how to approve; ok is false

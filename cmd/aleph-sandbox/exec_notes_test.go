@@ -32,6 +32,26 @@ func TestExecNotes(t *testing.T) {
 	}
 }
 
+// A fork the driver refused and counted: the hint on stderr in text mode,
+// reason_code spawn_refused, the count and the hint in --json; none of it
+// with --spawn (the control).
+func TestExecSpawnRefusedFromDriver(t *testing.T) {
+	drv := cliEnv(t)
+	r := cli(t, "", false, "exec", "--driver", drv, "--", "fork")
+	if r.code != 1 || !strings.Contains(r.stderr, "subprocesses need --spawn") {
+		t.Fatalf("text: exit %d, stderr %q", r.code, r.stderr)
+	}
+	r = cli(t, "", false, "exec", "--driver", drv, "--json", "--", "fork")
+	if !strings.Contains(r.stdout, `"reason_code":"spawn_refused"`) || !strings.Contains(r.stdout, `"spawn_refused":1`) ||
+		!strings.Contains(r.stdout, `"hint":"the command could not start a subprocess: subprocesses need --spawn`) || r.stderr != "" {
+		t.Fatalf("json: %q / %q", r.stdout, r.stderr)
+	}
+	r = cli(t, "", false, "exec", "--driver", drv, "--json", "--spawn", "--yes", "--", "fork")
+	if !strings.Contains(r.stdout, `"reason_code":"allowed"`) || !strings.Contains(r.stdout, `"spawn_refused":0`) || strings.Contains(r.stdout, `"hint"`) {
+		t.Fatalf("control with --spawn: %q / %q", r.stdout, r.stderr)
+	}
+}
+
 func TestForkDeniedRecognised(t *testing.T) {
 	for _, s := range []string{"/bin/sh: 0: Cannot fork\n", "bash: fork: Operation not permitted\n", "python: posix_spawn failed",
 		// python's subprocess, node's child_process, go's os/exec, as

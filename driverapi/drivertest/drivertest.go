@@ -37,6 +37,9 @@ const FakeBackend = "fake"
 //	sleep DURATION   waits (honouring the timeout and cancellation)
 //	flood N [err]    writes N bytes to stdout (and N to stderr with "err")
 //	crash            ends the whole plugin process (only for subprocess use)
+//	fork             starts a process: without spawn_subprocess, refused as
+//	                 a driver claiming spawn_refused_report reports it
+//	                 (Exit.SpawnRefused 1, a line on stderr, status 1)
 //
 // Anything else writes Stdout/Stderr and exits with ExitCode. Every Exit
 // carries Details.
@@ -174,6 +177,15 @@ func (f *FakeDriver) Run(ctx context.Context, spec driverapi.RunSpec, streams dr
 		}
 	case "crash":
 		os.Exit(3)
+	case "fork":
+		var req driverapi.ProfileRequest
+		if err := json.Unmarshal(spec.Profile.Data, &req); err != nil {
+			return driverapi.Exit{}, err
+		}
+		if !req.Capabilities.SpawnSubprocess {
+			fmt.Fprintln(stderr, "fork: Operation not permitted")
+			exit.ExitCode, exit.SpawnRefused = 1, 1
+		}
 	default:
 		_, _ = stdout.Write(f.Stdout)
 		_, _ = stderr.Write(f.Stderr)

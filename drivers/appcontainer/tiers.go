@@ -116,6 +116,9 @@ func alwaysUnavailable() []driverapi.Unavailable {
 			Reason: "the Job Object caps active processes, not threads"},
 		{Feature: driverapi.FeatureCPULimit,
 			Reason: "Job Object CPU rate control is not applied by this driver version"},
+		{Feature: driverapi.FeatureSpawnRefusedReport,
+			Reason: "the Job Object refuses a process over its limit without telling the driver, so refused starts are not counted",
+			Fix:    "read the command's stderr (the CLI recognises the common messages)"},
 	}
 }
 
@@ -135,7 +138,7 @@ func report(best, floor Tier, probeErrs map[Tier]error) ([]string, []driverapi.U
 			why += ": " + reasons
 		}
 		for _, f := range driverapi.KnownFeatures() {
-			if !has([]string{driverapi.FeatureNetworkViaProxy, driverapi.FeaturePidLimit, driverapi.FeatureCPULimit}, f) {
+			if !has([]string{driverapi.FeatureNetworkViaProxy, driverapi.FeaturePidLimit, driverapi.FeatureCPULimit, driverapi.FeatureSpawnRefusedReport}, f) {
 				un = append(un, driverapi.Unavailable{Feature: f, Reason: why, Fix: "AppContainers need Windows 8 or later and no policy that disables them; check the probe failures"})
 			}
 		}
@@ -144,7 +147,7 @@ func report(best, floor Tier, probeErrs map[Tier]error) ([]string, []driverapi.U
 	details["tier"] = best.String()
 	features := TierFeatures(best)
 	for _, f := range driverapi.KnownFeatures() {
-		if has(features, f) || has([]string{driverapi.FeatureNetworkViaProxy, driverapi.FeaturePidLimit, driverapi.FeatureCPULimit}, f) {
+		if has(features, f) || has([]string{driverapi.FeatureNetworkViaProxy, driverapi.FeaturePidLimit, driverapi.FeatureCPULimit, driverapi.FeatureSpawnRefusedReport}, f) {
 			continue
 		}
 		un = append(un, driverapi.Unavailable{Feature: f, Reason: tierLacks(best, f)})

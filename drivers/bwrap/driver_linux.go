@@ -411,6 +411,12 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 		// namespace, caps its tasks (threads included) instead.
 		is.RlimitNproc = d.cfg.Options.Pids()
 	}
+	if !plan.AllowSpawn {
+		// Set before the programs are chosen: the target's leaves the
+		// fork rules to the notification filter when there is one
+		// (sandboxinit.KeyOf). Its number is settled below.
+		is.NotifyFD = lifelineFD + 1
+	}
 	if f := d.precompiled(is); f != nil {
 		// After commandFD and lifelineFD, and the three of the v1 hand-over
 		// (launch passes them in this order and checks the number).
@@ -419,6 +425,18 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 			is.SeccompFD += 3
 		}
 		plan.seccomp, plan.seccompFD = f, is.SeccompFD
+	}
+	if !plan.AllowSpawn {
+		// The notify socket (notify_linux.go) comes after the seccomp
+		// programs, in the order newSandbox passes them.
+		is.NotifyFD = lifelineFD + 1
+		if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
+			is.NotifyFD += 3
+		}
+		if is.SeccompFD > 0 {
+			is.NotifyFD = is.SeccompFD + 1
+		}
+		plan.notifyFD = is.NotifyFD
 	}
 	return is
 }
@@ -525,7 +543,9 @@ func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd st
 	if r.startErr != nil {
 		return driverapi.Exit{}, sb.startError(r.startErr, stderrGate, cg, plan.MemoryBytes)
 	}
-	return d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, r.err, spec, tierBwrap, plan.MemoryBytes)
+	exit, err := d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, r.err, spec, tierBwrap, plan.MemoryBytes)
+	exit.SpawnRefused = sb.notif.finish()
+	return exit, err
 }
 
 // sandbox is one bwrap (or nsenter chain) about to start or started, with
@@ -543,6 +563,11 @@ type sandbox struct {
 	v1                               bool
 	cg                               *commandCgroup
 	blockR, blockW, statusR, statusW *os.File
+	// notifyRemote is sandbox-init's end of the notify socket; notif
+	// answers what arrives on the driver's (notify_linux.go). Both nil
+	// when the command may spawn.
+	notifyLocal, notifyRemote *os.File
+	notif                     *notifier
 	// started is closed once the start was attempted: cmd.Process is set
 	// (or never will be) and may be read.
 	started chan struct{}
@@ -620,6 +645,22 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 			return nil, fmt.Errorf("bwrap driver: the seccomp programs would be descriptor %d, sandbox-init is told %d", seccompFD, plan.seccompFD)
 		}
 	}
+	if plan.notifyFD > 0 {
+		if sb.notifyLocal, sb.notifyRemote, err = notifySocket(); err != nil {
+			return nil, err
+		}
+		extraFiles = append(extraFiles, sb.notifyRemote)
+		if fd := 2 + len(extraFiles); fd != plan.notifyFD {
+			return nil, fmt.Errorf("bwrap driver: the notify socket would be descriptor %d, sandbox-init is told %d", fd, plan.notifyFD)
+		}
+		// Answered from now on: a prepared sandbox's waiting child sends
+		// its listener before its command arrives.
+		local := sb.notifyLocal
+		sb.notifyLocal = nil
+		if sb.notif, err = startNotifier(local, nil); err != nil {
+			return nil, err
+		}
+	}
 	pinned, fdOf, err := pinPaths(plan, 3+len(extraFiles))
 	if err != nil {
 		return nil, err
@@ -640,6 +681,9 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 			"--fd", strconv.Itoa(commandFD), "--fd", strconv.Itoa(lifelineFD))
 		if seccompFD > 0 {
 			tail = append(tail, "--fd", strconv.Itoa(seccompFD))
+		}
+		if plan.notifyFD > 0 {
+			tail = append(tail, "--fd", strconv.Itoa(plan.notifyFD))
 		}
 		tail = append(tail, "--")
 	}
@@ -713,16 +757,20 @@ func (sb *sandbox) closeSetup() {
 	if sb.life != nil {
 		sb.life.remote.Close()
 	}
+	if sb.notifyRemote != nil {
+		sb.notifyRemote.Close()
+	}
 }
 
 // close releases everything the driver holds for sb (the lifeline last).
 func (sb *sandbox) close() {
 	sb.closeSetup()
-	for _, f := range []*os.File{sb.blockW, sb.statusR} {
+	for _, f := range []*os.File{sb.blockW, sb.statusR, sb.notifyLocal} {
 		if f != nil {
 			f.Close()
 		}
 	}
+	sb.notif.finish()
 	if sb.life != nil {
 		sb.life.Close()
 	}

@@ -5,7 +5,6 @@ package bwrap
 import (
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"os"
 	"runtime"
 	"strconv"
@@ -74,147 +73,22 @@ type seccompNotifResp struct {
 	Flags uint32
 }
 
-// metaGuard answers the guarded calls of one Landlock-tier command.
+// metaGuard answers the guarded calls of one Landlock-tier command (the
+// notifier, notify_linux.go, hands them over).
 type metaGuard struct {
-	listener int
-	stopR    *os.File
 	// writable are the roots whose metadata the command may change;
 	// readable those it may watch.
 	writable, readable []string
 	nr                 map[int32]string
 }
 
-// metaGuardSocket is the pair sandbox-init sends the guard's listener on:
-// the launcher keeps local, sandbox-init inherits remote.
-func metaGuardSocket() (local, remote *os.File, err error) {
-	if strconv.IntSize != 64 {
-		// The guard reads the command's arguments in the 64-bit layouts
-		// (timespec, timeval, utimbuf); a 32-bit build would misread
-		// them, so the tier refuses to run rather than guard wrongly.
-		return nil, nil, errors.New("metadata guard: the Landlock tier needs a 64-bit build of the driver")
-	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, fmt.Errorf("metadata guard socket: %w", err)
-	}
-	return os.NewFile(uintptr(fds[0]), "metaguard"), os.NewFile(uintptr(fds[1]), "metaguard-remote"), nil
-}
-
-// receiveMetaGuard waits for sandbox-init's listener on local. It returns
-// an error when sandbox-init ended (or failed) before sending one.
-func receiveMetaGuard(local *os.File) (int, error) {
-	buf := make([]byte, 1)
-	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := unix.Recvmsg(int(local.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
-	if err != nil {
-		return -1, fmt.Errorf("metadata guard: receive the listener: %w", err)
-	}
-	if n != 1 || buf[0] != 'm' {
-		return -1, errors.New("metadata guard: sandbox-init ended before handing over its listener")
-	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return -1, fmt.Errorf("metadata guard: no listener in the message: %v", err)
-	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-		return -1, fmt.Errorf("metadata guard: no listener in the message: %v", err)
-	}
-	return fds[0], nil
-}
-
-// metaGuardFD is where sandbox-init finds the guard's socket in the
-// Landlock tier (after commandFD and lifelineFD).
-const metaGuardFD = lifelineFD + 1
-
-// startMetaGuard answers the guarded calls of the command whose
-// sandbox-init holds the other end of local, on a goroutine of its own,
-// until the command and all it started are gone or the returned stop is
-// called. A sandbox-init that ends before sending its listener ends the
-// goroutine too (local reads the end of the stream).
-func startMetaGuard(local *os.File, plan Plan, is InitSpec) (stop func()) {
-	stopR, stopW, err := os.Pipe()
-	if err != nil {
-		// Without a stop pipe the loop still ends on the listener's
-		// hang-up; the command's calls are answered all the same.
-		stopR, stopW = nil, nil
-	}
-	fd, err := unix.Dup(int(local.Fd()))
-	if err != nil {
-		return func() {}
-	}
-	go func() {
-		l := os.NewFile(uintptr(fd), "metaguard")
-		defer l.Close()
-		listener, err := receiveMetaGuard(l)
-		if err != nil {
-			return
-		}
-		newMetaGuard(listener, stopR, plan, is).serve()
-		if stopR != nil {
-			stopR.Close()
-		}
-	}()
-	return func() {
-		if stopW != nil {
-			stopW.Close()
-		}
-	}
-}
-
 // newMetaGuard is the guard of a command whose init spec is is.
-func newMetaGuard(listener int, stopR *os.File, plan Plan, is InitSpec) *metaGuard {
-	g := &metaGuard{listener: listener, stopR: stopR, nr: guardedNumbers()}
+func newMetaGuard(plan Plan, is InitSpec) *metaGuard {
+	g := &metaGuard{nr: guardedNumbers()}
 	g.writable = append(g.writable, plan.Workspace)
 	g.writable = append(g.writable, plan.writable()...)
 	g.readable = append(append(g.readable, is.ReadOnly...), is.ReadWrite...)
 	return g
-}
-
-// serve answers notifications until every process carrying the filter is
-// gone (the listener hangs up) or stop is closed. It runs on a locked
-// thread that it never gives back: its capabilities are lowered for the
-// command's identity.
-func (g *metaGuard) serve() {
-	runtime.LockOSThread()
-	defer unix.Close(g.listener)
-	if err := dropEffectiveCaps(); err != nil {
-		// Without the command's identity the loop would act with more
-		// rights than the command: answer nothing (every call fails
-		// with ENOSYS once the listener is closed).
-		return
-	}
-	fds := []unix.PollFd{{Fd: int32(g.listener), Events: unix.POLLIN}, {Fd: -1}}
-	if g.stopR != nil {
-		fds[1] = unix.PollFd{Fd: int32(g.stopR.Fd()), Events: unix.POLLIN}
-	}
-	for {
-		fds[0].Revents, fds[1].Revents = 0, 0
-		if _, err := unix.Poll(fds, -1); err != nil {
-			if errors.Is(err, unix.EINTR) {
-				continue
-			}
-			return
-		}
-		if fds[1].Revents != 0 {
-			return
-		}
-		if fds[0].Revents&unix.POLLIN == 0 {
-			// POLLHUP: no process carries the filter any more.
-			return
-		}
-		var n seccompNotif
-		if err := ioctlPtr(g.listener, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&n)); err != nil {
-			// ENOENT: the caller died before it was read.
-			continue
-		}
-		val, errno := g.answer(&n)
-		resp := seccompNotifResp{ID: n.ID, Val: val, Error: -int32(errno)}
-		_ = ioctlPtr(g.listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
-	}
 }
 
 func ioctlPtr(fd int, req uint, p unsafe.Pointer) error {
@@ -253,10 +127,11 @@ func guardedNumbers() map[int32]string {
 
 // call is one notification being answered.
 type call struct {
-	g   *metaGuard
-	n   *seccompNotif
-	pid int
-	mem *os.File
+	g        *metaGuard
+	listener int
+	n        *seccompNotif
+	pid      int
+	mem      *os.File
 }
 
 func (c *call) arg(i int) uint64 { return c.n.Args[i] }
@@ -266,7 +141,7 @@ func (c *call) fdArg(i int) int  { return int(int32(uint32(c.n.Args[i]))) }
 // its pid still names it.
 func (c *call) valid() bool {
 	id := c.n.ID
-	return ioctlPtr(c.g.listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) == nil
+	return ioctlPtr(c.listener, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) == nil
 }
 
 // read copies n bytes at addr of the caller's memory.
@@ -311,9 +186,9 @@ func (c *call) readString(addr uint64, max int) (string, unix.Errno) {
 	return "", unix.ENAMETOOLONG
 }
 
-// answer performs the call of n on behalf of its caller and returns the
-// result and errno the caller gets.
-func (g *metaGuard) answer(n *seccompNotif) (int64, unix.Errno) {
+// answer performs the call of n, received on listener, on behalf of its
+// caller and returns the result and errno the caller gets.
+func (g *metaGuard) answer(listener int, n *seccompNotif) (int64, unix.Errno) {
 	name, ok := g.nr[n.Nr]
 	if !ok {
 		return -1, unix.ENOSYS
@@ -323,7 +198,7 @@ func (g *metaGuard) answer(n *seccompNotif) (int64, unix.Errno) {
 		return -1, unix.EPERM
 	}
 	defer mem.Close()
-	c := &call{g: g, n: n, pid: int(n.Pid), mem: mem}
+	c := &call{g: g, listener: listener, n: n, pid: int(n.Pid), mem: mem}
 	if !c.valid() {
 		return -1, unix.EPERM
 	}

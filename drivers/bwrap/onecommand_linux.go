@@ -19,5 +19,7 @@ func (d *Driver) warmForOneCommand() {
 	if entries := (Plan{System: SystemReadSet()}).etcEntries(); len(entries) > 0 {
 		d.etcViewOf(d.etcViewRoot(), entries)
 	}
-	d.precompiled(InitSpec{SocketMode: SocketLoopback})
+	// As initSpecFor makes it: a command without spawn gets a notify
+	// socket, whose presence (not its number) the programs depend on.
+	d.precompiled(InitSpec{SocketMode: SocketLoopback, NotifyFD: lifelineFD + 1})
 }

@@ -103,6 +103,10 @@ type Plan struct {
 	// (InitSpec.SeccompFD), passed to bwrap after the fixed descriptors.
 	seccomp   *os.File
 	seccompFD int // the number sandbox-init is told (InitSpec.SeccompFD)
+	// notifyFD, when set, is the number of the notify socket sandbox-init
+	// is told (InitSpec.NotifyFD): the command may not spawn, and its
+	// refused forks are answered and counted (notify_linux.go).
+	notifyFD int
 	// joinNet: bwrap starts inside the session's network namespace
 	// (sessionnet_linux.go) and shares it instead of unsharing its own.
 	// Set by Run per command, never serialized.

@@ -849,6 +849,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		setWaitStatus(&exit, unix.WaitStatus(rep.st.Wait))
 		exitDetails(&exit, ps.cg, tierBwrap) // before the cgroup goes
 		exit.Details["prepared"] = "1"
+		exit.SpawnRefused = ps.sb.notif.finish()
 		d.endSandbox(ps)
 		if ctx.Err() != nil {
 			return driverapi.Exit{}, ctx.Err(), true
@@ -868,6 +869,7 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 	}
 	gate := &setupGate{w: stderr, life: life, open: true}
 	exit, err := d.finishExit(runCtx, cmd, life, stdout, stderr, gate, dur, ps.cg, r.err, spec, tierBwrap, plan.MemoryBytes)
+	exit.SpawnRefused = ps.sb.notif.finish()
 	if exit.Details != nil {
 		exit.Details["prepared"] = "1"
 	}

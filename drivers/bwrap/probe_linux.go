@@ -453,9 +453,12 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		hc.Details["network_none"] = "loopback only, in a network namespace per command (not shared: " + h.sessionNetWhy + ")"
 	}
 	if h.seccomp {
-		hc.Features = append(hc.Features, driverapi.FeatureSubprocessControl)
+		// Refused forks are counted where they are refused, through the
+		// command's notification filter (notify_linux.go).
+		hc.Features = append(hc.Features, driverapi.FeatureSubprocessControl, driverapi.FeatureSpawnRefusedReport)
 	} else {
 		un(driverapi.FeatureSubprocessControl, "seccomp filters cannot be installed here", "use a kernel with CONFIG_SECCOMP_FILTER")
+		un(driverapi.FeatureSpawnRefusedReport, "seccomp filters cannot be installed here", "use a kernel with CONFIG_SECCOMP_FILTER")
 	}
 	// Streamed runs, the pty and signals (stream_linux.go): the pty comes
 	// from the sandbox's own devpts, and the seccomp filter is what keeps

@@ -266,15 +266,16 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	if cg != nil && cg.dirs[ctrlMemory] != "" {
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
-	// The metadata guard (metaguard_linux.go): sandbox-init sends its
-	// listener on this socket before it forks the command.
-	guardLocal, guardRemote, err := metaGuardSocket()
+	// The notification filter (notify_linux.go): the metadata guard's
+	// calls and, without spawn, the fork family. The child that execs the
+	// target sends its listener on this socket.
+	guardLocal, guardRemote, err := notifySocket()
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
 	defer guardLocal.Close()
 	defer guardRemote.Close()
-	is.MetaGuardFD = metaGuardFD
+	is.NotifyFD, is.MetaGuard = tierNotifyFD, true
 	init, err := CommandInitArgs(is)
 	if err != nil {
 		return driverapi.Exit{}, err
@@ -307,7 +308,7 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	}
 	cmd.Stdout, cmd.Stderr = stdout, stderrGate
 	cmd.WaitDelay = waitDelay
-	cmd.ExtraFiles = []*os.File{cmdFile, life.remote, guardRemote} // commandFD, lifelineFD, metaGuardFD
+	cmd.ExtraFiles = []*os.File{cmdFile, life.remote, guardRemote} // commandFD, lifelineFD, tierNotifyFD
 	// A session of its own: no controlling terminal (no TIOCSTI into the
 	// host's), and a process group the command cannot leave. No
 	// Pdeathsig: it would kill sandbox-init alone and leave the command;
@@ -325,8 +326,19 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	cmdFile.Close()
 	life.remote.Close()
 	guardRemote.Close()
-	stopGuard := startMetaGuard(guardLocal, plan, is)
-	defer stopGuard()
+	local, err := dupFile(guardLocal)
+	if err != nil {
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+		_ = cmd.Wait()
+		return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
+	}
+	notif, err := startNotifier(local, newMetaGuard(plan, is))
+	if err != nil {
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+		_ = cmd.Wait()
+		return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
+	}
+	defer notif.finish()
 	pid := cmd.Process.Pid
 	// sandbox-init waits for this go-ahead before it confines itself any
 	// further or starts anything: it is inside the command's cgroup first.
@@ -360,5 +372,11 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	if ctx.Err() != nil {
 		return driverapi.Exit{}, ctx.Err()
 	}
-	return d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, waitErr, spec, tierLandlock, plan.MemoryBytes)
+	exit, err := d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, waitErr, spec, tierLandlock, plan.MemoryBytes)
+	exit.SpawnRefused = notif.finish()
+	return exit, err
 }
+
+// tierNotifyFD is where sandbox-init finds the notify socket in the
+// Landlock tier (after commandFD and lifelineFD).
+const tierNotifyFD = lifelineFD + 1

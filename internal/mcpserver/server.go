@@ -86,7 +86,17 @@ type RunCommandResult struct {
 	Rule       string `json:"rule,omitempty"`
 	// Error is set when the sandbox failed (the command did not run).
 	Error string `json:"error,omitempty"`
+	// SpawnRefused counts the command's attempts to start a process that
+	// the sandbox refused (it lacked spawn); non-zero goes with
+	// reason_code spawn_refused and Hint.
+	SpawnRefused int64 `json:"spawn_refused,omitempty"`
+	// Hint is one line saying how to get what was refused.
+	Hint string `json:"hint,omitempty"`
 }
+
+// mcpSpawnHint is run_command's hint for spawn_refused
+// (core.SpawnRefusedHint in the tool's terms).
+const mcpSpawnHint = `the command tried to start a subprocess and the sandbox refused it: call run_command again with "spawn": true (the client is asked to approve it, or the server's --allow-spawn gives it)`
 
 type callKey struct{}
 
@@ -347,6 +357,10 @@ func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs) (*
 		Stdout: string(out.Stdout), Stderr: string(out.Stderr),
 		ExitCode: int(e.ExitCode), Signal: int(e.Signal), TimedOut: e.TimedOut, Truncated: e.Truncated,
 		DurationMS: e.Duration.Milliseconds(), Backend: out.Backend,
+		ReasonCode: string(out.Reason()), SpawnRefused: e.SpawnRefused,
+	}
+	if out.Reason() == core.ReasonSpawnRefused {
+		res.Hint = mcpSpawnHint
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: summary(res)}}}, res, nil
 }
@@ -370,6 +384,9 @@ func summary(r RunCommandResult) string {
 	}
 	if r.Truncated {
 		b.WriteString(" (output truncated)")
+	}
+	if r.Hint != "" {
+		b.WriteString("\nhint: " + r.Hint)
 	}
 	if r.Stdout != "" {
 		b.WriteString("\nstdout:\n" + r.Stdout)

@@ -137,6 +137,24 @@ func TestMCPRunCommand(t *testing.T) {
 	}
 }
 
+// A command refused a subprocess (the driver counted it) comes back with
+// reason_code spawn_refused and a hint naming the tool's spawn argument;
+// with spawn it runs, reason allowed and no hint.
+func TestMCPSpawnRefusedHint(t *testing.T) {
+	cs, _ := connect(t, mcpserver.Config{}, func(*mcp.ElicitRequest) *mcp.ElicitResult {
+		return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
+	})
+	res, out := call(t, cs, map[string]any{"argv": []string{"fork"}})
+	if out.ExitCode != 1 || out.ReasonCode != "spawn_refused" || out.SpawnRefused != 1 ||
+		!strings.Contains(out.Hint, `"spawn": true`) || !strings.Contains(text(res), "hint: ") {
+		t.Fatalf("without spawn: %+v (%q)", out, text(res))
+	}
+	_, out = call(t, cs, map[string]any{"argv": []string{"fork"}, "spawn": true})
+	if out.ExitCode != 0 || out.ReasonCode != "allowed" || out.SpawnRefused != 0 || out.Hint != "" {
+		t.Fatalf("with spawn (control): %+v", out)
+	}
+}
+
 func TestMCPDenialsAndBadInputAreToolErrors(t *testing.T) {
 	cs, fake := connect(t, mcpserver.Config{}, nil)
 	res, out := call(t, cs, map[string]any{"command": "rm -rf /", "spawn": true})

@@ -113,9 +113,17 @@ class Result:
     backend: str = ""
     profile_digest: str = ""
     verdicts: List[Dict[str, str]] = field(default_factory=list)
+    #: How many times the sandbox refused the command a new process (it
+    #: ran without ``spawn=True``); non-zero goes with reason_code
+    #: "spawn_refused" and ``hint``.
+    spawn_refused: int = 0
+    #: One line saying how to get what was refused, in this client's terms
+    #: (for spawn_refused: ``spawn=True``); "" when nothing was.
+    hint: str = ""
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "Result":
+        reason_code = str(m.get("reasonCode", ""))
         return cls(
             stdout=_b64(m.get("stdout")),
             stderr=_b64(m.get("stderr")),
@@ -128,12 +136,20 @@ class Result:
             denied=bool(m.get("denied", False)),
             reason=str(m.get("reason", "")),
             rule=str(m.get("rule", "")),
-            reason_code=str(m.get("reasonCode", "")),
+            reason_code=reason_code,
             command_id=str(m.get("commandId", "")),
             backend=str(m.get("backend", "")),
             profile_digest=str(m.get("profileDigest", "")),
             verdicts=[dict(v) for v in m.get("verdicts", [])],
+            # int64 arrives as a JSON string (the protobuf JSON mapping).
+            spawn_refused=int(m.get("spawnRefused", 0)),
+            hint=SPAWN_REFUSED_HINT if reason_code == "spawn_refused" else str(m.get("hint", "")),
         )
+
+
+#: Result.hint of a command refused a subprocess, in this client's terms.
+SPAWN_REFUSED_HINT = ("the command tried to start a subprocess and the sandbox refused it: "
+                      "run it with spawn=True")
 
 
 @dataclass

@@ -270,6 +270,31 @@ class YesServerTest(unittest.TestCase):
         finally:
             s.stop()
 
+    def test_spawn_refused(self):
+        # A command without spawn=True that starts a process: it runs, the
+        # sandbox refuses the fork where it happens, and the result says
+        # so (reason_code, count, a hint naming spawn=True). With spawn it
+        # runs (the control); a command that starts nothing says allowed.
+        s = Server("--yes")
+        try:
+            c = Client("unix:" + s.sock)
+            attempts = [["/bin/sh", "-c", "true & wait"]]
+            if os.path.exists("/usr/bin/python3"):
+                attempts.append(["/usr/bin/python3", "-c", "import subprocess; subprocess.run(['true'])"])
+            for argv in attempts:
+                r = c.exec(argv, session="spawn")
+                self.assertNotEqual(r.exit_code, 0, r)
+                self.assertTrue(r.stderr, r)
+                self.assertEqual(r.reason_code, "spawn_refused", r)
+                self.assertGreaterEqual(r.spawn_refused, 1, r)
+                self.assertIn("spawn=True", r.hint)
+                r = c.exec(argv, session="spawn", spawn=True)
+                self.assertEqual((r.exit_code, r.reason_code, r.spawn_refused, r.hint), (0, "allowed", 0, ""), r)
+            r = c.exec(["/bin/echo", "no fork"], session="spawn")
+            self.assertEqual((r.exit_code, r.reason_code, r.spawn_refused, r.hint), (0, "allowed", 0, ""), r)
+        finally:
+            s.stop()
+
 
 if __name__ == "__main__":
     unittest.main()

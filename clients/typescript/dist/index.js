@@ -60,6 +60,8 @@ export class Denied extends SandboxError {
         this.result = result;
     }
 }
+/** Result.hint of a command refused a subprocess, in this client's terms. */
+export const SPAWN_REFUSED_HINT = "the command tried to start a subprocess and the sandbox refused it: run it with spawn: true";
 /** The options a command request is built from (StreamOptions' own, and the call's signal). */
 const REQUEST_OPTIONS = new Set([
     "session", "workspace", "cwd", "read", "write", "net", "spawn", "memoryMb", "timeout", "maxOutput",
@@ -141,6 +143,9 @@ function result(v) {
             const o = isObject(x) ? x : {};
             return { action: str(o.action), rule: str(o.rule), reason: str(o.reason), hook: str(o.hook) };
         }),
+        // int64 arrives as a JSON string (the protobuf JSON mapping).
+        spawnRefused: num(m.spawnRefused),
+        hint: str(m.reasonCode) === "spawn_refused" ? SPAWN_REFUSED_HINT : str(m.hint),
     };
 }
 function approvalRequest(v) {

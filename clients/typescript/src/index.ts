@@ -127,7 +127,18 @@ export interface Result {
   backend: string;
   profileDigest: string;
   verdicts: Verdict[];
+  /** How many times the sandbox refused the command a new process (it ran
+   * without `spawn: true`); non-zero goes with reasonCode "spawn_refused"
+   * and `hint`. */
+  spawnRefused: number;
+  /** One line saying how to get what was refused, in this client's terms
+   * (for spawn_refused: `spawn: true`); "" when nothing was. */
+  hint: string;
 }
+
+/** Result.hint of a command refused a subprocess, in this client's terms. */
+export const SPAWN_REFUSED_HINT =
+  "the command tried to start a subprocess and the sandbox refused it: run it with spawn: true";
 
 /** What a command may do (aleph.host.v1.Capabilities). */
 export interface Capabilities {
@@ -395,6 +406,9 @@ function result(v: unknown): Result {
       const o = isObject(x) ? x : {};
       return { action: str(o.action), rule: str(o.rule), reason: str(o.reason), hook: str(o.hook) };
     }),
+    // int64 arrives as a JSON string (the protobuf JSON mapping).
+    spawnRefused: num(m.spawnRefused),
+    hint: str(m.reasonCode) === "spawn_refused" ? SPAWN_REFUSED_HINT : str(m.hint),
   };
 }
 

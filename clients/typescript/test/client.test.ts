@@ -361,6 +361,30 @@ describe("Client against a real serve", { skip }, () => {
     assert.equal(r.reasonCode, "approval_denied");
   });
 
+  test("a command refused a subprocess says spawn_refused with a hint naming spawn: true", T, async () => {
+    // It runs, the sandbox refuses its fork where it happens and counts
+    // it; with spawn (approved) it runs whole (the control); a command
+    // that starts nothing says allowed.
+    const c = new Client({ socket: addr, approver: () => true });
+    const attempts = [["/bin/sh", "-c", "true & wait"]];
+    if (fs.existsSync("/usr/bin/python3")) {
+      attempts.push(["/usr/bin/python3", "-c", "import subprocess; subprocess.run(['true'])"]);
+    }
+    for (const argv of attempts) {
+      let r = await c.exec(argv, { session: "ts-spawn" });
+      assert.notEqual(r.exitCode, 0, r.stderr.toString());
+      assert.ok(r.stderr.length > 0);
+      assert.equal(r.reasonCode, "spawn_refused");
+      assert.ok(r.spawnRefused >= 1);
+      assert.equal(typeof r.spawnRefused, "number");
+      assert.match(r.hint, /spawn: true/);
+      r = await c.exec(argv, { session: "ts-spawn", spawn: true });
+      assert.deepEqual([r.exitCode, r.reasonCode, r.spawnRefused, r.hint], [0, "allowed", 0, ""], r.stderr.toString());
+    }
+    const r = await c.exec(["/bin/echo", "no fork"], { session: "ts-spawn" });
+    assert.deepEqual([r.exitCode, r.reasonCode, r.spawnRefused, r.hint], [0, "allowed", 0, ""]);
+  });
+
   test("without an approver an elevation is denied", T, async () => {
     const r = await new Client({ socket: addr }).exec(["/bin/sh", "-c", "/bin/echo x"], { session: "ts6", spawn: true });
     assert.equal(r.denied, true);

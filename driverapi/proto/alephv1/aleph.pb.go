@@ -1075,8 +1075,13 @@ type Exit struct {
 	DurationMs  int64                  `protobuf:"varint,7,opt,name=duration_ms,json=durationMs,proto3" json:"duration_ms,omitempty"`
 	Usage       *ResourceUsage         `protobuf:"bytes,8,opt,name=usage,proto3" json:"usage,omitempty"`
 	// Free-form facts about how the command was confined (e.g. "tier": "appcontainer").
-	Details       map[string]string `protobuf:"bytes,9,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	OomKilled     bool              `protobuf:"varint,10,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
+	Details   map[string]string `protobuf:"bytes,9,rep,name=details,proto3" json:"details,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	OomKilled bool              `protobuf:"varint,10,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
+	// How many times the command's attempt to start a process (fork, vfork,
+	// clone without CLONE_THREAD) was refused because the command may not
+	// spawn. 0 when none was, and from a driver that does not count: a host
+	// reads 0 as "none seen", never as a claim.
+	SpawnRefused  int64 `protobuf:"varint,11,opt,name=spawn_refused,json=spawnRefused,proto3" json:"spawn_refused,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1179,6 +1184,13 @@ func (x *Exit) GetOomKilled() bool {
 		return x.OomKilled
 	}
 	return false
+}
+
+func (x *Exit) GetSpawnRefused() int64 {
+	if x != nil {
+		return x.SpawnRefused
+	}
+	return 0
 }
 
 type RunEvent struct {
@@ -2435,7 +2447,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\n" +
 	"max_rss_kb\x18\x01 \x01(\x03R\bmaxRssKb\x12\x17\n" +
 	"\auser_ms\x18\x02 \x01(\x03R\x06userMs\x12\x1b\n" +
-	"\tsystem_ms\x18\x03 \x01(\x03R\bsystemMs\"\x9e\x03\n" +
+	"\tsystem_ms\x18\x03 \x01(\x03R\bsystemMs\"\xc3\x03\n" +
 	"\x04Exit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\x05R\x06signal\x12\x1b\n" +
@@ -2449,7 +2461,8 @@ const file_aleph_proto_rawDesc = "" +
 	"\adetails\x18\t \x03(\v2\x1b.aleph.v1.Exit.DetailsEntryR\adetails\x12\x1d\n" +
 	"\n" +
 	"oom_killed\x18\n" +
-	" \x01(\bR\toomKilled\x1a:\n" +
+	" \x01(\bR\toomKilled\x12#\n" +
+	"\rspawn_refused\x18\v \x01(\x03R\fspawnRefused\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +

@@ -659,16 +659,25 @@ type ExecResult struct {
 	Verdicts      []*Verdict `protobuf:"bytes,15,rep,name=verdicts,proto3" json:"verdicts,omitempty"`
 	OomKilled     bool       `protobuf:"varint,16,opt,name=oom_killed,json=oomKilled,proto3" json:"oom_killed,omitempty"`
 	ProfileDigest string     `protobuf:"bytes,17,opt,name=profile_digest,json=profileDigest,proto3" json:"profile_digest,omitempty"`
+	// How many process starts the sandbox refused (the command lacked the
+	// spawn capability); non-zero goes with reason_code spawn_refused.
+	SpawnRefused int64 `protobuf:"varint,18,opt,name=spawn_refused,json=spawnRefused,proto3" json:"spawn_refused,omitempty"`
+	// One line saying how to get what was refused (for spawn_refused: the
+	// spawn capability), empty when there is nothing to say.
+	Hint string `protobuf:"bytes,19,opt,name=hint,proto3" json:"hint,omitempty"`
+	// The driver counts refused process starts (its spawn_refused_report
+	// feature): a spawn_refused of 0 then means none was refused.
+	SpawnReported bool `protobuf:"varint,20,opt,name=spawn_reported,json=spawnReported,proto3" json:"spawn_reported,omitempty"`
 	// Set when the output was sent as output chunks before this result:
 	// stdout and stderr above then hold only what could not be streamed
 	// (empty when every byte was), so "empty" and "streamed" differ. Unset
 	// in the result of WaitProcess and ReadProcess, whose stdout and stderr
 	// are the pipeline's copy of the output.
-	OutputStreamed bool `protobuf:"varint,18,opt,name=output_streamed,json=outputStreamed,proto3" json:"output_streamed,omitempty"`
+	OutputStreamed bool `protobuf:"varint,21,opt,name=output_streamed,json=outputStreamed,proto3" json:"output_streamed,omitempty"`
 	// How many bytes of each stream were sent as output chunks (within the
 	// budget; the rest of a truncated output was counted, not sent).
-	StreamedStdoutBytes int64 `protobuf:"varint,19,opt,name=streamed_stdout_bytes,json=streamedStdoutBytes,proto3" json:"streamed_stdout_bytes,omitempty"`
-	StreamedStderrBytes int64 `protobuf:"varint,20,opt,name=streamed_stderr_bytes,json=streamedStderrBytes,proto3" json:"streamed_stderr_bytes,omitempty"`
+	StreamedStdoutBytes int64 `protobuf:"varint,22,opt,name=streamed_stdout_bytes,json=streamedStdoutBytes,proto3" json:"streamed_stdout_bytes,omitempty"`
+	StreamedStderrBytes int64 `protobuf:"varint,23,opt,name=streamed_stderr_bytes,json=streamedStderrBytes,proto3" json:"streamed_stderr_bytes,omitempty"`
 	unknownFields       protoimpl.UnknownFields
 	sizeCache           protoimpl.SizeCache
 }
@@ -820,6 +829,27 @@ func (x *ExecResult) GetProfileDigest() string {
 		return x.ProfileDigest
 	}
 	return ""
+}
+
+func (x *ExecResult) GetSpawnRefused() int64 {
+	if x != nil {
+		return x.SpawnRefused
+	}
+	return 0
+}
+
+func (x *ExecResult) GetHint() string {
+	if x != nil {
+		return x.Hint
+	}
+	return ""
+}
+
+func (x *ExecResult) GetSpawnReported() bool {
+	if x != nil {
+		return x.SpawnReported
+	}
+	return false
 }
 
 func (x *ExecResult) GetOutputStreamed() bool {
@@ -3386,7 +3416,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04hook\x18\x04 \x01(\tR\x04hook\"\x8c\x05\n" +
+	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xec\x05\n" +
 	"\n" +
 	"ExecResult\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
@@ -3410,10 +3440,13 @@ const file_host_proto_rawDesc = "" +
 	"\bverdicts\x18\x0f \x03(\v2\x16.aleph.host.v1.VerdictR\bverdicts\x12\x1d\n" +
 	"\n" +
 	"oom_killed\x18\x10 \x01(\bR\toomKilled\x12%\n" +
-	"\x0eprofile_digest\x18\x11 \x01(\tR\rprofileDigest\x12'\n" +
-	"\x0foutput_streamed\x18\x12 \x01(\bR\x0eoutputStreamed\x122\n" +
-	"\x15streamed_stdout_bytes\x18\x13 \x01(\x03R\x13streamedStdoutBytes\x122\n" +
-	"\x15streamed_stderr_bytes\x18\x14 \x01(\x03R\x13streamedStderrBytes\"\xe6\x01\n" +
+	"\x0eprofile_digest\x18\x11 \x01(\tR\rprofileDigest\x12#\n" +
+	"\rspawn_refused\x18\x12 \x01(\x03R\fspawnRefused\x12\x12\n" +
+	"\x04hint\x18\x13 \x01(\tR\x04hint\x12%\n" +
+	"\x0espawn_reported\x18\x14 \x01(\bR\rspawnReported\x12'\n" +
+	"\x0foutput_streamed\x18\x15 \x01(\bR\x0eoutputStreamed\x122\n" +
+	"\x15streamed_stdout_bytes\x18\x16 \x01(\x03R\x13streamedStdoutBytes\x122\n" +
+	"\x15streamed_stderr_bytes\x18\x17 \x01(\x03R\x13streamedStderrBytes\"\xe6\x01\n" +
 	"\fCapabilities\x12\x17\n" +
 	"\afs_read\x18\x01 \x03(\tR\x06fsRead\x12\x19\n" +
 	"\bfs_write\x18\x02 \x03(\tR\afsWrite\x12!\n" +

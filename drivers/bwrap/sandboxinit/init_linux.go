@@ -165,6 +165,14 @@ func sandboxInit(args []string) (int, error) {
 	if spec.Supervise {
 		return supervise(&spec, conf.prog, path, argv, env, sigs, pre, cwd)
 	}
+	if notifying(&spec) {
+		// Before the target's program, which would refuse the sendmsg
+		// that hands the listener over in none of its modes, but is kept
+		// last (notify_linux.go).
+		if err := installNotify(&spec); err != nil {
+			return fail(err)
+		}
+	}
 	// seccomp last: it denies nothing the steps above need, but loading
 	// it last keeps the window where this Go code runs filtered minimal.
 	if err := loadSeccomp(conf.prog); err != nil {

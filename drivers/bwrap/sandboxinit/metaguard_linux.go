@@ -4,15 +4,13 @@ package sandboxinit
 
 import (
 	"fmt"
-	"runtime"
-	"unsafe"
 
 	"github.com/elastic/go-seccomp-bpf/arch"
 	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
-// The metadata guard of the Landlock tier (InitSpec.MetaGuardFD).
+// The metadata guard of the Landlock tier (InitSpec.MetaGuard).
 //
 // Landlock has no right for a file's mode, owner, times or extended
 // attributes, nor for inotify: in the Landlock tier, where no read-only
@@ -25,10 +23,10 @@ import (
 // the command may read.
 //
 // seccomp cannot read a path or tell what a descriptor is, so those calls
-// go to the launcher through seccomp user notification: the supervisor
-// installs this filter on every one of its threads before it forks (the
-// command and everything it starts inherit it), hands the listener to the
-// launcher over MetaGuardFD and closes both. The launcher, outside every
+// go to the launcher through seccomp user notification: the guard's rules
+// are part of the command's notification filter (notify_linux.go), which
+// the process that execs the target installs and whose listener it hands
+// to the launcher over NotifyFD. The launcher, outside every
 // confinement, resolves the target exactly once into an O_PATH descriptor,
 // checks where it lies, and performs the call itself on that descriptor
 // with the command's credentials; the command's call never continues in
@@ -106,15 +104,20 @@ func inodeIoctls() []uint32 {
 	}
 }
 
-// metaGuardProgram is the guard's filter. A foreign architecture is
-// allowed here: the main program kills it.
+// metaGuardProgram is the guard's filter on its own. A foreign
+// architecture is allowed here: the main program kills it.
 func metaGuardProgram(info *arch.Info) ([]bpf.Instruction, error) {
-	p := []bpf.Instruction{
-		bpf.LoadAbsolute{Off: seccompDataArch, Size: 4},
-		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(info.ID), SkipTrue: 1},
-		bpf.RetConstant{Val: retAllow},
-		bpf.LoadAbsolute{Off: seccompDataNr, Size: 4},
+	rules, err := metaGuardRules(info)
+	if err != nil {
+		return nil, err
 	}
+	return append(notifyHeader(info), rules...), nil
+}
+
+// metaGuardRules are the guard's rules, with the syscall number in the
+// accumulator; every path returns.
+func metaGuardRules(info *arch.Info) ([]bpf.Instruction, error) {
+	var p []bpf.Instruction
 	for _, name := range MetaGuardSyscalls() {
 		nr, ok := info.SyscallNames[name]
 		if !ok {
@@ -146,42 +149,4 @@ func metaGuardProgram(info *arch.Info) ([]bpf.Instruction, error) {
 	// Not an ioctl: the jump over the ioctl block lands here.
 	p = append(p, bpf.RetConstant{Val: retAllow})
 	return p, nil
-}
-
-// installMetaGuard loads the guard on every thread of this process and
-// sends its listener to the launcher on fd, then closes both. The
-// supervisor calls it before it forks the command.
-func installMetaGuard(fd int) error {
-	info, err := nativeArch()
-	if err != nil {
-		return fmt.Errorf("metadata guard: %w", err)
-	}
-	prog, err := metaGuardProgram(info)
-	if err != nil {
-		return fmt.Errorf("metadata guard: %w", err)
-	}
-	filter, err := sockFilter(prog)
-	if err != nil {
-		return fmt.Errorf("metadata guard: %w", err)
-	}
-	fprog := unix.SockFprog{Len: uint16(len(filter)), Filter: &filter[0]}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("metadata guard: prctl(PR_SET_NO_NEW_PRIVS): %w", err)
-	}
-	// TSYNC_ESRCH: a thread that cannot be synchronised is reported as
-	// ESRCH, so the return value is free to carry the listener.
-	l, _, errno := unix.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_TSYNC|unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH|unix.SECCOMP_FILTER_FLAG_NEW_LISTENER,
-		uintptr(unsafe.Pointer(&fprog)))
-	runtime.KeepAlive(filter)
-	if errno != 0 {
-		return fmt.Errorf("metadata guard: seccomp(NEW_LISTENER, TSYNC): %w", errno)
-	}
-	listener := int(l)
-	defer unix.Close(listener)
-	defer unix.Close(fd)
-	if err := unix.Sendmsg(fd, []byte{'m'}, unix.UnixRights(listener), nil, 0); err != nil {
-		return fmt.Errorf("metadata guard: hand the listener to the launcher: %w", err)
-	}
-	return nil
 }

@@ -56,23 +56,28 @@ func TestMetaGuardProgram(t *testing.T) {
 	}
 }
 
-// meta_guard_fd belongs to the Landlock tier's supervisor only.
+// meta_guard belongs to the Landlock tier, with the socket its listener
+// goes to; the plain child keeps both (it installs the filter).
 func TestMetaGuardSpec(t *testing.T) {
-	base := InitSpec{SocketMode: SocketUnixOnly, Supervise: true, NoNamespaces: true, LifelineFD: 4, CommandFD: 3, MetaGuardFD: 5}
+	base := InitSpec{SocketMode: SocketUnixOnly, Supervise: true, NoNamespaces: true, LifelineFD: 4, CommandFD: 3, NotifyFD: 5, MetaGuard: true}
 	if err := base.Validate(); err != nil {
 		t.Fatalf("control: %v", err)
 	}
+	cs := childSpec(&base)
+	if err := cs.Validate(); err != nil {
+		t.Fatalf("control: the plain child's spec: %v", err)
+	}
+	if cs.NotifyFD != 5 || !cs.MetaGuard {
+		t.Errorf("the plain child lost notify_fd %d / meta_guard %v", cs.NotifyFD, cs.MetaGuard)
+	}
 	var ise *InitSpecError
 	for name, s := range map[string]InitSpec{
-		"no supervise":     {SocketMode: SocketUnixOnly, NoNamespaces: true, MetaGuardFD: 5},
-		"bwrap tier":       {SocketMode: SocketUnixOnly, Supervise: true, LifelineFD: 4, MetaGuardFD: 5},
-		"same as lifeline": {SocketMode: SocketUnixOnly, Supervise: true, NoNamespaces: true, LifelineFD: 4, MetaGuardFD: 4},
+		"no socket":        {SocketMode: SocketUnixOnly, Supervise: true, NoNamespaces: true, LifelineFD: 4, MetaGuard: true},
+		"bwrap tier":       {SocketMode: SocketUnixOnly, Supervise: true, LifelineFD: 4, NotifyFD: 5, MetaGuard: true},
+		"same as lifeline": {SocketMode: SocketUnixOnly, Supervise: true, NoNamespaces: true, LifelineFD: 4, NotifyFD: 4, MetaGuard: true},
 	} {
 		if err := s.Validate(); !errors.As(err, &ise) {
 			t.Errorf("%s: want an InitSpecError, got %v", name, err)
 		}
-	}
-	if cs := childSpec(&base); cs.MetaGuardFD != 0 {
-		t.Errorf("the plain child inherits meta_guard_fd %d", cs.MetaGuardFD)
 	}
 }

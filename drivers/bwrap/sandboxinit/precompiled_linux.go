@@ -38,12 +38,15 @@ type PrecompileKey struct {
 	AllowSpawn   bool
 	NoNamespaces bool
 	BridgePorts  string
+	// SpawnNotified: the fork rules are the notification filter's
+	// (notify_linux.go), not the target program's.
+	SpawnNotified bool
 }
 
 // KeyOf is s's PrecompileKey.
 func KeyOf(s InitSpec) PrecompileKey {
 	return PrecompileKey{SocketMode: s.SocketMode, AllowSpawn: s.AllowSpawn, NoNamespaces: s.NoNamespaces,
-		BridgePorts: fmt.Sprint(s.BridgePorts)}
+		BridgePorts: fmt.Sprint(s.BridgePorts), SpawnNotified: spawnNotified(&s)}
 }
 
 // PrecompiledPrograms encodes s's programs for InitSpec.SeccompFD: the

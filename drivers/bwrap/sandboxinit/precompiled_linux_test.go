@@ -91,7 +91,8 @@ func TestPrecompileKeyCoversTheProgram(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	key := map[string]bool{"SocketMode": true, "AllowSpawn": true, "NoNamespaces": true, "BridgePorts": true}
+	// NotifyFD is in the key by its presence (SpawnNotified), checked below.
+	key := map[string]bool{"SocketMode": true, "AllowSpawn": true, "NoNamespaces": true, "BridgePorts": true, "NotifyFD": true}
 	rt := reflect.TypeOf(base)
 	for i := range rt.NumField() {
 		f := rt.Field(i)
@@ -130,6 +131,17 @@ func TestPrecompileKeyCoversTheProgram(t *testing.T) {
 		if KeyOf(s) != KeyOf(base) {
 			t.Errorf("field %s changes the key", f.Name)
 		}
+	}
+	// A notify socket's presence changes both, its number neither.
+	n5, n6 := base, base
+	n5.NotifyFD, n6.NotifyFD = 5, 6
+	p5, _ := PrecompiledPrograms(n5)
+	p6, _ := PrecompiledPrograms(n6)
+	if string(p5) == string(want) || KeyOf(n5) == KeyOf(base) {
+		t.Error("a notify socket leaves the programs or the key unchanged")
+	}
+	if string(p5) != string(p6) || KeyOf(n5) != KeyOf(n6) {
+		t.Error("the notify socket's number changes the programs or the key")
 	}
 	// Positive control: a key field does change them.
 	s := base

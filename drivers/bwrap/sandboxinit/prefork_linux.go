@@ -167,6 +167,42 @@ type waitPlan struct {
 	fds      [3]int32
 	errs     [134]string // the kernel's error texts, indexed by errno
 	out      [1024]byte  // a failure message is built here
+	// notify: the child installs the notification filter nfilter and
+	// sends its listener on notifySock (notify_linux.go); the message is
+	// built before the fork, the listener's number written into noob at
+	// ncmsgData after it.
+	notify     bool
+	notifySock uintptr
+	nfilter    []unix.SockFilter
+	nprog      unix.SockFprog
+	nbuf       [1]byte
+	niov       unix.Iovec
+	noob       [32]byte
+	nmsg       unix.Msghdr
+	ncmsgData  uintptr
+}
+
+// setNotify makes the child of p install spec's notification filter.
+func (p *waitPlan) setNotify(spec *InitSpec) error {
+	filter, err := notifyFilter(spec)
+	if err != nil {
+		return err
+	}
+	rights := unix.UnixRights(0)
+	if len(rights) > len(p.noob) {
+		return fmt.Errorf("notification filter: a control message of %d bytes", len(rights))
+	}
+	p.notify, p.notifySock = true, uintptr(spec.NotifyFD)
+	p.nfilter = filter
+	p.nprog = unix.SockFprog{Len: uint16(len(filter)), Filter: &p.nfilter[0]}
+	p.nbuf[0] = notifyTag
+	p.niov = unix.Iovec{Base: &p.nbuf[0]}
+	p.niov.SetLen(len(p.nbuf))
+	copy(p.noob[:], rights)
+	p.nmsg = unix.Msghdr{Iov: &p.niov, Iovlen: 1, Control: &p.noob[0]}
+	p.nmsg.SetControllen(len(rights))
+	p.ncmsgData = uintptr(unix.CmsgLen(0))
+	return nil
 }
 
 // waitStep names what failed in a waiting child, for its message.
@@ -181,6 +217,7 @@ const (
 	stepClose    = "close_range"
 	stepRlimit   = "setrlimit"
 	stepSeccomp  = "seccomp(SECCOMP_SET_MODE_FILTER)"
+	stepNotify   = "notification filter"
 	stepWait     = "waiting for the command"
 	stepFD       = "command descriptor"
 	stepInherit  = "inherit fd"
@@ -306,6 +343,11 @@ func childPlan(spec *InitSpec) (*waitPlan, landlockPlan, error) {
 	p, err := newWaitPlan(spec.InheritFDs, spec.CommandFD, prog, limits)
 	if err != nil {
 		return nil, landlockPlan{}, err
+	}
+	if notifying(&cs) {
+		if err := p.setNotify(&cs); err != nil {
+			return nil, landlockPlan{}, err
+		}
 	}
 	return p, ll, nil
 }

@@ -85,6 +85,20 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 			waitFail(p, stepLandlock, -1, e)
 		}
 	}
+	// The notification filter (notify_linux.go), its listener to the
+	// launcher, before the socket below can take the number of NotifyFD
+	// and before close_range closes it.
+	if p.notify {
+		if r1, _, e = syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&p.nprog))); e != 0 {
+			waitFail(p, stepNotify, -1, e)
+		}
+		*(*int32)(unsafe.Add(unsafe.Pointer(&p.noob[0]), p.ncmsgData)) = int32(r1)
+		if _, _, e = syscall.RawSyscall(unix.SYS_SENDMSG, p.notifySock, uintptr(unsafe.Pointer(&p.nmsg)), unix.MSG_NOSIGNAL); e != 0 {
+			waitFail(p, stepNotify, -1, e)
+		}
+		syscall.RawSyscall(unix.SYS_CLOSE, r1, 0, 0)
+		syscall.RawSyscall(unix.SYS_CLOSE, p.notifySock, 0, 0)
+	}
 	// The socket to its place, then nothing else of the supervisor's
 	// (the ruleset, the lifeline, the runtime's own) but 0-2 and keep.
 	if p.sock != p.sockFD {

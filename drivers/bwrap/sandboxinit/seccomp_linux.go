@@ -104,7 +104,11 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 		return out
 	}
 	deny := present(deniedSyscalls())
-	if !spec.AllowSpawn {
+	// With a notification filter the fork rules are its (notify_linux.go):
+	// an EPERM here would take precedence and the launcher would never
+	// see, nor count, the call.
+	spawnHere := !spec.AllowSpawn && !spawnNotified(spec)
+	if spawnHere {
 		deny = append(deny, present(spawnSyscalls())...)
 	}
 	if spec.NoNamespaces {
@@ -127,7 +131,7 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 			{Argument: 0, Operation: seccomp.BitsSet, Value: cloneNamespaceFlags},
 		},
 	}}
-	if !spec.AllowSpawn {
+	if spawnHere {
 		// A thread shares the address space and thread group: it is not a
 		// new process. Go, Java and Node create threads with
 		// CLONE_VM|CLONE_THREAD|...; fork-like clones lack CLONE_THREAD.

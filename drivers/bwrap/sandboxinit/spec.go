@@ -157,11 +157,19 @@ type InitSpec struct {
 	// of this initial size, allocated from the sandbox's own devpts
 	// (pty_linux.go). Only with Supervise and namespaces.
 	Tty *TtySpec `json:"tty,omitempty"`
-	// MetaGuardFD, when set, is a unix socket to the launcher: the
-	// supervisor installs the metadata guard (metaguard_linux.go) before
-	// it forks the command and sends the guard's listener on it. Only
-	// with Supervise and NoNamespaces (the Landlock tier).
-	MetaGuardFD int `json:"meta_guard_fd,omitempty"`
+	// NotifyFD, when set, is a unix socket to the launcher. The process
+	// that execs the target (the supervisor's child, never the supervisor)
+	// installs the command's notification filter (notify_linux.go) with a
+	// listener and sends the listener on it: the launcher answers the
+	// calls the filter hands over. The filter holds the fork rules when
+	// AllowSpawn is false (refused and counted) and the metadata guard's
+	// rules with MetaGuard. Without it, fork and the rest are refused in
+	// the filter itself, uncounted.
+	NotifyFD int `json:"notify_fd,omitempty"`
+	// MetaGuard puts the metadata guard's rules (metaguard_linux.go) in
+	// the notification filter. Only with NotifyFD and NoNamespaces (the
+	// Landlock tier).
+	MetaGuard bool `json:"meta_guard,omitempty"`
 	// Prepared makes sandbox-init wait on the lifeline for its command
 	// (handover.go): CommandFD holds nothing until the hand-over puts the
 	// command's record there. Only with Supervise, a lifeline, a command
@@ -219,8 +227,8 @@ func (s *InitSpec) Validate() error {
 	if s.Prepared && (!s.Supervise || s.NoNamespaces || s.Tty != nil || s.LifelineFD == 0 || s.CommandFD == 0) {
 		return &InitSpecError{"prepared", "needs supervise, a lifeline, a command descriptor and a sandbox of its own, and no tty"}
 	}
-	if s.MetaGuardFD != 0 && (!s.Supervise || !s.NoNamespaces) {
-		return &InitSpecError{"meta_guard_fd", "only for the supervisor of the Landlock tier (supervise and no_namespaces)"}
+	if s.MetaGuard && (s.NotifyFD == 0 || !s.NoNamespaces) {
+		return &InitSpecError{"meta_guard", "only in the Landlock tier (no_namespaces) and with notify_fd, the socket its listener goes to"}
 	}
 	if s.ReportFD != 0 && (s.Supervise || s.LifelineFD != 0) {
 		return &InitSpecError{"report_fd", "only for the plain mode (a supervisor reports on its lifeline)"}
@@ -243,7 +251,7 @@ func (s *InitSpec) Validate() error {
 	for _, f := range []struct {
 		name string
 		fd   int
-	}{{"command_fd", s.CommandFD}, {"lifeline_fd", s.LifelineFD}, {"seccomp_fd", s.SeccompFD}, {"report_fd", s.ReportFD}, {"meta_guard_fd", s.MetaGuardFD}} {
+	}{{"command_fd", s.CommandFD}, {"lifeline_fd", s.LifelineFD}, {"seccomp_fd", s.SeccompFD}, {"report_fd", s.ReportFD}, {"notify_fd", s.NotifyFD}} {
 		if f.fd == 0 {
 			continue
 		}

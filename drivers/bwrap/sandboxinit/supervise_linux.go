@@ -92,8 +92,8 @@ func childSpec(spec *InitSpec) InitSpec {
 	s := *spec
 	s.Supervise = false
 	s.LifelineFD = 0
-	// The guard is inherited; its socket is the supervisor's, closed.
-	s.MetaGuardFD = 0
+	// NotifyFD and MetaGuard stay: the child installs the notification
+	// filter (notify_linux.go).
 	// Its program is the command's, handed over already.
 	s.Prepared = false
 	// The supervisor holds the terminal; the child only inherits it.
@@ -198,12 +198,6 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			return 0, err
 		}
 	}
-	if spec.MetaGuardFD > 0 {
-		// Before the fork: the command and all it starts inherit it.
-		if err := installMetaGuard(spec.MetaGuardFD); err != nil {
-			return 0, err
-		}
-	}
 	if err := loadSeccompAllThreads(prog); err != nil {
 		return 0, err
 	}
@@ -278,9 +272,9 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			// environment stays empty, so loader variables of the target's
 			// do not act on it, and its argv holds the spec alone.
 			attr.Env = []string{}
-			attr.Files = childFiles(spec.CommandFD, withSeccompFD(spec))
+			attr.Files = childFiles(spec.CommandFD, withNotifyFD(spec, withSeccompFD(spec)))
 		} else {
-			attr.Files = childFiles(0, spec.InheritFDs)
+			attr.Files = childFiles(0, withNotifyFD(spec, spec.InheritFDs))
 		}
 		// Its report descriptor goes above every other it keeps.
 		var pfd [2]int
@@ -340,6 +334,13 @@ func supervise(spec *InitSpec, prog []bpf.Instruction, path string, argv, env []
 			}
 			return 0, err
 		}
+	}
+	if spec.NotifyFD > 0 {
+		// The child has its copy (or the waiting child sent its listener
+		// already): nothing of the supervisor's may hold the launcher's
+		// socket, so that a child that ended before sending reads as the
+		// end of the stream there.
+		_ = unix.Close(spec.NotifyFD)
 	}
 	if master != nil {
 		r, err := startPtyRelay(master, mfd)
@@ -477,7 +478,8 @@ const landlockScopeABI = 6
 
 // nestsTarget reports whether the supervisor's child runs the plain
 // sandbox-init, which confines itself again before it execs the target:
-// always when the command may not spawn (the no-spawn filter), and, where
+// always when the command may not spawn (the no-spawn rules) or in the
+// Landlock tier (the notification filter, notify_linux.go), and, where
 // Landlock has the signal scope, when the supervisor is not PID 1 (the
 // allow_hosts chain, the Landlock tier). Forked straight, a command that
 // may spawn shares the supervisor's domain, and the kernel's protection
@@ -487,10 +489,21 @@ const landlockScopeABI = 6
 // record. In a domain nested in the supervisor's, with the scope, the
 // command can signal neither it nor anything else outside.
 func nestsTarget(spec *InitSpec, pid1 bool) bool {
-	if !spec.AllowSpawn {
+	if !spec.AllowSpawn || spec.MetaGuard {
+		// The child installs the notification filter, which the
+		// supervisor cannot carry (notify_linux.go).
 		return true
 	}
 	return !pid1 && signalScoped(spec)
+}
+
+// withNotifyFD is keep and spec's NotifyFD, when the child installs the
+// notification filter.
+func withNotifyFD(spec *InitSpec, keep []int) []int {
+	if !notifying(spec) {
+		return keep
+	}
+	return append(slices.Clone(keep), spec.NotifyFD)
 }
 
 // childFiles maps 0-2, commandFD and keep to themselves and closes the

@@ -1,0 +1,237 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+)
+
+// The launcher's side of the command's notification filter
+// (sandboxinit/notify_linux.go says which calls it hands over and why).
+//
+// One notifier per command, on every exec path that needs one: the bwrap
+// sandbox of a command that may not spawn (direct launch, the allow_hosts
+// chain, the terminal, a prepared sandbox) and every Landlock-tier
+// command. The process that execs the target installs the filter and
+// sends its listener on the notify socket; the notifier answers what the
+// filter hands over, dispatching by syscall number:
+//
+//   - fork, vfork, clone (without CLONE_THREAD: the filter notifies no
+//     other): EPERM, counted in refused. Never SECCOMP_USER_NOTIF_FLAG_CONTINUE,
+//     so no answer of this loop can let a process start; a number it
+//     does not know gets ENOSYS.
+//   - the metadata guard's calls (Landlock tier, metaguard_linux.go).
+//
+// If the notifier is gone (the driver died, the loop ended), the kernel
+// fails every notified call with ENOSYS: a fork is refused all the same,
+// only no longer counted. A listener that never arrives leaves the target
+// unexecuted: the child that installs the filter fails when it cannot
+// send it.
+
+// notifySocket is the pair the listener is sent on: the launcher keeps
+// local, sandbox-init inherits remote.
+func notifySocket() (local, remote *os.File, err error) {
+	if strconv.IntSize != 64 {
+		// The guard reads the command's arguments in the 64-bit layouts
+		// (timespec, timeval, utimbuf); a 32-bit build would misread
+		// them, so the tier refuses to run rather than guard wrongly.
+		return nil, nil, errors.New("notification filter: needs a 64-bit build of the driver")
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, fmt.Errorf("notify socket: %w", err)
+	}
+	return os.NewFile(uintptr(fds[0]), "notify"), os.NewFile(uintptr(fds[1]), "notify-remote"), nil
+}
+
+// notifier answers one command's notifications.
+type notifier struct {
+	local *os.File
+	// guard answers the metadata guard's calls; nil outside the Landlock
+	// tier (the filter then hands none over, and one is refused).
+	guard   *metaGuard
+	spawnNr map[int32]bool
+	refused atomic.Int64
+	stopR   *os.File
+	stopW   *os.File
+	done    chan struct{}
+	stop    sync.Once
+}
+
+// startNotifier answers, on a goroutine of its own, the notifications of
+// the listeners that arrive on local (one, or a second when a prepared
+// sandbox's waiting child failed and the supervisor forked another) until
+// local reads the end of the stream or finish is called. It takes local.
+func startNotifier(local *os.File, guard *metaGuard) (*notifier, error) {
+	n := &notifier{local: local, guard: guard, spawnNr: spawnNumbers(), done: make(chan struct{})}
+	var err error
+	if n.stopR, n.stopW, err = os.Pipe(); err != nil {
+		local.Close()
+		return nil, fmt.Errorf("notifier: %w", err)
+	}
+	go n.run()
+	return n, nil
+}
+
+// spawnNumbers are this architecture's numbers of the fork family.
+func spawnNumbers() map[int32]bool {
+	m := map[int32]bool{}
+	for _, nr := range sandboxinit.SpawnNumbers() {
+		m[int32(nr)] = true
+	}
+	return m
+}
+
+// notifierDrain bounds how long finish waits for the loop to end; it ends
+// at once but for a guard call in progress (a file-system call).
+const notifierDrain = 5 * time.Second
+
+// finish stops the loop and returns how many process starts it refused.
+// Called once the command has ended: each refused call was counted before
+// its caller resumed, so every refusal of the command's is in the count.
+func (n *notifier) finish() int64 {
+	if n == nil {
+		return 0
+	}
+	n.stop.Do(func() { n.stopW.Close() })
+	select {
+	case <-n.done:
+	case <-time.After(notifierDrain):
+	}
+	return n.refused.Load()
+}
+
+// run receives listeners and serves each in turn.
+func (n *notifier) run() {
+	defer close(n.done)
+	defer n.stopR.Close()
+	defer n.local.Close()
+	if n.guard != nil {
+		// The guard acts for the command: on a thread of its own with
+		// the command's identity, which dies with this goroutine.
+		runtime.LockOSThread()
+		if err := dropEffectiveCaps(); err != nil {
+			// Without the command's identity the guard would act with
+			// more rights than the command: answer nothing (every
+			// notified call fails with ENOSYS once the listener is
+			// closed).
+			return
+		}
+	}
+	for {
+		listener, ok := n.receive()
+		if !ok {
+			return
+		}
+		if !n.serve(listener) {
+			return
+		}
+	}
+}
+
+// wait polls fd and the stop pipe; it reports fd's events, or false when
+// stopped (or the poll failed).
+func (n *notifier) wait(fd int) (int16, bool) {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(n.stopR.Fd()), Events: unix.POLLIN}}
+	for {
+		fds[0].Revents, fds[1].Revents = 0, 0
+		if _, err := unix.Poll(fds, -1); err != nil {
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			return 0, false
+		}
+		if fds[1].Revents != 0 {
+			return 0, false
+		}
+		return fds[0].Revents, true
+	}
+}
+
+// receive waits for a listener on local. false: the stream ended (every
+// holder of the remote end is gone) or the loop was stopped.
+func (n *notifier) receive() (int, bool) {
+	fd := int(n.local.Fd())
+	if _, ok := n.wait(fd); !ok {
+		return -1, false
+	}
+	buf := make([]byte, 1)
+	oob := make([]byte, unix.CmsgSpace(4))
+	got, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
+	if err != nil || got != 1 || buf[0] != 'm' {
+		return -1, false
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return -1, false
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, f := range fds {
+			unix.Close(f)
+		}
+		return -1, false
+	}
+	return fds[0], true
+}
+
+// serve answers listener's notifications until every process carrying its
+// filter is gone (it hangs up: true, look for another) or the loop is
+// stopped (false). It closes listener.
+func (n *notifier) serve(listener int) bool {
+	defer unix.Close(listener)
+	for {
+		ev, ok := n.wait(listener)
+		if !ok {
+			return false
+		}
+		if ev&unix.POLLIN == 0 {
+			// POLLHUP: no process carries the filter any more.
+			return true
+		}
+		var req seccompNotif
+		if err := ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&req)); err != nil {
+			// ENOENT: the caller died before it was read.
+			continue
+		}
+		val, errno := n.answer(listener, &req)
+		resp := seccompNotifResp{ID: req.ID, Val: val, Error: -int32(errno)}
+		_ = ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
+	}
+}
+
+// answer dispatches one notification by its syscall number.
+func (n *notifier) answer(listener int, req *seccompNotif) (int64, unix.Errno) {
+	if n.spawnNr[req.Nr] {
+		// Counted before the answer is sent: the caller resumes only
+		// after it, so a command that has ended has all its refusals in
+		// the count.
+		n.refused.Add(1)
+		return -1, unix.EPERM
+	}
+	if n.guard != nil {
+		return n.guard.answer(listener, req)
+	}
+	return -1, unix.ENOSYS
+}
+
+// dupFile is a copy of f (close-on-exec) that the caller owns.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("dup %s: %w", f.Name(), err)
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
