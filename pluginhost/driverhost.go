@@ -231,7 +231,9 @@ func (h *DriverHost) launch(ctx context.Context, l *launch) {
 		caps, err = h.configure(ctx, p)
 	}
 	if err != nil && p != nil {
-		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// gRPC may report the deadline from its own timer a moment before
+		// the context's fires, so either one says the time ran out.
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 			err = &core.DriverError{Driver: h.cfg.Name, Op: "Capabilities",
 				Err: fmt.Errorf("the driver started but did not answer within %s of its start: %w", timeout, ctx.Err())}
 		}
