@@ -75,3 +75,25 @@ true`
 		}
 	}
 }
+
+// TestTierReadGrantOfRun: in the Landlock tier (no mounts at all) a read
+// grant of /run runs too, and stays read-only there: nothing can be
+// created in it, the workspace stays writable (positive control).
+func TestTierReadGrantOfRun(t *testing.T) {
+	d := tierDriver(t, Options{})
+	ws := newWorkspace(t)
+	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{"/run"}}
+	script := `echo ran
+ls -A /run >/dev/null && echo run-listed
+echo x > /run/.aleph-tier-probe-$$ 2>/dev/null && echo run-writable
+echo x > ` + ws + `/ok && echo ws-writable
+true`
+	r := drvRun(t, t.Context(), d, ws, caps, nil, "/bin/sh", "-c", script)
+	expectOK(t, r)
+	if !strings.HasPrefix(r.stdout, "ran\n") || !strings.Contains(r.stdout, "run-listed\n") || !strings.Contains(r.stdout, "ws-writable\n") {
+		t.Fatalf("the command did not run with /run readable and the workspace writable: %q (stderr %q)", r.stdout, r.stderr)
+	}
+	if strings.Contains(r.stdout, "run-writable") {
+		t.Errorf("a read grant of /run is writable in the tier: %q", r.stdout)
+	}
+}
