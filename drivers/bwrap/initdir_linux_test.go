@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -95,5 +96,37 @@ true`
 	}
 	if strings.Contains(r.stdout, "run-writable") {
 		t.Errorf("a read grant of /run is writable in the tier: %q", r.stdout)
+	}
+}
+
+// TestReadGrantOfRunWithProxySocket: with allow_hosts the proxy socket is
+// bound into the sandbox's own directory too; under a read grant of /run
+// it is there and the route through it works.
+func TestReadGrantOfRunWithProxySocket(t *testing.T) {
+	d := testDriver(t, Options{})
+	ctx := t.Context()
+	hc, err := d.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !hc.Has(driverapi.FeatureNetworkViaProxy) {
+		t.Skipf("allow_hosts is unavailable on this host: %+v", hc.Unavailable)
+	}
+	ws := newWorkspace(t)
+	sock := fakeProxy(t)
+	req := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{"/run"},
+		Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: req, Workspace: ws, Cwd: ws, Proxy: &driverapi.ProxyEndpoint{UnixSocket: sock}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb lockedBuf
+	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "ls -A " + InitDir + "; curl -s --max-time 10 -x http://127.0.0.1:3128 http://example.com/x"},
+		Cwd: ws, Profile: prof, Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16, Env: pathEnv()}, driverapi.Streams{Stdout: &out, Stderr: &errb})
+	if err != nil || exit.ExitCode != 0 {
+		t.Fatalf("run: %v %+v stdout %q stderr %q", err, exit, out.String(), errb.String())
+	}
+	if !strings.HasPrefix(out.String(), "init\nproxy.sock\n") || !strings.Contains(out.String(), "via-proxy GET http://example.com/x") {
+		t.Fatalf("want the sandbox's own init and proxy socket and the proxy's answer: %q (stderr %q)", out.String(), errb.String())
 	}
 }
