@@ -60,15 +60,24 @@ func (s *screen) String() string              { s.mu.Lock(); defer s.mu.Unlock()
 // user's), a line runs, and a resize of the user's terminal (the kernel
 // sends SIGWINCH to the CLI, its foreground process) reaches the shell's.
 // It returns the screen offset after the last prompt.
+//
+// It types a line only once the shell's prompt is on the screen after the
+// previous line's output. The command's terminal echoes typed text as it
+// arrives, whatever the shell is doing: a line typed before the prompt
+// is echoed before it ("echo hi\r\nsbx$ hi\r\n"), a legal order that
+// no fixed expectation matches. After the prompt, the shell is reading:
+// echo, output, next prompt is then the only order there is.
 func checkShellTerminal(t *testing.T, slave *os.File, scr *screen, at int, type_ func(string)) int {
 	t.Helper()
 	type_("tty; stty size\r")
-	at = waitScreen(t, scr, at, "/dev/pts/0\r\n30 90\r\n")
+	at = waitScreen(t, scr, at, "tty; stty size\r\n/dev/pts/0\r\n30 90\r\n")
+	at = waitScreen(t, scr, at, "sbx$ ")
 	if during, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil || during.Lflag&unix.ECHO != 0 || during.Lflag&unix.ICANON != 0 {
 		t.Fatalf("the user's terminal is not raw while the shell runs: %+v %v", during, err)
 	}
 	type_("echo hi\r")
 	at = waitScreen(t, scr, at, "echo hi\r\nhi\r\n")
+	at = waitScreen(t, scr, at, "sbx$ ")
 	if err := unix.IoctlSetWinsize(int(slave.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Row: 41, Col: 133}); err != nil {
 		t.Fatal(err)
 	}

@@ -97,6 +97,17 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 	for _, m := range ms {
 		args = append(args, m.args...)
 	}
+	// The sandbox's own entries (init, proxy socket) live in InitDir. When
+	// a grant covers it (a read or write grant of /run; / itself is never
+	// granted), bwrap could not create their mount points in that
+	// read-only (or, written there, host-backed) mount: a fresh tmpfs of
+	// the sandbox's own goes over InitDir first. It also hides whatever the
+	// host keeps there (root's driver state directory). The mount point
+	// must exist on the host; Run checks that (ownInitDir) and says so.
+	ownDir := p.coversInitDir()
+	if ownDir {
+		args = append(args, "--tmpfs", InitDir)
+	}
 	if p.ProxySocket != "" {
 		// Connecting to a unix socket needs no write access to the mount.
 		args = append(args, bind(true, p.ProxySocket, ProxySocketPath)...)
@@ -104,11 +115,33 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 	if initBinary != "" {
 		args = append(args, "--ro-bind", initBinary, InitPath)
 	}
+	if ownDir {
+		// The tmpfs is not under the root's final --remount-ro: read-only
+		// it is, so the command can neither add nor replace anything
+		// beside its init binary (with or without Landlock).
+		args = append(args, "--remount-ro", InitDir)
+	}
 	// The root itself is bwrap's tmpfs: read-only, so nothing can be
 	// created beside the mounts (Landlock denies it too; this holds
 	// without Landlock).
 	args = append(args, "--remount-ro", "/", "--chdir", cwd)
 	return args
+}
+
+// coversInitDir reports whether a mount of p's lands on InitDir or above
+// it, hiding the sandbox's own mount points there.
+func (p Plan) coversInitDir() bool {
+	dests := append([]string{p.Workspace}, p.FSRead...)
+	dests = append(dests, p.writable()...)
+	for _, m := range p.System {
+		dests = append(dests, m.Dest)
+	}
+	for _, d := range dests {
+		if d != "" && driverapi.PathWithin(InitDir, d) {
+			return true
+		}
+	}
+	return false
 }
 
 func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }

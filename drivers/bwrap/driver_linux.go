@@ -661,6 +661,9 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 			return nil, err
 		}
 	}
+	if err := ownInitDir(plan); err != nil {
+		return nil, err
+	}
 	pinned, fdOf, err := pinPaths(plan, 3+len(extraFiles))
 	if err != nil {
 		return nil, err
@@ -1124,3 +1127,28 @@ func (g *runGroup) close(bound time.Duration) {
 // runsEndWait bounds how long Close waits for the runs it ended: a killed
 // bwrap is reaped at once, and its output drained within waitDelay.
 const runsEndWait = 5 * waitDelay
+
+// ownInitDir makes sure the sandbox's own tmpfs over InitDir (BwrapFlags)
+// has its mount point when a grant covers InitDir: bwrap cannot create it
+// inside the grant's read-only mount. Root creates it (private, as its
+// state directory there is); another user cannot, and is told what to do
+// rather than getting bwrap's setup failure.
+func ownInitDir(plan Plan) error {
+	if !plan.coversInitDir() {
+		return nil
+	}
+	if _, err := os.Lstat(InitDir); err == nil {
+		return nil
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("bwrap driver: the sandbox's own directory %s: %w", InitDir, err)
+	}
+	if os.Geteuid() == 0 {
+		if err := os.Mkdir(InitDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("bwrap driver: the sandbox's own directory %s: %w", InitDir, err)
+		}
+		return nil
+	}
+	return &driverapi.InvalidSpecError{Field: "fs_read", Reason: fmt.Sprintf(
+		"a grant of %s needs the directory %s on the host (the sandbox mounts its own files there) and this user cannot create it: create it as root (mkdir -m 700 %s) or grant narrower paths",
+		filepath.Dir(InitDir), InitDir, InitDir)}
+}

@@ -26,7 +26,12 @@ const PlanVersion = 1
 
 // InitPath is where the driver binary is bound (read-only) inside every
 // sandbox, to run as sandbox-init.
-const InitPath = "/run/aleph-sandbox/init"
+const InitPath = InitDir + "/init"
+
+// InitDir holds the sandbox's own entries (InitPath, ProxySocketPath).
+// Nothing below it is ever granted (forbiddenRoots): the sandbox's own
+// tmpfs covers it whenever a grant covers its parent.
+const InitDir = "/run/aleph-sandbox"
 
 // The network route for allow_hosts: inside the sandbox's own network
 // namespace a bridge listens on loopback at these ports (the child's proxy
@@ -35,7 +40,7 @@ const InitPath = "/run/aleph-sandbox/init"
 const (
 	BridgeHTTPPort  = driverapi.BridgeHTTPPort
 	BridgeSOCKSPort = driverapi.BridgeSOCKSPort
-	ProxySocketPath = "/run/aleph-sandbox/proxy.sock"
+	ProxySocketPath = InitDir + "/proxy.sock"
 )
 
 // BridgePorts are the loopback ports of the bridge.
@@ -212,7 +217,10 @@ func checkSystemMount(m Mount) error {
 // forbiddenRoots may never be granted: binding anything from the host's
 // /proc, /sys or /dev would hand the sandbox other processes' roots and fds
 // (/proc/1/root) or raw kernel interfaces.
-var forbiddenRoots = [...]string{"/proc", "/sys", "/dev"}
+// InitDir is the sandbox's own (its init binary and proxy socket are
+// mounted there, over whatever the host has), and on the host root's
+// driver state directory.
+var forbiddenRoots = [...]string{"/proc", "/sys", "/dev", InitDir}
 
 // canonicalPath resolves p and requires it to be absolute, clean, free of
 // NUL bytes, existing, and already canonical (no symlink on the way): a
