@@ -286,3 +286,21 @@ func TestBudgetScalesWithTheDriver(t *testing.T) {
 		t.Errorf("a slow, steady driver %s past the %s case budget: %s (%s), want pass", r.Duration.Round(time.Millisecond), budget.Round(time.Millisecond), r.Status, r.Detail)
 	}
 }
+
+// TestBudgetStopsAHangingDriver: the scaled budget follows the driver's
+// pace but is bounded: a driver whose every command hangs (the warm-up
+// included, so its measured pace is no pace at all) fails
+// robust/sequential-200 at ten times the case budget instead of holding
+// the run forever. The hang is an hour a command, so the test holds
+// however loaded the host is.
+func TestBudgetStopsAHangingDriver(t *testing.T) {
+	rep := runSuite(t, "leaky", func(c *conformance.Config) {
+		c.Run = regexp.MustCompile(`^robust/sequential-200$`)
+		c.Env = []string{"LEAKY_SLOW=1h"}
+		c.CaseTimeout = 3 * time.Second
+	})
+	r := rep.Results[0]
+	if r.Status != conformance.Fail || !strings.Contains(r.Detail, "case exceeded 30s") {
+		t.Errorf("a driver that hangs every command: %s (%s), want a failure at the 30s cap", r.Status, r.Detail)
+	}
+}
