@@ -44,6 +44,10 @@ func Markdown() string {
 	b.WriteString("  plus four times the per-command cost of three warm-up commands for each command, at most ten\n")
 	b.WriteString("  times the case budget (a steady driver of up to about 0.7 s a command fits the default). Only the\n")
 	b.WriteString("  timeout cases hold a driver to a clock of their own (`proc/timeout-tight`: the timeout plus 2 s).\n")
+	b.WriteString("  The suite's own test of this scaling (`TestBudgetScalesWithTheDriver`) runs a driver 150 ms slower\n")
+	b.WriteString("  a command twice: first under a 10 minute case budget, to measure how long it takes on this host\n")
+	b.WriteString("  now, then under a third of that, which it passes only because its budget follows its pace; the\n")
+	b.WriteString("  calibration in the same run keeps the test one of behaviour, not of the host's load.\n")
 	area := ""
 	for _, c := range cases {
 		a, _, _ := strings.Cut(c.ID, "/")

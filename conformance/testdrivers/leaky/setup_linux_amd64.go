@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"unsafe"
@@ -26,9 +27,17 @@ import (
 func setupAndExec(asBytes uint64, gates, program string, argv []string) error {
 	runtime.LockOSThread()
 	if asBytes > 0 {
-		if err := syscall.Setrlimit(syscall.RLIMIT_AS, &syscall.Rlimit{Cur: asBytes, Max: asBytes}); err != nil {
-			return err
-		}
+		// RLIMIT_AS is applied by a shell that then execs the program,
+		// not by this process: set here, it would bind this Go runtime
+		// too, whose address space (thread stacks, heap arenas) is already
+		// past a 128 MiB limit, so any thread or arena it made before the
+		// exec (a loaded host hands a blocked thread's work to a new one)
+		// fails, and the command dies of "out of memory" before it runs.
+		// The shell's own address space is a few MiB, and execve gives the
+		// program a fresh one under the same limit.
+		kib := strconv.FormatUint(asBytes>>10, 10)
+		argv = append([]string{"sh", "-c", `ulimit -v "$0" && exec "$@"`, kib}, argv...)
+		program = "/bin/sh"
 	}
 	if gates != "" {
 		if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
