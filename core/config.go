@@ -272,20 +272,12 @@ func (s Section) JSON() []byte {
 	return b
 }
 
-// ConfigError is a configuration key that is unknown or has an invalid value.
-// Key is the full dotted name, e.g. "sandbox.rate_limit.burst".
-type ConfigError struct {
-	Source string // file path or "environment"; empty when validating a value
-	Key    string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	if e.Source != "" {
-		return fmt.Sprintf("config %s: %s: %s", e.Source, e.Key, e.Reason)
-	}
-	return fmt.Sprintf("config: %s: %s", e.Key, e.Reason)
-}
+// ConfigError is a configuration key that is unknown or has an invalid value:
+// the project's one configuration error type, driverapi.ConfigError (so a
+// caller catches core's, a driver's and a hook's refusals with one
+// errors.As). Core sets Key to the full dotted name, e.g.
+// "sandbox.rate_limit.burst", and Source to the file or environment variable.
+type ConfigError = driverapi.ConfigError
 
 // EnvPrefix starts every environment override. The rest of the name is the
 // key path with "__" between levels, upper-cased:

@@ -50,15 +50,14 @@ func DefaultConfig() Config {
 	return Config{Enabled: true, Enforcement: EnforceBlock, UseDefaultRules: true}
 }
 
-// ConfigError is a configuration value that cannot be used.
-type ConfigError struct {
-	Field  string
-	Reason string
-}
+// Section is the configuration section the hook owns, [sandbox.command_policy].
+const Section = "command_policy"
 
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("command policy: %s: %s", e.Field, e.Reason)
-}
+// ConfigError is a configuration value that cannot be used: the project's
+// one configuration error type, driverapi.ConfigError, with Section set to
+// Section, so a caller catches it with the same errors.As as core's and a
+// driver's refusals.
+type ConfigError = driverapi.ConfigError
 
 // Hit is one rule that matched.
 type Hit struct {
@@ -114,7 +113,7 @@ func New(cfg Config, logger hclog.Logger) (*Hook, []error) {
 	case "":
 		enf = EnforceBlock
 	default:
-		err := &ConfigError{Field: "enforcement", Reason: fmt.Sprintf("%q is not block, warn or off; using block", cfg.Enforcement)}
+		err := &ConfigError{Section: Section, Key: "enforcement", Reason: fmt.Sprintf("%q is not block, warn or off; using block", cfg.Enforcement)}
 		log.Error("invalid enforcement mode, using block", "value", cfg.Enforcement)
 		errs = append(errs, err)
 		enf = EnforceBlock
