@@ -154,16 +154,6 @@ type CustomRule struct {
 	Description string `koanf:"description" json:"description" toml:"description"`
 }
 
-// RateLimitConfig is [sandbox.rate_limit].
-type RateLimitConfig struct {
-	Enabled                 bool    `koanf:"enabled" json:"enabled" toml:"enabled"`
-	RatePerSecond           float64 `koanf:"rate_per_second" json:"rate_per_second" toml:"rate_per_second"`
-	Burst                   int64   `koanf:"burst" json:"burst" toml:"burst"`
-	MaxConcurrentPerSession int64   `koanf:"max_concurrent_per_session" json:"max_concurrent_per_session" toml:"max_concurrent_per_session"`
-	MaxConcurrentGlobal     int64   `koanf:"max_concurrent_global" json:"max_concurrent_global" toml:"max_concurrent_global"`
-	IdleForgetSeconds       int64   `koanf:"idle_forget_seconds" json:"idle_forget_seconds" toml:"idle_forget_seconds"`
-}
-
 // NetworkConfig is [sandbox.network].
 type NetworkConfig struct {
 	SecretInjections []SecretInjection `koanf:"secret_injections" json:"secret_injections" toml:"secret_injections"`
