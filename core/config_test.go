@@ -180,7 +180,7 @@ func TestConfigRefusals(t *testing.T) {
 		{"[sandbox.command_policy]\nenforcement = \"maybe\"\n", nil, "sandbox.command_policy.enforcement", "must be"},
 		{"[sandbox.protected]\nplanted_git = \"off\"\n", nil, "sandbox.protected.planted_git", "must be \"quarantine\" or \"allow\""},
 		{"[[sandbox.command_policy.custom_rules]]\nname = \"a\"\nregex = \"b\"\naction = \"kill\"\n", nil, "sandbox.command_policy.custom_rules[0].action", "must be"},
-		{"[[sandbox.network.secret_injections]]\nhost = \"a\"\nheader = \"Bad Header\"\nsecret = \"K\"\n", nil, "sandbox.network.secret_injections[0].header", "header"},
+		{"[[sandbox.network.secret_injections]]\nhost = \"a\"\nheader = \"X\"\nsecret = \"A=B\"\n", nil, "sandbox.network.secret_injections[0].secret", "must name a secret"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__NOPE=1"}, "sandbox.nope", "unknown key"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=x"}, "sandbox.rate_limit.burst", "must be an integer"},
 		{"", []string{"ALEPH_SANDBOX_SANDBOX__RATE_LIMIT__BURST=-3"}, "sandbox.rate_limit.burst", "must be >= 0"},
