@@ -138,7 +138,8 @@ func (c Config) SessionBaseline() driverapi.Capabilities {
 // CommandPolicyConfig is [sandbox.command_policy].
 type CommandPolicyConfig struct {
 	Enabled bool `koanf:"enabled" json:"enabled" toml:"enabled"`
-	// Enforcement is "block", "warn" or "off".
+	// Enforcement is "block", "warn" or "off" (commandpolicy.ParseEnforcement
+	// reads it).
 	Enforcement     string       `koanf:"enforcement" json:"enforcement" toml:"enforcement"`
 	UseDefaultRules bool         `koanf:"use_default_rules" json:"use_default_rules" toml:"use_default_rules"`
 	CustomRules     []CustomRule `koanf:"custom_rules" json:"custom_rules" toml:"custom_rules"`
@@ -964,27 +965,11 @@ func (c Config) Validate() error {
 			return bad(fmt.Sprintf("hook_plugins[%d]", i), fmt.Sprintf("must be an absolute path, got %q", p))
 		}
 	}
-	cp := s.CommandPolicy
-	switch cp.Enforcement {
-	case "block", "warn", "off":
-	default:
-		return bad("command_policy.enforcement", fmt.Sprintf("must be \"block\", \"warn\" or \"off\", got %q", cp.Enforcement))
-	}
-	names := map[string]bool{}
-	for i, r := range cp.CustomRules {
-		key := fmt.Sprintf("command_policy.custom_rules[%d]", i)
-		switch {
-		case r.Name == "":
-			return bad(key+".name", "must not be empty")
-		case names[r.Name]:
-			return bad(key+".name", fmt.Sprintf("%q is used by another rule", r.Name))
-		case r.Regex == "":
-			return bad(key+".regex", "must not be empty")
-		case r.Action != "block" && r.Action != "warn":
-			return bad(key+".action", fmt.Sprintf("must be \"block\" or \"warn\", got %q", r.Action))
-		}
-		names[r.Name] = true
-	}
+	// [sandbox.command_policy]'s values are the command-policy hook's to
+	// judge (commandpolicy.CheckConfig, run by the assembly on every
+	// configuration it loads or is given): a second reading here refused
+	// "Block", which the hook reads as "block", and "deny", which it reads
+	// as a block rule.
 	// A secret injection's host pattern, header name and format are the
 	// proxy's to judge (proxy.CheckInjection, which the assembly runs on
 	// every configuration it loads or is given: alephsandbox.LoadConfig
