@@ -8,6 +8,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
+	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
 	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
 )
 
@@ -49,10 +50,21 @@ func LoadConfig(path string, opts ...core.LoadOption) (core.Config, error) {
 
 // checkComponents is what the runtime's components refuse in cfg beyond
 // core's own validation, checked by each component's own rules: the
-// proxy's for [[sandbox.network.secret_injections]] (core checks only the
-// shape). LoadConfig and New both run it, so a rule that would fail every
+// command-policy hook's for [sandbox.command_policy] and the proxy's for
+// [[sandbox.network.secret_injections]] (core checks only that each names a
+// secret). LoadConfig and New both run it, so a rule that would fail every
 // command is refused once, naming its key.
 func checkComponents(cfg core.Config) error {
+	// The command-policy hook's own check, which reads the values exactly
+	// as the hook does; its key is made the full dotted name the loader
+	// uses for every other key.
+	if err := commandpolicy.CheckConfig(CommandPolicyConfig(cfg.Sandbox.CommandPolicy)); err != nil {
+		var ce *core.ConfigError
+		if errors.As(err, &ce) {
+			return &core.ConfigError{Key: ce.FullKey(), Reason: ce.Reason}
+		}
+		return err
+	}
 	for i, si := range cfg.Sandbox.Network.SecretInjections {
 		field, err := proxy.CheckInjection(proxy.SecretInjection{Host: si.Host, Header: si.Header, Secret: si.Secret, Format: si.Format})
 		if err != nil {

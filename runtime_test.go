@@ -13,6 +13,7 @@ import (
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
@@ -350,6 +351,55 @@ func TestSecretInjectionRuleRefusedAtLoad(t *testing.T) {
 			t.Fatalf("New with header %q (control): %v", header, err)
 		}
 		_ = cfg
+	}
+}
+
+// TestSecretInjectionOneCheck: a header name, host pattern or format the
+// proxy would not inject with is refused by the proxy's own check
+// (proxy.CheckInjection) under its key, at load and by New: core keeps
+// no second definition of a header name that could differ from the one
+// the proxy injects with. Control: a valid rule loads.
+func TestSecretInjectionOneCheck(t *testing.T) {
+	base := testConfig(t)
+	for _, c := range []struct {
+		host, header, format string
+		field, reason        string
+	}{
+		{"api.example.com", "Bad Header", "", "header", "is not a valid header name"},
+		{"api.example.com", "X-Key:", "", "header", "is not a valid header name"},
+		{"api.example.com", "X-Key", "Bearer", "format", "must contain {secret}"},
+		{"api.example.com", "X-Key", "a\nb {secret}", "format", "control characters"},
+		{"", "X-Key", "", "host", ""},
+		{"api.example.com", "X-Key", "Bearer {secret}", "", ""},
+	} {
+		rule := []core.SecretInjection{{Host: c.host, Header: c.header, Secret: "API_TOKEN", Format: c.format}}
+		path := filepath.Join(t.TempDir(), "config.toml")
+		body := fmt.Sprintf("[sandbox]\nworkspace_root = %q\naudit_log = %q\n[[sandbox.network.secret_injections]]\nhost = %q\nheader = %q\nsecret = \"API_TOKEN\"\nformat = %q\n",
+			base.Sandbox.WorkspaceRoot, base.Sandbox.AuditLog, c.host, c.header, c.format)
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, loadErr := alephsandbox.LoadConfig(path)
+		code := base
+		code.Sandbox.Network.SecretInjections = rule
+		rt, newErr := alephsandbox.New(code, alephsandbox.WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})))
+		if rt != nil {
+			_ = rt.Close()
+		}
+		for how, err := range map[string]error{"load": loadErr, "New": newErr} {
+			if c.field == "" {
+				if err != nil {
+					t.Errorf("%s %+v (control): %v", how, rule[0], err)
+				}
+				continue
+			}
+			wantField, wantReason := proxy.CheckInjection(proxy.SecretInjection{Host: c.host, Header: c.header, Secret: "API_TOKEN", Format: c.format})
+			var ce *core.ConfigError
+			if !errors.As(err, &ce) || ce.Key != "sandbox.network.secret_injections[0]."+c.field || wantField != c.field ||
+				wantReason == nil || ce.Reason != wantReason.Error() || !strings.Contains(ce.Reason, c.reason) {
+				t.Errorf("%s %+v: got %v, want the proxy's refusal of %s (%v)", how, rule[0], err, c.field, wantReason)
+			}
+		}
 	}
 }
 

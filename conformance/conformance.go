@@ -169,33 +169,34 @@ type Report struct {
 	Duration     time.Duration              `json:"duration_ns"`
 }
 
-// ConfigError: a Config that cannot be run.
-type ConfigError struct{ Reason string }
-
-func (e *ConfigError) Error() string { return "conformance: " + e.Reason }
+// ConfigError: a Config that cannot be run. It is the project's one
+// configuration error type, driverapi.ConfigError, with Source
+// "conformance" (so it reads "conformance: reason"), and a caller catches
+// it with the same errors.As as any other configuration error.
+type ConfigError = driverapi.ConfigError
 
 func (c Config) validate() error {
 	if c.DriverPath == "" {
-		return &ConfigError{Reason: "no driver binary given"}
+		return &ConfigError{Source: "conformance", Reason: "no driver binary given"}
 	}
 	st, err := os.Stat(c.DriverPath)
 	if err != nil {
-		return &ConfigError{Reason: fmt.Sprintf("driver binary %s: %v", c.DriverPath, err)}
+		return &ConfigError{Source: "conformance", Reason: fmt.Sprintf("driver binary %s: %v", c.DriverPath, err)}
 	}
 	if !st.Mode().IsRegular() {
-		return &ConfigError{Reason: fmt.Sprintf("driver binary %s is not a regular file", c.DriverPath)}
+		return &ConfigError{Source: "conformance", Reason: fmt.Sprintf("driver binary %s is not a regular file", c.DriverPath)}
 	}
 	if c.Run != nil && len(selectCases(c.Run)) == 0 {
 		// A filter with a typo would otherwise run nothing and pass.
-		return &ConfigError{Reason: fmt.Sprintf("Run %q matches no case id, so the run would prove nothing (Cases lists the ids)", c.Run.String())}
+		return &ConfigError{Source: "conformance", Reason: fmt.Sprintf("Run %q matches no case id, so the run would prove nothing (Cases lists the ids)", c.Run.String())}
 	}
 	if c.Probe != "" {
 		st, err := os.Stat(c.Probe)
 		if err != nil {
-			return &ConfigError{Reason: fmt.Sprintf("probe binary %s: %v", c.Probe, err)}
+			return &ConfigError{Source: "conformance", Reason: fmt.Sprintf("probe binary %s: %v", c.Probe, err)}
 		}
 		if !st.Mode().IsRegular() {
-			return &ConfigError{Reason: fmt.Sprintf("probe binary %s is not a regular file", c.Probe)}
+			return &ConfigError{Source: "conformance", Reason: fmt.Sprintf("probe binary %s is not a regular file", c.Probe)}
 		}
 	}
 	return nil

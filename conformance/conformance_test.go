@@ -376,6 +376,12 @@ func TestBadConfig(t *testing.T) {
 		if !errors.As(err, &ce) {
 			t.Errorf("%s: want *ConfigError, got %v", name, err)
 		}
+		// It is the project's one configuration error type: a caller
+		// catches it with the errors.As it uses for every other one.
+		var de *driverapi.ConfigError
+		if !errors.As(err, &de) || !strings.HasPrefix(err.Error(), "conformance: ") {
+			t.Errorf("%s: %v (%T) is not a *driverapi.ConfigError reading \"conformance: ...\"", name, err, err)
+		}
 	}
 }
 

@@ -138,7 +138,8 @@ func (c Config) SessionBaseline() driverapi.Capabilities {
 // CommandPolicyConfig is [sandbox.command_policy].
 type CommandPolicyConfig struct {
 	Enabled bool `koanf:"enabled" json:"enabled" toml:"enabled"`
-	// Enforcement is "block", "warn" or "off".
+	// Enforcement is "block", "warn" or "off" (commandpolicy.ParseEnforcement
+	// reads it).
 	Enforcement     string       `koanf:"enforcement" json:"enforcement" toml:"enforcement"`
 	UseDefaultRules bool         `koanf:"use_default_rules" json:"use_default_rules" toml:"use_default_rules"`
 	CustomRules     []CustomRule `koanf:"custom_rules" json:"custom_rules" toml:"custom_rules"`
@@ -152,16 +153,6 @@ type CustomRule struct {
 	Regex       string `koanf:"regex" json:"regex" toml:"regex"`
 	Action      string `koanf:"action" json:"action" toml:"action"` // "block" or "warn"
 	Description string `koanf:"description" json:"description" toml:"description"`
-}
-
-// RateLimitConfig is [sandbox.rate_limit].
-type RateLimitConfig struct {
-	Enabled                 bool    `koanf:"enabled" json:"enabled" toml:"enabled"`
-	RatePerSecond           float64 `koanf:"rate_per_second" json:"rate_per_second" toml:"rate_per_second"`
-	Burst                   int64   `koanf:"burst" json:"burst" toml:"burst"`
-	MaxConcurrentPerSession int64   `koanf:"max_concurrent_per_session" json:"max_concurrent_per_session" toml:"max_concurrent_per_session"`
-	MaxConcurrentGlobal     int64   `koanf:"max_concurrent_global" json:"max_concurrent_global" toml:"max_concurrent_global"`
-	IdleForgetSeconds       int64   `koanf:"idle_forget_seconds" json:"idle_forget_seconds" toml:"idle_forget_seconds"`
 }
 
 // NetworkConfig is [sandbox.network].
@@ -272,20 +263,12 @@ func (s Section) JSON() []byte {
 	return b
 }
 
-// ConfigError is a configuration key that is unknown or has an invalid value.
-// Key is the full dotted name, e.g. "sandbox.rate_limit.burst".
-type ConfigError struct {
-	Source string // file path or "environment"; empty when validating a value
-	Key    string
-	Reason string
-}
-
-func (e *ConfigError) Error() string {
-	if e.Source != "" {
-		return fmt.Sprintf("config %s: %s: %s", e.Source, e.Key, e.Reason)
-	}
-	return fmt.Sprintf("config: %s: %s", e.Key, e.Reason)
-}
+// ConfigError is a configuration key that is unknown or has an invalid value:
+// the project's one configuration error type, driverapi.ConfigError (so a
+// caller catches core's, a driver's and a hook's refusals with one
+// errors.As). Core sets Key to the full dotted name, e.g.
+// "sandbox.rate_limit.burst", and Source to the file or environment variable.
+type ConfigError = driverapi.ConfigError
 
 // EnvPrefix starts every environment override. The rest of the name is the
 // key path with "__" between levels, upper-cased:
@@ -982,40 +965,19 @@ func (c Config) Validate() error {
 			return bad(fmt.Sprintf("hook_plugins[%d]", i), fmt.Sprintf("must be an absolute path, got %q", p))
 		}
 	}
-	cp := s.CommandPolicy
-	switch cp.Enforcement {
-	case "block", "warn", "off":
-	default:
-		return bad("command_policy.enforcement", fmt.Sprintf("must be \"block\", \"warn\" or \"off\", got %q", cp.Enforcement))
-	}
-	names := map[string]bool{}
-	for i, r := range cp.CustomRules {
-		key := fmt.Sprintf("command_policy.custom_rules[%d]", i)
-		switch {
-		case r.Name == "":
-			return bad(key+".name", "must not be empty")
-		case names[r.Name]:
-			return bad(key+".name", fmt.Sprintf("%q is used by another rule", r.Name))
-		case r.Regex == "":
-			return bad(key+".regex", "must not be empty")
-		case r.Action != "block" && r.Action != "warn":
-			return bad(key+".action", fmt.Sprintf("must be \"block\" or \"warn\", got %q", r.Action))
-		}
-		names[r.Name] = true
-	}
+	// [sandbox.command_policy]'s values are the command-policy hook's to
+	// judge (commandpolicy.CheckConfig, run by the assembly on every
+	// configuration it loads or is given): a second reading here refused
+	// "Block", which the hook reads as "block", and "deny", which it reads
+	// as a block rule.
+	// A secret injection's host pattern, header name and format are the
+	// proxy's to judge (proxy.CheckInjection, which the assembly runs on
+	// every configuration it loads or is given: alephsandbox.LoadConfig
+	// and New), so there is one definition of a valid header name, the
+	// one the proxy injects with. Core checks only what names the secret.
 	for i, si := range s.Network.SecretInjections {
-		key := fmt.Sprintf("network.secret_injections[%d]", i)
-		switch {
-		case si.Host == "" || strings.ContainsAny(si.Host, " /\x00"):
-			return bad(key+".host", fmt.Sprintf("must be a host name, got %q", si.Host))
-		case !isHeaderToken(si.Header):
-			return bad(key+".header", fmt.Sprintf("must be an HTTP header name, got %q", si.Header))
-		case si.Secret == "" || driverapi.ValidateEnvName(si.Secret) != nil:
-			return bad(key+".secret", fmt.Sprintf("must name a secret, got %q", si.Secret))
-		case si.Format != "" && !strings.Contains(si.Format, "{secret}"):
-			return bad(key+".format", "must contain {secret} (or be empty for the bare secret)")
-		case strings.ContainsAny(si.Format, "\r\n\x00"):
-			return bad(key+".format", "must not contain CR, LF or NUL")
+		if si.Secret == "" || driverapi.ValidateEnvName(si.Secret) != nil {
+			return bad(fmt.Sprintf("network.secret_injections[%d].secret", i), fmt.Sprintf("must name a secret, got %q", si.Secret))
 		}
 	}
 	defaults := driverapi.DefaultProtectedEntries()
@@ -1054,18 +1016,6 @@ func (c Config) Validate() error {
 		return bad("session.home", fmt.Sprintf("must be %q or %q, got %q", HomeSession, HomeWorkspace, s.Session.Home))
 	}
 	return nil
-}
-
-func isHeaderToken(s string) bool {
-	if s == "" {
-		return false
-	}
-	for _, r := range s {
-		if r > 0x7e || r <= ' ' || strings.ContainsRune("\"(),/:;<=>?@[\\]{}", r) {
-			return false
-		}
-	}
-	return true
 }
 
 // String renders the configuration as TOML, defaults included (what

@@ -84,7 +84,9 @@
 // *HookError (a hook failed, timed out or answered nonsense; fail closed),
 // *MediationError (the network mediation did not start), *WorkspaceError,
 // *DriverNotFoundError (pluginhost.FindDriver), *HookPluginError (a hook
-// plugin process failed), *ConfigError (LoadConfig/Validate, and a pipeline
+// plugin process failed), *ConfigError (= driverapi.ConfigError, the one
+// configuration error type: LoadConfig/Validate, a section a driver or hook
+// refuses, and a pipeline
 // built without its driver or audit sink), and ErrClosed after Close. Every outcome,
 // success or not, leaves one AuditRecord whose ReasonCode says which.
 package core

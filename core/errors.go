@@ -129,7 +129,7 @@ func FailureReason(err error) (code ReasonCode, field string) {
 	case errors.As(err, new(*LimitError)), errors.As(err, new(*driverapi.LimitError)):
 		return ReasonResourceExhausted, LimitOf(err)
 	case errors.As(err, &cfgErr):
-		return ReasonConfigInvalid, cfgErr.Key
+		return ReasonConfigInvalid, cfgErr.FullKey()
 	case errors.As(err, &notFnd):
 		return ReasonDriverNotFound, ""
 	case errors.As(err, &drvErr):

@@ -223,24 +223,58 @@ func (e *UnavailableError) Error() string {
 	return s
 }
 
-// ConfigError: a configuration section a driver refuses.
+// ConfigError is the project's one configuration error: a value in the
+// configuration file or environment, a section a driver or hook refuses,
+// or a setting of a component's own (the conformance suite's Config) that
+// cannot be used. It lives here, in the bottom layer, so that core, the
+// drivers, the hooks and the conformance suite all return this type (core
+// and conformance re-export it as an alias) and a caller branches on every
+// configuration error with one errors.As.
 type ConfigError struct {
-	// Section is the section name (e.g. "linux"); Key the refused key, empty
-	// when the section as a whole is malformed.
+	// Source is where the value came from: a configuration file's path,
+	// "environment NAME", or the component whose own settings these are
+	// (e.g. "conformance"); empty when validating a value on its own. It
+	// does not travel over the driver protocol.
+	Source string
+	// Section is the section name under [sandbox] (e.g. "linux") when the
+	// error is a component's refusal of its section; Key is then relative
+	// to it. With no Section, Key is the full dotted name (e.g.
+	// "serve.grace_seconds"). Key is empty when the section, file or
+	// setting as a whole is at fault.
 	Section string
 	Key     string
 	Reason  string
 }
 
-func (e *ConfigError) Error() string {
-	where := "sandbox." + e.Section
+// FullKey is the full dotted name of the refused key, e.g.
+// "sandbox.linux.max_pids" for {Section: "linux", Key: "max_pids"}; ""
+// when no key is named.
+func (e *ConfigError) FullKey() string {
 	if e.Section == "" {
-		where = "driver configuration"
+		return e.Key
 	}
-	if e.Key != "" {
-		where += "." + e.Key
+	if e.Key == "" {
+		return "sandbox." + e.Section
 	}
-	return fmt.Sprintf("invalid %s: %s", where, e.Reason)
+	return "sandbox." + e.Section + "." + e.Key
+}
+
+// Error keeps the wording each source has always had, which the docs quote:
+// a section's refusal reads "invalid sandbox.SECTION.KEY: reason", a
+// configuration key "config SOURCE: KEY: reason", a component's own setting
+// "SOURCE: reason".
+func (e *ConfigError) Error() string {
+	switch {
+	case e.Section != "":
+		return fmt.Sprintf("invalid %s: %s", e.FullKey(), e.Reason)
+	case e.Key != "" && e.Source != "":
+		return fmt.Sprintf("config %s: %s: %s", e.Source, e.Key, e.Reason)
+	case e.Key != "":
+		return fmt.Sprintf("config: %s: %s", e.Key, e.Reason)
+	case e.Source != "":
+		return e.Source + ": " + e.Reason
+	}
+	return "invalid driver configuration: " + e.Reason
 }
 
 // LimitError: a configured capacity limit of the driver was reached (the

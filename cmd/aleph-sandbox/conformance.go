@@ -91,11 +91,13 @@ func runConformance(ctx context.Context, args []string, io stdio) int {
 	var ce *conformance.ConfigError
 	var le *conformance.LaunchError
 	switch {
-	case errors.As(err, &ce):
-		return failure(confErrInvalid, rep, why)
 	case errors.As(err, &le):
 		// One error for the run: every case would fail for this reason.
+		// First: a driver that refuses its configuration at launch is a
+		// driver error here, though it is also a *ConfigError.
 		return failure(confErrDriver, rep, why)
+	case errors.As(err, &ce):
+		return failure(confErrInvalid, rep, why)
 	case err != nil && ctx.Err() != nil:
 		return failure(confErrInterrupted, rep, fmt.Sprintf("interrupted after %d cases: %s", len(rep.Results), why))
 	case err != nil:

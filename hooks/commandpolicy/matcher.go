@@ -101,17 +101,27 @@ func confineToLine(p string) string {
 	return b.String()
 }
 
+// ruleAction is the one reading of a rule's action, for New and
+// CheckConfig alike: "block" or "warn", and "deny" as "block".
+func ruleAction(a string) (action string, ok bool) {
+	switch a {
+	case Block, Warn:
+		return a, true
+	case "deny":
+		return Block, true
+	}
+	return "", false
+}
+
 func compileRule(r Rule, curated bool) (compiledRule, error) {
 	if strings.TrimSpace(r.Name) == "" {
 		return compiledRule{}, &RuleError{Rule: r.Name, Reason: "has no name"}
 	}
-	switch r.Action {
-	case Block, Warn:
-	case "deny":
-		r.Action = Block
-	default:
+	action, ok := ruleAction(r.Action)
+	if !ok {
 		return compiledRule{}, &RuleError{Rule: r.Name, Reason: fmt.Sprintf("action %q is neither %q nor %q", r.Action, Block, Warn)}
 	}
+	r.Action = action
 	if r.Regex == "" {
 		return compiledRule{}, &RuleError{Rule: r.Name, Reason: "empty regex"}
 	}

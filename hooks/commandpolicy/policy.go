@@ -50,15 +50,14 @@ func DefaultConfig() Config {
 	return Config{Enabled: true, Enforcement: EnforceBlock, UseDefaultRules: true}
 }
 
-// ConfigError is a configuration value that cannot be used.
-type ConfigError struct {
-	Field  string
-	Reason string
-}
+// Section is the configuration section the hook owns, [sandbox.command_policy].
+const Section = "command_policy"
 
-func (e *ConfigError) Error() string {
-	return fmt.Sprintf("command policy: %s: %s", e.Field, e.Reason)
-}
+// ConfigError is a configuration value that cannot be used: the project's
+// one configuration error type, driverapi.ConfigError, with Section set to
+// Section, so a caller catches it with the same errors.As as core's and a
+// driver's refusals.
+type ConfigError = driverapi.ConfigError
 
 // Hit is one rule that matched.
 type Hit struct {
@@ -96,6 +95,52 @@ type Hook struct {
 
 var _ driverapi.Hook = (*Hook)(nil)
 
+// ParseEnforcement is the one reading of [sandbox.command_policy]
+// enforcement, for the hook and the configuration loader alike: "block",
+// "warn" or "off" in any letter case and with surrounding blanks; empty is
+// "block". ok is false for anything else (New then uses "block", the
+// loader refuses it).
+func ParseEnforcement(s string) (mode string, ok bool) {
+	switch m := strings.ToLower(strings.TrimSpace(s)); m {
+	case EnforceBlock, EnforceWarn, EnforceOff:
+		return m, true
+	case "":
+		return EnforceBlock, true
+	}
+	return EnforceBlock, false
+}
+
+// CheckConfig refuses what New would not use as given, with a
+// *ConfigError whose Key is relative to Section ("enforcement",
+// "custom_rules[1].action"): an enforcement mode ParseEnforcement does not
+// read, and a custom rule without a name, with a name used twice, with no
+// regex or with an action ruleAction does not read. It uses the same
+// definitions as New, so the loader and the hook cannot disagree on a
+// value; a regex that does not compile is left to New, which logs it and
+// keeps the curated rules in force.
+func CheckConfig(cfg Config) error {
+	if _, ok := ParseEnforcement(cfg.Enforcement); !ok {
+		return &ConfigError{Section: Section, Key: "enforcement", Reason: fmt.Sprintf("must be %q, %q or %q (any letter case), got %q", EnforceBlock, EnforceWarn, EnforceOff, cfg.Enforcement)}
+	}
+	seen := map[string]bool{}
+	for i, r := range cfg.CustomRules {
+		key := fmt.Sprintf("custom_rules[%d]", i)
+		_, actionOK := ruleAction(r.Action)
+		switch {
+		case strings.TrimSpace(r.Name) == "":
+			return &ConfigError{Section: Section, Key: key + ".name", Reason: "must not be empty"}
+		case seen[r.Name]:
+			return &ConfigError{Section: Section, Key: key + ".name", Reason: fmt.Sprintf("%q is used by another rule", r.Name)}
+		case r.Regex == "":
+			return &ConfigError{Section: Section, Key: key + ".regex", Reason: "must not be empty"}
+		case !actionOK:
+			return &ConfigError{Section: Section, Key: key + ".action", Reason: fmt.Sprintf("must be %q or %q, got %q", Block, Warn, r.Action)}
+		}
+		seen[r.Name] = true
+	}
+	return nil
+}
+
 // New builds the hook. It never returns a hook without the filter the
 // configuration asks for, or weaker: a custom rule that does not compile
 // (bad regex, unknown action, no name) is logged by name and the hook falls
@@ -108,13 +153,9 @@ func New(cfg Config, logger hclog.Logger) (*Hook, []error) {
 	}
 	log := logger.ResetNamed(HookName)
 	var errs []error
-	enf := strings.ToLower(strings.TrimSpace(cfg.Enforcement))
-	switch enf {
-	case EnforceBlock, EnforceWarn, EnforceOff:
-	case "":
-		enf = EnforceBlock
-	default:
-		err := &ConfigError{Field: "enforcement", Reason: fmt.Sprintf("%q is not block, warn or off; using block", cfg.Enforcement)}
+	enf, ok := ParseEnforcement(cfg.Enforcement)
+	if !ok {
+		err := &ConfigError{Section: Section, Key: "enforcement", Reason: fmt.Sprintf("%q is not block, warn or off; using block", cfg.Enforcement)}
 		log.Error("invalid enforcement mode, using block", "value", cfg.Enforcement)
 		errs = append(errs, err)
 		enf = EnforceBlock

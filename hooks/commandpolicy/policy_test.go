@@ -216,3 +216,31 @@ func TestConcurrentBefore(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckConfigAgreesWithNew: CheckConfig accepts exactly what New uses
+// without falling back (regexes aside, which New alone compiles), so the
+// loader that runs CheckConfig and the hook read the section alike.
+func TestCheckConfigAgreesWithNew(t *testing.T) {
+	for _, c := range []Config{
+		{Enforcement: "Block"}, {Enforcement: " warn "}, {Enforcement: "OFF"}, {Enforcement: ""},
+		{Enforcement: "audit"}, {Enforcement: "blocking"},
+		{CustomRules: []Rule{{Name: "r", Regex: "x", Action: "deny"}}},
+		{CustomRules: []Rule{{Name: "r", Regex: "x", Action: "warn"}}},
+		{CustomRules: []Rule{{Name: "r", Regex: "x", Action: "Block"}}},
+		{CustomRules: []Rule{{Name: "r", Regex: "x", Action: "kill"}}},
+		{CustomRules: []Rule{{Name: " ", Regex: "x", Action: "warn"}}},
+		{CustomRules: []Rule{{Name: "r", Regex: "", Action: "warn"}}},
+		{CustomRules: []Rule{{Name: "r", Regex: "x", Action: "warn"}, {Name: "r", Regex: "y", Action: "block"}}},
+	} {
+		c.Enabled, c.UseDefaultRules = true, true
+		checkErr := CheckConfig(c)
+		_, errs := New(c, nil)
+		if (checkErr == nil) != (len(errs) == 0) {
+			t.Errorf("%+v: CheckConfig %v, New %v: they disagree", c, checkErr, errs)
+		}
+		var ce *ConfigError
+		if checkErr != nil && (!errors.As(checkErr, &ce) || ce.Section != Section || ce.Key == "") {
+			t.Errorf("%+v: %v is not a ConfigError naming its key", c, checkErr)
+		}
+	}
+}
