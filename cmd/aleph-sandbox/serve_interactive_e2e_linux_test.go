@@ -58,43 +58,31 @@ func TestServeHostInteractiveShellInPty(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var scr screen
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := master.Read(buf)
-			if n > 0 {
-				_, _ = scr.Write(buf[:n])
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	scr := watchScreen(master)
 	type_ := func(s string) {
 		if _, err := master.Write([]byte(s)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	at := waitScreen(t, &scr, 0, "allow? [y/N] ")
+	at := waitScreen(t, scr, 0, "allow? [y/N] ")
 	// The question is asked with the terminal as it was (cooked, echoing).
 	if during, err := unix.IoctlGetTermios(int(slave.Fd()), unix.TCGETS); err != nil || *during != *before {
 		t.Fatalf("the terminal changed before the approval was answered: %+v %v", during, err)
 	}
 	type_("y\r")
-	at = waitScreen(t, &scr, at, "sbx$ ")
-	at = checkShellTerminal(t, slave, &scr, at, type_)
+	at = waitScreen(t, scr, at, "sbx$ ")
+	at = checkShellTerminal(t, slave, scr, at, type_)
 	// Ctrl-C is a byte for the command's terminal: it interrupts the
 	// shell's foreground job (sleep), not exec, and the shell carries on.
 	type_("echo started-$((1+1)); sleep 30; echo after-sleep\r")
-	at = waitScreen(t, &scr, at, "started-2\r\n")
+	at = waitScreen(t, scr, at, "started-2\r\n")
 	// The shell forks sleep right after its echo; give it the moment.
 	time.Sleep(300 * time.Millisecond)
 	type_("\x03")
 	// What the shell prints ("still-42"), not the terminal's echo of the
 	// typed line.
 	type_("echo still-$((40+2))\r")
-	at = waitScreen(t, &scr, at, "still-42\r\n")
+	at = waitScreen(t, scr, at, "still-42\r\n")
 	type_("exit 3\r")
 	err = cmd.Wait()
 	var ee *exec.ExitError

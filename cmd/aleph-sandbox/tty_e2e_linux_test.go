@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -46,6 +47,25 @@ func hostPty(t *testing.T) (master, slave *os.File) {
 type screen struct {
 	mu sync.Mutex
 	b  bytes.Buffer
+}
+
+// watchScreen copies what the terminal's master side shows into a screen
+// until the master is closed or the other side hangs up.
+func watchScreen(master io.Reader) *screen {
+	scr := &screen{}
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := master.Read(buf)
+			if n > 0 {
+				_, _ = scr.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return scr
 }
 
 func (s *screen) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
@@ -138,29 +158,17 @@ func TestExecInteractiveShellInPty(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var scr screen
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := master.Read(buf)
-			if n > 0 {
-				_, _ = scr.Write(buf[:n])
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
+	scr := watchScreen(master)
 	type_ := func(s string) {
 		if _, err := master.Write([]byte(s)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	at := waitScreen(t, &scr, 0, "sbx$ ")
+	at := waitScreen(t, scr, 0, "sbx$ ")
 	// The shell is interactive (a prompt) on a terminal of the sandbox's
 	// own devpts, and the user's terminal is raw meanwhile: the command's
 	// terminal echoes, not the user's.
-	at = checkShellTerminal(t, slave, &scr, at, type_)
+	at = checkShellTerminal(t, slave, scr, at, type_)
 	type_("exit 3\r")
 	err = cmd.Wait()
 	var ee *exec.ExitError
@@ -273,24 +281,12 @@ func TestExecTtyAloneOnTerminalIsInteractive(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var scr screen
-	go func() {
-		buf := make([]byte, 4096)
-		for {
-			n, err := master.Read(buf)
-			if n > 0 {
-				_, _ = scr.Write(buf[:n])
-			}
-			if err != nil {
-				return
-			}
-		}
-	}()
-	at := waitScreen(t, &scr, 0, "sbx$ ")
+	scr := watchScreen(master)
+	at := waitScreen(t, scr, 0, "sbx$ ")
 	if _, err := master.Write([]byte("echo typed-$((6*7))\r")); err != nil {
 		t.Fatal(err)
 	}
-	waitScreen(t, &scr, at, "typed-42\r\n")
+	waitScreen(t, scr, at, "typed-42\r\n")
 	if _, err := master.Write([]byte("exit 4\r")); err != nil {
 		t.Fatal(err)
 	}
@@ -368,26 +364,14 @@ time.sleep(60)`, "ready", "was killed (SIGKILL)"},
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
-			var scr screen
-			go func() {
-				buf := make([]byte, 4096)
-				for {
-					n, err := master.Read(buf)
-					if n > 0 {
-						_, _ = scr.Write(buf[:n])
-					}
-					if err != nil {
-						return
-					}
-				}
-			}()
+			scr := watchScreen(master)
 			err := cmd.Wait()
 			var ee *exec.ExitError
 			if !errors.As(err, &ee) || ee.ExitCode() != exitTimedOut {
 				t.Fatalf("exec ended with %v, want %d; screen %q", err, exitTimedOut, scr.String())
 			}
-			waitScreen(t, &scr, 0, c.screen)
-			waitScreen(t, &scr, 0, c.says)
+			waitScreen(t, scr, 0, c.screen)
+			waitScreen(t, scr, 0, c.says)
 			if left := waitGone(marker, goneWithin); len(left) > 0 {
 				t.Fatalf("escape: %d processes outlived the command: %v", len(left), left)
 			}
