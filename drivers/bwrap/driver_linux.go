@@ -417,25 +417,20 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 		// (sandboxinit.KeyOf). Its number is settled below.
 		is.NotifyFD = lifelineFD + 1
 	}
+	// The descriptors sandbox-init inherits after commandFD and lifelineFD
+	// (and the three of the v1 hand-over), in the order newSandbox passes
+	// them and checks: the seccomp programs, then the notify socket.
+	next := lifelineFD + 1
+	if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
+		next += 3
+	}
 	if f := d.precompiled(is); f != nil {
-		// After commandFD and lifelineFD, and the three of the v1 hand-over
-		// (launch passes them in this order and checks the number).
-		is.SeccompFD = lifelineFD + 1
-		if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
-			is.SeccompFD += 3
-		}
+		is.SeccompFD = next
+		next++
 		plan.seccomp, plan.seccompFD = f, is.SeccompFD
 	}
 	if !plan.AllowSpawn {
-		// The notify socket (notify_linux.go) comes after the seccomp
-		// programs, in the order newSandbox passes them.
-		is.NotifyFD = lifelineFD + 1
-		if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
-			is.NotifyFD += 3
-		}
-		if is.SeccompFD > 0 {
-			is.NotifyFD = is.SeccompFD + 1
-		}
+		is.NotifyFD = next
 		plan.notifyFD = is.NotifyFD
 	}
 	return is
