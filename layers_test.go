@@ -21,7 +21,6 @@ var knownLayerViolations = []string{
 	"cmd/aleph-sandbox -> core/proxy",                // wire.go parseNet; net/escape tests
 	"cmd/aleph-sandbox -> drivers/bwrap/sandboxinit", // escape test
 	"service -> core/proxy",                          // service.go parseNet
-	"core -> drivers/seatbelt",                       // symlinkgrant_test.go
 	"drivers/bwrap -> core/proxy",                    // bridge tests
 }
 
