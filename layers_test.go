@@ -19,7 +19,6 @@ import (
 var knownLayerViolations = []string{
 	// Front ends build what the assembly should own.
 	"cmd/aleph-sandbox -> core/proxy",                // wire.go parseNet; net/escape tests
-	"cmd/aleph-sandbox -> drivers/bwrap/sandboxinit", // escape test
 	"service -> core/proxy",                          // service.go parseNet
 	"drivers/bwrap -> core/proxy",                    // bridge tests
 }

@@ -37,7 +37,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
@@ -1272,7 +1271,7 @@ func escapeNetwork(t *testing.T, h *escapeHarness) {
 	})
 	t.Run("all: host unix sockets still out of reach", func(t *testing.T) {
 		check(t, all, "unix:"+hostSock, false) // not in the mount namespace
-		if abi := sandboxinit.LandlockABI(); abi < 6 {
+		if abi := hostLandlockABI(); abi < 6 {
 			// Shared network namespace, no Landlock scope: reachable,
 			// and the capability report says so (abstract_unix).
 			t.Logf("Landlock ABI %d < 6: host abstract sockets are reachable with --net all (documented)", abi)

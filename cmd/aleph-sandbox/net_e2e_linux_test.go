@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/netnstest"
 )
 
@@ -152,7 +151,7 @@ func netE2ELoopbackUpstream(t *testing.T, body string) (port string) {
 // no route at all, and each command leaves nothing behind.
 func TestNetE2E(t *testing.T) {
 	e := newNetE2E(t)
-	if abi := sandboxinit.LandlockABI(); abi < 4 {
+	if abi := hostLandlockABI(); abi < 4 {
 		// Without Landlock's TCP rules (scripts/test-nolandlock.sh, old
 		// kernels) --net HOST cannot be enforced: it must be refused
 		// before anything runs, and that is all there is to test.
