@@ -1,7 +1,6 @@
 package appcontainer
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -259,23 +258,13 @@ func cleanList(fsys FS, field string, in []string) ([]string, error) {
 }
 
 // EncodePlan serialises a plan deterministically.
-func EncodePlan(p Plan) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(p); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
+func EncodePlan(p Plan) ([]byte, error) { return driverapi.EncodePlanJSON(p) }
 
 // DecodePlan parses profile data and re-checks what Run relies on.
 func DecodePlan(data []byte) (Plan, error) {
 	var p Plan
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return Plan{}, &driverapi.ProfileError{Reason: "appcontainer profile data is not valid: " + err.Error()}
+	if err := driverapi.DecodePlanJSON("appcontainer profile data", data, &p); err != nil {
+		return Plan{}, err
 	}
 	if p.Format != PlanFormat {
 		return Plan{}, &driverapi.ProfileError{Reason: fmt.Sprintf("appcontainer profile format %d, this driver reads format %d", p.Format, PlanFormat)}

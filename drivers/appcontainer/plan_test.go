@@ -191,6 +191,12 @@ func TestDecodePlanRefusesTampering(t *testing.T) {
 	if _, err := DecodePlan(data); err != nil {
 		t.Errorf("control: %v", err)
 	}
+	// A second object after a good plan: what this driver checked would
+	// not be all the data said.
+	var pe *driverapi.ProfileError
+	if _, err := DecodePlan(append(append([]byte{}, data...), data...)); !errors.As(err, &pe) {
+		t.Errorf("data after the plan accepted: %v", err)
+	}
 }
 
 func TestReparsePoints(t *testing.T) {

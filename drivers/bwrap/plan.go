@@ -1,11 +1,9 @@
 package bwrap
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -514,13 +512,8 @@ func DecodePlan(data []byte) (Plan, error) {
 // decodePlanJSON is DecodePlan without the host check.
 func decodePlanJSON(data []byte) (Plan, error) {
 	var p Plan
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return Plan{}, &driverapi.ProfileError{Reason: "plan: " + err.Error()}
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Plan{}, &driverapi.ProfileError{Reason: "plan: trailing data"}
+	if err := driverapi.DecodePlanJSON("plan", data, &p); err != nil {
+		return Plan{}, err
 	}
 	return p, nil
 }

@@ -1,7 +1,6 @@
 package seatbelt
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -204,25 +203,15 @@ func (d *Driver) ProfileFor(_ context.Context, req driverapi.ProfileRequest) (dr
 
 // EncodePlan serialises a plan deterministically (fixed field order,
 // params already sorted).
-func EncodePlan(p Plan) ([]byte, error) {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(p); err != nil {
-		return nil, err
-	}
-	return bytes.TrimRight(buf.Bytes(), "\n"), nil
-}
+func EncodePlan(p Plan) ([]byte, error) { return driverapi.EncodePlanJSON(p) }
 
 // DecodePlan parses and checks profile data. The digest has already been
 // verified; this refuses data from another format or with parameters that
 // sandbox-exec could misread.
 func DecodePlan(data []byte) (Plan, error) {
 	var p Plan
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&p); err != nil {
-		return Plan{}, &driverapi.ProfileError{Reason: "seatbelt profile data is not valid: " + err.Error()}
+	if err := driverapi.DecodePlanJSON("seatbelt profile data", data, &p); err != nil {
+		return Plan{}, err
 	}
 	if p.Format != PlanFormat {
 		return Plan{}, &driverapi.ProfileError{Reason: fmt.Sprintf("seatbelt profile format %d, this driver reads format %d", p.Format, PlanFormat)}

@@ -414,6 +414,11 @@ func TestDecodePlanRefusesTampering(t *testing.T) {
 	if _, err := DecodePlan([]byte(`{"format":1,"sbpl":"x","extra":1}`)); !errors.As(err, &pe) {
 		t.Errorf("unknown field accepted: %v", err)
 	}
+	// A second object after a good plan: what this driver checked would
+	// not be all the data said.
+	if _, err := DecodePlan(append(append([]byte{}, good...), good...)); !errors.As(err, &pe) {
+		t.Errorf("data after the plan accepted: %v", err)
+	}
 }
 
 func TestSandboxArgv(t *testing.T) {
