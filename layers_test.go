@@ -20,7 +20,6 @@ var knownLayerViolations = []string{
 	// Front ends build what the assembly should own.
 	"cmd/aleph-sandbox -> core/proxy",                // wire.go parseNet; net/escape tests
 	"service -> core/proxy",                          // service.go parseNet
-	"drivers/bwrap -> core/proxy",                    // bridge tests
 }
 
 // layerRule is one row of the table.

@@ -21,8 +21,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 )
 
 // unixServer serves handle on a unix socket in a temp dir.
@@ -346,12 +344,8 @@ func BenchmarkBridgeThroughput(b *testing.B) {
 		run(b, c)
 	})
 	b.Run("bridge_proxy", func(b *testing.B) {
-		p, err := proxy.New(context.Background(), proxy.Config{Hosts: []string{sink}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer p.Close()
-		br, err := StartBridge(context.Background(), []string{"127.0.0.1:0"}, p.Endpoint().UnixSocket)
+		p := startHostProxy(b, sink)
+		br, err := StartBridge(context.Background(), []string{"127.0.0.1:0"}, p.UnixSocket)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -453,18 +447,14 @@ func TestBridgeEndToEndCurlInBwrap(t *testing.T) {
 		resp.Body.Close()
 	}
 
-	p, err := proxy.New(context.Background(), proxy.Config{Hosts: []string{"127.0.0.1:" + port}, Route: proxy.RouteBridge})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
+	p := startHostProxy(t, "127.0.0.1:"+port)
 
 	bin := filepath.Join(t.TempDir(), "bridgemain")
 	build := exec.Command("go", "build", "-buildvcs=false", "-o", bin, "./testdata/bridgemain")
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build bridge: %v\n%s", err, out)
 	}
-	sockDir := filepath.Dir(p.Endpoint().UnixSocket)
+	sockDir := filepath.Dir(p.UnixSocket)
 	script := `set -u
 mkfifo /tmp/ready
 "$BRIDGE" --socket "$SOCK" --listen 127.0.0.1:3128 --listen 127.0.0.1:1080 --ready-fd 3 3>/tmp/ready &
@@ -481,11 +471,11 @@ if curl -sS --noproxy '*' --max-time 5 "http://$HOSTIP:$PORT/" >/dev/null 2>&1; 
 		"--ro-bind", sockDir, sockDir, "--ro-bind", bin, bin,
 		"--clearenv",
 	}
-	for _, e := range p.Env() {
+	for _, e := range p.Env {
 		args = append(args, "--setenv", e.Name, e.Value)
 	}
 	args = append(args, "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "BRIDGE", bin,
-		"--setenv", "SOCK", p.Endpoint().UnixSocket, "--setenv", "PORT", port, "--setenv", "HOSTIP", hostIP,
+		"--setenv", "SOCK", p.UnixSocket, "--setenv", "PORT", port, "--setenv", "HOSTIP", hostIP,
 		"sh", "-c", script)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

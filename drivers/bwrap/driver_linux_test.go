@@ -32,7 +32,8 @@ func TestMain(m *testing.M) {
 	// own sandbox-init mode (InitBinary: driverBin), so both are exercised.
 	build := exec.Command("go", "build", "-buildvcs=false", "-o", dir+"/",
 		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-driver-bwrap",
-		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox-init")
+		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox-init",
+		"github.com/aleph-sandbox/aleph-sandbox/core/proxy/testproxy") // testproxy_linux_test.go
 	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {

@@ -19,7 +19,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
@@ -228,18 +227,14 @@ func BenchmarkConfinedBridgeThroughput(b *testing.B) {
 		}
 	}()
 	sink := ln.Addr().String()
-	p, err := proxy.New(context.Background(), proxy.Config{Hosts: []string{sink}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer p.Close()
+	p := startHostProxy(b, sink)
 	free, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
 	addr := free.Addr().String()
 	free.Close()
-	br, err := startConfinedBridge(context.Background(), driverBin, p.Endpoint().UnixSocket, []string{addr})
+	br, err := startConfinedBridge(context.Background(), driverBin, p.UnixSocket, []string{addr})
 	if err != nil {
 		b.Fatal(err)
 	}
