@@ -19,7 +19,7 @@ import (
 	gotoml "github.com/pelletier/go-toml/v2"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	"github.com/aleph-sandbox/aleph-sandbox/internal/inputfile"
+	"github.com/aleph-sandbox/aleph-sandbox/core/internal/inputfile"
 )
 
 // Config is the whole configuration: the [sandbox] table, and [serve] for
