@@ -28,7 +28,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -170,26 +169,22 @@ func newEscapeHarness(t *testing.T) *escapeHarness {
 	if err := os.WriteFile(filepath.Join(probeSrc, "main.go"), []byte(probeSource), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The two builds run side by side: they are most of the battery's setup.
-	var wg sync.WaitGroup
-	errs := make([]error, 2)
-	build := func(i int, d string, env []string, args ...string) {
-		defer wg.Done()
-		cmd := exec.Command("go", args...)
-		cmd.Dir = d
-		cmd.Env = append(os.Environ(), env...)
+	// The probe builds beside the binaries (shared by every harness of
+	// this process): the two are most of the battery's setup.
+	probeErr := make(chan error, 1)
+	go func() {
+		cmd := exec.Command("go", "build", "-o", h.probe, "main.go")
+		cmd.Dir = probeSrc
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=", "GO111MODULE=on")
 		if out, err := cmd.CombinedOutput(); err != nil {
-			errs[i] = fmt.Errorf("go %s: %v\n%s", strings.Join(args, " "), err, out)
+			probeErr <- fmt.Errorf("go build probe: %v\n%s", err, out)
+			return
 		}
-	}
-	wg.Add(2)
-	go build(0, filepath.Join("..", ".."), []string{"CGO_ENABLED=0"}, "build", "-o", h.bin+"/", "./cmd/aleph-sandbox", "./cmd/aleph-driver-bwrap", "./cmd/aleph-sandbox-init")
-	go build(1, probeSrc, []string{"CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=", "GO111MODULE=on"}, "build", "-o", h.probe, "main.go")
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
+		probeErr <- nil
+	}()
+	installBinaries(t, h.bin)
+	if err := <-probeErr; err != nil {
+		t.Fatal(err)
 	}
 	// What the driver enforces on this host decides the expected outcome of
 	// the limit cases (cgroups are writable for root here, not for others).

@@ -34,12 +34,7 @@ func newInputsHarness(t *testing.T) *inputsHarness {
 	}
 	dir := t.TempDir()
 	h := &inputsHarness{bin: filepath.Join(dir, "bin"), xdg: filepath.Join(dir, "xdg")}
-	build := exec.Command("go", "build", "-o", h.bin+"/", "./cmd/aleph-sandbox", "./cmd/aleph-driver-bwrap", "./cmd/aleph-sandbox-init")
-	build.Dir = filepath.Join("..", "..")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	installBinaries(t, h.bin)
 	return h
 }
 

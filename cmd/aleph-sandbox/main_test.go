@@ -59,7 +59,9 @@ func TestMain(m *testing.M) {
 		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("one-command=" + os.Getenv(driverapi.OneCommandEnv) + "\n")})
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	removeBuiltBinaries()
+	os.Exit(code)
 }
 
 // cliEnv points the CLI at a private workspace root and config, and at the

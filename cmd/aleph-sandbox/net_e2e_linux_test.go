@@ -38,14 +38,7 @@ func newNetE2E(t *testing.T) *netE2E {
 		}
 	}
 	e := &netE2E{bin: t.TempDir(), home: t.TempDir()}
-	build := exec.Command("go", "build", "-buildvcs=false", "-o", e.bin+"/",
-		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox",
-		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-driver-bwrap",
-		"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox-init")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0") // as make build
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	installBinaries(t, e.bin)
 	for _, d := range []string{"cfg", "data", "ws", "tmp"} {
 		if err := os.MkdirAll(filepath.Join(e.home, d), 0o755); err != nil {
 			t.Fatal(err)

@@ -24,12 +24,7 @@ func TestNoNamespacesExec(t *testing.T) {
 	}
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "bin")
-	build := exec.Command("go", "build", "-o", bin+"/", "./cmd/aleph-sandbox", "./cmd/aleph-driver-bwrap", "./cmd/aleph-sandbox-init")
-	build.Dir = filepath.Join("..", "..")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build: %v\n%s", err, out)
-	}
+	installBinaries(t, bin)
 	for _, d := range []string{"ws", "data", "config"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
 			t.Fatal(err)

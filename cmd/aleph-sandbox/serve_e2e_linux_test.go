@@ -47,12 +47,7 @@ func newServeHarness(t testing.TB) *serveHarness {
 	}
 	dir := t.TempDir()
 	h := &serveHarness{bin: filepath.Join(dir, "bin"), home: filepath.Join(dir, "home")}
-	cmd := exec.Command("go", "build", "-o", h.bin+"/", "./cmd/aleph-sandbox", "./cmd/aleph-driver-bwrap", "./cmd/aleph-sandbox-init")
-	cmd.Dir = filepath.Join("..", "..")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	installBinaries(t, h.bin)
 	return h
 }
 
