@@ -233,10 +233,9 @@ func isWhiteout(st *unix.Stat_t) bool {
 
 func nsec(ts unix.Timespec) int64 { return int64(ts.Sec)*1e9 + int64(ts.Nsec) }
 
-// sameContent compares two open regular files of equal size.
-func sameContent(a, b *os.File) (bool, error) {
-	ba := make([]byte, 64<<10)
-	bb := make([]byte, 64<<10)
+// sameContent compares two open regular files of equal size, reading
+// them into ba and bb (of equal length).
+func sameContent(a, b *os.File, ba, bb []byte) (bool, error) {
 	for {
 		na, ea := io.ReadFull(a, ba)
 		nb, eb := io.ReadFull(b, bb)

@@ -38,6 +38,8 @@ type scanner struct {
 	// visit, when set, sees every upper entry (and hidden host entry)
 	// with the host directory holding its path (-1: none).
 	visit func(e *entry, lowParent int)
+	// ba, bb are the buffers of content comparisons.
+	ba, bb []byte
 }
 
 func (l *Layer) newScanner(ctx context.Context) *scanner {
@@ -262,7 +264,10 @@ func (s *scanner) differs(ufd, lfd int, name string, up, low *unix.Stat_t, targe
 			return true
 		}
 		defer lf.Close()
-		same, err := sameContent(uf, lf)
+		if s.ba == nil {
+			s.ba, s.bb = make([]byte, 32<<10), make([]byte, 32<<10)
+		}
+		same, err := sameContent(uf, lf, s.ba, s.bb)
 		return err != nil || !same
 	case unix.S_IFLNK:
 		lt, err := readlinkAt(lfd, name)
