@@ -68,7 +68,8 @@ echo done > src/main.go
 func TestLayerApplyEndToEnd(t *testing.T) {
 	requireOverlay(t, 0)
 	f := newFixture(t, baseFiles, 0, Policy{MaxFileBytes: 2000, Session: "s1"})
-	f.run(theCommand)
+	// An absolute link to a file inside the workspace's host path.
+	f.run(theCommand + "ln -s '" + f.ws + "/mod.txt' link-abs-in\n")
 	ctx := context.Background()
 
 	// The host changes two files after the session's base was taken.
@@ -180,6 +181,9 @@ func TestLayerApplyEndToEnd(t *testing.T) {
 	}
 	if tgt, err := os.Readlink(filepath.Join(ws, "link-ok")); err != nil || tgt != "mod.txt" {
 		t.Errorf("link-ok: %q %v", tgt, err)
+	}
+	if tgt, err := os.Readlink(filepath.Join(ws, "link-abs-in")); err != nil || tgt != ws+"/mod.txt" {
+		t.Errorf("link-abs-in: %q %v", tgt, err)
 	}
 	for _, p := range []string{"hl1", "hl2"} {
 		var st unix.Stat_t
@@ -616,4 +620,67 @@ func TestCreateRefusals(t *testing.T) {
 	if _, err := (MountSpec{Lower: "/a,b", Upper: "/u", Work: "/w"}).Data(); !errors.Is(err, ErrBadLayer) {
 		t.Errorf("comma in a path: %v", err)
 	}
+}
+
+// TestLayerUnprivilegedHostSide runs the whole cycle as an unprivileged
+// user: the overlay mounted in a user namespace, and Observe, Changes and
+// Apply in a process of the same user (this test binary, run again under
+// setpriv), as a service running as that user would.
+func TestLayerUnprivilegedHostSide(t *testing.T) {
+	if dir := os.Getenv("LAYER_TEST_HELPER_DIR"); dir != "" {
+		unprivilegedHelper(t, dir)
+		return
+	}
+	const uid = 65534
+	requireOverlay(t, uid)
+	f := newFixture(t, map[string]string{"a.txt": "a\n", "d/x": "x\n"}, uid, Policy{})
+	cmd, err := mountCmd(context.Background(), f.l, f.merged, uid, "echo b > a.txt; rm d/x; echo n > d/n; mkfifo fifo; mkdir sub && echo '{}' > sub/.mcp.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("command: %v %s", err, out)
+	}
+	helper := exec.Command("setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", os.Args[0], "-test.run", "^TestLayerUnprivilegedHostSide$", "-test.count=1", "-test.v")
+	helper.Env = []string{"PATH=/usr/bin:/bin", "LAYER_TEST_HELPER_DIR=" + f.l.dir}
+	out, err := helper.CombinedOutput()
+	if err != nil {
+		t.Fatalf("host side as uid %d: %v\n%s", uid, err, out)
+	}
+	if !strings.Contains(string(out), "helper ran as uid 65534") {
+		t.Fatalf("the helper did not run (it proves nothing):\n%s", out)
+	}
+	if readFile(t, filepath.Join(f.ws, "a.txt")) != "b\n" || exists(filepath.Join(f.ws, "d/x")) || readFile(t, filepath.Join(f.ws, "d/n")) != "n\n" {
+		t.Errorf("not applied by the unprivileged host side:\n%s", out)
+	}
+	if exists(filepath.Join(f.ws, "fifo")) || exists(filepath.Join(f.ws, "sub/.mcp.json")) {
+		t.Errorf("a refused entry reached the host:\n%s", out)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(filepath.Join(f.ws, "d/n"), &st); err != nil || st.Uid != uid {
+		t.Errorf("d/n not written by uid %d: %+v %v", uid, st.Uid, err)
+	}
+}
+
+func unprivilegedHelper(t *testing.T, dir string) {
+	if os.Geteuid() == 0 {
+		t.Fatal("the helper runs as root")
+	}
+	t.Logf("helper ran as uid %d", os.Geteuid())
+	l, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Observe(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	res, err := l.Apply(context.Background(), nil, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rm := refusedMap(res)
+	if rm["fifo"] != RefusedFIFO || rm["sub/.mcp.json"] != RefusedProtected {
+		t.Errorf("refusals as uid %d: %+v", os.Geteuid(), res.Refused)
+	}
+	t.Logf("result: %+v", res)
 }
