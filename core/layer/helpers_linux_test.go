@@ -90,7 +90,9 @@ func newFixture(t *testing.T, files map[string]string, uid int, p Policy) *fixtu
 		if err := os.Chmod(root, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		chownTree(t, root, uid)
+		if os.Geteuid() == 0 {
+			chownTree(t, root, uid)
+		}
 	}
 	if uid != 0 {
 		// The layer is made by the unprivileged user's files: its
@@ -110,7 +112,9 @@ func (f *fixture) createAs(p Policy) *Layer {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	chownTree(f.t, l.dir, f.uid)
+	if os.Geteuid() == 0 {
+		chownTree(f.t, l.dir, f.uid)
+	}
 	return l
 }
 
@@ -136,9 +140,12 @@ func mountCmd(ctx context.Context, l *Layer, merged string, uid int, script stri
 	}
 	inner := `mount -t overlay overlay -o "$LAYER_DATA" "$LAYER_MERGED" && cd "$LAYER_MERGED" && sh -c "$LAYER_SCRIPT"`
 	var cmd *exec.Cmd
-	if uid == 0 {
+	switch {
+	case uid == 0:
 		cmd = exec.CommandContext(ctx, "unshare", "-m", "--propagation", "private", "sh", "-c", inner)
-	} else {
+	case uid == os.Geteuid():
+		cmd = exec.CommandContext(ctx, "unshare", "-Urm", "sh", "-c", inner)
+	default:
 		cmd = exec.CommandContext(ctx, "setpriv", "--reuid="+strconv.Itoa(uid), "--regid="+strconv.Itoa(uid), "--clear-groups",
 			"unshare", "-Urm", "sh", "-c", inner)
 	}
@@ -171,8 +178,8 @@ func (f *fixture) run(script string) string {
 // also makes a whiteout.
 func requireOverlay(t *testing.T, uid int) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("these tests mount overlays: run them as root (the unprivileged case switches to another uid itself)")
+	if os.Geteuid() != 0 && uid != os.Geteuid() {
+		t.Skip("this test mounts an overlay as root; run as another user, the user-namespace tests (TestLayerUnprivileged*) cover that user")
 	}
 	for _, tool := range []string{"unshare", "setpriv"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -193,13 +200,15 @@ func requireOverlay(t *testing.T, uid int) {
 	if uid != 0 {
 		p.UserNS = true
 		os.Chmod(root, 0o755)
-		chownTree(t, root, uid)
+		if os.Geteuid() == 0 {
+			chownTree(t, root, uid)
+		}
 	}
 	l, err := Create(context.Background(), filepath.Join(root, "layer"), ws, nil, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if uid != 0 {
+	if uid != 0 && os.Geteuid() == 0 {
 		chownTree(t, l.dir, uid)
 	}
 	cmd, err := mountCmd(context.Background(), l, filepath.Join(root, "m"), uid, "rm gone")
@@ -247,4 +256,13 @@ func readFile(t testing.TB, p string) string {
 func exists(p string) bool {
 	_, err := os.Lstat(p)
 	return err == nil
+}
+
+// unprivUID is the user of the user-namespace tests: this one when the
+// tests run unprivileged, else nobody (65534), switched to with setpriv.
+func unprivUID() int {
+	if u := os.Geteuid(); u != 0 {
+		return u
+	}
+	return 65534
 }
