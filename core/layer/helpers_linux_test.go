@@ -266,3 +266,8 @@ func unprivUID() int {
 	}
 	return 65534
 }
+
+// sessionUID is the user the overlay tests mount as: root when the tests
+// run as root (a mount in a private mount namespace), else the invoking
+// user (a mount in a user namespace).
+func sessionUID() int { return os.Geteuid() }
