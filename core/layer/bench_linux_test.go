@@ -21,6 +21,12 @@ func benchLayer(b *testing.B, files, dirs, changed int) *Layer {
 	b.Helper()
 	root := b.TempDir()
 	ws := filepath.Join(root, "ws")
+	benchWorkspace(b, ws, files, dirs)
+	return benchUpper(b, filepath.Join(root, "layer"), ws, changed, "")
+}
+
+// benchWorkspace writes files files in dirs directories below ws.
+func benchWorkspace(b *testing.B, ws string, files, dirs int) {
 	for d := 0; d < dirs; d++ {
 		dp := filepath.Join(ws, fmt.Sprintf("d%03d", d))
 		if err := os.MkdirAll(dp, 0o755); err != nil {
@@ -32,7 +38,12 @@ func benchLayer(b *testing.B, files, dirs, changed int) *Layer {
 			}
 		}
 	}
-	l, err := Create(context.Background(), filepath.Join(root, "layer"), ws, nil, Policy{})
+}
+
+// benchUpper makes a layer over ws whose upper layer changes changed of
+// its files (suffix varies the content) and observes it.
+func benchUpper(b *testing.B, dir, ws string, changed int, suffix string) *Layer {
+	l, err := Create(context.Background(), dir, ws, nil, Policy{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -49,6 +60,7 @@ func benchLayer(b *testing.B, files, dirs, changed int) *Layer {
 		} else {
 			content += "and a new line\n"
 		}
+		content += suffix
 		if err := os.WriteFile(filepath.Join(up, d, fmt.Sprintf("f%04d.txt", i/10)), []byte(content), 0o644); err != nil {
 			b.Fatal(err)
 		}
@@ -82,6 +94,32 @@ func BenchmarkChanges(b *testing.B) {
 			// The machine may be shared: the CPU time spent says what the
 			// work costs when the wall clock also counts waiting for a core.
 			b.ReportMetric(float64(cpuTime()-c0)/1e6/float64(b.N), "cpu-ms/op")
+		})
+	}
+}
+
+// BenchmarkApply: applying 100 changed files; its cost grows with the
+// changes, not the workspace (each iteration applies a new layer over the
+// same workspace; making it is not timed).
+func BenchmarkApply(b *testing.B) {
+	for _, n := range []int{5_000, 50_000} {
+		b.Run(fmt.Sprintf("workspace=%d/changed=100", n), func(b *testing.B) {
+			root := b.TempDir()
+			ws := filepath.Join(root, "ws")
+			benchWorkspace(b, ws, n, 500)
+			var cpu int64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				l := benchUpper(b, filepath.Join(root, fmt.Sprintf("layer%d", i)), ws, 100, fmt.Sprintf("round %d\n", i))
+				b.StartTimer()
+				c0 := cpuTime()
+				res, err := l.Apply(context.Background(), nil, ApplyOptions{})
+				cpu += cpuTime() - c0
+				if err != nil || len(res.Applied) != 100 {
+					b.Fatalf("apply: %d applied, %+v, %v", len(res.Applied), res.Refused, err)
+				}
+			}
+			b.ReportMetric(float64(cpu)/1e6/float64(b.N), "cpu-ms/op")
 		})
 	}
 }
