@@ -328,7 +328,7 @@ func (a *applier) gitShaped(d string) bool {
 
 // hostMatches reports whether the host's entry name of pfd (-1: its
 // directory is missing) is still the base.
-func (a *applier) hostMatches(pfd int, name string, b Base) bool {
+func (a *applier) hostMatches(pfd int, name string, b Base, needTree bool) bool {
 	if pfd < 0 {
 		return !b.Exists
 	}
@@ -348,10 +348,12 @@ func (a *applier) hostMatches(pfd int, name string, b Base) bool {
 		// A directory is judged by what it is, not by its times (which
 		// its children's changes move); when the session deletes or
 		// replaces it, by every entry below it.
-		if b.Tree == nil && !b.TreeIncomplete {
+		if !needTree {
 			return true
 		}
-		if b.TreeIncomplete {
+		if !b.Listed || b.TreeIncomplete {
+			// Never listed (Observe did not run after the command that
+			// deleted it), or too large to list: not judged unchanged.
 			return false
 		}
 		now, inc := a.l.listTree(pfd, name)
@@ -401,7 +403,10 @@ func (a *applier) apply(e *entry, base Base) error {
 		return fmt.Errorf("open the host directory %q without following links: %w", dir, err)
 	}
 	defer unix.Close(pfd)
-	if !a.hostMatches(pfd, name, base) {
+	// Deleting or replacing a host directory removes all in it: judged
+	// against the listing of all in it.
+	needTree := !e.upOK || e.Kind == KindTypeChanged
+	if !a.hostMatches(pfd, name, base, needTree) {
 		return errConflict
 	}
 	a.hook("write", e.Path)

@@ -237,10 +237,20 @@ func (l *Layer) Observe(ctx context.Context) error {
 		if e.gitTop {
 			return
 		}
-		if _, ok := l.st.Base[e.Path]; ok {
+		tree := e.Kind == KindDeleted || e.Kind == KindTypeChanged
+		if b, ok := l.st.Base[e.Path]; ok {
+			// A host directory first seen as the parent of the session's
+			// changes (no listing) that the session has now deleted or
+			// replaced: its listing is taken now, so that deleting it is
+			// judged against every entry in it from here on.
+			if tree && b.Exists && b.Type == TypeDir && !b.Listed && lowParent >= 0 {
+				b.Tree, b.TreeIncomplete = l.listTree(lowParent, e.name)
+				b.Listed = true
+				l.st.Base[e.Path] = b
+				added = true
+			}
 			return
 		}
-		tree := e.Kind == KindDeleted || e.Kind == KindTypeChanged
 		l.st.Base[e.Path] = l.recordBase(lowParent, e.name, tree)
 		added = true
 	}
@@ -277,6 +287,7 @@ func (l *Layer) recordBase(lowParent int, name string, tree bool) Base {
 	case unix.S_IFDIR:
 		if tree {
 			b.Tree, b.TreeIncomplete = l.listTree(lowParent, name)
+			b.Listed = true
 		}
 	}
 	return b

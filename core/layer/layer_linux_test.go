@@ -702,3 +702,27 @@ func unprivilegedHelper(t *testing.T, dir string) {
 	}
 	t.Logf("result: %+v", res)
 }
+
+// A host directory first recorded as the parent of a change, then deleted
+// by a later command: its deletion is judged against its content as the
+// later Observe listed it, so a host edit after that is a conflict.
+func TestLayerDeleteAfterParentRecorded(t *testing.T) {
+	requireOverlay(t, sessionUID())
+	f := newFixture(t, map[string]string{"d/a": "a\n", "d/b": "b\n", "e/a": "a\n", "e/b": "b\n"}, sessionUID(), Policy{})
+	f.run("chmod 700 d; chmod 700 e")
+	f.run("rm -r d e")
+	if err := os.WriteFile(filepath.Join(f.ws, "d/b"), []byte("host edit\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res, err := f.l.Apply(context.Background(), nil, ApplyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Conflicts) != 1 || res.Conflicts[0] != "d" || readFile(t, filepath.Join(f.ws, "d/b")) != "host edit\n" {
+		t.Fatalf("delete of an edited directory: %+v", res)
+	}
+	// Positive control: the unedited one is deleted.
+	if exists(filepath.Join(f.ws, "e")) {
+		t.Errorf("e not deleted: %+v", res)
+	}
+}

@@ -39,6 +39,8 @@ type Base struct {
 	// Policy.MaxTreeEntries, so the deletion is always a conflict.
 	Tree           []TreeEntry `json:"tree,omitempty"`
 	TreeIncomplete bool        `json:"tree_incomplete,omitempty"`
+	// Listed: Tree was taken (an empty directory has an empty Tree).
+	Listed bool `json:"listed,omitempty"`
 }
 
 // TreeEntry is one entry below a recorded directory.
