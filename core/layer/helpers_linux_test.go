@@ -219,7 +219,7 @@ func requireOverlay(t *testing.T, uid int) {
 		if uid == 0 {
 			t.Skipf("control: this host cannot mount an overlay in a private mount namespace as root (%v: %s)", err, out)
 		}
-		t.Skipf("control: this kernel does not let uid %d mount an overlay in a user namespace (%v: %s)", uid, err, out)
+		t.Skipf("control: this host does not let uid %d mount an overlay in a user namespace (%v: %s)", uid, err, out)
 	}
 	st, err := os.Lstat(filepath.Join(l.dir, UpperDir, "gone"))
 	if err != nil || st.Mode()&os.ModeCharDevice == 0 {
