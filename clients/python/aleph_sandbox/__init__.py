@@ -387,6 +387,11 @@ def _seconds(name: str, v: Any, omit: str, maximum: float = _MAX_TIMEOUT) -> flo
     return f
 
 
+def _is_zero(v: Any) -> bool:
+    """A number that is 0 (not False: a bool is refused as a number)."""
+    return not isinstance(v, bool) and isinstance(v, numbers.Real) and v == 0
+
+
 def _count(name: str, v: Any, unit: str, maximum: int, omit: str) -> int:
     """A positive whole number (of unit): 0 means "not given" on the wire."""
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
@@ -471,7 +476,9 @@ class Client:
     gets an ApprovalRequest and returns True to approve. Without one, the
     service's policy applies (denied unless it runs with --yes or another
     approver is connected). timeout bounds each call other than a
-    command's run (seconds > 0; None: no bound).
+    command's run (seconds; 0, as for every timeout of this client and the
+    service's requests, means "not given": the default, 30; None: no
+    bound).
     """
 
     def __init__(self, address: Optional[str] = None, approver: Optional[Approver] = None,
@@ -492,8 +499,12 @@ class Client:
             raise ValueError("token, ca_file, cert_file and key_file are for tcp: addresses; a unix socket's "
                              "server authenticates its peers by uid")
         self.approver = approver
-        # A socket timeout of 0 would make every call non-blocking.
-        self.timeout = None if timeout is None else _seconds("timeout", timeout, "use None for no bound")
+        # 0 is "not given", as on the wire and in the TypeScript client:
+        # the default. (A socket timeout of 0 would make every call
+        # non-blocking.)
+        if _is_zero(timeout):
+            timeout = 30.0
+        self.timeout = None if timeout is None else _seconds("timeout", timeout, "0 is the default (30); use None for no bound")
 
     @property
     def address(self) -> str:
@@ -640,14 +651,16 @@ class Client:
             req["workspace"] = os.path.abspath(workspace)
         if cwd:
             req["cwd"] = cwd
-        # On the wire 0 is "not given", so a 0 asked for would silently be
-        # the default: it is refused, as the CLI refuses --timeout 0.
+        # On the wire 0 is "not given". memory_mb and max_output of 0 are
+        # refused: "no memory" or "no output" cannot be what was meant. A
+        # timeout of 0 is the service's default, as leaving it out is (and
+        # as every timeout of this client): one meaning in both clients.
         if memory_mb is not None:
             req["memoryMb"] = str(_count("memory_mb", memory_mb, "MiB", _MAX_UINT64,
                                          "leave memory_mb out (None) for no memory limit of the command's own"))
-        if timeout is not None:
+        if timeout is not None and not _is_zero(timeout):
             req["timeoutSeconds"] = _seconds("timeout", timeout,
-                                             "leave timeout out (None) for the service's default "
+                                             "0 or leaving timeout out (None) is the service's default "
                                              "(sandbox.default_timeout_seconds; there is no unlimited timeout)")
         if max_output is not None:
             req["maxOutput"] = str(_count("max_output", max_output, "bytes", _MAX_INT64,
@@ -744,11 +757,12 @@ class Client:
         Keyword arguments mirror ``aleph-sandbox exec``: session, workspace,
         cwd, read, write (lists of paths), net ("none", "all", or hosts),
         spawn (a bool), memory_mb (MiB), timeout (seconds), max_output
-        (bytes), env, stdin, secrets. memory_mb, timeout and max_output are
-        positive when given: on the wire 0 means "not given", so a 0 is
-        refused (ValueError) rather than silently run with the default; leave
-        one out (None) for the service's default. A value of the wrong type
-        (a string, a bool, a fraction of a byte) is a TypeError.
+        (bytes), env, stdin, secrets. timeout=0, like leaving it out, is the
+        service's default (sandbox.default_timeout_seconds): on the wire 0
+        means "not given". memory_mb and max_output are positive when given
+        (a 0 is refused, ValueError, rather than silently run with the
+        default); leave one out (None) for the default. A value of the wrong
+        type (a string, a bool, a fraction of a byte) is a TypeError.
         """
         _flag("check", check)
         if kwargs.get("stdin_stream") is not None:
@@ -1042,10 +1056,12 @@ class Process:
     def wait(self, timeout: Optional[float] = None) -> Result:
         """Waits for the end and returns the Result (its stdout and stderr
         are the output the pipeline kept; read() gives the rest). The
-        process is then gone from the service. timeout: seconds > 0, or None
-        for no bound."""
+        process is then gone from the service. timeout: seconds; None or 0
+        (the default): no bound."""
+        if _is_zero(timeout):
+            timeout = None
         if timeout is not None:
-            timeout = _seconds("timeout", timeout, "use None for no bound")
+            timeout = _seconds("timeout", timeout, "None or 0 for no bound")
         r = self.client._unary("WaitProcess", {"id": self.id}, timeout, session=self.session)
         self.exited = True
         self.result = Result._from_json(r.get("result", {}))

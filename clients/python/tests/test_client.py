@@ -310,5 +310,24 @@ class YesServerTest(unittest.TestCase):
             s.stop()
 
 
+class DefaultTimeoutTest(unittest.TestCase):
+    """timeout=0 means "not given": the service's default timeout, here 1 s
+    (as in the TypeScript client)."""
+
+    def test_zero_is_the_services_default(self):
+        s = Server(config="[sandbox]\ndefault_timeout_seconds = 1\n")
+        try:
+            c = Client("unix:" + s.sock)
+            for t in (0, None):
+                r = c.exec(["/bin/sleep", "30"], session="t0", timeout=t)
+                self.assertTrue(r.timed_out, (t, r))
+                self.assertEqual(r.reason_code, "timeout")
+            # Control: a timeout of its own outlasts the default.
+            r = c.exec(["/bin/sleep", "2"], session="t0", timeout=60)
+            self.assertEqual((r.timed_out, r.exit_code), (False, 0), r)
+        finally:
+            s.stop()
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -186,7 +186,12 @@ export interface StreamOptions extends CallOptions {
     /** May the command start subprocesses. */
     spawn?: boolean;
     memoryMb?: number;
-    /** The command's time limit in seconds; then it is killed and `timedOut` is set. */
+    /**
+     * The command's time limit in seconds; then it is killed and `timedOut`
+     * is set. 0, or leaving it out, is the service's default
+     * (`sandbox.default_timeout_seconds`; a process or a streamed stdin has
+     * none, only the maximum lifetime).
+     */
     timeout?: number;
     /** At most this many bytes of each of stdout and stderr are kept. */
     maxOutput?: number;
@@ -232,7 +237,7 @@ export interface ReadOptions extends CallOptions {
 }
 /** The options of `Process.wait`. */
 export interface WaitOptions extends CallOptions {
-    /** Seconds to wait for the end (default: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
+    /** Seconds to wait for the end (0 or leaving it out: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
     timeout?: number;
 }
 /** A process as `processes()` lists it. */
@@ -276,11 +281,13 @@ export interface ClientOptions {
      */
     approver?: Approver;
     /**
-     * Seconds a call other than a command's run may wait for the service
-     * (default 30; 0: no bound). A command's own stream is bounded by its
-     * `timeout` plus 30 s of slack, and not at all without one.
+     * Seconds a call other than a command's run may wait for the service:
+     * default 30, and so is 0 (as for every timeout of this client and the
+     * service's requests, 0 means "not given"); `null`: no bound. A
+     * command's own stream is bounded by its `timeout` plus 30 s of slack,
+     * and not at all without one.
      */
-    timeout?: number;
+    timeout?: number | null;
 }
 /** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
 export declare function defaultAddress(env?: NodeJS.ProcessEnv): string;
@@ -291,8 +298,8 @@ export declare class Client {
     /** "unix:PATH" or "tcp:HOST:PORT". */
     readonly address: string;
     readonly approver: Approver | undefined;
-    /** Seconds a call other than a command's run may wait (0: no bound). */
-    readonly timeout: number;
+    /** Seconds a call other than a command's run may wait; null: no bound. */
+    readonly timeout: number | null;
     private readonly target;
     constructor(options?: ClientOptions);
     private static request;

@@ -257,7 +257,12 @@ export interface StreamOptions extends CallOptions {
   /** May the command start subprocesses. */
   spawn?: boolean;
   memoryMb?: number;
-  /** The command's time limit in seconds; then it is killed and `timedOut` is set. */
+  /**
+   * The command's time limit in seconds; then it is killed and `timedOut`
+   * is set. 0, or leaving it out, is the service's default
+   * (`sandbox.default_timeout_seconds`; a process or a streamed stdin has
+   * none, only the maximum lifetime).
+   */
   timeout?: number;
   /** At most this many bytes of each of stdout and stderr are kept. */
   maxOutput?: number;
@@ -307,7 +312,7 @@ export interface ReadOptions extends CallOptions {
 
 /** The options of `Process.wait`. */
 export interface WaitOptions extends CallOptions {
-  /** Seconds to wait for the end (default: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
+  /** Seconds to wait for the end (0 or leaving it out: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
   timeout?: number;
 }
 
@@ -355,11 +360,13 @@ export interface ClientOptions {
    */
   approver?: Approver;
   /**
-   * Seconds a call other than a command's run may wait for the service
-   * (default 30; 0: no bound). A command's own stream is bounded by its
-   * `timeout` plus 30 s of slack, and not at all without one.
+   * Seconds a call other than a command's run may wait for the service:
+   * default 30, and so is 0 (as for every timeout of this client and the
+   * service's requests, 0 means "not given"); `null`: no bound. A
+   * command's own stream is bounded by its `timeout` plus 30 s of slack,
+   * and not at all without one.
    */
-  timeout?: number;
+  timeout?: number | null;
 }
 
 /** Where a Client's calls go. */
@@ -844,8 +851,10 @@ export class Client {
   /** "unix:PATH" or "tcp:HOST:PORT". */
   readonly address: string;
   readonly approver: Approver | undefined;
-  /** Seconds a call other than a command's run may wait (0: no bound). */
-  readonly timeout: number;
+  /** Seconds a call other than a command's run may wait; null: no bound. */
+  readonly timeout: number | null;
+  /** @internal The same, 0 for no bound (as Call takes it). */
+  readonly idleSeconds: number;
   private readonly target: Target;
 
   constructor(options: ClientOptions = {}) {
@@ -856,16 +865,20 @@ export class Client {
     this.socketPath = this.target.kind === "unix" ? this.target.path : "";
     this.address = describeTarget(this.target);
     this.approver = options.approver;
-    this.timeout = options.timeout ?? 30;
-    if (typeof this.timeout !== "number" || !(this.timeout >= 0 && this.timeout < Infinity)) {
-      throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
+    const t = options.timeout;
+    // 0 is "not given", as on the wire and in the Python client: the
+    // default. No bound is said with null, never with a 0.
+    this.timeout = t === null ? null : t === undefined || t === 0 ? 30 : t;
+    if (this.timeout !== null && (typeof this.timeout !== "number" || !(this.timeout > 0 && this.timeout < Infinity))) {
+      throw new TypeError(`timeout is a finite number of seconds > 0 (0 or leaving it out: 30; null: no bound), got ${String(t)}`);
     }
+    this.idleSeconds = this.timeout ?? 0;
   }
 
   // ---- transport ----
 
   /** @internal A unary call; idleSeconds replaces the client's timeout. */
-  async unary(method: string, msg: JSONObject, options: CallOptions = {}, idleSeconds = this.timeout, session?: string): Promise<JSONObject> {
+  async unary(method: string, msg: JSONObject, options: CallOptions = {}, idleSeconds = this.idleSeconds, session?: string): Promise<JSONObject> {
     const call = new Call(this.target, method, "application/json", options.signal, idleSeconds, session);
     try {
       const res = await call.send(Buffer.from(JSON.stringify(msg)));
@@ -969,13 +982,15 @@ export class Client {
     if (o.cwd) {
       req.cwd = o.cwd;
     }
-    // On the wire 0 is "not given", so a 0 asked for would silently be the
-    // default: it is refused, as the CLI refuses --timeout 0.
+    // On the wire 0 is "not given". memoryMb and maxOutput of 0 are
+    // refused: "no memory" or "no output" cannot be what was meant. A
+    // timeout of 0 is the service's default, as leaving it out is (and as
+    // every timeout of this client): one meaning in both clients.
     if (o.memoryMb !== undefined) {
       req.memoryMb = String(count("memoryMb", o.memoryMb, "MiB", "leave memoryMb out for no memory limit of the command's own"));
     }
-    if (o.timeout !== undefined) {
-      req.timeoutSeconds = seconds("timeout", o.timeout, "leave timeout out for the service's default (sandbox.default_timeout_seconds; there is no unlimited timeout)");
+    if (o.timeout !== undefined && o.timeout !== 0) {
+      req.timeoutSeconds = seconds("timeout", o.timeout, "0 or leaving timeout out is the service's default (sandbox.default_timeout_seconds; there is no unlimited timeout)");
     }
     if (o.maxOutput !== undefined) {
       req.maxOutput = String(count("maxOutput", o.maxOutput, "bytes", "leave maxOutput out for the configured budget (sandbox.max_output_bytes)"));
@@ -1001,7 +1016,7 @@ export class Client {
       // An approver that fails does not approve.
     }
     try {
-      await this.unary("Approve", { id: req.id, approved: ok }, {}, this.timeout, req.session);
+      await this.unary("Approve", { id: req.id, approved: ok }, {}, this.idleSeconds, req.session);
     } catch {
       // Timed out or answered elsewhere meanwhile: the command's result says so.
     }
@@ -1077,13 +1092,13 @@ export class Client {
       throw new TypeError("rows and cols are a terminal's size: pass tty: true with them");
     }
     const name = str((req.command as JSONObject).session);
-    const r = await this.unary("StartProcess", req, signal ? { signal } : {}, this.timeout, name);
+    const r = await this.unary("StartProcess", req, signal ? { signal } : {}, this.idleSeconds, name);
     return new Process(this, str(r.id), name);
   }
 
   /** The processes of a session (every session's without one), oldest first. */
   async processes(options: CallOptions & { session?: string } = {}): Promise<ProcessInfo[]> {
-    const r = await this.unary("ListProcesses", { session: options.session ?? "" }, options, this.timeout, options.session);
+    const r = await this.unary("ListProcesses", { session: options.session ?? "" }, options, this.idleSeconds, options.session);
     return (Array.isArray(r.processes) ? r.processes : []).map((v: unknown) => {
       const m = isObject(v) ? v : {};
       return {
@@ -1123,27 +1138,27 @@ export class Client {
 
   /** One session: workspace, baseline, grants, policy digest. */
   async describe(name: string, options: CallOptions = {}): Promise<Session | undefined> {
-    const r = await this.unary("Sessions", { describe: { session: name } }, options, this.timeout, name);
+    const r = await this.unary("Sessions", { describe: { session: name } }, options, this.idleSeconds, name);
     const s = Array.isArray(r.sessions) ? r.sessions : [];
     return s.length > 0 ? session(s[0]) : undefined;
   }
 
   /** Forgets a session. */
   async forget(name: string, options: CallOptions = {}): Promise<void> {
-    await this.unary("Sessions", { forget: { session: name } }, options, this.timeout, name);
+    await this.unary("Sessions", { forget: { session: name } }, options, this.idleSeconds, name);
   }
 
   async grants(name: string, options: CallOptions = {}): Promise<Grants> {
-    return grants(await this.unary("Grants", { list: { session: name } }, options, this.timeout, name));
+    return grants(await this.unary("Grants", { list: { session: name } }, options, this.idleSeconds, name));
   }
 
   async revoke(name: string, grantId: string, options: CallOptions = {}): Promise<Grants> {
-    return grants(await this.unary("Grants", { revoke: { session: name, grantId } }, options, this.timeout, name));
+    return grants(await this.unary("Grants", { revoke: { session: name, grantId } }, options, this.idleSeconds, name));
   }
 
   /** Grants host:port to a session, provided its policy digest is still expectedDigest. */
   async applyNetworkGrant(name: string, host: string, port: number, expectedDigest: string, options: CallOptions = {}): Promise<Grants> {
-    return grants(await this.unary("Grants", { applyNetwork: { session: name, host, port: Math.trunc(port), expectedDigest } }, options, this.timeout, name));
+    return grants(await this.unary("Grants", { applyNetwork: { session: name, host, port: Math.trunc(port), expectedDigest } }, options, this.idleSeconds, name));
   }
 
   /** The driver's capability report, as `doctor` shows it. */
@@ -1335,7 +1350,7 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
     if (!this.sent) {
       throw notRunning("the command has not been sent yet: iterate the stream (or call wait) first");
     }
-    const deadline = this.client.timeout > 0 ? Date.now() + this.client.timeout * 1000 : Infinity;
+    const deadline = this.client.idleSeconds > 0 ? Date.now() + this.client.idleSeconds * 1000 : Infinity;
     let ms = 5;
     for (;;) {
       if (this.ended) {
@@ -1343,7 +1358,7 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
       }
       const running = this.running;
       try {
-        return await this.client.unary(method, msg, options, idleSeconds ?? this.client.timeout, this.session);
+        return await this.client.unary(method, msg, options, idleSeconds ?? this.client.idleSeconds, this.session);
       } catch (err) {
         if (!(err instanceof SandboxError) || err.code !== "not_found" || running || Date.now() > deadline) {
           throw err;
@@ -1448,7 +1463,7 @@ export class Process {
 
   /** Ends the stdin: the process reads end-of-file after what was written. */
   async closeStdin(options: CallOptions = {}): Promise<void> {
-    await this.client.unary("CloseProcessStdin", { id: this.id }, options, this.client.timeout, this.session);
+    await this.client.unary("CloseProcessStdin", { id: this.id }, options, this.client.idleSeconds, this.session);
   }
 
   /**
@@ -1477,12 +1492,12 @@ export class Process {
   /** Sets the window size of a process started with `tty: true`. */
   async resize(rows: number, cols: number, options: CallOptions = {}): Promise<void> {
     terminalSize(rows, cols);
-    await this.client.unary("ResizeProcess", { id: this.id, rows, cols }, options, this.client.timeout, this.session);
+    await this.client.unary("ResizeProcess", { id: this.id, rows, cols }, options, this.client.idleSeconds, this.session);
   }
 
   /** Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH" or "PIPE". */
   async signal(name: SignalName, options: CallOptions = {}): Promise<void> {
-    await this.client.unary("SignalProcess", { id: this.id, signal: signalName(name) }, options, this.client.timeout, this.session);
+    await this.client.unary("SignalProcess", { id: this.id, signal: signalName(name) }, options, this.client.idleSeconds, this.session);
   }
 
   /**
@@ -1493,7 +1508,7 @@ export class Process {
   async wait(options: WaitOptions = {}): Promise<Result> {
     const t = options.timeout ?? 0;
     if (typeof t !== "number" || !(t >= 0 && t < Infinity)) {
-      throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
+      throw new TypeError(`timeout is a finite number of seconds >= 0 (0 or leaving it out: no bound), got ${String(options.timeout)}`);
     }
     const r = await this.client.unary("WaitProcess", { id: this.id }, options, t, this.session);
     this.exited = true;

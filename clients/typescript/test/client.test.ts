@@ -930,13 +930,15 @@ describe("Client without a service", () => {
   const unavailable = { name: "SandboxError", code: "unavailable" };
   const refused = (words: RegExp) => (err: unknown) => err instanceof TypeError && words.test(err.message);
 
-  test("0 is refused, not dropped: on the wire it means the default", T, async () => {
+  test("a memoryMb or maxOutput of 0 is refused, not dropped: on the wire it means the default", T, async () => {
     const c = new Client({ socket: nowhere });
-    await assert.rejects(c.exec(["/bin/true"], { timeout: 0 }), refused(/^timeout must be a positive .*default/));
     await assert.rejects(c.exec(["/bin/true"], { memoryMb: 0 }), refused(/^memoryMb must be a positive .*no memory limit/));
     await assert.rejects(c.exec(["/bin/true"], { maxOutput: 0 }), refused(/^maxOutput must be a positive .*budget/));
-    await assert.rejects(c.start(["/bin/true"], { timeout: 0 }), refused(/^timeout/));
+    await assert.rejects(c.start(["/bin/true"], { memoryMb: 0 }), refused(/^memoryMb/));
     assert.throws(() => c.stream(["/bin/true"], { maxOutput: 0 }), refused(/^maxOutput/));
+    // timeout: 0 is "not given" (the service's default), as in Python.
+    await assert.rejects(c.exec(["/bin/true"], { timeout: 0 }), unavailable);
+    await assert.rejects(c.start(["/bin/true"], { timeout: 0 }), unavailable);
     // Positive control: the smallest meaningful values are sent.
     await assert.rejects(c.exec(["/bin/true"], { timeout: 0.001, memoryMb: 1, maxOutput: 1 }), unavailable);
     await assert.rejects(c.start(["/bin/true"], { timeout: 1, memoryMb: 64, maxOutput: 1 << 20 }), unavailable);
@@ -988,7 +990,11 @@ describe("Client without a service", () => {
     await assert.rejects(p.read({ timeout: 0 }), unavailable);
     assert.throws(() => new Client({ socket: nowhere, timeout: Infinity }), refused(/^timeout/));
     assert.throws(() => new Client({ socket: nowhere, timeout: -1 }), refused(/^timeout/));
-    assert.equal(new Client({ socket: nowhere, timeout: 0 }).timeout, 0);
+    // 0 is "not given": the default, 30, as in Python; null is no bound.
+    assert.equal(new Client({ socket: nowhere, timeout: 0 }).timeout, 30);
+    assert.equal(new Client({ socket: nowhere }).timeout, 30);
+    assert.equal(new Client({ socket: nowhere, timeout: null }).timeout, null);
+    await assert.rejects(p.wait({ timeout: 0 }), unavailable); // 0: the default, no bound
   });
 
   test("addresses", T, () => {
@@ -1086,6 +1092,28 @@ async function markerExists(unixAddr: string, session: string, marker: string): 
   const ws = (await new Client({ address: unixAddr }).describe(session))?.workspace ?? "";
   return ws !== "" && fs.existsSync(path.join(ws, marker));
 }
+
+describe("timeout: 0 is the service's default", { skip }, () => {
+  const server = new Server({ config: "[sandbox]\ndefault_timeout_seconds = 1\n" });
+  before(async () => {
+    await server.start();
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  test("as leaving it out is, in both clients", T, async () => {
+    const c = new Client({ address: server.addr });
+    for (const timeout of [0, undefined]) {
+      const r = await c.exec(["/bin/sleep", "30"], { session: "t0", ...(timeout === undefined ? {} : { timeout }) });
+      assert.equal(r.timedOut, true, `timeout ${String(timeout)}`);
+      assert.equal(r.reasonCode, "timeout");
+    }
+    // Control: a timeout of its own outlasts the default.
+    const r = await c.exec(["/bin/sleep", "2"], { session: "t0", timeout: 60 });
+    assert.deepEqual([r.timedOut, r.exitCode], [false, 0]);
+  });
+});
 
 describe("over TCP with TLS and a bearer token", { skip }, () => {
   const pki = skip ? undefined : new PKI();
