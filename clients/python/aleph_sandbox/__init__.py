@@ -47,6 +47,9 @@ __all__ = [
     "default_address",
     "SESSION_HEADER",
     "TOKEN_ENV",
+    "AsyncClient",
+    "AsyncExecution",
+    "AsyncProcess",
 ]
 
 SERVICE = "aleph.host.v1.Service"
@@ -1066,3 +1069,7 @@ class Process:
         self.exited = True
         self.result = Result._from_json(r.get("result", {}))
         return self.result
+
+
+# The asyncio client builds on the definitions above.
+from ._aio import AsyncClient, AsyncExecution, AsyncProcess  # noqa: E402
