@@ -809,9 +809,11 @@ class Client:
 
     # ---- approvals, sessions, grants ----
 
-    def approve(self, request_id: str, approved: bool) -> None:
-        """Answers an approval request (from approvals() or a command's own)."""
-        self._unary("Approve", {"id": request_id, "approved": bool(approved)})
+    def approve(self, request_id: str, approved: bool, session: Optional[str] = None) -> None:
+        """Answers an approval request (from approvals() or a command's
+        own). session, the request's (req.session), is sent as the
+        X-Aleph-Session header for proxies that route by session."""
+        self._unary("Approve", {"id": request_id, "approved": bool(approved)}, session=session)
 
     def approvals(self) -> Iterator[ApprovalRequest]:
         """Approval requests of commands whose clients do not answer their

@@ -314,8 +314,9 @@ class AsyncClient:
 
     # ---- approvals, sessions, grants ----
 
-    async def approve(self, request_id: str, approved: bool) -> None:
-        await self._unary("Approve", {"id": request_id, "approved": bool(approved)})
+    async def approve(self, request_id: str, approved: bool, session: Optional[str] = None) -> None:
+        """As Client.approve."""
+        await self._unary("Approve", {"id": request_id, "approved": bool(approved)}, session=session)
 
     async def approvals(self) -> AsyncIterator[ApprovalRequest]:
         """Approval requests of commands whose clients do not answer their

@@ -25,16 +25,17 @@ def setUpModule():
         raise RuntimeError("bin/aleph-sandbox is missing: run make build first")
 
 
-def sandboxed_pids(marker):
-    """Host pids whose command line holds marker (sandboxed commands are
+def sandboxed_pids(argv):
+    """Host pids whose command line is exactly argv (sandboxed commands are
     visible from the host's pid namespace)."""
+    want = b"".join(a.encode() + b"\0" for a in argv)
     out = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
         try:
             with open("/proc/%s/cmdline" % pid, "rb") as f:
-                if marker.encode() in f.read():
+                if f.read() == want:
                     out.append(int(pid))
         except OSError:
             pass
@@ -114,18 +115,20 @@ class AsyncClientTest(_Quiet):
         self.assertEqual((r.exit_code, r.stdout), (0, b"through stdin\n"))
 
     async def test_close_cancels_the_command(self):
-        marker = "%d.%d" % (os.getpid(), int(time.time() * 1000) % 100000)
+        # A sleep no other test runs (a valid number of seconds): its argv
+        # names it in /proc.
+        sleep = ["/bin/sleep", "1000.%d%06d" % (os.getpid(), int(time.time() * 1000) % 1000000)]
         c = AsyncClient(self.addr)
-        async with c.stream(["/bin/sh", "-c", "echo up; exec /bin/sleep 1000." + marker], session="apy5") as ex:
+        async with c.stream(["/bin/sh", "-c", "echo up; exec %s %s" % tuple(sleep)], session="apy5") as ex:
             async for ev in ex:
                 if ev.data == b"up\n":
                     break
             deadline = time.time() + 20
-            while not sandboxed_pids("1000." + marker):
+            while not sandboxed_pids(sleep):
                 self.assertLess(time.time(), deadline, "the command never ran")
                 await asyncio.sleep(0.05)
         deadline = time.time() + 20
-        while sandboxed_pids("1000." + marker):
+        while sandboxed_pids(sleep):
             self.assertLess(time.time(), deadline, "closing the call left the command running")
             await asyncio.sleep(0.05)
         with self.assertRaises(SandboxError) as cm:
@@ -182,7 +185,7 @@ class AsyncClientTest(_Quiet):
         async def approve_all():
             async for req in c.approvals():
                 answered.append(req.session)
-                await c.approve(req.id, True)
+                await c.approve(req.id, True, session=req.session)
                 return
 
         watcher = asyncio.ensure_future(approve_all())

@@ -336,8 +336,14 @@ export declare class Client {
     processes(options?: CallOptions & {
         session?: string;
     }): Promise<ProcessInfo[]>;
-    /** Answers an approval request (from `approvals()` or a command's own). */
-    approve(requestId: string, approved: boolean, options?: CallOptions): Promise<void>;
+    /**
+     * Answers an approval request (from `approvals()` or a command's own).
+     * `session`, the request's, is sent as the X-Aleph-Session header for
+     * proxies that route by session.
+     */
+    approve(requestId: string, approved: boolean, options?: CallOptions & {
+        session?: string;
+    }): Promise<void>;
     /**
      * Approval requests of commands whose clients do not answer their own,
      * until the service stops or `signal` is aborted; answer each with

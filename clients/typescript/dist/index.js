@@ -784,9 +784,13 @@ export class Client {
         });
     }
     // ---- approvals, sessions, grants ----
-    /** Answers an approval request (from `approvals()` or a command's own). */
+    /**
+     * Answers an approval request (from `approvals()` or a command's own).
+     * `session`, the request's, is sent as the X-Aleph-Session header for
+     * proxies that route by session.
+     */
     async approve(requestId, approved, options = {}) {
-        await this.unary("Approve", { id: requestId, approved: approved === true }, options);
+        await this.unary("Approve", { id: requestId, approved: approved === true }, options, this.idleSeconds, options.session);
     }
     /**
      * Approval requests of commands whose clients do not answer their own,

@@ -1114,9 +1114,13 @@ export class Client {
 
   // ---- approvals, sessions, grants ----
 
-  /** Answers an approval request (from `approvals()` or a command's own). */
-  async approve(requestId: string, approved: boolean, options: CallOptions = {}): Promise<void> {
-    await this.unary("Approve", { id: requestId, approved: approved === true }, options);
+  /**
+   * Answers an approval request (from `approvals()` or a command's own).
+   * `session`, the request's, is sent as the X-Aleph-Session header for
+   * proxies that route by session.
+   */
+  async approve(requestId: string, approved: boolean, options: CallOptions & { session?: string } = {}): Promise<void> {
+    await this.unary("Approve", { id: requestId, approved: approved === true }, options, this.idleSeconds, options.session);
   }
 
   /**

@@ -1309,6 +1309,7 @@ describe("the X-Aleph-Session header", { skip }, () => {
     await c.describe("hdr");
     await c.grants("hdr");
     await c.processes({ session: "hdr" });
+    await assert.rejects(c.approve("approval-none", true, { session: "hdr" }), { name: "SandboxError" });
     const seen = proxy.seen.map(([m, v]) => `${m}=${v}`);
     const reads = seen.filter((x) => x.startsWith("ReadProcess="));
     assert.ok(reads.length > 0 && reads.every((x) => x === "ReadProcess=hdr"), reads.join(" "));
@@ -1323,6 +1324,7 @@ describe("the X-Aleph-Session header", { skip }, () => {
       "Sessions=hdr",
       "Grants=hdr",
       "ListProcesses=hdr",
+      "Approve=hdr",
     ]);
   });
 
