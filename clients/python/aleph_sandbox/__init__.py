@@ -354,6 +354,18 @@ def _tls_error(address: str, e: ssl.SSLError) -> SandboxError:
     return SandboxError("%s: %s (%s)" % (address, hint, e), code="unavailable", reason_code="tls")
 
 
+def _tls_refused(address: str, e: OSError) -> SandboxError:
+    """A TLS connection closed before any answer. With TLS 1.3 the client's
+    side of the handshake ends before the server has checked the client's
+    certificate: a server that refuses it sends an alert and closes, and
+    the client, already writing its request, may see only the broken pipe
+    or the reset, the alert lost. Said as a TLS failure, since that is what
+    it nearly always is."""
+    return SandboxError("%s: the server closed the TLS connection before answering (%s): if it asks for a client "
+                        "certificate (mutual TLS), pass cert_file and key_file signed by its client_ca"
+                        % (address, e), code="unavailable", reason_code="tls")
+
+
 def _error(obj: Mapping[str, Any], fallback_code: str = "unknown") -> SandboxError:
     code = str(obj.get("code", fallback_code))
     message = str(obj.get("message", ""))
@@ -576,6 +588,8 @@ class Client:
             raise _tls_error(self.address, e) from e
         except OSError as e:
             conn.close()
+            if self._tls is not None and isinstance(e, (BrokenPipeError, ConnectionResetError)):
+                raise _tls_refused(self.address, e) from e
             raise SandboxError("cannot reach the service at %s: %s" % (self.address, e), code="unavailable") from e
         finally:
             # The response keeps reading from the socket; the connection

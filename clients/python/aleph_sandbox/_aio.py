@@ -21,7 +21,8 @@ import struct
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Set, Union
 
 from . import (_COMPRESSED, _END_STREAM, _HTTP_CODES, _STDIN_CHUNK, SERVICE, ApprovalRequest, Client, Denied, Event,
-               Result, SandboxError, _error, _flag, _is_zero, _seconds, _signal_name, _size, _tls_error, _b64)
+               Result, SandboxError, _error, _flag, _is_zero, _seconds, _signal_name, _size, _tls_error, _tls_refused,
+               _b64)
 
 #: An approver of the asyncio client: a function, or a coroutine function,
 #: of an ApprovalRequest, true to approve.
@@ -36,7 +37,8 @@ class _Response:
     comes (chunked, by length, or to the end of the connection)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle: Optional[float],
-                 address: str) -> None:
+                 address: str, tls: bool) -> None:
+        self.tls = tls
         self.reader = reader
         self.writer = writer
         self.idle = idle
@@ -57,7 +59,12 @@ class _Response:
             raise SandboxError("no answer from the service within %ss" % self.idle, code="deadline_exceeded") from e
         except ssl.SSLError as e:
             raise _tls_error(self.address, e) from e
-        except (ConnectionError, asyncio.IncompleteReadError, OSError) as e:
+        except (BrokenPipeError, ConnectionResetError, asyncio.IncompleteReadError) as e:
+            if self.tls and self.status == 0:
+                raise _tls_refused(self.address, e) from e  # before any answer: see _tls_refused
+            raise SandboxError("the connection to the service at %s failed: %s" % (self.address, e),
+                               code="unavailable") from e
+        except (ConnectionError, OSError) as e:
             raise SandboxError("the connection to the service at %s failed: %s" % (self.address, e),
                                code="unavailable") from e
 
@@ -171,7 +178,7 @@ class AsyncClient:
             raise _tls_error(c.address, e) from e
         except OSError as e:
             raise SandboxError("cannot reach the service at %s: %s" % (c.address, e), code="unavailable") from e
-        resp = _Response(reader, writer, idle, c.address)
+        resp = _Response(reader, writer, idle, c.address, c._tls is not None)
         try:
             host = "localhost" if c._tls is None else ("[%s]" % c.host if ":" in c.host else c.host)
             head = ["POST /%s/%s HTTP/1.1" % (SERVICE, method), "Host: " + host, "Content-Length: %d" % len(body)]

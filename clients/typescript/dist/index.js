@@ -440,6 +440,7 @@ class Call {
     signal;
     req;
     ending;
+    answered = false; // the answer's head came
     onAbort;
     constructor(target, method, contentType, signal, idleSeconds, session) {
         this.target = target;
@@ -483,6 +484,7 @@ class Call {
         }
         return new Promise((resolve, reject) => {
             this.req.once("response", (res) => {
+                this.answered = true;
                 res.on("error", () => { }); // as for req: reported by reading res
                 resolve(res);
             });
@@ -506,6 +508,14 @@ class Call {
         }
         const msg = err instanceof Error ? err.message : String(err);
         const where = describeTarget(this.target);
+        const code = err?.code ?? "";
+        if (this.target.kind === "tcp" && !this.answered && (code === "ECONNRESET" || code === "EPIPE")) {
+            // With TLS 1.3 the client's side of the handshake ends before the
+            // server has checked the client's certificate: a server that refuses
+            // it sends an alert and closes, and a client already writing its
+            // request may see only the reset, the alert lost.
+            return new SandboxError(`${where}: the server closed the TLS connection before answering (${code}): if it asks for a client certificate (mutual TLS), pass cert and key signed by its client_ca`, "unavailable", { reasonCode: "tls" }, { cause: err });
+        }
         if (this.target.kind === "tcp" && isTLSError(err)) {
             const code = err.code ?? "";
             const hint = /ALERT|EPROTO/.test(code)

@@ -754,6 +754,7 @@ type Ending = { kind: "abort"; reason: unknown } | { kind: "timeout"; seconds: n
 class Call {
   readonly req: http.ClientRequest;
   private ending: Ending | undefined;
+  private answered = false; // the answer's head came
   private readonly onAbort: () => void;
 
   constructor(
@@ -804,6 +805,7 @@ class Call {
     }
     return new Promise((resolve, reject) => {
       this.req.once("response", (res: http.IncomingMessage) => {
+        this.answered = true;
         res.on("error", () => {}); // as for req: reported by reading res
         resolve(res);
       });
@@ -828,6 +830,15 @@ class Call {
     }
     const msg = err instanceof Error ? err.message : String(err);
     const where = describeTarget(this.target);
+    const code = (err as NodeJS.ErrnoException | undefined)?.code ?? "";
+    if (this.target.kind === "tcp" && !this.answered && (code === "ECONNRESET" || code === "EPIPE")) {
+      // With TLS 1.3 the client's side of the handshake ends before the
+      // server has checked the client's certificate: a server that refuses
+      // it sends an alert and closes, and a client already writing its
+      // request may see only the reset, the alert lost.
+      return new SandboxError(`${where}: the server closed the TLS connection before answering (${code}): if it asks for a client certificate (mutual TLS), pass cert and key signed by its client_ca`,
+        "unavailable", { reasonCode: "tls" }, { cause: err });
+    }
     if (this.target.kind === "tcp" && isTLSError(err)) {
       const code = (err as NodeJS.ErrnoException).code ?? "";
       const hint = /ALERT|EPROTO/.test(code)
