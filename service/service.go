@@ -205,7 +205,7 @@ func (s *Server) Terminate() {
 // health service.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := handlerOptions(s.limits.MaxRequestBytes)
+	opts := append(handlerOptions(s.limits.MaxRequestBytes), s.sessionHeaderCheck())
 	path, h := hostv1connect.NewServiceHandler(s, opts...)
 	mux.Handle(path, h)
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(hostv1connect.ServiceName), opts...))
