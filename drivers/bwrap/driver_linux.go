@@ -3,7 +3,6 @@
 package bwrap
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -318,7 +317,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	h := d.probe()
 	if h.tier == tierBwrap {
 		// A sandbox prepared for this profile and session, when one waits.
-		if exit, err, ok := d.runPooled(ctx, plan, cwd, spec, in, streams, &plan.early); ok {
+		if exit, err := d.runPooled(ctx, plan, cwd, spec, in, streams, &plan.early); !errors.Is(err, errNotPooled) {
 			return exit, err
 		}
 	}
@@ -344,7 +343,10 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 		}
 		// No bwrap here (tier_linux.go): no placeholders either, the tier
 		// refuses workspaces with protected entries instead.
-		return d.runLandlock(ctx, plan, cwd, cg, spec, streams)
+		return d.runCommand(ctx, spec, in, streams, &tierStarter{
+			pathInfo: pathInfo{tier: tierLandlock, cg: cg, memBytes: plan.MemoryBytes},
+			d:        d, plan: plan, cwd: cwd,
+		})
 	}
 	prot, release, err := d.protect(plan)
 	if err != nil {
@@ -384,7 +386,10 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 		return driverapi.Exit{}, err
 	}
 	d.trace.Mark("launch")
-	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, ns, spec, in, streams)
+	return d.runCommand(ctx, spec, in, streams, &launchStarter{
+		pathInfo: pathInfo{tier: tierBwrap, cg: cg, memBytes: plan.MemoryBytes},
+		d:        d, bwrap: h.bwrap, plan: plan, cwd: cwd, init: init, ns: ns,
+	})
 }
 
 // initSpecFor is what sandbox-init enforces for plan in cgroup cg, with a
@@ -483,65 +488,56 @@ func envList(env []driverapi.EnvVar) []string {
 	return out
 }
 
-// launch runs bwrap and reports how the command ended; with ns, inside
-// that network namespace (sessionnet_linux.go).
-func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd string, init []string,
-	cg *commandCgroup, ns *netns, spec driverapi.RunSpec, in *driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
-	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
-	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
-	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
+// launchStarter starts a sandbox built for its command: bwrap (or the
+// nsenter chain into the session's network namespace ns) with the
+// command's record on its descriptor.
+type launchStarter struct {
+	pathInfo
+	d     *Driver
+	bwrap string
+	plan  Plan
+	cwd   string
+	init  []string
+	ns    *netns
+	sb    *sandbox
+	done  <-chan sandboxResult
+}
 
-	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
-	defer cancel()
-
-	sb, err := d.newSandbox(runCtx, bwrapPath, plan, cwd, init, cg, ns, commandArgv(spec), envList(spec.Env))
+func (s *launchStarter) start(_, runCtx context.Context, r *runState) error {
+	// runCtx bounds bwrap itself (exec.CommandContext): the timeout
+	// counts the sandbox's setup, which is the command's.
+	sb, err := s.d.newSandbox(runCtx, s.bwrap, s.plan, s.cwd, s.init, s.cg, s.ns, commandArgv(r.spec), envList(r.spec.Env))
 	if err != nil {
-		return driverapi.Exit{}, err
+		return err
 	}
-	defer sb.close()
-	life, cmd := sb.life, sb.cmd
-	if spec.CommandID != "" {
-		defer d.running.add(spec.CommandID, life)()
-		for _, sig := range plan.early {
+	s.sb, s.notif = sb, sb.notif
+	r.attach(&s.pathInfo, sb.life, false)
+	if r.spec.CommandID != "" {
+		for _, sig := range s.plan.early {
 			// Sent while a prepared sandbox's hand-over failed: they wait
 			// on this lifeline for the supervisor, as any sent now would.
-			_ = life.Signal(sig)
+			_ = sb.life.Signal(sig)
 		}
 	}
-	stderrGate := &setupGate{w: stderr, life: life}
-	if len(spec.Stdin) > 0 {
-		cmd.Stdin = bytes.NewReader(spec.Stdin)
-	}
-	var feed *stdinFeed
-	if in != nil {
-		if feed, err = feedStdin(cmd, in.Stdin); err != nil {
-			return driverapi.Exit{}, err
-		}
-		defer feed.stop()
-		if in.Resize != nil {
-			defer followResize(life, in.Resize)()
-		}
-	}
-	cmd.Stdout, cmd.Stderr = stdout, stderrGate
-	start := time.Now()
-	r := <-d.startSandbox(sb, plan, func() {
-		if feed != nil {
-			feed.afterStart()
-		}
-	})
-	dur := time.Since(start)
-	// Cancellation first: a cancel during the v1 hand-over also surfaces
-	// as a failed start, and the caller must see that it cancelled.
-	if ctx.Err() != nil {
-		return driverapi.Exit{}, ctx.Err()
-	}
-	if r.startErr != nil {
-		return driverapi.Exit{}, sb.startError(r.startErr, stderrGate, cg, plan.MemoryBytes)
-	}
-	exit, err := d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, r.err, spec, tierBwrap, plan.MemoryBytes)
-	exit.SpawnRefused = sb.notif.finish()
-	return exit, err
+	sb.cmd.Stdin, sb.cmd.Stdout, sb.cmd.Stderr = r.io.stdin, r.io.stdout, r.io.stderr
+	forked := make(chan struct{})
+	s.done = s.d.startSandbox(sb, s.plan, func() { close(forked) })
+	<-forked
+	return nil
 }
+
+func (s *launchStarter) wait(context.Context) ending {
+	// bwrap is killed when runCtx ends (exec.CommandContext), and every
+	// process of the sandbox with it (its PID namespace).
+	r := <-s.done
+	return ending{state: s.sb.cmd.ProcessState, waitErr: r.err, startErr: r.startErr}
+}
+
+func (s *launchStarter) startError(err error, gate *setupGate) error {
+	return s.sb.startError(err, gate, s.cg, s.memBytes)
+}
+
+func (s *launchStarter) end() { s.sb.close() }
 
 // sandbox is one bwrap (or nsenter chain) about to start or started, with
 // the descriptors it inherits.
@@ -853,68 +849,6 @@ func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan 
 		done <- sandboxResult{err: werr}
 	}()
 	return done
-}
-
-// finishExit reports how a command whose sandbox (bwrap, or sandbox-init
-// itself in the Landlock tier) was cmd ended; waitErr is cmd.Wait's error.
-func (d *Driver) finishExit(runCtx context.Context, cmd *exec.Cmd, life *lifeline, stdout, stderr *driverapi.BudgetWriter,
-	stderrGate *setupGate, dur time.Duration, cg *commandCgroup, waitErr error, spec driverapi.RunSpec, tier string, memBytes uint64) (driverapi.Exit, error) {
-	if !life.Started() && runCtx.Err() == nil && cmd.ProcessState != nil {
-		// bwrap ended without ever running sandbox-init: its setup failed
-		// and the command never started.
-		return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: cg.setupOOM(memBytes)}
-	}
-	stderrGate.release()
-	exit := outputExit(dur, stdout, stderr)
-	st := cmd.ProcessState
-	if st == nil {
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: wait: %w", waitErr)
-	}
-	ws, _ := st.Sys().(syscall.WaitStatus)
-	rec, reported, _ := life.status()
-	if reported && rec.NotRun != sandboxinit.NotRunNone {
-		// The program never ran: the run's error, not an exit status.
-		return driverapi.Exit{}, notRunError(spec, rec)
-	}
-	switch {
-	case reported:
-		// The command's own use, without bwrap's and sandbox-init's.
-		exit.Usage = usageOf(rec)
-	default:
-		if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
-			exit.Usage = driverapi.ResourceUsage{
-				MaxRSSKB: int64(ru.Maxrss), // int32 on 32-bit targets
-				UserMS:   int64(ru.Utime.Sec)*1000 + int64(ru.Utime.Usec)/1000,
-				SystemMS: int64(ru.Stime.Sec)*1000 + int64(ru.Stime.Usec)/1000,
-			}
-		}
-	}
-	switch {
-	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ws.Signaled():
-		// Killed by the timeout (a command that ended by itself just as
-		// the deadline passed keeps its own status).
-		exit.TimedOut, exit.ExitCode, exit.Signal = true, 128+int32(unix.SIGKILL), int32(unix.SIGKILL)
-	case reported:
-		// The command's own wait status, from sandbox-init: death by a
-		// signal, told apart from an exit status of 128+N.
-		setWaitStatus(&exit, unix.WaitStatus(rec.Wait))
-	case ws.Signaled():
-		exit.Signal = int32(ws.Signal())
-		exit.ExitCode = 128 + exit.Signal
-	default:
-		exit.ExitCode = int32(ws.ExitStatus())
-		// No report from sandbox-init (it failed, or was killed): bwrap
-		// reports a child killed by signal N as exit status 128+N (the
-		// shell convention), indistinguishable here from an exit 128+N.
-		if c := exit.ExitCode; c > 128 && c <= 128+64 {
-			exit.Signal = c - 128
-		}
-	}
-	exitDetails(&exit, cg, tier)
-	if errors.Is(waitErr, exec.ErrWaitDelay) {
-		d.log.Warn("output pipes still open after the sandbox ended", "command", spec.CommandID)
-	}
-	return exit, nil
 }
 
 // outputExit is an Exit with what the command wrote.

@@ -70,12 +70,14 @@ type exitShape struct {
 	Stdout, Stderr string // what reached the streams (a prefix when long)
 	SpawnRefused   int64
 	UsagePresent   bool
+	OOMKilled      bool
 }
 
 // parityCase is one command of the table.
 type parityCase struct {
 	name    string
 	spawn   bool
+	memMB   uint64
 	program string
 	args    []string
 	stdin   string
@@ -128,6 +130,9 @@ func TestRunPathParity(t *testing.T) {
 			want: exitShape{ExitCode: 2, SpawnRefused: 1, UsagePresent: true}},
 		{name: "program not found", program: "/no/such/program",
 			want: exitShape{Err: "invalid program"}},
+		{name: "killed for memory", spawn: true, memMB: 64, program: "/usr/bin/python3",
+			args: []string{"-c", "import os\nf = os.memfd_create('fill')\nfor _ in range(256): os.write(f, bytes(1 << 20))"},
+			want: exitShape{ExitCode: 137, Signal: 9, OOMKilled: true, UsagePresent: true}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -143,6 +148,11 @@ func TestRunPathParity(t *testing.T) {
 				if c.name == "process start refused" && shape.StderrBytes > 0 {
 					shape.StderrBytes, shape.Stderr = -1, ""
 					want.StderrBytes = -1
+				}
+				if c.memMB > 0 && !hasFeature(t, p.d, driverapi.FeatureMemoryLimit) {
+					// Where no memory cgroup is writable every path
+					// refuses the limit alike.
+					want = exitShape{Err: "unavailable " + driverapi.FeatureMemoryLimit}
 				}
 				if shape.Err == "" && !p.took(exit) {
 					t.Errorf("%s: the command did not take this path (details %v)", p.name, exit.Details)
@@ -163,8 +173,13 @@ func runShape(t *testing.T, p runPath, c parityCase) (exitShape, driverapi.Exit)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ws := newWorkspace(t)
-	prof, err := p.d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: c.spawn}, Workspace: ws, Cwd: ws})
+	caps := driverapi.Capabilities{SpawnSubprocess: c.spawn, MaxMemoryMB: c.memMB}
+	prof, err := p.d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: caps, Workspace: ws, Cwd: ws})
 	if err != nil {
+		var un *driverapi.UnavailableError
+		if errors.As(err, &un) {
+			return exitShape{Err: "unavailable " + un.Feature}, driverapi.Exit{}
+		}
 		t.Fatalf("%s: profile: %v", p.name, err)
 	}
 	timeout := c.timeout
@@ -215,6 +230,16 @@ func runShape(t *testing.T, p runPath, c parityCase) (exitShape, driverapi.Exit)
 		ExitCode: exit.ExitCode, Signal: exit.Signal, TimedOut: exit.TimedOut,
 		StdoutBytes: exit.StdoutBytes, StderrBytes: exit.StderrBytes, Truncated: exit.Truncated,
 		Stdout: prefix([]byte(out.String())), Stderr: prefix([]byte(errb.String())),
-		SpawnRefused: exit.SpawnRefused, UsagePresent: exit.Usage.MaxRSSKB > 0,
+		SpawnRefused: exit.SpawnRefused, UsagePresent: exit.Usage.MaxRSSKB > 0, OOMKilled: exit.OOMKilled,
 	}, exit
+}
+
+// hasFeature says whether d claims feature f.
+func hasFeature(t *testing.T, d *Driver, f string) bool {
+	t.Helper()
+	hc, err := d.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hc.Has(f)
 }
