@@ -322,21 +322,12 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 		}
 	}
 	// The cgroup comes first: on v1 its directories must exist before the
-	// grace period below starts (both need the kernel's cgroup mutex).
-	var cg *commandCgroup
-	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
-	if h.cg.mode != CgroupNone && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUQuotaPercent > 0) {
-		if cg, err = h.cg.create(lim, d.owner); err != nil {
-			return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
-		}
-		defer cg.remove()
-		if cg.mode == CgroupV1 {
-			// The move of bwrap's child into the command's cgroups waits
-			// for an RCU grace period; start one now, so it passes while
-			// the placeholders are made and bwrap starts.
-			go h.cg.primeV1(cg)
-		}
+	// grace period it starts passes (both need the kernel's cgroup mutex).
+	cg, err := d.newCommandCgroup(plan)
+	if err != nil {
+		return driverapi.Exit{}, err
 	}
+	defer cg.remove()
 	if h.tier == tierLandlock {
 		if in != nil {
 			return driverapi.Exit{}, streamUnavailable(spec)
@@ -348,48 +339,100 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 			d:        d, plan: plan, cwd: cwd,
 		})
 	}
-	prot, release, err := d.protect(plan)
+	st, release, err := d.newLaunch(plan, cwd, cg, spec)
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
 	defer release()
+	d.trace.Mark("launch")
+	return d.runCommand(ctx, spec, in, streams, st)
+}
+
+// newCommandCgroup makes the cgroup of one command of plan (or of a
+// prepared sandbox for it), or nil where none is in force.
+func (d *Driver) newCommandCgroup(plan Plan) (*commandCgroup, error) {
+	h := d.probe()
+	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
+	if h.cg.mode == CgroupNone || (lim.MemoryBytes == 0 && lim.Pids == 0 && lim.CPUQuotaPercent == 0) {
+		return nil, nil
+	}
+	cg, err := h.cg.create(lim, d.owner)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: %w", err)
+	}
+	if cg.mode == CgroupV1 {
+		// The move of bwrap's child into the command's cgroups waits for
+		// an RCU grace period; start one now, so it passes while the
+		// placeholders are made and bwrap starts.
+		go h.cg.primeV1(cg)
+	}
+	return cg, nil
+}
+
+// sessionNetFor is the session's network namespace for a command of plan,
+// shared with the session's other commands, or nil: without a session (or
+// where it cannot be entered) the sandbox gets bwrap's own. release gives
+// it back once the command's sandbox has ended.
+func (d *Driver) sessionNetFor(plan Plan, session string) (_ *netns, release func(), _ error) {
+	if plan.SocketMode != SocketLoopback || session == "" || d.probe().sessionNet == "" {
+		return nil, func() {}, nil
+	}
+	d.trace.Mark("session network")
+	n, release, err := d.nets.acquire(session)
+	d.trace.Mark("session network acquired")
+	if err != nil {
+		var full errSessionNetsFull
+		if errors.As(err, &full) {
+			// A capacity limit, not a failure of the sandbox: the host
+			// reports it as resource_exhausted naming the key.
+			return nil, nil, &driverapi.LimitError{Limit: "sandbox.linux.max_session_networks", Value: int64(full.max),
+				Reason: err.Error() + "; forget the sessions that are done, wait for a command to end, or raise the limit"}
+		}
+		return nil, nil, fmt.Errorf("bwrap driver: session network namespace: %w", err)
+	}
+	return n, release, nil
+}
+
+// newLaunch is the starter of a sandbox built for spec, in cgroup cg:
+// with the protected entries' placeholders, the /etc view and the
+// session's network namespace it holds until release, once the sandbox
+// has ended.
+func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driverapi.RunSpec) (_ *launchStarter, release func(), err error) {
+	var releases []func()
+	release = func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			release()
+		}
+	}()
+	prot, releaseProt, err := d.protect(plan)
+	if err != nil {
+		return nil, nil, err
+	}
+	releases = append(releases, releaseProt)
 	plan.prot = prot
-	// The view stays held until the command's sandbox has ended.
 	var releaseEtc func()
 	plan.etcView, releaseEtc = d.useEtcView(plan)
-	defer releaseEtc()
-
-	var ns *netns
-	if plan.SocketMode == SocketLoopback && spec.SessionID != "" && h.sessionNet != "" {
-		// The session's namespace, shared with its other commands; without
-		// a session (or where it cannot be entered) bwrap's own.
-		d.trace.Mark("session network")
-		n, releaseNet, err := d.nets.acquire(spec.SessionID)
-		d.trace.Mark("session network acquired")
-		if err != nil {
-			var full errSessionNetsFull
-			if errors.As(err, &full) {
-				// A capacity limit, not a failure of the sandbox: the
-				// host reports it as resource_exhausted naming the key.
-				return driverapi.Exit{}, &driverapi.LimitError{Limit: "sandbox.linux.max_session_networks", Value: int64(full.max),
-					Reason: err.Error() + "; forget the sessions that are done, wait for a command to end, or raise the limit"}
-			}
-			return driverapi.Exit{}, fmt.Errorf("bwrap driver: session network namespace: %w", err)
-		}
-		defer releaseNet()
-		ns, plan.joinNet = n, true
+	releases = append(releases, releaseEtc)
+	ns, releaseNet, err := d.sessionNetFor(plan, spec.SessionID)
+	if err != nil {
+		return nil, nil, err
 	}
-
+	releases = append(releases, releaseNet)
+	plan.joinNet = ns != nil
 	is := d.initSpecFor(&plan, cg, spec.Tty)
 	init, err := CommandInitArgs(is)
 	if err != nil {
-		return driverapi.Exit{}, err
+		return nil, nil, err
 	}
-	d.trace.Mark("launch")
-	return d.runCommand(ctx, spec, in, streams, &launchStarter{
+	return &launchStarter{
 		pathInfo: pathInfo{tier: tierBwrap, cg: cg, memBytes: plan.MemoryBytes},
-		d:        d, bwrap: h.bwrap, plan: plan, cwd: cwd, init: init, ns: ns,
-	})
+		d:        d, bwrap: d.probe().bwrap, plan: plan, cwd: cwd, init: init, ns: ns,
+	}, release, nil
 }
 
 // initSpecFor is what sandbox-init enforces for plan in cgroup cg, with a

@@ -552,14 +552,8 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 			ps.destroy()
 		}
 	}()
-	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
-	if h.cg.mode != CgroupNone && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUQuotaPercent > 0) {
-		if ps.cg, err = h.cg.create(lim, d.owner); err != nil {
-			return nil, err
-		}
-		if ps.cg.mode == CgroupV1 {
-			go h.cg.primeV1(ps.cg)
-		}
+	if ps.cg, err = d.newCommandCgroup(plan); err != nil {
+		return nil, err
 	}
 	plan.prot = nil
 	plan.prepared = true
@@ -568,14 +562,11 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	if ps.roots, err = rootIDs(plan); err != nil {
 		return nil, err
 	}
-	var ns *netns
-	if plan.SocketMode == SocketLoopback && session != "" && h.sessionNet != "" {
-		n, release, err := d.nets.acquire(session)
-		if err != nil {
-			return nil, err
-		}
-		ns, plan.joinNet, ps.releaseNet = n, true, release
+	ns, releaseNet, err := d.sessionNetFor(plan, session)
+	if err != nil {
+		return nil, err
 	}
+	ps.releaseNet, plan.joinNet = releaseNet, ns != nil
 	is := d.initSpecFor(&plan, ps.cg, nil)
 	is.Prepared = true
 	init, err := CommandInitArgs(is)

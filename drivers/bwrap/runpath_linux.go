@@ -225,32 +225,47 @@ func (r *runState) exitOf(runCtx context.Context, e ending, dur time.Duration, p
 		// The program never ran: the run's error, not an exit status.
 		return driverapi.Exit{}, notRunError(r.spec, rec)
 	}
+	exit.Usage = usageFrom(e.state, rec, reported)
+	setStatus(&exit, e.state, rec, reported, errors.Is(runCtx.Err(), context.DeadlineExceeded))
+	p.details(&exit)
+	return exit, nil
+}
+
+// usageFrom is the command's resource use: the supervisor's account of
+// the command alone when it reported (reported), else the sandbox
+// process's, which counts bwrap's and sandbox-init's too.
+func usageFrom(state *os.ProcessState, rec sandboxinit.Status, reported bool) driverapi.ResourceUsage {
+	if reported {
+		return usageOf(rec)
+	}
+	ru, ok := state.SysUsage().(*syscall.Rusage)
+	if !ok || ru == nil {
+		return driverapi.ResourceUsage{}
+	}
+	return driverapi.ResourceUsage{
+		MaxRSSKB: int64(ru.Maxrss), // int32 on 32-bit targets
+		UserMS:   int64(ru.Utime.Sec)*1000 + int64(ru.Utime.Usec)/1000,
+		SystemMS: int64(ru.Stime.Sec)*1000 + int64(ru.Stime.Usec)/1000,
+	}
+}
+
+// setStatus sets exit's code, signal and timeout from how the command
+// ended: the sandbox process's state (nil: not waited for), the
+// supervisor's record (reported), and whether the timeout expired.
+func setStatus(exit *driverapi.Exit, state *os.ProcessState, rec sandboxinit.Status, reported, deadline bool) {
 	var ws syscall.WaitStatus
-	if e.state != nil {
-		ws, _ = e.state.Sys().(syscall.WaitStatus)
+	if state != nil {
+		ws, _ = state.Sys().(syscall.WaitStatus)
 	}
 	switch {
-	case reported:
-		// The command's own use, without bwrap's and sandbox-init's.
-		exit.Usage = usageOf(rec)
-	default:
-		if ru, ok := e.state.SysUsage().(*syscall.Rusage); ok && ru != nil {
-			exit.Usage = driverapi.ResourceUsage{
-				MaxRSSKB: int64(ru.Maxrss), // int32 on 32-bit targets
-				UserMS:   int64(ru.Utime.Sec)*1000 + int64(ru.Utime.Usec)/1000,
-				SystemMS: int64(ru.Stime.Sec)*1000 + int64(ru.Stime.Usec)/1000,
-			}
-		}
-	}
-	switch {
-	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && e.state != nil && ws.Signaled():
+	case deadline && state != nil && ws.Signaled():
 		// Killed by the timeout (a command that ended by itself just as
 		// the deadline passed keeps its own status).
 		exit.TimedOut, exit.ExitCode, exit.Signal = true, 128+int32(unix.SIGKILL), int32(unix.SIGKILL)
 	case reported:
 		// The command's own wait status, from sandbox-init: death by a
 		// signal, told apart from an exit status of 128+N.
-		setWaitStatus(&exit, unix.WaitStatus(rec.Wait))
+		setWaitStatus(exit, unix.WaitStatus(rec.Wait))
 	case ws.Signaled():
 		exit.Signal = int32(ws.Signal())
 		exit.ExitCode = 128 + exit.Signal
@@ -263,8 +278,6 @@ func (r *runState) exitOf(runCtx context.Context, e ending, dur time.Duration, p
 			exit.Signal = c - 128
 		}
 	}
-	p.details(&exit)
-	return exit, nil
 }
 
 // commandIO is a command's stdio: the sandbox's ends, which its starter
