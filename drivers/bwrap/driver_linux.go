@@ -399,14 +399,14 @@ func (d *Driver) sessionNetFor(plan Plan, session string) (_ *netns, release fun
 // has ended.
 func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driverapi.RunSpec) (_ *launchStarter, release func(), err error) {
 	var releases []func()
-	release = func() {
+	releaseAll := func() {
 		for i := len(releases) - 1; i >= 0; i-- {
 			releases[i]()
 		}
 	}
 	defer func() {
 		if err != nil {
-			release()
+			releaseAll()
 		}
 	}()
 	prot, releaseProt, err := d.protect(plan)
@@ -432,7 +432,7 @@ func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driver
 	return &launchStarter{
 		pathInfo: pathInfo{tier: tierBwrap, cg: cg, memBytes: plan.MemoryBytes},
 		d:        d, bwrap: d.probe().bwrap, plan: plan, cwd: cwd, init: init, ns: ns,
-	}, release, nil
+	}, releaseAll, nil
 }
 
 // initSpecFor is what sandbox-init enforces for plan in cgroup cg, with a

@@ -802,6 +802,7 @@ func (s *handoverStarter) start(ctx, runCtx context.Context, r *runState) (err e
 
 func (s *handoverStarter) wait(runCtx context.Context) ending {
 	ps := s.ps
+	defer s.d.trace.Mark("status")
 	life, proc := ps.sb.life, ps.sb.process()
 	// The supervisor's status record means that nothing of the command
 	// runs any more and its output is complete (sandboxinit/status.go):
@@ -827,8 +828,6 @@ func (s *handoverStarter) wait(runCtx context.Context) ending {
 	case rep := <-status:
 		if rep.ok && rep.st.Alone {
 			s.reported = true
-			d := s.d
-			d.trace.Mark("status")
 			return ending{rec: rep.st, reported: true}
 		}
 		// No record (the supervisor failed or was killed), or one that
