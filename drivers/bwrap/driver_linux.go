@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/sessionpool"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
 )
@@ -109,7 +110,7 @@ type Driver struct {
 	// progs are the precompiled seccomp programs (seccompfd_linux.go).
 	progs seccompPrograms
 	// nets are the sessions' network namespaces (network none).
-	nets sessionNets
+	nets *sessionpool.Pool[*netns]
 	// pool holds the prepared sandboxes (prepared_linux.go).
 	pool preparedPool
 	// tombs numbers the intents a placeholder's record becomes while the
@@ -167,8 +168,8 @@ func New(cfg Config) (*Driver, error) {
 		cfg.SessionNetworkIdle = DefaultSessionNetworkIdle
 	}
 	d := &Driver{cfg: cfg, log: lg, owner: ownerTag()}
-	d.nets = sessionNets{max: cfg.MaxSessionNetworks, idle: cfg.SessionNetworkIdle,
-		make: func() (*netns, error) { return makeNetns(cfg.DriverBinary, os.Geteuid() != 0) }}
+	d.nets = sessionpool.New(cfg.MaxSessionNetworks, cfg.SessionNetworkIdle,
+		func() (*netns, error) { return makeNetns(cfg.DriverBinary, os.Geteuid() != 0) }, (*netns).close)
 	return d, nil
 }
 
@@ -378,14 +379,14 @@ func (d *Driver) sessionNetFor(plan Plan, session string) (_ *netns, release fun
 		return nil, func() {}, nil
 	}
 	d.trace.Mark("session network")
-	n, release, err := d.nets.acquire(session)
+	n, release, err := d.nets.Acquire(session)
 	d.trace.Mark("session network acquired")
 	if err != nil {
-		var full errSessionNetsFull
+		var full *sessionpool.FullError
 		if errors.As(err, &full) {
 			// A capacity limit, not a failure of the sandbox: the host
 			// reports it as resource_exhausted naming the key.
-			return nil, nil, &driverapi.LimitError{Limit: "sandbox.linux.max_session_networks", Value: int64(full.max),
+			return nil, nil, &driverapi.LimitError{Limit: "sandbox.linux.max_session_networks", Value: int64(full.Max),
 				Reason: err.Error() + "; forget the sessions that are done, wait for a command to end, or raise the limit"}
 		}
 		return nil, nil, fmt.Errorf("bwrap driver: session network namespace: %w", err)
