@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
 )
 
@@ -40,9 +41,9 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	baseline := cfg.SessionBaseline()
 	baseline.SpawnSubprocess = baseline.SpawnSubprocess || *allowSpawn
 	if *allowNet != "" {
-		net, err := parseNet(*allowNet)
+		net, err := alephsandbox.ParseNet(*allowNet, nil)
 		if err != nil {
-			return fail(io.Err, "mcp: --allow-net: %s", oneLine(err.Error()))
+			return fail(io.Err, "mcp: --allow-net: %s", oneLine(requestReason(err)))
 		}
 		baseline.Network = net
 	}
