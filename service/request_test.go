@@ -1,12 +1,14 @@
 package service
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
 )
 
 // net_hosts carries the host list one host per entry: the command gets
@@ -41,5 +43,35 @@ func TestExecuteNetHosts(t *testing.T) {
 	}
 	if n := h.executed[1].Capabilities.Network; !slices.Equal(n.Hosts, []string{"b.example", "c.example:80"}) {
 		t.Fatalf("net control: %+v", n)
+	}
+}
+
+// An Approve with once is a yes for that command only
+// (ApprovalApprovedOnce, which the pipeline keeps no grant of); without
+// once it is the plain yes the pipeline keeps, and not approved is no.
+func TestBrokerApproveOnce(t *testing.T) {
+	for _, c := range []struct {
+		approved, once bool
+		want           driverapi.ApprovalOutcome
+	}{
+		{true, true, driverapi.ApprovalApprovedOnce},
+		{true, false, driverapi.ApprovalApproved},
+		{false, true, driverapi.ApprovalDenied},
+	} {
+		b := NewBroker(false, nil)
+		asked := make(chan *hostv1.ApprovalRequest, 1)
+		ctx := withOwnApprover(context.Background(), func(r *hostv1.ApprovalRequest) error { asked <- r; return nil })
+		got := make(chan driverapi.ApprovalOutcome, 1)
+		go func() {
+			o, _ := b.RequestApproval(ctx, driverapi.ApprovalRequest{SessionID: "s", Program: "/bin/true"})
+			got <- o
+		}()
+		r := <-asked
+		if !b.answer(r.GetId(), c.approved, c.once) {
+			t.Fatalf("%+v: the request was not pending", c)
+		}
+		if o := <-got; o != c.want {
+			t.Errorf("approved %v once %v: %v, want %v", c.approved, c.once, o, c.want)
+		}
 	}
 }

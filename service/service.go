@@ -609,7 +609,7 @@ func (s *Server) Approve(_ context.Context, req *connect.Request[hostv1.ApproveR
 	if req.Msg.GetId() == "" {
 		return nil, invalid("id", "required")
 	}
-	if !s.broker.answer(req.Msg.GetId(), req.Msg.GetApproved()) {
+	if !s.broker.answer(req.Msg.GetId(), req.Msg.GetApproved(), req.Msg.GetOnce()) {
 		return nil, withDetail(connect.CodeNotFound, fmt.Errorf("no pending approval request %q (answered, timed out, or never asked)", req.Msg.GetId()),
 			&hostv1.ErrorDetail{ReasonCode: "approval_unknown", Field: "id"})
 	}

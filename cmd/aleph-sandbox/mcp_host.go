@@ -50,7 +50,11 @@ func (h *mcpHost) Execute(ctx context.Context, cmd core.Command) (*core.Output, 
 			// (a question goes back to the client as the call's result).
 			o, _ := h.approve.RequestApproval(ctx, driverapi.ApprovalRequest{SessionID: r.GetSession(), CommandID: r.GetCommandId(),
 				Program: prog, Args: args, Summary: r.GetSummary(), Requested: mcpCapsFrom(r.GetRequested())})
-			if _, err := h.c.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: r.GetId(), Approved: o == driverapi.ApprovalApproved})); err != nil && ctx.Err() == nil {
+			// A yes of this server's baseline is for this call only
+			// (once): the service keeps no grant of it for the session.
+			ans := &hostv1.ApproveRequest{Id: r.GetId(), Approved: o == driverapi.ApprovalApproved || o == driverapi.ApprovalApprovedOnce,
+				Once: o == driverapi.ApprovalApprovedOnce}
+			if _, err := h.c.Approve(ctx, connect.NewRequest(ans)); err != nil && ctx.Err() == nil {
 				return nil, h.callError(err, "")
 			}
 		case *hostv1.ExecuteResponse_Result:

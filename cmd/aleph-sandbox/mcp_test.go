@@ -11,6 +11,8 @@ import (
 
 // `mcp --host` takes a unix:PATH and none of the flags that choose an
 // in-process pipeline; each mistake is refused before any serving.
+// (--allow-spawn and --allow-net apply, for each call only:
+// TestMCPHostBaselineIsForTheCallOnly.)
 func TestMCPHostFlags(t *testing.T) {
 	for name, c := range map[string]struct {
 		args []string
@@ -21,9 +23,6 @@ func TestMCPHostFlags(t *testing.T) {
 		"with config":  {[]string{"mcp", "--host", "unix:/x.sock", "--config", "c.toml"}, "--config does not apply with --host"},
 		"with driver":  {[]string{"mcp", "--host", "unix:/x.sock", "--driver", "bwrap"}, "--driver does not apply with --host"},
 		"bad baseline": {[]string{"mcp", "--host", "unix:/x.sock", "--allow-net", ",,"}, "--allow-net"},
-		// A server's baseline would become the session's lasting grant.
-		"allow-spawn": {[]string{"mcp", "--host", "unix:/x.sock", "--allow-spawn"}, "--allow-spawn and --allow-net do not apply with --host"},
-		"allow-net":   {[]string{"mcp", "--host", "unix:/x.sock", "--allow-net", "example.com"}, "--allow-spawn and --allow-net do not apply with --host"},
 	} {
 		r := cli(t, "", false, c.args...)
 		if r.code == 0 || !strings.Contains(r.stderr, c.want) || r.stdout != "" {

@@ -211,8 +211,13 @@ func (a *askedSet) take(req driverapi.ApprovalRequest, responses mcp.InputRespon
 func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
 	// By name and by where the paths lead: a link under the baseline
 	// leads out of it.
+	//
+	// The yes is for this command only: the baseline is this server's,
+	// not the session's, and kept as a grant of the session it would be
+	// lent to every later command of the session, of whatever front end
+	// (mcp --host shares the service's sessions).
 	if core.Covered(req.Requested, a.cfg.Baseline, a.reach) {
-		return driverapi.ApprovalApproved, nil
+		return driverapi.ApprovalApprovedOnce, nil
 	}
 	st, _ := ctx.Value(callKey{}).(*callState)
 	if st == nil || !st.canAsk {

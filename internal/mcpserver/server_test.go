@@ -300,8 +300,10 @@ func TestMCPBaselineDoesNotCoverALinkOutOfIt(t *testing.T) {
 	}
 	a := mcpserver.NewApprover(mcpserver.Config{Baseline: driverapi.Capabilities{FSRead: []string{build}}})
 	for p, want := range map[string]driverapi.ApprovalOutcome{
-		filepath.Join(build, "sub"):   driverapi.ApprovalApproved,
-		filepath.Join(build, "inner"): driverapi.ApprovalApproved,
+		// For the call only: the baseline is the server's, not the
+		// session's (TestMCPHostBaselineIsForTheCallOnly).
+		filepath.Join(build, "sub"):   driverapi.ApprovalApprovedOnce,
+		filepath.Join(build, "inner"): driverapi.ApprovalApprovedOnce,
 		filepath.Join(build, "out"):   driverapi.ApprovalDenied,
 	} {
 		got, err := a.RequestApproval(context.Background(), driverapi.ApprovalRequest{Requested: driverapi.Capabilities{FSRead: []string{p}}})
