@@ -7,6 +7,7 @@ import (
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
+	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // runMCP is `aleph-sandbox mcp`: an MCP server on stdio whose run_command
@@ -91,9 +92,9 @@ func runMCPHost(ctx context.Context, io stdio, addr string, mc mcpserver.Config)
 	if err != nil {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
-	h := &mcpHost{c: hostClient(sock), sock: sock}
+	h := hostclient.NewPipeline(sock, nil)
 	mc.Processes = h
-	h.approve = mcpserver.NewApprover(mc)
+	h.Approve = mcpserver.NewApprover(mc)
 	srv := mcpserver.New(h, mc)
 	// The processes this server started end with it, on the service too.
 	defer srv.Close()
