@@ -183,7 +183,13 @@ func TestMCPServerOnHostEndToEnd(t *testing.T) {
 func TestMCPHostBaselineIsForTheCallOnly(t *testing.T) {
 	h := newServeHarness(t)
 	sock := filepath.Join(t.TempDir(), "run", "s.sock")
-	h.start(t, sock, "")
+	config := ""
+	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "1" {
+		// The claim is the pipeline's, the same in the Landlock tier
+		// (scripts/test-nonamespaces.sh runs it there).
+		config = "[sandbox.linux]\nfallback = \"landlock\"\n"
+	}
+	h.start(t, sock, config)
 	svc := client(sock)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
