@@ -18,8 +18,8 @@ import (
 	"github.com/knadh/koanf/v2"
 	gotoml "github.com/pelletier/go-toml/v2"
 
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/core/internal/inputfile"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // Config is the whole configuration: the [sandbox] table, and [serve] for
