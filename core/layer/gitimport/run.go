@@ -116,7 +116,6 @@ func (r *importRun) run(im *Importer) error {
 		return err
 	}
 
-	r.noteControlFiles()
 	if err := r.readRefs(); err != nil {
 		return err
 	}
@@ -147,6 +146,7 @@ func (r *importRun) run(im *Importer) error {
 		}
 	}
 	r.host = newHostGit(bin, gd)
+	r.noteControlFiles(gd)
 	if r.cat, err = r.host.catFile(r.ctx); err != nil {
 		return err
 	}
@@ -180,20 +180,51 @@ func (r *importRun) initHost(bin, ws, branch string) error {
 }
 
 // noteControlFiles lists what the session wrote in .git that git would
-// take as configuration or programs: never read, never imported.
-func (r *importRun) noteControlFiles() {
-	for _, n := range []string{"config", "config.worktree", "hooks", "info", "commondir", "gitdir", "modules", "worktrees"} {
-		if k := r.upper.kind(n); k != kindAbsent && k != kindWhiteout {
-			r.refuse(".git/"+n, ReasonGitControlNotImported, "the session's "+n+" is never read nor imported: only objects and refs are")
+// take as configuration or programs: never read, never imported, reported
+// so that the user knows (a config byte-identical to the host's, as git
+// init makes it, and hooks' .sample files, which never run, are not).
+func (r *importRun) noteControlFiles(hostGitDir string) {
+	note := func(p, detail string) { r.refuse(".git/"+p, ReasonGitControlNotImported, detail) }
+	present := func(d *upperDir, n string) bool {
+		k := d.kind(n)
+		return k != kindAbsent && k != kindWhiteout
+	}
+	if present(r.upper, "config") {
+		b, k, err := r.upper.read("config", 1<<20)
+		host, herr := os.ReadFile(filepath.Join(hostGitDir, "config"))
+		if err != nil || k != kindFile || herr != nil || !bytes.Equal(b, host) {
+			note("config", "the session's git config is never read nor imported: only objects and refs are")
 		}
+	}
+	for _, n := range []string{"config.worktree", "commondir", "gitdir", "modules", "worktrees"} {
+		if present(r.upper, n) {
+			note(n, "never read nor imported: only objects and refs are")
+		}
+	}
+	if hooks, k := r.upper.sub("hooks"); k == kindDir {
+		names, _ := hooks.names(r.lim.MaxEntries)
+		for _, n := range names {
+			if !strings.HasSuffix(n, ".sample") && present(hooks, n) {
+				note("hooks/"+n, "hooks the session wrote never run and are never imported")
+			}
+		}
+		hooks.Close()
+	} else if k != kindAbsent && k != kindWhiteout {
+		note("hooks", "hooks the session wrote never run and are never imported")
+	}
+	if info, k := r.upper.sub("info"); k == kindDir {
+		if present(info, "attributes") {
+			note("info/attributes", "never read nor imported: attributes could name filters")
+		}
+		info.Close()
 	}
 	if objs, k := r.upper.sub("objects"); k == kindDir {
 		defer objs.Close()
 		if info, k := objs.sub("info"); k == kindDir {
 			defer info.Close()
 			for _, n := range []string{"alternates", "http-alternates"} {
-				if k := info.kind(n); k != kindAbsent && k != kindWhiteout {
-					r.refuse(".git/objects/info/"+n, ReasonGitControlNotImported, "never read: objects are taken from the session's own objects only")
+				if present(info, n) {
+					note("objects/info/"+n, "never read: objects are taken from the session's own objects only")
 				}
 			}
 		}
