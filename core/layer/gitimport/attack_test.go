@@ -85,15 +85,6 @@ mkdir -p .git/info && echo '* filter=x' > .git/info/attributes
 	}
 }
 
-// zlibBytes compresses b.
-func zlibBytes(b []byte) []byte {
-	var buf bytes.Buffer
-	w := zlib.NewWriter(&buf)
-	w.Write(b)
-	w.Close()
-	return buf.Bytes()
-}
-
 // TestImportMalformedObjects: a loose object that does not hash to its
 // name, one that is not zlib, a zlib bomb past the size limit: the branch
 // that needs it is refused, the object never reaches the host, and a

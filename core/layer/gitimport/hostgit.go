@@ -126,15 +126,43 @@ func (h *hostGit) catFile(ctx context.Context) (*catFile, error) {
 	return cf, nil
 }
 
-func (cf *catFile) has(id oid) (bool, error) {
-	if _, err := fmt.Fprintf(cf.in, "%s\n", id); err != nil {
-		return false, &GitError{Args: cf.cmd.Args[1:], Stderr: cf.errb.String(), Err: err}
+// hasMany answers for each of ids whether the host has it. The ids are
+// written while the answers are read, so that neither side waits on a
+// full pipe.
+func (cf *catFile) hasMany(ids []oid) ([]bool, error) {
+	werr := make(chan error, 1)
+	go func() {
+		w := bufio.NewWriter(cf.in)
+		for _, id := range ids {
+			if _, err := fmt.Fprintf(w, "%s\n", id); err != nil {
+				werr <- err
+				return
+			}
+		}
+		werr <- w.Flush()
+	}()
+	out := make([]bool, len(ids))
+	var rerr error
+	for i := range ids {
+		line, err := cf.out.ReadString('\n')
+		if err != nil {
+			rerr = err
+			break
+		}
+		out[i] = !strings.HasSuffix(line, " missing\n")
 	}
-	line, err := cf.out.ReadString('\n')
-	if err != nil {
-		return false, &GitError{Args: cf.cmd.Args[1:], Stderr: cf.errb.String(), Err: err}
+	if rerr != nil {
+		// The writer may be blocked on a git that died: closing its
+		// stdin ends it.
+		_ = cf.in.Close()
 	}
-	return !strings.HasSuffix(line, " missing\n"), nil
+	if err := <-werr; err != nil && rerr == nil {
+		rerr = err
+	}
+	if rerr != nil {
+		return nil, &GitError{Args: cf.cmd.Args[1:], Err: rerr}
+	}
+	return out, nil
 }
 
 func (cf *catFile) close() {

@@ -152,78 +152,91 @@ func (r *importRun) walk(p *refPlan, base layer.GitBase) (reason, detail string,
 	if p.tag {
 		want = 0
 	}
-	stack := []item{{tip, want, ""}}
+	// Breadth first, each level's ids asked of the host in one batch:
+	// one round trip to the host's cat-file per level, not per object.
+	frontier := []item{{tip, want, ""}}
 	seen := map[oid]bool{}
 	var subs []submoduleItem
-	for len(stack) > 0 {
-		it := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if seen[it.id] {
-			continue
+	var stack []item // the next level
+	for len(frontier) > 0 {
+		var level []item
+		for _, it := range frontier {
+			if !seen[it.id] {
+				seen[it.id] = true
+				level = append(level, it)
+			}
 		}
-		seen[it.id] = true
-		has, err := r.cat.has(it.id)
+		frontier = nil
+		ids := make([]oid, len(level))
+		for i, it := range level {
+			ids[i] = it.id
+		}
+		has, err := r.cat.hasMany(ids)
 		if err != nil {
 			return "", "", err
 		}
-		if has {
-			continue
-		}
-		o, err := r.get(it.id)
-		var eo *errObject
-		switch {
-		case errors.Is(err, errMissing):
-			return ReasonMissingObjects, fmt.Sprintf("object %s%s is neither in the session's repository nor in the host's", it.id, pathNote(it.path)), nil
-		case errors.As(err, &eo):
-			return ReasonInvalidObject, fmt.Sprintf("object %s%s: %s", it.id, pathNote(it.path), eo.msg), nil
-		case err != nil:
-			return "", "", err
-		}
-		if it.want != 0 && o.typ != it.want {
-			return ReasonInvalidObject, fmt.Sprintf("object %s%s is a %s where a %s is expected", it.id, pathNote(it.path), o.typ, it.want), nil
-		}
-		p.need = append(p.need, it.id)
-		switch o.typ {
-		case objCommit:
-			tree, parents, err := commitLinks(o.data)
-			if err != nil {
-				return ReasonInvalidObject, fmt.Sprintf("commit %s: %v", it.id, err), nil
+		stack = stack[:0]
+		for i, it := range level {
+			if has[i] {
+				continue
 			}
-			stack = append(stack, item{tree, objTree, ""})
-			for _, pa := range parents {
-				stack = append(stack, item{pa, objCommit, ""})
+			o, err := r.get(it.id)
+			var eo *errObject
+			switch {
+			case errors.Is(err, errMissing):
+				return ReasonMissingObjects, fmt.Sprintf("object %s%s is neither in the session's repository nor in the host's", it.id, pathNote(it.path)), nil
+			case errors.As(err, &eo):
+				return ReasonInvalidObject, fmt.Sprintf("object %s%s: %s", it.id, pathNote(it.path), eo.msg), nil
+			case err != nil:
+				return "", "", err
 			}
-		case objTag:
-			target, typ, err := tagTarget(o.data)
-			if err != nil {
-				return ReasonInvalidObject, fmt.Sprintf("tag %s: %v", it.id, err), nil
+			if it.want != 0 && o.typ != it.want {
+				return ReasonInvalidObject, fmt.Sprintf("object %s%s is a %s where a %s is expected", it.id, pathNote(it.path), o.typ, it.want), nil
 			}
-			stack = append(stack, item{target, typ, ""})
-		case objTree:
-			entries, err := parseTree(o.data)
-			if err != nil {
-				return ReasonInvalidObject, fmt.Sprintf("tree %s: %v", it.id, err), nil
-			}
-			for _, e := range entries {
-				path := e.name
-				if it.path != "" {
-					path = it.path + "/" + e.name
+			p.need = append(p.need, it.id)
+			switch o.typ {
+			case objCommit:
+				tree, parents, err := commitLinks(o.data)
+				if err != nil {
+					return ReasonInvalidObject, fmt.Sprintf("commit %s: %v", it.id, err), nil
 				}
-				switch {
-				case e.mode == "160000":
-					// A gitlink names a commit of another repository:
-					// not an object of this one, never fetched.
-					subs = append(subs, submoduleItem{path, e.mode, e.id})
-				case e.mode == "40000":
-					stack = append(stack, item{e.id, objTree, path})
-				default:
-					if isGitmodules(e.name) {
-						subs = append(subs, submoduleItem{path, e.mode, e.id})
+				stack = append(stack, item{tree, objTree, ""})
+				for _, pa := range parents {
+					stack = append(stack, item{pa, objCommit, ""})
+				}
+			case objTag:
+				target, typ, err := tagTarget(o.data)
+				if err != nil {
+					return ReasonInvalidObject, fmt.Sprintf("tag %s: %v", it.id, err), nil
+				}
+				stack = append(stack, item{target, typ, ""})
+			case objTree:
+				entries, err := parseTree(o.data)
+				if err != nil {
+					return ReasonInvalidObject, fmt.Sprintf("tree %s: %v", it.id, err), nil
+				}
+				for _, e := range entries {
+					path := e.name
+					if it.path != "" {
+						path = it.path + "/" + e.name
 					}
-					stack = append(stack, item{e.id, objBlob, path})
+					switch {
+					case e.mode == "160000":
+						// A gitlink names a commit of another repository:
+						// not an object of this one, never fetched.
+						subs = append(subs, submoduleItem{path, e.mode, e.id})
+					case e.mode == "40000":
+						stack = append(stack, item{e.id, objTree, path})
+					default:
+						if isGitmodules(e.name) {
+							subs = append(subs, submoduleItem{path, e.mode, e.id})
+						}
+						stack = append(stack, item{e.id, objBlob, path})
+					}
 				}
 			}
 		}
+		frontier = append(frontier, stack...)
 	}
 	for _, sm := range subs {
 		same, err := r.hostHasEntry(sm, p, base)
