@@ -122,6 +122,7 @@ func TestImportMalformedObjects(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			must(t, os.Remove(p)) // loose objects are read-only
 			if err := os.WriteFile(p, tc.tamper(orig), 0o444); err != nil {
 				t.Fatal(err)
 			}
