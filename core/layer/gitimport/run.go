@@ -589,14 +589,16 @@ func (r *importRun) get(id oid) (object, error) {
 	var firstErr error
 	if dir, ok := r.loose[id]; ok {
 		o, err := r.readLoose(dir, id)
-		if err == nil {
-			return r.keep(id, o)
-		}
 		var eo *errObject
-		if !errors.As(err, &eo) {
+		switch {
+		case err == nil:
+			return r.keep(id, o)
+		case errors.Is(err, errMissing):
+		case errors.As(err, &eo):
+			firstErr = err
+		default:
 			return object{}, err
 		}
-		firstErr = err
 	}
 	for _, p := range r.packs {
 		off, ok := p.idx[id]
@@ -652,7 +654,11 @@ func (r *importRun) readLoose(dir string, id oid) (object, error) {
 	if err != nil {
 		return object{}, err
 	}
-	if k != kindFile {
+	switch k {
+	case kindFile:
+	case kindAbsent, kindWhiteout:
+		return object{}, errMissing // pruned by the session's gc
+	default:
 		return object{}, badObject("loose object is %s", k)
 	}
 	return parseLoose(b, id, r.lim.MaxObjectSize)
