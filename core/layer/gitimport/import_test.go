@@ -4,6 +4,7 @@ package gitimport
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -237,4 +238,22 @@ func TestImportHostGitNotDirectory(t *testing.T) {
 		t.Fatalf("host main moved: %s", got)
 	}
 	_ = context.Background
+}
+
+// TestImportHostFailureIsError: a host branch locked by another git (a
+// stale main.lock) makes the import fail with the host git's error, not a
+// conflict blamed on the session; nothing is moved.
+func TestImportHostFailureIsError(t *testing.T) {
+	requireGit(t)
+	s := newScenario(t, hostRepo)
+	s.session(t, "echo s >> a.txt && git commit -qam session")
+	writeFile(t, filepath.Join(s.host, ".git/refs/heads/main.lock"), "")
+	_, err := (&Importer{}).Import(context.Background(), s.importReq("s1"))
+	var ge *GitError
+	if !errors.As(err, &ge) || !strings.Contains(ge.Stderr, "main.lock") {
+		t.Fatalf("err %v", err)
+	}
+	if sh(t, s.host, "git rev-parse main") != s.base.Refs["refs/heads/main"] {
+		t.Fatal("main moved")
+	}
 }

@@ -25,18 +25,20 @@ func (r *importRun) hostRef(ref string) (string, error) {
 // old value makes the update atomic against a concurrent change on the
 // host. moved is false when the host's ref was not old any more.
 func (r *importRun) setRef(ref, new, old string) (moved bool, err error) {
-	if old == "" {
-		old = zeroID
+	expect := old
+	if expect == "" {
+		expect = zeroID
 	}
-	_, err = r.host.run(r.ctx, nil, "update-ref", "-m", "aleph-sandbox: import from session "+r.req.Session, "--", ref, new, old)
-	if err != nil {
-		var ge *GitError
-		if errors.As(err, &ge) && ge.exitCode() > 0 && r.ctx.Err() == nil {
-			return false, nil
-		}
-		return false, err
+	_, err = r.host.run(r.ctx, nil, "update-ref", "-m", "aleph-sandbox: import from session "+r.req.Session, "--", ref, new, expect)
+	if err == nil {
+		return true, nil
 	}
-	return true, nil
+	// A ref the host moved meanwhile is a conflict; any other failure
+	// (a stale lock, a full disk) is the host's, an error.
+	if hv, herr := r.hostRef(ref); herr == nil && hv != old {
+		return false, nil
+	}
+	return false, err
 }
 
 // conflict keeps the session's commit under its session ref and reports
