@@ -3,6 +3,11 @@
 package gitimport
 
 import (
+	"bytes"
+	"encoding/binary"
+	"encoding/hex"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -39,4 +44,57 @@ for i in 1 2 3 4 5 6; do sed -i "s/^$((i*100))\$/changed $i/" big.txt && git com
 			sh(t, s.host, "git fsck --strict --no-dangling")
 		})
 	}
+}
+
+// TestImportPackIndexLies: a pack index that names the session's commit
+// at the offset of another object: the object read there does not hash
+// to the name, the branch is refused, and nothing of it reaches the host.
+// The control: the same pack with its true index imports.
+func TestImportPackIndexLies(t *testing.T) {
+	requireGit(t)
+	for _, lie := range []bool{false, true} {
+		s := newScenario(t, hostRepo)
+		s.session(t, "echo s > s.txt && git add s.txt && git commit -qm session && git gc -q")
+		head := sh(t, s.merged, "git rev-parse HEAD")
+		idxs, _ := filepath.Glob(filepath.Join(s.upper, ".git/objects/pack/pack-*.idx"))
+		if len(idxs) != 1 {
+			t.Fatalf("idx %v", idxs)
+		}
+		if lie {
+			b, err := os.ReadFile(idxs[0])
+			must(t, err)
+			n := int(binary.BigEndian.Uint32(b[8+255*4:]))
+			names, offs := b[8+1024:], b[8+1024+24*n:]
+			i := bytes.Index(names[:20*n], mustHex(head)) / 20
+			j := (i + 1) % n
+			oi, oj := offs[4*i:4*i+4], offs[4*j:4*j+4]
+			var tmp [4]byte
+			copy(tmp[:], oi)
+			copy(oi, oj)
+			copy(oj, tmp[:])
+			must(t, os.Remove(idxs[0]))
+			must(t, os.WriteFile(idxs[0], b, 0o444))
+		}
+		res := s.run(t, nil)
+		if !lie {
+			if !updated(res, "refs/heads/main") {
+				t.Fatalf("control: the sound pack did not import: %+v", res)
+			}
+			continue
+		}
+		if !refused(res, "refs/heads/main", ReasonInvalidObject) || updated(res, "refs/heads/main") {
+			t.Fatalf("result %+v", res)
+		}
+		if exec.Command("git", "--git-dir="+filepath.Join(s.host, ".git"), "cat-file", "-e", head).Run() == nil {
+			t.Fatal("the commit reached the host")
+		}
+	}
+}
+
+func mustHex(s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
