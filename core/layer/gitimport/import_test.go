@@ -257,3 +257,46 @@ func TestImportHostFailureIsError(t *testing.T) {
 		t.Fatal("main moved")
 	}
 }
+
+// TestImportIgnoresCallerGitEnvironment: GIT_DIR, GIT_WORK_TREE,
+// GIT_INDEX_FILE, GIT_OBJECT_DIRECTORY and GIT_CONFIG_* in the calling
+// process's environment do not redirect the host's git: the snapshot and
+// the import are of the workspace's repository, and the repository those
+// variables name is untouched.
+func TestImportIgnoresCallerGitEnvironment(t *testing.T) {
+	requireGit(t)
+	other := filepath.Join(t.TempDir(), "other")
+	must(t, os.MkdirAll(other, 0o755))
+	sh(t, other, "git init -q -b main . && echo o > o.txt && git add o.txt && git commit -qm other")
+	otherMain := sh(t, other, "git rev-parse main")
+	s := newScenario(t, hostRepo)
+	s.session(t, "echo s >> a.txt && git commit -qam session")
+	marker := filepath.Join(t.TempDir(), "marker")
+	t.Setenv("GIT_DIR", filepath.Join(other, ".git"))
+	t.Setenv("GIT_WORK_TREE", other)
+	t.Setenv("GIT_INDEX_FILE", filepath.Join(other, ".git/index"))
+	t.Setenv("GIT_OBJECT_DIRECTORY", filepath.Join(other, ".git/objects"))
+	t.Setenv("GIT_CONFIG_COUNT", "1")
+	t.Setenv("GIT_CONFIG_KEY_0", "core.fsmonitor")
+	t.Setenv("GIT_CONFIG_VALUE_0", "touch "+marker+"; true")
+	base, err := (&Importer{}).Snapshot(context.Background(), s.host)
+	if err != nil || base.Refs["refs/heads/main"] != s.base.Refs["refs/heads/main"] || base.Head != "ref: refs/heads/main" {
+		t.Fatalf("snapshot %+v %v, want %+v", base, err, s.base)
+	}
+	res := s.run(t, nil)
+	if !updated(res, "refs/heads/main") || !res.IndexReset {
+		t.Fatalf("result %+v", res)
+	}
+	for _, k := range []string{"GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE", "GIT_OBJECT_DIRECTORY", "GIT_CONFIG_COUNT"} {
+		os.Unsetenv(k)
+	}
+	if got := sh(t, other, "git rev-parse main"); got != otherMain {
+		t.Fatal("the other repository moved")
+	}
+	if got, want := sh(t, s.host, "git rev-parse main"), sh(t, s.merged, "git rev-parse main"); got != want {
+		t.Fatalf("host main %s, want %s", got, want)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("config from the caller's environment ran")
+	}
+}
