@@ -29,6 +29,14 @@ type refPlan struct {
 	ok       bool
 }
 
+// item is an object the walk reaches, with the type the object linking
+// to it says it has and its path (for trees and blobs).
+type item struct {
+	id   oid
+	want objType
+	path string
+}
+
 // submoduleItem is a gitlink or a .gitmodules blob met in a new tree.
 type submoduleItem struct {
 	path string
@@ -85,7 +93,18 @@ func (r *importRun) importRefs(base layer.GitBase) error {
 		}
 	}
 
-	// Objects: what each ref needs that the host lacks.
+	// Objects: what each ref needs that the host lacks. The session's
+	// loose objects are asked about in one batch first: they are most
+	// of what a session adds, and the walk then rarely waits on the host.
+	if len(plans) > 0 && len(r.loose) > 0 {
+		ids := make([]oid, 0, len(r.loose))
+		for id := range r.loose {
+			ids = append(ids, id)
+		}
+		if err := r.askHostIDs(ids); err != nil {
+			return err
+		}
+	}
 	for _, p := range plans {
 		reason, detail, err := r.walk(p, base)
 		if err != nil {
@@ -143,11 +162,6 @@ func (r *importRun) sessionRef(branch string) string {
 // brought in.
 func (r *importRun) walk(p *refPlan, base layer.GitBase) (reason, detail string, err error) {
 	tip, _ := parseOID(p.new)
-	type item struct {
-		id   oid
-		want objType
-		path string
-	}
 	want := objCommit
 	if p.tag {
 		want = 0
@@ -167,17 +181,12 @@ func (r *importRun) walk(p *refPlan, base layer.GitBase) (reason, detail string,
 			}
 		}
 		frontier = nil
-		ids := make([]oid, len(level))
-		for i, it := range level {
-			ids[i] = it.id
-		}
-		has, err := r.cat.hasMany(ids)
-		if err != nil {
+		if err := r.askHost(level); err != nil {
 			return "", "", err
 		}
 		stack = stack[:0]
-		for i, it := range level {
-			if has[i] {
+		for _, it := range level {
+			if r.hostHas[it.id] {
 				continue
 			}
 			o, err := r.get(it.id)
@@ -252,6 +261,39 @@ func (r *importRun) walk(p *refPlan, base layer.GitBase) (reason, detail string,
 		}
 	}
 	return "", "", nil
+}
+
+// askHost learns whether the host has each object of a level of the walk
+// not asked about before, in one batch.
+func (r *importRun) askHost(level []item) error {
+	ids := make([]oid, 0, len(level))
+	for _, it := range level {
+		ids = append(ids, it.id)
+	}
+	return r.askHostIDs(ids)
+}
+
+func (r *importRun) askHostIDs(ids []oid) error {
+	if r.hostHas == nil {
+		r.hostHas = map[oid]bool{}
+	}
+	var ask []oid
+	for _, id := range ids {
+		if _, known := r.hostHas[id]; !known {
+			ask = append(ask, id)
+		}
+	}
+	if len(ask) == 0 {
+		return nil
+	}
+	has, err := r.cat.hasMany(ask)
+	if err != nil {
+		return err
+	}
+	for i, id := range ask {
+		r.hostHas[id] = has[i]
+	}
+	return nil
 }
 
 func pathNote(p string) string {

@@ -52,6 +52,8 @@ type importRun struct {
 	total     int64          // bytes held in cache
 	resolving map[oid]bool   // ref-deltas being resolved (cycle guard)
 
+	hostHas map[oid]bool // what the host's cat-file said
+
 	sess  sessionRefs
 	keeps []string // .keep files of the packs written
 }
