@@ -64,7 +64,7 @@ func (g *ApprovalGate) Decide(ctx context.Context, req driverapi.ApprovalRequest
 			return driverapi.ApprovalDenied, fmt.Errorf("approval requester failed: %w", a.err)
 		}
 		switch a.o {
-		case driverapi.ApprovalApproved, driverapi.ApprovalDenied, driverapi.ApprovalTimeout:
+		case driverapi.ApprovalApproved, driverapi.ApprovalApprovedOnce, driverapi.ApprovalDenied, driverapi.ApprovalTimeout:
 			return a.o, nil
 		}
 		return driverapi.ApprovalDenied, fmt.Errorf("approval requester gave unknown outcome %d", a.o)

@@ -60,6 +60,11 @@ func (s *WorkspaceSandbox) checkCapabilities(ctx context.Context, r *run, sess *
 		s.persist(sid, func(st *StoredGrants) { mergeGrant(st, grant) })
 		r.rec.Reason = ReasonApprovalGranted
 		return nil
+	case outcome == driverapi.ApprovalApprovedOnce:
+		// This command only: nothing is kept, in memory or in the grant
+		// store, so the next command asking the same is asked again.
+		r.rec.Reason = ReasonApprovalGrantedOnce
+		return nil
 	case outcome == driverapi.ApprovalTimeout:
 		return &DeniedError{Code: ReasonApprovalTimeout, Reason: fmt.Sprintf("%s: no answer within %ds (sandbox.approval_timeout_seconds)", req.Summary, s.cfg.Sandbox.ApprovalTimeoutSeconds)}
 	}

@@ -18,8 +18,8 @@ import (
 	"github.com/knadh/koanf/v2"
 	gotoml "github.com/pelletier/go-toml/v2"
 
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/core/internal/inputfile"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // Config is the whole configuration: the [sandbox] table, and [serve] for
@@ -282,11 +282,13 @@ const EnvPrefix = "ALEPH_SANDBOX_SANDBOX__"
 
 // isOtherEnvVar reports the ALEPH_SANDBOX_ variables that are not
 // configuration overrides: the CLI's log level and destination, the
-// driver lookup directory, and the start-up trace (internal/starttrace).
+// driver lookup directory, the start-up trace (internal/starttrace), and
+// the bearer token the Python and TypeScript clients send over TCP (a
+// shell that exports it for its clients must still run serve and exec).
 func isOtherEnvVar(name string) bool {
 	switch name {
 	case "ALEPH_SANDBOX_LOG", "ALEPH_SANDBOX_LOG_FILE", "ALEPH_SANDBOX_PLUGIN_DIR", "ALEPH_SANDBOX_HOST", "ALEPH_SANDBOX_LOG_FORMAT",
-		"ALEPH_SANDBOX_TRACE":
+		"ALEPH_SANDBOX_TRACE", "ALEPH_SANDBOX_TOKEN":
 		return true
 	}
 	return false

@@ -204,7 +204,7 @@ func TestConfigRefusals(t *testing.T) {
 	// Controls: the variables that are not overrides are accepted beside a
 	// correct override, which applies.
 	cfg, err := loadConfig("", []string{"ALEPH_SANDBOX_LOG=debug", "ALEPH_SANDBOX_LOG_FILE=/tmp/x.log",
-		"ALEPH_SANDBOX_PLUGIN_DIR=/opt/p", "ALEPH_SANDBOX_SANDBOX__DEFAULT_TIMEOUT_SECONDS=5", "ALEPHX=1"})
+		"ALEPH_SANDBOX_PLUGIN_DIR=/opt/p", "ALEPH_SANDBOX_TOKEN=0123456789abcdef", "ALEPH_SANDBOX_SANDBOX__DEFAULT_TIMEOUT_SECONDS=5", "ALEPHX=1"})
 	if err != nil || cfg.Sandbox.DefaultTimeoutSeconds != 5 {
 		t.Fatalf("known variables: %v, timeout %d", err, cfg.Sandbox.DefaultTimeoutSeconds)
 	}

@@ -19,6 +19,7 @@ const (
 	ReasonAllowed                 ReasonCode = "allowed"
 	ReasonHookWarned              ReasonCode = "hook_warned"
 	ReasonApprovalGranted         ReasonCode = "approval_granted"
+	ReasonApprovalGrantedOnce     ReasonCode = "approval_granted_once"
 	ReasonGrantCached             ReasonCode = "grant_cached"
 	ReasonInvalidCommand          ReasonCode = "invalid_command"
 	ReasonCwdOutsideWorkspace     ReasonCode = "cwd_outside_workspace"

@@ -212,6 +212,43 @@ func TestApprovalApprovedCachesGrant(t *testing.T) {
 	}
 }
 
+// An approval for this command only runs the command and keeps nothing:
+// the next command of the session asking the same is asked again, and
+// no grant is listed. Control: the same command ran (the driver saw it).
+func TestApprovalApprovedOnceKeepsNoGrant(t *testing.T) {
+	ap := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApprovedOnce}
+	h := newHarness(t, testConfig(t), nil, WithApprovalRequester(ap))
+	ctx := WithSession(context.Background(), "once")
+	spawn := driverapi.Capabilities{SpawnSubprocess: true}
+	for i := 1; i <= 2; i++ {
+		if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: spawn}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if r := h.sink.last(t); r.Reason != ReasonApprovalGrantedOnce {
+			t.Fatalf("call %d: audit %+v", i, r)
+		}
+		if n := len(ap.Requests()); n != i {
+			t.Fatalf("call %d: %d approval requests, want %d (a once-approval was kept)", i, n, i)
+		}
+	}
+	if h.fake.Runs() != 2 {
+		t.Fatalf("%d runs, want 2", h.fake.Runs())
+	}
+	if g := h.sb.Grants("once"); len(g.Grants) != 0 {
+		t.Fatalf("grants kept: %+v", g.Grants)
+	}
+	// Control: a plain yes is kept, and the next call is not asked.
+	ap.Outcome = driverapi.ApprovalApproved
+	for i := 0; i < 2; i++ {
+		if _, err := h.sb.Execute(ctx, Command{Program: "echo", Capabilities: spawn}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := len(ap.Requests()); n != 3 {
+		t.Fatalf("control: %d approval requests, want 3", n)
+	}
+}
+
 func TestApprovalDeniedAndTimeout(t *testing.T) {
 	net := driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}
 	cases := []struct {

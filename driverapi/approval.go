@@ -11,6 +11,12 @@ const (
 	ApprovalApproved
 	// ApprovalTimeout: nobody answered in time.
 	ApprovalTimeout
+	// ApprovalApprovedOnce: yes, for this command only. The pipeline
+	// keeps an ApprovalApproved as a grant of the session (a later
+	// command asking no more is not asked); this one it does not keep,
+	// so an approver whose yes is its own (a front end's baseline, not
+	// the session's) lends it to no later command.
+	ApprovalApprovedOnce
 )
 
 func (o ApprovalOutcome) String() string {
@@ -21,6 +27,8 @@ func (o ApprovalOutcome) String() string {
 		return "denied"
 	case ApprovalTimeout:
 		return "timeout"
+	case ApprovalApprovedOnce:
+		return "approved once"
 	}
 	return "unknown"
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the system packages aleph-sandbox and its tests use (Debian/Ubuntu).
 set -euo pipefail
-pkgs="bubblewrap protobuf-compiler iproute2 curl"
+# openssl: the client tests make their TLS certificates with it.
+pkgs="bubblewrap protobuf-compiler iproute2 curl openssl"
 sudo=""
 [ "$(id -u)" = 0 ] || sudo="sudo"
 export DEBIAN_FRONTEND=noninteractive

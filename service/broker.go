@@ -22,7 +22,7 @@ type Broker struct {
 
 	mu      sync.Mutex
 	subs    map[chan *hostv1.ApprovalRequest]struct{}
-	pending map[string]chan bool
+	pending map[string]chan driverapi.ApprovalOutcome
 	closed  chan struct{}
 	once    sync.Once
 }
@@ -31,7 +31,7 @@ type Broker struct {
 // set, gives each request the session's current policy digest.
 func NewBroker(autoApprove bool, digest func(session string) string) *Broker {
 	return &Broker{autoApprove: autoApprove, digest: digest,
-		subs: map[chan *hostv1.ApprovalRequest]struct{}{}, pending: map[string]chan bool{}, closed: make(chan struct{})}
+		subs: map[chan *hostv1.ApprovalRequest]struct{}{}, pending: map[string]chan driverapi.ApprovalOutcome{}, closed: make(chan struct{})}
 }
 
 // SetDigest sets the digest source once the runtime exists (the runtime
@@ -65,13 +65,23 @@ func (b *Broker) subscribe() (chan *hostv1.ApprovalRequest, func()) {
 	}
 }
 
-func (b *Broker) answer(id string, approved bool) bool {
+// answer delivers a client's answer to request id: approved and once
+// (ApproveRequest.once) is a yes for that command only, which the
+// pipeline does not keep as a grant of the session.
+func (b *Broker) answer(id string, approved, once bool) bool {
 	b.mu.Lock()
 	ch, ok := b.pending[id]
 	delete(b.pending, id)
 	b.mu.Unlock()
 	if ok {
-		ch <- approved // buffered: the asker may have given up already
+		o := driverapi.ApprovalDenied
+		switch {
+		case approved && once:
+			o = driverapi.ApprovalApprovedOnce
+		case approved:
+			o = driverapi.ApprovalApproved
+		}
+		ch <- o // buffered: the asker may have given up already
 	}
 	return ok
 }
@@ -92,7 +102,7 @@ func (b *Broker) RequestApproval(ctx context.Context, req driverapi.ApprovalRequ
 		Argv: append([]string{req.Program}, req.Args...), Summary: req.Summary,
 		Requested: capsMsg(req.Requested), Baseline: capsMsg(req.Baseline),
 	}
-	answer := make(chan bool, 1)
+	answer := make(chan driverapi.ApprovalOutcome, 1)
 	b.mu.Lock()
 	if b.digest != nil {
 		msg.PolicyDigest = b.digest(req.SessionID)
@@ -127,11 +137,8 @@ func (b *Broker) RequestApproval(ctx context.Context, req driverapi.ApprovalRequ
 		}
 	}
 	select {
-	case ok := <-answer:
-		if ok {
-			return driverapi.ApprovalApproved, nil
-		}
-		return driverapi.ApprovalDenied, nil
+	case o := <-answer:
+		return o, nil
 	case <-ctx.Done():
 		return driverapi.ApprovalTimeout, nil
 	case <-b.closed:

@@ -26,7 +26,6 @@ import (
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
-	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
@@ -205,7 +204,7 @@ func (s *Server) Terminate() {
 // health service.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := handlerOptions(s.limits.MaxRequestBytes)
+	opts := append(handlerOptions(s.limits.MaxRequestBytes), s.sessionHeaderCheck())
 	path, h := hostv1connect.NewServiceHandler(s, opts...)
 	mux.Handle(path, h)
 	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(hostv1connect.ServiceName), opts...))
@@ -216,10 +215,9 @@ func (s *Server) Handler() http.Handler {
 // timeouts from them).
 func (s *Server) Limits() core.ServeLimits { return s.limits }
 
+// checkPath refuses an absolute path p (alephsandbox.Request made it so)
+// that reaches one of the service's own directories.
 func (s *Server) checkPath(field, p string) error {
-	if !filepath.IsAbs(p) {
-		return invalid(field, fmt.Sprintf("%q is not an absolute path (the service cannot know the client's working directory)", p))
-	}
 	c := Canonical(p)
 	for _, d := range s.protected {
 		if Covers(c, d) || Covers(filepath.Clean(p), d) {
@@ -244,7 +242,9 @@ func invalid(field, reason string) *connect.Error {
 		&hostv1.ErrorDetail{ReasonCode: ReasonInvalidRequest, Field: field})
 }
 
-// command turns a request into a core.Command, refusing what is malformed.
+// command turns a request into a core.Command through the one request
+// type (alephsandbox.Request), then refuses what reaches the service's own
+// directories and what is above its ceilings.
 func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
 	if err := checkSession("session", req.GetSession()); err != nil {
 		return core.Command{}, err
@@ -253,91 +253,42 @@ func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
 		return core.Command{}, exhausted("serve.max_output_bytes", s.limits.MaxOutputBytes,
 			fmt.Sprintf("max_output %d is above the server's ceiling", m))
 	}
-	if len(req.GetArgv()) == 0 || req.GetArgv()[0] == "" {
-		return core.Command{}, invalid("argv", "a program is required")
+	cmd, err := alephsandbox.Request{
+		Session: req.GetSession(), Argv: req.GetArgv(), Workspace: req.GetWorkspace(), Cwd: req.GetCwd(),
+		Read: req.GetRead(), Write: req.GetWrite(), Net: req.GetNet(), NetHosts: req.GetNetHosts(),
+		Spawn: req.GetSpawn(), MemoryMB: req.GetMemoryMb(), TimeoutSeconds: req.GetTimeoutSeconds(),
+		MaxOutputBytes: req.GetMaxOutput(), Env: req.GetEnv(), Stdin: req.GetStdin(), Secrets: req.GetSecrets(),
+	}.Command()
+	if err != nil {
+		var re *alephsandbox.RequestError
+		if errors.As(err, &re) {
+			return core.Command{}, invalid(re.Field, re.Reason)
+		}
+		return core.Command{}, invalid("request", err.Error())
 	}
-	caps := driverapi.Capabilities{SpawnSubprocess: req.GetSpawn(), MaxMemoryMB: req.GetMemoryMb()}
-	for i, p := range req.GetRead() {
+	// The paths are absolute and clean now; none may reach the service's
+	// own directories (the request names them in the same order).
+	for i, p := range cmd.Capabilities.FSRead {
 		if err := s.checkPath(fmt.Sprintf("read[%d]", i), p); err != nil {
 			return core.Command{}, err
 		}
-		caps.FSRead = append(caps.FSRead, filepath.Clean(p))
 	}
-	for i, p := range req.GetWrite() {
+	for i, p := range cmd.Capabilities.FSWrite {
 		if err := s.checkPath(fmt.Sprintf("write[%d]", i), p); err != nil {
 			return core.Command{}, err
 		}
-		caps.FSWrite = append(caps.FSWrite, filepath.Clean(p))
 	}
-	net, err := parseNet(req.GetNet())
-	if err != nil {
-		return core.Command{}, invalid("net", err.Error())
-	}
-	caps.Network = net
-	t := req.GetTimeoutSeconds()
-	if t < 0 || t > float64(365*24*3600) || t != t {
-		return core.Command{}, invalid("timeout_seconds", "must be positive (or 0 for the configured default)")
-	}
-	if req.GetMaxOutput() < 0 {
-		return core.Command{}, invalid("max_output", "must be positive (or 0 for the configured budget)")
-	}
-	if len(req.GetStdin()) > driverapi.MaxStdinBytes {
-		return core.Command{}, invalid("stdin", fmt.Sprintf("larger than %d bytes", driverapi.MaxStdinBytes))
-	}
-	for name := range req.GetEnv() {
-		if name == "" || strings.ContainsAny(name, "=\x00") {
-			return core.Command{}, invalid("env", fmt.Sprintf("%q is not a variable name", name))
+	if cmd.Workspace != "" {
+		if err := s.checkPath("workspace", cmd.Workspace); err != nil {
+			return core.Command{}, err
 		}
-	}
-	cmd := core.Command{
-		SessionID:      req.GetSession(),
-		Program:        req.GetArgv()[0],
-		Args:           req.GetArgv()[1:],
-		Cwd:            req.GetCwd(),
-		Capabilities:   caps,
-		Timeout:        time.Duration(t * float64(time.Second)),
-		MaxOutputBytes: req.GetMaxOutput(),
-		Env:            req.GetEnv(),
-		Stdin:          req.GetStdin(),
-		Secrets:        req.GetSecrets(),
 	}
 	if cmd.MaxOutputBytes == 0 && s.limits.DefaultOutputBytes > s.limits.MaxOutputBytes {
 		// The configured budget is above the server's ceiling: the
 		// ceiling is the default here.
 		cmd.MaxOutputBytes = s.limits.MaxOutputBytes
 	}
-	if w := req.GetWorkspace(); w != "" {
-		if err := s.checkPath("workspace", w); err != nil {
-			return core.Command{}, err
-		}
-		cmd.Workspace = filepath.Clean(w)
-	}
 	return cmd, nil
-}
-
-// parseNet reads the net field as the CLI reads --net.
-func parseNet(v string) (driverapi.NetworkPolicy, error) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "none":
-		return driverapi.NetworkPolicy{Mode: driverapi.NetworkNone}, nil
-	case "all":
-		return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}, nil
-	}
-	var hosts []string
-	for _, h := range strings.Split(v, ",") {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			continue
-		}
-		if _, err := proxy.ParseRule(h); err != nil {
-			return driverapi.NetworkPolicy{}, fmt.Errorf("%q: %w", h, err)
-		}
-		hosts = append(hosts, h)
-	}
-	if len(hosts) == 0 {
-		return driverapi.NetworkPolicy{}, fmt.Errorf("%q: want none, all, or HOST[,HOST...]", v)
-	}
-	return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: hosts}, nil
 }
 
 func (s *Server) remember(session string) {
@@ -658,7 +609,7 @@ func (s *Server) Approve(_ context.Context, req *connect.Request[hostv1.ApproveR
 	if req.Msg.GetId() == "" {
 		return nil, invalid("id", "required")
 	}
-	if !s.broker.answer(req.Msg.GetId(), req.Msg.GetApproved()) {
+	if !s.broker.answer(req.Msg.GetId(), req.Msg.GetApproved(), req.Msg.GetOnce()) {
 		return nil, withDetail(connect.CodeNotFound, fmt.Errorf("no pending approval request %q (answered, timed out, or never asked)", req.Msg.GetId()),
 			&hostv1.ErrorDetail{ReasonCode: "approval_unknown", Field: "id"})
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // benchServe is a private `aleph-sandbox serve` that bench starts for its
@@ -81,7 +82,7 @@ func startBenchServe(ctx context.Context, f *runFlags) (*benchServe, error) {
 		return nil, err
 	}
 	go func() { _ = s.cmd.Wait(); close(s.done) }()
-	c := hostClient(s.sock)
+	c := hostclient.Unix(s.sock)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		_, err := c.CheckPolicy(ctx, connect.NewRequest(&hostv1.CheckPolicyRequest{Command: "true"}))
@@ -116,8 +117,8 @@ func (s *benchServe) stop() {
 // roundTrip is one command through the service from this process, over
 // the socket as the language clients send it: the in-service cost.
 func (s *benchServe) roundTrip(ctx context.Context, cmd core.Command) func() string {
-	c := hostClient(s.sock)
-	req := executeRequest(cmd)
+	c := hostclient.Unix(s.sock)
+	req := hostclient.ExecuteRequest(cmd)
 	req.AnswerApprovals = false
 	return func() string {
 		st, err := c.Execute(ctx, connect.NewRequest(req))

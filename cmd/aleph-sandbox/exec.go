@@ -22,6 +22,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
+	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // execResult is the --json object of docs/cli.md. ExitCode and Signal are
@@ -110,7 +111,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 			if err != nil {
 				return execFailureErr(io, f.json, err)
 			}
-			who, err := describeService(sock)
+			who, err := hostclient.Describe(sock)
 			if err != nil {
 				return execFailureErr(io, f.json, err)
 			}

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,6 +20,7 @@ import (
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
+	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // hostEnv names the service `exec` sends its command to when --host is
@@ -45,55 +44,6 @@ func socketPath(addr string) (string, error) {
 	return filepath.Abs(p)
 }
 
-// ServiceOwnerError is a socket served by another user: nothing is sent
-// to it.
-type ServiceOwnerError struct {
-	Socket string
-	UID    uint32
-}
-
-func (e *ServiceOwnerError) Error() string {
-	return fmt.Sprintf("the socket %s is served by uid %d, not by you (uid %d) or root: nothing was sent to it "+
-		"(fix: start aleph-sandbox serve yourself, on a socket in a directory only you can write, such as the default)",
-		e.Socket, e.UID, os.Getuid())
-}
-
-// hostClient speaks to the service over its unix socket, once it has
-// checked who serves it (checkServiceOwner).
-func hostClient(sock string) hostv1connect.ServiceClient {
-	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", sock)
-		if err != nil {
-			return nil, err
-		}
-		if err := checkServiceOwner(c, sock); err != nil {
-			_ = c.Close()
-			return nil, err
-		}
-		return c, nil
-	}}
-	return hostv1connect.NewServiceClient(&http.Client{Transport: tr}, "http://aleph-sandbox")
-}
-
-// executeRequest is cmd as the service takes it.
-func executeRequest(cmd core.Command) *hostv1.ExecuteRequest {
-	c := cmd.Capabilities
-	net := "none"
-	switch c.Network.Mode {
-	case driverapi.NetworkAllowAll:
-		net = "all"
-	case driverapi.NetworkAllowHosts:
-		net = strings.Join(c.Network.Hosts, ",")
-	}
-	return &hostv1.ExecuteRequest{
-		Session: cmd.SessionID, Argv: append([]string{cmd.Program}, cmd.Args...), Workspace: cmd.Workspace,
-		Cwd: cmd.Cwd, Read: c.FSRead, Write: c.FSWrite, Net: net, Spawn: c.SpawnSubprocess,
-		MemoryMb: c.MaxMemoryMB, TimeoutSeconds: cmd.Timeout.Seconds(), MaxOutput: cmd.MaxOutputBytes,
-		Env: cmd.Env, Stdin: cmd.Stdin, AnswerApprovals: true,
-	}
-}
-
 // runExecHost is `exec --host`: the command goes to a running service; the
 // output, the exit statuses and --json are those of in-process exec, and
 // this CLI answers its own approval requests (--yes or the terminal).
@@ -114,9 +64,9 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	if err != nil {
 		return execFailureErr(std, f.json, err)
 	}
-	c := hostClient(sock)
+	c := hostclient.Unix(sock)
 	ask := &approver{yes: f.yes, terminal: std.InIsTerminal || f.stdin, prompt: std.Err, answers: ttyAnswers}
-	req := executeRequest(cmd)
+	req := hostclient.ExecuteRequest(cmd)
 	req.SignalKey = newSignalKey()
 	// Cancelling the call (a closed output pipe, or the grace period after
 	// a signal running out) makes the service kill the command's tree.
@@ -176,7 +126,7 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	var stdout, stderr io.Writer
 	// With --json the output is printed in the result, assembled from the
 	// chunks: the service sends each byte once.
-	var got streamedOutput
+	var got hostclient.Output
 	errTail := tailBuffer{max: 4096}
 	if !f.json {
 		// The same writers as in-process: the terminal filter where a
@@ -251,7 +201,7 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 		_, _ = stdout.Write(res.GetStdout())
 		_, _ = stderr.Write(res.GetStderr())
 	}
-	resOut, resErr := got.whole(res)
+	resOut, resErr := got.Whole(res)
 	out := &core.Output{Stdout: resOut, Stderr: resErr, Backend: res.GetBackend(),
 		CommandID: res.GetCommandId(), Exit: driverapi.Exit{ExitCode: res.GetExitCode(), Signal: res.GetSignal(),
 			TimedOut: res.GetTimedOut(), Truncated: res.GetTruncated(), OOMKilled: res.GetOomKilled(),
@@ -266,11 +216,11 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 
 func hostError(sock string, err error) string {
 	var ce *connect.Error
-	var oe *ServiceOwnerError
+	var oe *hostclient.OwnerError
 	switch {
 	case errors.As(err, &oe):
 		return "exec: " + oe.Error()
-	case errors.As(err, &ce) && ce.Code() == connect.CodeUnavailable && strings.Contains(ce.Message(), "dial"):
+	case hostclient.Unreachable(err):
 		return fmt.Sprintf("exec: no service at %s (start it with aleph-sandbox serve): %s", sock, ce.Message())
 	case reasonOf(err) == service.ReasonServiceStopping:
 		return fmt.Sprintf("exec: the service at %s stopped while the command ran, and killed it", sock)
@@ -285,14 +235,14 @@ func hostError(sock string, err error) string {
 // (with --json, where they are nil, into got), approval requests answered
 // by ask, then the result.
 func receiveExec(ctx context.Context, stream *connect.ServerStreamForClient[hostv1.ExecuteResponse], c hostv1connect.ServiceClient,
-	ask *approver, got *streamedOutput, stdout, stderr io.Writer, onStdinOpen func()) (*hostv1.ExecResult, error) {
+	ask *approver, got *hostclient.Output, stdout, stderr io.Writer, onStdinOpen func()) (*hostv1.ExecResult, error) {
 	defer stream.Close()
 	var res *hostv1.ExecResult
 	for stream.Receive() {
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *hostv1.ExecuteResponse_Output:
 			if stdout == nil {
-				got.add(ev.Output)
+				got.Add(ev.Output)
 				continue
 			}
 			w := stdout
@@ -304,10 +254,8 @@ func receiveExec(ctx context.Context, stream *connect.ServerStreamForClient[host
 			r := ev.ApprovalRequest
 			// Answered aside: the stream is read meanwhile.
 			go func() {
-				prog, args := mcpSplitArgv(r.GetArgv())
-				o, _ := ask.RequestApproval(ctx, driverapi.ApprovalRequest{SessionID: r.GetSession(), CommandID: r.GetCommandId(),
-					Program: prog, Args: args, Summary: r.GetSummary()})
-				_, _ = c.Approve(ctx, connect.NewRequest(&hostv1.ApproveRequest{Id: r.GetId(), Approved: o == driverapi.ApprovalApproved}))
+				o, _ := ask.RequestApproval(ctx, hostclient.ApprovalFrom(r))
+				_, _ = c.Approve(ctx, connect.NewRequest(hostclient.Answer(r.GetId(), o)))
 			}()
 		case *hostv1.ExecuteResponse_StdinOpen:
 			onStdinOpen()
@@ -399,23 +347,7 @@ func untilRunning(ctx context.Context, f func() error) {
 }
 
 // reasonOf is the reason code of a service error.
-func reasonOf(err error) string { return detailOf(err).GetReasonCode() }
-
-// detailOf is a service error's ErrorDetail (nil when it has none).
-func detailOf(err error) *hostv1.ErrorDetail {
-	var ce *connect.Error
-	if !errors.As(err, &ce) {
-		return nil
-	}
-	for _, d := range ce.Details() {
-		if v, derr := d.Value(); derr == nil {
-			if ed, ok := v.(*hostv1.ErrorDetail); ok {
-				return ed
-			}
-		}
-	}
-	return nil
-}
+func reasonOf(err error) string { return hostclient.Reason(err) }
 
 // reasonServiceUnavailable is exec --host's reason code for a service it
 // could not reach, or that went away without a reason of its own.
@@ -425,7 +357,7 @@ const reasonServiceUnavailable = "service_unavailable"
 // the service's own, else service_unavailable when the service could not
 // be reached or the connection broke.
 func hostReason(err error) (code, field string) {
-	if d := detailOf(err); d.GetReasonCode() != "" {
+	if d := hostclient.Detail(err); d.GetReasonCode() != "" {
 		return d.GetReasonCode(), d.GetField()
 	}
 	var ce *connect.Error

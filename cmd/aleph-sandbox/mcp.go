@@ -4,7 +4,10 @@ import (
 	"context"
 	"flag"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
+	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // runMCP is `aleph-sandbox mcp`: an MCP server on stdio whose run_command
@@ -28,23 +31,33 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	if fs.NArg() > 0 {
 		return fail(io.Err, "mcp: unexpected arguments %q (usage: %s)", fs.Args(), usageLine)
 	}
+	var cfg core.Config
 	if *host != "" {
-		return runMCPHost(ctx, io, *host, *cfgPath, *driver, *session, *allowSpawn, *allowNet, *yes)
+		switch {
+		case *cfgPath != "":
+			return fail(io.Err, "mcp: --config does not apply with --host: the service's configuration does")
+		case *driver != "":
+			return fail(io.Err, "mcp: --driver does not apply with --host: the service's driver runs the commands")
+		}
+	} else {
+		var err error
+		if cfg, err = loadConfig(*cfgPath, "", *driver); err != nil {
+			return fail(io.Err, "mcp: %s", oneLine(err.Error()))
+		}
 	}
-	cfg, err := loadConfig(*cfgPath, "", *driver)
-	if err != nil {
-		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
-	}
-	// The configured baseline (sandbox.session.baseline), widened by the
-	// flags.
+	// The configured baseline (sandbox.session.baseline; with --host the
+	// service applies its own), widened by the flags.
 	baseline := cfg.SessionBaseline()
 	baseline.SpawnSubprocess = baseline.SpawnSubprocess || *allowSpawn
 	if *allowNet != "" {
-		net, err := parseNet(*allowNet)
+		net, err := alephsandbox.ParseNet(*allowNet, nil)
 		if err != nil {
-			return fail(io.Err, "mcp: --allow-net: %s", oneLine(err.Error()))
+			return fail(io.Err, "mcp: --allow-net: %s", oneLine(requestReason(err)))
 		}
 		baseline.Network = net
+	}
+	if *host != "" {
+		return runMCPHost(ctx, io, *host, mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion})
 	}
 	mc := mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion}
 	// The baseline goes to the pipeline too: calls within it are not
@@ -68,31 +81,20 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 }
 
 // runMCPHost is `mcp --host`: the service's configuration, driver,
-// baseline and session grants apply; the service's approval requests of
-// run_command calls are asked of the client, or --yes decides.
-func runMCPHost(ctx context.Context, io stdio, addr, cfgPath, driver, session string, allowSpawn bool, allowNet string, yes bool) int {
-	switch {
-	case cfgPath != "":
-		return fail(io.Err, "mcp: --config does not apply with --host: the service's configuration does")
-	case driver != "":
-		return fail(io.Err, "mcp: --driver does not apply with --host: the service's driver runs the commands")
-	case allowSpawn || allowNet != "":
-		// The service keeps every approval it receives as a grant of the
-		// session, and the protocol has no answer meaning "this call
-		// only": a baseline of this server's would become the session's
-		// lasting grant, used later by commands that never had it (an
-		// mcp without the flag, exec --session without --yes).
-		return fail(io.Err, "mcp: --allow-spawn and --allow-net do not apply with --host: the service's baseline (its sandbox.session.baseline) applies, and what a call needs beyond it is asked of the MCP client (or --yes) and kept as a grant of the session; widen the service's baseline instead")
-	}
+// baseline and session grants apply. What a run_command call asks beyond
+// the service's baseline comes back as an approval request: within this
+// server's baseline (--allow-spawn, --allow-net) it is approved for that
+// call only (the service keeps no grant of it, so no later command of the
+// session inherits this server's flags); beyond it the client is asked,
+// or --yes decides, and a yes there is kept as a grant of the session.
+func runMCPHost(ctx context.Context, io stdio, addr string, mc mcpserver.Config) int {
 	sock, err := socketPath(addr)
 	if err != nil {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
-	// No baseline of the server's own (refused above): everything the
-	// service asks about goes to the client, or --yes decides.
-	h := &mcpHost{c: hostClient(sock), sock: sock}
-	mc := mcpserver.Config{Session: session, Fallback: yes, Version: cliVersion, Processes: h}
-	h.approve = mcpserver.NewApprover(mc)
+	h := hostclient.NewPipeline(sock, nil)
+	mc.Processes = h
+	h.Approve = mcpserver.NewApprover(mc)
 	srv := mcpserver.New(h, mc)
 	// The processes this server started end with it, on the service too.
 	defer srv.Close()

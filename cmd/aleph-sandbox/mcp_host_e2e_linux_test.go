@@ -173,3 +173,71 @@ func TestMCPServerOnHostEndToEnd(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestMCPHostBaselineIsForTheCallOnly: `mcp --host --allow-spawn` runs a
+// shell line that forks (its baseline approves the service's question for
+// that call only), and keeps nothing on the service: the session lists no
+// grant, and the next call of the same session through an mcp --host
+// without the flag (whose client cannot be asked) is denied. Control: the
+// server with the flag runs the line again (asked again, approved again).
+func TestMCPHostBaselineIsForTheCallOnly(t *testing.T) {
+	h := newServeHarness(t)
+	sock := filepath.Join(t.TempDir(), "run", "s.sock")
+	config := ""
+	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "1" {
+		// The claim is the pipeline's, the same in the Landlock tier
+		// (scripts/test-nonamespaces.sh runs it there).
+		config = "[sandbox.linux]\nfallback = \"landlock\"\n"
+	}
+	h.start(t, sock, config)
+	svc := client(sock)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const session = "mcp-host-once"
+	connectMCP := func(flags ...string) func(string, map[string]any, any) bool {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), append([]string{"mcp", "--host", "unix:" + sock, "--session", session}, flags...)...)
+		cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+		cmd.Stderr = &lockedBuffer{}
+		// No elicitation handler: the client cannot be asked, so only the
+		// server's baseline (or a kept grant) can approve.
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		if err != nil {
+			t.Fatalf("mcp %q: %v", flags, err)
+		}
+		t.Cleanup(func() { _ = cs.Close() })
+		call, _ := mcpTools(t, ctx, cs)
+		return call
+	}
+	grants := func() int {
+		t.Helper()
+		r, err := svc.Grants(ctx, connect.NewRequest(&hostv1.GrantsRequest{Action: &hostv1.GrantsRequest_List{List: &hostv1.ListGrants{Session: session}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(r.Msg.GetGrants())
+	}
+	// Two commands: the shell must fork for the first.
+	line := map[string]any{"command": "/bin/echo one; /bin/echo two", "spawn": true}
+
+	withFlag := connectMCP("--allow-spawn")
+	var run mcpserver.RunCommandResult
+	if withFlag(mcpserver.ToolRunCommand, line, &run) || run.Stdout != "one\ntwo\n" || run.ExitCode != 0 {
+		t.Fatalf("--allow-spawn: %+v", run)
+	}
+	if n := grants(); n != 0 {
+		t.Fatalf("the server's baseline became %d grant(s) of the session", n)
+	}
+
+	without := connectMCP()
+	if !without(mcpserver.ToolRunCommand, line, &run) || !run.Denied || run.ReasonCode != "approval_denied" {
+		t.Fatalf("the next call without the flag got the elevation: %+v", run)
+	}
+	// Control: the flag's server still runs it, asked again each call.
+	if withFlag(mcpserver.ToolRunCommand, line, &run) || run.Stdout != "one\ntwo\n" {
+		t.Fatalf("--allow-spawn again: %+v", run)
+	}
+	if n := grants(); n != 0 {
+		t.Fatalf("%d grant(s) after the second call", n)
+	}
+}

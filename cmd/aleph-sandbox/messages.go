@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
@@ -12,6 +13,13 @@ import (
 // is named by the flag (or argument) that set it, with the core's reason,
 // never by a Go API name (the error's Hint is for Go callers).
 func userMessage(err error) string {
+	var re *alephsandbox.RequestError
+	if errors.As(err, &re) {
+		if f := flagOfRequestField(re.Field); f != "" {
+			return f + ": " + re.Reason
+		}
+		return "invalid " + re.Field + ": " + re.Reason
+	}
 	var ie *core.InvalidCommandError
 	if errors.As(err, &ie) {
 		if f := flagOfField(ie.Field); f != "" {
@@ -60,4 +68,45 @@ func flagOfField(field string) string {
 		return "--memory"
 	}
 	return ""
+}
+
+// flagOfRequestField is what sets a request field, as
+// alephsandbox.RequestError names it (the service's protocol names), on
+// exec's command line.
+func flagOfRequestField(field string) string {
+	switch field {
+	case "session":
+		return "--session"
+	case "argv":
+		return "PROGRAM"
+	case "workspace":
+		return "--workspace"
+	case "net":
+		return "--net"
+	case "timeout_seconds":
+		return "--timeout"
+	case "max_output":
+		return "--max-output"
+	case "stdin":
+		return "--stdin"
+	case "env":
+		return "--env"
+	}
+	switch {
+	case strings.HasPrefix(field, "read["):
+		return "--read"
+	case strings.HasPrefix(field, "write["):
+		return "--write"
+	}
+	return ""
+}
+
+// requestReason is a request error's reason alone (the caller names the
+// flag), or the error.
+func requestReason(err error) string {
+	var re *alephsandbox.RequestError
+	if errors.As(err, &re) {
+		return re.Reason
+	}
+	return err.Error()
 }

@@ -27,6 +27,7 @@ import (
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
+	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // serveHarness is the real binaries (CLI, bwrap driver, sandbox init) and
@@ -194,12 +195,12 @@ func execute(ctx context.Context, c hostv1connect.ServiceClient, req *hostv1.Exe
 	}
 	o.err = st.Err()
 	if o.wire != nil {
-		var got streamedOutput
+		var got hostclient.Output
 		for _, c := range o.chunks {
-			got.add(c)
+			got.Add(c)
 		}
 		o.result = proto.CloneOf(o.wire)
-		o.result.Stdout, o.result.Stderr = got.whole(o.wire)
+		o.result.Stdout, o.result.Stderr = got.Whole(o.wire)
 	}
 	return o
 }

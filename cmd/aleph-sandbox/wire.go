@@ -18,7 +18,6 @@ import (
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
-	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
@@ -118,77 +117,66 @@ type usageError struct{ msg string }
 
 func (e *usageError) Error() string { return e.msg }
 
-// command turns the flags and the program into a core.Command.
-func (f *runFlags) command(program string, args []string, stdin io.Reader) (core.Command, error) {
-	caps := driverapi.Capabilities{SpawnSubprocess: f.spawn, MaxMemoryMB: f.memoryMB}
-	for _, p := range f.read {
-		abs, err := absPath(p)
-		if err != nil {
-			return core.Command{}, &usageError{fmt.Sprintf("--read %q: %v", p, err)}
-		}
-		caps.FSRead = append(caps.FSRead, abs)
-	}
-	for _, p := range f.write {
-		abs, err := absPath(p)
-		if err != nil {
-			return core.Command{}, &usageError{fmt.Sprintf("--write %q: %v", p, err)}
-		}
-		caps.FSWrite = append(caps.FSWrite, abs)
-	}
-	net, err := parseNet(f.net)
+// request maps the flags and the program onto the one request type
+// (alephsandbox.Request), which every front end shares: the CLI reads
+// only its own syntax here (NAME=VALUE, standard input), and the request
+// validates the rest.
+func (f *runFlags) request(program string, args []string, stdin io.Reader) (alephsandbox.Request, error) {
+	wd, err := os.Getwd()
 	if err != nil {
-		return core.Command{}, err
+		return alephsandbox.Request{}, &usageError{fmt.Sprintf("the current directory: %v", err)}
 	}
-	caps.Network = net
-	if f.timeout < 0 {
-		return core.Command{}, &usageError{"--timeout must be positive"}
-	}
-	if f.maxOutput < 0 {
-		return core.Command{}, &usageError{"--max-output must be positive"}
-	}
-	cmd := core.Command{
-		SessionID:      f.session,
-		Program:        program,
-		Args:           args,
+	req := alephsandbox.Request{
+		Session:        f.session,
+		Argv:           append([]string{program}, args...),
+		Workspace:      f.workspace,
 		Cwd:            f.cwd,
-		Capabilities:   caps,
-		Timeout:        f.timeout,
+		Read:           f.read,
+		Write:          f.write,
+		Net:            f.net,
+		Spawn:          f.spawn,
+		MemoryMB:       f.memoryMB,
+		TimeoutSeconds: f.timeout.Seconds(),
 		MaxOutputBytes: f.maxOutput,
-	}
-	if f.workspace != "" {
-		abs, err := absPath(f.workspace)
-		if err != nil {
-			return core.Command{}, &usageError{fmt.Sprintf("--workspace %q: %v", f.workspace, err)}
-		}
-		cmd.Workspace = abs
+		Dir:            wd,
 	}
 	if len(f.env) > 0 {
-		cmd.Env = map[string]string{}
+		req.Env = map[string]string{}
 		for _, kv := range f.env {
 			name, value, ok := strings.Cut(kv, "=")
 			if !ok || name == "" {
-				return core.Command{}, &usageError{fmt.Sprintf("--env %q: want NAME=VALUE", kv)}
+				return alephsandbox.Request{}, &usageError{fmt.Sprintf("--env %q: want NAME=VALUE", kv)}
 			}
 			if !isPortableEnvName(name) {
-				return core.Command{}, &usageError{fmt.Sprintf("--env %q: %q is not a variable name (letters, digits and _, not starting with a digit)", kv, name)}
+				return alephsandbox.Request{}, &usageError{fmt.Sprintf("--env %q: %q is not a variable name (letters, digits and _, not starting with a digit)", kv, name)}
 			}
-			if _, dup := cmd.Env[name]; dup {
-				return core.Command{}, &usageError{fmt.Sprintf("--env %s given twice", name)}
+			if _, dup := req.Env[name]; dup {
+				return alephsandbox.Request{}, &usageError{fmt.Sprintf("--env %s given twice", name)}
 			}
-			cmd.Env[name] = value
+			req.Env[name] = value
 		}
 	}
 	if f.stdin {
 		data, err := io.ReadAll(io.LimitReader(stdin, driverapi.MaxStdinBytes+1))
 		if err != nil {
-			return core.Command{}, &usageError{fmt.Sprintf("reading standard input: %v", err)}
+			return alephsandbox.Request{}, &usageError{fmt.Sprintf("reading standard input: %v", err)}
 		}
 		if len(data) > driverapi.MaxStdinBytes {
-			return core.Command{}, &usageError{fmt.Sprintf("--stdin: standard input is larger than %d bytes (-i streams it with no limit)", driverapi.MaxStdinBytes)}
+			return alephsandbox.Request{}, &usageError{fmt.Sprintf("--stdin: standard input is larger than %d bytes (-i streams it with no limit)", driverapi.MaxStdinBytes)}
 		}
-		cmd.Stdin = data
+		req.Stdin = data
 	}
-	return cmd, nil
+	return req, nil
+}
+
+// command is the flags and the program as the pipeline's command, through
+// request.
+func (f *runFlags) command(program string, args []string, stdin io.Reader) (core.Command, error) {
+	req, err := f.request(program, args, stdin)
+	if err != nil {
+		return core.Command{}, err
+	}
+	return req.Command()
 }
 
 // isPortableEnvName reports whether name is a POSIX shell variable name,
@@ -213,31 +201,6 @@ func absPath(p string) (string, error) {
 		return "", errors.New("empty path")
 	}
 	return filepath.Abs(p)
-}
-
-// parseNet reads --net: none, all, or a comma-separated host list.
-func parseNet(v string) (driverapi.NetworkPolicy, error) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "none":
-		return driverapi.NetworkPolicy{Mode: driverapi.NetworkNone}, nil
-	case "all":
-		return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}, nil
-	}
-	var hosts []string
-	for _, h := range strings.Split(v, ",") {
-		h = strings.TrimSpace(h)
-		if h == "" {
-			continue
-		}
-		if _, err := proxy.ParseRule(h); err != nil {
-			return driverapi.NetworkPolicy{}, &usageError{fmt.Sprintf("--net %q: %v", h, err)}
-		}
-		hosts = append(hosts, h)
-	}
-	if len(hosts) == 0 {
-		return driverapi.NetworkPolicy{}, &usageError{fmt.Sprintf("--net %q: want none, all, or HOST[,HOST...]", v)}
-	}
-	return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: hosts}, nil
 }
 
 // loadConfig reads --config, or the per-user default file when it exists,

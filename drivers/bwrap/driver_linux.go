@@ -3,7 +3,6 @@
 package bwrap
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -24,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/sessionpool"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
 )
@@ -110,7 +110,7 @@ type Driver struct {
 	// progs are the precompiled seccomp programs (seccompfd_linux.go).
 	progs seccompPrograms
 	// nets are the sessions' network namespaces (network none).
-	nets sessionNets
+	nets *sessionpool.Pool[*netns]
 	// pool holds the prepared sandboxes (prepared_linux.go).
 	pool preparedPool
 	// tombs numbers the intents a placeholder's record becomes while the
@@ -168,8 +168,8 @@ func New(cfg Config) (*Driver, error) {
 		cfg.SessionNetworkIdle = DefaultSessionNetworkIdle
 	}
 	d := &Driver{cfg: cfg, log: lg, owner: ownerTag()}
-	d.nets = sessionNets{max: cfg.MaxSessionNetworks, idle: cfg.SessionNetworkIdle,
-		make: func() (*netns, error) { return makeNetns(cfg.DriverBinary, os.Geteuid() != 0) }}
+	d.nets = sessionpool.New(cfg.MaxSessionNetworks, cfg.SessionNetworkIdle,
+		func() (*netns, error) { return makeNetns(cfg.DriverBinary, os.Geteuid() != 0) }, (*netns).close)
 	return d, nil
 }
 
@@ -318,73 +318,122 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	h := d.probe()
 	if h.tier == tierBwrap {
 		// A sandbox prepared for this profile and session, when one waits.
-		if exit, err, ok := d.runPooled(ctx, plan, cwd, spec, in, streams, &plan.early); ok {
+		if exit, err := d.runPooled(ctx, plan, cwd, spec, in, streams, &plan.early); !errors.Is(err, errNotPooled) {
 			return exit, err
 		}
 	}
 	// The cgroup comes first: on v1 its directories must exist before the
-	// grace period below starts (both need the kernel's cgroup mutex).
-	var cg *commandCgroup
-	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
-	if h.cg.mode != CgroupNone && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUQuotaPercent > 0) {
-		if cg, err = h.cg.create(lim, d.owner); err != nil {
-			return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
-		}
-		defer cg.remove()
-		if cg.mode == CgroupV1 {
-			// The move of bwrap's child into the command's cgroups waits
-			// for an RCU grace period; start one now, so it passes while
-			// the placeholders are made and bwrap starts.
-			go h.cg.primeV1(cg)
-		}
+	// grace period it starts passes (both need the kernel's cgroup mutex).
+	cg, err := d.newCommandCgroup(plan)
+	if err != nil {
+		return driverapi.Exit{}, err
 	}
+	defer cg.remove()
 	if h.tier == tierLandlock {
 		if in != nil {
 			return driverapi.Exit{}, streamUnavailable(spec)
 		}
 		// No bwrap here (tier_linux.go): no placeholders either, the tier
 		// refuses workspaces with protected entries instead.
-		return d.runLandlock(ctx, plan, cwd, cg, spec, streams)
+		return d.runCommand(ctx, spec, in, streams, &tierStarter{
+			pathInfo: pathInfo{tier: tierLandlock, cg: cg, memBytes: plan.MemoryBytes},
+			d:        d, plan: plan, cwd: cwd,
+		})
 	}
-	prot, release, err := d.protect(plan)
+	st, release, err := d.newLaunch(plan, cwd, cg, spec)
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
 	defer release()
+	d.trace.Mark("launch")
+	return d.runCommand(ctx, spec, in, streams, st)
+}
+
+// newCommandCgroup makes the cgroup of one command of plan (or of a
+// prepared sandbox for it), or nil where none is in force.
+func (d *Driver) newCommandCgroup(plan Plan) (*commandCgroup, error) {
+	h := d.probe()
+	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
+	if h.cg.mode == CgroupNone || (lim.MemoryBytes == 0 && lim.Pids == 0 && lim.CPUQuotaPercent == 0) {
+		return nil, nil
+	}
+	cg, err := h.cg.create(lim, d.owner)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: %w", err)
+	}
+	if cg.mode == CgroupV1 {
+		// The move of bwrap's child into the command's cgroups waits for
+		// an RCU grace period; start one now, so it passes while the
+		// placeholders are made and bwrap starts.
+		go h.cg.primeV1(cg)
+	}
+	return cg, nil
+}
+
+// sessionNetFor is the session's network namespace for a command of plan,
+// shared with the session's other commands, or nil: without a session (or
+// where it cannot be entered) the sandbox gets bwrap's own. release gives
+// it back once the command's sandbox has ended.
+func (d *Driver) sessionNetFor(plan Plan, session string) (_ *netns, release func(), _ error) {
+	if plan.SocketMode != SocketLoopback || session == "" || d.probe().sessionNet == "" {
+		return nil, func() {}, nil
+	}
+	d.trace.Mark("session network")
+	n, release, err := d.nets.Acquire(session)
+	d.trace.Mark("session network acquired")
+	if err != nil {
+		var full *sessionpool.FullError
+		if errors.As(err, &full) {
+			// A capacity limit, not a failure of the sandbox: the host
+			// reports it as resource_exhausted naming the key.
+			return nil, nil, &driverapi.LimitError{Limit: "sandbox.linux.max_session_networks", Value: int64(full.Max),
+				Reason: err.Error() + "; forget the sessions that are done, wait for a command to end, or raise the limit"}
+		}
+		return nil, nil, fmt.Errorf("bwrap driver: session network namespace: %w", err)
+	}
+	return n, release, nil
+}
+
+// newLaunch is the starter of a sandbox built for spec, in cgroup cg:
+// with the protected entries' placeholders, the /etc view and the
+// session's network namespace it holds until release, once the sandbox
+// has ended.
+func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driverapi.RunSpec) (_ *launchStarter, release func(), err error) {
+	var releases []func()
+	releaseAll := func() {
+		for i := len(releases) - 1; i >= 0; i-- {
+			releases[i]()
+		}
+	}
+	defer func() {
+		if err != nil {
+			releaseAll()
+		}
+	}()
+	prot, releaseProt, err := d.protect(plan)
+	if err != nil {
+		return nil, nil, err
+	}
+	releases = append(releases, releaseProt)
 	plan.prot = prot
-	// The view stays held until the command's sandbox has ended.
 	var releaseEtc func()
 	plan.etcView, releaseEtc = d.useEtcView(plan)
-	defer releaseEtc()
-
-	var ns *netns
-	if plan.SocketMode == SocketLoopback && spec.SessionID != "" && h.sessionNet != "" {
-		// The session's namespace, shared with its other commands; without
-		// a session (or where it cannot be entered) bwrap's own.
-		d.trace.Mark("session network")
-		n, releaseNet, err := d.nets.acquire(spec.SessionID)
-		d.trace.Mark("session network acquired")
-		if err != nil {
-			var full errSessionNetsFull
-			if errors.As(err, &full) {
-				// A capacity limit, not a failure of the sandbox: the
-				// host reports it as resource_exhausted naming the key.
-				return driverapi.Exit{}, &driverapi.LimitError{Limit: "sandbox.linux.max_session_networks", Value: int64(full.max),
-					Reason: err.Error() + "; forget the sessions that are done, wait for a command to end, or raise the limit"}
-			}
-			return driverapi.Exit{}, fmt.Errorf("bwrap driver: session network namespace: %w", err)
-		}
-		defer releaseNet()
-		ns, plan.joinNet = n, true
+	releases = append(releases, releaseEtc)
+	ns, releaseNet, err := d.sessionNetFor(plan, spec.SessionID)
+	if err != nil {
+		return nil, nil, err
 	}
-
+	releases = append(releases, releaseNet)
+	plan.joinNet = ns != nil
 	is := d.initSpecFor(&plan, cg, spec.Tty)
 	init, err := CommandInitArgs(is)
 	if err != nil {
-		return driverapi.Exit{}, err
+		return nil, nil, err
 	}
-	d.trace.Mark("launch")
-	return d.launch(ctx, h.bwrap, plan, cwd, init, cg, ns, spec, in, streams)
+	return &launchStarter{
+		pathInfo: pathInfo{tier: tierBwrap, cg: cg, memBytes: plan.MemoryBytes},
+		d:        d, bwrap: d.probe().bwrap, plan: plan, cwd: cwd, init: init, ns: ns,
+	}, releaseAll, nil
 }
 
 // initSpecFor is what sandbox-init enforces for plan in cgroup cg, with a
@@ -483,65 +532,56 @@ func envList(env []driverapi.EnvVar) []string {
 	return out
 }
 
-// launch runs bwrap and reports how the command ended; with ns, inside
-// that network namespace (sessionnet_linux.go).
-func (d *Driver) launch(ctx context.Context, bwrapPath string, plan Plan, cwd string, init []string,
-	cg *commandCgroup, ns *netns, spec driverapi.RunSpec, in *driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
-	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
-	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
-	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
+// launchStarter starts a sandbox built for its command: bwrap (or the
+// nsenter chain into the session's network namespace ns) with the
+// command's record on its descriptor.
+type launchStarter struct {
+	pathInfo
+	d     *Driver
+	bwrap string
+	plan  Plan
+	cwd   string
+	init  []string
+	ns    *netns
+	sb    *sandbox
+	done  <-chan sandboxResult
+}
 
-	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
-	defer cancel()
-
-	sb, err := d.newSandbox(runCtx, bwrapPath, plan, cwd, init, cg, ns, commandArgv(spec), envList(spec.Env))
+func (s *launchStarter) start(_, runCtx context.Context, r *runState) error {
+	// runCtx bounds bwrap itself (exec.CommandContext): the timeout
+	// counts the sandbox's setup, which is the command's.
+	sb, err := s.d.newSandbox(runCtx, s.bwrap, s.plan, s.cwd, s.init, s.cg, s.ns, commandArgv(r.spec), envList(r.spec.Env))
 	if err != nil {
-		return driverapi.Exit{}, err
+		return err
 	}
-	defer sb.close()
-	life, cmd := sb.life, sb.cmd
-	if spec.CommandID != "" {
-		defer d.running.add(spec.CommandID, life)()
-		for _, sig := range plan.early {
+	s.sb, s.notif = sb, sb.notif
+	r.attach(&s.pathInfo, sb.life, false)
+	if r.spec.CommandID != "" {
+		for _, sig := range s.plan.early {
 			// Sent while a prepared sandbox's hand-over failed: they wait
 			// on this lifeline for the supervisor, as any sent now would.
-			_ = life.Signal(sig)
+			_ = sb.life.Signal(sig)
 		}
 	}
-	stderrGate := &setupGate{w: stderr, life: life}
-	if len(spec.Stdin) > 0 {
-		cmd.Stdin = bytes.NewReader(spec.Stdin)
-	}
-	var feed *stdinFeed
-	if in != nil {
-		if feed, err = feedStdin(cmd, in.Stdin); err != nil {
-			return driverapi.Exit{}, err
-		}
-		defer feed.stop()
-		if in.Resize != nil {
-			defer followResize(life, in.Resize)()
-		}
-	}
-	cmd.Stdout, cmd.Stderr = stdout, stderrGate
-	start := time.Now()
-	r := <-d.startSandbox(sb, plan, func() {
-		if feed != nil {
-			feed.afterStart()
-		}
-	})
-	dur := time.Since(start)
-	// Cancellation first: a cancel during the v1 hand-over also surfaces
-	// as a failed start, and the caller must see that it cancelled.
-	if ctx.Err() != nil {
-		return driverapi.Exit{}, ctx.Err()
-	}
-	if r.startErr != nil {
-		return driverapi.Exit{}, sb.startError(r.startErr, stderrGate, cg, plan.MemoryBytes)
-	}
-	exit, err := d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, r.err, spec, tierBwrap, plan.MemoryBytes)
-	exit.SpawnRefused = sb.notif.finish()
-	return exit, err
+	sb.cmd.Stdin, sb.cmd.Stdout, sb.cmd.Stderr = r.io.stdin, r.io.stdout, r.io.stderr
+	forked := make(chan struct{})
+	s.done = s.d.startSandbox(sb, s.plan, func() { close(forked) })
+	<-forked
+	return nil
 }
+
+func (s *launchStarter) wait(context.Context) ending {
+	// bwrap is killed when runCtx ends (exec.CommandContext), and every
+	// process of the sandbox with it (its PID namespace).
+	r := <-s.done
+	return ending{state: s.sb.cmd.ProcessState, waitErr: r.err, startErr: r.startErr}
+}
+
+func (s *launchStarter) startError(err error, gate *setupGate) error {
+	return s.sb.startError(err, gate, s.cg, s.memBytes)
+}
+
+func (s *launchStarter) end() { s.sb.close() }
 
 // sandbox is one bwrap (or nsenter chain) about to start or started, with
 // the descriptors it inherits.
@@ -853,68 +893,6 @@ func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan 
 		done <- sandboxResult{err: werr}
 	}()
 	return done
-}
-
-// finishExit reports how a command whose sandbox (bwrap, or sandbox-init
-// itself in the Landlock tier) was cmd ended; waitErr is cmd.Wait's error.
-func (d *Driver) finishExit(runCtx context.Context, cmd *exec.Cmd, life *lifeline, stdout, stderr *driverapi.BudgetWriter,
-	stderrGate *setupGate, dur time.Duration, cg *commandCgroup, waitErr error, spec driverapi.RunSpec, tier string, memBytes uint64) (driverapi.Exit, error) {
-	if !life.Started() && runCtx.Err() == nil && cmd.ProcessState != nil {
-		// bwrap ended without ever running sandbox-init: its setup failed
-		// and the command never started.
-		return driverapi.Exit{}, &SetupError{Status: cmd.ProcessState.String(), Message: stderrGate.message(), Err: cg.setupOOM(memBytes)}
-	}
-	stderrGate.release()
-	exit := outputExit(dur, stdout, stderr)
-	st := cmd.ProcessState
-	if st == nil {
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: wait: %w", waitErr)
-	}
-	ws, _ := st.Sys().(syscall.WaitStatus)
-	rec, reported, _ := life.status()
-	if reported && rec.NotRun != sandboxinit.NotRunNone {
-		// The program never ran: the run's error, not an exit status.
-		return driverapi.Exit{}, notRunError(spec, rec)
-	}
-	switch {
-	case reported:
-		// The command's own use, without bwrap's and sandbox-init's.
-		exit.Usage = usageOf(rec)
-	default:
-		if ru, ok := st.SysUsage().(*syscall.Rusage); ok && ru != nil {
-			exit.Usage = driverapi.ResourceUsage{
-				MaxRSSKB: int64(ru.Maxrss), // int32 on 32-bit targets
-				UserMS:   int64(ru.Utime.Sec)*1000 + int64(ru.Utime.Usec)/1000,
-				SystemMS: int64(ru.Stime.Sec)*1000 + int64(ru.Stime.Usec)/1000,
-			}
-		}
-	}
-	switch {
-	case errors.Is(runCtx.Err(), context.DeadlineExceeded) && ws.Signaled():
-		// Killed by the timeout (a command that ended by itself just as
-		// the deadline passed keeps its own status).
-		exit.TimedOut, exit.ExitCode, exit.Signal = true, 128+int32(unix.SIGKILL), int32(unix.SIGKILL)
-	case reported:
-		// The command's own wait status, from sandbox-init: death by a
-		// signal, told apart from an exit status of 128+N.
-		setWaitStatus(&exit, unix.WaitStatus(rec.Wait))
-	case ws.Signaled():
-		exit.Signal = int32(ws.Signal())
-		exit.ExitCode = 128 + exit.Signal
-	default:
-		exit.ExitCode = int32(ws.ExitStatus())
-		// No report from sandbox-init (it failed, or was killed): bwrap
-		// reports a child killed by signal N as exit status 128+N (the
-		// shell convention), indistinguishable here from an exit 128+N.
-		if c := exit.ExitCode; c > 128 && c <= 128+64 {
-			exit.Signal = c - 128
-		}
-	}
-	exitDetails(&exit, cg, tier)
-	if errors.Is(waitErr, exec.ErrWaitDelay) {
-		d.log.Warn("output pipes still open after the sandbox ended", "command", spec.CommandID)
-	}
-	return exit, nil
 }
 
 // outputExit is an Exit with what the command wrote.

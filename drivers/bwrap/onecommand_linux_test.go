@@ -86,7 +86,7 @@ func TestOneCommandHoldsNoSessionNetwork(t *testing.T) {
 	if nsInode(t, out.String()) == nsInode(t, hostNS) {
 		t.Fatalf("the command ran in the host's network namespace: %q", out)
 	}
-	if held := d.nets.held(); len(held) != 0 {
+	if held := d.heldInodes(); len(held) != 0 {
 		t.Fatalf("one-command driver holds session namespaces %v", held)
 	}
 }

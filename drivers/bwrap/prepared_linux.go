@@ -3,13 +3,11 @@
 package bwrap
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sort"
 	"sync"
@@ -279,18 +277,21 @@ func (p *preparedPool) take(key poolKey) *preparedSandbox {
 	return ps
 }
 
-// runPooled runs spec in a prepared sandbox when it can. ok is false when
-// it did not run the command at all (no sandbox waited, or the hand-over
-// failed before the command started): the caller builds one the usual
-// way.
+// errNotPooled: no prepared sandbox ran the command, which never started
+// (none waited, or the hand-over failed before the command started); the
+// caller builds one the usual way.
+var errNotPooled = errors.New("no prepared sandbox ran the command")
+
+// runPooled runs spec in a prepared sandbox when it can, or returns
+// errNotPooled.
 //
 // early gets the signals the command was sent during a hand-over that
 // failed before its record went out.
 func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driverapi.RunSpec,
-	in *driverapi.StreamInput, streams driverapi.Streams, early *[]syscall.Signal) (exit driverapi.Exit, err error, ok bool) {
+	in *driverapi.StreamInput, streams driverapi.Streams, early *[]syscall.Signal) (driverapi.Exit, error) {
 	mode := d.poolMode()
 	if mode == PreparedOff || !preparable(plan, spec) {
-		return driverapi.Exit{}, nil, false
+		return driverapi.Exit{}, errNotPooled
 	}
 	key := keyFor(spec)
 	ps := d.pool.take(key)
@@ -308,22 +309,27 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 	d.refill(key, plan, spec.SessionID, mode, answered)
 	if ps == nil && mode == PreparedAlways && !d.pool.refusing(key) {
 		// Built for this command: its caller's cancel ends the wait.
+		var err error
 		if ps, err = d.prepare(ctx, key, plan, spec.SessionID); err != nil {
 			d.log.Debug("no prepared sandbox", "error", err)
-			return driverapi.Exit{}, nil, false
+			return driverapi.Exit{}, errNotPooled
 		}
 	}
 	if ps == nil {
-		return driverapi.Exit{}, nil, false
+		return driverapi.Exit{}, errNotPooled
 	}
-	exit, err, ok = d.handOver(ctx, ps, plan, cwd, spec, in, streams)
-	d.pool.noteHandover(key, ok)
-	if !ok {
+	exit, err := d.runCommand(ctx, spec, in, streams, &handoverStarter{
+		pathInfo: pathInfo{tier: tierBwrap, prepared: true, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif},
+		d:        d, ps: ps, plan: plan, cwd: cwd,
+	})
+	var refused *notHandedOver
+	d.pool.noteHandover(key, !errors.As(err, &refused))
+	if refused != nil {
 		d.log.Debug("prepared sandbox refused the hand-over", "error", err)
 		*early = ps.sb.life.takeHeld()
-		return driverapi.Exit{}, nil, false
+		return driverapi.Exit{}, errNotPooled
 	}
-	return exit, err, true
+	return exit, err
 }
 
 // maxRefused is how many hand-overs of a key may fail in a row before the
@@ -546,14 +552,8 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 			ps.destroy()
 		}
 	}()
-	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
-	if h.cg.mode != CgroupNone && (lim.MemoryBytes > 0 || lim.Pids > 0 || lim.CPUQuotaPercent > 0) {
-		if ps.cg, err = h.cg.create(lim, d.owner); err != nil {
-			return nil, err
-		}
-		if ps.cg.mode == CgroupV1 {
-			go h.cg.primeV1(ps.cg)
-		}
+	if ps.cg, err = d.newCommandCgroup(plan); err != nil {
+		return nil, err
 	}
 	plan.prot = nil
 	plan.prepared = true
@@ -562,14 +562,11 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	if ps.roots, err = rootIDs(plan); err != nil {
 		return nil, err
 	}
-	var ns *netns
-	if plan.SocketMode == SocketLoopback && session != "" && h.sessionNet != "" {
-		n, release, err := d.nets.acquire(session)
-		if err != nil {
-			return nil, err
-		}
-		ns, plan.joinNet, ps.releaseNet = n, true, release
+	ns, releaseNet, err := d.sessionNetFor(plan, session)
+	if err != nil {
+		return nil, err
 	}
+	ps.releaseNet, plan.joinNet = releaseNet, ns != nil
 	is := d.initSpecFor(&plan, ps.cg, nil)
 	is.Prepared = true
 	init, err := CommandInitArgs(is)
@@ -694,18 +691,49 @@ func (d *Driver) stale(ps *preparedSandbox, plan Plan) string {
 	return ""
 }
 
-// handOver gives ps the command spec and reports how it ended. ok is false
-// when the command never started (the sandbox is then destroyed).
-func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, cwd string, spec driverapi.RunSpec,
-	in *driverapi.StreamInput, streams driverapi.Streams) (_ driverapi.Exit, _ error, ok bool) {
-	// Until the record is sent the sandbox is this call's alone: whatever
-	// ends the call there (a refusal of the workspace included) ends the
+// notHandedOver: the prepared sandbox did not run the command, which never
+// started (the sandbox is destroyed); the command is run in a sandbox
+// built for it.
+type notHandedOver struct{ err error }
+
+func (e *notHandedOver) Error() string {
+	return "prepared sandbox not handed the command: " + e.err.Error()
+}
+func (e *notHandedOver) Unwrap() error { return e.err }
+
+// handoverStarter hands a command to a prepared sandbox (ps), built for
+// its profile and session: the record with its directory, the protected
+// entries as they are now and its stdio goes on the lifeline, and
+// sandbox-init becomes the command's supervisor.
+type handoverStarter struct {
+	pathInfo
+	d    *Driver
+	ps   *preparedSandbox
+	plan Plan
+	cwd  string
+	// release removes the placeholders of the protected entries; pins
+	// hold their inodes until sandbox-init mounted them; cmdFile is the
+	// command's record.
+	release func()
+	pins    []*os.File
+	cmdFile *os.File
+	// reported: the supervisor's record said nothing of the command runs
+	// any more, and the answer did not wait for bwrap (end tears the
+	// sandbox down in the background).
+	reported bool
+}
+
+func (s *handoverStarter) start(ctx, runCtx context.Context, r *runState) (err error) {
+	d, ps, plan := s.d, s.ps, s.plan
+	// Until the command runs the sandbox is this call's alone: whatever
+	// ends the start there (a refusal of the workspace included) ends the
 	// sandbox, or it would wait on its lifeline for as long as the driver
-	// lives, outside the pool and its caps.
-	handed := false
+	// lives, outside the pool and its caps. It ends before the
+	// placeholders go: part of a record may be out.
 	defer func() {
-		if !ok || !handed {
+		if err != nil {
 			ps.destroy()
+			s.releaseCommand()
 		}
 	}()
 	d.trace.Mark("handOver")
@@ -713,89 +741,69 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		d.pool.mu.Lock()
 		d.pool.stats.Stale++
 		d.pool.mu.Unlock()
-		return driverapi.Exit{}, errors.New(why), false
+		return &notHandedOver{errors.New(why)}
 	}
-	// The protected entries as they are now.
+	// The protected entries as they are now; a refusal is the one a
+	// fresh sandbox would give.
 	prot, release, err := d.protect(plan)
 	if err != nil {
-		// The same refusal a fresh sandbox would give.
-		return driverapi.Exit{}, err, true
+		return err
 	}
-	defer release()
+	s.release = release
 	d.trace.Mark("protected")
 	mounts, pins, err := handoverMounts(prot)
-	defer closeAll(pins)
+	s.pins = pins
 	if err != nil {
-		return driverapi.Exit{}, err, true
+		return err
 	}
-	cmdFile, err := commandMemfd(commandArgv(spec), envList(spec.Env))
+	if s.cmdFile, err = commandMemfd(commandArgv(r.spec), envList(r.spec.Env)); err != nil {
+		return err
+	}
+	life := ps.sb.life
+	if ps.sb.process() == nil {
+		return &notHandedOver{errors.New("the prepared sandbox never started")}
+	}
+	rec, err := sandboxinit.EncodeHandover(sandboxinit.Handover{Cwd: s.cwd, Mounts: mounts})
 	if err != nil {
-		return driverapi.Exit{}, err, true
+		return err
 	}
-	defer cmdFile.Close()
-
-	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
-	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
-	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
-	hio, err := newHandoverIO(spec, in, stdout, stderr)
-	if err != nil {
-		return driverapi.Exit{}, err, true
-	}
-	defer hio.close()
-
-	// The timeout counts from here: the sandbox's own setup was not the
-	// command's time.
-	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
-	defer cancel()
-	life, cmd := ps.sb.life, ps.sb.cmd
-	proc := ps.sb.process()
-	if proc == nil {
-		return driverapi.Exit{}, errors.New("the prepared sandbox never started"), false
-	}
-	rec, err := sandboxinit.EncodeHandover(sandboxinit.Handover{Cwd: cwd, Mounts: mounts})
-	if err != nil {
-		return driverapi.Exit{}, err, true
-	}
-	if spec.CommandID != "" {
+	if r.spec.CommandID != "" {
 		// Registered before the record goes: once it is sent the command
 		// may run (and print, and be signalled) before this goroutine
 		// goes on. A signal sent before the record is held until the
 		// record is out, then waits on the lifeline until the supervisor
 		// reads it, as for a command still being set up.
 		life.holdSignals()
-		defer d.running.add(spec.CommandID, life)()
 	}
-	start := time.Now()
-	if err := life.handOver(rec, []int{int(hio.stdin.Fd()), int(hio.stdout.Fd()), int(hio.stderr.Fd()), int(cmdFile.Fd())}); err != nil {
-		// Part of the record may be out: the sandbox ends before the
-		// placeholders go (the deferred release runs first otherwise).
-		ps.destroy()
-		return driverapi.Exit{}, err, false
+	// Only the command writes to these pipes: the sandbox's bwrap wrote
+	// to its setup buffer.
+	r.attach(&s.pathInfo, life, true)
+	fds := []int{int(r.io.stdin.Fd()), int(r.io.stdout.Fd()), int(r.io.stderr.Fd()), int(s.cmdFile.Fd())}
+	if err := life.handOver(rec, fds); err != nil {
+		return &notHandedOver{err}
 	}
-	handed = true
 	d.trace.Mark("sent")
-	hio.sent()
 	if err := life.awaitReady(runCtx); err != nil {
 		// sandbox-init may have read the record and be starting the
-		// command as this returns: the sandbox ends here, or the command
-		// would run on past its timeout or cancel, unsupervised.
-		ps.destroy()
+		// command as this returns: the sandbox ends (deferred above), or
+		// the command would run on past its timeout or cancel,
+		// unsupervised.
 		switch {
 		case ctx.Err() != nil:
-			return driverapi.Exit{}, ctx.Err(), true
+			return ctx.Err()
 		case runCtx.Err() != nil:
-			// The timeout expired during the hand-over: a timeout, as
-			// during any sandbox's setup.
-			return driverapi.Exit{TimedOut: true, ExitCode: 128 + int32(unix.SIGKILL), Signal: int32(unix.SIGKILL),
-				Duration: time.Since(start), Details: map[string]string{"tier": tierBwrap, "prepared": "1"}}, nil, true
+			return errStartTimedOut
 		}
-		return driverapi.Exit{}, err, false
+		return &notHandedOver{err}
 	}
 	d.trace.Mark("ready")
-	hio.begin()
-	if in != nil && in.Resize != nil {
-		defer followResize(life, in.Resize)()
-	}
+	return nil
+}
+
+func (s *handoverStarter) wait(runCtx context.Context) ending {
+	ps := s.ps
+	defer s.d.trace.Mark("status")
+	life, proc := ps.sb.life, ps.sb.process()
 	// The supervisor's status record means that nothing of the command
 	// runs any more and its output is complete (sandboxinit/status.go):
 	// the answer does not wait for bwrap and the namespaces to go.
@@ -808,72 +816,70 @@ func (d *Driver) handOver(ctx context.Context, ps *preparedSandbox, plan Plan, c
 		st, ok := life.awaitStatus(stop)
 		status <- reported{st, ok}
 	}()
-	var r sandboxResult
-	var rep reported
-	select {
-	case rep = <-status:
-		if rep.ok && rep.st.Alone {
-			break
-		}
-		// No record (the supervisor failed or was killed), or one that
-		// cannot say the sandbox is empty: bwrap's status tells.
-		rep.ok = false
-		select {
-		case r = <-ps.done:
-		case <-runCtx.Done():
-			_ = proc.Kill()
-			r = <-ps.done
-		}
-	case r = <-ps.done:
-	case <-runCtx.Done():
-		_ = proc.Kill()
-		r = <-ps.done
-	}
 	// The waiter ends by itself within one poll: a lifeline closed
 	// meanwhile reads as hung up (status), whatever its descriptor's
 	// number names by then.
-	close(stop)
-	dur := time.Since(start)
-	d.trace.Mark("status")
-	hio.wait()
-	if rep.ok && rep.st.NotRun != sandboxinit.NotRunNone {
-		d.endSandbox(ps)
-		if ctx.Err() != nil {
-			return driverapi.Exit{}, ctx.Err(), true
+	defer close(stop)
+	reaped := func(r sandboxResult) ending {
+		// ps.done's report orders cmd.ProcessState's write before this read.
+		return ending{state: ps.sb.cmd.ProcessState, waitErr: r.err, startErr: r.startErr}
+	}
+	select {
+	case rep := <-status:
+		if rep.ok && rep.st.Alone {
+			s.reported = true
+			return ending{rec: rep.st, reported: true}
 		}
-		return driverapi.Exit{}, notRunError(spec, rep.st), true
-	}
-	if rep.ok {
-		exit := outputExit(dur, stdout, stderr)
-		exit.Usage = usageOf(rep.st)
-		setWaitStatus(&exit, unix.WaitStatus(rep.st.Wait))
-		exitDetails(&exit, ps.cg, tierBwrap) // before the cgroup goes
-		exit.Details["prepared"] = "1"
-		exit.SpawnRefused = ps.sb.notif.finish()
-		d.endSandbox(ps)
-		if ctx.Err() != nil {
-			return driverapi.Exit{}, ctx.Err(), true
+		// No record (the supervisor failed or was killed), or one that
+		// cannot say the sandbox is empty: bwrap's status tells.
+		select {
+		case r := <-ps.done:
+			return reaped(r)
+		case <-runCtx.Done():
+			_ = proc.Kill()
+			return reaped(<-ps.done)
 		}
-		return exit, nil, true
+	case r := <-ps.done:
+		return reaped(r)
+	case <-runCtx.Done():
+		_ = proc.Kill()
+		return reaped(<-ps.done)
 	}
-	// The lifeline last: finishExit reads the command's status from it.
-	defer ps.sb.close()
-	defer ps.cg.remove()
-	defer ps.releaseNet()
-	defer ps.releaseEtc()
-	if ctx.Err() != nil {
-		return driverapi.Exit{}, ctx.Err(), true
+}
+
+func (s *handoverStarter) startError(err error, _ *setupGate) error {
+	return fmt.Errorf("bwrap driver: prepared sandbox: %w", err)
+}
+
+func (s *handoverStarter) end() {
+	ps := s.ps
+	if s.reported {
+		// Torn down in the background: Close and forget_session wait.
+		s.d.endSandbox(ps)
+	} else {
+		// bwrap was reaped (ps.done reported, and reports once): what is
+		// left is released here.
+		ps.destroyed.Do(func() {
+			ps.releaseEtc()
+			ps.releaseNet()
+			ps.cg.remove()
+			ps.sb.close()
+		})
 	}
-	if r.startErr != nil {
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: prepared sandbox: %w", r.startErr), true
+	s.releaseCommand()
+}
+
+// releaseCommand removes what the hand-over made for its command.
+func (s *handoverStarter) releaseCommand() {
+	if s.release != nil {
+		s.release()
+		s.release = nil
 	}
-	gate := &setupGate{w: stderr, life: life, open: true}
-	exit, err := d.finishExit(runCtx, cmd, life, stdout, stderr, gate, dur, ps.cg, r.err, spec, tierBwrap, plan.MemoryBytes)
-	exit.SpawnRefused = ps.sb.notif.finish()
-	if exit.Details != nil {
-		exit.Details["prepared"] = "1"
+	closeAll(s.pins)
+	s.pins = nil
+	if s.cmdFile != nil {
+		s.cmdFile.Close()
 	}
-	return exit, err, true
 }
 
 // handoverMounts are the mounts of pr for a hand-over, in the order
@@ -1007,110 +1013,4 @@ func (l *lifeline) awaitReady(ctx context.Context) error {
 			return fmt.Errorf("prepared sandbox: unexpected record %q", b[0])
 		}
 	}
-}
-
-// handoverIO is the command's stdio for a hand-over: the sandbox's ends
-// (sent with the record) and the driver's (fed and drained here).
-type handoverIO struct {
-	stdin, stdout, stderr *os.File // the sandbox's ends
-	feedW                 *os.File
-	feed                  func() // starts feeding stdin
-	outR, errR            *os.File
-	copies                sync.WaitGroup
-	once                  sync.Once
-	fed                   bool
-}
-
-func newHandoverIO(spec driverapi.RunSpec, in *driverapi.StreamInput, stdout, stderr io.Writer) (_ *handoverIO, err error) {
-	h := &handoverIO{}
-	defer func() {
-		if err != nil {
-			h.close()
-		}
-	}()
-	switch {
-	case len(spec.Stdin) > 0 || in != nil:
-		if h.stdin, h.feedW, err = os.Pipe(); err != nil {
-			return nil, err
-		}
-		w := h.feedW
-		var src io.Reader
-		if in != nil {
-			src = in.Stdin
-		} else {
-			src = bytes.NewReader(spec.Stdin)
-		}
-		h.feed = func() {
-			go func() {
-				if src != nil {
-					_, _ = io.Copy(w, src)
-				}
-				w.Close()
-			}()
-		}
-	default:
-		if h.stdin, err = os.Open(os.DevNull); err != nil {
-			return nil, err
-		}
-	}
-	if h.outR, h.stdout, err = os.Pipe(); err != nil {
-		return nil, err
-	}
-	if h.errR, h.stderr, err = os.Pipe(); err != nil {
-		return nil, err
-	}
-	for _, c := range []struct {
-		r *os.File
-		w io.Writer
-	}{{h.outR, stdout}, {h.errR, stderr}} {
-		h.copies.Add(1)
-		go func() {
-			defer h.copies.Done()
-			_, _ = io.Copy(c.w, c.r)
-		}()
-	}
-	return h, nil
-}
-
-// sent closes the driver's copies of the sandbox's ends.
-func (h *handoverIO) sent() {
-	for _, f := range []*os.File{h.stdin, h.stdout, h.stderr} {
-		f.Close()
-	}
-}
-
-// begin starts feeding stdin (once the command runs: a refused hand-over
-// must not have consumed any of it).
-func (h *handoverIO) begin() {
-	if h.feed != nil {
-		h.fed = true
-		h.feed()
-	}
-}
-
-// wait waits for the output copies, bounded: every writer end is in the
-// sandbox, whose processes are all gone once bwrap is.
-func (h *handoverIO) wait() {
-	done := make(chan struct{})
-	go func() { h.copies.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(waitDelay):
-		h.outR.Close()
-		h.errR.Close()
-		<-done
-	}
-}
-
-func (h *handoverIO) close() {
-	h.once.Do(func() {
-		for _, f := range []*os.File{h.stdin, h.stdout, h.stderr, h.outR, h.errR} {
-			if f != nil {
-				f.Close()
-			}
-		}
-		if h.feedW != nil && !h.fed {
-			h.feedW.Close()
-		}
-	})
 }

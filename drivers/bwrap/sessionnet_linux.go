@@ -5,8 +5,6 @@ package bwrap
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -239,148 +237,12 @@ func (b *limitedBuffer) String() string {
 	return string(b.buf)
 }
 
-// netKey is what the driver files a session's namespace under: a hash of
-// the session id, so the id (chosen by the host's caller) never becomes a
-// path or a name anywhere.
-func netKey(sessionID string) string {
-	h := sha256.Sum256([]byte(sessionID))
-	return hex.EncodeToString(h[:])
-}
-
-// sessionNets holds the network namespaces of the sessions, at most max,
-// each released once idle for idle with no command running.
-type sessionNets struct {
-	max  int
-	idle time.Duration
-	make func() (*netns, error)
-
-	mu   sync.Mutex
-	nets map[string]*sessionNet
-}
-
-type sessionNet struct {
-	ns    *netns
-	users int       // commands running in it
-	last  time.Time // when the last command ended (users == 0)
-	timer *time.Timer
-	gone  bool // released from the map: close when the last user ends
-}
-
-// errSessionNetsFull: every namespace held is in use by a running command.
-type errSessionNetsFull struct{ max int }
-
-func (e errSessionNetsFull) Error() string {
-	return fmt.Sprintf("%d sessions hold a network namespace already, each with a command running", e.max)
-}
-
-// acquire returns the namespace of sessionID, creating it if needed, and a
-// release to call once the command has ended.
-func (s *sessionNets) acquire(sessionID string) (*netns, func(), error) {
-	key := netKey(sessionID)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.nets == nil {
-		s.nets = map[string]*sessionNet{}
-	}
-	n := s.nets[key]
-	if n == nil {
-		if len(s.nets) >= s.max && !s.evictLocked() {
-			return nil, nil, errSessionNetsFull{s.max}
-		}
-		// Made under the lock: two first commands of a session must get
-		// the same namespace, and making one takes milliseconds.
-		ns, err := s.make()
-		if err != nil {
-			return nil, nil, err
-		}
-		n = &sessionNet{ns: ns}
-		s.nets[key] = n
-	}
-	if n.timer != nil {
-		n.timer.Stop()
-		n.timer = nil
-	}
-	n.users++
-	var once sync.Once
-	return n.ns, func() { once.Do(func() { s.release(key, n) }) }, nil
-}
-
-func (s *sessionNets) release(key string, n *sessionNet) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n.users--
-	if n.users > 0 {
-		return
-	}
-	if n.gone {
-		n.ns.close()
-		return
-	}
-	n.last = time.Now()
-	n.timer = time.AfterFunc(s.idle, func() { s.expire(key, n) })
-}
-
-// expire releases n if it is still idle.
-func (s *sessionNets) expire(key string, n *sessionNet) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.nets[key] != n || n.users > 0 || n.timer == nil {
-		return
-	}
-	delete(s.nets, key)
-	n.ns.close()
-}
-
-// evictLocked releases the namespace idle the longest; false when every
-// one has a command running.
-func (s *sessionNets) evictLocked() bool {
-	var oldKey string
-	var old *sessionNet
-	for k, n := range s.nets {
-		if n.users == 0 && (old == nil || n.last.Before(old.last)) {
-			oldKey, old = k, n
-		}
-	}
-	if old == nil {
-		return false
-	}
-	if old.timer != nil {
-		old.timer.Stop()
-	}
-	delete(s.nets, oldKey)
-	old.ns.close()
-	return true
-}
-
-// forget releases the namespace of sessionID: at once when no command of
-// the session runs, else when the last one ends. The session's next
-// command gets a new one.
-func (s *sessionNets) forget(sessionID string) {
-	key := netKey(sessionID)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := s.nets[key]
-	if n == nil {
-		return
-	}
-	delete(s.nets, key)
-	if n.timer != nil {
-		n.timer.Stop()
-		n.timer = nil
-	}
-	n.gone = true
-	if n.users == 0 {
-		n.ns.close()
-	}
-}
-
-// held returns the inodes of the namespaces held (for tests and the log).
-func (s *sessionNets) held() []uint64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+// heldInodes are the inodes of the session namespaces d holds (tests and
+// the log).
+func (d *Driver) heldInodes() []uint64 {
 	var out []uint64
-	for _, n := range s.nets {
-		out = append(out, n.ns.inode)
+	for _, n := range d.nets.Held() {
+		out = append(out, n.inode)
 	}
 	return out
 }
@@ -396,7 +258,7 @@ func (d *Driver) ForgetSession(ctx context.Context, sessionID string) error {
 	}
 	// The session's prepared sandboxes first: they hold its namespace.
 	d.forgetPrepared(sessionID)
-	d.nets.forget(sessionID)
+	d.nets.Forget(sessionID)
 	return nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"regexp"
@@ -224,7 +225,7 @@ func TestSessionNetworkShared(t *testing.T) {
 		t.Fatalf("server: %+v %v stderr %q", r.exit, r.err, srvErr)
 	}
 
-	if held := d.nets.held(); len(held) != 2 || (held[0] != ino && held[1] != ino) {
+	if held := d.heldInodes(); len(held) != 2 || (held[0] != ino && held[1] != ino) {
 		t.Fatalf("held namespaces %v, want session A's %d and session B's", held, ino)
 	}
 	if h := netnsHolders(ino); len(h) == 0 {
@@ -236,8 +237,8 @@ func TestSessionNetworkShared(t *testing.T) {
 	if h := netnsHolders(ino); len(h) != 0 {
 		t.Fatalf("session A's namespace is still held after the forget: %v", h)
 	}
-	if len(d.nets.held()) != 1 {
-		t.Fatalf("held after forgetting A: %v", d.nets.held())
+	if len(d.heldInodes()) != 1 {
+		t.Fatalf("held after forgetting A: %v", d.heldInodes())
 	}
 	// The next command of A gets a fresh namespace (the kernel may give
 	// it the freed inode number again).
@@ -250,7 +251,7 @@ func TestSessionNetworkShared(t *testing.T) {
 	}
 	d.ForgetSession(ctx, "session-A")
 	d.ForgetSession(ctx, "session-B")
-	if held := d.nets.held(); len(held) != 0 {
+	if held := d.heldInodes(); len(held) != 0 {
 		t.Errorf("held after forgetting every session: %v", held)
 	}
 }
@@ -291,75 +292,6 @@ func TestSessionNetworkHostListenerUnreachable(t *testing.T) {
 	d.ForgetSession(ctx, "s-host")
 }
 
-// TestSessionNetsLifecycle: the cap, eviction of the longest idle
-// namespace, idle expiry, and a forget while a command runs.
-func TestSessionNetsLifecycle(t *testing.T) {
-	var mu sync.Mutex
-	var made []*os.File
-	s := &sessionNets{max: 2, idle: time.Hour, make: func() (*netns, error) {
-		f, err := os.Open(os.DevNull)
-		if err != nil {
-			return nil, err
-		}
-		mu.Lock()
-		made = append(made, f)
-		mu.Unlock()
-		return &netns{net: f, inode: uint64(len(made))}, nil
-	}}
-	closed := func(f *os.File) bool {
-		_, err := f.Stat()
-		return errors.Is(err, os.ErrClosed)
-	}
-	a, relA, err := s.acquire("A")
-	if err != nil {
-		t.Fatal(err)
-	}
-	a2, relA2, _ := s.acquire("A")
-	if a2 != a {
-		t.Fatal("two commands of one session got different namespaces")
-	}
-	b, relB, _ := s.acquire("B")
-	if b == a {
-		t.Fatal("two sessions share a namespace")
-	}
-	if _, _, err := s.acquire("C"); !errors.As(err, new(errSessionNetsFull)) {
-		t.Fatalf("a third session over the cap of 2, both busy: %v", err)
-	}
-	relA()
-	relA() // a second call of one release is a no-op
-	if closed(a.net) {
-		t.Fatal("A released while a command still runs in it")
-	}
-	relA2()
-	c, relC, err := s.acquire("C")
-	if err != nil || !closed(a.net) || c == a {
-		t.Fatalf("C did not evict idle A: %v (A closed %v)", err, closed(a.net))
-	}
-	s.forget("B")
-	if closed(b.net) {
-		t.Fatal("forgetting B closed the namespace a command of B still runs in")
-	}
-	relB()
-	if !closed(b.net) {
-		t.Fatal("B's namespace survived its forget and its last command")
-	}
-	s.forget("unknown") // not an error
-	s.mu.Lock()
-	s.idle = 10 * time.Millisecond
-	s.mu.Unlock()
-	relC()
-	deadline := time.Now().Add(10 * time.Second)
-	for !closed(c.net) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
-	if !closed(c.net) || len(s.held()) != 0 {
-		t.Fatalf("idle C not released: held %v", s.held())
-	}
-	if netKey("A") == "A" || strings.Contains(netKey("../x"), "/") || len(netKey("A")) != 64 {
-		t.Errorf("netKey %q is not an opaque hash", netKey("A"))
-	}
-}
-
 // TestSessionNetworkLandlockTierDenies: without namespaces there is no
 // loopback of the sandbox's own, so network none keeps denying inet
 // sockets there, says so, and never claims a loopback; a plan that asks for
@@ -396,8 +328,8 @@ func TestSessionNetworkLandlockTierDenies(t *testing.T) {
 	if err != nil || e.ExitCode == 0 || !strings.Contains(out.String(), "ran") || !strings.Contains(errw.String(), "PermissionError") {
 		t.Fatalf("want the program to run and its socket refused: %+v %v stdout %q stderr %q", e, err, out, errw)
 	}
-	if len(d.nets.held()) != 0 {
-		t.Fatalf("the Landlock tier made session namespaces: %v", d.nets.held())
+	if len(d.heldInodes()) != 0 {
+		t.Fatalf("the Landlock tier made session namespaces: %v", d.heldInodes())
 	}
 }
 
@@ -440,5 +372,49 @@ func TestPlanNoneLoopback(t *testing.T) {
 	data, _ = forged.Encode()
 	if _, err := DecodePlan(data); err == nil {
 		t.Fatal("a none plan sharing the host's network was accepted")
+	}
+}
+
+// TestSessionNetworksFullIsLimitError: with every session namespace in use
+// by a running command, a command of one more session is refused with the
+// typed LimitError naming the key (the host reports resource_exhausted),
+// and runs once the other command has ended (control).
+func TestSessionNetworksFullIsLimitError(t *testing.T) {
+	d := testDriver(t, Options{MaxSessionNetworks: 1, Prepared: PreparedOff})
+	if d.probe().sessionNet == "" {
+		t.Skipf("no session network namespaces here: %s", d.probe().sessionNetWhy)
+	}
+	ws := newWorkspace(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := func(session string, args ...string) driverapi.RunSpec {
+		return driverapi.RunSpec{Program: "/bin/sleep", Args: args, Env: pathEnv(), Cwd: ws, Profile: prof,
+			Timeout: time.Minute, MaxOutputBytes: 1 << 10, SessionID: session}
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Run(ctx, spec("A", "60"), driverapi.Streams{Stdout: io.Discard, Stderr: io.Discard})
+		done <- err
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for len(d.heldInodes()) == 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(d.heldInodes()) != 1 {
+		t.Fatal("session A's command never held a namespace")
+	}
+	_, err = d.Run(context.Background(), spec("B", "0"), driverapi.Streams{Stdout: io.Discard, Stderr: io.Discard})
+	var le *driverapi.LimitError
+	if !errors.As(err, &le) || le.Limit != "sandbox.linux.max_session_networks" || le.Value != 1 {
+		t.Fatalf("a second session over a cap of 1: %v", err)
+	}
+	cancel()
+	<-done
+	if _, err := d.Run(context.Background(), spec("B", "0"), driverapi.Streams{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+		t.Fatalf("session B once A's command ended: %v", err)
 	}
 }

@@ -5,9 +5,6 @@ package bwrap
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"os/exec"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -18,9 +15,10 @@ import (
 
 // Streamed runs (driverapi.StreamRunner, protocol 1.2).
 //
-// Stdin: bwrap's stdin is a pipe the driver feeds from the stream as the
-// command reads it (a full pipe holds the feeder back, and with it the
-// stream), closed when the stream closes stdin; without a terminal the
+// Stdin: the sandbox's stdin is a pipe the driver feeds from the stream
+// as the command reads it (a full pipe holds the feeder back, and with it
+// the stream), closed when the stream closes stdin (commandIO,
+// runpath_linux.go); without a terminal the
 // command reads that pipe directly. With a terminal (RunSpec.Tty)
 // sandbox-init opens it inside the sandbox, from the sandbox's own devpts,
 // and relays between it and its stdin and stdout (sandboxinit/pty_linux.go);
@@ -47,42 +45,6 @@ func streamUnavailable(spec driverapi.RunSpec) error {
 		f = driverapi.FeaturePTY
 	}
 	return &UnavailableError{Feature: f, Reason: "Landlock tier: no sandbox of its own (no private devpts, no supervisor on a pipe)", Fix: tierFix}
-}
-
-// stdinFeed copies the stream's stdin into the pipe that is bwrap's stdin.
-type stdinFeed struct {
-	r, w *os.File
-	once sync.Once
-}
-
-// feedStdin makes cmd's stdin a pipe fed from src (nil: EOF at once).
-// The driver's copy of the read end is closed once bwrap has started (see
-// afterStart), so the feeder sees EPIPE when the sandbox has ended.
-func feedStdin(cmd *exec.Cmd, src io.Reader) (*stdinFeed, error) {
-	r, w, err := os.Pipe()
-	if err != nil {
-		return nil, fmt.Errorf("bwrap driver: stdin pipe: %w", err)
-	}
-	cmd.Stdin = r
-	f := &stdinFeed{r: r, w: w}
-	go func() {
-		if src != nil {
-			_, _ = io.Copy(w, src)
-		}
-		f.closeW()
-	}()
-	return f, nil
-}
-
-func (f *stdinFeed) closeW() { f.once.Do(func() { f.w.Close() }) }
-
-// afterStart drops the driver's copy of the read end.
-func (f *stdinFeed) afterStart() { f.r.Close() }
-
-// stop ends the feed: a copy blocked on a full pipe is woken.
-func (f *stdinFeed) stop() {
-	f.r.Close()
-	f.closeW()
 }
 
 // followResize passes window sizes to sandbox-init until stop is called.

@@ -3,7 +3,6 @@
 package bwrap
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -255,15 +253,32 @@ func (d *Driver) landlockInitSpec(p Plan) InitSpec {
 	return s
 }
 
-// runLandlock runs spec in the Landlock tier: sandbox-init straight on the
-// host, in a session and process group of its own.
-func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *commandCgroup,
-	spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
-	if err := d.protectedRefusal(plan); err != nil {
-		return driverapi.Exit{}, err
+// tierStarter starts a Landlock-tier command: sandbox-init straight on
+// the host, in a session and process group of its own, with the
+// metadata guard answering its notification filter.
+type tierStarter struct {
+	pathInfo
+	d    *Driver
+	plan Plan
+	cwd  string
+	cmd  *exec.Cmd
+	// held are the driver's descriptors of the command: its record, the
+	// notify socket's two ends (closed at the end).
+	held []*os.File
+}
+
+func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) {
+	defer func() {
+		if err != nil {
+			s.end()
+		}
+	}()
+	plan := s.plan
+	if err := s.d.protectedRefusal(plan); err != nil {
+		return err
 	}
-	is := d.landlockInitSpec(plan)
-	if cg != nil && cg.dirs[ctrlMemory] != "" {
+	is := s.d.landlockInitSpec(plan)
+	if s.cg != nil && s.cg.dirs[ctrlMemory] != "" {
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
 	// The notification filter (notify_linux.go): the metadata guard's
@@ -271,42 +286,30 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	// target sends its listener on this socket.
 	guardLocal, guardRemote, err := notifySocket()
 	if err != nil {
-		return driverapi.Exit{}, err
+		return err
 	}
-	defer guardLocal.Close()
-	defer guardRemote.Close()
+	s.held = append(s.held, guardLocal, guardRemote)
 	is.NotifyFD, is.MetaGuard = tierNotifyFD, true
 	init, err := CommandInitArgs(is)
 	if err != nil {
-		return driverapi.Exit{}, err
+		return err
 	}
-	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
-	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
-	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
-	runCtx, cancel := context.WithTimeout(ctx, spec.Timeout)
-	defer cancel()
 	life, err := newLifeline()
 	if err != nil {
-		return driverapi.Exit{}, err
+		return err
 	}
-	defer life.Close()
-	if spec.CommandID != "" {
-		defer d.running.add(spec.CommandID, life)()
-	}
-	cmdFile, err := commandMemfd(commandArgv(spec), envList(spec.Env))
+	s.life = life
+	cmdFile, err := commandMemfd(commandArgv(r.spec), envList(r.spec.Env))
 	if err != nil {
-		return driverapi.Exit{}, err
+		return err
 	}
-	defer cmdFile.Close()
-	stderrGate := &setupGate{w: stderr, life: life}
+	s.held = append(s.held, cmdFile)
 
-	cmd := exec.CommandContext(runCtx, d.cfg.InitBinary, append([]string{SandboxInitCommand}, init...)...)
+	cmd := exec.CommandContext(runCtx, s.d.cfg.InitBinary, append([]string{SandboxInitCommand}, init...)...)
+	s.cmd = cmd
 	cmd.Env = launchEnv()
-	cmd.Dir = cwd
-	if len(spec.Stdin) > 0 {
-		cmd.Stdin = bytes.NewReader(spec.Stdin)
-	}
-	cmd.Stdout, cmd.Stderr = stdout, stderrGate
+	cmd.Dir = s.cwd
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.io.stdin, r.io.stdout, r.io.stderr
 	cmd.WaitDelay = waitDelay
 	cmd.ExtraFiles = []*os.File{cmdFile, life.remote, guardRemote} // commandFD, lifelineFD, tierNotifyFD
 	// A session of its own: no controlling terminal (no TIOCSTI into the
@@ -316,49 +319,50 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	cmd.Cancel = func() error {
 		// The group's leader is not reaped before the group is killed
-		// (see below), so its pid still names this group.
+		// (see wait), so its pid still names this group.
 		return unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 	}
-	start := time.Now()
+	r.attach(&s.pathInfo, life, false)
 	if err := cmd.Start(); err != nil {
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: start sandbox-init: %w", err)
+		return fmt.Errorf("bwrap driver: start sandbox-init: %w", err)
 	}
 	cmdFile.Close()
 	life.remote.Close()
 	guardRemote.Close()
-	local, err := dupFile(guardLocal)
-	if err != nil {
-		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
-		_ = cmd.Wait()
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
-	}
-	notif, err := startNotifier(local, newMetaGuard(plan, is))
-	if err != nil {
-		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
-		_ = cmd.Wait()
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", err)
-	}
-	defer notif.finish()
 	pid := cmd.Process.Pid
-	// sandbox-init waits for this go-ahead before it confines itself any
-	// further or starts anything: it is inside the command's cgroup first.
-	goErr := error(nil)
-	if cg != nil {
-		goErr = cg.join(pid)
-	}
-	if goErr == nil {
-		if _, err := unix.Write(life.local, []byte{sandboxinit.GoAheadTag}); err != nil {
-			goErr = fmt.Errorf("lifeline: %w", err)
-		}
-	}
-	if goErr != nil {
+	// Whatever fails from here, sandbox-init has not had its go-ahead:
+	// its group is killed and reaped before the error goes.
+	kill := func(err error) error {
 		_ = unix.Kill(-pid, unix.SIGKILL)
 		_ = cmd.Wait()
-		return driverapi.Exit{}, fmt.Errorf("bwrap driver: %w", goErr)
+		return fmt.Errorf("bwrap driver: %w", err)
 	}
+	local, err := dupFile(guardLocal)
+	if err != nil {
+		return kill(err)
+	}
+	if s.notif, err = startNotifier(local, newMetaGuard(plan, is)); err != nil {
+		return kill(err)
+	}
+	// sandbox-init waits for this go-ahead before it confines itself any
+	// further or starts anything: it is inside the command's cgroup first.
+	if s.cg != nil {
+		if err := s.cg.join(pid); err != nil {
+			return kill(err)
+		}
+	}
+	if _, err := unix.Write(life.local, []byte{sandboxinit.GoAheadTag}); err != nil {
+		return kill(fmt.Errorf("lifeline: %w", err))
+	}
+	return nil
+}
+
+func (s *tierStarter) wait(context.Context) ending {
 	// Wait for sandbox-init without reaping it, kill what is left of its
 	// group (background processes of the command), then reap: until it is
-	// reaped its pid, the group's id, cannot be reused.
+	// reaped its pid, the group's id, cannot be reused. runCtx's end
+	// kills the group (cmd.Cancel).
+	pid := s.cmd.Process.Pid
 	for {
 		var info unix.Siginfo
 		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
@@ -367,14 +371,19 @@ func (d *Driver) runLandlock(ctx context.Context, plan Plan, cwd string, cg *com
 		}
 	}
 	_ = unix.Kill(-pid, unix.SIGKILL)
-	waitErr := cmd.Wait()
-	dur := time.Since(start)
-	if ctx.Err() != nil {
-		return driverapi.Exit{}, ctx.Err()
+	waitErr := s.cmd.Wait()
+	return ending{state: s.cmd.ProcessState, waitErr: waitErr}
+}
+
+// startError is never called: a start that fails is start's error.
+func (s *tierStarter) startError(err error, _ *setupGate) error { return err }
+
+func (s *tierStarter) end() {
+	s.notif.finish()
+	if s.life != nil {
+		s.life.Close()
 	}
-	exit, err := d.finishExit(runCtx, cmd, life, stdout, stderr, stderrGate, dur, cg, waitErr, spec, tierLandlock, plan.MemoryBytes)
-	exit.SpawnRefused = notif.finish()
-	return exit, err
+	closeAll(s.held)
 }
 
 // tierNotifyFD is where sandbox-init finds the notify socket in the

@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -212,8 +211,13 @@ func (a *askedSet) take(req driverapi.ApprovalRequest, responses mcp.InputRespon
 func (a *Approver) RequestApproval(ctx context.Context, req driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
 	// By name and by where the paths lead: a link under the baseline
 	// leads out of it.
+	//
+	// The yes is for this command only: the baseline is this server's,
+	// not the session's, and kept as a grant of the session it would be
+	// lent to every later command of the session, of whatever front end
+	// (mcp --host shares the service's sessions).
 	if core.Covered(req.Requested, a.cfg.Baseline, a.reach) {
-		return driverapi.ApprovalApproved, nil
+		return driverapi.ApprovalApprovedOnce, nil
 	}
 	st, _ := ctx.Value(callKey{}).(*callState)
 	if st == nil || !st.canAsk {
@@ -397,53 +401,37 @@ func summary(r RunCommandResult) string {
 	return b.String()
 }
 
-// maxTimeout bounds timeout_seconds before it becomes a Duration.
-const maxTimeout = 24 * time.Hour
-
+// toCommand maps run_command's arguments onto the one request type
+// (alephsandbox.Request), which validates them as every front end's.
 func toCommand(cfg Config, in RunCommandArgs) (core.Command, error) {
-	cmd := core.Command{SessionID: cfg.Session, Cwd: in.Cwd, Env: in.Env, Stdin: []byte(in.Stdin)}
+	req := alephsandbox.Request{Session: cfg.Session, Cwd: in.Cwd, Env: in.Env, Net: in.Network,
+		Spawn: in.Spawn, TimeoutSeconds: in.TimeoutSeconds}
+	if in.Stdin != "" {
+		req.Stdin = []byte(in.Stdin)
+	}
 	switch {
 	case len(in.Argv) > 0 && in.Command != "":
-		return cmd, errors.New("give argv or command, not both")
+		return core.Command{}, errors.New("give argv or command, not both")
 	case len(in.Argv) > 0:
-		cmd.Program, cmd.Args = in.Argv[0], in.Argv[1:]
+		req.Argv = in.Argv
 	case in.Command != "":
-		cmd.Program, cmd.Args = "/bin/sh", []string{"-c", in.Command}
+		req.Argv = []string{"/bin/sh", "-c", in.Command}
 	default:
-		return cmd, errors.New("give argv (an array: program and arguments) or command (a shell line)")
+		return core.Command{}, errors.New("give argv (an array: program and arguments) or command (a shell line)")
 	}
-	net, err := parseNetwork(in.Network)
+	cmd, err := req.Command()
 	if err != nil {
-		return cmd, err
-	}
-	cmd.Capabilities = driverapi.Capabilities{Network: net, SpawnSubprocess: in.Spawn}
-	switch t := in.TimeoutSeconds; {
-	case t < 0 || t > maxTimeout.Seconds():
-		return cmd, fmt.Errorf("timeout_seconds %v is out of range (0 to %v)", t, maxTimeout.Seconds())
-	case t > 0:
-		cmd.Timeout = time.Duration(t * float64(time.Second))
-		if cmd.Timeout < time.Millisecond {
-			return cmd, fmt.Errorf("timeout_seconds %v is below one millisecond", t)
+		var re *alephsandbox.RequestError
+		if errors.As(err, &re) {
+			// In the tool's own names: its network argument is the
+			// request's net.
+			field := re.Field
+			if field == "net" {
+				field = "network"
+			}
+			return core.Command{}, fmt.Errorf("%s: %s", field, re.Reason)
 		}
+		return core.Command{}, err
 	}
 	return cmd, nil
-}
-
-func parseNetwork(v string) (driverapi.NetworkPolicy, error) {
-	switch strings.ToLower(strings.TrimSpace(v)) {
-	case "", "none":
-		return driverapi.NetworkPolicy{Mode: driverapi.NetworkNone}, nil
-	case "all":
-		return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}, nil
-	}
-	var hosts []string
-	for _, h := range strings.Split(v, ",") {
-		if h = strings.TrimSpace(h); h != "" {
-			hosts = append(hosts, h)
-		}
-	}
-	if len(hosts) == 0 {
-		return driverapi.NetworkPolicy{}, fmt.Errorf("network %q: want none, all, or HOST[,HOST...]", v)
-	}
-	return driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: hosts}, nil
 }

@@ -171,10 +171,16 @@ func TestMCPDenialsAndBadInputAreToolErrors(t *testing.T) {
 		"neither":  {},
 		"both":     {"argv": []string{"echo"}, "command": "echo"},
 		"negative": {"argv": []string{"echo"}, "timeout_seconds": -1},
+		// The proxy's own parser judges each host, as for the CLI and
+		// the service: one it would refuse is bad input, not a question.
+		"bad host": {"argv": []string{"echo"}, "network": "ok.example,exa mple.com"},
 	} {
 		res, out := call(t, cs, args)
 		if !res.IsError || out.Error == "" {
 			t.Errorf("%s: want a tool error, got %+v", name, out)
+		}
+		if name == "bad host" && !strings.HasPrefix(out.Error, "network: ") {
+			t.Errorf("bad host: want the refusal of the network argument, got %+v", out)
 		}
 	}
 	if fake.Runs() != 0 {
@@ -294,8 +300,10 @@ func TestMCPBaselineDoesNotCoverALinkOutOfIt(t *testing.T) {
 	}
 	a := mcpserver.NewApprover(mcpserver.Config{Baseline: driverapi.Capabilities{FSRead: []string{build}}})
 	for p, want := range map[string]driverapi.ApprovalOutcome{
-		filepath.Join(build, "sub"):   driverapi.ApprovalApproved,
-		filepath.Join(build, "inner"): driverapi.ApprovalApproved,
+		// For the call only: the baseline is the server's, not the
+		// session's (TestMCPHostBaselineIsForTheCallOnly).
+		filepath.Join(build, "sub"):   driverapi.ApprovalApprovedOnce,
+		filepath.Join(build, "inner"): driverapi.ApprovalApprovedOnce,
 		filepath.Join(build, "out"):   driverapi.ApprovalDenied,
 	} {
 		got, err := a.RequestApproval(context.Background(), driverapi.ApprovalRequest{Requested: driverapi.Capabilities{FSRead: []string{p}}})

@@ -1,10 +1,11 @@
 """Python client of the aleph-sandbox host service (``aleph-sandbox serve``).
 
 Standard library only. It speaks the Connect protocol (JSON over HTTP/1.1)
-to the service's unix socket::
+to the service's unix socket, or over TLS to its TCP listener::
 
     from aleph_sandbox import Client, Denied, SandboxError
     c = Client()                 # ALEPH_SANDBOX_HOST, else the default socket
+    c = Client("tcp:sandbox.example:7443", token="...", ca_file="ca.pem")  # remote
     r = c.exec(["/bin/echo", "hi"], session="s1")
     print(r.stdout, r.exit_code)
 
@@ -26,11 +27,13 @@ import numbers
 import os
 import secrets as _secrets
 import socket
+import ssl
 import struct
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+from urllib.parse import quote as _quote
 
 __all__ = [
     "Client",
@@ -42,9 +45,23 @@ __all__ = [
     "SandboxError",
     "Denied",
     "default_address",
+    "SESSION_HEADER",
+    "TOKEN_ENV",
+    "AsyncClient",
+    "AsyncExecution",
+    "AsyncProcess",
 ]
 
 SERVICE = "aleph.host.v1.Service"
+
+#: The header every call concerning a session carries (its value the
+#: session, percent-encoded), so that a proxy can route by it; the service
+#: refuses one that disagrees with the request's body.
+SESSION_HEADER = "X-Aleph-Session"
+
+#: The environment variable a TCP client takes its bearer token from when
+#: none is given.
+TOKEN_ENV = "ALEPH_SANDBOX_TOKEN"
 
 # The end-of-stream flag of a Connect streaming frame.
 _END_STREAM = 0x02
@@ -202,6 +219,73 @@ def default_address() -> str:
     return "unix:" + os.path.join(os.path.expanduser("~"), ".local", "state", "aleph-sandbox", "aleph.sock")
 
 
+def _session_header(session: str) -> str:
+    """A session's header value: its UTF-8 percent-encoded outside the
+    printable ASCII range (and '%'), so that any name is a valid header
+    value and a plain one ("s1") is itself. The service decodes it."""
+    return _quote(session, safe="!\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def _parse_address(address: str) -> Tuple[str, str, int]:
+    """("unix", path, 0) or ("tcp", host, port)."""
+    if address.startswith("unix:"):
+        path = address[len("unix:"):]
+        if not path:
+            raise ValueError("the address unix: names no path: want unix:PATH")
+        return "unix", path, 0
+    if address.startswith("tcp:"):
+        rest = address[len("tcp:"):]
+        host, sep, port = rest.rpartition(":")
+        if host.startswith("[") and host.endswith("]"):
+            host = host[1:-1]  # [::1]:7443
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError("want tcp:HOST:PORT (e.g. tcp:sandbox.example:7443, tcp:[::1]:7443), got %r" % address)
+        return "tcp", host, int(port)
+    if ":" in address.split("/")[0]:
+        raise ValueError("an address is unix:PATH or tcp:HOST:PORT, got %r" % address)
+    return "unix", address, 0
+
+
+def _token(token: Optional[str]) -> Optional[str]:
+    """The bearer token: given, else $ALEPH_SANDBOX_TOKEN, else None."""
+    if token is None:
+        token = os.environ.get(TOKEN_ENV) or None
+        if token is None:
+            return None
+        source = "$" + TOKEN_ENV
+    else:
+        source = "token"
+    if not isinstance(token, str):
+        raise TypeError("token is a string, got %r" % (type(token).__name__,))
+    token = token.strip()
+    # A token with a line break would write headers of its own.
+    if not token or any(ord(c) < 0x21 or ord(c) > 0x7E for c in token):
+        raise ValueError("%s is not a bearer token: printable ASCII without spaces, as in the server's tokens_file" % source)
+    return token
+
+
+def _tls_context(ca_file: Optional[str], cert_file: Optional[str], key_file: Optional[str]) -> ssl.SSLContext:
+    """TLS 1.2 or later, the server's certificate checked against ca_file
+    (else the system's trusted CAs) and its name; cert_file and key_file,
+    when given, are this client's certificate (mutual TLS)."""
+    if key_file is not None and cert_file is None:
+        raise ValueError("key_file is the key of cert_file: give cert_file too")
+    try:
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    except (OSError, ssl.SSLError) as e:
+        raise ValueError("ca_file %s: cannot be loaded as PEM certificates: %s" % (ca_file, e)) from e
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    # The service answers Connect over HTTP/1.1 (gRPC takes HTTP/2).
+    ctx.set_alpn_protocols(["http/1.1"])
+    if cert_file is not None:
+        try:
+            ctx.load_cert_chain(cert_file, key_file)
+        except (OSError, ssl.SSLError) as e:
+            raise ValueError("cert_file %s / key_file %s: cannot be loaded as a PEM certificate and its key: %s"
+                             % (cert_file, key_file, e)) from e
+    return ctx
+
+
 class _UnixHTTPConnection(http.client.HTTPConnection):
     """HTTP/1.1 over a unix socket."""
 
@@ -258,6 +342,30 @@ def _error_detail(value: bytes) -> Dict[str, str]:
     return out
 
 
+def _tls_error(address: str, e: ssl.SSLError) -> SandboxError:
+    """A TLS failure: the server's certificate did not verify (wrong
+    ca_file, or a name it does not cover), or the server refused this
+    client's certificate (none, or one its client_ca did not sign)."""
+    if isinstance(e, ssl.SSLCertVerificationError):
+        hint = "the server's certificate did not verify: pass the CA that signed it as ca_file"
+    else:
+        hint = ("the TLS handshake failed: if the server asks for a client certificate (mutual TLS), "
+                "pass cert_file and key_file signed by its client_ca")
+    return SandboxError("%s: %s (%s)" % (address, hint, e), code="unavailable", reason_code="tls")
+
+
+def _tls_refused(address: str, e: OSError) -> SandboxError:
+    """A TLS connection closed before any answer. With TLS 1.3 the client's
+    side of the handshake ends before the server has checked the client's
+    certificate: a server that refuses it sends an alert and closes, and
+    the client, already writing its request, may see only the broken pipe
+    or the reset, the alert lost. Said as a TLS failure, since that is what
+    it nearly always is."""
+    return SandboxError("%s: the server closed the TLS connection before answering (%s): if it asks for a client "
+                        "certificate (mutual TLS), pass cert_file and key_file signed by its client_ca"
+                        % (address, e), code="unavailable", reason_code="tls")
+
+
 def _error(obj: Mapping[str, Any], fallback_code: str = "unknown") -> SandboxError:
     code = str(obj.get("code", fallback_code))
     message = str(obj.get("message", ""))
@@ -292,6 +400,11 @@ def _seconds(name: str, v: Any, omit: str, maximum: float = _MAX_TIMEOUT) -> flo
         raise ValueError("%s must be a positive number of seconds of at most %g, got %r; %s"
                          % (name, maximum, v, omit))
     return f
+
+
+def _is_zero(v: Any) -> bool:
+    """A number that is 0 (not False: a bool is refused as a number)."""
+    return not isinstance(v, bool) and isinstance(v, numbers.Real) and v == 0
 
 
 def _count(name: str, v: Any, unit: str, maximum: int, omit: str) -> int:
@@ -365,25 +478,55 @@ _HTTP_CODES = {400: "invalid_argument", 401: "unauthenticated", 403: "permission
 class Client:
     """A connection to ``aleph-sandbox serve``.
 
-    address is "unix:PATH" (or a bare path); default: $ALEPH_SANDBOX_HOST,
-    else the default socket. approver, when given, answers this client's own
-    approval requests: it gets an ApprovalRequest and returns True to
-    approve. Without one, the service's policy applies (denied unless it runs
-    with --yes or another approver is connected). timeout bounds each call
-    other than a command's run (seconds > 0; None: no bound).
+    address is "unix:PATH" (or a bare path) or "tcp:HOST:PORT"; default:
+    $ALEPH_SANDBOX_HOST, else the default socket. Over TCP the client
+    speaks TLS (1.2 or later): ca_file is the PEM bundle the server's
+    certificate is checked against (default: the system's trusted CAs),
+    cert_file and key_file this client's certificate for a server that asks
+    for one (mutual TLS), and token the bearer token for a server with a
+    tokens_file (default: $ALEPH_SANDBOX_TOKEN). They are refused with a
+    unix: address, whose server authenticates its peers by uid.
+
+    approver, when given, answers this client's own approval requests: it
+    gets an ApprovalRequest and returns True to approve. Without one, the
+    service's policy applies (denied unless it runs with --yes or another
+    approver is connected). timeout bounds each call other than a
+    command's run (seconds; 0, as for every timeout of this client and the
+    service's requests, means "not given": the default, 30; None: no
+    bound).
     """
 
     def __init__(self, address: Optional[str] = None, approver: Optional[Approver] = None,
-                 timeout: Optional[float] = 30.0) -> None:
+                 timeout: Optional[float] = 30.0, token: Optional[str] = None, ca_file: Optional[str] = None,
+                 cert_file: Optional[str] = None, key_file: Optional[str] = None) -> None:
         address = address or default_address()
-        if address.startswith("unix:"):
-            address = address[len("unix:"):]
-        elif ":" in address.split("/")[0]:
-            raise ValueError("only unix:PATH addresses are supported, got %r" % address)
-        self.path = address
+        kind, where, port = _parse_address(address)
+        #: The socket's path (unix), else "".
+        self.path = where if kind == "unix" else ""
+        #: The server's host and port (tcp), else "" and 0.
+        self.host, self.port = (where, port) if kind == "tcp" else ("", 0)
+        self._tls: Optional[ssl.SSLContext] = None
+        self._token: Optional[str] = None
+        if kind == "tcp":
+            self._tls = _tls_context(ca_file, cert_file, key_file)
+            self._token = _token(token)
+        elif token is not None or ca_file is not None or cert_file is not None or key_file is not None:
+            raise ValueError("token, ca_file, cert_file and key_file are for tcp: addresses; a unix socket's "
+                             "server authenticates its peers by uid")
         self.approver = approver
-        # A socket timeout of 0 would make every call non-blocking.
-        self.timeout = None if timeout is None else _seconds("timeout", timeout, "use None for no bound")
+        # 0 is "not given", as on the wire and in the TypeScript client:
+        # the default. (A socket timeout of 0 would make every call
+        # non-blocking.)
+        if _is_zero(timeout):
+            timeout = 30.0
+        self.timeout = None if timeout is None else _seconds("timeout", timeout, "0 is the default (30); use None for no bound")
+
+    @property
+    def address(self) -> str:
+        """unix:PATH or tcp:HOST:PORT."""
+        if self.path:
+            return "unix:" + self.path
+        return "tcp:%s:%d" % ("[%s]" % self.host if ":" in self.host else self.host, self.port)
 
     def server(self) -> Dict[str, Any]:
         """Which serve answers on this client's socket: {"socket", "pid",
@@ -392,7 +535,9 @@ class Client:
         socket's lock file ("pid N, version V, data dir D"), given only
         when it names that same pid, else "". The default socket is shared
         by every checkout of a user: this says whether the serve that
-        answers is the one you started."""
+        answers is the one you started. Unix sockets only."""
+        if not self.path:
+            raise TypeError("server() reads the peer of a unix socket; %s is a TCP address" % self.address)
         s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             s.settimeout(5.0)
@@ -414,30 +559,51 @@ class Client:
 
     # ---- transport ----
 
-    def _post(self, method: str, body: bytes, content_type: str, timeout: Optional[float]) -> http.client.HTTPResponse:
+    def _connection(self, timeout: Optional[float]) -> http.client.HTTPConnection:
+        if self._tls is not None:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self._tls)
+        return _UnixHTTPConnection(self.path, timeout)
+
+    def _headers(self, content_type: str, session: Optional[str]) -> Dict[str, str]:
+        headers = {"Content-Type": content_type, "Connect-Protocol-Version": "1", "Connection": "close"}
+        if self._token is not None:
+            headers["Authorization"] = "Bearer " + self._token
+        if session:
+            headers[SESSION_HEADER] = _session_header(session)
+        return headers
+
+    def _post(self, method: str, body: bytes, content_type: str, timeout: Optional[float],
+              session: Optional[str] = None) -> http.client.HTTPResponse:
         # One connection per call, closed with its response: a stream
         # holds its connection for as long as the command runs.
-        conn = _UnixHTTPConnection(self.path, timeout)
+        conn = self._connection(timeout)
         try:
-            conn.request("POST", "/%s/%s" % (SERVICE, method), body=body,
-                         headers={"Content-Type": content_type, "Connect-Protocol-Version": "1", "Connection": "close"})
+            conn.request("POST", "/%s/%s" % (SERVICE, method), body=body, headers=self._headers(content_type, session))
             return conn.getresponse()
         except socket.timeout as e:
             conn.close()
             raise SandboxError("no answer from the service within %ss" % timeout, code="deadline_exceeded") from e
+        except ssl.SSLError as e:
+            conn.close()
+            raise _tls_error(self.address, e) from e
         except OSError as e:
             conn.close()
-            raise SandboxError("cannot reach the service at %s: %s" % (self.path, e), code="unavailable") from e
+            if self._tls is not None and isinstance(e, (BrokenPipeError, ConnectionResetError)):
+                raise _tls_refused(self.address, e) from e
+            raise SandboxError("cannot reach the service at %s: %s" % (self.address, e), code="unavailable") from e
         finally:
             # The response keeps reading from the socket; the connection
             # object itself is no longer needed.
             conn.sock = None
 
-    def _unary(self, method: str, msg: Mapping[str, Any], timeout: Union[float, None, str] = "default") -> Dict[str, Any]:
+    def _unary(self, method: str, msg: Mapping[str, Any], timeout: Union[float, None, str] = "default",
+               session: Optional[str] = None) -> Dict[str, Any]:
         t = self.timeout if timeout == "default" else timeout
-        resp = self._post(method, json.dumps(msg).encode(), "application/json", t)  # type: ignore[arg-type]
+        resp = self._post(method, json.dumps(msg).encode(), "application/json", t, session)  # type: ignore[arg-type]
         try:
             data = resp.read()
+        except ssl.SSLError as e:
+            raise _tls_error(self.address, e) from e
         finally:
             resp.close()
         if resp.status != 200:
@@ -448,9 +614,10 @@ class Client:
             raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"))
         return json.loads(data) if data else {}
 
-    def _stream(self, method: str, msg: Mapping[str, Any], timeout: Optional[float]) -> Iterator[Dict[str, Any]]:
+    def _stream(self, method: str, msg: Mapping[str, Any], timeout: Optional[float],
+                session: Optional[str] = None) -> Iterator[Dict[str, Any]]:
         body = json.dumps(msg).encode()
-        resp = self._post(method, struct.pack(">BI", 0, len(body)) + body, "application/connect+json", timeout)
+        resp = self._post(method, struct.pack(">BI", 0, len(body)) + body, "application/connect+json", timeout, session)
         try:
             if resp.status != 200:
                 data = resp.read()
@@ -477,6 +644,8 @@ class Client:
                 yield obj
         except socket.timeout as e:
             raise SandboxError("no answer from the service within %ss" % timeout, code="deadline_exceeded") from e
+        except ssl.SSLError as e:
+            raise _tls_error(self.address, e) from e
         finally:
             resp.close()
 
@@ -499,14 +668,16 @@ class Client:
             req["workspace"] = os.path.abspath(workspace)
         if cwd:
             req["cwd"] = cwd
-        # On the wire 0 is "not given", so a 0 asked for would silently be
-        # the default: it is refused, as the CLI refuses --timeout 0.
+        # On the wire 0 is "not given". memory_mb and max_output of 0 are
+        # refused: "no memory" or "no output" cannot be what was meant. A
+        # timeout of 0 is the service's default, as leaving it out is (and
+        # as every timeout of this client): one meaning in both clients.
         if memory_mb is not None:
             req["memoryMb"] = str(_count("memory_mb", memory_mb, "MiB", _MAX_UINT64,
                                          "leave memory_mb out (None) for no memory limit of the command's own"))
-        if timeout is not None:
+        if timeout is not None and not _is_zero(timeout):
             req["timeoutSeconds"] = _seconds("timeout", timeout,
-                                             "leave timeout out (None) for the service's default "
+                                             "0 or leaving timeout out (None) is the service's default "
                                              "(sandbox.default_timeout_seconds; there is no unlimited timeout)")
         if max_output is not None:
             req["maxOutput"] = str(_count("max_output", max_output, "bytes", _MAX_INT64,
@@ -523,7 +694,7 @@ class Client:
     def _events(self, ex: "_CallState", req: Dict[str, Any], read_timeout: Optional[float]) -> Iterator[Event]:
         ex.sent = True
         try:
-            for msg in self._stream("Execute", req, read_timeout):
+            for msg in self._stream("Execute", req, read_timeout, session=req["session"]):
                 # Any message means the service has the call: its key is
                 # registered before the command's first output.
                 ex.running = True
@@ -563,7 +734,7 @@ class Client:
         except Exception:  # an approver that fails does not approve
             ok = False
         try:
-            self.approve(req.id, ok)
+            self._unary("Approve", {"id": req.id, "approved": ok}, session=req.session)
         except SandboxError:
             pass  # timed out or answered elsewhere meanwhile: the command says so
 
@@ -603,11 +774,12 @@ class Client:
         Keyword arguments mirror ``aleph-sandbox exec``: session, workspace,
         cwd, read, write (lists of paths), net ("none", "all", or hosts),
         spawn (a bool), memory_mb (MiB), timeout (seconds), max_output
-        (bytes), env, stdin, secrets. memory_mb, timeout and max_output are
-        positive when given: on the wire 0 means "not given", so a 0 is
-        refused (ValueError) rather than silently run with the default; leave
-        one out (None) for the service's default. A value of the wrong type
-        (a string, a bool, a fraction of a byte) is a TypeError.
+        (bytes), env, stdin, secrets. timeout=0, like leaving it out, is the
+        service's default (sandbox.default_timeout_seconds): on the wire 0
+        means "not given". memory_mb and max_output are positive when given
+        (a 0 is refused, ValueError, rather than silently run with the
+        default); leave one out (None) for the default. A value of the wrong
+        type (a string, a bool, a fraction of a byte) is a TypeError.
         """
         _flag("check", check)
         if kwargs.get("stdin_stream") is not None:
@@ -630,8 +802,9 @@ class Client:
             req.update({"tty": True, "rows": r, "cols": c})
         elif rows is not None or cols is not None:
             raise TypeError("rows and cols are a terminal's size: pass tty=True with them")
-        r = self._unary("StartProcess", req)
-        return Process(self, str(r.get("id", "")))
+        session = req["command"]["session"]
+        r = self._unary("StartProcess", req, session=session)
+        return Process(self, str(r.get("id", "")), session)
 
     def processes(self, session: str = "") -> List[Dict[str, Any]]:
         """The processes of a session ("" for every session's): dicts with
@@ -640,7 +813,7 @@ class Client:
         sends 64-bit integers as strings; they are numbers here, as in the
         TypeScript client."""
         out = []
-        for p in self._unary("ListProcesses", {"session": session}).get("processes", []):
+        for p in self._unary("ListProcesses", {"session": session}, session=session or None).get("processes", []):
             p = dict(p)
             p["startedUnixMs"] = int(p.get("startedUnixMs") or 0)
             p["exitCode"] = int(p.get("exitCode") or 0)
@@ -650,9 +823,11 @@ class Client:
 
     # ---- approvals, sessions, grants ----
 
-    def approve(self, request_id: str, approved: bool) -> None:
-        """Answers an approval request (from approvals() or a command's own)."""
-        self._unary("Approve", {"id": request_id, "approved": bool(approved)})
+    def approve(self, request_id: str, approved: bool, session: Optional[str] = None) -> None:
+        """Answers an approval request (from approvals() or a command's
+        own). session, the request's (req.session), is sent as the
+        X-Aleph-Session header for proxies that route by session."""
+        self._unary("Approve", {"id": request_id, "approved": bool(approved)}, session=session)
 
     def approvals(self) -> Iterator[ApprovalRequest]:
         """Approval requests of commands whose clients do not answer their
@@ -664,21 +839,21 @@ class Client:
         return list(self._unary("Sessions", {"list": {}}).get("sessions", []))
 
     def describe(self, session: str) -> Dict[str, Any]:
-        s = self._unary("Sessions", {"describe": {"session": session}}).get("sessions", [])
+        s = self._unary("Sessions", {"describe": {"session": session}}, session=session).get("sessions", [])
         return dict(s[0]) if s else {}
 
     def forget(self, session: str) -> None:
-        self._unary("Sessions", {"forget": {"session": session}})
+        self._unary("Sessions", {"forget": {"session": session}}, session=session)
 
     def grants(self, session: str) -> Dict[str, Any]:
-        return self._unary("Grants", {"list": {"session": session}})
+        return self._unary("Grants", {"list": {"session": session}}, session=session)
 
     def revoke(self, session: str, grant_id: str) -> Dict[str, Any]:
-        return self._unary("Grants", {"revoke": {"session": session, "grantId": grant_id}})
+        return self._unary("Grants", {"revoke": {"session": session, "grantId": grant_id}}, session=session)
 
     def apply_network_grant(self, session: str, host: str, port: int, expected_digest: str) -> Dict[str, Any]:
         return self._unary("Grants", {"applyNetwork": {"session": session, "host": host, "port": int(port),
-                                                       "expectedDigest": expected_digest}})
+                                                       "expectedDigest": expected_digest}}, session=session)
 
     def capabilities(self) -> Dict[str, Any]:
         """The driver's capability report, as ``doctor`` shows it."""
@@ -728,6 +903,8 @@ class Execution:
         self.client = client
         #: The key naming this command to Signal, WriteStdin and CloseStdin.
         self.signal_key: str = req["signalKey"]
+        #: The command's session (sent with every call about it).
+        self.session: str = req["session"]
         self._stdin_stream = bool(req.get("stdinStream"))
         self._state = _CallState()
         self._events = client._events(self._state, req, read_timeout)
@@ -788,7 +965,7 @@ class Execution:
                 raise SandboxError("the command has ended", code="not_found", reason_code="not_running", field="signal_key")
             running = st.running
             try:
-                return self.client._unary(method, msg, timeout)
+                return self.client._unary(method, msg, timeout, session=self.session)
             except SandboxError as e:
                 if e.code != "not_found" or running:
                     raise
@@ -844,9 +1021,13 @@ class Process:
     service keeps the last 1 MiB of it, and ``dropped`` counts what a slow
     reader lost."""
 
-    def __init__(self, client: Client, id: str) -> None:
+    def __init__(self, client: Client, id: str, session: Optional[str] = None) -> None:
         self.client = client
         self.id = id
+        #: The process's session, sent with every call about it (as the
+        #: X-Aleph-Session header, for proxies that route by session);
+        #: None for a process attached to by its id alone.
+        self.session = session
         self.offset = 0
         self.dropped = 0
         self.exited = False
@@ -855,12 +1036,12 @@ class Process:
     def write(self, data: Union[bytes, str]) -> int:
         """Writes to the process's stdin (waits while its pipe is full)."""
         b = data.encode() if isinstance(data, str) else bytes(data)
-        r = self.client._unary("WriteProcess", {"id": self.id, "data": base64.b64encode(b).decode()}, None)
+        r = self.client._unary("WriteProcess", {"id": self.id, "data": base64.b64encode(b).decode()}, None, session=self.session)
         return int(r.get("written", 0))
 
     def close_stdin(self) -> None:
         """Ends the stdin: the process reads EOF after what was written."""
-        self.client._unary("CloseProcessStdin", {"id": self.id})
+        self.client._unary("CloseProcessStdin", {"id": self.id}, session=self.session)
 
     def read(self, timeout: float = 1.0) -> bytes:
         """The output since the last read, waiting up to timeout seconds
@@ -872,7 +1053,7 @@ class Process:
             raise ValueError("timeout is a finite number of seconds >= 0 (the service waits at most 60), got %r" % (timeout,))
         wait = float(timeout)
         r = self.client._unary("ReadProcess", {"id": self.id, "offset": str(self.offset), "waitSeconds": wait},
-                               wait + 30.0)
+                               wait + 30.0, session=self.session)
         self.offset = int(r.get("nextOffset", self.offset))
         self.dropped += int(r.get("dropped", 0))
         if r.get("exited"):
@@ -884,21 +1065,27 @@ class Process:
     def resize(self, rows: int, cols: int) -> None:
         """Sets the window size of a process started with tty=True."""
         r, c = _size(rows, cols)
-        self.client._unary("ResizeProcess", {"id": self.id, "rows": r, "cols": c})
+        self.client._unary("ResizeProcess", {"id": self.id, "rows": r, "cols": c}, session=self.session)
 
     def signal(self, name: str) -> None:
         """Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1",
         "USR2", "WINCH" or "PIPE"."""
-        self.client._unary("SignalProcess", {"id": self.id, "signal": _signal_name(name)})
+        self.client._unary("SignalProcess", {"id": self.id, "signal": _signal_name(name)}, session=self.session)
 
     def wait(self, timeout: Optional[float] = None) -> Result:
         """Waits for the end and returns the Result (its stdout and stderr
         are the output the pipeline kept; read() gives the rest). The
-        process is then gone from the service. timeout: seconds > 0, or None
-        for no bound."""
+        process is then gone from the service. timeout: seconds; None or 0
+        (the default): no bound."""
+        if _is_zero(timeout):
+            timeout = None
         if timeout is not None:
-            timeout = _seconds("timeout", timeout, "use None for no bound")
-        r = self.client._unary("WaitProcess", {"id": self.id}, timeout)
+            timeout = _seconds("timeout", timeout, "None or 0 for no bound")
+        r = self.client._unary("WaitProcess", {"id": self.id}, timeout, session=self.session)
         self.exited = True
         self.result = Result._from_json(r.get("result", {}))
         return self.result
+
+
+# The asyncio client builds on the definitions above.
+from ._aio import AsyncClient, AsyncExecution, AsyncProcess  # noqa: E402

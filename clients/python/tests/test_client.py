@@ -2,6 +2,7 @@
 binaries of bin/, the real bwrap driver)."""
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -15,11 +16,17 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from aleph_sandbox import Client, Denied, SandboxError  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
-BIN = os.environ.get("ALEPH_SANDBOX_BIN", os.path.join(REPO, "bin"))
+# Not an ALEPH_SANDBOX_ name: serve refuses to start beside an unknown one
+# (it reads them as mistyped configuration overrides).
+BIN = os.environ.get("ALEPH_CLIENT_TEST_BIN", os.path.join(REPO, "bin"))
 
 
 class Server:
-    def __init__(self, *extra):
+    """A real serve on a private unix socket; with tcp=True also on
+    127.0.0.1 (a port of the kernel's choosing, read from its log: tcp_addr
+    is "tcp:127.0.0.1:PORT"), config holding what TCP needs."""
+
+    def __init__(self, *extra, config="", tcp=False):
         self.dir = tempfile.mkdtemp(prefix="aleph-py-")
         self.sock = os.path.join(self.dir, "run", "aleph.sock")
         env = dict(os.environ)
@@ -34,14 +41,21 @@ class Server:
         # Some tests stream more than the default output ceiling (1 MiB).
         os.makedirs(os.path.join(self.dir, "config", "aleph-sandbox"))
         with open(os.path.join(self.dir, "config", "aleph-sandbox", "config.toml"), "w") as f:
-            f.write("[serve]\nmax_output_bytes = %d\n" % (16 << 20))
+            f.write("[serve]\nmax_output_bytes = %d\n" % (16 << 20) + config)
         self.log = open(os.path.join(self.dir, "serve.log"), "wb")
-        self.proc = subprocess.Popen([os.path.join(BIN, "aleph-sandbox"), "serve", "--listen", "unix:" + self.sock] + list(extra),
+        listen = ["--listen", "unix:" + self.sock] + (["--listen", "tcp:127.0.0.1:0"] if tcp else [])
+        self.proc = subprocess.Popen([os.path.join(BIN, "aleph-sandbox"), "serve"] + listen + list(extra),
                                      env=env, stdout=subprocess.DEVNULL, stderr=self.log)
+        self.tcp_addr = ""
         deadline = time.time() + 20
         while True:
             try:
                 Client("unix:" + self.sock).check_policy("true")
+                if tcp:
+                    m = re.search(r"tcp=(127\.0\.0\.1:[0-9]+)", self.stderr())
+                    if m is None:
+                        raise SandboxError("no tcp listener in the log yet")
+                    self.tcp_addr = "tcp:" + m.group(1)
                 return
             except SandboxError:
                 if self.proc.poll() is not None or time.time() > deadline:
@@ -148,8 +162,8 @@ class ClientTest(unittest.TestCase):
         wire = []
         stream = c._stream
 
-        def spy(method, msg, timeout):
-            for m in stream(method, msg, timeout):
+        def spy(method, msg, timeout, **kw):
+            for m in stream(method, msg, timeout, **kw):
                 if "result" in m:
                     wire.append(m["result"])
                 yield m
@@ -292,6 +306,25 @@ class YesServerTest(unittest.TestCase):
                 self.assertEqual((r.exit_code, r.reason_code, r.spawn_refused, r.hint), (0, "allowed", 0, ""), r)
             r = c.exec(["/bin/echo", "no fork"], session="spawn")
             self.assertEqual((r.exit_code, r.reason_code, r.spawn_refused, r.hint), (0, "allowed", 0, ""), r)
+        finally:
+            s.stop()
+
+
+class DefaultTimeoutTest(unittest.TestCase):
+    """timeout=0 means "not given": the service's default timeout, here 1 s
+    (as in the TypeScript client)."""
+
+    def test_zero_is_the_services_default(self):
+        s = Server(config="[sandbox]\ndefault_timeout_seconds = 1\n")
+        try:
+            c = Client("unix:" + s.sock)
+            for t in (0, None):
+                r = c.exec(["/bin/sleep", "30"], session="t0", timeout=t)
+                self.assertTrue(r.timed_out, (t, r))
+                self.assertEqual(r.reason_code, "timeout")
+            # Control: a timeout of its own outlasts the default.
+            r = c.exec(["/bin/sleep", "2"], session="t0", timeout=60)
+            self.assertEqual((r.timed_out, r.exit_code), (False, 0), r)
         finally:
             s.stop()
 

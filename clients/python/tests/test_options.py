@@ -35,17 +35,29 @@ class OptionsTest(unittest.TestCase):
             fn()
         self.assertEqual(cm.exception.code, "unavailable")
 
-    def test_zero_is_refused_not_dropped(self):
-        # On the wire 0 means "not given": sent, it would run with the default.
+    def test_zero_memory_and_output_refused_not_dropped(self):
+        # On the wire 0 means "not given": sent, it would run with the
+        # default, which "no memory" or "no output" never means.
         c = Client(self.addr)
-        self.refused(ValueError, lambda: c.exec(["/bin/true"], timeout=0), "timeout", "positive", "default")
         self.refused(ValueError, lambda: c.exec(["/bin/true"], memory_mb=0), "memory_mb", "positive", "no memory limit")
         self.refused(ValueError, lambda: c.exec(["/bin/true"], max_output=0), "max_output", "positive", "budget")
-        self.refused(ValueError, lambda: list(c.stream(["/bin/true"], timeout=0)), "timeout")
+        self.refused(ValueError, lambda: list(c.stream(["/bin/true"], max_output=0)), "max_output")
         self.refused(ValueError, lambda: c.start(["/bin/true"], memory_mb=0), "memory_mb")
         # Positive control: the smallest meaningful values are sent.
         self.unavailable(lambda: c.exec(["/bin/true"], timeout=0.001, memory_mb=1, max_output=1))
         self.unavailable(lambda: c.start(["/bin/true"], timeout=1, memory_mb=64, max_output=1 << 20))
+
+    def test_zero_timeout_is_the_default(self):
+        # timeout=0 is "not given", as on the wire and in the TypeScript
+        # client: the request carries no timeout (the service's default).
+        c = Client(self.addr)
+        self.assertNotIn("timeoutSeconds", c._request(["/bin/true"], timeout=0))
+        self.assertNotIn("timeoutSeconds", c._request(["/bin/true"], timeout=0.0))
+        self.assertEqual(c._request(["/bin/true"], timeout=5)["timeoutSeconds"], 5.0)
+        self.unavailable(lambda: c.exec(["/bin/true"], timeout=0))
+        self.unavailable(lambda: c.start(["/bin/true"], timeout=0))
+        # False is not 0: a bool is refused as a number.
+        self.refused(TypeError, lambda: c.exec(["/bin/true"], timeout=False), "timeout")
 
     def test_bad_numbers(self):
         c = Client(self.addr)
@@ -104,12 +116,13 @@ class OptionsTest(unittest.TestCase):
         self.unavailable(lambda: p.resize(24, 80))
 
     def test_client_and_process_timeouts(self):
-        # A socket timeout of 0 is non-blocking: every call would fail.
-        self.refused(ValueError, lambda: Client(self.addr, timeout=0), "timeout", "None")
+        # 0 is the default (30), never a non-blocking socket; None is no bound.
+        self.assertEqual(Client(self.addr, timeout=0).timeout, 30.0)
+        self.assertEqual(Client(self.addr).timeout, 30.0)
         self.refused(ValueError, lambda: Client(self.addr, timeout=-1), "timeout")
         self.assertIsNone(Client(self.addr, timeout=None).timeout)
         p = Process(Client(self.addr), "proc-none")
-        self.refused(ValueError, lambda: p.wait(timeout=0), "None")
+        self.unavailable(lambda: p.wait(timeout=0))  # 0: the default, no bound
         self.refused(ValueError, lambda: p.read(timeout=-1), "timeout")
         self.refused(ValueError, lambda: p.read(timeout=float("nan")), "timeout")
         self.refused(TypeError, lambda: p.read(timeout="1"), "timeout")

@@ -2,17 +2,33 @@
  * TypeScript client of the aleph-sandbox host service (`aleph-sandbox serve`).
  *
  * Node's standard library only. It speaks the Connect protocol (JSON over
- * HTTP/1.1) to the service's unix socket:
+ * HTTP/1.1) to the service's unix socket, or over TLS to its TCP listener:
  *
  * ```ts
  * import { Client, Denied, SandboxError } from "aleph-sandbox";
  * const c = new Client();          // ALEPH_SANDBOX_HOST, else the default socket
+ * const remote = new Client({ address: "tcp:sandbox.example:7443", token, ca }); // ca: PEM text
  * const r = await c.exec(["/bin/echo", "hi"], { session: "s1" });
  * console.log(r.stdout.toString(), r.exitCode);
  * ```
  *
  * docs/serve.md of the repository describes the service and the wire format.
  */
+/**
+ * The header every call concerning a session carries (its value the
+ * session, percent-encoded), so that a proxy can route by it; the service
+ * refuses one that disagrees with the request's body.
+ */
+export declare const SESSION_HEADER = "X-Aleph-Session";
+/** The environment variable a TCP client takes its bearer token from when none is given. */
+export declare const TOKEN_ENV = "ALEPH_SANDBOX_TOKEN";
+/**
+ * A session's header value: its UTF-8 bytes percent-encoded outside the
+ * printable ASCII range (and '%'), so that any name is a valid header
+ * value and a plain one ("s1") is itself. The service decodes it; the
+ * Python client encodes alike.
+ */
+export declare function sessionHeaderValue(session: string): string;
 /** The Connect status codes an error carries (https://connectrpc.com/docs/protocol#error-codes). */
 export type Code = "canceled" | "unknown" | "invalid_argument" | "deadline_exceeded" | "not_found" | "already_exists" | "permission_denied" | "resource_exhausted" | "failed_precondition" | "aborted" | "out_of_range" | "unimplemented" | "internal" | "unavailable" | "data_loss" | "unauthenticated";
 /** The typed detail (aleph.host.v1.ErrorDetail) of an error: what to match on. */
@@ -170,7 +186,12 @@ export interface StreamOptions extends CallOptions {
     /** May the command start subprocesses. */
     spawn?: boolean;
     memoryMb?: number;
-    /** The command's time limit in seconds; then it is killed and `timedOut` is set. */
+    /**
+     * The command's time limit in seconds; then it is killed and `timedOut`
+     * is set. 0, or leaving it out, is the service's default
+     * (`sandbox.default_timeout_seconds`; a process or a streamed stdin has
+     * none, only the maximum lifetime).
+     */
     timeout?: number;
     /** At most this many bytes of each of stdout and stderr are kept. */
     maxOutput?: number;
@@ -216,7 +237,7 @@ export interface ReadOptions extends CallOptions {
 }
 /** The options of `Process.wait`. */
 export interface WaitOptions extends CallOptions {
-    /** Seconds to wait for the end (default: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
+    /** Seconds to wait for the end (0 or leaving it out: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
     timeout?: number;
 }
 /** A process as `processes()` lists it. */
@@ -231,13 +252,28 @@ export interface ProcessInfo {
 }
 /** The signals `Process.signal` sends. */
 export type SignalName = "TERM" | "INT" | "HUP" | "QUIT" | "KILL" | "USR1" | "USR2" | "WINCH" | "PIPE";
+/** PEM text (a string or a Buffer), as Node's `tls` takes it: read a file with `fs.readFileSync(path)`. */
+export type PEM = string | Buffer;
 /** The options of `new Client`. */
 export interface ClientOptions {
     /**
-     * "unix:PATH" or a path; default: $ALEPH_SANDBOX_HOST, else the socket
-     * `serve` listens on by default.
+     * "unix:PATH" (or a path) or "tcp:HOST:PORT"; default: $ALEPH_SANDBOX_HOST,
+     * else the socket `serve` listens on by default.
      */
+    address?: string;
+    /** The same as `address` (its older name); give one of them. */
     socket?: string;
+    /**
+     * (TCP) The bearer token for a server with a `tokens_file`; default:
+     * $ALEPH_SANDBOX_TOKEN. Sent only over TLS.
+     */
+    token?: string;
+    /** (TCP) The CA certificates the server's certificate is checked against (default: Node's trusted CAs). */
+    ca?: PEM;
+    /** (TCP) This client's certificate, for a server that asks for one (mutual TLS); with `key`. */
+    cert?: PEM;
+    /** (TCP) The key of `cert`. */
+    key?: PEM;
     /**
      * Answers this client's own approval requests. Without one, the service's
      * policy applies (denied unless it runs with --yes or another client
@@ -245,21 +281,26 @@ export interface ClientOptions {
      */
     approver?: Approver;
     /**
-     * Seconds a call other than a command's run may wait for the service
-     * (default 30; 0: no bound). A command's own stream is bounded by its
-     * `timeout` plus 30 s of slack, and not at all without one.
+     * Seconds a call other than a command's run may wait for the service:
+     * default 30, and so is 0 (as for every timeout of this client and the
+     * service's requests, 0 means "not given"); `null`: no bound. A
+     * command's own stream is bounded by its `timeout` plus 30 s of slack,
+     * and not at all without one.
      */
-    timeout?: number;
+    timeout?: number | null;
 }
 /** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
 export declare function defaultAddress(env?: NodeJS.ProcessEnv): string;
 /** A connection to `aleph-sandbox serve`. */
 export declare class Client {
-    /** The unix socket's path. */
+    /** The unix socket's path; "" for a TCP address. */
     readonly socketPath: string;
+    /** "unix:PATH" or "tcp:HOST:PORT". */
+    readonly address: string;
     readonly approver: Approver | undefined;
-    /** Seconds a call other than a command's run may wait (0: no bound). */
-    readonly timeout: number;
+    /** Seconds a call other than a command's run may wait; null: no bound. */
+    readonly timeout: number | null;
+    private readonly target;
     constructor(options?: ClientOptions);
     private static request;
     /**
@@ -295,8 +336,14 @@ export declare class Client {
     processes(options?: CallOptions & {
         session?: string;
     }): Promise<ProcessInfo[]>;
-    /** Answers an approval request (from `approvals()` or a command's own). */
-    approve(requestId: string, approved: boolean, options?: CallOptions): Promise<void>;
+    /**
+     * Answers an approval request (from `approvals()` or a command's own).
+     * `session`, the request's, is sent as the X-Aleph-Session header for
+     * proxies that route by session.
+     */
+    approve(requestId: string, approved: boolean, options?: CallOptions & {
+        session?: string;
+    }): Promise<void>;
     /**
      * Approval requests of commands whose clients do not answer their own,
      * until the service stops or `signal` is aborted; answer each with
@@ -331,6 +378,8 @@ export declare class Execution implements AsyncGenerator<Event, void, undefined>
     readonly client: Client;
     /** The key naming this command to Signal, WriteStdin and CloseStdin. */
     readonly signalKey: string;
+    /** The command's session (sent with every call about it). */
+    readonly session: string;
     /** The Result, once the "exit" event has come. */
     result: Result | undefined;
     private readonly stdinStream;
@@ -389,6 +438,7 @@ export declare class Execution implements AsyncGenerator<Event, void, undefined>
 export declare class Process {
     readonly client: Client;
     readonly id: string;
+    readonly session?: string | undefined;
     /** The output offset the next `read()` starts from. */
     offset: number;
     /** Bytes lost to the service's bound between reads. */
@@ -397,7 +447,12 @@ export declare class Process {
     exited: boolean;
     /** How it ended, once `exited`. */
     result: Result | undefined;
-    constructor(client: Client, id: string);
+    /**
+     * A process of client's service by its id. session, when known, is sent
+     * with every call about it (the X-Aleph-Session header, for proxies that
+     * route by session); `start` sets it.
+     */
+    constructor(client: Client, id: string, session?: string | undefined);
     /** Writes to the process's stdin (waits while its pipe is full); resolves with the bytes taken. */
     write(data: string | Uint8Array, options?: CallOptions): Promise<number>;
     /** Ends the stdin: the process reads end-of-file after what was written. */

@@ -2,11 +2,12 @@
  * TypeScript client of the aleph-sandbox host service (`aleph-sandbox serve`).
  *
  * Node's standard library only. It speaks the Connect protocol (JSON over
- * HTTP/1.1) to the service's unix socket:
+ * HTTP/1.1) to the service's unix socket, or over TLS to its TCP listener:
  *
  * ```ts
  * import { Client, Denied, SandboxError } from "aleph-sandbox";
  * const c = new Client();          // ALEPH_SANDBOX_HOST, else the default socket
+ * const remote = new Client({ address: "tcp:sandbox.example:7443", token, ca }); // ca: PEM text
  * const r = await c.exec(["/bin/echo", "hi"], { session: "s1" });
  * console.log(r.stdout.toString(), r.exitCode);
  * ```
@@ -15,9 +16,31 @@
  */
 import { randomBytes } from "node:crypto";
 import * as http from "node:http";
+import * as https from "node:https";
 import * as os from "node:os";
 import * as path from "node:path";
 const SERVICE = "aleph.host.v1.Service";
+/**
+ * The header every call concerning a session carries (its value the
+ * session, percent-encoded), so that a proxy can route by it; the service
+ * refuses one that disagrees with the request's body.
+ */
+export const SESSION_HEADER = "X-Aleph-Session";
+/** The environment variable a TCP client takes its bearer token from when none is given. */
+export const TOKEN_ENV = "ALEPH_SANDBOX_TOKEN";
+/**
+ * A session's header value: its UTF-8 bytes percent-encoded outside the
+ * printable ASCII range (and '%'), so that any name is a valid header
+ * value and a plain one ("s1") is itself. The service decodes it; the
+ * Python client encodes alike.
+ */
+export function sessionHeaderValue(session) {
+    let out = "";
+    for (const b of Buffer.from(session, "utf8")) {
+        out += b > 0x20 && b < 0x7f && b !== 0x25 ? String.fromCharCode(b) : "%" + b.toString(16).toUpperCase().padStart(2, "0");
+    }
+    return out;
+}
 // Flags of a Connect streaming frame.
 const END_STREAM = 0x02;
 const COMPRESSED = 0x01;
@@ -67,6 +90,91 @@ const REQUEST_OPTIONS = new Set([
     "session", "workspace", "cwd", "read", "write", "net", "spawn", "memoryMb", "timeout", "maxOutput",
     "env", "stdin", "secrets", "signal",
 ]);
+function pem(name, v) {
+    if (v === undefined) {
+        return undefined;
+    }
+    if (Buffer.isBuffer(v) || (typeof v === "string" && v.includes("-----BEGIN "))) {
+        return v;
+    }
+    throw new TypeError(`${name} is PEM text (a string or a Buffer holding "-----BEGIN ..."), not a file name: pass fs.readFileSync(${typeof v === "string" ? JSON.stringify(v) : "path"})`);
+}
+// The bearer token: given, else $ALEPH_SANDBOX_TOKEN, else none.
+function bearerToken(given, env) {
+    let token = given;
+    let source = "token";
+    if (token === undefined) {
+        token = env[TOKEN_ENV] || undefined;
+        source = "$" + TOKEN_ENV;
+        if (token === undefined) {
+            return undefined;
+        }
+    }
+    if (typeof token !== "string") {
+        throw new TypeError(`token is a string, got ${typeof token}`);
+    }
+    const t = token.trim();
+    // A token with a line break would write headers of its own.
+    if (!/^[\x21-\x7e]+$/.test(t)) {
+        throw new TypeError(`${source} is not a bearer token: printable ASCII without spaces, as in the server's tokens_file`);
+    }
+    return t;
+}
+function target(address, o) {
+    const tlsGiven = o.token !== undefined || o.ca !== undefined || o.cert !== undefined || o.key !== undefined;
+    if (address.startsWith("tcp:")) {
+        const rest = address.slice("tcp:".length);
+        const i = rest.lastIndexOf(":");
+        let host = i < 0 ? "" : rest.slice(0, i);
+        const port = i < 0 ? "" : rest.slice(i + 1);
+        if (host.startsWith("[") && host.endsWith("]")) {
+            host = host.slice(1, -1); // [::1]:7443
+        }
+        if (host === "" || !/^[0-9]+$/.test(port) || Number(port) < 1 || Number(port) > 65535) {
+            throw new TypeError(`want tcp:HOST:PORT (e.g. tcp:sandbox.example:7443, tcp:[::1]:7443), got ${JSON.stringify(address)}`);
+        }
+        const ca = pem("ca", o.ca);
+        const cert = pem("cert", o.cert);
+        const key = pem("key", o.key);
+        if ((cert === undefined) !== (key === undefined)) {
+            throw new TypeError("cert and key go together: give both for a client certificate, or neither");
+        }
+        // Node asks for no ALPN protocol: the service then speaks HTTP/1.1,
+        // which Connect takes (gRPC is HTTP/2).
+        const tls = { minVersion: "TLSv1.2" };
+        if (ca !== undefined) {
+            tls.ca = ca;
+        }
+        if (cert !== undefined) {
+            tls.cert = cert;
+            tls.key = key;
+        }
+        return { kind: "tcp", host, port: Number(port), tls, token: bearerToken(o.token, process.env) };
+    }
+    let p = address;
+    if (p.startsWith("unix:")) {
+        p = p.slice("unix:".length);
+    }
+    else if (p.split("/")[0].includes(":")) {
+        throw new TypeError(`an address is unix:PATH or tcp:HOST:PORT, got ${JSON.stringify(address)}`);
+    }
+    if (p === "") {
+        throw new TypeError("the socket address has no path");
+    }
+    if (tlsGiven) {
+        throw new TypeError("token, ca, cert and key are for tcp: addresses; a unix socket's server authenticates its peers by uid");
+    }
+    return { kind: "unix", path: p };
+}
+function describeTarget(t) {
+    return t.kind === "unix" ? "unix:" + t.path : `tcp:${t.host.includes(":") ? `[${t.host}]` : t.host}:${t.port}`;
+}
+// Node's names for a TLS failure: the server's certificate did not verify,
+// or the server refused this client's (an alert).
+function isTLSError(err) {
+    const code = err?.code ?? "";
+    return /^ERR_SSL_|^ERR_TLS_|CERT|SIGNATURE|ISSUER|^EPROTO$/.test(code);
+}
 /** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
 export function defaultAddress(env = process.env) {
     const host = env.ALEPH_SANDBOX_HOST;
@@ -328,21 +436,29 @@ async function readAll(res) {
  * command is cancelled.
  */
 class Call {
-    socketPath;
+    target;
     signal;
     req;
     ending;
+    answered = false; // the answer's head came
     onAbort;
-    constructor(socketPath, method, contentType, signal, idleSeconds) {
-        this.socketPath = socketPath;
+    constructor(target, method, contentType, signal, idleSeconds, session) {
+        this.target = target;
         this.signal = signal;
-        this.req = http.request({
-            socketPath,
-            path: `/${SERVICE}/${method}`,
-            method: "POST",
-            agent: false,
-            headers: { "Content-Type": contentType, "Connect-Protocol-Version": "1", Connection: "close" },
-        });
+        const headers = { "Content-Type": contentType, "Connect-Protocol-Version": "1", Connection: "close" };
+        if (session) {
+            headers[SESSION_HEADER] = sessionHeaderValue(session);
+        }
+        const common = { path: `/${SERVICE}/${method}`, method: "POST", agent: false, headers };
+        if (target.kind === "tcp") {
+            if (target.token !== undefined) {
+                headers.Authorization = "Bearer " + target.token;
+            }
+            this.req = https.request({ ...common, ...target.tls, host: target.host, port: target.port });
+        }
+        else {
+            this.req = http.request({ ...common, socketPath: target.path });
+        }
         // Errors surface through send() and the response's stream; this
         // listener only keeps a late one (after the answer began) from being
         // an unhandled 'error' event.
@@ -368,6 +484,7 @@ class Call {
         }
         return new Promise((resolve, reject) => {
             this.req.once("response", (res) => {
+                this.answered = true;
                 res.on("error", () => { }); // as for req: reported by reading res
                 resolve(res);
             });
@@ -390,7 +507,23 @@ class Call {
             return err;
         }
         const msg = err instanceof Error ? err.message : String(err);
-        return new SandboxError(`cannot reach the service at ${this.socketPath}: ${msg}`, "unavailable", {}, { cause: err });
+        const where = describeTarget(this.target);
+        const code = err?.code ?? "";
+        if (this.target.kind === "tcp" && !this.answered && (code === "ECONNRESET" || code === "EPIPE")) {
+            // With TLS 1.3 the client's side of the handshake ends before the
+            // server has checked the client's certificate: a server that refuses
+            // it sends an alert and closes, and a client already writing its
+            // request may see only the reset, the alert lost.
+            return new SandboxError(`${where}: the server closed the TLS connection before answering (${code}): if it asks for a client certificate (mutual TLS), pass cert and key signed by its client_ca`, "unavailable", { reasonCode: "tls" }, { cause: err });
+        }
+        if (this.target.kind === "tcp" && isTLSError(err)) {
+            const code = err.code ?? "";
+            const hint = /ALERT|EPROTO/.test(code)
+                ? "the TLS handshake failed: if the server asks for a client certificate (mutual TLS), pass cert and key signed by its client_ca"
+                : "the server's certificate did not verify: pass the CA that signed it as ca";
+            return new SandboxError(`${where}: ${hint} (${code}: ${msg})`, "unavailable", { reasonCode: "tls" }, { cause: err });
+        }
+        return new SandboxError(`cannot reach the service at ${where}: ${msg}`, "unavailable", {}, { cause: err });
     }
     close() {
         this.signal?.removeEventListener("abort", this.onAbort);
@@ -399,33 +532,37 @@ class Call {
 }
 /** A connection to `aleph-sandbox serve`. */
 export class Client {
-    /** The unix socket's path. */
+    /** The unix socket's path; "" for a TCP address. */
     socketPath;
+    /** "unix:PATH" or "tcp:HOST:PORT". */
+    address;
     approver;
-    /** Seconds a call other than a command's run may wait (0: no bound). */
+    /** Seconds a call other than a command's run may wait; null: no bound. */
     timeout;
+    /** @internal The same, 0 for no bound (as Call takes it). */
+    idleSeconds;
+    target;
     constructor(options = {}) {
-        let address = options.socket || defaultAddress();
-        if (address.startsWith("unix:")) {
-            address = address.slice("unix:".length);
+        if (options.address !== undefined && options.socket !== undefined && options.address !== options.socket) {
+            throw new TypeError("give address or socket (its older name), not both");
         }
-        else if (address.split("/")[0].includes(":")) {
-            throw new TypeError(`only unix:PATH addresses are supported, got ${JSON.stringify(address)}`);
-        }
-        if (address === "") {
-            throw new TypeError("the socket address has no path");
-        }
-        this.socketPath = address;
+        this.target = target(options.address || options.socket || defaultAddress(), options);
+        this.socketPath = this.target.kind === "unix" ? this.target.path : "";
+        this.address = describeTarget(this.target);
         this.approver = options.approver;
-        this.timeout = options.timeout ?? 30;
-        if (typeof this.timeout !== "number" || !(this.timeout >= 0 && this.timeout < Infinity)) {
-            throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
+        const t = options.timeout;
+        // 0 is "not given", as on the wire and in the Python client: the
+        // default. No bound is said with null, never with a 0.
+        this.timeout = t === null ? null : t === undefined || t === 0 ? 30 : t;
+        if (this.timeout !== null && (typeof this.timeout !== "number" || !(this.timeout > 0 && this.timeout < Infinity))) {
+            throw new TypeError(`timeout is a finite number of seconds > 0 (0 or leaving it out: 30; null: no bound), got ${String(t)}`);
         }
+        this.idleSeconds = this.timeout ?? 0;
     }
     // ---- transport ----
     /** @internal A unary call; idleSeconds replaces the client's timeout. */
-    async unary(method, msg, options = {}, idleSeconds = this.timeout) {
-        const call = new Call(this.socketPath, method, "application/json", options.signal, idleSeconds);
+    async unary(method, msg, options = {}, idleSeconds = this.idleSeconds, session) {
+        const call = new Call(this.target, method, "application/json", options.signal, idleSeconds, session);
         try {
             const res = await call.send(Buffer.from(JSON.stringify(msg)));
             let data;
@@ -449,11 +586,11 @@ export class Client {
         }
     }
     /** @internal A server-streaming call. */
-    async *serverStream(method, msg, signal, idleSeconds) {
+    async *serverStream(method, msg, signal, idleSeconds, session) {
         const body = Buffer.from(JSON.stringify(msg));
         const head = Buffer.alloc(5);
         head.writeUInt32BE(body.length, 1);
-        const call = new Call(this.socketPath, method, "application/connect+json", signal, idleSeconds);
+        const call = new Call(this.target, method, "application/connect+json", signal, idleSeconds, session);
         try {
             const res = await call.send(Buffer.concat([head, body]));
             if (res.statusCode !== 200) {
@@ -530,13 +667,15 @@ export class Client {
         if (o.cwd) {
             req.cwd = o.cwd;
         }
-        // On the wire 0 is "not given", so a 0 asked for would silently be the
-        // default: it is refused, as the CLI refuses --timeout 0.
+        // On the wire 0 is "not given". memoryMb and maxOutput of 0 are
+        // refused: "no memory" or "no output" cannot be what was meant. A
+        // timeout of 0 is the service's default, as leaving it out is (and as
+        // every timeout of this client): one meaning in both clients.
         if (o.memoryMb !== undefined) {
             req.memoryMb = String(count("memoryMb", o.memoryMb, "MiB", "leave memoryMb out for no memory limit of the command's own"));
         }
-        if (o.timeout !== undefined) {
-            req.timeoutSeconds = seconds("timeout", o.timeout, "leave timeout out for the service's default (sandbox.default_timeout_seconds; there is no unlimited timeout)");
+        if (o.timeout !== undefined && o.timeout !== 0) {
+            req.timeoutSeconds = seconds("timeout", o.timeout, "0 or leaving timeout out is the service's default (sandbox.default_timeout_seconds; there is no unlimited timeout)");
         }
         if (o.maxOutput !== undefined) {
             req.maxOutput = String(count("maxOutput", o.maxOutput, "bytes", "leave maxOutput out for the configured budget (sandbox.max_output_bytes)"));
@@ -562,7 +701,7 @@ export class Client {
             // An approver that fails does not approve.
         }
         try {
-            await this.approve(req.id, ok);
+            await this.unary("Approve", { id: req.id, approved: ok }, {}, this.idleSeconds, req.session);
         }
         catch {
             // Timed out or answered elsewhere meanwhile: the command's result says so.
@@ -635,12 +774,13 @@ export class Client {
         else if (rows !== undefined || cols !== undefined) {
             throw new TypeError("rows and cols are a terminal's size: pass tty: true with them");
         }
-        const r = await this.unary("StartProcess", req, signal ? { signal } : {});
-        return new Process(this, str(r.id));
+        const name = str(req.command.session);
+        const r = await this.unary("StartProcess", req, signal ? { signal } : {}, this.idleSeconds, name);
+        return new Process(this, str(r.id), name);
     }
     /** The processes of a session (every session's without one), oldest first. */
     async processes(options = {}) {
-        const r = await this.unary("ListProcesses", { session: options.session ?? "" }, options);
+        const r = await this.unary("ListProcesses", { session: options.session ?? "" }, options, this.idleSeconds, options.session);
         return (Array.isArray(r.processes) ? r.processes : []).map((v) => {
             const m = isObject(v) ? v : {};
             return {
@@ -654,9 +794,13 @@ export class Client {
         });
     }
     // ---- approvals, sessions, grants ----
-    /** Answers an approval request (from `approvals()` or a command's own). */
+    /**
+     * Answers an approval request (from `approvals()` or a command's own).
+     * `session`, the request's, is sent as the X-Aleph-Session header for
+     * proxies that route by session.
+     */
     async approve(requestId, approved, options = {}) {
-        await this.unary("Approve", { id: requestId, approved: approved === true }, options);
+        await this.unary("Approve", { id: requestId, approved: approved === true }, options, this.idleSeconds, options.session);
     }
     /**
      * Approval requests of commands whose clients do not answer their own,
@@ -675,23 +819,23 @@ export class Client {
     }
     /** One session: workspace, baseline, grants, policy digest. */
     async describe(name, options = {}) {
-        const r = await this.unary("Sessions", { describe: { session: name } }, options);
+        const r = await this.unary("Sessions", { describe: { session: name } }, options, this.idleSeconds, name);
         const s = Array.isArray(r.sessions) ? r.sessions : [];
         return s.length > 0 ? session(s[0]) : undefined;
     }
     /** Forgets a session. */
     async forget(name, options = {}) {
-        await this.unary("Sessions", { forget: { session: name } }, options);
+        await this.unary("Sessions", { forget: { session: name } }, options, this.idleSeconds, name);
     }
     async grants(name, options = {}) {
-        return grants(await this.unary("Grants", { list: { session: name } }, options));
+        return grants(await this.unary("Grants", { list: { session: name } }, options, this.idleSeconds, name));
     }
     async revoke(name, grantId, options = {}) {
-        return grants(await this.unary("Grants", { revoke: { session: name, grantId } }, options));
+        return grants(await this.unary("Grants", { revoke: { session: name, grantId } }, options, this.idleSeconds, name));
     }
     /** Grants host:port to a session, provided its policy digest is still expectedDigest. */
     async applyNetworkGrant(name, host, port, expectedDigest, options = {}) {
-        return grants(await this.unary("Grants", { applyNetwork: { session: name, host, port: Math.trunc(port), expectedDigest } }, options));
+        return grants(await this.unary("Grants", { applyNetwork: { session: name, host, port: Math.trunc(port), expectedDigest } }, options, this.idleSeconds, name));
     }
     /** The driver's capability report, as `doctor` shows it. */
     async capabilities(options = {}) {
@@ -753,6 +897,8 @@ export class Execution {
     client;
     /** The key naming this command to Signal, WriteStdin and CloseStdin. */
     signalKey;
+    /** The command's session (sent with every call about it). */
+    session;
     /** The Result, once the "exit" event has come. */
     result;
     stdinStream;
@@ -770,6 +916,7 @@ export class Execution {
     constructor(client, req, signal, idleSeconds) {
         this.client = client;
         this.signalKey = str(req.signalKey);
+        this.session = str(req.session);
         this.stdinStream = req.stdinStream === true;
         this.events = this.run(req, signal, idleSeconds);
     }
@@ -777,7 +924,7 @@ export class Execution {
         this.sent = true;
         const approver = this.client.approver;
         try {
-            for await (const msg of this.client.serverStream("Execute", req, signal, idleSeconds)) {
+            for await (const msg of this.client.serverStream("Execute", req, signal, idleSeconds, this.session)) {
                 // Any message means the service has the call: its key is
                 // registered before the command's first output.
                 this.running = true;
@@ -865,7 +1012,7 @@ export class Execution {
         if (!this.sent) {
             throw notRunning("the command has not been sent yet: iterate the stream (or call wait) first");
         }
-        const deadline = this.client.timeout > 0 ? Date.now() + this.client.timeout * 1000 : Infinity;
+        const deadline = this.client.idleSeconds > 0 ? Date.now() + this.client.idleSeconds * 1000 : Infinity;
         let ms = 5;
         for (;;) {
             if (this.ended) {
@@ -873,7 +1020,7 @@ export class Execution {
             }
             const running = this.running;
             try {
-                return await this.client.unary(method, msg, options, idleSeconds ?? this.client.timeout);
+                return await this.client.unary(method, msg, options, idleSeconds ?? this.client.idleSeconds, this.session);
             }
             catch (err) {
                 if (!(err instanceof SandboxError) || err.code !== "not_found" || running || Date.now() > deadline) {
@@ -943,6 +1090,7 @@ export class Execution {
 export class Process {
     client;
     id;
+    session;
     /** The output offset the next `read()` starts from. */
     offset = 0;
     /** Bytes lost to the service's bound between reads. */
@@ -951,9 +1099,15 @@ export class Process {
     exited = false;
     /** How it ended, once `exited`. */
     result;
-    constructor(client, id) {
+    /**
+     * A process of client's service by its id. session, when known, is sent
+     * with every call about it (the X-Aleph-Session header, for proxies that
+     * route by session); `start` sets it.
+     */
+    constructor(client, id, session) {
         this.client = client;
         this.id = id;
+        this.session = session;
         if (typeof id !== "string" || id === "") {
             throw new TypeError("a process id is a non-empty string");
         }
@@ -962,12 +1116,12 @@ export class Process {
     async write(data, options = {}) {
         const b = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
         // Backpressure may hold the call as long as the process does not read.
-        const r = await this.client.unary("WriteProcess", { id: this.id, data: b.toString("base64") }, options, 0);
+        const r = await this.client.unary("WriteProcess", { id: this.id, data: b.toString("base64") }, options, 0, this.session);
         return num(r.written);
     }
     /** Ends the stdin: the process reads end-of-file after what was written. */
     async closeStdin(options = {}) {
-        await this.client.unary("CloseProcessStdin", { id: this.id }, options);
+        await this.client.unary("CloseProcessStdin", { id: this.id }, options, this.client.idleSeconds, this.session);
     }
     /**
      * The output since the last read, waiting up to `timeout` seconds when
@@ -980,7 +1134,7 @@ export class Process {
         if (typeof wait !== "number" || !(wait >= 0 && wait < Infinity)) {
             throw new TypeError(`timeout is a finite number of seconds >= 0 (the service waits at most 60), got ${String(options.timeout)}`);
         }
-        const r = await this.client.unary("ReadProcess", { id: this.id, offset: String(this.offset), waitSeconds: wait }, options, Math.min(wait, 60) + 30);
+        const r = await this.client.unary("ReadProcess", { id: this.id, offset: String(this.offset), waitSeconds: wait }, options, Math.min(wait, 60) + 30, this.session);
         this.offset = num(r.nextOffset) || this.offset;
         this.dropped += num(r.dropped);
         if (r.exited === true) {
@@ -994,11 +1148,11 @@ export class Process {
     /** Sets the window size of a process started with `tty: true`. */
     async resize(rows, cols, options = {}) {
         terminalSize(rows, cols);
-        await this.client.unary("ResizeProcess", { id: this.id, rows, cols }, options);
+        await this.client.unary("ResizeProcess", { id: this.id, rows, cols }, options, this.client.idleSeconds, this.session);
     }
     /** Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH" or "PIPE". */
     async signal(name, options = {}) {
-        await this.client.unary("SignalProcess", { id: this.id, signal: signalName(name) }, options);
+        await this.client.unary("SignalProcess", { id: this.id, signal: signalName(name) }, options, this.client.idleSeconds, this.session);
     }
     /**
      * Waits for the end and resolves with the Result (its stdout and stderr
@@ -1008,9 +1162,9 @@ export class Process {
     async wait(options = {}) {
         const t = options.timeout ?? 0;
         if (typeof t !== "number" || !(t >= 0 && t < Infinity)) {
-            throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
+            throw new TypeError(`timeout is a finite number of seconds >= 0 (0 or leaving it out: no bound), got ${String(options.timeout)}`);
         }
-        const r = await this.client.unary("WaitProcess", { id: this.id }, options, t);
+        const r = await this.client.unary("WaitProcess", { id: this.id }, options, t, this.session);
         this.exited = true;
         this.result = result(r.result);
         return this.result;

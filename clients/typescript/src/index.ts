@@ -2,11 +2,12 @@
  * TypeScript client of the aleph-sandbox host service (`aleph-sandbox serve`).
  *
  * Node's standard library only. It speaks the Connect protocol (JSON over
- * HTTP/1.1) to the service's unix socket:
+ * HTTP/1.1) to the service's unix socket, or over TLS to its TCP listener:
  *
  * ```ts
  * import { Client, Denied, SandboxError } from "aleph-sandbox";
  * const c = new Client();          // ALEPH_SANDBOX_HOST, else the default socket
+ * const remote = new Client({ address: "tcp:sandbox.example:7443", token, ca }); // ca: PEM text
  * const r = await c.exec(["/bin/echo", "hi"], { session: "s1" });
  * console.log(r.stdout.toString(), r.exitCode);
  * ```
@@ -16,10 +17,35 @@
 
 import { randomBytes } from "node:crypto";
 import * as http from "node:http";
+import * as https from "node:https";
 import * as os from "node:os";
 import * as path from "node:path";
 
 const SERVICE = "aleph.host.v1.Service";
+
+/**
+ * The header every call concerning a session carries (its value the
+ * session, percent-encoded), so that a proxy can route by it; the service
+ * refuses one that disagrees with the request's body.
+ */
+export const SESSION_HEADER = "X-Aleph-Session";
+
+/** The environment variable a TCP client takes its bearer token from when none is given. */
+export const TOKEN_ENV = "ALEPH_SANDBOX_TOKEN";
+
+/**
+ * A session's header value: its UTF-8 bytes percent-encoded outside the
+ * printable ASCII range (and '%'), so that any name is a valid header
+ * value and a plain one ("s1") is itself. The service decodes it; the
+ * Python client encodes alike.
+ */
+export function sessionHeaderValue(session: string): string {
+  let out = "";
+  for (const b of Buffer.from(session, "utf8")) {
+    out += b > 0x20 && b < 0x7f && b !== 0x25 ? String.fromCharCode(b) : "%" + b.toString(16).toUpperCase().padStart(2, "0");
+  }
+  return out;
+}
 
 // Flags of a Connect streaming frame.
 const END_STREAM = 0x02;
@@ -231,7 +257,12 @@ export interface StreamOptions extends CallOptions {
   /** May the command start subprocesses. */
   spawn?: boolean;
   memoryMb?: number;
-  /** The command's time limit in seconds; then it is killed and `timedOut` is set. */
+  /**
+   * The command's time limit in seconds; then it is killed and `timedOut`
+   * is set. 0, or leaving it out, is the service's default
+   * (`sandbox.default_timeout_seconds`; a process or a streamed stdin has
+   * none, only the maximum lifetime).
+   */
   timeout?: number;
   /** At most this many bytes of each of stdout and stderr are kept. */
   maxOutput?: number;
@@ -281,7 +312,7 @@ export interface ReadOptions extends CallOptions {
 
 /** The options of `Process.wait`. */
 export interface WaitOptions extends CallOptions {
-  /** Seconds to wait for the end (default: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
+  /** Seconds to wait for the end (0 or leaving it out: no bound); then the call fails with "deadline_exceeded" and the process runs on. */
   timeout?: number;
 }
 
@@ -299,13 +330,29 @@ export interface ProcessInfo {
 /** The signals `Process.signal` sends. */
 export type SignalName = "TERM" | "INT" | "HUP" | "QUIT" | "KILL" | "USR1" | "USR2" | "WINCH" | "PIPE";
 
+/** PEM text (a string or a Buffer), as Node's `tls` takes it: read a file with `fs.readFileSync(path)`. */
+export type PEM = string | Buffer;
+
 /** The options of `new Client`. */
 export interface ClientOptions {
   /**
-   * "unix:PATH" or a path; default: $ALEPH_SANDBOX_HOST, else the socket
-   * `serve` listens on by default.
+   * "unix:PATH" (or a path) or "tcp:HOST:PORT"; default: $ALEPH_SANDBOX_HOST,
+   * else the socket `serve` listens on by default.
    */
+  address?: string;
+  /** The same as `address` (its older name); give one of them. */
   socket?: string;
+  /**
+   * (TCP) The bearer token for a server with a `tokens_file`; default:
+   * $ALEPH_SANDBOX_TOKEN. Sent only over TLS.
+   */
+  token?: string;
+  /** (TCP) The CA certificates the server's certificate is checked against (default: Node's trusted CAs). */
+  ca?: PEM;
+  /** (TCP) This client's certificate, for a server that asks for one (mutual TLS); with `key`. */
+  cert?: PEM;
+  /** (TCP) The key of `cert`. */
+  key?: PEM;
   /**
    * Answers this client's own approval requests. Without one, the service's
    * policy applies (denied unless it runs with --yes or another client
@@ -313,11 +360,107 @@ export interface ClientOptions {
    */
   approver?: Approver;
   /**
-   * Seconds a call other than a command's run may wait for the service
-   * (default 30; 0: no bound). A command's own stream is bounded by its
-   * `timeout` plus 30 s of slack, and not at all without one.
+   * Seconds a call other than a command's run may wait for the service:
+   * default 30, and so is 0 (as for every timeout of this client and the
+   * service's requests, 0 means "not given"); `null`: no bound. A
+   * command's own stream is bounded by its `timeout` plus 30 s of slack,
+   * and not at all without one.
    */
-  timeout?: number;
+  timeout?: number | null;
+}
+
+/** Where a Client's calls go. */
+type Target =
+  | { kind: "unix"; path: string }
+  | { kind: "tcp"; host: string; port: number; tls: https.RequestOptions; token: string | undefined };
+
+function pem(name: string, v: unknown): PEM | undefined {
+  if (v === undefined) {
+    return undefined;
+  }
+  if (Buffer.isBuffer(v) || (typeof v === "string" && v.includes("-----BEGIN "))) {
+    return v;
+  }
+  throw new TypeError(`${name} is PEM text (a string or a Buffer holding "-----BEGIN ..."), not a file name: pass fs.readFileSync(${typeof v === "string" ? JSON.stringify(v) : "path"})`);
+}
+
+// The bearer token: given, else $ALEPH_SANDBOX_TOKEN, else none.
+function bearerToken(given: unknown, env: NodeJS.ProcessEnv): string | undefined {
+  let token = given;
+  let source = "token";
+  if (token === undefined) {
+    token = env[TOKEN_ENV] || undefined;
+    source = "$" + TOKEN_ENV;
+    if (token === undefined) {
+      return undefined;
+    }
+  }
+  if (typeof token !== "string") {
+    throw new TypeError(`token is a string, got ${typeof token}`);
+  }
+  const t = token.trim();
+  // A token with a line break would write headers of its own.
+  if (!/^[\x21-\x7e]+$/.test(t)) {
+    throw new TypeError(`${source} is not a bearer token: printable ASCII without spaces, as in the server's tokens_file`);
+  }
+  return t;
+}
+
+function target(address: string, o: ClientOptions): Target {
+  const tlsGiven = o.token !== undefined || o.ca !== undefined || o.cert !== undefined || o.key !== undefined;
+  if (address.startsWith("tcp:")) {
+    const rest = address.slice("tcp:".length);
+    const i = rest.lastIndexOf(":");
+    let host = i < 0 ? "" : rest.slice(0, i);
+    const port = i < 0 ? "" : rest.slice(i + 1);
+    if (host.startsWith("[") && host.endsWith("]")) {
+      host = host.slice(1, -1); // [::1]:7443
+    }
+    if (host === "" || !/^[0-9]+$/.test(port) || Number(port) < 1 || Number(port) > 65535) {
+      throw new TypeError(`want tcp:HOST:PORT (e.g. tcp:sandbox.example:7443, tcp:[::1]:7443), got ${JSON.stringify(address)}`);
+    }
+    const ca = pem("ca", o.ca);
+    const cert = pem("cert", o.cert);
+    const key = pem("key", o.key);
+    if ((cert === undefined) !== (key === undefined)) {
+      throw new TypeError("cert and key go together: give both for a client certificate, or neither");
+    }
+    // Node asks for no ALPN protocol: the service then speaks HTTP/1.1,
+    // which Connect takes (gRPC is HTTP/2).
+    const tls: https.RequestOptions = { minVersion: "TLSv1.2" };
+    if (ca !== undefined) {
+      tls.ca = ca;
+    }
+    if (cert !== undefined) {
+      tls.cert = cert;
+      tls.key = key;
+    }
+    return { kind: "tcp", host, port: Number(port), tls, token: bearerToken(o.token, process.env) };
+  }
+  let p = address;
+  if (p.startsWith("unix:")) {
+    p = p.slice("unix:".length);
+  } else if (p.split("/")[0]!.includes(":")) {
+    throw new TypeError(`an address is unix:PATH or tcp:HOST:PORT, got ${JSON.stringify(address)}`);
+  }
+  if (p === "") {
+    throw new TypeError("the socket address has no path");
+  }
+  if (tlsGiven) {
+    throw new TypeError("token, ca, cert and key are for tcp: addresses; a unix socket's server authenticates its peers by uid");
+  }
+  return { kind: "unix", path: p };
+}
+
+function describeTarget(t: Target): string {
+  return t.kind === "unix" ? "unix:" + t.path : `tcp:${t.host.includes(":") ? `[${t.host}]` : t.host}:${t.port}`;
+}
+
+// Node's names for a TLS failure: the server's certificate did not verify,
+// or the server refused this client's (an alert).
+function isTLSError(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code ?? "";
+  return /^ERR_SSL_|^ERR_TLS_|CERT|SIGNATURE|ISSUER|^EPROTO$/.test(code);
 }
 
 /** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
@@ -611,22 +754,30 @@ type Ending = { kind: "abort"; reason: unknown } | { kind: "timeout"; seconds: n
 class Call {
   readonly req: http.ClientRequest;
   private ending: Ending | undefined;
+  private answered = false; // the answer's head came
   private readonly onAbort: () => void;
 
   constructor(
-    readonly socketPath: string,
+    readonly target: Target,
     method: string,
     contentType: string,
     private readonly signal: AbortSignal | undefined,
     idleSeconds: number,
+    session: string | undefined,
   ) {
-    this.req = http.request({
-      socketPath,
-      path: `/${SERVICE}/${method}`,
-      method: "POST",
-      agent: false,
-      headers: { "Content-Type": contentType, "Connect-Protocol-Version": "1", Connection: "close" },
-    });
+    const headers: http.OutgoingHttpHeaders = { "Content-Type": contentType, "Connect-Protocol-Version": "1", Connection: "close" };
+    if (session) {
+      headers[SESSION_HEADER] = sessionHeaderValue(session);
+    }
+    const common = { path: `/${SERVICE}/${method}`, method: "POST", agent: false as const, headers };
+    if (target.kind === "tcp") {
+      if (target.token !== undefined) {
+        headers.Authorization = "Bearer " + target.token;
+      }
+      this.req = https.request({ ...common, ...target.tls, host: target.host, port: target.port });
+    } else {
+      this.req = http.request({ ...common, socketPath: target.path });
+    }
     // Errors surface through send() and the response's stream; this
     // listener only keeps a late one (after the answer began) from being
     // an unhandled 'error' event.
@@ -654,6 +805,7 @@ class Call {
     }
     return new Promise((resolve, reject) => {
       this.req.once("response", (res: http.IncomingMessage) => {
+        this.answered = true;
         res.on("error", () => {}); // as for req: reported by reading res
         resolve(res);
       });
@@ -677,7 +829,24 @@ class Call {
       return err;
     }
     const msg = err instanceof Error ? err.message : String(err);
-    return new SandboxError(`cannot reach the service at ${this.socketPath}: ${msg}`, "unavailable", {}, { cause: err });
+    const where = describeTarget(this.target);
+    const code = (err as NodeJS.ErrnoException | undefined)?.code ?? "";
+    if (this.target.kind === "tcp" && !this.answered && (code === "ECONNRESET" || code === "EPIPE")) {
+      // With TLS 1.3 the client's side of the handshake ends before the
+      // server has checked the client's certificate: a server that refuses
+      // it sends an alert and closes, and a client already writing its
+      // request may see only the reset, the alert lost.
+      return new SandboxError(`${where}: the server closed the TLS connection before answering (${code}): if it asks for a client certificate (mutual TLS), pass cert and key signed by its client_ca`,
+        "unavailable", { reasonCode: "tls" }, { cause: err });
+    }
+    if (this.target.kind === "tcp" && isTLSError(err)) {
+      const code = (err as NodeJS.ErrnoException).code ?? "";
+      const hint = /ALERT|EPROTO/.test(code)
+        ? "the TLS handshake failed: if the server asks for a client certificate (mutual TLS), pass cert and key signed by its client_ca"
+        : "the server's certificate did not verify: pass the CA that signed it as ca";
+      return new SandboxError(`${where}: ${hint} (${code}: ${msg})`, "unavailable", { reasonCode: "tls" }, { cause: err });
+    }
+    return new SandboxError(`cannot reach the service at ${where}: ${msg}`, "unavailable", {}, { cause: err });
   }
 
   close(): void {
@@ -688,35 +857,40 @@ class Call {
 
 /** A connection to `aleph-sandbox serve`. */
 export class Client {
-  /** The unix socket's path. */
+  /** The unix socket's path; "" for a TCP address. */
   readonly socketPath: string;
+  /** "unix:PATH" or "tcp:HOST:PORT". */
+  readonly address: string;
   readonly approver: Approver | undefined;
-  /** Seconds a call other than a command's run may wait (0: no bound). */
-  readonly timeout: number;
+  /** Seconds a call other than a command's run may wait; null: no bound. */
+  readonly timeout: number | null;
+  /** @internal The same, 0 for no bound (as Call takes it). */
+  readonly idleSeconds: number;
+  private readonly target: Target;
 
   constructor(options: ClientOptions = {}) {
-    let address = options.socket || defaultAddress();
-    if (address.startsWith("unix:")) {
-      address = address.slice("unix:".length);
-    } else if (address.split("/")[0]!.includes(":")) {
-      throw new TypeError(`only unix:PATH addresses are supported, got ${JSON.stringify(address)}`);
+    if (options.address !== undefined && options.socket !== undefined && options.address !== options.socket) {
+      throw new TypeError("give address or socket (its older name), not both");
     }
-    if (address === "") {
-      throw new TypeError("the socket address has no path");
-    }
-    this.socketPath = address;
+    this.target = target(options.address || options.socket || defaultAddress(), options);
+    this.socketPath = this.target.kind === "unix" ? this.target.path : "";
+    this.address = describeTarget(this.target);
     this.approver = options.approver;
-    this.timeout = options.timeout ?? 30;
-    if (typeof this.timeout !== "number" || !(this.timeout >= 0 && this.timeout < Infinity)) {
-      throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
+    const t = options.timeout;
+    // 0 is "not given", as on the wire and in the Python client: the
+    // default. No bound is said with null, never with a 0.
+    this.timeout = t === null ? null : t === undefined || t === 0 ? 30 : t;
+    if (this.timeout !== null && (typeof this.timeout !== "number" || !(this.timeout > 0 && this.timeout < Infinity))) {
+      throw new TypeError(`timeout is a finite number of seconds > 0 (0 or leaving it out: 30; null: no bound), got ${String(t)}`);
     }
+    this.idleSeconds = this.timeout ?? 0;
   }
 
   // ---- transport ----
 
   /** @internal A unary call; idleSeconds replaces the client's timeout. */
-  async unary(method: string, msg: JSONObject, options: CallOptions = {}, idleSeconds = this.timeout): Promise<JSONObject> {
-    const call = new Call(this.socketPath, method, "application/json", options.signal, idleSeconds);
+  async unary(method: string, msg: JSONObject, options: CallOptions = {}, idleSeconds = this.idleSeconds, session?: string): Promise<JSONObject> {
+    const call = new Call(this.target, method, "application/json", options.signal, idleSeconds, session);
     try {
       const res = await call.send(Buffer.from(JSON.stringify(msg)));
       let data: Buffer;
@@ -739,11 +913,11 @@ export class Client {
   }
 
   /** @internal A server-streaming call. */
-  async *serverStream(method: string, msg: JSONObject, signal: AbortSignal | undefined, idleSeconds: number): AsyncGenerator<JSONObject> {
+  async *serverStream(method: string, msg: JSONObject, signal: AbortSignal | undefined, idleSeconds: number, session?: string): AsyncGenerator<JSONObject> {
     const body = Buffer.from(JSON.stringify(msg));
     const head = Buffer.alloc(5);
     head.writeUInt32BE(body.length, 1);
-    const call = new Call(this.socketPath, method, "application/connect+json", signal, idleSeconds);
+    const call = new Call(this.target, method, "application/connect+json", signal, idleSeconds, session);
     try {
       const res = await call.send(Buffer.concat([head, body]));
       if (res.statusCode !== 200) {
@@ -819,13 +993,15 @@ export class Client {
     if (o.cwd) {
       req.cwd = o.cwd;
     }
-    // On the wire 0 is "not given", so a 0 asked for would silently be the
-    // default: it is refused, as the CLI refuses --timeout 0.
+    // On the wire 0 is "not given". memoryMb and maxOutput of 0 are
+    // refused: "no memory" or "no output" cannot be what was meant. A
+    // timeout of 0 is the service's default, as leaving it out is (and as
+    // every timeout of this client): one meaning in both clients.
     if (o.memoryMb !== undefined) {
       req.memoryMb = String(count("memoryMb", o.memoryMb, "MiB", "leave memoryMb out for no memory limit of the command's own"));
     }
-    if (o.timeout !== undefined) {
-      req.timeoutSeconds = seconds("timeout", o.timeout, "leave timeout out for the service's default (sandbox.default_timeout_seconds; there is no unlimited timeout)");
+    if (o.timeout !== undefined && o.timeout !== 0) {
+      req.timeoutSeconds = seconds("timeout", o.timeout, "0 or leaving timeout out is the service's default (sandbox.default_timeout_seconds; there is no unlimited timeout)");
     }
     if (o.maxOutput !== undefined) {
       req.maxOutput = String(count("maxOutput", o.maxOutput, "bytes", "leave maxOutput out for the configured budget (sandbox.max_output_bytes)"));
@@ -851,7 +1027,7 @@ export class Client {
       // An approver that fails does not approve.
     }
     try {
-      await this.approve(req.id, ok);
+      await this.unary("Approve", { id: req.id, approved: ok }, {}, this.idleSeconds, req.session);
     } catch {
       // Timed out or answered elsewhere meanwhile: the command's result says so.
     }
@@ -926,13 +1102,14 @@ export class Client {
     } else if (rows !== undefined || cols !== undefined) {
       throw new TypeError("rows and cols are a terminal's size: pass tty: true with them");
     }
-    const r = await this.unary("StartProcess", req, signal ? { signal } : {});
-    return new Process(this, str(r.id));
+    const name = str((req.command as JSONObject).session);
+    const r = await this.unary("StartProcess", req, signal ? { signal } : {}, this.idleSeconds, name);
+    return new Process(this, str(r.id), name);
   }
 
   /** The processes of a session (every session's without one), oldest first. */
   async processes(options: CallOptions & { session?: string } = {}): Promise<ProcessInfo[]> {
-    const r = await this.unary("ListProcesses", { session: options.session ?? "" }, options);
+    const r = await this.unary("ListProcesses", { session: options.session ?? "" }, options, this.idleSeconds, options.session);
     return (Array.isArray(r.processes) ? r.processes : []).map((v: unknown) => {
       const m = isObject(v) ? v : {};
       return {
@@ -948,9 +1125,13 @@ export class Client {
 
   // ---- approvals, sessions, grants ----
 
-  /** Answers an approval request (from `approvals()` or a command's own). */
-  async approve(requestId: string, approved: boolean, options: CallOptions = {}): Promise<void> {
-    await this.unary("Approve", { id: requestId, approved: approved === true }, options);
+  /**
+   * Answers an approval request (from `approvals()` or a command's own).
+   * `session`, the request's, is sent as the X-Aleph-Session header for
+   * proxies that route by session.
+   */
+  async approve(requestId: string, approved: boolean, options: CallOptions & { session?: string } = {}): Promise<void> {
+    await this.unary("Approve", { id: requestId, approved: approved === true }, options, this.idleSeconds, options.session);
   }
 
   /**
@@ -972,27 +1153,27 @@ export class Client {
 
   /** One session: workspace, baseline, grants, policy digest. */
   async describe(name: string, options: CallOptions = {}): Promise<Session | undefined> {
-    const r = await this.unary("Sessions", { describe: { session: name } }, options);
+    const r = await this.unary("Sessions", { describe: { session: name } }, options, this.idleSeconds, name);
     const s = Array.isArray(r.sessions) ? r.sessions : [];
     return s.length > 0 ? session(s[0]) : undefined;
   }
 
   /** Forgets a session. */
   async forget(name: string, options: CallOptions = {}): Promise<void> {
-    await this.unary("Sessions", { forget: { session: name } }, options);
+    await this.unary("Sessions", { forget: { session: name } }, options, this.idleSeconds, name);
   }
 
   async grants(name: string, options: CallOptions = {}): Promise<Grants> {
-    return grants(await this.unary("Grants", { list: { session: name } }, options));
+    return grants(await this.unary("Grants", { list: { session: name } }, options, this.idleSeconds, name));
   }
 
   async revoke(name: string, grantId: string, options: CallOptions = {}): Promise<Grants> {
-    return grants(await this.unary("Grants", { revoke: { session: name, grantId } }, options));
+    return grants(await this.unary("Grants", { revoke: { session: name, grantId } }, options, this.idleSeconds, name));
   }
 
   /** Grants host:port to a session, provided its policy digest is still expectedDigest. */
   async applyNetworkGrant(name: string, host: string, port: number, expectedDigest: string, options: CallOptions = {}): Promise<Grants> {
-    return grants(await this.unary("Grants", { applyNetwork: { session: name, host, port: Math.trunc(port), expectedDigest } }, options));
+    return grants(await this.unary("Grants", { applyNetwork: { session: name, host, port: Math.trunc(port), expectedDigest } }, options, this.idleSeconds, name));
   }
 
   /** The driver's capability report, as `doctor` shows it. */
@@ -1061,6 +1242,8 @@ function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
 export class Execution implements AsyncGenerator<Event, void, undefined> {
   /** The key naming this command to Signal, WriteStdin and CloseStdin. */
   readonly signalKey: string;
+  /** The command's session (sent with every call about it). */
+  readonly session: string;
   /** The Result, once the "exit" event has come. */
   result: Result | undefined;
   private readonly stdinStream: boolean;
@@ -1083,6 +1266,7 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
     idleSeconds: number,
   ) {
     this.signalKey = str(req.signalKey);
+    this.session = str(req.session);
     this.stdinStream = req.stdinStream === true;
     this.events = this.run(req, signal, idleSeconds);
   }
@@ -1091,7 +1275,7 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
     this.sent = true;
     const approver = this.client.approver;
     try {
-      for await (const msg of this.client.serverStream("Execute", req, signal, idleSeconds)) {
+      for await (const msg of this.client.serverStream("Execute", req, signal, idleSeconds, this.session)) {
         // Any message means the service has the call: its key is
         // registered before the command's first output.
         this.running = true;
@@ -1181,7 +1365,7 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
     if (!this.sent) {
       throw notRunning("the command has not been sent yet: iterate the stream (or call wait) first");
     }
-    const deadline = this.client.timeout > 0 ? Date.now() + this.client.timeout * 1000 : Infinity;
+    const deadline = this.client.idleSeconds > 0 ? Date.now() + this.client.idleSeconds * 1000 : Infinity;
     let ms = 5;
     for (;;) {
       if (this.ended) {
@@ -1189,7 +1373,7 @@ export class Execution implements AsyncGenerator<Event, void, undefined> {
       }
       const running = this.running;
       try {
-        return await this.client.unary(method, msg, options, idleSeconds ?? this.client.timeout);
+        return await this.client.unary(method, msg, options, idleSeconds ?? this.client.idleSeconds, this.session);
       } catch (err) {
         if (!(err instanceof SandboxError) || err.code !== "not_found" || running || Date.now() > deadline) {
           throw err;
@@ -1269,9 +1453,15 @@ export class Process {
   /** How it ended, once `exited`. */
   result: Result | undefined;
 
+  /**
+   * A process of client's service by its id. session, when known, is sent
+   * with every call about it (the X-Aleph-Session header, for proxies that
+   * route by session); `start` sets it.
+   */
   constructor(
     readonly client: Client,
     readonly id: string,
+    readonly session?: string,
   ) {
     if (typeof id !== "string" || id === "") {
       throw new TypeError("a process id is a non-empty string");
@@ -1282,13 +1472,13 @@ export class Process {
   async write(data: string | Uint8Array, options: CallOptions = {}): Promise<number> {
     const b = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data);
     // Backpressure may hold the call as long as the process does not read.
-    const r = await this.client.unary("WriteProcess", { id: this.id, data: b.toString("base64") }, options, 0);
+    const r = await this.client.unary("WriteProcess", { id: this.id, data: b.toString("base64") }, options, 0, this.session);
     return num(r.written);
   }
 
   /** Ends the stdin: the process reads end-of-file after what was written. */
   async closeStdin(options: CallOptions = {}): Promise<void> {
-    await this.client.unary("CloseProcessStdin", { id: this.id }, options);
+    await this.client.unary("CloseProcessStdin", { id: this.id }, options, this.client.idleSeconds, this.session);
   }
 
   /**
@@ -1302,7 +1492,7 @@ export class Process {
     if (typeof wait !== "number" || !(wait >= 0 && wait < Infinity)) {
       throw new TypeError(`timeout is a finite number of seconds >= 0 (the service waits at most 60), got ${String(options.timeout)}`);
     }
-    const r = await this.client.unary("ReadProcess", { id: this.id, offset: String(this.offset), waitSeconds: wait }, options, Math.min(wait, 60) + 30);
+    const r = await this.client.unary("ReadProcess", { id: this.id, offset: String(this.offset), waitSeconds: wait }, options, Math.min(wait, 60) + 30, this.session);
     this.offset = num(r.nextOffset) || this.offset;
     this.dropped += num(r.dropped);
     if (r.exited === true) {
@@ -1317,12 +1507,12 @@ export class Process {
   /** Sets the window size of a process started with `tty: true`. */
   async resize(rows: number, cols: number, options: CallOptions = {}): Promise<void> {
     terminalSize(rows, cols);
-    await this.client.unary("ResizeProcess", { id: this.id, rows, cols }, options);
+    await this.client.unary("ResizeProcess", { id: this.id, rows, cols }, options, this.client.idleSeconds, this.session);
   }
 
   /** Sends a signal: "TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH" or "PIPE". */
   async signal(name: SignalName, options: CallOptions = {}): Promise<void> {
-    await this.client.unary("SignalProcess", { id: this.id, signal: signalName(name) }, options);
+    await this.client.unary("SignalProcess", { id: this.id, signal: signalName(name) }, options, this.client.idleSeconds, this.session);
   }
 
   /**
@@ -1333,9 +1523,9 @@ export class Process {
   async wait(options: WaitOptions = {}): Promise<Result> {
     const t = options.timeout ?? 0;
     if (typeof t !== "number" || !(t >= 0 && t < Infinity)) {
-      throw new TypeError(`timeout is a finite number of seconds >= 0 (0: no bound), got ${String(options.timeout)}`);
+      throw new TypeError(`timeout is a finite number of seconds >= 0 (0 or leaving it out: no bound), got ${String(options.timeout)}`);
     }
-    const r = await this.client.unary("WaitProcess", { id: this.id }, options, t);
+    const r = await this.client.unary("WaitProcess", { id: this.id }, options, t, this.session);
     this.exited = true;
     this.result = result(r.result);
     return this.result;

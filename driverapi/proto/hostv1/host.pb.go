@@ -162,7 +162,8 @@ type ExecuteRequest struct {
 	Cwd       string                 `protobuf:"bytes,4,opt,name=cwd,proto3" json:"cwd,omitempty"`
 	Read      []string               `protobuf:"bytes,5,rep,name=read,proto3" json:"read,omitempty"`
 	Write     []string               `protobuf:"bytes,6,rep,name=write,proto3" json:"write,omitempty"`
-	// "none" (default), "all", or a comma-separated host list.
+	// "none" (default), "all", or a comma-separated host list. A host list
+	// is better given as net_hosts; net and net_hosts together are refused.
 	Net            string            `protobuf:"bytes,7,opt,name=net,proto3" json:"net,omitempty"`
 	Spawn          bool              `protobuf:"varint,8,opt,name=spawn,proto3" json:"spawn,omitempty"`
 	MemoryMb       uint64            `protobuf:"varint,9,opt,name=memory_mb,json=memoryMb,proto3" json:"memory_mb,omitempty"`
@@ -186,9 +187,14 @@ type ExecuteRequest struct {
 	// ResizeTerminal; its output (stdout and stderr both) comes as stdout.
 	// With stdin_stream or tty, timeout_seconds 0 means no timeout but the
 	// service's process maximum lifetime ([sandbox.processes]).
-	Tty           bool   `protobuf:"varint,18,opt,name=tty,proto3" json:"tty,omitempty"`
-	Rows          uint32 `protobuf:"varint,19,opt,name=rows,proto3" json:"rows,omitempty"`
-	Cols          uint32 `protobuf:"varint,20,opt,name=cols,proto3" json:"cols,omitempty"`
+	Tty  bool   `protobuf:"varint,18,opt,name=tty,proto3" json:"tty,omitempty"`
+	Rows uint32 `protobuf:"varint,19,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols uint32 `protobuf:"varint,20,opt,name=cols,proto3" json:"cols,omitempty"`
+	// The hosts the command may reach through the proxy, one per entry (an
+	// exact name, *.suffix or an IP, each with an optional :port). Set, it
+	// means net "hosts"; net must then be empty. A service older than this
+	// field ignores it, and the command gets no network (it fails closed).
+	NetHosts      []string `protobuf:"bytes,21,rep,name=net_hosts,json=netHosts,proto3" json:"net_hosts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -361,6 +367,13 @@ func (x *ExecuteRequest) GetCols() uint32 {
 		return x.Cols
 	}
 	return 0
+}
+
+func (x *ExecuteRequest) GetNetHosts() []string {
+	if x != nil {
+		return x.NetHosts
+	}
+	return nil
 }
 
 type ExecuteResponse struct {
@@ -1102,9 +1115,14 @@ func (x *ApprovalRequest) GetPolicyDigest() string {
 }
 
 type ApproveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Approved      bool                   `protobuf:"varint,2,opt,name=approved,proto3" json:"approved,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Id       string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Approved bool                   `protobuf:"varint,2,opt,name=approved,proto3" json:"approved,omitempty"`
+	// With approved: for this command only. The service keeps an approval
+	// as a grant of the session (later commands asking no more run without
+	// a question); an approval with once set is not kept, so the next
+	// command asking the same is asked again.
+	Once          bool `protobuf:"varint,3,opt,name=once,proto3" json:"once,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1149,6 +1167,13 @@ func (x *ApproveRequest) GetId() string {
 func (x *ApproveRequest) GetApproved() bool {
 	if x != nil {
 		return x.Approved
+	}
+	return false
+}
+
+func (x *ApproveRequest) GetOnce() bool {
+	if x != nil {
+		return x.Once
 	}
 	return false
 }
@@ -3366,7 +3391,7 @@ const file_host_proto_rawDesc = "" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
 	"\x05field\x18\x03 \x01(\tR\x05field\x12\x12\n" +
 	"\x04hook\x18\x04 \x01(\tR\x04hook\x12\x16\n" +
-	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xd6\x05\n" +
+	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xf3\x05\n" +
 	"\x0eExecuteRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x1c\n" +
@@ -3390,7 +3415,8 @@ const file_host_proto_rawDesc = "" +
 	"\fstdin_stream\x18\x11 \x01(\bR\vstdinStream\x12\x10\n" +
 	"\x03tty\x18\x12 \x01(\bR\x03tty\x12\x12\n" +
 	"\x04rows\x18\x13 \x01(\rR\x04rows\x12\x12\n" +
-	"\x04cols\x18\x14 \x01(\rR\x04cols\x1a6\n" +
+	"\x04cols\x18\x14 \x01(\rR\x04cols\x12\x1b\n" +
+	"\tnet_hosts\x18\x15 \x03(\tR\bnetHosts\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -3465,10 +3491,11 @@ const file_host_proto_rawDesc = "" +
 	"\asummary\x18\x05 \x01(\tR\asummary\x129\n" +
 	"\trequested\x18\x06 \x01(\v2\x1b.aleph.host.v1.CapabilitiesR\trequested\x127\n" +
 	"\bbaseline\x18\a \x01(\v2\x1b.aleph.host.v1.CapabilitiesR\bbaseline\x12#\n" +
-	"\rpolicy_digest\x18\b \x01(\tR\fpolicyDigest\"<\n" +
+	"\rpolicy_digest\x18\b \x01(\tR\fpolicyDigest\"P\n" +
 	"\x0eApproveRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
-	"\bapproved\x18\x02 \x01(\bR\bapproved\"\x11\n" +
+	"\bapproved\x18\x02 \x01(\bR\bapproved\x12\x12\n" +
+	"\x04once\x18\x03 \x01(\bR\x04once\"\x11\n" +
 	"\x0fApproveResponse\"\xc4\x01\n" +
 	"\x0fSessionsRequest\x121\n" +
 	"\x04list\x18\x01 \x01(\v2\x1b.aleph.host.v1.ListSessionsH\x00R\x04list\x12<\n" +

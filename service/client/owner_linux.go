@@ -1,6 +1,6 @@
 //go:build linux
 
-package main
+package client
 
 import (
 	"errors"
@@ -13,12 +13,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// checkServiceOwner refuses a socket served by a uid other than this
+// checkOwner refuses a socket served by a uid other than this
 // user's and root's (SO_PEERCRED): whoever listens there gets the
 // command, its environment and stdin, and answers for the sandbox. A
 // socket path in a directory another user could make or take (/tmp) may
 // be theirs.
-func checkServiceOwner(c net.Conn, sock string) error {
+func checkOwner(c net.Conn, sock string) error {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return nil
@@ -38,19 +38,19 @@ func checkServiceOwner(c net.Conn, sock string) error {
 		return fmt.Errorf("service socket %s: reading who serves it: %w", sock, cerr)
 	}
 	if int(cred.Uid) != os.Getuid() && cred.Uid != 0 {
-		return &ServiceOwnerError{Socket: sock, UID: cred.Uid}
+		return &OwnerError{Socket: sock, UID: cred.Uid}
 	}
 	return nil
 }
 
-// describeService says which serve answers on sock: its pid as the kernel
+// Describe says which serve answers on sock: its pid as the kernel
 // reports the listener (SO_PEERCRED, which the server cannot fake), and
 // the version and data directory it wrote into the socket's lock file
 // when it took the socket (service.UnixListener.WriteOwner). The default
 // socket is shared by every checkout of a user, so "which serve" is
 // worth asking. The lock file's line is used only when it names the very
 // pid the kernel reports: a stale or foreign line is not believed.
-func describeService(sock string) (string, error) {
+func Describe(sock string) (string, error) {
 	c, err := net.DialTimeout("unix", sock, 5*time.Second)
 	if err != nil {
 		return "", fmt.Errorf("service socket %s: %w", sock, err)

@@ -1,4 +1,4 @@
-package main
+package client
 
 import (
 	"bytes"
@@ -6,15 +6,15 @@ import (
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
 )
 
-// streamedOutput assembles a command's output on the client side of
+// Output assembles a command's output on the client side of
 // Execute: the service sends each byte once, as an output chunk, and its
 // result carries only what it could not stream (output_streamed).
-type streamedOutput struct {
+type Output struct {
 	stdout, stderr bytes.Buffer
 }
 
-// add keeps one chunk.
-func (o *streamedOutput) add(c *hostv1.OutputChunk) {
+// Add keeps one chunk.
+func (o *Output) Add(c *hostv1.OutputChunk) {
 	if c.GetStream() == hostv1.OutputChunk_STREAM_STDERR {
 		o.stderr.Write(c.GetData())
 		return
@@ -22,10 +22,10 @@ func (o *streamedOutput) add(c *hostv1.OutputChunk) {
 	o.stdout.Write(c.GetData())
 }
 
-// whole is the command's output: the chunks and then the rest the result
+// Whole is the command's output: the chunks and then the rest the result
 // carries. A service older than output_streamed repeated the whole output
 // in its result: that is then the output.
-func (o *streamedOutput) whole(res *hostv1.ExecResult) (stdout, stderr []byte) {
+func (o *Output) Whole(res *hostv1.ExecResult) (stdout, stderr []byte) {
 	if !res.GetOutputStreamed() {
 		return res.GetStdout(), res.GetStderr()
 	}

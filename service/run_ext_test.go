@@ -1,0 +1,72 @@
+package service_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
+	"github.com/aleph-sandbox/aleph-sandbox/service"
+	"github.com/aleph-sandbox/aleph-sandbox/service/client"
+)
+
+// Run serves the service on its socket once Ready is called: a command
+// sent through the Go client runs on the runtime Run assembled (here over
+// a stand-in driver) and its output comes back; a signal stops Run, which
+// returns nil and leaves no socket behind. A second Run on the same
+// socket is refused as in use while the first serves.
+func TestRunServesUntilSignalled(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	cfg := core.DefaultConfig()
+	cfg.Sandbox.WorkspaceRoot = filepath.Join(t.TempDir(), "ws")
+	cfg.Sandbox.AuditLog = ""
+	sock := filepath.Join(t.TempDir(), "run", "s.sock")
+	fake := &drivertest.FakeDriver{Stdout: []byte("from the driver\n")}
+	sigs := make(chan os.Signal, 2)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(context.Background(), service.Config{Sandbox: cfg, Sockets: []string{sock}, Signals: sigs,
+			Ready: func() { close(ready) }, RuntimeOptions: []alephsandbox.Option{alephsandbox.WithDriver(drivertest.Connect(t, fake))}})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run returned before serving: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Run never became ready")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := client.NewPipeline(sock, nil).Execute(ctx, core.Command{SessionID: "s", Program: "/bin/echo", Args: []string{"x"}})
+	if err != nil || string(out.Stdout) != "from the driver\n" || fake.Runs() != 1 {
+		t.Fatalf("through the service: %+v, %v (driver runs %d)", out, err, fake.Runs())
+	}
+
+	second := service.Run(ctx, service.Config{Sandbox: cfg, Sockets: []string{sock},
+		RuntimeOptions: []alephsandbox.Option{alephsandbox.WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{}))}})
+	var inUse *service.InUseError
+	if !errors.As(second, &inUse) {
+		t.Fatalf("a second Run on the socket: %v, want *InUseError", second)
+	}
+
+	sigs <- syscall.SIGTERM
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after the signal: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Run did not stop after the signal")
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the socket is left behind: %v", err)
+	}
+}

@@ -1,0 +1,166 @@
+package service
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+
+	"connectrpc.com/connect"
+
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+)
+
+// SessionHeader carries the session a call concerns, beside the request's
+// body, so that a proxy in front of several servers can route a call by it
+// without parsing the body (every call of one session must reach the
+// server holding it: its grants, processes and network namespace). The
+// clients send it on every call that concerns a session, process calls
+// included. Its value is the session name percent-encoded as UTF-8 (a
+// byte outside the printable ASCII range, and '%', as %XX), so that any
+// session name is a valid header value; a plain name ("s1") is itself.
+const SessionHeader = "X-Aleph-Session"
+
+// FieldSessionHeader is the ErrorDetail field of a refused SessionHeader.
+const FieldSessionHeader = "X-Aleph-Session"
+
+// sessionHeaderCheck refuses a call whose SessionHeader disagrees with the
+// session its body names (or, for a process call, the session of the
+// process its id names). A proxy routes by the header and the server acts
+// on the body: if the two could differ, a call routed as one session's
+// would act on another's, on a server the proxy did not mean, so a
+// mismatch is an error (invalid_argument naming the header), never
+// silently served. A call without the header is served as before (the
+// header is for routing, not authority: the session is the body's).
+func (s *Server) sessionHeaderCheck() connect.HandlerOption {
+	return connect.WithInterceptors(sessionHeaderInterceptor{s})
+}
+
+type sessionHeaderInterceptor struct{ s *Server }
+
+func (i sessionHeaderInterceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		if err := i.s.checkSessionHeader(req.Header(), req.Any()); err != nil {
+			return nil, err
+		}
+		return next(ctx, req)
+	}
+}
+
+func (sessionHeaderInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+func (i sessionHeaderInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
+		return next(ctx, &sessionCheckedConn{StreamingHandlerConn: conn, s: i.s})
+	}
+}
+
+// sessionCheckedConn checks each message the handler receives: a server
+// stream (Execute, Approvals) has its request only once the handler
+// reads it.
+type sessionCheckedConn struct {
+	connect.StreamingHandlerConn
+	s *Server
+}
+
+func (c *sessionCheckedConn) Receive(msg any) error {
+	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
+		return err
+	}
+	return c.s.checkSessionHeader(c.RequestHeader(), msg)
+}
+
+// checkSessionHeader compares the header, when present, with the session
+// msg concerns. Calls that name no session (Capabilities, CheckPolicy,
+// Approvals, Sessions list, ListProcesses of every session) and calls
+// that name a running command by its signal_key are not compared: the
+// header may still route them.
+func (s *Server) checkSessionHeader(h http.Header, msg any) error {
+	values := h.Values(SessionHeader)
+	if len(values) == 0 {
+		return nil
+	}
+	if len(values) > 1 {
+		return headerInvalid(fmt.Sprintf("%s is given %d times: send it once", SessionHeader, len(values)))
+	}
+	want, err := url.PathUnescape(values[0])
+	if err != nil {
+		return headerInvalid(fmt.Sprintf("%s %q is not percent-encoded UTF-8 (%v)", SessionHeader, values[0], err))
+	}
+	got, field, ok := s.sessionOf(msg)
+	if !ok || got == want {
+		return nil
+	}
+	return headerInvalid(fmt.Sprintf("%s names session %q but the request's %s is %q: send the same session in both, or leave the header out",
+		SessionHeader, want, field, got))
+}
+
+func headerInvalid(msg string) error {
+	return withDetail(connect.CodeInvalidArgument, fmt.Errorf("%s", msg),
+		&hostv1.ErrorDetail{ReasonCode: ReasonInvalidRequest, Field: FieldSessionHeader})
+}
+
+// sessionOf is the session msg concerns and where it says so; ok is false
+// when it names none (nothing to compare).
+func (s *Server) sessionOf(msg any) (session, field string, ok bool) {
+	switch m := msg.(type) {
+	case *hostv1.ExecuteRequest:
+		return m.GetSession(), "session", true
+	case *hostv1.StartProcessRequest:
+		if m.GetCommand() == nil {
+			return "", "", false
+		}
+		return m.GetCommand().GetSession(), "command.session", true
+	case *hostv1.SessionsRequest:
+		if d := m.GetDescribe(); d != nil {
+			return d.GetSession(), "describe.session", true
+		}
+		if f := m.GetForget(); f != nil {
+			return f.GetSession(), "forget.session", true
+		}
+	case *hostv1.GrantsRequest:
+		if l := m.GetList(); l != nil {
+			return l.GetSession(), "list.session", true
+		}
+		if r := m.GetRevoke(); r != nil {
+			return r.GetSession(), "revoke.session", true
+		}
+		if a := m.GetApplyNetwork(); a != nil {
+			return a.GetSession(), "apply_network.session", true
+		}
+	case *hostv1.ListProcessesRequest:
+		if m.GetSession() != "" {
+			return m.GetSession(), "session", true
+		}
+	case *hostv1.WriteProcessRequest:
+		return s.processSession(m.GetId())
+	case *hostv1.CloseProcessStdinRequest:
+		return s.processSession(m.GetId())
+	case *hostv1.ReadProcessRequest:
+		return s.processSession(m.GetId())
+	case *hostv1.SignalProcessRequest:
+		return s.processSession(m.GetId())
+	case *hostv1.ResizeProcessRequest:
+		return s.processSession(m.GetId())
+	case *hostv1.WaitProcessRequest:
+		return s.processSession(m.GetId())
+	}
+	return "", "", false
+}
+
+// processSession is the session of the process id names, if one does: a
+// process call is routed by the session the process belongs to. An id no
+// process has is left to the handler (NotFound / process_unknown).
+func (s *Server) processSession(id string) (string, string, bool) {
+	if id == "" {
+		return "", "", false
+	}
+	for _, p := range s.procs.List("") {
+		if p.ID == id {
+			return p.Session, "process's session", true
+		}
+	}
+	return "", "", false
+}
