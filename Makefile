@@ -165,14 +165,14 @@ proto: proto-tools
 		--go_out=paths=source_relative:driverapi/proto/alephv1 \
 		--go-grpc_out=paths=source_relative:driverapi/proto/alephv1 \
 		driverapi/proto/alephv1/aleph.proto
-	PATH=$(TOOLS):$$PATH protoc -I driverapi/proto/hostv1 \
-		--go_out=paths=source_relative:driverapi/proto/hostv1 \
-		--connect-go_out=paths=source_relative:driverapi/proto/hostv1 \
-		driverapi/proto/hostv1/host.proto
+	PATH=$(TOOLS):$$PATH protoc -I service/api/hostv1 \
+		--go_out=paths=source_relative:service/api/hostv1 \
+		--connect-go_out=paths=source_relative:service/api/hostv1 \
+		service/api/hostv1/host.proto
 
 # Fails when the committed generated code differs from what `make proto` makes.
 proto-check: proto
-	@git diff --exit-code -- driverapi/proto || (echo "generated protobuf code is stale: run make proto and commit" >&2; exit 1)
+	@git diff --exit-code -- driverapi/proto service/api || (echo "generated protobuf code is stale: run make proto and commit" >&2; exit 1)
 
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); echo "gofmt needed" >&2; exit 1)

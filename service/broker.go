@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
 // Broker answers the pipeline's approval requests (it is the runtime's

@@ -16,7 +16,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 

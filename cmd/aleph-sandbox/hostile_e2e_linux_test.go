@@ -20,7 +20,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
 // hostileFullEnv switches TestHostileInputs to the sizes of the reports

@@ -19,8 +19,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
+	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
 )
 
 // netnsFetch prints the network namespace it runs in, then GETs the URL

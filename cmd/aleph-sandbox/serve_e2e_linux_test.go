@@ -24,9 +24,9 @@ import (
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
+	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
 	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 

@@ -16,7 +16,7 @@ import (
 
 	"connectrpc.com/connect"
 
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
 // TestServeHostSignals: SIGTERM, SIGINT and SIGHUP reaching `exec --host`

@@ -20,8 +20,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
+	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
 )
 
 // loadFullEnv=1 runs the load test at full size.

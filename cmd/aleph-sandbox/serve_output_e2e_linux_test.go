@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
 // streamedOutputSize is the output of the streamed-output tests: 5 MiB,

@@ -16,9 +16,9 @@ import (
 
 	"connectrpc.com/connect"
 
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
+	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
 )
 
 // readProc reads a process's output until it holds want (or it ends).

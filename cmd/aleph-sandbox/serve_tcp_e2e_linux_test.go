@@ -25,8 +25,8 @@ import (
 
 	"connectrpc.com/connect"
 
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1/hostv1connect"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
+	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
 )
 
 // testPKI is a CA, a server certificate for 127.0.0.1 and a client

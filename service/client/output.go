@@ -3,7 +3,7 @@ package client
 import (
 	"bytes"
 
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
 // Output assembles a command's output on the client side of

@@ -15,7 +15,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	hostv1 "github.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 	http "net/http"
 	strings "strings"
 )

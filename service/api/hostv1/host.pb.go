@@ -3642,7 +3642,7 @@ const file_host_proto_rawDesc = "" +
 	"\rSignalProcess\x12#.aleph.host.v1.SignalProcessRequest\x1a$.aleph.host.v1.SignalProcessResponse\x12Z\n" +
 	"\rResizeProcess\x12#.aleph.host.v1.ResizeProcessRequest\x1a$.aleph.host.v1.ResizeProcessResponse\x12T\n" +
 	"\vWaitProcess\x12!.aleph.host.v1.WaitProcessRequest\x1a\".aleph.host.v1.WaitProcessResponse\x12Z\n" +
-	"\rListProcesses\x12#.aleph.host.v1.ListProcessesRequest\x1a$.aleph.host.v1.ListProcessesResponseBFZDgithub.com/aleph-sandbox/aleph-sandbox/driverapi/proto/hostv1;hostv1b\x06proto3"
+	"\rListProcesses\x12#.aleph.host.v1.ListProcessesRequest\x1a$.aleph.host.v1.ListProcessesResponseBBZ@github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1;hostv1b\x06proto3"
 
 var (
 	file_host_proto_rawDescOnce sync.Once
