@@ -17,10 +17,10 @@ import (
 	"unicode/utf8"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox/internal/termsafe"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
-	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
 	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )

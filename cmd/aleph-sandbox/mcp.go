@@ -5,8 +5,8 @@ import (
 	"flag"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox/internal/mcpserver"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
-	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
 	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 

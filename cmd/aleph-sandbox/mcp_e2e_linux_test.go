@@ -16,7 +16,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
+	"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox/internal/mcpserver"
 )
 
 // TestMCPServerEndToEnd drives the real `aleph-sandbox mcp` binary over a

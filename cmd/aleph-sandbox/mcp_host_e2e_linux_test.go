@@ -15,7 +15,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
-	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
+	"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox/internal/mcpserver"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 

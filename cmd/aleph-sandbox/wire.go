@@ -17,9 +17,9 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox/internal/termsafe"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	"github.com/aleph-sandbox/aleph-sandbox/internal/termsafe"
 )
 
 // runFlags are the flags exec and bench share: everything that shapes one

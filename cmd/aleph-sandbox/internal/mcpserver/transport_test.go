@@ -11,9 +11,9 @@ import (
 	"time"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
+	"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox/internal/mcpserver"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
-	"github.com/aleph-sandbox/aleph-sandbox/internal/mcpserver"
 )
 
 // One malformed message never ends the server: each is answered as
