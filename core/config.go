@@ -225,21 +225,6 @@ func contains(list []string, s string) bool {
 	return false
 }
 
-// checkProtectedName accepts one plain path component.
-func checkProtectedName(n string) string {
-	switch {
-	case n == "":
-		return "must not be empty"
-	case n == "." || n == "..":
-		return fmt.Sprintf("%q is not an entry name", n)
-	case strings.ContainsAny(n, "/\\\x00"):
-		return fmt.Sprintf("%q must be one path component (no slash, backslash or NUL)", n)
-	case len(n) > 255:
-		return "longer than 255 bytes"
-	}
-	return ""
-}
-
 // Section is a configuration section owned by a component (a hook, a
 // driver): core keeps it as the tree of values the file and the
 // environment gave, and hands it to its owner as one JSON object
@@ -984,7 +969,7 @@ func (c Config) Validate() error {
 	}
 	defaults := driverapi.DefaultProtectedEntries()
 	for i, n := range s.Protected.Add {
-		if r := checkProtectedName(n); r != "" {
+		if r := driverapi.ProtectedNameProblem(n); r != "" {
 			return bad(fmt.Sprintf("protected.add[%d]", i), r)
 		}
 	}

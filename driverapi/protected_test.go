@@ -2,6 +2,7 @@ package driverapi
 
 import (
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +22,27 @@ func TestProfileRequestProtectedRoundTrip(t *testing.T) {
 	for _, old := range ProtectedDirs() {
 		if !slices.Contains(d, old) {
 			t.Errorf("the default set lost %s", old)
+		}
+	}
+}
+
+func TestProtectedNameProblem(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{".git", true}, {"opencode.json", true}, {strings.Repeat("a", 255), true},
+		{"", false}, {".", false}, {"..", false}, {"a/b", false}, {`a\b`, false}, {"a\x00", false},
+		{strings.Repeat("a", 256), false},
+	} {
+		if got := ProtectedNameProblem(tc.name); (got == "") != tc.ok {
+			t.Errorf("ProtectedNameProblem(%q) = %q, want ok=%v", tc.name, got, tc.ok)
+		}
+	}
+	// Every default is a valid name.
+	for _, n := range DefaultProtectedEntries() {
+		if why := ProtectedNameProblem(n); why != "" {
+			t.Errorf("default %q: %s", n, why)
 		}
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"path/filepath"
 	"strings"
@@ -612,3 +613,22 @@ func PathWithin(path, root string) bool {
 }
 
 func quote(s string) string { return "\"" + s + "\"" }
+
+// ProtectedNameProblem says what is wrong with n as a protected entry name,
+// or "" when it is one: a single path component, not "." or "..", no
+// slash, backslash or NUL, at most 255 bytes. Core checks the configured
+// names with it and every driver the names of a ProfileRequest (a driver
+// adds what its platform needs: case folding, short names...).
+func ProtectedNameProblem(n string) string {
+	switch {
+	case n == "":
+		return "must not be empty"
+	case n == "." || n == "..":
+		return fmt.Sprintf("%q is not an entry name", n)
+	case strings.ContainsAny(n, "/\\\x00"):
+		return fmt.Sprintf("%q must be one path component (no slash, backslash or NUL)", n)
+	case len(n) > 255:
+		return fmt.Sprintf("%q is longer than 255 bytes", n)
+	}
+	return ""
+}

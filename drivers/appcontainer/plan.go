@@ -183,14 +183,11 @@ func protectedNames(req []string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	for _, n := range req {
+		if why := driverapi.ProtectedNameProblem(n); why != "" {
+			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: why}
+		}
 		why := ""
 		switch {
-		case n == "" || n == "." || n == "..":
-			why = "is not an entry name"
-		case strings.ContainsAny(n, "/\\\x00"):
-			why = "must be one path component"
-		case len(n) > 255:
-			why = "is longer than 255 bytes"
 		case IsShortNameAlias(n):
 			why = "looks like an 8.3 short name, which could stand for another entry"
 		default:

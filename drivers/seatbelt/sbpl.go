@@ -252,13 +252,8 @@ func protectedNames(req []string) ([]string, error) {
 	var out []string
 	seen := map[string]bool{}
 	for _, n := range req {
-		switch {
-		case n == "" || n == "." || n == "..":
-			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: fmt.Sprintf("%q is not an entry name", n)}
-		case strings.ContainsAny(n, "/\\\x00"):
-			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: fmt.Sprintf("%q must be one path component", n)}
-		case len(n) > 255:
-			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: "entry name longer than 255 bytes"}
+		if why := driverapi.ProtectedNameProblem(n); why != "" {
+			return nil, &driverapi.InvalidSpecError{Field: "protected", Reason: why}
 		}
 		for _, r := range n {
 			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(protectedNamePunct, r)) {
