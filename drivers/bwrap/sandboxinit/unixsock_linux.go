@@ -19,9 +19,9 @@ import (
 // socket placed there): where the filter is in force:
 //
 //   - socket(AF_UNIX, any type) and socketpair(AF_UNIX, any type) are
-//     allowed by the target's program, in the bwrap tier's restricted
-//     modes (none, allow_hosts), whose network namespace is the sandbox's
-//     own (GuardsUnixSockets);
+//     allowed by the target's program, in the bwrap tier's network none,
+//     whose network namespace is the sandbox's (or its session's) own
+//     (GuardsUnixSockets);
 //   - connect, sendto with a destination address (a register: BPF tests
 //     it, a NULL one is never notified), sendmsg and sendmmsg (the address
 //     is behind a pointer) go to the launcher through the notification
@@ -49,7 +49,8 @@ import (
 // abstract name it takes lives in the sandbox's namespace alone.
 //
 // Elsewhere socket(AF_UNIX) stays refused and socket pairs are stream and
-// seqpacket only: in the Landlock tier (no network namespace of its own:
+// seqpacket only: under allow_hosts (see GuardsUnixSockets), in the
+// Landlock tier (no network namespace of its own:
 // the host's abstract names and its sock_diag view are shared, so neither
 // the namespace nor the inode check can tell the sandbox's sockets from
 // the host's), and wherever no notification filter is installed. Network
@@ -63,9 +64,12 @@ func GuardsUnixSockets(s *InitSpec) bool {
 		return false
 	}
 	switch s.SocketMode {
-	case SocketUnixOnly, SocketLoopback, SocketProxyRouted:
+	case SocketUnixOnly, SocketLoopback:
 		return true
 	}
+	// allow_hosts (SocketProxyRouted) keeps its refusal: its TCP connects
+	// would be notified too and made by the launcher, outside the
+	// Landlock domain whose TCP rules pin them to the bridge's ports.
 	return false
 }
 
