@@ -149,12 +149,13 @@ func (g *unixGuard) answer(listener int, n *seccompNotif) (int64, unix.Errno) {
 	switch name {
 	case "connect":
 		return c.connect(sock, c.arg(1), c.arg(2))
+	// The flags are an unsigned int: the kernel reads the low 32 bits.
 	case "sendto":
-		return c.sendto(sock, c.arg(1), c.arg(2), int(c.arg(3)), c.arg(4), c.arg(5))
+		return c.sendto(sock, c.arg(1), c.arg(2), int(uint32(c.arg(3))), c.arg(4), c.arg(5))
 	case "sendmsg":
-		return c.sendmsg(sock, c.arg(1), int(c.arg(2)))
+		return c.sendmsg(sock, c.arg(1), int(uint32(c.arg(2))))
 	case "sendmmsg":
-		return c.sendmmsg(sock, c.arg(1), uint32(c.arg(2)), int(c.arg(3)))
+		return c.sendmmsg(sock, c.arg(1), uint32(c.arg(2)), int(uint32(c.arg(3))))
 	}
 	return -1, unix.ENOSYS
 }
