@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -93,6 +94,9 @@ func netCases() []Case {
 				}
 				return noneBlocksWith(ctx, h, t, [][]string{{"unix", t.addr}}, &driverapi.Capabilities{FSRead: []string{h.Out}}, false)
 			}},
+		{ID: "net/unix-host-socket-unreachable", Level: Must, Feature: none,
+			Description: "With network none a program cannot connect to a host unix socket bound inside its workspace, nor send to a host datagram socket there, nor reach a host socket in a directory it may write (fs_write): a driver that lets commands have unix sockets of their own must still tell the host's apart, wherever they are bound.",
+			run:         caseUnixHostSocketUnreachable},
 		{ID: "net/none-blocks-abstract", Level: Must, Feature: none,
 			OS: LinuxOnly, OSReason: "abstract unix sockets exist only on Linux",
 			Description: "With network none a program cannot connect to an abstract unix socket of the host (Linux only; they live per network namespace, outside the filesystem).",
@@ -365,6 +369,49 @@ func caseNoneListen(ctx context.Context, h *H) error {
 	}
 	if len(connected) > 0 || bytes.Contains(o.Stdout, []byte("accepted")) {
 		return fmt.Errorf("with network none the host connected to a listener inside the sandbox at %v", connected)
+	}
+	return nil
+}
+
+// caseUnixHostSocketUnreachable puts host sockets where the program may
+// write: a stream and a datagram socket in the workspace, a stream socket
+// in an fs_write grant. Path hiding cannot help there; only a driver that
+// refuses unix sockets, or tells its own from the host's, passes.
+func caseUnixHostSocketUnreachable(ctx context.Context, h *H) error {
+	if runtime.GOOS == "windows" {
+		return skipf("AF_UNIX sockets in a directory the program writes are tested on POSIX hosts")
+	}
+	grant := filepath.Join(h.Root, "granted-"+newToken())
+	if err := os.MkdirAll(grant, 0o777); err != nil {
+		return err
+	}
+	_ = os.Chmod(grant, 0o777)
+	for _, c := range []struct {
+		network, path string
+		caps          *driverapi.Capabilities
+	}{
+		{"unix", filepath.Join(h.Work, "host-"+newToken()+".sock"), &driverapi.Capabilities{}},
+		{"unixgram", filepath.Join(h.Work, "host-"+newToken()+".dgram"), &driverapi.Capabilities{}},
+		{"unix", filepath.Join(grant, "host.sock"), &driverapi.Capabilities{FSWrite: []string{grant}}},
+	} {
+		var (
+			t   *target
+			err error
+		)
+		if c.network == "unixgram" {
+			t, err = h.listenPacket("unixgram", c.path)
+		} else {
+			t, err = h.listenStream("unix", c.path)
+		}
+		if err != nil {
+			return err
+		}
+		// A non-root command must be allowed to write to the socket: only
+		// the sandbox may stand in the way.
+		_ = os.Chmod(c.path, 0o777)
+		if err := noneBlocksWith(ctx, h, t, [][]string{{c.network, c.path}}, c.caps, false); err != nil {
+			return err
+		}
 	}
 	return nil
 }

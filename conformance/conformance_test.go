@@ -241,7 +241,7 @@ func leakyFails() []string {
 		"fs/write-grant-prefix", "fs/write-home-denied", "fs/write-outside-denied",
 		"net/allow-hosts-direct-blocked", "net/allow-hosts-udp-blocked", "net/none-blocks-abstract", "net/none-blocks-listen",
 		"net/none-blocks-tcp", "net/none-blocks-tcp6", "net/none-blocks-udp", "net/none-blocks-unix",
-		"net/none-blocks-unix-granted-path", "net/none-own-loopback",
+		"net/none-blocks-unix-granted-path", "net/none-own-loopback", "net/unix-host-socket-unreachable",
 		"proc/cancel-kills-tree", "proc/no-host-terminal", "proc/no-survivors-after-exit", "proc/spawn-denied", "proc/timeout-kills-tree",
 		"proc/host-processes-invisible", "proc/host-sysv-ipc-invisible", "proc/spawn-denied-clone3", "proc/spawn-refused-reported",
 		"res/memory-limit", "res/memory-limit-tight", "res/pid-limit", "robust/driver-death-kills-tree",

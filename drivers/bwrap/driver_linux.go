@@ -460,10 +460,12 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 		// namespace, caps its tasks (threads included) instead.
 		is.RlimitNproc = d.cfg.Options.Pids()
 	}
-	if !plan.AllowSpawn {
+	notify := !plan.AllowSpawn || sandboxinit.GuardsUnixSockets(&is)
+	if notify {
 		// Set before the programs are chosen: the target's leaves the
-		// fork rules to the notification filter when there is one
-		// (sandboxinit.KeyOf). Its number is settled below.
+		// fork rules and the unix sockets' calls to the notification
+		// filter when there is one (sandboxinit.KeyOf). Its number is
+		// settled below.
 		is.NotifyFD = lifelineFD + 1
 	}
 	// The descriptors sandbox-init inherits after commandFD and lifelineFD
@@ -478,7 +480,7 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 		next++
 		plan.seccomp, plan.seccompFD = f, is.SeccompFD
 	}
-	if !plan.AllowSpawn {
+	if notify {
 		is.NotifyFD = next
 		plan.notifyFD = is.NotifyFD
 	}

@@ -3,6 +3,7 @@
 package bwrap
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -33,6 +34,8 @@ import (
 //     so no answer of this loop can let a process start; a number it
 //     does not know gets ENOSYS.
 //   - the metadata guard's calls (Landlock tier, metaguard_linux.go).
+//   - connect and the sends of the command's sockets, where it may have
+//     unix sockets of its own (unixguard_linux.go).
 //
 // If the notifier is gone (the driver died, the loop ended), the kernel
 // fails every notified call with ENOSYS: a fork is refused all the same,
@@ -61,7 +64,11 @@ type notifier struct {
 	local *os.File
 	// guard answers the metadata guard's calls; nil outside the Landlock
 	// tier (the filter then hands none over, and one is refused).
-	guard   *metaGuard
+	guard *metaGuard
+	// sockets answers the calls of the command's unix sockets
+	// (unixguard_linux.go); the filter hands them over only where the
+	// command may have some.
+	sockets *unixGuard
 	spawnNr map[int32]bool
 	refused atomic.Int64
 	stopR   *os.File
@@ -75,7 +82,13 @@ type notifier struct {
 // sandbox's waiting child failed and the supervisor forked another) until
 // local reads the end of the stream or finish is called. It takes local.
 func startNotifier(local *os.File, guard *metaGuard) (*notifier, error) {
-	n := &notifier{local: local, guard: guard, spawnNr: spawnNumbers(), done: make(chan struct{})}
+	n := &notifier{local: local, guard: guard, sockets: newUnixGuard(), spawnNr: spawnNumbers(), done: make(chan struct{})}
+	// The kernel's credentials on every record: a listener offered by
+	// number names its process by them (sandboxinit's pullTag).
+	if err := unix.SetsockoptInt(int(local.Fd()), unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		local.Close()
+		return nil, fmt.Errorf("notifier: %w", err)
+	}
 	var err error
 	if n.stopR, n.stopW, err = os.Pipe(); err != nil {
 		local.Close()
@@ -116,6 +129,7 @@ func (n *notifier) finish() int64 {
 // run receives listeners and serves each in turn.
 func (n *notifier) run() {
 	defer close(n.done)
+	defer n.sockets.close()
 	defer n.stopR.Close()
 	defer n.local.Close()
 	if n.guard != nil {
@@ -161,30 +175,61 @@ func (n *notifier) wait(fd int) (int16, bool) {
 }
 
 // receive waits for a listener on local. false: the stream ended (every
-// holder of the remote end is gone) or the loop was stopped.
+// holder of the remote end is gone) or the loop was stopped. The
+// sock_diag socket of the command's namespace, which the supervisor sends
+// first when the command may have unix sockets (sandboxinit's
+// unixsock_linux.go), is handed to the socket guard on the way.
 func (n *notifier) receive() (int, bool) {
+	for {
+		fd, tag, ok := n.receiveOne()
+		if !ok {
+			return -1, false
+		}
+		if tag == 'd' {
+			n.sockets.setDiag(fd)
+			continue
+		}
+		return fd, true
+	}
+}
+
+// receiveOne reads one message of local: its tag and descriptor.
+func (n *notifier) receiveOne() (int, byte, bool) {
 	fd := int(n.local.Fd())
 	if _, ok := n.wait(fd); !ok {
-		return -1, false
+		return -1, 0, false
 	}
-	buf := make([]byte, 1)
-	oob := make([]byte, unix.CmsgSpace(4))
+	buf := make([]byte, 8)
+	oob := make([]byte, unix.CmsgSpace(4)+unix.CmsgSpace(unix.SizeofUcred))
 	got, oobn, _, _, err := unix.Recvmsg(fd, buf, oob, unix.MSG_CMSG_CLOEXEC|unix.MSG_DONTWAIT)
-	if err != nil || got != 1 || buf[0] != 'm' {
-		return -1, false
+	if err != nil || got < 1 {
+		return -1, 0, false
+	}
+	if buf[0] == 'p' && got == 5 {
+		l, ok := pullListener(fd, buf[1:5], oob[:oobn])
+		return l, 'm', ok
+	}
+	if got != 1 || (buf[0] != 'm' && buf[0] != 'd') {
+		return -1, 0, false
 	}
 	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil || len(msgs) != 1 {
-		return -1, false
+	if err != nil {
+		return -1, 0, false
 	}
-	fds, err := unix.ParseUnixRights(&msgs[0])
-	if err != nil || len(fds) != 1 {
+	// The descriptor, beside the credentials every record carries.
+	var fds []int
+	for i := range msgs {
+		if got, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	if len(fds) != 1 {
 		for _, f := range fds {
 			unix.Close(f)
 		}
-		return -1, false
+		return -1, 0, false
 	}
-	return fds[0], true
+	return fds[0], buf[0], true
 }
 
 // serve answers listener's notifications until every process carrying its
@@ -206,6 +251,12 @@ func (n *notifier) serve(listener int) bool {
 			// ENOENT: the caller died before it was read.
 			continue
 		}
+		if n.sockets.handles(req.Nr) {
+			// Answered on a goroutine of its own: a connect or send
+			// may block, as in the kernel, for its thread alone.
+			n.sockets.start(listener, req)
+			continue
+		}
 		val, errno := n.answer(listener, &req)
 		resp := seccompNotifResp{ID: req.ID, Val: val, Error: -int32(errno)}
 		_ = ioctlPtr(listener, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&resp))
@@ -225,6 +276,49 @@ func (n *notifier) answer(listener int, req *seccompNotif) (int64, unix.Errno) {
 		return n.guard.answer(listener, req)
 	}
 	return -1, unix.ENOSYS
+}
+
+// pullListener takes the listener offered by number (sandboxinit's
+// pullTag) from the process the kernel's credentials of the record name,
+// and answers it so that it may close its own.
+func pullListener(local int, num []byte, oob []byte) (int, bool) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return -1, false
+	}
+	pid := 0
+	for i := range msgs {
+		if cred, err := unix.ParseUnixCredentials(&msgs[i]); err == nil {
+			pid = int(cred.Pid)
+		} else if fds, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			for _, f := range fds {
+				unix.Close(f)
+			}
+		}
+	}
+	if pid <= 0 {
+		return -1, false
+	}
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return -1, false
+	}
+	defer unix.Close(pidfd)
+	l, err := unix.PidfdGetfd(pidfd, int(int32(binary.NativeEndian.Uint32(num))), 0)
+	if err != nil {
+		return -1, false
+	}
+	// A listener is an anonymous inode "[seccomp notify]": anything else
+	// offered is not taken.
+	if name, err := os.Readlink("/proc/self/fd/" + strconv.Itoa(l)); err != nil || name != "anon_inode:seccomp notify" {
+		unix.Close(l)
+		return -1, false
+	}
+	if _, err := unix.Write(local, []byte{'a'}); err != nil {
+		unix.Close(l)
+		return -1, false
+	}
+	return l, true
 }
 
 // dupFile is a copy of f (close-on-exec) that the caller owns.

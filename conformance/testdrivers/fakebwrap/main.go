@@ -27,6 +27,8 @@
 //	           target's RLIMIT_AS (through prlimit), which tmpfs pages escape
 //	unix-sockets under allow_hosts, let the command open any socket
 //	           (AF_UNIX included) instead of only AF_INET/AF_INET6
+//	unix-none  under network none, let the command open unix sockets
+//	           unguarded, trusting the mounts to hide the host's
 //
 // Each lie is one that the conformance case written for it must catch.
 package main
@@ -130,6 +132,15 @@ func main() {
 				s.SocketMode, s.BridgePorts = sandboxinit.SocketUnrestricted, nil
 				// The driver's precompiled programs would still deny them:
 				// sandbox-init builds its own from the edited spec.
+				s.SeccompFD = 0
+			}
+		})
+	case "unix-none":
+		rest, err = editSpec(rest, func(s *sandboxinit.InitSpec) {
+			if s.SocketMode == sandboxinit.SocketLoopback {
+				// Every socket family in the empty namespace, AF_UNIX
+				// unguarded: the mounts are trusted to hide the host's.
+				s.SocketMode = sandboxinit.SocketUnrestricted
 				s.SeccompFD = 0
 			}
 		})

@@ -63,6 +63,13 @@ func sandboxInit(args []string) (int, error) {
 			return fail(err)
 		}
 	}
+	if spec.Supervise && unixGuarded(&spec) {
+		// First of all on NotifyFD: before a prepared sandbox's waiting
+		// child sends its listener, and before any program is loaded.
+		if err := sendUnixDiag(&spec); err != nil {
+			return fail(err)
+		}
+	}
 	var sigs *caughtSignals
 	var pre *preforked
 	var conf *confinement

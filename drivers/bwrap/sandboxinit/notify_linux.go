@@ -3,6 +3,7 @@
 package sandboxinit
 
 import (
+	"encoding/binary"
 	"fmt"
 	"runtime"
 	"unsafe"
@@ -28,6 +29,8 @@ import (
 //     SECCOMP_USER_NOTIF_FLAG_CONTINUE: nothing the launcher does can let
 //     a process start.
 //   - the metadata guard's calls in the Landlock tier (metaguard_linux.go).
+//   - connect and the addressed sends of the command's unix sockets
+//     (unixsock_linux.go).
 //
 // One filter, one listener, per command: a filter chain may hold only one
 // listener (a second SECCOMP_FILTER_FLAG_NEW_LISTENER fails with EBUSY),
@@ -61,7 +64,7 @@ func spawnNotified(spec *InitSpec) bool {
 // notifying reports whether the process that execs spec's target
 // installs a notification filter.
 func notifying(spec *InitSpec) bool {
-	return spec.NotifyFD > 0 && (spec.MetaGuard || !spec.AllowSpawn)
+	return spec.NotifyFD > 0 && (spec.MetaGuard || !spec.AllowSpawn || unixGuarded(spec))
 }
 
 // SpawnSyscalls are the calls the launcher answers with EPERM and counts
@@ -124,6 +127,13 @@ func notifyProgram(spec *InitSpec, info *arch.Info) ([]bpf.Instruction, error) {
 			bpf.RetConstant{Val: retAllow},
 		)
 	}
+	if unixGuarded(spec) {
+		rules, err := unixGuardRules(info)
+		if err != nil {
+			return nil, err
+		}
+		p = append(p, rules...)
+	}
 	if spec.MetaGuard {
 		rules, err := metaGuardRules(info)
 		if err != nil {
@@ -169,8 +179,46 @@ func installNotify(spec *InitSpec) error {
 	listener := int(l)
 	defer unix.Close(listener)
 	defer unix.Close(spec.NotifyFD)
+	if unixGuarded(spec) {
+		return offerListener(spec.NotifyFD, listener)
+	}
 	if err := unix.Sendmsg(spec.NotifyFD, []byte{notifyTag}, unix.UnixRights(listener), nil, unix.MSG_NOSIGNAL); err != nil {
 		return fmt.Errorf("notification filter: hand the listener to the launcher: %w", err)
 	}
 	return nil
+}
+
+// pullTag starts the record that offers the listener to the launcher when
+// the filter notifies sendmsg (unixsock_linux.go): sending it with
+// SCM_RIGHTS would be a notified call that only the listener's holder, who
+// does not have it yet, could answer. The record is the tag and the
+// listener's descriptor number (4 bytes, native order), written with
+// write(2), which no filter hands over; the launcher, which reads the
+// writer's pid from the credentials the kernel attaches to the record
+// (SO_PASSCRED, in the launcher's own pid namespace), takes the listener
+// with pidfd_getfd and answers one byte, after which the writer may close
+// it. A launcher that is gone answers end-of-file: the listener is then
+// closed unowned, and every notified call fails with ENOSYS.
+const pullTag = 'p'
+
+// offerListener offers listener on sock (see pullTag) and waits for the
+// launcher to have taken it.
+func offerListener(sock, listener int) error {
+	var rec [5]byte
+	rec[0] = pullTag
+	binary.NativeEndian.PutUint32(rec[1:], uint32(int32(listener)))
+	if _, err := unix.Write(sock, rec[:]); err != nil {
+		return fmt.Errorf("notification filter: offer the listener to the launcher: %w", err)
+	}
+	var ack [1]byte
+	for {
+		_, err := unix.Read(sock, ack[:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("notification filter: the launcher's answer: %w", err)
+		}
+		return nil
+	}
 }

@@ -41,12 +41,15 @@ type PrecompileKey struct {
 	// SpawnNotified: the fork rules are the notification filter's
 	// (notify_linux.go), not the target program's.
 	SpawnNotified bool
+	// UnixGuarded: the target may have unix sockets of its own, their
+	// connects and sends the notification filter's (unixsock_linux.go).
+	UnixGuarded bool
 }
 
 // KeyOf is s's PrecompileKey.
 func KeyOf(s InitSpec) PrecompileKey {
 	return PrecompileKey{SocketMode: s.SocketMode, AllowSpawn: s.AllowSpawn, NoNamespaces: s.NoNamespaces,
-		BridgePorts: fmt.Sprint(s.BridgePorts), SpawnNotified: spawnNotified(&s)}
+		BridgePorts: fmt.Sprint(s.BridgePorts), SpawnNotified: spawnNotified(&s), UnixGuarded: unixGuarded(&s)}
 }
 
 // PrecompiledPrograms encodes s's programs for InitSpec.SeccompFD: the

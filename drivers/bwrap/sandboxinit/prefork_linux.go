@@ -173,13 +173,19 @@ type waitPlan struct {
 	// ncmsgData after it.
 	notify     bool
 	notifySock uintptr
-	nfilter    []unix.SockFilter
-	nprog      unix.SockFprog
-	nbuf       [1]byte
-	niov       unix.Iovec
-	noob       [32]byte
-	nmsg       unix.Msghdr
-	ncmsgData  uintptr
+	// pull: the listener is offered by number (notify_linux.go's pullTag)
+	// in prec, and the launcher's one-byte answer read into pack, instead
+	// of sent in nmsg: the filter notifies sendmsg.
+	pull      bool
+	prec      [5]byte
+	pack      [1]byte
+	nfilter   []unix.SockFilter
+	nprog     unix.SockFprog
+	nbuf      [1]byte
+	niov      unix.Iovec
+	noob      [32]byte
+	nmsg      unix.Msghdr
+	ncmsgData uintptr
 }
 
 // setNotify makes the child of p install spec's notification filter.
@@ -193,6 +199,8 @@ func (p *waitPlan) setNotify(spec *InitSpec) error {
 		return fmt.Errorf("notification filter: a control message of %d bytes", len(rights))
 	}
 	p.notify, p.notifySock = true, uintptr(spec.NotifyFD)
+	p.pull = unixGuarded(spec)
+	p.prec[0] = pullTag
 	p.nfilter = filter
 	p.nprog = unix.SockFprog{Len: uint16(len(filter)), Filter: &p.nfilter[0]}
 	p.nbuf[0] = notifyTag

@@ -92,9 +92,26 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 		if r1, _, e = syscall.RawSyscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&p.nprog))); e != 0 {
 			waitFail(p, stepNotify, -1, e)
 		}
-		*(*int32)(unsafe.Add(unsafe.Pointer(&p.noob[0]), p.ncmsgData)) = int32(r1)
-		if _, _, e = syscall.RawSyscall(unix.SYS_SENDMSG, p.notifySock, uintptr(unsafe.Pointer(&p.nmsg)), unix.MSG_NOSIGNAL); e != 0 {
-			waitFail(p, stepNotify, -1, e)
+		if p.pull {
+			// Offered by number, taken by the launcher (pullTag): a
+			// sendmsg would wait for the listener's own holder.
+			*(*int32)(unsafe.Pointer(&p.prec[1])) = int32(r1)
+			if _, _, e = syscall.RawSyscall(unix.SYS_WRITE, p.notifySock, uintptr(unsafe.Pointer(&p.prec[0])), uintptr(len(p.prec))); e != 0 {
+				waitFail(p, stepNotify, -1, e)
+			}
+			for {
+				if _, _, e = syscall.RawSyscall(unix.SYS_READ, p.notifySock, uintptr(unsafe.Pointer(&p.pack[0])), 1); e != unix.EINTR {
+					break
+				}
+			}
+			if e != 0 {
+				waitFail(p, stepNotify, -1, e)
+			}
+		} else {
+			*(*int32)(unsafe.Add(unsafe.Pointer(&p.noob[0]), p.ncmsgData)) = int32(r1)
+			if _, _, e = syscall.RawSyscall(unix.SYS_SENDMSG, p.notifySock, uintptr(unsafe.Pointer(&p.nmsg)), unix.MSG_NOSIGNAL); e != 0 {
+				waitFail(p, stepNotify, -1, e)
+			}
 		}
 		syscall.RawSyscall(unix.SYS_CLOSE, r1, 0, 0)
 		syscall.RawSyscall(unix.SYS_CLOSE, p.notifySock, 0, 0)

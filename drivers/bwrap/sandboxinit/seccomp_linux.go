@@ -153,10 +153,34 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 	// directory, a daemon's datagram socket) is reachable by path, read-only
 	// mount or not. socketpair stays for local IPC; seccompPrefix limits it
 	// to stream and seqpacket pairs (socketpairTypeGate says why).
+	//
+	// With the notification filter's unix rules (unixsock_linux.go) the
+	// command may have unix sockets and pairs of every type: connect and
+	// the addressed sends are the launcher's, which reaches no socket of
+	// the host's. The rules that would refuse them here must then stay
+	// out: an ERRNO of this program takes precedence over the
+	// notification.
 	var sockRules []seccomp.NameWithConditions
 	var sockDeny []string
-	switch spec.SocketMode {
-	case SocketUnixOnly:
+	unixOwn := unixGuarded(spec)
+	switch {
+	case spec.SocketMode == SocketUnixOnly && unixOwn:
+		sockRules = append(sockRules,
+			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
+			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
+		)
+	case (spec.SocketMode == SocketProxyRouted || spec.SocketMode == SocketLoopback) && unixOwn:
+		sockRules = append(sockRules,
+			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX},
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET},
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET6}}},
+			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
+				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
+		)
+	case spec.SocketMode == SocketUnixOnly:
 		sockRules = append(sockRules,
 			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
 				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
@@ -168,7 +192,7 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 				{Argument: 4, Operation: seccomp.NotEqual, Value: 0}}},
 		)
 		sockDeny = []string{"connect", "socket"}
-	case SocketProxyRouted:
+	case spec.SocketMode == SocketProxyRouted:
 		sockRules = append(sockRules,
 			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
 				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_INET},
@@ -176,7 +200,7 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
 				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
 		)
-	case SocketLoopback:
+	case spec.SocketMode == SocketLoopback:
 		// The empty namespace confines AF_INET and AF_INET6; everything
 		// else (AF_UNIX, AF_NETLINK, AF_PACKET...) stays denied as in
 		// unix_only.
@@ -187,7 +211,7 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 			seccomp.NameWithConditions{Name: "socketpair", Conditions: seccomp.ArgumentConditions{
 				{Argument: 0, Operation: seccomp.NotEqual, Value: unix.AF_UNIX}}},
 		)
-	case SocketBridge:
+	case spec.SocketMode == SocketBridge:
 		// The bridge itself needs its stream unix socket to the host proxy.
 		sockRules = append(sockRules,
 			seccomp.NameWithConditions{Name: "socket", Conditions: seccomp.ArgumentConditions{
@@ -222,7 +246,8 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 //  4. openat2: its mode and flags live in a struct behind a pointer, so
 //     setIDRules cannot check the creation mode; ENOSYS (what a pre-5.6
 //     kernel says) makes glibc, Go and the rest fall back to openat.
-//  5. socketpair's type, when the network is restricted: only stream and
+//  5. socketpair's type, when the network is restricted and the command's
+//     unix sockets are not guarded (unixsock_linux.go): only stream and
 //     seqpacket pairs (socketpairTypeGate), a masked compare the library
 //     cannot express.
 //  6. Multipath TCP: Landlock's TCP bind/connect rules do not apply to
@@ -273,7 +298,7 @@ func seccompPrefix(spec *InitSpec, info *arch.Info) ([]bpf.Instruction, error) {
 		bpf.JumpIf{Cond: bpf.JumpEqual, Val: openat2Nr, SkipFalse: 1},
 		bpf.RetConstant{Val: retENOSYS},
 	)
-	if spec.SocketMode == SocketUnixOnly || spec.SocketMode == SocketProxyRouted || spec.SocketMode == SocketLoopback {
+	if (spec.SocketMode == SocketUnixOnly || spec.SocketMode == SocketProxyRouted || spec.SocketMode == SocketLoopback) && !unixGuarded(spec) {
 		socketpairNr, err := nr("socketpair")
 		if err != nil {
 			return nil, err

@@ -489,7 +489,7 @@ const landlockScopeABI = 6
 // record. In a domain nested in the supervisor's, with the scope, the
 // command can signal neither it nor anything else outside.
 func nestsTarget(spec *InitSpec, pid1 bool) bool {
-	if !spec.AllowSpawn || spec.MetaGuard {
+	if !spec.AllowSpawn || spec.MetaGuard || unixGuarded(spec) {
 		// The child installs the notification filter, which the
 		// supervisor cannot carry (notify_linux.go).
 		return true
