@@ -221,8 +221,15 @@ func (s *Server) checkPath(field, p string) error {
 	c := Canonical(p)
 	for _, d := range s.protected {
 		if Covers(c, d) || Covers(filepath.Clean(p), d) {
+			// Both ways reach it: a path inside the directory names what
+			// the service keeps there (its grants, its socket), and one
+			// that contains it reaches all of it.
+			how := "contains"
+			if driverapi.PathWithin(c, d) || driverapi.PathWithin(filepath.Clean(p), d) {
+				how = "lies inside"
+			}
 			return withDetail(connect.CodePermissionDenied,
-				fmt.Errorf("%s %q covers the service's own directory %s, which no sandbox may reach", field, p, d),
+				fmt.Errorf("%s %q %s the service's own directory %s, which no sandbox may reach", field, p, how, d),
 				&hostv1.ErrorDetail{ReasonCode: ReasonProtectedPath, Field: field})
 		}
 	}
