@@ -90,14 +90,19 @@ func TestInputsE2E(t *testing.T) {
 	h := newInputsHarness(t)
 
 	// A timeout that fires while the sandbox is still being set up is a
-	// timeout (124), not a sandbox failure (125); sub-millisecond values
-	// are rounded up, not refused by the driver.
+	// timeout (124), not a sandbox failure (125). One millisecond is the
+	// least a request may ask for (alephsandbox.Request, the same for every
+	// front end): below it the CLI refuses before anything runs, naming
+	// the limit.
 	t.Run("timeout during setup", func(t *testing.T) {
-		for _, d := range []string{"3ms", "999us"} {
+		for _, d := range []string{"3ms", "1ms"} {
 			code, _, stderr := h.run(t, "exec", "--timeout", d, "--", "/bin/true")
 			if code != exitTimedOut || !strings.Contains(stderr, "timed out") {
 				t.Fatalf("--timeout %s: exit %d, stderr %q", d, code, stderr)
 			}
+		}
+		if code, _, stderr := h.run(t, "exec", "--timeout", "999us", "--", "/bin/true"); code != 125 || !strings.Contains(stderr, "below one millisecond") {
+			t.Fatalf("--timeout 999us: exit %d, stderr %q, want 125 naming the limit", code, stderr)
 		}
 		code, stdout, _ := h.run(t, "exec", "--json", "--timeout", "3ms", "--", "/bin/true")
 		if code != 0 || !strings.Contains(stdout, `"timed_out":true`) {
