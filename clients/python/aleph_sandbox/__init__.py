@@ -169,6 +169,20 @@ SPAWN_REFUSED_HINT = ("the command tried to start a subprocess and the sandbox r
                       "run it with spawn=True")
 
 
+def _final_result(m: Mapping[str, Any], stdout: List[bytes], stderr: List[bytes]) -> Result:
+    """The Result of a stream's last message, given the chunks streamed before it.
+
+    With ``outputStreamed`` the Result's output is the whole of it: the
+    chunks, then the rest the service could not stream (normally none). A
+    service that predates output_streamed repeated it all in the result.
+    """
+    r = Result._from_json(m)
+    if m.get("outputStreamed"):
+        r.stdout = b"".join(stdout) + r.stdout
+        r.stderr = b"".join(stderr) + r.stderr
+    return r
+
+
 @dataclass
 class ApprovalRequest:
     """A command asks for more than its session's baseline and grants."""
@@ -711,14 +725,7 @@ class Client:
                         threading.Thread(target=self._answer, args=(ApprovalRequest._from_json(msg["approvalRequest"]),),
                                          daemon=True).start()
                 elif "result" in msg:
-                    ex.result = Result._from_json(msg["result"])
-                    if msg["result"].get("outputStreamed"):
-                        # The Result's output is the whole of it: the
-                        # chunks, then the rest the service could not
-                        # stream (normally none). A service that predates
-                        # output_streamed repeated it all in the result.
-                        ex.result.stdout = b"".join(ex.stdout) + ex.result.stdout
-                        ex.result.stderr = b"".join(ex.stderr) + ex.result.stderr
+                    ex.result = _final_result(msg["result"], ex.stdout, ex.stderr)
                     ex.stdout, ex.stderr = [], []
                     yield Event(kind="exit", result=ex.result)
         except Exception as e:

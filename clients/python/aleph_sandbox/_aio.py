@@ -22,7 +22,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping,
 
 from . import (_COMPRESSED, _END_STREAM, _HTTP_CODES, _STDIN_CHUNK, SERVICE, ApprovalRequest, Client, Denied, Event,
                Result, SandboxError, _error, _flag, _is_zero, _seconds, _signal_name, _size, _tls_error, _tls_refused,
-               _b64)
+               _b64, _final_result)
 
 #: An approver of the asyncio client: a function, or a coroutine function,
 #: of an ApprovalRequest, true to approve.
@@ -409,10 +409,7 @@ class AsyncExecution:
                         # keep being read meanwhile.
                         client._spawn(client._answer(ApprovalRequest._from_json(msg["approvalRequest"])))
                 elif "result" in msg:
-                    self.result = Result._from_json(msg["result"])
-                    if msg["result"].get("outputStreamed"):
-                        self.result.stdout = b"".join(self._stdout) + self.result.stdout
-                        self.result.stderr = b"".join(self._stderr) + self.result.stderr
+                    self.result = _final_result(msg["result"], self._stdout, self._stderr)
                     self._stdout, self._stderr = [], []
                     yield Event(kind="exit", result=self.result)
         except Exception as e:
