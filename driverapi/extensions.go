@@ -47,6 +47,16 @@ const (
 	CallSessionSandbox = "session_sandbox"
 )
 
+// SessionSandboxer is implemented by drivers that may list
+// CallSessionSandbox; driverapi.Serve lists it when SessionSandboxes
+// reports true.
+type SessionSandboxer interface {
+	SessionForgetter
+	// SessionSandboxes reports whether the driver honours
+	// RunSpec.SessionSandbox on this host, as it is configured now.
+	SessionSandboxes() bool
+}
+
 // Session sandboxes (protocol 1.3).
 //
 // A driver that lists CallSessionSandbox keeps, for a RunSpec with
