@@ -113,6 +113,12 @@ type session struct {
 	runSeq    uint64
 	runWG     sync.WaitGroup
 	forgotten bool
+
+	// sandboxes are the profiles (digests) the driver has run a command
+	// of this session in a session sandbox for: a "new" one of a profile
+	// seen before is one rebuilt (sessionsandbox.go).
+	sandboxMu sync.Mutex
+	sandboxes map[string]struct{}
 }
 
 // track registers a command of the session; it is cancelled with
@@ -601,6 +607,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		return nil, s.driverErr("Run", err)
 	}
 	exit.Truncated = exit.Truncated || stdout.truncated || stderr.truncated
+	noteSessionSandbox(sess, prof.Digest, &exit)
 	if termSent {
 		// The timeout's SIGTERM reached it: however it ended (dead of
 		// TERM, its handler's exit status, or killed at the timeout), it
