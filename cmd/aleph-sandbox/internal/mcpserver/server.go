@@ -58,11 +58,11 @@ type Config struct {
 // Command is given.
 type RunCommandArgs struct {
 	Argv           []string          `json:"argv,omitempty" jsonschema:"the program and its arguments, run directly without a shell, e.g. [\"/bin/ls\", \"-l\"]"`
-	Command        string            `json:"command,omitempty" jsonschema:"a shell command line, run by /bin/sh -c; it needs spawn (subprocesses)"`
+	Command        string            `json:"command,omitempty" jsonschema:"a shell command line, run by /bin/sh -c; a shell starts subprocesses, so a command asks for spawn by itself (approved by the user, or given by the server's baseline)"`
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, relative to or inside the session's workspace"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command; the host's environment is never passed through"`
 	Network        string            `json:"network,omitempty" jsonschema:"none (the default), all, or a comma-separated list of hosts (exact, *.suffix, IP, optional :port)"`
-	Spawn          bool              `json:"spawn,omitempty" jsonschema:"allow the command to start subprocesses"`
+	Spawn          bool              `json:"spawn,omitempty" jsonschema:"allow the command to start subprocesses (implied by command)"`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; 0 means the configured default"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"standard input for the command"`
 }
@@ -96,6 +96,21 @@ type RunCommandResult struct {
 // mcpSpawnHint is run_command's hint for spawn_refused
 // (core.SpawnRefusedHint in the tool's terms).
 const mcpSpawnHint = `the command tried to start a subprocess and the sandbox refused it: call run_command again with "spawn": true (the client is asked to approve it, or the server's --allow-spawn gives it)`
+
+// mcpSpawnDeniedHint is the hint of a call refused because the spawn it
+// asked for (a shell command asks for it by itself) was not approved.
+const mcpSpawnDeniedHint = `the command needs spawn (permission to start subprocesses; a shell command, the command argument, always does) and it was not approved: ` +
+	`the user can approve it when asked, or the server be started with --allow-spawn or sandbox.session.baseline = "agent"; ` +
+	`to run a single program without a shell and without spawn, give argv instead`
+
+// spawnDenied reports whether a refusal coded code is of an elevation that
+// included spawn beyond the server's baseline: its hint names spawn, so
+// that a model that never wrote "spawn" learns why its shell line was
+// refused.
+func spawnDenied(cfg Config, cmd core.Command, code core.ReasonCode) bool {
+	return (code == core.ReasonApprovalDenied || code == core.ReasonApprovalTimeout) &&
+		cmd.Capabilities.SpawnSubprocess && !cfg.Baseline.SpawnSubprocess
+}
 
 type callKey struct{}
 
@@ -351,7 +366,12 @@ func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs) (*
 	switch {
 	case errors.As(err, &de):
 		res := RunCommandResult{Denied: true, Reason: de.Error(), ReasonCode: string(de.Code), Rule: de.Rule}
-		return errorResult(res, "denied: "+de.Error()), res, nil
+		text := "denied: " + de.Error()
+		if spawnDenied(cfg, cmd, de.Code) {
+			res.Hint = mcpSpawnDeniedHint
+			text += "\nhint: " + res.Hint
+		}
+		return errorResult(res, text), res, nil
 	case err != nil:
 		res := RunCommandResult{Error: err.Error()}
 		return errorResult(res, "the sandbox failed to run the command: "+err.Error()), res, nil
@@ -415,7 +435,14 @@ func toCommand(cfg Config, in RunCommandArgs) (core.Command, error) {
 	case len(in.Argv) > 0:
 		req.Argv = in.Argv
 	case in.Command != "":
+		// A shell forks for all but the simplest line: without spawn it
+		// would run and fail ("/bin/sh: Cannot fork", exit 2, not a tool
+		// error), and models leave spawn out. So a shell line asks for
+		// spawn by itself, approved or refused as any elevation is (the
+		// baseline, a grant, the user, --yes); argv is the way to run one
+		// program without it.
 		req.Argv = []string{"/bin/sh", "-c", in.Command}
+		req.Spawn = true
 	default:
 		return core.Command{}, errors.New("give argv (an array: program and arguments) or command (a shell line)")
 	}
