@@ -4,10 +4,12 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -140,5 +142,71 @@ func TestAgentBaselineEndToEnd(t *testing.T) {
 	out = mcpserver.RunCommandResult{}
 	if !call(mcpserver.ToolRunCommand, map[string]any{"argv": []string{"/bin/true"}, "network": "all"}, &out) || !out.Denied {
 		t.Fatalf("mcp --host network all on a serve under agent: %+v", out)
+	}
+}
+
+// `mcp --workspace DIR` on the real sandbox: every call runs in the user's
+// project (it reads a file there, and what it writes is there on the
+// host); the instructions name the project and the configured limits; and
+// a long command's output reaches a client that sent a progress token
+// while it runs: the command waits for a file that the test makes only
+// once the notification with its first line has arrived, so without the
+// notification it would never end.
+func TestMCPWorkspaceAndProgressEndToEnd(t *testing.T) {
+	h := newEscapeHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	project, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(project, "README"), []byte("the project\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var released sync.Once
+	var notes []string
+	var mu sync.Mutex
+	opts := &mcp.ClientOptions{ProgressNotificationHandler: func(_ context.Context, r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		notes = append(notes, r.Params.Message)
+		mu.Unlock()
+		if strings.Contains(r.Params.Message, "first") {
+			released.Do(func() { _ = os.WriteFile(filepath.Join(project, "go"), nil, 0o644) })
+		}
+	}}
+	cs := startMCP(t, ctx, h, []string{"ALEPH_SANDBOX_SANDBOX__DEFAULT_TIMEOUT_SECONDS=77", "ALEPH_SANDBOX_SANDBOX__MAX_OUTPUT_BYTES=200000"},
+		opts, "--session", "mcp-project", "--workspace", project, "--allow-spawn")
+	if in := cs.InitializeResult().Instructions; !strings.Contains(in, project) || !strings.Contains(in, "77 s") || !strings.Contains(in, "200000 bytes") {
+		t.Fatalf("instructions: %q", in)
+	}
+	call, _ := mcpTools(t, ctx, cs)
+	var out mcpserver.RunCommandResult
+	if call(mcpserver.ToolRunCommand, map[string]any{"argv": []string{"/bin/cat", "README"}}, &out) || out.Stdout != "the project\n" {
+		t.Fatalf("cat README in the project: %+v", out)
+	}
+	out = mcpserver.RunCommandResult{}
+	if call(mcpserver.ToolRunCommand, map[string]any{"command": "echo made > out.txt"}, &out) || out.ExitCode != 0 {
+		t.Fatalf("write in the project: %+v", out)
+	}
+	if b, err := os.ReadFile(filepath.Join(project, "out.txt")); err != nil || string(b) != "made\n" {
+		t.Fatalf("out.txt on the host: %q %v", b, err)
+	}
+
+	params := &mcp.CallToolParams{Name: mcpserver.ToolRunCommand, Arguments: map[string]any{
+		"command":         "echo first; while [ ! -e go ]; do /bin/sleep 0.1; done; echo second",
+		"timeout_seconds": 90,
+	}}
+	params.SetProgressToken("e2e-progress")
+	res, err := cs.CallTool(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = mcpserver.RunCommandResult{}
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &out)
+	mu.Lock()
+	defer mu.Unlock()
+	if res.IsError || out.TimedOut || out.Stdout != "first\nsecond\n" || len(notes) == 0 {
+		t.Fatalf("long command with a progress token: %+v, notifications %q", out, notes)
 	}
 }

@@ -2,9 +2,13 @@ package mcpserver_test
 
 import (
 	"context"
+	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -26,6 +30,12 @@ type pipeClient struct {
 func connectPipe(t *testing.T, cfg mcpserver.Config, pc pipeClient) (*mcp.ClientSession, *procServer) {
 	t.Helper()
 	ps := newProcServer(t, cfg)
+	return connectPipeTo(t, ps.srv, pc), ps
+}
+
+// connectPipeTo is connectPipe to the server srv.
+func connectPipeTo(t *testing.T, srv *mcpserver.Server, pc pipeClient) *mcp.ClientSession {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	// Client to server, and server to client.
@@ -42,7 +52,7 @@ func connectPipe(t *testing.T, cfg mcpserver.Config, pc pipeClient) (*mcp.Client
 			_ = f.Close()
 		}
 	})
-	ss, err := ps.srv.Connect(ctx, mcpserver.NewStdioTransport(c2sR, s2cW, mcpserver.DefaultMaxLineBytes), nil)
+	ss, err := srv.Connect(ctx, mcpserver.NewStdioTransport(c2sR, s2cW, mcpserver.DefaultMaxLineBytes), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +74,7 @@ func connectPipe(t *testing.T, cfg mcpserver.Config, pc pipeClient) (*mcp.Client
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cs.Close() })
-	return cs, ps
+	return cs
 }
 
 // A shell command asks for spawn by itself: the user is asked (and the
@@ -144,5 +154,147 @@ func TestMCPStartProcessSpawnRefusedHint(t *testing.T) {
 	}
 	if res.IsError || r.ExitCode != 0 || r.SpawnRefused != 0 || r.Hint != "" || r.ReasonCode == string(core.ReasonSpawnRefused) {
 		t.Fatalf("with spawn (control): %+v %q", r, text(res))
+	}
+}
+
+// What a model is told before its first call comes from the server's
+// configuration: the instructions and run_command's description say the
+// configured default timeout and output limit and the workspace, and the
+// tools carry read-only and destructive hints. The workspace given is the
+// one every call runs in.
+func TestMCPGuidesTheModel(t *testing.T) {
+	ws, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mcpserver.Config{Workspace: ws, DefaultTimeout: 42 * time.Second, MaxOutputBytes: 12346}
+	cs, ps := connectPipe(t, cfg, pipeClient{})
+	init := cs.InitializeResult()
+	for _, want := range []string{"42 s", "12346 bytes", ws, "run_command", "start_process", "spawn"} {
+		if !strings.Contains(init.Instructions, want) {
+			t.Errorf("instructions lack %q: %q", want, init.Instructions)
+		}
+	}
+	tools, err := cs.ListTools(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	byName := map[string]*mcp.Tool{}
+	for _, tl := range tools.Tools {
+		byName[tl.Name] = tl
+	}
+	run := byName[mcpserver.ToolRunCommand]
+	if run == nil || !strings.Contains(run.Description, "42 s") || !strings.Contains(run.Description, "12346 bytes of output (6173 for stdout, 6173 for stderr)") {
+		t.Fatalf("run_command's description: %+v", run)
+	}
+	for name, readOnly := range map[string]bool{
+		mcpserver.ToolRunCommand: false, mcpserver.ToolStartProcess: false, mcpserver.ToolWriteProcess: false,
+		mcpserver.ToolSignalProcess: false, mcpserver.ToolStopProcess: false,
+		mcpserver.ToolReadProcess: true, mcpserver.ToolListProcesses: true,
+	} {
+		a := byName[name].Annotations
+		switch {
+		case a == nil:
+			t.Errorf("%s: no annotations", name)
+		case a.ReadOnlyHint != readOnly:
+			t.Errorf("%s: readOnlyHint %v, want %v", name, a.ReadOnlyHint, readOnly)
+		case !readOnly && (a.DestructiveHint == nil || !*a.DestructiveHint):
+			t.Errorf("%s: destructiveHint %v, want true", name, a.DestructiveHint)
+		}
+	}
+	if res, out := call(t, cs, map[string]any{"argv": []string{"echo", "in the project"}}); res.IsError || out.Stdout != "in the project\n" {
+		t.Fatalf("run: %+v", out)
+	}
+	if got := ps.fake.LastProfileRequest().Workspace; got != ws {
+		t.Fatalf("ran in workspace %q, want %q", got, ws)
+	}
+
+	// Another configuration, other words (so they are not written in):
+	// no workspace given is said, and spawn in the baseline.
+	cs, _ = connectPipe(t, mcpserver.Config{DefaultTimeout: 1500 * time.Millisecond, MaxOutputBytes: 1 << 20,
+		Baseline: core.BaselinePresets()["agent"]}, pipeClient{})
+	if in := cs.InitializeResult().Instructions; !strings.Contains(in, "1.5 s") || !strings.Contains(in, "1048576 bytes") ||
+		strings.Contains(in, ws) || !strings.Contains(in, "allowed without asking") {
+		t.Fatalf("instructions: %q", in)
+	}
+}
+
+// progressRunner writes a first line to the live output it is given, and
+// ends only once release is closed: the test closes it when the line has
+// reached the client as a progress notification, so the notification is
+// seen while the command still runs, with no timing assumed.
+type progressRunner struct {
+	release chan struct{}
+	live    chan bool
+}
+
+func (p progressRunner) Execute(ctx context.Context, cmd core.Command) (*core.Output, error) {
+	p.live <- cmd.Stdout != nil
+	if cmd.Stdout != nil {
+		_, _ = cmd.Stdout.Write([]byte("first line\n"))
+		_, _ = cmd.Stderr.Write([]byte("a warning\n"))
+		select {
+		case <-p.release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return &core.Output{Stdout: []byte("first line\nsecond line\n"), Stderr: []byte("a warning\n"), Backend: "test"}, nil
+}
+
+// A call with a progress token gets the command's output as it comes in
+// notifications/progress, before its result; without one there are none.
+func TestMCPProgressNotifications(t *testing.T) {
+	pr := progressRunner{release: make(chan struct{}), live: make(chan bool, 2)}
+	srv := mcpserver.New(pr, mcpserver.Config{})
+	t.Cleanup(srv.Close)
+	var mu sync.Mutex
+	var seen []*mcp.ProgressNotificationParams
+	var once sync.Once
+	cs := connectPipeTo(t, srv, pipeClient{progress: func(r *mcp.ProgressNotificationClientRequest) {
+		mu.Lock()
+		seen = append(seen, r.Params)
+		all := ""
+		for _, p := range seen {
+			all += p.Message
+		}
+		mu.Unlock()
+		if strings.Contains(all, "first line") && strings.Contains(all, "a warning") {
+			once.Do(func() { close(pr.release) })
+		}
+	}})
+	params := &mcp.CallToolParams{Name: mcpserver.ToolRunCommand, Arguments: map[string]any{"argv": []string{"build"}}}
+	params.SetProgressToken("tok-1")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := cs.CallTool(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out mcpserver.RunCommandResult
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &out)
+	if res.IsError || out.Stdout != "first line\nsecond line\n" || !<-pr.live {
+		t.Fatalf("result %+v", out)
+	}
+	mu.Lock()
+	n := len(seen)
+	for _, p := range seen {
+		if p.ProgressToken != "tok-1" || p.Progress <= 0 {
+			t.Errorf("notification %+v", p)
+		}
+	}
+	mu.Unlock()
+	if n == 0 {
+		t.Fatal("no progress notification")
+	}
+	// Without a token (control): no live output asked for, none sent.
+	if res, out := call(t, cs, map[string]any{"argv": []string{"build"}}); res.IsError || <-pr.live || out.Stdout == "" {
+		t.Fatalf("without a token: %+v", out)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != n {
+		t.Fatalf("%d notifications without a token", len(seen)-n)
 	}
 }

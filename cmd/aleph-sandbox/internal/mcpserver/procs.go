@@ -354,7 +354,8 @@ func (t *procTracker) kill(ids map[string]bool) {
 
 func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet) {
 	mcp.AddTool(s, &mcp.Tool{
-		Name: ToolStartProcess,
+		Name:        ToolStartProcess,
+		Annotations: annotateStart,
 		Description: "Start a long-running or interactive process in the aleph-sandbox OS sandbox (a server, a REPL, a watcher), " +
 			"under the same rules as run_command. It runs in the background in this session's sandbox, which its " +
 			"run_command calls share (so a server on 127.0.0.1 answers them). Returns its id and its first output; " +
@@ -369,6 +370,7 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 	})
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        ToolWriteProcess,
+		Annotations: annotateWrite,
 		Description: "Write text to the standard input of a process started by start_process; close_stdin sends end-of-file.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in WriteProcessArgs) (*mcp.CallToolResult, WriteProcessResult, error) {
 		out := WriteProcessResult{ID: in.ID}
@@ -395,7 +397,8 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{
-		Name: ToolReadProcess,
+		Name:        ToolReadProcess,
+		Annotations: annotateRead,
 		Description: "Read the output of a process started by start_process from an offset (next_offset of the previous read " +
 			"follows on), waiting up to wait_seconds for some. Once it has ended the result says how, and the process is gone.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in ReadProcessArgs) (*mcp.CallToolResult, ProcessResult, error) {
@@ -411,6 +414,7 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 	})
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        ToolSignalProcess,
+		Annotations: annotateSignal,
 		Description: "Send a signal (TERM, INT, HUP, QUIT, KILL, USR1, USR2, WINCH, PIPE) to a process started by start_process.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in SignalProcessArgs) (*mcp.CallToolResult, SignalProcessResult, error) {
 		out := SignalProcessResult{ID: in.ID}
@@ -428,7 +432,8 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sent SIG" + string(sig)}}}, out, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{
-		Name: ToolStopProcess,
+		Name:        ToolStopProcess,
+		Annotations: annotateStop,
 		Description: "Stop a process started by start_process: TERM, then KILL after grace_seconds. Returns its remaining " +
 			"output from offset and how it ended; the process is then gone. A process that has ended is reaped the same way.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StopProcessArgs) (*mcp.CallToolResult, ProcessResult, error) {
@@ -448,6 +453,7 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 	})
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        ToolListProcesses,
+		Annotations: annotateList,
 		Description: "List the processes this session started with start_process and has not stopped (or read to their end).",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, _ ListProcessesArgs) (*mcp.CallToolResult, ListProcessesResult, error) {
 		out := ListProcessesResult{Processes: []ProcessEntry{}}

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -52,6 +53,16 @@ type Config struct {
 	// table of its own over the Runner (with core's default limits),
 	// closed by Server.Close.
 	Processes Processes
+	// Workspace, when set, is an existing directory (absolute) every
+	// call runs in as its workspace instead of the session's own
+	// directory: the user's project (mcp --workspace).
+	Workspace string
+	// DefaultTimeout and MaxOutputBytes are the configuration's
+	// (sandbox.default_timeout_seconds, sandbox.max_output_bytes), said
+	// in the tools' descriptions and the instructions; zero when not
+	// known here (mcp --host: the service's configuration applies).
+	DefaultTimeout time.Duration
+	MaxOutputBytes int64
 }
 
 // RunCommandArgs are run_command's arguments. Exactly one of Argv and
@@ -329,17 +340,17 @@ func New(r Runner, cfg Config) *Server {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "aleph-sandbox", Version: cfg.Version}, nil)
+	s := mcp.NewServer(&mcp.Implementation{Name: "aleph-sandbox", Version: cfg.Version}, &mcp.ServerOptions{Instructions: instructions(cfg)})
 	asked := &askedSet{}
 	mcp.AddTool(s, &mcp.Tool{
-		Name: ToolRunCommand,
-		Description: "Run a command in the aleph-sandbox OS sandbox: it sees only its workspace and the system paths a program needs, " +
-			"no network and no subprocesses unless asked for (network, spawn), and never the host's environment or secrets. " +
-			"Give argv to run a program directly, or command for a shell line (which needs spawn). " +
-			"Requests beyond the session's baseline need the user's approval.",
+		Name:        ToolRunCommand,
+		Description: runCommandDescription(cfg),
+		Annotations: annotateRun,
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in RunCommandArgs) (*mcp.CallToolResult, RunCommandResult, error) {
 		st := &callState{canAsk: canElicit(req.Session), responses: req.Params.InputResponses, asked: asked}
-		res, out, err := runCommand(context.WithValue(ctx, callKey{}, st), r, cfg, in)
+		prog := startProgress(ctx, req.Session, req.Params.GetProgressToken())
+		res, out, err := runCommand(context.WithValue(ctx, callKey{}, st), r, cfg, in, prog)
+		prog.finish()
 		if id, q := st.finish(); q != nil {
 			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{id: q}}, RunCommandResult{}, nil
 		}
@@ -356,10 +367,16 @@ func New(r Runner, cfg Config) *Server {
 	return srv
 }
 
-func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs) (*mcp.CallToolResult, RunCommandResult, error) {
+func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs, prog *progress) (*mcp.CallToolResult, RunCommandResult, error) {
 	cmd, err := toCommand(cfg, in)
 	if err != nil {
 		return errorResult(RunCommandResult{Error: err.Error()}, "invalid arguments: "+err.Error()), RunCommandResult{Error: err.Error()}, nil
+	}
+	if prog != nil {
+		// The output as it comes, as well as in the result. (With
+		// --host the service's pipeline does not stream to these: the
+		// output comes with the result only.)
+		cmd.Stdout, cmd.Stderr = prog, prog
 	}
 	out, err := r.Execute(ctx, cmd)
 	var de *core.DeniedError
@@ -424,7 +441,7 @@ func summary(r RunCommandResult) string {
 // toCommand maps run_command's arguments onto the one request type
 // (alephsandbox.Request), which validates them as every front end's.
 func toCommand(cfg Config, in RunCommandArgs) (core.Command, error) {
-	req := alephsandbox.Request{Session: cfg.Session, Cwd: in.Cwd, Env: in.Env, Net: in.Network,
+	req := alephsandbox.Request{Session: cfg.Session, Workspace: cfg.Workspace, Cwd: in.Cwd, Env: in.Env, Net: in.Network,
 		Spawn: in.Spawn, TimeoutSeconds: in.TimeoutSeconds}
 	if in.Stdin != "" {
 		req.Stdin = []byte(in.Stdin)
