@@ -21,7 +21,7 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	driver := fs.String("driver", "", "driver `NAME|PATH` (default: the platform's)")
 	session := fs.String("session", "mcp", "sandbox session `ID` of every call (its workspace and grants)")
-	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (shell command strings need it); adds to sandbox.session.baseline")
+	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (a shell command string asks for it); adds to sandbox.session.baseline (\"agent\" has it too)")
 	allowNet := fs.String("allow-net", "", "baseline: network `HOST[,HOST...]` or all that calls get without asking")
 	yes := fs.Bool("yes", false, "approve elevations beyond the baseline when the client cannot be asked (default: deny)")
 	host := fs.String("host", "", "run the calls on the aleph-sandbox serve listening at `ADDR` (unix:PATH) instead of a pipeline of this server's own")
