@@ -103,8 +103,9 @@ type SandboxConfig struct {
 // SessionConfig is [sandbox.session].
 type SessionConfig struct {
 	// Baseline names what every session may do without approval: "strict"
-	// (nothing beyond the workspace) or "spawn" (subprocesses too: shells,
-	// make, compilers). See BaselinePresets.
+	// (nothing beyond the workspace), "spawn" (subprocesses too: shells,
+	// make, compilers) or "agent" (the preset for a coding agent's shell
+	// tool: spawn, everything else strict). See BaselinePresets.
 	Baseline string `koanf:"baseline" json:"baseline" toml:"baseline"`
 	// Home is the child's HOME: "session" (a private directory per
 	// session, kept outside the workspace, under
@@ -127,10 +128,22 @@ const HomesDirName = ".homes"
 
 // BaselinePresets are the values sandbox.session.baseline accepts and the
 // capabilities each gives every session without approval.
+//
+// "agent" is what an agent's shell tool needs and no more: an agent writes
+// shell lines (pipes, &&, make, git, compilers), and each forks, so spawn
+// is in it; the network, host paths beyond the workspace and a memory or
+// time limit beyond the configured ones stay asked for. What it gives up
+// against strict is spawn's: the command may run any program the sandbox
+// shows, not only the one named, so the command policy sees the shell
+// line's text (and judges it) but not what a script or a build runs
+// later. The OS confinement (filesystem, network, no new privileges,
+// seccomp) holds for every process of the command alike. It has spawn's
+// capabilities, so grants approved under one apply under the other.
 func BaselinePresets() map[string]driverapi.Capabilities {
 	return map[string]driverapi.Capabilities{
 		"strict": {},
 		"spawn":  {SpawnSubprocess: true},
+		"agent":  {SpawnSubprocess: true},
 	}
 }
 

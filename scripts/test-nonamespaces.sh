@@ -20,7 +20,9 @@
 #    and /dev of its own, a PID namespace, unix sockets, allow_hosts) are
 #    skipped with the report's reason;
 #  - the CLI's git quarantine end-to-end test runs in the tier (its
-#    workspaces without a .git of their own, which the tier refuses).
+#    workspaces without a .git of their own, which the tier refuses);
+#  - the MCP server's shell-line and agent-baseline tests run in the tier
+#    (a shell line refused before it runs, the same line approved forking).
 # The bwrap-tier driver tests are not run here: they test the namespaces.
 # ALEPH_TEST_NO_NAMESPACES=1 tells the tests which mode they are in.
 set -euo pipefail
@@ -35,7 +37,7 @@ export ALEPH_TEST_NO_NAMESPACES=1
 a=$!
 "$work/nonamespaces" go test -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} -run '^TestBwrapDriver$' ./conformance/ &
 b=$!
-"$work/nonamespaces" go test -race -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} -run '^(TestNoNamespacesExec|TestEscapeBattery|TestGitQuarantineEndToEnd|TestMCPHostBaselineIsForTheCallOnly)$' ./cmd/aleph-sandbox/ &
+"$work/nonamespaces" go test -race -count=1 -timeout "${TEST_TIMEOUT:-20m}" ${NONAMESPACES_FLAGS:-} -run '^(TestNoNamespacesExec|TestEscapeBattery|TestGitQuarantineEndToEnd|TestMCPHostBaselineIsForTheCallOnly|TestMCPShellCommandSpawnEndToEnd|TestAgentBaselineEndToEnd)$' ./cmd/aleph-sandbox/ &
 c=$!
 rc=0
 wait $a || rc=1

@@ -117,7 +117,8 @@ func helpFor(command string) commandHelp {
 				"start_process ... list_processes); the client starts it. Every call runs in the one",
 				"session given, on a pipeline of its own or on a running serve (--host; docs/mcp.md).",
 			},
-			examples: []helpExample{{"aleph-sandbox mcp --allow-spawn < /dev/null", "ends when the client closes stdin"}},
+			examples: []helpExample{{"aleph-sandbox mcp --allow-spawn < /dev/null", "ends when the client closes stdin"},
+				{"aleph-sandbox mcp --workspace . < /dev/null", "every call in this directory as its workspace"}},
 		}
 	case "session":
 		return commandHelp{

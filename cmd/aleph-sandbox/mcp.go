@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"flag"
+	"os"
+	"path/filepath"
+	"time"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox/internal/mcpserver"
@@ -18,11 +21,12 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	driver := fs.String("driver", "", "driver `NAME|PATH` (default: the platform's)")
 	session := fs.String("session", "mcp", "sandbox session `ID` of every call (its workspace and grants)")
-	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (shell command strings need it); adds to sandbox.session.baseline")
+	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (a shell command string asks for it); adds to sandbox.session.baseline (\"agent\" has it too)")
 	allowNet := fs.String("allow-net", "", "baseline: network `HOST[,HOST...]` or all that calls get without asking")
 	yes := fs.Bool("yes", false, "approve elevations beyond the baseline when the client cannot be asked (default: deny)")
 	host := fs.String("host", "", "run the calls on the aleph-sandbox serve listening at `ADDR` (unix:PATH) instead of a pipeline of this server's own")
-	const usageLine = "aleph-sandbox mcp [--config FILE] [--driver NAME|PATH] [--host ADDR] [--session ID] [--allow-spawn] [--allow-net HOSTS] [--yes]"
+	workspace := fs.String("workspace", "", "run every call in this existing `DIR` (the user's project) as the workspace instead of the session's own directory")
+	const usageLine = "aleph-sandbox mcp [--config FILE] [--driver NAME|PATH] [--host ADDR] [--session ID] [--workspace DIR] [--allow-spawn] [--allow-net HOSTS] [--yes]"
 	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
 		return 0
 	} else if err != nil {
@@ -56,10 +60,25 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 		}
 		baseline.Network = net
 	}
-	if *host != "" {
-		return runMCPHost(ctx, io, *host, mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion})
+	ws := ""
+	if *workspace != "" {
+		// Checked here, so that a mistake ends the server at start with
+		// its reason instead of failing every call; absolute, as the
+		// service takes it. What it may not be (the sandbox's own state,
+		// another session's workspace) the pipeline refuses per call.
+		var err error
+		if ws, err = filepath.Abs(*workspace); err != nil {
+			return fail(io.Err, "mcp: --workspace: %v", err)
+		}
+		if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
+			return fail(io.Err, "mcp: --workspace: %s is not an existing directory (give the project's directory; it is not created)", ws)
+		}
 	}
-	mc := mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion}
+	if *host != "" {
+		return runMCPHost(ctx, io, *host, mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion, Workspace: ws})
+	}
+	mc := mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion, Workspace: ws,
+		DefaultTimeout: time.Duration(cfg.Sandbox.DefaultTimeoutSeconds) * time.Second, MaxOutputBytes: cfg.Sandbox.MaxOutputBytes}
 	// The baseline goes to the pipeline too: calls within it are not
 	// approvals, and so are not kept as the session's grants.
 	p, err := buildPipeline(cfg, nil, io.Err, mcpserver.RuntimeOptions(mc)...)

@@ -154,14 +154,21 @@ func TestMCPServerProcessesEndToEnd(t *testing.T) {
 	if !call(mcpserver.ToolStartProcess, map[string]any{"command": "sleep 60", "spawn": true}, &denied) || !denied.Denied || denied.ReasonCode != "approval_denied" {
 		t.Fatalf("start asking for spawn: %+v", denied)
 	}
-	// Not asking for it, the shell starts (so the start itself is not
-	// what was refused) and the sandbox refuses its fork.
-	var nofork mcpserver.ProcessResult
-	if call(mcpserver.ToolStartProcess, map[string]any{"command": "/bin/sleep 60"}, &nofork) {
-		t.Fatalf("start of a shell line: %+v", nofork)
+	// A shell line asks for spawn by itself: refused the same way, with
+	// a hint naming spawn.
+	denied = mcpserver.ProcessResult{}
+	if !call(mcpserver.ToolStartProcess, map[string]any{"command": "/bin/sleep 60"}, &denied) || !denied.Denied || !strings.Contains(denied.Hint, "spawn") {
+		t.Fatalf("start of a shell line: %+v", denied)
 	}
-	if r, out := follow(nofork.ID, 0, ""); r.ExitCode == 0 || !strings.Contains(out, "fork") {
-		t.Fatalf("a shell line without spawn: %+v %q", r, out)
+	// The shell run as argv, without spawn, starts (so the start itself
+	// is not what was refused) and the sandbox refuses its fork, with the
+	// hint.
+	var nofork mcpserver.ProcessResult
+	if call(mcpserver.ToolStartProcess, map[string]any{"argv": []string{"/bin/sh", "-c", "/bin/sleep 60; exit 0"}}, &nofork) {
+		t.Fatalf("start of a shell as argv: %+v", nofork)
+	}
+	if r, out := follow(nofork.ID, 0, ""); r.ExitCode == 0 || !strings.Contains(out, "fork") || r.ReasonCode != "spawn_refused" || !strings.Contains(r.Hint, `"spawn": true`) {
+		t.Fatalf("a shell without spawn: %+v %q", r, out)
 	}
 	if call(mcpserver.ToolListProcesses, map[string]any{}, &l); len(l.Processes) != 1 || l.Processes[0].ID != srv.ID {
 		t.Fatalf("list: %+v", l)

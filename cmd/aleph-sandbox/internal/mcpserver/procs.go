@@ -69,11 +69,11 @@ func (p tableProcs) List(_ context.Context, session string) ([]core.ProcessInfo,
 // wait for output.
 type StartProcessArgs struct {
 	Argv           []string          `json:"argv,omitempty" jsonschema:"the program and its arguments, run directly without a shell, e.g. [\"/usr/bin/python3\", \"-m\", \"http.server\"]"`
-	Command        string            `json:"command,omitempty" jsonschema:"a shell command line, run by /bin/sh -c; it needs spawn (subprocesses)"`
+	Command        string            `json:"command,omitempty" jsonschema:"a shell command line, run by /bin/sh -c; a shell starts subprocesses, so a command asks for spawn by itself (approved by the user, or given by the server's baseline)"`
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, relative to or inside the session's workspace"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for the process; the host's environment is never passed through"`
 	Network        string            `json:"network,omitempty" jsonschema:"none (the default), all, or a comma-separated list of hosts (exact, *.suffix, IP, optional :port)"`
-	Spawn          bool              `json:"spawn,omitempty" jsonschema:"allow the process to start subprocesses"`
+	Spawn          bool              `json:"spawn,omitempty" jsonschema:"allow the process to start subprocesses (implied by command)"`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; 0 means none (the process runs until it ends or is stopped, within the server's maximum lifetime)"`
 	Tty            bool              `json:"tty,omitempty" jsonschema:"give the process a pseudo-terminal (24 rows, 80 columns): its output is then one stream"`
 	WaitSeconds    *float64          `json:"wait_seconds,omitempty" jsonschema:"how long to wait for the first output before returning (default 1, at most 60); a refusal or an early end is reported within it"`
@@ -140,7 +140,16 @@ type ProcessResult struct {
 	ReasonCode string `json:"reason_code,omitempty"`
 	Rule       string `json:"rule,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// SpawnRefused and Hint as for run_command: the process's attempts
+	// to start a subprocess that the sandbox refused, and how to get
+	// spawn; Hint also says why a start asking for spawn was refused.
+	SpawnRefused int64  `json:"spawn_refused,omitempty"`
+	Hint         string `json:"hint,omitempty"`
 }
+
+// procSpawnHint is the process tools' hint for spawn_refused
+// (core.SpawnRefusedHint in the tools' terms).
+const procSpawnHint = `the process tried to start a subprocess and the sandbox refused it: start it again with "spawn": true (the client is asked to approve it, or the server's --allow-spawn gives it)`
 
 // WriteProcessResult is write_process's result.
 type WriteProcessResult struct {
@@ -345,7 +354,8 @@ func (t *procTracker) kill(ids map[string]bool) {
 
 func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet) {
 	mcp.AddTool(s, &mcp.Tool{
-		Name: ToolStartProcess,
+		Name:        ToolStartProcess,
+		Annotations: annotateStart,
 		Description: "Start a long-running or interactive process in the aleph-sandbox OS sandbox (a server, a REPL, a watcher), " +
 			"under the same rules as run_command. It runs in the background in this session's sandbox, which its " +
 			"run_command calls share (so a server on 127.0.0.1 answers them). Returns its id and its first output; " +
@@ -360,6 +370,7 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 	})
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        ToolWriteProcess,
+		Annotations: annotateWrite,
 		Description: "Write text to the standard input of a process started by start_process; close_stdin sends end-of-file.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in WriteProcessArgs) (*mcp.CallToolResult, WriteProcessResult, error) {
 		out := WriteProcessResult{ID: in.ID}
@@ -386,7 +397,8 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: text}}}, out, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{
-		Name: ToolReadProcess,
+		Name:        ToolReadProcess,
+		Annotations: annotateRead,
 		Description: "Read the output of a process started by start_process from an offset (next_offset of the previous read " +
 			"follows on), waiting up to wait_seconds for some. Once it has ended the result says how, and the process is gone.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in ReadProcessArgs) (*mcp.CallToolResult, ProcessResult, error) {
@@ -402,6 +414,7 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 	})
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        ToolSignalProcess,
+		Annotations: annotateSignal,
 		Description: "Send a signal (TERM, INT, HUP, QUIT, KILL, USR1, USR2, WINCH, PIPE) to a process started by start_process.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in SignalProcessArgs) (*mcp.CallToolResult, SignalProcessResult, error) {
 		out := SignalProcessResult{ID: in.ID}
@@ -419,7 +432,8 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "sent SIG" + string(sig)}}}, out, nil
 	})
 	mcp.AddTool(s, &mcp.Tool{
-		Name: ToolStopProcess,
+		Name:        ToolStopProcess,
+		Annotations: annotateStop,
 		Description: "Stop a process started by start_process: TERM, then KILL after grace_seconds. Returns its remaining " +
 			"output from offset and how it ended; the process is then gone. A process that has ended is reaped the same way.",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in StopProcessArgs) (*mcp.CallToolResult, ProcessResult, error) {
@@ -439,6 +453,7 @@ func addProcessTools(s *mcp.Server, cfg Config, tr *procTracker, asked *askedSet
 	})
 	mcp.AddTool(s, &mcp.Tool{
 		Name:        ToolListProcesses,
+		Annotations: annotateList,
 		Description: "List the processes this session started with start_process and has not stopped (or read to their end).",
 	}, func(ctx context.Context, req *mcp.CallToolRequest, _ ListProcessesArgs) (*mcp.CallToolResult, ListProcessesResult, error) {
 		out := ListProcessesResult{Processes: []ProcessEntry{}}
@@ -494,6 +509,9 @@ func startProcess(ctx context.Context, ss *mcp.ServerSession, tr *procTracker, c
 	var out ProcessResult
 	fail := func(err error) (*mcp.CallToolResult, ProcessResult) {
 		res, o, _ := procFailure(&out, &out.ReasonCode, &out.Error, err)
+		if o.Hint != "" {
+			res.Content = append(res.Content, &mcp.TextContent{Text: "\nhint: " + o.Hint})
+		}
 		return res, o
 	}
 	cmd, err := toCommand(cfg, RunCommandArgs{Argv: in.Argv, Command: in.Command, Cwd: in.Cwd, Env: in.Env,
@@ -513,6 +531,10 @@ func startProcess(ctx context.Context, ss *mcp.ServerSession, tr *procTracker, c
 	}
 	s := &started{ch: make(chan struct{})}
 	id, err := tr.procs.Start(context.WithValue(ctx, startedKey{}, s), cmd)
+	var de *core.DeniedError
+	if errors.As(err, &de) && spawnDenied(cfg, cmd, de.Code) {
+		out.Hint = mcpSpawnDeniedHint
+	}
 	if err != nil {
 		return fail(err)
 	}
@@ -538,6 +560,12 @@ func startProcess(ctx context.Context, ss *mcp.ServerSession, tr *procTracker, c
 		<-ended
 	}
 	res, o, _ := readProcess(ctx, ss, tr, id, 0, wait)
+	if o.Denied && spawnDenied(cfg, cmd, core.ReasonCode(o.ReasonCode)) {
+		// Refused by the pipeline after the start returned its id.
+		o.Hint = mcpSpawnDeniedHint
+		res.StructuredContent = o
+		res.Content = append(res.Content, &mcp.TextContent{Text: "\nhint: " + o.Hint})
+	}
 	return res, o
 }
 
@@ -623,6 +651,9 @@ func endResult(out ProcessResult, r core.ProcessResult) (*mcp.CallToolResult, Pr
 		e := r.Output.Exit
 		out.ExitCode, out.Signal, out.TimedOut, out.Truncated = int(e.ExitCode), int(e.Signal), e.TimedOut, e.Truncated
 		out.DurationMS = e.Duration.Milliseconds()
+		if r.Output.Reason() == core.ReasonSpawnRefused {
+			out.ReasonCode, out.SpawnRefused, out.Hint = string(core.ReasonSpawnRefused), e.SpawnRefused, procSpawnHint
+		}
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: processText(out)}}}, out, nil
 }
@@ -671,6 +702,9 @@ func processText(r ProcessResult) string {
 	fmt.Fprintf(&b, "; next_offset %d", r.NextOffset)
 	if r.Dropped > 0 {
 		fmt.Fprintf(&b, " (%d bytes dropped)", r.Dropped)
+	}
+	if r.Hint != "" {
+		b.WriteString("\nhint: " + r.Hint)
 	}
 	if r.Output != "" {
 		b.WriteString("\noutput:\n" + r.Output)

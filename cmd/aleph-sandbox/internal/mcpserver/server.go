@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
@@ -52,17 +53,27 @@ type Config struct {
 	// table of its own over the Runner (with core's default limits),
 	// closed by Server.Close.
 	Processes Processes
+	// Workspace, when set, is an existing directory (absolute) every
+	// call runs in as its workspace instead of the session's own
+	// directory: the user's project (mcp --workspace).
+	Workspace string
+	// DefaultTimeout and MaxOutputBytes are the configuration's
+	// (sandbox.default_timeout_seconds, sandbox.max_output_bytes), said
+	// in the tools' descriptions and the instructions; zero when not
+	// known here (mcp --host: the service's configuration applies).
+	DefaultTimeout time.Duration
+	MaxOutputBytes int64
 }
 
 // RunCommandArgs are run_command's arguments. Exactly one of Argv and
 // Command is given.
 type RunCommandArgs struct {
 	Argv           []string          `json:"argv,omitempty" jsonschema:"the program and its arguments, run directly without a shell, e.g. [\"/bin/ls\", \"-l\"]"`
-	Command        string            `json:"command,omitempty" jsonschema:"a shell command line, run by /bin/sh -c; it needs spawn (subprocesses)"`
+	Command        string            `json:"command,omitempty" jsonschema:"a shell command line, run by /bin/sh -c; a shell starts subprocesses, so a command asks for spawn by itself (approved by the user, or given by the server's baseline)"`
 	Cwd            string            `json:"cwd,omitempty" jsonschema:"working directory, relative to or inside the session's workspace"`
 	Env            map[string]string `json:"env,omitempty" jsonschema:"environment variables for the command; the host's environment is never passed through"`
 	Network        string            `json:"network,omitempty" jsonschema:"none (the default), all, or a comma-separated list of hosts (exact, *.suffix, IP, optional :port)"`
-	Spawn          bool              `json:"spawn,omitempty" jsonschema:"allow the command to start subprocesses"`
+	Spawn          bool              `json:"spawn,omitempty" jsonschema:"allow the command to start subprocesses (implied by command)"`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; 0 means the configured default"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"standard input for the command"`
 }
@@ -96,6 +107,21 @@ type RunCommandResult struct {
 // mcpSpawnHint is run_command's hint for spawn_refused
 // (core.SpawnRefusedHint in the tool's terms).
 const mcpSpawnHint = `the command tried to start a subprocess and the sandbox refused it: call run_command again with "spawn": true (the client is asked to approve it, or the server's --allow-spawn gives it)`
+
+// mcpSpawnDeniedHint is the hint of a call refused because the spawn it
+// asked for (a shell command asks for it by itself) was not approved.
+const mcpSpawnDeniedHint = `the command needs spawn (permission to start subprocesses; a shell command, the command argument, always does) and it was not approved: ` +
+	`the user can approve it when asked, or the server be started with --allow-spawn or sandbox.session.baseline = "agent"; ` +
+	`to run a single program without a shell and without spawn, give argv instead`
+
+// spawnDenied reports whether a refusal coded code is of an elevation that
+// included spawn beyond the server's baseline: its hint names spawn, so
+// that a model that never wrote "spawn" learns why its shell line was
+// refused.
+func spawnDenied(cfg Config, cmd core.Command, code core.ReasonCode) bool {
+	return (code == core.ReasonApprovalDenied || code == core.ReasonApprovalTimeout) &&
+		cmd.Capabilities.SpawnSubprocess && !cfg.Baseline.SpawnSubprocess
+}
 
 type callKey struct{}
 
@@ -314,17 +340,17 @@ func New(r Runner, cfg Config) *Server {
 	if cfg.Version == "" {
 		cfg.Version = "dev"
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "aleph-sandbox", Version: cfg.Version}, nil)
+	s := mcp.NewServer(&mcp.Implementation{Name: "aleph-sandbox", Version: cfg.Version}, &mcp.ServerOptions{Instructions: instructions(cfg)})
 	asked := &askedSet{}
 	mcp.AddTool(s, &mcp.Tool{
-		Name: ToolRunCommand,
-		Description: "Run a command in the aleph-sandbox OS sandbox: it sees only its workspace and the system paths a program needs, " +
-			"no network and no subprocesses unless asked for (network, spawn), and never the host's environment or secrets. " +
-			"Give argv to run a program directly, or command for a shell line (which needs spawn). " +
-			"Requests beyond the session's baseline need the user's approval.",
+		Name:        ToolRunCommand,
+		Description: runCommandDescription(cfg),
+		Annotations: annotateRun,
 	}, func(ctx context.Context, req *mcp.CallToolRequest, in RunCommandArgs) (*mcp.CallToolResult, RunCommandResult, error) {
 		st := &callState{canAsk: canElicit(req.Session), responses: req.Params.InputResponses, asked: asked}
-		res, out, err := runCommand(context.WithValue(ctx, callKey{}, st), r, cfg, in)
+		prog := startProgress(ctx, req.Session, req.Params.GetProgressToken())
+		res, out, err := runCommand(context.WithValue(ctx, callKey{}, st), r, cfg, in, prog)
+		prog.finish()
 		if id, q := st.finish(); q != nil {
 			return &mcp.CallToolResult{InputRequests: mcp.InputRequestMap{id: q}}, RunCommandResult{}, nil
 		}
@@ -341,17 +367,28 @@ func New(r Runner, cfg Config) *Server {
 	return srv
 }
 
-func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs) (*mcp.CallToolResult, RunCommandResult, error) {
+func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs, prog *progress) (*mcp.CallToolResult, RunCommandResult, error) {
 	cmd, err := toCommand(cfg, in)
 	if err != nil {
 		return errorResult(RunCommandResult{Error: err.Error()}, "invalid arguments: "+err.Error()), RunCommandResult{Error: err.Error()}, nil
+	}
+	if prog != nil {
+		// The output as it comes, as well as in the result. (With
+		// --host the service's pipeline does not stream to these: the
+		// output comes with the result only.)
+		cmd.Stdout, cmd.Stderr = prog, prog
 	}
 	out, err := r.Execute(ctx, cmd)
 	var de *core.DeniedError
 	switch {
 	case errors.As(err, &de):
 		res := RunCommandResult{Denied: true, Reason: de.Error(), ReasonCode: string(de.Code), Rule: de.Rule}
-		return errorResult(res, "denied: "+de.Error()), res, nil
+		text := "denied: " + de.Error()
+		if spawnDenied(cfg, cmd, de.Code) {
+			res.Hint = mcpSpawnDeniedHint
+			text += "\nhint: " + res.Hint
+		}
+		return errorResult(res, text), res, nil
 	case err != nil:
 		res := RunCommandResult{Error: err.Error()}
 		return errorResult(res, "the sandbox failed to run the command: "+err.Error()), res, nil
@@ -404,7 +441,7 @@ func summary(r RunCommandResult) string {
 // toCommand maps run_command's arguments onto the one request type
 // (alephsandbox.Request), which validates them as every front end's.
 func toCommand(cfg Config, in RunCommandArgs) (core.Command, error) {
-	req := alephsandbox.Request{Session: cfg.Session, Cwd: in.Cwd, Env: in.Env, Net: in.Network,
+	req := alephsandbox.Request{Session: cfg.Session, Workspace: cfg.Workspace, Cwd: in.Cwd, Env: in.Env, Net: in.Network,
 		Spawn: in.Spawn, TimeoutSeconds: in.TimeoutSeconds}
 	if in.Stdin != "" {
 		req.Stdin = []byte(in.Stdin)
@@ -415,7 +452,14 @@ func toCommand(cfg Config, in RunCommandArgs) (core.Command, error) {
 	case len(in.Argv) > 0:
 		req.Argv = in.Argv
 	case in.Command != "":
+		// A shell forks for all but the simplest line: without spawn it
+		// would run and fail ("/bin/sh: Cannot fork", exit 2, not a tool
+		// error), and models leave spawn out. So a shell line asks for
+		// spawn by itself, approved or refused as any elevation is (the
+		// baseline, a grant, the user, --yes); argv is the way to run one
+		// program without it.
 		req.Argv = []string{"/bin/sh", "-c", in.Command}
+		req.Spawn = true
 	default:
 		return core.Command{}, errors.New("give argv (an array: program and arguments) or command (a shell line)")
 	}
