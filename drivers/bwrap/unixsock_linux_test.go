@@ -432,4 +432,25 @@ if __name__ == "__main__":
 			t.Errorf("Manager in %s: err=%v exit=%d stdout=%q stderr=%q", dir, r.err, r.exit.ExitCode, r.stdout, r.stderr)
 		}
 	}
+	// The same under allow_hosts, where the host list is given.
+	ctx := context.Background()
+	caps, err := d.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !caps.Has(driverapi.FeatureNetworkViaProxy) {
+		t.Logf("allow_hosts is refused on this host: the Manager ran under none only")
+		return
+	}
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Proxy: &driverapi.ProxyEndpoint{UnixSocket: fakeProxy(t)},
+		Capabilities: driverapi.Capabilities{SpawnSubprocess: true, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb lockedBuf
+	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/usr/bin/python3", Args: []string{"-c", prog, "/tmp"}, Env: pathEnv(), Cwd: ws, Profile: prof,
+		Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16}, driverapi.Streams{Stdout: &out, Stderr: &errb})
+	if err != nil || exit.ExitCode != 0 || !strings.Contains(out.String(), "manager {'a': 1} /tmp/") {
+		t.Errorf("Manager under allow_hosts: err=%v exit=%d stdout=%q stderr=%q", err, exit.ExitCode, out.String(), errb.String())
+	}
 }
