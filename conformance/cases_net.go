@@ -97,6 +97,10 @@ func netCases() []Case {
 		{ID: "net/unix-host-socket-unreachable", Level: Must, Feature: none,
 			Description: "With network none a program cannot connect to a host unix socket bound inside its workspace, nor send to a host datagram socket there, nor reach a host socket in a directory it may write (fs_write): a driver that lets commands have unix sockets of their own must still tell the host's apart, wherever they are bound.",
 			run:         caseUnixHostSocketUnreachable},
+		{ID: "net/unix-own-sockets", Level: Must, Feature: none,
+			OS: POSIXOnly, OSReason: "datagram unix sockets and socket pairs are POSIX's",
+			Description: "With network none, a driver that reports unix sockets of the command's own (HostCapabilities.Details[\"" + driverapi.DetailNetworkNoneUnixSockets + "\"] = \"own\") lets the program listen on a unix socket in its workspace and connect to it, send to a datagram socket it bound there, use a datagram socket pair and, on Linux, an abstract name, while in the same command a host socket bound in the workspace stays out of reach. A driver that cannot tell its commands' sockets from the host's reports nothing and the case skips.",
+			run:         caseUnixOwnSockets},
 		{ID: "net/none-blocks-abstract", Level: Must, Feature: none,
 			OS: LinuxOnly, OSReason: "abstract unix sockets exist only on Linux",
 			Description: "With network none a program cannot connect to an abstract unix socket of the host (Linux only; they live per network namespace, outside the filesystem).",
@@ -377,6 +381,39 @@ func caseNoneListen(ctx context.Context, h *H) error {
 // write: a stream and a datagram socket in the workspace, a stream socket
 // in an fs_write grant. Path hiding cannot help there; only a driver that
 // refuses unix sockets, or tells its own from the host's, passes.
+func caseUnixOwnSockets(ctx context.Context, h *H) error {
+	if got := h.Caps.Details[driverapi.DetailNetworkNoneUnixSockets]; got != "own" {
+		return skipf("the driver reports no unix sockets of the command's own under network none (%s=%q)", driverapi.DetailNetworkNoneUnixSockets, got)
+	}
+	path := filepath.Join(h.Work, "host-"+newToken()+".sock")
+	t, err := h.listenStream("unix", path)
+	if err != nil {
+		return err
+	}
+	// A non-root command must be allowed to write to the socket: only the
+	// sandbox may stand in the way.
+	_ = os.Chmod(path, 0o777)
+	o := h.Exec(ctx, h.ProbeCmd(Cmd{Caps: &driverapi.Capabilities{}, Timeout: 20 * time.Second},
+		"try", "unixown", sep, "try", "net", "unix", path, t.token, sep, "print", "done"))
+	if err := ran("unix sockets", o, "done"); err != nil {
+		return err
+	}
+	want := []string{"unix-own-stream-ok", "unix-own-dgram-ok", "unix-own-pair-ok", "unix-own-abstract-ok"}
+	if runtime.GOOS != "linux" {
+		want[3] = "unix-own-abstract-none"
+	}
+	for _, w := range want {
+		if !bytes.Contains(o.Stdout, []byte(w+"\n")) {
+			return fmt.Errorf("with network none the program could not use unix sockets of its own (no %s): %s", w, o)
+		}
+	}
+	sleepCtx(ctx, 200*time.Millisecond)
+	if t.reached() || bytes.Contains(o.Stdout, []byte("reply:pong")) {
+		return fmt.Errorf("with network none the program reached the host's unix socket %s", path)
+	}
+	return nil
+}
+
 func caseUnixHostSocketUnreachable(ctx context.Context, h *H) error {
 	if runtime.GOOS == "windows" {
 		return skipf("AF_UNIX sockets in a directory the program writes are tested on POSIX hosts")

@@ -133,7 +133,8 @@ func carelessLies() []lieDoc {
 		{"Only .git is protected, or only the original four entries of the default protected set.", []string{"fs/protected-existing-readonly", "fs/protected-default-set"}},
 		{"Nested repositories and submodule gitfiles are left writable.", []string{"fs/nested-git-readonly"}},
 		{"The host's IPC namespace, /dev/shm or /proc is shared.", []string{"proc/host-sysv-ipc-invisible", "fs/host-dev-shm-invisible", "proc/host-processes-invisible"}},
-		{"Under allow_hosts any socket family may be opened, AF_UNIX included.", []string{"net/allow-hosts-no-unix-sockets"}},
+		{"Under allow_hosts any socket family may be opened, AF_UNIX unguarded (the mounts trusted to hide the host's sockets).", []string{"net/allow-hosts-no-unix-sockets"}},
+		{"Unix sockets of the command's own are reported (`network.none_unix_sockets = own`) while the seccomp policy still refuses socket(AF_UNIX).", []string{"net/unix-own-sockets"}},
 		{"Under network none, socket(AF_UNIX) is let through so that Python's multiprocessing and ssh-agent work, trusting the mounts to hide the host's sockets (a socket the host binds in the workspace or a write grant is reachable by path).", []string{"net/unix-host-socket-unreachable"}},
 	}
 }

@@ -137,6 +137,14 @@ const (
 	// session's; "command": a loopback of its own, shared with nothing.
 	// Absent: no loopback (inet sockets fail).
 	DetailNetworkNoneLoopback = "network.none_loopback"
+	// DetailNetworkNoneUnixSockets: "own" when a command under NetworkNone
+	// may create, bind and connect unix sockets of its own (a path in a
+	// directory it may write, its working directory included, and on
+	// Linux an abstract name) and use socket pairs of every type, while
+	// every socket the host created stays unreachable. Absent: socket
+	// (AF_UNIX) may be refused. The conformance case net/unix-own-sockets
+	// holds a driver to it.
+	DetailNetworkNoneUnixSockets = "network.none_unix_sockets"
 	// DetailProfileHome: "1" when the driver honours ProfileRequest.Home
 	// (a writable directory without protected entries). A host sends Home
 	// only to a driver that reports it; to any other it passes the same

@@ -1291,8 +1291,9 @@ func escapeNetwork(t *testing.T, h *escapeHarness) {
 			}
 			return
 		}
-		// Nor a host unix socket in the workspace (seccomp: no AF_UNIX
-		// socket under allow_hosts; "all" above is the reachable twin).
+		// Nor a host unix socket in the workspace (the driver's unix
+		// socket guard refuses every socket the host bound; "all" above is
+		// the reachable twin).
 		res := h.probeIn(t, ws, []string{"--net", "example.com", "--yes"}, tcpSpec, udpSpec, "unix:"+abstract, "unix:"+wsSock)
 		for _, s := range []string{tcpSpec, udpSpec, "unix:" + abstract, "unix:" + wsSock} {
 			check(t, res, s, false)

@@ -694,7 +694,7 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 		// its listener before its command arrives.
 		local := sb.notifyLocal
 		sb.notifyLocal = nil
-		if sb.notif, err = startNotifier(local, nil); err != nil {
+		if sb.notif, err = startNotifier(local, nil, newUnixGuard(plan.SocketMode, plan.BridgePorts)); err != nil {
 			return nil, err
 		}
 	}

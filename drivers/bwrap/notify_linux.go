@@ -81,8 +81,8 @@ type notifier struct {
 // the listeners that arrive on local (one, or a second when a prepared
 // sandbox's waiting child failed and the supervisor forked another) until
 // local reads the end of the stream or finish is called. It takes local.
-func startNotifier(local *os.File, guard *metaGuard) (*notifier, error) {
-	n := &notifier{local: local, guard: guard, sockets: newUnixGuard(), spawnNr: spawnNumbers(), done: make(chan struct{})}
+func startNotifier(local *os.File, guard *metaGuard, sockets *unixGuard) (*notifier, error) {
+	n := &notifier{local: local, guard: guard, sockets: sockets, spawnNr: spawnNumbers(), done: make(chan struct{})}
 	// The kernel's credentials on every record: a listener offered by
 	// number names its process by them (sandboxinit's pullTag).
 	if err := unix.SetsockoptInt(int(local.Fd()), unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {

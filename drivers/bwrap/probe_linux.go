@@ -453,6 +453,12 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		hc.Details["network_none"] = "loopback only, in a network namespace per command (not shared: " + h.sessionNetWhy + ")"
 	}
 	if h.seccomp {
+		// The command's connects and addressed sends go to the driver's
+		// unix-socket guard (unixguard_linux.go), which reaches no socket
+		// of the host's; under allow_hosts too.
+		hc.Details[driverapi.DetailNetworkNoneUnixSockets] = "own"
+	}
+	if h.seccomp {
 		// Refused forks are counted where they are refused, through the
 		// command's notification filter (notify_linux.go).
 		hc.Features = append(hc.Features, driverapi.FeatureSubprocessControl, driverapi.FeatureSpawnRefusedReport)

@@ -341,7 +341,7 @@ func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) 
 	if err != nil {
 		return kill(err)
 	}
-	if s.notif, err = startNotifier(local, newMetaGuard(plan, is)); err != nil {
+	if s.notif, err = startNotifier(local, newMetaGuard(plan, is), newUnixGuard(plan.SocketMode, plan.BridgePorts)); err != nil {
 		return kill(err)
 	}
 	// sandbox-init waits for this go-ahead before it confines itself any

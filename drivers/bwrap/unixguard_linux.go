@@ -40,10 +40,15 @@ import (
 //     not use it (ECONNREFUSED would read as "nobody listens" and send
 //     the user looking for a dead server). A host socket never passes: it
 //     is not in the sandbox's namespace, wherever it is bound;
+//   - the address of a call on an inet socket is judged by the sandbox's
+//     network mode (inetRule): under network none (the empty namespace)
+//     any; under allow_hosts a TCP socket reaches the bridge's ports and
+//     no other (EACCES), see inetRule for why the driver must check this
+//     itself;
 //   - every other address (abstract names, which the kernel looks up in
-//     the socket's namespace, the sandbox's own; unnamed; any family of
-//     the loopback mode's TCP and UDP sockets, in the empty namespace) is
-//     passed as read: the kernel judges it on the copy.
+//     the socket's namespace, the sandbox's own; unnamed; an inet address
+//     the rule lets through) is passed as read: the kernel judges it on
+//     the copy.
 //
 // What the command sees: the call's result and errno, as from the kernel.
 // What differs: the peer's SO_PEERCRED and SCM_CREDENTIALS name the driver
@@ -60,6 +65,8 @@ import (
 // unixGuard answers one command's guarded socket calls.
 type unixGuard struct {
 	nr map[int32]string
+	// inet judges the addresses of the command's inet sockets.
+	inet inetRule
 	// mu guards diag: a netlink dump is one request and its replies.
 	mu sync.Mutex
 	// diag is the sock_diag socket of the command's network namespace,
@@ -67,8 +74,76 @@ type unixGuard struct {
 	diag int
 }
 
-func newUnixGuard() *unixGuard {
-	g := &unixGuard{nr: map[int32]string{}, diag: -1}
+// inetRule is what the guard lets the command's inet sockets reach.
+//
+// Under allow_hosts the target's Landlock domain pins its TCP connects to
+// the bridge's ports (sandboxinit's landlock_linux.go): the bridge is its
+// only way out, and nothing else in the namespace is the command's to
+// reach. Landlock judges the task that makes the call, and with unix
+// sockets of its own the command's connect and addressed sends are made
+// by this process, outside that domain: a connect here that only passed
+// the address on would take the pin away. Continuing the call in the
+// kernel instead (SECCOMP_USER_NOTIF_FLAG_CONTINUE, under the command's
+// domain) is no way out: between the check that the descriptor is an
+// inet socket and the kernel's own reading of it, another thread of the
+// command can dup2 a unix socket onto that number and reach a host
+// socket's path. So the guard makes the call itself, on its copy of the
+// socket, and applies the pin itself first, as Landlock would: a TCP
+// socket (every stream inet socket; MPTCP is refused at creation) reaches
+// a bridge port and no other port, whatever the address (the namespace
+// routes nothing but loopback), with EACCES as Landlock answers; AF_UNSPEC
+// (a disconnect) passes. Datagram inet sockets pass as read: Landlock
+// before UDP rules does not hold them either, and in the sandbox's own
+// namespace they reach only the command's own sockets.
+type inetRule struct {
+	// any: every address (network none: the empty namespace confines
+	// them). Otherwise a stream socket may reach ports alone.
+	any   bool
+	ports []uint16
+}
+
+// inetRuleFor is the rule of a plan's socket mode. A mode with no inet
+// sockets (unix_only: socket(AF_INET) is refused) gets the closed rule.
+func inetRuleFor(mode SocketMode, bridgePorts []uint16) inetRule {
+	switch mode {
+	case SocketLoopback, SocketUnrestricted:
+		return inetRule{any: true}
+	case SocketProxyRouted:
+		return inetRule{ports: append([]uint16(nil), bridgePorts...)}
+	}
+	return inetRule{}
+}
+
+// allows judges raw, the address of a call on an inet socket of type
+// sockType: 0, or the errno the command gets.
+func (r inetRule) allows(sockType int, raw []byte) unix.Errno {
+	if r.any || sockType == unix.SOCK_DGRAM {
+		return 0
+	}
+	if len(raw) < 2 {
+		return unix.EINVAL
+	}
+	if binary.NativeEndian.Uint16(raw) == unix.AF_UNSPEC {
+		return 0
+	}
+	// sockaddr_in and sockaddr_in6 both carry the port, in network
+	// order, after the family; any other family fails in the kernel.
+	if len(raw) < 4 {
+		return unix.EINVAL
+	}
+	port := binary.BigEndian.Uint16(raw[2:4])
+	for _, p := range r.ports {
+		if p == port {
+			return 0
+		}
+	}
+	return unix.EACCES
+}
+
+// newUnixGuard answers the socket calls of a command of mode's network
+// (inetRuleFor).
+func newUnixGuard(mode SocketMode, bridgePorts []uint16) *unixGuard {
+	g := &unixGuard{nr: map[int32]string{}, diag: -1, inet: inetRuleFor(mode, bridgePorts)}
 	for name, nr := range sandboxinit.UnixGuardNumbers() {
 		g.nr[int32(nr)] = name
 	}
@@ -232,6 +307,16 @@ func (c *sockCall) address(sock int, addr, addrlen uint64) ([]byte, int, unix.Er
 	domain, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_DOMAIN)
 	if err != nil {
 		return nil, -1, unix.ENOTSOCK
+	}
+	if domain == unix.AF_INET || domain == unix.AF_INET6 {
+		typ, err := unix.GetsockoptInt(sock, unix.SOL_SOCKET, unix.SO_TYPE)
+		if err != nil {
+			return nil, -1, unix.ENOTSOCK
+		}
+		if e := c.g.inet.allows(typ, raw); e != 0 {
+			return nil, -1, e
+		}
+		return raw, -1, 0
 	}
 	if domain != unix.AF_UNIX || len(raw) <= 2 || binary.NativeEndian.Uint16(raw) != unix.AF_UNIX || raw[2] == 0 {
 		// Not a path: the kernel judges it on the copy (an abstract name

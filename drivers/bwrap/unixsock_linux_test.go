@@ -4,6 +4,7 @@ package bwrap
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -13,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -147,6 +150,30 @@ for i in range(400):
 stop[0] = True; th.join()
 res("race-memory", True)
 ls.close()
+
+# allow_hosts: the route still works, through connect and sendmsg made by
+# the launcher, and TCP reaches the bridge's ports alone.
+if len(sys.argv) > 5 and sys.argv[5] == "route":
+    def ask(port, path, use_sendmsg):
+        c = socket.create_connection(("127.0.0.1", port), timeout=10)
+        req = b"GET http://example.com/" + path + b" HTTP/1.0\r\n\r\n"
+        if use_sendmsg: c.sendmsg([req[:5], req[5:]])
+        else: c.sendall(req)
+        got = b""
+        while True:
+            b = c.recv(4096)
+            if not b: break
+            got += b
+        return b"via-proxy GET http://example.com/" + path in got, got[-60:]
+    ok, got = ask(3128, b"u", False); res("route-bridge", ok, repr(got))
+    ok, got = ask(1080, b"m", True); res("route-bridge-sendmsg", ok, repr(got))
+    denied("route-other-port", lambda: socket.create_connection(("127.0.0.1", 8080), timeout=5), errno.EACCES)
+    denied("route-other-port6", lambda: socket.socket(socket.AF_INET6).connect(("::1", 8080)), errno.EACCES)
+    denied("route-fastopen", lambda: socket.socket().sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", 8080)), errno.EACCES)
+    denied("route-proxy-socket", lambda: socket.socket(U).connect("/run/aleph-sandbox/proxy.sock"), errno.EACCES)
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.bind(("127.0.0.1", 0))
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"ud", u.getsockname())
+    res("route-own-udp", u.recv(8) == b"ud")
 print("DONE accepted=%d" % accepted[0], flush=True)
 `
 
@@ -208,9 +235,16 @@ func realTempDir(t *testing.T) string {
 	return d
 }
 
-// checkUnixSockets runs the script on d and checks every line of it and
-// the host's counters.
+// checkUnixSockets runs the script on d under network none and checks
+// every line of it and the host's counters.
 func checkUnixSockets(t *testing.T, d *Driver) {
+	t.Helper()
+	checkUnixSocketsIn(t, d, "")
+}
+
+// checkUnixSocketsIn runs the script under network none, or under
+// allow_hosts routed to the proxy listening at proxy when it is set.
+func checkUnixSocketsIn(t *testing.T, d *Driver, proxy string) {
 	t.Helper()
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skipf("/usr/bin/python3 is needed for the socket program: %v", err)
@@ -230,7 +264,22 @@ func checkUnixSockets(t *testing.T, d *Driver) {
 		_ = os.Chmod(p, 0o777)
 	}
 	caps := driverapi.Capabilities{FSRead: []string{rd}, FSWrite: []string{wr}}
-	r := drvRun(t, context.Background(), d, ws, caps, nil, "/usr/bin/python3", "-c", unixSockScript, ws, rd, wr, abstract)
+	var endpoint *driverapi.ProxyEndpoint
+	route := ""
+	if proxy != "" {
+		caps.Network = driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}
+		endpoint, route = &driverapi.ProxyEndpoint{UnixSocket: proxy}, "route"
+	}
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: caps, Workspace: ws, Cwd: ws, Proxy: endpoint})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb lockedBuf
+	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/usr/bin/python3", Args: []string{"-c", unixSockScript, ws, rd, wr, abstract, route},
+		Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 60 * time.Second, MaxOutputBytes: 1 << 20, CommandID: t.Name()},
+		driverapi.Streams{Stdout: &out, Stderr: &errb})
+	r := drvResult{exit: exit, err: err, stdout: out.String(), stderr: errb.String()}
 	if r.err != nil {
 		t.Fatalf("driver error %v", r.err)
 	}
@@ -239,6 +288,10 @@ func checkUnixSockets(t *testing.T, d *Driver) {
 		"dgram-pair", "seqpacket-pair", "host-stream-ws", "host-stream-read", "host-stream-write",
 		"host-stream-symlink", "host-dgram-sendto", "host-dgram-sendmsg", "host-dgram-connect",
 		"host-dgram-pair-sendmsg", "host-abstract", "race-symlink", "race-rename", "race-memory"}
+	if proxy != "" {
+		want = append(want, "route-bridge", "route-bridge-sendmsg", "route-other-port", "route-other-port6",
+			"route-fastopen", "route-proxy-socket", "route-own-udp")
+	}
 	lines := map[string]string{}
 	for _, l := range strings.Split(r.stdout, "\n") {
 		f := strings.SplitN(l, " ", 2)
@@ -283,6 +336,70 @@ func TestUnixSocketsOwnHostUnreachable(t *testing.T) {
 	checkUnixSockets(t, testDriver(t, Options{Prepared: PreparedOff}))
 }
 
+// Under allow_hosts the command has unix sockets of its own as under
+// network none, the host's stay out of reach (the proxy's own socket,
+// bound inside the sandbox, too), the route to the proxy still works and
+// TCP reaches the bridge's ports alone: the launcher makes the command's
+// connects and holds the pin Landlock holds for the command's own calls.
+func TestUnixSocketsAllowHosts(t *testing.T) {
+	d := testDriver(t, Options{})
+	caps, err := d.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !caps.Has(driverapi.FeatureNetworkViaProxy) {
+		if !hasUnavailable(caps, driverapi.FeatureNetworkViaProxy) {
+			t.Fatalf("network_via_proxy neither claimed nor explained: %+v", caps)
+		}
+		t.Skip("allow_hosts is refused on this host (TestAllowHostsThroughBridge asserts the refusal)")
+	}
+	checkUnixSocketsIn(t, d, fakeProxy(t))
+}
+
+// The launcher's rule for inet addresses: under allow_hosts a stream
+// socket reaches the bridge's ports alone, whatever the family or
+// address; under network none anything.
+func TestUnixGuardInetRule(t *testing.T) {
+	in4 := func(port uint16) []byte {
+		b := make([]byte, 16)
+		binary.NativeEndian.PutUint16(b, unix.AF_INET)
+		binary.BigEndian.PutUint16(b[2:], port)
+		copy(b[4:], []byte{10, 0, 0, 1})
+		return b
+	}
+	in6 := func(port uint16) []byte {
+		b := make([]byte, 28)
+		binary.NativeEndian.PutUint16(b, unix.AF_INET6)
+		binary.BigEndian.PutUint16(b[2:], port)
+		b[23] = 1
+		return b
+	}
+	unspec := make([]byte, 16)
+	routed := inetRuleFor(SocketProxyRouted, BridgePorts())
+	for _, c := range []struct {
+		name string
+		rule inetRule
+		typ  int
+		addr []byte
+		want unix.Errno
+	}{
+		{"routed bridge http", routed, unix.SOCK_STREAM, in4(BridgeHTTPPort), 0},
+		{"routed bridge socks v6", routed, unix.SOCK_STREAM, in6(BridgeSOCKSPort), 0},
+		{"routed other port", routed, unix.SOCK_STREAM, in4(8080), unix.EACCES},
+		{"routed other port v6", routed, unix.SOCK_STREAM, in6(443), unix.EACCES},
+		{"routed raw", routed, unix.SOCK_RAW, in4(22), unix.EACCES},
+		{"routed short", routed, unix.SOCK_STREAM, in4(8080)[:3], unix.EINVAL},
+		{"routed disconnect", routed, unix.SOCK_STREAM, unspec, 0},
+		{"routed datagram", routed, unix.SOCK_DGRAM, in4(53), 0},
+		{"none any port", inetRuleFor(SocketLoopback, nil), unix.SOCK_STREAM, in4(8080), 0},
+		{"unix_only closed", inetRuleFor(SocketUnixOnly, nil), unix.SOCK_STREAM, in4(BridgeHTTPPort), unix.EACCES},
+	} {
+		if got := c.rule.allows(c.typ, c.addr); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestUnixSocketsPrepared(t *testing.T) {
 	needPreparable(t)
 	d := testDriver(t, Options{Prepared: PreparedAlways})
@@ -314,5 +431,26 @@ if __name__ == "__main__":
 		if r.err != nil || r.exit.ExitCode != 0 || !strings.Contains(r.stdout, "manager {'a': 1} "+dir+"/") {
 			t.Errorf("Manager in %s: err=%v exit=%d stdout=%q stderr=%q", dir, r.err, r.exit.ExitCode, r.stdout, r.stderr)
 		}
+	}
+	// The same under allow_hosts, where the host list is given.
+	ctx := context.Background()
+	caps, err := d.Capabilities(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !caps.Has(driverapi.FeatureNetworkViaProxy) {
+		t.Logf("allow_hosts is refused on this host: the Manager ran under none only")
+		return
+	}
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Proxy: &driverapi.ProxyEndpoint{UnixSocket: fakeProxy(t)},
+		Capabilities: driverapi.Capabilities{SpawnSubprocess: true, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errb lockedBuf
+	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/usr/bin/python3", Args: []string{"-c", prog, "/tmp"}, Env: pathEnv(), Cwd: ws, Profile: prof,
+		Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16}, driverapi.Streams{Stdout: &out, Stderr: &errb})
+	if err != nil || exit.ExitCode != 0 || !strings.Contains(out.String(), "manager {'a': 1} /tmp/") {
+		t.Errorf("Manager under allow_hosts: err=%v exit=%d stdout=%q stderr=%q", err, exit.ExitCode, out.String(), errb.String())
 	}
 }

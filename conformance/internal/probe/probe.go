@@ -100,7 +100,7 @@ func arity(step string) (n int, known bool) {
 	switch step {
 	case "echo", "eecho", "args", "waitmarkers", "net", "ctty":
 		return -1, true
-	case "env", "pwd", "cat", "listen", "loopback", "fds", "clone3", "tty":
+	case "env", "pwd", "cat", "listen", "loopback", "unixown", "fds", "clone3", "tty":
 		return 0, true
 	case "print", "eprint", "hex", "exit", "sleep", "read", "mkdir", "rm", "rmall", "threads", "alloc", "spawn", "kill", "ls", "ps":
 		return 1, true
@@ -273,6 +273,8 @@ func (p *prober) run(s Step) (code int, err error) {
 		err = p.listen()
 	case "loopback":
 		err = p.loopback()
+	case "unixown":
+		err = p.unixOwn()
 	case "fds":
 		err = p.fds()
 	case "ls":
@@ -771,6 +773,88 @@ func (p *prober) loopback() error {
 		return fmt.Errorf("loopback udp read: %q %v", buf[:n], err)
 	}
 	_, err = fmt.Fprintln(p.stdout, "loopback-udp-ok")
+	return err
+}
+
+// unixOwn uses unix sockets of the program's own, in its working
+// directory (relative names: a workspace's absolute path may exceed
+// sun_path): a stream listener it connects to, a datagram socket it sends
+// to, a datagram socket pair and, on Linux, an abstract name. It prints
+// "unix-own-stream-ok", "unix-own-dgram-ok", "unix-own-pair-ok" and
+// "unix-own-abstract-ok" (or "unix-own-abstract-none" where abstract
+// names do not exist) as each works, and removes what it bound.
+func (p *prober) unixOwn() error {
+	fmt.Fprintln(p.stdout, "probe-start")
+	tag := strconv.Itoa(os.Getpid())
+	echo := func(network, addr string) error {
+		l, err := net.Listen(network, addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", addr, err)
+		}
+		defer l.Close()
+		go func() {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+			line, _ := bufio.NewReader(c).ReadString('\n')
+			_, _ = io.WriteString(c, "echo:"+line)
+		}()
+		c, err := net.DialTimeout(network, addr, 3*time.Second)
+		if err != nil {
+			return fmt.Errorf("connect %s: %w", addr, err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.WriteString(c, "ping\n"); err != nil {
+			return err
+		}
+		if line, _ := bufio.NewReader(c).ReadString('\n'); line != "echo:ping\n" {
+			return fmt.Errorf("reply on %s: %q", addr, line)
+		}
+		return nil
+	}
+	stream := "own-" + tag + ".sock"
+	defer os.Remove(stream)
+	if err := echo("unix", stream); err != nil {
+		return err
+	}
+	fmt.Fprintln(p.stdout, "unix-own-stream-ok")
+	dgram := "own-" + tag + ".dgram"
+	defer os.Remove(dgram)
+	pc, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: dgram, Net: "unixgram"})
+	if err != nil {
+		return fmt.Errorf("datagram bind: %w", err)
+	}
+	defer pc.Close()
+	u, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: dgram, Net: "unixgram"})
+	if err != nil {
+		return fmt.Errorf("datagram connect: %w", err)
+	}
+	defer u.Close()
+	if _, err := u.Write([]byte("dgram")); err != nil {
+		return fmt.Errorf("datagram send: %w", err)
+	}
+	_ = pc.SetDeadline(time.Now().Add(3 * time.Second))
+	buf := make([]byte, 16)
+	if n, _, err := pc.ReadFrom(buf); err != nil || string(buf[:n]) != "dgram" {
+		return fmt.Errorf("datagram read: %q %v", buf[:n], err)
+	}
+	fmt.Fprintln(p.stdout, "unix-own-dgram-ok")
+	if err := datagramPair(); err != nil {
+		return fmt.Errorf("datagram socket pair: %w", err)
+	}
+	fmt.Fprintln(p.stdout, "unix-own-pair-ok")
+	if runtime.GOOS != "linux" {
+		_, err = fmt.Fprintln(p.stdout, "unix-own-abstract-none")
+		return err
+	}
+	if err := echo("unix", "@aleph-conformance-own-"+tag); err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(p.stdout, "unix-own-abstract-ok")
 	return err
 }
 

@@ -18,3 +18,5 @@ func killSelf(string) error { return errors.New("signals are not supported on th
 func cpuTime() time.Duration { return 0 }
 
 func openFDs() ([]int, error) { return nil, errors.New("not supported on this system") }
+
+func datagramPair() error { return errors.New("unix datagram socket pairs are POSIX's") }

@@ -66,3 +66,25 @@ func openFDs() ([]int, error) {
 	}
 	return open, nil
 }
+
+// datagramPair sends one datagram across a unix datagram socket pair.
+func datagramPair() error {
+	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_DGRAM, 0)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fds[0])
+	defer syscall.Close(fds[1])
+	if _, err := syscall.Write(fds[0], []byte("pair")); err != nil {
+		return err
+	}
+	buf := make([]byte, 8)
+	n, err := syscall.Read(fds[1], buf)
+	if err != nil {
+		return err
+	}
+	if string(buf[:n]) != "pair" {
+		return fmt.Errorf("read %q", buf[:n])
+	}
+	return nil
+}

@@ -46,3 +46,5 @@ func cpuTime() time.Duration {
 }
 
 func openFDs() ([]int, error) { return nil, errors.New("descriptors are a POSIX notion") }
+
+func datagramPair() error { return errors.New("unix datagram socket pairs are POSIX's") }

@@ -29,21 +29,27 @@
 //	           (AF_UNIX included) instead of only AF_INET/AF_INET6
 //	unix-none  under network none, let the command open unix sockets
 //	           unguarded, trusting the mounts to hide the host's
+//	unix-refused keep refusing socket(AF_UNIX) (one more seccomp filter,
+//	           through bwrap's --add-seccomp-fd) while the driver reports
+//	           unix sockets of the command's own
 //
 // Each lie is one that the conformance case written for it must catch.
 package main
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -144,6 +150,11 @@ func main() {
 				s.SeccompFD = 0
 			}
 		})
+	case "unix-refused":
+		var fd int
+		if fd, err = unixRefusingFilter(); err == nil {
+			flags = append(flags, "--add-seccomp-fd", strconv.Itoa(fd))
+		}
 	default:
 		err = fmt.Errorf("unknown lie %q", lie)
 	}
@@ -376,4 +387,51 @@ func editSpec(rest []string, f func(*sandboxinit.InitSpec)) ([]string, error) {
 	out := slices.Clone(rest)
 	out[i+1] = string(js)
 	return out, nil
+}
+
+// unixRefusingFilter is a seccomp program, in a memfd bwrap inherits and
+// reads, that fails socket(AF_UNIX, ...) with EPERM and allows everything
+// else (the driver's own filters still judge it).
+func unixRefusingFilter() (int, error) {
+	var auditArch uint32
+	switch runtime.GOARCH {
+	case "amd64":
+		auditArch = unix.AUDIT_ARCH_X86_64
+	case "arm64":
+		auditArch = unix.AUDIT_ARCH_AARCH64
+	default:
+		return -1, fmt.Errorf("unix-refused: no seccomp architecture for %s", runtime.GOARCH)
+	}
+	const (
+		retAllow = 0x7fff0000
+		retEPERM = 0x00050000 | uint32(unix.EPERM)
+	)
+	prog, err := bpf.Assemble([]bpf.Instruction{
+		bpf.LoadAbsolute{Off: 4, Size: 4}, // seccomp_data.arch
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: auditArch, SkipFalse: 4},
+		bpf.LoadAbsolute{Off: 0, Size: 4}, // seccomp_data.nr
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(unix.SYS_SOCKET), SkipFalse: 2},
+		bpf.LoadAbsolute{Off: 16, Size: 4}, // the family: args[0], low word (little-endian)
+		bpf.JumpIf{Cond: bpf.JumpEqual, Val: unix.AF_UNIX, SkipTrue: 1},
+		bpf.RetConstant{Val: retAllow},
+		bpf.RetConstant{Val: retEPERM},
+	})
+	if err != nil {
+		return -1, err
+	}
+	buf := make([]byte, 0, 8*len(prog))
+	for _, in := range prog {
+		buf = binary.NativeEndian.AppendUint16(buf, in.Op)
+		buf = append(buf, in.Jt, in.Jf)
+		buf = binary.NativeEndian.AppendUint32(buf, in.K)
+	}
+	// Inherited across the exec of bwrap: no MFD_CLOEXEC.
+	fd, err := unix.MemfdCreate("unix-refused", 0)
+	if err != nil {
+		return -1, err
+	}
+	if _, err := unix.Pwrite(fd, buf, 0); err != nil {
+		return -1, err
+	}
+	return fd, nil
 }

@@ -39,10 +39,12 @@ const (
 	// bind/connect denied by Landlock.
 	SocketUnixOnly SocketMode = "unix_only"
 	// SocketProxyRouted is network "allow_hosts" behind the in-namespace
-	// bridge: AF_INET and AF_INET6 sockets (no AF_UNIX: host unix sockets
+	// bridge: AF_INET and AF_INET6 sockets (AF_UNIX only where the
+	// notification filter guards it, unixsock_linux.go: host unix sockets
 	// in the workspace or a grant stay out of reach), socketpair() as in
 	// SocketUnixOnly; Landlock lets TCP connect only to BridgePorts and
-	// bind nothing.
+	// bind nothing (the launcher holds the same pin for the connects it
+	// makes for the command).
 	SocketProxyRouted SocketMode = "proxy_routed"
 	// SocketLoopback is network "none" in an empty network namespace (the
 	// session's, or bwrap's own): AF_INET and AF_INET6 sockets of every

@@ -19,20 +19,19 @@ import (
 // socket placed there): where the filter is in force:
 //
 //   - socket(AF_UNIX, any type) and socketpair(AF_UNIX, any type) are
-//     allowed by the target's program, in the bwrap tier's network none,
-//     whose network namespace is the sandbox's (or its session's) own
-//     (GuardsUnixSockets);
+//     allowed by the target's program, in the bwrap tier's network none
+//     and allow_hosts, whose network namespace is the sandbox's (or its
+//     session's) own (GuardsUnixSockets);
 //   - connect, sendto with a destination address (a register: BPF tests
 //     it, a NULL one is never notified), sendmsg and sendmmsg (the address
 //     is behind a pointer) go to the launcher through the notification
-//     filter (notify_linux.go). The launcher answers them from the
-//     socket's family and type, which the command cannot change: a call on
-//     anything but a unix socket, or an addressed send on a unix stream or
-//     seqpacket socket (the kernel ignores or refuses the address there),
-//     continues in the kernel; every other one is made by the launcher on
-//     a copy of the command's socket, to the inode it checked, never
-//     continued: what the command changes in its memory, or in the tree,
-//     after the check reaches nothing;
+//     filter (notify_linux.go). The launcher makes every one of them
+//     itself, on a copy of the command's socket, never continued in the
+//     kernel: what the command changes in its memory, in its descriptor
+//     table or in the tree after the check reaches nothing. A path is
+//     passed as the inode it checked; an inet address under allow_hosts
+//     only to the bridge's ports (the launcher's inetRule says why it,
+//     not Landlock, must hold that pin for the calls it makes);
 //   - a path is reached only when a socket of the sandbox's own network
 //     namespace is bound to that very inode (sock_diag's UNIX_DIAG_VFS,
 //     asked on a NETLINK_SOCK_DIAG socket the supervisor opens in that
@@ -49,8 +48,7 @@ import (
 // abstract name it takes lives in the sandbox's namespace alone.
 //
 // Elsewhere socket(AF_UNIX) stays refused and socket pairs are stream and
-// seqpacket only: under allow_hosts (see GuardsUnixSockets), in the
-// Landlock tier (no network namespace of its own:
+// seqpacket only: in the Landlock tier (no network namespace of its own:
 // the host's abstract names and its sock_diag view are shared, so neither
 // the namespace nor the inode check can tell the sandbox's sockets from
 // the host's), and wherever no notification filter is installed. Network
@@ -66,10 +64,13 @@ func GuardsUnixSockets(s *InitSpec) bool {
 	switch s.SocketMode {
 	case SocketUnixOnly, SocketLoopback:
 		return true
+	case SocketProxyRouted:
+		// The command's TCP connects are notified too and made by the
+		// launcher, outside the Landlock domain whose TCP rules pin them
+		// to the bridge's ports: the launcher holds that pin itself
+		// (its inetRule), so the route stays the only way out.
+		return true
 	}
-	// allow_hosts (SocketProxyRouted) keeps its refusal: its TCP connects
-	// would be notified too and made by the launcher, outside the
-	// Landlock domain whose TCP rules pin them to the bridge's ports.
 	return false
 }
 

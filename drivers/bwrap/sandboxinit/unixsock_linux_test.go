@@ -8,13 +8,39 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Under network none in the bwrap tier the target's program lets unix
-// sockets and pairs of every type through, and its notification filter
-// hands connect, addressed sendto, sendmsg and sendmmsg to the launcher;
-// without the filter (or under allow_hosts, or in the Landlock tier) the
-// old refusals stay.
+// Under network none and allow_hosts in the bwrap tier the target's
+// program lets unix sockets and pairs of every type through, and its
+// notification filter hands connect, addressed sendto, sendmsg and
+// sendmmsg to the launcher; without the filter (or in the Landlock tier)
+// the old refusals stay.
 func TestUnixGuardRules(t *testing.T) {
 	guarded := InitSpec{SocketMode: SocketLoopback, AllowSpawn: true, NotifyFD: 5}
+	routed := InitSpec{SocketMode: SocketProxyRouted, AllowSpawn: true, NotifyFD: 5, BridgePorts: []uint16{3128}} // allow_hosts
+	t.Run("allow_hosts", func(t *testing.T) {
+		m := newFilterVM(t, routed)
+		for _, c := range []struct {
+			name string
+			args []uint64
+			want uint32
+		}{
+			{"socket", []uint64{unix.AF_UNIX, unix.SOCK_STREAM, 0}, retAllow},
+			{"socketpair", []uint64{unix.AF_UNIX, unix.SOCK_DGRAM, 0, 0}, retAllow},
+			{"socket", []uint64{unix.AF_INET, unix.SOCK_STREAM, 0}, retAllow},
+			{"socket", []uint64{unix.AF_NETLINK, unix.SOCK_DGRAM, 0}, retEPERM},
+		} {
+			if got := m.run(c.name, c.args...); got != c.want {
+				t.Errorf("allow_hosts %s%v: %s, want %s", c.name, c.args, retName(got), retName(c.want))
+			}
+		}
+		// Every TCP connect goes to the launcher, which pins it to the
+		// bridge's ports (the driver's inetRule).
+		n := notifyVM(t, routed)
+		for _, name := range []string{"connect", "sendmsg"} {
+			if got := n.run(name, 3, 0x1000, 20); got != seccompRetUserNotif {
+				t.Errorf("allow_hosts %s: %s, want USER_NOTIF", name, retName(got))
+			}
+		}
+	})
 	main := newFilterVM(t, guarded)
 	for _, c := range []struct {
 		name string
@@ -55,9 +81,9 @@ func TestUnixGuardRules(t *testing.T) {
 		}
 	}
 	for _, s := range []InitSpec{
-		{SocketMode: SocketLoopback, AllowSpawn: true},                                              // no filter
-		{SocketMode: SocketProxyRouted, AllowSpawn: true, NotifyFD: 5, BridgePorts: []uint16{3128}}, // allow_hosts
-		{SocketMode: SocketUnixOnly, NoNamespaces: true, NotifyFD: 5, MetaGuard: true},              // Landlock tier
+		{SocketMode: SocketLoopback, AllowSpawn: true},                                 // no filter
+		{SocketMode: SocketProxyRouted, AllowSpawn: true, BridgePorts: []uint16{3128}}, // allow_hosts, no filter
+		{SocketMode: SocketUnixOnly, NoNamespaces: true, NotifyFD: 5, MetaGuard: true}, // Landlock tier
 	} {
 		m := newFilterVM(t, s)
 		if got := m.run("socket", unix.AF_UNIX, unix.SOCK_STREAM, 0); got != retEPERM {
