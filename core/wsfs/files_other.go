@@ -44,4 +44,6 @@ func (r *Root) Remove(_ context.Context, p string, _ RemoveOptions) error {
 }
 
 // IsTemp reports whether name is a write's temporary file.
-func IsTemp(name string) bool { return len(name) >= len(tempPrefix) && name[:len(tempPrefix)] == tempPrefix }
+func IsTemp(name string) bool {
+	return len(name) >= len(tempPrefix) && name[:len(tempPrefix)] == tempPrefix
+}
