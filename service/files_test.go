@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -16,10 +17,12 @@ import (
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/core/wsfs"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
+	"github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 type auditRecords struct {
@@ -332,5 +335,49 @@ func TestFilesUploadInParts(t *testing.T) {
 	ents, _ := os.ReadDir(ws)
 	if len(ents) != 1 {
 		t.Fatalf("workspace holds %v, want only big", ents)
+	}
+}
+
+// The Go client (what `mcp --host` runs its file tools on) is the
+// runtime's files API over the wire: a file over one request goes as an
+// upload and streams back whole; refusals come back as the runtime's
+// typed errors.
+func TestFilesGoClient(t *testing.T) {
+	c, _, _ := fileServer(t)
+	p := &client.Pipeline{C: c}
+	ctx := context.Background()
+	// 1 MiB: the client's part size, so an upload of a full part and an
+	// empty last one; the service's limit is 1 MiB too.
+	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<20/16)
+	in, err := p.WriteFile(ctx, "g", "d/f", bytes.NewReader(data), alephsandbox.WriteFileOptions{Parents: true})
+	if err != nil || in.Size != int64(len(data)) {
+		t.Fatalf("write: %+v, %v", in, err)
+	}
+	f, info, err := p.OpenFile(ctx, "g", "d/f")
+	if err != nil || info.Size != int64(len(data)) {
+		t.Fatalf("open: %+v, %v", info, err)
+	}
+	got, err := io.ReadAll(f)
+	f.Close()
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back %d bytes, %v", len(got), err)
+	}
+	_, err = p.WriteFile(ctx, "g", ".git/config", strings.NewReader("x"), alephsandbox.WriteFileOptions{Parents: true})
+	var fe *alephsandbox.FileError
+	if !errors.As(err, &fe) || fe.Code != wsfs.CodeProtected || fe.Entry != ".git" {
+		t.Fatalf("protected: %v", err)
+	}
+	if _, err := p.StatFile(ctx, "g", "nope"); wsfs.CodeOf(err) != wsfs.CodeNotFound {
+		t.Fatalf("stat missing: %v", err)
+	}
+	_, err = p.WriteFile(ctx, "g", "huge", bytes.NewReader(make([]byte, 1<<20+1)), alephsandbox.WriteFileOptions{})
+	if core.LimitOf(err) != "serve.files_max_bytes" {
+		t.Fatalf("over the limit: %v", err)
+	}
+	if list, err := p.ListFiles(ctx, "g", "d"); err != nil || len(list) != 1 || list[0].Name != "f" {
+		t.Fatalf("list: %+v, %v", list, err)
+	}
+	if err := p.RemoveFile(ctx, "g", "d", alephsandbox.RemoveFileOptions{Recursive: true}); err != nil {
+		t.Fatal(err)
 	}
 }
