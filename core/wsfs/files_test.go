@@ -404,4 +404,20 @@ func TestSymlinkSwappedMidOperation(t *testing.T) {
 		t.Fatalf("outside dir holds %v", ents)
 	}
 	t.Logf("%d of 3000 reads found the inside file", okReads)
+	// Positive control, deterministic: with d a real directory again the
+	// read and the write go through.
+	_ = os.RemoveAll(d)
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d, "f"), []byte("inside"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	if _, err := r.Read(ctx, "d/f", &buf); err != nil || buf.String() != "inside" {
+		t.Fatalf("control read: %q, %v", buf.String(), err)
+	}
+	if _, err := r.Write(ctx, "d/w", strings.NewReader("x"), WriteOptions{}); err != nil {
+		t.Fatalf("control write: %v", err)
+	}
 }
