@@ -36,6 +36,34 @@ func TestMCPFileToolsEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
+	mcpFileToolsScenario(t, ctx, cs, secret)
+}
+
+// TestMCPFileToolsOnHostEndToEnd is the same scenario with `mcp --host`:
+// the file tools then go through the Go client to a real serve's files
+// API.
+func TestMCPFileToolsOnHostEndToEnd(t *testing.T) {
+	h := newServeHarness(t)
+	sock := filepath.Join(t.TempDir(), "run", "s.sock")
+	h.start(t, sock, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(secret, []byte("host secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), "mcp", "--host", "unix:"+sock, "--session", "mcp-files-host", "--allow-spawn")
+	cmd.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	mcpFileToolsScenario(t, ctx, cs, secret)
+}
+
+func mcpFileToolsScenario(t *testing.T, ctx context.Context, cs *mcp.ClientSession, secret string) {
+	t.Helper()
 	call := func(name string, args map[string]any, out any) *mcp.CallToolResult {
 		t.Helper()
 		res, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
