@@ -94,7 +94,8 @@ func (s *Server) fileSession(session string) error {
 }
 
 // ReadFile implements the service.
-func (s *Server) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadFileRequest], stream *connect.ServerStream[hostv1.ReadFileResponse]) error {
+func (s *Server) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadFileRequest], stream *connect.ServerStream[hostv1.ReadFileResponse]) (err error) {
+	defer func() { s.metrics.file("read", err) }()
 	m := req.Msg
 	if err := s.fileSession(m.GetSession()); err != nil {
 		return err
@@ -132,7 +133,8 @@ func (s *Server) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadF
 }
 
 // ListFiles implements the service.
-func (s *Server) ListFiles(ctx context.Context, req *connect.Request[hostv1.ListFilesRequest]) (*connect.Response[hostv1.ListFilesResponse], error) {
+func (s *Server) ListFiles(ctx context.Context, req *connect.Request[hostv1.ListFilesRequest]) (_ *connect.Response[hostv1.ListFilesResponse], err error) {
+	defer func() { s.metrics.file("list", err) }()
 	m := req.Msg
 	if err := s.fileSession(m.GetSession()); err != nil {
 		return nil, err
@@ -150,7 +152,8 @@ func (s *Server) ListFiles(ctx context.Context, req *connect.Request[hostv1.List
 }
 
 // StatFile implements the service.
-func (s *Server) StatFile(ctx context.Context, req *connect.Request[hostv1.StatFileRequest]) (*connect.Response[hostv1.StatFileResponse], error) {
+func (s *Server) StatFile(ctx context.Context, req *connect.Request[hostv1.StatFileRequest]) (_ *connect.Response[hostv1.StatFileResponse], err error) {
+	defer func() { s.metrics.file("stat", err) }()
 	m := req.Msg
 	if err := s.fileSession(m.GetSession()); err != nil {
 		return nil, err
@@ -164,12 +167,13 @@ func (s *Server) StatFile(ctx context.Context, req *connect.Request[hostv1.StatF
 }
 
 // RemoveFile implements the service.
-func (s *Server) RemoveFile(ctx context.Context, req *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error) {
+func (s *Server) RemoveFile(ctx context.Context, req *connect.Request[hostv1.RemoveFileRequest]) (_ *connect.Response[hostv1.RemoveFileResponse], err error) {
+	defer func() { s.metrics.file("remove", err) }()
 	m := req.Msg
 	if err := s.fileSession(m.GetSession()); err != nil {
 		return nil, err
 	}
-	err := s.host.RemoveFile(ctx, m.GetSession(), m.GetPath(), alephsandbox.RemoveFileOptions{Recursive: m.GetRecursive()})
+	err = s.host.RemoveFile(ctx, m.GetSession(), m.GetPath(), alephsandbox.RemoveFileOptions{Recursive: m.GetRecursive()})
 	s.log.Info("file", "op", "remove", "session", m.GetSession(), "path", m.GetPath(), "error", err)
 	if err != nil {
 		return nil, s.fileError(ctx, err)
@@ -180,7 +184,8 @@ func (s *Server) RemoveFile(ctx context.Context, req *connect.Request[hostv1.Rem
 
 // WriteFile implements the service: the whole file in one request, or
 // one part of an upload.
-func (s *Server) WriteFile(ctx context.Context, req *connect.Request[hostv1.WriteFileRequest]) (*connect.Response[hostv1.WriteFileResponse], error) {
+func (s *Server) WriteFile(ctx context.Context, req *connect.Request[hostv1.WriteFileRequest]) (_ *connect.Response[hostv1.WriteFileResponse], err error) {
+	defer func() { s.metrics.file("write", err) }()
 	m := req.Msg
 	if err := s.fileSession(m.GetSession()); err != nil {
 		return nil, err

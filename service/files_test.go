@@ -381,3 +381,46 @@ func TestFilesGoClient(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// The files API's calls are counted in /metrics by op and reason code.
+func TestFilesMetrics(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	cfg := core.DefaultConfig()
+	cfg.Sandbox.WorkspaceRoot = filepath.Join(t.TempDir(), "ws")
+	cfg.Sandbox.AuditLog = ""
+	rt, err := alephsandbox.New(cfg, alephsandbox.WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})), alephsandbox.WithoutGrantStore())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close() })
+	srv, err := service.New(service.Options{Host: rt, Broker: service.NewBroker(false, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	c := hostv1connect.NewServiceClient(http.DefaultClient, hs.URL)
+	ctx := context.Background()
+	if _, err := c.WriteFile(ctx, connect.NewRequest(&hostv1.WriteFileRequest{Session: "m", Path: "a", Data: []byte("x")})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WriteFile(ctx, connect.NewRequest(&hostv1.WriteFileRequest{Session: "m", Path: ".git/x", Data: []byte("x"), Parents: true})); err == nil {
+		t.Fatal("a write into .git was taken")
+	}
+	ms := httptest.NewServer(srv.MetricsHandler())
+	t.Cleanup(ms.Close)
+	resp, err := http.Get(ms.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`aleph_sandbox_file_operations_total{op="write",reason_code="ok"} 1`,
+		`aleph_sandbox_file_operations_total{op="write",reason_code="protected_entry"} 1`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("metrics lack %s:\n%s", want, body)
+		}
+	}
+}
