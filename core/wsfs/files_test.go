@@ -285,6 +285,11 @@ func TestSizeLimits(t *testing.T) {
 	if core.LimitOf(err) != "serve.files_max_bytes" {
 		t.Fatalf("write over the limit: %v", err)
 	}
+	// The directories made for a refused write go too.
+	_, err = r.Write(ctx, "new/deeper/big", strings.NewReader(strings.Repeat("x", 11)), WriteOptions{Parents: true})
+	if core.LimitOf(err) != "serve.files_max_bytes" {
+		t.Fatalf("write over the limit: %v", err)
+	}
 	// Nothing left behind: no file, no temporary.
 	ents, _ := os.ReadDir(r.Dir)
 	if len(ents) != 0 {

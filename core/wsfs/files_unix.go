@@ -63,16 +63,28 @@ func sysErr(op, p string, err error) error {
 // step before, never to a path). With create, a missing directory is made
 // (0o755) and then opened the same way. The caller closes the result.
 func walk(op, p string, dirfd int, comps []string, create bool) (int, error) {
+	fd, _, err := walkMade(op, p, dirfd, comps, create)
+	return fd, err
+}
+
+// walkMade is walk that also says how many directories it made: always
+// the last ones of comps (below a directory it made, every one is new).
+func walkMade(op, p string, dirfd int, comps []string, create bool) (int, int, error) {
+	made := 0
 	fd, err := unix.Openat(dirfd, ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return -1, sysErr(op, p, err)
+		return -1, 0, sysErr(op, p, err)
 	}
 	for _, c := range comps {
 		next, err := unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if errors.Is(err, unix.ENOENT) && create {
-			if merr := unix.Mkdirat(fd, c, 0o755); merr != nil && !errors.Is(merr, unix.EEXIST) {
+			merr := unix.Mkdirat(fd, c, 0o755)
+			if merr != nil && !errors.Is(merr, unix.EEXIST) {
 				unix.Close(fd)
-				return -1, sysErr(op, p, merr)
+				return -1, made, sysErr(op, p, merr)
+			}
+			if merr == nil {
+				made++
 			}
 			next, err = unix.Openat(fd, c, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		}
@@ -86,11 +98,28 @@ func walk(op, p string, dirfd int, comps []string, create bool) (int, error) {
 		}
 		unix.Close(fd)
 		if err != nil {
-			return -1, sysErr(op, p, err)
+			return -1, made, sysErr(op, p, err)
 		}
 		fd = next
 	}
-	return fd, nil
+	return fd, made, nil
+}
+
+// unmake removes the last made directories of dirs (as walkMade made
+// them), each only if still empty: a refused or failed write leaves
+// nothing behind, the directories made for it included.
+func unmake(root int, dirs []string, made int) {
+	for i := len(dirs); i > len(dirs)-made && i > 0; i-- {
+		pfd, err := walk("", "", root, dirs[:i-1], false)
+		if err != nil {
+			return
+		}
+		err = unix.Unlinkat(pfd, dirs[i-1], unix.AT_REMOVEDIR)
+		unix.Close(pfd)
+		if err != nil {
+			return
+		}
+	}
 }
 
 func kindOf(mode uint32) Kind {
@@ -348,11 +377,18 @@ func (r *Root) Write(ctx context.Context, p string, src io.Reader, o WriteOption
 		return Info{}, err
 	}
 	defer unix.Close(root)
-	dir, err := walk("write", p, root, comps[:len(comps)-1], o.Parents)
+	dir, made, err := walkMade("write", p, root, comps[:len(comps)-1], o.Parents)
 	if err != nil {
+		unmake(root, comps[:len(comps)-1], made)
 		return Info{}, err
 	}
 	defer unix.Close(dir)
+	written := false
+	defer func() {
+		if !written {
+			unmake(root, comps[:len(comps)-1], made)
+		}
+	}()
 	name := comps[len(comps)-1]
 	mode := uint32(o.Mode)
 	var old unix.Stat_t
@@ -407,7 +443,7 @@ func (r *Root) Write(ctx context.Context, p string, src io.Reader, o WriteOption
 	if err := unix.Renameat(dir, tmp, dir, name); err != nil {
 		return Info{}, sysErr("write", p, err)
 	}
-	done = true
+	done, written = true, true
 	f.Close()
 	return infoOf(name, &st), nil
 }
