@@ -40,6 +40,8 @@ type Host interface {
 	WorkspacePath(sessionID string) (string, error)
 	// Close ends the driver, hook plugins and the audit files.
 	Close() error
+	// The files API over sessions' workspaces.
+	FileHost
 }
 
 // ErrDisabled is returned by every call of a runtime built from a
@@ -143,6 +145,7 @@ type Runtime struct {
 	ws      *core.WorkspaceSandbox // nil when disabled
 	driver  *pluginhost.DriverHost // nil with WithDriver
 	policy  *PolicyChecker
+	files   fileConfig
 	closers []func()
 	once    sync.Once
 }
@@ -171,7 +174,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	}
 	// The command policy is built even when the sandbox is disabled:
 	// "would this be refused" has an answer without a driver.
-	rt := &Runtime{policy: newPolicyChecker(cfg, o.logger, o.warn)}
+	rt := &Runtime{policy: newPolicyChecker(cfg, o.logger, o.warn), files: fileConfigOf(cfg)}
 	if !cfg.Sandbox.Enabled {
 		return rt, nil
 	}

@@ -64,6 +64,19 @@ type AuditRecord struct {
 	// GitQuarantine: git repositories the command planted in its
 	// workspace, neutralised after it ended (Output.GitQuarantine).
 	GitQuarantine *GitQuarantine `json:"git_quarantine,omitempty"`
+	// File is set on the records of the files API: what was read,
+	// written, listed or removed in the session's workspace.
+	File *FileAudit `json:"file,omitempty"`
+}
+
+// FileAudit is one operation of the files API.
+type FileAudit struct {
+	// Op is read, write, list, stat or remove.
+	Op string `json:"op"`
+	// Path is relative to the session's workspace, as the caller gave it.
+	Path string `json:"path"`
+	// Bytes read or written.
+	Bytes int64 `json:"bytes,omitempty"`
 }
 
 // NetworkAudit is one decision of a command's managed proxy: the client
@@ -257,6 +270,21 @@ func (l *ledger) record(ctx context.Context, rec AuditRecord) {
 			l.failing.Store(false)
 		}
 	}
+}
+
+// RecordFile writes the audit record of one operation of the files API:
+// refused (refused set: a protected entry, a link out, a limit), failed
+// (err set), or done.
+func (s *WorkspaceSandbox) RecordFile(ctx context.Context, sessionID string, f FileAudit, refused bool, err error) {
+	rec := AuditRecord{SessionID: sessionID, CommandID: "file-" + newCommandID()[4:], Program: "(file " + f.Op + ")",
+		File: &f, Decision: DecisionAllow, Reason: ReasonFileAccess}
+	switch {
+	case refused:
+		rec.Decision, rec.Reason, rec.Detail = DecisionDeny, ReasonFileRefused, err.Error()
+	case err != nil:
+		rec.Decision, rec.Reason, rec.Detail = DecisionError, ReasonFileFailed, err.Error()
+	}
+	s.ledger.record(ctx, rec)
 }
 
 // RecordNetwork writes one network decision of a command's managed proxy

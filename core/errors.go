@@ -56,6 +56,13 @@ const (
 	// refused it; the driver counted it (driverapi.Exit.SpawnRefused).
 	// Output.Hint says what to do.
 	ReasonSpawnRefused ReasonCode = "spawn_refused"
+	// ReasonFileAccess, ReasonFileRefused, ReasonFileFailed: the audit
+	// records of the files API (AuditRecord.File): an operation done, one
+	// refused (a protected entry, a link out, a bad path, a limit), one
+	// that failed.
+	ReasonFileAccess  ReasonCode = "file_access"
+	ReasonFileRefused ReasonCode = "file_refused"
+	ReasonFileFailed  ReasonCode = "file_failed"
 )
 
 // SpawnRefusedHint is the hint of a spawn_refused result, naming the

@@ -54,6 +54,15 @@ type ServeConfig struct {
 	// running get SIGTERM and this long to end before they are killed.
 	// Default 5.
 	TermGraceSeconds int64 `koanf:"term_grace_seconds" json:"term_grace_seconds,omitempty" toml:"term_grace_seconds"`
+	// FilesMaxBytes bounds one file the files API reads or writes (the
+	// service's, the runtime's and MCP's). Default 64 MiB.
+	FilesMaxBytes int64 `koanf:"files_max_bytes" json:"files_max_bytes,omitempty" toml:"files_max_bytes"`
+	// FilesMaxListEntries bounds the entries of one directory listing.
+	// Default 10000.
+	FilesMaxListEntries int64 `koanf:"files_max_list_entries" json:"files_max_list_entries,omitempty" toml:"files_max_list_entries"`
+	// FilesMaxUploads bounds the files being written in parts at once
+	// (each holds a temporary file until its last part). Default 64.
+	FilesMaxUploads int64 `koanf:"files_max_uploads" json:"files_max_uploads,omitempty" toml:"files_max_uploads"`
 }
 
 // ServeLimits are the effective bounds of a ServeConfig (its defaults
@@ -70,6 +79,10 @@ type ServeLimits struct {
 	ReadHeaderTimeout     time.Duration
 	ReadTimeout           time.Duration
 	IdleTimeout           time.Duration
+	// FilesMaxBytes and FilesMaxListEntries bound the files API.
+	FilesMaxBytes       int64
+	FilesMaxListEntries int
+	FilesMaxUploads     int
 }
 
 // Defaults of the [serve] bounds.
@@ -81,6 +94,9 @@ const (
 	DefaultServeReadHeaderTimeout     = 10 * time.Second
 	DefaultServeReadTimeout           = 60 * time.Second
 	DefaultServeIdleTimeout           = 120 * time.Second
+	DefaultServeFilesMaxBytes         = 64 << 20
+	DefaultServeFilesMaxListEntries   = 10000
+	DefaultServeFilesMaxUploads       = 64
 )
 
 // Limits is c's bounds with the defaults filled in; sandboxOutput is
@@ -108,6 +124,9 @@ func (c ServeConfig) Limits(sandboxOutput int64) ServeLimits {
 		ReadHeaderTimeout:     secs(c.ReadHeaderTimeoutSeconds, DefaultServeReadHeaderTimeout),
 		ReadTimeout:           secs(c.ReadTimeoutSeconds, DefaultServeReadTimeout),
 		IdleTimeout:           secs(c.IdleTimeoutSeconds, DefaultServeIdleTimeout),
+		FilesMaxBytes:         or(c.FilesMaxBytes, DefaultServeFilesMaxBytes),
+		FilesMaxListEntries:   int(or(c.FilesMaxListEntries, DefaultServeFilesMaxListEntries)),
+		FilesMaxUploads:       int(or(c.FilesMaxUploads, DefaultServeFilesMaxUploads)),
 	}
 }
 
@@ -148,6 +167,9 @@ func (c ServeConfig) Validate() error {
 		{"read_timeout_seconds", c.ReadTimeoutSeconds, maxConfigSeconds},
 		{"idle_timeout_seconds", c.IdleTimeoutSeconds, maxConfigSeconds},
 		{"term_grace_seconds", c.TermGraceSeconds, maxConfigSeconds},
+		{"files_max_bytes", c.FilesMaxBytes, 1 << 40},
+		{"files_max_list_entries", c.FilesMaxListEntries, 1 << 24},
+		{"files_max_uploads", c.FilesMaxUploads, 1 << 16},
 	} {
 		if b.v < 0 || b.v > b.max {
 			return &ConfigError{Key: "serve." + b.key, Reason: fmt.Sprintf("must be between 0 (the default) and %d, got %d", b.max, b.v)}

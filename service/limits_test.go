@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -22,6 +23,8 @@ import (
 // fakeHost is a pipeline that runs nothing: Execute answers "ran" and
 // counts; the reads report whether they were asked.
 type fakeHost struct {
+	// The files API: none of these tests reaches it.
+	alephsandbox.FileHost
 	mu         sync.Mutex
 	executed   []core.Command
 	workspaces int

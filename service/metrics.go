@@ -31,12 +31,31 @@ type Metrics struct {
 	count    uint64
 	sum      float64
 	inFlight int64
+	// files counts the files API's calls by op and reason code.
+	files map[outcomeKey]uint64
 }
 
 type outcomeKey struct{ outcome, reason string }
 
 // NewMetrics returns empty counters.
-func NewMetrics() *Metrics { return &Metrics{commands: map[outcomeKey]uint64{}} }
+func NewMetrics() *Metrics {
+	return &Metrics{commands: map[outcomeKey]uint64{}, files: map[outcomeKey]uint64{}}
+}
+
+// file records one call of the files API: op and the reason code of its
+// error ("ok" when it succeeded).
+func (m *Metrics) file(op string, err error) {
+	reason := "ok"
+	if err != nil {
+		reason = "error"
+		if d := detailOf(err); d != nil && d.GetReasonCode() != "" {
+			reason = d.GetReasonCode()
+		}
+	}
+	m.mu.Lock()
+	m.files[outcomeKey{op, reason}]++
+	m.mu.Unlock()
+}
 
 // Outcomes of a command, the "outcome" label.
 const (
@@ -114,6 +133,21 @@ func (m *Metrics) write(w io.Writer, g gauges) {
 	b.WriteString("# HELP aleph_sandbox_commands_in_flight Commands running now.\n")
 	b.WriteString("# TYPE aleph_sandbox_commands_in_flight gauge\n")
 	fmt.Fprintf(&b, "aleph_sandbox_commands_in_flight %d\n", m.inFlight)
+	fkeys := make([]outcomeKey, 0, len(m.files))
+	for k := range m.files {
+		fkeys = append(fkeys, k)
+	}
+	sort.Slice(fkeys, func(i, j int) bool {
+		if fkeys[i].outcome != fkeys[j].outcome {
+			return fkeys[i].outcome < fkeys[j].outcome
+		}
+		return fkeys[i].reason < fkeys[j].reason
+	})
+	b.WriteString("# HELP aleph_sandbox_file_operations_total Calls of the files API, by operation and reason code (ok when done).\n")
+	b.WriteString("# TYPE aleph_sandbox_file_operations_total counter\n")
+	for _, k := range fkeys {
+		fmt.Fprintf(&b, "aleph_sandbox_file_operations_total{op=%s,reason_code=%s} %d\n", label(k.outcome), label(k.reason), m.files[k])
+	}
 	m.mu.Unlock()
 	b.WriteString("# HELP aleph_sandbox_sessions_active Sessions this service has run or been asked about and not forgotten.\n")
 	b.WriteString("# TYPE aleph_sandbox_sessions_active gauge\n")

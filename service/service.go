@@ -115,6 +115,9 @@ type Server struct {
 	// live are the signal channels of the Execute calls in progress, so a
 	// stopping server can warn them (Terminate) before it kills them.
 	live map[chan driverapi.Signal]struct{}
+	// uploads are the files being written in parts (WriteFile with
+	// upload_id), by upload_id.
+	uploads map[string]*upload
 	// terminating: Terminate ran; a command ending now ended because the
 	// service stopped.
 	terminating atomic.Bool
@@ -146,7 +149,7 @@ func New(opts Options) (*Server, error) {
 			*f.v = *f.d
 		}
 	}
-	for _, f := range []struct{ v, d *int }{{&l.MaxSessions, &def.MaxSessions}, {&l.MaxConnections, &def.MaxConnections}, {&l.MaxConnectionsPerPeer, &def.MaxConnectionsPerPeer}} {
+	for _, f := range []struct{ v, d *int }{{&l.FilesMaxUploads, &def.FilesMaxUploads}, {&l.MaxSessions, &def.MaxSessions}, {&l.MaxConnections, &def.MaxConnections}, {&l.MaxConnectionsPerPeer, &def.MaxConnectionsPerPeer}} {
 		if *f.v <= 0 {
 			*f.v = *f.d
 		}
@@ -158,7 +161,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
 		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
-		sessions: map[string]struct{}{}, calls: map[string]*call{}, live: map[chan driverapi.Signal]struct{}{},
+		sessions: map[string]struct{}{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
 		procs: core.NewProcessTable(opts.Host, opts.Processes)}
 	for _, p := range opts.Protected {
 		if p == "" {

@@ -130,6 +130,16 @@ func (s *Server) sessionOf(msg any) (session, field string, ok bool) {
 		if a := m.GetApplyNetwork(); a != nil {
 			return a.GetSession(), "apply_network.session", true
 		}
+	case *hostv1.ReadFileRequest:
+		return m.GetSession(), "session", true
+	case *hostv1.WriteFileRequest:
+		return m.GetSession(), "session", true
+	case *hostv1.ListFilesRequest:
+		return m.GetSession(), "session", true
+	case *hostv1.StatFileRequest:
+		return m.GetSession(), "session", true
+	case *hostv1.RemoveFileRequest:
+		return m.GetSession(), "session", true
 	case *hostv1.ListProcessesRequest:
 		if m.GetSession() != "" {
 			return m.GetSession(), "session", true

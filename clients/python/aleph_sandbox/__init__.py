@@ -50,6 +50,9 @@ __all__ = [
     "AsyncClient",
     "AsyncExecution",
     "AsyncProcess",
+    "FileInfo",
+    "Files",
+    "AsyncFiles",
 ]
 
 SERVICE = "aleph.host.v1.Service"
@@ -866,6 +869,13 @@ class Client:
         """The driver's capability report, as ``doctor`` shows it."""
         return json.loads(self._unary("Capabilities", {}).get("reportJson", "{}"))
 
+    @property
+    def files(self) -> "Files":
+        """The files API of sessions' workspaces: ``files.write(S, path,
+        data)``, ``files.read(S, path)``, ``files.list(S)``,
+        ``files.stat(S, path)``, ``files.remove(S, path)``."""
+        return Files(self)
+
     def check_policy(self, command: str) -> Dict[str, str]:
         """``policy check``: {"verdict": "allow"|"warn"|"block", "rule", "reason"}."""
         r = self._unary("CheckPolicy", {"command": command})
@@ -1096,3 +1106,4 @@ class Process:
 
 # The asyncio client builds on the definitions above.
 from ._aio import AsyncClient, AsyncExecution, AsyncProcess  # noqa: E402
+from ._files import AsyncFiles, FileInfo, Files  # noqa: E402

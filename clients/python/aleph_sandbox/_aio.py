@@ -355,6 +355,12 @@ class AsyncClient:
         return await self._unary("Grants", {"applyNetwork": {"session": session, "host": host, "port": int(port),
                                                              "expectedDigest": expected_digest}}, session=session)
 
+    @property
+    def files(self) -> "AsyncFiles":
+        """``Client.files`` as coroutines (``await c.files.read(S, path)``)."""
+        from ._files import AsyncFiles
+        return AsyncFiles(self)
+
     async def capabilities(self) -> Dict[str, Any]:
         return json.loads((await self._unary("Capabilities", {})).get("reportJson", "{}"))
 

@@ -292,6 +292,59 @@ export interface ClientOptions {
 /** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
 export declare function defaultAddress(env?: NodeJS.ProcessEnv): string;
 /** A connection to `aleph-sandbox serve`. */
+/** One entry of a session's workspace, not followed when it is a link. */
+export interface FileInfo {
+    name: string;
+    /** "file", "dir", "link" or "other" (a FIFO, device or socket). */
+    kind: "file" | "dir" | "link" | "other";
+    size: number;
+    /** Permission bits (0o7777). */
+    mode: number;
+    /** Modification time, milliseconds since the epoch. */
+    mtimeMs: number;
+    /** A link's target, as stored ("" otherwise). */
+    target: string;
+}
+export interface WriteFileOptions extends CallOptions {
+    /** Permission bits; left out: keep an existing file's, or 0o644. */
+    mode?: number;
+    /** Create missing directories (default true). */
+    parents?: boolean;
+}
+export interface RemoveFileOptions extends CallOptions {
+    /** Remove a directory with what it holds (default: only an empty one). */
+    recursive?: boolean;
+}
+/** The data of one WriteFile request: a bigger file goes in parts of one
+ * upload (atomic on the service), each well under its request bound. */
+export declare const WRITE_CHUNK: number;
+/**
+ * `client.files`: read, write, list, stat and remove files of a session's
+ * workspace (the directory its commands run in, made on first use). Paths
+ * are relative to it; the service refuses absolute paths and `..`, links
+ * leading out, writes to protected entries (`.git`, tool configs:
+ * reasonCode "protected_entry", the entry in `rule`), FIFOs and devices,
+ * and sizes over its `files_max_bytes` ("resource_exhausted", the limit in
+ * `field`). Writes are atomic.
+ */
+export declare class Files {
+    private readonly c;
+    constructor(c: Client);
+    /** Writes data (a string as UTF-8, bytes, or an iterable of chunks, sent
+     * in parts) to path, replacing it atomically. */
+    write(session: string, path: string, data: string | Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>, options?: WriteFileOptions): Promise<FileInfo>;
+    /** The file's bytes in chunks as the service sends them (a large file is
+     * never held whole). */
+    readStream(session: string, path: string, options?: CallOptions): AsyncGenerator<Buffer, void, undefined>;
+    /** The whole file. */
+    read(session: string, path: string, options?: CallOptions): Promise<Buffer>;
+    /** The entries of a directory (default: the workspace), sorted by name. */
+    list(session: string, path?: string, options?: CallOptions): Promise<FileInfo[]>;
+    stat(session: string, path: string, options?: CallOptions): Promise<FileInfo>;
+    /** Removes a file, a link (never its target) or an empty directory;
+     * recursive removes a directory with what it holds. */
+    remove(session: string, path: string, options?: RemoveFileOptions): Promise<void>;
+}
 export declare class Client {
     /** The unix socket's path; "" for a TCP address. */
     readonly socketPath: string;
@@ -301,6 +354,8 @@ export declare class Client {
     /** Seconds a call other than a command's run may wait; null: no bound. */
     readonly timeout: number | null;
     private readonly target;
+    /** The files API of sessions' workspaces (see Files). */
+    readonly files: Files;
     constructor(options?: ClientOptions);
     private static request;
     /**

@@ -856,6 +856,177 @@ class Call {
 }
 
 /** A connection to `aleph-sandbox serve`. */
+/** One entry of a session's workspace, not followed when it is a link. */
+export interface FileInfo {
+  name: string;
+  /** "file", "dir", "link" or "other" (a FIFO, device or socket). */
+  kind: "file" | "dir" | "link" | "other";
+  size: number;
+  /** Permission bits (0o7777). */
+  mode: number;
+  /** Modification time, milliseconds since the epoch. */
+  mtimeMs: number;
+  /** A link's target, as stored ("" otherwise). */
+  target: string;
+}
+
+export interface WriteFileOptions extends CallOptions {
+  /** Permission bits; left out: keep an existing file's, or 0o644. */
+  mode?: number;
+  /** Create missing directories (default true). */
+  parents?: boolean;
+}
+
+export interface RemoveFileOptions extends CallOptions {
+  /** Remove a directory with what it holds (default: only an empty one). */
+  recursive?: boolean;
+}
+
+function fileInfo(v: unknown): FileInfo {
+  const m = isObject(v) ? v : {};
+  const kind = str(m.kind);
+  return {
+    name: str(m.name),
+    kind: kind === "file" || kind === "dir" || kind === "link" ? kind : "other",
+    size: num(m.size),
+    mode: num(m.mode),
+    mtimeMs: num(m.mtimeUnixMs),
+    target: str(m.target),
+  };
+}
+
+/** The data of one WriteFile request: a bigger file goes in parts of one
+ * upload (atomic on the service), each well under its request bound. */
+export const WRITE_CHUNK = 1 << 20;
+
+function fileSession(session: unknown): string {
+  if (typeof session !== "string" || session === "") {
+    throw new TypeError("session must be a non-empty string");
+  }
+  return session;
+}
+
+function filePath(path: unknown): string {
+  if (typeof path !== "string") {
+    throw new TypeError(`path must be a string relative to the session's workspace, got ${typeof path}`);
+  }
+  return path;
+}
+
+function fileMode(mode: unknown): number {
+  if (mode === undefined) {
+    return 0;
+  }
+  if (typeof mode !== "number" || !Number.isInteger(mode) || mode <= 0 || mode > 0o7777) {
+    throw new TypeError(`mode must be permission bits between 0o1 and 0o7777 (left out: keep an existing file's, or 0o644), got ${String(mode)}`);
+  }
+  return mode;
+}
+
+async function* fileChunks(data: string | Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>): AsyncGenerator<Buffer> {
+  if (typeof data === "string" || data instanceof Uint8Array) {
+    const b = typeof data === "string" ? Buffer.from(data, "utf8") : Buffer.from(data.buffer, data.byteOffset, data.byteLength);
+    yield b.subarray(0, WRITE_CHUNK);
+    for (let i = WRITE_CHUNK; i < b.length; i += WRITE_CHUNK) {
+      yield b.subarray(i, i + WRITE_CHUNK);
+    }
+    return;
+  }
+  // A stream: its chunks regrouped into parts of WRITE_CHUNK.
+  let pending: Buffer[] = [];
+  let size = 0;
+  let any = false;
+  for await (const c of data as AsyncIterable<Uint8Array>) {
+    const b = Buffer.from(c.buffer, c.byteOffset, c.byteLength);
+    pending.push(b);
+    size += b.length;
+    while (size >= WRITE_CHUNK) {
+      const all = Buffer.concat(pending);
+      yield all.subarray(0, WRITE_CHUNK);
+      any = true;
+      pending = [all.subarray(WRITE_CHUNK)];
+      size = pending[0].length;
+    }
+  }
+  if (size > 0 || !any) {
+    yield Buffer.concat(pending);
+  }
+}
+
+/**
+ * `client.files`: read, write, list, stat and remove files of a session's
+ * workspace (the directory its commands run in, made on first use). Paths
+ * are relative to it; the service refuses absolute paths and `..`, links
+ * leading out, writes to protected entries (`.git`, tool configs:
+ * reasonCode "protected_entry", the entry in `rule`), FIFOs and devices,
+ * and sizes over its `files_max_bytes` ("resource_exhausted", the limit in
+ * `field`). Writes are atomic.
+ */
+export class Files {
+  constructor(private readonly c: Client) {}
+
+  /** Writes data (a string as UTF-8, bytes, or an iterable of chunks, sent
+   * in parts) to path, replacing it atomically. */
+  async write(session: string, path: string, data: string | Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>, options: WriteFileOptions = {}): Promise<FileInfo> {
+    const base: JSONObject = { session: fileSession(session), path: filePath(path), mode: fileMode(options.mode), parents: options.parents ?? true };
+    const it = fileChunks(data);
+    let cur = (await it.next()).value as Buffer;
+    let next = await it.next();
+    if (next.done) {
+      const r = await this.c.unary("WriteFile", { ...base, data: cur.toString("base64") }, options, this.c.idleSeconds, session);
+      return fileInfo(r.info);
+    }
+    const uploadId = randomBytes(16).toString("hex");
+    let offset = 0;
+    for (;;) {
+      const more = !next.done;
+      const r = await this.c.unary("WriteFile", { ...base, data: cur.toString("base64"), uploadId, offset: String(offset), more }, options, this.c.idleSeconds, session);
+      offset += cur.length;
+      if (!more) {
+        return fileInfo(r.info);
+      }
+      cur = next.value as Buffer;
+      next = await it.next();
+    }
+  }
+
+  /** The file's bytes in chunks as the service sends them (a large file is
+   * never held whole). */
+  async *readStream(session: string, path: string, options: CallOptions = {}): AsyncGenerator<Buffer, void, undefined> {
+    for await (const m of this.c.serverStream("ReadFile", { session: fileSession(session), path: filePath(path) }, options.signal, this.c.idleSeconds, session)) {
+      if (typeof m.data === "string" && m.data !== "") {
+        yield Buffer.from(m.data, "base64");
+      }
+    }
+  }
+
+  /** The whole file. */
+  async read(session: string, path: string, options: CallOptions = {}): Promise<Buffer> {
+    const parts: Buffer[] = [];
+    for await (const c of this.readStream(session, path, options)) {
+      parts.push(c);
+    }
+    return Buffer.concat(parts);
+  }
+
+  /** The entries of a directory (default: the workspace), sorted by name. */
+  async list(session: string, path = ".", options: CallOptions = {}): Promise<FileInfo[]> {
+    const r = await this.c.unary("ListFiles", { session: fileSession(session), path: filePath(path) }, options, this.c.idleSeconds, session);
+    return (Array.isArray(r.entries) ? r.entries : []).map(fileInfo);
+  }
+
+  async stat(session: string, path: string, options: CallOptions = {}): Promise<FileInfo> {
+    const r = await this.c.unary("StatFile", { session: fileSession(session), path: filePath(path) }, options, this.c.idleSeconds, session);
+    return fileInfo(r.info);
+  }
+
+  /** Removes a file, a link (never its target) or an empty directory;
+   * recursive removes a directory with what it holds. */
+  async remove(session: string, path: string, options: RemoveFileOptions = {}): Promise<void> {
+    await this.c.unary("RemoveFile", { session: fileSession(session), path: filePath(path), recursive: options.recursive ?? false }, options, this.c.idleSeconds, session);
+  }
+}
+
 export class Client {
   /** The unix socket's path; "" for a TCP address. */
   readonly socketPath: string;
@@ -867,6 +1038,8 @@ export class Client {
   /** @internal The same, 0 for no bound (as Call takes it). */
   readonly idleSeconds: number;
   private readonly target: Target;
+  /** The files API of sessions' workspaces (see Files). */
+  readonly files: Files = new Files(this);
 
   constructor(options: ClientOptions = {}) {
     if (options.address !== undefined && options.socket !== undefined && options.address !== options.socket) {

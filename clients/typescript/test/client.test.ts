@@ -1356,3 +1356,98 @@ describe("the X-Aleph-Session header", { skip }, () => {
     assert.equal((await q.wait({ timeout: 30 })).exitCode, 0);
   });
 });
+
+// The files API against a real serve: what client.files writes, the
+// session's sandboxed commands read, and the other way round; links a
+// sandboxed command plants never lead it out.
+describe("client.files against a real serve", { skip }, () => {
+  const server = new Server({ config: `files_max_bytes = ${3 << 20}\n` });
+  let c: Client;
+
+  before(async () => {
+    await server.start();
+    c = new Client({ address: server.addr, approver: () => true });
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  async function refused(p: Promise<unknown>): Promise<SandboxError> {
+    try {
+      await p;
+    } catch (err) {
+      assert.ok(err instanceof SandboxError, String(err));
+      return err;
+    }
+    assert.fail("not refused");
+  }
+
+  test("write, read, list, stat, remove in the session's workspace", T, async () => {
+    const S = "tsfiles1";
+    const info = await c.files.write(S, "src/hello.txt", "hello\n", { mode: 0o640 });
+    assert.deepEqual([info.name, info.kind, info.size, info.mode], ["hello.txt", "file", 6, 0o640]);
+    const r = await c.exec(["/bin/cat", "src/hello.txt"], { session: S });
+    assert.equal(r.stdout.toString(), "hello\n");
+    const made = await c.exec(["/bin/sh", "-c", "printf 'from the sandbox' > made.txt"], { session: S, spawn: true });
+    assert.equal(made.exitCode, 0, made.stderr.toString());
+    assert.equal((await c.files.read(S, "made.txt")).toString(), "from the sandbox");
+    const list = await c.files.list(S);
+    assert.deepEqual(list.map((e) => [e.name, e.kind]), [["made.txt", "file"], ["src", "dir"]]);
+    const st = await c.files.stat(S, "src/hello.txt");
+    assert.equal(st.size, 6);
+    assert.ok(st.mtimeMs > 1e12);
+    assert.equal((await refused(c.files.remove(S, "src"))).reasonCode, "not_empty");
+    await c.files.remove(S, "src", { recursive: true });
+    const nf = await refused(c.files.stat(S, "src"));
+    assert.deepEqual([nf.code, nf.reasonCode], ["not_found", "not_found"]);
+  });
+
+  test("a large file goes in parts and streams back; over the limit is typed", T, async () => {
+    const S = "tsfiles2";
+    const data = Buffer.alloc((2 << 20) + 7);
+    for (let i = 0; i < data.length; i++) data[i] = (i * 31) & 0xff;
+    async function* gen(): AsyncGenerator<Uint8Array> {
+      for (let i = 0; i < data.length; i += 300_000) yield data.subarray(i, i + 300_000);
+    }
+    const info = await c.files.write(S, "big.bin", gen());
+    assert.equal(info.size, data.length);
+    const chunks: Buffer[] = [];
+    for await (const ch of c.files.readStream(S, "big.bin")) chunks.push(ch);
+    assert.ok(chunks.length > 1);
+    assert.ok(Buffer.concat(chunks).equals(data));
+    const wc = await c.exec(["/usr/bin/wc", "-c", "big.bin"], { session: S });
+    assert.equal(wc.stdout.toString().split(" ")[0], String(data.length));
+    const e = await refused(c.files.write(S, "big.bin", Buffer.alloc((3 << 20) + 1)));
+    assert.deepEqual([e.code, e.reasonCode, e.field], ["resource_exhausted", "resource_exhausted", "serve.files_max_bytes"]);
+    assert.equal((await c.files.stat(S, "big.bin")).size, data.length);
+    assert.deepEqual((await c.files.list(S)).map((x) => x.name), ["big.bin"]);
+  });
+
+  test("links a sandboxed command planted never lead out; protected entries are never written", T, async () => {
+    const S = "tsfiles3";
+    const secret = path.join(server.dir, "host-secret");
+    fs.writeFileSync(secret, "host secret");
+    const r = await c.exec(["/bin/sh", "-c", `ln -s ${secret} out && ln -s / root && mkfifo pipe && echo inside > own && echo planted`], { session: S, spawn: true });
+    assert.equal(r.stdout.toString(), "planted\n", r.stderr.toString());
+    for (const p of ["out", "root/etc/passwd"]) {
+      const e = await refused(c.files.read(S, p));
+      assert.deepEqual([e.code, e.reasonCode], ["permission_denied", "link_refused"], p);
+    }
+    assert.equal((await refused(c.files.read(S, "pipe"))).reasonCode, "not_regular");
+    for (const p of ["/etc/passwd", "../x"]) {
+      const e = await refused(c.files.read(S, p));
+      assert.deepEqual([e.code, e.field], ["invalid_argument", "path"], p);
+    }
+    for (const [p, entry] of [[".git/hooks/pre-commit", ".git"], [".vscode/tasks.json", ".vscode"]]) {
+      const e = await refused(c.files.write(S, p, "#!/bin/sh\n"));
+      assert.deepEqual([e.code, e.reasonCode, e.rule], ["permission_denied", "protected_entry", entry], p);
+    }
+    // Positive controls: the command's own file reads; the link is listed
+    // as a link; writing at it replaces the link, not the host's file.
+    assert.equal((await c.files.read(S, "own")).toString(), "inside\n");
+    const out = (await c.files.list(S)).find((x) => x.name === "out");
+    assert.deepEqual([out?.kind, out?.target], ["link", secret]);
+    await c.files.write(S, "out", "mine");
+    assert.equal(fs.readFileSync(secret, "utf8"), "host secret");
+  });
+});

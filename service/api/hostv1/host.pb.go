@@ -3379,6 +3379,653 @@ func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
 	return nil
 }
 
+// FileInfo describes one entry, not following it when it is a link.
+type FileInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// "file", "dir", "link" or "other" (a FIFO, device or socket).
+	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Size int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// The permission bits (0o7777).
+	Mode        uint32 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	MtimeUnixMs int64  `protobuf:"varint,5,opt,name=mtime_unix_ms,json=mtimeUnixMs,proto3" json:"mtime_unix_ms,omitempty"`
+	// A link's target, as stored.
+	Target        string `protobuf:"bytes,6,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileInfo) Reset() {
+	*x = FileInfo{}
+	mi := &file_host_proto_msgTypes[53]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileInfo) ProtoMessage() {}
+
+func (x *FileInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[53]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
+func (*FileInfo) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{53}
+}
+
+func (x *FileInfo) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *FileInfo) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *FileInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FileInfo) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *FileInfo) GetMtimeUnixMs() int64 {
+	if x != nil {
+		return x.MtimeUnixMs
+	}
+	return 0
+}
+
+func (x *FileInfo) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+type ReadFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFileRequest) Reset() {
+	*x = ReadFileRequest{}
+	mi := &file_host_proto_msgTypes[54]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileRequest) ProtoMessage() {}
+
+func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[54]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadFileRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{54}
+}
+
+func (x *ReadFileRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ReadFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// ReadFileResponse: the first message carries info (and no data), the
+// next ones the file's bytes in order.
+type ReadFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFileResponse) Reset() {
+	*x = ReadFileResponse{}
+	mi := &file_host_proto_msgTypes[55]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileResponse) ProtoMessage() {}
+
+func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[55]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
+func (*ReadFileResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{55}
+}
+
+func (x *ReadFileResponse) GetInfo() *FileInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *ReadFileResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type WriteFileRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Data    []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// The permission bits; 0 keeps an existing file's, or 0644.
+	Mode uint32 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	// Create the missing directories on the way.
+	Parents bool `protobuf:"varint,5,opt,name=parents,proto3" json:"parents,omitempty"`
+	// A file in parts: every part names the same upload_id (chosen by the
+	// client: unique, unguessable) and its offset in the file; every part
+	// but the last sets more. The file appears, whole, when the last part
+	// arrives; an upload whose next part does not come within 60 seconds is
+	// dropped, leaving nothing behind. Without upload_id, data is the whole
+	// file.
+	UploadId      string `protobuf:"bytes,6,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	Offset        int64  `protobuf:"varint,7,opt,name=offset,proto3" json:"offset,omitempty"`
+	More          bool   `protobuf:"varint,8,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFileRequest) Reset() {
+	*x = WriteFileRequest{}
+	mi := &file_host_proto_msgTypes[56]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileRequest) ProtoMessage() {}
+
+func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[56]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
+func (*WriteFileRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{56}
+}
+
+func (x *WriteFileRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *WriteFileRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *WriteFileRequest) GetParents() bool {
+	if x != nil {
+		return x.Parents
+	}
+	return false
+}
+
+func (x *WriteFileRequest) GetUploadId() string {
+	if x != nil {
+		return x.UploadId
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *WriteFileRequest) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+type WriteFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The file written (after the last part; empty while more are due).
+	Info *FileInfo `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	// The bytes of the upload received so far.
+	Received      int64 `protobuf:"varint,2,opt,name=received,proto3" json:"received,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFileResponse) Reset() {
+	*x = WriteFileResponse{}
+	mi := &file_host_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileResponse) ProtoMessage() {}
+
+func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
+func (*WriteFileResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *WriteFileResponse) GetInfo() *FileInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *WriteFileResponse) GetReceived() int64 {
+	if x != nil {
+		return x.Received
+	}
+	return 0
+}
+
+type ListFilesRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// The directory; empty is the workspace itself.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFilesRequest) Reset() {
+	*x = ListFilesRequest{}
+	mi := &file_host_proto_msgTypes[58]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFilesRequest) ProtoMessage() {}
+
+func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[58]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
+func (*ListFilesRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{58}
+}
+
+func (x *ListFilesRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ListFilesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type ListFilesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*FileInfo            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFilesResponse) Reset() {
+	*x = ListFilesResponse{}
+	mi := &file_host_proto_msgTypes[59]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFilesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFilesResponse) ProtoMessage() {}
+
+func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[59]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
+func (*ListFilesResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{59}
+}
+
+func (x *ListFilesResponse) GetEntries() []*FileInfo {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type StatFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatFileRequest) Reset() {
+	*x = StatFileRequest{}
+	mi := &file_host_proto_msgTypes[60]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatFileRequest) ProtoMessage() {}
+
+func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[60]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
+func (*StatFileRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{60}
+}
+
+func (x *StatFileRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *StatFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type StatFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatFileResponse) Reset() {
+	*x = StatFileResponse{}
+	mi := &file_host_proto_msgTypes[61]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatFileResponse) ProtoMessage() {}
+
+func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[61]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatFileResponse.ProtoReflect.Descriptor instead.
+func (*StatFileResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{61}
+}
+
+func (x *StatFileResponse) GetInfo() *FileInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+type RemoveFileRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// Remove a directory with what it holds (without it, only an empty
+	// one).
+	Recursive     bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveFileRequest) Reset() {
+	*x = RemoveFileRequest{}
+	mi := &file_host_proto_msgTypes[62]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveFileRequest) ProtoMessage() {}
+
+func (x *RemoveFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[62]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveFileRequest.ProtoReflect.Descriptor instead.
+func (*RemoveFileRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{62}
+}
+
+func (x *RemoveFileRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *RemoveFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RemoveFileRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+type RemoveFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveFileResponse) Reset() {
+	*x = RemoveFileResponse{}
+	mi := &file_host_proto_msgTypes[63]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveFileResponse) ProtoMessage() {}
+
+func (x *RemoveFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[63]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveFileResponse.ProtoReflect.Descriptor instead.
+func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{63}
+}
+
 var File_host_proto protoreflect.FileDescriptor
 
 const file_host_proto_rawDesc = "" +
@@ -3620,7 +4267,47 @@ const file_host_proto_rawDesc = "" +
 	"\x06exited\x18\x05 \x01(\bR\x06exited\x12\x1b\n" +
 	"\texit_code\x18\x06 \x01(\x05R\bexitCode\"Q\n" +
 	"\x15ListProcessesResponse\x128\n" +
-	"\tprocesses\x18\x01 \x03(\v2\x1a.aleph.host.v1.ProcessInfoR\tprocesses2\xd8\f\n" +
+	"\tprocesses\x18\x01 \x03(\v2\x1a.aleph.host.v1.ProcessInfoR\tprocesses\"\x96\x01\n" +
+	"\bFileInfo\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\"\n" +
+	"\rmtime_unix_ms\x18\x05 \x01(\x03R\vmtimeUnixMs\x12\x16\n" +
+	"\x06target\x18\x06 \x01(\tR\x06target\"?\n" +
+	"\x0fReadFileRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"S\n" +
+	"\x10ReadFileResponse\x12+\n" +
+	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"\xcb\x01\n" +
+	"\x10WriteFileRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x18\n" +
+	"\aparents\x18\x05 \x01(\bR\aparents\x12\x1b\n" +
+	"\tupload_id\x18\x06 \x01(\tR\buploadId\x12\x16\n" +
+	"\x06offset\x18\a \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04more\x18\b \x01(\bR\x04more\"\\\n" +
+	"\x11WriteFileResponse\x12+\n" +
+	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x1a\n" +
+	"\breceived\x18\x02 \x01(\x03R\breceived\"@\n" +
+	"\x10ListFilesRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"F\n" +
+	"\x11ListFilesResponse\x121\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.aleph.host.v1.FileInfoR\aentries\"?\n" +
+	"\x0fStatFileRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"?\n" +
+	"\x10StatFileResponse\x12+\n" +
+	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\"_\n" +
+	"\x11RemoveFileRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x14\n" +
+	"\x12RemoveFileResponse2\xe7\x0f\n" +
 	"\aService\x12J\n" +
 	"\aExecute\x12\x1d.aleph.host.v1.ExecuteRequest\x1a\x1e.aleph.host.v1.ExecuteResponse0\x01\x12N\n" +
 	"\tApprovals\x12\x1f.aleph.host.v1.ApprovalsRequest\x1a\x1e.aleph.host.v1.ApprovalRequest0\x01\x12H\n" +
@@ -3642,7 +4329,13 @@ const file_host_proto_rawDesc = "" +
 	"\rSignalProcess\x12#.aleph.host.v1.SignalProcessRequest\x1a$.aleph.host.v1.SignalProcessResponse\x12Z\n" +
 	"\rResizeProcess\x12#.aleph.host.v1.ResizeProcessRequest\x1a$.aleph.host.v1.ResizeProcessResponse\x12T\n" +
 	"\vWaitProcess\x12!.aleph.host.v1.WaitProcessRequest\x1a\".aleph.host.v1.WaitProcessResponse\x12Z\n" +
-	"\rListProcesses\x12#.aleph.host.v1.ListProcessesRequest\x1a$.aleph.host.v1.ListProcessesResponseBBZ@github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1;hostv1b\x06proto3"
+	"\rListProcesses\x12#.aleph.host.v1.ListProcessesRequest\x1a$.aleph.host.v1.ListProcessesResponse\x12M\n" +
+	"\bReadFile\x12\x1e.aleph.host.v1.ReadFileRequest\x1a\x1f.aleph.host.v1.ReadFileResponse0\x01\x12N\n" +
+	"\tWriteFile\x12\x1f.aleph.host.v1.WriteFileRequest\x1a .aleph.host.v1.WriteFileResponse\x12N\n" +
+	"\tListFiles\x12\x1f.aleph.host.v1.ListFilesRequest\x1a .aleph.host.v1.ListFilesResponse\x12K\n" +
+	"\bStatFile\x12\x1e.aleph.host.v1.StatFileRequest\x1a\x1f.aleph.host.v1.StatFileResponse\x12Q\n" +
+	"\n" +
+	"RemoveFile\x12 .aleph.host.v1.RemoveFileRequest\x1a!.aleph.host.v1.RemoveFileResponseBBZ@github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1;hostv1b\x06proto3"
 
 var (
 	file_host_proto_rawDescOnce sync.Once
@@ -3657,7 +4350,7 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
@@ -3713,12 +4406,23 @@ var file_host_proto_goTypes = []any{
 	(*ListProcessesRequest)(nil),      // 51: aleph.host.v1.ListProcessesRequest
 	(*ProcessInfo)(nil),               // 52: aleph.host.v1.ProcessInfo
 	(*ListProcessesResponse)(nil),     // 53: aleph.host.v1.ListProcessesResponse
-	nil,                               // 54: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                               // 55: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*FileInfo)(nil),                  // 54: aleph.host.v1.FileInfo
+	(*ReadFileRequest)(nil),           // 55: aleph.host.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),          // 56: aleph.host.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),          // 57: aleph.host.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),         // 58: aleph.host.v1.WriteFileResponse
+	(*ListFilesRequest)(nil),          // 59: aleph.host.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 60: aleph.host.v1.ListFilesResponse
+	(*StatFileRequest)(nil),           // 61: aleph.host.v1.StatFileRequest
+	(*StatFileResponse)(nil),          // 62: aleph.host.v1.StatFileResponse
+	(*RemoveFileRequest)(nil),         // 63: aleph.host.v1.RemoveFileRequest
+	(*RemoveFileResponse)(nil),        // 64: aleph.host.v1.RemoveFileResponse
+	nil,                               // 65: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 66: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	54, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	55, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	65, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	66, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	5,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
 	10, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	7,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
@@ -3742,49 +4446,63 @@ var file_host_proto_depIdxs = []int32{
 	7,  // 22: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
 	7,  // 23: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
 	52, // 24: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
-	2,  // 25: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
-	9,  // 26: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
-	11, // 27: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
-	13, // 28: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
-	20, // 29: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
-	25, // 30: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
-	27, // 31: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
-	29, // 32: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
-	31, // 33: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
-	33, // 34: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
-	35, // 35: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
-	37, // 36: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
-	39, // 37: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
-	41, // 38: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
-	43, // 39: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
-	45, // 40: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
-	47, // 41: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
-	49, // 42: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
-	51, // 43: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
-	3,  // 44: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	10, // 45: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	12, // 46: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	19, // 47: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	24, // 48: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	26, // 49: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	28, // 50: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	30, // 51: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	32, // 52: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
-	34, // 53: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
-	36, // 54: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
-	38, // 55: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
-	40, // 56: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
-	42, // 57: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
-	44, // 58: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
-	46, // 59: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
-	48, // 60: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
-	50, // 61: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
-	53, // 62: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
-	44, // [44:63] is the sub-list for method output_type
-	25, // [25:44] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	54, // 25: aleph.host.v1.ReadFileResponse.info:type_name -> aleph.host.v1.FileInfo
+	54, // 26: aleph.host.v1.WriteFileResponse.info:type_name -> aleph.host.v1.FileInfo
+	54, // 27: aleph.host.v1.ListFilesResponse.entries:type_name -> aleph.host.v1.FileInfo
+	54, // 28: aleph.host.v1.StatFileResponse.info:type_name -> aleph.host.v1.FileInfo
+	2,  // 29: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
+	9,  // 30: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
+	11, // 31: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
+	13, // 32: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
+	20, // 33: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
+	25, // 34: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
+	27, // 35: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
+	29, // 36: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
+	31, // 37: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
+	33, // 38: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
+	35, // 39: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
+	37, // 40: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
+	39, // 41: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
+	41, // 42: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
+	43, // 43: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
+	45, // 44: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
+	47, // 45: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
+	49, // 46: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
+	51, // 47: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
+	55, // 48: aleph.host.v1.Service.ReadFile:input_type -> aleph.host.v1.ReadFileRequest
+	57, // 49: aleph.host.v1.Service.WriteFile:input_type -> aleph.host.v1.WriteFileRequest
+	59, // 50: aleph.host.v1.Service.ListFiles:input_type -> aleph.host.v1.ListFilesRequest
+	61, // 51: aleph.host.v1.Service.StatFile:input_type -> aleph.host.v1.StatFileRequest
+	63, // 52: aleph.host.v1.Service.RemoveFile:input_type -> aleph.host.v1.RemoveFileRequest
+	3,  // 53: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	10, // 54: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	12, // 55: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	19, // 56: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	24, // 57: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	26, // 58: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	28, // 59: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	30, // 60: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	32, // 61: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
+	34, // 62: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
+	36, // 63: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
+	38, // 64: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	40, // 65: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	42, // 66: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	44, // 67: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	46, // 68: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	48, // 69: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	50, // 70: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	53, // 71: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	56, // 72: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
+	58, // 73: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
+	60, // 74: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
+	62, // 75: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
+	64, // 76: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
+	53, // [53:77] is the sub-list for method output_type
+	29, // [29:53] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_host_proto_init() }
@@ -3814,7 +4532,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   55,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

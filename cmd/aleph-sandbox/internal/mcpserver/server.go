@@ -364,6 +364,9 @@ func New(r Runner, cfg Config) *Server {
 	}
 	srv.tracker = &procTracker{procs: procs, watchStarts: cfg.Processes == nil, owned: map[*mcp.ServerSession]map[string]bool{}}
 	addProcessTools(s, cfg, srv.tracker, asked)
+	if fh, ok := r.(alephsandbox.FileHost); ok {
+		addFileTools(s, cfg, fh)
+	}
 	return srv
 }
 

@@ -79,6 +79,16 @@ const (
 	ServiceWaitProcessProcedure = "/aleph.host.v1.Service/WaitProcess"
 	// ServiceListProcessesProcedure is the fully-qualified name of the Service's ListProcesses RPC.
 	ServiceListProcessesProcedure = "/aleph.host.v1.Service/ListProcesses"
+	// ServiceReadFileProcedure is the fully-qualified name of the Service's ReadFile RPC.
+	ServiceReadFileProcedure = "/aleph.host.v1.Service/ReadFile"
+	// ServiceWriteFileProcedure is the fully-qualified name of the Service's WriteFile RPC.
+	ServiceWriteFileProcedure = "/aleph.host.v1.Service/WriteFile"
+	// ServiceListFilesProcedure is the fully-qualified name of the Service's ListFiles RPC.
+	ServiceListFilesProcedure = "/aleph.host.v1.Service/ListFiles"
+	// ServiceStatFileProcedure is the fully-qualified name of the Service's StatFile RPC.
+	ServiceStatFileProcedure = "/aleph.host.v1.Service/StatFile"
+	// ServiceRemoveFileProcedure is the fully-qualified name of the Service's RemoveFile RPC.
+	ServiceRemoveFileProcedure = "/aleph.host.v1.Service/RemoveFile"
 )
 
 // ServiceClient is a client for the aleph.host.v1.Service service.
@@ -132,6 +142,24 @@ type ServiceClient interface {
 	// session's table (later calls for its id are NotFound).
 	WaitProcess(context.Context, *connect.Request[hostv1.WaitProcessRequest]) (*connect.Response[hostv1.WaitProcessResponse], error)
 	ListProcesses(context.Context, *connect.Request[hostv1.ListProcessesRequest]) (*connect.Response[hostv1.ListProcessesResponse], error)
+	// The files API (docs/serve.md, "Files"): files of a session's
+	// workspace, the session made as Execute makes it. A path is relative
+	// to the workspace; a link never leads out of it, protected entries
+	// (.git, tool configs) are never written or removed, a FIFO or device is
+	// never opened, sizes are bounded by [serve] files_max_bytes and
+	// files_max_list_entries. Errors carry an ErrorDetail: not_found,
+	// invalid_request with the field, protected_entry naming the entry in
+	// rule, link_refused, not_regular, resource_exhausted naming the limit.
+	//
+	// ReadFile streams the file: info first, then the data in chunks.
+	ReadFile(context.Context, *connect.Request[hostv1.ReadFileRequest]) (*connect.ServerStreamForClient[hostv1.ReadFileResponse], error)
+	// WriteFile replaces or creates a file atomically (a temporary file in
+	// the same directory, renamed into place). A file larger than one
+	// request is sent in parts under one upload_id (see WriteFileRequest).
+	WriteFile(context.Context, *connect.Request[hostv1.WriteFileRequest]) (*connect.Response[hostv1.WriteFileResponse], error)
+	ListFiles(context.Context, *connect.Request[hostv1.ListFilesRequest]) (*connect.Response[hostv1.ListFilesResponse], error)
+	StatFile(context.Context, *connect.Request[hostv1.StatFileRequest]) (*connect.Response[hostv1.StatFileResponse], error)
+	RemoveFile(context.Context, *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error)
 }
 
 // NewServiceClient constructs a client for the aleph.host.v1.Service service. By default, it uses
@@ -259,6 +287,36 @@ func NewServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(serviceMethods.ByName("ListProcesses")),
 			connect.WithClientOptions(opts...),
 		),
+		readFile: connect.NewClient[hostv1.ReadFileRequest, hostv1.ReadFileResponse](
+			httpClient,
+			baseURL+ServiceReadFileProcedure,
+			connect.WithSchema(serviceMethods.ByName("ReadFile")),
+			connect.WithClientOptions(opts...),
+		),
+		writeFile: connect.NewClient[hostv1.WriteFileRequest, hostv1.WriteFileResponse](
+			httpClient,
+			baseURL+ServiceWriteFileProcedure,
+			connect.WithSchema(serviceMethods.ByName("WriteFile")),
+			connect.WithClientOptions(opts...),
+		),
+		listFiles: connect.NewClient[hostv1.ListFilesRequest, hostv1.ListFilesResponse](
+			httpClient,
+			baseURL+ServiceListFilesProcedure,
+			connect.WithSchema(serviceMethods.ByName("ListFiles")),
+			connect.WithClientOptions(opts...),
+		),
+		statFile: connect.NewClient[hostv1.StatFileRequest, hostv1.StatFileResponse](
+			httpClient,
+			baseURL+ServiceStatFileProcedure,
+			connect.WithSchema(serviceMethods.ByName("StatFile")),
+			connect.WithClientOptions(opts...),
+		),
+		removeFile: connect.NewClient[hostv1.RemoveFileRequest, hostv1.RemoveFileResponse](
+			httpClient,
+			baseURL+ServiceRemoveFileProcedure,
+			connect.WithSchema(serviceMethods.ByName("RemoveFile")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -283,6 +341,11 @@ type serviceClient struct {
 	resizeProcess     *connect.Client[hostv1.ResizeProcessRequest, hostv1.ResizeProcessResponse]
 	waitProcess       *connect.Client[hostv1.WaitProcessRequest, hostv1.WaitProcessResponse]
 	listProcesses     *connect.Client[hostv1.ListProcessesRequest, hostv1.ListProcessesResponse]
+	readFile          *connect.Client[hostv1.ReadFileRequest, hostv1.ReadFileResponse]
+	writeFile         *connect.Client[hostv1.WriteFileRequest, hostv1.WriteFileResponse]
+	listFiles         *connect.Client[hostv1.ListFilesRequest, hostv1.ListFilesResponse]
+	statFile          *connect.Client[hostv1.StatFileRequest, hostv1.StatFileResponse]
+	removeFile        *connect.Client[hostv1.RemoveFileRequest, hostv1.RemoveFileResponse]
 }
 
 // Execute calls aleph.host.v1.Service.Execute.
@@ -380,6 +443,31 @@ func (c *serviceClient) ListProcesses(ctx context.Context, req *connect.Request[
 	return c.listProcesses.CallUnary(ctx, req)
 }
 
+// ReadFile calls aleph.host.v1.Service.ReadFile.
+func (c *serviceClient) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadFileRequest]) (*connect.ServerStreamForClient[hostv1.ReadFileResponse], error) {
+	return c.readFile.CallServerStream(ctx, req)
+}
+
+// WriteFile calls aleph.host.v1.Service.WriteFile.
+func (c *serviceClient) WriteFile(ctx context.Context, req *connect.Request[hostv1.WriteFileRequest]) (*connect.Response[hostv1.WriteFileResponse], error) {
+	return c.writeFile.CallUnary(ctx, req)
+}
+
+// ListFiles calls aleph.host.v1.Service.ListFiles.
+func (c *serviceClient) ListFiles(ctx context.Context, req *connect.Request[hostv1.ListFilesRequest]) (*connect.Response[hostv1.ListFilesResponse], error) {
+	return c.listFiles.CallUnary(ctx, req)
+}
+
+// StatFile calls aleph.host.v1.Service.StatFile.
+func (c *serviceClient) StatFile(ctx context.Context, req *connect.Request[hostv1.StatFileRequest]) (*connect.Response[hostv1.StatFileResponse], error) {
+	return c.statFile.CallUnary(ctx, req)
+}
+
+// RemoveFile calls aleph.host.v1.Service.RemoveFile.
+func (c *serviceClient) RemoveFile(ctx context.Context, req *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error) {
+	return c.removeFile.CallUnary(ctx, req)
+}
+
 // ServiceHandler is an implementation of the aleph.host.v1.Service service.
 type ServiceHandler interface {
 	// Execute runs one command: output chunks (each stream's bytes in the
@@ -431,6 +519,24 @@ type ServiceHandler interface {
 	// session's table (later calls for its id are NotFound).
 	WaitProcess(context.Context, *connect.Request[hostv1.WaitProcessRequest]) (*connect.Response[hostv1.WaitProcessResponse], error)
 	ListProcesses(context.Context, *connect.Request[hostv1.ListProcessesRequest]) (*connect.Response[hostv1.ListProcessesResponse], error)
+	// The files API (docs/serve.md, "Files"): files of a session's
+	// workspace, the session made as Execute makes it. A path is relative
+	// to the workspace; a link never leads out of it, protected entries
+	// (.git, tool configs) are never written or removed, a FIFO or device is
+	// never opened, sizes are bounded by [serve] files_max_bytes and
+	// files_max_list_entries. Errors carry an ErrorDetail: not_found,
+	// invalid_request with the field, protected_entry naming the entry in
+	// rule, link_refused, not_regular, resource_exhausted naming the limit.
+	//
+	// ReadFile streams the file: info first, then the data in chunks.
+	ReadFile(context.Context, *connect.Request[hostv1.ReadFileRequest], *connect.ServerStream[hostv1.ReadFileResponse]) error
+	// WriteFile replaces or creates a file atomically (a temporary file in
+	// the same directory, renamed into place). A file larger than one
+	// request is sent in parts under one upload_id (see WriteFileRequest).
+	WriteFile(context.Context, *connect.Request[hostv1.WriteFileRequest]) (*connect.Response[hostv1.WriteFileResponse], error)
+	ListFiles(context.Context, *connect.Request[hostv1.ListFilesRequest]) (*connect.Response[hostv1.ListFilesResponse], error)
+	StatFile(context.Context, *connect.Request[hostv1.StatFileRequest]) (*connect.Response[hostv1.StatFileResponse], error)
+	RemoveFile(context.Context, *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error)
 }
 
 // NewServiceHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -554,6 +660,36 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(serviceMethods.ByName("ListProcesses")),
 		connect.WithHandlerOptions(opts...),
 	)
+	serviceReadFileHandler := connect.NewServerStreamHandler(
+		ServiceReadFileProcedure,
+		svc.ReadFile,
+		connect.WithSchema(serviceMethods.ByName("ReadFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceWriteFileHandler := connect.NewUnaryHandler(
+		ServiceWriteFileProcedure,
+		svc.WriteFile,
+		connect.WithSchema(serviceMethods.ByName("WriteFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceListFilesHandler := connect.NewUnaryHandler(
+		ServiceListFilesProcedure,
+		svc.ListFiles,
+		connect.WithSchema(serviceMethods.ByName("ListFiles")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceStatFileHandler := connect.NewUnaryHandler(
+		ServiceStatFileProcedure,
+		svc.StatFile,
+		connect.WithSchema(serviceMethods.ByName("StatFile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceRemoveFileHandler := connect.NewUnaryHandler(
+		ServiceRemoveFileProcedure,
+		svc.RemoveFile,
+		connect.WithSchema(serviceMethods.ByName("RemoveFile")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/aleph.host.v1.Service/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ServiceExecuteProcedure:
@@ -594,6 +730,16 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 			serviceWaitProcessHandler.ServeHTTP(w, r)
 		case ServiceListProcessesProcedure:
 			serviceListProcessesHandler.ServeHTTP(w, r)
+		case ServiceReadFileProcedure:
+			serviceReadFileHandler.ServeHTTP(w, r)
+		case ServiceWriteFileProcedure:
+			serviceWriteFileHandler.ServeHTTP(w, r)
+		case ServiceListFilesProcedure:
+			serviceListFilesHandler.ServeHTTP(w, r)
+		case ServiceStatFileProcedure:
+			serviceStatFileHandler.ServeHTTP(w, r)
+		case ServiceRemoveFileProcedure:
+			serviceRemoveFileHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -677,4 +823,24 @@ func (UnimplementedServiceHandler) WaitProcess(context.Context, *connect.Request
 
 func (UnimplementedServiceHandler) ListProcesses(context.Context, *connect.Request[hostv1.ListProcessesRequest]) (*connect.Response[hostv1.ListProcessesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.ListProcesses is not implemented"))
+}
+
+func (UnimplementedServiceHandler) ReadFile(context.Context, *connect.Request[hostv1.ReadFileRequest], *connect.ServerStream[hostv1.ReadFileResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.ReadFile is not implemented"))
+}
+
+func (UnimplementedServiceHandler) WriteFile(context.Context, *connect.Request[hostv1.WriteFileRequest]) (*connect.Response[hostv1.WriteFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.WriteFile is not implemented"))
+}
+
+func (UnimplementedServiceHandler) ListFiles(context.Context, *connect.Request[hostv1.ListFilesRequest]) (*connect.Response[hostv1.ListFilesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.ListFiles is not implemented"))
+}
+
+func (UnimplementedServiceHandler) StatFile(context.Context, *connect.Request[hostv1.StatFileRequest]) (*connect.Response[hostv1.StatFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.StatFile is not implemented"))
+}
+
+func (UnimplementedServiceHandler) RemoveFile(context.Context, *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.RemoveFile is not implemented"))
 }

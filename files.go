@@ -1,0 +1,195 @@
+package alephsandbox
+
+import (
+	"bytes"
+	"context"
+	"io"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/core/wsfs"
+)
+
+// FileInfo describes one entry of a session's workspace: Name, Kind
+// ("file", "dir", "link", "other"), Size, Mode (permission bits), ModTime
+// and, for a link, its Target.
+type FileInfo = wsfs.Info
+
+// FileError is a refused or failed file operation; its Code says what to
+// branch on (wsfs.CodeNotFound, CodeProtected naming Entry, CodeInvalid
+// naming Field, CodeLink...). A size or list limit is a *core.LimitError
+// instead, naming the configuration key.
+type FileError = wsfs.Error
+
+// WriteFileOptions shape WriteFile: Mode (0: keep an existing file's, or
+// 0o644) and Parents (create missing directories).
+type WriteFileOptions = wsfs.WriteOptions
+
+// RemoveFileOptions shape RemoveFile: Recursive removes a directory with
+// what it holds.
+type RemoveFileOptions = wsfs.RemoveOptions
+
+// FileHost is the files API over sessions' workspaces: paths are relative
+// to the session's workspace, which is created on first use as Execute
+// creates it. Every rule is wsfs's (a link never leads out, protected
+// entries are never written or removed, a FIFO or device is never opened,
+// sizes bounded by [serve] files_max_bytes and files_max_list_entries,
+// writes atomic), and every operation is audited.
+type FileHost interface {
+	// OpenFile opens a regular file for reading (the caller closes it):
+	// large files are read as a stream.
+	OpenFile(ctx context.Context, session, path string) (io.ReadCloser, FileInfo, error)
+	// WriteFile replaces or creates a file with what src holds, at most
+	// files_max_bytes, atomically.
+	WriteFile(ctx context.Context, session, path string, src io.Reader, opts WriteFileOptions) (FileInfo, error)
+	ListFiles(ctx context.Context, session, path string) ([]FileInfo, error)
+	StatFile(ctx context.Context, session, path string) (FileInfo, error)
+	RemoveFile(ctx context.Context, session, path string, opts RemoveFileOptions) error
+}
+
+var _ FileHost = (*Runtime)(nil)
+
+// fileRoot is the session's workspace as the files API sees it, the
+// session and its workspace made as Execute makes them.
+func (r *Runtime) fileRoot(session string) (*wsfs.Root, error) {
+	if r.ws == nil {
+		return nil, ErrDisabled
+	}
+	dir, err := r.ws.WorkspacePath(session)
+	if err != nil {
+		return nil, err
+	}
+	return &wsfs.Root{Dir: dir, Protected: r.files.protected, Limits: r.files.limits}, nil
+}
+
+// audit records one file operation: refusals (a protected entry, a link,
+// a bad path, a limit) apart from failures.
+func (r *Runtime) auditFile(ctx context.Context, session, op, path string, n int64, err error) {
+	if r.ws == nil {
+		return
+	}
+	refused := false
+	if err != nil {
+		switch wsfs.CodeOf(err) {
+		case wsfs.CodeProtected, wsfs.CodeLink, wsfs.CodeInvalid, wsfs.CodeNotRegular, wsfs.CodeChanged:
+			refused = true
+		}
+		if core.LimitOf(err) != "" {
+			refused = true
+		}
+	}
+	r.ws.RecordFile(ctx, session, core.FileAudit{Op: op, Path: path, Bytes: n}, refused, err)
+}
+
+// OpenFile implements FileHost. The read is audited when the file is
+// opened (its size then).
+func (r *Runtime) OpenFile(ctx context.Context, session, path string) (io.ReadCloser, FileInfo, error) {
+	root, err := r.fileRoot(session)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	f, in, err := root.Open(ctx, path)
+	r.auditFile(ctx, session, "read", path, in.Size, err)
+	if err != nil {
+		return nil, FileInfo{}, err
+	}
+	// The open file is bounded as well: one growing while it is read
+	// stops at the limit.
+	return &boundedFile{ReadCloser: f, left: root.Limits.MaxFileBytes, root: root, path: path}, in, nil
+}
+
+// boundedFile ends a read at files_max_bytes with the limit's error.
+type boundedFile struct {
+	io.ReadCloser
+	left int64
+	root *wsfs.Root
+	path string
+}
+
+func (b *boundedFile) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		var one [1]byte
+		if n, _ := b.ReadCloser.Read(one[:]); n > 0 {
+			return 0, &core.LimitError{Limit: b.root.Limits.FileKey, Value: b.root.Limits.MaxFileBytes,
+				Reason: "read " + b.path + ": the file grew past the limit while it was read"}
+		}
+		return 0, io.EOF
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left]
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	return n, err
+}
+
+// ReadFile reads a whole file of a session's workspace.
+func (r *Runtime) ReadFile(ctx context.Context, session, path string) ([]byte, error) {
+	f, _, err := r.OpenFile(ctx, session, path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var buf bytes.Buffer
+	if _, err := buf.ReadFrom(f); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteFile implements FileHost.
+func (r *Runtime) WriteFile(ctx context.Context, session, path string, src io.Reader, opts WriteFileOptions) (FileInfo, error) {
+	root, err := r.fileRoot(session)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	in, err := root.Write(ctx, path, src, opts)
+	r.auditFile(ctx, session, "write", path, in.Size, err)
+	return in, err
+}
+
+// ListFiles implements FileHost.
+func (r *Runtime) ListFiles(ctx context.Context, session, path string) ([]FileInfo, error) {
+	root, err := r.fileRoot(session)
+	if err != nil {
+		return nil, err
+	}
+	out, err := root.List(ctx, path)
+	r.auditFile(ctx, session, "list", path, 0, err)
+	return out, err
+}
+
+// StatFile implements FileHost.
+func (r *Runtime) StatFile(ctx context.Context, session, path string) (FileInfo, error) {
+	root, err := r.fileRoot(session)
+	if err != nil {
+		return FileInfo{}, err
+	}
+	in, err := root.Stat(ctx, path)
+	r.auditFile(ctx, session, "stat", path, 0, err)
+	return in, err
+}
+
+// RemoveFile implements FileHost.
+func (r *Runtime) RemoveFile(ctx context.Context, session, path string, opts RemoveFileOptions) error {
+	root, err := r.fileRoot(session)
+	if err != nil {
+		return err
+	}
+	err = root.Remove(ctx, path, opts)
+	r.auditFile(ctx, session, "remove", path, 0, err)
+	return err
+}
+
+// fileConfig is what the files API takes from the configuration.
+type fileConfig struct {
+	protected []string
+	limits    wsfs.Limits
+}
+
+func fileConfigOf(cfg core.Config) fileConfig {
+	l := cfg.Serve.Limits(cfg.Sandbox.MaxOutputBytes)
+	return fileConfig{protected: cfg.ProtectedEntries(), limits: wsfs.Limits{
+		MaxFileBytes: l.FilesMaxBytes, MaxListEntries: l.FilesMaxListEntries,
+		FileKey: "serve.files_max_bytes", ListKey: "serve.files_max_list_entries",
+	}}
+}
