@@ -11,7 +11,8 @@ import (
 	"time"
 )
 
-// BenchmarkPluginStart starts a plugin (this test binary's fake driver),
+// BenchmarkPluginStart starts a plugin (this test binary's fake driver, or
+// the driver binary ALEPH_BENCH_DRIVER names, told it runs one command),
 // makes one call and ends it, as a one-shot CLI does with its driver: with
 // the keyed unix transport and with mutual TLS, alternating, so both ways
 // see the same load. It reports each way's p50 and CPU (this process and
@@ -34,11 +35,17 @@ func BenchmarkPluginStart(b *testing.B) {
 		_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
 		return time.Duration(self.Utime.Nano() + self.Stime.Nano() + kids.Utime.Nano() + kids.Stime.Nano())
 	}
+	cfg := LaunchConfig{Path: exe, Env: []string{"ALEPH_DRIVERAPI_TEST_PLUGIN=driver"}}
+	if p := os.Getenv("ALEPH_BENCH_DRIVER"); p != "" {
+		cfg = LaunchConfig{Path: p, Env: []string{"ALEPH_DRIVER_ONE_COMMAND=1"}}
+	}
 	ctx := context.Background()
 	for b.Loop() {
 		for _, w := range ways {
 			c0, t0 := cpuNow(), time.Now()
-			proc, err := LaunchDriver(ctx, LaunchConfig{Path: exe, Env: []string{"ALEPH_DRIVERAPI_TEST_PLUGIN=driver"}, MutualTLS: w.tls})
+			c := cfg
+			c.MutualTLS = w.tls
+			proc, err := LaunchDriver(ctx, c)
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -231,7 +231,7 @@ func pythonAs(t *testing.T, uid int, role, path string, key []byte) *exec.Cmd {
 // accepted (the positive control).
 func TestKeyedTransportRefusesAnotherUID(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a peer as another uid (the scripts run this package as root)")
+		t.Skip("needs root to run a peer as another uid (the main pass, as root, runs it)")
 	}
 	if _, err := os.Stat(systemPython); err != nil {
 		t.Skip(systemPython + " plays the other uid's peer: not installed")
