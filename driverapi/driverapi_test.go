@@ -29,6 +29,20 @@ func TestMain(m *testing.M) {
 	case "driver":
 		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("from plugin")})
 		return
+	case "driver-ignores-offer":
+		// A plugin built before the keyed transport: it never looks at
+		// the offer (nor at the key's PEM block) and serves mutual TLS.
+		os.Unsetenv("ALEPH_PLUGIN_TRANSPORT")
+		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("from plugin")})
+		return
+	case "driver-automtls":
+		// Older still: it knows neither the certificate pipe nor the
+		// offer, and go-plugin's AutoMTLS answers with a certificate of
+		// its own in the handshake line.
+		os.Unsetenv("ALEPH_PLUGIN_TRANSPORT")
+		os.Unsetenv("ALEPH_PLUGIN_TLS_FD")
+		driverapi.Serve(&drivertest.FakeDriver{Stdout: []byte("from plugin")})
+		return
 	case "hook":
 		driverapi.ServeHook(denyHook{})
 		return

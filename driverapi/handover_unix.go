@@ -3,6 +3,7 @@
 package driverapi
 
 import (
+	"crypto/rand"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -25,6 +26,10 @@ const lifelineEnv = "ALEPH_PLUGIN_LIFELINE_FD"
 // the TLS material and the lifeline.
 type handover struct {
 	tlsConfig *tls.Config
+	// key is the keyed transport's secret, nil when it is not offered;
+	// keyDir is where a plugin that takes the offer makes its socket.
+	key       []byte
+	keyDir    string
 	childEnds []*os.File
 	lifeline  io.Closer
 	// socketDir is a private (0700) directory made for this launch, where
@@ -39,28 +44,75 @@ type handover struct {
 const socketDirPrefix = "aleph-plugin-"
 
 // newHandover prepares cmd: the TLS pipe at descriptor 3 and the lifeline
-// at 4 (ExtraFiles start at 3).
-func newHandover(cmd *exec.Cmd) (*handover, error) {
-	ht, err := newHostTLS(3)
+// at 4 (ExtraFiles start at 3). Unless mutualTLS forces TLS, it offers the
+// keyed transport (transport.go) when its conditions hold here: the peer's
+// uid can be read and the socket directory is private.
+func newHandover(cmd *exec.Cmd, mutualTLS bool) (*handover, error) {
+	dir, err := os.MkdirTemp("", socketDirPrefix)
 	if err != nil {
+		return nil, fmt.Errorf("plugin socket directory: %w", err)
+	}
+	var key []byte
+	if !mutualTLS && peerCredSupported && privateDir(dir) {
+		key = make([]byte, transportKeySize)
+		if _, err := rand.Read(key); err != nil {
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("transport key: %w", err)
+		}
+	}
+	ht, err := newHostTLS(3, key)
+	if err != nil {
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("mutual TLS: %w", err)
 	}
 	lr, lw, err := os.Pipe()
 	if err != nil {
 		ht.pipe.Close()
+		os.RemoveAll(dir)
 		return nil, fmt.Errorf("lifeline pipe: %w", err)
-	}
-	dir, err := os.MkdirTemp("", socketDirPrefix)
-	if err != nil {
-		ht.pipe.Close()
-		lr.Close()
-		lw.Close()
-		return nil, fmt.Errorf("plugin socket directory: %w", err)
 	}
 	cmd.Env = append(cmd.Env, ht.env...)
 	cmd.Env = append(cmd.Env, lifelineEnv+"=4", socketDirEnv+"="+dir)
+	h := &handover{tlsConfig: ht.config, childEnds: []*os.File{ht.pipe, lr}, lifeline: lw, socketDir: dir}
+	if key != nil {
+		cmd.Env = append(cmd.Env, transportEnv+"="+transportKeyed)
+		h.key, h.keyDir = key, filepath.Join(dir, keySocketSubdir)
+	}
 	cmd.ExtraFiles = []*os.File{ht.pipe, lr}
-	return &handover{tlsConfig: ht.config, childEnds: []*os.File{ht.pipe, lr}, lifeline: lw, socketDir: dir}, nil
+	return h, nil
+}
+
+// privateDir reports whether dir is a directory (not a link) owned by this
+// process's uid that nobody else may enter: then only this uid (and root)
+// can connect to a socket in it or put one in its place.
+func privateDir(dir string) bool {
+	st, err := os.Lstat(dir)
+	if err != nil || !st.IsDir() || st.Mode().Perm()&0o077 != 0 {
+		return false
+	}
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && int(sys.Uid) == os.Geteuid()
+}
+
+// takeKeyedTransport, in the plugin, takes the host's offer of the keyed
+// transport when it can keep its side of it: the host sent a key, the
+// peer's uid can be read here, and the socket directory the host named is
+// private. It then makes the subdirectory that tells the host so and
+// points go-plugin's socket there. The offer's variable is removed either
+// way, so nothing the plugin starts sees it.
+func takeKeyedTransport(key []byte) bool {
+	offered := os.Getenv(transportEnv) == transportKeyed
+	os.Unsetenv(transportEnv)
+	dir := os.Getenv(socketDirEnv)
+	if !offered || key == nil || !peerCredSupported || dir == "" || !privateDir(dir) {
+		return false
+	}
+	sub := filepath.Join(dir, keySocketSubdir)
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		return false
+	}
+	os.Setenv(socketDirEnv, sub)
+	return true
 }
 
 // socketDirEnv is go-plugin's variable for where a plugin makes its socket.
@@ -100,12 +152,15 @@ func watchLifeline() error {
 	if f == nil {
 		return fmt.Errorf("%s=%d is not open", lifelineEnv, fd)
 	}
+	// The host's directory, taken now: the keyed transport points the
+	// variable at a subdirectory of it later.
+	dir := os.Getenv(socketDirEnv)
 	go func() {
 		_, _ = io.Copy(io.Discard, f)
 		// The host is gone or done with us. A host that died cannot remove
 		// our socket directory: do it here. Exiting ends the threads that
 		// started sandboxes, so their parent-death signals fire.
-		if dir := os.Getenv(socketDirEnv); strings.HasPrefix(filepath.Base(dir), socketDirPrefix) {
+		if strings.HasPrefix(filepath.Base(dir), socketDirPrefix) {
 			_ = os.RemoveAll(dir)
 		}
 		os.Exit(0)

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -131,7 +132,7 @@ func ServeHook(h Hook) {
 // before anything can start a process that would inherit it), then starts
 // the driver's preparation and serves.
 func serve(ps plugin.PluginSet, start func()) {
-	tlsConfig, err := pluginTLS()
+	tlsConfig, key, err := pluginTLS()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "plugin: mutual TLS:", err)
 		os.Exit(1)
@@ -147,7 +148,17 @@ func serve(ps plugin.PluginSet, start func()) {
 		GRPCServer:      plugin.DefaultGRPCServer,
 		Logger:          pluginLogger("plugin"),
 	}
-	if tlsConfig != nil {
+	if takeKeyedTransport(key) {
+		// No TLS: every connection proves this launch's key first and
+		// comes from this uid (transport.go says why that is enough on a
+		// private unix socket). Without the host's certificate in the
+		// environment go-plugin does not start AutoMTLS either.
+		os.Unsetenv(clientCertEnv)
+		creds := &pluginKeyCreds{key: key}
+		sc.GRPCServer = func(opts []grpc.ServerOption) *grpc.Server {
+			return grpc.NewServer(append(opts, grpc.Creds(creds))...)
+		}
+	} else if tlsConfig != nil {
 		sc.TLSProvider = func() (*tls.Config, error) { return tlsConfig, nil }
 	}
 	// Run by hand (no cookie) go-plugin only explains and exits: nothing
@@ -178,6 +189,10 @@ type LaunchConfig struct {
 	// HostProtocolVersion overrides the version this host offers; tests
 	// use it to provoke a mismatch. Zero means ProtocolVersion.
 	HostProtocolVersion int
+	// MutualTLS keeps mutual TLS on the plugin connection even where the
+	// keyed unix transport would be offered (see transport.go for when it
+	// is, and why it is enough there).
+	MutualTLS bool
 }
 
 // Process is a launched plugin: one OS process and the client that talks to it.
@@ -193,6 +208,21 @@ type Process struct {
 	endLife context.CancelFunc
 	// stderr is what is kept of the plugin's stderr (bounded).
 	stderr *stderrLog
+	// transport holds the transport of the connection once it is made
+	// (TransportUnixKey); unset means mutual TLS.
+	transport *atomic.Value
+}
+
+// Transport is how the host's connection to the plugin is secured:
+// TransportUnixKey (a private unix socket, the peer's uid checked and a
+// per-launch key proven both ways) or TransportMutualTLS.
+func (p *Process) Transport() string {
+	if p.transport != nil {
+		if v, ok := p.transport.Load().(string); ok {
+			return v
+		}
+	}
+	return TransportMutualTLS
 }
 
 // Driver returns the Driver served by the process, or nil if it serves a hook.
@@ -297,7 +327,7 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	cmd.Env = append(os.Environ(), cfg.Env...)
 	// Mutual TLS with per-launch ephemeral certificates, and a lifeline
 	// pipe so the plugin cannot outlive this process (see handover.go).
-	ho, err := newHandover(cmd)
+	ho, err := newHandover(cmd, cfg.MutualTLS)
 	if err != nil {
 		endLife()
 		return nil, &PluginError{Plugin: cfg.Path, Op: "start", Err: err}
@@ -334,6 +364,15 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	if cfg.StartTimeout == 0 {
 		pc.StartTimeout = 30 * time.Second
 	}
+	transport := &atomic.Value{}
+	if ho.key != nil {
+		// Dial options go after go-plugin's own, so these credentials
+		// replace its TLS ones: they run the key handshake if the plugin
+		// took the offer, and the same mutual TLS otherwise (an older
+		// plugin, or one that could not keep its side).
+		pc.GRPCDialOptions = []grpc.DialOption{grpc.WithTransportCredentials(
+			&hostCreds{tlsConfig: ho.tlsConfig, key: ho.key, keyDir: ho.keyDir, used: transport})}
+	}
 	var pinned []byte
 	if cfg.SHA256 != "" {
 		pinned, err = hex.DecodeString(strings.TrimSpace(cfg.SHA256))
@@ -362,6 +401,7 @@ func launch(ctx context.Context, cfg LaunchConfig, kind string) (*Process, error
 	proc.handover = ho
 	proc.endLife = endLife
 	proc.stderr = stderr
+	proc.transport = transport
 	launched = true
 	return proc, nil
 }

@@ -92,8 +92,9 @@ type hostTLS struct {
 
 // newHostTLS makes both key pairs of a launch. fd is the descriptor number
 // the pipe will have in the plugin. The caller closes pipe once the plugin
-// has started (or failed to).
-func newHostTLS(fd int) (*hostTLS, error) {
+// has started (or failed to). A non-nil transportKey travels in the same
+// pipe, as a PEM block older plugins skip (transport.go).
+func newHostTLS(fd int, transportKey []byte) (*hostTLS, error) {
 	clientCert, clientKey, err := ephemeralCert()
 	if err != nil {
 		return nil, err
@@ -116,7 +117,11 @@ func newHostTLS(fd int) (*hostTLS, error) {
 	}
 	// Two PEM blocks of well under a kilobyte each: the pipe buffer holds
 	// them, so the write never waits for the plugin.
-	_, werr := w.Write(append(serverCert, serverKey...))
+	material := append(serverCert, serverKey...)
+	if transportKey != nil {
+		material = append(material, pem.EncodeToMemory(&pem.Block{Type: keyPEMType, Bytes: transportKey})...)
+	}
+	_, werr := w.Write(material)
 	cerr := w.Close()
 	if werr != nil || cerr != nil {
 		r.Close()
@@ -136,28 +141,29 @@ func newHostTLS(fd int) (*hostTLS, error) {
 
 // pluginTLS is the plugin's half: when the host handed over a certificate
 // through tlsFDEnv, the TLS config to serve with (nil otherwise: go-plugin's
-// AutoMTLS then applies). It reads and closes the descriptor and removes
-// the variable either way, so neither reaches anything the plugin starts.
-func pluginTLS() (*tls.Config, error) {
+// AutoMTLS then applies), and the transport key if the host sent one. It
+// reads and closes the descriptor and removes the variable either way, so
+// neither reaches anything the plugin starts.
+func pluginTLS() (*tls.Config, []byte, error) {
 	v, ok := os.LookupEnv(tlsFDEnv)
 	if !ok {
-		return nil, nil
+		return nil, nil, nil
 	}
 	os.Unsetenv(tlsFDEnv)
 	fd, err := strconv.Atoi(v)
 	if err != nil || fd < 3 {
-		return nil, fmt.Errorf("%s=%q is not a descriptor", tlsFDEnv, v)
+		return nil, nil, fmt.Errorf("%s=%q is not a descriptor", tlsFDEnv, v)
 	}
 	f := os.NewFile(uintptr(fd), "plugin-tls")
 	if f == nil {
-		return nil, fmt.Errorf("%s=%d is not open", tlsFDEnv, fd)
+		return nil, nil, fmt.Errorf("%s=%d is not open", tlsFDEnv, fd)
 	}
 	data, err := io.ReadAll(io.LimitReader(f, maxTLSMaterial))
 	f.Close()
 	if err != nil {
-		return nil, fmt.Errorf("read the certificate from descriptor %d: %w", fd, err)
+		return nil, nil, fmt.Errorf("read the certificate from descriptor %d: %w", fd, err)
 	}
-	var certPEM, keyPEM []byte
+	var certPEM, keyPEM, transportKey []byte
 	for rest := data; ; {
 		var b *pem.Block
 		b, rest = pem.Decode(rest)
@@ -169,20 +175,24 @@ func pluginTLS() (*tls.Config, error) {
 			certPEM = pem.EncodeToMemory(b)
 		case "EC PRIVATE KEY":
 			keyPEM = pem.EncodeToMemory(b)
+		case keyPEMType:
+			if len(b.Bytes) == transportKeySize {
+				transportKey = b.Bytes
+			}
 		}
 	}
 	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return nil, fmt.Errorf("certificate from descriptor %d: %w", fd, err)
+		return nil, nil, fmt.Errorf("certificate from descriptor %d: %w", fd, err)
 	}
 	clients := x509.NewCertPool()
 	if !clients.AppendCertsFromPEM([]byte(os.Getenv(clientCertEnv))) {
-		return nil, fmt.Errorf("%s holds no certificate", clientCertEnv)
+		return nil, nil, fmt.Errorf("%s holds no certificate", clientCertEnv)
 	}
 	return &tls.Config{
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
 		ClientCAs:    clients,
 		MinVersion:   tls.VersionTLS12,
-	}, nil
+	}, transportKey, nil
 }

@@ -22,7 +22,7 @@ func pluginSide(t *testing.T, ht *hostTLS) *tls.Config {
 		}
 		t.Setenv(k, v)
 	}
-	cfg, err := pluginTLS()
+	cfg, _, err := pluginTLS()
 	// pluginTLS closed the descriptor: closing it again through the
 	// host's handle must fail (and keeps that handle from closing the
 	// number later, when something else may hold it).
@@ -82,7 +82,7 @@ func handshake(t *testing.T, client, server *tls.Config) (cerr, serr error) {
 }
 
 func TestPluginTLSIsMutualAndPerLaunch(t *testing.T) {
-	ht, err := newHostTLS(3)
+	ht, err := newHostTLS(3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +96,7 @@ func TestPluginTLSIsMutualAndPerLaunch(t *testing.T) {
 	}
 	// Another launch's host is refused by this plugin, and this host
 	// refuses another launch's plugin.
-	other, err := newHostTLS(3)
+	other, err := newHostTLS(3, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,12 +117,12 @@ func TestPluginTLSIsMutualAndPerLaunch(t *testing.T) {
 
 func TestPluginTLSWithoutHandoverIsAutoMTLS(t *testing.T) {
 	os.Unsetenv(tlsFDEnv)
-	if cfg, err := pluginTLS(); cfg != nil || err != nil {
+	if cfg, _, err := pluginTLS(); cfg != nil || err != nil {
 		t.Fatalf("without %s: %v, %v (want go-plugin's AutoMTLS: nil, nil)", tlsFDEnv, cfg, err)
 	}
 	for _, bad := range []string{"x", "1", "-4", "999"} {
 		t.Setenv(tlsFDEnv, bad)
-		if _, err := pluginTLS(); err == nil {
+		if _, _, err := pluginTLS(); err == nil {
 			t.Errorf("%s=%s accepted", tlsFDEnv, bad)
 		}
 	}

@@ -111,6 +111,17 @@ func TestPrintBench(t *testing.T) {
 	if strings.Contains(out.String(), "exec --host") {
 		t.Errorf("a row without figures is printed:\n%s", out.String())
 	}
+	if strings.Contains(out.String(), "one-shot CLI vs raw minimal") {
+		t.Errorf("a one-shot ratio without a raw minimal figure:\n%s", out.String())
+	}
+	// With raw minimal bwrap measured, the one-shot ratio ends the table.
+	rm := r
+	rm.RawMinimalP50MS = 3
+	out.Reset()
+	printBench(&out, rm, ms(5), ms(4), ms(12), ms(1))
+	if want := "one-shot CLI vs raw minimal bwrap: 4.00x (p50 12.000 ms over 3.000 ms)\n"; !strings.HasSuffix(out.String(), want) {
+		t.Errorf("table does not end with %q:\n%s", want, out.String())
+	}
 	// Without a raw figure (another driver) there is no ratio and no row.
 	r.RawP50MS = 0
 	out.Reset()

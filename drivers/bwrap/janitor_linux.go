@@ -85,6 +85,16 @@ func (d *Driver) startJanitor() {
 	defer r.Close()
 	cmd := exec.Command(d.cfg.DriverBinary, JanitorCommand, "--state", d.cfg.StateDir)
 	cmd.Args[0] = "aleph-sandbox-janitor"
+	if helper := setsidHelper(); helper != "" {
+		// util-linux's setsid forks, starts a session in the child and
+		// execs the janitor proper there while the parent exits: the same
+		// detachment as the first stage below, without a second start of
+		// this (large) binary, whose package initialisation alone costs
+		// more than the whole helper. The pipe is held by the forked child
+		// before the helper exits, so the janitor is still there for
+		// every placeholder made after the wait below.
+		cmd = exec.Command(helper, "--fork", d.cfg.DriverBinary, JanitorCommand, "--state", d.cfg.StateDir, "--detached")
+	}
 	cmd.Env = []string{}
 	cmd.Dir = "/"
 	cmd.ExtraFiles = []*os.File{r}
@@ -94,9 +104,9 @@ func (d *Driver) startJanitor() {
 		d.log.Warn("placeholder janitor not started", "error", err)
 		return
 	}
-	// The first stage only starts the detached janitor and exits. It is
-	// waited for: the janitor proper is then up before the first
-	// placeholder is made. (A one-command driver starts it while the
+	// The first stage (or the helper) only starts the detached janitor
+	// and exits. It is waited for: the janitor proper is then up before
+	// the first placeholder is made. (A one-command driver starts it while the
 	// handshake runs, Prepare, so the wait is off the command's path.)
 	if err := cmd.Wait(); err != nil {
 		w.Close()
@@ -106,6 +116,18 @@ func (d *Driver) startJanitor() {
 	// The write end stays open (close-on-exec, so no sandbox holds it)
 	// until this process ends; the janitor outlives it.
 	d.janitorPipe = w
+}
+
+// setsidHelper is util-linux's setsid, when it is installed where the
+// system keeps it (never looked up in PATH: the driver may run as root), or
+// "" (the janitor's own first stage then detaches it).
+func setsidHelper() string {
+	for _, p := range []string{"/usr/bin/setsid", "/bin/setsid"} {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode().Perm()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
 }
 
 // recordUser notes that bwrap process pid runs a sandbox of this driver,
