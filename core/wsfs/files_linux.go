@@ -80,4 +80,4 @@ func openDir(root int, comps []string) (int, error) {
 	return openBeneath(root, comps, unix.O_RDONLY|unix.O_DIRECTORY)
 }
 
-func mtime(st *unix.Stat_t) (int64, int64) { return st.Mtim.Sec, st.Mtim.Nsec }
+func mtime(st *unix.Stat_t) (int64, int64) { return int64(st.Mtim.Sec), int64(st.Mtim.Nsec) } //nolint:unconvert // int32 on 32-bit Linux
