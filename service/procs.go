@@ -38,6 +38,10 @@ func procErr(err error) error {
 		return withDetail(connect.CodeNotFound, err, &hostv1.ErrorDetail{ReasonCode: ReasonProcessUnknown, Field: "id"})
 	case errors.As(err, &le):
 		return withDetail(connect.CodeResourceExhausted, err, &hostv1.ErrorDetail{ReasonCode: ReasonProcessLimit})
+	case core.LimitOf(err) != "":
+		// A configured capacity limit of the pipeline (the rate limit's
+		// queue) or the driver: the key to raise is in the detail.
+		return withDetail(connect.CodeResourceExhausted, err, &hostv1.ErrorDetail{ReasonCode: ReasonResourceExhausted, Field: core.LimitOf(err)})
 	case errors.As(err, &ic):
 		return withDetail(connect.CodeInvalidArgument, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonInvalidCommand), Field: ic.Field})
 	case errors.Is(err, core.ErrProcessEnded):
