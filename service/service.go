@@ -594,15 +594,43 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 
 // Approvals implements the service: requests are sent until the client
 // goes away or the service stops.
-func (s *Server) Approvals(ctx context.Context, _ *connect.Request[hostv1.ApprovalsRequest], stream *connect.ServerStream[hostv1.ApprovalRequest]) error {
-	ch, done := s.broker.subscribe()
-	defer done()
+//
+// With a key, the stream carries only the requests of the calls naming
+// that key (StartProcessRequest.approval_key), and ends when such a call
+// ends: a client's own approver answering its unary calls.
+func (s *Server) Approvals(ctx context.Context, req *connect.Request[hostv1.ApprovalsRequest], stream *connect.ServerStream[hostv1.ApprovalRequest]) error {
+	var ch chan *hostv1.ApprovalRequest
+	var callDone <-chan struct{}
+	if key := req.Msg.GetKey(); key != "" {
+		if len(key) > maxApprovalKey {
+			return invalid("key", fmt.Sprintf("longer than %d bytes", maxApprovalKey))
+		}
+		bx, release := s.broker.box(key)
+		defer release(false)
+		ch, callDone = bx.ch, bx.done
+	} else {
+		var done func()
+		ch, done = s.broker.subscribe()
+		defer done()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.broker.closed:
 			return nil
+		case <-callDone:
+			// Requests sent before the call ended are still delivered.
+			for {
+				select {
+				case r := <-ch:
+					if err := stream.Send(r); err != nil {
+						return err
+					}
+				default:
+					return nil
+				}
+			}
 		case r := <-ch:
 			if err := stream.Send(r); err != nil {
 				return err

@@ -810,8 +810,23 @@ class Client:
         elif rows is not None or cols is not None:
             raise TypeError("rows and cols are a terminal's size: pass tty=True with them")
         session = req["command"]["session"]
+        if self.approver is not None:
+            # The process asks after this call has returned (it starts in
+            # the background): its requests go to this client's approver
+            # through an Approvals stream of its own key, which the
+            # service ends once the process is past its approval.
+            key = "apr-" + _secrets.token_hex(16)
+            req["approvalKey"] = key
+            threading.Thread(target=self._serve_approvals, args=(key,), daemon=True).start()
         r = self._unary("StartProcess", req, session=session)
         return Process(self, str(r.get("id", "")), session)
+
+    def _serve_approvals(self, key: str) -> None:
+        try:
+            for msg in self._stream("Approvals", {"key": key}, None):
+                self._answer(ApprovalRequest._from_json(msg))
+        except SandboxError:
+            pass  # the service went away: the process is denied and says so
 
     def processes(self, session: str = "") -> List[Dict[str, Any]]:
         """The processes of a session ("" for every session's): dicts with

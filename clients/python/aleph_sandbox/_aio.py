@@ -304,8 +304,21 @@ class AsyncClient:
         elif rows is not None or cols is not None:
             raise TypeError("rows and cols are a terminal's size: pass tty=True with them")
         session = req["command"]["session"]
+        if self.approver is not None:
+            # As Client.start: the process's requests go to this client's
+            # approver through an Approvals stream of its own key.
+            key = "apr-" + _secrets.token_hex(16)
+            req["approvalKey"] = key
+            self._spawn(self._serve_approvals(key))
         r = await self._unary("StartProcess", req, session=session)
         return AsyncProcess(self, str(r.get("id", "")), session)
+
+    async def _serve_approvals(self, key: str) -> None:
+        try:
+            async for msg in self._stream("Approvals", {"key": key}, None):
+                await self._answer(ApprovalRequest._from_json(msg))
+        except SandboxError:
+            pass  # the service went away: the process is denied and says so
 
     async def processes(self, session: str = "") -> List[Dict[str, Any]]:
         """As Client.processes."""

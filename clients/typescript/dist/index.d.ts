@@ -329,9 +329,11 @@ export declare class Client {
      * timeout unless one is given (the service's maximum lifetime bounds it).
      * The hooks, approval and the driver's start happen in the background: a
      * refusal is the process's Result (`wait()`, or `read()` once it has
-     * ended), and its approval requests go to the clients on `approvals()`.
+     * ended). Its approval requests go to this client's `approver` when it
+     * has one, else to the clients on `approvals()`.
      */
     start(argv: readonly string[], options?: StartOptions): Promise<Process>;
+    private serveApprovals;
     /** The processes of a session (every session's without one), oldest first. */
     processes(options?: CallOptions & {
         session?: string;

@@ -1088,7 +1088,8 @@ export class Client {
    * timeout unless one is given (the service's maximum lifetime bounds it).
    * The hooks, approval and the driver's start happen in the background: a
    * refusal is the process's Result (`wait()`, or `read()` once it has
-   * ended), and its approval requests go to the clients on `approvals()`.
+   * ended). Its approval requests go to this client's `approver` when it
+   * has one, else to the clients on `approvals()`.
    */
   async start(argv: readonly string[], options: StartOptions = {}): Promise<Process> {
     const { tty, rows, cols, signal, ...rest } = options;
@@ -1103,8 +1104,27 @@ export class Client {
       throw new TypeError("rows and cols are a terminal's size: pass tty: true with them");
     }
     const name = str((req.command as JSONObject).session);
+    if (this.approver) {
+      // The process asks after this call has returned (it starts in the
+      // background): its requests go to this client's approver through an
+      // Approvals stream of its own key, which the service ends once the
+      // process is past its approval.
+      const key = "apr-" + randomBytes(16).toString("hex");
+      req.approvalKey = key;
+      void this.serveApprovals(this.approver, key);
+    }
     const r = await this.unary("StartProcess", req, signal ? { signal } : {}, this.idleSeconds, name);
     return new Process(this, str(r.id), name);
+  }
+
+  private async serveApprovals(approver: Approver, key: string): Promise<void> {
+    try {
+      for await (const msg of this.serverStream("Approvals", { key }, undefined, 0)) {
+        await this.answer(approver, approvalRequest(msg));
+      }
+    } catch {
+      // The service went away: the process is denied, and its result says so.
+    }
   }
 
   /** The processes of a session (every session's without one), oldest first. */

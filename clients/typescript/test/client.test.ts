@@ -693,6 +693,26 @@ describe("Client against a real serve", { skip }, () => {
     assert.notEqual(a.signalKey, b.signalKey);
   });
 
+  test("start() as a session's first call asks the client's approver", T, async () => {
+    const seen: string[] = [];
+    const c = new Client({
+      socket: addr,
+      approver: async (req) => {
+        seen.push(req.session);
+        return req.session === "ts-start-yes";
+      },
+    });
+    const argv = ["/bin/sh", "-c", "/bin/echo spawned"];
+    let r = await (await c.start(argv, { session: "ts-start-yes", spawn: true })).wait();
+    assert.deepEqual([r.denied, r.exitCode, r.stdout.toString()], [false, 0, "spawned\n"], r.reason);
+    r = await (await c.start(argv, { session: "ts-start-no", spawn: true })).wait();
+    assert.deepEqual([r.denied, r.reasonCode], [true, "approval_denied"]);
+    assert.deepEqual(seen, ["ts-start-yes", "ts-start-no"]);
+    // Control: without an approver, denied.
+    r = await (await new Client({ socket: addr }).start(argv, { session: "ts-start-none", spawn: true })).wait();
+    assert.deepEqual([r.denied, r.reasonCode], [true, "approval_denied"]);
+  });
+
   test("a process: cat round trip through write, read, closeStdin and wait", T, async () => {
     const c = new Client({ socket: addr });
     const p = await c.start(["/bin/cat"], { session: "ts-proc" });

@@ -691,8 +691,11 @@ type ExecResult struct {
 	// budget; the rest of a truncated output was counted, not sent).
 	StreamedStdoutBytes int64 `protobuf:"varint,22,opt,name=streamed_stdout_bytes,json=streamedStdoutBytes,proto3" json:"streamed_stdout_bytes,omitempty"`
 	StreamedStderrBytes int64 `protobuf:"varint,23,opt,name=streamed_stderr_bytes,json=streamedStderrBytes,proto3" json:"streamed_stderr_bytes,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// What the command consumed, as the driver measured it; absent when it
+	// did not run.
+	Usage         *CommandUsage `protobuf:"bytes,24,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecResult) Reset() {
@@ -886,6 +889,85 @@ func (x *ExecResult) GetStreamedStderrBytes() int64 {
 	return 0
 }
 
+func (x *ExecResult) GetUsage() *CommandUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// CommandUsage is what one command consumed: CPU time (user and system,
+// milliseconds) and the peak resident set size of its largest process
+// (KiB), as the driver measured them (getrusage of the command's
+// processes).
+type CommandUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CpuMs         int64                  `protobuf:"varint,1,opt,name=cpu_ms,json=cpuMs,proto3" json:"cpu_ms,omitempty"`
+	MaxRssKb      int64                  `protobuf:"varint,2,opt,name=max_rss_kb,json=maxRssKb,proto3" json:"max_rss_kb,omitempty"`
+	UserMs        int64                  `protobuf:"varint,3,opt,name=user_ms,json=userMs,proto3" json:"user_ms,omitempty"`
+	SystemMs      int64                  `protobuf:"varint,4,opt,name=system_ms,json=systemMs,proto3" json:"system_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandUsage) Reset() {
+	*x = CommandUsage{}
+	mi := &file_host_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandUsage) ProtoMessage() {}
+
+func (x *CommandUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandUsage.ProtoReflect.Descriptor instead.
+func (*CommandUsage) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CommandUsage) GetCpuMs() int64 {
+	if x != nil {
+		return x.CpuMs
+	}
+	return 0
+}
+
+func (x *CommandUsage) GetMaxRssKb() int64 {
+	if x != nil {
+		return x.MaxRssKb
+	}
+	return 0
+}
+
+func (x *CommandUsage) GetUserMs() int64 {
+	if x != nil {
+		return x.UserMs
+	}
+	return 0
+}
+
+func (x *CommandUsage) GetSystemMs() int64 {
+	if x != nil {
+		return x.SystemMs
+	}
+	return 0
+}
+
 type Capabilities struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	FsRead         []string               `protobuf:"bytes,1,rep,name=fs_read,json=fsRead,proto3" json:"fs_read,omitempty"`
@@ -901,7 +983,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_host_proto_msgTypes[7]
+	mi := &file_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +995,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[7]
+	mi := &file_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1008,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{7}
+	return file_host_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Capabilities) GetFsRead() []string {
@@ -979,14 +1061,19 @@ func (x *Capabilities) GetTimeoutSeconds() int64 {
 }
 
 type ApprovalsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When set, the stream carries only the approval requests of the calls
+	// that name this key (StartProcessRequest.approval_key), and those go to
+	// no other approver: how a client answers the requests of its own
+	// unary calls. A random secret of the client's, as a signal key is.
+	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApprovalsRequest) Reset() {
 	*x = ApprovalsRequest{}
-	mi := &file_host_proto_msgTypes[8]
+	mi := &file_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1085,7 @@ func (x *ApprovalsRequest) String() string {
 func (*ApprovalsRequest) ProtoMessage() {}
 
 func (x *ApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[8]
+	mi := &file_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1098,14 @@ func (x *ApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{8}
+	return file_host_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ApprovalsRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
 }
 
 type ApprovalRequest struct {
@@ -1030,7 +1124,7 @@ type ApprovalRequest struct {
 
 func (x *ApprovalRequest) Reset() {
 	*x = ApprovalRequest{}
-	mi := &file_host_proto_msgTypes[9]
+	mi := &file_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1136,7 @@ func (x *ApprovalRequest) String() string {
 func (*ApprovalRequest) ProtoMessage() {}
 
 func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[9]
+	mi := &file_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1149,7 @@ func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{9}
+	return file_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApprovalRequest) GetId() string {
@@ -1129,7 +1223,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_host_proto_msgTypes[10]
+	mi := &file_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1235,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[10]
+	mi := &file_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1248,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{10}
+	return file_host_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApproveRequest) GetId() string {
@@ -1186,7 +1280,7 @@ type ApproveResponse struct {
 
 func (x *ApproveResponse) Reset() {
 	*x = ApproveResponse{}
-	mi := &file_host_proto_msgTypes[11]
+	mi := &file_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1292,7 @@ func (x *ApproveResponse) String() string {
 func (*ApproveResponse) ProtoMessage() {}
 
 func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[11]
+	mi := &file_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1305,7 @@ func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
 func (*ApproveResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{11}
+	return file_host_proto_rawDescGZIP(), []int{12}
 }
 
 type SessionsRequest struct {
@@ -1228,7 +1322,7 @@ type SessionsRequest struct {
 
 func (x *SessionsRequest) Reset() {
 	*x = SessionsRequest{}
-	mi := &file_host_proto_msgTypes[12]
+	mi := &file_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1334,7 @@ func (x *SessionsRequest) String() string {
 func (*SessionsRequest) ProtoMessage() {}
 
 func (x *SessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[12]
+	mi := &file_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1347,7 @@ func (x *SessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsRequest.ProtoReflect.Descriptor instead.
 func (*SessionsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{12}
+	return file_host_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SessionsRequest) GetAction() isSessionsRequest_Action {
@@ -1320,7 +1414,7 @@ type ListSessions struct {
 
 func (x *ListSessions) Reset() {
 	*x = ListSessions{}
-	mi := &file_host_proto_msgTypes[13]
+	mi := &file_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1426,7 @@ func (x *ListSessions) String() string {
 func (*ListSessions) ProtoMessage() {}
 
 func (x *ListSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[13]
+	mi := &file_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1439,7 @@ func (x *ListSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessions.ProtoReflect.Descriptor instead.
 func (*ListSessions) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{13}
+	return file_host_proto_rawDescGZIP(), []int{14}
 }
 
 type DescribeSession struct {
@@ -1357,7 +1451,7 @@ type DescribeSession struct {
 
 func (x *DescribeSession) Reset() {
 	*x = DescribeSession{}
-	mi := &file_host_proto_msgTypes[14]
+	mi := &file_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1463,7 @@ func (x *DescribeSession) String() string {
 func (*DescribeSession) ProtoMessage() {}
 
 func (x *DescribeSession) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[14]
+	mi := &file_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1476,7 @@ func (x *DescribeSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSession.ProtoReflect.Descriptor instead.
 func (*DescribeSession) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{14}
+	return file_host_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DescribeSession) GetSession() string {
@@ -1401,7 +1495,7 @@ type ForgetSession struct {
 
 func (x *ForgetSession) Reset() {
 	*x = ForgetSession{}
-	mi := &file_host_proto_msgTypes[15]
+	mi := &file_host_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1507,7 @@ func (x *ForgetSession) String() string {
 func (*ForgetSession) ProtoMessage() {}
 
 func (x *ForgetSession) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[15]
+	mi := &file_host_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1520,7 @@ func (x *ForgetSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetSession.ProtoReflect.Descriptor instead.
 func (*ForgetSession) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{15}
+	return file_host_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForgetSession) GetSession() string {
@@ -1447,7 +1541,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_host_proto_msgTypes[16]
+	mi := &file_host_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1553,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[16]
+	mi := &file_host_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1566,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{16}
+	return file_host_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Grant) GetId() string {
@@ -1509,7 +1603,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1615,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1628,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{17}
+	return file_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Session) GetSession() string {
@@ -1581,7 +1675,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1687,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1700,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{18}
+	return file_host_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SessionsResponse) GetSessions() []*Session {
@@ -1630,7 +1724,7 @@ type GrantsRequest struct {
 
 func (x *GrantsRequest) Reset() {
 	*x = GrantsRequest{}
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1736,7 @@ func (x *GrantsRequest) String() string {
 func (*GrantsRequest) ProtoMessage() {}
 
 func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1749,7 @@ func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsRequest.ProtoReflect.Descriptor instead.
 func (*GrantsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{19}
+	return file_host_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GrantsRequest) GetAction() isGrantsRequest_Action {
@@ -1723,7 +1817,7 @@ type ListGrants struct {
 
 func (x *ListGrants) Reset() {
 	*x = ListGrants{}
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1829,7 @@ func (x *ListGrants) String() string {
 func (*ListGrants) ProtoMessage() {}
 
 func (x *ListGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1842,7 @@ func (x *ListGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrants.ProtoReflect.Descriptor instead.
 func (*ListGrants) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{20}
+	return file_host_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListGrants) GetSession() string {
@@ -1768,7 +1862,7 @@ type RevokeGrant struct {
 
 func (x *RevokeGrant) Reset() {
 	*x = RevokeGrant{}
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1874,7 @@ func (x *RevokeGrant) String() string {
 func (*RevokeGrant) ProtoMessage() {}
 
 func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1887,7 @@ func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrant.ProtoReflect.Descriptor instead.
 func (*RevokeGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{21}
+	return file_host_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RevokeGrant) GetSession() string {
@@ -1822,7 +1916,7 @@ type ApplyNetworkGrant struct {
 
 func (x *ApplyNetworkGrant) Reset() {
 	*x = ApplyNetworkGrant{}
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1928,7 @@ func (x *ApplyNetworkGrant) String() string {
 func (*ApplyNetworkGrant) ProtoMessage() {}
 
 func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +1941,7 @@ func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyNetworkGrant.ProtoReflect.Descriptor instead.
 func (*ApplyNetworkGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{22}
+	return file_host_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ApplyNetworkGrant) GetSession() string {
@@ -1889,7 +1983,7 @@ type GrantsResponse struct {
 
 func (x *GrantsResponse) Reset() {
 	*x = GrantsResponse{}
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +1995,7 @@ func (x *GrantsResponse) String() string {
 func (*GrantsResponse) ProtoMessage() {}
 
 func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2008,7 @@ func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsResponse.ProtoReflect.Descriptor instead.
 func (*GrantsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{23}
+	return file_host_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *GrantsResponse) GetSession() string {
@@ -1946,7 +2040,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2052,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2065,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{24}
+	return file_host_proto_rawDescGZIP(), []int{25}
 }
 
 type CapabilitiesResponse struct {
@@ -1984,7 +2078,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2090,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2103,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{25}
+	return file_host_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CapabilitiesResponse) GetReportJson() string {
@@ -2029,7 +2123,7 @@ type CheckPolicyRequest struct {
 
 func (x *CheckPolicyRequest) Reset() {
 	*x = CheckPolicyRequest{}
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2135,7 @@ func (x *CheckPolicyRequest) String() string {
 func (*CheckPolicyRequest) ProtoMessage() {}
 
 func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2148,7 @@ func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CheckPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{26}
+	return file_host_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CheckPolicyRequest) GetCommand() string {
@@ -2083,7 +2177,7 @@ type CheckPolicyResponse struct {
 
 func (x *CheckPolicyResponse) Reset() {
 	*x = CheckPolicyResponse{}
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2189,7 @@ func (x *CheckPolicyResponse) String() string {
 func (*CheckPolicyResponse) ProtoMessage() {}
 
 func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2202,7 @@ func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CheckPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{27}
+	return file_host_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckPolicyResponse) GetVerdict() string {
@@ -2144,7 +2238,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2250,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2263,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{28}
+	return file_host_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SignalRequest) GetSignalKey() string {
@@ -2194,7 +2288,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2300,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2313,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{29}
+	return file_host_proto_rawDescGZIP(), []int{30}
 }
 
 type WriteStdinRequest struct {
@@ -2233,7 +2327,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2339,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2352,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{30}
+	return file_host_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WriteStdinRequest) GetSignalKey() string {
@@ -2286,7 +2380,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2392,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2405,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{31}
+	return file_host_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WriteStdinResponse) GetWritten() int64 {
@@ -2330,7 +2424,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2436,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2449,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{32}
+	return file_host_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *CloseStdinRequest) GetSignalKey() string {
@@ -2373,7 +2467,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2479,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2492,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{33}
+	return file_host_proto_rawDescGZIP(), []int{34}
 }
 
 type ResizeTerminalRequest struct {
@@ -2412,7 +2506,7 @@ type ResizeTerminalRequest struct {
 
 func (x *ResizeTerminalRequest) Reset() {
 	*x = ResizeTerminalRequest{}
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2518,7 @@ func (x *ResizeTerminalRequest) String() string {
 func (*ResizeTerminalRequest) ProtoMessage() {}
 
 func (x *ResizeTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2531,7 @@ func (x *ResizeTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTerminalRequest.ProtoReflect.Descriptor instead.
 func (*ResizeTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{34}
+	return file_host_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ResizeTerminalRequest) GetSignalKey() string {
@@ -2469,7 +2563,7 @@ type ResizeTerminalResponse struct {
 
 func (x *ResizeTerminalResponse) Reset() {
 	*x = ResizeTerminalResponse{}
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2575,7 @@ func (x *ResizeTerminalResponse) String() string {
 func (*ResizeTerminalResponse) ProtoMessage() {}
 
 func (x *ResizeTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,24 +2588,29 @@ func (x *ResizeTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTerminalResponse.ProtoReflect.Descriptor instead.
 func (*ResizeTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{35}
+	return file_host_proto_rawDescGZIP(), []int{36}
 }
 
 // StartProcessRequest is an Execute request (its stdin must be empty: the
 // process's comes through WriteProcess) and, for a terminal, its size.
 type StartProcessRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Command       *ExecuteRequest        `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
-	Tty           bool                   `protobuf:"varint,2,opt,name=tty,proto3" json:"tty,omitempty"`
-	Rows          uint32                 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
-	Cols          uint32                 `protobuf:"varint,4,opt,name=cols,proto3" json:"cols,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Command *ExecuteRequest        `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	Tty     bool                   `protobuf:"varint,2,opt,name=tty,proto3" json:"tty,omitempty"`
+	Rows    uint32                 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols    uint32                 `protobuf:"varint,4,opt,name=cols,proto3" json:"cols,omitempty"`
+	// When set, this start's approval requests go only to the Approvals
+	// stream opened with the same key (the client's own approver), which
+	// may connect before or after this call: a request waits for it within
+	// the approval timeout. Unset: the connected approvers, as before.
+	ApprovalKey   string `protobuf:"bytes,5,opt,name=approval_key,json=approvalKey,proto3" json:"approval_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2622,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2635,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{36}
+	return file_host_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *StartProcessRequest) GetCommand() *ExecuteRequest {
@@ -2567,6 +2666,13 @@ func (x *StartProcessRequest) GetCols() uint32 {
 	return 0
 }
 
+func (x *StartProcessRequest) GetApprovalKey() string {
+	if x != nil {
+		return x.ApprovalKey
+	}
+	return ""
+}
+
 type StartProcessResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2576,7 +2682,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2694,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2707,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{37}
+	return file_host_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StartProcessResponse) GetId() string {
@@ -2621,7 +2727,7 @@ type WriteProcessRequest struct {
 
 func (x *WriteProcessRequest) Reset() {
 	*x = WriteProcessRequest{}
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2739,7 @@ func (x *WriteProcessRequest) String() string {
 func (*WriteProcessRequest) ProtoMessage() {}
 
 func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2752,7 @@ func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessRequest.ProtoReflect.Descriptor instead.
 func (*WriteProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{38}
+	return file_host_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *WriteProcessRequest) GetId() string {
@@ -2674,7 +2780,7 @@ type WriteProcessResponse struct {
 
 func (x *WriteProcessResponse) Reset() {
 	*x = WriteProcessResponse{}
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2792,7 @@ func (x *WriteProcessResponse) String() string {
 func (*WriteProcessResponse) ProtoMessage() {}
 
 func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2805,7 @@ func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessResponse.ProtoReflect.Descriptor instead.
 func (*WriteProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{39}
+	return file_host_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WriteProcessResponse) GetWritten() int64 {
@@ -2718,7 +2824,7 @@ type CloseProcessStdinRequest struct {
 
 func (x *CloseProcessStdinRequest) Reset() {
 	*x = CloseProcessStdinRequest{}
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2836,7 @@ func (x *CloseProcessStdinRequest) String() string {
 func (*CloseProcessStdinRequest) ProtoMessage() {}
 
 func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2849,7 @@ func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{40}
+	return file_host_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *CloseProcessStdinRequest) GetId() string {
@@ -2761,7 +2867,7 @@ type CloseProcessStdinResponse struct {
 
 func (x *CloseProcessStdinResponse) Reset() {
 	*x = CloseProcessStdinResponse{}
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2879,7 @@ func (x *CloseProcessStdinResponse) String() string {
 func (*CloseProcessStdinResponse) ProtoMessage() {}
 
 func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2892,7 @@ func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{41}
+	return file_host_proto_rawDescGZIP(), []int{42}
 }
 
 type ReadProcessRequest struct {
@@ -2803,7 +2909,7 @@ type ReadProcessRequest struct {
 
 func (x *ReadProcessRequest) Reset() {
 	*x = ReadProcessRequest{}
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +2921,7 @@ func (x *ReadProcessRequest) String() string {
 func (*ReadProcessRequest) ProtoMessage() {}
 
 func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +2934,7 @@ func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessRequest.ProtoReflect.Descriptor instead.
 func (*ReadProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{42}
+	return file_host_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ReadProcessRequest) GetId() string {
@@ -2870,7 +2976,7 @@ type ReadProcessResponse struct {
 
 func (x *ReadProcessResponse) Reset() {
 	*x = ReadProcessResponse{}
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +2988,7 @@ func (x *ReadProcessResponse) String() string {
 func (*ReadProcessResponse) ProtoMessage() {}
 
 func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +3001,7 @@ func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessResponse.ProtoReflect.Descriptor instead.
 func (*ReadProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{43}
+	return file_host_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReadProcessResponse) GetData() []byte {
@@ -2944,7 +3050,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3062,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3075,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{44}
+	return file_host_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SignalProcessRequest) GetId() string {
@@ -2994,7 +3100,7 @@ type SignalProcessResponse struct {
 
 func (x *SignalProcessResponse) Reset() {
 	*x = SignalProcessResponse{}
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3112,7 @@ func (x *SignalProcessResponse) String() string {
 func (*SignalProcessResponse) ProtoMessage() {}
 
 func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3125,7 @@ func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessResponse.ProtoReflect.Descriptor instead.
 func (*SignalProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{45}
+	return file_host_proto_rawDescGZIP(), []int{46}
 }
 
 type ResizeProcessRequest struct {
@@ -3033,7 +3139,7 @@ type ResizeProcessRequest struct {
 
 func (x *ResizeProcessRequest) Reset() {
 	*x = ResizeProcessRequest{}
-	mi := &file_host_proto_msgTypes[46]
+	mi := &file_host_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3151,7 @@ func (x *ResizeProcessRequest) String() string {
 func (*ResizeProcessRequest) ProtoMessage() {}
 
 func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[46]
+	mi := &file_host_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3164,7 @@ func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{46}
+	return file_host_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ResizeProcessRequest) GetId() string {
@@ -3090,7 +3196,7 @@ type ResizeProcessResponse struct {
 
 func (x *ResizeProcessResponse) Reset() {
 	*x = ResizeProcessResponse{}
-	mi := &file_host_proto_msgTypes[47]
+	mi := &file_host_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3208,7 @@ func (x *ResizeProcessResponse) String() string {
 func (*ResizeProcessResponse) ProtoMessage() {}
 
 func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[47]
+	mi := &file_host_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3221,7 @@ func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{47}
+	return file_host_proto_rawDescGZIP(), []int{48}
 }
 
 type WaitProcessRequest struct {
@@ -3127,7 +3233,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_host_proto_msgTypes[48]
+	mi := &file_host_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3245,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[48]
+	mi := &file_host_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3258,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{48}
+	return file_host_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WaitProcessRequest) GetId() string {
@@ -3171,7 +3277,7 @@ type WaitProcessResponse struct {
 
 func (x *WaitProcessResponse) Reset() {
 	*x = WaitProcessResponse{}
-	mi := &file_host_proto_msgTypes[49]
+	mi := &file_host_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3183,7 +3289,7 @@ func (x *WaitProcessResponse) String() string {
 func (*WaitProcessResponse) ProtoMessage() {}
 
 func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[49]
+	mi := &file_host_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3196,7 +3302,7 @@ func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessResponse.ProtoReflect.Descriptor instead.
 func (*WaitProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{49}
+	return file_host_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WaitProcessResponse) GetResult() *ExecResult {
@@ -3216,7 +3322,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_host_proto_msgTypes[50]
+	mi := &file_host_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3334,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[50]
+	mi := &file_host_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3347,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{50}
+	return file_host_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ListProcessesRequest) GetSession() string {
@@ -3265,7 +3371,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_host_proto_msgTypes[51]
+	mi := &file_host_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3383,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[51]
+	mi := &file_host_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3396,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{51}
+	return file_host_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ProcessInfo) GetId() string {
@@ -3344,7 +3450,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_host_proto_msgTypes[52]
+	mi := &file_host_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3462,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[52]
+	mi := &file_host_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3475,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{52}
+	return file_host_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -3442,7 +3548,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xec\x05\n" +
+	"\x04hook\x18\x04 \x01(\tR\x04hook\"\x9f\x06\n" +
 	"\n" +
 	"ExecResult\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
@@ -3472,7 +3578,14 @@ const file_host_proto_rawDesc = "" +
 	"\x0espawn_reported\x18\x14 \x01(\bR\rspawnReported\x12'\n" +
 	"\x0foutput_streamed\x18\x15 \x01(\bR\x0eoutputStreamed\x122\n" +
 	"\x15streamed_stdout_bytes\x18\x16 \x01(\x03R\x13streamedStdoutBytes\x122\n" +
-	"\x15streamed_stderr_bytes\x18\x17 \x01(\x03R\x13streamedStderrBytes\"\xe6\x01\n" +
+	"\x15streamed_stderr_bytes\x18\x17 \x01(\x03R\x13streamedStderrBytes\x121\n" +
+	"\x05usage\x18\x18 \x01(\v2\x1b.aleph.host.v1.CommandUsageR\x05usage\"y\n" +
+	"\fCommandUsage\x12\x15\n" +
+	"\x06cpu_ms\x18\x01 \x01(\x03R\x05cpuMs\x12\x1c\n" +
+	"\n" +
+	"max_rss_kb\x18\x02 \x01(\x03R\bmaxRssKb\x12\x17\n" +
+	"\auser_ms\x18\x03 \x01(\x03R\x06userMs\x12\x1b\n" +
+	"\tsystem_ms\x18\x04 \x01(\x03R\bsystemMs\"\xe6\x01\n" +
 	"\fCapabilities\x12\x17\n" +
 	"\afs_read\x18\x01 \x03(\tR\x06fsRead\x12\x19\n" +
 	"\bfs_write\x18\x02 \x03(\tR\afsWrite\x12!\n" +
@@ -3480,8 +3593,9 @@ const file_host_proto_rawDesc = "" +
 	"\rnetwork_hosts\x18\x04 \x03(\tR\fnetworkHosts\x12\x14\n" +
 	"\x05spawn\x18\x05 \x01(\bR\x05spawn\x12\x1b\n" +
 	"\tmemory_mb\x18\x06 \x01(\x04R\bmemoryMb\x12'\n" +
-	"\x0ftimeout_seconds\x18\a \x01(\x03R\x0etimeoutSeconds\"\x12\n" +
-	"\x10ApprovalsRequest\"\xa1\x02\n" +
+	"\x0ftimeout_seconds\x18\a \x01(\x03R\x0etimeoutSeconds\"$\n" +
+	"\x10ApprovalsRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\xa1\x02\n" +
 	"\x0fApprovalRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x1d\n" +
@@ -3570,12 +3684,13 @@ const file_host_proto_rawDesc = "" +
 	"signal_key\x18\x01 \x01(\tR\tsignalKey\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x03 \x01(\rR\x04cols\"\x18\n" +
-	"\x16ResizeTerminalResponse\"\x88\x01\n" +
+	"\x16ResizeTerminalResponse\"\xab\x01\n" +
 	"\x13StartProcessRequest\x127\n" +
 	"\acommand\x18\x01 \x01(\v2\x1d.aleph.host.v1.ExecuteRequestR\acommand\x12\x10\n" +
 	"\x03tty\x18\x02 \x01(\bR\x03tty\x12\x12\n" +
 	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
-	"\x04cols\x18\x04 \x01(\rR\x04cols\"&\n" +
+	"\x04cols\x18\x04 \x01(\rR\x04cols\x12!\n" +
+	"\fapproval_key\x18\x05 \x01(\tR\vapprovalKey\"&\n" +
 	"\x14StartProcessResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
 	"\x13WriteProcessRequest\x12\x0e\n" +
@@ -3657,7 +3772,7 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 55)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
@@ -3667,124 +3782,126 @@ var file_host_proto_goTypes = []any{
 	(*OutputChunk)(nil),               // 5: aleph.host.v1.OutputChunk
 	(*Verdict)(nil),                   // 6: aleph.host.v1.Verdict
 	(*ExecResult)(nil),                // 7: aleph.host.v1.ExecResult
-	(*Capabilities)(nil),              // 8: aleph.host.v1.Capabilities
-	(*ApprovalsRequest)(nil),          // 9: aleph.host.v1.ApprovalsRequest
-	(*ApprovalRequest)(nil),           // 10: aleph.host.v1.ApprovalRequest
-	(*ApproveRequest)(nil),            // 11: aleph.host.v1.ApproveRequest
-	(*ApproveResponse)(nil),           // 12: aleph.host.v1.ApproveResponse
-	(*SessionsRequest)(nil),           // 13: aleph.host.v1.SessionsRequest
-	(*ListSessions)(nil),              // 14: aleph.host.v1.ListSessions
-	(*DescribeSession)(nil),           // 15: aleph.host.v1.DescribeSession
-	(*ForgetSession)(nil),             // 16: aleph.host.v1.ForgetSession
-	(*Grant)(nil),                     // 17: aleph.host.v1.Grant
-	(*Session)(nil),                   // 18: aleph.host.v1.Session
-	(*SessionsResponse)(nil),          // 19: aleph.host.v1.SessionsResponse
-	(*GrantsRequest)(nil),             // 20: aleph.host.v1.GrantsRequest
-	(*ListGrants)(nil),                // 21: aleph.host.v1.ListGrants
-	(*RevokeGrant)(nil),               // 22: aleph.host.v1.RevokeGrant
-	(*ApplyNetworkGrant)(nil),         // 23: aleph.host.v1.ApplyNetworkGrant
-	(*GrantsResponse)(nil),            // 24: aleph.host.v1.GrantsResponse
-	(*CapabilitiesRequest)(nil),       // 25: aleph.host.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),      // 26: aleph.host.v1.CapabilitiesResponse
-	(*CheckPolicyRequest)(nil),        // 27: aleph.host.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil),       // 28: aleph.host.v1.CheckPolicyResponse
-	(*SignalRequest)(nil),             // 29: aleph.host.v1.SignalRequest
-	(*SignalResponse)(nil),            // 30: aleph.host.v1.SignalResponse
-	(*WriteStdinRequest)(nil),         // 31: aleph.host.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),        // 32: aleph.host.v1.WriteStdinResponse
-	(*CloseStdinRequest)(nil),         // 33: aleph.host.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),        // 34: aleph.host.v1.CloseStdinResponse
-	(*ResizeTerminalRequest)(nil),     // 35: aleph.host.v1.ResizeTerminalRequest
-	(*ResizeTerminalResponse)(nil),    // 36: aleph.host.v1.ResizeTerminalResponse
-	(*StartProcessRequest)(nil),       // 37: aleph.host.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),      // 38: aleph.host.v1.StartProcessResponse
-	(*WriteProcessRequest)(nil),       // 39: aleph.host.v1.WriteProcessRequest
-	(*WriteProcessResponse)(nil),      // 40: aleph.host.v1.WriteProcessResponse
-	(*CloseProcessStdinRequest)(nil),  // 41: aleph.host.v1.CloseProcessStdinRequest
-	(*CloseProcessStdinResponse)(nil), // 42: aleph.host.v1.CloseProcessStdinResponse
-	(*ReadProcessRequest)(nil),        // 43: aleph.host.v1.ReadProcessRequest
-	(*ReadProcessResponse)(nil),       // 44: aleph.host.v1.ReadProcessResponse
-	(*SignalProcessRequest)(nil),      // 45: aleph.host.v1.SignalProcessRequest
-	(*SignalProcessResponse)(nil),     // 46: aleph.host.v1.SignalProcessResponse
-	(*ResizeProcessRequest)(nil),      // 47: aleph.host.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 48: aleph.host.v1.ResizeProcessResponse
-	(*WaitProcessRequest)(nil),        // 49: aleph.host.v1.WaitProcessRequest
-	(*WaitProcessResponse)(nil),       // 50: aleph.host.v1.WaitProcessResponse
-	(*ListProcessesRequest)(nil),      // 51: aleph.host.v1.ListProcessesRequest
-	(*ProcessInfo)(nil),               // 52: aleph.host.v1.ProcessInfo
-	(*ListProcessesResponse)(nil),     // 53: aleph.host.v1.ListProcessesResponse
-	nil,                               // 54: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                               // 55: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*CommandUsage)(nil),              // 8: aleph.host.v1.CommandUsage
+	(*Capabilities)(nil),              // 9: aleph.host.v1.Capabilities
+	(*ApprovalsRequest)(nil),          // 10: aleph.host.v1.ApprovalsRequest
+	(*ApprovalRequest)(nil),           // 11: aleph.host.v1.ApprovalRequest
+	(*ApproveRequest)(nil),            // 12: aleph.host.v1.ApproveRequest
+	(*ApproveResponse)(nil),           // 13: aleph.host.v1.ApproveResponse
+	(*SessionsRequest)(nil),           // 14: aleph.host.v1.SessionsRequest
+	(*ListSessions)(nil),              // 15: aleph.host.v1.ListSessions
+	(*DescribeSession)(nil),           // 16: aleph.host.v1.DescribeSession
+	(*ForgetSession)(nil),             // 17: aleph.host.v1.ForgetSession
+	(*Grant)(nil),                     // 18: aleph.host.v1.Grant
+	(*Session)(nil),                   // 19: aleph.host.v1.Session
+	(*SessionsResponse)(nil),          // 20: aleph.host.v1.SessionsResponse
+	(*GrantsRequest)(nil),             // 21: aleph.host.v1.GrantsRequest
+	(*ListGrants)(nil),                // 22: aleph.host.v1.ListGrants
+	(*RevokeGrant)(nil),               // 23: aleph.host.v1.RevokeGrant
+	(*ApplyNetworkGrant)(nil),         // 24: aleph.host.v1.ApplyNetworkGrant
+	(*GrantsResponse)(nil),            // 25: aleph.host.v1.GrantsResponse
+	(*CapabilitiesRequest)(nil),       // 26: aleph.host.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),      // 27: aleph.host.v1.CapabilitiesResponse
+	(*CheckPolicyRequest)(nil),        // 28: aleph.host.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),       // 29: aleph.host.v1.CheckPolicyResponse
+	(*SignalRequest)(nil),             // 30: aleph.host.v1.SignalRequest
+	(*SignalResponse)(nil),            // 31: aleph.host.v1.SignalResponse
+	(*WriteStdinRequest)(nil),         // 32: aleph.host.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),        // 33: aleph.host.v1.WriteStdinResponse
+	(*CloseStdinRequest)(nil),         // 34: aleph.host.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),        // 35: aleph.host.v1.CloseStdinResponse
+	(*ResizeTerminalRequest)(nil),     // 36: aleph.host.v1.ResizeTerminalRequest
+	(*ResizeTerminalResponse)(nil),    // 37: aleph.host.v1.ResizeTerminalResponse
+	(*StartProcessRequest)(nil),       // 38: aleph.host.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),      // 39: aleph.host.v1.StartProcessResponse
+	(*WriteProcessRequest)(nil),       // 40: aleph.host.v1.WriteProcessRequest
+	(*WriteProcessResponse)(nil),      // 41: aleph.host.v1.WriteProcessResponse
+	(*CloseProcessStdinRequest)(nil),  // 42: aleph.host.v1.CloseProcessStdinRequest
+	(*CloseProcessStdinResponse)(nil), // 43: aleph.host.v1.CloseProcessStdinResponse
+	(*ReadProcessRequest)(nil),        // 44: aleph.host.v1.ReadProcessRequest
+	(*ReadProcessResponse)(nil),       // 45: aleph.host.v1.ReadProcessResponse
+	(*SignalProcessRequest)(nil),      // 46: aleph.host.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),     // 47: aleph.host.v1.SignalProcessResponse
+	(*ResizeProcessRequest)(nil),      // 48: aleph.host.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 49: aleph.host.v1.ResizeProcessResponse
+	(*WaitProcessRequest)(nil),        // 50: aleph.host.v1.WaitProcessRequest
+	(*WaitProcessResponse)(nil),       // 51: aleph.host.v1.WaitProcessResponse
+	(*ListProcessesRequest)(nil),      // 52: aleph.host.v1.ListProcessesRequest
+	(*ProcessInfo)(nil),               // 53: aleph.host.v1.ProcessInfo
+	(*ListProcessesResponse)(nil),     // 54: aleph.host.v1.ListProcessesResponse
+	nil,                               // 55: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 56: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	54, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	55, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	55, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	56, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	5,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
-	10, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
+	11, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	7,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
 	4,  // 5: aleph.host.v1.ExecuteResponse.stdin_open:type_name -> aleph.host.v1.StdinOpen
 	0,  // 6: aleph.host.v1.OutputChunk.stream:type_name -> aleph.host.v1.OutputChunk.Stream
 	6,  // 7: aleph.host.v1.ExecResult.verdicts:type_name -> aleph.host.v1.Verdict
-	8,  // 8: aleph.host.v1.ApprovalRequest.requested:type_name -> aleph.host.v1.Capabilities
-	8,  // 9: aleph.host.v1.ApprovalRequest.baseline:type_name -> aleph.host.v1.Capabilities
-	14, // 10: aleph.host.v1.SessionsRequest.list:type_name -> aleph.host.v1.ListSessions
-	15, // 11: aleph.host.v1.SessionsRequest.describe:type_name -> aleph.host.v1.DescribeSession
-	16, // 12: aleph.host.v1.SessionsRequest.forget:type_name -> aleph.host.v1.ForgetSession
-	8,  // 13: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
-	8,  // 14: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
-	17, // 15: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
-	18, // 16: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
-	21, // 17: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
-	22, // 18: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
-	23, // 19: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
-	17, // 20: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
-	2,  // 21: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
-	7,  // 22: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	7,  // 23: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	52, // 24: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
-	2,  // 25: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
-	9,  // 26: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
-	11, // 27: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
-	13, // 28: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
-	20, // 29: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
-	25, // 30: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
-	27, // 31: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
-	29, // 32: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
-	31, // 33: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
-	33, // 34: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
-	35, // 35: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
-	37, // 36: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
-	39, // 37: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
-	41, // 38: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
-	43, // 39: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
-	45, // 40: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
-	47, // 41: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
-	49, // 42: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
-	51, // 43: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
-	3,  // 44: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	10, // 45: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	12, // 46: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	19, // 47: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	24, // 48: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	26, // 49: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	28, // 50: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	30, // 51: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	32, // 52: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
-	34, // 53: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
-	36, // 54: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
-	38, // 55: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
-	40, // 56: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
-	42, // 57: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
-	44, // 58: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
-	46, // 59: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
-	48, // 60: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
-	50, // 61: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
-	53, // 62: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
-	44, // [44:63] is the sub-list for method output_type
-	25, // [25:44] is the sub-list for method input_type
-	25, // [25:25] is the sub-list for extension type_name
-	25, // [25:25] is the sub-list for extension extendee
-	0,  // [0:25] is the sub-list for field type_name
+	8,  // 8: aleph.host.v1.ExecResult.usage:type_name -> aleph.host.v1.CommandUsage
+	9,  // 9: aleph.host.v1.ApprovalRequest.requested:type_name -> aleph.host.v1.Capabilities
+	9,  // 10: aleph.host.v1.ApprovalRequest.baseline:type_name -> aleph.host.v1.Capabilities
+	15, // 11: aleph.host.v1.SessionsRequest.list:type_name -> aleph.host.v1.ListSessions
+	16, // 12: aleph.host.v1.SessionsRequest.describe:type_name -> aleph.host.v1.DescribeSession
+	17, // 13: aleph.host.v1.SessionsRequest.forget:type_name -> aleph.host.v1.ForgetSession
+	9,  // 14: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
+	9,  // 15: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
+	18, // 16: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
+	19, // 17: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
+	22, // 18: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
+	23, // 19: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
+	24, // 20: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
+	18, // 21: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
+	2,  // 22: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
+	7,  // 23: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	7,  // 24: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	53, // 25: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
+	2,  // 26: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
+	10, // 27: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
+	12, // 28: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
+	14, // 29: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
+	21, // 30: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
+	26, // 31: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
+	28, // 32: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
+	30, // 33: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
+	32, // 34: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
+	34, // 35: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
+	36, // 36: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
+	38, // 37: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
+	40, // 38: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
+	42, // 39: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
+	44, // 40: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
+	46, // 41: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
+	48, // 42: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
+	50, // 43: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
+	52, // 44: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
+	3,  // 45: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	11, // 46: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	13, // 47: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	20, // 48: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	25, // 49: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	27, // 50: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	29, // 51: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	31, // 52: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	33, // 53: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
+	35, // 54: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
+	37, // 55: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
+	39, // 56: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	41, // 57: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	43, // 58: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	45, // 59: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	47, // 60: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	49, // 61: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	51, // 62: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	54, // 63: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	45, // [45:64] is the sub-list for method output_type
+	26, // [26:45] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_host_proto_init() }
@@ -3798,12 +3915,12 @@ func file_host_proto_init() {
 		(*ExecuteResponse_Result)(nil),
 		(*ExecuteResponse_StdinOpen)(nil),
 	}
-	file_host_proto_msgTypes[12].OneofWrappers = []any{
+	file_host_proto_msgTypes[13].OneofWrappers = []any{
 		(*SessionsRequest_List)(nil),
 		(*SessionsRequest_Describe)(nil),
 		(*SessionsRequest_Forget)(nil),
 	}
-	file_host_proto_msgTypes[19].OneofWrappers = []any{
+	file_host_proto_msgTypes[20].OneofWrappers = []any{
 		(*GrantsRequest_List)(nil),
 		(*GrantsRequest_Revoke)(nil),
 		(*GrantsRequest_ApplyNetwork)(nil),
@@ -3814,7 +3931,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   55,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
