@@ -517,3 +517,24 @@ func TestExecJSONReasonCodes(t *testing.T) {
 		})
 	}
 }
+
+// TestExecTimeoutZeroIsTheDefault: --timeout 0 means what leaving it out
+// means (sandbox.default_timeout_seconds), as timeout 0 does on the wire
+// and in every client; a negative one is refused naming the flag.
+func TestExecTimeoutZeroIsTheDefault(t *testing.T) {
+	drv := cliEnv(t)
+	for _, v := range []string{"0", "0s"} {
+		r := cli(t, "", false, "exec", "--driver", drv, "--timeout", v, "--", "echo", "ok")
+		if r.code != 0 || r.stdout != "ok\n" {
+			t.Fatalf("--timeout %s: %+v", v, r)
+		}
+	}
+	r := cli(t, "", false, "exec", "--driver", drv, "--timeout", "-1s", "--", "echo", "ok")
+	if r.code != 125 || !strings.Contains(r.stderr, "timeout") || !strings.Contains(r.stderr, "negative") || r.stdout != "" {
+		t.Fatalf("--timeout -1s: %+v", r)
+	}
+	var d timeoutDuration
+	if err := d.Set("0"); err != nil || d != 0 {
+		t.Fatalf("Set(0): %v %v", d, err)
+	}
+}
