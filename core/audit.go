@@ -64,6 +64,24 @@ type AuditRecord struct {
 	// GitQuarantine: git repositories the command planted in its
 	// workspace, neutralised after it ended (Output.GitQuarantine).
 	GitQuarantine *GitQuarantine `json:"git_quarantine,omitempty"`
+	// Usage is what the command consumed as the driver measured it
+	// (Exit.Usage); absent when nothing ran.
+	Usage *AuditUsage `json:"usage,omitempty"`
+}
+
+// AuditUsage is a command's CPU time (user plus system, and each) in
+// milliseconds and the peak resident set size of its largest process in
+// KiB.
+type AuditUsage struct {
+	CPUMS    int64 `json:"cpu_ms"`
+	UserMS   int64 `json:"user_ms"`
+	SystemMS int64 `json:"system_ms"`
+	MaxRSSKB int64 `json:"max_rss_kb"`
+}
+
+// UsageOf is u as the audit record and the front ends give it.
+func UsageOf(u driverapi.ResourceUsage) *AuditUsage {
+	return &AuditUsage{CPUMS: u.UserMS + u.SystemMS, UserMS: u.UserMS, SystemMS: u.SystemMS, MaxRSSKB: u.MaxRSSKB}
 }
 
 // NetworkAudit is one decision of a command's managed proxy: the client

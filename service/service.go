@@ -506,6 +506,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 		outcome, reason = OutcomeDenied, res.GetReasonCode()
 	default:
 		outcome, reason = OutcomeOK, res.GetReasonCode()
+		s.metrics.used(res.GetUsage())
 	}
 	s.log.Info("command", "session", cmd.SessionID, "program", cmd.Program, "reason_code", res.GetReasonCode(),
 		"command_id", res.GetCommandId(), "exit_code", res.GetExitCode(), "duration", time.Since(start), "error", rerr)
@@ -586,6 +587,8 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 		// own (spawn=True, spawn: true, --spawn) from reason_code.
 		SpawnRefused: e.SpawnRefused, Hint: out.Hint(), SpawnReported: out.SpawnReported,
 	}
+	u := core.UsageOf(e.Usage)
+	res.Usage = &hostv1.CommandUsage{CpuMs: u.CPUMS, MaxRssKb: u.MaxRSSKB, UserMs: u.UserMS, SystemMs: u.SystemMS}
 	for _, v := range out.Verdicts {
 		res.Verdicts = append(res.Verdicts, &hostv1.Verdict{Action: v.Action.String(), Rule: v.Rule, Reason: v.Reason, Hook: v.Hook})
 	}

@@ -38,6 +38,7 @@ from urllib.parse import quote as _quote
 __all__ = [
     "Client",
     "Result",
+    "Usage",
     "Event",
     "Execution",
     "Process",
@@ -109,6 +110,25 @@ class Denied(SandboxError):
 
 
 @dataclass
+class Usage:
+    """What a command consumed, as the sandbox measured it: CPU time (user
+    plus system, and each) in milliseconds and the peak resident set size
+    of its largest process in KiB. All 0 when it did not run."""
+
+    cpu_ms: int = 0
+    max_rss_kb: int = 0
+    user_ms: int = 0
+    system_ms: int = 0
+
+    @classmethod
+    def _from_json(cls, m: Optional[Mapping[str, Any]]) -> "Usage":
+        m = m or {}
+        # int64 arrives as a JSON string (the protobuf JSON mapping).
+        return cls(cpu_ms=int(m.get("cpuMs", 0)), max_rss_kb=int(m.get("maxRssKb", 0)),
+                   user_ms=int(m.get("userMs", 0)), system_ms=int(m.get("systemMs", 0)))
+
+
+@dataclass
 class Result:
     """How a command ended: the fields of ``aleph-sandbox exec --json``."""
 
@@ -137,6 +157,8 @@ class Result:
     #: One line saying how to get what was refused, in this client's terms
     #: (for spawn_refused: ``spawn=True``); "" when nothing was.
     hint: str = ""
+    #: What the command consumed (``usage.cpu_ms``, ``usage.max_rss_kb``).
+    usage: Usage = field(default_factory=Usage)
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "Result":
@@ -161,6 +183,7 @@ class Result:
             # int64 arrives as a JSON string (the protobuf JSON mapping).
             spawn_refused=int(m.get("spawnRefused", 0)),
             hint=SPAWN_REFUSED_HINT if reason_code == "spawn_refused" else str(m.get("hint", "")),
+            usage=Usage._from_json(m.get("usage")),
         )
 
 

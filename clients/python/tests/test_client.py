@@ -114,6 +114,29 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(r.command_id)
         self.assertEqual(r.reason_code, "allowed")
 
+    def test_usage(self):
+        """Each result says what the command consumed: CPU time and peak
+        RSS, as the driver measured them."""
+        c = Client(self.addr)
+        burn = ("x = bytearray(96 << 20)\n"
+                "for i in range(0, len(x), 4096): x[i] = 1\n"
+                "s = 0\n"
+                "for i in range(2000000): s += i\n")
+        r = c.exec(["/usr/bin/python3", "-c", burn], session="py-usage", timeout=120)
+        self.assertEqual(r.exit_code, 0, r.stderr)
+        self.assertIsInstance(r.usage.cpu_ms, int)
+        self.assertGreater(r.usage.cpu_ms, 0, r.usage)
+        self.assertEqual(r.usage.cpu_ms, r.usage.user_ms + r.usage.system_ms)
+        self.assertGreaterEqual(r.usage.max_rss_kb, 96 << 10, r.usage)
+        # Control: a small command's peak is far below.
+        small = c.exec(["/bin/true"], session="py-usage")
+        self.assertLess(small.usage.max_rss_kb, 32 << 10, small.usage)
+        self.assertGreater(small.usage.max_rss_kb, 0, small.usage)
+        # A denial ran nothing: no usage.
+        d = c.exec(["/bin/sh", "-c", "rm -rf /"], session="py-usage")
+        self.assertTrue(d.denied)
+        self.assertEqual((d.usage.cpu_ms, d.usage.max_rss_kb), (0, 0))
+
     def test_exec_kwargs(self):
         ws = tempfile.mkdtemp()
         try:

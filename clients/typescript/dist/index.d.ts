@@ -101,6 +101,19 @@ export interface Result {
     /** One line saying how to get what was refused, in this client's terms
      * (for spawn_refused: `spawn: true`); "" when nothing was. */
     hint: string;
+    /** What the command consumed (`usage.cpuMs`, `usage.maxRssKb`). */
+    usage: Usage;
+}
+/**
+ * What a command consumed, as the sandbox measured it: CPU time (user plus
+ * system, and each) in milliseconds and the peak resident set size of its
+ * largest process in KiB. All 0 when it did not run.
+ */
+export interface Usage {
+    cpuMs: number;
+    maxRssKb: number;
+    userMs: number;
+    systemMs: number;
 }
 /** Result.hint of a command refused a subprocess, in this client's terms. */
 export declare const SPAWN_REFUSED_HINT = "the command tried to start a subprocess and the sandbox refused it: run it with spawn: true";

@@ -229,9 +229,14 @@ function capabilities(v) {
         timeoutSeconds: num(m.timeoutSeconds),
     };
 }
+function usage(v) {
+    const m = isObject(v) ? v : {};
+    return { cpuMs: num(m.cpuMs), maxRssKb: num(m.maxRssKb), userMs: num(m.userMs), systemMs: num(m.systemMs) };
+}
 function result(v) {
     const m = isObject(v) ? v : {};
     return {
+        usage: usage(m.usage),
         stdout: bytes(m.stdout),
         stderr: bytes(m.stderr),
         exitCode: m.denied === true ? null : num(m.exitCode),

@@ -160,6 +160,20 @@ export interface Result {
   /** One line saying how to get what was refused, in this client's terms
    * (for spawn_refused: `spawn: true`); "" when nothing was. */
   hint: string;
+  /** What the command consumed (`usage.cpuMs`, `usage.maxRssKb`). */
+  usage: Usage;
+}
+
+/**
+ * What a command consumed, as the sandbox measured it: CPU time (user plus
+ * system, and each) in milliseconds and the peak resident set size of its
+ * largest process in KiB. All 0 when it did not run.
+ */
+export interface Usage {
+  cpuMs: number;
+  maxRssKb: number;
+  userMs: number;
+  systemMs: number;
 }
 
 /** Result.hint of a command refused a subprocess, in this client's terms. */
@@ -527,9 +541,15 @@ function capabilities(v: unknown): Capabilities {
   };
 }
 
+function usage(v: unknown): Usage {
+  const m = isObject(v) ? v : {};
+  return { cpuMs: num(m.cpuMs), maxRssKb: num(m.maxRssKb), userMs: num(m.userMs), systemMs: num(m.systemMs) };
+}
+
 function result(v: unknown): Result {
   const m = isObject(v) ? v : {};
   return {
+    usage: usage(m.usage),
     stdout: bytes(m.stdout),
     stderr: bytes(m.stderr),
     exitCode: m.denied === true ? null : num(m.exitCode),

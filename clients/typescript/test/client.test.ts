@@ -693,6 +693,23 @@ describe("Client against a real serve", { skip }, () => {
     assert.notEqual(a.signalKey, b.signalKey);
   });
 
+  test("each result says what the command consumed: usage.cpuMs and usage.maxRssKb", T, async () => {
+    const c = new Client({ socket: addr });
+    const burn = "x = bytearray(96 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\ns = 0\nfor i in range(2000000): s += i\n";
+    const r = await c.exec(["/usr/bin/python3", "-c", burn], { session: "ts-usage", timeout: 120 });
+    assert.equal(r.exitCode, 0, r.stderr.toString());
+    assert.equal(typeof r.usage.cpuMs, "number");
+    assert.ok(r.usage.cpuMs > 0, JSON.stringify(r.usage));
+    assert.equal(r.usage.cpuMs, r.usage.userMs + r.usage.systemMs);
+    assert.ok(r.usage.maxRssKb >= 96 << 10, JSON.stringify(r.usage));
+    // Control: a small command's peak is far below; a denial has none.
+    const small = await c.exec(["/bin/true"], { session: "ts-usage" });
+    assert.ok(small.usage.maxRssKb > 0 && small.usage.maxRssKb < 32 << 10, JSON.stringify(small.usage));
+    const d = await c.exec(["/bin/sh", "-c", "rm -rf /"], { session: "ts-usage" });
+    assert.equal(d.denied, true);
+    assert.deepEqual([d.usage.cpuMs, d.usage.maxRssKb], [0, 0]);
+  });
+
   test("start() as a session's first call asks the client's approver", T, async () => {
     const seen: string[] = [];
     const c = new Client({

@@ -140,6 +140,9 @@ type ProcessResult struct {
 	ReasonCode string `json:"reason_code,omitempty"`
 	Rule       string `json:"rule,omitempty"`
 	Error      string `json:"error,omitempty"`
+	// Usage is what the process consumed, once it has ended (absent when
+	// it did not run).
+	Usage *core.AuditUsage `json:"usage,omitempty"`
 }
 
 // WriteProcessResult is write_process's result.
@@ -623,6 +626,7 @@ func endResult(out ProcessResult, r core.ProcessResult) (*mcp.CallToolResult, Pr
 		e := r.Output.Exit
 		out.ExitCode, out.Signal, out.TimedOut, out.Truncated = int(e.ExitCode), int(e.Signal), e.TimedOut, e.Truncated
 		out.DurationMS = e.Duration.Milliseconds()
+		out.Usage = core.UsageOf(e.Usage)
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: processText(out)}}}, out, nil
 }
