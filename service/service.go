@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -694,7 +695,13 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 			names = append(names, n)
 		}
 		s.mu.Unlock()
+		// And the sessions kept on disk from earlier (their grants):
+		// a restarted service lists what it will resume.
+		if k, ok := s.host.(interface{ KeptSessions() []string }); ok {
+			names = append(names, k.KeptSessions()...)
+		}
 		sort.Strings(names)
+		names = slices.Compact(names)
 		for _, n := range names {
 			resp.Sessions = append(resp.Sessions, s.describe(n))
 		}
@@ -716,8 +723,28 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 		s.mu.Lock()
 		delete(s.sessions, a.Forget.GetSession())
 		s.mu.Unlock()
+	case *hostv1.SessionsRequest_Delete:
+		id := a.Delete.GetSession()
+		if err := checkSession("delete.session", id); err != nil {
+			return nil, err
+		}
+		d, ok := s.host.(interface{ DeleteSession(string) error })
+		if !ok {
+			return nil, withDetail(connect.CodeUnimplemented, errors.New("this runtime cannot delete sessions"), &hostv1.ErrorDetail{Field: "delete"})
+		}
+		// The session's processes go first: none may outlive it, nor
+		// write into the workspace being removed.
+		s.procs.ForgetSession(id)
+		err := d.DeleteSession(id)
+		s.mu.Lock()
+		delete(s.sessions, id)
+		s.mu.Unlock()
+		if err != nil {
+			return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonWorkspaceFailed), Field: "delete.session"})
+		}
+		s.log.Info("session deleted", "session", id)
 	default:
-		return nil, invalid("action", "one of list, describe, forget is required")
+		return nil, invalid("action", "one of list, describe, forget, delete is required")
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -881,6 +881,8 @@ class Client:
             yield ApprovalRequest._from_json(msg)
 
     def sessions(self) -> List[Dict[str, Any]]:
+        """The sessions the service holds, and those whose grants are kept
+        on disk from before it started."""
         return list(self._unary("Sessions", {"list": {}}).get("sessions", []))
 
     def describe(self, session: str) -> Dict[str, Any]:
@@ -889,6 +891,13 @@ class Client:
 
     def forget(self, session: str) -> None:
         self._unary("Sessions", {"forget": {"session": session}}, session=session)
+
+    def delete(self, session: str) -> None:
+        """Deletes a session: its processes and commands end, its private
+        HOME, kept grants and the workspace the service made for it are
+        removed (a workspace you named stays). forget() keeps the
+        workspace."""
+        self._unary("Sessions", {"delete": {"session": session}}, session=session)
 
     def grants(self, session: str) -> Dict[str, Any]:
         return self._unary("Grants", {"list": {"session": session}}, session=session)

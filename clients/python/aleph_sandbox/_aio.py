@@ -358,6 +358,11 @@ class AsyncClient:
     async def forget(self, session: str) -> None:
         await self._unary("Sessions", {"forget": {"session": session}}, session=session)
 
+    async def delete(self, session: str) -> None:
+        """As Client.delete: the session's processes end, its HOME, grants
+        and the workspace the service made for it are removed."""
+        await self._unary("Sessions", {"delete": {"session": session}}, session=session)
+
     async def grants(self, session: str) -> Dict[str, Any]:
         return await self._unary("Grants", {"list": {"session": session}}, session=session)
 

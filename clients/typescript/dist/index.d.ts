@@ -371,6 +371,12 @@ export declare class Client {
     describe(name: string, options?: CallOptions): Promise<Session | undefined>;
     /** Forgets a session. */
     forget(name: string, options?: CallOptions): Promise<void>;
+    /**
+     * Deletes a session: its processes and commands end, its private HOME,
+     * kept grants and the workspace the service made for it are removed (a
+     * workspace you named stays). `forget()` keeps the workspace.
+     */
+    delete(name: string, options?: CallOptions): Promise<void>;
     grants(name: string, options?: CallOptions): Promise<Grants>;
     revoke(name: string, grantId: string, options?: CallOptions): Promise<Grants>;
     /** Grants host:port to a session, provided its policy digest is still expectedDigest. */

@@ -852,6 +852,14 @@ export class Client {
     async forget(name, options = {}) {
         await this.unary("Sessions", { forget: { session: name } }, options, this.idleSeconds, name);
     }
+    /**
+     * Deletes a session: its processes and commands end, its private HOME,
+     * kept grants and the workspace the service made for it are removed (a
+     * workspace you named stays). `forget()` keeps the workspace.
+     */
+    async delete(name, options = {}) {
+        await this.unary("Sessions", { delete: { session: name } }, options, this.idleSeconds, name);
+    }
     async grants(name, options = {}) {
         return grants(await this.unary("Grants", { list: { session: name } }, options, this.idleSeconds, name));
     }

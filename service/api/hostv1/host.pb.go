@@ -1315,6 +1315,7 @@ type SessionsRequest struct {
 	//	*SessionsRequest_List
 	//	*SessionsRequest_Describe
 	//	*SessionsRequest_Forget
+	//	*SessionsRequest_Delete
 	Action        isSessionsRequest_Action `protobuf_oneof:"action"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1384,6 +1385,15 @@ func (x *SessionsRequest) GetForget() *ForgetSession {
 	return nil
 }
 
+func (x *SessionsRequest) GetDelete() *DeleteSession {
+	if x != nil {
+		if x, ok := x.Action.(*SessionsRequest_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
 type isSessionsRequest_Action interface {
 	isSessionsRequest_Action()
 }
@@ -1400,11 +1410,17 @@ type SessionsRequest_Forget struct {
 	Forget *ForgetSession `protobuf:"bytes,3,opt,name=forget,proto3,oneof"`
 }
 
+type SessionsRequest_Delete struct {
+	Delete *DeleteSession `protobuf:"bytes,4,opt,name=delete,proto3,oneof"`
+}
+
 func (*SessionsRequest_List) isSessionsRequest_Action() {}
 
 func (*SessionsRequest_Describe) isSessionsRequest_Action() {}
 
 func (*SessionsRequest_Forget) isSessionsRequest_Action() {}
+
+func (*SessionsRequest_Delete) isSessionsRequest_Action() {}
 
 type ListSessions struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1530,6 +1546,54 @@ func (x *ForgetSession) GetSession() string {
 	return ""
 }
 
+// DeleteSession is forget (its processes and commands end, its private
+// HOME and kept grants are removed) and removes its workspace too: the
+// directory the service made for it (a workspace a client named is the
+// client's and stays).
+type DeleteSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSession) Reset() {
+	*x = DeleteSession{}
+	mi := &file_host_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSession) ProtoMessage() {}
+
+func (x *DeleteSession) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSession.ProtoReflect.Descriptor instead.
+func (*DeleteSession) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteSession) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
 type Grant struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -1541,7 +1605,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1617,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1630,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{17}
+	return file_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Grant) GetId() string {
@@ -1603,7 +1667,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1615,7 +1679,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1628,7 +1692,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{18}
+	return file_host_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Session) GetSession() string {
@@ -1675,7 +1739,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1687,7 +1751,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1700,7 +1764,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{19}
+	return file_host_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SessionsResponse) GetSessions() []*Session {
@@ -1724,7 +1788,7 @@ type GrantsRequest struct {
 
 func (x *GrantsRequest) Reset() {
 	*x = GrantsRequest{}
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1736,7 +1800,7 @@ func (x *GrantsRequest) String() string {
 func (*GrantsRequest) ProtoMessage() {}
 
 func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1749,7 +1813,7 @@ func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsRequest.ProtoReflect.Descriptor instead.
 func (*GrantsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{20}
+	return file_host_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GrantsRequest) GetAction() isGrantsRequest_Action {
@@ -1817,7 +1881,7 @@ type ListGrants struct {
 
 func (x *ListGrants) Reset() {
 	*x = ListGrants{}
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1893,7 @@ func (x *ListGrants) String() string {
 func (*ListGrants) ProtoMessage() {}
 
 func (x *ListGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1906,7 @@ func (x *ListGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrants.ProtoReflect.Descriptor instead.
 func (*ListGrants) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{21}
+	return file_host_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListGrants) GetSession() string {
@@ -1862,7 +1926,7 @@ type RevokeGrant struct {
 
 func (x *RevokeGrant) Reset() {
 	*x = RevokeGrant{}
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1874,7 +1938,7 @@ func (x *RevokeGrant) String() string {
 func (*RevokeGrant) ProtoMessage() {}
 
 func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1887,7 +1951,7 @@ func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrant.ProtoReflect.Descriptor instead.
 func (*RevokeGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{22}
+	return file_host_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevokeGrant) GetSession() string {
@@ -1916,7 +1980,7 @@ type ApplyNetworkGrant struct {
 
 func (x *ApplyNetworkGrant) Reset() {
 	*x = ApplyNetworkGrant{}
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +1992,7 @@ func (x *ApplyNetworkGrant) String() string {
 func (*ApplyNetworkGrant) ProtoMessage() {}
 
 func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2005,7 @@ func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyNetworkGrant.ProtoReflect.Descriptor instead.
 func (*ApplyNetworkGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{23}
+	return file_host_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApplyNetworkGrant) GetSession() string {
@@ -1983,7 +2047,7 @@ type GrantsResponse struct {
 
 func (x *GrantsResponse) Reset() {
 	*x = GrantsResponse{}
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1995,7 +2059,7 @@ func (x *GrantsResponse) String() string {
 func (*GrantsResponse) ProtoMessage() {}
 
 func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2008,7 +2072,7 @@ func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsResponse.ProtoReflect.Descriptor instead.
 func (*GrantsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{24}
+	return file_host_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GrantsResponse) GetSession() string {
@@ -2040,7 +2104,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2052,7 +2116,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2065,7 +2129,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{25}
+	return file_host_proto_rawDescGZIP(), []int{26}
 }
 
 type CapabilitiesResponse struct {
@@ -2078,7 +2142,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2090,7 +2154,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2103,7 +2167,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{26}
+	return file_host_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CapabilitiesResponse) GetReportJson() string {
@@ -2123,7 +2187,7 @@ type CheckPolicyRequest struct {
 
 func (x *CheckPolicyRequest) Reset() {
 	*x = CheckPolicyRequest{}
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2199,7 @@ func (x *CheckPolicyRequest) String() string {
 func (*CheckPolicyRequest) ProtoMessage() {}
 
 func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2212,7 @@ func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CheckPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{27}
+	return file_host_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckPolicyRequest) GetCommand() string {
@@ -2177,7 +2241,7 @@ type CheckPolicyResponse struct {
 
 func (x *CheckPolicyResponse) Reset() {
 	*x = CheckPolicyResponse{}
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2253,7 @@ func (x *CheckPolicyResponse) String() string {
 func (*CheckPolicyResponse) ProtoMessage() {}
 
 func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2266,7 @@ func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CheckPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{28}
+	return file_host_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CheckPolicyResponse) GetVerdict() string {
@@ -2238,7 +2302,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2250,7 +2314,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2263,7 +2327,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{29}
+	return file_host_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SignalRequest) GetSignalKey() string {
@@ -2288,7 +2352,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2300,7 +2364,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2313,7 +2377,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{30}
+	return file_host_proto_rawDescGZIP(), []int{31}
 }
 
 type WriteStdinRequest struct {
@@ -2327,7 +2391,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2339,7 +2403,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2352,7 +2416,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{31}
+	return file_host_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WriteStdinRequest) GetSignalKey() string {
@@ -2380,7 +2444,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2392,7 +2456,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2405,7 +2469,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{32}
+	return file_host_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WriteStdinResponse) GetWritten() int64 {
@@ -2424,7 +2488,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2500,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2513,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{33}
+	return file_host_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CloseStdinRequest) GetSignalKey() string {
@@ -2467,7 +2531,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2479,7 +2543,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2492,7 +2556,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{34}
+	return file_host_proto_rawDescGZIP(), []int{35}
 }
 
 type ResizeTerminalRequest struct {
@@ -2506,7 +2570,7 @@ type ResizeTerminalRequest struct {
 
 func (x *ResizeTerminalRequest) Reset() {
 	*x = ResizeTerminalRequest{}
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2518,7 +2582,7 @@ func (x *ResizeTerminalRequest) String() string {
 func (*ResizeTerminalRequest) ProtoMessage() {}
 
 func (x *ResizeTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2531,7 +2595,7 @@ func (x *ResizeTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTerminalRequest.ProtoReflect.Descriptor instead.
 func (*ResizeTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{35}
+	return file_host_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResizeTerminalRequest) GetSignalKey() string {
@@ -2563,7 +2627,7 @@ type ResizeTerminalResponse struct {
 
 func (x *ResizeTerminalResponse) Reset() {
 	*x = ResizeTerminalResponse{}
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2575,7 +2639,7 @@ func (x *ResizeTerminalResponse) String() string {
 func (*ResizeTerminalResponse) ProtoMessage() {}
 
 func (x *ResizeTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2588,7 +2652,7 @@ func (x *ResizeTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTerminalResponse.ProtoReflect.Descriptor instead.
 func (*ResizeTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{36}
+	return file_host_proto_rawDescGZIP(), []int{37}
 }
 
 // StartProcessRequest is an Execute request (its stdin must be empty: the
@@ -2610,7 +2674,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2622,7 +2686,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2635,7 +2699,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{37}
+	return file_host_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StartProcessRequest) GetCommand() *ExecuteRequest {
@@ -2682,7 +2746,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +2758,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +2771,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{38}
+	return file_host_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartProcessResponse) GetId() string {
@@ -2727,7 +2791,7 @@ type WriteProcessRequest struct {
 
 func (x *WriteProcessRequest) Reset() {
 	*x = WriteProcessRequest{}
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2739,7 +2803,7 @@ func (x *WriteProcessRequest) String() string {
 func (*WriteProcessRequest) ProtoMessage() {}
 
 func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2752,7 +2816,7 @@ func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessRequest.ProtoReflect.Descriptor instead.
 func (*WriteProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{39}
+	return file_host_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WriteProcessRequest) GetId() string {
@@ -2780,7 +2844,7 @@ type WriteProcessResponse struct {
 
 func (x *WriteProcessResponse) Reset() {
 	*x = WriteProcessResponse{}
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2792,7 +2856,7 @@ func (x *WriteProcessResponse) String() string {
 func (*WriteProcessResponse) ProtoMessage() {}
 
 func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2805,7 +2869,7 @@ func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessResponse.ProtoReflect.Descriptor instead.
 func (*WriteProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{40}
+	return file_host_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriteProcessResponse) GetWritten() int64 {
@@ -2824,7 +2888,7 @@ type CloseProcessStdinRequest struct {
 
 func (x *CloseProcessStdinRequest) Reset() {
 	*x = CloseProcessStdinRequest{}
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +2900,7 @@ func (x *CloseProcessStdinRequest) String() string {
 func (*CloseProcessStdinRequest) ProtoMessage() {}
 
 func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +2913,7 @@ func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{41}
+	return file_host_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CloseProcessStdinRequest) GetId() string {
@@ -2867,7 +2931,7 @@ type CloseProcessStdinResponse struct {
 
 func (x *CloseProcessStdinResponse) Reset() {
 	*x = CloseProcessStdinResponse{}
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2879,7 +2943,7 @@ func (x *CloseProcessStdinResponse) String() string {
 func (*CloseProcessStdinResponse) ProtoMessage() {}
 
 func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2892,7 +2956,7 @@ func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{42}
+	return file_host_proto_rawDescGZIP(), []int{43}
 }
 
 type ReadProcessRequest struct {
@@ -2909,7 +2973,7 @@ type ReadProcessRequest struct {
 
 func (x *ReadProcessRequest) Reset() {
 	*x = ReadProcessRequest{}
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2921,7 +2985,7 @@ func (x *ReadProcessRequest) String() string {
 func (*ReadProcessRequest) ProtoMessage() {}
 
 func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2934,7 +2998,7 @@ func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessRequest.ProtoReflect.Descriptor instead.
 func (*ReadProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{43}
+	return file_host_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReadProcessRequest) GetId() string {
@@ -2976,7 +3040,7 @@ type ReadProcessResponse struct {
 
 func (x *ReadProcessResponse) Reset() {
 	*x = ReadProcessResponse{}
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2988,7 +3052,7 @@ func (x *ReadProcessResponse) String() string {
 func (*ReadProcessResponse) ProtoMessage() {}
 
 func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3001,7 +3065,7 @@ func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessResponse.ProtoReflect.Descriptor instead.
 func (*ReadProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{44}
+	return file_host_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReadProcessResponse) GetData() []byte {
@@ -3050,7 +3114,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3062,7 +3126,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3075,7 +3139,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{45}
+	return file_host_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SignalProcessRequest) GetId() string {
@@ -3100,7 +3164,7 @@ type SignalProcessResponse struct {
 
 func (x *SignalProcessResponse) Reset() {
 	*x = SignalProcessResponse{}
-	mi := &file_host_proto_msgTypes[46]
+	mi := &file_host_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3112,7 +3176,7 @@ func (x *SignalProcessResponse) String() string {
 func (*SignalProcessResponse) ProtoMessage() {}
 
 func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[46]
+	mi := &file_host_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3125,7 +3189,7 @@ func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessResponse.ProtoReflect.Descriptor instead.
 func (*SignalProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{46}
+	return file_host_proto_rawDescGZIP(), []int{47}
 }
 
 type ResizeProcessRequest struct {
@@ -3139,7 +3203,7 @@ type ResizeProcessRequest struct {
 
 func (x *ResizeProcessRequest) Reset() {
 	*x = ResizeProcessRequest{}
-	mi := &file_host_proto_msgTypes[47]
+	mi := &file_host_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3215,7 @@ func (x *ResizeProcessRequest) String() string {
 func (*ResizeProcessRequest) ProtoMessage() {}
 
 func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[47]
+	mi := &file_host_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3228,7 @@ func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{47}
+	return file_host_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResizeProcessRequest) GetId() string {
@@ -3196,7 +3260,7 @@ type ResizeProcessResponse struct {
 
 func (x *ResizeProcessResponse) Reset() {
 	*x = ResizeProcessResponse{}
-	mi := &file_host_proto_msgTypes[48]
+	mi := &file_host_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3208,7 +3272,7 @@ func (x *ResizeProcessResponse) String() string {
 func (*ResizeProcessResponse) ProtoMessage() {}
 
 func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[48]
+	mi := &file_host_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3221,7 +3285,7 @@ func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{48}
+	return file_host_proto_rawDescGZIP(), []int{49}
 }
 
 type WaitProcessRequest struct {
@@ -3233,7 +3297,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_host_proto_msgTypes[49]
+	mi := &file_host_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3245,7 +3309,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[49]
+	mi := &file_host_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3258,7 +3322,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{49}
+	return file_host_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WaitProcessRequest) GetId() string {
@@ -3277,7 +3341,7 @@ type WaitProcessResponse struct {
 
 func (x *WaitProcessResponse) Reset() {
 	*x = WaitProcessResponse{}
-	mi := &file_host_proto_msgTypes[50]
+	mi := &file_host_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3353,7 @@ func (x *WaitProcessResponse) String() string {
 func (*WaitProcessResponse) ProtoMessage() {}
 
 func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[50]
+	mi := &file_host_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3366,7 @@ func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessResponse.ProtoReflect.Descriptor instead.
 func (*WaitProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{50}
+	return file_host_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WaitProcessResponse) GetResult() *ExecResult {
@@ -3322,7 +3386,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_host_proto_msgTypes[51]
+	mi := &file_host_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3334,7 +3398,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[51]
+	mi := &file_host_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3347,7 +3411,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{51}
+	return file_host_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListProcessesRequest) GetSession() string {
@@ -3371,7 +3435,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_host_proto_msgTypes[52]
+	mi := &file_host_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3383,7 +3447,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[52]
+	mi := &file_host_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3396,7 +3460,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{52}
+	return file_host_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ProcessInfo) GetId() string {
@@ -3450,7 +3514,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_host_proto_msgTypes[53]
+	mi := &file_host_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3462,7 +3526,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[53]
+	mi := &file_host_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3475,7 +3539,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{53}
+	return file_host_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -3610,16 +3674,19 @@ const file_host_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bapproved\x18\x02 \x01(\bR\bapproved\x12\x12\n" +
 	"\x04once\x18\x03 \x01(\bR\x04once\"\x11\n" +
-	"\x0fApproveResponse\"\xc4\x01\n" +
+	"\x0fApproveResponse\"\xfc\x01\n" +
 	"\x0fSessionsRequest\x121\n" +
 	"\x04list\x18\x01 \x01(\v2\x1b.aleph.host.v1.ListSessionsH\x00R\x04list\x12<\n" +
 	"\bdescribe\x18\x02 \x01(\v2\x1e.aleph.host.v1.DescribeSessionH\x00R\bdescribe\x126\n" +
-	"\x06forget\x18\x03 \x01(\v2\x1c.aleph.host.v1.ForgetSessionH\x00R\x06forgetB\b\n" +
+	"\x06forget\x18\x03 \x01(\v2\x1c.aleph.host.v1.ForgetSessionH\x00R\x06forget\x126\n" +
+	"\x06delete\x18\x04 \x01(\v2\x1c.aleph.host.v1.DeleteSessionH\x00R\x06deleteB\b\n" +
 	"\x06action\"\x0e\n" +
 	"\fListSessions\"+\n" +
 	"\x0fDescribeSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\")\n" +
 	"\rForgetSession\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\")\n" +
+	"\rDeleteSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\"{\n" +
 	"\x05Grant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12?\n" +
@@ -3772,7 +3839,7 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
@@ -3792,49 +3859,50 @@ var file_host_proto_goTypes = []any{
 	(*ListSessions)(nil),              // 15: aleph.host.v1.ListSessions
 	(*DescribeSession)(nil),           // 16: aleph.host.v1.DescribeSession
 	(*ForgetSession)(nil),             // 17: aleph.host.v1.ForgetSession
-	(*Grant)(nil),                     // 18: aleph.host.v1.Grant
-	(*Session)(nil),                   // 19: aleph.host.v1.Session
-	(*SessionsResponse)(nil),          // 20: aleph.host.v1.SessionsResponse
-	(*GrantsRequest)(nil),             // 21: aleph.host.v1.GrantsRequest
-	(*ListGrants)(nil),                // 22: aleph.host.v1.ListGrants
-	(*RevokeGrant)(nil),               // 23: aleph.host.v1.RevokeGrant
-	(*ApplyNetworkGrant)(nil),         // 24: aleph.host.v1.ApplyNetworkGrant
-	(*GrantsResponse)(nil),            // 25: aleph.host.v1.GrantsResponse
-	(*CapabilitiesRequest)(nil),       // 26: aleph.host.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),      // 27: aleph.host.v1.CapabilitiesResponse
-	(*CheckPolicyRequest)(nil),        // 28: aleph.host.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil),       // 29: aleph.host.v1.CheckPolicyResponse
-	(*SignalRequest)(nil),             // 30: aleph.host.v1.SignalRequest
-	(*SignalResponse)(nil),            // 31: aleph.host.v1.SignalResponse
-	(*WriteStdinRequest)(nil),         // 32: aleph.host.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),        // 33: aleph.host.v1.WriteStdinResponse
-	(*CloseStdinRequest)(nil),         // 34: aleph.host.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),        // 35: aleph.host.v1.CloseStdinResponse
-	(*ResizeTerminalRequest)(nil),     // 36: aleph.host.v1.ResizeTerminalRequest
-	(*ResizeTerminalResponse)(nil),    // 37: aleph.host.v1.ResizeTerminalResponse
-	(*StartProcessRequest)(nil),       // 38: aleph.host.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),      // 39: aleph.host.v1.StartProcessResponse
-	(*WriteProcessRequest)(nil),       // 40: aleph.host.v1.WriteProcessRequest
-	(*WriteProcessResponse)(nil),      // 41: aleph.host.v1.WriteProcessResponse
-	(*CloseProcessStdinRequest)(nil),  // 42: aleph.host.v1.CloseProcessStdinRequest
-	(*CloseProcessStdinResponse)(nil), // 43: aleph.host.v1.CloseProcessStdinResponse
-	(*ReadProcessRequest)(nil),        // 44: aleph.host.v1.ReadProcessRequest
-	(*ReadProcessResponse)(nil),       // 45: aleph.host.v1.ReadProcessResponse
-	(*SignalProcessRequest)(nil),      // 46: aleph.host.v1.SignalProcessRequest
-	(*SignalProcessResponse)(nil),     // 47: aleph.host.v1.SignalProcessResponse
-	(*ResizeProcessRequest)(nil),      // 48: aleph.host.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 49: aleph.host.v1.ResizeProcessResponse
-	(*WaitProcessRequest)(nil),        // 50: aleph.host.v1.WaitProcessRequest
-	(*WaitProcessResponse)(nil),       // 51: aleph.host.v1.WaitProcessResponse
-	(*ListProcessesRequest)(nil),      // 52: aleph.host.v1.ListProcessesRequest
-	(*ProcessInfo)(nil),               // 53: aleph.host.v1.ProcessInfo
-	(*ListProcessesResponse)(nil),     // 54: aleph.host.v1.ListProcessesResponse
-	nil,                               // 55: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                               // 56: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*DeleteSession)(nil),             // 18: aleph.host.v1.DeleteSession
+	(*Grant)(nil),                     // 19: aleph.host.v1.Grant
+	(*Session)(nil),                   // 20: aleph.host.v1.Session
+	(*SessionsResponse)(nil),          // 21: aleph.host.v1.SessionsResponse
+	(*GrantsRequest)(nil),             // 22: aleph.host.v1.GrantsRequest
+	(*ListGrants)(nil),                // 23: aleph.host.v1.ListGrants
+	(*RevokeGrant)(nil),               // 24: aleph.host.v1.RevokeGrant
+	(*ApplyNetworkGrant)(nil),         // 25: aleph.host.v1.ApplyNetworkGrant
+	(*GrantsResponse)(nil),            // 26: aleph.host.v1.GrantsResponse
+	(*CapabilitiesRequest)(nil),       // 27: aleph.host.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),      // 28: aleph.host.v1.CapabilitiesResponse
+	(*CheckPolicyRequest)(nil),        // 29: aleph.host.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),       // 30: aleph.host.v1.CheckPolicyResponse
+	(*SignalRequest)(nil),             // 31: aleph.host.v1.SignalRequest
+	(*SignalResponse)(nil),            // 32: aleph.host.v1.SignalResponse
+	(*WriteStdinRequest)(nil),         // 33: aleph.host.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),        // 34: aleph.host.v1.WriteStdinResponse
+	(*CloseStdinRequest)(nil),         // 35: aleph.host.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),        // 36: aleph.host.v1.CloseStdinResponse
+	(*ResizeTerminalRequest)(nil),     // 37: aleph.host.v1.ResizeTerminalRequest
+	(*ResizeTerminalResponse)(nil),    // 38: aleph.host.v1.ResizeTerminalResponse
+	(*StartProcessRequest)(nil),       // 39: aleph.host.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),      // 40: aleph.host.v1.StartProcessResponse
+	(*WriteProcessRequest)(nil),       // 41: aleph.host.v1.WriteProcessRequest
+	(*WriteProcessResponse)(nil),      // 42: aleph.host.v1.WriteProcessResponse
+	(*CloseProcessStdinRequest)(nil),  // 43: aleph.host.v1.CloseProcessStdinRequest
+	(*CloseProcessStdinResponse)(nil), // 44: aleph.host.v1.CloseProcessStdinResponse
+	(*ReadProcessRequest)(nil),        // 45: aleph.host.v1.ReadProcessRequest
+	(*ReadProcessResponse)(nil),       // 46: aleph.host.v1.ReadProcessResponse
+	(*SignalProcessRequest)(nil),      // 47: aleph.host.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),     // 48: aleph.host.v1.SignalProcessResponse
+	(*ResizeProcessRequest)(nil),      // 49: aleph.host.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 50: aleph.host.v1.ResizeProcessResponse
+	(*WaitProcessRequest)(nil),        // 51: aleph.host.v1.WaitProcessRequest
+	(*WaitProcessResponse)(nil),       // 52: aleph.host.v1.WaitProcessResponse
+	(*ListProcessesRequest)(nil),      // 53: aleph.host.v1.ListProcessesRequest
+	(*ProcessInfo)(nil),               // 54: aleph.host.v1.ProcessInfo
+	(*ListProcessesResponse)(nil),     // 55: aleph.host.v1.ListProcessesResponse
+	nil,                               // 56: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 57: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	55, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	56, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	56, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	57, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	5,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
 	11, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	7,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
@@ -3847,61 +3915,62 @@ var file_host_proto_depIdxs = []int32{
 	15, // 11: aleph.host.v1.SessionsRequest.list:type_name -> aleph.host.v1.ListSessions
 	16, // 12: aleph.host.v1.SessionsRequest.describe:type_name -> aleph.host.v1.DescribeSession
 	17, // 13: aleph.host.v1.SessionsRequest.forget:type_name -> aleph.host.v1.ForgetSession
-	9,  // 14: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
-	9,  // 15: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
-	18, // 16: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
-	19, // 17: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
-	22, // 18: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
-	23, // 19: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
-	24, // 20: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
-	18, // 21: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
-	2,  // 22: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
-	7,  // 23: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	7,  // 24: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	53, // 25: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
-	2,  // 26: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
-	10, // 27: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
-	12, // 28: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
-	14, // 29: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
-	21, // 30: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
-	26, // 31: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
-	28, // 32: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
-	30, // 33: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
-	32, // 34: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
-	34, // 35: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
-	36, // 36: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
-	38, // 37: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
-	40, // 38: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
-	42, // 39: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
-	44, // 40: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
-	46, // 41: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
-	48, // 42: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
-	50, // 43: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
-	52, // 44: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
-	3,  // 45: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	11, // 46: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	13, // 47: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	20, // 48: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	25, // 49: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	27, // 50: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	29, // 51: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	31, // 52: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	33, // 53: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
-	35, // 54: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
-	37, // 55: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
-	39, // 56: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
-	41, // 57: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
-	43, // 58: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
-	45, // 59: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
-	47, // 60: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
-	49, // 61: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
-	51, // 62: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
-	54, // 63: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
-	45, // [45:64] is the sub-list for method output_type
-	26, // [26:45] is the sub-list for method input_type
-	26, // [26:26] is the sub-list for extension type_name
-	26, // [26:26] is the sub-list for extension extendee
-	0,  // [0:26] is the sub-list for field type_name
+	18, // 14: aleph.host.v1.SessionsRequest.delete:type_name -> aleph.host.v1.DeleteSession
+	9,  // 15: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
+	9,  // 16: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
+	19, // 17: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
+	20, // 18: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
+	23, // 19: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
+	24, // 20: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
+	25, // 21: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
+	19, // 22: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
+	2,  // 23: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
+	7,  // 24: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	7,  // 25: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	54, // 26: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
+	2,  // 27: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
+	10, // 28: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
+	12, // 29: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
+	14, // 30: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
+	22, // 31: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
+	27, // 32: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
+	29, // 33: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
+	31, // 34: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
+	33, // 35: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
+	35, // 36: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
+	37, // 37: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
+	39, // 38: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
+	41, // 39: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
+	43, // 40: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
+	45, // 41: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
+	47, // 42: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
+	49, // 43: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
+	51, // 44: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
+	53, // 45: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
+	3,  // 46: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	11, // 47: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	13, // 48: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	21, // 49: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	26, // 50: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	28, // 51: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	30, // 52: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	32, // 53: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	34, // 54: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
+	36, // 55: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
+	38, // 56: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
+	40, // 57: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	42, // 58: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	44, // 59: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	46, // 60: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	48, // 61: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	50, // 62: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	52, // 63: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	55, // 64: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	46, // [46:65] is the sub-list for method output_type
+	27, // [27:46] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_host_proto_init() }
@@ -3919,8 +3988,9 @@ func file_host_proto_init() {
 		(*SessionsRequest_List)(nil),
 		(*SessionsRequest_Describe)(nil),
 		(*SessionsRequest_Forget)(nil),
+		(*SessionsRequest_Delete)(nil),
 	}
-	file_host_proto_msgTypes[20].OneofWrappers = []any{
+	file_host_proto_msgTypes[21].OneofWrappers = []any{
 		(*GrantsRequest_List)(nil),
 		(*GrantsRequest_Revoke)(nil),
 		(*GrantsRequest_ApplyNetwork)(nil),
@@ -3931,7 +4001,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   56,
+			NumMessages:   57,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
