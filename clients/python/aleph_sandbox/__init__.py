@@ -840,13 +840,15 @@ class Client:
             # service ends once the process is past its approval.
             key = "apr-" + _secrets.token_hex(16)
             req["approvalKey"] = key
-            threading.Thread(target=self._serve_approvals, args=(key,), daemon=True).start()
+            threading.Thread(target=self._serve_approvals, args=(key, session), daemon=True).start()
         r = self._unary("StartProcess", req, session=session)
         return Process(self, str(r.get("id", "")), session)
 
-    def _serve_approvals(self, key: str) -> None:
+    def _serve_approvals(self, key: str, session: str) -> None:
         try:
-            for msg in self._stream("Approvals", {"key": key}, None):
+            # With the process's session in the header: a proxy that routes
+            # by session sends the stream to the server running the process.
+            for msg in self._stream("Approvals", {"key": key}, None, session=session):
                 self._answer(ApprovalRequest._from_json(msg))
         except SandboxError:
             pass  # the service went away: the process is denied and says so

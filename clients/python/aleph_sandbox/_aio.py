@@ -309,13 +309,13 @@ class AsyncClient:
             # approver through an Approvals stream of its own key.
             key = "apr-" + _secrets.token_hex(16)
             req["approvalKey"] = key
-            self._spawn(self._serve_approvals(key))
+            self._spawn(self._serve_approvals(key, session))
         r = await self._unary("StartProcess", req, session=session)
         return AsyncProcess(self, str(r.get("id", "")), session)
 
-    async def _serve_approvals(self, key: str) -> None:
+    async def _serve_approvals(self, key: str, session: str) -> None:
         try:
-            async for msg in self._stream("Approvals", {"key": key}, None):
+            async for msg in self._stream("Approvals", {"key": key}, None, session=session):
                 await self._answer(ApprovalRequest._from_json(msg))
         except SandboxError:
             pass  # the service went away: the process is denied and says so

@@ -788,14 +788,16 @@ export class Client {
             // process is past its approval.
             const key = "apr-" + randomBytes(16).toString("hex");
             req.approvalKey = key;
-            void this.serveApprovals(this.approver, key);
+            void this.serveApprovals(this.approver, key, name);
         }
         const r = await this.unary("StartProcess", req, signal ? { signal } : {}, this.idleSeconds, name);
         return new Process(this, str(r.id), name);
     }
-    async serveApprovals(approver, key) {
+    async serveApprovals(approver, key, session) {
         try {
-            for await (const msg of this.serverStream("Approvals", { key }, undefined, 0)) {
+            // With the process's session in the header: a proxy that routes by
+            // session sends the stream to the server that runs the process.
+            for await (const msg of this.serverStream("Approvals", { key }, undefined, 0, session)) {
                 await this.answer(approver, approvalRequest(msg));
             }
         }
