@@ -75,21 +75,40 @@ func TestServeQueueBounds(t *testing.T) {
 	waitFor(t, "the holder to run", func() bool { return markerRunning("120") })
 
 	// The one place in the queue, taken by a command that would leave a
-	// marker file if it ever ran.
-	qctx, qcancel := context.WithCancel(ctx)
-	queued := make(chan execOutcome, 1)
-	go func() {
-		queued <- execute(qctx, c, &hostv1.ExecuteRequest{Session: "qb", Argv: []string{"/usr/bin/touch", "ran"}}, nil)
-	}()
-	// One more is refused at once, naming the bound. Until the queued one
-	// has its place, this one may be the one that queues: retry until the
-	// refusal comes.
-	var refused error
+	// marker file if it ever ran. Then one more is refused at once,
+	// naming the bound. Whether the queued command has its place yet is
+	// not visible from here: a probe that comes first takes the place
+	// itself (and the command is refused); both are then tried again.
+	var (
+		qcancel context.CancelFunc
+		queued  chan execOutcome
+		refused error
+	)
 	waitFor(t, "a refusal past the queue's bound", func() bool {
+		if queued == nil {
+			var qctx context.Context
+			qctx, qcancel = context.WithCancel(ctx)
+			queued = make(chan execOutcome, 1)
+			go func() {
+				queued <- execute(qctx, c, &hostv1.ExecuteRequest{Session: "qb", Argv: []string{"/usr/bin/touch", "ran"}}, nil)
+			}()
+			time.Sleep(500 * time.Millisecond) // ordering only, not asserted
+		}
 		rctx, rcancel := context.WithTimeout(ctx, 2*time.Second)
 		defer rcancel()
 		o := execute(rctx, c, &hostv1.ExecuteRequest{Session: "qb", Argv: []string{"/bin/true"}}, nil)
 		refused = o.err
+		select {
+		case q := <-queued:
+			// The probe took the place first: the command was refused.
+			if connect.CodeOf(q.err) != connect.CodeResourceExhausted {
+				t.Fatalf("the queued command: %v %+v", q.err, q.result)
+			}
+			qcancel()
+			queued = nil
+			return false
+		default:
+		}
 		return connect.CodeOf(o.err) == connect.CodeResourceExhausted
 	})
 	if d := errDetail(t, refused); d.GetReasonCode() != "resource_exhausted" || d.GetField() != "sandbox.rate_limit.max_queued_per_session" {
@@ -101,10 +120,25 @@ func TestServeQueueBounds(t *testing.T) {
 	if o := <-queued; o.err == nil {
 		t.Fatalf("the cancelled command: %+v", o.result)
 	}
-	next := make(chan execOutcome, 1)
-	go func() {
-		next <- execute(ctx, c, &hostv1.ExecuteRequest{Session: "qb", Argv: []string{"/bin/echo", "next"}}, nil)
-	}()
+	// The service sees the client go away a moment later: until then the
+	// place may still be taken, and a refused attempt takes none. An
+	// attempt still unanswered after a while holds the freed place.
+	var next chan execOutcome
+	waitFor(t, "a command to queue in the freed place", func() bool {
+		next = make(chan execOutcome, 1)
+		go func() {
+			next <- execute(ctx, c, &hostv1.ExecuteRequest{Session: "qb", Argv: []string{"/bin/echo", "next"}}, nil)
+		}()
+		select {
+		case o := <-next:
+			if connect.CodeOf(o.err) != connect.CodeResourceExhausted {
+				t.Fatalf("while the holder runs: %v %+v", o.err, o.result)
+			}
+			return false
+		case <-time.After(1500 * time.Millisecond):
+			return true
+		}
+	})
 	// The holder ends; the command that queued in the freed place runs.
 	release()
 	<-holder
