@@ -342,6 +342,25 @@ func (r *Runtime) ForgetSession(sessionID string) {
 	}
 }
 
+// DeleteSession forgets a session (its commands end, its HOME and kept
+// grants go) and removes the workspace the runtime made for it; a
+// workspace the caller named is never removed.
+func (r *Runtime) DeleteSession(sessionID string) error {
+	if r.ws == nil {
+		return nil
+	}
+	return r.ws.DeleteSession(sessionID)
+}
+
+// KeptSessions lists the sessions whose grants are kept on disk (from
+// earlier processes too), sorted.
+func (r *Runtime) KeptSessions() []string {
+	if r.ws == nil {
+		return nil
+	}
+	return r.ws.KeptSessions()
+}
+
 // HomePath is a session's private HOME (sandbox.session.home), or its
 // workspace when HOME is the workspace.
 func (r *Runtime) HomePath(sessionID string) (string, error) {

@@ -67,6 +67,9 @@ type AuditRecord struct {
 	// File is set on the records of the files API: what was read,
 	// written, listed or removed in the session's workspace.
 	File *FileAudit `json:"file,omitempty"`
+	// Usage is what the command consumed as the driver measured it
+	// (Exit.Usage); absent when nothing ran.
+	Usage *AuditUsage `json:"usage,omitempty"`
 }
 
 // FileAudit is one operation of the files API.
@@ -77,6 +80,21 @@ type FileAudit struct {
 	Path string `json:"path"`
 	// Bytes read or written.
 	Bytes int64 `json:"bytes,omitempty"`
+}
+
+// AuditUsage is a command's CPU time (user plus system, and each) in
+// milliseconds and the peak resident set size of its largest process in
+// KiB.
+type AuditUsage struct {
+	CPUMS    int64 `json:"cpu_ms"`
+	UserMS   int64 `json:"user_ms"`
+	SystemMS int64 `json:"system_ms"`
+	MaxRSSKB int64 `json:"max_rss_kb"`
+}
+
+// UsageOf is u as the audit record and the front ends give it.
+func UsageOf(u driverapi.ResourceUsage) *AuditUsage {
+	return &AuditUsage{CPUMS: u.UserMS + u.SystemMS, UserMS: u.UserMS, SystemMS: u.SystemMS, MaxRSSKB: u.MaxRSSKB}
 }
 
 // NetworkAudit is one decision of a command's managed proxy: the client

@@ -4,6 +4,7 @@ import (
 	"context"
 	"testing"
 
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
 
@@ -24,6 +25,28 @@ func TestAuditRecordsDriverDetails(t *testing.T) {
 		if len(r.Details) != len(details) || r.Details["tier"] != details["tier"] || r.Details["tier_fallback_reason"] != details["tier_fallback_reason"] {
 			t.Fatalf("ledger details %v, want %v", r.Details, details)
 		}
+	}
+}
+
+// TestAuditRecordsUsage: what the driver measured a command consumed is in
+// its audit record (CPU as user plus system); a denied command, which ran
+// nothing, has none.
+func TestAuditRecordsUsage(t *testing.T) {
+	h := newHarness(t, testConfig(t), &drivertest.FakeDriver{Usage: driverapi.ResourceUsage{MaxRSSKB: 2048, UserMS: 30, SystemMS: 12}})
+	ctx := WithSession(context.Background(), "usage")
+	out, err := h.sb.Execute(ctx, Command{Program: "echo", Args: []string{"x"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := h.sink.last(t)
+	if r.Usage == nil || *r.Usage != (AuditUsage{CPUMS: 42, UserMS: 30, SystemMS: 12, MaxRSSKB: 2048}) || out.Exit.Usage.MaxRSSKB != 2048 {
+		t.Fatalf("ledger usage %+v", r.Usage)
+	}
+	if _, err := h.sb.Execute(ctx, Command{Program: "echo", Args: []string{"x"}, Capabilities: driverapi.Capabilities{SpawnSubprocess: true}}); err == nil {
+		t.Fatal("an elevation with no approver ran")
+	}
+	if r := h.sink.last(t); r.Decision == DecisionAllow || r.Usage != nil {
+		t.Fatalf("denied command's record: %+v", r)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -153,6 +154,31 @@ func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
 			s.logger.Error("forgetting the kept grants failed", "session", sessionID, "error", err)
 		}
 	}
+}
+
+// DeleteSession is ForgetSession (the session's commands end, its private
+// HOME and kept grants are removed) and then removes its workspace: the
+// directory the sandbox made for it under sandbox.workspace_root. A
+// directory a caller named as the workspace (Command.Workspace,
+// --workspace) is the caller's and is never removed.
+func (s *WorkspaceSandbox) DeleteSession(sessionID string) error {
+	s.ForgetSession(sessionID)
+	return RemoveSessionWorkspace(s.cfg, sessionID)
+}
+
+// RemoveSessionWorkspace removes the workspace the sandbox made for a
+// session under cfg's workspace root (nothing when there is none), by
+// descriptor, never following a link (removeTree).
+func RemoveSessionWorkspace(cfg Config, sessionID string) error {
+	root := cfg.Sandbox.WorkspaceRoot
+	if root == "" || sessionID == "" {
+		return nil
+	}
+	dir := filepath.Join(root, SessionDirName(sessionID))
+	if err := removeTree(dir); err != nil {
+		return &WorkspaceError{Path: dir, Err: err}
+	}
+	return nil
 }
 
 // grantHostProblem says what is wrong with h (lower-cased, no trailing dot)

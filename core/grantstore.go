@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
+	"strings"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -97,6 +99,40 @@ func (f *FileGrantStore) read(sessionID string) (StoredGrants, bool, error) {
 		return StoredGrants{}, false, fmt.Errorf("%s: not a grant file of this session (version, session or digest differ)", f.path(sessionID))
 	}
 	return st, true, nil
+}
+
+// Sessions lists the sessions whose grants are kept (their ids, sorted):
+// those a process before this one ran and did not forget. A file that is
+// not a valid grant file of the session it names is skipped.
+func (f *FileGrantStore) Sessions() []string {
+	ents, err := os.ReadDir(f.dir)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, e := range ents {
+		name, ok := strings.CutSuffix(e.Name(), ".json")
+		if !ok || !e.Type().IsRegular() {
+			continue
+		}
+		fh, err := os.Open(filepath.Join(f.dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var st StoredGrants
+		err = json.NewDecoder(io.LimitReader(fh, maxStoredGrantsBytes)).Decode(&st)
+		fh.Close()
+		// The name must be the hash of the id the file holds: a file
+		// copied under another name says nothing of that session.
+		if err != nil || st.Session == "" || SessionDirName(st.Session) != name {
+			continue
+		}
+		if _, ok, err := f.read(st.Session); err == nil && ok {
+			out = append(out, st.Session)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Update implements GrantStore.

@@ -103,12 +103,24 @@ func (s *WorkspaceSandbox) runHooks(ctx context.Context, r *run, sid, cwd string
 		if err != nil {
 			return allowed, &HookError{Hook: name, Err: fmt.Errorf("describe: %w", hookCause(err, timeout))}
 		}
-		hctx, cancel := context.WithTimeout(ctx, timeout)
+		limit := timeout
+		if wh, ok := h.hook.(driverapi.WaitingHook); ok {
+			// A queue's wait is not a hook that fails to answer.
+			limit += wh.MaxWait()
+		}
+		hctx, cancel := context.WithTimeout(ctx, limit)
 		v, err := callWithDeadline(hctx, func(c context.Context) (driverapi.Verdict, error) { return h.hook.Before(c, req) })
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
 				return allowed, ctx.Err()
+			}
+			// A capacity limit the hook enforces (its queue is full, or
+			// the wait is over): resource_exhausted naming the limit, not
+			// a failing hook. Nothing runs either way.
+			var le *driverapi.LimitError
+			if errors.As(err, &le) {
+				return allowed, fmt.Errorf("hook %s: %w", name, le)
 			}
 			return allowed, &HookError{Hook: name, Err: hookCause(err, timeout)}
 		}

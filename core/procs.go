@@ -381,6 +381,25 @@ func (t *ProcessTable) get(id string) (*process, error) {
 	return p, nil
 }
 
+// Settled is closed once process id no longer waits for a decision: its
+// sandbox takes its stdin (hooks and approval passed) or it ended (a
+// denial included). An approver serving only this process may go then.
+func (t *ProcessTable) Settled(id string) (<-chan struct{}, error) {
+	p, err := t.get(id)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{})
+	go func() {
+		select {
+		case <-p.stdin.opened:
+		case <-p.done:
+		}
+		close(ch)
+	}()
+	return ch, nil
+}
+
 func (p *process) ended() bool {
 	select {
 	case <-p.done:
@@ -628,10 +647,14 @@ type boundedPipe struct {
 	wclosed bool
 	rclosed bool
 	changed chan struct{}
+	// opened is closed at the first Read: the run got past its hooks and
+	// approval and the sandbox takes its stdin.
+	opened     chan struct{}
+	openedOnce sync.Once
 }
 
 func newBoundedPipe(limit int) *boundedPipe {
-	return &boundedPipe{limit: limit, changed: make(chan struct{})}
+	return &boundedPipe{limit: limit, changed: make(chan struct{}), opened: make(chan struct{})}
 }
 
 func (b *boundedPipe) signalLocked() {
@@ -641,6 +664,7 @@ func (b *boundedPipe) signalLocked() {
 
 // Read implements io.Reader for the command.
 func (b *boundedPipe) Read(p []byte) (int, error) {
+	b.openedOnce.Do(func() { close(b.opened) })
 	for {
 		b.mu.Lock()
 		if len(b.buf) > 0 {

@@ -75,6 +75,15 @@ func (s *WorkspaceSandbox) Grants(sessionID string) SessionGrants {
 	return out
 }
 
+// KeptSessions lists the sessions whose grants the store keeps (sessions
+// of earlier processes not forgotten), sorted; none without a file store.
+func (s *WorkspaceSandbox) KeptSessions() []string {
+	if fs, ok := s.store.(*FileGrantStore); ok {
+		return fs.Sessions()
+	}
+	return nil
+}
+
 // GrantNotFoundError: RevokeGrant named a grant the session does not hold.
 type GrantNotFoundError struct{ SessionID, ID string }
 

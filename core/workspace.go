@@ -623,6 +623,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	r.rec.ExitCode, r.rec.Signal = exit.ExitCode, exit.Signal
 	r.rec.TimedOut, r.rec.Truncated = exit.TimedOut, exit.Truncated
 	r.rec.Details = maps.Clone(exit.Details)
+	r.rec.Usage = UsageOf(exit.Usage)
 	o := &Output{
 		Stdout: stdout.buf, Stderr: stderr.buf, Exit: exit, Backend: hc.Backend,
 		CommandID: r.rec.CommandID, ProfileDigest: prof.Digest, Verdicts: r.verdicts,

@@ -534,6 +534,17 @@ type Hook interface {
 	Before(ctx context.Context, req HookRequest) (Verdict, error)
 }
 
+// WaitingHook is implemented by hooks whose Before may wait, for a slot of
+// a capacity limit (the rate limit's queue), longer than
+// sandbox.hook_timeout_ms: the pipeline gives such a Before MaxWait more
+// time. Its Before honours ctx (a cancelled command gives up its place)
+// and refuses past its bounds with a *LimitError, which the pipeline
+// reports as resource_exhausted naming the limit, not as hook_failed.
+type WaitingHook interface {
+	Hook
+	MaxWait() time.Duration
+}
+
 // AfterHook is implemented by hooks that hold state per command (for
 // example concurrency slots): After is called once for every command that
 // Before allowed, when it has ended or failed to start.

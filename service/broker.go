@@ -4,7 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"sync"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
@@ -23,6 +25,14 @@ type Broker struct {
 	mu      sync.Mutex
 	subs    map[chan *hostv1.ApprovalRequest]struct{}
 	pending map[string]chan driverapi.ApprovalOutcome
+	// boxes hold the requests of calls that named an approval key, for
+	// the Approvals stream opened with that key (the client's own
+	// approver), whichever of the two comes first.
+	boxes map[string]*approvalBox
+	// settled remembers for a while the keys whose calls are over, so
+	// that a stream connecting after its call settled ends at once
+	// instead of waiting for a call that will not come.
+	settled map[string]time.Time
 	closed  chan struct{}
 	once    sync.Once
 }
@@ -31,7 +41,8 @@ type Broker struct {
 // set, gives each request the session's current policy digest.
 func NewBroker(autoApprove bool, digest func(session string) string) *Broker {
 	return &Broker{autoApprove: autoApprove, digest: digest,
-		subs: map[chan *hostv1.ApprovalRequest]struct{}{}, pending: map[string]chan driverapi.ApprovalOutcome{}, closed: make(chan struct{})}
+		subs: map[chan *hostv1.ApprovalRequest]struct{}{}, pending: map[string]chan driverapi.ApprovalOutcome{},
+		boxes: map[string]*approvalBox{}, settled: map[string]time.Time{}, closed: make(chan struct{})}
 }
 
 // SetDigest sets the digest source once the runtime exists (the runtime
@@ -63,6 +74,78 @@ func (b *Broker) subscribe() (chan *hostv1.ApprovalRequest, func()) {
 		delete(b.subs, ch)
 		b.mu.Unlock()
 	}
+}
+
+// approvalBox carries the approval requests of the calls naming one key
+// to the Approvals stream opened with it. It lives while a call or a
+// stream uses it; done is closed when a call using it ends, which ends
+// the stream (the client's approver has nothing more to answer).
+type approvalBox struct {
+	ch    chan *hostv1.ApprovalRequest
+	done  chan struct{}
+	users int
+}
+
+// maxApprovalKey bounds an approval key, as a signal key is bounded.
+const maxApprovalKey = 256
+
+// settledMemory is how long a settled key is remembered.
+const settledMemory = 5 * time.Minute
+
+// box takes a use of key's box, created on first use; release gives it
+// back (call true: a keyed call ended, which ends the stream).
+func (b *Broker) box(key string) (*approvalBox, func(call bool)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := time.Now()
+	for k, t := range b.settled {
+		if now.Sub(t) > settledMemory {
+			delete(b.settled, k)
+		}
+	}
+	bx := b.boxes[key]
+	if bx == nil {
+		bx = &approvalBox{ch: make(chan *hostv1.ApprovalRequest, 16), done: make(chan struct{})}
+		if _, ok := b.settled[key]; ok {
+			close(bx.done)
+		}
+		b.boxes[key] = bx
+	}
+	bx.users++
+	var once sync.Once
+	return bx, func(call bool) {
+		once.Do(func() {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			if call {
+				b.settled[key] = time.Now()
+				select {
+				case <-bx.done:
+				default:
+					close(bx.done)
+				}
+			}
+			if bx.users--; bx.users == 0 && b.boxes[key] == bx {
+				delete(b.boxes, key)
+			}
+		})
+	}
+}
+
+// withApprovalKey routes ctx's approval requests to key's box, for the
+// Approvals stream opened with the same key. A request waits there for
+// that stream (within the approval timeout) if it is not connected yet.
+func (b *Broker) withApprovalKey(ctx context.Context, key string) (context.Context, func()) {
+	bx, release := b.box(key)
+	send := func(m *hostv1.ApprovalRequest) error {
+		select {
+		case bx.ch <- m:
+			return nil
+		default:
+			return errors.New("too many approval requests waiting for the approver")
+		}
+	}
+	return withOwnApprover(ctx, send), func() { release(true) }
 }
 
 // answer delivers a client's answer to request id: approved and once

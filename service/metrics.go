@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
 const nBuckets = 14
@@ -33,6 +34,21 @@ type Metrics struct {
 	inFlight int64
 	// files counts the files API's calls by op and reason code.
 	files map[outcomeKey]uint64
+	// What the commands that ran consumed: CPU seconds in total, and
+	// their peak RSS as a histogram.
+	cpuSeconds float64
+	rssBuckets [nRSSBuckets]uint64
+	rssCount   uint64
+	rssSum     float64
+}
+
+const nRSSBuckets = 8
+
+// rssBuckets are the upper bounds (bytes) of the peak-RSS histogram: from
+// a small tool (1 MiB) to a large build (4 GiB).
+func rssBuckets() [nRSSBuckets]float64 {
+	const mib = 1 << 20
+	return [nRSSBuckets]float64{1 * mib, 4 * mib, 16 * mib, 64 * mib, 256 * mib, 1024 * mib, 2048 * mib, 4096 * mib}
 }
 
 type outcomeKey struct{ outcome, reason string }
@@ -86,6 +102,24 @@ func (m *Metrics) finished(outcome, reason string, d time.Duration) {
 	m.sum += s
 }
 
+// used records what a command that ran consumed (nil: not measured).
+func (m *Metrics) used(u *hostv1.CommandUsage) {
+	if u == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.cpuSeconds += float64(u.GetCpuMs()) / 1000
+	rss := float64(u.GetMaxRssKb()) * 1024
+	for i, b := range rssBuckets() {
+		if rss <= b {
+			m.rssBuckets[i]++
+		}
+	}
+	m.rssCount++
+	m.rssSum += rss
+}
+
 // Gauges are read when scraped, from the server's state.
 type gauges struct {
 	sessions       int
@@ -130,6 +164,17 @@ func (m *Metrics) write(w io.Writer, g gauges) {
 	fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_bucket{le=\"+Inf\"} %d\n", m.count)
 	fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_sum %s\n", strconv.FormatFloat(m.sum, 'g', -1, 64))
 	fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_count %d\n", m.count)
+	b.WriteString("# HELP aleph_sandbox_command_cpu_seconds_total CPU time (user and system) of the commands that ran through Execute.\n")
+	b.WriteString("# TYPE aleph_sandbox_command_cpu_seconds_total counter\n")
+	fmt.Fprintf(&b, "aleph_sandbox_command_cpu_seconds_total %s\n", strconv.FormatFloat(m.cpuSeconds, 'g', -1, 64))
+	b.WriteString("# HELP aleph_sandbox_command_max_rss_bytes Peak resident set size of each command that ran through Execute (its largest process).\n")
+	b.WriteString("# TYPE aleph_sandbox_command_max_rss_bytes histogram\n")
+	for i, ub := range rssBuckets() {
+		fmt.Fprintf(&b, "aleph_sandbox_command_max_rss_bytes_bucket{le=\"%s\"} %d\n", strconv.FormatFloat(ub, 'g', -1, 64), m.rssBuckets[i])
+	}
+	fmt.Fprintf(&b, "aleph_sandbox_command_max_rss_bytes_bucket{le=\"+Inf\"} %d\n", m.rssCount)
+	fmt.Fprintf(&b, "aleph_sandbox_command_max_rss_bytes_sum %s\n", strconv.FormatFloat(m.rssSum, 'g', -1, 64))
+	fmt.Fprintf(&b, "aleph_sandbox_command_max_rss_bytes_count %d\n", m.rssCount)
 	b.WriteString("# HELP aleph_sandbox_commands_in_flight Commands running now.\n")
 	b.WriteString("# TYPE aleph_sandbox_commands_in_flight gauge\n")
 	fmt.Fprintf(&b, "aleph_sandbox_commands_in_flight %d\n", m.inFlight)

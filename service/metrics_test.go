@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
 // TestMetricsText: counters by outcome and reason, a cumulative histogram
@@ -58,5 +59,31 @@ func TestMetricsText(t *testing.T) {
 	NewMetrics().write(&b, gauges{})
 	if !strings.Contains(b.String(), "aleph_sandbox_driver_restarts_total 0\n") {
 		t.Errorf("no driver launched yet: %s", b.String())
+	}
+}
+
+// TestMetricsUsage: the CPU time of the commands that ran adds up, and
+// their peak RSS goes into a cumulative histogram in bytes; a result
+// without usage (nothing ran) counts nowhere.
+func TestMetricsUsage(t *testing.T) {
+	m := NewMetrics()
+	m.used(&hostv1.CommandUsage{CpuMs: 1500, MaxRssKb: 2 << 10})
+	m.used(&hostv1.CommandUsage{CpuMs: 250, MaxRssKb: 100 << 10})
+	m.used(nil)
+	var b strings.Builder
+	m.write(&b, gauges{})
+	out := b.String()
+	for _, want := range []string{
+		"aleph_sandbox_command_cpu_seconds_total 1.75",
+		"# TYPE aleph_sandbox_command_max_rss_bytes histogram",
+		`aleph_sandbox_command_max_rss_bytes_bucket{le="1.048576e+06"} 0`,
+		`aleph_sandbox_command_max_rss_bytes_bucket{le="4.194304e+06"} 1`,
+		`aleph_sandbox_command_max_rss_bytes_bucket{le="2.68435456e+08"} 2`,
+		`aleph_sandbox_command_max_rss_bytes_bucket{le="+Inf"} 2`,
+		"aleph_sandbox_command_max_rss_bytes_count 2",
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package service
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"connectrpc.com/connect"
@@ -38,6 +39,10 @@ func procErr(err error) error {
 		return withDetail(connect.CodeNotFound, err, &hostv1.ErrorDetail{ReasonCode: ReasonProcessUnknown, Field: "id"})
 	case errors.As(err, &le):
 		return withDetail(connect.CodeResourceExhausted, err, &hostv1.ErrorDetail{ReasonCode: ReasonProcessLimit})
+	case core.LimitOf(err) != "":
+		// A configured capacity limit of the pipeline (the rate limit's
+		// queue) or the driver: the key to raise is in the detail.
+		return withDetail(connect.CodeResourceExhausted, err, &hostv1.ErrorDetail{ReasonCode: ReasonResourceExhausted, Field: core.LimitOf(err)})
 	case errors.As(err, &ic):
 		return withDetail(connect.CodeInvalidArgument, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonInvalidCommand), Field: ic.Field})
 	case errors.Is(err, core.ErrProcessEnded):
@@ -68,7 +73,7 @@ func (s *Server) StartProcess(ctx context.Context, req *connect.Request[hostv1.S
 		return nil, invalid("command.stdin", "a process's stdin comes through WriteProcess")
 	}
 	if req.Msg.GetCommand().GetSignalKey() != "" || req.Msg.GetCommand().GetAnswerApprovals() {
-		return nil, invalid("command", "signal_key and answer_approvals belong to Execute: a process is signalled by SignalProcess, and its approvals go to the connected approvers")
+		return nil, invalid("command", "signal_key and answer_approvals belong to Execute: a process is signalled by SignalProcess, and its approvals go to the connected approvers, or to the Approvals stream opened with approval_key")
 	}
 	if req.Msg.GetCommand().GetStdinStream() || req.Msg.GetCommand().GetTty() {
 		return nil, invalid("command", "stdin_stream and tty belong to Execute: a process's stdin is WriteProcess's, its terminal StartProcess's own tty, rows and cols")
@@ -87,7 +92,34 @@ func (s *Server) StartProcess(ctx context.Context, req *connect.Request[hostv1.S
 	if err := s.admit(cmd.SessionID); err != nil {
 		return nil, err
 	}
+	var startedID string
+	if key := req.Msg.GetApprovalKey(); key != "" {
+		if len(key) > maxApprovalKey {
+			return nil, invalid("approval_key", fmt.Sprintf("longer than %d bytes", maxApprovalKey))
+		}
+		// The start's approvals go to the client's own approver (its
+		// Approvals stream with this key), not to every approver.
+		var done func()
+		ctx, done = s.broker.withApprovalKey(ctx, key)
+		// The process asks (in the background, after this call) until it
+		// is past its approval or ended; then the keyed stream ends.
+		defer func() {
+			settled, serr := s.procs.Settled(startedID)
+			if serr != nil {
+				done()
+				return
+			}
+			go func() {
+				select {
+				case <-settled:
+				case <-s.broker.closed:
+				}
+				done()
+			}()
+		}()
+	}
 	id, err := s.procs.Start(ctx, cmd)
+	startedID = id
 	if err == nil {
 		// The session is the service's once a process of it started.
 		s.remember(cmd.SessionID)

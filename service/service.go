@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -520,6 +521,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 		outcome, reason = OutcomeDenied, res.GetReasonCode()
 	default:
 		outcome, reason = OutcomeOK, res.GetReasonCode()
+		s.metrics.used(res.GetUsage())
 	}
 	s.log.Info("command", "session", cmd.SessionID, "program", cmd.Program, "reason_code", res.GetReasonCode(),
 		"command_id", res.GetCommandId(), "exit_code", res.GetExitCode(), "duration", time.Since(start), "error", rerr)
@@ -600,6 +602,8 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 		// own (spawn=True, spawn: true, --spawn) from reason_code.
 		SpawnRefused: e.SpawnRefused, Hint: out.Hint(), SpawnReported: out.SpawnReported,
 	}
+	u := core.UsageOf(e.Usage)
+	res.Usage = &hostv1.CommandUsage{CpuMs: u.CPUMS, MaxRssKb: u.MaxRSSKB, UserMs: u.UserMS, SystemMs: u.SystemMS}
 	for _, v := range out.Verdicts {
 		res.Verdicts = append(res.Verdicts, &hostv1.Verdict{Action: v.Action.String(), Rule: v.Rule, Reason: v.Reason, Hook: v.Hook})
 	}
@@ -608,15 +612,43 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 
 // Approvals implements the service: requests are sent until the client
 // goes away or the service stops.
-func (s *Server) Approvals(ctx context.Context, _ *connect.Request[hostv1.ApprovalsRequest], stream *connect.ServerStream[hostv1.ApprovalRequest]) error {
-	ch, done := s.broker.subscribe()
-	defer done()
+//
+// With a key, the stream carries only the requests of the calls naming
+// that key (StartProcessRequest.approval_key), and ends when such a call
+// ends: a client's own approver answering its unary calls.
+func (s *Server) Approvals(ctx context.Context, req *connect.Request[hostv1.ApprovalsRequest], stream *connect.ServerStream[hostv1.ApprovalRequest]) error {
+	var ch chan *hostv1.ApprovalRequest
+	var callDone <-chan struct{}
+	if key := req.Msg.GetKey(); key != "" {
+		if len(key) > maxApprovalKey {
+			return invalid("key", fmt.Sprintf("longer than %d bytes", maxApprovalKey))
+		}
+		bx, release := s.broker.box(key)
+		defer release(false)
+		ch, callDone = bx.ch, bx.done
+	} else {
+		var done func()
+		ch, done = s.broker.subscribe()
+		defer done()
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-s.broker.closed:
 			return nil
+		case <-callDone:
+			// Requests sent before the call ended are still delivered.
+			for {
+				select {
+				case r := <-ch:
+					if err := stream.Send(r); err != nil {
+						return err
+					}
+				default:
+					return nil
+				}
+			}
 		case r := <-ch:
 			if err := stream.Send(r); err != nil {
 				return err
@@ -677,7 +709,13 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 			names = append(names, n)
 		}
 		s.mu.Unlock()
+		// And the sessions kept on disk from earlier (their grants):
+		// a restarted service lists what it will resume.
+		if k, ok := s.host.(interface{ KeptSessions() []string }); ok {
+			names = append(names, k.KeptSessions()...)
+		}
 		sort.Strings(names)
+		names = slices.Compact(names)
 		for _, n := range names {
 			resp.Sessions = append(resp.Sessions, s.describe(n))
 		}
@@ -699,8 +737,28 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 		s.mu.Lock()
 		delete(s.sessions, a.Forget.GetSession())
 		s.mu.Unlock()
+	case *hostv1.SessionsRequest_Delete:
+		id := a.Delete.GetSession()
+		if err := checkSession("delete.session", id); err != nil {
+			return nil, err
+		}
+		d, ok := s.host.(interface{ DeleteSession(string) error })
+		if !ok {
+			return nil, withDetail(connect.CodeUnimplemented, errors.New("this runtime cannot delete sessions"), &hostv1.ErrorDetail{Field: "delete"})
+		}
+		// The session's processes go first: none may outlive it, nor
+		// write into the workspace being removed.
+		s.procs.ForgetSession(id)
+		err := d.DeleteSession(id)
+		s.mu.Lock()
+		delete(s.sessions, id)
+		s.mu.Unlock()
+		if err != nil {
+			return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonWorkspaceFailed), Field: "delete.session"})
+		}
+		s.log.Info("session deleted", "session", id)
 	default:
-		return nil, invalid("action", "one of list, describe, forget is required")
+		return nil, invalid("action", "one of list, describe, forget, delete is required")
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -35,6 +35,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "aleph-hook-ratelimit:", err)
 		os.Exit(2)
 	}
+	// No queue here: the host bounds every call to a hook plugin by
+	// sandbox.hook_timeout_ms, so a command waiting its turn would fail as
+	// a hook that does not answer. As a plugin the hook denies at once,
+	// with the time to retry; the in-process hook queues.
+	cfg.QueueWaitSeconds = 0
 	logger := hclog.New(&hclog.LoggerOptions{Output: os.Stderr, JSONFormat: true, Level: hclog.Info})
 	h, err := ratelimit.New(cfg, ratelimit.WithLogger(logger))
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -515,5 +516,57 @@ func TestExecJSONReasonCodes(t *testing.T) {
 				t.Fatalf("reason_code and field are always present: %s", r.stdout)
 			}
 		})
+	}
+}
+
+// TestExecTimeoutZeroIsTheDefault: --timeout 0 means what leaving it out
+// means (sandbox.default_timeout_seconds), as timeout 0 does on the wire
+// and in every client; a negative one is refused naming the flag.
+func TestExecTimeoutZeroIsTheDefault(t *testing.T) {
+	drv := cliEnv(t)
+	for _, v := range []string{"0", "0s"} {
+		r := cli(t, "", false, "exec", "--driver", drv, "--timeout", v, "--", "echo", "ok")
+		if r.code != 0 || r.stdout != "ok\n" {
+			t.Fatalf("--timeout %s: %+v", v, r)
+		}
+	}
+	r := cli(t, "", false, "exec", "--driver", drv, "--timeout", "-1s", "--", "echo", "ok")
+	if r.code != 125 || !strings.Contains(r.stderr, "timeout") || !strings.Contains(r.stderr, "negative") || r.stdout != "" {
+		t.Fatalf("--timeout -1s: %+v", r)
+	}
+	var d timeoutDuration
+	if err := d.Set("0"); err != nil || d != 0 {
+		t.Fatalf("Set(0): %v %v", d, err)
+	}
+}
+
+// TestSessionDelete: `session delete` clears the kept grants and removes
+// the workspace the sandbox made for the session; `session forget` keeps
+// the workspace (the control).
+func TestSessionDelete(t *testing.T) {
+	drv := cliEnv(t)
+	root := os.Getenv("ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT")
+	for _, s := range []string{"del", "fgt"} {
+		if r := cli(t, "", false, "exec", "--driver", drv, "--session", s, "--spawn", "--yes", "--", "echo", "ok"); r.code != 0 {
+			t.Fatalf("%s: %+v", s, r)
+		}
+		if err := os.WriteFile(filepath.Join(root, core.SessionDirName(s), "f"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r := cli(t, "", false, "session", "delete", "del"); r.code != 0 || !strings.Contains(r.stdout, "workspace removed") {
+		t.Fatalf("session delete: %+v", r)
+	}
+	if _, err := os.Lstat(filepath.Join(root, core.SessionDirName("del"))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the workspace of a deleted session: %v", err)
+	}
+	if r := cli(t, "", false, "exec", "--driver", drv, "--session", "del", "--spawn", "--", "echo", "ok"); r.code != 125 {
+		t.Fatalf("the grant of a deleted session still holds: %+v", r)
+	}
+	if r := cli(t, "", false, "session", "forget", "fgt"); r.code != 0 {
+		t.Fatalf("session forget: %+v", r)
+	}
+	if _, err := os.Stat(filepath.Join(root, core.SessionDirName("fgt"), "f")); err != nil {
+		t.Fatalf("forget removed the workspace: %v", err)
 	}
 }

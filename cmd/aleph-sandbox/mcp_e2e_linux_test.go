@@ -56,12 +56,19 @@ func TestMCPServerEndToEnd(t *testing.T) {
 	if isErr, out := call(map[string]any{"argv": []string{"/bin/echo", "hi"}}); isErr || out.Stdout != "hi\n" || out.Backend != "bwrap" {
 		t.Fatalf("echo: error=%v %+v", isErr, out)
 	}
+	// What a command consumed is in its structured result; a denial ran
+	// nothing and has none.
+	burn := "x = bytearray(96 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\n"
+	if isErr, out := call(map[string]any{"argv": []string{"/usr/bin/python3", "-c", burn}}); isErr || out.ExitCode != 0 || out.Usage == nil ||
+		out.Usage.MaxRSSKB < 96<<10 || out.Usage.CPUMS <= 0 || out.Usage.CPUMS != out.Usage.UserMS+out.Usage.SystemMS {
+		t.Fatalf("usage: error=%v %+v %+v", isErr, out, out.Usage)
+	}
 	// A shell line runs (spawn is in this server's baseline) and sees only
 	// its workspace as cwd.
 	if isErr, out := call(map[string]any{"command": "echo $((6*7)); exit 3"}); isErr || out.Stdout != "42\n" || out.ExitCode != 3 {
 		t.Fatalf("command: error=%v %+v", isErr, out)
 	}
-	if isErr, out := call(map[string]any{"command": "rm -rf /"}); !isErr || !out.Denied || out.Rule == "" {
+	if isErr, out := call(map[string]any{"command": "rm -rf /"}); !isErr || !out.Denied || out.Rule == "" || out.Usage != nil {
 		t.Fatalf("rm -rf /: error=%v %+v", isErr, out)
 	}
 	if isErr, out := call(map[string]any{"argv": []string{"/bin/sleep", "10"}, "timeout_seconds": 0.5}); isErr || !out.TimedOut {

@@ -13,7 +13,7 @@ import (
 // runSession is `aleph-sandbox session forget ID` (docs/cli.md: it clears the
 // grants a session keeps across invocations) and `session show ID`.
 func runSession(_ context.Context, args []string, io stdio) int {
-	const usageLine = "aleph-sandbox session forget|show [--json] [--config FILE] ID"
+	const usageLine = "aleph-sandbox session forget|delete|show [--json] [--config FILE] ID"
 	sub := "help"
 	if len(args) > 0 {
 		sub = args[0]
@@ -21,7 +21,7 @@ func runSession(_ context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("session "+sub, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	cfgPath := fs.String("config", "", "TOML config `FILE` that places the session's private HOME (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
-	if len(args) == 0 || (args[0] != "forget" && args[0] != "show") {
+	if len(args) == 0 || (args[0] != "forget" && args[0] != "delete" && args[0] != "show") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			printHelp(io.Out, fs, usageLine)
 			return 0
@@ -40,16 +40,29 @@ func runSession(_ context.Context, args []string, io stdio) int {
 		return fail(io.Err, "session: no data directory (set XDG_DATA_HOME or HOME): no grants are kept")
 	}
 	store := core.NewFileGrantStore(dir)
-	if args[0] == "forget" {
+	if args[0] == "forget" || args[0] == "delete" {
+		verb := args[0]
 		cfg, err := loadConfig(*cfgPath, "", "")
 		if err != nil {
-			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+			return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
 		}
 		if err := store.Delete(id); err != nil {
-			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+			return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
 		}
 		if err := core.RemoveSessionHome(cfg, id); err != nil {
-			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+			return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
+		}
+		if verb == "delete" {
+			// The workspace the sandbox made for the session under
+			// sandbox.workspace_root; a --workspace directory is the
+			// user's and is never removed.
+			if err := core.RemoveSessionWorkspace(cfg, id); err != nil {
+				return fail(io.Err, "session delete: %s", oneLine(err.Error()))
+			}
+			if !*asJSON {
+				fmt.Fprintf(io.Out, "session %q deleted: its grants are cleared, its private HOME and its workspace removed\n", id)
+			}
+			return 0
 		}
 		if !*asJSON {
 			fmt.Fprintf(io.Out, "session %q forgotten: its grants are cleared and its private HOME removed (its workspace stays)\n", id)

@@ -56,7 +56,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.net, "net", "none", "network `none|all|HOST[,HOST...]`: no network, all of it, or only these hosts through the proxy")
 	fs.BoolVar(&f.spawn, "spawn", false, "allow subprocesses")
 	fs.Var((*positiveUint64)(&f.memoryMB), "memory", "memory limit in `MB`")
-	fs.Var((*positiveDuration)(&f.timeout), "timeout", "wall-clock limit `DURATION` (e.g. 30s); default sandbox.default_timeout_seconds, 60 s unless configured")
+	fs.Var((*timeoutDuration)(&f.timeout), "timeout", "wall-clock limit `DURATION` (e.g. 30s); 0 or leaving it out: sandbox.default_timeout_seconds, 60 s unless configured")
 	fs.Var((*positiveInt64)(&f.maxOutput), "max-output", "output budget in `BYTES`, shared by stdout and stderr (split evenly); default sandbox.max_output_bytes, 1 MiB unless configured")
 	fs.Var(&f.env, "env", "set `NAME=VALUE` in the child (repeatable)")
 	fs.BoolVar(&f.stdin, "stdin", false, "feed standard input to the child")
@@ -67,8 +67,12 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 }
 
 // The limits are positive when given: 0 would otherwise read as "not
-// given" and quietly mean the default, which --timeout 0s does not ask for.
+// given" and quietly mean the default. --timeout is the exception: 0 is
+// the default there, as timeout_seconds 0 is on the wire, in the Python
+// and TypeScript clients, in MCP and in the Go Request (one meaning
+// everywhere; there is no unlimited timeout).
 type (
+	timeoutDuration  time.Duration
 	positiveDuration time.Duration
 	positiveInt64    int64
 	positiveUint64   uint64
@@ -84,6 +88,20 @@ func (d *positiveDuration) Set(v string) error {
 		return errors.New("must be positive")
 	}
 	*d = positiveDuration(x)
+	return nil
+}
+
+func (d *timeoutDuration) String() string { return time.Duration(*d).String() }
+func (d *timeoutDuration) Set(v string) error {
+	// A bare 0 is a duration too (time.ParseDuration takes "0").
+	x, err := time.ParseDuration(v)
+	if err != nil {
+		return errors.New("not a duration (e.g. 30s, 2m; 0 for the default)")
+	}
+	if x < 0 {
+		return errors.New("must not be negative (0 or leaving it out: sandbox.default_timeout_seconds)")
+	}
+	*d = timeoutDuration(x)
 	return nil
 }
 

@@ -49,6 +49,8 @@ type FakeDriver struct {
 	Stderr   []byte
 	ExitCode int32
 	Details  map[string]string
+	// Usage is reported as every command's Exit.Usage.
+	Usage driverapi.ResourceUsage
 
 	mu       sync.Mutex
 	runs     int
@@ -129,7 +131,7 @@ func (f *FakeDriver) Run(ctx context.Context, spec driverapi.RunSpec, streams dr
 	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
 	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
 	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
-	exit := driverapi.Exit{Details: f.Details}
+	exit := driverapi.Exit{Details: f.Details, Usage: f.Usage}
 	switch spec.Program {
 	case "echo":
 		fmt.Fprintln(stdout, strings.Join(spec.Args, " "))

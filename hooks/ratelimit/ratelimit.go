@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -77,6 +78,19 @@ type Config struct {
 	// is reached (when a slot frees is not knowable); 0 means 1s. Not a
 	// configuration key.
 	ConcurrencyRetryAfter time.Duration `json:"-"`
+
+	// QueueWaitSeconds is how long a command past a cap (a concurrency
+	// cap, or the rate) waits for its turn before it is refused. 0: no
+	// queue, a command past a cap is denied at once (rule and RetryAfter
+	// as above). An agent sends its commands in parallel and expects
+	// them to run, not a refusal it must retry, hence a queue by default.
+	QueueWaitSeconds int64 `json:"queue_wait_seconds"`
+	// MaxQueuedPerSession and MaxQueuedGlobal bound how many commands
+	// wait at once, in a session and overall: each waiting command holds
+	// a request open, so the queue is bounded in length as well as in
+	// time. 0: no bound in that dimension (the wait still bounds it).
+	MaxQueuedPerSession int `json:"max_queued_per_session"`
+	MaxQueuedGlobal     int `json:"max_queued_global"`
 }
 
 // DefaultIdleForgetSeconds is what IdleForgetSeconds 0 means.
@@ -84,10 +98,13 @@ const DefaultIdleForgetSeconds = 600
 
 // DefaultConfig is the section with nothing set, the only place its
 // defaults are written: 10 commands/s with bursts of 20 per session, 4 at
-// once per session, 16 overall, enabled.
+// once per session, 16 overall, enabled; a command past a cap waits up to
+// 60 s for its turn, behind at most 64 others of its session and 256
+// overall.
 func DefaultConfig() Config {
 	return Config{Enabled: true, RatePerSecond: 10, Burst: 20, MaxConcurrentPerSession: 4,
-		MaxConcurrentGlobal: 16, IdleForgetSeconds: DefaultIdleForgetSeconds}
+		MaxConcurrentGlobal: 16, IdleForgetSeconds: DefaultIdleForgetSeconds,
+		QueueWaitSeconds: 60, MaxQueuedPerSession: 64, MaxQueuedGlobal: 256}
 }
 
 // Schema describes the section for the configuration loader, defaults
@@ -109,6 +126,12 @@ func Schema() driverapi.ConfigSchema {
 			Description: "commands running at once overall; 0 means no cap"},
 		{Name: "idle_forget_seconds", Type: driverapi.ConfigUint, DefaultJSON: js(d.IdleForgetSeconds),
 			Description: "a session idle this long with nothing running is forgotten; 0 means the default, 600"},
+		{Name: "queue_wait_seconds", Type: driverapi.ConfigUint, DefaultJSON: js(d.QueueWaitSeconds),
+			Description: "how long a command past a cap (concurrency or rate) waits for its turn before it is refused (resource_exhausted); 0 means no queue: refused at once (hook_denied)"},
+		{Name: "max_queued_per_session", Type: driverapi.ConfigUint, DefaultJSON: js(d.MaxQueuedPerSession),
+			Description: "commands waiting at once in one session; one more is refused (resource_exhausted); 0 means no bound"},
+		{Name: "max_queued_global", Type: driverapi.ConfigUint, DefaultJSON: js(d.MaxQueuedGlobal),
+			Description: "commands waiting at once overall; one more is refused (resource_exhausted); 0 means no bound"},
 	}}
 }
 
@@ -166,11 +189,23 @@ func (c Config) Validate() error {
 		return bad("idle_forget_seconds", "must be >= 0 (0 = the default, 600)")
 	case c.IdleForgetSeconds > maxIdleForgetSeconds:
 		return bad("idle_forget_seconds", fmt.Sprintf("must be <= %d (one year)", maxIdleForgetSeconds))
+	case c.QueueWaitSeconds < 0:
+		return bad("queue_wait_seconds", "must be >= 0 (0 = no queue: refused at once)")
+	case c.QueueWaitSeconds > maxQueueWaitSeconds:
+		return bad("queue_wait_seconds", fmt.Sprintf("must be <= %d (one day)", maxQueueWaitSeconds))
+	case c.MaxQueuedPerSession < 0:
+		return bad("max_queued_per_session", "must be >= 0 (0 = no bound)")
+	case c.MaxQueuedGlobal < 0:
+		return bad("max_queued_global", "must be >= 0 (0 = no bound)")
 	case c.InflightLease < 0:
 		return bad("inflight_lease", "must not be negative")
 	}
 	return nil
 }
+
+// maxQueueWaitSeconds bounds queue_wait_seconds (one day): a command
+// waits, a request stays open, no longer.
+const maxQueueWaitSeconds = 24 * 3600
 
 // maxIdleForgetSeconds bounds idle_forget_seconds (one year), far from
 // time.Duration overflow.
@@ -189,22 +224,36 @@ type session struct {
 	limiter  *rate.Limiter        // nil when there is no rate limit
 	inflight map[string]time.Time // command id -> when it was admitted
 	lastSeen time.Time
+	// queue holds the commands waiting for a slot, in arrival order:
+	// only its head may take a slot of the session, so a session's
+	// commands run in the order they came.
+	queue []*waiter
 }
+
+// waiter is one waiting command; not zero-sized, so that each has its own
+// address (pointers to zero-sized values may compare equal).
+type waiter struct{ _ byte }
 
 // Hook is the rate limiter. Safe for concurrent use.
 type Hook struct {
 	cfg        Config
 	idleForget time.Duration
+	queueWait  time.Duration
 	now        func() time.Time
 	log        hclog.Logger
 
 	mu        sync.Mutex
 	sessions  map[string]*session
 	global    int
+	queued    int           // commands waiting, over every session
+	wake      chan struct{} // closed (and replaced) when a waiter may now go
 	lastSweep time.Time
 }
 
-var _ driverapi.AfterHook = (*Hook)(nil)
+var (
+	_ driverapi.AfterHook   = (*Hook)(nil)
+	_ driverapi.WaitingHook = (*Hook)(nil)
+)
 
 // New validates cfg (Config.Validate) and builds the hook.
 func New(cfg Config, opts ...Option) (*Hook, error) {
@@ -223,7 +272,9 @@ func New(cfg Config, opts ...Option) (*Hook, error) {
 	if cfg.RatePerSecond > 0 && cfg.Burst == 0 {
 		cfg.Burst = max(1, int(math.Ceil(cfg.RatePerSecond)))
 	}
-	h := &Hook{cfg: cfg, idleForget: time.Duration(cfg.IdleForgetSeconds) * time.Second, now: time.Now, log: hclog.NewNullLogger(), sessions: map[string]*session{}}
+	h := &Hook{cfg: cfg, idleForget: time.Duration(cfg.IdleForgetSeconds) * time.Second,
+		queueWait: time.Duration(cfg.QueueWaitSeconds) * time.Second,
+		now:       time.Now, log: hclog.NewNullLogger(), sessions: map[string]*session{}, wake: make(chan struct{})}
 	for _, o := range opts {
 		o(h)
 	}
@@ -233,35 +284,82 @@ func New(cfg Config, opts ...Option) (*Hook, error) {
 // Describe names the hook.
 func (h *Hook) Describe(context.Context) (driverapi.HookInfo, error) {
 	return driverapi.HookInfo{Name: HookName, Version: "1", Description: fmt.Sprintf(
-		"%g commands/s (burst %d) per session, %d at once per session, %d overall",
-		h.cfg.RatePerSecond, h.cfg.Burst, h.cfg.MaxConcurrentPerSession, h.cfg.MaxConcurrentGlobal)}, nil
+		"%g commands/s (burst %d) per session, %d at once per session, %d overall; waits up to %s for a turn",
+		h.cfg.RatePerSecond, h.cfg.Burst, h.cfg.MaxConcurrentPerSession, h.cfg.MaxConcurrentGlobal, h.queueWait)}, nil
 }
 
-// Before takes a token and a concurrency slot for the command, or denies it
-// with the time to wait before retrying.
-func (h *Hook) Before(_ context.Context, req driverapi.HookRequest) (driverapi.Verdict, error) {
-	now := h.now()
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.sweep(now)
-	s := h.sessions[req.SessionID]
+// MaxWait is how long Before may wait for a command's turn (the queue),
+// which the pipeline adds to the hook's time limit.
+func (h *Hook) MaxWait() time.Duration { return h.queueWait }
+
+// sessionLocked is the state of session id, created on first use.
+func (h *Hook) sessionLocked(id string, now time.Time) *session {
+	s := h.sessions[id]
 	if s == nil {
 		s = &session{inflight: map[string]time.Time{}}
 		if h.cfg.RatePerSecond > 0 {
 			s.limiter = rate.NewLimiter(rate.Limit(h.cfg.RatePerSecond), h.cfg.Burst)
 		}
-		h.sessions[req.SessionID] = s
+		h.sessions[id] = s
 	}
 	s.lastSeen = now
-	// Concurrency first: a command refused for lack of a slot must not use
-	// up a token.
+	return s
+}
+
+// capLocked names the concurrency cap s is at ("" when a command of s may
+// take a slot now), with the reason of a denial.
+func (h *Hook) capLocked(id string, s *session) (rule, why string) {
 	if c := h.cfg.MaxConcurrentPerSession; c > 0 && len(s.inflight) >= c {
-		return h.deny(req, RuleSessionConcurrent, h.cfg.ConcurrencyRetryAfter,
-			fmt.Sprintf("session %q already runs %d commands (limit %d)", req.SessionID, len(s.inflight), c)), nil
+		return RuleSessionConcurrent, fmt.Sprintf("session %q already runs %d commands (limit %d)", id, len(s.inflight), c)
 	}
 	if c := h.cfg.MaxConcurrentGlobal; c > 0 && h.global >= c {
-		return h.deny(req, RuleGlobalConcurrent, h.cfg.ConcurrencyRetryAfter,
-			fmt.Sprintf("%d commands already run overall (limit %d)", h.global, c)), nil
+		return RuleGlobalConcurrent, fmt.Sprintf("%d commands already run overall (limit %d)", h.global, c)
+	}
+	return "", ""
+}
+
+func (h *Hook) admitLocked(s *session, commandID string, now time.Time) {
+	if _, ok := s.inflight[commandID]; commandID != "" && !ok {
+		s.inflight[commandID] = now
+		h.global++
+	}
+}
+
+// releaseLocked gives back commandID's slot, if it holds one, and wakes
+// the waiters.
+func (h *Hook) releaseLocked(s *session, commandID string) {
+	if _, ok := s.inflight[commandID]; ok {
+		delete(s.inflight, commandID)
+		h.global--
+		h.wakeLocked()
+	}
+}
+
+// wakeLocked lets every waiter look again: a slot freed, or a queue's
+// head left.
+func (h *Hook) wakeLocked() {
+	close(h.wake)
+	h.wake = make(chan struct{})
+}
+
+// Before takes a token and a concurrency slot for the command. Past a cap
+// it waits its turn (queue_wait_seconds) and is refused past the queue's
+// bounds with a *driverapi.LimitError naming the bound (reason
+// resource_exhausted); with no queue it is denied at once with the time
+// to wait before retrying.
+func (h *Hook) Before(ctx context.Context, req driverapi.HookRequest) (driverapi.Verdict, error) {
+	if h.queueWait > 0 {
+		return h.beforeQueued(ctx, req)
+	}
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.sweep(now)
+	s := h.sessionLocked(req.SessionID, now)
+	// Concurrency first: a command refused for lack of a slot must not use
+	// up a token.
+	if rule, why := h.capLocked(req.SessionID, s); rule != "" {
+		return h.deny(req, rule, h.cfg.ConcurrencyRetryAfter, why), nil
 	}
 	if s.limiter != nil {
 		r := s.limiter.ReserveN(now, 1)
@@ -274,9 +372,112 @@ func (h *Hook) Before(_ context.Context, req driverapi.HookRequest) (driverapi.V
 				req.SessionID, h.cfg.RatePerSecond, h.cfg.Burst)), nil
 		}
 	}
-	if _, ok := s.inflight[req.CommandID]; req.CommandID != "" && !ok {
-		s.inflight[req.CommandID] = now
-		h.global++
+	h.admitLocked(s, req.CommandID, now)
+	return driverapi.Verdict{Action: driverapi.ActionAllow}, nil
+}
+
+// limitKey is the full configuration key of one of this section's keys.
+func limitKey(key string) string { return "sandbox." + Section + "." + key }
+
+// beforeQueued is Before with a queue: a command past a concurrency cap
+// waits, in its session's order, until a slot frees, its context ends
+// (the caller went away: its place is given up, nothing kept), or the
+// wait is over. A command the rate admits only later sleeps until then,
+// if that is within the wait. The wait is measured on the real clock.
+func (h *Hook) beforeQueued(ctx context.Context, req driverapi.HookRequest) (driverapi.Verdict, error) {
+	deadline := time.Now().Add(h.queueWait)
+	now := h.now()
+	h.mu.Lock()
+	h.sweep(now)
+	s := h.sessionLocked(req.SessionID, now)
+	if rule, why := h.capLocked(req.SessionID, s); rule != "" || len(s.queue) > 0 {
+		if c := h.cfg.MaxQueuedPerSession; c > 0 && len(s.queue) >= c {
+			h.mu.Unlock()
+			h.log.Info("command refused: queue full", "session_id", req.SessionID, "command_id", req.CommandID)
+			return driverapi.Verdict{}, &driverapi.LimitError{Limit: limitKey("max_queued_per_session"), Value: int64(c),
+				Reason: fmt.Sprintf("session %q already has %d commands waiting for a slot", req.SessionID, len(s.queue))}
+		}
+		if c := h.cfg.MaxQueuedGlobal; c > 0 && h.queued >= c {
+			h.mu.Unlock()
+			h.log.Info("command refused: queue full", "session_id", req.SessionID, "command_id", req.CommandID)
+			return driverapi.Verdict{}, &driverapi.LimitError{Limit: limitKey("max_queued_global"), Value: int64(c),
+				Reason: fmt.Sprintf("%d commands already wait for a slot overall", h.queued)}
+		}
+		w := &waiter{}
+		s.queue = append(s.queue, w)
+		h.queued++
+		leave := func() {
+			head := s.queue[0] == w
+			s.queue = slices.DeleteFunc(s.queue, func(x *waiter) bool { return x == w })
+			h.queued--
+			if head {
+				h.wakeLocked() // the next one may be able to go
+			}
+		}
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		for {
+			if s.queue[0] == w {
+				if rule, why = h.capLocked(req.SessionID, s); rule == "" {
+					leave()
+					break
+				}
+			}
+			wake := h.wake
+			h.mu.Unlock()
+			select {
+			case <-wake:
+				h.mu.Lock()
+			case <-ctx.Done():
+				h.mu.Lock()
+				leave()
+				h.mu.Unlock()
+				return driverapi.Verdict{}, fmt.Errorf("rate limit: gave up waiting for a slot: %w", ctx.Err())
+			case <-timer.C:
+				h.mu.Lock()
+				if rule, why = h.capLocked(req.SessionID, s); rule == "" {
+					why = "commands queued ahead of it in its session still wait"
+				}
+				leave()
+				h.mu.Unlock()
+				h.log.Info("command refused: waited too long", "session_id", req.SessionID, "command_id", req.CommandID, "rule", rule)
+				return driverapi.Verdict{}, &driverapi.LimitError{Limit: limitKey("queue_wait_seconds"), Value: h.cfg.QueueWaitSeconds,
+					Reason: fmt.Sprintf("no slot within the wait: %s", why)}
+			}
+		}
+	}
+	now = h.now()
+	s.lastSeen = now
+	h.admitLocked(s, req.CommandID, now)
+	if s.limiter == nil {
+		h.mu.Unlock()
+		return driverapi.Verdict{Action: driverapi.ActionAllow}, nil
+	}
+	r := s.limiter.ReserveN(now, 1)
+	d := r.DelayFrom(now)
+	if !r.OK() || d > time.Until(deadline) {
+		if r.OK() {
+			r.CancelAt(now)
+		}
+		h.releaseLocked(s, req.CommandID)
+		h.mu.Unlock()
+		return driverapi.Verdict{}, &driverapi.LimitError{Limit: limitKey("rate_per_second"), Value: int64(math.Ceil(h.cfg.RatePerSecond)),
+			Reason: fmt.Sprintf("session %q exceeds %g commands/s (burst %d) for longer than the wait (queue_wait_seconds = %d)",
+				req.SessionID, h.cfg.RatePerSecond, h.cfg.Burst, h.cfg.QueueWaitSeconds)}
+	}
+	h.mu.Unlock()
+	if d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			h.mu.Lock()
+			r.Cancel()
+			h.releaseLocked(s, req.CommandID)
+			h.mu.Unlock()
+			return driverapi.Verdict{}, fmt.Errorf("rate limit: gave up waiting for the rate: %w", ctx.Err())
+		}
 	}
 	return driverapi.Verdict{Action: driverapi.ActionAllow}, nil
 }
@@ -300,10 +501,7 @@ func (h *Hook) After(_ context.Context, sessionID, commandID string, _ bool) {
 		return
 	}
 	s.lastSeen = now
-	if _, ok := s.inflight[commandID]; ok {
-		delete(s.inflight, commandID)
-		h.global--
-	}
+	h.releaseLocked(s, commandID)
 }
 
 // sweep gives back slots held longer than InflightLease and forgets
@@ -317,11 +515,11 @@ func (h *Hook) sweep(now time.Time) {
 	for id, s := range h.sessions {
 		for cid, since := range s.inflight {
 			if now.Sub(since) >= h.cfg.InflightLease {
-				delete(s.inflight, cid)
-				h.global--
+				h.releaseLocked(s, cid)
 			}
 		}
-		if len(s.inflight) == 0 && now.Sub(s.lastSeen) >= h.idleForget {
+		// A session with commands waiting is kept: they hold it.
+		if len(s.inflight) == 0 && len(s.queue) == 0 && now.Sub(s.lastSeen) >= h.idleForget {
 			delete(h.sessions, id)
 		}
 	}
@@ -332,6 +530,13 @@ func (h *Hook) Sessions() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return len(h.sessions)
+}
+
+// Queued is the number of commands waiting for their turn.
+func (h *Hook) Queued() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.queued
 }
 
 // InFlight is the number of admitted commands not yet ended.

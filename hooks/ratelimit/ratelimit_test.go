@@ -315,3 +315,174 @@ func TestZeroMeansNoLimit(t *testing.T) {
 		t.Fatalf("cap 1: %+v", v)
 	}
 }
+
+// beforeAsync runs Before in a goroutine; the channel gets its outcome.
+type outcome struct {
+	v   driverapi.Verdict
+	err error
+}
+
+func beforeAsync(ctx context.Context, h *Hook, session, cmd string) chan outcome {
+	ch := make(chan outcome, 1)
+	go func() {
+		v, err := h.Before(ctx, driverapi.HookRequest{SessionID: session, CommandID: cmd, Program: "true"})
+		ch <- outcome{v, err}
+	}()
+	return ch
+}
+
+func waitQueued(t *testing.T, h *Hook, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for h.Queued() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("queued %d, want %d", h.Queued(), n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func limitOf(t *testing.T, err error) *driverapi.LimitError {
+	t.Helper()
+	var le *driverapi.LimitError
+	if !errors.As(err, &le) {
+		t.Fatalf("want a *driverapi.LimitError, got %v", err)
+	}
+	return le
+}
+
+// TestQueueWaitsForSlot: past the session's cap a command waits instead of
+// being denied, and the waiting ones go in the order they came as slots
+// free.
+func TestQueueWaitsForSlot(t *testing.T) {
+	h, _ := New(Config{MaxConcurrentPerSession: 1, QueueWaitSeconds: 600})
+	ctx := context.Background()
+	if v := before(t, h, "s", "c1"); v.Action != driverapi.ActionAllow {
+		t.Fatalf("c1: %+v", v)
+	}
+	c2 := beforeAsync(ctx, h, "s", "c2")
+	waitQueued(t, h, 1)
+	c3 := beforeAsync(ctx, h, "s", "c3")
+	waitQueued(t, h, 2)
+	select {
+	case o := <-c2:
+		t.Fatalf("c2 answered while c1 holds the only slot: %+v %v", o.v, o.err)
+	default:
+	}
+	h.After(ctx, "s", "c1", true)
+	o := <-c2
+	if o.err != nil || o.v.Action != driverapi.ActionAllow {
+		t.Fatalf("c2 after c1 ended: %+v %v", o.v, o.err)
+	}
+	waitQueued(t, h, 1) // c3 still waits: c2 holds the slot
+	h.After(ctx, "s", "c2", true)
+	if o := <-c3; o.err != nil || o.v.Action != driverapi.ActionAllow {
+		t.Fatalf("c3 after c2 ended: %+v %v", o.v, o.err)
+	}
+	if h.InFlight() != 1 || h.Queued() != 0 {
+		t.Fatalf("in flight %d queued %d", h.InFlight(), h.Queued())
+	}
+}
+
+// TestQueueBounds: one more than max_queued_per_session is refused at once
+// with a LimitError naming the key; max_queued_global likewise across
+// sessions; a session with room still queues (the control).
+func TestQueueBounds(t *testing.T) {
+	h, _ := New(Config{MaxConcurrentGlobal: 1, QueueWaitSeconds: 600, MaxQueuedPerSession: 1, MaxQueuedGlobal: 2})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	before(t, h, "a", "a1")
+	beforeAsync(ctx, h, "a", "a2")
+	waitQueued(t, h, 1)
+	_, err := h.Before(ctx, driverapi.HookRequest{SessionID: "a", CommandID: "a3"})
+	if le := limitOf(t, err); le.Limit != "sandbox.rate_limit.max_queued_per_session" || le.Value != 1 {
+		t.Fatalf("a3: %+v", le)
+	}
+	beforeAsync(ctx, h, "b", "b1")
+	waitQueued(t, h, 2)
+	_, err = h.Before(ctx, driverapi.HookRequest{SessionID: "c", CommandID: "c1"})
+	if le := limitOf(t, err); le.Limit != "sandbox.rate_limit.max_queued_global" || le.Value != 2 {
+		t.Fatalf("c1: %+v", le)
+	}
+}
+
+// TestQueueCancelFreesPlace: a waiting command whose caller goes away
+// gives up its place and takes no slot; the one behind it moves up.
+func TestQueueCancelFreesPlace(t *testing.T) {
+	h, _ := New(Config{MaxConcurrentPerSession: 1, QueueWaitSeconds: 600, MaxQueuedPerSession: 1})
+	ctx := context.Background()
+	before(t, h, "s", "c1")
+	cctx, cancel := context.WithCancel(ctx)
+	c2 := beforeAsync(cctx, h, "s", "c2")
+	waitQueued(t, h, 1)
+	cancel()
+	if o := <-c2; !errors.Is(o.err, context.Canceled) {
+		t.Fatalf("cancelled c2: %+v %v", o.v, o.err)
+	}
+	if h.Queued() != 0 || h.InFlight() != 1 {
+		t.Fatalf("after the cancel: queued %d in flight %d", h.Queued(), h.InFlight())
+	}
+	// Its place is free: c3 may queue (the bound is 1), and runs when c1 ends.
+	c3 := beforeAsync(ctx, h, "s", "c3")
+	waitQueued(t, h, 1)
+	h.After(ctx, "s", "c1", true)
+	if o := <-c3; o.err != nil || o.v.Action != driverapi.ActionAllow {
+		t.Fatalf("c3: %+v %v", o.v, o.err)
+	}
+	// The cancelled command never held a slot: only c3 runs.
+	if h.InFlight() != 1 {
+		t.Fatalf("in flight %d, want 1 (c3)", h.InFlight())
+	}
+	h.After(ctx, "s", "c2", false) // After for a command never admitted does nothing
+	if h.InFlight() != 1 {
+		t.Fatalf("in flight %d after c2's stray After", h.InFlight())
+	}
+}
+
+// TestQueueWaitOver: a command still without a slot when the wait is over
+// is refused naming queue_wait_seconds, and leaves the queue.
+func TestQueueWaitOver(t *testing.T) {
+	h, _ := New(Config{MaxConcurrentPerSession: 1, QueueWaitSeconds: 1})
+	before(t, h, "s", "c1")
+	_, err := h.Before(context.Background(), driverapi.HookRequest{SessionID: "s", CommandID: "c2"})
+	le := limitOf(t, err)
+	if le.Limit != "sandbox.rate_limit.queue_wait_seconds" || le.Value != 1 || !strings.Contains(le.Reason, "limit 1") {
+		t.Fatalf("c2: %+v", le)
+	}
+	if h.Queued() != 0 || h.InFlight() != 1 {
+		t.Fatalf("queued %d in flight %d", h.Queued(), h.InFlight())
+	}
+	if h.MaxWait() != time.Second {
+		t.Fatalf("MaxWait %v", h.MaxWait())
+	}
+}
+
+// TestQueueWaitsForRate: past the burst, a command the rate admits within
+// the wait sleeps until then and runs; one it admits only after the wait
+// is refused naming rate_per_second, without using up a token.
+func TestQueueWaitsForRate(t *testing.T) {
+	h, _ := New(Config{RatePerSecond: 50, Burst: 1, QueueWaitSeconds: 1})
+	for i := 0; i < 3; i++ {
+		if v := before(t, h, "s", fmt.Sprint(i)); v.Action != driverapi.ActionAllow {
+			t.Fatalf("%d: %+v", i, v)
+		}
+	}
+	slow, _ := New(Config{RatePerSecond: 0.01, Burst: 1, QueueWaitSeconds: 1})
+	before(t, slow, "s", "1")
+	_, err := slow.Before(context.Background(), driverapi.HookRequest{SessionID: "s", CommandID: "2"})
+	if le := limitOf(t, err); le.Limit != "sandbox.rate_limit.rate_per_second" {
+		t.Fatalf("2: %+v", le)
+	}
+	if slow.InFlight() != 1 {
+		t.Fatalf("in flight %d: the refused command kept a slot", slow.InFlight())
+	}
+}
+
+// TestDefaultConfigQueues: the defaults queue (an agent's parallel
+// commands wait rather than fail).
+func TestDefaultConfigQueues(t *testing.T) {
+	d := DefaultConfig()
+	if d.QueueWaitSeconds <= 0 || d.MaxQueuedPerSession < 32 || d.MaxQueuedGlobal < d.MaxQueuedPerSession {
+		t.Fatalf("defaults do not queue: %+v", d)
+	}
+}

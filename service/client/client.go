@@ -117,7 +117,14 @@ func OutputFrom(res *hostv1.ExecResult) (*core.Output, error) {
 		ProfileDigest: res.GetProfileDigest(), SpawnReported: res.GetSpawnReported(),
 		Exit: driverapi.Exit{ExitCode: res.GetExitCode(), Signal: res.GetSignal(), TimedOut: res.GetTimedOut(),
 			Truncated: res.GetTruncated(), OOMKilled: res.GetOomKilled(), Duration: time.Duration(res.GetDurationMs()) * time.Millisecond,
-			SpawnRefused: res.GetSpawnRefused()}}, nil
+			SpawnRefused: res.GetSpawnRefused(), Usage: UsageOf(res)}}, nil
+}
+
+// UsageOf is the driver's measure of what the command of res consumed, as
+// the service sent it.
+func UsageOf(res *hostv1.ExecResult) driverapi.ResourceUsage {
+	u := res.GetUsage()
+	return driverapi.ResourceUsage{MaxRSSKB: u.GetMaxRssKb(), UserMS: u.GetUserMs(), SystemMS: u.GetSystemMs()}
 }
 
 // DeniedFrom rebuilds the service's denial. Its reason is the denial's

@@ -38,6 +38,7 @@ from urllib.parse import quote as _quote
 __all__ = [
     "Client",
     "Result",
+    "Usage",
     "Event",
     "Execution",
     "Process",
@@ -112,6 +113,25 @@ class Denied(SandboxError):
 
 
 @dataclass
+class Usage:
+    """What a command consumed, as the sandbox measured it: CPU time (user
+    plus system, and each) in milliseconds and the peak resident set size
+    of its largest process in KiB. All 0 when it did not run."""
+
+    cpu_ms: int = 0
+    max_rss_kb: int = 0
+    user_ms: int = 0
+    system_ms: int = 0
+
+    @classmethod
+    def _from_json(cls, m: Optional[Mapping[str, Any]]) -> "Usage":
+        m = m or {}
+        # int64 arrives as a JSON string (the protobuf JSON mapping).
+        return cls(cpu_ms=int(m.get("cpuMs", 0)), max_rss_kb=int(m.get("maxRssKb", 0)),
+                   user_ms=int(m.get("userMs", 0)), system_ms=int(m.get("systemMs", 0)))
+
+
+@dataclass
 class Result:
     """How a command ended: the fields of ``aleph-sandbox exec --json``."""
 
@@ -140,6 +160,8 @@ class Result:
     #: One line saying how to get what was refused, in this client's terms
     #: (for spawn_refused: ``spawn=True``); "" when nothing was.
     hint: str = ""
+    #: What the command consumed (``usage.cpu_ms``, ``usage.max_rss_kb``).
+    usage: Usage = field(default_factory=Usage)
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "Result":
@@ -164,6 +186,7 @@ class Result:
             # int64 arrives as a JSON string (the protobuf JSON mapping).
             spawn_refused=int(m.get("spawnRefused", 0)),
             hint=SPAWN_REFUSED_HINT if reason_code == "spawn_refused" else str(m.get("hint", "")),
+            usage=Usage._from_json(m.get("usage")),
         )
 
 
@@ -813,8 +836,25 @@ class Client:
         elif rows is not None or cols is not None:
             raise TypeError("rows and cols are a terminal's size: pass tty=True with them")
         session = req["command"]["session"]
+        if self.approver is not None:
+            # The process asks after this call has returned (it starts in
+            # the background): its requests go to this client's approver
+            # through an Approvals stream of its own key, which the
+            # service ends once the process is past its approval.
+            key = "apr-" + _secrets.token_hex(16)
+            req["approvalKey"] = key
+            threading.Thread(target=self._serve_approvals, args=(key, session), daemon=True).start()
         r = self._unary("StartProcess", req, session=session)
         return Process(self, str(r.get("id", "")), session)
+
+    def _serve_approvals(self, key: str, session: str) -> None:
+        try:
+            # With the process's session in the header: a proxy that routes
+            # by session sends the stream to the server running the process.
+            for msg in self._stream("Approvals", {"key": key}, None, session=session):
+                self._answer(ApprovalRequest._from_json(msg))
+        except SandboxError:
+            pass  # the service went away: the process is denied and says so
 
     def processes(self, session: str = "") -> List[Dict[str, Any]]:
         """The processes of a session ("" for every session's): dicts with
@@ -846,6 +886,8 @@ class Client:
             yield ApprovalRequest._from_json(msg)
 
     def sessions(self) -> List[Dict[str, Any]]:
+        """The sessions the service holds, and those whose grants are kept
+        on disk from before it started."""
         return list(self._unary("Sessions", {"list": {}}).get("sessions", []))
 
     def describe(self, session: str) -> Dict[str, Any]:
@@ -854,6 +896,13 @@ class Client:
 
     def forget(self, session: str) -> None:
         self._unary("Sessions", {"forget": {"session": session}}, session=session)
+
+    def delete(self, session: str) -> None:
+        """Deletes a session: its processes and commands end, its private
+        HOME, kept grants and the workspace the service made for it are
+        removed (a workspace you named stays). forget() keeps the
+        workspace."""
+        self._unary("Sessions", {"delete": {"session": session}}, session=session)
 
     def grants(self, session: str) -> Dict[str, Any]:
         return self._unary("Grants", {"list": {"session": session}}, session=session)

@@ -304,8 +304,21 @@ class AsyncClient:
         elif rows is not None or cols is not None:
             raise TypeError("rows and cols are a terminal's size: pass tty=True with them")
         session = req["command"]["session"]
+        if self.approver is not None:
+            # As Client.start: the process's requests go to this client's
+            # approver through an Approvals stream of its own key.
+            key = "apr-" + _secrets.token_hex(16)
+            req["approvalKey"] = key
+            self._spawn(self._serve_approvals(key, session))
         r = await self._unary("StartProcess", req, session=session)
         return AsyncProcess(self, str(r.get("id", "")), session)
+
+    async def _serve_approvals(self, key: str, session: str) -> None:
+        try:
+            async for msg in self._stream("Approvals", {"key": key}, None, session=session):
+                await self._answer(ApprovalRequest._from_json(msg))
+        except SandboxError:
+            pass  # the service went away: the process is denied and says so
 
     async def processes(self, session: str = "") -> List[Dict[str, Any]]:
         """As Client.processes."""
@@ -344,6 +357,11 @@ class AsyncClient:
 
     async def forget(self, session: str) -> None:
         await self._unary("Sessions", {"forget": {"session": session}}, session=session)
+
+    async def delete(self, session: str) -> None:
+        """As Client.delete: the session's processes end, its HOME, grants
+        and the workspace the service made for it are removed."""
+        await self._unary("Sessions", {"delete": {"session": session}}, session=session)
 
     async def grants(self, session: str) -> Dict[str, Any]:
         return await self._unary("Grants", {"list": {"session": session}}, session=session)

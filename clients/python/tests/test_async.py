@@ -177,6 +177,29 @@ class AsyncClientTest(_Quiet):
         with self.assertRaises(Denied):
             await AsyncClient(self.addr).exec(argv, session="apy-none", spawn=True, check=True)
 
+    async def test_start_asks_the_clients_approver(self):
+        """start() sends its approval request to the client's approver,
+        a plain function or a coroutine function."""
+        seen = []
+
+        async def approver(req):
+            await asyncio.sleep(0)
+            seen.append(req.session)
+            return req.session == "apys-yes"
+
+        c = AsyncClient(self.addr, approver=approver)
+        argv = ["/bin/sh", "-c", "/bin/echo spawned"]
+        r = await (await c.start(argv, session="apys-yes", spawn=True)).wait(timeout=30)
+        self.assertEqual((r.denied, r.stdout), (False, b"spawned\n"), r)
+        r = await (await c.start(argv, session="apys-no", spawn=True)).wait(timeout=30)
+        self.assertEqual((r.denied, r.reason_code), (True, "approval_denied"), r)
+        r = await (await AsyncClient(self.addr, approver=lambda req: True).start(argv, session="apys-sync", spawn=True)).wait(timeout=30)
+        self.assertEqual((r.denied, r.stdout), (False, b"spawned\n"), r)
+        self.assertEqual(seen, ["apys-yes", "apys-no"])
+        # Control: no approver, denied.
+        r = await (await AsyncClient(self.addr).start(argv, session="apys-none", spawn=True)).wait(timeout=30)
+        self.assertEqual((r.denied, r.reason_code), (True, "approval_denied"), r)
+
     async def test_approvals_stream(self):
         # A second client answers on Approvals what the first does not.
         c = AsyncClient(self.addr)

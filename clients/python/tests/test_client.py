@@ -114,6 +114,70 @@ class ClientTest(unittest.TestCase):
         self.assertTrue(r.command_id)
         self.assertEqual(r.reason_code, "allowed")
 
+    def test_usage(self):
+        """Each result says what the command consumed: CPU time and peak
+        RSS, as the driver measured them."""
+        c = Client(self.addr)
+        burn = ("x = bytearray(96 << 20)\n"
+                "for i in range(0, len(x), 4096): x[i] = 1\n"
+                "s = 0\n"
+                "for i in range(2000000): s += i\n")
+        r = c.exec(["/usr/bin/python3", "-c", burn], session="py-usage", timeout=120)
+        self.assertEqual(r.exit_code, 0, r.stderr)
+        self.assertIsInstance(r.usage.cpu_ms, int)
+        self.assertGreater(r.usage.cpu_ms, 0, r.usage)
+        self.assertEqual(r.usage.cpu_ms, r.usage.user_ms + r.usage.system_ms)
+        self.assertGreaterEqual(r.usage.max_rss_kb, 96 << 10, r.usage)
+        # Control: a small command's peak is far below.
+        small = c.exec(["/bin/true"], session="py-usage")
+        self.assertLess(small.usage.max_rss_kb, 32 << 10, small.usage)
+        self.assertGreater(small.usage.max_rss_kb, 0, small.usage)
+        # A denial ran nothing: no usage.
+        d = c.exec(["/bin/sh", "-c", "rm -rf /"], session="py-usage")
+        self.assertTrue(d.denied)
+        self.assertEqual((d.usage.cpu_ms, d.usage.max_rss_kb), (0, 0))
+
+    def test_delete_session(self):
+        """delete() ends the session's processes and removes its workspace,
+        its kept grants and its HOME; forget() keeps the workspace (the
+        control)."""
+        c = Client(self.addr, approver=lambda req: True)
+        for name in ("py-del", "py-forget"):
+            r = c.exec(["/bin/sh", "-c", "echo data > kept.txt"], session=name, spawn=True)
+            self.assertEqual(r.exit_code, 0, r.stderr)
+        ws = c.describe("py-del")["workspace"]
+        ws_forget = c.describe("py-forget")["workspace"]
+        self.assertTrue(os.path.isfile(os.path.join(ws, "kept.txt")))
+        self.assertEqual(len(c.grants("py-del").get("grants", [])), 1)
+        p = c.start(["/bin/sleep", "600"], session="py-del")
+        self.assertEqual([x["id"] for x in c.processes("py-del")], [p.id])
+        c.delete("py-del")
+        self.assertFalse(os.path.exists(ws), "the workspace is still there")
+        self.assertEqual(c.processes("py-del"), [])
+        self.assertEqual(c.grants("py-del").get("grants", []), [])
+        self.assertNotIn("py-del", [x.get("session") for x in c.sessions()])
+        c.forget("py-forget")
+        self.assertTrue(os.path.isfile(os.path.join(ws_forget, "kept.txt")))
+        # A deleted session starts afresh: its file is gone.
+        r = c.exec(["/usr/bin/test", "-e", "kept.txt"], session="py-del")
+        self.assertEqual(r.exit_code, 1)
+        self.assertEqual(c.exec(["/usr/bin/test", "-e", "kept.txt"], session="py-forget").exit_code, 0)
+
+    def test_sessions_lists_kept_ones(self):
+        """sessions() lists the sessions whose grants are kept on disk, not
+        only those this serve has seen: here one a CLI run approved."""
+        env = dict(os.environ)
+        data = os.path.join(self.server.dir, "data")
+        env.update({"XDG_DATA_HOME": data, "XDG_CONFIG_HOME": os.path.join(self.server.dir, "config"),
+                    "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT": os.path.join(data, "ws"), "ALEPH_SANDBOX_SANDBOX__AUDIT_LOG": ""})
+        env.pop("ALEPH_SANDBOX_HOST", None)
+        out = subprocess.run([os.path.join(BIN, "aleph-sandbox"), "exec", "--session", "py-kept-elsewhere", "--spawn", "--yes",
+                              "--", "/bin/sh", "-c", "true"], env=env, capture_output=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        listed = {x.get("session"): x for x in Client(self.addr).sessions()}
+        self.assertIn("py-kept-elsewhere", listed)
+        self.assertEqual(len(listed["py-kept-elsewhere"].get("grants", [])), 1)
+
     def test_exec_kwargs(self):
         ws = tempfile.mkdtemp()
         try:

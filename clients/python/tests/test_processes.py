@@ -54,6 +54,31 @@ class ProcessTest(unittest.TestCase):
             # What the service logged says where the process stuck.
             raise AssertionError("%s; serve log:\n%s" % (e, self.server.stderr()[-4000:])) from e
 
+    def test_start_asks_the_clients_approver(self):
+        """start() as the first call of a session: the approval request
+        goes to the approver the client was given (it was denied, going
+        only to the separate Approvals stream)."""
+        seen = []
+
+        def approver(req):
+            seen.append(req)
+            return req.session == "pstart-yes"
+
+        c = Client(self.addr, approver=approver)
+        argv = ["/bin/sh", "-c", "/bin/echo spawned"]
+        r = self.wait(c.start(argv, session="pstart-yes", spawn=True))
+        self.assertEqual((r.denied, r.exit_code, r.stdout), (False, 0, b"spawned\n"), r)
+        r = self.wait(c.start(argv, session="pstart-no", spawn=True))
+        self.assertEqual((r.denied, r.reason_code), (True, "approval_denied"), r)
+        self.assertEqual([q.session for q in seen], ["pstart-yes", "pstart-no"])
+        self.assertTrue(seen[0].requested.get("spawn"))
+        # Control: a client without an approver is still denied.
+        r = self.wait(Client(self.addr).start(argv, session="pstart-none", spawn=True))
+        self.assertEqual((r.denied, r.reason_code), (True, "approval_denied"), r)
+        # A start that asks nothing, with an approver: runs, asks nobody.
+        r = self.wait(c.start(["/bin/echo", "plain"], session="pstart-plain"))
+        self.assertEqual((r.stdout, len(seen)), (b"plain\n", 2))
+
     def test_cat_round_trip(self):
         c = Client(self.addr)
         p = c.start(["/bin/cat"], session="pp1")

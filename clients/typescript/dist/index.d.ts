@@ -101,6 +101,19 @@ export interface Result {
     /** One line saying how to get what was refused, in this client's terms
      * (for spawn_refused: `spawn: true`); "" when nothing was. */
     hint: string;
+    /** What the command consumed (`usage.cpuMs`, `usage.maxRssKb`). */
+    usage: Usage;
+}
+/**
+ * What a command consumed, as the sandbox measured it: CPU time (user plus
+ * system, and each) in milliseconds and the peak resident set size of its
+ * largest process in KiB. All 0 when it did not run.
+ */
+export interface Usage {
+    cpuMs: number;
+    maxRssKb: number;
+    userMs: number;
+    systemMs: number;
 }
 /** Result.hint of a command refused a subprocess, in this client's terms. */
 export declare const SPAWN_REFUSED_HINT = "the command tried to start a subprocess and the sandbox refused it: run it with spawn: true";
@@ -384,9 +397,11 @@ export declare class Client {
      * timeout unless one is given (the service's maximum lifetime bounds it).
      * The hooks, approval and the driver's start happen in the background: a
      * refusal is the process's Result (`wait()`, or `read()` once it has
-     * ended), and its approval requests go to the clients on `approvals()`.
+     * ended). Its approval requests go to this client's `approver` when it
+     * has one, else to the clients on `approvals()`.
      */
     start(argv: readonly string[], options?: StartOptions): Promise<Process>;
+    private serveApprovals;
     /** The processes of a session (every session's without one), oldest first. */
     processes(options?: CallOptions & {
         session?: string;
@@ -411,6 +426,12 @@ export declare class Client {
     describe(name: string, options?: CallOptions): Promise<Session | undefined>;
     /** Forgets a session. */
     forget(name: string, options?: CallOptions): Promise<void>;
+    /**
+     * Deletes a session: its processes and commands end, its private HOME,
+     * kept grants and the workspace the service made for it are removed (a
+     * workspace you named stays). `forget()` keeps the workspace.
+     */
+    delete(name: string, options?: CallOptions): Promise<void>;
     grants(name: string, options?: CallOptions): Promise<Grants>;
     revoke(name: string, grantId: string, options?: CallOptions): Promise<Grants>;
     /** Grants host:port to a session, provided its policy digest is still expectedDigest. */

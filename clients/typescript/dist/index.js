@@ -229,9 +229,14 @@ function capabilities(v) {
         timeoutSeconds: num(m.timeoutSeconds),
     };
 }
+function usage(v) {
+    const m = isObject(v) ? v : {};
+    return { cpuMs: num(m.cpuMs), maxRssKb: num(m.maxRssKb), userMs: num(m.userMs), systemMs: num(m.systemMs) };
+}
 function result(v) {
     const m = isObject(v) ? v : {};
     return {
+        usage: usage(m.usage),
         stdout: bytes(m.stdout),
         stderr: bytes(m.stderr),
         exitCode: m.denied === true ? null : num(m.exitCode),
@@ -895,7 +900,8 @@ export class Client {
      * timeout unless one is given (the service's maximum lifetime bounds it).
      * The hooks, approval and the driver's start happen in the background: a
      * refusal is the process's Result (`wait()`, or `read()` once it has
-     * ended), and its approval requests go to the clients on `approvals()`.
+     * ended). Its approval requests go to this client's `approver` when it
+     * has one, else to the clients on `approvals()`.
      */
     async start(argv, options = {}) {
         const { tty, rows, cols, signal, ...rest } = options;
@@ -911,8 +917,29 @@ export class Client {
             throw new TypeError("rows and cols are a terminal's size: pass tty: true with them");
         }
         const name = str(req.command.session);
+        if (this.approver) {
+            // The process asks after this call has returned (it starts in the
+            // background): its requests go to this client's approver through an
+            // Approvals stream of its own key, which the service ends once the
+            // process is past its approval.
+            const key = "apr-" + randomBytes(16).toString("hex");
+            req.approvalKey = key;
+            void this.serveApprovals(this.approver, key, name);
+        }
         const r = await this.unary("StartProcess", req, signal ? { signal } : {}, this.idleSeconds, name);
         return new Process(this, str(r.id), name);
+    }
+    async serveApprovals(approver, key, session) {
+        try {
+            // With the process's session in the header: a proxy that routes by
+            // session sends the stream to the server that runs the process.
+            for await (const msg of this.serverStream("Approvals", { key }, undefined, 0, session)) {
+                await this.answer(approver, approvalRequest(msg));
+            }
+        }
+        catch {
+            // The service went away: the process is denied, and its result says so.
+        }
     }
     /** The processes of a session (every session's without one), oldest first. */
     async processes(options = {}) {
@@ -962,6 +989,14 @@ export class Client {
     /** Forgets a session. */
     async forget(name, options = {}) {
         await this.unary("Sessions", { forget: { session: name } }, options, this.idleSeconds, name);
+    }
+    /**
+     * Deletes a session: its processes and commands end, its private HOME,
+     * kept grants and the workspace the service made for it are removed (a
+     * workspace you named stays). `forget()` keeps the workspace.
+     */
+    async delete(name, options = {}) {
+        await this.unary("Sessions", { delete: { session: name } }, options, this.idleSeconds, name);
     }
     async grants(name, options = {}) {
         return grants(await this.unary("Grants", { list: { session: name } }, options, this.idleSeconds, name));

@@ -160,6 +160,20 @@ export interface Result {
   /** One line saying how to get what was refused, in this client's terms
    * (for spawn_refused: `spawn: true`); "" when nothing was. */
   hint: string;
+  /** What the command consumed (`usage.cpuMs`, `usage.maxRssKb`). */
+  usage: Usage;
+}
+
+/**
+ * What a command consumed, as the sandbox measured it: CPU time (user plus
+ * system, and each) in milliseconds and the peak resident set size of its
+ * largest process in KiB. All 0 when it did not run.
+ */
+export interface Usage {
+  cpuMs: number;
+  maxRssKb: number;
+  userMs: number;
+  systemMs: number;
 }
 
 /** Result.hint of a command refused a subprocess, in this client's terms. */
@@ -527,9 +541,15 @@ function capabilities(v: unknown): Capabilities {
   };
 }
 
+function usage(v: unknown): Usage {
+  const m = isObject(v) ? v : {};
+  return { cpuMs: num(m.cpuMs), maxRssKb: num(m.maxRssKb), userMs: num(m.userMs), systemMs: num(m.systemMs) };
+}
+
 function result(v: unknown): Result {
   const m = isObject(v) ? v : {};
   return {
+    usage: usage(m.usage),
     stdout: bytes(m.stdout),
     stderr: bytes(m.stderr),
     exitCode: m.denied === true ? null : num(m.exitCode),
@@ -1261,7 +1281,8 @@ export class Client {
    * timeout unless one is given (the service's maximum lifetime bounds it).
    * The hooks, approval and the driver's start happen in the background: a
    * refusal is the process's Result (`wait()`, or `read()` once it has
-   * ended), and its approval requests go to the clients on `approvals()`.
+   * ended). Its approval requests go to this client's `approver` when it
+   * has one, else to the clients on `approvals()`.
    */
   async start(argv: readonly string[], options: StartOptions = {}): Promise<Process> {
     const { tty, rows, cols, signal, ...rest } = options;
@@ -1276,8 +1297,29 @@ export class Client {
       throw new TypeError("rows and cols are a terminal's size: pass tty: true with them");
     }
     const name = str((req.command as JSONObject).session);
+    if (this.approver) {
+      // The process asks after this call has returned (it starts in the
+      // background): its requests go to this client's approver through an
+      // Approvals stream of its own key, which the service ends once the
+      // process is past its approval.
+      const key = "apr-" + randomBytes(16).toString("hex");
+      req.approvalKey = key;
+      void this.serveApprovals(this.approver, key, name);
+    }
     const r = await this.unary("StartProcess", req, signal ? { signal } : {}, this.idleSeconds, name);
     return new Process(this, str(r.id), name);
+  }
+
+  private async serveApprovals(approver: Approver, key: string, session: string): Promise<void> {
+    try {
+      // With the process's session in the header: a proxy that routes by
+      // session sends the stream to the server that runs the process.
+      for await (const msg of this.serverStream("Approvals", { key }, undefined, 0, session)) {
+        await this.answer(approver, approvalRequest(msg));
+      }
+    } catch {
+      // The service went away: the process is denied, and its result says so.
+    }
   }
 
   /** The processes of a session (every session's without one), oldest first. */
@@ -1334,6 +1376,15 @@ export class Client {
   /** Forgets a session. */
   async forget(name: string, options: CallOptions = {}): Promise<void> {
     await this.unary("Sessions", { forget: { session: name } }, options, this.idleSeconds, name);
+  }
+
+  /**
+   * Deletes a session: its processes and commands end, its private HOME,
+   * kept grants and the workspace the service made for it are removed (a
+   * workspace you named stays). `forget()` keeps the workspace.
+   */
+  async delete(name: string, options: CallOptions = {}): Promise<void> {
+    await this.unary("Sessions", { delete: { session: name } }, options, this.idleSeconds, name);
   }
 
   async grants(name: string, options: CallOptions = {}): Promise<Grants> {

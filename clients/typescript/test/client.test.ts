@@ -693,6 +693,43 @@ describe("Client against a real serve", { skip }, () => {
     assert.notEqual(a.signalKey, b.signalKey);
   });
 
+  test("each result says what the command consumed: usage.cpuMs and usage.maxRssKb", T, async () => {
+    const c = new Client({ socket: addr });
+    const burn = "x = bytearray(96 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\ns = 0\nfor i in range(2000000): s += i\n";
+    const r = await c.exec(["/usr/bin/python3", "-c", burn], { session: "ts-usage", timeout: 120 });
+    assert.equal(r.exitCode, 0, r.stderr.toString());
+    assert.equal(typeof r.usage.cpuMs, "number");
+    assert.ok(r.usage.cpuMs > 0, JSON.stringify(r.usage));
+    assert.equal(r.usage.cpuMs, r.usage.userMs + r.usage.systemMs);
+    assert.ok(r.usage.maxRssKb >= 96 << 10, JSON.stringify(r.usage));
+    // Control: a small command's peak is far below; a denial has none.
+    const small = await c.exec(["/bin/true"], { session: "ts-usage" });
+    assert.ok(small.usage.maxRssKb > 0 && small.usage.maxRssKb < 32 << 10, JSON.stringify(small.usage));
+    const d = await c.exec(["/bin/sh", "-c", "rm -rf /"], { session: "ts-usage" });
+    assert.equal(d.denied, true);
+    assert.deepEqual([d.usage.cpuMs, d.usage.maxRssKb], [0, 0]);
+  });
+
+  test("start() as a session's first call asks the client's approver", T, async () => {
+    const seen: string[] = [];
+    const c = new Client({
+      socket: addr,
+      approver: async (req) => {
+        seen.push(req.session);
+        return req.session === "ts-start-yes";
+      },
+    });
+    const argv = ["/bin/sh", "-c", "/bin/echo spawned"];
+    let r = await (await c.start(argv, { session: "ts-start-yes", spawn: true })).wait();
+    assert.deepEqual([r.denied, r.exitCode, r.stdout.toString()], [false, 0, "spawned\n"], r.reason);
+    r = await (await c.start(argv, { session: "ts-start-no", spawn: true })).wait();
+    assert.deepEqual([r.denied, r.reasonCode], [true, "approval_denied"]);
+    assert.deepEqual(seen, ["ts-start-yes", "ts-start-no"]);
+    // Control: without an approver, denied.
+    r = await (await new Client({ socket: addr }).start(argv, { session: "ts-start-none", spawn: true })).wait();
+    assert.deepEqual([r.denied, r.reasonCode], [true, "approval_denied"]);
+  });
+
   test("a process: cat round trip through write, read, closeStdin and wait", T, async () => {
     const c = new Client({ socket: addr });
     const p = await c.start(["/bin/cat"], { session: "ts-proc" });
@@ -1313,7 +1350,11 @@ describe("the X-Aleph-Session header", { skip }, () => {
     const seen = proxy.seen.map(([m, v]) => `${m}=${v}`);
     const reads = seen.filter((x) => x.startsWith("ReadProcess="));
     assert.ok(reads.length > 0 && reads.every((x) => x === "ReadProcess=hdr"), reads.join(" "));
-    assert.deepEqual(seen.filter((x) => !x.startsWith("ReadProcess=")), [
+    // start() with an approver opens the process's own Approvals stream,
+    // concurrently with StartProcess: it carries the session too, so a
+    // proxy routes it to the same server.
+    assert.deepEqual(seen.filter((x) => x.startsWith("Approvals=")), ["Approvals=hdr"]);
+    assert.deepEqual(seen.filter((x) => !x.startsWith("ReadProcess=") && !x.startsWith("Approvals=")), [
       "Execute=hdr/%C3%A9%201",
       "Execute=hdr",
       "WriteStdin=hdr",

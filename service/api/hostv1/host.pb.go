@@ -691,8 +691,11 @@ type ExecResult struct {
 	// budget; the rest of a truncated output was counted, not sent).
 	StreamedStdoutBytes int64 `protobuf:"varint,22,opt,name=streamed_stdout_bytes,json=streamedStdoutBytes,proto3" json:"streamed_stdout_bytes,omitempty"`
 	StreamedStderrBytes int64 `protobuf:"varint,23,opt,name=streamed_stderr_bytes,json=streamedStderrBytes,proto3" json:"streamed_stderr_bytes,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// What the command consumed, as the driver measured it; absent when it
+	// did not run.
+	Usage         *CommandUsage `protobuf:"bytes,24,opt,name=usage,proto3" json:"usage,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecResult) Reset() {
@@ -886,6 +889,85 @@ func (x *ExecResult) GetStreamedStderrBytes() int64 {
 	return 0
 }
 
+func (x *ExecResult) GetUsage() *CommandUsage {
+	if x != nil {
+		return x.Usage
+	}
+	return nil
+}
+
+// CommandUsage is what one command consumed: CPU time (user and system,
+// milliseconds) and the peak resident set size of its largest process
+// (KiB), as the driver measured them (getrusage of the command's
+// processes).
+type CommandUsage struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	CpuMs         int64                  `protobuf:"varint,1,opt,name=cpu_ms,json=cpuMs,proto3" json:"cpu_ms,omitempty"`
+	MaxRssKb      int64                  `protobuf:"varint,2,opt,name=max_rss_kb,json=maxRssKb,proto3" json:"max_rss_kb,omitempty"`
+	UserMs        int64                  `protobuf:"varint,3,opt,name=user_ms,json=userMs,proto3" json:"user_ms,omitempty"`
+	SystemMs      int64                  `protobuf:"varint,4,opt,name=system_ms,json=systemMs,proto3" json:"system_ms,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandUsage) Reset() {
+	*x = CommandUsage{}
+	mi := &file_host_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandUsage) ProtoMessage() {}
+
+func (x *CommandUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandUsage.ProtoReflect.Descriptor instead.
+func (*CommandUsage) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *CommandUsage) GetCpuMs() int64 {
+	if x != nil {
+		return x.CpuMs
+	}
+	return 0
+}
+
+func (x *CommandUsage) GetMaxRssKb() int64 {
+	if x != nil {
+		return x.MaxRssKb
+	}
+	return 0
+}
+
+func (x *CommandUsage) GetUserMs() int64 {
+	if x != nil {
+		return x.UserMs
+	}
+	return 0
+}
+
+func (x *CommandUsage) GetSystemMs() int64 {
+	if x != nil {
+		return x.SystemMs
+	}
+	return 0
+}
+
 type Capabilities struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	FsRead         []string               `protobuf:"bytes,1,rep,name=fs_read,json=fsRead,proto3" json:"fs_read,omitempty"`
@@ -901,7 +983,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_host_proto_msgTypes[7]
+	mi := &file_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -913,7 +995,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[7]
+	mi := &file_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -926,7 +1008,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{7}
+	return file_host_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Capabilities) GetFsRead() []string {
@@ -979,14 +1061,19 @@ func (x *Capabilities) GetTimeoutSeconds() int64 {
 }
 
 type ApprovalsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// When set, the stream carries only the approval requests of the calls
+	// that name this key (StartProcessRequest.approval_key), and those go to
+	// no other approver: how a client answers the requests of its own
+	// unary calls. A random secret of the client's, as a signal key is.
+	Key           string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ApprovalsRequest) Reset() {
 	*x = ApprovalsRequest{}
-	mi := &file_host_proto_msgTypes[8]
+	mi := &file_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1085,7 @@ func (x *ApprovalsRequest) String() string {
 func (*ApprovalsRequest) ProtoMessage() {}
 
 func (x *ApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[8]
+	mi := &file_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1098,14 @@ func (x *ApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{8}
+	return file_host_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ApprovalsRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
 }
 
 type ApprovalRequest struct {
@@ -1030,7 +1124,7 @@ type ApprovalRequest struct {
 
 func (x *ApprovalRequest) Reset() {
 	*x = ApprovalRequest{}
-	mi := &file_host_proto_msgTypes[9]
+	mi := &file_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1042,7 +1136,7 @@ func (x *ApprovalRequest) String() string {
 func (*ApprovalRequest) ProtoMessage() {}
 
 func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[9]
+	mi := &file_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1055,7 +1149,7 @@ func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{9}
+	return file_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApprovalRequest) GetId() string {
@@ -1129,7 +1223,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_host_proto_msgTypes[10]
+	mi := &file_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1235,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[10]
+	mi := &file_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1248,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{10}
+	return file_host_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApproveRequest) GetId() string {
@@ -1186,7 +1280,7 @@ type ApproveResponse struct {
 
 func (x *ApproveResponse) Reset() {
 	*x = ApproveResponse{}
-	mi := &file_host_proto_msgTypes[11]
+	mi := &file_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1292,7 @@ func (x *ApproveResponse) String() string {
 func (*ApproveResponse) ProtoMessage() {}
 
 func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[11]
+	mi := &file_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1305,7 @@ func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
 func (*ApproveResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{11}
+	return file_host_proto_rawDescGZIP(), []int{12}
 }
 
 type SessionsRequest struct {
@@ -1221,6 +1315,7 @@ type SessionsRequest struct {
 	//	*SessionsRequest_List
 	//	*SessionsRequest_Describe
 	//	*SessionsRequest_Forget
+	//	*SessionsRequest_Delete
 	Action        isSessionsRequest_Action `protobuf_oneof:"action"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1228,7 +1323,7 @@ type SessionsRequest struct {
 
 func (x *SessionsRequest) Reset() {
 	*x = SessionsRequest{}
-	mi := &file_host_proto_msgTypes[12]
+	mi := &file_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1240,7 +1335,7 @@ func (x *SessionsRequest) String() string {
 func (*SessionsRequest) ProtoMessage() {}
 
 func (x *SessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[12]
+	mi := &file_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1253,7 +1348,7 @@ func (x *SessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsRequest.ProtoReflect.Descriptor instead.
 func (*SessionsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{12}
+	return file_host_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *SessionsRequest) GetAction() isSessionsRequest_Action {
@@ -1290,6 +1385,15 @@ func (x *SessionsRequest) GetForget() *ForgetSession {
 	return nil
 }
 
+func (x *SessionsRequest) GetDelete() *DeleteSession {
+	if x != nil {
+		if x, ok := x.Action.(*SessionsRequest_Delete); ok {
+			return x.Delete
+		}
+	}
+	return nil
+}
+
 type isSessionsRequest_Action interface {
 	isSessionsRequest_Action()
 }
@@ -1306,11 +1410,17 @@ type SessionsRequest_Forget struct {
 	Forget *ForgetSession `protobuf:"bytes,3,opt,name=forget,proto3,oneof"`
 }
 
+type SessionsRequest_Delete struct {
+	Delete *DeleteSession `protobuf:"bytes,4,opt,name=delete,proto3,oneof"`
+}
+
 func (*SessionsRequest_List) isSessionsRequest_Action() {}
 
 func (*SessionsRequest_Describe) isSessionsRequest_Action() {}
 
 func (*SessionsRequest_Forget) isSessionsRequest_Action() {}
+
+func (*SessionsRequest_Delete) isSessionsRequest_Action() {}
 
 type ListSessions struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1320,7 +1430,7 @@ type ListSessions struct {
 
 func (x *ListSessions) Reset() {
 	*x = ListSessions{}
-	mi := &file_host_proto_msgTypes[13]
+	mi := &file_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1442,7 @@ func (x *ListSessions) String() string {
 func (*ListSessions) ProtoMessage() {}
 
 func (x *ListSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[13]
+	mi := &file_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1455,7 @@ func (x *ListSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessions.ProtoReflect.Descriptor instead.
 func (*ListSessions) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{13}
+	return file_host_proto_rawDescGZIP(), []int{14}
 }
 
 type DescribeSession struct {
@@ -1357,7 +1467,7 @@ type DescribeSession struct {
 
 func (x *DescribeSession) Reset() {
 	*x = DescribeSession{}
-	mi := &file_host_proto_msgTypes[14]
+	mi := &file_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1369,7 +1479,7 @@ func (x *DescribeSession) String() string {
 func (*DescribeSession) ProtoMessage() {}
 
 func (x *DescribeSession) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[14]
+	mi := &file_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1382,7 +1492,7 @@ func (x *DescribeSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSession.ProtoReflect.Descriptor instead.
 func (*DescribeSession) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{14}
+	return file_host_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DescribeSession) GetSession() string {
@@ -1401,7 +1511,7 @@ type ForgetSession struct {
 
 func (x *ForgetSession) Reset() {
 	*x = ForgetSession{}
-	mi := &file_host_proto_msgTypes[15]
+	mi := &file_host_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1523,7 @@ func (x *ForgetSession) String() string {
 func (*ForgetSession) ProtoMessage() {}
 
 func (x *ForgetSession) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[15]
+	mi := &file_host_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,10 +1536,58 @@ func (x *ForgetSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetSession.ProtoReflect.Descriptor instead.
 func (*ForgetSession) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{15}
+	return file_host_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForgetSession) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+// DeleteSession is forget (its processes and commands end, its private
+// HOME and kept grants are removed) and removes its workspace too: the
+// directory the service made for it (a workspace a client named is the
+// client's and stays).
+type DeleteSession struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteSession) Reset() {
+	*x = DeleteSession{}
+	mi := &file_host_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteSession) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteSession) ProtoMessage() {}
+
+func (x *DeleteSession) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteSession.ProtoReflect.Descriptor instead.
+func (*DeleteSession) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *DeleteSession) GetSession() string {
 	if x != nil {
 		return x.Session
 	}
@@ -1447,7 +1605,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_host_proto_msgTypes[16]
+	mi := &file_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1459,7 +1617,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[16]
+	mi := &file_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1472,7 +1630,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{16}
+	return file_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Grant) GetId() string {
@@ -1509,7 +1667,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1679,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1692,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{17}
+	return file_host_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Session) GetSession() string {
@@ -1581,7 +1739,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1593,7 +1751,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1606,7 +1764,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{18}
+	return file_host_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SessionsResponse) GetSessions() []*Session {
@@ -1630,7 +1788,7 @@ type GrantsRequest struct {
 
 func (x *GrantsRequest) Reset() {
 	*x = GrantsRequest{}
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1642,7 +1800,7 @@ func (x *GrantsRequest) String() string {
 func (*GrantsRequest) ProtoMessage() {}
 
 func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1655,7 +1813,7 @@ func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsRequest.ProtoReflect.Descriptor instead.
 func (*GrantsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{19}
+	return file_host_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GrantsRequest) GetAction() isGrantsRequest_Action {
@@ -1723,7 +1881,7 @@ type ListGrants struct {
 
 func (x *ListGrants) Reset() {
 	*x = ListGrants{}
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1735,7 +1893,7 @@ func (x *ListGrants) String() string {
 func (*ListGrants) ProtoMessage() {}
 
 func (x *ListGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1748,7 +1906,7 @@ func (x *ListGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrants.ProtoReflect.Descriptor instead.
 func (*ListGrants) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{20}
+	return file_host_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListGrants) GetSession() string {
@@ -1768,7 +1926,7 @@ type RevokeGrant struct {
 
 func (x *RevokeGrant) Reset() {
 	*x = RevokeGrant{}
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1780,7 +1938,7 @@ func (x *RevokeGrant) String() string {
 func (*RevokeGrant) ProtoMessage() {}
 
 func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1793,7 +1951,7 @@ func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrant.ProtoReflect.Descriptor instead.
 func (*RevokeGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{21}
+	return file_host_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevokeGrant) GetSession() string {
@@ -1822,7 +1980,7 @@ type ApplyNetworkGrant struct {
 
 func (x *ApplyNetworkGrant) Reset() {
 	*x = ApplyNetworkGrant{}
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1834,7 +1992,7 @@ func (x *ApplyNetworkGrant) String() string {
 func (*ApplyNetworkGrant) ProtoMessage() {}
 
 func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1847,7 +2005,7 @@ func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyNetworkGrant.ProtoReflect.Descriptor instead.
 func (*ApplyNetworkGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{22}
+	return file_host_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ApplyNetworkGrant) GetSession() string {
@@ -1889,7 +2047,7 @@ type GrantsResponse struct {
 
 func (x *GrantsResponse) Reset() {
 	*x = GrantsResponse{}
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1901,7 +2059,7 @@ func (x *GrantsResponse) String() string {
 func (*GrantsResponse) ProtoMessage() {}
 
 func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1914,7 +2072,7 @@ func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsResponse.ProtoReflect.Descriptor instead.
 func (*GrantsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{23}
+	return file_host_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GrantsResponse) GetSession() string {
@@ -1946,7 +2104,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2116,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2129,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{24}
+	return file_host_proto_rawDescGZIP(), []int{26}
 }
 
 type CapabilitiesResponse struct {
@@ -1984,7 +2142,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1996,7 +2154,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2009,7 +2167,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{25}
+	return file_host_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CapabilitiesResponse) GetReportJson() string {
@@ -2029,7 +2187,7 @@ type CheckPolicyRequest struct {
 
 func (x *CheckPolicyRequest) Reset() {
 	*x = CheckPolicyRequest{}
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2041,7 +2199,7 @@ func (x *CheckPolicyRequest) String() string {
 func (*CheckPolicyRequest) ProtoMessage() {}
 
 func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2054,7 +2212,7 @@ func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CheckPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{26}
+	return file_host_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CheckPolicyRequest) GetCommand() string {
@@ -2083,7 +2241,7 @@ type CheckPolicyResponse struct {
 
 func (x *CheckPolicyResponse) Reset() {
 	*x = CheckPolicyResponse{}
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2253,7 @@ func (x *CheckPolicyResponse) String() string {
 func (*CheckPolicyResponse) ProtoMessage() {}
 
 func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2266,7 @@ func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CheckPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{27}
+	return file_host_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CheckPolicyResponse) GetVerdict() string {
@@ -2144,7 +2302,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2156,7 +2314,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2169,7 +2327,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{28}
+	return file_host_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SignalRequest) GetSignalKey() string {
@@ -2194,7 +2352,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2206,7 +2364,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2219,7 +2377,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{29}
+	return file_host_proto_rawDescGZIP(), []int{31}
 }
 
 type WriteStdinRequest struct {
@@ -2233,7 +2391,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2403,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2416,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{30}
+	return file_host_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WriteStdinRequest) GetSignalKey() string {
@@ -2286,7 +2444,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2298,7 +2456,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2311,7 +2469,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{31}
+	return file_host_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WriteStdinResponse) GetWritten() int64 {
@@ -2330,7 +2488,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2342,7 +2500,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2355,7 +2513,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{32}
+	return file_host_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *CloseStdinRequest) GetSignalKey() string {
@@ -2373,7 +2531,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2543,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2556,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{33}
+	return file_host_proto_rawDescGZIP(), []int{35}
 }
 
 type ResizeTerminalRequest struct {
@@ -2412,7 +2570,7 @@ type ResizeTerminalRequest struct {
 
 func (x *ResizeTerminalRequest) Reset() {
 	*x = ResizeTerminalRequest{}
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2582,7 @@ func (x *ResizeTerminalRequest) String() string {
 func (*ResizeTerminalRequest) ProtoMessage() {}
 
 func (x *ResizeTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2595,7 @@ func (x *ResizeTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTerminalRequest.ProtoReflect.Descriptor instead.
 func (*ResizeTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{34}
+	return file_host_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ResizeTerminalRequest) GetSignalKey() string {
@@ -2469,7 +2627,7 @@ type ResizeTerminalResponse struct {
 
 func (x *ResizeTerminalResponse) Reset() {
 	*x = ResizeTerminalResponse{}
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2481,7 +2639,7 @@ func (x *ResizeTerminalResponse) String() string {
 func (*ResizeTerminalResponse) ProtoMessage() {}
 
 func (x *ResizeTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2494,24 +2652,29 @@ func (x *ResizeTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTerminalResponse.ProtoReflect.Descriptor instead.
 func (*ResizeTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{35}
+	return file_host_proto_rawDescGZIP(), []int{37}
 }
 
 // StartProcessRequest is an Execute request (its stdin must be empty: the
 // process's comes through WriteProcess) and, for a terminal, its size.
 type StartProcessRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Command       *ExecuteRequest        `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
-	Tty           bool                   `protobuf:"varint,2,opt,name=tty,proto3" json:"tty,omitempty"`
-	Rows          uint32                 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
-	Cols          uint32                 `protobuf:"varint,4,opt,name=cols,proto3" json:"cols,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Command *ExecuteRequest        `protobuf:"bytes,1,opt,name=command,proto3" json:"command,omitempty"`
+	Tty     bool                   `protobuf:"varint,2,opt,name=tty,proto3" json:"tty,omitempty"`
+	Rows    uint32                 `protobuf:"varint,3,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols    uint32                 `protobuf:"varint,4,opt,name=cols,proto3" json:"cols,omitempty"`
+	// When set, this start's approval requests go only to the Approvals
+	// stream opened with the same key (the client's own approver), which
+	// may connect before or after this call: a request waits for it within
+	// the approval timeout. Unset: the connected approvers, as before.
+	ApprovalKey   string `protobuf:"bytes,5,opt,name=approval_key,json=approvalKey,proto3" json:"approval_key,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2523,7 +2686,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2536,7 +2699,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{36}
+	return file_host_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *StartProcessRequest) GetCommand() *ExecuteRequest {
@@ -2567,6 +2730,13 @@ func (x *StartProcessRequest) GetCols() uint32 {
 	return 0
 }
 
+func (x *StartProcessRequest) GetApprovalKey() string {
+	if x != nil {
+		return x.ApprovalKey
+	}
+	return ""
+}
+
 type StartProcessResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -2576,7 +2746,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2758,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2771,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{37}
+	return file_host_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartProcessResponse) GetId() string {
@@ -2621,7 +2791,7 @@ type WriteProcessRequest struct {
 
 func (x *WriteProcessRequest) Reset() {
 	*x = WriteProcessRequest{}
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2633,7 +2803,7 @@ func (x *WriteProcessRequest) String() string {
 func (*WriteProcessRequest) ProtoMessage() {}
 
 func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2646,7 +2816,7 @@ func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessRequest.ProtoReflect.Descriptor instead.
 func (*WriteProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{38}
+	return file_host_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *WriteProcessRequest) GetId() string {
@@ -2674,7 +2844,7 @@ type WriteProcessResponse struct {
 
 func (x *WriteProcessResponse) Reset() {
 	*x = WriteProcessResponse{}
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2686,7 +2856,7 @@ func (x *WriteProcessResponse) String() string {
 func (*WriteProcessResponse) ProtoMessage() {}
 
 func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2699,7 +2869,7 @@ func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessResponse.ProtoReflect.Descriptor instead.
 func (*WriteProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{39}
+	return file_host_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriteProcessResponse) GetWritten() int64 {
@@ -2718,7 +2888,7 @@ type CloseProcessStdinRequest struct {
 
 func (x *CloseProcessStdinRequest) Reset() {
 	*x = CloseProcessStdinRequest{}
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2730,7 +2900,7 @@ func (x *CloseProcessStdinRequest) String() string {
 func (*CloseProcessStdinRequest) ProtoMessage() {}
 
 func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2743,7 +2913,7 @@ func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{40}
+	return file_host_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *CloseProcessStdinRequest) GetId() string {
@@ -2761,7 +2931,7 @@ type CloseProcessStdinResponse struct {
 
 func (x *CloseProcessStdinResponse) Reset() {
 	*x = CloseProcessStdinResponse{}
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2773,7 +2943,7 @@ func (x *CloseProcessStdinResponse) String() string {
 func (*CloseProcessStdinResponse) ProtoMessage() {}
 
 func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2786,7 +2956,7 @@ func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{41}
+	return file_host_proto_rawDescGZIP(), []int{43}
 }
 
 type ReadProcessRequest struct {
@@ -2803,7 +2973,7 @@ type ReadProcessRequest struct {
 
 func (x *ReadProcessRequest) Reset() {
 	*x = ReadProcessRequest{}
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2815,7 +2985,7 @@ func (x *ReadProcessRequest) String() string {
 func (*ReadProcessRequest) ProtoMessage() {}
 
 func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2828,7 +2998,7 @@ func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessRequest.ProtoReflect.Descriptor instead.
 func (*ReadProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{42}
+	return file_host_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReadProcessRequest) GetId() string {
@@ -2870,7 +3040,7 @@ type ReadProcessResponse struct {
 
 func (x *ReadProcessResponse) Reset() {
 	*x = ReadProcessResponse{}
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +3052,7 @@ func (x *ReadProcessResponse) String() string {
 func (*ReadProcessResponse) ProtoMessage() {}
 
 func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +3065,7 @@ func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessResponse.ProtoReflect.Descriptor instead.
 func (*ReadProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{43}
+	return file_host_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReadProcessResponse) GetData() []byte {
@@ -2944,7 +3114,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2956,7 +3126,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2969,7 +3139,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{44}
+	return file_host_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *SignalProcessRequest) GetId() string {
@@ -2994,7 +3164,7 @@ type SignalProcessResponse struct {
 
 func (x *SignalProcessResponse) Reset() {
 	*x = SignalProcessResponse{}
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3006,7 +3176,7 @@ func (x *SignalProcessResponse) String() string {
 func (*SignalProcessResponse) ProtoMessage() {}
 
 func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3019,7 +3189,7 @@ func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessResponse.ProtoReflect.Descriptor instead.
 func (*SignalProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{45}
+	return file_host_proto_rawDescGZIP(), []int{47}
 }
 
 type ResizeProcessRequest struct {
@@ -3033,7 +3203,7 @@ type ResizeProcessRequest struct {
 
 func (x *ResizeProcessRequest) Reset() {
 	*x = ResizeProcessRequest{}
-	mi := &file_host_proto_msgTypes[46]
+	mi := &file_host_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3045,7 +3215,7 @@ func (x *ResizeProcessRequest) String() string {
 func (*ResizeProcessRequest) ProtoMessage() {}
 
 func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[46]
+	mi := &file_host_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3058,7 +3228,7 @@ func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{46}
+	return file_host_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ResizeProcessRequest) GetId() string {
@@ -3090,7 +3260,7 @@ type ResizeProcessResponse struct {
 
 func (x *ResizeProcessResponse) Reset() {
 	*x = ResizeProcessResponse{}
-	mi := &file_host_proto_msgTypes[47]
+	mi := &file_host_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3102,7 +3272,7 @@ func (x *ResizeProcessResponse) String() string {
 func (*ResizeProcessResponse) ProtoMessage() {}
 
 func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[47]
+	mi := &file_host_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3115,7 +3285,7 @@ func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{47}
+	return file_host_proto_rawDescGZIP(), []int{49}
 }
 
 type WaitProcessRequest struct {
@@ -3127,7 +3297,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_host_proto_msgTypes[48]
+	mi := &file_host_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3309,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[48]
+	mi := &file_host_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3322,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{48}
+	return file_host_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *WaitProcessRequest) GetId() string {
@@ -3171,7 +3341,7 @@ type WaitProcessResponse struct {
 
 func (x *WaitProcessResponse) Reset() {
 	*x = WaitProcessResponse{}
-	mi := &file_host_proto_msgTypes[49]
+	mi := &file_host_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3183,7 +3353,7 @@ func (x *WaitProcessResponse) String() string {
 func (*WaitProcessResponse) ProtoMessage() {}
 
 func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[49]
+	mi := &file_host_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3196,7 +3366,7 @@ func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessResponse.ProtoReflect.Descriptor instead.
 func (*WaitProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{49}
+	return file_host_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WaitProcessResponse) GetResult() *ExecResult {
@@ -3216,7 +3386,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_host_proto_msgTypes[50]
+	mi := &file_host_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3228,7 +3398,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[50]
+	mi := &file_host_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3241,7 +3411,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{50}
+	return file_host_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListProcessesRequest) GetSession() string {
@@ -3265,7 +3435,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_host_proto_msgTypes[51]
+	mi := &file_host_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3277,7 +3447,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[51]
+	mi := &file_host_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3290,7 +3460,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{51}
+	return file_host_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ProcessInfo) GetId() string {
@@ -3344,7 +3514,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_host_proto_msgTypes[52]
+	mi := &file_host_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3356,7 +3526,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[52]
+	mi := &file_host_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3369,7 +3539,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{52}
+	return file_host_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -3397,7 +3567,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_host_proto_msgTypes[53]
+	mi := &file_host_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3409,7 +3579,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[53]
+	mi := &file_host_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3422,7 +3592,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{53}
+	return file_host_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *FileInfo) GetName() string {
@@ -3477,7 +3647,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_host_proto_msgTypes[54]
+	mi := &file_host_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3489,7 +3659,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[54]
+	mi := &file_host_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3502,7 +3672,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{54}
+	return file_host_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *ReadFileRequest) GetSession() string {
@@ -3531,7 +3701,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_host_proto_msgTypes[55]
+	mi := &file_host_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3543,7 +3713,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[55]
+	mi := &file_host_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3556,7 +3726,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{55}
+	return file_host_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReadFileResponse) GetInfo() *FileInfo {
@@ -3597,7 +3767,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_host_proto_msgTypes[56]
+	mi := &file_host_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3609,7 +3779,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[56]
+	mi := &file_host_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3622,7 +3792,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{56}
+	return file_host_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *WriteFileRequest) GetSession() string {
@@ -3693,7 +3863,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_host_proto_msgTypes[57]
+	mi := &file_host_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3705,7 +3875,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[57]
+	mi := &file_host_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3718,7 +3888,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{57}
+	return file_host_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WriteFileResponse) GetInfo() *FileInfo {
@@ -3746,7 +3916,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_host_proto_msgTypes[58]
+	mi := &file_host_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3758,7 +3928,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[58]
+	mi := &file_host_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3771,7 +3941,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{58}
+	return file_host_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListFilesRequest) GetSession() string {
@@ -3797,7 +3967,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_host_proto_msgTypes[59]
+	mi := &file_host_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3809,7 +3979,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[59]
+	mi := &file_host_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3822,7 +3992,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{59}
+	return file_host_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListFilesResponse) GetEntries() []*FileInfo {
@@ -3842,7 +4012,7 @@ type StatFileRequest struct {
 
 func (x *StatFileRequest) Reset() {
 	*x = StatFileRequest{}
-	mi := &file_host_proto_msgTypes[60]
+	mi := &file_host_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3854,7 +4024,7 @@ func (x *StatFileRequest) String() string {
 func (*StatFileRequest) ProtoMessage() {}
 
 func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[60]
+	mi := &file_host_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3867,7 +4037,7 @@ func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
 func (*StatFileRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{60}
+	return file_host_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *StatFileRequest) GetSession() string {
@@ -3893,7 +4063,7 @@ type StatFileResponse struct {
 
 func (x *StatFileResponse) Reset() {
 	*x = StatFileResponse{}
-	mi := &file_host_proto_msgTypes[61]
+	mi := &file_host_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3905,7 +4075,7 @@ func (x *StatFileResponse) String() string {
 func (*StatFileResponse) ProtoMessage() {}
 
 func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[61]
+	mi := &file_host_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3918,7 +4088,7 @@ func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileResponse.ProtoReflect.Descriptor instead.
 func (*StatFileResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{61}
+	return file_host_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *StatFileResponse) GetInfo() *FileInfo {
@@ -3941,7 +4111,7 @@ type RemoveFileRequest struct {
 
 func (x *RemoveFileRequest) Reset() {
 	*x = RemoveFileRequest{}
-	mi := &file_host_proto_msgTypes[62]
+	mi := &file_host_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3953,7 +4123,7 @@ func (x *RemoveFileRequest) String() string {
 func (*RemoveFileRequest) ProtoMessage() {}
 
 func (x *RemoveFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[62]
+	mi := &file_host_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3966,7 +4136,7 @@ func (x *RemoveFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveFileRequest.ProtoReflect.Descriptor instead.
 func (*RemoveFileRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{62}
+	return file_host_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *RemoveFileRequest) GetSession() string {
@@ -3998,7 +4168,7 @@ type RemoveFileResponse struct {
 
 func (x *RemoveFileResponse) Reset() {
 	*x = RemoveFileResponse{}
-	mi := &file_host_proto_msgTypes[63]
+	mi := &file_host_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4010,7 +4180,7 @@ func (x *RemoveFileResponse) String() string {
 func (*RemoveFileResponse) ProtoMessage() {}
 
 func (x *RemoveFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[63]
+	mi := &file_host_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4023,7 +4193,7 @@ func (x *RemoveFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveFileResponse.ProtoReflect.Descriptor instead.
 func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{63}
+	return file_host_proto_rawDescGZIP(), []int{65}
 }
 
 var File_host_proto protoreflect.FileDescriptor
@@ -4089,7 +4259,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xec\x05\n" +
+	"\x04hook\x18\x04 \x01(\tR\x04hook\"\x9f\x06\n" +
 	"\n" +
 	"ExecResult\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
@@ -4119,7 +4289,14 @@ const file_host_proto_rawDesc = "" +
 	"\x0espawn_reported\x18\x14 \x01(\bR\rspawnReported\x12'\n" +
 	"\x0foutput_streamed\x18\x15 \x01(\bR\x0eoutputStreamed\x122\n" +
 	"\x15streamed_stdout_bytes\x18\x16 \x01(\x03R\x13streamedStdoutBytes\x122\n" +
-	"\x15streamed_stderr_bytes\x18\x17 \x01(\x03R\x13streamedStderrBytes\"\xe6\x01\n" +
+	"\x15streamed_stderr_bytes\x18\x17 \x01(\x03R\x13streamedStderrBytes\x121\n" +
+	"\x05usage\x18\x18 \x01(\v2\x1b.aleph.host.v1.CommandUsageR\x05usage\"y\n" +
+	"\fCommandUsage\x12\x15\n" +
+	"\x06cpu_ms\x18\x01 \x01(\x03R\x05cpuMs\x12\x1c\n" +
+	"\n" +
+	"max_rss_kb\x18\x02 \x01(\x03R\bmaxRssKb\x12\x17\n" +
+	"\auser_ms\x18\x03 \x01(\x03R\x06userMs\x12\x1b\n" +
+	"\tsystem_ms\x18\x04 \x01(\x03R\bsystemMs\"\xe6\x01\n" +
 	"\fCapabilities\x12\x17\n" +
 	"\afs_read\x18\x01 \x03(\tR\x06fsRead\x12\x19\n" +
 	"\bfs_write\x18\x02 \x03(\tR\afsWrite\x12!\n" +
@@ -4127,8 +4304,9 @@ const file_host_proto_rawDesc = "" +
 	"\rnetwork_hosts\x18\x04 \x03(\tR\fnetworkHosts\x12\x14\n" +
 	"\x05spawn\x18\x05 \x01(\bR\x05spawn\x12\x1b\n" +
 	"\tmemory_mb\x18\x06 \x01(\x04R\bmemoryMb\x12'\n" +
-	"\x0ftimeout_seconds\x18\a \x01(\x03R\x0etimeoutSeconds\"\x12\n" +
-	"\x10ApprovalsRequest\"\xa1\x02\n" +
+	"\x0ftimeout_seconds\x18\a \x01(\x03R\x0etimeoutSeconds\"$\n" +
+	"\x10ApprovalsRequest\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\"\xa1\x02\n" +
 	"\x0fApprovalRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x18\n" +
 	"\asession\x18\x02 \x01(\tR\asession\x12\x1d\n" +
@@ -4143,16 +4321,19 @@ const file_host_proto_rawDesc = "" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bapproved\x18\x02 \x01(\bR\bapproved\x12\x12\n" +
 	"\x04once\x18\x03 \x01(\bR\x04once\"\x11\n" +
-	"\x0fApproveResponse\"\xc4\x01\n" +
+	"\x0fApproveResponse\"\xfc\x01\n" +
 	"\x0fSessionsRequest\x121\n" +
 	"\x04list\x18\x01 \x01(\v2\x1b.aleph.host.v1.ListSessionsH\x00R\x04list\x12<\n" +
 	"\bdescribe\x18\x02 \x01(\v2\x1e.aleph.host.v1.DescribeSessionH\x00R\bdescribe\x126\n" +
-	"\x06forget\x18\x03 \x01(\v2\x1c.aleph.host.v1.ForgetSessionH\x00R\x06forgetB\b\n" +
+	"\x06forget\x18\x03 \x01(\v2\x1c.aleph.host.v1.ForgetSessionH\x00R\x06forget\x126\n" +
+	"\x06delete\x18\x04 \x01(\v2\x1c.aleph.host.v1.DeleteSessionH\x00R\x06deleteB\b\n" +
 	"\x06action\"\x0e\n" +
 	"\fListSessions\"+\n" +
 	"\x0fDescribeSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\")\n" +
 	"\rForgetSession\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\")\n" +
+	"\rDeleteSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\"{\n" +
 	"\x05Grant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12?\n" +
@@ -4217,12 +4398,13 @@ const file_host_proto_rawDesc = "" +
 	"signal_key\x18\x01 \x01(\tR\tsignalKey\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x03 \x01(\rR\x04cols\"\x18\n" +
-	"\x16ResizeTerminalResponse\"\x88\x01\n" +
+	"\x16ResizeTerminalResponse\"\xab\x01\n" +
 	"\x13StartProcessRequest\x127\n" +
 	"\acommand\x18\x01 \x01(\v2\x1d.aleph.host.v1.ExecuteRequestR\acommand\x12\x10\n" +
 	"\x03tty\x18\x02 \x01(\bR\x03tty\x12\x12\n" +
 	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
-	"\x04cols\x18\x04 \x01(\rR\x04cols\"&\n" +
+	"\x04cols\x18\x04 \x01(\rR\x04cols\x12!\n" +
+	"\fapproval_key\x18\x05 \x01(\tR\vapprovalKey\"&\n" +
 	"\x14StartProcessResponse\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
 	"\x13WriteProcessRequest\x12\x0e\n" +
@@ -4350,7 +4532,7 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
@@ -4360,149 +4542,153 @@ var file_host_proto_goTypes = []any{
 	(*OutputChunk)(nil),               // 5: aleph.host.v1.OutputChunk
 	(*Verdict)(nil),                   // 6: aleph.host.v1.Verdict
 	(*ExecResult)(nil),                // 7: aleph.host.v1.ExecResult
-	(*Capabilities)(nil),              // 8: aleph.host.v1.Capabilities
-	(*ApprovalsRequest)(nil),          // 9: aleph.host.v1.ApprovalsRequest
-	(*ApprovalRequest)(nil),           // 10: aleph.host.v1.ApprovalRequest
-	(*ApproveRequest)(nil),            // 11: aleph.host.v1.ApproveRequest
-	(*ApproveResponse)(nil),           // 12: aleph.host.v1.ApproveResponse
-	(*SessionsRequest)(nil),           // 13: aleph.host.v1.SessionsRequest
-	(*ListSessions)(nil),              // 14: aleph.host.v1.ListSessions
-	(*DescribeSession)(nil),           // 15: aleph.host.v1.DescribeSession
-	(*ForgetSession)(nil),             // 16: aleph.host.v1.ForgetSession
-	(*Grant)(nil),                     // 17: aleph.host.v1.Grant
-	(*Session)(nil),                   // 18: aleph.host.v1.Session
-	(*SessionsResponse)(nil),          // 19: aleph.host.v1.SessionsResponse
-	(*GrantsRequest)(nil),             // 20: aleph.host.v1.GrantsRequest
-	(*ListGrants)(nil),                // 21: aleph.host.v1.ListGrants
-	(*RevokeGrant)(nil),               // 22: aleph.host.v1.RevokeGrant
-	(*ApplyNetworkGrant)(nil),         // 23: aleph.host.v1.ApplyNetworkGrant
-	(*GrantsResponse)(nil),            // 24: aleph.host.v1.GrantsResponse
-	(*CapabilitiesRequest)(nil),       // 25: aleph.host.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),      // 26: aleph.host.v1.CapabilitiesResponse
-	(*CheckPolicyRequest)(nil),        // 27: aleph.host.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil),       // 28: aleph.host.v1.CheckPolicyResponse
-	(*SignalRequest)(nil),             // 29: aleph.host.v1.SignalRequest
-	(*SignalResponse)(nil),            // 30: aleph.host.v1.SignalResponse
-	(*WriteStdinRequest)(nil),         // 31: aleph.host.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),        // 32: aleph.host.v1.WriteStdinResponse
-	(*CloseStdinRequest)(nil),         // 33: aleph.host.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),        // 34: aleph.host.v1.CloseStdinResponse
-	(*ResizeTerminalRequest)(nil),     // 35: aleph.host.v1.ResizeTerminalRequest
-	(*ResizeTerminalResponse)(nil),    // 36: aleph.host.v1.ResizeTerminalResponse
-	(*StartProcessRequest)(nil),       // 37: aleph.host.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),      // 38: aleph.host.v1.StartProcessResponse
-	(*WriteProcessRequest)(nil),       // 39: aleph.host.v1.WriteProcessRequest
-	(*WriteProcessResponse)(nil),      // 40: aleph.host.v1.WriteProcessResponse
-	(*CloseProcessStdinRequest)(nil),  // 41: aleph.host.v1.CloseProcessStdinRequest
-	(*CloseProcessStdinResponse)(nil), // 42: aleph.host.v1.CloseProcessStdinResponse
-	(*ReadProcessRequest)(nil),        // 43: aleph.host.v1.ReadProcessRequest
-	(*ReadProcessResponse)(nil),       // 44: aleph.host.v1.ReadProcessResponse
-	(*SignalProcessRequest)(nil),      // 45: aleph.host.v1.SignalProcessRequest
-	(*SignalProcessResponse)(nil),     // 46: aleph.host.v1.SignalProcessResponse
-	(*ResizeProcessRequest)(nil),      // 47: aleph.host.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 48: aleph.host.v1.ResizeProcessResponse
-	(*WaitProcessRequest)(nil),        // 49: aleph.host.v1.WaitProcessRequest
-	(*WaitProcessResponse)(nil),       // 50: aleph.host.v1.WaitProcessResponse
-	(*ListProcessesRequest)(nil),      // 51: aleph.host.v1.ListProcessesRequest
-	(*ProcessInfo)(nil),               // 52: aleph.host.v1.ProcessInfo
-	(*ListProcessesResponse)(nil),     // 53: aleph.host.v1.ListProcessesResponse
-	(*FileInfo)(nil),                  // 54: aleph.host.v1.FileInfo
-	(*ReadFileRequest)(nil),           // 55: aleph.host.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),          // 56: aleph.host.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),          // 57: aleph.host.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),         // 58: aleph.host.v1.WriteFileResponse
-	(*ListFilesRequest)(nil),          // 59: aleph.host.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 60: aleph.host.v1.ListFilesResponse
-	(*StatFileRequest)(nil),           // 61: aleph.host.v1.StatFileRequest
-	(*StatFileResponse)(nil),          // 62: aleph.host.v1.StatFileResponse
-	(*RemoveFileRequest)(nil),         // 63: aleph.host.v1.RemoveFileRequest
-	(*RemoveFileResponse)(nil),        // 64: aleph.host.v1.RemoveFileResponse
-	nil,                               // 65: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                               // 66: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*CommandUsage)(nil),              // 8: aleph.host.v1.CommandUsage
+	(*Capabilities)(nil),              // 9: aleph.host.v1.Capabilities
+	(*ApprovalsRequest)(nil),          // 10: aleph.host.v1.ApprovalsRequest
+	(*ApprovalRequest)(nil),           // 11: aleph.host.v1.ApprovalRequest
+	(*ApproveRequest)(nil),            // 12: aleph.host.v1.ApproveRequest
+	(*ApproveResponse)(nil),           // 13: aleph.host.v1.ApproveResponse
+	(*SessionsRequest)(nil),           // 14: aleph.host.v1.SessionsRequest
+	(*ListSessions)(nil),              // 15: aleph.host.v1.ListSessions
+	(*DescribeSession)(nil),           // 16: aleph.host.v1.DescribeSession
+	(*ForgetSession)(nil),             // 17: aleph.host.v1.ForgetSession
+	(*DeleteSession)(nil),             // 18: aleph.host.v1.DeleteSession
+	(*Grant)(nil),                     // 19: aleph.host.v1.Grant
+	(*Session)(nil),                   // 20: aleph.host.v1.Session
+	(*SessionsResponse)(nil),          // 21: aleph.host.v1.SessionsResponse
+	(*GrantsRequest)(nil),             // 22: aleph.host.v1.GrantsRequest
+	(*ListGrants)(nil),                // 23: aleph.host.v1.ListGrants
+	(*RevokeGrant)(nil),               // 24: aleph.host.v1.RevokeGrant
+	(*ApplyNetworkGrant)(nil),         // 25: aleph.host.v1.ApplyNetworkGrant
+	(*GrantsResponse)(nil),            // 26: aleph.host.v1.GrantsResponse
+	(*CapabilitiesRequest)(nil),       // 27: aleph.host.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),      // 28: aleph.host.v1.CapabilitiesResponse
+	(*CheckPolicyRequest)(nil),        // 29: aleph.host.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),       // 30: aleph.host.v1.CheckPolicyResponse
+	(*SignalRequest)(nil),             // 31: aleph.host.v1.SignalRequest
+	(*SignalResponse)(nil),            // 32: aleph.host.v1.SignalResponse
+	(*WriteStdinRequest)(nil),         // 33: aleph.host.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),        // 34: aleph.host.v1.WriteStdinResponse
+	(*CloseStdinRequest)(nil),         // 35: aleph.host.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),        // 36: aleph.host.v1.CloseStdinResponse
+	(*ResizeTerminalRequest)(nil),     // 37: aleph.host.v1.ResizeTerminalRequest
+	(*ResizeTerminalResponse)(nil),    // 38: aleph.host.v1.ResizeTerminalResponse
+	(*StartProcessRequest)(nil),       // 39: aleph.host.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),      // 40: aleph.host.v1.StartProcessResponse
+	(*WriteProcessRequest)(nil),       // 41: aleph.host.v1.WriteProcessRequest
+	(*WriteProcessResponse)(nil),      // 42: aleph.host.v1.WriteProcessResponse
+	(*CloseProcessStdinRequest)(nil),  // 43: aleph.host.v1.CloseProcessStdinRequest
+	(*CloseProcessStdinResponse)(nil), // 44: aleph.host.v1.CloseProcessStdinResponse
+	(*ReadProcessRequest)(nil),        // 45: aleph.host.v1.ReadProcessRequest
+	(*ReadProcessResponse)(nil),       // 46: aleph.host.v1.ReadProcessResponse
+	(*SignalProcessRequest)(nil),      // 47: aleph.host.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),     // 48: aleph.host.v1.SignalProcessResponse
+	(*ResizeProcessRequest)(nil),      // 49: aleph.host.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 50: aleph.host.v1.ResizeProcessResponse
+	(*WaitProcessRequest)(nil),        // 51: aleph.host.v1.WaitProcessRequest
+	(*WaitProcessResponse)(nil),       // 52: aleph.host.v1.WaitProcessResponse
+	(*ListProcessesRequest)(nil),      // 53: aleph.host.v1.ListProcessesRequest
+	(*ProcessInfo)(nil),               // 54: aleph.host.v1.ProcessInfo
+	(*ListProcessesResponse)(nil),     // 55: aleph.host.v1.ListProcessesResponse
+	(*FileInfo)(nil),                  // 56: aleph.host.v1.FileInfo
+	(*ReadFileRequest)(nil),           // 57: aleph.host.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),          // 58: aleph.host.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),          // 59: aleph.host.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),         // 60: aleph.host.v1.WriteFileResponse
+	(*ListFilesRequest)(nil),          // 61: aleph.host.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 62: aleph.host.v1.ListFilesResponse
+	(*StatFileRequest)(nil),           // 63: aleph.host.v1.StatFileRequest
+	(*StatFileResponse)(nil),          // 64: aleph.host.v1.StatFileResponse
+	(*RemoveFileRequest)(nil),         // 65: aleph.host.v1.RemoveFileRequest
+	(*RemoveFileResponse)(nil),        // 66: aleph.host.v1.RemoveFileResponse
+	nil,                               // 67: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 68: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	65, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	66, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	67, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	68, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	5,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
-	10, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
+	11, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	7,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
 	4,  // 5: aleph.host.v1.ExecuteResponse.stdin_open:type_name -> aleph.host.v1.StdinOpen
 	0,  // 6: aleph.host.v1.OutputChunk.stream:type_name -> aleph.host.v1.OutputChunk.Stream
 	6,  // 7: aleph.host.v1.ExecResult.verdicts:type_name -> aleph.host.v1.Verdict
-	8,  // 8: aleph.host.v1.ApprovalRequest.requested:type_name -> aleph.host.v1.Capabilities
-	8,  // 9: aleph.host.v1.ApprovalRequest.baseline:type_name -> aleph.host.v1.Capabilities
-	14, // 10: aleph.host.v1.SessionsRequest.list:type_name -> aleph.host.v1.ListSessions
-	15, // 11: aleph.host.v1.SessionsRequest.describe:type_name -> aleph.host.v1.DescribeSession
-	16, // 12: aleph.host.v1.SessionsRequest.forget:type_name -> aleph.host.v1.ForgetSession
-	8,  // 13: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
-	8,  // 14: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
-	17, // 15: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
-	18, // 16: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
-	21, // 17: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
-	22, // 18: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
-	23, // 19: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
-	17, // 20: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
-	2,  // 21: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
-	7,  // 22: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	7,  // 23: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	52, // 24: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
-	54, // 25: aleph.host.v1.ReadFileResponse.info:type_name -> aleph.host.v1.FileInfo
-	54, // 26: aleph.host.v1.WriteFileResponse.info:type_name -> aleph.host.v1.FileInfo
-	54, // 27: aleph.host.v1.ListFilesResponse.entries:type_name -> aleph.host.v1.FileInfo
-	54, // 28: aleph.host.v1.StatFileResponse.info:type_name -> aleph.host.v1.FileInfo
-	2,  // 29: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
-	9,  // 30: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
-	11, // 31: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
-	13, // 32: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
-	20, // 33: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
-	25, // 34: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
-	27, // 35: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
-	29, // 36: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
-	31, // 37: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
-	33, // 38: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
-	35, // 39: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
-	37, // 40: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
-	39, // 41: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
-	41, // 42: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
-	43, // 43: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
-	45, // 44: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
-	47, // 45: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
-	49, // 46: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
-	51, // 47: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
-	55, // 48: aleph.host.v1.Service.ReadFile:input_type -> aleph.host.v1.ReadFileRequest
-	57, // 49: aleph.host.v1.Service.WriteFile:input_type -> aleph.host.v1.WriteFileRequest
-	59, // 50: aleph.host.v1.Service.ListFiles:input_type -> aleph.host.v1.ListFilesRequest
-	61, // 51: aleph.host.v1.Service.StatFile:input_type -> aleph.host.v1.StatFileRequest
-	63, // 52: aleph.host.v1.Service.RemoveFile:input_type -> aleph.host.v1.RemoveFileRequest
-	3,  // 53: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	10, // 54: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	12, // 55: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	19, // 56: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	24, // 57: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	26, // 58: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	28, // 59: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	30, // 60: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	32, // 61: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
-	34, // 62: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
-	36, // 63: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
-	38, // 64: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
-	40, // 65: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
-	42, // 66: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
-	44, // 67: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
-	46, // 68: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
-	48, // 69: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
-	50, // 70: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
-	53, // 71: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
-	56, // 72: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
-	58, // 73: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
-	60, // 74: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
-	62, // 75: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
-	64, // 76: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
-	53, // [53:77] is the sub-list for method output_type
-	29, // [29:53] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	8,  // 8: aleph.host.v1.ExecResult.usage:type_name -> aleph.host.v1.CommandUsage
+	9,  // 9: aleph.host.v1.ApprovalRequest.requested:type_name -> aleph.host.v1.Capabilities
+	9,  // 10: aleph.host.v1.ApprovalRequest.baseline:type_name -> aleph.host.v1.Capabilities
+	15, // 11: aleph.host.v1.SessionsRequest.list:type_name -> aleph.host.v1.ListSessions
+	16, // 12: aleph.host.v1.SessionsRequest.describe:type_name -> aleph.host.v1.DescribeSession
+	17, // 13: aleph.host.v1.SessionsRequest.forget:type_name -> aleph.host.v1.ForgetSession
+	18, // 14: aleph.host.v1.SessionsRequest.delete:type_name -> aleph.host.v1.DeleteSession
+	9,  // 15: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
+	9,  // 16: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
+	19, // 17: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
+	20, // 18: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
+	23, // 19: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
+	24, // 20: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
+	25, // 21: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
+	19, // 22: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
+	2,  // 23: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
+	7,  // 24: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	7,  // 25: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	54, // 26: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
+	56, // 27: aleph.host.v1.ReadFileResponse.info:type_name -> aleph.host.v1.FileInfo
+	56, // 28: aleph.host.v1.WriteFileResponse.info:type_name -> aleph.host.v1.FileInfo
+	56, // 29: aleph.host.v1.ListFilesResponse.entries:type_name -> aleph.host.v1.FileInfo
+	56, // 30: aleph.host.v1.StatFileResponse.info:type_name -> aleph.host.v1.FileInfo
+	2,  // 31: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
+	10, // 32: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
+	12, // 33: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
+	14, // 34: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
+	22, // 35: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
+	27, // 36: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
+	29, // 37: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
+	31, // 38: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
+	33, // 39: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
+	35, // 40: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
+	37, // 41: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
+	39, // 42: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
+	41, // 43: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
+	43, // 44: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
+	45, // 45: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
+	47, // 46: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
+	49, // 47: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
+	51, // 48: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
+	53, // 49: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
+	57, // 50: aleph.host.v1.Service.ReadFile:input_type -> aleph.host.v1.ReadFileRequest
+	59, // 51: aleph.host.v1.Service.WriteFile:input_type -> aleph.host.v1.WriteFileRequest
+	61, // 52: aleph.host.v1.Service.ListFiles:input_type -> aleph.host.v1.ListFilesRequest
+	63, // 53: aleph.host.v1.Service.StatFile:input_type -> aleph.host.v1.StatFileRequest
+	65, // 54: aleph.host.v1.Service.RemoveFile:input_type -> aleph.host.v1.RemoveFileRequest
+	3,  // 55: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	11, // 56: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	13, // 57: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	21, // 58: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	26, // 59: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	28, // 60: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	30, // 61: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	32, // 62: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	34, // 63: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
+	36, // 64: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
+	38, // 65: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
+	40, // 66: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	42, // 67: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	44, // 68: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	46, // 69: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	48, // 70: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	50, // 71: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	52, // 72: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	55, // 73: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	58, // 74: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
+	60, // 75: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
+	62, // 76: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
+	64, // 77: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
+	66, // 78: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
+	55, // [55:79] is the sub-list for method output_type
+	31, // [31:55] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_host_proto_init() }
@@ -4516,12 +4702,13 @@ func file_host_proto_init() {
 		(*ExecuteResponse_Result)(nil),
 		(*ExecuteResponse_StdinOpen)(nil),
 	}
-	file_host_proto_msgTypes[12].OneofWrappers = []any{
+	file_host_proto_msgTypes[13].OneofWrappers = []any{
 		(*SessionsRequest_List)(nil),
 		(*SessionsRequest_Describe)(nil),
 		(*SessionsRequest_Forget)(nil),
+		(*SessionsRequest_Delete)(nil),
 	}
-	file_host_proto_msgTypes[19].OneofWrappers = []any{
+	file_host_proto_msgTypes[21].OneofWrappers = []any{
 		(*GrantsRequest_List)(nil),
 		(*GrantsRequest_Revoke)(nil),
 		(*GrantsRequest_ApplyNetwork)(nil),
@@ -4532,7 +4719,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   66,
+			NumMessages:   68,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -145,6 +145,9 @@ type ProcessResult struct {
 	// spawn; Hint also says why a start asking for spawn was refused.
 	SpawnRefused int64  `json:"spawn_refused,omitempty"`
 	Hint         string `json:"hint,omitempty"`
+	// Usage is what the process consumed, once it has ended (absent when
+	// it did not run).
+	Usage *core.AuditUsage `json:"usage,omitempty"`
 }
 
 // procSpawnHint is the process tools' hint for spawn_refused
@@ -654,6 +657,7 @@ func endResult(out ProcessResult, r core.ProcessResult) (*mcp.CallToolResult, Pr
 		if r.Output.Reason() == core.ReasonSpawnRefused {
 			out.ReasonCode, out.SpawnRefused, out.Hint = string(core.ReasonSpawnRefused), e.SpawnRefused, procSpawnHint
 		}
+		out.Usage = core.UsageOf(e.Usage)
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: processText(out)}}}, out, nil
 }

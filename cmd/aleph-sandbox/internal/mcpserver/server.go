@@ -102,6 +102,9 @@ type RunCommandResult struct {
 	SpawnRefused int64 `json:"spawn_refused,omitempty"`
 	// Hint is one line saying how to get what was refused.
 	Hint string `json:"hint,omitempty"`
+	// Usage is what the command consumed (CPU time, peak RSS); absent
+	// when it did not run.
+	Usage *core.AuditUsage `json:"usage,omitempty"`
 }
 
 // mcpSpawnHint is run_command's hint for spawn_refused
@@ -401,7 +404,7 @@ func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs, pr
 		Stdout: string(out.Stdout), Stderr: string(out.Stderr),
 		ExitCode: int(e.ExitCode), Signal: int(e.Signal), TimedOut: e.TimedOut, Truncated: e.Truncated,
 		DurationMS: e.Duration.Milliseconds(), Backend: out.Backend,
-		ReasonCode: string(out.Reason()), SpawnRefused: e.SpawnRefused,
+		ReasonCode: string(out.Reason()), SpawnRefused: e.SpawnRefused, Usage: core.UsageOf(e.Usage),
 	}
 	if out.Reason() == core.ReasonSpawnRefused {
 		res.Hint = mcpSpawnHint
