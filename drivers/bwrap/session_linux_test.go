@@ -1,0 +1,183 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// needSessions skips where the driver keeps per-command sandboxes by
+// design (root drivers only, bwrap tier), after checking it says so.
+func needSessions(t *testing.T, d *Driver) {
+	t.Helper()
+	if why := d.sessionOffWhy(); why != "" {
+		caps, err := d.Capabilities(context.Background())
+		if err != nil || caps.Details[detailSessionSandbox] != why {
+			t.Fatalf("session sandboxes off (%s) but the capabilities say %q (%v)", why, caps.Details[detailSessionSandbox], err)
+		}
+		t.Skip("session sandboxes off here: " + why)
+	}
+}
+
+// sessRun runs a shell snippet as a command of session that asks for its
+// session's sandbox.
+func sessRun(t testing.TB, d *Driver, ws, session string, caps driverapi.Capabilities, script string) drvResult {
+	t.Helper()
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: caps, Workspace: ws, Cwd: ws})
+	if err != nil {
+		return drvResult{err: err}
+	}
+	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "HOME", Value: ws}}
+	var out, errb bytes.Buffer
+	spec := driverapi.RunSpec{
+		Program: "/bin/sh", Args: []string{"-c", script}, Env: env, Cwd: ws, Profile: prof,
+		Timeout: 20 * time.Second, MaxOutputBytes: 1 << 20, SessionID: session,
+	}
+	setSessionSandbox(&spec)
+	exit, err := d.Run(ctx, spec, driverapi.Streams{Stdout: &out, Stderr: &errb})
+	return drvResult{exit: exit, stdout: out.String(), stderr: errb.String(), err: err}
+}
+
+var spawnCaps = driverapi.Capabilities{SpawnSubprocess: true}
+
+func sessionOf(r drvResult) string { return r.exit.Details[driverapi.ExitDetailSessionSandbox] }
+
+// TestSessionSharesTmp: two commands of one session see each other's /tmp
+// file (the second reuses the first's sandbox), a command of another
+// session does not, and the same command without a session sandbox does
+// not either.
+func TestSessionSharesTmp(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	r := sessRun(t, d, ws, "s1", spawnCaps, `echo left > /tmp/mark && echo written`)
+	expectOK(t, r)
+	if r.stdout != "written\n" || sessionOf(r) != driverapi.SessionSandboxNew {
+		t.Fatalf("first: %q %v", r.stdout, r.exit.Details)
+	}
+	r = sessRun(t, d, ws, "s1", spawnCaps, `cat /tmp/mark`)
+	expectOK(t, r)
+	if r.stdout != "left\n" || sessionOf(r) != driverapi.SessionSandboxReused {
+		t.Fatalf("second, same session: %q %v", r.stdout, r.exit.Details)
+	}
+	r = sessRun(t, d, ws, "s2", spawnCaps, `cat /tmp/mark 2>/dev/null || echo none`)
+	expectOK(t, r)
+	if r.stdout != "none\n" || sessionOf(r) != driverapi.SessionSandboxNew {
+		t.Fatalf("other session: %q %v", r.stdout, r.exit.Details)
+	}
+	if n := d.SessionSandboxes(); n != 2 {
+		t.Fatalf("%d session sandboxes, want 2", n)
+	}
+}
+
+// TestSessionBackgroundDies: what command 1 starts in the background is
+// dead when its Run returns (it never writes its file), while the session
+// sandbox lives: command 2 runs in it.
+func TestSessionBackgroundDies(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	// Positive control: the background process really ran (it wrote its
+	// first mark before the command ended).
+	r := sessRun(t, d, ws, "s", spawnCaps, `(echo started > /tmp/bg; sleep 2; echo late > `+ws+`/late) & sleep 0.3; cat /tmp/bg`)
+	expectOK(t, r)
+	if r.stdout != "started\n" {
+		t.Fatalf("background never ran: %q", r.stdout)
+	}
+	time.Sleep(3 * time.Second)
+	if _, err := os.Stat(ws + "/late"); err == nil {
+		t.Fatal("the background process outlived its command")
+	}
+	r = sessRun(t, d, ws, "s", spawnCaps, `cat /tmp/bg; ps -e -o comm= 2>/dev/null | grep -c sleep || true`)
+	expectOK(t, r)
+	if !strings.HasPrefix(r.stdout, "started\n") || sessionOf(r) != driverapi.SessionSandboxReused {
+		t.Fatalf("second: %q %v", r.stdout, r.exit.Details)
+	}
+}
+
+// TestSessionNoSpawnAfterSpawn: a command without spawn, in a session whose
+// earlier command could spawn, cannot spawn; and a network-none command
+// after a network-all one has no network. Each capability set is its own
+// sandbox: the no-spawn command does not see the spawn one's /tmp.
+func TestSessionNoSpawnAfterSpawn(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	r := sessRun(t, d, ws, "s", spawnCaps, `/bin/true && echo spawned > /tmp/m && echo ok`)
+	expectOK(t, r)
+	if r.stdout != "ok\n" {
+		t.Fatalf("spawn command: %q", r.stdout)
+	}
+	// Positive control: the no-spawn command runs (shell builtins only),
+	// in a sandbox of its own capability set (no mark in its /tmp).
+	r = sessRun(t, d, ws, "s", driverapi.Capabilities{}, `if [ -e /tmp/m ]; then echo mark; else echo "no mark"; fi`)
+	expectOK(t, r)
+	if r.stdout != "no mark\n" || sessionOf(r) != driverapi.SessionSandboxNew {
+		t.Fatalf("no-spawn control: %q %v (another capability set is another sandbox)", r.stdout, r.exit.Details)
+	}
+	// The shell needs to fork to run /bin/true: refused without spawn.
+	r = sessRun(t, d, ws, "s", driverapi.Capabilities{}, `/bin/true && echo spawned`)
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	if strings.Contains(r.stdout, "spawned") || r.exit.ExitCode == 0 || r.exit.SpawnRefused == 0 || sessionOf(r) != driverapi.SessionSandboxReused {
+		t.Fatalf("no-spawn command: %q %+v", r.stdout, r.exit)
+	}
+}
+
+// TestSessionNetworkNoneAfterAll: network none after network all in one
+// session has no network, and the all one had it (a loopback listener
+// and a connection to it, in the shell's /dev/tcp-free way: a socket()
+// call through python when present, else the interfaces listed).
+func TestSessionNetworkNoneAfterAll(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	count := `grep -c : /proc/net/dev`
+	all := driverapi.Capabilities{SpawnSubprocess: true, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}
+	r := sessRun(t, d, ws, "s", all, count)
+	expectOK(t, r)
+	nAll := strings.TrimSpace(r.stdout)
+	r = sessRun(t, d, ws, "s", spawnCaps, count)
+	expectOK(t, r)
+	nNone := strings.TrimSpace(r.stdout)
+	if nAll == nNone || nNone != "1" {
+		t.Fatalf("interfaces: all %q, none %q (none must see loopback only)", nAll, nNone)
+	}
+}
+
+// TestSessionConcurrent: eight commands of one session at once all run, in
+// the one session sandbox.
+func TestSessionConcurrent(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	expectOK(t, sessRun(t, d, ws, "s", spawnCaps, `echo > /tmp/shared`))
+	var wg sync.WaitGroup
+	res := make([]drvResult, 8)
+	for i := range res {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res[i] = sessRun(t, d, ws, "s", spawnCaps, `test -e /tmp/shared && echo ok`)
+		}()
+	}
+	wg.Wait()
+	for i, r := range res {
+		if r.err != nil || r.stdout != "ok\n" || sessionOf(r) != driverapi.SessionSandboxReused {
+			t.Fatalf("command %d: %+v", i, r)
+		}
+	}
+	if n := d.SessionSandboxes(); n != 1 {
+		t.Fatalf("%d session sandboxes", n)
+	}
+}
