@@ -6,8 +6,11 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -179,5 +182,166 @@ func TestSessionConcurrent(t *testing.T) {
 	}
 	if n := d.SessionSandboxes(); n != 1 {
 		t.Fatalf("%d session sandboxes", n)
+	}
+}
+
+// sessionProcs are the host pids of the session supervisors and the
+// commands' sandbox-inits of sandboxes over ws (their spec names ws), and
+// their bwraps.
+func sessionProcs(ws string) (sup, all []string) {
+	for pid, argv := range hostCmdlines() {
+		if filepath.Base(argv[0]) != "bwrap" && argv[0] != InitPath {
+			continue
+		}
+		joined := strings.Join(argv, " ")
+		if !strings.Contains(joined, ws) {
+			continue
+		}
+		if strings.Contains(joined, `"session_supervisor":true`) {
+			all = append(all, pid)
+			if argv[0] == InitPath {
+				sup = append(sup, pid)
+			}
+		} else if strings.Contains(joined, `"session_child":true`) {
+			all = append(all, pid)
+		}
+	}
+	return sup, all
+}
+
+// driverCgroups are the command cgroups of this test process's drivers.
+func driverCgroups(d *Driver) []string {
+	var out []string
+	for dir := range commandCgroups(d) {
+		if strings.HasPrefix(filepath.Base(dir), cgroupPrefix+d.owner+"-") {
+			out = append(out, dir)
+		}
+	}
+	return out
+}
+
+// expectNothingLeft waits (bounded) until no process of a session sandbox
+// over ws is left, and checks no cgroup of d's is.
+func expectNothingLeft(t *testing.T, d *Driver, ws string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, all := sessionProcs(ws)
+		if len(all) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session sandbox processes left: %v", all)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if left := driverCgroups(d); len(left) > 0 {
+		t.Fatalf("cgroups left: %v", left)
+	}
+	if n := d.SessionSandboxes(); n != 0 {
+		t.Fatalf("%d session sandboxes still listed", n)
+	}
+}
+
+// startSession runs one command in session s over a fresh workspace and
+// checks (control) that its supervisor lives.
+func startSession(t *testing.T, d *Driver) string {
+	t.Helper()
+	ws := newWorkspace(t)
+	r := sessRun(t, d, ws, "s", spawnCaps, `echo > /tmp/mark`)
+	expectOK(t, r)
+	if sup, _ := sessionProcs(ws); len(sup) != 1 {
+		t.Fatalf("control: %d session supervisors over the workspace, want 1", len(sup))
+	}
+	if d.probe().cg.mode != CgroupNone && len(driverCgroups(d)) == 0 {
+		t.Fatal("control: the session sandbox has no cgroup")
+	}
+	return ws
+}
+
+// TestSessionForgetEnds: forget_session ends the session's sandboxes (every
+// profile) and leaves nothing; its next command gets a new one.
+func TestSessionForgetEnds(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := startSession(t, d)
+	expectOK(t, sessRun(t, d, ws, "s", driverapi.Capabilities{}, `:`))
+	if err := d.ForgetSession(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	expectNothingLeft(t, d, ws)
+	r := sessRun(t, d, ws, "s", spawnCaps, `test -e /tmp/mark && echo kept || echo gone`)
+	expectOK(t, r)
+	if r.stdout != "gone\n" || sessionOf(r) != driverapi.SessionSandboxNew {
+		t.Fatalf("after forget: %q %v", r.stdout, r.exit.Details)
+	}
+}
+
+// TestSessionIdleEnds: a session sandbox without a command for
+// session_idle_ms ends and leaves nothing; the next command says rebuilt.
+func TestSessionIdleEnds(t *testing.T) {
+	d := testDriver(t, Options{SessionIdleMS: 300})
+	needSessions(t, d)
+	ws := startSession(t, d)
+	expectNothingLeft(t, d, ws)
+	r := sessRun(t, d, ws, "s", spawnCaps, `test -e /tmp/mark && echo kept || echo gone`)
+	expectOK(t, r)
+	if r.stdout != "gone\n" || sessionOf(r) != driverapi.SessionSandboxRebuilt {
+		t.Fatalf("after idle: %q %v", r.stdout, r.exit.Details)
+	}
+}
+
+// TestSessionCloseEnds: Close ends every session sandbox and leaves nothing.
+func TestSessionCloseEnds(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := startSession(t, d)
+	d.Close()
+	expectNothingLeft(t, d, ws)
+}
+
+// TestSessionSupervisorKilled: a session whose supervisor was killed gets a
+// new sandbox at its next command, which says rebuilt (and finds its /tmp
+// empty); nothing of the dead one is left.
+func TestSessionSupervisorKilled(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := startSession(t, d)
+	sup, _ := sessionProcs(ws)
+	pid, _ := strconv.Atoi(sup[0])
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := sessRun(t, d, ws, "s", spawnCaps, `test -e /tmp/mark && echo kept || echo gone`)
+	expectOK(t, r)
+	if r.stdout != "gone\n" || sessionOf(r) != driverapi.SessionSandboxRebuilt {
+		t.Fatalf("after the kill: %q %v", r.stdout, r.exit.Details)
+	}
+	if now, _ := sessionProcs(ws); len(now) != 1 || now[0] == sup[0] {
+		t.Fatalf("supervisors now %v (killed %v)", now, sup)
+	}
+}
+
+// TestSessionStaleRebuilt: a workspace replaced by another directory at
+// the same path makes the session sandbox stale: it is ended, the command
+// runs in a new one over the new directory, and says rebuilt.
+func TestSessionStaleRebuilt(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := startSession(t, d)
+	if err := os.Rename(ws, ws+".old"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(ws + ".old") })
+	if err := os.Mkdir(ws, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ws+"/new", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := sessRun(t, d, ws, "s", spawnCaps, `test -e new && echo new; test -e /tmp/mark && echo kept || echo gone`)
+	expectOK(t, r)
+	if r.stdout != "new\ngone\n" || sessionOf(r) != driverapi.SessionSandboxRebuilt {
+		t.Fatalf("after the swap: %q %v", r.stdout, r.exit.Details)
 	}
 }
