@@ -50,6 +50,10 @@ const (
 	SessionSandboxAuto SessionSandboxMode = "auto"
 	// SessionSandboxOff: every command gets a sandbox of its own.
 	SessionSandboxOff SessionSandboxMode = "off"
+	// SessionSandboxAlways: as auto, and every command of a session runs in
+	// its session's sandbox whether its host asked or not: the test
+	// switch (ALEPH_TEST_SESSION) that runs whole suites that way.
+	SessionSandboxAlways SessionSandboxMode = "always"
 )
 
 // PreparedMode selects when commands run in sandboxes built ahead.
@@ -201,9 +205,9 @@ func (o Options) Validate() error {
 		return &OptionsError{Key: "prepared_max", Reason: fmt.Sprintf("prepared_max %d is out of range (0 for the default of %d, up to %d)", o.PreparedMax, DefaultPreparedMax, maxPreparedMax)}
 	}
 	switch o.SessionSandbox {
-	case "", SessionSandboxAuto, SessionSandboxOff:
+	case "", SessionSandboxAuto, SessionSandboxOff, SessionSandboxAlways:
 	default:
-		return &OptionsError{Key: "session_sandbox", Reason: fmt.Sprintf("session_sandbox %q: want auto or off", o.SessionSandbox)}
+		return &OptionsError{Key: "session_sandbox", Reason: fmt.Sprintf("session_sandbox %q: want auto, off or always", o.SessionSandbox)}
 	}
 	if o.SessionIdleMS > maxSessionIdleMS {
 		return &OptionsError{Key: "session_idle_ms", Reason: fmt.Sprintf("session_idle_ms %d is out of range (0 for the default of %d, up to %d)", o.SessionIdleMS, DefaultSessionIdleMS, maxSessionIdleMS)}

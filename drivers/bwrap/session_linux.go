@@ -124,7 +124,7 @@ func (d *Driver) sessionIdle() time.Duration {
 // (the command then gets a sandbox of its own).
 func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec driverapi.RunSpec,
 	in *driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
-	if !wantsSession(spec) || spec.SessionID == "" || !preparable(plan, spec) || d.sessionOffWhy() != "" {
+	if !d.wantsSession(spec) || spec.SessionID == "" || !preparable(plan, spec) || d.sessionOffWhy() != "" {
 		return driverapi.Exit{}, errNotPooled
 	}
 	key := keyFor(spec)

@@ -345,3 +345,64 @@ func TestSessionStaleRebuilt(t *testing.T) {
 		t.Fatalf("after the swap: %q %v", r.stdout, r.exit.Details)
 	}
 }
+
+// TestSessionLeftBehind is the attack: command 1 tries to leave something
+// for a later command to run with more privilege: an executable in /tmp,
+// a background process that would act later, a unix socket listening in
+// /tmp. The next command of the same profile sees the file (shared by
+// design within one capability set) but neither the process nor anyone
+// behind the socket (both died with command 1's PID namespace); a command
+// of an elevated profile (network all) in the same session sees none of
+// it: its sandbox is another one.
+func TestSessionLeftBehind(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	plant := `printf '#!/bin/sh\necho pwned\n' > /tmp/evil.sh && chmod +x /tmp/evil.sh
+(sleep 3; echo acted > ` + ws + `/acted) &
+/usr/bin/python3 -c '
+import socket, os, sys
+s = socket.socket(socket.AF_UNIX); s.bind("/tmp/evil.sock"); s.listen(1)
+if os.fork() == 0:
+    os.setsid(); s.accept(); os._exit(0)
+print("listening")
+'
+/tmp/evil.sh`
+	r := sessRun(t, d, ws, "s", spawnCaps, plant)
+	expectOK(t, r)
+	// Control: all three were really made (the script ran, the listener
+	// was up).
+	if r.stdout != "listening\npwned\n" {
+		t.Fatalf("plant: %q %q", r.stdout, r.stderr)
+	}
+	probe := `test -x /tmp/evil.sh && echo file || echo "no file"
+/usr/bin/python3 -c '
+import socket
+s = socket.socket(socket.AF_UNIX)
+try:
+    s.connect("/tmp/evil.sock"); print("socket answered")
+except OSError as e:
+    print("socket", type(e).__name__)
+'`
+	r = sessRun(t, d, ws, "s", spawnCaps, probe)
+	expectOK(t, r)
+	// The socket file is there; connecting is refused, by the unix socket
+	// guard (a socket bound by another command is not this command's own:
+	// PermissionError) or, without the guard, by the kernel (nobody
+	// listens any more: ConnectionRefusedError).
+	if (r.stdout != "file\nsocket PermissionError\n" && r.stdout != "file\nsocket ConnectionRefusedError\n") || sessionOf(r) != driverapi.SessionSandboxReused {
+		t.Fatalf("same profile: %q %q %v", r.stdout, r.stderr, r.exit.Details)
+	}
+	elevated := driverapi.Capabilities{SpawnSubprocess: true, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}
+	r = sessRun(t, d, ws, "s", elevated, probe)
+	expectOK(t, r)
+	if r.stdout != "no file\nsocket FileNotFoundError\n" || sessionOf(r) != driverapi.SessionSandboxNew {
+		t.Fatalf("elevated profile: %q %q %v", r.stdout, r.stderr, r.exit.Details)
+	}
+	time.Sleep(4 * time.Second)
+	if _, err := os.Stat(ws + "/acted"); err == nil {
+		t.Fatal("command 1's background process acted after its command ended")
+	}
+}
+
+func setSessionSandbox(spec *driverapi.RunSpec) { os.Setenv("ALEPH_SESSION_TMP", "1") }

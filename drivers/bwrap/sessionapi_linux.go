@@ -12,8 +12,9 @@ import (
 // sandboxes are on here, or why not.
 const detailSessionSandbox = "linux.session_sandbox"
 
-func wantsSession(spec driverapi.RunSpec) bool {
-	return os.Getenv("ALEPH_SESSION_TMP") == "1"
+// wantsSession says whether spec asks for its session's sandbox (or the
+// driver runs every command of a session there: session_sandbox =
+// "always").
+func (d *Driver) wantsSession(spec driverapi.RunSpec) bool {
+	return os.Getenv("ALEPH_SESSION_TMP") == "1" || d.cfg.Options.SessionSandbox == SessionSandboxAlways
 }
-
-func setSessionSandbox(spec *driverapi.RunSpec) { os.Setenv("ALEPH_SESSION_TMP", "1") }
