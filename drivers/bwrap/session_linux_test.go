@@ -405,4 +405,54 @@ except OSError as e:
 	}
 }
 
+// TestSessionDriverDeath: killing the driver (kill -9) while a session
+// sandbox lives, a command of it waits ahead and another runs, leaves
+// no process of them behind: the lifelines hang up, the supervisor ends,
+// and with it its PID namespace.
+func TestSessionDriverDeath(t *testing.T) {
+	needSessions(t, testDriver(t, Options{}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin,
+		Env: []string{OptionsEnv + `={"session_sandbox":"always","cgroup":"none"}`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	d := p.Driver()
+	ws := newWorkspace(t)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: spawnCaps, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := func(script string) (driverapi.Exit, error) {
+		spec := driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", script}, Cwd: ws, Profile: prof, Env: pathEnv(),
+			Timeout: 30 * time.Second, MaxOutputBytes: 1024, SessionID: "s"}
+		setSessionSandbox(&spec)
+		return d.Run(ctx, spec, driverapi.Streams{})
+	}
+	if exit, err := run("true"); err != nil || exit.ExitCode != 0 || exit.Details[driverapi.ExitDetailSessionSandbox] != driverapi.SessionSandboxNew {
+		t.Fatalf("%v %+v", err, exit)
+	}
+	long := "sleep 20; : " + ws
+	go run(long) //nolint:errcheck // ends with the driver
+	// Control: the supervisor, the running command's sandbox-init and the
+	// one waiting ahead are there.
+	waitUntil(t, func() bool { sup, all := sessionProcs(ws); return len(sup) == 1 && len(all) >= 4 && argRunning(long) })
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, all := sessionProcs(ws)
+		if len(all) == 0 && !argRunning(long) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session sandbox outlived its driver: %v", all)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func setSessionSandbox(spec *driverapi.RunSpec) { os.Setenv("ALEPH_SESSION_TMP", "1") }
