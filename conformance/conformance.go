@@ -58,6 +58,9 @@ type Case struct {
 	// Feature is the driverapi.Feature* name the case needs; "" means every
 	// driver must pass it.
 	Feature string
+	// Call is the optional call (driverapi.Call*) the case needs; a driver
+	// that does not list it skips the case, named.
+	Call string
 	// Description says what passing proves.
 	Description string
 	// OS limits the case to some hosts (AllOS, POSIXOnly, LinuxOnly,
@@ -76,7 +79,7 @@ type Case struct {
 }
 
 // Cases returns the suite's cases: by area (protocol, exec, stream and pty,
-// fs, proc, net, res, robust), then by id.
+// fs, proc, net, res, robust, session), then by id.
 func Cases() []Case {
 	var all []Case
 	all = append(all, protocolCases()...)
@@ -91,6 +94,7 @@ func Cases() []Case {
 	all = append(all, moveCases()...)
 	all = append(all, ttyCases()...)
 	all = append(all, procCases()...)
+	all = append(all, sessionCases()...)
 	all = append(all, netCases()...)
 	all = append(all, resourceCases()...)
 	all = append(all, robustCases()...)
@@ -112,7 +116,7 @@ func Cases() []Case {
 
 // areas are the id prefixes, in report order.
 func areas() []string {
-	return []string{"protocol", "exec", "stream", "pty", "fs", "proc", "net", "res", "robust"}
+	return []string{"protocol", "exec", "stream", "pty", "fs", "proc", "net", "res", "robust", "session"}
 }
 
 // Config says which driver binary to test and how.
@@ -431,6 +435,10 @@ func (s *suite) runCase(parent context.Context, c Case) (r Result) {
 	}
 	if c.Feature != "" && !s.caps.Has(c.Feature) {
 		r.Status, r.Detail = Skip, fmt.Sprintf("driver does not claim %s", c.Feature)
+		return r
+	}
+	if c.Call != "" && !s.caps.Supports(c.Call) {
+		r.Status, r.Detail = Skip, fmt.Sprintf("driver does not list the optional %q call", c.Call)
 		return r
 	}
 	h, err := newH(s, c)

@@ -22,6 +22,8 @@ func Markdown() string {
 	b.WriteString("- **Feature**: the `driverapi.Feature*` name the case needs. A driver that does not claim it gets\n")
 	b.WriteString("  SKIP with the reason; a driver that claims it is always tested. Cases with no feature run for\n")
 	b.WriteString("  every driver.\n")
+	b.WriteString("- **Call**: an optional call (protocol 1.3's `session_sandbox`) shown beside the feature as\n")
+	b.WriteString("  `call:NAME`. A driver that does not list it in its capability report gets SKIP, named.\n")
 	b.WriteString("- Every case that proves a denial also proves, in the same case, that the allowed action works\n")
 	b.WriteString("  (a positive control), so a driver that refuses everything fails.\n")
 	b.WriteString("- **OS**: where the case applies. `posix` cases are SKIPPED on Windows, `linux` cases on every\n")
@@ -57,9 +59,16 @@ func Markdown() string {
 			b.WriteString("| id | level | feature | OS | what passing proves |\n")
 			b.WriteString("| --- | --- | --- | --- | --- |\n")
 		}
-		feat := "—"
+		var need []string
 		if c.Feature != "" {
-			feat = "`" + c.Feature + "`"
+			need = append(need, "`"+c.Feature+"`")
+		}
+		if c.Call != "" {
+			need = append(need, "`call:"+c.Call+"`")
+		}
+		feat := "—"
+		if len(need) > 0 {
+			feat = strings.Join(need, " ")
 		}
 		os := "all"
 		if c.OS != AllOS {
@@ -145,6 +154,8 @@ func areaTitle(a string) string {
 		return "Resource limits"
 	case "robust":
 		return "Robustness"
+	case "session":
+		return "Session sandboxes"
 	}
 	return a
 }

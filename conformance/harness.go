@@ -147,6 +147,10 @@ type Cmd struct {
 	OnStdout func([]byte)
 	// Driver overrides h.Driver.
 	Driver driverapi.Driver
+	// Session overrides the suite's session id; SessionSandbox asks for
+	// the session's persistent sandbox (protocol 1.3).
+	Session        string
+	SessionSandbox bool
 	// probe: Program is the probe, placed in the workspace at Exec.
 	probe bool
 }
@@ -245,10 +249,15 @@ func (h *H) spec(c Cmd, p driverapi.Profile) driverapi.RunSpec {
 	if maxOut == 0 {
 		maxOut = driverapi.DefaultMaxOutputBytes
 	}
+	session := c.Session
+	if session == "" {
+		session = probeSession
+	}
 	return driverapi.RunSpec{
 		Program: c.Program, Args: c.Args, Env: env, Stdin: c.Stdin, Cwd: cwd,
 		Profile: p, Timeout: timeout, MaxOutputBytes: maxOut,
-		SessionID: probeSession, CommandID: fmt.Sprintf("c%d", time.Now().UnixNano()),
+		SessionID: session, CommandID: fmt.Sprintf("c%d", time.Now().UnixNano()),
+		SessionSandbox: c.SessionSandbox,
 	}
 }
 

@@ -66,8 +66,13 @@ type SandboxConfig struct {
 	// be written: "open" (the default) runs them and counts the failure,
 	// "closed" refuses them (reason audit_unavailable) until a record can
 	// be written again.
-	AuditOnFailure string              `koanf:"audit_on_failure" json:"audit_on_failure" toml:"audit_on_failure"`
-	CommandPolicy  CommandPolicyConfig `koanf:"command_policy" json:"command_policy" toml:"command_policy"`
+	AuditOnFailure string `koanf:"audit_on_failure" json:"audit_on_failure" toml:"audit_on_failure"`
+	// SessionSandboxes is "auto" (the default: the commands of a session
+	// run in the session's persistent sandbox when the driver lists the
+	// session_sandbox call) or "off" (a sandbox per command). Hosts that
+	// live for one command (the one-shot CLI) turn it off.
+	SessionSandboxes string              `koanf:"session_sandboxes" json:"session_sandboxes" toml:"session_sandboxes"`
+	CommandPolicy    CommandPolicyConfig `koanf:"command_policy" json:"command_policy" toml:"command_policy"`
 	// RateLimit is owned by the rate-limit hook (hooks/ratelimit: its
 	// type, defaults and validation); core keeps it as a Section.
 	RateLimit Section       `koanf:"rate_limit" json:"rate_limit" toml:"rate_limit"`
@@ -308,6 +313,12 @@ func DataDir() string {
 	return filepath.Join(home, ".local", "share", "aleph-sandbox")
 }
 
+// Values of sandbox.session_sandboxes.
+const (
+	SessionSandboxesAuto = "auto"
+	SessionSandboxesOff  = "off"
+)
+
 // DefaultTimeoutTermGraceMS is sandbox.timeout_term_grace_ms by default:
 // a command is warned (SIGTERM) 2 s before its timeout kills it.
 const DefaultTimeoutTermGraceMS = 2000
@@ -321,6 +332,7 @@ func DefaultConfig() Config {
 		MaxOutputBytes:         1 << 20,
 		ApprovalTimeoutSeconds: 60,
 		AuditOnFailure:         AuditFailOpen,
+		SessionSandboxes:       SessionSandboxesAuto,
 		HookPlugins:            []string{},
 		HookTimeoutMS:          2000,
 		TimeoutTermGraceMS:     DefaultTimeoutTermGraceMS,
@@ -941,6 +953,8 @@ func (c Config) Validate() error {
 		return bad("audit_log", fmt.Sprintf("must be an absolute path or empty, got %q", s.AuditLog))
 	case s.AuditOnFailure != AuditFailOpen && s.AuditOnFailure != AuditFailClosed:
 		return bad("audit_on_failure", fmt.Sprintf("must be %q (commands run, failures counted) or %q (commands refused until the audit can be written), got %q", AuditFailOpen, AuditFailClosed, s.AuditOnFailure))
+	case s.SessionSandboxes != SessionSandboxesAuto && s.SessionSandboxes != SessionSandboxesOff:
+		return bad("session_sandboxes", fmt.Sprintf("must be %q (a session's commands share its sandbox where the driver can) or %q (a sandbox per command), got %q", SessionSandboxesAuto, SessionSandboxesOff, s.SessionSandboxes))
 	}
 	if s.DriverSHA256 != "" {
 		if b, err := hex.DecodeString(s.DriverSHA256); err != nil || len(b) != 32 {

@@ -539,6 +539,10 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		Program: cmd.Program, Args: cmd.Args, Env: env, Stdin: cmd.Stdin, Cwd: cwd,
 		Profile: prof, Timeout: timeout, MaxOutputBytes: budget,
 		SessionID: sid, CommandID: r.rec.CommandID,
+		// The session's persistent sandbox, where the driver keeps one:
+		// it is keyed by the profile too, so a command never runs in the
+		// sandbox of another capability set (driverapi's contract).
+		SessionSandbox: s.cfg.Sandbox.SessionSandboxes == SessionSandboxesAuto && hc.Supports(driverapi.CallSessionSandbox),
 	}
 	ran = true
 	// What the command writes is searched, once it has ended, for git

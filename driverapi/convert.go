@@ -177,6 +177,7 @@ func runSpecToPB(s RunSpec) *pb.RunRequest {
 		MaxOutputBytes: uint64(max(s.MaxOutputBytes, 0)),
 		SessionId:      s.SessionID,
 		CommandId:      s.CommandID,
+		SessionSandbox: s.SessionSandbox,
 	}
 	if s.Tty != nil {
 		out.Tty = &pb.WindowSize{Rows: uint32(s.Tty.Rows), Cols: uint32(s.Tty.Cols)}
@@ -198,6 +199,7 @@ func runSpecFromPB(r *pb.RunRequest) RunSpec {
 		MaxOutputBytes: int64(min(r.GetMaxOutputBytes(), 1<<62)),
 		SessionID:      r.GetSessionId(),
 		CommandID:      r.GetCommandId(),
+		SessionSandbox: r.GetSessionSandbox(),
 	}
 	if t := r.GetTty(); t != nil {
 		// Sizes past 16 bits are refused before this (windowSizeFromPB).

@@ -28,7 +28,9 @@ import (
 //	1.2  RunStream (call "run_stream"): streamed stdin, an optional
 //	     pseudo-terminal with window-size changes (stream.go).
 //	     ForgetSession (call "forget_session"): the host forgot a session.
-const ProtocolMinor = 2
+//	1.3  Session sandboxes (call "session_sandbox"): RunSpec.SessionSandbox
+//	     runs a command in its session's persistent sandbox.
+const ProtocolMinor = 3
 
 // Optional calls a driver may list in HostCapabilities.Calls.
 const (
@@ -40,11 +42,64 @@ const (
 	CallForgetSession = "forget_session"
 	// CallRunStream: the driver implements StreamRunner.
 	CallRunStream = "run_stream"
+	// CallSessionSandbox: the driver honours RunSpec.SessionSandbox (and
+	// implements SessionForgetter, which ends a session's sandboxes).
+	CallSessionSandbox = "session_sandbox"
+)
+
+// SessionSandboxer is implemented by drivers that may list
+// CallSessionSandbox; driverapi.Serve lists it when SessionSandboxes
+// reports true.
+type SessionSandboxer interface {
+	SessionForgetter
+	// SessionSandboxes reports whether the driver honours
+	// RunSpec.SessionSandbox on this host, as it is configured now.
+	SessionSandboxes() bool
+}
+
+// Session sandboxes (protocol 1.3).
+//
+// A driver that lists CallSessionSandbox keeps, for a RunSpec with
+// SessionSandbox set, one persistent sandbox per session and capability
+// set (the profile): built by the first such command of the session (or
+// ahead of it), every later command of that session and profile runs in
+// it as a process of its own. The contract, which the conformance suite
+// checks:
+//
+//   - shared by the commands of one session and profile: the sandbox's
+//     own filesystem state outside the workspace and grants (its /tmp),
+//     its loopback network, what a command's background process started
+//     with the process API serves;
+//   - never shared: anything with another session; anything with another
+//     profile of the same session (a command granted network never runs
+//     in the sandbox of one that was not, nor the other way round); a
+//     command's own process tree, which ends with it, as without session
+//     sandboxes; its limits, timeout, output budget, spawn rule, stdin
+//     and terminal, which are the command's, never the session's;
+//   - a session sandbox ends on ForgetSession, on the driver's idle limit,
+//     with the driver, or when it died or went stale; the next command
+//     then builds one, and its Exit says so (ExitDetailSessionSandbox).
+const (
+	// ExitDetailSessionSandbox is the Exit.Details key that says how a
+	// command with RunSpec.SessionSandbox ran: SessionSandboxNew,
+	// SessionSandboxReused or SessionSandboxRebuilt. Absent: the command
+	// ran in a sandbox of its own.
+	ExitDetailSessionSandbox = "session_sandbox"
+	// SessionSandboxNew: the session had no sandbox for this profile;
+	// one was built for this command.
+	SessionSandboxNew = "new"
+	// SessionSandboxReused: the command ran in the session's existing
+	// sandbox.
+	SessionSandboxReused = "reused"
+	// SessionSandboxRebuilt: the session's sandbox for this profile was
+	// gone (it died, went stale, the driver restarted) and a new one was
+	// built: what earlier commands left in it is gone.
+	SessionSandboxRebuilt = "rebuilt"
 )
 
 // KnownCalls lists every optional call of this protocol version.
 func KnownCalls() []string {
-	return []string{CallSignal, CallConfig, CallForgetSession, CallRunStream}
+	return []string{CallSignal, CallConfig, CallForgetSession, CallRunStream, CallSessionSandbox}
 }
 
 // SessionForgetter is implemented by drivers that list CallForgetSession:
@@ -344,6 +399,8 @@ func callSince(call string) uint32 {
 		return 1
 	case CallForgetSession, CallRunStream:
 		return 2
+	case CallSessionSandbox:
+		return 3
 	}
 	return ProtocolMinor
 }

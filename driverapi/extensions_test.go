@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
@@ -307,5 +309,46 @@ func TestForgetSessionAcrossTheWire(t *testing.T) {
 	var ue *driverapi.UnsupportedCallError
 	if err := older.(driverapi.SessionForgetter).ForgetSession(ctx, "s1"); !errors.As(err, &ue) || ue.Call != driverapi.CallForgetSession {
 		t.Fatalf("ForgetSession to a driver without it: want UnsupportedCallError, got %T %v", err, err)
+	}
+}
+
+// sessionDriver lists session_sandbox when on.
+type sessionDriver struct {
+	extDriver
+	on bool
+}
+
+func (d *sessionDriver) SessionSandboxes() bool { return d.on }
+
+func TestSessionSandboxCallAcrossTheWire(t *testing.T) {
+	ctx := context.Background()
+	for _, on := range []bool{true, false} {
+		impl := &sessionDriver{on: on}
+		impl.Caps = drivertest.FullCapabilities()
+		d := drivertest.Connect(t, impl)
+		caps, err := d.Capabilities(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if caps.Supports(driverapi.CallSessionSandbox) != on {
+			t.Fatalf("SessionSandboxes() = %v, calls %v", on, caps.Calls)
+		}
+		if !caps.Supports(driverapi.CallForgetSession) {
+			t.Fatalf("a session sandboxer is a session forgetter: calls %v", caps.Calls)
+		}
+	}
+	// The request's flag reaches the driver as sent.
+	impl := &sessionDriver{on: true}
+	impl.Caps = drivertest.FullCapabilities()
+	d := drivertest.Connect(t, impl)
+	prof := driverapi.NewProfile(drivertest.FakeBackend, []byte("{}"))
+	for _, want := range []bool{true, false} {
+		if _, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Cwd: "/", Profile: prof, SessionID: "s", SessionSandbox: want, Timeout: time.Second, MaxOutputBytes: 1024},
+			driverapi.Streams{Stdout: io.Discard, Stderr: io.Discard}); err != nil {
+			t.Fatal(err)
+		}
+		if got := impl.LastSpec().SessionSandbox; got != want {
+			t.Fatalf("RunSpec.SessionSandbox sent %v, the driver got %v", want, got)
+		}
 	}
 }

@@ -56,6 +56,9 @@ func implementedCalls(d Driver) []string {
 	if _, ok := d.(SessionForgetter); ok {
 		calls = append(calls, CallForgetSession)
 	}
+	if ss, ok := d.(SessionSandboxer); ok && ss.SessionSandboxes() {
+		calls = append(calls, CallSessionSandbox)
+	}
 	if _, ok := d.(StreamRunner); ok {
 		calls = append(calls, CallRunStream)
 	}

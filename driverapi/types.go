@@ -323,6 +323,16 @@ type RunSpec struct {
 	// only; Run refuses it). Its output then arrives as one stream, on
 	// Streams.Stdout, within the stdout budget.
 	Tty *WindowSize
+	// SessionSandbox asks that the command run in the persistent sandbox
+	// of its session (SessionID) and capability set, built by the
+	// session's first such command and kept until ForgetSession, the
+	// driver's idle limit or its end (protocol 1.3, call
+	// "session_sandbox"; extensions.go says what a session shares). A
+	// host sets it only for a driver that lists CallSessionSandbox, and
+	// only with a SessionID; a driver that cannot honour it for this
+	// command (a terminal, a profile it never keeps) runs it in a sandbox
+	// of its own and reports no ExitDetailSessionSandbox.
+	SessionSandbox bool
 }
 
 // StreamBudgets splits a total output budget between stdout and stderr.

@@ -174,10 +174,11 @@ func label(v string) string {
 	return `"` + r.Replace(v) + `"`
 }
 
-// MetricsHandler serves /metrics (and nothing else).
+// MetricsHandler serves /metrics, /healthz and /readyz (health.go).
 func (s *Server) MetricsHandler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, _ *http.Request) {
+	s.healthRoutes(mux)
+	mux.HandleFunc("GET /metrics", func(w http.ResponseWriter, r *http.Request) {
 		s.mu.Lock()
 		g := gauges{sessions: len(s.sessions)}
 		s.mu.Unlock()
@@ -192,6 +193,7 @@ func (s *Server) MetricsHandler() http.Handler {
 		}
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.write(w, g)
+		s.writeCapacity(r.Context(), w, g)
 	})
 	return mux
 }

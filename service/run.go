@@ -191,8 +191,12 @@ func Run(ctx context.Context, cfg Config) error {
 	if d := rt.Driver(); d != nil {
 		launches = d.Launches
 	}
+	var driverCheck func(context.Context) error
+	if d := rt.Driver(); d != nil {
+		driverCheck = d.Start
+	}
 	srv, err := New(Options{Host: rt, Broker: broker, Logger: log.Named("service"),
-		Protected: protected, Policy: rt.Policy(), DriverLaunches: launches,
+		Protected: protected, Policy: rt.Policy(), DriverLaunches: launches, DriverCheck: driverCheck,
 		Processes: procCfg.Limits(), Limits: sc.Limits(cfg.Sandbox.Sandbox.MaxOutputBytes)})
 	if err != nil {
 		closeAll()
@@ -279,17 +283,28 @@ func Run(ctx context.Context, cfg Config) error {
 		log.Error("serving failed", "error", err)
 		result = &ServingError{Err: err}
 	}
-	log.Info("stopping: waiting for running commands", "grace", grace)
+	// Drain first: ready goes off at once (a scheduler stops placing
+	// sessions here), new sessions are refused with ReasonDraining, and
+	// the listeners stay open for the sessions held, whose commands may
+	// go on until none runs or the grace period ends. Then the listeners
+	// close and what still runs gets the rest of the grace period.
+	srv.Drain()
+	log.Info("stopping: draining, then waiting for running commands", "grace", grace)
 	broker.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)
+	second := make(chan struct{})
 	go func() {
 		select {
 		case <-cfg.Signals:
 			log.Warn("second signal: ending the grace period")
+			close(second)
 			cancel()
 		case <-sctx.Done():
 		}
 	}()
+	if result == nil {
+		srv.DrainWait(sctx, second)
+	}
 	var swg sync.WaitGroup
 	var over sync.Once
 	for _, h := range servers {

@@ -11,6 +11,7 @@ import (
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
 	"github.com/aleph-sandbox/aleph-sandbox/service/client"
@@ -65,6 +66,104 @@ func TestRunServesUntilSignalled(t *testing.T) {
 		}
 	case <-time.After(2 * time.Minute):
 		t.Fatal("Run did not stop after the signal")
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the socket is left behind: %v", err)
+	}
+}
+
+// blockingDriver holds a run of /bin/block until release is closed.
+type blockingDriver struct {
+	drivertest.FakeDriver
+	entered chan struct{}
+	release chan struct{}
+}
+
+func (d *blockingDriver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	if spec.Program == "/bin/block" {
+		d.entered <- struct{}{}
+		select {
+		case <-d.release:
+		case <-ctx.Done():
+			return driverapi.Exit{}, ctx.Err()
+		}
+	}
+	return d.FakeDriver.Run(ctx, spec, streams)
+}
+
+// A stopping Run drains: while a command of a held session runs, the
+// session's next command is still served and a new session is refused
+// with the draining reason; once nothing runs, Run ends and leaves no
+// socket behind.
+func TestRunDrainsBeforeItStops(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	cfg := core.DefaultConfig()
+	cfg.Sandbox.WorkspaceRoot = filepath.Join(t.TempDir(), "ws")
+	cfg.Sandbox.AuditLog = ""
+	sock := filepath.Join(t.TempDir(), "run", "s.sock")
+	drv := &blockingDriver{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	sigs := make(chan os.Signal, 2)
+	ready := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- service.Run(context.Background(), service.Config{Sandbox: cfg, Sockets: []string{sock}, Signals: sigs,
+			Ready: func() { close(ready) }, RuntimeOptions: []alephsandbox.Option{alephsandbox.WithDriver(drivertest.Connect(t, drv))}})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("Run returned before serving: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Run never became ready")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	p := client.NewPipeline(sock, nil)
+	if _, err := p.Execute(ctx, core.Command{SessionID: "held", Program: "/bin/true"}); err != nil {
+		t.Fatal(err)
+	}
+	blocked := make(chan error, 1)
+	go func() {
+		_, err := p.Execute(ctx, core.Command{SessionID: "held", Program: "/bin/block"})
+		blocked <- err
+	}()
+	<-drv.entered
+	sigs <- syscall.SIGTERM
+	// The signal is taken asynchronously: a new session is refused once
+	// the drain began.
+	var err error
+	for range 200 {
+		if _, err = p.Execute(ctx, core.Command{SessionID: "new-one", Program: "/bin/true"}); err != nil {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if client.Reason(err) != service.ReasonDraining {
+		t.Fatalf("a new session while draining: %v (reason %q)", err, client.Reason(err))
+	}
+	runs := drv.Runs()
+	if _, err := p.Execute(ctx, core.Command{SessionID: "held", Program: "/bin/true"}); err != nil {
+		t.Fatalf("the held session's next command while draining: %v", err)
+	}
+	if drv.Runs() != runs+1 {
+		t.Fatalf("driver runs %d, want %d", drv.Runs(), runs+1)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Run ended while a command ran: %v", err)
+	default:
+	}
+	close(drv.release)
+	if err := <-blocked; err != nil {
+		t.Fatalf("the command running at the signal: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after draining: %v", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Run did not stop once nothing ran")
 	}
 	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the socket is left behind: %v", err)

@@ -76,6 +76,10 @@ type Options struct {
 	// DriverLaunches, when set, counts the driver processes started (the
 	// driver_restarts metric).
 	DriverLaunches func() int64
+	// DriverCheck, when set, starts the driver if it is not running and
+	// says why it cannot be: a server whose driver cannot start is not
+	// ready (health.go).
+	DriverCheck func(context.Context) error
 	// Processes bound the processes of StartProcess (zero: the defaults).
 	Processes core.ProcessLimits
 	// Limits bound requests, output, sessions and connections (zero
@@ -114,6 +118,9 @@ type Server struct {
 	// terminating: Terminate ran; a command ending now ended because the
 	// service stopped.
 	terminating atomic.Bool
+	// draining: Drain ran; new sessions are refused (health.go).
+	draining    atomic.Bool
+	driverCheck func(context.Context) error
 }
 
 var _ hostv1connect.ServiceHandler = (*Server)(nil)
@@ -150,7 +157,7 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
-		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, limits: l, conns: newConnLimits(l),
+		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
 		sessions: map[string]struct{}{}, calls: map[string]*call{}, live: map[chan driverapi.Signal]struct{}{},
 		procs: core.NewProcessTable(opts.Host, opts.Processes)}
 	for _, p := range opts.Protected {
@@ -207,7 +214,7 @@ func (s *Server) Handler() http.Handler {
 	opts := append(handlerOptions(s.limits.MaxRequestBytes), s.sessionHeaderCheck())
 	path, h := hostv1connect.NewServiceHandler(s, opts...)
 	mux.Handle(path, h)
-	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(hostv1connect.ServiceName), opts...))
+	mux.Handle(grpchealth.NewHandler(healthChecker{s}, opts...))
 	return limitBody(s.limits.MaxRequestBytes, mux)
 }
 
@@ -319,7 +326,11 @@ func (s *Server) known(session string) bool {
 func (s *Server) admit(session string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.sessions[session]; ok || len(s.sessions) < s.limits.MaxSessions {
+	_, held := s.sessions[session]
+	if err := s.refuseIfDraining(held); err != nil {
+		return err
+	}
+	if held || len(s.sessions) < s.limits.MaxSessions {
 		return nil
 	}
 	return exhausted("serve.max_sessions", int64(s.limits.MaxSessions),

@@ -138,7 +138,9 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	// "spawn" a shell line runs without --spawn.
 	cmd.Capabilities.SpawnSubprocess = cmd.Capabilities.SpawnSubprocess || cfg.SessionBaseline().SpawnSubprocess
 	// This process runs one command and ends its driver: the driver may
-	// leave out what only later commands would use (driverapi.OneCommandEnv).
+	// leave out what only later commands would use (driverapi.OneCommandEnv),
+	// and a session sandbox would be built for one command and torn down.
+	cfg.Sandbox.SessionSandboxes = core.SessionSandboxesOff
 	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers}, io.Err,
 		alephsandbox.WithDriverEnv(driverapi.OneCommandEnv+"=1"))
 	if err != nil {

@@ -840,9 +840,12 @@ type RunRequest struct {
 	// Protocol 1.2, RunStream only: give the command a pseudo-terminal of
 	// this initial size as stdin, stdout and stderr (output then arrives as
 	// one stream, on stdout). Run refuses a request that sets it.
-	Tty           *WindowSize `protobuf:"bytes,20,opt,name=tty,proto3" json:"tty,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Tty *WindowSize `protobuf:"bytes,20,opt,name=tty,proto3" json:"tty,omitempty"`
+	// Protocol 1.3, call "session_sandbox" only: run the command in its
+	// session's persistent sandbox (RunSpec.SessionSandbox).
+	SessionSandbox bool `protobuf:"varint,21,opt,name=session_sandbox,json=sessionSandbox,proto3" json:"session_sandbox,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
@@ -950,6 +953,13 @@ func (x *RunRequest) GetTty() *WindowSize {
 		return x.Tty
 	}
 	return nil
+}
+
+func (x *RunRequest) GetSessionSandbox() bool {
+	if x != nil {
+		return x.SessionSandbox
+	}
+	return false
 }
 
 type OutputChunk struct {
@@ -2422,7 +2432,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\x06digest\x18\x03 \x01(\tR\x06digest\"2\n" +
 	"\x06EnvVar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\xe2\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\x8b\x03\n" +
 	"\n" +
 	"RunRequest\x12\x18\n" +
 	"\aprogram\x18\x01 \x01(\tR\aprogram\x12\x12\n" +
@@ -2439,7 +2449,8 @@ const file_aleph_proto_rawDesc = "" +
 	"\n" +
 	"command_id\x18\n" +
 	" \x01(\tR\tcommandId\x12&\n" +
-	"\x03tty\x18\x14 \x01(\v2\x14.aleph.v1.WindowSizeR\x03tty\"K\n" +
+	"\x03tty\x18\x14 \x01(\v2\x14.aleph.v1.WindowSizeR\x03tty\x12'\n" +
+	"\x0fsession_sandbox\x18\x15 \x01(\bR\x0esessionSandbox\"K\n" +
 	"\vOutputChunk\x12(\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x10.aleph.v1.StreamR\x06stream\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"c\n" +

@@ -1,0 +1,116 @@
+package service
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/grpchealth"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
+)
+
+func get(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// healthStatus asks the server's gRPC health service (as a load balancer
+// does) about service.
+func healthStatus(t *testing.T, base, service string) (grpchealth.Status, error) {
+	t.Helper()
+	c := grpchealth.NewClient(http.DefaultClient, base)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := c.Check(ctx, &grpchealth.CheckRequest{Service: service})
+	if err != nil {
+		return 0, err
+	}
+	return r.Status, nil
+}
+
+// A server is alive and ready; draining turns ready off at once (on
+// /readyz, the gRPC health service and the gauges) while /healthz stays
+// up, refuses a new session with the draining reason and serves the
+// session it held.
+func TestDrainTurnsReadyOffAndRefusesNewSessions(t *testing.T) {
+	srv, h, hs := newLimitServer(t, core.ServeLimits{})
+	ms := httptest.NewServer(srv.MetricsHandler())
+	t.Cleanup(ms.Close)
+
+	if code, body := get(t, ms.URL+"/readyz"); code != 200 || body != "ready\n" {
+		t.Fatalf("/readyz of a fresh server: %d %q", code, body)
+	}
+	for _, svc := range []string{"", hostv1connect.ServiceName} {
+		if st, err := healthStatus(t, hs.URL, svc); err != nil || st != grpchealth.StatusServing {
+			t.Fatalf("gRPC health of %q before draining: %v %v", svc, st, err)
+		}
+	}
+	if _, err := healthStatus(t, hs.URL, "no.such.Service"); err == nil {
+		t.Fatal("gRPC health of an unknown service answered")
+	}
+	if code, _, _ := execute(t, hs.URL, `{"session":"held","argv":["/bin/true"]}`); code != "" {
+		t.Fatalf("a command before draining: %s", code)
+	}
+
+	srv.Drain()
+	if code, body := get(t, ms.URL+"/readyz"); code != 503 || !strings.Contains(body, "draining") {
+		t.Fatalf("/readyz while draining: %d %q", code, body)
+	}
+	if code, body := get(t, ms.URL+"/healthz"); code != 200 || body != "ok\n" {
+		t.Fatalf("/healthz while draining: %d %q", code, body)
+	}
+	if st, err := healthStatus(t, hs.URL, hostv1connect.ServiceName); err != nil || st != grpchealth.StatusNotServing {
+		t.Fatalf("gRPC health while draining: %v %v", st, err)
+	}
+	_, metrics := get(t, ms.URL+"/metrics")
+	for _, want := range []string{"aleph_sandbox_ready 0\n", "aleph_sandbox_draining 1\n", `aleph_sandbox_capacity_free{resource="sessions"} 0` + "\n"} {
+		if !strings.Contains(metrics, want) {
+			t.Fatalf("/metrics while draining lacks %q:\n%s", want, metrics)
+		}
+	}
+	before := h.runs()
+	code, msg, _ := execute(t, hs.URL, `{"session":"new-one","argv":["/bin/true"]}`)
+	if code != "unavailable" || !strings.Contains(msg, "draining") {
+		t.Fatalf("a new session while draining: %s %q", code, msg)
+	}
+	if code, _, _ := execute(t, hs.URL, `{"session":"held","argv":["/bin/true"]}`); code != "" {
+		t.Fatalf("the held session while draining: %s", code)
+	}
+	if h.runs() != before+1 {
+		t.Fatalf("runs %d, want %d: the held session's command ran and the new one's did not", h.runs(), before+1)
+	}
+}
+
+// The server is not ready at its session cap, nor when its driver cannot
+// start; it says which.
+func TestReadinessNamesWhatIsMissing(t *testing.T) {
+	srv, _, hs := newLimitServer(t, core.ServeLimits{MaxSessions: 1})
+	if ok, why := srv.Readiness(context.Background()); !ok {
+		t.Fatalf("a fresh server is not ready: %s", why)
+	}
+	if code, _, _ := execute(t, hs.URL, `{"session":"one","argv":["/bin/true"]}`); code != "" {
+		t.Fatalf("the first session: %s", code)
+	}
+	if ok, why := srv.Readiness(context.Background()); ok || !strings.Contains(why, "serve.max_sessions") {
+		t.Fatalf("at the session cap: ready %v %q", ok, why)
+	}
+
+	srv2, _, _ := newLimitServer(t, core.ServeLimits{})
+	srv2.driverCheck = func(context.Context) error { return errors.New("exec: no such\nfile") }
+	if ok, why := srv2.Readiness(context.Background()); ok || why != "driver down: exec: no such file" {
+		t.Fatalf("with a driver that cannot start: ready %v %q", ok, why)
+	}
+}
