@@ -649,8 +649,12 @@ func (d *Driver) closeSessions() {
 	s.wg.Wait()
 }
 
-// SessionSandboxes is how many session sandboxes live (tests, doctor).
-func (d *Driver) SessionSandboxes() int {
+// SessionSandboxes implements driverapi.SessionSandboxer: whether this
+// driver honours RunSpec.SessionSandbox here (sessionOffWhy says why not).
+func (d *Driver) SessionSandboxes() bool { return d.sessionOffWhy() == "" }
+
+// liveSessions is how many session sandboxes live (tests, bench).
+func (d *Driver) liveSessions() int {
 	s := &d.sessions
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -77,7 +77,7 @@ func TestSessionSharesTmp(t *testing.T) {
 	if r.stdout != "none\n" || sessionOf(r) != driverapi.SessionSandboxNew {
 		t.Fatalf("other session: %q %v", r.stdout, r.exit.Details)
 	}
-	if n := d.SessionSandboxes(); n != 2 {
+	if n := d.liveSessions(); n != 2 {
 		t.Fatalf("%d session sandboxes, want 2", n)
 	}
 }
@@ -180,7 +180,7 @@ func TestSessionConcurrent(t *testing.T) {
 			t.Fatalf("command %d: %+v", i, r)
 		}
 	}
-	if n := d.SessionSandboxes(); n != 1 {
+	if n := d.liveSessions(); n != 1 {
 		t.Fatalf("%d session sandboxes", n)
 	}
 }
@@ -238,7 +238,7 @@ func expectNothingLeft(t *testing.T, d *Driver, ws string) {
 	if left := driverCgroups(d); len(left) > 0 {
 		t.Fatalf("cgroups left: %v", left)
 	}
-	if n := d.SessionSandboxes(); n != 0 {
+	if n := d.liveSessions(); n != 0 {
 		t.Fatalf("%d session sandboxes still listed", n)
 	}
 }
@@ -455,4 +455,4 @@ func TestSessionDriverDeath(t *testing.T) {
 	}
 }
 
-func setSessionSandbox(spec *driverapi.RunSpec) { os.Setenv("ALEPH_SESSION_TMP", "1") }
+func setSessionSandbox(spec *driverapi.RunSpec) { spec.SessionSandbox = true }

@@ -2,11 +2,7 @@
 
 package bwrap
 
-import (
-	"os"
-
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-)
+import "github.com/aleph-sandbox/aleph-sandbox/driverapi"
 
 // detailSessionSandbox is the capability detail saying whether session
 // sandboxes are on here, or why not.
@@ -14,7 +10,7 @@ const detailSessionSandbox = "linux.session_sandbox"
 
 // wantsSession says whether spec asks for its session's sandbox (or the
 // driver runs every command of a session there: session_sandbox =
-// "always").
+// "always", the test switch).
 func (d *Driver) wantsSession(spec driverapi.RunSpec) bool {
-	return os.Getenv("ALEPH_SESSION_TMP") == "1" || d.cfg.Options.SessionSandbox == SessionSandboxAlways
+	return spec.SessionSandbox || d.cfg.Options.SessionSandbox == SessionSandboxAlways
 }
