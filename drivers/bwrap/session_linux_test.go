@@ -150,9 +150,15 @@ func TestSessionNetworkNoneAfterAll(t *testing.T) {
 	r := sessRun(t, d, ws, "s", all, count)
 	expectOK(t, r)
 	nAll := strings.TrimSpace(r.stdout)
+	if sessionOf(r) != driverapi.SessionSandboxNew {
+		t.Fatalf("network all: %v", r.exit.Details)
+	}
 	r = sessRun(t, d, ws, "s", spawnCaps, count)
 	expectOK(t, r)
 	nNone := strings.TrimSpace(r.stdout)
+	if sessionOf(r) != driverapi.SessionSandboxNew {
+		t.Fatalf("network none: %v (another capability set is another session sandbox)", r.exit.Details)
+	}
 	if nAll == nNone || nNone != "1" {
 		t.Fatalf("interfaces: all %q, none %q (none must see loopback only)", nAll, nNone)
 	}
