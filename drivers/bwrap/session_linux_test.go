@@ -462,3 +462,66 @@ func TestSessionDriverDeath(t *testing.T) {
 }
 
 func setSessionSandbox(spec *driverapi.RunSpec) { spec.SessionSandbox = true }
+
+// TestTierSessionOff: the Landlock tier has no namespaces to keep a
+// session in: it does not list the call, says why in its capabilities,
+// and runs a command that asks for its session's sandbox on its own (no
+// session detail, no /tmp of the session's shared by a sandbox).
+func TestTierSessionOff(t *testing.T) {
+	d := tierDriver(t, Options{})
+	if d.SessionSandboxes() {
+		t.Fatal("the Landlock tier claims session sandboxes")
+	}
+	caps, err := d.Capabilities(context.Background())
+	if err != nil || !strings.HasPrefix(caps.Details[detailSessionSandbox], "Landlock tier") {
+		t.Fatalf("capabilities: %q %v", caps.Details[detailSessionSandbox], err)
+	}
+	ws := newWorkspace(t)
+	r := sessRun(t, d, ws, "s", spawnCaps, "echo ran")
+	expectOK(t, r) // control: the command ran
+	if r.stdout != "ran\n" || sessionOf(r) != "" || r.exit.Details["tier"] != tierLandlock {
+		t.Fatalf("%q %v", r.stdout, r.exit.Details)
+	}
+}
+
+// TestSessionOffUnprivileged: an unprivileged driver keeps a sandbox per
+// command, says why, does not list the call, and runs the command.
+func TestSessionOffUnprivileged(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root: session sandboxes are used (the other TestSession* tests)")
+	}
+	d := testDriver(t, Options{})
+	if d.SessionSandboxes() {
+		t.Fatal("an unprivileged driver claims session sandboxes")
+	}
+	caps, err := d.Capabilities(context.Background())
+	if err != nil || !strings.HasPrefix(caps.Details[detailSessionSandbox], "unprivileged") {
+		t.Fatalf("capabilities: %q %v", caps.Details[detailSessionSandbox], err)
+	}
+	ws := newWorkspace(t)
+	r := sessRun(t, d, ws, "s", spawnCaps, "echo ran")
+	expectOK(t, r)
+	if r.stdout != "ran\n" || sessionOf(r) != "" {
+		t.Fatalf("%q %v", r.stdout, r.exit.Details)
+	}
+}
+
+// TestSessionOffOption: session_sandbox = "off" keeps a sandbox per
+// command and says so.
+func TestSessionOffOption(t *testing.T) {
+	d := testDriver(t, Options{SessionSandbox: SessionSandboxOff})
+	if d.SessionSandboxes() {
+		t.Fatal("off, yet the call is listed")
+	}
+	caps, err := d.Capabilities(context.Background())
+	if err != nil || !strings.Contains(caps.Details[detailSessionSandbox], `session_sandbox = "off"`) {
+		t.Fatalf("capabilities: %q %v", caps.Details[detailSessionSandbox], err)
+	}
+	ws := newWorkspace(t)
+	expectOK(t, sessRun(t, d, ws, "s", spawnCaps, "echo > /tmp/m"))
+	r := sessRun(t, d, ws, "s", spawnCaps, "test -e /tmp/m && echo shared || echo own")
+	expectOK(t, r)
+	if r.stdout != "own\n" || sessionOf(r) != "" {
+		t.Fatalf("%q %v", r.stdout, r.exit.Details)
+	}
+}
