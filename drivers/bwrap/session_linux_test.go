@@ -5,6 +5,7 @@ package bwrap
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -523,5 +524,21 @@ func TestSessionOffOption(t *testing.T) {
 	expectOK(t, r)
 	if r.stdout != "own\n" || sessionOf(r) != "" {
 		t.Fatalf("%q %v", r.stdout, r.exit.Details)
+	}
+}
+
+// TestSessionOptionsRefused: a session_sandbox mode or session_idle_ms the
+// driver does not know is refused naming the key; the known ones pass.
+func TestSessionOptionsRefused(t *testing.T) {
+	for _, o := range []Options{{SessionSandbox: "auto"}, {SessionSandbox: "off"}, {SessionSandbox: "always"}, {SessionIdleMS: 1000}} {
+		if err := o.Validate(); err != nil {
+			t.Errorf("%+v: %v", o, err)
+		}
+	}
+	for key, o := range map[string]Options{"session_sandbox": {SessionSandbox: "on"}, "session_idle_ms": {SessionIdleMS: maxSessionIdleMS + 1}} {
+		var oe *OptionsError
+		if err := o.Validate(); !errors.As(err, &oe) || oe.Key != key {
+			t.Errorf("%+v: %v, want an OptionsError for %s", o, err, key)
+		}
 	}
 }
