@@ -542,3 +542,34 @@ func TestSessionOptionsRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionIdleCost: what one idle session sandbox holds: bwrap, the
+// supervisor, and the command's sandbox-init waiting ahead (with its
+// waiting child for a no-spawn profile); logged as PSS, bounded loosely.
+func TestSessionIdleCost(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	expectOK(t, sessRun(t, d, ws, "s", spawnCaps, "true"))
+	waitUntil(t, func() bool { _, all := sessionProcs(ws); return len(all) >= 3 })
+	// The processes report ready before their Go runtimes settle.
+	time.Sleep(300 * time.Millisecond)
+	_, pids := sessionProcs(ws)
+	var pssKB int
+	for _, pid := range pids {
+		b, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
+		if err != nil {
+			t.Skipf("no smaps_rollup here: %v", err)
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+				n, _ := strconv.Atoi(f[1])
+				pssKB += n
+			}
+		}
+	}
+	t.Logf("one idle session sandbox: %d processes, %d KiB PSS", len(pids), pssKB)
+	if pssKB <= 0 || pssKB > 64<<10 {
+		t.Fatalf("one idle session sandbox holds %d KiB", pssKB)
+	}
+}
