@@ -87,7 +87,7 @@ type sessionSet struct {
 	// building serialises the build of one key's sandbox.
 	building map[poolKey]chan struct{}
 	closed   bool
-	wg       sync.WaitGroup // sandboxes being ended
+	wg       sync.WaitGroup // sandboxes being ended, refills in flight
 }
 
 // maxLost bounds sessionSet.lost: beyond it, the oldest knowledge of
@@ -151,7 +151,12 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 			return driverapi.Exit{}, fmt.Errorf("bwrap driver: session sandbox: %w", err)
 		}
 		answered := make(chan struct{})
-		go ss.refill(d, plan, answered)
+		// Close waits for it: no cgroup of a refill outlives the driver.
+		d.sessions.wg.Add(1)
+		go func() {
+			defer d.sessions.wg.Done()
+			ss.refill(d, plan, answered)
+		}()
 		exit, err := d.runCommand(ctx, spec, in, streams, &handoverStarter{
 			pathInfo: pathInfo{tier: tierBwrap, session: how, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif},
 			d:        d, ps: ps, plan: plan, cwd: cwd,
