@@ -76,7 +76,8 @@ type sessionSandbox struct {
 	filling bool             // one is being started
 	running int
 	timer   *time.Timer
-	gone    bool // ended (ending): no new command
+	gone    bool // ended or ending: no new command
+	ending  bool // endSession ran
 }
 
 // sessionSet holds the session sandboxes.
@@ -87,7 +88,38 @@ type sessionSet struct {
 	// building serialises the build of one key's sandbox.
 	building map[poolKey]chan struct{}
 	closed   bool
-	wg       sync.WaitGroup // sandboxes being ended, refills in flight
+	// inflight counts the sandboxes being ended and the refills running
+	// (Close waits for them); idle is signalled when it drops to zero.
+	inflight int
+	idle     *sync.Cond
+}
+
+// enter counts one more thing Close waits for.
+func (s *sessionSet) enter() {
+	s.mu.Lock()
+	s.inflight++
+	s.mu.Unlock()
+}
+
+// leave counts one done.
+func (s *sessionSet) leave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.inflight--; s.inflight == 0 && s.idle != nil {
+		s.idle.Broadcast()
+	}
+}
+
+// waitIdle waits until nothing counted by enter is left.
+func (s *sessionSet) waitIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idle == nil {
+		s.idle = sync.NewCond(&s.mu)
+	}
+	for s.inflight > 0 {
+		s.idle.Wait()
+	}
 }
 
 // maxLost bounds sessionSet.lost: beyond it, the oldest knowledge of
@@ -152,9 +184,9 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 		}
 		answered := make(chan struct{})
 		// Close waits for it: no cgroup of a refill outlives the driver.
-		d.sessions.wg.Add(1)
+		d.sessions.enter()
 		go func() {
-			defer d.sessions.wg.Done()
+			defer d.sessions.leave()
 			ss.refill(d, plan, answered)
 		}()
 		exit, err := d.runCommand(ctx, spec, in, streams, &handoverStarter{
@@ -171,6 +203,9 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 			if attempt == 0 {
 				continue
 			}
+			// Twice: the command gets a sandbox of its own.
+			d.log.Debug("session sandbox refused the hand-over twice", "error", err)
+			return driverapi.Exit{}, errNotPooled
 		}
 		return exit, err
 	}
@@ -308,6 +343,11 @@ func (ss *sessionSandbox) release(d *Driver) {
 func (d *Driver) idleSession(ss *sessionSandbox) {
 	ss.mu.Lock()
 	busy := ss.running > 0
+	if !busy {
+		// From here no command is let in (hold): none can start in a
+		// sandbox that is about to end.
+		ss.gone = true
+	}
 	ss.mu.Unlock()
 	if !busy {
 		d.endSession(ss, true)
@@ -596,8 +636,8 @@ func (d *Driver) endSession(ss *sessionSandbox, lost bool) {
 	}
 	s.mu.Unlock()
 	ss.mu.Lock()
-	first := !ss.gone
-	ss.gone = true
+	first := !ss.ending
+	ss.gone, ss.ending = true, true
 	ahead := ss.ahead
 	ss.ahead = nil
 	if ss.timer != nil {
@@ -608,8 +648,8 @@ func (d *Driver) endSession(ss *sessionSandbox, lost bool) {
 		ahead.destroy()
 	}
 	if first {
-		s.wg.Add(1)
-		defer s.wg.Done()
+		s.enter()
+		defer s.leave()
 	}
 	// Idempotent: the supervisor's bwrap killed and reaped, its cgroup,
 	// network and /etc view released. Commands still running in it die
@@ -651,7 +691,7 @@ func (d *Driver) closeSessions() {
 	for _, ss := range gone {
 		d.endSession(ss, false)
 	}
-	s.wg.Wait()
+	s.waitIdle()
 }
 
 // SessionSandboxes implements driverapi.SessionSandboxer: whether this

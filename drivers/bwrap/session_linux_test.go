@@ -206,7 +206,9 @@ func sessionProcs(ws string) (sup, all []string) {
 		}
 		if strings.Contains(joined, `"session_supervisor":true`) {
 			all = append(all, pid)
-			if argv[0] == InitPath {
+			// A child between its fork and its exec still shows the
+			// supervisor's argv: the supervisor is the one bwrap started.
+			if argv[0] == InitPath && parentIsBwrap(pid) {
 				sup = append(sup, pid)
 			}
 		} else if strings.Contains(joined, `"session_child":true`) {
@@ -214,6 +216,28 @@ func sessionProcs(ws string) (sup, all []string) {
 		}
 	}
 	return sup, all
+}
+
+// parentIsBwrap says whether pid's parent runs bwrap.
+func parentIsBwrap(pid string) bool {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return false
+	}
+	cmd, err := os.ReadFile("/proc/" + f[1] + "/cmdline")
+	if err != nil {
+		return false
+	}
+	argv0, _, _ := strings.Cut(string(cmd), "\x00")
+	return filepath.Base(argv0) == "bwrap"
 }
 
 // driverCgroups are the command cgroups of this test process's drivers.
@@ -242,11 +266,17 @@ func expectNothingLeft(t *testing.T, d *Driver, ws string) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if left := driverCgroups(d); len(left) > 0 {
-		t.Fatalf("cgroups left: %v", left)
-	}
-	if n := d.liveSessions(); n != 0 {
-		t.Fatalf("%d session sandboxes still listed", n)
+	// An idle end runs in the background: its cgroups go just after its
+	// processes.
+	for {
+		left, n := driverCgroups(d), d.liveSessions()
+		if len(left) == 0 && n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cgroups left: %v; %d session sandboxes still listed", left, n)
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
 
