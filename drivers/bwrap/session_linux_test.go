@@ -603,3 +603,33 @@ func TestSessionIdleCost(t *testing.T) {
 		t.Fatalf("one idle session sandbox holds %d KiB", pssKB)
 	}
 }
+
+// TestSessionTimeout: a command of a session that outlives its timeout is
+// killed and reported as timed out, its tree with it, while the session
+// sandbox lives on (the next command reuses it and finds the first's
+// file).
+func TestSessionTimeout(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: spawnCaps, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "echo > /tmp/mark; sleep 30; echo late > " + ws + "/late"},
+		Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: time.Second, MaxOutputBytes: 1 << 10, SessionID: "s", SessionSandbox: true}
+	exit, err := d.Run(ctx, spec, driverapi.Streams{})
+	if err != nil || !exit.TimedOut || exit.Signal != int32(syscall.SIGKILL) || exit.Details[driverapi.ExitDetailSessionSandbox] != driverapi.SessionSandboxNew {
+		t.Fatalf("%v %+v", err, exit)
+	}
+	r := sessRun(t, d, ws, "s", spawnCaps, `test -e /tmp/mark && echo kept`)
+	expectOK(t, r)
+	if r.stdout != "kept\n" || sessionOf(r) != driverapi.SessionSandboxReused {
+		t.Fatalf("after the timeout: %q %v", r.stdout, r.exit.Details)
+	}
+	// Its shell (whose argv is the script) is gone with its tree.
+	if argRunning(spec.Args[1]) {
+		t.Fatal("the timed-out command still runs")
+	}
+}
