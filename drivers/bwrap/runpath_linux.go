@@ -229,6 +229,11 @@ func (r *runState) exitOf(runCtx context.Context, e ending, dur time.Duration, p
 	r.gate.release()
 	exit := outputExit(dur, r.stdout, r.stderr)
 	if e.state == nil && !reported && !e.killed {
+		if e.waitErr == nil {
+			// A session's command sandbox-init ended without its record:
+			// its session sandbox was ended (or killed) under it.
+			return driverapi.Exit{}, errors.New("bwrap driver: the command's sandbox ended without reporting its status (its session sandbox ended while it ran)")
+		}
 		return driverapi.Exit{}, fmt.Errorf("bwrap driver: wait: %w", e.waitErr)
 	}
 	if reported && rec.NotRun != sandboxinit.NotRunNone {

@@ -633,3 +633,31 @@ func TestSessionTimeout(t *testing.T) {
 		t.Fatal("the timed-out command still runs")
 	}
 }
+
+// TestSessionForgetWhileRunning: forget_session ends a session whose
+// command still runs: the command's Run returns (an error saying its
+// session sandbox ended under it) and nothing is left.
+func TestSessionForgetWhileRunning(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	script := "sleep 30; : " + ws
+	done := make(chan drvResult, 1)
+	go func() { done <- sessRun(t, d, ws, "s", spawnCaps, script) }()
+	waitUntil(t, func() bool { return argRunning(script) }) // control: it runs
+	if err := d.ForgetSession(context.Background(), "s"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.err == nil || !strings.Contains(r.err.Error(), "session sandbox ended") {
+			t.Fatalf("%+v", r)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the command's Run did not return after forget_session")
+	}
+	expectNothingLeft(t, d, ws)
+	if argRunning(script) {
+		t.Fatal("the command outlived its session")
+	}
+}
