@@ -401,6 +401,11 @@ func TestBwrapDriver(t *testing.T) {
 		// sandbox (sandbox.linux.prepared = "always").
 		opts["prepared"] = m
 	}
+	if os.Getenv("ALEPH_TEST_SESSION") == "on" {
+		// scripts/test-session.sh: every command of a session in its
+		// session's sandbox (sandbox.linux.session_sandbox = "always").
+		opts["session_sandbox"] = "always"
+	}
 	var env []string
 	if len(opts) > 0 {
 		js, err := json.Marshal(opts)

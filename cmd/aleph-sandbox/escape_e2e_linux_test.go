@@ -267,6 +267,11 @@ func (h *escapeHarness) env() []string {
 		// sandbox.
 		env = append(env, "ALEPH_SANDBOX_SANDBOX__LINUX__PREPARED="+m)
 	}
+	if os.Getenv("ALEPH_TEST_SESSION") == "on" {
+		// scripts/test-session.sh: every command of a session (the
+		// battery gives each test one) in its session's sandbox.
+		env = append(env, "ALEPH_SANDBOX_SANDBOX__LINUX__SESSION_SANDBOX=always")
+	}
 	return env
 }
 

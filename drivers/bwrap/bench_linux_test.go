@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"sort"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 
@@ -301,4 +302,113 @@ func batch(conc, n int, fn func() error) error {
 		}
 	}
 	return first
+}
+
+// BenchmarkSession runs /bin/true through a session sandbox, in batches
+// that alternate with the smallest bwrap sandbox and direct exec, so load
+// touches all alike. Each iteration opens a new session: its first command
+// (first_p50: the session sandbox built for it), then 20 commands in it
+// (warm_p50: a command's sandbox-init waiting ahead, the hand-over), then
+// forgets it, untimed. CPU per command counts every process: the driver's
+// own (RUSAGE_SELF) and its children's (RUSAGE_CHILDREN: the session's
+// bwrap, reaped at the forget, includes the supervisor and every command's
+// sandbox-init it reaped); the session's is over the first command and
+// the 20 warm ones together, its build shared among them.
+func BenchmarkSession(b *testing.B) {
+	ctx := context.Background()
+	d := benchDriver(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff}, false)
+	if why := d.sessionOffWhy(); why != "" {
+		b.Skip("session sandboxes off here: " + why)
+	}
+	spec, ws := benchSpec(b, d)
+	minimal := minimalBwrapArgs(d, ws)
+	const warm = 20
+	var first, inSession, rawMin, direct []time.Duration
+	var cpuSession, cpuRaw time.Duration
+	var nSession, nRaw int
+	timed := func(into *[]time.Duration, fn func() error) {
+		t := time.Now()
+		if err := fn(); err != nil {
+			b.Fatal(err)
+		}
+		*into = append(*into, time.Since(t))
+	}
+	waitAhead := func(key poolKey) {
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			d.sessions.mu.Lock()
+			ss := d.sessions.m[key]
+			d.sessions.mu.Unlock()
+			if ss != nil {
+				ss.mu.Lock()
+				ok := ss.ahead != nil
+				ss.mu.Unlock()
+				if ok {
+					return
+				}
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+	}
+	n := 0
+	for b.Loop() {
+		n++
+		s := spec
+		s.SessionID = "bench-" + strconv.Itoa(n)
+		key := keyFor(s)
+		c0 := cpuAll()
+		timed(&first, func() error { return runTrue(ctx, d, s) })
+		for range warm {
+			// Untimed: the next command's sandbox-init is started once
+			// this one is answered; back to back it usually is ready.
+			waitAhead(key)
+			timed(&inSession, func() error { return runTrue(ctx, d, s) })
+		}
+		if err := d.ForgetSession(ctx, s.SessionID); err != nil {
+			b.Fatal(err)
+		}
+		d.pool.waitIdle()
+		cpuSession += cpuAll() - c0
+		nSession += warm + 1
+		c0 = cpuAll()
+		for range warm {
+			timed(&rawMin, func() error { return exec.Command(d.probe().bwrap, minimal...).Run() })
+		}
+		cpuRaw += cpuAll() - c0
+		nRaw += warm
+		for range warm {
+			timed(&direct, func() error { return exec.Command("/bin/true").Run() })
+		}
+	}
+	p50 := func(d []time.Duration) float64 {
+		s := append([]time.Duration(nil), d...)
+		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+		return float64(s[len(s)/2].Microseconds()) / 1000
+	}
+	m := p50(rawMin)
+	b.ReportMetric(p50(first), "first_p50_ms")
+	b.ReportMetric(p50(inSession), "warm_p50_ms")
+	b.ReportMetric(m, "raw_minimal_p50_ms")
+	b.ReportMetric(p50(direct), "direct_p50_ms")
+	if m > 0 {
+		b.ReportMetric(p50(first)/m, "first_x_minimal")
+		b.ReportMetric(p50(inSession)/m, "warm_x_minimal")
+	}
+	cs := float64(cpuSession.Microseconds()) / 1000 / float64(nSession)
+	cr := float64(cpuRaw.Microseconds()) / 1000 / float64(nRaw)
+	b.ReportMetric(cs, "session_cpu_ms/cmd")
+	b.ReportMetric(cr, "raw_minimal_cpu_ms/cmd")
+	if cr > 0 {
+		b.ReportMetric(cs/cr, "session_cpu_x_minimal")
+	}
+}
+
+// cpuAll is the CPU time (user and system) of this process and of its
+// reaped children so far.
+func cpuAll() time.Duration {
+	var self, kids syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &self)
+	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
+	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
+	return tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
 }

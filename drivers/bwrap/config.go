@@ -43,6 +43,10 @@ func configFields() []driverapi.ConfigField {
 			Description: "prepared sandboxes waiting or being built, in all; 0 means the default"},
 		{Name: "prepared_idle_ms", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultPreparedIdleMS),
 			Description: "how long a prepared sandbox waits for a command before it is destroyed; 0 means the default"},
+		{Name: "session_sandbox", Type: driverapi.ConfigString, DefaultJSON: strconv.Quote(string(SessionSandboxAuto)), Enum: []string{"auto", "off", "always"},
+			Description: "session sandboxes: auto runs the commands whose host asks for it in one persistent sandbox per session and profile (root driver, bwrap tier); off gives every command a sandbox of its own; always does so for every command of a session, asked or not (the test suites' second pass)"},
+		{Name: "session_idle_ms", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultSessionIdleMS),
+			Description: "how long a session sandbox lives without a command before it is ended; 0 means the default"},
 		{Name: "max_session_networks", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultMaxSessionNetworks),
 			Description: "network namespaces held for sessions at once; past it a command needing one is refused (resource_exhausted); 0 means the default"},
 	}

@@ -113,6 +113,8 @@ type Driver struct {
 	nets *sessionpool.Pool[*netns]
 	// pool holds the prepared sandboxes (prepared_linux.go).
 	pool preparedPool
+	// sessions holds the session sandboxes (session_linux.go).
+	sessions sessionSet
 	// tombs numbers the intents a placeholder's record becomes while the
 	// placeholder is removed (protect_linux.go).
 	tombs atomic.Uint64
@@ -317,6 +319,10 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	}
 	h := d.probe()
 	if h.tier == tierBwrap {
+		// The session's sandbox, when the command asks for it.
+		if exit, err := d.runSession(ctx, plan, cwd, spec, in, streams); !errors.Is(err, errNotPooled) {
+			return exit, err
+		}
 		// A sandbox prepared for this profile and session, when one waits.
 		if exit, err := d.runPooled(ctx, plan, cwd, spec, in, streams, &plan.early); !errors.Is(err, errNotPooled) {
 			return exit, err

@@ -58,6 +58,9 @@ func testDriver(t testing.TB, opts Options) *Driver {
 	if m := os.Getenv("ALEPH_TEST_PREPARED"); m != "" && opts.Prepared == "" {
 		opts.Prepared = PreparedMode(m)
 	}
+	if os.Getenv("ALEPH_TEST_SESSION") == "on" && opts.SessionSandbox == "" {
+		opts.SessionSandbox = SessionSandboxAlways
+	}
 	d, err := New(Config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin})
 	if err != nil {
 		t.Fatal(err)

@@ -35,6 +35,27 @@ const (
 	maxPreparedIdleMS         = 3_600_000
 )
 
+// Session sandboxes (session_linux.go): the defaults.
+const (
+	DefaultSessionIdleMS = 300_000
+	maxSessionIdleMS     = 86_400_000
+)
+
+// SessionSandboxMode selects whether the commands of a session that ask
+// for it run in one persistent sandbox per session and profile.
+type SessionSandboxMode string
+
+const (
+	// SessionSandboxAuto: where the driver can (root, bwrap tier).
+	SessionSandboxAuto SessionSandboxMode = "auto"
+	// SessionSandboxOff: every command gets a sandbox of its own.
+	SessionSandboxOff SessionSandboxMode = "off"
+	// SessionSandboxAlways: as auto, and every command of a session runs in
+	// its session's sandbox whether its host asked or not: the test
+	// switch (ALEPH_TEST_SESSION) that runs whole suites that way.
+	SessionSandboxAlways SessionSandboxMode = "always"
+)
+
 // PreparedMode selects when commands run in sandboxes built ahead.
 type PreparedMode string
 
@@ -116,6 +137,12 @@ type Options struct {
 	// PreparedIdleMS is how long a prepared sandbox waits before it is
 	// destroyed; 0 means DefaultPreparedIdleMS.
 	PreparedIdleMS uint64 `json:"prepared_idle_ms,omitempty"`
+	// SessionSandbox selects session sandboxes (session_linux.go) for the
+	// commands that ask for theirs; empty means SessionSandboxAuto.
+	SessionSandbox SessionSandboxMode `json:"session_sandbox,omitempty"`
+	// SessionIdleMS is how long a session sandbox lives without a
+	// command; 0 means DefaultSessionIdleMS.
+	SessionIdleMS uint64 `json:"session_idle_ms,omitempty"`
 	// MaxSessionNetworks caps the network namespaces held for sessions
 	// (each a pasta or slirp process and a namespace); past it a command
 	// needing one is refused as resource_exhausted. 0: the default (64).
@@ -176,6 +203,14 @@ func (o Options) Validate() error {
 	}
 	if o.PreparedMax > maxPreparedMax {
 		return &OptionsError{Key: "prepared_max", Reason: fmt.Sprintf("prepared_max %d is out of range (0 for the default of %d, up to %d)", o.PreparedMax, DefaultPreparedMax, maxPreparedMax)}
+	}
+	switch o.SessionSandbox {
+	case "", SessionSandboxAuto, SessionSandboxOff, SessionSandboxAlways:
+	default:
+		return &OptionsError{Key: "session_sandbox", Reason: fmt.Sprintf("session_sandbox %q: want auto, off or always", o.SessionSandbox)}
+	}
+	if o.SessionIdleMS > maxSessionIdleMS {
+		return &OptionsError{Key: "session_idle_ms", Reason: fmt.Sprintf("session_idle_ms %d is out of range (0 for the default of %d, up to %d)", o.SessionIdleMS, DefaultSessionIdleMS, maxSessionIdleMS)}
 	}
 	if o.PreparedIdleMS > maxPreparedIdleMS {
 		return &OptionsError{Key: "prepared_idle_ms", Reason: fmt.Sprintf("prepared_idle_ms %d is out of range (0 for the default of %d, up to %d)", o.PreparedIdleMS, DefaultPreparedIdleMS, maxPreparedIdleMS)}
@@ -241,6 +276,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.PreparedIdleMS == 0 {
 		o.PreparedIdleMS = DefaultPreparedIdleMS
+	}
+	if o.SessionSandbox == "" {
+		o.SessionSandbox = SessionSandboxAuto
+	}
+	if o.SessionIdleMS == 0 {
+		o.SessionIdleMS = DefaultSessionIdleMS
 	}
 	return o
 }

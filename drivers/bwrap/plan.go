@@ -117,6 +117,9 @@ type Plan struct {
 	// prepared: the sandbox is built ahead of its command, which arrives
 	// with the hand-over (prepared_linux.go). Never serialized.
 	prepared bool
+	// sessionSupervisor: the prepared sandbox is a session sandbox, whose
+	// sandbox-init is the session supervisor (session_linux.go).
+	sessionSupervisor bool
 	// early are signals the command was sent while a prepared sandbox's
 	// hand-over, which then failed, was under way: the sandbox built
 	// instead gets them first (runPooled). Never serialized.

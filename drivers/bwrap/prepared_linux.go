@@ -491,6 +491,7 @@ func (d *Driver) Close() {
 	// The runs still going first: none of their sandboxes may outlive
 	// the driver's stop (runGroup).
 	d.runs.close(runsEndWait)
+	d.closeSessions()
 	p := &d.pool
 	p.mu.Lock()
 	p.closed = true
@@ -569,6 +570,7 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	ps.releaseNet, plan.joinNet = releaseNet, ns != nil
 	is := d.initSpecFor(&plan, ps.cg, nil)
 	is.Prepared = true
+	is.SessionSupervisor = plan.sessionSupervisor
 	init, err := CommandInitArgs(is)
 	if err != nil {
 		return nil, err
@@ -822,7 +824,10 @@ func (s *handoverStarter) wait(runCtx context.Context) ending {
 	defer close(stop)
 	reaped := func(r sandboxResult) ending {
 		// ps.done's report orders cmd.ProcessState's write before this read.
-		return ending{state: ps.sb.cmd.ProcessState, waitErr: r.err, startErr: r.startErr}
+		st := ps.sb.cmd.ProcessState
+		// A session's command sandbox-init is not the driver's child: no
+		// state, and killed when runCtx ended (wait's kills below).
+		return ending{state: st, waitErr: r.err, startErr: r.startErr, killed: st == nil && runCtx.Err() != nil}
 	}
 	select {
 	case rep := <-status:

@@ -412,6 +412,12 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		hc.Details["prepared"] = fmt.Sprintf("%s: up to %d per profile and session, %d in all, %d ms idle; %d waiting, %d hits, %d misses",
 			m, *d.cfg.Options.PreparedPerProfile, d.cfg.Options.PreparedMax, d.cfg.Options.PreparedIdleMS, st.Waiting, st.Hits, st.Misses)
 	}
+	// Session sandboxes (session_linux.go): on, or why not.
+	if why := d.sessionOffWhy(); why != "" {
+		hc.Details[detailSessionSandbox] = why
+	} else {
+		hc.Details[detailSessionSandbox] = fmt.Sprintf("on: one per session and profile, %d ms idle", d.cfg.Options.SessionIdleMS)
+	}
 	if len(h.userns) > 0 {
 		hc.Details["nested_userns"] = "disabled (bwrap --disable-userns, and seccomp)"
 	} else if h.usernsWhy != "" {

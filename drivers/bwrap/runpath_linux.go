@@ -71,6 +71,9 @@ type starter interface {
 type pathInfo struct {
 	tier     string
 	prepared bool // a prepared sandbox ran the command (Details["prepared"])
+	// session: the command ran in its session's sandbox, which was new,
+	// reused or rebuilt for it (Details["session_sandbox"]); "": not.
+	session  string
 	life     *lifeline
 	cg       *commandCgroup // nil: none
 	memBytes uint64         // the memory limit (a setup OOM names it)
@@ -92,6 +95,10 @@ type ending struct {
 	waitErr error
 	// startErr: the sandbox never ran the command (startError says why).
 	startErr error
+	// killed: the starter killed the sandbox when runCtx ended and has no
+	// process state of it (a session's command sandbox-init is the
+	// session supervisor's child, not the driver's).
+	killed bool
 }
 
 // errStartTimedOut: the timeout expired while the command was being
@@ -201,6 +208,9 @@ func (p *pathInfo) details(exit *driverapi.Exit) {
 	if p.prepared {
 		exit.Details["prepared"] = "1"
 	}
+	if p.session != "" {
+		exit.Details[driverapi.ExitDetailSessionSandbox] = p.session
+	}
 }
 
 // exitOf reports how a command ended (e), with what it wrote.
@@ -218,7 +228,12 @@ func (r *runState) exitOf(runCtx context.Context, e ending, dur time.Duration, p
 	}
 	r.gate.release()
 	exit := outputExit(dur, r.stdout, r.stderr)
-	if e.state == nil && !reported {
+	if e.state == nil && !reported && !e.killed {
+		if e.waitErr == nil {
+			// A session's command sandbox-init ended without its record:
+			// its session sandbox was ended (or killed) under it.
+			return driverapi.Exit{}, errors.New("bwrap driver: the command's sandbox ended without reporting its status (its session sandbox ended while it ran)")
+		}
 		return driverapi.Exit{}, fmt.Errorf("bwrap driver: wait: %w", e.waitErr)
 	}
 	if reported && rec.NotRun != sandboxinit.NotRunNone {
@@ -226,7 +241,7 @@ func (r *runState) exitOf(runCtx context.Context, e ending, dur time.Duration, p
 		return driverapi.Exit{}, notRunError(r.spec, rec)
 	}
 	exit.Usage = usageFrom(e.state, rec, reported)
-	setStatus(&exit, e.state, rec, reported, errors.Is(runCtx.Err(), context.DeadlineExceeded))
+	setStatus(&exit, e.state, rec, reported, errors.Is(runCtx.Err(), context.DeadlineExceeded), e.killed)
 	p.details(&exit)
 	return exit, nil
 }
@@ -237,6 +252,9 @@ func (r *runState) exitOf(runCtx context.Context, e ending, dur time.Duration, p
 func usageFrom(state *os.ProcessState, rec sandboxinit.Status, reported bool) driverapi.ResourceUsage {
 	if reported {
 		return usageOf(rec)
+	}
+	if state == nil {
+		return driverapi.ResourceUsage{}
 	}
 	ru, ok := state.SysUsage().(*syscall.Rusage)
 	if !ok || ru == nil {
@@ -252,13 +270,13 @@ func usageFrom(state *os.ProcessState, rec sandboxinit.Status, reported bool) dr
 // setStatus sets exit's code, signal and timeout from how the command
 // ended: the sandbox process's state (nil: not waited for), the
 // supervisor's record (reported), and whether the timeout expired.
-func setStatus(exit *driverapi.Exit, state *os.ProcessState, rec sandboxinit.Status, reported, deadline bool) {
+func setStatus(exit *driverapi.Exit, state *os.ProcessState, rec sandboxinit.Status, reported, deadline, killed bool) {
 	var ws syscall.WaitStatus
 	if state != nil {
 		ws, _ = state.Sys().(syscall.WaitStatus)
 	}
 	switch {
-	case deadline && state != nil && ws.Signaled():
+	case deadline && (state != nil && ws.Signaled() || state == nil && killed):
 		// Killed by the timeout (a command that ended by itself just as
 		// the deadline passed keeps its own status).
 		exit.TimedOut, exit.ExitCode, exit.Signal = true, 128+int32(unix.SIGKILL), int32(unix.SIGKILL)

@@ -256,7 +256,8 @@ func (d *Driver) ForgetSession(ctx context.Context, sessionID string) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	// The session's prepared sandboxes first: they hold its namespace.
+	// The session's sandboxes first: they hold its namespace.
+	d.forgetSessions(sessionID)
 	d.forgetPrepared(sessionID)
 	d.nets.Forget(sessionID)
 	return nil

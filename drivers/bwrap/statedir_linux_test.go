@@ -22,6 +22,9 @@ func stateDriver(t *testing.T, parent string) *Driver {
 	if m := os.Getenv("ALEPH_TEST_PREPARED"); m != "" {
 		opts.Prepared = PreparedMode(m)
 	}
+	if os.Getenv("ALEPH_TEST_SESSION") == "on" {
+		opts.SessionSandbox = SessionSandboxAlways
+	}
 	state := filepath.Join(parent, "state")
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)

@@ -135,6 +135,8 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 	hc.Details[driverapi.DetailLinuxLandlockABI] = strconv.FormatUint(uint64(hc.LandlockABI), 10)
 	hc.Details[driverapi.DetailLinuxSeccomp] = strconv.FormatBool(hc.Seccomp)
 	hc.Details[driverapi.DetailLinuxCgroupMode] = hc.CgroupMode
+	// Session sandboxes need namespaces: every command gets its own run.
+	hc.Details[detailSessionSandbox] = d.sessionOffWhy()
 	un := func(f, reason, fix string) {
 		hc.Unavailable = append(hc.Unavailable, driverapi.Unavailable{Feature: f, Reason: reason, Fix: fix})
 	}

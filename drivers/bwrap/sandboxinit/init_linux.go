@@ -54,12 +54,20 @@ func sandboxInit(args []string) (int, error) {
 			return fail(err)
 		}
 		wait := WaitReaperArmed
-		if spec.NoNamespaces {
+		if spec.NoNamespaces || spec.SessionChild {
 			// No bwrap, no reaper: the launcher says when this process is
 			// in the command's cgroup.
 			wait = func() error { return WaitGoAhead(spec.LifelineFD) }
 		}
 		if err := wait(); err != nil {
+			return fail(err)
+		}
+	}
+	if spec.SessionSupervisor {
+		return superviseSession(&spec)
+	}
+	if spec.SessionChild {
+		if err := enterSessionChild(); err != nil {
 			return fail(err)
 		}
 	}

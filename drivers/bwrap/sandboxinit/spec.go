@@ -177,6 +177,17 @@ type InitSpec struct {
 	// command's record there. Only with Supervise, a lifeline, a command
 	// descriptor and namespaces, and without a terminal.
 	Prepared bool `json:"prepared,omitempty"`
+	// SessionSupervisor makes sandbox-init the PID 1 of a session sandbox
+	// (session_linux.go): it never runs a command itself, it forks and
+	// execs, for each spawn record on the lifeline, a sandbox-init of this
+	// spec in the prepared mode with SessionChild, in a PID and a mount
+	// namespace of its own. Only with Prepared.
+	SessionSupervisor bool `json:"session_supervisor,omitempty"`
+	// SessionChild is a prepared sandbox-init started by a session
+	// supervisor: after its started byte it waits for the launcher's
+	// go-ahead (GoAheadTag: the launcher moved it into the command's
+	// cgroup), and its mounts are made private first. Only with Prepared.
+	SessionChild bool `json:"session_child,omitempty"`
 }
 
 // TtySpec is the initial window size of InitSpec.Tty.
@@ -228,6 +239,9 @@ func (s *InitSpec) Validate() error {
 	}
 	if s.Prepared && (!s.Supervise || s.NoNamespaces || s.Tty != nil || s.LifelineFD == 0 || s.CommandFD == 0) {
 		return &InitSpecError{"prepared", "needs supervise, a lifeline, a command descriptor and a sandbox of its own, and no tty"}
+	}
+	if (s.SessionSupervisor || s.SessionChild) && (!s.Prepared || s.SessionSupervisor == s.SessionChild) {
+		return &InitSpecError{"session_supervisor", "session_supervisor or session_child, one of them, and only with prepared"}
 	}
 	if s.MetaGuard && (s.NotifyFD == 0 || !s.NoNamespaces) {
 		return &InitSpecError{"meta_guard", "only in the Landlock tier (no_namespaces) and with notify_fd, the socket its listener goes to"}

@@ -143,3 +143,32 @@ func TestInitArgsRefusals(t *testing.T) {
 		t.Errorf("CommandInitArgs: %q %v", args, err)
 	}
 }
+
+// TestSessionModesNeedPrepared: the session supervisor and its children are
+// prepared sandbox-inits, one mode or the other; anything else is refused
+// naming the field.
+func TestSessionModesNeedPrepared(t *testing.T) {
+	base := InitSpec{SocketMode: SocketLoopback, Supervise: true, Prepared: true, LifelineFD: 4, CommandFD: 3}
+	for _, ok := range []func(*InitSpec){
+		func(s *InitSpec) { s.SessionSupervisor = true },
+		func(s *InitSpec) { s.SessionChild = true },
+	} {
+		s := base
+		ok(&s)
+		if err := s.Validate(); err != nil {
+			t.Errorf("%+v: %v", s, err)
+		}
+	}
+	for _, bad := range []func(*InitSpec){
+		func(s *InitSpec) { s.SessionSupervisor, s.Prepared = true, false },
+		func(s *InitSpec) { s.SessionChild, s.Prepared = true, false },
+		func(s *InitSpec) { s.SessionSupervisor, s.SessionChild = true, true },
+	} {
+		s := base
+		bad(&s)
+		var e *InitSpecError
+		if err := s.Validate(); !errors.As(err, &e) || e.Field != "session_supervisor" {
+			t.Errorf("%+v: %v", s, err)
+		}
+	}
+}
