@@ -437,7 +437,7 @@ func (d *Driver) spawnInSession(ctx context.Context, ss *sessionSandbox, plan Pl
 			return nil, err
 		}
 		sb.notifyRemote = remote
-		if sb.notif, err = startNotifier(local, nil); err != nil {
+		if sb.notif, err = startNotifier(local, nil, newUnixGuard(plan.SocketMode, plan.BridgePorts)); err != nil {
 			return nil, err
 		}
 		fds = append(fds, int(remote.Fd()))
