@@ -36,7 +36,7 @@ build:
 # -race); README.md ("Tests and their time") has the figures.
 # `make test-stress` (the full serve load and the soak) is not part of
 # `make test` but CI runs it too (.ci/run).
-test: build proto-check lint cross test-go test-python test-typescript test-unprivileged test-nolandlock test-nonamespaces test-prepared fuzz-short
+test: build proto-check lint cross test-go test-python test-typescript test-unprivileged test-nolandlock test-nonamespaces test-prepared test-session fuzz-short
 
 # go test runs the packages of one invocation side by side (-p, one per
 # core); the groups run one after another, each with its own timeout.
@@ -132,6 +132,14 @@ test-nolandlock: build
 .PHONY: test-prepared
 test-prepared: build
 	./scripts/test-prepared.sh
+
+# The conformance suite and the escape battery with every command of a
+# session run in its persistent session sandboxes
+# (sandbox.linux.session_sandbox = "always"); SESSION_ALL=1 adds the
+# driver's whole package.
+.PHONY: test-session
+test-session: build
+	./scripts/test-session.sh
 
 # The Landlock tier (sandbox.linux.fallback = "landlock") on a host that
 # refuses namespaces, reproduced for one process tree (see the script): the
