@@ -1,36 +1,12 @@
 package driverapi
 
-import (
-	"errors"
-	"net"
-	"syscall"
+import "golang.org/x/sys/unix"
 
-	"golang.org/x/sys/unix"
-)
-
-// peerCredSupported: the kernel tells a unix socket's peer (SO_PEERCRED).
-const peerCredSupported = true
-
-// peerUID is the uid the kernel recorded for the other end of a unix
-// socket when it connected or listened: not something the peer says.
-func peerUID(conn net.Conn) (int, error) {
-	sc, ok := conn.(syscall.Conn)
-	if !ok {
-		return -1, errors.New("not a socket")
-	}
-	raw, err := sc.SyscallConn()
+// socketPeerUID reads the peer's uid with SO_PEERCRED.
+func socketPeerUID(fd int) (int, error) {
+	cred, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return -1, err
-	}
-	var cred *unix.Ucred
-	var gerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return -1, err
-	}
-	if gerr != nil {
-		return -1, gerr
 	}
 	return int(cred.Uid), nil
 }
