@@ -23,26 +23,9 @@ import (
 // returns nil and leaves no socket behind. A second Run on the same
 // socket is refused as in use while the first serves.
 func TestRunServesUntilSignalled(t *testing.T) {
-	t.Setenv("XDG_DATA_HOME", t.TempDir())
-	cfg := core.DefaultConfig()
-	cfg.Sandbox.WorkspaceRoot = filepath.Join(t.TempDir(), "ws")
-	cfg.Sandbox.AuditLog = ""
-	sock := filepath.Join(t.TempDir(), "run", "s.sock")
 	fake := &drivertest.FakeDriver{Stdout: []byte("from the driver\n")}
-	sigs := make(chan os.Signal, 2)
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(context.Background(), service.Config{Sandbox: cfg, Sockets: []string{sock}, Signals: sigs,
-			Ready: func() { close(ready) }, RuntimeOptions: []alephsandbox.Option{alephsandbox.WithDriver(drivertest.Connect(t, fake))}})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run returned before serving: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("Run never became ready")
-	}
+	r := startRun(t, fake)
+	cfg, sock, sigs := r.cfg, r.sock, r.sigs
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -59,17 +42,7 @@ func TestRunServesUntilSignalled(t *testing.T) {
 	}
 
 	sigs <- syscall.SIGTERM
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatalf("Run after the signal: %v", err)
-		}
-	case <-time.After(2 * time.Minute):
-		t.Fatal("Run did not stop after the signal")
-	}
-	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the socket is left behind: %v", err)
-	}
+	r.stopped(t, "after the signal")
 }
 
 // blockingDriver holds a run of /bin/block until release is closed.
@@ -96,26 +69,9 @@ func (d *blockingDriver) Run(ctx context.Context, spec driverapi.RunSpec, stream
 // with the draining reason; once nothing runs, Run ends and leaves no
 // socket behind.
 func TestRunDrainsBeforeItStops(t *testing.T) {
-	t.Setenv("XDG_DATA_HOME", t.TempDir())
-	cfg := core.DefaultConfig()
-	cfg.Sandbox.WorkspaceRoot = filepath.Join(t.TempDir(), "ws")
-	cfg.Sandbox.AuditLog = ""
-	sock := filepath.Join(t.TempDir(), "run", "s.sock")
 	drv := &blockingDriver{entered: make(chan struct{}, 1), release: make(chan struct{})}
-	sigs := make(chan os.Signal, 2)
-	ready := make(chan struct{})
-	done := make(chan error, 1)
-	go func() {
-		done <- service.Run(context.Background(), service.Config{Sandbox: cfg, Sockets: []string{sock}, Signals: sigs,
-			Ready: func() { close(ready) }, RuntimeOptions: []alephsandbox.Option{alephsandbox.WithDriver(drivertest.Connect(t, drv))}})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		t.Fatalf("Run returned before serving: %v", err)
-	case <-time.After(2 * time.Minute):
-		t.Fatal("Run never became ready")
-	}
+	r := startRun(t, drv)
+	sock, sigs, done := r.sock, r.sigs, r.done
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	p := client.NewPipeline(sock, nil)
@@ -157,15 +113,53 @@ func TestRunDrainsBeforeItStops(t *testing.T) {
 	if err := <-blocked; err != nil {
 		t.Fatalf("the command running at the signal: %v", err)
 	}
+	r.stopped(t, "once nothing ran")
+}
+
+// running is a Run serving a stand-in driver on a private socket.
+type running struct {
+	cfg  core.Config
+	sock string
+	sigs chan os.Signal
+	done chan error
+}
+
+// startRun starts Run over d and returns once it serves.
+func startRun(t *testing.T, d driverapi.Driver) *running {
+	t.Helper()
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	r := &running{cfg: core.DefaultConfig(), sock: filepath.Join(t.TempDir(), "run", "s.sock"),
+		sigs: make(chan os.Signal, 2), done: make(chan error, 1)}
+	r.cfg.Sandbox.WorkspaceRoot = filepath.Join(t.TempDir(), "ws")
+	r.cfg.Sandbox.AuditLog = ""
+	ready := make(chan struct{})
+	conn := drivertest.Connect(t, d)
+	go func() {
+		r.done <- service.Run(context.Background(), service.Config{Sandbox: r.cfg, Sockets: []string{r.sock}, Signals: r.sigs,
+			Ready: func() { close(ready) }, RuntimeOptions: []alephsandbox.Option{alephsandbox.WithDriver(conn)}})
+	}()
 	select {
-	case err := <-done:
+	case <-ready:
+	case err := <-r.done:
+		t.Fatalf("Run returned before serving: %v", err)
+	case <-time.After(2 * time.Minute):
+		t.Fatal("Run never became ready")
+	}
+	return r
+}
+
+// stopped waits for Run to return nil and checks it left no socket.
+func (r *running) stopped(t *testing.T, when string) {
+	t.Helper()
+	select {
+	case err := <-r.done:
 		if err != nil {
-			t.Fatalf("Run after draining: %v", err)
+			t.Fatalf("Run %s: %v", when, err)
 		}
 	case <-time.After(2 * time.Minute):
-		t.Fatal("Run did not stop once nothing ran")
+		t.Fatalf("Run did not stop %s", when)
 	}
-	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(r.sock); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the socket is left behind: %v", err)
 	}
 }
