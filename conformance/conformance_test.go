@@ -292,6 +292,39 @@ func TestLeakyDriverFailsIsolation(t *testing.T) {
 	t.Logf("leaky driver failed %d cases: %v", len(failed), failed)
 }
 
+// TestSuiteFollowsTheReportedProxyRoute: the proxy case builds the child's
+// proxy address from the route the driver reports, not from the OS it runs
+// on. The leaky driver runs commands on the host's own network and has no
+// in-namespace bridge, so reported as host_loopback its proxied connection
+// reaches the proxy (pass), and reported as namespace_bridge it cannot
+// (fail: nothing listens at the bridge address), on every OS.
+func TestSuiteFollowsTheReportedProxyRoute(t *testing.T) {
+	for _, tc := range []struct {
+		route driverapi.ProxyRoute
+		want  conformance.Status
+	}{
+		{driverapi.RouteHostLoopback, conformance.Pass},
+		{driverapi.RouteNamespaceBridge, conformance.Fail},
+	} {
+		t.Run(string(tc.route), func(t *testing.T) {
+			rep := runSuite(t, "leaky", func(c *conformance.Config) {
+				c.Env = []string{"LEAKY_NETWORK_ROUTE=" + string(tc.route)}
+				c.Run = regexp.MustCompile(`^net/allow-hosts-via-proxy$`)
+			})
+			if got := rep.Capabilities.NetworkRoute(); got != tc.route {
+				t.Fatalf("the driver reported route %q, want %q", got, tc.route)
+			}
+			r, ok := statuses(rep)["net/allow-hosts-via-proxy"]
+			if !ok {
+				t.Fatalf("the case did not run: %+v", rep.Results)
+			}
+			if r.Status != tc.want {
+				t.Errorf("route %s: net/allow-hosts-via-proxy %s (%s), want %s", tc.route, r.Status, r.Detail, tc.want)
+			}
+		})
+	}
+}
+
 // optionalCallsSkipped: the cases of an optional call (Case.Call) skip,
 // named, for a test driver that does not list the call.
 func optionalCallsSkipped() map[string]conformance.Status {

@@ -62,11 +62,17 @@ func (driver) Capabilities(context.Context) (driverapi.HostCapabilities, error) 
 	if extra := os.Getenv("LEAKY_EXTRA_FEATURE"); extra != "" {
 		features = append(features, extra)
 	}
+	// A lie the suite must catch: its loopback is the host's.
+	details := map[string]string{driverapi.DetailNetworkNoneLoopback: "session"}
+	// The suite's own tests name a proxy route this way, to show that the
+	// suite builds the child's proxy address from the route reported.
+	if route := os.Getenv("LEAKY_NETWORK_ROUTE"); route != "" {
+		details[driverapi.DetailNetworkRoute] = route
+	}
 	return driverapi.HostCapabilities{
 		Backend: backend, DriverVersion: "0.0.0-test", ProtocolVersion: driverapi.ProtocolVersion,
 		Features: features, OS: runtime.GOOS, Arch: runtime.GOARCH,
-		// A lie the suite must catch: its loopback is the host's.
-		Details: map[string]string{driverapi.DetailNetworkNoneLoopback: "session"},
+		Details: details,
 	}, nil
 }
 
