@@ -13,13 +13,18 @@ import (
 )
 
 // ConfigSections are the loader options that give core the schemas of the
-// sections the runtime's in-process components own ([sandbox.rate_limit],
-// the rate-limit hook's; [sandbox.processes], the process table's). With them core.LoadConfig refuses those
+// sections the runtime's in-process components own ([sandbox.command_policy],
+// the command-policy hook's; [sandbox.rate_limit], the rate-limit hook's;
+// [sandbox.processes], the process table's). With them core.LoadConfig refuses those
 // sections' unknown keys and bad values by their full names and fills
 // their owners' defaults. A driver's section ([sandbox.linux]) is not
 // among them: the driver validates it when the runtime hands it over.
 func ConfigSections() []core.LoadOption {
 	return []core.LoadOption{
+		core.WithSection(commandpolicy.Schema(), func(b []byte) error {
+			_, err := commandpolicy.ParseConfig(b)
+			return err
+		}),
 		core.WithSection(ratelimit.Schema(), func(b []byte) error {
 			_, err := ratelimit.ParseConfig(b)
 			return err
@@ -58,7 +63,7 @@ func checkComponents(cfg core.Config) error {
 	// The command-policy hook's own check, which reads the values exactly
 	// as the hook does; its key is made the full dotted name the loader
 	// uses for every other key.
-	if err := commandpolicy.CheckConfig(CommandPolicyConfig(cfg.Sandbox.CommandPolicy)); err != nil {
+	if _, err := CommandPolicyConfig(cfg); err != nil {
 		var ce *core.ConfigError
 		if errors.As(err, &ce) {
 			return &core.ConfigError{Key: ce.FullKey(), Reason: ce.Reason}
@@ -72,6 +77,15 @@ func checkComponents(cfg core.Config) error {
 		}
 	}
 	return nil
+}
+
+// CommandPolicyConfig is the command-policy hook's configuration as cfg
+// gives it ([sandbox.command_policy], read by the hook package's own
+// parser, the one the aleph-hook-commandpolicy plugin reads its
+// ALEPH_HOOK_CONFIG with). Keys the section does not set have the hook's
+// defaults; a refused key is a *driverapi.ConfigError naming it.
+func CommandPolicyConfig(cfg core.Config) (commandpolicy.Config, error) {
+	return commandpolicy.ParseConfig(cfg.Sandbox.CommandPolicy.JSON())
 }
 
 // RateLimitConfig is the rate-limit hook's configuration as cfg gives it

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/hooks/commandpolicy"
 	"github.com/aleph-sandbox/aleph-sandbox/hooks/ratelimit"
 )
 
@@ -69,6 +70,63 @@ func TestRateLimitDefaultsAgree(t *testing.T) {
 	}
 	for _, r := range rows {
 		f, ok := ratelimit.Schema().Field(r[1])
+		if !ok {
+			t.Errorf("docs list %s, not a key of the section", r[1])
+			continue
+		}
+		if r[2] != f.DefaultJSON {
+			t.Errorf("docs give %s the default %s, the hook %s", r[1], r[2], f.DefaultJSON)
+		}
+	}
+}
+
+// TestCommandPolicyDefaultsAgree: the defaults of [sandbox.command_policy]
+// are the same whichever way they are reached — the hook package, the
+// loaded configuration (from the schema), a configuration never loaded
+// (core.DefaultConfig), the plugin's ALEPH_HOOK_CONFIG, and the table in
+// docs/configuration.md.
+func TestCommandPolicyDefaultsAgree(t *testing.T) {
+	t.Setenv("XDG_DATA_HOME", t.TempDir())
+	want := commandpolicy.DefaultConfig()
+	same := func(a, b commandpolicy.Config) bool {
+		return a.Enabled == b.Enabled && a.Enforcement == b.Enforcement && a.UseDefaultRules == b.UseDefaultRules && len(a.CustomRules) == 0 && len(b.CustomRules) == 0
+	}
+	loaded, err := LoadConfig("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, cfg := range map[string]core.Config{"loaded": loaded, "core.DefaultConfig": core.DefaultConfig()} {
+		got, err := CommandPolicyConfig(cfg)
+		if err != nil || !same(got, want) {
+			t.Errorf("%s: in-process %+v %v, want %+v", name, got, err, want)
+		}
+		env, err := hookPluginEnv(cfg, "/opt/hooks/aleph-hook-commandpolicy")
+		if err != nil || len(env) != 1 {
+			t.Fatalf("plugin env %q %v", env, err)
+		}
+		plugin, err := commandpolicy.ParseConfig([]byte(strings.TrimPrefix(env[0], "ALEPH_HOOK_CONFIG=")))
+		if err != nil || !same(plugin, want) {
+			t.Errorf("%s: plugin %+v %v, want %+v", name, plugin, err, want)
+		}
+	}
+	for _, f := range commandpolicy.Schema().Fields {
+		if _, ok := loaded.Sandbox.CommandPolicy[f.Name]; !ok {
+			t.Errorf("loaded section lacks %s", f.Name)
+		}
+	}
+	doc, err := os.ReadFile("docs/configuration.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, table, _ := strings.Cut(string(doc), "## `[sandbox.command_policy]`")
+	table, _, _ = strings.Cut(table, "\n## ")
+	row := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| `([^`]*)` \\|")
+	rows := row.FindAllStringSubmatch(table, -1)
+	if len(rows) != len(commandpolicy.Schema().Fields) {
+		t.Fatalf("docs/configuration.md lists %d command_policy keys, the schema %d", len(rows), len(commandpolicy.Schema().Fields))
+	}
+	for _, r := range rows {
+		f, ok := commandpolicy.Schema().Field(r[1])
 		if !ok {
 			t.Errorf("docs list %s, not a key of the section", r[1])
 			continue

@@ -54,13 +54,14 @@ func shippedHooks() []hookKind {
 		{
 			name: commandpolicy.HookName, section: "sandbox.command_policy", plugin: "aleph-hook-commandpolicy",
 			config: func(cfg core.Config) (any, error) {
-				c := CommandPolicyConfig(cfg.Sandbox.CommandPolicy)
+				c, err := CommandPolicyConfig(cfg)
 				c.Enabled = true
-				return c, nil
+				return c, err
 			},
 			build: func(cfg core.Config, b hookBuild) (driverapi.Hook, error) {
-				if !cfg.Sandbox.CommandPolicy.Enabled {
-					return nil, nil
+				c, err := CommandPolicyConfig(cfg)
+				if err != nil || !c.Enabled {
+					return nil, err
 				}
 				return b.policy.hook, nil
 			},
@@ -174,8 +175,17 @@ func newPolicyChecker(cfg core.Config, logger hclog.Logger, warn io.Writer) *Pol
 	if warn == nil {
 		warn = io.Discard
 	}
-	h, errs := commandpolicy.New(CommandPolicyConfig(cfg.Sandbox.CommandPolicy), logger.Named("command_policy"))
-	for _, err := range errs {
+	c, err := CommandPolicyConfig(cfg)
+	var errs []error
+	if err != nil {
+		// LoadConfig and New refuse such a section; a configuration that
+		// reaches here unchecked gets the curated rules, blocking: never
+		// weaker than what it asked for.
+		errs = append(errs, err)
+		c = commandpolicy.DefaultConfig()
+	}
+	h, newErrs := commandpolicy.New(c, logger.Named("command_policy"))
+	for _, err := range append(errs, newErrs...) {
 		// The hook has already fallen back to the curated defaults: the
 		// error is worth a warning line, not a refusal.
 		logger.Error("command policy rule refused", "error", err)
@@ -189,16 +199,6 @@ func newPolicyChecker(cfg core.Config, logger hclog.Logger, warn io.Writer) *Pol
 func (p *PolicyChecker) Check(ctx context.Context, command string, stdin []byte) (driverapi.Verdict, error) {
 	return p.hook.Before(ctx, driverapi.HookRequest{SessionID: "policy-check", CommandID: "policy-check",
 		Program: "sh", Args: []string{"-c", command}, Stdin: stdin})
-}
-
-// CommandPolicyConfig maps the [sandbox.command_policy] section onto the
-// hook's own configuration type (the CLI's `policy check` runs the same).
-func CommandPolicyConfig(c core.CommandPolicyConfig) commandpolicy.Config {
-	out := commandpolicy.Config{Enabled: c.Enabled, Enforcement: c.Enforcement, UseDefaultRules: c.UseDefaultRules}
-	for _, r := range c.CustomRules {
-		out.CustomRules = append(out.CustomRules, commandpolicy.Rule{Name: r.Name, Regex: r.Regex, Action: r.Action, Description: r.Description})
-	}
-	return out
 }
 
 // routedMediator starts each command's proxy on the route the driver

@@ -79,7 +79,7 @@ func TestRuntimeRunsTheConfiguredCommandPolicy(t *testing.T) {
 	// With the policy off in the configuration the same command runs:
 	// the refusal above came from the configuration, not a fixed rule.
 	cfg := testConfig(t)
-	cfg.Sandbox.CommandPolicy.Enforcement = "off"
+	cfg.Sandbox.CommandPolicy = core.Section{"enforcement": "off"}
 	rt2, fake2 := newRuntime(t, cfg, alephsandbox.WithApprover(approveAll{}))
 	if _, err := rt2.Execute(ctx, core.Command{SessionID: "s", Program: "rm", Args: []string{"-rf", "/"}}); err != nil {
 		t.Fatalf("with enforcement off: %v", err)
@@ -408,7 +408,7 @@ func TestSecretInjectionOneCheck(t *testing.T) {
 // included, and a rule that does not compile is reported once.
 func TestRuntimePolicyIsThePipelines(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.Sandbox.CommandPolicy.CustomRules = []core.CustomRule{{Name: "no-curl", Regex: `\bcurl\b`, Action: "block"}}
+	cfg.Sandbox.CommandPolicy = core.Section{"custom_rules": []any{map[string]any{"name": "no-curl", "regex": `\bcurl\b`, "action": "block"}}}
 	rt, fake := newRuntime(t, cfg, alephsandbox.WithApprover(approveAll{}))
 	ctx := context.Background()
 	v, err := rt.Policy().Check(ctx, "curl https://example.com", nil)
@@ -428,7 +428,7 @@ func TestRuntimePolicyIsThePipelines(t *testing.T) {
 
 	var warn strings.Builder
 	bad := testConfig(t)
-	bad.Sandbox.CommandPolicy.CustomRules = []core.CustomRule{{Name: "broken", Regex: "(", Action: "block"}}
+	bad.Sandbox.CommandPolicy = core.Section{"custom_rules": []any{map[string]any{"name": "broken", "regex": "(", "action": "block"}}}
 	rt2, _ := newRuntime(t, bad, alephsandbox.WithWarnings(&warn))
 	if n := strings.Count(warn.String(), "warning:"); n != 1 || !strings.Contains(warn.String(), "broken") {
 		t.Fatalf("warnings for one broken rule: %q", warn.String())

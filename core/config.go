@@ -71,8 +71,11 @@ type SandboxConfig struct {
 	// run in the session's persistent sandbox when the driver lists the
 	// session_sandbox call) or "off" (a sandbox per command). Hosts that
 	// live for one command (the one-shot CLI) turn it off.
-	SessionSandboxes string              `koanf:"session_sandboxes" json:"session_sandboxes" toml:"session_sandboxes"`
-	CommandPolicy    CommandPolicyConfig `koanf:"command_policy" json:"command_policy" toml:"command_policy"`
+	SessionSandboxes string `koanf:"session_sandboxes" json:"session_sandboxes" toml:"session_sandboxes"`
+	// CommandPolicy is owned by the command-policy hook
+	// (hooks/commandpolicy: its type, defaults and validation); core keeps
+	// it as a Section, as it does RateLimit.
+	CommandPolicy Section `koanf:"command_policy" json:"command_policy" toml:"command_policy"`
 	// RateLimit is owned by the rate-limit hook (hooks/ratelimit: its
 	// type, defaults and validation); core keeps it as a Section.
 	RateLimit Section       `koanf:"rate_limit" json:"rate_limit" toml:"rate_limit"`
@@ -151,26 +154,6 @@ func BaselinePresets() map[string]driverapi.Capabilities {
 // New uses unless WithBaseline says otherwise).
 func (c Config) SessionBaseline() driverapi.Capabilities {
 	return BaselinePresets()[c.Sandbox.Session.Baseline]
-}
-
-// CommandPolicyConfig is [sandbox.command_policy].
-type CommandPolicyConfig struct {
-	Enabled bool `koanf:"enabled" json:"enabled" toml:"enabled"`
-	// Enforcement is "block", "warn" or "off" (commandpolicy.ParseEnforcement
-	// reads it).
-	Enforcement     string       `koanf:"enforcement" json:"enforcement" toml:"enforcement"`
-	UseDefaultRules bool         `koanf:"use_default_rules" json:"use_default_rules" toml:"use_default_rules"`
-	CustomRules     []CustomRule `koanf:"custom_rules" json:"custom_rules" toml:"custom_rules"`
-}
-
-// CustomRule is one [[sandbox.command_policy.custom_rules]] entry. The regex
-// is compiled by the command-policy hook, which reports a malformed one by
-// name and falls back to the curated defaults.
-type CustomRule struct {
-	Name        string `koanf:"name" json:"name" toml:"name"`
-	Regex       string `koanf:"regex" json:"regex" toml:"regex"`
-	Action      string `koanf:"action" json:"action" toml:"action"` // "block" or "warn"
-	Description string `koanf:"description" json:"description" toml:"description"`
 }
 
 // NetworkConfig is [sandbox.network].
@@ -349,12 +332,10 @@ func DefaultConfig() Config {
 		HookPlugins:            []string{},
 		HookTimeoutMS:          2000,
 		TimeoutTermGraceMS:     DefaultTimeoutTermGraceMS,
-		CommandPolicy: CommandPolicyConfig{
-			Enabled: true, Enforcement: "block", UseDefaultRules: true, CustomRules: []CustomRule{},
-		},
 		// The owners' sections are empty: their defaults are the owners'
 		// (LoadConfig fills them from the schemas it is given).
-		RateLimit: Section{},
+		CommandPolicy: Section{},
+		RateLimit:     Section{},
 		Network:   NetworkConfig{SecretInjections: []SecretInjection{}},
 		Linux:     Section{},
 		Protected: ProtectedConfig{Add: []string{}, Remove: []string{}},
@@ -675,6 +656,16 @@ func checkSectionValue(v any, f driverapi.ConfigField, key string) *ConfigError 
 				return &ConfigError{Key: fmt.Sprintf("%s[%d]", key, i), Reason: fmt.Sprintf("must be a string, got %T", it)}
 			}
 		}
+	case driverapi.ConfigTableList:
+		items, ok := v.([]any)
+		if !ok {
+			return bad("an array of tables")
+		}
+		for i, it := range items {
+			if _, ok := it.(map[string]any); !ok {
+				return &ConfigError{Key: fmt.Sprintf("%s[%d]", key, i), Reason: fmt.Sprintf("must be a table, got %T", it)}
+			}
+		}
 	}
 	return nil
 }
@@ -870,6 +861,8 @@ func sectionEnvValue(sections map[string]driverapi.ConfigSchema, section, name, 
 			}
 		}
 		v = out
+	case driverapi.ConfigTableList:
+		return nil, errors.New("cannot be set from the environment; set it in the config file")
 	default:
 		v = val
 	}

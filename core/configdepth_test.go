@@ -52,7 +52,7 @@ rate_per_second = 1.5
 	if err != nil {
 		t.Fatalf("a normal configuration was refused: %v", err)
 	}
-	if cfg.Sandbox.DefaultTimeoutSeconds != 30 || len(cfg.Sandbox.CommandPolicy.CustomRules) != 1 {
+	if cfg.Sandbox.DefaultTimeoutSeconds != 30 || customRuleName(cfg.Sandbox.CommandPolicy, 0) == "" || customRuleName(cfg.Sandbox.CommandPolicy, 1) != "" {
 		t.Fatalf("the configuration did not load as written: %+v", cfg.Sandbox)
 	}
 	if err := checkConfigNesting([]byte("x = " + strings.Repeat("[", MaxConfigNesting) + strings.Repeat("]", MaxConfigNesting))); err != nil {

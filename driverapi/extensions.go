@@ -227,6 +227,11 @@ const (
 	ConfigStringList ConfigFieldType = "string_list"
 	// ConfigNumber is an integer or a fraction (a rate per second).
 	ConfigNumber ConfigFieldType = "number"
+	// ConfigTableList is an array of tables ([[section.key]] in TOML). The
+	// loader checks only that it is one; the keys of each table are the
+	// section owner's to judge (its check function), and it cannot be set
+	// from the environment.
+	ConfigTableList ConfigFieldType = "table_list"
 )
 
 // ConfigField describes one key of a driver's configuration section.

@@ -9,8 +9,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -44,13 +42,8 @@ func main() {
 }
 
 func parseConfig(raw string) (commandpolicy.Config, error) {
-	cfg := commandpolicy.DefaultConfig()
-	if raw == "" {
-		return cfg, nil
-	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&cfg); err != nil {
+	cfg, err := commandpolicy.ParseConfig([]byte(raw))
+	if err != nil {
 		return cfg, fmt.Errorf("configuration JSON: %w", err)
 	}
 	return cfg, nil
