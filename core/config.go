@@ -336,11 +336,11 @@ func DefaultConfig() Config {
 		// (LoadConfig fills them from the schemas it is given).
 		CommandPolicy: Section{},
 		RateLimit:     Section{},
-		Network:   NetworkConfig{SecretInjections: []SecretInjection{}},
-		Linux:     Section{},
-		Protected: ProtectedConfig{Add: []string{}, Remove: []string{}},
-		Session:   SessionConfig{Baseline: "strict", Home: HomeSession},
-		Processes: Section{},
+		Network:       NetworkConfig{SecretInjections: []SecretInjection{}},
+		Linux:         Section{},
+		Protected:     ProtectedConfig{Add: []string{}, Remove: []string{}},
+		Session:       SessionConfig{Baseline: "strict", Home: HomeSession},
+		Processes:     Section{},
 	}}
 	if data != "" {
 		c.Sandbox.WorkspaceRoot = filepath.Join(data, "workspaces")
