@@ -70,6 +70,8 @@ type sessionSandbox struct {
 	// dead is closed once bwrap has ended (result in ended).
 	dead  chan struct{}
 	ended sandboxResult
+	// prot is the protected entries kept for its commands.
+	prot protState
 
 	mu      sync.Mutex
 	ahead   *preparedSandbox // a command's sandbox-init waiting
@@ -192,6 +194,7 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 		exit, err := d.runCommand(ctx, spec, in, streams, &handoverStarter{
 			pathInfo: pathInfo{tier: tierBwrap, session: how, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif},
 			d:        d, ps: ps, plan: plan, cwd: cwd,
+			protect: func(p Plan) (*protection, func(), error) { return ss.protectFor(d, p) },
 		})
 		close(answered)
 		ss.release(d)
@@ -655,6 +658,8 @@ func (d *Driver) endSession(ss *sessionSandbox, lost bool) {
 	// network and /etc view released. Commands still running in it die
 	// with it (their PID namespaces are below the supervisor's).
 	ss.sup.destroy()
+	// Commands that still hold it let go as they end.
+	ss.prot.end()
 }
 
 // forgetSessions ends the session sandboxes of session (every profile).
