@@ -110,3 +110,45 @@ func TestSessionProtectedKept(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionIdleDropsAhead: an idle session ends the command's
+// sandbox-init it kept waiting ahead (counted: there was one), holds then
+// only bwrap and its supervisor, and its next command still runs in it.
+func TestSessionIdleDropsAhead(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	d.sessions.aheadIdle = 300 * time.Millisecond
+	ws := newWorkspace(t)
+	expectOK(t, sessRun(t, d, ws, "s", spawnCaps, `echo > /tmp/mark`))
+	dropped := func() int {
+		d.sessions.mu.Lock()
+		defer d.sessions.mu.Unlock()
+		for k, ss := range d.sessions.m {
+			if k.session == "s" {
+				ss.mu.Lock()
+				defer ss.mu.Unlock()
+				if ss.ahead != nil {
+					return -1
+				}
+				return ss.dropped
+			}
+		}
+		return 0
+	}
+	waitUntil(t, func() bool { return dropped() > 0 })
+	var all []string
+	waitUntil(t, func() bool {
+		var sup []string
+		sup, all = sessionProcs(ws)
+		return len(sup) == 1 && len(all) <= 2
+	})
+	// The processes report ready before their Go runtimes settle.
+	time.Sleep(300 * time.Millisecond)
+	_, all = sessionProcs(ws)
+	t.Logf("one idle session sandbox, nothing waiting ahead: %d processes, %d KiB PSS", len(all), pssOf(t, all))
+	r := sessRun(t, d, ws, "s", spawnCaps, `cat /tmp/mark && echo again`)
+	expectOK(t, r)
+	if r.stdout != "\nagain\n" || sessionOf(r) != driverapi.SessionSandboxReused {
+		t.Fatalf("after the drop: %q %v", r.stdout, r.exit.Details)
+	}
+}
