@@ -81,7 +81,7 @@ type sessionSandbox struct {
 	// drop ends the sandbox-init waiting ahead once the session has been
 	// idle for aheadIdle (dropAhead).
 	drop    *time.Timer
-	dropped int // how many were dropped (tests)
+	dropped int  // how many were dropped (tests)
 	gone    bool // ended or ending: no new command
 	ending  bool // endSession ran
 }
