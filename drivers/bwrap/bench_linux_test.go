@@ -315,8 +315,19 @@ func batch(conc, n int, fn func() error) error {
 // sandbox-init it reaped); the session's is over the first command and
 // the 20 warm ones together, its build shared among them.
 func BenchmarkSession(b *testing.B) {
+	benchSession(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff})
+}
+
+// BenchmarkSessionKept is BenchmarkSession with session_placeholders =
+// "session": the protected entries and their placeholders kept for the
+// session sandbox's life, a command checking the workspace unchanged.
+func BenchmarkSessionKept(b *testing.B) {
+	benchSession(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff, SessionPlaceholders: SessionPlaceholdersSession})
+}
+
+func benchSession(b *testing.B, opts Options) {
 	ctx := context.Background()
-	d := benchDriver(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff}, false)
+	d := benchDriver(b, opts, false)
 	if why := d.sessionOffWhy(); why != "" {
 		b.Skip("session sandboxes off here: " + why)
 	}

@@ -197,11 +197,14 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 			defer d.sessions.leave()
 			ss.refill(d, plan, answered)
 		}()
-		exit, err := d.runCommand(ctx, spec, in, streams, &handoverStarter{
+		hs := &handoverStarter{
 			pathInfo: pathInfo{tier: tierBwrap, session: how, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif},
 			d:        d, ps: ps, plan: plan, cwd: cwd,
-			protect: func(p Plan) (*protection, func(), error) { return ss.protectFor(d, p) },
-		})
+		}
+		if d.cfg.Options.SessionPlaceholders == SessionPlaceholdersSession {
+			hs.protect = func(p Plan) (*protection, func(), error) { return ss.protectFor(d, p) }
+		}
+		exit, err := d.runCommand(ctx, spec, in, streams, hs)
 		close(answered)
 		ss.release(d)
 		var refused *notHandedOver

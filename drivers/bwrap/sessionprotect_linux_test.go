@@ -28,7 +28,8 @@ func protCounts(t *testing.T, d *Driver, session string) (reused, scanned int) {
 	return 0, 0
 }
 
-// TestSessionProtectedKept: a session sandbox keeps its protected entries
+// TestSessionProtectedKept: with session_placeholders = "session", a
+// session sandbox keeps its protected entries
 // between commands while the host's tree is as it was, and a protected
 // entry that appears on the host between two commands (a nested .git, a
 // real .git where the placeholder was) is protected in the next one: its
@@ -36,11 +37,22 @@ func protCounts(t *testing.T, d *Driver, session string) (reused, scanned int) {
 // ordinary file the same command writes in the workspace reaches the host
 // (the positive control).
 func TestSessionProtectedKept(t *testing.T) {
-	d := testDriver(t, Options{})
-	needSessions(t, d)
+	// Control: by default a session's command leaves no placeholder.
+	d0 := testDriver(t, Options{})
+	needSessions(t, d0)
+	ws0 := newWorkspace(t)
+	expectOK(t, sessRun(t, d0, ws0, "per-command", spawnCaps, `true`))
+	if ents, err := os.ReadDir(ws0); err != nil || len(ents) != 0 {
+		t.Fatalf("a session command left %v in the workspace (%v)", ents, err)
+	}
+
+	d := testDriver(t, Options{SessionPlaceholders: SessionPlaceholdersSession})
 	ws := newWorkspace(t)
 	run := func(script string) drvResult { return sessRun(t, d, ws, "kept", spawnCaps, script) }
 	expectOK(t, run(`true`))
+	if _, err := os.Lstat(filepath.Join(ws, ".aleph")); err != nil {
+		t.Fatalf("the session keeps no placeholder: %v", err)
+	}
 	// Past the margin, the next scan's fingerprint is trusted (the first
 	// one's placeholders had just changed the workspace's ctime).
 	time.Sleep(2 * racyMargin)
