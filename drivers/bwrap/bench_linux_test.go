@@ -5,9 +5,11 @@ package bwrap
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -315,8 +317,19 @@ func batch(conc, n int, fn func() error) error {
 // sandbox-init it reaped); the session's is over the first command and
 // the 20 warm ones together, its build shared among them.
 func BenchmarkSession(b *testing.B) {
+	benchSession(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff})
+}
+
+// BenchmarkSessionKept is BenchmarkSession with session_placeholders =
+// "session": the protected entries and their placeholders kept for the
+// session sandbox's life, a command checking the workspace unchanged.
+func BenchmarkSessionKept(b *testing.B) {
+	benchSession(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff, SessionPlaceholders: SessionPlaceholdersSession})
+}
+
+func benchSession(b *testing.B, opts Options) {
 	ctx := context.Background()
-	d := benchDriver(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff}, false)
+	d := benchDriver(b, opts, false)
 	if why := d.sessionOffWhy(); why != "" {
 		b.Skip("session sandboxes off here: " + why)
 	}
@@ -411,4 +424,74 @@ func cpuAll() time.Duration {
 	_ = syscall.Getrusage(syscall.RUSAGE_CHILDREN, &kids)
 	tv := func(t syscall.Timeval) time.Duration { return time.Duration(t.Nano()) }
 	return tv(self.Utime) + tv(self.Stime) + tv(kids.Utime) + tv(kids.Stime)
+}
+
+// BenchmarkSessionIdleHeld opens many sessions (ALEPH_BENCH_IDLE_SESSIONS,
+// 64 unless set; the full bench asks for 256), one command each, lets them
+// go idle (their waiting sandbox-inits ended) and reports what they hold:
+// the PSS of every session process, in all and per session. Run it with
+// -benchtime 1x.
+func BenchmarkSessionIdleHeld(b *testing.B) {
+	ctx := context.Background()
+	d := benchDriver(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff}, false)
+	if why := d.sessionOffWhy(); why != "" {
+		b.Skip("session sandboxes off here: " + why)
+	}
+	d.sessions.aheadIdle = 200 * time.Millisecond
+	n := 64
+	if v, err := strconv.Atoi(os.Getenv("ALEPH_BENCH_IDLE_SESSIONS")); err == nil && v > 0 {
+		n = v
+	}
+	spec, ws := benchSpec(b, d)
+	var perSession, total float64
+	for b.Loop() {
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = "idle-" + strconv.Itoa(i)
+			s := spec
+			s.SessionID = ids[i]
+			if err := runTrue(ctx, d, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			sup, all := sessionProcs(ws)
+			// bwrap and its supervisor per session, nothing waiting ahead.
+			if len(sup) == n && len(all) == 2*n {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("%d supervisors, %d processes; want %d and %d", len(sup), len(all), n, 2*n)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		// The processes report ready before their Go runtimes settle.
+		time.Sleep(300 * time.Millisecond)
+		_, all := sessionProcs(ws)
+		var kb int
+		for _, pid := range all {
+			raw, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
+			if err != nil {
+				b.Skipf("no smaps_rollup here: %v", err)
+			}
+			for _, line := range strings.Split(string(raw), "\n") {
+				if f := strings.Fields(line); len(f) >= 2 && f[0] == "Pss:" {
+					v, _ := strconv.Atoi(f[1])
+					kb += v
+				}
+			}
+		}
+		total = float64(kb) / 1024
+		perSession = total / float64(n)
+		for _, id := range ids {
+			if err := d.ForgetSession(ctx, id); err != nil {
+				b.Fatal(err)
+			}
+		}
+		d.pool.waitIdle()
+	}
+	b.ReportMetric(float64(n), "sessions")
+	b.ReportMetric(total, "pss_total_MiB")
+	b.ReportMetric(perSession, "pss_per_session_MiB")
 }

@@ -47,6 +47,8 @@ func configFields() []driverapi.ConfigField {
 			Description: "session sandboxes: auto runs the commands whose host asks for it in one persistent sandbox per session and profile (root driver, bwrap tier); off gives every command a sandbox of its own; always does so for every command of a session, asked or not (the test suites' second pass)"},
 		{Name: "session_idle_ms", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultSessionIdleMS),
 			Description: "how long a session sandbox lives without a command before it is ended; 0 means the default"},
+		{Name: "session_placeholders", Type: driverapi.ConfigString, DefaultJSON: strconv.Quote(SessionPlaceholdersCommand), Enum: []string{"command", "session"},
+			Description: "how long the placeholders of missing protected entries stay on the host for a session sandbox's commands: command makes and removes them for each command; session keeps them (and the protected entries found) until the session sandbox ends, and a command only checks that the workspace did not change (faster; the placeholders are visible on the host between commands)"},
 		{Name: "max_session_networks", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultMaxSessionNetworks),
 			Description: "network namespaces held for sessions at once; past it a command needing one is refused (resource_exhausted); 0 means the default"},
 	}

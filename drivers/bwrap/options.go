@@ -38,7 +38,15 @@ const (
 // Session sandboxes (session_linux.go): the defaults.
 const (
 	DefaultSessionIdleMS = 300_000
-	maxSessionIdleMS     = 86_400_000
+	// SessionPlaceholdersCommand: a session's command makes the
+	// placeholders of missing protected entries and removes them when it
+	// ends, as a command without a session does (the default).
+	SessionPlaceholdersCommand = "command"
+	// SessionPlaceholdersSession: the session sandbox keeps them, and the
+	// protected entries found, until it ends; a command checks the
+	// workspace is unchanged instead of scanning it.
+	SessionPlaceholdersSession = "session"
+	maxSessionIdleMS           = 86_400_000
 )
 
 // SessionSandboxMode selects whether the commands of a session that ask
@@ -143,6 +151,11 @@ type Options struct {
 	// SessionIdleMS is how long a session sandbox lives without a
 	// command; 0 means DefaultSessionIdleMS.
 	SessionIdleMS uint64 `json:"session_idle_ms,omitempty"`
+	// SessionPlaceholders says how long a session sandbox's placeholders
+	// of missing protected entries stay on the host: for each command
+	// (SessionPlaceholdersCommand, empty) or for the session sandbox's
+	// life (SessionPlaceholdersSession: sessionprotect_linux.go).
+	SessionPlaceholders string `json:"session_placeholders,omitempty"`
 	// MaxSessionNetworks caps the network namespaces held for sessions
 	// (each a pasta or slirp process and a namespace); past it a command
 	// needing one is refused as resource_exhausted. 0: the default (64).
@@ -208,6 +221,11 @@ func (o Options) Validate() error {
 	case "", SessionSandboxAuto, SessionSandboxOff, SessionSandboxAlways:
 	default:
 		return &OptionsError{Key: "session_sandbox", Reason: fmt.Sprintf("session_sandbox %q: want auto, off or always", o.SessionSandbox)}
+	}
+	switch o.SessionPlaceholders {
+	case "", SessionPlaceholdersCommand, SessionPlaceholdersSession:
+	default:
+		return &OptionsError{Key: "session_placeholders", Reason: fmt.Sprintf("session_placeholders %q: want command or session", o.SessionPlaceholders)}
 	}
 	if o.SessionIdleMS > maxSessionIdleMS {
 		return &OptionsError{Key: "session_idle_ms", Reason: fmt.Sprintf("session_idle_ms %d is out of range (0 for the default of %d, up to %d)", o.SessionIdleMS, DefaultSessionIdleMS, maxSessionIdleMS)}

@@ -713,6 +713,9 @@ type handoverStarter struct {
 	ps   *preparedSandbox
 	plan Plan
 	cwd  string
+	// protect, when set, gives the command's protected entries in place of
+	// d.protect (a session sandbox's kept ones: sessionprotect_linux.go).
+	protect func(Plan) (*protection, func(), error)
 	// release removes the placeholders of the protected entries; pins
 	// hold their inodes until sandbox-init mounted them; cmdFile is the
 	// command's record.
@@ -747,7 +750,11 @@ func (s *handoverStarter) start(ctx, runCtx context.Context, r *runState) (err e
 	}
 	// The protected entries as they are now; a refusal is the one a
 	// fresh sandbox would give.
-	prot, release, err := d.protect(plan)
+	protect := d.protect
+	if s.protect != nil {
+		protect = s.protect
+	}
+	prot, release, err := protect(plan)
 	if err != nil {
 		return err
 	}

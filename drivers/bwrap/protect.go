@@ -143,6 +143,14 @@ type scanner struct {
 	topSet  []string
 	targets map[string]protectTarget
 	repos   map[string]bool // git dirs whose index was read
+	// note, when set, is told every path whose state the scan's result
+	// depends on, before the scan reads it: each directory it lists, each
+	// .git it looks at (gitfile: a regular .git file, whose content names
+	// a git directory through links the scan resolves) and each git index
+	// it reads. A session sandbox keeps their identities to tell, per
+	// command, that a new scan would find the same targets
+	// (sessionprotect_linux.go).
+	note func(path string, gitfile bool)
 }
 
 // scanProtected finds every protected path of plan p: the top-level set in
@@ -151,7 +159,13 @@ type scanner struct {
 // it lies in a writable root, and <path>/.git for every gitlink recorded in
 // each repository's index (or the first missing directory on the way there).
 func scanProtected(p Plan, lim scanLimits) ([]protectTarget, error) {
-	s := &scanner{lim: lim, topSet: p.Protected, targets: map[string]protectTarget{}, repos: map[string]bool{}}
+	return scanProtectedNoting(p, lim, nil)
+}
+
+// scanProtectedNoting is scanProtected telling note what it depends on
+// (scanner.note).
+func scanProtectedNoting(p Plan, lim scanLimits, note func(path string, gitfile bool)) ([]protectTarget, error) {
+	s := &scanner{lim: lim, topSet: p.Protected, targets: map[string]protectTarget{}, repos: map[string]bool{}, note: note}
 	s.roots = append([]string{p.Workspace}, p.FSWrite...)
 	for _, r := range s.roots {
 		for _, name := range p.Protected {
@@ -194,6 +208,9 @@ func (s *scanner) walk(root string) error {
 	for len(stack) > 0 {
 		dir := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
+		if s.note != nil {
+			s.note(dir, false)
+		}
 		f, err := os.Open(dir)
 		if err != nil {
 			// Unreadable to the driver: the sandbox (same uid or fewer
@@ -243,6 +260,9 @@ func (s *scanner) isTop(name string) bool {
 // repo reads the repository whose worktree is work and whose .git entry is
 // dotgit: the git directory it names, and the gitlinks of its index.
 func (s *scanner) repo(work, dotgit string) error {
+	if s.note != nil {
+		s.note(dotgit, false)
+	}
 	fi, err := os.Lstat(dotgit)
 	if err != nil || fi.Mode()&fs.ModeSymlink != 0 {
 		return nil // missing (a placeholder will cover it) or refused later
@@ -251,7 +271,10 @@ func (s *scanner) repo(work, dotgit string) error {
 	if fi.Mode().IsRegular() {
 		gitdir = readGitfile(dotgit)
 		if gitdir == "" {
-			return nil
+			return nil // an empty or foreign file (a placeholder): noted above
+		}
+		if s.note != nil {
+			s.note(dotgit, true)
 		}
 		// A git directory named by a gitfile and lying in a writable root
 		// is as dangerous as a .git directory (its config runs code).
@@ -268,6 +291,14 @@ func (s *scanner) repo(work, dotgit string) error {
 		return nil
 	}
 	s.repos[gitdir] = true
+	if s.note != nil {
+		s.note(gitdir, false)
+		s.note(filepath.Join(gitdir, "index"), false)
+		shared, _ := filepath.Glob(filepath.Join(gitdir, "sharedindex.*"))
+		for _, f := range shared {
+			s.note(f, false)
+		}
+	}
 	links, err := indexGitlinks(gitdir, s.lim.deadline)
 	if err != nil {
 		var sl *ScanLimitError

@@ -70,12 +70,18 @@ type sessionSandbox struct {
 	// dead is closed once bwrap has ended (result in ended).
 	dead  chan struct{}
 	ended sandboxResult
+	// prot is the protected entries kept for its commands.
+	prot protState
 
 	mu      sync.Mutex
 	ahead   *preparedSandbox // a command's sandbox-init waiting
 	filling bool             // one is being started
 	running int
 	timer   *time.Timer
+	// drop ends the sandbox-init waiting ahead once the session has been
+	// idle for aheadIdle (dropAhead).
+	drop    *time.Timer
+	dropped int  // how many were dropped (tests)
 	gone    bool // ended or ending: no new command
 	ending  bool // endSession ran
 }
@@ -88,6 +94,8 @@ type sessionSet struct {
 	// building serialises the build of one key's sandbox.
 	building map[poolKey]chan struct{}
 	closed   bool
+	// aheadIdle overrides defaultAheadIdle (tests).
+	aheadIdle time.Duration
 	// inflight counts the sandboxes being ended and the refills running
 	// (Close waits for them); idle is signalled when it drops to zero.
 	inflight int
@@ -189,10 +197,14 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 			defer d.sessions.leave()
 			ss.refill(d, plan, answered)
 		}()
-		exit, err := d.runCommand(ctx, spec, in, streams, &handoverStarter{
+		hs := &handoverStarter{
 			pathInfo: pathInfo{tier: tierBwrap, session: how, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif},
 			d:        d, ps: ps, plan: plan, cwd: cwd,
-		})
+		}
+		if d.cfg.Options.SessionPlaceholders == SessionPlaceholdersSession {
+			hs.protect = func(p Plan) (*protection, func(), error) { return ss.protectFor(d, p) }
+		}
+		exit, err := d.runCommand(ctx, spec, in, streams, hs)
 		close(answered)
 		ss.release(d)
 		var refused *notHandedOver
@@ -321,6 +333,9 @@ func (ss *sessionSandbox) hold() bool {
 	if ss.timer != nil {
 		ss.timer.Stop()
 	}
+	if ss.drop != nil {
+		ss.drop.Stop()
+	}
 	return true
 }
 
@@ -336,6 +351,57 @@ func (ss *sessionSandbox) release(d *Driver) {
 		ss.timer = time.AfterFunc(d.sessionIdle(), func() { d.idleSession(ss) })
 	} else {
 		ss.timer.Reset(d.sessionIdle())
+	}
+	ss.armDrop(d)
+}
+
+// defaultAheadIdle is how long an idle session keeps a command's
+// sandbox-init waiting ahead. Within it, commands back to back (an
+// agent's tool calls) find one ready; beyond it, the session holds only
+// bwrap and its supervisor (a waiting sandbox-init is a Go process of its
+// own, most of an idle session's memory), and its next command starts
+// one as it comes, paying that start once.
+const defaultAheadIdle = 2 * time.Second
+
+// armDrop (ss.mu held, ss idle) arms the drop of the sandbox-init
+// waiting ahead.
+func (ss *sessionSandbox) armDrop(d *Driver) {
+	wait := d.sessions.aheadIdle
+	if wait <= 0 {
+		wait = defaultAheadIdle
+	}
+	if ss.drop == nil {
+		ss.drop = time.AfterFunc(wait, func() { d.dropAhead(ss) })
+	} else {
+		ss.drop.Reset(wait)
+	}
+}
+
+// dropAhead ends ss's sandbox-init waiting ahead if no command ran since
+// the drop was armed.
+func (d *Driver) dropAhead(ss *sessionSandbox) {
+	s := &d.sessions
+	s.mu.Lock()
+	if s.closed {
+		// Close ends it with its session.
+		s.mu.Unlock()
+		return
+	}
+	// Close waits for the destroy below (its cgroup goes with it).
+	s.inflight++
+	s.mu.Unlock()
+	defer s.leave()
+	ss.mu.Lock()
+	var ps *preparedSandbox
+	if ss.running == 0 && !ss.gone {
+		ps, ss.ahead = ss.ahead, nil
+		if ps != nil {
+			ss.dropped++
+		}
+	}
+	ss.mu.Unlock()
+	if ps != nil {
+		ps.destroy()
 	}
 }
 
@@ -394,6 +460,10 @@ func (ss *sessionSandbox) refill(d *Driver, plan Plan, after <-chan struct{}) {
 	ss.filling = false
 	if err == nil && ss.ahead == nil && !ss.gone {
 		ss.ahead, ps = ps, nil
+		if ss.running == 0 {
+			// Ready after its session went idle: dropped in turn.
+			ss.armDrop(d)
+		}
 	}
 	ss.mu.Unlock()
 	if ps != nil {
@@ -643,6 +713,9 @@ func (d *Driver) endSession(ss *sessionSandbox, lost bool) {
 	if ss.timer != nil {
 		ss.timer.Stop()
 	}
+	if ss.drop != nil {
+		ss.drop.Stop()
+	}
 	ss.mu.Unlock()
 	if ahead != nil {
 		ahead.destroy()
@@ -655,6 +728,8 @@ func (d *Driver) endSession(ss *sessionSandbox, lost bool) {
 	// network and /etc view released. Commands still running in it die
 	// with it (their PID namespaces are below the supervisor's).
 	ss.sup.destroy()
+	// Commands that still hold it let go as they end.
+	ss.prot.end()
 }
 
 // forgetSessions ends the session sandboxes of session (every profile).

@@ -585,6 +585,16 @@ func TestSessionIdleCost(t *testing.T) {
 	// The processes report ready before their Go runtimes settle.
 	time.Sleep(300 * time.Millisecond)
 	_, pids := sessionProcs(ws)
+	pssKB := pssOf(t, pids)
+	t.Logf("one idle session sandbox: %d processes, %d KiB PSS", len(pids), pssKB)
+	if pssKB <= 0 || pssKB > 64<<10 {
+		t.Fatalf("one idle session sandbox holds %d KiB", pssKB)
+	}
+}
+
+// pssOf is the PSS of pids in KiB (skips where smaps_rollup is missing).
+func pssOf(t *testing.T, pids []string) int {
+	t.Helper()
 	var pssKB int
 	for _, pid := range pids {
 		b, err := os.ReadFile("/proc/" + pid + "/smaps_rollup")
@@ -598,10 +608,7 @@ func TestSessionIdleCost(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("one idle session sandbox: %d processes, %d KiB PSS", len(pids), pssKB)
-	if pssKB <= 0 || pssKB > 64<<10 {
-		t.Fatalf("one idle session sandbox holds %d KiB", pssKB)
-	}
+	return pssKB
 }
 
 // TestSessionTimeout: a command of a session that outlives its timeout is
