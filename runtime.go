@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -350,6 +351,15 @@ func (r *Runtime) DeleteSession(sessionID string) error {
 		return nil
 	}
 	return r.ws.DeleteSession(sessionID)
+}
+
+// ExpireSession is DeleteSession for a session that sat idle for idle,
+// audited as such (serve's serve.session_idle_ttl).
+func (r *Runtime) ExpireSession(ctx context.Context, sessionID string, idle time.Duration) error {
+	if r.ws == nil {
+		return nil
+	}
+	return r.ws.ExpireSession(ctx, sessionID, idle)
 }
 
 // KeptSessions lists the sessions whose grants are kept on disk (from

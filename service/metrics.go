@@ -273,6 +273,7 @@ func (s *Server) MetricsHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.write(w, g)
 		s.writeCapacity(r.Context(), w, g)
+		s.writeIdleMetrics(w)
 	})
 	return mux
 }

@@ -204,6 +204,11 @@ func Run(ctx context.Context, cfg Config) error {
 		return err
 	}
 
+	// Idle sessions are deleted until serve starts draining
+	// (serve.session_idle_ttl).
+	stopIdle := srv.StartIdleExpiry()
+	defer stopIdle()
+
 	// Requests derive from base: cancelling it after the grace period
 	// kills what is still running.
 	base, cancelAll := context.WithCancelCause(context.Background())
@@ -289,6 +294,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// go on until none runs or the grace period ends. Then the listeners
 	// close and what still runs gets the rest of the grace period.
 	srv.Drain()
+	stopIdle()
 	log.Info("stopping: draining, then waiting for running commands", "grace", grace)
 	broker.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)

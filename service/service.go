@@ -125,6 +125,8 @@ type Server struct {
 	// draining: Drain ran; new sessions are refused (health.go).
 	draining    atomic.Bool
 	driverCheck func(context.Context) error
+	// idle is the sessions' activity, for serve.session_idle_ttl (idle.go).
+	idle *idleTracker
 }
 
 var _ hostv1connect.ServiceHandler = (*Server)(nil)
@@ -163,7 +165,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
 		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
 		sessions: map[string]struct{}{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
-		procs: core.NewProcessTable(opts.Host, opts.Processes)}
+		procs: core.NewProcessTable(opts.Host, opts.Processes), idle: newIdleTracker()}
 	for _, p := range opts.Protected {
 		if p == "" {
 			continue
@@ -215,7 +217,7 @@ func (s *Server) Terminate() {
 // health service.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := append(handlerOptions(s.limits.MaxRequestBytes), s.sessionHeaderCheck())
+	opts := append(handlerOptions(s.limits.MaxRequestBytes), s.sessionHeaderCheck(), s.idleTouch())
 	path, h := hostv1connect.NewServiceHandler(s, opts...)
 	mux.Handle(path, h)
 	mux.Handle(grpchealth.NewHandler(healthChecker{s}, opts...))
