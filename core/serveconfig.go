@@ -95,6 +95,10 @@ type ServeLimits struct {
 	FilesMaxUploads     int
 	// SessionIdleTTL is serve.session_idle_ttl; 0: sessions never expire.
 	SessionIdleTTL time.Duration
+	// DefaultTimeout is sandbox.default_timeout_seconds, the time limit
+	// of a command naming none, said to clients (Capabilities); the
+	// caller fills it in (it is not a [serve] key). 0: not said.
+	DefaultTimeout time.Duration
 }
 
 // Defaults of the [serve] bounds.

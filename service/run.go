@@ -197,7 +197,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv, err := New(Options{Host: rt, Broker: broker, Logger: log.Named("service"),
 		Protected: protected, Policy: rt.Policy(), DriverLaunches: launches, DriverCheck: driverCheck,
-		Processes: procCfg.Limits(), Limits: sc.Limits(cfg.Sandbox.Sandbox.MaxOutputBytes)})
+		Processes: procCfg.Limits(), Limits: serveLimits(sc, cfg.Sandbox)})
 	if err != nil {
 		closeAll()
 		_ = rt.Close()

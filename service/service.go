@@ -162,10 +162,11 @@ func New(opts Options) (*Server, error) {
 			*f.v = *f.d
 		}
 	}
+	metrics := NewMetrics()
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
-		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
+		metrics: metrics, driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
 		sessions: map[string]struct{}{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
-		procs: core.NewProcessTable(opts.Host, opts.Processes), idle: newIdleTracker()}
+		procs: core.NewProcessTable(meteredHost{opts.Host, metrics}, opts.Processes), idle: newIdleTracker()}
 	for _, p := range opts.Protected {
 		if p == "" {
 			continue
@@ -832,7 +833,9 @@ func (s *Server) Capabilities(ctx context.Context, _ *connect.Request[hostv1.Cap
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("encoding the capability report: %w", err))
 	}
-	return connect.NewResponse(&hostv1.CapabilitiesResponse{ReportJson: string(b)}), nil
+	resp := &hostv1.CapabilitiesResponse{ReportJson: string(b)}
+	s.sayDefaults(resp)
+	return connect.NewResponse(resp), nil
 }
 
 // CheckPolicy implements the service: the command policy alone, on the
