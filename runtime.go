@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -142,10 +143,13 @@ func DefaultGrantStoreDir() string {
 // Runtime is the assembled pipeline and everything it owns. Safe for
 // concurrent use.
 type Runtime struct {
-	ws      *core.WorkspaceSandbox // nil when disabled
-	driver  *pluginhost.DriverHost // nil with WithDriver
-	policy  *PolicyChecker
-	files   fileConfig
+	ws     *core.WorkspaceSandbox // nil when disabled
+	driver *pluginhost.DriverHost // nil with WithDriver
+	policy *PolicyChecker
+	files  fileConfig
+	// procs are the processes of StartProcess (procs.go); nil when
+	// disabled.
+	procs   *core.ProcessTable
 	closers []func()
 	once    sync.Once
 }
@@ -275,6 +279,11 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 		})
 	}
 	rt.ws = ws
+	procCfg, err := core.ProcessConfigOf(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rt.procs = core.NewProcessTable(ws, procCfg.Limits())
 	ok = true
 	return rt, nil
 }
@@ -338,6 +347,8 @@ func (r *Runtime) RevokeGrant(ctx context.Context, sessionID, grantID string) (s
 // ForgetSession implements Host.
 func (r *Runtime) ForgetSession(sessionID string) {
 	if r.ws != nil {
+		// Its processes go first: none may outlive the session.
+		r.procs.ForgetSession(sessionID)
 		r.ws.ForgetSession(sessionID)
 	}
 }
@@ -349,7 +360,18 @@ func (r *Runtime) DeleteSession(sessionID string) error {
 	if r.ws == nil {
 		return nil
 	}
+	r.procs.ForgetSession(sessionID)
 	return r.ws.DeleteSession(sessionID)
+}
+
+// ExpireSession is DeleteSession for a session that sat idle for idle,
+// audited as such (serve's serve.session_idle_ttl).
+func (r *Runtime) ExpireSession(ctx context.Context, sessionID string, idle time.Duration) error {
+	if r.ws == nil {
+		return nil
+	}
+	r.procs.ForgetSession(sessionID)
+	return r.ws.ExpireSession(ctx, sessionID, idle)
 }
 
 // KeptSessions lists the sessions whose grants are kept on disk (from
@@ -383,6 +405,10 @@ func (r *Runtime) WorkspacePath(sessionID string) (string, error) {
 func (r *Runtime) Close() error {
 	var err error
 	r.once.Do(func() {
+		if r.procs != nil {
+			// Processes are killed while the driver still runs.
+			r.procs.Close()
+		}
 		if r.ws != nil {
 			err = r.ws.Close()
 		}

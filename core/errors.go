@@ -56,6 +56,9 @@ const (
 	// refused it; the driver counted it (driverapi.Exit.SpawnRefused).
 	// Output.Hint says what to do.
 	ReasonSpawnRefused ReasonCode = "spawn_refused"
+	// ReasonSessionExpired: the audit record of a session deleted because
+	// it sat idle for serve.session_idle_ttl.
+	ReasonSessionExpired ReasonCode = "session_expired"
 	// ReasonFileAccess, ReasonFileRefused, ReasonFileFailed: the audit
 	// records of the files API (AuditRecord.File): an operation done, one
 	// refused (a protected entry, a link out, a bad path, a limit), one

@@ -63,6 +63,16 @@ type ServeConfig struct {
 	// FilesMaxUploads bounds the files being written in parts at once
 	// (each holds a temporary file until its last part). Default 64.
 	FilesMaxUploads int64 `koanf:"files_max_uploads" json:"files_max_uploads,omitempty" toml:"files_max_uploads"`
+	// SessionIdleTTL deletes a session (as Sessions delete does: its
+	// processes end, its workspace, HOME and grants are removed) once it
+	// has had no call and no running command or process for this long: a
+	// Go duration ("30m", "24h"). "" is the default, 24h; "0" never
+	// expires a session. A day, because an agent's session is its scratch
+	// space, not the user's project (a workspace the caller named is never
+	// removed): a client that crashed or forgot its session should not
+	// hold a seat among max_sessions and its disk for ever, while a pause
+	// overnight, or a process running for hours, keeps it.
+	SessionIdleTTL string `koanf:"session_idle_ttl" json:"session_idle_ttl,omitempty" toml:"session_idle_ttl"`
 }
 
 // ServeLimits are the effective bounds of a ServeConfig (its defaults
@@ -83,6 +93,12 @@ type ServeLimits struct {
 	FilesMaxBytes       int64
 	FilesMaxListEntries int
 	FilesMaxUploads     int
+	// SessionIdleTTL is serve.session_idle_ttl; 0: sessions never expire.
+	SessionIdleTTL time.Duration
+	// DefaultTimeout is sandbox.default_timeout_seconds, the time limit
+	// of a command naming none, said to clients (Capabilities); the
+	// caller fills it in (it is not a [serve] key). 0: not said.
+	DefaultTimeout time.Duration
 }
 
 // Defaults of the [serve] bounds.
@@ -97,6 +113,7 @@ const (
 	DefaultServeFilesMaxBytes         = 64 << 20
 	DefaultServeFilesMaxListEntries   = 10000
 	DefaultServeFilesMaxUploads       = 64
+	DefaultServeSessionIdleTTL        = 24 * time.Hour
 )
 
 // Limits is c's bounds with the defaults filled in; sandboxOutput is
@@ -127,7 +144,38 @@ func (c ServeConfig) Limits(sandboxOutput int64) ServeLimits {
 		FilesMaxBytes:         or(c.FilesMaxBytes, DefaultServeFilesMaxBytes),
 		FilesMaxListEntries:   int(or(c.FilesMaxListEntries, DefaultServeFilesMaxListEntries)),
 		FilesMaxUploads:       int(or(c.FilesMaxUploads, DefaultServeFilesMaxUploads)),
+		SessionIdleTTL:        c.sessionIdleTTL(),
 	}
+}
+
+// sessionIdleTTL is SessionIdleTTL parsed: the default when unset, 0 for
+// never; a value Validate refuses is taken as the default.
+func (c ServeConfig) sessionIdleTTL() time.Duration {
+	d, err := parseIdleTTL(c.SessionIdleTTL)
+	if err != nil {
+		return DefaultServeSessionIdleTTL
+	}
+	return d
+}
+
+func parseIdleTTL(v string) (time.Duration, error) {
+	switch strings.TrimSpace(v) {
+	case "":
+		return DefaultServeSessionIdleTTL, nil
+	case "0":
+		return 0, nil
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return 0, fmt.Errorf("%q is not a duration (\"30m\", \"24h\"; \"0\" never expires a session)", v)
+	}
+	if d < 0 || d > maxConfigSeconds*time.Second {
+		return 0, fmt.Errorf("%q: must lie between 0 (never) and %d seconds", v, int64(maxConfigSeconds))
+	}
+	if d > 0 && d < time.Second {
+		return 0, fmt.Errorf("%q: shorter than a second would delete a session between two calls of one client", v)
+	}
+	return d, nil
 }
 
 // ServeTLSConfig is the [serve.tls] table: PEM files.
@@ -174,6 +222,9 @@ func (c ServeConfig) Validate() error {
 		if b.v < 0 || b.v > b.max {
 			return &ConfigError{Key: "serve." + b.key, Reason: fmt.Sprintf("must be between 0 (the default) and %d, got %d", b.max, b.v)}
 		}
+	}
+	if _, err := parseIdleTTL(c.SessionIdleTTL); err != nil {
+		return &ConfigError{Key: "serve.session_idle_ttl", Reason: err.Error()}
 	}
 	if c.MetricsListen != "" && !strings.HasPrefix(c.MetricsListen, "tcp:") {
 		return &ConfigError{Key: "serve.metrics_listen", Reason: fmt.Sprintf("%q: want tcp:HOST:PORT", c.MetricsListen)}

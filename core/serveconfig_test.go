@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 // TestServeSection: [serve] keys are read, an unknown one in the section
@@ -76,6 +77,27 @@ func TestServeTLSSection(t *testing.T) {
 		var ce *ConfigError
 		if err := bad.Validate(); !errors.As(err, &ce) || ce.Key != key {
 			t.Errorf("%s: %v", key, err)
+		}
+	}
+}
+
+// TestServeSessionIdleTTL: unset is the default (a day), "0" never
+// expires, a duration is taken as given; what is not a duration, is
+// negative or under a second is refused with the key named.
+func TestServeSessionIdleTTL(t *testing.T) {
+	for v, want := range map[string]time.Duration{"": DefaultServeSessionIdleTTL, "0": 0, "90s": 90 * time.Second, " 2h ": 2 * time.Hour} {
+		c := ServeConfig{SessionIdleTTL: v}
+		if err := c.Validate(); err != nil {
+			t.Errorf("%q refused: %v", v, err)
+		}
+		if got := c.Limits(1 << 20).SessionIdleTTL; got != want {
+			t.Errorf("%q: ttl %s, want %s", v, got, want)
+		}
+	}
+	for _, v := range []string{"soon", "-1m", "500ms", "9000h", "10"} {
+		var ce *ConfigError
+		if err := (ServeConfig{SessionIdleTTL: v}).Validate(); !errors.As(err, &ce) || ce.Key != "serve.session_idle_ttl" {
+			t.Errorf("%q: %v", v, err)
 		}
 	}
 }

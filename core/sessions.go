@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -124,6 +125,25 @@ func (s *WorkspaceSandbox) RevokeGrant(ctx context.Context, sessionID, id string
 	s.ledger.record(ctx, AuditRecord{SessionID: sessionID, CommandID: "revoke-" + newCommandID()[4:], Program: "(grant revoked)",
 		Decision: DecisionAllow, Reason: ReasonGrantRevoked, PolicyDigest: next, Detail: "revoked grant " + id})
 	return next, nil
+}
+
+// ExpireSession deletes a session that has sat idle for idle
+// (DeleteSession: its commands end, its HOME, kept grants and the
+// workspace the sandbox made for it are removed) and records that in the
+// audit log, so that a session's end is explained where its commands are.
+func (s *WorkspaceSandbox) ExpireSession(ctx context.Context, sessionID string, idle time.Duration) error {
+	if err := validateCommand(sessionID, Command{Program: "expire"}); err != nil {
+		return err
+	}
+	err := s.DeleteSession(sessionID)
+	rec := AuditRecord{SessionID: sessionID, CommandID: "expire-" + newCommandID()[4:], Program: "(session expired)",
+		Decision: DecisionAllow, Reason: ReasonSessionExpired,
+		Detail: fmt.Sprintf("deleted after %s without a call or a running command (serve.session_idle_ttl)", idle.Round(time.Second))}
+	if err != nil {
+		rec.Detail += "; removing its workspace failed: " + err.Error()
+	}
+	s.ledger.record(ctx, rec)
+	return err
 }
 
 // WorkspacePath is the canonical directory of a session's workspace,

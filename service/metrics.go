@@ -164,10 +164,10 @@ func (m *Metrics) write(w io.Writer, g gauges) {
 	fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_bucket{le=\"+Inf\"} %d\n", m.count)
 	fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_sum %s\n", strconv.FormatFloat(m.sum, 'g', -1, 64))
 	fmt.Fprintf(&b, "aleph_sandbox_command_duration_seconds_count %d\n", m.count)
-	b.WriteString("# HELP aleph_sandbox_command_cpu_seconds_total CPU time (user and system) of the commands that ran through Execute.\n")
+	b.WriteString("# HELP aleph_sandbox_command_cpu_seconds_total CPU time (user and system) of the commands that ran through Execute or StartProcess.\n")
 	b.WriteString("# TYPE aleph_sandbox_command_cpu_seconds_total counter\n")
 	fmt.Fprintf(&b, "aleph_sandbox_command_cpu_seconds_total %s\n", strconv.FormatFloat(m.cpuSeconds, 'g', -1, 64))
-	b.WriteString("# HELP aleph_sandbox_command_max_rss_bytes Peak resident set size of each command that ran through Execute (its largest process).\n")
+	b.WriteString("# HELP aleph_sandbox_command_max_rss_bytes Peak resident set size of each command that ran through Execute or StartProcess (its largest process).\n")
 	b.WriteString("# TYPE aleph_sandbox_command_max_rss_bytes histogram\n")
 	for i, ub := range rssBuckets() {
 		fmt.Fprintf(&b, "aleph_sandbox_command_max_rss_bytes_bucket{le=\"%s\"} %d\n", strconv.FormatFloat(ub, 'g', -1, 64), m.rssBuckets[i])
@@ -273,6 +273,7 @@ func (s *Server) MetricsHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
 		s.metrics.write(w, g)
 		s.writeCapacity(r.Context(), w, g)
+		s.writeIdleMetrics(w)
 	})
 	return mux
 }

@@ -197,12 +197,17 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv, err := New(Options{Host: rt, Broker: broker, Logger: log.Named("service"),
 		Protected: protected, Policy: rt.Policy(), DriverLaunches: launches, DriverCheck: driverCheck,
-		Processes: procCfg.Limits(), Limits: sc.Limits(cfg.Sandbox.Sandbox.MaxOutputBytes)})
+		Processes: procCfg.Limits(), Limits: serveLimits(sc, cfg.Sandbox)})
 	if err != nil {
 		closeAll()
 		_ = rt.Close()
 		return err
 	}
+
+	// Idle sessions are deleted until serve starts draining
+	// (serve.session_idle_ttl).
+	stopIdle := srv.StartIdleExpiry()
+	defer stopIdle()
 
 	// Requests derive from base: cancelling it after the grace period
 	// kills what is still running.
@@ -289,6 +294,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// go on until none runs or the grace period ends. Then the listeners
 	// close and what still runs gets the rest of the grace period.
 	srv.Drain()
+	stopIdle()
 	log.Info("stopping: draining, then waiting for running commands", "grace", grace)
 	broker.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), grace)

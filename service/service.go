@@ -125,6 +125,8 @@ type Server struct {
 	// draining: Drain ran; new sessions are refused (health.go).
 	draining    atomic.Bool
 	driverCheck func(context.Context) error
+	// idle is the sessions' activity, for serve.session_idle_ttl (idle.go).
+	idle *idleTracker
 }
 
 var _ hostv1connect.ServiceHandler = (*Server)(nil)
@@ -160,10 +162,11 @@ func New(opts Options) (*Server, error) {
 			*f.v = *f.d
 		}
 	}
+	metrics := NewMetrics()
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
-		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
+		metrics: metrics, driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
 		sessions: map[string]struct{}{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
-		procs: core.NewProcessTable(opts.Host, opts.Processes)}
+		procs: core.NewProcessTable(meteredHost{opts.Host, metrics}, opts.Processes), idle: newIdleTracker()}
 	for _, p := range opts.Protected {
 		if p == "" {
 			continue
@@ -215,7 +218,7 @@ func (s *Server) Terminate() {
 // health service.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := append(handlerOptions(s.limits.MaxRequestBytes), s.sessionHeaderCheck())
+	opts := append(handlerOptions(s.limits.MaxRequestBytes), s.sessionHeaderCheck(), s.idleTouch())
 	path, h := hostv1connect.NewServiceHandler(s, opts...)
 	mux.Handle(path, h)
 	mux.Handle(grpchealth.NewHandler(healthChecker{s}, opts...))
@@ -830,7 +833,9 @@ func (s *Server) Capabilities(ctx context.Context, _ *connect.Request[hostv1.Cap
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("encoding the capability report: %w", err))
 	}
-	return connect.NewResponse(&hostv1.CapabilitiesResponse{ReportJson: string(b)}), nil
+	resp := &hostv1.CapabilitiesResponse{ReportJson: string(b)}
+	s.sayDefaults(resp)
+	return connect.NewResponse(resp), nil
 }
 
 // CheckPolicy implements the service: the command policy alone, on the

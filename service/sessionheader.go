@@ -120,6 +120,9 @@ func (s *Server) sessionOf(msg any) (session, field string, ok bool) {
 		if f := m.GetForget(); f != nil {
 			return f.GetSession(), "forget.session", true
 		}
+		if d := m.GetDelete(); d != nil {
+			return d.GetSession(), "delete.session", true
+		}
 	case *hostv1.GrantsRequest:
 		if l := m.GetList(); l != nil {
 			return l.GetSession(), "list.session", true

@@ -114,6 +114,15 @@ func TestSessionHeaderMustAgreeWithBody(t *testing.T) {
 			t.Errorf("%s %s with header s1: %s %s; want it served", c.method, c.msg, code, msg)
 		}
 	}
+	// A delete routed as another session's would remove this one's
+	// workspace: refused before the handler (whose answer here, a host
+	// that cannot delete, is the control that the header passed).
+	if code, msg, _ := postWithSession(t, hs.URL, "Sessions", "s2", `{"delete":{"session":"s1"}}`, false); code != "invalid_argument" || !strings.Contains(msg, SessionHeader) {
+		t.Errorf("Sessions delete with header s2: %q %q; want invalid_argument naming %s", code, msg, SessionHeader)
+	}
+	if code, msg, _ := postWithSession(t, hs.URL, "Sessions", "s1", `{"delete":{"session":"s1"}}`, false); code != "unimplemented" {
+		t.Errorf("Sessions delete with header s1: %q %q; want it past the check (unimplemented by this host)", code, msg)
+	}
 	// Calls that name no session are not compared.
 	if code, msg, _ := postWithSession(t, hs.URL, "Sessions", "s2", `{"list":{}}`, false); code != "" {
 		t.Errorf("Sessions list with a header: %s %s; want it served", code, msg)

@@ -113,6 +113,14 @@ func runMCPHost(ctx context.Context, io stdio, addr string, mc mcpserver.Config)
 	}
 	h := hostclient.NewPipeline(sock, nil)
 	mc.Processes = h
+	// The service's real defaults go in the tools' descriptions, as the
+	// in-process server's configuration does. A service not up yet (or
+	// too old to say) leaves them unsaid; the calls still work once it is.
+	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	if timeout, maxOut, err := h.Defaults(dctx); err == nil {
+		mc.DefaultTimeout, mc.MaxOutputBytes = timeout, maxOut
+	}
+	cancel()
 	h.Approve = mcpserver.NewApprover(mc)
 	srv := mcpserver.New(h, mc)
 	// The processes this server started end with it, on the service too.

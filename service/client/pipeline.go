@@ -34,7 +34,18 @@ func NewPipeline(sock string, approve core.ApprovalRequester) *Pipeline {
 	return &Pipeline{C: Unix(sock), Socket: sock, Approve: approve}
 }
 
-// Execute runs cmd on the service and returns its whole output.
+// Defaults are the service's time limit and output budget of a command
+// naming none (its Capabilities; zero from a service that does not say).
+func (h *Pipeline) Defaults(ctx context.Context) (timeout time.Duration, maxOutput int64, err error) {
+	r, err := h.C.Capabilities(ctx, connect.NewRequest(&hostv1.CapabilitiesRequest{}))
+	if err != nil {
+		return 0, 0, h.callError(err, "")
+	}
+	return time.Duration(r.Msg.GetDefaultTimeoutMs()) * time.Millisecond, r.Msg.GetDefaultMaxOutputBytes(), nil
+}
+
+// Execute runs cmd on the service and returns its whole output, and
+// writes it to cmd.Stdout and cmd.Stderr (when set) as it comes.
 func (h *Pipeline) Execute(ctx context.Context, cmd core.Command) (*core.Output, error) {
 	stream, err := h.C.Execute(ctx, connect.NewRequest(ExecuteRequest(cmd)))
 	if err != nil {
@@ -48,6 +59,13 @@ func (h *Pipeline) Execute(ctx context.Context, cmd core.Command) (*core.Output,
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *hostv1.ExecuteResponse_Output:
 			got.Add(ev.Output)
+			// And as it comes, to the caller's writers (MCP's progress
+			// notifications); a failing writer does not fail the call.
+			if w := cmd.Stdout; ev.Output.GetStream() != hostv1.OutputChunk_STREAM_STDERR && w != nil {
+				_, _ = w.Write(ev.Output.GetData())
+			} else if w := cmd.Stderr; ev.Output.GetStream() == hostv1.OutputChunk_STREAM_STDERR && w != nil {
+				_, _ = w.Write(ev.Output.GetData())
+			}
 		case *hostv1.ExecuteResponse_ApprovalRequest:
 			// Answered in line: the approvers this serves (MCP's) do not
 			// wait on a user (a question goes back to the client as the

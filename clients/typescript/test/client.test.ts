@@ -547,6 +547,30 @@ describe("Client against a real serve", { skip }, () => {
     assert.equal((await c.checkPolicy("ls")).verdict, "allow");
   });
 
+  test("delete() removes the session's workspace and ends its processes; forget() keeps the workspace", T, async () => {
+    const c = new Client({ socket: addr });
+    for (const name of ["ts-del", "ts-fgt"]) {
+      const r = await c.exec(["/usr/bin/touch", "mark"], { session: name });
+      assert.equal(r.exitCode, 0);
+    }
+    const ws = (await c.describe("ts-del"))?.workspace ?? "";
+    const kept = (await c.describe("ts-fgt"))?.workspace ?? "";
+    assert.ok(fs.existsSync(path.join(ws, "mark")), ws);
+    const p = await c.start(["/bin/cat"], { session: "ts-del" });
+    assert.equal((await c.processes({ session: "ts-del" })).length, 1);
+    await c.delete("ts-del");
+    assert.ok(!fs.existsSync(ws), `the deleted session's workspace ${ws} is still there`);
+    assert.ok(!(await c.sessions()).map((s) => s.session).includes("ts-del"));
+    assert.deepEqual(await c.processes({ session: "ts-del" }), []);
+    await assert.rejects(p.wait(), { name: "SandboxError", code: "not_found", reasonCode: "process_unknown" });
+    // The control: forget keeps the workspace and its file.
+    await c.forget("ts-fgt");
+    assert.ok(fs.existsSync(path.join(kept, "mark")), kept);
+    // The deleted session's next call gets a fresh workspace.
+    const again = await c.exec(["/usr/bin/test", "-e", "mark"], { session: "ts-del" });
+    assert.equal(again.exitCode, 1);
+  });
+
   test("concurrent commands on one client", T, async () => {
     const c = new Client({ socket: addr });
     // One session each: a session runs at most 4 commands at once.

@@ -2135,9 +2135,17 @@ func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
 type CapabilitiesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The driver's report as JSON (the shape `drivers --json` prints).
-	ReportJson    string `protobuf:"bytes,1,opt,name=report_json,json=reportJson,proto3" json:"report_json,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReportJson string `protobuf:"bytes,1,opt,name=report_json,json=reportJson,proto3" json:"report_json,omitempty"`
+	// The service's own defaults, for a client to state them (mcp --host
+	// says them in its tools' descriptions): a command's time limit when it
+	// names none (sandbox.default_timeout_seconds), the output budget of a
+	// request naming none, and the ceiling a request's max_output may ask
+	// (serve.max_output_bytes). 0: not said (an older service).
+	DefaultTimeoutMs      int64 `protobuf:"varint,2,opt,name=default_timeout_ms,json=defaultTimeoutMs,proto3" json:"default_timeout_ms,omitempty"`
+	DefaultMaxOutputBytes int64 `protobuf:"varint,3,opt,name=default_max_output_bytes,json=defaultMaxOutputBytes,proto3" json:"default_max_output_bytes,omitempty"`
+	MaxOutputBytes        int64 `protobuf:"varint,4,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -2175,6 +2183,27 @@ func (x *CapabilitiesResponse) GetReportJson() string {
 		return x.ReportJson
 	}
 	return ""
+}
+
+func (x *CapabilitiesResponse) GetDefaultTimeoutMs() int64 {
+	if x != nil {
+		return x.DefaultTimeoutMs
+	}
+	return 0
+}
+
+func (x *CapabilitiesResponse) GetDefaultMaxOutputBytes() int64 {
+	if x != nil {
+		return x.DefaultMaxOutputBytes
+	}
+	return 0
+}
+
+func (x *CapabilitiesResponse) GetMaxOutputBytes() int64 {
+	if x != nil {
+		return x.MaxOutputBytes
+	}
+	return 0
 }
 
 type CheckPolicyRequest struct {
@@ -4367,10 +4396,13 @@ const file_host_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\tR\asession\x12,\n" +
 	"\x06grants\x18\x02 \x03(\v2\x14.aleph.host.v1.GrantR\x06grants\x12#\n" +
 	"\rpolicy_digest\x18\x03 \x01(\tR\fpolicyDigest\"\x15\n" +
-	"\x13CapabilitiesRequest\"7\n" +
+	"\x13CapabilitiesRequest\"\xc8\x01\n" +
 	"\x14CapabilitiesResponse\x12\x1f\n" +
 	"\vreport_json\x18\x01 \x01(\tR\n" +
-	"reportJson\"D\n" +
+	"reportJson\x12,\n" +
+	"\x12default_timeout_ms\x18\x02 \x01(\x03R\x10defaultTimeoutMs\x127\n" +
+	"\x18default_max_output_bytes\x18\x03 \x01(\x03R\x15defaultMaxOutputBytes\x12(\n" +
+	"\x10max_output_bytes\x18\x04 \x01(\x03R\x0emaxOutputBytes\"D\n" +
 	"\x12CheckPolicyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
 	"\x05stdin\x18\x02 \x01(\fR\x05stdin\"[\n" +

@@ -59,8 +59,8 @@ type Config struct {
 	Workspace string
 	// DefaultTimeout and MaxOutputBytes are the configuration's
 	// (sandbox.default_timeout_seconds, sandbox.max_output_bytes), said
-	// in the tools' descriptions and the instructions; zero when not
-	// known here (mcp --host: the service's configuration applies).
+	// in the tools' descriptions and the instructions; with mcp --host
+	// the service's (its Capabilities); zero when not known.
 	DefaultTimeout time.Duration
 	MaxOutputBytes int64
 }
@@ -379,9 +379,9 @@ func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs, pr
 		return errorResult(RunCommandResult{Error: err.Error()}, "invalid arguments: "+err.Error()), RunCommandResult{Error: err.Error()}, nil
 	}
 	if prog != nil {
-		// The output as it comes, as well as in the result. (With
-		// --host the service's pipeline does not stream to these: the
-		// output comes with the result only.)
+		// The output as it comes, as well as in the result (with
+		// --host too: the service's chunks are written here as they
+		// arrive).
 		cmd.Stdout, cmd.Stderr = prog, prog
 	}
 	out, err := r.Execute(ctx, cmd)
