@@ -12,11 +12,15 @@ import (
 
 // runSession is `aleph-sandbox session forget ID` (docs/cli.md: it clears the
 // grants a session keeps across invocations) and `session show ID`.
-func runSession(_ context.Context, args []string, io stdio) int {
-	const usageLine = "aleph-sandbox session forget|delete|show [--json] [--config FILE] ID"
+func runSession(ctx context.Context, args []string, io stdio) int {
+	const usageLine = "aleph-sandbox session forget|delete|show|changes|diff|apply|discard [--json] [--config FILE] ID"
 	sub := "help"
 	if len(args) > 0 {
 		sub = args[0]
+	}
+	switch sub {
+	case "changes", "diff", "apply", "discard":
+		return runSessionLayer(ctx, sub, args[1:], io)
 	}
 	fs := flag.NewFlagSet("session "+sub, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")

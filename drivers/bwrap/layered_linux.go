@@ -117,6 +117,10 @@ func (d *Driver) checkLayered(plan Plan, spec driverapi.RunSpec) error {
 type mountedLayer struct {
 	point string
 	lock  *os.File
+	// upper holds an exclusive flock on the upper directory while the
+	// overlay is mounted: a second mount of it by another driver process
+	// (another CLI process's command of the session) is refused.
+	upper *os.File
 }
 
 // mountLayer takes the layer's lock (shared) and mounts its overlay over
@@ -134,6 +138,18 @@ func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ 
 	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
 		return nil, layeredRefusal(fmt.Sprintf("the layer is being discarded (its lock %s is held exclusively): %v", l.Lock, err))
 	}
+	upper, err := os.OpenFile(l.Upper, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: layered workspace: upper: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			upper.Close()
+		}
+	}()
+	if err := unix.Flock(int(upper.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil, layeredRefusal(fmt.Sprintf("the layer is mounted by another process (a command of the session is running there): overlayfs forbids two mounts sharing an upper (%v)", err))
+	}
 	point, err := os.MkdirTemp(d.layerMountParent(), "layer-")
 	if err != nil {
 		return nil, fmt.Errorf("bwrap driver: layered workspace: mount point: %w", err)
@@ -147,7 +163,7 @@ func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ 
 		os.Remove(point)
 		return nil, layeredRefusal(fmt.Sprintf("mounting the overlay failed: %v", err))
 	}
-	return &mountedLayer{point: point, lock: lock}, nil
+	return &mountedLayer{point: point, lock: lock, upper: upper}, nil
 }
 
 // layerMountParent is where the driver makes its mount points: its state
@@ -179,5 +195,9 @@ func (m *mountedLayer) release() {
 	if m.lock != nil {
 		m.lock.Close()
 		m.lock = nil
+	}
+	if m.upper != nil {
+		m.upper.Close()
+		m.upper = nil
 	}
 }
