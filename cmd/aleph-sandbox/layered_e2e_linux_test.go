@@ -41,7 +41,7 @@ func hostGit(t *testing.T, dir string, args ...string) string {
 // never reaches the host.
 func TestLayeredEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("layered sessions need session sandboxes, which the bwrap driver keeps as root only (TestLayeredRefusedUnprivileged covers the refusal)")
+		t.Skip("layered sessions need session sandboxes, which the bwrap driver keeps as root only")
 	}
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git is not installed")

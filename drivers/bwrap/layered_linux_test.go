@@ -8,6 +8,8 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -17,7 +19,7 @@ import (
 
 // newLayerDirs makes upper, work and lock as core/layer.Create lays them
 // out, in a directory outside the workspace.
-func newLayerDirs(t *testing.T) *driverapi.LayeredWorkspace {
+func newLayerDirs(t testing.TB) *driverapi.LayeredWorkspace {
 	t.Helper()
 	dir := t.TempDir()
 	l := &driverapi.LayeredWorkspace{Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Lock: filepath.Join(dir, "lock")}
@@ -161,4 +163,58 @@ func TestLayeredRefusedWithTerminal(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(ws, "t.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the command wrote the host: %v", err)
 	}
+}
+
+// BenchmarkLayeredSession compares a command in a layered session with the
+// same command in a live one: /bin/true, 20 warm commands of each per
+// iteration, alternating one by one so load touches both alike (each
+// session's first command, which builds its sandbox, untimed). Figures:
+// each way's p50 and layered_x_live (the goal: at most 1.1).
+func BenchmarkLayeredSession(b *testing.B) {
+	ctx := context.Background()
+	d := testDriver(b, Options{Prepared: PreparedOff})
+	if why := d.layeredOffWhy(); why != "" {
+		b.Skip("layered workspaces off here: " + why)
+	}
+	spec, _ := benchSpec(b, d)
+	spec.SessionSandbox = true
+	var live, layered []time.Duration
+	n := 0
+	for b.Loop() {
+		n++
+		ls, ly := spec, spec
+		ls.SessionID, ly.SessionID = "live-"+strconv.Itoa(n), "layered-"+strconv.Itoa(n)
+		ly.Layered = newLayerDirs(b)
+		for _, s := range []driverapi.RunSpec{ls, ly} {
+			if err := runTrue(ctx, d, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		for range 20 {
+			for i, s := range []driverapi.RunSpec{ls, ly} {
+				t := time.Now()
+				if err := runTrue(ctx, d, s); err != nil {
+					b.Fatal(err)
+				}
+				if i == 0 {
+					live = append(live, time.Since(t))
+				} else {
+					layered = append(layered, time.Since(t))
+				}
+			}
+		}
+		for _, s := range []string{ls.SessionID, ly.SessionID} {
+			if err := d.ForgetSession(ctx, s); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	med := func(v []time.Duration) float64 {
+		s := slices.Clone(v)
+		slices.Sort(s)
+		return float64(s[len(s)/2]) / float64(time.Millisecond)
+	}
+	b.ReportMetric(med(live), "live_p50_ms")
+	b.ReportMetric(med(layered), "layered_p50_ms")
+	b.ReportMetric(med(layered)/med(live), "layered_x_live")
 }
