@@ -70,7 +70,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	f.register(fs)
 	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
 	host := fs.String("host", "", "send the command to a running aleph-sandbox serve at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
-	fs.BoolVar(&f.layered, "layered", false, "run over the session's layer: the workspace is an overlay, and the host's directory changes only on `session apply` (the session's first command fixes its mode)")
+	fs.BoolVar(&f.layered, "layered", false, "run over the session's layer: the workspace is an overlay, and the host's directory changes only on session apply (the session's first command fixes its mode)")
 	verbose := fs.Bool("verbose", false, "say on stderr what runs the command: with --host, which serve answered (its pid, version and data dir)")
 	var inter interactiveFlags
 	inter.register(fs)
