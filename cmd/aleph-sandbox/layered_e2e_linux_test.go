@@ -176,4 +176,11 @@ echo ran`
 	if code, _, errOut = h.run(t, "session", "changes", "gone"); code != 125 || !strings.Contains(errOut, "no layer") {
 		t.Errorf("changes after discard: %d %q", code, errOut)
 	}
+	// Forgetting a layered session discards its layer too.
+	if code, _, errOut = h.run(t, "session", "forget", "lay"); code != 0 {
+		t.Fatalf("forget: %d %s", code, errOut)
+	}
+	if _, err := os.Lstat(filepath.Join(h.xdg, "data", "aleph-sandbox", "workspaces", core.LayersDirName, core.SessionDirName("lay"))); err == nil {
+		t.Errorf("the forgotten session's layer is still on disk")
+	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 
@@ -54,6 +55,14 @@ func runSession(ctx context.Context, args []string, io stdio) int {
 			return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
 		}
 		if err := core.RemoveSessionHome(cfg, id); err != nil {
+			return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
+		}
+		// A layered session's layer goes with it (the host never saw it).
+		if l, err := core.OpenSessionLayer(cfg, id); err == nil {
+			if err := l.Discard(ctx); err != nil {
+				return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
+			}
+		} else if !errors.Is(err, core.ErrNoLayer) {
 			return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
 		}
 		if verb == "delete" {
