@@ -34,6 +34,10 @@ type Request struct {
 	Workspace string
 	// Cwd is the working directory, inside the workspace.
 	Cwd string
+	// Layered runs the command over the session's layer (an overlay): the
+	// host's workspace changes only on LayerHost.Apply. The session's
+	// first command fixes whether it is layered.
+	Layered bool
 	// Read and Write are extra readable and writable paths.
 	Read, Write []string
 	// Net is "none" (or empty), "all", or a comma-separated host list
@@ -151,6 +155,7 @@ func (r Request) Command() (core.Command, error) {
 		Env:            r.Env,
 		Stdin:          r.Stdin,
 		Secrets:        r.Secrets,
+		Layered:        r.Layered,
 	}
 	if r.Workspace != "" {
 		abs, err := r.path("workspace", r.Workspace)

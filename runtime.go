@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/core/layer"
 	"github.com/aleph-sandbox/aleph-sandbox/core/proxy"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/pluginhost"
@@ -43,6 +44,27 @@ type Host interface {
 	Close() error
 	// The files API over sessions' workspaces.
 	FileHost
+	// Layered sessions' changes.
+	LayerHost
+}
+
+// LayerHost is what a host calls on a layered session (Request.Layered):
+// the session's commands see the workspace through an overlay, and the
+// host's directory changes only on Apply. Implemented by *Runtime.
+type LayerHost interface {
+	// Changes lists what the session changed (added, modified, deleted,
+	// type changes, modes), sorted by path.
+	Changes(ctx context.Context, session string) ([]layer.Change, error)
+	// Diff is a unified diff of the session's text changes (binary files
+	// named), all or those at or below paths.
+	Diff(ctx context.Context, session string, paths ...string) (string, error)
+	// Apply brings the session's changes (all when paths is empty) to the
+	// host and says what it applied, what it refused and why, and what
+	// conflicted; the git import brings commits as objects and refs.
+	Apply(ctx context.Context, session string, paths []string, opt layer.ApplyOptions) (layer.ApplyResult, error)
+	// Discard drops the session's layer (its sandbox ends first); the
+	// host never saw any of it.
+	Discard(ctx context.Context, session string) error
 }
 
 // ErrDisabled is returned by every call of a runtime built from a
@@ -390,6 +412,38 @@ func (r *Runtime) HomePath(sessionID string) (string, error) {
 		return "", ErrDisabled
 	}
 	return r.ws.HomePath(sessionID)
+}
+
+// Changes implements LayerHost.
+func (r *Runtime) Changes(ctx context.Context, session string) ([]layer.Change, error) {
+	if r.ws == nil {
+		return nil, ErrDisabled
+	}
+	return r.ws.Changes(ctx, session)
+}
+
+// Diff implements LayerHost.
+func (r *Runtime) Diff(ctx context.Context, session string, paths ...string) (string, error) {
+	if r.ws == nil {
+		return "", ErrDisabled
+	}
+	return r.ws.Diff(ctx, session, paths...)
+}
+
+// Apply implements LayerHost.
+func (r *Runtime) Apply(ctx context.Context, session string, paths []string, opt layer.ApplyOptions) (layer.ApplyResult, error) {
+	if r.ws == nil {
+		return layer.ApplyResult{}, ErrDisabled
+	}
+	return r.ws.Apply(ctx, session, paths, opt)
+}
+
+// Discard implements LayerHost.
+func (r *Runtime) Discard(ctx context.Context, session string) error {
+	if r.ws == nil {
+		return ErrDisabled
+	}
+	return r.ws.Discard(ctx, session)
 }
 
 // WorkspacePath implements Host.

@@ -149,6 +149,11 @@ func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
 			s.logger.Error("the driver could not forget the session", "session", sessionID, "error", err)
 		}
 	}
+	// Its sandbox ended with it, and the overlay with that: a layered
+	// session's layer goes (the host never saw it).
+	if sessionID != "" {
+		s.discardLayer(sessionID)
+	}
 	if s.store != nil {
 		if err := s.store.Delete(sessionID); err != nil {
 			s.logger.Error("forgetting the kept grants failed", "session", sessionID, "error", err)

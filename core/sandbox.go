@@ -26,7 +26,12 @@ type Command struct {
 	Cwd string
 	// Workspace, when set, is an existing directory used as the workspace
 	// instead of the session's own directory.
-	Workspace    string
+	Workspace string
+	// Layered runs the command over the session's layer: it sees the
+	// workspace through an overlay, and the host's directory changes only
+	// on Apply (layered.go). The session's first command fixes whether it
+	// is layered.
+	Layered      bool
 	Capabilities driverapi.Capabilities
 	// Timeout: 0 means Capabilities.TimeoutSecs, then the configured default.
 	// Its resolution is the driver protocol's, one millisecond: a timeout

@@ -18,6 +18,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/aleph-sandbox/aleph-sandbox/core/layer"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -119,6 +120,15 @@ type session struct {
 	// seen before is one rebuilt (sessionsandbox.go).
 	sandboxMu sync.Mutex
 	sandboxes map[string]struct{}
+
+	// modeSet, layered: the session's mode, fixed by its first command
+	// (layered.go); under mu.
+	modeSet, layered bool
+	// layer is a layered session's layer, once made or opened. layerMu
+	// is held shared by a layered command from before it runs until its
+	// changes are observed, and exclusively by Apply and Discard.
+	layerMu sync.RWMutex
+	layer   *layer.Layer
 }
 
 // track registers a command of the session; it is cancelled with
@@ -418,6 +428,9 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	if err != nil {
 		return nil, err
 	}
+	if err := s.fixMode(sess, cmd.Layered, ws); err != nil {
+		return nil, err
+	}
 
 	// 2. cwd and secrets.
 	cwd, err := confineCwd(ws, cmd.Cwd)
@@ -470,8 +483,19 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	if err := s.streamable(hc, cmd); err != nil {
 		return nil, err
 	}
+	if cmd.Layered {
+		if err := s.layeredReady(hc); err != nil {
+			return nil, err
+		}
+	}
 	if err := s.checkCapabilities(pre, r, sess, sid, cmd); err != nil {
 		return nil, err
+	}
+	var lay *layer.Layer
+	if cmd.Layered {
+		if lay, err = s.layerFor(ctx, sess, ws); err != nil {
+			return nil, err
+		}
 	}
 
 	// Environment, then mediation for AllowHosts.
@@ -550,13 +574,27 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		// sandbox of another capability set (driverapi's contract).
 		SessionSandbox: s.cfg.Sandbox.SessionSandboxes == SessionSandboxesAuto && hc.Supports(driverapi.CallSessionSandbox),
 	}
+	if lay != nil {
+		// The workspace is the session's overlay (layered.go): nothing
+		// reaches the host before Apply, so no planted repository does
+		// either, and the scan of the host's directory is not needed.
+		spec.SessionSandbox, spec.Layered = true, layeredSpec(lay)
+		sess.layerMu.RLock()
+		defer sess.layerMu.RUnlock()
+		defer func() {
+			// The base each change is judged against at Apply.
+			if err := lay.Observe(context.WithoutCancel(ctx)); err != nil {
+				s.logger.Warn("recording the layered session's bases failed", "session", sid, "error", err)
+			}
+		}()
+	}
 	ran = true
 	// What the command writes is searched, once it has ended, for git
 	// repositories planted for the host's git (gitquarantine.go); the
 	// mark is taken before it can write anything.
 	mark := markGitScan(ws)
 	defer func() {
-		if s.gitScanOff {
+		if s.gitScanOff || lay != nil {
 			return
 		}
 		gq := s.quarantineGit(ctx, ws, mark, hc)

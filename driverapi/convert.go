@@ -179,6 +179,9 @@ func runSpecToPB(s RunSpec) *pb.RunRequest {
 		CommandId:      s.CommandID,
 		SessionSandbox: s.SessionSandbox,
 	}
+	if l := s.Layered; l != nil {
+		out.Layered = &pb.LayeredWorkspace{Upper: l.Upper, Work: l.Work, Lock: l.Lock, UserNs: l.UserNS}
+	}
 	if s.Tty != nil {
 		out.Tty = &pb.WindowSize{Rows: uint32(s.Tty.Rows), Cols: uint32(s.Tty.Cols)}
 	}
@@ -200,6 +203,9 @@ func runSpecFromPB(r *pb.RunRequest) RunSpec {
 		SessionID:      r.GetSessionId(),
 		CommandID:      r.GetCommandId(),
 		SessionSandbox: r.GetSessionSandbox(),
+	}
+	if l := r.GetLayered(); l != nil {
+		out.Layered = &LayeredWorkspace{Upper: l.GetUpper(), Work: l.GetWork(), Lock: l.GetLock(), UserNS: l.GetUserNs()}
 	}
 	if t := r.GetTty(); t != nil {
 		// Sizes past 16 bits are refused before this (windowSizeFromPB).

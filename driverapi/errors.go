@@ -185,6 +185,14 @@ func ValidateRunSpec(s RunSpec) error {
 	if s.MaxOutputBytes <= 0 {
 		return &InvalidSpecError{Field: "max_output_bytes", Reason: "must be greater than zero"}
 	}
+	if s.Layered != nil {
+		if !s.SessionSandbox || s.SessionID == "" {
+			return &InvalidSpecError{Field: "layered", Reason: "a layered workspace needs session_sandbox and a session_id (the overlay is mounted once per session sandbox)"}
+		}
+		if err := s.Layered.Validate(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

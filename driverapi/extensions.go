@@ -30,7 +30,9 @@ import (
 //	     ForgetSession (call "forget_session"): the host forgot a session.
 //	1.3  Session sandboxes (call "session_sandbox"): RunSpec.SessionSandbox
 //	     runs a command in its session's persistent sandbox.
-const ProtocolMinor = 3
+//	1.4  Layered workspaces (call "layered_workspace"): RunSpec.Layered
+//	     mounts the workspace as an overlay in the session's sandbox.
+const ProtocolMinor = 4
 
 // Optional calls a driver may list in HostCapabilities.Calls.
 const (
@@ -45,7 +47,81 @@ const (
 	// CallSessionSandbox: the driver honours RunSpec.SessionSandbox (and
 	// implements SessionForgetter, which ends a session's sandboxes).
 	CallSessionSandbox = "session_sandbox"
+	// CallLayeredWorkspace: the driver honours RunSpec.Layered (see
+	// LayeredWorkspace). A driver that implements it but cannot here
+	// leaves it out and says why in Details[DetailLayeredWorkspace].
+	CallLayeredWorkspace = "layered_workspace"
 )
+
+// FeatureLayeredWorkspace names layered workspaces in errors refusing
+// RunSpec.Layered (UnavailableError.Feature). It is not one of
+// KnownFeatures: whether a driver honours RunSpec.Layered is the call
+// CallLayeredWorkspace, and why not is Details[DetailLayeredWorkspace].
+const FeatureLayeredWorkspace = "layered_workspace"
+
+// LayeredWorkspacer is implemented by drivers that may list
+// CallLayeredWorkspace; driverapi.Serve lists it when LayeredWorkspaces
+// reports true.
+type LayeredWorkspacer interface {
+	// LayeredWorkspaces reports whether the driver honours RunSpec.Layered
+	// on this host, as it is configured now.
+	LayeredWorkspaces() bool
+}
+
+// Layered workspaces (protocol 1.4).
+//
+// A command whose RunSpec carries Layered sees the workspace (the
+// profile's) through an overlay: the host's workspace is its lower layer,
+// Layered.Upper and Layered.Work (directories of the host's data
+// directory, on one file system) the upper layer and overlayfs's work
+// directory. Everything the command writes lands in the upper layer; the
+// host's directory is never written. The contract:
+//
+//   - the overlay is mounted once per session sandbox and kept for its
+//     life: overlayfs forbids two mounts sharing an upper directory, so a
+//     driver never mounts one upper twice at once, and refuses (an
+//     UnavailableError for FeatureLayeredWorkspace) a command that would
+//     need a second mount of an upper already mounted (another capability
+//     set of the same session while the first's sandbox lives);
+//   - a layered command never runs over the live workspace: where the
+//     driver cannot run it in a session sandbox with the overlay (a
+//     terminal, a route it keeps no session sandbox for), it refuses it,
+//     typed, rather than run it in a sandbox of its own;
+//   - the workspace's protected entries are not guarded inside the
+//     overlay (nothing there reaches the host but through the host's
+//     apply, which refuses them); fs_write grants outside the workspace
+//     keep theirs;
+//   - while the overlay is mounted, the driver holds a shared flock(2) on
+//     Layered.Lock, so the host can tell a mounted layer (and refuses to
+//     remove it) across processes.
+//
+// The host sets Layered only with SessionSandbox and a SessionID, and only
+// for a driver that lists CallLayeredWorkspace.
+type LayeredWorkspace struct {
+	// Upper and Work are absolute host directories: overlayfs's upperdir
+	// and workdir.
+	Upper string `json:"upper"`
+	Work  string `json:"work"`
+	// Lock is the layer's lock file (absolute).
+	Lock string `json:"lock"`
+	// UserNS: the host expects the overlay mounted in a user namespace
+	// (userxattr: markers in user.overlay.*); a driver that mounts it
+	// otherwise refuses, since the layer would be misread.
+	UserNS bool `json:"user_ns,omitempty"`
+}
+
+// Validate checks the fields a driver relies on.
+func (l *LayeredWorkspace) Validate() error {
+	for _, f := range []struct{ name, path string }{{"layered.upper", l.Upper}, {"layered.work", l.Work}, {"layered.lock", l.Lock}} {
+		if f.path == "" || f.path[0] != '/' {
+			return &InvalidSpecError{Field: f.name, Reason: fmt.Sprintf("%q is not an absolute path", f.path)}
+		}
+		if strings.ContainsAny(f.path, ",:\\\n\x00") {
+			return &InvalidSpecError{Field: f.name, Reason: "holds a comma, colon, backslash, newline or NUL, which overlay mount options cannot carry"}
+		}
+	}
+	return nil
+}
 
 // SessionSandboxer is implemented by drivers that may list
 // CallSessionSandbox; driverapi.Serve lists it when SessionSandboxes
@@ -99,7 +175,7 @@ const (
 
 // KnownCalls lists every optional call of this protocol version.
 func KnownCalls() []string {
-	return []string{CallSignal, CallConfig, CallForgetSession, CallRunStream, CallSessionSandbox}
+	return []string{CallSignal, CallConfig, CallForgetSession, CallRunStream, CallSessionSandbox, CallLayeredWorkspace}
 }
 
 // SessionForgetter is implemented by drivers that list CallForgetSession:
@@ -150,6 +226,10 @@ const (
 	// only to a driver that reports it; to any other it passes the same
 	// directory as one more fs_write path, protected entries included.
 	DetailProfileHome = "profile.home"
+	// DetailLayeredWorkspace: for a driver that implements layered
+	// workspaces, "on: ..." when it lists CallLayeredWorkspace, otherwise
+	// why it cannot here (unprivileged, no namespaces, no overlayfs).
+	DetailLayeredWorkspace = "layered_workspace"
 )
 
 // NetworkRoute is the route the driver reported for NetworkAllowHosts
@@ -414,6 +494,8 @@ func callSince(call string) uint32 {
 		return 2
 	case CallSessionSandbox:
 		return 3
+	case CallLayeredWorkspace:
+		return 4
 	}
 	return ProtocolMinor
 }

@@ -62,6 +62,9 @@ func implementedCalls(d Driver) []string {
 	if _, ok := d.(StreamRunner); ok {
 		calls = append(calls, CallRunStream)
 	}
+	if lw, ok := d.(LayeredWorkspacer); ok && lw.LayeredWorkspaces() {
+		calls = append(calls, CallLayeredWorkspace)
+	}
 	return calls
 }
 

@@ -333,6 +333,11 @@ type RunSpec struct {
 	// command (a terminal, a profile it never keeps) runs it in a sandbox
 	// of its own and reports no ExitDetailSessionSandbox.
 	SessionSandbox bool
+	// Layered, when set, mounts the workspace as an overlay with these
+	// upper and work directories in the session's sandbox (protocol 1.4,
+	// call "layered_workspace"; extensions.go says the contract). Set only
+	// with SessionSandbox.
+	Layered *LayeredWorkspace
 }
 
 // StreamBudgets splits a total output budget between stdout and stderr.

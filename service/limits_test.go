@@ -25,6 +25,8 @@ import (
 type fakeHost struct {
 	// The files API: none of these tests reaches it.
 	alephsandbox.FileHost
+	// Nor the layered sessions' calls.
+	alephsandbox.LayerHost
 	mu         sync.Mutex
 	executed   []core.Command
 	workspaces int

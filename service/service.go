@@ -279,6 +279,7 @@ func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
 		Read: req.GetRead(), Write: req.GetWrite(), Net: req.GetNet(), NetHosts: req.GetNetHosts(),
 		Spawn: req.GetSpawn(), MemoryMB: req.GetMemoryMb(), TimeoutSeconds: req.GetTimeoutSeconds(),
 		MaxOutputBytes: req.GetMaxOutput(), Env: req.GetEnv(), Stdin: req.GetStdin(), Secrets: req.GetSecrets(),
+		Layered: req.GetLayered(),
 	}.Command()
 	if err != nil {
 		var re *alephsandbox.RequestError
@@ -568,6 +569,8 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 			&hostv1.ErrorDetail{ReasonCode: ReasonServiceStopping})
 	case ctx.Err() != nil:
 		return nil, withDetail(connect.CodeCanceled, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonCanceled)})
+	case layerError(err) != nil:
+		return nil, layerError(err)
 	case core.LimitOf(err) != "":
 		// A capacity limit (the pipeline's or the driver's): the client
 		// is told which key to raise, not that the sandbox failed.

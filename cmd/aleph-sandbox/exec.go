@@ -70,6 +70,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	f.register(fs)
 	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
 	host := fs.String("host", "", "send the command to a running aleph-sandbox serve at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
+	fs.BoolVar(&f.layered, "layered", false, "run over the session's layer: the workspace is an overlay, and the host's directory changes only on session apply (the session's first command fixes its mode)")
 	verbose := fs.Bool("verbose", false, "say on stderr what runs the command: with --host, which serve answered (its pid, version and data dir)")
 	var inter interactiveFlags
 	inter.register(fs)
@@ -140,7 +141,18 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	// This process runs one command and ends its driver: the driver may
 	// leave out what only later commands would use (driverapi.OneCommandEnv),
 	// and a session sandbox would be built for one command and torn down.
-	cfg.Sandbox.SessionSandboxes = core.SessionSandboxesOff
+	//
+	// A layered command is the exception: its overlay is mounted in a
+	// session sandbox, built for this one command and ended with this
+	// process (the layer stays on disk, and the next command mounts it
+	// again). The driver holds the layer's upper directory locked while
+	// it is mounted, so a second process's command of the session is
+	// refused rather than mounting it twice. Going through serve instead
+	// would keep the session's /tmp and processes between commands, but
+	// would make a running service a condition of every layered command.
+	if !cmd.Layered {
+		cfg.Sandbox.SessionSandboxes = core.SessionSandboxesOff
+	}
 	p, err := buildPipeline(cfg, &approver{yes: f.yes, terminal: io.InIsTerminal || f.stdin, prompt: io.Err, answers: ttyAnswers}, io.Err,
 		alephsandbox.WithDriverEnv(driverapi.OneCommandEnv+"=1"))
 	if err != nil {

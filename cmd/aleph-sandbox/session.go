@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 
@@ -12,11 +13,15 @@ import (
 
 // runSession is `aleph-sandbox session forget ID` (docs/cli.md: it clears the
 // grants a session keeps across invocations) and `session show ID`.
-func runSession(_ context.Context, args []string, io stdio) int {
-	const usageLine = "aleph-sandbox session forget|delete|show [--json] [--config FILE] ID"
+func runSession(ctx context.Context, args []string, io stdio) int {
+	const usageLine = "aleph-sandbox session forget|delete|show|changes|diff|apply|discard [--json] [--config FILE] ID"
 	sub := "help"
 	if len(args) > 0 {
 		sub = args[0]
+	}
+	switch sub {
+	case "changes", "diff", "apply", "discard":
+		return runSessionLayer(ctx, sub, args[1:], io)
 	}
 	fs := flag.NewFlagSet("session "+sub, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
@@ -50,6 +55,14 @@ func runSession(_ context.Context, args []string, io stdio) int {
 			return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
 		}
 		if err := core.RemoveSessionHome(cfg, id); err != nil {
+			return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
+		}
+		// A layered session's layer goes with it (the host never saw it).
+		if l, err := core.OpenSessionLayer(cfg, id); err == nil {
+			if err := l.Discard(ctx); err != nil {
+				return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
+			}
+		} else if !errors.Is(err, core.ErrNoLayer) {
 			return fail(io.Err, "session %s: %s", verb, oneLine(err.Error()))
 		}
 		if verb == "delete" {

@@ -25,6 +25,8 @@ import (
 // runFlags are the flags exec and bench share: everything that shapes one
 // command and the pipeline it runs through.
 type runFlags struct {
+	// layered is exec's --layered (registered by exec alone).
+	layered       bool
 	driver        string
 	config        string
 	session       string
@@ -145,6 +147,7 @@ func (f *runFlags) request(program string, args []string, stdin io.Reader) (alep
 		return alephsandbox.Request{}, &usageError{fmt.Sprintf("the current directory: %v", err)}
 	}
 	req := alephsandbox.Request{
+		Layered:        f.layered,
 		Session:        f.session,
 		Argv:           append([]string{program}, args...),
 		Workspace:      f.workspace,

@@ -74,7 +74,12 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 			ms = append(ms, mnt{m.Dest, []string{"--ro-bind", m.Src, m.Dest}})
 		}
 	}
-	ms = append(ms, mnt{p.Workspace, bind(false, p.Workspace, p.Workspace)})
+	if p.layerSrc != "" {
+		// The session's overlay (layered_linux.go) stands at the workspace.
+		ms = append(ms, mnt{p.Workspace, []string{"--bind", p.layerSrc, p.Workspace}})
+	} else {
+		ms = append(ms, mnt{p.Workspace, bind(false, p.Workspace, p.Workspace)})
+	}
 	for _, g := range p.FSRead {
 		ms = append(ms, mnt{g, bind(true, g, g)})
 	}

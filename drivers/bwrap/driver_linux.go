@@ -318,6 +318,19 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 		return driverapi.Exit{}, err
 	}
 	h := d.probe()
+	if spec.Layered != nil {
+		// Never over the live workspace: the session's sandbox with the
+		// overlay, or a refusal.
+		if err := d.checkLayered(plan, spec); err != nil {
+			return driverapi.Exit{}, err
+		}
+		plan.layered = spec.Layered
+		exit, err := d.runSession(ctx, plan, cwd, spec, in, streams)
+		if errors.Is(err, errNotPooled) {
+			return driverapi.Exit{}, layeredRefusal("the session's sandbox could not take the command, and a layered command never runs in a sandbox of its own (over the live workspace)")
+		}
+		return exit, err
+	}
 	if h.tier == tierBwrap {
 		// The session's sandbox, when the command asks for it.
 		if exit, err := d.runSession(ctx, plan, cwd, spec, in, streams); !errors.Is(err, errNotPooled) {

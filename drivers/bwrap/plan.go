@@ -120,6 +120,13 @@ type Plan struct {
 	// sessionSupervisor: the prepared sandbox is a session sandbox, whose
 	// sandbox-init is the session supervisor (session_linux.go).
 	sessionSupervisor bool
+	// layered: the command's workspace is the session's overlay
+	// (layered_linux.go): no protected entries are guarded in it. Set by
+	// Run per command, never serialized.
+	layered *driverapi.LayeredWorkspace
+	// layerSrc: the overlay's mount point, bound at Workspace instead of
+	// the workspace while the session sandbox is built.
+	layerSrc string
 	// early are signals the command was sent while a prepared sandbox's
 	// hand-over, which then failed, was under way: the sandbox built
 	// instead gets them first (runPooled). Never serialized.

@@ -72,10 +72,18 @@ import (
 type poolKey struct {
 	profile [32]byte
 	session string
+	// layer is a layered command's upper directory: a layered session's
+	// sandbox is never one over the live workspace, nor over another
+	// layer.
+	layer string
 }
 
 func keyFor(spec driverapi.RunSpec) poolKey {
-	return poolKey{profile: sha256.Sum256(spec.Profile.Data), session: spec.SessionID}
+	k := poolKey{profile: sha256.Sum256(spec.Profile.Data), session: spec.SessionID}
+	if spec.Layered != nil {
+		k.layer = spec.Layered.Upper
+	}
+	return k
 }
 
 // preparedSandbox is one sandbox waiting for its command.

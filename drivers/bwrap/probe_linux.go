@@ -418,6 +418,11 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	} else {
 		hc.Details[detailSessionSandbox] = fmt.Sprintf("on: one per session and profile, %d ms idle", d.cfg.Options.SessionIdleMS)
 	}
+	if why := d.layeredOffWhy(); why != "" {
+		hc.Details[driverapi.DetailLayeredWorkspace] = why
+	} else {
+		hc.Details[driverapi.DetailLayeredWorkspace] = "on: the workspace as an overlay in the session's sandbox"
+	}
 	if len(h.userns) > 0 {
 		hc.Details["nested_userns"] = "disabled (bwrap --disable-userns, and seccomp)"
 	} else if h.usernsWhy != "" {

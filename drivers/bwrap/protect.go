@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -167,6 +168,12 @@ func scanProtected(p Plan, lim scanLimits) ([]protectTarget, error) {
 func scanProtectedNoting(p Plan, lim scanLimits, note func(path string, gitfile bool)) ([]protectTarget, error) {
 	s := &scanner{lim: lim, topSet: p.Protected, targets: map[string]protectTarget{}, repos: map[string]bool{}, note: note}
 	s.roots = append([]string{p.Workspace}, p.FSWrite...)
+	if p.layered != nil {
+		// A layered command's workspace is its overlay: nothing in it is
+		// the host's until apply, which refuses the protected set
+		// (layered_linux.go).
+		s.roots = slices.Clone(p.FSWrite)
+	}
 	for _, r := range s.roots {
 		for _, name := range p.Protected {
 			s.targets[filepath.Join(r, name)] = protectTarget{path: filepath.Join(r, name), top: true}

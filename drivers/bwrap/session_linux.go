@@ -64,6 +64,9 @@ import (
 type sessionSandbox struct {
 	key poolKey
 	sup *preparedSandbox // bwrap and the session supervisor
+	// layer, for a layered session: its lock, held while the sandbox
+	// lives (layered_linux.go).
+	layer *mountedLayer
 	// notify: the profile's commands get a notify socket (no-spawn or the
 	// unix socket guard).
 	notify bool
@@ -91,6 +94,9 @@ type sessionSet struct {
 	mu   sync.Mutex
 	m    map[poolKey]*sessionSandbox
 	lost map[poolKey]bool // had one that died, went stale or idled out
+	// layers maps a mounted layer's upper directory to the sandbox's key
+	// that mounted it: never two mounts of one upper.
+	layers map[string]poolKey
 	// building serialises the build of one key's sandbox.
 	building map[poolKey]chan struct{}
 	closed   bool
@@ -236,6 +242,7 @@ func (d *Driver) sessionFor(ctx context.Context, key poolKey, plan Plan) (*sessi
 		}
 		if s.m == nil {
 			s.m, s.lost, s.building = map[poolKey]*sessionSandbox{}, map[poolKey]bool{}, map[poolKey]chan struct{}{}
+			s.layers = map[string]poolKey{}
 		}
 		if ss := s.m[key]; ss != nil {
 			why := ""
@@ -263,6 +270,17 @@ func (d *Driver) sessionFor(ctx context.Context, key poolKey, plan Plan) (*sessi
 			}
 			continue
 		}
+		if key.layer != "" {
+			if other, ok := s.layers[key.layer]; ok && other != key {
+				s.mu.Unlock()
+				why := "the session's layer is mounted in the sandbox of another capability set of the session (overlayfs forbids two mounts sharing an upper)"
+				if other.session != key.session {
+					why = "the layer is mounted in another session's sandbox (overlayfs forbids two mounts sharing an upper)"
+				}
+				return nil, "", layeredRefusal(why + "; run the session's commands with one capability set, or forget the session first")
+			}
+			s.layers[key.layer] = key
+		}
 		done := make(chan struct{})
 		s.building[key] = done
 		how := driverapi.SessionSandboxNew
@@ -281,6 +299,9 @@ func (d *Driver) sessionFor(ctx context.Context, key poolKey, plan Plan) (*sessi
 			return nil, "", err
 		}
 		if err != nil {
+			if key.layer != "" && s.layers[key.layer] == key {
+				delete(s.layers, key.layer)
+			}
 			s.mu.Unlock()
 			return nil, "", err
 		}
@@ -296,8 +317,23 @@ func (d *Driver) sessionFor(ctx context.Context, key poolKey, plan Plan) (*sessi
 // supervisor takes spawn records.
 func (d *Driver) buildSession(ctx context.Context, key poolKey, plan Plan) (*sessionSandbox, error) {
 	plan.sessionSupervisor = true
+	var layer *mountedLayer
+	if plan.layered != nil {
+		var err error
+		if layer, err = d.mountLayer(plan.Workspace, plan.layered); err != nil {
+			return nil, err
+		}
+		plan.layerSrc = layer.point
+	}
 	sup, err := d.prepare(ctx, key, plan, key.session)
+	if layer != nil {
+		// bwrap has bound it (or failed): the driver's own mount goes.
+		layer.detach()
+	}
 	if err != nil {
+		if layer != nil {
+			layer.release()
+		}
 		return nil, err
 	}
 	// The supervisor's started and prepared bytes: nothing else ever comes
@@ -305,9 +341,12 @@ func (d *Driver) buildSession(ctx context.Context, key poolKey, plan Plan) (*ses
 	var b [2]byte
 	if n, _, err := unix.Recvfrom(sup.sb.life.local, b[:], unix.MSG_DONTWAIT); err != nil || n != 2 {
 		sup.destroy()
+		if layer != nil {
+			layer.release()
+		}
 		return nil, fmt.Errorf("bwrap driver: session sandbox: read its readiness: %d bytes, %v", n, err)
 	}
-	ss := &sessionSandbox{key: key, sup: sup, notify: sup.sb.notif != nil, dead: make(chan struct{})}
+	ss := &sessionSandbox{key: key, sup: sup, layer: layer, notify: sup.sb.notif != nil, dead: make(chan struct{})}
 	// One reader of bwrap's end: the watcher, which passes it on to
 	// destroy.
 	orig, again := sup.done, make(chan sandboxResult, 1)
@@ -730,6 +769,16 @@ func (d *Driver) endSession(ss *sessionSandbox, lost bool) {
 	ss.sup.destroy()
 	// Commands that still hold it let go as they end.
 	ss.prot.end()
+	if ss.layer != nil {
+		// The overlay's last mount went with the sandbox: another may
+		// mount the upper now.
+		ss.layer.release()
+		s.mu.Lock()
+		if s.layers[ss.key.layer] == ss.key && s.m[ss.key] == nil {
+			delete(s.layers, ss.key.layer)
+		}
+		s.mu.Unlock()
+	}
 }
 
 // forgetSessions ends the session sandboxes of session (every profile).

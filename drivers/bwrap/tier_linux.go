@@ -137,6 +137,7 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 	hc.Details[driverapi.DetailLinuxCgroupMode] = hc.CgroupMode
 	// Session sandboxes need namespaces: every command gets its own run.
 	hc.Details[detailSessionSandbox] = d.sessionOffWhy()
+	hc.Details[driverapi.DetailLayeredWorkspace] = d.layeredOffWhy()
 	un := func(f, reason, fix string) {
 		hc.Unavailable = append(hc.Unavailable, driverapi.Unavailable{Feature: f, Reason: reason, Fix: fix})
 	}

@@ -69,6 +69,7 @@ func ExecuteRequest(cmd core.Command) *hostv1.ExecuteRequest {
 		Cwd: cmd.Cwd, Read: c.FSRead, Write: c.FSWrite, Spawn: c.SpawnSubprocess,
 		MemoryMb: c.MaxMemoryMB, TimeoutSeconds: cmd.Timeout.Seconds(), MaxOutput: cmd.MaxOutputBytes,
 		Env: cmd.Env, Stdin: cmd.Stdin, Secrets: cmd.Secrets, AnswerApprovals: true,
+		Layered: cmd.Layered,
 	}
 	if c.Network.Mode == driverapi.NetworkAllowHosts {
 		req.NetHosts = c.Network.Hosts

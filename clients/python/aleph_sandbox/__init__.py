@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
 from urllib.parse import quote as _quote
 
+from ._layered import ApplyResult, Change, Refusal, _paths_msg
+
 __all__ = [
     "Client",
     "Result",
@@ -54,6 +56,9 @@ __all__ = [
     "FileInfo",
     "Files",
     "AsyncFiles",
+    "Change",
+    "Refusal",
+    "ApplyResult",
 ]
 
 SERVICE = "aleph.host.v1.Service"
@@ -697,7 +702,7 @@ class Client:
                  net: Union[str, Sequence[str]] = "none", spawn: bool = False, memory_mb: Optional[int] = None,
                  timeout: Optional[float] = None, max_output: Optional[int] = None,
                  env: Optional[Mapping[str, str]] = None, stdin: Union[bytes, str, None] = None,
-                 secrets: Optional[Mapping[str, str]] = None) -> Dict[str, Any]:
+                 secrets: Optional[Mapping[str, str]] = None, layered: bool = False) -> Dict[str, Any]:
         items = None if isinstance(argv, (str, bytes)) else list(argv)
         if items is None or not all(isinstance(a, str) for a in items):
             raise TypeError("argv is a list of strings, e.g. ['/bin/sh', '-c', 'echo hi'], got %r" % (argv,))
@@ -706,6 +711,9 @@ class Client:
                                "net": net if isinstance(net, str) else ",".join(net)}
         if workspace:
             req["workspace"] = os.path.abspath(workspace)
+        if _flag("layered", layered):
+            # The session's first command fixes whether it is layered.
+            req["layered"] = True
         if cwd:
             req["cwd"] = cwd
         # On the wire 0 is "not given". memory_mb and max_output of 0 are
@@ -906,6 +914,35 @@ class Client:
 
     def grants(self, session: str) -> Dict[str, Any]:
         return self._unary("Grants", {"list": {"session": session}}, session=session)
+
+    # ---- layered sessions (exec(..., layered=True)) ----
+
+    def changes(self, session: str) -> List[Change]:
+        """What the layered session changed over its workspace, sorted by
+        path: objects with ``.path`` and ``.kind``."""
+        r = self._unary("Changes", _paths_msg(session, None), session=session)
+        return [Change._from_json(c) for c in r.get("changes", [])]
+
+    def diff(self, session: str, paths: Optional[Sequence[str]] = None) -> str:
+        """A unified diff of the layered session's text changes (binary
+        files named), all or those at or below ``paths``."""
+        return str(self._unary("Diff", _paths_msg(session, paths), session=session).get("diff", ""))
+
+    def apply(self, session: str, paths: Optional[Sequence[str]] = None, allow_large: bool = False) -> ApplyResult:
+        """Brings the layered session's changes (all, or those at or below
+        ``paths``) to the host. What must never reach the host (protected
+        entries, hooks and config of .git, repositories, set-id files,
+        devices, links out...) is refused, each in ``.refused`` with its
+        reason; a host file changed since the session read it is in
+        ``.conflicts``, the host's version kept."""
+        msg = _paths_msg(session, paths)
+        if _flag("allow_large", allow_large):
+            msg["allowLarge"] = True
+        return ApplyResult._from_json(self._unary("Apply", msg, session=session))
+
+    def discard(self, session: str) -> None:
+        """Drops the layered session's layer; the host never saw it."""
+        self._unary("Discard", _paths_msg(session, None), session=session)
 
     def revoke(self, session: str, grant_id: str) -> Dict[str, Any]:
         return self._unary("Grants", {"revoke": {"session": session, "grantId": grant_id}}, session=session)

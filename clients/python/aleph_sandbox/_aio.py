@@ -20,6 +20,7 @@ import ssl
 import struct
 from typing import Any, AsyncIterator, Awaitable, Callable, Dict, List, Mapping, Optional, Sequence, Set, Union
 
+from ._layered import ApplyResult, Change, _paths_msg
 from . import (_COMPRESSED, _END_STREAM, _HTTP_CODES, _STDIN_CHUNK, SERVICE, ApprovalRequest, Client, Denied, Event,
                Result, SandboxError, _error, _flag, _is_zero, _seconds, _signal_name, _size, _tls_error, _tls_refused,
                _b64, _final_result)
@@ -365,6 +366,26 @@ class AsyncClient:
 
     async def grants(self, session: str) -> Dict[str, Any]:
         return await self._unary("Grants", {"list": {"session": session}}, session=session)
+
+    async def changes(self, session: str) -> List[Change]:
+        """As Client.changes."""
+        r = await self._unary("Changes", _paths_msg(session, None), session=session)
+        return [Change._from_json(c) for c in r.get("changes", [])]
+
+    async def diff(self, session: str, paths: Optional[Sequence[str]] = None) -> str:
+        """As Client.diff."""
+        return str((await self._unary("Diff", _paths_msg(session, paths), session=session)).get("diff", ""))
+
+    async def apply(self, session: str, paths: Optional[Sequence[str]] = None, allow_large: bool = False) -> ApplyResult:
+        """As Client.apply."""
+        msg = _paths_msg(session, paths)
+        if allow_large:
+            msg["allowLarge"] = True
+        return ApplyResult._from_json(await self._unary("Apply", msg, session=session))
+
+    async def discard(self, session: str) -> None:
+        """As Client.discard."""
+        await self._unary("Discard", _paths_msg(session, None), session=session)
 
     async def revoke(self, session: str, grant_id: str) -> Dict[str, Any]:
         return await self._unary("Grants", {"revoke": {"session": session, "grantId": grant_id}}, session=session)

@@ -213,6 +213,12 @@ export interface StreamOptions extends CallOptions {
     /** Secrets held by the host; the command sees placeholders. */
     secrets?: Record<string, string>;
     /**
+     * Run over the session's layer: the workspace is an overlay, and the
+     * host's directory changes only on `apply`. The session's first command
+     * fixes whether it is layered.
+     */
+    layered?: boolean;
+    /**
      * Cancelling the command: aborting the signal closes the call, and the
      * service kills the command's process tree.
      */
@@ -305,6 +311,30 @@ export interface ClientOptions {
 /** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
 export declare function defaultAddress(env?: NodeJS.ProcessEnv): string;
 /** A connection to `aleph-sandbox serve`. */
+/** One change of a layered session: kind is "added", "modified", "deleted" or "type_changed". */
+export interface Change {
+    path: string;
+    kind: string;
+    type: string;
+    oldType: string;
+    mode: number;
+    oldMode: number;
+    size: number;
+    target: string;
+}
+/** Something apply did not bring to the host, with a stable reason code. */
+export interface Refusal {
+    path: string;
+    reason: string;
+    detail: string;
+}
+/** What one apply did; `git` is the git import's result when it ran. */
+export interface ApplyResult {
+    applied: string[];
+    refused: Refusal[];
+    conflicts: string[];
+    git?: unknown;
+}
 /** One entry of a session's workspace, not followed when it is a link. */
 export interface FileInfo {
     name: string;
@@ -432,6 +462,20 @@ export declare class Client {
      * workspace you named stays). `forget()` keeps the workspace.
      */
     delete(name: string, options?: CallOptions): Promise<void>;
+    /** What the layered session changed over its workspace, sorted by path. */
+    changes(name: string, options?: CallOptions): Promise<Change[]>;
+    /** A unified diff of the layered session's text changes, all or those at or below `paths`. */
+    diff(name: string, paths?: string[], options?: CallOptions): Promise<string>;
+    /**
+     * Brings the layered session's changes (all, or those at or below
+     * `paths`) to the host: what was applied, what was refused (each with
+     * its reason) and what conflicted.
+     */
+    apply(name: string, paths?: string[], options?: CallOptions & {
+        allowLarge?: boolean;
+    }): Promise<ApplyResult>;
+    /** Drops the layered session's layer; the host never saw it. */
+    discard(name: string, options?: CallOptions): Promise<void>;
     grants(name: string, options?: CallOptions): Promise<Grants>;
     revoke(name: string, grantId: string, options?: CallOptions): Promise<Grants>;
     /** Grants host:port to a session, provided its policy digest is still expectedDigest. */

@@ -88,7 +88,7 @@ export const SPAWN_REFUSED_HINT = "the command tried to start a subprocess and t
 /** The options a command request is built from (StreamOptions' own, and the call's signal). */
 const REQUEST_OPTIONS = new Set([
     "session", "workspace", "cwd", "read", "write", "net", "spawn", "memoryMb", "timeout", "maxOutput",
-    "env", "stdin", "secrets", "signal",
+    "env", "stdin", "secrets", "signal", "layered",
 ]);
 function pem(name, v) {
     if (v === undefined) {
@@ -535,6 +535,13 @@ class Call {
         this.req.destroy();
     }
 }
+function change(v) {
+    const o = isObject(v) ? v : {};
+    return {
+        path: str(o.path), kind: str(o.kind), type: str(o.type), oldType: str(o.oldType),
+        mode: num(o.mode), oldMode: num(o.oldMode), size: num(o.size), target: str(o.target),
+    };
+}
 function fileInfo(v) {
     const m = isObject(v) ? v : {};
     const kind = str(m.kind);
@@ -805,6 +812,9 @@ export class Client {
         if (o.workspace) {
             req.workspace = path.resolve(o.workspace);
         }
+        if (flag("layered", o.layered)) {
+            req.layered = true;
+        }
         if (o.cwd) {
             req.cwd = o.cwd;
         }
@@ -997,6 +1007,48 @@ export class Client {
      */
     async delete(name, options = {}) {
         await this.unary("Sessions", { delete: { session: name } }, options, this.idleSeconds, name);
+    }
+    /** What the layered session changed over its workspace, sorted by path. */
+    async changes(name, options = {}) {
+        const r = await this.unary("Changes", { session: name }, options, this.idleSeconds, name);
+        return (Array.isArray(r.changes) ? r.changes : []).map(change);
+    }
+    /** A unified diff of the layered session's text changes, all or those at or below `paths`. */
+    async diff(name, paths, options = {}) {
+        const msg = { session: name };
+        if (paths !== undefined) {
+            msg.paths = strings(paths);
+        }
+        return str((await this.unary("Diff", msg, options, this.idleSeconds, name)).diff);
+    }
+    /**
+     * Brings the layered session's changes (all, or those at or below
+     * `paths`) to the host: what was applied, what was refused (each with
+     * its reason) and what conflicted.
+     */
+    async apply(name, paths, options = {}) {
+        const msg = { session: name };
+        if (paths !== undefined) {
+            msg.paths = strings(paths);
+        }
+        if (options.allowLarge) {
+            msg.allowLarge = true;
+        }
+        const { allowLarge: _a, ...call } = options;
+        const r = await this.unary("Apply", msg, call, this.idleSeconds, name);
+        return {
+            applied: strings(r.applied),
+            refused: (Array.isArray(r.refused) ? r.refused : []).map((x) => {
+                const o = isObject(x) ? x : {};
+                return { path: str(o.path), reason: str(o.reason), detail: str(o.detail) };
+            }),
+            conflicts: strings(r.conflicts),
+            git: typeof r.gitJson === "string" && r.gitJson !== "" ? JSON.parse(r.gitJson) : undefined,
+        };
+    }
+    /** Drops the layered session's layer; the host never saw it. */
+    async discard(name, options = {}) {
+        await this.unary("Discard", { session: name }, options, this.idleSeconds, name);
     }
     async grants(name, options = {}) {
         return grants(await this.unary("Grants", { list: { session: name } }, options, this.idleSeconds, name));

@@ -251,7 +251,7 @@ export interface CallOptions {
 /** The options a command request is built from (StreamOptions' own, and the call's signal). */
 const REQUEST_OPTIONS: ReadonlySet<string> = new Set([
   "session", "workspace", "cwd", "read", "write", "net", "spawn", "memoryMb", "timeout", "maxOutput",
-  "env", "stdin", "secrets", "signal",
+  "env", "stdin", "secrets", "signal", "layered",
 ]);
 
 /** The options of `stream`; they mirror the flags of `aleph-sandbox exec`. */
@@ -284,6 +284,12 @@ export interface StreamOptions extends CallOptions {
   stdin?: string | Uint8Array;
   /** Secrets held by the host; the command sees placeholders. */
   secrets?: Record<string, string>;
+  /**
+   * Run over the session's layer: the workspace is an overlay, and the
+   * host's directory changes only on `apply`. The session's first command
+   * fixes whether it is layered.
+   */
+  layered?: boolean;
   /**
    * Cancelling the command: aborting the signal closes the call, and the
    * service kills the command's process tree.
@@ -876,6 +882,41 @@ class Call {
 }
 
 /** A connection to `aleph-sandbox serve`. */
+/** One change of a layered session: kind is "added", "modified", "deleted" or "type_changed". */
+export interface Change {
+  path: string;
+  kind: string;
+  type: string;
+  oldType: string;
+  mode: number;
+  oldMode: number;
+  size: number;
+  target: string;
+}
+
+function change(v: unknown): Change {
+  const o = isObject(v) ? v : {};
+  return {
+    path: str(o.path), kind: str(o.kind), type: str(o.type), oldType: str(o.oldType),
+    mode: num(o.mode), oldMode: num(o.oldMode), size: num(o.size), target: str(o.target),
+  };
+}
+
+/** Something apply did not bring to the host, with a stable reason code. */
+export interface Refusal {
+  path: string;
+  reason: string;
+  detail: string;
+}
+
+/** What one apply did; `git` is the git import's result when it ran. */
+export interface ApplyResult {
+  applied: string[];
+  refused: Refusal[];
+  conflicts: string[];
+  git?: unknown;
+}
+
 /** One entry of a session's workspace, not followed when it is a link. */
 export interface FileInfo {
   name: string;
@@ -1183,6 +1224,9 @@ export class Client {
     if (o.workspace) {
       req.workspace = path.resolve(o.workspace);
     }
+    if (flag("layered", o.layered)) {
+      req.layered = true;
+    }
     if (o.cwd) {
       req.cwd = o.cwd;
     }
@@ -1385,6 +1429,52 @@ export class Client {
    */
   async delete(name: string, options: CallOptions = {}): Promise<void> {
     await this.unary("Sessions", { delete: { session: name } }, options, this.idleSeconds, name);
+  }
+
+  /** What the layered session changed over its workspace, sorted by path. */
+  async changes(name: string, options: CallOptions = {}): Promise<Change[]> {
+    const r = await this.unary("Changes", { session: name }, options, this.idleSeconds, name);
+    return (Array.isArray(r.changes) ? r.changes : []).map(change);
+  }
+
+  /** A unified diff of the layered session's text changes, all or those at or below `paths`. */
+  async diff(name: string, paths?: string[], options: CallOptions = {}): Promise<string> {
+    const msg: JSONObject = { session: name };
+    if (paths !== undefined) {
+      msg.paths = strings(paths);
+    }
+    return str((await this.unary("Diff", msg, options, this.idleSeconds, name)).diff);
+  }
+
+  /**
+   * Brings the layered session's changes (all, or those at or below
+   * `paths`) to the host: what was applied, what was refused (each with
+   * its reason) and what conflicted.
+   */
+  async apply(name: string, paths?: string[], options: CallOptions & { allowLarge?: boolean } = {}): Promise<ApplyResult> {
+    const msg: JSONObject = { session: name };
+    if (paths !== undefined) {
+      msg.paths = strings(paths);
+    }
+    if (options.allowLarge) {
+      msg.allowLarge = true;
+    }
+    const { allowLarge: _a, ...call } = options;
+    const r = await this.unary("Apply", msg, call, this.idleSeconds, name);
+    return {
+      applied: strings(r.applied),
+      refused: (Array.isArray(r.refused) ? r.refused : []).map((x) => {
+        const o = isObject(x) ? x : {};
+        return { path: str(o.path), reason: str(o.reason), detail: str(o.detail) };
+      }),
+      conflicts: strings(r.conflicts),
+      git: typeof r.gitJson === "string" && r.gitJson !== "" ? JSON.parse(r.gitJson) : undefined,
+    };
+  }
+
+  /** Drops the layered session's layer; the host never saw it. */
+  async discard(name: string, options: CallOptions = {}): Promise<void> {
+    await this.unary("Discard", { session: name }, options, this.idleSeconds, name);
   }
 
   async grants(name: string, options: CallOptions = {}): Promise<Grants> {

@@ -1516,3 +1516,46 @@ describe("client.files against a real serve", { skip }, () => {
     assert.equal(fs.readFileSync(secret, "utf8"), "host secret");
   });
 });
+
+describe("layered sessions against a real serve", { skip }, () => {
+  const server = new Server({});
+  let c: Client;
+  let on = false;
+
+  before(async () => {
+    await server.start();
+    c = new Client({ address: server.addr, approver: () => true });
+    const caps = (await c.capabilities()) as { calls?: string[] };
+    on = (caps.calls ?? []).includes("layered_workspace");
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  test("changes, apply and discard; the host is untouched before apply", T, async (t) => {
+    const ws = fs.mkdtempSync(path.join(os.tmpdir(), "tslay-"));
+    t.after(() => fs.rmSync(ws, { recursive: true, force: true }));
+    fs.writeFileSync(path.join(ws, "a.txt"), "host\n");
+    if (!on) {
+      // Refused, typed, where the driver cannot (the capabilities say why).
+      const err = await c.exec(["/bin/true"], { session: "tslay0", workspace: ws, layered: true }).then(() => undefined, (e) => e);
+      assert.ok(err instanceof SandboxError, String(err));
+      assert.equal(err.reasonCode, "layered_unavailable");
+      t.skip("layered sessions unavailable here");
+      return;
+    }
+    const S = "tslay1";
+    const r = await c.exec(["/bin/sh", "-c", "echo session > a.txt && echo new > b.txt"], { session: S, workspace: ws, layered: true, spawn: true });
+    assert.equal(r.exitCode, 0, r.stderr.toString());
+    assert.equal(fs.readFileSync(path.join(ws, "a.txt"), "utf8"), "host\n");
+    assert.ok(!fs.existsSync(path.join(ws, "b.txt")));
+    assert.deepEqual((await c.changes(S)).map((x) => [x.path, x.kind]), [["a.txt", "modified"], ["b.txt", "added"]]);
+    assert.match(await c.diff(S), /\+session/);
+    const res = await c.apply(S, ["b.txt"]);
+    assert.deepEqual([res.applied, res.refused, res.conflicts], [["b.txt"], [], []]);
+    assert.equal(fs.readFileSync(path.join(ws, "b.txt"), "utf8"), "new\n");
+    assert.equal(fs.readFileSync(path.join(ws, "a.txt"), "utf8"), "host\n");
+    await c.discard(S);
+    assert.equal(fs.readFileSync(path.join(ws, "a.txt"), "utf8"), "host\n");
+  });
+});

@@ -54,22 +54,26 @@ type hostGit struct {
 	bin    string
 	gitDir string
 	env    []string
+	// as is the workspace's owner to run as (root only; owner_unix.go).
+	as *runAs
 }
 
-func newHostGit(bin, gitDir string) *hostGit {
+// newHostGit runs bin in gitDir, as ws's owner where this process is root.
+func newHostGit(bin, gitDir, ws string) *hostGit {
 	env := []string{"LC_ALL=C", "GIT_TERMINAL_PROMPT=0", "GIT_DIR=" + gitDir}
 	for _, k := range []string{"PATH", "HOME", "XDG_CONFIG_HOME"} {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
 		}
 	}
-	return &hostGit{bin: bin, gitDir: gitDir, env: env}
+	return &hostGit{bin: bin, gitDir: gitDir, env: env, as: workspaceOwner(ws)}
 }
 
 func (h *hostGit) command(ctx context.Context, args ...string) *exec.Cmd {
 	c := exec.CommandContext(ctx, h.bin, args...)
 	c.Env = h.env
 	c.Dir = h.gitDir
+	h.as.apply(c)
 	c.WaitDelay = 5 * time.Second
 	return c
 }

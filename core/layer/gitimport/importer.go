@@ -142,7 +142,7 @@ func (im *Importer) Snapshot(ctx context.Context, workspace string) (layer.GitBa
 	if err != nil {
 		return layer.GitBase{}, err
 	}
-	return snapshot(ctx, newHostGit(bin, gd))
+	return snapshot(ctx, newHostGit(bin, gd, workspace))
 }
 
 func snapshot(ctx context.Context, h *hostGit) (layer.GitBase, error) {

@@ -142,12 +142,12 @@ func (r *importRun) run(im *Importer) error {
 			return err
 		}
 		r.res.CreatedRepository = true
-		r.host = newHostGit(bin, gd)
+		r.host = newHostGit(bin, gd, ws)
 		if base, err = snapshot(r.ctx, r.host); err != nil {
 			return err
 		}
 	}
-	r.host = newHostGit(bin, gd)
+	r.host = newHostGit(bin, gd, ws)
 	r.noteControlFiles(gd)
 	if r.cat, err = r.host.catFile(r.ctx); err != nil {
 		return err
@@ -163,7 +163,7 @@ func (r *importRun) initHost(bin, ws, branch string) error {
 	}
 	args = append(args, "--", ws)
 	// No GIT_DIR: git init makes ws/.git itself.
-	h := newHostGit(bin, "")
+	h := newHostGit(bin, "", ws)
 	var env []string
 	for _, e := range h.env {
 		if !strings.HasPrefix(e, "GIT_DIR=") {

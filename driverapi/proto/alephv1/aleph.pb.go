@@ -844,8 +844,12 @@ type RunRequest struct {
 	// Protocol 1.3, call "session_sandbox" only: run the command in its
 	// session's persistent sandbox (RunSpec.SessionSandbox).
 	SessionSandbox bool `protobuf:"varint,21,opt,name=session_sandbox,json=sessionSandbox,proto3" json:"session_sandbox,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// Protocol 1.4, call "layered_workspace" only: mount the workspace as an
+	// overlay with these directories in the session's sandbox
+	// (RunSpec.Layered).
+	Layered       *LayeredWorkspace `protobuf:"bytes,22,opt,name=layered,proto3" json:"layered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunRequest) Reset() {
@@ -962,6 +966,82 @@ func (x *RunRequest) GetSessionSandbox() bool {
 	return false
 }
 
+func (x *RunRequest) GetLayered() *LayeredWorkspace {
+	if x != nil {
+		return x.Layered
+	}
+	return nil
+}
+
+// A layered workspace's overlay directories (driverapi.LayeredWorkspace).
+type LayeredWorkspace struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Upper         string                 `protobuf:"bytes,1,opt,name=upper,proto3" json:"upper,omitempty"`
+	Work          string                 `protobuf:"bytes,2,opt,name=work,proto3" json:"work,omitempty"`
+	Lock          string                 `protobuf:"bytes,3,opt,name=lock,proto3" json:"lock,omitempty"`
+	UserNs        bool                   `protobuf:"varint,4,opt,name=user_ns,json=userNs,proto3" json:"user_ns,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayeredWorkspace) Reset() {
+	*x = LayeredWorkspace{}
+	mi := &file_aleph_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayeredWorkspace) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayeredWorkspace) ProtoMessage() {}
+
+func (x *LayeredWorkspace) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayeredWorkspace.ProtoReflect.Descriptor instead.
+func (*LayeredWorkspace) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *LayeredWorkspace) GetUpper() string {
+	if x != nil {
+		return x.Upper
+	}
+	return ""
+}
+
+func (x *LayeredWorkspace) GetWork() string {
+	if x != nil {
+		return x.Work
+	}
+	return ""
+}
+
+func (x *LayeredWorkspace) GetLock() string {
+	if x != nil {
+		return x.Lock
+	}
+	return ""
+}
+
+func (x *LayeredWorkspace) GetUserNs() bool {
+	if x != nil {
+		return x.UserNs
+	}
+	return false
+}
+
 type OutputChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Stream        Stream                 `protobuf:"varint,1,opt,name=stream,proto3,enum=aleph.v1.Stream" json:"stream,omitempty"`
@@ -972,7 +1052,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_aleph_proto_msgTypes[10]
+	mi := &file_aleph_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -984,7 +1064,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[10]
+	mi := &file_aleph_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -997,7 +1077,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{10}
+	return file_aleph_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *OutputChunk) GetStream() Stream {
@@ -1025,7 +1105,7 @@ type ResourceUsage struct {
 
 func (x *ResourceUsage) Reset() {
 	*x = ResourceUsage{}
-	mi := &file_aleph_proto_msgTypes[11]
+	mi := &file_aleph_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1117,7 @@ func (x *ResourceUsage) String() string {
 func (*ResourceUsage) ProtoMessage() {}
 
 func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[11]
+	mi := &file_aleph_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1130,7 @@ func (x *ResourceUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResourceUsage.ProtoReflect.Descriptor instead.
 func (*ResourceUsage) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{11}
+	return file_aleph_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ResourceUsage) GetMaxRssKb() int64 {
@@ -1098,7 +1178,7 @@ type Exit struct {
 
 func (x *Exit) Reset() {
 	*x = Exit{}
-	mi := &file_aleph_proto_msgTypes[12]
+	mi := &file_aleph_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1190,7 @@ func (x *Exit) String() string {
 func (*Exit) ProtoMessage() {}
 
 func (x *Exit) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[12]
+	mi := &file_aleph_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1203,7 @@ func (x *Exit) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Exit.ProtoReflect.Descriptor instead.
 func (*Exit) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{12}
+	return file_aleph_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Exit) GetExitCode() int32 {
@@ -1216,7 +1296,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_aleph_proto_msgTypes[13]
+	mi := &file_aleph_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1308,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[13]
+	mi := &file_aleph_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1321,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{13}
+	return file_aleph_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RunEvent) GetEvent() isRunEvent_Event {
@@ -1293,7 +1373,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_aleph_proto_msgTypes[14]
+	mi := &file_aleph_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1305,7 +1385,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[14]
+	mi := &file_aleph_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1318,7 +1398,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{14}
+	return file_aleph_proto_rawDescGZIP(), []int{15}
 }
 
 type HookInfo struct {
@@ -1332,7 +1412,7 @@ type HookInfo struct {
 
 func (x *HookInfo) Reset() {
 	*x = HookInfo{}
-	mi := &file_aleph_proto_msgTypes[15]
+	mi := &file_aleph_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1344,7 +1424,7 @@ func (x *HookInfo) String() string {
 func (*HookInfo) ProtoMessage() {}
 
 func (x *HookInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[15]
+	mi := &file_aleph_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1357,7 +1437,7 @@ func (x *HookInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookInfo.ProtoReflect.Descriptor instead.
 func (*HookInfo) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{15}
+	return file_aleph_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HookInfo) GetName() string {
@@ -1399,7 +1479,7 @@ type HookRequest struct {
 
 func (x *HookRequest) Reset() {
 	*x = HookRequest{}
-	mi := &file_aleph_proto_msgTypes[16]
+	mi := &file_aleph_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1411,7 +1491,7 @@ func (x *HookRequest) String() string {
 func (*HookRequest) ProtoMessage() {}
 
 func (x *HookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[16]
+	mi := &file_aleph_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1424,7 +1504,7 @@ func (x *HookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookRequest.ProtoReflect.Descriptor instead.
 func (*HookRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{16}
+	return file_aleph_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HookRequest) GetSessionId() string {
@@ -1496,7 +1576,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_aleph_proto_msgTypes[17]
+	mi := &file_aleph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1508,7 +1588,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[17]
+	mi := &file_aleph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1521,7 +1601,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{17}
+	return file_aleph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Verdict) GetAction() Action {
@@ -1570,7 +1650,7 @@ type AfterRequest struct {
 
 func (x *AfterRequest) Reset() {
 	*x = AfterRequest{}
-	mi := &file_aleph_proto_msgTypes[18]
+	mi := &file_aleph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1662,7 @@ func (x *AfterRequest) String() string {
 func (*AfterRequest) ProtoMessage() {}
 
 func (x *AfterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[18]
+	mi := &file_aleph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1675,7 @@ func (x *AfterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AfterRequest.ProtoReflect.Descriptor instead.
 func (*AfterRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{18}
+	return file_aleph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *AfterRequest) GetSessionId() string {
@@ -1627,7 +1707,7 @@ type AfterResponse struct {
 
 func (x *AfterResponse) Reset() {
 	*x = AfterResponse{}
-	mi := &file_aleph_proto_msgTypes[19]
+	mi := &file_aleph_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1639,7 +1719,7 @@ func (x *AfterResponse) String() string {
 func (*AfterResponse) ProtoMessage() {}
 
 func (x *AfterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[19]
+	mi := &file_aleph_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1652,7 +1732,7 @@ func (x *AfterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AfterResponse.ProtoReflect.Descriptor instead.
 func (*AfterResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{19}
+	return file_aleph_proto_rawDescGZIP(), []int{20}
 }
 
 type SignalRequest struct {
@@ -1667,7 +1747,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_aleph_proto_msgTypes[20]
+	mi := &file_aleph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1679,7 +1759,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[20]
+	mi := &file_aleph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1692,7 +1772,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{20}
+	return file_aleph_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SignalRequest) GetCommandId() string {
@@ -1717,7 +1797,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_aleph_proto_msgTypes[21]
+	mi := &file_aleph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1809,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[21]
+	mi := &file_aleph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1822,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{21}
+	return file_aleph_proto_rawDescGZIP(), []int{22}
 }
 
 type ForgetSessionRequest struct {
@@ -1754,7 +1834,7 @@ type ForgetSessionRequest struct {
 
 func (x *ForgetSessionRequest) Reset() {
 	*x = ForgetSessionRequest{}
-	mi := &file_aleph_proto_msgTypes[22]
+	mi := &file_aleph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1766,7 +1846,7 @@ func (x *ForgetSessionRequest) String() string {
 func (*ForgetSessionRequest) ProtoMessage() {}
 
 func (x *ForgetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[22]
+	mi := &file_aleph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1779,7 +1859,7 @@ func (x *ForgetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForgetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{22}
+	return file_aleph_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ForgetSessionRequest) GetSessionId() string {
@@ -1797,7 +1877,7 @@ type ForgetSessionResponse struct {
 
 func (x *ForgetSessionResponse) Reset() {
 	*x = ForgetSessionResponse{}
-	mi := &file_aleph_proto_msgTypes[23]
+	mi := &file_aleph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1889,7 @@ func (x *ForgetSessionResponse) String() string {
 func (*ForgetSessionResponse) ProtoMessage() {}
 
 func (x *ForgetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[23]
+	mi := &file_aleph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1902,7 @@ func (x *ForgetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForgetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{23}
+	return file_aleph_proto_rawDescGZIP(), []int{24}
 }
 
 type ConfigSchemaRequest struct {
@@ -1833,7 +1913,7 @@ type ConfigSchemaRequest struct {
 
 func (x *ConfigSchemaRequest) Reset() {
 	*x = ConfigSchemaRequest{}
-	mi := &file_aleph_proto_msgTypes[24]
+	mi := &file_aleph_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1845,7 +1925,7 @@ func (x *ConfigSchemaRequest) String() string {
 func (*ConfigSchemaRequest) ProtoMessage() {}
 
 func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[24]
+	mi := &file_aleph_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1858,7 +1938,7 @@ func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigSchemaRequest.ProtoReflect.Descriptor instead.
 func (*ConfigSchemaRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{24}
+	return file_aleph_proto_rawDescGZIP(), []int{25}
 }
 
 type ConfigField struct {
@@ -1877,7 +1957,7 @@ type ConfigField struct {
 
 func (x *ConfigField) Reset() {
 	*x = ConfigField{}
-	mi := &file_aleph_proto_msgTypes[25]
+	mi := &file_aleph_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1969,7 @@ func (x *ConfigField) String() string {
 func (*ConfigField) ProtoMessage() {}
 
 func (x *ConfigField) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[25]
+	mi := &file_aleph_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +1982,7 @@ func (x *ConfigField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigField.ProtoReflect.Descriptor instead.
 func (*ConfigField) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{25}
+	return file_aleph_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ConfigField) GetName() string {
@@ -1951,7 +2031,7 @@ type DriverConfigSchema struct {
 
 func (x *DriverConfigSchema) Reset() {
 	*x = DriverConfigSchema{}
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1963,7 +2043,7 @@ func (x *DriverConfigSchema) String() string {
 func (*DriverConfigSchema) ProtoMessage() {}
 
 func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1976,7 +2056,7 @@ func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverConfigSchema.ProtoReflect.Descriptor instead.
 func (*DriverConfigSchema) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{26}
+	return file_aleph_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DriverConfigSchema) GetSection() string {
@@ -2003,7 +2083,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2015,7 +2095,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2028,7 +2108,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{27}
+	return file_aleph_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SetConfigRequest) GetConfigJson() []byte {
@@ -2046,7 +2126,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2058,7 +2138,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2071,7 +2151,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{28}
+	return file_aleph_proto_rawDescGZIP(), []int{29}
 }
 
 // ErrorDetail travels as a gRPC status detail with every error a plugin
@@ -2097,7 +2177,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2109,7 +2189,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2122,7 +2202,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{29}
+	return file_aleph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -2178,7 +2258,7 @@ type WindowSize struct {
 
 func (x *WindowSize) Reset() {
 	*x = WindowSize{}
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2190,7 +2270,7 @@ func (x *WindowSize) String() string {
 func (*WindowSize) ProtoMessage() {}
 
 func (x *WindowSize) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2203,7 +2283,7 @@ func (x *WindowSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
 func (*WindowSize) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{30}
+	return file_aleph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WindowSize) GetRows() uint32 {
@@ -2229,7 +2309,7 @@ type CloseStdin struct {
 
 func (x *CloseStdin) Reset() {
 	*x = CloseStdin{}
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2241,7 +2321,7 @@ func (x *CloseStdin) String() string {
 func (*CloseStdin) ProtoMessage() {}
 
 func (x *CloseStdin) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2254,7 +2334,7 @@ func (x *CloseStdin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdin.ProtoReflect.Descriptor instead.
 func (*CloseStdin) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{31}
+	return file_aleph_proto_rawDescGZIP(), []int{32}
 }
 
 // One message of RunStream from the host.
@@ -2273,7 +2353,7 @@ type RunStreamRequest struct {
 
 func (x *RunStreamRequest) Reset() {
 	*x = RunStreamRequest{}
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2285,7 +2365,7 @@ func (x *RunStreamRequest) String() string {
 func (*RunStreamRequest) ProtoMessage() {}
 
 func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2298,7 +2378,7 @@ func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
 func (*RunStreamRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{32}
+	return file_aleph_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *RunStreamRequest) GetMsg() isRunStreamRequest_Msg {
@@ -2432,7 +2512,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\x06digest\x18\x03 \x01(\tR\x06digest\"2\n" +
 	"\x06EnvVar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value\"\x8b\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value\"\xc1\x03\n" +
 	"\n" +
 	"RunRequest\x12\x18\n" +
 	"\aprogram\x18\x01 \x01(\tR\aprogram\x12\x12\n" +
@@ -2450,7 +2530,13 @@ const file_aleph_proto_rawDesc = "" +
 	"command_id\x18\n" +
 	" \x01(\tR\tcommandId\x12&\n" +
 	"\x03tty\x18\x14 \x01(\v2\x14.aleph.v1.WindowSizeR\x03tty\x12'\n" +
-	"\x0fsession_sandbox\x18\x15 \x01(\bR\x0esessionSandbox\"K\n" +
+	"\x0fsession_sandbox\x18\x15 \x01(\bR\x0esessionSandbox\x124\n" +
+	"\alayered\x18\x16 \x01(\v2\x1a.aleph.v1.LayeredWorkspaceR\alayered\"i\n" +
+	"\x10LayeredWorkspace\x12\x14\n" +
+	"\x05upper\x18\x01 \x01(\tR\x05upper\x12\x12\n" +
+	"\x04work\x18\x02 \x01(\tR\x04work\x12\x12\n" +
+	"\x04lock\x18\x03 \x01(\tR\x04lock\x12\x17\n" +
+	"\auser_ns\x18\x04 \x01(\bR\x06userNs\"K\n" +
 	"\vOutputChunk\x12(\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x10.aleph.v1.StreamR\x06stream\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"c\n" +
@@ -2595,7 +2681,7 @@ func file_aleph_proto_rawDescGZIP() []byte {
 }
 
 var file_aleph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_aleph_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: aleph.v1.NetworkMode
 	(Stream)(0),                   // 1: aleph.v1.Stream
@@ -2610,80 +2696,82 @@ var file_aleph_proto_goTypes = []any{
 	(*Profile)(nil),               // 10: aleph.v1.Profile
 	(*EnvVar)(nil),                // 11: aleph.v1.EnvVar
 	(*RunRequest)(nil),            // 12: aleph.v1.RunRequest
-	(*OutputChunk)(nil),           // 13: aleph.v1.OutputChunk
-	(*ResourceUsage)(nil),         // 14: aleph.v1.ResourceUsage
-	(*Exit)(nil),                  // 15: aleph.v1.Exit
-	(*RunEvent)(nil),              // 16: aleph.v1.RunEvent
-	(*DescribeRequest)(nil),       // 17: aleph.v1.DescribeRequest
-	(*HookInfo)(nil),              // 18: aleph.v1.HookInfo
-	(*HookRequest)(nil),           // 19: aleph.v1.HookRequest
-	(*Verdict)(nil),               // 20: aleph.v1.Verdict
-	(*AfterRequest)(nil),          // 21: aleph.v1.AfterRequest
-	(*AfterResponse)(nil),         // 22: aleph.v1.AfterResponse
-	(*SignalRequest)(nil),         // 23: aleph.v1.SignalRequest
-	(*SignalResponse)(nil),        // 24: aleph.v1.SignalResponse
-	(*ForgetSessionRequest)(nil),  // 25: aleph.v1.ForgetSessionRequest
-	(*ForgetSessionResponse)(nil), // 26: aleph.v1.ForgetSessionResponse
-	(*ConfigSchemaRequest)(nil),   // 27: aleph.v1.ConfigSchemaRequest
-	(*ConfigField)(nil),           // 28: aleph.v1.ConfigField
-	(*DriverConfigSchema)(nil),    // 29: aleph.v1.DriverConfigSchema
-	(*SetConfigRequest)(nil),      // 30: aleph.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),     // 31: aleph.v1.SetConfigResponse
-	(*ErrorDetail)(nil),           // 32: aleph.v1.ErrorDetail
-	(*WindowSize)(nil),            // 33: aleph.v1.WindowSize
-	(*CloseStdin)(nil),            // 34: aleph.v1.CloseStdin
-	(*RunStreamRequest)(nil),      // 35: aleph.v1.RunStreamRequest
-	nil,                           // 36: aleph.v1.HostCapabilities.DetailsEntry
-	nil,                           // 37: aleph.v1.Exit.DetailsEntry
+	(*LayeredWorkspace)(nil),      // 13: aleph.v1.LayeredWorkspace
+	(*OutputChunk)(nil),           // 14: aleph.v1.OutputChunk
+	(*ResourceUsage)(nil),         // 15: aleph.v1.ResourceUsage
+	(*Exit)(nil),                  // 16: aleph.v1.Exit
+	(*RunEvent)(nil),              // 17: aleph.v1.RunEvent
+	(*DescribeRequest)(nil),       // 18: aleph.v1.DescribeRequest
+	(*HookInfo)(nil),              // 19: aleph.v1.HookInfo
+	(*HookRequest)(nil),           // 20: aleph.v1.HookRequest
+	(*Verdict)(nil),               // 21: aleph.v1.Verdict
+	(*AfterRequest)(nil),          // 22: aleph.v1.AfterRequest
+	(*AfterResponse)(nil),         // 23: aleph.v1.AfterResponse
+	(*SignalRequest)(nil),         // 24: aleph.v1.SignalRequest
+	(*SignalResponse)(nil),        // 25: aleph.v1.SignalResponse
+	(*ForgetSessionRequest)(nil),  // 26: aleph.v1.ForgetSessionRequest
+	(*ForgetSessionResponse)(nil), // 27: aleph.v1.ForgetSessionResponse
+	(*ConfigSchemaRequest)(nil),   // 28: aleph.v1.ConfigSchemaRequest
+	(*ConfigField)(nil),           // 29: aleph.v1.ConfigField
+	(*DriverConfigSchema)(nil),    // 30: aleph.v1.DriverConfigSchema
+	(*SetConfigRequest)(nil),      // 31: aleph.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),     // 32: aleph.v1.SetConfigResponse
+	(*ErrorDetail)(nil),           // 33: aleph.v1.ErrorDetail
+	(*WindowSize)(nil),            // 34: aleph.v1.WindowSize
+	(*CloseStdin)(nil),            // 35: aleph.v1.CloseStdin
+	(*RunStreamRequest)(nil),      // 36: aleph.v1.RunStreamRequest
+	nil,                           // 37: aleph.v1.HostCapabilities.DetailsEntry
+	nil,                           // 38: aleph.v1.Exit.DetailsEntry
 }
 var file_aleph_proto_depIdxs = []int32{
 	4,  // 0: aleph.v1.HostCapabilities.unavailable:type_name -> aleph.v1.Unavailable
-	36, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
+	37, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
 	0,  // 2: aleph.v1.NetworkPolicy.mode:type_name -> aleph.v1.NetworkMode
 	6,  // 3: aleph.v1.Capabilities.network:type_name -> aleph.v1.NetworkPolicy
 	7,  // 4: aleph.v1.ProfileRequest.capabilities:type_name -> aleph.v1.Capabilities
 	8,  // 5: aleph.v1.ProfileRequest.proxy:type_name -> aleph.v1.ProxyEndpoint
 	11, // 6: aleph.v1.RunRequest.env:type_name -> aleph.v1.EnvVar
 	10, // 7: aleph.v1.RunRequest.profile:type_name -> aleph.v1.Profile
-	33, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
-	1,  // 9: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
-	14, // 10: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
-	37, // 11: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
-	13, // 12: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
-	15, // 13: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
-	7,  // 14: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
-	2,  // 15: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
-	28, // 16: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
-	12, // 17: aleph.v1.RunStreamRequest.start:type_name -> aleph.v1.RunRequest
-	34, // 18: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
-	33, // 19: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
-	3,  // 20: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
-	9,  // 21: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
-	12, // 22: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
-	23, // 23: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
-	27, // 24: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
-	30, // 25: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
-	25, // 26: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
-	35, // 27: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
-	17, // 28: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
-	19, // 29: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
-	21, // 30: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
-	5,  // 31: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
-	10, // 32: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
-	16, // 33: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
-	24, // 34: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
-	29, // 35: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
-	31, // 36: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
-	26, // 37: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
-	16, // 38: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
-	18, // 39: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
-	20, // 40: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
-	22, // 41: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
-	31, // [31:42] is the sub-list for method output_type
-	20, // [20:31] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	34, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
+	13, // 9: aleph.v1.RunRequest.layered:type_name -> aleph.v1.LayeredWorkspace
+	1,  // 10: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
+	15, // 11: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
+	38, // 12: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
+	14, // 13: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
+	16, // 14: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
+	7,  // 15: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
+	2,  // 16: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
+	29, // 17: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
+	12, // 18: aleph.v1.RunStreamRequest.start:type_name -> aleph.v1.RunRequest
+	35, // 19: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
+	34, // 20: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
+	3,  // 21: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
+	9,  // 22: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
+	12, // 23: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
+	24, // 24: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
+	28, // 25: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
+	31, // 26: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
+	26, // 27: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
+	36, // 28: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
+	18, // 29: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
+	20, // 30: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
+	22, // 31: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
+	5,  // 32: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
+	10, // 33: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
+	17, // 34: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
+	25, // 35: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
+	30, // 36: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
+	32, // 37: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
+	27, // 38: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
+	17, // 39: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
+	19, // 40: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
+	21, // 41: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
+	23, // 42: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
+	32, // [32:43] is the sub-list for method output_type
+	21, // [21:32] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_aleph_proto_init() }
@@ -2691,11 +2779,11 @@ func file_aleph_proto_init() {
 	if File_aleph_proto != nil {
 		return
 	}
-	file_aleph_proto_msgTypes[13].OneofWrappers = []any{
+	file_aleph_proto_msgTypes[14].OneofWrappers = []any{
 		(*RunEvent_Output)(nil),
 		(*RunEvent_Exit)(nil),
 	}
-	file_aleph_proto_msgTypes[32].OneofWrappers = []any{
+	file_aleph_proto_msgTypes[33].OneofWrappers = []any{
 		(*RunStreamRequest_Start)(nil),
 		(*RunStreamRequest_Stdin)(nil),
 		(*RunStreamRequest_CloseStdin)(nil),
@@ -2707,7 +2795,7 @@ func file_aleph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aleph_proto_rawDesc), len(file_aleph_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   35,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -194,7 +194,12 @@ type ExecuteRequest struct {
 	// exact name, *.suffix or an IP, each with an optional :port). Set, it
 	// means net "hosts"; net must then be empty. A service older than this
 	// field ignores it, and the command gets no network (it fails closed).
-	NetHosts      []string `protobuf:"bytes,21,rep,name=net_hosts,json=netHosts,proto3" json:"net_hosts,omitempty"`
+	NetHosts []string `protobuf:"bytes,21,rep,name=net_hosts,json=netHosts,proto3" json:"net_hosts,omitempty"`
+	// Run over the session's layer: the workspace is an overlay, and the
+	// host's directory changes only on Apply. The session's first command
+	// fixes whether it is layered (a later one asking otherwise is refused,
+	// reason_code "layered_mode").
+	Layered       bool `protobuf:"varint,40,opt,name=layered,proto3" json:"layered,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -374,6 +379,13 @@ func (x *ExecuteRequest) GetNetHosts() []string {
 		return x.NetHosts
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetLayered() bool {
+	if x != nil {
+		return x.Layered
+	}
+	return false
 }
 
 type ExecuteResponse struct {
@@ -4225,6 +4237,566 @@ func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
 	return file_host_proto_rawDescGZIP(), []int{65}
 }
 
+// One change of a layered session (core/layer.Change).
+type Change struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// "added", "modified", "deleted" or "type_changed".
+	Kind          string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
+	Type          string `protobuf:"bytes,3,opt,name=type,proto3" json:"type,omitempty"`
+	OldType       string `protobuf:"bytes,4,opt,name=old_type,json=oldType,proto3" json:"old_type,omitempty"`
+	Mode          uint32 `protobuf:"varint,5,opt,name=mode,proto3" json:"mode,omitempty"`
+	OldMode       uint32 `protobuf:"varint,6,opt,name=old_mode,json=oldMode,proto3" json:"old_mode,omitempty"`
+	Size          int64  `protobuf:"varint,7,opt,name=size,proto3" json:"size,omitempty"`
+	Target        string `protobuf:"bytes,8,opt,name=target,proto3" json:"target,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Change) Reset() {
+	*x = Change{}
+	mi := &file_host_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Change) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Change) ProtoMessage() {}
+
+func (x *Change) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Change.ProtoReflect.Descriptor instead.
+func (*Change) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{66}
+}
+
+func (x *Change) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Change) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Change) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *Change) GetOldType() string {
+	if x != nil {
+		return x.OldType
+	}
+	return ""
+}
+
+func (x *Change) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *Change) GetOldMode() uint32 {
+	if x != nil {
+		return x.OldMode
+	}
+	return 0
+}
+
+func (x *Change) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *Change) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+type ChangesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangesRequest) Reset() {
+	*x = ChangesRequest{}
+	mi := &file_host_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangesRequest) ProtoMessage() {}
+
+func (x *ChangesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangesRequest.ProtoReflect.Descriptor instead.
+func (*ChangesRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *ChangesRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+type ChangesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Changes       []*Change              `protobuf:"bytes,1,rep,name=changes,proto3" json:"changes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangesResponse) Reset() {
+	*x = ChangesResponse{}
+	mi := &file_host_proto_msgTypes[68]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangesResponse) ProtoMessage() {}
+
+func (x *ChangesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[68]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangesResponse.ProtoReflect.Descriptor instead.
+func (*ChangesResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{68}
+}
+
+func (x *ChangesResponse) GetChanges() []*Change {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+type DiffRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// At or below these workspace-relative paths; empty: all.
+	Paths         []string `protobuf:"bytes,2,rep,name=paths,proto3" json:"paths,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffRequest) Reset() {
+	*x = DiffRequest{}
+	mi := &file_host_proto_msgTypes[69]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffRequest) ProtoMessage() {}
+
+func (x *DiffRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[69]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffRequest.ProtoReflect.Descriptor instead.
+func (*DiffRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{69}
+}
+
+func (x *DiffRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *DiffRequest) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+type DiffResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Diff          string                 `protobuf:"bytes,1,opt,name=diff,proto3" json:"diff,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiffResponse) Reset() {
+	*x = DiffResponse{}
+	mi := &file_host_proto_msgTypes[70]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiffResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiffResponse) ProtoMessage() {}
+
+func (x *DiffResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[70]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiffResponse.ProtoReflect.Descriptor instead.
+func (*DiffResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{70}
+}
+
+func (x *DiffResponse) GetDiff() string {
+	if x != nil {
+		return x.Diff
+	}
+	return ""
+}
+
+type ApplyRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	// At or below these workspace-relative paths; empty: all.
+	Paths []string `protobuf:"bytes,2,rep,name=paths,proto3" json:"paths,omitempty"`
+	// Apply files over the size limit too.
+	AllowLarge    bool `protobuf:"varint,3,opt,name=allow_large,json=allowLarge,proto3" json:"allow_large,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyRequest) Reset() {
+	*x = ApplyRequest{}
+	mi := &file_host_proto_msgTypes[71]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyRequest) ProtoMessage() {}
+
+func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[71]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
+func (*ApplyRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{71}
+}
+
+func (x *ApplyRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+func (x *ApplyRequest) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
+func (x *ApplyRequest) GetAllowLarge() bool {
+	if x != nil {
+		return x.AllowLarge
+	}
+	return false
+}
+
+// Something apply did not bring to the host, with a stable reason code.
+type Refusal struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Refusal) Reset() {
+	*x = Refusal{}
+	mi := &file_host_proto_msgTypes[72]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Refusal) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Refusal) ProtoMessage() {}
+
+func (x *Refusal) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[72]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
+func (*Refusal) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{72}
+}
+
+func (x *Refusal) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Refusal) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Refusal) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+type ApplyResponse struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Applied   []string               `protobuf:"bytes,1,rep,name=applied,proto3" json:"applied,omitempty"`
+	Refused   []*Refusal             `protobuf:"bytes,2,rep,name=refused,proto3" json:"refused,omitempty"`
+	Conflicts []string               `protobuf:"bytes,3,rep,name=conflicts,proto3" json:"conflicts,omitempty"`
+	// The git import's result (core/layer.GitImportResult) as JSON, empty
+	// when it did not run.
+	GitJson       string `protobuf:"bytes,4,opt,name=git_json,json=gitJson,proto3" json:"git_json,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ApplyResponse) Reset() {
+	*x = ApplyResponse{}
+	mi := &file_host_proto_msgTypes[73]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ApplyResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ApplyResponse) ProtoMessage() {}
+
+func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[73]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
+func (*ApplyResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{73}
+}
+
+func (x *ApplyResponse) GetApplied() []string {
+	if x != nil {
+		return x.Applied
+	}
+	return nil
+}
+
+func (x *ApplyResponse) GetRefused() []*Refusal {
+	if x != nil {
+		return x.Refused
+	}
+	return nil
+}
+
+func (x *ApplyResponse) GetConflicts() []string {
+	if x != nil {
+		return x.Conflicts
+	}
+	return nil
+}
+
+func (x *ApplyResponse) GetGitJson() string {
+	if x != nil {
+		return x.GitJson
+	}
+	return ""
+}
+
+type DiscardRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscardRequest) Reset() {
+	*x = DiscardRequest{}
+	mi := &file_host_proto_msgTypes[74]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscardRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscardRequest) ProtoMessage() {}
+
+func (x *DiscardRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[74]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscardRequest.ProtoReflect.Descriptor instead.
+func (*DiscardRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{74}
+}
+
+func (x *DiscardRequest) GetSession() string {
+	if x != nil {
+		return x.Session
+	}
+	return ""
+}
+
+type DiscardResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscardResponse) Reset() {
+	*x = DiscardResponse{}
+	mi := &file_host_proto_msgTypes[75]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscardResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscardResponse) ProtoMessage() {}
+
+func (x *DiscardResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[75]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscardResponse.ProtoReflect.Descriptor instead.
+func (*DiscardResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{75}
+}
+
 var File_host_proto protoreflect.FileDescriptor
 
 const file_host_proto_rawDesc = "" +
@@ -4237,7 +4809,7 @@ const file_host_proto_rawDesc = "" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
 	"\x05field\x18\x03 \x01(\tR\x05field\x12\x12\n" +
 	"\x04hook\x18\x04 \x01(\tR\x04hook\x12\x16\n" +
-	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xf3\x05\n" +
+	"\x06driver\x18\x05 \x01(\tR\x06driver\"\x8d\x06\n" +
 	"\x0eExecuteRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x1c\n" +
@@ -4262,7 +4834,8 @@ const file_host_proto_rawDesc = "" +
 	"\x03tty\x18\x12 \x01(\bR\x03tty\x12\x12\n" +
 	"\x04rows\x18\x13 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x14 \x01(\rR\x04cols\x12\x1b\n" +
-	"\tnet_hosts\x18\x15 \x03(\tR\bnetHosts\x1a6\n" +
+	"\tnet_hosts\x18\x15 \x03(\tR\bnetHosts\x12\x18\n" +
+	"\alayered\x18( \x01(\bR\alayered\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -4521,7 +5094,42 @@ const file_host_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x14\n" +
-	"\x12RemoveFileResponse2\xe7\x0f\n" +
+	"\x12RemoveFileResponse\"\xba\x01\n" +
+	"\x06Change\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04type\x18\x03 \x01(\tR\x04type\x12\x19\n" +
+	"\bold_type\x18\x04 \x01(\tR\aoldType\x12\x12\n" +
+	"\x04mode\x18\x05 \x01(\rR\x04mode\x12\x19\n" +
+	"\bold_mode\x18\x06 \x01(\rR\aoldMode\x12\x12\n" +
+	"\x04size\x18\a \x01(\x03R\x04size\x12\x16\n" +
+	"\x06target\x18\b \x01(\tR\x06target\"*\n" +
+	"\x0eChangesRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\"B\n" +
+	"\x0fChangesResponse\x12/\n" +
+	"\achanges\x18\x01 \x03(\v2\x15.aleph.host.v1.ChangeR\achanges\"=\n" +
+	"\vDiffRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x14\n" +
+	"\x05paths\x18\x02 \x03(\tR\x05paths\"\"\n" +
+	"\fDiffResponse\x12\x12\n" +
+	"\x04diff\x18\x01 \x01(\tR\x04diff\"_\n" +
+	"\fApplyRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\x12\x14\n" +
+	"\x05paths\x18\x02 \x03(\tR\x05paths\x12\x1f\n" +
+	"\vallow_large\x18\x03 \x01(\bR\n" +
+	"allowLarge\"M\n" +
+	"\aRefusal\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\x94\x01\n" +
+	"\rApplyResponse\x12\x18\n" +
+	"\aapplied\x18\x01 \x03(\tR\aapplied\x120\n" +
+	"\arefused\x18\x02 \x03(\v2\x16.aleph.host.v1.RefusalR\arefused\x12\x1c\n" +
+	"\tconflicts\x18\x03 \x03(\tR\tconflicts\x12\x19\n" +
+	"\bgit_json\x18\x04 \x01(\tR\agitJson\"*\n" +
+	"\x0eDiscardRequest\x12\x18\n" +
+	"\asession\x18\x01 \x01(\tR\asession\"\x11\n" +
+	"\x0fDiscardResponse2\x80\x12\n" +
 	"\aService\x12J\n" +
 	"\aExecute\x12\x1d.aleph.host.v1.ExecuteRequest\x1a\x1e.aleph.host.v1.ExecuteResponse0\x01\x12N\n" +
 	"\tApprovals\x12\x1f.aleph.host.v1.ApprovalsRequest\x1a\x1e.aleph.host.v1.ApprovalRequest0\x01\x12H\n" +
@@ -4549,7 +5157,11 @@ const file_host_proto_rawDesc = "" +
 	"\tListFiles\x12\x1f.aleph.host.v1.ListFilesRequest\x1a .aleph.host.v1.ListFilesResponse\x12K\n" +
 	"\bStatFile\x12\x1e.aleph.host.v1.StatFileRequest\x1a\x1f.aleph.host.v1.StatFileResponse\x12Q\n" +
 	"\n" +
-	"RemoveFile\x12 .aleph.host.v1.RemoveFileRequest\x1a!.aleph.host.v1.RemoveFileResponseBBZ@github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1;hostv1b\x06proto3"
+	"RemoveFile\x12 .aleph.host.v1.RemoveFileRequest\x1a!.aleph.host.v1.RemoveFileResponse\x12H\n" +
+	"\aChanges\x12\x1d.aleph.host.v1.ChangesRequest\x1a\x1e.aleph.host.v1.ChangesResponse\x12?\n" +
+	"\x04Diff\x12\x1a.aleph.host.v1.DiffRequest\x1a\x1b.aleph.host.v1.DiffResponse\x12B\n" +
+	"\x05Apply\x12\x1b.aleph.host.v1.ApplyRequest\x1a\x1c.aleph.host.v1.ApplyResponse\x12H\n" +
+	"\aDiscard\x12\x1d.aleph.host.v1.DiscardRequest\x1a\x1e.aleph.host.v1.DiscardResponseBBZ@github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1;hostv1b\x06proto3"
 
 var (
 	file_host_proto_rawDescOnce sync.Once
@@ -4564,7 +5176,7 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
@@ -4633,12 +5245,22 @@ var file_host_proto_goTypes = []any{
 	(*StatFileResponse)(nil),          // 64: aleph.host.v1.StatFileResponse
 	(*RemoveFileRequest)(nil),         // 65: aleph.host.v1.RemoveFileRequest
 	(*RemoveFileResponse)(nil),        // 66: aleph.host.v1.RemoveFileResponse
-	nil,                               // 67: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                               // 68: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*Change)(nil),                    // 67: aleph.host.v1.Change
+	(*ChangesRequest)(nil),            // 68: aleph.host.v1.ChangesRequest
+	(*ChangesResponse)(nil),           // 69: aleph.host.v1.ChangesResponse
+	(*DiffRequest)(nil),               // 70: aleph.host.v1.DiffRequest
+	(*DiffResponse)(nil),              // 71: aleph.host.v1.DiffResponse
+	(*ApplyRequest)(nil),              // 72: aleph.host.v1.ApplyRequest
+	(*Refusal)(nil),                   // 73: aleph.host.v1.Refusal
+	(*ApplyResponse)(nil),             // 74: aleph.host.v1.ApplyResponse
+	(*DiscardRequest)(nil),            // 75: aleph.host.v1.DiscardRequest
+	(*DiscardResponse)(nil),           // 76: aleph.host.v1.DiscardResponse
+	nil,                               // 77: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 78: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	67, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	68, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	77, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	78, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	5,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
 	11, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	7,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
@@ -4668,59 +5290,69 @@ var file_host_proto_depIdxs = []int32{
 	56, // 28: aleph.host.v1.WriteFileResponse.info:type_name -> aleph.host.v1.FileInfo
 	56, // 29: aleph.host.v1.ListFilesResponse.entries:type_name -> aleph.host.v1.FileInfo
 	56, // 30: aleph.host.v1.StatFileResponse.info:type_name -> aleph.host.v1.FileInfo
-	2,  // 31: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
-	10, // 32: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
-	12, // 33: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
-	14, // 34: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
-	22, // 35: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
-	27, // 36: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
-	29, // 37: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
-	31, // 38: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
-	33, // 39: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
-	35, // 40: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
-	37, // 41: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
-	39, // 42: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
-	41, // 43: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
-	43, // 44: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
-	45, // 45: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
-	47, // 46: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
-	49, // 47: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
-	51, // 48: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
-	53, // 49: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
-	57, // 50: aleph.host.v1.Service.ReadFile:input_type -> aleph.host.v1.ReadFileRequest
-	59, // 51: aleph.host.v1.Service.WriteFile:input_type -> aleph.host.v1.WriteFileRequest
-	61, // 52: aleph.host.v1.Service.ListFiles:input_type -> aleph.host.v1.ListFilesRequest
-	63, // 53: aleph.host.v1.Service.StatFile:input_type -> aleph.host.v1.StatFileRequest
-	65, // 54: aleph.host.v1.Service.RemoveFile:input_type -> aleph.host.v1.RemoveFileRequest
-	3,  // 55: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	11, // 56: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	13, // 57: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	21, // 58: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	26, // 59: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	28, // 60: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	30, // 61: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	32, // 62: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	34, // 63: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
-	36, // 64: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
-	38, // 65: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
-	40, // 66: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
-	42, // 67: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
-	44, // 68: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
-	46, // 69: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
-	48, // 70: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
-	50, // 71: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
-	52, // 72: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
-	55, // 73: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
-	58, // 74: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
-	60, // 75: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
-	62, // 76: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
-	64, // 77: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
-	66, // 78: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
-	55, // [55:79] is the sub-list for method output_type
-	31, // [31:55] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	67, // 31: aleph.host.v1.ChangesResponse.changes:type_name -> aleph.host.v1.Change
+	73, // 32: aleph.host.v1.ApplyResponse.refused:type_name -> aleph.host.v1.Refusal
+	2,  // 33: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
+	10, // 34: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
+	12, // 35: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
+	14, // 36: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
+	22, // 37: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
+	27, // 38: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
+	29, // 39: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
+	31, // 40: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
+	33, // 41: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
+	35, // 42: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
+	37, // 43: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
+	39, // 44: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
+	41, // 45: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
+	43, // 46: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
+	45, // 47: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
+	47, // 48: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
+	49, // 49: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
+	51, // 50: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
+	53, // 51: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
+	57, // 52: aleph.host.v1.Service.ReadFile:input_type -> aleph.host.v1.ReadFileRequest
+	59, // 53: aleph.host.v1.Service.WriteFile:input_type -> aleph.host.v1.WriteFileRequest
+	61, // 54: aleph.host.v1.Service.ListFiles:input_type -> aleph.host.v1.ListFilesRequest
+	63, // 55: aleph.host.v1.Service.StatFile:input_type -> aleph.host.v1.StatFileRequest
+	65, // 56: aleph.host.v1.Service.RemoveFile:input_type -> aleph.host.v1.RemoveFileRequest
+	68, // 57: aleph.host.v1.Service.Changes:input_type -> aleph.host.v1.ChangesRequest
+	70, // 58: aleph.host.v1.Service.Diff:input_type -> aleph.host.v1.DiffRequest
+	72, // 59: aleph.host.v1.Service.Apply:input_type -> aleph.host.v1.ApplyRequest
+	75, // 60: aleph.host.v1.Service.Discard:input_type -> aleph.host.v1.DiscardRequest
+	3,  // 61: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	11, // 62: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	13, // 63: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	21, // 64: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	26, // 65: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	28, // 66: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	30, // 67: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	32, // 68: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	34, // 69: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
+	36, // 70: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
+	38, // 71: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
+	40, // 72: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	42, // 73: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	44, // 74: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	46, // 75: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	48, // 76: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	50, // 77: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	52, // 78: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	55, // 79: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	58, // 80: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
+	60, // 81: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
+	62, // 82: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
+	64, // 83: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
+	66, // 84: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
+	69, // 85: aleph.host.v1.Service.Changes:output_type -> aleph.host.v1.ChangesResponse
+	71, // 86: aleph.host.v1.Service.Diff:output_type -> aleph.host.v1.DiffResponse
+	74, // 87: aleph.host.v1.Service.Apply:output_type -> aleph.host.v1.ApplyResponse
+	76, // 88: aleph.host.v1.Service.Discard:output_type -> aleph.host.v1.DiscardResponse
+	61, // [61:89] is the sub-list for method output_type
+	33, // [33:61] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_host_proto_init() }
@@ -4751,7 +5383,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   68,
+			NumMessages:   78,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

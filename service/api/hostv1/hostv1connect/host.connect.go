@@ -89,6 +89,14 @@ const (
 	ServiceStatFileProcedure = "/aleph.host.v1.Service/StatFile"
 	// ServiceRemoveFileProcedure is the fully-qualified name of the Service's RemoveFile RPC.
 	ServiceRemoveFileProcedure = "/aleph.host.v1.Service/RemoveFile"
+	// ServiceChangesProcedure is the fully-qualified name of the Service's Changes RPC.
+	ServiceChangesProcedure = "/aleph.host.v1.Service/Changes"
+	// ServiceDiffProcedure is the fully-qualified name of the Service's Diff RPC.
+	ServiceDiffProcedure = "/aleph.host.v1.Service/Diff"
+	// ServiceApplyProcedure is the fully-qualified name of the Service's Apply RPC.
+	ServiceApplyProcedure = "/aleph.host.v1.Service/Apply"
+	// ServiceDiscardProcedure is the fully-qualified name of the Service's Discard RPC.
+	ServiceDiscardProcedure = "/aleph.host.v1.Service/Discard"
 )
 
 // ServiceClient is a client for the aleph.host.v1.Service service.
@@ -160,6 +168,14 @@ type ServiceClient interface {
 	ListFiles(context.Context, *connect.Request[hostv1.ListFilesRequest]) (*connect.Response[hostv1.ListFilesResponse], error)
 	StatFile(context.Context, *connect.Request[hostv1.StatFileRequest]) (*connect.Response[hostv1.StatFileResponse], error)
 	RemoveFile(context.Context, *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error)
+	// Layered sessions (ExecuteRequest.layered): what the session changed
+	// over its workspace, as a list and as a diff; Apply brings it (all or
+	// some paths) to the host, refusing what must never reach it; Discard
+	// drops the layer.
+	Changes(context.Context, *connect.Request[hostv1.ChangesRequest]) (*connect.Response[hostv1.ChangesResponse], error)
+	Diff(context.Context, *connect.Request[hostv1.DiffRequest]) (*connect.Response[hostv1.DiffResponse], error)
+	Apply(context.Context, *connect.Request[hostv1.ApplyRequest]) (*connect.Response[hostv1.ApplyResponse], error)
+	Discard(context.Context, *connect.Request[hostv1.DiscardRequest]) (*connect.Response[hostv1.DiscardResponse], error)
 }
 
 // NewServiceClient constructs a client for the aleph.host.v1.Service service. By default, it uses
@@ -317,6 +333,30 @@ func NewServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(serviceMethods.ByName("RemoveFile")),
 			connect.WithClientOptions(opts...),
 		),
+		changes: connect.NewClient[hostv1.ChangesRequest, hostv1.ChangesResponse](
+			httpClient,
+			baseURL+ServiceChangesProcedure,
+			connect.WithSchema(serviceMethods.ByName("Changes")),
+			connect.WithClientOptions(opts...),
+		),
+		diff: connect.NewClient[hostv1.DiffRequest, hostv1.DiffResponse](
+			httpClient,
+			baseURL+ServiceDiffProcedure,
+			connect.WithSchema(serviceMethods.ByName("Diff")),
+			connect.WithClientOptions(opts...),
+		),
+		apply: connect.NewClient[hostv1.ApplyRequest, hostv1.ApplyResponse](
+			httpClient,
+			baseURL+ServiceApplyProcedure,
+			connect.WithSchema(serviceMethods.ByName("Apply")),
+			connect.WithClientOptions(opts...),
+		),
+		discard: connect.NewClient[hostv1.DiscardRequest, hostv1.DiscardResponse](
+			httpClient,
+			baseURL+ServiceDiscardProcedure,
+			connect.WithSchema(serviceMethods.ByName("Discard")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -346,6 +386,10 @@ type serviceClient struct {
 	listFiles         *connect.Client[hostv1.ListFilesRequest, hostv1.ListFilesResponse]
 	statFile          *connect.Client[hostv1.StatFileRequest, hostv1.StatFileResponse]
 	removeFile        *connect.Client[hostv1.RemoveFileRequest, hostv1.RemoveFileResponse]
+	changes           *connect.Client[hostv1.ChangesRequest, hostv1.ChangesResponse]
+	diff              *connect.Client[hostv1.DiffRequest, hostv1.DiffResponse]
+	apply             *connect.Client[hostv1.ApplyRequest, hostv1.ApplyResponse]
+	discard           *connect.Client[hostv1.DiscardRequest, hostv1.DiscardResponse]
 }
 
 // Execute calls aleph.host.v1.Service.Execute.
@@ -468,6 +512,26 @@ func (c *serviceClient) RemoveFile(ctx context.Context, req *connect.Request[hos
 	return c.removeFile.CallUnary(ctx, req)
 }
 
+// Changes calls aleph.host.v1.Service.Changes.
+func (c *serviceClient) Changes(ctx context.Context, req *connect.Request[hostv1.ChangesRequest]) (*connect.Response[hostv1.ChangesResponse], error) {
+	return c.changes.CallUnary(ctx, req)
+}
+
+// Diff calls aleph.host.v1.Service.Diff.
+func (c *serviceClient) Diff(ctx context.Context, req *connect.Request[hostv1.DiffRequest]) (*connect.Response[hostv1.DiffResponse], error) {
+	return c.diff.CallUnary(ctx, req)
+}
+
+// Apply calls aleph.host.v1.Service.Apply.
+func (c *serviceClient) Apply(ctx context.Context, req *connect.Request[hostv1.ApplyRequest]) (*connect.Response[hostv1.ApplyResponse], error) {
+	return c.apply.CallUnary(ctx, req)
+}
+
+// Discard calls aleph.host.v1.Service.Discard.
+func (c *serviceClient) Discard(ctx context.Context, req *connect.Request[hostv1.DiscardRequest]) (*connect.Response[hostv1.DiscardResponse], error) {
+	return c.discard.CallUnary(ctx, req)
+}
+
 // ServiceHandler is an implementation of the aleph.host.v1.Service service.
 type ServiceHandler interface {
 	// Execute runs one command: output chunks (each stream's bytes in the
@@ -537,6 +601,14 @@ type ServiceHandler interface {
 	ListFiles(context.Context, *connect.Request[hostv1.ListFilesRequest]) (*connect.Response[hostv1.ListFilesResponse], error)
 	StatFile(context.Context, *connect.Request[hostv1.StatFileRequest]) (*connect.Response[hostv1.StatFileResponse], error)
 	RemoveFile(context.Context, *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error)
+	// Layered sessions (ExecuteRequest.layered): what the session changed
+	// over its workspace, as a list and as a diff; Apply brings it (all or
+	// some paths) to the host, refusing what must never reach it; Discard
+	// drops the layer.
+	Changes(context.Context, *connect.Request[hostv1.ChangesRequest]) (*connect.Response[hostv1.ChangesResponse], error)
+	Diff(context.Context, *connect.Request[hostv1.DiffRequest]) (*connect.Response[hostv1.DiffResponse], error)
+	Apply(context.Context, *connect.Request[hostv1.ApplyRequest]) (*connect.Response[hostv1.ApplyResponse], error)
+	Discard(context.Context, *connect.Request[hostv1.DiscardRequest]) (*connect.Response[hostv1.DiscardResponse], error)
 }
 
 // NewServiceHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -690,6 +762,30 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(serviceMethods.ByName("RemoveFile")),
 		connect.WithHandlerOptions(opts...),
 	)
+	serviceChangesHandler := connect.NewUnaryHandler(
+		ServiceChangesProcedure,
+		svc.Changes,
+		connect.WithSchema(serviceMethods.ByName("Changes")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceDiffHandler := connect.NewUnaryHandler(
+		ServiceDiffProcedure,
+		svc.Diff,
+		connect.WithSchema(serviceMethods.ByName("Diff")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceApplyHandler := connect.NewUnaryHandler(
+		ServiceApplyProcedure,
+		svc.Apply,
+		connect.WithSchema(serviceMethods.ByName("Apply")),
+		connect.WithHandlerOptions(opts...),
+	)
+	serviceDiscardHandler := connect.NewUnaryHandler(
+		ServiceDiscardProcedure,
+		svc.Discard,
+		connect.WithSchema(serviceMethods.ByName("Discard")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/aleph.host.v1.Service/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ServiceExecuteProcedure:
@@ -740,6 +836,14 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 			serviceStatFileHandler.ServeHTTP(w, r)
 		case ServiceRemoveFileProcedure:
 			serviceRemoveFileHandler.ServeHTTP(w, r)
+		case ServiceChangesProcedure:
+			serviceChangesHandler.ServeHTTP(w, r)
+		case ServiceDiffProcedure:
+			serviceDiffHandler.ServeHTTP(w, r)
+		case ServiceApplyProcedure:
+			serviceApplyHandler.ServeHTTP(w, r)
+		case ServiceDiscardProcedure:
+			serviceDiscardHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -843,4 +947,20 @@ func (UnimplementedServiceHandler) StatFile(context.Context, *connect.Request[ho
 
 func (UnimplementedServiceHandler) RemoveFile(context.Context, *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.RemoveFile is not implemented"))
+}
+
+func (UnimplementedServiceHandler) Changes(context.Context, *connect.Request[hostv1.ChangesRequest]) (*connect.Response[hostv1.ChangesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Changes is not implemented"))
+}
+
+func (UnimplementedServiceHandler) Diff(context.Context, *connect.Request[hostv1.DiffRequest]) (*connect.Response[hostv1.DiffResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Diff is not implemented"))
+}
+
+func (UnimplementedServiceHandler) Apply(context.Context, *connect.Request[hostv1.ApplyRequest]) (*connect.Response[hostv1.ApplyResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Apply is not implemented"))
+}
+
+func (UnimplementedServiceHandler) Discard(context.Context, *connect.Request[hostv1.DiscardRequest]) (*connect.Response[hostv1.DiscardResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Discard is not implemented"))
 }

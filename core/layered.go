@@ -1,0 +1,301 @@
+package core
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core/layer"
+	"github.com/aleph-sandbox/aleph-sandbox/core/layer/gitimport"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Layered sessions (Command.Layered): the session sees its workspace
+// through an overlay whose upper layer is the session's own, kept under
+// the workspace root's LayersDirName; the host's directory changes only
+// on Apply. core keeps the layer (package layer), the driver mounts it
+// (driverapi.LayeredWorkspace, once per session sandbox).
+//
+// The first command of a session fixes its mode: a later command asking
+// for the other is refused (LayeredModeError), since a live command would
+// write the host under a layer that then misreads it, and a layered one
+// would hide what live ones wrote. The mode outlives the process as the
+// layer directory does: a session whose layer exists on disk is layered.
+
+// LayersDirName is the directory under the workspace root that holds the
+// sessions' layers (one per session, named like its workspace).
+const LayersDirName = ".layers"
+
+// ErrLayeredMode: a command asks for the other mode than the one its
+// session's first command fixed.
+var ErrLayeredMode = errors.New("the session's mode (layered or live) is fixed by its first command")
+
+// LayeredModeError says which mode the session has; it matches
+// ErrLayeredMode.
+type LayeredModeError struct {
+	Session string
+	// Layered is the session's mode.
+	Layered bool
+	Reason  string
+}
+
+func (e *LayeredModeError) Error() string {
+	mode, other := "live", "layered"
+	if e.Layered {
+		mode, other = "layered", "live"
+	}
+	s := fmt.Sprintf("session %q is %s (its first command fixed that); a %s command is refused", e.Session, mode, other)
+	if e.Reason != "" {
+		s += ": " + e.Reason
+	}
+	return s + " (use another session, or forget this one first)"
+}
+
+func (e *LayeredModeError) Is(target error) bool { return target == ErrLayeredMode }
+
+// ErrLayeredUnavailable: layered sessions cannot run here.
+var ErrLayeredUnavailable = errors.New("layered sessions are unavailable")
+
+// LayeredUnavailableError says why; it matches ErrLayeredUnavailable.
+type LayeredUnavailableError struct{ Reason string }
+
+func (e *LayeredUnavailableError) Error() string {
+	return "layered sessions are unavailable here: " + e.Reason
+}
+
+func (e *LayeredUnavailableError) Is(target error) bool { return target == ErrLayeredUnavailable }
+
+// ErrNoLayer: the session has no layer (it ran no layered command, or its
+// layer was discarded).
+var ErrNoLayer = errors.New("the session has no layer")
+
+// NoLayerError names the session; it matches ErrNoLayer.
+type NoLayerError struct{ Session string }
+
+func (e *NoLayerError) Error() string {
+	return fmt.Sprintf("session %q has no layer: run a layered command in it first (exec --layered)", e.Session)
+}
+
+func (e *NoLayerError) Is(target error) bool { return target == ErrNoLayer }
+
+// layerDir is where sid's layer lives.
+func (s *WorkspaceSandbox) layerDir(sid string) string { return LayerDir(s.cfg, sid) }
+
+// LayerDir is where a layered session's layer lives under cfg's workspace
+// root.
+func LayerDir(cfg Config, sid string) string {
+	return filepath.Join(cfg.Sandbox.WorkspaceRoot, LayersDirName, SessionDirName(sid))
+}
+
+// OpenSessionLayer opens the layer of session sid as cfg places it, with
+// the git importer Apply uses: what a process without the session's
+// pipeline (the CLI's session subcommands) reads, applies or discards. A
+// session without a layer gives a *NoLayerError.
+func OpenSessionLayer(cfg Config, sid string) (*layer.Layer, error) {
+	if err := validateCommand(sid, Command{Program: "layer"}); err != nil {
+		return nil, err
+	}
+	dir := LayerDir(cfg, sid)
+	if _, err := os.Lstat(filepath.Join(dir, layer.StateFile)); errors.Is(err, os.ErrNotExist) {
+		return nil, &NoLayerError{Session: sid}
+	}
+	return layer.Open(dir, gitimport.New(""))
+}
+
+// gitImporter is the layers' git importer: the host's git on PATH.
+func (s *WorkspaceSandbox) gitImporter() layer.GitImporter { return gitimport.New("") }
+
+// fixMode fixes sess's mode with its first command, or refuses a command
+// of the other mode. ws is the command's workspace: a layered session's
+// layer lies over one workspace only.
+func (s *WorkspaceSandbox) fixMode(sess *session, layered bool, ws string) error {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	if !sess.modeSet {
+		sess.modeSet = true
+		sess.layered = layered
+		if !layered {
+			// A layer left by another process (the one-shot CLI, a
+			// restarted service) makes the session layered.
+			if _, err := layer.Open(s.layerDir(sess.id), nil); err == nil {
+				sess.layered = true
+			}
+		}
+	}
+	if sess.layered != layered {
+		return &LayeredModeError{Session: sess.id, Layered: sess.layered}
+	}
+	if layered {
+		if l, err := layer.Open(s.layerDir(sess.id), nil); err == nil && l.Workspace() != ws {
+			return &LayeredModeError{Session: sess.id, Layered: true,
+				Reason: fmt.Sprintf("its layer lies over the workspace %s, not %s", l.Workspace(), ws)}
+		}
+	}
+	return nil
+}
+
+// layeredReady refuses a layered command the driver or configuration
+// cannot run, with the reason.
+func (s *WorkspaceSandbox) layeredReady(hc driverapi.HostCapabilities) error {
+	if s.cfg.Sandbox.SessionSandboxes != SessionSandboxesAuto {
+		return &LayeredUnavailableError{Reason: "sandbox.session_sandboxes is \"off\", and a layered session's overlay lives in its session sandbox"}
+	}
+	if !hc.Supports(driverapi.CallLayeredWorkspace) {
+		why := hc.Details[driverapi.DetailLayeredWorkspace]
+		if why == "" {
+			why = fmt.Sprintf("the %s driver does not implement layered workspaces (protocol 1.4's %q call)", hc.Backend, driverapi.CallLayeredWorkspace)
+		}
+		return &LayeredUnavailableError{Reason: why}
+	}
+	return nil
+}
+
+// layerFor is sess's layer over ws, created on its first layered command
+// (or opened where an earlier process made it).
+func (s *WorkspaceSandbox) layerFor(ctx context.Context, sess *session, ws string) (*layer.Layer, error) {
+	sess.layerMu.Lock()
+	defer sess.layerMu.Unlock()
+	if sess.layer != nil && isDir(sess.layer.Dir()) {
+		return sess.layer, nil
+	}
+	dir := s.layerDir(sess.id)
+	l, err := layer.Open(dir, s.gitImporter())
+	if err != nil {
+		if _, serr := os.Lstat(filepath.Join(dir, layer.StateFile)); !errors.Is(serr, os.ErrNotExist) {
+			return nil, err
+		}
+		parent := filepath.Dir(dir)
+		if err := os.MkdirAll(parent, 0o700); err != nil {
+			return nil, &WorkspaceError{Path: parent, Err: err}
+		}
+		if st, err := os.Lstat(parent); err != nil || !st.IsDir() {
+			return nil, &WorkspaceError{Path: parent, Err: errors.New("not a directory (symlinks are refused)")}
+		}
+		l, err = layer.Create(ctx, dir, ws, s.gitImporter(), layer.Policy{Protected: s.cfg.ProtectedEntries(), Session: sess.id})
+		if err != nil {
+			return nil, err
+		}
+	}
+	sess.layer = l
+	return l, nil
+}
+
+// layeredSpec is what the driver mounts for l.
+func layeredSpec(l *layer.Layer) *driverapi.LayeredWorkspace {
+	m := l.MountSpec()
+	return &driverapi.LayeredWorkspace{Upper: m.Upper, Work: m.Work, Lock: filepath.Join(l.Dir(), layer.LockFile), UserNS: m.UserNS}
+}
+
+// openLayer is sid's layer, from this process's session or from disk.
+func (s *WorkspaceSandbox) openLayer(sid string) (*session, *layer.Layer, error) {
+	if err := validateCommand(sid, Command{Program: "layer"}); err != nil {
+		return nil, nil, err
+	}
+	sess, err := s.session(sid)
+	if err != nil {
+		return nil, nil, err
+	}
+	sess.layerMu.RLock()
+	l := sess.layer
+	sess.layerMu.RUnlock()
+	if l != nil && isDir(l.Dir()) {
+		return sess, l, nil
+	}
+	dir := s.layerDir(sid)
+	if _, err := os.Lstat(filepath.Join(dir, layer.StateFile)); errors.Is(err, os.ErrNotExist) {
+		return nil, nil, &NoLayerError{Session: sid}
+	}
+	l, err = layer.Open(dir, s.gitImporter())
+	if err != nil {
+		return nil, nil, err
+	}
+	return sess, l, nil
+}
+
+// Changes lists what the layered session sid changed (layer.Changes): it
+// reads the upper layer, not the workspace.
+func (s *WorkspaceSandbox) Changes(ctx context.Context, sid string) ([]layer.Change, error) {
+	sess, l, err := s.openLayer(sid)
+	if err != nil {
+		return nil, err
+	}
+	sess.layerMu.RLock()
+	defer sess.layerMu.RUnlock()
+	return l.Changes(ctx)
+}
+
+// Diff is a unified diff of the layered session's text changes, all or
+// those at or below paths (layer.Diff).
+func (s *WorkspaceSandbox) Diff(ctx context.Context, sid string, paths ...string) (string, error) {
+	sess, l, err := s.openLayer(sid)
+	if err != nil {
+		return "", err
+	}
+	sess.layerMu.RLock()
+	defer sess.layerMu.RUnlock()
+	return l.Diff(ctx, paths...)
+}
+
+// Apply brings the layered session's changes (all, or those at or below
+// paths) to the host, refusing what must never reach it (layer.Apply). It
+// waits for the session's running commands in this process: a command
+// writing while its changes are applied would be half applied.
+func (s *WorkspaceSandbox) Apply(ctx context.Context, sid string, paths []string, opt layer.ApplyOptions) (layer.ApplyResult, error) {
+	sess, l, err := s.openLayer(sid)
+	if err != nil {
+		return layer.ApplyResult{}, err
+	}
+	sess.layerMu.Lock()
+	defer sess.layerMu.Unlock()
+	// What the last command wrote is recorded first (a command of another
+	// process may not have).
+	if err := l.Observe(ctx); err != nil {
+		return layer.ApplyResult{}, err
+	}
+	return l.Apply(ctx, paths, opt)
+}
+
+// Discard drops the layered session's layer: its session sandbox ends
+// first (the overlay is unmounted with it), then the layer is removed.
+// The host never saw any of it. The session stays layered: its next
+// command starts a new layer over the workspace as it is then.
+func (s *WorkspaceSandbox) Discard(ctx context.Context, sid string) error {
+	sess, l, err := s.openLayer(sid)
+	if err != nil {
+		return err
+	}
+	sess.layerMu.Lock()
+	defer sess.layerMu.Unlock()
+	if f, ok := s.driver.(driverapi.SessionForgetter); ok {
+		fctx, cancel := context.WithTimeout(ctx, forgetDriverTimeout)
+		err := f.ForgetSession(fctx, sid)
+		cancel()
+		if err != nil {
+			return fmt.Errorf("discard: the driver could not end the session's sandbox: %w", err)
+		}
+	}
+	if err := l.Discard(ctx); err != nil {
+		return err
+	}
+	sess.layer = nil
+	return nil
+}
+
+// discardLayer removes sid's layer when the session is forgotten (its
+// sandbox has ended).
+func (s *WorkspaceSandbox) discardLayer(sid string) {
+	dir := s.layerDir(sid)
+	if _, err := os.Lstat(filepath.Join(dir, layer.StateFile)); err != nil {
+		return
+	}
+	l, err := layer.Open(dir, nil)
+	if err != nil {
+		s.logger.Error("the forgotten session's layer cannot be read; it is left", "session", sid, "error", err)
+		return
+	}
+	if err := l.Discard(context.Background()); err != nil {
+		s.logger.Error("the forgotten session's layer could not be discarded", "session", sid, "error", err)
+	}
+}

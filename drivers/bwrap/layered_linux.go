@@ -1,0 +1,203 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+)
+
+// Layered workspaces (protocol 1.4, driverapi.LayeredWorkspace): the
+// design.
+//
+// A layered command runs only in its session's sandbox, whose bwrap binds
+// an overlay at the workspace's path instead of the workspace itself. The
+// driver mounts that overlay on a mount point of its own (a fresh
+// directory of the driver's), bwrap binds it into the session sandbox's
+// mount namespace while it builds it, and the driver then detaches its
+// own mount and removes the directory: the one mount left is the
+// sandbox's, which ends with it. The overlay is thus mounted once per
+// session sandbox (overlayfs forbids two mounts sharing an upper) and
+// never seen on the host after the sandbox is built.
+//
+// Several capability sets of one session would need several session
+// sandboxes and so several mounts of the one upper: the second is refused
+// (typed) while the first's sandbox lives. One sandbox per layered session
+// whatever the profile was the other choice, but a session sandbox is one
+// network namespace and one set of grant mounts: sharing it between a
+// command granted network and one that was not is exactly what session
+// sandboxes promise never to do. A layered session whose capability set
+// changes must wait for (or forget) the first set's sandbox.
+//
+// Inside the overlay the workspace's protected entries get neither
+// read-only mounts nor placeholders (scanProtected leaves the workspace
+// out): everything there is the session's, .git included, and nothing
+// reaches the host but through the host's apply, which refuses the
+// protected set. Placeholders would be written into the upper layer and
+// show as the session's changes.
+//
+// The mount options are the ones the host's layer engine reads correctly
+// (core/layer.MountSpec, which says why each): redirect_dir=nofollow,
+// metacopy=off, index=off, xino=off; nosuid and nodev besides, so a set-id
+// file or device the command makes means nothing even inside.
+
+// overlayOptions must match core/layer.MountSpec.Options (without
+// userxattr: this driver mounts in the initial user namespace).
+const overlayOptions = "redirect_dir=nofollow,metacopy=off,index=off,xino=off"
+
+// layeredOffWhy says why this driver refuses RunSpec.Layered here, or "".
+func (d *Driver) layeredOffWhy() string {
+	if why := d.sessionOffWhy(); why != "" {
+		return "layered workspaces need session sandboxes, and they are off: " + why
+	}
+	if !overlayAvailable() {
+		return "the kernel offers no overlay file system (overlay is not in /proc/filesystems; load the overlay module)"
+	}
+	return ""
+}
+
+// LayeredWorkspaces implements driverapi.LayeredWorkspacer.
+func (d *Driver) LayeredWorkspaces() bool { return d.layeredOffWhy() == "" }
+
+// overlayAvailable reports whether overlay is a registered file system.
+func overlayAvailable() bool {
+	b, err := os.ReadFile("/proc/filesystems")
+	if err != nil {
+		return false
+	}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) > 0 && f[len(f)-1] == "overlay" {
+			return true
+		}
+	}
+	return false
+}
+
+// layeredRefusal is the error for a layered command this driver cannot run.
+func layeredRefusal(reason string) error {
+	return &driverapi.UnavailableError{Feature: driverapi.FeatureLayeredWorkspace, Reason: reason,
+		Fix: "run the session as a live (not layered) one, or run it where session sandboxes and overlayfs are available (root, the bwrap tier)"}
+}
+
+// checkLayered refuses a layered spec this driver cannot honour for plan.
+func (d *Driver) checkLayered(plan Plan, spec driverapi.RunSpec) error {
+	l := spec.Layered
+	if why := d.layeredOffWhy(); why != "" {
+		return layeredRefusal(why)
+	}
+	if l.UserNS {
+		return &driverapi.InvalidSpecError{Field: "layered.user_ns", Reason: "this driver mounts the overlay as root in the initial user namespace (trusted.overlay.* markers); a layer made for a user namespace would be misread"}
+	}
+	if spec.Tty != nil {
+		return layeredRefusal("a command with a terminal runs in a sandbox of its own, never in the session's, so it cannot see the session's overlay")
+	}
+	if plan.ProxySocket != "" {
+		return layeredRefusal("a command with network through the host's proxy (allow_hosts) runs in a sandbox of its own, never in the session's, so it cannot see the session's overlay")
+	}
+	for _, p := range []string{l.Upper, l.Work} {
+		if driverapi.PathWithin(p, plan.Workspace) || driverapi.PathWithin(plan.Workspace, p) {
+			return &driverapi.InvalidSpecError{Field: "layered", Reason: fmt.Sprintf("%q overlaps the workspace %q; keep layers in the data directory", p, plan.Workspace)}
+		}
+	}
+	return nil
+}
+
+// mountedLayer is a layer's overlay mounted on the driver's own mount
+// point until the session sandbox has bound it.
+type mountedLayer struct {
+	point string
+	lock  *os.File
+	// upper holds an exclusive flock on the upper directory while the
+	// overlay is mounted: a second mount of it by another driver process
+	// (another CLI process's command of the session) is refused.
+	upper *os.File
+}
+
+// mountLayer takes the layer's lock (shared) and mounts its overlay over
+// workspace on a fresh directory of the driver's.
+func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ *mountedLayer, err error) {
+	lock, err := os.OpenFile(l.Lock, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: layered workspace: lock: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return nil, layeredRefusal(fmt.Sprintf("the layer is being discarded (its lock %s is held exclusively): %v", l.Lock, err))
+	}
+	upper, err := os.OpenFile(l.Upper, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: layered workspace: upper: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			upper.Close()
+		}
+	}()
+	if err := unix.Flock(int(upper.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil, layeredRefusal(fmt.Sprintf("the layer is mounted by another process (a command of the session is running there): overlayfs forbids two mounts sharing an upper (%v)", err))
+	}
+	point, err := os.MkdirTemp(d.layerMountParent(), "layer-")
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: layered workspace: mount point: %w", err)
+	}
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s", workspace, l.Upper, l.Work, overlayOptions)
+	if strings.ContainsAny(workspace, ",:\\\n") {
+		os.Remove(point)
+		return nil, &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q holds a comma, colon, backslash or newline, which overlay mount options cannot carry; a layered session needs a workspace path without them", workspace)}
+	}
+	if err := unix.Mount("overlay", point, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		os.Remove(point)
+		return nil, layeredRefusal(fmt.Sprintf("mounting the overlay failed: %v", err))
+	}
+	return &mountedLayer{point: point, lock: lock, upper: upper}, nil
+}
+
+// layerMountParent is where the driver makes its mount points: its state
+// directory when it has one, else the temporary directory.
+func (d *Driver) layerMountParent() string {
+	if dir := d.cfg.StateDir; dir != "" && filepath.IsAbs(dir) {
+		if st, err := os.Stat(dir); err == nil && st.IsDir() {
+			return dir
+		}
+	}
+	return os.TempDir()
+}
+
+// detach removes the driver's own mount (the session sandbox keeps its
+// bind of it) and the mount point.
+func (m *mountedLayer) detach() {
+	if m.point == "" {
+		return
+	}
+	_ = unix.Unmount(m.point, unix.MNT_DETACH)
+	_ = os.Remove(m.point)
+	m.point = ""
+}
+
+// release detaches the mount if it still is and drops the lock: the
+// session sandbox is gone.
+func (m *mountedLayer) release() {
+	m.detach()
+	if m.lock != nil {
+		m.lock.Close()
+		m.lock = nil
+	}
+	if m.upper != nil {
+		m.upper.Close()
+		m.upper = nil
+	}
+}
