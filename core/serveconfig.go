@@ -63,6 +63,10 @@ type ServeConfig struct {
 	// FilesMaxUploads bounds the files being written in parts at once
 	// (each holds a temporary file until its last part). Default 64.
 	FilesMaxUploads int64 `koanf:"files_max_uploads" json:"files_max_uploads,omitempty" toml:"files_max_uploads"`
+	// NodeID names this server in every result, so that a client behind a
+	// router can tell which server holds its session; --node-id replaces
+	// it. Empty: the hostname. 1-63 characters of A-Z a-z 0-9 . _ -.
+	NodeID string `koanf:"node_id" json:"node_id,omitempty" toml:"node_id"`
 }
 
 // ServeLimits are the effective bounds of a ServeConfig (its defaults
@@ -175,8 +179,29 @@ func (c ServeConfig) Validate() error {
 			return &ConfigError{Key: "serve." + b.key, Reason: fmt.Sprintf("must be between 0 (the default) and %d, got %d", b.max, b.v)}
 		}
 	}
+	if c.NodeID != "" {
+		if err := ValidateNodeID("serve.node_id", c.NodeID); err != nil {
+			return err
+		}
+	}
 	if c.MetricsListen != "" && !strings.HasPrefix(c.MetricsListen, "tcp:") {
 		return &ConfigError{Key: "serve.metrics_listen", Reason: fmt.Sprintf("%q: want tcp:HOST:PORT", c.MetricsListen)}
+	}
+	return nil
+}
+
+// ValidateNodeID refuses a node id that is not 1-63 characters of
+// A-Z a-z 0-9 . _ - (a label a proxy, a metric and a pod name all take);
+// key names where it came from (serve.node_id, --node-id).
+func ValidateNodeID(key, id string) error {
+	if id == "" || len(id) > 63 {
+		return &ConfigError{Key: key, Reason: fmt.Sprintf("%q: a node id is 1-63 characters of A-Z a-z 0-9 . _ -, this one has %d", id, len(id))}
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return &ConfigError{Key: key, Reason: fmt.Sprintf("%q: byte %d (%q) is not one of A-Z a-z 0-9 . _ -", id, i, c)}
+		}
 	}
 	return nil
 }

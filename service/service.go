@@ -86,6 +86,9 @@ type Options struct {
 	// Limits bound requests, output, sessions and connections (zero
 	// fields: the defaults of core.ServeConfig.Limits).
 	Limits core.ServeLimits
+	// NodeID names this server in every result (identity.go); empty: the
+	// hostname (DefaultNodeID).
+	NodeID string
 }
 
 // Server implements hostv1connect.ServiceHandler.
@@ -102,8 +105,12 @@ type Server struct {
 	limits         core.ServeLimits
 	conns          *connLimits
 
-	mu       sync.Mutex
-	sessions map[string]struct{}
+	nodeID string
+
+	mu sync.Mutex
+	// sessions are the sessions this server holds, each with its
+	// incarnation (identity.go).
+	sessions map[string]string
 	// calls are the running commands that can be signalled (and, for
 	// exec -i/-t, written to and resized), by the signal_key of their
 	// request.
@@ -162,8 +169,19 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
 		metrics: NewMetrics(), driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
-		sessions: map[string]struct{}{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
+		sessions: map[string]string{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
 		procs: core.NewProcessTable(opts.Host, opts.Processes)}
+	s.nodeID = opts.NodeID
+	if s.nodeID == "" {
+		id, err := DefaultNodeID()
+		if err != nil {
+			return nil, err
+		}
+		s.nodeID = id
+	}
+	if err := core.ValidateNodeID("serve.node_id", s.nodeID); err != nil {
+		return nil, err
+	}
 	for _, p := range opts.Protected {
 		if p == "" {
 			continue
@@ -309,10 +327,17 @@ func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
 	return cmd, nil
 }
 
-func (s *Server) remember(session string) {
+// remember makes session the server's, with a new incarnation if it
+// held none, and returns its incarnation.
+func (s *Server) remember(session string) string {
 	s.mu.Lock()
-	s.sessions[session] = struct{}{}
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	inc, ok := s.sessions[session]
+	if !ok {
+		inc = newIncarnation()
+		s.sessions[session] = inc
+	}
+	return inc
 }
 
 // known reports whether the service holds session.
@@ -497,8 +522,9 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	// The session is the service's from the first command that reached
 	// the pipeline's decision (ran, or was denied): a request refused
 	// before that keeps nothing.
+	incarnation := ""
 	if denied := (*core.DeniedError)(nil); err == nil || errors.As(err, &denied) {
-		s.remember(cmd.SessionID)
+		incarnation = s.remember(cmd.SessionID)
 	}
 	close(finished)
 	senders.Wait()
@@ -528,6 +554,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	if rerr != nil {
 		return rerr
 	}
+	res.NodeId, res.SessionIncarnation = s.nodeID, incarnation
 	mu.Lock()
 	defer mu.Unlock()
 	rest := int64(len(res.GetStdout()) + len(res.GetStderr()))
@@ -694,7 +721,8 @@ func (s *Server) describe(session string) *hostv1.Session {
 	if s.known(session) {
 		ws, _ = s.host.WorkspacePath(session)
 	}
-	return &hostv1.Session{Session: session, Workspace: ws, Baseline: capsMsg(g.Baseline), Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest}
+	return &hostv1.Session{Session: session, Workspace: ws, Baseline: capsMsg(g.Baseline), Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest,
+		Incarnation: s.incarnation(session), NodeId: s.nodeID}
 }
 
 // Sessions implements the service. The list is of the sessions this
@@ -830,7 +858,7 @@ func (s *Server) Capabilities(ctx context.Context, _ *connect.Request[hostv1.Cap
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("encoding the capability report: %w", err))
 	}
-	return connect.NewResponse(&hostv1.CapabilitiesResponse{ReportJson: string(b)}), nil
+	return connect.NewResponse(&hostv1.CapabilitiesResponse{ReportJson: string(b), NodeId: s.nodeID}), nil
 }
 
 // CheckPolicy implements the service: the command policy alone, on the

@@ -43,6 +43,9 @@ func (i sessionHeaderInterceptor) WrapUnary(next connect.UnaryFunc) connect.Unar
 		if err := i.s.checkSessionHeader(req.Header(), req.Any()); err != nil {
 			return nil, err
 		}
+		if err := i.s.checkIncarnation(req.Header(), req.Any()); err != nil {
+			return nil, err
+		}
 		return next(ctx, req)
 	}
 }
@@ -69,7 +72,10 @@ func (c *sessionCheckedConn) Receive(msg any) error {
 	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
 		return err
 	}
-	return c.s.checkSessionHeader(c.RequestHeader(), msg)
+	if err := c.s.checkSessionHeader(c.RequestHeader(), msg); err != nil {
+		return err
+	}
+	return c.s.checkIncarnation(c.RequestHeader(), msg)
 }
 
 // checkSessionHeader compares the header, when present, with the session

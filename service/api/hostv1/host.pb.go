@@ -194,9 +194,17 @@ type ExecuteRequest struct {
 	// exact name, *.suffix or an IP, each with an optional :port). Set, it
 	// means net "hosts"; net must then be empty. A service older than this
 	// field ignores it, and the command gets no network (it fails closed).
-	NetHosts      []string `protobuf:"bytes,21,rep,name=net_hosts,json=netHosts,proto3" json:"net_hosts,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	NetHosts []string `protobuf:"bytes,21,rep,name=net_hosts,json=netHosts,proto3" json:"net_hosts,omitempty"`
+	// The session incarnation the caller expects (from an earlier result's
+	// session_incarnation). When set and this server does not hold that
+	// incarnation of the session (its node is gone, or it was forgotten and
+	// made again), the call is refused before anything runs or a workspace
+	// is made: failed_precondition, reason_code session_moved. Empty: no
+	// expectation. The header X-Aleph-Incarnation says the same; the two
+	// must agree.
+	ExpectIncarnation string `protobuf:"bytes,22,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ExecuteRequest) Reset() {
@@ -374,6 +382,13 @@ func (x *ExecuteRequest) GetNetHosts() []string {
 		return x.NetHosts
 	}
 	return nil
+}
+
+func (x *ExecuteRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
 }
 
 type ExecuteResponse struct {
@@ -693,9 +708,14 @@ type ExecResult struct {
 	StreamedStderrBytes int64 `protobuf:"varint,23,opt,name=streamed_stderr_bytes,json=streamedStderrBytes,proto3" json:"streamed_stderr_bytes,omitempty"`
 	// What the command consumed, as the driver measured it; absent when it
 	// did not run.
-	Usage         *CommandUsage `protobuf:"bytes,24,opt,name=usage,proto3" json:"usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Usage *CommandUsage `protobuf:"bytes,24,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The server that answered (serve --node-id, else its hostname) and the
+	// incarnation of the session there: a random id set when this server
+	// made the session, new when it is made again after forget or delete.
+	NodeId             string `protobuf:"bytes,25,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,26,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ExecResult) Reset() {
@@ -894,6 +914,20 @@ func (x *ExecResult) GetUsage() *CommandUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *ExecResult) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ExecResult) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
 }
 
 // CommandUsage is what one command consumed: CPU time (user and system,
@@ -1655,12 +1689,17 @@ func (x *Grant) GetNetworkHost() string {
 }
 
 type Session struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Workspace     string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
-	Baseline      *Capabilities          `protobuf:"bytes,3,opt,name=baseline,proto3" json:"baseline,omitempty"`
-	Grants        []*Grant               `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
-	PolicyDigest  string                 `protobuf:"bytes,5,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Session      string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Workspace    string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Baseline     *Capabilities          `protobuf:"bytes,3,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	Grants       []*Grant               `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
+	PolicyDigest string                 `protobuf:"bytes,5,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	// The incarnation of the session on this server (empty when it holds
+	// none: a session only described, or kept on disk from an earlier run)
+	// and the server's node id.
+	Incarnation   string `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	NodeId        string `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1726,6 +1765,20 @@ func (x *Session) GetGrants() []*Grant {
 func (x *Session) GetPolicyDigest() string {
 	if x != nil {
 		return x.PolicyDigest
+	}
+	return ""
+}
+
+func (x *Session) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *Session) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -2135,7 +2188,9 @@ func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
 type CapabilitiesResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The driver's report as JSON (the shape `drivers --json` prints).
-	ReportJson    string `protobuf:"bytes,1,opt,name=report_json,json=reportJson,proto3" json:"report_json,omitempty"`
+	ReportJson string `protobuf:"bytes,1,opt,name=report_json,json=reportJson,proto3" json:"report_json,omitempty"`
+	// The server's node id (serve --node-id, else its hostname).
+	NodeId        string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2173,6 +2228,13 @@ func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
 func (x *CapabilitiesResponse) GetReportJson() string {
 	if x != nil {
 		return x.ReportJson
+	}
+	return ""
+}
+
+func (x *CapabilitiesResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -2667,9 +2729,11 @@ type StartProcessRequest struct {
 	// stream opened with the same key (the client's own approver), which
 	// may connect before or after this call: a request waits for it within
 	// the approval timeout. Unset: the connected approvers, as before.
-	ApprovalKey   string `protobuf:"bytes,5,opt,name=approval_key,json=approvalKey,proto3" json:"approval_key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ApprovalKey string `protobuf:"bytes,5,opt,name=approval_key,json=approvalKey,proto3" json:"approval_key,omitempty"`
+	// As ExecuteRequest.expect_incarnation (command's, if set, must agree).
+	ExpectIncarnation string `protobuf:"bytes,6,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StartProcessRequest) Reset() {
@@ -2737,11 +2801,23 @@ func (x *StartProcessRequest) GetApprovalKey() string {
 	return ""
 }
 
+func (x *StartProcessRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type StartProcessResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The server that answered (serve --node-id, else its hostname) and the
+	// incarnation of the session there: a random id set when this server
+	// made the session, new when it is made again after forget or delete.
+	NodeId             string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,3,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StartProcessResponse) Reset() {
@@ -2777,6 +2853,20 @@ func (*StartProcessResponse) Descriptor() ([]byte, []int) {
 func (x *StartProcessResponse) GetId() string {
 	if x != nil {
 		return x.Id
+	}
+	return ""
+}
+
+func (x *StartProcessResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *StartProcessResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
 	}
 	return ""
 }
@@ -3638,11 +3728,13 @@ func (x *FileInfo) GetTarget() string {
 }
 
 type ReadFileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,3,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReadFileRequest) Reset() {
@@ -3689,14 +3781,24 @@ func (x *ReadFileRequest) GetPath() string {
 	return ""
 }
 
+func (x *ReadFileRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 // ReadFileResponse: the first message carries info (and no data), the
 // next ones the file's bytes in order.
 type ReadFileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Info  *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	Data  []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// As ExecResult's: the server and the session's incarnation there (in the first message, with info).
+	NodeId             string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,4,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ReadFileResponse) Reset() {
@@ -3743,6 +3845,20 @@ func (x *ReadFileResponse) GetData() []byte {
 	return nil
 }
 
+func (x *ReadFileResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReadFileResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
 type WriteFileRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -3758,11 +3874,13 @@ type WriteFileRequest struct {
 	// arrives; an upload whose next part does not come within 60 seconds is
 	// dropped, leaving nothing behind. Without upload_id, data is the whole
 	// file.
-	UploadId      string `protobuf:"bytes,6,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
-	Offset        int64  `protobuf:"varint,7,opt,name=offset,proto3" json:"offset,omitempty"`
-	More          bool   `protobuf:"varint,8,opt,name=more,proto3" json:"more,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UploadId string `protobuf:"bytes,6,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	Offset   int64  `protobuf:"varint,7,opt,name=offset,proto3" json:"offset,omitempty"`
+	More     bool   `protobuf:"varint,8,opt,name=more,proto3" json:"more,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,9,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WriteFileRequest) Reset() {
@@ -3851,14 +3969,24 @@ func (x *WriteFileRequest) GetMore() bool {
 	return false
 }
 
+func (x *WriteFileRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type WriteFileResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The file written (after the last part; empty while more are due).
 	Info *FileInfo `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
 	// The bytes of the upload received so far.
-	Received      int64 `protobuf:"varint,2,opt,name=received,proto3" json:"received,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Received int64 `protobuf:"varint,2,opt,name=received,proto3" json:"received,omitempty"`
+	// As ExecResult's: the server and the session's incarnation there.
+	NodeId             string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,4,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *WriteFileResponse) Reset() {
@@ -3905,13 +4033,29 @@ func (x *WriteFileResponse) GetReceived() int64 {
 	return 0
 }
 
+func (x *WriteFileResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *WriteFileResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
 type ListFilesRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	// The directory; empty is the workspace itself.
-	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,3,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ListFilesRequest) Reset() {
@@ -3958,11 +4102,21 @@ func (x *ListFilesRequest) GetPath() string {
 	return ""
 }
 
+func (x *ListFilesRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type ListFilesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*FileInfo            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*FileInfo            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// As ExecResult's: the server and the session's incarnation there.
+	NodeId             string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,3,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ListFilesResponse) Reset() {
@@ -4002,12 +4156,28 @@ func (x *ListFilesResponse) GetEntries() []*FileInfo {
 	return nil
 }
 
+func (x *ListFilesResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ListFilesResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
 type StatFileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,3,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatFileRequest) Reset() {
@@ -4054,11 +4224,21 @@ func (x *StatFileRequest) GetPath() string {
 	return ""
 }
 
+func (x *StatFileRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type StatFileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Info  *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	// As ExecResult's: the server and the session's incarnation there.
+	NodeId             string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,3,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatFileResponse) Reset() {
@@ -4098,15 +4278,31 @@ func (x *StatFileResponse) GetInfo() *FileInfo {
 	return nil
 }
 
+func (x *StatFileResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *StatFileResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
 type RemoveFileRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// Remove a directory with what it holds (without it, only an empty
 	// one).
-	Recursive     bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Recursive bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,4,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RemoveFileRequest) Reset() {
@@ -4160,10 +4356,20 @@ func (x *RemoveFileRequest) GetRecursive() bool {
 	return false
 }
 
+func (x *RemoveFileRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type RemoveFileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As ExecResult's: the server and the session's incarnation there.
+	NodeId             string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,2,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *RemoveFileResponse) Reset() {
@@ -4196,6 +4402,137 @@ func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
 	return file_host_proto_rawDescGZIP(), []int{65}
 }
 
+func (x *RemoveFileResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RemoveFileResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
+type DrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_host_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{66}
+}
+
+// DrainResponse is the server's state once draining: what it still
+// serves until its grace period ends.
+type DrainResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// True when this call started the drain (false: it drained already).
+	Started bool `protobuf:"varint,2,opt,name=started,proto3" json:"started,omitempty"`
+	// The sessions it holds and the commands (Execute calls) and processes
+	// running now.
+	Sessions         int64 `protobuf:"varint,3,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	RunningCommands  int64 `protobuf:"varint,4,opt,name=running_commands,json=runningCommands,proto3" json:"running_commands,omitempty"`
+	RunningProcesses int64 `protobuf:"varint,5,opt,name=running_processes,json=runningProcesses,proto3" json:"running_processes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DrainResponse) Reset() {
+	*x = DrainResponse{}
+	mi := &file_host_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainResponse) ProtoMessage() {}
+
+func (x *DrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
+func (*DrainResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *DrainResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DrainResponse) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *DrainResponse) GetSessions() int64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *DrainResponse) GetRunningCommands() int64 {
+	if x != nil {
+		return x.RunningCommands
+	}
+	return 0
+}
+
+func (x *DrainResponse) GetRunningProcesses() int64 {
+	if x != nil {
+		return x.RunningProcesses
+	}
+	return 0
+}
+
 var File_host_proto protoreflect.FileDescriptor
 
 const file_host_proto_rawDesc = "" +
@@ -4208,7 +4545,7 @@ const file_host_proto_rawDesc = "" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
 	"\x05field\x18\x03 \x01(\tR\x05field\x12\x12\n" +
 	"\x04hook\x18\x04 \x01(\tR\x04hook\x12\x16\n" +
-	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xf3\x05\n" +
+	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xa2\x06\n" +
 	"\x0eExecuteRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x1c\n" +
@@ -4233,7 +4570,8 @@ const file_host_proto_rawDesc = "" +
 	"\x03tty\x18\x12 \x01(\bR\x03tty\x12\x12\n" +
 	"\x04rows\x18\x13 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x14 \x01(\rR\x04cols\x12\x1b\n" +
-	"\tnet_hosts\x18\x15 \x03(\tR\bnetHosts\x1a6\n" +
+	"\tnet_hosts\x18\x15 \x03(\tR\bnetHosts\x12-\n" +
+	"\x12expect_incarnation\x18\x16 \x01(\tR\x11expectIncarnation\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -4259,7 +4597,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04hook\x18\x04 \x01(\tR\x04hook\"\x9f\x06\n" +
+	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xe9\x06\n" +
 	"\n" +
 	"ExecResult\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
@@ -4290,7 +4628,9 @@ const file_host_proto_rawDesc = "" +
 	"\x0foutput_streamed\x18\x15 \x01(\bR\x0eoutputStreamed\x122\n" +
 	"\x15streamed_stdout_bytes\x18\x16 \x01(\x03R\x13streamedStdoutBytes\x122\n" +
 	"\x15streamed_stderr_bytes\x18\x17 \x01(\x03R\x13streamedStderrBytes\x121\n" +
-	"\x05usage\x18\x18 \x01(\v2\x1b.aleph.host.v1.CommandUsageR\x05usage\"y\n" +
+	"\x05usage\x18\x18 \x01(\v2\x1b.aleph.host.v1.CommandUsageR\x05usage\x12\x17\n" +
+	"\anode_id\x18\x19 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x1a \x01(\tR\x12sessionIncarnation\"y\n" +
 	"\fCommandUsage\x12\x15\n" +
 	"\x06cpu_ms\x18\x01 \x01(\x03R\x05cpuMs\x12\x1c\n" +
 	"\n" +
@@ -4338,13 +4678,15 @@ const file_host_proto_rawDesc = "" +
 	"\x05Grant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12?\n" +
 	"\fcapabilities\x18\x02 \x01(\v2\x1b.aleph.host.v1.CapabilitiesR\fcapabilities\x12!\n" +
-	"\fnetwork_host\x18\x03 \x01(\tR\vnetworkHost\"\xcd\x01\n" +
+	"\fnetwork_host\x18\x03 \x01(\tR\vnetworkHost\"\x88\x02\n" +
 	"\aSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x127\n" +
 	"\bbaseline\x18\x03 \x01(\v2\x1b.aleph.host.v1.CapabilitiesR\bbaseline\x12,\n" +
 	"\x06grants\x18\x04 \x03(\v2\x14.aleph.host.v1.GrantR\x06grants\x12#\n" +
-	"\rpolicy_digest\x18\x05 \x01(\tR\fpolicyDigest\"F\n" +
+	"\rpolicy_digest\x18\x05 \x01(\tR\fpolicyDigest\x12 \n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\x12\x17\n" +
+	"\anode_id\x18\a \x01(\tR\x06nodeId\"F\n" +
 	"\x10SessionsResponse\x122\n" +
 	"\bsessions\x18\x01 \x03(\v2\x16.aleph.host.v1.SessionR\bsessions\"\xc9\x01\n" +
 	"\rGrantsRequest\x12/\n" +
@@ -4367,10 +4709,11 @@ const file_host_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\tR\asession\x12,\n" +
 	"\x06grants\x18\x02 \x03(\v2\x14.aleph.host.v1.GrantR\x06grants\x12#\n" +
 	"\rpolicy_digest\x18\x03 \x01(\tR\fpolicyDigest\"\x15\n" +
-	"\x13CapabilitiesRequest\"7\n" +
+	"\x13CapabilitiesRequest\"P\n" +
 	"\x14CapabilitiesResponse\x12\x1f\n" +
 	"\vreport_json\x18\x01 \x01(\tR\n" +
-	"reportJson\"D\n" +
+	"reportJson\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\"D\n" +
 	"\x12CheckPolicyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
 	"\x05stdin\x18\x02 \x01(\fR\x05stdin\"[\n" +
@@ -4398,15 +4741,18 @@ const file_host_proto_rawDesc = "" +
 	"signal_key\x18\x01 \x01(\tR\tsignalKey\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x03 \x01(\rR\x04cols\"\x18\n" +
-	"\x16ResizeTerminalResponse\"\xab\x01\n" +
+	"\x16ResizeTerminalResponse\"\xda\x01\n" +
 	"\x13StartProcessRequest\x127\n" +
 	"\acommand\x18\x01 \x01(\v2\x1d.aleph.host.v1.ExecuteRequestR\acommand\x12\x10\n" +
 	"\x03tty\x18\x02 \x01(\bR\x03tty\x12\x12\n" +
 	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x04 \x01(\rR\x04cols\x12!\n" +
-	"\fapproval_key\x18\x05 \x01(\tR\vapprovalKey\"&\n" +
+	"\fapproval_key\x18\x05 \x01(\tR\vapprovalKey\x12-\n" +
+	"\x12expect_incarnation\x18\x06 \x01(\tR\x11expectIncarnation\"p\n" +
 	"\x14StartProcessResponse\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"9\n" +
 	"\x13WriteProcessRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"0\n" +
@@ -4456,13 +4802,16 @@ const file_host_proto_rawDesc = "" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\"\n" +
 	"\rmtime_unix_ms\x18\x05 \x01(\x03R\vmtimeUnixMs\x12\x16\n" +
-	"\x06target\x18\x06 \x01(\tR\x06target\"?\n" +
+	"\x06target\x18\x06 \x01(\tR\x06target\"n\n" +
 	"\x0fReadFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"S\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12-\n" +
+	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\"\x9d\x01\n" +
 	"\x10ReadFileResponse\x12+\n" +
 	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xcb\x01\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x04 \x01(\tR\x12sessionIncarnation\"\xfa\x01\n" +
 	"\x10WriteFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
@@ -4471,25 +4820,44 @@ const file_host_proto_rawDesc = "" +
 	"\aparents\x18\x05 \x01(\bR\aparents\x12\x1b\n" +
 	"\tupload_id\x18\x06 \x01(\tR\buploadId\x12\x16\n" +
 	"\x06offset\x18\a \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04more\x18\b \x01(\bR\x04more\"\\\n" +
+	"\x04more\x18\b \x01(\bR\x04more\x12-\n" +
+	"\x12expect_incarnation\x18\t \x01(\tR\x11expectIncarnation\"\xa6\x01\n" +
 	"\x11WriteFileResponse\x12+\n" +
 	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x1a\n" +
-	"\breceived\x18\x02 \x01(\x03R\breceived\"@\n" +
+	"\breceived\x18\x02 \x01(\x03R\breceived\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x04 \x01(\tR\x12sessionIncarnation\"o\n" +
 	"\x10ListFilesRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"F\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12-\n" +
+	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\"\x90\x01\n" +
 	"\x11ListFilesResponse\x121\n" +
-	"\aentries\x18\x01 \x03(\v2\x17.aleph.host.v1.FileInfoR\aentries\"?\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.aleph.host.v1.FileInfoR\aentries\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"n\n" +
 	"\x0fStatFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"?\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12-\n" +
+	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\"\x89\x01\n" +
 	"\x10StatFileResponse\x12+\n" +
-	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\"_\n" +
+	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"\x8e\x01\n" +
 	"\x11RemoveFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
-	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x14\n" +
-	"\x12RemoveFileResponse2\xe7\x0f\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\x12-\n" +
+	"\x12expect_incarnation\x18\x04 \x01(\tR\x11expectIncarnation\"^\n" +
+	"\x12RemoveFileResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x02 \x01(\tR\x12sessionIncarnation\"\x0e\n" +
+	"\fDrainRequest\"\xb6\x01\n" +
+	"\rDrainResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\astarted\x18\x02 \x01(\bR\astarted\x12\x1a\n" +
+	"\bsessions\x18\x03 \x01(\x03R\bsessions\x12)\n" +
+	"\x10running_commands\x18\x04 \x01(\x03R\x0frunningCommands\x12+\n" +
+	"\x11running_processes\x18\x05 \x01(\x03R\x10runningProcesses2\xab\x10\n" +
 	"\aService\x12J\n" +
 	"\aExecute\x12\x1d.aleph.host.v1.ExecuteRequest\x1a\x1e.aleph.host.v1.ExecuteResponse0\x01\x12N\n" +
 	"\tApprovals\x12\x1f.aleph.host.v1.ApprovalsRequest\x1a\x1e.aleph.host.v1.ApprovalRequest0\x01\x12H\n" +
@@ -4517,7 +4885,8 @@ const file_host_proto_rawDesc = "" +
 	"\tListFiles\x12\x1f.aleph.host.v1.ListFilesRequest\x1a .aleph.host.v1.ListFilesResponse\x12K\n" +
 	"\bStatFile\x12\x1e.aleph.host.v1.StatFileRequest\x1a\x1f.aleph.host.v1.StatFileResponse\x12Q\n" +
 	"\n" +
-	"RemoveFile\x12 .aleph.host.v1.RemoveFileRequest\x1a!.aleph.host.v1.RemoveFileResponseBBZ@github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1;hostv1b\x06proto3"
+	"RemoveFile\x12 .aleph.host.v1.RemoveFileRequest\x1a!.aleph.host.v1.RemoveFileResponse\x12B\n" +
+	"\x05Drain\x12\x1b.aleph.host.v1.DrainRequest\x1a\x1c.aleph.host.v1.DrainResponseBBZ@github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1;hostv1b\x06proto3"
 
 var (
 	file_host_proto_rawDescOnce sync.Once
@@ -4532,7 +4901,7 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 68)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 70)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
@@ -4601,12 +4970,14 @@ var file_host_proto_goTypes = []any{
 	(*StatFileResponse)(nil),          // 64: aleph.host.v1.StatFileResponse
 	(*RemoveFileRequest)(nil),         // 65: aleph.host.v1.RemoveFileRequest
 	(*RemoveFileResponse)(nil),        // 66: aleph.host.v1.RemoveFileResponse
-	nil,                               // 67: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                               // 68: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*DrainRequest)(nil),              // 67: aleph.host.v1.DrainRequest
+	(*DrainResponse)(nil),             // 68: aleph.host.v1.DrainResponse
+	nil,                               // 69: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 70: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	67, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	68, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	69, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	70, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	5,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
 	11, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	7,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
@@ -4660,32 +5031,34 @@ var file_host_proto_depIdxs = []int32{
 	61, // 52: aleph.host.v1.Service.ListFiles:input_type -> aleph.host.v1.ListFilesRequest
 	63, // 53: aleph.host.v1.Service.StatFile:input_type -> aleph.host.v1.StatFileRequest
 	65, // 54: aleph.host.v1.Service.RemoveFile:input_type -> aleph.host.v1.RemoveFileRequest
-	3,  // 55: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	11, // 56: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	13, // 57: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	21, // 58: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	26, // 59: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	28, // 60: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	30, // 61: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	32, // 62: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	34, // 63: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
-	36, // 64: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
-	38, // 65: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
-	40, // 66: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
-	42, // 67: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
-	44, // 68: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
-	46, // 69: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
-	48, // 70: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
-	50, // 71: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
-	52, // 72: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
-	55, // 73: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
-	58, // 74: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
-	60, // 75: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
-	62, // 76: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
-	64, // 77: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
-	66, // 78: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
-	55, // [55:79] is the sub-list for method output_type
-	31, // [31:55] is the sub-list for method input_type
+	67, // 55: aleph.host.v1.Service.Drain:input_type -> aleph.host.v1.DrainRequest
+	3,  // 56: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	11, // 57: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	13, // 58: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	21, // 59: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	26, // 60: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	28, // 61: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	30, // 62: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	32, // 63: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	34, // 64: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
+	36, // 65: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
+	38, // 66: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
+	40, // 67: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	42, // 68: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	44, // 69: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	46, // 70: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	48, // 71: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	50, // 72: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	52, // 73: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	55, // 74: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	58, // 75: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
+	60, // 76: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
+	62, // 77: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
+	64, // 78: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
+	66, // 79: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
+	68, // 80: aleph.host.v1.Service.Drain:output_type -> aleph.host.v1.DrainResponse
+	56, // [56:81] is the sub-list for method output_type
+	31, // [31:56] is the sub-list for method input_type
 	31, // [31:31] is the sub-list for extension type_name
 	31, // [31:31] is the sub-list for extension extendee
 	0,  // [0:31] is the sub-list for field type_name
@@ -4719,7 +5092,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   68,
+			NumMessages:   70,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

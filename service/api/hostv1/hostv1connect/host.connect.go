@@ -89,6 +89,8 @@ const (
 	ServiceStatFileProcedure = "/aleph.host.v1.Service/StatFile"
 	// ServiceRemoveFileProcedure is the fully-qualified name of the Service's RemoveFile RPC.
 	ServiceRemoveFileProcedure = "/aleph.host.v1.Service/RemoveFile"
+	// ServiceDrainProcedure is the fully-qualified name of the Service's Drain RPC.
+	ServiceDrainProcedure = "/aleph.host.v1.Service/Drain"
 )
 
 // ServiceClient is a client for the aleph.host.v1.Service service.
@@ -160,6 +162,14 @@ type ServiceClient interface {
 	ListFiles(context.Context, *connect.Request[hostv1.ListFilesRequest]) (*connect.Response[hostv1.ListFilesResponse], error)
 	StatFile(context.Context, *connect.Request[hostv1.StatFileRequest]) (*connect.Response[hostv1.StatFileResponse], error)
 	RemoveFile(context.Context, *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error)
+	// Drain makes the server drain without a signal (what SIGTERM starts):
+	// it reports itself not ready, refuses new sessions (reason_code
+	// draining) and goes on serving the sessions it holds. One-way: a
+	// draining server is on its way out. Over TCP it needs the server's
+	// client authentication like every call; on a unix socket it is the
+	// socket owner's alone (a uid listed in [serve] allowed_uids may run
+	// commands, not drain the server).
+	Drain(context.Context, *connect.Request[hostv1.DrainRequest]) (*connect.Response[hostv1.DrainResponse], error)
 }
 
 // NewServiceClient constructs a client for the aleph.host.v1.Service service. By default, it uses
@@ -317,6 +327,12 @@ func NewServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(serviceMethods.ByName("RemoveFile")),
 			connect.WithClientOptions(opts...),
 		),
+		drain: connect.NewClient[hostv1.DrainRequest, hostv1.DrainResponse](
+			httpClient,
+			baseURL+ServiceDrainProcedure,
+			connect.WithSchema(serviceMethods.ByName("Drain")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -346,6 +362,7 @@ type serviceClient struct {
 	listFiles         *connect.Client[hostv1.ListFilesRequest, hostv1.ListFilesResponse]
 	statFile          *connect.Client[hostv1.StatFileRequest, hostv1.StatFileResponse]
 	removeFile        *connect.Client[hostv1.RemoveFileRequest, hostv1.RemoveFileResponse]
+	drain             *connect.Client[hostv1.DrainRequest, hostv1.DrainResponse]
 }
 
 // Execute calls aleph.host.v1.Service.Execute.
@@ -468,6 +485,11 @@ func (c *serviceClient) RemoveFile(ctx context.Context, req *connect.Request[hos
 	return c.removeFile.CallUnary(ctx, req)
 }
 
+// Drain calls aleph.host.v1.Service.Drain.
+func (c *serviceClient) Drain(ctx context.Context, req *connect.Request[hostv1.DrainRequest]) (*connect.Response[hostv1.DrainResponse], error) {
+	return c.drain.CallUnary(ctx, req)
+}
+
 // ServiceHandler is an implementation of the aleph.host.v1.Service service.
 type ServiceHandler interface {
 	// Execute runs one command: output chunks (each stream's bytes in the
@@ -537,6 +559,14 @@ type ServiceHandler interface {
 	ListFiles(context.Context, *connect.Request[hostv1.ListFilesRequest]) (*connect.Response[hostv1.ListFilesResponse], error)
 	StatFile(context.Context, *connect.Request[hostv1.StatFileRequest]) (*connect.Response[hostv1.StatFileResponse], error)
 	RemoveFile(context.Context, *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error)
+	// Drain makes the server drain without a signal (what SIGTERM starts):
+	// it reports itself not ready, refuses new sessions (reason_code
+	// draining) and goes on serving the sessions it holds. One-way: a
+	// draining server is on its way out. Over TCP it needs the server's
+	// client authentication like every call; on a unix socket it is the
+	// socket owner's alone (a uid listed in [serve] allowed_uids may run
+	// commands, not drain the server).
+	Drain(context.Context, *connect.Request[hostv1.DrainRequest]) (*connect.Response[hostv1.DrainResponse], error)
 }
 
 // NewServiceHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -690,6 +720,12 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(serviceMethods.ByName("RemoveFile")),
 		connect.WithHandlerOptions(opts...),
 	)
+	serviceDrainHandler := connect.NewUnaryHandler(
+		ServiceDrainProcedure,
+		svc.Drain,
+		connect.WithSchema(serviceMethods.ByName("Drain")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/aleph.host.v1.Service/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ServiceExecuteProcedure:
@@ -740,6 +776,8 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 			serviceStatFileHandler.ServeHTTP(w, r)
 		case ServiceRemoveFileProcedure:
 			serviceRemoveFileHandler.ServeHTTP(w, r)
+		case ServiceDrainProcedure:
+			serviceDrainHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -843,4 +881,8 @@ func (UnimplementedServiceHandler) StatFile(context.Context, *connect.Request[ho
 
 func (UnimplementedServiceHandler) RemoveFile(context.Context, *connect.Request[hostv1.RemoveFileRequest]) (*connect.Response[hostv1.RemoveFileResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.RemoveFile is not implemented"))
+}
+
+func (UnimplementedServiceHandler) Drain(context.Context, *connect.Request[hostv1.DrainRequest]) (*connect.Response[hostv1.DrainResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Drain is not implemented"))
 }
