@@ -21,6 +21,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/service"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
+	"github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // markerDriver is the stand-in driver that leaves a file behind for
@@ -331,5 +332,81 @@ func TestNodeIDValidated(t *testing.T) {
 	}
 	if id, err := service.DefaultNodeID(); err != nil || core.ValidateNodeID("x", id) != nil {
 		t.Fatalf("default node id %q: %v", id, err)
+	}
+}
+
+// The Go client's Tracker: it remembers a session's incarnation from the
+// first answer, sends it with later calls (a session made again
+// elsewhere fails with ErrSessionMoved, and nothing runs), drops it on
+// forget through it, and sends the session header.
+func TestGoClientTracksIncarnations(t *testing.T) {
+	is := newIdentityServer(t, "node-go")
+	ctx := context.Background()
+	tr := client.NewTracker()
+	var headers []http.Header
+	spy := connect.UnaryInterceptorFunc(func(next connect.UnaryFunc) connect.UnaryFunc {
+		return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+			headers = append(headers, req.Header().Clone())
+			return next(ctx, req)
+		}
+	})
+	c := hostv1connect.NewServiceClient(http.DefaultClient, is.url, client.WithTracker(tr), connect.WithInterceptors(spy))
+	exec := func(session string) (*hostv1.ExecResult, error) {
+		st, err := c.Execute(ctx, connect.NewRequest(&hostv1.ExecuteRequest{Session: session, Argv: []string{"/bin/true"}}))
+		if err != nil {
+			return nil, err
+		}
+		defer st.Close()
+		var res *hostv1.ExecResult
+		for st.Receive() {
+			if r := st.Msg().GetResult(); r != nil {
+				res = r
+			}
+		}
+		return res, st.Err()
+	}
+	first, err := exec("go-1")
+	if err != nil || tr.Incarnation("go-1") != first.GetSessionIncarnation() || first.GetSessionIncarnation() == "" {
+		t.Fatalf("first call: %v, remembered %q of %+v", err, tr.Incarnation("go-1"), first)
+	}
+	if _, err := c.ListFiles(ctx, connect.NewRequest(&hostv1.ListFilesRequest{Session: "go-1"})); err != nil {
+		t.Fatal(err)
+	}
+	h := headers[len(headers)-1]
+	if h.Get(service.IncarnationHeader) != first.GetSessionIncarnation() || h.Get(service.SessionHeader) != "go-1" {
+		t.Fatalf("headers of a later call: %v", h)
+	}
+
+	// Forgotten by another client: the tracked one is refused.
+	other := hostv1connect.NewServiceClient(http.DefaultClient, is.url)
+	if _, err := other.Sessions(ctx, connect.NewRequest(&hostv1.SessionsRequest{Action: &hostv1.SessionsRequest_Forget{Forget: &hostv1.ForgetSession{Session: "go-1"}}})); err != nil {
+		t.Fatal(err)
+	}
+	runs := is.runs(t)
+	_, err = exec("go-1")
+	var sm *client.SessionMovedError
+	var ce *connect.Error
+	if !errors.Is(err, client.ErrSessionMoved) || !errors.As(err, &sm) || sm.Session != "go-1" || !errors.As(err, &ce) {
+		t.Fatalf("a moved session: %v", err)
+	}
+	if _, err := c.WriteFile(ctx, connect.NewRequest(&hostv1.WriteFileRequest{Session: "go-1", Path: "a", Data: []byte("x")})); !errors.Is(err, client.ErrSessionMoved) {
+		t.Fatalf("a file call of a moved session: %v", err)
+	}
+	if is.runs(t) != runs {
+		t.Fatal("a command ran for a moved session")
+	}
+	// Forget through the tracked client: the next call makes it afresh.
+	if _, err := c.Sessions(ctx, connect.NewRequest(&hostv1.SessionsRequest{Action: &hostv1.SessionsRequest_Forget{Forget: &hostv1.ForgetSession{Session: "go-1"}}})); err != nil {
+		t.Fatal(err)
+	}
+	if tr.Incarnation("go-1") != "" {
+		t.Fatal("forget kept the incarnation")
+	}
+	again, err := exec("go-1")
+	if err != nil || again.GetSessionIncarnation() == first.GetSessionIncarnation() || tr.Incarnation("go-1") != again.GetSessionIncarnation() {
+		t.Fatalf("after forget: %v %+v", err, again)
+	}
+	if client.SessionHeaderValue("a b%é") != "a%20b%25%C3%A9" {
+		t.Fatalf("header value %q", client.SessionHeaderValue("a b%é"))
 	}
 }
