@@ -63,7 +63,7 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		}
 		addrs = []string{"unix:" + p}
 	}
-	rc := service.Config{Sandbox: cfg, AutoApprove: *yes, Logger: serveLogger(std), Warnings: std.Err, Owner: serveOwner()}
+	rc := service.Config{Sandbox: cfg, AutoApprove: *yes, Logger: serveLogger(std), Warnings: std.Err, Owner: serveOwner(cfg.Serve.NodeID)}
 	for _, a := range addrs {
 		switch {
 		case strings.HasPrefix(a, "unix:") && len(a) > len("unix:"):
@@ -135,10 +135,18 @@ func serveLogger(std stdio) hclog.Logger {
 }
 
 // serveOwner is how this server names itself to a second one refused on
-// its socket: enough to tell another checkout's or another terminal's
-// server from this one's.
-func serveOwner() string {
-	return fmt.Sprintf("pid %d, version %s, data dir %s", os.Getpid(), cliVersion, core.DataDir())
+// its socket and to `exec --host --verbose`: enough to tell another
+// checkout's or another terminal's server from this one's, and which node
+// of a fleet it is (nodeID, else the default the service takes).
+func serveOwner(nodeID string) string {
+	if nodeID == "" {
+		nodeID, _ = service.DefaultNodeID()
+	}
+	owner := fmt.Sprintf("pid %d, version %s, data dir %s", os.Getpid(), cliVersion, core.DataDir())
+	if nodeID != "" {
+		owner += ", node " + nodeID
+	}
+	return owner
 }
 
 const serveDrainUsage = "aleph-sandbox serve drain [--host unix:PATH] [--json]"

@@ -36,8 +36,13 @@ func TestServeNodeIDAndDrain(t *testing.T) {
 	if err != nil || caps.Msg.GetNodeId() != "e2e-node" {
 		t.Fatalf("capabilities: %v %+v", err, caps)
 	}
+	// exec --host --verbose names the node that served it.
+	out, err := exec.Command(bin, "exec", "--host", "unix:"+sock, "--session", "held", "--verbose", "--", "/bin/true").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), ", node e2e-node on "+sock) {
+		t.Fatalf("exec --host --verbose: %v %s", err, out)
+	}
 
-	out, err := exec.Command(bin, "serve", "drain", "--host", "unix:"+sock).CombinedOutput()
+	out, err = exec.Command(bin, "serve", "drain", "--host", "unix:"+sock).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "draining now: node e2e-node, 1 sessions held") {
 		t.Fatalf("serve drain: %v %s", err, out)
 	}
