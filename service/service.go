@@ -464,7 +464,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	releaseKey := func() {}
 	var sigCh chan driverapi.Signal
 	if key := req.Msg.GetSignalKey(); key != "" {
-		c, release, err := s.registerCall(key, interactive)
+		c, release, err := s.registerCall(key, cmd.SessionID, interactive)
 		if err != nil {
 			return err
 		}
@@ -900,6 +900,9 @@ func detailOf(err error) *hostv1.ErrorDetail {
 // call is a running Execute reachable by its signal_key: its signals and,
 // for a streamed stdin or a terminal, its stdin pipe and window sizes.
 type call struct {
+	// session is the command's (its calls' session header is compared
+	// with it).
+	session string
 	signals chan driverapi.Signal
 	stdin   *core.StdinPipe           // nil: stdin was given up front
 	resize  chan driverapi.WindowSize // nil: no terminal
@@ -909,11 +912,11 @@ type call struct {
 // registerCall makes the command of an Execute call reachable by Signal
 // (and WriteStdin, CloseStdin, ResizeTerminal) under key until release is
 // called.
-func (s *Server) registerCall(key string, ia interactiveCall) (*call, func(), error) {
+func (s *Server) registerCall(key, session string, ia interactiveCall) (*call, func(), error) {
 	if len(key) > 256 {
 		return nil, nil, invalid("signal_key", "longer than 256 bytes")
 	}
-	c := &call{signals: make(chan driverapi.Signal, 8), ended: make(chan struct{})}
+	c := &call{session: session, signals: make(chan driverapi.Signal, 8), ended: make(chan struct{})}
 	if ia.stdin {
 		c.stdin = core.NewStdinPipe(s.procs.Limits().StdinBytes)
 	}

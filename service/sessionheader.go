@@ -79,10 +79,14 @@ func (c *sessionCheckedConn) Receive(msg any) error {
 }
 
 // checkSessionHeader compares the header, when present, with the session
-// msg concerns. Calls that name no session (Capabilities, CheckPolicy,
-// Approvals, Sessions list, ListProcesses of every session) and calls
-// that name a running command by its signal_key are not compared: the
-// header may still route them.
+// msg concerns: its body's, or for a call naming a running command by
+// its signal_key (Signal, WriteStdin, CloseStdin, ResizeTerminal) that
+// command's, for an Approve the session of the request it answers, for
+// a process call the process's. Calls that name no session
+// (Capabilities, CheckPolicy, Approvals, Sessions list, ListProcesses of
+// every session), and a key or id nothing runs under (left to the
+// handler's NotFound), are not compared: the header may still route
+// them.
 func (s *Server) checkSessionHeader(h http.Header, msg any) error {
 	values := h.Values(SessionHeader)
 	if len(values) == 0 {
@@ -162,6 +166,18 @@ func (s *Server) sessionOf(msg any) (session, field string, ok bool) {
 		return s.processSession(m.GetId())
 	case *hostv1.WaitProcessRequest:
 		return s.processSession(m.GetId())
+	case *hostv1.SignalRequest:
+		return s.callSession(m.GetSignalKey())
+	case *hostv1.WriteStdinRequest:
+		return s.callSession(m.GetSignalKey())
+	case *hostv1.CloseStdinRequest:
+		return s.callSession(m.GetSignalKey())
+	case *hostv1.ResizeTerminalRequest:
+		return s.callSession(m.GetSignalKey())
+	case *hostv1.ApproveRequest:
+		if session, ok := s.broker.pendingSessionOf(m.GetId()); ok {
+			return session, "approval request's session", true
+		}
 	}
 	return "", "", false
 }
@@ -177,6 +193,20 @@ func (s *Server) processSession(id string) (string, string, bool) {
 		if p.ID == id {
 			return p.Session, "process's session", true
 		}
+	}
+	return "", "", false
+}
+
+// callSession is the session of the running command key names, if one
+// does.
+func (s *Server) callSession(key string) (string, string, bool) {
+	if key == "" {
+		return "", "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.calls[key]; ok {
+		return c.session, "command's session", true
 	}
 	return "", "", false
 }
