@@ -73,6 +73,10 @@ type ServeConfig struct {
 	// hold a seat among max_sessions and its disk for ever, while a pause
 	// overnight, or a process running for hours, keeps it.
 	SessionIdleTTL string `koanf:"session_idle_ttl" json:"session_idle_ttl,omitempty" toml:"session_idle_ttl"`
+	// NodeID names this server in every result, so that a client behind a
+	// router can tell which server holds its session; --node-id replaces
+	// it. Empty: the hostname. 1-63 characters of A-Z a-z 0-9 . _ -.
+	NodeID string `koanf:"node_id" json:"node_id,omitempty" toml:"node_id"`
 }
 
 // ServeLimits are the effective bounds of a ServeConfig (its defaults
@@ -226,8 +230,29 @@ func (c ServeConfig) Validate() error {
 	if _, err := parseIdleTTL(c.SessionIdleTTL); err != nil {
 		return &ConfigError{Key: "serve.session_idle_ttl", Reason: err.Error()}
 	}
+	if c.NodeID != "" {
+		if err := ValidateNodeID("serve.node_id", c.NodeID); err != nil {
+			return err
+		}
+	}
 	if c.MetricsListen != "" && !strings.HasPrefix(c.MetricsListen, "tcp:") {
 		return &ConfigError{Key: "serve.metrics_listen", Reason: fmt.Sprintf("%q: want tcp:HOST:PORT", c.MetricsListen)}
+	}
+	return nil
+}
+
+// ValidateNodeID refuses a node id that is not 1-63 characters of
+// A-Z a-z 0-9 . _ - (a label a proxy, a metric and a pod name all take);
+// key names where it came from (serve.node_id, --node-id).
+func ValidateNodeID(key, id string) error {
+	if id == "" || len(id) > 63 {
+		return &ConfigError{Key: key, Reason: fmt.Sprintf("%q: a node id is 1-63 characters of A-Z a-z 0-9 . _ -, this one has %d", id, len(id))}
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-') {
+			return &ConfigError{Key: key, Reason: fmt.Sprintf("%q: byte %d (%q) is not one of A-Z a-z 0-9 . _ -", id, i, c)}
+		}
 	}
 	return nil
 }

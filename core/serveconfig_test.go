@@ -54,7 +54,7 @@ func TestServeEnvVarsAreNotOverrides(t *testing.T) {
 // address that is not tcp: are refused by Validate, naming the key.
 func TestServeTLSSection(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "c.toml")
-	text := "[serve]\ntokens_file = \"/etc/t\"\nmetrics_listen = \"tcp:127.0.0.1:9464\"\n[serve.tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\nclient_ca = \"/ca.pem\"\n"
+	text := "[serve]\nnode_id = \"pod-1\"\ntokens_file = \"/etc/t\"\nmetrics_listen = \"tcp:127.0.0.1:9464\"\n[serve.tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\nclient_ca = \"/ca.pem\"\n"
 	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +63,7 @@ func TestServeTLSSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := cfg.Serve
-	if s.TokensFile != "/etc/t" || s.MetricsListen != "tcp:127.0.0.1:9464" || s.TLS.Cert != "/c.pem" || s.TLS.Key != "/k.pem" || s.TLS.ClientCA != "/ca.pem" {
+	if s.NodeID != "pod-1" || s.TokensFile != "/etc/t" || s.MetricsListen != "tcp:127.0.0.1:9464" || s.TLS.Cert != "/c.pem" || s.TLS.Key != "/k.pem" || s.TLS.ClientCA != "/ca.pem" {
 		t.Fatalf("serve section %+v", s)
 	}
 	if err := s.Validate(); err != nil {
@@ -73,6 +73,7 @@ func TestServeTLSSection(t *testing.T) {
 		"serve.tls":            {TLS: ServeTLSConfig{Cert: "/c.pem"}},
 		"serve.tls.client_ca":  {TLS: ServeTLSConfig{ClientCA: "/ca.pem"}},
 		"serve.metrics_listen": {MetricsListen: "127.0.0.1:9464"},
+		"serve.node_id":        {NodeID: "pod 1"},
 	} {
 		var ce *ConfigError
 		if err := bad.Validate(); !errors.As(err, &ce) || ce.Key != key {

@@ -25,6 +25,9 @@ type Broker struct {
 	mu      sync.Mutex
 	subs    map[chan *hostv1.ApprovalRequest]struct{}
 	pending map[string]chan driverapi.ApprovalOutcome
+	// pendingSession is the session of each pending request, by id: an
+	// Approve is compared with its session header (sessionheader.go).
+	pendingSession map[string]string
 	// boxes hold the requests of calls that named an approval key, for
 	// the Approvals stream opened with that key (the client's own
 	// approver), whichever of the two comes first.
@@ -42,7 +45,7 @@ type Broker struct {
 func NewBroker(autoApprove bool, digest func(session string) string) *Broker {
 	return &Broker{autoApprove: autoApprove, digest: digest,
 		subs: map[chan *hostv1.ApprovalRequest]struct{}{}, pending: map[string]chan driverapi.ApprovalOutcome{},
-		boxes: map[string]*approvalBox{}, settled: map[string]time.Time{}, closed: make(chan struct{})}
+		pendingSession: map[string]string{}, boxes: map[string]*approvalBox{}, settled: map[string]time.Time{}, closed: make(chan struct{})}
 }
 
 // SetDigest sets the digest source once the runtime exists (the runtime
@@ -155,6 +158,7 @@ func (b *Broker) answer(id string, approved, once bool) bool {
 	b.mu.Lock()
 	ch, ok := b.pending[id]
 	delete(b.pending, id)
+	delete(b.pendingSession, id)
 	b.mu.Unlock()
 	if ok {
 		o := driverapi.ApprovalDenied
@@ -202,10 +206,12 @@ func (b *Broker) RequestApproval(ctx context.Context, req driverapi.ApprovalRequ
 		}
 	}
 	b.pending[msg.Id] = answer
+	b.pendingSession[msg.Id] = req.SessionID
 	b.mu.Unlock()
 	defer func() {
 		b.mu.Lock()
 		delete(b.pending, msg.Id)
+		delete(b.pendingSession, msg.Id)
 		b.mu.Unlock()
 	}()
 	if own != nil {
@@ -227,4 +233,12 @@ func (b *Broker) RequestApproval(ctx context.Context, req driverapi.ApprovalRequ
 	case <-b.closed:
 		return driverapi.ApprovalDenied, nil
 	}
+}
+
+// pendingSessionOf is the session of the pending request id, if one is.
+func (b *Broker) pendingSessionOf(id string) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s, ok := b.pendingSession[id]
+	return s, ok
 }

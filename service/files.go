@@ -106,8 +106,8 @@ func (s *Server) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadF
 		return s.fileError(ctx, err)
 	}
 	defer f.Close()
-	s.remember(m.GetSession())
-	if err := stream.Send(&hostv1.ReadFileResponse{Info: fileInfoMsg(in)}); err != nil {
+	inc := s.remember(m.GetSession())
+	if err := stream.Send(&hostv1.ReadFileResponse{Info: fileInfoMsg(in), NodeId: s.nodeID, SessionIncarnation: inc}); err != nil {
 		return err
 	}
 	buf := make([]byte, readChunk)
@@ -143,8 +143,7 @@ func (s *Server) ListFiles(ctx context.Context, req *connect.Request[hostv1.List
 	if err != nil {
 		return nil, s.fileError(ctx, err)
 	}
-	s.remember(m.GetSession())
-	resp := &hostv1.ListFilesResponse{Entries: make([]*hostv1.FileInfo, 0, len(list))}
+	resp := &hostv1.ListFilesResponse{Entries: make([]*hostv1.FileInfo, 0, len(list)), NodeId: s.nodeID, SessionIncarnation: s.remember(m.GetSession())}
 	for _, in := range list {
 		resp.Entries = append(resp.Entries, fileInfoMsg(in))
 	}
@@ -162,8 +161,7 @@ func (s *Server) StatFile(ctx context.Context, req *connect.Request[hostv1.StatF
 	if err != nil {
 		return nil, s.fileError(ctx, err)
 	}
-	s.remember(m.GetSession())
-	return connect.NewResponse(&hostv1.StatFileResponse{Info: fileInfoMsg(in)}), nil
+	return connect.NewResponse(&hostv1.StatFileResponse{Info: fileInfoMsg(in), NodeId: s.nodeID, SessionIncarnation: s.remember(m.GetSession())}), nil
 }
 
 // RemoveFile implements the service.
@@ -178,8 +176,7 @@ func (s *Server) RemoveFile(ctx context.Context, req *connect.Request[hostv1.Rem
 	if err != nil {
 		return nil, s.fileError(ctx, err)
 	}
-	s.remember(m.GetSession())
-	return connect.NewResponse(&hostv1.RemoveFileResponse{}), nil
+	return connect.NewResponse(&hostv1.RemoveFileResponse{NodeId: s.nodeID, SessionIncarnation: s.remember(m.GetSession())}), nil
 }
 
 // WriteFile implements the service: the whole file in one request, or
@@ -203,8 +200,8 @@ func (s *Server) WriteFile(ctx context.Context, req *connect.Request[hostv1.Writ
 		if err != nil {
 			return nil, s.fileError(ctx, err)
 		}
-		s.remember(m.GetSession())
-		return connect.NewResponse(&hostv1.WriteFileResponse{Info: fileInfoMsg(in), Received: in.Size}), nil
+		return connect.NewResponse(&hostv1.WriteFileResponse{Info: fileInfoMsg(in), Received: in.Size,
+			NodeId: s.nodeID, SessionIncarnation: s.remember(m.GetSession())}), nil
 	}
 	return s.writePart(ctx, m, opts)
 }
@@ -273,7 +270,9 @@ func (s *Server) writePart(ctx context.Context, m *hostv1.WriteFileRequest, opts
 		}
 	}
 	if m.GetMore() {
-		return connect.NewResponse(&hostv1.WriteFileResponse{Received: u.next}), nil
+		// The session is made with the file, after the last part: a part
+		// names its incarnation only when it holds one already.
+		return connect.NewResponse(&hostv1.WriteFileResponse{Received: u.next, NodeId: s.nodeID, SessionIncarnation: s.incarnation(u.session)}), nil
 	}
 	_ = u.pw.Close()
 	<-u.done
@@ -282,8 +281,8 @@ func (s *Server) writePart(ctx context.Context, m *hostv1.WriteFileRequest, opts
 	if u.err != nil {
 		return nil, s.fileError(ctx, u.err)
 	}
-	s.remember(u.session)
-	return connect.NewResponse(&hostv1.WriteFileResponse{Info: fileInfoMsg(u.info), Received: u.next}), nil
+	return connect.NewResponse(&hostv1.WriteFileResponse{Info: fileInfoMsg(u.info), Received: u.next,
+		NodeId: s.nodeID, SessionIncarnation: s.remember(u.session)}), nil
 }
 
 // errUploadDropped ends an upload whose next part did not come in time.

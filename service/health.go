@@ -35,16 +35,20 @@ const ReasonDraining = "draining"
 // readyCheckTimeout bounds the driver's start within one readiness check.
 const readyCheckTimeout = 5 * time.Second
 
-// Drain makes the server refuse new sessions (typed, ReasonDraining) and
-// report itself not ready, while the sessions it holds go on being
-// served. It cannot be undone: a draining server is on its way out.
-func (s *Server) Drain() {
-	if !s.draining.Swap(true) {
-		s.log.Info("draining: new sessions are refused, held sessions are served")
+// BeginDrain makes the server refuse new sessions (typed, ReasonDraining)
+// and report itself not ready, while the sessions it holds go on being
+// served. It cannot be undone: a draining server is on its way out. It
+// reports whether this call started the drain. A stopping serve calls
+// it; so does the Drain call of the service (identity.go).
+func (s *Server) BeginDrain() bool {
+	if s.draining.Swap(true) {
+		return false
 	}
+	s.log.Info("draining: new sessions are refused, held sessions are served")
+	return true
 }
 
-// Draining reports whether Drain was called.
+// Draining reports whether BeginDrain was called.
 func (s *Server) Draining() bool { return s.draining.Load() }
 
 // Readiness says whether a new session placed here would be served now,
@@ -139,6 +143,9 @@ func (s *Server) writeCapacity(ctx context.Context, w io.Writer, g gauges) {
 	b.WriteString("# HELP aleph_sandbox_draining 1 once the server drains (it serves the sessions it holds, takes no new one).\n")
 	b.WriteString("# TYPE aleph_sandbox_draining gauge\n")
 	fmt.Fprintf(&b, "aleph_sandbox_draining %d\n", boolInt(s.draining.Load()))
+	b.WriteString("# HELP aleph_sandbox_node_info The server's node id (serve --node-id, else its hostname), as a label; always 1.\n")
+	b.WriteString("# TYPE aleph_sandbox_node_info gauge\n")
+	fmt.Fprintf(&b, "aleph_sandbox_node_info{node_id=%s} 1\n", label(s.nodeID))
 	_, _ = io.WriteString(w, b.String())
 }
 

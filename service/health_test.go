@@ -6,13 +6,16 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
 )
 
@@ -65,7 +68,7 @@ func TestDrainTurnsReadyOffAndRefusesNewSessions(t *testing.T) {
 		t.Fatalf("a command before draining: %s", code)
 	}
 
-	srv.Drain()
+	srv.BeginDrain()
 	if code, body := get(t, ms.URL+"/readyz"); code != 503 || !strings.Contains(body, "draining") {
 		t.Fatalf("/readyz while draining: %d %q", code, body)
 	}
@@ -112,5 +115,20 @@ func TestReadinessNamesWhatIsMissing(t *testing.T) {
 	srv2.driverCheck = func(context.Context) error { return errors.New("exec: no such\nfile") }
 	if ok, why := srv2.Readiness(context.Background()); ok || why != "driver down: exec: no such file" {
 		t.Fatalf("with a driver that cannot start: ready %v %q", ok, why)
+	}
+}
+
+// Drain on a unix socket is its owner's alone: a peer of another uid
+// (one [serve] allowed_uids lets run commands) is refused and nothing
+// drains; the owner's call drains (the control).
+func TestDrainCallIsTheOwners(t *testing.T) {
+	srv, _, _ := newLimitServer(t, core.ServeLimits{})
+	other := context.WithValue(context.Background(), peerUIDKey{}, uint32(os.Getuid()+1))
+	if _, err := srv.Drain(other, connect.NewRequest(&hostv1.DrainRequest{})); connect.CodeOf(err) != connect.CodePermissionDenied || srv.Draining() {
+		t.Fatalf("another uid's drain: %v, draining %v", err, srv.Draining())
+	}
+	owner := context.WithValue(context.Background(), peerUIDKey{}, uint32(os.Getuid()))
+	if r, err := srv.Drain(owner, connect.NewRequest(&hostv1.DrainRequest{})); err != nil || !r.Msg.GetStarted() || !srv.Draining() {
+		t.Fatalf("the owner's drain: %v, draining %v", err, srv.Draining())
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/core/layer"
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
@@ -25,8 +26,6 @@ import (
 type fakeHost struct {
 	// The files API: none of these tests reaches it.
 	alephsandbox.FileHost
-	// Nor the layered sessions' calls.
-	alephsandbox.LayerHost
 	mu         sync.Mutex
 	executed   []core.Command
 	workspaces int
@@ -41,6 +40,19 @@ func (h *fakeHost) Execute(_ context.Context, cmd core.Command) (*core.Output, e
 	}
 	return &core.Output{Stdout: []byte("ran\n"), CommandID: "cmd-fake"}, nil
 }
+
+// The layered sessions' calls: this host holds no layer.
+func (h *fakeHost) Changes(context.Context, string) ([]layer.Change, error) {
+	return nil, core.ErrNoLayer
+}
+func (h *fakeHost) Diff(context.Context, string, ...string) (string, error) {
+	return "", core.ErrNoLayer
+}
+func (h *fakeHost) Apply(context.Context, string, []string, layer.ApplyOptions) (layer.ApplyResult, error) {
+	return layer.ApplyResult{}, core.ErrNoLayer
+}
+func (h *fakeHost) Discard(context.Context, string) error { return core.ErrNoLayer }
+
 func (h *fakeHost) runs() int { h.mu.Lock(); defer h.mu.Unlock(); return len(h.executed) }
 func (h *fakeHost) Capabilities(context.Context) (driverapi.HostCapabilities, error) {
 	return driverapi.HostCapabilities{}, nil

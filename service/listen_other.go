@@ -41,3 +41,9 @@ func ListenUnix(path string, allowedUIDs []uint32, log hclog.Logger) (*UnixListe
 
 // fileOwner is not checked here: the mode check stands alone.
 func fileOwner(os.FileInfo) (int, bool) { return 0, false }
+
+// peerUID has no peer credentials to read here: no unix-socket listener
+// runs on this platform.
+func peerUID(net.Conn) (uint32, error) {
+	return 0, errors.New("peer credentials are read on Linux only")
+}

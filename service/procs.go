@@ -120,15 +120,16 @@ func (s *Server) StartProcess(ctx context.Context, req *connect.Request[hostv1.S
 	}
 	id, err := s.procs.Start(ctx, cmd)
 	startedID = id
+	incarnation := ""
 	if err == nil {
 		// The session is the service's once a process of it started.
-		s.remember(cmd.SessionID)
+		incarnation = s.remember(cmd.SessionID)
 	}
 	if err != nil {
 		return nil, procErr(err)
 	}
 	s.log.Info("process started", "session", cmd.SessionID, "program", cmd.Program, "id", id)
-	return connect.NewResponse(&hostv1.StartProcessResponse{Id: id}), nil
+	return connect.NewResponse(&hostv1.StartProcessResponse{Id: id, NodeId: s.nodeID, SessionIncarnation: incarnation}), nil
 }
 
 // WriteProcess implements the service.
@@ -186,6 +187,7 @@ func (s *Server) ReadProcess(ctx context.Context, req *connect.Request[hostv1.Re
 				res.ReasonCode = d.GetReasonCode()
 			}
 		}
+		res.NodeId, res.SessionIncarnation = s.nodeID, s.processIncarnation(req.Msg.GetId())
 		resp.Result = res
 	}
 	return connect.NewResponse(resp), nil
@@ -226,6 +228,8 @@ func (s *Server) WaitProcess(ctx context.Context, req *connect.Request[hostv1.Wa
 	if err := needID(req.Msg.GetId()); err != nil {
 		return nil, err
 	}
+	// Before the wait: the process leaves its session's table with it.
+	incarnation := s.processIncarnation(req.Msg.GetId())
 	r, err := s.procs.Wait(ctx, req.Msg.GetId())
 	if err != nil {
 		return nil, procErr(err)
@@ -234,6 +238,7 @@ func (s *Server) WaitProcess(ctx context.Context, req *connect.Request[hostv1.Wa
 	if err != nil {
 		return nil, err
 	}
+	res.NodeId, res.SessionIncarnation = s.nodeID, incarnation
 	return connect.NewResponse(&hostv1.WaitProcessResponse{Result: res}), nil
 }
 
@@ -245,4 +250,13 @@ func (s *Server) ListProcesses(_ context.Context, req *connect.Request[hostv1.Li
 			StartedUnixMs: p.Started.UnixMilli(), Exited: p.Exited, ExitCode: p.ExitCode})
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// processIncarnation is the incarnation of the session of process id
+// ("" when no process has that id).
+func (s *Server) processIncarnation(id string) string {
+	if session, _, ok := s.processSession(id); ok {
+		return s.incarnation(session)
+	}
+	return ""
 }

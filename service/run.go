@@ -197,7 +197,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv, err := New(Options{Host: rt, Broker: broker, Logger: log.Named("service"),
 		Protected: protected, Policy: rt.Policy(), DriverLaunches: launches, DriverCheck: driverCheck,
-		Processes: procCfg.Limits(), Limits: serveLimits(sc, cfg.Sandbox)})
+		Processes: procCfg.Limits(), Limits: serveLimits(sc, cfg.Sandbox), NodeID: sc.NodeID})
 	if err != nil {
 		closeAll()
 		_ = rt.Close()
@@ -222,8 +222,11 @@ func Run(ctx context.Context, cfg Config) error {
 	lim := srv.Limits()
 	newServer := func(h http.Handler) *http.Server {
 		return &http.Server{
-			Handler:           h,
-			BaseContext:       func(net.Listener) context.Context { return base },
+			Handler:     h,
+			BaseContext: func(net.Listener) context.Context { return base },
+			// A unix-socket peer's uid reaches the handlers: Drain is the
+			// socket owner's alone.
+			ConnContext:       WithPeerUID,
 			ReadHeaderTimeout: lim.ReadHeaderTimeout,
 			ReadTimeout:       lim.ReadTimeout,
 			IdleTimeout:       lim.IdleTimeout,
@@ -293,7 +296,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// the listeners stay open for the sessions held, whose commands may
 	// go on until none runs or the grace period ends. Then the listeners
 	// close and what still runs gets the rest of the grace period.
-	srv.Drain()
+	srv.BeginDrain()
 	stopIdle()
 	log.Info("stopping: draining, then waiting for running commands", "grace", grace)
 	broker.Close()

@@ -86,6 +86,9 @@ type Options struct {
 	// Limits bound requests, output, sessions and connections (zero
 	// fields: the defaults of core.ServeConfig.Limits).
 	Limits core.ServeLimits
+	// NodeID names this server in every result (identity.go); empty: the
+	// hostname (DefaultNodeID).
+	NodeID string
 }
 
 // Server implements hostv1connect.ServiceHandler.
@@ -102,8 +105,12 @@ type Server struct {
 	limits         core.ServeLimits
 	conns          *connLimits
 
-	mu       sync.Mutex
-	sessions map[string]struct{}
+	nodeID string
+
+	mu sync.Mutex
+	// sessions are the sessions this server holds, each with its
+	// incarnation (identity.go).
+	sessions map[string]string
 	// calls are the running commands that can be signalled (and, for
 	// exec -i/-t, written to and resized), by the signal_key of their
 	// request.
@@ -165,8 +172,19 @@ func New(opts Options) (*Server, error) {
 	metrics := NewMetrics()
 	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
 		metrics: metrics, driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
-		sessions: map[string]struct{}{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
+		sessions: map[string]string{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
 		procs: core.NewProcessTable(meteredHost{opts.Host, metrics}, opts.Processes), idle: newIdleTracker()}
+	s.nodeID = opts.NodeID
+	if s.nodeID == "" {
+		id, err := DefaultNodeID()
+		if err != nil {
+			return nil, err
+		}
+		s.nodeID = id
+	}
+	if err := core.ValidateNodeID("serve.node_id", s.nodeID); err != nil {
+		return nil, err
+	}
 	for _, p := range opts.Protected {
 		if p == "" {
 			continue
@@ -313,10 +331,17 @@ func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
 	return cmd, nil
 }
 
-func (s *Server) remember(session string) {
+// remember makes session the server's, with a new incarnation if it
+// held none, and returns its incarnation.
+func (s *Server) remember(session string) string {
 	s.mu.Lock()
-	s.sessions[session] = struct{}{}
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	inc, ok := s.sessions[session]
+	if !ok {
+		inc = newIncarnation()
+		s.sessions[session] = inc
+	}
+	return inc
 }
 
 // known reports whether the service holds session.
@@ -443,7 +468,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	releaseKey := func() {}
 	var sigCh chan driverapi.Signal
 	if key := req.Msg.GetSignalKey(); key != "" {
-		c, release, err := s.registerCall(key, interactive)
+		c, release, err := s.registerCall(key, cmd.SessionID, interactive)
 		if err != nil {
 			return err
 		}
@@ -501,8 +526,9 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	// The session is the service's from the first command that reached
 	// the pipeline's decision (ran, or was denied): a request refused
 	// before that keeps nothing.
+	incarnation := ""
 	if denied := (*core.DeniedError)(nil); err == nil || errors.As(err, &denied) {
-		s.remember(cmd.SessionID)
+		incarnation = s.remember(cmd.SessionID)
 	}
 	close(finished)
 	senders.Wait()
@@ -532,6 +558,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	if rerr != nil {
 		return rerr
 	}
+	res.NodeId, res.SessionIncarnation = s.nodeID, incarnation
 	mu.Lock()
 	defer mu.Unlock()
 	rest := int64(len(res.GetStdout()) + len(res.GetStderr()))
@@ -700,7 +727,8 @@ func (s *Server) describe(session string) *hostv1.Session {
 	if s.known(session) {
 		ws, _ = s.host.WorkspacePath(session)
 	}
-	return &hostv1.Session{Session: session, Workspace: ws, Baseline: capsMsg(g.Baseline), Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest}
+	return &hostv1.Session{Session: session, Workspace: ws, Baseline: capsMsg(g.Baseline), Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest,
+		Incarnation: s.incarnation(session), NodeId: s.nodeID}
 }
 
 // Sessions implements the service. The list is of the sessions this
@@ -836,7 +864,7 @@ func (s *Server) Capabilities(ctx context.Context, _ *connect.Request[hostv1.Cap
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, fmt.Errorf("encoding the capability report: %w", err))
 	}
-	resp := &hostv1.CapabilitiesResponse{ReportJson: string(b)}
+	resp := &hostv1.CapabilitiesResponse{ReportJson: string(b), NodeId: s.nodeID}
 	s.sayDefaults(resp)
 	return connect.NewResponse(resp), nil
 }
@@ -880,6 +908,9 @@ func detailOf(err error) *hostv1.ErrorDetail {
 // call is a running Execute reachable by its signal_key: its signals and,
 // for a streamed stdin or a terminal, its stdin pipe and window sizes.
 type call struct {
+	// session is the command's (its calls' session header is compared
+	// with it).
+	session string
 	signals chan driverapi.Signal
 	stdin   *core.StdinPipe           // nil: stdin was given up front
 	resize  chan driverapi.WindowSize // nil: no terminal
@@ -889,11 +920,11 @@ type call struct {
 // registerCall makes the command of an Execute call reachable by Signal
 // (and WriteStdin, CloseStdin, ResizeTerminal) under key until release is
 // called.
-func (s *Server) registerCall(key string, ia interactiveCall) (*call, func(), error) {
+func (s *Server) registerCall(key, session string, ia interactiveCall) (*call, func(), error) {
 	if len(key) > 256 {
 		return nil, nil, invalid("signal_key", "longer than 256 bytes")
 	}
-	c := &call{signals: make(chan driverapi.Signal, 8), ended: make(chan struct{})}
+	c := &call{session: session, signals: make(chan driverapi.Signal, 8), ended: make(chan struct{})}
 	if ia.stdin {
 		c.stdin = core.NewStdinPipe(s.procs.Limits().StdinBytes)
 	}

@@ -43,6 +43,9 @@ func (i sessionHeaderInterceptor) WrapUnary(next connect.UnaryFunc) connect.Unar
 		if err := i.s.checkSessionHeader(req.Header(), req.Any()); err != nil {
 			return nil, err
 		}
+		if err := i.s.checkIncarnation(req.Header(), req.Any()); err != nil {
+			return nil, err
+		}
 		return next(ctx, req)
 	}
 }
@@ -69,14 +72,21 @@ func (c *sessionCheckedConn) Receive(msg any) error {
 	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
 		return err
 	}
-	return c.s.checkSessionHeader(c.RequestHeader(), msg)
+	if err := c.s.checkSessionHeader(c.RequestHeader(), msg); err != nil {
+		return err
+	}
+	return c.s.checkIncarnation(c.RequestHeader(), msg)
 }
 
 // checkSessionHeader compares the header, when present, with the session
-// msg concerns. Calls that name no session (Capabilities, CheckPolicy,
-// Approvals, Sessions list, ListProcesses of every session) and calls
-// that name a running command by its signal_key are not compared: the
-// header may still route them.
+// msg concerns: its body's, or for a call naming a running command by
+// its signal_key (Signal, WriteStdin, CloseStdin, ResizeTerminal) that
+// command's, for an Approve the session of the request it answers, for
+// a process call the process's. Calls that name no session
+// (Capabilities, CheckPolicy, Approvals, Sessions list, ListProcesses of
+// every session), and a key or id nothing runs under (left to the
+// handler's NotFound), are not compared: the header may still route
+// them.
 func (s *Server) checkSessionHeader(h http.Header, msg any) error {
 	values := h.Values(SessionHeader)
 	if len(values) == 0 {
@@ -143,6 +153,14 @@ func (s *Server) sessionOf(msg any) (session, field string, ok bool) {
 		return m.GetSession(), "session", true
 	case *hostv1.RemoveFileRequest:
 		return m.GetSession(), "session", true
+	case *hostv1.ChangesRequest:
+		return m.GetSession(), "session", true
+	case *hostv1.DiffRequest:
+		return m.GetSession(), "session", true
+	case *hostv1.ApplyRequest:
+		return m.GetSession(), "session", true
+	case *hostv1.DiscardRequest:
+		return m.GetSession(), "session", true
 	case *hostv1.ListProcessesRequest:
 		if m.GetSession() != "" {
 			return m.GetSession(), "session", true
@@ -159,6 +177,18 @@ func (s *Server) sessionOf(msg any) (session, field string, ok bool) {
 		return s.processSession(m.GetId())
 	case *hostv1.WaitProcessRequest:
 		return s.processSession(m.GetId())
+	case *hostv1.SignalRequest:
+		return s.callSession(m.GetSignalKey())
+	case *hostv1.WriteStdinRequest:
+		return s.callSession(m.GetSignalKey())
+	case *hostv1.CloseStdinRequest:
+		return s.callSession(m.GetSignalKey())
+	case *hostv1.ResizeTerminalRequest:
+		return s.callSession(m.GetSignalKey())
+	case *hostv1.ApproveRequest:
+		if session, ok := s.broker.pendingSessionOf(m.GetId()); ok {
+			return session, "approval request's session", true
+		}
 	}
 	return "", "", false
 }
@@ -174,6 +204,20 @@ func (s *Server) processSession(id string) (string, string, bool) {
 		if p.ID == id {
 			return p.Session, "process's session", true
 		}
+	}
+	return "", "", false
+}
+
+// callSession is the session of the running command key names, if one
+// does.
+func (s *Server) callSession(key string) (string, string, bool) {
+	if key == "" {
+		return "", "", false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := s.calls[key]; ok {
+		return c.session, "command's session", true
 	}
 	return "", "", false
 }

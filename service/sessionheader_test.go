@@ -2,14 +2,19 @@ package service
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
 // post sends a Connect call (unary JSON, or with stream set one frame of a
@@ -123,6 +128,18 @@ func TestSessionHeaderMustAgreeWithBody(t *testing.T) {
 	if code, msg, _ := postWithSession(t, hs.URL, "Sessions", "s1", `{"delete":{"session":"s1"}}`, false); code != "unimplemented" {
 		t.Errorf("Sessions delete with header s1: %q %q; want it past the check (unimplemented by this host)", code, msg)
 	}
+	// A layered session's calls: an Apply or Discard routed as another
+	// session's would change this one's host directory or drop its layer.
+	for _, method := range []string{"Changes", "Diff", "Apply", "Discard"} {
+		if code, msg, _ := postWithSession(t, hs.URL, method, "s2", `{"session":"s1"}`, false); code != "invalid_argument" || !strings.Contains(msg, SessionHeader) {
+			t.Errorf("%s with header s2: %q %q; want invalid_argument naming %s", method, code, msg, SessionHeader)
+		}
+		// The control: with the header agreeing, the call gets past the
+		// check to the handler (this host has no layer: not_found, no_layer).
+		if code, msg, _ := postWithSession(t, hs.URL, method, "s1", `{"session":"s1"}`, false); code != "not_found" {
+			t.Errorf("%s with header s1: %q %q; want it past the header check (not_found from the host)", method, code, msg)
+		}
+	}
 	// Calls that name no session are not compared.
 	if code, msg, _ := postWithSession(t, hs.URL, "Sessions", "s2", `{"list":{}}`, false); code != "" {
 		t.Errorf("Sessions list with a header: %s %s; want it served", code, msg)
@@ -150,5 +167,104 @@ func TestSessionHeaderOfProcessCalls(t *testing.T) {
 	}
 	if code, msg, _ := postWithSession(t, hs.URL, "WaitProcess", "p1", id, false); code != "" {
 		t.Errorf("WaitProcess with its own session's header: %s %s; want it served", code, msg)
+	}
+}
+
+// signalHost is a pipeline whose command runs until a signal reaches it.
+type signalHost struct {
+	fakeHost
+	got  chan driverapi.Signal
+	stop chan struct{}
+}
+
+func (h *signalHost) Execute(ctx context.Context, cmd core.Command) (*core.Output, error) {
+	select {
+	case sig := <-cmd.Signals:
+		h.got <- sig
+		return &core.Output{}, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-h.stop:
+		return &core.Output{}, nil
+	}
+}
+
+// A call naming a running command by its signal_key, and an Approve, are
+// compared with the session of the command (of the request it answers):
+// another session in the header is refused naming the header and nothing
+// reaches the command; the command's own session is served (the
+// control); a key nothing runs under is left to the handler.
+func TestSessionHeaderOfSignalAndApprove(t *testing.T) {
+	h := &signalHost{got: make(chan driverapi.Signal, 1), stop: make(chan struct{})}
+	srv, err := New(Options{Host: h, Broker: NewBroker(false, nil)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	// Before the server closes: a failed test ends the command too.
+	t.Cleanup(func() { close(h.stop) })
+	done := make(chan string, 1)
+	go func() {
+		code, _, _ := postWithSession(t, hs.URL, "Execute", "", `{"session":"s1","argv":["/bin/true"],"signal_key":"key-1"}`, true)
+		done <- code
+	}()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if _, _, ok := srv.callSession("key-1"); ok {
+			break
+		}
+		select {
+		case code := <-done:
+			t.Fatalf("the command's call ended before it ran: %q", code)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the command never registered its key")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for m, body := range map[string]string{"Signal": `{"signal_key":"key-1","signal":"TERM"}`,
+		"CloseStdin": `{"signal_key":"key-1"}`, "ResizeTerminal": `{"signal_key":"key-1","rows":1,"cols":1}`} {
+		code, msg, _ := postWithSession(t, hs.URL, m, "s2", body, false)
+		if code != "invalid_argument" || !strings.Contains(msg, SessionHeader) || !strings.Contains(msg, `"s1"`) {
+			t.Fatalf("%s with another session's header: %s %q", m, code, msg)
+		}
+	}
+	if code, msg, _ := postWithSession(t, hs.URL, "Signal", "s2", `{"signal_key":"no-such-key","signal":"TERM"}`, false); code != "not_found" {
+		t.Fatalf("a key nothing runs under: %s %q", code, msg)
+	}
+	select {
+	case sig := <-h.got:
+		t.Fatalf("a refused call reached the command: %v", sig)
+	default:
+	}
+	if code, msg, _ := postWithSession(t, hs.URL, "Signal", "s1", `{"signal_key":"key-1","signal":"TERM"}`, false); code != "" {
+		t.Fatalf("the command's own session: %s %q", code, msg)
+	}
+	if sig := <-h.got; sig != driverapi.SignalTERM {
+		t.Fatalf("the command got %v", sig)
+	}
+	if code := <-done; code != "" {
+		t.Fatalf("the command's call: %s", code)
+	}
+
+	// Approve: the session of the pending request.
+	ids := make(chan string, 1)
+	ctx := withOwnApprover(context.Background(), func(r *hostv1.ApprovalRequest) error { ids <- r.GetId(); return nil })
+	outcome := make(chan driverapi.ApprovalOutcome, 1)
+	go func() {
+		o, _ := srv.broker.RequestApproval(ctx, driverapi.ApprovalRequest{SessionID: "s1", Program: "/bin/true"})
+		outcome <- o
+	}()
+	id := <-ids
+	if code, msg, _ := postWithSession(t, hs.URL, "Approve", "s2", `{"id":"`+id+`","approved":true}`, false); code != "invalid_argument" || !strings.Contains(msg, SessionHeader) {
+		t.Fatalf("Approve with another session's header: %s %q", code, msg)
+	}
+	if code, msg, _ := postWithSession(t, hs.URL, "Approve", "s1", `{"id":"`+id+`","approved":true}`, false); code != "" {
+		t.Fatalf("Approve with the request's session: %s %q", code, msg)
+	}
+	if o := <-outcome; o != driverapi.ApprovalApproved {
+		t.Fatalf("outcome %v, want approved", o)
 	}
 }

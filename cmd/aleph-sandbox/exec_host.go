@@ -64,7 +64,9 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	if err != nil {
 		return execFailureErr(std, f.json, err)
 	}
-	c := hostclient.Unix(sock)
+	// The tracker sends the session header with every call naming the
+	// session, for a router in front of several servers.
+	c := hostclient.Unix(sock, hostclient.WithTracker(hostclient.NewTracker()))
 	ask := &approver{yes: f.yes, terminal: std.InIsTerminal || f.stdin, prompt: std.Err, answers: ttyAnswers}
 	req := hostclient.ExecuteRequest(cmd)
 	req.SignalKey = newSignalKey()

@@ -138,6 +138,8 @@ func helpFor(command string) commandHelp {
 			about: []string{
 				"Keeps one warm pipeline running and serves it to local clients on a unix socket",
 				"(docs/serve.md); `exec --host` and the Python and TypeScript clients talk to it.",
+				"`serve drain` makes the running server drain without a signal (a pod's preStop hook):",
+				"not ready, new sessions refused, the sessions it holds still served.",
 			},
 			examples: []helpExample{{"aleph-sandbox serve &", "on $XDG_RUNTIME_DIR/aleph-sandbox/aleph.sock"}},
 		}

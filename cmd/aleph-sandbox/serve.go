@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,23 +10,30 @@ import (
 	"path/filepath"
 	"strings"
 
+	"connectrpc.com/connect"
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/service"
+	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
+	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
-const serveUsage = "aleph-sandbox serve [--config FILE] [--listen unix:PATH|tcp:HOST:PORT]... [--metrics tcp:HOST:PORT] [--driver NAME|PATH] [--yes]"
+const serveUsage = "aleph-sandbox serve [--config FILE] [--listen unix:PATH|tcp:HOST:PORT]... [--metrics tcp:HOST:PORT] [--driver NAME|PATH] [--node-id ID] [--yes]\n       aleph-sandbox serve drain [--host unix:PATH] [--json]"
 
 // runServe is `aleph-sandbox serve`: one warm pipeline behind the
 // aleph.host.v1 service on a unix socket (docs/serve.md). It reads the
 // flags and the configuration; service.Run assembles and serves.
 func runServe(ctx context.Context, args []string, std stdio) int {
+	if len(args) > 0 && args[0] == "drain" {
+		return runServeDrain(ctx, args[1:], std)
+	}
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	var listen listFlag
 	fs.Var(&listen, "listen", "`ADDR` to listen on: unix:PATH or tcp:HOST:PORT (TCP needs [serve.tls] and client authentication; repeatable; default: "+defaultSocketHint+")")
 	driver := fs.String("driver", "", "driver `NAME|PATH` (default: the platform's)")
+	nodeID := fs.String("node-id", "", "`ID` naming this server in every result and in /metrics, 1-63 of A-Z a-z 0-9 . _ - (default: [serve] node_id, else the hostname)")
 	yes := fs.Bool("yes", false, "approve every elevation no connected client answers")
 	metrics := fs.String("metrics", "", "serve /metrics (Prometheus text format) on `tcp:HOST:PORT` (default: [serve] metrics_listen; neither: off)")
 	if done, code := parseFlags(fs, args, std, serveUsage); done {
@@ -38,6 +46,12 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	if err != nil {
 		return fail(std.Err, "serve: %s", oneLine(err.Error()))
 	}
+	if *nodeID != "" {
+		if err := core.ValidateNodeID("--node-id", *nodeID); err != nil {
+			return fail(std.Err, "serve: %v", err)
+		}
+		cfg.Serve.NodeID = *nodeID
+	}
 	addrs := []string(listen)
 	if len(addrs) == 0 {
 		addrs = cfg.Serve.Listen
@@ -49,7 +63,7 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 		}
 		addrs = []string{"unix:" + p}
 	}
-	rc := service.Config{Sandbox: cfg, AutoApprove: *yes, Logger: serveLogger(std), Warnings: std.Err, Owner: serveOwner()}
+	rc := service.Config{Sandbox: cfg, AutoApprove: *yes, Logger: serveLogger(std), Warnings: std.Err, Owner: serveOwner(cfg.Serve.NodeID)}
 	for _, a := range addrs {
 		switch {
 		case strings.HasPrefix(a, "unix:") && len(a) > len("unix:"):
@@ -121,8 +135,71 @@ func serveLogger(std stdio) hclog.Logger {
 }
 
 // serveOwner is how this server names itself to a second one refused on
-// its socket: enough to tell another checkout's or another terminal's
-// server from this one's.
-func serveOwner() string {
-	return fmt.Sprintf("pid %d, version %s, data dir %s", os.Getpid(), cliVersion, core.DataDir())
+// its socket and to `exec --host --verbose`: enough to tell another
+// checkout's or another terminal's server from this one's, and which node
+// of a fleet it is (nodeID, else the default the service takes).
+func serveOwner(nodeID string) string {
+	if nodeID == "" {
+		nodeID, _ = service.DefaultNodeID()
+	}
+	owner := fmt.Sprintf("pid %d, version %s, data dir %s", os.Getpid(), cliVersion, core.DataDir())
+	if nodeID != "" {
+		owner += ", node " + nodeID
+	}
+	return owner
+}
+
+const serveDrainUsage = "aleph-sandbox serve drain [--host unix:PATH] [--json]"
+
+// runServeDrain is `aleph-sandbox serve drain`: the running server drains
+// (as on its first SIGTERM, without stopping): not ready, new sessions
+// refused, the sessions it holds still served. A pod's preStop hook runs
+// it, so the router moves new sessions away before the pod is signalled.
+func runServeDrain(ctx context.Context, args []string, std stdio) int {
+	fs := flag.NewFlagSet("serve drain", flag.ContinueOnError)
+	host := fs.String("host", "", "the server at `unix:PATH` (default: $ALEPH_SANDBOX_HOST, else "+defaultSocketHint+")")
+	asJSON := fs.Bool("json", false, "print the answer as JSON")
+	if done, code := parseFlags(fs, args, std, serveDrainUsage); done {
+		return code
+	}
+	if fs.NArg() > 0 {
+		return fail(std.Err, "serve drain: unexpected argument %q (usage: %s)", fs.Arg(0), serveDrainUsage)
+	}
+	addr := hostAddress(*host)
+	if addr == "" {
+		p, err := defaultSocketPath()
+		if err != nil {
+			return fail(std.Err, "serve drain: %v", err)
+		}
+		addr = "unix:" + p
+	}
+	sock, err := socketPath(addr)
+	if err != nil {
+		return fail(std.Err, "serve drain: %v", err)
+	}
+	resp, err := hostclient.Unix(sock).Drain(ctx, connect.NewRequest(&hostv1.DrainRequest{}))
+	if err != nil {
+		var oe *hostclient.OwnerError
+		switch {
+		case errors.As(err, &oe):
+			return fail(std.Err, "serve drain: %v", oe)
+		case hostclient.Unreachable(err):
+			return fail(std.Err, "serve drain: no server at %s: %v", sock, err)
+		}
+		return fail(std.Err, "serve drain: %v", err)
+	}
+	m := resp.Msg
+	if *asJSON {
+		b, _ := json.Marshal(map[string]any{"node_id": m.GetNodeId(), "started": m.GetStarted(), "sessions": m.GetSessions(),
+			"running_commands": m.GetRunningCommands(), "running_processes": m.GetRunningProcesses()})
+		fmt.Fprintln(std.Out, string(b))
+		return 0
+	}
+	how := "draining now"
+	if !m.GetStarted() {
+		how = "draining already"
+	}
+	fmt.Fprintf(std.Out, "%s: node %s, %d sessions held, %d commands and %d processes running\n",
+		how, m.GetNodeId(), m.GetSessions(), m.GetRunningCommands(), m.GetRunningProcesses())
+	return 0
 }

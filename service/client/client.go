@@ -43,7 +43,10 @@ func (e *OwnerError) Error() string {
 // a uid other than this user's and root's is refused (*OwnerError), since
 // whoever listens there gets the command, its environment and stdin, and
 // answers for the sandbox.
-func Unix(sock string) hostv1connect.ServiceClient {
+//
+// opts are the connect client's (WithTracker: a Tracker of the sessions'
+// incarnations).
+func Unix(sock string, opts ...connect.ClientOption) hostv1connect.ServiceClient {
 	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		var d net.Dialer
 		c, err := d.DialContext(ctx, "unix", sock)
@@ -56,8 +59,12 @@ func Unix(sock string) hostv1connect.ServiceClient {
 		}
 		return c, nil
 	}}
-	return hostv1connect.NewServiceClient(&http.Client{Transport: tr}, "http://aleph-sandbox")
+	return hostv1connect.NewServiceClient(&http.Client{Transport: tr}, "http://aleph-sandbox", opts...)
 }
+
+// WithTracker makes a client remember and send the sessions' incarnations
+// through t (see Tracker).
+func WithTracker(t *Tracker) connect.ClientOption { return connect.WithInterceptors(t) }
 
 // ExecuteRequest is cmd (validated: alephsandbox.Request.Command made it)
 // as the service takes it, answering its own approvals. A host list

@@ -27,11 +27,17 @@ type Pipeline struct {
 	// (ApprovalApprovedOnce) is sent as such: the service keeps no grant
 	// of it.
 	Approve core.ApprovalRequester
+	// Sessions remembers the incarnation of each session this pipeline
+	// used (nil: none is remembered; see Tracker): a session whose server
+	// is gone fails with ErrSessionMoved, never silently afresh.
+	Sessions *Tracker
 }
 
-// NewPipeline is a Pipeline over the service on the unix socket sock.
+// NewPipeline is a Pipeline over the service on the unix socket sock,
+// tracking its sessions' incarnations.
 func NewPipeline(sock string, approve core.ApprovalRequester) *Pipeline {
-	return &Pipeline{C: Unix(sock), Socket: sock, Approve: approve}
+	t := NewTracker()
+	return &Pipeline{C: Unix(sock, WithTracker(t)), Socket: sock, Approve: approve, Sessions: t}
 }
 
 // Defaults are the service's time limit and output budget of a command

@@ -47,6 +47,8 @@ __all__ = [
     "ApprovalRequest",
     "SandboxError",
     "Denied",
+    "SessionMoved",
+    "INCARNATION_HEADER",
     "default_address",
     "SESSION_HEADER",
     "TOKEN_ENV",
@@ -67,6 +69,14 @@ SERVICE = "aleph.host.v1.Service"
 #: session, percent-encoded), so that a proxy can route by it; the service
 #: refuses one that disagrees with the request's body.
 SESSION_HEADER = "X-Aleph-Session"
+
+#: The header carrying the session incarnation a call expects (beside the
+#: request's expectIncarnation): a server that does not hold it refuses the
+#: call with SessionMoved instead of making the session afresh.
+INCARNATION_HEADER = "X-Aleph-Incarnation"
+
+# The calls whose body carries expectIncarnation.
+_EXPECT_METHODS = frozenset(("Execute", "StartProcess", "ReadFile", "WriteFile", "ListFiles", "StatFile", "RemoveFile"))
 
 #: The environment variable a TCP client takes its bearer token from when
 #: none is given.
@@ -106,6 +116,19 @@ class SandboxError(Exception):
 
     def __str__(self) -> str:
         return "%s: %s" % (self.code, self.message)
+
+
+class SessionMoved(SandboxError):
+    """The session's server is gone, or the session was forgotten and made
+    again: the server that answered does not hold the incarnation this
+    client saw (reason_code "session_moved"). Nothing ran. Its workspace,
+    processes and grants are not there: start a new session (another
+    name), or forget() this one to accept a fresh, empty one under the
+    same name. ``session`` is the session's name."""
+
+    def __init__(self, message: str, session: str = "", **kw: Any) -> None:
+        super().__init__(message, **kw)
+        self.session = session
 
 
 class Denied(SandboxError):
@@ -167,6 +190,10 @@ class Result:
     hint: str = ""
     #: What the command consumed (``usage.cpu_ms``, ``usage.max_rss_kb``).
     usage: Usage = field(default_factory=Usage)
+    #: The server that ran it (serve --node-id, else its hostname) and the
+    #: session's incarnation there (new when the session is made again).
+    node_id: str = ""
+    session_incarnation: str = ""
 
     @classmethod
     def _from_json(cls, m: Mapping[str, Any]) -> "Result":
@@ -192,6 +219,8 @@ class Result:
             spawn_refused=int(m.get("spawnRefused", 0)),
             hint=SPAWN_REFUSED_HINT if reason_code == "spawn_refused" else str(m.get("hint", "")),
             usage=Usage._from_json(m.get("usage")),
+            node_id=str(m.get("nodeId", "")),
+            session_incarnation=str(m.get("sessionIncarnation", "")),
         )
 
 
@@ -411,7 +440,7 @@ def _tls_refused(address: str, e: OSError) -> SandboxError:
                         % (address, e), code="unavailable", reason_code="tls")
 
 
-def _error(obj: Mapping[str, Any], fallback_code: str = "unknown") -> SandboxError:
+def _error(obj: Mapping[str, Any], fallback_code: str = "unknown", session: Optional[str] = None) -> SandboxError:
     code = str(obj.get("code", fallback_code))
     message = str(obj.get("message", ""))
     detail: Dict[str, str] = {}
@@ -419,7 +448,17 @@ def _error(obj: Mapping[str, Any], fallback_code: str = "unknown") -> SandboxErr
         if d.get("type") == "aleph.host.v1.ErrorDetail":
             detail = _error_detail(_b64(d.get("value")))
             break
+    if detail.get("reason_code") == "session_moved":
+        return SessionMoved(message, session=session or "", code=code, **detail)
     return SandboxError(message, code=code, **detail)
+
+
+def _incarnation_of(m: Mapping[str, Any]) -> str:
+    """The session incarnation an answer names: its own, or its result's."""
+    inc = m.get("sessionIncarnation")
+    if not inc and isinstance(m.get("result"), Mapping):
+        inc = m["result"].get("sessionIncarnation")
+    return str(inc or "")
 
 
 # The service's bound on timeout_seconds; beyond it a request is refused.
@@ -532,6 +571,12 @@ class Client:
     tokens_file (default: $ALEPH_SANDBOX_TOKEN). They are refused with a
     unix: address, whose server authenticates its peers by uid.
 
+    track_sessions (default True): the client remembers the incarnation of
+    each session from its first answer and sends it with every later call
+    of that session, so that a session whose server went away (behind a
+    router) raises SessionMoved instead of running in a fresh, empty
+    workspace; forget() and delete() drop what it remembers.
+
     approver, when given, answers this client's own approval requests: it
     gets an ApprovalRequest and returns True to approve. Without one, the
     service's policy applies (denied unless it runs with --yes or another
@@ -543,8 +588,13 @@ class Client:
 
     def __init__(self, address: Optional[str] = None, approver: Optional[Approver] = None,
                  timeout: Optional[float] = 30.0, token: Optional[str] = None, ca_file: Optional[str] = None,
-                 cert_file: Optional[str] = None, key_file: Optional[str] = None) -> None:
+                 cert_file: Optional[str] = None, key_file: Optional[str] = None,
+                 track_sessions: bool = True) -> None:
         address = address or default_address()
+        self.track_sessions = _flag("track_sessions", track_sessions)
+        # The incarnation of each session, from its first answer.
+        self._incarnations: Dict[str, str] = {}
+        self._inc_lock = threading.Lock()
         kind, where, port = _parse_address(address)
         #: The socket's path (unix), else "".
         self.path = where if kind == "unix" else ""
@@ -615,7 +665,42 @@ class Client:
             headers["Authorization"] = "Bearer " + self._token
         if session:
             headers[SESSION_HEADER] = _session_header(session)
+            inc = self.incarnation(session)
+            if inc:
+                headers[INCARNATION_HEADER] = inc
         return headers
+
+    # ---- session incarnations ----
+
+    def incarnation(self, session: str) -> str:
+        """The incarnation of session this client saw first ("" for none,
+        or with track_sessions=False)."""
+        if not self.track_sessions:
+            return ""
+        with self._inc_lock:
+            return self._incarnations.get(session, "")
+
+    def _expect(self, method: str, msg: Mapping[str, Any], session: Optional[str]) -> Mapping[str, Any]:
+        """msg with the incarnation expected of session in its body."""
+        inc = self.incarnation(session) if session and method in _EXPECT_METHODS else ""
+        if not inc or msg.get("expectIncarnation"):
+            return msg
+        out = dict(msg)
+        out["expectIncarnation"] = inc
+        return out
+
+    def _learn(self, session: Optional[str], m: Mapping[str, Any]) -> None:
+        """Remembers session's incarnation from its first answer naming one."""
+        if not session or not self.track_sessions:
+            return
+        inc = _incarnation_of(m)
+        if inc:
+            with self._inc_lock:
+                self._incarnations.setdefault(session, inc)
+
+    def _drop(self, session: str) -> None:
+        with self._inc_lock:
+            self._incarnations.pop(session, None)
 
     def _post(self, method: str, body: bytes, content_type: str, timeout: Optional[float],
               session: Optional[str] = None) -> http.client.HTTPResponse:
@@ -644,6 +729,7 @@ class Client:
     def _unary(self, method: str, msg: Mapping[str, Any], timeout: Union[float, None, str] = "default",
                session: Optional[str] = None) -> Dict[str, Any]:
         t = self.timeout if timeout == "default" else timeout
+        msg = self._expect(method, msg, session)
         resp = self._post(method, json.dumps(msg).encode(), "application/json", t, session)  # type: ignore[arg-type]
         try:
             data = resp.read()
@@ -656,12 +742,14 @@ class Client:
                 obj = json.loads(data)
             except ValueError:
                 obj = {"message": data.decode("utf-8", "replace")}
-            raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"))
-        return json.loads(data) if data else {}
+            raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"), session)
+        out = json.loads(data) if data else {}
+        self._learn(session, out)
+        return out
 
     def _stream(self, method: str, msg: Mapping[str, Any], timeout: Optional[float],
                 session: Optional[str] = None) -> Iterator[Dict[str, Any]]:
-        body = json.dumps(msg).encode()
+        body = json.dumps(self._expect(method, msg, session)).encode()
         resp = self._post(method, struct.pack(">BI", 0, len(body)) + body, "application/connect+json", timeout, session)
         try:
             if resp.status != 200:
@@ -670,7 +758,7 @@ class Client:
                     obj = json.loads(data)
                 except ValueError:
                     obj = {"message": data.decode("utf-8", "replace")}
-                raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"))
+                raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"), session)
             while True:
                 head = resp.read(5)
                 if len(head) < 5:
@@ -684,8 +772,9 @@ class Client:
                 obj = json.loads(payload) if payload else {}
                 if flags & _END_STREAM:
                     if obj.get("error"):
-                        raise _error(obj["error"])
+                        raise _error(obj["error"], session=session)
                     return
+                self._learn(session, obj)
                 yield obj
         except socket.timeout as e:
             raise SandboxError("no answer from the service within %ss" % timeout, code="deadline_exceeded") from e
@@ -903,6 +992,10 @@ class Client:
         return dict(s[0]) if s else {}
 
     def forget(self, session: str) -> None:
+        """Forgets a session (its processes and commands end, its grants
+        go; its workspace stays). The incarnation this client remembers of
+        it goes too: its next call makes it afresh."""
+        self._drop(session)
         self._unary("Sessions", {"forget": {"session": session}}, session=session)
 
     def delete(self, session: str) -> None:
@@ -910,6 +1003,7 @@ class Client:
         HOME, kept grants and the workspace the service made for it are
         removed (a workspace you named stays). forget() keeps the
         workspace."""
+        self._drop(session)
         self._unary("Sessions", {"delete": {"session": session}}, session=session)
 
     def grants(self, session: str) -> Dict[str, Any]:
@@ -952,8 +1046,22 @@ class Client:
                                                        "expectedDigest": expected_digest}}, session=session)
 
     def capabilities(self) -> Dict[str, Any]:
-        """The driver's capability report, as ``doctor`` shows it."""
-        return json.loads(self._unary("Capabilities", {}).get("reportJson", "{}"))
+        """The driver's capability report, as ``doctor`` shows it, with the
+        server's node id as "node_id"."""
+        r = self._unary("Capabilities", {})
+        report = json.loads(r.get("reportJson", "{}"))
+        report["node_id"] = str(r.get("nodeId", ""))
+        return report
+
+    def drain(self) -> Dict[str, Any]:
+        """Makes the server drain (as on SIGTERM, without stopping): not
+        ready, new sessions refused (reason_code "draining"), the sessions
+        it holds still served. Returns {"node_id", "started", "sessions",
+        "running_commands", "running_processes"}."""
+        r = self._unary("Drain", {})
+        return {"node_id": str(r.get("nodeId", "")), "started": bool(r.get("started", False)),
+                "sessions": int(r.get("sessions", 0)), "running_commands": int(r.get("runningCommands", 0)),
+                "running_processes": int(r.get("runningProcesses", 0))}
 
     @property
     def files(self) -> "Files":

@@ -148,10 +148,12 @@ class AsyncClient:
 
     def __init__(self, address: Optional[str] = None, approver: Optional[AsyncApprover] = None,
                  timeout: Optional[float] = 30.0, token: Optional[str] = None, ca_file: Optional[str] = None,
-                 cert_file: Optional[str] = None, key_file: Optional[str] = None) -> None:
-        # The synchronous client checks the arguments and builds requests:
-        # both clients take the same options with the same meaning.
-        self._c = Client(address, None, timeout, token, ca_file, cert_file, key_file)
+                 cert_file: Optional[str] = None, key_file: Optional[str] = None,
+                 track_sessions: bool = True) -> None:
+        # The synchronous client checks the arguments, builds requests and
+        # remembers the sessions' incarnations: both clients take the same
+        # options with the same meaning.
+        self._c = Client(address, None, timeout, token, ca_file, cert_file, key_file, track_sessions)
         self.approver = approver
         self.timeout = self._c.timeout
         # Approval answers in flight: kept so that they are not collected
@@ -195,6 +197,7 @@ class AsyncClient:
     async def _unary(self, method: str, msg: Mapping[str, Any], timeout: Union[float, None, str] = "default",
                      session: Optional[str] = None) -> Dict[str, Any]:
         t = self.timeout if timeout == "default" else timeout
+        msg = self._c._expect(method, msg, session)
         resp = await self._open(method, json.dumps(msg).encode(), "application/json", t, session)  # type: ignore[arg-type]
         try:
             data = await resp.read_all()
@@ -205,12 +208,14 @@ class AsyncClient:
                 obj = json.loads(data)
             except ValueError:
                 obj = {"message": data.decode("utf-8", "replace")}
-            raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"))
-        return json.loads(data) if data else {}
+            raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"), session)
+        out = json.loads(data) if data else {}
+        self._c._learn(session, out)
+        return out
 
     async def _stream(self, method: str, msg: Mapping[str, Any], idle: Optional[float],
                       session: Optional[str] = None) -> AsyncIterator[Dict[str, Any]]:
-        body = json.dumps(msg).encode()
+        body = json.dumps(self._c._expect(method, msg, session)).encode()
         resp = await self._open(method, struct.pack(">BI", 0, len(body)) + body, "application/connect+json", idle, session)
         try:
             if resp.status != 200:
@@ -219,7 +224,7 @@ class AsyncClient:
                     obj = json.loads(data)
                 except ValueError:
                     obj = {"message": data.decode("utf-8", "replace")}
-                raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"))
+                raise _error(obj, _HTTP_CODES.get(resp.status, "unknown"), session)
             buf = b""
             while True:
                 while len(buf) >= 5:
@@ -232,8 +237,9 @@ class AsyncClient:
                     obj = json.loads(payload) if payload else {}
                     if flags & _END_STREAM:
                         if obj.get("error"):
-                            raise _error(obj["error"])
+                            raise _error(obj["error"], session=session)
                         return
+                    self._c._learn(session, obj)
                     yield obj
                 c = await resp.chunk()
                 if not c:
@@ -357,11 +363,14 @@ class AsyncClient:
         return dict(s[0]) if s else {}
 
     async def forget(self, session: str) -> None:
+        """As Client.forget: the remembered incarnation goes too."""
+        self._c._drop(session)
         await self._unary("Sessions", {"forget": {"session": session}}, session=session)
 
     async def delete(self, session: str) -> None:
         """As Client.delete: the session's processes end, its HOME, grants
         and the workspace the service made for it are removed."""
+        self._c._drop(session)
         await self._unary("Sessions", {"delete": {"session": session}}, session=session)
 
     async def grants(self, session: str) -> Dict[str, Any]:
@@ -401,7 +410,21 @@ class AsyncClient:
         return AsyncFiles(self)
 
     async def capabilities(self) -> Dict[str, Any]:
-        return json.loads((await self._unary("Capabilities", {})).get("reportJson", "{}"))
+        r = await self._unary("Capabilities", {})
+        report = json.loads(r.get("reportJson", "{}"))
+        report["node_id"] = str(r.get("nodeId", ""))
+        return report
+
+    async def drain(self) -> Dict[str, Any]:
+        """As Client.drain."""
+        r = await self._unary("Drain", {})
+        return {"node_id": str(r.get("nodeId", "")), "started": bool(r.get("started", False)),
+                "sessions": int(r.get("sessions", 0)), "running_commands": int(r.get("runningCommands", 0)),
+                "running_processes": int(r.get("runningProcesses", 0))}
+
+    def incarnation(self, session: str) -> str:
+        """As Client.incarnation."""
+        return self._c.incarnation(session)
 
     async def check_policy(self, command: str) -> Dict[str, str]:
         r = await self._unary("CheckPolicy", {"command": command})

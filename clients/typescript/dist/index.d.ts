@@ -23,6 +23,12 @@ export declare const SESSION_HEADER = "X-Aleph-Session";
 /** The environment variable a TCP client takes its bearer token from when none is given. */
 export declare const TOKEN_ENV = "ALEPH_SANDBOX_TOKEN";
 /**
+ * The header carrying the session incarnation a call expects (beside the
+ * request's expectIncarnation): a server that does not hold it refuses the
+ * call with SessionMovedError instead of making the session afresh.
+ */
+export declare const INCARNATION_HEADER = "X-Aleph-Incarnation";
+/**
  * A session's header value: its UTF-8 bytes percent-encoded outside the
  * printable ASCII range (and '%'), so that any name is a valid header
  * value and a plain one ("s1") is itself. The service decodes it; the
@@ -65,6 +71,18 @@ export declare class Denied extends SandboxError {
     readonly result: Result;
     constructor(result: Result);
 }
+/**
+ * The session's server is gone, or the session was forgotten and made
+ * again: the server that answered does not hold the incarnation this
+ * client saw (reasonCode "session_moved"). Nothing ran. Its workspace,
+ * processes and grants are not there: start a new session (another name),
+ * or `forget()` this one to accept a fresh, empty one under the same name.
+ */
+export declare class SessionMovedError extends SandboxError {
+    /** The session's name. */
+    readonly session: string;
+    constructor(message: string, code: Code | string, detail: Partial<ErrorDetail>, session: string);
+}
 /** One hook's verdict on a command. */
 export interface Verdict {
     action: string;
@@ -103,6 +121,10 @@ export interface Result {
     hint: string;
     /** What the command consumed (`usage.cpuMs`, `usage.maxRssKb`). */
     usage: Usage;
+    /** The server that ran it (serve --node-id, else its hostname). */
+    nodeId: string;
+    /** The session's incarnation there (new when the session is made again). */
+    sessionIncarnation: string;
 }
 /**
  * What a command consumed, as the sandbox measured it: CPU time (user plus
@@ -164,6 +186,10 @@ export interface Session {
     baseline: Capabilities;
     grants: Grant[];
     policyDigest: string;
+    /** The session's incarnation on the server ("" when it holds none). */
+    incarnation: string;
+    /** The server's node id. */
+    nodeId: string;
 }
 /** The grants of a session. */
 export interface Grants {
@@ -307,6 +333,14 @@ export interface ClientOptions {
      * and not at all without one.
      */
     timeout?: number | null;
+    /**
+     * Default true: the client remembers the incarnation of each session from
+     * its first answer and sends it with every later call of that session, so
+     * that a session whose server went away (behind a router) throws
+     * SessionMovedError instead of running in a fresh, empty workspace;
+     * `forget()` and `delete()` drop what it remembers. false turns it off.
+     */
+    trackSessions?: boolean;
 }
 /** $ALEPH_SANDBOX_HOST, else the socket `serve` listens on by default. */
 export declare function defaultAddress(env?: NodeJS.ProcessEnv): string;
@@ -397,9 +431,16 @@ export declare class Client {
     /** Seconds a call other than a command's run may wait; null: no bound. */
     readonly timeout: number | null;
     private readonly target;
+    /** Whether this client remembers and sends sessions' incarnations. */
+    readonly trackSessions: boolean;
+    private readonly incarnations;
     /** The files API of sessions' workspaces (see Files). */
     readonly files: Files;
     constructor(options?: ClientOptions);
+    /** The incarnation of session this client saw first ("" for none, or with trackSessions false). */
+    incarnation(session: string): string;
+    private expect;
+    private learn;
     private static request;
     /**
      * Runs argv and returns its `Execution`: iterating it (`for await`)
@@ -454,7 +495,7 @@ export declare class Client {
     sessions(options?: CallOptions): Promise<Session[]>;
     /** One session: workspace, baseline, grants, policy digest. */
     describe(name: string, options?: CallOptions): Promise<Session | undefined>;
-    /** Forgets a session. */
+    /** Forgets a session; the incarnation this client remembers of it goes too. */
     forget(name: string, options?: CallOptions): Promise<void>;
     /**
      * Deletes a session: its processes and commands end, its private HOME,
@@ -480,8 +521,20 @@ export declare class Client {
     revoke(name: string, grantId: string, options?: CallOptions): Promise<Grants>;
     /** Grants host:port to a session, provided its policy digest is still expectedDigest. */
     applyNetworkGrant(name: string, host: string, port: number, expectedDigest: string, options?: CallOptions): Promise<Grants>;
-    /** The driver's capability report, as `doctor` shows it. */
+    /** The driver's capability report, as `doctor` shows it, with the server's node id as `node_id`. */
     capabilities(options?: CallOptions): Promise<Record<string, unknown>>;
+    /**
+     * Makes the server drain (as on SIGTERM, without stopping): not ready,
+     * new sessions refused (reasonCode "draining"), the sessions it holds
+     * still served.
+     */
+    drain(options?: CallOptions): Promise<{
+        nodeId: string;
+        started: boolean;
+        sessions: number;
+        runningCommands: number;
+        runningProcesses: number;
+    }>;
     /** `policy check`: the command policy's verdict on a command string. */
     checkPolicy(command: string, options?: CallOptions & {
         stdin?: string | Uint8Array;

@@ -29,6 +29,14 @@ export const SESSION_HEADER = "X-Aleph-Session";
 /** The environment variable a TCP client takes its bearer token from when none is given. */
 export const TOKEN_ENV = "ALEPH_SANDBOX_TOKEN";
 /**
+ * The header carrying the session incarnation a call expects (beside the
+ * request's expectIncarnation): a server that does not hold it refuses the
+ * call with SessionMovedError instead of making the session afresh.
+ */
+export const INCARNATION_HEADER = "X-Aleph-Incarnation";
+// The calls whose body carries expectIncarnation.
+const EXPECT_METHODS = new Set(["Execute", "StartProcess", "ReadFile", "WriteFile", "ListFiles", "StatFile", "RemoveFile"]);
+/**
  * A session's header value: its UTF-8 bytes percent-encoded outside the
  * printable ASCII range (and '%'), so that any name is a valid header
  * value and a plain one ("s1") is itself. The service decodes it; the
@@ -82,6 +90,37 @@ export class Denied extends SandboxError {
         this.name = "Denied";
         this.result = result;
     }
+}
+/**
+ * The session's server is gone, or the session was forgotten and made
+ * again: the server that answered does not hold the incarnation this
+ * client saw (reasonCode "session_moved"). Nothing ran. Its workspace,
+ * processes and grants are not there: start a new session (another name),
+ * or `forget()` this one to accept a fresh, empty one under the same name.
+ */
+export class SessionMovedError extends SandboxError {
+    /** The session's name. */
+    session;
+    constructor(message, code, detail, session) {
+        super(message, code, detail);
+        this.name = "SessionMovedError";
+        this.session = session;
+    }
+}
+/** err as a SessionMovedError of session when its reason is session_moved. */
+function moved(err, session) {
+    if (err.reasonCode !== "session_moved" || err instanceof SessionMovedError) {
+        return err;
+    }
+    return new SessionMovedError(err.message, err.code, err, session ?? "");
+}
+/** The session incarnation an answer names: its own, or its result's. */
+function incarnationOf(m) {
+    const own = str(m.sessionIncarnation);
+    if (own) {
+        return own;
+    }
+    return isObject(m.result) ? str(m.result.sessionIncarnation) : "";
 }
 /** Result.hint of a command refused a subprocess, in this client's terms. */
 export const SPAWN_REFUSED_HINT = "the command tried to start a subprocess and the sandbox refused it: run it with spawn: true";
@@ -259,6 +298,8 @@ function result(v) {
         // int64 arrives as a JSON string (the protobuf JSON mapping).
         spawnRefused: num(m.spawnRefused),
         hint: str(m.reasonCode) === "spawn_refused" ? SPAWN_REFUSED_HINT : str(m.hint),
+        nodeId: str(m.nodeId),
+        sessionIncarnation: str(m.sessionIncarnation),
     };
 }
 function approvalRequest(v) {
@@ -290,6 +331,8 @@ function session(v) {
         baseline: capabilities(m.baseline),
         grants: (Array.isArray(m.grants) ? m.grants : []).map(grant),
         policyDigest: str(m.policyDigest),
+        incarnation: str(m.incarnation),
+        nodeId: str(m.nodeId),
     };
 }
 function grants(v) {
@@ -447,12 +490,15 @@ class Call {
     ending;
     answered = false; // the answer's head came
     onAbort;
-    constructor(target, method, contentType, signal, idleSeconds, session) {
+    constructor(target, method, contentType, signal, idleSeconds, session, incarnation = "") {
         this.target = target;
         this.signal = signal;
         const headers = { "Content-Type": contentType, "Connect-Protocol-Version": "1", Connection: "close" };
         if (session) {
             headers[SESSION_HEADER] = sessionHeaderValue(session);
+        }
+        if (incarnation) {
+            headers[INCARNATION_HEADER] = incarnation;
         }
         const common = { path: `/${SERVICE}/${method}`, method: "POST", agent: false, headers };
         if (target.kind === "tcp") {
@@ -688,6 +734,9 @@ export class Client {
     /** @internal The same, 0 for no bound (as Call takes it). */
     idleSeconds;
     target;
+    /** Whether this client remembers and sends sessions' incarnations. */
+    trackSessions;
+    incarnations = new Map();
     /** The files API of sessions' workspaces (see Files). */
     files = new Files(this);
     constructor(options = {}) {
@@ -706,13 +755,35 @@ export class Client {
             throw new TypeError(`timeout is a finite number of seconds > 0 (0 or leaving it out: 30; null: no bound), got ${String(t)}`);
         }
         this.idleSeconds = this.timeout ?? 0;
+        if (options.trackSessions !== undefined && typeof options.trackSessions !== "boolean") {
+            throw new TypeError(`trackSessions is true or false, got ${String(options.trackSessions)}`);
+        }
+        this.trackSessions = options.trackSessions ?? true;
+    }
+    // ---- session incarnations ----
+    /** The incarnation of session this client saw first ("" for none, or with trackSessions false). */
+    incarnation(session) {
+        return this.trackSessions ? (this.incarnations.get(session) ?? "") : "";
+    }
+    expect(method, msg, session) {
+        const inc = session && EXPECT_METHODS.has(method) ? this.incarnation(session) : "";
+        return inc && !msg.expectIncarnation ? { ...msg, expectIncarnation: inc } : msg;
+    }
+    learn(session, m) {
+        if (!session || !this.trackSessions || this.incarnations.has(session)) {
+            return;
+        }
+        const inc = incarnationOf(m);
+        if (inc) {
+            this.incarnations.set(session, inc);
+        }
     }
     // ---- transport ----
     /** @internal A unary call; idleSeconds replaces the client's timeout. */
     async unary(method, msg, options = {}, idleSeconds = this.idleSeconds, session) {
-        const call = new Call(this.target, method, "application/json", options.signal, idleSeconds, session);
+        const call = new Call(this.target, method, "application/json", options.signal, idleSeconds, session, session ? this.incarnation(session) : "");
         try {
-            const res = await call.send(Buffer.from(JSON.stringify(msg)));
+            const res = await call.send(Buffer.from(JSON.stringify(this.expect(method, msg, session))));
             let data;
             try {
                 data = await readAll(res);
@@ -721,13 +792,15 @@ export class Client {
                 throw call.failure(err);
             }
             if (res.statusCode !== 200) {
-                throw parseError(data, res.statusCode ?? 0);
+                throw moved(parseError(data, res.statusCode ?? 0), session);
             }
             if (data.length === 0) {
                 return {};
             }
             const obj = JSON.parse(data.toString("utf8"));
-            return isObject(obj) ? obj : {};
+            const out = isObject(obj) ? obj : {};
+            this.learn(session, out);
+            return out;
         }
         finally {
             call.close();
@@ -735,10 +808,10 @@ export class Client {
     }
     /** @internal A server-streaming call. */
     async *serverStream(method, msg, signal, idleSeconds, session) {
-        const body = Buffer.from(JSON.stringify(msg));
+        const body = Buffer.from(JSON.stringify(this.expect(method, msg, session)));
         const head = Buffer.alloc(5);
         head.writeUInt32BE(body.length, 1);
-        const call = new Call(this.target, method, "application/connect+json", signal, idleSeconds, session);
+        const call = new Call(this.target, method, "application/connect+json", signal, idleSeconds, session, session ? this.incarnation(session) : "");
         try {
             const res = await call.send(Buffer.concat([head, body]));
             if (res.statusCode !== 200) {
@@ -749,7 +822,7 @@ export class Client {
                 catch (err) {
                     throw call.failure(err);
                 }
-                throw parseError(data, res.statusCode ?? 0);
+                throw moved(parseError(data, res.statusCode ?? 0), session);
             }
             let buf = Buffer.alloc(0);
             try {
@@ -770,10 +843,11 @@ export class Client {
                         const m = isObject(obj) ? obj : {};
                         if (flags & END_STREAM) {
                             if (m.error !== undefined) {
-                                throw errorFrom(m.error);
+                                throw moved(errorFrom(m.error), session);
                             }
                             return;
                         }
+                        this.learn(session, m);
                         yield m;
                     }
                 }
@@ -996,8 +1070,9 @@ export class Client {
         const s = Array.isArray(r.sessions) ? r.sessions : [];
         return s.length > 0 ? session(s[0]) : undefined;
     }
-    /** Forgets a session. */
+    /** Forgets a session; the incarnation this client remembers of it goes too. */
     async forget(name, options = {}) {
+        this.incarnations.delete(name);
         await this.unary("Sessions", { forget: { session: name } }, options, this.idleSeconds, name);
     }
     /**
@@ -1006,6 +1081,7 @@ export class Client {
      * workspace you named stays). `forget()` keeps the workspace.
      */
     async delete(name, options = {}) {
+        this.incarnations.delete(name);
         await this.unary("Sessions", { delete: { session: name } }, options, this.idleSeconds, name);
     }
     /** What the layered session changed over its workspace, sorted by path. */
@@ -1060,11 +1136,20 @@ export class Client {
     async applyNetworkGrant(name, host, port, expectedDigest, options = {}) {
         return grants(await this.unary("Grants", { applyNetwork: { session: name, host, port: Math.trunc(port), expectedDigest } }, options, this.idleSeconds, name));
     }
-    /** The driver's capability report, as `doctor` shows it. */
+    /** The driver's capability report, as `doctor` shows it, with the server's node id as `node_id`. */
     async capabilities(options = {}) {
         const r = await this.unary("Capabilities", {}, options);
         const obj = JSON.parse(str(r.reportJson) || "{}");
-        return isObject(obj) ? obj : {};
+        return { ...(isObject(obj) ? obj : {}), node_id: str(r.nodeId) };
+    }
+    /**
+     * Makes the server drain (as on SIGTERM, without stopping): not ready,
+     * new sessions refused (reasonCode "draining"), the sessions it holds
+     * still served.
+     */
+    async drain(options = {}) {
+        const r = await this.unary("Drain", {}, options);
+        return { nodeId: str(r.nodeId), started: r.started === true, sessions: num(r.sessions), runningCommands: num(r.runningCommands), runningProcesses: num(r.runningProcesses) };
     }
     /** `policy check`: the command policy's verdict on a command string. */
     async checkPolicy(command, options = {}) {

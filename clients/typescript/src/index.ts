@@ -34,6 +34,16 @@ export const SESSION_HEADER = "X-Aleph-Session";
 export const TOKEN_ENV = "ALEPH_SANDBOX_TOKEN";
 
 /**
+ * The header carrying the session incarnation a call expects (beside the
+ * request's expectIncarnation): a server that does not hold it refuses the
+ * call with SessionMovedError instead of making the session afresh.
+ */
+export const INCARNATION_HEADER = "X-Aleph-Incarnation";
+
+// The calls whose body carries expectIncarnation.
+const EXPECT_METHODS = new Set(["Execute", "StartProcess", "ReadFile", "WriteFile", "ListFiles", "StatFile", "RemoveFile"]);
+
+/**
  * A session's header value: its UTF-8 bytes percent-encoded outside the
  * printable ASCII range (and '%'), so that any name is a valid header
  * value and a plain one ("s1") is itself. The service decodes it; the
@@ -123,6 +133,41 @@ export class Denied extends SandboxError {
   }
 }
 
+/**
+ * The session's server is gone, or the session was forgotten and made
+ * again: the server that answered does not hold the incarnation this
+ * client saw (reasonCode "session_moved"). Nothing ran. Its workspace,
+ * processes and grants are not there: start a new session (another name),
+ * or `forget()` this one to accept a fresh, empty one under the same name.
+ */
+export class SessionMovedError extends SandboxError {
+  /** The session's name. */
+  readonly session: string;
+
+  constructor(message: string, code: Code | string, detail: Partial<ErrorDetail>, session: string) {
+    super(message, code, detail);
+    this.name = "SessionMovedError";
+    this.session = session;
+  }
+}
+
+/** err as a SessionMovedError of session when its reason is session_moved. */
+function moved(err: SandboxError, session: string | undefined): SandboxError {
+  if (err.reasonCode !== "session_moved" || err instanceof SessionMovedError) {
+    return err;
+  }
+  return new SessionMovedError(err.message, err.code, err, session ?? "");
+}
+
+/** The session incarnation an answer names: its own, or its result's. */
+function incarnationOf(m: JSONObject): string {
+  const own = str(m.sessionIncarnation);
+  if (own) {
+    return own;
+  }
+  return isObject(m.result) ? str(m.result.sessionIncarnation) : "";
+}
+
 /** One hook's verdict on a command. */
 export interface Verdict {
   action: string;
@@ -162,6 +207,10 @@ export interface Result {
   hint: string;
   /** What the command consumed (`usage.cpuMs`, `usage.maxRssKb`). */
   usage: Usage;
+  /** The server that ran it (serve --node-id, else its hostname). */
+  nodeId: string;
+  /** The session's incarnation there (new when the session is made again). */
+  sessionIncarnation: string;
 }
 
 /**
@@ -226,6 +275,10 @@ export interface Session {
   baseline: Capabilities;
   grants: Grant[];
   policyDigest: string;
+  /** The session's incarnation on the server ("" when it holds none). */
+  incarnation: string;
+  /** The server's node id. */
+  nodeId: string;
 }
 
 /** The grants of a session. */
@@ -387,6 +440,14 @@ export interface ClientOptions {
    * and not at all without one.
    */
   timeout?: number | null;
+  /**
+   * Default true: the client remembers the incarnation of each session from
+   * its first answer and sends it with every later call of that session, so
+   * that a session whose server went away (behind a router) throws
+   * SessionMovedError instead of running in a fresh, empty workspace;
+   * `forget()` and `delete()` drop what it remembers. false turns it off.
+   */
+  trackSessions?: boolean;
 }
 
 /** Where a Client's calls go. */
@@ -578,6 +639,8 @@ function result(v: unknown): Result {
     // int64 arrives as a JSON string (the protobuf JSON mapping).
     spawnRefused: num(m.spawnRefused),
     hint: str(m.reasonCode) === "spawn_refused" ? SPAWN_REFUSED_HINT : str(m.hint),
+    nodeId: str(m.nodeId),
+    sessionIncarnation: str(m.sessionIncarnation),
   };
 }
 
@@ -612,6 +675,8 @@ function session(v: unknown): Session {
     baseline: capabilities(m.baseline),
     grants: (Array.isArray(m.grants) ? m.grants : []).map(grant),
     policyDigest: str(m.policyDigest),
+    incarnation: str(m.incarnation),
+    nodeId: str(m.nodeId),
   };
 }
 
@@ -790,10 +855,14 @@ class Call {
     private readonly signal: AbortSignal | undefined,
     idleSeconds: number,
     session: string | undefined,
+    incarnation = "",
   ) {
     const headers: http.OutgoingHttpHeaders = { "Content-Type": contentType, "Connect-Protocol-Version": "1", Connection: "close" };
     if (session) {
       headers[SESSION_HEADER] = sessionHeaderValue(session);
+    }
+    if (incarnation) {
+      headers[INCARNATION_HEADER] = incarnation;
     }
     const common = { path: `/${SERVICE}/${method}`, method: "POST", agent: false as const, headers };
     if (target.kind === "tcp") {
@@ -1099,6 +1168,9 @@ export class Client {
   /** @internal The same, 0 for no bound (as Call takes it). */
   readonly idleSeconds: number;
   private readonly target: Target;
+  /** Whether this client remembers and sends sessions' incarnations. */
+  readonly trackSessions: boolean;
+  private readonly incarnations = new Map<string, string>();
   /** The files API of sessions' workspaces (see Files). */
   readonly files: Files = new Files(this);
 
@@ -1118,15 +1190,41 @@ export class Client {
       throw new TypeError(`timeout is a finite number of seconds > 0 (0 or leaving it out: 30; null: no bound), got ${String(t)}`);
     }
     this.idleSeconds = this.timeout ?? 0;
+    if (options.trackSessions !== undefined && typeof options.trackSessions !== "boolean") {
+      throw new TypeError(`trackSessions is true or false, got ${String(options.trackSessions)}`);
+    }
+    this.trackSessions = options.trackSessions ?? true;
+  }
+
+  // ---- session incarnations ----
+
+  /** The incarnation of session this client saw first ("" for none, or with trackSessions false). */
+  incarnation(session: string): string {
+    return this.trackSessions ? (this.incarnations.get(session) ?? "") : "";
+  }
+
+  private expect(method: string, msg: JSONObject, session: string | undefined): JSONObject {
+    const inc = session && EXPECT_METHODS.has(method) ? this.incarnation(session) : "";
+    return inc && !msg.expectIncarnation ? { ...msg, expectIncarnation: inc } : msg;
+  }
+
+  private learn(session: string | undefined, m: JSONObject): void {
+    if (!session || !this.trackSessions || this.incarnations.has(session)) {
+      return;
+    }
+    const inc = incarnationOf(m);
+    if (inc) {
+      this.incarnations.set(session, inc);
+    }
   }
 
   // ---- transport ----
 
   /** @internal A unary call; idleSeconds replaces the client's timeout. */
   async unary(method: string, msg: JSONObject, options: CallOptions = {}, idleSeconds = this.idleSeconds, session?: string): Promise<JSONObject> {
-    const call = new Call(this.target, method, "application/json", options.signal, idleSeconds, session);
+    const call = new Call(this.target, method, "application/json", options.signal, idleSeconds, session, session ? this.incarnation(session) : "");
     try {
-      const res = await call.send(Buffer.from(JSON.stringify(msg)));
+      const res = await call.send(Buffer.from(JSON.stringify(this.expect(method, msg, session))));
       let data: Buffer;
       try {
         data = await readAll(res);
@@ -1134,13 +1232,15 @@ export class Client {
         throw call.failure(err);
       }
       if (res.statusCode !== 200) {
-        throw parseError(data, res.statusCode ?? 0);
+        throw moved(parseError(data, res.statusCode ?? 0), session);
       }
       if (data.length === 0) {
         return {};
       }
       const obj: unknown = JSON.parse(data.toString("utf8"));
-      return isObject(obj) ? obj : {};
+      const out = isObject(obj) ? obj : {};
+      this.learn(session, out);
+      return out;
     } finally {
       call.close();
     }
@@ -1148,10 +1248,10 @@ export class Client {
 
   /** @internal A server-streaming call. */
   async *serverStream(method: string, msg: JSONObject, signal: AbortSignal | undefined, idleSeconds: number, session?: string): AsyncGenerator<JSONObject> {
-    const body = Buffer.from(JSON.stringify(msg));
+    const body = Buffer.from(JSON.stringify(this.expect(method, msg, session)));
     const head = Buffer.alloc(5);
     head.writeUInt32BE(body.length, 1);
-    const call = new Call(this.target, method, "application/connect+json", signal, idleSeconds, session);
+    const call = new Call(this.target, method, "application/connect+json", signal, idleSeconds, session, session ? this.incarnation(session) : "");
     try {
       const res = await call.send(Buffer.concat([head, body]));
       if (res.statusCode !== 200) {
@@ -1161,7 +1261,7 @@ export class Client {
         } catch (err) {
           throw call.failure(err);
         }
-        throw parseError(data, res.statusCode ?? 0);
+        throw moved(parseError(data, res.statusCode ?? 0), session);
       }
       let buf: Buffer = Buffer.alloc(0);
       try {
@@ -1182,10 +1282,11 @@ export class Client {
             const m = isObject(obj) ? obj : {};
             if (flags & END_STREAM) {
               if (m.error !== undefined) {
-                throw errorFrom(m.error);
+                throw moved(errorFrom(m.error), session);
               }
               return;
             }
+            this.learn(session, m);
             yield m;
           }
         }
@@ -1417,8 +1518,9 @@ export class Client {
     return s.length > 0 ? session(s[0]) : undefined;
   }
 
-  /** Forgets a session. */
+  /** Forgets a session; the incarnation this client remembers of it goes too. */
   async forget(name: string, options: CallOptions = {}): Promise<void> {
+    this.incarnations.delete(name);
     await this.unary("Sessions", { forget: { session: name } }, options, this.idleSeconds, name);
   }
 
@@ -1428,6 +1530,7 @@ export class Client {
    * workspace you named stays). `forget()` keeps the workspace.
    */
   async delete(name: string, options: CallOptions = {}): Promise<void> {
+    this.incarnations.delete(name);
     await this.unary("Sessions", { delete: { session: name } }, options, this.idleSeconds, name);
   }
 
@@ -1490,11 +1593,21 @@ export class Client {
     return grants(await this.unary("Grants", { applyNetwork: { session: name, host, port: Math.trunc(port), expectedDigest } }, options, this.idleSeconds, name));
   }
 
-  /** The driver's capability report, as `doctor` shows it. */
+  /** The driver's capability report, as `doctor` shows it, with the server's node id as `node_id`. */
   async capabilities(options: CallOptions = {}): Promise<Record<string, unknown>> {
     const r = await this.unary("Capabilities", {}, options);
     const obj: unknown = JSON.parse(str(r.reportJson) || "{}");
-    return isObject(obj) ? obj : {};
+    return { ...(isObject(obj) ? obj : {}), node_id: str(r.nodeId) };
+  }
+
+  /**
+   * Makes the server drain (as on SIGTERM, without stopping): not ready,
+   * new sessions refused (reasonCode "draining"), the sessions it holds
+   * still served.
+   */
+  async drain(options: CallOptions = {}): Promise<{ nodeId: string; started: boolean; sessions: number; runningCommands: number; runningProcesses: number }> {
+    const r = await this.unary("Drain", {}, options);
+    return { nodeId: str(r.nodeId), started: r.started === true, sessions: num(r.sessions), runningCommands: num(r.runningCommands), runningProcesses: num(r.runningProcesses) };
   }
 
   /** `policy check`: the command policy's verdict on a command string. */

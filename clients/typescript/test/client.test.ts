@@ -12,7 +12,7 @@ import * as path from "node:path";
 import { fileURLToPath } from "node:url";
 
 // The package by its own name: what a user imports, through "exports".
-import { Client, Denied, Execution, Process, SandboxError, defaultAddress, type ApprovalRequest, type Event, type Result } from "aleph-sandbox";
+import { Client, Denied, Execution, INCARNATION_HEADER, Process, SandboxError, SessionMovedError, defaultAddress, type ApprovalRequest, type Event, type Result } from "aleph-sandbox";
 
 const REPO = fileURLToPath(new URL("../../../", import.meta.url));
 // Not an ALEPH_SANDBOX_ name: serve refuses to start beside an unknown one
@@ -1557,5 +1557,86 @@ describe("layered sessions against a real serve", { skip }, () => {
     assert.equal(fs.readFileSync(path.join(ws, "a.txt"), "utf8"), "host\n");
     await c.discard(S);
     assert.equal(fs.readFileSync(path.join(ws, "a.txt"), "utf8"), "host\n");
+  });
+});
+
+describe("session identity against a real serve", { skip }, () => {
+  const server = new Server();
+
+  before(async () => {
+    await server.start("--node-id", "ts-node");
+  });
+  after(async () => {
+    await server.stop();
+  });
+
+  async function moved(p: Promise<unknown>): Promise<SessionMovedError> {
+    try {
+      await p;
+    } catch (err) {
+      assert.ok(err instanceof SessionMovedError, String(err));
+      return err;
+    }
+    assert.fail("not refused");
+  }
+
+  test("results name the node and the session's incarnation, remembered and sent", T, async () => {
+    const c = new Client({ address: server.addr });
+    const r = await c.exec(["/bin/true"], { session: "ts-id" });
+    assert.equal(r.nodeId, "ts-node");
+    assert.match(r.sessionIncarnation, /^[0-9a-f]{32}$/);
+    assert.equal(c.incarnation("ts-id"), r.sessionIncarnation);
+    assert.equal((await c.exec(["/bin/true"], { session: "ts-id" })).sessionIncarnation, r.sessionIncarnation);
+    assert.equal((await c.capabilities()).node_id, "ts-node");
+    // What goes on the wire: the header and the body field, seen by a
+    // stand-in server on a socket of its own.
+    const sock = path.join(server.dir, "spy.sock");
+    const seen: { header?: string; body?: string } = {};
+    const spy = http.createServer((req, res) => {
+      let body = "";
+      req.on("data", (d: Buffer) => (body += d.toString()));
+      req.on("end", () => {
+        seen.header = String(req.headers[INCARNATION_HEADER.toLowerCase()] ?? "");
+        seen.body = body;
+        res.writeHead(200, { "Content-Type": "application/json" });
+        res.end("{}");
+      });
+    });
+    await new Promise<void>((resolve) => spy.listen(sock, resolve));
+    try {
+      const viaSpy = new Client({ address: "unix:" + sock });
+      (viaSpy as unknown as { incarnations: Map<string, string> }).incarnations.set("ts-id", r.sessionIncarnation);
+      await viaSpy.files.list("ts-id");
+      assert.equal(seen.header, r.sessionIncarnation);
+      assert.equal((JSON.parse(seen.body ?? "{}") as JSONObject).expectIncarnation, r.sessionIncarnation);
+    } finally {
+      await new Promise<void>((resolve) => spy.close(() => resolve()));
+    }
+  });
+
+  test("a session made again elsewhere throws SessionMovedError; forget clears; trackSessions false does not track", T, async () => {
+    const c = new Client({ address: server.addr });
+    const other = new Client({ address: server.addr });
+    const first = (await c.exec(["/bin/true"], { session: "ts-moved" })).sessionIncarnation;
+    await other.forget("ts-moved");
+    const e = await moved(c.exec(["/bin/sh", "-c", "echo ran > marker"], { session: "ts-moved", spawn: true }));
+    assert.deepEqual([e.session, e.reasonCode, e.code], ["ts-moved", "session_moved", "failed_precondition"]);
+    assert.ok(e instanceof SandboxError);
+    await moved(c.files.list("ts-moved"));
+    // The control: an untracked client makes it afresh (forget kept the
+    // workspace, and the refused command wrote no marker in it).
+    const loose = new Client({ address: server.addr, trackSessions: false });
+    const nf = await loose.files.stat("ts-moved", "marker").then(() => undefined, (err: unknown) => err);
+    assert.ok(nf instanceof SandboxError && nf.reasonCode === "not_found", String(nf));
+    const fresh = (await loose.exec(["/bin/true"], { session: "ts-moved" })).sessionIncarnation;
+    assert.equal(loose.incarnation("ts-moved"), "");
+    assert.notEqual(fresh, first);
+    await moved(c.exec(["/bin/true"], { session: "ts-moved" }));
+    await c.forget("ts-moved");
+    assert.equal(c.incarnation("ts-moved"), "");
+    const again = await c.exec(["/bin/true"], { session: "ts-moved" });
+    assert.notEqual(again.sessionIncarnation, first);
+    assert.notEqual(again.sessionIncarnation, fresh);
+    assert.equal(c.incarnation("ts-moved"), again.sessionIncarnation);
   });
 });

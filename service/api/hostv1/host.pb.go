@@ -199,9 +199,17 @@ type ExecuteRequest struct {
 	// host's directory changes only on Apply. The session's first command
 	// fixes whether it is layered (a later one asking otherwise is refused,
 	// reason_code "layered_mode").
-	Layered       bool `protobuf:"varint,40,opt,name=layered,proto3" json:"layered,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Layered bool `protobuf:"varint,40,opt,name=layered,proto3" json:"layered,omitempty"`
+	// The session incarnation the caller expects (from an earlier result's
+	// session_incarnation). When set and this server does not hold that
+	// incarnation of the session (its node is gone, or it was forgotten and
+	// made again), the call is refused before anything runs or a workspace
+	// is made: failed_precondition, reason_code session_moved. Empty: no
+	// expectation. The header X-Aleph-Incarnation says the same; the two
+	// must agree.
+	ExpectIncarnation string `protobuf:"bytes,22,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ExecuteRequest) Reset() {
@@ -386,6 +394,13 @@ func (x *ExecuteRequest) GetLayered() bool {
 		return x.Layered
 	}
 	return false
+}
+
+func (x *ExecuteRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
 }
 
 type ExecuteResponse struct {
@@ -705,9 +720,14 @@ type ExecResult struct {
 	StreamedStderrBytes int64 `protobuf:"varint,23,opt,name=streamed_stderr_bytes,json=streamedStderrBytes,proto3" json:"streamed_stderr_bytes,omitempty"`
 	// What the command consumed, as the driver measured it; absent when it
 	// did not run.
-	Usage         *CommandUsage `protobuf:"bytes,24,opt,name=usage,proto3" json:"usage,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Usage *CommandUsage `protobuf:"bytes,24,opt,name=usage,proto3" json:"usage,omitempty"`
+	// The server that answered (serve --node-id, else its hostname) and the
+	// incarnation of the session there: a random id set when this server
+	// made the session, new when it is made again after forget or delete.
+	NodeId             string `protobuf:"bytes,25,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,26,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ExecResult) Reset() {
@@ -906,6 +926,20 @@ func (x *ExecResult) GetUsage() *CommandUsage {
 		return x.Usage
 	}
 	return nil
+}
+
+func (x *ExecResult) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ExecResult) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
 }
 
 // CommandUsage is what one command consumed: CPU time (user and system,
@@ -1667,12 +1701,17 @@ func (x *Grant) GetNetworkHost() string {
 }
 
 type Session struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Workspace     string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
-	Baseline      *Capabilities          `protobuf:"bytes,3,opt,name=baseline,proto3" json:"baseline,omitempty"`
-	Grants        []*Grant               `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
-	PolicyDigest  string                 `protobuf:"bytes,5,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Session      string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Workspace    string                 `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	Baseline     *Capabilities          `protobuf:"bytes,3,opt,name=baseline,proto3" json:"baseline,omitempty"`
+	Grants       []*Grant               `protobuf:"bytes,4,rep,name=grants,proto3" json:"grants,omitempty"`
+	PolicyDigest string                 `protobuf:"bytes,5,opt,name=policy_digest,json=policyDigest,proto3" json:"policy_digest,omitempty"`
+	// The incarnation of the session on this server (empty when it holds
+	// none: a session only described, or kept on disk from an earlier run)
+	// and the server's node id.
+	Incarnation   string `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	NodeId        string `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1738,6 +1777,20 @@ func (x *Session) GetGrants() []*Grant {
 func (x *Session) GetPolicyDigest() string {
 	if x != nil {
 		return x.PolicyDigest
+	}
+	return ""
+}
+
+func (x *Session) GetIncarnation() string {
+	if x != nil {
+		return x.Incarnation
+	}
+	return ""
+}
+
+func (x *Session) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
 	}
 	return ""
 }
@@ -2156,8 +2209,10 @@ type CapabilitiesResponse struct {
 	DefaultTimeoutMs      int64 `protobuf:"varint,2,opt,name=default_timeout_ms,json=defaultTimeoutMs,proto3" json:"default_timeout_ms,omitempty"`
 	DefaultMaxOutputBytes int64 `protobuf:"varint,3,opt,name=default_max_output_bytes,json=defaultMaxOutputBytes,proto3" json:"default_max_output_bytes,omitempty"`
 	MaxOutputBytes        int64 `protobuf:"varint,4,opt,name=max_output_bytes,json=maxOutputBytes,proto3" json:"max_output_bytes,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// The server's node id (serve --node-id, else its hostname).
+	NodeId        string `protobuf:"bytes,5,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *CapabilitiesResponse) Reset() {
@@ -2216,6 +2271,13 @@ func (x *CapabilitiesResponse) GetMaxOutputBytes() int64 {
 		return x.MaxOutputBytes
 	}
 	return 0
+}
+
+func (x *CapabilitiesResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
 }
 
 type CheckPolicyRequest struct {
@@ -2708,9 +2770,11 @@ type StartProcessRequest struct {
 	// stream opened with the same key (the client's own approver), which
 	// may connect before or after this call: a request waits for it within
 	// the approval timeout. Unset: the connected approvers, as before.
-	ApprovalKey   string `protobuf:"bytes,5,opt,name=approval_key,json=approvalKey,proto3" json:"approval_key,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ApprovalKey string `protobuf:"bytes,5,opt,name=approval_key,json=approvalKey,proto3" json:"approval_key,omitempty"`
+	// As ExecuteRequest.expect_incarnation (command's, if set, must agree).
+	ExpectIncarnation string `protobuf:"bytes,6,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StartProcessRequest) Reset() {
@@ -2778,11 +2842,23 @@ func (x *StartProcessRequest) GetApprovalKey() string {
 	return ""
 }
 
+func (x *StartProcessRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type StartProcessResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// The server that answered (serve --node-id, else its hostname) and the
+	// incarnation of the session there: a random id set when this server
+	// made the session, new when it is made again after forget or delete.
+	NodeId             string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,3,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StartProcessResponse) Reset() {
@@ -2818,6 +2894,20 @@ func (*StartProcessResponse) Descriptor() ([]byte, []int) {
 func (x *StartProcessResponse) GetId() string {
 	if x != nil {
 		return x.Id
+	}
+	return ""
+}
+
+func (x *StartProcessResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *StartProcessResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
 	}
 	return ""
 }
@@ -3679,11 +3769,13 @@ func (x *FileInfo) GetTarget() string {
 }
 
 type ReadFileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,3,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ReadFileRequest) Reset() {
@@ -3730,14 +3822,24 @@ func (x *ReadFileRequest) GetPath() string {
 	return ""
 }
 
+func (x *ReadFileRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 // ReadFileResponse: the first message carries info (and no data), the
 // next ones the file's bytes in order.
 type ReadFileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Info  *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	Data  []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	// As ExecResult's: the server and the session's incarnation there (in the first message, with info).
+	NodeId             string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,4,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ReadFileResponse) Reset() {
@@ -3784,6 +3886,20 @@ func (x *ReadFileResponse) GetData() []byte {
 	return nil
 }
 
+func (x *ReadFileResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ReadFileResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
 type WriteFileRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -3799,11 +3915,13 @@ type WriteFileRequest struct {
 	// arrives; an upload whose next part does not come within 60 seconds is
 	// dropped, leaving nothing behind. Without upload_id, data is the whole
 	// file.
-	UploadId      string `protobuf:"bytes,6,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
-	Offset        int64  `protobuf:"varint,7,opt,name=offset,proto3" json:"offset,omitempty"`
-	More          bool   `protobuf:"varint,8,opt,name=more,proto3" json:"more,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	UploadId string `protobuf:"bytes,6,opt,name=upload_id,json=uploadId,proto3" json:"upload_id,omitempty"`
+	Offset   int64  `protobuf:"varint,7,opt,name=offset,proto3" json:"offset,omitempty"`
+	More     bool   `protobuf:"varint,8,opt,name=more,proto3" json:"more,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,9,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *WriteFileRequest) Reset() {
@@ -3892,14 +4010,24 @@ func (x *WriteFileRequest) GetMore() bool {
 	return false
 }
 
+func (x *WriteFileRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type WriteFileResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The file written (after the last part; empty while more are due).
 	Info *FileInfo `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
 	// The bytes of the upload received so far.
-	Received      int64 `protobuf:"varint,2,opt,name=received,proto3" json:"received,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Received int64 `protobuf:"varint,2,opt,name=received,proto3" json:"received,omitempty"`
+	// As ExecResult's: the server and the session's incarnation there.
+	NodeId             string `protobuf:"bytes,3,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,4,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *WriteFileResponse) Reset() {
@@ -3946,13 +4074,29 @@ func (x *WriteFileResponse) GetReceived() int64 {
 	return 0
 }
 
+func (x *WriteFileResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *WriteFileResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
 type ListFilesRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	// The directory; empty is the workspace itself.
-	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,3,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *ListFilesRequest) Reset() {
@@ -3999,11 +4143,21 @@ func (x *ListFilesRequest) GetPath() string {
 	return ""
 }
 
+func (x *ListFilesRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type ListFilesResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Entries       []*FileInfo            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Entries []*FileInfo            `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	// As ExecResult's: the server and the session's incarnation there.
+	NodeId             string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,3,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *ListFilesResponse) Reset() {
@@ -4043,12 +4197,28 @@ func (x *ListFilesResponse) GetEntries() []*FileInfo {
 	return nil
 }
 
+func (x *ListFilesResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *ListFilesResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
 type StatFileRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
-	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
+	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,3,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *StatFileRequest) Reset() {
@@ -4095,11 +4265,21 @@ func (x *StatFileRequest) GetPath() string {
 	return ""
 }
 
+func (x *StatFileRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type StatFileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Info  *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	// As ExecResult's: the server and the session's incarnation there.
+	NodeId             string `protobuf:"bytes,2,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,3,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *StatFileResponse) Reset() {
@@ -4139,15 +4319,31 @@ func (x *StatFileResponse) GetInfo() *FileInfo {
 	return nil
 }
 
+func (x *StatFileResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *StatFileResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
 type RemoveFileRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Session string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
 	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// Remove a directory with what it holds (without it, only an empty
 	// one).
-	Recursive     bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Recursive bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	// As ExecuteRequest.expect_incarnation.
+	ExpectIncarnation string `protobuf:"bytes,4,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *RemoveFileRequest) Reset() {
@@ -4201,10 +4397,20 @@ func (x *RemoveFileRequest) GetRecursive() bool {
 	return false
 }
 
+func (x *RemoveFileRequest) GetExpectIncarnation() string {
+	if x != nil {
+		return x.ExpectIncarnation
+	}
+	return ""
+}
+
 type RemoveFileResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// As ExecResult's: the server and the session's incarnation there.
+	NodeId             string `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	SessionIncarnation string `protobuf:"bytes,2,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *RemoveFileResponse) Reset() {
@@ -4237,6 +4443,137 @@ func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
 	return file_host_proto_rawDescGZIP(), []int{65}
 }
 
+func (x *RemoveFileResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *RemoveFileResponse) GetSessionIncarnation() string {
+	if x != nil {
+		return x.SessionIncarnation
+	}
+	return ""
+}
+
+type DrainRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainRequest) Reset() {
+	*x = DrainRequest{}
+	mi := &file_host_proto_msgTypes[66]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainRequest) ProtoMessage() {}
+
+func (x *DrainRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[66]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
+func (*DrainRequest) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{66}
+}
+
+// DrainResponse is the server's state once draining: what it still
+// serves until its grace period ends.
+type DrainResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	NodeId string                 `protobuf:"bytes,1,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// True when this call started the drain (false: it drained already).
+	Started bool `protobuf:"varint,2,opt,name=started,proto3" json:"started,omitempty"`
+	// The sessions it holds and the commands (Execute calls) and processes
+	// running now.
+	Sessions         int64 `protobuf:"varint,3,opt,name=sessions,proto3" json:"sessions,omitempty"`
+	RunningCommands  int64 `protobuf:"varint,4,opt,name=running_commands,json=runningCommands,proto3" json:"running_commands,omitempty"`
+	RunningProcesses int64 `protobuf:"varint,5,opt,name=running_processes,json=runningProcesses,proto3" json:"running_processes,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DrainResponse) Reset() {
+	*x = DrainResponse{}
+	mi := &file_host_proto_msgTypes[67]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainResponse) ProtoMessage() {}
+
+func (x *DrainResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[67]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
+func (*DrainResponse) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{67}
+}
+
+func (x *DrainResponse) GetNodeId() string {
+	if x != nil {
+		return x.NodeId
+	}
+	return ""
+}
+
+func (x *DrainResponse) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+func (x *DrainResponse) GetSessions() int64 {
+	if x != nil {
+		return x.Sessions
+	}
+	return 0
+}
+
+func (x *DrainResponse) GetRunningCommands() int64 {
+	if x != nil {
+		return x.RunningCommands
+	}
+	return 0
+}
+
+func (x *DrainResponse) GetRunningProcesses() int64 {
+	if x != nil {
+		return x.RunningProcesses
+	}
+	return 0
+}
+
 // One change of a layered session (core/layer.Change).
 type Change struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -4255,7 +4592,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_host_proto_msgTypes[66]
+	mi := &file_host_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4267,7 +4604,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[66]
+	mi := &file_host_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4280,7 +4617,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{66}
+	return file_host_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *Change) GetPath() string {
@@ -4348,7 +4685,7 @@ type ChangesRequest struct {
 
 func (x *ChangesRequest) Reset() {
 	*x = ChangesRequest{}
-	mi := &file_host_proto_msgTypes[67]
+	mi := &file_host_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4360,7 +4697,7 @@ func (x *ChangesRequest) String() string {
 func (*ChangesRequest) ProtoMessage() {}
 
 func (x *ChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[67]
+	mi := &file_host_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4373,7 +4710,7 @@ func (x *ChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangesRequest.ProtoReflect.Descriptor instead.
 func (*ChangesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{67}
+	return file_host_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *ChangesRequest) GetSession() string {
@@ -4392,7 +4729,7 @@ type ChangesResponse struct {
 
 func (x *ChangesResponse) Reset() {
 	*x = ChangesResponse{}
-	mi := &file_host_proto_msgTypes[68]
+	mi := &file_host_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4404,7 +4741,7 @@ func (x *ChangesResponse) String() string {
 func (*ChangesResponse) ProtoMessage() {}
 
 func (x *ChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[68]
+	mi := &file_host_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4417,7 +4754,7 @@ func (x *ChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangesResponse.ProtoReflect.Descriptor instead.
 func (*ChangesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{68}
+	return file_host_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ChangesResponse) GetChanges() []*Change {
@@ -4438,7 +4775,7 @@ type DiffRequest struct {
 
 func (x *DiffRequest) Reset() {
 	*x = DiffRequest{}
-	mi := &file_host_proto_msgTypes[69]
+	mi := &file_host_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4450,7 +4787,7 @@ func (x *DiffRequest) String() string {
 func (*DiffRequest) ProtoMessage() {}
 
 func (x *DiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[69]
+	mi := &file_host_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4463,7 +4800,7 @@ func (x *DiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffRequest.ProtoReflect.Descriptor instead.
 func (*DiffRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{69}
+	return file_host_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *DiffRequest) GetSession() string {
@@ -4489,7 +4826,7 @@ type DiffResponse struct {
 
 func (x *DiffResponse) Reset() {
 	*x = DiffResponse{}
-	mi := &file_host_proto_msgTypes[70]
+	mi := &file_host_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4501,7 +4838,7 @@ func (x *DiffResponse) String() string {
 func (*DiffResponse) ProtoMessage() {}
 
 func (x *DiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[70]
+	mi := &file_host_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4514,7 +4851,7 @@ func (x *DiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffResponse.ProtoReflect.Descriptor instead.
 func (*DiffResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{70}
+	return file_host_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DiffResponse) GetDiff() string {
@@ -4537,7 +4874,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_host_proto_msgTypes[71]
+	mi := &file_host_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4549,7 +4886,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[71]
+	mi := &file_host_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4562,7 +4899,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{71}
+	return file_host_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *ApplyRequest) GetSession() string {
@@ -4598,7 +4935,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_host_proto_msgTypes[72]
+	mi := &file_host_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4610,7 +4947,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[72]
+	mi := &file_host_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4623,7 +4960,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{72}
+	return file_host_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *Refusal) GetPath() string {
@@ -4661,7 +4998,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_host_proto_msgTypes[73]
+	mi := &file_host_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4673,7 +5010,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[73]
+	mi := &file_host_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4686,7 +5023,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{73}
+	return file_host_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *ApplyResponse) GetApplied() []string {
@@ -4726,7 +5063,7 @@ type DiscardRequest struct {
 
 func (x *DiscardRequest) Reset() {
 	*x = DiscardRequest{}
-	mi := &file_host_proto_msgTypes[74]
+	mi := &file_host_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4738,7 +5075,7 @@ func (x *DiscardRequest) String() string {
 func (*DiscardRequest) ProtoMessage() {}
 
 func (x *DiscardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[74]
+	mi := &file_host_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4751,7 +5088,7 @@ func (x *DiscardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardRequest.ProtoReflect.Descriptor instead.
 func (*DiscardRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{74}
+	return file_host_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *DiscardRequest) GetSession() string {
@@ -4769,7 +5106,7 @@ type DiscardResponse struct {
 
 func (x *DiscardResponse) Reset() {
 	*x = DiscardResponse{}
-	mi := &file_host_proto_msgTypes[75]
+	mi := &file_host_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4781,7 +5118,7 @@ func (x *DiscardResponse) String() string {
 func (*DiscardResponse) ProtoMessage() {}
 
 func (x *DiscardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[75]
+	mi := &file_host_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4794,7 +5131,7 @@ func (x *DiscardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardResponse.ProtoReflect.Descriptor instead.
 func (*DiscardResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{75}
+	return file_host_proto_rawDescGZIP(), []int{77}
 }
 
 var File_host_proto protoreflect.FileDescriptor
@@ -4809,7 +5146,7 @@ const file_host_proto_rawDesc = "" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x14\n" +
 	"\x05field\x18\x03 \x01(\tR\x05field\x12\x12\n" +
 	"\x04hook\x18\x04 \x01(\tR\x04hook\x12\x16\n" +
-	"\x06driver\x18\x05 \x01(\tR\x06driver\"\x8d\x06\n" +
+	"\x06driver\x18\x05 \x01(\tR\x06driver\"\xbc\x06\n" +
 	"\x0eExecuteRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x1c\n" +
@@ -4835,7 +5172,8 @@ const file_host_proto_rawDesc = "" +
 	"\x04rows\x18\x13 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x14 \x01(\rR\x04cols\x12\x1b\n" +
 	"\tnet_hosts\x18\x15 \x03(\tR\bnetHosts\x12\x18\n" +
-	"\alayered\x18( \x01(\bR\alayered\x1a6\n" +
+	"\alayered\x18( \x01(\bR\alayered\x12-\n" +
+	"\x12expect_incarnation\x18\x16 \x01(\tR\x11expectIncarnation\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a:\n" +
@@ -4861,7 +5199,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04hook\x18\x04 \x01(\tR\x04hook\"\x9f\x06\n" +
+	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xe9\x06\n" +
 	"\n" +
 	"ExecResult\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
@@ -4892,7 +5230,9 @@ const file_host_proto_rawDesc = "" +
 	"\x0foutput_streamed\x18\x15 \x01(\bR\x0eoutputStreamed\x122\n" +
 	"\x15streamed_stdout_bytes\x18\x16 \x01(\x03R\x13streamedStdoutBytes\x122\n" +
 	"\x15streamed_stderr_bytes\x18\x17 \x01(\x03R\x13streamedStderrBytes\x121\n" +
-	"\x05usage\x18\x18 \x01(\v2\x1b.aleph.host.v1.CommandUsageR\x05usage\"y\n" +
+	"\x05usage\x18\x18 \x01(\v2\x1b.aleph.host.v1.CommandUsageR\x05usage\x12\x17\n" +
+	"\anode_id\x18\x19 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x1a \x01(\tR\x12sessionIncarnation\"y\n" +
 	"\fCommandUsage\x12\x15\n" +
 	"\x06cpu_ms\x18\x01 \x01(\x03R\x05cpuMs\x12\x1c\n" +
 	"\n" +
@@ -4940,13 +5280,15 @@ const file_host_proto_rawDesc = "" +
 	"\x05Grant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12?\n" +
 	"\fcapabilities\x18\x02 \x01(\v2\x1b.aleph.host.v1.CapabilitiesR\fcapabilities\x12!\n" +
-	"\fnetwork_host\x18\x03 \x01(\tR\vnetworkHost\"\xcd\x01\n" +
+	"\fnetwork_host\x18\x03 \x01(\tR\vnetworkHost\"\x88\x02\n" +
 	"\aSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x127\n" +
 	"\bbaseline\x18\x03 \x01(\v2\x1b.aleph.host.v1.CapabilitiesR\bbaseline\x12,\n" +
 	"\x06grants\x18\x04 \x03(\v2\x14.aleph.host.v1.GrantR\x06grants\x12#\n" +
-	"\rpolicy_digest\x18\x05 \x01(\tR\fpolicyDigest\"F\n" +
+	"\rpolicy_digest\x18\x05 \x01(\tR\fpolicyDigest\x12 \n" +
+	"\vincarnation\x18\x06 \x01(\tR\vincarnation\x12\x17\n" +
+	"\anode_id\x18\a \x01(\tR\x06nodeId\"F\n" +
 	"\x10SessionsResponse\x122\n" +
 	"\bsessions\x18\x01 \x03(\v2\x16.aleph.host.v1.SessionR\bsessions\"\xc9\x01\n" +
 	"\rGrantsRequest\x12/\n" +
@@ -4969,13 +5311,14 @@ const file_host_proto_rawDesc = "" +
 	"\asession\x18\x01 \x01(\tR\asession\x12,\n" +
 	"\x06grants\x18\x02 \x03(\v2\x14.aleph.host.v1.GrantR\x06grants\x12#\n" +
 	"\rpolicy_digest\x18\x03 \x01(\tR\fpolicyDigest\"\x15\n" +
-	"\x13CapabilitiesRequest\"\xc8\x01\n" +
+	"\x13CapabilitiesRequest\"\xe1\x01\n" +
 	"\x14CapabilitiesResponse\x12\x1f\n" +
 	"\vreport_json\x18\x01 \x01(\tR\n" +
 	"reportJson\x12,\n" +
 	"\x12default_timeout_ms\x18\x02 \x01(\x03R\x10defaultTimeoutMs\x127\n" +
 	"\x18default_max_output_bytes\x18\x03 \x01(\x03R\x15defaultMaxOutputBytes\x12(\n" +
-	"\x10max_output_bytes\x18\x04 \x01(\x03R\x0emaxOutputBytes\"D\n" +
+	"\x10max_output_bytes\x18\x04 \x01(\x03R\x0emaxOutputBytes\x12\x17\n" +
+	"\anode_id\x18\x05 \x01(\tR\x06nodeId\"D\n" +
 	"\x12CheckPolicyRequest\x12\x18\n" +
 	"\acommand\x18\x01 \x01(\tR\acommand\x12\x14\n" +
 	"\x05stdin\x18\x02 \x01(\fR\x05stdin\"[\n" +
@@ -5003,15 +5346,18 @@ const file_host_proto_rawDesc = "" +
 	"signal_key\x18\x01 \x01(\tR\tsignalKey\x12\x12\n" +
 	"\x04rows\x18\x02 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x03 \x01(\rR\x04cols\"\x18\n" +
-	"\x16ResizeTerminalResponse\"\xab\x01\n" +
+	"\x16ResizeTerminalResponse\"\xda\x01\n" +
 	"\x13StartProcessRequest\x127\n" +
 	"\acommand\x18\x01 \x01(\v2\x1d.aleph.host.v1.ExecuteRequestR\acommand\x12\x10\n" +
 	"\x03tty\x18\x02 \x01(\bR\x03tty\x12\x12\n" +
 	"\x04rows\x18\x03 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x04 \x01(\rR\x04cols\x12!\n" +
-	"\fapproval_key\x18\x05 \x01(\tR\vapprovalKey\"&\n" +
+	"\fapproval_key\x18\x05 \x01(\tR\vapprovalKey\x12-\n" +
+	"\x12expect_incarnation\x18\x06 \x01(\tR\x11expectIncarnation\"p\n" +
 	"\x14StartProcessResponse\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\tR\x02id\"9\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"9\n" +
 	"\x13WriteProcessRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"0\n" +
@@ -5061,13 +5407,16 @@ const file_host_proto_rawDesc = "" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\"\n" +
 	"\rmtime_unix_ms\x18\x05 \x01(\x03R\vmtimeUnixMs\x12\x16\n" +
-	"\x06target\x18\x06 \x01(\tR\x06target\"?\n" +
+	"\x06target\x18\x06 \x01(\tR\x06target\"n\n" +
 	"\x0fReadFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"S\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12-\n" +
+	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\"\x9d\x01\n" +
 	"\x10ReadFileResponse\x12+\n" +
 	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x12\n" +
-	"\x04data\x18\x02 \x01(\fR\x04data\"\xcb\x01\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x04 \x01(\tR\x12sessionIncarnation\"\xfa\x01\n" +
 	"\x10WriteFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
@@ -5076,25 +5425,44 @@ const file_host_proto_rawDesc = "" +
 	"\aparents\x18\x05 \x01(\bR\aparents\x12\x1b\n" +
 	"\tupload_id\x18\x06 \x01(\tR\buploadId\x12\x16\n" +
 	"\x06offset\x18\a \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04more\x18\b \x01(\bR\x04more\"\\\n" +
+	"\x04more\x18\b \x01(\bR\x04more\x12-\n" +
+	"\x12expect_incarnation\x18\t \x01(\tR\x11expectIncarnation\"\xa6\x01\n" +
 	"\x11WriteFileResponse\x12+\n" +
 	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x1a\n" +
-	"\breceived\x18\x02 \x01(\x03R\breceived\"@\n" +
+	"\breceived\x18\x02 \x01(\x03R\breceived\x12\x17\n" +
+	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x04 \x01(\tR\x12sessionIncarnation\"o\n" +
 	"\x10ListFilesRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"F\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12-\n" +
+	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\"\x90\x01\n" +
 	"\x11ListFilesResponse\x121\n" +
-	"\aentries\x18\x01 \x03(\v2\x17.aleph.host.v1.FileInfoR\aentries\"?\n" +
+	"\aentries\x18\x01 \x03(\v2\x17.aleph.host.v1.FileInfoR\aentries\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"n\n" +
 	"\x0fStatFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
-	"\x04path\x18\x02 \x01(\tR\x04path\"?\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12-\n" +
+	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\"\x89\x01\n" +
 	"\x10StatFileResponse\x12+\n" +
-	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\"_\n" +
+	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x17\n" +
+	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"\x8e\x01\n" +
 	"\x11RemoveFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
-	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x14\n" +
-	"\x12RemoveFileResponse\"\xba\x01\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\x12-\n" +
+	"\x12expect_incarnation\x18\x04 \x01(\tR\x11expectIncarnation\"^\n" +
+	"\x12RemoveFileResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12/\n" +
+	"\x13session_incarnation\x18\x02 \x01(\tR\x12sessionIncarnation\"\x0e\n" +
+	"\fDrainRequest\"\xb6\x01\n" +
+	"\rDrainResponse\x12\x17\n" +
+	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12\x18\n" +
+	"\astarted\x18\x02 \x01(\bR\astarted\x12\x1a\n" +
+	"\bsessions\x18\x03 \x01(\x03R\bsessions\x12)\n" +
+	"\x10running_commands\x18\x04 \x01(\x03R\x0frunningCommands\x12+\n" +
+	"\x11running_processes\x18\x05 \x01(\x03R\x10runningProcesses\"\xba\x01\n" +
 	"\x06Change\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x12\n" +
@@ -5129,7 +5497,7 @@ const file_host_proto_rawDesc = "" +
 	"\bgit_json\x18\x04 \x01(\tR\agitJson\"*\n" +
 	"\x0eDiscardRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\"\x11\n" +
-	"\x0fDiscardResponse2\x80\x12\n" +
+	"\x0fDiscardResponse2\xc4\x12\n" +
 	"\aService\x12J\n" +
 	"\aExecute\x12\x1d.aleph.host.v1.ExecuteRequest\x1a\x1e.aleph.host.v1.ExecuteResponse0\x01\x12N\n" +
 	"\tApprovals\x12\x1f.aleph.host.v1.ApprovalsRequest\x1a\x1e.aleph.host.v1.ApprovalRequest0\x01\x12H\n" +
@@ -5161,7 +5529,8 @@ const file_host_proto_rawDesc = "" +
 	"\aChanges\x12\x1d.aleph.host.v1.ChangesRequest\x1a\x1e.aleph.host.v1.ChangesResponse\x12?\n" +
 	"\x04Diff\x12\x1a.aleph.host.v1.DiffRequest\x1a\x1b.aleph.host.v1.DiffResponse\x12B\n" +
 	"\x05Apply\x12\x1b.aleph.host.v1.ApplyRequest\x1a\x1c.aleph.host.v1.ApplyResponse\x12H\n" +
-	"\aDiscard\x12\x1d.aleph.host.v1.DiscardRequest\x1a\x1e.aleph.host.v1.DiscardResponseBBZ@github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1;hostv1b\x06proto3"
+	"\aDiscard\x12\x1d.aleph.host.v1.DiscardRequest\x1a\x1e.aleph.host.v1.DiscardResponse\x12B\n" +
+	"\x05Drain\x12\x1b.aleph.host.v1.DrainRequest\x1a\x1c.aleph.host.v1.DrainResponseBBZ@github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1;hostv1b\x06proto3"
 
 var (
 	file_host_proto_rawDescOnce sync.Once
@@ -5176,7 +5545,7 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 78)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
@@ -5245,22 +5614,24 @@ var file_host_proto_goTypes = []any{
 	(*StatFileResponse)(nil),          // 64: aleph.host.v1.StatFileResponse
 	(*RemoveFileRequest)(nil),         // 65: aleph.host.v1.RemoveFileRequest
 	(*RemoveFileResponse)(nil),        // 66: aleph.host.v1.RemoveFileResponse
-	(*Change)(nil),                    // 67: aleph.host.v1.Change
-	(*ChangesRequest)(nil),            // 68: aleph.host.v1.ChangesRequest
-	(*ChangesResponse)(nil),           // 69: aleph.host.v1.ChangesResponse
-	(*DiffRequest)(nil),               // 70: aleph.host.v1.DiffRequest
-	(*DiffResponse)(nil),              // 71: aleph.host.v1.DiffResponse
-	(*ApplyRequest)(nil),              // 72: aleph.host.v1.ApplyRequest
-	(*Refusal)(nil),                   // 73: aleph.host.v1.Refusal
-	(*ApplyResponse)(nil),             // 74: aleph.host.v1.ApplyResponse
-	(*DiscardRequest)(nil),            // 75: aleph.host.v1.DiscardRequest
-	(*DiscardResponse)(nil),           // 76: aleph.host.v1.DiscardResponse
-	nil,                               // 77: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                               // 78: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*DrainRequest)(nil),              // 67: aleph.host.v1.DrainRequest
+	(*DrainResponse)(nil),             // 68: aleph.host.v1.DrainResponse
+	(*Change)(nil),                    // 69: aleph.host.v1.Change
+	(*ChangesRequest)(nil),            // 70: aleph.host.v1.ChangesRequest
+	(*ChangesResponse)(nil),           // 71: aleph.host.v1.ChangesResponse
+	(*DiffRequest)(nil),               // 72: aleph.host.v1.DiffRequest
+	(*DiffResponse)(nil),              // 73: aleph.host.v1.DiffResponse
+	(*ApplyRequest)(nil),              // 74: aleph.host.v1.ApplyRequest
+	(*Refusal)(nil),                   // 75: aleph.host.v1.Refusal
+	(*ApplyResponse)(nil),             // 76: aleph.host.v1.ApplyResponse
+	(*DiscardRequest)(nil),            // 77: aleph.host.v1.DiscardRequest
+	(*DiscardResponse)(nil),           // 78: aleph.host.v1.DiscardResponse
+	nil,                               // 79: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 80: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	77, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	78, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	79, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	80, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	5,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
 	11, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	7,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
@@ -5290,8 +5661,8 @@ var file_host_proto_depIdxs = []int32{
 	56, // 28: aleph.host.v1.WriteFileResponse.info:type_name -> aleph.host.v1.FileInfo
 	56, // 29: aleph.host.v1.ListFilesResponse.entries:type_name -> aleph.host.v1.FileInfo
 	56, // 30: aleph.host.v1.StatFileResponse.info:type_name -> aleph.host.v1.FileInfo
-	67, // 31: aleph.host.v1.ChangesResponse.changes:type_name -> aleph.host.v1.Change
-	73, // 32: aleph.host.v1.ApplyResponse.refused:type_name -> aleph.host.v1.Refusal
+	69, // 31: aleph.host.v1.ChangesResponse.changes:type_name -> aleph.host.v1.Change
+	75, // 32: aleph.host.v1.ApplyResponse.refused:type_name -> aleph.host.v1.Refusal
 	2,  // 33: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
 	10, // 34: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
 	12, // 35: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
@@ -5316,40 +5687,42 @@ var file_host_proto_depIdxs = []int32{
 	61, // 54: aleph.host.v1.Service.ListFiles:input_type -> aleph.host.v1.ListFilesRequest
 	63, // 55: aleph.host.v1.Service.StatFile:input_type -> aleph.host.v1.StatFileRequest
 	65, // 56: aleph.host.v1.Service.RemoveFile:input_type -> aleph.host.v1.RemoveFileRequest
-	68, // 57: aleph.host.v1.Service.Changes:input_type -> aleph.host.v1.ChangesRequest
-	70, // 58: aleph.host.v1.Service.Diff:input_type -> aleph.host.v1.DiffRequest
-	72, // 59: aleph.host.v1.Service.Apply:input_type -> aleph.host.v1.ApplyRequest
-	75, // 60: aleph.host.v1.Service.Discard:input_type -> aleph.host.v1.DiscardRequest
-	3,  // 61: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	11, // 62: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	13, // 63: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	21, // 64: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	26, // 65: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	28, // 66: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	30, // 67: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	32, // 68: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	34, // 69: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
-	36, // 70: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
-	38, // 71: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
-	40, // 72: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
-	42, // 73: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
-	44, // 74: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
-	46, // 75: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
-	48, // 76: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
-	50, // 77: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
-	52, // 78: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
-	55, // 79: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
-	58, // 80: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
-	60, // 81: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
-	62, // 82: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
-	64, // 83: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
-	66, // 84: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
-	69, // 85: aleph.host.v1.Service.Changes:output_type -> aleph.host.v1.ChangesResponse
-	71, // 86: aleph.host.v1.Service.Diff:output_type -> aleph.host.v1.DiffResponse
-	74, // 87: aleph.host.v1.Service.Apply:output_type -> aleph.host.v1.ApplyResponse
-	76, // 88: aleph.host.v1.Service.Discard:output_type -> aleph.host.v1.DiscardResponse
-	61, // [61:89] is the sub-list for method output_type
-	33, // [33:61] is the sub-list for method input_type
+	70, // 57: aleph.host.v1.Service.Changes:input_type -> aleph.host.v1.ChangesRequest
+	72, // 58: aleph.host.v1.Service.Diff:input_type -> aleph.host.v1.DiffRequest
+	74, // 59: aleph.host.v1.Service.Apply:input_type -> aleph.host.v1.ApplyRequest
+	77, // 60: aleph.host.v1.Service.Discard:input_type -> aleph.host.v1.DiscardRequest
+	67, // 61: aleph.host.v1.Service.Drain:input_type -> aleph.host.v1.DrainRequest
+	3,  // 62: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	11, // 63: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	13, // 64: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	21, // 65: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	26, // 66: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	28, // 67: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	30, // 68: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	32, // 69: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	34, // 70: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
+	36, // 71: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
+	38, // 72: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
+	40, // 73: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	42, // 74: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	44, // 75: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	46, // 76: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	48, // 77: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	50, // 78: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	52, // 79: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	55, // 80: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	58, // 81: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
+	60, // 82: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
+	62, // 83: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
+	64, // 84: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
+	66, // 85: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
+	71, // 86: aleph.host.v1.Service.Changes:output_type -> aleph.host.v1.ChangesResponse
+	73, // 87: aleph.host.v1.Service.Diff:output_type -> aleph.host.v1.DiffResponse
+	76, // 88: aleph.host.v1.Service.Apply:output_type -> aleph.host.v1.ApplyResponse
+	78, // 89: aleph.host.v1.Service.Discard:output_type -> aleph.host.v1.DiscardResponse
+	68, // 90: aleph.host.v1.Service.Drain:output_type -> aleph.host.v1.DrainResponse
+	62, // [62:91] is the sub-list for method output_type
+	33, // [33:62] is the sub-list for method input_type
 	33, // [33:33] is the sub-list for extension type_name
 	33, // [33:33] is the sub-list for extension extendee
 	0,  // [0:33] is the sub-list for field type_name
@@ -5383,7 +5756,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   78,
+			NumMessages:   80,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -97,6 +97,8 @@ const (
 	ServiceApplyProcedure = "/aleph.host.v1.Service/Apply"
 	// ServiceDiscardProcedure is the fully-qualified name of the Service's Discard RPC.
 	ServiceDiscardProcedure = "/aleph.host.v1.Service/Discard"
+	// ServiceDrainProcedure is the fully-qualified name of the Service's Drain RPC.
+	ServiceDrainProcedure = "/aleph.host.v1.Service/Drain"
 )
 
 // ServiceClient is a client for the aleph.host.v1.Service service.
@@ -176,6 +178,14 @@ type ServiceClient interface {
 	Diff(context.Context, *connect.Request[hostv1.DiffRequest]) (*connect.Response[hostv1.DiffResponse], error)
 	Apply(context.Context, *connect.Request[hostv1.ApplyRequest]) (*connect.Response[hostv1.ApplyResponse], error)
 	Discard(context.Context, *connect.Request[hostv1.DiscardRequest]) (*connect.Response[hostv1.DiscardResponse], error)
+	// Drain makes the server drain without a signal (what SIGTERM starts):
+	// it reports itself not ready, refuses new sessions (reason_code
+	// draining) and goes on serving the sessions it holds. One-way: a
+	// draining server is on its way out. Over TCP it needs the server's
+	// client authentication like every call; on a unix socket it is the
+	// socket owner's alone (a uid listed in [serve] allowed_uids may run
+	// commands, not drain the server).
+	Drain(context.Context, *connect.Request[hostv1.DrainRequest]) (*connect.Response[hostv1.DrainResponse], error)
 }
 
 // NewServiceClient constructs a client for the aleph.host.v1.Service service. By default, it uses
@@ -357,6 +367,12 @@ func NewServiceClient(httpClient connect.HTTPClient, baseURL string, opts ...con
 			connect.WithSchema(serviceMethods.ByName("Discard")),
 			connect.WithClientOptions(opts...),
 		),
+		drain: connect.NewClient[hostv1.DrainRequest, hostv1.DrainResponse](
+			httpClient,
+			baseURL+ServiceDrainProcedure,
+			connect.WithSchema(serviceMethods.ByName("Drain")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -390,6 +406,7 @@ type serviceClient struct {
 	diff              *connect.Client[hostv1.DiffRequest, hostv1.DiffResponse]
 	apply             *connect.Client[hostv1.ApplyRequest, hostv1.ApplyResponse]
 	discard           *connect.Client[hostv1.DiscardRequest, hostv1.DiscardResponse]
+	drain             *connect.Client[hostv1.DrainRequest, hostv1.DrainResponse]
 }
 
 // Execute calls aleph.host.v1.Service.Execute.
@@ -532,6 +549,11 @@ func (c *serviceClient) Discard(ctx context.Context, req *connect.Request[hostv1
 	return c.discard.CallUnary(ctx, req)
 }
 
+// Drain calls aleph.host.v1.Service.Drain.
+func (c *serviceClient) Drain(ctx context.Context, req *connect.Request[hostv1.DrainRequest]) (*connect.Response[hostv1.DrainResponse], error) {
+	return c.drain.CallUnary(ctx, req)
+}
+
 // ServiceHandler is an implementation of the aleph.host.v1.Service service.
 type ServiceHandler interface {
 	// Execute runs one command: output chunks (each stream's bytes in the
@@ -609,6 +631,14 @@ type ServiceHandler interface {
 	Diff(context.Context, *connect.Request[hostv1.DiffRequest]) (*connect.Response[hostv1.DiffResponse], error)
 	Apply(context.Context, *connect.Request[hostv1.ApplyRequest]) (*connect.Response[hostv1.ApplyResponse], error)
 	Discard(context.Context, *connect.Request[hostv1.DiscardRequest]) (*connect.Response[hostv1.DiscardResponse], error)
+	// Drain makes the server drain without a signal (what SIGTERM starts):
+	// it reports itself not ready, refuses new sessions (reason_code
+	// draining) and goes on serving the sessions it holds. One-way: a
+	// draining server is on its way out. Over TCP it needs the server's
+	// client authentication like every call; on a unix socket it is the
+	// socket owner's alone (a uid listed in [serve] allowed_uids may run
+	// commands, not drain the server).
+	Drain(context.Context, *connect.Request[hostv1.DrainRequest]) (*connect.Response[hostv1.DrainResponse], error)
 }
 
 // NewServiceHandler builds an HTTP handler from the service implementation. It returns the path on
@@ -786,6 +816,12 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 		connect.WithSchema(serviceMethods.ByName("Discard")),
 		connect.WithHandlerOptions(opts...),
 	)
+	serviceDrainHandler := connect.NewUnaryHandler(
+		ServiceDrainProcedure,
+		svc.Drain,
+		connect.WithSchema(serviceMethods.ByName("Drain")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/aleph.host.v1.Service/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ServiceExecuteProcedure:
@@ -844,6 +880,8 @@ func NewServiceHandler(svc ServiceHandler, opts ...connect.HandlerOption) (strin
 			serviceApplyHandler.ServeHTTP(w, r)
 		case ServiceDiscardProcedure:
 			serviceDiscardHandler.ServeHTTP(w, r)
+		case ServiceDrainProcedure:
+			serviceDrainHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -963,4 +1001,8 @@ func (UnimplementedServiceHandler) Apply(context.Context, *connect.Request[hostv
 
 func (UnimplementedServiceHandler) Discard(context.Context, *connect.Request[hostv1.DiscardRequest]) (*connect.Response[hostv1.DiscardResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Discard is not implemented"))
+}
+
+func (UnimplementedServiceHandler) Drain(context.Context, *connect.Request[hostv1.DrainRequest]) (*connect.Response[hostv1.DrainResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("aleph.host.v1.Service.Drain is not implemented"))
 }
