@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -87,4 +88,12 @@ func drainSeconds(t *testing.T, cfg string) (grace, term int64) {
 		return n
 	}
 	return num("grace_seconds", 10), num("term_grace_seconds", 5)
+}
+
+func metav1TypeMeta(apiVersion, kind string) metav1.TypeMeta {
+	return metav1.TypeMeta{APIVersion: apiVersion, Kind: kind}
+}
+
+func objectMeta(name string, labels map[string]string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{Name: name, Labels: labels}
 }
