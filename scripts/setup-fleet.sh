@@ -11,3 +11,8 @@ sudo=""
 export DEBIAN_FRONTEND=noninteractive
 $sudo apt-get update -qq
 $sudo apt-get install -y -qq $pkgs >/dev/null
+# contrib/fleet is a module of its own (the Kubernetes and agent-sandbox
+# types): fetch its modules now, so the tests fetch nothing.
+if command -v go >/dev/null; then
+	(cd "$(dirname "$0")/../contrib/fleet" && go mod download)
+fi

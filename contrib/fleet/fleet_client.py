@@ -3,7 +3,7 @@ the router's CA, through HAProxy. Each subcommand prints one JSON object.
 
     fleet_client.py affinity N        N sessions, a file written then read
     fleet_client.py run SESSION ARGV_JSON
-    fleet_client.py load SESSIONS COMMANDS CONCURRENCY
+    fleet_client.py load SESSIONS COMMANDS CONCURRENCY [PREFIX]
 
 The address, CA and token come from ALEPH_FLEET_ADDR, ALEPH_FLEET_CA and
 ALEPH_SANDBOX_TOKEN.
@@ -60,11 +60,13 @@ def run(session, argv):
         return error(e)
 
 
-def load(sessions, commands, concurrency):
+def load(sessions, commands, concurrency, prefix):
     errors = []
     done = [0]
     lock = threading.Lock()
-    names = ["load-%d-%s" % (i, secrets.token_hex(4)) for i in range(sessions)]
+    # A fixed prefix reuses the same sessions from one measurement to the
+    # next, so a pod holds only as many as one run uses.
+    names = ["%s-%d" % (prefix, i) for i in range(sessions)]
     work = [(names[i % sessions]) for i in range(commands)]
 
     def worker(k):
@@ -97,7 +99,8 @@ def main():
     elif cmd == "run":
         out = run(sys.argv[2], json.loads(sys.argv[3]))
     elif cmd == "load":
-        out = load(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+        prefix = sys.argv[5] if len(sys.argv) > 5 else "load-" + secrets.token_hex(4)
+        out = load(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), prefix)
     else:
         raise SystemExit("unknown subcommand %r" % cmd)
     json.dump(out, sys.stdout)

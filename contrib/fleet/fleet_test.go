@@ -18,6 +18,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -218,7 +219,7 @@ func (f *fleet) controlContainer(ctx context.Context) {
 // test's state. Security: podman runs the pod as root, privileged (it has
 // no user namespaces for pods nor procMount); probes and preStop are the
 // kubelet's, left out (HAProxy checks /readyz itself).
-func (f *fleet) renderPod(i int, sts *appsv1.StatefulSet, config string) (pod, string) {
+func (f *fleet) renderPod(i int, sts *appsv1.StatefulSet, config string, cpus string) (pod, string) {
 	t := f.t
 	p := pod{name: fmt.Sprintf("%s-%d", sts.Name, i), port: freePort(t), metrics: freePort(t)}
 	dir := filepath.Join(f.state, p.name)
@@ -267,6 +268,9 @@ func (f *fleet) renderPod(i int, sts *appsv1.StatefulSet, config string) (pod, s
 		c.SecurityContext = &corev1.SecurityContext{Privileged: &priv}
 		c.ReadinessProbe, c.LivenessProbe, c.Lifecycle = nil, nil, nil
 		c.Resources = corev1.ResourceRequirements{}
+		if cpus != "" {
+			c.Resources.Limits = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpus)}
+		}
 		c.Ports = nil
 	}
 	pd := corev1.Pod{
@@ -308,15 +312,17 @@ func (f *fleet) readManifests() (*appsv1.StatefulSet, string) {
 	return &sts, config
 }
 
-// up plays n pods and starts HAProxy in front of them.
-func (f *fleet) up(ctx context.Context, n int) {
+// up plays n pods and starts HAProxy in front of them; cpus, when set,
+// is each pod's CPU limit (the figures give each pod one core, as the
+// StatefulSet's request does).
+func (f *fleet) up(ctx context.Context, n int, cpus string) {
 	t := f.t
 	f.certs()
 	f.buildImage(ctx)
 	f.controlContainer(ctx)
 	sts, config := f.readManifests()
 	for i := 0; i < n; i++ {
-		p, file := f.renderPod(i, sts, config)
+		p, file := f.renderPod(i, sts, config, cpus)
 		f.pods = append(f.pods, p)
 		if out, err := f.podman(ctx, "kube", "play", file); err != nil {
 			t.Fatalf("playing %s: %v\n%s", p.name, err, out)
@@ -445,7 +451,7 @@ func (f *fleet) client(ctx context.Context, out any, args ...string) {
 
 type execOut struct {
 	Stdout, Stderr     string
-	ExitCode           *int   `json:"exit_code"`
+	ExitCode           *int `json:"exit_code"`
 	Denied             bool
 	Reason             string
 	NodeID             string `json:"node_id"`
@@ -498,7 +504,7 @@ func TestFleet(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	defer cancel()
 	f := newFleet(t)
-	f.up(ctx, 3)
+	f.up(ctx, 3, "")
 
 	// Affinity: a file written by a session's first call is read by its
 	// second; the sessions spread over more than one pod.
@@ -639,5 +645,70 @@ func (f *fleet) drainAndKill(ctx context.Context, sessionPod, tokens map[string]
 	f.client(ctx, &fresh, "run", fmt.Sprintf("after-kill-%d", time.Now().UnixNano()), `["hostname"]`)
 	if fresh.ExitCode == nil || *fresh.ExitCode != 0 || hostOf(fresh) == killPod || hostOf(fresh) == drainPod {
 		t.Errorf("a new session after the kill: %+v, want it served by the pod left", fresh)
+	}
+}
+
+// setServers leaves the first n pods in HAProxy's pool and puts the others
+// in maintenance, through its admin socket.
+func (f *fleet) setServers(n int) {
+	for i := range f.pods {
+		verb := "enable"
+		if i >= n {
+			verb = "disable"
+		}
+		c, err := net.Dial("unix", filepath.Join(f.state, "admin.sock"))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		fmt.Fprintf(c, "%s server serve/pod%d\n", verb, i)
+		_, _ = bufio.NewReader(c).ReadString('\n')
+		c.Close()
+	}
+}
+
+type loadOut struct {
+	OK      int
+	Seconds float64
+	Failed  int
+	Errors  []string
+}
+
+// TestFleetFigures measures what docs/fleet.md's capacity model rests on:
+// commands/s through the router with 1, 2 and 3 pods of one core each,
+// and one pod's commands/s as concurrent sessions grow. It asserts only
+// that every command succeeded; the figures are logged (a measurement,
+// not a test: make bench-fleet, ALEPH_FLEET_FIGURES=1).
+func TestFleetFigures(t *testing.T) {
+	if os.Getenv("ALEPH_FLEET_FIGURES") == "" {
+		t.Skip("a measurement of a few minutes: set ALEPH_FLEET_FIGURES=1 (make bench-fleet)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	defer cancel()
+	f := newFleet(t)
+	f.up(ctx, 3, "1")
+	n := 160
+	if v, err := strconv.Atoi(os.Getenv("ALEPH_FLEET_COMMANDS")); err == nil && v > 0 {
+		n = v
+	}
+	measure := func(sessions, conc int) loadOut {
+		var l loadOut
+		f.client(ctx, &l, "load", strconv.Itoa(sessions), strconv.Itoa(n), strconv.Itoa(conc), "fig")
+		if l.Failed > 0 || l.OK != n {
+			t.Errorf("load %d sessions, concurrency %d: %d of %d ok, errors %v", sessions, conc, l.OK, n, l.Errors)
+		}
+		return l
+	}
+	// Warm each pod's pipeline once.
+	f.setServers(3)
+	measure(24, 12)
+	for _, conc := range []int{1, 2, 4, 8, 16} {
+		f.setServers(1)
+		l := measure(conc, conc)
+		t.Logf("1 pod (1 core), %2d sessions side by side: %6.1f commands/s", conc, float64(l.OK)/l.Seconds)
+	}
+	for pods := 1; pods <= 3; pods++ {
+		f.setServers(pods)
+		l := measure(24, 12)
+		t.Logf("%d pod(s) of 1 core, 24 sessions, 12 side by side: %6.1f commands/s", pods, float64(l.OK)/l.Seconds)
 	}
 }
