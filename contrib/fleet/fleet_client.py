@@ -4,6 +4,8 @@ the router's CA, through HAProxy. Each subcommand prints one JSON object.
     fleet_client.py affinity N        N sessions, a file written then read
     fleet_client.py run SESSION ARGV_JSON
     fleet_client.py load SESSIONS COMMANDS CONCURRENCY [PREFIX]
+    fleet_client.py restart SESSION   one call, a line on stdin, the same call
+                                      again from the same client
 
 The address, CA and token come from ALEPH_FLEET_ADDR, ALEPH_FLEET_CA and
 ALEPH_SANDBOX_TOKEN.
@@ -60,6 +62,22 @@ def run(session, argv):
         return error(e)
 
 
+def restart(session):
+    """The same client calls the session before and after its pod restarts:
+    a client that keeps the session's incarnation must get SessionMoved."""
+    c = client()
+    argv = ["sh", "-c", "read v < state; echo $v; exec hostname"]
+    moved = getattr(aleph_sandbox, "SessionMoved", None) is not None
+    json.dump({"first": result(c.exec(argv, session=session)), "has_session_moved": moved}, sys.stdout)
+    sys.stdout.write("\n")
+    sys.stdout.flush()
+    sys.stdin.readline()
+    try:
+        return {"second": result(c.exec(argv, session=session))}
+    except aleph_sandbox.SandboxError as e:
+        return {"second": error(e)}
+
+
 def load(sessions, commands, concurrency, prefix):
     errors = []
     done = [0]
@@ -101,6 +119,8 @@ def main():
     elif cmd == "load":
         prefix = sys.argv[5] if len(sys.argv) > 5 else "load-" + secrets.token_hex(4)
         out = load(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), prefix)
+    elif cmd == "restart":
+        out = restart(sys.argv[2])
     else:
         raise SystemExit("unknown subcommand %r" % cmd)
     json.dump(out, sys.stdout)

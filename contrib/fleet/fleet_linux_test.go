@@ -428,16 +428,20 @@ func (f *fleet) waitServer(ctx context.Context, i int, want string) {
 	f.t.Fatalf("HAProxy never saw pod%d %s (last: %s)", i, want, got)
 }
 
-// client runs fleet_client.py with the Python client of this checkout.
-func (f *fleet) client(ctx context.Context, out any, args ...string) {
-	t := f.t
-	cmd := exec.CommandContext(ctx, "python3", append([]string{filepath.Join(f.root, "contrib", "fleet", "fleet_client.py")}, args...)...)
-	cmd.Env = append(os.Environ(),
+func (f *fleet) clientEnv() []string {
+	return append(os.Environ(),
 		"PYTHONPATH="+filepath.Join(f.root, "clients", "python"),
 		fmt.Sprintf("ALEPH_FLEET_ADDR=tcp:127.0.0.1:%d", f.router),
 		"ALEPH_FLEET_CA="+filepath.Join(f.state, "secret", "ca.crt"),
 		"ALEPH_SANDBOX_TOKEN="+f.token,
 	)
+}
+
+// client runs fleet_client.py with the Python client of this checkout.
+func (f *fleet) client(ctx context.Context, out any, args ...string) {
+	t := f.t
+	cmd := exec.CommandContext(ctx, "python3", append([]string{filepath.Join(f.root, "contrib", "fleet", "fleet_client.py")}, args...)...)
+	cmd.Env = f.clientEnv()
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	b, err := cmd.Output()
@@ -645,6 +649,90 @@ func (f *fleet) drainAndKill(ctx context.Context, sessionPod, tokens map[string]
 	f.client(ctx, &fresh, "run", fmt.Sprintf("after-kill-%d", time.Now().UnixNano()), `["hostname"]`)
 	if fresh.ExitCode == nil || *fresh.ExitCode != 0 || hostOf(fresh) == killPod || hostOf(fresh) == drainPod {
 		t.Errorf("a new session after the kill: %+v, want it served by the pod left", fresh)
+	}
+	f.restart(ctx, sessionPod, tokens, drainPod, killPod)
+}
+
+// restart: the pod left is killed and started again (a StatefulSet's pod
+// restarted in place: same name, same address, same data volume) while a
+// client holds one of its sessions. A client that keeps the session's
+// incarnation gets session_moved: the session's processes are gone even
+// though its files are still there. A client without it finds the files
+// (the workspace lives on the pod's volume) and is served.
+func (f *fleet) restart(ctx context.Context, sessionPod, tokens map[string]string, gone ...string) {
+	t := f.t
+	var s, host string
+	for ss, p := range sessionPod {
+		if p != gone[0] && p != gone[1] {
+			s, host = ss, p
+			break
+		}
+	}
+	if s == "" {
+		t.Fatal("no session on the pod left")
+	}
+	cmd := exec.CommandContext(ctx, "python3", filepath.Join(f.root, "contrib", "fleet", "fleet_client.py"), "restart", s)
+	cmd.Env = f.clientEnv()
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = cmd.Wait() }()
+	rd := bufio.NewReader(outp)
+	var first struct {
+		First           execOut
+		HasSessionMoved bool `json:"has_session_moved"`
+	}
+	line, err := rd.ReadBytes('\n')
+	if err != nil || json.Unmarshal(line, &first) != nil {
+		t.Fatalf("restart client: %q %v\n%s", line, err, stderr.String())
+	}
+	if first.First.ExitCode == nil || *first.First.ExitCode != 0 || !strings.HasPrefix(first.First.Stdout, tokens[s]+"\n") {
+		t.Fatalf("session %s before the restart: %+v", s, first.First)
+	}
+	i := f.podIndex(host)
+	if out, err := f.podman(ctx, "pod", "kill", "--signal", "KILL", host); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	f.waitServer(ctx, i, "DOWN")
+	if out, err := f.podman(ctx, "pod", "start", host); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	f.waitReady(ctx, f.pods[i])
+	f.waitServer(ctx, i, "UP")
+	if _, err := in.Write([]byte("go\n")); err != nil {
+		t.Fatal(err)
+	}
+	in.Close()
+	var second struct{ Second execOut }
+	if line, err = rd.ReadBytes('\n'); err != nil && len(line) == 0 {
+		t.Fatalf("restart client: %v\n%s", err, stderr.String())
+	}
+	if err := json.Unmarshal(line, &second); err != nil {
+		t.Fatalf("restart client printed %q: %v", line, err)
+	}
+	r := second.Second
+	if first.HasSessionMoved {
+		if !r.SessionMoved {
+			t.Errorf("session %s after its pod restarted: %+v, want aleph_sandbox.SessionMoved (its processes are gone)", s, r)
+		}
+		if first.First.SessionIncarnation == "" {
+			t.Errorf("the client has SessionMoved but the result carries no session_incarnation: %+v", first.First)
+		}
+		return
+	}
+	t.Log("the Python client has no SessionMoved yet: checking that the restarted pod kept the session's workspace instead")
+	if r.ExitCode == nil || *r.ExitCode != 0 || !strings.HasPrefix(r.Stdout, tokens[s]+"\n") || hostOf(r) != host {
+		t.Errorf("session %s after its pod %s restarted: %+v, want its file read on the same pod (the workspace is on the pod's volume)", s, host, r)
 	}
 }
 
