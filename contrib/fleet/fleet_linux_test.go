@@ -51,6 +51,17 @@ type fleet struct {
 	haproxy *exec.Cmd
 }
 
+// testContext ends a minute before go test's -timeout would: a test that
+// hangs then fails with its cleanup run (pods, HAProxy, podman's state, the
+// pods' cgroups), where the timeout's panic would skip every t.Cleanup.
+func testContext(t *testing.T, max time.Duration) (context.Context, context.CancelFunc) {
+	d := time.Now().Add(max)
+	if td, ok := t.Deadline(); ok && td.Add(-time.Minute).Before(d) {
+		d = td.Add(-time.Minute)
+	}
+	return context.WithDeadline(context.Background(), d)
+}
+
 // skipUnlessFleet skips, naming what is missing, when this machine cannot
 // run the fleet: podman, runc, haproxy, openssl, python3, busybox, bwrap
 // and the built binaries are needed, and podman must start a container
@@ -107,13 +118,39 @@ func (f *fleet) cleanup() {
 		_ = f.haproxy.Process.Kill()
 		_ = f.haproxy.Wait()
 	}
+	ids, _ := f.podman(ctx, "pod", "ps", "-q", "--no-trunc")
 	for _, p := range f.pods {
 		_, _ = f.podman(ctx, "pod", "rm", "-f", "-t", "0", p.name)
 	}
+	removePodCgroups(strings.Fields(ids))
 	// The image and its storage live under the private state; reset
 	// removes them with the containers' mounts.
 	_, _ = f.podman(ctx, "system", "reset", "-f")
 	_ = os.RemoveAll(f.state)
+}
+
+// removePodCgroups removes the cgroups podman's cgroupfs manager made for
+// the pods (libpod_parent/POD in every hierarchy), which podman 4.3 leaves
+// behind in the named and v2 hierarchies; only empty ones, deepest first.
+func removePodCgroups(ids []string) {
+	for _, id := range ids {
+		if len(id) != 64 || strings.Trim(id, "0123456789abcdef") != "" {
+			continue
+		}
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", "*", "libpod_parent", id))
+		for _, d := range dirs {
+			var all []string
+			_ = filepath.WalkDir(d, func(p string, e os.DirEntry, err error) error {
+				if err == nil && e.IsDir() {
+					all = append(all, p)
+				}
+				return nil
+			})
+			for i := len(all) - 1; i >= 0; i-- {
+				_ = os.Remove(all[i])
+			}
+		}
+	}
 }
 
 func freePort(t *testing.T) int {
@@ -505,7 +542,7 @@ func (f *fleet) metric(p pod, name string) (float64, error) {
 }
 
 func TestFleet(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
+	ctx, cancel := testContext(t, 20*time.Minute)
 	defer cancel()
 	f := newFleet(t)
 	f.up(ctx, 3, "")
@@ -707,8 +744,11 @@ func (f *fleet) restart(ctx context.Context, sessionPod, tokens map[string]strin
 	if out, err := f.podman(ctx, "pod", "start", host); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
-	f.waitReady(ctx, f.pods[i])
-	f.waitServer(ctx, i, "UP")
+	// Bounded: a pod that does not come back fails here, with its log.
+	wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer wcancel()
+	f.waitReady(wctx, f.pods[i])
+	f.waitServer(wctx, i, "UP")
 	if _, err := in.Write([]byte("go\n")); err != nil {
 		t.Fatal(err)
 	}
@@ -770,7 +810,7 @@ func TestFleetFigures(t *testing.T) {
 	if os.Getenv("ALEPH_FLEET_FIGURES") == "" {
 		t.Skip("a measurement of a few minutes: set ALEPH_FLEET_FIGURES=1 (make bench-fleet)")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	ctx, cancel := testContext(t, 30*time.Minute)
 	defer cancel()
 	f := newFleet(t)
 	f.up(ctx, 3, "1")
