@@ -151,6 +151,14 @@ func removePodCgroups(ids []string) {
 			}
 		}
 	}
+	// conmon's cgroup (the control container's) and the parent: removed
+	// only when empty, so another podman's containers keep theirs.
+	for _, pat := range []string{"*/libpod_parent/conmon", "*/libpod_parent"} {
+		dirs, _ := filepath.Glob(filepath.Join("/sys/fs/cgroup", pat))
+		for _, d := range dirs {
+			_ = os.Remove(d)
+		}
+	}
 }
 
 func freePort(t *testing.T) int {
@@ -741,6 +749,17 @@ func (f *fleet) restart(ctx context.Context, sessionPod, tokens map[string]strin
 		t.Fatalf("%v\n%s", err, out)
 	}
 	f.waitServer(ctx, i, "DOWN")
+	// Start it again only once podman has finished with the killed
+	// containers: its cleanup of a container that exited, when it comes
+	// after the start (seen under load), stops the new one.
+	for ctx.Err() == nil {
+		out, err := f.podman(ctx, "ps", "-a", "--filter", "pod="+host, "--format", "{{.State}}")
+		if err == nil && !strings.Contains(out, "running") && !strings.Contains(out, "stopping") && strings.TrimSpace(out) != "" {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	time.Sleep(time.Second)
 	if out, err := f.podman(ctx, "pod", "start", host); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
