@@ -36,7 +36,7 @@ build:
 # -race); README.md ("Tests and their time") has the figures.
 # `make test-stress` (the full serve load and the soak) is not part of
 # `make test` but CI runs it too (.ci/run).
-test: build proto-check lint cross test-go test-python test-typescript test-unprivileged test-nolandlock test-nonamespaces test-prepared test-session fuzz-short
+test: build proto-check lint cross test-go test-python test-typescript test-unprivileged test-nolandlock test-nonamespaces test-prepared test-session test-fleet-short fuzz-short
 
 # go test runs the packages of one invocation side by side (-p, one per
 # core); the groups run one after another, each with its own timeout.
@@ -140,6 +140,26 @@ test-prepared: build
 .PHONY: test-session
 test-session: build
 	./scripts/test-session.sh
+
+# The fleet (contrib/fleet, a module of its own: the Kubernetes types stay
+# out of the main module): the manifests checked against agent-sandbox's and
+# Kubernetes' Go types, then three serve pods played by podman from
+# contrib/kubernetes behind contrib/haproxy, the Python client through it.
+# test-fleet-short (in make test) runs affinity and metrics, test-fleet adds
+# a drain and a killed pod; both skip the pods, naming what is missing,
+# where podman, runc or HAProxy are not installed (scripts/setup-fleet.sh)
+# or a container cannot start. About 1 minute here (45 s short), more under
+# load. bench-fleet logs the figures of docs/fleet.md (a few minutes).
+FLEET_DIR := contrib/fleet
+.PHONY: test-fleet test-fleet-short bench-fleet
+test-fleet: build
+	cd $(FLEET_DIR) && $(GO_TEST) -v -timeout 20m ./...
+
+test-fleet-short: build
+	cd $(FLEET_DIR) && $(GO_TEST) -short -timeout 15m ./...
+
+bench-fleet: build
+	cd $(FLEET_DIR) && ALEPH_FLEET_FIGURES=1 $(GO) test -count=1 -v -timeout 40m -run 'TestFleetFigures$$' ./...
 
 # The Landlock tier (sandbox.linux.fallback = "landlock") on a host that
 # refuses namespaces, reproduced for one process tree (see the script): the
