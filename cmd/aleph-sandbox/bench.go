@@ -12,6 +12,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
@@ -53,6 +54,19 @@ type benchResult struct {
 	ColdVsMinimal    float64 `json:"cold_vs_minimal"`
 	ServeVsMinimal   float64 `json:"serve_vs_minimal"`
 	HostCLIVsMinimal float64 `json:"host_cli_vs_minimal"`
+	// The session rows through the private serve (0 when it could not
+	// start). serve_p50_ms above is a command in an existing session (the
+	// session reused, its first command excluded); these add the first
+	// command of a new session (p50 over benchNewSessions sessions, each
+	// deleted after it) and throughput at concurrency
+	// benchThroughputWorkers, one session per worker, against raw bwrap
+	// with the driver's flags at the same concurrency (0 without it).
+	ServeNewSessionP50MS     float64 `json:"serve_new_session_p50_ms"`
+	ServeNewSessionVsMinimal float64 `json:"serve_new_session_vs_minimal"`
+	ServeConcurrentPerSecond float64 `json:"serve_concurrent_per_second"`
+	RawConcurrentPerSecond   float64 `json:"raw_concurrent_per_second"`
+	ServeConcurrentVsRaw     float64 `json:"serve_concurrent_vs_raw"`
+	ThroughputConcurrency    int     `json:"throughput_concurrency"`
 }
 
 // benchOnlyFlags are bench's own flags; the rest are exec's and are passed
@@ -184,6 +198,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	var rawRun, minRun benchWay
 	var coldRun, tripRun, hostRun, startRun, directRun func() string
 	var cleanups []func()
+	var srv *benchServe
 	defer func() {
 		for i := len(cleanups) - 1; i >= 0; i-- {
 			cleanups[i]()
@@ -214,8 +229,9 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		if err != nil {
 			return fail(io.Err, "bench: %s", oneLine(err.Error()))
 		}
-		if srv, err := startBenchServe(ctx, &f); err != nil {
+		if srv, err = startBenchServe(ctx, &f); err != nil {
 			fmt.Fprintf(io.Err, "bench: no daemon rows: %s\n", oneLine(err.Error()))
+			srv = nil
 		} else {
 			cleanups = append(cleanups, srv.stop)
 			tripRun = srv.roundTrip(ctx, cmd)
@@ -289,6 +305,18 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	if msg != "" {
 		return fail(io.Err, "bench: %s", msg)
 	}
+	// The session rows, after the rounds: a new session's first command,
+	// then throughput with a session per worker beside raw bwrap's.
+	var newSess []time.Duration
+	var tp sessionThroughput
+	if srv != nil {
+		if newSess, msg = srv.newSessionRuns(ctx, cmd, min(*n, benchNewSessions)); msg == "" {
+			tp, msg = measureSessionThroughput(ctx, srv, cfg, cmd, rawRun != nil, min(*n, benchThroughputCommands))
+		}
+		if msg != "" {
+			return fail(io.Err, "bench: %s", msg)
+		}
+	}
 	r := benchResult{
 		N: *n, Concurrency: *conc,
 		P50MS: pct(lat, 50), P90MS: pct(lat, 90), P99MS: pct(lat, 99),
@@ -306,12 +334,20 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	r.ServeVsMinimal, r.HostCLIVsMinimal = ratio(r.ServeP50MS, r.RawMinimalP50MS), ratio(r.HostCLIP50MS, r.RawMinimalP50MS)
 	r.WarmVsRaw, r.ColdVsRaw = ratio(r.P50MS, r.RawP50MS), ratio(r.ColdP50MS, r.RawP50MS)
 	r.ServeVsRaw, r.HostCLIVsRaw = ratio(r.ServeP50MS, r.RawP50MS), ratio(r.HostCLIP50MS, r.RawP50MS)
+	r.ServeNewSessionP50MS = pct(newSess, 50)
+	r.ServeNewSessionVsMinimal = ratio(r.ServeNewSessionP50MS, r.RawMinimalP50MS)
+	r.ServeConcurrentPerSecond, r.RawConcurrentPerSecond = tp.serve, tp.raw
+	r.ServeConcurrentVsRaw = ratio(tp.serve, tp.raw)
+	if tp.serve > 0 {
+		r.ThroughputConcurrency = benchThroughputWorkers
+	}
 	if f.json {
 		writeJSON(io.Out, r)
 		return 0
 	}
 	printBench(io.Out, r, lat, raw, cold, direct, benchRow{"raw minimal bwrap", rawMin},
-		benchRow{"CLI start (--version)", start}, benchRow{"serve, round trip", trip}, benchRow{"exec --host (fresh CLI)", host})
+		benchRow{"CLI start (--version)", start}, benchRow{"serve, session reused", trip},
+		benchRow{"serve, new session", newSess}, benchRow{"exec --host (fresh CLI)", host})
 	return 0
 }
 
@@ -340,6 +376,16 @@ func printBench(w io.Writer, r benchResult, warm, raw, cold, direct []time.Durat
 		row(e.name, e.lat)
 	}
 	fmt.Fprintf(w, "warm: %.1f runs/s at concurrency %d; n=%d each\n", r.PerSecond, r.Concurrency, r.N)
+	// Throughput through serve, a session per worker, against raw bwrap
+	// at the same concurrency: the goal's commands/s ratio.
+	if r.ServeConcurrentPerSecond > 0 {
+		vs := "no raw bwrap to compare"
+		if r.RawConcurrentPerSecond > 0 {
+			vs = fmt.Sprintf("%.2fx raw bwrap's %.1f", r.ServeConcurrentVsRaw, r.RawConcurrentPerSecond)
+		}
+		fmt.Fprintf(w, "serve, a session per worker: %.1f commands/s at concurrency %d (%s)\n",
+			r.ServeConcurrentPerSecond, r.ThroughputConcurrency, vs)
+	}
 	// The one-shot figure the performance goals name, on a line of its
 	// own: a fresh `exec` per command against the smallest bwrap sandbox,
 	// both from this run.
@@ -369,6 +415,105 @@ func timedOrNil(fn func() string) benchWay {
 		return nil
 	}
 	return timed(fn)
+}
+
+// benchThroughputWorkers is the concurrency of the throughput line: the
+// goals' "c=4".
+const benchThroughputWorkers = 4
+
+// benchThroughputCommands caps the commands each way of the throughput
+// line runs (eight per worker): enough for a commands/s figure, few
+// enough that the line adds a few seconds to a bench that runs in CI.
+const benchThroughputCommands = 8 * benchThroughputWorkers
+
+// sessionThroughput is commands per second at benchThroughputWorkers
+// through serve (a session per worker) and through raw bwrap with the
+// driver's flags (0 where there is none).
+type sessionThroughput struct{ serve, raw float64 }
+
+// measureSessionThroughput runs n commands each way, half and half in two
+// alternating batches so load that comes and goes touches both alike:
+// through serve with a session per worker (each warmed by its first
+// command, which builds the session's sandbox, outside the count), and,
+// when withRaw, through raw bwrap, a driver raw-mode process per worker
+// (one process runs one bwrap at a time). The sessions are deleted and
+// the raw processes ended before it returns.
+func measureSessionThroughput(ctx context.Context, srv *benchServe, cfg core.Config, cmd core.Command, withRaw bool, n int) (sessionThroughput, string) {
+	var tp sessionThroughput
+	serveWays, done, msg := srv.sessionWorkers(ctx, cmd, benchThroughputWorkers)
+	defer done()
+	if msg != "" {
+		return tp, "throughput through serve: " + msg
+	}
+	var rawWays []benchWay
+	if withRaw {
+		for range benchThroughputWorkers {
+			way, _, stop, err := rawRunner(ctx, cfg, cmd)
+			defer stop()
+			if err != nil || way == nil {
+				return tp, fmt.Sprintf("throughput through raw bwrap: %v", err)
+			}
+			rawWays = append(rawWays, way)
+		}
+	}
+	var served, rawed int
+	var serveTime, rawTime time.Duration
+	for batch := range 2 {
+		k := n / 2
+		if batch == 1 {
+			k = n - k
+		}
+		if k == 0 {
+			continue
+		}
+		took, msg := throughput(k, serveWays)
+		if msg != "" {
+			return tp, "throughput through serve: " + msg
+		}
+		served, serveTime = served+k, serveTime+took
+		if rawWays != nil {
+			took, msg := throughput(k, rawWays)
+			if msg != "" {
+				return tp, "throughput through raw bwrap: " + msg
+			}
+			rawed, rawTime = rawed+k, rawTime+took
+		}
+	}
+	tp.serve = float64(served) / serveTime.Seconds()
+	if rawed > 0 {
+		tp.raw = float64(rawed) / rawTime.Seconds()
+	}
+	return tp, ""
+}
+
+// throughput runs n commands, len(ways) at a time, worker w always
+// through ways[w], and returns the wall time of the whole and the first
+// failure (which stops the rest).
+func throughput(n int, ways []benchWay) (time.Duration, string) {
+	var next atomic.Int64
+	var stop atomic.Bool
+	var mu sync.Mutex
+	first := ""
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, w := range ways {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop.Load() && next.Add(1) <= int64(n) {
+				if _, msg := runWay(w); msg != "" {
+					mu.Lock()
+					if first == "" {
+						first = msg
+					}
+					mu.Unlock()
+					stop.Store(true)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), first
 }
 
 // interleave runs n rounds, each calling every way once in turn, and

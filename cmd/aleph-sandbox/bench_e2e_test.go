@@ -66,6 +66,17 @@ func TestBenchEndToEnd(t *testing.T) {
 	if runtime.GOOS == "linux" && (served <= 0 || host <= 0) {
 		t.Errorf("no daemon rows: serve %v, exec --host %v; stderr %q", served, host, r.stderr)
 	}
+	// The session rows through the same serve: a new session's first
+	// command and throughput with a session per worker (no raw bwrap with
+	// the fake driver: no ratio to it, and none claimed).
+	newSess, _ := o["serve_new_session_p50_ms"].(float64)
+	perSec, _ := o["serve_concurrent_per_second"].(float64)
+	if runtime.GOOS == "linux" && (newSess <= 0 || perSec <= 0 || o["throughput_concurrency"] != float64(4)) {
+		t.Errorf("no session rows: new session %v, c=4 %v/s at %v; stderr %q", newSess, perSec, o["throughput_concurrency"], r.stderr)
+	}
+	if v, _ := o["serve_concurrent_vs_raw"].(float64); v != 0 {
+		t.Errorf("a throughput ratio without raw bwrap: %v", v)
+	}
 	// A failing run: 125, one line, naming it.
 	r = cli(t, "", false, "bench", "--driver", drv, "--n", "3", "--", "sh", "-c", "exit 3")
 	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")

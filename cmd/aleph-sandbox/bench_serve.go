@@ -184,3 +184,77 @@ func selfRunner(ctx context.Context, what string, args []string, stdin []byte) (
 		return ""
 	}, nil
 }
+
+// inSession is roundTrip for cmd in session id: a session of bench's own,
+// so its first command builds the session's sandbox and the later ones
+// reuse it.
+func (s *benchServe) inSession(ctx context.Context, cmd core.Command, id string) func() string {
+	cmd.SessionID = id
+	return s.roundTrip(ctx, cmd)
+}
+
+// deleteSession ends a session bench made (its sandbox, its processes)
+// and removes the workspace the service made for it, so the benchmark
+// leaves nothing in the workspace root.
+func (s *benchServe) deleteSession(ctx context.Context, id string) error {
+	_, err := hostclient.Unix(s.sock).Sessions(ctx, connect.NewRequest(&hostv1.SessionsRequest{
+		Action: &hostv1.SessionsRequest_Delete{Delete: &hostv1.DeleteSession{Session: id}}}))
+	if err != nil {
+		return fmt.Errorf("delete session %s: %w", id, err)
+	}
+	return nil
+}
+
+// benchSessionID names the i-th session of a kind that bench process pid
+// opens: its own, so no other client's session is touched or deleted.
+func benchSessionID(pid int, kind string, i int) string {
+	return fmt.Sprintf("bench-%d-%s-%d", pid, kind, i)
+}
+
+// benchNewSessions is how many new sessions the "serve, new session" row
+// opens: each first command builds a session sandbox (tens of
+// milliseconds), so a few keep the bench short.
+const benchNewSessions = 5
+
+// newSessionRuns times the first command of k sessions bench opens
+// through s, each deleted after its command (outside the timing, then a
+// settle pause for its sandbox's teardown).
+func (s *benchServe) newSessionRuns(ctx context.Context, cmd core.Command, k int) ([]time.Duration, string) {
+	lat := make([]time.Duration, 0, k)
+	for i := 0; i < k; i++ {
+		id := benchSessionID(os.Getpid(), "new", i)
+		took, msg := runWay(timed(s.inSession(ctx, cmd, id)))
+		if err := s.deleteSession(ctx, id); err != nil && msg == "" {
+			msg = oneLine(err.Error())
+		}
+		if msg != "" {
+			return lat, "new session: " + msg
+		}
+		lat = append(lat, took)
+		time.Sleep(benchSettle)
+	}
+	return lat, ""
+}
+
+// sessionWorkers returns c ways through s, each in a session of its own
+// whose first command (which builds the session's sandbox) has run, and
+// the function that deletes those sessions.
+func (s *benchServe) sessionWorkers(ctx context.Context, cmd core.Command, c int) ([]benchWay, func(), string) {
+	var ids []string
+	done := func() {
+		for _, id := range ids {
+			_ = s.deleteSession(context.WithoutCancel(ctx), id)
+		}
+	}
+	ways := make([]benchWay, c)
+	for w := range ways {
+		id := benchSessionID(os.Getpid(), "worker", w)
+		ids = append(ids, id)
+		run := s.inSession(ctx, cmd, id)
+		if msg := run(); msg != "" {
+			return nil, done, "warm-up of " + id + ": " + msg
+		}
+		ways[w] = timed(run)
+	}
+	return ways, done, ""
+}

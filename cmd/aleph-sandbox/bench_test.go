@@ -102,8 +102,9 @@ func TestPrintBench(t *testing.T) {
 	// (serve could not start) has no row.
 	out.Reset()
 	printBench(&out, r, ms(5), ms(4), ms(12), ms(1), benchRow{"CLI start (--version)", ms(2)},
-		benchRow{"serve, round trip", ms(6)}, benchRow{"exec --host (fresh CLI)", nil})
-	for _, want := range []string{"CLI start (--version)      2.000", "0.50x", "serve, round trip          6.000", "1.50x"} {
+		benchRow{"serve, session reused", ms(6)}, benchRow{"serve, new session", ms(7)}, benchRow{"exec --host (fresh CLI)", nil})
+	for _, want := range []string{"CLI start (--version)      2.000", "0.50x", "serve, session reused      6.000", "1.50x",
+		"serve, new session         7.000", "1.75x"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table lacks %q:\n%s", want, out.String())
 		}
@@ -113,6 +114,24 @@ func TestPrintBench(t *testing.T) {
 	}
 	if strings.Contains(out.String(), "one-shot CLI vs raw minimal") {
 		t.Errorf("a one-shot ratio without a raw minimal figure:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), "a session per worker") {
+		t.Errorf("a throughput line without its figure:\n%s", out.String())
+	}
+	// Throughput through serve, a session per worker: its line, with the
+	// ratio to raw bwrap's at the same concurrency when there is one.
+	tp := r
+	tp.ServeConcurrentPerSecond, tp.RawConcurrentPerSecond, tp.ServeConcurrentVsRaw, tp.ThroughputConcurrency = 300, 150, 2, 4
+	out.Reset()
+	printBench(&out, tp, ms(5), ms(4), ms(12), ms(1))
+	if want := "serve, a session per worker: 300.0 commands/s at concurrency 4 (2.00x raw bwrap's 150.0)\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, out.String())
+	}
+	tp.RawConcurrentPerSecond, tp.ServeConcurrentVsRaw = 0, 0
+	out.Reset()
+	printBench(&out, tp, ms(5), ms(4), ms(12), ms(1))
+	if want := "at concurrency 4 (no raw bwrap to compare)\n"; !strings.Contains(out.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, out.String())
 	}
 	// With raw minimal bwrap measured, the one-shot ratio ends the table.
 	rm := r
@@ -144,13 +163,15 @@ func TestBenchJSONFields(t *testing.T) {
 	for _, k := range []string{"n", "concurrency", "p50_ms", "p90_ms", "p99_ms", "per_second", "direct_p50_ms", "backend",
 		"raw_p50_ms", "cold_p50_ms", "warm_vs_raw", "cold_vs_raw",
 		"serve_p50_ms", "host_cli_p50_ms", "cli_start_p50_ms", "serve_vs_raw", "host_cli_vs_raw",
-		"raw_minimal_p50_ms", "warm_vs_minimal", "cold_vs_minimal", "serve_vs_minimal", "host_cli_vs_minimal"} {
+		"raw_minimal_p50_ms", "warm_vs_minimal", "cold_vs_minimal", "serve_vs_minimal", "host_cli_vs_minimal",
+		"serve_new_session_p50_ms", "serve_new_session_vs_minimal", "serve_concurrent_per_second",
+		"raw_concurrent_per_second", "serve_concurrent_vs_raw", "throughput_concurrency"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("--json lacks %q: %s", k, b)
 		}
 	}
-	if len(m) != 22 {
-		t.Errorf("--json has %d fields, want 22: %s", len(m), b)
+	if len(m) != 28 {
+		t.Errorf("--json has %d fields, want 28: %s", len(m), b)
 	}
 }
 
