@@ -27,18 +27,14 @@ def client():
 
 def result(r):
     out = {"stdout": r.stdout.decode(errors="replace"), "stderr": r.stderr.decode(errors="replace"),
-           "exit_code": r.exit_code, "denied": r.denied, "reason": r.reason}
-    # Fields another change adds to every result; reported when present.
-    for f in ("node_id", "session_incarnation"):
-        if hasattr(r, f):
-            out[f] = getattr(r, f)
+           "exit_code": r.exit_code, "denied": r.denied, "reason": r.reason,
+           "node_id": r.node_id, "session_incarnation": r.session_incarnation}
     return out
 
 
 def error(e):
-    moved = getattr(aleph_sandbox, "SessionMoved", None)
     return {"error": type(e).__name__, "code": getattr(e, "code", ""), "reason_code": getattr(e, "reason_code", ""),
-            "session_moved": bool(moved is not None and isinstance(e, moved)), "message": str(e)}
+            "session_moved": isinstance(e, aleph_sandbox.SessionMoved), "message": str(e)}
 
 
 def affinity(n):
@@ -67,8 +63,7 @@ def restart(session):
     a client that keeps the session's incarnation must get SessionMoved."""
     c = client()
     argv = ["sh", "-c", "read v < state; echo $v; exec hostname"]
-    moved = getattr(aleph_sandbox, "SessionMoved", None) is not None
-    json.dump({"first": result(c.exec(argv, session=session)), "has_session_moved": moved}, sys.stdout)
+    json.dump({"first": result(c.exec(argv, session=session))}, sys.stdout)
     sys.stdout.write("\n")
     sys.stdout.flush()
     sys.stdin.readline()
