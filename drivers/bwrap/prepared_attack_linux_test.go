@@ -529,6 +529,9 @@ func TestPreparedAttackFailedHandoverSilent(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// Its prepared sandboxes and their cgroups end with the test, not
+		// with the test binary (a later test counts what is left).
+		t.Cleanup(d.Close)
 		ws := newWorkspace(t)
 		r := drvSh(t, d, ws, script)
 		expectOK(t, r)
