@@ -3,6 +3,7 @@ package alephsandbox
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -57,6 +58,16 @@ func (r *Runtime) fileRoot(session string) (*wsfs.Root, error) {
 	dir, err := r.ws.WorkspacePath(session)
 	if err != nil {
 		return nil, err
+	}
+	// A layered session's files are its overlay's, which lives inside its
+	// sandbox: the files API here would read the host's directory and
+	// write past the layer (nothing reaches the host without apply), so it
+	// is refused, typed, until it reads and writes the session's view.
+	if layered, err := r.ws.SessionLayered(session); err != nil {
+		return nil, err
+	} else if layered {
+		return nil, &wsfs.Error{Op: "files", Path: ".", Code: wsfs.CodeUnsupported,
+			Reason: fmt.Sprintf("session %q is layered: the files API does not reach a layered session's view yet; read and write its files with commands in the session (cat, tee), or apply its changes and use the files API on a live session", session)}
 	}
 	return &wsfs.Root{Dir: dir, Protected: r.files.protected, Limits: r.files.limits}, nil
 }

@@ -299,3 +299,23 @@ func (s *WorkspaceSandbox) discardLayer(sid string) {
 		s.logger.Error("the forgotten session's layer could not be discarded", "session", sid, "error", err)
 	}
 }
+
+// SessionLayered reports whether session sid is layered: its first
+// command fixed it so, or a layer of it is on disk (left by another
+// process). Front ends that reach the workspace directly (the files API)
+// ask first: what they read or write is the host's directory, not the
+// session's view.
+func (s *WorkspaceSandbox) SessionLayered(sid string) (bool, error) {
+	sess, err := s.session(sid)
+	if err != nil {
+		return false, err
+	}
+	sess.mu.Lock()
+	layered := sess.modeSet && sess.layered
+	sess.mu.Unlock()
+	if layered {
+		return true, nil
+	}
+	_, err = os.Lstat(filepath.Join(s.layerDir(sid), layer.StateFile))
+	return err == nil, nil
+}

@@ -78,6 +78,28 @@ class LayeredTest(unittest.TestCase):
             self.assertEqual(f.read(), "new\n")
         self.assertFalse(os.path.exists(os.path.join(self.ws, ".vscode")))
 
+    def test_files_api_refused_on_layered(self):
+        """The files API reaches the host's directory, not a layered
+        session's view: refused, typed, rather than reading the host's
+        file or writing past the layer."""
+        c, S = self.c, "pylay3"
+        r = c.exec(["/bin/sh", "-c", "echo session > a.txt"], session=S, workspace=self.ws, layered=True, spawn=True)
+        self.assertEqual(r.exit_code, 0, r.stderr)
+        for call in (lambda: c.files.read(S, "a.txt"), lambda: c.files.write(S, "w.txt", b"x"),
+                     lambda: c.files.list(S)):
+            with self.assertRaises(SandboxError) as e:
+                call()
+            self.assertEqual((e.exception.code, e.exception.reason_code), ("unimplemented", "unsupported"), e.exception)
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "w.txt")))
+        c.discard(S)
+        # The control: a live session's files API writes, and a command
+        # of the session reads it back.
+        L = "pylay3-live"
+        c.files.write(L, "w.txt", b"x")
+        self.assertEqual(c.files.read(L, "w.txt"), b"x")
+        self.assertEqual(c.exec(["/bin/sh", "-c", "cat w.txt"], session=L, spawn=True).stdout, b"x")
+        c.delete(L)
+
     def test_discard_async(self):
         S = "pylay2"
 
