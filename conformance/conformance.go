@@ -79,7 +79,7 @@ type Case struct {
 }
 
 // Cases returns the suite's cases: by area (protocol, exec, stream and pty,
-// fs, proc, net, res, robust, session), then by id.
+// fs, proc, net, res, robust, session, layered), then by id.
 func Cases() []Case {
 	var all []Case
 	all = append(all, protocolCases()...)
@@ -95,6 +95,7 @@ func Cases() []Case {
 	all = append(all, ttyCases()...)
 	all = append(all, procCases()...)
 	all = append(all, sessionCases()...)
+	all = append(all, layeredCases()...)
 	all = append(all, netCases()...)
 	all = append(all, resourceCases()...)
 	all = append(all, robustCases()...)
@@ -116,7 +117,7 @@ func Cases() []Case {
 
 // areas are the id prefixes, in report order.
 func areas() []string {
-	return []string{"protocol", "exec", "stream", "pty", "fs", "proc", "net", "res", "robust", "session"}
+	return []string{"protocol", "exec", "stream", "pty", "fs", "proc", "net", "res", "robust", "session", "layered"}
 }
 
 // Config says which driver binary to test and how.

@@ -133,7 +133,7 @@ func TestCaseTable(t *testing.T) {
 	if len(cases) < 50 {
 		t.Errorf("only %d cases; the suite promises at least 50", len(cases))
 	}
-	idRE := regexp.MustCompile(`^(protocol|exec|stream|pty|fs|proc|net|res|robust|session)/[a-z0-9]+(-[a-z0-9]+)*$`)
+	idRE := regexp.MustCompile(`^(protocol|exec|stream|pty|fs|proc|net|res|robust|session|layered)/[a-z0-9]+(-[a-z0-9]+)*$`)
 	seen := map[string]bool{}
 	covered := map[string]bool{}
 	for _, c := range cases {

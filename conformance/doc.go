@@ -22,8 +22,9 @@ func Markdown() string {
 	b.WriteString("- **Feature**: the `driverapi.Feature*` name the case needs. A driver that does not claim it gets\n")
 	b.WriteString("  SKIP with the reason; a driver that claims it is always tested. Cases with no feature run for\n")
 	b.WriteString("  every driver.\n")
-	b.WriteString("- **Call**: an optional call (protocol 1.3's `session_sandbox`) shown beside the feature as\n")
-	b.WriteString("  `call:NAME`. A driver that does not list it in its capability report gets SKIP, named.\n")
+	b.WriteString("- **Call**: an optional call (protocol 1.3's `session_sandbox`, 1.4's `layered_workspace`) shown\n")
+	b.WriteString("  beside the feature as `call:NAME`. A driver that does not list it in its capability report gets\n")
+	b.WriteString("  SKIP, named.\n")
 	b.WriteString("- Every case that proves a denial also proves, in the same case, that the allowed action works\n")
 	b.WriteString("  (a positive control), so a driver that refuses everything fails.\n")
 	b.WriteString("- **OS**: where the case applies. `posix` cases are SKIPPED on Windows, `linux` cases on every\n")
@@ -136,6 +137,7 @@ func carelessLies() []lieDoc {
 		{"Under allow_hosts any socket family may be opened, AF_UNIX unguarded (the mounts trusted to hide the host's sockets).", []string{"net/allow-hosts-no-unix-sockets"}},
 		{"Unix sockets of the command's own are reported (`network.none_unix_sockets = own`) while the seccomp policy still refuses socket(AF_UNIX).", []string{"net/unix-own-sockets"}},
 		{"Under network none, socket(AF_UNIX) is let through so that Python's multiprocessing and ssh-agent work, trusting the mounts to hide the host's sockets (a socket the host binds in the workspace or a write grant is reachable by path).", []string{"net/unix-host-socket-unreachable"}},
+		{"A layered command runs over the live workspace instead of the session's overlay: it sees its own writes, and so does the host.", []string{"layered/writes-stay-in-layer", "layered/host-view-below"}},
 	}
 }
 
@@ -157,6 +159,8 @@ func areaTitle(a string) string {
 		return "Robustness"
 	case "session":
 		return "Session sandboxes"
+	case "layered":
+		return "Layered workspaces"
 	}
 	return a
 }

@@ -151,6 +151,9 @@ type Cmd struct {
 	// the session's persistent sandbox (protocol 1.3).
 	Session        string
 	SessionSandbox bool
+	// Layered runs the command over the workspace as an overlay with this
+	// layer (protocol 1.4); it needs Session and SessionSandbox.
+	Layered *driverapi.LayeredWorkspace
 	// probe: Program is the probe, placed in the workspace at Exec.
 	probe bool
 }
@@ -257,7 +260,7 @@ func (h *H) spec(c Cmd, p driverapi.Profile) driverapi.RunSpec {
 		Program: c.Program, Args: c.Args, Env: env, Stdin: c.Stdin, Cwd: cwd,
 		Profile: p, Timeout: timeout, MaxOutputBytes: maxOut,
 		SessionID: session, CommandID: fmt.Sprintf("c%d", time.Now().UnixNano()),
-		SessionSandbox: c.SessionSandbox,
+		SessionSandbox: c.SessionSandbox, Layered: c.Layered,
 	}
 }
 

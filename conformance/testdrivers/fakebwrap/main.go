@@ -32,6 +32,9 @@
 //	unix-refused keep refusing socket(AF_UNIX) (one more seccomp filter,
 //	           through bwrap's --add-seccomp-fd) while the driver reports
 //	           unix sockets of the command's own
+//	layer-live bind the live workspace where a layered session's overlay
+//	           belongs: the session's commands see their own writes, and
+//	           the host's workspace takes them
 //
 // Each lie is one that the conformance case written for it must catch.
 package main
@@ -155,6 +158,8 @@ func main() {
 		if fd, err = unixRefusingFilter(); err == nil {
 			flags = append(flags, "--add-seccomp-fd", strconv.Itoa(fd))
 		}
+	case "layer-live":
+		flags = liveLayer(flags)
 	default:
 		err = fmt.Errorf("unknown lie %q", lie)
 	}
@@ -434,4 +439,17 @@ func unixRefusingFilter() (int, error) {
 		return -1, err
 	}
 	return fd, nil
+}
+
+// liveLayer replaces the bind of the driver's overlay mount point (a
+// directory named layer-*, bound at the workspace) with a bind of the
+// workspace itself.
+func liveLayer(flags []string) []string {
+	flags = slices.Clone(flags)
+	for j := 0; j+2 < len(flags); j++ {
+		if flags[j] == "--bind" && flags[j+1] != flags[j+2] && strings.HasPrefix(filepath.Base(flags[j+1]), "layer-") {
+			flags[j+1] = flags[j+2]
+		}
+	}
+	return flags
 }
