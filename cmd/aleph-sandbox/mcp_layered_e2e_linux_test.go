@@ -156,6 +156,12 @@ func mcpLayeredScenario(t *testing.T, ctx context.Context, cs *mcp.ClientSession
 	if res := call(mcpserver.ToolDiff, map[string]any{"paths": []string{"made.txt"}}, &d); res.IsError || !strings.Contains(d.Diff, "+layered") {
 		t.Fatalf("diff: %+v %s", d, text(res))
 	}
+	// A path leading out is refused, typed (with --host through the
+	// service client's mapping of the status).
+	var bad mcpserver.DiffResult
+	if res := call(mcpserver.ToolDiff, map[string]any{"paths": []string{"../x"}}, &bad); !res.IsError || bad.ReasonCode != mcpserver.ReasonBadPath {
+		t.Errorf("diff ../x: %+v %s", bad, text(res))
+	}
 	if _, err := os.Stat(host); !os.IsNotExist(err) {
 		t.Fatalf("the host's file exists after changes and diff: %v", err)
 	}
