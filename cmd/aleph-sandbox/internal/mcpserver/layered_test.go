@@ -19,14 +19,25 @@ import (
 type layerFake struct {
 	mu      sync.Mutex
 	applied int
+	// grows adds a change on every call of Changes after the first: a
+	// layer that a command changes while the user is asked.
+	grows bool
+	calls int
 }
 
 func (*layerFake) Execute(context.Context, core.Command) (*core.Output, error) {
 	return nil, core.ErrNoLayer
 }
 
-func (*layerFake) Changes(context.Context, string) ([]layer.Change, error) {
-	return []layer.Change{{Path: "made.txt", Kind: "added", Type: "file", Mode: 0o644, Size: 8}}, nil
+func (f *layerFake) Changes(context.Context, string) ([]layer.Change, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	ch := []layer.Change{{Path: "made.txt", Kind: "added", Type: "file", Mode: 0o644, Size: 8}}
+	if f.grows && f.calls > 1 {
+		ch = append(ch, layer.Change{Path: "later.txt", Kind: "added", Type: "file", Mode: 0o644, Size: 1})
+	}
+	return ch, nil
 }
 
 func (*layerFake) Diff(context.Context, string, ...string) (string, error) { return "+layered\n", nil }
@@ -97,6 +108,22 @@ func TestMCPApplyNeedsTheUser(t *testing.T) {
 		}}, f)
 		if !res.IsError || out.ReasonCode != mcpserver.ReasonNotApproved || f.count() != 0 {
 			t.Fatalf("apply answered approve=false: %+v %+v, %d applies", res, out, f.count())
+		}
+	})
+	t.Run("layer changed after the question", func(t *testing.T) {
+		// The answer was to a question that did not show later.txt: the
+		// user is asked again, and the second question shows it.
+		f := &layerFake{grows: true}
+		var asked []string
+		res, out := apply(t, pipeClient{elicit: func(r *mcp.ElicitRequest) *mcp.ElicitResult {
+			asked = append(asked, r.Params.Message)
+			return &mcp.ElicitResult{Action: "accept", Content: map[string]any{"approve": true}}
+		}}, f)
+		if res.IsError || f.count() != 1 {
+			t.Fatalf("apply: %+v %+v, %d applies", res, out, f.count())
+		}
+		if len(asked) != 2 || strings.Contains(asked[0], "later.txt") || !strings.Contains(asked[1], "added later.txt") {
+			t.Errorf("questions: %q", asked)
 		}
 	})
 }
