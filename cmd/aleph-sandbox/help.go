@@ -118,6 +118,8 @@ func helpFor(command string) commandHelp {
 				"Serves the sandbox to an MCP client on stdin and stdout (run_command, and process tools",
 				"start_process ... list_processes); the client starts it. Every call runs in the one",
 				"session given, on a pipeline of its own or on a running serve (--host; docs/mcp.md).",
+				"A layered session's changes are listed by changes and diff; apply runs only when the",
+				"user accepts it (elicitation), else it names the command to run: aleph-sandbox session apply S.",
 			},
 			examples: []helpExample{{"aleph-sandbox mcp --allow-spawn < /dev/null", "ends when the client closes stdin"},
 				{"aleph-sandbox mcp --workspace . < /dev/null", "every call in this directory as its workspace"}},

@@ -37,7 +37,7 @@ func TestMCPServerEndToEnd(t *testing.T) {
 		t.Fatalf("initialize: %+v", init)
 	}
 	tools, err := cs.ListTools(ctx, nil)
-	if err != nil || len(tools.Tools) != 10 || !slices.ContainsFunc(tools.Tools, func(tl *mcp.Tool) bool { return tl.Name == mcpserver.ToolRunCommand }) {
+	if err != nil || len(tools.Tools) != 13 || !slices.ContainsFunc(tools.Tools, func(tl *mcp.Tool) bool { return tl.Name == mcpserver.ToolRunCommand }) {
 		t.Fatalf("tools/list: %+v %v", tools, err)
 	}
 	call := func(args map[string]any) (bool, mcpserver.RunCommandResult) {

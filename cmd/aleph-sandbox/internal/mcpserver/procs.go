@@ -77,6 +77,7 @@ type StartProcessArgs struct {
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; 0 means none (the process runs until it ends or is stopped, within the server's maximum lifetime)"`
 	Tty            bool              `json:"tty,omitempty" jsonschema:"give the process a pseudo-terminal (24 rows, 80 columns): its output is then one stream"`
 	WaitSeconds    *float64          `json:"wait_seconds,omitempty" jsonschema:"how long to wait for the first output before returning (default 1, at most 60); a refusal or an early end is reported within it"`
+	Layered        bool              `json:"layered,omitempty" jsonschema:"run over the session's layer (as run_command's layered); the session's first command fixes it"`
 }
 
 // ProcessIDArgs name a process (write, signal and list take more).
@@ -518,7 +519,7 @@ func startProcess(ctx context.Context, ss *mcp.ServerSession, tr *procTracker, c
 		return res, o
 	}
 	cmd, err := toCommand(cfg, RunCommandArgs{Argv: in.Argv, Command: in.Command, Cwd: in.Cwd, Env: in.Env,
-		Network: in.Network, Spawn: in.Spawn, TimeoutSeconds: in.TimeoutSeconds})
+		Network: in.Network, Spawn: in.Spawn, TimeoutSeconds: in.TimeoutSeconds, Layered: in.Layered})
 	if err != nil {
 		return fail(&core.InvalidCommandError{Field: "arguments", Reason: err.Error()})
 	}

@@ -260,8 +260,8 @@ func TestMCPProcessToolsListed(t *testing.T) {
 			}
 		}
 	}
-	if len(res.Tools) != 10 {
-		t.Errorf("%d tools, want 10 (run_command, the process tools, the file tools)", len(res.Tools))
+	if len(res.Tools) != 13 {
+		t.Errorf("%d tools, want 13 (run_command, the process tools, the file tools, the layered tools)", len(res.Tools))
 	}
 }
 

@@ -76,6 +76,7 @@ type RunCommandArgs struct {
 	Spawn          bool              `json:"spawn,omitempty" jsonschema:"allow the command to start subprocesses (implied by command)"`
 	TimeoutSeconds float64           `json:"timeout_seconds,omitempty" jsonschema:"wall-clock limit in seconds; 0 means the configured default"`
 	Stdin          string            `json:"stdin,omitempty" jsonschema:"standard input for the command"`
+	Layered        bool              `json:"layered,omitempty" jsonschema:"run over the session's layer: everything is writable (.git included) and the user's files change only when the user applies (tools changes, diff, apply); the session's first command fixes it"`
 }
 
 // RunCommandResult is run_command's structured result.
@@ -224,9 +225,14 @@ func (a *askedSet) add(id string) {
 
 // take removes and reports an asked id for req among responses.
 func (a *askedSet) take(req driverapi.ApprovalRequest, responses mcp.InputResponseMap) (mcp.InputResponse, bool) {
+	return a.takePrefix(approvalPrefix(req), responses)
+}
+
+// takePrefix removes and reports an asked id starting with prefix among
+// responses.
+func (a *askedSet) takePrefix(prefix string, responses mcp.InputResponseMap) (mcp.InputResponse, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	prefix := approvalPrefix(req)
 	for i, id := range a.order {
 		if r, ok := responses[id]; ok && strings.HasPrefix(id, prefix) {
 			a.order = slices.Delete(a.order, i, i+1)
@@ -370,6 +376,9 @@ func New(r Runner, cfg Config) *Server {
 	if fh, ok := r.(alephsandbox.FileHost); ok {
 		addFileTools(s, cfg, fh)
 	}
+	if lh, ok := r.(alephsandbox.LayerHost); ok {
+		addLayerTools(s, cfg, lh, asked)
+	}
 	return srv
 }
 
@@ -448,7 +457,7 @@ func summary(r RunCommandResult) string {
 // (alephsandbox.Request), which validates them as every front end's.
 func toCommand(cfg Config, in RunCommandArgs) (core.Command, error) {
 	req := alephsandbox.Request{Session: cfg.Session, Workspace: cfg.Workspace, Cwd: in.Cwd, Env: in.Env, Net: in.Network,
-		Spawn: in.Spawn, TimeoutSeconds: in.TimeoutSeconds}
+		Spawn: in.Spawn, TimeoutSeconds: in.TimeoutSeconds, Layered: in.Layered}
 	if in.Stdin != "" {
 		req.Stdin = []byte(in.Stdin)
 	}
