@@ -192,21 +192,30 @@ func TestMCPWorkspaceAndProgressEndToEnd(t *testing.T) {
 		t.Fatalf("out.txt on the host: %q %v", b, err)
 	}
 
-	params := &mcp.CallToolParams{Name: mcpserver.ToolRunCommand, Arguments: map[string]any{
-		"command":         "echo first; while [ ! -e go ]; do /bin/sleep 0.1; done; echo second",
-		"timeout_seconds": 90,
-	}}
-	params.SetProgressToken("e2e-progress")
-	res, err := cs.CallTool(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = mcpserver.RunCommandResult{}
-	b, _ := json.Marshal(res.StructuredContent)
-	_ = json.Unmarshal(b, &out)
+	res, out := runLongWithProgress(t, ctx, cs, "e2e-progress")
 	mu.Lock()
 	defer mu.Unlock()
 	if res.IsError || out.TimedOut || out.Stdout != "first\nsecond\n" || len(notes) == 0 {
 		t.Fatalf("long command with a progress token: %+v, notifications %q", out, notes)
 	}
+}
+
+// runLongWithProgress calls run_command with a progress token on a command
+// that prints "first", waits for a file named go in its workspace (the
+// caller's notification handler makes it), then prints "second".
+func runLongWithProgress(t *testing.T, ctx context.Context, cs *mcp.ClientSession, token string) (*mcp.CallToolResult, mcpserver.RunCommandResult) {
+	t.Helper()
+	params := &mcp.CallToolParams{Name: mcpserver.ToolRunCommand, Arguments: map[string]any{
+		"command":         "echo first; while [ ! -e go ]; do /bin/sleep 0.1; done; echo second",
+		"timeout_seconds": 90,
+	}}
+	params.SetProgressToken(token)
+	res, err := cs.CallTool(ctx, params)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out mcpserver.RunCommandResult
+	b, _ := json.Marshal(res.StructuredContent)
+	_ = json.Unmarshal(b, &out)
+	return res, out
 }

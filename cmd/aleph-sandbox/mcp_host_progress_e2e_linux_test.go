@@ -4,7 +4,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -89,18 +88,7 @@ func TestMCPHostProgressAndLimits(t *testing.T) {
 	}
 	ws = d.Msg.GetSessions()[0].GetWorkspace()
 
-	params := &mcp.CallToolParams{Name: mcpserver.ToolRunCommand, Arguments: map[string]any{
-		"command":         "echo first; while [ ! -e go ]; do /bin/sleep 0.1; done; echo second",
-		"timeout_seconds": 90,
-	}}
-	params.SetProgressToken("e2e-host-progress")
-	res, err := cs.CallTool(ctx, params)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out = mcpserver.RunCommandResult{}
-	b, _ := json.Marshal(res.StructuredContent)
-	_ = json.Unmarshal(b, &out)
+	res, out := runLongWithProgress(t, ctx, cs, "e2e-host-progress")
 	mu.Lock()
 	defer mu.Unlock()
 	if res.IsError || out.TimedOut || out.Stdout != "first\nsecond\n" || len(notes) == 0 {
