@@ -19,7 +19,7 @@ pkgs=${NOLANDLOCK_PKGS:-./drivers/bwrap/... ./cmd/aleph-sandbox/ ./conformance/}
 # the main pass and are not run again: the packages' testdata/modes.txt
 # name them, each with its reason, and every other test runs here
 # (MODE_TESTS=all runs the whole packages).
-lists="cmd/aleph-sandbox/testdata/modes.txt conformance/testdata/modes.txt"
+lists="cmd/aleph-sandbox/testdata/modes.txt conformance/testdata/modes.txt drivers/bwrap/testdata/modes.txt"
 skip=$(./scripts/mode-skip.sh nolandlock $lists)
 echo "test-nolandlock: the tests $lists name for the main pass only are not run again"
 ALEPH_TEST_NO_LANDLOCK=1 "$work/nolandlock" go test -race -count=1 -timeout "${TEST_TIMEOUT:-20m}" -skip "$skip" ${NOLANDLOCK_FLAGS:-} $pkgs
