@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -195,4 +196,45 @@ func tieToBench(c *exec.Cmd) {
 		c.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	c.SysProcAttr.Pdeathsig = syscall.SIGTERM
+}
+
+// processIdentity is "PID STARTTIME": the pid and its start time in clock
+// ticks since boot (/proc/PID/stat's 22nd field), which together name one
+// process for the life of the system even after the pid is reused.
+func processIdentity(pid int) (string, bool) {
+	return processIdentityOf(strconv.Itoa(pid))
+}
+
+// processIdentityOf is processIdentity of a pid given as text. known is
+// false when no process has that pid (or its stat cannot be read).
+func processIdentityOf(pid string) (id string, known bool) {
+	if _, err := strconv.Atoi(pid); err != nil {
+		return "", false
+	}
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return "", false
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// the fields after it are counted from its closing parenthesis.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 { // f[0] is field 3 (state), f[19] field 22
+		return "", false
+	}
+	return pid + " " + f[19], true
+}
+
+// ownedByMe reports whether path belongs to this process's user.
+func ownedByMe(path string) bool {
+	fi, err := os.Lstat(path)
+	if err != nil {
+		return false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	return ok && int(st.Uid) == os.Getuid()
 }

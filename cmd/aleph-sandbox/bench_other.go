@@ -17,3 +17,10 @@ func rawRunner(ctx context.Context, cfg core.Config, cmd core.Command) (way, min
 // tieToBench: no parent-death signal off Linux; bench's own cleanup stops
 // what it started.
 func tieToBench(*exec.Cmd) {}
+
+// processIdentity: not known off Linux, so bench sweeps nothing there.
+func processIdentity(int) (string, bool) { return "", false }
+
+func processIdentityOf(string) (string, bool) { return "", false }
+
+func ownedByMe(string) bool { return false }

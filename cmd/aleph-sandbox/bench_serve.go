@@ -54,8 +54,13 @@ func startBenchServe(ctx context.Context, f *runFlags) (*benchServe, error) {
 	if err != nil {
 		return nil, fmt.Errorf("locate own binary: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "aleph-bench-serve-")
+	sweepBenchDirs(os.TempDir())
+	dir, err := os.MkdirTemp("", benchServePrefix)
 	if err != nil {
+		return nil, err
+	}
+	if err := markBenchDir(dir); err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	s := &benchServe{dir: dir, sock: filepath.Join(dir, "run", "aleph.sock"), stderr: &syncBuffer{}, done: make(chan struct{})}
