@@ -668,3 +668,66 @@ func TestSessionForgetWhileRunning(t *testing.T) {
 		t.Fatal("the command outlived its session")
 	}
 }
+
+// TestSessionCapabilitiesPassed: the session supervisor hands its
+// children an empty bounding set and locked securebits, their two
+// capabilities passing as ambient ones (passCapabilitiesAmbient), so a
+// command's sandbox-init has less to drop. What a command holds is
+// unchanged: nothing in any set, no_new_privs, with and without spawn
+// (two different paths to the command: the waiting child and the fork at
+// the hand-over). The controls: this process (root) holds capabilities
+// in the same fields, and the supervisor really took the new way (its
+// bounding set empty, its ambient set not).
+func TestSessionCapabilitiesPassed(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	fields := func(status string) map[string]string {
+		m := map[string]string{}
+		for _, l := range strings.Split(status, "\n") {
+			k, v, ok := strings.Cut(l, ":")
+			if ok && (strings.HasPrefix(k, "Cap") || k == "NoNewPrivs") {
+				m[k] = strings.TrimSpace(v)
+			}
+		}
+		return m
+	}
+	zero := func(v string) bool { return v != "" && strings.Trim(v, "0") == "" }
+	own, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f := fields(string(own)); zero(f["CapBnd"]) || zero(f["CapEff"]) {
+		t.Fatalf("control: this process holds no capability: %v", f)
+	}
+	script := `while read -r l; do case $l in Cap*|NoNewPrivs*) echo "$l";; esac; done < /proc/self/status`
+	for _, caps := range []driverapi.Capabilities{{}, spawnCaps} {
+		for i := range 2 { // the session's first command, then a warm one
+			r := sessRun(t, d, ws, "caps", caps, script)
+			expectOK(t, r)
+			f := fields(r.stdout)
+			for _, k := range []string{"CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"} {
+				if !zero(f[k]) {
+					t.Errorf("spawn %v, command %d: %s = %q (want none): %q", caps.SpawnSubprocess, i, k, f[k], r.stdout)
+				}
+			}
+			if f["NoNewPrivs"] != "1" {
+				t.Errorf("spawn %v, command %d: NoNewPrivs %q", caps.SpawnSubprocess, i, f["NoNewPrivs"])
+			}
+		}
+	}
+	sup, _ := sessionProcs(ws)
+	if len(sup) == 0 {
+		t.Fatal("no session supervisor found")
+	}
+	for _, pid := range sup {
+		b, err := os.ReadFile("/proc/" + pid + "/status")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := fields(string(b))
+		if !zero(f["CapBnd"]) || zero(f["CapAmb"]) || zero(f["CapEff"]) {
+			t.Errorf("supervisor %s: bounding %q, ambient %q, effective %q (want none, some, some)", pid, f["CapBnd"], f["CapAmb"], f["CapEff"])
+		}
+	}
+}

@@ -215,6 +215,17 @@ func allThreads(what string, trap, a1, a2, a3 uintptr) error {
 // clearCapabilitiesAllThreads, so a prepared sandbox calls this while it
 // waits, off the command's path (each all-threads call stops the world),
 // and before it forks the child that becomes the command.
+//
+// A step whose result already holds is skipped: each all-threads call
+// waits until every thread has run it, and on a loaded machine that wait
+// (sched_yield in a loop) was most of a session command's sandbox-init
+// CPU. Every thread has the same sets (they all came from the exec, and
+// the runtime's threads copy the creating thread's), so what this thread
+// reads is what every thread holds. A session supervisor hands its
+// children a bounding set emptied and the securebits locked already
+// (passCapabilitiesAmbient), leaving one call here: the inheritable set,
+// whose capset also empties the ambient set (the kernel keeps ambient
+// within permitted and inheritable).
 func dropBoundingAllThreads() error {
 	last, err := lastCap()
 	if err != nil {
@@ -222,37 +233,45 @@ func dropBoundingAllThreads() error {
 	}
 	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLock |
 		secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked
-	if err := allThreads("PR_SET_SECUREBITS", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uintptr(bits), 0); err != nil {
-		return err
+	if cur, err := unix.PrctlRetInt(unix.PR_GET_SECUREBITS, 0, 0, 0, 0); err != nil || cur != bits {
+		if err := allThreads("PR_SET_SECUREBITS", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uintptr(bits), 0); err != nil {
+			return err
+		}
 	}
-	// The inheritable set: what the threads hold stays. Every thread has
-	// the same sets (they all came from bwrap's exec).
+	// The inheritable set: what the threads hold stays.
 	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	data := new([2]unix.CapUserData)
 	if err := unix.Capget(hdr, &data[0]); err != nil {
 		return fmt.Errorf("capget: %w", err)
 	}
-	data[0].Inheritable, data[1].Inheritable = 0, 0
-	err = allThreads("capset", unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
-	runtime.KeepAlive(hdr)
-	runtime.KeepAlive(data)
-	if err != nil {
-		return err
+	if data[0].Inheritable|data[1].Inheritable != 0 {
+		data[0].Inheritable, data[1].Inheritable = 0, 0
+		err = allThreads("capset", unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+		runtime.KeepAlive(hdr)
+		runtime.KeepAlive(data)
+		if err != nil {
+			return err
+		}
 	}
 	// Only what the bounding set holds (bwrap left the two the hand-over
-	// needs). Every thread has the same set: they all came from bwrap's
-	// exec.
+	// needs; a session supervisor's child finds none).
+	ambient := false
 	for c := 0; c <= last; c++ {
 		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
 		if err != nil {
 			return fmt.Errorf("PR_CAPBSET_READ %d: %w", c, err)
 		}
-		if in == 0 {
-			continue
+		if in != 0 {
+			if err := allThreads("PR_CAPBSET_DROP", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
+				return err
+			}
 		}
-		if err := allThreads("PR_CAPBSET_DROP", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
-			return err
+		if set, err := unix.PrctlRetInt(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_IS_SET, uintptr(c), 0, 0); err != nil || set != 0 {
+			ambient = true
 		}
+	}
+	if !ambient {
+		return nil
 	}
 	return allThreads("PR_CAP_AMBIENT_CLEAR_ALL", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0)
 }

@@ -47,6 +47,8 @@ func init() {
 		os.Exit(preforkNproc(os.Args[2:]))
 	case "prefork-too-large":
 		os.Exit(preforkTooLarge(os.Args[2:]))
+	case "session-fork":
+		os.Exit(sessionForkHelper(os.Args[2:]))
 	}
 }
 

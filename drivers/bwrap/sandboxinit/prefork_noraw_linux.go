@@ -9,3 +9,5 @@ import "syscall"
 const rawForkArch = false
 
 func forkWaiting(*waitPlan) (int, syscall.Errno) { return 0, syscall.ENOSYS }
+
+func forkSession(*nsPlan) (int, syscall.Errno) { return 0, syscall.ENOSYS }

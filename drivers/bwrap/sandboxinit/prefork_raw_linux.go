@@ -36,11 +36,8 @@ func afterForkInChild()
 //go:nocheckptr
 func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 	var (
-		r1  uintptr
-		e   syscall.Errno
-		i   int
-		cmd *waitCommand
-		c   *unix.Cmsghdr
+		r1 uintptr
+		e  syscall.Errno
 	)
 	beforeFork()
 	r1, _, e = syscall.RawSyscall6(unix.SYS_CLONE, uintptr(unix.SIGCHLD), 0, 0, 0, 0, 0)
@@ -50,7 +47,27 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 	}
 	// The child. Default signal handlers and the thread's signal mask.
 	afterForkInChild()
+	runWaitChild(p)
+	return 0, 0 // not reached
+}
 
+// runWaitChild is the waiting child's life after its fork (forkWaiting's,
+// or the command's in a session fork, sessionfork_raw_linux.go): it
+// confines the process and execs the command, or exits. Never returns.
+// The same rules as after any raw fork: system calls on p's values and
+// nosplit helpers only, no pointer stored.
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func runWaitChild(p *waitPlan) {
+	var (
+		r1  uintptr
+		e   syscall.Errno
+		i   int
+		cmd *waitCommand
+		c   *unix.Cmsghdr
+	)
 	// Dies with the supervisor's locked thread; already gone: end now.
 	if _, _, e = syscall.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(unix.SIGKILL), 0); e != 0 {
 		waitFail(p, stepDeath, -1, e)
@@ -201,7 +218,6 @@ func forkWaiting(p *waitPlan) (pid int, errno syscall.Errno) {
 		syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
 	}
 	waitFail(p, stepExec, int(cmd.path), e)
-	return 0, 0 // not reached
 }
 
 // waitFail writes `aleph-sandbox: sandbox-init: STEP[ ARG]: ERROR` to the

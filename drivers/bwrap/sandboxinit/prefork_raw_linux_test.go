@@ -66,13 +66,13 @@ func afterForkCalls(t *testing.T, race bool, pattern string) map[string][]string
 }
 
 // TestForkWaitingCallsNothingSplittable: after the fork, the waiting
-// child (and forkCommand's) is one thread with a copy of the supervisor's
+// child (and forkCommand's, and a session fork's reaper and command) is one thread with a copy of the supervisor's
 // memory; a call into the runtime that may grow the stack (a bounds-check
 // panic, an allocation, a write barrier, the race detector's or checkptr's
-// hooks) throws or deadlocks there. forkWaiting may call only the fork
-// hooks, the nosplit system-call wrappers and its own nosplit helpers, and
-// those helpers call nothing but the wrappers; morestack only from
-// forkWaiting's own prologue (before the fork). The control: a function of
+// hooks) throws or deadlocks there. forkWaiting and forkSession may call
+// only the fork hooks, the nosplit system-call wrappers and their own
+// nosplit helpers, and those helpers call nothing but the wrappers;
+// morestack only from their own prologue (before the fork). The control: a function of
 // the same file's plan, which allocates, is reported.
 func TestForkWaitingCallsNothingSplittable(t *testing.T) {
 	allowed := map[string]bool{
@@ -82,10 +82,10 @@ func TestForkWaitingCallsNothingSplittable(t *testing.T) {
 		"syscall.RawSyscall":               true,
 		"syscall.RawSyscall6":              true,
 	}
-	own := regexp.MustCompile(`sandboxinit\.(waitFail|childAppend)$`)
+	own := regexp.MustCompile(`sandboxinit\.(runWaitChild|runReaper|reaperFail|waitFail|childAppend)$`)
 	for _, race := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "race"}[race], func(t *testing.T) {
-			checkAfterFork(t, afterForkCalls(t, race, "forkWaiting|waitFail|childAppend|newWaitPlan"), allowed, own)
+			checkAfterFork(t, afterForkCalls(t, race, "forkWaiting|forkSession|runWaitChild|runReaper|reaperFail|waitFail|childAppend|newWaitPlan"), allowed, own)
 		})
 	}
 }
@@ -93,7 +93,7 @@ func TestForkWaitingCallsNothingSplittable(t *testing.T) {
 // checkAfterFork fails t for every call of forkWaiting and its helpers
 // outside allowed and own (own: the helpers themselves).
 func checkAfterFork(t *testing.T, calls map[string][]string, allowed map[string]bool, own *regexp.Regexp) {
-	for _, fn := range []string{"forkWaiting", "waitFail", "newWaitPlan"} {
+	for _, fn := range []string{"forkWaiting", "forkSession", "runWaitChild", "runReaper", "reaperFail", "waitFail", "newWaitPlan"} {
 		if _, ok := calls[fn]; !ok {
 			t.Fatalf("%s not found in the compiled package: %v", fn, calls)
 		}
@@ -106,7 +106,7 @@ func checkAfterFork(t *testing.T, calls map[string][]string, allowed map[string]
 		for _, c := range targets {
 			switch {
 			case allowed[c] || own.MatchString(c):
-			case fn == "forkWaiting" && strings.HasPrefix(c, "runtime.morestack") && prologue == 0:
+			case (fn == "forkWaiting" || fn == "forkSession") && strings.HasPrefix(c, "runtime.morestack") && prologue == 0:
 				prologue++
 			default:
 				t.Errorf("%s calls %q (\"\": an indirect call)", fn, c)

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"slices"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -59,6 +61,9 @@ func superviseSession(spec *InitSpec) (int, error) {
 	// ptrace, no /proc/1/environ, no /proc/1/fd), whatever their uid.
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
+	}
+	if err := passCapabilitiesAmbient(); err != nil {
+		return 0, err
 	}
 	child := *spec
 	child.SessionSupervisor, child.SessionChild = false, true
@@ -120,6 +125,71 @@ func superviseSession(spec *InitSpec) (int, error) {
 			unix.Close(fd)
 		}
 	}
+}
+
+// passCapabilitiesAmbient arranges, once per session, what every
+// command's sandbox-init would otherwise do itself with five all-threads
+// calls (dropBoundingAllThreads): the bounding set emptied and the
+// securebits set and locked (no root rule, no set-uid fix-up, no ambient
+// raise). The capabilities a child needs for its mounts (those of the
+// bounding set this process holds in its permitted set: CAP_SYS_ADMIN and
+// CAP_SETPCAP, as bwrap left them) pass to it as ambient capabilities
+// instead, the one way a capability survives an exec without a root rule
+// or a bounding set; the child empties its inheritable set first thing,
+// which empties its ambient set too, then drops the rest after its
+// mounts, as before.
+//
+// What a child holds after its exec is therefore what it held before
+// (those two, effective and permitted), with less to drop; nothing
+// executed by this process's children can gain more, since its bounding
+// set is empty and the securebits are locked. This process keeps its own
+// effective and permitted sets (the clones need CAP_SYS_ADMIN). A step
+// that fails before the bounding set is touched leaves things as they
+// were (the children drop everything themselves, as before); a failure
+// after it is returned: the supervisor ends, and the session is rebuilt.
+func passCapabilitiesAmbient() error {
+	last, err := lastCap()
+	if err != nil {
+		return err
+	}
+	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := new([2]unix.CapUserData)
+	if err := unix.Capget(hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	var pass []int
+	for c := 0; c <= last; c++ {
+		in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0)
+		if err != nil {
+			return fmt.Errorf("PR_CAPBSET_READ %d: %w", c, err)
+		}
+		if in != 0 && data[c/32].Permitted&(1<<(c%32)) != 0 {
+			pass = append(pass, c)
+			data[c/32].Inheritable |= 1 << (c % 32)
+		}
+	}
+	err = allThreads("capset", unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	runtime.KeepAlive(hdr)
+	runtime.KeepAlive(data)
+	if err != nil {
+		return nil // as before: each child drops what it holds
+	}
+	for _, c := range pass {
+		if err := allThreads("PR_CAP_AMBIENT_RAISE", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uintptr(c)); err != nil {
+			return nil // the bounding set untouched: as before
+		}
+	}
+	for c := 0; c <= last; c++ {
+		if in, err := unix.PrctlRetInt(unix.PR_CAPBSET_READ, uintptr(c), 0, 0, 0); err == nil && in == 0 {
+			continue
+		}
+		if err := allThreads("PR_CAPBSET_DROP", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0); err != nil {
+			return err
+		}
+	}
+	bits := secbitNoroot | secbitNorootLocked | secbitNoSetuidFixup | secbitNoSetuidFixupLock |
+		secbitKeepCapsLocked | secbitNoCapAmbientRaise | secbitNoCapAmbientLocked
+	return allThreads("PR_SET_SECUREBITS", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uintptr(bits), 0)
 }
 
 // awaitSpawn reads one spawn record and its want descriptors.
