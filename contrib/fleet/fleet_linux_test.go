@@ -1197,11 +1197,67 @@ func TestFleetFigures(t *testing.T) {
 	for _, conc := range []int{1, 2, 4, 8, 16} {
 		f.setServers(1)
 		l := measure(conc, conc)
-		t.Logf("1 pod (1 core), %2d sessions side by side: %6.1f commands/s", conc, float64(l.OK)/l.Seconds)
+		t.Logf("1 pod (1 core), %2d sessions side by side: %6.1f commands/s (load %s)", conc, float64(l.OK)/l.Seconds, loadavg())
 	}
-	for pods := 1; pods <= 3; pods++ {
-		f.setServers(pods)
-		l := measure(24, 12)
-		t.Logf("%d pod(s) of 1 core, 24 sessions, 12 side by side: %6.1f commands/s", pods, float64(l.OK)/l.Seconds)
+	// The pods' counts side by side, twice in turn, so that a change of
+	// the machine's load during the run weighs on each alike; the ratios
+	// are to one pod.
+	rate := map[int][]float64{}
+	for round := 0; round < 2; round++ {
+		for pods := 1; pods <= 3; pods++ {
+			f.setServers(pods)
+			l := measure(24, 12)
+			rate[pods] = append(rate[pods], float64(l.OK)/l.Seconds)
+			t.Logf("%d pod(s) of 1 core, 24 sessions, 12 side by side: %6.1f commands/s (load %s)", pods, float64(l.OK)/l.Seconds, loadavg())
+		}
 	}
+	mean := func(v []float64) float64 { return (v[0] + v[1]) / 2 }
+	t.Logf("throughput to 1 pod's: 2 pods %.2fx, 3 pods %.2fx", mean(rate[2])/mean(rate[1]), mean(rate[3])/mean(rate[1]))
+	// Sessions held: one pod takes 200 sessions of one command each; its
+	// memory (the pod's cgroup) before and after is what a held session
+	// costs while its sandboxes are kept.
+	f.setServers(1)
+	p := f.pods[0]
+	before, err := f.podMemory(ctx, p)
+	if err != nil {
+		t.Logf("the pod's memory cannot be read here: %v", err)
+		return
+	}
+	var l loadOut
+	f.client(ctx, &l, "load", "200", "200", "8", "held")
+	after, err := f.podMemory(ctx, p)
+	if err != nil || l.OK != 200 {
+		t.Errorf("200 sessions held: %d ok, errors %v; memory: %v", l.OK, l.Errors, err)
+		return
+	}
+	t.Logf("200 sessions held on one pod: memory %.0f MiB -> %.0f MiB, %.2f MiB a session (load %s)", before/(1<<20), after/(1<<20), (after-before)/200/(1<<20), loadavg())
+}
+
+// loadavg is the machine's load average over 1, 5 and 15 minutes.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// podMemory is the memory the cgroup of pod p charges (cgroup v1's
+// memory controller, else v2's memory.current).
+func (f *fleet) podMemory(ctx context.Context, p pod) (float64, error) {
+	out, err := f.podman(ctx, "pod", "inspect", "--format", "{{.CgroupPath}}", p.name)
+	if err != nil {
+		return 0, err
+	}
+	cg := strings.TrimSpace(out)
+	for _, file := range []string{
+		filepath.Join("/sys/fs/cgroup/memory", cg, "memory.usage_in_bytes"),
+		filepath.Join("/sys/fs/cgroup", cg, "memory.current"),
+		filepath.Join("/sys/fs/cgroup/unified", cg, "memory.current"),
+	} {
+		if b, err := os.ReadFile(file); err == nil {
+			return strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		}
+	}
+	return 0, fmt.Errorf("no memory accounting for cgroup %s", cg)
 }
