@@ -903,7 +903,9 @@ func (f *fleet) rollingRestart(ctx context.Context) {
 	t.Logf("rolling restart: %d commands ok, %d refused draining, %d session_moved, %d failed; %d sessions", r.OK, r.Draining, r.Moved, r.Failed, r.Sessions)
 	// HAProxy's log lines of requests that did not end cleanly (their
 	// termination state is not "----"): what a failure is to be read with.
-	unclean := func(l string) bool { return strings.Contains(l, "aleph.host.v1.Service/") && !strings.Contains(l, " ---- ") }
+	unclean := func(l string) bool {
+		return strings.Contains(l, "aleph.host.v1.Service/") && !strings.Contains(l, " ---- ")
+	}
 	if r.Failed != 0 {
 		t.Errorf("%d commands failed during the rolling restart: %v\n%s", r.Failed, r.Errors, f.routerLog(unclean))
 	}
