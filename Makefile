@@ -146,10 +146,12 @@ test-session: build
 # Kubernetes' Go types, then three serve pods played by podman from
 # contrib/kubernetes behind contrib/haproxy, the Python client through it.
 # test-fleet-short (in make test) runs affinity and metrics, test-fleet adds
-# a drain and a killed pod; both skip the pods, naming what is missing,
-# where podman, runc or HAProxy are not installed (scripts/setup-fleet.sh)
-# or a container cannot start. About 1 minute here (45 s short), more under
-# load. bench-fleet logs the figures of docs/fleet.md (a few minutes).
+# a rolling restart under load, a drain and a killed pod; both skip the
+# pods, naming what is missing, where podman, runc or HAProxy are not
+# installed (scripts/setup-fleet.sh) or a container cannot start, and
+# sweep what a killed run left. About 1.5 to 2 minutes here (45 s short),
+# more under load. bench-fleet logs the figures of docs/fleet.md (about
+# 6 minutes).
 FLEET_DIR := contrib/fleet
 .PHONY: test-fleet test-fleet-short bench-fleet
 test-fleet: build

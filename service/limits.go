@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
@@ -27,6 +29,25 @@ const ReasonResourceExhausted = string(core.ReasonResourceExhausted)
 func exhausted(limit string, value int64, what string) *connect.Error {
 	return withDetail(connect.CodeResourceExhausted, &core.LimitError{Limit: limit, Value: value, Reason: what},
 		&hostv1.ErrorDetail{ReasonCode: ReasonResourceExhausted, Field: limit})
+}
+
+// driverLimitHint adds to a driver's capacity limit where it is set. The
+// driver names its key ("sandbox.linux.max_session_networks") and can only
+// say "raise the limit": a serve whose max_sessions admits more sessions
+// than the driver's cap, with the key's section unsaid, read as a limit
+// of serve's. The pipeline's own limits (*core.LimitError) say it already.
+func driverLimitHint(err error) error {
+	var dle *driverapi.LimitError
+	var le *core.LimitError
+	if errors.As(err, &le) || !errors.As(err, &dle) {
+		return err
+	}
+	i := strings.LastIndexByte(dle.Limit, '.')
+	if i <= 0 || i == len(dle.Limit)-1 {
+		return err
+	}
+	return fmt.Errorf("%w: a limit of the driver, not of serve; to raise it, set %s under [%s] in serve's configuration file and restart serve",
+		err, dle.Limit[i+1:], dle.Limit[:i])
 }
 
 // strictJSON is the Connect JSON codec refusing unknown fields: the

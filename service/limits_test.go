@@ -365,3 +365,45 @@ func readLine(c net.Conn) (string, error) {
 		b = append(b, one[0])
 	}
 }
+
+// limitHost refuses the commands of session "full" as the Linux driver
+// refuses a session past sandbox.linux.max_session_networks.
+type limitHost struct{ fakeHost }
+
+func (h *limitHost) Execute(ctx context.Context, cmd core.Command) (*core.Output, error) {
+	if cmd.SessionID == "full" {
+		return nil, fmt.Errorf("driver aleph-driver-bwrap: Run: %w", &driverapi.LimitError{Limit: "sandbox.linux.max_session_networks", Value: 64,
+			Reason: "64 sessions hold a network namespace already"})
+	}
+	return h.fakeHost.Execute(ctx, cmd)
+}
+
+// A driver's capacity limit is resource_exhausted naming its key, and its
+// message says it is the driver's and where it is raised (the section of
+// serve's configuration file), not only "raise the limit" beside serve's
+// own max_sessions. The control: another session runs.
+func TestDriverLimitSaysWhereToRaiseIt(t *testing.T) {
+	h := &limitHost{}
+	srv, err := New(Options{Host: h, Broker: NewBroker(false, nil), Limits: core.ServeLimits{MaxSessions: 1024}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	t.Cleanup(hs.Close)
+	if code, msg, _ := execute(t, hs.URL, `{"session":"ok","argv":["/bin/true"]}`); code != "" {
+		t.Fatalf("control: %q %q", code, msg)
+	}
+	code, msg, _ := execute(t, hs.URL, `{"session":"full","argv":["/bin/true"]}`)
+	if code != "resource_exhausted" {
+		t.Fatalf("code %q, want resource_exhausted (%s)", code, msg)
+	}
+	for _, want := range []string{"sandbox.linux.max_session_networks = 64", "a limit of the driver, not of serve", "set max_session_networks under [sandbox.linux] in serve's configuration file"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+	// The pipeline's own limits keep their text: no second hint.
+	if got := driverLimitHint(&core.LimitError{Limit: "serve.max_sessions", Value: 2, Reason: "full"}).Error(); strings.Contains(got, "driver") {
+		t.Errorf("a limit of serve's got the driver's hint: %q", got)
+	}
+}

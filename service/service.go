@@ -601,7 +601,7 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 	case core.LimitOf(err) != "":
 		// A capacity limit (the pipeline's or the driver's): the client
 		// is told which key to raise, not that the sandbox failed.
-		return nil, withDetail(connect.CodeResourceExhausted, err,
+		return nil, withDetail(connect.CodeResourceExhausted, driverLimitHint(err),
 			&hostv1.ErrorDetail{ReasonCode: ReasonResourceExhausted, Field: core.LimitOf(err)})
 	case errors.As(err, &drvErr):
 		detail.Driver = drvErr.Driver

@@ -6,6 +6,8 @@ the router's CA, through HAProxy. Each subcommand prints one JSON object.
     fleet_client.py load SESSIONS COMMANDS CONCURRENCY [PREFIX]
     fleet_client.py restart SESSION   one call, a line on stdin, the same call
                                       again from the same client
+    fleet_client.py rolling WORKERS   commands without pause until a line on
+                                      stdin, through pods restarted one by one
 
 The address, CA and token come from ALEPH_FLEET_ADDR, ALEPH_FLEET_CA and
 ALEPH_SANDBOX_TOKEN.
@@ -105,6 +107,84 @@ def load(sessions, commands, concurrency, prefix):
     return {"ok": done[0], "seconds": time.monotonic() - start, "errors": errors[:5], "failed": len(errors)}
 
 
+def rolling(workers):
+    """The workload of a rolling restart: each worker keeps one session and
+    runs commands in it without pause until a line arrives on stdin. A
+    command counts as ok only with its real result: the session's counter,
+    kept in its workspace, one more than the last call's (the same session,
+    on the same pod, with its state), and the node that ran it named both
+    by the command (hostname) and by the result (node_id).
+
+    A refusal before the command ran is the documented handling of a fleet
+    (docs/fleet.md, "Rolling restart"): "draining" (a new session reached a
+    pod that drains before the router saw it) and SessionMoved (the
+    session's pod is gone or was replaced) are answered by a new session,
+    on a new name, and the same command again. Anything else is a failed
+    command: a reset or a router's 5xx while it ran, another error, a wrong
+    result. Each command's outcome is recorded with its time and node, so
+    the caller can tell which pods served before and after each restart.
+    A session left is not forgotten: it idles out on its pod, as an
+    agent's does."""
+    lock = threading.Lock()
+    stop = threading.Event()
+    out = {"ok": 0, "draining": 0, "moved": 0, "failed": 0, "sessions": 0, "errors": [], "records": []}
+
+    def record(kind, node="", detail=""):
+        with lock:
+            out[kind] += 1
+            out["records"].append([time.time(), node, kind])
+            if detail and len(out["errors"]) < 20:
+                out["errors"].append(detail)
+
+    def worker(k):
+        c = client()
+        gen = 0
+        while not stop.is_set():
+            gen += 1
+            session = "roll-%d-%d-%s" % (k, gen, secrets.token_hex(4))
+            with lock:
+                out["sessions"] += 1
+            n = 0
+            # Sessions come and go, as agents' do: a session ends after a
+            # few commands, so new ones keep arriving and reach a pod that
+            # was replaced (the router places a new session by its hash).
+            while not stop.is_set() and n < 12:
+                nonce = secrets.token_hex(6)
+                # Builtins and a final exec: no new process without spawn.
+                argv = ["sh", "-c", "n=0; read n < count; n=$((n+1)); echo $n > count; echo $n %s; exec hostname" % nonce]
+                try:
+                    r = c.exec(argv, session=session)
+                except aleph_sandbox.SessionMoved:
+                    record("moved")
+                    break
+                except aleph_sandbox.SandboxError as e:
+                    if e.reason_code == "draining":
+                        record("draining")
+                        break
+                    record("failed", detail="%s %s %s" % (session, type(e).__name__, e))
+                    break
+                except Exception as e:  # a reset, a closed connection
+                    record("failed", detail="%s %s %s" % (session, type(e).__name__, e))
+                    break
+                lines = r.stdout.decode(errors="replace").split()
+                want = [str(n + 1), nonce, r.node_id]
+                if r.exit_code != 0 or lines != want:
+                    record("failed", r.node_id, "%s: exit %s, stdout %r, want %r, stderr %r" % (
+                        session, r.exit_code, lines, want, r.stderr.decode(errors="replace")[-200:]))
+                    break
+                n += 1
+                record("ok", r.node_id)
+
+    ts = [threading.Thread(target=worker, args=(k,)) for k in range(workers)]
+    for t in ts:
+        t.start()
+    sys.stdin.readline()
+    stop.set()
+    for t in ts:
+        t.join()
+    return out
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "affinity":
@@ -116,6 +196,8 @@ def main():
         out = load(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]), prefix)
     elif cmd == "restart":
         out = restart(sys.argv[2])
+    elif cmd == "rolling":
+        out = rolling(int(sys.argv[2]))
     else:
         raise SystemExit("unknown subcommand %r" % cmd)
     json.dump(out, sys.stdout)

@@ -90,14 +90,112 @@ func newFleet(t *testing.T) *fleet {
 	}
 	f := &fleet{t: t, root: root}
 	skipUnlessFleet(t, f)
+	// A run killed before its cleanup (SIGKILL, a machine's OOM killer)
+	// left its pods running and its state behind: swept first.
+	for _, d := range sweepStale(context.Background(), os.TempDir(), f.root) {
+		t.Logf("swept what an earlier run left: %s", d)
+	}
 	// Not t.TempDir: podman's storage holds files a test's cleanup cannot
 	// remove before podman itself has (it is removed by the cleanup below).
-	f.state, err = os.MkdirTemp("", "aleph-fleet-")
+	f.state, err = os.MkdirTemp("", statePrefix)
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := writeOwner(f.state); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(f.cleanup)
 	return f
+}
+
+// statePrefix names the state directories of the fleet's runs (in the
+// temporary directory): the sweep touches no other.
+const statePrefix = "aleph-fleet-"
+
+// A run's state directory names its owner, the test process, in the file
+// "owner": its pid and its start time (field 22 of /proc/PID/stat), so that
+// a pid reused by another process is not taken for a live run.
+func writeOwner(dir string) error {
+	start, err := procStart(os.Getpid())
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "owner"), []byte(fmt.Sprintf("%d %s\n", os.Getpid(), start)), 0o600)
+}
+
+func procStart(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces:
+	// the fields are counted after its closing one.
+	s := string(b)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 20 {
+		return "", fmt.Errorf("/proc/%d/stat: %d fields after the name", pid, len(fields))
+	}
+	return fields[19], nil
+}
+
+// ownerAlive reports whether dir's run is still going: its owner file
+// names a process that runs with the same start time. A directory with
+// no owner file is taken as live while young (a run between making it and
+// writing the file).
+func ownerAlive(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, "owner"))
+	if err != nil {
+		st, serr := os.Stat(dir)
+		return serr == nil && time.Since(st.ModTime()) < 10*time.Minute
+	}
+	var pid int
+	var start string
+	if _, err := fmt.Sscan(string(b), &pid, &start); err != nil || pid <= 0 {
+		return false
+	}
+	now, err := procStart(pid)
+	return err == nil && now == start
+}
+
+// sweepStale removes what runs killed before their cleanup left in
+// parent: for each directory named statePrefix* whose owner is gone, the
+// HAProxy it started (only if that process still has the directory in its
+// environment: a reused pid is left alone), its pods and their cgroups
+// (through podman with that run's private state), then the directory.
+// Live runs' directories are not touched. It returns the directories
+// removed.
+func sweepStale(ctx context.Context, parent, root string) []string {
+	dirs, _ := filepath.Glob(filepath.Join(parent, statePrefix+"*"))
+	var swept []string
+	for _, d := range dirs {
+		if st, err := os.Lstat(d); err != nil || !st.IsDir() || ownerAlive(d) {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "haproxy.pid")); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+				env, _ := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+				if strings.Contains("\x00"+string(env), "\x00ALEPH_ROUTER_STATE="+d+"\x00") {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			}
+		}
+		if _, err := os.Stat(filepath.Join(d, "storage")); err == nil {
+			pm := func(args ...string) string {
+				cmd := exec.CommandContext(ctx, "bash", append([]string{"-c", `. "$0" && exec podman "$@"`, filepath.Join(root, "contrib", "fleet", "podman-env.sh")}, args...)...)
+				cmd.Env = append(os.Environ(), "FLEET_STATE="+d)
+				out, _ := cmd.Output()
+				return string(out)
+			}
+			ids := pm("pod", "ps", "-q", "--no-trunc")
+			pm("pod", "rm", "-a", "-f", "-t", "0")
+			removePodCgroups(strings.Fields(ids))
+			pm("system", "reset", "-f")
+		}
+		if err := os.RemoveAll(d); err == nil {
+			swept = append(swept, d)
+		}
+	}
+	return swept
 }
 
 // podman runs podman with the private configuration of podman-env.sh.
@@ -420,7 +518,21 @@ func (f *fleet) startRouter(ctx context.Context) {
 		p := f.pods[min(i, len(f.pods)-1)]
 		env = append(env, fmt.Sprintf("ALEPH_POD%d=127.0.0.1:%d", i, p.port), fmt.Sprintf("ALEPH_POD%d_METRICS=%d", i, p.metrics))
 	}
-	cfg := filepath.Join(f.root, "contrib", "haproxy", "haproxy.cfg")
+	// The shipped configuration, its log level raised to info so that
+	// haproxy.log has a line per request (its termination state says why
+	// a request failed): the one change.
+	shipped, err := os.ReadFile(filepath.Join(f.root, "contrib", "haproxy", "haproxy.cfg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const level = "log stderr format short local0 notice"
+	if strings.Count(string(shipped), level) != 1 {
+		t.Fatalf("contrib/haproxy/haproxy.cfg no longer has %q", level)
+	}
+	cfg := filepath.Join(f.state, "haproxy.cfg")
+	if err := os.WriteFile(cfg, []byte(strings.Replace(string(shipped), level, "log stderr format short local0 info", 1)), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	check := exec.CommandContext(ctx, "haproxy", "-c", "-f", cfg)
 	check.Env = env
 	if out, err := check.CombinedOutput(); err != nil {
@@ -436,6 +548,11 @@ func (f *fleet) startRouter(ctx context.Context) {
 	t.Cleanup(func() { logf.Close() })
 	f.haproxy.Stdout, f.haproxy.Stderr = logf, logf
 	if err := f.haproxy.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// For the sweep of a run killed before its cleanup (Pdeathsig covers
+	// most, not a HAProxy whose starting thread had already ended).
+	if err := os.WriteFile(filepath.Join(f.state, "haproxy.pid"), []byte(strconv.Itoa(f.haproxy.Process.Pid)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	for i := range f.pods {
@@ -521,6 +638,8 @@ func hostOf(r execOut) string {
 	return lines[len(lines)-1]
 }
 
+var errNoMetric = errors.New("not in /metrics")
+
 // metric sums a metric's samples in pod p's /metrics.
 func (f *fleet) metric(p pod, name string) (float64, error) {
 	c := http.Client{Timeout: 5 * time.Second}
@@ -544,7 +663,7 @@ func (f *fleet) metric(p pod, name string) (float64, error) {
 		}
 	}
 	if !found {
-		return 0, errors.New(name + " not in /metrics")
+		return 0, fmt.Errorf("%s: %w", name, errNoMetric)
 	}
 	return sum, nil
 }
@@ -610,7 +729,236 @@ func TestFleet(t *testing.T) {
 	if testing.Short() {
 		return
 	}
+	f.rollingRestart(ctx)
 	f.drainAndKill(ctx, sessionPod, tokens)
+}
+
+// stat is a field of HAProxy's "show stat" for proxy px, server sv
+// ("FRONTEND", "BACKEND" or a server), read from its admin socket.
+func (f *fleet) stat(px, sv, field string) (int, error) {
+	c, err := net.Dial("unix", filepath.Join(f.state, "admin.sock"))
+	if err != nil {
+		return 0, err
+	}
+	defer c.Close()
+	fmt.Fprintf(c, "show stat\n")
+	sc := bufio.NewScanner(c)
+	col := -1
+	for sc.Scan() {
+		fields := strings.Split(strings.TrimPrefix(sc.Text(), "# "), ",")
+		if col < 0 {
+			for i, name := range fields {
+				if name == field {
+					col = i
+				}
+			}
+			if col < 0 {
+				return 0, fmt.Errorf("show stat has no field %s", field)
+			}
+			continue
+		}
+		if len(fields) > col && fields[0] == px && fields[1] == sv {
+			return strconv.Atoi(fields[col])
+		}
+	}
+	return 0, fmt.Errorf("show stat has no %s/%s", px, sv)
+}
+
+// commandsOn is pod p's aleph_sandbox_commands_total (0 before its first
+// command, which makes the metric appear), -1 when /metrics cannot be read
+// (the pod is down).
+func (f *fleet) commandsOn(p pod) float64 {
+	n, err := f.metric(p, "aleph_sandbox_commands_total")
+	switch {
+	case errors.Is(err, errNoMetric):
+		return 0
+	case err != nil:
+		return -1
+	}
+	return n
+}
+
+// waitCommands waits until pod p has counted at least n commands (the
+// workload reached it), bounded by ctx.
+func (f *fleet) waitCommands(ctx context.Context, p pod, n float64) {
+	for ctx.Err() == nil {
+		if f.commandsOn(p) >= n {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	ps, _ := f.podman(context.Background(), "ps", "-a", "--filter", "pod="+p.name, "--format", "{{.Names}} {{.State}} {{.Status}}")
+	logs, _ := f.podman(context.Background(), "pod", "logs", "--tail", "30", p.name)
+	f.t.Fatalf("%s never counted %v commands of the workload (has %v; HAProxy: %s)\n%s\n%s", p.name, n, f.commandsOn(p), f.serverState(f.podIndex(p.name)), ps, logs)
+}
+
+type rollingOut struct {
+	OK, Draining, Moved, Failed, Sessions int
+	Errors                                []string
+	Records                               [][3]any
+}
+
+// waitExited waits until podman reports no container of pod name running:
+// its serve drained and ended.
+func (f *fleet) waitExited(ctx context.Context, name string) {
+	var out string
+	for ctx.Err() == nil {
+		var err error
+		out, err = f.podman(ctx, "ps", "-a", "--filter", "pod="+name, "--format", "{{.State}}")
+		if err == nil && !strings.Contains(out, "running") && !strings.Contains(out, "stopping") && strings.TrimSpace(out) != "" {
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	logs, _ := f.podman(context.Background(), "pod", "logs", name)
+	f.t.Fatalf("pod %s did not end after its drain (containers: %s)\n%s", name, out, logs)
+}
+
+// rollingRestart restarts the three pods one after another, as a
+// StatefulSet's rolling update does, while clients keep running commands
+// through HAProxy: each pod gets SIGTERM (the kubelet's, after preStop)
+// and drains within the grace period of the manifests, then it is
+// replaced by a new pod of the same name, address and data volume. No
+// command may fail: every one completes with its real result, or is
+// refused before it ran with draining or session_moved, which the
+// workload answers as docs/fleet.md says (a new session, the command
+// again). The controls: the workload ran commands on every pod before
+// its restart and after its replacement, and HAProxy's frontend answered
+// no 5xx.
+func (f *fleet) rollingRestart(ctx context.Context) {
+	t := f.t
+	cmd := exec.CommandContext(ctx, "python3", filepath.Join(f.root, "contrib", "fleet", "fleet_client.py"), "rolling", "6")
+	cmd.Env = f.clientEnv()
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	before5xx, err := f.stat("aleph", "FRONTEND", "hrsp_5xx")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			in.Close()
+			_ = cmd.Wait()
+		}
+	}
+	defer stop()
+	// The control: the workload reaches every pod before the restarts.
+	for _, p := range f.pods {
+		f.waitCommands(ctx, p, f.commandsOn(p)+5)
+	}
+	down := make([]time.Time, len(f.pods))
+	up := make([]time.Time, len(f.pods))
+	for i, p := range f.pods {
+		if out, err := f.podman(ctx, "pod", "kill", "--signal", "TERM", p.name); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		down[i] = time.Now()
+		// serve's grace (20 s) and term grace (5 s), bounded as the
+		// kubelet's terminationGracePeriodSeconds (30 s) would, with room
+		// for a loaded machine.
+		dctx, dcancel := context.WithTimeout(ctx, 90*time.Second)
+		f.waitExited(dctx, p.name)
+		dcancel()
+		// Replaced: a new pod of the same name on the same volumes, as the
+		// StatefulSet's controller makes it.
+		id, _ := f.podman(ctx, "pod", "inspect", "--format", "{{.Id}}", p.name)
+		if out, err := f.podman(ctx, "pod", "rm", "-f", "-t", "0", p.name); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		removePodCgroups(strings.Fields(id))
+		file := filepath.Join(f.state, p.name, "pod.yaml")
+		if out, err := f.podman(ctx, "kube", "play", file); err != nil {
+			t.Fatalf("replacing %s: %v\n%s", p.name, err, out)
+		}
+		wctx, wcancel := context.WithTimeout(ctx, 3*time.Minute)
+		f.waitReady(wctx, p)
+		f.waitServer(wctx, i, "UP")
+		up[i] = time.Now()
+		// The workload's new sessions reach the new pod before the next
+		// one restarts (its counter starts again at 0).
+		f.waitCommands(wctx, p, 5)
+		wcancel()
+		t.Logf("%s restarted: drained and replaced in %v", p.name, up[i].Sub(down[i]).Round(time.Second))
+	}
+	// Sessions spread again: every pod serves the workload after the last
+	// restart.
+	last := f.commandsOnAll()
+	for _, p := range f.pods {
+		f.waitCommands(ctx, p, last[p.name]+5)
+	}
+	stop()
+	var r rollingOut
+	if err := json.Unmarshal([]byte(stdout.String()), &r); err != nil {
+		t.Fatalf("the rolling workload printed %q: %v\n%s", stdout.String(), err, stderr.String())
+	}
+	t.Logf("rolling restart: %d commands ok, %d refused draining, %d session_moved, %d failed; %d sessions", r.OK, r.Draining, r.Moved, r.Failed, r.Sessions)
+	// HAProxy's log lines of requests that did not end cleanly (their
+	// termination state is not "----"): what a failure is to be read with.
+	unclean := func(l string) bool {
+		return strings.Contains(l, "aleph.host.v1.Service/") && !strings.Contains(l, " ---- ")
+	}
+	if r.Failed != 0 {
+		t.Errorf("%d commands failed during the rolling restart: %v\n%s", r.Failed, r.Errors, f.routerLog(unclean))
+	}
+	if after5xx, err := f.stat("aleph", "FRONTEND", "hrsp_5xx"); err != nil || after5xx != before5xx {
+		t.Errorf("HAProxy answered %d 5xx during the rolling restart (%v):\n%s", after5xx-before5xx, err, f.routerLog(unclean))
+	}
+	// From the records: each pod ran commands of the workload before its
+	// restart and after its replacement, and all three after the last.
+	for i, p := range f.pods {
+		var before, after, end int
+		for _, rec := range r.Records {
+			at, _ := rec[0].(float64)
+			node, _ := rec[1].(string)
+			kind, _ := rec[2].(string)
+			if node != p.name || kind != "ok" {
+				continue
+			}
+			when := time.Unix(0, int64(at*1e9))
+			switch {
+			case when.Before(down[i]):
+				before++
+			case when.After(up[i]):
+				after++
+			}
+			if when.After(up[len(up)-1]) {
+				end++
+			}
+		}
+		if before == 0 || after == 0 || end == 0 {
+			t.Errorf("%s ran %d commands of the workload before its restart, %d after its replacement, %d after the last restart: want some of each", p.name, before, after, end)
+		}
+	}
+}
+
+// routerLog is the lines of HAProxy's log that match.
+func (f *fleet) routerLog(match func(string) bool) string {
+	b, _ := os.ReadFile(filepath.Join(f.state, "haproxy.log"))
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if match(l) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// commandsOnAll is every pod's aleph_sandbox_commands_total now.
+func (f *fleet) commandsOnAll() map[string]float64 {
+	m := map[string]float64{}
+	for _, p := range f.pods {
+		m[p.name] = f.commandsOn(p)
+	}
+	return m
 }
 
 func (f *fleet) podIndex(name string) int {
@@ -851,11 +1199,67 @@ func TestFleetFigures(t *testing.T) {
 	for _, conc := range []int{1, 2, 4, 8, 16} {
 		f.setServers(1)
 		l := measure(conc, conc)
-		t.Logf("1 pod (1 core), %2d sessions side by side: %6.1f commands/s", conc, float64(l.OK)/l.Seconds)
+		t.Logf("1 pod (1 core), %2d sessions side by side: %6.1f commands/s (load %s)", conc, float64(l.OK)/l.Seconds, loadavg())
 	}
-	for pods := 1; pods <= 3; pods++ {
-		f.setServers(pods)
-		l := measure(24, 12)
-		t.Logf("%d pod(s) of 1 core, 24 sessions, 12 side by side: %6.1f commands/s", pods, float64(l.OK)/l.Seconds)
+	// The pods' counts side by side, twice in turn, so that a change of
+	// the machine's load during the run weighs on each alike; the ratios
+	// are to one pod.
+	rate := map[int][]float64{}
+	for round := 0; round < 2; round++ {
+		for pods := 1; pods <= 3; pods++ {
+			f.setServers(pods)
+			l := measure(24, 12)
+			rate[pods] = append(rate[pods], float64(l.OK)/l.Seconds)
+			t.Logf("%d pod(s) of 1 core, 24 sessions, 12 side by side: %6.1f commands/s (load %s)", pods, float64(l.OK)/l.Seconds, loadavg())
+		}
 	}
+	mean := func(v []float64) float64 { return (v[0] + v[1]) / 2 }
+	t.Logf("throughput to 1 pod's: 2 pods %.2fx, 3 pods %.2fx", mean(rate[2])/mean(rate[1]), mean(rate[3])/mean(rate[1]))
+	// Sessions held: one pod takes 200 sessions of one command each; its
+	// memory (the pod's cgroup) before and after is what a held session
+	// costs while its sandboxes are kept.
+	f.setServers(1)
+	p := f.pods[0]
+	before, err := f.podMemory(ctx, p)
+	if err != nil {
+		t.Logf("the pod's memory cannot be read here: %v", err)
+		return
+	}
+	var l loadOut
+	f.client(ctx, &l, "load", "200", "200", "8", "held")
+	after, err := f.podMemory(ctx, p)
+	if err != nil || l.OK != 200 {
+		t.Errorf("200 sessions held: %d ok, errors %v; memory: %v", l.OK, l.Errors, err)
+		return
+	}
+	t.Logf("200 sessions held on one pod: memory %.0f MiB -> %.0f MiB, %.2f MiB a session (load %s)", before/(1<<20), after/(1<<20), (after-before)/200/(1<<20), loadavg())
+}
+
+// loadavg is the machine's load average over 1, 5 and 15 minutes.
+func loadavg() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	return strings.Join(strings.Fields(string(b))[:3], " ")
+}
+
+// podMemory is the memory the cgroup of pod p charges (cgroup v1's
+// memory controller, else v2's memory.current).
+func (f *fleet) podMemory(ctx context.Context, p pod) (float64, error) {
+	out, err := f.podman(ctx, "pod", "inspect", "--format", "{{.CgroupPath}}", p.name)
+	if err != nil {
+		return 0, err
+	}
+	cg := strings.TrimSpace(out)
+	for _, file := range []string{
+		filepath.Join("/sys/fs/cgroup/memory", cg, "memory.usage_in_bytes"),
+		filepath.Join("/sys/fs/cgroup", cg, "memory.current"),
+		filepath.Join("/sys/fs/cgroup/unified", cg, "memory.current"),
+	} {
+		if b, err := os.ReadFile(file); err == nil {
+			return strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		}
+	}
+	return 0, fmt.Errorf("no memory accounting for cgroup %s", cg)
 }
