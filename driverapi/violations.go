@@ -61,8 +61,11 @@ type ViolationLog struct {
 }
 
 // Add records one refusal.
-func (l *ViolationLog) Add(kind, operation, target string) {
-	if l == nil {
+func (l *ViolationLog) Add(kind, operation, target string) { l.AddN(kind, operation, target, 1) }
+
+// AddN records n refusals of one kind, operation and target.
+func (l *ViolationLog) AddN(kind, operation, target string, n int64) {
+	if l == nil || n <= 0 {
 		return
 	}
 	operation, target = clip(operation), clip(target)
@@ -71,7 +74,7 @@ func (l *ViolationLog) Add(kind, operation, target string) {
 	for i := range l.entries {
 		e := &l.entries[i]
 		if e.Kind == kind && e.Operation == operation && e.Target == target {
-			e.Count++
+			e.Count += n
 			return
 		}
 	}
@@ -80,10 +83,10 @@ func (l *ViolationLog) Add(kind, operation, target string) {
 		limit = DefaultMaxViolations
 	}
 	if len(l.entries) >= limit {
-		l.dropped++
+		l.dropped += n
 		return
 	}
-	l.entries = append(l.entries, Violation{Kind: kind, Operation: operation, Target: target, Count: 1})
+	l.entries = append(l.entries, Violation{Kind: kind, Operation: operation, Target: target, Count: n})
 }
 
 // Count is how many refusals of kind were recorded, dropped ones aside.
