@@ -207,7 +207,8 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	out := &core.Output{Stdout: resOut, Stderr: resErr, Backend: res.GetBackend(),
 		CommandID: res.GetCommandId(), Exit: driverapi.Exit{ExitCode: res.GetExitCode(), Signal: res.GetSignal(),
 			TimedOut: res.GetTimedOut(), Truncated: res.GetTruncated(), OOMKilled: res.GetOomKilled(),
-			Duration: durationMS(res.GetDurationMs()), SpawnRefused: res.GetSpawnRefused(), Usage: hostclient.UsageOf(res)},
+			Duration: durationMS(res.GetDurationMs()), SpawnRefused: res.GetSpawnRefused(), Usage: hostclient.UsageOf(res),
+			Violations: hostclient.ViolationsOf(res), ViolationsDropped: res.GetViolationsDropped(), ViolationKinds: res.GetViolationKinds()},
 		SpawnReported: res.GetSpawnReported()}
 	if len(out.Stderr) == 0 {
 		out.Stderr = errTail.bytes()
