@@ -244,13 +244,19 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 		)
 	}
 
-	groups := []seccomp.SyscallGroup{
-		{Names: append(deny, sockDeny...), Action: seccomp.ActionErrno},
-		{NamesWithCondtions: append(append(cloneRules, sockRules...), setIDRules(info)...), Action: seccomp.ActionErrno},
-	}
+	// The group of conditions stays last: go-seccomp-bpf lets a call whose
+	// conditions do not all hold fall through to the next instruction,
+	// which must be the default action (a group after it made openat
+	// with a mode of 0o666 take that group's USER_NOTIF, and fail with
+	// ENOSYS). A group without names is left out.
+	var groups []seccomp.SyscallGroup
 	if len(denyNotify) > 0 {
 		groups = append(groups, seccomp.SyscallGroup{Names: denyNotify, Action: seccomp.ActionUserNotify})
 	}
+	if names := append(deny, sockDeny...); len(names) > 0 {
+		groups = append(groups, seccomp.SyscallGroup{Names: names, Action: seccomp.ActionErrno})
+	}
+	groups = append(groups, seccomp.SyscallGroup{NamesWithCondtions: append(append(cloneRules, sockRules...), setIDRules(info)...), Action: seccomp.ActionErrno})
 	return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
 }
 
