@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -91,6 +92,9 @@ func procCases() []Case {
 		{ID: "proc/spawn-refused-reported", Level: Must, Feature: driverapi.FeatureSpawnRefusedReport,
 			Description: "Without spawn_subprocess a program that tries to start a child runs, is refused, and the exit reports it (spawn_refused >= 1); the same program with spawn_subprocess starts its child and reports 0, and a program that starts none reports 0 without spawn_subprocess.",
 			run:         caseSpawnRefusedReported},
+		{ID: "proc/violations-reported", Level: Must, Feature: driverapi.FeatureViolationReport,
+			Description: "A driver claiming violation_report names the kinds it watched (known kinds only) and lists, for a program that ran and was refused a child without spawn_subprocess, a spawn violation (operation process_start) when spawn is watched; a program that was refused nothing lists none, and every listed violation is of a watched kind.",
+			run:         caseViolationsReported},
 		{ID: "proc/timeout-reported", Level: Must,
 			Description: "A command that outlives its timeout is stopped and reported with timed_out, well before it would have ended.",
 			run: func(ctx context.Context, h *H) error {
@@ -359,4 +363,56 @@ func caseKillsCommand(ctx context.Context, h *H, timeout bool) error {
 		}
 	}
 	return nil
+}
+
+// watchedKinds checks that o's kinds are known ones and that each listed
+// violation is of one of them, and returns them.
+func watchedKinds(what string, o Out) ([]string, error) {
+	kinds := o.Exit.ViolationKinds
+	if len(kinds) == 0 {
+		return nil, fmt.Errorf("%s: the driver claims violation_report and names no watched kind: %s", what, o)
+	}
+	for _, k := range kinds {
+		if !slices.Contains(driverapi.ViolationKinds(), k) {
+			return nil, fmt.Errorf("%s: unknown violation kind %q watched: %s", what, k, o)
+		}
+	}
+	for _, v := range o.Exit.Violations {
+		if !slices.Contains(kinds, v.Kind) || v.Count < 1 {
+			return nil, fmt.Errorf("%s: violation %+v is not of a watched kind %v or counts nothing: %s", what, v, kinds, o)
+		}
+	}
+	return kinds, nil
+}
+
+func caseViolationsReported(ctx context.Context, h *H) error {
+	// Positive control: the program ran, nothing was refused, nothing is
+	// listed.
+	o := h.Probe(ctx, &driverapi.Capabilities{}, "echo", "alive")
+	if err := ok("a program refused nothing", o); err != nil {
+		return err
+	}
+	if _, err := watchedKinds("a program refused nothing", o); err != nil {
+		return err
+	}
+	if len(o.Exit.Violations) != 0 || o.Exit.ViolationsDropped != 0 {
+		return fmt.Errorf("violations listed for a program that was refused nothing: %+v (dropped %d): %s", o.Exit.Violations, o.Exit.ViolationsDropped, o)
+	}
+	o = h.Probe(ctx, &driverapi.Capabilities{}, "echo", "alive", sep, "try", "spawn", "0")
+	if err := ran("probe without spawn", o, "alive"); err != nil {
+		return err
+	}
+	kinds, err := watchedKinds("probe without spawn", o)
+	if err != nil {
+		return err
+	}
+	if !slices.Contains(kinds, driverapi.ViolationSpawn) {
+		return nil
+	}
+	for _, v := range o.Exit.Violations {
+		if v.Kind == driverapi.ViolationSpawn && v.Operation == "process_start" {
+			return nil
+		}
+	}
+	return fmt.Errorf("the refused child was not listed as a spawn violation (kinds %v, violations %+v): %s", kinds, o.Exit.Violations, o)
 }

@@ -70,6 +70,12 @@ type AuditRecord struct {
 	// Usage is what the command consumed as the driver measured it
 	// (Exit.Usage); absent when nothing ran.
 	Usage *AuditUsage `json:"usage,omitempty"`
+	// Violations are what the sandbox refused the command (the driver's
+	// report and its proxy's refusals, Exit.Violations), bounded by
+	// sandbox.max_violations; ViolationsDropped counts the refusals past
+	// the bound.
+	Violations        []driverapi.Violation `json:"violations,omitempty"`
+	ViolationsDropped int64                 `json:"violations_dropped,omitempty"`
 }
 
 // FileAudit is one operation of the files API.
@@ -314,6 +320,8 @@ func (s *WorkspaceSandbox) RecordNetwork(ctx context.Context, sessionID, command
 		Decision: DecisionDeny, Reason: ReasonNetworkDenied, Detail: n.Detail}
 	if n.Allowed {
 		rec.Decision, rec.Reason = DecisionAllow, ReasonNetworkAllowed
+	} else {
+		s.refusals.add(commandID, n)
 	}
 	s.ledger.record(ctx, rec)
 }

@@ -46,6 +46,11 @@ type SandboxConfig struct {
 	Enabled               bool  `koanf:"enabled" json:"enabled" toml:"enabled"`
 	DefaultTimeoutSeconds int64 `koanf:"default_timeout_seconds" json:"default_timeout_seconds" toml:"default_timeout_seconds"`
 	MaxOutputBytes        int64 `koanf:"max_output_bytes" json:"max_output_bytes" toml:"max_output_bytes"`
+	// MaxViolations bounds the distinct violations a command's result and
+	// audit record carry (Output.Exit.Violations); the refusals past it
+	// are counted in violations_dropped. The command chooses what it
+	// tries, so the list must not grow with it.
+	MaxViolations int `koanf:"max_violations" json:"max_violations" toml:"max_violations"`
 	// Driver is a driver name ("bwrap") or a path; empty is the platform default.
 	Driver string `koanf:"driver" json:"driver" toml:"driver"`
 	// DriverSHA256 pins the driver binary (hex SHA-256); empty means unpinned.
@@ -326,6 +331,7 @@ func DefaultConfig() Config {
 		Enabled:                true,
 		DefaultTimeoutSeconds:  60,
 		MaxOutputBytes:         1 << 20,
+		MaxViolations:          driverapi.DefaultMaxViolations,
 		ApprovalTimeoutSeconds: 60,
 		AuditOnFailure:         AuditFailOpen,
 		SessionSandboxes:       SessionSandboxesAuto,
@@ -943,6 +949,8 @@ func (c Config) Validate() error {
 		return bad("default_timeout_seconds", fmt.Sprintf("must be <= %d (one year)", maxConfigSeconds))
 	case s.MaxOutputBytes <= 0:
 		return bad("max_output_bytes", "must be > 0")
+	case s.MaxViolations < 0 || s.MaxViolations > 1024:
+		return bad("max_violations", "must be between 0 and 1024")
 	case s.ApprovalTimeoutSeconds <= 0:
 		return bad("approval_timeout_seconds", "must be > 0")
 	case s.ApprovalTimeoutSeconds > maxConfigSeconds:

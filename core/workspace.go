@@ -73,6 +73,10 @@ type WorkspaceSandbox struct {
 	// gitScanOff skips that search ([sandbox.protected] planted_git =
 	// "allow", and the benchmark's baseline).
 	gitScanOff bool
+	// refusals holds, per running command (by its ID), the network
+	// refusals its managed proxy reported (RecordNetwork), merged into
+	// its Exit.Violations when it ends.
+	refusals refusalTable
 }
 
 // defaultRunGrace is the default WorkspaceSandbox.runGrace.
@@ -613,7 +617,12 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	stopSignals := s.forwardSignals(runCtx, cancelSig, hc, r.rec.CommandID, cmd.Signals)
 	grace, stopTerm := s.termBeforeTimeout(runCtx, hc, r.rec.CommandID, timeout)
 	runStart := time.Now()
+	proxyRefused := s.refusals.open(r.rec.CommandID)
 	exit, err := s.runDriver(runCtx, cmd, spec, streams)
+	s.refusals.close(r.rec.CommandID)
+	if err == nil {
+		s.mergeViolations(&exit, proxyRefused)
+	}
 	termSent := stopTerm()
 	stopSignals()
 	killedBySignal := errors.Is(context.Cause(sigCtx), ErrSignalEnded)
@@ -662,6 +671,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	r.rec.TimedOut, r.rec.Truncated = exit.TimedOut, exit.Truncated
 	r.rec.Details = maps.Clone(exit.Details)
 	r.rec.Usage = UsageOf(exit.Usage)
+	r.rec.Violations, r.rec.ViolationsDropped = exit.Violations, exit.ViolationsDropped
 	o := &Output{
 		Stdout: stdout.buf, Stderr: stderr.buf, Exit: exit, Backend: hc.Backend,
 		CommandID: r.rec.CommandID, ProfileDigest: prof.Digest, Verdicts: r.verdicts,

@@ -219,18 +219,37 @@ func runSpecFromPB(r *pb.RunRequest) RunSpec {
 
 func exitToPB(e Exit) *pb.Exit {
 	return &pb.Exit{
-		ExitCode:     e.ExitCode,
-		Signal:       e.Signal,
-		TimedOut:     e.TimedOut,
-		Truncated:    e.Truncated,
-		OomKilled:    e.OOMKilled,
-		StdoutBytes:  e.StdoutBytes,
-		StderrBytes:  e.StderrBytes,
-		DurationMs:   e.Duration.Milliseconds(),
-		Usage:        &pb.ResourceUsage{MaxRssKb: e.Usage.MaxRSSKB, UserMs: e.Usage.UserMS, SystemMs: e.Usage.SystemMS},
-		Details:      e.Details,
-		SpawnRefused: e.SpawnRefused,
+		ExitCode:          e.ExitCode,
+		Signal:            e.Signal,
+		TimedOut:          e.TimedOut,
+		Truncated:         e.Truncated,
+		OomKilled:         e.OOMKilled,
+		StdoutBytes:       e.StdoutBytes,
+		StderrBytes:       e.StderrBytes,
+		DurationMs:        e.Duration.Milliseconds(),
+		Usage:             &pb.ResourceUsage{MaxRssKb: e.Usage.MaxRSSKB, UserMs: e.Usage.UserMS, SystemMs: e.Usage.SystemMS},
+		Details:           e.Details,
+		SpawnRefused:      e.SpawnRefused,
+		Violations:        violationsToPB(e.Violations),
+		ViolationsDropped: e.ViolationsDropped,
+		ViolationKinds:    e.ViolationKinds,
 	}
+}
+
+func violationsToPB(vs []Violation) []*pb.Violation {
+	var out []*pb.Violation
+	for _, v := range vs {
+		out = append(out, &pb.Violation{Kind: v.Kind, Operation: v.Operation, Target: v.Target, Count: v.Count})
+	}
+	return out
+}
+
+func violationsFromPB(vs []*pb.Violation) []Violation {
+	var out []Violation
+	for _, v := range vs {
+		out = append(out, Violation{Kind: v.GetKind(), Operation: v.GetOperation(), Target: v.GetTarget(), Count: v.GetCount()})
+	}
+	return out
 }
 
 func exitFromPB(e *pb.Exit) Exit {
@@ -248,8 +267,11 @@ func exitFromPB(e *pb.Exit) Exit {
 			UserMS:   e.GetUsage().GetUserMs(),
 			SystemMS: e.GetUsage().GetSystemMs(),
 		},
-		Details:      e.GetDetails(),
-		SpawnRefused: e.GetSpawnRefused(),
+		Details:           e.GetDetails(),
+		SpawnRefused:      e.GetSpawnRefused(),
+		Violations:        violationsFromPB(e.GetViolations()),
+		ViolationsDropped: e.GetViolationsDropped(),
+		ViolationKinds:    e.GetViolationKinds(),
 	}
 }
 

@@ -32,7 +32,10 @@ import (
 //	     runs a command in its session's persistent sandbox.
 //	1.4  Layered workspaces (call "layered_workspace"): RunSpec.Layered
 //	     mounts the workspace as an overlay in the session's sandbox.
-const ProtocolMinor = 4
+//	1.5  Violations (feature "violation_report"): Exit.Violations, the
+//	     bounded list of what the sandbox refused the command, and
+//	     Exit.ViolationKinds, the kinds the driver watched for it.
+const ProtocolMinor = 5
 
 // Optional calls a driver may list in HostCapabilities.Calls.
 const (

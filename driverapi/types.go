@@ -93,6 +93,13 @@ const (
 	// refuses it), and one that starts none has 0. Without the feature, 0
 	// says nothing.
 	FeatureSpawnRefusedReport = "spawn_refused_report"
+	// FeatureViolationReport (protocol 1.5): the driver reports what its
+	// sandbox refused the command, as a bounded list (Exit.Violations), and
+	// names in Exit.ViolationKinds the kinds it watched for that command:
+	// no violation of a watched kind means none was refused, while a kind
+	// it did not watch says nothing. Without the feature, an empty list
+	// says nothing.
+	FeatureViolationReport = "violation_report"
 )
 
 // KnownFeatures lists every feature name defined by this protocol version.
@@ -103,6 +110,7 @@ func KnownFeatures() []string {
 		FeatureSubprocessControl, FeatureMemoryLimit, FeaturePidLimit,
 		FeatureCPULimit, FeatureEnvIsolation, FeatureProcessTreeKill,
 		FeatureStdinStream, FeaturePTY, FeatureSignals, FeatureSpawnRefusedReport,
+		FeatureViolationReport,
 	}
 }
 
@@ -381,6 +389,15 @@ type Exit struct {
 	// because the command may not spawn. A driver that cannot tell leaves
 	// it 0: 0 means "none seen", never "none made".
 	SpawnRefused int64 `json:"spawn_refused,omitempty"`
+	// Violations are what the sandbox refused the command, one entry per
+	// distinct (kind, operation, target) with how many times, at most the
+	// driver's configured cap; ViolationsDropped counts the refusals of
+	// entries past the cap. ViolationKinds are the kinds the driver
+	// watched for this command (FeatureViolationReport): an absent kind
+	// means "not known", never "none".
+	Violations        []Violation `json:"violations,omitempty"`
+	ViolationsDropped int64       `json:"violations_dropped,omitempty"`
+	ViolationKinds    []string    `json:"violation_kinds,omitempty"`
 }
 
 // Driver is an OS sandbox backend: the contract every driver binary serves

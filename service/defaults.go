@@ -44,6 +44,7 @@ func (h meteredHost) Execute(ctx context.Context, cmd core.Command) (*core.Outpu
 	if err == nil && out != nil {
 		u := core.UsageOf(out.Exit.Usage)
 		h.m.used(&hostv1.CommandUsage{CpuMs: u.CPUMS, MaxRssKb: u.MaxRSSKB, UserMs: u.UserMS, SystemMs: u.SystemMS})
+		h.m.violated(ViolationsToPB(out.Exit.Violations), out.Exit.ViolationsDropped)
 	}
 	return out, err
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
@@ -40,6 +42,10 @@ type Metrics struct {
 	rssBuckets [nRSSBuckets]uint64
 	rssCount   uint64
 	rssSum     float64
+	// What the sandbox refused the commands that ran, by kind, and the
+	// refusals past a result's bound.
+	violations map[string]uint64
+	vDropped   uint64
 }
 
 const nRSSBuckets = 8
@@ -120,6 +126,25 @@ func (m *Metrics) used(u *hostv1.CommandUsage) {
 	m.rssSum += rss
 }
 
+// violated counts what the sandbox refused a command that ran. Kinds are
+// the protocol's few; any other a driver sends is counted as "other", so
+// the series stay bounded.
+func (m *Metrics) violated(vs []*hostv1.Violation, dropped int64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.violations == nil {
+		m.violations = map[string]uint64{}
+	}
+	for _, v := range vs {
+		kind := v.GetKind()
+		if !slices.Contains(driverapi.ViolationKinds(), kind) {
+			kind = "other"
+		}
+		m.violations[kind] += uint64(max(v.GetCount(), 0))
+	}
+	m.vDropped += uint64(max(dropped, 0))
+}
+
 // Gauges are read when scraped, from the server's state.
 type gauges struct {
 	sessions       int
@@ -175,6 +200,14 @@ func (m *Metrics) write(w io.Writer, g gauges) {
 	fmt.Fprintf(&b, "aleph_sandbox_command_max_rss_bytes_bucket{le=\"+Inf\"} %d\n", m.rssCount)
 	fmt.Fprintf(&b, "aleph_sandbox_command_max_rss_bytes_sum %s\n", strconv.FormatFloat(m.rssSum, 'g', -1, 64))
 	fmt.Fprintf(&b, "aleph_sandbox_command_max_rss_bytes_count %d\n", m.rssCount)
+	b.WriteString("# HELP aleph_sandbox_violations_total What the sandbox refused the commands that ran through Execute (each result's violations, their counts), by kind.\n")
+	b.WriteString("# TYPE aleph_sandbox_violations_total counter\n")
+	for _, kind := range append(driverapi.ViolationKinds(), "other") {
+		fmt.Fprintf(&b, "aleph_sandbox_violations_total{kind=%q} %d\n", kind, m.violations[kind])
+	}
+	b.WriteString("# HELP aleph_sandbox_violations_dropped_total Refusals past a result's bound of distinct violations (sandbox.max_violations), counted, not listed.\n")
+	b.WriteString("# TYPE aleph_sandbox_violations_dropped_total counter\n")
+	fmt.Fprintf(&b, "aleph_sandbox_violations_dropped_total %d\n", m.vDropped)
 	b.WriteString("# HELP aleph_sandbox_commands_in_flight Commands running now.\n")
 	b.WriteString("# TYPE aleph_sandbox_commands_in_flight gauge\n")
 	fmt.Fprintf(&b, "aleph_sandbox_commands_in_flight %d\n", m.inFlight)

@@ -87,3 +87,37 @@ func TestMetricsUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsViolations: each result's violations add their counts to
+// their kind's series; a kind the protocol does not define is "other"
+// (the label set stays bounded); the dropped refusals have their own
+// counter; every kind's series is there from the start.
+func TestMetricsViolations(t *testing.T) {
+	m := NewMetrics()
+	var b strings.Builder
+	m.write(&b, gauges{})
+	if !strings.Contains(b.String(), `aleph_sandbox_violations_total{kind="syscall"} 0`+"\n") {
+		t.Fatalf("no zero series before any command:\n%s", b.String())
+	}
+	m.violated([]*hostv1.Violation{{Kind: "syscall", Count: 3}, {Kind: "network", Count: 1}, {Kind: "made-up", Count: 2}}, 7)
+	m.violated([]*hostv1.Violation{{Kind: "syscall", Count: 1}}, 0)
+	m.violated(nil, 0)
+	b.Reset()
+	m.write(&b, gauges{})
+	out := b.String()
+	for _, want := range []string{
+		"# TYPE aleph_sandbox_violations_total counter",
+		`aleph_sandbox_violations_total{kind="syscall"} 4`,
+		`aleph_sandbox_violations_total{kind="network"} 1`,
+		`aleph_sandbox_violations_total{kind="spawn"} 0`,
+		`aleph_sandbox_violations_total{kind="other"} 2`,
+		"aleph_sandbox_violations_dropped_total 7",
+	} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "made-up") {
+		t.Errorf("an unknown kind became a label:\n%s", out)
+	}
+}

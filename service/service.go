@@ -552,6 +552,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	default:
 		outcome, reason = OutcomeOK, res.GetReasonCode()
 		s.metrics.used(res.GetUsage())
+		s.metrics.violated(res.GetViolations(), res.GetViolationsDropped())
 	}
 	s.log.Info("command", "session", cmd.SessionID, "program", cmd.Program, "reason_code", res.GetReasonCode(),
 		"command_id", res.GetCommandId(), "exit_code", res.GetExitCode(), "duration", time.Since(start), "error", rerr)
@@ -637,6 +638,7 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 	}
 	u := core.UsageOf(e.Usage)
 	res.Usage = &hostv1.CommandUsage{CpuMs: u.CPUMS, MaxRssKb: u.MaxRSSKB, UserMs: u.UserMS, SystemMs: u.SystemMS}
+	res.Violations, res.ViolationsDropped, res.ViolationKinds = ViolationsToPB(e.Violations), e.ViolationsDropped, e.ViolationKinds
 	for _, v := range out.Verdicts {
 		res.Verdicts = append(res.Verdicts, &hostv1.Verdict{Action: v.Action.String(), Rule: v.Rule, Reason: v.Reason, Hook: v.Hook})
 	}
@@ -974,4 +976,13 @@ func (s *Server) Signal(_ context.Context, req *connect.Request[hostv1.SignalReq
 			&hostv1.ErrorDetail{ReasonCode: ReasonNotRunning, Field: "signal_key"})
 	}
 	return connect.NewResponse(&hostv1.SignalResponse{}), nil
+}
+
+// ViolationsToPB is vs as the service sends them.
+func ViolationsToPB(vs []driverapi.Violation) []*hostv1.Violation {
+	var out []*hostv1.Violation
+	for _, v := range vs {
+		out = append(out, &hostv1.Violation{Kind: v.Kind, Operation: v.Operation, Target: v.Target, Count: v.Count})
+	}
+	return out
 }

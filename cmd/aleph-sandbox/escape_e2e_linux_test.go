@@ -1096,6 +1096,41 @@ func escapeSyscalls(t *testing.T, h *escapeHarness) {
 			t.Errorf("a command that starts nothing: %+v", res)
 		}
 	})
+	t.Run("denied syscalls are reported", func(t *testing.T) {
+		// exec --json lists what the sandbox refused: each denied call of
+		// the probe (which ran them all and got EPERM, checked above) as a
+		// syscall violation, the fork as a spawn one; a command that was
+		// refused nothing lists none, with the kinds watched.
+		type result struct {
+			ExitCode       int                   `json:"exit_code"`
+			Violations     []driverapi.Violation `json:"violations"`
+			ViolationKinds []string              `json:"violation_kinds"`
+		}
+		run := func(program ...string) result {
+			t.Helper()
+			r := h.exec(t, ws, []string{"--json"}, program...)
+			var res result
+			if err := json.Unmarshal([]byte(r.stdout), &res); r.code != 0 || err != nil {
+				t.Fatalf("exec --json %v: exit %d, %v\n%s%s", program, r.code, err, r.stdout, r.stderr)
+			}
+			return res
+		}
+		res := run("./probe", "sys:unshare-user", "sys:mount", "fork")
+		for _, want := range []driverapi.Violation{
+			{Kind: "syscall", Operation: "syscall", Target: "unshare", Count: 1},
+			{Kind: "syscall", Operation: "syscall", Target: "mount", Count: 1},
+		} {
+			if !slices.Contains(res.Violations, want) {
+				t.Errorf("missing %+v in %+v", want, res.Violations)
+			}
+		}
+		if !slices.ContainsFunc(res.Violations, func(v driverapi.Violation) bool { return v.Kind == "spawn" }) {
+			t.Errorf("the refused fork is not listed: %+v", res.Violations)
+		}
+		if res = run("/bin/echo", "nothing refused"); res.ExitCode != 0 || len(res.Violations) != 0 || !slices.Contains(res.ViolationKinds, "syscall") {
+			t.Errorf("control: %+v", res)
+		}
+	})
 	t.Run("--spawn needs approval", func(t *testing.T) {
 		// A session of its own: grants outlive the CLI process, and the
 		// session of the subtests above holds spawn, approved with --yes.

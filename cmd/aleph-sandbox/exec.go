@@ -62,6 +62,13 @@ type execResult struct {
 	// GitQuarantine: git repositories the command planted in its
 	// workspace, neutralised after it ended (core.GitQuarantine).
 	GitQuarantine *core.GitQuarantine `json:"git_quarantine,omitempty"`
+	// Violations: what the sandbox refused the command (kind, operation,
+	// target, count), bounded; ViolationsDropped counts the refusals past
+	// the bound; ViolationKinds are the kinds the driver watched (an
+	// empty list means none of those was refused).
+	Violations        []driverapi.Violation `json:"violations,omitempty"`
+	ViolationsDropped int64                 `json:"violations_dropped,omitempty"`
+	ViolationKinds    []string              `json:"violation_kinds,omitempty"`
 }
 
 func runExec(ctx context.Context, args []string, io stdio) int {
@@ -382,7 +389,10 @@ func reportExec(io stdio, asJSON bool, out *core.Output, reason core.ReasonCode,
 			SpawnRefused: e.SpawnRefused,
 			Hint:         hint,
 
-			GitQuarantine: out.GitQuarantine,
+			GitQuarantine:     out.GitQuarantine,
+			Violations:        e.Violations,
+			ViolationsDropped: e.ViolationsDropped,
+			ViolationKinds:    e.ViolationKinds,
 		})
 		return 0
 	}

@@ -74,6 +74,9 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	// a signal running out) makes the service kill the command's tree.
 	execCtx, kill := context.WithCancel(ctx)
 	defer kill()
+	// Signal, WriteStdin, CloseStdin and ResizeTerminal name the command
+	// by its signal key alone: the session header goes with them too.
+	execCtx = hostclient.WithSession(execCtx, req.GetSession())
 	// -i and -t: the stdin goes through WriteStdin and the window size
 	// through ResizeTerminal, named by the signal key. Without --timeout
 	// (0 in the request) the service gives an interactive command no
@@ -207,7 +210,8 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	out := &core.Output{Stdout: resOut, Stderr: resErr, Backend: res.GetBackend(),
 		CommandID: res.GetCommandId(), Exit: driverapi.Exit{ExitCode: res.GetExitCode(), Signal: res.GetSignal(),
 			TimedOut: res.GetTimedOut(), Truncated: res.GetTruncated(), OOMKilled: res.GetOomKilled(),
-			Duration: durationMS(res.GetDurationMs()), SpawnRefused: res.GetSpawnRefused(), Usage: hostclient.UsageOf(res)},
+			Duration: durationMS(res.GetDurationMs()), SpawnRefused: res.GetSpawnRefused(), Usage: hostclient.UsageOf(res),
+			Violations: hostclient.ViolationsOf(res), ViolationsDropped: res.GetViolationsDropped(), ViolationKinds: res.GetViolationKinds()},
 		SpawnReported: res.GetSpawnReported()}
 	if len(out.Stderr) == 0 {
 		out.Stderr = errTail.bytes()

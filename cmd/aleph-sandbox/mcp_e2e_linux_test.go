@@ -17,6 +17,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox/internal/mcpserver"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // TestMCPServerEndToEnd drives the real `aleph-sandbox mcp` binary over a
@@ -55,6 +56,18 @@ func TestMCPServerEndToEnd(t *testing.T) {
 	}
 	if isErr, out := call(map[string]any{"argv": []string{"/bin/echo", "hi"}}); isErr || out.Stdout != "hi\n" || out.Backend != "bwrap" {
 		t.Fatalf("echo: error=%v %+v", isErr, out)
+	}
+	// What the sandbox refused is in the structured result: a denied
+	// syscall (the command ran, and got EPERM) as a violation; the echo
+	// above, refused nothing, has none and says which kinds were watched.
+	if isErr, out := call(map[string]any{"argv": []string{"/usr/bin/unshare", "-U", "/bin/true"}}); isErr || out.ExitCode == 0 ||
+		!strings.Contains(out.Stderr, "Operation not permitted") || !slices.Contains(out.Violations,
+		driverapi.Violation{Kind: "syscall", Operation: "syscall", Target: "unshare", Count: 1}) {
+		t.Fatalf("unshare: error=%v %+v", isErr, out)
+	}
+	if isErr, out := call(map[string]any{"argv": []string{"/bin/echo", "hi"}}); isErr || out.Stdout != "hi\n" || len(out.Violations) != 0 ||
+		!slices.Contains(out.ViolationKinds, "syscall") {
+		t.Fatalf("echo (control): error=%v %+v", isErr, out)
 	}
 	// What a command consumed is in its structured result; a denial ran
 	// nothing and has none.

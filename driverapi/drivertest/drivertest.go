@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,7 +40,8 @@ const FakeBackend = "fake"
 //	crash            ends the whole plugin process (only for subprocess use)
 //	fork             starts a process: without spawn_subprocess, refused as
 //	                 a driver claiming spawn_refused_report reports it
-//	                 (Exit.SpawnRefused 1, a line on stderr, status 1)
+//	                 (Exit.SpawnRefused 1, a line on stderr, status 1), and
+//	                 as a spawn violation (violation_report)
 //
 // Anything else writes Stdout/Stderr and exits with ExitCode. Every Exit
 // carries Details.
@@ -51,6 +53,8 @@ type FakeDriver struct {
 	Details  map[string]string
 	// Usage is reported as every command's Exit.Usage.
 	Usage driverapi.ResourceUsage
+	// Violations are reported in every command's Exit.Violations.
+	Violations []driverapi.Violation
 
 	mu       sync.Mutex
 	runs     int
@@ -131,7 +135,10 @@ func (f *FakeDriver) Run(ctx context.Context, spec driverapi.RunSpec, streams dr
 	outBudget, errBudget := driverapi.StreamBudgets(spec.MaxOutputBytes)
 	stdout := driverapi.NewBudgetWriter(streams.Stdout, outBudget)
 	stderr := driverapi.NewBudgetWriter(streams.Stderr, errBudget)
-	exit := driverapi.Exit{Details: f.Details, Usage: f.Usage}
+	// Every refusal it makes is a spawn one (fork), and Violations are
+	// what a test says the rest were.
+	exit := driverapi.Exit{Details: f.Details, Usage: f.Usage, Violations: slices.Clone(f.Violations),
+		ViolationKinds: []string{driverapi.ViolationSpawn, driverapi.ViolationSyscall}}
 	switch spec.Program {
 	case "echo":
 		fmt.Fprintln(stdout, strings.Join(spec.Args, " "))
@@ -187,6 +194,7 @@ func (f *FakeDriver) Run(ctx context.Context, spec driverapi.RunSpec, streams dr
 		if !req.Capabilities.SpawnSubprocess {
 			fmt.Fprintln(stderr, "fork: Operation not permitted")
 			exit.ExitCode, exit.SpawnRefused = 1, 1
+			exit.Violations = []driverapi.Violation{{Kind: driverapi.ViolationSpawn, Operation: "process_start", Target: "fork", Count: 1}}
 		}
 	default:
 		_, _ = stdout.Write(f.Stdout)

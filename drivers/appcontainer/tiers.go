@@ -119,6 +119,9 @@ func alwaysUnavailable() []driverapi.Unavailable {
 		{Feature: driverapi.FeatureSpawnRefusedReport,
 			Reason: "the Job Object refuses a process over its limit without telling the driver, so refused starts are not counted",
 			Fix:    "read the command's stderr (the CLI recognises the common messages)"},
+		{Feature: driverapi.FeatureViolationReport,
+			Reason: "AppContainer denials are not reported to the driver, so a result lists no violations (unknown, not none)",
+			Fix:    "read the command's stderr"},
 	}
 }
 
@@ -138,7 +141,7 @@ func report(best, floor Tier, probeErrs map[Tier]error) ([]string, []driverapi.U
 			why += ": " + reasons
 		}
 		for _, f := range driverapi.KnownFeatures() {
-			if !has([]string{driverapi.FeatureNetworkViaProxy, driverapi.FeaturePidLimit, driverapi.FeatureCPULimit, driverapi.FeatureSpawnRefusedReport}, f) {
+			if !has([]string{driverapi.FeatureNetworkViaProxy, driverapi.FeaturePidLimit, driverapi.FeatureCPULimit, driverapi.FeatureSpawnRefusedReport, driverapi.FeatureViolationReport}, f) {
 				un = append(un, driverapi.Unavailable{Feature: f, Reason: why, Fix: "AppContainers need Windows 8 or later and no policy that disables them; check the probe failures"})
 			}
 		}
@@ -147,7 +150,7 @@ func report(best, floor Tier, probeErrs map[Tier]error) ([]string, []driverapi.U
 	details["tier"] = best.String()
 	features := TierFeatures(best)
 	for _, f := range driverapi.KnownFeatures() {
-		if has(features, f) || has([]string{driverapi.FeatureNetworkViaProxy, driverapi.FeaturePidLimit, driverapi.FeatureCPULimit, driverapi.FeatureSpawnRefusedReport}, f) {
+		if has(features, f) || has([]string{driverapi.FeatureNetworkViaProxy, driverapi.FeaturePidLimit, driverapi.FeatureCPULimit, driverapi.FeatureSpawnRefusedReport, driverapi.FeatureViolationReport}, f) {
 			continue
 		}
 		un = append(un, driverapi.Unavailable{Feature: f, Reason: tierLacks(best, f)})

@@ -355,7 +355,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 		// No bwrap here (tier_linux.go): no placeholders either, the tier
 		// refuses workspaces with protected entries instead.
 		return d.runCommand(ctx, spec, in, streams, &tierStarter{
-			pathInfo: pathInfo{tier: tierLandlock, cg: cg, memBytes: plan.MemoryBytes},
+			pathInfo: pathInfo{tier: tierLandlock, cg: cg, memBytes: plan.MemoryBytes, mayspawn: plan.AllowSpawn},
 			d:        d, plan: plan, cwd: cwd,
 		})
 	}
@@ -450,7 +450,7 @@ func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driver
 		return nil, nil, err
 	}
 	return &launchStarter{
-		pathInfo: pathInfo{tier: tierBwrap, cg: cg, memBytes: plan.MemoryBytes},
+		pathInfo: pathInfo{tier: tierBwrap, cg: cg, memBytes: plan.MemoryBytes, mayspawn: plan.AllowSpawn},
 		d:        d, bwrap: d.probe().bwrap, plan: plan, cwd: cwd, init: init, ns: ns,
 	}, releaseAll, nil
 }

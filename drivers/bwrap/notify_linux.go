@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
@@ -30,9 +31,13 @@ import (
 // filter hands over, dispatching by syscall number:
 //
 //   - fork, vfork, clone (without CLONE_THREAD: the filter notifies no
-//     other): EPERM, counted in refused. Never SECCOMP_USER_NOTIF_FLAG_CONTINUE,
-//     so no answer of this loop can let a process start; a number it
-//     does not know gets ENOSYS.
+//     other): EPERM, counted in refused and reported as a violation of
+//     kind spawn. Never SECCOMP_USER_NOTIF_FLAG_CONTINUE, so no answer of
+//     this loop can let a process start; a number it does not know gets
+//     ENOSYS.
+//   - the denylist (sandboxinit's deniedSyscalls): EPERM, the errno the
+//     target's own program answers without a notification filter, and a
+//     violation of kind syscall. Never CONTINUE: none of them is made.
 //   - the metadata guard's calls (Landlock tier, metaguard_linux.go).
 //   - connect and the sends of the command's sockets, where it may have
 //     unix sockets of its own (unixguard_linux.go).
@@ -69,12 +74,17 @@ type notifier struct {
 	// (unixguard_linux.go); the filter hands them over only where the
 	// command may have some.
 	sockets *unixGuard
-	spawnNr map[int32]bool
+	spawnNr map[int32]string
+	// denyNr names the denylist's numbers.
+	denyNr  map[int32]string
 	refused atomic.Int64
-	stopR   *os.File
-	stopW   *os.File
-	done    chan struct{}
-	stop    sync.Once
+	// log holds what was refused the command (spawn, syscall, and the
+	// socket guard's network refusals), bounded.
+	log   *driverapi.ViolationLog
+	stopR *os.File
+	stopW *os.File
+	done  chan struct{}
+	stop  sync.Once
 }
 
 // startNotifier answers, on a goroutine of its own, the notifications of
@@ -82,7 +92,11 @@ type notifier struct {
 // sandbox's waiting child failed and the supervisor forked another) until
 // local reads the end of the stream or finish is called. It takes local.
 func startNotifier(local *os.File, guard *metaGuard, sockets *unixGuard) (*notifier, error) {
-	n := &notifier{local: local, guard: guard, sockets: sockets, spawnNr: spawnNumbers(), done: make(chan struct{})}
+	n := &notifier{local: local, guard: guard, sockets: sockets, spawnNr: numbersOf(sandboxinit.SpawnNumbers()),
+		denyNr: numbersOf(sandboxinit.DeniedNumbers()), log: &driverapi.ViolationLog{}, done: make(chan struct{})}
+	if sockets != nil {
+		sockets.log = n.log
+	}
 	// The kernel's credentials on every record: a listener offered by
 	// number names its process by them (sandboxinit's pullTag).
 	if err := unix.SetsockoptInt(int(local.Fd()), unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
@@ -98,11 +112,12 @@ func startNotifier(local *os.File, guard *metaGuard, sockets *unixGuard) (*notif
 	return n, nil
 }
 
-// spawnNumbers are this architecture's numbers of the fork family.
-func spawnNumbers() map[int32]bool {
-	m := map[int32]bool{}
-	for _, nr := range sandboxinit.SpawnNumbers() {
-		m[int32(nr)] = true
+// numbersOf inverts a map of syscall names to this architecture's
+// numbers.
+func numbersOf(byName map[string]int) map[int32]string {
+	m := map[int32]string{}
+	for name, nr := range byName {
+		m[int32(nr)] = name
 	}
 	return m
 }
@@ -124,6 +139,46 @@ func (n *notifier) finish() int64 {
 	case <-time.After(notifierDrain):
 	}
 	return n.refused.Load()
+}
+
+// violations are what the command was refused, once finish has returned
+// (every refusal is recorded before its caller resumes, as for refused).
+func (n *notifier) violations() ([]driverapi.Violation, int64) {
+	if n == nil {
+		return nil, 0
+	}
+	return n.log.Snapshot()
+}
+
+// violationKinds are the kinds of violation the driver watched for a
+// command with notifier n (nil: none) that may spawn or not: the kinds
+// for which an empty list means that nothing was refused.
+//
+//   - spawn: with a notifier every refused process start is one of its
+//     answers; a command that may spawn is refused none.
+//   - syscall: the denylist is the notification filter's whenever there
+//     is one (sandboxinit's denyNotified). Without one it is refused
+//     unseen.
+//   - network: where the socket guard judges the command's inet connects
+//     (network none's empty namespace, allow_hosts' route to the
+//     bridge). Under network none an inet socket of the Landlock tier is
+//     refused by seccomp (socket(2), unseen): not watched there.
+//   - filesystem: never. A write under a read-only bind fails with EROFS
+//     in the kernel, and Landlock's denials are logged only to the
+//     kernel's audit subsystem, which the driver cannot read without
+//     CAP_AUDIT_READ (docs/linux.md).
+func violationKinds(n *notifier, mayspawn bool) []string {
+	switch {
+	case n == nil && mayspawn:
+		return []string{driverapi.ViolationSpawn}
+	case n == nil:
+		return nil
+	}
+	kinds := []string{driverapi.ViolationSpawn, driverapi.ViolationSyscall}
+	if n.sockets.watchesInet() {
+		kinds = append(kinds, driverapi.ViolationNetwork)
+	}
+	return kinds
 }
 
 // run receives listeners and serves each in turn.
@@ -265,11 +320,16 @@ func (n *notifier) serve(listener int) bool {
 
 // answer dispatches one notification by its syscall number.
 func (n *notifier) answer(listener int, req *seccompNotif) (int64, unix.Errno) {
-	if n.spawnNr[req.Nr] {
+	if name, ok := n.spawnNr[req.Nr]; ok {
 		// Counted before the answer is sent: the caller resumes only
 		// after it, so a command that has ended has all its refusals in
 		// the count.
 		n.refused.Add(1)
+		n.log.Add(driverapi.ViolationSpawn, "process_start", name)
+		return -1, unix.EPERM
+	}
+	if name, ok := n.denyNr[req.Nr]; ok {
+		n.log.Add(driverapi.ViolationSyscall, "syscall", name)
 		return -1, unix.EPERM
 	}
 	if n.guard != nil {

@@ -327,7 +327,7 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 		return driverapi.Exit{}, errNotPooled
 	}
 	exit, err := d.runCommand(ctx, spec, in, streams, &handoverStarter{
-		pathInfo: pathInfo{tier: tierBwrap, prepared: true, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif},
+		pathInfo: pathInfo{tier: tierBwrap, prepared: true, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif, mayspawn: plan.AllowSpawn},
 		d:        d, ps: ps, plan: plan, cwd: cwd,
 	})
 	var refused *notHandedOver

@@ -472,10 +472,14 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	if h.seccomp {
 		// Refused forks are counted where they are refused, through the
 		// command's notification filter (notify_linux.go).
-		hc.Features = append(hc.Features, driverapi.FeatureSubprocessControl, driverapi.FeatureSpawnRefusedReport)
+		// The denylist and the socket guard's refusals are answered there
+		// too: violations (Exit.ViolationKinds says which were watched).
+		hc.Features = append(hc.Features, driverapi.FeatureSubprocessControl, driverapi.FeatureSpawnRefusedReport,
+			driverapi.FeatureViolationReport)
 	} else {
 		un(driverapi.FeatureSubprocessControl, "seccomp filters cannot be installed here", "use a kernel with CONFIG_SECCOMP_FILTER")
 		un(driverapi.FeatureSpawnRefusedReport, "seccomp filters cannot be installed here", "use a kernel with CONFIG_SECCOMP_FILTER")
+		un(driverapi.FeatureViolationReport, "seccomp filters cannot be installed here", "use a kernel with CONFIG_SECCOMP_FILTER")
 	}
 	// Streamed runs, the pty and signals (stream_linux.go): the pty comes
 	// from the sandbox's own devpts, and the seccomp filter is what keeps

@@ -78,6 +78,8 @@ type pathInfo struct {
 	cg       *commandCgroup // nil: none
 	memBytes uint64         // the memory limit (a setup OOM names it)
 	notif    *notifier      // nil: the command may spawn
+	// mayspawn: the command has the spawn capability (violationKinds).
+	mayspawn bool
 }
 
 func (p *pathInfo) path() *pathInfo { return p }
@@ -198,6 +200,8 @@ func (d *Driver) runCommand(ctx context.Context, spec driverapi.RunSpec, in *dri
 	// Every refusal was counted before its caller resumed: the count is
 	// complete once the command has ended (notify_linux.go).
 	exit.SpawnRefused = p.notif.finish()
+	exit.Violations, exit.ViolationsDropped = p.notif.violations()
+	exit.ViolationKinds = violationKinds(p.notif, p.mayspawn)
 	return exit, err
 }
 

@@ -204,7 +204,7 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 			ss.refill(d, plan, answered)
 		}()
 		hs := &handoverStarter{
-			pathInfo: pathInfo{tier: tierBwrap, session: how, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif},
+			pathInfo: pathInfo{tier: tierBwrap, session: how, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif, mayspawn: plan.AllowSpawn},
 			d:        d, ps: ps, plan: plan, cwd: cwd,
 		}
 		if d.cfg.Options.SessionPlaceholders == SessionPlaceholdersSession {

@@ -4,6 +4,8 @@ package bwrap
 
 import (
 	"encoding/binary"
+	"net"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -12,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
@@ -72,6 +75,49 @@ type unixGuard struct {
 	// diag is the sock_diag socket of the command's network namespace,
 	// -1 until sandbox-init sends it: paths are then refused.
 	diag int
+	// log receives the refusals (the notifier's violation log; nil: none
+	// kept).
+	log *driverapi.ViolationLog
+}
+
+// watchesInet reports whether the guard sees the command's inet connects
+// and can tell the refused ones (violationKinds).
+func (g *unixGuard) watchesInet() bool {
+	return g != nil && (g.inet.loopbackOnly || len(g.inet.ports) > 0)
+}
+
+// refused records a refused call of c to the address raw (of family
+// domain) or to a unix socket's path.
+func (c *sockCall) refused(domain int, raw []byte, path string) {
+	target := path
+	if path == "" {
+		target = inetTarget(domain, raw)
+	}
+	c.g.log.Add(driverapi.ViolationNetwork, c.op, target)
+}
+
+// inetTarget is an inet sockaddr as host:port ("" when it is none).
+func inetTarget(domain int, raw []byte) string {
+	switch {
+	case domain == unix.AF_INET && len(raw) >= 8:
+		return net.JoinHostPort(netip.AddrFrom4([4]byte(raw[4:8])).String(), strconv.Itoa(int(binary.BigEndian.Uint16(raw[2:4]))))
+	case domain == unix.AF_INET6 && len(raw) >= 24:
+		return net.JoinHostPort(netip.AddrFrom16([16]byte(raw[8:24])).String(), strconv.Itoa(int(binary.BigEndian.Uint16(raw[2:4]))))
+	}
+	return ""
+}
+
+// leavesLoopback reports whether raw, an inet sockaddr, names an address
+// outside the loopback range (AF_UNSPEC and short ones: no).
+func leavesLoopback(domain int, raw []byte) bool {
+	switch {
+	case domain == unix.AF_INET && len(raw) >= 8 && binary.NativeEndian.Uint16(raw) == unix.AF_INET:
+		return !netip.AddrFrom4([4]byte(raw[4:8])).IsLoopback()
+	case domain == unix.AF_INET6 && len(raw) >= 24 && binary.NativeEndian.Uint16(raw) == unix.AF_INET6:
+		a := netip.AddrFrom16([16]byte(raw[8:24]))
+		return !a.IsLoopback() && !a.Unmap().IsLoopback()
+	}
+	return false
 }
 
 // inetRule is what the guard lets the command's inet sockets reach.
@@ -100,13 +146,19 @@ type inetRule struct {
 	// them). Otherwise a stream socket may reach ports alone.
 	any   bool
 	ports []uint16
+	// loopbackOnly: the sandbox's namespace is empty but for loopback
+	// (network none): the kernel refuses any other address itself
+	// (ENETUNREACH), the guard only records it as a violation.
+	loopbackOnly bool
 }
 
 // inetRuleFor is the rule of a plan's socket mode. A mode with no inet
 // sockets (unix_only: socket(AF_INET) is refused) gets the closed rule.
 func inetRuleFor(mode SocketMode, bridgePorts []uint16) inetRule {
 	switch mode {
-	case SocketLoopback, SocketUnrestricted:
+	case SocketLoopback:
+		return inetRule{any: true, loopbackOnly: true}
+	case SocketUnrestricted:
 		return inetRule{any: true}
 	case SocketProxyRouted:
 		return inetRule{ports: append([]uint16(nil), bridgePorts...)}
@@ -198,6 +250,8 @@ type sockCall struct {
 	call
 	g     *unixGuard
 	pidfd int
+	// op names the call in a violation: connect or send.
+	op string
 }
 
 func (g *unixGuard) answer(listener int, n *seccompNotif) (int64, unix.Errno) {
@@ -208,7 +262,10 @@ func (g *unixGuard) answer(listener int, n *seccompNotif) (int64, unix.Errno) {
 		return -1, unix.EPERM
 	}
 	defer mem.Close()
-	c := &sockCall{call: call{listener: listener, n: n, pid: pid, mem: mem}, g: g, pidfd: -1}
+	c := &sockCall{call: call{listener: listener, n: n, pid: pid, mem: mem}, g: g, pidfd: -1, op: "send"}
+	if name == "connect" {
+		c.op = "connect"
+	}
 	if c.pidfd, err = pidfdOfThread(pid); err != nil {
 		return -1, unix.EPERM
 	}
@@ -314,7 +371,15 @@ func (c *sockCall) address(sock int, addr, addrlen uint64) ([]byte, int, unix.Er
 			return nil, -1, unix.ENOTSOCK
 		}
 		if e := c.g.inet.allows(typ, raw); e != 0 {
+			if e == unix.EACCES {
+				c.refused(domain, raw, "")
+			}
 			return nil, -1, e
+		}
+		if c.g.inet.loopbackOnly && leavesLoopback(domain, raw) {
+			// Made all the same: the empty namespace answers it, with
+			// the errno the command would get without the guard.
+			c.refused(domain, raw, "")
 		}
 		return raw, -1, 0
 	}
@@ -336,6 +401,9 @@ func (c *sockCall) address(sock int, addr, addrlen uint64) ([]byte, int, unix.Er
 	}
 	if e := c.g.ownSocket(fd); e != 0 {
 		unix.Close(fd)
+		if e == unix.EACCES {
+			c.refused(domain, nil, string(path))
+		}
 		return nil, -1, e
 	}
 	return sockaddrPath("/proc/self/fd/" + strconv.Itoa(fd)), fd, 0

@@ -125,7 +125,18 @@ func OutputFrom(res *hostv1.ExecResult) (*core.Output, error) {
 		ProfileDigest: res.GetProfileDigest(), SpawnReported: res.GetSpawnReported(),
 		Exit: driverapi.Exit{ExitCode: res.GetExitCode(), Signal: res.GetSignal(), TimedOut: res.GetTimedOut(),
 			Truncated: res.GetTruncated(), OOMKilled: res.GetOomKilled(), Duration: time.Duration(res.GetDurationMs()) * time.Millisecond,
-			SpawnRefused: res.GetSpawnRefused(), Usage: UsageOf(res)}}, nil
+			SpawnRefused: res.GetSpawnRefused(), Usage: UsageOf(res), Violations: ViolationsOf(res),
+			ViolationsDropped: res.GetViolationsDropped(), ViolationKinds: res.GetViolationKinds()}}, nil
+}
+
+// ViolationsOf is what the sandbox refused the command of res, as the
+// service sent it.
+func ViolationsOf(res *hostv1.ExecResult) []driverapi.Violation {
+	var out []driverapi.Violation
+	for _, v := range res.GetViolations() {
+		out = append(out, driverapi.Violation{Kind: v.GetKind(), Operation: v.GetOperation(), Target: v.GetTarget(), Count: v.GetCount()})
+	}
+	return out
 }
 
 // UsageOf is the driver's measure of what the command of res consumed, as

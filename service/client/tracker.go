@@ -176,6 +176,16 @@ func incarnationOf(msg any) string {
 	return ""
 }
 
+type sessionKey struct{}
+
+// WithSession is ctx for calls that concern session though their request
+// names none (those of a command named by its signal key): a Tracker sends
+// X-Aleph-Session with them too. A request that names a session is sent
+// with that one.
+func WithSession(ctx context.Context, session string) context.Context {
+	return context.WithValue(ctx, sessionKey{}, session)
+}
+
 // SessionHeaderValue is session as the X-Aleph-Session header carries it:
 // percent-encoded (a byte outside the printable ASCII range, and '%', as
 // %XX), so that any session name is a valid header value.
@@ -195,9 +205,17 @@ func SessionHeaderValue(session string) string {
 // before prepares a request of session: the forget of a session drops it;
 // another call carries the session header and, when one is remembered,
 // the expected incarnation (header and body).
-func (t *Tracker) before(msg any, set func(k, v string)) string {
+func (t *Tracker) before(ctx context.Context, msg any, set func(k, v string)) string {
 	session, drops := sessionOfRequest(msg)
 	if session == "" {
+		// A call whose body names no session (Signal, WriteStdin,
+		// CloseStdin, ResizeTerminal: by signal key) still concerns the
+		// session its caller named in ctx: the header only, so that a
+		// router sends it where the session's command runs. The server
+		// has nothing in such a body to compare it with.
+		if s, ok := ctx.Value(sessionKey{}).(string); ok && s != "" {
+			set(service.SessionHeader, SessionHeaderValue(s))
+		}
 		return ""
 	}
 	set(service.SessionHeader, SessionHeaderValue(session))
@@ -229,7 +247,7 @@ func (t *Tracker) after(session string, msg any, err error) error {
 func (t *Tracker) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		if req.Spec().IsClient {
-			session := t.before(req.Any(), req.Header().Set)
+			session := t.before(ctx, req.Any(), req.Header().Set)
 			resp, err := next(ctx, req)
 			var msg any
 			if err == nil {
@@ -244,7 +262,7 @@ func (t *Tracker) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 // WrapStreamingClient implements connect.Interceptor.
 func (t *Tracker) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
 	return func(ctx context.Context, spec connect.Spec) connect.StreamingClientConn {
-		return &trackedConn{StreamingClientConn: next(ctx, spec), t: t}
+		return &trackedConn{StreamingClientConn: next(ctx, spec), t: t, ctx: ctx}
 	}
 }
 
@@ -258,10 +276,12 @@ type trackedConn struct {
 	connect.StreamingClientConn
 	t       *Tracker
 	session string
+	// ctx is the call's (WithSession).
+	ctx context.Context
 }
 
 func (c *trackedConn) Send(msg any) error {
-	c.session = c.t.before(msg, c.RequestHeader().Set)
+	c.session = c.t.before(c.ctx, msg, c.RequestHeader().Set)
 	return c.StreamingClientConn.Send(msg)
 }
 

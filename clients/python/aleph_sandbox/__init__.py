@@ -41,6 +41,7 @@ __all__ = [
     "Client",
     "Result",
     "Usage",
+    "Violation",
     "Event",
     "Execution",
     "Process",
@@ -141,6 +142,25 @@ class Denied(SandboxError):
 
 
 @dataclass
+class Violation:
+    """One thing the sandbox refused a command: ``kind`` (``"spawn"``,
+    ``"syscall"``, ``"network"`` or ``"filesystem"``), ``operation``
+    (``"process_start"``, ``"syscall"``, ``"connect"``, ...), ``target`` (a
+    syscall's name, ``host:port`` or a path) and how many times (``count``)."""
+
+    kind: str = ""
+    operation: str = ""
+    target: str = ""
+    count: int = 0
+
+    @classmethod
+    def _from_json(cls, m: Mapping[str, Any]) -> "Violation":
+        # int64 arrives as a JSON string (the protobuf JSON mapping).
+        return cls(kind=str(m.get("kind", "")), operation=str(m.get("operation", "")),
+                   target=str(m.get("target", "")), count=int(m.get("count", 0)))
+
+
+@dataclass
 class Usage:
     """What a command consumed, as the sandbox measured it: CPU time (user
     plus system, and each) in milliseconds and the peak resident set size
@@ -190,6 +210,15 @@ class Result:
     hint: str = ""
     #: What the command consumed (``usage.cpu_ms``, ``usage.max_rss_kb``).
     usage: Usage = field(default_factory=Usage)
+    #: What the sandbox refused the command (:class:`Violation` objects),
+    #: at most the server's ``sandbox.max_violations``;
+    #: ``violations_dropped`` counts the refusals past that bound.
+    violations: List[Violation] = field(default_factory=list)
+    violations_dropped: int = 0
+    #: The kinds the sandbox watched for this command: an empty
+    #: ``violations`` means nothing of these kinds was refused; of a kind
+    #: not listed nothing is known.
+    violation_kinds: List[str] = field(default_factory=list)
     #: The server that ran it (serve --node-id, else its hostname) and the
     #: session's incarnation there (new when the session is made again).
     node_id: str = ""
@@ -219,6 +248,9 @@ class Result:
             spawn_refused=int(m.get("spawnRefused", 0)),
             hint=SPAWN_REFUSED_HINT if reason_code == "spawn_refused" else str(m.get("hint", "")),
             usage=Usage._from_json(m.get("usage")),
+            violations=[Violation._from_json(v) for v in m.get("violations") or []],
+            violations_dropped=int(m.get("violationsDropped", 0)),
+            violation_kinds=[str(k) for k in m.get("violationKinds") or []],
             node_id=str(m.get("nodeId", "")),
             session_incarnation=str(m.get("sessionIncarnation", "")),
         )

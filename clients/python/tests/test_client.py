@@ -13,7 +13,7 @@ import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from aleph_sandbox import Client, Denied, SandboxError  # noqa: E402
+from aleph_sandbox import Client, Denied, SandboxError, Violation  # noqa: E402
 
 REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", "..", ".."))
 # Not an ALEPH_SANDBOX_ name: serve refuses to start beside an unknown one
@@ -177,6 +177,26 @@ class ClientTest(unittest.TestCase):
         listed = {x.get("session"): x for x in Client(self.addr).sessions()}
         self.assertIn("py-kept-elsewhere", listed)
         self.assertEqual(len(listed["py-kept-elsewhere"].get("grants", [])), 1)
+
+    def test_violations(self):
+        """What the sandbox refused a command is in its result: a denied
+        syscall (the command ran and got EPERM) as a Violation; an allowed
+        command has none, and the watched kinds say that none means none."""
+        c = Client(self.addr)
+        r = c.exec(["/usr/bin/unshare", "-U", "/bin/true"], session="py-violations")
+        self.assertNotEqual(r.exit_code, 0)
+        self.assertIn("Operation not permitted", r.stderr.decode())
+        got = [v for v in r.violations if v.kind == "syscall"]
+        self.assertEqual(len(got), 1, r.violations)
+        self.assertIsInstance(got[0], Violation)
+        self.assertEqual((got[0].operation, got[0].target, got[0].count), ("syscall", "unshare", 1))
+        self.assertIn("syscall", r.violation_kinds)
+        self.assertEqual(r.violations_dropped, 0)
+        # Control: a command that ran and was refused nothing.
+        ok = c.exec(["/bin/echo", "ran"], session="py-violations")
+        self.assertEqual((ok.exit_code, ok.stdout), (0, b"ran\n"))
+        self.assertEqual(ok.violations, [])
+        self.assertIn("syscall", ok.violation_kinds)
 
     def test_exec_kwargs(self):
         ws = tempfile.mkdtemp()

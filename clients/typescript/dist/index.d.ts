@@ -125,6 +125,27 @@ export interface Result {
     nodeId: string;
     /** The session's incarnation there (new when the session is made again). */
     sessionIncarnation: string;
+    /** What the sandbox refused the command, at most the server's
+     * `sandbox.max_violations`; `violationsDropped` counts the refusals past
+     * that bound. */
+    violations: Violation[];
+    violationsDropped: number;
+    /** The kinds the sandbox watched for this command: an empty `violations`
+     * means nothing of these kinds was refused; of a kind not listed nothing
+     * is known. */
+    violationKinds: string[];
+}
+/**
+ * One thing the sandbox refused a command: `kind` (`"spawn"`, `"syscall"`,
+ * `"network"` or `"filesystem"`), `operation` (`"process_start"`,
+ * `"syscall"`, `"connect"`, ...), `target` (a syscall's name, `host:port` or
+ * a path) and how many times (`count`).
+ */
+export interface Violation {
+    kind: string;
+    operation: string;
+    target: string;
+    count: number;
 }
 /**
  * What a command consumed, as the sandbox measured it: CPU time (user plus

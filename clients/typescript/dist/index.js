@@ -268,6 +268,10 @@ function capabilities(v) {
         timeoutSeconds: num(m.timeoutSeconds),
     };
 }
+function violation(v) {
+    const m = isObject(v) ? v : {};
+    return { kind: str(m.kind), operation: str(m.operation), target: str(m.target), count: num(m.count) };
+}
 function usage(v) {
     const m = isObject(v) ? v : {};
     return { cpuMs: num(m.cpuMs), maxRssKb: num(m.maxRssKb), userMs: num(m.userMs), systemMs: num(m.systemMs) };
@@ -276,6 +280,9 @@ function result(v) {
     const m = isObject(v) ? v : {};
     return {
         usage: usage(m.usage),
+        violations: Array.isArray(m.violations) ? m.violations.map(violation) : [],
+        violationsDropped: num(m.violationsDropped),
+        violationKinds: strings(m.violationKinds),
         stdout: bytes(m.stdout),
         stderr: bytes(m.stderr),
         exitCode: m.denied === true ? null : num(m.exitCode),

@@ -211,6 +211,28 @@ export interface Result {
   nodeId: string;
   /** The session's incarnation there (new when the session is made again). */
   sessionIncarnation: string;
+  /** What the sandbox refused the command, at most the server's
+   * `sandbox.max_violations`; `violationsDropped` counts the refusals past
+   * that bound. */
+  violations: Violation[];
+  violationsDropped: number;
+  /** The kinds the sandbox watched for this command: an empty `violations`
+   * means nothing of these kinds was refused; of a kind not listed nothing
+   * is known. */
+  violationKinds: string[];
+}
+
+/**
+ * One thing the sandbox refused a command: `kind` (`"spawn"`, `"syscall"`,
+ * `"network"` or `"filesystem"`), `operation` (`"process_start"`,
+ * `"syscall"`, `"connect"`, ...), `target` (a syscall's name, `host:port` or
+ * a path) and how many times (`count`).
+ */
+export interface Violation {
+  kind: string;
+  operation: string;
+  target: string;
+  count: number;
 }
 
 /**
@@ -608,6 +630,11 @@ function capabilities(v: unknown): Capabilities {
   };
 }
 
+function violation(v: unknown): Violation {
+  const m = isObject(v) ? v : {};
+  return { kind: str(m.kind), operation: str(m.operation), target: str(m.target), count: num(m.count) };
+}
+
 function usage(v: unknown): Usage {
   const m = isObject(v) ? v : {};
   return { cpuMs: num(m.cpuMs), maxRssKb: num(m.maxRssKb), userMs: num(m.userMs), systemMs: num(m.systemMs) };
@@ -617,6 +644,9 @@ function result(v: unknown): Result {
   const m = isObject(v) ? v : {};
   return {
     usage: usage(m.usage),
+    violations: Array.isArray(m.violations) ? m.violations.map(violation) : [],
+    violationsDropped: num(m.violationsDropped),
+    violationKinds: strings(m.violationKinds),
     stdout: bytes(m.stdout),
     stderr: bytes(m.stderr),
     exitCode: m.denied === true ? null : num(m.exitCode),

@@ -717,6 +717,22 @@ describe("Client against a real serve", { skip }, () => {
     assert.notEqual(a.signalKey, b.signalKey);
   });
 
+  test("each result lists what the sandbox refused: violations with kind, operation, target, count", T, async () => {
+    const c = new Client({ socket: addr });
+    const r = await c.exec(["/usr/bin/unshare", "-U", "/bin/true"], { session: "ts-violations" });
+    assert.notEqual(r.exitCode, 0);
+    assert.match(r.stderr.toString(), /Operation not permitted/);
+    const got = r.violations.filter((v) => v.kind === "syscall");
+    assert.deepEqual(got, [{ kind: "syscall", operation: "syscall", target: "unshare", count: 1 }]);
+    assert.ok(r.violationKinds.includes("syscall"), JSON.stringify(r.violationKinds));
+    assert.equal(r.violationsDropped, 0);
+    // Control: a command that ran and was refused nothing.
+    const ok = await c.exec(["/bin/echo", "ran"], { session: "ts-violations" });
+    assert.equal(ok.stdout.toString(), "ran\n");
+    assert.deepEqual(ok.violations, []);
+    assert.ok(ok.violationKinds.includes("syscall"));
+  });
+
   test("each result says what the command consumed: usage.cpuMs and usage.maxRssKb", T, async () => {
     const c = new Client({ socket: addr });
     const burn = "x = bytearray(96 << 20)\nfor i in range(0, len(x), 4096): x[i] = 1\ns = 0\nfor i in range(2000000): s += i\n";

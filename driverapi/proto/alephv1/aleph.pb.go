@@ -1171,9 +1171,17 @@ type Exit struct {
 	// clone without CLONE_THREAD) was refused because the command may not
 	// spawn. 0 when none was, and from a driver that does not count: a host
 	// reads 0 as "none seen", never as a claim.
-	SpawnRefused  int64 `protobuf:"varint,11,opt,name=spawn_refused,json=spawnRefused,proto3" json:"spawn_refused,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	SpawnRefused int64 `protobuf:"varint,11,opt,name=spawn_refused,json=spawnRefused,proto3" json:"spawn_refused,omitempty"`
+	// What the sandbox refused the command (protocol 1.5, feature
+	// violation_report): one entry per distinct kind, operation and target,
+	// at most the driver's configured cap; violations_dropped counts the
+	// refusals past it. violation_kinds are the kinds the driver watched for
+	// this command: a kind absent from it is unknown, not "none".
+	Violations        []*Violation `protobuf:"bytes,12,rep,name=violations,proto3" json:"violations,omitempty"`
+	ViolationsDropped int64        `protobuf:"varint,13,opt,name=violations_dropped,json=violationsDropped,proto3" json:"violations_dropped,omitempty"`
+	ViolationKinds    []string     `protobuf:"bytes,14,rep,name=violation_kinds,json=violationKinds,proto3" json:"violation_kinds,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *Exit) Reset() {
@@ -1283,6 +1291,98 @@ func (x *Exit) GetSpawnRefused() int64 {
 	return 0
 }
 
+func (x *Exit) GetViolations() []*Violation {
+	if x != nil {
+		return x.Violations
+	}
+	return nil
+}
+
+func (x *Exit) GetViolationsDropped() int64 {
+	if x != nil {
+		return x.ViolationsDropped
+	}
+	return 0
+}
+
+func (x *Exit) GetViolationKinds() []string {
+	if x != nil {
+		return x.ViolationKinds
+	}
+	return nil
+}
+
+// One thing the sandbox refused a command (driverapi.Violation).
+type Violation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// spawn, syscall, network or filesystem.
+	Kind      string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Operation string `protobuf:"bytes,2,opt,name=operation,proto3" json:"operation,omitempty"`
+	// A syscall's name, host:port, a unix socket's or a file's path.
+	Target        string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	Count         int64  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Violation) Reset() {
+	*x = Violation{}
+	mi := &file_aleph_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Violation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Violation) ProtoMessage() {}
+
+func (x *Violation) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Violation.ProtoReflect.Descriptor instead.
+func (*Violation) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Violation) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Violation) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *Violation) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *Violation) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 type RunEvent struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// Types that are valid to be assigned to Event:
@@ -1296,7 +1396,7 @@ type RunEvent struct {
 
 func (x *RunEvent) Reset() {
 	*x = RunEvent{}
-	mi := &file_aleph_proto_msgTypes[14]
+	mi := &file_aleph_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1308,7 +1408,7 @@ func (x *RunEvent) String() string {
 func (*RunEvent) ProtoMessage() {}
 
 func (x *RunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[14]
+	mi := &file_aleph_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1321,7 +1421,7 @@ func (x *RunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunEvent.ProtoReflect.Descriptor instead.
 func (*RunEvent) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{14}
+	return file_aleph_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RunEvent) GetEvent() isRunEvent_Event {
@@ -1373,7 +1473,7 @@ type DescribeRequest struct {
 
 func (x *DescribeRequest) Reset() {
 	*x = DescribeRequest{}
-	mi := &file_aleph_proto_msgTypes[15]
+	mi := &file_aleph_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1385,7 +1485,7 @@ func (x *DescribeRequest) String() string {
 func (*DescribeRequest) ProtoMessage() {}
 
 func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[15]
+	mi := &file_aleph_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1398,7 +1498,7 @@ func (x *DescribeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeRequest.ProtoReflect.Descriptor instead.
 func (*DescribeRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{15}
+	return file_aleph_proto_rawDescGZIP(), []int{16}
 }
 
 type HookInfo struct {
@@ -1412,7 +1512,7 @@ type HookInfo struct {
 
 func (x *HookInfo) Reset() {
 	*x = HookInfo{}
-	mi := &file_aleph_proto_msgTypes[16]
+	mi := &file_aleph_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1524,7 @@ func (x *HookInfo) String() string {
 func (*HookInfo) ProtoMessage() {}
 
 func (x *HookInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[16]
+	mi := &file_aleph_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1537,7 @@ func (x *HookInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookInfo.ProtoReflect.Descriptor instead.
 func (*HookInfo) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{16}
+	return file_aleph_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HookInfo) GetName() string {
@@ -1479,7 +1579,7 @@ type HookRequest struct {
 
 func (x *HookRequest) Reset() {
 	*x = HookRequest{}
-	mi := &file_aleph_proto_msgTypes[17]
+	mi := &file_aleph_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1491,7 +1591,7 @@ func (x *HookRequest) String() string {
 func (*HookRequest) ProtoMessage() {}
 
 func (x *HookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[17]
+	mi := &file_aleph_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1504,7 +1604,7 @@ func (x *HookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HookRequest.ProtoReflect.Descriptor instead.
 func (*HookRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{17}
+	return file_aleph_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HookRequest) GetSessionId() string {
@@ -1576,7 +1676,7 @@ type Verdict struct {
 
 func (x *Verdict) Reset() {
 	*x = Verdict{}
-	mi := &file_aleph_proto_msgTypes[18]
+	mi := &file_aleph_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1688,7 @@ func (x *Verdict) String() string {
 func (*Verdict) ProtoMessage() {}
 
 func (x *Verdict) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[18]
+	mi := &file_aleph_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1701,7 @@ func (x *Verdict) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Verdict.ProtoReflect.Descriptor instead.
 func (*Verdict) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{18}
+	return file_aleph_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Verdict) GetAction() Action {
@@ -1650,7 +1750,7 @@ type AfterRequest struct {
 
 func (x *AfterRequest) Reset() {
 	*x = AfterRequest{}
-	mi := &file_aleph_proto_msgTypes[19]
+	mi := &file_aleph_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1662,7 +1762,7 @@ func (x *AfterRequest) String() string {
 func (*AfterRequest) ProtoMessage() {}
 
 func (x *AfterRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[19]
+	mi := &file_aleph_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1675,7 +1775,7 @@ func (x *AfterRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AfterRequest.ProtoReflect.Descriptor instead.
 func (*AfterRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{19}
+	return file_aleph_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *AfterRequest) GetSessionId() string {
@@ -1707,7 +1807,7 @@ type AfterResponse struct {
 
 func (x *AfterResponse) Reset() {
 	*x = AfterResponse{}
-	mi := &file_aleph_proto_msgTypes[20]
+	mi := &file_aleph_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1719,7 +1819,7 @@ func (x *AfterResponse) String() string {
 func (*AfterResponse) ProtoMessage() {}
 
 func (x *AfterResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[20]
+	mi := &file_aleph_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1732,7 +1832,7 @@ func (x *AfterResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AfterResponse.ProtoReflect.Descriptor instead.
 func (*AfterResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{20}
+	return file_aleph_proto_rawDescGZIP(), []int{21}
 }
 
 type SignalRequest struct {
@@ -1747,7 +1847,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_aleph_proto_msgTypes[21]
+	mi := &file_aleph_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1759,7 +1859,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[21]
+	mi := &file_aleph_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1772,7 +1872,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{21}
+	return file_aleph_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *SignalRequest) GetCommandId() string {
@@ -1797,7 +1897,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_aleph_proto_msgTypes[22]
+	mi := &file_aleph_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1809,7 +1909,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[22]
+	mi := &file_aleph_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1822,7 +1922,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{22}
+	return file_aleph_proto_rawDescGZIP(), []int{23}
 }
 
 type ForgetSessionRequest struct {
@@ -1834,7 +1934,7 @@ type ForgetSessionRequest struct {
 
 func (x *ForgetSessionRequest) Reset() {
 	*x = ForgetSessionRequest{}
-	mi := &file_aleph_proto_msgTypes[23]
+	mi := &file_aleph_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1846,7 +1946,7 @@ func (x *ForgetSessionRequest) String() string {
 func (*ForgetSessionRequest) ProtoMessage() {}
 
 func (x *ForgetSessionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[23]
+	mi := &file_aleph_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1859,7 +1959,7 @@ func (x *ForgetSessionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetSessionRequest.ProtoReflect.Descriptor instead.
 func (*ForgetSessionRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{23}
+	return file_aleph_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ForgetSessionRequest) GetSessionId() string {
@@ -1877,7 +1977,7 @@ type ForgetSessionResponse struct {
 
 func (x *ForgetSessionResponse) Reset() {
 	*x = ForgetSessionResponse{}
-	mi := &file_aleph_proto_msgTypes[24]
+	mi := &file_aleph_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1889,7 +1989,7 @@ func (x *ForgetSessionResponse) String() string {
 func (*ForgetSessionResponse) ProtoMessage() {}
 
 func (x *ForgetSessionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[24]
+	mi := &file_aleph_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1902,7 +2002,7 @@ func (x *ForgetSessionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetSessionResponse.ProtoReflect.Descriptor instead.
 func (*ForgetSessionResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{24}
+	return file_aleph_proto_rawDescGZIP(), []int{25}
 }
 
 type ConfigSchemaRequest struct {
@@ -1913,7 +2013,7 @@ type ConfigSchemaRequest struct {
 
 func (x *ConfigSchemaRequest) Reset() {
 	*x = ConfigSchemaRequest{}
-	mi := &file_aleph_proto_msgTypes[25]
+	mi := &file_aleph_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2025,7 @@ func (x *ConfigSchemaRequest) String() string {
 func (*ConfigSchemaRequest) ProtoMessage() {}
 
 func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[25]
+	mi := &file_aleph_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2038,7 @@ func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigSchemaRequest.ProtoReflect.Descriptor instead.
 func (*ConfigSchemaRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{25}
+	return file_aleph_proto_rawDescGZIP(), []int{26}
 }
 
 type ConfigField struct {
@@ -1957,7 +2057,7 @@ type ConfigField struct {
 
 func (x *ConfigField) Reset() {
 	*x = ConfigField{}
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2069,7 @@ func (x *ConfigField) String() string {
 func (*ConfigField) ProtoMessage() {}
 
 func (x *ConfigField) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2082,7 @@ func (x *ConfigField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigField.ProtoReflect.Descriptor instead.
 func (*ConfigField) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{26}
+	return file_aleph_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ConfigField) GetName() string {
@@ -2031,7 +2131,7 @@ type DriverConfigSchema struct {
 
 func (x *DriverConfigSchema) Reset() {
 	*x = DriverConfigSchema{}
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2143,7 @@ func (x *DriverConfigSchema) String() string {
 func (*DriverConfigSchema) ProtoMessage() {}
 
 func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2156,7 @@ func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverConfigSchema.ProtoReflect.Descriptor instead.
 func (*DriverConfigSchema) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{27}
+	return file_aleph_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DriverConfigSchema) GetSection() string {
@@ -2083,7 +2183,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2195,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2208,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{28}
+	return file_aleph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *SetConfigRequest) GetConfigJson() []byte {
@@ -2126,7 +2226,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2238,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2251,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{29}
+	return file_aleph_proto_rawDescGZIP(), []int{30}
 }
 
 // ErrorDetail travels as a gRPC status detail with every error a plugin
@@ -2177,7 +2277,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2289,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2302,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{30}
+	return file_aleph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -2258,7 +2358,7 @@ type WindowSize struct {
 
 func (x *WindowSize) Reset() {
 	*x = WindowSize{}
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2370,7 @@ func (x *WindowSize) String() string {
 func (*WindowSize) ProtoMessage() {}
 
 func (x *WindowSize) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2383,7 @@ func (x *WindowSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
 func (*WindowSize) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{31}
+	return file_aleph_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WindowSize) GetRows() uint32 {
@@ -2309,7 +2409,7 @@ type CloseStdin struct {
 
 func (x *CloseStdin) Reset() {
 	*x = CloseStdin{}
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2421,7 @@ func (x *CloseStdin) String() string {
 func (*CloseStdin) ProtoMessage() {}
 
 func (x *CloseStdin) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2434,7 @@ func (x *CloseStdin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdin.ProtoReflect.Descriptor instead.
 func (*CloseStdin) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{32}
+	return file_aleph_proto_rawDescGZIP(), []int{33}
 }
 
 // One message of RunStream from the host.
@@ -2353,7 +2453,7 @@ type RunStreamRequest struct {
 
 func (x *RunStreamRequest) Reset() {
 	*x = RunStreamRequest{}
-	mi := &file_aleph_proto_msgTypes[33]
+	mi := &file_aleph_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2465,7 @@ func (x *RunStreamRequest) String() string {
 func (*RunStreamRequest) ProtoMessage() {}
 
 func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[33]
+	mi := &file_aleph_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2478,7 @@ func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
 func (*RunStreamRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{33}
+	return file_aleph_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RunStreamRequest) GetMsg() isRunStreamRequest_Msg {
@@ -2544,7 +2644,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\n" +
 	"max_rss_kb\x18\x01 \x01(\x03R\bmaxRssKb\x12\x17\n" +
 	"\auser_ms\x18\x02 \x01(\x03R\x06userMs\x12\x1b\n" +
-	"\tsystem_ms\x18\x03 \x01(\x03R\bsystemMs\"\xc3\x03\n" +
+	"\tsystem_ms\x18\x03 \x01(\x03R\bsystemMs\"\xd0\x04\n" +
 	"\x04Exit\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x16\n" +
 	"\x06signal\x18\x02 \x01(\x05R\x06signal\x12\x1b\n" +
@@ -2559,10 +2659,20 @@ const file_aleph_proto_rawDesc = "" +
 	"\n" +
 	"oom_killed\x18\n" +
 	" \x01(\bR\toomKilled\x12#\n" +
-	"\rspawn_refused\x18\v \x01(\x03R\fspawnRefused\x1a:\n" +
+	"\rspawn_refused\x18\v \x01(\x03R\fspawnRefused\x123\n" +
+	"\n" +
+	"violations\x18\f \x03(\v2\x13.aleph.v1.ViolationR\n" +
+	"violations\x12-\n" +
+	"\x12violations_dropped\x18\r \x01(\x03R\x11violationsDropped\x12'\n" +
+	"\x0fviolation_kinds\x18\x0e \x03(\tR\x0eviolationKinds\x1a:\n" +
 	"\fDetailsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"j\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"k\n" +
+	"\tViolation\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
+	"\toperation\x18\x02 \x01(\tR\toperation\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\"j\n" +
 	"\bRunEvent\x12/\n" +
 	"\x06output\x18\x01 \x01(\v2\x15.aleph.v1.OutputChunkH\x00R\x06output\x12$\n" +
 	"\x04exit\x18\x02 \x01(\v2\x0e.aleph.v1.ExitH\x00R\x04exitB\a\n" +
@@ -2681,7 +2791,7 @@ func file_aleph_proto_rawDescGZIP() []byte {
 }
 
 var file_aleph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
 var file_aleph_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: aleph.v1.NetworkMode
 	(Stream)(0),                   // 1: aleph.v1.Stream
@@ -2700,78 +2810,80 @@ var file_aleph_proto_goTypes = []any{
 	(*OutputChunk)(nil),           // 14: aleph.v1.OutputChunk
 	(*ResourceUsage)(nil),         // 15: aleph.v1.ResourceUsage
 	(*Exit)(nil),                  // 16: aleph.v1.Exit
-	(*RunEvent)(nil),              // 17: aleph.v1.RunEvent
-	(*DescribeRequest)(nil),       // 18: aleph.v1.DescribeRequest
-	(*HookInfo)(nil),              // 19: aleph.v1.HookInfo
-	(*HookRequest)(nil),           // 20: aleph.v1.HookRequest
-	(*Verdict)(nil),               // 21: aleph.v1.Verdict
-	(*AfterRequest)(nil),          // 22: aleph.v1.AfterRequest
-	(*AfterResponse)(nil),         // 23: aleph.v1.AfterResponse
-	(*SignalRequest)(nil),         // 24: aleph.v1.SignalRequest
-	(*SignalResponse)(nil),        // 25: aleph.v1.SignalResponse
-	(*ForgetSessionRequest)(nil),  // 26: aleph.v1.ForgetSessionRequest
-	(*ForgetSessionResponse)(nil), // 27: aleph.v1.ForgetSessionResponse
-	(*ConfigSchemaRequest)(nil),   // 28: aleph.v1.ConfigSchemaRequest
-	(*ConfigField)(nil),           // 29: aleph.v1.ConfigField
-	(*DriverConfigSchema)(nil),    // 30: aleph.v1.DriverConfigSchema
-	(*SetConfigRequest)(nil),      // 31: aleph.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),     // 32: aleph.v1.SetConfigResponse
-	(*ErrorDetail)(nil),           // 33: aleph.v1.ErrorDetail
-	(*WindowSize)(nil),            // 34: aleph.v1.WindowSize
-	(*CloseStdin)(nil),            // 35: aleph.v1.CloseStdin
-	(*RunStreamRequest)(nil),      // 36: aleph.v1.RunStreamRequest
-	nil,                           // 37: aleph.v1.HostCapabilities.DetailsEntry
-	nil,                           // 38: aleph.v1.Exit.DetailsEntry
+	(*Violation)(nil),             // 17: aleph.v1.Violation
+	(*RunEvent)(nil),              // 18: aleph.v1.RunEvent
+	(*DescribeRequest)(nil),       // 19: aleph.v1.DescribeRequest
+	(*HookInfo)(nil),              // 20: aleph.v1.HookInfo
+	(*HookRequest)(nil),           // 21: aleph.v1.HookRequest
+	(*Verdict)(nil),               // 22: aleph.v1.Verdict
+	(*AfterRequest)(nil),          // 23: aleph.v1.AfterRequest
+	(*AfterResponse)(nil),         // 24: aleph.v1.AfterResponse
+	(*SignalRequest)(nil),         // 25: aleph.v1.SignalRequest
+	(*SignalResponse)(nil),        // 26: aleph.v1.SignalResponse
+	(*ForgetSessionRequest)(nil),  // 27: aleph.v1.ForgetSessionRequest
+	(*ForgetSessionResponse)(nil), // 28: aleph.v1.ForgetSessionResponse
+	(*ConfigSchemaRequest)(nil),   // 29: aleph.v1.ConfigSchemaRequest
+	(*ConfigField)(nil),           // 30: aleph.v1.ConfigField
+	(*DriverConfigSchema)(nil),    // 31: aleph.v1.DriverConfigSchema
+	(*SetConfigRequest)(nil),      // 32: aleph.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),     // 33: aleph.v1.SetConfigResponse
+	(*ErrorDetail)(nil),           // 34: aleph.v1.ErrorDetail
+	(*WindowSize)(nil),            // 35: aleph.v1.WindowSize
+	(*CloseStdin)(nil),            // 36: aleph.v1.CloseStdin
+	(*RunStreamRequest)(nil),      // 37: aleph.v1.RunStreamRequest
+	nil,                           // 38: aleph.v1.HostCapabilities.DetailsEntry
+	nil,                           // 39: aleph.v1.Exit.DetailsEntry
 }
 var file_aleph_proto_depIdxs = []int32{
 	4,  // 0: aleph.v1.HostCapabilities.unavailable:type_name -> aleph.v1.Unavailable
-	37, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
+	38, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
 	0,  // 2: aleph.v1.NetworkPolicy.mode:type_name -> aleph.v1.NetworkMode
 	6,  // 3: aleph.v1.Capabilities.network:type_name -> aleph.v1.NetworkPolicy
 	7,  // 4: aleph.v1.ProfileRequest.capabilities:type_name -> aleph.v1.Capabilities
 	8,  // 5: aleph.v1.ProfileRequest.proxy:type_name -> aleph.v1.ProxyEndpoint
 	11, // 6: aleph.v1.RunRequest.env:type_name -> aleph.v1.EnvVar
 	10, // 7: aleph.v1.RunRequest.profile:type_name -> aleph.v1.Profile
-	34, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
+	35, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
 	13, // 9: aleph.v1.RunRequest.layered:type_name -> aleph.v1.LayeredWorkspace
 	1,  // 10: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
 	15, // 11: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
-	38, // 12: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
-	14, // 13: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
-	16, // 14: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
-	7,  // 15: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
-	2,  // 16: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
-	29, // 17: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
-	12, // 18: aleph.v1.RunStreamRequest.start:type_name -> aleph.v1.RunRequest
-	35, // 19: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
-	34, // 20: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
-	3,  // 21: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
-	9,  // 22: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
-	12, // 23: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
-	24, // 24: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
-	28, // 25: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
-	31, // 26: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
-	26, // 27: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
-	36, // 28: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
-	18, // 29: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
-	20, // 30: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
-	22, // 31: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
-	5,  // 32: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
-	10, // 33: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
-	17, // 34: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
-	25, // 35: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
-	30, // 36: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
-	32, // 37: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
-	27, // 38: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
-	17, // 39: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
-	19, // 40: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
-	21, // 41: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
-	23, // 42: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	39, // 12: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
+	17, // 13: aleph.v1.Exit.violations:type_name -> aleph.v1.Violation
+	14, // 14: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
+	16, // 15: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
+	7,  // 16: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
+	2,  // 17: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
+	30, // 18: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
+	12, // 19: aleph.v1.RunStreamRequest.start:type_name -> aleph.v1.RunRequest
+	36, // 20: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
+	35, // 21: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
+	3,  // 22: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
+	9,  // 23: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
+	12, // 24: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
+	25, // 25: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
+	29, // 26: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
+	32, // 27: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
+	27, // 28: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
+	37, // 29: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
+	19, // 30: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
+	21, // 31: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
+	23, // 32: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
+	5,  // 33: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
+	10, // 34: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
+	18, // 35: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
+	26, // 36: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
+	31, // 37: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
+	33, // 38: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
+	28, // 39: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
+	18, // 40: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
+	20, // 41: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
+	22, // 42: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
+	24, // 43: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
+	33, // [33:44] is the sub-list for method output_type
+	22, // [22:33] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_aleph_proto_init() }
@@ -2779,11 +2891,11 @@ func file_aleph_proto_init() {
 	if File_aleph_proto != nil {
 		return
 	}
-	file_aleph_proto_msgTypes[14].OneofWrappers = []any{
+	file_aleph_proto_msgTypes[15].OneofWrappers = []any{
 		(*RunEvent_Output)(nil),
 		(*RunEvent_Exit)(nil),
 	}
-	file_aleph_proto_msgTypes[33].OneofWrappers = []any{
+	file_aleph_proto_msgTypes[34].OneofWrappers = []any{
 		(*RunStreamRequest_Start)(nil),
 		(*RunStreamRequest_Stdin)(nil),
 		(*RunStreamRequest_CloseStdin)(nil),
@@ -2795,7 +2907,7 @@ func file_aleph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aleph_proto_rawDesc), len(file_aleph_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   36,
+			NumMessages:   37,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

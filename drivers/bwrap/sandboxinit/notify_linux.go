@@ -28,6 +28,10 @@ import (
 //     guess from what the command printed. The answer is never
 //     SECCOMP_USER_NOTIF_FLAG_CONTINUE: nothing the launcher does can let
 //     a process start.
+//   - the denylist (seccomp_linux.go's deniedSyscalls), whenever there is
+//     a notification filter: answered with EPERM, as the target's program
+//     answers them without one, and reported as violations of kind
+//     syscall. Never CONTINUE either: the launcher runs none of them.
 //   - the metadata guard's calls in the Landlock tier (metaguard_linux.go).
 //   - connect and the addressed sends of the command's unix sockets
 //     (unixsock_linux.go).
@@ -65,6 +69,28 @@ func spawnNotified(spec *InitSpec) bool {
 // installs a notification filter.
 func notifying(spec *InitSpec) bool {
 	return spec.NotifyFD > 0 && (spec.MetaGuard || !spec.AllowSpawn || unixGuarded(spec))
+}
+
+// denyNotified reports whether spec's denylist is answered by the
+// launcher: whenever the process that execs the target installs the
+// notification filter, which then holds it, and the target's program
+// leaves it out (as the fork rules: an ERRNO there would take precedence).
+func denyNotified(spec *InitSpec) bool { return notifying(spec) && !spec.childNotifies }
+
+// DeniedNumbers maps the names of the denylist this architecture has to
+// their numbers, for the launcher that answers them.
+func DeniedNumbers() map[string]int {
+	info, err := nativeArch()
+	if err != nil {
+		return nil
+	}
+	m := map[string]int{}
+	for _, name := range deniedSyscalls() {
+		if nr, ok := info.SyscallNames[name]; ok {
+			m[name] = nr
+		}
+	}
+	return m
 }
 
 // SpawnSyscalls are the calls the launcher answers with EPERM and counts
@@ -126,6 +152,16 @@ func notifyProgram(spec *InitSpec, info *arch.Info) ([]bpf.Instruction, error) {
 			bpf.RetConstant{Val: seccompRetUserNotif},
 			bpf.RetConstant{Val: retAllow},
 		)
+	}
+	if denyNotified(spec) {
+		for _, name := range deniedSyscalls() {
+			nr, ok := info.SyscallNames[name]
+			if !ok {
+				continue
+			}
+			p = append(p, bpf.JumpIf{Cond: bpf.JumpEqual, Val: uint32(nr), SkipFalse: 1},
+				bpf.RetConstant{Val: seccompRetUserNotif})
+		}
 	}
 	if unixGuarded(spec) {
 		rules, err := unixGuardRules(info)

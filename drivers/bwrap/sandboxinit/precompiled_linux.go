@@ -44,12 +44,16 @@ type PrecompileKey struct {
 	// UnixGuarded: the target may have unix sockets of its own, their
 	// connects and sends the notification filter's (unixsock_linux.go).
 	UnixGuarded bool
+	// DenyNotified: the denylist is the notification filter's
+	// (notify_linux.go), the target's program notifies it too.
+	DenyNotified bool
 }
 
 // KeyOf is s's PrecompileKey.
 func KeyOf(s InitSpec) PrecompileKey {
 	return PrecompileKey{SocketMode: s.SocketMode, AllowSpawn: s.AllowSpawn, NoNamespaces: s.NoNamespaces,
-		BridgePorts: fmt.Sprint(s.BridgePorts), SpawnNotified: spawnNotified(&s), UnixGuarded: unixGuarded(&s)}
+		BridgePorts: fmt.Sprint(s.BridgePorts), SpawnNotified: spawnNotified(&s), UnixGuarded: unixGuarded(&s),
+		DenyNotified: denyNotified(&s)}
 }
 
 // PrecompiledPrograms encodes s's programs for InitSpec.SeccompFD: the

@@ -92,7 +92,9 @@ func TestPrecompileKeyCoversTheProgram(t *testing.T) {
 		t.Fatal(err)
 	}
 	// NotifyFD is in the key by its presence (SpawnNotified), checked below.
-	key := map[string]bool{"SocketMode": true, "AllowSpawn": true, "NoNamespaces": true, "BridgePorts": true, "NotifyFD": true}
+	// childNotifies is never sent: supervisorSpec derives it from the rest.
+	key := map[string]bool{"SocketMode": true, "AllowSpawn": true, "NoNamespaces": true, "BridgePorts": true, "NotifyFD": true,
+		"childNotifies": true}
 	rt := reflect.TypeOf(base)
 	for i := range rt.NumField() {
 		f := rt.Field(i)

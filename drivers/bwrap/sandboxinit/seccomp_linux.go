@@ -104,6 +104,27 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 		return out
 	}
 	deny := present(deniedSyscalls())
+	// With a notification filter the denylist is answered by the launcher
+	// (notify_linux.go: the same EPERM, and reported as a violation): an
+	// ERRNO here would take precedence over the filter's
+	// SECCOMP_RET_USER_NOTIF, and the launcher would never see the call.
+	//   - The target's program leaves it out (denyNotified), as the fork
+	//     rules: the process that loads it installs the notification
+	//     filter first (notifying, the same condition), so every call of
+	//     the list meets that filter.
+	//   - The supervisor's program, which its child and so the target
+	//     inherit, returns SECCOMP_RET_USER_NOTIF for it: of equal actions
+	//     the kernel takes the newest filter's, the child's notification
+	//     filter, and the supervisor itself, which has no listener on its
+	//     own filter, gets ENOSYS for these calls: still refused, it makes
+	//     none of them.
+	var denyNotify []string
+	switch {
+	case spec.childNotifies:
+		deny, denyNotify = nil, deny
+	case denyNotified(spec):
+		deny = nil
+	}
 	// With a notification filter the fork rules are its (notify_linux.go):
 	// an EPERM here would take precedence and the launcher would never
 	// see, nor count, the call.
@@ -223,10 +244,19 @@ func seccompPolicy(spec *InitSpec, info *arch.Info) seccomp.Policy {
 		)
 	}
 
-	groups := []seccomp.SyscallGroup{
-		{Names: append(deny, sockDeny...), Action: seccomp.ActionErrno},
-		{NamesWithCondtions: append(append(cloneRules, sockRules...), setIDRules(info)...), Action: seccomp.ActionErrno},
+	// The group of conditions stays last: go-seccomp-bpf lets a call whose
+	// conditions do not all hold fall through to the next instruction,
+	// which must be the default action (a group after it made openat
+	// with a mode of 0o666 take that group's USER_NOTIF, and fail with
+	// ENOSYS). A group without names is left out.
+	var groups []seccomp.SyscallGroup
+	if len(denyNotify) > 0 {
+		groups = append(groups, seccomp.SyscallGroup{Names: denyNotify, Action: seccomp.ActionUserNotify})
 	}
+	if names := append(deny, sockDeny...); len(names) > 0 {
+		groups = append(groups, seccomp.SyscallGroup{Names: names, Action: seccomp.ActionErrno})
+	}
+	groups = append(groups, seccomp.SyscallGroup{NamesWithCondtions: append(append(cloneRules, sockRules...), setIDRules(info)...), Action: seccomp.ActionErrno})
 	return seccomp.Policy{DefaultAction: seccomp.ActionAllow, Syscalls: groups}
 }
 

@@ -172,6 +172,11 @@ type InitSpec struct {
 	// the notification filter. Only with NotifyFD and NoNamespaces (the
 	// Landlock tier).
 	MetaGuard bool `json:"meta_guard,omitempty"`
+	// childNotifies marks the supervisor's own spec (supervisorSpec),
+	// never sent: the child it forks installs a notification filter, so
+	// the supervisor's program hands the denylist over instead of
+	// refusing it (seccomp_linux.go says why).
+	childNotifies bool
 	// Prepared makes sandbox-init wait on the lifeline for its command
 	// (handover.go): CommandFD holds nothing until the hand-over puts the
 	// command's record there. Only with Supervise, a lifeline, a command

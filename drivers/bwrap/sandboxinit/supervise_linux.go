@@ -80,6 +80,7 @@ const maxSignal = 64
 // the target's, with fork allowed (it must fork the target once).
 func supervisorSpec(spec *InitSpec) InitSpec {
 	s := *spec
+	s.childNotifies = notifying(spec)
 	s.AllowSpawn = true
 	return s
 }

@@ -726,8 +726,18 @@ type ExecResult struct {
 	// made the session, new when it is made again after forget or delete.
 	NodeId             string `protobuf:"bytes,25,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
 	SessionIncarnation string `protobuf:"bytes,26,opt,name=session_incarnation,json=sessionIncarnation,proto3" json:"session_incarnation,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// What the sandbox refused the command: one entry per distinct kind,
+	// operation and target, with its count (the driver's report and the
+	// managed proxy's refusals), at most the server's sandbox.max_violations;
+	// violations_dropped counts the refusals past that bound.
+	Violations        []*Violation `protobuf:"bytes,27,rep,name=violations,proto3" json:"violations,omitempty"`
+	ViolationsDropped int64        `protobuf:"varint,28,opt,name=violations_dropped,json=violationsDropped,proto3" json:"violations_dropped,omitempty"`
+	// The kinds of violation the driver watched for this command (its
+	// violation_report feature): an empty violations list means nothing of
+	// these kinds was refused; of a kind not listed nothing is known.
+	ViolationKinds []string `protobuf:"bytes,29,rep,name=violation_kinds,json=violationKinds,proto3" json:"violation_kinds,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *ExecResult) Reset() {
@@ -942,6 +952,101 @@ func (x *ExecResult) GetSessionIncarnation() string {
 	return ""
 }
 
+func (x *ExecResult) GetViolations() []*Violation {
+	if x != nil {
+		return x.Violations
+	}
+	return nil
+}
+
+func (x *ExecResult) GetViolationsDropped() int64 {
+	if x != nil {
+		return x.ViolationsDropped
+	}
+	return 0
+}
+
+func (x *ExecResult) GetViolationKinds() []string {
+	if x != nil {
+		return x.ViolationKinds
+	}
+	return nil
+}
+
+// Violation is one thing the sandbox refused a command.
+type Violation struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// spawn (a process start without the spawn capability), syscall (a
+	// call the seccomp policy denies), network (a connection the network
+	// policy refused) or filesystem.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// process_start, syscall, connect, send, ...
+	Operation string `protobuf:"bytes,2,opt,name=operation,proto3" json:"operation,omitempty"`
+	// The syscall's name, host:port, or a path.
+	Target        string `protobuf:"bytes,3,opt,name=target,proto3" json:"target,omitempty"`
+	Count         int64  `protobuf:"varint,4,opt,name=count,proto3" json:"count,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Violation) Reset() {
+	*x = Violation{}
+	mi := &file_host_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Violation) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Violation) ProtoMessage() {}
+
+func (x *Violation) ProtoReflect() protoreflect.Message {
+	mi := &file_host_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Violation.ProtoReflect.Descriptor instead.
+func (*Violation) Descriptor() ([]byte, []int) {
+	return file_host_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *Violation) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Violation) GetOperation() string {
+	if x != nil {
+		return x.Operation
+	}
+	return ""
+}
+
+func (x *Violation) GetTarget() string {
+	if x != nil {
+		return x.Target
+	}
+	return ""
+}
+
+func (x *Violation) GetCount() int64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
 // CommandUsage is what one command consumed: CPU time (user and system,
 // milliseconds) and the peak resident set size of its largest process
 // (KiB), as the driver measured them (getrusage of the command's
@@ -958,7 +1063,7 @@ type CommandUsage struct {
 
 func (x *CommandUsage) Reset() {
 	*x = CommandUsage{}
-	mi := &file_host_proto_msgTypes[7]
+	mi := &file_host_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -970,7 +1075,7 @@ func (x *CommandUsage) String() string {
 func (*CommandUsage) ProtoMessage() {}
 
 func (x *CommandUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[7]
+	mi := &file_host_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -983,7 +1088,7 @@ func (x *CommandUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandUsage.ProtoReflect.Descriptor instead.
 func (*CommandUsage) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{7}
+	return file_host_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CommandUsage) GetCpuMs() int64 {
@@ -1029,7 +1134,7 @@ type Capabilities struct {
 
 func (x *Capabilities) Reset() {
 	*x = Capabilities{}
-	mi := &file_host_proto_msgTypes[8]
+	mi := &file_host_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1146,7 @@ func (x *Capabilities) String() string {
 func (*Capabilities) ProtoMessage() {}
 
 func (x *Capabilities) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[8]
+	mi := &file_host_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1159,7 @@ func (x *Capabilities) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Capabilities.ProtoReflect.Descriptor instead.
 func (*Capabilities) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{8}
+	return file_host_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *Capabilities) GetFsRead() []string {
@@ -1119,7 +1224,7 @@ type ApprovalsRequest struct {
 
 func (x *ApprovalsRequest) Reset() {
 	*x = ApprovalsRequest{}
-	mi := &file_host_proto_msgTypes[9]
+	mi := &file_host_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1131,7 +1236,7 @@ func (x *ApprovalsRequest) String() string {
 func (*ApprovalsRequest) ProtoMessage() {}
 
 func (x *ApprovalsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[9]
+	mi := &file_host_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1144,7 +1249,7 @@ func (x *ApprovalsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalsRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{9}
+	return file_host_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApprovalsRequest) GetKey() string {
@@ -1170,7 +1275,7 @@ type ApprovalRequest struct {
 
 func (x *ApprovalRequest) Reset() {
 	*x = ApprovalRequest{}
-	mi := &file_host_proto_msgTypes[10]
+	mi := &file_host_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1182,7 +1287,7 @@ func (x *ApprovalRequest) String() string {
 func (*ApprovalRequest) ProtoMessage() {}
 
 func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[10]
+	mi := &file_host_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1195,7 +1300,7 @@ func (x *ApprovalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApprovalRequest.ProtoReflect.Descriptor instead.
 func (*ApprovalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{10}
+	return file_host_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApprovalRequest) GetId() string {
@@ -1269,7 +1374,7 @@ type ApproveRequest struct {
 
 func (x *ApproveRequest) Reset() {
 	*x = ApproveRequest{}
-	mi := &file_host_proto_msgTypes[11]
+	mi := &file_host_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1386,7 @@ func (x *ApproveRequest) String() string {
 func (*ApproveRequest) ProtoMessage() {}
 
 func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[11]
+	mi := &file_host_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1399,7 @@ func (x *ApproveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveRequest.ProtoReflect.Descriptor instead.
 func (*ApproveRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{11}
+	return file_host_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ApproveRequest) GetId() string {
@@ -1326,7 +1431,7 @@ type ApproveResponse struct {
 
 func (x *ApproveResponse) Reset() {
 	*x = ApproveResponse{}
-	mi := &file_host_proto_msgTypes[12]
+	mi := &file_host_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1443,7 @@ func (x *ApproveResponse) String() string {
 func (*ApproveResponse) ProtoMessage() {}
 
 func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[12]
+	mi := &file_host_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1456,7 @@ func (x *ApproveResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApproveResponse.ProtoReflect.Descriptor instead.
 func (*ApproveResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{12}
+	return file_host_proto_rawDescGZIP(), []int{13}
 }
 
 type SessionsRequest struct {
@@ -1369,7 +1474,7 @@ type SessionsRequest struct {
 
 func (x *SessionsRequest) Reset() {
 	*x = SessionsRequest{}
-	mi := &file_host_proto_msgTypes[13]
+	mi := &file_host_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1381,7 +1486,7 @@ func (x *SessionsRequest) String() string {
 func (*SessionsRequest) ProtoMessage() {}
 
 func (x *SessionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[13]
+	mi := &file_host_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1394,7 +1499,7 @@ func (x *SessionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsRequest.ProtoReflect.Descriptor instead.
 func (*SessionsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{13}
+	return file_host_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SessionsRequest) GetAction() isSessionsRequest_Action {
@@ -1476,7 +1581,7 @@ type ListSessions struct {
 
 func (x *ListSessions) Reset() {
 	*x = ListSessions{}
-	mi := &file_host_proto_msgTypes[14]
+	mi := &file_host_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1488,7 +1593,7 @@ func (x *ListSessions) String() string {
 func (*ListSessions) ProtoMessage() {}
 
 func (x *ListSessions) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[14]
+	mi := &file_host_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1501,7 +1606,7 @@ func (x *ListSessions) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSessions.ProtoReflect.Descriptor instead.
 func (*ListSessions) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{14}
+	return file_host_proto_rawDescGZIP(), []int{15}
 }
 
 type DescribeSession struct {
@@ -1513,7 +1618,7 @@ type DescribeSession struct {
 
 func (x *DescribeSession) Reset() {
 	*x = DescribeSession{}
-	mi := &file_host_proto_msgTypes[15]
+	mi := &file_host_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1630,7 @@ func (x *DescribeSession) String() string {
 func (*DescribeSession) ProtoMessage() {}
 
 func (x *DescribeSession) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[15]
+	mi := &file_host_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1643,7 @@ func (x *DescribeSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DescribeSession.ProtoReflect.Descriptor instead.
 func (*DescribeSession) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{15}
+	return file_host_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *DescribeSession) GetSession() string {
@@ -1557,7 +1662,7 @@ type ForgetSession struct {
 
 func (x *ForgetSession) Reset() {
 	*x = ForgetSession{}
-	mi := &file_host_proto_msgTypes[16]
+	mi := &file_host_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1569,7 +1674,7 @@ func (x *ForgetSession) String() string {
 func (*ForgetSession) ProtoMessage() {}
 
 func (x *ForgetSession) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[16]
+	mi := &file_host_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1582,7 +1687,7 @@ func (x *ForgetSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetSession.ProtoReflect.Descriptor instead.
 func (*ForgetSession) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{16}
+	return file_host_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ForgetSession) GetSession() string {
@@ -1605,7 +1710,7 @@ type DeleteSession struct {
 
 func (x *DeleteSession) Reset() {
 	*x = DeleteSession{}
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1722,7 @@ func (x *DeleteSession) String() string {
 func (*DeleteSession) ProtoMessage() {}
 
 func (x *DeleteSession) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[17]
+	mi := &file_host_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1735,7 @@ func (x *DeleteSession) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteSession.ProtoReflect.Descriptor instead.
 func (*DeleteSession) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{17}
+	return file_host_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *DeleteSession) GetSession() string {
@@ -1651,7 +1756,7 @@ type Grant struct {
 
 func (x *Grant) Reset() {
 	*x = Grant{}
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1768,7 @@ func (x *Grant) String() string {
 func (*Grant) ProtoMessage() {}
 
 func (x *Grant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[18]
+	mi := &file_host_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1781,7 @@ func (x *Grant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Grant.ProtoReflect.Descriptor instead.
 func (*Grant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{18}
+	return file_host_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Grant) GetId() string {
@@ -1718,7 +1823,7 @@ type Session struct {
 
 func (x *Session) Reset() {
 	*x = Session{}
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1730,7 +1835,7 @@ func (x *Session) String() string {
 func (*Session) ProtoMessage() {}
 
 func (x *Session) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[19]
+	mi := &file_host_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1743,7 +1848,7 @@ func (x *Session) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Session.ProtoReflect.Descriptor instead.
 func (*Session) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{19}
+	return file_host_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Session) GetSession() string {
@@ -1804,7 +1909,7 @@ type SessionsResponse struct {
 
 func (x *SessionsResponse) Reset() {
 	*x = SessionsResponse{}
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +1921,7 @@ func (x *SessionsResponse) String() string {
 func (*SessionsResponse) ProtoMessage() {}
 
 func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[20]
+	mi := &file_host_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +1934,7 @@ func (x *SessionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionsResponse.ProtoReflect.Descriptor instead.
 func (*SessionsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{20}
+	return file_host_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *SessionsResponse) GetSessions() []*Session {
@@ -1853,7 +1958,7 @@ type GrantsRequest struct {
 
 func (x *GrantsRequest) Reset() {
 	*x = GrantsRequest{}
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1865,7 +1970,7 @@ func (x *GrantsRequest) String() string {
 func (*GrantsRequest) ProtoMessage() {}
 
 func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[21]
+	mi := &file_host_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1878,7 +1983,7 @@ func (x *GrantsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsRequest.ProtoReflect.Descriptor instead.
 func (*GrantsRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{21}
+	return file_host_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GrantsRequest) GetAction() isGrantsRequest_Action {
@@ -1946,7 +2051,7 @@ type ListGrants struct {
 
 func (x *ListGrants) Reset() {
 	*x = ListGrants{}
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1958,7 +2063,7 @@ func (x *ListGrants) String() string {
 func (*ListGrants) ProtoMessage() {}
 
 func (x *ListGrants) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[22]
+	mi := &file_host_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1971,7 +2076,7 @@ func (x *ListGrants) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListGrants.ProtoReflect.Descriptor instead.
 func (*ListGrants) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{22}
+	return file_host_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListGrants) GetSession() string {
@@ -1991,7 +2096,7 @@ type RevokeGrant struct {
 
 func (x *RevokeGrant) Reset() {
 	*x = RevokeGrant{}
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2003,7 +2108,7 @@ func (x *RevokeGrant) String() string {
 func (*RevokeGrant) ProtoMessage() {}
 
 func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[23]
+	mi := &file_host_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2016,7 +2121,7 @@ func (x *RevokeGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeGrant.ProtoReflect.Descriptor instead.
 func (*RevokeGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{23}
+	return file_host_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevokeGrant) GetSession() string {
@@ -2045,7 +2150,7 @@ type ApplyNetworkGrant struct {
 
 func (x *ApplyNetworkGrant) Reset() {
 	*x = ApplyNetworkGrant{}
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2057,7 +2162,7 @@ func (x *ApplyNetworkGrant) String() string {
 func (*ApplyNetworkGrant) ProtoMessage() {}
 
 func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[24]
+	mi := &file_host_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2070,7 +2175,7 @@ func (x *ApplyNetworkGrant) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyNetworkGrant.ProtoReflect.Descriptor instead.
 func (*ApplyNetworkGrant) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{24}
+	return file_host_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ApplyNetworkGrant) GetSession() string {
@@ -2112,7 +2217,7 @@ type GrantsResponse struct {
 
 func (x *GrantsResponse) Reset() {
 	*x = GrantsResponse{}
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2229,7 @@ func (x *GrantsResponse) String() string {
 func (*GrantsResponse) ProtoMessage() {}
 
 func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[25]
+	mi := &file_host_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2242,7 @@ func (x *GrantsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrantsResponse.ProtoReflect.Descriptor instead.
 func (*GrantsResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{25}
+	return file_host_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GrantsResponse) GetSession() string {
@@ -2169,7 +2274,7 @@ type CapabilitiesRequest struct {
 
 func (x *CapabilitiesRequest) Reset() {
 	*x = CapabilitiesRequest{}
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2181,7 +2286,7 @@ func (x *CapabilitiesRequest) String() string {
 func (*CapabilitiesRequest) ProtoMessage() {}
 
 func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[26]
+	mi := &file_host_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2194,7 +2299,7 @@ func (x *CapabilitiesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesRequest.ProtoReflect.Descriptor instead.
 func (*CapabilitiesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{26}
+	return file_host_proto_rawDescGZIP(), []int{27}
 }
 
 type CapabilitiesResponse struct {
@@ -2217,7 +2322,7 @@ type CapabilitiesResponse struct {
 
 func (x *CapabilitiesResponse) Reset() {
 	*x = CapabilitiesResponse{}
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2229,7 +2334,7 @@ func (x *CapabilitiesResponse) String() string {
 func (*CapabilitiesResponse) ProtoMessage() {}
 
 func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[27]
+	mi := &file_host_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2242,7 +2347,7 @@ func (x *CapabilitiesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CapabilitiesResponse.ProtoReflect.Descriptor instead.
 func (*CapabilitiesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{27}
+	return file_host_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *CapabilitiesResponse) GetReportJson() string {
@@ -2290,7 +2395,7 @@ type CheckPolicyRequest struct {
 
 func (x *CheckPolicyRequest) Reset() {
 	*x = CheckPolicyRequest{}
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2302,7 +2407,7 @@ func (x *CheckPolicyRequest) String() string {
 func (*CheckPolicyRequest) ProtoMessage() {}
 
 func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[28]
+	mi := &file_host_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2315,7 +2420,7 @@ func (x *CheckPolicyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyRequest.ProtoReflect.Descriptor instead.
 func (*CheckPolicyRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{28}
+	return file_host_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *CheckPolicyRequest) GetCommand() string {
@@ -2344,7 +2449,7 @@ type CheckPolicyResponse struct {
 
 func (x *CheckPolicyResponse) Reset() {
 	*x = CheckPolicyResponse{}
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2461,7 @@ func (x *CheckPolicyResponse) String() string {
 func (*CheckPolicyResponse) ProtoMessage() {}
 
 func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[29]
+	mi := &file_host_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2474,7 @@ func (x *CheckPolicyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckPolicyResponse.ProtoReflect.Descriptor instead.
 func (*CheckPolicyResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{29}
+	return file_host_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *CheckPolicyResponse) GetVerdict() string {
@@ -2405,7 +2510,7 @@ type SignalRequest struct {
 
 func (x *SignalRequest) Reset() {
 	*x = SignalRequest{}
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2522,7 @@ func (x *SignalRequest) String() string {
 func (*SignalRequest) ProtoMessage() {}
 
 func (x *SignalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[30]
+	mi := &file_host_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2535,7 @@ func (x *SignalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalRequest.ProtoReflect.Descriptor instead.
 func (*SignalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{30}
+	return file_host_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SignalRequest) GetSignalKey() string {
@@ -2455,7 +2560,7 @@ type SignalResponse struct {
 
 func (x *SignalResponse) Reset() {
 	*x = SignalResponse{}
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2467,7 +2572,7 @@ func (x *SignalResponse) String() string {
 func (*SignalResponse) ProtoMessage() {}
 
 func (x *SignalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[31]
+	mi := &file_host_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2480,7 +2585,7 @@ func (x *SignalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalResponse.ProtoReflect.Descriptor instead.
 func (*SignalResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{31}
+	return file_host_proto_rawDescGZIP(), []int{32}
 }
 
 type WriteStdinRequest struct {
@@ -2494,7 +2599,7 @@ type WriteStdinRequest struct {
 
 func (x *WriteStdinRequest) Reset() {
 	*x = WriteStdinRequest{}
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2506,7 +2611,7 @@ func (x *WriteStdinRequest) String() string {
 func (*WriteStdinRequest) ProtoMessage() {}
 
 func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[32]
+	mi := &file_host_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2519,7 +2624,7 @@ func (x *WriteStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinRequest.ProtoReflect.Descriptor instead.
 func (*WriteStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{32}
+	return file_host_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WriteStdinRequest) GetSignalKey() string {
@@ -2547,7 +2652,7 @@ type WriteStdinResponse struct {
 
 func (x *WriteStdinResponse) Reset() {
 	*x = WriteStdinResponse{}
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2559,7 +2664,7 @@ func (x *WriteStdinResponse) String() string {
 func (*WriteStdinResponse) ProtoMessage() {}
 
 func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[33]
+	mi := &file_host_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2572,7 +2677,7 @@ func (x *WriteStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteStdinResponse.ProtoReflect.Descriptor instead.
 func (*WriteStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{33}
+	return file_host_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WriteStdinResponse) GetWritten() int64 {
@@ -2591,7 +2696,7 @@ type CloseStdinRequest struct {
 
 func (x *CloseStdinRequest) Reset() {
 	*x = CloseStdinRequest{}
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2603,7 +2708,7 @@ func (x *CloseStdinRequest) String() string {
 func (*CloseStdinRequest) ProtoMessage() {}
 
 func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[34]
+	mi := &file_host_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2616,7 +2721,7 @@ func (x *CloseStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{34}
+	return file_host_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *CloseStdinRequest) GetSignalKey() string {
@@ -2634,7 +2739,7 @@ type CloseStdinResponse struct {
 
 func (x *CloseStdinResponse) Reset() {
 	*x = CloseStdinResponse{}
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2646,7 +2751,7 @@ func (x *CloseStdinResponse) String() string {
 func (*CloseStdinResponse) ProtoMessage() {}
 
 func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[35]
+	mi := &file_host_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2659,7 +2764,7 @@ func (x *CloseStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{35}
+	return file_host_proto_rawDescGZIP(), []int{36}
 }
 
 type ResizeTerminalRequest struct {
@@ -2673,7 +2778,7 @@ type ResizeTerminalRequest struct {
 
 func (x *ResizeTerminalRequest) Reset() {
 	*x = ResizeTerminalRequest{}
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2685,7 +2790,7 @@ func (x *ResizeTerminalRequest) String() string {
 func (*ResizeTerminalRequest) ProtoMessage() {}
 
 func (x *ResizeTerminalRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[36]
+	mi := &file_host_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2698,7 +2803,7 @@ func (x *ResizeTerminalRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTerminalRequest.ProtoReflect.Descriptor instead.
 func (*ResizeTerminalRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{36}
+	return file_host_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ResizeTerminalRequest) GetSignalKey() string {
@@ -2730,7 +2835,7 @@ type ResizeTerminalResponse struct {
 
 func (x *ResizeTerminalResponse) Reset() {
 	*x = ResizeTerminalResponse{}
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2742,7 +2847,7 @@ func (x *ResizeTerminalResponse) String() string {
 func (*ResizeTerminalResponse) ProtoMessage() {}
 
 func (x *ResizeTerminalResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[37]
+	mi := &file_host_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2755,7 +2860,7 @@ func (x *ResizeTerminalResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeTerminalResponse.ProtoReflect.Descriptor instead.
 func (*ResizeTerminalResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{37}
+	return file_host_proto_rawDescGZIP(), []int{38}
 }
 
 // StartProcessRequest is an Execute request (its stdin must be empty: the
@@ -2779,7 +2884,7 @@ type StartProcessRequest struct {
 
 func (x *StartProcessRequest) Reset() {
 	*x = StartProcessRequest{}
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2791,7 +2896,7 @@ func (x *StartProcessRequest) String() string {
 func (*StartProcessRequest) ProtoMessage() {}
 
 func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[38]
+	mi := &file_host_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2804,7 +2909,7 @@ func (x *StartProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessRequest.ProtoReflect.Descriptor instead.
 func (*StartProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{38}
+	return file_host_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *StartProcessRequest) GetCommand() *ExecuteRequest {
@@ -2863,7 +2968,7 @@ type StartProcessResponse struct {
 
 func (x *StartProcessResponse) Reset() {
 	*x = StartProcessResponse{}
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2875,7 +2980,7 @@ func (x *StartProcessResponse) String() string {
 func (*StartProcessResponse) ProtoMessage() {}
 
 func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[39]
+	mi := &file_host_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2888,7 +2993,7 @@ func (x *StartProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartProcessResponse.ProtoReflect.Descriptor instead.
 func (*StartProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{39}
+	return file_host_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *StartProcessResponse) GetId() string {
@@ -2922,7 +3027,7 @@ type WriteProcessRequest struct {
 
 func (x *WriteProcessRequest) Reset() {
 	*x = WriteProcessRequest{}
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2934,7 +3039,7 @@ func (x *WriteProcessRequest) String() string {
 func (*WriteProcessRequest) ProtoMessage() {}
 
 func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[40]
+	mi := &file_host_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2947,7 +3052,7 @@ func (x *WriteProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessRequest.ProtoReflect.Descriptor instead.
 func (*WriteProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{40}
+	return file_host_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WriteProcessRequest) GetId() string {
@@ -2975,7 +3080,7 @@ type WriteProcessResponse struct {
 
 func (x *WriteProcessResponse) Reset() {
 	*x = WriteProcessResponse{}
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3092,7 @@ func (x *WriteProcessResponse) String() string {
 func (*WriteProcessResponse) ProtoMessage() {}
 
 func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[41]
+	mi := &file_host_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3105,7 @@ func (x *WriteProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteProcessResponse.ProtoReflect.Descriptor instead.
 func (*WriteProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{41}
+	return file_host_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WriteProcessResponse) GetWritten() int64 {
@@ -3019,7 +3124,7 @@ type CloseProcessStdinRequest struct {
 
 func (x *CloseProcessStdinRequest) Reset() {
 	*x = CloseProcessStdinRequest{}
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3031,7 +3136,7 @@ func (x *CloseProcessStdinRequest) String() string {
 func (*CloseProcessStdinRequest) ProtoMessage() {}
 
 func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[42]
+	mi := &file_host_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3044,7 +3149,7 @@ func (x *CloseProcessStdinRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinRequest.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{42}
+	return file_host_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *CloseProcessStdinRequest) GetId() string {
@@ -3062,7 +3167,7 @@ type CloseProcessStdinResponse struct {
 
 func (x *CloseProcessStdinResponse) Reset() {
 	*x = CloseProcessStdinResponse{}
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3074,7 +3179,7 @@ func (x *CloseProcessStdinResponse) String() string {
 func (*CloseProcessStdinResponse) ProtoMessage() {}
 
 func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[43]
+	mi := &file_host_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3087,7 +3192,7 @@ func (x *CloseProcessStdinResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseProcessStdinResponse.ProtoReflect.Descriptor instead.
 func (*CloseProcessStdinResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{43}
+	return file_host_proto_rawDescGZIP(), []int{44}
 }
 
 type ReadProcessRequest struct {
@@ -3104,7 +3209,7 @@ type ReadProcessRequest struct {
 
 func (x *ReadProcessRequest) Reset() {
 	*x = ReadProcessRequest{}
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3116,7 +3221,7 @@ func (x *ReadProcessRequest) String() string {
 func (*ReadProcessRequest) ProtoMessage() {}
 
 func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[44]
+	mi := &file_host_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3129,7 +3234,7 @@ func (x *ReadProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessRequest.ProtoReflect.Descriptor instead.
 func (*ReadProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{44}
+	return file_host_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReadProcessRequest) GetId() string {
@@ -3171,7 +3276,7 @@ type ReadProcessResponse struct {
 
 func (x *ReadProcessResponse) Reset() {
 	*x = ReadProcessResponse{}
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3183,7 +3288,7 @@ func (x *ReadProcessResponse) String() string {
 func (*ReadProcessResponse) ProtoMessage() {}
 
 func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[45]
+	mi := &file_host_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3196,7 +3301,7 @@ func (x *ReadProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadProcessResponse.ProtoReflect.Descriptor instead.
 func (*ReadProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{45}
+	return file_host_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReadProcessResponse) GetData() []byte {
@@ -3245,7 +3350,7 @@ type SignalProcessRequest struct {
 
 func (x *SignalProcessRequest) Reset() {
 	*x = SignalProcessRequest{}
-	mi := &file_host_proto_msgTypes[46]
+	mi := &file_host_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3257,7 +3362,7 @@ func (x *SignalProcessRequest) String() string {
 func (*SignalProcessRequest) ProtoMessage() {}
 
 func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[46]
+	mi := &file_host_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3270,7 +3375,7 @@ func (x *SignalProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessRequest.ProtoReflect.Descriptor instead.
 func (*SignalProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{46}
+	return file_host_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SignalProcessRequest) GetId() string {
@@ -3295,7 +3400,7 @@ type SignalProcessResponse struct {
 
 func (x *SignalProcessResponse) Reset() {
 	*x = SignalProcessResponse{}
-	mi := &file_host_proto_msgTypes[47]
+	mi := &file_host_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3307,7 +3412,7 @@ func (x *SignalProcessResponse) String() string {
 func (*SignalProcessResponse) ProtoMessage() {}
 
 func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[47]
+	mi := &file_host_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3320,7 +3425,7 @@ func (x *SignalProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SignalProcessResponse.ProtoReflect.Descriptor instead.
 func (*SignalProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{47}
+	return file_host_proto_rawDescGZIP(), []int{48}
 }
 
 type ResizeProcessRequest struct {
@@ -3334,7 +3439,7 @@ type ResizeProcessRequest struct {
 
 func (x *ResizeProcessRequest) Reset() {
 	*x = ResizeProcessRequest{}
-	mi := &file_host_proto_msgTypes[48]
+	mi := &file_host_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3451,7 @@ func (x *ResizeProcessRequest) String() string {
 func (*ResizeProcessRequest) ProtoMessage() {}
 
 func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[48]
+	mi := &file_host_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3464,7 @@ func (x *ResizeProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessRequest.ProtoReflect.Descriptor instead.
 func (*ResizeProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{48}
+	return file_host_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ResizeProcessRequest) GetId() string {
@@ -3391,7 +3496,7 @@ type ResizeProcessResponse struct {
 
 func (x *ResizeProcessResponse) Reset() {
 	*x = ResizeProcessResponse{}
-	mi := &file_host_proto_msgTypes[49]
+	mi := &file_host_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3403,7 +3508,7 @@ func (x *ResizeProcessResponse) String() string {
 func (*ResizeProcessResponse) ProtoMessage() {}
 
 func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[49]
+	mi := &file_host_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3416,7 +3521,7 @@ func (x *ResizeProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ResizeProcessResponse.ProtoReflect.Descriptor instead.
 func (*ResizeProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{49}
+	return file_host_proto_rawDescGZIP(), []int{50}
 }
 
 type WaitProcessRequest struct {
@@ -3428,7 +3533,7 @@ type WaitProcessRequest struct {
 
 func (x *WaitProcessRequest) Reset() {
 	*x = WaitProcessRequest{}
-	mi := &file_host_proto_msgTypes[50]
+	mi := &file_host_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3440,7 +3545,7 @@ func (x *WaitProcessRequest) String() string {
 func (*WaitProcessRequest) ProtoMessage() {}
 
 func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[50]
+	mi := &file_host_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3453,7 +3558,7 @@ func (x *WaitProcessRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessRequest.ProtoReflect.Descriptor instead.
 func (*WaitProcessRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{50}
+	return file_host_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WaitProcessRequest) GetId() string {
@@ -3472,7 +3577,7 @@ type WaitProcessResponse struct {
 
 func (x *WaitProcessResponse) Reset() {
 	*x = WaitProcessResponse{}
-	mi := &file_host_proto_msgTypes[51]
+	mi := &file_host_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3484,7 +3589,7 @@ func (x *WaitProcessResponse) String() string {
 func (*WaitProcessResponse) ProtoMessage() {}
 
 func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[51]
+	mi := &file_host_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3497,7 +3602,7 @@ func (x *WaitProcessResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitProcessResponse.ProtoReflect.Descriptor instead.
 func (*WaitProcessResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{51}
+	return file_host_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WaitProcessResponse) GetResult() *ExecResult {
@@ -3517,7 +3622,7 @@ type ListProcessesRequest struct {
 
 func (x *ListProcessesRequest) Reset() {
 	*x = ListProcessesRequest{}
-	mi := &file_host_proto_msgTypes[52]
+	mi := &file_host_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3529,7 +3634,7 @@ func (x *ListProcessesRequest) String() string {
 func (*ListProcessesRequest) ProtoMessage() {}
 
 func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[52]
+	mi := &file_host_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3542,7 +3647,7 @@ func (x *ListProcessesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesRequest.ProtoReflect.Descriptor instead.
 func (*ListProcessesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{52}
+	return file_host_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListProcessesRequest) GetSession() string {
@@ -3566,7 +3671,7 @@ type ProcessInfo struct {
 
 func (x *ProcessInfo) Reset() {
 	*x = ProcessInfo{}
-	mi := &file_host_proto_msgTypes[53]
+	mi := &file_host_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3578,7 +3683,7 @@ func (x *ProcessInfo) String() string {
 func (*ProcessInfo) ProtoMessage() {}
 
 func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[53]
+	mi := &file_host_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3591,7 +3696,7 @@ func (x *ProcessInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInfo.ProtoReflect.Descriptor instead.
 func (*ProcessInfo) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{53}
+	return file_host_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ProcessInfo) GetId() string {
@@ -3645,7 +3750,7 @@ type ListProcessesResponse struct {
 
 func (x *ListProcessesResponse) Reset() {
 	*x = ListProcessesResponse{}
-	mi := &file_host_proto_msgTypes[54]
+	mi := &file_host_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3657,7 +3762,7 @@ func (x *ListProcessesResponse) String() string {
 func (*ListProcessesResponse) ProtoMessage() {}
 
 func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[54]
+	mi := &file_host_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3670,7 +3775,7 @@ func (x *ListProcessesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListProcessesResponse.ProtoReflect.Descriptor instead.
 func (*ListProcessesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{54}
+	return file_host_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListProcessesResponse) GetProcesses() []*ProcessInfo {
@@ -3698,7 +3803,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_host_proto_msgTypes[55]
+	mi := &file_host_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3710,7 +3815,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[55]
+	mi := &file_host_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3723,7 +3828,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{55}
+	return file_host_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *FileInfo) GetName() string {
@@ -3780,7 +3885,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_host_proto_msgTypes[56]
+	mi := &file_host_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3792,7 +3897,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[56]
+	mi := &file_host_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3805,7 +3910,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{56}
+	return file_host_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ReadFileRequest) GetSession() string {
@@ -3844,7 +3949,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_host_proto_msgTypes[57]
+	mi := &file_host_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3856,7 +3961,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[57]
+	mi := &file_host_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3869,7 +3974,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{57}
+	return file_host_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ReadFileResponse) GetInfo() *FileInfo {
@@ -3926,7 +4031,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_host_proto_msgTypes[58]
+	mi := &file_host_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3938,7 +4043,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[58]
+	mi := &file_host_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3951,7 +4056,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{58}
+	return file_host_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *WriteFileRequest) GetSession() string {
@@ -4032,7 +4137,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_host_proto_msgTypes[59]
+	mi := &file_host_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4044,7 +4149,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[59]
+	mi := &file_host_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4057,7 +4162,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{59}
+	return file_host_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *WriteFileResponse) GetInfo() *FileInfo {
@@ -4101,7 +4206,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_host_proto_msgTypes[60]
+	mi := &file_host_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4113,7 +4218,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[60]
+	mi := &file_host_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4126,7 +4231,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{60}
+	return file_host_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListFilesRequest) GetSession() string {
@@ -4162,7 +4267,7 @@ type ListFilesResponse struct {
 
 func (x *ListFilesResponse) Reset() {
 	*x = ListFilesResponse{}
-	mi := &file_host_proto_msgTypes[61]
+	mi := &file_host_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4174,7 +4279,7 @@ func (x *ListFilesResponse) String() string {
 func (*ListFilesResponse) ProtoMessage() {}
 
 func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[61]
+	mi := &file_host_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4187,7 +4292,7 @@ func (x *ListFilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesResponse.ProtoReflect.Descriptor instead.
 func (*ListFilesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{61}
+	return file_host_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListFilesResponse) GetEntries() []*FileInfo {
@@ -4223,7 +4328,7 @@ type StatFileRequest struct {
 
 func (x *StatFileRequest) Reset() {
 	*x = StatFileRequest{}
-	mi := &file_host_proto_msgTypes[62]
+	mi := &file_host_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4235,7 +4340,7 @@ func (x *StatFileRequest) String() string {
 func (*StatFileRequest) ProtoMessage() {}
 
 func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[62]
+	mi := &file_host_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4248,7 +4353,7 @@ func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
 func (*StatFileRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{62}
+	return file_host_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *StatFileRequest) GetSession() string {
@@ -4284,7 +4389,7 @@ type StatFileResponse struct {
 
 func (x *StatFileResponse) Reset() {
 	*x = StatFileResponse{}
-	mi := &file_host_proto_msgTypes[63]
+	mi := &file_host_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4296,7 +4401,7 @@ func (x *StatFileResponse) String() string {
 func (*StatFileResponse) ProtoMessage() {}
 
 func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[63]
+	mi := &file_host_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4309,7 +4414,7 @@ func (x *StatFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileResponse.ProtoReflect.Descriptor instead.
 func (*StatFileResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{63}
+	return file_host_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *StatFileResponse) GetInfo() *FileInfo {
@@ -4348,7 +4453,7 @@ type RemoveFileRequest struct {
 
 func (x *RemoveFileRequest) Reset() {
 	*x = RemoveFileRequest{}
-	mi := &file_host_proto_msgTypes[64]
+	mi := &file_host_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4360,7 +4465,7 @@ func (x *RemoveFileRequest) String() string {
 func (*RemoveFileRequest) ProtoMessage() {}
 
 func (x *RemoveFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[64]
+	mi := &file_host_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4373,7 +4478,7 @@ func (x *RemoveFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveFileRequest.ProtoReflect.Descriptor instead.
 func (*RemoveFileRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{64}
+	return file_host_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *RemoveFileRequest) GetSession() string {
@@ -4415,7 +4520,7 @@ type RemoveFileResponse struct {
 
 func (x *RemoveFileResponse) Reset() {
 	*x = RemoveFileResponse{}
-	mi := &file_host_proto_msgTypes[65]
+	mi := &file_host_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4427,7 +4532,7 @@ func (x *RemoveFileResponse) String() string {
 func (*RemoveFileResponse) ProtoMessage() {}
 
 func (x *RemoveFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[65]
+	mi := &file_host_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4440,7 +4545,7 @@ func (x *RemoveFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveFileResponse.ProtoReflect.Descriptor instead.
 func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{65}
+	return file_host_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *RemoveFileResponse) GetNodeId() string {
@@ -4465,7 +4570,7 @@ type DrainRequest struct {
 
 func (x *DrainRequest) Reset() {
 	*x = DrainRequest{}
-	mi := &file_host_proto_msgTypes[66]
+	mi := &file_host_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4477,7 +4582,7 @@ func (x *DrainRequest) String() string {
 func (*DrainRequest) ProtoMessage() {}
 
 func (x *DrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[66]
+	mi := &file_host_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4490,7 +4595,7 @@ func (x *DrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainRequest.ProtoReflect.Descriptor instead.
 func (*DrainRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{66}
+	return file_host_proto_rawDescGZIP(), []int{67}
 }
 
 // DrainResponse is the server's state once draining: what it still
@@ -4511,7 +4616,7 @@ type DrainResponse struct {
 
 func (x *DrainResponse) Reset() {
 	*x = DrainResponse{}
-	mi := &file_host_proto_msgTypes[67]
+	mi := &file_host_proto_msgTypes[68]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4523,7 +4628,7 @@ func (x *DrainResponse) String() string {
 func (*DrainResponse) ProtoMessage() {}
 
 func (x *DrainResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[67]
+	mi := &file_host_proto_msgTypes[68]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4536,7 +4641,7 @@ func (x *DrainResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DrainResponse.ProtoReflect.Descriptor instead.
 func (*DrainResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{67}
+	return file_host_proto_rawDescGZIP(), []int{68}
 }
 
 func (x *DrainResponse) GetNodeId() string {
@@ -4592,7 +4697,7 @@ type Change struct {
 
 func (x *Change) Reset() {
 	*x = Change{}
-	mi := &file_host_proto_msgTypes[68]
+	mi := &file_host_proto_msgTypes[69]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4604,7 +4709,7 @@ func (x *Change) String() string {
 func (*Change) ProtoMessage() {}
 
 func (x *Change) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[68]
+	mi := &file_host_proto_msgTypes[69]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4617,7 +4722,7 @@ func (x *Change) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Change.ProtoReflect.Descriptor instead.
 func (*Change) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{68}
+	return file_host_proto_rawDescGZIP(), []int{69}
 }
 
 func (x *Change) GetPath() string {
@@ -4685,7 +4790,7 @@ type ChangesRequest struct {
 
 func (x *ChangesRequest) Reset() {
 	*x = ChangesRequest{}
-	mi := &file_host_proto_msgTypes[69]
+	mi := &file_host_proto_msgTypes[70]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4697,7 +4802,7 @@ func (x *ChangesRequest) String() string {
 func (*ChangesRequest) ProtoMessage() {}
 
 func (x *ChangesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[69]
+	mi := &file_host_proto_msgTypes[70]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4710,7 +4815,7 @@ func (x *ChangesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangesRequest.ProtoReflect.Descriptor instead.
 func (*ChangesRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{69}
+	return file_host_proto_rawDescGZIP(), []int{70}
 }
 
 func (x *ChangesRequest) GetSession() string {
@@ -4729,7 +4834,7 @@ type ChangesResponse struct {
 
 func (x *ChangesResponse) Reset() {
 	*x = ChangesResponse{}
-	mi := &file_host_proto_msgTypes[70]
+	mi := &file_host_proto_msgTypes[71]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4741,7 +4846,7 @@ func (x *ChangesResponse) String() string {
 func (*ChangesResponse) ProtoMessage() {}
 
 func (x *ChangesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[70]
+	mi := &file_host_proto_msgTypes[71]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4754,7 +4859,7 @@ func (x *ChangesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChangesResponse.ProtoReflect.Descriptor instead.
 func (*ChangesResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{70}
+	return file_host_proto_rawDescGZIP(), []int{71}
 }
 
 func (x *ChangesResponse) GetChanges() []*Change {
@@ -4775,7 +4880,7 @@ type DiffRequest struct {
 
 func (x *DiffRequest) Reset() {
 	*x = DiffRequest{}
-	mi := &file_host_proto_msgTypes[71]
+	mi := &file_host_proto_msgTypes[72]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4787,7 +4892,7 @@ func (x *DiffRequest) String() string {
 func (*DiffRequest) ProtoMessage() {}
 
 func (x *DiffRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[71]
+	mi := &file_host_proto_msgTypes[72]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4800,7 +4905,7 @@ func (x *DiffRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffRequest.ProtoReflect.Descriptor instead.
 func (*DiffRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{71}
+	return file_host_proto_rawDescGZIP(), []int{72}
 }
 
 func (x *DiffRequest) GetSession() string {
@@ -4826,7 +4931,7 @@ type DiffResponse struct {
 
 func (x *DiffResponse) Reset() {
 	*x = DiffResponse{}
-	mi := &file_host_proto_msgTypes[72]
+	mi := &file_host_proto_msgTypes[73]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4838,7 +4943,7 @@ func (x *DiffResponse) String() string {
 func (*DiffResponse) ProtoMessage() {}
 
 func (x *DiffResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[72]
+	mi := &file_host_proto_msgTypes[73]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4851,7 +4956,7 @@ func (x *DiffResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiffResponse.ProtoReflect.Descriptor instead.
 func (*DiffResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{72}
+	return file_host_proto_rawDescGZIP(), []int{73}
 }
 
 func (x *DiffResponse) GetDiff() string {
@@ -4874,7 +4979,7 @@ type ApplyRequest struct {
 
 func (x *ApplyRequest) Reset() {
 	*x = ApplyRequest{}
-	mi := &file_host_proto_msgTypes[73]
+	mi := &file_host_proto_msgTypes[74]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4886,7 +4991,7 @@ func (x *ApplyRequest) String() string {
 func (*ApplyRequest) ProtoMessage() {}
 
 func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[73]
+	mi := &file_host_proto_msgTypes[74]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4899,7 +5004,7 @@ func (x *ApplyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyRequest.ProtoReflect.Descriptor instead.
 func (*ApplyRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{73}
+	return file_host_proto_rawDescGZIP(), []int{74}
 }
 
 func (x *ApplyRequest) GetSession() string {
@@ -4935,7 +5040,7 @@ type Refusal struct {
 
 func (x *Refusal) Reset() {
 	*x = Refusal{}
-	mi := &file_host_proto_msgTypes[74]
+	mi := &file_host_proto_msgTypes[75]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4947,7 +5052,7 @@ func (x *Refusal) String() string {
 func (*Refusal) ProtoMessage() {}
 
 func (x *Refusal) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[74]
+	mi := &file_host_proto_msgTypes[75]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4960,7 +5065,7 @@ func (x *Refusal) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Refusal.ProtoReflect.Descriptor instead.
 func (*Refusal) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{74}
+	return file_host_proto_rawDescGZIP(), []int{75}
 }
 
 func (x *Refusal) GetPath() string {
@@ -4998,7 +5103,7 @@ type ApplyResponse struct {
 
 func (x *ApplyResponse) Reset() {
 	*x = ApplyResponse{}
-	mi := &file_host_proto_msgTypes[75]
+	mi := &file_host_proto_msgTypes[76]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5010,7 +5115,7 @@ func (x *ApplyResponse) String() string {
 func (*ApplyResponse) ProtoMessage() {}
 
 func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[75]
+	mi := &file_host_proto_msgTypes[76]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5023,7 +5128,7 @@ func (x *ApplyResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyResponse.ProtoReflect.Descriptor instead.
 func (*ApplyResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{75}
+	return file_host_proto_rawDescGZIP(), []int{76}
 }
 
 func (x *ApplyResponse) GetApplied() []string {
@@ -5063,7 +5168,7 @@ type DiscardRequest struct {
 
 func (x *DiscardRequest) Reset() {
 	*x = DiscardRequest{}
-	mi := &file_host_proto_msgTypes[76]
+	mi := &file_host_proto_msgTypes[77]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5075,7 +5180,7 @@ func (x *DiscardRequest) String() string {
 func (*DiscardRequest) ProtoMessage() {}
 
 func (x *DiscardRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[76]
+	mi := &file_host_proto_msgTypes[77]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5088,7 +5193,7 @@ func (x *DiscardRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardRequest.ProtoReflect.Descriptor instead.
 func (*DiscardRequest) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{76}
+	return file_host_proto_rawDescGZIP(), []int{77}
 }
 
 func (x *DiscardRequest) GetSession() string {
@@ -5106,7 +5211,7 @@ type DiscardResponse struct {
 
 func (x *DiscardResponse) Reset() {
 	*x = DiscardResponse{}
-	mi := &file_host_proto_msgTypes[77]
+	mi := &file_host_proto_msgTypes[78]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -5118,7 +5223,7 @@ func (x *DiscardResponse) String() string {
 func (*DiscardResponse) ProtoMessage() {}
 
 func (x *DiscardResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_host_proto_msgTypes[77]
+	mi := &file_host_proto_msgTypes[78]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -5131,7 +5236,7 @@ func (x *DiscardResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DiscardResponse.ProtoReflect.Descriptor instead.
 func (*DiscardResponse) Descriptor() ([]byte, []int) {
-	return file_host_proto_rawDescGZIP(), []int{77}
+	return file_host_proto_rawDescGZIP(), []int{78}
 }
 
 var File_host_proto protoreflect.FileDescriptor
@@ -5199,7 +5304,7 @@ const file_host_proto_rawDesc = "" +
 	"\x06action\x18\x01 \x01(\tR\x06action\x12\x12\n" +
 	"\x04rule\x18\x02 \x01(\tR\x04rule\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12\x12\n" +
-	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xe9\x06\n" +
+	"\x04hook\x18\x04 \x01(\tR\x04hook\"\xfb\a\n" +
 	"\n" +
 	"ExecResult\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
@@ -5232,7 +5337,17 @@ const file_host_proto_rawDesc = "" +
 	"\x15streamed_stderr_bytes\x18\x17 \x01(\x03R\x13streamedStderrBytes\x121\n" +
 	"\x05usage\x18\x18 \x01(\v2\x1b.aleph.host.v1.CommandUsageR\x05usage\x12\x17\n" +
 	"\anode_id\x18\x19 \x01(\tR\x06nodeId\x12/\n" +
-	"\x13session_incarnation\x18\x1a \x01(\tR\x12sessionIncarnation\"y\n" +
+	"\x13session_incarnation\x18\x1a \x01(\tR\x12sessionIncarnation\x128\n" +
+	"\n" +
+	"violations\x18\x1b \x03(\v2\x18.aleph.host.v1.ViolationR\n" +
+	"violations\x12-\n" +
+	"\x12violations_dropped\x18\x1c \x01(\x03R\x11violationsDropped\x12'\n" +
+	"\x0fviolation_kinds\x18\x1d \x03(\tR\x0eviolationKinds\"k\n" +
+	"\tViolation\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1c\n" +
+	"\toperation\x18\x02 \x01(\tR\toperation\x12\x16\n" +
+	"\x06target\x18\x03 \x01(\tR\x06target\x12\x14\n" +
+	"\x05count\x18\x04 \x01(\x03R\x05count\"y\n" +
 	"\fCommandUsage\x12\x15\n" +
 	"\x06cpu_ms\x18\x01 \x01(\x03R\x05cpuMs\x12\x1c\n" +
 	"\n" +
@@ -5545,7 +5660,7 @@ func file_host_proto_rawDescGZIP() []byte {
 }
 
 var file_host_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 80)
+var file_host_proto_msgTypes = make([]protoimpl.MessageInfo, 81)
 var file_host_proto_goTypes = []any{
 	(OutputChunk_Stream)(0),           // 0: aleph.host.v1.OutputChunk.Stream
 	(*ErrorDetail)(nil),               // 1: aleph.host.v1.ErrorDetail
@@ -5555,177 +5670,179 @@ var file_host_proto_goTypes = []any{
 	(*OutputChunk)(nil),               // 5: aleph.host.v1.OutputChunk
 	(*Verdict)(nil),                   // 6: aleph.host.v1.Verdict
 	(*ExecResult)(nil),                // 7: aleph.host.v1.ExecResult
-	(*CommandUsage)(nil),              // 8: aleph.host.v1.CommandUsage
-	(*Capabilities)(nil),              // 9: aleph.host.v1.Capabilities
-	(*ApprovalsRequest)(nil),          // 10: aleph.host.v1.ApprovalsRequest
-	(*ApprovalRequest)(nil),           // 11: aleph.host.v1.ApprovalRequest
-	(*ApproveRequest)(nil),            // 12: aleph.host.v1.ApproveRequest
-	(*ApproveResponse)(nil),           // 13: aleph.host.v1.ApproveResponse
-	(*SessionsRequest)(nil),           // 14: aleph.host.v1.SessionsRequest
-	(*ListSessions)(nil),              // 15: aleph.host.v1.ListSessions
-	(*DescribeSession)(nil),           // 16: aleph.host.v1.DescribeSession
-	(*ForgetSession)(nil),             // 17: aleph.host.v1.ForgetSession
-	(*DeleteSession)(nil),             // 18: aleph.host.v1.DeleteSession
-	(*Grant)(nil),                     // 19: aleph.host.v1.Grant
-	(*Session)(nil),                   // 20: aleph.host.v1.Session
-	(*SessionsResponse)(nil),          // 21: aleph.host.v1.SessionsResponse
-	(*GrantsRequest)(nil),             // 22: aleph.host.v1.GrantsRequest
-	(*ListGrants)(nil),                // 23: aleph.host.v1.ListGrants
-	(*RevokeGrant)(nil),               // 24: aleph.host.v1.RevokeGrant
-	(*ApplyNetworkGrant)(nil),         // 25: aleph.host.v1.ApplyNetworkGrant
-	(*GrantsResponse)(nil),            // 26: aleph.host.v1.GrantsResponse
-	(*CapabilitiesRequest)(nil),       // 27: aleph.host.v1.CapabilitiesRequest
-	(*CapabilitiesResponse)(nil),      // 28: aleph.host.v1.CapabilitiesResponse
-	(*CheckPolicyRequest)(nil),        // 29: aleph.host.v1.CheckPolicyRequest
-	(*CheckPolicyResponse)(nil),       // 30: aleph.host.v1.CheckPolicyResponse
-	(*SignalRequest)(nil),             // 31: aleph.host.v1.SignalRequest
-	(*SignalResponse)(nil),            // 32: aleph.host.v1.SignalResponse
-	(*WriteStdinRequest)(nil),         // 33: aleph.host.v1.WriteStdinRequest
-	(*WriteStdinResponse)(nil),        // 34: aleph.host.v1.WriteStdinResponse
-	(*CloseStdinRequest)(nil),         // 35: aleph.host.v1.CloseStdinRequest
-	(*CloseStdinResponse)(nil),        // 36: aleph.host.v1.CloseStdinResponse
-	(*ResizeTerminalRequest)(nil),     // 37: aleph.host.v1.ResizeTerminalRequest
-	(*ResizeTerminalResponse)(nil),    // 38: aleph.host.v1.ResizeTerminalResponse
-	(*StartProcessRequest)(nil),       // 39: aleph.host.v1.StartProcessRequest
-	(*StartProcessResponse)(nil),      // 40: aleph.host.v1.StartProcessResponse
-	(*WriteProcessRequest)(nil),       // 41: aleph.host.v1.WriteProcessRequest
-	(*WriteProcessResponse)(nil),      // 42: aleph.host.v1.WriteProcessResponse
-	(*CloseProcessStdinRequest)(nil),  // 43: aleph.host.v1.CloseProcessStdinRequest
-	(*CloseProcessStdinResponse)(nil), // 44: aleph.host.v1.CloseProcessStdinResponse
-	(*ReadProcessRequest)(nil),        // 45: aleph.host.v1.ReadProcessRequest
-	(*ReadProcessResponse)(nil),       // 46: aleph.host.v1.ReadProcessResponse
-	(*SignalProcessRequest)(nil),      // 47: aleph.host.v1.SignalProcessRequest
-	(*SignalProcessResponse)(nil),     // 48: aleph.host.v1.SignalProcessResponse
-	(*ResizeProcessRequest)(nil),      // 49: aleph.host.v1.ResizeProcessRequest
-	(*ResizeProcessResponse)(nil),     // 50: aleph.host.v1.ResizeProcessResponse
-	(*WaitProcessRequest)(nil),        // 51: aleph.host.v1.WaitProcessRequest
-	(*WaitProcessResponse)(nil),       // 52: aleph.host.v1.WaitProcessResponse
-	(*ListProcessesRequest)(nil),      // 53: aleph.host.v1.ListProcessesRequest
-	(*ProcessInfo)(nil),               // 54: aleph.host.v1.ProcessInfo
-	(*ListProcessesResponse)(nil),     // 55: aleph.host.v1.ListProcessesResponse
-	(*FileInfo)(nil),                  // 56: aleph.host.v1.FileInfo
-	(*ReadFileRequest)(nil),           // 57: aleph.host.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),          // 58: aleph.host.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),          // 59: aleph.host.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),         // 60: aleph.host.v1.WriteFileResponse
-	(*ListFilesRequest)(nil),          // 61: aleph.host.v1.ListFilesRequest
-	(*ListFilesResponse)(nil),         // 62: aleph.host.v1.ListFilesResponse
-	(*StatFileRequest)(nil),           // 63: aleph.host.v1.StatFileRequest
-	(*StatFileResponse)(nil),          // 64: aleph.host.v1.StatFileResponse
-	(*RemoveFileRequest)(nil),         // 65: aleph.host.v1.RemoveFileRequest
-	(*RemoveFileResponse)(nil),        // 66: aleph.host.v1.RemoveFileResponse
-	(*DrainRequest)(nil),              // 67: aleph.host.v1.DrainRequest
-	(*DrainResponse)(nil),             // 68: aleph.host.v1.DrainResponse
-	(*Change)(nil),                    // 69: aleph.host.v1.Change
-	(*ChangesRequest)(nil),            // 70: aleph.host.v1.ChangesRequest
-	(*ChangesResponse)(nil),           // 71: aleph.host.v1.ChangesResponse
-	(*DiffRequest)(nil),               // 72: aleph.host.v1.DiffRequest
-	(*DiffResponse)(nil),              // 73: aleph.host.v1.DiffResponse
-	(*ApplyRequest)(nil),              // 74: aleph.host.v1.ApplyRequest
-	(*Refusal)(nil),                   // 75: aleph.host.v1.Refusal
-	(*ApplyResponse)(nil),             // 76: aleph.host.v1.ApplyResponse
-	(*DiscardRequest)(nil),            // 77: aleph.host.v1.DiscardRequest
-	(*DiscardResponse)(nil),           // 78: aleph.host.v1.DiscardResponse
-	nil,                               // 79: aleph.host.v1.ExecuteRequest.EnvEntry
-	nil,                               // 80: aleph.host.v1.ExecuteRequest.SecretsEntry
+	(*Violation)(nil),                 // 8: aleph.host.v1.Violation
+	(*CommandUsage)(nil),              // 9: aleph.host.v1.CommandUsage
+	(*Capabilities)(nil),              // 10: aleph.host.v1.Capabilities
+	(*ApprovalsRequest)(nil),          // 11: aleph.host.v1.ApprovalsRequest
+	(*ApprovalRequest)(nil),           // 12: aleph.host.v1.ApprovalRequest
+	(*ApproveRequest)(nil),            // 13: aleph.host.v1.ApproveRequest
+	(*ApproveResponse)(nil),           // 14: aleph.host.v1.ApproveResponse
+	(*SessionsRequest)(nil),           // 15: aleph.host.v1.SessionsRequest
+	(*ListSessions)(nil),              // 16: aleph.host.v1.ListSessions
+	(*DescribeSession)(nil),           // 17: aleph.host.v1.DescribeSession
+	(*ForgetSession)(nil),             // 18: aleph.host.v1.ForgetSession
+	(*DeleteSession)(nil),             // 19: aleph.host.v1.DeleteSession
+	(*Grant)(nil),                     // 20: aleph.host.v1.Grant
+	(*Session)(nil),                   // 21: aleph.host.v1.Session
+	(*SessionsResponse)(nil),          // 22: aleph.host.v1.SessionsResponse
+	(*GrantsRequest)(nil),             // 23: aleph.host.v1.GrantsRequest
+	(*ListGrants)(nil),                // 24: aleph.host.v1.ListGrants
+	(*RevokeGrant)(nil),               // 25: aleph.host.v1.RevokeGrant
+	(*ApplyNetworkGrant)(nil),         // 26: aleph.host.v1.ApplyNetworkGrant
+	(*GrantsResponse)(nil),            // 27: aleph.host.v1.GrantsResponse
+	(*CapabilitiesRequest)(nil),       // 28: aleph.host.v1.CapabilitiesRequest
+	(*CapabilitiesResponse)(nil),      // 29: aleph.host.v1.CapabilitiesResponse
+	(*CheckPolicyRequest)(nil),        // 30: aleph.host.v1.CheckPolicyRequest
+	(*CheckPolicyResponse)(nil),       // 31: aleph.host.v1.CheckPolicyResponse
+	(*SignalRequest)(nil),             // 32: aleph.host.v1.SignalRequest
+	(*SignalResponse)(nil),            // 33: aleph.host.v1.SignalResponse
+	(*WriteStdinRequest)(nil),         // 34: aleph.host.v1.WriteStdinRequest
+	(*WriteStdinResponse)(nil),        // 35: aleph.host.v1.WriteStdinResponse
+	(*CloseStdinRequest)(nil),         // 36: aleph.host.v1.CloseStdinRequest
+	(*CloseStdinResponse)(nil),        // 37: aleph.host.v1.CloseStdinResponse
+	(*ResizeTerminalRequest)(nil),     // 38: aleph.host.v1.ResizeTerminalRequest
+	(*ResizeTerminalResponse)(nil),    // 39: aleph.host.v1.ResizeTerminalResponse
+	(*StartProcessRequest)(nil),       // 40: aleph.host.v1.StartProcessRequest
+	(*StartProcessResponse)(nil),      // 41: aleph.host.v1.StartProcessResponse
+	(*WriteProcessRequest)(nil),       // 42: aleph.host.v1.WriteProcessRequest
+	(*WriteProcessResponse)(nil),      // 43: aleph.host.v1.WriteProcessResponse
+	(*CloseProcessStdinRequest)(nil),  // 44: aleph.host.v1.CloseProcessStdinRequest
+	(*CloseProcessStdinResponse)(nil), // 45: aleph.host.v1.CloseProcessStdinResponse
+	(*ReadProcessRequest)(nil),        // 46: aleph.host.v1.ReadProcessRequest
+	(*ReadProcessResponse)(nil),       // 47: aleph.host.v1.ReadProcessResponse
+	(*SignalProcessRequest)(nil),      // 48: aleph.host.v1.SignalProcessRequest
+	(*SignalProcessResponse)(nil),     // 49: aleph.host.v1.SignalProcessResponse
+	(*ResizeProcessRequest)(nil),      // 50: aleph.host.v1.ResizeProcessRequest
+	(*ResizeProcessResponse)(nil),     // 51: aleph.host.v1.ResizeProcessResponse
+	(*WaitProcessRequest)(nil),        // 52: aleph.host.v1.WaitProcessRequest
+	(*WaitProcessResponse)(nil),       // 53: aleph.host.v1.WaitProcessResponse
+	(*ListProcessesRequest)(nil),      // 54: aleph.host.v1.ListProcessesRequest
+	(*ProcessInfo)(nil),               // 55: aleph.host.v1.ProcessInfo
+	(*ListProcessesResponse)(nil),     // 56: aleph.host.v1.ListProcessesResponse
+	(*FileInfo)(nil),                  // 57: aleph.host.v1.FileInfo
+	(*ReadFileRequest)(nil),           // 58: aleph.host.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),          // 59: aleph.host.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),          // 60: aleph.host.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),         // 61: aleph.host.v1.WriteFileResponse
+	(*ListFilesRequest)(nil),          // 62: aleph.host.v1.ListFilesRequest
+	(*ListFilesResponse)(nil),         // 63: aleph.host.v1.ListFilesResponse
+	(*StatFileRequest)(nil),           // 64: aleph.host.v1.StatFileRequest
+	(*StatFileResponse)(nil),          // 65: aleph.host.v1.StatFileResponse
+	(*RemoveFileRequest)(nil),         // 66: aleph.host.v1.RemoveFileRequest
+	(*RemoveFileResponse)(nil),        // 67: aleph.host.v1.RemoveFileResponse
+	(*DrainRequest)(nil),              // 68: aleph.host.v1.DrainRequest
+	(*DrainResponse)(nil),             // 69: aleph.host.v1.DrainResponse
+	(*Change)(nil),                    // 70: aleph.host.v1.Change
+	(*ChangesRequest)(nil),            // 71: aleph.host.v1.ChangesRequest
+	(*ChangesResponse)(nil),           // 72: aleph.host.v1.ChangesResponse
+	(*DiffRequest)(nil),               // 73: aleph.host.v1.DiffRequest
+	(*DiffResponse)(nil),              // 74: aleph.host.v1.DiffResponse
+	(*ApplyRequest)(nil),              // 75: aleph.host.v1.ApplyRequest
+	(*Refusal)(nil),                   // 76: aleph.host.v1.Refusal
+	(*ApplyResponse)(nil),             // 77: aleph.host.v1.ApplyResponse
+	(*DiscardRequest)(nil),            // 78: aleph.host.v1.DiscardRequest
+	(*DiscardResponse)(nil),           // 79: aleph.host.v1.DiscardResponse
+	nil,                               // 80: aleph.host.v1.ExecuteRequest.EnvEntry
+	nil,                               // 81: aleph.host.v1.ExecuteRequest.SecretsEntry
 }
 var file_host_proto_depIdxs = []int32{
-	79, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
-	80, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
+	80, // 0: aleph.host.v1.ExecuteRequest.env:type_name -> aleph.host.v1.ExecuteRequest.EnvEntry
+	81, // 1: aleph.host.v1.ExecuteRequest.secrets:type_name -> aleph.host.v1.ExecuteRequest.SecretsEntry
 	5,  // 2: aleph.host.v1.ExecuteResponse.output:type_name -> aleph.host.v1.OutputChunk
-	11, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
+	12, // 3: aleph.host.v1.ExecuteResponse.approval_request:type_name -> aleph.host.v1.ApprovalRequest
 	7,  // 4: aleph.host.v1.ExecuteResponse.result:type_name -> aleph.host.v1.ExecResult
 	4,  // 5: aleph.host.v1.ExecuteResponse.stdin_open:type_name -> aleph.host.v1.StdinOpen
 	0,  // 6: aleph.host.v1.OutputChunk.stream:type_name -> aleph.host.v1.OutputChunk.Stream
 	6,  // 7: aleph.host.v1.ExecResult.verdicts:type_name -> aleph.host.v1.Verdict
-	8,  // 8: aleph.host.v1.ExecResult.usage:type_name -> aleph.host.v1.CommandUsage
-	9,  // 9: aleph.host.v1.ApprovalRequest.requested:type_name -> aleph.host.v1.Capabilities
-	9,  // 10: aleph.host.v1.ApprovalRequest.baseline:type_name -> aleph.host.v1.Capabilities
-	15, // 11: aleph.host.v1.SessionsRequest.list:type_name -> aleph.host.v1.ListSessions
-	16, // 12: aleph.host.v1.SessionsRequest.describe:type_name -> aleph.host.v1.DescribeSession
-	17, // 13: aleph.host.v1.SessionsRequest.forget:type_name -> aleph.host.v1.ForgetSession
-	18, // 14: aleph.host.v1.SessionsRequest.delete:type_name -> aleph.host.v1.DeleteSession
-	9,  // 15: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
-	9,  // 16: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
-	19, // 17: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
-	20, // 18: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
-	23, // 19: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
-	24, // 20: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
-	25, // 21: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
-	19, // 22: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
-	2,  // 23: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
-	7,  // 24: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	7,  // 25: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
-	54, // 26: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
-	56, // 27: aleph.host.v1.ReadFileResponse.info:type_name -> aleph.host.v1.FileInfo
-	56, // 28: aleph.host.v1.WriteFileResponse.info:type_name -> aleph.host.v1.FileInfo
-	56, // 29: aleph.host.v1.ListFilesResponse.entries:type_name -> aleph.host.v1.FileInfo
-	56, // 30: aleph.host.v1.StatFileResponse.info:type_name -> aleph.host.v1.FileInfo
-	69, // 31: aleph.host.v1.ChangesResponse.changes:type_name -> aleph.host.v1.Change
-	75, // 32: aleph.host.v1.ApplyResponse.refused:type_name -> aleph.host.v1.Refusal
-	2,  // 33: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
-	10, // 34: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
-	12, // 35: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
-	14, // 36: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
-	22, // 37: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
-	27, // 38: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
-	29, // 39: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
-	31, // 40: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
-	33, // 41: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
-	35, // 42: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
-	37, // 43: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
-	39, // 44: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
-	41, // 45: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
-	43, // 46: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
-	45, // 47: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
-	47, // 48: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
-	49, // 49: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
-	51, // 50: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
-	53, // 51: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
-	57, // 52: aleph.host.v1.Service.ReadFile:input_type -> aleph.host.v1.ReadFileRequest
-	59, // 53: aleph.host.v1.Service.WriteFile:input_type -> aleph.host.v1.WriteFileRequest
-	61, // 54: aleph.host.v1.Service.ListFiles:input_type -> aleph.host.v1.ListFilesRequest
-	63, // 55: aleph.host.v1.Service.StatFile:input_type -> aleph.host.v1.StatFileRequest
-	65, // 56: aleph.host.v1.Service.RemoveFile:input_type -> aleph.host.v1.RemoveFileRequest
-	70, // 57: aleph.host.v1.Service.Changes:input_type -> aleph.host.v1.ChangesRequest
-	72, // 58: aleph.host.v1.Service.Diff:input_type -> aleph.host.v1.DiffRequest
-	74, // 59: aleph.host.v1.Service.Apply:input_type -> aleph.host.v1.ApplyRequest
-	77, // 60: aleph.host.v1.Service.Discard:input_type -> aleph.host.v1.DiscardRequest
-	67, // 61: aleph.host.v1.Service.Drain:input_type -> aleph.host.v1.DrainRequest
-	3,  // 62: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
-	11, // 63: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
-	13, // 64: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
-	21, // 65: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
-	26, // 66: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
-	28, // 67: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
-	30, // 68: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
-	32, // 69: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
-	34, // 70: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
-	36, // 71: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
-	38, // 72: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
-	40, // 73: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
-	42, // 74: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
-	44, // 75: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
-	46, // 76: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
-	48, // 77: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
-	50, // 78: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
-	52, // 79: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
-	55, // 80: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
-	58, // 81: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
-	60, // 82: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
-	62, // 83: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
-	64, // 84: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
-	66, // 85: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
-	71, // 86: aleph.host.v1.Service.Changes:output_type -> aleph.host.v1.ChangesResponse
-	73, // 87: aleph.host.v1.Service.Diff:output_type -> aleph.host.v1.DiffResponse
-	76, // 88: aleph.host.v1.Service.Apply:output_type -> aleph.host.v1.ApplyResponse
-	78, // 89: aleph.host.v1.Service.Discard:output_type -> aleph.host.v1.DiscardResponse
-	68, // 90: aleph.host.v1.Service.Drain:output_type -> aleph.host.v1.DrainResponse
-	62, // [62:91] is the sub-list for method output_type
-	33, // [33:62] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	9,  // 8: aleph.host.v1.ExecResult.usage:type_name -> aleph.host.v1.CommandUsage
+	8,  // 9: aleph.host.v1.ExecResult.violations:type_name -> aleph.host.v1.Violation
+	10, // 10: aleph.host.v1.ApprovalRequest.requested:type_name -> aleph.host.v1.Capabilities
+	10, // 11: aleph.host.v1.ApprovalRequest.baseline:type_name -> aleph.host.v1.Capabilities
+	16, // 12: aleph.host.v1.SessionsRequest.list:type_name -> aleph.host.v1.ListSessions
+	17, // 13: aleph.host.v1.SessionsRequest.describe:type_name -> aleph.host.v1.DescribeSession
+	18, // 14: aleph.host.v1.SessionsRequest.forget:type_name -> aleph.host.v1.ForgetSession
+	19, // 15: aleph.host.v1.SessionsRequest.delete:type_name -> aleph.host.v1.DeleteSession
+	10, // 16: aleph.host.v1.Grant.capabilities:type_name -> aleph.host.v1.Capabilities
+	10, // 17: aleph.host.v1.Session.baseline:type_name -> aleph.host.v1.Capabilities
+	20, // 18: aleph.host.v1.Session.grants:type_name -> aleph.host.v1.Grant
+	21, // 19: aleph.host.v1.SessionsResponse.sessions:type_name -> aleph.host.v1.Session
+	24, // 20: aleph.host.v1.GrantsRequest.list:type_name -> aleph.host.v1.ListGrants
+	25, // 21: aleph.host.v1.GrantsRequest.revoke:type_name -> aleph.host.v1.RevokeGrant
+	26, // 22: aleph.host.v1.GrantsRequest.apply_network:type_name -> aleph.host.v1.ApplyNetworkGrant
+	20, // 23: aleph.host.v1.GrantsResponse.grants:type_name -> aleph.host.v1.Grant
+	2,  // 24: aleph.host.v1.StartProcessRequest.command:type_name -> aleph.host.v1.ExecuteRequest
+	7,  // 25: aleph.host.v1.ReadProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	7,  // 26: aleph.host.v1.WaitProcessResponse.result:type_name -> aleph.host.v1.ExecResult
+	55, // 27: aleph.host.v1.ListProcessesResponse.processes:type_name -> aleph.host.v1.ProcessInfo
+	57, // 28: aleph.host.v1.ReadFileResponse.info:type_name -> aleph.host.v1.FileInfo
+	57, // 29: aleph.host.v1.WriteFileResponse.info:type_name -> aleph.host.v1.FileInfo
+	57, // 30: aleph.host.v1.ListFilesResponse.entries:type_name -> aleph.host.v1.FileInfo
+	57, // 31: aleph.host.v1.StatFileResponse.info:type_name -> aleph.host.v1.FileInfo
+	70, // 32: aleph.host.v1.ChangesResponse.changes:type_name -> aleph.host.v1.Change
+	76, // 33: aleph.host.v1.ApplyResponse.refused:type_name -> aleph.host.v1.Refusal
+	2,  // 34: aleph.host.v1.Service.Execute:input_type -> aleph.host.v1.ExecuteRequest
+	11, // 35: aleph.host.v1.Service.Approvals:input_type -> aleph.host.v1.ApprovalsRequest
+	13, // 36: aleph.host.v1.Service.Approve:input_type -> aleph.host.v1.ApproveRequest
+	15, // 37: aleph.host.v1.Service.Sessions:input_type -> aleph.host.v1.SessionsRequest
+	23, // 38: aleph.host.v1.Service.Grants:input_type -> aleph.host.v1.GrantsRequest
+	28, // 39: aleph.host.v1.Service.Capabilities:input_type -> aleph.host.v1.CapabilitiesRequest
+	30, // 40: aleph.host.v1.Service.CheckPolicy:input_type -> aleph.host.v1.CheckPolicyRequest
+	32, // 41: aleph.host.v1.Service.Signal:input_type -> aleph.host.v1.SignalRequest
+	34, // 42: aleph.host.v1.Service.WriteStdin:input_type -> aleph.host.v1.WriteStdinRequest
+	36, // 43: aleph.host.v1.Service.CloseStdin:input_type -> aleph.host.v1.CloseStdinRequest
+	38, // 44: aleph.host.v1.Service.ResizeTerminal:input_type -> aleph.host.v1.ResizeTerminalRequest
+	40, // 45: aleph.host.v1.Service.StartProcess:input_type -> aleph.host.v1.StartProcessRequest
+	42, // 46: aleph.host.v1.Service.WriteProcess:input_type -> aleph.host.v1.WriteProcessRequest
+	44, // 47: aleph.host.v1.Service.CloseProcessStdin:input_type -> aleph.host.v1.CloseProcessStdinRequest
+	46, // 48: aleph.host.v1.Service.ReadProcess:input_type -> aleph.host.v1.ReadProcessRequest
+	48, // 49: aleph.host.v1.Service.SignalProcess:input_type -> aleph.host.v1.SignalProcessRequest
+	50, // 50: aleph.host.v1.Service.ResizeProcess:input_type -> aleph.host.v1.ResizeProcessRequest
+	52, // 51: aleph.host.v1.Service.WaitProcess:input_type -> aleph.host.v1.WaitProcessRequest
+	54, // 52: aleph.host.v1.Service.ListProcesses:input_type -> aleph.host.v1.ListProcessesRequest
+	58, // 53: aleph.host.v1.Service.ReadFile:input_type -> aleph.host.v1.ReadFileRequest
+	60, // 54: aleph.host.v1.Service.WriteFile:input_type -> aleph.host.v1.WriteFileRequest
+	62, // 55: aleph.host.v1.Service.ListFiles:input_type -> aleph.host.v1.ListFilesRequest
+	64, // 56: aleph.host.v1.Service.StatFile:input_type -> aleph.host.v1.StatFileRequest
+	66, // 57: aleph.host.v1.Service.RemoveFile:input_type -> aleph.host.v1.RemoveFileRequest
+	71, // 58: aleph.host.v1.Service.Changes:input_type -> aleph.host.v1.ChangesRequest
+	73, // 59: aleph.host.v1.Service.Diff:input_type -> aleph.host.v1.DiffRequest
+	75, // 60: aleph.host.v1.Service.Apply:input_type -> aleph.host.v1.ApplyRequest
+	78, // 61: aleph.host.v1.Service.Discard:input_type -> aleph.host.v1.DiscardRequest
+	68, // 62: aleph.host.v1.Service.Drain:input_type -> aleph.host.v1.DrainRequest
+	3,  // 63: aleph.host.v1.Service.Execute:output_type -> aleph.host.v1.ExecuteResponse
+	12, // 64: aleph.host.v1.Service.Approvals:output_type -> aleph.host.v1.ApprovalRequest
+	14, // 65: aleph.host.v1.Service.Approve:output_type -> aleph.host.v1.ApproveResponse
+	22, // 66: aleph.host.v1.Service.Sessions:output_type -> aleph.host.v1.SessionsResponse
+	27, // 67: aleph.host.v1.Service.Grants:output_type -> aleph.host.v1.GrantsResponse
+	29, // 68: aleph.host.v1.Service.Capabilities:output_type -> aleph.host.v1.CapabilitiesResponse
+	31, // 69: aleph.host.v1.Service.CheckPolicy:output_type -> aleph.host.v1.CheckPolicyResponse
+	33, // 70: aleph.host.v1.Service.Signal:output_type -> aleph.host.v1.SignalResponse
+	35, // 71: aleph.host.v1.Service.WriteStdin:output_type -> aleph.host.v1.WriteStdinResponse
+	37, // 72: aleph.host.v1.Service.CloseStdin:output_type -> aleph.host.v1.CloseStdinResponse
+	39, // 73: aleph.host.v1.Service.ResizeTerminal:output_type -> aleph.host.v1.ResizeTerminalResponse
+	41, // 74: aleph.host.v1.Service.StartProcess:output_type -> aleph.host.v1.StartProcessResponse
+	43, // 75: aleph.host.v1.Service.WriteProcess:output_type -> aleph.host.v1.WriteProcessResponse
+	45, // 76: aleph.host.v1.Service.CloseProcessStdin:output_type -> aleph.host.v1.CloseProcessStdinResponse
+	47, // 77: aleph.host.v1.Service.ReadProcess:output_type -> aleph.host.v1.ReadProcessResponse
+	49, // 78: aleph.host.v1.Service.SignalProcess:output_type -> aleph.host.v1.SignalProcessResponse
+	51, // 79: aleph.host.v1.Service.ResizeProcess:output_type -> aleph.host.v1.ResizeProcessResponse
+	53, // 80: aleph.host.v1.Service.WaitProcess:output_type -> aleph.host.v1.WaitProcessResponse
+	56, // 81: aleph.host.v1.Service.ListProcesses:output_type -> aleph.host.v1.ListProcessesResponse
+	59, // 82: aleph.host.v1.Service.ReadFile:output_type -> aleph.host.v1.ReadFileResponse
+	61, // 83: aleph.host.v1.Service.WriteFile:output_type -> aleph.host.v1.WriteFileResponse
+	63, // 84: aleph.host.v1.Service.ListFiles:output_type -> aleph.host.v1.ListFilesResponse
+	65, // 85: aleph.host.v1.Service.StatFile:output_type -> aleph.host.v1.StatFileResponse
+	67, // 86: aleph.host.v1.Service.RemoveFile:output_type -> aleph.host.v1.RemoveFileResponse
+	72, // 87: aleph.host.v1.Service.Changes:output_type -> aleph.host.v1.ChangesResponse
+	74, // 88: aleph.host.v1.Service.Diff:output_type -> aleph.host.v1.DiffResponse
+	77, // 89: aleph.host.v1.Service.Apply:output_type -> aleph.host.v1.ApplyResponse
+	79, // 90: aleph.host.v1.Service.Discard:output_type -> aleph.host.v1.DiscardResponse
+	69, // 91: aleph.host.v1.Service.Drain:output_type -> aleph.host.v1.DrainResponse
+	63, // [63:92] is the sub-list for method output_type
+	34, // [34:63] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_host_proto_init() }
@@ -5739,13 +5856,13 @@ func file_host_proto_init() {
 		(*ExecuteResponse_Result)(nil),
 		(*ExecuteResponse_StdinOpen)(nil),
 	}
-	file_host_proto_msgTypes[13].OneofWrappers = []any{
+	file_host_proto_msgTypes[14].OneofWrappers = []any{
 		(*SessionsRequest_List)(nil),
 		(*SessionsRequest_Describe)(nil),
 		(*SessionsRequest_Forget)(nil),
 		(*SessionsRequest_Delete)(nil),
 	}
-	file_host_proto_msgTypes[21].OneofWrappers = []any{
+	file_host_proto_msgTypes[22].OneofWrappers = []any{
 		(*GrantsRequest_List)(nil),
 		(*GrantsRequest_Revoke)(nil),
 		(*GrantsRequest_ApplyNetwork)(nil),
@@ -5756,7 +5873,7 @@ func file_host_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_host_proto_rawDesc), len(file_host_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   80,
+			NumMessages:   81,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -149,6 +149,11 @@ type ProcessResult struct {
 	// Usage is what the process consumed, once it has ended (absent when
 	// it did not run).
 	Usage *core.AuditUsage `json:"usage,omitempty"`
+	// Violations, ViolationsDropped and ViolationKinds as for
+	// run_command, once the process has ended.
+	Violations        []driverapi.Violation `json:"violations,omitempty"`
+	ViolationsDropped int64                 `json:"violations_dropped,omitempty"`
+	ViolationKinds    []string              `json:"violation_kinds,omitempty"`
 }
 
 // procSpawnHint is the process tools' hint for spawn_refused
@@ -659,6 +664,7 @@ func endResult(out ProcessResult, r core.ProcessResult) (*mcp.CallToolResult, Pr
 			out.ReasonCode, out.SpawnRefused, out.Hint = string(core.ReasonSpawnRefused), e.SpawnRefused, procSpawnHint
 		}
 		out.Usage = core.UsageOf(e.Usage)
+		out.Violations, out.ViolationsDropped, out.ViolationKinds = e.Violations, e.ViolationsDropped, e.ViolationKinds
 	}
 	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: processText(out)}}}, out, nil
 }

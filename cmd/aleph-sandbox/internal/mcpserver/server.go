@@ -106,6 +106,14 @@ type RunCommandResult struct {
 	// Usage is what the command consumed (CPU time, peak RSS); absent
 	// when it did not run.
 	Usage *core.AuditUsage `json:"usage,omitempty"`
+	// Violations are what the sandbox refused the command (kind:
+	// spawn, syscall, network or filesystem; operation; target; count),
+	// at most the configured bound, ViolationsDropped the refusals past
+	// it; ViolationKinds the kinds the sandbox watched (none of those
+	// refused when Violations is empty).
+	Violations        []driverapi.Violation `json:"violations,omitempty"`
+	ViolationsDropped int64                 `json:"violations_dropped,omitempty"`
+	ViolationKinds    []string              `json:"violation_kinds,omitempty"`
 }
 
 // mcpSpawnHint is run_command's hint for spawn_refused
@@ -414,6 +422,7 @@ func runCommand(ctx context.Context, r Runner, cfg Config, in RunCommandArgs, pr
 		ExitCode: int(e.ExitCode), Signal: int(e.Signal), TimedOut: e.TimedOut, Truncated: e.Truncated,
 		DurationMS: e.Duration.Milliseconds(), Backend: out.Backend,
 		ReasonCode: string(out.Reason()), SpawnRefused: e.SpawnRefused, Usage: core.UsageOf(e.Usage),
+		Violations: e.Violations, ViolationsDropped: e.ViolationsDropped, ViolationKinds: e.ViolationKinds,
 	}
 	if out.Reason() == core.ReasonSpawnRefused {
 		res.Hint = mcpSpawnHint
