@@ -36,3 +36,6 @@ func (l *Layer) Diff(ctx context.Context, paths ...string) (string, error) {
 func (l *Layer) Apply(ctx context.Context, paths []string, opt ApplyOptions) (ApplyResult, error) {
 	return ApplyResult{}, ErrUnsupported
 }
+
+// MountView refuses: layered workspaces are Linux-only.
+func (l *Layer) MountView(ctx context.Context) (*View, error) { return nil, ErrUnsupported }

@@ -1905,6 +1905,121 @@ func (*ForgetSessionResponse) Descriptor() ([]byte, []int) {
 	return file_aleph_proto_rawDescGZIP(), []int{24}
 }
 
+type LayeredViewRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayeredViewRequest) Reset() {
+	*x = LayeredViewRequest{}
+	mi := &file_aleph_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayeredViewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayeredViewRequest) ProtoMessage() {}
+
+func (x *LayeredViewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayeredViewRequest.ProtoReflect.Descriptor instead.
+func (*LayeredViewRequest) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *LayeredViewRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type LayeredViewResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Mounted bool                   `protobuf:"varint,1,opt,name=mounted,proto3" json:"mounted,omitempty"`
+	// A host path that opens the overlay's root directory while the session
+	// sandbox lives (the bwrap driver: /proc/<its pid>/fd/<n>).
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// The overlay root's device and inode: the host checks what it opened.
+	Dev           uint64 `protobuf:"varint,3,opt,name=dev,proto3" json:"dev,omitempty"`
+	Ino           uint64 `protobuf:"varint,4,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayeredViewResponse) Reset() {
+	*x = LayeredViewResponse{}
+	mi := &file_aleph_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayeredViewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayeredViewResponse) ProtoMessage() {}
+
+func (x *LayeredViewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayeredViewResponse.ProtoReflect.Descriptor instead.
+func (*LayeredViewResponse) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LayeredViewResponse) GetMounted() bool {
+	if x != nil {
+		return x.Mounted
+	}
+	return false
+}
+
+func (x *LayeredViewResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *LayeredViewResponse) GetDev() uint64 {
+	if x != nil {
+		return x.Dev
+	}
+	return 0
+}
+
+func (x *LayeredViewResponse) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
 type ConfigSchemaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1913,7 +2028,7 @@ type ConfigSchemaRequest struct {
 
 func (x *ConfigSchemaRequest) Reset() {
 	*x = ConfigSchemaRequest{}
-	mi := &file_aleph_proto_msgTypes[25]
+	mi := &file_aleph_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1925,7 +2040,7 @@ func (x *ConfigSchemaRequest) String() string {
 func (*ConfigSchemaRequest) ProtoMessage() {}
 
 func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[25]
+	mi := &file_aleph_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1938,7 +2053,7 @@ func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigSchemaRequest.ProtoReflect.Descriptor instead.
 func (*ConfigSchemaRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{25}
+	return file_aleph_proto_rawDescGZIP(), []int{27}
 }
 
 type ConfigField struct {
@@ -1957,7 +2072,7 @@ type ConfigField struct {
 
 func (x *ConfigField) Reset() {
 	*x = ConfigField{}
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1969,7 +2084,7 @@ func (x *ConfigField) String() string {
 func (*ConfigField) ProtoMessage() {}
 
 func (x *ConfigField) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1982,7 +2097,7 @@ func (x *ConfigField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigField.ProtoReflect.Descriptor instead.
 func (*ConfigField) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{26}
+	return file_aleph_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ConfigField) GetName() string {
@@ -2031,7 +2146,7 @@ type DriverConfigSchema struct {
 
 func (x *DriverConfigSchema) Reset() {
 	*x = DriverConfigSchema{}
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2043,7 +2158,7 @@ func (x *DriverConfigSchema) String() string {
 func (*DriverConfigSchema) ProtoMessage() {}
 
 func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2056,7 +2171,7 @@ func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverConfigSchema.ProtoReflect.Descriptor instead.
 func (*DriverConfigSchema) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{27}
+	return file_aleph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DriverConfigSchema) GetSection() string {
@@ -2083,7 +2198,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2095,7 +2210,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2108,7 +2223,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{28}
+	return file_aleph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *SetConfigRequest) GetConfigJson() []byte {
@@ -2126,7 +2241,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2138,7 +2253,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2151,7 +2266,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{29}
+	return file_aleph_proto_rawDescGZIP(), []int{31}
 }
 
 // ErrorDetail travels as a gRPC status detail with every error a plugin
@@ -2177,7 +2292,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2189,7 +2304,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2202,7 +2317,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{30}
+	return file_aleph_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -2258,7 +2373,7 @@ type WindowSize struct {
 
 func (x *WindowSize) Reset() {
 	*x = WindowSize{}
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2270,7 +2385,7 @@ func (x *WindowSize) String() string {
 func (*WindowSize) ProtoMessage() {}
 
 func (x *WindowSize) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2283,7 +2398,7 @@ func (x *WindowSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
 func (*WindowSize) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{31}
+	return file_aleph_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *WindowSize) GetRows() uint32 {
@@ -2309,7 +2424,7 @@ type CloseStdin struct {
 
 func (x *CloseStdin) Reset() {
 	*x = CloseStdin{}
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2321,7 +2436,7 @@ func (x *CloseStdin) String() string {
 func (*CloseStdin) ProtoMessage() {}
 
 func (x *CloseStdin) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2334,7 +2449,7 @@ func (x *CloseStdin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdin.ProtoReflect.Descriptor instead.
 func (*CloseStdin) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{32}
+	return file_aleph_proto_rawDescGZIP(), []int{34}
 }
 
 // One message of RunStream from the host.
@@ -2353,7 +2468,7 @@ type RunStreamRequest struct {
 
 func (x *RunStreamRequest) Reset() {
 	*x = RunStreamRequest{}
-	mi := &file_aleph_proto_msgTypes[33]
+	mi := &file_aleph_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2365,7 +2480,7 @@ func (x *RunStreamRequest) String() string {
 func (*RunStreamRequest) ProtoMessage() {}
 
 func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[33]
+	mi := &file_aleph_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2378,7 +2493,7 @@ func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
 func (*RunStreamRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{33}
+	return file_aleph_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RunStreamRequest) GetMsg() isRunStreamRequest_Msg {
@@ -2604,7 +2719,15 @@ const file_aleph_proto_rawDesc = "" +
 	"\x14ForgetSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
-	"\x15ForgetSessionResponse\"\x15\n" +
+	"\x15ForgetSessionResponse\"3\n" +
+	"\x12LayeredViewRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"g\n" +
+	"\x13LayeredViewResponse\x12\x18\n" +
+	"\amounted\x18\x01 \x01(\bR\amounted\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x10\n" +
+	"\x03dev\x18\x03 \x01(\x04R\x03dev\x12\x10\n" +
+	"\x03ino\x18\x04 \x01(\x04R\x03ino\"\x15\n" +
 	"\x13ConfigSchemaRequest\"\x8e\x01\n" +
 	"\vConfigField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2652,7 +2775,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ALLOW\x10\x01\x12\x0f\n" +
 	"\vACTION_WARN\x10\x02\x12\x0f\n" +
-	"\vACTION_DENY\x10\x032\xad\x04\n" +
+	"\vACTION_DENY\x10\x032\xf9\x04\n" +
 	"\x0fOsSandboxDriver\x12I\n" +
 	"\fCapabilities\x12\x1d.aleph.v1.CapabilitiesRequest\x1a\x1a.aleph.v1.HostCapabilities\x129\n" +
 	"\n" +
@@ -2662,7 +2785,8 @@ const file_aleph_proto_rawDesc = "" +
 	"\fConfigSchema\x12\x1d.aleph.v1.ConfigSchemaRequest\x1a\x1c.aleph.v1.DriverConfigSchema\x12D\n" +
 	"\tSetConfig\x12\x1a.aleph.v1.SetConfigRequest\x1a\x1b.aleph.v1.SetConfigResponse\x12P\n" +
 	"\rForgetSession\x12\x1e.aleph.v1.ForgetSessionRequest\x1a\x1f.aleph.v1.ForgetSessionResponse\x12?\n" +
-	"\tRunStream\x12\x1a.aleph.v1.RunStreamRequest\x1a\x12.aleph.v1.RunEvent(\x010\x012\xb6\x01\n" +
+	"\tRunStream\x12\x1a.aleph.v1.RunStreamRequest\x1a\x12.aleph.v1.RunEvent(\x010\x01\x12J\n" +
+	"\vLayeredView\x12\x1c.aleph.v1.LayeredViewRequest\x1a\x1d.aleph.v1.LayeredViewResponse2\xb6\x01\n" +
 	"\vSandboxHook\x129\n" +
 	"\bDescribe\x12\x19.aleph.v1.DescribeRequest\x1a\x12.aleph.v1.HookInfo\x122\n" +
 	"\x06Before\x12\x15.aleph.v1.HookRequest\x1a\x11.aleph.v1.Verdict\x128\n" +
@@ -2681,7 +2805,7 @@ func file_aleph_proto_rawDescGZIP() []byte {
 }
 
 var file_aleph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
+var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_aleph_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: aleph.v1.NetworkMode
 	(Stream)(0),                   // 1: aleph.v1.Stream
@@ -2711,64 +2835,68 @@ var file_aleph_proto_goTypes = []any{
 	(*SignalResponse)(nil),        // 25: aleph.v1.SignalResponse
 	(*ForgetSessionRequest)(nil),  // 26: aleph.v1.ForgetSessionRequest
 	(*ForgetSessionResponse)(nil), // 27: aleph.v1.ForgetSessionResponse
-	(*ConfigSchemaRequest)(nil),   // 28: aleph.v1.ConfigSchemaRequest
-	(*ConfigField)(nil),           // 29: aleph.v1.ConfigField
-	(*DriverConfigSchema)(nil),    // 30: aleph.v1.DriverConfigSchema
-	(*SetConfigRequest)(nil),      // 31: aleph.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),     // 32: aleph.v1.SetConfigResponse
-	(*ErrorDetail)(nil),           // 33: aleph.v1.ErrorDetail
-	(*WindowSize)(nil),            // 34: aleph.v1.WindowSize
-	(*CloseStdin)(nil),            // 35: aleph.v1.CloseStdin
-	(*RunStreamRequest)(nil),      // 36: aleph.v1.RunStreamRequest
-	nil,                           // 37: aleph.v1.HostCapabilities.DetailsEntry
-	nil,                           // 38: aleph.v1.Exit.DetailsEntry
+	(*LayeredViewRequest)(nil),    // 28: aleph.v1.LayeredViewRequest
+	(*LayeredViewResponse)(nil),   // 29: aleph.v1.LayeredViewResponse
+	(*ConfigSchemaRequest)(nil),   // 30: aleph.v1.ConfigSchemaRequest
+	(*ConfigField)(nil),           // 31: aleph.v1.ConfigField
+	(*DriverConfigSchema)(nil),    // 32: aleph.v1.DriverConfigSchema
+	(*SetConfigRequest)(nil),      // 33: aleph.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),     // 34: aleph.v1.SetConfigResponse
+	(*ErrorDetail)(nil),           // 35: aleph.v1.ErrorDetail
+	(*WindowSize)(nil),            // 36: aleph.v1.WindowSize
+	(*CloseStdin)(nil),            // 37: aleph.v1.CloseStdin
+	(*RunStreamRequest)(nil),      // 38: aleph.v1.RunStreamRequest
+	nil,                           // 39: aleph.v1.HostCapabilities.DetailsEntry
+	nil,                           // 40: aleph.v1.Exit.DetailsEntry
 }
 var file_aleph_proto_depIdxs = []int32{
 	4,  // 0: aleph.v1.HostCapabilities.unavailable:type_name -> aleph.v1.Unavailable
-	37, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
+	39, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
 	0,  // 2: aleph.v1.NetworkPolicy.mode:type_name -> aleph.v1.NetworkMode
 	6,  // 3: aleph.v1.Capabilities.network:type_name -> aleph.v1.NetworkPolicy
 	7,  // 4: aleph.v1.ProfileRequest.capabilities:type_name -> aleph.v1.Capabilities
 	8,  // 5: aleph.v1.ProfileRequest.proxy:type_name -> aleph.v1.ProxyEndpoint
 	11, // 6: aleph.v1.RunRequest.env:type_name -> aleph.v1.EnvVar
 	10, // 7: aleph.v1.RunRequest.profile:type_name -> aleph.v1.Profile
-	34, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
+	36, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
 	13, // 9: aleph.v1.RunRequest.layered:type_name -> aleph.v1.LayeredWorkspace
 	1,  // 10: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
 	15, // 11: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
-	38, // 12: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
+	40, // 12: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
 	14, // 13: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
 	16, // 14: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
 	7,  // 15: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
 	2,  // 16: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
-	29, // 17: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
+	31, // 17: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
 	12, // 18: aleph.v1.RunStreamRequest.start:type_name -> aleph.v1.RunRequest
-	35, // 19: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
-	34, // 20: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
+	37, // 19: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
+	36, // 20: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
 	3,  // 21: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
 	9,  // 22: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
 	12, // 23: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
 	24, // 24: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
-	28, // 25: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
-	31, // 26: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
+	30, // 25: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
+	33, // 26: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
 	26, // 27: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
-	36, // 28: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
-	18, // 29: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
-	20, // 30: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
-	22, // 31: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
-	5,  // 32: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
-	10, // 33: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
-	17, // 34: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
-	25, // 35: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
-	30, // 36: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
-	32, // 37: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
-	27, // 38: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
-	17, // 39: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
-	19, // 40: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
-	21, // 41: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
-	23, // 42: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
+	38, // 28: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
+	28, // 29: aleph.v1.OsSandboxDriver.LayeredView:input_type -> aleph.v1.LayeredViewRequest
+	18, // 30: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
+	20, // 31: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
+	22, // 32: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
+	5,  // 33: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
+	10, // 34: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
+	17, // 35: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
+	25, // 36: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
+	32, // 37: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
+	34, // 38: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
+	27, // 39: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
+	17, // 40: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
+	29, // 41: aleph.v1.OsSandboxDriver.LayeredView:output_type -> aleph.v1.LayeredViewResponse
+	19, // 42: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
+	21, // 43: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
+	23, // 44: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
+	33, // [33:45] is the sub-list for method output_type
+	21, // [21:33] is the sub-list for method input_type
 	21, // [21:21] is the sub-list for extension type_name
 	21, // [21:21] is the sub-list for extension extendee
 	0,  // [0:21] is the sub-list for field type_name
@@ -2783,7 +2911,7 @@ func file_aleph_proto_init() {
 		(*RunEvent_Output)(nil),
 		(*RunEvent_Exit)(nil),
 	}
-	file_aleph_proto_msgTypes[33].OneofWrappers = []any{
+	file_aleph_proto_msgTypes[35].OneofWrappers = []any{
 		(*RunStreamRequest_Start)(nil),
 		(*RunStreamRequest_Stdin)(nil),
 		(*RunStreamRequest_CloseStdin)(nil),
@@ -2795,7 +2923,7 @@ func file_aleph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aleph_proto_rawDesc), len(file_aleph_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   36,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
