@@ -177,6 +177,17 @@ func (r *Runtime) ReadFile(ctx context.Context, session, path string) ([]byte, e
 
 // WriteFile implements FileHost.
 func (r *Runtime) WriteFile(ctx context.Context, session, path string, src io.Reader, opts WriteFileOptions) (FileInfo, error) {
+	if r.ws != nil {
+		// A layered session's layer at its disk limit takes no more
+		// (checked before the view is opened, which holds the session's
+		// lock).
+		if layered, err := r.ws.SessionLayered(session); err == nil && layered {
+			if err := r.ws.CheckLayerSpace(ctx, session); err != nil {
+				r.auditFile(ctx, session, "write", path, 0, err)
+				return FileInfo{}, err
+			}
+		}
+	}
 	root, done, err := r.fileRoot(ctx, session)
 	if err != nil {
 		return FileInfo{}, err

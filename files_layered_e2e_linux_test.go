@@ -178,3 +178,77 @@ func listNames(t *testing.T, rt interface {
 	}
 	return out
 }
+
+// TestLayerDiskLimit: sandbox.layer_max_bytes, measured on the layer.
+// Under the limit a layered command and the files API write (the positive
+// control); a command that writes past it succeeds (the limit is measured
+// between commands), and then the session's next command and the files
+// API's writes are refused, typed (the limit's key), while reads and
+// removes still work; removing the big file makes room again. Another
+// layered session and the host are unaffected.
+func TestLayerDiskLimit(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("layered sessions need session sandboxes, which the bwrap driver keeps as root only")
+	}
+	const limit = 1 << 20
+	rt, _ := bwrapRuntimeWith(t, func(c *core.Config) { c.Sandbox.LayerMaxBytes = limit })
+	ctx := context.Background()
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "host.txt"), []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(s, script string) error {
+		t.Helper()
+		out, err := rt.Execute(ctx, core.Command{SessionID: s, Workspace: ws, Layered: true, Program: "/bin/sh", Args: []string{"-c", script}})
+		if err == nil && out.Exit.ExitCode != 0 {
+			t.Fatalf("%s: exit %d: %s", script, out.Exit.ExitCode, out.Stderr)
+		}
+		var u *core.LayeredUnavailableError
+		if errors.As(err, &u) {
+			t.Skipf("layered sessions unavailable here: %v", err)
+		}
+		return err
+	}
+	// 1.5 MiB in 1 KiB lines, shell builtins only (no spawn).
+	const fill = `i=0; while [ $i -lt 1536 ]; do printf '%1023s\n' x >> big; i=$((i+1)); done`
+	if err := run("full", "echo small > small.txt"); err != nil {
+		t.Fatalf("a command under the limit: %v", err)
+	}
+	if _, err := rt.WriteFile(ctx, "full", "api.txt", strings.NewReader("x"), wsfs.WriteOptions{}); err != nil {
+		t.Fatalf("a files API write under the limit: %v", err)
+	}
+	if err := run("full", fill); err != nil {
+		t.Fatalf("the command that fills the layer: %v", err)
+	}
+	err := run("full", "echo more > more.txt")
+	if core.LimitOf(err) != core.LayerLimitKey || !strings.Contains(err.Error(), "raise it") {
+		t.Fatalf("a command over the limit: %v", err)
+	}
+	if _, err := rt.WriteFile(ctx, "full", "more.txt", strings.NewReader("x"), wsfs.WriteOptions{}); core.LimitOf(err) != core.LayerLimitKey {
+		t.Fatalf("a files API write over the limit: %v", err)
+	}
+	if b, err := rt.ReadFile(ctx, "full", "small.txt"); err != nil || string(b) != "small\n" {
+		t.Errorf("a read over the limit: %q %v", b, err)
+	}
+	// Another session is not affected; nor is the host.
+	if err := run("other", "echo other > other.txt"); err != nil {
+		t.Errorf("another layered session: %v", err)
+	}
+	for _, p := range []string{"big", "more.txt", "other.txt"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); err == nil {
+			t.Errorf("the host has %s", p)
+		}
+	}
+	// Removing the big file makes room.
+	if err := rt.RemoveFile(ctx, "full", "big", wsfs.RemoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := run("full", "echo more > more.txt"); err != nil {
+		t.Errorf("a command once room was made: %v", err)
+	}
+	for _, s := range []string{"full", "other"} {
+		if err := rt.Discard(ctx, s); err != nil {
+			t.Error(err)
+		}
+	}
+}

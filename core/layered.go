@@ -438,3 +438,43 @@ func (s *WorkspaceSandbox) driverView(ctx context.Context, sid string) (*os.File
 	}
 	return openDriverView(lv)
 }
+
+// LayerLimitKey names sandbox.layer_max_bytes in a *LimitError.
+const LayerLimitKey = "sandbox.layer_max_bytes"
+
+// checkLayerSpace refuses more writes to sid's layer once it holds
+// sandbox.layer_max_bytes or more. The limit is measured, not enforced by
+// the kernel: the upper directory lies in the data directory, on the
+// host's file system, where overlayfs has no quota of its own (a
+// size-limited tmpfs would bound it but hold it in memory and lose it
+// with the sandbox; a file system per session would cost a loop device
+// each). So one command may go past the limit by what it writes; the
+// next command of the session and the files API's writes are refused
+// until the layer is applied, discarded or made smaller (removing files
+// is allowed). Other sessions and the host are not affected: each layer
+// is measured on its own.
+func (s *WorkspaceSandbox) checkLayerSpace(ctx context.Context, sid string, l *layer.Layer) error {
+	limit := s.cfg.Sandbox.LayerMaxBytes
+	if limit <= 0 {
+		return nil
+	}
+	n, err := l.UpperBytes(ctx)
+	if err != nil {
+		return err
+	}
+	if n >= limit {
+		return &LimitError{Limit: LayerLimitKey, Value: limit,
+			Reason: fmt.Sprintf("session %q's layer holds %d bytes, at or over its limit: apply or discard its changes, or remove files in it, before writing more", sid, n)}
+	}
+	return nil
+}
+
+// CheckLayerSpace is checkLayerSpace for a write of the files API to
+// layered session sid.
+func (s *WorkspaceSandbox) CheckLayerSpace(ctx context.Context, sid string) error {
+	_, l, err := s.openLayer(sid)
+	if err != nil {
+		return err
+	}
+	return s.checkLayerSpace(ctx, sid, l)
+}

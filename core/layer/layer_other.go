@@ -39,3 +39,6 @@ func (l *Layer) Apply(ctx context.Context, paths []string, opt ApplyOptions) (Ap
 
 // MountView refuses: layered workspaces are Linux-only.
 func (l *Layer) MountView(ctx context.Context) (*View, error) { return nil, ErrUnsupported }
+
+// UpperBytes refuses: layered workspaces are Linux-only.
+func (l *Layer) UpperBytes(ctx context.Context) (int64, error) { return 0, ErrUnsupported }
