@@ -160,7 +160,7 @@ func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ 
 		}
 	}()
 	if err := unix.Flock(int(upper.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return nil, layeredRefusal(fmt.Sprintf("the layer is mounted by another process (a command of the session is running there): overlayfs forbids two mounts sharing an upper (%v)", err))
+		return nil, layeredRefusal(fmt.Sprintf("the layer is mounted by another process (a command of the session running there, or the host's files API writing the session's view): overlayfs forbids two mounts sharing an upper (%v)", err))
 	}
 	point, err := os.MkdirTemp(d.layerMountParent(), "layer-")
 	if err != nil {
