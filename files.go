@@ -3,7 +3,6 @@ package alephsandbox
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"io"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -50,26 +49,43 @@ type FileHost interface {
 var _ FileHost = (*Runtime)(nil)
 
 // fileRoot is the session's workspace as the files API sees it, the
-// session and its workspace made as Execute makes them.
-func (r *Runtime) fileRoot(session string) (*wsfs.Root, error) {
+// session and its workspace made as Execute makes them, and the function
+// that releases it (changed: the operation wrote or removed something).
+//
+// A layered session's files are its view: the overlay its commands see
+// (core's OpenSessionView says how it is reached without ever writing the
+// upper layer of a mounted overlay). Reads see the session's files over
+// the host's, deletions and opaque directories honoured by overlayfs
+// itself; writes and removes land in the layer and never on the host,
+// which changes only on Apply. wsfs's rules hold there as on a live
+// workspace: its root is the overlay's root, so no link leads out of the
+// view, protected entries are not written, no FIFO or device is opened.
+func (r *Runtime) fileRoot(ctx context.Context, session string) (*wsfs.Root, func(changed bool), error) {
 	if r.ws == nil {
-		return nil, ErrDisabled
+		return nil, nil, ErrDisabled
 	}
 	dir, err := r.ws.WorkspacePath(session)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	// A layered session's files are its overlay's, which lives inside its
-	// sandbox: the files API here would read the host's directory and
-	// write past the layer (nothing reaches the host without apply), so it
-	// is refused, typed, until it reads and writes the session's view.
-	if layered, err := r.ws.SessionLayered(session); err != nil {
-		return nil, err
-	} else if layered {
-		return nil, &wsfs.Error{Op: "files", Path: ".", Code: wsfs.CodeUnsupported,
-			Reason: fmt.Sprintf("session %q is layered: the files API does not reach a layered session's view yet; read and write its files with commands in the session (cat, tee), or apply its changes and use the files API on a live session", session)}
+	root := &wsfs.Root{Dir: dir, Protected: r.files.protected, Limits: r.files.limits}
+	layered, err := r.ws.SessionLayered(session)
+	if err != nil {
+		return nil, nil, err
 	}
-	return &wsfs.Root{Dir: dir, Protected: r.files.protected, Limits: r.files.limits}, nil
+	if !layered {
+		return root, func(bool) {}, nil
+	}
+	v, err := r.ws.OpenSessionView(ctx, session)
+	if err != nil {
+		return nil, nil, err
+	}
+	root.DirFile = v.Dir
+	return root, func(changed bool) {
+		// A base not recorded is not lost safety: Apply refuses such an
+		// entry (unobserved) until a later command's Observe records it.
+		_ = v.Close(ctx, changed)
+	}, nil
 }
 
 // audit records one file operation: refusals (a protected entry, a link,
@@ -94,18 +110,20 @@ func (r *Runtime) auditFile(ctx context.Context, session, op, path string, n int
 // OpenFile implements FileHost. The read is audited when the file is
 // opened (its size then).
 func (r *Runtime) OpenFile(ctx context.Context, session, path string) (io.ReadCloser, FileInfo, error) {
-	root, err := r.fileRoot(session)
+	root, done, err := r.fileRoot(ctx, session)
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
 	f, in, err := root.Open(ctx, path)
 	r.auditFile(ctx, session, "read", path, in.Size, err)
 	if err != nil {
+		done(false)
 		return nil, FileInfo{}, err
 	}
 	// The open file is bounded as well: one growing while it is read
-	// stops at the limit.
-	return &boundedFile{ReadCloser: f, left: root.Limits.MaxFileBytes, root: root, path: path}, in, nil
+	// stops at the limit. A layered session's view is held until it is
+	// closed.
+	return &boundedFile{ReadCloser: f, left: root.Limits.MaxFileBytes, root: root, path: path, done: done}, in, nil
 }
 
 // boundedFile ends a read at files_max_bytes with the limit's error.
@@ -114,6 +132,16 @@ type boundedFile struct {
 	left int64
 	root *wsfs.Root
 	path string
+	done func(changed bool)
+}
+
+func (b *boundedFile) Close() error {
+	err := b.ReadCloser.Close()
+	if b.done != nil {
+		b.done(false)
+		b.done = nil
+	}
+	return err
 }
 
 func (b *boundedFile) Read(p []byte) (int, error) {
@@ -149,44 +177,59 @@ func (r *Runtime) ReadFile(ctx context.Context, session, path string) ([]byte, e
 
 // WriteFile implements FileHost.
 func (r *Runtime) WriteFile(ctx context.Context, session, path string, src io.Reader, opts WriteFileOptions) (FileInfo, error) {
-	root, err := r.fileRoot(session)
+	if r.ws != nil {
+		// A layered session's layer at its disk limit takes no more
+		// (checked before the view is opened, which holds the session's
+		// lock).
+		if layered, err := r.ws.SessionLayered(session); err == nil && layered {
+			if err := r.ws.CheckLayerSpace(ctx, session); err != nil {
+				r.auditFile(ctx, session, "write", path, 0, err)
+				return FileInfo{}, err
+			}
+		}
+	}
+	root, done, err := r.fileRoot(ctx, session)
 	if err != nil {
 		return FileInfo{}, err
 	}
 	in, err := root.Write(ctx, path, src, opts)
+	done(err == nil)
 	r.auditFile(ctx, session, "write", path, in.Size, err)
 	return in, err
 }
 
 // ListFiles implements FileHost.
 func (r *Runtime) ListFiles(ctx context.Context, session, path string) ([]FileInfo, error) {
-	root, err := r.fileRoot(session)
+	root, done, err := r.fileRoot(ctx, session)
 	if err != nil {
 		return nil, err
 	}
 	out, err := root.List(ctx, path)
+	done(false)
 	r.auditFile(ctx, session, "list", path, 0, err)
 	return out, err
 }
 
 // StatFile implements FileHost.
 func (r *Runtime) StatFile(ctx context.Context, session, path string) (FileInfo, error) {
-	root, err := r.fileRoot(session)
+	root, done, err := r.fileRoot(ctx, session)
 	if err != nil {
 		return FileInfo{}, err
 	}
 	in, err := root.Stat(ctx, path)
+	done(false)
 	r.auditFile(ctx, session, "stat", path, 0, err)
 	return in, err
 }
 
 // RemoveFile implements FileHost.
 func (r *Runtime) RemoveFile(ctx context.Context, session, path string, opts RemoveFileOptions) error {
-	root, err := r.fileRoot(session)
+	root, done, err := r.fileRoot(ctx, session)
 	if err != nil {
 		return err
 	}
 	err = root.Remove(ctx, path, opts)
+	done(err == nil)
 	r.auditFile(ctx, session, "remove", path, 0, err)
 	return err
 }

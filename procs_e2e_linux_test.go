@@ -22,6 +22,12 @@ import (
 // this checkout, with private data, workspace and audit paths.
 func bwrapRuntime(t *testing.T) (*alephsandbox.Runtime, string) {
 	t.Helper()
+	return bwrapRuntimeWith(t, nil)
+}
+
+// bwrapRuntimeWith is bwrapRuntime with the configuration changed by edit.
+func bwrapRuntimeWith(t *testing.T, edit func(*core.Config)) (*alephsandbox.Runtime, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the driver and runs the real sandbox; skipped with -short")
 	}
@@ -38,6 +44,9 @@ func bwrapRuntime(t *testing.T) (*alephsandbox.Runtime, string) {
 	}
 	cfg := testConfig(t)
 	cfg.Sandbox.Driver = filepath.Join(bin, "aleph-driver-bwrap")
+	if edit != nil {
+		edit(&cfg)
+	}
 	rt, err := alephsandbox.New(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -37,7 +37,69 @@ func layeredCases() []Case {
 		{ID: "layered/one-mount-per-upper", Level: Must, Call: call, OS: LinuxOnly, OSReason: why,
 			Description: "While a layered command of one session runs over an upper layer, a command of another session naming the same upper is refused with an UnavailableError for layered_workspace and does not run (overlayfs forbids two mounts sharing an upper); once the first session is forgotten, the second session's command runs over that upper and sees what the first wrote (the control).",
 			run:         caseLayeredOneMount},
+		{ID: "layered/view", Level: Must, Call: driverapi.CallLayeredView, OS: LinuxOnly, OSReason: why,
+			Description: "While a layered session's sandbox lives, LayeredView names a path that opens the overlay its commands see, with the device and inode it reports: a file the command wrote reads back through it, a file written through it is what the session's next command reads, and the host's workspace gets neither; another session has no view, and once the session is forgotten neither has it.",
+			run:         caseLayeredView},
 	}
+}
+
+func caseLayeredView(ctx context.Context, h *H) error {
+	v, isV := h.Driver.(driverapi.LayeredViewer)
+	f, isF := h.Driver.(driverapi.SessionForgetter)
+	if !isV || !isF {
+		return fmt.Errorf("the driver lists %q but does not implement LayeredView and ForgetSession", driverapi.CallLayeredView)
+	}
+	l, err := h.newLayer()
+	if err != nil {
+		return err
+	}
+	id := h.newSession(ctx, "layered-view")
+	made, put := "made-"+token(), "put-"+token()
+	o := h.inLayer(ctx, id, l, "write", "made.txt", made, sep, "echo", "wrote")
+	if err := ran("the layered command writing the workspace", o, "wrote"); err != nil {
+		return err
+	}
+	lv, err := v.LayeredView(ctx, id)
+	if err != nil {
+		return fmt.Errorf("LayeredView of a live layered session: %w", err)
+	}
+	if !lv.Mounted {
+		return errors.New("LayeredView says no overlay is mounted while the layered session's sandbox lives")
+	}
+	root, err := os.Open(lv.Path)
+	if err != nil {
+		return fmt.Errorf("the view %s cannot be opened: %w", lv.Path, err)
+	}
+	dev, ino, ok := fileID(root)
+	root.Close()
+	if !ok || dev != lv.Dev || ino != lv.Ino {
+		return fmt.Errorf("the view %s is device %d inode %d, the driver said %d and %d", lv.Path, dev, ino, lv.Dev, lv.Ino)
+	}
+	if b, err := os.ReadFile(filepath.Join(lv.Path, "made.txt")); err != nil || string(b) != made {
+		return fmt.Errorf("the command's file through the view: %q, %v", clip(b), err)
+	}
+	if err := os.WriteFile(filepath.Join(lv.Path, "put.txt"), []byte(put), 0o644); err != nil {
+		return fmt.Errorf("writing through the view: %w", err)
+	}
+	o = h.inLayer(ctx, id, l, "read", "put.txt")
+	if err := ran("the session's next command reading the file written through the view", o, put); err != nil {
+		return err
+	}
+	for _, rel := range []string{"made.txt", "put.txt"} {
+		if err := mustNotExist(filepath.Join(h.Work, rel), "a file of the layered view"); err != nil {
+			return fmt.Errorf("%w: the view wrote the host's workspace", err)
+		}
+	}
+	if other, err := v.LayeredView(ctx, h.newSession(ctx, "layered-view-other")); err != nil || other.Mounted {
+		return fmt.Errorf("another session's view: %+v, %v", other, err)
+	}
+	if err := f.ForgetSession(ctx, id); err != nil {
+		return fmt.Errorf("ForgetSession: %w", err)
+	}
+	if after, err := v.LayeredView(ctx, id); err != nil || after.Mounted {
+		return fmt.Errorf("the view after the session was forgotten: %+v, %v", after, err)
+	}
+	return nil
 }
 
 // newLayer makes an empty layer for this case outside the workspace (as

@@ -2,7 +2,10 @@
 
 package conformance
 
-import "syscall"
+import (
+	"os"
+	"syscall"
+)
 
 // hostDevptsDev is the device of the host's devpts instance (the one this
 // process sees at /dev/pts).
@@ -12,4 +15,17 @@ func hostDevptsDev() (uint64, error) {
 		return 0, err
 	}
 	return uint64(st.Dev), nil
+}
+
+// fileID is f's device and inode.
+func fileID(f *os.File) (dev, ino uint64, ok bool) {
+	fi, err := f.Stat()
+	if err != nil {
+		return 0, 0, false
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, 0, false
+	}
+	return uint64(st.Dev), st.Ino, true //nolint:unconvert // Dev's width differs across architectures
 }

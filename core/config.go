@@ -77,6 +77,11 @@ type SandboxConfig struct {
 	// session_sandbox call) or "off" (a sandbox per command). Hosts that
 	// live for one command (the one-shot CLI) turn it off.
 	SessionSandboxes string `koanf:"session_sandboxes" json:"session_sandboxes" toml:"session_sandboxes"`
+	// LayerMaxBytes bounds the disk a layered session's layer (its upper
+	// directory) may hold: at or over it, the session's next command and
+	// the files API's writes are refused (LimitError) until its changes
+	// are applied, discarded or removed. 0: no limit.
+	LayerMaxBytes int64 `koanf:"layer_max_bytes" json:"layer_max_bytes" toml:"layer_max_bytes"`
 	// CommandPolicy is owned by the command-policy hook
 	// (hooks/commandpolicy: its type, defaults and validation); core keeps
 	// it as a Section, as it does RateLimit.
@@ -324,6 +329,9 @@ const (
 // a command is warned (SIGTERM) 2 s before its timeout kills it.
 const DefaultTimeoutTermGraceMS = 2000
 
+// DefaultLayerMaxBytes is sandbox.layer_max_bytes's default: 1 GiB.
+const DefaultLayerMaxBytes = 1 << 30
+
 // DefaultConfig is the configuration with nothing set.
 func DefaultConfig() Config {
 	data := DataDir()
@@ -335,6 +343,7 @@ func DefaultConfig() Config {
 		ApprovalTimeoutSeconds: 60,
 		AuditOnFailure:         AuditFailOpen,
 		SessionSandboxes:       SessionSandboxesAuto,
+		LayerMaxBytes:          DefaultLayerMaxBytes,
 		HookPlugins:            []string{},
 		HookTimeoutMS:          2000,
 		TimeoutTermGraceMS:     DefaultTimeoutTermGraceMS,
@@ -967,6 +976,8 @@ func (c Config) Validate() error {
 		return bad("audit_log", fmt.Sprintf("must be an absolute path or empty, got %q", s.AuditLog))
 	case s.AuditOnFailure != AuditFailOpen && s.AuditOnFailure != AuditFailClosed:
 		return bad("audit_on_failure", fmt.Sprintf("must be %q (commands run, failures counted) or %q (commands refused until the audit can be written), got %q", AuditFailOpen, AuditFailClosed, s.AuditOnFailure))
+	case s.LayerMaxBytes < 0:
+		return bad("layer_max_bytes", "must be >= 0 (0: no limit)")
 	case s.SessionSandboxes != SessionSandboxesAuto && s.SessionSandboxes != SessionSandboxesOff:
 		return bad("session_sandboxes", fmt.Sprintf("must be %q (a session's commands share its sandbox where the driver can) or %q (a sandbox per command), got %q", SessionSandboxesAuto, SessionSandboxesOff, s.SessionSandboxes))
 	}

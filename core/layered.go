@@ -319,3 +319,162 @@ func (s *WorkspaceSandbox) SessionLayered(sid string) (bool, error) {
 	_, err = os.Lstat(filepath.Join(s.layerDir(sid), layer.StateFile))
 	return err == nil, nil
 }
+
+// SessionView is a layered session's view opened for the files API: Dir
+// is the root of the overlay the session's commands see. Close it when
+// done.
+type SessionView struct {
+	Dir  *os.File
+	done func(ctx context.Context, changed bool) error
+}
+
+// Close releases the view; changed says the caller wrote or removed
+// something, whose base is then recorded (Observe) as after a command, so
+// Apply judges conflicts on it and Changes lists it.
+func (v *SessionView) Close(ctx context.Context, changed bool) error {
+	if v == nil || v.done == nil {
+		return nil
+	}
+	done := v.done
+	v.done = nil
+	return done(ctx, changed)
+}
+
+// OpenSessionView opens the view of layered session sid for the host's
+// file operations. Writing an overlay's upper directory while the overlay
+// is mounted is undefined in overlayfs, so the files API never writes the
+// upper directory itself; it goes through an overlay, and only through one
+// that no other overlay of the upper exists beside:
+//
+//   - while a session sandbox of the session has the layer mounted, the
+//     driver's own descriptor of that overlay (driverapi.LayeredView):
+//     the very mount the session's commands see, shared with them as two
+//     processes share any file system. The session's lock is held shared,
+//     so commands keep running meanwhile; Apply and Discard wait;
+//   - otherwise this process mounts the overlay itself (layer.MountView),
+//     holding the layer's locks as a driver does and the session's lock
+//     exclusively, so no command of the session can mount it meanwhile
+//     (a command of another process is refused by the upper's flock). A
+//     read streamed from such a view holds it until it is closed.
+//
+// One residual case is not excluded: a session sandbox that ends on its
+// own (its idle limit) while a file operation through its overlay is in
+// progress, and a new command of the session that mounts the layer again
+// before that operation ends; the operation's descriptor then keeps the
+// old overlay alive beside the new one. Both write only the layer; the
+// host's directory is never written either way.
+func (s *WorkspaceSandbox) OpenSessionView(ctx context.Context, sid string) (*SessionView, error) {
+	sess, l, err := s.openLayer(sid)
+	if err != nil {
+		return nil, err
+	}
+	observe := func(ctx context.Context, changed bool) error {
+		if !changed {
+			return nil
+		}
+		return l.Observe(context.WithoutCancel(ctx))
+	}
+	sess.layerMu.RLock()
+	dir, err := s.driverView(ctx, sid)
+	if err != nil || dir != nil {
+		if err != nil {
+			sess.layerMu.RUnlock()
+			return nil, err
+		}
+		return &SessionView{Dir: dir, done: func(ctx context.Context, changed bool) error {
+			defer sess.layerMu.RUnlock()
+			dir.Close()
+			return observe(ctx, changed)
+		}}, nil
+	}
+	sess.layerMu.RUnlock()
+	sess.layerMu.Lock()
+	// A command may have built the session's sandbox in between.
+	dir, err = s.driverView(ctx, sid)
+	if err != nil || dir != nil {
+		if err != nil {
+			sess.layerMu.Unlock()
+			return nil, err
+		}
+		return &SessionView{Dir: dir, done: func(ctx context.Context, changed bool) error {
+			defer sess.layerMu.Unlock()
+			dir.Close()
+			return observe(ctx, changed)
+		}}, nil
+	}
+	v, err := l.MountView(ctx)
+	if err != nil {
+		sess.layerMu.Unlock()
+		if errors.Is(err, layer.ErrLayerBusy) {
+			return nil, &LayeredUnavailableError{Reason: fmt.Sprintf("session %q: %v; the files API reaches its view when the sandbox is this process's (run the session through serve) or none is running", sid, err)}
+		}
+		return nil, err
+	}
+	return &SessionView{Dir: v.Dir, done: func(ctx context.Context, changed bool) error {
+		defer sess.layerMu.Unlock()
+		err := observe(ctx, changed)
+		v.Close()
+		return err
+	}}, nil
+}
+
+// driverView is the session sandbox's overlay as the driver keeps it, or
+// nil when no sandbox of sid has it mounted (or the driver cannot say).
+func (s *WorkspaceSandbox) driverView(ctx context.Context, sid string) (*os.File, error) {
+	v, ok := s.driver.(driverapi.LayeredViewer)
+	if !ok {
+		return nil, nil
+	}
+	lv, err := v.LayeredView(ctx, sid)
+	if err != nil {
+		var u *driverapi.UnsupportedCallError
+		if errors.As(err, &u) {
+			return nil, nil
+		}
+		return nil, s.driverErr("LayeredView", err)
+	}
+	if !lv.Mounted {
+		return nil, nil
+	}
+	return openDriverView(lv)
+}
+
+// LayerLimitKey names sandbox.layer_max_bytes in a *LimitError.
+const LayerLimitKey = "sandbox.layer_max_bytes"
+
+// checkLayerSpace refuses more writes to sid's layer once it holds
+// sandbox.layer_max_bytes or more. The limit is measured, not enforced by
+// the kernel: the upper directory lies in the data directory, on the
+// host's file system, where overlayfs has no quota of its own (a
+// size-limited tmpfs would bound it but hold it in memory and lose it
+// with the sandbox; a file system per session would cost a loop device
+// each). So one command may go past the limit by what it writes; the
+// next command of the session and the files API's writes are refused
+// until the layer is applied, discarded or made smaller (removing files
+// is allowed). Other sessions and the host are not affected: each layer
+// is measured on its own.
+func (s *WorkspaceSandbox) checkLayerSpace(ctx context.Context, sid string, l *layer.Layer) error {
+	limit := s.cfg.Sandbox.LayerMaxBytes
+	if limit <= 0 {
+		return nil
+	}
+	n, err := l.UpperBytes(ctx)
+	if err != nil {
+		return err
+	}
+	if n >= limit {
+		return &LimitError{Limit: LayerLimitKey, Value: limit,
+			Reason: fmt.Sprintf("session %q's layer holds %d bytes, at or over its limit: apply or discard its changes, or remove files in it, before writing more", sid, n)}
+	}
+	return nil
+}
+
+// CheckLayerSpace is checkLayerSpace for a write of the files API to
+// layered session sid.
+func (s *WorkspaceSandbox) CheckLayerSpace(ctx context.Context, sid string) error {
+	_, l, err := s.openLayer(sid)
+	if err != nil {
+		return err
+	}
+	return s.checkLayerSpace(ctx, sid, l)
+}

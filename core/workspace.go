@@ -500,6 +500,9 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 		if lay, err = s.layerFor(ctx, sess, ws); err != nil {
 			return nil, err
 		}
+		if err := s.checkLayerSpace(ctx, sid, lay); err != nil {
+			return nil, err
+		}
 	}
 
 	// Environment, then mediation for AllowHosts.

@@ -35,7 +35,9 @@ import (
 //	1.5  Violations (feature "violation_report"): Exit.Violations, the
 //	     bounded list of what the sandbox refused the command, and
 //	     Exit.ViolationKinds, the kinds the driver watched for it.
-const ProtocolMinor = 5
+//	1.6  LayeredView (call "layered_view"): where the host reaches a
+//	     layered session's mounted overlay (the files API over its view).
+const ProtocolMinor = 6
 
 // Optional calls a driver may list in HostCapabilities.Calls.
 const (
@@ -54,6 +56,8 @@ const (
 	// LayeredWorkspace). A driver that implements it but cannot here
 	// leaves it out and says why in Details[DetailLayeredWorkspace].
 	CallLayeredWorkspace = "layered_workspace"
+	// CallLayeredView: the driver implements LayeredViewer.
+	CallLayeredView = "layered_view"
 )
 
 // FeatureLayeredWorkspace names layered workspaces in errors refusing
@@ -69,6 +73,34 @@ type LayeredWorkspacer interface {
 	// LayeredWorkspaces reports whether the driver honours RunSpec.Layered
 	// on this host, as it is configured now.
 	LayeredWorkspaces() bool
+}
+
+// LayeredView is where the host reaches the overlay a session sandbox
+// mounts (protocol 1.6, CallLayeredView).
+//
+// Writing an overlay's upper directory while the overlay is mounted is
+// undefined in overlayfs, so the host never does: its file operations on
+// a layered session go through the mounted overlay itself, the very
+// mount the session's commands see. Path opens the overlay's root
+// directory from the host (the bwrap driver keeps a descriptor of it and
+// answers /proc/<its pid>/fd/<n>); Dev and Ino identify that directory,
+// and the host refuses what it opened unless they match (the descriptor
+// may have been closed and its number reused in between). Path is valid
+// only while the session sandbox lives.
+type LayeredView struct {
+	// Mounted is false when no sandbox of the session has its layer
+	// mounted now; the other fields are then empty.
+	Mounted  bool   `json:"mounted"`
+	Path     string `json:"path,omitempty"`
+	Dev, Ino uint64 `json:"-"`
+}
+
+// LayeredViewer is implemented by drivers that list CallLayeredView.
+type LayeredViewer interface {
+	// LayeredView says where the session's mounted overlay is, if a
+	// session sandbox of sessionID has one. Safe for concurrent use with
+	// Run.
+	LayeredView(ctx context.Context, sessionID string) (LayeredView, error)
 }
 
 // Layered workspaces (protocol 1.4).
@@ -178,7 +210,7 @@ const (
 
 // KnownCalls lists every optional call of this protocol version.
 func KnownCalls() []string {
-	return []string{CallSignal, CallConfig, CallForgetSession, CallRunStream, CallSessionSandbox, CallLayeredWorkspace}
+	return []string{CallSignal, CallConfig, CallForgetSession, CallRunStream, CallSessionSandbox, CallLayeredWorkspace, CallLayeredView}
 }
 
 // SessionForgetter is implemented by drivers that list CallForgetSession:
@@ -499,6 +531,8 @@ func callSince(call string) uint32 {
 		return 3
 	case CallLayeredWorkspace:
 		return 4
+	case CallLayeredView:
+		return 5
 	}
 	return ProtocolMinor
 }

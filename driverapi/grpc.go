@@ -64,6 +64,9 @@ func implementedCalls(d Driver) []string {
 	}
 	if lw, ok := d.(LayeredWorkspacer); ok && lw.LayeredWorkspaces() {
 		calls = append(calls, CallLayeredWorkspace)
+		if _, ok := d.(LayeredViewer); ok {
+			calls = append(calls, CallLayeredView)
+		}
 	}
 	return calls
 }
@@ -80,6 +83,21 @@ func (s *driverServer) ForgetSession(ctx context.Context, req *pb.ForgetSessionR
 		return nil, toStatus(err)
 	}
 	return &pb.ForgetSessionResponse{}, nil
+}
+
+func (s *driverServer) LayeredView(ctx context.Context, req *pb.LayeredViewRequest) (*pb.LayeredViewResponse, error) {
+	v, ok := s.impl.(LayeredViewer)
+	if !ok {
+		return nil, status.Error(codes.Unimplemented, "this driver does not implement LayeredView")
+	}
+	if req.GetSessionId() == "" {
+		return nil, toStatus(&InvalidSpecError{Field: "session_id", Reason: "empty"})
+	}
+	lv, err := v.LayeredView(ctx, req.GetSessionId())
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &pb.LayeredViewResponse{Mounted: lv.Mounted, Path: lv.Path, Dev: lv.Dev, Ino: lv.Ino}, nil
 }
 
 func (s *driverServer) Signal(ctx context.Context, req *pb.SignalRequest) (*pb.SignalResponse, error) {
@@ -239,6 +257,16 @@ func (d *driverClient) ForgetSession(ctx context.Context, sessionID string) erro
 		return d.callError("ForgetSession", CallForgetSession, err)
 	}
 	return nil
+}
+
+// LayeredView asks the driver where the session's mounted overlay is.
+// Callers check HostCapabilities.Supports(CallLayeredView) first.
+func (d *driverClient) LayeredView(ctx context.Context, sessionID string) (LayeredView, error) {
+	r, err := d.c.LayeredView(ctx, &pb.LayeredViewRequest{SessionId: sessionID})
+	if err != nil {
+		return LayeredView{}, d.callError("LayeredView", CallLayeredView, err)
+	}
+	return LayeredView{Mounted: r.GetMounted(), Path: r.GetPath(), Dev: r.GetDev(), Ino: r.GetIno()}, nil
 }
 
 // ConfigSchema asks the driver to describe its configuration section.

@@ -351,6 +351,31 @@ func (h *DriverHost) ForgetSession(ctx context.Context, sessionID string) error 
 	return nil
 }
 
+// LayeredView asks the driver where the session's mounted overlay is
+// (driverapi.LayeredViewer). It never launches a driver: one that is not
+// running mounts nothing. A driver without the call gives an
+// *driverapi.UnsupportedCallError.
+func (h *DriverHost) LayeredView(ctx context.Context, sessionID string) (driverapi.LayeredView, error) {
+	h.mu.Lock()
+	p, caps := h.proc, h.caps
+	if h.capsOf != p {
+		caps = nil
+	}
+	h.mu.Unlock()
+	if p == nil || p.Exited() {
+		return driverapi.LayeredView{}, nil
+	}
+	v, ok := p.Driver().(driverapi.LayeredViewer)
+	if !ok || caps == nil || !caps.Supports(driverapi.CallLayeredView) {
+		return driverapi.LayeredView{}, h.unsupported(caps, driverapi.CallLayeredView)
+	}
+	lv, err := v.LayeredView(ctx, sessionID)
+	if err != nil {
+		return driverapi.LayeredView{}, h.failed(p, "LayeredView", err)
+	}
+	return lv, nil
+}
+
 // ConfigSchema describes the driver's configuration section, launching the
 // driver if needed. A driver without the config call gives an
 // *driverapi.UnsupportedCallError.

@@ -7,26 +7,31 @@ import (
 	"flag"
 	"fmt"
 
+	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/core/layer"
+	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // runSessionLayer is `session changes|diff|apply|discard S`: a layered
 // session's changes, read from its layer in the data directory (no
-// pipeline, no driver: the layer is data). Exit status of apply: 0 all
+// pipeline, no driver: the layer is data), or with --host (or
+// $ALEPH_SANDBOX_HOST) asked of the service that runs the session, whose
+// process holds its layer and sandbox. Exit status of apply: 0 all
 // applied, 1 something refused or in conflict (listed), 125 an error.
 func runSessionLayer(ctx context.Context, sub string, args []string, io stdio) int {
 	usage := map[string]string{
-		"changes": "aleph-sandbox session changes [--json] [--config FILE] [--workspace-root DIR] ID",
-		"diff":    "aleph-sandbox session diff [--config FILE] [--workspace-root DIR] ID [PATH...]",
-		"apply":   "aleph-sandbox session apply [--json] [--allow-large] [--config FILE] [--workspace-root DIR] ID [PATH...]",
-		"discard": "aleph-sandbox session discard [--config FILE] [--workspace-root DIR] ID",
+		"changes": "aleph-sandbox session changes [--json] [--host unix:PATH | --config FILE] [--workspace-root DIR] ID",
+		"diff":    "aleph-sandbox session diff [--host unix:PATH | --config FILE] [--workspace-root DIR] ID [PATH...]",
+		"apply":   "aleph-sandbox session apply [--json] [--allow-large] [--host unix:PATH | --config FILE] [--workspace-root DIR] ID [PATH...]",
+		"discard": "aleph-sandbox session discard [--host unix:PATH | --config FILE] [--workspace-root DIR] ID",
 	}[sub]
 	fs := flag.NewFlagSet("session "+sub, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	allowLarge := fs.Bool("allow-large", false, "apply files over the size limit too")
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	root := fs.String("workspace-root", "", "workspace root `DIR` (overrides sandbox.workspace_root)")
+	hostFlag := fs.String("host", "", "ask the aleph-sandbox serve at `unix:PATH` that runs the session (default: $ALEPH_SANDBOX_HOST; neither: read the layer here)")
 	if done, code := parseFlags(fs, args, io, usage); done {
 		if code != 0 {
 			return 125
@@ -42,17 +47,30 @@ func runSessionLayer(ctx context.Context, sub string, args []string, io stdio) i
 		fmt.Fprintf(io.Err, "aleph-sandbox: session %s: %s\n", sub, oneLine(err.Error()))
 		return 125
 	}
-	cfg, err := loadConfig(*cfgPath, *root, "")
-	if err != nil {
-		return failE(err)
-	}
-	l, err := core.OpenSessionLayer(cfg, id)
-	if err != nil {
-		return failE(err)
+	var lh alephsandbox.LayerHost
+	if addr := hostAddress(*hostFlag); addr != "" {
+		if *cfgPath != "" || *root != "" {
+			return failE(&usageError{"--config and --workspace-root do not apply with --host: the service's configuration places the layer"})
+		}
+		sock, err := socketPath(addr)
+		if err != nil {
+			return failE(err)
+		}
+		lh = hostclient.NewPipeline(sock, nil)
+	} else {
+		cfg, err := loadConfig(*cfgPath, *root, "")
+		if err != nil {
+			return failE(err)
+		}
+		l, err := core.OpenSessionLayer(cfg, id)
+		if err != nil {
+			return failE(err)
+		}
+		lh = localLayer{l}
 	}
 	switch sub {
 	case "changes":
-		ch, err := l.Changes(ctx)
+		ch, err := lh.Changes(ctx, id)
 		if err != nil {
 			return failE(err)
 		}
@@ -66,27 +84,20 @@ func runSessionLayer(ctx context.Context, sub string, args []string, io stdio) i
 		}
 		return 0
 	case "diff":
-		d, err := l.Diff(ctx, paths...)
+		d, err := lh.Diff(ctx, id, paths...)
 		if err != nil {
 			return failE(err)
 		}
 		fmt.Fprint(io.Out, d)
 		return 0
 	case "discard":
-		if err := l.Discard(ctx); err != nil {
-			if errors.Is(err, layer.ErrLayerMounted) {
-				return failE(fmt.Errorf("%w (a service runs the session: discard it there, or forget the session)", err))
-			}
+		if err := lh.Discard(ctx, id); err != nil {
 			return failE(err)
 		}
 		fmt.Fprintf(io.Out, "session %q: layer discarded; the host's workspace was never changed\n", id)
 		return 0
 	}
-	// apply: what the last command wrote is recorded first.
-	if err := l.Observe(ctx); err != nil {
-		return failE(err)
-	}
-	res, err := l.Apply(ctx, paths, layer.ApplyOptions{AllowLarge: *allowLarge})
+	res, err := lh.Apply(ctx, id, paths, layer.ApplyOptions{AllowLarge: *allowLarge})
 	if err != nil {
 		return failE(err)
 	}
@@ -119,4 +130,35 @@ func runSessionLayer(ctx context.Context, sub string, args []string, io stdio) i
 		return 1
 	}
 	return 0
+}
+
+// localLayer is a layer read in this process (no service): the layer is
+// data in the data directory.
+type localLayer struct{ l *layer.Layer }
+
+func (x localLayer) Changes(ctx context.Context, _ string) ([]layer.Change, error) {
+	return x.l.Changes(ctx)
+}
+
+func (x localLayer) Diff(ctx context.Context, _ string, paths ...string) (string, error) {
+	return x.l.Diff(ctx, paths...)
+}
+
+// Apply records what the last command wrote first (a command of another
+// process may not have).
+func (x localLayer) Apply(ctx context.Context, _ string, paths []string, opt layer.ApplyOptions) (layer.ApplyResult, error) {
+	if err := x.l.Observe(ctx); err != nil {
+		return layer.ApplyResult{}, err
+	}
+	return x.l.Apply(ctx, paths, opt)
+}
+
+func (x localLayer) Discard(ctx context.Context, _ string) error {
+	if err := x.l.Discard(ctx); err != nil {
+		if errors.Is(err, layer.ErrLayerMounted) {
+			return fmt.Errorf("%w (a service runs the session: discard it there with --host, or forget the session)", err)
+		}
+		return err
+	}
+	return nil
 }

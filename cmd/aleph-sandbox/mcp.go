@@ -113,6 +113,7 @@ func runMCPHost(ctx context.Context, io stdio, addr string, mc mcpserver.Config)
 	}
 	h := hostclient.NewPipeline(sock, nil)
 	mc.Processes = h
+	mc.Host = "unix:" + sock
 	// The service's real defaults go in the tools' descriptions, as the
 	// in-process server's configuration does. A service not up yet (or
 	// too old to say) leaves them unsaid; the calls still work once it is.

@@ -41,7 +41,7 @@ func TestMCPLayeredEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	mcpLayeredScenario(t, ctx, cs, ws, "mcp-layered", ans)
+	mcpLayeredScenario(t, ctx, cs, ws, "mcp-layered", "", nil, ans)
 }
 
 // TestMCPLayeredOnHostEndToEnd is the same scenario with `mcp --host`: the
@@ -65,7 +65,21 @@ func TestMCPLayeredOnHostEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cs.Close()
-	mcpLayeredScenario(t, ctx, cs, ws, "mcp-layered-host", ans)
+	// The command a declined apply names is run as the user would: it
+	// reaches the session on the service and applies.
+	runCLI := func(argv []string) (int, string) {
+		c := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), argv...)
+		c.Env = append(os.Environ(), "XDG_CONFIG_HOME="+t.TempDir())
+		out, err := c.CombinedOutput()
+		code := 0
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return code, string(out)
+	}
+	mcpLayeredScenario(t, ctx, cs, ws, "mcp-layered-host", "unix:"+sock, runCLI, ans)
 }
 
 // elicitAnswers is the user of the scenario: it answers every question
@@ -98,7 +112,10 @@ func (a *elicitAnswers) asked() []string {
 	return append([]string(nil), a.questions...)
 }
 
-func mcpLayeredScenario(t *testing.T, ctx context.Context, cs *mcp.ClientSession, ws, session string, ans *elicitAnswers) {
+// With hostAddr (mcp --host), the command a declined apply names carries
+// --host, and runCLI runs it: it applies a later change on the service.
+func mcpLayeredScenario(t *testing.T, ctx context.Context, cs *mcp.ClientSession, ws, session, hostAddr string,
+	runCLI func(argv []string) (int, string), ans *elicitAnswers) {
 	t.Helper()
 	call := func(name string, args map[string]any, out any) *mcp.CallToolResult {
 		t.Helper()
@@ -171,6 +188,9 @@ func mcpLayeredScenario(t *testing.T, ctx context.Context, cs *mcp.ClientSession
 	var ap mcpserver.ApplyResult
 	res = call(mcpserver.ToolApply, nil, &ap)
 	want := "aleph-sandbox session apply " + session
+	if hostAddr != "" {
+		want = "aleph-sandbox session apply --host " + hostAddr + " " + session
+	}
 	if !res.IsError || ap.ReasonCode != mcpserver.ReasonNotApproved || ap.Command != want || !strings.Contains(text(res), want) || len(ap.Applied) != 0 {
 		t.Fatalf("declined apply: %+v %q", ap, text(res))
 	}
@@ -193,5 +213,26 @@ func mcpLayeredScenario(t *testing.T, ctx context.Context, cs *mcp.ClientSession
 	}
 	if q := ans.asked(); len(q) != 2 {
 		t.Errorf("questions: %q", q)
+	}
+	if runCLI == nil {
+		return
+	}
+	// A later change, declined, then applied by the named command.
+	res = call(mcpserver.ToolRunCommand, map[string]any{"command": "echo later > later.txt", "layered": true}, &run)
+	if res.IsError || run.ExitCode != 0 {
+		t.Fatalf("run_command: %+v %q", run, text(res))
+	}
+	ans.set(false)
+	ap = mcpserver.ApplyResult{}
+	if res = call(mcpserver.ToolApply, nil, &ap); !res.IsError || ap.Command == "" {
+		t.Fatalf("declined apply: %+v %q", ap, text(res))
+	}
+	later := filepath.Join(ws, "later.txt")
+	if _, err := os.Stat(later); !os.IsNotExist(err) {
+		t.Fatalf("the host's later.txt before the named command: %v", err)
+	}
+	code, out := runCLI(strings.Fields(ap.Command)[1:])
+	if b, err := os.ReadFile(later); code != 0 || err != nil || string(b) != "later\n" {
+		t.Fatalf("%s: exit %d %q; host's later.txt %q %v", ap.Command, code, out, b, err)
 	}
 }

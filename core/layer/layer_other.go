@@ -36,3 +36,9 @@ func (l *Layer) Diff(ctx context.Context, paths ...string) (string, error) {
 func (l *Layer) Apply(ctx context.Context, paths []string, opt ApplyOptions) (ApplyResult, error) {
 	return ApplyResult{}, ErrUnsupported
 }
+
+// MountView refuses: layered workspaces are Linux-only.
+func (l *Layer) MountView(ctx context.Context) (*View, error) { return nil, ErrUnsupported }
+
+// UpperBytes refuses: layered workspaces are Linux-only.
+func (l *Layer) UpperBytes(ctx context.Context) (int64, error) { return 0, ErrUnsupported }

@@ -24,6 +24,14 @@ import (
 // openRoot opens the workspace itself; everything else is opened relative
 // to this descriptor.
 func (r *Root) openRoot(op, p string) (int, error) {
+	if r.DirFile != nil {
+		// A copy the operation closes as it closes any root.
+		fd, err := unix.FcntlInt(r.DirFile.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return -1, &Error{Op: op, Path: p, Code: CodeNotFound, Reason: "the session's view cannot be opened", Err: err}
+		}
+		return fd, nil
+	}
 	fd, err := unix.Open(r.Dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return -1, &Error{Op: op, Path: p, Code: CodeNotFound, Reason: "the session's workspace cannot be opened", Err: err}

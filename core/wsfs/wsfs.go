@@ -35,6 +35,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"runtime"
 	"strings"
 	"time"
@@ -148,6 +149,10 @@ type Root struct {
 	// Dir is the workspace, absolute and canonical (it is opened once per
 	// operation; it is trusted, every path below it is not).
 	Dir string
+	// DirFile, when set, is the workspace already open (a layered
+	// session's view: its overlay's root, which has no host path); it is
+	// used instead of Dir and stays the caller's to close. Linux only.
+	DirFile *os.File
 	// Protected are the protected entry names (core.Config.ProtectedEntries).
 	Protected []string
 	Limits    Limits

@@ -5,10 +5,12 @@ package bwrap
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 
@@ -121,6 +123,16 @@ type mountedLayer struct {
 	// overlay is mounted: a second mount of it by another driver process
 	// (another CLI process's command of the session) is refused.
 	upper *os.File
+
+	// mu guards view, read by LayeredView while the sandbox may end.
+	mu sync.Mutex
+	// view is the overlay's root directory, opened before the driver's
+	// own mount is detached: the same overlay (one superblock) the
+	// sandbox has bound, which the host's file operations reach through
+	// LayeredView. It is closed when the sandbox ends (release), so it
+	// never keeps the overlay alive past its sandbox on the driver's side.
+	view     *os.File
+	dev, ino uint64
 }
 
 // mountLayer takes the layer's lock (shared) and mounts its overlay over
@@ -148,7 +160,7 @@ func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ 
 		}
 	}()
 	if err := unix.Flock(int(upper.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return nil, layeredRefusal(fmt.Sprintf("the layer is mounted by another process (a command of the session is running there): overlayfs forbids two mounts sharing an upper (%v)", err))
+		return nil, layeredRefusal(fmt.Sprintf("the layer is mounted by another process (a command of the session running there, or the host's files API writing the session's view): overlayfs forbids two mounts sharing an upper (%v)", err))
 	}
 	point, err := os.MkdirTemp(d.layerMountParent(), "layer-")
 	if err != nil {
@@ -183,6 +195,22 @@ func (m *mountedLayer) detach() {
 	if m.point == "" {
 		return
 	}
+	m.mu.Lock()
+	if m.view == nil {
+		// A directory descriptor, not O_PATH: the host reopens it through
+		// /proc/<pid>/fd/<n> to read and write. O_NOFOLLOW: the point is
+		// the driver's own directory, never a link.
+		if f, err := os.OpenFile(m.point, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+			var st unix.Stat_t
+			var sf unix.Statfs_t
+			if unix.Fstat(int(f.Fd()), &st) == nil && unix.Fstatfs(int(f.Fd()), &sf) == nil && sf.Type == unix.OVERLAYFS_SUPER_MAGIC {
+				m.view, m.dev, m.ino = f, uint64(st.Dev), st.Ino //nolint:unconvert // Dev's width differs across architectures
+			} else {
+				f.Close()
+			}
+		}
+	}
+	m.mu.Unlock()
 	_ = unix.Unmount(m.point, unix.MNT_DETACH)
 	_ = os.Remove(m.point)
 	m.point = ""
@@ -192,6 +220,12 @@ func (m *mountedLayer) detach() {
 // session sandbox is gone.
 func (m *mountedLayer) release() {
 	m.detach()
+	m.mu.Lock()
+	if m.view != nil {
+		m.view.Close()
+		m.view = nil
+	}
+	m.mu.Unlock()
 	if m.lock != nil {
 		m.lock.Close()
 		m.lock = nil
@@ -200,4 +234,41 @@ func (m *mountedLayer) release() {
 		m.upper.Close()
 		m.upper = nil
 	}
+}
+
+// LayeredView implements driverapi.LayeredViewer: the host reaches the
+// session's overlay through the descriptor the driver keeps of it
+// (mountedLayer.view), as /proc/<pid>/fd/<n>. That path names the one
+// overlay the sandbox has bound, never a path inside the sandbox's mount
+// namespace: a command of the session could rename the directories on
+// such a path or put links there, and the host would be led elsewhere.
+func (d *Driver) LayeredView(_ context.Context, sessionID string) (driverapi.LayeredView, error) {
+	s := &d.sessions
+	s.mu.Lock()
+	var found []*sessionSandbox
+	for k, ss := range s.m {
+		if k.session == sessionID && k.layer != "" && ss.layer != nil {
+			found = append(found, ss)
+		}
+	}
+	s.mu.Unlock()
+	for _, ss := range found {
+		ss.mu.Lock()
+		gone := ss.gone
+		ss.mu.Unlock()
+		if gone {
+			continue
+		}
+		m := ss.layer
+		m.mu.Lock()
+		v := driverapi.LayeredView{}
+		if m.view != nil {
+			v = driverapi.LayeredView{Mounted: true, Path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), m.view.Fd()), Dev: m.dev, Ino: m.ino}
+		}
+		m.mu.Unlock()
+		if v.Mounted {
+			return v, nil
+		}
+	}
+	return driverapi.LayeredView{}, nil
 }

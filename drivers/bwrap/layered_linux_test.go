@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -217,4 +218,69 @@ func BenchmarkLayeredSession(b *testing.B) {
 	b.ReportMetric(med(live), "live_p50_ms")
 	b.ReportMetric(med(layered), "layered_p50_ms")
 	b.ReportMetric(med(layered)/med(live), "layered_x_live")
+}
+
+// TestLayeredView: while a layered session's sandbox lives, LayeredView
+// names a path that opens the sandbox's own overlay (what the command
+// wrote is there, the host's files show through, and a file written
+// there is what the next command reads, while the host's directory is
+// untouched); the path's device and inode are the overlay root's. Another
+// session has no view; once the sandbox ends there is none either, and
+// the driver's descriptor is closed.
+func TestLayeredView(t *testing.T) {
+	d := testDriver(t, Options{})
+	needLayered(t, d)
+	ctx := context.Background()
+	ws := newWorkspace(t)
+	if err := os.WriteFile(filepath.Join(ws, "host.txt"), []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l := newLayerDirs(t)
+	expectOK(t, layRun(t, d, ws, "view", spawnCaps, l, `echo session > made.txt`))
+	v, err := d.LayeredView(ctx, "view")
+	if err != nil || !v.Mounted || !strings.HasPrefix(v.Path, "/proc/") {
+		t.Fatalf("view of a live layered sandbox: %+v %v", v, err)
+	}
+	root, err := os.Open(v.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, _ := root.Stat()
+	root.Close()
+	if st, ok := fi.Sys().(*syscall.Stat_t); !ok || uint64(st.Dev) != v.Dev || st.Ino != v.Ino { //nolint:unconvert // Dev's width differs across architectures
+		t.Errorf("the view's identity: %+v, stat %+v", v, fi.Sys())
+	}
+	for name, want := range map[string]string{"made.txt": "session\n", "host.txt": "host\n"} {
+		if b, err := os.ReadFile(filepath.Join(v.Path, name)); err != nil || string(b) != want {
+			t.Errorf("%s through the view: %q %v", name, b, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(v.Path, "put.txt"), []byte("put\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := layRun(t, d, ws, "view", spawnCaps, l, `cat put.txt`)
+	expectOK(t, r)
+	if r.stdout != "put\n" {
+		t.Errorf("the command reads what was written through the view: %q", r.stdout)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "put.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the host has put.txt: %v", err)
+	}
+	if v, err := d.LayeredView(ctx, "other"); err != nil || v.Mounted {
+		t.Errorf("another session's view: %+v %v", v, err)
+	}
+	path := v.Path
+	if err := d.ForgetSession(ctx, "view"); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := d.LayeredView(ctx, "view"); err != nil || v.Mounted {
+		t.Errorf("view after the sandbox ended: %+v %v", v, err)
+	}
+	if f, err := os.Open(path); err == nil {
+		fi, _ := f.Stat()
+		f.Close()
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Ino == v.Ino && uint64(st.Dev) == v.Dev { //nolint:unconvert // Dev's width differs across architectures
+			t.Errorf("the driver still holds the ended sandbox's overlay at %s", path)
+		}
+	}
 }

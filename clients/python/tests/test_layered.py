@@ -78,27 +78,36 @@ class LayeredTest(unittest.TestCase):
             self.assertEqual(f.read(), "new\n")
         self.assertFalse(os.path.exists(os.path.join(self.ws, ".vscode")))
 
-    def test_files_api_refused_on_layered(self):
-        """The files API reaches the host's directory, not a layered
-        session's view: refused, typed, rather than reading the host's
-        file or writing past the layer."""
+    def test_files_api_on_layered_view(self):
+        """The files API on a layered session reads and writes the
+        session's view (the overlay its commands see), never the host's
+        directory: a command's file is read, a written file is read by a
+        command, a removed host file is gone in the session and kept on
+        the host; changes lists them, and apply brings them (control)."""
         c, S = self.c, "pylay3"
-        r = c.exec(["/bin/sh", "-c", "echo session > a.txt"], session=S, workspace=self.ws, layered=True, spawn=True)
+        with open(os.path.join(self.ws, "gone.txt"), "w") as f:
+            f.write("keep\n")
+        r = c.exec(["/bin/sh", "-c", "echo session > a.txt"], session=S, workspace=self.ws, layered=True)
         self.assertEqual(r.exit_code, 0, r.stderr)
-        for call in (lambda: c.files.read(S, "a.txt"), lambda: c.files.write(S, "w.txt", b"x"),
-                     lambda: c.files.list(S)):
-            with self.assertRaises(SandboxError) as e:
-                call()
-            self.assertEqual((e.exception.code, e.exception.reason_code), ("unimplemented", "unsupported"), e.exception)
+        self.assertEqual(c.files.read(S, "a.txt"), b"session\n")
+        c.files.write(S, "w.txt", b"from-api\n")
+        c.files.remove(S, "gone.txt")
+        r = c.exec(["/bin/sh", "-c", "read -r x < w.txt; echo $x; test -e gone.txt || echo gone"],
+                   session=S, workspace=self.ws, layered=True)
+        self.assertEqual(r.stdout, b"from-api\ngone\n", r.stderr)
+        names = {e.name for e in c.files.list(S)}
+        self.assertTrue({"a.txt", "w.txt"} <= names and "gone.txt" not in names, names)
+        # The host is untouched before apply.
         self.assertFalse(os.path.exists(os.path.join(self.ws, "w.txt")))
+        self.assertTrue(os.path.exists(os.path.join(self.ws, "gone.txt")))
+        ch = {x.path: x.kind for x in c.changes(S)}
+        self.assertEqual((ch.get("w.txt"), ch.get("gone.txt")), ("added", "deleted"), ch)
+        res = c.apply(S)
+        self.assertEqual(sorted(res.applied), ["a.txt", "gone.txt", "w.txt"], res)
+        with open(os.path.join(self.ws, "w.txt")) as f:
+            self.assertEqual(f.read(), "from-api\n")
+        self.assertFalse(os.path.exists(os.path.join(self.ws, "gone.txt")))
         c.discard(S)
-        # The control: a live session's files API writes, and a command
-        # of the session reads it back.
-        L = "pylay3-live"
-        c.files.write(L, "w.txt", b"x")
-        self.assertEqual(c.files.read(L, "w.txt"), b"x")
-        self.assertEqual(c.exec(["/bin/sh", "-c", "cat w.txt"], session=L, spawn=True).stdout, b"x")
-        c.delete(L)
 
     def test_discard_async(self):
         S = "pylay2"

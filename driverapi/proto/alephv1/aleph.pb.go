@@ -2005,6 +2005,121 @@ func (*ForgetSessionResponse) Descriptor() ([]byte, []int) {
 	return file_aleph_proto_rawDescGZIP(), []int{25}
 }
 
+type LayeredViewRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SessionId     string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayeredViewRequest) Reset() {
+	*x = LayeredViewRequest{}
+	mi := &file_aleph_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayeredViewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayeredViewRequest) ProtoMessage() {}
+
+func (x *LayeredViewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayeredViewRequest.ProtoReflect.Descriptor instead.
+func (*LayeredViewRequest) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *LayeredViewRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+type LayeredViewResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Mounted bool                   `protobuf:"varint,1,opt,name=mounted,proto3" json:"mounted,omitempty"`
+	// A host path that opens the overlay's root directory while the session
+	// sandbox lives (the bwrap driver: /proc/<its pid>/fd/<n>).
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// The overlay root's device and inode: the host checks what it opened.
+	Dev           uint64 `protobuf:"varint,3,opt,name=dev,proto3" json:"dev,omitempty"`
+	Ino           uint64 `protobuf:"varint,4,opt,name=ino,proto3" json:"ino,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LayeredViewResponse) Reset() {
+	*x = LayeredViewResponse{}
+	mi := &file_aleph_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LayeredViewResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LayeredViewResponse) ProtoMessage() {}
+
+func (x *LayeredViewResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LayeredViewResponse.ProtoReflect.Descriptor instead.
+func (*LayeredViewResponse) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *LayeredViewResponse) GetMounted() bool {
+	if x != nil {
+		return x.Mounted
+	}
+	return false
+}
+
+func (x *LayeredViewResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *LayeredViewResponse) GetDev() uint64 {
+	if x != nil {
+		return x.Dev
+	}
+	return 0
+}
+
+func (x *LayeredViewResponse) GetIno() uint64 {
+	if x != nil {
+		return x.Ino
+	}
+	return 0
+}
+
 type ConfigSchemaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2013,7 +2128,7 @@ type ConfigSchemaRequest struct {
 
 func (x *ConfigSchemaRequest) Reset() {
 	*x = ConfigSchemaRequest{}
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2025,7 +2140,7 @@ func (x *ConfigSchemaRequest) String() string {
 func (*ConfigSchemaRequest) ProtoMessage() {}
 
 func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[26]
+	mi := &file_aleph_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2038,7 +2153,7 @@ func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigSchemaRequest.ProtoReflect.Descriptor instead.
 func (*ConfigSchemaRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{26}
+	return file_aleph_proto_rawDescGZIP(), []int{28}
 }
 
 type ConfigField struct {
@@ -2057,7 +2172,7 @@ type ConfigField struct {
 
 func (x *ConfigField) Reset() {
 	*x = ConfigField{}
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2184,7 @@ func (x *ConfigField) String() string {
 func (*ConfigField) ProtoMessage() {}
 
 func (x *ConfigField) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[27]
+	mi := &file_aleph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2197,7 @@ func (x *ConfigField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigField.ProtoReflect.Descriptor instead.
 func (*ConfigField) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{27}
+	return file_aleph_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ConfigField) GetName() string {
@@ -2131,7 +2246,7 @@ type DriverConfigSchema struct {
 
 func (x *DriverConfigSchema) Reset() {
 	*x = DriverConfigSchema{}
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2143,7 +2258,7 @@ func (x *DriverConfigSchema) String() string {
 func (*DriverConfigSchema) ProtoMessage() {}
 
 func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2156,7 +2271,7 @@ func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverConfigSchema.ProtoReflect.Descriptor instead.
 func (*DriverConfigSchema) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{28}
+	return file_aleph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DriverConfigSchema) GetSection() string {
@@ -2183,7 +2298,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2310,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2323,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{29}
+	return file_aleph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *SetConfigRequest) GetConfigJson() []byte {
@@ -2226,7 +2341,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2238,7 +2353,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2251,7 +2366,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{30}
+	return file_aleph_proto_rawDescGZIP(), []int{32}
 }
 
 // ErrorDetail travels as a gRPC status detail with every error a plugin
@@ -2277,7 +2392,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2289,7 +2404,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2302,7 +2417,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{31}
+	return file_aleph_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -2358,7 +2473,7 @@ type WindowSize struct {
 
 func (x *WindowSize) Reset() {
 	*x = WindowSize{}
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2370,7 +2485,7 @@ func (x *WindowSize) String() string {
 func (*WindowSize) ProtoMessage() {}
 
 func (x *WindowSize) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2383,7 +2498,7 @@ func (x *WindowSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
 func (*WindowSize) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{32}
+	return file_aleph_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WindowSize) GetRows() uint32 {
@@ -2409,7 +2524,7 @@ type CloseStdin struct {
 
 func (x *CloseStdin) Reset() {
 	*x = CloseStdin{}
-	mi := &file_aleph_proto_msgTypes[33]
+	mi := &file_aleph_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2421,7 +2536,7 @@ func (x *CloseStdin) String() string {
 func (*CloseStdin) ProtoMessage() {}
 
 func (x *CloseStdin) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[33]
+	mi := &file_aleph_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2434,7 +2549,7 @@ func (x *CloseStdin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdin.ProtoReflect.Descriptor instead.
 func (*CloseStdin) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{33}
+	return file_aleph_proto_rawDescGZIP(), []int{35}
 }
 
 // One message of RunStream from the host.
@@ -2453,7 +2568,7 @@ type RunStreamRequest struct {
 
 func (x *RunStreamRequest) Reset() {
 	*x = RunStreamRequest{}
-	mi := &file_aleph_proto_msgTypes[34]
+	mi := &file_aleph_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2465,7 +2580,7 @@ func (x *RunStreamRequest) String() string {
 func (*RunStreamRequest) ProtoMessage() {}
 
 func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[34]
+	mi := &file_aleph_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2478,7 +2593,7 @@ func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
 func (*RunStreamRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{34}
+	return file_aleph_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *RunStreamRequest) GetMsg() isRunStreamRequest_Msg {
@@ -2714,7 +2829,15 @@ const file_aleph_proto_rawDesc = "" +
 	"\x14ForgetSessionRequest\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x01 \x01(\tR\tsessionId\"\x17\n" +
-	"\x15ForgetSessionResponse\"\x15\n" +
+	"\x15ForgetSessionResponse\"3\n" +
+	"\x12LayeredViewRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\"g\n" +
+	"\x13LayeredViewResponse\x12\x18\n" +
+	"\amounted\x18\x01 \x01(\bR\amounted\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x10\n" +
+	"\x03dev\x18\x03 \x01(\x04R\x03dev\x12\x10\n" +
+	"\x03ino\x18\x04 \x01(\x04R\x03ino\"\x15\n" +
 	"\x13ConfigSchemaRequest\"\x8e\x01\n" +
 	"\vConfigField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2762,7 +2885,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ALLOW\x10\x01\x12\x0f\n" +
 	"\vACTION_WARN\x10\x02\x12\x0f\n" +
-	"\vACTION_DENY\x10\x032\xad\x04\n" +
+	"\vACTION_DENY\x10\x032\xf9\x04\n" +
 	"\x0fOsSandboxDriver\x12I\n" +
 	"\fCapabilities\x12\x1d.aleph.v1.CapabilitiesRequest\x1a\x1a.aleph.v1.HostCapabilities\x129\n" +
 	"\n" +
@@ -2772,7 +2895,8 @@ const file_aleph_proto_rawDesc = "" +
 	"\fConfigSchema\x12\x1d.aleph.v1.ConfigSchemaRequest\x1a\x1c.aleph.v1.DriverConfigSchema\x12D\n" +
 	"\tSetConfig\x12\x1a.aleph.v1.SetConfigRequest\x1a\x1b.aleph.v1.SetConfigResponse\x12P\n" +
 	"\rForgetSession\x12\x1e.aleph.v1.ForgetSessionRequest\x1a\x1f.aleph.v1.ForgetSessionResponse\x12?\n" +
-	"\tRunStream\x12\x1a.aleph.v1.RunStreamRequest\x1a\x12.aleph.v1.RunEvent(\x010\x012\xb6\x01\n" +
+	"\tRunStream\x12\x1a.aleph.v1.RunStreamRequest\x1a\x12.aleph.v1.RunEvent(\x010\x01\x12J\n" +
+	"\vLayeredView\x12\x1c.aleph.v1.LayeredViewRequest\x1a\x1d.aleph.v1.LayeredViewResponse2\xb6\x01\n" +
 	"\vSandboxHook\x129\n" +
 	"\bDescribe\x12\x19.aleph.v1.DescribeRequest\x1a\x12.aleph.v1.HookInfo\x122\n" +
 	"\x06Before\x12\x15.aleph.v1.HookRequest\x1a\x11.aleph.v1.Verdict\x128\n" +
@@ -2791,7 +2915,7 @@ func file_aleph_proto_rawDescGZIP() []byte {
 }
 
 var file_aleph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 37)
+var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_aleph_proto_goTypes = []any{
 	(NetworkMode)(0),              // 0: aleph.v1.NetworkMode
 	(Stream)(0),                   // 1: aleph.v1.Stream
@@ -2822,65 +2946,69 @@ var file_aleph_proto_goTypes = []any{
 	(*SignalResponse)(nil),        // 26: aleph.v1.SignalResponse
 	(*ForgetSessionRequest)(nil),  // 27: aleph.v1.ForgetSessionRequest
 	(*ForgetSessionResponse)(nil), // 28: aleph.v1.ForgetSessionResponse
-	(*ConfigSchemaRequest)(nil),   // 29: aleph.v1.ConfigSchemaRequest
-	(*ConfigField)(nil),           // 30: aleph.v1.ConfigField
-	(*DriverConfigSchema)(nil),    // 31: aleph.v1.DriverConfigSchema
-	(*SetConfigRequest)(nil),      // 32: aleph.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),     // 33: aleph.v1.SetConfigResponse
-	(*ErrorDetail)(nil),           // 34: aleph.v1.ErrorDetail
-	(*WindowSize)(nil),            // 35: aleph.v1.WindowSize
-	(*CloseStdin)(nil),            // 36: aleph.v1.CloseStdin
-	(*RunStreamRequest)(nil),      // 37: aleph.v1.RunStreamRequest
-	nil,                           // 38: aleph.v1.HostCapabilities.DetailsEntry
-	nil,                           // 39: aleph.v1.Exit.DetailsEntry
+	(*LayeredViewRequest)(nil),    // 29: aleph.v1.LayeredViewRequest
+	(*LayeredViewResponse)(nil),   // 30: aleph.v1.LayeredViewResponse
+	(*ConfigSchemaRequest)(nil),   // 31: aleph.v1.ConfigSchemaRequest
+	(*ConfigField)(nil),           // 32: aleph.v1.ConfigField
+	(*DriverConfigSchema)(nil),    // 33: aleph.v1.DriverConfigSchema
+	(*SetConfigRequest)(nil),      // 34: aleph.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),     // 35: aleph.v1.SetConfigResponse
+	(*ErrorDetail)(nil),           // 36: aleph.v1.ErrorDetail
+	(*WindowSize)(nil),            // 37: aleph.v1.WindowSize
+	(*CloseStdin)(nil),            // 38: aleph.v1.CloseStdin
+	(*RunStreamRequest)(nil),      // 39: aleph.v1.RunStreamRequest
+	nil,                           // 40: aleph.v1.HostCapabilities.DetailsEntry
+	nil,                           // 41: aleph.v1.Exit.DetailsEntry
 }
 var file_aleph_proto_depIdxs = []int32{
 	4,  // 0: aleph.v1.HostCapabilities.unavailable:type_name -> aleph.v1.Unavailable
-	38, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
+	40, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
 	0,  // 2: aleph.v1.NetworkPolicy.mode:type_name -> aleph.v1.NetworkMode
 	6,  // 3: aleph.v1.Capabilities.network:type_name -> aleph.v1.NetworkPolicy
 	7,  // 4: aleph.v1.ProfileRequest.capabilities:type_name -> aleph.v1.Capabilities
 	8,  // 5: aleph.v1.ProfileRequest.proxy:type_name -> aleph.v1.ProxyEndpoint
 	11, // 6: aleph.v1.RunRequest.env:type_name -> aleph.v1.EnvVar
 	10, // 7: aleph.v1.RunRequest.profile:type_name -> aleph.v1.Profile
-	35, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
+	37, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
 	13, // 9: aleph.v1.RunRequest.layered:type_name -> aleph.v1.LayeredWorkspace
 	1,  // 10: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
 	15, // 11: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
-	39, // 12: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
+	41, // 12: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
 	17, // 13: aleph.v1.Exit.violations:type_name -> aleph.v1.Violation
 	14, // 14: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
 	16, // 15: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
 	7,  // 16: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
 	2,  // 17: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
-	30, // 18: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
+	32, // 18: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
 	12, // 19: aleph.v1.RunStreamRequest.start:type_name -> aleph.v1.RunRequest
-	36, // 20: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
-	35, // 21: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
+	38, // 20: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
+	37, // 21: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
 	3,  // 22: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
 	9,  // 23: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
 	12, // 24: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
 	25, // 25: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
-	29, // 26: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
-	32, // 27: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
+	31, // 26: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
+	34, // 27: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
 	27, // 28: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
-	37, // 29: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
-	19, // 30: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
-	21, // 31: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
-	23, // 32: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
-	5,  // 33: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
-	10, // 34: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
-	18, // 35: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
-	26, // 36: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
-	31, // 37: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
-	33, // 38: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
-	28, // 39: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
-	18, // 40: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
-	20, // 41: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
-	22, // 42: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
-	24, // 43: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
-	33, // [33:44] is the sub-list for method output_type
-	22, // [22:33] is the sub-list for method input_type
+	39, // 29: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
+	29, // 30: aleph.v1.OsSandboxDriver.LayeredView:input_type -> aleph.v1.LayeredViewRequest
+	19, // 31: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
+	21, // 32: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
+	23, // 33: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
+	5,  // 34: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
+	10, // 35: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
+	18, // 36: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
+	26, // 37: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
+	33, // 38: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
+	35, // 39: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
+	28, // 40: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
+	18, // 41: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
+	30, // 42: aleph.v1.OsSandboxDriver.LayeredView:output_type -> aleph.v1.LayeredViewResponse
+	20, // 43: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
+	22, // 44: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
+	24, // 45: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
+	34, // [34:46] is the sub-list for method output_type
+	22, // [22:34] is the sub-list for method input_type
 	22, // [22:22] is the sub-list for extension type_name
 	22, // [22:22] is the sub-list for extension extendee
 	0,  // [0:22] is the sub-list for field type_name
@@ -2895,7 +3023,7 @@ func file_aleph_proto_init() {
 		(*RunEvent_Output)(nil),
 		(*RunEvent_Exit)(nil),
 	}
-	file_aleph_proto_msgTypes[34].OneofWrappers = []any{
+	file_aleph_proto_msgTypes[36].OneofWrappers = []any{
 		(*RunStreamRequest_Start)(nil),
 		(*RunStreamRequest_Stdin)(nil),
 		(*RunStreamRequest_CloseStdin)(nil),
@@ -2907,7 +3035,7 @@ func file_aleph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aleph_proto_rawDesc), len(file_aleph_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   37,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

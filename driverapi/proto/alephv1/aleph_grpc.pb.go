@@ -35,6 +35,7 @@ const (
 	OsSandboxDriver_SetConfig_FullMethodName     = "/aleph.v1.OsSandboxDriver/SetConfig"
 	OsSandboxDriver_ForgetSession_FullMethodName = "/aleph.v1.OsSandboxDriver/ForgetSession"
 	OsSandboxDriver_RunStream_FullMethodName     = "/aleph.v1.OsSandboxDriver/RunStream"
+	OsSandboxDriver_LayeredView_FullMethodName   = "/aleph.v1.OsSandboxDriver/LayeredView"
 )
 
 // OsSandboxDriverClient is the client API for OsSandboxDriver service.
@@ -74,6 +75,11 @@ type OsSandboxDriverClient interface {
 	// the previous chunk has gone to the command. Cancelling the stream
 	// kills the whole process tree.
 	RunStream(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[RunStreamRequest, RunEvent], error)
+	// Protocol 1.6 (call "layered_view"): where the host can reach the
+	// overlay a session sandbox of the session mounts (its root directory),
+	// for the host's file operations on a layered session's view. mounted is
+	// false when no sandbox of the session has its layer mounted now.
+	LayeredView(ctx context.Context, in *LayeredViewRequest, opts ...grpc.CallOption) (*LayeredViewResponse, error)
 }
 
 type osSandboxDriverClient struct {
@@ -176,6 +182,16 @@ func (c *osSandboxDriverClient) RunStream(ctx context.Context, opts ...grpc.Call
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OsSandboxDriver_RunStreamClient = grpc.BidiStreamingClient[RunStreamRequest, RunEvent]
 
+func (c *osSandboxDriverClient) LayeredView(ctx context.Context, in *LayeredViewRequest, opts ...grpc.CallOption) (*LayeredViewResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(LayeredViewResponse)
+	err := c.cc.Invoke(ctx, OsSandboxDriver_LayeredView_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // OsSandboxDriverServer is the server API for OsSandboxDriver service.
 // All implementations must embed UnimplementedOsSandboxDriverServer
 // for forward compatibility.
@@ -213,6 +229,11 @@ type OsSandboxDriverServer interface {
 	// the previous chunk has gone to the command. Cancelling the stream
 	// kills the whole process tree.
 	RunStream(grpc.BidiStreamingServer[RunStreamRequest, RunEvent]) error
+	// Protocol 1.6 (call "layered_view"): where the host can reach the
+	// overlay a session sandbox of the session mounts (its root directory),
+	// for the host's file operations on a layered session's view. mounted is
+	// false when no sandbox of the session has its layer mounted now.
+	LayeredView(context.Context, *LayeredViewRequest) (*LayeredViewResponse, error)
 	mustEmbedUnimplementedOsSandboxDriverServer()
 }
 
@@ -246,6 +267,9 @@ func (UnimplementedOsSandboxDriverServer) ForgetSession(context.Context, *Forget
 }
 func (UnimplementedOsSandboxDriverServer) RunStream(grpc.BidiStreamingServer[RunStreamRequest, RunEvent]) error {
 	return status.Errorf(codes.Unimplemented, "method RunStream not implemented")
+}
+func (UnimplementedOsSandboxDriverServer) LayeredView(context.Context, *LayeredViewRequest) (*LayeredViewResponse, error) {
+	return nil, status.Errorf(codes.Unimplemented, "method LayeredView not implemented")
 }
 func (UnimplementedOsSandboxDriverServer) mustEmbedUnimplementedOsSandboxDriverServer() {}
 func (UnimplementedOsSandboxDriverServer) testEmbeddedByValue()                         {}
@@ -394,6 +418,24 @@ func _OsSandboxDriver_RunStream_Handler(srv interface{}, stream grpc.ServerStrea
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type OsSandboxDriver_RunStreamServer = grpc.BidiStreamingServer[RunStreamRequest, RunEvent]
 
+func _OsSandboxDriver_LayeredView_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(LayeredViewRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(OsSandboxDriverServer).LayeredView(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: OsSandboxDriver_LayeredView_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(OsSandboxDriverServer).LayeredView(ctx, req.(*LayeredViewRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // OsSandboxDriver_ServiceDesc is the grpc.ServiceDesc for OsSandboxDriver service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -424,6 +466,10 @@ var OsSandboxDriver_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ForgetSession",
 			Handler:    _OsSandboxDriver_ForgetSession_Handler,
+		},
+		{
+			MethodName: "LayeredView",
+			Handler:    _OsSandboxDriver_LayeredView_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{

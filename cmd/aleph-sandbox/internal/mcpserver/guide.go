@@ -70,6 +70,7 @@ func instructions(cfg Config) string {
 	}
 	b.WriteString(limitsText(cfg) + " ")
 	b.WriteString("Use start_process for a server, a REPL or a watcher, then read_process, write_process and stop_process; processes share the session's loopback with run_command. ")
+	b.WriteString("With layered: true on the session's first run_command, the session works on a layer over the workspace: everything is writable, git included, and the user's files change only when the user applies; changes and diff show what the session changed, and apply brings it to the user's files only with the user's approval (otherwise it names the command the user can run). ")
 	b.WriteString("A result with a hint says how to get what the sandbox refused; a denied result (a tool error with denied: true) is the user's or the policy's refusal: do not repeat the same call.")
 	return b.String()
 }

@@ -170,7 +170,7 @@ func TestMCPGuidesTheModel(t *testing.T) {
 	cfg := mcpserver.Config{Workspace: ws, DefaultTimeout: 42 * time.Second, MaxOutputBytes: 12346}
 	cs, ps := connectPipe(t, cfg, pipeClient{})
 	init := cs.InitializeResult()
-	for _, want := range []string{"42 s", "12346 bytes", ws, "run_command", "start_process", "spawn"} {
+	for _, want := range []string{"42 s", "12346 bytes", ws, "run_command", "start_process", "spawn", "layered: true", "changes and diff", "apply"} {
 		if !strings.Contains(init.Instructions, want) {
 			t.Errorf("instructions lack %q: %q", want, init.Instructions)
 		}

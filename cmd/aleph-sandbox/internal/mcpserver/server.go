@@ -63,6 +63,10 @@ type Config struct {
 	// the service's (its Capabilities); zero when not known.
 	DefaultTimeout time.Duration
 	MaxOutputBytes int64
+	// Host is the service this server sends its calls to (mcp --host,
+	// "unix:PATH"); empty in-process. The command apply's refusal names
+	// for the user reaches the session there.
+	Host string
 }
 
 // RunCommandArgs are run_command's arguments. Exactly one of Argv and

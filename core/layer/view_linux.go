@@ -1,0 +1,81 @@
+//go:build linux
+
+package layer
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// MountView mounts the layer's overlay for the host's file operations
+// when no session sandbox has it mounted: the files API reads and writes
+// a layered session's view through overlayfs, never its upper directory
+// directly (what it would have to emulate: whiteouts, opaque directories,
+// copy-up), and never while another overlay of the same upper exists
+// (two overlays sharing an upper are undefined).
+//
+// It takes what the bwrap driver takes to mount (the layer's lock shared,
+// the upper directory's flock exclusive, non-blocking), so while the view
+// is open no driver mounts the upper and Discard refuses; a layer mounted
+// elsewhere gives ErrLayerBusy. The overlay is mounted on a fresh
+// directory of the layer's, its root opened, and the mount detached at
+// once: the one reference left is the returned descriptor, and nothing of
+// it stays in the host's mount table. It needs the right to mount
+// (CAP_SYS_ADMIN): layers made for a user namespace are refused.
+func (l *Layer) MountView(ctx context.Context) (_ *View, err error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	m := l.MountSpec()
+	if m.UserNS {
+		return nil, &LayerError{Dir: l.dir, Reason: "the layer was made for a user namespace; the host mounts views in the initial one only"}
+	}
+	data, err := m.Data()
+	if err != nil {
+		return nil, err
+	}
+	lock, err := os.OpenFile(l.dir+"/"+LockFile, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &LayerError{Dir: l.dir, Reason: "the lock cannot be opened", Err: err}
+	}
+	defer func() {
+		if err != nil {
+			lock.Close()
+		}
+	}()
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
+		return nil, ErrLayerMounted
+	}
+	upper, err := os.OpenFile(m.Upper, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &LayerError{Dir: l.dir, Reason: "the upper directory cannot be opened", Err: err}
+	}
+	defer func() {
+		if err != nil {
+			upper.Close()
+		}
+	}()
+	if err := unix.Flock(int(upper.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil, fmt.Errorf("%w (the session's sandbox in another process, e.g. a one-shot exec): %v", ErrLayerBusy, err)
+	}
+	point, err := os.MkdirTemp(l.dir, ".view-")
+	if err != nil {
+		return nil, &LayerError{Dir: l.dir, Reason: "a mount point cannot be made", Err: err}
+	}
+	defer os.Remove(point)
+	if err := unix.Mount("overlay", point, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return nil, &LayerError{Dir: l.dir, Reason: "mounting the overlay failed (the host needs the right to mount: root)", Err: err}
+	}
+	dir, oerr := os.OpenFile(point, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if uerr := unix.Unmount(point, unix.MNT_DETACH); uerr != nil && oerr == nil {
+		dir.Close()
+		return nil, &LayerError{Dir: l.dir, Reason: "detaching the view's mount failed", Err: uerr}
+	}
+	if oerr != nil {
+		return nil, &LayerError{Dir: l.dir, Reason: "the overlay's root cannot be opened", Err: oerr}
+	}
+	return &View{Dir: dir, lock: lock, upper: upper}, nil
+}
