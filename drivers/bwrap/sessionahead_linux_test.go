@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -103,8 +104,121 @@ echo b > /tmp/markB && echo tmp ok`)
 	}
 	// Refilled for the next new session.
 	waitAheadWaiting(t, d, 1)
-	if strings.Contains(r.stderr, "sandbox-init") {
-		t.Fatal(r.stderr)
+}
+
+// netInode is the network namespace a command of session sees.
+func netInode(t *testing.T, d *Driver, ws, session string, caps driverapi.Capabilities) string {
+	t.Helper()
+	r := sessRun(t, d, ws, session, caps, `readlink /proc/self/ns/net`)
+	expectOK(t, r)
+	return strings.TrimSpace(r.stdout)
+}
+
+// TestSessionAheadProfiles: a sandbox built ahead for one profile never
+// serves another (a no-spawn session after spawn ones builds its own, and
+// cannot spawn); under network none the taken sandbox's namespace is its
+// session's own, which the session's commands of another profile share,
+// and another session's is another; a session that holds a namespace
+// already leaves the waiting sandbox untouched for the next new session.
+func TestSessionAheadProfiles(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	wsA, wsB, wsC, wsD := newWorkspace(t), newWorkspace(t), newWorkspace(t), newWorkspace(t)
+	expectOK(t, sessRun(t, d, wsA, "A", spawnCaps, `:`))
+	waitAheadWaiting(t, d, 1)
+	// Profile B (no spawn): nothing built ahead for it.
+	r := sessRun(t, d, wsB, "B", driverapi.Capabilities{}, `/bin/true && echo spawned`)
+	if r.err != nil || strings.Contains(r.stdout, "spawned") || r.exit.SpawnRefused == 0 {
+		t.Fatalf("no-spawn session: %+v %q", r.exit, r.stdout)
 	}
-	_ = context.Background()
+	if st, waiting := d.AheadStats(); st.Taken != 0 || waiting < 1 {
+		t.Fatalf("a no-spawn session took the spawn profile's sandbox: %+v, %d waiting", st, waiting)
+	}
+	// Session C holds a network namespace (a no-spawn command first): the
+	// spawn sandbox waiting, with its own, is not for it.
+	expectOK(t, sessRun(t, d, wsC, "C", driverapi.Capabilities{}, `:`))
+	netC := netInode(t, d, wsC, "C", spawnCaps)
+	if st, waiting := d.AheadStats(); st.Taken != 0 || waiting < 1 {
+		t.Fatalf("session C took it: %+v, %d waiting", st, waiting)
+	}
+	// Session D, new: takes it, and its namespace is D's own.
+	netD := netInode(t, d, wsD, "D", spawnCaps)
+	if st, _ := d.AheadStats(); st.Taken != 1 {
+		t.Fatalf("session D did not take the sandbox built ahead: %+v", st)
+	}
+	if netD == netC || netD == "" || !strings.HasPrefix(netD, "net:[") {
+		t.Fatalf("network namespaces: C %s, D %s", netC, netD)
+	}
+	held := false
+	for _, ino := range d.heldInodes() {
+		if netD == "net:["+strconv.FormatUint(ino, 10)+"]" {
+			held = true
+		}
+	}
+	if d.probe().sessionNet == sessionNetSetns && !held {
+		t.Fatalf("D's namespace %s is not the one held for session D (%v)", netD, d.heldInodes())
+	}
+}
+
+// TestSessionAheadIdleDropped: a sandbox built ahead that no session takes
+// ends after session_ahead_idle_ms and leaves nothing (processes, cgroups);
+// a session taken from one and forgotten leaves nothing either.
+func TestSessionAheadIdleDropped(t *testing.T) {
+	d := testDriver(t, Options{SessionAheadIdleMS: 1500})
+	needSessions(t, d)
+	wsA, wsB := newWorkspace(t), newWorkspace(t)
+	root := filepath.Dir(wsA)
+	expectOK(t, sessRun(t, d, wsA, "A", spawnCaps, `:`))
+	waitAheadWaiting(t, d, 1)
+	// Control: it is there, processes and all.
+	if _, all := sessionProcs(root); len(all) < 3 {
+		t.Fatalf("control: %d session processes under %s, want A's and the one built ahead", len(all), root)
+	}
+	// Taken by B, which is then forgotten, as A is.
+	expectOK(t, sessRun(t, d, wsB, "B", spawnCaps, `:`))
+	if st, _ := d.AheadStats(); st.Taken != 1 {
+		t.Fatalf("B did not take it: %+v", st)
+	}
+	for _, s := range []string{"A", "B"} {
+		if err := d.ForgetSession(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// B's take built another ahead: unused, it is dropped.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st, waiting := d.AheadStats()
+		if st.Expired >= 1 && waiting == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not dropped: %+v, %d waiting", st, waiting)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	expectNothingLeft(t, d, root)
+}
+
+// TestSessionAheadClose: Close ends the sandboxes built ahead with the
+// sessions' and leaves nothing; the pool can be emptied, and 0 builds none.
+func TestSessionAheadClose(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	root := filepath.Dir(ws)
+	expectOK(t, sessRun(t, d, ws, "A", spawnCaps, `:`))
+	waitAheadWaiting(t, d, 1)
+	d.Close()
+	if _, waiting := d.AheadStats(); waiting != 0 {
+		t.Fatalf("%d still waiting after Close", waiting)
+	}
+	expectNothingLeft(t, d, root)
+
+	off := testDriver(t, Options{SessionAhead: new(uint64)})
+	ws = newWorkspace(t)
+	expectOK(t, sessRun(t, off, ws, "A", spawnCaps, `:`))
+	expectOK(t, sessRun(t, off, newWorkspace(t), "B", spawnCaps, `:`))
+	if st, waiting := off.AheadStats(); st.Built != 0 || waiting != 0 || st.Taken != 0 {
+		t.Fatalf("session_ahead = 0 built some: %+v, %d waiting", st, waiting)
+	}
 }
