@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -220,5 +221,53 @@ func TestSessionAheadClose(t *testing.T) {
 	expectOK(t, sessRun(t, off, newWorkspace(t), "B", spawnCaps, `:`))
 	if st, waiting := off.AheadStats(); st.Built != 0 || waiting != 0 || st.Taken != 0 {
 		t.Fatalf("session_ahead = 0 built some: %+v, %d waiting", st, waiting)
+	}
+}
+
+// TestSessionAheadDriverDeath: the driver killed, the session sandboxes it
+// built ahead end with its sessions' (their lifelines hang up).
+func TestSessionAheadDriverDeath(t *testing.T) {
+	needSessions(t, testDriver(t, Options{}))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin,
+		Env: []string{OptionsEnv + `={"session_sandbox":"always","cgroup":"none","session_ahead":2}`}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Kill)
+	d := p.Driver()
+	ws := newWorkspace(t)
+	root := filepath.Dir(ws)
+	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: spawnCaps, Workspace: ws, Cwd: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Env: pathEnv(),
+		Timeout: 30 * time.Second, MaxOutputBytes: 1024, SessionID: "s"}
+	setSessionSandbox(&spec)
+	if exit, err := d.Run(ctx, spec, driverapi.Streams{}); err != nil || exit.ExitCode != 0 {
+		t.Fatalf("%v %+v", err, exit)
+	}
+	// Control: beside the session's own processes, those of the two
+	// built ahead (bwrap, a supervisor and a command's sandbox-init each).
+	waitUntil(t, func() bool {
+		_, session := sessionProcs(ws)
+		_, all := sessionProcs(root)
+		return len(all)-len(session) >= 6
+	})
+	if err := syscall.Kill(p.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, all := sessionProcs(root)
+		if len(all) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("session sandboxes built ahead outlived their driver: %v", all)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
