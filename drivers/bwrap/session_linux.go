@@ -298,7 +298,7 @@ func (d *Driver) sessionFor(ctx context.Context, key poolKey, plan Plan) (*sessi
 		s.mu.Unlock()
 		// One built ahead for the profile, made this session's, when one
 		// waits; else built now.
-		ss := d.takeAhead(key, plan)
+		ss := d.takeAhead(ctx, key, plan)
 		var err error
 		if ss == nil {
 			ss, err = d.buildSession(ctx, key, plan)

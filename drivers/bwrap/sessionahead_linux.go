@@ -130,7 +130,10 @@ type aheadPool struct {
 	// refused counts the takes of a key that failed in a row: from
 	// maxRefused on the key is not built ahead any more.
 	refused map[aheadKey]int
-	stats   AheadStats
+	// ready is closed when a build of the key ends; kick, when a new
+	// session waits for one (its build then starts at once).
+	ready, kick map[aheadKey]chan struct{}
+	stats       AheadStats
 }
 
 // AheadStats counts what the session sandboxes built ahead did (tests,
@@ -190,7 +193,7 @@ func aheadKeyFor(plan Plan, key poolKey) (aheadKey, bool) {
 // takeAhead is a session sandbox built ahead for key's profile, made key's
 // (its workspace and HOME attached, its network namespace the session's),
 // or nil when none can be.
-func (d *Driver) takeAhead(key poolKey, plan Plan) *sessionSandbox {
+func (d *Driver) takeAhead(ctx context.Context, key poolKey, plan Plan) *sessionSandbox {
 	ak, ok := aheadKeyFor(plan, key)
 	if !ok || d.aheadPerProfile() == 0 {
 		return nil
@@ -199,6 +202,23 @@ func (d *Driver) takeAhead(key poolKey, plan Plan) *sessionSandbox {
 	for {
 		s.mu.Lock()
 		l := s.ahead.idle[ak]
+		if len(l) == 0 && s.ahead.building[ak] > 0 && !s.closed {
+			// One is being built: it started before this command came,
+			// so it is ready sooner than one built now, and a second
+			// build beside it would halve the CPU each gets.
+			ready := s.ahead.ready[ak]
+			if k := s.ahead.kick[ak]; k != nil {
+				close(k)
+				delete(s.ahead.kick, ak)
+			}
+			s.mu.Unlock()
+			select {
+			case <-ready:
+				continue
+			case <-ctx.Done():
+				return nil
+			}
+		}
 		if len(l) == 0 {
 			s.ahead.stats.Missed++
 			s.mu.Unlock()
@@ -517,6 +537,7 @@ func (d *Driver) refillAhead(key poolKey, plan Plan, after <-chan struct{}) {
 	}
 	if s.ahead.idle == nil {
 		s.ahead.idle, s.ahead.building, s.ahead.refused = map[aheadKey][]*aheadEntry{}, map[aheadKey]int{}, map[aheadKey]int{}
+		s.ahead.ready, s.ahead.kick = map[aheadKey]chan struct{}{}, map[aheadKey]chan struct{}{}
 	}
 	if _, known := s.ahead.idle[ak]; !known && s.ahead.building[ak] == 0 {
 		// A profile not held yet: at most maxAheadProfiles are.
@@ -534,6 +555,13 @@ func (d *Driver) refillAhead(key poolKey, plan Plan, after <-chan struct{}) {
 	for want := n - len(s.ahead.idle[ak]) - s.ahead.building[ak]; want > 0 && s.ahead.total < n*maxAheadProfiles; want-- {
 		s.ahead.building[ak]++
 		s.ahead.total++
+		if s.ahead.ready[ak] == nil {
+			s.ahead.ready[ak] = make(chan struct{})
+		}
+		if s.ahead.kick[ak] == nil {
+			s.ahead.kick[ak] = make(chan struct{})
+		}
+		kick := s.ahead.kick[ak]
 		// Close waits for it.
 		s.inflight++
 		go func() {
@@ -541,6 +569,7 @@ func (d *Driver) refillAhead(key poolKey, plan Plan, after <-chan struct{}) {
 			t := time.NewTimer(refillWait)
 			select {
 			case <-after:
+			case <-kick:
 			case <-t.C:
 			}
 			t.Stop()
@@ -548,6 +577,15 @@ func (d *Driver) refillAhead(key poolKey, plan Plan, after <-chan struct{}) {
 			s.mu.Lock()
 			if s.ahead.building[ak]--; s.ahead.building[ak] == 0 {
 				delete(s.ahead.building, ak)
+				delete(s.ahead.kick, ak)
+			}
+			// Whoever waits for a build of the key looks again.
+			if r := s.ahead.ready[ak]; r != nil {
+				close(r)
+				delete(s.ahead.ready, ak)
+				if s.ahead.building[ak] > 0 {
+					s.ahead.ready[ak] = make(chan struct{})
+				}
 			}
 			if err != nil || s.closed {
 				s.ahead.total--
