@@ -446,6 +446,11 @@ func (p Plan) writable() []string {
 	return out
 }
 
+// attachRootBytes is the size of the tmpfs at a sandbox's attach root
+// (Plan.attachRoot): it holds two mount points and is read-only once they
+// are made.
+const attachRootBytes = 64 << 10
+
 // boundWritable is writable() as bwrap binds it: without the HOME of a
 // sandbox built ahead of its session (attached later).
 func (p Plan) boundWritable() []string {

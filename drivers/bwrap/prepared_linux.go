@@ -101,9 +101,9 @@ type preparedSandbox struct {
 	roots      []rootID // the workspace and grant roots bound, as they were
 	// net is the network namespace bwrap joined (nil: its own), for a
 	// session sandbox built ahead, whose namespace becomes its session's.
-	net *netns
-	timer      *time.Timer
-	destroyed  sync.Once
+	net       *netns
+	timer     *time.Timer
+	destroyed sync.Once
 }
 
 // rootID is a bound root's identity at preparation.

@@ -98,10 +98,6 @@ import (
 // built ahead at once.
 const maxAheadProfiles = 4
 
-// attachRootBytes is the size of the tmpfs at a sandbox's attach root: it
-// holds two mount points and is read-only once they are made.
-const attachRootBytes = 64 << 10
-
 // aheadKey is what a session sandbox built ahead may serve: the profile
 // without its session's paths, the directory they are attached under, and
 // whether the session has a HOME of its own there.
