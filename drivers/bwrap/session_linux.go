@@ -486,6 +486,7 @@ func (d *Driver) idleSession(ss *sessionSandbox) {
 	ss.mu.Unlock()
 	if !busy {
 		d.endSession(ss, true)
+		d.dropAheadIfIdle(false)
 	}
 }
 
@@ -830,6 +831,8 @@ func (d *Driver) forgetSessions(session string) {
 	for _, ss := range gone {
 		d.endSession(ss, false)
 	}
+	// The last session gone: nothing built ahead is kept either.
+	d.dropAheadIfIdle(true)
 }
 
 // closeSessions ends every session sandbox; none is built after it.

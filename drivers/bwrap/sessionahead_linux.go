@@ -583,7 +583,10 @@ func (d *Driver) refillAhead(key poolKey, plan Plan, after <-chan struct{}) {
 					s.ahead.ready[ak] = make(chan struct{})
 				}
 			}
-			if err != nil || s.closed {
+			if err != nil || s.closed || len(s.m) == 0 {
+				// Closed, or every session ended meanwhile: a driver
+				// without sessions holds nothing of its own
+				// (dropAheadIfIdle).
 				s.ahead.total--
 				if err != nil {
 					s.ahead.stats.Failed++
@@ -704,6 +707,39 @@ func (d *Driver) endAhead(e *aheadEntry) {
 	if e.supFD >= 0 {
 		unix.Close(e.supFD)
 		e.supFD = -1
+	}
+}
+
+// dropAheadIfIdle ends the session sandboxes built ahead once the driver
+// holds no session sandbox (the last one forgotten or idle): a driver
+// without sessions holds no process, cgroup or namespace of its own (what
+// the conformance suite checks after forget_session), and an idle
+// service no memory. wait: also wait (bounded) for those being built,
+// which end as they are ready.
+func (d *Driver) dropAheadIfIdle(wait bool) {
+	s := &d.sessions
+	idle := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.m) == 0 && len(s.building) == 0
+	}
+	if !idle() {
+		return
+	}
+	d.emptyAhead()
+	deadline := time.Now().Add(2 * preparedReadyWait)
+	for wait && time.Now().Before(deadline) {
+		s.mu.Lock()
+		building := len(s.ahead.building)
+		s.mu.Unlock()
+		if building == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if wait && idle() {
+		// One that was ready just before its build saw no session.
+		d.emptyAhead()
 	}
 }
 

@@ -177,17 +177,13 @@ func TestSessionAheadIdleDropped(t *testing.T) {
 	if _, all := sessionProcs(root); len(all) < 3 {
 		t.Fatalf("control: %d session processes under %s, want A's and the one built ahead", len(all), root)
 	}
-	// Taken by B, which is then forgotten, as A is.
+	// Taken by B.
 	expectOK(t, sessRun(t, d, wsB, "B", spawnCaps, `:`))
 	if st, _ := d.AheadStats(); st.Taken != 1 {
 		t.Fatalf("B did not take it: %+v", st)
 	}
-	for _, s := range []string{"A", "B"} {
-		if err := d.ForgetSession(context.Background(), s); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// B's take built another ahead: unused, it is dropped.
+	// B's take built another ahead: unused while A and B live, it is
+	// dropped.
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		st, waiting := d.AheadStats()
@@ -199,7 +195,41 @@ func TestSessionAheadIdleDropped(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	if n := d.liveSessions(); n != 2 {
+		t.Fatalf("control: %d session sandboxes live, want A's and B's", n)
+	}
+	// Forgetting the last session ends what is built ahead at once (none
+	// waits now, but B's forget must not leave one being built either).
+	for _, s := range []string{"A", "B"} {
+		if err := d.ForgetSession(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, all := sessionProcs(root); len(all) != 0 {
+		t.Fatalf("processes left right after the last forget: %v", all)
+	}
 	expectNothingLeft(t, d, root)
+}
+
+// TestSessionAheadLastForget: once the last session is forgotten, the
+// sandboxes built ahead end with it: the driver holds no process of its
+// own (the conformance suite's robust cases check this).
+func TestSessionAheadLastForget(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	root := filepath.Dir(ws)
+	expectOK(t, sessRun(t, d, ws, "A", spawnCaps, `:`))
+	waitAheadWaiting(t, d, 1)
+	if err := d.ForgetSession(context.Background(), "A"); err != nil {
+		t.Fatal(err)
+	}
+	if _, all := sessionProcs(root); len(all) != 0 {
+		t.Fatalf("processes left right after the last forget: %v", all)
+	}
+	if _, waiting := d.AheadStats(); waiting != 0 {
+		t.Fatalf("%d still waiting", waiting)
+	}
 }
 
 // TestSessionAheadClose: Close ends the sandboxes built ahead with the
