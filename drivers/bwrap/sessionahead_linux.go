@@ -81,6 +81,8 @@ import (
 //   - bounded: session_ahead per profile, for at most maxAheadProfiles
 //     profiles; each ends after session_ahead_idle_ms (its PSS: bwrap, the
 //     supervisor and a command's sandbox-init, ~12 MiB alone);
+//     they are kept only while the driver holds a session sandbox (the
+//     last one forgotten or idle ends them: dropAheadIfIdle);
 //     session_ahead = 0 builds none; Close ends them all;
 //   - the driver killed: each one's lifeline hangs up, its supervisor ends
 //     and takes everything in its PID namespace with it, as for a session
