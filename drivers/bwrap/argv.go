@@ -74,16 +74,22 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 			ms = append(ms, mnt{m.Dest, []string{"--ro-bind", m.Src, m.Dest}})
 		}
 	}
-	if p.layerSrc != "" {
+	switch {
+	case p.attachRoot != "":
+		// Built ahead of its session (sessionahead_linux.go): the
+		// workspace and HOME are attached below this tmpfs later, which
+		// holds nothing but their mount points.
+		ms = append(ms, mnt{p.attachRoot, []string{"--size", strconv.Itoa(attachRootBytes), "--tmpfs", p.attachRoot}})
+	case p.layerSrc != "":
 		// The session's overlay (layered_linux.go) stands at the workspace.
 		ms = append(ms, mnt{p.Workspace, []string{"--bind", p.layerSrc, p.Workspace}})
-	} else {
+	default:
 		ms = append(ms, mnt{p.Workspace, bind(false, p.Workspace, p.Workspace)})
 	}
 	for _, g := range p.FSRead {
 		ms = append(ms, mnt{g, bind(true, g, g)})
 	}
-	for _, g := range p.writable() {
+	for _, g := range p.boundWritable() {
 		ms = append(ms, mnt{g, bind(false, g, g)})
 	}
 	// The anchors, existing protected entries and placeholders Run's
@@ -172,8 +178,17 @@ func (p Plan) InitSpec() InitSpec {
 	}
 	s.ReadOnly = append(s.ReadOnly, "/proc", InitPath)
 	s.ReadOnly = append(s.ReadOnly, p.FSRead...)
-	s.ReadWrite = append(s.ReadWrite, p.Workspace, "/tmp", "/dev")
-	s.ReadWrite = append(s.ReadWrite, p.writable()...)
+	ws := p.Workspace
+	if p.attachRoot != "" {
+		// The session's workspace and HOME are attached below it once the
+		// sandbox is taken, before any command's sandbox-init plans its
+		// rules: the rule on their parent covers them (Landlock checks
+		// the directories above a file, a mount's covered mount point
+		// aside), and the tmpfs itself is read-only by then.
+		ws = p.attachRoot
+	}
+	s.ReadWrite = append(s.ReadWrite, ws, "/tmp", "/dev")
+	s.ReadWrite = append(s.ReadWrite, p.boundWritable()...)
 	return s
 }
 

@@ -49,6 +49,10 @@ func configFields() []driverapi.ConfigField {
 			Description: "how long a session sandbox lives without a command before it is ended; 0 means the default"},
 		{Name: "session_placeholders", Type: driverapi.ConfigString, DefaultJSON: strconv.Quote(SessionPlaceholdersCommand), Enum: []string{"command", "session"},
 			Description: "how long the placeholders of missing protected entries stay on the host for a session sandbox's commands: command makes and removes them for each command; session keeps them (and the protected entries found) until the session sandbox ends, and a command only checks that the workspace did not change (faster; the placeholders are visible on the host between commands)"},
+		{Name: "session_ahead", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultSessionAhead),
+			Description: "session sandboxes kept built ahead per recently used profile (at most 4 profiles), each taken whole by the first command of one new session and never by another, kept only while the driver holds a session sandbox; 0 builds none ahead"},
+		{Name: "session_ahead_idle_ms", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultSessionAheadIdleMS),
+			Description: "how long a session sandbox built ahead waits for a new session before it is ended; 0 means the default"},
 		{Name: "max_session_networks", Type: driverapi.ConfigUint, DefaultJSON: strconv.Itoa(DefaultMaxSessionNetworks),
 			Description: "network namespaces held for sessions at once; past it a command needing one is refused (resource_exhausted); 0 means the default"},
 	}

@@ -47,6 +47,13 @@ const (
 	// workspace is unchanged instead of scanning it.
 	SessionPlaceholdersSession = "session"
 	maxSessionIdleMS           = 86_400_000
+	// DefaultSessionAhead is how many session sandboxes wait, built ahead,
+	// per recently used profile (sessionahead_linux.go).
+	DefaultSessionAhead = 1
+	// DefaultSessionAheadIdleMS is how long one waits for a session.
+	DefaultSessionAheadIdleMS = 30_000
+	maxSessionAhead           = 8
+	maxSessionAheadIdleMS     = 3_600_000
 )
 
 // SessionSandboxMode selects whether the commands of a session that ask
@@ -156,6 +163,13 @@ type Options struct {
 	// (SessionPlaceholdersCommand, empty) or for the session sandbox's
 	// life (SessionPlaceholdersSession: sessionprotect_linux.go).
 	SessionPlaceholders string `json:"session_placeholders,omitempty"`
+	// SessionAhead is how many session sandboxes are kept built ahead per
+	// recently used profile, for the first command of a new session; nil
+	// means DefaultSessionAhead, 0 builds none ahead.
+	SessionAhead *uint64 `json:"session_ahead,omitempty"`
+	// SessionAheadIdleMS is how long a session sandbox built ahead waits
+	// for a session before it is ended; 0 means DefaultSessionAheadIdleMS.
+	SessionAheadIdleMS uint64 `json:"session_ahead_idle_ms,omitempty"`
 	// MaxSessionNetworks caps the network namespaces held for sessions
 	// (each a pasta or slirp process and a namespace); past it a command
 	// needing one is refused as resource_exhausted. 0: the default (64).
@@ -230,6 +244,12 @@ func (o Options) Validate() error {
 	if o.SessionIdleMS > maxSessionIdleMS {
 		return &OptionsError{Key: "session_idle_ms", Reason: fmt.Sprintf("session_idle_ms %d is out of range (0 for the default of %d, up to %d)", o.SessionIdleMS, DefaultSessionIdleMS, maxSessionIdleMS)}
 	}
+	if o.SessionAhead != nil && *o.SessionAhead > maxSessionAhead {
+		return &OptionsError{Key: "session_ahead", Reason: fmt.Sprintf("session_ahead %d is out of range (0..%d)", *o.SessionAhead, maxSessionAhead)}
+	}
+	if o.SessionAheadIdleMS > maxSessionAheadIdleMS {
+		return &OptionsError{Key: "session_ahead_idle_ms", Reason: fmt.Sprintf("session_ahead_idle_ms %d is out of range (0 for the default of %d, up to %d)", o.SessionAheadIdleMS, DefaultSessionAheadIdleMS, maxSessionAheadIdleMS)}
+	}
 	if o.PreparedIdleMS > maxPreparedIdleMS {
 		return &OptionsError{Key: "prepared_idle_ms", Reason: fmt.Sprintf("prepared_idle_ms %d is out of range (0 for the default of %d, up to %d)", o.PreparedIdleMS, DefaultPreparedIdleMS, maxPreparedIdleMS)}
 	}
@@ -300,6 +320,13 @@ func (o Options) withDefaults() Options {
 	}
 	if o.SessionIdleMS == 0 {
 		o.SessionIdleMS = DefaultSessionIdleMS
+	}
+	if o.SessionAhead == nil {
+		n := uint64(DefaultSessionAhead)
+		o.SessionAhead = &n
+	}
+	if o.SessionAheadIdleMS == 0 {
+		o.SessionAheadIdleMS = DefaultSessionAheadIdleMS
 	}
 	return o
 }

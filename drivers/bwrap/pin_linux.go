@@ -23,8 +23,12 @@ import (
 // go into exec.Cmd.ExtraFiles after any earlier ones). The caller closes
 // them once bwrap has started.
 func pinPaths(p Plan, firstFD int) ([]*os.File, map[string]int, error) {
-	paths := append([]string{p.Workspace}, p.FSRead...)
-	paths = append(paths, p.writable()...)
+	var paths []string
+	if p.attachRoot == "" {
+		paths = append(paths, p.Workspace)
+	}
+	paths = append(paths, p.FSRead...)
+	paths = append(paths, p.boundWritable()...)
 	paths = append(paths, p.prot.pinned()...)
 	if p.ProxySocket != "" {
 		paths = append(paths, p.ProxySocket)

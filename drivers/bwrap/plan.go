@@ -127,6 +127,12 @@ type Plan struct {
 	// layerSrc: the overlay's mount point, bound at Workspace instead of
 	// the workspace while the session sandbox is built.
 	layerSrc string
+	// attachRoot: the sandbox is a session sandbox built ahead of its
+	// session (sessionahead_linux.go): a small tmpfs of its own stands at
+	// this directory (the workspace's parent) instead of the workspace and
+	// the session's HOME below it, which are attached there when a session
+	// takes the sandbox. Never serialized.
+	attachRoot string
 	// early are signals the command was sent while a prepared sandbox's
 	// hand-over, which then failed, was under way: the sandbox built
 	// instead gets them first (runPooled). Never serialized.
@@ -438,6 +444,20 @@ func (p Plan) writable() []string {
 		out = append(out, p.Home)
 	}
 	return out
+}
+
+// attachRootBytes is the size of the tmpfs at a sandbox's attach root
+// (Plan.attachRoot): it holds two mount points and is read-only once they
+// are made.
+const attachRootBytes = 64 << 10
+
+// boundWritable is writable() as bwrap binds it: without the HOME of a
+// sandbox built ahead of its session (attached later).
+func (p Plan) boundWritable() []string {
+	if p.attachRoot != "" {
+		return append([]string{}, p.FSWrite...)
+	}
+	return p.writable()
 }
 
 // outsideOf keeps the paths not within root (nil when none is left, as in

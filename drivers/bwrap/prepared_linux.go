@@ -99,8 +99,11 @@ type preparedSandbox struct {
 	// has ended (a pooled sandbox keeps its view bound until then).
 	releaseEtc func()
 	roots      []rootID // the workspace and grant roots bound, as they were
-	timer      *time.Timer
-	destroyed  sync.Once
+	// net is the network namespace bwrap joined (nil: its own), for a
+	// session sandbox built ahead, whose namespace becomes its session's.
+	net       *netns
+	timer     *time.Timer
+	destroyed sync.Once
 }
 
 // rootID is a bound root's identity at preparation.
@@ -572,10 +575,16 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 		return nil, err
 	}
 	ns, releaseNet, err := d.sessionNetFor(plan, session)
+	if plan.attachRoot != "" {
+		// No session yet: a namespace of its own, which becomes the
+		// session's when one takes the sandbox (sessionahead_linux.go).
+		ns, releaseNet, err = d.aheadNet(plan)
+	}
 	if err != nil {
 		return nil, err
 	}
 	ps.releaseNet, plan.joinNet = releaseNet, ns != nil
+	ps.net = ns
 	is := d.initSpecFor(&plan, ps.cg, nil)
 	is.Prepared = true
 	is.SessionSupervisor = plan.sessionSupervisor
@@ -585,7 +594,11 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	}
 	// The command's record arrives with the hand-over; bwrap's descriptor
 	// is an empty memfd until then.
-	sb, err := d.newSandbox(context.Background(), h.bwrap, plan, plan.Workspace, init, ps.cg, ns, nil, nil)
+	cwd := plan.Workspace
+	if plan.attachRoot != "" {
+		cwd = "/"
+	}
+	sb, err := d.newSandbox(context.Background(), h.bwrap, plan, cwd, init, ps.cg, ns, nil, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -674,7 +687,14 @@ func (ps *preparedSandbox) destroy() {
 // the host tree: the workspace and the grants.
 func rootIDs(plan Plan) ([]rootID, error) {
 	var ids []rootID
-	for _, p := range append(append([]string{plan.Workspace}, plan.FSRead...), plan.writable()...) {
+	var roots []string
+	if plan.attachRoot == "" {
+		// A sandbox built ahead of its session binds neither the
+		// workspace nor HOME (sessionahead_linux.go).
+		roots = append(roots, plan.Workspace)
+	}
+	roots = append(append(roots, plan.FSRead...), plan.boundWritable()...)
+	for _, p := range roots {
 		var st unix.Stat_t
 		if err := unix.Lstat(p, &st); err != nil {
 			return nil, fmt.Errorf("bwrap driver: %s: %w", p, err)

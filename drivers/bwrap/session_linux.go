@@ -106,6 +106,9 @@ type sessionSet struct {
 	// (Close waits for them); idle is signalled when it drops to zero.
 	inflight int
 	idle     *sync.Cond
+	// ahead holds the session sandboxes built ahead of their session
+	// (sessionahead_linux.go).
+	ahead aheadPool
 }
 
 // enter counts one more thing Close waits for.
@@ -203,6 +206,11 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 			defer d.sessions.leave()
 			ss.refill(d, plan, answered)
 		}()
+		if how != driverapi.SessionSandboxReused {
+			// A new session of this profile: the next one's sandbox is
+			// built ahead (sessionahead_linux.go).
+			d.refillAhead(key, plan, answered)
+		}
 		hs := &handoverStarter{
 			pathInfo: pathInfo{tier: tierBwrap, session: how, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif, mayspawn: plan.AllowSpawn},
 			d:        d, ps: ps, plan: plan, cwd: cwd,
@@ -288,13 +296,28 @@ func (d *Driver) sessionFor(ctx context.Context, key poolKey, plan Plan) (*sessi
 			how = driverapi.SessionSandboxRebuilt
 		}
 		s.mu.Unlock()
-		ss, err := d.buildSession(ctx, key, plan)
+		// One built ahead for the profile, made this session's, when one
+		// waits; else built now.
+		ss := d.takeAhead(ctx, key, plan)
+		var err error
+		if ss == nil {
+			ss, err = d.buildSession(ctx, key, plan)
+		}
 		s.mu.Lock()
 		delete(s.building, key)
 		close(done)
 		if err == nil && s.closed {
 			err = errors.New("bwrap driver: closed")
 			s.mu.Unlock()
+			ss.mu.Lock()
+			ahead := ss.ahead
+			ss.ahead = nil
+			ss.mu.Unlock()
+			if ahead != nil {
+				// Taken from those built ahead: its waiting
+				// sandbox-init's cgroup goes with it.
+				ahead.destroy()
+			}
 			ss.sup.destroy()
 			return nil, "", err
 		}
@@ -336,14 +359,21 @@ func (d *Driver) buildSession(ctx context.Context, key poolKey, plan Plan) (*ses
 		}
 		return nil, err
 	}
+	ss, err := d.sessionFromPrepared(key, sup, layer)
+	if err != nil && layer != nil {
+		layer.release()
+	}
+	return ss, err
+}
+
+// sessionFromPrepared is the session sandbox of sup, a prepared sandbox
+// whose sandbox-init is a session supervisor (destroyed on error).
+func (d *Driver) sessionFromPrepared(key poolKey, sup *preparedSandbox, layer *mountedLayer) (*sessionSandbox, error) {
 	// The supervisor's started and prepared bytes: nothing else ever comes
 	// from it on this lifeline.
 	var b [2]byte
 	if n, _, err := unix.Recvfrom(sup.sb.life.local, b[:], unix.MSG_DONTWAIT); err != nil || n != 2 {
 		sup.destroy()
-		if layer != nil {
-			layer.release()
-		}
 		return nil, fmt.Errorf("bwrap driver: session sandbox: read its readiness: %d bytes, %v", n, err)
 	}
 	ss := &sessionSandbox{key: key, sup: sup, layer: layer, notify: sup.sb.notif != nil, dead: make(chan struct{})}
@@ -456,6 +486,7 @@ func (d *Driver) idleSession(ss *sessionSandbox) {
 	ss.mu.Unlock()
 	if !busy {
 		d.endSession(ss, true)
+		d.dropAheadIfIdle(false)
 	}
 }
 
@@ -800,6 +831,8 @@ func (d *Driver) forgetSessions(session string) {
 	for _, ss := range gone {
 		d.endSession(ss, false)
 	}
+	// The last session gone: nothing built ahead is kept either.
+	d.dropAheadIfIdle(true)
 }
 
 // closeSessions ends every session sandbox; none is built after it.
@@ -815,6 +848,8 @@ func (d *Driver) closeSessions() {
 	for _, ss := range gone {
 		d.endSession(ss, false)
 	}
+	// Those built ahead too; one still being built ends once ready.
+	d.emptyAhead()
 	s.waitIdle()
 }
 

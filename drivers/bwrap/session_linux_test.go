@@ -252,9 +252,12 @@ func driverCgroups(d *Driver) []string {
 }
 
 // expectNothingLeft waits (bounded) until no process of a session sandbox
-// over ws is left, and checks no cgroup of d's is.
+// over ws is left, and checks no cgroup of d's is. The session sandboxes
+// built ahead, which belong to no session, are ended first: what they
+// leave counts too.
 func expectNothingLeft(t *testing.T, d *Driver, ws string) {
 	t.Helper()
+	drainAhead(t, d)
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		_, all := sessionProcs(ws)

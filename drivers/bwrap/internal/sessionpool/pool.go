@@ -91,6 +91,29 @@ func (p *Pool[T]) Acquire(sessionID string) (T, func(), error) {
 	return e.res, func() { once.Do(func() { p.release(key, e) }) }, nil
 }
 
+// Adopt makes res, made without a session, the resource of sessionID,
+// in use by one command until release, unless the session has one
+// already (ok false: res stays the caller's). A full pool gives a
+// FullError, as Acquire does.
+func (p *Pool[T]) Adopt(sessionID string, res T) (release func(), ok bool, err error) {
+	key := Key(sessionID)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.entries == nil {
+		p.entries = map[string]*entry[T]{}
+	}
+	if p.entries[key] != nil {
+		return nil, false, nil
+	}
+	if len(p.entries) >= p.max && !p.evictLocked() {
+		return nil, false, &FullError{p.max}
+	}
+	e := &entry[T]{res: res, users: 1}
+	p.entries[key] = e
+	var once sync.Once
+	return func() { once.Do(func() { p.release(key, e) }) }, true, nil
+}
+
 func (p *Pool[T]) release(key string, e *entry[T]) {
 	p.mu.Lock()
 	defer p.mu.Unlock()

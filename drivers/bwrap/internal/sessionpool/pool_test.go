@@ -75,3 +75,41 @@ func TestLifecycle(t *testing.T) {
 		t.Errorf("Key %q is not an opaque hash", Key("A"))
 	}
 }
+
+// TestAdopt: a resource made without a session becomes a session's, which
+// its next Acquire gets; a session that has one already keeps its own and
+// the adopted one stays the caller's; the cap holds.
+func TestAdopt(t *testing.T) {
+	open := func() *os.File {
+		f, err := os.Open(os.DevNull)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	p := New(1, time.Hour, func() (*os.File, error) { return open(), nil }, func(f *os.File) { f.Close() })
+	a := open()
+	rel, ok, err := p.Adopt("A", a)
+	if err != nil || !ok {
+		t.Fatalf("adopt into an empty pool: %v %v", ok, err)
+	}
+	got, relGot, err := p.Acquire("A")
+	if err != nil || got != a {
+		t.Fatalf("A's next command got %v (%v), want the adopted resource", got, err)
+	}
+	other := open()
+	defer other.Close()
+	if _, ok, err := p.Adopt("A", other); ok || err != nil {
+		t.Fatalf("a second resource adopted for A: %v %v", ok, err)
+	}
+	// Full (cap 1) and A busy: B cannot adopt.
+	if _, ok, err := p.Adopt("B", other); ok || !errors.As(err, new(*FullError)) {
+		t.Fatalf("adopt over the cap: %v %v", ok, err)
+	}
+	rel()
+	relGot()
+	p.Forget("A")
+	if _, err := a.Stat(); !errors.Is(err, os.ErrClosed) {
+		t.Fatal("the adopted resource outlived its forgotten session")
+	}
+}
