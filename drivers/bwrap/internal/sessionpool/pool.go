@@ -42,12 +42,14 @@ func New[T any](max int, idle time.Duration, make func() (T, error), close func(
 	return &Pool[T]{max: max, idle: idle, make: make, close: close}
 }
 
-// FullError: every resource held is in use by a running command, so a
-// command of one more session cannot get one.
+// FullError: every resource held is in use (by a running command, or by
+// a session sandbox the driver keeps for its session until it has been
+// idle for session_idle_ms), so a command of one more session cannot get
+// one.
 type FullError struct{ Max int }
 
 func (e *FullError) Error() string {
-	return fmt.Sprintf("%d sessions hold a network namespace already, each with a command running", e.Max)
+	return fmt.Sprintf("%d sessions hold a network namespace already, each with a command running or its session sandbox kept (until idle for sandbox.linux.session_idle_ms)", e.Max)
 }
 
 // Key is what a session is filed under: an opaque hash of its id.
