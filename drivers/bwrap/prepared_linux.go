@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -474,12 +475,7 @@ func (d *Driver) expire(ps *preparedSandbox) {
 	p := &d.pool
 	p.mu.Lock()
 	l := p.idle[ps.key]
-	i := -1
-	for j, x := range l {
-		if x == ps {
-			i = j
-		}
-	}
+	i := slices.Index(l, ps)
 	if i < 0 {
 		p.mu.Unlock()
 		return

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -671,12 +672,7 @@ func (d *Driver) expireAhead(e *aheadEntry) {
 	s := &d.sessions
 	s.mu.Lock()
 	l := s.ahead.idle[e.key]
-	i := -1
-	for j, x := range l {
-		if x == e {
-			i = j
-		}
-	}
+	i := slices.Index(l, e)
 	if i < 0 {
 		s.mu.Unlock()
 		return
