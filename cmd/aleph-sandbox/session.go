@@ -77,6 +77,11 @@ func runSession(ctx context.Context, args []string, io stdio) int {
 			}
 			return 0
 		}
+		// Its record goes (a forgotten session is no longer listed as
+		// kept); the workspace stays and its next command records it again.
+		if err := core.RemoveSessionRecord(cfg, id); err != nil {
+			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+		}
 		if !*asJSON {
 			fmt.Fprintf(io.Out, "session %q forgotten: its grants are cleared and its private HOME removed (its workspace stays)\n", id)
 		}
