@@ -18,8 +18,8 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
 )
 
-// listSessions is serve's Sessions list, by session.
-func listSessions(t *testing.T, c hostv1connect.ServiceClient) map[string]*hostv1.Session {
+// sessionList is serve's Sessions list, by session.
+func sessionList(t *testing.T, c hostv1connect.ServiceClient) map[string]*hostv1.Session {
 	t.Helper()
 	r, err := c.Sessions(context.Background(), connect.NewRequest(&hostv1.SessionsRequest{Action: &hostv1.SessionsRequest_List{List: &hostv1.ListSessions{}}}))
 	if err != nil {
@@ -69,7 +69,7 @@ func TestServeListsPersistedSessions(t *testing.T) {
 			t.Fatalf("touch in %s: %+v %v\n%s", id, o.result, o.err, srv1.stderr)
 		}
 	}
-	if s := listSessions(t, c1)["kept"]; s == nil || s.GetPersistedOnly() || s.GetIncarnation() == "" {
+	if s := sessionList(t, c1)["kept"]; s == nil || s.GetPersistedOnly() || s.GetIncarnation() == "" {
 		t.Fatalf("the first server lists kept as %v, want held (not persisted_only)", s)
 	}
 	stopServe(t, srv1)
@@ -92,7 +92,7 @@ func TestServeListsPersistedSessions(t *testing.T) {
 	sock2 := filepath.Join(t.TempDir(), "run", "aleph.sock")
 	srv2 := h.start(t, sock2, "")
 	c2 := client(sock2)
-	l := listSessions(t, c2)
+	l := sessionList(t, c2)
 	for _, id := range []string{"kept", "other"} {
 		s := l[id]
 		if s == nil || !s.GetPersistedOnly() || s.GetIncarnation() != "" {
@@ -121,7 +121,7 @@ func TestServeListsPersistedSessions(t *testing.T) {
 			t.Fatalf("%s is still there after delete: %v", p, err)
 		}
 	}
-	if l := listSessions(t, c2); l["kept"] != nil {
+	if l := sessionList(t, c2); l["kept"] != nil {
 		t.Fatalf("a deleted session is listed: %v", l["kept"])
 	}
 
@@ -130,14 +130,14 @@ func TestServeListsPersistedSessions(t *testing.T) {
 	if o := execute(ctx, c2, &hostv1.ExecuteRequest{Session: "other", Argv: []string{"/usr/bin/test", "-e", "mark"}}, nil); o.err != nil || o.result.GetExitCode() != 0 {
 		t.Fatalf("the resumed session does not see its file: %+v %v", o.result, o.err)
 	}
-	if s := listSessions(t, c2)["other"]; s == nil || s.GetPersistedOnly() {
+	if s := sessionList(t, c2)["other"]; s == nil || s.GetPersistedOnly() {
 		t.Fatalf("a resumed session is listed as %v, want held", s)
 	}
 	// Forget: unlisted, its workspace stays.
 	if _, err := c2.Sessions(ctx, connect.NewRequest(&hostv1.SessionsRequest{Action: &hostv1.SessionsRequest_Forget{Forget: &hostv1.ForgetSession{Session: "other"}}})); err != nil {
 		t.Fatal(err)
 	}
-	if l := listSessions(t, c2); l["other"] != nil {
+	if l := sessionList(t, c2); l["other"] != nil {
 		t.Fatalf("a forgotten session is listed: %v", l["other"])
 	}
 	if _, err := os.Stat(filepath.Join(wsOf("other"), "mark")); err != nil {
