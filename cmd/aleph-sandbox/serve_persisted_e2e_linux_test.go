@@ -59,7 +59,9 @@ func TestServeListsPersistedSessions(t *testing.T) {
 	h.env = append(h.env, "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+root)
 	ctx := context.Background()
 	wsOf := func(id string) string { return filepath.Join(root, core.SessionDirName(id)) }
-	recOf := func(id string) string { return filepath.Join(root, core.SessionsDirName, core.SessionDirName(id)+".json") }
+	recOf := func(id string) string {
+		return filepath.Join(root, core.SessionsDirName, core.SessionDirName(id)+".json")
+	}
 
 	sock1 := filepath.Join(t.TempDir(), "run", "aleph.sock")
 	srv1 := h.start(t, sock1, "")
