@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi/drivertest"
 )
@@ -67,6 +68,16 @@ func TestRecordedSessionsOutliveTheProcess(t *testing.T) {
 	}
 	if got := sb2.KeptSessions(); !slices.Equal(got, []string{ids[2]}) {
 		t.Fatalf("after forget and delete: %q, want %q", got, ids[2:])
+	}
+	// Idle expiry deletes: the record goes with the workspace.
+	if err := sb2.ExpireSession(context.Background(), ids[2], time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(sessionRecordPath(cfg, ids[2])); !os.IsNotExist(err) {
+		t.Errorf("the record of an expired session is still there: %v", err)
+	}
+	if got := sb2.KeptSessions(); len(got) != 0 {
+		t.Fatalf("after expiry: %q, want none", got)
 	}
 }
 
