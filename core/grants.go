@@ -129,7 +129,19 @@ const forgetDriverTimeout = 10 * time.Second
 // The driver is told too (driverapi.SessionForgetter), so that it releases
 // what it keeps for the session: the bwrap driver's shared network
 // namespace of network none.
+//
+// Its record (sessionrecord.go) is removed: a forgotten session is no
+// longer listed, though its workspace stays; its next command records it
+// again.
 func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
+	s.forget(sessionID)
+	if err := RemoveSessionRecord(s.cfg, sessionID); err != nil {
+		s.logger.Error("removing the session's record failed", "session", sessionID, "error", err)
+	}
+}
+
+// forget is ForgetSession but for the session's record.
+func (s *WorkspaceSandbox) forget(sessionID string) {
 	s.mu.Lock()
 	sess := s.sessions[sessionID]
 	delete(s.sessions, sessionID)
@@ -167,13 +179,19 @@ func (s *WorkspaceSandbox) ForgetSession(sessionID string) {
 // directory a caller named as the workspace (Command.Workspace,
 // --workspace) is the caller's and is never removed.
 func (s *WorkspaceSandbox) DeleteSession(sessionID string) error {
-	s.ForgetSession(sessionID)
+	// The record goes with the workspace (RemoveSessionWorkspace), not
+	// before it: a workspace that could not be removed stays listed, so
+	// that its deletion can be tried again.
+	s.forget(sessionID)
 	return RemoveSessionWorkspace(s.cfg, sessionID)
 }
 
 // RemoveSessionWorkspace removes the workspace the sandbox made for a
 // session under cfg's workspace root (nothing when there is none), by
-// descriptor, never following a link (removeTree).
+// descriptor, never following a link (removeTree), and then the session's
+// record (RemoveSessionRecord). Both paths are hashes of sessionID, never
+// what a record holds: a record edited to name another session cannot
+// make this remove that session's directory.
 func RemoveSessionWorkspace(cfg Config, sessionID string) error {
 	root := cfg.Sandbox.WorkspaceRoot
 	if root == "" || sessionID == "" {
@@ -183,7 +201,7 @@ func RemoveSessionWorkspace(cfg Config, sessionID string) error {
 	if err := removeTree(dir); err != nil {
 		return &WorkspaceError{Path: dir, Err: err}
 	}
-	return nil
+	return RemoveSessionRecord(cfg, sessionID)
 }
 
 // grantHostProblem says what is wrong with h (lower-cased, no trailing dot)

@@ -76,13 +76,17 @@ func (s *WorkspaceSandbox) Grants(sessionID string) SessionGrants {
 	return out
 }
 
-// KeptSessions lists the sessions whose grants the store keeps (sessions
-// of earlier processes not forgotten), sorted; none without a file store.
+// KeptSessions lists, sorted, the sessions kept on disk by this process or
+// an earlier one and not forgotten: those whose grants the store keeps
+// (with a file store) and those whose workspace is on disk with its
+// record (RecordedSessions).
 func (s *WorkspaceSandbox) KeptSessions() []string {
+	out := RecordedSessions(s.cfg)
 	if fs, ok := s.store.(*FileGrantStore); ok {
-		return fs.Sessions()
+		out = append(out, fs.Sessions()...)
 	}
-	return nil
+	sort.Strings(out)
+	return slices.Compact(out)
 }
 
 // GrantNotFoundError: RevokeGrant named a grant the session does not hold.
@@ -318,6 +322,11 @@ func (s *WorkspaceSandbox) reachesOwnState(field, p string, write bool) error {
 	// session another's HOME (home.go).
 	if h := s.homesRoot(); h != "" {
 		own = append(own, h)
+	}
+	// The sessions' records: a command that could write them could make
+	// a listing show sessions that are not there (sessionrecord.go).
+	if d := sessionRecordsDir(s.cfg); d != "" {
+		own = append(own, d)
 	}
 	for _, o := range own {
 		if filepath.Clean(p) == string(filepath.Separator) {

@@ -329,6 +329,12 @@ func (s *WorkspaceSandbox) workspaceDir(sess *session) (string, error) {
 	if err != nil {
 		return "", &WorkspaceError{Path: dir, Err: err}
 	}
+	// The record that names the directory's session (sessionrecord.go),
+	// written for a directory made before records were too. It serves
+	// listing only: a command does not fail for want of it.
+	if err := writeSessionRecord(s.cfg, sess.id); err != nil {
+		s.logger.Warn("recording the session beside its workspace failed; it is not listed once this process ends", "session", sess.id, "error", err)
+	}
 	sess.dir, sess.dirReady = canon, true
 	return canon, nil
 }

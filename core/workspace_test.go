@@ -99,9 +99,10 @@ func TestSessionDirNamingAndLazyCreation(t *testing.T) {
 	for _, e := range entries {
 		names = append(names, e.Name())
 	}
-	// Two workspaces, and the directory of the sessions' private HOMEs.
-	if len(entries) != 3 || !slices.Contains(names, HomesDirName) {
-		t.Fatalf("want 2 session dirs and %s, got %v", HomesDirName, names)
+	// Two workspaces, the directory of the sessions' private HOMEs and
+	// that of their records.
+	if len(entries) != 4 || !slices.Contains(names, HomesDirName) || !slices.Contains(names, SessionsDirName) {
+		t.Fatalf("want 2 session dirs, %s and %s, got %v", HomesDirName, SessionsDirName, names)
 	}
 	if homes, _ := os.ReadDir(filepath.Join(cfg.Sandbox.WorkspaceRoot, HomesDirName)); len(homes) != 2 || homes[0].Name() == homes[1].Name() {
 		t.Fatalf("want 2 private HOMEs, got %v", homes)

@@ -734,7 +734,8 @@ func (s *Server) describe(session string) *hostv1.Session {
 }
 
 // Sessions implements the service. The list is of the sessions this
-// service has run or been asked about since it started.
+// service has run or been asked about since it started, and of those kept
+// on disk (PersistedOnly).
 func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.SessionsRequest]) (*connect.Response[hostv1.SessionsResponse], error) {
 	resp := &hostv1.SessionsResponse{Sessions: []*hostv1.Session{}}
 	switch a := req.Msg.GetAction().(type) {
@@ -745,15 +746,18 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 			names = append(names, n)
 		}
 		s.mu.Unlock()
-		// And the sessions kept on disk from earlier (their grants):
-		// a restarted service lists what it will resume.
+		// And the sessions kept on disk from earlier (their workspace
+		// and its record, their grants): a restarted service lists what
+		// it will resume, marked as not active here.
 		if k, ok := s.host.(interface{ KeptSessions() []string }); ok {
 			names = append(names, k.KeptSessions()...)
 		}
 		sort.Strings(names)
 		names = slices.Compact(names)
 		for _, n := range names {
-			resp.Sessions = append(resp.Sessions, s.describe(n))
+			d := s.describe(n)
+			d.PersistedOnly = d.GetIncarnation() == ""
+			resp.Sessions = append(resp.Sessions, d)
 		}
 	case *hostv1.SessionsRequest_Describe:
 		if err := checkSession("describe.session", a.Describe.GetSession()); err != nil {

@@ -128,9 +128,10 @@ func helpFor(command string) commandHelp {
 		return commandHelp{
 			about: []string{
 				"Shows or forgets the grants a session keeps across CLI calls (approved elevations);",
-				"forgetting clears them and keeps the session's workspace.",
+				"forgetting clears them and keeps the session's workspace. list names the sessions kept",
+				"on disk: their workspace (with the record naming it) or their grants.",
 			},
-			examples: []helpExample{{"aleph-sandbox session show demo", ""}, {"aleph-sandbox session forget demo", ""}},
+			examples: []helpExample{{"aleph-sandbox session list", ""}, {"aleph-sandbox session show demo", ""}, {"aleph-sandbox session forget demo", ""}},
 		}
 	case "version":
 		return commandHelp{

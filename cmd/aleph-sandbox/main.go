@@ -66,7 +66,7 @@ func subcommands() []subcommand {
 		{"policy", "check a command string against the command policy", runPolicy},
 		{"conformance", "run the driver conformance suite against a driver binary", runConformance},
 		{"mcp", "serve the sandbox to MCP clients on stdio (tool run_command)", runMCP},
-		{"session", "show or forget the grants a session keeps across invocations", runSession},
+		{"session", "list the sessions kept on disk; show or forget the grants a session keeps across invocations", runSession},
 		{"version", "the CLI's version and protocol; with --json, each driver found", runVersion},
 		{"serve", "serve the warm pipeline to local clients over a unix socket", runServe},
 	}

@@ -570,3 +570,56 @@ func TestSessionDelete(t *testing.T) {
 		t.Fatalf("forget removed the workspace: %v", err)
 	}
 }
+
+// TestSessionList: `session list` names the sessions earlier CLI runs
+// left on disk, by their workspace's record and by their kept grants;
+// forget and delete unlist them.
+func TestSessionList(t *testing.T) {
+	drv := cliEnv(t)
+	root := os.Getenv("ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT")
+	list := func() map[string]keptSession {
+		t.Helper()
+		r := cli(t, "", false, "session", "list", "--json")
+		var out struct{ Sessions []keptSession }
+		if r.code != 0 || json.Unmarshal([]byte(r.stdout), &out) != nil {
+			t.Fatalf("session list: %+v", r)
+		}
+		m := map[string]keptSession{}
+		for _, k := range out.Sessions {
+			m[k.Session] = k
+		}
+		return m
+	}
+	if l := list(); len(l) != 0 {
+		t.Fatalf("sessions listed before any ran: %v", l)
+	}
+	if r := cli(t, "", false, "exec", "--driver", drv, "--session", "plain", "--", "echo", "ok"); r.code != 0 {
+		t.Fatalf("plain: %+v", r)
+	}
+	if r := cli(t, "", false, "exec", "--driver", drv, "--session", "granted one", "--spawn", "--yes", "--", "echo", "ok"); r.code != 0 {
+		t.Fatalf("granted: %+v", r)
+	}
+	l := list()
+	want := map[string]keptSession{
+		"plain":       {Session: "plain", Workspace: filepath.Join(root, core.SessionDirName("plain"))},
+		"granted one": {Session: "granted one", Workspace: filepath.Join(root, core.SessionDirName("granted one")), Grants: true},
+	}
+	if len(l) != len(want) || l["plain"] != want["plain"] || l["granted one"] != want["granted one"] {
+		t.Fatalf("session list: %v, want %v", l, want)
+	}
+	if r := cli(t, "", false, "session", "list"); r.code != 0 || !strings.Contains(r.stdout, `"granted one"`) || !strings.Contains(r.stdout, "(grants kept)") {
+		t.Fatalf("session list (text): %+v", r)
+	}
+	if r := cli(t, "", false, "session", "forget", "plain"); r.code != 0 {
+		t.Fatalf("session forget: %+v", r)
+	}
+	if r := cli(t, "", false, "session", "delete", "granted one"); r.code != 0 {
+		t.Fatalf("session delete: %+v", r)
+	}
+	if l := list(); len(l) != 0 {
+		t.Fatalf("forgotten and deleted sessions are listed: %v", l)
+	}
+	if _, err := os.Stat(filepath.Join(root, core.SessionDirName("plain"))); err != nil {
+		t.Fatalf("forget removed the workspace: %v", err)
+	}
+}

@@ -6,15 +6,20 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"path/filepath"
+	"slices"
+	"strconv"
 
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
 // runSession is `aleph-sandbox session forget ID` (docs/cli.md: it clears the
-// grants a session keeps across invocations) and `session show ID`.
+// grants a session keeps across invocations), `session show ID` and
+// `session list`.
 func runSession(ctx context.Context, args []string, io stdio) int {
-	const usageLine = "aleph-sandbox session forget|delete|show|changes|diff|apply|discard [--json] [--config FILE] ID"
+	const usageLine = "aleph-sandbox session list|forget|delete|show|changes|diff|apply|discard [--json] [--config FILE] ID"
 	sub := "help"
 	if len(args) > 0 {
 		sub = args[0]
@@ -26,7 +31,7 @@ func runSession(ctx context.Context, args []string, io stdio) int {
 	fs := flag.NewFlagSet("session "+sub, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	cfgPath := fs.String("config", "", "TOML config `FILE` that places the session's private HOME (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
-	if len(args) == 0 || (args[0] != "forget" && args[0] != "delete" && args[0] != "show") {
+	if len(args) == 0 || (args[0] != "forget" && args[0] != "delete" && args[0] != "show" && args[0] != "list") {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
 			printHelp(io.Out, fs, usageLine)
 			return 0
@@ -35,6 +40,9 @@ func runSession(ctx context.Context, args []string, io stdio) int {
 	}
 	if done, code := parseFlags(fs, args[1:], io, usageLine); done {
 		return code
+	}
+	if args[0] == "list" {
+		return listSessions(fs, *cfgPath, *asJSON, io)
 	}
 	if fs.NArg() != 1 || fs.Arg(0) == "" {
 		return fail(io.Err, "session %s: give exactly one session ID (usage: %s)", args[0], usageLine)
@@ -77,6 +85,11 @@ func runSession(ctx context.Context, args []string, io stdio) int {
 			}
 			return 0
 		}
+		// Its record goes (a forgotten session is no longer listed as
+		// kept); the workspace stays and its next command records it again.
+		if err := core.RemoveSessionRecord(cfg, id); err != nil {
+			return fail(io.Err, "session forget: %s", oneLine(err.Error()))
+		}
 		if !*asJSON {
 			fmt.Fprintf(io.Out, "session %q forgotten: its grants are cleared and its private HOME removed (its workspace stays)\n", id)
 		}
@@ -103,6 +116,67 @@ func runSession(ctx context.Context, args []string, io stdio) int {
 	}
 	for _, h := range st.NetHosts {
 		fmt.Fprintf(io.Out, "network grant: %s\n", h)
+	}
+	return 0
+}
+
+// keptSession is one line of `session list --json`.
+type keptSession struct {
+	Session string `json:"session"`
+	// Workspace is the directory the sandbox made for the session, when
+	// it is on disk with the record naming it ("" when only grants are
+	// kept).
+	Workspace string `json:"workspace"`
+	// Grants: the session keeps grants (approved elevations).
+	Grants bool `json:"grants"`
+}
+
+// listSessions is `session list`: the sessions kept on disk, those whose
+// workspace is there with its record (core.RecordedSessions) and those
+// whose grants are kept, as a restarted serve lists them.
+func listSessions(fs *flag.FlagSet, cfgPath string, asJSON bool, io stdio) int {
+	if fs.NArg() != 0 {
+		return fail(io.Err, "session list: takes no session ID")
+	}
+	cfg, err := loadConfig(cfgPath, "", "")
+	if err != nil {
+		return fail(io.Err, "session list: %s", oneLine(err.Error()))
+	}
+	byID := map[string]*keptSession{}
+	for _, id := range core.RecordedSessions(cfg) {
+		byID[id] = &keptSession{Session: id, Workspace: filepath.Join(cfg.Sandbox.WorkspaceRoot, core.SessionDirName(id))}
+	}
+	if dir := alephsandbox.DefaultGrantStoreDir(); dir != "" {
+		for _, id := range core.NewFileGrantStore(dir).Sessions() {
+			if byID[id] == nil {
+				byID[id] = &keptSession{Session: id}
+			}
+			byID[id].Grants = true
+		}
+	}
+	out := make([]keptSession, 0, len(byID))
+	for _, k := range slices.Sorted(maps.Keys(byID)) {
+		out = append(out, *byID[k])
+	}
+	if asJSON {
+		b, _ := json.Marshal(map[string]any{"sessions": out})
+		fmt.Fprintln(io.Out, string(b))
+		return 0
+	}
+	if len(out) == 0 {
+		fmt.Fprintln(io.Out, "no sessions kept on disk")
+		return 0
+	}
+	for _, k := range out {
+		// Quoted: an id may hold spaces, newlines or escapes.
+		line := strconv.Quote(k.Session)
+		if k.Workspace != "" {
+			line += "  workspace " + k.Workspace
+		}
+		if k.Grants {
+			line += "  (grants kept)"
+		}
+		fmt.Fprintln(io.Out, line)
 	}
 	return 0
 }

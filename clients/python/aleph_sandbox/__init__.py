@@ -1015,8 +1015,9 @@ class Client:
             yield ApprovalRequest._from_json(msg)
 
     def sessions(self) -> List[Dict[str, Any]]:
-        """The sessions the service holds, and those whose grants are kept
-        on disk from before it started."""
+        """The sessions the service holds, and those kept on disk from before
+        it started (their workspace and the record naming it, or their
+        grants): those have ``persistedOnly`` true."""
         return list(self._unary("Sessions", {"list": {}}).get("sessions", []))
 
     def describe(self, session: str) -> Dict[str, Any]:

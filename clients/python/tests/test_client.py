@@ -164,8 +164,9 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(c.exec(["/usr/bin/test", "-e", "kept.txt"], session="py-forget").exit_code, 0)
 
     def test_sessions_lists_kept_ones(self):
-        """sessions() lists the sessions whose grants are kept on disk, not
-        only those this serve has seen: here one a CLI run approved."""
+        """sessions() lists the sessions kept on disk, not only those this
+        serve has seen: here one a CLI run approved, and one whose
+        workspace a CLI run made; both marked persistedOnly."""
         env = dict(os.environ)
         data = os.path.join(self.server.dir, "data")
         env.update({"XDG_DATA_HOME": data, "XDG_CONFIG_HOME": os.path.join(self.server.dir, "config"),
@@ -174,9 +175,22 @@ class ClientTest(unittest.TestCase):
         out = subprocess.run([os.path.join(BIN, "aleph-sandbox"), "exec", "--session", "py-kept-elsewhere", "--spawn", "--yes",
                               "--", "/bin/sh", "-c", "true"], env=env, capture_output=True, timeout=120)
         self.assertEqual(out.returncode, 0, out.stderr)
-        listed = {x.get("session"): x for x in Client(self.addr).sessions()}
+        # And one whose only trace is its workspace (no grant was asked):
+        # listed from the record written beside it.
+        out = subprocess.run([os.path.join(BIN, "aleph-sandbox"), "exec", "--session", "py-ws-only",
+                              "--", "/bin/true"], env=env, capture_output=True, timeout=120)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        c = Client(self.addr)
+        self.assertEqual(c.exec(["/bin/true"], session="py-held").exit_code, 0)
+        listed = {x.get("session"): x for x in c.sessions()}
         self.assertIn("py-kept-elsewhere", listed)
         self.assertEqual(len(listed["py-kept-elsewhere"].get("grants", [])), 1)
+        self.assertIn("py-ws-only", listed)
+        self.assertEqual(listed["py-ws-only"].get("grants", []), [])
+        # Neither is active on this serve; the one it ran is (the control).
+        self.assertTrue(listed["py-kept-elsewhere"].get("persistedOnly"), listed["py-kept-elsewhere"])
+        self.assertTrue(listed["py-ws-only"].get("persistedOnly"), listed["py-ws-only"])
+        self.assertFalse(listed["py-held"].get("persistedOnly", False), listed["py-held"])
 
     def test_violations(self):
         """What the sandbox refused a command is in its result: a denied

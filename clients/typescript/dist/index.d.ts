@@ -211,6 +211,12 @@ export interface Session {
     incarnation: string;
     /** The server's node id. */
     nodeId: string;
+    /**
+     * In a list: the session is not active on this server but kept on disk
+     * (its workspace and the record naming it, or its grants) from an earlier
+     * run or another process; its next command resumes it.
+     */
+    persistedOnly: boolean;
 }
 /** The grants of a session. */
 export interface Grants {
@@ -512,7 +518,10 @@ export declare class Client {
      * `approve()`.
      */
     approvals(options?: CallOptions): AsyncGenerator<ApprovalRequest, void, undefined>;
-    /** The sessions this service has run or been asked about. */
+    /**
+     * The sessions this service has run or been asked about, and those kept on
+     * disk from before it started (`persistedOnly`).
+     */
     sessions(options?: CallOptions): Promise<Session[]>;
     /** One session: workspace, baseline, grants, policy digest. */
     describe(name: string, options?: CallOptions): Promise<Session | undefined>;

@@ -340,6 +340,7 @@ function session(v) {
         policyDigest: str(m.policyDigest),
         incarnation: str(m.incarnation),
         nodeId: str(m.nodeId),
+        persistedOnly: m.persistedOnly === true,
     };
 }
 function grants(v) {
@@ -1066,7 +1067,10 @@ export class Client {
             yield approvalRequest(msg);
         }
     }
-    /** The sessions this service has run or been asked about. */
+    /**
+     * The sessions this service has run or been asked about, and those kept on
+     * disk from before it started (`persistedOnly`).
+     */
     async sessions(options = {}) {
         const r = await this.unary("Sessions", { list: {} }, options);
         return (Array.isArray(r.sessions) ? r.sessions : []).map(session);

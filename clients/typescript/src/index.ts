@@ -301,6 +301,12 @@ export interface Session {
   incarnation: string;
   /** The server's node id. */
   nodeId: string;
+  /**
+   * In a list: the session is not active on this server but kept on disk
+   * (its workspace and the record naming it, or its grants) from an earlier
+   * run or another process; its next command resumes it.
+   */
+  persistedOnly: boolean;
 }
 
 /** The grants of a session. */
@@ -707,6 +713,7 @@ function session(v: unknown): Session {
     policyDigest: str(m.policyDigest),
     incarnation: str(m.incarnation),
     nodeId: str(m.nodeId),
+    persistedOnly: m.persistedOnly === true,
   };
 }
 
@@ -1535,7 +1542,10 @@ export class Client {
     }
   }
 
-  /** The sessions this service has run or been asked about. */
+  /**
+   * The sessions this service has run or been asked about, and those kept on
+   * disk from before it started (`persistedOnly`).
+   */
   async sessions(options: CallOptions = {}): Promise<Session[]> {
     const r = await this.unary("Sessions", { list: {} }, options);
     return (Array.isArray(r.sessions) ? r.sessions : []).map(session);

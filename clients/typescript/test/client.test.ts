@@ -533,7 +533,9 @@ describe("Client against a real serve", { skip }, () => {
   test("sessions, grants, capabilities and checkPolicy", T, async () => {
     const c = new Client({ socket: addr });
     await c.exec(["/bin/true"], { session: "ts12" });
-    assert.ok((await c.sessions()).map((s) => s.session).includes("ts12"));
+    const held = (await c.sessions()).find((s) => s.session === "ts12");
+    // Held by this serve, not only kept on disk.
+    assert.equal(held?.persistedOnly, false);
     const d = await c.describe("ts12");
     assert.ok(d?.workspace);
     assert.ok(d?.policyDigest);

@@ -1815,8 +1815,13 @@ type Session struct {
 	// The incarnation of the session on this server (empty when it holds
 	// none: a session only described, or kept on disk from an earlier run)
 	// and the server's node id.
-	Incarnation   string `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
-	NodeId        string `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	Incarnation string `protobuf:"bytes,6,opt,name=incarnation,proto3" json:"incarnation,omitempty"`
+	NodeId      string `protobuf:"bytes,7,opt,name=node_id,json=nodeId,proto3" json:"node_id,omitempty"`
+	// In a list: the session is not active on this server (it holds none
+	// of it) but is kept on disk, from an earlier run of the server or
+	// another process: its workspace with the record naming it, or its
+	// grants. Its next command resumes it here.
+	PersistedOnly bool `protobuf:"varint,8,opt,name=persisted_only,json=persistedOnly,proto3" json:"persisted_only,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1898,6 +1903,13 @@ func (x *Session) GetNodeId() string {
 		return x.NodeId
 	}
 	return ""
+}
+
+func (x *Session) GetPersistedOnly() bool {
+	if x != nil {
+		return x.PersistedOnly
+	}
+	return false
 }
 
 type SessionsResponse struct {
@@ -5395,7 +5407,7 @@ const file_host_proto_rawDesc = "" +
 	"\x05Grant\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12?\n" +
 	"\fcapabilities\x18\x02 \x01(\v2\x1b.aleph.host.v1.CapabilitiesR\fcapabilities\x12!\n" +
-	"\fnetwork_host\x18\x03 \x01(\tR\vnetworkHost\"\x88\x02\n" +
+	"\fnetwork_host\x18\x03 \x01(\tR\vnetworkHost\"\xaf\x02\n" +
 	"\aSession\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x1c\n" +
 	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x127\n" +
@@ -5403,7 +5415,8 @@ const file_host_proto_rawDesc = "" +
 	"\x06grants\x18\x04 \x03(\v2\x14.aleph.host.v1.GrantR\x06grants\x12#\n" +
 	"\rpolicy_digest\x18\x05 \x01(\tR\fpolicyDigest\x12 \n" +
 	"\vincarnation\x18\x06 \x01(\tR\vincarnation\x12\x17\n" +
-	"\anode_id\x18\a \x01(\tR\x06nodeId\"F\n" +
+	"\anode_id\x18\a \x01(\tR\x06nodeId\x12%\n" +
+	"\x0epersisted_only\x18\b \x01(\bR\rpersistedOnly\"F\n" +
 	"\x10SessionsResponse\x122\n" +
 	"\bsessions\x18\x01 \x03(\v2\x16.aleph.host.v1.SessionR\bsessions\"\xc9\x01\n" +
 	"\rGrantsRequest\x12/\n" +
