@@ -4,8 +4,11 @@ package core
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -42,10 +45,38 @@ func removeTree(dir string) error {
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return unlinkEntry(pfd, name, dir)
 	}
-	if err := removeChildren(pfd, name, dir, 0); err != nil {
-		return err
+	// An entry made while the tree was being emptied leaves the last
+	// rmdir ENOTEMPTY: the tree is emptied again, a few times, before the
+	// removal gives up and names what it found there. (Seen once, under
+	// load, on a deleted session's workspace right after its last process
+	// was killed; the entries were not recorded then.)
+	for try := 1; ; try++ {
+		if err := removeChildren(pfd, name, dir, 0); err != nil {
+			return err
+		}
+		err := unlinkEntry(pfd, name, dir)
+		if err == nil || !errors.Is(err, unix.ENOTEMPTY) {
+			return err
+		}
+		if try == maxRemoveTries {
+			return fmt.Errorf("%w (still there after %d tries: %s)", err, try, entryNames(dir, 5))
+		}
+		time.Sleep(time.Duration(try) * 10 * time.Millisecond)
 	}
-	return unlinkEntry(pfd, name, dir)
+}
+
+// maxRemoveTries bounds removeTree's passes over a tree that fills again.
+const maxRemoveTries = 4
+
+// entryNames lists up to max names in dir, for an error message only.
+func entryNames(dir string, max int) string {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	names, _ := f.Readdirnames(max)
+	return strings.Join(names, ", ")
 }
 
 // maxRemoveDepth bounds the recursion (one descriptor per level).
