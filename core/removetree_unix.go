@@ -47,9 +47,10 @@ func removeTree(dir string) error {
 	}
 	// An entry made while the tree was being emptied leaves the last
 	// rmdir ENOTEMPTY: the tree is emptied again, a few times, before the
-	// removal gives up and names what it found there. (Seen once, under
-	// load, on a deleted session's workspace right after its last process
-	// was killed; the entries were not recorded then.)
+	// removal gives up and names what it found there. Seen under load on a
+	// deleted session's workspace right after its process was killed: the
+	// driver was still removing that command's placeholders. The bubblewrap
+	// driver's ForgetSession now waits for that; another driver may not.
 	for try := 1; ; try++ {
 		if err := removeChildren(pfd, name, dir, 0); err != nil {
 			return err

@@ -286,7 +286,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 
 // run is Run, and RunStream when in is set (stream_linux.go).
 func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
-	ctx, leave := d.runs.enter(ctx)
+	ctx, leave := d.runs.enter(ctx, spec.SessionID)
 	defer leave()
 	if err := spec.Profile.Verify(Backend); err != nil {
 		return driverapi.Exit{}, err
@@ -1066,18 +1066,33 @@ func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 // death signal), after the host had been told the driver stopped. Close
 // ends every run still going (its context is cancelled, so its bwrap is
 // killed and reaped, and its output drained) and waits for it, bounded.
+//
+// It also counts each session's runs, so that ForgetSession can wait for
+// them: the host's call of a cancelled command returns as soon as its
+// context ends, while the driver may still be killing the sandbox and
+// removing the placeholders it made in the workspace. A host that deletes
+// the session's workspace right after forgetting it would race with that
+// clean-up (an entry made or removed under its removal).
 type runGroup struct {
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
-	end    context.Context
-	cancel context.CancelFunc
+	mu       sync.Mutex
+	closed   bool
+	wg       sync.WaitGroup
+	end      context.Context
+	cancel   context.CancelFunc
+	sessions map[string]*sessionRuns
+}
+
+// sessionRuns is the count of one session's runs in flight; idle is
+// closed when it drops to zero (the entry is then removed).
+type sessionRuns struct {
+	n    int
+	idle chan struct{}
 }
 
 // enter registers a run: the returned context also ends when the group is
 // closed, and leave must be called when the run returns. Runs after close
 // are not tracked (Close has returned).
-func (g *runGroup) enter(ctx context.Context) (context.Context, func()) {
+func (g *runGroup) enter(ctx context.Context, session string) (context.Context, func()) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -1087,12 +1102,48 @@ func (g *runGroup) enter(ctx context.Context) (context.Context, func()) {
 		g.end, g.cancel = context.WithCancel(context.Background())
 	}
 	g.wg.Add(1)
+	var sr *sessionRuns
+	if session != "" {
+		if g.sessions == nil {
+			g.sessions = map[string]*sessionRuns{}
+		}
+		sr = g.sessions[session]
+		if sr == nil {
+			sr = &sessionRuns{idle: make(chan struct{})}
+			g.sessions[session] = sr
+		}
+		sr.n++
+	}
 	rctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(g.end, cancel)
 	return rctx, func() {
 		stop()
 		cancel()
+		if sr != nil {
+			g.mu.Lock()
+			if sr.n--; sr.n == 0 {
+				close(sr.idle)
+				delete(g.sessions, session)
+			}
+			g.mu.Unlock()
+		}
 		g.wg.Done()
+	}
+}
+
+// waitSession waits until no run of session is in flight, or ctx ends.
+func (g *runGroup) waitSession(ctx context.Context, session string) error {
+	g.mu.Lock()
+	sr := g.sessions[session]
+	g.mu.Unlock()
+	if sr == nil {
+		return nil
+	}
+	select {
+	case <-sr.idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 

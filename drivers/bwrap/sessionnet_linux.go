@@ -259,6 +259,14 @@ func (d *Driver) ForgetSession(ctx context.Context, sessionID string) error {
 	// The session's sandboxes first: they hold its namespace.
 	d.forgetSessions(sessionID)
 	d.forgetPrepared(sessionID)
+	// Then its runs still in flight: the host cancelled them before
+	// forgetting the session, but its calls returned at once, and a run
+	// may still be removing the placeholders it made in the workspace,
+	// which the host may delete next. Bounded by the host's deadline; past
+	// it the session is forgotten all the same (the runs end on their own).
+	if err := d.runs.waitSession(ctx, sessionID); err != nil {
+		d.log.Warn("forgetting a session whose runs have not ended", "error", err)
+	}
 	d.nets.Forget(sessionID)
 	return nil
 }
