@@ -46,13 +46,63 @@ func (e *SessionMovedError) Unwrap() []error { return []error{ErrSessionMoved, e
 // every call naming a session in its body, for the router. Use it as a
 // connect.Interceptor of the client (Unix does with WithTracker); one
 // Tracker per client: what it remembers is that client's view.
+//
+// A process started through it is remembered with its session, so that
+// the calls naming the process by id (write, read, signal, wait, close
+// stdin, resize), whose bodies name no session, carry its session header and
+// incarnation too: behind a router they reach the server that runs it.
 type Tracker struct {
-	mu  sync.Mutex
-	inc map[string]string
+	mu    sync.Mutex
+	inc   map[string]string
+	procs map[string]string // process id -> session
 }
 
+// maxTrackedProcesses bounds what a Tracker remembers of processes: past
+// it the table starts afresh (a process it forgot is still reachable on
+// one server; behind a router its calls then go without the header).
+const maxTrackedProcesses = 4096
+
 // NewTracker is a Tracker remembering nothing yet.
-func NewTracker() *Tracker { return &Tracker{inc: map[string]string{}} }
+func NewTracker() *Tracker { return &Tracker{inc: map[string]string{}, procs: map[string]string{}} }
+
+// learnProcess remembers that process id belongs to session.
+func (t *Tracker) learnProcess(id, session string) {
+	if id == "" || session == "" {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.procs) >= maxTrackedProcesses {
+		clear(t.procs)
+	}
+	t.procs[id] = session
+}
+
+// processSession is the session of process id ("" when not remembered).
+func (t *Tracker) processSession(id string) string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.procs[id]
+}
+
+// processOfRequest is the process id a by-id process call names.
+func processOfRequest(msg any) string {
+	switch m := msg.(type) {
+	case *hostv1.WriteProcessRequest:
+		return m.GetId()
+	case *hostv1.CloseProcessStdinRequest:
+		return m.GetId()
+	case *hostv1.ReadProcessRequest:
+		return m.GetId()
+	case *hostv1.SignalProcessRequest:
+		return m.GetId()
+	case *hostv1.WaitProcessRequest:
+		return m.GetId()
+	case *hostv1.ResizeProcessRequest:
+		return m.GetId()
+	}
+	return ""
+}
 
 // Incarnation is the incarnation of session this tracker saw first ("" for
 // none).
@@ -68,6 +118,11 @@ func (t *Tracker) Forget(session string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.inc, session)
+	for id, s := range t.procs {
+		if s == session {
+			delete(t.procs, id)
+		}
+	}
 }
 
 func (t *Tracker) learn(session, inc string) {
@@ -215,6 +270,17 @@ func (t *Tracker) before(ctx context.Context, msg any, set func(k, v string)) st
 		// has nothing in such a body to compare it with.
 		if s, ok := ctx.Value(sessionKey{}).(string); ok && s != "" {
 			set(service.SessionHeader, SessionHeaderValue(s))
+			return ""
+		}
+		// A process named by id: the session it was started in, with
+		// the incarnation remembered of it (the server compares the
+		// header with the process's session).
+		if s := t.processSession(processOfRequest(msg)); s != "" {
+			set(service.SessionHeader, SessionHeaderValue(s))
+			if inc := t.Incarnation(s); inc != "" {
+				set(service.IncarnationHeader, inc)
+			}
+			return s
 		}
 		return ""
 	}
@@ -240,6 +306,9 @@ func (t *Tracker) after(session string, msg any, err error) error {
 		return err
 	}
 	t.learn(session, incarnationOf(msg))
+	if r, ok := msg.(*hostv1.StartProcessResponse); ok {
+		t.learnProcess(r.GetId(), session)
+	}
 	return nil
 }
 
