@@ -69,10 +69,14 @@ func TestServeQueueBounds(t *testing.T) {
 	holdCtx, release := context.WithCancel(ctx)
 	defer release()
 	holder := make(chan execOutcome, 1)
+	// A marker no other process has (a bare "120" matched other
+	// processes' command lines, and the wait then passed before the
+	// holder ran).
+	hold := fmt.Sprintf("120.%06d", time.Now().UnixNano()%1000000)
 	go func() {
-		holder <- execute(holdCtx, c, &hostv1.ExecuteRequest{Session: "qb", Argv: []string{"/bin/sleep", "120"}}, nil)
+		holder <- execute(holdCtx, c, &hostv1.ExecuteRequest{Session: "qb", Argv: []string{"/bin/sleep", hold}}, nil)
 	}()
-	waitFor(t, "the holder to run", func() bool { return markerRunning("120") })
+	waitFor(t, "the holder to run", func() bool { return markerRunning(hold) })
 
 	// The one place in the queue, taken by a command that would leave a
 	// marker file if it ever ran. Then one more is refused at once,
@@ -170,8 +174,9 @@ func TestServeQueueWaitOver(t *testing.T) {
 	defer cancel()
 	holdCtx, release := context.WithCancel(ctx)
 	defer release()
-	go execute(holdCtx, c, &hostv1.ExecuteRequest{Session: "qw", Argv: []string{"/bin/sleep", "121"}}, nil)
-	waitFor(t, "the holder to run", func() bool { return markerRunning("121") })
+	hold := fmt.Sprintf("121.%06d", time.Now().UnixNano()%1000000)
+	go execute(holdCtx, c, &hostv1.ExecuteRequest{Session: "qw", Argv: []string{"/bin/sleep", hold}}, nil)
+	waitFor(t, "the holder to run", func() bool { return markerRunning(hold) })
 	o := execute(ctx, c, &hostv1.ExecuteRequest{Session: "qw", Argv: []string{"/bin/true"}}, nil)
 	if d := errDetail(t, o.err); d.GetReasonCode() != "resource_exhausted" || d.GetField() != "sandbox.rate_limit.queue_wait_seconds" {
 		t.Fatalf("past the wait: %v %+v", o.err, d)
