@@ -1116,10 +1116,15 @@ func escapeSyscalls(t *testing.T, h *escapeHarness) {
 			return res
 		}
 		res := run("./probe", "sys:unshare-user", "sys:mount", "fork")
-		for _, want := range []driverapi.Violation{
-			{Kind: "syscall", Operation: "syscall", Target: "unshare", Count: 1},
-			{Kind: "syscall", Operation: "syscall", Target: "mount", Count: 1},
-		} {
+		wants := []driverapi.Violation{{Kind: "syscall", Operation: "syscall", Target: "mount", Count: 1}}
+		// A host whose own seccomp filter refuses namespaces (the
+		// no-namespaces pass reproduces one) answers unshare before the
+		// driver's notification can (ERRNO outranks USER_NOTIF): refused,
+		// not reported. mount is reported there too.
+		if os.Getenv("ALEPH_TEST_NO_NAMESPACES") != "1" {
+			wants = append(wants, driverapi.Violation{Kind: "syscall", Operation: "syscall", Target: "unshare", Count: 1})
+		}
+		for _, want := range wants {
 			if !slices.Contains(res.Violations, want) {
 				t.Errorf("missing %+v in %+v", want, res.Violations)
 			}

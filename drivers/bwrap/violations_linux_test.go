@@ -37,7 +37,14 @@ func checkViolations(t *testing.T, run spawnRun, network bool) {
 	if r.err != nil || r.exit.ExitCode == 0 || !strings.Contains(r.stderr, "Operation not permitted") {
 		t.Fatalf("unshare: err=%v exit=%d stderr=%q: want it to run and fail with EPERM", r.err, r.exit.ExitCode, r.stderr)
 	}
-	if v := findViolation(r.exit, driverapi.ViolationSyscall, "unshare"); v == nil || v.Operation != "syscall" || v.Count != 1 {
+	// Where the host's own seccomp filter refuses namespaces (the
+	// no-namespaces pass reproduces one with ERRNO), the kernel takes
+	// that filter's answer over the driver's notification (ERRNO outranks
+	// USER_NOTIF), so the driver never sees the call: refused, unreported.
+	// The fork below is the report's check there.
+	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "1" {
+		t.Log("unshare: refused by the host's own filter before the driver's, so not reported here")
+	} else if v := findViolation(r.exit, driverapi.ViolationSyscall, "unshare"); v == nil || v.Operation != "syscall" || v.Count != 1 {
 		t.Errorf("unshare: violations %+v, want syscall unshare once", r.exit.Violations)
 	}
 	if !slices.Contains(r.exit.ViolationKinds, driverapi.ViolationSyscall) || !slices.Contains(r.exit.ViolationKinds, driverapi.ViolationSpawn) {
