@@ -9,6 +9,7 @@ import (
 	"math"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -447,8 +448,18 @@ func measureSessionThroughput(ctx context.Context, srv *benchServe, cfg core.Con
 	}
 	var rawWays []benchWay
 	if withRaw {
-		for range benchThroughputWorkers {
-			way, _, stop, err := rawRunner(ctx, cfg, cmd)
+		for w := range benchThroughputWorkers {
+			// Each raw worker gets a workspace of its own, as each serve
+			// worker has its session's: the driver processes protect and
+			// release their workspace's entries around every run, and two
+			// of them sharing one would remove what the other's bwrap is
+			// about to bind.
+			rawCmd := cmd
+			rawCmd.Workspace = filepath.Join(srv.dir, fmt.Sprintf("raw-workspace-%d", w))
+			if err := os.Mkdir(rawCmd.Workspace, 0o700); err != nil {
+				return tp, fmt.Sprintf("throughput through raw bwrap: %v", err)
+			}
+			way, _, stop, err := rawRunner(ctx, cfg, rawCmd)
 			defer stop()
 			if err != nil || way == nil {
 				return tp, fmt.Sprintf("throughput through raw bwrap: %v", err)

@@ -112,10 +112,27 @@ func (d *Driver) rawRun(ctx context.Context, spec driverapi.RunSpec) error {
 		return err
 	}
 	defer release()
-	if len(spec.Stdin) > 0 {
-		c.Stdin = bytes.NewReader(spec.Stdin)
+	return runReportingStderr(c, spec.Stdin)
+}
+
+// runReportingStderr runs c with stdin and returns its failure with the
+// first of what it wrote to stderr (bwrap names what it could not do
+// there), for the benchmark's error line.
+func runReportingStderr(c *exec.Cmd, stdin []byte) error {
+	if len(stdin) > 0 {
+		c.Stdin = bytes.NewReader(stdin)
 	}
-	return c.Run()
+	var stderr bytes.Buffer
+	c.Stderr = &stderr
+	err := c.Run()
+	if err != nil && stderr.Len() > 0 {
+		msg := strings.TrimSpace(stderr.String())
+		if len(msg) > 512 {
+			msg = msg[:512]
+		}
+		return fmt.Errorf("%w: %s", err, msg)
+	}
+	return err
 }
 
 // minimalRun runs spec once in the smallest bwrap sandbox.
@@ -123,10 +140,7 @@ func (d *Driver) minimalRun(ctx context.Context, ws string, spec driverapi.RunSp
 	args := append(MinimalBwrapArgs(ws, spec.Cwd, "--clearenv"), spec.Program)
 	c := exec.CommandContext(ctx, d.probe().bwrap, append(args, spec.Args...)...)
 	c.Env = launchEnv()
-	if len(spec.Stdin) > 0 {
-		c.Stdin = bytes.NewReader(spec.Stdin)
-	}
-	return c.Run()
+	return runReportingStderr(c, spec.Stdin)
 }
 
 // MinimalBwrapArgs is the smallest bubblewrap sandbox that runs a program
