@@ -1135,6 +1135,15 @@ func escapeSyscalls(t *testing.T, h *escapeHarness) {
 		if res = run("/bin/echo", "nothing refused"); res.ExitCode != 0 || len(res.Violations) != 0 || !slices.Contains(res.ViolationKinds, "syscall") {
 			t.Errorf("control: %+v", res)
 		}
+		// Text mode names them in one line on stderr, after the
+		// command's own words; nothing for a command refused nothing.
+		r := h.exec(t, ws, nil, "./probe", "sys:mount")
+		if !strings.Contains(r.stderr, "aleph-sandbox: the sandbox refused the command: syscall mount") {
+			t.Errorf("text mode: exit %d, stderr %q", r.code, r.stderr)
+		}
+		if r = h.exec(t, ws, nil, "/bin/echo", "nothing refused"); r.code != 0 || strings.Contains(r.stderr, "refused the command") {
+			t.Errorf("text mode control: exit %d, stderr %q", r.code, r.stderr)
+		}
 	})
 	t.Run("--spawn needs approval", func(t *testing.T) {
 		// A session of its own: grants outlive the CLI process, and the

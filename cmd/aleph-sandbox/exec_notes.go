@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 // tinyMemoryMB is the largest --memory that gets the "too small to start"
@@ -47,6 +48,9 @@ func execNotes(io stdio, f *runFlags, out *core.Output, err error) {
 	case e.Truncated:
 		// Through the service, whose result has no byte counts.
 		fmt.Fprintln(io.Err, "aleph-sandbox: output truncated: the command wrote more than the output budget keeps (raise it with --max-output)")
+	}
+	if note := violationsNote(e.Violations, e.ViolationsDropped); note != "" {
+		fmt.Fprintln(io.Err, "aleph-sandbox: "+note)
 	}
 	switch {
 	case e.SpawnRefused > 0:
@@ -156,3 +160,45 @@ var (
 	forkDeniedNode = regexp.MustCompile(`\bspawn(Sync)? \S+ EPERM\b`)
 	forkDeniedGo   = regexp.MustCompile(`fork/exec \S+: operation not permitted`)
 )
+
+// maxViolationsNoted bounds the refusals the text-mode note names; the
+// rest are counted ("and N more"), as --json lists them all.
+const maxViolationsNoted = 6
+
+// violationsNote is the one line that names what the sandbox refused the
+// command (syscalls, connections, ...) in text mode, "" when nothing was.
+// Refused subprocesses are left to the spawn hint, which says what to do
+// about them. Operations and targets come from the command, so the line
+// goes through oneLine: no control character reaches the terminal.
+func violationsNote(vs []driverapi.Violation, dropped int64) string {
+	var named []string
+	more := dropped
+	for _, v := range vs {
+		if v.Kind == "spawn" {
+			continue
+		}
+		if len(named) == maxViolationsNoted {
+			more += v.Count
+			continue
+		}
+		what := v.Kind + " " + v.Operation
+		if v.Operation == v.Kind || v.Operation == "" {
+			what = v.Kind
+		}
+		if v.Target != "" {
+			what += " " + v.Target
+		}
+		if v.Count > 1 {
+			what += fmt.Sprintf(" (%d times)", v.Count)
+		}
+		named = append(named, what)
+	}
+	if len(named) == 0 {
+		return ""
+	}
+	line := "the sandbox refused the command: " + strings.Join(named, ", ")
+	if more > 0 {
+		line += fmt.Sprintf(", and %d more refusals", more)
+	}
+	return oneLine(line + " (--json lists them)")
+}

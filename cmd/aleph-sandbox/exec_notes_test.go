@@ -3,6 +3,8 @@ package main
 import (
 	"strings"
 	"testing"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
 func TestExecNotes(t *testing.T) {
@@ -72,5 +74,36 @@ func TestForkDeniedRecognised(t *testing.T) {
 	}
 	if got := elevationFlags(&runFlags{net: "none"}); got != "the command" {
 		t.Errorf("no elevation flags: %q", got)
+	}
+}
+
+func TestViolationsNote(t *testing.T) {
+	sys := func(target string, n int64) driverapi.Violation {
+		return driverapi.Violation{Kind: "syscall", Operation: "syscall", Target: target, Count: n}
+	}
+	many := []driverapi.Violation{}
+	for _, s := range []string{"a", "b", "c", "d", "e", "f", "g", "h"} {
+		many = append(many, sys(s, 2))
+	}
+	for _, tc := range []struct {
+		name    string
+		vs      []driverapi.Violation
+		dropped int64
+		want    string
+	}{
+		{"nothing refused", nil, 0, ""},
+		{"a fork alone is the spawn hint's", []driverapi.Violation{{Kind: "spawn", Operation: "fork", Count: 3}}, 0, ""},
+		{"syscalls and a connection", []driverapi.Violation{sys("mount", 1), {Kind: "spawn", Operation: "fork", Count: 1},
+			{Kind: "network", Operation: "connect", Target: "10.0.0.1:443", Count: 2}}, 0,
+			"the sandbox refused the command: syscall mount, network connect 10.0.0.1:443 (2 times) (--json lists them)"},
+		{"bounded, the rest counted", many, 5, "the sandbox refused the command: syscall a (2 times), syscall b (2 times), syscall c (2 times), syscall d (2 times), syscall e (2 times), syscall f (2 times), and 9 more refusals (--json lists them)"},
+		{"a target cannot reach the terminal raw", []driverapi.Violation{{Kind: "network", Operation: "connect", Target: "x\x1b[2Jy", Count: 1}}, 0,
+			"the sandbox refused the command: network connect x\\x1b[2Jy (--json lists them)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := violationsNote(tc.vs, tc.dropped); got != tc.want {
+				t.Errorf("got  %q\nwant %q", got, tc.want)
+			}
+		})
 	}
 }
