@@ -451,6 +451,11 @@ func (h *heldBytes) add(n int64) {
 
 // Execute implements the service.
 func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.ExecuteRequest], stream *connect.ServerStream[hostv1.ExecuteResponse]) error {
+	end, err := s.streamRequest(ctx, req.Header(), req.Msg)
+	if err != nil {
+		return err
+	}
+	defer end()
 	s.running.Add(1)
 	defer s.running.Done()
 	start := time.Now()
@@ -666,6 +671,11 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 // that key (StartProcessRequest.approval_key), and ends when such a call
 // ends: a client's own approver answering its unary calls.
 func (s *Server) Approvals(ctx context.Context, req *connect.Request[hostv1.ApprovalsRequest], stream *connect.ServerStream[hostv1.ApprovalRequest]) error {
+	end, err := s.streamRequest(ctx, req.Header(), req.Msg)
+	if err != nil {
+		return err
+	}
+	defer end()
 	var ch chan *hostv1.ApprovalRequest
 	var callDone <-chan struct{}
 	if key := req.Msg.GetKey(); key != "" {
