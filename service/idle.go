@@ -75,7 +75,8 @@ func (t *idleTracker) begin(ctx context.Context, session string) func() {
 	}
 }
 
-// idleTouch is the interceptor that tells the tracker of each call.
+// idleTouch is the interceptor that tells the tracker of each unary call
+// (a server stream's handler tells it itself: streamRequest).
 func (s *Server) idleTouch() connect.HandlerOption {
 	return connect.WithInterceptors(idleInterceptor{s})
 }
