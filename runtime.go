@@ -320,10 +320,27 @@ func (r *Runtime) Driver() *pluginhost.DriverHost { return r.driver }
 
 // Execute implements Host.
 func (r *Runtime) Execute(ctx context.Context, cmd core.Command) (*core.Output, error) {
+	return r.Pipeline().Execute(ctx, cmd)
+}
+
+// Pipeline is what Execute runs each command through: core's pipeline,
+// or, for a disabled runtime, one that refuses every command with
+// ErrDisabled. Execute adds nothing to it, so a host that runs many
+// commands (the service) holds the pipeline and calls it directly: one
+// call fewer on every command's way down (docs/architecture.md, "The walk
+// of one Python exec").
+func (r *Runtime) Pipeline() core.Executor {
 	if r.ws == nil {
-		return nil, ErrDisabled
+		return disabledPipeline{}
 	}
-	return r.ws.Execute(ctx, cmd)
+	return r.ws
+}
+
+// disabledPipeline is the pipeline of a disabled runtime.
+type disabledPipeline struct{}
+
+func (disabledPipeline) Execute(context.Context, core.Command) (*core.Output, error) {
+	return nil, ErrDisabled
 }
 
 // Capabilities implements Host.

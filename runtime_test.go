@@ -173,6 +173,23 @@ func TestRuntimeDisabled(t *testing.T) {
 	if _, err := rt.Execute(context.Background(), core.Command{SessionID: "s", Program: "echo"}); !errors.Is(err, alephsandbox.ErrDisabled) {
 		t.Fatalf("want ErrDisabled, got %v", err)
 	}
+	// The pipeline a host calls directly refuses as Execute does.
+	if _, err := rt.Pipeline().Execute(context.Background(), core.Command{SessionID: "s", Program: "echo"}); !errors.Is(err, alephsandbox.ErrDisabled) {
+		t.Fatalf("Pipeline: want ErrDisabled, got %v", err)
+	}
+}
+
+// The pipeline of an enabled runtime is core's own: a command run through
+// it reaches the driver as one run through Execute does.
+func TestRuntimePipelineRuns(t *testing.T) {
+	rt, fake := newRuntime(t, testConfig(t))
+	out, err := rt.Pipeline().Execute(context.Background(), core.Command{SessionID: "s", Program: "echo", Args: []string{"hi"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out.Stdout) != "hi\n" || fake.Runs() != 1 {
+		t.Fatalf("stdout %q after %d runs, want \"hi\\n\" after 1", out.Stdout, fake.Runs())
+	}
 }
 
 func TestRuntimeMissingDriverIsTyped(t *testing.T) {

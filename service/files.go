@@ -95,6 +95,11 @@ func (s *Server) fileSession(session string) error {
 
 // ReadFile implements the service.
 func (s *Server) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadFileRequest], stream *connect.ServerStream[hostv1.ReadFileResponse]) (err error) {
+	end, err := s.streamRequest(ctx, req.Header(), req.Msg)
+	if err != nil {
+		return err
+	}
+	defer end()
 	defer func() { s.metrics.file("read", err) }()
 	m := req.Msg
 	if err := s.fileSession(m.GetSession()); err != nil {

@@ -116,7 +116,7 @@ func expectedIncarnation(msg any) (string, bool) {
 	return "", false
 }
 
-// checkIncarnation refuses, before the handler runs, a call whose
+// checkIncarnation refuses, before the handler does anything, a call whose
 // expected incarnation (body or header) this server does not hold for the
 // session the call names. A header and a body that disagree are refused
 // invalid_argument, as the session header is. Forget and delete are

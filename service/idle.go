@@ -75,7 +75,8 @@ func (t *idleTracker) begin(ctx context.Context, session string) func() {
 	}
 }
 
-// idleTouch is the interceptor that tells the tracker of each call.
+// idleTouch is the interceptor that tells the tracker of each unary call
+// (a server stream's handler tells it itself: streamRequest).
 func (s *Server) idleTouch() connect.HandlerOption {
 	return connect.WithInterceptors(idleInterceptor{s})
 }
@@ -95,38 +96,11 @@ func (idleInterceptor) WrapStreamingClient(next connect.StreamingClientFunc) con
 	return next
 }
 
-func (i idleInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		c := &idleConn{StreamingHandlerConn: conn, s: i.s, ctx: ctx}
-		defer c.end()
-		return next(ctx, c)
-	}
-}
-
-// idleConn marks the session of a stream's request busy from the moment
-// the handler reads it (an Execute's request arrives only then) to the
-// stream's end.
-type idleConn struct {
-	connect.StreamingHandlerConn
-	s    *Server
-	ctx  context.Context
-	ends []func()
-}
-
-func (c *idleConn) Receive(msg any) error {
-	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
-		return err
-	}
-	if session, _, ok := c.s.sessionOf(msg); ok && session != "" {
-		c.ends = append(c.ends, c.s.idle.begin(c.ctx, session))
-	}
-	return nil
-}
-
-func (c *idleConn) end() {
-	for _, f := range c.ends {
-		f()
-	}
+// WrapStreamingHandler adds nothing: a server stream's handler marks its
+// session itself (streamRequest in sessionheader.go), from its request to
+// its end.
+func (idleInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
 // StartIdleExpiry starts deleting sessions idle for serve.session_idle_ttl

@@ -93,7 +93,11 @@ type Options struct {
 
 // Server implements hostv1connect.ServiceHandler.
 type Server struct {
-	host      alephsandbox.Host
+	host alephsandbox.Host
+	// pipeline runs the commands of Execute and StartProcess: the host's
+	// own pipeline when it offers it (pipelineHost), so that no call
+	// that only forwards lies on every command's way; else the host.
+	pipeline  core.Executor
 	broker    *Broker
 	log       hclog.Logger
 	protected []string
@@ -138,6 +142,12 @@ type Server struct {
 
 var _ hostv1connect.ServiceHandler = (*Server)(nil)
 
+// pipelineHost is a host that hands out the pipeline its Execute runs
+// (alephsandbox.Runtime.Pipeline).
+type pipelineHost interface {
+	Pipeline() core.Executor
+}
+
 // New returns the handlers over opts.Host.
 func New(opts Options) (*Server, error) {
 	if opts.Host == nil || opts.Broker == nil {
@@ -170,10 +180,14 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	metrics := NewMetrics()
-	s := &Server{host: opts.Host, broker: opts.Broker, log: opts.Logger, policy: policy,
+	pipeline := core.Executor(opts.Host)
+	if p, ok := opts.Host.(pipelineHost); ok {
+		pipeline = p.Pipeline()
+	}
+	s := &Server{host: opts.Host, pipeline: pipeline, broker: opts.Broker, log: opts.Logger, policy: policy,
 		metrics: metrics, driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
 		sessions: map[string]string{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
-		procs: core.NewProcessTable(meteredHost{opts.Host, metrics}, opts.Processes), idle: newIdleTracker()}
+		procs: core.NewProcessTable(meteredHost{pipeline, metrics}, opts.Processes), idle: newIdleTracker()}
 	s.nodeID = opts.NodeID
 	if s.nodeID == "" {
 		id, err := DefaultNodeID()
@@ -437,6 +451,11 @@ func (h *heldBytes) add(n int64) {
 
 // Execute implements the service.
 func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.ExecuteRequest], stream *connect.ServerStream[hostv1.ExecuteResponse]) error {
+	end, err := s.streamRequest(ctx, req.Header(), req.Msg)
+	if err != nil {
+		return err
+	}
+	defer end()
 	s.running.Add(1)
 	defer s.running.Done()
 	start := time.Now()
@@ -522,7 +541,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 			return stream.Send(&hostv1.ExecuteResponse{Event: &hostv1.ExecuteResponse_ApprovalRequest{ApprovalRequest: r}})
 		})
 	}
-	out, err := s.host.Execute(ctx, cmd)
+	out, err := s.pipeline.Execute(ctx, cmd)
 	// The session is the service's from the first command that reached
 	// the pipeline's decision (ran, or was denied): a request refused
 	// before that keeps nothing.
@@ -652,6 +671,11 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 // that key (StartProcessRequest.approval_key), and ends when such a call
 // ends: a client's own approver answering its unary calls.
 func (s *Server) Approvals(ctx context.Context, req *connect.Request[hostv1.ApprovalsRequest], stream *connect.ServerStream[hostv1.ApprovalRequest]) error {
+	end, err := s.streamRequest(ctx, req.Header(), req.Msg)
+	if err != nil {
+		return err
+	}
+	defer end()
 	var ch chan *hostv1.ApprovalRequest
 	var callDone <-chan struct{}
 	if key := req.Msg.GetKey(); key != "" {

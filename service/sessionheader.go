@@ -54,28 +54,33 @@ func (sessionHeaderInterceptor) WrapStreamingClient(next connect.StreamingClient
 	return next
 }
 
-func (i sessionHeaderInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return next(ctx, &sessionCheckedConn{StreamingHandlerConn: conn, s: i.s})
-	}
+// WrapStreamingHandler adds nothing: a server stream's one request is
+// checked by its handler (streamRequest), since a wrapped connection would
+// lie on the way of every message the stream sends, each output chunk of
+// an Execute included, and forward it only.
+func (sessionHeaderInterceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
 }
 
-// sessionCheckedConn checks each message the handler receives: a server
-// stream (Execute, Approvals) has its request only once the handler
-// reads it.
-type sessionCheckedConn struct {
-	connect.StreamingHandlerConn
-	s *Server
-}
-
-func (c *sessionCheckedConn) Receive(msg any) error {
-	if err := c.StreamingHandlerConn.Receive(msg); err != nil {
-		return err
+// streamRequest is, for the one request of a server stream (Execute,
+// ReadFile, Approvals), what the interceptors are for a unary call's: the
+// session header and the expected incarnation checked before anything is
+// done (the refusal is the stream's error, and nothing else runs), then
+// the session marked busy (idle.go) until the returned end is called,
+// which the handler defers. Each server-streaming handler calls it first:
+// TestStreamingHandlersCheckTheirRequest lists them, so that a new one is
+// not served unchecked.
+func (s *Server) streamRequest(ctx context.Context, h http.Header, msg any) (end func(), err error) {
+	if err := s.checkSessionHeader(h, msg); err != nil {
+		return nil, err
 	}
-	if err := c.s.checkSessionHeader(c.RequestHeader(), msg); err != nil {
-		return err
+	if err := s.checkIncarnation(h, msg); err != nil {
+		return nil, err
 	}
-	return c.s.checkIncarnation(c.RequestHeader(), msg)
+	if session, _, ok := s.sessionOf(msg); ok && session != "" {
+		return s.idle.begin(ctx, session), nil
+	}
+	return func() {}, nil
 }
 
 // checkSessionHeader compares the header, when present, with the session

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -103,6 +104,19 @@ func TestSessionHeaderMustAgreeWithBody(t *testing.T) {
 	// A header that is not percent-encoding is refused.
 	if code, msg, _ := postWithSession(t, hs.URL, "Execute", "%zz", exec("s1"), true); code != "invalid_argument" || !strings.Contains(msg, SessionHeader) {
 		t.Errorf("a header that is not percent-encoded: %q %q", code, msg)
+	}
+
+	// The other server stream naming a session, checked by its handler
+	// as Execute is (streamRequest).
+	if code, msg, _ := postWithSession(t, hs.URL, "ReadFile", "s2", `{"session":"s1","path":"f"}`, true); code != "invalid_argument" || !strings.Contains(msg, SessionHeader) {
+		t.Errorf("ReadFile with header s2: %q %q; want invalid_argument naming %s", code, msg, SessionHeader)
+	}
+	// The control: a header that agrees gets past the check to the
+	// handler, which refuses the session itself (longer than a session
+	// name may be), naming the body's field.
+	long := strings.Repeat("a", 1100)
+	if code, msg, _ := postWithSession(t, hs.URL, "ReadFile", long, `{"session":"`+long+`","path":"f"}`, true); code != "invalid_argument" || strings.Contains(msg, SessionHeader) || !strings.Contains(msg, "session") {
+		t.Errorf("ReadFile with an agreeing header: %q %q; want it past the header check, refused by the handler", code, msg)
 	}
 
 	// Unary calls naming a session.
@@ -266,5 +280,28 @@ func TestSessionHeaderOfSignalAndApprove(t *testing.T) {
 	}
 	if o := <-outcome; o != driverapi.ApprovalApproved {
 		t.Fatalf("outcome %v, want approved", o)
+	}
+}
+
+// The interceptors check a unary call's request; a server stream's handler
+// checks its own (streamRequest), so that no wrapped connection lies on
+// the way of every message it sends. These are the streaming calls, each
+// of which calls streamRequest first: one added to the service must too,
+// and join this list.
+func TestStreamingHandlersCheckTheirRequest(t *testing.T) {
+	var got []string
+	methods := hostv1.File_host_proto.Services().ByName("Service").Methods()
+	for i := range methods.Len() {
+		m := methods.Get(i)
+		if m.IsStreamingClient() {
+			t.Errorf("%s streams from the client: the interceptors check no such stream's messages", m.Name())
+		}
+		if m.IsStreamingServer() {
+			got = append(got, string(m.Name()))
+		}
+	}
+	slices.Sort(got)
+	if want := []string{"Approvals", "Execute", "ReadFile"}; !slices.Equal(got, want) {
+		t.Errorf("server streams %q, want %q: a new one checks its request with streamRequest first", got, want)
 	}
 }

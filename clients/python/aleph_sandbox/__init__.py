@@ -570,6 +570,27 @@ def _strmap(name: str, v: Any) -> Dict[str, str]:
     return dict(v)
 
 
+def _net(net: Any) -> Dict[str, Any]:
+    """The request's network: a string is the CLI's syntax ("none", "all",
+    or hosts joined by commas), sent as net for the service to read; a list
+    of hosts travels as it is, one host an entry (net_hosts), instead of
+    being joined into that syntax to be split again."""
+    if isinstance(net, str):
+        return {"net": net}
+    try:
+        items = None if isinstance(net, bytes) else list(net)
+    except TypeError:
+        items = None
+    if items is None or not all(isinstance(h, str) for h in items):
+        raise TypeError("net is \"none\", \"all\" or hosts: a string (\"a.example,b.example\") or a list of strings, got %r" % (net,))
+    hosts = [h.strip() for h in items if h.strip()]
+    if not hosts:
+        return {"net": "none"}
+    if len(hosts) == 1 and hosts[0].lower() in ("none", "all"):
+        return {"net": hosts[0]}
+    return {"netHosts": hosts}
+
+
 _SIGNALS = ("TERM", "INT", "HUP", "QUIT", "KILL", "USR1", "USR2", "WINCH", "PIPE")
 
 
@@ -828,8 +849,8 @@ class Client:
         if items is None or not all(isinstance(a, str) for a in items):
             raise TypeError("argv is a list of strings, e.g. ['/bin/sh', '-c', 'echo hi'], got %r" % (argv,))
         req: Dict[str, Any] = {"session": session, "argv": items, "spawn": _flag("spawn", spawn),
-                               "read": _paths("read", read), "write": _paths("write", write),
-                               "net": net if isinstance(net, str) else ",".join(net)}
+                               "read": _paths("read", read), "write": _paths("write", write)}
+        req.update(_net(net))
         if workspace:
             req["workspace"] = os.path.abspath(workspace)
         if _flag("layered", layered):

@@ -328,6 +328,18 @@ class ClientTest(unittest.TestCase):
             Client(self.addr).exec(["/bin/true"], session="py7", net="exa mple.com")
         self.assertEqual((cm.exception.code, cm.exception.field), ("invalid_argument", "net"))
 
+    def test_host_list_reaches_the_service_as_a_list(self):
+        # A list of hosts travels as net_hosts: a host the service refuses
+        # is named by its place in the list.
+        c = Client(self.addr)
+        with self.assertRaises(SandboxError) as cm:
+            c.exec(["/bin/true"], session="py-hosts", net=["a.example", "exa mple.com"])
+        self.assertEqual((cm.exception.code, cm.exception.field), ("invalid_argument", "net_hosts[1]"))
+        # The control: a list the service takes reaches the pipeline's
+        # decision (without an approver, a denial).
+        r = c.exec(["/bin/true"], session="py-hosts", net=["a.example"])
+        self.assertTrue(r.denied, r)
+
     def test_socket_dir_grant_refused(self):
         with self.assertRaises(SandboxError) as cm:
             Client(self.addr, approver=lambda r: True).exec(["/bin/ls", os.path.dirname(self.server.sock)], session="py8",

@@ -47,6 +47,19 @@ class OptionsTest(unittest.TestCase):
         self.unavailable(lambda: c.exec(["/bin/true"], timeout=0.001, memory_mb=1, max_output=1))
         self.unavailable(lambda: c.start(["/bin/true"], timeout=1, memory_mb=64, max_output=1 << 20))
 
+    def test_host_list_travels_as_a_list(self):
+        # A list of hosts is sent one host an entry (net_hosts), not joined
+        # into the CLI's syntax for the service to split again; a string
+        # is that syntax, sent as net.
+        c = Client(self.addr)
+        r = c._request(["/bin/true"], net=["a.example", " b.example:8443 "])
+        self.assertEqual((r.get("netHosts"), "net" in r), (["a.example", "b.example:8443"], False))
+        self.assertEqual(c._request(["/bin/true"], net="a.example,b.example")["net"], "a.example,b.example")
+        for net, want in (([], "none"), (["all"], "all"), (["none"], "none"), ("all", "all")):
+            r = c._request(["/bin/true"], net=net)
+            self.assertEqual((r["net"], "netHosts" in r), (want, False), net)
+        self.refused(TypeError, lambda: c._request(["/bin/true"], net=[1]), "net")
+
     def test_zero_timeout_is_the_default(self):
         # timeout=0 is "not given", as on the wire and in the TypeScript
         # client: the request carries no timeout (the service's default).
