@@ -889,7 +889,7 @@ export class Client {
             spawn: flag("spawn", o.spawn),
             read: paths("read", o.read),
             write: paths("write", o.write),
-            net: typeof o.net === "string" ? o.net : o.net === undefined ? "none" : o.net.join(","),
+            ...netFields(o.net),
         };
         if (o.workspace) {
             req.workspace = path.resolve(o.workspace);
@@ -1488,4 +1488,29 @@ export class Process {
         this.result = result(r.result);
         return this.result;
     }
+}
+/**
+ * The request's network: a string is the CLI's syntax ("none", "all", or
+ * hosts joined by commas), sent as `net` for the service to read; an array
+ * of hosts travels as it is, one host an entry (`netHosts`), instead of
+ * being joined into that syntax to be split again.
+ */
+function netFields(net) {
+    if (net === undefined) {
+        return { net: "none" };
+    }
+    if (typeof net === "string") {
+        return { net };
+    }
+    if (!Array.isArray(net) || !net.every((h) => typeof h === "string")) {
+        throw new TypeError(`net is "none", "all" or hosts: a string ("a.example,b.example") or an array of strings, got ${JSON.stringify(net)}`);
+    }
+    const hosts = net.map((h) => h.trim()).filter((h) => h !== "");
+    if (hosts.length === 0) {
+        return { net: "none" };
+    }
+    if (hosts.length === 1 && ["none", "all"].includes(hosts[0].toLowerCase())) {
+        return { net: hosts[0] };
+    }
+    return { netHosts: hosts };
 }

@@ -507,6 +507,13 @@ describe("Client against a real serve", { skip }, () => {
       return true;
     });
     await assert.rejects(c.exec(["/bin/true"], { session: "ts10", net: "exa mple.com" }), { code: "invalid_argument", field: "net" });
+    // An array of hosts travels as one (netHosts): the host the service
+    // refuses is named by its place in it.
+    await assert.rejects(c.exec(["/bin/true"], { session: "ts10", net: ["a.example", "exa mple.com"] }), {
+      code: "invalid_argument",
+      field: "net_hosts[1]",
+    });
+    await assert.rejects(c.exec(["/bin/true"], { session: "ts10", net: [1] as unknown as string[] }), TypeError);
     await assert.rejects(c.exec("/bin/true" as unknown as string[]), TypeError);
     // A misspelt limit is refused, never dropped (the command would run
     // without it), in every call that builds a command.
