@@ -94,7 +94,7 @@ func LayerDir(cfg Config, sid string) string {
 // pipeline (the CLI's session subcommands) reads, applies or discards. A
 // session without a layer gives a *NoLayerError.
 func OpenSessionLayer(cfg Config, sid string) (*layer.Layer, error) {
-	if err := validateCommand(sid, Command{Program: "layer"}); err != nil {
+	if err := validateSessionID(sid); err != nil {
 		return nil, err
 	}
 	dir := LayerDir(cfg, sid)
@@ -190,7 +190,7 @@ func layeredSpec(l *layer.Layer) *driverapi.LayeredWorkspace {
 
 // openLayer is sid's layer, from this process's session or from disk.
 func (s *WorkspaceSandbox) openLayer(sid string) (*session, *layer.Layer, error) {
-	if err := validateCommand(sid, Command{Program: "layer"}); err != nil {
+	if err := validateSessionID(sid); err != nil {
 		return nil, nil, err
 	}
 	sess, err := s.session(sid)
