@@ -78,7 +78,9 @@ func TestMalformedCommandRefusedThroughRequestAndDirectly(t *testing.T) {
 				c.Capabilities.Network = driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"exa mple.com"}}
 			}, "capabilities.network.hosts[0]"},
 		"allow_hosts without hosts": {nil, "",
-			func(c *core.Command) { c.Capabilities.Network = driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts} }, "capabilities.network.hosts"},
+			func(c *core.Command) {
+				c.Capabilities.Network = driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts}
+			}, "capabilities.network.hosts"},
 		"resize without a terminal": {nil, "",
 			func(c *core.Command) { c.Resize = make(chan driverapi.WindowSize) }, "resize"},
 	} {
