@@ -212,14 +212,12 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		// Set only by configuration that says so (ProtectedConfig.PlantedGit).
 		gitScanOff: cfg.Sandbox.Protected.PlantedGit == PlantedGitAllow,
 	}
+	// The protected files are what the assembly resolved (the driver,
+	// the hook plugins it launched, the configuration files): core launches
+	// no plugin, so it does not read their names from the configuration.
 	for _, p := range o.protect {
 		if p != "" {
 			s.protect = append(s.protect, p)
-		}
-	}
-	for _, h := range cfg.Sandbox.HookPlugins {
-		if filepath.IsAbs(h) {
-			s.protect = append(s.protect, h)
 		}
 	}
 	if err := validateCommand("baseline", Command{Program: "baseline", Capabilities: s.baseline}); err != nil {
