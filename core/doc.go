@@ -38,7 +38,7 @@
 //     the feature and the driver's reason; this comes before approval so no
 //     one is asked to approve what cannot be enforced. Then: within the
 //     session baseline, or within a cached grant, goes on; otherwise the
-//     ApprovalGate asks (Approved caches the grant; Denied and Timeout deny).
+//     approval gate asks (Approved caches the grant; Denied and Timeout deny).
 //  5. Profile: driver.ProfileFor with the canonical workspace and cwd (and the
 //     mediation endpoint for AllowHosts).
 //  6. Run: timeout precedence Command.Timeout > Capabilities.TimeoutSecs >

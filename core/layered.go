@@ -81,11 +81,11 @@ func (e *NoLayerError) Error() string {
 func (e *NoLayerError) Is(target error) bool { return target == ErrNoLayer }
 
 // layerDir is where sid's layer lives.
-func (s *WorkspaceSandbox) layerDir(sid string) string { return LayerDir(s.cfg, sid) }
+func (s *WorkspaceSandbox) layerDir(sid string) string { return sessionLayerDir(s.cfg, sid) }
 
-// LayerDir is where a layered session's layer lives under cfg's workspace
+// sessionLayerDir is where a layered session's layer lives under cfg's workspace
 // root.
-func LayerDir(cfg Config, sid string) string {
+func sessionLayerDir(cfg Config, sid string) string {
 	return filepath.Join(cfg.Sandbox.WorkspaceRoot, LayersDirName, SessionDirName(sid))
 }
 
@@ -97,7 +97,7 @@ func OpenSessionLayer(cfg Config, sid string) (*layer.Layer, error) {
 	if err := validateSessionID(sid); err != nil {
 		return nil, err
 	}
-	dir := LayerDir(cfg, sid)
+	dir := sessionLayerDir(cfg, sid)
 	if _, err := os.Lstat(filepath.Join(dir, layer.StateFile)); errors.Is(err, os.ErrNotExist) {
 		return nil, &NoLayerError{Session: sid}
 	}

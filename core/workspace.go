@@ -35,7 +35,7 @@ type WorkspaceSandbox struct {
 	cfg      Config
 	driver   driverapi.Driver
 	hooks    []*hookEntry
-	gate     *ApprovalGate
+	gate     *approvalGate
 	ledger   *ledger
 	mediator NetworkMediator
 	logger   hclog.Logger
@@ -202,7 +202,7 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 	s := &WorkspaceSandbox{
 		cfg:      cfg,
 		driver:   o.driver,
-		gate:     NewApprovalGate(o.requester, time.Duration(cfg.Sandbox.ApprovalTimeoutSeconds)*time.Second),
+		gate:     newApprovalGate(o.requester, time.Duration(cfg.Sandbox.ApprovalTimeoutSeconds)*time.Second),
 		mediator: o.mediator,
 		logger:   logger,
 		store:    o.grants,
