@@ -35,7 +35,7 @@ import (
 //     A front end cannot check these: the workspace and its links are the
 //     session's, and they change between commands.
 //   - The driver checks its RunSpec again (driverapi.ValidateRunSpec,
-//     CanonicalDir): that guards the driver against a host that is not
+//     CheckCanonicalDir): that guards the driver against a host that is not
 //     this one, and stays as defence in depth.
 
 // ValidateCommand refuses a malformed command with an
