@@ -20,7 +20,9 @@
 //
 // # Pipeline (WorkspaceSandbox.Execute)
 //
-//  0. Input validation: bad input is an *InvalidCommandError naming the field.
+//  0. Input validation (ValidateCommand, the one check of a command's form,
+//     which alephsandbox.Request also calls): bad input is an
+//     *InvalidCommandError naming the field.
 //  1. Session resolve: a map under an RWMutex (read-lock fast path,
 //     write-lock double-checked slow path). The workspace directory is
 //     workspace_root/hex(sha256(json(session_id))[:16]), created lazily with
