@@ -188,6 +188,11 @@ func (ss *session) endAll(wait time.Duration) bool {
 // assembly (alephsandbox.New) builds no pipeline for a disabled
 // configuration.
 func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) {
+	// alephsandbox.New has run the same Validate before it acted on cfg
+	// (found the driver, opened the audit file); it runs here again
+	// because this constructor is public, and a pipeline built from a
+	// configuration never validated would make workspaces wherever a
+	// relative workspace_root points. One rule set, two entrances.
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
