@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -246,5 +247,21 @@ func TestProcessDefaultsAgree(t *testing.T) {
 	var ce *core.ConfigError
 	if !errors.As(err, &ce) || ce.Key != "sandbox.processes.max_per_sesion" {
 		t.Errorf("unknown key: %v", err)
+	}
+}
+
+// The hook plugins New launches are protected by New, which hands core the
+// list (core reads no plugin's name from the configuration): an absolute
+// plugin path is in it, beside what the host named, and a name that is
+// not a path is not made into one (a positive control of the filter).
+func TestProtectedPathsHoldTheHookPlugins(t *testing.T) {
+	cfg := core.DefaultConfig()
+	cfg.Sandbox.HookPlugins = []string{"/opt/hooks/my-hook", "relative-hook"}
+	got := protectedPaths(cfg, []string{"/etc/host-named"})
+	if !slices.Contains(got, "/opt/hooks/my-hook") || !slices.Contains(got, "/etc/host-named") {
+		t.Fatalf("protected %q: want the hook plugin and the host's path", got)
+	}
+	if slices.Contains(got, "relative-hook") {
+		t.Fatalf("protected %q: a relative name is no path to protect", got)
 	}
 }

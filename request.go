@@ -21,9 +21,16 @@ import (
 // RequestError names; each front end spells them its own way when it
 // reports one (the CLI as flags).
 //
-// What the pipeline checks itself (the cwd inside the workspace, what the
-// driver can enforce, the policy, approvals) stays the pipeline's: a
-// Request refuses only what is malformed, before anything runs.
+// A Request's own checks are of what only it has: its spelling (the
+// --net syntax and the proxy's host rules, paths relative to Dir, seconds
+// as a number). The form of the command it makes is checked by the
+// pipeline's one validator, core.ValidateCommand, which Command calls and
+// whose refusal it names by the request's field; the pipeline calls the
+// same validator for a Command an embedder builds without a Request. What
+// the pipeline checks against the session and the driver (the workspace
+// and cwd resolved where they lead, what the driver can enforce, the
+// policy, approvals) stays the pipeline's: a Request refuses only what is
+// malformed, before anything runs.
 type Request struct {
 	// Session is the session the command runs in (required).
 	Session string
@@ -68,8 +75,9 @@ type Request struct {
 }
 
 // MaxTimeout bounds Request.TimeoutSeconds: a larger value is a mistake
-// (and would overflow a time.Duration far beyond it).
-const MaxTimeout = 365 * 24 * time.Hour
+// (and would overflow a time.Duration far beyond it). It is the
+// pipeline's own bound, core.MaxTimeout.
+const MaxTimeout = core.MaxTimeout
 
 // RequestError is a Request that cannot be run as given: Field names the
 // field as the service's protocol does (argv, read[0], net, net_hosts[1],
@@ -78,7 +86,7 @@ type RequestError struct {
 	Field  string
 	Reason string
 	// Err is the pipeline's own refusal when the request was refused by
-	// the pipeline's check (a *core.InvalidCommandError), else nil.
+	// the pipeline's validator (a *core.InvalidCommandError), else nil.
 	Err error
 }
 
@@ -91,18 +99,14 @@ func badField(field, format string, a ...any) *RequestError {
 }
 
 // Command is r normalised and validated: paths absolute and clean, the
-// network parsed by the proxy's own rule parser (ParseNet), the limits in
-// range. Its errors are *RequestError.
+// network parsed by the proxy's own rule parser (ParseNet), then the
+// command's form checked by core.ValidateCommand. Its errors are
+// *RequestError.
 func (r Request) Command() (core.Command, error) {
 	if r.Session == "" {
+		// Said here rather than by the validator: a Go caller is told
+		// of WithSession, a request's user of what a session is.
 		return core.Command{}, badField("session", "required (any name: its workspace and grants are kept across commands)")
-	}
-	if err := core.ValidateSessionID(r.Session); err != nil {
-		var ie *core.InvalidCommandError
-		if errors.As(err, &ie) {
-			return core.Command{}, &RequestError{Field: "session", Reason: ie.Reason, Err: err}
-		}
-		return core.Command{}, badField("session", "%v", err)
 	}
 	if len(r.Argv) == 0 || r.Argv[0] == "" {
 		return core.Command{}, badField("argv", "a program is required")
@@ -131,19 +135,6 @@ func (r Request) Command() (core.Command, error) {
 	if err != nil {
 		return core.Command{}, err
 	}
-	if r.MaxOutputBytes < 0 {
-		return core.Command{}, badField("max_output", "must be positive (or 0 for the configured budget)")
-	}
-	if len(r.Stdin) > driverapi.MaxStdinBytes {
-		return core.Command{}, badField("stdin", "larger than %d bytes (stream a larger input instead: exec -i, or the service's stdin_stream)", driverapi.MaxStdinBytes)
-	}
-	for name := range r.Env {
-		// As the OS takes them: anything without '=' or NUL. The CLI
-		// holds its flags to the stricter shell rule as a typo check.
-		if name == "" || strings.ContainsAny(name, "=\x00") {
-			return core.Command{}, badField("env", "%q is not a variable name (no '=' or NUL, not empty)", name)
-		}
-	}
 	cmd := core.Command{
 		SessionID:      r.Session,
 		Program:        r.Argv[0],
@@ -164,7 +155,69 @@ func (r Request) Command() (core.Command, error) {
 		}
 		cmd.Workspace = abs
 	}
+	if err := core.ValidateCommand(cmd); err != nil {
+		return core.Command{}, requestErrorOf(err)
+	}
 	return cmd, nil
+}
+
+// requestErrorOf is the validator's refusal named by the request's field
+// (the service's protocol names: argv, read[0], net_hosts[1], ...), its
+// reason kept and the refusal itself wrapped. A reason that speaks of
+// the Go API (the validator's Hint) is left out: a request's user sets
+// the field otherwise.
+func requestErrorOf(err error) error {
+	var ie *core.InvalidCommandError
+	if !errors.As(err, &ie) {
+		return err
+	}
+	re := &RequestError{Field: requestField(ie.Field), Reason: ie.Reason, Err: err}
+	switch {
+	case ie.Field == "stdin" && strings.Contains(ie.Reason, "limit"):
+		re.Reason += " (stream a larger input instead: exec -i, or the service's stdin_stream)"
+	case ie.Field == "max_output_bytes":
+		re.Reason += " (or 0 for the configured budget)"
+	}
+	return re
+}
+
+// requestField is a core.Command field (as core.InvalidCommandError names
+// it) as the Request field that sets it.
+func requestField(f string) string {
+	switch f {
+	case "session_id":
+		return "session"
+	case "program":
+		return "argv"
+	case "timeout", "capabilities.timeout_secs":
+		return "timeout_seconds"
+	case "max_output_bytes":
+		return "max_output"
+	case "capabilities.max_memory_mb":
+		return "memory_mb"
+	}
+	var i int
+	switch {
+	case scanIndex(f, "args[%d]", &i):
+		return fmt.Sprintf("argv[%d]", i+1)
+	case scanIndex(f, "capabilities.fs_read[%d]", &i):
+		return fmt.Sprintf("read[%d]", i)
+	case scanIndex(f, "capabilities.fs_write[%d]", &i):
+		return fmt.Sprintf("write[%d]", i)
+	case strings.HasPrefix(f, "capabilities.network"):
+		return "net"
+	case strings.HasPrefix(f, "env "):
+		return "env"
+	case strings.HasPrefix(f, "secret "):
+		return "secrets"
+	}
+	return f
+}
+
+// scanIndex reports whether f is format with its one index, setting i.
+func scanIndex(f, format string, i *int) bool {
+	n, err := fmt.Sscanf(f, format, i)
+	return err == nil && n == 1 && fmt.Sprintf(format, *i) == f
 }
 
 // path is p absolute (against r.Dir) and clean.

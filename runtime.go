@@ -169,6 +169,9 @@ type Runtime struct {
 	driver *pluginhost.DriverHost // nil with WithDriver
 	policy *PolicyChecker
 	files  fileConfig
+	// procLimits are [sandbox.processes] resolved once, by New: the
+	// process table's bounds and every front end's (ProcessLimits).
+	procLimits core.ProcessLimits
 	// procs are the processes of StartProcess (procs.go); nil when
 	// disabled.
 	procs   *core.ProcessTable
@@ -198,9 +201,16 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	if err := checkComponents(cfg); err != nil {
 		return nil, err
 	}
+	// The configuration is validated and resolved here, once, and core is
+	// handed the parts it runs with: it finds, launches and opens nothing,
+	// and reads no section a component owns.
+	procCfg, err := core.ProcessConfigOf(cfg)
+	if err != nil {
+		return nil, err
+	}
 	// The command policy is built even when the sandbox is disabled:
 	// "would this be refused" has an answer without a driver.
-	rt := &Runtime{policy: newPolicyChecker(cfg, o.logger, o.warn), files: fileConfigOf(cfg)}
+	rt := &Runtime{policy: newPolicyChecker(cfg, o.logger, o.warn), files: fileConfigOf(cfg), procLimits: procCfg.Limits()}
 	if !cfg.Sandbox.Enabled {
 		return rt, nil
 	}
@@ -211,27 +221,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 		}
 	}()
 	coreOpts := []core.Option{core.WithLogger(o.logger)}
-	// The programs the host runs outside any sandbox: a command that could
-	// rewrite one (a workspace holding the checkout's bin/, say) would run
-	// unconfined on the next call. No write grant or workspace may hold
-	// them.
-	protect := append([]string(nil), o.protect...)
-	if src := cfg.Source(); src != "" {
-		protect = append(protect, src)
-	}
-	// The per-user configuration file, whether or not it exists yet: a
-	// command that could write (or create) it could name its own driver or
-	// hook plugin for the next run of the CLI, serve or mcp. Protected here
-	// and not by each front end, so that no way of building a runtime
-	// forgets it.
-	if def := DefaultConfigPath(); def != "" {
-		if abs, err := filepath.Abs(def); err == nil {
-			protect = append(protect, abs)
-		}
-	}
-	if exe, err := os.Executable(); err == nil {
-		protect = append(protect, exe)
-	}
+	protect := protectedPaths(cfg, o.protect)
 	drv := o.driver
 	if drv == nil {
 		path, _, err := pluginhost.FindDriver(cfg.Sandbox.Driver, o.driverDirs)
@@ -301,13 +291,52 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 		})
 	}
 	rt.ws = ws
-	procCfg, err := core.ProcessConfigOf(cfg)
-	if err != nil {
-		return nil, err
-	}
-	rt.procs = core.NewProcessTable(ws, procCfg.Limits())
+	rt.procs = core.NewProcessTable(ws, rt.procLimits)
 	ok = true
 	return rt, nil
+}
+
+// ProcessLimits are the bounds of the processes of StartProcess
+// ([sandbox.processes]), as New resolved them: a front end that keeps a
+// process table of its own, or that needs a process's longest lifetime,
+// takes them from here rather than reading the section again.
+func (r *Runtime) ProcessLimits() core.ProcessLimits { return r.procLimits }
+
+// protectedPaths are the files no write grant or named workspace may hold,
+// as the assembly resolves them (core is handed the list and reads none
+// of it from the configuration): extra (WithProtectedPaths), the
+// configuration file read, the per-user one, this program and the hook
+// plugins New launches. The driver New finds is added where it is found.
+func protectedPaths(cfg core.Config, extra []string) []string {
+	// The programs the host runs outside any sandbox: a command that could
+	// rewrite one (a workspace holding the checkout's bin/, say) would run
+	// unconfined on the next call. No write grant or workspace may hold
+	// them.
+	protect := append([]string(nil), extra...)
+	if src := cfg.Source(); src != "" {
+		protect = append(protect, src)
+	}
+	// The per-user configuration file, whether or not it exists yet: a
+	// command that could write (or create) it could name its own driver or
+	// hook plugin for the next run of the CLI, serve or mcp. Protected here
+	// and not by each front end, so that no way of building a runtime
+	// forgets it.
+	if def := DefaultConfigPath(); def != "" {
+		if abs, err := filepath.Abs(def); err == nil {
+			protect = append(protect, abs)
+		}
+	}
+	if exe, err := os.Executable(); err == nil {
+		protect = append(protect, exe)
+	}
+	// The hook plugins New launches run outside any sandbox, as the
+	// driver does: protected for the same reason, by what launches them.
+	for _, h := range cfg.Sandbox.HookPlugins {
+		if filepath.IsAbs(h) {
+			protect = append(protect, h)
+		}
+	}
+	return protect
 }
 
 // Policy is the command policy the pipeline runs (built once, whether or

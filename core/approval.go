@@ -17,27 +17,27 @@ type ApprovalRequester interface {
 	RequestApproval(ctx context.Context, req driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error)
 }
 
-// ApprovalGate turns an elevation request into an outcome: it bounds the
+// approvalGate turns an elevation request into an outcome: it bounds the
 // wait by the approval timeout and fails closed when nobody can be asked.
-type ApprovalGate struct {
+type approvalGate struct {
 	requester ApprovalRequester
 	timeout   time.Duration
 }
 
-// NewApprovalGate returns a gate asking r, waiting at most timeout (which
+// newApprovalGate returns a gate asking r, waiting at most timeout (which
 // must be > 0). A nil r denies every elevation.
-func NewApprovalGate(r ApprovalRequester, timeout time.Duration) *ApprovalGate {
+func newApprovalGate(r ApprovalRequester, timeout time.Duration) *approvalGate {
 	if timeout <= 0 {
 		timeout = 60 * time.Second
 	}
-	return &ApprovalGate{requester: r, timeout: timeout}
+	return &approvalGate{requester: r, timeout: timeout}
 }
 
 // Decide asks for approval. It returns ApprovalTimeout when the requester
 // does not answer within the timeout (even if it ignores ctx), and
 // ApprovalDenied with an explanatory error when there is no requester or it
 // failed. A cancelled parent ctx returns ctx.Err().
-func (g *ApprovalGate) Decide(ctx context.Context, req driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
+func (g *approvalGate) Decide(ctx context.Context, req driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
 	if g.requester == nil {
 		return driverapi.ApprovalDenied, errors.New("no approval requester is configured, so elevations are denied")
 	}

@@ -220,8 +220,27 @@ func RequiredFeatures(caps driverapi.Capabilities) []string {
 	return req
 }
 
+// enforceable refuses caps when the driver does not claim a feature they
+// need. It is the one check of enforceability: front ends do not ask the
+// driver (they may run before it has started, and the driver's claims
+// can change when it is relaunched); the driver itself refuses what it
+// cannot do as defence in depth.
 func (s *WorkspaceSandbox) enforceable(hc driverapi.HostCapabilities, caps driverapi.Capabilities) error {
-	for _, f := range RequiredFeatures(caps) {
+	if err := unenforceable(hc, "enforce", RequiredFeatures(caps)); err != nil {
+		return err
+	}
+	if caps.Network.Mode == driverapi.NetworkAllowHosts && s.mediator == nil {
+		return &DeniedError{Code: ReasonUnenforceable,
+			Reason: "network mode allow_hosts needs the managed proxy, and no network mediator is configured"}
+	}
+	return nil
+}
+
+// unenforceable is the refusal of the first of feats the driver does not
+// claim, with the reason the driver gives for it (and its fix), or nil.
+// verb says what the driver cannot do with it ("enforce", "give").
+func unenforceable(hc driverapi.HostCapabilities, verb string, feats []string) error {
+	for _, f := range feats {
 		if hc.Has(f) {
 			continue
 		}
@@ -235,11 +254,7 @@ func (s *WorkspaceSandbox) enforceable(hc driverapi.HostCapabilities, caps drive
 			}
 		}
 		return &DeniedError{Code: ReasonUnenforceable, Feature: f,
-			Reason: fmt.Sprintf("driver %s cannot enforce %s here: %s", hc.Backend, f, why)}
-	}
-	if caps.Network.Mode == driverapi.NetworkAllowHosts && s.mediator == nil {
-		return &DeniedError{Code: ReasonUnenforceable,
-			Reason: "network mode allow_hosts needs the managed proxy, and no network mediator is configured"}
+			Reason: fmt.Sprintf("driver %s cannot %s %s here: %s", hc.Backend, verb, f, why)}
 	}
 	return nil
 }

@@ -325,12 +325,12 @@ const (
 	SessionSandboxesOff  = "off"
 )
 
-// DefaultTimeoutTermGraceMS is sandbox.timeout_term_grace_ms by default:
+// defaultTimeoutTermGraceMS is sandbox.timeout_term_grace_ms by default:
 // a command is warned (SIGTERM) 2 s before its timeout kills it.
-const DefaultTimeoutTermGraceMS = 2000
+const defaultTimeoutTermGraceMS = 2000
 
-// DefaultLayerMaxBytes is sandbox.layer_max_bytes's default: 1 GiB.
-const DefaultLayerMaxBytes = 1 << 30
+// defaultLayerMaxBytes is sandbox.layer_max_bytes's default: 1 GiB.
+const defaultLayerMaxBytes = 1 << 30
 
 // DefaultConfig is the configuration with nothing set.
 func DefaultConfig() Config {
@@ -343,10 +343,10 @@ func DefaultConfig() Config {
 		ApprovalTimeoutSeconds: 60,
 		AuditOnFailure:         AuditFailOpen,
 		SessionSandboxes:       SessionSandboxesAuto,
-		LayerMaxBytes:          DefaultLayerMaxBytes,
+		LayerMaxBytes:          defaultLayerMaxBytes,
 		HookPlugins:            []string{},
 		HookTimeoutMS:          2000,
-		TimeoutTermGraceMS:     DefaultTimeoutTermGraceMS,
+		TimeoutTermGraceMS:     defaultTimeoutTermGraceMS,
 		// The owners' sections are empty: their defaults are the owners'
 		// (LoadConfig fills them from the schemas it is given).
 		CommandPolicy: Section{},
@@ -413,7 +413,7 @@ func loadConfig(path string, environ []string, opts ...LoadOption) (Config, erro
 	schema := configSchema()
 	k := koanf.New(".")
 	if path != "" {
-		data, err := inputfile.Read(path, MaxConfigFileBytes)
+		data, err := inputfile.Read(path, maxConfigFileBytes)
 		if err != nil {
 			return Config{}, &ConfigError{Source: path, Key: "(file)", Reason: configFileReason(err)}
 		}
@@ -491,11 +491,11 @@ func loadConfig(path string, environ []string, opts ...LoadOption) (Config, erro
 	return cfg, nil
 }
 
-// MaxConfigFileBytes bounds a configuration file (1 MiB: a generous
+// maxConfigFileBytes bounds a configuration file (1 MiB: a generous
 // configuration is a few kilobytes). The file must also be a regular file:
 // /dev/zero, a FIFO or a terminal named as the config would otherwise be
 // read without end or block.
-const MaxConfigFileBytes = 1 << 20
+const maxConfigFileBytes = 1 << 20
 
 // configFileReason says why a config file was not read, naming the rule
 // it broke.

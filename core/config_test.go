@@ -304,7 +304,7 @@ func TestPlatformSections(t *testing.T) {
 func TestConfigFileBounds(t *testing.T) {
 	dir := t.TempDir()
 	big := filepath.Join(dir, "big.toml")
-	if err := os.WriteFile(big, append([]byte("# "), bytes.Repeat([]byte("x"), MaxConfigFileBytes)...), 0o600); err != nil {
+	if err := os.WriteFile(big, append([]byte("# "), bytes.Repeat([]byte("x"), maxConfigFileBytes)...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	cases := map[string]string{

@@ -2,22 +2,22 @@ package core
 
 import "fmt"
 
-// MaxConfigNesting bounds how deeply a configuration file may nest tables,
+// maxConfigNesting bounds how deeply a configuration file may nest tables,
 // arrays, inline tables and dotted keys (each level counts one). The
 // configuration's deepest real key is a handful of levels; the TOML parser
 // and the loader behind it take time quadratic in the depth (a 600 KB file
 // nested 32,000 deep parsed for minutes), so a file past the bound is
 // refused before it is parsed.
-const MaxConfigNesting = 64
+const maxConfigNesting = 64
 
 // checkConfigNesting scans a TOML document for its nesting depth without
 // parsing it: brackets and braces outside strings and comments, plus the
 // dots of the key being read. It returns a *ConfigError naming the line
-// where the depth first exceeds MaxConfigNesting. The scan is linear and
+// where the depth first exceeds maxConfigNesting. The scan is linear and
 // allocation-free, so it is as fast as reading the file.
 func checkConfigNesting(data []byte) *ConfigError {
 	var (
-		stack  [MaxConfigNesting + 1]byte // the open containers: '[' or '{'
+		stack  [maxConfigNesting + 1]byte // the open containers: '[' or '{'
 		depth  int
 		keyDot int // dots of the (dotted) key being read
 		inKey  = true
@@ -30,7 +30,7 @@ func checkConfigNesting(data []byte) *ConfigError {
 		return stack[depth-1]
 	}
 	tooDeep := func() *ConfigError {
-		return &ConfigError{Key: "(file)", Reason: fmt.Sprintf("line %d: nested more than %d levels deep (tables, arrays, inline tables and dotted keys each count one); flatten it", line, MaxConfigNesting)}
+		return &ConfigError{Key: "(file)", Reason: fmt.Sprintf("line %d: nested more than %d levels deep (tables, arrays, inline tables and dotted keys each count one); flatten it", line, maxConfigNesting)}
 	}
 	for i := 0; i < len(data); i++ {
 		c := data[i]
@@ -55,7 +55,7 @@ func checkConfigNesting(data []byte) *ConfigError {
 		case '.':
 			if inKey {
 				keyDot++
-				if depth+keyDot > MaxConfigNesting {
+				if depth+keyDot > maxConfigNesting {
 					return tooDeep()
 				}
 			}
@@ -63,7 +63,7 @@ func checkConfigNesting(data []byte) *ConfigError {
 			keyDot = 0
 			inKey = innermost() == '{'
 		case '[', '{':
-			if depth+keyDot >= MaxConfigNesting {
+			if depth+keyDot >= maxConfigNesting {
 				return tooDeep()
 			}
 			stack[depth] = c

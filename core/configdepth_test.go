@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// A configuration nested past MaxConfigNesting is refused with a typed
+// A configuration nested past maxConfigNesting is refused with a typed
 // error naming the bound before it is parsed, by any of the four ways TOML
 // nests; a normal configuration of nested tables still loads.
 func TestConfigNestingBounded(t *testing.T) {
@@ -18,7 +18,7 @@ func TestConfigNestingBounded(t *testing.T) {
 		"inline tables": "[sandbox]\nx = " + strings.Repeat("{a=", n) + "1" + strings.Repeat("}", n) + "\n",
 		"dotted key":    "[sandbox]\n" + strings.Repeat("a.", n) + "b = 1\n",
 		"table header":  "[" + strings.Repeat("a.", n) + "b]\n",
-		"just past":     "[sandbox]\nx = " + strings.Repeat("[", MaxConfigNesting+1) + strings.Repeat("]", MaxConfigNesting+1) + "\n",
+		"just past":     "[sandbox]\nx = " + strings.Repeat("[", maxConfigNesting+1) + strings.Repeat("]", maxConfigNesting+1) + "\n",
 	}
 	for name, body := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -55,7 +55,7 @@ rate_per_second = 1.5
 	if cfg.Sandbox.DefaultTimeoutSeconds != 30 || customRuleName(cfg.Sandbox.CommandPolicy, 0) == "" || customRuleName(cfg.Sandbox.CommandPolicy, 1) != "" {
 		t.Fatalf("the configuration did not load as written: %+v", cfg.Sandbox)
 	}
-	if err := checkConfigNesting([]byte("x = " + strings.Repeat("[", MaxConfigNesting) + strings.Repeat("]", MaxConfigNesting))); err != nil {
+	if err := checkConfigNesting([]byte("x = " + strings.Repeat("[", maxConfigNesting) + strings.Repeat("]", maxConfigNesting))); err != nil {
 		t.Fatalf("a depth at the bound was refused: %v", err)
 	}
 }

@@ -20,7 +20,9 @@
 //
 // # Pipeline (WorkspaceSandbox.Execute)
 //
-//  0. Input validation: bad input is an *InvalidCommandError naming the field.
+//  0. Input validation (ValidateCommand, the one check of a command's form,
+//     which alephsandbox.Request also calls): bad input is an
+//     *InvalidCommandError naming the field.
 //  1. Session resolve: a map under an RWMutex (read-lock fast path,
 //     write-lock double-checked slow path). The workspace directory is
 //     workspace_root/hex(sha256(json(session_id))[:16]), created lazily with
@@ -38,7 +40,7 @@
 //     the feature and the driver's reason; this comes before approval so no
 //     one is asked to approve what cannot be enforced. Then: within the
 //     session baseline, or within a cached grant, goes on; otherwise the
-//     ApprovalGate asks (Approved caches the grant; Denied and Timeout deny).
+//     approval gate asks (Approved caches the grant; Denied and Timeout deny).
 //  5. Profile: driver.ProfileFor with the canonical workspace and cwd (and the
 //     mediation endpoint for AllowHosts).
 //  6. Run: timeout precedence Command.Timeout > Capabilities.TimeoutSecs >

@@ -26,7 +26,7 @@ func buildEnv(home string, cmd Command) ([]driverapi.EnvVar, error) {
 		m[k] = v
 	}
 	for k := range cmd.Secrets {
-		m[k] = SecretPlaceholderPrefix + k
+		m[k] = secretPlaceholderPrefix + k
 	}
 	out := make([]driverapi.EnvVar, 0, len(m))
 	for k, v := range m {

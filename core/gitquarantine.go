@@ -49,9 +49,9 @@ import (
 // are not walked: the driver keeps them read-only for the command, and the
 // host's own git must keep working there.
 
-// GitQuarantineSuffix ends the new name of every entry the git quarantine
+// gitQuarantineSuffix ends the new name of every entry the git quarantine
 // renamed (HEAD.aleph-quarantined, .git.aleph-quarantined).
-const GitQuarantineSuffix = ".aleph-quarantined"
+const gitQuarantineSuffix = ".aleph-quarantined"
 
 // GitQuarantine is what the scan after one command found and did.
 type GitQuarantine struct {

@@ -265,7 +265,7 @@ func (g *gitScan) repoChanged(fd int) bool {
 func (g *gitScan) neutralise(fd int, rel, name string) {
 	from := path.Join(rel, name)
 	for i := 0; i < 100; i++ {
-		to := name + GitQuarantineSuffix
+		to := name + gitQuarantineSuffix
 		if i > 0 {
 			to += "." + strconv.Itoa(i)
 		}

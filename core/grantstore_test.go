@@ -260,8 +260,8 @@ func TestKeptGrantsAreSharedNotCopied(t *testing.T) {
 	wantDenied(t, err, ReasonApprovalDenied)
 }
 
-// The files the sandbox runs or reads outside any sandbox (hook plugins,
-// what WithProtectedPaths names, such as the configuration) may be
+// The files the sandbox runs or reads outside any sandbox (what
+// WithProtectedPaths names: hook plugins, the configuration) may be
 // read but never written by a command: a command that could replace one
 // would run unconfined the next time. So no write grant and no named
 // workspace may hold one; a read grant may, and a sibling directory may be
@@ -279,11 +279,11 @@ func TestProgramsTheSandboxRunsAreNotWritable(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := testConfig(t)
-	// The plugin is named, never launched: no command here reaches the
-	// hooks, every one is refused before or runs with the fake's echo.
-	cfg.Sandbox.HookPlugins = []string{hook}
+	// The hook plugin is handed in as the assembly hands it (it launches
+	// the plugins and protects them, alephsandbox's protectedPaths): core
+	// reads no plugin's name from the configuration.
 	sb, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, &drivertest.FakeDriver{})), WithAuditSink(&memSink{}),
-		WithApprovalRequester(&countingApprover{}), WithProtectedPaths(filepath.Join(conf, "config.toml")))
+		WithApprovalRequester(&countingApprover{}), WithProtectedPaths(hook, filepath.Join(conf, "config.toml")))
 	if err != nil {
 		t.Fatal(err)
 	}

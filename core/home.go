@@ -36,7 +36,7 @@ func (s *WorkspaceSandbox) homesRoot() string {
 // HomePath is the directory of a session's private HOME (created on first
 // use), or its workspace when sandbox.session.home is "workspace".
 func (s *WorkspaceSandbox) HomePath(sessionID string) (string, error) {
-	if err := validateCommand(sessionID, Command{Program: "home"}); err != nil {
+	if err := validateSessionID(sessionID); err != nil {
 		return "", err
 	}
 	sess, err := s.session(sessionID)

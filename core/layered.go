@@ -81,11 +81,11 @@ func (e *NoLayerError) Error() string {
 func (e *NoLayerError) Is(target error) bool { return target == ErrNoLayer }
 
 // layerDir is where sid's layer lives.
-func (s *WorkspaceSandbox) layerDir(sid string) string { return LayerDir(s.cfg, sid) }
+func (s *WorkspaceSandbox) layerDir(sid string) string { return sessionLayerDir(s.cfg, sid) }
 
-// LayerDir is where a layered session's layer lives under cfg's workspace
+// sessionLayerDir is where a layered session's layer lives under cfg's workspace
 // root.
-func LayerDir(cfg Config, sid string) string {
+func sessionLayerDir(cfg Config, sid string) string {
 	return filepath.Join(cfg.Sandbox.WorkspaceRoot, LayersDirName, SessionDirName(sid))
 }
 
@@ -94,10 +94,10 @@ func LayerDir(cfg Config, sid string) string {
 // pipeline (the CLI's session subcommands) reads, applies or discards. A
 // session without a layer gives a *NoLayerError.
 func OpenSessionLayer(cfg Config, sid string) (*layer.Layer, error) {
-	if err := validateCommand(sid, Command{Program: "layer"}); err != nil {
+	if err := validateSessionID(sid); err != nil {
 		return nil, err
 	}
-	dir := LayerDir(cfg, sid)
+	dir := sessionLayerDir(cfg, sid)
 	if _, err := os.Lstat(filepath.Join(dir, layer.StateFile)); errors.Is(err, os.ErrNotExist) {
 		return nil, &NoLayerError{Session: sid}
 	}
@@ -190,7 +190,7 @@ func layeredSpec(l *layer.Layer) *driverapi.LayeredWorkspace {
 
 // openLayer is sid's layer, from this process's session or from disk.
 func (s *WorkspaceSandbox) openLayer(sid string) (*session, *layer.Layer, error) {
-	if err := validateCommand(sid, Command{Program: "layer"}); err != nil {
+	if err := validateSessionID(sid); err != nil {
 		return nil, nil, err
 	}
 	sess, err := s.session(sid)

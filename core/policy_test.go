@@ -294,24 +294,24 @@ func TestApprovalGateTimeout(t *testing.T) {
 	stuck := requesterFunc(func(ctx context.Context, _ driverapi.ApprovalRequest) (driverapi.ApprovalOutcome, error) {
 		select {}
 	})
-	g := NewApprovalGate(stuck, 20*time.Millisecond)
+	g := newApprovalGate(stuck, 20*time.Millisecond)
 	o, err := g.Decide(context.Background(), driverapi.ApprovalRequest{})
 	if err != nil || o != driverapi.ApprovalTimeout {
 		t.Fatalf("%v %v", o, err)
 	}
 	slow := &drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved, Delay: time.Minute}
-	o, err = NewApprovalGate(slow, 20*time.Millisecond).Decide(context.Background(), driverapi.ApprovalRequest{})
+	o, err = newApprovalGate(slow, 20*time.Millisecond).Decide(context.Background(), driverapi.ApprovalRequest{})
 	if err != nil || o != driverapi.ApprovalTimeout {
 		t.Fatalf("%v %v", o, err)
 	}
 	// A cancelled caller is not a timeout.
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := NewApprovalGate(slow, time.Minute).Decide(ctx, driverapi.ApprovalRequest{}); !errors.Is(err, context.Canceled) {
+	if _, err := newApprovalGate(slow, time.Minute).Decide(ctx, driverapi.ApprovalRequest{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("err %v", err)
 	}
 	// Positive control: a prompt answer passes.
-	o, err = NewApprovalGate(&drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}, time.Minute).Decide(context.Background(), driverapi.ApprovalRequest{})
+	o, err = newApprovalGate(&drivertest.FakeApprover{Outcome: driverapi.ApprovalApproved}, time.Minute).Decide(context.Background(), driverapi.ApprovalRequest{})
 	if err != nil || o != driverapi.ApprovalApproved {
 		t.Fatalf("%v %v", o, err)
 	}

@@ -12,12 +12,12 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// ProcessSection is the configuration section the process table owns,
+// processSection is the configuration section the process table owns,
 // [sandbox.processes]: its type (ProcessConfig), defaults
 // (DefaultProcessConfig), schema (ProcessSchema) and parser
 // (ParseProcessConfig). Core keeps it as a Section like the hooks' ones,
 // so the same loader rules apply (unknown keys refused by full name).
-const ProcessSection = "processes"
+const processSection = "processes"
 
 // ProcessConfig is [sandbox.processes]: the bounds of the processes a
 // service starts (StartProcess) and, for max_lifetime_seconds, the
@@ -40,14 +40,14 @@ const (
 )
 
 // DefaultProcessConfig is the section with nothing set, the only place its
-// defaults are written (DefaultProcessLimits and the schema read it).
+// defaults are written (defaultProcessLimits and the schema read it).
 func DefaultProcessConfig() ProcessConfig {
 	return ProcessConfig{MaxPerSession: 16, MaxTotal: 64, RingBytes: 1 << 20, StdinBytes: 64 << 10,
 		MaxLifetimeSeconds: 24 * 3600}
 }
 
-// DefaultProcessLimits are the limits with nothing configured.
-func DefaultProcessLimits() ProcessLimits { return DefaultProcessConfig().Limits() }
+// defaultProcessLimits are the limits with nothing configured.
+func defaultProcessLimits() ProcessLimits { return DefaultProcessConfig().Limits() }
 
 // Limits are the ProcessLimits the section gives.
 func (c ProcessConfig) Limits() ProcessLimits {
@@ -60,7 +60,7 @@ func (c ProcessConfig) Limits() ProcessLimits {
 func ProcessSchema() driverapi.ConfigSchema {
 	d := DefaultProcessConfig()
 	js := func(v any) string { b, _ := json.Marshal(v); return string(b) }
-	return driverapi.ConfigSchema{Section: ProcessSection, Fields: []driverapi.ConfigField{
+	return driverapi.ConfigSchema{Section: processSection, Fields: []driverapi.ConfigField{
 		{Name: "max_per_session", Type: driverapi.ConfigUint, DefaultJSON: js(d.MaxPerSession),
 			Description: "processes one session may hold (running, or ended and not yet waited for)"},
 		{Name: "max_total", Type: driverapi.ConfigUint, DefaultJSON: js(d.MaxTotal),
@@ -87,17 +87,17 @@ func ParseProcessConfig(sectionJSON []byte) (ProcessConfig, error) {
 	if err := dec.Decode(&cfg); err != nil {
 		var te *json.UnmarshalTypeError
 		if errors.As(err, &te) {
-			return ProcessConfig{}, &driverapi.ConfigError{Section: ProcessSection, Key: te.Field, Reason: err.Error()}
+			return ProcessConfig{}, &driverapi.ConfigError{Section: processSection, Key: te.Field, Reason: err.Error()}
 		}
 		if _, rest, ok := strings.Cut(err.Error(), `unknown field "`); ok {
 			// encoding/json names an unknown key only in its message.
 			key, _, _ := strings.Cut(rest, `"`)
-			return ProcessConfig{}, &driverapi.ConfigError{Section: ProcessSection, Key: key, Reason: "unknown key"}
+			return ProcessConfig{}, &driverapi.ConfigError{Section: processSection, Key: key, Reason: "unknown key"}
 		}
-		return ProcessConfig{}, &driverapi.ConfigError{Section: ProcessSection, Reason: err.Error()}
+		return ProcessConfig{}, &driverapi.ConfigError{Section: processSection, Reason: err.Error()}
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return ProcessConfig{}, &driverapi.ConfigError{Section: ProcessSection, Reason: "trailing data after the JSON object"}
+		return ProcessConfig{}, &driverapi.ConfigError{Section: processSection, Reason: "trailing data after the JSON object"}
 	}
 	if err := cfg.Validate(); err != nil {
 		return ProcessConfig{}, err
@@ -108,7 +108,7 @@ func ParseProcessConfig(sectionJSON []byte) (ProcessConfig, error) {
 // Validate refuses values the table cannot use, naming the key.
 func (c ProcessConfig) Validate() error {
 	bad := func(key, reason string) error {
-		return &driverapi.ConfigError{Section: ProcessSection, Key: key, Reason: reason}
+		return &driverapi.ConfigError{Section: processSection, Key: key, Reason: reason}
 	}
 	switch {
 	case c.MaxPerSession < 1 || c.MaxPerSession > maxProcessCount:

@@ -33,7 +33,7 @@ func TestProcessConfigSection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := DefaultProcessLimits()
+	want := defaultProcessLimits()
 	want.PerSession, want.MaxLifetime = 2, 90*time.Second
 	if got := pc.Limits(); got != want {
 		t.Fatalf("limits %+v, want %+v", got, want)
@@ -56,8 +56,8 @@ func TestProcessConfigSection(t *testing.T) {
 		}
 	}
 	// The defaults are the table's when nothing is configured.
-	if got := NewProcessTable(nil, ProcessLimits{}).Limits(); got != DefaultProcessLimits() {
-		t.Fatalf("zero limits %+v, defaults %+v", got, DefaultProcessLimits())
+	if got := NewProcessTable(nil, ProcessLimits{}).Limits(); got != defaultProcessLimits() {
+		t.Fatalf("zero limits %+v, defaults %+v", got, defaultProcessLimits())
 	}
 }
 

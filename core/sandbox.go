@@ -146,8 +146,8 @@ type Sandbox interface {
 	Close() error
 }
 
-// SecretPlaceholderPrefix starts the value a child sees for a secret.
-const SecretPlaceholderPrefix = "aleph:secret:"
+// secretPlaceholderPrefix starts the value a child sees for a secret.
+const secretPlaceholderPrefix = "aleph:secret:"
 
 // DefaultPath is the PATH the child gets unless Command.Env sets one.
 const DefaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

@@ -107,17 +107,17 @@ type ServeLimits struct {
 
 // Defaults of the [serve] bounds.
 const (
-	DefaultServeMaxRequestBytes       = 4 << 20
-	DefaultServeMaxSessions           = 1024
-	DefaultServeMaxConnections        = 1024
-	DefaultServeMaxConnectionsPerPeer = 128
-	DefaultServeReadHeaderTimeout     = 10 * time.Second
-	DefaultServeReadTimeout           = 60 * time.Second
-	DefaultServeIdleTimeout           = 120 * time.Second
-	DefaultServeFilesMaxBytes         = 64 << 20
-	DefaultServeFilesMaxListEntries   = 10000
-	DefaultServeFilesMaxUploads       = 64
-	DefaultServeSessionIdleTTL        = 24 * time.Hour
+	defaultServeMaxRequestBytes       = 4 << 20
+	defaultServeMaxSessions           = 1024
+	defaultServeMaxConnections        = 1024
+	defaultServeMaxConnectionsPerPeer = 128
+	defaultServeReadHeaderTimeout     = 10 * time.Second
+	defaultServeReadTimeout           = 60 * time.Second
+	defaultServeIdleTimeout           = 120 * time.Second
+	defaultServeFilesMaxBytes         = 64 << 20
+	defaultServeFilesMaxListEntries   = 10000
+	defaultServeFilesMaxUploads       = 64
+	defaultServeSessionIdleTTL        = 24 * time.Hour
 )
 
 // Limits is c's bounds with the defaults filled in; sandboxOutput is
@@ -136,18 +136,18 @@ func (c ServeConfig) Limits(sandboxOutput int64) ServeLimits {
 		return d
 	}
 	return ServeLimits{
-		MaxRequestBytes:       or(c.MaxRequestBytes, DefaultServeMaxRequestBytes),
+		MaxRequestBytes:       or(c.MaxRequestBytes, defaultServeMaxRequestBytes),
 		MaxOutputBytes:        or(c.MaxOutputBytes, sandboxOutput),
 		DefaultOutputBytes:    sandboxOutput,
-		MaxSessions:           int(or(c.MaxSessions, DefaultServeMaxSessions)),
-		MaxConnections:        int(or(c.MaxConnections, DefaultServeMaxConnections)),
-		MaxConnectionsPerPeer: int(or(c.MaxConnectionsPerPeer, DefaultServeMaxConnectionsPerPeer)),
-		ReadHeaderTimeout:     secs(c.ReadHeaderTimeoutSeconds, DefaultServeReadHeaderTimeout),
-		ReadTimeout:           secs(c.ReadTimeoutSeconds, DefaultServeReadTimeout),
-		IdleTimeout:           secs(c.IdleTimeoutSeconds, DefaultServeIdleTimeout),
-		FilesMaxBytes:         or(c.FilesMaxBytes, DefaultServeFilesMaxBytes),
-		FilesMaxListEntries:   int(or(c.FilesMaxListEntries, DefaultServeFilesMaxListEntries)),
-		FilesMaxUploads:       int(or(c.FilesMaxUploads, DefaultServeFilesMaxUploads)),
+		MaxSessions:           int(or(c.MaxSessions, defaultServeMaxSessions)),
+		MaxConnections:        int(or(c.MaxConnections, defaultServeMaxConnections)),
+		MaxConnectionsPerPeer: int(or(c.MaxConnectionsPerPeer, defaultServeMaxConnectionsPerPeer)),
+		ReadHeaderTimeout:     secs(c.ReadHeaderTimeoutSeconds, defaultServeReadHeaderTimeout),
+		ReadTimeout:           secs(c.ReadTimeoutSeconds, defaultServeReadTimeout),
+		IdleTimeout:           secs(c.IdleTimeoutSeconds, defaultServeIdleTimeout),
+		FilesMaxBytes:         or(c.FilesMaxBytes, defaultServeFilesMaxBytes),
+		FilesMaxListEntries:   int(or(c.FilesMaxListEntries, defaultServeFilesMaxListEntries)),
+		FilesMaxUploads:       int(or(c.FilesMaxUploads, defaultServeFilesMaxUploads)),
 		SessionIdleTTL:        c.sessionIdleTTL(),
 	}
 }
@@ -157,7 +157,7 @@ func (c ServeConfig) Limits(sandboxOutput int64) ServeLimits {
 func (c ServeConfig) sessionIdleTTL() time.Duration {
 	d, err := parseIdleTTL(c.SessionIdleTTL)
 	if err != nil {
-		return DefaultServeSessionIdleTTL
+		return defaultServeSessionIdleTTL
 	}
 	return d
 }
@@ -165,7 +165,7 @@ func (c ServeConfig) sessionIdleTTL() time.Duration {
 func parseIdleTTL(v string) (time.Duration, error) {
 	switch strings.TrimSpace(v) {
 	case "":
-		return DefaultServeSessionIdleTTL, nil
+		return defaultServeSessionIdleTTL, nil
 	case "0":
 		return 0, nil
 	}

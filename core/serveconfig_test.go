@@ -86,7 +86,7 @@ func TestServeTLSSection(t *testing.T) {
 // expires, a duration is taken as given; what is not a duration, is
 // negative or under a second is refused with the key named.
 func TestServeSessionIdleTTL(t *testing.T) {
-	for v, want := range map[string]time.Duration{"": DefaultServeSessionIdleTTL, "0": 0, "90s": 90 * time.Second, " 2h ": 2 * time.Hour} {
+	for v, want := range map[string]time.Duration{"": defaultServeSessionIdleTTL, "0": 0, "90s": 90 * time.Second, " 2h ": 2 * time.Hour} {
 		c := ServeConfig{SessionIdleTTL: v}
 		if err := c.Validate(); err != nil {
 			t.Errorf("%q refused: %v", v, err)

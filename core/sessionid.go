@@ -5,5 +5,5 @@ package core
 // *InvalidCommandError (field session_id), so a front end can refuse it
 // before it keeps anything about the session.
 func ValidateSessionID(id string) error {
-	return validateCommand(id, Command{Program: "session"})
+	return validateSessionID(id)
 }

@@ -182,7 +182,7 @@ func readSessionRecord(path string) (string, bool) {
 	if err := json.Unmarshal(data, &rec); err != nil || rec.Version != sessionRecordVersion {
 		return "", false
 	}
-	if validateCommand(rec.Session, Command{Program: "list"}) != nil {
+	if validateSessionID(rec.Session) != nil {
 		return "", false
 	}
 	return rec.Session, true

@@ -47,7 +47,7 @@ func (s *WorkspaceSandbox) Grants(sessionID string) SessionGrants {
 	// described from a transient copy (baseline plus what the store
 	// kept), not added to the sessions.
 	var sess *session
-	err := validateCommand(sessionID, Command{Program: "grants"})
+	err := validateSessionID(sessionID)
 	if err == nil {
 		s.mu.RLock()
 		held, ok := s.sessions[sessionID]
@@ -100,7 +100,7 @@ func (e *GrantNotFoundError) Error() string {
 // commands that need it ask for approval again. It is audited and returns
 // the session's new policy digest.
 func (s *WorkspaceSandbox) RevokeGrant(ctx context.Context, sessionID, id string) (string, error) {
-	if err := validateCommand(sessionID, Command{Program: "revoke"}); err != nil {
+	if err := validateSessionID(sessionID); err != nil {
 		return "", err
 	}
 	sess, err := s.session(sessionID)
@@ -136,7 +136,7 @@ func (s *WorkspaceSandbox) RevokeGrant(ctx context.Context, sessionID, id string
 // workspace the sandbox made for it are removed) and records that in the
 // audit log, so that a session's end is explained where its commands are.
 func (s *WorkspaceSandbox) ExpireSession(ctx context.Context, sessionID string, idle time.Duration) error {
-	if err := validateCommand(sessionID, Command{Program: "expire"}); err != nil {
+	if err := validateSessionID(sessionID); err != nil {
 		return err
 	}
 	err := s.DeleteSession(sessionID)
@@ -153,7 +153,7 @@ func (s *WorkspaceSandbox) ExpireSession(ctx context.Context, sessionID string, 
 // WorkspacePath is the canonical directory of a session's workspace,
 // created if it does not exist yet.
 func (s *WorkspaceSandbox) WorkspacePath(sessionID string) (string, error) {
-	if err := validateCommand(sessionID, Command{Program: "workspace"}); err != nil {
+	if err := validateSessionID(sessionID); err != nil {
 		return "", err
 	}
 	sess, err := s.session(sessionID)

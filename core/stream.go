@@ -2,7 +2,6 @@ package core
 
 import (
 	"context"
-	"fmt"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
@@ -14,7 +13,8 @@ import (
 // streamed reports whether cmd needs RunStream.
 func (cmd Command) streamed() bool { return cmd.StdinStream != nil || cmd.Tty != nil }
 
-// validateStream checks the streaming fields of cmd.
+// validateStream checks the streaming fields of cmd (part of
+// validateCommand: their form, nothing about the driver).
 func validateStream(cmd Command) error {
 	bad := func(field, reason string) error { return &InvalidCommandError{Field: field, Reason: reason} }
 	switch {
@@ -54,23 +54,7 @@ func (s *WorkspaceSandbox) streamable(hc driverapi.HostCapabilities, cmd Command
 		return &DeniedError{Code: ReasonUnenforceable, Feature: feats[0],
 			Reason: hc.UnsupportedCall(hc.Backend, driverapi.CallRunStream, feats[0]).Error()}
 	}
-	for _, f := range feats {
-		if hc.Has(f) {
-			continue
-		}
-		why := "the driver does not claim it"
-		for _, u := range hc.Unavailable {
-			if u.Feature == f {
-				why = u.Reason
-				if u.Fix != "" {
-					why += " (fix: " + u.Fix + ")"
-				}
-			}
-		}
-		return &DeniedError{Code: ReasonUnenforceable, Feature: f,
-			Reason: fmt.Sprintf("driver %s cannot give %s here: %s", hc.Backend, f, why)}
-	}
-	return nil
+	return unenforceable(hc, "give", feats)
 }
 
 // runDriver runs spec through Run, or RunStream for a streamed command.

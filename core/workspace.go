@@ -35,7 +35,7 @@ type WorkspaceSandbox struct {
 	cfg      Config
 	driver   driverapi.Driver
 	hooks    []*hookEntry
-	gate     *ApprovalGate
+	gate     *approvalGate
 	ledger   *ledger
 	mediator NetworkMediator
 	logger   hclog.Logger
@@ -188,6 +188,11 @@ func (ss *session) endAll(wait time.Duration) bool {
 // assembly (alephsandbox.New) builds no pipeline for a disabled
 // configuration.
 func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) {
+	// alephsandbox.New has run the same Validate before it acted on cfg
+	// (found the driver, opened the audit file); it runs here again
+	// because this constructor is public, and a pipeline built from a
+	// configuration never validated would make workspaces wherever a
+	// relative workspace_root points. One rule set, two entrances.
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -202,7 +207,7 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 	s := &WorkspaceSandbox{
 		cfg:      cfg,
 		driver:   o.driver,
-		gate:     NewApprovalGate(o.requester, time.Duration(cfg.Sandbox.ApprovalTimeoutSeconds)*time.Second),
+		gate:     newApprovalGate(o.requester, time.Duration(cfg.Sandbox.ApprovalTimeoutSeconds)*time.Second),
 		mediator: o.mediator,
 		logger:   logger,
 		store:    o.grants,
@@ -212,14 +217,12 @@ func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) 
 		// Set only by configuration that says so (ProtectedConfig.PlantedGit).
 		gitScanOff: cfg.Sandbox.Protected.PlantedGit == PlantedGitAllow,
 	}
+	// The protected files are what the assembly resolved (the driver,
+	// the hook plugins it launched, the configuration files): core launches
+	// no plugin, so it does not read their names from the configuration.
 	for _, p := range o.protect {
 		if p != "" {
 			s.protect = append(s.protect, p)
-		}
-	}
-	for _, h := range cfg.Sandbox.HookPlugins {
-		if filepath.IsAbs(h) {
-			s.protect = append(s.protect, h)
 		}
 	}
 	if err := validateCommand("baseline", Command{Program: "baseline", Capabilities: s.baseline}); err != nil {
@@ -389,10 +392,9 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		sid, _ = SessionFrom(ctx)
 	}
 	r.rec.SessionID = sid
+	// The command's form (validate.go): Request checked it already for a
+	// front end, but a Go embedder may hand a Command built by hand.
 	if err := validateCommand(sid, cmd); err != nil {
-		return nil, err
-	}
-	if err := validateStream(cmd); err != nil {
 		return nil, err
 	}
 	// Failing closed: a command runs only while its record can be kept.

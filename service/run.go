@@ -88,16 +88,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if err := sc.Validate(); err != nil {
 		return err
 	}
-	procCfg, err := core.ProcessConfigOf(cfg.Sandbox)
-	if err != nil {
-		return err
-	}
 	if len(cfg.Sockets) == 0 && len(cfg.TCP) == 0 {
 		return errors.New("no listener: give a unix socket or a TCP address")
 	}
 	// TCP is authenticated by TLS client certificates or bearer tokens;
 	// without either it is refused here, before anything listens.
 	var tcpAuth *TCPAuth
+	var err error
 	if len(cfg.TCP) > 0 {
 		if tcpAuth, err = NewTCPAuth("tcp:"+cfg.TCP[0], sc); err != nil {
 			return err
@@ -197,7 +194,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv, err := New(Options{Host: rt, Broker: broker, Logger: log.Named("service"),
 		Protected: protected, Policy: rt.Policy(), DriverLaunches: launches, DriverCheck: driverCheck,
-		Processes: procCfg.Limits(), Limits: serveLimits(sc, cfg.Sandbox), NodeID: sc.NodeID})
+		Processes: rt.ProcessLimits(), Limits: serveLimits(sc, cfg.Sandbox), NodeID: sc.NodeID})
 	if err != nil {
 		closeAll()
 		_ = rt.Close()

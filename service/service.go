@@ -298,10 +298,10 @@ func invalid(field, reason string) *connect.Error {
 // command turns a request into a core.Command through the one request
 // type (alephsandbox.Request), then refuses what reaches the service's own
 // directories and what is above its ceilings.
+//
+// The session is checked by Request, with every other field, and named
+// as the protocol names it.
 func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
-	if err := checkSession("session", req.GetSession()); err != nil {
-		return core.Command{}, err
-	}
 	if m := req.GetMaxOutput(); m > s.limits.MaxOutputBytes {
 		return core.Command{}, exhausted("serve.max_output_bytes", s.limits.MaxOutputBytes,
 			fmt.Sprintf("max_output %d is above the server's ceiling", m))

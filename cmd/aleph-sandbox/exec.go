@@ -173,11 +173,7 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	if inter.any() && f.timeout == 0 {
 		// An interactive command waits for a person: no default timeout,
 		// only the processes' maximum lifetime ([sandbox.processes]).
-		pc, err := core.ProcessConfigOf(cfg)
-		if err != nil {
-			return execFailureErr(io, f.json, err)
-		}
-		cmd.Timeout = pc.Limits().MaxLifetime
+		cmd.Timeout = p.sandbox.ProcessLimits().MaxLifetime
 	}
 	execCtx, kill := context.WithCancel(ctx)
 	defer kill()

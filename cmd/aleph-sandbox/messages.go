@@ -91,8 +91,14 @@ func flagOfRequestField(field string) string {
 		return "--stdin"
 	case "env":
 		return "--env"
+	case "cwd":
+		return "--cwd"
+	case "memory_mb":
+		return "--memory"
 	}
 	switch {
+	case strings.HasPrefix(field, "argv["):
+		return "ARG " + strings.TrimSuffix(strings.TrimPrefix(field, "argv["), "]")
 	case strings.HasPrefix(field, "read["):
 		return "--read"
 	case strings.HasPrefix(field, "write["):
