@@ -17,7 +17,8 @@ import (
 // (HoldViews), MountView refuses with ErrLayerBusy and mounts nothing;
 // released, it mounts (positive control), and its exclusive hold lasts
 // only for the mount: views are taken while its view is open. A holder
-// waiting on a mounter gives up with its context.
+// waiting on a mounter gives up with its context. Discard refuses while a
+// view is held, and removes the layer once none is.
 func TestLayerViewsLock(t *testing.T) {
 	requireOverlay(t, 0)
 	f := newFixture(t, map[string]string{"a.txt": "a\n"}, 0, Policy{})
@@ -40,6 +41,9 @@ func TestLayerViewsLock(t *testing.T) {
 	}
 	if ents, _ := filepath.Glob(filepath.Join(f.l.Dir(), ".view-*")); len(ents) != 0 {
 		t.Errorf("a refused MountView left %v", ents)
+	}
+	if err := f.l.Discard(ctx); !errors.Is(err, ErrLayerMounted) {
+		t.Fatalf("Discard while a view is held: %v, want ErrLayerMounted", err)
 	}
 	release()
 
@@ -72,5 +76,13 @@ func TestLayerViewsLock(t *testing.T) {
 	cancel()
 	if _, err := f.l.HoldViews(cctx); !errors.Is(err, context.Canceled) {
 		t.Errorf("HoldViews under a mounter's lock: %v, want the context's error", err)
+	}
+	work.Close()
+	// The control of the refused Discard above.
+	if err := f.l.Discard(ctx); err != nil {
+		t.Fatalf("Discard with no view held: %v", err)
+	}
+	if _, err := os.Lstat(f.l.Dir()); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the layer is still there: %v", err)
 	}
 }
