@@ -366,7 +366,9 @@ func TestLayeredViewIdleEndRace(t *testing.T) {
 	if r.stdout != "one\nlate\n" {
 		t.Errorf("after the view closed, the command reads %q", r.stdout)
 	}
-	if nv, err := d.LayeredView(ctx, S); err != nil || !nv.Mounted || nv.Dev == v.Dev {
-		t.Errorf("the new sandbox's view: %+v %v (old dev %d)", nv, err, v.Dev)
+	// (Its device number may be the old one's: the old overlay is gone,
+	// and anonymous device numbers are reused.)
+	if nv, err := d.LayeredView(ctx, S); err != nil || !nv.Mounted {
+		t.Errorf("the new sandbox's view: %+v %v", nv, err)
 	}
 }
