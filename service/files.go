@@ -257,12 +257,12 @@ type upload struct {
 	session, path string
 	// workspace is the one the first part named ("": the session's own).
 	workspace string
-	pw            *io.PipeWriter
-	next          int64
-	idle          *time.Timer
-	done          chan struct{}
-	info          wsfs.Info
-	err           error
+	pw        *io.PipeWriter
+	next      int64
+	idle      *time.Timer
+	done      chan struct{}
+	info      wsfs.Info
+	err       error
 	// busy serializes the parts of one upload.
 	busy chan struct{}
 }
