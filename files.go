@@ -3,6 +3,7 @@ package alephsandbox
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -107,7 +108,9 @@ func (r *Runtime) auditFile(ctx context.Context, session, op, path string, n int
 		case wsfs.CodeProtected, wsfs.CodeLink, wsfs.CodeInvalid, wsfs.CodeNotRegular, wsfs.CodeChanged:
 			refused = true
 		}
-		if core.LimitOf(err) != "" {
+		var ic *core.InvalidCommandError
+		if core.LimitOf(err) != "" || errors.As(err, &ic) || errors.Is(err, core.ErrLayeredMode) {
+			// A limit, or a workspace named that the checks refuse.
 			refused = true
 		}
 	}

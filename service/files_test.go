@@ -435,7 +435,7 @@ func TestFilesMetrics(t *testing.T) {
 // session's workspace under the root, the sandbox's own state and the
 // service's own directory are refused, each with its field.
 func TestFilesAPINamedWorkspace(t *testing.T) {
-	c, rt, _ := fileServer(t)
+	c, rt, audit := fileServer(t)
 	ctx := context.Background()
 	named := t.TempDir()
 	if err := os.WriteFile(filepath.Join(named, "a.txt"), []byte("named\n"), 0o644); err != nil {
@@ -475,6 +475,15 @@ func TestFilesAPINamedWorkspace(t *testing.T) {
 	}
 	if _, err := os.Lstat(filepath.Join(named, "b.txt")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("the refused write left b.txt: %v", err)
+	}
+	refusedAudit := false
+	for _, r := range audit.files() {
+		if r.File.Op == "write" && r.File.Path == "b.txt" && r.Reason == core.ReasonFileRefused {
+			refusedAudit = true
+		}
+	}
+	if !refusedAudit {
+		t.Errorf("the refused write is not audited as refused: %+v", audit.files())
 	}
 	for _, part := range []bool{true, false} {
 		req := &hostv1.WriteFileRequest{Session: "nw", Path: "b.txt", Data: []byte("x"), Workspace: named}
