@@ -3,6 +3,8 @@ package alephsandbox
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -60,11 +62,17 @@ var _ FileHost = (*Runtime)(nil)
 // which changes only on Apply. wsfs's rules hold there as on a live
 // workspace: its root is the overlay's root, so no link leads out of the
 // view, protected entries are not written, no FIFO or device is opened.
-func (r *Runtime) fileRoot(ctx context.Context, session string) (*wsfs.Root, func(changed bool), error) {
+func (r *Runtime) fileRoot(ctx context.Context, session, named string) (*wsfs.Root, func(changed bool), error) {
 	if r.ws == nil {
 		return nil, nil, ErrDisabled
 	}
-	dir, err := r.ws.WorkspacePath(session)
+	var dir string
+	var err error
+	if named != "" {
+		dir, err = r.ws.FileWorkspace(session, named)
+	} else {
+		dir, err = r.ws.WorkspacePath(session)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -100,7 +108,9 @@ func (r *Runtime) auditFile(ctx context.Context, session, op, path string, n int
 		case wsfs.CodeProtected, wsfs.CodeLink, wsfs.CodeInvalid, wsfs.CodeNotRegular, wsfs.CodeChanged:
 			refused = true
 		}
-		if core.LimitOf(err) != "" {
+		var ic *core.InvalidCommandError
+		if core.LimitOf(err) != "" || errors.As(err, &ic) || errors.Is(err, core.ErrLayeredMode) {
+			// A limit, or a workspace named that the checks refuse.
 			refused = true
 		}
 	}
@@ -110,7 +120,11 @@ func (r *Runtime) auditFile(ctx context.Context, session, op, path string, n int
 // OpenFile implements FileHost. The read is audited when the file is
 // opened (its size then).
 func (r *Runtime) OpenFile(ctx context.Context, session, path string) (io.ReadCloser, FileInfo, error) {
-	root, done, err := r.fileRoot(ctx, session)
+	return r.openFile(ctx, session, "", path)
+}
+
+func (r *Runtime) openFile(ctx context.Context, session, named, path string) (io.ReadCloser, FileInfo, error) {
+	root, done, err := r.fileRoot(ctx, session, named)
 	if err != nil {
 		return nil, FileInfo{}, err
 	}
@@ -177,6 +191,26 @@ func (r *Runtime) ReadFile(ctx context.Context, session, path string) ([]byte, e
 
 // WriteFile implements FileHost.
 func (r *Runtime) WriteFile(ctx context.Context, session, path string, src io.Reader, opts WriteFileOptions) (FileInfo, error) {
+	return r.writeFile(ctx, session, "", path, src, opts)
+}
+
+func (r *Runtime) writeFile(ctx context.Context, session, named, path string, src io.Reader, opts WriteFileOptions) (FileInfo, error) {
+	if r.ws != nil && named != "" {
+		// A write to a live workspace the caller named is refused: what a
+		// command writes there is searched, once it has ended, for git
+		// repositories planted for the host's git (a bare repository's
+		// HEAD, config and objects in any directory: the host's git runs
+		// its core.fsmonitor there), and a write of the files API would
+		// not be. A layered session's writes land in its layer, which
+		// Apply judges, so they are let through.
+		if layered, err := r.ws.SessionLayered(session); err != nil || !layered {
+			if err == nil {
+				err = &core.InvalidCommandError{Field: "workspace", Reason: fmt.Sprintf("the files API does not write a live workspace the caller names (%s): what is written there is not searched for planted git repositories as a command's writes are; write it with a command of the session, or name no workspace (the session's own)", named)}
+			}
+			r.auditFile(ctx, session, "write", path, 0, err)
+			return FileInfo{}, err
+		}
+	}
 	if r.ws != nil {
 		// A layered session's layer at its disk limit takes no more
 		// (checked before the view is opened, which holds the session's
@@ -188,7 +222,7 @@ func (r *Runtime) WriteFile(ctx context.Context, session, path string, src io.Re
 			}
 		}
 	}
-	root, done, err := r.fileRoot(ctx, session)
+	root, done, err := r.fileRoot(ctx, session, named)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -200,7 +234,11 @@ func (r *Runtime) WriteFile(ctx context.Context, session, path string, src io.Re
 
 // ListFiles implements FileHost.
 func (r *Runtime) ListFiles(ctx context.Context, session, path string) ([]FileInfo, error) {
-	root, done, err := r.fileRoot(ctx, session)
+	return r.listFiles(ctx, session, "", path)
+}
+
+func (r *Runtime) listFiles(ctx context.Context, session, named, path string) ([]FileInfo, error) {
+	root, done, err := r.fileRoot(ctx, session, named)
 	if err != nil {
 		return nil, err
 	}
@@ -212,7 +250,11 @@ func (r *Runtime) ListFiles(ctx context.Context, session, path string) ([]FileIn
 
 // StatFile implements FileHost.
 func (r *Runtime) StatFile(ctx context.Context, session, path string) (FileInfo, error) {
-	root, done, err := r.fileRoot(ctx, session)
+	return r.statFile(ctx, session, "", path)
+}
+
+func (r *Runtime) statFile(ctx context.Context, session, named, path string) (FileInfo, error) {
+	root, done, err := r.fileRoot(ctx, session, named)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -224,7 +266,11 @@ func (r *Runtime) StatFile(ctx context.Context, session, path string) (FileInfo,
 
 // RemoveFile implements FileHost.
 func (r *Runtime) RemoveFile(ctx context.Context, session, path string, opts RemoveFileOptions) error {
-	root, done, err := r.fileRoot(ctx, session)
+	return r.removeFile(ctx, session, "", path, opts)
+}
+
+func (r *Runtime) removeFile(ctx context.Context, session, named, path string, opts RemoveFileOptions) error {
+	root, done, err := r.fileRoot(ctx, session, named)
 	if err != nil {
 		return err
 	}
@@ -232,6 +278,60 @@ func (r *Runtime) RemoveFile(ctx context.Context, session, path string, opts Rem
 	done(err == nil)
 	r.auditFile(ctx, session, "remove", path, 0, err)
 	return err
+}
+
+// WorkspaceFileHost is implemented by hosts whose files API reaches a
+// workspace the caller names, as Execute does for Command.Workspace
+// (*Runtime).
+type WorkspaceFileHost interface {
+	// FilesIn is the files API with every call reaching workspace (an
+	// absolute directory; "" is the session's own) instead of the
+	// session's own workspace. Each call checks it as Execute checks a
+	// named workspace (core's FileWorkspace): an existing directory named
+	// without a link, not the sandbox's own state, not another session's
+	// workspace under the root; on a layered session only its layer's
+	// workspace, reached through the session's view. Reads, lists, stats
+	// and removes are served; a write to a live named workspace is
+	// refused (*core.InvalidCommandError for "workspace"), since it would
+	// escape the search for planted git repositories a command's writes
+	// get.
+	FilesIn(workspace string) FileHost
+}
+
+var _ WorkspaceFileHost = (*Runtime)(nil)
+
+// FilesIn implements WorkspaceFileHost.
+func (r *Runtime) FilesIn(workspace string) FileHost {
+	if workspace == "" {
+		return r
+	}
+	return namedFiles{r: r, ws: workspace}
+}
+
+// namedFiles is the files API over a workspace the caller named.
+type namedFiles struct {
+	r  *Runtime
+	ws string
+}
+
+func (n namedFiles) OpenFile(ctx context.Context, session, path string) (io.ReadCloser, FileInfo, error) {
+	return n.r.openFile(ctx, session, n.ws, path)
+}
+
+func (n namedFiles) WriteFile(ctx context.Context, session, path string, src io.Reader, opts WriteFileOptions) (FileInfo, error) {
+	return n.r.writeFile(ctx, session, n.ws, path, src, opts)
+}
+
+func (n namedFiles) ListFiles(ctx context.Context, session, path string) ([]FileInfo, error) {
+	return n.r.listFiles(ctx, session, n.ws, path)
+}
+
+func (n namedFiles) StatFile(ctx context.Context, session, path string) (FileInfo, error) {
+	return n.r.statFile(ctx, session, n.ws, path)
+}
+
+func (n namedFiles) RemoveFile(ctx context.Context, session, path string, opts RemoveFileOptions) error {
+	return n.r.removeFile(ctx, session, n.ws, path, opts)
 }
 
 // fileConfig is what the files API takes from the configuration.

@@ -102,6 +102,25 @@ func TestFilesAPILayeredView(t *testing.T) {
 	if _, err := rt.WriteFile(ctx, S, ".git/config", strings.NewReader("x"), wsfs.WriteOptions{Parents: true}); wsfs.CodeOf(err) != wsfs.CodeProtected {
 		t.Errorf("write of a protected entry: %v", err)
 	}
+	// Naming the layer's workspace reaches the same view, writes included
+	// (they land in the layer, never on the host); naming another is
+	// refused, not served from the host's directory.
+	if b, err := rt.FilesIn(ws).StatFile(ctx, S, "made.txt"); err != nil || b.Size != int64(len("from-command\n")) {
+		t.Errorf("stat through the named layer workspace: %+v %v", b, err)
+	}
+	if _, err := rt.FilesIn(ws).WriteFile(ctx, S, "named.txt", strings.NewReader("named\n"), wsfs.WriteOptions{}); err != nil {
+		t.Errorf("write through the named layer workspace: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(ws, "named.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the write through the named layer workspace reached the host: %v", err)
+	}
+	var lm *core.LayeredModeError
+	if _, err := rt.FilesIn(t.TempDir()).StatFile(ctx, S, "."); !errors.As(err, &lm) {
+		t.Errorf("another workspace named for a layered session: %v, want a LayeredModeError", err)
+	}
+	if err := rt.RemoveFile(ctx, S, "named.txt", wsfs.RemoveOptions{}); err != nil {
+		t.Errorf("control: the named write is in the view: %v", err)
+	}
 
 	// The session's sandbox ends: the files API mounts a view of its own.
 	if lv, err := rt.Driver().LayeredView(ctx, S); err != nil || !lv.Mounted {

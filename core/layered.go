@@ -357,12 +357,14 @@ func (v *SessionView) Close(ctx context.Context, changed bool) error {
 //     (a command of another process is refused by the upper's flock). A
 //     read streamed from such a view holds it until it is closed.
 //
-// One residual case is not excluded: a session sandbox that ends on its
-// own (its idle limit) while a file operation through its overlay is in
-// progress, and a new command of the session that mounts the layer again
-// before that operation ends; the operation's descriptor then keeps the
-// old overlay alive beside the new one. Both write only the layer; the
-// host's directory is never written either way.
+// A view of the sandbox's overlay outlives the sandbox if it ends on its
+// own meanwhile (its idle limit, its death): the descriptor keeps the
+// overlay alive, and a command of the session would then mount the upper
+// again beside it. So the layer's views lock (layer.HoldViews) is held
+// shared from before the driver is asked until the view is closed, and
+// every mount of the layer (the driver's, MountView) takes it exclusively:
+// such a command is refused, typed, rather than mount a second overlay of
+// the upper; the host's directory is never written either way.
 func (s *WorkspaceSandbox) OpenSessionView(ctx context.Context, sid string) (*SessionView, error) {
 	sess, l, err := s.openLayer(sid)
 	if err != nil {
@@ -374,35 +376,46 @@ func (s *WorkspaceSandbox) OpenSessionView(ctx context.Context, sid string) (*Se
 		}
 		return l.Observe(context.WithoutCancel(ctx))
 	}
-	sess.layerMu.RLock()
-	dir, err := s.driverView(ctx, sid)
-	if err != nil || dir != nil {
+	// driverOnly is the driver's view under the views lock, or nil (the
+	// lock released) when no sandbox has the layer mounted.
+	driverOnly := func(unlock func()) (*SessionView, error) {
+		release, err := l.HoldViews(ctx)
 		if err != nil {
-			sess.layerMu.RUnlock()
+			return nil, err
+		}
+		dir, err := s.driverView(ctx, sid)
+		if err != nil || dir == nil {
+			release()
 			return nil, err
 		}
 		return &SessionView{Dir: dir, done: func(ctx context.Context, changed bool) error {
-			defer sess.layerMu.RUnlock()
+			defer unlock()
+			// The descriptor first: once the lock is released the layer
+			// may be mounted again, and this overlay must be gone by then.
 			dir.Close()
+			release()
 			return observe(ctx, changed)
 		}}, nil
+	}
+	sess.layerMu.RLock()
+	v, err := driverOnly(sess.layerMu.RUnlock)
+	if err != nil || v != nil {
+		if err != nil {
+			sess.layerMu.RUnlock()
+		}
+		return v, err
 	}
 	sess.layerMu.RUnlock()
 	sess.layerMu.Lock()
 	// A command may have built the session's sandbox in between.
-	dir, err = s.driverView(ctx, sid)
-	if err != nil || dir != nil {
+	v, err = driverOnly(sess.layerMu.Unlock)
+	if err != nil || v != nil {
 		if err != nil {
 			sess.layerMu.Unlock()
-			return nil, err
 		}
-		return &SessionView{Dir: dir, done: func(ctx context.Context, changed bool) error {
-			defer sess.layerMu.Unlock()
-			dir.Close()
-			return observe(ctx, changed)
-		}}, nil
+		return v, err
 	}
-	v, err := l.MountView(ctx)
+	mv, err := l.MountView(ctx)
 	if err != nil {
 		sess.layerMu.Unlock()
 		if errors.Is(err, layer.ErrLayerBusy) {
@@ -410,10 +423,10 @@ func (s *WorkspaceSandbox) OpenSessionView(ctx context.Context, sid string) (*Se
 		}
 		return nil, err
 	}
-	return &SessionView{Dir: v.Dir, done: func(ctx context.Context, changed bool) error {
+	return &SessionView{Dir: mv.Dir, done: func(ctx context.Context, changed bool) error {
 		defer sess.layerMu.Unlock()
 		err := observe(ctx, changed)
-		v.Close()
+		mv.Close()
 		return err
 	}}, nil
 }

@@ -86,7 +86,9 @@ type LayeredWorkspacer interface {
 // answers /proc/<its pid>/fd/<n>); Dev and Ino identify that directory,
 // and the host refuses what it opened unless they match (the descriptor
 // may have been closed and its number reused in between). Path is valid
-// only while the session sandbox lives.
+// only while the session sandbox lives. The host takes the layer's views
+// lock (the Work directory's flock, shared) before it asks and holds it
+// until it has closed what it opened (see LayeredWorkspace).
 type LayeredView struct {
 	// Mounted is false when no sandbox of the session has its layer
 	// mounted now; the other fields are then empty.
@@ -128,7 +130,14 @@ type LayeredViewer interface {
 //     keep theirs;
 //   - while the overlay is mounted, the driver holds a shared flock(2) on
 //     Layered.Lock, so the host can tell a mounted layer (and refuses to
-//     remove it) across processes.
+//     remove it) across processes;
+//   - to mount, the driver takes the flock(2) of the Layered.Work
+//     directory exclusively, without waiting, and releases it once
+//     mounted; if it is held, the command is refused (an UnavailableError
+//     for FeatureLayeredWorkspace). The host holds it shared while it has
+//     an overlay of the layer open through LayeredView: such an overlay
+//     outlives its sandbox as long as the host's descriptor does, and a
+//     mount then would make two overlays of one upper.
 //
 // The host sets Layered only with SessionSandbox and a SessionID, and only
 // for a driver that lists CallLayeredWorkspace.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"path/filepath"
 	"time"
 
 	"connectrpc.com/connect"
@@ -93,6 +94,28 @@ func (s *Server) fileSession(session string) error {
 	return s.admit(session)
 }
 
+// files is the files API for a call naming workspace: the session's own
+// ("") or the one the caller named, after the checks Execute's workspace
+// gets here (absolute and clean, clear of the service's own directories;
+// the runtime checks the rest as for a command).
+func (s *Server) files(workspace string) (alephsandbox.FileHost, error) {
+	if workspace == "" {
+		return s.host, nil
+	}
+	if !filepath.IsAbs(workspace) || filepath.Clean(workspace) != workspace {
+		return nil, invalid("workspace", fmt.Sprintf("%q is not an absolute, clean path", workspace))
+	}
+	if err := s.checkPath("workspace", workspace); err != nil {
+		return nil, err
+	}
+	wh, ok := s.host.(alephsandbox.WorkspaceFileHost)
+	if !ok {
+		return nil, withDetail(connect.CodeUnimplemented, errors.New("this host's files API does not reach a workspace the caller names"),
+			&hostv1.ErrorDetail{ReasonCode: ReasonInvalidRequest, Field: "workspace"})
+	}
+	return wh.FilesIn(workspace), nil
+}
+
 // ReadFile implements the service.
 func (s *Server) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadFileRequest], stream *connect.ServerStream[hostv1.ReadFileResponse]) (err error) {
 	end, err := s.streamRequest(ctx, req.Header(), req.Msg)
@@ -105,7 +128,11 @@ func (s *Server) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadF
 	if err := s.fileSession(m.GetSession()); err != nil {
 		return err
 	}
-	f, in, err := s.host.OpenFile(ctx, m.GetSession(), m.GetPath())
+	h, err := s.files(m.GetWorkspace())
+	if err != nil {
+		return err
+	}
+	f, in, err := h.OpenFile(ctx, m.GetSession(), m.GetPath())
 	s.log.Info("file", "op", "read", "session", m.GetSession(), "path", m.GetPath(), "size", in.Size, "error", err)
 	if err != nil {
 		return s.fileError(ctx, err)
@@ -144,7 +171,11 @@ func (s *Server) ListFiles(ctx context.Context, req *connect.Request[hostv1.List
 	if err := s.fileSession(m.GetSession()); err != nil {
 		return nil, err
 	}
-	list, err := s.host.ListFiles(ctx, m.GetSession(), m.GetPath())
+	h, err := s.files(m.GetWorkspace())
+	if err != nil {
+		return nil, err
+	}
+	list, err := h.ListFiles(ctx, m.GetSession(), m.GetPath())
 	if err != nil {
 		return nil, s.fileError(ctx, err)
 	}
@@ -162,7 +193,11 @@ func (s *Server) StatFile(ctx context.Context, req *connect.Request[hostv1.StatF
 	if err := s.fileSession(m.GetSession()); err != nil {
 		return nil, err
 	}
-	in, err := s.host.StatFile(ctx, m.GetSession(), m.GetPath())
+	h, err := s.files(m.GetWorkspace())
+	if err != nil {
+		return nil, err
+	}
+	in, err := h.StatFile(ctx, m.GetSession(), m.GetPath())
 	if err != nil {
 		return nil, s.fileError(ctx, err)
 	}
@@ -176,7 +211,11 @@ func (s *Server) RemoveFile(ctx context.Context, req *connect.Request[hostv1.Rem
 	if err := s.fileSession(m.GetSession()); err != nil {
 		return nil, err
 	}
-	err = s.host.RemoveFile(ctx, m.GetSession(), m.GetPath(), alephsandbox.RemoveFileOptions{Recursive: m.GetRecursive()})
+	h, err := s.files(m.GetWorkspace())
+	if err != nil {
+		return nil, err
+	}
+	err = h.RemoveFile(ctx, m.GetSession(), m.GetPath(), alephsandbox.RemoveFileOptions{Recursive: m.GetRecursive()})
 	s.log.Info("file", "op", "remove", "session", m.GetSession(), "path", m.GetPath(), "error", err)
 	if err != nil {
 		return nil, s.fileError(ctx, err)
@@ -196,11 +235,15 @@ func (s *Server) WriteFile(ctx context.Context, req *connect.Request[hostv1.Writ
 		return nil, invalid("mode", fmt.Sprintf("%#o has bits beyond the permission bits (0o7777)", m.GetMode()))
 	}
 	opts := alephsandbox.WriteFileOptions{Mode: fs.FileMode(m.GetMode()), Parents: m.GetParents()}
+	h, err := s.files(m.GetWorkspace())
+	if err != nil {
+		return nil, err
+	}
 	if m.GetUploadId() == "" {
 		if m.GetOffset() != 0 || m.GetMore() {
 			return nil, invalid("upload_id", "required with offset or more (a file in parts names its upload)")
 		}
-		in, err := s.host.WriteFile(ctx, m.GetSession(), m.GetPath(), bytes.NewReader(m.GetData()), opts)
+		in, err := h.WriteFile(ctx, m.GetSession(), m.GetPath(), bytes.NewReader(m.GetData()), opts)
 		s.log.Info("file", "op", "write", "session", m.GetSession(), "path", m.GetPath(), "size", len(m.GetData()), "error", err)
 		if err != nil {
 			return nil, s.fileError(ctx, err)
@@ -208,7 +251,7 @@ func (s *Server) WriteFile(ctx context.Context, req *connect.Request[hostv1.Writ
 		return connect.NewResponse(&hostv1.WriteFileResponse{Info: fileInfoMsg(in), Received: in.Size,
 			NodeId: s.nodeID, SessionIncarnation: s.remember(m.GetSession())}), nil
 	}
-	return s.writePart(ctx, m, opts)
+	return s.writePart(ctx, m, h, opts)
 }
 
 // upload is a file being written in parts: one WriteFile of the runtime
@@ -217,17 +260,19 @@ func (s *Server) WriteFile(ctx context.Context, req *connect.Request[hostv1.Writ
 // upload dropped half-way leaves nothing behind.
 type upload struct {
 	session, path string
-	pw            *io.PipeWriter
-	next          int64
-	idle          *time.Timer
-	done          chan struct{}
-	info          wsfs.Info
-	err           error
+	// workspace is the one the first part named ("": the session's own).
+	workspace string
+	pw        *io.PipeWriter
+	next      int64
+	idle      *time.Timer
+	done      chan struct{}
+	info      wsfs.Info
+	err       error
 	// busy serializes the parts of one upload.
 	busy chan struct{}
 }
 
-func (s *Server) writePart(ctx context.Context, m *hostv1.WriteFileRequest, opts alephsandbox.WriteFileOptions) (*connect.Response[hostv1.WriteFileResponse], error) {
+func (s *Server) writePart(ctx context.Context, m *hostv1.WriteFileRequest, h alephsandbox.FileHost, opts alephsandbox.WriteFileOptions) (*connect.Response[hostv1.WriteFileResponse], error) {
 	id := m.GetUploadId()
 	if len(id) > 256 {
 		return nil, invalid("upload_id", "longer than 256 bytes")
@@ -244,11 +289,11 @@ func (s *Server) writePart(ctx context.Context, m *hostv1.WriteFileRequest, opts
 		return nil, exhausted("serve.files_max_uploads", int64(s.limits.FilesMaxUploads),
 			fmt.Sprintf("%d uploads are under way already: finish one first", len(s.uploads)))
 	case !ok:
-		u = s.startUpload(id, m.GetSession(), m.GetPath(), opts)
+		u = s.startUpload(id, m.GetSession(), m.GetPath(), m.GetWorkspace(), h, opts)
 	}
 	s.mu.Unlock()
-	if u.session != m.GetSession() || u.path != m.GetPath() {
-		return nil, invalid("upload_id", "names the upload of another session or path")
+	if u.session != m.GetSession() || u.path != m.GetPath() || u.workspace != m.GetWorkspace() {
+		return nil, invalid("upload_id", "names the upload of another session, path or workspace")
 	}
 	select {
 	case u.busy <- struct{}{}:
@@ -294,9 +339,9 @@ func (s *Server) writePart(ctx context.Context, m *hostv1.WriteFileRequest, opts
 var errUploadDropped = errors.New("the upload was dropped: its next part did not come in time")
 
 // startUpload starts the runtime's write of a new upload (s.mu held).
-func (s *Server) startUpload(id, session, path string, opts alephsandbox.WriteFileOptions) *upload {
+func (s *Server) startUpload(id, session, path, workspace string, h alephsandbox.FileHost, opts alephsandbox.WriteFileOptions) *upload {
 	pr, pw := io.Pipe()
-	u := &upload{session: session, path: path, pw: pw, done: make(chan struct{}), busy: make(chan struct{}, 1)}
+	u := &upload{session: session, path: path, workspace: workspace, pw: pw, done: make(chan struct{}), busy: make(chan struct{}, 1)}
 	u.idle = time.AfterFunc(uploadIdle, func() {
 		// The write sees the error and removes its temporary file.
 		_ = pw.CloseWithError(errUploadDropped)
@@ -307,7 +352,7 @@ func (s *Server) startUpload(id, session, path string, opts alephsandbox.WriteFi
 	go func() {
 		defer close(u.done)
 		// Not the part's context: the write outlives each part's call.
-		u.info, u.err = s.host.WriteFile(context.Background(), session, path, pr, opts)
+		u.info, u.err = h.WriteFile(context.Background(), session, path, pr, opts)
 		// A part blocked in Write returns now.
 		_ = pr.CloseWithError(errors.Join(u.err, io.ErrClosedPipe))
 	}()

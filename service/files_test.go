@@ -424,3 +424,135 @@ func TestFilesMetrics(t *testing.T) {
 		}
 	}
 }
+
+// TestFilesAPINamedWorkspace: a call naming a workspace reaches that
+// directory, as Execute's workspace does, with the checks Execute's gets:
+// read, list, stat and remove are served there (the session's own
+// workspace does not have the file: the control that the name is what
+// was reached); a write there is refused, typed, and writes nothing,
+// while the same write without a workspace lands in the session's own
+// (positive control); a relative name, a name through a link, another
+// session's workspace under the root, the sandbox's own state and the
+// service's own directory are refused, each with its field.
+func TestFilesAPINamedWorkspace(t *testing.T) {
+	c, rt, audit := fileServer(t)
+	ctx := context.Background()
+	named := t.TempDir()
+	if err := os.WriteFile(filepath.Join(named, "a.txt"), []byte("named\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.ReadFile(ctx, connect.NewRequest(&hostv1.ReadFileRequest{Session: "nw", Path: "a.txt", Workspace: named}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	for st.Receive() {
+		buf.Write(st.Msg().GetData())
+	}
+	st.Close()
+	if st.Err() != nil || buf.String() != "named\n" {
+		t.Fatalf("read in the named workspace: %q %v", buf.String(), st.Err())
+	}
+	if _, _, err := readAll(ctx, c, "nw", "a.txt"); err == nil {
+		t.Fatal("control: the session's own workspace has a.txt too, so the name reached nothing")
+	}
+	l, err := c.ListFiles(ctx, connect.NewRequest(&hostv1.ListFilesRequest{Session: "nw", Workspace: named}))
+	if err != nil || len(l.Msg.GetEntries()) != 1 || l.Msg.GetEntries()[0].GetName() != "a.txt" {
+		t.Fatalf("list = %+v, %v", l, err)
+	}
+	if s, err := c.StatFile(ctx, connect.NewRequest(&hostv1.StatFileRequest{Session: "nw", Path: "a.txt", Workspace: named})); err != nil || s.Msg.GetInfo().GetSize() != 6 {
+		t.Fatalf("stat = %+v, %v", s, err)
+	}
+
+	// A write there is refused and writes nothing; without the name it
+	// lands in the session's own workspace.
+	_, err = c.WriteFile(ctx, connect.NewRequest(&hostv1.WriteFileRequest{Session: "nw", Path: "b.txt", Data: []byte("x"), Workspace: named}))
+	if err == nil {
+		t.Fatal("a write to a named live workspace was let through")
+	}
+	if code, d := detail(t, err); code != connect.CodeInvalidArgument || d.GetField() != "workspace" {
+		t.Fatalf("write refused as %v %+v", code, d)
+	}
+	if _, err := os.Lstat(filepath.Join(named, "b.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused write left b.txt: %v", err)
+	}
+	refusedAudit := false
+	for _, r := range audit.files() {
+		if r.File.Op == "write" && r.File.Path == "b.txt" && r.Reason == core.ReasonFileRefused {
+			refusedAudit = true
+		}
+	}
+	if !refusedAudit {
+		t.Errorf("the refused write is not audited as refused: %+v", audit.files())
+	}
+	for _, part := range []bool{true, false} {
+		req := &hostv1.WriteFileRequest{Session: "nw", Path: "b.txt", Data: []byte("x"), Workspace: named}
+		if part {
+			req.UploadId, req.More = "named-upload-1", false
+		}
+		if _, err := c.WriteFile(ctx, connect.NewRequest(req)); err == nil {
+			t.Fatalf("a write (upload %v) to a named live workspace was let through", part)
+		}
+	}
+	if _, err := c.WriteFile(ctx, connect.NewRequest(&hostv1.WriteFileRequest{Session: "nw", Path: "b.txt", Data: []byte("x")})); err != nil {
+		t.Fatalf("control: the write to the session's own workspace: %v", err)
+	}
+	own, err := rt.WorkspacePath("nw")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(own, "b.txt")); err != nil {
+		t.Fatalf("control: b.txt is not in the session's own workspace: %v", err)
+	}
+
+	if _, err := c.RemoveFile(ctx, connect.NewRequest(&hostv1.RemoveFileRequest{Session: "nw", Path: "a.txt", Workspace: named})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(named, "a.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("remove in the named workspace: %v", err)
+	}
+
+	// The checks of Execute's workspace.
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(named, link); err != nil {
+		t.Fatal(err)
+	}
+	other, err := rt.WorkspacePath("someone-else")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, ws := range map[string]string{
+		"relative":                "rel/dir",
+		"not clean":               named + "/../" + filepath.Base(named),
+		"through a link":          link,
+		"another session's":       other,
+		"the sandbox's own state": filepath.Dir(other),
+		"missing":                 filepath.Join(named, "nope"),
+	} {
+		_, err := c.StatFile(ctx, connect.NewRequest(&hostv1.StatFileRequest{Session: "nw", Path: ".", Workspace: ws}))
+		if err == nil {
+			t.Errorf("%s workspace %s: served", name, ws)
+			continue
+		}
+		if code, d := detail(t, err); code != connect.CodeInvalidArgument || d.GetField() != "workspace" {
+			t.Errorf("%s workspace %s: %v %+v (%v)", name, ws, code, d, err)
+		}
+		t.Logf("%s: %v", name, err)
+	}
+	// The service's own directory (service.checkPath), as for Execute.
+	prot := t.TempDir()
+	srv, err := service.New(service.Options{Host: rt, Broker: service.NewBroker(false, nil), Protected: []string{prot}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	defer hs.Close()
+	c2 := hostv1connect.NewServiceClient(http.DefaultClient, hs.URL)
+	_, err = c2.ListFiles(ctx, connect.NewRequest(&hostv1.ListFilesRequest{Session: "nw", Workspace: prot}))
+	if code, d := detail(t, err); code != connect.CodePermissionDenied || d.GetReasonCode() != "protected_path" || d.GetField() != "workspace" {
+		t.Errorf("the service's own directory: %v %+v", code, d)
+	}
+	if _, err := c2.ListFiles(ctx, connect.NewRequest(&hostv1.ListFilesRequest{Session: "nw", Workspace: named})); err != nil {
+		t.Errorf("control: another workspace through the same server: %v", err)
+	}
+}

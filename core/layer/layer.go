@@ -12,7 +12,10 @@ import (
 const (
 	// UpperDir is overlayfs's upperdir: what the session wrote.
 	UpperDir = "upper"
-	// WorkDir is overlayfs's workdir (same file system as UpperDir).
+	// WorkDir is overlayfs's workdir (same file system as UpperDir). Its
+	// flock is the layer's views lock (HoldViews): whoever mounts the
+	// overlay takes it exclusively for the mount, whoever reaches an
+	// overlay of the layer already mounted holds it shared meanwhile.
 	WorkDir = "work"
 	// StateFile holds the layer's state as JSON: the workspace's identity,
 	// the git base and the base records Observe took.

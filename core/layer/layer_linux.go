@@ -183,7 +183,8 @@ func (l *Layer) HoldMounted() (release func(), err error) {
 
 // Discard drops the layer: its directory is removed by descriptor, never
 // following a link the session made in its upper layer. The host never saw
-// any of it. Refused with ErrLayerMounted while the overlay is mounted.
+// any of it. Refused with ErrLayerMounted while the overlay is mounted or
+// a view of it is held (HoldViews).
 func (l *Layer) Discard(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
@@ -196,6 +197,14 @@ func (l *Layer) Discard(ctx context.Context) error {
 				return fmt.Errorf("layer %s: %w", l.dir, ErrLayerMounted)
 			}
 			return fmt.Errorf("layer %s: lock: %w", l.dir, err)
+		}
+	}
+	// An overlay of the layer may outlive its mount while a view of it is
+	// open (HoldViews): that counts as mounted too.
+	if w, err := os.OpenFile(filepath.Join(l.dir, WorkDir), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+		defer w.Close()
+		if err := unix.Flock(int(w.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
+			return fmt.Errorf("layer %s: %w (a view of its overlay is open)", l.dir, ErrLayerMounted)
 		}
 	}
 	if err := removeLayerDir(l.dir); err != nil {

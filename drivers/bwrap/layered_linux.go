@@ -162,6 +162,22 @@ func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ 
 	if err := unix.Flock(int(upper.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return nil, layeredRefusal(fmt.Sprintf("the layer is mounted by another process (a command of the session running there, or the host's files API writing the session's view): overlayfs forbids two mounts sharing an upper (%v)", err))
 	}
+	// The views lock (the work directory's flock), exclusively for the
+	// mount and without waiting: the host holds it shared while it has
+	// an overlay of this upper open through LayeredView, and such an
+	// overlay outlives its sandbox as long as the host's descriptor does
+	// (the sandbox ended on its idle limit during a file operation). A
+	// mount now would make two overlays of one upper, which overlayfs
+	// leaves undefined, so the command is refused; the host's operation
+	// is short (one file call) and the next command mounts.
+	views, err := os.OpenFile(l.Work, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("bwrap driver: layered workspace: work: %w", err)
+	}
+	defer views.Close()
+	if err := unix.Flock(int(views.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		return nil, layeredRefusal(fmt.Sprintf("the host still has the layer's previous overlay open (a files-API operation begun before the session's sandbox ended); overlayfs forbids two overlays sharing an upper, so the command was not run: run it again once that operation has ended (%v)", err))
+	}
 	point, err := os.MkdirTemp(d.layerMountParent(), "layer-")
 	if err != nil {
 		return nil, fmt.Errorf("bwrap driver: layered workspace: mount point: %w", err)

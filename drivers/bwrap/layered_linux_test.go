@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -282,5 +283,92 @@ func TestLayeredView(t *testing.T) {
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Ino == v.Ino && uint64(st.Dev) == v.Dev { //nolint:unconvert // Dev's width differs across architectures
 			t.Errorf("the driver still holds the ended sandbox's overlay at %s", path)
 		}
+	}
+}
+
+// TestLayeredViewIdleEndRace: the host holds a view of a session's
+// overlay (the views lock shared, as core's SessionView takes it, then
+// the driver's descriptor opened) when the session's sandbox reaches its
+// idle end; the idle end is driven by calling the idle timer's function
+// directly. The overlay lives on through the host's descriptor, so the
+// session's next command must not mount the upper again: it is refused,
+// typed, and no second overlay exists, while the host's write through the
+// old view still lands in the layer. Once the view is closed (positive
+// control) the next command mounts and reads what the view wrote.
+func TestLayeredViewIdleEndRace(t *testing.T) {
+	d := testDriver(t, Options{})
+	needLayered(t, d)
+	ctx := context.Background()
+	ws := newWorkspace(t)
+	l := newLayerDirs(t)
+	const S = "idlerace"
+	expectOK(t, layRun(t, d, ws, S, spawnCaps, l, `echo one > one.txt`))
+
+	// The host's side, as core.OpenSessionView does it.
+	views, err := os.Open(l.Work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer views.Close()
+	if err := syscall.Flock(int(views.Fd()), syscall.LOCK_SH|syscall.LOCK_NB); err != nil {
+		t.Fatalf("the views lock is free while a sandbox has the layer mounted: %v", err)
+	}
+	v, err := d.LayeredView(ctx, S)
+	if err != nil || !v.Mounted {
+		t.Fatalf("view: %+v %v", v, err)
+	}
+	old, err := os.Open(v.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+
+	// The idle end, now.
+	d.sessions.mu.Lock()
+	var ss *sessionSandbox
+	for k, s := range d.sessions.m {
+		if k.session == S {
+			ss = s
+		}
+	}
+	d.sessions.mu.Unlock()
+	if ss == nil {
+		t.Fatal("no session sandbox")
+	}
+	d.idleSession(ss)
+	if v, err := d.LayeredView(ctx, S); err != nil || v.Mounted {
+		t.Fatalf("control: the sandbox ended, yet the driver has a view: %+v %v", v, err)
+	}
+
+	r := layRun(t, d, ws, S, spawnCaps, l, `cat one.txt`)
+	var u *driverapi.UnavailableError
+	if !errors.As(r.err, &u) || u.Feature != driverapi.FeatureLayeredWorkspace || !strings.Contains(u.Reason, "previous overlay") {
+		if nv, _ := d.LayeredView(ctx, S); nv.Mounted && nv.Dev != v.Dev {
+			t.Errorf("a second overlay of the upper (dev %d) was mounted while the first (dev %d) is open", nv.Dev, v.Dev)
+		}
+		t.Fatalf("a command while the old overlay is open: %+v, want a typed refusal", r)
+	}
+	if nv, err := d.LayeredView(ctx, S); err != nil || nv.Mounted {
+		t.Errorf("after the refusal: %+v %v", nv, err)
+	}
+	// The host's operation through the old overlay goes on into the layer.
+	if err := os.WriteFile(filepath.Join(fmt.Sprintf("/proc/self/fd/%d", old.Fd()), "late.txt"), []byte("late\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(l.Upper, "late.txt")); err != nil {
+		t.Errorf("the old view's write is not in the upper: %v", err)
+	}
+
+	old.Close()
+	views.Close()
+	r = layRun(t, d, ws, S, spawnCaps, l, `cat one.txt late.txt`)
+	expectOK(t, r)
+	if r.stdout != "one\nlate\n" {
+		t.Errorf("after the view closed, the command reads %q", r.stdout)
+	}
+	// (Its device number may be the old one's: the old overlay is gone,
+	// and anonymous device numbers are reused.)
+	if nv, err := d.LayeredView(ctx, S); err != nil || !nv.Mounted {
+		t.Errorf("the new sandbox's view: %+v %v", nv, err)
 	}
 }

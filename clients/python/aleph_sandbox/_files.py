@@ -9,6 +9,15 @@ the workspace; protected entries (``.git``, tool configs such as
 device is never opened; sizes are bounded by the service's
 ``files_max_bytes`` (``reason_code == "resource_exhausted"``, ``field`` the
 limit's name); a write is atomic.
+
+Every call takes ``workspace=``: a workspace the caller names (an absolute
+path), as ``exec(..., workspace=DIR)`` names one, checked as exec checks it;
+``None`` is the session's own. Reads, lists, stats and removes are served
+there; a write to a live session's named workspace is refused
+(``reason_code == "invalid_command"``, ``field == "workspace"``): what is
+written there would escape the search for planted git repositories that a
+command's writes get. On a layered session only its layer's workspace is
+accepted, and the calls reach the session's view of it, writes included.
 """
 
 from __future__ import annotations
@@ -65,6 +74,17 @@ def _session(session: Any) -> str:
     return session
 
 
+def _req(session: Any, path: Any, workspace: Optional[str], **extra: Any) -> Dict[str, Any]:
+    """A request's common fields: workspace only when named."""
+    r: Dict[str, Any] = {"session": _session(session), "path": _path(path)}
+    if workspace is not None:
+        if not isinstance(workspace, str) or not workspace:
+            raise ValueError("workspace must be a non-empty str (an absolute path) or None")
+        r["workspace"] = workspace
+    r.update(extra)
+    return r
+
+
 def _mode(mode: Optional[int]) -> int:
     if mode is None:
         return 0
@@ -99,11 +119,11 @@ def _chunks(data: Data) -> Iterator[bytes]:
     raise TypeError("data must be bytes, str or a binary file object, got %s" % type(data).__name__)
 
 
-def _write_parts(session: str, path: str, data: Data, mode: Optional[int], parents: bool) -> Iterator[Dict[str, Any]]:
+def _write_parts(session: str, path: str, data: Data, mode: Optional[int], parents: bool,
+                 workspace: Optional[str] = None) -> Iterator[Dict[str, Any]]:
     """The WriteFile requests of one write: one for a small file, else the
     parts of an upload (each naming the next's offset)."""
-    base: Dict[str, Any] = {"session": _session(session), "path": _path(path), "mode": _mode(mode),
-                            "parents": bool(parents)}
+    base = _req(session, path, workspace, mode=_mode(mode), parents=bool(parents))
     it = _chunks(data)
     cur = next(it)
     nxt = next(it, None)
@@ -125,42 +145,41 @@ class Files:
     def __init__(self, client: "Client") -> None:
         self._c = client
 
-    def write(self, session: str, path: str, data: Data, mode: Optional[int] = None, parents: bool = True) -> FileInfo:
+    def write(self, session: str, path: str, data: Data, mode: Optional[int] = None, parents: bool = True,
+              workspace: Optional[str] = None) -> FileInfo:
         """Writes data (bytes, str as UTF-8, or a binary file object, read
         in parts) to path, replacing it atomically. mode: permission bits
         (None keeps an existing file's, or 0o644); parents: create missing
         directories."""
         r: Dict[str, Any] = {}
-        for req in _write_parts(session, path, data, mode, parents):
+        for req in _write_parts(session, path, data, mode, parents, workspace):
             r = self._c._unary("WriteFile", req, session=session)
         return FileInfo._from_json(r.get("info", {}))
 
-    def read_stream(self, session: str, path: str) -> Iterator[bytes]:
+    def read_stream(self, session: str, path: str, workspace: Optional[str] = None) -> Iterator[bytes]:
         """The file's bytes in chunks, as the service sends them (large
         files are never held whole)."""
-        for m in self._c._stream("ReadFile", {"session": _session(session), "path": _path(path)}, self._c.timeout,
-                                 session=session):
+        for m in self._c._stream("ReadFile", _req(session, path, workspace), self._c.timeout, session=session):
             if m.get("data"):
                 yield base64.b64decode(m["data"])
 
-    def read(self, session: str, path: str) -> bytes:
+    def read(self, session: str, path: str, workspace: Optional[str] = None) -> bytes:
         """The whole file."""
-        return b"".join(self.read_stream(session, path))
+        return b"".join(self.read_stream(session, path, workspace))
 
-    def list(self, session: str, path: str = ".") -> List[FileInfo]:
+    def list(self, session: str, path: str = ".", workspace: Optional[str] = None) -> List[FileInfo]:
         """The entries of a directory, sorted by name."""
-        r = self._c._unary("ListFiles", {"session": _session(session), "path": _path(path)}, session=session)
+        r = self._c._unary("ListFiles", _req(session, path, workspace), session=session)
         return [FileInfo._from_json(e) for e in r.get("entries", [])]
 
-    def stat(self, session: str, path: str) -> FileInfo:
-        r = self._c._unary("StatFile", {"session": _session(session), "path": _path(path)}, session=session)
+    def stat(self, session: str, path: str, workspace: Optional[str] = None) -> FileInfo:
+        r = self._c._unary("StatFile", _req(session, path, workspace), session=session)
         return FileInfo._from_json(r.get("info", {}))
 
-    def remove(self, session: str, path: str, recursive: bool = False) -> None:
+    def remove(self, session: str, path: str, recursive: bool = False, workspace: Optional[str] = None) -> None:
         """Removes a file, a link (never its target) or an empty directory;
         recursive removes a directory with what it holds."""
-        self._c._unary("RemoveFile", {"session": _session(session), "path": _path(path), "recursive": bool(recursive)},
-                       session=session)
+        self._c._unary("RemoveFile", _req(session, path, workspace, recursive=bool(recursive)), session=session)
 
 
 class AsyncFiles:
@@ -170,32 +189,31 @@ class AsyncFiles:
         self._c = client
 
     async def write(self, session: str, path: str, data: Data, mode: Optional[int] = None,
-                    parents: bool = True) -> FileInfo:
+                    parents: bool = True, workspace: Optional[str] = None) -> FileInfo:
         r: Dict[str, Any] = {}
-        for req in _write_parts(session, path, data, mode, parents):
+        for req in _write_parts(session, path, data, mode, parents, workspace):
             r = await self._c._unary("WriteFile", req, session=session)
         return FileInfo._from_json(r.get("info", {}))
 
-    async def read_stream(self, session: str, path: str) -> AsyncIterator[bytes]:
-        async for m in self._c._stream("ReadFile", {"session": _session(session), "path": _path(path)},
-                                       self._c.timeout, session=session):
+    async def read_stream(self, session: str, path: str, workspace: Optional[str] = None) -> AsyncIterator[bytes]:
+        async for m in self._c._stream("ReadFile", _req(session, path, workspace), self._c.timeout, session=session):
             if m.get("data"):
                 yield base64.b64decode(m["data"])
 
-    async def read(self, session: str, path: str) -> bytes:
+    async def read(self, session: str, path: str, workspace: Optional[str] = None) -> bytes:
         parts = []
-        async for c in self.read_stream(session, path):
+        async for c in self.read_stream(session, path, workspace):
             parts.append(c)
         return b"".join(parts)
 
-    async def list(self, session: str, path: str = ".") -> List[FileInfo]:
-        r = await self._c._unary("ListFiles", {"session": _session(session), "path": _path(path)}, session=session)
+    async def list(self, session: str, path: str = ".", workspace: Optional[str] = None) -> List[FileInfo]:
+        r = await self._c._unary("ListFiles", _req(session, path, workspace), session=session)
         return [FileInfo._from_json(e) for e in r.get("entries", [])]
 
-    async def stat(self, session: str, path: str) -> FileInfo:
-        r = await self._c._unary("StatFile", {"session": _session(session), "path": _path(path)}, session=session)
+    async def stat(self, session: str, path: str, workspace: Optional[str] = None) -> FileInfo:
+        r = await self._c._unary("StatFile", _req(session, path, workspace), session=session)
         return FileInfo._from_json(r.get("info", {}))
 
-    async def remove(self, session: str, path: str, recursive: bool = False) -> None:
-        await self._c._unary("RemoveFile", {"session": _session(session), "path": _path(path),
-                                            "recursive": bool(recursive)}, session=session)
+    async def remove(self, session: str, path: str, recursive: bool = False,
+                     workspace: Optional[str] = None) -> None:
+        await self._c._unary("RemoveFile", _req(session, path, workspace, recursive=bool(recursive)), session=session)

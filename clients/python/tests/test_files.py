@@ -138,6 +138,36 @@ class FilesTest(unittest.TestCase):
         c.files.write(S, "notes.git.txt", b"ok")
         self.assertEqual(sorted(x.name for x in c.files.list(S)), ["notes.git.txt", "pipe"])
 
+    def test_named_workspace(self):
+        # A workspace the caller names, as exec names one: a command run
+        # there writes a file, the files API reads, lists and stats it
+        # there (the session's own workspace does not have it), a write
+        # there is refused and writes nothing (the same write without a
+        # workspace lands in the session's own), a remove there is served,
+        # and a relative name is refused.
+        import tempfile
+        c, S = self.c, "pyfiles-named"
+        with tempfile.TemporaryDirectory() as ws:
+            r = c.exec(["/bin/sh", "-c", "printf named > n.txt"], session=S, workspace=ws, spawn=True)
+            self.assertEqual(r.exit_code, 0, r.stderr)
+            self.assertEqual(c.files.read(S, "n.txt", workspace=ws), b"named")
+            self.assertEqual([e.name for e in c.files.list(S, workspace=ws)], ["n.txt"])
+            self.assertEqual(c.files.stat(S, "n.txt", workspace=ws).size, 5)
+            with self.assertRaises(SandboxError) as e:
+                c.files.stat(S, "n.txt")
+            self.assertEqual(e.exception.reason_code, "not_found")
+            with self.assertRaises(SandboxError) as e:
+                c.files.write(S, "w.txt", b"x", workspace=ws)
+            self.assertEqual((e.exception.reason_code, e.exception.field), ("invalid_command", "workspace"))
+            self.assertFalse(os.path.exists(os.path.join(ws, "w.txt")))
+            c.files.write(S, "w.txt", b"x")
+            self.assertEqual(c.files.read(S, "w.txt"), b"x")
+            c.files.remove(S, "n.txt", workspace=ws)
+            self.assertFalse(os.path.exists(os.path.join(ws, "n.txt")))
+            with self.assertRaises(SandboxError) as e:
+                c.files.list(S, workspace="relative/dir")
+            self.assertEqual(e.exception.field, "workspace")
+
     def test_session_header_is_sent(self):
         # Every file call carries X-Aleph-Session: the server compares it
         # with the body, so a call whose body names a session reaches it.

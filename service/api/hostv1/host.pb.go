@@ -3891,8 +3891,12 @@ type ReadFileRequest struct {
 	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// As ExecuteRequest.expect_incarnation.
 	ExpectIncarnation string `protobuf:"bytes,3,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A workspace the caller names (absolute), as ExecuteRequest.workspace
+	// and with its checks; empty: the session's own. On a layered session
+	// only the layer's workspace is accepted (layered_mode otherwise).
+	Workspace     string `protobuf:"bytes,4,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadFileRequest) Reset() {
@@ -3942,6 +3946,13 @@ func (x *ReadFileRequest) GetPath() string {
 func (x *ReadFileRequest) GetExpectIncarnation() string {
 	if x != nil {
 		return x.ExpectIncarnation
+	}
+	return ""
+}
+
+func (x *ReadFileRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
 	}
 	return ""
 }
@@ -4037,8 +4048,12 @@ type WriteFileRequest struct {
 	More     bool   `protobuf:"varint,8,opt,name=more,proto3" json:"more,omitempty"`
 	// As ExecuteRequest.expect_incarnation.
 	ExpectIncarnation string `protobuf:"bytes,9,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A workspace the caller names (absolute), as ExecuteRequest.workspace
+	// and with its checks; empty: the session's own. On a layered session
+	// only the layer's workspace is accepted (layered_mode otherwise).
+	Workspace     string `protobuf:"bytes,10,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WriteFileRequest) Reset() {
@@ -4134,6 +4149,13 @@ func (x *WriteFileRequest) GetExpectIncarnation() string {
 	return ""
 }
 
+func (x *WriteFileRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
 type WriteFileResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// The file written (after the last part; empty while more are due).
@@ -4212,8 +4234,12 @@ type ListFilesRequest struct {
 	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// As ExecuteRequest.expect_incarnation.
 	ExpectIncarnation string `protobuf:"bytes,3,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A workspace the caller names (absolute), as ExecuteRequest.workspace
+	// and with its checks; empty: the session's own. On a layered session
+	// only the layer's workspace is accepted (layered_mode otherwise).
+	Workspace     string `protobuf:"bytes,4,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ListFilesRequest) Reset() {
@@ -4263,6 +4289,13 @@ func (x *ListFilesRequest) GetPath() string {
 func (x *ListFilesRequest) GetExpectIncarnation() string {
 	if x != nil {
 		return x.ExpectIncarnation
+	}
+	return ""
+}
+
+func (x *ListFilesRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
 	}
 	return ""
 }
@@ -4334,8 +4367,12 @@ type StatFileRequest struct {
 	Path    string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
 	// As ExecuteRequest.expect_incarnation.
 	ExpectIncarnation string `protobuf:"bytes,3,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A workspace the caller names (absolute), as ExecuteRequest.workspace
+	// and with its checks; empty: the session's own. On a layered session
+	// only the layer's workspace is accepted (layered_mode otherwise).
+	Workspace     string `protobuf:"bytes,4,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StatFileRequest) Reset() {
@@ -4385,6 +4422,13 @@ func (x *StatFileRequest) GetPath() string {
 func (x *StatFileRequest) GetExpectIncarnation() string {
 	if x != nil {
 		return x.ExpectIncarnation
+	}
+	return ""
+}
+
+func (x *StatFileRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
 	}
 	return ""
 }
@@ -4459,8 +4503,12 @@ type RemoveFileRequest struct {
 	Recursive bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
 	// As ExecuteRequest.expect_incarnation.
 	ExpectIncarnation string `protobuf:"bytes,4,opt,name=expect_incarnation,json=expectIncarnation,proto3" json:"expect_incarnation,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// A workspace the caller names (absolute), as ExecuteRequest.workspace
+	// and with its checks; empty: the session's own. On a layered session
+	// only the layer's workspace is accepted (layered_mode otherwise).
+	Workspace     string `protobuf:"bytes,5,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RemoveFileRequest) Reset() {
@@ -4517,6 +4565,13 @@ func (x *RemoveFileRequest) GetRecursive() bool {
 func (x *RemoveFileRequest) GetExpectIncarnation() string {
 	if x != nil {
 		return x.ExpectIncarnation
+	}
+	return ""
+}
+
+func (x *RemoveFileRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
 	}
 	return ""
 }
@@ -5535,16 +5590,17 @@ const file_host_proto_rawDesc = "" +
 	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\"\n" +
 	"\rmtime_unix_ms\x18\x05 \x01(\x03R\vmtimeUnixMs\x12\x16\n" +
-	"\x06target\x18\x06 \x01(\tR\x06target\"n\n" +
+	"\x06target\x18\x06 \x01(\tR\x06target\"\x8c\x01\n" +
 	"\x0fReadFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12-\n" +
-	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\"\x9d\x01\n" +
+	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\x12\x1c\n" +
+	"\tworkspace\x18\x04 \x01(\tR\tworkspace\"\x9d\x01\n" +
 	"\x10ReadFileResponse\x12+\n" +
 	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12/\n" +
-	"\x13session_incarnation\x18\x04 \x01(\tR\x12sessionIncarnation\"\xfa\x01\n" +
+	"\x13session_incarnation\x18\x04 \x01(\tR\x12sessionIncarnation\"\x98\x02\n" +
 	"\x10WriteFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
@@ -5554,33 +5610,38 @@ const file_host_proto_rawDesc = "" +
 	"\tupload_id\x18\x06 \x01(\tR\buploadId\x12\x16\n" +
 	"\x06offset\x18\a \x01(\x03R\x06offset\x12\x12\n" +
 	"\x04more\x18\b \x01(\bR\x04more\x12-\n" +
-	"\x12expect_incarnation\x18\t \x01(\tR\x11expectIncarnation\"\xa6\x01\n" +
+	"\x12expect_incarnation\x18\t \x01(\tR\x11expectIncarnation\x12\x1c\n" +
+	"\tworkspace\x18\n" +
+	" \x01(\tR\tworkspace\"\xa6\x01\n" +
 	"\x11WriteFileResponse\x12+\n" +
 	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x1a\n" +
 	"\breceived\x18\x02 \x01(\x03R\breceived\x12\x17\n" +
 	"\anode_id\x18\x03 \x01(\tR\x06nodeId\x12/\n" +
-	"\x13session_incarnation\x18\x04 \x01(\tR\x12sessionIncarnation\"o\n" +
+	"\x13session_incarnation\x18\x04 \x01(\tR\x12sessionIncarnation\"\x8d\x01\n" +
 	"\x10ListFilesRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12-\n" +
-	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\"\x90\x01\n" +
+	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\x12\x1c\n" +
+	"\tworkspace\x18\x04 \x01(\tR\tworkspace\"\x90\x01\n" +
 	"\x11ListFilesResponse\x121\n" +
 	"\aentries\x18\x01 \x03(\v2\x17.aleph.host.v1.FileInfoR\aentries\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
-	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"n\n" +
+	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"\x8c\x01\n" +
 	"\x0fStatFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12-\n" +
-	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\"\x89\x01\n" +
+	"\x12expect_incarnation\x18\x03 \x01(\tR\x11expectIncarnation\x12\x1c\n" +
+	"\tworkspace\x18\x04 \x01(\tR\tworkspace\"\x89\x01\n" +
 	"\x10StatFileResponse\x12+\n" +
 	"\x04info\x18\x01 \x01(\v2\x17.aleph.host.v1.FileInfoR\x04info\x12\x17\n" +
 	"\anode_id\x18\x02 \x01(\tR\x06nodeId\x12/\n" +
-	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"\x8e\x01\n" +
+	"\x13session_incarnation\x18\x03 \x01(\tR\x12sessionIncarnation\"\xac\x01\n" +
 	"\x11RemoveFileRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x03 \x01(\bR\trecursive\x12-\n" +
-	"\x12expect_incarnation\x18\x04 \x01(\tR\x11expectIncarnation\"^\n" +
+	"\x12expect_incarnation\x18\x04 \x01(\tR\x11expectIncarnation\x12\x1c\n" +
+	"\tworkspace\x18\x05 \x01(\tR\tworkspace\"^\n" +
 	"\x12RemoveFileResponse\x12\x17\n" +
 	"\anode_id\x18\x01 \x01(\tR\x06nodeId\x12/\n" +
 	"\x13session_incarnation\x18\x02 \x01(\tR\x12sessionIncarnation\"\x0e\n" +
