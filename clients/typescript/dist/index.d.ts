@@ -409,13 +409,25 @@ export interface FileInfo {
     /** A link's target, as stored ("" otherwise). */
     target: string;
 }
-export interface WriteFileOptions extends CallOptions {
+/** The options of every files call. */
+export interface FileOptions extends CallOptions {
+    /**
+     * A workspace the caller names (an absolute path), as `exec`'s `workspace`
+     * names one, checked as exec checks it; left out: the session's own. A
+     * write to a live session's named workspace is refused (code
+     * "invalid_command", field "workspace"): what is written there would
+     * escape the search for planted repositories a command's writes get. On a
+     * layered session only its layer's workspace is accepted.
+     */
+    workspace?: string;
+}
+export interface WriteFileOptions extends FileOptions {
     /** Permission bits; left out: keep an existing file's, or 0o644. */
     mode?: number;
     /** Create missing directories (default true). */
     parents?: boolean;
 }
-export interface RemoveFileOptions extends CallOptions {
+export interface RemoveFileOptions extends FileOptions {
     /** Remove a directory with what it holds (default: only an empty one). */
     recursive?: boolean;
 }
@@ -434,17 +446,19 @@ export declare const WRITE_CHUNK: number;
 export declare class Files {
     private readonly c;
     constructor(c: Client);
+    /** The fields every file request starts with. */
+    private base;
     /** Writes data (a string as UTF-8, bytes, or an iterable of chunks, sent
      * in parts) to path, replacing it atomically. */
     write(session: string, path: string, data: string | Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>, options?: WriteFileOptions): Promise<FileInfo>;
     /** The file's bytes in chunks as the service sends them (a large file is
      * never held whole). */
-    readStream(session: string, path: string, options?: CallOptions): AsyncGenerator<Buffer, void, undefined>;
+    readStream(session: string, path: string, options?: FileOptions): AsyncGenerator<Buffer, void, undefined>;
     /** The whole file. */
-    read(session: string, path: string, options?: CallOptions): Promise<Buffer>;
+    read(session: string, path: string, options?: FileOptions): Promise<Buffer>;
     /** The entries of a directory (default: the workspace), sorted by name. */
-    list(session: string, path?: string, options?: CallOptions): Promise<FileInfo[]>;
-    stat(session: string, path: string, options?: CallOptions): Promise<FileInfo>;
+    list(session: string, path?: string, options?: FileOptions): Promise<FileInfo[]>;
+    stat(session: string, path: string, options?: FileOptions): Promise<FileInfo>;
     /** Removes a file, a link (never its target) or an empty directory;
      * recursive removes a directory with what it holds. */
     remove(session: string, path: string, options?: RemoveFileOptions): Promise<void>;

@@ -675,10 +675,21 @@ export class Files {
     constructor(c) {
         this.c = c;
     }
+    /** The fields every file request starts with. */
+    base(session, path, options) {
+        const b = { session: fileSession(session), path: filePath(path) };
+        if (options.workspace !== undefined) {
+            if (typeof options.workspace !== "string" || options.workspace === "") {
+                throw new TypeError(`workspace is an absolute path, got ${JSON.stringify(options.workspace)}`);
+            }
+            b.workspace = options.workspace;
+        }
+        return b;
+    }
     /** Writes data (a string as UTF-8, bytes, or an iterable of chunks, sent
      * in parts) to path, replacing it atomically. */
     async write(session, path, data, options = {}) {
-        const base = { session: fileSession(session), path: filePath(path), mode: fileMode(options.mode), parents: options.parents ?? true };
+        const base = { ...this.base(session, path, options), mode: fileMode(options.mode), parents: options.parents ?? true };
         const it = fileChunks(data);
         let cur = (await it.next()).value;
         let next = await it.next();
@@ -702,7 +713,7 @@ export class Files {
     /** The file's bytes in chunks as the service sends them (a large file is
      * never held whole). */
     async *readStream(session, path, options = {}) {
-        for await (const m of this.c.serverStream("ReadFile", { session: fileSession(session), path: filePath(path) }, options.signal, this.c.idleSeconds, session)) {
+        for await (const m of this.c.serverStream("ReadFile", this.base(session, path, options), options.signal, this.c.idleSeconds, session)) {
             if (typeof m.data === "string" && m.data !== "") {
                 yield Buffer.from(m.data, "base64");
             }
@@ -718,17 +729,17 @@ export class Files {
     }
     /** The entries of a directory (default: the workspace), sorted by name. */
     async list(session, path = ".", options = {}) {
-        const r = await this.c.unary("ListFiles", { session: fileSession(session), path: filePath(path) }, options, this.c.idleSeconds, session);
+        const r = await this.c.unary("ListFiles", this.base(session, path, options), options, this.c.idleSeconds, session);
         return (Array.isArray(r.entries) ? r.entries : []).map(fileInfo);
     }
     async stat(session, path, options = {}) {
-        const r = await this.c.unary("StatFile", { session: fileSession(session), path: filePath(path) }, options, this.c.idleSeconds, session);
+        const r = await this.c.unary("StatFile", this.base(session, path, options), options, this.c.idleSeconds, session);
         return fileInfo(r.info);
     }
     /** Removes a file, a link (never its target) or an empty directory;
      * recursive removes a directory with what it holds. */
     async remove(session, path, options = {}) {
-        await this.c.unary("RemoveFile", { session: fileSession(session), path: filePath(path), recursive: options.recursive ?? false }, options, this.c.idleSeconds, session);
+        await this.c.unary("RemoveFile", { ...this.base(session, path, options), recursive: options.recursive ?? false }, options, this.c.idleSeconds, session);
     }
 }
 export class Client {

@@ -1037,14 +1037,27 @@ export interface FileInfo {
   target: string;
 }
 
-export interface WriteFileOptions extends CallOptions {
+/** The options of every files call. */
+export interface FileOptions extends CallOptions {
+  /**
+   * A workspace the caller names (an absolute path), as `exec`'s `workspace`
+   * names one, checked as exec checks it; left out: the session's own. A
+   * write to a live session's named workspace is refused (code
+   * "invalid_command", field "workspace"): what is written there would
+   * escape the search for planted repositories a command's writes get. On a
+   * layered session only its layer's workspace is accepted.
+   */
+  workspace?: string;
+}
+
+export interface WriteFileOptions extends FileOptions {
   /** Permission bits; left out: keep an existing file's, or 0o644. */
   mode?: number;
   /** Create missing directories (default true). */
   parents?: boolean;
 }
 
-export interface RemoveFileOptions extends CallOptions {
+export interface RemoveFileOptions extends FileOptions {
   /** Remove a directory with what it holds (default: only an empty one). */
   recursive?: boolean;
 }
@@ -1132,10 +1145,22 @@ async function* fileChunks(data: string | Uint8Array | AsyncIterable<Uint8Array>
 export class Files {
   constructor(private readonly c: Client) {}
 
+  /** The fields every file request starts with. */
+  private base(session: string, path: string, options: FileOptions): JSONObject {
+    const b: JSONObject = { session: fileSession(session), path: filePath(path) };
+    if (options.workspace !== undefined) {
+      if (typeof options.workspace !== "string" || options.workspace === "") {
+        throw new TypeError(`workspace is an absolute path, got ${JSON.stringify(options.workspace)}`);
+      }
+      b.workspace = options.workspace;
+    }
+    return b;
+  }
+
   /** Writes data (a string as UTF-8, bytes, or an iterable of chunks, sent
    * in parts) to path, replacing it atomically. */
   async write(session: string, path: string, data: string | Uint8Array | AsyncIterable<Uint8Array> | Iterable<Uint8Array>, options: WriteFileOptions = {}): Promise<FileInfo> {
-    const base: JSONObject = { session: fileSession(session), path: filePath(path), mode: fileMode(options.mode), parents: options.parents ?? true };
+    const base: JSONObject = { ...this.base(session, path, options), mode: fileMode(options.mode), parents: options.parents ?? true };
     const it = fileChunks(data);
     let cur = (await it.next()).value as Buffer;
     let next = await it.next();
@@ -1159,8 +1184,8 @@ export class Files {
 
   /** The file's bytes in chunks as the service sends them (a large file is
    * never held whole). */
-  async *readStream(session: string, path: string, options: CallOptions = {}): AsyncGenerator<Buffer, void, undefined> {
-    for await (const m of this.c.serverStream("ReadFile", { session: fileSession(session), path: filePath(path) }, options.signal, this.c.idleSeconds, session)) {
+  async *readStream(session: string, path: string, options: FileOptions = {}): AsyncGenerator<Buffer, void, undefined> {
+    for await (const m of this.c.serverStream("ReadFile", this.base(session, path, options), options.signal, this.c.idleSeconds, session)) {
       if (typeof m.data === "string" && m.data !== "") {
         yield Buffer.from(m.data, "base64");
       }
@@ -1168,7 +1193,7 @@ export class Files {
   }
 
   /** The whole file. */
-  async read(session: string, path: string, options: CallOptions = {}): Promise<Buffer> {
+  async read(session: string, path: string, options: FileOptions = {}): Promise<Buffer> {
     const parts: Buffer[] = [];
     for await (const c of this.readStream(session, path, options)) {
       parts.push(c);
@@ -1177,20 +1202,20 @@ export class Files {
   }
 
   /** The entries of a directory (default: the workspace), sorted by name. */
-  async list(session: string, path = ".", options: CallOptions = {}): Promise<FileInfo[]> {
-    const r = await this.c.unary("ListFiles", { session: fileSession(session), path: filePath(path) }, options, this.c.idleSeconds, session);
+  async list(session: string, path = ".", options: FileOptions = {}): Promise<FileInfo[]> {
+    const r = await this.c.unary("ListFiles", this.base(session, path, options), options, this.c.idleSeconds, session);
     return (Array.isArray(r.entries) ? r.entries : []).map(fileInfo);
   }
 
-  async stat(session: string, path: string, options: CallOptions = {}): Promise<FileInfo> {
-    const r = await this.c.unary("StatFile", { session: fileSession(session), path: filePath(path) }, options, this.c.idleSeconds, session);
+  async stat(session: string, path: string, options: FileOptions = {}): Promise<FileInfo> {
+    const r = await this.c.unary("StatFile", this.base(session, path, options), options, this.c.idleSeconds, session);
     return fileInfo(r.info);
   }
 
   /** Removes a file, a link (never its target) or an empty directory;
    * recursive removes a directory with what it holds. */
   async remove(session: string, path: string, options: RemoveFileOptions = {}): Promise<void> {
-    await this.c.unary("RemoveFile", { session: fileSession(session), path: filePath(path), recursive: options.recursive ?? false }, options, this.c.idleSeconds, session);
+    await this.c.unary("RemoveFile", { ...this.base(session, path, options), recursive: options.recursive ?? false }, options, this.c.idleSeconds, session);
   }
 }
 

@@ -1540,6 +1540,31 @@ describe("client.files against a real serve", { skip }, () => {
     await c.files.write(S, "out", "mine");
     assert.equal(fs.readFileSync(secret, "utf8"), "host secret");
   });
+
+  test("a workspace the caller names: read, list, stat and remove there; a write there refused", T, async () => {
+    const S = "tsfiles-named";
+    const ws = fs.mkdtempSync(path.join(os.tmpdir(), "ts-named-"));
+    try {
+      const r = await c.exec(["/bin/sh", "-c", "printf named > n.txt"], { session: S, workspace: ws, spawn: true });
+      assert.equal(r.exitCode, 0, r.stderr.toString());
+      assert.equal((await c.files.read(S, "n.txt", { workspace: ws })).toString(), "named");
+      assert.deepEqual((await c.files.list(S, ".", { workspace: ws })).map((e) => e.name), ["n.txt"]);
+      assert.equal((await c.files.stat(S, "n.txt", { workspace: ws })).size, 5);
+      // The session's own workspace does not have it.
+      assert.equal((await refused(c.files.stat(S, "n.txt"))).reasonCode, "not_found");
+      const w = await refused(c.files.write(S, "w.txt", "x", { workspace: ws }));
+      assert.deepEqual([w.reasonCode, w.field], ["invalid_command", "workspace"]);
+      assert.equal(fs.existsSync(path.join(ws, "w.txt")), false);
+      // Control: the same write without a workspace lands in the session's own.
+      await c.files.write(S, "w.txt", "x");
+      assert.equal((await c.files.read(S, "w.txt")).toString(), "x");
+      await c.files.remove(S, "n.txt", { workspace: ws });
+      assert.equal(fs.existsSync(path.join(ws, "n.txt")), false);
+      assert.equal((await refused(c.files.list(S, ".", { workspace: "relative/dir" }))).field, "workspace");
+    } finally {
+      fs.rmSync(ws, { recursive: true, force: true });
+    }
+  });
 });
 
 describe("layered sessions against a real serve", { skip }, () => {
