@@ -23,6 +23,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/sessionpool"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
@@ -169,7 +171,7 @@ func New(cfg Config) (*Driver, error) {
 	if cfg.SessionNetworkIdle <= 0 {
 		cfg.SessionNetworkIdle = DefaultSessionNetworkIdle
 	}
-	d := &Driver{cfg: cfg, log: lg, owner: ownerTag()}
+	d := &Driver{cfg: cfg, log: lg, owner: ownertag.Self()}
 	d.nets = sessionpool.New(cfg.MaxSessionNetworks, cfg.SessionNetworkIdle,
 		func() (*netns, error) { return makeNetns(cfg.DriverBinary, os.Geteuid() != 0) }, (*netns).close)
 	return d, nil
@@ -257,8 +259,8 @@ func (d *Driver) enforceable(p Plan) error {
 	if err := d.stateDirRefusal(p); err != nil {
 		return err
 	}
-	if p.MemoryBytes > 0 && !h.cg.have[ctrlMemory] {
-		return &UnavailableError{Feature: driverapi.FeatureMemoryLimit, Reason: h.cg.reason(ctrlMemory), Fix: cgroupFix}
+	if p.MemoryBytes > 0 && !h.cg.Has(cgroup.Memory) {
+		return &UnavailableError{Feature: driverapi.FeatureMemoryLimit, Reason: h.cg.Reason(cgroup.Memory), Fix: cgroupFix}
 	}
 	if p.Network == "allow_hosts" {
 		if f, reason := d.viaProxy(h); !f {
@@ -347,7 +349,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
-	defer cg.remove()
+	defer cg.Remove()
 	if h.tier == tierLandlock {
 		if in != nil {
 			return driverapi.Exit{}, streamUnavailable(spec)
@@ -370,21 +372,21 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 
 // newCommandCgroup makes the cgroup of one command of plan (or of a
 // prepared sandbox for it), or nil where none is in force.
-func (d *Driver) newCommandCgroup(plan Plan) (*commandCgroup, error) {
+func (d *Driver) newCommandCgroup(plan Plan) (*cgroup.Command, error) {
 	h := d.probe()
-	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
-	if h.cg.mode == CgroupNone || (lim.MemoryBytes == 0 && lim.Pids == 0 && lim.CPUQuotaPercent == 0) {
+	lim := cgroup.Limits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
+	if h.cg.Mode() == cgroup.None || (lim.MemoryBytes == 0 && lim.Pids == 0 && lim.CPUQuotaPercent == 0) {
 		return nil, nil
 	}
-	cg, err := h.cg.create(lim, d.owner)
+	cg, err := h.cg.Create(lim, d.owner)
 	if err != nil {
 		return nil, fmt.Errorf("bwrap driver: %w", err)
 	}
-	if cg.mode == CgroupV1 {
+	if cg.Mode() == cgroup.V1 {
 		// The move of bwrap's child into the command's cgroups waits for
 		// an RCU grace period; start one now, so it passes while the
 		// placeholders are made and bwrap starts.
-		go h.cg.primeV1(cg)
+		go h.cg.PrimeV1(cg)
 	}
 	return cg, nil
 }
@@ -417,7 +419,7 @@ func (d *Driver) sessionNetFor(plan Plan, session string) (_ *netns, release fun
 // with the protected entries' placeholders, the /etc view and the
 // session's network namespace it holds until release, once the sandbox
 // has ended.
-func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driverapi.RunSpec) (_ *launchStarter, release func(), err error) {
+func (d *Driver) newLaunch(plan Plan, cwd string, cg *cgroup.Command, spec driverapi.RunSpec) (_ *launchStarter, release func(), err error) {
 	var releases []func()
 	releaseAll := func() {
 		for i := len(releases) - 1; i >= 0; i-- {
@@ -458,7 +460,7 @@ func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driver
 // initSpecFor is what sandbox-init enforces for plan in cgroup cg, with a
 // terminal of tty's size when set; it sets the plan's precompiled seccomp
 // descriptor.
-func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.WindowSize) InitSpec {
+func (d *Driver) initSpecFor(plan *Plan, cg *cgroup.Command, tty *driverapi.WindowSize) InitSpec {
 	h := d.probe()
 	is := plan.InitSpec()
 	is.CommandFD, is.LifelineFD = commandFD, lifelineFD
@@ -469,12 +471,12 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 	if tty != nil {
 		is.Tty = &sandboxinit.TtySpec{Rows: tty.Rows, Cols: tty.Cols}
 	}
-	if cg != nil && cg.dirs[ctrlMemory] != "" {
+	if cg != nil && cg.Dir(cgroup.Memory) != "" {
 		// The cgroup enforces the real limit; RLIMIT_AS only bounds
 		// address space, which runtimes reserve far beyond what they use.
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
-	if (cg == nil || cg.dirs[ctrlPids] == "") && h.nprocPerSandbox() {
+	if (cg == nil || cg.Dir(cgroup.Pids) == "") && h.nprocPerSandbox() {
 		// No pids cgroup: RLIMIT_NPROC, counted in the sandbox's own user
 		// namespace, caps its tasks (threads included) instead.
 		is.RlimitNproc = d.cfg.Options.Pids()
@@ -491,7 +493,7 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 	// (and the three of the v1 hand-over), in the order newSandbox passes
 	// them and checks: the seccomp programs, then the notify socket.
 	next := lifelineFD + 1
-	if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
+	if cg != nil && cg.Mode() == cgroup.V1 && cg.Used() {
 		next += 3
 	}
 	if f := d.precompiled(is); f != nil {
@@ -617,7 +619,7 @@ type sandbox struct {
 	viaNsenter, guarded bool
 	// The v1 cgroup hand-over's pipes (joinV1), when v1.
 	v1                               bool
-	cg                               *commandCgroup
+	cg                               *cgroup.Command
 	blockR, blockW, statusR, statusW *os.File
 	// notifyRemote is sandbox-init's end of the notify socket; notif
 	// answers what arrives on the driver's (notify_linux.go). Both nil
@@ -642,7 +644,7 @@ type sandboxResult struct {
 // seccomp programs and the pinned paths, in the order the init spec says.
 // ctx bounds the process (exec.CommandContext). The caller sets stdio.
 func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cwd string, init []string,
-	cg *commandCgroup, ns *netns, argv, env []string) (_ *sandbox, err error) {
+	cg *cgroup.Command, ns *netns, argv, env []string) (_ *sandbox, err error) {
 	sb := &sandbox{ns: ns, cg: cg, guarded: true}
 	defer func() {
 		if err != nil {
@@ -660,7 +662,7 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 	}
 	extraFiles := []*os.File{sb.cmdFile, sb.life.remote}
 
-	sb.v1 = cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0
+	sb.v1 = cg != nil && cg.Mode() == cgroup.V1 && cg.Used()
 	var extra []string
 	if plan.ProxySocket == "" {
 		// No reaper of bwrap's: sandbox-init is PID 1. The allow_hosts
@@ -786,10 +788,10 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 		d.probe().guard.apply(cmd.SysProcAttr)
 	}
 	cmd.ExtraFiles = extraFiles
-	if cg != nil && cg.mode == CgroupV2 {
+	if cg != nil && cg.Mode() == cgroup.V2 {
 		// CLONE_INTO_CGROUP: bwrap is born inside the command's cgroup, so
 		// nothing of the sandbox ever runs outside its limits.
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.FD()
 	}
 	sb.cmd = cmd
 	return sb, nil
@@ -836,11 +838,11 @@ func (sb *sandbox) close() {
 }
 
 // startError is the error of a sandbox whose start failed (r.startErr).
-func (sb *sandbox) startError(err error, gate *setupGate, cg *commandCgroup, memBytes uint64) error {
+func (sb *sandbox) startError(err error, gate *setupGate, cg *cgroup.Command, memBytes uint64) error {
 	cmd := sb.cmd
 	if cmd.ProcessState != nil && !sb.life.Started() {
 		// bwrap ran but the hand-over failed: say what bwrap said.
-		if oom := cg.setupOOM(memBytes); oom != nil {
+		if oom := cg.SetupOOM(memBytes); oom != nil {
 			err = fmt.Errorf("%w: %w", oom, err)
 		}
 		return &SetupError{Status: cmd.ProcessState.String(), Message: gate.message(), Err: err}
@@ -944,13 +946,13 @@ func setWaitStatus(exit *driverapi.Exit, ws unix.WaitStatus) {
 
 // exitDetails records the tier and the cgroup a command ran under, and
 // whether the cgroup's OOM killer ended it.
-func exitDetails(exit *driverapi.Exit, cg *commandCgroup, tier string) {
+func exitDetails(exit *driverapi.Exit, cg *cgroup.Command, tier string) {
 	// The tier is chosen per driver start and recorded per command: the
 	// audit shows what each command ran under.
 	exit.Details = map[string]string{"tier": tier}
 	if cg != nil {
-		exit.OOMKilled = cg.oomKilled()
-		exit.Details["cgroup"], exit.Details["cgroup_name"] = string(cg.mode), cg.name
+		exit.OOMKilled = cg.OOMKilled()
+		exit.Details["cgroup"], exit.Details["cgroup_name"] = string(cg.Mode()), cg.Name()
 	}
 }
 
@@ -958,7 +960,7 @@ func exitDetails(exit *driverapi.Exit, cg *commandCgroup, tier string) {
 // into the command's v1 cgroups and only then lets it go on. bwrap's child
 // blocks on --block-fd before it forks the reaper or execs anything, so
 // every process of the sandbox starts inside the cgroups.
-func joinV1(cg *commandCgroup, bwrapPID int, status io.Reader, block *os.File) error {
+func joinV1(cg *cgroup.Command, bwrapPID int, status io.Reader, block *os.File) error {
 	dec := json.NewDecoder(io.LimitReader(status, 1<<16))
 	for {
 		var m map[string]json.RawMessage
@@ -977,7 +979,7 @@ func joinV1(cg *commandCgroup, bwrapPID int, status io.Reader, block *os.File) e
 		if pid, err = childHostPID(bwrapPID, pid); err != nil {
 			return err
 		}
-		if err := cg.join(pid); err != nil {
+		if err := cg.Join(pid); err != nil {
 			return err
 		}
 		if _, err := block.Write([]byte{'1'}); err != nil {

@@ -3,6 +3,7 @@
 package bwrap
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -621,4 +622,10 @@ func statEntry(src string, follow bool) (unix.Stat_t, error) {
 		return st, fmt.Errorf("etc view: %s: %w", src, err)
 	}
 	return st, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

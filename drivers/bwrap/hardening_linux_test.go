@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // A grant equal to or inside the workspace is dropped from the plan (the
@@ -310,7 +311,7 @@ func TestDriverDeathDuringSetup(t *testing.T) {
 		// creation and its first member fails that command.
 		for dir := range commandCgroups(local) {
 			for _, pid := range killed {
-				if !before[dir] && strings.HasPrefix(filepath.Base(dir), cgroupPrefix+strconv.Itoa(pid)+"-") {
+				if !before[dir] && strings.HasPrefix(filepath.Base(dir), cgroup.Prefix+strconv.Itoa(pid)+"-") {
 					_ = os.Remove(dir)
 				}
 			}

@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
 )
 
 // JanitorCommand is the mode of the driver binary that removes a driver's
@@ -64,7 +66,7 @@ func JanitorMain(args []string) int {
 		return 0
 	}
 	_, _ = io.Copy(io.Discard, pipe)
-	d := &Driver{cfg: Config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownerTag()}
+	d := &Driver{cfg: Config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownertag.Self()}
 	d.recoverPlaceholdersWaiting(userWait, true)
 	// The driver's locks on its /etc views went with it.
 	sweepEtcViews(d.etcViewRoot())
@@ -138,7 +140,7 @@ func (d *Driver) recordUser(pid int) func() {
 	if err != nil {
 		return func() {}
 	}
-	start, err := procStartTime(pid)
+	start, err := ownertag.StartTime(pid)
 	if err != nil {
 		return func() {}
 	}
@@ -166,13 +168,13 @@ func waitDeadUsers(dir string, bound time.Duration) bool {
 			if !strings.HasPrefix(name, "user-") {
 				continue
 			}
-			opid, ostart, orest, ok := parseOwnerTag(strings.TrimPrefix(name, "user-"))
-			if !ok || !ownerGone(opid, ostart, orest) {
+			opid, ostart, orest, ok := ownertag.Parse(strings.TrimPrefix(name, "user-"))
+			if !ok || !ownertag.Gone(opid, ostart, orest) {
 				continue // a live driver's command: its placeholders are locked
 			}
 			b, _ := os.ReadFile(filepath.Join(dir, name))
-			pid, start, _, ok := parseOwnerTag(string(b) + "-")
-			if ok && ownerAlive(pid, start) {
+			pid, start, _, ok := ownertag.Parse(string(b) + "-")
+			if ok && ownertag.Alive(pid, start) {
 				left = true
 				continue
 			}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 func launchPlugin(t testing.TB) *driverapi.Process {
@@ -141,7 +142,7 @@ func TestDriverDeathKillsSandboxes(t *testing.T) {
 	}
 	// Only the killed plugin's (named after it): other test processes may
 	// run commands meanwhile.
-	own := cgroupPrefix + strconv.Itoa(pid) + "-"
+	own := cgroup.Prefix + strconv.Itoa(pid) + "-"
 	for dir := range commandCgroups(local) {
 		if !before[dir] && strings.HasPrefix(filepath.Base(dir), own) {
 			// The last processes may still be exiting: wait a bounded time.

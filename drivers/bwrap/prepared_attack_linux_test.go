@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // Attacks on prepared sandboxes (prepared_linux.go): what a command, or a
@@ -191,7 +192,7 @@ func TestPreparedAttackIdleExpiry(t *testing.T) {
 	for _, l := range d.pool.idle {
 		for _, ps := range l {
 			if ps.cg != nil {
-				for _, dir := range ps.cg.dirs {
+				for _, dir := range ps.cg.Dirs() {
 					cgDirs = append(cgDirs, dir)
 				}
 			}
@@ -407,7 +408,7 @@ func ownCgroups(d *Driver, dirs []string) []string {
 		seen[parent] = true
 		ents, _ := os.ReadDir(parent)
 		for _, e := range ents {
-			if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix+d.owner+"-") {
+			if e.IsDir() && strings.HasPrefix(e.Name(), cgroup.Prefix+d.owner+"-") {
 				found = append(found, filepath.Join(parent, e.Name()))
 			}
 		}
@@ -437,7 +438,7 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 	for _, l := range d.pool.idle {
 		for _, ps := range l {
 			if ps.cg != nil {
-				for _, dir := range ps.cg.dirs {
+				for _, dir := range ps.cg.Dirs() {
 					dirs = append(dirs, dir)
 				}
 			}
@@ -447,7 +448,7 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 	if len(preparedProcs(ws)) == 0 {
 		t.Fatal("control: no process of the waiting sandboxes")
 	}
-	if d.probe().cg.mode != CgroupNone && len(ownCgroups(d, dirs)) == 0 {
+	if d.probe().cg.Mode() != cgroup.None && len(ownCgroups(d, dirs)) == 0 {
 		t.Fatal("control: no cgroup of the waiting sandboxes")
 	}
 	// The test process's other drivers (earlier tests') may keep

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
@@ -92,7 +93,7 @@ type preparedSandbox struct {
 	key        poolKey
 	sb         *sandbox
 	done       <-chan sandboxResult
-	cg         *commandCgroup
+	cg         *cgroup.Command
 	releaseNet func()
 	setup      *limitedBuffer // what bwrap or sandbox-init said while setting up
 	etcView    string
@@ -166,7 +167,7 @@ func (d *Driver) endSandbox(ps *preparedSandbox) {
 		}
 		t.Stop()
 		ps.sb.close()
-		ps.cg.remove()
+		ps.cg.Remove()
 		ps.releaseNet()
 		ps.releaseEtc()
 		p.mu.Lock()
@@ -673,7 +674,7 @@ func (ps *preparedSandbox) destroy() {
 			}
 			ps.sb.close()
 		}
-		ps.cg.remove()
+		ps.cg.Remove()
 		ps.releaseNet()
 		ps.releaseEtc()
 	})
@@ -898,7 +899,7 @@ func (s *handoverStarter) end() {
 		ps.destroyed.Do(func() {
 			ps.releaseEtc()
 			ps.releaseNet()
-			ps.cg.remove()
+			ps.cg.Remove()
 			ps.sb.close()
 		})
 	}

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"golang.org/x/sys/unix"
 )
@@ -537,7 +538,7 @@ func TestPreparedGracefulStop(t *testing.T) {
 	// Control: sandboxes wait, each in a cgroup of this plugin's.
 	waitUntil(t, func() bool { return len(preparedProcs(ws)) >= 2 })
 	local := testDriver(t, Options{})
-	own := cgroupPrefix + strconv.Itoa(p.Pid()) + "-"
+	own := cgroup.Prefix + strconv.Itoa(p.Pid()) + "-"
 	ownCgroups := func() []string {
 		var out []string
 		for dir := range commandCgroups(local) {
@@ -547,7 +548,7 @@ func TestPreparedGracefulStop(t *testing.T) {
 		}
 		return out
 	}
-	if local.probe().cg.mode != CgroupNone && len(ownCgroups()) == 0 {
+	if local.probe().cg.Mode() != cgroup.None && len(ownCgroups()) == 0 {
 		t.Fatal("control: the waiting sandboxes have no cgroup")
 	}
 	p.Kill() // the host's graceful stop: Close runs before the process exits

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // cgroupFix is how a user without writable cgroups gets resource limits.
@@ -33,7 +34,7 @@ type hostProbe struct {
 	sandboxFix string
 	landlock   int
 	seccomp    bool
-	cg         *cgroupSystem
+	cg         *cgroup.System
 	kernel     string
 	// guard is how bwrap is started (pidguard_linux.go).
 	guard pidGuard
@@ -59,16 +60,6 @@ type hostProbe struct {
 	// (probecache_linux.go); probeCacheWhy why the cache is off, if it is.
 	probeCached   bool
 	probeCacheWhy string
-}
-
-func (cs *cgroupSystem) reason(ctrl string) string {
-	if r := cs.why[ctrl]; r != "" {
-		return r
-	}
-	if r := cs.why["*"]; r != "" {
-		return r
-	}
-	return "the " + ctrl + " controller is not available"
 }
 
 // Prepare probes the host now instead of on first use (driverapi.Preparer:
@@ -109,7 +100,7 @@ func (d *Driver) probe() *hostProbe {
 		}
 		// cgroups are looked at while bwrap is tried: independent, and
 		// both mostly wait on the kernel.
-		cgDone := make(chan *cgroupSystem, 1)
+		cgDone := make(chan *cgroup.System, 1)
 		go func() { cgDone <- d.probeCgroups() }()
 		var cache *probeCache
 		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover,
@@ -179,24 +170,24 @@ func (d *Driver) cgroupSettingsErr(h *hostProbe) error {
 	o := d.cfg.Options
 	explicit := o.Cgroup == CgroupV1 || o.Cgroup == CgroupV2
 	switch {
-	case explicit && h.cg.mode != o.Cgroup:
-		return fmt.Errorf("[sandbox.linux] cgroup = %q cannot be enforced here: %s", o.Cgroup, h.cg.reason("*"))
-	case explicit && o.Pids() > 0 && !h.cg.have[ctrlPids] && !h.nprocPerSandbox():
-		return fmt.Errorf("[sandbox.linux] max_pids = %d cannot be enforced with cgroup = %q: %s", o.Pids(), o.Cgroup, h.cg.reason(ctrlPids))
-	case o.CPUQuotaPercent > 0 && !h.cg.have[ctrlCPU]:
-		return fmt.Errorf("[sandbox.linux] cpu_quota_percent = %d cannot be enforced here: %s", o.CPUQuotaPercent, h.cg.reason(ctrlCPU))
+	case explicit && h.cg.Mode() != cgroup.Mode(o.Cgroup):
+		return fmt.Errorf("[sandbox.linux] cgroup = %q cannot be enforced here: %s", o.Cgroup, h.cg.Reason("*"))
+	case explicit && o.Pids() > 0 && !h.cg.Has(cgroup.Pids) && !h.nprocPerSandbox():
+		return fmt.Errorf("[sandbox.linux] max_pids = %d cannot be enforced with cgroup = %q: %s", o.Pids(), o.Cgroup, h.cg.Reason(cgroup.Pids))
+	case o.CPUQuotaPercent > 0 && !h.cg.Has(cgroup.CPU):
+		return fmt.Errorf("[sandbox.linux] cpu_quota_percent = %d cannot be enforced here: %s", o.CPUQuotaPercent, h.cg.Reason(cgroup.CPU))
 	}
 	return nil
 }
 
 // probeCgroups finds the cgroup mode and sweeps what killed drivers left.
-func (d *Driver) probeCgroups() *cgroupSystem {
+func (d *Driver) probeCgroups() *cgroup.System {
 	self, err := os.ReadFile(d.cfg.SelfCgroup)
 	if err != nil {
-		return &cgroupSystem{mode: CgroupNone, have: map[string]bool{}, why: map[string]string{"*": "cannot read " + d.cfg.SelfCgroup}}
+		return cgroup.Unavailable("cannot read " + d.cfg.SelfCgroup)
 	}
-	cs := detectCgroups(d.cfg.CgroupRoot, self, d.cfg.Options.Cgroup, os.Getpid())
-	cs.sweep()
+	cs := cgroup.Detect(d.cfg.CgroupRoot, self, cgroup.Mode(d.cfg.Options.Cgroup), os.Getpid())
+	cs.Sweep()
 	return cs
 }
 
@@ -376,7 +367,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		OS:              runtime.GOOS,
 		Arch:            runtime.GOARCH,
 		Seccomp:         h.seccomp && h.sandboxErr == nil,
-		CgroupMode:      string(h.cg.mode),
+		CgroupMode:      string(h.cg.Mode()),
 		Details: map[string]string{
 			"bwrap":          h.bwrap,
 			"bwrap_version":  h.bwrapVersion,
@@ -490,26 +481,26 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	} else {
 		un(driverapi.FeaturePTY, "seccomp filters cannot be installed here (TIOCSTI on the terminal could not be denied)", "use a kernel with CONFIG_SECCOMP_FILTER")
 	}
-	if h.cg.have[ctrlMemory] {
+	if h.cg.Has(cgroup.Memory) {
 		hc.Features = append(hc.Features, driverapi.FeatureMemoryLimit)
 	} else {
-		un(driverapi.FeatureMemoryLimit, h.cg.reason(ctrlMemory), cgroupFix)
+		un(driverapi.FeatureMemoryLimit, h.cg.Reason(cgroup.Memory), cgroupFix)
 	}
 	switch {
 	case d.cfg.Options.Pids() == 0:
 		un(driverapi.FeaturePidLimit, "max_pids = 0 in [sandbox.linux]", "set max_pids")
-	case h.cg.have[ctrlPids]:
+	case h.cg.Has(cgroup.Pids):
 		hc.Features = append(hc.Features, driverapi.FeaturePidLimit)
 		hc.Details["pid_limit_via"] = "cgroup"
 	case h.nprocPerSandbox():
 		hc.Features = append(hc.Features, driverapi.FeaturePidLimit)
 		hc.Details["pid_limit_via"] = "rlimit_nproc"
 	default:
-		un(driverapi.FeaturePidLimit, h.cg.reason(ctrlPids), cgroupFix)
+		un(driverapi.FeaturePidLimit, h.cg.Reason(cgroup.Pids), cgroupFix)
 	}
 	switch {
-	case !h.cg.have[ctrlCPU]:
-		un(driverapi.FeatureCPULimit, h.cg.reason(ctrlCPU), cgroupFix)
+	case !h.cg.Has(cgroup.CPU):
+		un(driverapi.FeatureCPULimit, h.cg.Reason(cgroup.CPU), cgroupFix)
 	case d.cfg.Options.CPUQuotaPercent == 0:
 		un(driverapi.FeatureCPULimit, "cpu_quota_percent is not set in [sandbox.linux]", "set cpu_quota_percent")
 	default:
@@ -523,7 +514,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		// network namespace of their own; all shares the host's.
 		hc.Details["abstract_unix"] = "with network all, abstract unix sockets bound on the host are reachable (Landlock ABI < 6 has no scopes)"
 	}
-	if h.cg.mode == CgroupV1 && h.cg.have[ctrlMemory] && !h.cg.memsw {
+	if h.cg.Mode() == cgroup.V1 && h.cg.Has(cgroup.Memory) && !h.cg.Memsw() {
 		hc.Details["memory_swap"] = "not limited (cgroup v1 without memsw accounting)"
 	}
 	return hc, nil

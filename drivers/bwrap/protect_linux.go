@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
 )
 
 // The host side of missing protected entries (see protect.go for the design).
@@ -357,8 +358,8 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 				held = true
 			}
 		case strings.HasPrefix(name, "intent-"):
-			pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-"))
-			if !ok || !ownerGone(pid, start, rest) {
+			pid, start, rest, ok := ownertag.Parse(strings.TrimPrefix(name, "intent-"))
+			if !ok || !ownertag.Gone(pid, start, rest) {
 				continue
 			}
 			// Its creator died between the intent and the records: each
@@ -624,8 +625,8 @@ func (d *Driver) placeholderInFlux(dir, path string) bool {
 		if !strings.HasPrefix(name, "intent-") || strings.HasPrefix(name, "intent-"+d.owner+"-") {
 			continue
 		}
-		pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, "intent-"))
-		if !ok || ownerGone(pid, start, rest) {
+		pid, start, rest, ok := ownertag.Parse(strings.TrimPrefix(name, "intent-"))
+		if !ok || ownertag.Gone(pid, start, rest) {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join(dir, name))

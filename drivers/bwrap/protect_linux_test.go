@@ -21,6 +21,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
 )
 
 // reqRun runs a shell script through d under the profile req asks for.
@@ -445,13 +447,13 @@ func killDriverMidCommand(t *testing.T, ws string, killJanitor bool) []string {
 	}
 	var newCg []string
 	// Only the plugin's own: other test processes may run commands now.
-	own := cgroupPrefix + strconv.Itoa(p.Pid()) + "-"
+	own := cgroup.Prefix + strconv.Itoa(p.Pid()) + "-"
 	for dir := range commandCgroups(local) {
 		if !cgBefore[dir] && strings.HasPrefix(filepath.Base(dir), own) {
 			newCg = append(newCg, dir)
 		}
 	}
-	if os.Geteuid() == 0 && len(newCg) == 0 && local.probe().cg.mode != CgroupNone {
+	if os.Geteuid() == 0 && len(newCg) == 0 && local.probe().cg.Mode() != cgroup.None {
 		t.Error("control: the command had no cgroup to leave behind")
 	}
 	if killJanitor {
@@ -549,7 +551,7 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	}
 	// An intent of a process that is gone (our pid, another start time),
 	// for all the placeholders of one command.
-	st, _ := procStartTime(os.Getpid())
+	st, _ := ownertag.StartTime(os.Getpid())
 	dead := fmt.Sprintf("intent-%d-%d-1", os.Getpid(), st+1)
 	// Two more unrecorded placeholders of the dead intent, each with an
 	// empty record: its writer died between creating and writing it (an
@@ -634,40 +636,6 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	release()
 	if _, err := os.Lstat(user); err != nil {
 		t.Errorf("the user's empty .envrc was taken for a placeholder: %v", err)
-	}
-}
-
-func TestSweepDeadOwnersCgroups(t *testing.T) {
-	base := t.TempDir()
-	st, err := procStartTime(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadName := fmt.Sprintf("aleph-%d-%d-ab12", os.Getpid(), st+1)
-	liveName := "aleph-" + ownerTag() + "-cd34"
-	// The same dead owner in this PID namespace's tag form, and an owner
-	// in another PID namespace: its pid means nothing here, so it must be
-	// kept even though no process here has that pid and start time.
-	deadTagged := fmt.Sprintf("aleph-%d-%d-%s-ef56", os.Getpid(), st+1, pidNamespaceTag())
-	foreign := fmt.Sprintf("aleph-%d-%d-p1-ab78", os.Getpid(), st+1)
-	for _, n := range []string{deadName, liveName, deadTagged, foreign} {
-		if err := os.Mkdir(filepath.Join(base, n), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cs := &cgroupSystem{mode: CgroupV1, v1Base: map[string]string{ctrlPids: base}}
-	cs.sweep()
-	if _, err := os.Stat(filepath.Join(base, deadName)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("fresh cgroup of a dead owner kept: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(base, liveName)); err != nil {
-		t.Errorf("cgroup of a live owner removed: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(base, deadTagged)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("cgroup of a dead owner of this PID namespace kept: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(base, foreign)); err != nil {
-		t.Errorf("cgroup of an owner in another PID namespace removed: %v", err)
 	}
 }
 
@@ -889,7 +857,7 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 	// A remover that died after the record became its intent: the next
 	// driver start removes the placeholder and the intent.
 	st = newPlaceholder()
-	pst, _ := procStartTime(os.Getpid())
+	pst, _ := ownertag.StartTime(os.Getpid())
 	dead := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-r1", os.Getpid(), pst+1))
 	if err := os.Rename(filepath.Join(dir, recordName(st)), dead); err != nil {
 		t.Fatal(err)
@@ -919,7 +887,7 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
-	ostart, err := procStartTime(other.Process.Pid)
+	ostart, err := ownertag.StartTime(other.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -930,7 +898,7 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 		if err := os.Chmod(path, placeholderPerm); err != nil {
 			t.Fatal(err)
 		}
-		intent := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-%s-r1", other.Process.Pid, ostart, pidNamespaceTag()))
+		intent := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-%s-r1", other.Process.Pid, ostart, ownertag.NamespaceTag()))
 		if way == "stuck" {
 			if err := os.WriteFile(intent, []byte(path), 0o600); err != nil {
 				t.Fatal(err)

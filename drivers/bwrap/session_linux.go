@@ -626,7 +626,7 @@ func (d *Driver) spawnInSession(ctx context.Context, ss *sessionSandbox, plan Pl
 	if ps.cg != nil {
 		// Before the go-ahead: nothing of the command's runs outside its
 		// limits.
-		if err := ps.cg.join(pid); err != nil {
+		if err := ps.cg.Join(pid); err != nil {
 			return nil, fmt.Errorf("bwrap driver: %w", err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // needSessions skips where the driver keeps per-command sandboxes by
@@ -244,7 +245,7 @@ func parentIsBwrap(pid string) bool {
 func driverCgroups(d *Driver) []string {
 	var out []string
 	for dir := range commandCgroups(d) {
-		if strings.HasPrefix(filepath.Base(dir), cgroupPrefix+d.owner+"-") {
+		if strings.HasPrefix(filepath.Base(dir), cgroup.Prefix+d.owner+"-") {
 			out = append(out, dir)
 		}
 	}
@@ -293,7 +294,7 @@ func startSession(t *testing.T, d *Driver) string {
 	if sup, _ := sessionProcs(ws); len(sup) != 1 {
 		t.Fatalf("control: %d session supervisors over the workspace, want 1", len(sup))
 	}
-	if d.probe().cg.mode != CgroupNone && len(driverCgroups(d)) == 0 {
+	if d.probe().cg.Mode() != cgroup.None && len(driverCgroups(d)) == 0 {
 		t.Fatal("control: the session sandbox has no cgroup")
 	}
 	return ws

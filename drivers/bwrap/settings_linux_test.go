@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // refusedFor checks that d claims nothing, explains every feature with
@@ -104,7 +105,7 @@ func TestMemoryTooSmallToStart(t *testing.T) {
 	}
 	ws := newWorkspace(t)
 	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{MaxMemoryMB: 1}, nil, "/bin/true")
-	var mt *MemoryTooSmallError
+	var mt *cgroup.MemoryTooSmallError
 	if !errors.As(r.err, &mt) || mt.LimitBytes != 1<<20 || !strings.Contains(r.err.Error(), "1 MiB is too small to start the program") ||
 		!strings.Contains(r.err.Error(), "hint:") {
 		t.Fatalf("--memory 1: err=%v exit=%+v", r.err, r.exit)

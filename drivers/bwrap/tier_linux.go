@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
@@ -107,7 +108,7 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 		OS:              runtime.GOOS,
 		Arch:            runtime.GOARCH,
 		Seccomp:         h.seccomp && h.sandboxErr == nil,
-		CgroupMode:      string(h.cg.mode),
+		CgroupMode:      string(h.cg.Mode()),
 		Details: map[string]string{
 			"tier":           tierLandlock,
 			"tier_reason":    h.tierWhy,
@@ -155,24 +156,24 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 		"would make every .git in it writable; workspaces with protected entries are refused", tierFix)
 	un(driverapi.FeatureNetworkViaProxy, "Landlock tier: no network namespace to hold the bridge", tierFix)
 	hc.Details["network_none"] = "inet sockets denied: the Landlock tier has no network namespace, so no loopback of its own either"
-	if h.cg.have[ctrlMemory] {
+	if h.cg.Has(cgroup.Memory) {
 		hc.Features = append(hc.Features, driverapi.FeatureMemoryLimit)
 	} else {
-		un(driverapi.FeatureMemoryLimit, h.cg.reason(ctrlMemory), cgroupFix)
+		un(driverapi.FeatureMemoryLimit, h.cg.Reason(cgroup.Memory), cgroupFix)
 	}
 	switch {
 	case d.cfg.Options.Pids() == 0:
 		un(driverapi.FeaturePidLimit, "max_pids = 0 in [sandbox.linux]", "set max_pids")
-	case h.cg.have[ctrlPids]:
+	case h.cg.Has(cgroup.Pids):
 		hc.Features = append(hc.Features, driverapi.FeaturePidLimit)
 		hc.Details["pid_limit_via"] = "cgroup"
 	default:
 		// RLIMIT_NPROC would count every process of the uid on the host.
-		un(driverapi.FeaturePidLimit, h.cg.reason(ctrlPids)+" (Landlock tier: no user namespace for RLIMIT_NPROC)", cgroupFix)
+		un(driverapi.FeaturePidLimit, h.cg.Reason(cgroup.Pids)+" (Landlock tier: no user namespace for RLIMIT_NPROC)", cgroupFix)
 	}
 	switch {
-	case !h.cg.have[ctrlCPU]:
-		un(driverapi.FeatureCPULimit, h.cg.reason(ctrlCPU), cgroupFix)
+	case !h.cg.Has(cgroup.CPU):
+		un(driverapi.FeatureCPULimit, h.cg.Reason(cgroup.CPU), cgroupFix)
 	case d.cfg.Options.CPUQuotaPercent == 0:
 		un(driverapi.FeatureCPULimit, "cpu_quota_percent is not set in [sandbox.linux]", "set cpu_quota_percent")
 	default:
@@ -281,7 +282,7 @@ func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) 
 		return err
 	}
 	is := s.d.landlockInitSpec(plan)
-	if s.cg != nil && s.cg.dirs[ctrlMemory] != "" {
+	if s.cg != nil && s.cg.Dir(cgroup.Memory) != "" {
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
 	// The notification filter (notify_linux.go): the metadata guard's
@@ -350,7 +351,7 @@ func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) 
 	// sandbox-init waits for this go-ahead before it confines itself any
 	// further or starts anything: it is inside the command's cgroup first.
 	if s.cg != nil {
-		if err := s.cg.join(pid); err != nil {
+		if err := s.cg.Join(pid); err != nil {
 			return kill(err)
 		}
 	}
