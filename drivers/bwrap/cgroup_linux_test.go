@@ -55,7 +55,7 @@ func readTrim(t *testing.T, p string) string {
 // command outside its limits.
 func TestCgroupV2FailsClosed(t *testing.T) {
 	root, selfFile := fakeV2(t)
-	d, err := New(Config{Options: Options{Cgroup: CgroupV2}, InitBinary: driverBin, CgroupRoot: root, SelfCgroup: selfFile})
+	d, err := newDriver(config{Options: options{Cgroup: cgroupV2}, InitBinary: driverBin, CgroupRoot: root, SelfCgroup: selfFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestCgroupV2FailsClosed(t *testing.T) {
 		}
 	}
 	// Control: the same driver setup without cgroups runs the command.
-	d2 := testDriver(t, Options{Cgroup: CgroupNone})
+	d2 := testDriver(t, options{Cgroup: cgroupNone})
 	expectOK(t, drvSh(t, d2, ws, "touch ran"))
 }
 
@@ -111,7 +111,7 @@ func cgroupGone(t *testing.T, d *Driver, exit driverapi.Exit) {
 }
 
 func TestMemoryLimit(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := context.Background()
 	caps, err := d.Capabilities(ctx)
 	if err != nil {
@@ -126,7 +126,7 @@ func TestMemoryLimit(t *testing.T) {
 			t.Fatalf("memory_limit neither claimed nor reported unavailable: %+v", caps)
 		}
 		r := drvRun(t, ctx, d, ws, lim, nil, "/bin/true")
-		var ue *UnavailableError
+		var ue *unavailableError
 		if !errors.As(r.err, &ue) || ue.Feature != driverapi.FeatureMemoryLimit {
 			t.Fatalf("memory limit request not refused: %v", r.err)
 		}
@@ -157,7 +157,7 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 func TestPidLimit(t *testing.T) {
-	d := testDriver(t, Options{MaxPids: u64(20)})
+	d := testDriver(t, options{MaxPids: u64(20)})
 	ctx := context.Background()
 	caps, _ := d.Capabilities(ctx)
 	ws := newWorkspace(t)
@@ -188,7 +188,7 @@ func hasUnavailable(h driverapi.HostCapabilities, f string) bool {
 }
 
 func TestCgroupV1Files(t *testing.T) {
-	d := testDriver(t, Options{CPUQuotaPercent: 50, MaxPids: u64(33)})
+	d := testDriver(t, options{CPUQuotaPercent: 50, MaxPids: u64(33)})
 	caps, _ := d.Capabilities(context.Background())
 	h := d.probe()
 	if h.cg.Mode() != cgroup.V1 || !h.cg.Has(cgroup.CPU) {

@@ -18,7 +18,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
 )
 
-// JanitorCommand is the mode of the driver binary that removes a driver's
+// janitorCommand is the mode of the driver binary that removes a driver's
 // placeholders once the driver is gone, however it went.
 //
 // Why a process of its own: a driver is often ended from outside before it
@@ -33,19 +33,19 @@ import (
 // processes the driver recorded) and removes every placeholder nobody holds
 // any more, then exits. Only a kill of the janitor as well leaves the
 // removal to the next driver start.
-const JanitorCommand = "placeholder-janitor"
+const janitorCommand = "placeholder-janitor"
 
 // userWait bounds how long a clean-up waits for the sandboxes of a dead
 // driver to finish dying before it leaves their placeholders to a later one.
 const userWait = 10 * time.Second
 
-// JanitorMain is the janitor's main: `JanitorCommand --state DIR`, with the
+// janitorMain is the janitor's main: `janitorCommand --state DIR`, with the
 // driver's pipe as descriptor 3. It starts itself once more (with
 // --detached) and returns at once: the janitor proper is then no
 // descendant of the driver, which keeps no child beyond its commands.
-func JanitorMain(args []string) int {
+func janitorMain(args []string) int {
 	if len(args) < 2 || args[0] != "--state" || !filepath.IsAbs(args[1]) || len(args) > 3 || len(args) == 3 && args[2] != "--detached" {
-		fmt.Fprintln(os.Stderr, "usage: "+JanitorCommand+" --state DIR")
+		fmt.Fprintln(os.Stderr, "usage: "+janitorCommand+" --state DIR")
 		return 2
 	}
 	pipe := os.NewFile(3, "driver")
@@ -53,7 +53,7 @@ func JanitorMain(args []string) int {
 		return 2
 	}
 	if len(args) == 2 {
-		cmd := exec.Command("/proc/self/exe", JanitorCommand, "--state", args[1], "--detached")
+		cmd := exec.Command("/proc/self/exe", janitorCommand, "--state", args[1], "--detached")
 		cmd.Args[0] = "aleph-sandbox-janitor"
 		cmd.Env = []string{}
 		cmd.Dir = "/"
@@ -66,7 +66,7 @@ func JanitorMain(args []string) int {
 		return 0
 	}
 	_, _ = io.Copy(io.Discard, pipe)
-	d := &Driver{cfg: Config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownertag.Self()}
+	d := &Driver{cfg: config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownertag.Self()}
 	d.recoverPlaceholdersWaiting(userWait, true)
 	// The driver's locks on its /etc views went with it.
 	sweepEtcViews(d.etcViewRoot())
@@ -85,7 +85,7 @@ func (d *Driver) startJanitor() {
 		return
 	}
 	defer r.Close()
-	cmd := exec.Command(d.cfg.DriverBinary, JanitorCommand, "--state", d.cfg.StateDir)
+	cmd := exec.Command(d.cfg.DriverBinary, janitorCommand, "--state", d.cfg.StateDir)
 	cmd.Args[0] = "aleph-sandbox-janitor"
 	if helper := setsidHelper(); helper != "" {
 		// util-linux's setsid forks, starts a session in the child and
@@ -95,7 +95,7 @@ func (d *Driver) startJanitor() {
 		// more than the whole helper. The pipe is held by the forked child
 		// before the helper exits, so the janitor is still there for
 		// every placeholder made after the wait below.
-		cmd = exec.Command(helper, "--fork", d.cfg.DriverBinary, JanitorCommand, "--state", d.cfg.StateDir, "--detached")
+		cmd = exec.Command(helper, "--fork", d.cfg.DriverBinary, janitorCommand, "--state", d.cfg.StateDir, "--detached")
 	}
 	cmd.Env = []string{}
 	cmd.Dir = "/"

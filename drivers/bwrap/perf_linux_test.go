@@ -14,7 +14,7 @@ import (
 // Back-to-back commands (the primed v1 move, the fast removal poll) each
 // leave no cgroup behind, and each ran in one (positive control).
 func TestBackToBackCommandsLeaveNoCgroups(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	if d.probe().cg.Mode() == cgroup.None {
 		t.Skip("no writable cgroups here")
 	}

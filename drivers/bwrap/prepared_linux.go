@@ -114,8 +114,8 @@ type rootID struct {
 	dev, ino uint64
 }
 
-// PreparedStats counts what the pool did (for tests, bench and doctor).
-type PreparedStats struct {
+// preparedStats counts what the pool did (for tests, bench and doctor).
+type preparedStats struct {
 	Hits, Misses, Built, Failed, Expired, Stale, Waiting int
 }
 
@@ -134,7 +134,7 @@ type preparedPool struct {
 	// closed: the driver is closing (Close); nothing is prepared any more.
 	closed bool
 	total  int // waiting + being built
-	stats  PreparedStats
+	stats  preparedStats
 	// ending counts the sandboxes whose commands have been answered and
 	// which are still being torn down (endSandbox); ended signals when it
 	// drops to zero.
@@ -227,13 +227,13 @@ func (p *preparedPool) wait(done func() bool) {
 }
 
 // poolMode is the pool's mode for this driver, off where it cannot work.
-func (d *Driver) poolMode() PreparedMode {
+func (d *Driver) poolMode() preparedMode {
 	o := d.cfg.Options
-	if o.Prepared == PreparedOff || o.PreparedPerProfile == nil || *o.PreparedPerProfile == 0 {
-		return PreparedOff
+	if o.Prepared == preparedOff || o.PreparedPerProfile == nil || *o.PreparedPerProfile == 0 {
+		return preparedOff
 	}
 	if h := d.probe(); h.sandboxErr != nil || h.tier != tierBwrap || preparedOffWhy(h) != "" {
-		return PreparedOff
+		return preparedOff
 	}
 	return o.Prepared
 }
@@ -254,12 +254,12 @@ func preparedOffWhy(h *hostProbe) string {
 }
 
 // preparable says whether spec's sandbox can be built ahead.
-func preparable(plan Plan, spec driverapi.RunSpec) bool {
+func preparable(plan launchPlan, spec driverapi.RunSpec) bool {
 	return spec.Tty == nil && plan.ProxySocket == ""
 }
 
-// PreparedStats reports the pool's counters.
-func (d *Driver) PreparedStats() PreparedStats {
+// preparedStats reports the pool's counters.
+func (d *Driver) PreparedStats() preparedStats {
 	p := &d.pool
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -300,10 +300,10 @@ var errNotPooled = errors.New("no prepared sandbox ran the command")
 //
 // early gets the signals the command was sent during a hand-over that
 // failed before its record went out.
-func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driverapi.RunSpec,
+func (d *Driver) runPooled(ctx context.Context, plan launchPlan, cwd string, spec driverapi.RunSpec,
 	in *driverapi.StreamInput, streams driverapi.Streams, early *[]syscall.Signal) (driverapi.Exit, error) {
 	mode := d.poolMode()
-	if mode == PreparedOff || !preparable(plan, spec) {
+	if mode == preparedOff || !preparable(plan, spec) {
 		return driverapi.Exit{}, errNotPooled
 	}
 	key := keyFor(spec)
@@ -320,7 +320,7 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 		defer close(answered)
 	}
 	d.refill(key, plan, spec.SessionID, mode, answered)
-	if ps == nil && mode == PreparedAlways && !d.pool.refusing(key) {
+	if ps == nil && mode == preparedAlways && !d.pool.refusing(key) {
 		// Built for this command: its caller's cancel ends the wait.
 		var err error
 		if ps, err = d.prepare(ctx, key, plan, spec.SessionID); err != nil {
@@ -378,7 +378,7 @@ func (p *preparedPool) refusing(key poolKey) bool {
 // (the one-shot CLI) never builds a sandbox nobody takes.
 //
 // The builds start once after is closed (nil: at once).
-func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMode, after <-chan struct{}) {
+func (d *Driver) refill(key poolKey, plan launchPlan, session string, mode preparedMode, after <-chan struct{}) {
 	o := d.cfg.Options
 	p := &d.pool
 	p.mu.Lock()
@@ -404,7 +404,7 @@ func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMod
 	if p.refused[key] >= maxRefused || p.closed {
 		return
 	}
-	if mode == PreparedAuto && (!seen || now.Sub(last) > idle) {
+	if mode == preparedAuto && (!seen || now.Sub(last) > idle) {
 		return
 	}
 	want := int(*o.PreparedPerProfile) - len(p.idle[key]) - p.building[key]
@@ -551,7 +551,7 @@ const preparedReadyWait = 10 * time.Second
 
 // prepare builds one sandbox for key and waits until sandbox-init waits
 // for its command, or ctx ends.
-func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session string) (_ *preparedSandbox, err error) {
+func (d *Driver) prepare(ctx context.Context, key poolKey, plan launchPlan, session string) (_ *preparedSandbox, err error) {
 	h := d.probe()
 	d.trace.Mark("prepare")
 	defer d.trace.Mark("prepared")
@@ -585,7 +585,7 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	is := d.initSpecFor(&plan, ps.cg, nil)
 	is.Prepared = true
 	is.SessionSupervisor = plan.sessionSupervisor
-	init, err := CommandInitArgs(is)
+	init, err := commandInitArgs(is)
 	if err != nil {
 		return nil, err
 	}
@@ -682,7 +682,7 @@ func (ps *preparedSandbox) destroy() {
 
 // rootIDs are the device and inode of every root the sandbox binds from
 // the host tree: the workspace and the grants.
-func rootIDs(plan Plan) ([]rootID, error) {
+func rootIDs(plan launchPlan) ([]rootID, error) {
 	var ids []rootID
 	var roots []string
 	if plan.attachRoot == "" {
@@ -702,7 +702,7 @@ func rootIDs(plan Plan) ([]rootID, error) {
 }
 
 // stale says why ps no longer matches the host, or "".
-func (d *Driver) stale(ps *preparedSandbox, plan Plan) string {
+func (d *Driver) stale(ps *preparedSandbox, plan launchPlan) string {
 	if v := d.etcViewFor(plan); v != ps.etcView {
 		return "the /etc view changed"
 	}
@@ -736,11 +736,11 @@ type handoverStarter struct {
 	pathInfo
 	d    *Driver
 	ps   *preparedSandbox
-	plan Plan
+	plan launchPlan
 	cwd  string
 	// protect, when set, gives the command's protected entries in place of
 	// d.protect (a session sandbox's kept ones: sessionprotect_linux.go).
-	protect func(Plan) (*protection, func(), error)
+	protect func(launchPlan) (*protection, func(), error)
 	// release removes the placeholders of the protected entries; pins
 	// hold their inodes until sandbox-init mounted them; cmdFile is the
 	// command's record.

@@ -39,7 +39,7 @@ type hostProbe struct {
 	// guard is how bwrap is started (pidguard_linux.go).
 	guard pidGuard
 	// procCover is the bwrap argv covering /proc's host-wide entries
-	// (ProcCoverArgs): the host's /proc is looked at once per driver.
+	// (procCoverArgs): the host's /proc is looked at once per driver.
 	procCover []string
 	// userns are bwrap flags that keep the sandbox from making user
 	// namespaces of its own (--disable-userns), where bwrap gives it one.
@@ -93,7 +93,7 @@ func (d *Driver) probe() *hostProbe {
 	d.once.Do(func() {
 		d.trace.Mark("probe")
 		defer d.trace.Mark("probe done")
-		h := &hostProbe{landlock: LandlockABI(), seccomp: SeccompAvailable(), procCover: ProcCoverArgs()}
+		h := &hostProbe{landlock: landlockABI(), seccomp: seccompAvailable(), procCover: procCoverArgs()}
 		var uts unix.Utsname
 		if unix.Uname(&uts) == nil {
 			h.kernel = unix.ByteSliceToString(uts.Release[:])
@@ -107,7 +107,7 @@ func (d *Driver) probe() *hostProbe {
 			func(path string) *probeCache { cache = d.openProbeCache(path); return cache })
 		h.tier = tierBwrap
 		var nsErr *namespaceError
-		if errors.As(h.sandboxErr, &nsErr) && d.cfg.Options.Fallback == FallbackLandlock {
+		if errors.As(h.sandboxErr, &nsErr) && d.cfg.Options.Fallback == fallbackLandlock {
 			// Only the namespaces are missing, and the configuration
 			// asks for the Landlock tier there.
 			h.tier, h.tierWhy = tierLandlock, h.sandboxErr.Error()
@@ -168,7 +168,7 @@ const cgroupSettingsFix = "change [sandbox.linux] to what this host can enforce 
 // is best effort, as the capability report says.)
 func (d *Driver) cgroupSettingsErr(h *hostProbe) error {
 	o := d.cfg.Options
-	explicit := o.Cgroup == CgroupV1 || o.Cgroup == CgroupV2
+	explicit := o.Cgroup == cgroupV1 || o.Cgroup == cgroupV2
 	switch {
 	case explicit && h.cg.Mode() != cgroup.Mode(o.Cgroup):
 		return fmt.Errorf("[sandbox.linux] cgroup = %q cannot be enforced here: %s", o.Cgroup, h.cg.Reason("*"))
@@ -294,8 +294,8 @@ func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []
 	args = append(args, "--proc", "/proc")
 	args = append(args, procCover...)
 	args = append(args, "--dev", "/dev", "--tmpfs", "/tmp")
-	for _, m := range SystemReadSet() {
-		if m.Kind == MountSymlink {
+	for _, m := range systemReadSet() {
+		if m.Kind == mountSymlink {
 			args = append(args, "--symlink", m.Src, m.Dest)
 		} else {
 			args = append(args, "--ro-bind", m.Src, m.Dest)
@@ -361,8 +361,8 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		return d.landlockCapabilities(h), nil
 	}
 	hc := driverapi.HostCapabilities{
-		Backend:         Backend,
-		DriverVersion:   Version,
+		Backend:         backend,
+		DriverVersion:   driverVersion,
 		ProtocolVersion: driverapi.ProtocolVersion,
 		OS:              runtime.GOOS,
 		Arch:            runtime.GOARCH,
@@ -393,9 +393,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	}
 	// Prepared sandboxes (prepared_linux.go): the mode in force, and what
 	// the pool has done so far.
-	if m := d.poolMode(); m == PreparedOff {
-		hc.Details["prepared"] = string(PreparedOff)
-		if why := preparedOffWhy(h); why != "" && d.cfg.Options.Prepared != PreparedOff {
+	if m := d.poolMode(); m == preparedOff {
+		hc.Details["prepared"] = string(preparedOff)
+		if why := preparedOffWhy(h); why != "" && d.cfg.Options.Prepared != preparedOff {
 			hc.Details["prepared"] += " (" + why + ")"
 		}
 	} else {
@@ -426,7 +426,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	hc.Details[driverapi.DetailLinuxSeccomp] = strconv.FormatBool(hc.Seccomp)
 	hc.Details[driverapi.DetailLinuxCgroupMode] = hc.CgroupMode
 	// ProfileRequest.Home is bound writable without protected entries
-	// (Plan.Home), in either tier.
+	// (launchPlan.Home), in either tier.
 	hc.Details[driverapi.DetailProfileHome] = "1"
 	un := func(f, reason, fix string) {
 		hc.Unavailable = append(hc.Unavailable, driverapi.Unavailable{Feature: f, Reason: reason, Fix: fix})

@@ -384,7 +384,7 @@ func (d *Driver) recoverPass(dir string) (held bool) {
 // scanLimits are this driver's bounds for one command's scan.
 func (d *Driver) scanLimits() scanLimits {
 	n, to := d.cfg.Options.ProtectedScanMaxEntries, d.cfg.Options.ProtectedScanTimeoutMS
-	lim := scanLimits{maxEntries: DefaultProtectedScanMaxEntries, deadline: time.Now().Add(DefaultProtectedScanTimeout)}
+	lim := scanLimits{maxEntries: defaultProtectedScanMaxEntries, deadline: time.Now().Add(defaultProtectedScanTimeout)}
 	if n > 0 {
 		lim.maxEntries = int(n)
 	}
@@ -399,7 +399,7 @@ func (d *Driver) scanLimits() scanLimits {
 // bind. release undoes the placeholders; call it once the sandbox is gone.
 // A symlink in a protected place is refused: bwrap would follow it and the
 // read-only mount would land wherever it points.
-func (d *Driver) protect(p Plan) (*protection, func(), error) {
+func (d *Driver) protect(p launchPlan) (*protection, func(), error) {
 	d.recoverOnce.Do(d.recoverPlaceholders)
 	targets, err := scanProtected(p, d.scanLimits())
 	if err != nil {

@@ -126,7 +126,7 @@ func mkfile(t testing.TB, path, content string) {
 // crafted one.
 func TestNestedGitReadOnly(t *testing.T) {
 	needGit(t)
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	sub := filepath.Join(ws, "a", "sub")
 	if err := os.MkdirAll(sub, 0o755); err != nil {
@@ -167,7 +167,7 @@ func TestNestedGitReadOnly(t *testing.T) {
 // A gitfile (submodule or worktree .git file) cannot be rewritten, removed
 // or replaced by a directory.
 func TestGitfileCannotBeReplaced(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	mkfile(t, filepath.Join(ws, ".git", "modules", "sub", "config"), "[core]\n")
 	mkfile(t, filepath.Join(ws, "sub", ".git"), "gitdir: ../.git/modules/sub\n")
@@ -205,7 +205,7 @@ func addGitlink(t testing.TB, repo, path string) {
 // creating one made the host's git run a planted fsmonitor.
 func TestUnpopulatedSubmoduleGitCannotBeCreated(t *testing.T) {
 	needGit(t)
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	for _, version := range []string{"2", "3", "4"} {
 		t.Run("index-v"+version, func(t *testing.T) {
 			ws := newWorkspace(t)
@@ -254,7 +254,7 @@ func TestUnpopulatedSubmoduleGitCannotBeCreated(t *testing.T) {
 // The widened top-level set: an existing .vscode is read-only, a missing
 // .claude cannot be created, and nothing of the protection stays behind.
 func TestTopLevelSetAndNothingLeft(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	mkfile(t, filepath.Join(ws, ".vscode", "settings.json"), "{}\n")
 	before := listing(t, ws)
@@ -285,7 +285,7 @@ func TestTopLevelSetAndNothingLeft(t *testing.T) {
 // grant too.
 func TestWriteGrantProtected(t *testing.T) {
 	needGit(t)
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws, grant := newWorkspace(t), newWorkspace(t)
 	gitCmd(t, grant, "init", "-q")
 	if err := os.MkdirAll(filepath.Join(grant, "vendor", "dep"), 0o755); err != nil {
@@ -315,7 +315,7 @@ func TestWriteGrantProtected(t *testing.T) {
 // The protected set follows the request: an added entry is protected, a
 // removed default is not.
 func TestConfiguredProtectedSet(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	set := []string{".git", ".my-tool"}
 	req := driverapi.ProfileRequest{Workspace: ws, Protected: set}
@@ -347,7 +347,7 @@ func TestGoBuildInNonRepoWorkspace(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(goroot, "bin", "go")); err != nil {
 		t.Skip("no Go toolchain at " + goroot)
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	mkfile(t, filepath.Join(ws, "go.mod"), "module example.com/hello\n\ngo 1.21\n")
 	mkfile(t, filepath.Join(ws, "main.go"), "package main\n\nfunc main() { println(\"hi\") }\n")
@@ -371,18 +371,18 @@ func TestGoBuildInNonRepoWorkspace(t *testing.T) {
 // A scan that cannot finish within its bounds refuses the command rather
 // than running it half protected.
 func TestProtectedScanBounded(t *testing.T) {
-	d := testDriver(t, Options{ProtectedScanMaxEntries: 50})
+	d := testDriver(t, options{ProtectedScanMaxEntries: 50})
 	ws := newWorkspace(t)
 	for i := range 60 {
 		mkfile(t, filepath.Join(ws, "d", strconv.Itoa(i)), "")
 	}
 	r := reqRun(t, d, driverapi.ProfileRequest{Workspace: ws}, nil, "true")
-	var sl *ScanLimitError
+	var sl *scanLimitError
 	if !errors.As(r.err, &sl) {
 		t.Fatalf("want ScanLimitError, got %v %+v", r.err, r.exit)
 	}
 	// Control: the same tree within a larger bound runs.
-	expectOK(t, reqRun(t, testDriver(t, Options{ProtectedScanMaxEntries: 1000}), driverapi.ProfileRequest{Workspace: ws}, nil, "true"))
+	expectOK(t, reqRun(t, testDriver(t, options{ProtectedScanMaxEntries: 1000}), driverapi.ProfileRequest{Workspace: ws}, nil, "true"))
 }
 
 // driverJanitors lists the janitor processes of driver pid: those whose
@@ -403,7 +403,7 @@ func driverJanitors(pid int) []int {
 			continue
 		}
 		cl, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if !bytes.Contains(cl, []byte(JanitorCommand)) {
+		if !bytes.Contains(cl, []byte(janitorCommand)) {
 			continue
 		}
 		if l, err := os.Readlink("/proc/" + e.Name() + "/fd/3"); err == nil && held[l] {
@@ -420,7 +420,7 @@ func killDriverMidCommand(t *testing.T, ws string, killJanitor bool) []string {
 	t.Helper()
 	p := launchPlugin(t)
 	ctx := context.Background()
-	local := testDriver(t, Options{})
+	local := testDriver(t, options{})
 	cgBefore := commandCgroups(local)
 	prof, err := p.Driver().ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
 	if err != nil {
@@ -487,7 +487,7 @@ func TestDriverKillJanitorCleansUp(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	sameListing(t, "after the driver was killed", before, listing(t, ws))
-	testDriver(t, Options{}).Prepare() // removes the dead driver's cgroup
+	testDriver(t, options{}).Prepare() // removes the dead driver's cgroup
 	for _, dir := range newCg {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("cgroup %s of the killed driver survived the next start: %v", dir, err)
@@ -509,7 +509,7 @@ func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
 		// started meanwhile by another process may have recovered first.
 		t.Log("the placeholders were already recovered by another driver start")
 	}
-	next := testDriver(t, Options{})
+	next := testDriver(t, options{})
 	next.Prepare()
 	for _, dir := range newCg {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -524,7 +524,7 @@ func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
 // inodes, or an intent of a dead driver naming an empty read-only file.
 func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	state := t.TempDir()
-	d, err := New(Config{InitBinary: driverBin, DriverBinary: driverBin, StateDir: state})
+	d, err := newDriver(config{InitBinary: driverBin, DriverBinary: driverBin, StateDir: state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -680,7 +680,7 @@ func TestIndexGitlinksAllVersions(t *testing.T) {
 // against a plain filepath.WalkDir of the same tree.
 func BenchmarkProtectedScan(b *testing.B) {
 	ws := benchTree(b)
-	p := Plan{Workspace: ws, Protected: driverapi.DefaultProtectedEntries()}
+	p := launchPlan{Workspace: ws, Protected: driverapi.DefaultProtectedEntries()}
 	b.Run("scan", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := scanProtected(p, scanLimits{maxEntries: 1 << 30}); err != nil {
@@ -728,7 +728,7 @@ func benchTree(b *testing.B) string {
 // Anchors never open a read grant below them, and a grant inside a nested
 // protected entry is refused.
 func TestAnchorsKeepReadGrantsReadOnly(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws, g := newWorkspace(t), newWorkspace(t)
 	mkfile(t, filepath.Join(g, "a", ".git", "config"), "[core]\n")
 	mkfile(t, filepath.Join(g, "a", "r", "x", ".git", "config"), "[core]\n")
@@ -766,7 +766,7 @@ func TestAnchorsKeepReadGrantsReadOnly(t *testing.T) {
 // without vfork) must all be gone once the driver is closed. Each command
 // has a workspace of its own, so none removes another's leftover.
 func TestPlaceholderRemovalBesideForks(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	stop := make(chan struct{})
 	forks := make(chan int)
 	for _, userns := range []bool{false, true} {
@@ -825,7 +825,7 @@ func TestPlaceholderRemovalBesideForks(t *testing.T) {
 // placeholder that gets the freed inode number keeps its record, and a
 // remover that dies in between leaves an intent recovery acts on.
 func TestPlaceholderRecordBecomesIntent(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	dir, err := d.placeholderDir()
 	if err != nil {
@@ -877,7 +877,7 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 // refuses the command if it never settles. The control: the same file
 // with no such intent is a user's file.
 func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	dir, err := d.placeholderDir()
 	if err != nil {
 		t.Fatal(err)
@@ -929,7 +929,7 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 // read it can) refuses the command within a bound instead of hanging the
 // driver; the control, without that lock, shares it.
 func TestProtectSharedLockNotBlocking(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	dir, err := d.placeholderDir()
 	if err != nil {
 		t.Fatal(err)

@@ -225,7 +225,7 @@ func (r *runState) exitOf(runCtx context.Context, e ending, dur time.Duration, p
 	if !e.reported && !p.life.Started() && runCtx.Err() == nil && e.state != nil {
 		// bwrap ended without ever running sandbox-init: its setup failed
 		// and the command never started.
-		return driverapi.Exit{}, &SetupError{Status: e.state.String(), Message: r.gate.message(), Err: p.cg.SetupOOM(p.memBytes)}
+		return driverapi.Exit{}, &setupError{Status: e.state.String(), Message: r.gate.message(), Err: p.cg.SetupOOM(p.memBytes)}
 	}
 	rec, reported := e.rec, e.reported
 	if !reported {

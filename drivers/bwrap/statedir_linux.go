@@ -23,7 +23,7 @@ import (
 // reason, instead of narrowed: what was approved is what is mounted. Read
 // grants stay allowed: the views are /etc's public read set and the
 // journal names paths only.
-func (d *Driver) stateDirRefusal(p Plan) error {
+func (d *Driver) stateDirRefusal(p launchPlan) error {
 	state := d.cfg.StateDir
 	if state == "" {
 		return nil

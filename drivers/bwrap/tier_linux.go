@@ -102,8 +102,8 @@ func landlockTierUsable(abi int, seccomp bool) (error, string) {
 // landlockCapabilities is the report of the Landlock tier: only what holds.
 func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 	hc := driverapi.HostCapabilities{
-		Backend:         Backend,
-		DriverVersion:   Version,
+		Backend:         backend,
+		DriverVersion:   driverVersion,
 		ProtocolVersion: driverapi.ProtocolVersion,
 		OS:              runtime.GOOS,
 		Arch:            runtime.GOARCH,
@@ -197,14 +197,14 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 // refused, with the reason. A protected entry that does not exist yet can
 // be created by the command: that is what not claiming protected_paths
 // means, and the report says it.
-func (d *Driver) protectedRefusal(p Plan) error {
+func (d *Driver) protectedRefusal(p launchPlan) error {
 	targets, err := scanProtected(p, d.scanLimits())
 	if err != nil {
 		return err
 	}
 	for _, t := range targets {
 		if _, err := os.Lstat(t.path); err == nil {
-			return &UnavailableError{Feature: driverapi.FeatureProtectedPaths,
+			return &unavailableError{Feature: driverapi.FeatureProtectedPaths,
 				Reason: fmt.Sprintf("the Landlock tier cannot keep %s read-only inside a writable workspace or grant", t.path),
 				Fix:    "use a workspace without protected entries, or " + tierFix}
 		}
@@ -222,14 +222,14 @@ func tierDevices() []string {
 // the system read set and the init binary read-only, the fs_read
 // grants readable, the workspace, the fs_write grants and the harmless
 // devices writable; no /tmp.
-func (d *Driver) landlockInitSpec(p Plan) InitSpec {
+func (d *Driver) landlockInitSpec(p launchPlan) initSpec {
 	mode := p.SocketMode
-	if mode == SocketLoopback {
+	if mode == socketLoopback {
 		// No network namespace here: an inet socket would reach the
 		// host's network (ProfileFor makes this plan unix_only already).
-		mode = SocketUnixOnly
+		mode = socketUnixOnly
 	}
-	s := InitSpec{
+	s := initSpec{
 		SocketMode:        mode,
 		AllowSpawn:        p.AllowSpawn,
 		RlimitASBytes:     p.MemoryBytes,
@@ -241,7 +241,7 @@ func (d *Driver) landlockInitSpec(p Plan) InitSpec {
 		LifelineFD:        lifelineFD,
 	}
 	for _, m := range p.System {
-		if m.Kind == MountROBind {
+		if m.Kind == mountROBind {
 			s.ReadOnly = append(s.ReadOnly, m.Dest)
 		}
 	}
@@ -263,7 +263,7 @@ func (d *Driver) landlockInitSpec(p Plan) InitSpec {
 type tierStarter struct {
 	pathInfo
 	d    *Driver
-	plan Plan
+	plan launchPlan
 	cwd  string
 	cmd  *exec.Cmd
 	// held are the driver's descriptors of the command: its record, the
@@ -294,7 +294,7 @@ func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) 
 	}
 	s.held = append(s.held, guardLocal, guardRemote)
 	is.NotifyFD, is.MetaGuard = tierNotifyFD, true
-	init, err := CommandInitArgs(is)
+	init, err := commandInitArgs(is)
 	if err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) 
 	}
 	s.held = append(s.held, cmdFile)
 
-	cmd := exec.CommandContext(runCtx, s.d.cfg.InitBinary, append([]string{SandboxInitCommand}, init...)...)
+	cmd := exec.CommandContext(runCtx, s.d.cfg.InitBinary, append([]string{sandboxInitCommand}, init...)...)
 	s.cmd = cmd
 	cmd.Env = launchEnv()
 	cmd.Dir = s.cwd
