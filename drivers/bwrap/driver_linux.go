@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -25,6 +24,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/protectjournal"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/sessionpool"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
@@ -90,8 +90,10 @@ type Driver struct {
 	host  *hostProbe
 	plans planCache
 	mu    sync.Mutex // serialises placeholder set-up and removal
-	owner string     // ownerTag of this process, for its journal records
-	seq   uint64     // numbers this driver's intent records (under mu)
+	owner string     // ownertag.Self of this process, for its cgroups
+	// journal is the placeholder journal in the state directory
+	// (protect_linux.go).
+	journal *protectjournal.Journal
 
 	recoverOnce sync.Once // placeholders killed drivers left, removed at start
 	janitorOnce sync.Once // starts the janitor (janitor_linux.go)
@@ -117,9 +119,6 @@ type Driver struct {
 	pool preparedPool
 	// sessions holds the session sandboxes (session_linux.go).
 	sessions sessionSet
-	// tombs numbers the intents a placeholder's record becomes while the
-	// placeholder is removed (protect_linux.go).
-	tombs atomic.Uint64
 	// trace marks the steps of a start for measurement (nil: off).
 	trace *starttrace.Trace
 }
@@ -172,6 +171,7 @@ func newDriver(cfg config) (*Driver, error) {
 		cfg.SessionNetworkIdle = defaultSessionNetworkIdle
 	}
 	d := &Driver{cfg: cfg, log: lg, owner: ownertag.Self()}
+	d.journal = protectjournal.New(cfg.StateDir, d.owner, lg)
 	d.nets = sessionpool.New(cfg.MaxSessionNetworks, cfg.SessionNetworkIdle,
 		func() (*netns, error) { return makeNetns(cfg.DriverBinary, os.Geteuid() != 0) }, (*netns).close)
 	return d, nil
@@ -888,7 +888,7 @@ func (d *Driver) startSandbox(sb *sandbox, plan launchPlan, afterStart func()) <
 		// are only known then.
 		unrecord := func() {}
 		if err == nil && (plan.prepared || plan.prot != nil && len(plan.prot.missing) > 0) {
-			unrecord = d.recordUser(cmd.Process.Pid)
+			unrecord = d.journal.RecordUser(cmd.Process.Pid)
 		}
 		// bwrap has its copies (or never will): the driver's go now.
 		sb.closeSetup()

@@ -8,14 +8,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/protectjournal"
 )
 
 // janitorCommand is the mode of the driver binary that removes a driver's
@@ -67,7 +66,8 @@ func janitorMain(args []string) int {
 	}
 	_, _ = io.Copy(io.Discard, pipe)
 	d := &Driver{cfg: config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownertag.Self()}
-	d.recoverPlaceholdersWaiting(userWait, true)
+	d.journal = protectjournal.New(d.cfg.StateDir, d.owner, d.log)
+	d.journal.Recover(userWait, true)
 	// The driver's locks on its /etc views went with it.
 	sweepEtcViews(d.etcViewRoot())
 	return 0
@@ -130,59 +130,4 @@ func setsidHelper() string {
 		}
 	}
 	return ""
-}
-
-// recordUser notes that bwrap process pid runs a sandbox of this driver,
-// so that a clean-up after the driver's death waits for it; the returned
-// func drops the note once bwrap was reaped.
-func (d *Driver) recordUser(pid int) func() {
-	dir, err := d.placeholderDir()
-	if err != nil {
-		return func() {}
-	}
-	start, err := ownertag.StartTime(pid)
-	if err != nil {
-		return func() {}
-	}
-	d.mu.Lock()
-	d.seq++
-	name := filepath.Join(dir, "user-"+d.owner+"-"+strconv.FormatUint(d.seq, 10))
-	d.mu.Unlock()
-	if os.WriteFile(name, []byte(strconv.Itoa(pid)+"-"+strconv.FormatUint(start, 10)), 0o600) != nil {
-		return func() {}
-	}
-	return func() { _ = os.Remove(name) }
-}
-
-// waitDeadUsers waits until no sandbox of a dead driver is still dying
-// (bwrap, the init of its PID namespace, ends only after everything in
-// it). It drops the records of the ones that ended and reports whether
-// none is left.
-func waitDeadUsers(dir string, bound time.Duration) bool {
-	deadline := time.Now().Add(bound)
-	for {
-		left := false
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			name := e.Name()
-			if !strings.HasPrefix(name, "user-") {
-				continue
-			}
-			opid, ostart, orest, ok := ownertag.Parse(strings.TrimPrefix(name, "user-"))
-			if !ok || !ownertag.Gone(opid, ostart, orest) {
-				continue // a live driver's command: its placeholders are locked
-			}
-			b, _ := os.ReadFile(filepath.Join(dir, name))
-			pid, start, _, ok := ownertag.Parse(string(b) + "-")
-			if ok && ownertag.Alive(pid, start) {
-				left = true
-				continue
-			}
-			_ = os.Remove(filepath.Join(dir, name))
-		}
-		if !left || time.Now().After(deadline) {
-			return !left
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

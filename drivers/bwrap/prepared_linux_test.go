@@ -17,10 +17,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
-	"golang.org/x/sys/unix"
 )
 
 func preparedOpts(mode preparedMode) options { return options{Prepared: mode} }
@@ -978,7 +979,7 @@ func TestPreparedWaitStartedSeesEnd(t *testing.T) {
 func TestPreparedSandboxRecordedAsUser(t *testing.T) {
 	needPreparable(t)
 	d, _, _, _ := noSpawnPool(t)
-	dir, err := d.placeholderDir()
+	dir, err := d.journal.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}

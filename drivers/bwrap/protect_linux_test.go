@@ -23,6 +23,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/protectjournal"
 )
 
 // reqRun runs a shell script through d under the profile req asks for.
@@ -528,7 +529,7 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := d.placeholderDir()
+	dir, err := d.journal.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -539,14 +540,14 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	orphan2 := filepath.Join(ws, ".hg")
 	for _, o := range []string{orphan, orphan2} {
 		mkfile(t, o, "")
-		if err := os.Chmod(o, placeholderPerm); err != nil {
+		if err := os.Chmod(o, protectjournal.PlaceholderPerm); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Named by the same dead intent, but not empty: a user's file.
 	written := filepath.Join(ws, ".svn")
 	mkfile(t, written, "mine")
-	if err := os.Chmod(written, placeholderPerm); err != nil {
+	if err := os.Chmod(written, protectjournal.PlaceholderPerm); err != nil {
 		t.Fatal(err)
 	}
 	// An intent of a process that is gone (our pid, another start time),
@@ -561,17 +562,17 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	recs := map[string]string{}
 	for _, o := range []string{staleRec, freshRec} {
 		mkfile(t, o, "")
-		if err := os.Chmod(o, placeholderPerm); err != nil {
+		if err := os.Chmod(o, protectjournal.PlaceholderPerm); err != nil {
 			t.Fatal(err)
 		}
 		var ost unix.Stat_t
 		if err := unix.Lstat(o, &ost); err != nil {
 			t.Fatal(err)
 		}
-		recs[o] = filepath.Join(dir, recordName(&ost))
+		recs[o] = filepath.Join(dir, protectjournal.RecordName(&ost))
 		mkfile(t, recs[o], "")
 	}
-	old := time.Now().Add(-2 * emptyRecordAge)
+	old := time.Now().Add(-2 * protectjournal.EmptyRecordAge)
 	if err := os.Chtimes(recs[staleRec], old, old); err != nil {
 		t.Fatal(err)
 	}
@@ -607,7 +608,7 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, fmt.Sprintf("intent-%d-%d-3", os.Getpid(), st+1))); err != nil {
 		t.Errorf("the intent naming a placeholder left for its young record was removed: %v", err)
 	}
-	old2 := time.Now().Add(-2 * emptyRecordAge)
+	old2 := time.Now().Add(-2 * protectjournal.EmptyRecordAge)
 	if err := os.Chtimes(recs[freshRec], old2, old2); err != nil {
 		t.Fatal(err)
 	}
@@ -820,56 +821,6 @@ func TestPlaceholderRemovalBesideForks(t *testing.T) {
 	}
 }
 
-// TestPlaceholderRecordBecomesIntent: removing a placeholder turns its
-// record into an intent of the remover before the file goes, so a new
-// placeholder that gets the freed inode number keeps its record, and a
-// remover that dies in between leaves an intent recovery acts on.
-func TestPlaceholderRecordBecomesIntent(t *testing.T) {
-	d := testDriver(t, options{})
-	ws := newWorkspace(t)
-	dir, err := d.placeholderDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(ws, ".envrc")
-	newPlaceholder := func() *unix.Stat_t {
-		f, st, err := d.createPlaceholder(dir, path, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		if _, err := os.Stat(filepath.Join(dir, recordName(st))); err != nil {
-			t.Fatalf("control: no record: %v", err)
-		}
-		return st
-	}
-	// The ordinary removal: file, record and intent all gone.
-	st := newPlaceholder()
-	tomb := d.tombName(dir)
-	if removePlaceholder(dir, path, st, tomb) {
-		t.Fatal("held")
-	}
-	for _, p := range []string{path, filepath.Join(dir, recordName(st)), tomb} {
-		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s left: %v", p, err)
-		}
-	}
-	// A remover that died after the record became its intent: the next
-	// driver start removes the placeholder and the intent.
-	st = newPlaceholder()
-	pst, _ := ownertag.StartTime(os.Getpid())
-	dead := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-r1", os.Getpid(), pst+1))
-	if err := os.Rename(filepath.Join(dir, recordName(st)), dead); err != nil {
-		t.Fatal(err)
-	}
-	d.recoverPlaceholders()
-	for _, p := range []string{path, dead} {
-		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("after recovery, %s left: %v", p, err)
-		}
-	}
-}
-
 // An empty read-only file at a protected name that no record names, while
 // another live process's intent names it, is a placeholder being made or
 // removed: protect looks again (bounded) instead of binding it as a user's
@@ -878,7 +829,7 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 // with no such intent is a user's file.
 func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 	d := testDriver(t, options{})
-	dir, err := d.placeholderDir()
+	dir, err := d.journal.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -895,7 +846,7 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 		ws := newWorkspace(t)
 		path := filepath.Join(ws, ".claude")
 		mkfile(t, path, "")
-		if err := os.Chmod(path, placeholderPerm); err != nil {
+		if err := os.Chmod(path, protectjournal.PlaceholderPerm); err != nil {
 			t.Fatal(err)
 		}
 		intent := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-%s-r1", other.Process.Pid, ostart, ownertag.NamespaceTag()))
@@ -930,19 +881,19 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 // driver; the control, without that lock, shares it.
 func TestProtectSharedLockNotBlocking(t *testing.T) {
 	d := testDriver(t, options{})
-	dir, err := d.placeholderDir()
+	dir, err := d.journal.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ws := newWorkspace(t)
 	path := filepath.Join(ws, ".claude")
-	f, _, err := d.createPlaceholder(dir, path, false)
+	f, _, err := d.journal.Create(dir, path, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		f.Close()
-		_ = removePlaceholder(dir, path, nil, d.tombName(dir))
+		_ = protectjournal.Remove(dir, path, nil, d.journal.TombName(dir))
 	}()
 	// The control: another command shares it.
 	pr, release, err := d.protect(planFor(t, ws))
