@@ -82,7 +82,7 @@ func BenchmarkLaunch(b *testing.B) {
 		}, nil},
 		{"direct", func() error { return exec.Command("/bin/true").Run() }, nil},
 		{"raw_minimal", func() error { return exec.Command(d.probe().bwrap, minimal...).Run() }, nil},
-		{"in_process", func() error { return run(d, spec) }, d.pool.waitIdle},
+		{"in_process", func() error { return run(d, spec) }, d.pool.WaitIdle},
 		{"in_process_unprepared", func() error { return run(du, spec) }, nil},
 		{"in_process_before", func() error { return run(dl, spec) }, nil},
 		{"no_cgroup", func() error { return run(dn, spec) }, nil},
@@ -166,7 +166,7 @@ func BenchmarkPreparedBackToBack(b *testing.B) {
 			}
 			// Untimed: the last sandboxes' teardown and the refill must not
 			// land on the next batch.
-			d.pool.waitIdle()
+			d.pool.WaitIdle()
 		}
 	}
 	p50 := func(d []time.Duration) float64 {
@@ -407,7 +407,7 @@ func benchSession(b *testing.B, opts options) {
 		if err := d.ForgetSession(ctx, s.SessionID); err != nil {
 			b.Fatal(err)
 		}
-		d.pool.waitIdle()
+		d.pool.WaitIdle()
 		cpuSession += cpuAll() - c0
 		nSession += warm + 1
 		c0 = cpuAll()
@@ -518,7 +518,7 @@ func BenchmarkSessionIdleHeld(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		d.pool.waitIdle()
+		d.pool.WaitIdle()
 	}
 	b.ReportMetric(float64(n), "sessions")
 	b.ReportMetric(total, "pss_total_MiB")

@@ -95,7 +95,7 @@ func cgroupGone(t *testing.T, d *Driver, exit driverapi.Exit) {
 		// A prepared sandbox is torn down in the background once its
 		// command is answered (endSandbox), bounded by endWait.
 		done := make(chan struct{})
-		go func() { d.pool.waitEnded(); close(done) }()
+		go func() { d.pool.WaitEnded(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(2 * endWait):

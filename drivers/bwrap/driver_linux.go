@@ -116,7 +116,7 @@ type Driver struct {
 	// nets are the sessions' network namespaces (network none).
 	nets *sessionpool.Pool[*netns]
 	// pool holds the prepared sandboxes (prepared_linux.go).
-	pool preparedPool
+	pool *preparedPool
 	// sessions holds the session sandboxes (session_linux.go).
 	sessions sessionSet
 	// trace marks the steps of a start for measurement (nil: off).
@@ -172,6 +172,7 @@ func newDriver(cfg config) (*Driver, error) {
 	}
 	d := &Driver{cfg: cfg, log: lg, owner: ownertag.Self()}
 	d.journal = protectjournal.New(cfg.StateDir, d.owner, lg)
+	d.pool = newPreparedPool()
 	d.nets = sessionpool.New(cfg.MaxSessionNetworks, cfg.SessionNetworkIdle,
 		func() (*netns, error) { return makeNetns(cfg.DriverBinary, os.Geteuid() != 0) }, (*netns).close)
 	return d, nil

@@ -188,17 +188,13 @@ func TestPreparedAttackIdleExpiry(t *testing.T) {
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
 	var cgDirs []string
-	d.pool.mu.Lock()
-	for _, l := range d.pool.idle {
-		for _, ps := range l {
-			if ps.cg != nil {
-				for _, dir := range ps.cg.Dirs() {
-					cgDirs = append(cgDirs, dir)
-				}
+	for _, ps := range d.pool.Waiting() {
+		if ps.cg != nil {
+			for _, dir := range ps.cg.Dirs() {
+				cgDirs = append(cgDirs, dir)
 			}
 		}
 	}
-	d.pool.mu.Unlock()
 	if len(preparedProcs(ws)) == 0 {
 		t.Fatal("control: no process of a waiting sandbox")
 	}
@@ -222,9 +218,7 @@ func TestPreparedAttackIdleExpiry(t *testing.T) {
 			}
 		}
 	}
-	d.pool.mu.Lock()
-	total := d.pool.total
-	d.pool.mu.Unlock()
+	total, _, _ := d.pool.Counts()
 	if total != 0 {
 		t.Fatalf("the pool counts %d sandboxes after expiry", total)
 	}
@@ -434,17 +428,13 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 	run()
 	waitUntil(t, func() bool { return d.PreparedStats().Waiting >= 2 })
 	var dirs []string
-	d.pool.mu.Lock()
-	for _, l := range d.pool.idle {
-		for _, ps := range l {
-			if ps.cg != nil {
-				for _, dir := range ps.cg.Dirs() {
-					dirs = append(dirs, dir)
-				}
+	for _, ps := range d.pool.Waiting() {
+		if ps.cg != nil {
+			for _, dir := range ps.cg.Dirs() {
+				dirs = append(dirs, dir)
 			}
 		}
 	}
-	d.pool.mu.Unlock()
 	if len(preparedProcs(ws)) == 0 {
 		t.Fatal("control: no process of the waiting sandboxes")
 	}
@@ -476,9 +466,8 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, func() bool {
-		d.pool.mu.Lock()
-		defer d.pool.mu.Unlock()
-		return len(d.pool.building) == 0
+		_, _, building := d.pool.Counts()
+		return building == 0
 	})
 	waitUntil(t, func() bool { return len(preparedProcs(ws)) == 0 })
 	// A sandbox whose build ended after the forget is destroyed by the
@@ -488,9 +477,7 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 			t.Fatalf("cgroups left after forget_session: %v", left())
 		}
 	}
-	d.pool.mu.Lock()
-	total, idle := d.pool.total, len(d.pool.idle)
-	d.pool.mu.Unlock()
+	total, idle, _ := d.pool.Counts()
 	if total != 0 || idle != 0 {
 		t.Fatalf("the pool counts %d sandboxes (%d keys) after forget_session", total, idle)
 	}
@@ -623,7 +610,7 @@ func TestPreparedAttackRefusedWorkspaceLeaks(t *testing.T) {
 		if r := run("echo ran"); !errors.As(r.err, &inv) {
 			t.Fatalf("run %d in the refused workspace: %+v", i, r)
 		}
-		waitUntil(t, func() bool { d.pool.mu.Lock(); defer d.pool.mu.Unlock(); return len(d.pool.building) == 0 })
+		waitUntil(t, func() bool { _, _, building := d.pool.Counts(); return building == 0 })
 	}
 	if err := d.ForgetSession(ctx, "s"); err != nil {
 		t.Fatal(err)

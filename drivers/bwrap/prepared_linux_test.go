@@ -355,9 +355,8 @@ func TestPreparedCapped(t *testing.T) {
 				t.Fatalf("%v %+v", err, exit)
 			}
 		}
-		d.pool.mu.Lock()
-		peak = max(peak, d.pool.total)
-		d.pool.mu.Unlock()
+		total, _, _ := d.pool.Counts()
+		peak = max(peak, total)
 	}
 	if peak != limit {
 		t.Fatalf("peak %d waiting or being built, cap %d", peak, limit)
@@ -983,16 +982,12 @@ func TestPreparedSandboxRecordedAsUser(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.pool.mu.Lock()
 	var pids []int
-	for _, l := range d.pool.idle {
-		for _, ps := range l {
-			if p := ps.sb.process(); p != nil {
-				pids = append(pids, p.Pid)
-			}
+	for _, ps := range d.pool.Waiting() {
+		if p := ps.sb.process(); p != nil {
+			pids = append(pids, p.Pid)
 		}
 	}
-	d.pool.mu.Unlock()
 	if len(pids) == 0 {
 		t.Fatal("control: no sandbox waits")
 	}

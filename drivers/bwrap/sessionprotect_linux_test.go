@@ -115,7 +115,7 @@ func TestSessionProtectedKept(t *testing.T) {
 	if err := d.ForgetSession(t.Context(), "kept"); err != nil {
 		t.Fatal(err)
 	}
-	d.pool.waitIdle()
+	d.pool.WaitIdle()
 	for _, name := range driverapi.DefaultProtectedEntries()[1:] { // .git is the host's now
 		if _, err := os.Lstat(filepath.Join(ws, name)); err == nil {
 			t.Errorf("placeholder %s left after the session ended", name)
