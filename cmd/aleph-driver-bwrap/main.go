@@ -19,17 +19,8 @@ import (
 )
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == bwrap.NetSupervisorCommand {
-		os.Exit(bwrap.NetSupervisorMain(os.Args[2:]))
-	}
-	if len(os.Args) > 1 && os.Args[1] == bwrap.NetnsHolderCommand {
-		os.Exit(bwrap.NetnsHolderMain(os.Args[2:]))
-	}
-	if len(os.Args) > 1 && os.Args[1] == bwrap.JanitorCommand {
-		os.Exit(bwrap.JanitorMain(os.Args[2:]))
-	}
-	if len(os.Args) > 1 && os.Args[1] == bwrap.RawRunsCommand {
-		os.Exit(bwrap.RawRunsMain(os.Args[2:], os.Stdin, os.Stdout))
+	if code, ok := bwrap.Main(os.Args[1:], os.Stdin, os.Stdout); ok {
+		os.Exit(code)
 	}
 	if initmain.IsInitMode(os.Args[1:]) {
 		os.Exit(initmain.Main(os.Args[1:]))

@@ -12,12 +12,12 @@ import (
 
 // BwrapFlags is the bubblewrap argv (without the program) that builds the
 // sandbox of plan p with working directory cwd. initBinary, when set, is
-// bound read-only at InitPath. pinned maps host paths to descriptors bwrap
+// bound read-only at initPath. pinned maps host paths to descriptors bwrap
 // inherits: those are mounted with --bind-fd/--ro-bind-fd (see pinPaths).
-// procCover follows the sandbox's /proc mount (ProcCoverArgs, probed once
+// procCover follows the sandbox's /proc mount (procCoverArgs, probed once
 // per driver). extra is inserted before the mounts (fd options). The same flags serve Run
 // and the raw-bwrap benchmark, so the comparison is like for like.
-func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCover []string, extra ...string) []string {
+func (p launchPlan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCover []string, extra ...string) []string {
 	bind := func(ro bool, src, dest string) []string {
 		if fd, ok := pinned[src]; ok {
 			if ro {
@@ -64,11 +64,11 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 		ms = append(ms, mnt{"/etc", []string{"--ro-bind", p.etcView, "/etc"}})
 	}
 	for _, m := range p.System {
-		if p.etcView != "" && m.Kind == MountROBind && driverapi.PathWithin(m.Dest, "/etc") {
+		if p.etcView != "" && m.Kind == mountROBind && driverapi.PathWithin(m.Dest, "/etc") {
 			// In the view.
 			continue
 		}
-		if m.Kind == MountSymlink {
+		if m.Kind == mountSymlink {
 			ms = append(ms, mnt{m.Dest, []string{"--symlink", m.Src, m.Dest}})
 		} else {
 			ms = append(ms, mnt{m.Dest, []string{"--ro-bind", m.Src, m.Dest}})
@@ -108,29 +108,29 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 	for _, m := range ms {
 		args = append(args, m.args...)
 	}
-	// The sandbox's own entries (init, proxy socket) live in InitDir. When
+	// The sandbox's own entries (init, proxy socket) live in initDir. When
 	// a grant covers it (a read or write grant of /run; / itself is never
 	// granted), bwrap could not create their mount points in that
 	// read-only (or, written there, host-backed) mount: a fresh tmpfs of
-	// the sandbox's own goes over InitDir first. It also hides whatever the
+	// the sandbox's own goes over initDir first. It also hides whatever the
 	// host keeps there (root's driver state directory). The mount point
 	// must exist on the host; Run checks that (ownInitDir) and says so.
 	ownDir := p.coversInitDir()
 	if ownDir {
-		args = append(args, "--tmpfs", InitDir)
+		args = append(args, "--tmpfs", initDir)
 	}
 	if p.ProxySocket != "" {
 		// Connecting to a unix socket needs no write access to the mount.
-		args = append(args, bind(true, p.ProxySocket, ProxySocketPath)...)
+		args = append(args, bind(true, p.ProxySocket, proxySocketPath)...)
 	}
 	if initBinary != "" {
-		args = append(args, "--ro-bind", initBinary, InitPath)
+		args = append(args, "--ro-bind", initBinary, initPath)
 	}
 	if ownDir {
 		// The tmpfs is not under the root's final --remount-ro: read-only
 		// it is, so the command can neither add nor replace anything
 		// beside its init binary (with or without Landlock).
-		args = append(args, "--remount-ro", InitDir)
+		args = append(args, "--remount-ro", initDir)
 	}
 	// The root itself is bwrap's tmpfs: read-only, so nothing can be
 	// created beside the mounts (Landlock denies it too; this holds
@@ -139,16 +139,16 @@ func (p Plan) BwrapFlags(cwd, initBinary string, pinned map[string]int, procCove
 	return args
 }
 
-// coversInitDir reports whether a mount of p's lands on InitDir or above
+// coversInitDir reports whether a mount of p's lands on initDir or above
 // it, hiding the sandbox's own mount points there.
-func (p Plan) coversInitDir() bool {
+func (p launchPlan) coversInitDir() bool {
 	dests := append([]string{p.Workspace}, p.FSRead...)
 	dests = append(dests, p.writable()...)
 	for _, m := range p.System {
 		dests = append(dests, m.Dest)
 	}
 	for _, d := range dests {
-		if d != "" && driverapi.PathWithin(InitDir, d) {
+		if d != "" && driverapi.PathWithin(initDir, d) {
 			return true
 		}
 	}
@@ -157,9 +157,9 @@ func (p Plan) coversInitDir() bool {
 
 func depth(p string) int { return strings.Count(filepath.Clean(p), "/") }
 
-// InitSpec is what sandbox-init enforces for plan p.
-func (p Plan) InitSpec() InitSpec {
-	s := InitSpec{
+// initSpec is what sandbox-init enforces for plan p.
+func (p launchPlan) InitSpec() initSpec {
+	s := initSpec{
 		SocketMode:    p.SocketMode,
 		BridgePorts:   p.BridgePorts,
 		AllowSpawn:    p.AllowSpawn,
@@ -172,11 +172,11 @@ func (p Plan) InitSpec() InitSpec {
 		ScopeAbstractUnix: true,
 	}
 	for _, m := range p.System {
-		if m.Kind == MountROBind {
+		if m.Kind == mountROBind {
 			s.ReadOnly = append(s.ReadOnly, m.Dest)
 		}
 	}
-	s.ReadOnly = append(s.ReadOnly, "/proc", InitPath)
+	s.ReadOnly = append(s.ReadOnly, "/proc", initPath)
 	s.ReadOnly = append(s.ReadOnly, p.FSRead...)
 	ws := p.Workspace
 	if p.attachRoot != "" {
@@ -208,6 +208,6 @@ func addressSpaceCeiling(memoryBytes uint64) uint64 {
 	return memoryBytes + addressSpaceHeadroom
 }
 
-// PWDCommand is the optional prefix of the in-sandbox mode that restores
+// pwdCommand is the optional prefix of the in-sandbox mode that restores
 // the PWD the child was given (bwrap always sets it); see initmain.
-const PWDCommand = initmain.PWDCommand
+const pwdCommand = initmain.PWDCommand

@@ -96,12 +96,12 @@ func checkArgvExact(t *testing.T, d *Driver, wantPrepared, proc bool) {
 // command may spawn or not (a child forked straight, or the raw fork and
 // the waiting child of a no-spawn command).
 func TestCommandArgvExact(t *testing.T) {
-	for _, mode := range []PreparedMode{PreparedOff, PreparedAlways} {
+	for _, mode := range []preparedMode{preparedOff, preparedAlways} {
 		t.Run(string(mode), func(t *testing.T) {
-			if mode == PreparedAlways {
+			if mode == preparedAlways {
 				needPreparable(t)
 			}
-			checkArgvExact(t, testDriver(t, preparedOpts(mode)), mode == PreparedAlways, true)
+			checkArgvExact(t, testDriver(t, preparedOpts(mode)), mode == preparedAlways, true)
 		})
 	}
 }
@@ -110,7 +110,7 @@ func TestCommandArgvExact(t *testing.T) {
 // where the driver starts sandbox-init itself (and the command has no
 // /proc to read).
 func TestTierCommandArgvExact(t *testing.T) {
-	checkArgvExact(t, tierDriver(t, Options{}), false, false)
+	checkArgvExact(t, tierDriver(t, options{}), false, false)
 }
 
 // TestBwrapArgvSmall: neither bwrap's nor sandbox-init's command line
@@ -118,7 +118,7 @@ func TestTierCommandArgvExact(t *testing.T) {
 // command's own does. (The two are found by the workspace, which bwrap's
 // mounts and sandbox-init's spec name.)
 func TestBwrapArgvSmall(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	marker := "aleph-argv-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws,
@@ -144,7 +144,7 @@ func TestBwrapArgvSmall(t *testing.T) {
 			if argv[0] != "/bin/sh" {
 				t.Errorf("process %s (%s) carries the command's arguments", pid, argv[0])
 			}
-		case strings.Contains(cl, ws) && (filepath.Base(argv[0]) == "bwrap" || argv[0] == InitPath):
+		case strings.Contains(cl, ws) && (filepath.Base(argv[0]) == "bwrap" || argv[0] == initPath):
 			launchers = append(launchers, pid)
 			if len(argv) > 200 {
 				t.Errorf("process %s (%s) has %d arguments", pid, argv[0], len(argv))
@@ -267,15 +267,15 @@ func countingBwrap(t *testing.T) (string, func() int) {
 func TestExecSizeRefused(t *testing.T) {
 	fake, launches := countingBwrap(t)
 	t.Run("built for the command", func(t *testing.T) {
-		checkExecSizeRefused(t, testDriver(t, Options{BwrapPath: fake, Prepared: PreparedOff}), launches)
+		checkExecSizeRefused(t, testDriver(t, options{BwrapPath: fake, Prepared: preparedOff}), launches)
 	})
 	t.Run("prepared", func(t *testing.T) {
 		needPreparable(t)
-		checkExecSizeRefused(t, testDriver(t, Options{Prepared: PreparedAlways}), nil)
+		checkExecSizeRefused(t, testDriver(t, options{Prepared: preparedAlways}), nil)
 	})
 }
 
 // TestTierExecSizeRefused is TestExecSizeRefused in the Landlock tier.
 func TestTierExecSizeRefused(t *testing.T) {
-	checkExecSizeRefused(t, tierDriver(t, Options{}), nil)
+	checkExecSizeRefused(t, tierDriver(t, options{}), nil)
 }

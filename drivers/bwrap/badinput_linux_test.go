@@ -17,15 +17,15 @@ import (
 )
 
 func TestParseOptions(t *testing.T) {
-	o, err := ParseOptions("")
-	if err != nil || o.Pids() != DefaultMaxPids || o.Cgroup != CgroupAuto || o.TmpfsMaxBytes() != 1<<30 {
+	o, err := parseOptions("")
+	if err != nil || o.Pids() != defaultMaxPids || o.Cgroup != cgroupAuto || o.TmpfsMaxBytes() != 1<<30 {
 		t.Fatalf("defaults: %+v %v", o, err)
 	}
-	if o, err := ParseOptions(`{"tmpfs_max_mb": 64}`); err != nil || o.TmpfsMaxBytes() != 64<<20 {
+	if o, err := parseOptions(`{"tmpfs_max_mb": 64}`); err != nil || o.TmpfsMaxBytes() != 64<<20 {
 		t.Fatalf("tmpfs_max_mb: %+v %v", o, err)
 	}
-	o, err = ParseOptions(`{"max_pids": 0, "cpu_quota_percent": 50, "cgroup": "v1"}`)
-	if err != nil || o.Pids() != 0 || o.CPUQuotaPercent != 50 || o.Cgroup != CgroupV1 {
+	o, err = parseOptions(`{"max_pids": 0, "cpu_quota_percent": 50, "cgroup": "v1"}`)
+	if err != nil || o.Pids() != 0 || o.CPUQuotaPercent != 50 || o.Cgroup != cgroupV1 {
 		t.Fatalf("%+v %v", o, err)
 	}
 	// What the core sends for [sandbox.linux] (every key, empty cgroup
@@ -34,7 +34,7 @@ func TestParseOptions(t *testing.T) {
 		`{"max_pids":200,"cpu_quota_percent":0,"cgroup":""}`,
 		`{"max_pids":0,"cpu_quota_percent":102400,"cgroup":"auto","bwrap_path":"/usr/bin/bwrap"}`,
 	} {
-		if _, err := ParseOptions(good); err != nil {
+		if _, err := parseOptions(good); err != nil {
 			t.Errorf("%s: %v", good, err)
 		}
 	}
@@ -43,15 +43,15 @@ func TestParseOptions(t *testing.T) {
 		`{} {}`, `[1]`, `{"bwrap_path": "bwrap"}`, `{"max_pids": "ten"}`,
 		`{"tmpfs_max_mb": -1}`, `{"tmpfs_max_mb": 1048577}`,
 	} {
-		var oe *OptionsError
-		if _, err := ParseOptions(bad); !errors.As(err, &oe) {
+		var oe *optionsError
+		if _, err := parseOptions(bad); !errors.As(err, &oe) {
 			t.Errorf("%s: want OptionsError, got %v", bad, err)
 		}
 	}
 }
 
 func TestProfileDeterministic(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	a, b := newWorkspace(t), newWorkspace(t)
 	req := driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSRead: []string{b, a}, FSWrite: []string{a}}}
@@ -67,7 +67,7 @@ func TestProfileDeterministic(t *testing.T) {
 	if !bytes.Equal(p1.Data, p2.Data) || p1.Digest != p2.Digest {
 		t.Fatalf("profiles differ:\n%s\n%s", p1.Data, p2.Data)
 	}
-	var plan Plan
+	var plan launchPlan
 	if err := json.Unmarshal(p1.Data, &plan); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestProfileDeterministic(t *testing.T) {
 }
 
 func TestProfileRequestRefused(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	link := filepath.Join(newWorkspace(t), "link")
 	if err := os.Symlink(ws, link); err != nil {
@@ -126,7 +126,7 @@ func TestProfileRequestRefused(t *testing.T) {
 	for name, req := range cases {
 		_, err := d.ProfileFor(context.Background(), req)
 		var ise *driverapi.InvalidSpecError
-		var ue *UnavailableError
+		var ue *unavailableError
 		if !errors.As(err, &ise) && !errors.As(err, &ue) {
 			t.Errorf("%s: want a typed refusal, got %v", name, err)
 		}
@@ -155,7 +155,7 @@ func mkdir(t *testing.T, parts ...string) string {
 }
 
 func TestRunBadInput(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := context.Background()
 	ws := newWorkspace(t)
 	prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
@@ -164,14 +164,14 @@ func TestRunBadInput(t *testing.T) {
 	}
 	good := driverapi.RunSpec{Program: "/bin/true", Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}
 
-	forge := func(mut func(*Plan)) driverapi.Profile {
-		var p Plan
+	forge := func(mut func(*launchPlan)) driverapi.Profile {
+		var p launchPlan
 		if err := json.Unmarshal(prof.Data, &p); err != nil {
 			t.Fatal(err)
 		}
 		mut(&p)
 		data, _ := json.Marshal(p)
-		return driverapi.NewProfile(Backend, data) // a valid digest: integrity is not origin
+		return driverapi.NewProfile(backend, data) // a valid digest: integrity is not origin
 	}
 	garbled := prof
 	garbled.Data = append([]byte{}, prof.Data...)
@@ -194,27 +194,29 @@ func TestRunBadInput(t *testing.T) {
 	for _, c := range []tc{
 		{"garbled profile", func(s *driverapi.RunSpec) { s.Profile = garbled }, isProfile},
 		{"other backend", func(s *driverapi.RunSpec) { s.Profile = wrongBackend }, isProfile},
-		{"not JSON", func(s *driverapi.RunSpec) { s.Profile = driverapi.NewProfile(Backend, []byte("{oops")) }, isProfile},
+		{"not JSON", func(s *driverapi.RunSpec) { s.Profile = driverapi.NewProfile(backend, []byte("{oops")) }, isProfile},
 		{"unknown field", func(s *driverapi.RunSpec) {
-			s.Profile = driverapi.NewProfile(Backend, append(bytes.TrimSuffix(bytes.Clone(prof.Data), []byte("}")), []byte(`,"extra":1}`)...))
+			s.Profile = driverapi.NewProfile(backend, append(bytes.TrimSuffix(bytes.Clone(prof.Data), []byte("}")), []byte(`,"extra":1}`)...))
 		}, isProfile},
 		{"forged system mount", func(s *driverapi.RunSpec) {
-			s.Profile = forge(func(p *Plan) { p.System = append(p.System, Mount{Kind: MountROBind, Src: "/root", Dest: "/root"}) })
+			s.Profile = forge(func(p *launchPlan) {
+				p.System = append(p.System, mount{Kind: mountROBind, Src: "/root", Dest: "/root"})
+			})
 		}, isProfile},
 		{"forged grant", func(s *driverapi.RunSpec) {
-			s.Profile = forge(func(p *Plan) { p.FSWrite = append(p.FSWrite, "/") })
+			s.Profile = forge(func(p *launchPlan) { p.FSWrite = append(p.FSWrite, "/") })
 		}, isProfile},
 		{"forged unprotected", func(s *driverapi.RunSpec) {
-			s.Profile = forge(func(p *Plan) { p.Protected = nil })
+			s.Profile = forge(func(p *launchPlan) { p.Protected = nil })
 		}, isProfile},
 		{"forged protected path", func(s *driverapi.RunSpec) {
-			s.Profile = forge(func(p *Plan) { p.Protected = []string{".git", "../elsewhere"} })
+			s.Profile = forge(func(p *launchPlan) { p.Protected = []string{".git", "../elsewhere"} })
 		}, isProfile},
 		{"forged network", func(s *driverapi.RunSpec) {
-			s.Profile = forge(func(p *Plan) { p.ShareNet = true })
+			s.Profile = forge(func(p *launchPlan) { p.ShareNet = true })
 		}, isProfile},
 		{"other version", func(s *driverapi.RunSpec) {
-			s.Profile = forge(func(p *Plan) { p.Version = 99 })
+			s.Profile = forge(func(p *launchPlan) { p.Version = 99 })
 		}, isProfile},
 		{"relative cwd", func(s *driverapi.RunSpec) { s.Cwd = "sub" }, isSpec},
 		{"cwd outside", func(s *driverapi.RunSpec) { s.Cwd = "/usr" }, isSpec},
@@ -260,17 +262,17 @@ func TestRunBadInput(t *testing.T) {
 }
 
 func TestCapabilitiesReport(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	caps, err := d.Capabilities(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if caps.Backend != Backend || caps.ProtocolVersion != driverapi.ProtocolVersion || caps.Details["bwrap_version"] == "" {
+	if caps.Backend != backend || caps.ProtocolVersion != driverapi.ProtocolVersion || caps.Details["bwrap_version"] == "" {
 		t.Fatalf("%+v", caps)
 	}
 	t.Logf("features %v; landlock ABI %d; seccomp %v; cgroup %s; unavailable %+v", caps.Features, caps.LandlockABI, caps.Seccomp, caps.CgroupMode, caps.Unavailable)
-	if int(caps.LandlockABI) != LandlockABI() || caps.Seccomp != SeccompAvailable() {
-		t.Fatalf("landlock %d / seccomp %v reported, sandbox-init enforces %d / %v", caps.LandlockABI, caps.Seccomp, LandlockABI(), SeccompAvailable())
+	if int(caps.LandlockABI) != landlockABI() || caps.Seccomp != seccompAvailable() {
+		t.Fatalf("landlock %d / seccomp %v reported, sandbox-init enforces %d / %v", caps.LandlockABI, caps.Seccomp, landlockABI(), seccompAvailable())
 	}
 	// Every known feature is either claimed or explained, never both.
 	for _, f := range driverapi.KnownFeatures() {
@@ -292,7 +294,7 @@ func TestCapabilitiesReport(t *testing.T) {
 		t.Errorf("uid %d cannot write cgroup v1, yet mode v1 was reported", os.Geteuid())
 	}
 	// cgroup = none: limits reported unavailable, sandbox still there.
-	dn := testDriver(t, Options{Cgroup: CgroupNone})
+	dn := testDriver(t, options{Cgroup: cgroupNone})
 	cn, _ := dn.Capabilities(context.Background())
 	// Without cgroups the pid limit stays only where RLIMIT_NPROC counts
 	// the sandbox alone (an unprivileged driver, its own user namespace).
@@ -301,7 +303,7 @@ func TestCapabilitiesReport(t *testing.T) {
 		t.Fatalf("cgroup none: %+v", cn)
 	}
 	// A missing bwrap: nothing claimed, everything explained.
-	dm, err := New(Config{Options: Options{BwrapPath: "/nonexistent/bwrap"}, InitBinary: driverBin})
+	dm, err := newDriver(config{Options: options{BwrapPath: "/nonexistent/bwrap"}, InitBinary: driverBin})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -30,14 +30,14 @@ import (
 func BenchmarkLaunch(b *testing.B) {
 	ctx := context.Background()
 	// The installed layout, prepared sandboxes on (the default).
-	d := benchDriver(b, Options{}, false)
+	d := benchDriver(b, options{}, false)
 	// Every sandbox built for its command.
-	du := benchDriver(b, Options{Prepared: PreparedOff}, false)
+	du := benchDriver(b, options{Prepared: preparedOff}, false)
 	// Without cgroups: what the confinement costs apart from the cgroup
 	// hand-over (on cgroup v1 the move of bwrap's child).
-	dn := benchDriver(b, Options{Cgroup: CgroupNone, Prepared: PreparedOff}, false)
+	dn := benchDriver(b, options{Cgroup: cgroupNone, Prepared: preparedOff}, false)
 	// The set-up before the /etc view and the precompiled programs.
-	dl := benchDriver(b, Options{Prepared: PreparedOff}, true)
+	dl := benchDriver(b, options{Prepared: preparedOff}, true)
 	spec, ws := benchSpec(b, d)
 	p := launchPlugin(b)
 	pd := p.Driver()
@@ -82,7 +82,7 @@ func BenchmarkLaunch(b *testing.B) {
 		}, nil},
 		{"direct", func() error { return exec.Command("/bin/true").Run() }, nil},
 		{"raw_minimal", func() error { return exec.Command(d.probe().bwrap, minimal...).Run() }, nil},
-		{"in_process", func() error { return run(d, spec) }, d.pool.waitIdle},
+		{"in_process", func() error { return run(d, spec) }, d.pool.WaitIdle},
 		{"in_process_unprepared", func() error { return run(du, spec) }, nil},
 		{"in_process_before", func() error { return run(dl, spec) }, nil},
 		{"no_cgroup", func() error { return run(dn, spec) }, nil},
@@ -141,8 +141,8 @@ func hitRate(d *Driver) float64 {
 // being built, so a pool as large as the run would prove nothing.
 func BenchmarkPreparedBackToBack(b *testing.B) {
 	ctx := context.Background()
-	d := benchDriver(b, Options{}, false)
-	du := benchDriver(b, Options{Prepared: PreparedOff}, false)
+	d := benchDriver(b, options{}, false)
+	du := benchDriver(b, options{Prepared: preparedOff}, false)
 	spec, ws := benchSpec(b, d)
 	minimal := minimalBwrapArgs(d, ws)
 	ways := []struct {
@@ -166,7 +166,7 @@ func BenchmarkPreparedBackToBack(b *testing.B) {
 			}
 			// Untimed: the last sandboxes' teardown and the refill must not
 			// land on the next batch.
-			d.pool.waitIdle()
+			d.pool.WaitIdle()
 		}
 	}
 	p50 := func(d []time.Duration) float64 {
@@ -190,9 +190,9 @@ func BenchmarkPreparedBackToBack(b *testing.B) {
 // benchDriver is a driver in the installed layout (the small
 // aleph-sandbox-init beside the driver binary) with opts; legacy restores
 // the set-up before the /etc view and the precompiled programs.
-func benchDriver(b *testing.B, opts Options, legacy bool) *Driver {
+func benchDriver(b *testing.B, opts options, legacy bool) *Driver {
 	b.Helper()
-	d, err := New(Config{Options: opts, InitBinary: chooseInit(driverBin), legacySetup: legacy})
+	d, err := newDriver(config{Options: opts, InitBinary: chooseInit(driverBin), legacySetup: legacy})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -212,9 +212,9 @@ func benchSpec(b *testing.B, d *Driver) (driverapi.RunSpec, string) {
 		MaxOutputBytes: 1 << 20, Env: pathEnv()}, ws
 }
 
-// minimalBwrapArgs runs /bin/true in MinimalBwrapArgs' sandbox.
+// minimalBwrapArgs runs /bin/true in minimalSandboxArgs' sandbox.
 func minimalBwrapArgs(_ *Driver, ws string) []string {
-	return append(MinimalBwrapArgs(ws, ws), "/bin/true")
+	return append(minimalSandboxArgs(ws, ws), "/bin/true")
 }
 
 // BenchmarkThroughput runs /bin/true from 4 and 8 goroutines at once,
@@ -229,9 +229,9 @@ func BenchmarkThroughput(b *testing.B) {
 
 func benchThroughput(b *testing.B, conc int) {
 	ctx := context.Background()
-	d := benchDriver(b, Options{}, false)
-	dl := benchDriver(b, Options{Prepared: PreparedOff}, true)
-	du := benchDriver(b, Options{Prepared: PreparedOff}, false)
+	d := benchDriver(b, options{}, false)
+	dl := benchDriver(b, options{Prepared: preparedOff}, true)
+	du := benchDriver(b, options{Prepared: preparedOff}, false)
 	spec, _ := benchSpec(b, d)
 	ways := []struct {
 		name string
@@ -317,14 +317,14 @@ func batch(conc, n int, fn func() error) error {
 // sandbox-init it reaped); the session's is over the first command and
 // the 20 warm ones together, its build shared among them.
 func BenchmarkSession(b *testing.B) {
-	benchSession(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff})
+	benchSession(b, options{SessionSandbox: sessionSandboxAlways, Prepared: preparedOff})
 }
 
 // BenchmarkSessionKept is BenchmarkSession with session_placeholders =
 // "session": the protected entries and their placeholders kept for the
 // session sandbox's life, a command checking the workspace unchanged.
 func BenchmarkSessionKept(b *testing.B) {
-	benchSession(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff, SessionPlaceholders: SessionPlaceholdersSession})
+	benchSession(b, options{SessionSandbox: sessionSandboxAlways, Prepared: preparedOff, SessionPlaceholders: sessionPlaceholdersSession})
 }
 
 // waitAheadBuilt waits (bounded) until a session sandbox built ahead
@@ -343,7 +343,7 @@ func waitAheadBuilt(d *Driver) {
 	}
 }
 
-func benchSession(b *testing.B, opts Options) {
+func benchSession(b *testing.B, opts options) {
 	ctx := context.Background()
 	d := benchDriver(b, opts, false)
 	if why := d.sessionOffWhy(); why != "" {
@@ -407,7 +407,7 @@ func benchSession(b *testing.B, opts Options) {
 		if err := d.ForgetSession(ctx, s.SessionID); err != nil {
 			b.Fatal(err)
 		}
-		d.pool.waitIdle()
+		d.pool.WaitIdle()
 		cpuSession += cpuAll() - c0
 		nSession += warm + 1
 		c0 = cpuAll()
@@ -462,7 +462,7 @@ func cpuAll() time.Duration {
 // -benchtime 1x.
 func BenchmarkSessionIdleHeld(b *testing.B) {
 	ctx := context.Background()
-	d := benchDriver(b, Options{SessionSandbox: SessionSandboxAlways, Prepared: PreparedOff}, false)
+	d := benchDriver(b, options{SessionSandbox: sessionSandboxAlways, Prepared: preparedOff}, false)
 	if why := d.sessionOffWhy(); why != "" {
 		b.Skip("session sandboxes off here: " + why)
 	}
@@ -518,7 +518,7 @@ func BenchmarkSessionIdleHeld(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
-		d.pool.waitIdle()
+		d.pool.WaitIdle()
 	}
 	b.ReportMetric(float64(n), "sessions")
 	b.ReportMetric(total, "pss_total_MiB")

@@ -27,22 +27,22 @@ import (
 // bridge hold unbounded descriptors; the proxy has its own cap behind it.
 const bridgeMaxConns = 512
 
-// BridgeError says why the bridge could not start.
-type BridgeError struct {
+// bridgeError says why the bridge could not start.
+type bridgeError struct {
 	Addr   string
 	Reason string
 }
 
-func (e *BridgeError) Error() string {
+func (e *bridgeError) Error() string {
 	if e.Addr == "" {
 		return "network bridge: " + e.Reason
 	}
 	return fmt.Sprintf("network bridge: %s: %s", e.Addr, e.Reason)
 }
 
-// Bridge is a running relay. Close or cancelling the context it was started
+// bridge is a running relay. Close or cancelling the context it was started
 // with stops it.
-type Bridge struct {
+type bridge struct {
 	socket string
 	lns    []net.Listener
 	sem    chan struct{}
@@ -55,24 +55,24 @@ type Bridge struct {
 	once   sync.Once
 }
 
-// StartBridge binds every listen address (each must be a loopback IP
+// openBridge binds every listen address (each must be a loopback IP
 // literal with a port; port 0 picks a free one, see Addrs) before returning, so a caller can start the target
 // as soon as it returns, and relays accepted connections to unixSocket.
-func StartBridge(ctx context.Context, listenAddrs []string, unixSocket string) (*Bridge, error) {
+func openBridge(ctx context.Context, listenAddrs []string, unixSocket string) (*bridge, error) {
 	return startBridge(ctx, listenAddrs, unixSocket, nil)
 }
 
-// startBridge is StartBridge with a hook that runs after every listener is
+// startBridge is openBridge with a hook that runs after every listener is
 // bound and before the first connection is accepted; if it fails the
 // bridge is closed and never serves.
-func startBridge(ctx context.Context, listenAddrs []string, unixSocket string, beforeServe func() error) (*Bridge, error) {
+func startBridge(ctx context.Context, listenAddrs []string, unixSocket string, beforeServe func() error) (*bridge, error) {
 	if len(listenAddrs) == 0 {
-		return nil, &BridgeError{Reason: "no listen addresses"}
+		return nil, &bridgeError{Reason: "no listen addresses"}
 	}
 	if unixSocket == "" {
-		return nil, &BridgeError{Reason: "no proxy socket"}
+		return nil, &bridgeError{Reason: "no proxy socket"}
 	}
-	b := &Bridge{
+	b := &bridge{
 		socket: unixSocket,
 		sem:    make(chan struct{}, bridgeMaxConns),
 		conns:  map[net.Conn]struct{}{},
@@ -82,19 +82,19 @@ func startBridge(ctx context.Context, listenAddrs []string, unixSocket string, b
 		ap, err := netip.ParseAddrPort(a)
 		if err != nil || !ap.Addr().IsLoopback() {
 			b.closeListeners()
-			return nil, &BridgeError{Addr: a, Reason: "listen address must be a loopback IP literal with a port"}
+			return nil, &bridgeError{Addr: a, Reason: "listen address must be a loopback IP literal with a port"}
 		}
 		ln, err := net.Listen("tcp", a)
 		if err != nil {
 			b.closeListeners()
-			return nil, &BridgeError{Addr: a, Reason: err.Error()}
+			return nil, &bridgeError{Addr: a, Reason: err.Error()}
 		}
 		b.lns = append(b.lns, ln)
 	}
 	if beforeServe != nil {
 		if err := beforeServe(); err != nil {
 			b.closeListeners()
-			return nil, &BridgeError{Reason: err.Error()}
+			return nil, &bridgeError{Reason: err.Error()}
 		}
 	}
 	for _, ln := range b.lns {
@@ -113,10 +113,10 @@ func startBridge(ctx context.Context, listenAddrs []string, unixSocket string, b
 	return b, nil
 }
 
-// RunBridge starts a bridge and blocks until ctx ends, then stops it and
+// runBridge starts a bridge and blocks until ctx ends, then stops it and
 // waits for every relay to finish.
-func RunBridge(ctx context.Context, listenAddrs []string, unixSocket string) error {
-	b, err := StartBridge(ctx, listenAddrs, unixSocket)
+func runBridge(ctx context.Context, listenAddrs []string, unixSocket string) error {
+	b, err := openBridge(ctx, listenAddrs, unixSocket)
 	if err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func RunBridge(ctx context.Context, listenAddrs []string, unixSocket string) err
 }
 
 // Addrs returns the bound listen addresses.
-func (b *Bridge) Addrs() []net.Addr {
+func (b *bridge) Addrs() []net.Addr {
 	out := make([]net.Addr, len(b.lns))
 	for i, ln := range b.lns {
 		out[i] = ln.Addr()
@@ -135,7 +135,7 @@ func (b *Bridge) Addrs() []net.Addr {
 }
 
 // Close stops accepting, ends every relay and waits for them. Idempotent.
-func (b *Bridge) Close() error {
+func (b *bridge) Close() error {
 	b.once.Do(func() {
 		b.mu.Lock()
 		b.closed = true
@@ -150,13 +150,13 @@ func (b *Bridge) Close() error {
 	return nil
 }
 
-func (b *Bridge) closeListeners() {
+func (b *bridge) closeListeners() {
 	for _, ln := range b.lns {
 		ln.Close()
 	}
 }
 
-func (b *Bridge) track(cs ...net.Conn) bool {
+func (b *bridge) track(cs ...net.Conn) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -168,7 +168,7 @@ func (b *Bridge) track(cs ...net.Conn) bool {
 	return true
 }
 
-func (b *Bridge) untrack(cs ...net.Conn) {
+func (b *bridge) untrack(cs ...net.Conn) {
 	b.mu.Lock()
 	for _, c := range cs {
 		delete(b.conns, c)
@@ -176,7 +176,7 @@ func (b *Bridge) untrack(cs ...net.Conn) {
 	b.mu.Unlock()
 }
 
-func (b *Bridge) accept(ln net.Listener) {
+func (b *bridge) accept(ln net.Listener) {
 	defer b.wg.Done()
 	for {
 		c, err := ln.Accept()
@@ -218,7 +218,7 @@ func (b *Bridge) accept(ln net.Listener) {
 // proxy socket. End of stream in either direction is passed on as a
 // half-close, so request/response protocols that close their sending side
 // first keep working; an error on either side ends both.
-func (b *Bridge) relay(c net.Conn) {
+func (b *bridge) relay(c net.Conn) {
 	defer b.untrack(c)
 	defer c.Close()
 	up, err := net.Dial("unix", b.socket)
@@ -248,12 +248,12 @@ func (b *Bridge) relay(c net.Conn) {
 	wg.Wait()
 }
 
-// BridgeCommand names the bridge's mode: `sandbox-bridge --socket PATH
+// bridgeCommand names the bridge's mode: `sandbox-bridge --socket PATH
 // --listen ADDR [--listen ADDR...] [--ready-fd N]`. The driver binary runs
 // it as `sandbox-net sandbox-bridge ...` under sandbox-init, which is the
-// only way the supervisor starts it (see NetSupervisorCommand); BridgeMain
+// only way the supervisor starts it (see netSupervisorCommand); BridgeMain
 // serves the same arguments unconfined for other launchers and tests.
-const BridgeCommand = "sandbox-bridge"
+const bridgeCommand = "sandbox-bridge"
 
 // BridgeMain runs the bridge for the sandbox-bridge subcommand (args
 // exclude the subcommand). Once every address is bound it writes "ready\n"
@@ -294,7 +294,7 @@ func bridgeMain(args []string, beforeServe func() error) int {
 			}
 		}
 		if !ok {
-			fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: bad argument %q\n", BridgeCommand, args[i])
+			fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: bad argument %q\n", bridgeCommand, args[i])
 			return 2
 		}
 	}
@@ -302,7 +302,7 @@ func bridgeMain(args []string, beforeServe func() error) int {
 	defer stop()
 	b, err := startBridge(ctx, listen, socket, beforeServe)
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %v\n", BridgeCommand, err)
+		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %v\n", bridgeCommand, err)
 		return 2
 	}
 	if readyFD >= 0 {
@@ -311,7 +311,7 @@ func bridgeMain(args []string, beforeServe func() error) int {
 		f.Close()
 		if err != nil {
 			b.Close()
-			fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: ready fd: %v\n", BridgeCommand, err)
+			fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: ready fd: %v\n", bridgeCommand, err)
 			return 2
 		}
 	}

@@ -57,12 +57,12 @@ func unixEcho(c *net.UnixConn) {
 	c.CloseWrite()
 }
 
-func startTestBridge(t *testing.T, ctx context.Context, sock string) (*Bridge, string) {
+func startTestBridge(t *testing.T, ctx context.Context, sock string) (*bridge, string) {
 	t.Helper()
-	b, err := StartBridge(ctx, []string{"127.0.0.1:0", "[::1]:0"}, sock)
+	b, err := openBridge(ctx, []string{"127.0.0.1:0", "[::1]:0"}, sock)
 	if err != nil {
 		// Hosts without IPv6 loopback: IPv4 alone.
-		b, err = StartBridge(ctx, []string{"127.0.0.1:0"}, sock)
+		b, err = openBridge(ctx, []string{"127.0.0.1:0"}, sock)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +168,7 @@ func TestBridgeContextCancelStopsItWithoutLeaks(t *testing.T) {
 	})
 	before := runtime.NumGoroutine()
 	ctx, cancel := context.WithCancel(context.Background())
-	b, err := StartBridge(ctx, []string{"127.0.0.1:0"}, sock)
+	b, err := openBridge(ctx, []string{"127.0.0.1:0"}, sock)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestRunBridgeReturnsOnCancel(t *testing.T) {
 	sock := unixServer(t, unixEcho)
 	ctx, cancel := context.WithCancel(context.Background())
 	ret := make(chan error, 1)
-	go func() { ret <- RunBridge(ctx, []string{"127.0.0.1:0"}, sock) }()
+	go func() { ret <- runBridge(ctx, []string{"127.0.0.1:0"}, sock) }()
 	cancel()
 	select {
 	case err := <-ret:
@@ -232,8 +232,8 @@ func TestRunBridgeReturnsOnCancel(t *testing.T) {
 		t.Fatal("RunBridge did not return after cancel")
 	}
 	// A bad address is an error at once, not a hang.
-	err := RunBridge(context.Background(), []string{"10.0.0.1:3128"}, sock)
-	var be *BridgeError
+	err := runBridge(context.Background(), []string{"10.0.0.1:3128"}, sock)
+	var be *bridgeError
 	if !errors.As(err, &be) {
 		t.Fatalf("non-loopback address: %v", err)
 	}
@@ -241,8 +241,8 @@ func TestRunBridgeReturnsOnCancel(t *testing.T) {
 
 func TestBridgeRefusesNonLoopbackAddresses(t *testing.T) {
 	for _, a := range []string{"0.0.0.0:3128", "[::]:3128", "192.0.2.1:80", "localhost:3128", ":3128", "127.0.0.1", ""} {
-		b, err := StartBridge(context.Background(), []string{a}, "/nonexistent.sock")
-		var be *BridgeError
+		b, err := openBridge(context.Background(), []string{a}, "/nonexistent.sock")
+		var be *bridgeError
 		if !errors.As(err, &be) {
 			if b != nil {
 				b.Close()
@@ -250,17 +250,17 @@ func TestBridgeRefusesNonLoopbackAddresses(t *testing.T) {
 			t.Errorf("StartBridge(%q) = %v, want *BridgeError", a, err)
 		}
 	}
-	if _, err := StartBridge(context.Background(), []string{"127.0.0.1:0"}, ""); err == nil {
+	if _, err := openBridge(context.Background(), []string{"127.0.0.1:0"}, ""); err == nil {
 		t.Error("empty socket path accepted")
 	}
 	// A second listen address that cannot bind releases the first.
-	b, err := StartBridge(context.Background(), []string{"127.0.0.1:0"}, "/nonexistent.sock")
+	b, err := openBridge(context.Background(), []string{"127.0.0.1:0"}, "/nonexistent.sock")
 	if err != nil {
 		t.Fatal(err)
 	}
 	taken := b.Addrs()[0].String()
 	defer b.Close()
-	if _, err := StartBridge(context.Background(), []string{"127.0.0.1:0", taken}, "/nonexistent.sock"); err == nil {
+	if _, err := openBridge(context.Background(), []string{"127.0.0.1:0", taken}, "/nonexistent.sock"); err == nil {
 		t.Error("binding a taken port succeeded")
 	}
 }
@@ -345,7 +345,7 @@ func BenchmarkBridgeThroughput(b *testing.B) {
 	})
 	b.Run("bridge_proxy", func(b *testing.B) {
 		p := startHostProxy(b, sink)
-		br, err := StartBridge(context.Background(), []string{"127.0.0.1:0"}, p.UnixSocket)
+		br, err := openBridge(context.Background(), []string{"127.0.0.1:0"}, p.UnixSocket)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
 )
 
 // fakeV2 lays out a cgroup v2 filesystem whose driver cgroup holds a
@@ -49,81 +51,11 @@ func readTrim(t *testing.T, p string) string {
 	return strings.TrimSpace(string(b))
 }
 
-func TestCgroupV2FakeFS(t *testing.T) {
-	root, selfFile := fakeV2(t)
-	self, _ := os.ReadFile(selfFile)
-	cs := detectCgroups(root, self, CgroupAuto, 4242)
-	if cs.mode != CgroupV2 {
-		t.Fatalf("mode %s (%v)", cs.mode, cs.why)
-	}
-	own := filepath.Join(root, "user.slice", "svc")
-	if cs.v2Base != own || !cs.have[ctrlMemory] || !cs.have[ctrlPids] || !cs.have[ctrlCPU] {
-		t.Fatalf("%+v", cs)
-	}
-	// The driver moved itself into a leaf, then enabled the controllers.
-	if got := readTrim(t, filepath.Join(own, "aleph-driver", "cgroup.procs")); got != "4242" {
-		t.Fatalf("leaf procs %q", got)
-	}
-	if got := readTrim(t, filepath.Join(own, "cgroup.subtree_control")); got != "+memory +pids +cpu" {
-		t.Fatalf("subtree_control %q", got)
-	}
-	cg, err := cs.create(cgroupLimits{MemoryBytes: 64 << 20, Pids: 50, CPUQuotaPercent: 50}, ownerTag())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := filepath.Join(own, cg.name)
-	for file, want := range map[string]string{
-		"memory.max": "67108864", "memory.swap.max": "0", "pids.max": "50", "cpu.max": "50000 100000",
-	} {
-		if got := readTrim(t, filepath.Join(dir, file)); got != want {
-			t.Errorf("%s = %q, want %q", file, got, want)
-		}
-	}
-	if cg.fd < 0 {
-		t.Fatal("no cgroup fd for CLONE_INTO_CGROUP")
-	}
-	if cg.oomKilled() {
-		t.Fatal("oom before anything ran")
-	}
-	if err := os.WriteFile(filepath.Join(dir, "memory.events"), []byte("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if !cg.oomKilled() {
-		t.Fatal("oom_kill 1 not seen")
-	}
-	cg.remove()
-	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("command cgroup left behind: %v", err)
-	}
-	if cg.fd != -1 {
-		t.Fatal("fd not closed")
-	}
-}
-
-func TestCgroupV2FakeFSRefusals(t *testing.T) {
-	root, selfFile := fakeV2(t)
-	own := filepath.Join(root, "user.slice", "svc")
-	// Without the pids controller v2 is refused, with the reason.
-	if err := os.WriteFile(filepath.Join(own, "cgroup.controllers"), []byte("cpu memory"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	self, _ := os.ReadFile(selfFile)
-	cs := detectCgroups(root, self, CgroupV2, 1)
-	if cs.mode != CgroupNone || !strings.Contains(cs.reason(ctrlPids), "pids") {
-		t.Fatalf("mode %s reason %q", cs.mode, cs.reason(ctrlPids))
-	}
-	// cgroup = none is honoured.
-	cs = detectCgroups(root, self, CgroupNone, 1)
-	if cs.mode != CgroupNone || !strings.Contains(cs.reason(ctrlMemory), "none") {
-		t.Fatalf("none: %+v", cs)
-	}
-}
-
 // A v2 cgroup that is not a real cgroup must make Run fail, never run the
 // command outside its limits.
 func TestCgroupV2FailsClosed(t *testing.T) {
 	root, selfFile := fakeV2(t)
-	d, err := New(Config{Options: Options{Cgroup: CgroupV2}, InitBinary: driverBin, CgroupRoot: root, SelfCgroup: selfFile})
+	d, err := newDriver(config{Options: options{Cgroup: cgroupV2}, InitBinary: driverBin, CgroupRoot: root, SelfCgroup: selfFile})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,20 +78,8 @@ func TestCgroupV2FailsClosed(t *testing.T) {
 		}
 	}
 	// Control: the same driver setup without cgroups runs the command.
-	d2 := testDriver(t, Options{Cgroup: CgroupNone})
+	d2 := testDriver(t, options{Cgroup: cgroupNone})
 	expectOK(t, drvSh(t, d2, ws, "touch ran"))
-}
-
-func TestSelfPath(t *testing.T) {
-	in := []byte("12:pids:/a\n4:memory:/system.slice/x\n3:cpu,cpuacct:/c\n0::/u.slice\n")
-	for ctrl, want := range map[string]string{"pids": "/a", "memory": "/system.slice/x", "cpu": "/c", "": "/u.slice"} {
-		if got, ok := selfPath(in, ctrl); !ok || got != want {
-			t.Errorf("%q: %q %v", ctrl, got, ok)
-		}
-	}
-	if _, ok := selfPath(in, "hugetlb"); ok {
-		t.Error("hugetlb found")
-	}
 }
 
 func u64(n uint64) *uint64 { return &n }
@@ -175,7 +95,7 @@ func cgroupGone(t *testing.T, d *Driver, exit driverapi.Exit) {
 		// A prepared sandbox is torn down in the background once its
 		// command is answered (endSandbox), bounded by endWait.
 		done := make(chan struct{})
-		go func() { d.pool.waitEnded(); close(done) }()
+		go func() { d.pool.WaitEnded(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(2 * endWait):
@@ -183,20 +103,15 @@ func cgroupGone(t *testing.T, d *Driver, exit driverapi.Exit) {
 		}
 	}
 	h := d.probe()
-	for c, base := range h.cg.v1Base {
+	for _, base := range h.cg.Bases() {
 		if _, err := os.Stat(filepath.Join(base, name)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s cgroup %s left behind", c, name)
-		}
-	}
-	if h.cg.v2Base != "" {
-		if _, err := os.Stat(filepath.Join(h.cg.v2Base, name)); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("cgroup %s left behind", name)
+			t.Errorf("cgroup %s left behind", filepath.Join(base, name))
 		}
 	}
 }
 
 func TestMemoryLimit(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := context.Background()
 	caps, err := d.Capabilities(ctx)
 	if err != nil {
@@ -211,7 +126,7 @@ func TestMemoryLimit(t *testing.T) {
 			t.Fatalf("memory_limit neither claimed nor reported unavailable: %+v", caps)
 		}
 		r := drvRun(t, ctx, d, ws, lim, nil, "/bin/true")
-		var ue *UnavailableError
+		var ue *unavailableError
 		if !errors.As(r.err, &ue) || ue.Feature != driverapi.FeatureMemoryLimit {
 			t.Fatalf("memory limit request not refused: %v", r.err)
 		}
@@ -242,7 +157,7 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 func TestPidLimit(t *testing.T) {
-	d := testDriver(t, Options{MaxPids: u64(20)})
+	d := testDriver(t, options{MaxPids: u64(20)})
 	ctx := context.Background()
 	caps, _ := d.Capabilities(ctx)
 	ws := newWorkspace(t)
@@ -273,15 +188,15 @@ func hasUnavailable(h driverapi.HostCapabilities, f string) bool {
 }
 
 func TestCgroupV1Files(t *testing.T) {
-	d := testDriver(t, Options{CPUQuotaPercent: 50, MaxPids: u64(33)})
+	d := testDriver(t, options{CPUQuotaPercent: 50, MaxPids: u64(33)})
 	caps, _ := d.Capabilities(context.Background())
 	h := d.probe()
-	if h.cg.mode != CgroupV1 || !h.cg.have[ctrlCPU] {
+	if h.cg.Mode() != cgroup.V1 || !h.cg.Has(cgroup.CPU) {
 		// Not enforceable here: must be said, not claimed.
-		if caps.Has(driverapi.FeatureCPULimit) && h.cg.mode != CgroupV2 {
-			t.Fatalf("cpu_limit claimed with cgroup mode %s", h.cg.mode)
+		if caps.Has(driverapi.FeatureCPULimit) && h.cg.Mode() != cgroup.V2 {
+			t.Fatalf("cpu_limit claimed with cgroup mode %s", h.cg.Mode())
 		}
-		if h.cg.mode == CgroupNone && !hasUnavailable(caps, driverapi.FeatureCPULimit) {
+		if h.cg.Mode() == cgroup.None && !hasUnavailable(caps, driverapi.FeatureCPULimit) {
 			t.Fatalf("cpu_limit not explained: %+v", caps.Unavailable)
 		}
 		return
@@ -289,57 +204,29 @@ func TestCgroupV1Files(t *testing.T) {
 	if !caps.Has(driverapi.FeatureCPULimit) {
 		t.Fatalf("cpu controller writable and quota set, cpu_limit not claimed: %+v", caps)
 	}
-	cg, err := h.cg.create(cgroupLimits{MemoryBytes: 64 << 20, Pids: 33, CPUQuotaPercent: 50}, ownerTag())
+	cg, err := h.cg.Create(cgroup.Limits{MemoryBytes: 64 << 20, Pids: 33, CPUQuotaPercent: 50}, ownertag.Self())
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]map[string]string{
-		ctrlCPU:    {"cpu.cfs_quota_us": "50000", "cpu.cfs_period_us": "100000"},
-		ctrlPids:   {"pids.max": "33"},
-		ctrlMemory: {"memory.limit_in_bytes": "67108864"},
+		cgroup.CPU:    {"cpu.cfs_quota_us": "50000", "cpu.cfs_period_us": "100000"},
+		cgroup.Pids:   {"pids.max": "33"},
+		cgroup.Memory: {"memory.limit_in_bytes": "67108864"},
 	}
-	if h.cg.memsw {
-		want[ctrlMemory]["memory.memsw.limit_in_bytes"] = "67108864"
+	if h.cg.Memsw() {
+		want[cgroup.Memory]["memory.memsw.limit_in_bytes"] = "67108864"
 	}
 	for c, files := range want {
 		for f, v := range files {
-			if got := readTrim(t, filepath.Join(cg.dirs[c], f)); got != v {
+			if got := readTrim(t, filepath.Join(cg.Dir(c), f)); got != v {
 				t.Errorf("%s/%s = %s, want %s", c, f, got, v)
 			}
 		}
 	}
-	cg.remove()
-	for c, dir := range cg.dirs {
-		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+	cg.Remove()
+	for c := range want {
+		if _, err := os.Stat(cg.Dir(c)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s cgroup left: %v", c, err)
-		}
-	}
-}
-
-func TestSweepStaleCommandCgroups(t *testing.T) {
-	base := t.TempDir()
-	for _, n := range []string{"aleph-old", "aleph-new", "aleph-driver", "other-old", "aleph-busy"} {
-		if err := os.Mkdir(filepath.Join(base, n), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// A non-empty cgroup (on a fake fs: a directory with a file) stays even
-	// when old: the kernel refuses rmdir while a cgroup has members.
-	if err := os.WriteFile(filepath.Join(base, "aleph-busy", "x"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	old := time.Now().Add(-time.Hour)
-	for _, n := range []string{"aleph-old", "aleph-driver", "other-old", "aleph-busy"} {
-		if err := os.Chtimes(filepath.Join(base, n), old, old); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cs := &cgroupSystem{mode: CgroupV1, v1Base: map[string]string{ctrlPids: base}}
-	cs.sweep()
-	for n, want := range map[string]bool{"aleph-old": false, "aleph-new": true, "aleph-driver": true, "other-old": true, "aleph-busy": true} {
-		_, err := os.Stat(filepath.Join(base, n))
-		if (err == nil) != want {
-			t.Errorf("%s: exists=%v, want %v", n, err == nil, want)
 		}
 	}
 }
@@ -348,14 +235,7 @@ func TestSweepStaleCommandCgroups(t *testing.T) {
 func commandCgroups(d *Driver) map[string]bool {
 	out := map[string]bool{}
 	h := d.probe()
-	bases := []string{}
-	for _, b := range h.cg.v1Base {
-		bases = append(bases, b)
-	}
-	if h.cg.v2Base != "" {
-		bases = append(bases, h.cg.v2Base)
-	}
-	for _, b := range bases {
+	for _, b := range h.cg.Bases() {
 		ents, _ := os.ReadDir(b)
 		for _, e := range ents {
 			if e.IsDir() && strings.HasPrefix(e.Name(), "aleph-") && e.Name() != "aleph-driver" {

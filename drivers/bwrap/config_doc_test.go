@@ -22,11 +22,11 @@ func TestConfigDocMatchesSchema(t *testing.T) {
 	}
 	table, _, _ = strings.Cut(table, "\n## ")
 	rows := regexp.MustCompile("(?m)^\\| `([a-z_]+)` \\| `([^`]*)` \\|").FindAllStringSubmatch(table, -1)
-	if len(rows) != len(Schema().Fields) {
-		t.Fatalf("the docs list %d keys, the schema %d", len(rows), len(Schema().Fields))
+	if len(rows) != len(schema().Fields) {
+		t.Fatalf("the docs list %d keys, the schema %d", len(rows), len(schema().Fields))
 	}
 	for _, r := range rows {
-		f, ok := Schema().Field(r[1])
+		f, ok := schema().Field(r[1])
 		if !ok {
 			t.Errorf("the docs list %s, not a key of the driver", r[1])
 			continue

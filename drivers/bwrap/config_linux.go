@@ -15,11 +15,11 @@ func (d *Driver) ConfigSchema(ctx context.Context) (driverapi.ConfigSchema, erro
 	if err := ctx.Err(); err != nil {
 		return driverapi.ConfigSchema{}, err
 	}
-	return Schema(), nil
+	return schema(), nil
 }
 
 // SetConfig implements driverapi.Configurable. The host hands the driver
-// its section at launch too (OptionsEnv), so the host probe can start before
+// its section at launch too (optionsEnv), so the host probe can start before
 // the handshake; SetConfig is where a refused section becomes a typed error
 // naming its key. A section that differs from the one the process started
 // with is refused rather than half applied: the probe already ran on it.
@@ -28,7 +28,7 @@ func (d *Driver) SetConfig(ctx context.Context, configJSON []byte) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	o, err := ValidateConfig(configJSON)
+	o, err := validateConfig(configJSON)
 	if err != nil {
 		return err
 	}
@@ -38,8 +38,8 @@ func (d *Driver) SetConfig(ctx context.Context, configJSON []byte) error {
 	cur, _ := json.Marshal(d.cfg.Options)
 	next, _ := json.Marshal(o)
 	if !bytes.Equal(cur, next) {
-		return &driverapi.ConfigError{Section: ConfigSection,
-			Reason: "differs from the section this driver process was started with (" + OptionsEnv + "); start the driver with the section instead"}
+		return &driverapi.ConfigError{Section: configSection,
+			Reason: "differs from the section this driver process was started with (" + optionsEnv + "); start the driver with the section instead"}
 	}
 	return nil
 }

@@ -11,7 +11,7 @@ import (
 // The schema must describe every key the driver accepts, and no other.
 func TestSchemaMatchesOptions(t *testing.T) {
 	var names []string
-	for _, f := range Schema().Fields {
+	for _, f := range schema().Fields {
 		names = append(names, f.Name)
 		if f.Description == "" || f.Type == "" {
 			t.Errorf("field %s has no description or type", f.Name)
@@ -34,15 +34,15 @@ func TestValidateConfigNamesTheKey(t *testing.T) {
 		{`{"cpu_quota_percent": 9999999}`, "cpu_quota_percent"},
 	}
 	for _, c := range cases {
-		_, err := ValidateConfig([]byte(c.in))
+		_, err := validateConfig([]byte(c.in))
 		var ce *driverapi.ConfigError
-		if !errors.As(err, &ce) || ce.Section != ConfigSection || ce.Key != c.key {
+		if !errors.As(err, &ce) || ce.Section != configSection || ce.Key != c.key {
 			t.Errorf("%s: want ConfigError on %s, got %T %v", c.in, c.key, err, err)
 		}
 	}
 	// Positive controls.
 	for _, in := range []string{``, `{}`, `{"max_pids": 0, "cgroup": "v1", "cpu_quota_percent": 50}`} {
-		if _, err := ValidateConfig([]byte(in)); err != nil {
+		if _, err := validateConfig([]byte(in)); err != nil {
 			t.Errorf("%q refused: %v", in, err)
 		}
 	}

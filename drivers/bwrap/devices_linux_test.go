@@ -39,7 +39,7 @@ func TestDeviceNodesImmutableInside(t *testing.T) {
 	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") != "" {
 		t.Skip("the Landlock tier has no /dev of its own: TestTierMetadata covers its devices")
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	before := map[string]hostDevStat{}
 	for _, n := range bwrapDevNodes() {
@@ -108,7 +108,7 @@ func TestBwrapTierMetadataReadOnly(t *testing.T) {
 	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") != "" {
 		t.Skip("bwrap tier only: TestTierMetadataGuarded covers the Landlock tier")
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	host := newWorkspace(t)
 	secret := newWorkspace(t)

@@ -2,7 +2,7 @@
 //
 // A command runs as
 //
-//	bwrap <namespaces, mounts> -- <driver binary> sandbox-init <InitSpec> -- PROGRAM ARGS...
+//	bwrap <namespaces, mounts> -- <driver binary> sandbox-init <initSpec> -- PROGRAM ARGS...
 //
 // bubblewrap gives it fresh mount, PID, IPC, UTS, cgroup and (unless the
 // network is allowed) network namespaces, a root built only from the system
@@ -14,7 +14,7 @@
 // output within its budget, and kills the whole tree on timeout, cancel or
 // its own death.
 //
-// The launch plan (Plan) is the driver's Profile: ProfileFor builds it from
+// The launch plan (launchPlan) is the driver's Profile: ProfileFor builds it from
 // the request; Run checks it again before using it, because a profile's
 // digest proves integrity, not origin.
 package bwrap

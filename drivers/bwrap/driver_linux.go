@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,23 +22,26 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/protectjournal"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/sessionpool"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"github.com/aleph-sandbox/aleph-sandbox/internal/starttrace"
 )
 
-// Version is the driver's version, reported in HostCapabilities.
-const Version = "0.1.0"
+// driverVersion is the driver's version, reported in HostCapabilities.
+const driverVersion = "0.1.0"
 
 // waitDelay bounds how long Wait waits for output pipes after bwrap exits.
 // Every sandbox process dies with bwrap (PID namespace), so the pipes close
 // at once; the bound is for the impossible case, so Wait can never hang.
 const waitDelay = 2 * time.Second
 
-// Config configures a Driver. The zero value is the production setup.
-type Config struct {
-	// Options is the [sandbox.linux] configuration (see ParseOptions).
-	Options Options
+// config configures a Driver. The zero value is the production setup.
+type config struct {
+	// options is the [sandbox.linux] configuration (see parseOptions).
+	Options options
 	// InitBinary is the binary bound read-only into each sandbox to run
 	// sandbox-init. Default: aleph-sandbox-init beside the driver binary
 	// when trustworthy, else the driver binary.
@@ -67,10 +69,10 @@ type Config struct {
 	// MaxSessionNetworks caps the network namespaces held for sessions
 	// under network none (sessionnet_linux.go); when every one has a
 	// command running, a command of one more session is refused. Default
-	// DefaultMaxSessionNetworks.
+	// defaultMaxSessionNetworks.
 	MaxSessionNetworks int
 	// SessionNetworkIdle is how long a session's network namespace is
-	// kept with no command running in it. Default DefaultSessionNetworkIdle.
+	// kept with no command running in it. Default defaultSessionNetworkIdle.
 	SessionNetworkIdle time.Duration
 	// probeKeyExtra are more files the probe cache's key includes (tests).
 	probeKeyExtra []string
@@ -82,14 +84,16 @@ type Config struct {
 
 // Driver is the bubblewrap driver. It is safe for concurrent use.
 type Driver struct {
-	cfg   Config
+	cfg   config
 	log   hclog.Logger
 	once  sync.Once
 	host  *hostProbe
 	plans planCache
 	mu    sync.Mutex // serialises placeholder set-up and removal
-	owner string     // ownerTag of this process, for its journal records
-	seq   uint64     // numbers this driver's intent records (under mu)
+	owner string     // ownertag.Self of this process, for its cgroups
+	// journal is the placeholder journal in the state directory
+	// (protect_linux.go).
+	journal *protectjournal.Journal
 
 	recoverOnce sync.Once // placeholders killed drivers left, removed at start
 	janitorOnce sync.Once // starts the janitor (janitor_linux.go)
@@ -112,12 +116,9 @@ type Driver struct {
 	// nets are the sessions' network namespaces (network none).
 	nets *sessionpool.Pool[*netns]
 	// pool holds the prepared sandboxes (prepared_linux.go).
-	pool preparedPool
+	pool *preparedPool
 	// sessions holds the session sandboxes (session_linux.go).
 	sessions sessionSet
-	// tombs numbers the intents a placeholder's record becomes while the
-	// placeholder is removed (protect_linux.go).
-	tombs atomic.Uint64
 	// trace marks the steps of a start for measurement (nil: off).
 	trace *starttrace.Trace
 }
@@ -131,8 +132,8 @@ var (
 	_ driverapi.SessionForgetter = (*Driver)(nil)
 )
 
-// New returns a driver; the host is probed on first use.
-func New(cfg Config) (*Driver, error) {
+// newDriver returns a driver; the host is probed on first use.
+func newDriver(cfg config) (*Driver, error) {
 	cfg.Options = cfg.Options.withDefaults()
 	if err := cfg.Options.Validate(); err != nil {
 		return nil, err
@@ -164,20 +165,22 @@ func New(cfg Config) (*Driver, error) {
 		cfg.MaxSessionNetworks = int(cfg.Options.MaxSessionNetworks)
 	}
 	if cfg.MaxSessionNetworks <= 0 {
-		cfg.MaxSessionNetworks = DefaultMaxSessionNetworks
+		cfg.MaxSessionNetworks = defaultMaxSessionNetworks
 	}
 	if cfg.SessionNetworkIdle <= 0 {
-		cfg.SessionNetworkIdle = DefaultSessionNetworkIdle
+		cfg.SessionNetworkIdle = defaultSessionNetworkIdle
 	}
-	d := &Driver{cfg: cfg, log: lg, owner: ownerTag()}
+	d := &Driver{cfg: cfg, log: lg, owner: ownertag.Self()}
+	d.journal = protectjournal.New(cfg.StateDir, d.owner, lg)
+	d.pool = newPreparedPool()
 	d.nets = sessionpool.New(cfg.MaxSessionNetworks, cfg.SessionNetworkIdle,
 		func() (*netns, error) { return makeNetns(cfg.DriverBinary, os.Geteuid() != 0) }, (*netns).close)
 	return d, nil
 }
 
-// InitBinaryName is the small in-sandbox binary the driver prefers when it
+// initBinaryName is the small in-sandbox binary the driver prefers when it
 // is installed beside the driver binary.
-const InitBinaryName = "aleph-sandbox-init"
+const initBinaryName = "aleph-sandbox-init"
 
 // chooseInit picks the binary bwrap runs as sandbox-init: the small
 // aleph-sandbox-init beside the driver binary exe when it is as trustworthy
@@ -187,7 +190,7 @@ const InitBinaryName = "aleph-sandbox-init"
 // binary's checksum; a sibling in a directory others can write to could be
 // swapped, so it is never used there.
 func chooseInit(exe string) string {
-	sib := filepath.Join(filepath.Dir(exe), InitBinaryName)
+	sib := filepath.Join(filepath.Dir(exe), initBinaryName)
 	var exeSt, sibSt, dirSt unix.Stat_t
 	if unix.Stat(exe, &exeSt) != nil || unix.Lstat(sib, &sibSt) != nil || unix.Stat(filepath.Dir(exe), &dirSt) != nil {
 		return exe
@@ -201,18 +204,18 @@ func chooseInit(exe string) string {
 	return sib
 }
 
-// NewFromEnv returns a driver configured from OptionsEnv, as the plugin
+// NewFromEnv returns a driver configured from optionsEnv, as the plugin
 // binary runs it.
 //
 // A section it refuses does not stop the process: the driver serves with
 // nothing enforceable, so the host learns the refused key from SetConfig
 // (a typed error) instead of a plugin that died before its handshake.
 func NewFromEnv(lg hclog.Logger) (*Driver, error) {
-	o, optErr := ParseOptions(os.Getenv(OptionsEnv))
+	o, optErr := parseOptions(os.Getenv(optionsEnv))
 	if optErr != nil {
-		o = Options{}
+		o = options{}
 	}
-	d, err := New(Config{Options: o, Logger: lg, OneCommand: os.Getenv(driverapi.OneCommandEnv) == "1"})
+	d, err := newDriver(config{Options: o, Logger: lg, OneCommand: os.Getenv(driverapi.OneCommandEnv) == "1"})
 	if err != nil {
 		return nil, err
 	}
@@ -227,15 +230,15 @@ func (d *Driver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (
 	if err := ctx.Err(); err != nil {
 		return driverapi.Profile{}, err
 	}
-	p, err := BuildPlan(req)
+	p, err := buildPlan(req)
 	if err != nil {
 		return driverapi.Profile{}, err
 	}
 	p.TmpfsBytes = tmpfsBudget(d.cfg.Options.TmpfsMaxBytes(), p.MemoryBytes)
-	if p.SocketMode == SocketLoopback && d.probe().tier == tierLandlock {
+	if p.SocketMode == socketLoopback && d.probe().tier == tierLandlock {
 		// No network namespace in the Landlock tier: network none keeps
 		// denying inet sockets there.
-		p.SocketMode = SocketUnixOnly
+		p.SocketMode = socketUnixOnly
 	}
 	if err := d.enforceable(p); err != nil {
 		return driverapi.Profile{}, err
@@ -244,29 +247,29 @@ func (d *Driver) ProfileFor(ctx context.Context, req driverapi.ProfileRequest) (
 	if err != nil {
 		return driverapi.Profile{}, err
 	}
-	return driverapi.NewProfile(Backend, data), nil
+	return driverapi.NewProfile(backend, data), nil
 }
 
 // enforceable refuses a plan that needs something this host lacks: the
 // sandbox itself, or a memory limit without a memory cgroup.
-func (d *Driver) enforceable(p Plan) error {
+func (d *Driver) enforceable(p launchPlan) error {
 	h := d.probe()
 	if h.sandboxErr != nil {
-		return &UnavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
+		return &unavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
 	}
 	if err := d.stateDirRefusal(p); err != nil {
 		return err
 	}
-	if p.MemoryBytes > 0 && !h.cg.have[ctrlMemory] {
-		return &UnavailableError{Feature: driverapi.FeatureMemoryLimit, Reason: h.cg.reason(ctrlMemory), Fix: cgroupFix}
+	if p.MemoryBytes > 0 && !h.cg.Has(cgroup.Memory) {
+		return &unavailableError{Feature: driverapi.FeatureMemoryLimit, Reason: h.cg.Reason(cgroup.Memory), Fix: cgroupFix}
 	}
 	if p.Network == "allow_hosts" {
 		if f, reason := d.viaProxy(h); !f {
-			return &UnavailableError{Feature: driverapi.FeatureNetworkViaProxy, Reason: reason, Fix: "use a kernel with Landlock ABI >= 4 and seccomp"}
+			return &unavailableError{Feature: driverapi.FeatureNetworkViaProxy, Reason: reason, Fix: "use a kernel with Landlock ABI >= 4 and seccomp"}
 		}
 	}
 	if !p.AllowSpawn && !h.seccomp {
-		return &UnavailableError{Feature: driverapi.FeatureSubprocessControl, Reason: "seccomp filters cannot be installed here",
+		return &unavailableError{Feature: driverapi.FeatureSubprocessControl, Reason: "seccomp filters cannot be installed here",
 			Fix: "use a kernel with CONFIG_SECCOMP_FILTER, or allow spawn_subprocess"}
 	}
 	return nil
@@ -288,7 +291,7 @@ func (d *Driver) Run(ctx context.Context, spec driverapi.RunSpec, streams driver
 func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
 	ctx, leave := d.runs.enter(ctx, spec.SessionID)
 	defer leave()
-	if err := spec.Profile.Verify(Backend); err != nil {
+	if err := spec.Profile.Verify(backend); err != nil {
 		return driverapi.Exit{}, err
 	}
 	if err := driverapi.ValidateRunSpec(spec); err != nil {
@@ -347,7 +350,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if err != nil {
 		return driverapi.Exit{}, err
 	}
-	defer cg.remove()
+	defer cg.Remove()
 	if h.tier == tierLandlock {
 		if in != nil {
 			return driverapi.Exit{}, streamUnavailable(spec)
@@ -370,21 +373,21 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 
 // newCommandCgroup makes the cgroup of one command of plan (or of a
 // prepared sandbox for it), or nil where none is in force.
-func (d *Driver) newCommandCgroup(plan Plan) (*commandCgroup, error) {
+func (d *Driver) newCommandCgroup(plan launchPlan) (*cgroup.Command, error) {
 	h := d.probe()
-	lim := cgroupLimits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
-	if h.cg.mode == CgroupNone || (lim.MemoryBytes == 0 && lim.Pids == 0 && lim.CPUQuotaPercent == 0) {
+	lim := cgroup.Limits{MemoryBytes: plan.MemoryBytes, Pids: d.cfg.Options.Pids(), CPUQuotaPercent: d.cfg.Options.CPUQuotaPercent}
+	if h.cg.Mode() == cgroup.None || (lim.MemoryBytes == 0 && lim.Pids == 0 && lim.CPUQuotaPercent == 0) {
 		return nil, nil
 	}
-	cg, err := h.cg.create(lim, d.owner)
+	cg, err := h.cg.Create(lim, d.owner)
 	if err != nil {
 		return nil, fmt.Errorf("bwrap driver: %w", err)
 	}
-	if cg.mode == CgroupV1 {
+	if cg.Mode() == cgroup.V1 {
 		// The move of bwrap's child into the command's cgroups waits for
 		// an RCU grace period; start one now, so it passes while the
 		// placeholders are made and bwrap starts.
-		go h.cg.primeV1(cg)
+		go h.cg.PrimeV1(cg)
 	}
 	return cg, nil
 }
@@ -393,8 +396,8 @@ func (d *Driver) newCommandCgroup(plan Plan) (*commandCgroup, error) {
 // shared with the session's other commands, or nil: without a session (or
 // where it cannot be entered) the sandbox gets bwrap's own. release gives
 // it back once the command's sandbox has ended.
-func (d *Driver) sessionNetFor(plan Plan, session string) (_ *netns, release func(), _ error) {
-	if plan.SocketMode != SocketLoopback || session == "" || d.probe().sessionNet == "" {
+func (d *Driver) sessionNetFor(plan launchPlan, session string) (_ *netns, release func(), _ error) {
+	if plan.SocketMode != socketLoopback || session == "" || d.probe().sessionNet == "" {
 		return nil, func() {}, nil
 	}
 	d.trace.Mark("session network")
@@ -417,7 +420,7 @@ func (d *Driver) sessionNetFor(plan Plan, session string) (_ *netns, release fun
 // with the protected entries' placeholders, the /etc view and the
 // session's network namespace it holds until release, once the sandbox
 // has ended.
-func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driverapi.RunSpec) (_ *launchStarter, release func(), err error) {
+func (d *Driver) newLaunch(plan launchPlan, cwd string, cg *cgroup.Command, spec driverapi.RunSpec) (_ *launchStarter, release func(), err error) {
 	var releases []func()
 	releaseAll := func() {
 		for i := len(releases) - 1; i >= 0; i-- {
@@ -445,7 +448,7 @@ func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driver
 	releases = append(releases, releaseNet)
 	plan.joinNet = ns != nil
 	is := d.initSpecFor(&plan, cg, spec.Tty)
-	init, err := CommandInitArgs(is)
+	init, err := commandInitArgs(is)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -458,7 +461,7 @@ func (d *Driver) newLaunch(plan Plan, cwd string, cg *commandCgroup, spec driver
 // initSpecFor is what sandbox-init enforces for plan in cgroup cg, with a
 // terminal of tty's size when set; it sets the plan's precompiled seccomp
 // descriptor.
-func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.WindowSize) InitSpec {
+func (d *Driver) initSpecFor(plan *launchPlan, cg *cgroup.Command, tty *driverapi.WindowSize) initSpec {
 	h := d.probe()
 	is := plan.InitSpec()
 	is.CommandFD, is.LifelineFD = commandFD, lifelineFD
@@ -469,12 +472,12 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 	if tty != nil {
 		is.Tty = &sandboxinit.TtySpec{Rows: tty.Rows, Cols: tty.Cols}
 	}
-	if cg != nil && cg.dirs[ctrlMemory] != "" {
+	if cg != nil && cg.Dir(cgroup.Memory) != "" {
 		// The cgroup enforces the real limit; RLIMIT_AS only bounds
 		// address space, which runtimes reserve far beyond what they use.
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
-	if (cg == nil || cg.dirs[ctrlPids] == "") && h.nprocPerSandbox() {
+	if (cg == nil || cg.Dir(cgroup.Pids) == "") && h.nprocPerSandbox() {
 		// No pids cgroup: RLIMIT_NPROC, counted in the sandbox's own user
 		// namespace, caps its tasks (threads included) instead.
 		is.RlimitNproc = d.cfg.Options.Pids()
@@ -491,7 +494,7 @@ func (d *Driver) initSpecFor(plan *Plan, cg *commandCgroup, tty *driverapi.Windo
 	// (and the three of the v1 hand-over), in the order newSandbox passes
 	// them and checks: the seccomp programs, then the notify socket.
 	next := lifelineFD + 1
-	if cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0 {
+	if cg != nil && cg.Mode() == cgroup.V1 && cg.Used() {
 		next += 3
 	}
 	if f := d.precompiled(is); f != nil {
@@ -525,7 +528,7 @@ func (d *Driver) viaProxy(h *hostProbe) (bool, string) {
 
 // checkCwd accepts a canonical directory inside the workspace or a grant,
 // and refuses any other spelling of one (driverapi.CheckCanonicalDir).
-func (p Plan) checkCwd(cwd string) (string, error) {
+func (p launchPlan) checkCwd(cwd string) (string, error) {
 	c, err := exactPath("cwd", cwd)
 	if err != nil {
 		return "", err
@@ -560,7 +563,7 @@ type launchStarter struct {
 	pathInfo
 	d     *Driver
 	bwrap string
-	plan  Plan
+	plan  launchPlan
 	cwd   string
 	init  []string
 	ns    *netns
@@ -617,7 +620,7 @@ type sandbox struct {
 	viaNsenter, guarded bool
 	// The v1 cgroup hand-over's pipes (joinV1), when v1.
 	v1                               bool
-	cg                               *commandCgroup
+	cg                               *cgroup.Command
 	blockR, blockW, statusR, statusW *os.File
 	// notifyRemote is sandbox-init's end of the notify socket; notif
 	// answers what arrives on the driver's (notify_linux.go). Both nil
@@ -641,8 +644,8 @@ type sandboxResult struct {
 // a prepared sandbox: nil argv), the lifeline, the v1 cgroup pipes, the
 // seccomp programs and the pinned paths, in the order the init spec says.
 // ctx bounds the process (exec.CommandContext). The caller sets stdio.
-func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cwd string, init []string,
-	cg *commandCgroup, ns *netns, argv, env []string) (_ *sandbox, err error) {
+func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan launchPlan, cwd string, init []string,
+	cg *cgroup.Command, ns *netns, argv, env []string) (_ *sandbox, err error) {
 	sb := &sandbox{ns: ns, cg: cg, guarded: true}
 	defer func() {
 		if err != nil {
@@ -660,7 +663,7 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 	}
 	extraFiles := []*os.File{sb.cmdFile, sb.life.remote}
 
-	sb.v1 = cg != nil && cg.mode == CgroupV1 && len(cg.dirs) > 0
+	sb.v1 = cg != nil && cg.Mode() == cgroup.V1 && cg.Used()
 	var extra []string
 	if plan.ProxySocket == "" {
 		// No reaper of bwrap's: sandbox-init is PID 1. The allow_hosts
@@ -727,12 +730,12 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 	sb.pinned = pinned
 	extraFiles = append(extraFiles, pinned...)
 	initBinary := d.cfg.InitBinary
-	tail := []string{"--", InitPath}
+	tail := []string{"--", initPath}
 	if plan.ProxySocket != "" {
 		// The bridge lives in the driver binary; it starts first and runs
 		// the sandbox-init chain as its child.
 		initBinary = d.cfg.DriverBinary
-		tail = append(tail, NetSupervisorCommand, "--socket", ProxySocketPath)
+		tail = append(tail, netSupervisorCommand, "--socket", proxySocketPath)
 		for _, port := range plan.BridgePorts {
 			tail = append(tail, "--listen", "127.0.0.1:"+strconv.Itoa(int(port)))
 		}
@@ -748,7 +751,7 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 	}
 	args := plan.BwrapFlags(cwd, initBinary, fdOf, d.probe().procCover, extra...)
 	args = append(args, tail...)
-	args = append(args, SandboxInitCommand)
+	args = append(args, sandboxInitCommand)
 	args = append(args, init...)
 
 	prog, progName := bwrapPath, "bwrap"
@@ -786,10 +789,10 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan Plan, cw
 		d.probe().guard.apply(cmd.SysProcAttr)
 	}
 	cmd.ExtraFiles = extraFiles
-	if cg != nil && cg.mode == CgroupV2 {
+	if cg != nil && cg.Mode() == cgroup.V2 {
 		// CLONE_INTO_CGROUP: bwrap is born inside the command's cgroup, so
 		// nothing of the sandbox ever runs outside its limits.
-		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.fd
+		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, cg.FD()
 	}
 	sb.cmd = cmd
 	return sb, nil
@@ -836,14 +839,14 @@ func (sb *sandbox) close() {
 }
 
 // startError is the error of a sandbox whose start failed (r.startErr).
-func (sb *sandbox) startError(err error, gate *setupGate, cg *commandCgroup, memBytes uint64) error {
+func (sb *sandbox) startError(err error, gate *setupGate, cg *cgroup.Command, memBytes uint64) error {
 	cmd := sb.cmd
 	if cmd.ProcessState != nil && !sb.life.Started() {
 		// bwrap ran but the hand-over failed: say what bwrap said.
-		if oom := cg.setupOOM(memBytes); oom != nil {
+		if oom := cg.SetupOOM(memBytes); oom != nil {
 			err = fmt.Errorf("%w: %w", oom, err)
 		}
-		return &SetupError{Status: cmd.ProcessState.String(), Message: gate.message(), Err: err}
+		return &setupError{Status: cmd.ProcessState.String(), Message: gate.message(), Err: err}
 	}
 	return fmt.Errorf("bwrap driver: start sandbox: %w", err)
 }
@@ -851,7 +854,7 @@ func (sb *sandbox) startError(err error, gate *setupGate, cg *commandCgroup, mem
 // startSandbox starts sb on a goroutine that keeps its OS thread locked
 // until the sandbox has been reaped, and reports on the channel how it
 // ended. afterStart runs once the process exists (or failed to).
-func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan sandboxResult {
+func (d *Driver) startSandbox(sb *sandbox, plan launchPlan, afterStart func()) <-chan sandboxResult {
 	done := make(chan sandboxResult, 1)
 	cmd := sb.cmd
 	sb.started = make(chan struct{})
@@ -886,7 +889,7 @@ func (d *Driver) startSandbox(sb *sandbox, plan Plan, afterStart func()) <-chan 
 		// are only known then.
 		unrecord := func() {}
 		if err == nil && (plan.prepared || plan.prot != nil && len(plan.prot.missing) > 0) {
-			unrecord = d.recordUser(cmd.Process.Pid)
+			unrecord = d.journal.RecordUser(cmd.Process.Pid)
 		}
 		// bwrap has its copies (or never will): the driver's go now.
 		sb.closeSetup()
@@ -944,13 +947,13 @@ func setWaitStatus(exit *driverapi.Exit, ws unix.WaitStatus) {
 
 // exitDetails records the tier and the cgroup a command ran under, and
 // whether the cgroup's OOM killer ended it.
-func exitDetails(exit *driverapi.Exit, cg *commandCgroup, tier string) {
+func exitDetails(exit *driverapi.Exit, cg *cgroup.Command, tier string) {
 	// The tier is chosen per driver start and recorded per command: the
 	// audit shows what each command ran under.
 	exit.Details = map[string]string{"tier": tier}
 	if cg != nil {
-		exit.OOMKilled = cg.oomKilled()
-		exit.Details["cgroup"], exit.Details["cgroup_name"] = string(cg.mode), cg.name
+		exit.OOMKilled = cg.OOMKilled()
+		exit.Details["cgroup"], exit.Details["cgroup_name"] = string(cg.Mode()), cg.Name()
 	}
 }
 
@@ -958,7 +961,7 @@ func exitDetails(exit *driverapi.Exit, cg *commandCgroup, tier string) {
 // into the command's v1 cgroups and only then lets it go on. bwrap's child
 // blocks on --block-fd before it forks the reaper or execs anything, so
 // every process of the sandbox starts inside the cgroups.
-func joinV1(cg *commandCgroup, bwrapPID int, status io.Reader, block *os.File) error {
+func joinV1(cg *cgroup.Command, bwrapPID int, status io.Reader, block *os.File) error {
 	dec := json.NewDecoder(io.LimitReader(status, 1<<16))
 	for {
 		var m map[string]json.RawMessage
@@ -977,7 +980,7 @@ func joinV1(cg *commandCgroup, bwrapPID int, status io.Reader, block *os.File) e
 		if pid, err = childHostPID(bwrapPID, pid); err != nil {
 			return err
 		}
-		if err := cg.join(pid); err != nil {
+		if err := cg.Join(pid); err != nil {
 			return err
 		}
 		if _, err := block.Write([]byte{'1'}); err != nil {
@@ -991,19 +994,19 @@ func joinV1(cg *commandCgroup, bwrapPID int, status io.Reader, block *os.File) e
 // Run would use for spec, running spec.Program directly: no sandbox-init
 // (so no Landlock, seccomp or rlimits), no cgroup, no output budget. It
 // exists to measure what the driver adds on top of bubblewrap (the bench
-// command through RawRunsCommand, and the package benchmarks); never use it
+// command through rawRunsCommand, and the package benchmarks); never use it
 // to run untrusted code.
 //
 // The caller must call release once the command has ended: it removes the
 // protected-entry placeholders the command needed.
 func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (cmd *exec.Cmd, release func(), err error) {
-	if err := spec.Profile.Verify(Backend); err != nil {
+	if err := spec.Profile.Verify(backend); err != nil {
 		return nil, nil, err
 	}
 	if err := driverapi.ValidateRunSpec(spec); err != nil {
 		return nil, nil, err
 	}
-	plan, err := DecodePlan(spec.Profile.Data)
+	plan, err := decodePlan(spec.Profile.Data)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -1013,10 +1016,10 @@ func (d *Driver) rawBwrapCommand(ctx context.Context, spec driverapi.RunSpec) (c
 	}
 	h := d.probe()
 	if h.sandboxErr != nil {
-		return nil, nil, &UnavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
+		return nil, nil, &unavailableError{Feature: "sandbox", Reason: h.sandboxErr.Error(), Fix: h.sandboxFix}
 	}
 	if h.tier == tierLandlock {
-		return nil, nil, &UnavailableError{Feature: "sandbox", Reason: "raw bwrap: " + h.tierWhy, Fix: tierFix}
+		return nil, nil, &unavailableError{Feature: "sandbox", Reason: "raw bwrap: " + h.tierWhy, Fix: tierFix}
 	}
 	prot, release, err := d.protect(plan)
 	if err != nil {
@@ -1173,27 +1176,27 @@ func (g *runGroup) close(bound time.Duration) {
 // bwrap is reaped at once, and its output drained within waitDelay.
 const runsEndWait = 5 * waitDelay
 
-// ownInitDir makes sure the sandbox's own tmpfs over InitDir (BwrapFlags)
-// has its mount point when a grant covers InitDir: bwrap cannot create it
+// ownInitDir makes sure the sandbox's own tmpfs over initDir (BwrapFlags)
+// has its mount point when a grant covers initDir: bwrap cannot create it
 // inside the grant's read-only mount. Root creates it (private, as its
 // state directory there is); another user cannot, and is told what to do
 // rather than getting bwrap's setup failure.
-func ownInitDir(plan Plan) error {
+func ownInitDir(plan launchPlan) error {
 	if !plan.coversInitDir() {
 		return nil
 	}
-	if _, err := os.Lstat(InitDir); err == nil {
+	if _, err := os.Lstat(initDir); err == nil {
 		return nil
 	} else if !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("bwrap driver: the sandbox's own directory %s: %w", InitDir, err)
+		return fmt.Errorf("bwrap driver: the sandbox's own directory %s: %w", initDir, err)
 	}
 	if os.Geteuid() == 0 {
-		if err := os.Mkdir(InitDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-			return fmt.Errorf("bwrap driver: the sandbox's own directory %s: %w", InitDir, err)
+		if err := os.Mkdir(initDir, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+			return fmt.Errorf("bwrap driver: the sandbox's own directory %s: %w", initDir, err)
 		}
 		return nil
 	}
 	return &driverapi.InvalidSpecError{Field: "fs_read", Reason: fmt.Sprintf(
 		"a grant of %s needs the directory %s on the host (the sandbox mounts its own files there) and this user cannot create it: create it as root (mkdir -m 700 %s) or grant narrower paths",
-		filepath.Dir(InitDir), InitDir, InitDir)}
+		filepath.Dir(initDir), initDir, initDir)}
 }

@@ -53,15 +53,15 @@ func TestMain(m *testing.M) {
 // ALEPH_TEST_PREPARED (auto, always or off) sets the prepared-sandbox mode
 // of every test that does not choose its own: `make test-prepared` runs the
 // package with every command handed to a prepared sandbox.
-func testDriver(t testing.TB, opts Options) *Driver {
+func testDriver(t testing.TB, opts options) *Driver {
 	t.Helper()
 	if m := os.Getenv("ALEPH_TEST_PREPARED"); m != "" && opts.Prepared == "" {
-		opts.Prepared = PreparedMode(m)
+		opts.Prepared = preparedMode(m)
 	}
 	if os.Getenv("ALEPH_TEST_SESSION") == "on" && opts.SessionSandbox == "" {
-		opts.SessionSandbox = SessionSandboxAlways
+		opts.SessionSandbox = sessionSandboxAlways
 	}
-	d, err := New(Config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin})
+	d, err := newDriver(config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func expectFail(t *testing.T, r drvResult) {
 }
 
 func TestSmoke(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	r := drvSh(t, d, ws, "echo hello; echo err >&2; exit 3")
 	if r.err != nil || r.exit.ExitCode != 3 || r.stdout != "hello\n" || r.stderr != "err\n" {
@@ -140,13 +140,13 @@ func TestSmoke(t *testing.T) {
 }
 
 func TestChooseInit(t *testing.T) {
-	if got := chooseInit(driverBin); got != filepath.Join(filepath.Dir(driverBin), InitBinaryName) {
+	if got := chooseInit(driverBin); got != filepath.Join(filepath.Dir(driverBin), initBinaryName) {
 		t.Fatalf("installed sibling not chosen: %s", got)
 	}
 	// A sibling others can write to is not trusted.
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "aleph-driver-bwrap")
-	sib := filepath.Join(dir, InitBinaryName)
+	sib := filepath.Join(dir, initBinaryName)
 	for _, p := range []string{exe, sib} {
 		if err := os.WriteFile(p, []byte("#!/bin/true\n"), 0o755); err != nil {
 			t.Fatal(err)

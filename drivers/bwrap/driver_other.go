@@ -8,27 +8,14 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// Config configures a Driver (Linux only).
-type Config struct {
-	Options      Options
-	InitBinary   string
-	DriverBinary string
-	CgroupRoot   string
-	SelfCgroup   string
-	Logger       hclog.Logger
-}
+// errUnsupported is returned by NewFromEnv off Linux.
+var errUnsupported = errors.New("the bwrap driver runs only on linux")
 
-// ErrUnsupported is returned by New off Linux.
-var ErrUnsupported = errors.New("the bwrap driver runs only on linux")
-
-// Driver exists off Linux only so that callers compile; New refuses.
+// Driver exists off Linux only so that callers compile; NewFromEnv refuses.
 type Driver struct{}
 
-// New refuses off Linux.
-func New(Config) (*Driver, error) { return nil, ErrUnsupported }
-
 // NewFromEnv refuses off Linux.
-func NewFromEnv(hclog.Logger) (*Driver, error) { return nil, ErrUnsupported }
+func NewFromEnv(hclog.Logger) (*Driver, error) { return nil, errUnsupported }
 
 // Prepare does nothing off Linux.
 func (d *Driver) Prepare() {}

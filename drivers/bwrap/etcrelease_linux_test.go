@@ -16,13 +16,13 @@ import (
 // etcReleaseDriver is a driver with a private state directory (so the views
 // on disk are its own) whose /etc entries are one stand-in file the test
 // changes (etcEntriesHook).
-func etcReleaseDriver(t *testing.T, opts Options) (d *Driver, change func()) {
+func etcReleaseDriver(t *testing.T, opts options) (d *Driver, change func()) {
 	t.Helper()
 	state := filepath.Join(newWorkspace(t), "state")
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin, StateDir: state})
+	d, err := newDriver(config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin, StateDir: state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,7 @@ func currentView(d *Driver) string {
 // held and on disk stay at 1 however many changes; a view a running
 // command binds stays until that command has ended, then goes.
 func TestEtcViewsReleased(t *testing.T) {
-	d, change := etcReleaseDriver(t, Options{Prepared: PreparedOff})
+	d, change := etcReleaseDriver(t, options{Prepared: preparedOff})
 	ws := newWorkspace(t)
 	seen := map[string]bool{}
 	for i := 0; i < 6; i++ {
@@ -130,7 +130,7 @@ func TestEtcViewsReleased(t *testing.T) {
 // sandbox found stale at the next command ends, and its view goes with it.
 func TestEtcViewsReleasedPool(t *testing.T) {
 	needPreparable(t)
-	d, change := etcReleaseDriver(t, Options{Prepared: PreparedAuto})
+	d, change := etcReleaseDriver(t, options{Prepared: preparedAuto})
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
 	pooled := currentView(d)
@@ -140,7 +140,7 @@ func TestEtcViewsReleasedPool(t *testing.T) {
 	change()
 	// The driver takes the new view up (as a command's plan would), while
 	// the pooled sandbox still binds the old one.
-	if v := d.etcViewFor(Plan{System: SystemReadSet(), Workspace: ws}); v == "" || v == pooled {
+	if v := d.etcViewFor(launchPlan{System: systemReadSet(), Workspace: ws}); v == "" || v == pooled {
 		t.Fatalf("control: the change made no new view (%q)", v)
 	}
 	if _, err := os.Lstat(pooled); err != nil || d.etc.heldCount() != 2 {

@@ -3,6 +3,7 @@
 package bwrap
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -155,10 +156,10 @@ const etcDeepEvery = 2 * time.Second
 func (d *Driver) etcViewRoot() string { return filepath.Join(d.cfg.StateDir, "etc-views") }
 
 // etcEntries are the /etc entries of p's system read set.
-func (p Plan) etcEntries() []string {
+func (p launchPlan) etcEntries() []string {
 	var out []string
 	for _, m := range p.System {
-		if m.Kind == MountROBind && driverapi.PathWithin(m.Dest, "/etc") {
+		if m.Kind == mountROBind && driverapi.PathWithin(m.Dest, "/etc") {
 			out = append(out, m.Dest)
 		}
 	}
@@ -169,18 +170,18 @@ func (p Plan) etcEntries() []string {
 // /etc entries are to be bound one by one (see above; also on any failure,
 // which is logged: the binds are the fallback, never a weaker sandbox). It
 // takes no reference: a sandbox binds the view of useEtcView.
-func (d *Driver) etcViewFor(p Plan) string {
+func (d *Driver) etcViewFor(p launchPlan) string {
 	dir, _ := d.etcView(p, false)
 	return dir
 }
 
 // useEtcView is etcViewFor for a sandbox that binds the view: the view
 // stays held until release is called, once the sandbox has ended.
-func (d *Driver) useEtcView(p Plan) (dir string, release func()) {
+func (d *Driver) useEtcView(p launchPlan) (dir string, release func()) {
 	return d.etcView(p, true)
 }
 
-func (d *Driver) etcView(p Plan, hold bool) (string, func()) {
+func (d *Driver) etcView(p launchPlan, hold bool) (string, func()) {
 	none := func() {}
 	entries := p.etcEntries()
 	if len(entries) == 0 || d.cfg.legacySetup {
@@ -621,4 +622,10 @@ func statEntry(src string, follow bool) (unix.Stat_t, error) {
 		return st, fmt.Errorf("etc view: %s: %w", src, err)
 	}
 	return st, nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
 }

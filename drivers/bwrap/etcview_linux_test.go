@@ -17,9 +17,9 @@ import (
 // with the host's content, through the one view bind; nothing else of the
 // host's /etc shows, and the view cannot be written.
 func TestEtcViewShowsTheReadSet(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
-	plan := Plan{System: SystemReadSet(), Workspace: ws}
+	plan := launchPlan{System: systemReadSet(), Workspace: ws}
 	if d.etcViewFor(plan) == "" {
 		t.Fatal("no /etc view for an ordinary plan")
 	}
@@ -173,9 +173,9 @@ func TestEtcViewBuildAndSweep(t *testing.T) {
 
 // Plans the view cannot serve bind /etc entry by entry.
 func TestEtcViewNotUsed(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
-	base := Plan{System: SystemReadSet(), Workspace: ws}
+	base := launchPlan{System: systemReadSet(), Workspace: ws}
 	if d.etcViewFor(base) == "" {
 		t.Fatal("control: no view for an ordinary plan")
 	}
@@ -193,7 +193,7 @@ func TestEtcViewNotUsed(t *testing.T) {
 	grantEtc.FSRead = []string{etcDir}
 	state := base
 	state.FSWrite = []string{d.cfg.StateDir}
-	for name, p := range map[string]Plan{"grant under /etc": grantEtc, "writable state dir": state} {
+	for name, p := range map[string]launchPlan{"grant under /etc": grantEtc, "writable state dir": state} {
 		if v := d.etcViewFor(p); v != "" {
 			t.Errorf("%s: view %s used", name, v)
 		}

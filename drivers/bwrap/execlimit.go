@@ -48,8 +48,8 @@ const (
 	execHeadroom = pathMax + 2*interpreterCost
 )
 
-// ExecLimits are the kernel's exec limits for a stack limit and page size.
-type ExecLimits struct {
+// execLimitSet are the kernel's exec limits for a stack limit and page size.
+type execLimitSet struct {
 	// Total is what the strings, their pointers and the exec'd path may
 	// take together.
 	Total uint64
@@ -60,16 +60,16 @@ type ExecLimits struct {
 // execLimitsFor computes the limits for an RLIMIT_STACK soft limit
 // (RLIM_INFINITY is the largest uint64) and a page size, as fs/exec.c
 // does.
-func execLimitsFor(stackCur uint64, pageSize int) ExecLimits {
+func execLimitsFor(stackCur uint64, pageSize int) execLimitSet {
 	total := min(uint64(stackLimCap), stackCur/4)
 	total = max(total, argMax)
-	return ExecLimits{Total: total, String: uint64(pageSize) * 32}
+	return execLimitSet{Total: total, String: uint64(pageSize) * 32}
 }
 
 // checkExecSize refuses a command whose argv and environment the kernel
 // would not take at the target's exec under lim, naming the field to
 // change (program, args or env), what it takes and what is allowed.
-func checkExecSize(spec driverapi.RunSpec, lim ExecLimits) error {
+func checkExecSize(spec driverapi.RunSpec, lim execLimitSet) error {
 	cost := func(s string) uint64 { return uint64(len(s)) + 1 + execPointerSize }
 	tooLong := func(s string) bool { return uint64(len(s))+1 > lim.String }
 	if tooLong(spec.Program) {

@@ -11,10 +11,10 @@ import (
 
 // execLimits are the exec limits the command's sandbox inherits: this
 // process's RLIMIT_STACK, passed on unchanged by bwrap and sandbox-init.
-func execLimits() (ExecLimits, error) {
+func execLimits() (execLimitSet, error) {
 	var lim unix.Rlimit
 	if err := unix.Getrlimit(unix.RLIMIT_STACK, &lim); err != nil {
-		return ExecLimits{}, fmt.Errorf("bwrap driver: getrlimit(RLIMIT_STACK): %w", err)
+		return execLimitSet{}, fmt.Errorf("bwrap driver: getrlimit(RLIMIT_STACK): %w", err)
 	}
 	return execLimitsFor(lim.Cur, os.Getpagesize()), nil
 }

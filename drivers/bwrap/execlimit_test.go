@@ -67,7 +67,7 @@ func sizedSpec(t *testing.T, n uint64, env []driverapi.EnvVar, lead ...string) d
 // byte more is refused with the field to change and the sizes, and so is
 // a single string past MAX_ARG_STRLEN.
 func TestCheckExecSize(t *testing.T) {
-	lim := ExecLimits{Total: 2 << 20, String: 128 << 10}
+	lim := execLimitSet{Total: 2 << 20, String: 128 << 10}
 	allowed := lim.Total - execHeadroom
 	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}}
 	bigEnv := func(total int) []driverapi.EnvVar {

@@ -42,7 +42,7 @@ func TestSupervisorOutlivesPidExhaustion(t *testing.T) {
 		t.Skip("python3 not installed: it starts the threads")
 	}
 	pids := uint64(64)
-	d := testDriver(t, Options{MaxPids: &pids})
+	d := testDriver(t, options{MaxPids: &pids})
 	ws := newWorkspace(t)
 	for _, c := range []struct {
 		name  string

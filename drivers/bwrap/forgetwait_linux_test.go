@@ -19,7 +19,7 @@ import (
 // runs, its placeholders are in the workspace (so their removal is what
 // the wait covers), and the command really ran (its file).
 func TestForgetSessionWaitsForItsRuns(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	for i := range 3 {
 		ws := newWorkspace(t)
 		session := "forget-wait-" + string(rune('a'+i))

@@ -16,13 +16,14 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // A grant equal to or inside the workspace is dropped from the plan (the
 // workspace already gives every right), so bwrap never has to mount one
 // directory twice; a grant outside stays and keeps its mode.
 func TestGrantWithinWorkspaceDropped(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	sub := filepath.Join(ws, "sub")
 	if err := os.Mkdir(sub, 0o755); err != nil {
@@ -33,7 +34,7 @@ func TestGrantWithinWorkspaceDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{ws, sub, outside}, FSWrite: []string{ws, sub}}
-	plan, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: caps})
+	plan, err := buildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: caps})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestGrantWithinWorkspaceDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	var ise *driverapi.InvalidSpecError
-	if _, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{git}}}); !errors.As(err, &ise) {
+	if _, err := buildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{git}}}); !errors.As(err, &ise) {
 		t.Fatalf("write grant on .git: %v", err)
 	}
 	// A forged plan carrying such a grant is refused before bwrap runs.
@@ -72,7 +73,7 @@ func TestGrantWithinWorkspaceDropped(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pe *driverapi.ProfileError
-	if _, err := DecodePlan(data); !errors.As(err, &pe) || !strings.Contains(err.Error(), "lies in the workspace") {
+	if _, err := decodePlan(data); !errors.As(err, &pe) || !strings.Contains(err.Error(), "lies in the workspace") {
 		t.Fatalf("forged grant equal to the workspace: %v", err)
 	}
 }
@@ -116,7 +117,7 @@ func main() {
 // address space runtimes reserve: a Go program starts under 64 MiB, and
 // the cgroup still kills it when it really uses more.
 func TestGoRunsUnderSmallMemoryLimit(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := context.Background()
 	caps, err := d.Capabilities(ctx)
 	if err != nil {
@@ -197,7 +198,7 @@ __attribute__((constructor)) static void evil(void) {
 // never runs outside the sandbox. Positive control: the target itself
 // loads it, and sees the variables exactly.
 func TestLoaderVariablesOnlyReachTarget(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := context.Background()
 	ws := newWorkspace(t)
 	hostDir := t.TempDir()
@@ -300,7 +301,7 @@ func childWithComm(pid int, comm string) bool {
 // process behind and never lets the command start: sandbox-init finds the
 // lifeline closed. Control: left alone, the same command does start.
 func TestDriverDeathDuringSetup(t *testing.T) {
-	local := testDriver(t, Options{})
+	local := testDriver(t, options{})
 	before := commandCgroups(local)
 	var killed []int // the plugins' pids
 	defer func() {
@@ -310,7 +311,7 @@ func TestDriverDeathDuringSetup(t *testing.T) {
 		// creation and its first member fails that command.
 		for dir := range commandCgroups(local) {
 			for _, pid := range killed {
-				if !before[dir] && strings.HasPrefix(filepath.Base(dir), cgroupPrefix+strconv.Itoa(pid)+"-") {
+				if !before[dir] && strings.HasPrefix(filepath.Base(dir), cgroup.Prefix+strconv.Itoa(pid)+"-") {
 					_ = os.Remove(dir)
 				}
 			}
@@ -449,7 +450,7 @@ func TestSetupFailureIsDriverError(t *testing.T) {
 	// The fake breaks a launch by its workspace, named by bwrap's mounts;
 	// a prepared sandbox fails at its preparation instead:
 	// TestPreparedSetupFailureFallsBack is its counterpart there.
-	for _, opts := range []Options{{BwrapPath: fake, Prepared: PreparedOff}, {BwrapPath: fake, Cgroup: CgroupNone, Prepared: PreparedOff}} {
+	for _, opts := range []options{{BwrapPath: fake, Prepared: preparedOff}, {BwrapPath: fake, Cgroup: cgroupNone, Prepared: preparedOff}} {
 		d := testDriver(t, opts)
 		ws := newWorkspace(t)
 		r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: true}, nil, "/bin/sh", "-c", "echo own-stderr >&2; exit 3")
@@ -458,7 +459,7 @@ func TestSetupFailureIsDriverError(t *testing.T) {
 		}
 		broken := mkdir(t, newWorkspace(t), "break-me")
 		r = drvRun(t, context.Background(), d, broken, driverapi.Capabilities{SpawnSubprocess: true}, nil, "/bin/sh", "-c", "echo ran")
-		var se *SetupError
+		var se *setupError
 		if !errors.As(r.err, &se) || !strings.Contains(se.Message, "Can't stat fd 5") || strings.Contains(se.Error(), "\n") {
 			t.Fatalf("%+v: setup failure: err=%v exit=%+v", opts, r.err, r.exit)
 		}

@@ -25,7 +25,7 @@ mkdir "$HOME/.vscode" && echo x > "$HOME/.vscode/x" && echo c > "$HOME/.gitconfi
 // placeholder appears in the home on the host, during or after), while
 // the workspace's entries stay protected in the same profile.
 func TestHomeWithoutProtectedEntries(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	hc, err := d.Capabilities(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func TestHomeWithoutProtectedEntries(t *testing.T) {
 // more fs_write path the home would have it refused), while a workspace
 // holding .vscode is still refused.
 func TestTierHomeWithoutProtectedEntries(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws, home := newWorkspace(t), newWorkspace(t)
 	req := driverapi.ProfileRequest{Workspace: ws, Home: home}
 	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "HOME", Value: home}}
@@ -55,7 +55,7 @@ func TestTierHomeWithoutProtectedEntries(t *testing.T) {
 	}
 	// Control: the same home as an fs_write path is refused now.
 	old := driverapi.ProfileRequest{Workspace: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{home}}}
-	var ue *UnavailableError
+	var ue *unavailableError
 	if r := reqRun(t, d, old, env, "echo ran"); !errors.As(r.err, &ue) {
 		t.Fatalf("home as fs_write holding .git: %+v, want the tier's refusal", r)
 	}
@@ -138,7 +138,7 @@ func TestHomeRefusedWhereItOverlaps(t *testing.T) {
 		"relative":             "home",
 		"the root":             "/",
 	} {
-		_, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Capabilities: caps, Home: home})
+		_, err := buildPlan(driverapi.ProfileRequest{Workspace: ws, Capabilities: caps, Home: home})
 		var ie *driverapi.InvalidSpecError
 		if !errors.As(err, &ie) || ie.Field != "home" {
 			t.Errorf("home %s (%q): %v, want an InvalidSpecError for home", name, home, err)
@@ -146,7 +146,7 @@ func TestHomeRefusedWhereItOverlaps(t *testing.T) {
 	}
 	// The control: a home apart from everything is accepted and kept.
 	home := newWorkspace(t)
-	p, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Capabilities: caps, Home: home})
+	p, err := buildPlan(driverapi.ProfileRequest{Workspace: ws, Capabilities: caps, Home: home})
 	if err != nil || p.Home != home || slices.Contains(p.FSWrite, home) {
 		t.Fatalf("plan %+v, %v", p, err)
 	}
@@ -158,7 +158,7 @@ func TestHomeRefusedWhereItOverlaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	var pe *driverapi.ProfileError
-	if _, err := DecodePlan(data); !errors.As(err, &pe) {
+	if _, err := decodePlan(data); !errors.As(err, &pe) {
 		t.Fatalf("decoded plan with home = workspace: %v, want a ProfileError", err)
 	}
 }

@@ -42,7 +42,7 @@ func setIDTar(t *testing.T) []byte {
 // usual routes, while ordinary modes, FIFOs and the set-group-id bit a
 // directory inherits keep working.
 func TestSetIDFilesNeverReachHost(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	// A setuid file the command can read (cp -p's source) and a setgid
 	// directory in the workspace (what new directories inherit).
@@ -225,7 +225,7 @@ var unixReachAttempts = []string{"dgram_sendto", "dgram_sendmsg", "pair_sendmsg"
 // (no socket gate) the same script reaches them: the sockets are really
 // there and reachable, the refusal is the filter's.
 func TestHostUnixSocketsUnreachable(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := context.Background()
 	hostCaps, err := d.Capabilities(ctx)
 	if err != nil {
@@ -307,7 +307,7 @@ func TestTmpfsBounded(t *testing.T) {
 	ws := newWorkspace(t)
 	sizes := `df -B1 --output=size /tmp | tail -1; df -B1 --output=size /dev/shm | tail -1`
 	t.Run("default", func(t *testing.T) {
-		d := testDriver(t, Options{})
+		d := testDriver(t, options{})
 		r := drvSh(t, d, ws, sizes+`
 fallocate -l 1536M /tmp/big 2>&1 && echo LEAK-tmp-1.5G; rm -f /tmp/big
 fallocate -l 512M /dev/shm/big 2>&1 && echo LEAK-shm-512M; rm -f /dev/shm/big
@@ -334,7 +334,7 @@ test "$(head -c 16 /dev/urandom | wc -c)" = 16 && echo ok-urandom
 	})
 	t.Run("tmpfs_max_mb", func(t *testing.T) {
 		// Real writes, not just fallocate: dd stops at /tmp's 48 MiB.
-		d := testDriver(t, Options{TmpfsMaxMB: 64})
+		d := testDriver(t, options{TmpfsMaxMB: 64})
 		r := drvSh(t, d, ws, sizes+`
 dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; du -B1 --apparent-size /tmp/fill | cut -f1; rm -f /tmp/fill`)
 		expectOK(t, r)
@@ -347,11 +347,11 @@ dd if=/dev/zero of=/tmp/fill bs=1M count=64 2>&1; du -B1 --apparent-size /tmp/fi
 		}
 	})
 	t.Run("memory limit", func(t *testing.T) {
-		d := testDriver(t, Options{})
+		d := testDriver(t, options{})
 		caps := driverapi.Capabilities{SpawnSubprocess: true, MaxMemoryMB: 128}
 		r := drvRun(t, context.Background(), d, ws, caps, nil, "/bin/sh", "-c", sizes+`
 dd if=/dev/zero of=/tmp/fill bs=1M count=128 2>&1; rm -f /tmp/fill; echo survived`)
-		var ue *UnavailableError
+		var ue *unavailableError
 		if errors.As(r.err, &ue) {
 			t.Skipf("memory limits are not enforceable here: %v", r.err)
 		}
@@ -380,7 +380,7 @@ func TestPlanTmpfsBudget(t *testing.T) {
 	if tmp, shm := tmpfsSizes(1<<20 + 1); tmp+shm > 1<<20+1 || tmp == 0 || shm == 0 || tmp%4096 != 0 || shm%4096 != 0 {
 		t.Errorf("sizes %d + %d", tmp, shm)
 	}
-	p, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{MaxMemoryMB: 64}})
+	p, err := buildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{MaxMemoryMB: 64}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +397,7 @@ func TestPlanTmpfsBudget(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = DecodePlan(data)
+		_, err = decodePlan(data)
 		var pe *driverapi.ProfileError
 		if c.ok != (err == nil) || (err != nil && !errors.As(err, &pe)) {
 			t.Errorf("tmpfs_bytes %d: %v", c.bytes, err)

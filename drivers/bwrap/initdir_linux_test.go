@@ -13,14 +13,14 @@ import (
 )
 
 // TestReadGrantOfRunKeepsInitProtected: a read grant of /run, the parent
-// of the sandbox's own InitDir, sets up (bwrap once failed to create the
+// of the sandbox's own initDir, sets up (bwrap once failed to create the
 // init binary's mount point in the grant's read-only mount) and the
 // command runs with the rest of /run visible, while its init binary stays
 // read-only and nothing can be added beside it; what the host keeps in
-// InitDir (root's state directory) is not visible. Nothing below InitDir
+// initDir (root's state directory) is not visible. Nothing below initDir
 // is granted.
 func TestReadGrantOfRunKeepsInitProtected(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	if _, err := os.Stat("/run"); err != nil {
 		t.Skipf("no /run on this host: %v", err)
@@ -38,10 +38,10 @@ func TestReadGrantOfRunKeepsInitProtected(t *testing.T) {
 	}
 	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{"/run"}}
 	script := `echo ran
-ls -A ` + InitDir + `
+ls -A ` + initDir + `
 [ -e /run/` + other + ` ] && echo other-visible
-echo x >> ` + InitPath + ` 2>/dev/null && echo init-writable
-echo x > ` + InitDir + `/new 2>/dev/null && echo dir-writable
+echo x >> ` + initPath + ` 2>/dev/null && echo init-writable
+echo x > ` + initDir + `/new 2>/dev/null && echo dir-writable
 echo x > ` + ws + `/ok && echo ws-writable
 true`
 	r := drvRun(t, t.Context(), d, ws, caps, nil, "/bin/sh", "-c", script)
@@ -66,13 +66,13 @@ true`
 		t.Errorf("the sandbox's own directory shows more than its init binary: %q", r.stdout)
 	}
 
-	// Below InitDir nothing is granted: a typed refusal naming the path.
+	// Below initDir nothing is granted: a typed refusal naming the path.
 	_, err = d.ProfileFor(t.Context(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws,
-		Capabilities: driverapi.Capabilities{FSRead: []string{InitDir}}})
-	if _, statErr := os.Stat(InitDir); statErr == nil {
+		Capabilities: driverapi.Capabilities{FSRead: []string{initDir}}})
+	if _, statErr := os.Stat(initDir); statErr == nil {
 		var ise *driverapi.InvalidSpecError
-		if !errors.As(err, &ise) || !strings.Contains(ise.Reason, InitDir) {
-			t.Errorf("a grant of %s: want an InvalidSpecError naming it, got %v", InitDir, err)
+		if !errors.As(err, &ise) || !strings.Contains(ise.Reason, initDir) {
+			t.Errorf("a grant of %s: want an InvalidSpecError naming it, got %v", initDir, err)
 		}
 	}
 }
@@ -81,7 +81,7 @@ true`
 // grant of /run runs too, and stays read-only there: nothing can be
 // created in it, the workspace stays writable (positive control).
 func TestTierReadGrantOfRun(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{"/run"}}
 	script := `echo ran
@@ -103,7 +103,7 @@ true`
 // bound into the sandbox's own directory too; under a read grant of /run
 // it is there and the route through it works.
 func TestReadGrantOfRunWithProxySocket(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := t.Context()
 	hc, err := d.Capabilities(ctx)
 	if err != nil {
@@ -121,7 +121,7 @@ func TestReadGrantOfRunWithProxySocket(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb lockedBuf
-	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "ls -A " + InitDir + "; curl -s --max-time 10 -x http://127.0.0.1:3128 http://example.com/x"},
+	exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "ls -A " + initDir + "; curl -s --max-time 10 -x http://127.0.0.1:3128 http://example.com/x"},
 		Cwd: ws, Profile: prof, Timeout: 30 * time.Second, MaxOutputBytes: 1 << 16, Env: pathEnv()}, driverapi.Streams{Stdout: &out, Stderr: &errb})
 	if err != nil || exit.ExitCode != 0 {
 		t.Fatalf("run: %v %+v stdout %q stderr %q", err, exit, out.String(), errb.String())

@@ -6,53 +6,53 @@ import "github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 // small binary can carry it without the driver's gRPC stack); these names
 // keep it reachable as part of the driver's API.
 
-// SandboxInitCommand is the hidden subcommand that runs sandbox-init.
-const SandboxInitCommand = sandboxinit.SandboxInitCommand
+// sandboxInitCommand is the hidden subcommand that runs sandbox-init.
+const sandboxInitCommand = sandboxinit.SandboxInitCommand
 
-// SandboxInitExitCode is sandbox-init's status when it refuses or fails.
-const SandboxInitExitCode = sandboxinit.SandboxInitExitCode
+// sandboxInitExitCode is sandbox-init's status when it refuses or fails.
+const sandboxInitExitCode = sandboxinit.SandboxInitExitCode
 
-// SocketMode selects the seccomp socket gate and Landlock TCP rules.
-type SocketMode = sandboxinit.SocketMode
+// socketMode selects the seccomp socket gate and Landlock TCP rules.
+type socketMode = sandboxinit.SocketMode
 
 // Socket modes, named as in the seed.
 const (
-	SocketUnrestricted = sandboxinit.SocketUnrestricted
-	SocketUnixOnly     = sandboxinit.SocketUnixOnly
-	SocketProxyRouted  = sandboxinit.SocketProxyRouted
-	SocketLoopback     = sandboxinit.SocketLoopback
+	socketUnrestricted = sandboxinit.SocketUnrestricted
+	socketUnixOnly     = sandboxinit.SocketUnixOnly
+	socketProxyRouted  = sandboxinit.SocketProxyRouted
+	socketLoopback     = sandboxinit.SocketLoopback
 )
 
-// InitSpec is what the launcher tells sandbox-init to enforce.
-type InitSpec = sandboxinit.InitSpec
+// initSpec is what the launcher tells sandbox-init to enforce.
+type initSpec = sandboxinit.InitSpec
 
-// InitSpecError is returned for a spec or argv sandbox-init refuses.
-type InitSpecError = sandboxinit.InitSpecError
+// initSpecError is returned for a spec or argv sandbox-init refuses.
+type initSpecError = sandboxinit.InitSpecError
 
-// MarshalInitSpec validates s and encodes it for the sandbox-init argv.
-func MarshalInitSpec(s InitSpec) ([]byte, error) { return sandboxinit.MarshalInitSpec(s) }
+// marshalInitSpec validates s and encodes it for the sandbox-init argv.
+func marshalInitSpec(s initSpec) ([]byte, error) { return sandboxinit.MarshalInitSpec(s) }
 
-// ParseInitSpec decodes and validates one JSON document strictly.
-func ParseInitSpec(data []byte) (InitSpec, error) { return sandboxinit.ParseInitSpec(data) }
+// parseInitSpec decodes and validates one JSON document strictly.
+func parseInitSpec(data []byte) (initSpec, error) { return sandboxinit.ParseInitSpec(data) }
 
-// InitArgs builds `<initspec-json> -- PROGRAM ARGS...` for sandbox-init.
-func InitArgs(s InitSpec, program string, args ...string) ([]string, error) {
+// initArgs builds `<initspec-json> -- PROGRAM ARGS...` for sandbox-init.
+func initArgs(s initSpec, program string, args ...string) ([]string, error) {
 	return sandboxinit.InitArgs(s, program, args...)
 }
 
-// CommandInitArgs builds `<initspec-json>` for sandbox-init, for a spec
-// whose command is on InitSpec.CommandFD.
-func CommandInitArgs(s InitSpec) ([]string, error) { return sandboxinit.CommandInitArgs(s) }
+// commandInitArgs builds `<initspec-json>` for sandbox-init, for a spec
+// whose command is on initSpec.CommandFD.
+func commandInitArgs(s initSpec) ([]string, error) { return sandboxinit.CommandInitArgs(s) }
 
-// ParseInitArgs is the inverse of InitArgs.
-func ParseInitArgs(argv []string) (InitSpec, []string, error) { return sandboxinit.ParseInitArgs(argv) }
+// parseInitArgs is the inverse of initArgs.
+func parseInitArgs(argv []string) (initSpec, []string, error) { return sandboxinit.ParseInitArgs(argv) }
 
-// SandboxInit confines this process and execs the target (Linux only); it
-// returns SandboxInitExitCode only on failure.
-func SandboxInit(args []string) int { return sandboxinit.SandboxInit(args) }
+// sandboxInit confines this process and execs the target (Linux only); it
+// returns sandboxInitExitCode only on failure.
+func sandboxInit(args []string) int { return sandboxinit.SandboxInit(args) }
 
-// LandlockABI is the Landlock ABI level sandbox-init enforces here (0: none).
-func LandlockABI() int { return sandboxinit.LandlockABI() }
+// landlockABI is the Landlock ABI level sandbox-init enforces here (0: none).
+func landlockABI() int { return sandboxinit.LandlockABI() }
 
-// SeccompAvailable reports whether sandbox-init can install its filter here.
-func SeccompAvailable() bool { return sandboxinit.SeccompAvailable() }
+// seccompAvailable reports whether sandbox-init can install its filter here.
+func seccompAvailable() bool { return sandboxinit.SeccompAvailable() }

@@ -8,15 +8,16 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/protectjournal"
 )
 
-// JanitorCommand is the mode of the driver binary that removes a driver's
+// janitorCommand is the mode of the driver binary that removes a driver's
 // placeholders once the driver is gone, however it went.
 //
 // Why a process of its own: a driver is often ended from outside before it
@@ -31,19 +32,19 @@ import (
 // processes the driver recorded) and removes every placeholder nobody holds
 // any more, then exits. Only a kill of the janitor as well leaves the
 // removal to the next driver start.
-const JanitorCommand = "placeholder-janitor"
+const janitorCommand = "placeholder-janitor"
 
 // userWait bounds how long a clean-up waits for the sandboxes of a dead
 // driver to finish dying before it leaves their placeholders to a later one.
 const userWait = 10 * time.Second
 
-// JanitorMain is the janitor's main: `JanitorCommand --state DIR`, with the
+// janitorMain is the janitor's main: `janitorCommand --state DIR`, with the
 // driver's pipe as descriptor 3. It starts itself once more (with
 // --detached) and returns at once: the janitor proper is then no
 // descendant of the driver, which keeps no child beyond its commands.
-func JanitorMain(args []string) int {
+func janitorMain(args []string) int {
 	if len(args) < 2 || args[0] != "--state" || !filepath.IsAbs(args[1]) || len(args) > 3 || len(args) == 3 && args[2] != "--detached" {
-		fmt.Fprintln(os.Stderr, "usage: "+JanitorCommand+" --state DIR")
+		fmt.Fprintln(os.Stderr, "usage: "+janitorCommand+" --state DIR")
 		return 2
 	}
 	pipe := os.NewFile(3, "driver")
@@ -51,7 +52,7 @@ func JanitorMain(args []string) int {
 		return 2
 	}
 	if len(args) == 2 {
-		cmd := exec.Command("/proc/self/exe", JanitorCommand, "--state", args[1], "--detached")
+		cmd := exec.Command("/proc/self/exe", janitorCommand, "--state", args[1], "--detached")
 		cmd.Args[0] = "aleph-sandbox-janitor"
 		cmd.Env = []string{}
 		cmd.Dir = "/"
@@ -64,8 +65,9 @@ func JanitorMain(args []string) int {
 		return 0
 	}
 	_, _ = io.Copy(io.Discard, pipe)
-	d := &Driver{cfg: Config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownerTag()}
-	d.recoverPlaceholdersWaiting(userWait, true)
+	d := &Driver{cfg: config{StateDir: args[1]}, log: hclog.NewNullLogger(), owner: ownertag.Self()}
+	d.journal = protectjournal.New(d.cfg.StateDir, d.owner, d.log)
+	d.journal.Recover(userWait, true)
 	// The driver's locks on its /etc views went with it.
 	sweepEtcViews(d.etcViewRoot())
 	return 0
@@ -83,7 +85,7 @@ func (d *Driver) startJanitor() {
 		return
 	}
 	defer r.Close()
-	cmd := exec.Command(d.cfg.DriverBinary, JanitorCommand, "--state", d.cfg.StateDir)
+	cmd := exec.Command(d.cfg.DriverBinary, janitorCommand, "--state", d.cfg.StateDir)
 	cmd.Args[0] = "aleph-sandbox-janitor"
 	if helper := setsidHelper(); helper != "" {
 		// util-linux's setsid forks, starts a session in the child and
@@ -93,7 +95,7 @@ func (d *Driver) startJanitor() {
 		// more than the whole helper. The pipe is held by the forked child
 		// before the helper exits, so the janitor is still there for
 		// every placeholder made after the wait below.
-		cmd = exec.Command(helper, "--fork", d.cfg.DriverBinary, JanitorCommand, "--state", d.cfg.StateDir, "--detached")
+		cmd = exec.Command(helper, "--fork", d.cfg.DriverBinary, janitorCommand, "--state", d.cfg.StateDir, "--detached")
 	}
 	cmd.Env = []string{}
 	cmd.Dir = "/"
@@ -128,59 +130,4 @@ func setsidHelper() string {
 		}
 	}
 	return ""
-}
-
-// recordUser notes that bwrap process pid runs a sandbox of this driver,
-// so that a clean-up after the driver's death waits for it; the returned
-// func drops the note once bwrap was reaped.
-func (d *Driver) recordUser(pid int) func() {
-	dir, err := d.placeholderDir()
-	if err != nil {
-		return func() {}
-	}
-	start, err := procStartTime(pid)
-	if err != nil {
-		return func() {}
-	}
-	d.mu.Lock()
-	d.seq++
-	name := filepath.Join(dir, "user-"+d.owner+"-"+strconv.FormatUint(d.seq, 10))
-	d.mu.Unlock()
-	if os.WriteFile(name, []byte(strconv.Itoa(pid)+"-"+strconv.FormatUint(start, 10)), 0o600) != nil {
-		return func() {}
-	}
-	return func() { _ = os.Remove(name) }
-}
-
-// waitDeadUsers waits until no sandbox of a dead driver is still dying
-// (bwrap, the init of its PID namespace, ends only after everything in
-// it). It drops the records of the ones that ended and reports whether
-// none is left.
-func waitDeadUsers(dir string, bound time.Duration) bool {
-	deadline := time.Now().Add(bound)
-	for {
-		left := false
-		ents, _ := os.ReadDir(dir)
-		for _, e := range ents {
-			name := e.Name()
-			if !strings.HasPrefix(name, "user-") {
-				continue
-			}
-			opid, ostart, orest, ok := parseOwnerTag(strings.TrimPrefix(name, "user-"))
-			if !ok || !ownerGone(opid, ostart, orest) {
-				continue // a live driver's command: its placeholders are locked
-			}
-			b, _ := os.ReadFile(filepath.Join(dir, name))
-			pid, start, _, ok := parseOwnerTag(string(b) + "-")
-			if ok && ownerAlive(pid, start) {
-				left = true
-				continue
-			}
-			_ = os.Remove(filepath.Join(dir, name))
-		}
-		if !left || time.Now().After(deadline) {
-			return !left
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
 }

@@ -92,7 +92,7 @@ func layeredRefusal(reason string) error {
 }
 
 // checkLayered refuses a layered spec this driver cannot honour for plan.
-func (d *Driver) checkLayered(plan Plan, spec driverapi.RunSpec) error {
+func (d *Driver) checkLayered(plan launchPlan, spec driverapi.RunSpec) error {
 	l := spec.Layered
 	if why := d.layeredOffWhy(); why != "" {
 		return layeredRefusal(why)

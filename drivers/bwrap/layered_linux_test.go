@@ -79,7 +79,7 @@ func needLayered(t *testing.T, d *Driver) {
 // lives; a live command of the same session (positive control) writes
 // the host.
 func TestLayeredSession(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needLayered(t, d)
 	ws := newWorkspace(t)
 	if err := os.WriteFile(filepath.Join(ws, "a.txt"), []byte("host\n"), 0o644); err != nil {
@@ -146,7 +146,7 @@ func TestLayeredSession(t *testing.T) {
 // TestLayeredRefusedWithTerminal: a layered command that cannot run in
 // the session's sandbox is refused, never run over the live workspace.
 func TestLayeredRefusedWithTerminal(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needLayered(t, d)
 	ws := newWorkspace(t)
 	l := newLayerDirs(t)
@@ -174,7 +174,7 @@ func TestLayeredRefusedWithTerminal(t *testing.T) {
 // each way's p50 and layered_x_live (the goal: at most 1.1).
 func BenchmarkLayeredSession(b *testing.B) {
 	ctx := context.Background()
-	d := testDriver(b, Options{Prepared: PreparedOff})
+	d := testDriver(b, options{Prepared: preparedOff})
 	if why := d.layeredOffWhy(); why != "" {
 		b.Skip("layered workspaces off here: " + why)
 	}
@@ -229,7 +229,7 @@ func BenchmarkLayeredSession(b *testing.B) {
 // session has no view; once the sandbox ends there is none either, and
 // the driver's descriptor is closed.
 func TestLayeredView(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needLayered(t, d)
 	ctx := context.Background()
 	ws := newWorkspace(t)

@@ -18,8 +18,8 @@ import (
 )
 
 // The descriptors every sandbox-init of the command finds open: the
-// child's argv and environment (InitSpec.CommandFD) and the lifeline
-// (InitSpec.LifelineFD).
+// child's argv and environment (initSpec.CommandFD) and the lifeline
+// (initSpec.LifelineFD).
 const (
 	commandFD  = 3
 	lifelineFD = 4
@@ -31,11 +31,11 @@ const (
 // variable of the child's (LD_PRELOAD, LD_AUDIT, LD_LIBRARY_PATH,
 // GCONV_PATH...) in their environment would make the host's loader run
 // workspace code in them. The child's environment travels on a descriptor
-// (InitSpec.CommandFD) and applies only at the target's execve.
+// (initSpec.CommandFD) and applies only at the target's execve.
 func launchEnv() []string { return []string{} }
 
 // commandMemfd returns a sealed memfd holding the command record of argv
-// and env for InitSpec.CommandFD; nil argv leaves it empty (a prepared
+// and env for initSpec.CommandFD; nil argv leaves it empty (a prepared
 // sandbox's, whose record comes with the hand-over).
 func commandMemfd(argv, env []string) (*os.File, error) {
 	var rec []byte
@@ -64,7 +64,7 @@ func commandMemfd(argv, env []string) (*os.File, error) {
 }
 
 // lifeline is a socket pair between the driver and sandbox-init (see
-// InitSpec.LifelineFD). Only the driver holds local (close-on-exec, never
+// initSpec.LifelineFD). Only the driver holds local (close-on-exec, never
 // passed on), so when the driver dies, however early, sandbox-init sees
 // the hang-up and refuses to run the command. remote goes to bwrap.
 type lifeline struct {
@@ -120,7 +120,7 @@ const maxSetupMessage = 64 << 10
 // setupGate sits in front of the command's stderr. Until sandbox-init
 // reports that it runs, only bwrap (or sandbox-net) can be writing there,
 // so that output is held back: if the sandbox never gets set up it becomes
-// the driver's error (SetupError) instead of looking like the command's
+// the driver's error (setupError) instead of looking like the command's
 // output; otherwise it is passed on first.
 type setupGate struct {
 	w    io.Writer
@@ -177,16 +177,16 @@ func (g *setupGate) message() string {
 	return s
 }
 
-// SetupError: bwrap ended before sandbox-init ran, so the sandbox was
+// setupError: bwrap ended before sandbox-init ran, so the sandbox was
 // never set up and the command never started. It is the driver's failure,
 // never the command's exit status.
-type SetupError struct {
+type setupError struct {
 	Status  string // how bwrap ended
 	Message string // what it wrote to stderr, one line
 	Err     error  // the driver's own failure during setup, if any
 }
 
-func (e *SetupError) Error() string {
+func (e *setupError) Error() string {
 	s := "bwrap driver: the sandbox could not be set up (" + e.Status + ")"
 	if e.Err != nil {
 		s += ": " + e.Err.Error()
@@ -197,7 +197,7 @@ func (e *SetupError) Error() string {
 	return s
 }
 
-func (e *SetupError) Unwrap() error { return e.Err }
+func (e *setupError) Unwrap() error { return e.Err }
 
 // Signal asks sandbox-init to deliver sig to the command (SignalTag and the
 // number). A request sent before the command runs waits on the socket

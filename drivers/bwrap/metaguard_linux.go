@@ -83,7 +83,7 @@ type metaGuard struct {
 }
 
 // newMetaGuard is the guard of a command whose init spec is is.
-func newMetaGuard(plan Plan, is InitSpec) *metaGuard {
+func newMetaGuard(plan launchPlan, is initSpec) *metaGuard {
 	g := &metaGuard{nr: guardedNumbers()}
 	g.writable = append(g.writable, plan.Workspace)
 	g.writable = append(g.writable, plan.writable()...)

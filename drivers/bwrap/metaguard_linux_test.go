@@ -92,7 +92,7 @@ attempt("setflags", setflags)
 // the same calls work in the workspace (positive controls, run in the same
 // command, which shows the attempts really ran).
 func TestTierMetadataGuarded(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	host := newWorkspace(t) // a read grant: readable, not writable
 	secret := newWorkspace(t)

@@ -58,7 +58,7 @@ func fakeProxy(t *testing.T) string {
 }
 
 func TestAllowHostsThroughBridge(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := context.Background()
 	caps, _ := d.Capabilities(ctx)
 	ws := newWorkspace(t)
@@ -69,7 +69,7 @@ func TestAllowHostsThroughBridge(t *testing.T) {
 			t.Fatalf("network_via_proxy neither claimed nor explained: %+v", caps)
 		}
 		_, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: req, Workspace: ws, Cwd: ws, Proxy: &driverapi.ProxyEndpoint{UnixSocket: sock}})
-		var ue *UnavailableError
+		var ue *unavailableError
 		if !errors.As(err, &ue) {
 			t.Fatalf("allow_hosts not refused: %v", err)
 		}
@@ -106,7 +106,7 @@ func TestAllowHostsThroughBridge(t *testing.T) {
 }
 
 func TestAllowHostsBadProxy(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	caps := driverapi.Capabilities{Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowHosts, Hosts: []string{"example.com"}}}
 	notSock := filepath.Join(ws, "file")
@@ -117,7 +117,7 @@ func TestAllowHostsBadProxy(t *testing.T) {
 	} {
 		_, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Capabilities: caps, Workspace: ws, Cwd: ws, Proxy: proxy})
 		var ise *driverapi.InvalidSpecError
-		var ue *UnavailableError
+		var ue *unavailableError
 		if !errors.As(err, &ise) && !errors.As(err, &ue) {
 			t.Errorf("%s: %v", name, err)
 		}

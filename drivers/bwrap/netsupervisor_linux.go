@@ -24,7 +24,7 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
-// NetSupervisorCommand is the hidden mode of the driver binary that runs
+// netSupervisorCommand is the hidden mode of the driver binary that runs
 // first inside an allow_hosts sandbox:
 //
 //	sandbox-net --socket PATH --listen ADDR... [--lifeline FD] [--fd FD]... -- [sandbox-pwd ARG] sandbox-init ...
@@ -46,17 +46,17 @@ import (
 // AF_UNIX/AF_INET/AF_INET6 only, the common denylist) and execs the bridge,
 // which after binding adds a filter denying exec, bind and listen on every
 // thread before it accepts anything. The target's chain is untouched.
-const NetSupervisorCommand = "sandbox-net"
+const netSupervisorCommand = "sandbox-net"
 
-// NetSupervisorMain implements NetSupervisorCommand (args exclude it).
-func NetSupervisorMain(args []string) int {
-	if len(args) > 0 && args[0] == BridgeCommand {
+// netSupervisorMain implements netSupervisorCommand (args exclude it).
+func netSupervisorMain(args []string) int {
+	if len(args) > 0 && args[0] == bridgeCommand {
 		// The confined bridge, exec'd by sandbox-init (see above).
 		return bridgeMain(args[1:], sandboxinit.LockBridge)
 	}
 	fail := func(f string, a ...any) int {
-		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %s\n", NetSupervisorCommand, fmt.Sprintf(f, a...))
-		return SandboxInitExitCode
+		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %s\n", netSupervisorCommand, fmt.Sprintf(f, a...))
+		return sandboxInitExitCode
 	}
 	var socket string
 	var listen, rest []string
@@ -161,7 +161,7 @@ func (b *confinedBridge) stop() {
 }
 
 // startConfinedBridge starts the bridge under sandbox-init with
-// BridgeSpec and returns once it has written its ready line, that is once
+// bridgeSpec and returns once it has written its ready line, that is once
 // every listener is bound and the seccomp lock is on. A bridge that exits
 // instead is an error carrying its status; its stderr line is already on
 // the sandbox's stderr.
@@ -170,17 +170,17 @@ func startConfinedBridge(ctx context.Context, self, socket string, listen []stri
 	for _, a := range listen {
 		ap, err := netip.ParseAddrPort(a)
 		if err != nil || !ap.Addr().IsLoopback() || ap.Port() == 0 {
-			return nil, &BridgeError{Addr: a, Reason: "listen address must be a loopback IP literal with a non-zero port"}
+			return nil, &bridgeError{Addr: a, Reason: "listen address must be a loopback IP literal with a non-zero port"}
 		}
 		if !slices.Contains(ports, ap.Port()) {
 			ports = append(ports, ap.Port())
 		}
 	}
-	spec, err := BridgeSpec(self, ports)
+	spec, err := bridgeSpec(self, ports)
 	if err != nil {
 		return nil, err
 	}
-	bargs := []string{NetSupervisorCommand, BridgeCommand, "--socket", socket}
+	bargs := []string{netSupervisorCommand, bridgeCommand, "--socket", socket}
 	for _, a := range listen {
 		bargs = append(bargs, "--listen", a)
 	}
@@ -194,7 +194,7 @@ func startConfinedBridge(ctx context.Context, self, socket string, listen []stri
 		return nil, err
 	}
 	defer r.Close()
-	cmd := exec.CommandContext(ctx, self, append([]string{SandboxInitCommand}, initArgs...)...)
+	cmd := exec.CommandContext(ctx, self, append([]string{sandboxInitCommand}, initArgs...)...)
 	// Nothing of the target's environment: the bridge reads none.
 	cmd.Env = []string{}
 	cmd.Dir = "/"
@@ -204,30 +204,30 @@ func startConfinedBridge(ctx context.Context, self, socket string, listen []stri
 	err = cmd.Start()
 	w.Close()
 	if err != nil {
-		return nil, &BridgeError{Reason: "start: " + err.Error()}
+		return nil, &bridgeError{Reason: "start: " + err.Error()}
 	}
 	b := &confinedBridge{cmd: cmd}
 	line, err := bufio.NewReader(io.LimitReader(r, 64)).ReadString('\n')
 	if err != nil || line != "ready\n" {
 		b.stop()
-		return nil, &BridgeError{Reason: fmt.Sprintf("did not start (%v)", cmd.ProcessState)}
+		return nil, &bridgeError{Reason: fmt.Sprintf("did not start (%v)", cmd.ProcessState)}
 	}
 	return b, nil
 }
 
-// BridgeSpec is the sandbox-init spec that confines the bridge whose
+// bridgeSpec is the sandbox-init spec that confines the bridge whose
 // binary is exe, listening on ports: socket mode "bridge" (TCP bind on
 // ports only, no TCP connect, stream sockets only), no spawning, both
 // Landlock scopes, its ready descriptor kept, and read+execute on exe and,
 // if exe is dynamically linked, on its ELF interpreter, the loader cache
 // and the shared libraries it needs (found as the loader would, in the
 // standard library directories). Nothing is writable.
-func BridgeSpec(exe string, ports []uint16) (InitSpec, error) {
+func bridgeSpec(exe string, ports []uint16) (initSpec, error) {
 	ro, err := elfReadSet(exe)
 	if err != nil {
-		return InitSpec{}, &BridgeError{Reason: "bridge binary: " + err.Error()}
+		return initSpec{}, &bridgeError{Reason: "bridge binary: " + err.Error()}
 	}
-	s := InitSpec{
+	s := initSpec{
 		ReadOnly:          ro,
 		SocketMode:        sandboxinit.SocketBridge,
 		BridgePorts:       ports,
@@ -236,7 +236,7 @@ func BridgeSpec(exe string, ports []uint16) (InitSpec, error) {
 		InheritFDs:        []int{bridgeReadyFD},
 	}
 	if err := s.Validate(); err != nil {
-		return InitSpec{}, err
+		return initSpec{}, err
 	}
 	return s, nil
 }

@@ -24,12 +24,12 @@ import (
 )
 
 func TestBridgeSpecReadSet(t *testing.T) {
-	s, err := BridgeSpec(driverBin, BridgePorts())
+	s, err := bridgeSpec(driverBin, bridgePorts())
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s.SocketMode != sandboxinit.SocketBridge || s.AllowSpawn || len(s.ReadWrite) != 0 ||
-		!slices.Equal(s.BridgePorts, BridgePorts()) || !s.ScopeSignals || !s.ScopeAbstractUnix {
+		!slices.Equal(s.BridgePorts, bridgePorts()) || !s.ScopeSignals || !s.ScopeAbstractUnix {
 		t.Fatalf("bridge spec: %+v", s)
 	}
 	if s.ReadOnly[0] != driverBin {
@@ -57,10 +57,10 @@ func TestBridgeSpecReadSet(t *testing.T) {
 			}
 		}
 	}
-	if _, err := BridgeSpec("/nonexistent/bridge", BridgePorts()); err == nil {
+	if _, err := bridgeSpec("/nonexistent/bridge", bridgePorts()); err == nil {
 		t.Error("missing binary accepted")
 	}
-	if _, err := BridgeSpec(driverBin, nil); err == nil {
+	if _, err := bridgeSpec(driverBin, nil); err == nil {
 		t.Error("no ports accepted")
 	}
 }
@@ -82,11 +82,11 @@ func procStatus(t *testing.T, pid int) map[string]string {
 }
 
 // TestConfinedBridgeRelays starts the bridge exactly as the supervisor
-// does (the driver binary under sandbox-init with BridgeSpec) on a free
+// does (the driver binary under sandbox-init with bridgeSpec) on a free
 // loopback port of the host: it relays to the proxy socket, carries
 // no_new_privs and two seccomp filters, and is gone after stop.
 func TestConfinedBridgeRelays(t *testing.T) {
-	if !SeccompAvailable() || LandlockABI() < 4 {
+	if !seccompAvailable() || landlockABI() < 4 {
 		t.Skip("needs seccomp and Landlock ABI >= 4")
 	}
 	sock := fakeProxy(t)
@@ -121,7 +121,7 @@ func TestConfinedBridgeRelays(t *testing.T) {
 		}
 	}
 	cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/cmdline")
-	if !strings.Contains(string(cmdline), BridgeCommand) {
+	if !strings.Contains(string(cmdline), bridgeCommand) {
 		t.Errorf("pid %d is not the bridge: %q", pid, cmdline)
 	}
 
@@ -148,7 +148,7 @@ func TestConfinedBridgeRelays(t *testing.T) {
 // its ready line and the supervisor gets an error, never a half-started
 // bridge.
 func TestConfinedBridgeStartFailure(t *testing.T) {
-	if !SeccompAvailable() || LandlockABI() < 4 {
+	if !seccompAvailable() || landlockABI() < 4 {
 		t.Skip("needs seccomp and Landlock ABI >= 4")
 	}
 	sock := fakeProxy(t)
@@ -158,7 +158,7 @@ func TestConfinedBridgeStartFailure(t *testing.T) {
 	}
 	defer busy.Close()
 	_, err = startConfinedBridge(context.Background(), driverBin, sock, []string{busy.Addr().String()})
-	var be *BridgeError
+	var be *bridgeError
 	if !errors.As(err, &be) {
 		t.Fatalf("bridge on a busy port: %v, want *BridgeError", err)
 	}
@@ -207,7 +207,7 @@ func mustURL(t *testing.T, s string) *url.URL {
 // sandbox-init (Landlock, both seccomp filters), TCP → bridge → unix
 // socket → proxy → TCP sink.
 func BenchmarkConfinedBridgeThroughput(b *testing.B) {
-	if !SeccompAvailable() || LandlockABI() < 4 {
+	if !seccompAvailable() || landlockABI() < 4 {
 		b.Skip("needs seccomp and Landlock ABI >= 4")
 	}
 	chunk := make([]byte, 1<<20)
@@ -270,8 +270,8 @@ func BenchmarkConfinedBridgeThroughput(b *testing.B) {
 // SIGKILL, without its status record). Positive controls: the command
 // ran, can signal its own child, and its own exit status is reported.
 func TestAllowHostsCommandCannotSignalSupervisor(t *testing.T) {
-	if LandlockABI() < 6 {
-		t.Skipf("Landlock ABI %d has no signal scope: the supervisor is not protected here (docs/linux.md)", LandlockABI())
+	if landlockABI() < 6 {
+		t.Skipf("Landlock ABI %d has no signal scope: the supervisor is not protected here (docs/linux.md)", landlockABI())
 	}
 	d, ws, prof := allowHostsProfile(t)
 	ctx := context.Background()
@@ -290,7 +290,7 @@ func TestAllowHostsCommandCannotSignalSupervisor(t *testing.T) {
 // test is skipped where network_via_proxy is unavailable).
 func allowHostsProfile(t *testing.T) (*Driver, string, driverapi.Profile) {
 	t.Helper()
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := context.Background()
 	caps, _ := d.Capabilities(ctx)
 	if !caps.Has(driverapi.FeatureNetworkViaProxy) {

@@ -96,20 +96,20 @@ func checkNotRun(t *testing.T, d *Driver, tty bool) {
 // command, a prepared one (the waiting child), and with a terminal (the
 // plain sandbox-init child of a no-spawn command).
 func TestProgramNotRun(t *testing.T) {
-	for _, mode := range []PreparedMode{PreparedOff, PreparedAlways} {
+	for _, mode := range []preparedMode{preparedOff, preparedAlways} {
 		t.Run(string(mode), func(t *testing.T) {
-			if mode == PreparedAlways {
+			if mode == preparedAlways {
 				needPreparable(t)
 			}
 			checkNotRun(t, testDriver(t, preparedOpts(mode)), false)
 		})
 	}
-	t.Run("tty", func(t *testing.T) { checkNotRun(t, testDriver(t, Options{}), true) })
+	t.Run("tty", func(t *testing.T) { checkNotRun(t, testDriver(t, options{}), true) })
 }
 
 // TestTierProgramNotRun is TestProgramNotRun in the Landlock tier.
 func TestTierProgramNotRun(t *testing.T) {
-	checkNotRun(t, tierDriver(t, Options{}), false)
+	checkNotRun(t, tierDriver(t, options{}), false)
 }
 
 // TestAllowHostsProgramNotRun: in the allow_hosts chain (sandbox-init a

@@ -4,7 +4,7 @@ package bwrap
 
 // warmForOneCommand does, while the host's handshake runs, the work a
 // driver does once for its first command and that does not depend on the
-// command (Config.OneCommand: that first command is the only one): it
+// command (config.OneCommand: that first command is the only one): it
 // takes up (or makes) the /etc view of the system read set and builds the
 // seccomp programs of the default command (network none, no
 // subprocesses). The command still decides for itself: etcViewFor checks
@@ -16,10 +16,10 @@ func (d *Driver) warmForOneCommand() {
 	if h.sandboxErr != nil || h.tier != tierBwrap || d.cfg.legacySetup {
 		return
 	}
-	if entries := (Plan{System: SystemReadSet()}).etcEntries(); len(entries) > 0 {
+	if entries := (launchPlan{System: systemReadSet()}).etcEntries(); len(entries) > 0 {
 		d.etcViewOf(d.etcViewRoot(), entries)
 	}
 	// As initSpecFor makes it: a command without spawn gets a notify
 	// socket, whose presence (not its number) the programs depend on.
-	d.precompiled(InitSpec{SocketMode: SocketLoopback, NotifyFD: lifelineFD + 1})
+	d.precompiled(initSpec{SocketMode: socketLoopback, NotifyFD: lifelineFD + 1})
 }

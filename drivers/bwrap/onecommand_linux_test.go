@@ -32,7 +32,7 @@ func TestOneCommandHoldsNoSessionNetwork(t *testing.T) {
 		t.Fatalf("control: a long-lived driver reports loopback %q, want session", got)
 	}
 
-	d, err := New(Config{InitBinary: driverBin, DriverBinary: driverBin, OneCommand: true})
+	d, err := newDriver(config{InitBinary: driverBin, DriverBinary: driverBin, OneCommand: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +97,7 @@ func TestOneCommandHoldsNoSessionNetwork(t *testing.T) {
 // plan the view must not serve still gets the binds (the plan's checks
 // are made at the command, not at the warm-up).
 func TestOneCommandWarmsUpBeforeTheCommand(t *testing.T) {
-	d, err := New(Config{InitBinary: driverBin, DriverBinary: driverBin, OneCommand: true})
+	d, err := newDriver(config{InitBinary: driverBin, DriverBinary: driverBin, OneCommand: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +119,7 @@ func TestOneCommandWarmsUpBeforeTheCommand(t *testing.T) {
 		t.Fatalf("Prepare built %d program sets, want the default command's", nprogs)
 	}
 	ws := newWorkspace(t)
-	plan := Plan{System: SystemReadSet(), Workspace: ws}
+	plan := launchPlan{System: systemReadSet(), Workspace: ws}
 	if v := d.etcViewFor(plan); v != warmView {
 		t.Fatalf("the command's view %q is not the one Prepare took up (%q)", v, warmView)
 	}

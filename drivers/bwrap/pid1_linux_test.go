@@ -24,7 +24,7 @@ import (
 // with spawning allowed (the command is sandbox-init's direct child) and
 // denied (the child execs a plain sandbox-init first).
 func TestExitStatusFaithful(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	for _, spawn := range []bool{true, false} {
 		caps := driverapi.Capabilities{SpawnSubprocess: spawn}
@@ -53,7 +53,7 @@ func TestExitStatusFaithful(t *testing.T) {
 // environment are closed to the command whatever Landlock does, while the
 // command's own (positive control) stay open. It reaps orphans.
 func TestPID1IsConfinedSandboxInit(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	script := strings.Join([]string{
 		"echo ran",
@@ -121,7 +121,7 @@ func startRun(t *testing.T, d *Driver, ws string, caps driverapi.Capabilities, i
 }
 
 func TestSignalCommand(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	id := "signal-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	var out lockedBuf
@@ -136,7 +136,7 @@ func TestSignalCommand(t *testing.T) {
 		t.Fatalf("after TERM: err=%v exit=%+v output %q; want the trap's exit 7", r.err, r.exit, out.String())
 	}
 	// Ended: no such command any more.
-	var nr *NotRunningError
+	var nr *notRunningError
 	if err := d.signalCommand(id, syscall.SIGTERM); !errors.As(err, &nr) || nr.CommandID != id {
 		t.Fatalf("signal to an ended command: %v, want NotRunningError", err)
 	}
@@ -176,7 +176,7 @@ func TestSignalToPID1Forwarded(t *testing.T) {
 	// sandbox-init is found by the workspace in its spec (the command's
 	// argv is on a descriptor); a prepared sandbox's is another
 	// (TestPreparedChain checks theirs).
-	d := testDriver(t, Options{Prepared: PreparedOff})
+	d := testDriver(t, options{Prepared: preparedOff})
 	ws := newWorkspace(t)
 	marker := ws
 	var out lockedBuf
@@ -231,7 +231,7 @@ func mountsAt(mountinfo string) map[string][2]string {
 // EACCES), and the host's value is unchanged; reading a sysctl and the
 // sandbox's own process files still works.
 func TestProcCovered(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	hostCore, err := os.ReadFile("/proc/sys/kernel/core_pattern")
 	if err != nil {
@@ -299,14 +299,14 @@ func TestNoLandlockModeReported(t *testing.T) {
 	if os.Getenv("ALEPH_TEST_NO_LANDLOCK") != "1" {
 		t.Skip("only under scripts/test-nolandlock.sh")
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	caps, err := d.Capabilities(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if LandlockABI() != 0 || caps.LandlockABI != 0 || caps.Details["landlock"] == "" ||
+	if landlockABI() != 0 || caps.LandlockABI != 0 || caps.Details["landlock"] == "" ||
 		caps.Has(driverapi.FeatureNetworkViaProxy) || !hasUnavailable(caps, driverapi.FeatureNetworkViaProxy) {
-		t.Fatalf("Landlock hidden, yet: ABI %d, report %+v", LandlockABI(), caps)
+		t.Fatalf("Landlock hidden, yet: ABI %d, report %+v", landlockABI(), caps)
 	}
 	// Everything that rests on mounts, namespaces and seccomp stays claimed.
 	for _, f := range []string{driverapi.FeatureFSReadIsolation, driverapi.FeatureFSWriteIsolation,
@@ -321,7 +321,7 @@ func TestNoLandlockModeReported(t *testing.T) {
 // target, whatever Landlock's scopes allow), while its own process group
 // and itself (positive controls) can be signalled.
 func TestCommandCannotSignalPID1(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	script := "echo ran; kill -9 1 2>/dev/null && echo kill-delivered; kill -TERM 1 2>/dev/null && echo term-delivered; " +
 		"kill -0 1 2>/dev/null && echo probe-delivered; kill -0 0 && echo group-ok; kill -0 $$ && echo self-ok"
@@ -338,7 +338,7 @@ func TestCommandCannotSignalPID1(t *testing.T) {
 // user namespace of its own (not root), seccomp everywhere; the report says
 // which. Creating one fails inside either way, while the command ran.
 func TestNestedUserNamespaces(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	caps, err := d.Capabilities(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -385,7 +385,7 @@ func TestCommandCannotEndPID1ThroughOtherNames(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed: it makes the pidfd_send_signal call")
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	prog := `import os, signal, time
 print("ran", flush=True)
@@ -420,9 +420,9 @@ print("alive", flush=True)
 		r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{SpawnSubprocess: spawn}, nil, "/usr/bin/python3", "-c", prog)
 		denials := []string{"pidfd-denied 0 threads-denied none"} // no scope: all dropped by PID 1
 		switch {
-		case LandlockABI() >= 6 && !spawn:
+		case landlockABI() >= 6 && !spawn:
 			denials = []string{"pidfd-denied 3 threads-denied all"} // a domain of its own
-		case LandlockABI() >= 6:
+		case landlockABI() >= 6:
 			// PID 1's domain, on its main thread or on another; or a
 			// domain of its own, as without spawn, where the command's
 			// filter guards unix sockets (the supervisor then nests it).
@@ -453,7 +453,7 @@ func TestCommandCannotEndPID1WithFaultCodes(t *testing.T) {
 	if _, err := exec.LookPath("python3"); err != nil {
 		t.Skip("python3 not installed: it makes the calls")
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	prog := `import ctypes, os, signal, fcntl, sys, time
 libc = ctypes.CDLL(None, use_errno=True)

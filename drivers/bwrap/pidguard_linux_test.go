@@ -155,14 +155,14 @@ func TestPIDGuardFallback(t *testing.T) {
 	refusing := write("bwrap-refusing", version+`[ $$ = 1 ] && { echo "namespace refused by policy" >&2; exit 1; }`+"\nexit 0\n")
 	working := write("bwrap-working", version+"exit 0\n")
 
-	_, _, g, err, _ := probeBwrap(refusing, ProcCoverArgs(), nil)
+	_, _, g, err, _ := probeBwrap(refusing, procCoverArgs(), nil)
 	if err != nil {
 		t.Fatalf("probe of a bwrap that works unguarded: %v", err)
 	}
 	if g.mode != guardNone || !strings.Contains(g.why, "namespace refused by policy") {
 		t.Fatalf("guard %+v, want none with the refusal as reason", g)
 	}
-	_, _, g, err, _ = probeBwrap(working, ProcCoverArgs(), nil)
+	_, _, g, err, _ = probeBwrap(working, procCoverArgs(), nil)
 	if err != nil || g.mode == guardNone {
 		t.Fatalf("guard %+v, %v: want the guard on", g, err)
 	}
@@ -222,7 +222,7 @@ func TestKernelAtLeast(t *testing.T) {
 // (control), and other sandboxes of the same user are not counted against
 // it. As root (RLIMIT_NPROC does not bind uid 0) the limit is not claimed.
 func TestPidLimitWithoutCgroup(t *testing.T) {
-	d := testDriver(t, Options{Cgroup: CgroupNone, MaxPids: u64(20)})
+	d := testDriver(t, options{Cgroup: cgroupNone, MaxPids: u64(20)})
 	caps, _ := d.Capabilities(context.Background())
 	if os.Geteuid() == 0 {
 		if caps.Has(driverapi.FeaturePidLimit) || !hasUnavailable(caps, driverapi.FeaturePidLimit) {
@@ -269,8 +269,8 @@ func TestPIDGuardWithCloneIntoCgroup(t *testing.T) {
 		}
 	}
 	if base == "" {
-		caps, _ := testDriver(t, Options{}).Capabilities(context.Background())
-		if caps.CgroupMode == string(CgroupV2) {
+		caps, _ := testDriver(t, options{}).Capabilities(context.Background())
+		if caps.CgroupMode == string(cgroupV2) {
 			t.Fatal("no writable cgroup v2 hierarchy, yet the driver picked v2")
 		}
 		return

@@ -22,7 +22,7 @@ import (
 // The files are numbered firstFD, firstFD+1, ... in the returned order (they
 // go into exec.Cmd.ExtraFiles after any earlier ones). The caller closes
 // them once bwrap has started.
-func pinPaths(p Plan, firstFD int) ([]*os.File, map[string]int, error) {
+func pinPaths(p launchPlan, firstFD int) ([]*os.File, map[string]int, error) {
 	var paths []string
 	if p.attachRoot == "" {
 		paths = append(paths, p.Workspace)

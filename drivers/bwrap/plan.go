@@ -15,43 +15,43 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// Backend is this driver's backend name (HostCapabilities.Backend and
+// backend is this driver's backend name (HostCapabilities.Backend and
 // Profile.Backend).
-const Backend = "bwrap"
+const backend = "bwrap"
 
-// PlanVersion is the version of the serialized Plan; Run refuses others.
-const PlanVersion = 1
+// planVersion is the version of the serialized launchPlan; Run refuses others.
+const planVersion = 1
 
-// InitPath is where the driver binary is bound (read-only) inside every
+// initPath is where the driver binary is bound (read-only) inside every
 // sandbox, to run as sandbox-init.
-const InitPath = InitDir + "/init"
+const initPath = initDir + "/init"
 
-// InitDir holds the sandbox's own entries (InitPath, ProxySocketPath).
+// initDir holds the sandbox's own entries (initPath, proxySocketPath).
 // Nothing below it is ever granted (forbiddenRoots): the sandbox's own
 // tmpfs covers it whenever a grant covers its parent.
-const InitDir = "/run/aleph-sandbox"
+const initDir = "/run/aleph-sandbox"
 
 // The network route for allow_hosts: inside the sandbox's own network
 // namespace a bridge listens on loopback at these ports (the child's proxy
 // variables name them; the host side defines the same numbers) and relays
-// to the host proxy's unix socket, bound at ProxySocketPath.
+// to the host proxy's unix socket, bound at proxySocketPath.
 const (
-	BridgeHTTPPort  = driverapi.BridgeHTTPPort
-	BridgeSOCKSPort = driverapi.BridgeSOCKSPort
-	ProxySocketPath = InitDir + "/proxy.sock"
+	bridgeHTTPPort  = driverapi.BridgeHTTPPort
+	bridgeSOCKSPort = driverapi.BridgeSOCKSPort
+	proxySocketPath = initDir + "/proxy.sock"
 )
 
-// BridgePorts are the loopback ports of the bridge.
-func BridgePorts() []uint16 { return []uint16{BridgeHTTPPort, BridgeSOCKSPort} }
+// bridgePorts are the loopback ports of the bridge.
+func bridgePorts() []uint16 { return []uint16{bridgeHTTPPort, bridgeSOCKSPort} }
 
-// Mount kinds in a Plan's system read set.
+// Mount kinds in a launchPlan's system read set.
 const (
-	MountROBind  = "ro-bind"
-	MountSymlink = "symlink"
+	mountROBind  = "ro-bind"
+	mountSymlink = "symlink"
 )
 
-// Mount is one entry of the system read set.
-type Mount struct {
+// mount is one entry of the system read set.
+type mount struct {
 	Kind string `json:"kind"`
 	// Src is the host path for ro-bind (equal to Dest) and the link
 	// target for symlink.
@@ -59,22 +59,22 @@ type Mount struct {
 	Dest string `json:"dest"`
 }
 
-// Plan is the Linux launch plan: everything that decides what a command
+// launchPlan is the Linux launch plan: everything that decides what a command
 // can see and do, serialized as the driver's Profile. Paths are canonical
 // (absolute, clean, symlinks resolved) when the plan is built and are
 // checked again before every run.
-type Plan struct {
+type launchPlan struct {
 	Version    int        `json:"version"`
 	Workspace  string     `json:"workspace"`
 	Cwd        string     `json:"cwd"`
 	Network    string     `json:"network"`
 	ShareNet   bool       `json:"share_net"`
-	SocketMode SocketMode `json:"socket_mode"`
+	SocketMode socketMode `json:"socket_mode"`
 	AllowSpawn bool       `json:"allow_spawn"`
 	// MemoryBytes is the memory ceiling (cgroup where available, RLIMIT_AS
 	// always); 0 means none.
 	MemoryBytes uint64   `json:"memory_bytes,omitempty"`
-	System      []Mount  `json:"system"`
+	System      []mount  `json:"system"`
 	FSRead      []string `json:"fs_read,omitempty"`
 	FSWrite     []string `json:"fs_write,omitempty"`
 	// Protected are the top-level entry names kept read-only and
@@ -88,7 +88,7 @@ type Plan struct {
 	// reached through it.
 	Home string `json:"home,omitempty"`
 	// ProxySocket is the host proxy's unix socket (allow_hosts only),
-	// bound at ProxySocketPath; BridgePorts are where the bridge listens.
+	// bound at proxySocketPath; bridgePorts are where the bridge listens.
 	ProxySocket string   `json:"proxy_socket,omitempty"`
 	BridgePorts []uint16 `json:"bridge_ports,omitempty"`
 
@@ -103,11 +103,11 @@ type Plan struct {
 	// place of the plan's /etc entries (etcview_linux.go), chosen by Run.
 	etcView string
 	// seccomp, when set, is the memfd of precompiled seccomp programs
-	// (InitSpec.SeccompFD), passed to bwrap after the fixed descriptors.
+	// (initSpec.SeccompFD), passed to bwrap after the fixed descriptors.
 	seccomp   *os.File
-	seccompFD int // the number sandbox-init is told (InitSpec.SeccompFD)
+	seccompFD int // the number sandbox-init is told (initSpec.SeccompFD)
 	// notifyFD, when set, is the number of the notify socket sandbox-init
-	// is told (InitSpec.NotifyFD): the command may not spawn, and its
+	// is told (initSpec.NotifyFD): the command may not spawn, and its
 	// refused forks are answered and counted (notify_linux.go).
 	notifyFD int
 	// joinNet: bwrap starts inside the session's network namespace
@@ -173,33 +173,33 @@ func systemEtc() []string {
 	}
 }
 
-// SystemReadSet lists the system mounts present on this host.
-func SystemReadSet() []Mount {
-	var out []Mount
+// systemReadSet lists the system mounts present on this host.
+func systemReadSet() []mount {
+	var out []mount
 	for _, p := range systemTopLevel() {
 		fi, err := os.Lstat(p)
 		switch {
 		case err != nil:
 		case fi.Mode()&os.ModeSymlink != 0:
 			if t, err := os.Readlink(p); err == nil {
-				out = append(out, Mount{Kind: MountSymlink, Src: t, Dest: p})
+				out = append(out, mount{Kind: mountSymlink, Src: t, Dest: p})
 			}
 		case fi.IsDir():
-			out = append(out, Mount{Kind: MountROBind, Src: p, Dest: p})
+			out = append(out, mount{Kind: mountROBind, Src: p, Dest: p})
 		}
 	}
 	for _, p := range systemEtc() {
 		// Stat follows a symlink: bwrap binds what it points to, so a
 		// dangling link is left out rather than failing the launch.
 		if _, err := os.Stat(p); err == nil {
-			out = append(out, Mount{Kind: MountROBind, Src: p, Dest: p})
+			out = append(out, mount{Kind: mountROBind, Src: p, Dest: p})
 		}
 	}
 	return out
 }
 
 // checkSystemMount accepts m only if it is a current system read set entry.
-func checkSystemMount(m Mount) error {
+func checkSystemMount(m mount) error {
 	known := false
 	for _, p := range append(systemTopLevel(), systemEtc()...) {
 		if p == m.Dest {
@@ -210,14 +210,14 @@ func checkSystemMount(m Mount) error {
 		return &driverapi.ProfileError{Reason: fmt.Sprintf("system mount %q is not in the system read set", m.Dest)}
 	}
 	switch m.Kind {
-	case MountROBind:
+	case mountROBind:
 		if m.Src != m.Dest {
 			return &driverapi.ProfileError{Reason: fmt.Sprintf("system mount %q has source %q", m.Dest, m.Src)}
 		}
 		if _, err := os.Stat(m.Dest); err != nil {
 			return &driverapi.ProfileError{Reason: fmt.Sprintf("system path %q is gone: %v", m.Dest, err)}
 		}
-	case MountSymlink:
+	case mountSymlink:
 		t, err := os.Readlink(m.Dest)
 		if err != nil || t != m.Src {
 			return &driverapi.ProfileError{Reason: fmt.Sprintf("system symlink %q no longer points to %q", m.Dest, m.Src)}
@@ -231,10 +231,10 @@ func checkSystemMount(m Mount) error {
 // forbiddenRoots may never be granted: binding anything from the host's
 // /proc, /sys or /dev would hand the sandbox other processes' roots and fds
 // (/proc/1/root) or raw kernel interfaces.
-// InitDir is the sandbox's own (its init binary and proxy socket are
+// initDir is the sandbox's own (its init binary and proxy socket are
 // mounted there, over whatever the host has), and on the host root's
 // driver state directory.
-var forbiddenRoots = [...]string{"/proc", "/sys", "/dev", InitDir}
+var forbiddenRoots = [...]string{"/proc", "/sys", "/dev", initDir}
 
 // canonicalPath resolves p and requires it to be absolute, clean, free of
 // NUL bytes, existing, and already canonical (no symlink on the way): a
@@ -270,7 +270,7 @@ func canonicalPath(field, p string) (string, error) {
 
 // exactPath is canonicalPath for a path the host hands over already
 // canonical (the workspace, a cwd; and every path of a plan, which
-// BuildPlan stores resolved): one that is canonical only once cleaned
+// buildPlan stores resolved): one that is canonical only once cleaned
 // (".", "..", a doubled or trailing separator) is refused too, not
 // repaired, as one through a symlink is. The host resolved it under its
 // own checks; repairing it here would act on a path nobody checked.
@@ -300,79 +300,79 @@ func coversSystem(p string) bool {
 	return false
 }
 
-// BuildPlan turns a profile request into a Plan, resolving and checking
+// buildPlan turns a profile request into a launchPlan, resolving and checking
 // every path. It is deterministic for equal input on the same host.
-func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
+func buildPlan(req driverapi.ProfileRequest) (launchPlan, error) {
 	ws, err := exactPath("workspace", req.Workspace)
 	if err != nil {
-		return Plan{}, err
+		return launchPlan{}, err
 	}
 	if fi, err := os.Stat(ws); err != nil || !fi.IsDir() {
-		return Plan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q is not a directory", ws)}
+		return launchPlan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q is not a directory", ws)}
 	}
 	if coversSystem(ws) {
-		return Plan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q contains system directories", ws)}
+		return launchPlan{}, &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q contains system directories", ws)}
 	}
 	cwd := req.Cwd
 	if cwd == "" {
 		cwd = ws
 	}
 	if cwd, err = exactPath("cwd", cwd); err != nil {
-		return Plan{}, err
+		return launchPlan{}, err
 	}
 	if !driverapi.PathWithin(cwd, ws) {
-		return Plan{}, &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is outside the workspace %q", cwd, ws)}
+		return launchPlan{}, &driverapi.InvalidSpecError{Field: "cwd", Reason: fmt.Sprintf("%q is outside the workspace %q", cwd, ws)}
 	}
-	p := Plan{
-		Version:    PlanVersion,
+	p := launchPlan{
+		Version:    planVersion,
 		Workspace:  ws,
 		Cwd:        cwd,
 		Network:    req.Capabilities.Network.Mode.String(),
 		AllowSpawn: req.Capabilities.SpawnSubprocess,
-		System:     SystemReadSet(),
+		System:     systemReadSet(),
 	}
 	if p.Protected, err = protectedList(req.Protected); err != nil {
-		return Plan{}, err
+		return launchPlan{}, err
 	}
 	switch req.Capabilities.Network.Mode {
 	case driverapi.NetworkNone:
 		// An empty network namespace (the session's, or bwrap's own):
 		// inet sockets reach nothing but its loopback. The Landlock tier,
 		// which has no namespace, uses unix_only instead (ProfileFor).
-		p.SocketMode = SocketLoopback
+		p.SocketMode = socketLoopback
 	case driverapi.NetworkAllowAll:
-		p.SocketMode, p.ShareNet = SocketUnrestricted, true
+		p.SocketMode, p.ShareNet = socketUnrestricted, true
 	case driverapi.NetworkAllowHosts:
 		// The sandbox keeps its own network namespace; the only way out
 		// is the bridge to the host proxy, which enforces the host list.
 		if req.Proxy == nil || req.Proxy.UnixSocket == "" {
-			return Plan{}, &driverapi.InvalidSpecError{Field: "proxy", Reason: "allow_hosts needs the managed proxy's unix socket, and the host gave none"}
+			return launchPlan{}, &driverapi.InvalidSpecError{Field: "proxy", Reason: "allow_hosts needs the managed proxy's unix socket, and the host gave none"}
 		}
 		sock, err := checkSocket(req.Proxy.UnixSocket)
 		if err != nil {
-			return Plan{}, err
+			return launchPlan{}, err
 		}
-		p.SocketMode, p.ProxySocket, p.BridgePorts = SocketProxyRouted, sock, BridgePorts()
+		p.SocketMode, p.ProxySocket, p.BridgePorts = socketProxyRouted, sock, bridgePorts()
 	default:
-		return Plan{}, &driverapi.InvalidSpecError{Field: "network", Reason: fmt.Sprintf("unknown mode %d", req.Capabilities.Network.Mode)}
+		return launchPlan{}, &driverapi.InvalidSpecError{Field: "network", Reason: fmt.Sprintf("unknown mode %d", req.Capabilities.Network.Mode)}
 	}
 	if mb := req.Capabilities.MaxMemoryMB; mb > 0 {
 		if mb > 1<<40 {
-			return Plan{}, &driverapi.InvalidSpecError{Field: "max_memory_mb", Reason: "too large"}
+			return launchPlan{}, &driverapi.InvalidSpecError{Field: "max_memory_mb", Reason: "too large"}
 		}
 		p.MemoryBytes = mb << 20
 	}
 	// The driver's ProfileFor puts its own tmpfs_max_mb in place of the
 	// default.
-	p.TmpfsBytes = tmpfsBudget(DefaultTmpfsMaxMB<<20, p.MemoryBytes)
+	p.TmpfsBytes = tmpfsBudget(defaultTmpfsMaxMB<<20, p.MemoryBytes)
 	write := map[string]bool{}
 	for _, g := range req.Capabilities.FSWrite {
 		c, err := canonicalPath("fs_write", g)
 		if err != nil {
-			return Plan{}, err
+			return launchPlan{}, err
 		}
 		if coversSystem(c) {
-			return Plan{}, &driverapi.InvalidSpecError{Field: "fs_write", Reason: fmt.Sprintf("%q contains system directories", c)}
+			return launchPlan{}, &driverapi.InvalidSpecError{Field: "fs_write", Reason: fmt.Sprintf("%q contains system directories", c)}
 		}
 		write[c] = true
 	}
@@ -380,13 +380,13 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 	for _, g := range req.Capabilities.FSRead {
 		c, err := canonicalPath("fs_read", g)
 		if err != nil {
-			return Plan{}, err
+			return launchPlan{}, err
 		}
 		if coversSystem(c) {
 			// bwrap cannot mount the system read set's entries inside a
 			// read-only bind of their parent, and the grant would show all
 			// of /etc (shadow, sudoers, keys) besides.
-			return Plan{}, &driverapi.InvalidSpecError{Field: "fs_read", Reason: fmt.Sprintf(
+			return launchPlan{}, &driverapi.InvalidSpecError{Field: "fs_read", Reason: fmt.Sprintf(
 				"%q contains system directories, which are readable already; grant the paths inside it you need", c)}
 		}
 		if !write[c] {
@@ -395,7 +395,7 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 	}
 	p.FSRead, p.FSWrite = sortedKeys(read), sortedKeys(write)
 	if err := p.checkGrantsVsProtected(); err != nil {
-		return Plan{}, err
+		return launchPlan{}, err
 	}
 	// A grant equal to or inside the workspace adds nothing (the workspace
 	// is readable and writable) and would mount one directory twice from
@@ -404,13 +404,13 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 	p.FSRead, p.FSWrite = outsideOf(ws, p.FSRead), outsideOf(ws, p.FSWrite)
 	if req.Home != "" {
 		if p.Home, err = canonicalPath("home", req.Home); err != nil {
-			return Plan{}, err
+			return launchPlan{}, err
 		}
 		if fi, err := os.Stat(p.Home); err != nil || !fi.IsDir() {
-			return Plan{}, &driverapi.InvalidSpecError{Field: "home", Reason: fmt.Sprintf("%q is not a directory", p.Home)}
+			return launchPlan{}, &driverapi.InvalidSpecError{Field: "home", Reason: fmt.Sprintf("%q is not a directory", p.Home)}
 		}
 		if err := p.checkHome(); err != nil {
-			return Plan{}, err
+			return launchPlan{}, err
 		}
 	}
 	return p, nil
@@ -420,7 +420,7 @@ func BuildPlan(req driverapi.ProfileRequest) (Plan, error) {
 // system directories, or one overlapping the workspace or a grant (equal
 // to, inside or containing it), where protected entries would then lie in
 // a tree bound writable without them, or be hidden by its bind.
-func (p *Plan) checkHome() error {
+func (p *launchPlan) checkHome() error {
 	if coversSystem(p.Home) {
 		return &driverapi.InvalidSpecError{Field: "home", Reason: fmt.Sprintf("%q contains system directories", p.Home)}
 	}
@@ -438,7 +438,7 @@ func (p *Plan) checkHome() error {
 
 // writable are the host paths bound read-write besides the workspace: the
 // fs_write grants and the home.
-func (p Plan) writable() []string {
+func (p launchPlan) writable() []string {
 	out := append([]string{}, p.FSWrite...)
 	if p.Home != "" {
 		out = append(out, p.Home)
@@ -447,13 +447,13 @@ func (p Plan) writable() []string {
 }
 
 // attachRootBytes is the size of the tmpfs at a sandbox's attach root
-// (Plan.attachRoot): it holds two mount points and is read-only once they
+// (launchPlan.attachRoot): it holds two mount points and is read-only once they
 // are made.
 const attachRootBytes = 64 << 10
 
 // boundWritable is writable() as bwrap binds it: without the HOME of a
 // sandbox built ahead of its session (attached later).
-func (p Plan) boundWritable() []string {
+func (p launchPlan) boundWritable() []string {
 	if p.attachRoot != "" {
 		return append([]string{}, p.FSWrite...)
 	}
@@ -494,7 +494,7 @@ func protectedList(req []string) ([]string, error) {
 
 // checkGrantsVsProtected refuses grants inside a protected workspace entry:
 // they would punch a writable (or merely confusing) hole into it.
-func (p *Plan) checkGrantsVsProtected() error {
+func (p *launchPlan) checkGrantsVsProtected() error {
 	for _, g := range append(append([]string{}, p.FSRead...), p.FSWrite...) {
 		for _, name := range p.Protected {
 			if driverapi.PathWithin(g, filepath.Join(p.Workspace, name)) {
@@ -518,33 +518,33 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 // Encode serializes the plan deterministically.
-func (p Plan) Encode() ([]byte, error) { return json.Marshal(p) }
+func (p launchPlan) Encode() ([]byte, error) { return json.Marshal(p) }
 
-// DecodePlan parses a plan strictly and re-checks it against the host:
+// decodePlan parses a plan strictly and re-checks it against the host:
 // version, every path still canonical and existing, system mounts from the
 // system read set only, the protected list complete, modes consistent.
-func DecodePlan(data []byte) (Plan, error) {
+func decodePlan(data []byte) (launchPlan, error) {
 	p, err := decodePlanJSON(data)
 	if err != nil {
-		return Plan{}, err
+		return launchPlan{}, err
 	}
 	if err := p.Check(); err != nil {
-		return Plan{}, err
+		return launchPlan{}, err
 	}
 	return p, nil
 }
 
-// decodePlanJSON is DecodePlan without the host check.
-func decodePlanJSON(data []byte) (Plan, error) {
-	var p Plan
+// decodePlanJSON is decodePlan without the host check.
+func decodePlanJSON(data []byte) (launchPlan, error) {
+	var p launchPlan
 	if err := driverapi.DecodePlanJSON("plan", data, &p); err != nil {
-		return Plan{}, err
+		return launchPlan{}, err
 	}
 	return p, nil
 }
 
 // clone is p with slices of its own.
-func (p Plan) clone() Plan {
+func (p launchPlan) clone() launchPlan {
 	c := p
 	c.System = slices.Clone(p.System)
 	c.FSRead = slices.Clone(p.FSRead)
@@ -561,25 +561,25 @@ func (p Plan) clone() Plan {
 // bytes, which Run has verified.
 type planCache struct {
 	mu sync.Mutex
-	m  map[string]Plan
+	m  map[string]launchPlan
 }
 
 // maxCachedPlans bounds the cache; it is emptied when full.
 const maxCachedPlans = 32
 
-// decode is DecodePlan through the cache.
-func (c *planCache) decode(data []byte) (Plan, error) {
+// decode is decodePlan through the cache.
+func (c *planCache) decode(data []byte) (launchPlan, error) {
 	c.mu.Lock()
 	p, ok := c.m[string(data)]
 	c.mu.Unlock()
 	if !ok {
 		var err error
 		if p, err = decodePlanJSON(data); err != nil {
-			return Plan{}, err
+			return launchPlan{}, err
 		}
 		c.mu.Lock()
 		if len(c.m) >= maxCachedPlans || c.m == nil {
-			c.m = map[string]Plan{}
+			c.m = map[string]launchPlan{}
 		}
 		// p is fresh: the cache keeps it, every caller gets a clone.
 		c.m[string(data)] = p
@@ -587,18 +587,18 @@ func (c *planCache) decode(data []byte) (Plan, error) {
 	}
 	p = p.clone()
 	if err := p.Check(); err != nil {
-		return Plan{}, err
+		return launchPlan{}, err
 	}
 	return p, nil
 }
 
 // Check validates a decoded plan against the host now.
-func (p Plan) Check() error {
+func (p launchPlan) Check() error {
 	bad := func(f string, a ...any) error {
 		return &driverapi.ProfileError{Reason: "plan: " + fmt.Sprintf(f, a...)}
 	}
-	if p.Version != PlanVersion {
-		return bad("version %d, this driver runs version %d", p.Version, PlanVersion)
+	if p.Version != planVersion {
+		return bad("version %d, this driver runs version %d", p.Version, planVersion)
 	}
 	if _, err := exactPath("workspace", p.Workspace); err != nil {
 		return bad("%v", err)
@@ -653,14 +653,14 @@ func (p Plan) Check() error {
 		return bad("%v", err)
 	}
 	switch {
-	case p.Network == "none" && (p.SocketMode == SocketLoopback || p.SocketMode == SocketUnixOnly) && !p.ShareNet:
-	case p.Network == "allow_all" && p.SocketMode == SocketUnrestricted && p.ShareNet:
-	case p.Network == "allow_hosts" && p.SocketMode == SocketProxyRouted && !p.ShareNet:
+	case p.Network == "none" && (p.SocketMode == socketLoopback || p.SocketMode == socketUnixOnly) && !p.ShareNet:
+	case p.Network == "allow_all" && p.SocketMode == socketUnrestricted && p.ShareNet:
+	case p.Network == "allow_hosts" && p.SocketMode == socketProxyRouted && !p.ShareNet:
 		if _, err := checkSocket(p.ProxySocket); err != nil {
 			return bad("%v", err)
 		}
-		if fmt.Sprint(p.BridgePorts) != fmt.Sprint(BridgePorts()) {
-			return bad("bridge ports %v, want %v", p.BridgePorts, BridgePorts())
+		if fmt.Sprint(p.BridgePorts) != fmt.Sprint(bridgePorts()) {
+			return bad("bridge ports %v, want %v", p.BridgePorts, bridgePorts())
 		}
 		return nil
 	default:
@@ -685,5 +685,5 @@ func checkSocket(path string) (string, error) {
 	return c, nil
 }
 
-// UnavailableError: the request needs a feature this host cannot enforce.
-type UnavailableError = driverapi.UnavailableError
+// unavailableError: the request needs a feature this host cannot enforce.
+type unavailableError = driverapi.UnavailableError

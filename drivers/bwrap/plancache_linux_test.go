@@ -22,7 +22,7 @@ func TestPlanCacheChecksEveryTime(t *testing.T) {
 	if err := os.Mkdir(sub, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	p, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: sub,
+	p, err := buildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: sub,
 		Capabilities: driverapi.Capabilities{FSRead: []string{"/usr/share"}}})
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +36,7 @@ func TestPlanCacheChecksEveryTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want, err := DecodePlan(data)
+	want, err := decodePlan(data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +53,7 @@ func TestPlanCacheChecksEveryTime(t *testing.T) {
 	if !reflect.DeepEqual(again, want) {
 		t.Fatalf("a caller's change reached the cache:\n%+v", again)
 	}
-	// The host changes: the cached plan is refused as DecodePlan refuses it.
+	// The host changes: the cached plan is refused as decodePlan refuses it.
 	if err := os.Remove(sub); err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestPlanCacheChecksEveryTime(t *testing.T) {
 	if !errors.As(err, &pe) {
 		t.Fatalf("a plan whose cwd is gone: %v, want a ProfileError", err)
 	}
-	if _, derr := DecodePlan(data); derr == nil || derr.Error() != err.Error() {
+	if _, derr := decodePlan(data); derr == nil || derr.Error() != err.Error() {
 		t.Fatalf("the cache says %v, DecodePlan %v", err, derr)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 func launchPlugin(t testing.TB) *driverapi.Process {
@@ -34,7 +35,7 @@ func TestPluginRun(t *testing.T) {
 	d := p.Driver()
 	ctx := context.Background()
 	caps, err := d.Capabilities(ctx)
-	if err != nil || caps.Backend != Backend || !caps.Has(driverapi.FeatureFSWriteIsolation) {
+	if err != nil || caps.Backend != backend || !caps.Has(driverapi.FeatureFSWriteIsolation) {
 		t.Fatalf("capabilities over the wire: %+v %v", caps, err)
 	}
 	ws := newWorkspace(t)
@@ -57,7 +58,7 @@ func TestPluginOptionsRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	bad := `{"max_pids": 10, "colour": "red"}`
-	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + "=" + bad}})
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{optionsEnv + "=" + bad}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +80,7 @@ func TestPluginOptionsRefused(t *testing.T) {
 
 	// Control: known options start it, and SetConfig confirms them.
 	good := `{"max_pids": 10, "cgroup": "none"}`
-	p2, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + "=" + good}})
+	p2, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{optionsEnv + "=" + good}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,7 @@ func TestDriverDeathKillsSandboxes(t *testing.T) {
 	// The dead driver cannot remove its command cgroup; a later driver
 	// sweeps it once stale. Remember what existed, to clean up after the
 	// test what the killed plugin left.
-	local := testDriver(t, Options{})
+	local := testDriver(t, options{})
 	before := commandCgroups(local)
 	done := make(chan error, 1)
 	go func() {
@@ -141,7 +142,7 @@ func TestDriverDeathKillsSandboxes(t *testing.T) {
 	}
 	// Only the killed plugin's (named after it): other test processes may
 	// run commands meanwhile.
-	own := cgroupPrefix + strconv.Itoa(pid) + "-"
+	own := cgroup.Prefix + strconv.Itoa(pid) + "-"
 	for dir := range commandCgroups(local) {
 		if !before[dir] && strings.HasPrefix(filepath.Base(dir), own) {
 			// The last processes may still be exiting: wait a bounded time.

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // Attacks on prepared sandboxes (prepared_linux.go): what a command, or a
@@ -42,7 +43,7 @@ func slowHandoverWorkspace(t *testing.T) string {
 // released: the command below wrote its file a second after its 1 ms
 // timeout was reported.
 func TestPreparedAttackDeadlineDuringHandover(t *testing.T) {
-	d := testDriver(t, preparedOpts(PreparedAlways))
+	d := testDriver(t, preparedOpts(preparedAlways))
 	skipWithoutPool(t, d)
 	ws := slowHandoverWorkspace(t)
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{
@@ -133,9 +134,9 @@ echo ok > allowed && echo wrote-allowed
 // prepared while that one ran); PID 1 cannot be killed. The positive controls: the workspace write and the
 // plants in /tmp and /dev/shm succeed in both.
 func TestPreparedAttackSameAsBuilt(t *testing.T) {
-	skipWithoutPool(t, testDriver(t, preparedOpts(PreparedAlways)))
-	facts := map[PreparedMode]string{}
-	for _, m := range []PreparedMode{PreparedOff, PreparedAlways} {
+	skipWithoutPool(t, testDriver(t, preparedOpts(preparedAlways)))
+	facts := map[preparedMode]string{}
+	for _, m := range []preparedMode{preparedOff, preparedAlways} {
 		d := testDriver(t, preparedOpts(m))
 		ws := newWorkspace(t)
 		for _, p := range []string{".git/hooks", "sub/.git"} {
@@ -151,7 +152,7 @@ func TestPreparedAttackSameAsBuilt(t *testing.T) {
 		for i := 0; i < 2; i++ {
 			r := drvSh(t, d, ws, factsScript)
 			expectOK(t, r)
-			if got := r.exit.Details["prepared"] == "1"; got != (m == PreparedAlways) {
+			if got := r.exit.Details["prepared"] == "1"; got != (m == preparedAlways) {
 				t.Fatalf("mode %s: prepared %v", m, got)
 			}
 			if !strings.HasSuffix(r.stdout, "attempts:\nplanted-tmp\nwrote-allowed\n") {
@@ -170,8 +171,8 @@ func TestPreparedAttackSameAsBuilt(t *testing.T) {
 			}
 		}
 	}
-	if facts[PreparedOff] != facts[PreparedAlways] {
-		t.Fatalf("a prepared sandbox differs from one built for the command:\nbuilt:\n%s\nprepared:\n%s", facts[PreparedOff], facts[PreparedAlways])
+	if facts[preparedOff] != facts[preparedAlways] {
+		t.Fatalf("a prepared sandbox differs from one built for the command:\nbuilt:\n%s\nprepared:\n%s", facts[preparedOff], facts[preparedAlways])
 	}
 }
 
@@ -182,22 +183,18 @@ func TestPreparedAttackIdleExpiry(t *testing.T) {
 	// Idle long enough for the control to see it waiting on a loaded
 	// machine: a sandbox that expired before the first look is never
 	// prepared again (no demand), and the look would wait in vain.
-	d := testDriver(t, Options{Prepared: PreparedAuto, PreparedIdleMS: 3000})
+	d := testDriver(t, options{Prepared: preparedAuto, PreparedIdleMS: 3000})
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
 	var cgDirs []string
-	d.pool.mu.Lock()
-	for _, l := range d.pool.idle {
-		for _, ps := range l {
-			if ps.cg != nil {
-				for _, dir := range ps.cg.dirs {
-					cgDirs = append(cgDirs, dir)
-				}
+	for _, ps := range d.pool.Waiting() {
+		if ps.cg != nil {
+			for _, dir := range ps.cg.Dirs() {
+				cgDirs = append(cgDirs, dir)
 			}
 		}
 	}
-	d.pool.mu.Unlock()
 	if len(preparedProcs(ws)) == 0 {
 		t.Fatal("control: no process of a waiting sandbox")
 	}
@@ -221,9 +218,7 @@ func TestPreparedAttackIdleExpiry(t *testing.T) {
 			}
 		}
 	}
-	d.pool.mu.Lock()
-	total := d.pool.total
-	d.pool.mu.Unlock()
+	total, _, _ := d.pool.Counts()
 	if total != 0 {
 		t.Fatalf("the pool counts %d sandboxes after expiry", total)
 	}
@@ -236,7 +231,7 @@ func TestPreparedAttackIdleExpiry(t *testing.T) {
 // is still handed one. The control: the same kill ends the command's own
 // background process.
 func TestPreparedAttackSameSession(t *testing.T) {
-	d := testDriver(t, preparedOpts(PreparedAuto))
+	d := testDriver(t, preparedOpts(preparedAuto))
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	ctx := context.Background()
@@ -295,7 +290,7 @@ func TestPreparedAttackSameSession(t *testing.T) {
 // is off whatever the options say), with the reason.
 func skipWithoutPool(t *testing.T, d *Driver) {
 	t.Helper()
-	if d.poolMode() == PreparedOff {
+	if d.poolMode() == preparedOff {
 		t.Skipf("no prepared sandboxes here: %s", preparedOffWhy(d.probe()))
 	}
 }
@@ -307,7 +302,7 @@ func skipWithoutPool(t *testing.T, d *Driver) {
 // hand-over failed (open_tree: EPERM): each command paid for a sandbox it
 // could not use and then for its own.
 func TestPreparedAttackNoWastedSandboxes(t *testing.T) {
-	d := testDriver(t, preparedOpts(PreparedAlways))
+	d := testDriver(t, preparedOpts(preparedAlways))
 	ws := newWorkspace(t)
 	prepared := 0
 	for i := 0; i < 3; i++ {
@@ -328,7 +323,7 @@ func TestPreparedAttackNoWastedSandboxes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d.poolMode() != PreparedOff || st.Built+st.Hits+st.Failed != 0 || !strings.HasPrefix(caps.Details["prepared"], "off (") {
+	if d.poolMode() != preparedOff || st.Built+st.Hits+st.Failed != 0 || !strings.HasPrefix(caps.Details["prepared"], "off (") {
 		t.Fatalf("%d of 3 commands handed over; stats %+v; capabilities say prepared %q", prepared, st, caps.Details["prepared"])
 	}
 }
@@ -367,15 +362,15 @@ func TestPreparedAttackNestedLayouts(t *testing.T) {
 			mv "$d" "$d.moved" 2>/dev/null && echo "moved $d" && mv "$d.moved" "$d"
 		done
 		echo done`
-	skipWithoutPool(t, testDriver(t, preparedOpts(PreparedAlways)))
-	got := map[PreparedMode]string{}
-	for _, m := range []PreparedMode{PreparedOff, PreparedAlways} {
+	skipWithoutPool(t, testDriver(t, preparedOpts(preparedAlways)))
+	got := map[preparedMode]string{}
+	for _, m := range []preparedMode{preparedOff, preparedAlways} {
 		d := testDriver(t, preparedOpts(m))
 		ws := newWorkspace(t)
 		layout(t, ws)
 		r := drvSh(t, d, ws, script)
 		expectOK(t, r)
-		if p := r.exit.Details["prepared"] == "1"; p != (m == PreparedAlways) {
+		if p := r.exit.Details["prepared"] == "1"; p != (m == preparedAlways) {
 			t.Fatalf("mode %s: prepared %v", m, p)
 		}
 		if !strings.Contains(r.stdout, "wrote sub/deeper/file\n") || !strings.HasSuffix(r.stdout, "done\n") {
@@ -388,10 +383,10 @@ func TestPreparedAttackNestedLayouts(t *testing.T) {
 		}
 		got[m] = r.stdout
 	}
-	if got[PreparedOff] != got[PreparedAlways] {
-		t.Fatalf("built:\n%s\nprepared:\n%s", got[PreparedOff], got[PreparedAlways])
+	if got[preparedOff] != got[preparedAlways] {
+		t.Fatalf("built:\n%s\nprepared:\n%s", got[preparedOff], got[preparedAlways])
 	}
-	t.Logf("both:\n%s", got[PreparedOff])
+	t.Logf("both:\n%s", got[preparedOff])
 }
 
 // ownCgroups are the command cgroups of this process's drivers that exist
@@ -407,7 +402,7 @@ func ownCgroups(d *Driver, dirs []string) []string {
 		seen[parent] = true
 		ents, _ := os.ReadDir(parent)
 		for _, e := range ents {
-			if e.IsDir() && strings.HasPrefix(e.Name(), cgroupPrefix+d.owner+"-") {
+			if e.IsDir() && strings.HasPrefix(e.Name(), cgroup.Prefix+d.owner+"-") {
 				found = append(found, filepath.Join(parent, e.Name()))
 			}
 		}
@@ -420,7 +415,7 @@ func ownCgroups(d *Driver, dirs []string) []string {
 // them: no process, no cgroup, nothing counted in the pool. The control:
 // before it, the waiting ones' processes and cgroups exist.
 func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
-	d, ws, prof := poolDriver(t, preparedOpts(PreparedAuto))
+	d, ws, prof := poolDriver(t, preparedOpts(preparedAuto))
 	ctx := context.Background()
 	run := func() {
 		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, SessionID: "s",
@@ -433,21 +428,17 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 	run()
 	waitUntil(t, func() bool { return d.PreparedStats().Waiting >= 2 })
 	var dirs []string
-	d.pool.mu.Lock()
-	for _, l := range d.pool.idle {
-		for _, ps := range l {
-			if ps.cg != nil {
-				for _, dir := range ps.cg.dirs {
-					dirs = append(dirs, dir)
-				}
+	for _, ps := range d.pool.Waiting() {
+		if ps.cg != nil {
+			for _, dir := range ps.cg.Dirs() {
+				dirs = append(dirs, dir)
 			}
 		}
 	}
-	d.pool.mu.Unlock()
 	if len(preparedProcs(ws)) == 0 {
 		t.Fatal("control: no process of the waiting sandboxes")
 	}
-	if d.probe().cg.mode != CgroupNone && len(ownCgroups(d, dirs)) == 0 {
+	if d.probe().cg.Mode() != cgroup.None && len(ownCgroups(d, dirs)) == 0 {
 		t.Fatal("control: no cgroup of the waiting sandboxes")
 	}
 	// The test process's other drivers (earlier tests') may keep
@@ -475,9 +466,8 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitUntil(t, func() bool {
-		d.pool.mu.Lock()
-		defer d.pool.mu.Unlock()
-		return len(d.pool.building) == 0
+		_, _, building := d.pool.Counts()
+		return building == 0
 	})
 	waitUntil(t, func() bool { return len(preparedProcs(ws)) == 0 })
 	// A sandbox whose build ended after the forget is destroyed by the
@@ -487,9 +477,7 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 			t.Fatalf("cgroups left after forget_session: %v", left())
 		}
 	}
-	d.pool.mu.Lock()
-	total, idle := d.pool.total, len(d.pool.idle)
-	d.pool.mu.Unlock()
+	total, idle, _ := d.pool.Counts()
 	if total != 0 || idle != 0 {
 		t.Fatalf("the pool counts %d sandboxes (%d keys) after forget_session", total, idle)
 	}
@@ -507,7 +495,7 @@ func TestPreparedAttackForgetLeavesNothing(t *testing.T) {
 // hand-over reading bwrap's cmd.Process unordered with the goroutine that
 // set it (a sandbox prepared on the spot and handed over at once).
 func TestPreparedAttackFailedHandoverSilent(t *testing.T) {
-	skipWithoutPool(t, testDriver(t, preparedOpts(PreparedAlways)))
+	skipWithoutPool(t, testDriver(t, preparedOpts(preparedAlways)))
 	if _, err := exec.LookPath("gcc"); err != nil {
 		t.Skip("no C compiler here to build a cgo sandbox-init")
 	}
@@ -520,12 +508,12 @@ func TestPreparedAttackFailedHandoverSilent(t *testing.T) {
 	_ = os.Chmod(filepath.Dir(bin), 0o755)
 	const script = "echo out; echo err >&2"
 	for _, cgo := range []bool{false, true} {
-		opts := Options{Prepared: PreparedAlways}
-		cfg := Config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin}
+		opts := options{Prepared: preparedAlways}
+		cfg := config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin}
 		if cgo {
 			cfg.InitBinary, cfg.DriverBinary = bin, bin
 		}
-		d, err := New(cfg)
+		d, err := newDriver(cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -566,7 +554,7 @@ func TestPreparedAttackCancelWhilePreparing(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(dir, 0o755)
-	d := testDriver(t, Options{BwrapPath: fake, Prepared: PreparedAlways})
+	d := testDriver(t, options{BwrapPath: fake, Prepared: preparedAlways})
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -581,7 +569,7 @@ func TestPreparedAttackCancelWhilePreparing(t *testing.T) {
 	if el := time.Since(start); el > 8*time.Second {
 		t.Fatalf("the cancel was answered after %v", el)
 	}
-	off := testDriver(t, Options{BwrapPath: fake, Prepared: PreparedOff})
+	off := testDriver(t, options{BwrapPath: fake, Prepared: preparedOff})
 	if r := drvRun(t, context.Background(), off, ws, driverapi.Capabilities{}, nil, "/bin/echo", "ran"); r.err != nil || r.stdout != "ran\n" {
 		t.Fatalf("control: %+v", r)
 	}
@@ -595,7 +583,7 @@ func TestPreparedAttackCancelWhilePreparing(t *testing.T) {
 // ended, and the pool built a new one for the next: unbounded, at the
 // command's will. After forget_session nothing of the session remains.
 func TestPreparedAttackRefusedWorkspaceLeaks(t *testing.T) {
-	d := testDriver(t, preparedOpts(PreparedAuto))
+	d := testDriver(t, preparedOpts(preparedAuto))
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	ctx := context.Background()
@@ -622,7 +610,7 @@ func TestPreparedAttackRefusedWorkspaceLeaks(t *testing.T) {
 		if r := run("echo ran"); !errors.As(r.err, &inv) {
 			t.Fatalf("run %d in the refused workspace: %+v", i, r)
 		}
-		waitUntil(t, func() bool { d.pool.mu.Lock(); defer d.pool.mu.Unlock(); return len(d.pool.building) == 0 })
+		waitUntil(t, func() bool { _, _, building := d.pool.Counts(); return building == 0 })
 	}
 	if err := d.ForgetSession(ctx, "s"); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sort"
 	"sync"
 	"syscall"
@@ -18,6 +17,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/preparedpool"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
@@ -92,7 +93,7 @@ type preparedSandbox struct {
 	key        poolKey
 	sb         *sandbox
 	done       <-chan sandboxResult
-	cg         *commandCgroup
+	cg         *cgroup.Command
 	releaseNet func()
 	setup      *limitedBuffer // what bwrap or sandbox-init said while setting up
 	etcView    string
@@ -103,7 +104,6 @@ type preparedSandbox struct {
 	// net is the network namespace bwrap joined (nil: its own), for a
 	// session sandbox built ahead, whose namespace becomes its session's.
 	net       *netns
-	timer     *time.Timer
 	destroyed sync.Once
 }
 
@@ -113,34 +113,14 @@ type rootID struct {
 	dev, ino uint64
 }
 
-// PreparedStats counts what the pool did (for tests, bench and doctor).
-type PreparedStats struct {
-	Hits, Misses, Built, Failed, Expired, Stale, Waiting int
-}
+// preparedStats counts what the pool did (for tests, bench and doctor).
+type preparedStats = preparedpool.Stats
 
-// preparedPool holds the waiting sandboxes. The zero value is empty.
-type preparedPool struct {
-	mu       sync.Mutex
-	idle     map[poolKey][]*preparedSandbox
-	building map[poolKey]int
-	seen     map[poolKey]time.Time // last Run per key (auto mode)
-	// forgotten counts forget_session calls per session: a sandbox whose
-	// build began before one is destroyed when it is ready.
-	forgotten map[string]int
-	// refused counts the hand-overs of a key that failed in a row: from
-	// maxRefused on, the key is not prepared until it has been idle.
-	refused map[poolKey]int
-	// closed: the driver is closing (Close); nothing is prepared any more.
-	closed bool
-	total  int // waiting + being built
-	stats  PreparedStats
-	// ending counts the sandboxes whose commands have been answered and
-	// which are still being torn down (endSandbox); ended signals when it
-	// drops to zero.
-	ending int
-	// endingFor counts them per session (forget_session waits for its own).
-	endingFor map[string]int
-	ended     *sync.Cond
+// preparedPool holds the waiting sandboxes (internal/preparedpool).
+type preparedPool = preparedpool.Pool[poolKey, *preparedSandbox]
+
+func newPreparedPool() *preparedPool {
+	return preparedpool.New(func(k poolKey) string { return k.session }, (*preparedSandbox).destroy)
 }
 
 // endSandbox tears down ps, whose command has ended and been answered, in
@@ -148,10 +128,7 @@ type preparedPool struct {
 // the cgroup and the session network. Close and forget_session wait for
 // it, so nothing of a command outlives them.
 func (d *Driver) endSandbox(ps *preparedSandbox) {
-	p := &d.pool
-	p.mu.Lock()
-	p.addEnding(ps.key.session, 1)
-	p.mu.Unlock()
+	done := d.pool.Ending(ps.key.session)
 	go func() {
 		t := time.NewTimer(endWait)
 		select {
@@ -166,73 +143,34 @@ func (d *Driver) endSandbox(ps *preparedSandbox) {
 		}
 		t.Stop()
 		ps.sb.close()
-		ps.cg.remove()
+		ps.cg.Remove()
 		ps.releaseNet()
 		ps.releaseEtc()
-		p.mu.Lock()
-		p.addEnding(ps.key.session, -1)
-		p.mu.Unlock()
-		p.signalEnded()
+		done()
 	}()
 }
 
-// addEnding adds n to the sandboxes of session being torn down (p.mu held).
-func (p *preparedPool) addEnding(session string, n int) {
-	if p.endingFor == nil {
-		p.endingFor = map[string]int{}
-	}
-	p.ending += n
-	if p.endingFor[session] += n; p.endingFor[session] == 0 {
-		delete(p.endingFor, session)
-	}
-}
-
-// signalEnded wakes waitEnded and waitIdle.
-func (p *preparedPool) signalEnded() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ended != nil {
-		p.ended.Broadcast()
-	}
-}
-
 // refillWait bounds how long a refill waits for the command whose take
-// started it to be answered: a long command's pool is refilled while it
-// runs, for the commands that come meanwhile.
-const refillWait = 250 * time.Millisecond
+// started it to be answered (the session sandboxes' refills too).
+const refillWait = preparedpool.RefillWait
+
+// maxRefused is how many hand-overs of a key may fail in a row before the
+// key is no longer prepared (the sandboxes built ahead of their session
+// count the same way).
+const maxRefused = preparedpool.MaxRefused
 
 // endWait bounds how long a sandbox whose supervisor has reported may take
 // to end by itself.
 const endWait = 5 * time.Second
 
-// waitEnded waits until no answered sandbox is still being torn down.
-func (p *preparedPool) waitEnded() { p.wait(func() bool { return p.ending == 0 }) }
-
-// waitIdle waits until, besides that, no sandbox is being built either.
-func (p *preparedPool) waitIdle() {
-	p.wait(func() bool { return p.ending == 0 && len(p.building) == 0 })
-}
-
-// wait waits until done holds (it is called with p.mu held).
-func (p *preparedPool) wait(done func() bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.ended == nil {
-		p.ended = sync.NewCond(&p.mu)
-	}
-	for !done() {
-		p.ended.Wait()
-	}
-}
-
 // poolMode is the pool's mode for this driver, off where it cannot work.
-func (d *Driver) poolMode() PreparedMode {
+func (d *Driver) poolMode() preparedMode {
 	o := d.cfg.Options
-	if o.Prepared == PreparedOff || o.PreparedPerProfile == nil || *o.PreparedPerProfile == 0 {
-		return PreparedOff
+	if o.Prepared == preparedOff || o.PreparedPerProfile == nil || *o.PreparedPerProfile == 0 {
+		return preparedOff
 	}
 	if h := d.probe(); h.sandboxErr != nil || h.tier != tierBwrap || preparedOffWhy(h) != "" {
-		return PreparedOff
+		return preparedOff
 	}
 	return o.Prepared
 }
@@ -253,41 +191,12 @@ func preparedOffWhy(h *hostProbe) string {
 }
 
 // preparable says whether spec's sandbox can be built ahead.
-func preparable(plan Plan, spec driverapi.RunSpec) bool {
+func preparable(plan launchPlan, spec driverapi.RunSpec) bool {
 	return spec.Tty == nil && plan.ProxySocket == ""
 }
 
-// PreparedStats reports the pool's counters.
-func (d *Driver) PreparedStats() PreparedStats {
-	p := &d.pool
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	s := p.stats
-	for _, l := range p.idle {
-		s.Waiting += len(l)
-	}
-	return s
-}
-
-// take removes a waiting sandbox for key from the pool, or returns nil.
-func (p *preparedPool) take(key poolKey) *preparedSandbox {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	l := p.idle[key]
-	if len(l) == 0 {
-		p.stats.Misses++
-		return nil
-	}
-	ps := l[0]
-	p.idle[key] = l[1:]
-	if len(p.idle[key]) == 0 {
-		delete(p.idle, key)
-	}
-	p.total--
-	p.stats.Hits++
-	ps.timer.Stop()
-	return ps
-}
+// preparedStats reports the pool's counters.
+func (d *Driver) PreparedStats() preparedStats { return d.pool.Stats() }
 
 // errNotPooled: no prepared sandbox ran the command, which never started
 // (none waited, or the hand-over failed before the command started); the
@@ -299,14 +208,14 @@ var errNotPooled = errors.New("no prepared sandbox ran the command")
 //
 // early gets the signals the command was sent during a hand-over that
 // failed before its record went out.
-func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driverapi.RunSpec,
+func (d *Driver) runPooled(ctx context.Context, plan launchPlan, cwd string, spec driverapi.RunSpec,
 	in *driverapi.StreamInput, streams driverapi.Streams, early *[]syscall.Signal) (driverapi.Exit, error) {
 	mode := d.poolMode()
-	if mode == PreparedOff || !preparable(plan, spec) {
+	if mode == preparedOff || !preparable(plan, spec) {
 		return driverapi.Exit{}, errNotPooled
 	}
 	key := keyFor(spec)
-	ps := d.pool.take(key)
+	ps, _ := d.pool.Take(key)
 	var answered chan struct{}
 	if ps != nil {
 		// The refill waits until this command is answered (for at most
@@ -319,7 +228,7 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 		defer close(answered)
 	}
 	d.refill(key, plan, spec.SessionID, mode, answered)
-	if ps == nil && mode == PreparedAlways && !d.pool.refusing(key) {
+	if ps == nil && mode == preparedAlways && !d.pool.Refusing(key) {
 		// Built for this command: its caller's cancel ends the wait.
 		var err error
 		if ps, err = d.prepare(ctx, key, plan, spec.SessionID); err != nil {
@@ -335,7 +244,7 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 		d:        d, ps: ps, plan: plan, cwd: cwd,
 	})
 	var refused *notHandedOver
-	d.pool.noteHandover(key, !errors.As(err, &refused))
+	d.pool.NoteHandover(key, !errors.As(err, &refused))
 	if refused != nil {
 		d.log.Debug("prepared sandbox refused the hand-over", "error", err)
 		*early = ps.sb.life.takeHeld()
@@ -344,150 +253,18 @@ func (d *Driver) runPooled(ctx context.Context, plan Plan, cwd string, spec driv
 	return exit, err
 }
 
-// maxRefused is how many hand-overs of a key may fail in a row before the
-// key is no longer prepared (until it has been idle for prepared_idle_ms):
-// a failure that recurs would otherwise make every command pay for a
-// sandbox it cannot use, on top of its own.
-const maxRefused = 3
-
-// noteHandover counts a hand-over of key that failed, or clears the count.
-func (p *preparedPool) noteHandover(key poolKey, ok bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.refused == nil {
-		p.refused = map[poolKey]int{}
-	}
-	if ok {
-		delete(p.refused, key)
-		return
-	}
-	p.refused[key]++
-}
-
-// refusing says whether key is not prepared for now (noteHandover).
-func (p *preparedPool) refusing(key poolKey) bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.refused[key] >= maxRefused
-}
-
 // refill starts building sandboxes for key in the background, up to the
 // per-profile and total caps. In auto mode a key is only prepared once it
 // has been run twice within the idle time: a driver that runs one command
 // (the one-shot CLI) never builds a sandbox nobody takes.
 //
 // The builds start once after is closed (nil: at once).
-func (d *Driver) refill(key poolKey, plan Plan, session string, mode PreparedMode, after <-chan struct{}) {
+func (d *Driver) refill(key poolKey, plan launchPlan, session string, mode preparedMode, after <-chan struct{}) {
 	o := d.cfg.Options
-	p := &d.pool
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	now := time.Now()
-	if p.seen == nil {
-		p.seen = map[poolKey]time.Time{}
-		p.idle = map[poolKey][]*preparedSandbox{}
-		p.building = map[poolKey]int{}
-		p.forgotten = map[string]int{}
-		p.refused = map[poolKey]int{}
-	}
-	last, seen := p.seen[key]
-	idle := time.Duration(o.PreparedIdleMS) * time.Millisecond
-	p.seen[key] = now
-	for k, t := range p.seen {
-		// Forget keys not run for a while: the map stays bounded.
-		if now.Sub(t) > idle && len(p.idle[k]) == 0 && p.building[k] == 0 {
-			delete(p.seen, k)
-			delete(p.refused, k)
-		}
-	}
-	if p.refused[key] >= maxRefused || p.closed {
-		return
-	}
-	if mode == PreparedAuto && (!seen || now.Sub(last) > idle) {
-		return
-	}
-	want := int(*o.PreparedPerProfile) - len(p.idle[key]) - p.building[key]
-	for ; want > 0 && p.total < int(o.PreparedMax); want-- {
-		p.building[key]++
-		p.total++
-		gen := p.forgotten[session]
-		go func() {
-			if after != nil {
-				// Bounded: a hand-over that hangs must not hold the pool.
-				t := time.NewTimer(refillWait)
-				select {
-				case <-after:
-				case <-t.C:
-				}
-				t.Stop()
-			}
-			ps, err := d.prepare(context.Background(), key, plan, session)
-			p.mu.Lock()
-			p.building[key]--
-			if p.building[key] == 0 {
-				delete(p.building, key)
-			}
-			stale := p.forgotten[session] != gen || p.closed
-			if !p.buildingFor(session) {
-				// Nothing in flight can hold an older count: the map
-				// stays as small as the builds.
-				delete(p.forgotten, session)
-			}
-			// Close waits for builds in flight (and for what they end).
-			defer p.signalEnded()
-			if err == nil && stale {
-				p.total--
-				p.addEnding(session, 1)
-				p.mu.Unlock()
-				ps.destroy()
-				p.mu.Lock()
-				p.addEnding(session, -1)
-				p.mu.Unlock()
-				return
-			}
-			if err != nil {
-				p.total--
-				p.stats.Failed++
-				p.mu.Unlock()
-				d.log.Debug("preparing a sandbox failed", "error", err)
-				return
-			}
-			p.stats.Built++
-			p.idle[key] = append(p.idle[key], ps)
-			ps.timer = time.AfterFunc(idle, func() { d.expire(ps) })
-			p.mu.Unlock()
-		}()
-	}
-}
-
-// buildingFor says whether a sandbox of session is being built (p.mu held).
-func (p *preparedPool) buildingFor(session string) bool {
-	for k := range p.building {
-		if k.session == session {
-			return true
-		}
-	}
-	return false
-}
-
-// expire destroys ps if it is still waiting.
-func (d *Driver) expire(ps *preparedSandbox) {
-	p := &d.pool
-	p.mu.Lock()
-	l := p.idle[ps.key]
-	i := slices.Index(l, ps)
-	if i < 0 {
-		p.mu.Unlock()
-		return
-	}
-	p.idle[ps.key] = append(l[:i:i], l[i+1:]...)
-	if len(p.idle[ps.key]) == 0 {
-		delete(p.idle, ps.key)
-	}
-	p.total--
-	p.stats.Expired++
-	p.mu.Unlock()
-	ps.destroy()
+	sz := preparedpool.Sizes{PerProfile: int(*o.PreparedPerProfile), Max: int(o.PreparedMax), Idle: time.Duration(o.PreparedIdleMS) * time.Millisecond}
+	d.pool.Refill(key, session, sz, mode == preparedAuto, after,
+		func() (*preparedSandbox, error) { return d.prepare(context.Background(), key, plan, session) },
+		func(err error) { d.log.Debug("preparing a sandbox failed", "error", err) })
 }
 
 // Close ends every run still going and waits for its sandbox to be gone,
@@ -499,58 +276,18 @@ func (d *Driver) Close() {
 	// the driver's stop (runGroup).
 	d.runs.close(runsEndWait)
 	d.closeSessions()
-	p := &d.pool
-	p.mu.Lock()
-	p.closed = true
-	var gone []*preparedSandbox
-	for k, l := range p.idle {
-		gone = append(gone, l...)
-		p.total -= len(l)
-		delete(p.idle, k)
-	}
-	p.mu.Unlock()
-	for _, ps := range gone {
-		ps.timer.Stop()
-		ps.destroy()
-	}
-	// Builds in flight destroy what they build (p.closed), and answered
-	// sandboxes finish ending.
-	p.waitIdle()
+	d.pool.Close()
 }
 
 // forgetPrepared destroys the waiting sandboxes of session.
-func (d *Driver) forgetPrepared(session string) {
-	p := &d.pool
-	p.mu.Lock()
-	if p.forgotten != nil && p.buildingFor(session) {
-		p.forgotten[session]++
-	}
-	var gone []*preparedSandbox
-	for k, l := range p.idle {
-		if k.session == session {
-			gone = append(gone, l...)
-			p.total -= len(l)
-			delete(p.idle, k)
-			delete(p.seen, k)
-		}
-	}
-	p.mu.Unlock()
-	for _, ps := range gone {
-		ps.timer.Stop()
-		ps.destroy()
-	}
-	// The session's commands that were answered may still hold its
-	// network namespace and their cgroups for a moment, and a sandbox of
-	// its still being built destroys itself when it is ready (forgotten).
-	p.wait(func() bool { return p.endingFor[session] == 0 && !p.buildingFor(session) })
-}
+func (d *Driver) forgetPrepared(session string) { d.pool.Forget(session) }
 
 // preparedReadyWait bounds how long a sandbox may take to be set up.
 const preparedReadyWait = 10 * time.Second
 
 // prepare builds one sandbox for key and waits until sandbox-init waits
 // for its command, or ctx ends.
-func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session string) (_ *preparedSandbox, err error) {
+func (d *Driver) prepare(ctx context.Context, key poolKey, plan launchPlan, session string) (_ *preparedSandbox, err error) {
 	h := d.probe()
 	d.trace.Mark("prepare")
 	defer d.trace.Mark("prepared")
@@ -584,7 +321,7 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan Plan, session st
 	is := d.initSpecFor(&plan, ps.cg, nil)
 	is.Prepared = true
 	is.SessionSupervisor = plan.sessionSupervisor
-	init, err := CommandInitArgs(is)
+	init, err := commandInitArgs(is)
 	if err != nil {
 		return nil, err
 	}
@@ -673,7 +410,7 @@ func (ps *preparedSandbox) destroy() {
 			}
 			ps.sb.close()
 		}
-		ps.cg.remove()
+		ps.cg.Remove()
 		ps.releaseNet()
 		ps.releaseEtc()
 	})
@@ -681,7 +418,7 @@ func (ps *preparedSandbox) destroy() {
 
 // rootIDs are the device and inode of every root the sandbox binds from
 // the host tree: the workspace and the grants.
-func rootIDs(plan Plan) ([]rootID, error) {
+func rootIDs(plan launchPlan) ([]rootID, error) {
 	var ids []rootID
 	var roots []string
 	if plan.attachRoot == "" {
@@ -701,7 +438,7 @@ func rootIDs(plan Plan) ([]rootID, error) {
 }
 
 // stale says why ps no longer matches the host, or "".
-func (d *Driver) stale(ps *preparedSandbox, plan Plan) string {
+func (d *Driver) stale(ps *preparedSandbox, plan launchPlan) string {
 	if v := d.etcViewFor(plan); v != ps.etcView {
 		return "the /etc view changed"
 	}
@@ -735,11 +472,11 @@ type handoverStarter struct {
 	pathInfo
 	d    *Driver
 	ps   *preparedSandbox
-	plan Plan
+	plan launchPlan
 	cwd  string
 	// protect, when set, gives the command's protected entries in place of
 	// d.protect (a session sandbox's kept ones: sessionprotect_linux.go).
-	protect func(Plan) (*protection, func(), error)
+	protect func(launchPlan) (*protection, func(), error)
 	// release removes the placeholders of the protected entries; pins
 	// hold their inodes until sandbox-init mounted them; cmdFile is the
 	// command's record.
@@ -767,9 +504,7 @@ func (s *handoverStarter) start(ctx, runCtx context.Context, r *runState) (err e
 	}()
 	d.trace.Mark("handOver")
 	if why := d.stale(ps, plan); why != "" {
-		d.pool.mu.Lock()
-		d.pool.stats.Stale++
-		d.pool.mu.Unlock()
+		d.pool.CountStale()
 		return &notHandedOver{errors.New(why)}
 	}
 	// The protected entries as they are now; a refusal is the one a
@@ -898,7 +633,7 @@ func (s *handoverStarter) end() {
 		ps.destroyed.Do(func() {
 			ps.releaseEtc()
 			ps.releaseNet()
-			ps.cg.remove()
+			ps.cg.Remove()
 			ps.sb.close()
 		})
 	}

@@ -17,12 +17,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 	"golang.org/x/sys/unix"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
-func preparedOpts(mode PreparedMode) Options { return Options{Prepared: mode} }
+func preparedOpts(mode preparedMode) options { return options{Prepared: mode} }
 
 // preparedMarker is in the argv of a prepared sandbox's bwrap and
 // sandbox-init (the spec's field) and in no other's.
@@ -45,7 +47,7 @@ func TestPreparedOffUnprivileged(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("root: prepared sandboxes are used (the other TestPrepared* tests)")
 	}
-	d := testDriver(t, preparedOpts(PreparedAlways))
+	d := testDriver(t, preparedOpts(preparedAlways))
 	ws := newWorkspace(t)
 	for i := 0; i < 3; i++ {
 		r := drvSh(t, d, ws, "echo ok")
@@ -67,7 +69,7 @@ func TestPreparedOffUnprivileged(t *testing.T) {
 // the exit says it ran prepared.
 func TestPreparedHandover(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAlways))
+	d := testDriver(t, preparedOpts(preparedAlways))
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	if err := os.Mkdir(filepath.Join(ws, "sub"), 0o755); err != nil {
@@ -93,7 +95,7 @@ func TestPreparedHandover(t *testing.T) {
 // gives a freed namespace's number to the next one.)
 func TestPreparedOnce(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAuto))
+	d := testDriver(t, preparedOpts(preparedAuto))
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	prepared := 0
@@ -123,7 +125,7 @@ func TestPreparedOnce(t *testing.T) {
 // the end of its command stops it.
 func TestPreparedAnswerMeansEnded(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAlways))
+	d := testDriver(t, preparedOpts(preparedAlways))
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	// A writer that never stops: once its command is answered, the file
@@ -185,7 +187,7 @@ func waitUntil(t *testing.T, cond func() bool) {
 // command's timeout does not shorten it, and the timeout still applies.
 func TestPreparedTimeoutFromHandover(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAuto))
+	d := testDriver(t, preparedOpts(preparedAuto))
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	ctx := context.Background()
@@ -233,7 +235,7 @@ func fillPool(t *testing.T, d *Driver, ws string) {
 // entries cannot be created; and the rest of the workspace stays writable.
 func TestPreparedProtectedAtHandover(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAuto))
+	d := testDriver(t, preparedOpts(preparedAuto))
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
 	if ents, err := os.ReadDir(ws); err != nil || len(ents) != 0 {
@@ -280,7 +282,7 @@ func TestPreparedProtectedAtHandover(t *testing.T) {
 // the command runs in a sandbox built for it and sees the new one.
 func TestPreparedStaleWorkspace(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAuto))
+	d := testDriver(t, preparedOpts(preparedAuto))
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
 	if err := os.Remove(ws); err != nil {
@@ -304,7 +306,7 @@ func TestPreparedStaleWorkspace(t *testing.T) {
 // another session's command, even for the same profile.
 func TestPreparedNotAcrossSessions(t *testing.T) {
 	needPreparable(t)
-	d, ws, prof := poolDriver(t, preparedOpts(PreparedAuto))
+	d, ws, prof := poolDriver(t, preparedOpts(preparedAuto))
 	ctx := context.Background()
 	run := func(session string) driverapi.Exit {
 		exit, err := d.Run(ctx, driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, SessionID: session,
@@ -342,7 +344,7 @@ func TestPreparedNotAcrossSessions(t *testing.T) {
 func TestPreparedCapped(t *testing.T) {
 	needPreparable(t)
 	const limit = 6
-	d, ws, prof := poolDriver(t, Options{Prepared: PreparedAuto, PreparedMax: limit})
+	d, ws, prof := poolDriver(t, options{Prepared: preparedAuto, PreparedMax: limit})
 	ctx := context.Background()
 	peak := 0
 	for s := 0; s < 4*limit; s++ {
@@ -353,9 +355,8 @@ func TestPreparedCapped(t *testing.T) {
 				t.Fatalf("%v %+v", err, exit)
 			}
 		}
-		d.pool.mu.Lock()
-		peak = max(peak, d.pool.total)
-		d.pool.mu.Unlock()
+		total, _, _ := d.pool.Counts()
+		peak = max(peak, total)
 	}
 	if peak != limit {
 		t.Fatalf("peak %d waiting or being built, cap %d", peak, limit)
@@ -367,13 +368,13 @@ func TestPreparedCapped(t *testing.T) {
 }
 
 // preparedProcs are the host processes of sandboxes prepared for ws: bwrap
-// and sandbox-init (InitPath inside). Unprivileged, the nsenter and unshare
+// and sandbox-init (initPath inside). Unprivileged, the nsenter and unshare
 // that start bwrap in a session's network namespace carry the same argv
 // and are left out.
 func preparedProcs(ws string) []string {
 	var found []string
 	for pid, argv := range hostCmdlines() {
-		if filepath.Base(argv[0]) != "bwrap" && argv[0] != InitPath {
+		if filepath.Base(argv[0]) != "bwrap" && argv[0] != initPath {
 			continue
 		}
 		if joined := strings.Join(argv, " "); strings.Contains(joined, preparedMarker) && strings.Contains(joined, ws) {
@@ -408,7 +409,7 @@ func TestPreparedDriverDeath(t *testing.T) {
 // precompiled seccomp programs' descriptor.
 func TestPreparedChain(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAuto))
+	d := testDriver(t, preparedOpts(preparedAuto))
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
 	pids := preparedProcs(ws)
@@ -452,7 +453,7 @@ func TestPreparedSetupFailureFallsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = os.Chmod(dir, 0o755)
-	d := testDriver(t, Options{BwrapPath: fake, Prepared: PreparedAlways})
+	d := testDriver(t, options{BwrapPath: fake, Prepared: preparedAlways})
 	ws := newWorkspace(t)
 	r := drvSh(t, d, ws, "echo out; echo own >&2; exit 4")
 	if r.err != nil || r.exit.ExitCode != 4 || r.stdout != "out\n" || r.stderr != "own\n" || r.exit.Details["prepared"] == "1" {
@@ -504,7 +505,7 @@ func ptr[T any](v T) *T { return &v }
 // nobody can use; the commands themselves all run.
 func TestPreparedStopsAfterRefusals(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, preparedOpts(PreparedAuto))
+	d := testDriver(t, preparedOpts(preparedAuto))
 	skipWithoutPool(t, d)
 	ws := newWorkspace(t)
 	fillPool(t, d, ws)
@@ -536,8 +537,8 @@ func TestPreparedGracefulStop(t *testing.T) {
 	p, ws := pluginWithPool(t, `{"prepared":"auto"}`)
 	// Control: sandboxes wait, each in a cgroup of this plugin's.
 	waitUntil(t, func() bool { return len(preparedProcs(ws)) >= 2 })
-	local := testDriver(t, Options{})
-	own := cgroupPrefix + strconv.Itoa(p.Pid()) + "-"
+	local := testDriver(t, options{})
+	own := cgroup.Prefix + strconv.Itoa(p.Pid()) + "-"
 	ownCgroups := func() []string {
 		var out []string
 		for dir := range commandCgroups(local) {
@@ -547,7 +548,7 @@ func TestPreparedGracefulStop(t *testing.T) {
 		}
 		return out
 	}
-	if local.probe().cg.mode != CgroupNone && len(ownCgroups()) == 0 {
+	if local.probe().cg.Mode() != cgroup.None && len(ownCgroups()) == 0 {
 		t.Fatal("control: the waiting sandboxes have no cgroup")
 	}
 	p.Kill() // the host's graceful stop: Close runs before the process exits
@@ -569,7 +570,7 @@ func pluginWithPool(t *testing.T, opts string) (*driverapi.Process, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{OptionsEnv + "=" + opts}})
+	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin, Env: []string{optionsEnv + "=" + opts}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -692,12 +693,12 @@ func TestPreparedNofileLimit(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
 	want := fmt.Sprintf("1000\n%d", lim.Max)
-	for _, mode := range []PreparedMode{PreparedAlways, PreparedOff} {
+	for _, mode := range []preparedMode{preparedAlways, preparedOff} {
 		d, ws, prof := modeDriver(t, mode)
 		var out lockedBuf
 		exit, err := d.Run(context.Background(), driverapi.RunSpec{Program: "/bin/sh", Args: []string{"-c", "ulimit -Sn; ulimit -Hn"},
 			Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}, driverapi.Streams{Stdout: &out, Stderr: &out})
-		if err != nil || exit.ExitCode != 0 || (exit.Details["prepared"] == "1") != (mode == PreparedAlways) {
+		if err != nil || exit.ExitCode != 0 || (exit.Details["prepared"] == "1") != (mode == preparedAlways) {
 			t.Fatalf("%s: %v %+v %q", mode, err, exit, out.String())
 		}
 		if got := strings.TrimSpace(out.String()); got != want {
@@ -714,7 +715,7 @@ func TestPreparedNofileLimit(t *testing.T) {
 // same place made executable text runs (the positive control).
 func TestPreparedExecFailure(t *testing.T) {
 	needPreparable(t)
-	for _, mode := range []PreparedMode{PreparedAlways, PreparedOff} {
+	for _, mode := range []preparedMode{preparedAlways, preparedOff} {
 		d, ws, prof := modeDriver(t, mode)
 		prog := filepath.Join(ws, "prog")
 		run := func(content string) (driverapi.Exit, string, error) {
@@ -735,7 +736,7 @@ func TestPreparedExecFailure(t *testing.T) {
 		if err != nil || exit.ExitCode != 0 || out != "ran\n" {
 			t.Errorf("%s: the control: err %v exit %d, output %q", mode, err, exit.ExitCode, out)
 		}
-		if (exit.Details["prepared"] == "1") != (mode == PreparedAlways) {
+		if (exit.Details["prepared"] == "1") != (mode == preparedAlways) {
 			t.Errorf("%s: %+v", mode, exit)
 		}
 	}
@@ -750,7 +751,7 @@ func waitingPair(t *testing.T, ws string) (sup, child string) {
 		sup, child = "", ""
 		all := hostCmdlines()
 		for _, pid := range preparedProcs(ws) {
-			if len(all[pid]) == 0 || all[pid][0] != InitPath {
+			if len(all[pid]) == 0 || all[pid][0] != initPath {
 				continue // bwrap
 			}
 			st, err := os.ReadFile("/proc/" + pid + "/stat")
@@ -762,7 +763,7 @@ func waitingPair(t *testing.T, ws string) (sup, child string) {
 			if len(f) < 2 {
 				continue
 			}
-			if p := f[1]; slices.Contains(preparedProcs(ws), p) && all[p][0] == InitPath {
+			if p := f[1]; slices.Contains(preparedProcs(ws), p) && all[p][0] == initPath {
 				child = pid
 			} else {
 				sup = pid
@@ -779,7 +780,7 @@ func waitingPair(t *testing.T, ws string) (sup, child string) {
 // the timeout kills it. Its own attempt to signal its supervisor fails.
 func TestPreparedNoSpawnSignals(t *testing.T) {
 	needPreparable(t)
-	d, ws, prof := poolDriver(t, preparedOpts(PreparedAlways))
+	d, ws, prof := poolDriver(t, preparedOpts(preparedAlways))
 	ctx := context.Background()
 	run := func(id, script string, timeout time.Duration, out *lockedBuf) <-chan runResult {
 		done := make(chan runResult, 1)
@@ -822,7 +823,7 @@ func atoi(s string) int {
 // /bin/true spec of it.
 func noSpawnPool(t *testing.T) (*Driver, string, driverapi.Profile, driverapi.RunSpec) {
 	t.Helper()
-	d, ws, prof := poolDriver(t, Options{Prepared: PreparedAuto, PreparedPerProfile: ptr(uint64(1))})
+	d, ws, prof := poolDriver(t, options{Prepared: preparedAuto, PreparedPerProfile: ptr(uint64(1))})
 	ctx := context.Background()
 	spec := driverapi.RunSpec{Program: "/bin/true", Env: pathEnv(), Cwd: ws, Profile: prof, Timeout: 10 * time.Second, MaxOutputBytes: 1024}
 	for range 2 {
@@ -977,20 +978,16 @@ func TestPreparedWaitStartedSeesEnd(t *testing.T) {
 func TestPreparedSandboxRecordedAsUser(t *testing.T) {
 	needPreparable(t)
 	d, _, _, _ := noSpawnPool(t)
-	dir, err := d.placeholderDir()
+	dir, err := d.journal.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
-	d.pool.mu.Lock()
 	var pids []int
-	for _, l := range d.pool.idle {
-		for _, ps := range l {
-			if p := ps.sb.process(); p != nil {
-				pids = append(pids, p.Pid)
-			}
+	for _, ps := range d.pool.Waiting() {
+		if p := ps.sb.process(); p != nil {
+			pids = append(pids, p.Pid)
 		}
 	}
-	d.pool.mu.Unlock()
 	if len(pids) == 0 {
 		t.Fatal("control: no sandbox waits")
 	}
@@ -1027,7 +1024,7 @@ func TestPreparedSandboxRecordedAsUser(t *testing.T) {
 // profile.
 // modeDriver is a driver in prepared mode mode, a workspace and its
 // default profile (poolDriver without the need for a pool).
-func modeDriver(t *testing.T, mode PreparedMode) (*Driver, string, driverapi.Profile) {
+func modeDriver(t *testing.T, mode preparedMode) (*Driver, string, driverapi.Profile) {
 	t.Helper()
 	d := testDriver(t, preparedOpts(mode))
 	ws := newWorkspace(t)
@@ -1038,7 +1035,7 @@ func modeDriver(t *testing.T, mode PreparedMode) (*Driver, string, driverapi.Pro
 	return d, ws, prof
 }
 
-func poolDriver(t *testing.T, opts Options) (*Driver, string, driverapi.Profile) {
+func poolDriver(t *testing.T, opts options) (*Driver, string, driverapi.Profile) {
 	t.Helper()
 	d := testDriver(t, opts)
 	skipWithoutPool(t, d)
@@ -1056,7 +1053,7 @@ func poolDriver(t *testing.T, opts Options) (*Driver, string, driverapi.Profile)
 // after the plugin, and the service, had exited. The control: the command
 // was seen running before Close.
 func TestCloseEndsRunsInFlight(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	marker := fmt.Sprintf("%d.%d", 300+os.Getpid()%100, time.Now().UnixNano()%1000000)
 	res := make(chan drvResult, 1)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // cgroupFix is how a user without writable cgroups gets resource limits.
@@ -33,12 +34,12 @@ type hostProbe struct {
 	sandboxFix string
 	landlock   int
 	seccomp    bool
-	cg         *cgroupSystem
+	cg         *cgroup.System
 	kernel     string
 	// guard is how bwrap is started (pidguard_linux.go).
 	guard pidGuard
 	// procCover is the bwrap argv covering /proc's host-wide entries
-	// (ProcCoverArgs): the host's /proc is looked at once per driver.
+	// (procCoverArgs): the host's /proc is looked at once per driver.
 	procCover []string
 	// userns are bwrap flags that keep the sandbox from making user
 	// namespaces of its own (--disable-userns), where bwrap gives it one.
@@ -59,16 +60,6 @@ type hostProbe struct {
 	// (probecache_linux.go); probeCacheWhy why the cache is off, if it is.
 	probeCached   bool
 	probeCacheWhy string
-}
-
-func (cs *cgroupSystem) reason(ctrl string) string {
-	if r := cs.why[ctrl]; r != "" {
-		return r
-	}
-	if r := cs.why["*"]; r != "" {
-		return r
-	}
-	return "the " + ctrl + " controller is not available"
 }
 
 // Prepare probes the host now instead of on first use (driverapi.Preparer:
@@ -102,21 +93,21 @@ func (d *Driver) probe() *hostProbe {
 	d.once.Do(func() {
 		d.trace.Mark("probe")
 		defer d.trace.Mark("probe done")
-		h := &hostProbe{landlock: LandlockABI(), seccomp: SeccompAvailable(), procCover: ProcCoverArgs()}
+		h := &hostProbe{landlock: landlockABI(), seccomp: seccompAvailable(), procCover: procCoverArgs()}
 		var uts unix.Utsname
 		if unix.Uname(&uts) == nil {
 			h.kernel = unix.ByteSliceToString(uts.Release[:])
 		}
 		// cgroups are looked at while bwrap is tried: independent, and
 		// both mostly wait on the kernel.
-		cgDone := make(chan *cgroupSystem, 1)
+		cgDone := make(chan *cgroup.System, 1)
 		go func() { cgDone <- d.probeCgroups() }()
 		var cache *probeCache
 		h.bwrap, h.bwrapVersion, h.guard, h.sandboxErr, h.sandboxFix = probeBwrap(d.cfg.Options.BwrapPath, h.procCover,
 			func(path string) *probeCache { cache = d.openProbeCache(path); return cache })
 		h.tier = tierBwrap
 		var nsErr *namespaceError
-		if errors.As(h.sandboxErr, &nsErr) && d.cfg.Options.Fallback == FallbackLandlock {
+		if errors.As(h.sandboxErr, &nsErr) && d.cfg.Options.Fallback == fallbackLandlock {
 			// Only the namespaces are missing, and the configuration
 			// asks for the Landlock tier there.
 			h.tier, h.tierWhy = tierLandlock, h.sandboxErr.Error()
@@ -177,26 +168,26 @@ const cgroupSettingsFix = "change [sandbox.linux] to what this host can enforce 
 // is best effort, as the capability report says.)
 func (d *Driver) cgroupSettingsErr(h *hostProbe) error {
 	o := d.cfg.Options
-	explicit := o.Cgroup == CgroupV1 || o.Cgroup == CgroupV2
+	explicit := o.Cgroup == cgroupV1 || o.Cgroup == cgroupV2
 	switch {
-	case explicit && h.cg.mode != o.Cgroup:
-		return fmt.Errorf("[sandbox.linux] cgroup = %q cannot be enforced here: %s", o.Cgroup, h.cg.reason("*"))
-	case explicit && o.Pids() > 0 && !h.cg.have[ctrlPids] && !h.nprocPerSandbox():
-		return fmt.Errorf("[sandbox.linux] max_pids = %d cannot be enforced with cgroup = %q: %s", o.Pids(), o.Cgroup, h.cg.reason(ctrlPids))
-	case o.CPUQuotaPercent > 0 && !h.cg.have[ctrlCPU]:
-		return fmt.Errorf("[sandbox.linux] cpu_quota_percent = %d cannot be enforced here: %s", o.CPUQuotaPercent, h.cg.reason(ctrlCPU))
+	case explicit && h.cg.Mode() != cgroup.Mode(o.Cgroup):
+		return fmt.Errorf("[sandbox.linux] cgroup = %q cannot be enforced here: %s", o.Cgroup, h.cg.Reason("*"))
+	case explicit && o.Pids() > 0 && !h.cg.Has(cgroup.Pids) && !h.nprocPerSandbox():
+		return fmt.Errorf("[sandbox.linux] max_pids = %d cannot be enforced with cgroup = %q: %s", o.Pids(), o.Cgroup, h.cg.Reason(cgroup.Pids))
+	case o.CPUQuotaPercent > 0 && !h.cg.Has(cgroup.CPU):
+		return fmt.Errorf("[sandbox.linux] cpu_quota_percent = %d cannot be enforced here: %s", o.CPUQuotaPercent, h.cg.Reason(cgroup.CPU))
 	}
 	return nil
 }
 
 // probeCgroups finds the cgroup mode and sweeps what killed drivers left.
-func (d *Driver) probeCgroups() *cgroupSystem {
+func (d *Driver) probeCgroups() *cgroup.System {
 	self, err := os.ReadFile(d.cfg.SelfCgroup)
 	if err != nil {
-		return &cgroupSystem{mode: CgroupNone, have: map[string]bool{}, why: map[string]string{"*": "cannot read " + d.cfg.SelfCgroup}}
+		return cgroup.Unavailable("cannot read " + d.cfg.SelfCgroup)
 	}
-	cs := detectCgroups(d.cfg.CgroupRoot, self, d.cfg.Options.Cgroup, os.Getpid())
-	cs.sweep()
+	cs := cgroup.Detect(d.cfg.CgroupRoot, self, cgroup.Mode(d.cfg.Options.Cgroup), os.Getpid())
+	cs.Sweep()
 	return cs
 }
 
@@ -303,8 +294,8 @@ func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []
 	args = append(args, "--proc", "/proc")
 	args = append(args, procCover...)
 	args = append(args, "--dev", "/dev", "--tmpfs", "/tmp")
-	for _, m := range SystemReadSet() {
-		if m.Kind == MountSymlink {
+	for _, m := range systemReadSet() {
+		if m.Kind == mountSymlink {
 			args = append(args, "--symlink", m.Src, m.Dest)
 		} else {
 			args = append(args, "--ro-bind", m.Src, m.Dest)
@@ -370,13 +361,13 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		return d.landlockCapabilities(h), nil
 	}
 	hc := driverapi.HostCapabilities{
-		Backend:         Backend,
-		DriverVersion:   Version,
+		Backend:         backend,
+		DriverVersion:   driverVersion,
 		ProtocolVersion: driverapi.ProtocolVersion,
 		OS:              runtime.GOOS,
 		Arch:            runtime.GOARCH,
 		Seccomp:         h.seccomp && h.sandboxErr == nil,
-		CgroupMode:      string(h.cg.mode),
+		CgroupMode:      string(h.cg.Mode()),
 		Details: map[string]string{
 			"bwrap":          h.bwrap,
 			"bwrap_version":  h.bwrapVersion,
@@ -402,9 +393,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	}
 	// Prepared sandboxes (prepared_linux.go): the mode in force, and what
 	// the pool has done so far.
-	if m := d.poolMode(); m == PreparedOff {
-		hc.Details["prepared"] = string(PreparedOff)
-		if why := preparedOffWhy(h); why != "" && d.cfg.Options.Prepared != PreparedOff {
+	if m := d.poolMode(); m == preparedOff {
+		hc.Details["prepared"] = string(preparedOff)
+		if why := preparedOffWhy(h); why != "" && d.cfg.Options.Prepared != preparedOff {
 			hc.Details["prepared"] += " (" + why + ")"
 		}
 	} else {
@@ -435,7 +426,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	hc.Details[driverapi.DetailLinuxSeccomp] = strconv.FormatBool(hc.Seccomp)
 	hc.Details[driverapi.DetailLinuxCgroupMode] = hc.CgroupMode
 	// ProfileRequest.Home is bound writable without protected entries
-	// (Plan.Home), in either tier.
+	// (launchPlan.Home), in either tier.
 	hc.Details[driverapi.DetailProfileHome] = "1"
 	un := func(f, reason, fix string) {
 		hc.Unavailable = append(hc.Unavailable, driverapi.Unavailable{Feature: f, Reason: reason, Fix: fix})
@@ -490,26 +481,26 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	} else {
 		un(driverapi.FeaturePTY, "seccomp filters cannot be installed here (TIOCSTI on the terminal could not be denied)", "use a kernel with CONFIG_SECCOMP_FILTER")
 	}
-	if h.cg.have[ctrlMemory] {
+	if h.cg.Has(cgroup.Memory) {
 		hc.Features = append(hc.Features, driverapi.FeatureMemoryLimit)
 	} else {
-		un(driverapi.FeatureMemoryLimit, h.cg.reason(ctrlMemory), cgroupFix)
+		un(driverapi.FeatureMemoryLimit, h.cg.Reason(cgroup.Memory), cgroupFix)
 	}
 	switch {
 	case d.cfg.Options.Pids() == 0:
 		un(driverapi.FeaturePidLimit, "max_pids = 0 in [sandbox.linux]", "set max_pids")
-	case h.cg.have[ctrlPids]:
+	case h.cg.Has(cgroup.Pids):
 		hc.Features = append(hc.Features, driverapi.FeaturePidLimit)
 		hc.Details["pid_limit_via"] = "cgroup"
 	case h.nprocPerSandbox():
 		hc.Features = append(hc.Features, driverapi.FeaturePidLimit)
 		hc.Details["pid_limit_via"] = "rlimit_nproc"
 	default:
-		un(driverapi.FeaturePidLimit, h.cg.reason(ctrlPids), cgroupFix)
+		un(driverapi.FeaturePidLimit, h.cg.Reason(cgroup.Pids), cgroupFix)
 	}
 	switch {
-	case !h.cg.have[ctrlCPU]:
-		un(driverapi.FeatureCPULimit, h.cg.reason(ctrlCPU), cgroupFix)
+	case !h.cg.Has(cgroup.CPU):
+		un(driverapi.FeatureCPULimit, h.cg.Reason(cgroup.CPU), cgroupFix)
 	case d.cfg.Options.CPUQuotaPercent == 0:
 		un(driverapi.FeatureCPULimit, "cpu_quota_percent is not set in [sandbox.linux]", "set cpu_quota_percent")
 	default:
@@ -523,7 +514,7 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		// network namespace of their own; all shares the host's.
 		hc.Details["abstract_unix"] = "with network all, abstract unix sockets bound on the host are reachable (Landlock ABI < 6 has no scopes)"
 	}
-	if h.cg.mode == CgroupV1 && h.cg.have[ctrlMemory] && !h.cg.memsw {
+	if h.cg.Mode() == cgroup.V1 && h.cg.Has(cgroup.Memory) && !h.cg.Memsw() {
 		hc.Details["memory_swap"] = "not limited (cgroup v1 without memsw accounting)"
 	}
 	return hc, nil

@@ -340,8 +340,8 @@ func (d *Driver) probeKeyMaterial(bwrapPath string) ([]byte, error) {
 		}
 		put(p, string(data))
 	}
-	put("proc_cover", strings.Join(ProcCoverArgs(), " "))
-	for _, m := range SystemReadSet() {
+	put("proc_cover", strings.Join(procCoverArgs(), " "))
+	for _, m := range systemReadSet() {
 		put("read_set", m.Kind+" "+m.Src+" "+m.Dest)
 	}
 	return b.Bytes(), nil
@@ -384,7 +384,7 @@ func readSmall(path string) ([]byte, error) {
 // whatever the cause, the next driver start then runs its trials afresh
 // instead of trusting a confirmation the host may no longer honour.
 func (d *Driver) forgetProbeCache(err error) {
-	var se *SetupError
+	var se *setupError
 	if err == nil || !errors.As(err, &se) {
 		return
 	}

@@ -21,12 +21,12 @@ import (
 
 // cacheDriver is a driver probing with state directory dir and, as extra
 // key input, the file keyFile (created if missing).
-func cacheDriver(t *testing.T, dir, keyFile string, o Options, driverBinary string) *Driver {
+func cacheDriver(t *testing.T, dir, keyFile string, o options, driverBinary string) *Driver {
 	t.Helper()
 	if driverBinary == "" {
 		driverBinary = driverBin
 	}
-	d, err := New(Config{Options: o, InitBinary: driverBin, DriverBinary: driverBinary, StateDir: dir,
+	d, err := newDriver(config{Options: o, InitBinary: driverBin, DriverBinary: driverBinary, StateDir: dir,
 		probeKeyExtra: []string{keyFile}})
 	if err != nil {
 		t.Fatal(err)
@@ -81,7 +81,7 @@ func TestProbeCacheOffUnderSeccomp(t *testing.T) {
 	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	d := cacheDriver(t, dir, key, Options{}, "")
+	d := cacheDriver(t, dir, key, options{}, "")
 	h := d.probe()
 	if h.probeCached || !strings.Contains(h.probeCacheWhy, "seccomp filter") {
 		t.Fatalf("cache used %v, why %q: want off, for the filter", h.probeCached, h.probeCacheWhy)
@@ -132,7 +132,7 @@ func TestProbeCacheUsedByTheNextStart(t *testing.T) {
 	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h1 := freshProbe(t, cacheDriver(t, dir, key, Options{}, ""))
+	h1 := freshProbe(t, cacheDriver(t, dir, key, options{}, ""))
 	if h1.probeCached {
 		t.Fatal("the first probe of an empty state directory claims the cache")
 	}
@@ -143,7 +143,7 @@ func TestProbeCacheUsedByTheNextStart(t *testing.T) {
 	if fi.Mode().Perm() != 0o600 || !fi.Mode().IsRegular() {
 		t.Fatalf("probe cache mode %v, want a 0600 file", fi.Mode())
 	}
-	d2 := cacheDriver(t, dir, key, Options{}, "")
+	d2 := cacheDriver(t, dir, key, options{}, "")
 	h2 := freshProbe(t, d2)
 	if !h2.probeCached {
 		t.Fatalf("the second start ran its trials again (%s)", h2.probeCacheWhy)
@@ -184,7 +184,7 @@ func TestProbeCacheKeyChangeRefusesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(tmp, "state")
-	o := Options{BwrapPath: bw}
+	o := options{BwrapPath: bw}
 	start := func() *hostProbe { return freshProbe(t, cacheDriver(t, dir, key, o, drv)) }
 	start()
 	if h := start(); !h.probeCached {
@@ -230,7 +230,7 @@ func TestProbeCacheTamperedIsIgnored(t *testing.T) {
 	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h0 := freshProbe(t, cacheDriver(t, dir, key, Options{}, ""))
+	h0 := freshProbe(t, cacheDriver(t, dir, key, options{}, ""))
 	path := cacheFile(dir)
 	good, err := os.ReadFile(path)
 	if err != nil {
@@ -286,12 +286,12 @@ func TestProbeCacheTamperedIsIgnored(t *testing.T) {
 				t.Skip("chown to another user needs root")
 			}
 			restore()
-			if h := freshProbe(t, cacheDriver(t, dir, key, Options{}, "")); !h.probeCached {
+			if h := freshProbe(t, cacheDriver(t, dir, key, options{}, "")); !h.probeCached {
 				t.Fatalf("control: the untouched record is not used (%s)", h.probeCacheWhy)
 			}
 			restore()
 			c.tamper()
-			h := freshProbe(t, cacheDriver(t, dir, key, Options{}, ""))
+			h := freshProbe(t, cacheDriver(t, dir, key, options{}, ""))
 			if h.probeCached {
 				t.Fatal("the tampered record was trusted")
 			}
@@ -312,7 +312,7 @@ func TestProbeCacheNeverPicksTheSetup(t *testing.T) {
 	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	h0 := freshProbe(t, cacheDriver(t, dir, key, Options{}, ""))
+	h0 := freshProbe(t, cacheDriver(t, dir, key, options{}, ""))
 	if h0.guard.mode == guardNone {
 		t.Skipf("the probe picks no guard here (%s): nothing weaker to offer", h0.guard.why)
 	}
@@ -322,7 +322,7 @@ func TestProbeCacheNeverPicksTheSetup(t *testing.T) {
 	if r, ok := readProbeRecord(cacheFile(dir), dir); !ok || r.Key != rec.Key {
 		t.Fatal("control: the forged record does not pass the checks, so the test would prove nothing")
 	}
-	h := freshProbe(t, cacheDriver(t, dir, key, Options{}, ""))
+	h := freshProbe(t, cacheDriver(t, dir, key, options{}, ""))
 	if h.probeCached {
 		t.Fatal("a record confirming another setup let the trial be skipped")
 	}
@@ -352,8 +352,8 @@ func TestProbeCacheForgottenOnSetupFailure(t *testing.T) {
 	if err := os.WriteFile(key, []byte("a"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	freshProbe(t, cacheDriver(t, dir, key, Options{}, ""))
-	d := cacheDriver(t, dir, key, Options{}, "")
+	freshProbe(t, cacheDriver(t, dir, key, options{}, ""))
+	d := cacheDriver(t, dir, key, options{}, "")
 	if h := freshProbe(t, d); !h.probeCached {
 		t.Fatalf("control: the record is not used (%s)", h.probeCacheWhy)
 	}
@@ -361,7 +361,7 @@ func TestProbeCacheForgottenOnSetupFailure(t *testing.T) {
 	if _, err := os.Stat(cacheFile(dir)); err != nil {
 		t.Fatalf("an error that is no setup failure removed the record: %v", err)
 	}
-	d.forgetProbeCache(&SetupError{Status: "exit status 1", Message: "bwrap: No permissions to create new namespace"})
+	d.forgetProbeCache(&setupError{Status: "exit status 1", Message: "bwrap: No permissions to create new namespace"})
 	if _, err := os.Stat(cacheFile(dir)); !os.IsNotExist(err) {
 		t.Fatalf("the record survived a setup failure: %v", err)
 	}

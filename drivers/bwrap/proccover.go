@@ -35,14 +35,14 @@ func procMasked() []string {
 // one page is all they could ever hold.
 const maskTmpfsSize = "4096"
 
-// ProcCoverArgs is the bwrap argv that follows `--proc /proc` and covers
+// procCoverArgs is the bwrap argv that follows `--proc /proc` and covers
 // the entries above. bwrap fails on a missing mount target, and which of
 // them exist depends on the kernel's configuration, so only the entries
 // present in the host's /proc are covered (the sandbox's procfs has the
 // same ones: same kernel). The sources are the host's: bwrap resolves bind
 // sources outside the new root, and a sysctl file acts on the namespaces of
 // whoever opens it, not on the procfs instance it was reached through.
-func ProcCoverArgs() []string {
+func procCoverArgs() []string {
 	var args []string
 	for _, p := range procReadOnly() {
 		if _, err := os.Lstat(p); err == nil {

@@ -111,21 +111,21 @@ func (pr *protection) pinned() []string {
 // Scan bounds. A tree the scan cannot finish within them is refused, not
 // half protected.
 const (
-	DefaultProtectedScanMaxEntries = 500_000
-	DefaultProtectedScanTimeout    = 3 * time.Second
+	defaultProtectedScanMaxEntries = 500_000
+	defaultProtectedScanTimeout    = 3 * time.Second
 	// maxIndexBytes bounds one git index read for gitlinks.
 	maxIndexBytes = 512 << 20
 	// maxGitfileBytes bounds a gitfile ("gitdir: ..." line).
 	maxGitfileBytes = 4096
 )
 
-// ScanLimitError: the protected-entry scan did not finish within its bounds.
-type ScanLimitError struct {
+// scanLimitError: the protected-entry scan did not finish within its bounds.
+type scanLimitError struct {
 	Root   string
 	Reason string
 }
 
-func (e *ScanLimitError) Error() string {
+func (e *scanLimitError) Error() string {
 	return fmt.Sprintf("bwrap driver: the search for .git entries under %s %s: grant a smaller tree, or raise "+
 		"sandbox.linux.protected_scan_max_entries / protected_scan_timeout_ms", e.Root, e.Reason)
 }
@@ -159,13 +159,13 @@ type scanner struct {
 // or a gitfile, not descended into), the git directory a gitfile names when
 // it lies in a writable root, and <path>/.git for every gitlink recorded in
 // each repository's index (or the first missing directory on the way there).
-func scanProtected(p Plan, lim scanLimits) ([]protectTarget, error) {
+func scanProtected(p launchPlan, lim scanLimits) ([]protectTarget, error) {
 	return scanProtectedNoting(p, lim, nil)
 }
 
 // scanProtectedNoting is scanProtected telling note what it depends on
 // (scanner.note).
-func scanProtectedNoting(p Plan, lim scanLimits, note func(path string, gitfile bool)) ([]protectTarget, error) {
+func scanProtectedNoting(p launchPlan, lim scanLimits, note func(path string, gitfile bool)) ([]protectTarget, error) {
 	s := &scanner{lim: lim, topSet: p.Protected, targets: map[string]protectTarget{}, repos: map[string]bool{}, note: note}
 	s.roots = append([]string{p.Workspace}, p.FSWrite...)
 	if p.layered != nil {
@@ -200,10 +200,10 @@ func scanProtectedNoting(p Plan, lim scanLimits, note func(path string, gitfile 
 func (s *scanner) tick(root string) error {
 	s.visited++
 	if s.visited > s.lim.maxEntries {
-		return &ScanLimitError{Root: root, Reason: fmt.Sprintf("visited more than %d entries", s.lim.maxEntries)}
+		return &scanLimitError{Root: root, Reason: fmt.Sprintf("visited more than %d entries", s.lim.maxEntries)}
 	}
 	if s.visited&255 == 0 && !s.lim.deadline.IsZero() && time.Now().After(s.lim.deadline) {
-		return &ScanLimitError{Root: root, Reason: "did not finish in time"}
+		return &scanLimitError{Root: root, Reason: "did not finish in time"}
 	}
 	return nil
 }
@@ -308,7 +308,7 @@ func (s *scanner) repo(work, dotgit string) error {
 	}
 	links, err := indexGitlinks(gitdir, s.lim.deadline)
 	if err != nil {
-		var sl *ScanLimitError
+		var sl *scanLimitError
 		if errors.As(err, &sl) {
 			sl.Root = work
 			return sl
@@ -400,7 +400,7 @@ func indexGitlinks(gitdir string, deadline time.Time) ([]string, error) {
 	path := filepath.Join(gitdir, "index")
 	links, shared, err := parseIndexFile(path, 20, deadline)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		var sl *ScanLimitError
+		var sl *scanLimitError
 		if errors.As(err, &sl) {
 			return nil, err
 		}
@@ -471,7 +471,7 @@ func parseIndex(r *bufio.Reader, size int64, hashLen int, deadline time.Time) ([
 	buf := make([]byte, fixed+2)
 	for i := int64(0); i < count; i++ {
 		if i&4095 == 4095 && !deadline.IsZero() && time.Now().After(deadline) {
-			return nil, "", &ScanLimitError{Reason: "did not finish reading a git index in time"}
+			return nil, "", &scanLimitError{Reason: "did not finish reading a git index in time"}
 		}
 		if _, err := io.ReadFull(r, buf[:fixed]); err != nil {
 			return nil, "", fmt.Errorf("%w: entry %d truncated", errIndex, i)

@@ -21,6 +21,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/protectjournal"
 )
 
 // reqRun runs a shell script through d under the profile req asks for.
@@ -124,7 +127,7 @@ func mkfile(t testing.TB, path, content string) {
 // crafted one.
 func TestNestedGitReadOnly(t *testing.T) {
 	needGit(t)
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	sub := filepath.Join(ws, "a", "sub")
 	if err := os.MkdirAll(sub, 0o755); err != nil {
@@ -165,7 +168,7 @@ func TestNestedGitReadOnly(t *testing.T) {
 // A gitfile (submodule or worktree .git file) cannot be rewritten, removed
 // or replaced by a directory.
 func TestGitfileCannotBeReplaced(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	mkfile(t, filepath.Join(ws, ".git", "modules", "sub", "config"), "[core]\n")
 	mkfile(t, filepath.Join(ws, "sub", ".git"), "gitdir: ../.git/modules/sub\n")
@@ -203,7 +206,7 @@ func addGitlink(t testing.TB, repo, path string) {
 // creating one made the host's git run a planted fsmonitor.
 func TestUnpopulatedSubmoduleGitCannotBeCreated(t *testing.T) {
 	needGit(t)
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	for _, version := range []string{"2", "3", "4"} {
 		t.Run("index-v"+version, func(t *testing.T) {
 			ws := newWorkspace(t)
@@ -252,7 +255,7 @@ func TestUnpopulatedSubmoduleGitCannotBeCreated(t *testing.T) {
 // The widened top-level set: an existing .vscode is read-only, a missing
 // .claude cannot be created, and nothing of the protection stays behind.
 func TestTopLevelSetAndNothingLeft(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	mkfile(t, filepath.Join(ws, ".vscode", "settings.json"), "{}\n")
 	before := listing(t, ws)
@@ -283,7 +286,7 @@ func TestTopLevelSetAndNothingLeft(t *testing.T) {
 // grant too.
 func TestWriteGrantProtected(t *testing.T) {
 	needGit(t)
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws, grant := newWorkspace(t), newWorkspace(t)
 	gitCmd(t, grant, "init", "-q")
 	if err := os.MkdirAll(filepath.Join(grant, "vendor", "dep"), 0o755); err != nil {
@@ -313,7 +316,7 @@ func TestWriteGrantProtected(t *testing.T) {
 // The protected set follows the request: an added entry is protected, a
 // removed default is not.
 func TestConfiguredProtectedSet(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	set := []string{".git", ".my-tool"}
 	req := driverapi.ProfileRequest{Workspace: ws, Protected: set}
@@ -345,7 +348,7 @@ func TestGoBuildInNonRepoWorkspace(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(goroot, "bin", "go")); err != nil {
 		t.Skip("no Go toolchain at " + goroot)
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	mkfile(t, filepath.Join(ws, "go.mod"), "module example.com/hello\n\ngo 1.21\n")
 	mkfile(t, filepath.Join(ws, "main.go"), "package main\n\nfunc main() { println(\"hi\") }\n")
@@ -369,18 +372,18 @@ func TestGoBuildInNonRepoWorkspace(t *testing.T) {
 // A scan that cannot finish within its bounds refuses the command rather
 // than running it half protected.
 func TestProtectedScanBounded(t *testing.T) {
-	d := testDriver(t, Options{ProtectedScanMaxEntries: 50})
+	d := testDriver(t, options{ProtectedScanMaxEntries: 50})
 	ws := newWorkspace(t)
 	for i := range 60 {
 		mkfile(t, filepath.Join(ws, "d", strconv.Itoa(i)), "")
 	}
 	r := reqRun(t, d, driverapi.ProfileRequest{Workspace: ws}, nil, "true")
-	var sl *ScanLimitError
+	var sl *scanLimitError
 	if !errors.As(r.err, &sl) {
 		t.Fatalf("want ScanLimitError, got %v %+v", r.err, r.exit)
 	}
 	// Control: the same tree within a larger bound runs.
-	expectOK(t, reqRun(t, testDriver(t, Options{ProtectedScanMaxEntries: 1000}), driverapi.ProfileRequest{Workspace: ws}, nil, "true"))
+	expectOK(t, reqRun(t, testDriver(t, options{ProtectedScanMaxEntries: 1000}), driverapi.ProfileRequest{Workspace: ws}, nil, "true"))
 }
 
 // driverJanitors lists the janitor processes of driver pid: those whose
@@ -401,7 +404,7 @@ func driverJanitors(pid int) []int {
 			continue
 		}
 		cl, _ := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if !bytes.Contains(cl, []byte(JanitorCommand)) {
+		if !bytes.Contains(cl, []byte(janitorCommand)) {
 			continue
 		}
 		if l, err := os.Readlink("/proc/" + e.Name() + "/fd/3"); err == nil && held[l] {
@@ -418,7 +421,7 @@ func killDriverMidCommand(t *testing.T, ws string, killJanitor bool) []string {
 	t.Helper()
 	p := launchPlugin(t)
 	ctx := context.Background()
-	local := testDriver(t, Options{})
+	local := testDriver(t, options{})
 	cgBefore := commandCgroups(local)
 	prof, err := p.Driver().ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
 	if err != nil {
@@ -445,13 +448,13 @@ func killDriverMidCommand(t *testing.T, ws string, killJanitor bool) []string {
 	}
 	var newCg []string
 	// Only the plugin's own: other test processes may run commands now.
-	own := cgroupPrefix + strconv.Itoa(p.Pid()) + "-"
+	own := cgroup.Prefix + strconv.Itoa(p.Pid()) + "-"
 	for dir := range commandCgroups(local) {
 		if !cgBefore[dir] && strings.HasPrefix(filepath.Base(dir), own) {
 			newCg = append(newCg, dir)
 		}
 	}
-	if os.Geteuid() == 0 && len(newCg) == 0 && local.probe().cg.mode != CgroupNone {
+	if os.Geteuid() == 0 && len(newCg) == 0 && local.probe().cg.Mode() != cgroup.None {
 		t.Error("control: the command had no cgroup to leave behind")
 	}
 	if killJanitor {
@@ -485,7 +488,7 @@ func TestDriverKillJanitorCleansUp(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	sameListing(t, "after the driver was killed", before, listing(t, ws))
-	testDriver(t, Options{}).Prepare() // removes the dead driver's cgroup
+	testDriver(t, options{}).Prepare() // removes the dead driver's cgroup
 	for _, dir := range newCg {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("cgroup %s of the killed driver survived the next start: %v", dir, err)
@@ -507,7 +510,7 @@ func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
 		// started meanwhile by another process may have recovered first.
 		t.Log("the placeholders were already recovered by another driver start")
 	}
-	next := testDriver(t, Options{})
+	next := testDriver(t, options{})
 	next.Prepare()
 	for _, dir := range newCg {
 		if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
@@ -522,11 +525,11 @@ func TestDriverKillLeavesNothingAfterNextStart(t *testing.T) {
 // inodes, or an intent of a dead driver naming an empty read-only file.
 func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	state := t.TempDir()
-	d, err := New(Config{InitBinary: driverBin, DriverBinary: driverBin, StateDir: state})
+	d, err := newDriver(config{InitBinary: driverBin, DriverBinary: driverBin, StateDir: state})
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir, err := d.placeholderDir()
+	dir, err := d.journal.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -537,19 +540,19 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	orphan2 := filepath.Join(ws, ".hg")
 	for _, o := range []string{orphan, orphan2} {
 		mkfile(t, o, "")
-		if err := os.Chmod(o, placeholderPerm); err != nil {
+		if err := os.Chmod(o, protectjournal.PlaceholderPerm); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Named by the same dead intent, but not empty: a user's file.
 	written := filepath.Join(ws, ".svn")
 	mkfile(t, written, "mine")
-	if err := os.Chmod(written, placeholderPerm); err != nil {
+	if err := os.Chmod(written, protectjournal.PlaceholderPerm); err != nil {
 		t.Fatal(err)
 	}
 	// An intent of a process that is gone (our pid, another start time),
 	// for all the placeholders of one command.
-	st, _ := procStartTime(os.Getpid())
+	st, _ := ownertag.StartTime(os.Getpid())
 	dead := fmt.Sprintf("intent-%d-%d-1", os.Getpid(), st+1)
 	// Two more unrecorded placeholders of the dead intent, each with an
 	// empty record: its writer died between creating and writing it (an
@@ -559,17 +562,17 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	recs := map[string]string{}
 	for _, o := range []string{staleRec, freshRec} {
 		mkfile(t, o, "")
-		if err := os.Chmod(o, placeholderPerm); err != nil {
+		if err := os.Chmod(o, protectjournal.PlaceholderPerm); err != nil {
 			t.Fatal(err)
 		}
 		var ost unix.Stat_t
 		if err := unix.Lstat(o, &ost); err != nil {
 			t.Fatal(err)
 		}
-		recs[o] = filepath.Join(dir, recordName(&ost))
+		recs[o] = filepath.Join(dir, protectjournal.RecordName(&ost))
 		mkfile(t, recs[o], "")
 	}
-	old := time.Now().Add(-2 * emptyRecordAge)
+	old := time.Now().Add(-2 * protectjournal.EmptyRecordAge)
 	if err := os.Chtimes(recs[staleRec], old, old); err != nil {
 		t.Fatal(err)
 	}
@@ -605,7 +608,7 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(dir, fmt.Sprintf("intent-%d-%d-3", os.Getpid(), st+1))); err != nil {
 		t.Errorf("the intent naming a placeholder left for its young record was removed: %v", err)
 	}
-	old2 := time.Now().Add(-2 * emptyRecordAge)
+	old2 := time.Now().Add(-2 * protectjournal.EmptyRecordAge)
 	if err := os.Chtimes(recs[freshRec], old2, old2); err != nil {
 		t.Fatal(err)
 	}
@@ -634,40 +637,6 @@ func TestPlaceholderRecoveryOnlyOwnFiles(t *testing.T) {
 	release()
 	if _, err := os.Lstat(user); err != nil {
 		t.Errorf("the user's empty .envrc was taken for a placeholder: %v", err)
-	}
-}
-
-func TestSweepDeadOwnersCgroups(t *testing.T) {
-	base := t.TempDir()
-	st, err := procStartTime(os.Getpid())
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadName := fmt.Sprintf("aleph-%d-%d-ab12", os.Getpid(), st+1)
-	liveName := "aleph-" + ownerTag() + "-cd34"
-	// The same dead owner in this PID namespace's tag form, and an owner
-	// in another PID namespace: its pid means nothing here, so it must be
-	// kept even though no process here has that pid and start time.
-	deadTagged := fmt.Sprintf("aleph-%d-%d-%s-ef56", os.Getpid(), st+1, pidNamespaceTag())
-	foreign := fmt.Sprintf("aleph-%d-%d-p1-ab78", os.Getpid(), st+1)
-	for _, n := range []string{deadName, liveName, deadTagged, foreign} {
-		if err := os.Mkdir(filepath.Join(base, n), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cs := &cgroupSystem{mode: CgroupV1, v1Base: map[string]string{ctrlPids: base}}
-	cs.sweep()
-	if _, err := os.Stat(filepath.Join(base, deadName)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("fresh cgroup of a dead owner kept: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(base, liveName)); err != nil {
-		t.Errorf("cgroup of a live owner removed: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(base, deadTagged)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("cgroup of a dead owner of this PID namespace kept: %v", err)
-	}
-	if _, err := os.Stat(filepath.Join(base, foreign)); err != nil {
-		t.Errorf("cgroup of an owner in another PID namespace removed: %v", err)
 	}
 }
 
@@ -712,7 +681,7 @@ func TestIndexGitlinksAllVersions(t *testing.T) {
 // against a plain filepath.WalkDir of the same tree.
 func BenchmarkProtectedScan(b *testing.B) {
 	ws := benchTree(b)
-	p := Plan{Workspace: ws, Protected: driverapi.DefaultProtectedEntries()}
+	p := launchPlan{Workspace: ws, Protected: driverapi.DefaultProtectedEntries()}
 	b.Run("scan", func(b *testing.B) {
 		for b.Loop() {
 			if _, err := scanProtected(p, scanLimits{maxEntries: 1 << 30}); err != nil {
@@ -760,7 +729,7 @@ func benchTree(b *testing.B) string {
 // Anchors never open a read grant below them, and a grant inside a nested
 // protected entry is refused.
 func TestAnchorsKeepReadGrantsReadOnly(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws, g := newWorkspace(t), newWorkspace(t)
 	mkfile(t, filepath.Join(g, "a", ".git", "config"), "[core]\n")
 	mkfile(t, filepath.Join(g, "a", "r", "x", ".git", "config"), "[core]\n")
@@ -798,7 +767,7 @@ func TestAnchorsKeepReadGrantsReadOnly(t *testing.T) {
 // without vfork) must all be gone once the driver is closed. Each command
 // has a workspace of its own, so none removes another's leftover.
 func TestPlaceholderRemovalBesideForks(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	stop := make(chan struct{})
 	forks := make(chan int)
 	for _, userns := range []bool{false, true} {
@@ -852,56 +821,6 @@ func TestPlaceholderRemovalBesideForks(t *testing.T) {
 	}
 }
 
-// TestPlaceholderRecordBecomesIntent: removing a placeholder turns its
-// record into an intent of the remover before the file goes, so a new
-// placeholder that gets the freed inode number keeps its record, and a
-// remover that dies in between leaves an intent recovery acts on.
-func TestPlaceholderRecordBecomesIntent(t *testing.T) {
-	d := testDriver(t, Options{})
-	ws := newWorkspace(t)
-	dir, err := d.placeholderDir()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(ws, ".envrc")
-	newPlaceholder := func() *unix.Stat_t {
-		f, st, err := d.createPlaceholder(dir, path, false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-		if _, err := os.Stat(filepath.Join(dir, recordName(st))); err != nil {
-			t.Fatalf("control: no record: %v", err)
-		}
-		return st
-	}
-	// The ordinary removal: file, record and intent all gone.
-	st := newPlaceholder()
-	tomb := d.tombName(dir)
-	if removePlaceholder(dir, path, st, tomb) {
-		t.Fatal("held")
-	}
-	for _, p := range []string{path, filepath.Join(dir, recordName(st)), tomb} {
-		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s left: %v", p, err)
-		}
-	}
-	// A remover that died after the record became its intent: the next
-	// driver start removes the placeholder and the intent.
-	st = newPlaceholder()
-	pst, _ := procStartTime(os.Getpid())
-	dead := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-r1", os.Getpid(), pst+1))
-	if err := os.Rename(filepath.Join(dir, recordName(st)), dead); err != nil {
-		t.Fatal(err)
-	}
-	d.recoverPlaceholders()
-	for _, p := range []string{path, dead} {
-		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("after recovery, %s left: %v", p, err)
-		}
-	}
-}
-
 // An empty read-only file at a protected name that no record names, while
 // another live process's intent names it, is a placeholder being made or
 // removed: protect looks again (bounded) instead of binding it as a user's
@@ -909,8 +828,8 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 // refuses the command if it never settles. The control: the same file
 // with no such intent is a user's file.
 func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
-	d := testDriver(t, Options{})
-	dir, err := d.placeholderDir()
+	d := testDriver(t, options{})
+	dir, err := d.journal.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -919,7 +838,7 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = other.Process.Kill(); _ = other.Wait() }()
-	ostart, err := procStartTime(other.Process.Pid)
+	ostart, err := ownertag.StartTime(other.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -927,10 +846,10 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 		ws := newWorkspace(t)
 		path := filepath.Join(ws, ".claude")
 		mkfile(t, path, "")
-		if err := os.Chmod(path, placeholderPerm); err != nil {
+		if err := os.Chmod(path, protectjournal.PlaceholderPerm); err != nil {
 			t.Fatal(err)
 		}
-		intent := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-%s-r1", other.Process.Pid, ostart, pidNamespaceTag()))
+		intent := filepath.Join(dir, fmt.Sprintf("intent-%d-%d-%s-r1", other.Process.Pid, ostart, ownertag.NamespaceTag()))
 		if way == "stuck" {
 			if err := os.WriteFile(intent, []byte(path), 0o600); err != nil {
 				t.Fatal(err)
@@ -961,20 +880,20 @@ func TestProtectWaitsForPlaceholderInFlux(t *testing.T) {
 // read it can) refuses the command within a bound instead of hanging the
 // driver; the control, without that lock, shares it.
 func TestProtectSharedLockNotBlocking(t *testing.T) {
-	d := testDriver(t, Options{})
-	dir, err := d.placeholderDir()
+	d := testDriver(t, options{})
+	dir, err := d.journal.Dir()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ws := newWorkspace(t)
 	path := filepath.Join(ws, ".claude")
-	f, _, err := d.createPlaceholder(dir, path, false)
+	f, _, err := d.journal.Create(dir, path, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
 		f.Close()
-		_ = removePlaceholder(dir, path, nil, d.tombName(dir))
+		_ = protectjournal.Remove(dir, path, nil, d.journal.TombName(dir))
 	}()
 	// The control: another command shares it.
 	pr, release, err := d.protect(planFor(t, ws))

@@ -110,19 +110,19 @@ const nprocThreadSlack = 8
 // profile's shell runs and cannot fork, the reference's forks.
 func TestRawForkTargetAsForkExec(t *testing.T) {
 	ws := newWorkspace(t)
-	ref, _ := targetFacts(t, testDriver(t, preparedOpts(PreparedOff)), ws, driverapi.Capabilities{SpawnSubprocess: true})
+	ref, _ := targetFacts(t, testDriver(t, preparedOpts(preparedOff)), ws, driverapi.Capabilities{SpawnSubprocess: true})
 	if ref["SigCgt"] != "0000000000000000" || ref["SigBlk"] != "0000000000000000" || ref["own group"] != "true" ||
 		ref["ppid"] != "1" || ref["fds"] != "0\n1\n2\n3\n" || ref["cwd"] != ws+"\n" {
 		t.Fatalf("the reference itself: %v", ref)
 	}
-	modes := []PreparedMode{PreparedOff}
+	modes := []preparedMode{preparedOff}
 	if os.Geteuid() == 0 { // prepared sandboxes need a root driver (needPreparable)
-		modes = append(modes, PreparedAlways)
+		modes = append(modes, preparedAlways)
 	}
 	for _, mode := range modes {
 		d := testDriver(t, preparedOpts(mode))
 		got, prepared := targetFacts(t, d, ws, driverapi.Capabilities{})
-		if (prepared == "1") != (mode == PreparedAlways) {
+		if (prepared == "1") != (mode == preparedAlways) {
 			t.Fatalf("%s: prepared %q", mode, prepared)
 		}
 		for k, want := range ref {

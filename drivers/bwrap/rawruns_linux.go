@@ -17,51 +17,51 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// RawRunsCommand is the mode of the driver binary that runs a command
+// rawRunsCommand is the mode of the driver binary that runs a command
 // through bubblewrap alone, with exactly the namespace and mount flags the
 // driver would use for it: the baseline `aleph-sandbox bench` measures the
 // pipeline against. The CLI starts it as a process of its own instead of
 // linking this package, so the host binary carries none of the driver.
 // Never a way to run untrusted code: there is no sandbox-init (no Landlock,
 // seccomp or rlimits), no cgroup and no output budget.
-const RawRunsCommand = "raw-bwrap-runs"
+const rawRunsCommand = "raw-bwrap-runs"
 
-// RawRunsRequest is the first line RawRunsMain reads: the profile request
+// rawRunsRequest is the first line rawRunsMain reads: the profile request
 // the plan is built from and the command to run (its Profile is ignored:
 // the plan is built here, from Request).
-type RawRunsRequest struct {
+type rawRunsRequest struct {
 	Request driverapi.ProfileRequest `json:"request"`
 	Spec    driverapi.RunSpec        `json:"spec"`
 }
 
-// RawRunsReply answers one "run" line: how long the run took, measured
+// rawRunsReply answers one "run" line: how long the run took, measured
 // here around the bwrap process alone (the pipe to the caller is not part
 // of it), or why it failed.
-type RawRunsReply struct {
+type rawRunsReply struct {
 	Nanoseconds int64  `json:"ns"`
 	Error       string `json:"error,omitempty"`
 }
 
-// RawRunsMain is `aleph-driver-bwrap raw-bwrap-runs`: the driver's section
-// of the configuration in OptionsEnv, as for the plugin; a RawRunsRequest
+// rawRunsMain is `aleph-driver-bwrap raw-bwrap-runs`: the driver's section
+// of the configuration in optionsEnv, as for the plugin; a rawRunsRequest
 // as the first line of stdin; then, for every further line, one run and one
-// RawRunsReply line on stdout, until stdin ends: "run" runs the command
+// rawRunsReply line on stdout, until stdin ends: "run" runs the command
 // with the driver's flags, "minimal" in the smallest bwrap sandbox
-// (MinimalBwrapArgs). The command's own output is discarded.
-func RawRunsMain(args []string, stdin io.Reader, stdout io.Writer) int {
+// (minimalSandboxArgs). The command's own output is discarded.
+func rawRunsMain(args []string, stdin io.Reader, stdout io.Writer) int {
 	if len(args) != 0 {
-		fmt.Fprintln(os.Stderr, "usage: "+RawRunsCommand+" (the request on stdin)")
+		fmt.Fprintln(os.Stderr, "usage: "+rawRunsCommand+" (the request on stdin)")
 		return 2
 	}
 	fail := func(err error) int {
-		fmt.Fprintf(os.Stderr, "%s: %v\n", RawRunsCommand, err)
+		fmt.Fprintf(os.Stderr, "%s: %v\n", rawRunsCommand, err)
 		return 125
 	}
-	o, err := ParseOptions(os.Getenv(OptionsEnv))
+	o, err := parseOptions(os.Getenv(optionsEnv))
 	if err != nil {
 		return fail(err)
 	}
-	d, err := New(Config{Options: o})
+	d, err := newDriver(config{Options: o})
 	if err != nil {
 		return fail(err)
 	}
@@ -70,7 +70,7 @@ func RawRunsMain(args []string, stdin io.Reader, stdout io.Writer) int {
 	if !in.Scan() {
 		return fail(fmt.Errorf("no request on stdin: %v", in.Err()))
 	}
-	var req RawRunsRequest
+	var req rawRunsRequest
 	if err := json.Unmarshal(in.Bytes(), &req); err != nil {
 		return fail(fmt.Errorf("request: %w", err))
 	}
@@ -82,7 +82,7 @@ func RawRunsMain(args []string, stdin io.Reader, stdout io.Writer) int {
 	spec := req.Spec
 	spec.Profile = prof
 	enc := json.NewEncoder(stdout)
-	plan, err := DecodePlan(prof.Data)
+	plan, err := decodePlan(prof.Data)
 	if err != nil {
 		return fail(err)
 	}
@@ -94,7 +94,7 @@ func RawRunsMain(args []string, stdin io.Reader, stdout io.Writer) int {
 		} else {
 			err = d.rawRun(ctx, spec)
 		}
-		reply := RawRunsReply{Nanoseconds: time.Since(start).Nanoseconds()}
+		reply := rawRunsReply{Nanoseconds: time.Since(start).Nanoseconds()}
 		if err != nil {
 			reply.Error = err.Error()
 		}
@@ -137,24 +137,24 @@ func runReportingStderr(c *exec.Cmd, stdin []byte) error {
 
 // minimalRun runs spec once in the smallest bwrap sandbox.
 func (d *Driver) minimalRun(ctx context.Context, ws string, spec driverapi.RunSpec) error {
-	args := append(MinimalBwrapArgs(ws, spec.Cwd, "--clearenv"), spec.Program)
+	args := append(minimalSandboxArgs(ws, spec.Cwd, "--clearenv"), spec.Program)
 	c := exec.CommandContext(ctx, d.probe().bwrap, append(args, spec.Args...)...)
 	c.Env = launchEnv()
 	return runReportingStderr(c, spec.Stdin)
 }
 
-// MinimalBwrapArgs is the smallest bubblewrap sandbox that runs a program
+// minimalSandboxArgs is the smallest bubblewrap sandbox that runs a program
 // here (the argv up to and including "--"; the program follows): every
 // namespace, the system directories of the read set (as the plan has
 // them: merged-/usr hosts link /bin to usr/bin), /proc, /dev and the
 // workspace ws, in cwd. It is the floor any bwrap-based sandbox pays per
 // command, the "raw minimal bwrap" of the benchmarks. extra goes before the
 // mounts.
-func MinimalBwrapArgs(ws, cwd string, extra ...string) []string {
+func minimalSandboxArgs(ws, cwd string, extra ...string) []string {
 	args := append([]string{"--unshare-all", "--die-with-parent"}, extra...)
-	for _, m := range SystemReadSet() {
+	for _, m := range systemReadSet() {
 		if !strings.HasPrefix(m.Dest, "/etc") {
-			if m.Kind == MountSymlink {
+			if m.Kind == mountSymlink {
 				args = append(args, "--symlink", m.Src, m.Dest)
 			} else {
 				args = append(args, "--ro-bind", m.Src, m.Dest)

@@ -26,9 +26,9 @@ func TestRawRunsMode(t *testing.T) {
 		t.Skip("bubblewrap is not installed")
 	}
 	ws := newWorkspace(t)
-	rawRuns := func(program string, args ...string) []RawRunsReply {
+	rawRuns := func(program string, args ...string) []rawRunsReply {
 		t.Helper()
-		req, err := json.Marshal(RawRunsRequest{
+		req, err := json.Marshal(rawRunsRequest{
 			Request: driverapi.ProfileRequest{Workspace: ws, Cwd: ws},
 			Spec: driverapi.RunSpec{Program: program, Args: args, Env: pathEnv(), Cwd: ws,
 				Timeout: 30 * time.Second, MaxOutputBytes: 1 << 20},
@@ -36,8 +36,8 @@ func TestRawRunsMode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(driverBin, RawRunsCommand)
-		cmd.Env = append(os.Environ(), OptionsEnv+"={}")
+		cmd := exec.Command(driverBin, rawRunsCommand)
+		cmd.Env = append(os.Environ(), optionsEnv+"={}")
 		cmd.Stdin = strings.NewReader(string(req) + "\nrun\nrun\n")
 		var stderr strings.Builder
 		cmd.Stderr = &stderr
@@ -48,10 +48,10 @@ func TestRawRunsMode(t *testing.T) {
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
 		}
-		var replies []RawRunsReply
+		var replies []rawRunsReply
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			var r RawRunsReply
+			var r rawRunsReply
 			if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
 				t.Fatalf("reply %q: %v", sc.Text(), err)
 			}

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
@@ -75,9 +76,9 @@ type pathInfo struct {
 	// reused or rebuilt for it (Details["session_sandbox"]); "": not.
 	session  string
 	life     *lifeline
-	cg       *commandCgroup // nil: none
-	memBytes uint64         // the memory limit (a setup OOM names it)
-	notif    *notifier      // nil: the command may spawn
+	cg       *cgroup.Command // nil: none
+	memBytes uint64          // the memory limit (a setup OOM names it)
+	notif    *notifier       // nil: the command may spawn
 	// mayspawn: the command has the spawn capability (violationKinds).
 	mayspawn bool
 }
@@ -224,7 +225,7 @@ func (r *runState) exitOf(runCtx context.Context, e ending, dur time.Duration, p
 	if !e.reported && !p.life.Started() && runCtx.Err() == nil && e.state != nil {
 		// bwrap ended without ever running sandbox-init: its setup failed
 		// and the command never started.
-		return driverapi.Exit{}, &SetupError{Status: e.state.String(), Message: r.gate.message(), Err: p.cg.setupOOM(p.memBytes)}
+		return driverapi.Exit{}, &setupError{Status: e.state.String(), Message: r.gate.message(), Err: p.cg.SetupOOM(p.memBytes)}
 	}
 	rec, reported := e.rec, e.reported
 	if !reported {

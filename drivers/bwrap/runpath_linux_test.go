@@ -38,8 +38,8 @@ func runPaths(t *testing.T) (paths []runPath, skipped []string) {
 	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") != "" {
 		skipped = append(skipped, "direct and prepared: bwrap cannot create namespaces here (ALEPH_TEST_NO_NAMESPACES)")
 	} else {
-		paths = append(paths, runPath{name: "direct", d: testDriver(t, Options{Prepared: PreparedOff}), took: direct})
-		if d := testDriver(t, Options{Prepared: PreparedAlways}); d.poolMode() != PreparedOff {
+		paths = append(paths, runPath{name: "direct", d: testDriver(t, options{Prepared: preparedOff}), took: direct})
+		if d := testDriver(t, options{Prepared: preparedAlways}); d.poolMode() != preparedOff {
 			paths = append(paths, runPath{name: "prepared", d: d, took: func(e driverapi.Exit) bool {
 				return e.Details["tier"] == tierBwrap && e.Details["prepared"] == "1"
 			}})
@@ -47,10 +47,10 @@ func runPaths(t *testing.T) (paths []runPath, skipped []string) {
 			skipped = append(skipped, "prepared: "+preparedOffWhy(d.probe()))
 		}
 	}
-	if LandlockABI() < minTierLandlockABI || !SeccompAvailable() {
-		skipped = append(skipped, fmt.Sprintf("tier: needs Landlock ABI >= %d and seccomp (ABI %d here)", minTierLandlockABI, LandlockABI()))
+	if landlockABI() < minTierLandlockABI || !seccompAvailable() {
+		skipped = append(skipped, fmt.Sprintf("tier: needs Landlock ABI >= %d and seccomp (ABI %d here)", minTierLandlockABI, landlockABI()))
 	} else {
-		paths = append(paths, runPath{name: "tier", d: tierDriver(t, Options{}), took: func(e driverapi.Exit) bool {
+		paths = append(paths, runPath{name: "tier", d: tierDriver(t, options{}), took: func(e driverapi.Exit) bool {
 			return e.Details["tier"] == tierLandlock
 		}})
 	}

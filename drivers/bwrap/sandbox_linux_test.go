@@ -20,7 +20,7 @@ import (
 )
 
 func TestWorkspaceWritableOutsideNot(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	expectOK(t, drvSh(t, d, ws, "echo data > "+ws+"/f && cat "+ws+"/f"))
 	if b, err := os.ReadFile(filepath.Join(ws, "f")); err != nil || string(b) != "data\n" {
@@ -44,7 +44,7 @@ func TestWorkspaceWritableOutsideNot(t *testing.T) {
 }
 
 func TestFSGrants(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	ro, rw := newWorkspace(t), newWorkspace(t)
 	if err := os.WriteFile(filepath.Join(ro, "secret"), []byte("ro-data"), 0o644); err != nil {
@@ -71,7 +71,7 @@ func TestFSGrants(t *testing.T) {
 }
 
 func TestHostSecretsInvisible(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	// Positive controls: the system read set is there.
 	// Positive controls: the system read set is there, TLS trust roots
@@ -103,7 +103,7 @@ func TestEnvironment(t *testing.T) {
 	// on sandbox-init's command line and the command's argv all name;
 	// a prepared sandbox's chain is another (TestPreparedChain checks
 	// theirs).
-	d := testDriver(t, Options{Prepared: PreparedOff})
+	d := testDriver(t, options{Prepared: preparedOff})
 	ws := newWorkspace(t)
 	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "FOO", Value: "bar baz"}, {Name: "HOME", Value: ws}}
 	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, env, "/usr/bin/env")
@@ -141,7 +141,7 @@ func TestEnvironment(t *testing.T) {
 			switch f[1] {
 			case "bwrap":
 				bwraps = append(bwraps, f[0])
-			case filepath.Base(InitPath):
+			case filepath.Base(initPath):
 				inits = append(inits, f[0])
 			case "sh":
 				shells = append(shells, [2]string{f[0], strings.TrimSuffix(f[3], ",")})
@@ -187,7 +187,7 @@ func TestEnvironment(t *testing.T) {
 }
 
 func TestProtectedDirs(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	if err := os.MkdirAll(filepath.Join(ws, ".git", "hooks"), 0o755); err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func TestProtectedDirs(t *testing.T) {
 }
 
 func TestProtectedSymlinkRefused(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	target := newWorkspace(t)
 	if err := os.Symlink(target, filepath.Join(ws, ".codex")); err != nil {
@@ -251,7 +251,7 @@ func TestProtectedSymlinkRefused(t *testing.T) {
 func TestProtectedPlaceholderShared(t *testing.T) {
 	// Two commands in one workspace: the first to finish must not remove
 	// the placeholder the other one still has mounted.
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	_, release, err := d.protect(planFor(t, ws))
 	if err != nil {
@@ -267,9 +267,9 @@ func TestProtectedPlaceholderShared(t *testing.T) {
 	}
 }
 
-func planFor(t *testing.T, ws string) Plan {
+func planFor(t *testing.T, ws string) launchPlan {
 	t.Helper()
-	p, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	p, err := buildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,7 +277,7 @@ func planFor(t *testing.T, ws string) Plan {
 }
 
 func TestExitCodesAndSignals(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	r := drvSh(t, d, ws, "exit 7")
 	if r.err != nil || r.exit.ExitCode != 7 || r.exit.Signal != 0 {
@@ -351,7 +351,7 @@ func daemonizeScript(marker string) string {
 }
 
 func TestTimeoutKillsTree(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	marker := uniqueMarker()
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
@@ -391,7 +391,7 @@ func TestTimeoutKillsTree(t *testing.T) {
 }
 
 func TestCancelKillsTree(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	marker := uniqueMarker()
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
@@ -450,7 +450,7 @@ func (c *byteCounter) Write(p []byte) (int, error) {
 }
 
 func TestOutputFloodTruncated(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
 	if err != nil {
@@ -475,7 +475,7 @@ func TestOutputFloodTruncated(t *testing.T) {
 }
 
 func TestStdin(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
 	if err != nil {
@@ -497,7 +497,7 @@ func pathEnv() []driverapi.EnvVar { return []driverapi.EnvVar{{Name: "PATH", Val
 func uniqueMarker() string { return "9" + strconv.FormatInt(time.Now().UnixNano()%1_000_000_000, 10) }
 
 func TestProcHardened(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	core, err := os.ReadFile("/proc/sys/kernel/core_pattern")
 	if err != nil {
@@ -525,7 +525,7 @@ func TestProcHardened(t *testing.T) {
 }
 
 func TestConcurrentRunsShareWorkspace(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	var wg sync.WaitGroup
 	errs := make(chan string, 8)
@@ -564,7 +564,7 @@ func fmtErr(err error) string {
 }
 
 func TestNoDescriptorLeaksIntoSandbox(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	ro := newWorkspace(t)
 	caps := driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{ro}}
@@ -623,7 +623,7 @@ func TestPinRefusesSwappedPaths(t *testing.T) {
 
 func TestProtectedGitFile(t *testing.T) {
 	// A worktree's .git is a file; it is protected the same way.
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	if err := os.WriteFile(filepath.Join(ws, ".git"), []byte("gitdir: /elsewhere\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -643,7 +643,7 @@ func TestProtectedGitFile(t *testing.T) {
 func TestPlaceholderKeptForOtherDriverProcess(t *testing.T) {
 	// Two drivers stand for two driver processes (flock locks belong to
 	// open files, so the exclusion is the same).
-	d1, d2 := testDriver(t, Options{}), testDriver(t, Options{})
+	d1, d2 := testDriver(t, options{}), testDriver(t, options{})
 	ws := newWorkspace(t)
 	p := planFor(t, ws)
 	_, rel1, err := d1.protect(p)

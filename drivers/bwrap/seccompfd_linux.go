@@ -15,7 +15,7 @@ import (
 
 // seccompPrograms are the seccomp programs the driver built, one sealed
 // memfd per sandboxinit.PrecompileKey, kept for the driver's lifetime and
-// passed to every sandbox-init with that key (InitSpec.SeccompFD): each
+// passed to every sandbox-init with that key (initSpec.SeccompFD): each
 // sandbox-init then loads them instead of building its own
 // (sandboxinit/precompiled_linux.go).
 type seccompPrograms struct {
@@ -25,7 +25,7 @@ type seccompPrograms struct {
 
 // get returns the memfd for s's programs, building it on first use; nil
 // (sandbox-init then builds them itself) when that fails.
-func (sp *seccompPrograms) get(s InitSpec, lg hclog.Logger) *os.File {
+func (sp *seccompPrograms) get(s initSpec, lg hclog.Logger) *os.File {
 	key := sandboxinit.KeyOf(s)
 	sp.mu.Lock()
 	defer sp.mu.Unlock()
@@ -44,7 +44,7 @@ func (sp *seccompPrograms) get(s InitSpec, lg hclog.Logger) *os.File {
 	return f
 }
 
-func programsMemfd(s InitSpec) (*os.File, error) {
+func programsMemfd(s initSpec) (*os.File, error) {
 	data, err := sandboxinit.PrecompiledPrograms(s)
 	if err != nil {
 		return nil, err
@@ -67,7 +67,7 @@ func programsMemfd(s InitSpec) (*os.File, error) {
 
 // precompiled is the programs' memfd for s, or nil where sandbox-init is
 // to build them (the benchmarks' legacy set-up).
-func (d *Driver) precompiled(s InitSpec) *os.File {
+func (d *Driver) precompiled(s initSpec) *os.File {
 	if d.cfg.legacySetup {
 		return nil
 	}

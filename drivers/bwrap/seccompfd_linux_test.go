@@ -23,7 +23,7 @@ func TestPrecompiledSeccompReachesSandboxInit(t *testing.T) {
 	// sandbox-init is found by the workspace in its spec (the command's
 	// argv is on a descriptor); a prepared sandbox's is another
 	// (TestPreparedChain checks theirs).
-	d := testDriver(t, Options{Prepared: PreparedOff})
+	d := testDriver(t, options{Prepared: preparedOff})
 	ws := newWorkspace(t)
 	marker := uniqueMarker()
 	done := make(chan drvResult, 1)
@@ -35,7 +35,7 @@ func TestPrecompiledSeccompReachesSandboxInit(t *testing.T) {
 		ents, _ := os.ReadDir("/proc")
 		for _, e := range ents {
 			b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-			if err == nil && strings.Contains(string(b), ws) && strings.Contains(string(b), SandboxInitCommand) && !strings.HasPrefix(string(b), "bwrap") {
+			if err == nil && strings.Contains(string(b), ws) && strings.Contains(string(b), sandboxInitCommand) && !strings.HasPrefix(string(b), "bwrap") {
 				initArgv = string(b)
 			}
 		}

@@ -146,7 +146,7 @@ const maxLost = 4096
 // sessionOffWhy says why this driver keeps per-command sandboxes for
 // commands that ask for their session's, or "".
 func (d *Driver) sessionOffWhy() string {
-	if d.cfg.Options.SessionSandbox == SessionSandboxOff {
+	if d.cfg.Options.SessionSandbox == sessionSandboxOff {
 		return "session_sandbox = \"off\" in the driver options"
 	}
 	h := d.probe()
@@ -171,7 +171,7 @@ func (d *Driver) sessionIdle() time.Duration {
 
 // runSession runs spec in its session's sandbox, or returns errNotPooled
 // (the command then gets a sandbox of its own).
-func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec driverapi.RunSpec,
+func (d *Driver) runSession(ctx context.Context, plan launchPlan, cwd string, spec driverapi.RunSpec,
 	in *driverapi.StreamInput, streams driverapi.Streams) (driverapi.Exit, error) {
 	if !d.wantsSession(spec) || spec.SessionID == "" || !preparable(plan, spec) || d.sessionOffWhy() != "" {
 		return driverapi.Exit{}, errNotPooled
@@ -215,8 +215,8 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 			pathInfo: pathInfo{tier: tierBwrap, session: how, cg: ps.cg, memBytes: plan.MemoryBytes, notif: ps.sb.notif, mayspawn: plan.AllowSpawn},
 			d:        d, ps: ps, plan: plan, cwd: cwd,
 		}
-		if d.cfg.Options.SessionPlaceholders == SessionPlaceholdersSession {
-			hs.protect = func(p Plan) (*protection, func(), error) { return ss.protectFor(d, p) }
+		if d.cfg.Options.SessionPlaceholders == sessionPlaceholdersSession {
+			hs.protect = func(p launchPlan) (*protection, func(), error) { return ss.protectFor(d, p) }
 		}
 		exit, err := d.runCommand(ctx, spec, in, streams, hs)
 		close(answered)
@@ -240,7 +240,7 @@ func (d *Driver) runSession(ctx context.Context, plan Plan, cwd string, spec dri
 // sessionFor is key's session sandbox, built when there is none (or it
 // died or went stale), and how it came: new, reused or rebuilt. The
 // caller holds it (running) until release.
-func (d *Driver) sessionFor(ctx context.Context, key poolKey, plan Plan) (*sessionSandbox, string, error) {
+func (d *Driver) sessionFor(ctx context.Context, key poolKey, plan launchPlan) (*sessionSandbox, string, error) {
 	s := &d.sessions
 	for {
 		s.mu.Lock()
@@ -338,7 +338,7 @@ func (d *Driver) sessionFor(ctx context.Context, key poolKey, plan Plan) (*sessi
 
 // buildSession builds key's session sandbox and waits until its
 // supervisor takes spawn records.
-func (d *Driver) buildSession(ctx context.Context, key poolKey, plan Plan) (*sessionSandbox, error) {
+func (d *Driver) buildSession(ctx context.Context, key poolKey, plan launchPlan) (*sessionSandbox, error) {
 	plan.sessionSupervisor = true
 	var layer *mountedLayer
 	if plan.layered != nil {
@@ -491,7 +491,7 @@ func (d *Driver) idleSession(ss *sessionSandbox) {
 }
 
 // take is a command's sandbox-init waiting in ss, started now if none is.
-func (ss *sessionSandbox) take(ctx context.Context, d *Driver, plan Plan) (*preparedSandbox, error) {
+func (ss *sessionSandbox) take(ctx context.Context, d *Driver, plan launchPlan) (*preparedSandbox, error) {
 	ss.mu.Lock()
 	ps := ss.ahead
 	ss.ahead = nil
@@ -511,7 +511,7 @@ func (ss *sessionSandbox) take(ctx context.Context, d *Driver, plan Plan) (*prep
 // refill starts the next command's sandbox-init once this command was
 // answered (or after refillWait): a command's latency is then the
 // hand-over.
-func (ss *sessionSandbox) refill(d *Driver, plan Plan, after <-chan struct{}) {
+func (ss *sessionSandbox) refill(d *Driver, plan launchPlan, after <-chan struct{}) {
 	ss.mu.Lock()
 	if ss.ahead != nil || ss.filling || ss.gone {
 		ss.mu.Unlock()
@@ -546,7 +546,7 @@ func (ss *sessionSandbox) refill(d *Driver, plan Plan, after <-chan struct{}) {
 
 // spawnInSession asks ss's supervisor for a command's sandbox-init and
 // waits until it waits for its command, in the command's cgroup.
-func (d *Driver) spawnInSession(ctx context.Context, ss *sessionSandbox, plan Plan) (_ *preparedSandbox, err error) {
+func (d *Driver) spawnInSession(ctx context.Context, ss *sessionSandbox, plan launchPlan) (_ *preparedSandbox, err error) {
 	d.trace.Mark("session spawn")
 	sup := ss.sup
 	ps := &preparedSandbox{key: ss.key, setup: sup.setup, etcView: sup.etcView, roots: sup.roots,
@@ -626,7 +626,7 @@ func (d *Driver) spawnInSession(ctx context.Context, ss *sessionSandbox, plan Pl
 	if ps.cg != nil {
 		// Before the go-ahead: nothing of the command's runs outside its
 		// limits.
-		if err := ps.cg.join(pid); err != nil {
+		if err := ps.cg.Join(pid); err != nil {
 			return nil, fmt.Errorf("bwrap driver: %w", err)
 		}
 	}

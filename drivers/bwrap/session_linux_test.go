@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // needSessions skips where the driver keeps per-command sandboxes by
@@ -60,7 +61,7 @@ func sessionOf(r drvResult) string { return r.exit.Details[driverapi.ExitDetailS
 // session does not, and the same command without a session sandbox does
 // not either.
 func TestSessionSharesTmp(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	r := sessRun(t, d, ws, "s1", spawnCaps, `echo left > /tmp/mark && echo written`)
@@ -87,7 +88,7 @@ func TestSessionSharesTmp(t *testing.T) {
 // dead when its Run returns (it never writes its file), while the session
 // sandbox lives: command 2 runs in it.
 func TestSessionBackgroundDies(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	// Positive control: the background process really ran (it wrote its
@@ -113,7 +114,7 @@ func TestSessionBackgroundDies(t *testing.T) {
 // after a network-all one has no network. Each capability set is its own
 // sandbox: the no-spawn command does not see the spawn one's /tmp.
 func TestSessionNoSpawnAfterSpawn(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	r := sessRun(t, d, ws, "s", spawnCaps, `/bin/true && echo spawned > /tmp/m && echo ok`)
@@ -143,7 +144,7 @@ func TestSessionNoSpawnAfterSpawn(t *testing.T) {
 // and a connection to it, in the shell's /dev/tcp-free way: a socket()
 // call through python when present, else the interfaces listed).
 func TestSessionNetworkNoneAfterAll(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	count := `grep -c : /proc/net/dev`
@@ -168,7 +169,7 @@ func TestSessionNetworkNoneAfterAll(t *testing.T) {
 // TestSessionConcurrent: eight commands of one session at once all run, in
 // the one session sandbox.
 func TestSessionConcurrent(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	expectOK(t, sessRun(t, d, ws, "s", spawnCaps, `echo > /tmp/shared`))
@@ -197,7 +198,7 @@ func TestSessionConcurrent(t *testing.T) {
 // their bwraps.
 func sessionProcs(ws string) (sup, all []string) {
 	for pid, argv := range hostCmdlines() {
-		if filepath.Base(argv[0]) != "bwrap" && argv[0] != InitPath {
+		if filepath.Base(argv[0]) != "bwrap" && argv[0] != initPath {
 			continue
 		}
 		joined := strings.Join(argv, " ")
@@ -208,7 +209,7 @@ func sessionProcs(ws string) (sup, all []string) {
 			all = append(all, pid)
 			// A child between its fork and its exec still shows the
 			// supervisor's argv: the supervisor is the one bwrap started.
-			if argv[0] == InitPath && parentIsBwrap(pid) {
+			if argv[0] == initPath && parentIsBwrap(pid) {
 				sup = append(sup, pid)
 			}
 		} else if strings.Contains(joined, `"session_child":true`) {
@@ -244,7 +245,7 @@ func parentIsBwrap(pid string) bool {
 func driverCgroups(d *Driver) []string {
 	var out []string
 	for dir := range commandCgroups(d) {
-		if strings.HasPrefix(filepath.Base(dir), cgroupPrefix+d.owner+"-") {
+		if strings.HasPrefix(filepath.Base(dir), cgroup.Prefix+d.owner+"-") {
 			out = append(out, dir)
 		}
 	}
@@ -293,7 +294,7 @@ func startSession(t *testing.T, d *Driver) string {
 	if sup, _ := sessionProcs(ws); len(sup) != 1 {
 		t.Fatalf("control: %d session supervisors over the workspace, want 1", len(sup))
 	}
-	if d.probe().cg.mode != CgroupNone && len(driverCgroups(d)) == 0 {
+	if d.probe().cg.Mode() != cgroup.None && len(driverCgroups(d)) == 0 {
 		t.Fatal("control: the session sandbox has no cgroup")
 	}
 	return ws
@@ -302,7 +303,7 @@ func startSession(t *testing.T, d *Driver) string {
 // TestSessionForgetEnds: forget_session ends the session's sandboxes (every
 // profile) and leaves nothing; its next command gets a new one.
 func TestSessionForgetEnds(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := startSession(t, d)
 	expectOK(t, sessRun(t, d, ws, "s", driverapi.Capabilities{}, `:`))
@@ -320,7 +321,7 @@ func TestSessionForgetEnds(t *testing.T) {
 // TestSessionIdleEnds: a session sandbox without a command for
 // session_idle_ms ends and leaves nothing; the next command says rebuilt.
 func TestSessionIdleEnds(t *testing.T) {
-	d := testDriver(t, Options{SessionIdleMS: 300})
+	d := testDriver(t, options{SessionIdleMS: 300})
 	needSessions(t, d)
 	ws := startSession(t, d)
 	expectNothingLeft(t, d, ws)
@@ -333,7 +334,7 @@ func TestSessionIdleEnds(t *testing.T) {
 
 // TestSessionCloseEnds: Close ends every session sandbox and leaves nothing.
 func TestSessionCloseEnds(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := startSession(t, d)
 	d.Close()
@@ -344,7 +345,7 @@ func TestSessionCloseEnds(t *testing.T) {
 // new sandbox at its next command, which says rebuilt (and finds its /tmp
 // empty); nothing of the dead one is left.
 func TestSessionSupervisorKilled(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := startSession(t, d)
 	sup, _ := sessionProcs(ws)
@@ -366,7 +367,7 @@ func TestSessionSupervisorKilled(t *testing.T) {
 // the same path makes the session sandbox stale: it is ended, the command
 // runs in a new one over the new directory, and says rebuilt.
 func TestSessionStaleRebuilt(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := startSession(t, d)
 	if err := os.Rename(ws, ws+".old"); err != nil {
@@ -395,7 +396,7 @@ func TestSessionStaleRebuilt(t *testing.T) {
 // of an elevated profile (network all) in the same session sees none of
 // it: its sandbox is another one.
 func TestSessionLeftBehind(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	plant := `printf '#!/bin/sh\necho pwned\n' > /tmp/evil.sh && chmod +x /tmp/evil.sh
@@ -450,11 +451,11 @@ except OSError as e:
 // no process of them behind: the lifelines hang up, the supervisor ends,
 // and with it its PID namespace.
 func TestSessionDriverDeath(t *testing.T) {
-	needSessions(t, testDriver(t, Options{}))
+	needSessions(t, testDriver(t, options{}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin,
-		Env: []string{OptionsEnv + `={"session_sandbox":"always","cgroup":"none"}`}})
+		Env: []string{optionsEnv + `={"session_sandbox":"always","cgroup":"none"}`}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -502,7 +503,7 @@ func setSessionSandbox(spec *driverapi.RunSpec) { spec.SessionSandbox = true }
 // and runs a command that asks for its session's sandbox on its own (no
 // session detail, no /tmp of the session's shared by a sandbox).
 func TestTierSessionOff(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	if d.SessionSandboxes() {
 		t.Fatal("the Landlock tier claims session sandboxes")
 	}
@@ -524,7 +525,7 @@ func TestSessionOffUnprivileged(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("root: session sandboxes are used (the other TestSession* tests)")
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	if d.SessionSandboxes() {
 		t.Fatal("an unprivileged driver claims session sandboxes")
 	}
@@ -543,7 +544,7 @@ func TestSessionOffUnprivileged(t *testing.T) {
 // TestSessionOffOption: session_sandbox = "off" keeps a sandbox per
 // command and says so.
 func TestSessionOffOption(t *testing.T) {
-	d := testDriver(t, Options{SessionSandbox: SessionSandboxOff})
+	d := testDriver(t, options{SessionSandbox: sessionSandboxOff})
 	if d.SessionSandboxes() {
 		t.Fatal("off, yet the call is listed")
 	}
@@ -563,13 +564,13 @@ func TestSessionOffOption(t *testing.T) {
 // TestSessionOptionsRefused: a session_sandbox mode or session_idle_ms the
 // driver does not know is refused naming the key; the known ones pass.
 func TestSessionOptionsRefused(t *testing.T) {
-	for _, o := range []Options{{SessionSandbox: "auto"}, {SessionSandbox: "off"}, {SessionSandbox: "always"}, {SessionIdleMS: 1000}} {
+	for _, o := range []options{{SessionSandbox: "auto"}, {SessionSandbox: "off"}, {SessionSandbox: "always"}, {SessionIdleMS: 1000}} {
 		if err := o.Validate(); err != nil {
 			t.Errorf("%+v: %v", o, err)
 		}
 	}
-	for key, o := range map[string]Options{"session_sandbox": {SessionSandbox: "on"}, "session_idle_ms": {SessionIdleMS: maxSessionIdleMS + 1}} {
-		var oe *OptionsError
+	for key, o := range map[string]options{"session_sandbox": {SessionSandbox: "on"}, "session_idle_ms": {SessionIdleMS: maxSessionIdleMS + 1}} {
+		var oe *optionsError
 		if err := o.Validate(); !errors.As(err, &oe) || oe.Key != key {
 			t.Errorf("%+v: %v, want an OptionsError for %s", o, err, key)
 		}
@@ -580,7 +581,7 @@ func TestSessionOptionsRefused(t *testing.T) {
 // supervisor, and the command's sandbox-init waiting ahead (with its
 // waiting child for a no-spawn profile); logged as PSS, bounded loosely.
 func TestSessionIdleCost(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	expectOK(t, sessRun(t, d, ws, "s", spawnCaps, "true"))
@@ -619,7 +620,7 @@ func pssOf(t *testing.T, pids []string) int {
 // sandbox lives on (the next command reuses it and finds the first's
 // file).
 func TestSessionTimeout(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	ctx := context.Background()
@@ -648,7 +649,7 @@ func TestSessionTimeout(t *testing.T) {
 // command still runs: the command's Run returns (an error saying its
 // session sandbox ended under it) and nothing is left.
 func TestSessionForgetWhileRunning(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	script := "sleep 30; : " + ws
@@ -682,7 +683,7 @@ func TestSessionForgetWhileRunning(t *testing.T) {
 // in the same fields, and the supervisor really took the new way (its
 // bounding set empty, its ambient set not).
 func TestSessionCapabilitiesPassed(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	fields := func(status string) map[string]string {

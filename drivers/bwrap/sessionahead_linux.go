@@ -35,7 +35,7 @@ import (
 //   - the workspace and the session's HOME (both below the workspace root,
 //     named after the session id): bwrap cannot bind what it does not
 //     know, so the sandbox is built with a small tmpfs of its own at the
-//     workspace's parent (Plan.attachRoot) and nothing in it. When a
+//     workspace's parent (launchPlan.attachRoot) and nothing in it. When a
 //     session takes it, the driver opens the workspace and HOME on the host
 //     (no symlink followed, each descriptor checked to be the path, as
 //     bwrap's own binds are pinned), makes detached copies of them
@@ -48,7 +48,7 @@ import (
 //     the command's sandbox-init already waiting (it copied the
 //     supervisor's before the attach, and its mounts are private);
 //   - Landlock: the rules of a command name the workspace's parent in
-//     place of the workspace (Plan.InitSpec). Landlock checks a file
+//     place of the workspace (launchPlan.InitSpec). Landlock checks a file
 //     against the rules of the directories above it, skipping a covered
 //     mount point, so the rule on the parent covers the workspace and HOME
 //     attached below it; nothing else is below it (the tmpfs is empty but
@@ -132,12 +132,12 @@ type aheadPool struct {
 	// ready is closed when a build of the key ends; kick, when a new
 	// session waits for one (its build then starts at once).
 	ready, kick map[aheadKey]chan struct{}
-	stats       AheadStats
+	stats       aheadStats
 }
 
-// AheadStats counts what the session sandboxes built ahead did (tests,
+// aheadStats counts what the session sandboxes built ahead did (tests,
 // bench).
-type AheadStats struct {
+type aheadStats struct {
 	Built, Taken, Missed, Expired, Failed, Refused int
 }
 
@@ -146,12 +146,12 @@ func (d *Driver) aheadPerProfile() int {
 	if n := d.cfg.Options.SessionAhead; n != nil {
 		return int(*n)
 	}
-	return DefaultSessionAhead
+	return defaultSessionAhead
 }
 
 // aheadKeyFor is the key plan's session sandbox could be built ahead
 // under, or false when it cannot be.
-func aheadKeyFor(plan Plan, key poolKey) (aheadKey, bool) {
+func aheadKeyFor(plan launchPlan, key poolKey) (aheadKey, bool) {
 	if key.layer != "" || plan.layered != nil || plan.ProxySocket != "" {
 		return aheadKey{}, false
 	}
@@ -170,7 +170,7 @@ func aheadKeyFor(plan Plan, key poolKey) (aheadKey, bool) {
 	// stand in one: the Landlock rule on it covers exactly what is
 	// attached below it. /tmp (the sandbox's own tmpfs, writable anyway)
 	// may hold it.
-	others := append([]string{"/etc", "/proc", "/dev", InitDir}, plan.FSRead...)
+	others := append([]string{"/etc", "/proc", "/dev", initDir}, plan.FSRead...)
 	others = append(others, plan.FSWrite...)
 	for _, m := range plan.System {
 		others = append(others, m.Dest)
@@ -192,7 +192,7 @@ func aheadKeyFor(plan Plan, key poolKey) (aheadKey, bool) {
 // takeAhead is a session sandbox built ahead for key's profile, made key's
 // (its workspace and HOME attached, its network namespace the session's),
 // or nil when none can be.
-func (d *Driver) takeAhead(ctx context.Context, key poolKey, plan Plan) *sessionSandbox {
+func (d *Driver) takeAhead(ctx context.Context, key poolKey, plan launchPlan) *sessionSandbox {
 	ak, ok := aheadKeyFor(plan, key)
 	if !ok || d.aheadPerProfile() == 0 {
 		return nil
@@ -283,7 +283,7 @@ func (d *Driver) putAhead(e *aheadEntry) {
 
 // bindAhead makes e's sandbox key's: the checks a hand-over makes, the
 // network namespace, then the workspace and HOME attached.
-func (d *Driver) bindAhead(e *aheadEntry, key poolKey, plan Plan) error {
+func (d *Driver) bindAhead(e *aheadEntry, key poolKey, plan launchPlan) error {
 	ss, sup := e.ss, e.ss.sup
 	ss.mu.Lock()
 	child := ss.ahead
@@ -514,7 +514,7 @@ func mountPointAt(rfd int, rel string) (int, error) {
 func (d *Driver) aheadIdle() time.Duration {
 	ms := d.cfg.Options.SessionAheadIdleMS
 	if ms == 0 {
-		ms = DefaultSessionAheadIdleMS
+		ms = defaultSessionAheadIdleMS
 	}
 	return time.Duration(ms) * time.Millisecond
 }
@@ -522,7 +522,7 @@ func (d *Driver) aheadIdle() time.Duration {
 // refillAhead builds session sandboxes ahead for plan's profile, up to
 // session_ahead, once after is closed (or after refillWait): a session
 // sandbox was just built or taken for it, so it is a profile in use.
-func (d *Driver) refillAhead(key poolKey, plan Plan, after <-chan struct{}) {
+func (d *Driver) refillAhead(key poolKey, plan launchPlan, after <-chan struct{}) {
 	ak, ok := aheadKeyFor(plan, key)
 	n := d.aheadPerProfile()
 	if !ok || n == 0 {
@@ -612,7 +612,7 @@ func (d *Driver) refillAhead(key poolKey, plan Plan, after <-chan struct{}) {
 
 // buildAhead builds a session sandbox for ak's profile and no session,
 // with a command's sandbox-init waiting in it.
-func (d *Driver) buildAhead(ak aheadKey, plan Plan) (_ *aheadEntry, err error) {
+func (d *Driver) buildAhead(ak aheadKey, plan launchPlan) (_ *aheadEntry, err error) {
 	q := plan
 	q.attachRoot = ak.root
 	q.sessionSupervisor = true
@@ -759,9 +759,9 @@ func (d *Driver) emptyAhead() {
 	}
 }
 
-// AheadStats reports the counters of the session sandboxes built ahead,
+// aheadStats reports the counters of the session sandboxes built ahead,
 // Refused being the keys no longer built ahead.
-func (d *Driver) AheadStats() (st AheadStats, waiting int) {
+func (d *Driver) AheadStats() (st aheadStats, waiting int) {
 	s := &d.sessions
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -780,8 +780,8 @@ func (d *Driver) AheadStats() (st AheadStats, waiting int) {
 // aheadNet is the network namespace of a session sandbox built ahead of
 // its session under network none: one of its own, or nil where bwrap's
 // own is what a session's would be (sessionNetFor).
-func (d *Driver) aheadNet(plan Plan) (*netns, func(), error) {
-	if plan.SocketMode != SocketLoopback || d.probe().sessionNet != sessionNetSetns {
+func (d *Driver) aheadNet(plan launchPlan) (*netns, func(), error) {
+	if plan.SocketMode != socketLoopback || d.probe().sessionNet != sessionNetSetns {
 		return nil, func() {}, nil
 	}
 	ns, err := makeNetns(d.cfg.DriverBinary, false)

@@ -59,7 +59,7 @@ func drainAhead(t testing.TB, d *Driver) {
 // session's workspace or /tmp, and the workspace's parent holds nothing
 // else and is read-only. The pool refills for the next session.
 func TestSessionAheadTaken(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	wsA, wsB := newWorkspace(t), newWorkspace(t)
 	if filepath.Dir(wsA) != filepath.Dir(wsB) {
@@ -122,7 +122,7 @@ func netInode(t *testing.T, d *Driver, ws, session string, caps driverapi.Capabi
 // and another session's is another; a session that holds a namespace
 // already leaves the waiting sandbox untouched for the next new session.
 func TestSessionAheadProfiles(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	wsA, wsB, wsC, wsD := newWorkspace(t), newWorkspace(t), newWorkspace(t), newWorkspace(t)
 	expectOK(t, sessRun(t, d, wsA, "A", spawnCaps, `:`))
@@ -167,7 +167,7 @@ func TestSessionAheadProfiles(t *testing.T) {
 // ends after session_ahead_idle_ms and leaves nothing (processes, cgroups);
 // a session taken from one and forgotten leaves nothing either.
 func TestSessionAheadIdleDropped(t *testing.T) {
-	d := testDriver(t, Options{SessionAheadIdleMS: 1500})
+	d := testDriver(t, options{SessionAheadIdleMS: 1500})
 	needSessions(t, d)
 	wsA, wsB := newWorkspace(t), newWorkspace(t)
 	root := filepath.Dir(wsA)
@@ -215,7 +215,7 @@ func TestSessionAheadIdleDropped(t *testing.T) {
 // sandboxes built ahead end with it: the driver holds no process of its
 // own (the conformance suite's robust cases check this).
 func TestSessionAheadLastForget(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	root := filepath.Dir(ws)
@@ -235,7 +235,7 @@ func TestSessionAheadLastForget(t *testing.T) {
 // TestSessionAheadClose: Close ends the sandboxes built ahead with the
 // sessions' and leaves nothing; the pool can be emptied, and 0 builds none.
 func TestSessionAheadClose(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	root := filepath.Dir(ws)
@@ -247,7 +247,7 @@ func TestSessionAheadClose(t *testing.T) {
 	}
 	expectNothingLeft(t, d, root)
 
-	off := testDriver(t, Options{SessionAhead: new(uint64)})
+	off := testDriver(t, options{SessionAhead: new(uint64)})
 	ws = newWorkspace(t)
 	expectOK(t, sessRun(t, off, ws, "A", spawnCaps, `:`))
 	expectOK(t, sessRun(t, off, newWorkspace(t), "B", spawnCaps, `:`))
@@ -259,11 +259,11 @@ func TestSessionAheadClose(t *testing.T) {
 // TestSessionAheadDriverDeath: the driver killed, the session sandboxes it
 // built ahead end with its sessions' (their lifelines hang up).
 func TestSessionAheadDriverDeath(t *testing.T) {
-	needSessions(t, testDriver(t, Options{}))
+	needSessions(t, testDriver(t, options{}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin,
-		Env: []string{OptionsEnv + `={"session_sandbox":"always","cgroup":"none","session_ahead":2}`}})
+		Env: []string{optionsEnv + `={"session_sandbox":"always","cgroup":"none","session_ahead":2}`}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,5 +12,5 @@ const detailSessionSandbox = "linux.session_sandbox"
 // driver runs every command of a session there: session_sandbox =
 // "always", the test switch).
 func (d *Driver) wantsSession(spec driverapi.RunSpec) bool {
-	return spec.SessionSandbox || d.cfg.Options.SessionSandbox == SessionSandboxAlways
+	return spec.SessionSandbox || d.cfg.Options.SessionSandbox == sessionSandboxAlways
 }

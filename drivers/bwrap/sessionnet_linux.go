@@ -47,7 +47,7 @@ import (
 //     user+PID mode; elsewhere each command has a namespace of its own.
 //
 // The namespace itself is made by a short-lived child of the driver (the
-// driver binary's NetnsHolderCommand mode, cloned into a new network
+// driver binary's netnsHolderCommand mode, cloned into a new network
 // namespace, and a new user namespace when unprivileged), which brings
 // loopback up and waits until the driver has opened its /proc/PID/ns files.
 // From then on the driver's open descriptors alone keep the namespace: it
@@ -56,15 +56,15 @@ import (
 // sessions than the cap want one). Commands still running keep it until
 // they end.
 
-// NetnsHolderCommand is the hidden mode of the driver binary that brings up
+// netnsHolderCommand is the hidden mode of the driver binary that brings up
 // loopback in the fresh network namespace it was cloned into, writes
 // "ready\n" on stdout and waits for stdin to close.
-const NetnsHolderCommand = "sandbox-netns"
+const netnsHolderCommand = "sandbox-netns"
 
-// DefaultSessionNetworkIdle is the default Config.SessionNetworkIdle
-// (DefaultMaxSessionNetworks, which the options validate on every OS, is
+// defaultSessionNetworkIdle is the default config.SessionNetworkIdle
+// (defaultMaxSessionNetworks, which the options validate on every OS, is
 // in options.go).
-const DefaultSessionNetworkIdle = 10 * time.Minute
+const defaultSessionNetworkIdle = 10 * time.Minute
 
 // Session network modes (hostProbe.sessionNet).
 const (
@@ -72,18 +72,18 @@ const (
 	sessionNetNsenter = "nsenter"
 )
 
-// NetnsHolderMain implements NetnsHolderCommand (args exclude it).
-func NetnsHolderMain(args []string) int {
+// netnsHolderMain implements netnsHolderCommand (args exclude it).
+func netnsHolderMain(args []string) int {
 	if len(args) != 0 {
-		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: takes no arguments\n", NetnsHolderCommand)
-		return SandboxInitExitCode
+		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: takes no arguments\n", netnsHolderCommand)
+		return sandboxInitExitCode
 	}
 	if err := loopbackUp(); err != nil {
-		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %v\n", NetnsHolderCommand, err)
-		return SandboxInitExitCode
+		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %v\n", netnsHolderCommand, err)
+		return sandboxInitExitCode
 	}
 	if _, err := os.Stdout.WriteString("ready\n"); err != nil {
-		return SandboxInitExitCode
+		return sandboxInitExitCode
 	}
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return 0
@@ -131,7 +131,7 @@ func (n *netns) close() {
 // a holder process of binary bin; withUser puts it in a new user namespace
 // (mapping only this process's uid and gid) the driver can hand to nsenter.
 func makeNetns(bin string, withUser bool) (*netns, error) {
-	cmd := exec.Command(bin, NetnsHolderCommand)
+	cmd := exec.Command(bin, netnsHolderCommand)
 	cmd.Args[0] = "aleph-netns"
 	cmd.Env, cmd.Dir = []string{}, "/"
 	var stderr limitedBuffer

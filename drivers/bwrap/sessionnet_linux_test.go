@@ -60,7 +60,7 @@ func sessionNetDriver(t *testing.T) *Driver {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("no /usr/bin/python3 for the loopback programs")
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	h := d.probe()
 	if h.sandboxErr != nil {
 		t.Skipf("no sandbox here: %v", h.sandboxErr)
@@ -300,7 +300,7 @@ func TestSessionNetworkLandlockTierDenies(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("no /usr/bin/python3")
 	}
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ctx := context.Background()
 	hc, err := d.Capabilities(ctx)
 	if err != nil {
@@ -315,12 +315,12 @@ func TestSessionNetworkLandlockTierDenies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	plan, err := DecodePlan(prof.Data)
-	if err != nil || plan.SocketMode != SocketUnixOnly {
+	plan, err := decodePlan(prof.Data)
+	if err != nil || plan.SocketMode != socketUnixOnly {
 		t.Fatalf("Landlock tier plan for none: %q %v", plan.SocketMode, err)
 	}
-	plan.SocketMode = SocketLoopback
-	if m := d.landlockInitSpec(plan).SocketMode; m != SocketUnixOnly {
+	plan.SocketMode = socketLoopback
+	if m := d.landlockInitSpec(plan).SocketMode; m != socketUnixOnly {
 		t.Fatalf("a loopback plan runs with socket mode %q in the Landlock tier", m)
 	}
 	out, errw := newLineWriter(`^$`), newLineWriter(`^$`)
@@ -338,11 +338,11 @@ func TestSessionNetworkLandlockTierDenies(t *testing.T) {
 // instead of unsharing one; a plan with the old unix_only mode stays valid.
 func TestPlanNoneLoopback(t *testing.T) {
 	ws := newWorkspace(t)
-	p, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
+	p, err := buildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.SocketMode != SocketLoopback || p.ShareNet {
+	if p.SocketMode != socketLoopback || p.ShareNet {
 		t.Fatalf("none: socket mode %q share_net %v", p.SocketMode, p.ShareNet)
 	}
 	has := func(args []string, flag string) bool {
@@ -362,15 +362,15 @@ func TestPlanNoneLoopback(t *testing.T) {
 	}
 	p.joinNet = false
 	old := p
-	old.SocketMode = SocketUnixOnly
+	old.SocketMode = socketUnixOnly
 	data, _ := old.Encode()
-	if _, err := DecodePlan(data); err != nil {
+	if _, err := decodePlan(data); err != nil {
 		t.Fatalf("a unix_only plan for none is refused: %v", err)
 	}
 	forged := p
 	forged.ShareNet = true
 	data, _ = forged.Encode()
-	if _, err := DecodePlan(data); err == nil {
+	if _, err := decodePlan(data); err == nil {
 		t.Fatal("a none plan sharing the host's network was accepted")
 	}
 }
@@ -380,7 +380,7 @@ func TestPlanNoneLoopback(t *testing.T) {
 // typed LimitError naming the key (the host reports resource_exhausted),
 // and runs once the other command has ended (control).
 func TestSessionNetworksFullIsLimitError(t *testing.T) {
-	d := testDriver(t, Options{MaxSessionNetworks: 1, Prepared: PreparedOff})
+	d := testDriver(t, options{MaxSessionNetworks: 1, Prepared: preparedOff})
 	if d.probe().sessionNet == "" {
 		t.Skipf("no session network namespaces here: %s", d.probe().sessionNetWhy)
 	}

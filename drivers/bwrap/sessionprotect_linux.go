@@ -107,7 +107,7 @@ type fpEntry struct {
 }
 
 // planSig is what of a plan its protection depends on.
-func planSig(p Plan) string {
+func planSig(p launchPlan) string {
 	join := func(s []string) string { return strings.Join(s, "\x00") }
 	return strings.Join([]string{p.Workspace, join(p.FSWrite), join(p.FSRead), join(p.Protected)}, "\x01")
 }
@@ -115,7 +115,7 @@ func planSig(p Plan) string {
 // protectFor is the protection of a command of ss: the kept one when its
 // fingerprint still holds, else a new scan's (kept in turn). done lets go
 // of it once the command's sandbox has ended.
-func (ss *sessionSandbox) protectFor(d *Driver, plan Plan) (*protection, func(), error) {
+func (ss *sessionSandbox) protectFor(d *Driver, plan launchPlan) (*protection, func(), error) {
 	ps := &ss.prot
 	sig := planSig(plan)
 	ps.mu.Lock()
@@ -176,7 +176,7 @@ func (ps *protState) end() {
 // path the scan depends on before it is read, and returns them if the scan
 // found exactly pr's targets and nothing in it is too recent or opaque to
 // trust (nil otherwise).
-func (d *Driver) protFingerprint(plan Plan, pr *protection) []fpEntry {
+func (d *Driver) protFingerprint(plan launchPlan, pr *protection) []fpEntry {
 	start := time.Now()
 	var fp []fpEntry
 	opaque := false

@@ -38,7 +38,7 @@ func protCounts(t *testing.T, d *Driver, session string) (reused, scanned int) {
 // (the positive control).
 func TestSessionProtectedKept(t *testing.T) {
 	// Control: by default a session's command leaves no placeholder.
-	d0 := testDriver(t, Options{})
+	d0 := testDriver(t, options{})
 	needSessions(t, d0)
 	ws0 := newWorkspace(t)
 	expectOK(t, sessRun(t, d0, ws0, "per-command", spawnCaps, `true`))
@@ -46,7 +46,7 @@ func TestSessionProtectedKept(t *testing.T) {
 		t.Fatalf("a session command left %v in the workspace (%v)", ents, err)
 	}
 
-	d := testDriver(t, Options{SessionPlaceholders: SessionPlaceholdersSession})
+	d := testDriver(t, options{SessionPlaceholders: sessionPlaceholdersSession})
 	ws := newWorkspace(t)
 	run := func(script string) drvResult { return sessRun(t, d, ws, "kept", spawnCaps, script) }
 	expectOK(t, run(`true`))
@@ -115,7 +115,7 @@ func TestSessionProtectedKept(t *testing.T) {
 	if err := d.ForgetSession(t.Context(), "kept"); err != nil {
 		t.Fatal(err)
 	}
-	d.pool.waitIdle()
+	d.pool.WaitIdle()
 	for _, name := range driverapi.DefaultProtectedEntries()[1:] { // .git is the host's now
 		if _, err := os.Lstat(filepath.Join(ws, name)); err == nil {
 			t.Errorf("placeholder %s left after the session ended", name)
@@ -127,7 +127,7 @@ func TestSessionProtectedKept(t *testing.T) {
 // sandbox-init it kept waiting ahead (counted: there was one), holds then
 // only bwrap and its supervisor, and its next command still runs in it.
 func TestSessionIdleDropsAhead(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	d.sessions.aheadIdle = 300 * time.Millisecond
 	ws := newWorkspace(t)

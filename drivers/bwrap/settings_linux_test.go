@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 )
 
 // refusedFor checks that d claims nothing, explains every feature with
@@ -24,7 +25,7 @@ func refusedFor(t *testing.T, d *Driver, want string) {
 	}
 	ws := newWorkspace(t)
 	_, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
-	var ue *UnavailableError
+	var ue *unavailableError
 	if !errors.As(err, &ue) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("ProfileFor: %v, want an UnavailableError saying %q", err, want)
 	}
@@ -39,15 +40,15 @@ func TestUnenforceableCgroupSettingsRefused(t *testing.T) {
 	}
 	root, selfFile := fakeV2(t)
 	own := filepath.Join(root, "user.slice", "svc")
-	mk := func(o Options) *Driver {
-		d, err := New(Config{Options: o, InitBinary: driverBin, DriverBinary: driverBin, CgroupRoot: root, SelfCgroup: selfFile})
+	mk := func(o options) *Driver {
+		d, err := newDriver(config{Options: o, InitBinary: driverBin, DriverBinary: driverBin, CgroupRoot: root, SelfCgroup: selfFile})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return d
 	}
 	// Control: the fake v2 offers memory and pids, so v2 is usable.
-	d := mk(Options{Cgroup: CgroupV2})
+	d := mk(options{Cgroup: cgroupV2})
 	ws := newWorkspace(t)
 	if _, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws}); err != nil {
 		t.Fatalf("usable v2 refused: %v", err)
@@ -56,12 +57,12 @@ func TestUnenforceableCgroupSettingsRefused(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(own, "cgroup.controllers"), []byte("hugetlb"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	refusedFor(t, mk(Options{Cgroup: CgroupV2}), `[sandbox.linux] cgroup = "v2" cannot be enforced here`)
+	refusedFor(t, mk(options{Cgroup: cgroupV2}), `[sandbox.linux] cgroup = "v2" cannot be enforced here`)
 	// A CPU quota without a cpu controller, whatever the mode.
-	refusedFor(t, mk(Options{Cgroup: CgroupNone, CPUQuotaPercent: 50}), "[sandbox.linux] cpu_quota_percent = 50 cannot be enforced")
+	refusedFor(t, mk(options{Cgroup: cgroupNone, CPUQuotaPercent: 50}), "[sandbox.linux] cpu_quota_percent = 50 cannot be enforced")
 	// Control: with cgroup = "none" and no quota the sandbox stands (the
 	// limits it lacks are reported unavailable one by one).
-	dn := mk(Options{Cgroup: CgroupNone})
+	dn := mk(options{Cgroup: cgroupNone})
 	if caps, _ := dn.Capabilities(context.Background()); !caps.Has(driverapi.FeatureFSReadIsolation) || caps.Has(driverapi.FeatureMemoryLimit) {
 		t.Fatalf("cgroup none: %+v", caps)
 	}
@@ -71,7 +72,7 @@ func TestUnenforceableCgroupSettingsRefused(t *testing.T) {
 // bubblewrap" is the answer only when bwrap is looked up on PATH.
 func TestConfiguredBwrapPathNotBubblewrap(t *testing.T) {
 	for _, p := range []string{"/bin/false", "/bin/echo", "/nonexistent/bwrap"} {
-		d := testDriver(t, Options{BwrapPath: p, Cgroup: CgroupNone})
+		d := testDriver(t, options{BwrapPath: p, Cgroup: cgroupNone})
 		refusedFor(t, d, `the configured bwrap_path "`+p+`" is not a working bubblewrap`)
 		caps, _ := d.Capabilities(context.Background())
 		if fix := caps.Unavailable[0].Fix; strings.Contains(fix, "install bubblewrap") || !strings.Contains(fix, "bwrap_path") {
@@ -83,7 +84,7 @@ func TestConfiguredBwrapPathNotBubblewrap(t *testing.T) {
 	if err != nil {
 		t.Skip("no bwrap")
 	}
-	d := testDriver(t, Options{BwrapPath: real, Cgroup: CgroupNone})
+	d := testDriver(t, options{BwrapPath: real, Cgroup: cgroupNone})
 	caps, _ := d.Capabilities(context.Background())
 	if !caps.Has(driverapi.FeatureFSReadIsolation) {
 		if len(caps.Unavailable) > 0 && strings.Contains(caps.Unavailable[0].Reason, "cannot create namespaces") {
@@ -98,13 +99,13 @@ func TestConfiguredBwrapPathNotBubblewrap(t *testing.T) {
 // too small to start the program, with a hint of what is needed. Control:
 // a workable limit runs the same program.
 func TestMemoryTooSmallToStart(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	if caps, _ := d.Capabilities(context.Background()); !caps.Has(driverapi.FeatureMemoryLimit) {
 		t.Skipf("memory limits are not enforced for uid %d here", os.Geteuid())
 	}
 	ws := newWorkspace(t)
 	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{MaxMemoryMB: 1}, nil, "/bin/true")
-	var mt *MemoryTooSmallError
+	var mt *cgroup.MemoryTooSmallError
 	if !errors.As(r.err, &mt) || mt.LimitBytes != 1<<20 || !strings.Contains(r.err.Error(), "1 MiB is too small to start the program") ||
 		!strings.Contains(r.err.Error(), "hint:") {
 		t.Fatalf("--memory 1: err=%v exit=%+v", r.err, r.exit)

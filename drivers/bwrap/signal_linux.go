@@ -12,8 +12,8 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-// NotRunningError: no command with this id runs in this driver.
-type NotRunningError = driverapi.NotRunningError
+// notRunningError: no command with this id runs in this driver.
+type notRunningError = driverapi.NotRunningError
 
 var _ driverapi.Signaler = (*Driver)(nil)
 
@@ -111,7 +111,7 @@ func (d *Driver) signalCommand(commandID string, sig syscall.Signal) error {
 	}
 	ls := d.running.get(commandID)
 	if len(ls) == 0 {
-		return &NotRunningError{CommandID: commandID}
+		return &notRunningError{CommandID: commandID}
 	}
 	sent := false
 	var errs []error
@@ -131,5 +131,5 @@ func (d *Driver) signalCommand(commandID string, sig syscall.Signal) error {
 		return errors.Join(errs...)
 	}
 	// Every one ended between the look-up and the send.
-	return &NotRunningError{CommandID: commandID}
+	return &notRunningError{CommandID: commandID}
 }

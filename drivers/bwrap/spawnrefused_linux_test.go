@@ -82,13 +82,13 @@ func runOn(d *Driver, ws string) spawnRun {
 }
 
 func TestSpawnRefusedDirect(t *testing.T) {
-	d := testDriver(t, Options{Prepared: PreparedOff})
+	d := testDriver(t, options{Prepared: preparedOff})
 	checkSpawnRefused(t, runOn(d, newWorkspace(t)), driverapi.Capabilities{})
 }
 
 func TestSpawnRefusedPrepared(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, Options{Prepared: PreparedAlways})
+	d := testDriver(t, options{Prepared: preparedAlways})
 	ws := newWorkspace(t)
 	checkSpawnRefused(t, runOn(d, ws), driverapi.Capabilities{})
 	// The runs really went through prepared sandboxes.
@@ -99,7 +99,7 @@ func TestSpawnRefusedPrepared(t *testing.T) {
 }
 
 func TestSpawnRefusedTerminal(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	run := func(t *testing.T, caps driverapi.Capabilities, argv []string) drvResult {
 		t.Helper()
@@ -130,7 +130,7 @@ func TestSpawnRefusedTerminal(t *testing.T) {
 }
 
 func TestSpawnRefusedAllowHosts(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ctx := context.Background()
 	caps, _ := d.Capabilities(ctx)
 	if !caps.Has(driverapi.FeatureNetworkViaProxy) {
@@ -158,6 +158,6 @@ func TestSpawnRefusedAllowHosts(t *testing.T) {
 // Named TestTier* so that scripts/test-nonamespaces.sh runs it against a
 // host that refuses namespaces.
 func TestTierSpawnRefused(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	checkSpawnRefused(t, runOn(d, newWorkspace(t)), driverapi.Capabilities{})
 }

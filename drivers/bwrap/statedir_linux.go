@@ -15,7 +15,7 @@ import (
 //
 // Why: the state directory holds the /etc views every later command of
 // every session is shown as /etc (etcview_linux.go), and the placeholder
-// journal, whose recovery deletes the files it names (protect_linux.go).
+// journal, whose recovery deletes the files it names (internal/protectjournal).
 // A command allowed to write there (`--write ~/run` of a user whose
 // XDG_RUNTIME_DIR holds it, `--write /run` as root) could add a line to
 // every later sandbox's /etc/hosts or make the driver delete a host file.
@@ -23,7 +23,7 @@ import (
 // reason, instead of narrowed: what was approved is what is mounted. Read
 // grants stay allowed: the views are /etc's public read set and the
 // journal names paths only.
-func (d *Driver) stateDirRefusal(p Plan) error {
+func (d *Driver) stateDirRefusal(p launchPlan) error {
 	state := d.cfg.StateDir
 	if state == "" {
 		return nil

@@ -18,18 +18,18 @@ import (
 // poisoned /etc view for other tests).
 func stateDriver(t *testing.T, parent string) *Driver {
 	t.Helper()
-	opts := Options{}
+	opts := options{}
 	if m := os.Getenv("ALEPH_TEST_PREPARED"); m != "" {
-		opts.Prepared = PreparedMode(m)
+		opts.Prepared = preparedMode(m)
 	}
 	if os.Getenv("ALEPH_TEST_SESSION") == "on" {
-		opts.SessionSandbox = SessionSandboxAlways
+		opts.SessionSandbox = sessionSandboxAlways
 	}
 	state := filepath.Join(parent, "state")
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	d, err := New(Config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin, StateDir: state})
+	d, err := newDriver(config{Options: opts, InitBinary: driverBin, DriverBinary: driverBin, StateDir: state})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +89,7 @@ func TestStateDirGrantRefused(t *testing.T) {
 		t.Errorf("positive control: %q", r.stdout)
 	}
 	// A plan forged past ProfileFor is refused at Run too.
-	plan, err := BuildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{runDir}}})
+	plan, err := buildPlan(driverapi.ProfileRequest{Workspace: ws, Cwd: ws, Capabilities: driverapi.Capabilities{FSWrite: []string{runDir}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +106,7 @@ func TestEtcViewContentChecked(t *testing.T) {
 	parent := newWorkspace(t)
 	d1 := stateDriver(t, parent)
 	ws := newWorkspace(t)
-	p := Plan{System: SystemReadSet(), Workspace: ws}
+	p := launchPlan{System: systemReadSet(), Workspace: ws}
 	view := d1.etcViewFor(p)
 	if view == "" {
 		t.Fatal("control: no view for an ordinary plan")

@@ -44,7 +44,7 @@ func streamUnavailable(spec driverapi.RunSpec) error {
 	if spec.Tty != nil {
 		f = driverapi.FeaturePTY
 	}
-	return &UnavailableError{Feature: f, Reason: "Landlock tier: no sandbox of its own (no private devpts, no supervisor on a pipe)", Fix: tierFix}
+	return &unavailableError{Feature: f, Reason: "Landlock tier: no sandbox of its own (no private devpts, no supervisor on a pipe)", Fix: tierFix}
 }
 
 // followResize passes window sizes to sandbox-init until stop is called.

@@ -40,7 +40,7 @@ func waitOutput(t *testing.T, buf *lockedBuf, want string) {
 }
 
 func TestRunStreamStdinAsItArrives(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	pr, pw := io.Pipe()
 	var out lockedBuf
@@ -75,7 +75,7 @@ func TestRunStreamStdinAsItArrives(t *testing.T) {
 }
 
 func TestRunStreamPty(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()
@@ -124,7 +124,7 @@ echo ready; while read l; do echo "line:$l"; stty size; done; exit 7`
 // A pty run without spawn: the no-spawn child of the supervisor inherits
 // the terminal. EOF on the stream is EOF on the terminal.
 func TestRunStreamPtyNoSpawnEOF(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	var out lockedBuf
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
@@ -146,7 +146,7 @@ func TestRunStreamPtyNoSpawnEOF(t *testing.T) {
 }
 
 func TestRunStreamPtyTIOCSTIDenied(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	var out lockedBuf
 	// perl's ioctl: TIOCSTI (0x5412) must fail with EPERM, TIOCGWINSZ
@@ -167,7 +167,7 @@ my $ws = "\0" x 8; $r = ioctl(STDIN, 0x5413, $ws); my ($rows, $cols) = unpack("S
 }
 
 func TestRunRefusesTty(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
 	if err != nil {
@@ -182,7 +182,7 @@ func TestRunRefusesTty(t *testing.T) {
 }
 
 func TestRunStreamSignal(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	pr, pw := io.Pipe()
 	defer pw.Close()

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
@@ -101,13 +102,13 @@ func landlockTierUsable(abi int, seccomp bool) (error, string) {
 // landlockCapabilities is the report of the Landlock tier: only what holds.
 func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 	hc := driverapi.HostCapabilities{
-		Backend:         Backend,
-		DriverVersion:   Version,
+		Backend:         backend,
+		DriverVersion:   driverVersion,
 		ProtocolVersion: driverapi.ProtocolVersion,
 		OS:              runtime.GOOS,
 		Arch:            runtime.GOARCH,
 		Seccomp:         h.seccomp && h.sandboxErr == nil,
-		CgroupMode:      string(h.cg.mode),
+		CgroupMode:      string(h.cg.Mode()),
 		Details: map[string]string{
 			"tier":           tierLandlock,
 			"tier_reason":    h.tierWhy,
@@ -155,24 +156,24 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 		"would make every .git in it writable; workspaces with protected entries are refused", tierFix)
 	un(driverapi.FeatureNetworkViaProxy, "Landlock tier: no network namespace to hold the bridge", tierFix)
 	hc.Details["network_none"] = "inet sockets denied: the Landlock tier has no network namespace, so no loopback of its own either"
-	if h.cg.have[ctrlMemory] {
+	if h.cg.Has(cgroup.Memory) {
 		hc.Features = append(hc.Features, driverapi.FeatureMemoryLimit)
 	} else {
-		un(driverapi.FeatureMemoryLimit, h.cg.reason(ctrlMemory), cgroupFix)
+		un(driverapi.FeatureMemoryLimit, h.cg.Reason(cgroup.Memory), cgroupFix)
 	}
 	switch {
 	case d.cfg.Options.Pids() == 0:
 		un(driverapi.FeaturePidLimit, "max_pids = 0 in [sandbox.linux]", "set max_pids")
-	case h.cg.have[ctrlPids]:
+	case h.cg.Has(cgroup.Pids):
 		hc.Features = append(hc.Features, driverapi.FeaturePidLimit)
 		hc.Details["pid_limit_via"] = "cgroup"
 	default:
 		// RLIMIT_NPROC would count every process of the uid on the host.
-		un(driverapi.FeaturePidLimit, h.cg.reason(ctrlPids)+" (Landlock tier: no user namespace for RLIMIT_NPROC)", cgroupFix)
+		un(driverapi.FeaturePidLimit, h.cg.Reason(cgroup.Pids)+" (Landlock tier: no user namespace for RLIMIT_NPROC)", cgroupFix)
 	}
 	switch {
-	case !h.cg.have[ctrlCPU]:
-		un(driverapi.FeatureCPULimit, h.cg.reason(ctrlCPU), cgroupFix)
+	case !h.cg.Has(cgroup.CPU):
+		un(driverapi.FeatureCPULimit, h.cg.Reason(cgroup.CPU), cgroupFix)
 	case d.cfg.Options.CPUQuotaPercent == 0:
 		un(driverapi.FeatureCPULimit, "cpu_quota_percent is not set in [sandbox.linux]", "set cpu_quota_percent")
 	default:
@@ -196,14 +197,14 @@ func (d *Driver) landlockCapabilities(h *hostProbe) driverapi.HostCapabilities {
 // refused, with the reason. A protected entry that does not exist yet can
 // be created by the command: that is what not claiming protected_paths
 // means, and the report says it.
-func (d *Driver) protectedRefusal(p Plan) error {
+func (d *Driver) protectedRefusal(p launchPlan) error {
 	targets, err := scanProtected(p, d.scanLimits())
 	if err != nil {
 		return err
 	}
 	for _, t := range targets {
 		if _, err := os.Lstat(t.path); err == nil {
-			return &UnavailableError{Feature: driverapi.FeatureProtectedPaths,
+			return &unavailableError{Feature: driverapi.FeatureProtectedPaths,
 				Reason: fmt.Sprintf("the Landlock tier cannot keep %s read-only inside a writable workspace or grant", t.path),
 				Fix:    "use a workspace without protected entries, or " + tierFix}
 		}
@@ -221,14 +222,14 @@ func tierDevices() []string {
 // the system read set and the init binary read-only, the fs_read
 // grants readable, the workspace, the fs_write grants and the harmless
 // devices writable; no /tmp.
-func (d *Driver) landlockInitSpec(p Plan) InitSpec {
+func (d *Driver) landlockInitSpec(p launchPlan) initSpec {
 	mode := p.SocketMode
-	if mode == SocketLoopback {
+	if mode == socketLoopback {
 		// No network namespace here: an inet socket would reach the
 		// host's network (ProfileFor makes this plan unix_only already).
-		mode = SocketUnixOnly
+		mode = socketUnixOnly
 	}
-	s := InitSpec{
+	s := initSpec{
 		SocketMode:        mode,
 		AllowSpawn:        p.AllowSpawn,
 		RlimitASBytes:     p.MemoryBytes,
@@ -240,7 +241,7 @@ func (d *Driver) landlockInitSpec(p Plan) InitSpec {
 		LifelineFD:        lifelineFD,
 	}
 	for _, m := range p.System {
-		if m.Kind == MountROBind {
+		if m.Kind == mountROBind {
 			s.ReadOnly = append(s.ReadOnly, m.Dest)
 		}
 	}
@@ -262,7 +263,7 @@ func (d *Driver) landlockInitSpec(p Plan) InitSpec {
 type tierStarter struct {
 	pathInfo
 	d    *Driver
-	plan Plan
+	plan launchPlan
 	cwd  string
 	cmd  *exec.Cmd
 	// held are the driver's descriptors of the command: its record, the
@@ -281,7 +282,7 @@ func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) 
 		return err
 	}
 	is := s.d.landlockInitSpec(plan)
-	if s.cg != nil && s.cg.dirs[ctrlMemory] != "" {
+	if s.cg != nil && s.cg.Dir(cgroup.Memory) != "" {
 		is.RlimitASBytes = addressSpaceCeiling(plan.MemoryBytes)
 	}
 	// The notification filter (notify_linux.go): the metadata guard's
@@ -293,7 +294,7 @@ func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) 
 	}
 	s.held = append(s.held, guardLocal, guardRemote)
 	is.NotifyFD, is.MetaGuard = tierNotifyFD, true
-	init, err := CommandInitArgs(is)
+	init, err := commandInitArgs(is)
 	if err != nil {
 		return err
 	}
@@ -308,7 +309,7 @@ func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) 
 	}
 	s.held = append(s.held, cmdFile)
 
-	cmd := exec.CommandContext(runCtx, s.d.cfg.InitBinary, append([]string{SandboxInitCommand}, init...)...)
+	cmd := exec.CommandContext(runCtx, s.d.cfg.InitBinary, append([]string{sandboxInitCommand}, init...)...)
 	s.cmd = cmd
 	cmd.Env = launchEnv()
 	cmd.Dir = s.cwd
@@ -350,7 +351,7 @@ func (s *tierStarter) start(_, runCtx context.Context, r *runState) (err error) 
 	// sandbox-init waits for this go-ahead before it confines itself any
 	// further or starts anything: it is inside the command's cgroup first.
 	if s.cg != nil {
-		if err := s.cg.join(pid); err != nil {
+		if err := s.cg.Join(pid); err != nil {
 			return kill(err)
 		}
 	}

@@ -38,15 +38,15 @@ func refusingBwrap(t testing.TB) string {
 // with the Landlock tier on, or skips where this kernel cannot give the
 // tier (then the refusal is what TestTierMinimumSet checks). Under
 // scripts/test-nonamespaces.sh the real bwrap is used: it fails there.
-func tierDriver(t testing.TB, opts Options) *Driver {
+func tierDriver(t testing.TB, opts options) *Driver {
 	t.Helper()
-	if LandlockABI() < minTierLandlockABI || !SeccompAvailable() {
-		t.Skipf("the Landlock tier needs Landlock ABI >= %d and seccomp; this kernel has ABI %d", minTierLandlockABI, LandlockABI())
+	if landlockABI() < minTierLandlockABI || !seccompAvailable() {
+		t.Skipf("the Landlock tier needs Landlock ABI >= %d and seccomp; this kernel has ABI %d", minTierLandlockABI, landlockABI())
 	}
 	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "" {
 		opts.BwrapPath = refusingBwrap(t)
 	}
-	opts.Fallback = FallbackLandlock
+	opts.Fallback = fallbackLandlock
 	d := testDriver(t, opts)
 	hc, err := d.Capabilities(context.Background())
 	if err != nil {
@@ -59,7 +59,7 @@ func tierDriver(t testing.TB, opts Options) *Driver {
 }
 
 func TestTierSmoke(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	r := drvSh(t, d, ws, "echo hello; echo err >&2; exit 3")
 	if r.err != nil || r.exit.ExitCode != 3 || r.stdout != "hello\n" || r.stderr != "err\n" {
@@ -82,7 +82,7 @@ func tierRun(t *testing.T, d *Driver, ws string, mode driverapi.NetworkMode, scr
 // nothing can be created beside them; the workspace is readable and
 // writable (positive control), the system read set readable.
 func TestTierFilesystem(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	dir, err := os.MkdirTemp("/var/tmp", "aleph-tier-canary-")
 	if err != nil {
@@ -125,7 +125,7 @@ func TestTierFilesystem(t *testing.T) {
 // The environment is exactly the given one. No subprocesses: the path
 // where the supervisor starts a plain sandbox-init for the target.
 func TestTierEnvironment(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	env := []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "ONLY", Value: "this"}}
 	r := drvRun(t, context.Background(), d, ws, driverapi.Capabilities{}, env, "/usr/bin/env")
@@ -145,7 +145,7 @@ func TestTierEnvironment(t *testing.T) {
 // (CAP_CHOWN), which the root test itself can (positive control); a
 // non-root run has none to lose, and the same checks hold.
 func TestTierCapabilitiesDropped(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	closed := filepath.Join(ws, "closed")
 	if err := os.WriteFile(closed, []byte("closed-data\n"), 0o000); err != nil {
@@ -182,7 +182,7 @@ func TestTierHostProcessesAndIPC(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3")
 	}
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	r := tierRun(t, d, ws, driverapi.NetworkNone, "echo ran; ls /proc >/dev/null && echo LISTED; cat /proc/1/cmdline && echo INIT; "+
 		"/usr/bin/python3 -c 'import ctypes,sys; r=ctypes.CDLL(None,use_errno=True).shmget(0x7a1e7a1e,0,0); print(\"shm\", r, ctypes.get_errno())'")
@@ -205,7 +205,7 @@ func TestTierNetwork(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skip("needs /usr/bin/python3 for the socket probes")
 	}
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	tcp := netnstest.Stream(t, "tcp4", "127.0.0.1:0", "tcp-hello")
 	udp, gotUDP := netnstest.Datagram(t, "udp4", "127.0.0.1:0")
@@ -303,7 +303,7 @@ t("pair", pair)
 
 // No user namespace (nor any other) can be made; clone3 answers ENOSYS.
 func TestTierNoNamespaces(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	r := tierRun(t, d, ws, driverapi.NetworkNone, "echo ran; unshare -U true && echo USERNS; unshare -n true && echo NETNS; true")
 	expectOK(t, r)
@@ -317,7 +317,7 @@ func TestTierNoNamespaces(t *testing.T) {
 
 // Set-id bits cannot be set; plain modes can (positive control).
 func TestTierSetIDDenied(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	r := tierRun(t, d, ws, driverapi.NetworkNone, "touch f && chmod 755 f && echo PLAIN; chmod u+s f && echo SETUID; chmod g+s f && echo SETGID; true")
 	expectOK(t, r)
@@ -334,7 +334,7 @@ func TestTierSetIDDenied(t *testing.T) {
 // environment, memory or descriptors; it can signal its own child
 // (positive control).
 func TestTierCannotReachDriver(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	pid := strconv.Itoa(os.Getpid())
 	r := tierRun(t, d, ws, driverapi.NetworkNone, "sleep 30 & c=$!; kill $c && echo CHILD-KILLED; "+
@@ -357,7 +357,7 @@ func TestTierCannotReachDriver(t *testing.T) {
 // The process group is inescapable (setsid and setpgid denied) and is
 // killed when the command ends: a background process does not outlive it.
 func TestTierTreeKilled(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	r := tierRun(t, d, ws, driverapi.NetworkNone, "setsid sleep 1000 && echo SETSID; "+
 		"sleep 1000 >/dev/null 2>&1 & echo $! > pid; echo started")
@@ -389,7 +389,7 @@ func TestTierTreeKilled(t *testing.T) {
 
 // The timeout ends the whole tree.
 func TestTierTimeout(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	prof, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Capabilities: driverapi.Capabilities{SpawnSubprocess: true}, Workspace: ws, Cwd: ws})
 	if err != nil {
@@ -423,7 +423,7 @@ func TestTierTimeout(t *testing.T) {
 // A workspace with a protected entry is refused (the tier cannot keep it
 // read-only); the report says protected_paths is not claimed.
 func TestTierProtectedRefused(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	r := tierRun(t, d, ws, driverapi.NetworkNone, "true")
 	expectOK(t, r) // control: no protected entry
@@ -431,7 +431,7 @@ func TestTierProtectedRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	r = tierRun(t, d, ws, driverapi.NetworkNone, "echo RAN > ran")
-	var ue *UnavailableError
+	var ue *unavailableError
 	if !errors.As(r.err, &ue) || ue.Feature != driverapi.FeatureProtectedPaths {
 		t.Fatalf("want protected_paths unavailable, got %v (%+v)", r.err, r.exit)
 	}
@@ -458,7 +458,7 @@ func TestTierProtectedRefused(t *testing.T) {
 // With the fallback off the driver fails closed, with one line naming the
 // setting and the host-side fixes.
 func TestTierOffFailsClosed(t *testing.T) {
-	d := testDriver(t, Options{BwrapPath: refusingBwrap(t)})
+	d := testDriver(t, options{BwrapPath: refusingBwrap(t)})
 	ws := newWorkspace(t)
 	_, err := d.ProfileFor(context.Background(), driverapi.ProfileRequest{Workspace: ws, Cwd: ws})
 	if err == nil {
@@ -484,7 +484,7 @@ func TestTierBwrapRecorded(t *testing.T) {
 	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") == "1" {
 		t.Skip("namespaces are refused in this run (scripts/test-nonamespaces.sh)")
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	r := drvSh(t, d, newWorkspace(t), "true")
 	expectOK(t, r)
 	if r.exit.Details["tier"] != tierBwrap {
@@ -499,7 +499,7 @@ func TestNoNamespacesModeReported(t *testing.T) {
 	if os.Getenv("ALEPH_TEST_NO_NAMESPACES") != "1" {
 		t.Skip("run by scripts/test-nonamespaces.sh")
 	}
-	off := testDriver(t, Options{})
+	off := testDriver(t, options{})
 	hc, err := off.Capabilities(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -507,7 +507,7 @@ func TestNoNamespacesModeReported(t *testing.T) {
 	if len(hc.Features) != 0 || len(hc.Unavailable) == 0 || !strings.Contains(hc.Unavailable[0].Reason, "cannot create namespaces") {
 		t.Fatalf("namespaces still usable here, or not reported: %+v", hc)
 	}
-	tierDriver(t, Options{})
+	tierDriver(t, options{})
 }
 
 // The tier starts only with its minimum set: Landlock ABI >= 6 (the signal
@@ -542,7 +542,7 @@ func TestTierMinimumSet(t *testing.T) {
 // Positive controls: the command ran, can signal its own child, and its
 // own exit status is reported.
 func TestTierCommandCannotSignalSupervisor(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	ws := newWorkspace(t)
 	r := tierRun(t, d, ws, driverapi.NetworkNone, "echo ran; kill -ABRT $PPID 2>/dev/null || echo abrt-refused; kill -STOP $PPID 2>/dev/null || echo stop-refused; "+
 		"kill -9 $PPID 2>/dev/null || echo kill-refused; sleep 10 & kill -9 $!; wait $!; echo child $?; exit 7")

@@ -36,16 +36,16 @@ func tmpfsSizes(budget uint64) (tmp, shm uint64) {
 
 // tmpfsTotal is the plan's tmpfs budget; a plan built before the field existed
 // (zero) gets the default bound, never none.
-func (p Plan) tmpfsTotal() uint64 {
+func (p launchPlan) tmpfsTotal() uint64 {
 	if p.TmpfsBytes == 0 {
-		return tmpfsBudget(DefaultTmpfsMaxMB<<20, p.MemoryBytes)
+		return tmpfsBudget(defaultTmpfsMaxMB<<20, p.MemoryBytes)
 	}
 	return p.TmpfsBytes
 }
 
 // tmpArgs mounts the private /tmp with its share of the budget (bwrap
 // 0.8's --size applies to the next --tmpfs).
-func (p Plan) tmpArgs() []string {
+func (p launchPlan) tmpArgs() []string {
 	tmp, _ := tmpfsSizes(p.tmpfsTotal())
 	return []string{"--size", strconv.FormatUint(tmp, 10), "--tmpfs", "/tmp"}
 }
@@ -56,7 +56,7 @@ func (p Plan) tmpArgs() []string {
 // urandom, tty) are bind mounts and keep working, /dev/pts is devpts.
 // /dev/shm, the one place programs write to, becomes a tmpfs of its own
 // with the rest of the budget, mounted before /dev turns read-only.
-func (p Plan) devArgs() []string {
+func (p launchPlan) devArgs() []string {
 	_, shm := tmpfsSizes(p.tmpfsTotal())
 	return []string{
 		"--size", strconv.FormatUint(shm, 10), "--tmpfs", "/dev/shm",
@@ -65,7 +65,7 @@ func (p Plan) devArgs() []string {
 }
 
 // checkTmpfs validates a decoded plan's tmpfs budget.
-func (p Plan) checkTmpfs() error {
+func (p launchPlan) checkTmpfs() error {
 	switch {
 	case p.TmpfsBytes < minTmpfsBytes || p.TmpfsBytes > maxTmpfsMaxMB<<20:
 		return &driverapi.ProfileError{Reason: fmt.Sprintf("plan: tmpfs_bytes %d is outside %d..%d", p.TmpfsBytes, uint64(minTmpfsBytes), uint64(maxTmpfsMaxMB<<20))}

@@ -154,13 +154,13 @@ type inetRule struct {
 
 // inetRuleFor is the rule of a plan's socket mode. A mode with no inet
 // sockets (unix_only: socket(AF_INET) is refused) gets the closed rule.
-func inetRuleFor(mode SocketMode, bridgePorts []uint16) inetRule {
+func inetRuleFor(mode socketMode, bridgePorts []uint16) inetRule {
 	switch mode {
-	case SocketLoopback:
+	case socketLoopback:
 		return inetRule{any: true, loopbackOnly: true}
-	case SocketUnrestricted:
+	case socketUnrestricted:
 		return inetRule{any: true}
-	case SocketProxyRouted:
+	case socketProxyRouted:
 		return inetRule{ports: append([]uint16(nil), bridgePorts...)}
 	}
 	return inetRule{}
@@ -194,7 +194,7 @@ func (r inetRule) allows(sockType int, raw []byte) unix.Errno {
 
 // newUnixGuard answers the socket calls of a command of mode's network
 // (inetRuleFor).
-func newUnixGuard(mode SocketMode, bridgePorts []uint16) *unixGuard {
+func newUnixGuard(mode socketMode, bridgePorts []uint16) *unixGuard {
 	g := &unixGuard{nr: map[int32]string{}, diag: -1, inet: inetRuleFor(mode, bridgePorts)}
 	for name, nr := range sandboxinit.UnixGuardNumbers() {
 		g.nr[int32(nr)] = name

@@ -333,7 +333,7 @@ func checkUnixSocketsIn(t *testing.T, d *Driver, proxy string) {
 }
 
 func TestUnixSocketsOwnHostUnreachable(t *testing.T) {
-	checkUnixSockets(t, testDriver(t, Options{Prepared: PreparedOff}))
+	checkUnixSockets(t, testDriver(t, options{Prepared: preparedOff}))
 }
 
 // Under allow_hosts the command has unix sockets of its own as under
@@ -342,7 +342,7 @@ func TestUnixSocketsOwnHostUnreachable(t *testing.T) {
 // TCP reaches the bridge's ports alone: the launcher makes the command's
 // connects and holds the pin Landlock holds for the command's own calls.
 func TestUnixSocketsAllowHosts(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	caps, err := d.Capabilities(context.Background())
 	if err != nil {
 		t.Fatal(err)
@@ -375,7 +375,7 @@ func TestUnixGuardInetRule(t *testing.T) {
 		return b
 	}
 	unspec := make([]byte, 16)
-	routed := inetRuleFor(SocketProxyRouted, BridgePorts())
+	routed := inetRuleFor(socketProxyRouted, bridgePorts())
 	for _, c := range []struct {
 		name string
 		rule inetRule
@@ -383,16 +383,16 @@ func TestUnixGuardInetRule(t *testing.T) {
 		addr []byte
 		want unix.Errno
 	}{
-		{"routed bridge http", routed, unix.SOCK_STREAM, in4(BridgeHTTPPort), 0},
-		{"routed bridge socks v6", routed, unix.SOCK_STREAM, in6(BridgeSOCKSPort), 0},
+		{"routed bridge http", routed, unix.SOCK_STREAM, in4(bridgeHTTPPort), 0},
+		{"routed bridge socks v6", routed, unix.SOCK_STREAM, in6(bridgeSOCKSPort), 0},
 		{"routed other port", routed, unix.SOCK_STREAM, in4(8080), unix.EACCES},
 		{"routed other port v6", routed, unix.SOCK_STREAM, in6(443), unix.EACCES},
 		{"routed raw", routed, unix.SOCK_RAW, in4(22), unix.EACCES},
 		{"routed short", routed, unix.SOCK_STREAM, in4(8080)[:3], unix.EINVAL},
 		{"routed disconnect", routed, unix.SOCK_STREAM, unspec, 0},
 		{"routed datagram", routed, unix.SOCK_DGRAM, in4(53), 0},
-		{"none any port", inetRuleFor(SocketLoopback, nil), unix.SOCK_STREAM, in4(8080), 0},
-		{"unix_only closed", inetRuleFor(SocketUnixOnly, nil), unix.SOCK_STREAM, in4(BridgeHTTPPort), unix.EACCES},
+		{"none any port", inetRuleFor(socketLoopback, nil), unix.SOCK_STREAM, in4(8080), 0},
+		{"unix_only closed", inetRuleFor(socketUnixOnly, nil), unix.SOCK_STREAM, in4(bridgeHTTPPort), unix.EACCES},
 	} {
 		if got := c.rule.allows(c.typ, c.addr); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
@@ -402,7 +402,7 @@ func TestUnixGuardInetRule(t *testing.T) {
 
 func TestUnixSocketsPrepared(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, Options{Prepared: PreparedAlways})
+	d := testDriver(t, options{Prepared: preparedAlways})
 	checkUnixSockets(t, d)
 	r := drvRun(t, context.Background(), d, newWorkspace(t), driverapi.Capabilities{}, nil, "/bin/true")
 	if r.exit.Details["prepared"] != "1" {
@@ -416,7 +416,7 @@ func TestUnixSocketsPythonManager(t *testing.T) {
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		t.Skipf("/usr/bin/python3 is needed: %v", err)
 	}
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	ws := newWorkspace(t)
 	const prog = `
 import multiprocessing as mp, sys, tempfile

@@ -115,13 +115,13 @@ except OSError as e:
 }
 
 func TestViolationsDirect(t *testing.T) {
-	d := testDriver(t, Options{Prepared: PreparedOff})
+	d := testDriver(t, options{Prepared: preparedOff})
 	checkViolations(t, runOn(d, newWorkspace(t)), true)
 }
 
 func TestViolationsPrepared(t *testing.T) {
 	needPreparable(t)
-	d := testDriver(t, Options{Prepared: PreparedAlways})
+	d := testDriver(t, options{Prepared: preparedAlways})
 	ws := newWorkspace(t)
 	checkViolations(t, runOn(d, ws), true)
 	r := runOn(d, ws)(t, driverapi.Capabilities{}, []string{"/usr/bin/unshare", "-U", "/bin/true"})
@@ -134,7 +134,7 @@ func TestViolationsPrepared(t *testing.T) {
 // network has no notification filter: the denylist is refused unseen
 // (EPERM all the same), and syscall is not among the watched kinds.
 func TestViolationKindsUnwatched(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	caps := driverapi.Capabilities{SpawnSubprocess: true, Network: driverapi.NetworkPolicy{Mode: driverapi.NetworkAllowAll}}
 	r := runOn(d, newWorkspace(t))(t, caps, []string{"/usr/bin/unshare", "-U", "/bin/true"})
 	if r.err != nil {
@@ -155,7 +155,7 @@ func TestViolationKindsUnwatched(t *testing.T) {
 // host that refuses namespaces. The tier's inet sockets are refused by
 // seccomp, unseen: network is not watched there.
 func TestTierViolations(t *testing.T) {
-	d := tierDriver(t, Options{})
+	d := tierDriver(t, options{})
 	checkViolations(t, runOn(d, newWorkspace(t)), false)
 	r := runOn(d, newWorkspace(t))(t, driverapi.Capabilities{}, []string{"/bin/true"})
 	if slices.Contains(r.exit.ViolationKinds, driverapi.ViolationNetwork) {

@@ -1,6 +1,13 @@
 //go:build linux
 
-package bwrap
+// Package cgroup is the Linux driver's cgroups: which mode this host offers
+// (v2 where a subtree is delegated, else v1 where the controllers are
+// writable, else none, with the reason), one cgroup per command with its
+// memory, pids and cpu limits applied (never any swap), the command's
+// move into it, its OOM kills, its removal, and the sweep of what killed
+// drivers left. It knows nothing of sandboxes: the driver decides which
+// limits a command gets and starts the process.
+package cgroup
 
 import (
 	"bufio"
@@ -19,23 +26,36 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
 )
 
-// Resource controllers the driver uses.
+// Mode is a cgroup mode: the one a driver's options ask for (Auto, V2, V1,
+// None; the same strings as the driver's cgroup option) or the one in force.
+type Mode string
+
+// The cgroup modes.
 const (
-	ctrlMemory = "memory"
-	ctrlPids   = "pids"
-	ctrlCPU    = "cpu"
+	Auto Mode = "auto"
+	V2   Mode = "v2"
+	V1   Mode = "v1"
+	None Mode = "none"
+)
+
+// Resource controllers the driver uses; a System says which it has.
+const (
+	Memory = "memory"
+	Pids   = "pids"
+	CPU    = "cpu"
 )
 
 // cpuPeriodUS is the CFS period; cpu_quota_percent scales the quota.
 const cpuPeriodUS = 100_000
 
-// cgroupSystem is what the driver found out about cgroups on this host: the
+// System is what the driver found out about cgroups on this host: the
 // mode in force and, per controller, where per-command cgroups go, or why
 // they cannot.
-type cgroupSystem struct {
-	mode CgroupMode // CgroupV2, CgroupV1 or CgroupNone
+type System struct {
+	mode Mode // V2, V1 or None
 	// v2: the directory under which per-command cgroups are created (the
 	// driver's own cgroup, whose subtree_control enables the controllers).
 	v2Base string
@@ -49,29 +69,68 @@ type cgroupSystem struct {
 	why map[string]string
 }
 
+// Unavailable is a System without cgroups, for why.
+func Unavailable(why string) *System {
+	return &System{mode: None, have: map[string]bool{}, why: map[string]string{"*": why}}
+}
+
+// Mode is the mode in force: V2, V1 or None.
+func (cs *System) Mode() Mode { return cs.mode }
+
+// Has reports whether controller ctrl is usable.
+func (cs *System) Has(ctrl string) bool { return cs.have[ctrl] }
+
+// Memsw reports whether v1's memory.memsw is present (swap is limited too).
+func (cs *System) Memsw() bool { return cs.memsw }
+
+// Reason says why controller ctrl (or "*": the mode asked for) is not
+// available.
+func (cs *System) Reason(ctrl string) string {
+	if r := cs.why[ctrl]; r != "" {
+		return r
+	}
+	if r := cs.why["*"]; r != "" {
+		return r
+	}
+	return "the " + ctrl + " controller is not available"
+}
+
+// Bases are the directories under which command cgroups are made: the v2
+// base, or the driver's own cgroup in each v1 hierarchy.
+func (cs *System) Bases() []string {
+	var bases []string
+	for _, b := range cs.v1Base {
+		bases = append(bases, b)
+	}
+	if cs.v2Base != "" {
+		bases = append(bases, cs.v2Base)
+	}
+	return bases
+}
+
 // errNoCgroup is a cgroup mode that cannot be used here.
 type errNoCgroup struct{ reason string }
 
 func (e *errNoCgroup) Error() string { return e.reason }
 
-// detectCgroups inspects the cgroup filesystem at root for the process
+// Detect inspects the cgroup filesystem at root for the process
 // whose /proc/<pid>/cgroup content is selfCgroup, preparing delegation
 // where needed. want selects the mode (auto tries v2, then v1).
-func detectCgroups(root string, selfCgroup []byte, want CgroupMode, pid int) *cgroupSystem {
-	none := &cgroupSystem{mode: CgroupNone, have: map[string]bool{}, why: map[string]string{}}
-	if want == CgroupNone {
+func Detect(root string, selfCgroup []byte, want Mode, pid int) *System {
+	none := &System{mode: None, have: map[string]bool{}, why: map[string]string{}}
+	if want == None {
 		none.why["*"] = "cgroup = \"none\" in the driver options"
 		return none
 	}
 	var v2err, v1err error
-	if want == CgroupAuto || want == CgroupV2 {
+	if want == Auto || want == V2 {
 		cs, err := detectV2(root, selfCgroup, pid)
 		if err == nil {
 			return cs
 		}
 		v2err = err
 	}
-	if want == CgroupAuto || want == CgroupV1 {
+	if want == Auto || want == V1 {
 		cs, err := detectV1(root, selfCgroup)
 		if err == nil {
 			return cs
@@ -113,7 +172,7 @@ func selfPath(selfCgroup []byte, controller string) (string, bool) {
 	return "", false
 }
 
-func detectV2(root string, selfCgroup []byte, pid int) (*cgroupSystem, error) {
+func detectV2(root string, selfCgroup []byte, pid int) (*System, error) {
 	mount := ""
 	for _, m := range []string{root, filepath.Join(root, "unified")} {
 		if _, err := os.Stat(filepath.Join(m, "cgroup.controllers")); err == nil {
@@ -137,22 +196,22 @@ func detectV2(root string, selfCgroup []byte, pid int) (*cgroupSystem, error) {
 	for _, c := range strings.Fields(string(data)) {
 		avail[c] = true
 	}
-	if !avail[ctrlMemory] || !avail[ctrlPids] {
+	if !avail[Memory] || !avail[Pids] {
 		return nil, &errNoCgroup{fmt.Sprintf("%s offers controllers %q, memory and pids are needed", own, strings.TrimSpace(string(data)))}
 	}
-	want := []string{ctrlMemory, ctrlPids}
-	if avail[ctrlCPU] {
-		want = append(want, ctrlCPU)
+	want := []string{Memory, Pids}
+	if avail[CPU] {
+		want = append(want, CPU)
 	}
 	if err := delegateV2(own, want, pid); err != nil {
 		return nil, err
 	}
-	cs := &cgroupSystem{mode: CgroupV2, v2Base: own, have: map[string]bool{}, why: map[string]string{}}
+	cs := &System{mode: V2, v2Base: own, have: map[string]bool{}, why: map[string]string{}}
 	for _, c := range want {
 		cs.have[c] = true
 	}
-	if !avail[ctrlCPU] {
-		cs.why[ctrlCPU] = "the cpu controller is not delegated to " + own
+	if !avail[CPU] {
+		cs.why[CPU] = "the cpu controller is not delegated to " + own
 	}
 	return cs, nil
 }
@@ -209,9 +268,9 @@ func enabled(dir string, want []string) bool {
 	return true
 }
 
-func detectV1(root string, selfCgroup []byte) (*cgroupSystem, error) {
-	cs := &cgroupSystem{mode: CgroupV1, v1Base: map[string]string{}, have: map[string]bool{}, why: map[string]string{}}
-	for _, c := range []string{ctrlMemory, ctrlPids, ctrlCPU} {
+func detectV1(root string, selfCgroup []byte) (*System, error) {
+	cs := &System{mode: V1, v1Base: map[string]string{}, have: map[string]bool{}, why: map[string]string{}}
+	for _, c := range []string{Memory, Pids, CPU} {
 		rel, ok := selfPath(selfCgroup, c)
 		if !ok {
 			cs.why[c] = "the " + c + " controller is not mounted (cgroup v1)"
@@ -233,45 +292,46 @@ func detectV1(root string, selfCgroup []byte) (*cgroupSystem, error) {
 	}
 	if len(cs.have) == 0 {
 		var r []string
-		for _, c := range []string{ctrlMemory, ctrlPids, ctrlCPU} {
+		for _, c := range []string{Memory, Pids, CPU} {
 			r = append(r, cs.why[c])
 		}
 		return nil, &errNoCgroup{strings.Join(r, "; ")}
 	}
-	if cs.have[ctrlMemory] {
-		_, err := os.Stat(filepath.Join(cs.v1Base[ctrlMemory], "memory.memsw.limit_in_bytes"))
+	if cs.have[Memory] {
+		_, err := os.Stat(filepath.Join(cs.v1Base[Memory], "memory.memsw.limit_in_bytes"))
 		cs.memsw = err == nil
 	}
 	return cs, nil
 }
 
-// cgroupLimits are one command's limits.
-type cgroupLimits struct {
+// Limits are one command's limits.
+type Limits struct {
 	MemoryBytes     uint64
 	Pids            uint64
 	CPUQuotaPercent uint64
 }
 
-// commandCgroup is one command's cgroup (one directory per hierarchy on v1).
-type commandCgroup struct {
+// Command is one command's cgroup (one directory per hierarchy on v1).
+// A nil *Command is no cgroup: SetupOOM and Remove accept it.
+type Command struct {
 	name string
-	mode CgroupMode
+	mode Mode
 	dirs map[string]string // controller -> dir (v2: every controller maps to the one dir)
 	fd   int               // v2: open directory for CLONE_INTO_CGROUP, else -1
 	// lim and memsw are what create applied (v1), for join to apply again.
-	lim   cgroupLimits
+	lim   Limits
 	memsw bool
 }
 
-// create makes a command cgroup with lim applied. Only controllers with a
+// Create makes a command cgroup with lim applied. Only controllers with a
 // limit to enforce are used on v1 (each hierarchy costs a mkdir/rmdir).
-// owner is the ownerTag of the creating driver: the name says whose the
+// owner is the ownertag.Self of the creating driver: the name says whose the
 // cgroup is, so a later driver can remove the cgroups of a dead one at once.
-func (cs *cgroupSystem) create(lim cgroupLimits, owner string) (*commandCgroup, error) {
-	name := cgroupPrefix + owner + "-" + randHex(8)
-	cg := &commandCgroup{name: name, mode: cs.mode, dirs: map[string]string{}, fd: -1}
+func (cs *System) Create(lim Limits, owner string) (*Command, error) {
+	name := Prefix + owner + "-" + randHex(8)
+	cg := &Command{name: name, mode: cs.mode, dirs: map[string]string{}, fd: -1}
 	switch cs.mode {
-	case CgroupV2:
+	case V2:
 		dir := filepath.Join(cs.v2Base, name)
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
@@ -280,42 +340,68 @@ func (cs *cgroupSystem) create(lim cgroupLimits, owner string) (*commandCgroup, 
 			cg.dirs[c] = dir
 		}
 		if err := cg.applyV2(dir, lim, cs.have); err != nil {
-			cg.remove()
+			cg.Remove()
 			return nil, err
 		}
 		fd, err := unix.Open(dir, unix.O_DIRECTORY|unix.O_RDONLY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			cg.remove()
+			cg.Remove()
 			return nil, fmt.Errorf("open cgroup %s: %w", dir, err)
 		}
 		cg.fd = fd
-	case CgroupV1:
+	case V1:
 		need := map[string]bool{
-			ctrlMemory: lim.MemoryBytes > 0 && cs.have[ctrlMemory],
-			ctrlPids:   lim.Pids > 0 && cs.have[ctrlPids],
-			ctrlCPU:    lim.CPUQuotaPercent > 0 && cs.have[ctrlCPU],
+			Memory: lim.MemoryBytes > 0 && cs.have[Memory],
+			Pids:   lim.Pids > 0 && cs.have[Pids],
+			CPU:    lim.CPUQuotaPercent > 0 && cs.have[CPU],
 		}
-		for _, c := range []string{ctrlMemory, ctrlPids, ctrlCPU} {
+		for _, c := range []string{Memory, Pids, CPU} {
 			if !need[c] {
 				continue
 			}
 			dir := filepath.Join(cs.v1Base[c], name)
 			if err := os.Mkdir(dir, 0o755); err != nil {
-				cg.remove()
+				cg.Remove()
 				return nil, fmt.Errorf("create cgroup %s: %w", dir, err)
 			}
 			cg.dirs[c] = dir
 		}
 		cg.lim, cg.memsw = lim, cs.memsw
 		if err := cg.applyV1(lim, cs.memsw); err != nil {
-			cg.remove()
+			cg.Remove()
 			return nil, err
 		}
 	}
 	return cg, nil
 }
 
-func (cg *commandCgroup) applyV2(dir string, lim cgroupLimits, have map[string]bool) error {
+// Name is the cgroup's name, the same in every hierarchy.
+func (cg *Command) Name() string { return cg.name }
+
+// Mode is the mode it was made in.
+func (cg *Command) Mode() Mode { return cg.mode }
+
+// Dir is its directory of controller ctrl, "" when it does not use it.
+func (cg *Command) Dir(ctrl string) string { return cg.dirs[ctrl] }
+
+// Dirs are its directories, one per controller used (on v2 the one
+// directory, once per controller).
+func (cg *Command) Dirs() []string {
+	var dirs []string
+	for _, d := range cg.dirs {
+		dirs = append(dirs, d)
+	}
+	return dirs
+}
+
+// Used reports whether it has any directory (on v1, a command without a
+// limit to enforce gets none).
+func (cg *Command) Used() bool { return len(cg.dirs) > 0 }
+
+// FD is its open v2 directory, for CLONE_INTO_CGROUP (-1 on v1).
+func (cg *Command) FD() int { return cg.fd }
+
+func (cg *Command) applyV2(dir string, lim Limits, have map[string]bool) error {
 	if lim.MemoryBytes > 0 {
 		if err := writeCg(filepath.Join(dir, "memory.max"), strconv.FormatUint(lim.MemoryBytes, 10)); err != nil {
 			return err
@@ -336,7 +422,7 @@ func (cg *commandCgroup) applyV2(dir string, lim cgroupLimits, have map[string]b
 			return err
 		}
 	}
-	if lim.CPUQuotaPercent > 0 && have[ctrlCPU] {
+	if lim.CPUQuotaPercent > 0 && have[CPU] {
 		q := lim.CPUQuotaPercent * cpuPeriodUS / 100
 		if err := writeCg(filepath.Join(dir, "cpu.max"), fmt.Sprintf("%d %d", q, cpuPeriodUS)); err != nil {
 			return err
@@ -345,8 +431,8 @@ func (cg *commandCgroup) applyV2(dir string, lim cgroupLimits, have map[string]b
 	return nil
 }
 
-func (cg *commandCgroup) applyV1(lim cgroupLimits, memsw bool) error {
-	if d, ok := cg.dirs[ctrlMemory]; ok {
+func (cg *Command) applyV1(lim Limits, memsw bool) error {
+	if d, ok := cg.dirs[Memory]; ok {
 		v := strconv.FormatUint(lim.MemoryBytes, 10)
 		if err := writeCg(filepath.Join(d, "memory.limit_in_bytes"), v); err != nil {
 			return err
@@ -359,12 +445,12 @@ func (cg *commandCgroup) applyV1(lim cgroupLimits, memsw bool) error {
 			}
 		}
 	}
-	if d, ok := cg.dirs[ctrlPids]; ok {
+	if d, ok := cg.dirs[Pids]; ok {
 		if err := writeCg(filepath.Join(d, "pids.max"), strconv.FormatUint(lim.Pids, 10)); err != nil {
 			return err
 		}
 	}
-	if d, ok := cg.dirs[ctrlCPU]; ok {
+	if d, ok := cg.dirs[CPU]; ok {
 		if err := writeCg(filepath.Join(d, "cpu.cfs_period_us"), strconv.Itoa(cpuPeriodUS)); err != nil {
 			return err
 		}
@@ -376,7 +462,7 @@ func (cg *commandCgroup) applyV1(lim cgroupLimits, memsw bool) error {
 	return nil
 }
 
-// join moves pid (and so, since it has not forked yet, everything it will
+// Join moves pid (and so, since it has not forked yet, everything it will
 // start) into every v1 hierarchy of the command cgroup.
 //
 // A command cgroup that vanished between create and join (a v1 hierarchy's
@@ -384,10 +470,10 @@ func (cg *commandCgroup) applyV1(lim cgroupLimits, memsw bool) error {
 // driver removed an empty directory there: seen on shared machines) is
 // made again with the same limits, once: the limits hold either way, and
 // the command is not refused for what another process did.
-func (cg *commandCgroup) join(pid int) error {
+func (cg *Command) Join(pid int) error {
 	for c, d := range cg.dirs {
 		err := writeCg(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid))
-		if errors.Is(err, os.ErrNotExist) && cg.mode == CgroupV1 {
+		if errors.Is(err, os.ErrNotExist) && cg.mode == V1 {
 			if os.Mkdir(d, 0o755) == nil {
 				if err = cg.applyV1(cg.lim, cg.memsw); err == nil {
 					err = writeCg(filepath.Join(d, "cgroup.procs"), strconv.Itoa(pid))
@@ -401,7 +487,7 @@ func (cg *commandCgroup) join(pid int) error {
 	return nil
 }
 
-// primeV1 starts the kernel's switch of its cgroup migration lock to the
+// PrimeV1 starts the kernel's switch of its cgroup migration lock to the
 // writer side ahead of the command's own move, and returns when it is done.
 //
 // Every write to a v1 cgroup.procs takes the global threadgroup rwsem for
@@ -413,8 +499,8 @@ func (cg *commandCgroup) join(pid int) error {
 // nothing but pays the grace period while bwrap starts, so the real move of
 // bwrap's child that follows finds the lock already switched. A failed
 // write only loses the head start.
-func (cs *cgroupSystem) primeV1(cg *commandCgroup) {
-	for _, c := range []string{ctrlPids, ctrlMemory, ctrlCPU} {
+func (cs *System) PrimeV1(cg *Command) {
+	for _, c := range []string{Pids, Memory, CPU} {
 		if _, use := cg.dirs[c]; use && cs.v1Base[c] != "" {
 			_ = writeCg(filepath.Join(cs.v1Base[c], "cgroup.procs"), "0")
 			return
@@ -422,14 +508,14 @@ func (cs *cgroupSystem) primeV1(cg *commandCgroup) {
 	}
 }
 
-// oomKilled reports whether the kernel OOM-killed a process of the cgroup.
-func (cg *commandCgroup) oomKilled() bool {
-	d, ok := cg.dirs[ctrlMemory]
+// OOMKilled reports whether the kernel OOM-killed a process of the cgroup.
+func (cg *Command) OOMKilled() bool {
+	d, ok := cg.dirs[Memory]
 	if !ok {
 		return false
 	}
 	file, key := "memory.oom_control", "oom_kill"
-	if cg.mode == CgroupV2 {
+	if cg.mode == V2 {
 		file = "memory.events"
 	}
 	data, err := os.ReadFile(filepath.Join(d, file))
@@ -476,19 +562,19 @@ func mib(b uint64) string {
 	return strconv.FormatUint(b, 10) + " bytes"
 }
 
-// setupOOM is the error for a setup the memory limit killed, nil when the
+// SetupOOM is the error for a setup the memory limit killed, nil when the
 // memory cgroup saw no OOM kill (or there is none).
-func (cg *commandCgroup) setupOOM(limit uint64) error {
-	if cg == nil || limit == 0 || !cg.oomKilled() {
+func (cg *Command) SetupOOM(limit uint64) error {
+	if cg == nil || limit == 0 || !cg.OOMKilled() {
 		return nil
 	}
 	return &MemoryTooSmallError{LimitBytes: limit}
 }
 
-// remove kills whatever is left in the cgroup and deletes it. By the time
+// Remove kills whatever is left in the cgroup and deletes it. By the time
 // it runs bwrap is gone, and with it (PID namespace) every descendant; the
 // kill is a second line for processes that have not been reaped yet.
-func (cg *commandCgroup) remove() {
+func (cg *Command) Remove() {
 	if cg == nil {
 		return
 	}
@@ -502,7 +588,7 @@ func (cg *commandCgroup) remove() {
 			continue
 		}
 		seen[d] = true
-		if cg.mode == CgroupV2 {
+		if cg.mode == V2 {
 			_ = writeCg(filepath.Join(d, "cgroup.kill"), "1")
 		}
 		// rmdir fails while the last processes are still exiting (a
@@ -518,7 +604,7 @@ func (cg *commandCgroup) remove() {
 			}
 			// A fake cgroupfs (tests) holds the files the driver wrote;
 			// a real one refuses rmdir while processes are exiting.
-			if errors.Is(err, syscall.ENOTEMPTY) && cg.mode == CgroupV2 && isFakeCgroup(d) {
+			if errors.Is(err, syscall.ENOTEMPTY) && cg.mode == V2 && isFakeCgroup(d) {
 				_ = os.RemoveAll(d)
 				break
 			}
@@ -572,22 +658,22 @@ func randHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// cgroupPrefix starts every per-command cgroup's name:
+// Prefix starts every per-command cgroup's name:
 // "aleph-<owner pid>-<owner start time>-<random>".
-const cgroupPrefix = "aleph-"
+const Prefix = "aleph-"
 
 // staleAfter is how old an empty per-command cgroup named in the older
 // "aleph-<random>" form must be before a driver removes it. Cgroups named
 // after their owner are removed as soon as the owner is dead.
 const staleAfter = 2 * time.Minute
 
-// sweep removes the per-command cgroups of drivers that died (kill -9
+// Sweep removes the per-command cgroups of drivers that died (kill -9
 // skips their cleanup): at once for those whose owning driver process no
 // longer exists, its leftover processes killed first; cgroups in the older
 // naming once empty and stale. Those of live drivers are never touched.
-func (cs *cgroupSystem) sweep() {
+func (cs *System) Sweep() {
 	var bases []string
-	if cs.mode == CgroupV2 {
+	if cs.mode == V2 {
 		bases = append(bases, cs.v2Base)
 	}
 	for _, b := range cs.v1Base {
@@ -600,14 +686,14 @@ func (cs *cgroupSystem) sweep() {
 		}
 		for _, e := range ents {
 			name := e.Name()
-			if !e.IsDir() || !strings.HasPrefix(name, cgroupPrefix) || name == "aleph-driver" {
+			if !e.IsDir() || !strings.HasPrefix(name, Prefix) || name == "aleph-driver" {
 				continue
 			}
 			dir := filepath.Join(b, name)
-			if pid, start, rest, ok := parseOwnerTag(strings.TrimPrefix(name, cgroupPrefix)); ok && rest != "" {
-				if ownerGone(pid, start, rest) {
-					dead := &commandCgroup{name: name, mode: cs.mode, dirs: map[string]string{"": dir}, fd: -1}
-					dead.remove()
+			if pid, start, rest, ok := ownertag.Parse(strings.TrimPrefix(name, Prefix)); ok && rest != "" {
+				if ownertag.Gone(pid, start, rest) {
+					dead := &Command{name: name, mode: cs.mode, dirs: map[string]string{"": dir}, fd: -1}
+					dead.Remove()
 				}
 				continue
 			}
@@ -616,4 +702,12 @@ func (cs *cgroupSystem) sweep() {
 			}
 		}
 	}
+}
+
+func unwrapPathErr(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
 }

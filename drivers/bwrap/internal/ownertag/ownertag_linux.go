@@ -1,6 +1,10 @@
 //go:build linux
 
-package bwrap
+// Package ownertag names a driver process so that a later driver can tell
+// whether it is still alive, and judges such names: the cgroups, journal
+// records and janitor files a driver leaves carry its tag, and are removed
+// by another driver only once their owner is surely dead.
+package ownertag
 
 import (
 	"fmt"
@@ -15,8 +19,8 @@ import (
 // whether it is still alive: its pid and its start time (clock ticks since
 // boot, /proc/PID/stat field 22). A pid alone is reused; the pair is not.
 
-// procStartTime reads the start time of pid, or fails when it is gone.
-func procStartTime(pid int) (uint64, error) {
+// StartTime reads the start time of pid, or fails when it is gone.
+func StartTime(pid int) (uint64, error) {
 	st, _, err := procStat(pid)
 	return st, err
 }
@@ -43,22 +47,22 @@ func procStat(pid int) (uint64, string, error) {
 	return st, f[0], err
 }
 
-// ownerTag is "<pid>-<start time>-p<PID namespace inode>" of this
+// Self is "<pid>-<start time>-p<PID namespace inode>" of this
 // process. A pid and a start time mean something only in the PID
 // namespace they were read in: a driver in a container (or in any other
 // PID namespace) sharing this host's cgroups and state directory would
 // read another driver's pid as some unrelated or absent process of its own
 // and take the owner for dead. The namespace part lets it tell that it
-// cannot judge (see ownerGone).
-func ownerTag() string {
+// cannot judge (see Gone).
+func Self() string {
 	pid := os.Getpid()
-	st, _ := procStartTime(pid)
-	return strconv.Itoa(pid) + "-" + strconv.FormatUint(st, 10) + "-" + pidNamespaceTag()
+	st, _ := StartTime(pid)
+	return strconv.Itoa(pid) + "-" + strconv.FormatUint(st, 10) + "-" + NamespaceTag()
 }
 
-// pidNamespaceTag is "p<inode>" of this process's PID namespace, or "p0"
+// NamespaceTag is "p<inode>" of this process's PID namespace, or "p0"
 // when it cannot be read.
-func pidNamespaceTag() string {
+func NamespaceTag() string {
 	var st unix.Stat_t
 	if unix.Stat("/proc/self/ns/pid", &st) != nil {
 		return "p0"
@@ -66,24 +70,24 @@ func pidNamespaceTag() string {
 	return "p" + strconv.FormatUint(st.Ino, 10)
 }
 
-// ownerGone reports whether the owner a tag names is surely dead: its
-// namespace part (the start of rest, in tags ownerTag made) is this
+// Gone reports whether the owner a tag names is surely dead: its
+// namespace part (the start of rest, in tags Self made) is this
 // process's own, and the process is gone. A tag from another PID
 // namespace is never judged dead; one without a namespace part (an older
 // driver's) is judged as before.
-func ownerGone(pid int, start uint64, rest string) bool {
+func Gone(pid int, start uint64, rest string) bool {
 	if strings.HasPrefix(rest, "p") {
 		ns, _, _ := strings.Cut(rest, "-")
-		if _, err := strconv.ParseUint(ns[1:], 10, 64); err == nil && ns != pidNamespaceTag() {
+		if _, err := strconv.ParseUint(ns[1:], 10, 64); err == nil && ns != NamespaceTag() {
 			return false
 		}
 	}
-	return !ownerAlive(pid, start)
+	return !Alive(pid, start)
 }
 
-// parseOwnerTag splits "<pid>-<start>" off the front of s and returns the
+// Parse splits "<pid>-<start>" off the front of s and returns the
 // rest (after a '-'), or ok false.
-func parseOwnerTag(s string) (pid int, start uint64, rest string, ok bool) {
+func Parse(s string) (pid int, start uint64, rest string, ok bool) {
 	p, after, found := strings.Cut(s, "-")
 	if !found {
 		return 0, 0, "", false
@@ -97,12 +101,12 @@ func parseOwnerTag(s string) (pid int, start uint64, rest string, ok bool) {
 	return pid, start, rest, true
 }
 
-// ownerAlive reports whether the process the tag names still runs. A
+// Alive reports whether the process the tag names still runs. A
 // process that cannot be inspected counts as alive: only a sure death lets
 // its leftovers be removed.
 // A zombie is dead: it has finished exiting (for the init of a PID
 // namespace, that includes the death of every process in it).
-func ownerAlive(pid int, start uint64) bool {
+func Alive(pid int, start uint64) bool {
 	st, state, err := procStat(pid)
 	if err != nil {
 		return !os.IsNotExist(err)
