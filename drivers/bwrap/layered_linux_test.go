@@ -296,7 +296,7 @@ func TestLayeredView(t *testing.T) {
 // old view still lands in the layer. Once the view is closed (positive
 // control) the next command mounts and reads what the view wrote.
 func TestLayeredViewIdleEndRace(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needLayered(t, d)
 	ctx := context.Background()
 	ws := newWorkspace(t)
