@@ -74,7 +74,7 @@ type nsPlan struct {
 	// The reaper's capability sets, emptied.
 	capHdr  unix.CapUserHeader
 	capData [2]unix.CapUserData
-	name [16]byte // ReaperName, NUL-terminated
+	name    [16]byte // ReaperName, NUL-terminated
 	// pidfd: where the clone puts the parent's pidfd of the reaper.
 	pidfd int32
 	// served: the reaper of a session supervisor's command
