@@ -22,9 +22,11 @@ import (
 // session and one profile. Its PID 1 never runs a command: it is a factory
 // of prepared sandboxes inside the session's namespaces. For each spawn
 // record on its lifeline (SpawnTag with the new command's lifeline end
-// and, when the profile has one, its notify socket) it forks and execs
-// sandbox-init of its own spec in the prepared mode (SessionChild) in a new
-// PID and mount namespace: that sandbox-init is PID 1 of the command's own
+// and, when the profile has one, its notify socket) it clones the
+// command's reaper and serves its lifeline itself (the fork path,
+// sessionserve_linux.go), or, where the raw clone cannot run
+// (newServeForker says why), forks and execs sandbox-init of its own spec
+// in the prepared mode (SessionChild) in a new PID and mount namespace: that sandbox-init is PID 1 of the command's own
 // PID namespace (the command's tree dies with it, the session lives on),
 // its hand-over mounts are private to it, and it confines itself exactly
 // as a prepared sandbox's PID 1 does (bounding set, seccomp, Landlock,

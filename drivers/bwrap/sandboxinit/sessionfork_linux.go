@@ -14,9 +14,9 @@ import (
 
 // A session command without a sandbox-init of its own.
 //
-// Today a session supervisor (session_linux.go) forks and execs a prepared
-// sandbox-init per command; that Go start and its confinement are most of
-// a warm command's CPU. This file is the part of the next path that runs
+// A session supervisor (session_linux.go) used to fork and exec a prepared
+// sandbox-init per command; that Go start and its confinement were most of
+// a warm command's CPU. This file is the part of the fork path that runs
 // in the supervisor's process and below it: the command's confinement
 // planned once per session (sessionForker: the target's seccomp program,
 // its Landlock ruleset, its limits, the descriptors it keeps), and per
@@ -48,9 +48,10 @@ import (
 // kill(1, ...) stays refused by the PID-1 guard of its program); the
 // cgroup is joined by the reaper before the command exists; no-spawn,
 // seccomp and Landlock are applied in the command after the clone, from
-// the plan. Not in this path (the sandbox-init path stays for them): a
-// terminal (the pty relay is Go code), the notification filter's
-// listener hand-over, the hand-over's mounts of protected entries.
+// the plan. Not in this path: a terminal (the pty relay is Go code;
+// session sandboxes take no terminal command). The session supervisor's
+// use of it (the lifeline, the protected entries' mounts, the
+// notification filter's listener) is sessionserve_linux.go's.
 //
 // Who can reach whom: the command has no number for the supervisor (a
 // PID namespace below it) nor for the reaper's parent; the reaper is PID 1
