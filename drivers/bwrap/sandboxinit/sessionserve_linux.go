@@ -448,9 +448,9 @@ func (c *servedCommand) finish() {
 	ru := (*unix.Rusage)(unsafe.Pointer(&buf[5]))
 	st := Status{
 		Wait:     binary.LittleEndian.Uint32(buf[1:]),
-		MaxRSSKB: ru.Maxrss,
-		UserUS:   ru.Utime.Sec*1e6 + ru.Utime.Usec,
-		SystemUS: ru.Stime.Sec*1e6 + ru.Stime.Usec,
+		MaxRSSKB: int64(ru.Maxrss),
+		UserUS:   int64(ru.Utime.Sec)*1e6 + int64(ru.Utime.Usec),
+		SystemUS: int64(ru.Stime.Sec)*1e6 + int64(ru.Stime.Usec),
 		Alone:    true,
 	}
 	st.NotRun, st.Errno = readNotRun(c.report)
