@@ -98,6 +98,8 @@ type nsPlan struct {
 	emptyS  [1]byte
 	ru      unix.Rusage
 	failRec [6]byte // 'e', the mount's index, the errno (little-endian)
+	tfd     uintptr // the mount's target, opened
+	want    uint64  // the go-ahead's control message length
 	// shut: the ranges a served reaper closes first (every descriptor of
 	// the supervisor's but those it and the command need).
 	shut  [maxWaitRanges][2]uintptr

@@ -63,10 +63,6 @@ func runReaper(n *nsPlan) {
 		i    int
 		done bool
 		ws   int32
-		c    *unix.Cmsghdr
-		m    *serveMount
-		tfd  uintptr
-		want uint64
 	)
 	// Not dumpable whatever the caller is: its /proc entries and ptrace
 	// stay closed to the command.
@@ -92,76 +88,7 @@ func runReaper(n *nsPlan) {
 		reaperFail(n, stepSignals, e)
 	}
 	if n.served {
-		// The served reaper's part before the command's clone: the
-		// started byte on the command's lifeline, the go-ahead with the
-		// command's descriptors and mount trees, the protected entries'
-		// mounts (each target opened with no symlink followed and checked
-		// to be the inode the launcher saw, as handoverMount does), the
-		// descriptors at 0-2. A mount that fails is reported on ctl ('e',
-		// its index, the errno) and ends the reaper: nothing ran.
-		// Nothing of the supervisor's other commands (their lifelines, their
-		// stdio while it is handed on) is held a moment longer than needed.
-		for i = 0; i < n.nshut && i < len(n.shut); i++ {
-			syscall.RawSyscall(unix.SYS_CLOSE_RANGE, n.shut[i][0], n.shut[i][1], 0)
-		}
-		n.tag[0] = StartedTag
-		if _, _, e = syscall.RawSyscall(unix.SYS_WRITE, n.life, uintptr(unsafe.Pointer(&n.tag[0])), 1); e != 0 {
-			syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
-		}
-		syscall.RawSyscall(unix.SYS_CLOSE, n.life, 0, 0)
-		for {
-			n.msg.Controllen = uint64(len(n.oob))
-			r1, _, e = syscall.RawSyscall(unix.SYS_RECVMSG, n.ctl, uintptr(unsafe.Pointer(&n.msg)), unix.MSG_CMSG_CLOEXEC)
-			if e != unix.EINTR {
-				break
-			}
-		}
-		// The supervisor's end closed without a go-ahead: nothing to run.
-		if e != 0 || r1 != 1 || n.buf[0] != GoAheadTag {
-			syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
-		}
-		c = (*unix.Cmsghdr)(unsafe.Pointer(&n.oob[0]))
-		want = uint64(unix.SizeofCmsghdr) + uint64(4*(3+n.mnt.n))
-		if n.mnt.n < 0 || n.mnt.n > maxServeMounts || n.msg.Flags&unix.MSG_CTRUNC != 0 ||
-			c.Level != unix.SOL_SOCKET || c.Type != unix.SCM_RIGHTS || c.Len != want {
-			syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
-		}
-		for i = 0; i < 3+n.mnt.n && i < len(n.fds); i++ {
-			n.fds[i] = *(*int32)(unsafe.Add(unsafe.Pointer(&n.oob[0]), unix.SizeofCmsghdr+4*i))
-		}
-		for i = 0; i < n.mnt.n && i < maxServeMounts; i++ {
-			m = &n.mnt.m[i]
-			n.how.Flags = unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC
-			n.how.Resolve = unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
-			tfd, _, e = syscall.RawSyscall6(unix.SYS_OPENAT2, atFDCWD, uintptr(unsafe.Pointer(&m.path[0])),
-				uintptr(unsafe.Pointer(&n.how)), unsafe.Sizeof(n.how), 0, 0)
-			if e == 0 {
-				if _, _, e = syscall.RawSyscall(unix.SYS_FSTAT, tfd, uintptr(unsafe.Pointer(&n.st)), 0); e == 0 {
-					if uint64(n.st.Dev) != m.dev || uint64(n.st.Ino) != m.ino ||
-						m.devNull != 0 && (n.st.Mode&unix.S_IFMT != unix.S_IFREG || n.st.Size != 0) {
-						e = unix.ESTALE
-					}
-				}
-				if e == 0 {
-					_, _, e = syscall.RawSyscall6(unix.SYS_MOVE_MOUNT, uintptr(n.fds[3+i]), uintptr(unsafe.Pointer(&n.emptyS[0])),
-						tfd, uintptr(unsafe.Pointer(&n.emptyS[0])), unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH, 0)
-				}
-				syscall.RawSyscall(unix.SYS_CLOSE, tfd, 0, 0)
-			}
-			if e != 0 {
-				n.failRec[0], n.failRec[1] = ErrorTag, byte(i)
-				n.failRec[2], n.failRec[3], n.failRec[4], n.failRec[5] = byte(e), byte(e>>8), byte(e>>16), byte(e>>24)
-				syscall.RawSyscall(unix.SYS_WRITE, n.ctl, uintptr(unsafe.Pointer(&n.failRec[0])), uintptr(len(n.failRec)))
-				syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
-			}
-		}
-		// The command's descriptors at 0-2: received above 2 (0-2 were
-		// open), so none is overwritten before it is copied.
-		for i = 0; i < 3; i++ {
-			if _, _, e = syscall.RawSyscall(unix.SYS_DUP3, uintptr(n.fds[i]), uintptr(i), 0); e != 0 {
-				reaperFail(n, stepFD, e)
-			}
-		}
+		serveReaperGo(n)
 	} else {
 		// The go-ahead: the launcher has put this process in the
 		// command's cgroup (what it forks next starts there). End of
@@ -292,4 +219,89 @@ func runReaper(n *nsPlan) {
 //go:norace
 func reaperFail(n *nsPlan, step string, e syscall.Errno) {
 	waitFail(n.cmd, step, -1, e)
+}
+
+// serveReaperGo is a served reaper's part before the command's clone
+// (runReaper's callee, so that neither's frame holds the other's
+// temporaries: both run on the small stack a nosplit chain is allowed).
+//
+//go:nosplit
+//go:norace
+//go:nocheckptr
+func serveReaperGo(n *nsPlan) {
+	var (
+		r1 uintptr
+		e  syscall.Errno
+		i  int
+	)
+	// The served reaper's part before the command's clone: the
+	// started byte on the command's lifeline, the go-ahead with the
+	// command's descriptors and mount trees, the protected entries'
+	// mounts (each target opened with no symlink followed and checked
+	// to be the inode the launcher saw, as handoverMount does), the
+	// descriptors at 0-2. A mount that fails is reported on ctl ('e',
+	// its index, the errno) and ends the reaper: nothing ran.
+	// Nothing of the supervisor's other commands (their lifelines, their
+	// stdio while it is handed on) is held a moment longer than needed.
+	for i = 0; i < n.nshut && i < len(n.shut); i++ {
+		syscall.RawSyscall(unix.SYS_CLOSE_RANGE, n.shut[i][0], n.shut[i][1], 0)
+	}
+	n.tag[0] = StartedTag
+	if _, _, e = syscall.RawSyscall(unix.SYS_WRITE, n.life, uintptr(unsafe.Pointer(&n.tag[0])), 1); e != 0 {
+		syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
+	}
+	syscall.RawSyscall(unix.SYS_CLOSE, n.life, 0, 0)
+	for {
+		n.msg.Controllen = uint64(len(n.oob))
+		r1, _, e = syscall.RawSyscall(unix.SYS_RECVMSG, n.ctl, uintptr(unsafe.Pointer(&n.msg)), unix.MSG_CMSG_CLOEXEC)
+		if e != unix.EINTR {
+			break
+		}
+	}
+	// The supervisor's end closed without a go-ahead: nothing to run.
+	if e != 0 || r1 != 1 || n.buf[0] != GoAheadTag {
+		syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
+	}
+	n.want = uint64(unix.SizeofCmsghdr) + uint64(4*(3+n.mnt.n))
+	if n.mnt.n < 0 || n.mnt.n > maxServeMounts || n.msg.Flags&unix.MSG_CTRUNC != 0 ||
+		(*unix.Cmsghdr)(unsafe.Pointer(&n.oob[0])).Level != unix.SOL_SOCKET ||
+		(*unix.Cmsghdr)(unsafe.Pointer(&n.oob[0])).Type != unix.SCM_RIGHTS ||
+		(*unix.Cmsghdr)(unsafe.Pointer(&n.oob[0])).Len != n.want {
+		syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
+	}
+	for i = 0; i < 3+n.mnt.n && i < len(n.fds); i++ {
+		n.fds[i] = *(*int32)(unsafe.Add(unsafe.Pointer(&n.oob[0]), unix.SizeofCmsghdr+4*i))
+	}
+	for i = 0; i < n.mnt.n && i < maxServeMounts; i++ {
+		n.how.Flags = unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC
+		n.how.Resolve = unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS
+		n.tfd, _, e = syscall.RawSyscall6(unix.SYS_OPENAT2, atFDCWD, uintptr(unsafe.Pointer(&n.mnt.m[i].path[0])),
+			uintptr(unsafe.Pointer(&n.how)), unsafe.Sizeof(n.how), 0, 0)
+		if e == 0 {
+			if _, _, e = syscall.RawSyscall(unix.SYS_FSTAT, n.tfd, uintptr(unsafe.Pointer(&n.st)), 0); e == 0 {
+				if uint64(n.st.Dev) != n.mnt.m[i].dev || uint64(n.st.Ino) != n.mnt.m[i].ino ||
+					n.mnt.m[i].devNull != 0 && (n.st.Mode&unix.S_IFMT != unix.S_IFREG || n.st.Size != 0) {
+					e = unix.ESTALE
+				}
+			}
+			if e == 0 {
+				_, _, e = syscall.RawSyscall6(unix.SYS_MOVE_MOUNT, uintptr(n.fds[3+i]), uintptr(unsafe.Pointer(&n.emptyS[0])),
+					n.tfd, uintptr(unsafe.Pointer(&n.emptyS[0])), unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH, 0)
+			}
+			syscall.RawSyscall(unix.SYS_CLOSE, n.tfd, 0, 0)
+		}
+		if e != 0 {
+			n.failRec[0], n.failRec[1] = ErrorTag, byte(i)
+			n.failRec[2], n.failRec[3], n.failRec[4], n.failRec[5] = byte(e), byte(e>>8), byte(e>>16), byte(e>>24)
+			syscall.RawSyscall(unix.SYS_WRITE, n.ctl, uintptr(unsafe.Pointer(&n.failRec[0])), uintptr(len(n.failRec)))
+			syscall.RawSyscall(unix.SYS_EXIT_GROUP, SandboxInitExitCode, 0, 0)
+		}
+	}
+	// The command's descriptors at 0-2: received above 2 (0-2 were
+	// open), so none is overwritten before it is copied.
+	for i = 0; i < 3; i++ {
+		if _, _, e = syscall.RawSyscall(unix.SYS_DUP3, uintptr(n.fds[i]), uintptr(i), 0); e != 0 {
+			reaperFail(n, stepFD, e)
+		}
+	}
 }
