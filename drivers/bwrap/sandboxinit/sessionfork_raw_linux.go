@@ -195,7 +195,7 @@ func runReaper(n *nsPlan) {
 			syscall.RawSyscall(unix.SYS_WRITE, n.ctl, uintptr(unsafe.Pointer(&n.ru)), unsafe.Sizeof(n.ru))
 		}
 	}
-	if n.served {
+	if n.served && done {
 		// Alive, alone in its namespace, until the supervisor has passed
 		// the status on and closed its end: the launcher watches this
 		// process, and its end must not come before the record.
@@ -221,9 +221,14 @@ func reaperFail(n *nsPlan, step string, e syscall.Errno) {
 	waitFail(n.cmd, step, -1, e)
 }
 
-// serveReaperGo is a served reaper's part before the command's clone
-// (runReaper's callee, so that neither's frame holds the other's
-// temporaries: both run on the small stack a nosplit chain is allowed).
+// serveReaperGo is a served reaper's part before the command's clone: the
+// started byte on the command's lifeline, the go-ahead with the command's
+// descriptors and mount trees, the protected entries' mounts (each target
+// opened with no symlink followed and checked to be the inode the launcher
+// saw, as handoverMount does), the descriptors at 0-2. A mount that fails
+// is reported on ctl ('e', its index, the errno) and ends the reaper:
+// nothing ran. A callee of runReaper's, so that neither's frame holds the
+// other's temporaries (a nosplit chain has a small stack).
 //
 //go:nosplit
 //go:norace
@@ -234,13 +239,6 @@ func serveReaperGo(n *nsPlan) {
 		e  syscall.Errno
 		i  int
 	)
-	// The served reaper's part before the command's clone: the
-	// started byte on the command's lifeline, the go-ahead with the
-	// command's descriptors and mount trees, the protected entries'
-	// mounts (each target opened with no symlink followed and checked
-	// to be the inode the launcher saw, as handoverMount does), the
-	// descriptors at 0-2. A mount that fails is reported on ctl ('e',
-	// its index, the errno) and ends the reaper: nothing ran.
 	// Nothing of the supervisor's other commands (their lifelines, their
 	// stdio while it is handed on) is held a moment longer than needed.
 	for i = 0; i < n.nshut && i < len(n.shut); i++ {

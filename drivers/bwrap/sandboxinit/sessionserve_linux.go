@@ -58,7 +58,7 @@ import (
 //     command's whole namespace, as a SessionChild's end does.
 //
 // What stays on the sandbox-init path, chosen once per session sandbox
-// (sessionForkWhy): an architecture without the raw clone or a kernel
+// (newServeForker): an architecture without the raw clone or a kernel
 // without close_range; a profile whose plan does not fit the raw child's
 // fixed tables. Per command, a hand-over with more protected entries than
 // maxServeMounts, or a command that does not fit its mapping, is refused
