@@ -501,8 +501,13 @@ func (ss *sessionSandbox) take(ctx context.Context, d *Driver, plan Plan) (*prep
 	ss.mu.Unlock()
 	if ps != nil {
 		select {
-		case <-ps.done:
+		case r := <-ps.done:
 			// It died while it waited (its session with it, or a kill).
+			// done reports once, and destroy waits for that report: it is
+			// put back, or destroy would wait for ever.
+			again := make(chan sandboxResult, 1)
+			again <- r
+			ps.done = again
 			ps.destroy()
 		default:
 			return ps, nil
