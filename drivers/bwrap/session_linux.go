@@ -31,10 +31,13 @@ import (
 //
 // The session sandbox is bwrap with sandbox-init as its PID 1 in the
 // session-supervisor mode (sandboxinit/session_linux.go, where its
-// security is argued): it never runs a command, it forks and execs, for
-// every spawn record on its lifeline, a sandbox-init in the prepared
-// mode in a new PID and mount namespace. The driver then hands that one
-// its command exactly as it hands a prepared sandbox one
+// security is argued): it never runs a command, it starts, for every
+// spawn record on its lifeline, the command's own PID 1 in a new PID and
+// mount namespace: a raw reaper whose lifeline the supervisor speaks (the
+// fork path, sandboxinit/sessionserve_linux.go) or, where that cannot
+// run, a sandbox-init in the prepared mode. Both speak the same lifeline,
+// so the driver hands that one its command exactly as it hands a
+// prepared sandbox one
 // (handoverStarter): per command stay its own PID namespace (its tree dies
 // with it, background processes included, the session lives on), its own
 // mount namespace (the protected entries' mounts), its own cgroup and
@@ -498,8 +501,13 @@ func (ss *sessionSandbox) take(ctx context.Context, d *Driver, plan launchPlan) 
 	ss.mu.Unlock()
 	if ps != nil {
 		select {
-		case <-ps.done:
+		case r := <-ps.done:
 			// It died while it waited (its session with it, or a kill).
+			// done reports once, and destroy waits for that report: it is
+			// put back, or destroy would wait for ever.
+			again := make(chan sandboxResult, 1)
+			again <- r
+			ps.done = again
 			ps.destroy()
 		default:
 			return ps, nil

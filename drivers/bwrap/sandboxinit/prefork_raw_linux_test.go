@@ -66,7 +66,7 @@ func afterForkCalls(t *testing.T, race bool, pattern string) map[string][]string
 }
 
 // TestForkWaitingCallsNothingSplittable: after the fork, the waiting
-// child (and forkCommand's, and a session fork's reaper and command) is one thread with a copy of the supervisor's
+// child (and forkCommand's, and a session fork's reaper, served or not, and command) is one thread with a copy of the supervisor's
 // memory; a call into the runtime that may grow the stack (a bounds-check
 // panic, an allocation, a write barrier, the race detector's or checkptr's
 // hooks) throws or deadlocks there. forkWaiting and forkSession may call
@@ -82,10 +82,10 @@ func TestForkWaitingCallsNothingSplittable(t *testing.T) {
 		"syscall.RawSyscall":               true,
 		"syscall.RawSyscall6":              true,
 	}
-	own := regexp.MustCompile(`sandboxinit\.(runWaitChild|runReaper|reaperFail|waitFail|childAppend)$`)
+	own := regexp.MustCompile(`sandboxinit\.(runWaitChild|runReaper|serveReaperGo|reaperFail|waitFail|childAppend)$`)
 	for _, race := range []bool{false, true} {
 		t.Run(map[bool]string{false: "plain", true: "race"}[race], func(t *testing.T) {
-			checkAfterFork(t, afterForkCalls(t, race, "forkWaiting|forkSession|runWaitChild|runReaper|reaperFail|waitFail|childAppend|newWaitPlan"), allowed, own)
+			checkAfterFork(t, afterForkCalls(t, race, "forkWaiting|forkSession|runWaitChild|runReaper|serveReaperGo|reaperFail|waitFail|childAppend|newWaitPlan"), allowed, own)
 		})
 	}
 }
@@ -93,7 +93,7 @@ func TestForkWaitingCallsNothingSplittable(t *testing.T) {
 // checkAfterFork fails t for every call of forkWaiting and its helpers
 // outside allowed and own (own: the helpers themselves).
 func checkAfterFork(t *testing.T, calls map[string][]string, allowed map[string]bool, own *regexp.Regexp) {
-	for _, fn := range []string{"forkWaiting", "forkSession", "runWaitChild", "runReaper", "reaperFail", "waitFail", "newWaitPlan"} {
+	for _, fn := range []string{"forkWaiting", "forkSession", "runWaitChild", "runReaper", "serveReaperGo", "reaperFail", "waitFail", "newWaitPlan"} {
 		if _, ok := calls[fn]; !ok {
 			t.Fatalf("%s not found in the compiled package: %v", fn, calls)
 		}

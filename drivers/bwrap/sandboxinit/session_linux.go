@@ -22,9 +22,11 @@ import (
 // session and one profile. Its PID 1 never runs a command: it is a factory
 // of prepared sandboxes inside the session's namespaces. For each spawn
 // record on its lifeline (SpawnTag with the new command's lifeline end
-// and, when the profile has one, its notify socket) it forks and execs
-// sandbox-init of its own spec in the prepared mode (SessionChild) in a new
-// PID and mount namespace: that sandbox-init is PID 1 of the command's own
+// and, when the profile has one, its notify socket) it clones the
+// command's reaper and serves its lifeline itself (the fork path,
+// sessionserve_linux.go), or, where the raw clone cannot run
+// (newServeForker says why), forks and execs sandbox-init of its own spec
+// in the prepared mode (SessionChild) in a new PID and mount namespace: that sandbox-init is PID 1 of the command's own
 // PID namespace (the command's tree dies with it, the session lives on),
 // its hand-over mounts are private to it, and it confines itself exactly
 // as a prepared sandbox's PID 1 does (bounding set, seccomp, Landlock,
@@ -96,6 +98,15 @@ func superviseSession(spec *InitSpec) (int, error) {
 		}
 	}
 	top := slices.Max(append(slices.Clone(keep), spec.LifelineFD, spec.NotifyFD))
+	// The fork path (sessionserve_linux.go) where it can serve this
+	// session's commands; else each command gets a sandbox-init of its
+	// own, as below. The reapers' death signal follows the thread that
+	// clones them: this goroutine's, locked for the supervisor's life.
+	runtime.LockOSThread()
+	forker, ferr := newServeForker(spec)
+	if ferr == nil {
+		defer forker.close()
+	}
 	reap := make(chan os.Signal, 1)
 	signal.Notify(reap, unix.SIGCHLD)
 	go reapSession(reap)
@@ -115,6 +126,19 @@ func superviseSession(spec *InitSpec) (int, error) {
 		}
 		if err != nil {
 			return 0, err
+		}
+		if forker != nil {
+			notify := -1
+			if len(fds) > 1 {
+				notify = fds[1]
+			}
+			// serve owns both descriptors from here on.
+			if err := forker.serve(spec, fds[0], notify); err != nil {
+				// The command's lifeline closed without a started byte:
+				// its launcher says so, as below.
+				fmt.Fprintf(os.Stderr, "aleph-sandbox: session supervisor: %v\n", err)
+			}
+			continue
 		}
 		if err := spawnChild(argv, top, spec, fds); err != nil {
 			// The child's lifeline closes with fds below: its launcher

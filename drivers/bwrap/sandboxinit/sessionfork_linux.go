@@ -14,9 +14,9 @@ import (
 
 // A session command without a sandbox-init of its own.
 //
-// Today a session supervisor (session_linux.go) forks and execs a prepared
-// sandbox-init per command; that Go start and its confinement are most of
-// a warm command's CPU. This file is the part of the next path that runs
+// A session supervisor (session_linux.go) used to fork and exec a prepared
+// sandbox-init per command; that Go start and its confinement were most of
+// a warm command's CPU. This file is the part of the fork path that runs
 // in the supervisor's process and below it: the command's confinement
 // planned once per session (sessionForker: the target's seccomp program,
 // its Landlock ruleset, its limits, the descriptors it keeps), and per
@@ -48,9 +48,10 @@ import (
 // kill(1, ...) stays refused by the PID-1 guard of its program); the
 // cgroup is joined by the reaper before the command exists; no-spawn,
 // seccomp and Landlock are applied in the command after the clone, from
-// the plan. Not in this path (the sandbox-init path stays for them): a
-// terminal (the pty relay is Go code), the notification filter's
-// listener hand-over, the hand-over's mounts of protected entries.
+// the plan. Not in this path: a terminal (the pty relay is Go code;
+// session sandboxes take no terminal command). The session supervisor's
+// use of it (the lifeline, the protected entries' mounts, the
+// notification filter's listener) is sessionserve_linux.go's.
 //
 // Who can reach whom: the command has no number for the supervisor (a
 // PID namespace below it) nor for the reaper's parent; the reaper is PID 1
@@ -74,7 +75,40 @@ type nsPlan struct {
 	// The reaper's capability sets, emptied.
 	capHdr  unix.CapUserHeader
 	capData [2]unix.CapUserData
+	name    [16]byte // ReaperName, NUL-terminated
+	// pidfd: where the clone puts the parent's pidfd of the reaper.
+	pidfd int32
+	// served: the reaper of a session supervisor's command
+	// (sessionserve_linux.go). It writes the started byte on life (the
+	// command's lifeline, so the kernel's credentials name it to the
+	// launcher), then takes the go-ahead from ctl with the command's
+	// descriptors and the protected entries' mount trees (mnt), mounts
+	// them, reports ReadyTag on ctl once the command is cloned, and after
+	// its status (with the usage, ru) waits for ctl's end before it exits.
+	served  bool
+	life    uintptr
+	tag     [1]byte
+	iov     unix.Iovec
+	oob     [serveOOB]byte
+	msg     unix.Msghdr
+	fds     [3 + maxServeMounts]int32
+	mnt     *serveMounts // a shared mapping, filled before the go-ahead
+	how     unix.OpenHow
+	st      unix.Stat_t
+	emptyS  [1]byte
+	ru      unix.Rusage
+	failRec [6]byte // 'e', the mount's index, the errno (little-endian)
+	tfd     uintptr // the mount's target, opened
+	want    uint64  // the go-ahead's control message length
+	// shut: the ranges a served reaper closes first (every descriptor of
+	// the supervisor's but those it and the command need).
+	shut  [maxWaitRanges][2]uintptr
+	nshut int
 }
+
+// ReaperName is the reaper's name (its comm): what a command of the fork
+// path finds as its parent.
+const ReaperName = "aleph-reaper"
 
 // Reaper steps, for its failure message.
 const (
@@ -93,13 +127,18 @@ type sessionForker struct {
 
 // newSessionForker plans spec's commands' confinement.
 func newSessionForker(spec *InitSpec) (*sessionForker, error) {
+	if notifying(spec) {
+		// The listener goes on each command's own notify socket: only the
+		// served path (newServeForker) places one.
+		return nil, errors.New("session fork: a notification filter is not planned here")
+	}
+	return planSessionForker(spec)
+}
+
+// planSessionForker plans spec's commands' confinement.
+func planSessionForker(spec *InitSpec) (*sessionForker, error) {
 	if !rawForkWorks() {
 		return nil, errors.New("session fork: no raw fork here")
-	}
-	if notifying(spec) {
-		// The listener's hand-over is the supervisor's, per command: not
-		// in this path.
-		return nil, errors.New("session fork: a notification filter is not planned here")
 	}
 	p, ll, err := childPlan(spec)
 	if err != nil {
@@ -139,7 +178,8 @@ func (f *sessionForker) start(path string, argv, env []string, cwd string, stdio
 	}
 	p.region = unsafe.Pointer(&p.layout[0])
 	n := &nsPlan{cmd: &p, none: [5]byte{'n', 'o', 'n', 'e'}, root: [2]byte{'/'},
-		all: ^uint64(0), caught: ^uint64(0) &^ (sigBit(unix.SIGKILL) | sigBit(unix.SIGSTOP))}
+		all: ^uint64(0), caught: ^uint64(0) &^ (sigBit(unix.SIGKILL) | sigBit(unix.SIGSTOP)), pidfd: -1}
+	copy(n.name[:], ReaperName)
 	n.status[0] = StatusTag
 	n.capHdr = unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
 	var closeLater []int
@@ -174,6 +214,11 @@ func (f *sessionForker) start(path string, argv, env []string, cwd string, stdio
 	syscall.ForkLock.Unlock()
 	runtime.KeepAlive(n)
 	runtime.KeepAlive(&p)
+	if n.pidfd >= 0 {
+		// This caller names the reaper by its pid (its own child, reaped
+		// by wait only).
+		unix.Close(int(n.pidfd))
+	}
 	if errno != 0 {
 		unix.Close(ctl[0])
 		unix.Close(rep[0])

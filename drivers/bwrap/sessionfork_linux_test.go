@@ -1,0 +1,147 @@
+//go:build linux
+
+package bwrap
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
+)
+
+// The session supervisor's fork path (sandboxinit/sessionserve_linux.go):
+// a command of a session sandbox whose PID 1 is a reaper cloned by the
+// supervisor, not a sandbox-init of its own.
+
+// sessionRunOn runs argv as a command of session that asks for its
+// session's sandbox (a CommandID, so its violations are reported).
+func sessionRunOn(d *Driver, ws, session string) spawnRun {
+	return func(t *testing.T, caps driverapi.Capabilities, argv []string) drvResult {
+		t.Helper()
+		ctx := context.Background()
+		prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: caps, Workspace: ws, Cwd: ws})
+		if err != nil {
+			return drvResult{err: err}
+		}
+		var out, errb bytes.Buffer
+		spec := driverapi.RunSpec{
+			Program: argv[0], Args: argv[1:], Cwd: ws, Profile: prof, SessionID: session, CommandID: t.Name(),
+			Env:     []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "HOME", Value: ws}},
+			Timeout: 20 * time.Second, MaxOutputBytes: 1 << 20,
+		}
+		setSessionSandbox(&spec)
+		exit, err := d.Run(ctx, spec, driverapi.Streams{Stdout: &out, Stderr: &errb})
+		return drvResult{exit: exit, stdout: out.String(), stderr: errb.String(), err: err}
+	}
+}
+
+// parentScript prints the command's pid in its own namespace and its
+// parent's name, with shell builtins only (it runs without spawn too):
+// the parent's pid as the session's /proc numbers it, from the shell's own
+// status.
+const parentScript = `while read k v rest; do [ "$k" = PPid: ] && pp=$v; done < /proc/self/status; ` +
+	`read name < /proc/$pp/comm; echo "$$ $name"`
+
+// TestSessionForkPathTaken: a session's command runs under the reaper
+// (its parent, PID 1 of its namespace, is named aleph-reaper), with and
+// without spawn; the same script outside a session (the control) finds
+// another parent, so the name is not what every sandbox shows.
+func TestSessionForkPathTaken(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	run := sessionRunOn(d, ws, "fork")
+	for _, caps := range []driverapi.Capabilities{spawnCaps, {}} {
+		for i := range 2 { // the first command and one reusing the sandbox
+			r := run(t, caps, []string{"/bin/sh", "-c", parentScript})
+			expectOK(t, r)
+			if want := "2 " + sandboxinit.ReaperName + "\n"; r.stdout != want {
+				t.Fatalf("spawn=%v command %d: %q, want %q (stderr %q)", caps.SpawnSubprocess, i, r.stdout, want, r.stderr)
+			}
+		}
+	}
+	r := drvRun(t, context.Background(), d, ws, spawnCaps, nil, "/bin/sh", "-c", parentScript)
+	expectOK(t, r)
+	if r.stdout == "" || strings.Contains(r.stdout, sandboxinit.ReaperName) {
+		t.Fatalf("control outside a session: %q (stderr %q)", r.stdout, r.stderr)
+	}
+}
+
+// TestSessionForkProtected: on the fork path the protected entries are
+// mounted for the command (by its reaper): an existing .git is read-only
+// while the workspace beside it is written (the control), and a write
+// there reaches the host.
+func TestSessionForkProtected(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	if err := os.Mkdir(filepath.Join(ws, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := sessionRunOn(d, ws, "prot")
+	for i := range 2 {
+		r := run(t, spawnCaps, []string{"/bin/sh", "-c", parentScript + `; echo ok > ok; echo no > .git/x 2>/dev/null || echo refused`})
+		expectOK(t, r)
+		if want := "2 " + sandboxinit.ReaperName + "\nrefused\n"; r.stdout != want {
+			t.Fatalf("command %d: %q, want %q (stderr %q)", i, r.stdout, want, r.stderr)
+		}
+		if _, err := os.Stat(filepath.Join(ws, ".git", "x")); err == nil {
+			t.Fatalf("command %d wrote into the protected .git", i)
+		}
+		if b, err := os.ReadFile(filepath.Join(ws, "ok")); err != nil || string(b) != "ok\n" {
+			t.Fatalf("command %d: the control write did not reach the host: %q %v", i, b, err)
+		}
+	}
+}
+
+// TestSessionForkStatusAndSignals: on the fork path the exit status is
+// the command's (a code, and a death by signal told apart), a program not
+// found is the driver's not-run answer, and the usage is reported.
+func TestSessionForkStatusAndSignals(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	run := sessionRunOn(d, ws, "st")
+	r := run(t, spawnCaps, []string{"/bin/sh", "-c", parentScript + `; exit 7`})
+	if r.err != nil || r.exit.ExitCode != 7 || !strings.Contains(r.stdout, sandboxinit.ReaperName) {
+		t.Fatalf("exit 7: err=%v exit=%+v stdout=%q", r.err, r.exit, r.stdout)
+	}
+	r = run(t, spawnCaps, []string{"/bin/sh", "-c", `kill -TERM $$`})
+	if r.err != nil || r.exit.Signal != int32(syscall.SIGTERM) {
+		t.Fatalf("killed by SIGTERM: err=%v exit=%+v", r.err, r.exit)
+	}
+	r = run(t, spawnCaps, []string{"/nonexistent/program"})
+	if r.err == nil && r.exit.ExitCode == 0 {
+		t.Fatalf("missing program: exit %+v", r.exit)
+	}
+	// The control: the same session still runs commands, on the path.
+	r = run(t, spawnCaps, []string{"/bin/sh", "-c", parentScript})
+	expectOK(t, r)
+	if !strings.Contains(r.stdout, sandboxinit.ReaperName) {
+		t.Fatalf("after: %q", r.stdout)
+	}
+}
+
+// TestViolationsSession: spawn and syscall violations of commands on the
+// fork path are refused and reported as on every other path (the
+// notification filter's listener reaches the driver), each beside its
+// positive control.
+func TestViolationsSession(t *testing.T) {
+	d := testDriver(t, Options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	checkViolations(t, sessionRunOn(d, ws, "viol"), true)
+	checkSpawnRefused(t, sessionRunOn(d, ws, "viol"), driverapi.Capabilities{})
+	r := sessionRunOn(d, ws, "viol")(t, driverapi.Capabilities{}, []string{"/bin/sh", "-c", parentScript})
+	expectOK(t, r)
+	if !strings.Contains(r.stdout, sandboxinit.ReaperName) || sessionOf(r) != driverapi.SessionSandboxReused {
+		t.Fatalf("not on the fork path: %q %v", r.stdout, r.exit.Details)
+	}
+}
