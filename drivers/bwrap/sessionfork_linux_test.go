@@ -54,7 +54,7 @@ const parentScript = `while read k v rest; do [ "$k" = PPid: ] && pp=$v; done < 
 // without spawn; the same script outside a session (the control) finds
 // another parent, so the name is not what every sandbox shows.
 func TestSessionForkPathTaken(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	run := sessionRunOn(d, ws, "fork")
@@ -79,7 +79,7 @@ func TestSessionForkPathTaken(t *testing.T) {
 // while the workspace beside it is written (the control), and a write
 // there reaches the host.
 func TestSessionForkProtected(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	if err := os.Mkdir(filepath.Join(ws, ".git"), 0o755); err != nil {
@@ -105,7 +105,7 @@ func TestSessionForkProtected(t *testing.T) {
 // the command's (a code, and a death by signal told apart), a program not
 // found is the driver's not-run answer, and the usage is reported.
 func TestSessionForkStatusAndSignals(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	run := sessionRunOn(d, ws, "st")
@@ -134,7 +134,7 @@ func TestSessionForkStatusAndSignals(t *testing.T) {
 // notification filter's listener reaches the driver), each beside its
 // positive control.
 func TestViolationsSession(t *testing.T) {
-	d := testDriver(t, Options{})
+	d := testDriver(t, options{})
 	needSessions(t, d)
 	ws := newWorkspace(t)
 	checkViolations(t, sessionRunOn(d, ws, "viol"), true)
