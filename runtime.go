@@ -195,7 +195,10 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	if o.warn == nil {
 		o.warn = io.Discard
 	}
-	if err := cfg.Validate(); err != nil {
+	// Validated once here; core is handed the same value (NewPipeline) and
+	// does not check it again.
+	valid, err := cfg.Validated()
+	if err != nil {
 		return nil, err
 	}
 	if err := checkComponents(cfg); err != nil {
@@ -280,7 +283,7 @@ func New(cfg core.Config, opts ...Option) (*Runtime, error) {
 	// no command (and so no decision) exists before it does.
 	mediator := mediatorFromConfig(cfg)
 	coreOpts = append(coreOpts, core.WithNetworkMediator(routedMediator{m: mediator, driver: drv}))
-	ws, err := core.NewWorkspaceSandbox(cfg, coreOpts...)
+	ws, err := core.NewPipeline(valid, coreOpts...)
 	if err != nil {
 		return nil, err
 	}

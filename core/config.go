@@ -940,6 +940,28 @@ func parseEnvValue(schema map[string]reflect.Type, sections map[string]driverapi
 // time.Duration overflow.
 const maxConfigSeconds = 365 * 24 * 3600
 
+// ValidConfig is a configuration that passed Validate, made only by
+// Config.Validated. NewPipeline takes one, so a configuration is checked
+// once on its way down: the assembly (alephsandbox.New) validates it,
+// acts on it (finds the driver, opens the audit file) and hands core the
+// same value, which core does not check again. It holds a copy: changing
+// the Config it came from afterwards changes nothing in it.
+type ValidConfig struct {
+	cfg   Config
+	valid bool
+}
+
+// Validated checks c (Validate) and returns it as a ValidConfig.
+func (c Config) Validated() (ValidConfig, error) {
+	if err := c.Validate(); err != nil {
+		return ValidConfig{}, err
+	}
+	return ValidConfig{cfg: c, valid: true}, nil
+}
+
+// Config is the validated configuration (a copy).
+func (v ValidConfig) Config() Config { return v.cfg }
+
 // Validate checks every value and returns a *ConfigError naming the first
 // bad key.
 func (c Config) Validate() error {

@@ -239,6 +239,39 @@ func TestNewRefusesInvalidConfig(t *testing.T) {
 	}
 }
 
+// NewPipeline builds only from a configuration that Validated made: the
+// zero ValidConfig is refused, a bad configuration never becomes one, and
+// a ValidConfig keeps the copy it checked (a change to the Config after it
+// does not reach the pipeline).
+func TestNewPipelineTakesOnlyValidated(t *testing.T) {
+	var ce *ConfigError
+	if _, err := NewPipeline(ValidConfig{}, WithDriver(&drivertest.FakeDriver{})); !errors.As(err, &ce) || ce.Key != "sandbox" {
+		t.Fatalf("zero ValidConfig: %v", err)
+	}
+	bad := testConfig(t)
+	bad.Sandbox.MaxOutputBytes = 0
+	if _, err := bad.Validated(); !errors.As(err, &ce) || ce.Key != "sandbox.max_output_bytes" {
+		t.Fatalf("bad config validated: %v", err)
+	}
+	cfg := testConfig(t)
+	v, err := cfg.Validated()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Sandbox.MaxOutputBytes = 0
+	if v.Config().Sandbox.MaxOutputBytes == 0 {
+		t.Fatal("the ValidConfig shares the Config it was made from")
+	}
+	sb, err := NewPipeline(v, WithDriver(&drivertest.FakeDriver{}))
+	if err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	defer sb.Close()
+	if sb.cfg.Sandbox.MaxOutputBytes != testConfig(t).Sandbox.MaxOutputBytes {
+		t.Fatalf("pipeline built from %d, not the validated value", sb.cfg.Sandbox.MaxOutputBytes)
+	}
+}
+
 func TestConfigStringRoundTrips(t *testing.T) {
 	cfg, err := loadConfig("", nil, testSection())
 	if err != nil {

@@ -12,6 +12,7 @@
 //	    Close() error
 //	}
 //	func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) // WithDriver required
+//	func NewPipeline(v ValidConfig, opts ...Option) (*WorkspaceSandbox, error) // v from cfg.Validated(): checked once
 //	func LoadConfig(path string, opts ...LoadOption) (Config, error) // defaults + TOML file + ALEPH_SANDBOX_SANDBOX__* env
 //	func WithSession(ctx, id) context.Context / SessionFrom(ctx) (string, bool)
 //	Options: WithDriver, WithHooks, WithApprovalRequester, WithAuditSink,

@@ -187,15 +187,27 @@ func (ss *session) endAll(wait time.Duration) bool {
 // sandbox.audit_log is set. It does not look at sandbox.enabled: the
 // assembly (alephsandbox.New) builds no pipeline for a disabled
 // configuration.
+//
+// It is Validated then NewPipeline: for an embedder holding a Config.
 func NewWorkspaceSandbox(cfg Config, opts ...Option) (*WorkspaceSandbox, error) {
-	// alephsandbox.New has run the same Validate before it acted on cfg
-	// (found the driver, opened the audit file); it runs here again
-	// because this constructor is public, and a pipeline built from a
-	// configuration never validated would make workspaces wherever a
-	// relative workspace_root points. One rule set, two entrances.
-	if err := cfg.Validate(); err != nil {
+	v, err := cfg.Validated()
+	if err != nil {
 		return nil, err
 	}
+	return NewPipeline(v, opts...)
+}
+
+// NewPipeline is NewWorkspaceSandbox for a configuration already validated
+// (Config.Validated): the assembly validates once, acts on the
+// configuration, and hands core the same value. A ValidConfig not made by
+// Validated (its zero value) is refused: a pipeline built from a
+// configuration never checked would make workspaces wherever a relative
+// workspace_root points.
+func NewPipeline(v ValidConfig, opts ...Option) (*WorkspaceSandbox, error) {
+	if !v.valid {
+		return nil, &ConfigError{Key: "sandbox", Reason: "not validated: build the pipeline from Config.Validated (or use NewWorkspaceSandbox)"}
+	}
+	cfg := v.cfg
 	var o options
 	for _, opt := range opts {
 		opt(&o)
