@@ -247,6 +247,11 @@ func (p *Pool[K, S]) Refill(key K, session string, sz Sizes, auto bool, after <-
 				t.Stop()
 			}
 			s, err := build()
+			if err != nil {
+				// Told while the build still counts as in flight, so
+				// that WaitIdle returns only after it was told.
+				failed(err)
+			}
 			p.mu.Lock()
 			p.building[key]--
 			if p.building[key] == 0 {
@@ -274,7 +279,6 @@ func (p *Pool[K, S]) Refill(key K, session string, sz Sizes, auto bool, after <-
 				p.total--
 				p.stats.Failed++
 				p.mu.Unlock()
-				failed(err)
 				return
 			}
 			p.stats.Built++

@@ -166,11 +166,14 @@ func TestIdleSandboxExpires(t *testing.T) {
 func TestFailedBuildCounted(t *testing.T) {
 	h := newHarness()
 	a := key{"s1", 1}
+	var mu sync.Mutex
 	var got []error
 	h.p.Refill(a, a.session, long, false, nil,
 		func() (*sandbox, error) { return nil, errors.New("no") },
-		func(err error) { got = append(got, err) })
+		func(err error) { mu.Lock(); got = append(got, err); mu.Unlock() })
 	h.p.WaitIdle()
+	mu.Lock()
+	defer mu.Unlock()
 	if st := h.p.Stats(); st.Failed != 2 || st.Built != 0 || len(got) != 2 {
 		t.Fatalf("stats %+v, errors %v", st, got)
 	}
