@@ -5,6 +5,7 @@ package bwrap
 import (
 	"bytes"
 	"context"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -143,5 +144,65 @@ func TestViolationsSession(t *testing.T) {
 	expectOK(t, r)
 	if !strings.Contains(r.stdout, sandboxinit.ReaperName) || sessionOf(r) != driverapi.SessionSandboxReused {
 		t.Fatalf("not on the fork path: %q %v", r.stdout, r.exit.Details)
+	}
+}
+
+// TestSessionForkSignalled: a signal asked for while a command runs on the
+// fork path reaches it: TERM through the reaper to the command's trap
+// (its exit status says the trap ran), and KILL, which the reaper cannot
+// catch and pass on, ends the command with status "killed by SIGKILL"
+// rather than a sandbox that ended without a status. The session still
+// runs commands on the path afterwards (the control).
+func TestSessionForkSignalled(t *testing.T) {
+	d := testDriver(t, options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		sig  driverapi.Signal
+		want func(driverapi.Exit) bool
+	}{
+		{driverapi.SignalTERM, func(e driverapi.Exit) bool { return e.ExitCode == 9 && e.Signal == 0 }},
+		{driverapi.SignalKILL, func(e driverapi.Exit) bool { return e.Signal == int32(syscall.SIGKILL) }},
+	} {
+		t.Run(string(tc.sig), func(t *testing.T) {
+			prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: spawnCaps, Workspace: ws, Cwd: ws})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out lockedBuf
+			spec := driverapi.RunSpec{
+				Program: "/bin/sh", Args: []string{"-c", parentScript + `; trap 'echo got-term; exit 9' TERM; echo ready; while :; do sleep 0.05; done`},
+				Cwd: ws, Profile: prof, SessionID: "sig", CommandID: t.Name(),
+				Env:     []driverapi.EnvVar{{Name: "PATH", Value: "/usr/bin:/bin"}, {Name: "HOME", Value: ws}},
+				Timeout: 20 * time.Second, MaxOutputBytes: 1 << 20,
+			}
+			setSessionSandbox(&spec)
+			type result struct {
+				exit driverapi.Exit
+				err  error
+			}
+			done := make(chan result, 1)
+			go func() {
+				exit, err := d.Run(ctx, spec, driverapi.Streams{Stdout: &out, Stderr: io.Discard})
+				done <- result{exit, err}
+			}()
+			waitOutput(t, &out, "ready")
+			if !strings.Contains(out.String(), sandboxinit.ReaperName) {
+				t.Fatalf("not on the fork path: %q", out.String())
+			}
+			if err := d.Signal(ctx, t.Name(), tc.sig); err != nil {
+				t.Fatal(err)
+			}
+			r := <-done
+			if r.err != nil || !tc.want(r.exit) {
+				t.Fatalf("after %s: err=%v exit=%+v output %q", tc.sig, r.err, r.exit, out.String())
+			}
+		})
+	}
+	r := sessionRunOn(d, ws, "sig")(t, spawnCaps, []string{"/bin/sh", "-c", parentScript})
+	expectOK(t, r)
+	if !strings.Contains(r.stdout, sandboxinit.ReaperName) {
+		t.Fatalf("after: %q", r.stdout)
 	}
 }

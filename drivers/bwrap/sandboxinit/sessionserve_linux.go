@@ -106,6 +106,12 @@ type servedCommand struct {
 	pidfd  int
 	mem    []byte
 	mnt    *serveMounts
+	// killed is set when a KILL request was passed on (relay's goroutine
+	// only): SIGKILL is the one signal the reaper cannot catch and pass
+	// to the command, so it ends the reaper, and with it every process of
+	// the namespace, the command included; finish then reports the
+	// command killed by it, as the kernel did.
+	killed bool
 }
 
 // serve starts the reaper of a spawn record's command (life, notify: -1
@@ -423,6 +429,9 @@ func (c *servedCommand) relay() {
 					c.kill()
 					continue
 				}
+				if syscall.Signal(b[1]) == unix.SIGKILL {
+					c.killed = true
+				}
 				_ = unix.PidfdSendSignal(c.pidfd, syscall.Signal(b[1]), nil, 0)
 			}
 			continue
@@ -443,6 +452,13 @@ func (c *servedCommand) finish() {
 	var buf [5 + int(unsafe.Sizeof(unix.Rusage{}))]byte
 	n, _ := readFull(c.ctl, buf[:])
 	if n < len(buf) || buf[0] != StatusTag {
+		if c.killed {
+			// The reaper died of the KILL asked for (a status it had
+			// written before would have been read above): the command
+			// died of it too, with the rest of its namespace. Its usage
+			// went with the reaper.
+			_ = unix.Sendto(c.life, EncodeStatus(Status{Wait: uint32(unix.SIGKILL), Alone: true}), unix.MSG_NOSIGNAL, nil)
+		}
 		return
 	}
 	ru := (*unix.Rusage)(unsafe.Pointer(&buf[5]))
