@@ -13,48 +13,14 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup/cgrouptest"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
 )
-
-// fakeV2 lays out a cgroup v2 filesystem whose driver cgroup holds a
-// process (so delegation must move the driver into a leaf).
-func fakeV2(t *testing.T) (root, selfFile string) {
-	t.Helper()
-	root = t.TempDir()
-	own := filepath.Join(root, "user.slice", "svc")
-	if err := os.MkdirAll(own, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for path, content := range map[string]string{
-		filepath.Join(root, "cgroup.controllers"):    "cpuset cpu io memory hugetlb pids rdma misc",
-		filepath.Join(own, "cgroup.controllers"):     "cpu memory pids",
-		filepath.Join(own, "cgroup.procs"):           "4242\n",
-		filepath.Join(own, "cgroup.subtree_control"): "",
-	} {
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	selfFile = filepath.Join(t.TempDir(), "cgroup")
-	if err := os.WriteFile(selfFile, []byte("0::/user.slice/svc\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return root, selfFile
-}
-
-func readTrim(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
 
 // A v2 cgroup that is not a real cgroup must make Run fail, never run the
 // command outside its limits.
 func TestCgroupV2FailsClosed(t *testing.T) {
-	root, selfFile := fakeV2(t)
+	root, selfFile := cgrouptest.FakeV2(t)
 	d, err := newDriver(config{Options: options{Cgroup: cgroupV2}, InitBinary: driverBin, CgroupRoot: root, SelfCgroup: selfFile})
 	if err != nil {
 		t.Fatal(err)
@@ -218,7 +184,7 @@ func TestCgroupV1Files(t *testing.T) {
 	}
 	for c, files := range want {
 		for f, v := range files {
-			if got := readTrim(t, filepath.Join(cg.Dir(c), f)); got != v {
+			if got := cgrouptest.ReadTrim(t, filepath.Join(cg.Dir(c), f)); got != v {
 				t.Errorf("%s/%s = %s, want %s", c, f, got, v)
 			}
 		}

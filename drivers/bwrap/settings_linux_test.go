@@ -13,6 +13,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup/cgrouptest"
 )
 
 // refusedFor checks that d claims nothing, explains every feature with
@@ -38,7 +39,7 @@ func TestUnenforceableCgroupSettingsRefused(t *testing.T) {
 	if _, err := exec.LookPath("bwrap"); err != nil {
 		t.Skip("no bwrap")
 	}
-	root, selfFile := fakeV2(t)
+	root, selfFile := cgrouptest.FakeV2(t)
 	own := filepath.Join(root, "user.slice", "svc")
 	mk := func(o options) *Driver {
 		d, err := newDriver(config{Options: o, InitBinary: driverBin, DriverBinary: driverBin, CgroupRoot: root, SelfCgroup: selfFile})

@@ -13,46 +13,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup/cgrouptest"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/ownertag"
 )
 
-// fakeV2 lays out a cgroup v2 filesystem whose driver cgroup holds a
-// process (so delegation must move the driver into a leaf).
-func fakeV2(t *testing.T) (root, selfFile string) {
-	t.Helper()
-	root = t.TempDir()
-	own := filepath.Join(root, "user.slice", "svc")
-	if err := os.MkdirAll(own, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for path, content := range map[string]string{
-		filepath.Join(root, "cgroup.controllers"):    "cpuset cpu io memory hugetlb pids rdma misc",
-		filepath.Join(own, "cgroup.controllers"):     "cpu memory pids",
-		filepath.Join(own, "cgroup.procs"):           "4242\n",
-		filepath.Join(own, "cgroup.subtree_control"): "",
-	} {
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	selfFile = filepath.Join(t.TempDir(), "cgroup")
-	if err := os.WriteFile(selfFile, []byte("0::/user.slice/svc\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return root, selfFile
-}
-
-func readTrim(t *testing.T, p string) string {
-	t.Helper()
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(b))
-}
-
 func TestCgroupV2FakeFS(t *testing.T) {
-	root, selfFile := fakeV2(t)
+	root, selfFile := cgrouptest.FakeV2(t)
 	self, _ := os.ReadFile(selfFile)
 	cs := Detect(root, self, Auto, 4242)
 	if cs.mode != V2 {
@@ -63,10 +29,10 @@ func TestCgroupV2FakeFS(t *testing.T) {
 		t.Fatalf("%+v", cs)
 	}
 	// The driver moved itself into a leaf, then enabled the controllers.
-	if got := readTrim(t, filepath.Join(own, "aleph-driver", "cgroup.procs")); got != "4242" {
+	if got := cgrouptest.ReadTrim(t, filepath.Join(own, "aleph-driver", "cgroup.procs")); got != "4242" {
 		t.Fatalf("leaf procs %q", got)
 	}
-	if got := readTrim(t, filepath.Join(own, "cgroup.subtree_control")); got != "+memory +pids +cpu" {
+	if got := cgrouptest.ReadTrim(t, filepath.Join(own, "cgroup.subtree_control")); got != "+memory +pids +cpu" {
 		t.Fatalf("subtree_control %q", got)
 	}
 	cg, err := cs.Create(Limits{MemoryBytes: 64 << 20, Pids: 50, CPUQuotaPercent: 50}, ownertag.Self())
@@ -77,7 +43,7 @@ func TestCgroupV2FakeFS(t *testing.T) {
 	for file, want := range map[string]string{
 		"memory.max": "67108864", "memory.swap.max": "0", "pids.max": "50", "cpu.max": "50000 100000",
 	} {
-		if got := readTrim(t, filepath.Join(dir, file)); got != want {
+		if got := cgrouptest.ReadTrim(t, filepath.Join(dir, file)); got != want {
 			t.Errorf("%s = %q, want %q", file, got, want)
 		}
 	}
@@ -103,7 +69,7 @@ func TestCgroupV2FakeFS(t *testing.T) {
 }
 
 func TestCgroupV2FakeFSRefusals(t *testing.T) {
-	root, selfFile := fakeV2(t)
+	root, selfFile := cgrouptest.FakeV2(t)
 	own := filepath.Join(root, "user.slice", "svc")
 	// Without the pids controller v2 is refused, with the reason.
 	if err := os.WriteFile(filepath.Join(own, "cgroup.controllers"), []byte("cpu memory"), 0o644); err != nil {
