@@ -141,26 +141,45 @@ func applyHandover(h Handover, fds []int, commandFD int) error {
 	return nil
 }
 
-// handoverMount makes one mount of a hand-over. The path is resolved with
-// no symlink in any component, and the inode found must be the one the
-// launcher saw: a protected entry swapped since (for a symlink to
-// elsewhere, or another directory) fails the hand-over rather than being
-// mounted over something else or left unprotected.
+// handoverMount makes one mount of a hand-over: m's tree (protectedTree)
+// attached over the entry itself.
 func handoverMount(m HandoverMount) error {
-	target, err := unix.Openat2(unix.AT_FDCWD, m.Path, &unix.OpenHow{
+	tree, target, err := protectedTree(m)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(target)
+	defer unix.Close(tree)
+	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("protected %s: move_mount: %w", m.Path, err)
+	}
+	return nil
+}
+
+// protectedTree is m's mount as a detached tree with bwrap's attributes,
+// and the entry it is for (O_PATH), both for the caller to close. The path
+// is resolved with no symlink in any component, and the inode found must
+// be the one the launcher saw: a protected entry swapped since (for a
+// symlink to elsewhere, or another directory) fails the hand-over rather
+// than being mounted over something else or left unprotected.
+func protectedTree(m HandoverMount) (tree, target int, err error) {
+	target, err = unix.Openat2(unix.AT_FDCWD, m.Path, &unix.OpenHow{
 		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
 		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
 	})
 	if err != nil {
-		return fmt.Errorf("protected %s: %w", m.Path, err)
+		return -1, -1, fmt.Errorf("protected %s: %w", m.Path, err)
 	}
-	defer unix.Close(target)
+	fail := func(err error) (int, int, error) {
+		unix.Close(target)
+		return -1, -1, err
+	}
 	var st unix.Stat_t
 	if err := unix.Fstat(target, &st); err != nil {
-		return fmt.Errorf("protected %s: %w", m.Path, err)
+		return fail(fmt.Errorf("protected %s: %w", m.Path, err))
 	}
 	if st.Dev != m.Dev || st.Ino != m.Ino {
-		return fmt.Errorf("protected %s changed since the launcher looked (inode %d:%d, was %d:%d)", m.Path, st.Dev, st.Ino, m.Dev, m.Ino)
+		return fail(fmt.Errorf("protected %s changed since the launcher looked (inode %d:%d, was %d:%d)", m.Path, st.Dev, st.Ino, m.Dev, m.Ino))
 	}
 	src, srcPath, flags := target, "", uint(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
 	// bwrap's binds: nosuid and nodev always, read-only but for anchors.
@@ -172,23 +191,20 @@ func handoverMount(m HandoverMount) error {
 		src, srcPath, flags = unix.AT_FDCWD, "/dev/null", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC
 		attr |= unix.MOUNT_ATTR_RDONLY
 		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 {
-			return fmt.Errorf("placeholder %s is not an empty file", m.Path)
+			return fail(fmt.Errorf("placeholder %s is not an empty file", m.Path))
 		}
 	}
-	tree, err := unix.OpenTree(src, srcPath, flags)
+	tree, err = unix.OpenTree(src, srcPath, flags)
 	if err != nil {
-		return fmt.Errorf("protected %s: open_tree: %w", m.Path, err)
+		return fail(fmt.Errorf("protected %s: open_tree: %w", m.Path, err))
 	}
-	defer unix.Close(tree)
 	// Set only: flags a mount below already carries (a read-only grant
 	// under an anchor) stay as they are.
 	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr}); err != nil {
-		return fmt.Errorf("protected %s: mount_setattr: %w", m.Path, err)
+		unix.Close(tree)
+		return fail(fmt.Errorf("protected %s: mount_setattr: %w", m.Path, err))
 	}
-	if err := unix.MoveMount(tree, "", target, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
-		return fmt.Errorf("protected %s: move_mount: %w", m.Path, err)
-	}
-	return nil
+	return tree, target, nil
 }
 
 // The capabilities of a prepared sandbox: it kept CAP_SYS_ADMIN and
