@@ -353,44 +353,14 @@ func (c *servedCommand) handOver(h Handover, fds []int) (notRun syscall.Errno, e
 	return 0, fmt.Errorf("session fork: reaper: record %q", b[0])
 }
 
-// serveTree is m's mount as a detached tree, its attributes set as
-// handoverMount sets them; the entry must be the inode the launcher saw.
+// serveTree is m's mount as a detached tree (protectedTree), for the
+// reaper to attach in the command's namespace.
 func serveTree(m HandoverMount) (int, error) {
-	target, err := unix.Openat2(unix.AT_FDCWD, m.Path, &unix.OpenHow{
-		Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
-		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-	})
+	tree, target, err := protectedTree(m)
 	if err != nil {
-		return -1, fmt.Errorf("protected %s: %w", m.Path, err)
+		return -1, err
 	}
-	defer unix.Close(target)
-	var st unix.Stat_t
-	if err := unix.Fstat(target, &st); err != nil {
-		return -1, fmt.Errorf("protected %s: %w", m.Path, err)
-	}
-	if st.Dev != m.Dev || st.Ino != m.Ino {
-		return -1, fmt.Errorf("protected %s changed since the launcher looked (inode %d:%d, was %d:%d)", m.Path, st.Dev, st.Ino, m.Dev, m.Ino)
-	}
-	src, srcPath, flags := target, "", uint(unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
-	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
-	switch m.Kind {
-	case MountReadOnly:
-		attr |= unix.MOUNT_ATTR_RDONLY
-	case MountDevNull:
-		src, srcPath, flags = unix.AT_FDCWD, "/dev/null", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC
-		attr |= unix.MOUNT_ATTR_RDONLY
-		if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 {
-			return -1, fmt.Errorf("placeholder %s is not an empty file", m.Path)
-		}
-	}
-	tree, err := unix.OpenTree(src, srcPath, flags)
-	if err != nil {
-		return -1, fmt.Errorf("protected %s: open_tree: %w", m.Path, err)
-	}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr}); err != nil {
-		unix.Close(tree)
-		return -1, fmt.Errorf("protected %s: mount_setattr: %w", m.Path, err)
-	}
+	unix.Close(target)
 	return tree, nil
 }
 
@@ -421,13 +391,19 @@ func (c *servedCommand) relay() {
 				continue
 			}
 			if err != nil || n == 0 {
+				// The launcher hung up: the reaper dies, and its end on
+				// ctl closes the command's side (no status: none is
+				// wanted). Returning here, not polling on: at end of
+				// file POLLIN stays set and the loop would spin.
 				c.kill()
-				continue // the status (none) comes on ctl
+				c.finish()
+				return
 			}
 			if b[0] == SignalTag {
 				if _, err := readFull(c.life, b[1:]); err != nil {
-					c.kill()
-					continue
+					c.kill() // a request cut short: the launcher is gone
+					c.finish()
+					return
 				}
 				if syscall.Signal(b[1]) == unix.SIGKILL {
 					c.killed = true
@@ -524,13 +500,7 @@ func lookPathIn(file string, env []string, dir string) (string, error) {
 		}
 		return file, nil
 	}
-	path := ""
-	for _, kv := range env { // the first, as the exec'd sandbox-init's getenv
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-			break
-		}
-	}
+	path, _ := envPath(env) // the PATH sandbox-init's own lookup would use (becomeEnv)
 	for _, d := range filepath.SplitList(path) {
 		if d == "" {
 			d = "."
