@@ -1,6 +1,9 @@
 package core
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
+)
 
 // FileWorkspace is the workspace a caller names for the files API on
 // session sid (as Command.Workspace names one for a command), canonical,
@@ -20,13 +23,7 @@ func (s *WorkspaceSandbox) FileWorkspace(sid, dir string) (string, error) {
 	if _, err := s.session(sid); err != nil {
 		return "", err
 	}
-	ws, err := canonicalDir("workspace", dir)
-	if err == nil {
-		err = s.reachesOwnState("workspace", ws, true)
-	}
-	if err == nil {
-		err = s.reachesOtherSessions("workspace", ws, sid)
-	}
+	ws, err := s.namedWorkspace(sid, dir)
 	if err != nil {
 		return "", err
 	}
@@ -34,7 +31,16 @@ func (s *WorkspaceSandbox) FileWorkspace(sid, dir string) (string, error) {
 	if err != nil || !layered {
 		return ws, err
 	}
-	if _, l, err := s.openLayer(sid); err == nil && l.Workspace() != ws {
+	_, l, err := s.openLayer(sid)
+	switch {
+	case errors.Is(err, ErrNoLayer):
+		// No layer yet: none lies over another workspace.
+		return ws, nil
+	case err != nil:
+		// A layer that cannot be read cannot show that it lies over ws:
+		// refused, never served from the host's directory instead.
+		return "", err
+	case l.Workspace() != ws:
 		return "", &LayeredModeError{Session: sid, Layered: true,
 			Reason: fmt.Sprintf("its layer lies over the workspace %s, not %s; the files API reaches a layered session's view of that workspace only", l.Workspace(), ws)}
 	}

@@ -201,11 +201,19 @@ func (l *Layer) Discard(ctx context.Context) error {
 	}
 	// An overlay of the layer may outlive its mount while a view of it is
 	// open (HoldViews): that counts as mounted too.
-	if w, err := os.OpenFile(filepath.Join(l.dir, WorkDir), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0); err == nil {
+	// Fails closed as the lock above does: a views lock that cannot be
+	// taken cannot show that no view is open.
+	w, err := os.OpenFile(filepath.Join(l.dir, WorkDir), os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	switch {
+	case err == nil:
 		defer w.Close()
 		if err := unix.Flock(int(w.Fd()), unix.LOCK_EX|unix.LOCK_NB); errors.Is(err, unix.EWOULDBLOCK) {
 			return fmt.Errorf("layer %s: %w (a view of its overlay is open)", l.dir, ErrLayerMounted)
+		} else if err != nil {
+			return fmt.Errorf("layer %s: views lock: %w", l.dir, err)
 		}
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("layer %s: views lock: %w", l.dir, err)
 	}
 	if err := removeLayerDir(l.dir); err != nil {
 		return fmt.Errorf("discard layer %s: %w", l.dir, err)
