@@ -439,13 +439,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	}
 	var ws string
 	if cmd.Workspace != "" {
-		ws, err = canonicalDir("workspace", cmd.Workspace)
-		if err == nil {
-			err = s.reachesOwnState("workspace", ws, true)
-		}
-		if err == nil {
-			err = s.reachesOtherSessions("workspace", ws, sid)
-		}
+		ws, err = s.namedWorkspace(sid, cmd.Workspace)
 	} else {
 		ws, err = s.workspaceDir(sess)
 	}
@@ -809,4 +803,23 @@ func baselineOf(cfg Config, host *driverapi.Capabilities) driverapi.Capabilities
 		return cloneCaps(*host)
 	}
 	return cloneCaps(cfg.SessionBaseline())
+}
+
+// namedWorkspace is dir, a workspace the caller of session sid names (a
+// command's or a files call's), canonical, after the checks a named
+// workspace gets: an existing directory named without a symbolic link;
+// not reaching the sandbox's own state or a protected program or file;
+// not another session's workspace under the workspace root.
+func (s *WorkspaceSandbox) namedWorkspace(sid, dir string) (string, error) {
+	ws, err := canonicalDir("workspace", dir)
+	if err == nil {
+		err = s.reachesOwnState("workspace", ws, true)
+	}
+	if err == nil {
+		err = s.reachesOtherSessions("workspace", ws, sid)
+	}
+	if err != nil {
+		return "", err
+	}
+	return ws, nil
 }

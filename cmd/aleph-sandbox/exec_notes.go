@@ -174,7 +174,7 @@ func violationsNote(vs []driverapi.Violation, dropped int64) string {
 	var named []string
 	more := dropped
 	for _, v := range vs {
-		if v.Kind == "spawn" {
+		if v.Kind == driverapi.ViolationSpawn {
 			continue
 		}
 		if len(named) == maxViolationsNoted {
