@@ -944,8 +944,9 @@ const maxConfigSeconds = 365 * 24 * 3600
 // Config.Validated. NewPipeline takes one, so a configuration is checked
 // once on its way down: the assembly (alephsandbox.New) validates it,
 // acts on it (finds the driver, opens the audit file) and hands core the
-// same value, which core does not check again. It holds a copy: changing
-// the Config it came from afterwards changes nothing in it.
+// same value, which core does not check again. It holds a copy of the
+// Config's values (its slices and section maps are shared, as Config's own
+// copies share them): treat the Config as read-only once validated.
 type ValidConfig struct {
 	cfg   Config
 	valid bool
