@@ -13,10 +13,14 @@
 //   - Before creating it, the driver writes an intent record (the path, or
 //     the paths of every placeholder one command makes, NUL-separated) into
 //     its state directory, named after the driver process (pid and start
-//     time). It creates the file with O_EXCL, takes a shared flock on it,
-//     and only then records it as "ph-<dev>-<ino>" (holding the path) and
-//     drops the intent once all of them are recorded. A file is a placeholder only if such a record names
-//     its inode at its path: a user's own empty .envrc is never one.
+//     time). It creates the file unnamed in its directory (O_TMPFILE),
+//     takes a shared flock on it, records it as "ph-<dev>-<ino>" (holding
+//     the path), and only then links it at the path (never replacing what
+//     is there), so nobody sees it there unlocked or unrecorded (where the
+//     file system has no O_TMPFILE: O_EXCL at the path, looked at again
+//     once locked). It drops the intent once all of them are recorded. A
+//     file is a placeholder only if such a record names its inode at its
+//     path: a user's own empty .envrc is never one.
 //   - Every command that uses a placeholder, of this driver process or
 //     another, holds a shared flock on it for its whole run. A command that
 //     finds a placeholder already there uses it the same way.
@@ -124,6 +128,81 @@ func (j *Journal) Create(dir, path string, journaled bool) (*os.File, *unix.Stat
 		}
 		defer os.Remove(intent)
 	}
+	f, st, err := createHidden(dir, path)
+	if errors.Is(err, errNoTmpfile) {
+		return createInPlace(dir, path)
+	}
+	return f, st, err
+}
+
+// errNoTmpfile: the file system of the placeholder's directory cannot make
+// an unnamed file (O_TMPFILE), so createInPlace is used.
+var errNoTmpfile = errors.New("no O_TMPFILE here")
+
+// createHidden makes the placeholder unnamed in its directory (O_TMPFILE),
+// locks, sets its mode and records it, and only then links it at path: it
+// never shows at its path unlocked or unrecorded. Recovery removes an
+// empty read-only file that nobody holds and no record names (what a
+// killed driver's intent names, removeUnrecorded), and a recorded one
+// nobody holds (Remove): a placeholder visible for a moment before its
+// lock or record could be removed by a dead driver's janitor under its
+// maker, whose sandbox then finds its protected entry gone.
+//
+// A maker that dies before the link leaves a record naming path with an
+// inode that is not there: recovery drops such a record.
+func createHidden(dir, path string) (*os.File, *unix.Stat_t, error) {
+	// O_RDWR: O_TMPFILE needs write access; the descriptor stays in this
+	// process (close-on-exec) and is only ever locked, never written.
+	fd, err := unix.Open(filepath.Dir(path), unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, PlaceholderPerm)
+	if err != nil {
+		if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EISDIR) || errors.Is(err, unix.EINVAL) {
+			return nil, nil, errNoTmpfile
+		}
+		return nil, nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
+	}
+	f := os.NewFile(uintptr(fd), path)
+	st := new(unix.Stat_t)
+	err = unix.Flock(fd, unix.LOCK_SH)
+	if err == nil {
+		err = unix.Fstat(fd, st)
+	}
+	if err == nil && st.Mode&0o7777 != PlaceholderPerm {
+		err = unix.Fchmod(fd, PlaceholderPerm)
+	}
+	rec := ""
+	if err == nil {
+		rec = filepath.Join(dir, RecordName(st))
+		err = os.WriteFile(rec, []byte(path), 0o600)
+	}
+	if err != nil {
+		f.Close()
+		return nil, nil, fmt.Errorf("bwrap driver: record placeholder %s: %w", path, err)
+	}
+	// Linked through /proc (linkat's AT_EMPTY_PATH would need
+	// CAP_DAC_READ_SEARCH); linkat never replaces what is there.
+	err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
+	if err == nil {
+		return f, st, nil
+	}
+	f.Close()
+	_ = os.Remove(rec)
+	if errors.Is(err, unix.EEXIST) {
+		return nil, nil, os.ErrExist
+	}
+	if errors.Is(err, unix.ENOENT) {
+		// No /proc in this process's view: make it in place.
+		return nil, nil, errNoTmpfile
+	}
+	return nil, nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
+}
+
+// createInPlace makes the placeholder at path with O_EXCL where the file
+// system has no O_TMPFILE. Between the create and the lock a dead
+// driver's janitor could take it for an unrecorded placeholder of its
+// driver and remove it: once locked it is looked at again, and one gone
+// is reported as os.ErrExist (the caller looks at the path again). Locked,
+// it can no longer be removed by anyone else.
+func createInPlace(dir, path string) (*os.File, *unix.Stat_t, error) {
 	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, PlaceholderPerm)
 	if err != nil {
 		if errors.Is(err, unix.EEXIST) {
@@ -136,6 +215,10 @@ func (j *Journal) Create(dir, path string, journaled bool) (*os.File, *unix.Stat
 	err = unix.Flock(fd, unix.LOCK_SH)
 	if err == nil {
 		err = unix.Fstat(fd, st)
+	}
+	if err == nil && !StillSame(path, st) {
+		f.Close()
+		return nil, nil, os.ErrExist
 	}
 	if err == nil && st.Mode&0o7777 != PlaceholderPerm {
 		// An exact mode, whatever the umask: recovery recognises it.

@@ -65,3 +65,93 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 		}
 	}
 }
+
+// TestCreateNeverShowsAnUnlockedPlaceholder: a placeholder appears at its
+// path already locked and recorded. A dead driver's janitor removes an
+// empty read-only file that an intent of its driver names when nobody
+// holds it and no record names it (removeUnrecorded); were a new
+// placeholder visible at the path a moment before its maker locked and
+// recorded it, that janitor could remove it under the maker, whose
+// sandbox then finds its protected entry gone ("no such file or
+// directory" at the hand-over). The remover here runs all the time beside
+// the creates, as the janitors of several killed drivers do.
+//
+// Both ways of making one are run: unnamed and then linked (where the file
+// system has O_TMPFILE), and in place, looked at again once locked.
+func TestCreateNeverShowsAnUnlockedPlaceholder(t *testing.T) {
+	j := New(t.TempDir(), ownertag.Self(), hclog.NewNullLogger())
+	for _, tc := range []struct {
+		name   string
+		create func(dir, path string) (*os.File, *unix.Stat_t, error)
+	}{
+		{"unnamed then linked", func(dir, path string) (*os.File, *unix.Stat_t, error) {
+			f, st, err := createHidden(dir, path)
+			if errors.Is(err, errNoTmpfile) {
+				t.Skip("this file system has no O_TMPFILE; the in-place case covers it")
+			}
+			return f, st, err
+		}},
+		{"in place", createInPlace},
+	} {
+		t.Run(tc.name, func(t *testing.T) { createRace(t, j, tc.create) })
+	}
+}
+
+func createRace(t *testing.T, j *Journal, create func(dir, path string) (*os.File, *unix.Stat_t, error)) {
+	dir, err := j.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), ".opencode")
+	stop := make(chan struct{})
+	removed := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				removed <- n
+				return
+			default:
+			}
+			if _, err := os.Lstat(path); err == nil {
+				removeUnrecorded(dir, path)
+				if _, err := os.Lstat(path); err != nil {
+					n++
+				}
+			}
+		}
+	}()
+	const rounds = 3000
+	lost := 0
+	for i := 0; i < rounds; i++ {
+		f, st, err := create(dir, path)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			close(stop)
+			<-removed
+			t.Fatal(err)
+		}
+		if !StillSame(path, st) {
+			lost++
+		}
+		RemoveHeld(dir, path, f, st, j.TombName(dir))
+	}
+	close(stop)
+	n := <-removed
+	if lost > 0 {
+		t.Errorf("%d of %d new placeholders were removed by a recovery before their maker used them (the remover removed %d files)", lost, rounds, n)
+	}
+	// Control: the same remover does remove an unrecorded placeholder
+	// nobody holds (what it is for), so the loop above was not vacuous.
+	if err := os.WriteFile(path, nil, PlaceholderPerm); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(path, PlaceholderPerm)
+	removeUnrecorded(dir, path)
+	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("control: an unrecorded, unheld placeholder was not removed: %v", err)
+	}
+}
