@@ -40,7 +40,10 @@ import (
 // variant slips through). It is neutralised when its HEAD, config,
 // config.worktree, commondir, hooks directory or any hook changed since
 // the start: HEAD is renamed to HEAD.aleph-quarantined, and without HEAD
-// git no longer takes the directory for a repository. A .git entry that is
+// git no longer takes the directory for a repository. A HEAD git would
+// accept that changed since the start is renamed too where the directory
+// is not git-shaped yet, so that a repository cannot be planted over two
+// commands (HEAD and config first, objects and refs later). A .git entry that is
 // not a directory (a gitfile, or a symlink) that changed since the start
 // is renamed to .git.aleph-quarantined. Nothing is deleted: the user can
 // look at what the command made and rename it back.

@@ -171,7 +171,20 @@ func (g *gitScan) dir(fd int, rel string, depth int) error {
 	if dotGit != 0xff && dotGit != unix.DT_DIR && !(depth == 0 && g.skip[".git"]) && g.changed(fd, ".git") && !emptyFile(fd, ".git") {
 		g.neutralise(fd, rel, ".git")
 	}
-	if has["HEAD"] && (has["objects"] || has["refs"] || has["commondir"]) && g.repoChanged(fd) {
+	switch {
+	case has["HEAD"] && (has["objects"] || has["refs"] || has["commondir"]) && g.repoChanged(fd):
+		g.neutralise(fd, rel, "HEAD")
+	case has["HEAD"] && g.changed(fd, "HEAD") && headLike(fd):
+		// A HEAD a git directory would accept, new or changed in a
+		// directory that is not git-shaped yet. Left, it would let a
+		// repository be planted over two commands: HEAD and config by the
+		// first (no objects or refs: no repository, nothing to
+		// neutralise), objects and refs by the second (a repository now,
+		// but its HEAD and config older than the second's start), or
+		// renamed into place, which keeps the directories' birth times. A
+		// HEAD neutralised when it appears leaves no directory git can
+		// take for a repository later without writing a HEAD again, which
+		// is then new.
 		g.neutralise(fd, rel, "HEAD")
 	}
 	if depth+1 > g.lim.maxDepth && len(subdirs) > 0 {
@@ -307,6 +320,55 @@ func (g *gitScan) rename(fd int, from, to string) error {
 		err = unix.Renameat(fd, from, fd, to)
 	}
 	return err
+}
+
+// headLike reports whether the HEAD entry of fd is one git would accept as
+// a git directory's HEAD (validate_headref): a symbolic link (git's old
+// form), or a regular file that starts "ref: " or with a hexadecimal
+// object id. Anything else (a README's "HEAD" of another tool, a
+// directory) is left alone. An entry that cannot be read counts as one.
+func headLike(fd int) bool {
+	var st unix.Stat_t
+	if err := unix.Fstatat(fd, "HEAD", &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return !errors.Is(err, unix.ENOENT)
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFLNK:
+		return true
+	case unix.S_IFREG:
+	default:
+		return false
+	}
+	hfd, err := unix.Openat(fd, "HEAD", unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return true
+	}
+	defer unix.Close(hfd)
+	var b [64]byte
+	n, err := unix.Read(hfd, b[:])
+	if err != nil {
+		return true
+	}
+	return looksLikeHeadRef(b[:max(n, 0)])
+}
+
+// looksLikeHeadRef: the start of a HEAD file's content is a symbolic ref
+// ("ref:", git skips the blanks after it) or an object id (40 hexadecimal
+// digits for SHA-1, 64 for SHA-256: the first 40 are checked; git's hex
+// parser takes either case).
+func looksLikeHeadRef(b []byte) bool {
+	if len(b) >= 4 && string(b[:4]) == "ref:" {
+		return true
+	}
+	if len(b) < 40 {
+		return false
+	}
+	for _, c := range b[:40] {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f' || 'A' <= c && c <= 'F') {
+			return false
+		}
+	}
+	return true
 }
 
 // emptyFile reports whether name of fd is an empty regular file: git

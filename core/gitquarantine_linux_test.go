@@ -266,3 +266,94 @@ func TestGitQuarantineAllowLeavesRepositories(t *testing.T) {
 		})
 	}
 }
+
+// TestGitQuarantineAcrossCommands: a repository planted over two commands
+// of a session (HEAD and config by the first, when the directory is not
+// yet git-shaped; objects and refs by the second, made anew or renamed
+// into place so their birth times are old) is neutralised all the same:
+// its HEAD goes when it appears. The controls: the same steps made by the
+// host give a repository that runs the program (the attack is real), and
+// a file named HEAD that no git would accept is left alone.
+func TestGitQuarantineAcrossCommands(t *testing.T) {
+	requireGit(t)
+	cfg := testConfig(t)
+	sb, err := NewWorkspaceSandbox(cfg, WithDriver(drivertest.Connect(t, hostShDriver{&drivertest.FakeDriver{}})))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	markers := t.TempDir()
+	for i, tc := range []struct{ name, first, second string }{
+		{"objects and refs made by the second", "rm -r d/objects d/refs", "mkdir -p d/objects d/refs/heads"},
+		{"objects and refs renamed into place by the second", "mv d/objects d/o && mv d/refs d/r", "mv d/o d/objects && mv d/r d/refs"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := filepath.Join(markers, fmt.Sprintf("m%d", i))
+			first := gitplant.Script("d", true, m) + " && " + tc.first
+			// Control: the host making the same two steps plants a
+			// repository that runs the program.
+			ctl := t.TempDir()
+			for _, step := range []string{first, tc.second} {
+				c := exec.Command("/bin/sh", "-c", step)
+				c.Dir = ctl
+				if out, err := c.CombinedOutput(); err != nil {
+					t.Fatalf("host step: %v %s", err, out)
+				}
+			}
+			if got := gitplant.Fires(t, filepath.Join(ctl, "d"), m); len(got) == 0 {
+				t.Fatal("control: the two steps made by the host plant no repository that runs anything: the attack is not shown")
+			}
+			session := fmt.Sprintf("across%d", i)
+			ws, err := sb.WorkspacePath(session)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var renamed []string
+			for _, step := range []string{first, tc.second} {
+				out, err := sb.Execute(context.Background(), Command{SessionID: session, Program: "sh", Args: []string{step}})
+				if err != nil || out.Exit.ExitCode != 0 {
+					t.Fatalf("step %q: %v %+v %s", step, err, out, out.Stderr)
+				}
+				if out.GitQuarantine != nil {
+					renamed = append(renamed, out.GitQuarantine.Renamed...)
+				}
+			}
+			if got := gitplant.Fires(t, filepath.Join(ws, "d"), m); len(got) > 0 {
+				t.Fatalf("the host's git ran the program planted over two commands (%v)", got)
+			}
+			if !slices.Contains(renamed, "d/HEAD -> d/HEAD.aleph-quarantined") {
+				t.Fatalf("renamed %q, want d/HEAD", renamed)
+			}
+		})
+	}
+	t.Run("a HEAD no git accepts is left", func(t *testing.T) {
+		out, err := sb.Execute(context.Background(), Command{SessionID: "notes", Program: "sh", Args: []string{"mkdir -p n && echo 'tip of the branch: see log' > n/HEAD"}})
+		if err != nil || out.Exit.ExitCode != 0 {
+			t.Fatalf("%v %+v", err, out)
+		}
+		if out.GitQuarantine != nil {
+			t.Fatalf("an ordinary file named HEAD was renamed: %+v", out.GitQuarantine)
+		}
+	})
+}
+
+func TestLooksLikeHeadRef(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"ref: refs/heads/main\n", true},
+		{"ref:refs/heads/main", true},
+		{"0123456789abcdef0123456789abcdef01234567\n", true},
+		{"0123456789abcdef0123456789abcdef0123456", false}, // 39 digits
+		{"0123456789ABCDEF0123456789abcdef01234567", true}, // git's parser takes either case
+		{"0123456789abcdeg0123456789abcdef01234567", false},
+		{"", false},
+		{"refs/heads/main", false},
+		{"tip of the branch", false},
+	} {
+		if got := looksLikeHeadRef([]byte(tc.in)); got != tc.want {
+			t.Errorf("looksLikeHeadRef(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}
