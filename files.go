@@ -99,6 +99,12 @@ func (r *Runtime) fileRoot(ctx context.Context, session, named string) (*wsfs.Ro
 // audit records one file operation: refusals (a protected entry, a link,
 // a bad path, a limit) apart from failures.
 func (r *Runtime) auditFile(ctx context.Context, session, op, path string, n int64, err error) {
+	r.auditFileQ(ctx, session, op, path, n, err, nil)
+}
+
+// auditFileQ is auditFile with what the write's search for planted git
+// repositories did.
+func (r *Runtime) auditFileQ(ctx context.Context, session, op, path string, n int64, err error, gq *core.GitQuarantine) {
 	if r.ws == nil {
 		return
 	}
@@ -114,7 +120,7 @@ func (r *Runtime) auditFile(ctx context.Context, session, op, path string, n int
 			refused = true
 		}
 	}
-	r.ws.RecordFile(ctx, session, core.FileAudit{Op: op, Path: path, Bytes: n}, refused, err)
+	r.ws.RecordFile(ctx, session, core.FileAudit{Op: op, Path: path, Bytes: n, GitQuarantine: gq}, refused, err)
 }
 
 // OpenFile implements FileHost. The read is audited when the file is
@@ -226,9 +232,22 @@ func (r *Runtime) writeFile(ctx context.Context, session, named, path string, sr
 	if err != nil {
 		return FileInfo{}, err
 	}
+	// What is written to a live workspace is searched for a git
+	// repository it plants, as what a command writes is (core's
+	// GuardFileWrite): a HEAD, config or hook written into a directory is
+	// neutralised before the host's git can take it for a repository. A
+	// layered session's writes land in its layer, which Apply judges.
+	var guard func(context.Context, string) *core.GitQuarantine
+	if r.ws != nil && root.DirFile == nil {
+		guard = r.ws.GuardFileWrite(root.Dir)
+	}
 	in, err := root.Write(ctx, path, src, opts)
 	done(err == nil)
-	r.auditFile(ctx, session, "write", path, in.Size, err)
+	var gq *core.GitQuarantine
+	if guard != nil && err == nil {
+		gq = guard(ctx, path)
+	}
+	r.auditFileQ(ctx, session, "write", path, in.Size, err, gq)
 	return in, err
 }
 

@@ -86,6 +86,9 @@ type FileAudit struct {
 	Path string `json:"path"`
 	// Bytes read or written.
 	Bytes int64 `json:"bytes,omitempty"`
+	// GitQuarantine: what a write made a git repository planted for the
+	// host's git, neutralised once it was written (GuardFileWrite).
+	GitQuarantine *GitQuarantine `json:"git_quarantine,omitempty"`
 }
 
 // AuditUsage is a command's CPU time (user plus system, and each) in

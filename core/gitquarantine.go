@@ -2,6 +2,9 @@ package core
 
 import (
 	"context"
+	"path"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
@@ -135,4 +138,41 @@ func (s *WorkspaceSandbox) quarantineGit(ctx context.Context, ws string, mark gi
 		lim = defaultGitScanLimits()
 	}
 	return quarantineGitAfter(ctx, ws, mark, skip, lim)
+}
+
+// GuardFileWrite is the same search for a write of the files API to the
+// live workspace ws: it marks the write's start and returns the function
+// to call once the file at rel (slash-separated, relative to ws) was
+// written. A write makes one file and the directories above it, so only
+// the file's directory and the one above it (a hook lies in hooks/) are
+// looked at: the HEAD, config, hook or commondir the write added makes
+// the directory's HEAD renamed as after a command, and the result says
+// so (nil: nothing done). With planted_git = "allow", or where the search
+// does not run, it returns nil.
+func (s *WorkspaceSandbox) GuardFileWrite(ws string) func(ctx context.Context, rel string) *GitQuarantine {
+	if s.gitScanOff || !gitScanSupported {
+		return nil
+	}
+	mark := markGitScan(ws)
+	skip := s.cfg.ProtectedEntries()
+	return func(ctx context.Context, rel string) *GitQuarantine {
+		if !mark.ok {
+			return &GitQuarantine{Incomplete: "the start of the write could not be marked on the workspace's file system"}
+		}
+		dir := path.Dir(path.Clean("/" + filepath.ToSlash(rel)))
+		rels := []string{dir}
+		if dir != "/" {
+			rels = append(rels, path.Dir(dir))
+		}
+		for i, r := range rels {
+			rels[i] = strings.TrimPrefix(r, "/")
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), gitScanTimeout)
+		defer cancel()
+		gq := scanGitDirs(ctx, ws, mark, skip, rels)
+		if gq.Empty() {
+			return nil
+		}
+		return gq
+	}
 }

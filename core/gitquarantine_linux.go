@@ -11,6 +11,7 @@ import (
 	"path"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -166,6 +167,27 @@ func (g *gitScan) dir(fd int, rel string, depth int) error {
 			subdirs = append(subdirs, e.name)
 		}
 	}
+	g.check(fd, rel, depth, has, dotGit)
+	if depth+1 > g.lim.maxDepth && len(subdirs) > 0 {
+		g.res.Incomplete = fmt.Sprintf("the workspace nests directories deeper than %d levels (at %s); what lies deeper was not searched for planted git repositories", g.lim.maxDepth, rel)
+		return errScanStop
+	}
+	for _, name := range subdirs {
+		cfd, err := g.openDir(fd, rel, name)
+		if err != nil {
+			continue // gone, or replaced by a non-directory: nothing to search
+		}
+		if err := g.dir(cfd, path.Join(rel, name), depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// check neutralises what makes the directory fd (rel, at depth, holding
+// the names in has and a .git of type dotGit, 0xff for none) a repository
+// planted since the mark.
+func (g *gitScan) check(fd int, rel string, depth int, has map[string]bool, dotGit uint8) {
 	// A .git that is not a directory: a gitfile naming a git directory
 	// anywhere, or a symlink to one. Git follows either.
 	if dotGit != 0xff && dotGit != unix.DT_DIR && !(depth == 0 && g.skip[".git"]) && g.changed(fd, ".git") && !emptyFile(fd, ".git") {
@@ -187,20 +209,63 @@ func (g *gitScan) dir(fd int, rel string, depth int) error {
 		// is then new.
 		g.neutralise(fd, rel, "HEAD")
 	}
-	if depth+1 > g.lim.maxDepth && len(subdirs) > 0 {
-		g.res.Incomplete = fmt.Sprintf("the workspace nests directories deeper than %d levels (at %s); what lies deeper was not searched for planted git repositories", g.lim.maxDepth, rel)
-		return errScanStop
+}
+
+// scanGitDirs checks only the directories rels of root (slash-separated,
+// relative, "" for root itself), each without its subdirectories: after
+// a write that made one file and the directories above it, only the
+// file's directory and the one above it (a hook lies in hooks/) can have
+// become, or been changed as, a repository. Each is reached from root by
+// descriptors, never following a link.
+func scanGitDirs(ctx context.Context, root string, mark gitMark, skip []string, rels []string) *GitQuarantine {
+	g := &gitScan{ctx: ctx, mark: mark, skip: map[string]bool{}, lim: defaultGitScanLimits(), buf: make([]byte, 32<<10), euid: os.Geteuid()}
+	for _, s := range skip {
+		g.skip[s] = true
 	}
-	for _, name := range subdirs {
-		cfd, err := g.openDir(fd, rel, name)
+	for _, rel := range rels {
+		fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
-			continue // gone, or replaced by a non-directory: nothing to search
+			g.res.Incomplete = fmt.Sprintf("the workspace could not be opened: %v", err)
+			break
 		}
-		if err := g.dir(cfd, path.Join(rel, name), depth+1); err != nil {
-			return err
+		depth, at := 0, ""
+		for _, name := range strings.Split(rel, "/") {
+			if name == "" || fd < 0 {
+				continue
+			}
+			cfd, err := g.openDir(fd, at, name)
+			unix.Close(fd)
+			fd, at, depth = cfd, path.Join(at, name), depth+1
+			if err != nil {
+				fd = -1
+			}
 		}
+		if fd < 0 {
+			continue // gone, or not a directory: nothing there to check
+		}
+		g.res.Dirs++
+		ents, err := g.readDir(fd)
+		if err == nil {
+			has, dotGit := map[string]bool{}, uint8(0xff)
+			for _, e := range ents {
+				switch e.name {
+				case "HEAD", "objects", "refs", "commondir":
+					has[e.name] = true
+				case ".git":
+					dotGit = e.typ
+					var st unix.Stat_t
+					if dotGit == unix.DT_UNKNOWN && unix.Fstatat(fd, e.name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+						dotGit = unix.DT_DIR
+					}
+				}
+			}
+			g.check(fd, at, depth, has, dotGit)
+		}
+		unix.Close(fd)
 	}
-	return nil
+	sort.Strings(g.res.Renamed)
+	sort.Strings(g.res.Unreadable)
+	return &g.res
 }
 
 // openDir opens the subdirectory name of fd without following a symlink.

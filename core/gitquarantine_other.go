@@ -13,3 +13,7 @@ func markGitScan(string) gitMark { return gitMark{} }
 func scanGitShapes(context.Context, string, gitMark, []string, gitScanLimits) *GitQuarantine {
 	return &GitQuarantine{Incomplete: "not available on this system"}
 }
+
+func scanGitDirs(context.Context, string, gitMark, []string, []string) *GitQuarantine {
+	return &GitQuarantine{Incomplete: "not available on this system"}
+}
