@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
@@ -201,22 +200,6 @@ func (r *Runtime) WriteFile(ctx context.Context, session, path string, src io.Re
 }
 
 func (r *Runtime) writeFile(ctx context.Context, session, named, path string, src io.Reader, opts WriteFileOptions) (FileInfo, error) {
-	if r.ws != nil && named != "" {
-		// A write to a live workspace the caller named is refused: what a
-		// command writes there is searched, once it has ended, for git
-		// repositories planted for the host's git (a bare repository's
-		// HEAD, config and objects in any directory: the host's git runs
-		// its core.fsmonitor there), and a write of the files API would
-		// not be. A layered session's writes land in its layer, which
-		// Apply judges, so they are let through.
-		if layered, err := r.ws.SessionLayered(session); err != nil || !layered {
-			if err == nil {
-				err = &core.InvalidCommandError{Field: "workspace", Reason: fmt.Sprintf("the files API does not write a live workspace the caller names (%s): what is written there is not searched for planted git repositories as a command's writes are; write it with a command of the session, or name no workspace (the session's own)", named)}
-			}
-			r.auditFile(ctx, session, "write", path, 0, err)
-			return FileInfo{}, err
-		}
-	}
 	if r.ws != nil {
 		// A layered session's layer at its disk limit takes no more
 		// (checked before the view is opened, which holds the session's
@@ -309,11 +292,9 @@ type WorkspaceFileHost interface {
 	// named workspace (core's FileWorkspace): an existing directory named
 	// without a link, not the sandbox's own state, not another session's
 	// workspace under the root; on a layered session only its layer's
-	// workspace, reached through the session's view. Reads, lists, stats
-	// and removes are served; a write to a live named workspace is
-	// refused (*core.InvalidCommandError for "workspace"), since it would
-	// escape the search for planted git repositories a command's writes
-	// get.
+	// workspace, reached through the session's view. Every call is
+	// served there; a write to a live workspace is searched for a planted
+	// git repository as a command's writes are (core's GuardFileWrite).
 	FilesIn(workspace string) FileHost
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -429,9 +430,9 @@ func TestFilesMetrics(t *testing.T) {
 // directory, as Execute's workspace does, with the checks Execute's gets:
 // read, list, stat and remove are served there (the session's own
 // workspace does not have the file: the control that the name is what
-// was reached); a write there is refused, typed, and writes nothing,
-// while the same write without a workspace lands in the session's own
-// (positive control); a relative name, a name through a link, another
+// was reached); a write lands there and is searched for a planted
+// repository, while the same write without a workspace lands in the
+// session's own; a relative name, a name through a link, another
 // session's workspace under the root, the sandbox's own state and the
 // service's own directory are refused, each with its field.
 func TestFilesAPINamedWorkspace(t *testing.T) {
@@ -464,35 +465,37 @@ func TestFilesAPINamedWorkspace(t *testing.T) {
 		t.Fatalf("stat = %+v, %v", s, err)
 	}
 
-	// A write there is refused and writes nothing; without the name it
-	// lands in the session's own workspace.
-	_, err = c.WriteFile(ctx, connect.NewRequest(&hostv1.WriteFileRequest{Session: "nw", Path: "b.txt", Data: []byte("x"), Workspace: named}))
-	if err == nil {
-		t.Fatal("a write to a named live workspace was let through")
-	}
-	if code, d := detail(t, err); code != connect.CodeInvalidArgument || d.GetField() != "workspace" {
-		t.Fatalf("write refused as %v %+v", code, d)
-	}
-	if _, err := os.Lstat(filepath.Join(named, "b.txt")); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("the refused write left b.txt: %v", err)
-	}
-	refusedAudit := false
-	for _, r := range audit.files() {
-		if r.File.Op == "write" && r.File.Path == "b.txt" && r.Reason == core.ReasonFileRefused {
-			refusedAudit = true
-		}
-	}
-	if !refusedAudit {
-		t.Errorf("the refused write is not audited as refused: %+v", audit.files())
-	}
-	for _, part := range []bool{true, false} {
-		req := &hostv1.WriteFileRequest{Session: "nw", Path: "b.txt", Data: []byte("x"), Workspace: named}
+	// A write there lands there, whole or in parts, and is searched for
+	// a planted repository as a command's writes are (a HEAD git accepts
+	// is renamed); without the name it lands in the session's own
+	// workspace.
+	for i, part := range []bool{false, true} {
+		name := fmt.Sprintf("b%d.txt", i)
+		req := &hostv1.WriteFileRequest{Session: "nw", Path: name, Data: []byte("x"), Workspace: named}
 		if part {
 			req.UploadId, req.More = "named-upload-1", false
 		}
-		if _, err := c.WriteFile(ctx, connect.NewRequest(req)); err == nil {
-			t.Fatalf("a write (upload %v) to a named live workspace was let through", part)
+		if _, err := c.WriteFile(ctx, connect.NewRequest(req)); err != nil {
+			t.Fatalf("a write (upload %v) to the named workspace: %v", part, err)
 		}
+		if b, err := os.ReadFile(filepath.Join(named, name)); err != nil || string(b) != "x" {
+			t.Fatalf("the write (upload %v) did not land in the named workspace: %q %v", part, b, err)
+		}
+	}
+	if _, err := c.WriteFile(ctx, connect.NewRequest(&hostv1.WriteFileRequest{Session: "nw", Path: "r/HEAD", Data: []byte("ref: refs/heads/main\n"), Parents: true, Workspace: named})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(named, "r", "HEAD.aleph-quarantined")); err != nil {
+		t.Fatalf("a HEAD written to the named workspace was not renamed aside: %v", err)
+	}
+	quarantined := false
+	for _, r := range audit.files() {
+		if r.File.Op == "write" && r.File.Path == "r/HEAD" && r.File.GitQuarantine != nil && len(r.File.GitQuarantine.Renamed) == 1 {
+			quarantined = true
+		}
+	}
+	if !quarantined {
+		t.Errorf("the write whose HEAD was renamed is not audited so: %+v", audit.files())
 	}
 	if _, err := c.WriteFile(ctx, connect.NewRequest(&hostv1.WriteFileRequest{Session: "nw", Path: "b.txt", Data: []byte("x")})); err != nil {
 		t.Fatalf("control: the write to the session's own workspace: %v", err)

@@ -12,11 +12,10 @@ limit's name); a write is atomic.
 
 Every call takes ``workspace=``: a workspace the caller names (an absolute
 path), as ``exec(..., workspace=DIR)`` names one, checked as exec checks it;
-``None`` is the session's own. Reads, lists, stats and removes are served
-there; a write to a live session's named workspace is refused
-(``reason_code == "invalid_command"``, ``field == "workspace"``): what is
-written there would escape the search for planted git repositories that a
-command's writes get. On a layered session only its layer's workspace is
+``None`` is the session's own. Every call is served there; a write to a
+live workspace is searched for a planted git repository as a command's
+writes are (a ``HEAD`` git would accept is renamed ``HEAD.aleph-quarantined``,
+and the audit record says so). On a layered session only its layer's workspace is
 accepted, and the calls reach the session's view of it, writes included.
 """
 

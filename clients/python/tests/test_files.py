@@ -142,8 +142,9 @@ class FilesTest(unittest.TestCase):
         # A workspace the caller names, as exec names one: a command run
         # there writes a file, the files API reads, lists and stats it
         # there (the session's own workspace does not have it), a write
-        # there is refused and writes nothing (the same write without a
-        # workspace lands in the session's own), a remove there is served,
+        # lands there and is searched for a planted repository (the same
+        # write without a workspace lands in the session's own), a remove
+        # there is served,
         # and a relative name is refused.
         import tempfile
         c, S = self.c, "pyfiles-named"
@@ -156,12 +157,17 @@ class FilesTest(unittest.TestCase):
             with self.assertRaises(SandboxError) as e:
                 c.files.stat(S, "n.txt")
             self.assertEqual(e.exception.reason_code, "not_found")
-            with self.assertRaises(SandboxError) as e:
-                c.files.write(S, "w.txt", b"x", workspace=ws)
-            self.assertEqual((e.exception.reason_code, e.exception.field), ("invalid_command", "workspace"))
-            self.assertFalse(os.path.exists(os.path.join(ws, "w.txt")))
-            c.files.write(S, "w.txt", b"x")
-            self.assertEqual(c.files.read(S, "w.txt"), b"x")
+            c.files.write(S, "w.txt", b"x", workspace=ws)
+            with open(os.path.join(ws, "w.txt"), "rb") as f:
+                self.assertEqual(f.read(), b"x")
+            # A HEAD git would accept, written there, is renamed aside
+            # (searched as a command's writes are).
+            c.files.write(S, "r/HEAD", b"ref: refs/heads/main\n", workspace=ws, parents=True)
+            self.assertTrue(os.path.exists(os.path.join(ws, "r", "HEAD.aleph-quarantined")))
+            self.assertFalse(os.path.exists(os.path.join(ws, "r", "HEAD")))
+            c.files.write(S, "w2.txt", b"y")
+            self.assertEqual(c.files.read(S, "w2.txt"), b"y")
+            self.assertFalse(os.path.exists(os.path.join(ws, "w2.txt")))
             c.files.remove(S, "n.txt", workspace=ws)
             self.assertFalse(os.path.exists(os.path.join(ws, "n.txt")))
             with self.assertRaises(SandboxError) as e:

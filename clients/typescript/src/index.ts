@@ -1042,10 +1042,10 @@ export interface FileOptions extends CallOptions {
   /**
    * A workspace the caller names (an absolute path), as `exec`'s `workspace`
    * names one, checked as exec checks it; left out: the session's own. A
-   * write to a live session's named workspace is refused (code
-   * "invalid_command", field "workspace"): what is written there would
-   * escape the search for planted repositories a command's writes get. On a
-   * layered session only its layer's workspace is accepted.
+   * write to a live workspace is searched for a planted git repository as a
+   * command's writes are (a HEAD git would accept is renamed
+   * HEAD.aleph-quarantined, and the audit record says so). On a layered
+   * session only its layer's workspace is accepted.
    */
   workspace?: string;
 }

@@ -1541,7 +1541,7 @@ describe("client.files against a real serve", { skip }, () => {
     assert.equal(fs.readFileSync(secret, "utf8"), "host secret");
   });
 
-  test("a workspace the caller names: read, list, stat and remove there; a write there refused", T, async () => {
+  test("a workspace the caller names: read, write, list, stat and remove there; a planted HEAD renamed", T, async () => {
     const S = "tsfiles-named";
     const ws = fs.mkdtempSync(path.join(os.tmpdir(), "ts-named-"));
     try {
@@ -1552,12 +1552,17 @@ describe("client.files against a real serve", { skip }, () => {
       assert.equal((await c.files.stat(S, "n.txt", { workspace: ws })).size, 5);
       // The session's own workspace does not have it.
       assert.equal((await refused(c.files.stat(S, "n.txt"))).reasonCode, "not_found");
-      const w = await refused(c.files.write(S, "w.txt", "x", { workspace: ws }));
-      assert.deepEqual([w.reasonCode, w.field], ["invalid_command", "workspace"]);
-      assert.equal(fs.existsSync(path.join(ws, "w.txt")), false);
-      // Control: the same write without a workspace lands in the session's own.
-      await c.files.write(S, "w.txt", "x");
-      assert.equal((await c.files.read(S, "w.txt")).toString(), "x");
+      await c.files.write(S, "w.txt", "x", { workspace: ws });
+      assert.equal(fs.readFileSync(path.join(ws, "w.txt")).toString(), "x");
+      // A HEAD git would accept, written there, is renamed aside (searched
+      // as a command's writes are).
+      await c.files.write(S, "r/HEAD", "ref: refs/heads/main\n", { workspace: ws, parents: true });
+      assert.equal(fs.existsSync(path.join(ws, "r", "HEAD.aleph-quarantined")), true);
+      assert.equal(fs.existsSync(path.join(ws, "r", "HEAD")), false);
+      // The same write without a workspace lands in the session's own.
+      await c.files.write(S, "w2.txt", "y");
+      assert.equal((await c.files.read(S, "w2.txt")).toString(), "y");
+      assert.equal(fs.existsSync(path.join(ws, "w2.txt")), false);
       await c.files.remove(S, "n.txt", { workspace: ws });
       assert.equal(fs.existsSync(path.join(ws, "n.txt")), false);
       assert.equal((await refused(c.files.list(S, ".", { workspace: "relative/dir" }))).field, "workspace");
