@@ -121,3 +121,39 @@ func mcpFileToolsScenario(t *testing.T, ctx context.Context, cs *mcp.ClientSessi
 		}
 	}
 }
+
+// TestMCPFileToolsInProjectEndToEnd is the same scenario with `mcp
+// --workspace DIR` (the user's project): the file tools reach DIR, where
+// run_command runs, so a file written is on the host in DIR and the
+// session's own directory holds none of it.
+func TestMCPFileToolsInProjectEndToEnd(t *testing.T) {
+	h := newEscapeHarness(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	secret := filepath.Join(t.TempDir(), "host-secret")
+	if err := os.WriteFile(secret, []byte("host secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	project, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), "mcp", "--session", "mcp-files-project", "--workspace", project, "--allow-spawn")
+	cmd.Env = append(h.env(), "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+h.root)
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	mcpFileToolsScenario(t, ctx, cs, secret)
+	if b, err := os.ReadFile(filepath.Join(project, "src", "main.py")); err != nil || string(b) != "print('hi')\n" {
+		t.Fatalf("write_file did not write the project: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(project, "made.txt")); err != nil || string(b) != "made\n" {
+		t.Fatalf("the command did not run in the project: %q %v", b, err)
+	}
+	own, _ := filepath.Glob(filepath.Join(h.root, "*", "src", "main.py"))
+	if len(own) > 0 {
+		t.Fatalf("the file tools wrote a session directory: %v", own)
+	}
+}

@@ -385,7 +385,7 @@ func New(r Runner, cfg Config) *Server {
 	}
 	srv.tracker = &procTracker{procs: procs, watchStarts: cfg.Processes == nil, owned: map[*mcp.ServerSession]map[string]bool{}}
 	addProcessTools(s, cfg, srv.tracker, asked)
-	if fh, ok := r.(alephsandbox.FileHost); ok {
+	if fh, ok := fileHost(r, cfg.Workspace); ok {
 		addFileTools(s, cfg, fh)
 	}
 	if lh, ok := r.(alephsandbox.LayerHost); ok {
@@ -506,4 +506,21 @@ func toCommand(cfg Config, in RunCommandArgs) (core.Command, error) {
 		return core.Command{}, err
 	}
 	return cmd, nil
+}
+
+// fileHost is the files API the file tools use: over the workspace every
+// call runs in (mcp --workspace: the user's project), so that write_file
+// writes what run_command's command reads. A runner that cannot name a
+// workspace for its files gets no file tools when one is set: they would
+// read and write the session's own directory, which no command sees.
+func fileHost(r any, workspace string) (alephsandbox.FileHost, bool) {
+	fh, ok := r.(alephsandbox.FileHost)
+	if !ok || workspace == "" {
+		return fh, ok
+	}
+	wh, ok := r.(alephsandbox.WorkspaceFileHost)
+	if !ok {
+		return nil, false
+	}
+	return wh.FilesIn(workspace), true
 }
