@@ -190,20 +190,9 @@ func ListenUnix(path string, allowedUIDs []uint32, log hclog.Logger) (*UnixListe
 	if m := st.Mode() & (os.ModePerm | os.ModeSticky); m != 0o700 {
 		return nil, &SocketDirError{Dir: dir, Why: fmt.Sprintf("its mode is %04o, not 0700", uint32(m.Perm())|stickyBit(m))}
 	}
-	lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
+	lock, err := lockSocketPath(path)
 	if err != nil {
-		return nil, fmt.Errorf("lock %s.lock: %w", path, err)
-	}
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		owner := ""
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			owner = lockOwner(lock)
-		}
-		_ = lock.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, &InUseError{Path: path, Owner: owner}
-		}
-		return nil, fmt.Errorf("lock %s.lock: %w", path, err)
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -301,8 +290,47 @@ func refuse(c net.Conn, uid uint32) {
 // different files of the same name.
 func (l *UnixListener) Close() error {
 	err := l.Listener.Close()
+	// The lock file goes while it is still held: a server starting now
+	// either failed to lock it (this one held it) or locks it after the
+	// removal and finds, by lockSocketPath's check, that it names nothing
+	// any more, and takes a new one.
+	_ = os.Remove(l.path + ".lock")
 	_ = l.lock.Close()
 	return err
+}
+
+// lockSocketPath takes the exclusive lock on path+".lock" without waiting
+// (an *InUseError when a live server holds it), and checks that the file
+// locked is still the one at that name: a server that closed meanwhile
+// removes its lock file while holding it, and a lock taken on the removed
+// file would let two servers think they own the socket.
+func lockSocketPath(path string) (*os.File, error) {
+	for attempt := 0; ; attempt++ {
+		lock, err := os.OpenFile(path+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("lock %s.lock: %w", path, err)
+		}
+		if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			owner := ""
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				owner = lockOwner(lock)
+			}
+			_ = lock.Close()
+			if errors.Is(err, unix.EWOULDBLOCK) {
+				return nil, &InUseError{Path: path, Owner: owner}
+			}
+			return nil, fmt.Errorf("lock %s.lock: %w", path, err)
+		}
+		var held, named unix.Stat_t
+		if unix.Fstat(int(lock.Fd()), &held) == nil && unix.Lstat(path+".lock", &named) == nil &&
+			held.Dev == named.Dev && held.Ino == named.Ino {
+			return lock, nil
+		}
+		_ = lock.Close()
+		if attempt >= 10 {
+			return nil, fmt.Errorf("lock %s.lock: it keeps being removed and made again (another server starting and stopping there?)", path)
+		}
+	}
 }
 
 func peerUID(c net.Conn) (uint32, error) {

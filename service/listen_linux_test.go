@@ -308,3 +308,45 @@ func under(t *testing.T, base string, mode os.FileMode, uid int) string {
 	}
 	return filepath.Join(parent, "run")
 }
+
+// TestListenUnixLeavesNothing: a closed listener leaves neither its socket
+// nor its lock file; while it is open both are there and a second
+// listener on the path is refused (the control that the lock is what
+// holds it); after the close a new listener takes the path, again and
+// again, each refusing a second while it is open.
+func TestListenUnixLeavesNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run")
+	sock := filepath.Join(dir, "s.sock")
+	for round := 0; round < 3; round++ {
+		l, err := ListenUnix(sock, nil, nil)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		for _, p := range []string{sock, sock + ".lock"} {
+			if _, err := os.Lstat(p); err != nil {
+				t.Fatalf("round %d: %s missing while listening: %v", round, p, err)
+			}
+		}
+		var inUse *InUseError
+		if l2, err := ListenUnix(sock, nil, nil); !errors.As(err, &inUse) {
+			if l2 != nil {
+				l2.Close()
+			}
+			t.Fatalf("round %d: a second listener: %v, want *InUseError", round, err)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		ents, err := os.ReadDir(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ents) != 0 {
+			names := []string{}
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			t.Fatalf("round %d: left after close: %v", round, names)
+		}
+	}
+}
