@@ -2,7 +2,6 @@ package alephsandbox
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -68,8 +67,10 @@ type LayerHost interface {
 }
 
 // ErrDisabled is returned by every call of a runtime built from a
-// configuration with sandbox.enabled = false.
-var ErrDisabled = errors.New("the sandbox is disabled (sandbox.enabled = false): nothing runs")
+// configuration with sandbox.enabled = false; core.FailureReason gives it
+// as core.ReasonDisabled ("sandbox_disabled"), as the service and exec
+// --json do.
+var ErrDisabled = core.ErrDisabled
 
 // Option is something a host supplies.
 type Option func(*options)

@@ -170,8 +170,13 @@ func TestRuntimeDisabled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rt.Close()
-	if _, err := rt.Execute(context.Background(), core.Command{SessionID: "s", Program: "echo"}); !errors.Is(err, alephsandbox.ErrDisabled) {
+	_, err = rt.Execute(context.Background(), core.Command{SessionID: "s", Program: "echo"})
+	if !errors.Is(err, alephsandbox.ErrDisabled) {
 		t.Fatalf("want ErrDisabled, got %v", err)
+	}
+	// Its reason code, as the service and exec --json give it.
+	if code, _ := core.FailureReason(err); code != core.ReasonDisabled {
+		t.Fatalf("reason %q, want %q", code, core.ReasonDisabled)
 	}
 	// The pipeline a host calls directly refuses as Execute does.
 	if _, err := rt.Pipeline().Execute(context.Background(), core.Command{SessionID: "s", Program: "echo"}); !errors.Is(err, alephsandbox.ErrDisabled) {

@@ -153,6 +153,8 @@ func FailureReason(err error) (code ReasonCode, field string) {
 		return ReasonMediationFailed, ""
 	case errors.Is(err, ErrClosed):
 		return ReasonClosed, ""
+	case errors.Is(err, ErrDisabled):
+		return ReasonDisabled, ""
 	case errors.Is(err, context.Canceled):
 		return ReasonCanceled, ""
 	}
@@ -299,6 +301,10 @@ func (e *WorkspaceError) Unwrap() error { return e.Err }
 
 // ErrClosed is returned by a WorkspaceSandbox after Close.
 var ErrClosed = errors.New("sandbox is closed")
+
+// ErrDisabled is returned by every call of a runtime built from a
+// configuration with sandbox.enabled = false (ReasonDisabled).
+var ErrDisabled = errors.New("the sandbox is disabled (sandbox.enabled = false): nothing runs")
 
 // ErrSessionForgotten is the cause a command that was running when its
 // session was forgotten (ForgetSession) ends with: it is killed before

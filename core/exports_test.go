@@ -26,7 +26,7 @@ var exportedNames = []string{
 	"Command", "Config", "ConfigError", "Covered",
 	"DataDir", "Decision", "DecisionAllow", "DecisionDeny", "DecisionError", "DefaultConfig", "DefaultPath",
 	"DefaultProcessConfig", "DeniedError", "DriverError", "DriverName", "DriverNotFoundError",
-	"EnvPrefix", "ErrAuditUnavailable", "ErrClosed", "ErrHookHung", "ErrLayeredMode", "ErrLayeredUnavailable",
+	"EnvPrefix", "ErrAuditUnavailable", "ErrClosed", "ErrDisabled", "ErrHookHung", "ErrLayeredMode", "ErrLayeredUnavailable",
 	"ErrNoLayer", "ErrProcessEnded", "ErrSessionForgotten", "ErrSignalBeforeStart", "ErrSignalEnded", "ErrStdinClosed",
 	"Executor",
 	"FailureReason", "FileAudit", "FileGrantStore",
