@@ -246,11 +246,20 @@ func (p *Pool[K, S]) Refill(key K, session string, sz Sizes, auto bool, after <-
 				}
 				t.Stop()
 			}
-			s, err := build()
-			if err != nil {
-				// Told while the build still counts as in flight, so
-				// that WaitIdle returns only after it was told.
-				failed(err)
+			// A pool closed, or a session forgotten, while the build
+			// waited builds nothing: it would only be destroyed.
+			p.mu.Lock()
+			skip := p.closed || p.forgotten[session] != gen
+			p.mu.Unlock()
+			var s S
+			var err error
+			if !skip {
+				s, err = build()
+				if err != nil {
+					// Told while the build still counts as in flight, so
+					// that WaitIdle returns only after it was told.
+					failed(err)
+				}
 			}
 			p.mu.Lock()
 			p.building[key]--
@@ -265,6 +274,11 @@ func (p *Pool[K, S]) Refill(key K, session string, sz Sizes, auto bool, after <-
 			}
 			// Close waits for builds in flight (and for what they end).
 			defer p.signalEnded()
+			if skip {
+				p.total--
+				p.mu.Unlock()
+				return
+			}
 			if err == nil && stale {
 				p.total--
 				p.addEnding(session, 1)

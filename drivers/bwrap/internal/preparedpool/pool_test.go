@@ -195,3 +195,44 @@ func TestEndingWaited(t *testing.T) {
 	done()
 	<-ended
 }
+
+// TestWaitingBuildSkippedOnCloseOrForget: a build waiting for its go-ahead
+// (a hand-over in progress) when the pool closes, or its session is
+// forgotten, builds nothing: it would only be destroyed. The control: the
+// same waiting build with neither builds once let go.
+func TestWaitingBuildSkippedOnCloseOrForget(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		end    func(h *harness)
+		builds int
+	}{
+		{"let go", func(*harness) {}, 1},
+		{"closed", func(h *harness) { h.p.Close() }, 0},
+		{"forgotten", func(h *harness) { h.p.Forget("s1") }, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness()
+			after := make(chan struct{})
+			var mu sync.Mutex
+			built := 0
+			h.p.Refill(key{"s1", 1}, "s1", Sizes{PerProfile: 1, Max: 1, Idle: time.Hour}, false, after,
+				func() (*sandbox, error) {
+					mu.Lock()
+					built++
+					mu.Unlock()
+					return &sandbox{}, nil
+				}, func(error) {})
+			tc.end(h)
+			close(after)
+			h.p.WaitIdle()
+			mu.Lock()
+			defer mu.Unlock()
+			if built != tc.builds {
+				t.Fatalf("built %d, want %d", built, tc.builds)
+			}
+			if total, _, building := h.p.Counts(); building != 0 || total != tc.builds {
+				t.Fatalf("counts: total %d building %d, want %d 0", total, building, tc.builds)
+			}
+		})
+	}
+}
