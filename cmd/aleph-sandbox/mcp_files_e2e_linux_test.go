@@ -25,18 +25,28 @@ func TestMCPFileToolsEndToEnd(t *testing.T) {
 	h := newEscapeHarness(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
+	cs, secret := mcpFilesInProcess(t, ctx, h, "--session", "mcp-files")
+	mcpFileToolsScenario(t, ctx, cs, secret)
+}
+
+// mcpFilesInProcess starts the real `aleph-sandbox mcp` (in-process
+// runtime, spawn allowed) with args, connects the SDK's client over a
+// pipe (closed at the test's end), and makes a host secret for the
+// scenario's planted link.
+func mcpFilesInProcess(t *testing.T, ctx context.Context, h *escapeHarness, args ...string) (*mcp.ClientSession, string) {
+	t.Helper()
 	secret := filepath.Join(t.TempDir(), "host-secret")
 	if err := os.WriteFile(secret, []byte("host secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), "mcp", "--session", "mcp-files", "--allow-spawn")
+	cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), append(append([]string{"mcp"}, args...), "--allow-spawn")...)
 	cmd.Env = append(h.env(), "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+h.root)
 	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cs.Close()
-	mcpFileToolsScenario(t, ctx, cs, secret)
+	t.Cleanup(func() { cs.Close() })
+	return cs, secret
 }
 
 // TestMCPFileToolsOnHostEndToEnd is the same scenario with `mcp --host`:
@@ -130,21 +140,11 @@ func TestMCPFileToolsInProjectEndToEnd(t *testing.T) {
 	h := newEscapeHarness(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	secret := filepath.Join(t.TempDir(), "host-secret")
-	if err := os.WriteFile(secret, []byte("host secret"), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	project, err := filepath.EvalSymlinks(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), "mcp", "--session", "mcp-files-project", "--workspace", project, "--allow-spawn")
-	cmd.Env = append(h.env(), "ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+h.root)
-	cs, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "1"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cs.Close()
+	cs, secret := mcpFilesInProcess(t, ctx, h, "--session", "mcp-files-project", "--workspace", project)
 	mcpFileToolsScenario(t, ctx, cs, secret)
 	if b, err := os.ReadFile(filepath.Join(project, "src", "main.py")); err != nil || string(b) != "print('hi')\n" {
 		t.Fatalf("write_file did not write the project: %q %v", b, err)

@@ -161,14 +161,7 @@ func createHidden(dir, path string) (*os.File, *unix.Stat_t, error) {
 		return nil, nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
-	st := new(unix.Stat_t)
-	err = unix.Flock(fd, unix.LOCK_SH)
-	if err == nil {
-		err = unix.Fstat(fd, st)
-	}
-	if err == nil && st.Mode&0o7777 != PlaceholderPerm {
-		err = unix.Fchmod(fd, PlaceholderPerm)
-	}
+	st, err := lockPlaceholder(fd)
 	rec := ""
 	if err == nil {
 		rec = filepath.Join(dir, RecordName(st))
@@ -196,6 +189,21 @@ func createHidden(dir, path string) (*os.File, *unix.Stat_t, error) {
 	return nil, nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
 }
 
+// lockPlaceholder takes the shared lock on a new placeholder's descriptor
+// and gives it its exact mode, whatever the umask (recovery recognises
+// placeholders by it); it returns the placeholder's stat.
+func lockPlaceholder(fd int) (*unix.Stat_t, error) {
+	st := new(unix.Stat_t)
+	err := unix.Flock(fd, unix.LOCK_SH)
+	if err == nil {
+		err = unix.Fstat(fd, st)
+	}
+	if err == nil && st.Mode&0o7777 != PlaceholderPerm {
+		err = unix.Fchmod(fd, PlaceholderPerm)
+	}
+	return st, err
+}
+
 // createInPlace makes the placeholder at path with O_EXCL where the file
 // system has no O_TMPFILE. Between the create and the lock a dead
 // driver's janitor could take it for an unrecorded placeholder of its
@@ -211,18 +219,10 @@ func createInPlace(dir, path string) (*os.File, *unix.Stat_t, error) {
 		return nil, nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
 	}
 	f := os.NewFile(uintptr(fd), path)
-	st := new(unix.Stat_t)
-	err = unix.Flock(fd, unix.LOCK_SH)
-	if err == nil {
-		err = unix.Fstat(fd, st)
-	}
+	st, err := lockPlaceholder(fd)
 	if err == nil && !StillSame(path, st) {
 		f.Close()
 		return nil, nil, os.ErrExist
-	}
-	if err == nil && st.Mode&0o7777 != PlaceholderPerm {
-		// An exact mode, whatever the umask: recovery recognises it.
-		err = unix.Fchmod(fd, PlaceholderPerm)
 	}
 	if err == nil {
 		err = os.WriteFile(filepath.Join(dir, RecordName(st)), []byte(path), 0o600)
