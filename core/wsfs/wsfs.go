@@ -32,13 +32,17 @@
 package wsfs
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
 // Kind is what an entry is.
@@ -247,3 +251,54 @@ const (
 
 // tempPrefix starts the name of a write's temporary file.
 const tempPrefix = ".aleph-write-"
+
+func nameOf(comps []string) string {
+	if len(comps) == 0 {
+		return "."
+	}
+	return comps[len(comps)-1]
+}
+
+func (r *Root) fileLimit(reason string) error {
+	key := r.Limits.FileKey
+	if key == "" {
+		key = "serve.files_max_bytes"
+	}
+	return &core.LimitError{Limit: key, Value: r.maxFile(), Reason: reason}
+}
+
+// readWith copies the regular file at p, opened by open, to w, bounded
+// by the limit (a file growing while it is read stops there).
+func (r *Root) readWith(ctx context.Context, p string, w io.Writer, open func(context.Context, string) (*os.File, Info, error)) (Info, error) {
+	f, in, err := open(ctx, p)
+	if err != nil {
+		return Info{}, err
+	}
+	defer f.Close()
+	n, err := io.Copy(w, io.LimitReader(ctxReader{ctx, f}, r.maxFile()+1))
+	if err != nil {
+		return in, &Error{Op: "read", Path: p, Reason: "reading failed", Err: err}
+	}
+	if n > r.maxFile() {
+		return in, r.fileLimit(fmt.Sprintf("read %q: the file grew past the limit while it was read", p))
+	}
+	in.Size = n
+	return in, nil
+}
+
+// ctxReader stops a copy once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// IsTemp reports whether name is a write's temporary file (a crashed
+// write may leave one).
+func IsTemp(name string) bool { return strings.HasPrefix(name, tempPrefix) }
