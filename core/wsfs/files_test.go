@@ -83,15 +83,6 @@ func newRoot(t *testing.T, impl string) (*testRoot, string) {
 	return &testRoot{fileAPI: api, Dir: canon, root: r}, base
 }
 
-func wantCode(t *testing.T, err error, code Code) *Error {
-	t.Helper()
-	var fe *Error
-	if !errors.As(err, &fe) || fe.Code != code {
-		t.Fatalf("error = %v (%T), want code %s", err, err, code)
-	}
-	return fe
-}
-
 func TestWriteReadListStatRemove(t *testing.T) { eachImpl(t, testWriteReadListStatRemove) }
 
 func testWriteReadListStatRemove(t *testing.T, impl string) {
