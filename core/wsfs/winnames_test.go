@@ -120,10 +120,13 @@ func TestOSRootWindowsNames(t *testing.T) {
 	}
 	_, err := o.Read(ctx, "f.", &bytes.Buffer{})
 	wantCode(t, err, CodeInvalid)
-	// A short-name shape is read (reading .git is allowed anyway); here
-	// it does not exist.
+	// A short-name shape is not refused by name on a read (reading .git
+	// is allowed anyway): here it does not exist, or on a Windows volume
+	// with 8.3 names it is .git, a directory.
 	_, err = o.Read(ctx, "GIT~1", &bytes.Buffer{})
-	wantCode(t, err, CodeNotFound)
+	if c := CodeOf(err); c != CodeNotFound && c != CodeIsDir {
+		t.Fatalf("read GIT~1: %v", err)
+	}
 	// Positive control: plain names go through the same osRoot.
 	if _, err := o.Write(ctx, "sub/file.txt", strings.NewReader("x"), WriteOptions{Parents: true}); err != nil {
 		t.Fatal(err)
