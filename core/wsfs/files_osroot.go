@@ -45,9 +45,10 @@ import (
 //     passes on.
 type osRoot struct {
 	r *Root
-	// winNames applies Windows' name rules (winnames.go): set on Windows,
-	// and by tests elsewhere.
-	winNames bool
+	// windows applies Windows' rules: its names (winnames.go), and a
+	// read-only file replaced by a write (a rename over one is refused
+	// there, not on Unix). Set on Windows, and by tests elsewhere.
+	windows bool
 }
 
 // rel is comps as a path os.Root takes ("." for the workspace itself).
@@ -77,7 +78,7 @@ func (o osRoot) check(op, p string, mutating bool) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if o.winNames {
+	if o.windows {
 		if err := checkWinNames(op, p, comps, mutating); err != nil {
 			return nil, err
 		}
@@ -436,13 +437,17 @@ func (o osRoot) Write(ctx context.Context, p string, src io.Reader, opt WriteOpt
 	}()
 	name := comps[len(comps)-1]
 	mode := uint32(opt.Mode)
+	readOnly := false
 	switch old, err := dir.Lstat(name); {
 	case err == nil && kindOfMode(old) == KindDir:
 		return Info{}, &Error{Op: "write", Path: p, Code: CodeIsDir, Reason: "is a directory"}
-	case err == nil && mode == 0 && kindOfMode(old) == KindFile:
-		mode = permBits(old.Mode()) & 0o777
 	case err != nil && !errors.Is(err, fs.ErrNotExist):
 		return Info{}, osErr("write", p, err)
+	case err == nil && kindOfMode(old) == KindFile:
+		if mode == 0 {
+			mode = permBits(old.Mode()) & 0o777
+		}
+		readOnly = old.Mode().Perm()&0o200 == 0
 	}
 	if mode == 0 {
 		mode = 0o644
@@ -494,7 +499,20 @@ func (o osRoot) Write(ctx context.Context, p string, src io.Reader, opt WriteOpt
 	if err := f.Close(); err != nil {
 		return Info{}, &Error{Op: "write", Path: p, Reason: "writing failed", Err: err}
 	}
+	if readOnly && o.windows {
+		// Windows refuses to rename over a file with the read-only
+		// attribute, which Unix replaces like any other: the attribute is
+		// cleared on the entry itself (Root.Chmod opens it with
+		// FILE_OPEN_REPARSE_POINT, no link followed; it was a regular file
+		// by Lstat just before) and set again if the rename fails.
+		if err := dir.Chmod(name, 0o666); err != nil {
+			return Info{}, osErr("write", p, err)
+		}
+	}
 	if err := dir.Rename(tmp, name); err != nil {
+		if readOnly && o.windows {
+			_ = dir.Chmod(name, 0o444)
+		}
 		return Info{}, osErr("write", p, err)
 	}
 	renamed, written = true, true

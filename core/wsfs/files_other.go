@@ -15,7 +15,7 @@ import (
 // other than their text (device names, streams, trailing dots and spaces,
 // 8.3 short names) are refused there as well.
 
-func (r *Root) osRoot() osRoot { return osRoot{r: r, winNames: runtime.GOOS == "windows"} }
+func (r *Root) osRoot() osRoot { return osRoot{r: r, windows: runtime.GOOS == "windows"} }
 
 // Stat describes the entry at p, not following it when it is a link.
 func (r *Root) Stat(ctx context.Context, p string) (Info, error) { return r.osRoot().Stat(ctx, p) }

@@ -101,7 +101,7 @@ func TestPermBitsRoundTrip(t *testing.T) {
 func TestOSRootWindowsNames(t *testing.T) {
 	base := t.TempDir()
 	r := &Root{Dir: base, Protected: driverapi.DefaultProtectedEntries()}
-	o := osRoot{r: r, winNames: true}
+	o := osRoot{r: r, windows: true}
 	ctx := context.Background()
 	if err := os.MkdirAll(filepath.Join(base, ".git", "hooks"), 0o755); err != nil {
 		t.Fatal(err)
@@ -183,5 +183,25 @@ func TestOSRootEscapeText(t *testing.T) {
 	_, err = root.Stat("missing")
 	if !errors.Is(err, os.ErrNotExist) || CodeOf(osErr("stat", "x", err)) != CodeNotFound {
 		t.Fatalf("missing = %v", err)
+	}
+}
+
+// A write over a read-only file replaces it (as on Unix); with Windows'
+// rules on, the read-only attribute is cleared first, and the mode kept.
+func TestOSRootReplacesReadOnly(t *testing.T) {
+	for _, win := range []bool{false, true} {
+		base := t.TempDir()
+		o := osRoot{r: &Root{Dir: base}, windows: win}
+		ctx := context.Background()
+		if _, err := o.Write(ctx, "ro", strings.NewReader("old"), WriteOptions{Mode: 0o444}); err != nil {
+			t.Fatal(err)
+		}
+		in, err := o.Write(ctx, "ro", strings.NewReader("new"), WriteOptions{})
+		if err != nil {
+			t.Fatalf("windows=%v: %v", win, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(base, "ro")); string(b) != "new" || in.Mode&0o200 != 0 {
+			t.Fatalf("windows=%v: content %q, mode %#o", win, b, in.Mode)
+		}
 	}
 }
