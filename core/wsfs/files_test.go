@@ -484,3 +484,45 @@ func testSymlinkSwappedMidOperation(t *testing.T, impl string) {
 		t.Fatalf("control write: %v", err)
 	}
 }
+
+// The two implementations side by side: os.Root opens one handle per
+// component (and a write's walk an os.Root per directory), the Linux code
+// one openat2 for a read. Report ratios of one run, not absolute figures.
+func BenchmarkFiles(b *testing.B) {
+	ctx := context.Background()
+	data := strings.Repeat("x", 4096)
+	apis := map[string]fileAPI{}
+	for _, impl := range impls {
+		r := &Root{Dir: b.TempDir(), Protected: driverapi.DefaultProtectedEntries()}
+		apis[impl] = r
+		if impl == "osroot" {
+			apis[impl] = osRoot{r: r}
+		}
+		if _, err := apis[impl].Write(ctx, "a/b/c/f", strings.NewReader(data), WriteOptions{Parents: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ops := []struct {
+		name string
+		do   func(api fileAPI) error
+	}{
+		{"read", func(api fileAPI) error { _, err := api.Read(ctx, "a/b/c/f", io.Discard); return err }},
+		{"stat", func(api fileAPI) error { _, err := api.Stat(ctx, "a/b/c/f"); return err }},
+		{"write", func(api fileAPI) error {
+			_, err := api.Write(ctx, "a/b/c/g", strings.NewReader(data), WriteOptions{})
+			return err
+		}},
+	}
+	// Side by side: each operation on one implementation, then the other.
+	for _, op := range ops {
+		for _, impl := range impls {
+			b.Run(op.name+"/"+impl, func(b *testing.B) {
+				for b.Loop() {
+					if err := op.do(apis[impl]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}
