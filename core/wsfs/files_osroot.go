@@ -268,13 +268,32 @@ func (o osRoot) List(ctx context.Context, p string) ([]Info, error) {
 		return nil, err
 	}
 	defer root.Close()
-	// OpenRoot opens a directory only (O_DIRECTORY, FILE_DIRECTORY_FILE):
-	// a FIFO is not opened to find out it is not one.
+	// Looked at first: a Windows reparse point other than a link (a
+	// placeholder directory) is not opened. OpenRoot then opens a
+	// directory only (O_DIRECTORY, FILE_DIRECTORY_FILE), so a FIFO is not
+	// opened either, and it must be the directory looked at.
+	pre, err := root.Stat(rel(comps))
+	if err != nil {
+		return nil, osErr("list", p, err)
+	}
+	switch kindOfMode(pre) {
+	case KindDir:
+	case KindOther:
+		if reparsePoint(pre) {
+			return nil, &Error{Op: "list", Path: p, Code: CodeNotRegular, Reason: "is a reparse point, which is never opened"}
+		}
+		return nil, &Error{Op: "list", Path: p, Code: CodeNotDir, Reason: "is not a directory"}
+	default:
+		return nil, &Error{Op: "list", Path: p, Code: CodeNotDir, Reason: "is not a directory"}
+	}
 	dr, err := root.OpenRoot(rel(comps))
 	if err != nil {
 		return nil, osErr("list", p, err)
 	}
 	defer dr.Close()
+	if st, err := dr.Stat("."); err != nil || !os.SameFile(pre, st) {
+		return nil, &Error{Op: "list", Path: p, Code: CodeChanged, Reason: "the directory was replaced while it was being opened; nothing was listed (try again)"}
+	}
 	d, err := dr.Open(".")
 	if err != nil {
 		return nil, osErr("list", p, err)
@@ -358,7 +377,7 @@ func (o osRoot) step(op, p string, dir *os.Root, c string, create bool) (*os.Roo
 		return nil, made, &Error{Op: op, Path: p, Code: CodeLink, Reason: "the path goes through a link, which this operation does not follow (writes and removes never follow links; give the link's target path)"}
 	case KindOther:
 		if fi.IsDir() || reparsePoint(fi) {
-			return nil, made, &Error{Op: op, Path: p, Code: CodeLink, Reason: "the path goes through a reparse point (a junction), which this operation does not follow"}
+			return nil, made, &Error{Op: op, Path: p, Code: CodeLink, Reason: "the path goes through a reparse point (a junction, a placeholder), which this operation does not follow"}
 		}
 		return nil, made, &Error{Op: op, Path: p, Code: CodeNotDir, Reason: "a component of the path is not a directory"}
 	default:

@@ -113,6 +113,9 @@ func testWriteReadListStatRemove(t *testing.T, impl string) {
 	if err != nil || st.Name != "c.txt" || st.Size != 5 || st.ModTime.IsZero() {
 		t.Fatalf("stat = %+v, %v", st, err)
 	}
+	// A file is not listed.
+	_, err = r.List(ctx, "a/b/c.txt")
+	wantCode(t, err, CodeNotDir)
 	// Without parents a missing directory is not_found.
 	_, err = r.Write(ctx, "x/y.txt", strings.NewReader("."), WriteOptions{})
 	wantCode(t, err, CodeNotFound)
@@ -304,6 +307,9 @@ func testSpecialFilesNeverOpened(t *testing.T, impl string) {
 	// would block forever; the read must answer at once.
 	_, err := r.Read(ctx, "fifo", &bytes.Buffer{})
 	wantCode(t, err, CodeNotRegular)
+	// Nor opened to be listed: it is not a directory.
+	_, err = r.List(ctx, "fifo")
+	wantCode(t, err, CodeNotDir)
 	// A link to a device inside the workspace's view (/dev/zero reached
 	// by a link is outside: refused as a link); a device node in the
 	// workspace, where mknod is allowed (root).
