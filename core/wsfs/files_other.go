@@ -6,44 +6,39 @@ import (
 	"context"
 	"io"
 	"os"
+	"runtime"
 )
 
-// The files API needs descriptor-relative opens that never follow a link
-// out of the workspace; this platform's are not written yet, so every
-// call is refused rather than done with path strings that a link could
-// redirect.
+// Off Linux and macOS (Windows first) the files API goes through os.Root
+// (files_osroot.go): traversal that never leaves the workspace, with the
+// rules of wsfs enforced on top of it. Windows' names that open something
+// other than their text (device names, streams, trailing dots and spaces,
+// 8.3 short names) are refused there as well.
 
-func unsupported(op, p string) error {
-	return &Error{Op: op, Path: p, Code: CodeUnsupported, Reason: "the files API is not available on this platform yet (Linux and macOS only); use a command (cat, tee) in the sandbox"}
+func (r *Root) osRoot() osRoot { return osRoot{r: r, windows: runtime.GOOS == "windows"} }
+
+// Stat describes the entry at p, not following it when it is a link.
+func (r *Root) Stat(ctx context.Context, p string) (Info, error) { return r.osRoot().Stat(ctx, p) }
+
+// Open opens the regular file at p for reading; the caller closes it.
+func (r *Root) Open(ctx context.Context, p string) (*os.File, Info, error) {
+	return r.osRoot().Open(ctx, p)
 }
 
-// Stat is refused on this platform.
-func (r *Root) Stat(_ context.Context, p string) (Info, error) { return Info{}, unsupported("stat", p) }
-
-// Open is refused on this platform.
-func (r *Root) Open(_ context.Context, p string) (*os.File, Info, error) {
-	return nil, Info{}, unsupported("read", p)
+// Read copies the regular file at p to w.
+func (r *Root) Read(ctx context.Context, p string, w io.Writer) (Info, error) {
+	return r.osRoot().Read(ctx, p, w)
 }
 
-// Read is refused on this platform.
-func (r *Root) Read(_ context.Context, p string, _ io.Writer) (Info, error) {
-	return Info{}, unsupported("read", p)
+// List describes the entries of the directory at p, sorted by name.
+func (r *Root) List(ctx context.Context, p string) ([]Info, error) { return r.osRoot().List(ctx, p) }
+
+// Write replaces (or creates) the regular file at p, atomically.
+func (r *Root) Write(ctx context.Context, p string, src io.Reader, o WriteOptions) (Info, error) {
+	return r.osRoot().Write(ctx, p, src, o)
 }
 
-// List is refused on this platform.
-func (r *Root) List(_ context.Context, p string) ([]Info, error) { return nil, unsupported("list", p) }
-
-// Write is refused on this platform.
-func (r *Root) Write(_ context.Context, p string, _ io.Reader, _ WriteOptions) (Info, error) {
-	return Info{}, unsupported("write", p)
-}
-
-// Remove is refused on this platform.
-func (r *Root) Remove(_ context.Context, p string, _ RemoveOptions) error {
-	return unsupported("remove", p)
-}
-
-// IsTemp reports whether name is a write's temporary file.
-func IsTemp(name string) bool {
-	return len(name) >= len(tempPrefix) && name[:len(tempPrefix)] == tempPrefix
+// Remove removes the entry at p (a link itself, never its target).
+func (r *Root) Remove(ctx context.Context, p string, o RemoveOptions) error {
+	return r.osRoot().Remove(ctx, p, o)
 }

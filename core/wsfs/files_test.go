@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -19,7 +20,47 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 )
 
-func newRoot(t *testing.T) (*Root, string) {
+// fileAPI is what both implementations offer: Root's own methods (the
+// descriptor code of files_unix.go here) and osRoot's (os.Root, what
+// Windows runs). Every test below runs against both.
+type fileAPI interface {
+	Stat(ctx context.Context, p string) (Info, error)
+	Open(ctx context.Context, p string) (*os.File, Info, error)
+	Read(ctx context.Context, p string, w io.Writer) (Info, error)
+	List(ctx context.Context, p string) ([]Info, error)
+	Write(ctx context.Context, p string, src io.Reader, o WriteOptions) (Info, error)
+	Remove(ctx context.Context, p string, o RemoveOptions) error
+}
+
+// The implementations under test, and where their behaviour differs
+// (each difference is also asserted where it shows):
+//
+//	impl     read through a link   write/remove through  FIFO, device
+//	         that stays inside     a link                read
+//	unix     followed on Linux     refused (link)        refused (not_regular)
+//	         (openat2 BENEATH),
+//	         refused on macOS
+//	osroot   followed (os.Root)    refused (link)        refused (not_regular)
+var impls = []string{"unix", "osroot"}
+
+// followsInsideLinks reports whether impl's reads follow a link that
+// stays inside the workspace.
+func followsInsideLinks(impl string) bool { return impl == "osroot" || runtime.GOOS == "linux" }
+
+type testRoot struct {
+	fileAPI
+	Dir  string
+	root *Root
+}
+
+func eachImpl(t *testing.T, f func(t *testing.T, impl string)) {
+	t.Helper()
+	for _, impl := range impls {
+		t.Run(impl, func(t *testing.T) { f(t, impl) })
+	}
+}
+
+func newRoot(t *testing.T, impl string) (*testRoot, string) {
 	t.Helper()
 	base := t.TempDir()
 	ws := filepath.Join(base, "ws")
@@ -34,20 +75,18 @@ func newRoot(t *testing.T) (*Root, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &Root{Dir: canon, Protected: driverapi.DefaultProtectedEntries()}, base
-}
-
-func wantCode(t *testing.T, err error, code Code) *Error {
-	t.Helper()
-	var fe *Error
-	if !errors.As(err, &fe) || fe.Code != code {
-		t.Fatalf("error = %v (%T), want code %s", err, err, code)
+	r := &Root{Dir: canon, Protected: driverapi.DefaultProtectedEntries()}
+	var api fileAPI = r
+	if impl == "osroot" {
+		api = osRoot{r: r}
 	}
-	return fe
+	return &testRoot{fileAPI: api, Dir: canon, root: r}, base
 }
 
-func TestWriteReadListStatRemove(t *testing.T) {
-	r, _ := newRoot(t)
+func TestWriteReadListStatRemove(t *testing.T) { eachImpl(t, testWriteReadListStatRemove) }
+
+func testWriteReadListStatRemove(t *testing.T, impl string) {
+	r, _ := newRoot(t, impl)
 	ctx := context.Background()
 	in, err := r.Write(ctx, "a/b/c.txt", strings.NewReader("hello"), WriteOptions{Parents: true, Mode: 0o600})
 	if err != nil {
@@ -74,6 +113,9 @@ func TestWriteReadListStatRemove(t *testing.T) {
 	if err != nil || st.Name != "c.txt" || st.Size != 5 || st.ModTime.IsZero() {
 		t.Fatalf("stat = %+v, %v", st, err)
 	}
+	// A file is not listed.
+	_, err = r.List(ctx, "a/b/c.txt")
+	wantCode(t, err, CodeNotDir)
 	// Without parents a missing directory is not_found.
 	_, err = r.Write(ctx, "x/y.txt", strings.NewReader("."), WriteOptions{})
 	wantCode(t, err, CodeNotFound)
@@ -93,8 +135,10 @@ func TestWriteReadListStatRemove(t *testing.T) {
 	}
 }
 
-func TestPathsRefused(t *testing.T) {
-	r, _ := newRoot(t)
+func TestPathsRefused(t *testing.T) { eachImpl(t, testPathsRefused) }
+
+func testPathsRefused(t *testing.T, impl string) {
+	r, _ := newRoot(t, impl)
 	ctx := context.Background()
 	for _, p := range []string{"/etc/passwd", "../secret", "a/../../secret", "a/..", "x\x00y"} {
 		_, err := r.Read(ctx, p, &bytes.Buffer{})
@@ -111,8 +155,10 @@ func TestPathsRefused(t *testing.T) {
 	}
 }
 
-func TestSymlinkOut(t *testing.T) {
-	r, base := newRoot(t)
+func TestSymlinkOut(t *testing.T) { eachImpl(t, testSymlinkOut) }
+
+func testSymlinkOut(t *testing.T, impl string) {
+	r, base := newRoot(t, impl)
 	ctx := context.Background()
 	// An absolute link and a relative one, both leading out.
 	if err := os.Symlink(filepath.Join(base, "secret"), filepath.Join(r.Dir, "abs")); err != nil {
@@ -162,7 +208,8 @@ func TestSymlinkOut(t *testing.T) {
 		t.Fatal("a recursive remove of a link followed it")
 	}
 	// Positive control: a link that stays inside is followed by a read
-	// on Linux (openat2 RESOLVE_BENEATH), refused elsewhere.
+	// on Linux (openat2 RESOLVE_BENEATH) and by os.Root, refused by the
+	// descriptor walk of macOS.
 	if err := os.WriteFile(filepath.Join(r.Dir, "target"), []byte("inside"), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +218,7 @@ func TestSymlinkOut(t *testing.T) {
 	}
 	var buf bytes.Buffer
 	_, err = r.Read(ctx, "in", &buf)
-	if runtime.GOOS == "linux" {
+	if followsInsideLinks(impl) {
 		if err != nil || buf.String() != "inside" {
 			t.Fatalf("read through an inside link = %q, %v", buf.String(), err)
 		}
@@ -181,7 +228,11 @@ func TestSymlinkOut(t *testing.T) {
 }
 
 func TestWriteThroughInsideLinkToProtected(t *testing.T) {
-	r, _ := newRoot(t)
+	eachImpl(t, testWriteThroughInsideLinkToProtected)
+}
+
+func testWriteThroughInsideLinkToProtected(t *testing.T, impl string) {
+	r, _ := newRoot(t, impl)
 	ctx := context.Background()
 	if err := os.MkdirAll(filepath.Join(r.Dir, ".git", "hooks"), 0o755); err != nil {
 		t.Fatal(err)
@@ -196,8 +247,10 @@ func TestWriteThroughInsideLinkToProtected(t *testing.T) {
 	}
 }
 
-func TestProtectedEntries(t *testing.T) {
-	r, _ := newRoot(t)
+func TestProtectedEntries(t *testing.T) { eachImpl(t, testProtectedEntries) }
+
+func testProtectedEntries(t *testing.T, impl string) {
+	r, _ := newRoot(t, impl)
 	ctx := context.Background()
 	if err := os.MkdirAll(filepath.Join(r.Dir, ".git"), 0o755); err != nil {
 		t.Fatal(err)
@@ -241,8 +294,10 @@ func TestProtectedEntries(t *testing.T) {
 	}
 }
 
-func TestSpecialFilesNeverOpened(t *testing.T) {
-	r, _ := newRoot(t)
+func TestSpecialFilesNeverOpened(t *testing.T) { eachImpl(t, testSpecialFilesNeverOpened) }
+
+func testSpecialFilesNeverOpened(t *testing.T, impl string) {
+	r, _ := newRoot(t, impl)
 	ctx := context.Background()
 	fifo := filepath.Join(r.Dir, "fifo")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
@@ -252,6 +307,9 @@ func TestSpecialFilesNeverOpened(t *testing.T) {
 	// would block forever; the read must answer at once.
 	_, err := r.Read(ctx, "fifo", &bytes.Buffer{})
 	wantCode(t, err, CodeNotRegular)
+	// Nor opened to be listed: it is not a directory.
+	_, err = r.List(ctx, "fifo")
+	wantCode(t, err, CodeNotDir)
 	// A link to a device inside the workspace's view (/dev/zero reached
 	// by a link is outside: refused as a link); a device node in the
 	// workspace, where mknod is allowed (root).
@@ -277,9 +335,11 @@ func TestSpecialFilesNeverOpened(t *testing.T) {
 	wantCode(t, err, CodeIsDir)
 }
 
-func TestSizeLimits(t *testing.T) {
-	r, _ := newRoot(t)
-	r.Limits = Limits{MaxFileBytes: 10, MaxListEntries: 2, FileKey: "serve.files_max_bytes", ListKey: "serve.files_max_list_entries"}
+func TestSizeLimits(t *testing.T) { eachImpl(t, testSizeLimits) }
+
+func testSizeLimits(t *testing.T, impl string) {
+	r, _ := newRoot(t, impl)
+	r.root.Limits = Limits{MaxFileBytes: 10, MaxListEntries: 2, FileKey: "serve.files_max_bytes", ListKey: "serve.files_max_list_entries"}
 	ctx := context.Background()
 	_, err := r.Write(ctx, "big", strings.NewReader(strings.Repeat("x", 11)), WriteOptions{})
 	if core.LimitOf(err) != "serve.files_max_bytes" {
@@ -316,8 +376,10 @@ func TestSizeLimits(t *testing.T) {
 
 // A reader failing half-way: the target keeps its old content and no
 // temporary file is left.
-func TestWriteAtomic(t *testing.T) {
-	r, _ := newRoot(t)
+func TestWriteAtomic(t *testing.T) { eachImpl(t, testWriteAtomic) }
+
+func testWriteAtomic(t *testing.T, impl string) {
+	r, _ := newRoot(t, impl)
 	ctx := context.Background()
 	if _, err := r.Write(ctx, "f", strings.NewReader("old"), WriteOptions{}); err != nil {
 		t.Fatal(err)
@@ -350,8 +412,10 @@ func (f *failingReader) Read(p []byte) (int, error) {
 
 // A link swapped in and out while reads and writes run: no read ever
 // returns the host's secret and no write lands outside the workspace.
-func TestSymlinkSwappedMidOperation(t *testing.T) {
-	r, base := newRoot(t)
+func TestSymlinkSwappedMidOperation(t *testing.T) { eachImpl(t, testSymlinkSwappedMidOperation) }
+
+func testSymlinkSwappedMidOperation(t *testing.T, impl string) {
+	r, base := newRoot(t, impl)
 	ctx := context.Background()
 	outside := filepath.Join(base, "outdir")
 	if err := os.Mkdir(outside, 0o755); err != nil {
@@ -424,5 +488,47 @@ func TestSymlinkSwappedMidOperation(t *testing.T) {
 	}
 	if _, err := r.Write(ctx, "d/w", strings.NewReader("x"), WriteOptions{}); err != nil {
 		t.Fatalf("control write: %v", err)
+	}
+}
+
+// The two implementations side by side: os.Root opens one handle per
+// component (and a write's walk an os.Root per directory), the Linux code
+// one openat2 for a read. Report ratios of one run, not absolute figures.
+func BenchmarkFiles(b *testing.B) {
+	ctx := context.Background()
+	data := strings.Repeat("x", 4096)
+	apis := map[string]fileAPI{}
+	for _, impl := range impls {
+		r := &Root{Dir: b.TempDir(), Protected: driverapi.DefaultProtectedEntries()}
+		apis[impl] = r
+		if impl == "osroot" {
+			apis[impl] = osRoot{r: r}
+		}
+		if _, err := apis[impl].Write(ctx, "a/b/c/f", strings.NewReader(data), WriteOptions{Parents: true}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ops := []struct {
+		name string
+		do   func(api fileAPI) error
+	}{
+		{"read", func(api fileAPI) error { _, err := api.Read(ctx, "a/b/c/f", io.Discard); return err }},
+		{"stat", func(api fileAPI) error { _, err := api.Stat(ctx, "a/b/c/f"); return err }},
+		{"write", func(api fileAPI) error {
+			_, err := api.Write(ctx, "a/b/c/g", strings.NewReader(data), WriteOptions{})
+			return err
+		}},
+	}
+	// Side by side: each operation on one implementation, then the other.
+	for _, op := range ops {
+		for _, impl := range impls {
+			b.Run(op.name+"/"+impl, func(b *testing.B) {
+				for b.Loop() {
+					if err := op.do(apis[impl]); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
 	}
 }

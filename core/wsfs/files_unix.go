@@ -13,7 +13,6 @@ import (
 	"os"
 	"path"
 	"sort"
-	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -148,13 +147,6 @@ func infoOf(name string, st *unix.Stat_t) Info {
 		ModTime: time.Unix(sec, nsec).UTC()}
 }
 
-func nameOf(comps []string) string {
-	if len(comps) == 0 {
-		return "."
-	}
-	return comps[len(comps)-1]
-}
-
 // Stat describes the entry at p, not following it when it is a link.
 func (r *Root) Stat(ctx context.Context, p string) (Info, error) {
 	comps, err := split("stat", p)
@@ -257,45 +249,6 @@ func sameFile(fd int, pre *unix.Stat_t) (unix.Stat_t, error) {
 		return st, &Error{Code: CodeChanged, Reason: "the entry was replaced while it was being opened; nothing was read (try again)"}
 	}
 	return st, nil
-}
-
-func (r *Root) fileLimit(reason string) error {
-	key := r.Limits.FileKey
-	if key == "" {
-		key = "serve.files_max_bytes"
-	}
-	return &core.LimitError{Limit: key, Value: r.maxFile(), Reason: reason}
-}
-
-// Read copies the regular file at p to w.
-func (r *Root) Read(ctx context.Context, p string, w io.Writer) (Info, error) {
-	f, in, err := r.Open(ctx, p)
-	if err != nil {
-		return Info{}, err
-	}
-	defer f.Close()
-	n, err := io.Copy(w, io.LimitReader(ctxReader{ctx, f}, r.maxFile()+1))
-	if err != nil {
-		return in, &Error{Op: "read", Path: p, Reason: "reading failed", Err: err}
-	}
-	if n > r.maxFile() {
-		return in, r.fileLimit(fmt.Sprintf("read %q: the file grew past the limit while it was read", p))
-	}
-	in.Size = n
-	return in, nil
-}
-
-// ctxReader stops a copy once ctx is done.
-type ctxReader struct {
-	ctx context.Context
-	r   io.Reader
-}
-
-func (c ctxReader) Read(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
-	}
-	return c.r.Read(p)
 }
 
 // List describes the entries of the directory at p, sorted by name,
@@ -456,6 +409,11 @@ func (r *Root) Write(ctx context.Context, p string, src io.Reader, o WriteOption
 	return infoOf(name, &st), nil
 }
 
+// Read copies the regular file at p to w.
+func (r *Root) Read(ctx context.Context, p string, w io.Writer) (Info, error) {
+	return r.readWith(ctx, p, w, r.Open)
+}
+
 // Remove removes the entry at p (a link itself, never its target). A
 // directory is removed only when empty, or with Recursive; a recursive
 // remove that would take a protected entry with it removes nothing.
@@ -585,7 +543,3 @@ func removeAll(ctx context.Context, dir int, name string, depth int) error {
 	d.Close()
 	return unix.Unlinkat(dir, name, unix.AT_REMOVEDIR)
 }
-
-// IsTemp reports whether name is a write's temporary file (a crashed
-// write may leave one).
-func IsTemp(name string) bool { return strings.HasPrefix(name, tempPrefix) }

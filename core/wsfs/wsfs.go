@@ -10,9 +10,11 @@
 //   - A link never leads out. On Linux a read resolves its path with
 //     openat2(RESOLVE_BENEATH|RESOLVE_NO_MAGICLINKS) from a descriptor of
 //     the workspace, so a link, even one swapped in mid-operation, is
-//     followed only while it stays beneath the workspace; elsewhere every
+//     followed only while it stays beneath the workspace; on macOS every
 //     component is opened with O_NOFOLLOW from its parent's descriptor
-//     and a link is not followed at all. A write or a remove follows no
+//     and a link is not followed at all; elsewhere (Windows) a read goes
+//     through os.Root, which follows a link only while it stays beneath
+//     the workspace as well (files_osroot.go). A write or a remove follows no
 //     link anywhere (a link in the middle of the path is refused, a link
 //     as the last component is replaced or removed, never its target), so
 //     a link inside the workspace cannot lead a write into a protected
@@ -22,8 +24,13 @@
 //     the Linux driver keeps them read-only at any depth. Reading them is
 //     allowed: a sandboxed command of the session can read them too.
 //   - A FIFO, device or socket is never opened: it is looked at through
-//     an O_PATH descriptor (Linux) or fstatat (elsewhere) first, and the
-//     file opened afterwards (O_NONBLOCK) must be the same regular file.
+//     an O_PATH descriptor (Linux), fstatat (macOS) or os.Root's Stat
+//     (elsewhere) first, and the file opened afterwards (O_NONBLOCK) must
+//     be the same regular file. On Windows a reparse point other than a
+//     symbolic link is not opened either.
+//   - On Windows, a name that Windows reads as another one (a trailing
+//     dot or space, a stream, a device name, an 8.3 short name for a
+//     write or remove) is refused (winnames.go).
 //   - Sizes are bounded (Limits): a bigger file is a *core.LimitError
 //     naming the configuration key.
 //   - A write is atomic: the data goes to a temporary file in the same
@@ -32,13 +39,17 @@
 package wsfs
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"runtime"
 	"strings"
 	"time"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
 // Kind is what an entry is.
@@ -80,7 +91,7 @@ const (
 	// (Entry names it), which is never written or removed.
 	CodeProtected Code = "protected"
 	// CodeLink: the path goes through a link where none is followed
-	// (a write's or remove's directories; any link off Linux), or a link
+	// (a write's or remove's directories; any link on macOS), or a link
 	// that leads out of the workspace.
 	CodeLink Code = "link_refused"
 	// CodeNotRegular: a read of something that is not a regular file (a
@@ -96,7 +107,8 @@ const (
 	// CodeChanged: the entry changed while it was being opened (a swap
 	// mid-operation); nothing was read or written.
 	CodeChanged Code = "changed"
-	// CodeUnsupported: the files API is not available on this platform.
+	// CodeUnsupported: the files API cannot reach this workspace on this
+	// platform (a layered session's view, reached on Linux only).
 	CodeUnsupported Code = "unsupported"
 )
 
@@ -247,3 +259,54 @@ const (
 
 // tempPrefix starts the name of a write's temporary file.
 const tempPrefix = ".aleph-write-"
+
+func nameOf(comps []string) string {
+	if len(comps) == 0 {
+		return "."
+	}
+	return comps[len(comps)-1]
+}
+
+func (r *Root) fileLimit(reason string) error {
+	key := r.Limits.FileKey
+	if key == "" {
+		key = "serve.files_max_bytes"
+	}
+	return &core.LimitError{Limit: key, Value: r.maxFile(), Reason: reason}
+}
+
+// readWith copies the regular file at p, opened by open, to w, bounded
+// by the limit (a file growing while it is read stops there).
+func (r *Root) readWith(ctx context.Context, p string, w io.Writer, open func(context.Context, string) (*os.File, Info, error)) (Info, error) {
+	f, in, err := open(ctx, p)
+	if err != nil {
+		return Info{}, err
+	}
+	defer f.Close()
+	n, err := io.Copy(w, io.LimitReader(ctxReader{ctx, f}, r.maxFile()+1))
+	if err != nil {
+		return in, &Error{Op: "read", Path: p, Reason: "reading failed", Err: err}
+	}
+	if n > r.maxFile() {
+		return in, r.fileLimit(fmt.Sprintf("read %q: the file grew past the limit while it was read", p))
+	}
+	in.Size = n
+	return in, nil
+}
+
+// ctxReader stops a copy once ctx is done.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+// IsTemp reports whether name is a write's temporary file (a crashed
+// write may leave one).
+func IsTemp(name string) bool { return strings.HasPrefix(name, tempPrefix) }
