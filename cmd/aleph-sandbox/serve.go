@@ -19,7 +19,7 @@ import (
 	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
-const serveUsage = "aleph-sandbox serve [--config FILE] [--listen unix:PATH|tcp:HOST:PORT]... [--metrics tcp:HOST:PORT [--metrics-cert FILE --metrics-key FILE [--metrics-client-ca FILE]]] [--driver NAME|PATH] [--node-id ID] [--yes]\n       "+serveDrainUsage
+const serveUsage = "aleph-sandbox serve [--config FILE] [--listen unix:PATH|tcp:HOST:PORT]... [--metrics tcp:HOST:PORT [--metrics-cert FILE --metrics-key FILE [--metrics-client-ca FILE]]] [--driver NAME|PATH] [--node-id ID] [--yes]\n       " + serveDrainUsage
 
 // runServe is `aleph-sandbox serve`: one warm pipeline behind the
 // aleph.host.v1 service on a unix socket (docs/serve.md). It reads the
