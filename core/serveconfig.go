@@ -27,6 +27,11 @@ type ServeConfig struct {
 	// MetricsListen, when set (tcp:HOST:PORT), serves /metrics in the
 	// Prometheus text format there; --metrics replaces it.
 	MetricsListen string `koanf:"metrics_listen" json:"metrics_listen,omitempty" toml:"metrics_listen"`
+	// MetricsTLS, when its cert and key are set, serves the metrics
+	// listener (/metrics, /healthz, /readyz) over TLS with them; with
+	// ClientCA only to clients whose certificate chains to it. Unset:
+	// plain HTTP, for a kubelet's probes and a scraper on the pod network.
+	MetricsTLS ServeTLSConfig `koanf:"metrics_tls" json:"metrics_tls,omitempty" toml:"metrics_tls"`
 
 	// The bounds below hold serve's memory and descriptors under load and
 	// hostile clients; 0 means the default (docs/serve.md lists them).
@@ -204,6 +209,12 @@ func (c ServeConfig) Validate() error {
 	}
 	if c.TLS.ClientCA != "" && c.TLS.Cert == "" {
 		return &ConfigError{Key: "serve.tls.client_ca", Reason: "needs serve.tls.cert and serve.tls.key (the server's own certificate)"}
+	}
+	if (c.MetricsTLS.Cert == "") != (c.MetricsTLS.Key == "") {
+		return &ConfigError{Key: "serve.metrics_tls", Reason: "cert and key go together: set both or neither"}
+	}
+	if c.MetricsTLS.ClientCA != "" && c.MetricsTLS.Cert == "" {
+		return &ConfigError{Key: "serve.metrics_tls.client_ca", Reason: "needs serve.metrics_tls.cert and serve.metrics_tls.key (the metrics listener's own certificate)"}
 	}
 	for _, b := range []struct {
 		key string

@@ -49,12 +49,13 @@ func TestServeEnvVarsAreNotOverrides(t *testing.T) {
 	}
 }
 
-// TestServeTLSSection: [serve.tls], tokens_file and metrics_listen are
-// read; half a key pair, a client CA without a certificate and a metrics
-// address that is not tcp: are refused by Validate, naming the key.
+// TestServeTLSSection: [serve.tls], [serve.metrics_tls], tokens_file and
+// metrics_listen are read; half a key pair, a client CA without a
+// certificate (of either table) and a metrics address that is not tcp:
+// are refused by Validate, naming the key.
 func TestServeTLSSection(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "c.toml")
-	text := "[serve]\nnode_id = \"pod-1\"\ntokens_file = \"/etc/t\"\nmetrics_listen = \"tcp:127.0.0.1:9464\"\n[serve.tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\nclient_ca = \"/ca.pem\"\n"
+	text := "[serve]\nnode_id = \"pod-1\"\ntokens_file = \"/etc/t\"\nmetrics_listen = \"tcp:127.0.0.1:9464\"\n[serve.tls]\ncert = \"/c.pem\"\nkey = \"/k.pem\"\nclient_ca = \"/ca.pem\"\n[serve.metrics_tls]\ncert = \"/mc.pem\"\nkey = \"/mk.pem\"\nclient_ca = \"/mca.pem\"\n"
 	if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -63,17 +64,20 @@ func TestServeTLSSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := cfg.Serve
-	if s.NodeID != "pod-1" || s.TokensFile != "/etc/t" || s.MetricsListen != "tcp:127.0.0.1:9464" || s.TLS.Cert != "/c.pem" || s.TLS.Key != "/k.pem" || s.TLS.ClientCA != "/ca.pem" {
+	if s.NodeID != "pod-1" || s.TokensFile != "/etc/t" || s.MetricsListen != "tcp:127.0.0.1:9464" || s.TLS.Cert != "/c.pem" || s.TLS.Key != "/k.pem" || s.TLS.ClientCA != "/ca.pem" ||
+		s.MetricsTLS != (ServeTLSConfig{Cert: "/mc.pem", Key: "/mk.pem", ClientCA: "/mca.pem"}) {
 		t.Fatalf("serve section %+v", s)
 	}
 	if err := s.Validate(); err != nil {
 		t.Errorf("valid section refused: %v", err)
 	}
 	for key, bad := range map[string]ServeConfig{
-		"serve.tls":            {TLS: ServeTLSConfig{Cert: "/c.pem"}},
-		"serve.tls.client_ca":  {TLS: ServeTLSConfig{ClientCA: "/ca.pem"}},
-		"serve.metrics_listen": {MetricsListen: "127.0.0.1:9464"},
-		"serve.node_id":        {NodeID: "pod 1"},
+		"serve.tls":                   {TLS: ServeTLSConfig{Cert: "/c.pem"}},
+		"serve.tls.client_ca":         {TLS: ServeTLSConfig{ClientCA: "/ca.pem"}},
+		"serve.metrics_listen":        {MetricsListen: "127.0.0.1:9464"},
+		"serve.metrics_tls":           {MetricsTLS: ServeTLSConfig{Key: "/mk.pem"}},
+		"serve.metrics_tls.client_ca": {MetricsTLS: ServeTLSConfig{ClientCA: "/mca.pem"}},
+		"serve.node_id":               {NodeID: "pod 1"},
 	} {
 		var ce *ConfigError
 		if err := bad.Validate(); !errors.As(err, &ce) || ce.Key != key {

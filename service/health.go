@@ -124,17 +124,23 @@ func (s *Server) healthRoutes(mux *http.ServeMux) {
 // configured caps, what is free under them, and readiness.
 func (s *Server) writeCapacity(ctx context.Context, w io.Writer, g gauges) {
 	var b strings.Builder
-	b.WriteString("# HELP aleph_sandbox_capacity A configured cap, by resource (sessions: serve.max_sessions; connections: serve.max_connections).\n")
+	// Processes are the bounded command slots: a StartProcess holds one
+	// of sandbox.processes.max_total until it is waited for. Execute
+	// calls have no slot count of their own (connections bound them).
+	maxProcs := s.procs.Limits().Total
+	b.WriteString("# HELP aleph_sandbox_capacity A configured cap, by resource (sessions: serve.max_sessions; connections: serve.max_connections; processes: sandbox.processes.max_total).\n")
 	b.WriteString("# TYPE aleph_sandbox_capacity gauge\n")
 	fmt.Fprintf(&b, "aleph_sandbox_capacity{resource=\"connections\"} %d\n", s.limits.MaxConnections)
+	fmt.Fprintf(&b, "aleph_sandbox_capacity{resource=\"processes\"} %d\n", maxProcs)
 	fmt.Fprintf(&b, "aleph_sandbox_capacity{resource=\"sessions\"} %d\n", s.limits.MaxSessions)
-	b.WriteString("# HELP aleph_sandbox_capacity_free What is free under each cap now (0 when draining: no new session is taken).\n")
+	b.WriteString("# HELP aleph_sandbox_capacity_free What is free under each cap now (sessions: 0 when draining, no new session is taken).\n")
 	b.WriteString("# TYPE aleph_sandbox_capacity_free gauge\n")
 	freeConns, freeSessions := max(s.limits.MaxConnections-g.connsOpen, 0), max(s.limits.MaxSessions-g.sessions, 0)
 	if s.draining.Load() {
 		freeSessions = 0
 	}
 	fmt.Fprintf(&b, "aleph_sandbox_capacity_free{resource=\"connections\"} %d\n", freeConns)
+	fmt.Fprintf(&b, "aleph_sandbox_capacity_free{resource=\"processes\"} %d\n", max(maxProcs-g.procs.Held, 0))
 	fmt.Fprintf(&b, "aleph_sandbox_capacity_free{resource=\"sessions\"} %d\n", freeSessions)
 	ready, _ := s.Readiness(ctx)
 	b.WriteString("# HELP aleph_sandbox_ready 1 when a new session placed here would be served (/readyz).\n")

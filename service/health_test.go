@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -130,5 +131,60 @@ func TestDrainCallIsTheOwners(t *testing.T) {
 	owner := context.WithValue(context.Background(), peerUIDKey{}, uint32(os.Getuid()))
 	if r, err := srv.Drain(owner, connect.NewRequest(&hostv1.DrainRequest{})); err != nil || !r.Msg.GetStarted() || !srv.Draining() {
 		t.Fatalf("the owner's drain: %v, draining %v", err, srv.Draining())
+	}
+}
+
+// The capacity gauges say the configured caps and what is free under
+// them: a session held takes one of serve.max_sessions, a process started
+// and not yet waited for one of the process table's, and waiting for it
+// gives that back; draining leaves no session free while the processes
+// stay what they are.
+func TestCapacityGauges(t *testing.T) {
+	srv, _, hs := newLimitServer(t, core.ServeLimits{MaxSessions: 3, MaxConnections: 10})
+	ms := httptest.NewServer(srv.MetricsHandler())
+	t.Cleanup(ms.Close)
+	gauge := func(name, resource string) string {
+		t.Helper()
+		_, body := get(t, ms.URL+"/metrics")
+		prefix := name + `{resource="` + resource + `"} `
+		for _, line := range strings.Split(body, "\n") {
+			if v, ok := strings.CutPrefix(line, prefix); ok {
+				return v
+			}
+		}
+		t.Fatalf("no %s{resource=%q} in:\n%s", name, resource, body)
+		return ""
+	}
+	maxProcs := strconv.Itoa(srv.procs.Limits().Total)
+	for _, c := range []struct{ name, resource, want string }{
+		{"aleph_sandbox_capacity", "sessions", "3"},
+		{"aleph_sandbox_capacity", "connections", "10"},
+		{"aleph_sandbox_capacity", "processes", maxProcs},
+		{"aleph_sandbox_capacity_free", "sessions", "3"},
+		{"aleph_sandbox_capacity_free", "processes", maxProcs},
+	} {
+		if got := gauge(c.name, c.resource); got != c.want {
+			t.Errorf("%s{%s} of a fresh server: %s, want %s", c.name, c.resource, got, c.want)
+		}
+	}
+	c := hostv1connect.NewServiceClient(hs.Client(), hs.URL, connect.WithProtoJSON())
+	ctx := context.Background()
+	st, err := c.StartProcess(ctx, connect.NewRequest(&hostv1.StartProcessRequest{Command: &hostv1.ExecuteRequest{Session: "s", Argv: []string{"/bin/true"}}}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	less := strconv.Itoa(srv.procs.Limits().Total - 1)
+	if s, p := gauge("aleph_sandbox_capacity_free", "sessions"), gauge("aleph_sandbox_capacity_free", "processes"); s != "2" || p != less {
+		t.Errorf("with a session and a process held: sessions free %s, processes free %s; want 2 and %s", s, p, less)
+	}
+	if _, err := c.WaitProcess(ctx, connect.NewRequest(&hostv1.WaitProcessRequest{Id: st.Msg.GetId()})); err != nil {
+		t.Fatal(err)
+	}
+	if p := gauge("aleph_sandbox_capacity_free", "processes"); p != maxProcs {
+		t.Errorf("after the process was waited for: processes free %s, want %s", p, maxProcs)
+	}
+	srv.BeginDrain()
+	if s, p := gauge("aleph_sandbox_capacity_free", "sessions"), gauge("aleph_sandbox_capacity_free", "processes"); s != "0" || p != maxProcs {
+		t.Errorf("draining: sessions free %s, processes free %s; want 0 and %s", s, p, maxProcs)
 	}
 }

@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -100,6 +101,19 @@ func Run(ctx context.Context, cfg Config) error {
 			return err
 		}
 	}
+	// The metrics listener speaks TLS when [serve.metrics_tls] names a
+	// certificate (and, with client_ca, serves only clients it signed);
+	// plain HTTP otherwise. A certificate for no listener is a mistake
+	// said now rather than a listener silently in clear text.
+	var metricsTLS *tls.Config
+	if sc.MetricsTLS.Cert != "" {
+		if cfg.Metrics == "" {
+			return &TCPConfigError{Addr: "metrics", Reason: "[serve.metrics_tls] is set but there is no metrics listener ([serve] metrics_listen or --metrics)"}
+		}
+		if metricsTLS, err = MetricsTLS("tcp:"+cfg.Metrics, sc); err != nil {
+			return err
+		}
+	}
 	var allowed []uint32
 	for _, u := range sc.AllowedUIDs {
 		allowed = append(allowed, uint32(u))
@@ -123,6 +137,12 @@ func Run(ctx context.Context, cfg Config) error {
 		if secret != "" && len(cfg.TCP) > 0 {
 			protected = append(protected, secret)
 		}
+	}
+	// The metrics key too: a sandbox that read it could pose as this
+	// server's metrics and health to a scraper or a router that trusts
+	// the certificate.
+	if metricsTLS != nil {
+		protected = append(protected, sc.MetricsTLS.Key)
 	}
 	if root := cfg.Sandbox.Sandbox.WorkspaceRoot; root != "" {
 		for _, s := range cfg.Sockets {
@@ -273,8 +293,13 @@ func Run(ctx context.Context, cfg Config) error {
 	if metricsListener != nil {
 		ms := newServer(srv.MetricsHandler())
 		servers = append(servers, ms)
-		run(func() error { return ms.Serve(metricsListener) })
-		log.Info("listening", "metrics", metricsListener.Addr().String())
+		if metricsTLS != nil {
+			ms.TLSConfig = metricsTLS
+			run(func() error { return ms.ServeTLS(metricsListener, "", "") })
+		} else {
+			run(func() error { return ms.Serve(metricsListener) })
+		}
+		log.Info("listening", "metrics", metricsListener.Addr().String(), "tls", metricsTLS != nil, "mtls", metricsTLS != nil && metricsTLS.ClientCAs != nil)
 	}
 	if cfg.Ready != nil {
 		cfg.Ready()

@@ -141,22 +141,9 @@ func NewTCPAuth(addr string, cfg core.ServeConfig) (*TCPAuth, error) {
 	if cfg.TLS.ClientCA == "" && cfg.TokensFile == "" {
 		return nil, &TCPConfigError{Addr: addr, Reason: "no client authentication: set [serve.tls] client_ca (mutual TLS) or [serve] tokens_file (bearer tokens)"}
 	}
-	cert, err := tls.LoadX509KeyPair(cfg.TLS.Cert, cfg.TLS.Key)
+	tc, err := serverTLS(addr, "serve.tls", cfg.TLS)
 	if err != nil {
-		return nil, &TCPConfigError{Addr: addr, Reason: fmt.Sprintf("loading [serve.tls] cert and key: %v", err)}
-	}
-	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
-	if cfg.TLS.ClientCA != "" {
-		pem, err := os.ReadFile(cfg.TLS.ClientCA)
-		if err != nil {
-			return nil, &TCPConfigError{Addr: addr, Reason: fmt.Sprintf("reading [serve.tls] client_ca: %v", err)}
-		}
-		pool := x509.NewCertPool()
-		if !pool.AppendCertsFromPEM(pem) {
-			return nil, &TCPConfigError{Addr: addr, Reason: fmt.Sprintf("[serve.tls] client_ca %s holds no PEM certificate", cfg.TLS.ClientCA)}
-		}
-		tc.ClientCAs = pool
-		tc.ClientAuth = tls.RequireAndVerifyClientCert
+		return nil, err
 	}
 	a := &TCPAuth{TLS: tc}
 	if cfg.TokensFile != "" {
@@ -165,6 +152,41 @@ func NewTCPAuth(addr string, cfg core.ServeConfig) (*TCPAuth, error) {
 		}
 	}
 	return a, nil
+}
+
+// serverTLS is the TLS configuration of a listener at addr from t (the
+// table key names, for the refusal): its certificate, TLS 1.2 at least,
+// and with t.ClientCA a client certificate it signed required in the
+// handshake, before any request is read.
+func serverTLS(addr, key string, t core.ServeTLSConfig) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(t.Cert, t.Key)
+	if err != nil {
+		return nil, &TCPConfigError{Addr: addr, Reason: fmt.Sprintf("loading [%s] cert and key: %v", key, err)}
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if t.ClientCA != "" {
+		pem, err := os.ReadFile(t.ClientCA)
+		if err != nil {
+			return nil, &TCPConfigError{Addr: addr, Reason: fmt.Sprintf("reading [%s] client_ca: %v", key, err)}
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, &TCPConfigError{Addr: addr, Reason: fmt.Sprintf("[%s] client_ca %s holds no PEM certificate", key, t.ClientCA)}
+		}
+		tc.ClientCAs = pool
+		tc.ClientAuth = tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// MetricsTLS is the TLS configuration of the metrics listener at addr
+// from [serve.metrics_tls], nil when it names no certificate (plain
+// HTTP, the default).
+func MetricsTLS(addr string, cfg core.ServeConfig) (*tls.Config, error) {
+	if cfg.MetricsTLS.Cert == "" {
+		return nil, nil
+	}
+	return serverTLS(addr, "serve.metrics_tls", cfg.MetricsTLS)
 }
 
 // Handler wraps next with the token check when tokens are configured.

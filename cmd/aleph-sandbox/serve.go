@@ -19,7 +19,7 @@ import (
 	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
-const serveUsage = "aleph-sandbox serve [--config FILE] [--listen unix:PATH|tcp:HOST:PORT]... [--metrics tcp:HOST:PORT] [--driver NAME|PATH] [--node-id ID] [--yes]\n       aleph-sandbox serve drain [--host unix:PATH] [--json]"
+const serveUsage = "aleph-sandbox serve [--config FILE] [--listen unix:PATH|tcp:HOST:PORT]... [--metrics tcp:HOST:PORT [--metrics-cert FILE --metrics-key FILE [--metrics-client-ca FILE]]] [--driver NAME|PATH] [--node-id ID] [--yes]\n       " + serveDrainUsage
 
 // runServe is `aleph-sandbox serve`: one warm pipeline behind the
 // aleph.host.v1 service on a unix socket (docs/serve.md). It reads the
@@ -36,6 +36,10 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 	nodeID := fs.String("node-id", "", "`ID` naming this server in every result and in /metrics, 1-63 of A-Z a-z 0-9 . _ - (default: [serve] node_id, else the hostname)")
 	yes := fs.Bool("yes", false, "approve every elevation no connected client answers")
 	metrics := fs.String("metrics", "", "serve /metrics (Prometheus text format) on `tcp:HOST:PORT` (default: [serve] metrics_listen; neither: off)")
+	var metricsTLS core.ServeTLSConfig
+	fs.StringVar(&metricsTLS.Cert, "metrics-cert", "", "serve the metrics listener over TLS with this certificate, PEM `FILE` (with --metrics-key; default: [serve.metrics_tls] cert; neither: plain HTTP)")
+	fs.StringVar(&metricsTLS.Key, "metrics-key", "", "the key of --metrics-cert, PEM `FILE`")
+	fs.StringVar(&metricsTLS.ClientCA, "metrics-client-ca", "", "with --metrics-cert, serve /metrics, /healthz and /readyz only to clients with a certificate this CA signed, PEM `FILE`")
 	if done, code := parseFlags(fs, args, std, serveUsage); done {
 		return code
 	}
@@ -51,6 +55,14 @@ func runServe(ctx context.Context, args []string, std stdio) int {
 			return fail(std.Err, "serve: %v", err)
 		}
 		cfg.Serve.NodeID = *nodeID
+	}
+	if metricsTLS != (core.ServeTLSConfig{}) {
+		// The flags replace the table whole: a certificate of the flags
+		// with a client CA of the file would be neither one's intent.
+		cfg.Serve.MetricsTLS = metricsTLS
+		if err := cfg.Serve.Validate(); err != nil {
+			return fail(std.Err, "serve: --metrics-cert, --metrics-key, --metrics-client-ca: %v", err)
+		}
 	}
 	addrs := []string(listen)
 	if len(addrs) == 0 {
@@ -149,15 +161,20 @@ func serveOwner(nodeID string) string {
 	return owner
 }
 
-const serveDrainUsage = "aleph-sandbox serve drain [--host unix:PATH] [--json]"
+const serveDrainUsage = "aleph-sandbox serve drain [--host unix:PATH|tcp:HOST:PORT] [--ca-file FILE] [--cert-file FILE --key-file FILE] [--json]"
 
 // runServeDrain is `aleph-sandbox serve drain`: the running server drains
 // (as on its first SIGTERM, without stopping): not ready, new sessions
 // refused, the sessions it holds still served. A pod's preStop hook runs
-// it, so the router moves new sessions away before the pod is signalled.
+// it on the unix socket, so the router moves new sessions away before the
+// pod is signalled; an operator reaches a server on TCP with its client
+// authentication (TLS, a client certificate or $ALEPH_SANDBOX_TOKEN), which
+// the server checks before the call as for any other.
 func runServeDrain(ctx context.Context, args []string, std stdio) int {
 	fs := flag.NewFlagSet("serve drain", flag.ContinueOnError)
-	host := fs.String("host", "", "the server at `unix:PATH` (default: $ALEPH_SANDBOX_HOST, else "+defaultSocketHint+")")
+	host := fs.String("host", "", "the server at `unix:PATH` or tcp:HOST:PORT (default: $ALEPH_SANDBOX_HOST, else "+defaultSocketHint+")")
+	var remote remoteFlags
+	remote.register(fs)
 	asJSON := fs.Bool("json", false, "print the answer as JSON")
 	if done, code := parseFlags(fs, args, std, serveDrainUsage); done {
 		return code
@@ -173,20 +190,24 @@ func runServeDrain(ctx context.Context, args []string, std stdio) int {
 		}
 		addr = "unix:" + p
 	}
-	sock, err := socketPath(addr)
+	target, err := parseHostTarget(addr)
 	if err != nil {
 		return fail(std.Err, "serve drain: %v", err)
 	}
-	resp, err := hostclient.Unix(sock).Drain(ctx, connect.NewRequest(&hostv1.DrainRequest{}))
+	c, err := remote.client(target)
+	if err != nil {
+		return fail(std.Err, "serve drain: %v", err)
+	}
+	resp, err := c.Drain(ctx, connect.NewRequest(&hostv1.DrainRequest{}))
 	if err != nil {
 		var oe *hostclient.OwnerError
 		switch {
 		case errors.As(err, &oe):
 			return fail(std.Err, "serve drain: %v", oe)
 		case hostclient.Unreachable(err):
-			return fail(std.Err, "serve drain: no server at %s: %v", sock, err)
+			return fail(std.Err, "serve drain: no server at %s: %v", target, err)
 		}
-		return fail(std.Err, "serve drain: %v", err)
+		return fail(std.Err, "serve drain: %v", remoteError(target, err))
 	}
 	m := resp.Msg
 	if *asJSON {

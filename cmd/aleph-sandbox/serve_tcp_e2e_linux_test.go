@@ -30,12 +30,14 @@ import (
 )
 
 // testPKI is a CA, a server certificate for 127.0.0.1 and a client
-// certificate it signed, plus a client certificate of another CA.
+// certificate it signed (also in files, for the CLI), plus a client
+// certificate of another CA.
 type testPKI struct {
-	dir                       string
-	caFile, certFile, keyFile string
-	pool                      *x509.CertPool
-	client, rogue             tls.Certificate
+	dir                           string
+	caFile, certFile, keyFile     string
+	clientCertFile, clientKeyFile string
+	pool                          *x509.CertPool
+	client, rogue                 tls.Certificate
 }
 
 func newTestPKI(t *testing.T) *testPKI {
@@ -55,6 +57,12 @@ func newTestPKI(t *testing.T) *testPKI {
 	p.keyFile = writePEM(t, p.dir, "server.key", "EC PRIVATE KEY", kb)
 	cDER, cKey := issue(t, ca, caKey, "client", x509.ExtKeyUsageClientAuth)
 	p.client = tls.Certificate{Certificate: [][]byte{cDER}, PrivateKey: cKey}
+	p.clientCertFile = writePEM(t, p.dir, "client.pem", "CERTIFICATE", cDER)
+	ckb, err := x509.MarshalECPrivateKey(cKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.clientKeyFile = writePEM(t, p.dir, "client.key", "EC PRIVATE KEY", ckb)
 	rDER, rKey := issue(t, other, otherKey, "rogue", x509.ExtKeyUsageClientAuth)
 	p.rogue = tls.Certificate{Certificate: [][]byte{rDER}, PrivateKey: rKey}
 	return p
@@ -135,30 +143,9 @@ func tlsClient(pki *testPKI, addr string, cert *tls.Certificate, token string, g
 		opts = []connect.ClientOption{connect.WithGRPC()}
 	}
 	if token != "" {
-		opts = append(opts, connect.WithInterceptors(bearer(token)))
+		opts = append(opts, connect.WithInterceptors(bearerToken(token)))
 	}
 	return hostv1connect.NewServiceClient(&http.Client{Transport: tr}, "https://"+addr, opts...)
-}
-
-type bearer string
-
-func (b bearer) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
-	return func(ctx context.Context, r connect.AnyRequest) (connect.AnyResponse, error) {
-		r.Header().Set("Authorization", "Bearer "+string(b))
-		return next(ctx, r)
-	}
-}
-
-func (b bearer) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
-	return func(ctx context.Context, s connect.Spec) connect.StreamingClientConn {
-		c := next(ctx, s)
-		c.RequestHeader().Set("Authorization", "Bearer "+string(b))
-		return c
-	}
-}
-
-func (b bearer) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
-	return next
 }
 
 // TestServeTCPRefusedWithoutAuth: a TCP listener without TLS and client

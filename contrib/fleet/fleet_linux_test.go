@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -1025,12 +1026,21 @@ func (f *fleet) drainAndKill(ctx context.Context, sessionPod, tokens map[string]
 	}
 
 	// A pod killed: its session's next call fails (it must not run in a
-	// fresh, empty workspace on another pod); a new session works.
+	// fresh, empty workspace on another pod); a new session works. A
+	// client that keeps the session's incarnation gets session_moved: the
+	// router sends its call to a pod left, which does not hold it.
 	ki := f.podIndex(killPod)
+	first, again := f.trackedClient(ctx, killS)
+	if first.ExitCode == nil || *first.ExitCode != 0 || !strings.HasPrefix(first.Stdout, tokens[killS]+"\n") || first.SessionIncarnation == "" {
+		t.Fatalf("session %s before its pod is killed: %+v", killS, first)
+	}
 	if out, err := f.podman(ctx, "pod", "kill", "--signal", "KILL", killPod); err != nil {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	f.waitServer(ctx, ki, "DOWN")
+	if moved := again(); !moved.SessionMoved {
+		t.Errorf("session %s of the killed pod %s, from a client that keeps its incarnation: %+v, want aleph_sandbox.SessionMoved", killS, killPod, moved)
+	}
 	var lost execOut
 	f.client(ctx, &lost, "run", killS, `["sh","-c","read v < state; echo $v; exec hostname"]`)
 	if lost.Error == "" {
@@ -1064,32 +1074,9 @@ func (f *fleet) restart(ctx context.Context, sessionPod, tokens map[string]strin
 	if s == "" {
 		t.Fatal("no session on the pod left")
 	}
-	cmd := exec.CommandContext(ctx, "python3", filepath.Join(f.root, "contrib", "fleet", "fleet_client.py"), "restart", s)
-	cmd.Env = f.clientEnv()
-	in, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	outp, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = cmd.Wait() }()
-	rd := bufio.NewReader(outp)
-	var first struct {
-		First execOut
-	}
-	line, err := rd.ReadBytes('\n')
-	if err != nil || json.Unmarshal(line, &first) != nil {
-		t.Fatalf("restart client: %q %v\n%s", line, err, stderr.String())
-	}
-	if first.First.ExitCode == nil || *first.First.ExitCode != 0 || !strings.HasPrefix(first.First.Stdout, tokens[s]+"\n") {
-		t.Fatalf("session %s before the restart: %+v", s, first.First)
+	first, again := f.trackedClient(ctx, s)
+	if first.ExitCode == nil || *first.ExitCode != 0 || !strings.HasPrefix(first.Stdout, tokens[s]+"\n") {
+		t.Fatalf("session %s before the restart: %+v", s, first)
 	}
 	i := f.podIndex(host)
 	if out, err := f.podman(ctx, "pod", "kill", "--signal", "KILL", host); err != nil {
@@ -1115,20 +1102,9 @@ func (f *fleet) restart(ctx context.Context, sessionPod, tokens map[string]strin
 	defer wcancel()
 	f.waitReady(wctx, f.pods[i])
 	f.waitServer(wctx, i, "UP")
-	if _, err := in.Write([]byte("go\n")); err != nil {
-		t.Fatal(err)
-	}
-	in.Close()
-	var second struct{ Second execOut }
-	if line, err = rd.ReadBytes('\n'); err != nil && len(line) == 0 {
-		t.Fatalf("restart client: %v\n%s", err, stderr.String())
-	}
-	if err := json.Unmarshal(line, &second); err != nil {
-		t.Fatalf("restart client printed %q: %v", line, err)
-	}
-	r := second.Second
-	if first.First.SessionIncarnation == "" {
-		t.Errorf("the result before the restart carries no session_incarnation: %+v", first.First)
+	r := again()
+	if first.SessionIncarnation == "" {
+		t.Errorf("the result before the restart carries no session_incarnation: %+v", first)
 	}
 	if !r.SessionMoved {
 		t.Errorf("session %s after its pod restarted: %+v, want aleph_sandbox.SessionMoved (its processes are gone)", s, r)
@@ -1136,10 +1112,59 @@ func (f *fleet) restart(ctx context.Context, sessionPod, tokens map[string]strin
 	// The control: a client that does not hold the old incarnation finds
 	// the session's files on the restarted pod (its volume kept them), so
 	// the refusal above came from the incarnation, not from a lost pod.
-	var again execOut
-	f.client(ctx, &again, "run", s, `["sh","-c","read v < state; echo $v; exec hostname"]`)
-	if again.ExitCode == nil || *again.ExitCode != 0 || !strings.HasPrefix(again.Stdout, tokens[s]+"\n") || hostOf(again) != host {
-		t.Errorf("session %s after its pod %s restarted, from a new client: %+v, want its file read on the same pod (the workspace is on the pod's volume)", s, host, again)
+	var untracked execOut
+	f.client(ctx, &untracked, "run", s, `["sh","-c","read v < state; echo $v; exec hostname"]`)
+	if untracked.ExitCode == nil || *untracked.ExitCode != 0 || !strings.HasPrefix(untracked.Stdout, tokens[s]+"\n") || hostOf(untracked) != host {
+		t.Errorf("session %s after its pod %s restarted, from a new client: %+v, want its file read on the same pod (the workspace is on the pod's volume)", s, host, untracked)
+	}
+}
+
+// trackedClient runs session's command (read its state, print the pod)
+// from a client that keeps the session's incarnation, and returns the
+// result and again, which runs it once more from the same client (the
+// incarnation sent) and returns that result or its error.
+func (f *fleet) trackedClient(ctx context.Context, session string) (first execOut, again func() execOut) {
+	t := f.t
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "python3", filepath.Join(f.root, "contrib", "fleet", "fleet_client.py"), "restart", session)
+	cmd.Env = f.clientEnv()
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	wait := func() { once.Do(func() { _ = in.Close(); _ = cmd.Wait() }) }
+	t.Cleanup(wait)
+	rd := bufio.NewReader(outp)
+	var r1 struct{ First execOut }
+	line, err := rd.ReadBytes('\n')
+	if err != nil || json.Unmarshal(line, &r1) != nil {
+		t.Fatalf("tracked client: %q %v\n%s", line, err, stderr.String())
+	}
+	return r1.First, func() execOut {
+		t.Helper()
+		defer wait()
+		if _, err := in.Write([]byte("go\n")); err != nil {
+			t.Fatal(err)
+		}
+		var r2 struct{ Second execOut }
+		line, err := rd.ReadBytes('\n')
+		if err != nil && len(line) == 0 {
+			t.Fatalf("tracked client: %v\n%s", err, stderr.String())
+		}
+		if err := json.Unmarshal(line, &r2); err != nil {
+			t.Fatalf("tracked client printed %q: %v", line, err)
+		}
+		return r2.Second
 	}
 }
 

@@ -86,6 +86,42 @@ func TestAgentSandboxManifests(t *testing.T) {
 		t.Error("Landlock tier: needs no unmasked /proc; it should keep the restricted pod security")
 	}
 	checkPod(t, "aleph-sandbox-landlock", ll.Spec.PodTemplate.Spec, configs)
+	// Behind agent-sandbox's router, which strips Authorization, serve
+	// authenticates the router by mutual TLS alone, and only the router
+	// may reach serve's port: the template's own ingress rules name the
+	// router's pods and that port, or the controller's managed default
+	// (ingress from the router only) applies.
+	for name, st := range templates {
+		cfg := configFor(t, serveContainer(t, st.Spec.PodTemplate.Spec), configs)
+		if !strings.Contains(cfg, "client_ca = ") || strings.Contains(cfg, "tokens_file") {
+			t.Errorf("%s: behind the router serve needs [serve.tls] client_ca and no tokens_file (the router strips Authorization):\n%s", name, cfg)
+		}
+		np := st.Spec.NetworkPolicy
+		if np == nil {
+			if st.Spec.NetworkPolicyManagement == extv1beta1.NetworkPolicyManagementUnmanaged {
+				t.Errorf("%s: no NetworkPolicy at all (Unmanaged and none given): anyone in the cluster reaches serve", name)
+			}
+			continue
+		}
+		if len(np.Ingress) == 0 {
+			t.Errorf("%s: a NetworkPolicy with no ingress rule lets not even the router in", name)
+		}
+		for _, in := range np.Ingress {
+			for _, from := range in.From {
+				if from.PodSelector == nil || from.PodSelector.MatchLabels["app"] != "sandbox-router" || from.IPBlock != nil || from.NamespaceSelector != nil {
+					t.Errorf("%s: ingress from %+v, want the sandbox-router's pods only", name, from)
+				}
+			}
+			if len(in.From) == 0 {
+				t.Errorf("%s: an ingress rule without from admits every pod", name)
+			}
+			for _, port := range in.Ports {
+				if port.Port == nil || port.Port.IntValue() != 7443 {
+					t.Errorf("%s: ingress to port %v, want serve's 7443 only", name, port.Port)
+				}
+			}
+		}
+	}
 }
 
 // TestAgentSandboxStrictCatchesTypos is the control of the test above: the

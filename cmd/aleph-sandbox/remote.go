@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+
+	"connectrpc.com/connect"
+
+	"github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1/hostv1connect"
+	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
+)
+
+// tokenEnv is the bearer token a client sends to a serve over TCP. It
+// comes from the environment and never from a flag: a command line is
+// readable by every user of the machine (ps), an environment by its
+// owner alone. The Python and TypeScript clients read the same variable.
+const tokenEnv = "ALEPH_SANDBOX_TOKEN"
+
+// remoteFlags are the options of a call to a serve listening on TCP, named
+// as the Python client names them (ca_file, cert_file, key_file) and
+// with its token variable: TLS always (serve refuses TCP without it), the
+// server checked against --ca-file (else the system's CAs) and the name
+// dialed, a client certificate for a server with client_ca, and the
+// token of $ALEPH_SANDBOX_TOKEN for a server with tokens_file.
+type remoteFlags struct {
+	caFile, certFile, keyFile string
+}
+
+func (r *remoteFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&r.caFile, "ca-file", "", "with --host tcp:, the PEM `FILE` of the CA the server's certificate must chain to (default: the system's CAs)")
+	fs.StringVar(&r.certFile, "cert-file", "", "with --host tcp:, this client's certificate, PEM `FILE` (a server with [serve.tls] client_ca wants one; with --key-file)")
+	fs.StringVar(&r.keyFile, "key-file", "", "with --host tcp:, the key of --cert-file, PEM `FILE`")
+}
+
+func (r *remoteFlags) any() bool { return r.caFile != "" || r.certFile != "" || r.keyFile != "" }
+
+// hostTarget is where a call goes: a unix socket (sock) or a TCP address
+// (tcp, HOST:PORT).
+type hostTarget struct{ sock, tcp string }
+
+func (t hostTarget) String() string {
+	if t.tcp != "" {
+		return "tcp:" + t.tcp
+	}
+	return t.sock
+}
+
+// parseHostTarget reads unix:PATH (or a bare absolute path) or
+// tcp:HOST:PORT.
+func parseHostTarget(addr string) (hostTarget, error) {
+	if rest, ok := strings.CutPrefix(addr, "tcp:"); ok {
+		host, port, err := net.SplitHostPort(rest)
+		if err != nil || host == "" || port == "" {
+			return hostTarget{}, &usageError{fmt.Sprintf("--host %q: want tcp:HOST:PORT (tcp:[::1]:7443 for IPv6)", addr)}
+		}
+		return hostTarget{tcp: rest}, nil
+	}
+	sock, err := socketPath(addr)
+	if err != nil {
+		return hostTarget{}, &usageError{fmt.Sprintf("--host %q: want unix:PATH or tcp:HOST:PORT", addr)}
+	}
+	return hostTarget{sock: sock}, nil
+}
+
+// client is the service at t. On a unix socket the server's uid is
+// checked (hostclient.Unix) and the TLS flags are refused: the socket's
+// peer check is its authentication, and a flag that seemed to secure it
+// would not. Over TCP: TLS 1.2 or later with the flags' files and the
+// environment's token.
+func (r *remoteFlags) client(t hostTarget, opts ...connect.ClientOption) (hostv1connect.ServiceClient, error) {
+	if t.tcp == "" {
+		if r.any() {
+			return nil, &usageError{"--ca-file, --cert-file and --key-file apply to --host tcp:HOST:PORT only (a unix socket's server checks its peer's uid instead)"}
+		}
+		return hostclient.Unix(t.sock, opts...), nil
+	}
+	if (r.certFile == "") != (r.keyFile == "") {
+		return nil, &usageError{"--cert-file and --key-file go together: give both or neither"}
+	}
+	host, _, _ := net.SplitHostPort(t.tcp)
+	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: host}
+	if r.caFile != "" {
+		pem, err := os.ReadFile(r.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("--ca-file: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, &usageError{fmt.Sprintf("--ca-file %s holds no PEM certificate", r.caFile)}
+		}
+		tc.RootCAs = pool
+	}
+	if r.certFile != "" {
+		cert, err := tls.LoadX509KeyPair(r.certFile, r.keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("--cert-file and --key-file: %w", err)
+		}
+		tc.Certificates = []tls.Certificate{cert}
+	}
+	if tok := os.Getenv(tokenEnv); tok != "" {
+		// A line break or a control character in the token would write
+		// headers of its own; refused as the other clients refuse it.
+		for i := 0; i < len(tok); i++ {
+			if tok[i] <= ' ' || tok[i] > '~' {
+				return nil, &usageError{"$" + tokenEnv + " must be printable ASCII without spaces"}
+			}
+		}
+		opts = append(opts, connect.WithInterceptors(bearerToken(tok)))
+	}
+	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
+	return hostv1connect.NewServiceClient(&http.Client{Transport: tr}, "https://"+t.tcp, opts...), nil
+}
+
+// remoteError says what a failed call to t needs: a CA or a client
+// certificate for a TLS failure, a token for an unauthenticated one. The
+// service's code stays in the message (connect's "unauthenticated: ...").
+func remoteError(t hostTarget, err error) error {
+	if t.tcp == "" {
+		return err
+	}
+	var verify *tls.CertificateVerificationError
+	var unknown x509.UnknownAuthorityError
+	var hostname x509.HostnameError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &hostname):
+		return fmt.Errorf("tls: the server's certificate did not verify (pass the CA that signed it with --ca-file; it must name the host dialed): %w", err)
+	case errors.As(err, &op) && op.Op == "remote error":
+		// crypto/tls reports the server's alert (a client certificate
+		// missing or of another CA) as a net.OpError "remote error".
+		return fmt.Errorf("tls: the server refused the handshake (a server with [serve.tls] client_ca wants a client certificate it signed: --cert-file, --key-file): %w", err)
+	case connect.CodeOf(err) == connect.CodeUnauthenticated:
+		return fmt.Errorf("%w (the token is $%s, one of the server's [serve] tokens_file)", err, tokenEnv)
+	}
+	return err
+}
+
+// bearerToken sends "Authorization: Bearer T" with every call.
+type bearerToken string
+
+func (b bearerToken) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, r connect.AnyRequest) (connect.AnyResponse, error) {
+		r.Header().Set("Authorization", "Bearer "+string(b))
+		return next(ctx, r)
+	}
+}
+
+func (b bearerToken) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, s connect.Spec) connect.StreamingClientConn {
+		c := next(ctx, s)
+		c.RequestHeader().Set("Authorization", "Bearer "+string(b))
+		return c
+	}
+}
+
+func (b bearerToken) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
