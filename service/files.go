@@ -118,11 +118,12 @@ func (s *Server) files(workspace string) (alephsandbox.FileHost, error) {
 
 // ReadFile implements the service.
 func (s *Server) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadFileRequest], stream *connect.ServerStream[hostv1.ReadFileResponse]) (err error) {
-	end, err := s.streamRequest(ctx, req.Header(), req.Msg)
+	ctx, end, err := s.streamRequest(ctx, req.Header(), req.Msg)
 	if err != nil {
 		return err
 	}
 	defer end()
+	defer func() { err = s.endedDuring(ctx, req.Msg, err) }()
 	defer func() { s.metrics.file("read", err) }()
 	m := req.Msg
 	if err := s.fileSession(m.GetSession()); err != nil {
@@ -138,7 +139,7 @@ func (s *Server) ReadFile(ctx context.Context, req *connect.Request[hostv1.ReadF
 		return s.fileError(ctx, err)
 	}
 	defer f.Close()
-	inc := s.remember(m.GetSession())
+	inc := s.remember(ctx, m.GetSession())
 	if err := stream.Send(&hostv1.ReadFileResponse{Info: fileInfoMsg(in), NodeId: s.nodeID, SessionIncarnation: inc}); err != nil {
 		return err
 	}
@@ -179,7 +180,7 @@ func (s *Server) ListFiles(ctx context.Context, req *connect.Request[hostv1.List
 	if err != nil {
 		return nil, s.fileError(ctx, err)
 	}
-	resp := &hostv1.ListFilesResponse{Entries: make([]*hostv1.FileInfo, 0, len(list)), NodeId: s.nodeID, SessionIncarnation: s.remember(m.GetSession())}
+	resp := &hostv1.ListFilesResponse{Entries: make([]*hostv1.FileInfo, 0, len(list)), NodeId: s.nodeID, SessionIncarnation: s.remember(ctx, m.GetSession())}
 	for _, in := range list {
 		resp.Entries = append(resp.Entries, fileInfoMsg(in))
 	}
@@ -201,7 +202,7 @@ func (s *Server) StatFile(ctx context.Context, req *connect.Request[hostv1.StatF
 	if err != nil {
 		return nil, s.fileError(ctx, err)
 	}
-	return connect.NewResponse(&hostv1.StatFileResponse{Info: fileInfoMsg(in), NodeId: s.nodeID, SessionIncarnation: s.remember(m.GetSession())}), nil
+	return connect.NewResponse(&hostv1.StatFileResponse{Info: fileInfoMsg(in), NodeId: s.nodeID, SessionIncarnation: s.remember(ctx, m.GetSession())}), nil
 }
 
 // RemoveFile implements the service.
@@ -220,7 +221,7 @@ func (s *Server) RemoveFile(ctx context.Context, req *connect.Request[hostv1.Rem
 	if err != nil {
 		return nil, s.fileError(ctx, err)
 	}
-	return connect.NewResponse(&hostv1.RemoveFileResponse{NodeId: s.nodeID, SessionIncarnation: s.remember(m.GetSession())}), nil
+	return connect.NewResponse(&hostv1.RemoveFileResponse{NodeId: s.nodeID, SessionIncarnation: s.remember(ctx, m.GetSession())}), nil
 }
 
 // WriteFile implements the service: the whole file in one request, or
@@ -249,7 +250,7 @@ func (s *Server) WriteFile(ctx context.Context, req *connect.Request[hostv1.Writ
 			return nil, s.fileError(ctx, err)
 		}
 		return connect.NewResponse(&hostv1.WriteFileResponse{Info: fileInfoMsg(in), Received: in.Size,
-			NodeId: s.nodeID, SessionIncarnation: s.remember(m.GetSession())}), nil
+			NodeId: s.nodeID, SessionIncarnation: s.remember(ctx, m.GetSession())}), nil
 	}
 	return s.writePart(ctx, m, h, opts)
 }
@@ -332,7 +333,7 @@ func (s *Server) writePart(ctx context.Context, m *hostv1.WriteFileRequest, h al
 		return nil, s.fileError(ctx, u.err)
 	}
 	return connect.NewResponse(&hostv1.WriteFileResponse{Info: fileInfoMsg(u.info), Received: u.next,
-		NodeId: s.nodeID, SessionIncarnation: s.remember(u.session)}), nil
+		NodeId: s.nodeID, SessionIncarnation: s.remember(ctx, u.session)}), nil
 }
 
 // errUploadDropped ends an upload whose next part did not come in time.

@@ -122,23 +122,23 @@ func expectedIncarnation(msg any) (string, bool) {
 // invalid_argument, as the session header is. Forget and delete are
 // never refused: dropping a session that moved is what the caller is told
 // to do.
-func (s *Server) checkIncarnation(h http.Header, msg any) error {
+func (s *Server) checkIncarnation(h http.Header, msg any) (context.Context, error) {
 	header := ""
 	switch values := h.Values(IncarnationHeader); len(values) {
 	case 0:
 	case 1:
 		header = values[0]
 	default:
-		return incarnationHeaderInvalid(fmt.Sprintf("%s is given %d times: send it once", IncarnationHeader, len(values)))
+		return nil, incarnationHeaderInvalid(fmt.Sprintf("%s is given %d times: send it once", IncarnationHeader, len(values)))
 	}
 	body, _ := expectedIncarnation(msg)
 	if m, ok := msg.(*hostv1.StartProcessRequest); ok {
 		if o, i := m.GetExpectIncarnation(), m.GetCommand().GetExpectIncarnation(); o != "" && i != "" && o != i {
-			return invalid("expect_incarnation", fmt.Sprintf("%q disagrees with command.expect_incarnation %q: send one, or the same in both", o, i))
+			return nil, invalid("expect_incarnation", fmt.Sprintf("%q disagrees with command.expect_incarnation %q: send one, or the same in both", o, i))
 		}
 	}
 	if header != "" && body != "" && header != body {
-		return incarnationHeaderInvalid(fmt.Sprintf("%s %q disagrees with the request's expect_incarnation %q: send the same in both, or leave the header out",
+		return nil, incarnationHeaderInvalid(fmt.Sprintf("%s %q disagrees with the request's expect_incarnation %q: send the same in both, or leave the header out",
 			IncarnationHeader, header, body))
 	}
 	want := body
@@ -146,19 +146,35 @@ func (s *Server) checkIncarnation(h http.Header, msg any) error {
 		want = header
 	}
 	if want == "" {
-		return nil
+		return nil, nil
 	}
 	if m, ok := msg.(*hostv1.SessionsRequest); ok && (m.GetForget() != nil || m.GetDelete() != nil) {
-		return nil
+		return nil, nil
 	}
 	session, _, ok := s.sessionOf(msg)
 	if !ok {
-		return nil
+		return nil, nil
 	}
-	if have := s.incarnation(session); have != want {
-		return s.sessionMoved(session, want, have)
+	// The incarnation and the session's life are read together: a
+	// forget after this check cancels the life the call is bound to, so
+	// a call let through never goes on in the session's next
+	// incarnation (an empty workspace the caller did not expect).
+	s.mu.Lock()
+	have := s.sessions[session]
+	var life context.Context
+	if have == want {
+		l := s.lives[session]
+		if l == nil {
+			l = newSessionLife()
+			s.lives[session] = l
+		}
+		life = l.ctx
 	}
-	return nil
+	s.mu.Unlock()
+	if have != want {
+		return nil, s.sessionMoved(session, want, have)
+	}
+	return life, nil
 }
 
 func incarnationHeaderInvalid(msg string) error {
@@ -221,4 +237,76 @@ func (s *Server) Drain(ctx context.Context, _ *connect.Request[hostv1.DrainReque
 	s.log.Info("drain requested", "started", started, "sessions", held, "running_commands", running, "running_processes", procs)
 	return connect.NewResponse(&hostv1.DrainResponse{NodeId: s.nodeID, Started: started, Sessions: int64(held),
 		RunningCommands: int64(running), RunningProcesses: int64(procs)}), nil
+}
+
+// errSessionEnded is the cause a session's life is cancelled with when the
+// session is forgotten, deleted or expired.
+var errSessionEnded = errors.New("the session was forgotten, deleted or expired while the call ran")
+
+// sessionLife is one incarnation's life on this server.
+type sessionLife struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+}
+
+func newSessionLife() *sessionLife {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &sessionLife{ctx: ctx, cancel: cancel}
+}
+
+// endSession cancels the life of session id, ending the calls let through
+// expecting its incarnation (their refusal is session_moved). The session
+// stays held, with its cancelled life, until dropSession: a call checked
+// in between is bound to the cancelled life and ends at once.
+func (s *Server) endSession(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.lives[id]; l != nil {
+		l.cancel(errSessionEnded)
+	}
+}
+
+// dropSession is the end of session id on this server: no longer held,
+// its incarnation and life gone.
+func (s *Server) dropSession(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if l := s.lives[id]; l != nil {
+		l.cancel(errSessionEnded)
+		delete(s.lives, id)
+	}
+	delete(s.sessions, id)
+}
+
+// boundToLife is ctx, also cancelled when life is (nil: ctx itself);
+// release frees what binds them.
+func boundToLife(ctx context.Context, life context.Context) (context.Context, func()) {
+	if life == nil {
+		return ctx, func() {}
+	}
+	bound, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(life, func() { cancel(context.Cause(life)) })
+	return bound, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// endedDuring turns err, the result of a call bound to a session's life
+// that was cancelled meanwhile, into session_moved: the incarnation the
+// call expected ended while it ran (what it had started was ended too,
+// as forget ends a session's commands).
+//
+// A call that succeeded all the same is refused too: what it did was in
+// the incarnation that ended (or, past the end, in a fresh workspace the
+// caller did not expect), so it did not do what the caller asked.
+func (s *Server) endedDuring(ctx context.Context, msg any, err error) error {
+	if !errors.Is(context.Cause(ctx), errSessionEnded) {
+		return err
+	}
+	session, _, _ := s.sessionOf(msg)
+	want, _ := expectedIncarnation(msg)
+	return withDetail(connect.CodeFailedPrecondition,
+		fmt.Errorf("session %q incarnation %s ended while the call ran (node %s): it was forgotten, deleted or expired, and the call was ended with it. Start a new session, or send no expected incarnation to accept a fresh one", session, want, s.nodeID),
+		&hostv1.ErrorDetail{ReasonCode: ReasonSessionMoved, Field: "expect_incarnation"})
 }

@@ -3,6 +3,7 @@ package service_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -52,12 +54,22 @@ type identityServer struct {
 
 func newIdentityServer(t *testing.T, nodeID string) *identityServer {
 	t.Helper()
+	return newIdentityServerWith(t, nodeID, nil)
+}
+
+// newIdentityServerWith is newIdentityServer whose driver, when wrap is
+// set, is wrap's of the marker driver.
+func newIdentityServerWith(t *testing.T, nodeID string, wrap func(driverapi.Driver) driverapi.Driver) *identityServer {
+	t.Helper()
 	t.Setenv("XDG_DATA_HOME", t.TempDir())
 	cfg := core.DefaultConfig()
 	cfg.Sandbox.WorkspaceRoot = filepath.Join(t.TempDir(), "ws")
 	cfg.Sandbox.AuditLog = ""
 	is := &identityServer{marker: filepath.Join(t.TempDir(), "ran"), workspace: cfg.Sandbox.WorkspaceRoot}
-	d := &markerDriver{FakeDriver: &drivertest.FakeDriver{Stdout: []byte("ok\n")}, marker: is.marker}
+	var d driverapi.Driver = &markerDriver{FakeDriver: &drivertest.FakeDriver{Stdout: []byte("ok\n")}, marker: is.marker}
+	if wrap != nil {
+		d = wrap(d)
+	}
 	rt, err := alephsandbox.New(cfg, alephsandbox.WithDriver(drivertest.Connect(t, d)), alephsandbox.WithoutGrantStore())
 	if err != nil {
 		t.Fatal(err)
@@ -408,5 +420,90 @@ func TestGoClientTracksIncarnations(t *testing.T) {
 	}
 	if client.SessionHeaderValue("a b%é") != "a%20b%25%C3%A9" {
 		t.Fatalf("header value %q", client.SessionHeaderValue("a b%é"))
+	}
+}
+
+// holdingDriver runs "hold" until its context ends, telling started
+// first; anything else goes to the wrapped driver.
+type holdingDriver struct {
+	driverapi.Driver
+	started chan struct{}
+}
+
+func (d *holdingDriver) Run(ctx context.Context, spec driverapi.RunSpec, streams driverapi.Streams) (driverapi.Exit, error) {
+	if spec.Program != "hold" {
+		return d.Driver.Run(ctx, spec, streams)
+	}
+	d.started <- struct{}{}
+	<-ctx.Done()
+	return driverapi.Exit{}, ctx.Err()
+}
+
+// A call let through expecting an incarnation is bound to that
+// incarnation's life: forgetting the session while it runs ends it with
+// session_moved, and the server does not hold the session again
+// afterwards (the call made no new incarnation). A call with no
+// expectation, forgotten the same way, is not answered session_moved
+// (the control: the refusal comes from the binding).
+func TestForgetEndsCallsExpectingTheIncarnation(t *testing.T) {
+	started := make(chan struct{}, 1)
+	is := newIdentityServerWith(t, "n1", func(d driverapi.Driver) driverapi.Driver { return &holdingDriver{Driver: d, started: started} })
+	ctx := context.Background()
+	for _, expect := range []bool{true, false} {
+		session := fmt.Sprintf("held-%v", expect)
+		first, err := is.exec(t, session, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		inc := first.GetSessionIncarnation()
+		want := ""
+		if expect {
+			want = inc
+		}
+		done := make(chan error, 1)
+		go func() {
+			st, err := is.c.Execute(ctx, connect.NewRequest(&hostv1.ExecuteRequest{Session: session, Argv: []string{"hold"}, ExpectIncarnation: want}))
+			if err != nil {
+				done <- err
+				return
+			}
+			defer st.Close()
+			for st.Receive() {
+			}
+			done <- st.Err()
+		}()
+		select {
+		case <-started:
+		case err := <-done:
+			t.Fatalf("the held command ended before it started: %v", err)
+		case <-time.After(30 * time.Second):
+			t.Fatal("the held command did not start")
+		}
+		if _, err := is.c.Sessions(ctx, connect.NewRequest(&hostv1.SessionsRequest{Action: &hostv1.SessionsRequest_Forget{Forget: &hostv1.ForgetSession{Session: session}}})); err != nil {
+			t.Fatal(err)
+		}
+		var err2 error
+		select {
+		case err2 = <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the held command outlived its session's forget")
+		}
+		_, d := detail(t, err2)
+		if expect {
+			wantMoved(t, "a call expecting the forgotten incarnation", err2)
+		} else if d.GetReasonCode() == service.ReasonSessionMoved {
+			t.Fatalf("a call expecting nothing was answered session_moved: %v", err2)
+		}
+		l, err := is.c.Sessions(ctx, connect.NewRequest(&hostv1.SessionsRequest{Action: &hostv1.SessionsRequest_List{List: &hostv1.ListSessions{}}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ses := range l.Msg.GetSessions() {
+			if ses.GetSession() == session && ses.GetIncarnation() != "" && !ses.GetPersistedOnly() {
+				if expect {
+					t.Fatalf("the ended call made the session again (incarnation %s)", ses.GetIncarnation())
+				}
+			}
+		}
 	}
 }

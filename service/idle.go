@@ -198,8 +198,10 @@ func (s *Server) expireIdle(ctx context.Context, ttl time.Duration) {
 // expireSession deletes one idle session, as Sessions delete does, and
 // audits it when the runtime can.
 func (s *Server) expireSession(ctx context.Context, id string, idle time.Duration) {
-	// The session's processes go first (none runs, but ended ones not
-	// waited for are held): none may outlive it.
+	// The calls let through expecting its incarnation end first, then
+	// its processes (none runs, but ended ones not waited for are held):
+	// none may outlive it.
+	s.endSession(id)
 	s.procs.ForgetSession(id)
 	var err error
 	switch h := s.host.(type) {
@@ -212,9 +214,7 @@ func (s *Server) expireSession(ctx context.Context, id string, idle time.Duratio
 	default:
 		s.host.ForgetSession(id)
 	}
-	s.mu.Lock()
-	delete(s.sessions, id)
-	s.mu.Unlock()
+	s.dropSession(id)
 	s.idle.expired.Add(1)
 	if err != nil {
 		s.log.Error("idle session deleted, but its workspace could not be removed", "session", id, "error", err)

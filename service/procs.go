@@ -123,7 +123,7 @@ func (s *Server) StartProcess(ctx context.Context, req *connect.Request[hostv1.S
 	incarnation := ""
 	if err == nil {
 		// The session is the service's once a process of it started.
-		incarnation = s.remember(cmd.SessionID)
+		incarnation = s.remember(ctx, cmd.SessionID)
 	}
 	if err != nil {
 		return nil, procErr(err)

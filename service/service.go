@@ -115,6 +115,10 @@ type Server struct {
 	// sessions are the sessions this server holds, each with its
 	// incarnation (identity.go).
 	sessions map[string]string
+	// lives are the held sessions' lives (identity.go): each is cancelled
+	// when its session is forgotten, deleted or expired, and ends the
+	// calls that were let through expecting its incarnation.
+	lives map[string]*sessionLife
 	// calls are the running commands that can be signalled (and, for
 	// exec -i/-t, written to and resized), by the signal_key of their
 	// request.
@@ -186,7 +190,7 @@ func New(opts Options) (*Server, error) {
 	}
 	s := &Server{host: opts.Host, pipeline: pipeline, broker: opts.Broker, log: opts.Logger, policy: policy,
 		metrics: metrics, driverLaunches: opts.DriverLaunches, driverCheck: opts.DriverCheck, limits: l, conns: newConnLimits(l),
-		sessions: map[string]string{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
+		sessions: map[string]string{}, lives: map[string]*sessionLife{}, calls: map[string]*call{}, uploads: map[string]*upload{}, live: map[chan driverapi.Signal]struct{}{},
 		procs: core.NewProcessTable(meteredHost{pipeline, metrics}, opts.Processes), idle: newIdleTracker()}
 	s.nodeID = opts.NodeID
 	if s.nodeID == "" {
@@ -346,8 +350,13 @@ func (s *Server) command(req *hostv1.ExecuteRequest) (core.Command, error) {
 }
 
 // remember makes session the server's, with a new incarnation if it
-// held none, and returns its incarnation.
-func (s *Server) remember(session string) string {
+// held none, and returns its incarnation. A call bound to a life that
+// ended (identity.go) makes nothing: its session was forgotten while it
+// ran, and its answer is session_moved.
+func (s *Server) remember(ctx context.Context, session string) string {
+	if errors.Is(context.Cause(ctx), errSessionEnded) {
+		return ""
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	inc, ok := s.sessions[session]
@@ -450,12 +459,13 @@ func (h *heldBytes) add(n int64) {
 }
 
 // Execute implements the service.
-func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.ExecuteRequest], stream *connect.ServerStream[hostv1.ExecuteResponse]) error {
-	end, err := s.streamRequest(ctx, req.Header(), req.Msg)
+func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.ExecuteRequest], stream *connect.ServerStream[hostv1.ExecuteResponse]) (rerr error) {
+	ctx, end, err := s.streamRequest(ctx, req.Header(), req.Msg)
 	if err != nil {
 		return err
 	}
 	defer end()
+	defer func() { rerr = s.endedDuring(ctx, req.Msg, rerr) }()
 	s.running.Add(1)
 	defer s.running.Done()
 	start := time.Now()
@@ -547,7 +557,7 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	// before that keeps nothing.
 	incarnation := ""
 	if denied := (*core.DeniedError)(nil); err == nil || errors.As(err, &denied) {
-		incarnation = s.remember(cmd.SessionID)
+		incarnation = s.remember(ctx, cmd.SessionID)
 	}
 	close(finished)
 	senders.Wait()
@@ -671,7 +681,7 @@ func (s *Server) result(ctx context.Context, out *core.Output, err error) (*host
 // that key (StartProcessRequest.approval_key), and ends when such a call
 // ends: a client's own approver answering its unary calls.
 func (s *Server) Approvals(ctx context.Context, req *connect.Request[hostv1.ApprovalsRequest], stream *connect.ServerStream[hostv1.ApprovalRequest]) error {
-	end, err := s.streamRequest(ctx, req.Header(), req.Msg)
+	ctx, end, err := s.streamRequest(ctx, req.Header(), req.Msg)
 	if err != nil {
 		return err
 	}
@@ -795,12 +805,12 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 		if err := checkSession("forget.session", a.Forget.GetSession()); err != nil {
 			return nil, err
 		}
-		// The session's processes go first: none may outlive it.
+		// The calls let through expecting its incarnation end first,
+		// then its processes: none may outlive it.
+		s.endSession(a.Forget.GetSession())
 		s.procs.ForgetSession(a.Forget.GetSession())
 		s.host.ForgetSession(a.Forget.GetSession())
-		s.mu.Lock()
-		delete(s.sessions, a.Forget.GetSession())
-		s.mu.Unlock()
+		s.dropSession(a.Forget.GetSession())
 	case *hostv1.SessionsRequest_Delete:
 		id := a.Delete.GetSession()
 		if err := checkSession("delete.session", id); err != nil {
@@ -810,13 +820,13 @@ func (s *Server) Sessions(_ context.Context, req *connect.Request[hostv1.Session
 		if !ok {
 			return nil, withDetail(connect.CodeUnimplemented, errors.New("this runtime cannot delete sessions"), &hostv1.ErrorDetail{Field: "delete"})
 		}
-		// The session's processes go first: none may outlive it, nor
-		// write into the workspace being removed.
+		// The calls let through expecting its incarnation end first,
+		// then its processes: none may outlive it, nor write into the
+		// workspace being removed.
+		s.endSession(id)
 		s.procs.ForgetSession(id)
 		err := d.DeleteSession(id)
-		s.mu.Lock()
-		delete(s.sessions, id)
-		s.mu.Unlock()
+		s.dropSession(id)
 		if err != nil {
 			return nil, withDetail(connect.CodeFailedPrecondition, err, &hostv1.ErrorDetail{ReasonCode: string(core.ReasonWorkspaceFailed), Field: "delete.session"})
 		}
@@ -877,7 +887,7 @@ func (s *Server) Grants(ctx context.Context, req *connect.Request[hostv1.GrantsR
 	// A grant applied or revoked is state of the session; a list is a
 	// read and keeps nothing.
 	if _, isList := req.Msg.GetAction().(*hostv1.GrantsRequest_List); !isList {
-		s.remember(session)
+		s.remember(ctx, session)
 	}
 	g := s.host.Grants(session)
 	return connect.NewResponse(&hostv1.GrantsResponse{Session: session, Grants: grantsMsg(g), PolicyDigest: g.PolicyDigest}), nil

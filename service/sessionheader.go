@@ -43,10 +43,14 @@ func (i sessionHeaderInterceptor) WrapUnary(next connect.UnaryFunc) connect.Unar
 		if err := i.s.checkSessionHeader(req.Header(), req.Any()); err != nil {
 			return nil, err
 		}
-		if err := i.s.checkIncarnation(req.Header(), req.Any()); err != nil {
+		life, err := i.s.checkIncarnation(req.Header(), req.Any())
+		if err != nil {
 			return nil, err
 		}
-		return next(ctx, req)
+		ctx, release := boundToLife(ctx, life)
+		defer release()
+		resp, err := next(ctx, req)
+		return resp, i.s.endedDuring(ctx, req.Any(), err)
 	}
 }
 
@@ -65,22 +69,27 @@ func (sessionHeaderInterceptor) WrapStreamingHandler(next connect.StreamingHandl
 // streamRequest is, for the one request of a server stream (Execute,
 // ReadFile, Approvals), what the interceptors are for a unary call's: the
 // session header and the expected incarnation checked before anything is
-// done (the refusal is the stream's error, and nothing else runs), then
-// the session marked busy (idle.go) until the returned end is called,
-// which the handler defers. Each server-streaming handler calls it first:
+// done (the refusal is the stream's error, and nothing else runs), the
+// call's context bound to the session's life when it expects an
+// incarnation (the handler uses the returned one), then the session
+// marked busy (idle.go) until the returned end is called, which the
+// handler defers. Each server-streaming handler calls it first:
 // TestStreamingHandlersCheckTheirRequest lists them, so that a new one is
 // not served unchecked.
-func (s *Server) streamRequest(ctx context.Context, h http.Header, msg any) (end func(), err error) {
+func (s *Server) streamRequest(ctx context.Context, h http.Header, msg any) (_ context.Context, end func(), err error) {
 	if err := s.checkSessionHeader(h, msg); err != nil {
-		return nil, err
+		return ctx, nil, err
 	}
-	if err := s.checkIncarnation(h, msg); err != nil {
-		return nil, err
+	life, err := s.checkIncarnation(h, msg)
+	if err != nil {
+		return ctx, nil, err
 	}
+	ctx, release := boundToLife(ctx, life)
 	if session, _, ok := s.sessionOf(msg); ok && session != "" {
-		return s.idle.begin(ctx, session), nil
+		idleEnd := s.idle.begin(ctx, session)
+		return ctx, func() { idleEnd(); release() }, nil
 	}
-	return func() {}, nil
+	return ctx, release, nil
 }
 
 // checkSessionHeader compares the header, when present, with the session
