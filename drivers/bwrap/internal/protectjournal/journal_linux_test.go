@@ -29,7 +29,7 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 	}
 	path := filepath.Join(ws, ".envrc")
 	newPlaceholder := func() *unix.Stat_t {
-		f, st, err := j.Create(dir, path, false)
+		f, st, err := j.Create(dir, path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,5 +63,78 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("after recovery, %s left: %v", p, err)
 		}
+	}
+}
+
+// TestPlaceholderBatch: the placeholders of one intent share one record
+// file (the later records are links to the first), each recognised at its
+// own path only; removing one leaves the other's record, and recovery
+// removes the other with its record. The control: an empty read-only file
+// of the user's at a path the batch lists, but not made by it, is not
+// taken for a placeholder.
+func TestPlaceholderBatch(t *testing.T) {
+	j := New(t.TempDir(), ownertag.Self(), hclog.NewNullLogger())
+	ws := t.TempDir()
+	dir, err := j.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := filepath.Join(ws, ".envrc"), filepath.Join(ws, ".git"), filepath.Join(ws, ".vscode")
+	batch := NewBatch([]string{a, b, c})
+	var sts []*unix.Stat_t
+	for _, p := range []string{a, b} {
+		f, st, err := j.Create(dir, p, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		sts = append(sts, st)
+	}
+	// The user's own empty read-only file at the third listed path.
+	if err := os.WriteFile(c, nil, PlaceholderPerm); err != nil {
+		t.Fatal(err)
+	}
+	var ra, rb, rc unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, RecordName(sts[0])), &ra); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(dir, RecordName(sts[1])), &rb); err != nil {
+		t.Fatal(err)
+	}
+	if ra.Ino != rb.Ino || ra.Nlink != 2 {
+		t.Errorf("records not one file: inodes %d and %d, %d links", ra.Ino, rb.Ino, ra.Nlink)
+	}
+	for i, p := range []string{a, b} {
+		if !IsPlaceholder(dir, p, sts[i]) {
+			t.Errorf("%s not recognised", p)
+		}
+	}
+	var cst unix.Stat_t
+	if err := unix.Lstat(c, &cst); err != nil {
+		t.Fatal(err)
+	}
+	if IsPlaceholder(dir, c, &cst) || unix.Stat(filepath.Join(dir, RecordName(&cst)), &rc) == nil {
+		t.Errorf("the user's %s taken for a placeholder", c)
+	}
+	// One removed: the other's record stays, and names it still.
+	if Remove(dir, a, sts[0], j.TombName(dir)) {
+		t.Fatal("held")
+	}
+	if _, err := os.Lstat(a); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left: %v", a, err)
+	}
+	if !IsPlaceholder(dir, b, sts[1]) {
+		t.Errorf("%s no longer recognised after %s went", b, a)
+	}
+	// Recovery (as after a driver's death) removes the other and its
+	// record; the user's file stays.
+	j.Recover(2*time.Second, false)
+	for _, p := range []string{b, filepath.Join(dir, RecordName(sts[1]))} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after recovery, %s left: %v", p, err)
+		}
+	}
+	if _, err := os.Lstat(c); err != nil {
+		t.Errorf("the user's %s removed: %v", c, err)
 	}
 }
