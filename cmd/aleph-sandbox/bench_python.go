@@ -61,10 +61,11 @@ for _ in sys.stdin:
 
 // pyBench is the running python3 of the row.
 type pyBench struct {
-	cmd  *exec.Cmd
-	in   io.WriteCloser
-	out  *bufio.Reader
-	done chan struct{}
+	cmd    *exec.Cmd
+	stderr *syncBuffer // what python3 said, for a failure's message
+	in     io.WriteCloser
+	out    *bufio.Reader
+	done   chan struct{}
 }
 
 // errNoPython: the row is skipped (no python3, or no client to import);
@@ -149,7 +150,8 @@ func startPyBench(ctx context.Context, sock string, cmd core.Command) (*pyBench,
 		}
 		c.Env = append(c.Env, "PYTHONPATH="+pp)
 	}
-	c.Stderr = io.Discard
+	stderr := &syncBuffer{}
+	c.Stderr = stderr
 	tieToBench(c)
 	in, err := c.StdinPipe()
 	if err != nil {
@@ -162,7 +164,7 @@ func startPyBench(ctx context.Context, sock string, cmd core.Command) (*pyBench,
 	if err := c.Start(); err != nil {
 		return nil, fmt.Errorf("%w: %w", errNoPython, err)
 	}
-	p := &pyBench{cmd: c, in: in, out: bufio.NewReader(outp), done: make(chan struct{})}
+	p := &pyBench{cmd: c, stderr: stderr, in: in, out: bufio.NewReader(outp), done: make(chan struct{})}
 	go func() { _ = c.Wait(); close(p.done) }()
 	spec, err := json.Marshal(map[string]any{"address": "unix:" + sock, "argv": append([]string{cmd.Program}, cmd.Args...), "kwargs": pyKwargs(cmd)})
 	if err == nil {
@@ -176,7 +178,7 @@ func startPyBench(ctx context.Context, sock string, cmd core.Command) (*pyBench,
 	switch {
 	case err != nil:
 		p.stop()
-		return nil, fmt.Errorf("python3: %w", err)
+		return nil, fmt.Errorf("python3: %w: %s", err, oneLine(stderr.String()))
 	case strings.HasPrefix(line, "skip "):
 		p.stop()
 		return nil, fmt.Errorf("%w: %s", errNoPython, strings.TrimPrefix(line, "skip "))
@@ -194,7 +196,7 @@ func (p *pyBench) way() (time.Duration, string) {
 	}
 	line, err := p.out.ReadString('\n')
 	if err != nil {
-		return 0, "Python client: " + err.Error()
+		return 0, "Python client: " + err.Error() + ": " + oneLine(p.stderr.String())
 	}
 	line = strings.TrimSpace(line)
 	if ns, ok := strings.CutPrefix(line, "ok "); ok {
