@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -68,6 +69,12 @@ type benchResult struct {
 	RawConcurrentPerSecond   float64 `json:"raw_concurrent_per_second"`
 	ServeConcurrentVsRaw     float64 `json:"serve_concurrent_vs_raw"`
 	ThroughputConcurrency    int     `json:"throughput_concurrency"`
+	// A command in the same existing session through the same serve from
+	// the Python client (clients/python, python3), timed by the client
+	// around its exec call; 0 when python3 or the client is not there
+	// (bench says why on stderr).
+	ServePythonP50MS     float64 `json:"serve_python_p50_ms"`
+	ServePythonVsMinimal float64 `json:"serve_python_vs_minimal"`
 }
 
 // benchOnlyFlags are bench's own flags; the rest are exec's and are passed
@@ -196,7 +203,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		out, err := p.sandbox.Execute(ctx, cmd)
 		return benchFailure(out, err)
 	}
-	var rawRun, minRun benchWay
+	var rawRun, minRun, pyRun benchWay
 	var coldRun, tripRun, hostRun, startRun, directRun func() string
 	var cleanups []func()
 	var srv *benchServe
@@ -245,6 +252,20 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 			if msg := tripRun(); msg != "" {
 				return fail(io.Err, "bench: warm-up %s", msg)
 			}
+			py, err := startPyBench(ctx, srv.sock, cmd)
+			switch {
+			case errors.Is(err, errNoPython):
+				fmt.Fprintf(io.Err, "bench: %s\n", oneLine(err.Error()))
+			case err != nil:
+				return fail(io.Err, "bench: Python client: %s", oneLine(err.Error()))
+			default:
+				cleanups = append(cleanups, py.stop)
+				// Its first call opens the client's first connection.
+				if _, msg := py.way(); msg != "" {
+					return fail(io.Err, "bench: warm-up %s", msg)
+				}
+				pyRun = py.way
+			}
 		}
 		if startRun, err = selfRunner(ctx, "CLI start", []string{"--version"}, nil); err != nil {
 			return fail(io.Err, "bench: %s", oneLine(err.Error()))
@@ -260,7 +281,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 			return ""
 		}
 	}
-	var lat, raw, rawMin, cold, direct, trip, host, start []time.Duration
+	var lat, raw, rawMin, cold, direct, trip, py, host, start []time.Duration
 	var elapsed time.Duration
 	var msg string
 	// The ways beside the warm pipeline, each with where its latencies go.
@@ -268,7 +289,8 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		run benchWay
 		lat *[]time.Duration
 	}{{timedOrNil(coldRun), &cold}, {timedOrNil(directRun), &direct}, {rawRun, &raw}, {minRun, &rawMin},
-		{settledOrNil(timedOrNil(tripRun)), &trip}, {settledOrNil(timedOrNil(hostRun)), &host}, {timedOrNil(startRun), &start}}
+		{settledOrNil(timedOrNil(tripRun)), &trip}, {settledOrNil(pyRun), &py}, {settledOrNil(timedOrNil(hostRun)), &host},
+		{timedOrNil(startRun), &start}}
 	if *conc == 1 {
 		// One round runs each way once, so load that comes and goes on a
 		// shared machine touches all of them alike and the ratios hold.
@@ -335,6 +357,8 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 	r.ServeVsMinimal, r.HostCLIVsMinimal = ratio(r.ServeP50MS, r.RawMinimalP50MS), ratio(r.HostCLIP50MS, r.RawMinimalP50MS)
 	r.WarmVsRaw, r.ColdVsRaw = ratio(r.P50MS, r.RawP50MS), ratio(r.ColdP50MS, r.RawP50MS)
 	r.ServeVsRaw, r.HostCLIVsRaw = ratio(r.ServeP50MS, r.RawP50MS), ratio(r.HostCLIP50MS, r.RawP50MS)
+	r.ServePythonP50MS = pct(py, 50)
+	r.ServePythonVsMinimal = ratio(r.ServePythonP50MS, r.RawMinimalP50MS)
 	r.ServeNewSessionP50MS = pct(newSess, 50)
 	r.ServeNewSessionVsMinimal = ratio(r.ServeNewSessionP50MS, r.RawMinimalP50MS)
 	r.ServeConcurrentPerSecond, r.RawConcurrentPerSecond = tp.serve, tp.raw
@@ -347,7 +371,7 @@ func runBench(ctx context.Context, args []string, io stdio) int {
 		return 0
 	}
 	printBench(io.Out, r, lat, raw, cold, direct, benchRow{"raw minimal bwrap", rawMin},
-		benchRow{"CLI start (--version)", start}, benchRow{"serve, session reused", trip},
+		benchRow{"CLI start (--version)", start}, benchRow{"serve, session reused", trip}, benchRow{"serve, Python client", py},
 		benchRow{"serve, new session", newSess}, benchRow{"exec --host (fresh CLI)", host})
 	return 0
 }

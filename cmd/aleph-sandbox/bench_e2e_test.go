@@ -17,6 +17,9 @@ import (
 // and one line naming the failure.
 func TestBenchEndToEnd(t *testing.T) {
 	drv := cliEnv(t)
+	// The Python client of this tree, for the Python client's row (the
+	// binary is built away from clients/python).
+	t.Setenv("PYTHONPATH", pythonClientOfTree(t))
 	// bench times cold runs of its own binary, so it runs as the real CLI
 	// (the test binary serves only as the driver).
 	bin := filepath.Join(t.TempDir(), "aleph-sandbox")
@@ -74,6 +77,17 @@ func TestBenchEndToEnd(t *testing.T) {
 	if runtime.GOOS == "linux" && (newSess <= 0 || perSec <= 0 || o["throughput_concurrency"] != float64(4)) {
 		t.Errorf("no session rows: new session %v, c=4 %v/s at %v; stderr %q", newSess, perSec, o["throughput_concurrency"], r.stderr)
 	}
+	// The Python client's row through the same serve, where python3 is
+	// (else bench says why, and the field stays 0).
+	pyP50, _ := o["serve_python_p50_ms"].(float64)
+	if _, err := exec.LookPath("python3"); runtime.GOOS == "linux" && served > 0 {
+		if err == nil && pyP50 <= 0 {
+			t.Errorf("python3 is here, no Python client row: %v; stderr %q", o["serve_python_p50_ms"], r.stderr)
+		}
+		if err != nil && (pyP50 != 0 || !strings.Contains(r.stderr, "no Python client row")) {
+			t.Errorf("no python3 (%v): row %v, stderr %q", err, pyP50, r.stderr)
+		}
+	}
 	if v, _ := o["serve_concurrent_vs_raw"].(float64); v != 0 {
 		t.Errorf("a throughput ratio without raw bwrap: %v", v)
 	}
@@ -83,4 +97,14 @@ func TestBenchEndToEnd(t *testing.T) {
 	if r.code != 125 || len(lines) != 1 || !strings.HasPrefix(lines[0], "aleph-sandbox:") {
 		t.Fatalf("failing bench: exit %d stderr %q", r.code, r.stderr)
 	}
+}
+
+// pythonClientOfTree is this tree's clients/python, absolute.
+func pythonClientOfTree(t *testing.T) string {
+	t.Helper()
+	dir, err := filepath.Abs(filepath.Join("..", "..", "clients", "python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -24,13 +24,13 @@ func TestBenchSessionRows(t *testing.T) {
 	ws := filepath.Join(data, "ws")
 	var env []string
 	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, loadFullEnv+"=") && !strings.HasPrefix(e, hostileFullEnv+"=") {
+		if !strings.HasPrefix(e, loadFullEnv+"=") && !strings.HasPrefix(e, hostileFullEnv+"=") && !strings.HasPrefix(e, "PYTHONPATH=") {
 			env = append(env, e)
 		}
 	}
 	cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), "bench", "--n", "4", "--", "/bin/true")
 	cmd.Env = append(env, "XDG_DATA_HOME="+data, "XDG_CONFIG_HOME="+t.TempDir(), "XDG_RUNTIME_DIR="+t.TempDir(),
-		"ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+ws, "ALEPH_SANDBOX_SANDBOX__AUDIT_LOG=")
+		"ALEPH_SANDBOX_SANDBOX__WORKSPACE_ROOT="+ws, "ALEPH_SANDBOX_SANDBOX__AUDIT_LOG=", "PYTHONPATH="+pythonClientOfTree(t))
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
@@ -46,6 +46,16 @@ func TestBenchSessionRows(t *testing.T) {
 		if !re.MatchString(out) {
 			t.Errorf("no %q row with its ratios:\n%s", row, out)
 		}
+	}
+	// The Python client's row, when python3 and the client are here
+	// (bench says why on stderr when not: the skip's control).
+	pyRow := regexp.MustCompile(`(?m)^serve, Python client +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+x +[0-9.]+x$`)
+	if _, err := exec.LookPath("python3"); err != nil {
+		if pyRow.MatchString(out) || !strings.Contains(stderr.String(), "no Python client row: python3") {
+			t.Errorf("no python3 here (%v), yet the row or no reason:\n%s\n%s", err, out, stderr.String())
+		}
+	} else if !pyRow.MatchString(out) {
+		t.Errorf("python3 is here, no %q row with its ratios:\n%s\n%s", "serve, Python client", out, stderr.String())
 	}
 	if !regexp.MustCompile(`(?m)^serve, a session per worker: [0-9.]+ commands/s at concurrency 4 \([0-9.]+x raw bwrap's [0-9.]+\)$`).MatchString(out) {
 		t.Errorf("no throughput line with its ratio:\n%s", out)

@@ -165,13 +165,14 @@ func TestBenchJSONFields(t *testing.T) {
 		"serve_p50_ms", "host_cli_p50_ms", "cli_start_p50_ms", "serve_vs_raw", "host_cli_vs_raw",
 		"raw_minimal_p50_ms", "warm_vs_minimal", "cold_vs_minimal", "serve_vs_minimal", "host_cli_vs_minimal",
 		"serve_new_session_p50_ms", "serve_new_session_vs_minimal", "serve_concurrent_per_second",
-		"raw_concurrent_per_second", "serve_concurrent_vs_raw", "throughput_concurrency"} {
+		"raw_concurrent_per_second", "serve_concurrent_vs_raw", "throughput_concurrency",
+		"serve_python_p50_ms", "serve_python_vs_minimal"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("--json lacks %q: %s", k, b)
 		}
 	}
-	if len(m) != 28 {
-		t.Errorf("--json has %d fields, want 28: %s", len(m), b)
+	if len(m) != 30 {
+		t.Errorf("--json has %d fields, want 30: %s", len(m), b)
 	}
 }
 
@@ -212,6 +213,27 @@ func TestHostLinksNoDriver(t *testing.T) {
 			if strings.HasPrefix(p, "github.com/aleph-sandbox/aleph-sandbox/drivers/") {
 				t.Errorf("GOOS=%s: aleph-sandbox links %s", goos, p)
 			}
+		}
+	}
+}
+
+// Every field of bench --json is named in docs/cli.md's bench section (a
+// field added without its line there fails).
+func TestBenchJSONFieldsDocumented(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "cli.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := strings.Index(string(doc), "## bench")
+	if start < 0 {
+		t.Fatal("docs/cli.md has no bench section")
+	}
+	text := string(doc[start:])
+	typ := reflect.TypeOf(benchResult{})
+	for i := range typ.NumField() {
+		name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ",")
+		if !strings.Contains(text, "`"+name+"`") && !strings.Contains(text, `"`+name+`"`) {
+			t.Errorf("bench --json field %q is not in docs/cli.md's bench section", name)
 		}
 	}
 }

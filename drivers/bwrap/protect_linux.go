@@ -114,7 +114,7 @@ func (d *Driver) protect(p launchPlan) (*protection, func(), error) {
 	// One intent for every entry missing now (each file operation on the
 	// state directory costs about as much as the placeholder itself); an
 	// entry that goes missing only later gets one of its own.
-	journaled := map[string]bool{}
+	journaled := map[string]*protectjournal.Batch{}
 	var absent []string
 	for _, t := range targets {
 		var st unix.Stat_t
@@ -133,8 +133,10 @@ func (d *Driver) protect(p launchPlan) (*protection, func(), error) {
 		}
 		// Removed once every placeholder below is recorded (or failed).
 		defer os.Remove(intent)
+		// Their records are one file and links to it (a Batch).
+		batch := protectjournal.NewBatch(absent)
 		for _, a := range absent {
-			journaled[a] = true
+			journaled[a] = batch
 		}
 	}
 	pr := &protection{}

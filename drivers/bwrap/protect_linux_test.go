@@ -887,7 +887,7 @@ func TestProtectSharedLockNotBlocking(t *testing.T) {
 	}
 	ws := newWorkspace(t)
 	path := filepath.Join(ws, ".claude")
-	f, _, err := d.journal.Create(dir, path, false)
+	f, _, err := d.journal.Create(dir, path, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -206,3 +206,56 @@ func TestSessionForkSignalled(t *testing.T) {
 		t.Fatalf("after: %q", r.stdout)
 	}
 }
+
+// TestSessionForkRelativePathEntry: a program found through a relative
+// PATH entry is refused the same way on the fork path as by a command's
+// own sandbox-init (exit 125, exec's reason on stderr, not "not found"),
+// the first command of a session and a later one alike; the control puts
+// the same directory on the PATH by its absolute name, and the program
+// runs on both paths.
+func TestSessionForkRelativePathEntry(t *testing.T) {
+	d := testDriver(t, options{})
+	needSessions(t, d)
+	ws := newWorkspace(t)
+	if err := os.MkdirAll(filepath.Join(ws, "tools"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "tools", "hello"), []byte("#!/bin/sh\necho ran\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	run := func(session, path string) drvResult {
+		t.Helper()
+		ctx := context.Background()
+		prof, err := d.ProfileFor(ctx, driverapi.ProfileRequest{Capabilities: spawnCaps, Workspace: ws, Cwd: ws})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out, errb bytes.Buffer
+		spec := driverapi.RunSpec{
+			Program: "hello", Cwd: ws, Profile: prof, SessionID: session, CommandID: t.Name(),
+			Env:     []driverapi.EnvVar{{Name: "PATH", Value: path}, {Name: "HOME", Value: ws}},
+			Timeout: 20 * time.Second, MaxOutputBytes: 1 << 20,
+		}
+		if session != "" {
+			setSessionSandbox(&spec)
+		}
+		exit, err := d.Run(ctx, spec, driverapi.Streams{Stdout: &out, Stderr: &errb})
+		return drvResult{exit: exit, stdout: out.String(), stderr: errb.String(), err: err}
+	}
+	const reason = `program "hello": exec: "hello": cannot run executable found relative to current directory`
+	for _, session := range []string{"", "rel", "rel"} {
+		r := run(session, "tools:/usr/bin:/bin")
+		if r.err != nil || r.exit.ExitCode != sandboxinit.SandboxInitExitCode || !strings.Contains(r.stderr, reason) || r.stdout != "" {
+			t.Fatalf("session %q, relative entry: %+v, stdout %q, stderr %q, want exit %d and %q",
+				session, r, r.stdout, r.stderr, sandboxinit.SandboxInitExitCode, reason)
+		}
+		if session != "" && sessionOf(r) == "" {
+			t.Fatalf("session %q: not run in a session sandbox: %v", session, r.exit.Details)
+		}
+		r = run(session, filepath.Join(ws, "tools")+":/usr/bin:/bin")
+		expectOK(t, r)
+		if r.stdout != "ran\n" {
+			t.Fatalf("session %q, absolute entry (control): stdout %q, stderr %q", session, r.stdout, r.stderr)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -243,6 +244,18 @@ func (c *servedCommand) run() {
 		return
 	}
 	notRun, herr := c.handOver(h, fds)
+	if errors.Is(herr, errLookupRefused) {
+		// Nothing was started, and the lookup's reason is on the
+		// command's stderr: the status sandbox-init's own failure ends
+		// with (SandboxInitExitCode), not a not-run record, which would
+		// say the program is missing.
+		c.kill()
+		if replyHandover(c.life, nil) == nil {
+			rec := EncodeStatus(Status{Wait: SandboxInitExitCode << 8, Alone: true})
+			_ = unix.Sendto(c.life, rec, unix.MSG_NOSIGNAL, nil)
+		}
+		return
+	}
 	if herr != nil {
 		c.kill()
 		_ = replyHandover(c.life, herr)
@@ -281,6 +294,14 @@ func (c *servedCommand) handOver(h Handover, fds []int) (notRun syscall.Errno, e
 	if err != nil {
 		if e := errnoOf(err); e != 0 {
 			return e, nil
+		}
+		if errors.Is(err, exec.ErrDot) {
+			// What a sandbox-init of the command's own does with the
+			// same lookup (SandboxInit): its line on the command's
+			// stderr, then it ends without starting anything.
+			msg := fmt.Sprintf("aleph-sandbox: sandbox-init: program %q: %v\n", argv[0], err)
+			_, _ = unix.Write(fds[2], []byte(msg))
+			return 0, errLookupRefused
 		}
 		return 0, err
 	}
@@ -471,6 +492,11 @@ func readFull(fd int, b []byte) (int, error) {
 	return got, nil
 }
 
+// errLookupRefused: the program was found, through a relative PATH entry,
+// and refused as exec.LookPath refuses it; the reason is on the command's
+// stderr already.
+var errLookupRefused = errors.New("session fork: program refused by the lookup")
+
 // lookPathIn is exec.LookPath for env's PATH from dir, without changing
 // this process's directory or environment (the supervisor serves several
 // commands at once).
@@ -509,8 +535,9 @@ func lookPathIn(file string, env []string, dir string) (string, error) {
 		if err := check(p); err == nil {
 			if !filepath.IsAbs(p) {
 				// As exec.LookPath: a program found through a relative
-				// PATH entry is refused (exec.ErrDot).
-				return "", &os.PathError{Op: "exec", Path: file, Err: syscall.ENOENT}
+				// PATH entry is refused (exec.ErrDot), with its reason,
+				// not as missing.
+				return "", &exec.Error{Name: file, Err: exec.ErrDot}
 			}
 			return p, nil
 		}

@@ -15,12 +15,13 @@
 //     its state directory, named after the driver process (pid and start
 //     time). It creates the file unnamed in its directory (O_TMPFILE),
 //     takes a shared flock on it, records it as "ph-<dev>-<ino>" (holding
-//     the path), and only then links it at the path (never replacing what
-//     is there), so nobody sees it there unlocked or unrecorded (where the
+//     the path, or the paths of the command's intent, NUL-separated: see
+//     Batch), and only then links it at the path (never replacing what is
+//     there), so nobody sees it there unlocked or unrecorded (where the
 //     file system has no O_TMPFILE: O_EXCL at the path, looked at again
 //     once locked). It drops the intent once all of them are recorded. A
-//     file is a placeholder only if such a record names its inode at its
-//     path: a user's own empty .envrc is never one.
+//     file is a placeholder only if such a record names its inode and
+//     lists its path: a user's own empty .envrc is never one.
 //   - Every command that uses a placeholder, of this driver process or
 //     another, holds a shared flock on it for its whole run. A command that
 //     finds a placeholder already there uses it the same way.
@@ -49,6 +50,7 @@ package protectjournal
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -107,30 +109,60 @@ func RecordName(st *unix.Stat_t) string {
 }
 
 // IsPlaceholder: the empty regular file path (with stat st) is recorded as
-// a placeholder.
+// a placeholder: the record named after its inode lists path.
 func IsPlaceholder(dir, path string, st *unix.Stat_t) bool {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != 0 {
 		return false
 	}
 	b, err := os.ReadFile(filepath.Join(dir, RecordName(st)))
-	return err == nil && string(b) == path
+	return err == nil && listed(string(b), path)
+}
+
+// listed: path is one of the record's NUL-separated paths.
+func listed(record, path string) bool {
+	for _, p := range strings.Split(record, "\x00") {
+		if p == path {
+			return true
+		}
+	}
+	return false
+}
+
+// Batch is the records of one command's placeholders, made under one
+// intent: each record lists every path of that intent, so the first
+// placeholder's record is written and every later one is a hard link to
+// it, a name in the record directory rather than a file of its own (a
+// file's creation costs about what the placeholder's does, and a command
+// may make twenty). A record still names one inode, which is at one of
+// the paths it lists: IsPlaceholder and recovery take a file for a
+// placeholder only at a listed path whose inode the record is named
+// after, as with a record of one path.
+type Batch struct {
+	paths string // the intent's paths, NUL-separated
+	first string // the record written, "" before
+}
+
+// NewBatch is the batch of the placeholders an intent names (paths).
+func NewBatch(paths []string) *Batch {
+	return &Batch{paths: strings.Join(paths, "\x00")}
 }
 
 // Create makes the placeholder at path and returns it holding a
 // shared lock. os.ErrExist: something appeared there meanwhile.
-// journaled says an intent of this command names path already (else
-// one is written for it alone). st is the placeholder's stat.
-func (j *Journal) Create(dir, path string, journaled bool) (*os.File, *unix.Stat_t, error) {
-	if !journaled {
+// batch, when not nil, is the batch of an intent of this command that
+// names path already (else one is written for path alone, and its record
+// lists path alone). st is the placeholder's stat.
+func (j *Journal) Create(dir, path string, batch *Batch) (*os.File, *unix.Stat_t, error) {
+	if batch == nil {
 		intent, err := j.WriteIntent(dir, []string{path})
 		if err != nil {
 			return nil, nil, err
 		}
 		defer os.Remove(intent)
 	}
-	f, st, err := createHidden(dir, path)
+	f, st, err := createHidden(dir, path, batch)
 	if errors.Is(err, errNoTmpfile) {
-		return createInPlace(dir, path)
+		return createInPlace(dir, path, batch)
 	}
 	return f, st, err
 }
@@ -150,7 +182,7 @@ var errNoTmpfile = errors.New("no O_TMPFILE here")
 //
 // A maker that dies before the link leaves a record naming path with an
 // inode that is not there: recovery drops such a record.
-func createHidden(dir, path string) (*os.File, *unix.Stat_t, error) {
+func createHidden(dir, path string, batch *Batch) (*os.File, *unix.Stat_t, error) {
 	// O_RDWR: O_TMPFILE needs write access; the descriptor stays in this
 	// process (close-on-exec) and is only ever locked, never written.
 	fd, err := unix.Open(filepath.Dir(path), unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, PlaceholderPerm)
@@ -165,7 +197,7 @@ func createHidden(dir, path string) (*os.File, *unix.Stat_t, error) {
 	rec := ""
 	if err == nil {
 		rec = filepath.Join(dir, RecordName(st))
-		err = os.WriteFile(rec, []byte(path), 0o600)
+		err = record(rec, path, batch)
 	}
 	if err != nil {
 		f.Close()
@@ -178,7 +210,7 @@ func createHidden(dir, path string) (*os.File, *unix.Stat_t, error) {
 		return f, st, nil
 	}
 	f.Close()
-	_ = os.Remove(rec)
+	unrecord(rec, batch)
 	if errors.Is(err, unix.EEXIST) {
 		return nil, nil, os.ErrExist
 	}
@@ -187,6 +219,16 @@ func createHidden(dir, path string) (*os.File, *unix.Stat_t, error) {
 		return nil, nil, errNoTmpfile
 	}
 	return nil, nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
+}
+
+// unrecord drops the record rec of a placeholder that was not made (a
+// name of the batch's record, or the batch's first: the next one is then
+// written in full).
+func unrecord(rec string, batch *Batch) {
+	_ = os.Remove(rec)
+	if batch != nil && batch.first == rec {
+		batch.first = ""
+	}
 }
 
 // lockPlaceholder takes the shared lock on a new placeholder's descriptor
@@ -210,7 +252,7 @@ func lockPlaceholder(fd int) (*unix.Stat_t, error) {
 // driver and remove it: once locked it is looked at again, and one gone
 // is reported as os.ErrExist (the caller looks at the path again). Locked,
 // it can no longer be removed by anyone else.
-func createInPlace(dir, path string) (*os.File, *unix.Stat_t, error) {
+func createInPlace(dir, path string, batch *Batch) (*os.File, *unix.Stat_t, error) {
 	fd, err := unix.Open(path, unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, PlaceholderPerm)
 	if err != nil {
 		if errors.Is(err, unix.EEXIST) {
@@ -225,7 +267,7 @@ func createInPlace(dir, path string) (*os.File, *unix.Stat_t, error) {
 		return nil, nil, os.ErrExist
 	}
 	if err == nil {
-		err = os.WriteFile(filepath.Join(dir, RecordName(st)), []byte(path), 0o600)
+		err = record(filepath.Join(dir, RecordName(st)), path, batch)
 	}
 	if err != nil {
 		f.Close()
@@ -233,6 +275,54 @@ func createInPlace(dir, path string) (*os.File, *unix.Stat_t, error) {
 		return nil, nil, fmt.Errorf("bwrap driver: record placeholder %s: %w", path, err)
 	}
 	return f, st, nil
+}
+
+// record writes the record rec of the placeholder at path: a link to its
+// batch's first record, or (the first, or without a batch) a new file.
+// A record already named rec is a dead placeholder's (the live inode the
+// name says is this placeholder): it is replaced, never written through,
+// since as a link it may share its file with the live records of another
+// batch.
+func record(rec, path string, batch *Batch) error {
+	if batch != nil && batch.first != "" {
+		err := os.Link(batch.first, rec)
+		if errors.Is(err, os.ErrExist) {
+			if err = os.Remove(rec); err == nil {
+				err = os.Link(batch.first, rec)
+			}
+		}
+		if !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		// The first record is gone (cannot happen while this command
+		// holds its placeholder): this one is written in full.
+	}
+	content := path
+	if batch != nil {
+		content = batch.paths
+	}
+	if err := os.Remove(rec); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	fd, err := unix.Open(rec, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return err
+	}
+	n, err := unix.Write(fd, []byte(content))
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err == nil && n != len(content) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		_ = os.Remove(rec)
+		return err
+	}
+	if batch != nil {
+		batch.first = rec
+	}
+	return nil
 }
 
 // WriteIntent journals that the placeholders at paths are about to be
@@ -424,10 +514,19 @@ func (j *Journal) recoverPass(dir string) (held bool) {
 		}
 		path := string(b)
 		switch {
-		case strings.HasPrefix(name, "ph-") && !strings.Contains(path, "\x00"):
-			var st unix.Stat_t
-			if unix.Lstat(path, &st) != nil || RecordName(&st) != name {
-				// The placeholder is gone (or the name holds another file):
+		case strings.HasPrefix(name, "ph-"):
+			// The listed path whose inode the record is named after (one
+			// path, or a batch's).
+			path = ""
+			for _, p := range strings.Split(string(b), "\x00") {
+				var st unix.Stat_t
+				if filepath.IsAbs(p) && unix.Lstat(p, &st) == nil && RecordName(&st) == name {
+					path = p
+					break
+				}
+			}
+			if path == "" {
+				// The placeholder is gone (or the names hold other files):
 				// nothing is mounted on it any more.
 				_ = os.Remove(rec)
 				continue

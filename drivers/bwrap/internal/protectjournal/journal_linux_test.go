@@ -29,7 +29,7 @@ func TestPlaceholderRecordBecomesIntent(t *testing.T) {
 	}
 	path := filepath.Join(ws, ".envrc")
 	newPlaceholder := func() *unix.Stat_t {
-		f, st, err := j.Create(dir, path, false)
+		f, st, err := j.Create(dir, path, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,13 +85,13 @@ func TestCreateNeverShowsAnUnlockedPlaceholder(t *testing.T) {
 		create func(dir, path string) (*os.File, *unix.Stat_t, error)
 	}{
 		{"unnamed then linked", func(dir, path string) (*os.File, *unix.Stat_t, error) {
-			f, st, err := createHidden(dir, path)
+			f, st, err := createHidden(dir, path, nil)
 			if errors.Is(err, errNoTmpfile) {
 				t.Skip("this file system has no O_TMPFILE; the in-place case covers it")
 			}
 			return f, st, err
 		}},
-		{"in place", createInPlace},
+		{"in place", func(dir, path string) (*os.File, *unix.Stat_t, error) { return createInPlace(dir, path, nil) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { createRace(t, j, tc.create) })
 	}
@@ -154,4 +154,130 @@ func createRace(t *testing.T, j *Journal, create func(dir, path string) (*os.Fil
 	if _, err := os.Lstat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("control: an unrecorded, unheld placeholder was not removed: %v", err)
 	}
+}
+
+// TestPlaceholderBatch: the placeholders of one intent share one record
+// file (the later records are links to the first), each recognised at its
+// own path only; removing one leaves the other's record, and recovery
+// removes the other with its record. The control: an empty read-only file
+// of the user's at a path the batch lists, but not made by it, is not
+// taken for a placeholder.
+func TestPlaceholderBatch(t *testing.T) {
+	j := New(t.TempDir(), ownertag.Self(), hclog.NewNullLogger())
+	ws := t.TempDir()
+	dir, err := j.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b, c := filepath.Join(ws, ".envrc"), filepath.Join(ws, ".git"), filepath.Join(ws, ".vscode")
+	batch := NewBatch([]string{a, b, c})
+	var sts []*unix.Stat_t
+	for _, p := range []string{a, b} {
+		f, st, err := j.Create(dir, p, batch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		sts = append(sts, st)
+	}
+	// The user's own empty read-only file at the third listed path.
+	if err := os.WriteFile(c, nil, PlaceholderPerm); err != nil {
+		t.Fatal(err)
+	}
+	var ra, rb, rc unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, RecordName(sts[0])), &ra); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(dir, RecordName(sts[1])), &rb); err != nil {
+		t.Fatal(err)
+	}
+	if ra.Ino != rb.Ino || ra.Nlink != 2 {
+		t.Errorf("records not one file: inodes %d and %d, %d links", ra.Ino, rb.Ino, ra.Nlink)
+	}
+	for i, p := range []string{a, b} {
+		if !IsPlaceholder(dir, p, sts[i]) {
+			t.Errorf("%s not recognised", p)
+		}
+	}
+	var cst unix.Stat_t
+	if err := unix.Lstat(c, &cst); err != nil {
+		t.Fatal(err)
+	}
+	if IsPlaceholder(dir, c, &cst) || unix.Stat(filepath.Join(dir, RecordName(&cst)), &rc) == nil {
+		t.Errorf("the user's %s taken for a placeholder", c)
+	}
+	// One removed: the other's record stays, and names it still.
+	if Remove(dir, a, sts[0], j.TombName(dir)) {
+		t.Fatal("held")
+	}
+	if _, err := os.Lstat(a); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("%s left: %v", a, err)
+	}
+	if !IsPlaceholder(dir, b, sts[1]) {
+		t.Errorf("%s no longer recognised after %s went", b, a)
+	}
+	// Recovery (as after a driver's death) removes the other and its
+	// record; the user's file stays.
+	j.Recover(2*time.Second, false)
+	for _, p := range []string{b, filepath.Join(dir, RecordName(sts[1]))} {
+		if _, err := os.Lstat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("after recovery, %s left: %v", p, err)
+		}
+	}
+	if _, err := os.Lstat(c); err != nil {
+		t.Errorf("the user's %s removed: %v", c, err)
+	}
+}
+
+// BenchmarkPlaceholders is one command's placeholders as the driver makes
+// them (protect_linux.go): one intent for twenty missing entries, each
+// made, locked and recorded, the intent dropped, then each removed under
+// its lock. cpu_us/command is this process's CPU (user and system) per
+// command. Set ALEPH_BENCH_PLACEHOLDER_DIR to a directory to make the
+// workspaces there (the file system's own cost of a new file varies with
+// where it lands).
+func BenchmarkPlaceholders(b *testing.B) {
+	j := New(b.TempDir(), ownertag.Self(), hclog.NewNullLogger())
+	dir, err := j.Dir()
+	if err != nil {
+		b.Fatal(err)
+	}
+	ws, err := os.MkdirTemp(os.Getenv("ALEPH_BENCH_PLACEHOLDER_DIR"), "placeholders-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { os.RemoveAll(ws) })
+	var paths []string
+	for i := range 20 {
+		paths = append(paths, filepath.Join(ws, fmt.Sprintf(".entry%d", i)))
+	}
+	cpu := func() time.Duration {
+		var ru unix.Rusage
+		_ = unix.Getrusage(unix.RUSAGE_SELF, &ru)
+		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	}
+	c0 := cpu()
+	for b.Loop() {
+		intent, err := j.WriteIntent(dir, paths)
+		if err != nil {
+			b.Fatal(err)
+		}
+		batch := NewBatch(paths)
+		var files []*os.File
+		var sts []*unix.Stat_t
+		for _, p := range paths {
+			f, st, err := j.Create(dir, p, batch)
+			if err != nil {
+				b.Fatal(err)
+			}
+			files, sts = append(files, f), append(sts, st)
+		}
+		os.Remove(intent)
+		for i, p := range paths {
+			if RemoveHeld(dir, p, files[i], sts[i], j.TombName(dir)) {
+				b.Fatal("held")
+			}
+		}
+	}
+	b.ReportMetric(float64((cpu()-c0).Microseconds())/float64(b.N), "cpu_us/command")
 }
