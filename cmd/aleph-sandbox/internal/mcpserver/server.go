@@ -386,7 +386,19 @@ func New(r Runner, cfg Config) *Server {
 	srv.tracker = &procTracker{procs: procs, watchStarts: cfg.Processes == nil, owned: map[*mcp.ServerSession]map[string]bool{}}
 	addProcessTools(s, cfg, srv.tracker, asked)
 	if fh, ok := r.(alephsandbox.FileHost); ok {
-		addFileTools(s, cfg, fh)
+		// With --workspace the file tools reach that directory, the one
+		// run_command runs in, never the session's private one beside it
+		// (a file written there no command would see). A host that
+		// cannot name a workspace gets no file tools then.
+		if cfg.Workspace != "" {
+			fh = nil
+			if wh, ok := r.(alephsandbox.WorkspaceFileHost); ok {
+				fh = wh.FilesIn(cfg.Workspace)
+			}
+		}
+		if fh != nil {
+			addFileTools(s, cfg, fh)
+		}
 	}
 	if lh, ok := r.(alephsandbox.LayerHost); ok {
 		addLayerTools(s, cfg, lh, asked)
