@@ -65,6 +65,27 @@ func (r *Runtime) fileRoot(ctx context.Context, session, named string) (*wsfs.Ro
 	if r.ws == nil {
 		return nil, nil, ErrDisabled
 	}
+	// A file call is use of the session as a command is, for every
+	// process sharing the workspace root: held until it is done, its
+	// stamp set (core's UseSession), so no idle expiry removes the
+	// workspace under it.
+	release, err := r.ws.UseSession(ctx, session)
+	if err != nil {
+		return nil, nil, err
+	}
+	root, done, err := r.openFileRoot(ctx, session, named)
+	if err != nil {
+		release()
+		return nil, nil, err
+	}
+	return root, func(changed bool) {
+		done(changed)
+		release()
+	}, nil
+}
+
+// openFileRoot is fileRoot once the session is held.
+func (r *Runtime) openFileRoot(ctx context.Context, session, named string) (*wsfs.Root, func(changed bool), error) {
 	var dir string
 	var err error
 	if named != "" {

@@ -2,6 +2,7 @@ package alephsandbox
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -444,6 +445,36 @@ func (r *Runtime) ExpireSession(ctx context.Context, sessionID string, idle time
 	}
 	r.procs.ForgetSession(sessionID)
 	return r.ws.ExpireSession(ctx, sessionID, idle)
+}
+
+// ExpireIdleSession deletes a session as ExpireSession does if it has
+// been idle for ttl in every process sharing the workspace root (seen is
+// the caller's own last sight of a call of it, zero for none): nobody
+// holds it and its record's stamp is older. Otherwise it returns a
+// *core.SessionKeptError and changes nothing. It returns how long the
+// session had been idle.
+func (r *Runtime) ExpireIdleSession(ctx context.Context, sessionID string, ttl time.Duration, seen time.Time) (time.Duration, error) {
+	if r.ws == nil {
+		return 0, ErrDisabled
+	}
+	idle, err := r.ws.ExpireIdleSession(ctx, sessionID, ttl, seen)
+	var kept *core.SessionKeptError
+	if !errors.As(err, &kept) {
+		// Its processes went with it (an ended one not waited for is
+		// all a session nobody holds can have).
+		r.procs.ForgetSession(sessionID)
+	}
+	return idle, err
+}
+
+// RecordedSessions lists, sorted, the sessions whose workspace is on disk
+// under the workspace root with its record (core.RecordedSessions), made
+// by this process or another.
+func (r *Runtime) RecordedSessions() []string {
+	if r.ws == nil {
+		return nil
+	}
+	return r.ws.RecordedSessions()
 }
 
 // KeptSessions lists the sessions whose grants are kept on disk (from

@@ -42,7 +42,8 @@ const sessionRecordVersion = 1
 // this package wrote.
 const maxSessionRecordBytes = 8 << 10
 
-// sessionRecord is what a record holds.
+// sessionRecord is what a record holds. The file's modification time is
+// the session's activity stamp (sessionactivity.go).
 type sessionRecord struct {
 	Version int       `json:"version"`
 	Session string    `json:"session"`
@@ -123,6 +124,7 @@ func RemoveSessionRecord(cfg Config, id string) error {
 	if err := os.Remove(sessionRecordPath(cfg, id)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return &WorkspaceError{Path: sessionRecordPath(cfg, id), Err: err}
 	}
+	removeSessionLock(cfg, id)
 	return nil
 }
 
@@ -187,3 +189,6 @@ func readSessionRecord(path string) (string, bool) {
 	}
 	return rec.Session, true
 }
+
+// RecordedSessions is RecordedSessions of the sandbox's configuration.
+func (s *WorkspaceSandbox) RecordedSessions() []string { return RecordedSessions(s.cfg) }

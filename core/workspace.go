@@ -315,8 +315,12 @@ func (s *WorkspaceSandbox) session(id string) (*session, error) {
 // workspaceDir creates the session's directory on first use and returns its
 // canonical path.
 func (s *WorkspaceSandbox) workspaceDir(sess *session) (string, error) {
+	// A directory made earlier is still the session's only while it is
+	// there: another process sharing the workspace root may have
+	// deleted the session since (an idle expiry), and its next command
+	// runs on a fresh one, as it would in that process.
 	sess.mu.RLock()
-	if sess.dirReady {
+	if sess.dirReady && dirStillThere(sess.dir) {
 		d := sess.dir
 		sess.mu.RUnlock()
 		return d, nil
@@ -324,7 +328,7 @@ func (s *WorkspaceSandbox) workspaceDir(sess *session) (string, error) {
 	sess.mu.RUnlock()
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
-	if sess.dirReady {
+	if sess.dirReady && dirStillThere(sess.dir) {
 		return sess.dir, nil
 	}
 	root := s.cfg.Sandbox.WorkspaceRoot
@@ -352,6 +356,12 @@ func (s *WorkspaceSandbox) workspaceDir(sess *session) (string, error) {
 	}
 	sess.dir, sess.dirReady = canon, true
 	return canon, nil
+}
+
+// dirStillThere reports whether dir is (still) a directory.
+func dirStillThere(dir string) bool {
+	st, err := os.Lstat(dir)
+	return err == nil && st.IsDir()
 }
 
 // run collects what the audit record of one Execute reports.
@@ -416,8 +426,17 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 		return nil, ErrAuditUnavailable
 	}
 
-	// 1. Session. The command is tracked so that forgetting the session
-	// ends it (ForgetSession).
+	// 1. Session. It is marked in use for every process sharing the
+	// workspace root (sessionactivity.go): an idle expiry, here or in
+	// another process, leaves it alone until the command ends, and one
+	// under way is waited for.
+	release, err := s.UseSession(ctx, sid)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	// The command is tracked so that forgetting the session ends it
+	// (ForgetSession).
 	ctx, cancelForget := context.WithCancelCause(ctx)
 	defer cancelForget(nil)
 	var sess *session

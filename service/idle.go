@@ -2,6 +2,7 @@ package service
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+
+	"github.com/aleph-sandbox/aleph-sandbox/core"
 )
 
 // Idle sessions (serve.session_idle_ttl). A session that has had no call,
@@ -133,7 +136,22 @@ func (s *Server) StartIdleExpiry() (stop func()) {
 	return func() { once.Do(func() { cancel(); <-done }) }
 }
 
-// expireIdle deletes the sessions idle for ttl now.
+// idleExpirer is a host that can tell whether a session is idle in every
+// process sharing its workspace root (alephsandbox.Runtime): it is held
+// by nobody's command or file call, and its record's stamp is older than
+// the TTL. It refuses with a *core.SessionKeptError otherwise.
+type idleExpirer interface {
+	ExpireIdleSession(ctx context.Context, id string, ttl time.Duration, seen time.Time) (time.Duration, error)
+	// RecordedSessions are the sessions kept on disk with their record,
+	// made by this process or another (a CLI's exec --session, an
+	// earlier serve).
+	RecordedSessions() []string
+}
+
+// expireIdle deletes the sessions idle for ttl now: those this server
+// holds, and those only kept on disk (persisted-only: made by an earlier
+// serve or another process on the same workspace root), whose use this
+// server cannot see but the host can (idleExpirer).
 func (s *Server) expireIdle(ctx context.Context, ttl time.Duration) {
 	s.mu.Lock()
 	held := make(map[string]bool, len(s.sessions))
@@ -141,6 +159,11 @@ func (s *Server) expireIdle(ctx context.Context, ttl time.Duration) {
 		held[n] = true
 	}
 	s.mu.Unlock()
+	expirer, shared := s.host.(idleExpirer)
+	var recorded []string
+	if shared {
+		recorded = expirer.RecordedSessions()
+	}
 	// Listed before the tracker is locked: a process started after this
 	// list was started by a call, which is active or ended after it (so
 	// its session's last is later than the cutoff below).
@@ -152,8 +175,10 @@ func (s *Server) expireIdle(ctx context.Context, ttl time.Duration) {
 	}
 	t := s.idle
 	type victim struct {
-		id   string
-		idle time.Duration
+		id string
+		// seen is this server's last sight of a call of it (zero for a
+		// persisted-only session).
+		seen time.Time
 		ch   chan struct{}
 	}
 	var victims []victim
@@ -174,8 +199,21 @@ func (s *Server) expireIdle(ctx context.Context, ttl time.Duration) {
 		if now.Sub(l) >= ttl {
 			ch := make(chan struct{})
 			t.expiring[n] = ch
-			victims = append(victims, victim{n, now.Sub(l), ch})
+			victims = append(victims, victim{n, l, ch})
 		}
+	}
+	// Persisted-only sessions: the host judges them by their stamp and
+	// hold (one in a call here is active, and so not judged at all).
+	for _, n := range recorded {
+		if held[n] || t.active[n] > 0 || running[n] {
+			continue
+		}
+		if _, ok := t.expiring[n]; ok {
+			continue
+		}
+		ch := make(chan struct{})
+		t.expiring[n] = ch
+		victims = append(victims, victim{id: n, ch: ch})
 	}
 	// Sessions no longer held (forgotten, deleted) and not in a call are
 	// not tracked further: the map stays as large as the sessions held.
@@ -186,41 +224,65 @@ func (s *Server) expireIdle(ctx context.Context, ttl time.Duration) {
 	}
 	t.mu.Unlock()
 	for _, v := range victims {
-		s.expireSession(ctx, v.id, v.idle)
+		gone := s.expireSession(ctx, v.id, ttl, v.seen)
 		t.mu.Lock()
 		delete(t.expiring, v.id)
-		delete(t.last, v.id)
+		if gone {
+			delete(t.last, v.id)
+		}
 		t.mu.Unlock()
 		close(v.ch)
 	}
 }
 
 // expireSession deletes one idle session, as Sessions delete does, and
-// audits it when the runtime can.
-func (s *Server) expireSession(ctx context.Context, id string, idle time.Duration) {
-	// The calls let through expecting its incarnation end first, then
-	// its processes (none runs, but ended ones not waited for are held):
-	// none may outlive it.
-	s.endSession(id)
-	s.procs.ForgetSession(id)
+// audits it when the runtime can; it reports whether the session went (a
+// session another process holds, or used within the TTL, stays).
+func (s *Server) expireSession(ctx context.Context, id string, ttl time.Duration, seen time.Time) bool {
 	var err error
+	idle := time.Since(seen)
 	switch h := s.host.(type) {
+	case idleExpirer:
+		// The host decides under the session's lock: a command of
+		// another process that started after this sweep looked holds it
+		// or has stamped it.
+		idle, err = h.ExpireIdleSession(ctx, id, ttl, seen)
+		var kept *core.SessionKeptError
+		if errors.As(err, &kept) {
+			s.log.Debug("idle session kept", "session", id, "reason", kept.Reason)
+			return false
+		}
+		// The calls let through expecting its incarnation end (none
+		// runs, or the session would be held), then its processes: none
+		// runs, ended ones not waited for are dropped.
+		s.endSession(id)
+		s.procs.ForgetSession(id)
 	case interface {
 		ExpireSession(context.Context, string, time.Duration) error
 	}:
+		// The calls let through expecting its incarnation end first,
+		// then its processes (none runs, but ended ones not waited for
+		// are held): none may outlive it.
+		s.endSession(id)
+		s.procs.ForgetSession(id)
 		err = h.ExpireSession(ctx, id, idle)
 	case interface{ DeleteSession(string) error }:
+		s.endSession(id)
+		s.procs.ForgetSession(id)
 		err = h.DeleteSession(id)
 	default:
+		s.endSession(id)
+		s.procs.ForgetSession(id)
 		s.host.ForgetSession(id)
 	}
 	s.dropSession(id)
 	s.idle.expired.Add(1)
 	if err != nil {
 		s.log.Error("idle session deleted, but its workspace could not be removed", "session", id, "error", err)
-		return
+		return true
 	}
 	s.log.Info("idle session deleted", "session", id, "idle", idle.Round(time.Second).String())
+	return true
 }
 
 // writeIdleMetrics adds the expiry's counter to /metrics.

@@ -191,6 +191,20 @@ func TestMCPWorkspaceAndProgressEndToEnd(t *testing.T) {
 	if b, err := os.ReadFile(filepath.Join(project, "out.txt")); err != nil || string(b) != "made\n" {
 		t.Fatalf("out.txt on the host: %q %v", b, err)
 	}
+	// The file tools reach the project too: read_file returns what the
+	// command wrote there (it read the session's private directory, where
+	// no command runs), and write_file writes there.
+	var rf mcpserver.ReadFileResult
+	if call(mcpserver.ToolReadFile, map[string]any{"path": "out.txt"}, &rf) || rf.Content != "made\n" {
+		t.Fatalf("read_file out.txt of the project: %+v", rf)
+	}
+	var wf mcpserver.WriteFileResult
+	if call(mcpserver.ToolWriteFile, map[string]any{"path": "new.txt", "content": "x"}, &wf) {
+		t.Fatalf("write_file into the project: %+v", wf)
+	}
+	if b, err := os.ReadFile(filepath.Join(project, "new.txt")); err != nil || string(b) != "x" {
+		t.Fatalf("write_file did not write the project: %q %v", b, err)
+	}
 
 	res, out := runLongWithProgress(t, ctx, cs, "e2e-progress")
 	mu.Lock()

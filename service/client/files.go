@@ -19,7 +19,52 @@ import (
 	hostv1 "github.com/aleph-sandbox/aleph-sandbox/service/api/hostv1"
 )
 
-var _ alephsandbox.FileHost = (*Pipeline)(nil)
+var (
+	_ alephsandbox.FileHost          = (*Pipeline)(nil)
+	_ alephsandbox.WorkspaceFileHost = (*Pipeline)(nil)
+)
+
+// FilesIn implements alephsandbox.WorkspaceFileHost: every call names
+// workspace (absolute; "" is the session's own) as the service's
+// requests' workspace field, and the service checks it as it checks a
+// command's (the runtime's rules: a write to a live named workspace is
+// refused, a layered session reaches only its layer's workspace).
+func (h *Pipeline) FilesIn(workspace string) alephsandbox.FileHost {
+	return remoteFiles{h: h, workspace: workspace}
+}
+
+// remoteFiles is the files API of the service over one workspace.
+type remoteFiles struct {
+	h         *Pipeline
+	workspace string
+}
+
+// OpenFile implements alephsandbox.FileHost: the file streams from the
+// service as it is read.
+func (h *Pipeline) OpenFile(ctx context.Context, session, path string) (io.ReadCloser, wsfs.Info, error) {
+	return remoteFiles{h: h}.OpenFile(ctx, session, path)
+}
+
+// WriteFile implements alephsandbox.FileHost: one request, or the parts
+// of one upload for a file over writeChunk (atomic on the service).
+func (h *Pipeline) WriteFile(ctx context.Context, session, path string, src io.Reader, opts alephsandbox.WriteFileOptions) (wsfs.Info, error) {
+	return remoteFiles{h: h}.WriteFile(ctx, session, path, src, opts)
+}
+
+// ListFiles implements alephsandbox.FileHost.
+func (h *Pipeline) ListFiles(ctx context.Context, session, path string) ([]wsfs.Info, error) {
+	return remoteFiles{h: h}.ListFiles(ctx, session, path)
+}
+
+// StatFile implements alephsandbox.FileHost.
+func (h *Pipeline) StatFile(ctx context.Context, session, path string) (wsfs.Info, error) {
+	return remoteFiles{h: h}.StatFile(ctx, session, path)
+}
+
+// RemoveFile implements alephsandbox.FileHost.
+func (h *Pipeline) RemoveFile(ctx context.Context, session, path string, opts alephsandbox.RemoveFileOptions) error {
+	return remoteFiles{h: h}.RemoveFile(ctx, session, path, opts)
+}
 
 // writeChunk is the data of one WriteFile request: a bigger file goes in
 // parts of one upload, each well under the service's request bound.
@@ -59,6 +104,12 @@ func fileErr(op, path string, err error) error {
 		fe.Code = wsfs.CodeNotRegular
 	case string(wsfs.CodeIsDir), string(wsfs.CodeNotDir), string(wsfs.CodeNotEmpty), string(wsfs.CodeChanged):
 		fe.Code = wsfs.Code(d.GetReasonCode())
+	case string(core.ReasonInvalidCommand):
+		// A workspace the call names that the checks refuse (or a write
+		// to a live one): the runtime's error for it.
+		return &core.InvalidCommandError{Field: d.GetField(), Reason: msg}
+	case service.ReasonLayeredMode:
+		return layerErr(err)
 	default:
 		return err
 	}
@@ -70,12 +121,10 @@ func infoFrom(m *hostv1.FileInfo) wsfs.Info {
 		ModTime: time.UnixMilli(m.GetMtimeUnixMs()).UTC(), Target: m.GetTarget()}
 }
 
-// OpenFile implements alephsandbox.FileHost: the file streams from the
-// service as it is read.
-func (h *Pipeline) OpenFile(ctx context.Context, session, path string) (io.ReadCloser, wsfs.Info, error) {
+func (r remoteFiles) OpenFile(ctx context.Context, session, path string) (io.ReadCloser, wsfs.Info, error) {
 	ctx, cancel := context.WithCancel(ctx)
-	req := connect.NewRequest(&hostv1.ReadFileRequest{Session: session, Path: path})
-	st, err := h.C.ReadFile(ctx, req)
+	req := connect.NewRequest(&hostv1.ReadFileRequest{Session: session, Path: path, Workspace: r.workspace})
+	st, err := r.h.C.ReadFile(ctx, req)
 	if err != nil {
 		cancel()
 		return nil, wsfs.Info{}, fileErr("read", path, err)
@@ -125,9 +174,7 @@ func (f *remoteFile) Close() error {
 	return f.st.Close()
 }
 
-// WriteFile implements alephsandbox.FileHost: one request, or the parts
-// of one upload for a file over writeChunk (atomic on the service).
-func (h *Pipeline) WriteFile(ctx context.Context, session, path string, src io.Reader, opts alephsandbox.WriteFileOptions) (wsfs.Info, error) {
+func (r remoteFiles) WriteFile(ctx context.Context, session, path string, src io.Reader, opts alephsandbox.WriteFileOptions) (wsfs.Info, error) {
 	var id string
 	var off int64
 	buf := make([]byte, writeChunk)
@@ -144,46 +191,43 @@ func (h *Pipeline) WriteFile(ctx context.Context, session, path string, src io.R
 			id = hex.EncodeToString(b[:])
 		}
 		req := connect.NewRequest(&hostv1.WriteFileRequest{Session: session, Path: path, Data: buf[:n],
-			Mode: uint32(opts.Mode), Parents: opts.Parents, UploadId: id, Offset: off, More: !last})
-		r, err := h.C.WriteFile(ctx, req)
+			Mode: uint32(opts.Mode), Parents: opts.Parents, UploadId: id, Offset: off, More: !last, Workspace: r.workspace})
+		resp, err := r.h.C.WriteFile(ctx, req)
 		if err != nil {
 			return wsfs.Info{}, fileErr("write", path, err)
 		}
 		off += int64(n)
 		if last {
-			return infoFrom(r.Msg.GetInfo()), nil
+			return infoFrom(resp.Msg.GetInfo()), nil
 		}
 	}
 }
 
-// ListFiles implements alephsandbox.FileHost.
-func (h *Pipeline) ListFiles(ctx context.Context, session, path string) ([]wsfs.Info, error) {
-	req := connect.NewRequest(&hostv1.ListFilesRequest{Session: session, Path: path})
-	r, err := h.C.ListFiles(ctx, req)
+func (r remoteFiles) ListFiles(ctx context.Context, session, path string) ([]wsfs.Info, error) {
+	req := connect.NewRequest(&hostv1.ListFilesRequest{Session: session, Path: path, Workspace: r.workspace})
+	resp, err := r.h.C.ListFiles(ctx, req)
 	if err != nil {
 		return nil, fileErr("list", path, err)
 	}
-	out := make([]wsfs.Info, 0, len(r.Msg.GetEntries()))
-	for _, e := range r.Msg.GetEntries() {
+	out := make([]wsfs.Info, 0, len(resp.Msg.GetEntries()))
+	for _, e := range resp.Msg.GetEntries() {
 		out = append(out, infoFrom(e))
 	}
 	return out, nil
 }
 
-// StatFile implements alephsandbox.FileHost.
-func (h *Pipeline) StatFile(ctx context.Context, session, path string) (wsfs.Info, error) {
-	req := connect.NewRequest(&hostv1.StatFileRequest{Session: session, Path: path})
-	r, err := h.C.StatFile(ctx, req)
+func (r remoteFiles) StatFile(ctx context.Context, session, path string) (wsfs.Info, error) {
+	req := connect.NewRequest(&hostv1.StatFileRequest{Session: session, Path: path, Workspace: r.workspace})
+	resp, err := r.h.C.StatFile(ctx, req)
 	if err != nil {
 		return wsfs.Info{}, fileErr("stat", path, err)
 	}
-	return infoFrom(r.Msg.GetInfo()), nil
+	return infoFrom(resp.Msg.GetInfo()), nil
 }
 
-// RemoveFile implements alephsandbox.FileHost.
-func (h *Pipeline) RemoveFile(ctx context.Context, session, path string, opts alephsandbox.RemoveFileOptions) error {
-	req := connect.NewRequest(&hostv1.RemoveFileRequest{Session: session, Path: path, Recursive: opts.Recursive})
-	if _, err := h.C.RemoveFile(ctx, req); err != nil {
+func (r remoteFiles) RemoveFile(ctx context.Context, session, path string, opts alephsandbox.RemoveFileOptions) error {
+	req := connect.NewRequest(&hostv1.RemoveFileRequest{Session: session, Path: path, Recursive: opts.Recursive, Workspace: r.workspace})
+	if _, err := r.h.C.RemoveFile(ctx, req); err != nil {
 		return fileErr("remove", path, err)
 	}
 	return nil

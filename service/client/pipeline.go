@@ -53,6 +53,9 @@ func (h *Pipeline) Defaults(ctx context.Context) (timeout time.Duration, maxOutp
 // Execute runs cmd on the service and returns its whole output, and
 // writes it to cmd.Stdout and cmd.Stderr (when set) as it comes.
 func (h *Pipeline) Execute(ctx context.Context, cmd core.Command) (*core.Output, error) {
+	// The Approve calls answering its approval requests name the request
+	// alone: they carry the command's session header too (Tracker).
+	ctx = WithSession(ctx, cmd.SessionID)
 	stream, err := h.C.Execute(ctx, connect.NewRequest(ExecuteRequest(cmd)))
 	if err != nil {
 		return nil, h.callError(err, "")

@@ -176,6 +176,25 @@ func sessionOfRequest(msg any) (session string, drops bool) {
 	return "", false
 }
 
+// routedSessionOf is the session of a call whose body names one but
+// carries no expected incarnation (the layered calls, a process list of
+// one session): the session header is all it gets, for the router.
+func routedSessionOf(msg any) string {
+	switch m := msg.(type) {
+	case *hostv1.ChangesRequest:
+		return m.GetSession()
+	case *hostv1.DiffRequest:
+		return m.GetSession()
+	case *hostv1.ApplyRequest:
+		return m.GetSession()
+	case *hostv1.DiscardRequest:
+		return m.GetSession()
+	case *hostv1.ListProcessesRequest:
+		return m.GetSession()
+	}
+	return ""
+}
+
 // setExpect puts inc in msg's expect_incarnation, unless it names one.
 func setExpect(msg any, inc string) {
 	switch m := msg.(type) {
@@ -262,6 +281,10 @@ func SessionHeaderValue(session string) string {
 // the expected incarnation (header and body).
 func (t *Tracker) before(ctx context.Context, msg any, set func(k, v string)) string {
 	session, drops := sessionOfRequest(msg)
+	if s := routedSessionOf(msg); s != "" {
+		set(service.SessionHeader, SessionHeaderValue(s))
+		return ""
+	}
 	if session == "" {
 		// A call whose body names no session (Signal, WriteStdin,
 		// CloseStdin, ResizeTerminal: by signal key) still concerns the
