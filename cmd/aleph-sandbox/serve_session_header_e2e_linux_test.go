@@ -165,9 +165,16 @@ func TestClientsSendSessionHeader(t *testing.T) {
 	if err != nil || len(l) != 1 || l[0].Name != "README" {
 		t.Fatalf("list of the named workspace: %+v %v", l, err)
 	}
+	if _, err := p.FilesIn(project).WriteFile(ctx, session, "new", strings.NewReader("x"), alephsandbox.WriteFileOptions{}); err != nil {
+		t.Fatalf("a write to the named workspace: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(project, "new")); err != nil || string(b) != "x" {
+		t.Fatalf("the write did not land in the named workspace: %q %v", b, err)
+	}
+	// A refused name comes back as the runtime's typed error.
 	var ic *core.InvalidCommandError
-	if _, err := p.FilesIn(project).WriteFile(ctx, session, "new", strings.NewReader("x"), alephsandbox.WriteFileOptions{}); !errors.As(err, &ic) || ic.Field != "workspace" {
-		t.Fatalf("a write to a live named workspace: %v, want the runtime's InvalidCommandError for workspace", err)
+	if _, err := p.FilesIn(filepath.Join(project, "missing")).ListFiles(ctx, session, "."); !errors.As(err, &ic) || ic.Field != "workspace" {
+		t.Fatalf("a missing workspace: %v, want the runtime's InvalidCommandError for workspace", err)
 	}
 	// The layered calls (this session is not layered: refused, but routed).
 	_, _ = p.Changes(ctx, session)
