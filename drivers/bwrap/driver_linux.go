@@ -679,7 +679,14 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan launchPl
 		// the command's runs.
 		extra = append(extra, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP")
 	}
-	extra = append(extra, d.probe().userns...)
+	if plan.sessionSupervisor && d.probe().sessionUser {
+		// Unprivileged: the supervisor as uid 0 of bwrap's user namespace,
+		// which owns the sandbox's mounts, making each command's user
+		// namespace (sandboxinit/sessionuser_linux.go says why this holds).
+		extra = append(extra, sessionUserFlags()...)
+	} else {
+		extra = append(extra, d.probe().userns...)
+	}
 	if sb.v1 {
 		if sb.blockR, sb.blockW, err = os.Pipe(); err != nil {
 			return nil, err

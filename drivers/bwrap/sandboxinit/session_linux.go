@@ -103,7 +103,11 @@ func superviseSession(spec *InitSpec) (int, error) {
 	// own, as below. The reapers' death signal follows the thread that
 	// clones them: this goroutine's, locked for the supervisor's life.
 	runtime.LockOSThread()
-	forker, ferr := newServeForker(spec)
+	var forker *sessionForker
+	ferr := errors.New("the command's user namespace (session_user) is made on the sandbox-init path only")
+	if spec.SessionUser == nil {
+		forker, ferr = newServeForker(spec)
+	}
 	if ferr == nil {
 		defer forker.close()
 	}
@@ -274,19 +278,24 @@ func spawnChild(argv []string, top int, spec *InitSpec, fds []int) error {
 	if spec.NotifyFD > 0 {
 		files[spec.NotifyFD] = uintptr(fds[1])
 	}
+	sys := &syscall.SysProcAttr{
+		// Its own PID namespace: the command's tree dies with its
+		// sandbox-init (PID 1 there) and cannot name the supervisor
+		// or another command's processes. Its own mount namespace:
+		// the hand-over's mounts of the protected entries are its
+		// alone (enterSessionChild makes them private).
+		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS,
+		Setsid:     true,
+	}
+	if spec.SessionUser != nil {
+		// And its own user namespace (sessionuser_linux.go).
+		sessionUserAttr(spec.SessionUser, sys)
+	}
 	_, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   os.Environ(),
 		Files: files,
-		Sys: &syscall.SysProcAttr{
-			// Its own PID namespace: the command's tree dies with its
-			// sandbox-init (PID 1 there) and cannot name the supervisor
-			// or another command's processes. Its own mount namespace:
-			// the hand-over's mounts of the protected entries are its
-			// alone (enterSessionChild makes them private).
-			Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS,
-			Setsid:     true,
-		},
+		Sys:   sys,
 	})
 	if err != nil {
 		return fmt.Errorf("start a command's sandbox-init: %w", err)
