@@ -130,7 +130,8 @@ func (d *Driver) probe() *hostProbe {
 		}
 		if h.sandboxErr == nil && h.tier == tierBwrap {
 			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover, cache)
-			h.sessionUser, h.sessionUserWhy = probeSessionUser(h.bwrap, d.cfg.InitBinary, h.guard, h.procCover, cache, d.cfg.OneCommand)
+			h.sessionUser, h.sessionUserWhy = probeSessionUser(h.bwrap, d.cfg.InitBinary, h.guard, h.procCover, cache,
+				d.cfg.OneCommand && d.cfg.Options.SessionSandbox != sessionSandboxAlways)
 		}
 		if cache != nil {
 			h.probeCached, h.probeCacheWhy = cache.used, cache.why

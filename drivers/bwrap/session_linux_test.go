@@ -18,6 +18,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
 // needSessions skips where the driver keeps per-command sandboxes by
@@ -30,6 +31,35 @@ func needSessions(t *testing.T, d *Driver) {
 			t.Fatalf("session sandboxes off (%s) but the capabilities say %q (%v)", why, caps.Details[detailSessionSandbox], err)
 		}
 		t.Skip("session sandboxes off here: " + why)
+	}
+}
+
+// needAhead is needSessions for the tests of sessions built ahead, which
+// an unprivileged driver does not build (aheadPerProfile says why).
+func needAhead(t *testing.T, d *Driver) {
+	t.Helper()
+	needSessions(t, d)
+	if d.probe().sessionUser {
+		if n := d.aheadPerProfile(); n != 0 {
+			t.Fatalf("unprivileged, yet %d session sandboxes built ahead per profile", n)
+		}
+		t.Skip("unprivileged: no session sandbox is built ahead (checked: none per profile)")
+	}
+}
+
+// needForkPath is needSessions for the tests of the fork path, which an
+// unprivileged driver's session supervisor does not take: the control
+// shows a command's parent is its own sandbox-init there, not the reaper.
+func needForkPath(t *testing.T, d *Driver) {
+	t.Helper()
+	needSessions(t, d)
+	if d.probe().sessionUser {
+		r := sessRun(t, d, newWorkspace(t), "fork-path-control", spawnCaps, parentScript)
+		expectOK(t, r)
+		if strings.Contains(r.stdout, sandboxinit.ReaperName) || sessionOf(r) != driverapi.SessionSandboxNew {
+			t.Fatalf("unprivileged, yet the command ran on the fork path: %q %v", r.stdout, r.exit.Details)
+		}
+		t.Skip("unprivileged: each command of a session gets a sandbox-init of its own (checked: " + strings.TrimSpace(r.stdout) + ")")
 	}
 }
 
@@ -782,7 +812,9 @@ func TestSessionCapabilitiesPassed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := fields(string(own)); zero(f["CapBnd"]) || zero(f["CapEff"]) {
+	// Unprivileged, this process holds none; the supervisor's (below) are
+	// the control there.
+	if f := fields(string(own)); os.Geteuid() == 0 && (zero(f["CapBnd"]) || zero(f["CapEff"])) {
 		t.Fatalf("control: this process holds no capability: %v", f)
 	}
 	script := `while read -r l; do case $l in Cap*|NoNewPrivs*) echo "$l";; esac; done < /proc/self/status`

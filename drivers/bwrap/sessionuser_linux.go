@@ -43,7 +43,9 @@ func probeSessionUser(bwrapPath, initBinary string, guard pidGuard, procCover []
 		return false, "root: the session sandbox's own user namespace holds its mounts"
 	}
 	if oneCommand {
-		return false, "this driver process runs one command"
+		// Its host asks for no session sandbox (the one-shot CLI), and
+		// the trial would be on its path where the probe cache is off.
+		return false, "this driver process runs one command (session_sandbox = \"always\" tries it all the same)"
 	}
 	if fi, err := os.Stat(bwrapPath); err == nil && fi.Mode()&os.ModeSetuid != 0 {
 		return false, bwrapPath + " is setuid"
