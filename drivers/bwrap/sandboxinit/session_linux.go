@@ -35,9 +35,10 @@ import (
 // Security of the supervisor itself:
 //   - it keeps CAP_SYS_ADMIN and CAP_SETPCAP of the sandbox's own user
 //     namespace for its whole life (a child needs them for the new
-//     namespaces and its hand-over mounts); root drivers only, as for
-//     prepared sandboxes (an unprivileged driver's nested user namespace
-//     holds none over the mount namespace);
+//     namespaces and its hand-over mounts); an unprivileged driver's
+//     supervisor is uid 0 of bwrap's user namespace, keeps CAP_SETFCAP
+//     too, and starts each child in a user namespace of its own
+//     (SessionUser, sessionuser_linux.go, where that is argued);
 //   - nothing of a command can reach it: every command runs in a PID
 //     namespace below the supervisor's, where the supervisor has no number
 //     (kill, pidfd_open and ptrace name processes by their number in the
