@@ -70,13 +70,6 @@ import (
 //     session, which the launcher mounts as root (an overlay mounted here
 //     would need CAP_DAC_OVERRIDE too, for overlayfs's work directory).
 
-// SessionUserTrialCommand is the hidden command that tries, inside a trial
-// sandbox built with a session supervisor's flags, what a session
-// supervisor of an unprivileged launcher does: a child in a user
-// namespace of its own, with SessionUserTrialChild's argument, that mounts
-// in its mount namespace. Exit status 0: it works here.
-const SessionUserTrialCommand = "sandbox-session-user-trial"
-
 // sessionUserTrialChild is the trial's second step (the child's argv[2]).
 const sessionUserTrialChild = "child"
 

@@ -23,6 +23,13 @@ import (
 // it is InitArgs' output: `<initspec-json> -- PROGRAM ARGS...`.
 const SandboxInitCommand = "sandbox-init"
 
+// SessionUserTrialCommand is the hidden command that tries, inside a trial
+// sandbox built with a session supervisor's flags, what a session
+// supervisor of an unprivileged launcher does (sessionuser_linux.go): a
+// child in a user namespace of its own that mounts in its mount namespace.
+// Its arguments are the uid and gid to map; exit status 0: it works here.
+const SessionUserTrialCommand = "sandbox-session-user-trial"
+
 // SandboxInitExitCode is the exit status of sandbox-init when it refuses or
 // fails to confine. It matches the CLI's refusal code: the target never ran.
 const SandboxInitExitCode = 125
