@@ -130,7 +130,7 @@ func (d *Driver) probe() *hostProbe {
 		}
 		if h.sandboxErr == nil && h.tier == tierBwrap {
 			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover, cache)
-			h.sessionUser, h.sessionUserWhy = probeSessionUser(h.bwrap, d.cfg.InitBinary, h.guard, h.procCover, cache,
+			h.sessionUser, h.sessionUserWhy = probeSessionUser(h.bwrap, d.cfg.InitBinary, h.guard, h.procCover, cache, h.seccomp,
 				d.cfg.OneCommand && d.cfg.Options.SessionSandbox != sessionSandboxAlways)
 		}
 		if cache != nil {

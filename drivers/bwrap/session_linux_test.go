@@ -557,7 +557,9 @@ func TestTierSessionOff(t *testing.T) {
 // capability; a protected entry stays read-only and cannot be unmounted
 // or remounted, while the workspace itself is written (the control); the
 // supervisor's namespace links and environment stay closed to a command,
-// while its own are open (the control). What still falls back: a driver
+// while its own are open (the control); a user namespace of its own is
+// refused (no --disable-userns here: seccomp), while the same program
+// runs (the control). What still falls back: a driver
 // that runs one command, layered sessions, and sessions built ahead.
 func TestSessionUnprivileged(t *testing.T) {
 	if os.Geteuid() == 0 {
@@ -598,6 +600,8 @@ umount .git 2>/dev/null && echo umount=done || echo umount=refused
 umount -l .git 2>/dev/null && echo lazy=done || echo lazy=refused
 mount -o remount,rw,bind .git 2>/dev/null && echo remount=done || echo remount=refused
 echo ok > written && echo ws=written
+unshare --version >/dev/null && echo unshare=runs
+unshare -U true 2>/dev/null && echo userns=made || echo userns=refused
 readlink /proc/1/ns/user >/dev/null 2>&1 && echo sup=open || echo sup=closed
 cat /proc/1/environ >/dev/null 2>&1 && echo supenv=open || echo supenv=closed
 `
@@ -611,6 +615,7 @@ cat /proc/1/environ >/dev/null 2>&1 && echo supenv=open || echo supenv=closed
 			"CapInh: 0000000000000000", "CapPrm: 0000000000000000", "CapEff: 0000000000000000", "CapAmb: 0000000000000000",
 			fmt.Sprintf("tmp=%d", i),
 			"git=refused", "umount=refused", "lazy=refused", "remount=refused", "ws=written", "sup=closed", "supenv=closed",
+			"unshare=runs", "userns=refused",
 		}
 		for _, w := range want {
 			if !strings.Contains(r.stdout, w+"\n") {

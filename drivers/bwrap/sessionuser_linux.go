@@ -38,9 +38,14 @@ func sessionUserFlags() []string {
 // module refusing the nested namespace or the mount (some LSM profiles
 // take capabilities from bwrap's children), leaves every command with a
 // sandbox of its own, as before.
-func probeSessionUser(bwrapPath, initBinary string, guard pidGuard, procCover []string, cache *probeCache, oneCommand bool) (bool, string) {
+func probeSessionUser(bwrapPath, initBinary string, guard pidGuard, procCover []string, cache *probeCache, seccomp, oneCommand bool) (bool, string) {
 	if os.Geteuid() == 0 {
 		return false, "root: the session sandbox's own user namespace holds its mounts"
+	}
+	if !seccomp {
+		// Without --disable-userns (sessionUserFlags), the commands' seccomp
+		// filter is what keeps them from making user namespaces of their own.
+		return false, "seccomp filters cannot be installed here, and a session sandbox goes without bwrap's --disable-userns"
 	}
 	if oneCommand {
 		// Its host asks for no session sandbox (the one-shot CLI), and
