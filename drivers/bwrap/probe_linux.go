@@ -422,6 +422,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		hc.Details[detailSessionSandbox] = why
 	} else {
 		hc.Details[detailSessionSandbox] = fmt.Sprintf("on: one per session and profile, %d ms idle", d.cfg.Options.SessionIdleMS)
+		if h.sessionUser {
+			hc.Details[detailSessionSandbox] += "; unprivileged: each command in a user namespace of its own, none built ahead"
+		}
 	}
 	if why := d.layeredOffWhy(); why != "" {
 		hc.Details[driverapi.DetailLayeredWorkspace] = why
@@ -430,6 +433,10 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	}
 	if len(h.userns) > 0 {
 		hc.Details["nested_userns"] = "disabled (bwrap --disable-userns, and seccomp)"
+		if h.sessionUser && d.sessionOffWhy() == "" {
+			// sessionUserFlags: a session sandbox goes without the flag.
+			hc.Details["nested_userns"] += "; in session sandboxes denied by seccomp alone"
+		}
 	} else if h.usernsWhy != "" {
 		hc.Details["nested_userns"] = "denied by seccomp (" + h.usernsWhy + ")"
 	}

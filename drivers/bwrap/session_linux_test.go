@@ -583,6 +583,11 @@ func TestSessionUnprivileged(t *testing.T) {
 	if !d.SessionSandboxes() {
 		t.Fatal("session sandboxes on, yet the call is not listed")
 	}
+	caps, err := d.Capabilities(context.Background())
+	if d := caps.Details[detailSessionSandbox]; err != nil || !strings.HasPrefix(d, "on:") || !strings.Contains(d, "user namespace of its own") ||
+		!strings.Contains(caps.Details["nested_userns"], "seccomp alone") {
+		t.Errorf("capabilities: %q %q %v", d, caps.Details["nested_userns"], err)
+	}
 	ws := newWorkspace(t)
 	if err := os.MkdirAll(filepath.Join(ws, ".git"), 0o755); err != nil {
 		t.Fatal(err)
