@@ -672,14 +672,22 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan launchPl
 		// bwrap's reaper there; sandbox-init is the subreaper below it.
 		extra = append(extra, "--as-pid-1")
 	}
-	if plan.prepared {
+	switch {
+	case plan.sessionSupervisor && d.probe().sessionUser:
+		// Unprivileged: the supervisor as uid 0 of bwrap's user namespace,
+		// which owns the sandbox's mounts, making each command's user
+		// namespace (sandboxinit/sessionuser_linux.go says why this holds).
+		extra = append(extra, sessionUserFlags()...)
+	case plan.prepared:
 		// The hand-over's mounts (sandboxinit/handover.go): sandbox-init
 		// keeps these two in the sandbox's user namespace until it has
 		// made them, and drops them on every thread before anything of
 		// the command's runs.
 		extra = append(extra, "--cap-add", "CAP_SYS_ADMIN", "--cap-add", "CAP_SETPCAP")
+		fallthrough
+	default:
+		extra = append(extra, d.probe().userns...)
 	}
-	extra = append(extra, d.probe().userns...)
 	if sb.v1 {
 		if sb.blockR, sb.blockW, err = os.Pipe(); err != nil {
 			return nil, err

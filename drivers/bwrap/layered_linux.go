@@ -60,6 +60,15 @@ func (d *Driver) layeredOffWhy() string {
 	if why := d.sessionOffWhy(); why != "" {
 		return "layered workspaces need session sandboxes, and they are off: " + why
 	}
+	if os.Geteuid() != 0 {
+		// The driver mounts the overlay itself, in the initial user
+		// namespace. Unprivileged it would have to be mounted inside, by
+		// the session supervisor (as uid 0 of the sandbox's user
+		// namespace, with userxattr and CAP_DAC_OVERRIDE for overlayfs's
+		// work directory: tested to work on this kernel), which is not
+		// done yet.
+		return "unprivileged: the overlay is mounted by the driver in the initial user namespace, which needs root; mounting it in the session sandbox's user namespace is not done yet"
+	}
 	if !overlayAvailable() {
 		return "the kernel offers no overlay file system (overlay is not in /proc/filesystems; load the overlay module)"
 	}

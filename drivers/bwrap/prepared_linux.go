@@ -321,6 +321,9 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan launchPlan, sess
 	is := d.initSpecFor(&plan, ps.cg, nil)
 	is.Prepared = true
 	is.SessionSupervisor = plan.sessionSupervisor
+	if plan.sessionSupervisor && h.sessionUser {
+		is.SessionUser = &sandboxinit.SessionUser{UID: os.Getuid(), GID: os.Getgid()}
+	}
 	init, err := commandInitArgs(is)
 	if err != nil {
 		return nil, err

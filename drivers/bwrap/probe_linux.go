@@ -45,6 +45,11 @@ type hostProbe struct {
 	// namespaces of its own (--disable-userns), where bwrap gives it one.
 	userns    []string
 	usernsWhy string // why userns is empty, for the report
+	// sessionUser: an unprivileged driver's session sandboxes run as uid
+	// 0 of bwrap's user namespace and make each command's own
+	// (sandboxinit/sessionuser_linux.go); sessionUserWhy says why not.
+	sessionUser    bool
+	sessionUserWhy string
 	// tier is how commands run: tierBwrap, or tierLandlock where bwrap
 	// cannot create namespaces and fallback = "landlock" (tier_linux.go).
 	tier string
@@ -125,6 +130,8 @@ func (d *Driver) probe() *hostProbe {
 		}
 		if h.sandboxErr == nil && h.tier == tierBwrap {
 			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover, cache)
+			h.sessionUser, h.sessionUserWhy = probeSessionUser(h.bwrap, d.cfg.InitBinary, h.guard, h.procCover, cache, h.seccomp,
+				d.cfg.OneCommand && d.cfg.Options.SessionSandbox != sessionSandboxAlways)
 		}
 		if cache != nil {
 			h.probeCached, h.probeCacheWhy = cache.used, cache.why
@@ -290,6 +297,12 @@ func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []
 	if _, err := os.Stat(tr); err != nil {
 		tr = "/bin/true"
 	}
+	return trialSandboxRun(ctx, path, guard, procCover, extra, nil, tr)
+}
+
+// trialSandboxRun is trialSandbox with binds made after the system read
+// set's (a program's own binary) and prog run.
+func trialSandboxRun(ctx context.Context, path string, guard pidGuard, procCover, extra, binds []string, prog ...string) error {
 	args := append([]string{"--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL"}, extra...)
 	args = append(args, "--proc", "/proc")
 	args = append(args, procCover...)
@@ -301,7 +314,8 @@ func trialSandbox(ctx context.Context, path string, guard pidGuard, procCover []
 			args = append(args, "--ro-bind", m.Src, m.Dest)
 		}
 	}
-	args = append(args, "--", tr)
+	args = append(args, binds...)
+	args = append(append(args, "--"), prog...)
 	var stderr bytes.Buffer
 	c := exec.CommandContext(ctx, path, args...)
 	c.Env = []string{}
@@ -408,6 +422,9 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		hc.Details[detailSessionSandbox] = why
 	} else {
 		hc.Details[detailSessionSandbox] = fmt.Sprintf("on: one per session and profile, %d ms idle", d.cfg.Options.SessionIdleMS)
+		if h.sessionUser {
+			hc.Details[detailSessionSandbox] += "; unprivileged: each command in a user namespace of its own, none built ahead"
+		}
 	}
 	if why := d.layeredOffWhy(); why != "" {
 		hc.Details[driverapi.DetailLayeredWorkspace] = why
@@ -416,6 +433,10 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 	}
 	if len(h.userns) > 0 {
 		hc.Details["nested_userns"] = "disabled (bwrap --disable-userns, and seccomp)"
+		if h.sessionUser && d.sessionOffWhy() == "" {
+			// sessionUserFlags: a session sandbox goes without the flag.
+			hc.Details["nested_userns"] += "; in session sandboxes denied by seccomp alone"
+		}
 	} else if h.usernsWhy != "" {
 		hc.Details["nested_userns"] = "denied by seccomp (" + h.usernsWhy + ")"
 	}

@@ -235,9 +235,15 @@ func readProbeRecord(path, stateDir string) (probeRecord, bool) {
 func trialGuard(mode string) string  { return "guard=" + mode }
 func trialUserns(mode string) string { return "disable-userns guard=" + mode }
 
+// trialSessionUser names probeSessionUser's trial with the init binary's
+// identity (the trial runs its code).
+func trialSessionUser(mode, initID string) string {
+	return "session-user guard=" + mode + " init=" + initID
+}
+
 func knownTrial(t string) bool {
 	for _, m := range []string{guardPID, guardUserPID, guardNone} {
-		if t == trialGuard(m) || t == trialUserns(m) {
+		if t == trialGuard(m) || t == trialUserns(m) || strings.HasPrefix(t, trialSessionUser(m, "")) {
 			return true
 		}
 	}

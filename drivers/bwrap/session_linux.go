@@ -158,11 +158,13 @@ func (d *Driver) sessionOffWhy() string {
 		return "no sandbox here: " + h.sandboxErr.Error()
 	case h.tier != tierBwrap:
 		return "Landlock tier: no namespaces to keep a session in"
-	case os.Geteuid() != 0:
-		// As for prepared sandboxes: a command's sandbox-init needs mounts
-		// in the session's mount namespace, which bwrap's nested user
-		// namespace holds no capability over.
-		return "unprivileged: the sandbox's user namespace cannot mount in its own mount namespace (each command's protected entries), so every command gets a sandbox of its own"
+	case os.Geteuid() != 0 && !h.sessionUser:
+		// A command's sandbox-init needs mounts in its own mount namespace
+		// (the protected entries): unprivileged, the session sandbox runs
+		// as uid 0 of bwrap's user namespace and gives each command a user
+		// namespace of its own (sandboxinit/sessionuser_linux.go), where
+		// the trial says it works.
+		return "unprivileged, and a session sandbox cannot give each command a user namespace of its own here (" + h.sessionUserWhy + "), so every command gets a sandbox of its own"
 	}
 	return ""
 }

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/internal/cgroup"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
 // needSessions skips where the driver keeps per-command sandboxes by
@@ -29,6 +31,35 @@ func needSessions(t *testing.T, d *Driver) {
 			t.Fatalf("session sandboxes off (%s) but the capabilities say %q (%v)", why, caps.Details[detailSessionSandbox], err)
 		}
 		t.Skip("session sandboxes off here: " + why)
+	}
+}
+
+// needAhead is needSessions for the tests of sessions built ahead, which
+// an unprivileged driver does not build (aheadPerProfile says why).
+func needAhead(t *testing.T, d *Driver) {
+	t.Helper()
+	needSessions(t, d)
+	if d.probe().sessionUser {
+		if n := d.aheadPerProfile(); n != 0 {
+			t.Fatalf("unprivileged, yet %d session sandboxes built ahead per profile", n)
+		}
+		t.Skip("unprivileged: no session sandbox is built ahead (checked: none per profile)")
+	}
+}
+
+// needForkPath is needSessions for the tests of the fork path, which an
+// unprivileged driver's session supervisor does not take: the control
+// shows a command's parent is its own sandbox-init there, not the reaper.
+func needForkPath(t *testing.T, d *Driver) {
+	t.Helper()
+	needSessions(t, d)
+	if d.probe().sessionUser {
+		r := sessRun(t, d, newWorkspace(t), "fork-path-control", spawnCaps, parentScript)
+		expectOK(t, r)
+		if strings.Contains(r.stdout, sandboxinit.ReaperName) || sessionOf(r) != driverapi.SessionSandboxNew {
+			t.Fatalf("unprivileged, yet the command ran on the fork path: %q %v", r.stdout, r.exit.Details)
+		}
+		t.Skip("unprivileged: each command of a session gets a sandbox-init of its own (checked: " + strings.TrimSpace(r.stdout) + ")")
 	}
 }
 
@@ -519,25 +550,115 @@ func TestTierSessionOff(t *testing.T) {
 	}
 }
 
-// TestSessionOffUnprivileged: an unprivileged driver keeps a sandbox per
-// command, says why, does not list the call, and runs the command.
-func TestSessionOffUnprivileged(t *testing.T) {
+// TestSessionUnprivileged: an unprivileged driver runs session sandboxes
+// where its trial says it can (sandboxinit/sessionuser_linux.go): the
+// commands of a session share /tmp, each in a user namespace of its own
+// that maps the driver's uid and gid to the session's uid 0 and holds no
+// capability; a protected entry stays read-only and cannot be unmounted
+// or remounted, while the workspace itself is written (the control); the
+// supervisor's namespace links and environment stay closed to a command,
+// while its own are open (the control); a user namespace of its own is
+// refused (no --disable-userns here: seccomp), while the same program
+// runs (the control). What still falls back: a driver
+// that runs one command, layered sessions, and sessions built ahead.
+func TestSessionUnprivileged(t *testing.T) {
 	if os.Geteuid() == 0 {
-		t.Skip("root: session sandboxes are used (the other TestSession* tests)")
+		t.Skip("root: session sandboxes of a root driver are the other TestSession* tests; the unprivileged pass runs this one")
 	}
 	d := testDriver(t, options{})
-	if d.SessionSandboxes() {
-		t.Fatal("an unprivileged driver claims session sandboxes")
+	if why := d.sessionOffWhy(); why != "" {
+		// The trial refused here: the capabilities say why, and the
+		// command runs in a sandbox of its own.
+		caps, err := d.Capabilities(context.Background())
+		if err != nil || !strings.HasPrefix(caps.Details[detailSessionSandbox], "unprivileged") || d.SessionSandboxes() {
+			t.Fatalf("capabilities: %q %v", caps.Details[detailSessionSandbox], err)
+		}
+		r := sessRun(t, d, newWorkspace(t), "s", spawnCaps, "echo ran")
+		expectOK(t, r)
+		if r.stdout != "ran\n" || sessionOf(r) != "" {
+			t.Fatalf("%q %v", r.stdout, r.exit.Details)
+		}
+		t.Skip("session sandboxes off here (the fallback was checked): " + why)
+	}
+	if !d.SessionSandboxes() {
+		t.Fatal("session sandboxes on, yet the call is not listed")
 	}
 	caps, err := d.Capabilities(context.Background())
-	if err != nil || !strings.HasPrefix(caps.Details[detailSessionSandbox], "unprivileged") {
-		t.Fatalf("capabilities: %q %v", caps.Details[detailSessionSandbox], err)
+	if d := caps.Details[detailSessionSandbox]; err != nil || !strings.HasPrefix(d, "on:") || !strings.Contains(d, "user namespace of its own") ||
+		!strings.Contains(caps.Details["nested_userns"], "seccomp alone") {
+		t.Errorf("capabilities: %q %q %v", d, caps.Details["nested_userns"], err)
 	}
 	ws := newWorkspace(t)
-	r := sessRun(t, d, ws, "s", spawnCaps, "echo ran")
-	expectOK(t, r)
-	if r.stdout != "ran\n" || sessionOf(r) != "" {
-		t.Fatalf("%q %v", r.stdout, r.exit.Details)
+	if err := os.MkdirAll(filepath.Join(ws, ".git"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, ".git", "config"), []byte("[core]\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	script := `echo ns=$(readlink /proc/self/ns/user)
+echo map=$(cat /proc/self/uid_map) gmap=$(cat /proc/self/gid_map)
+echo id=$(id -u):$(id -g)
+grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status | tr -s '\t' ' '
+echo shared >> /tmp/unpriv-shared; echo tmp=$(wc -l < /tmp/unpriv-shared)
+echo pwn >> .git/config 2>/dev/null && echo git=written || echo git=refused
+umount .git 2>/dev/null && echo umount=done || echo umount=refused
+umount -l .git 2>/dev/null && echo lazy=done || echo lazy=refused
+mount -o remount,rw,bind .git 2>/dev/null && echo remount=done || echo remount=refused
+echo ok > written && echo ws=written
+unshare --version >/dev/null && echo unshare=runs
+unshare -U true 2>/dev/null && echo userns=made || echo userns=refused
+readlink /proc/1/ns/user >/dev/null 2>&1 && echo sup=open || echo sup=closed
+cat /proc/1/environ >/dev/null 2>&1 && echo supenv=open || echo supenv=closed
+`
+	var nss []string
+	for i := 1; i <= 2; i++ {
+		r := sessRun(t, d, ws, "s", spawnCaps, script)
+		expectOK(t, r)
+		want := []string{
+			fmt.Sprintf("map= %d 0 1 gmap= %d 0 1", os.Getuid(), os.Getgid()),
+			fmt.Sprintf("id=%d:%d", os.Getuid(), os.Getgid()),
+			"CapInh: 0000000000000000", "CapPrm: 0000000000000000", "CapEff: 0000000000000000", "CapAmb: 0000000000000000",
+			fmt.Sprintf("tmp=%d", i),
+			"git=refused", "umount=refused", "lazy=refused", "remount=refused", "ws=written", "sup=closed", "supenv=closed",
+			"unshare=runs", "userns=refused",
+		}
+		for _, w := range want {
+			if !strings.Contains(r.stdout, w+"\n") {
+				t.Errorf("command %d: no %q in:\n%s%s", i, w, r.stdout, r.stderr)
+			}
+		}
+		if how := sessionOf(r); (i == 1) != (how == driverapi.SessionSandboxNew) {
+			t.Errorf("command %d: session sandbox %q", i, how)
+		}
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(l, "ns=") {
+				nss = append(nss, l)
+			}
+		}
+	}
+	if len(nss) != 2 || nss[0] == nss[1] || nss[0] == "ns=" {
+		t.Errorf("each command's own user namespace: %q", nss)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, ".git", "config")); err != nil || string(b) != "[core]\n" {
+		t.Errorf("the protected entry on the host: %q %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "written")); err != nil || string(b) != "ok\n" {
+		t.Errorf("the control: the workspace file on the host: %q %v", b, err)
+	}
+	// What still falls back.
+	if why := d.layeredOffWhy(); !strings.HasPrefix(why, "unprivileged") {
+		t.Errorf("layered sessions: %q", why)
+	}
+	if n := d.aheadPerProfile(); n != 0 {
+		t.Errorf("session sandboxes built ahead: %d", n)
+	}
+	one, err := newDriver(config{InitBinary: driverBin, DriverBinary: driverBin, OneCommand: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer one.Close()
+	if why := one.sessionOffWhy(); !strings.HasPrefix(why, "unprivileged") || one.SessionSandboxes() {
+		t.Errorf("a driver for one command: %q", why)
 	}
 }
 
@@ -701,7 +822,9 @@ func TestSessionCapabilitiesPassed(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if f := fields(string(own)); zero(f["CapBnd"]) || zero(f["CapEff"]) {
+	// Unprivileged, this process holds none; the supervisor's (below) are
+	// the control there.
+	if f := fields(string(own)); os.Geteuid() == 0 && (zero(f["CapBnd"]) || zero(f["CapEff"])) {
 		t.Fatalf("control: this process holds no capability: %v", f)
 	}
 	script := `while read -r l; do case $l in Cap*|NoNewPrivs*) echo "$l";; esac; done < /proc/self/status`

@@ -143,6 +143,15 @@ type aheadStats struct {
 
 // aheadPerProfile is session_ahead (0: none built ahead).
 func (d *Driver) aheadPerProfile() int {
+	if d.probe().sessionUser {
+		// Unprivileged: the take attaches the workspace from the driver's
+		// side (open_tree of the host's directories, then setns into the
+		// sandbox's mount namespace), which needs CAP_SYS_ADMIN over the
+		// driver's own mount namespace: EPERM. A copy made inside would not
+		// do either: open_tree clones only mounts of the caller's own
+		// namespace (EINVAL for a descriptor from the host's).
+		return 0
+	}
 	if n := d.cfg.Options.SessionAhead; n != nil {
 		return int(*n)
 	}

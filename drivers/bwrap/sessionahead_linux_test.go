@@ -60,7 +60,7 @@ func drainAhead(t testing.TB, d *Driver) {
 // else and is read-only. The pool refills for the next session.
 func TestSessionAheadTaken(t *testing.T) {
 	d := testDriver(t, options{})
-	needSessions(t, d)
+	needAhead(t, d)
 	wsA, wsB := newWorkspace(t), newWorkspace(t)
 	if filepath.Dir(wsA) != filepath.Dir(wsB) {
 		t.Fatalf("control: workspaces %s and %s do not share a parent", wsA, wsB)
@@ -123,7 +123,7 @@ func netInode(t *testing.T, d *Driver, ws, session string, caps driverapi.Capabi
 // already leaves the waiting sandbox untouched for the next new session.
 func TestSessionAheadProfiles(t *testing.T) {
 	d := testDriver(t, options{})
-	needSessions(t, d)
+	needAhead(t, d)
 	wsA, wsB, wsC, wsD := newWorkspace(t), newWorkspace(t), newWorkspace(t), newWorkspace(t)
 	expectOK(t, sessRun(t, d, wsA, "A", spawnCaps, `:`))
 	waitAheadWaiting(t, d, 1)
@@ -168,7 +168,7 @@ func TestSessionAheadProfiles(t *testing.T) {
 // a session taken from one and forgotten leaves nothing either.
 func TestSessionAheadIdleDropped(t *testing.T) {
 	d := testDriver(t, options{SessionAheadIdleMS: 1500})
-	needSessions(t, d)
+	needAhead(t, d)
 	wsA, wsB := newWorkspace(t), newWorkspace(t)
 	root := filepath.Dir(wsA)
 	expectOK(t, sessRun(t, d, wsA, "A", spawnCaps, `:`))
@@ -216,7 +216,7 @@ func TestSessionAheadIdleDropped(t *testing.T) {
 // own (the conformance suite's robust cases check this).
 func TestSessionAheadLastForget(t *testing.T) {
 	d := testDriver(t, options{})
-	needSessions(t, d)
+	needAhead(t, d)
 	ws := newWorkspace(t)
 	root := filepath.Dir(ws)
 	expectOK(t, sessRun(t, d, ws, "A", spawnCaps, `:`))
@@ -236,7 +236,7 @@ func TestSessionAheadLastForget(t *testing.T) {
 // sessions' and leaves nothing; the pool can be emptied, and 0 builds none.
 func TestSessionAheadClose(t *testing.T) {
 	d := testDriver(t, options{})
-	needSessions(t, d)
+	needAhead(t, d)
 	ws := newWorkspace(t)
 	root := filepath.Dir(ws)
 	expectOK(t, sessRun(t, d, ws, "A", spawnCaps, `:`))
@@ -259,7 +259,7 @@ func TestSessionAheadClose(t *testing.T) {
 // TestSessionAheadDriverDeath: the driver killed, the session sandboxes it
 // built ahead end with its sessions' (their lifelines hang up).
 func TestSessionAheadDriverDeath(t *testing.T) {
-	needSessions(t, testDriver(t, options{}))
+	needAhead(t, testDriver(t, options{}))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	p, err := driverapi.LaunchDriver(ctx, driverapi.LaunchConfig{Path: driverBin,

@@ -21,7 +21,7 @@ const PWDCommand = "sandbox-pwd"
 
 // IsInitMode reports whether args (os.Args[1:]) ask for the in-sandbox mode.
 func IsInitMode(args []string) bool {
-	return len(args) > 0 && (args[0] == PWDCommand || args[0] == sandboxinit.SandboxInitCommand)
+	return len(args) > 0 && (args[0] == PWDCommand || args[0] == sandboxinit.SandboxInitCommand || args[0] == sandboxinit.SessionUserTrialCommand)
 }
 
 // Main runs the in-sandbox mode for args (os.Args[1:]) and returns the exit
@@ -33,6 +33,9 @@ func Main(args []string) int {
 			return sandboxinit.SandboxInitExitCode
 		}
 		args = args[2:]
+	}
+	if len(args) > 0 && args[0] == sandboxinit.SessionUserTrialCommand {
+		return sandboxinit.SessionUserTrial(args[1:])
 	}
 	if len(args) == 0 || args[0] != sandboxinit.SandboxInitCommand {
 		fmt.Fprintln(os.Stderr, "aleph-sandbox: sandbox-init: usage: ["+PWDCommand+" ARG] "+sandboxinit.SandboxInitCommand+" <initspec-json> -- PROGRAM [ARGS...]")

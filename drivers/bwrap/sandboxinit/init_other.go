@@ -14,6 +14,12 @@ func SandboxInit(args []string) int {
 	return SandboxInitExitCode
 }
 
+// SessionUserTrial refuses off Linux (SessionUserTrialCommand).
+func SessionUserTrial(args []string) int {
+	fmt.Fprintln(os.Stderr, "aleph-sandbox: "+SessionUserTrialCommand+": only supported on linux")
+	return SandboxInitExitCode
+}
+
 // LandlockABI is 0 off Linux.
 func LandlockABI() int { return 0 }
 

@@ -35,9 +35,10 @@ import (
 // Security of the supervisor itself:
 //   - it keeps CAP_SYS_ADMIN and CAP_SETPCAP of the sandbox's own user
 //     namespace for its whole life (a child needs them for the new
-//     namespaces and its hand-over mounts); root drivers only, as for
-//     prepared sandboxes (an unprivileged driver's nested user namespace
-//     holds none over the mount namespace);
+//     namespaces and its hand-over mounts); an unprivileged driver's
+//     supervisor is uid 0 of bwrap's user namespace, keeps CAP_SETFCAP
+//     too, and starts each child in a user namespace of its own
+//     (SessionUser, sessionuser_linux.go, where that is argued);
 //   - nothing of a command can reach it: every command runs in a PID
 //     namespace below the supervisor's, where the supervisor has no number
 //     (kill, pidfd_open and ptrace name processes by their number in the
@@ -103,7 +104,11 @@ func superviseSession(spec *InitSpec) (int, error) {
 	// own, as below. The reapers' death signal follows the thread that
 	// clones them: this goroutine's, locked for the supervisor's life.
 	runtime.LockOSThread()
-	forker, ferr := newServeForker(spec)
+	var forker *sessionForker
+	ferr := errors.New("the command's user namespace (session_user) is made on the sandbox-init path only")
+	if spec.SessionUser == nil {
+		forker, ferr = newServeForker(spec)
+	}
 	if ferr == nil {
 		defer forker.close()
 	}
@@ -274,19 +279,24 @@ func spawnChild(argv []string, top int, spec *InitSpec, fds []int) error {
 	if spec.NotifyFD > 0 {
 		files[spec.NotifyFD] = uintptr(fds[1])
 	}
+	sys := &syscall.SysProcAttr{
+		// Its own PID namespace: the command's tree dies with its
+		// sandbox-init (PID 1 there) and cannot name the supervisor
+		// or another command's processes. Its own mount namespace:
+		// the hand-over's mounts of the protected entries are its
+		// alone (enterSessionChild makes them private).
+		Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS,
+		Setsid:     true,
+	}
+	if spec.SessionUser != nil {
+		// And its own user namespace (sessionuser_linux.go).
+		sessionUserAttr(spec.SessionUser, sys)
+	}
 	_, err := syscall.ForkExec("/proc/self/exe", argv, &syscall.ProcAttr{
 		Dir:   "/",
 		Env:   os.Environ(),
 		Files: files,
-		Sys: &syscall.SysProcAttr{
-			// Its own PID namespace: the command's tree dies with its
-			// sandbox-init (PID 1 there) and cannot name the supervisor
-			// or another command's processes. Its own mount namespace:
-			// the hand-over's mounts of the protected entries are its
-			// alone (enterSessionChild makes them private).
-			Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS,
-			Setsid:     true,
-		},
+		Sys:   sys,
 	})
 	if err != nil {
 		return fmt.Errorf("start a command's sandbox-init: %w", err)

@@ -23,6 +23,13 @@ import (
 // it is InitArgs' output: `<initspec-json> -- PROGRAM ARGS...`.
 const SandboxInitCommand = "sandbox-init"
 
+// SessionUserTrialCommand is the hidden command that tries, inside a trial
+// sandbox built with a session supervisor's flags, what a session
+// supervisor of an unprivileged launcher does (sessionuser_linux.go): a
+// child in a user namespace of its own that mounts in its mount namespace.
+// Its arguments are the uid and gid to map; exit status 0: it works here.
+const SessionUserTrialCommand = "sandbox-session-user-trial"
+
 // SandboxInitExitCode is the exit status of sandbox-init when it refuses or
 // fails to confine. It matches the CLI's refusal code: the target never ran.
 const SandboxInitExitCode = 125
@@ -193,6 +200,20 @@ type InitSpec struct {
 	// go-ahead (GoAheadTag: the launcher moved it into the command's
 	// cgroup), and its mounts are made private first. Only with Prepared.
 	SessionChild bool `json:"session_child,omitempty"`
+	// SessionUser, for a session sandbox an unprivileged launcher built:
+	// the sandbox runs as uid and gid 0 of bwrap's user namespace, which
+	// owns its mount namespace (sessionuser_linux.go), and the supervisor
+	// starts each command's sandbox-init in a user namespace of its own
+	// that maps these ids (the launcher's, as the command sees itself) to
+	// that uid and gid 0. Only with SessionSupervisor or SessionChild.
+	SessionUser *SessionUser `json:"session_user,omitempty"`
+}
+
+// SessionUser is the uid and gid a command of an unprivileged launcher's
+// session sees itself as (InitSpec.SessionUser).
+type SessionUser struct {
+	UID int `json:"uid"`
+	GID int `json:"gid"`
 }
 
 // TtySpec is the initial window size of InitSpec.Tty.
@@ -213,6 +234,9 @@ func (e *InitSpecError) Error() string {
 	}
 	return fmt.Sprintf("invalid init spec: %s: %s", e.Field, e.Reason)
 }
+
+// maxID is the highest uid or gid a user namespace can map (-1 is none).
+const maxID int64 = 1<<32 - 2
 
 // maxInitSpecBytes bounds the JSON argv element (argv is limited anyway; this
 // keeps a malformed launcher from making the decoder work hard).
@@ -247,6 +271,9 @@ func (s *InitSpec) Validate() error {
 	}
 	if (s.SessionSupervisor || s.SessionChild) && (!s.Prepared || s.SessionSupervisor == s.SessionChild) {
 		return &InitSpecError{"session_supervisor", "session_supervisor or session_child, one of them, and only with prepared"}
+	}
+	if u := s.SessionUser; u != nil && (!s.SessionSupervisor && !s.SessionChild || u.UID < 0 || u.GID < 0 || int64(u.UID) > maxID || int64(u.GID) > maxID) {
+		return &InitSpecError{"session_user", "only with session_supervisor or session_child, and ids in 0..4294967294"}
 	}
 	if s.MetaGuard && (s.NotifyFD == 0 || !s.NoNamespaces) {
 		return &InitSpecError{"meta_guard", "only in the Landlock tier (no_namespaces) and with notify_fd, the socket its listener goes to"}

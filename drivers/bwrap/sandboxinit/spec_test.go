@@ -2,7 +2,9 @@ package sandboxinit
 
 import (
 	"errors"
+	"math"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -168,6 +170,40 @@ func TestSessionModesNeedPrepared(t *testing.T) {
 		bad(&s)
 		var e *InitSpecError
 		if err := s.Validate(); !errors.As(err, &e) || e.Field != "session_supervisor" {
+			t.Errorf("%+v: %v", s, err)
+		}
+	}
+}
+
+// TestSessionUserNeedsSessionMode: session_user is valid in the session
+// modes with ids a user namespace can map (the controls), and refused
+// naming the field without them or with an id out of range.
+func TestSessionUserNeedsSessionMode(t *testing.T) {
+	base := InitSpec{SocketMode: SocketLoopback, Supervise: true, Prepared: true, LifelineFD: 4, CommandFD: 3}
+	for _, ok := range []func(*InitSpec){
+		func(s *InitSpec) { s.SessionSupervisor, s.SessionUser = true, &SessionUser{UID: 1001, GID: 1001} },
+		func(s *InitSpec) { s.SessionChild, s.SessionUser = true, &SessionUser{UID: 0, GID: math.MaxInt32} },
+	} {
+		s := base
+		ok(&s)
+		if err := s.Validate(); err != nil {
+			t.Errorf("%+v: %v", s, err)
+		}
+	}
+	bads := []func(*InitSpec){
+		func(s *InitSpec) { s.SessionUser = &SessionUser{UID: 1001, GID: 1001} },
+		func(s *InitSpec) { s.SessionSupervisor, s.SessionUser = true, &SessionUser{UID: -1, GID: 1001} },
+		func(s *InitSpec) { s.SessionChild, s.SessionUser = true, &SessionUser{UID: 1001, GID: -2} },
+	}
+	if strconv.IntSize == 64 {
+		over := maxID + 1 // a variable: the conversion below would not compile where int has 32 bits
+		bads = append(bads, func(s *InitSpec) { s.SessionChild, s.SessionUser = true, &SessionUser{UID: int(over), GID: 1001} })
+	}
+	for _, bad := range bads {
+		s := base
+		bad(&s)
+		var e *InitSpecError
+		if err := s.Validate(); !errors.As(err, &e) || e.Field != "session_user" {
 			t.Errorf("%+v: %v", s, err)
 		}
 	}

@@ -1,0 +1,147 @@
+//go:build linux
+
+package sandboxinit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Session sandboxes of an unprivileged launcher (InitSpec.SessionUser).
+//
+// Unprivileged, bwrap makes its mounts as uid 0 of a first user namespace
+// and, by default, runs the sandbox in a second one nested in it that maps
+// the user's uid: that one holds no capability over the sandbox's mount
+// namespace (owned by the first), so nothing inside could make a command's
+// protected-entry mounts. For a session sandbox the launcher asks bwrap for
+// uid and gid 0 instead (--uid 0 --gid 0, and no --disable-userns, which
+// would force the nested namespace back), keeping CAP_SYS_ADMIN,
+// CAP_SETPCAP and CAP_SETFCAP: the supervisor is then uid 0 of the
+// namespace that owns the session's mounts, and makes the nested user
+// namespace itself, one per command:
+//
+//   - spawnChild clones each command's sandbox-init with CLONE_NEWUSER as
+//     well as CLONE_NEWPID and CLONE_NEWNS. The kernel makes the user
+//     namespace first, so the command's PID and mount namespaces are owned
+//     by the new one, whose only mapping is SessionUser's uid and gid to
+//     the first namespace's 0 (the user outside: the command sees the uid
+//     it sees without a session). The sandbox-init gets CAP_SYS_ADMIN and
+//     CAP_SETPCAP of that namespace alone (ambient, across its exec) for
+//     its hand-over mounts and its capability drop, then drops every
+//     capability on every thread and checks none is left, as in any
+//     prepared sandbox (dropBoundingAllThreads, clearCapabilitiesAllThreads:
+//     they read the bounding set and securebits, which a new user namespace
+//     resets, so nothing the supervisor did for its children is assumed).
+//   - What a command holds: no capability in its own user namespace, and
+//     none in the first, which owns the session's mounts (its /tmp, bwrap's
+//     read-only binds and /proc covers): those reach the command's mount
+//     namespace as copies the kernel locks (made in a more privileged
+//     namespace: they cannot be unmounted, nor their read-only, nosuid or
+//     nodev flags cleared, from it or from any namespace below it). Its
+//     protected entries are mounts of its own namespace, held by the
+//     capability drop exactly as a root driver's session sandbox holds
+//     them. The per-command sandbox-init itself never holds a capability
+//     in the first namespace.
+//   - Nothing of a command reaches the supervisor: it lives in a user
+//     namespace above the command's, and the kernel's ptrace check for
+//     processes of different user namespaces asks CAP_SYS_PTRACE in the
+//     target's (the supervisor's), which a command cannot hold, even with
+//     the same uid outside; the command's PID namespace has no number for
+//     it either, and it is not dumpable.
+//   - Further user namespaces: a command's seccomp filter denies them
+//     (unshare, setns, clone with CLONE_NEWUSER), as in a root driver's
+//     sandbox; bwrap's --disable-userns cannot be had here (it puts the
+//     sandbox in the nested namespace, without mount rights: tested). One
+//     made anyway would hold capabilities only over namespaces of its own,
+//     where the session's mounts and the protected entries are locked.
+//   - CAP_SETFCAP: the kernel lets a namespace map its parent's uid 0 only
+//     when its creator held CAP_SETFCAP in the parent (or the writer of
+//     the map does); the supervisor writes the map, and keeps it for that.
+//     It never sets a file capability; no command's code ever runs with
+//     it (the sandbox-init it starts is in the nested namespace, where the
+//     supervisor's capabilities do not follow).
+//   - Not done here: the fork path (its raw clone would need the same user
+//     namespace and a map written before the reaper mounts), so each
+//     command gets a sandbox-init of its own; and the overlay of a layered
+//     session, which the launcher mounts as root (an overlay mounted here
+//     would need CAP_DAC_OVERRIDE too, for overlayfs's work directory).
+
+// sessionUserTrialChild is the trial's second step (the child's argv[2]).
+const sessionUserTrialChild = "child"
+
+// sessionUserAttr sets sys up to start a child in a user namespace of its
+// own mapping u's ids to this namespace's 0, with sessionUserCaps.
+func sessionUserAttr(u *SessionUser, sys *syscall.SysProcAttr) {
+	sys.Cloneflags |= unix.CLONE_NEWUSER
+	sys.UidMappings = []syscall.SysProcIDMap{{ContainerID: u.UID, HostID: 0, Size: 1}}
+	sys.GidMappings = []syscall.SysProcIDMap{{ContainerID: u.GID, HostID: 0, Size: 1}}
+	// setgroups denied: an unprivileged gid map requires it, and the
+	// command's groups stay the one it has.
+	sys.GidMappingsEnableSetgroups = false
+	// What a command's sandbox-init needs in its own user namespace: its
+	// hand-over mounts, then its capability drop.
+	sys.AmbientCaps = []uintptr{unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+}
+
+// SessionUserTrial runs SessionUserTrialCommand (args exclude it).
+func SessionUserTrial(args []string) int {
+	var err error
+	switch {
+	case len(args) == 1 && args[0] == sessionUserTrialChild:
+		err = sessionUserTrialMount()
+	case len(args) == 2:
+		err = sessionUserTrialSpawn(args)
+	default:
+		err = errors.New("usage: " + SessionUserTrialCommand + " UID GID")
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %v\n", SessionUserTrialCommand, err)
+		return SandboxInitExitCode
+	}
+	return 0
+}
+
+// sessionUserTrialSpawn starts the child as spawnChild would and waits.
+func sessionUserTrialSpawn(args []string) error {
+	var u SessionUser
+	if _, err := fmt.Sscan(args[0]+" "+args[1], &u.UID, &u.GID); err != nil {
+		return fmt.Errorf("ids %q: %w", args, err)
+	}
+	attr := &syscall.ProcAttr{Dir: "/", Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{Cloneflags: unix.CLONE_NEWPID | unix.CLONE_NEWNS, Pdeathsig: syscall.SIGKILL}}
+	sessionUserAttr(&u, attr.Sys)
+	pid, err := syscall.ForkExec("/proc/self/exe", []string{"aleph-sandbox-init", SessionUserTrialCommand, sessionUserTrialChild}, attr)
+	if err != nil {
+		return fmt.Errorf("a child in a user namespace of its own: %w", err)
+	}
+	var ws unix.WaitStatus
+	for {
+		_, err = unix.Wait4(pid, &ws, 0, nil)
+		if !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("wait: %w", err)
+	}
+	if !ws.Exited() || ws.ExitStatus() != 0 {
+		return fmt.Errorf("the child failed (wait status %#x)", uint32(ws))
+	}
+	return nil
+}
+
+// sessionUserTrialMount is the child: what a command's sandbox-init does
+// first (its mounts made private, a mount of its own), then the drop.
+func sessionUserTrialMount() error {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return fmt.Errorf("private mounts: %w", err)
+	}
+	if err := unix.Mount("trial", "/tmp", "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "size=16k"); err != nil {
+		return fmt.Errorf("a mount in the child's namespace: %w", err)
+	}
+	return dropCapabilities()
+}
