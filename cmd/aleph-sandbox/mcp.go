@@ -128,7 +128,7 @@ func runMCPHost(ctx context.Context, io stdio, target hostTarget, remote *remote
 	mc.Processes = h
 	mc.Host = "unix:" + target.sock
 	if target.tcp != "" {
-		mc.Host = target.String()
+		mc.Host, mc.HostOptions = target.String(), remote.args()
 	}
 	// The service's real defaults go in the tools' descriptions, as the
 	// in-process server's configuration does. A service not up yet (or

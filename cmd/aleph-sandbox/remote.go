@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -38,6 +39,23 @@ func (r *remoteFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.caFile, "ca-file", "", "with --host tcp:, the PEM `FILE` of the CA the server's certificate must chain to (default: the system's CAs)")
 	fs.StringVar(&r.certFile, "cert-file", "", "with --host tcp:, this client's certificate, PEM `FILE` (a server with [serve.tls] client_ca wants one; with --key-file)")
 	fs.StringVar(&r.keyFile, "key-file", "", "with --host tcp:, the key of --cert-file, PEM `FILE`")
+}
+
+// args are the flags as given, for a command line shown to the user
+// that must reach the same server.
+func (r *remoteFlags) args() []string {
+	var a []string
+	for _, f := range []struct{ name, v string }{{"--ca-file", r.caFile}, {"--cert-file", r.certFile}, {"--key-file", r.keyFile}} {
+		if f.v != "" {
+			// Absolute: the line may be run from another directory.
+			v, err := filepath.Abs(f.v)
+			if err != nil {
+				v = f.v
+			}
+			a = append(a, f.name, v)
+		}
+	}
+	return a
 }
 
 func (r *remoteFlags) any() bool { return r.caFile != "" || r.certFile != "" || r.keyFile != "" }
