@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -45,7 +46,8 @@ func sessionsOn(t *testing.T, c hostv1connect.ServiceClient) []string {
 // server ran nothing (the session was never made); the same command with
 // --ca-file and $ALEPH_SANDBOX_TOKEN runs. An interactive command's
 // output streams (its first line is read before its stdin is written),
-// its spawn is approved by --yes, and its exit status is kept;
+// its spawn is approved by --yes, and its exit status is kept; a SIGTERM
+// to the CLI reaches the command's trap;
 // $ALEPH_SANDBOX_HOST names the TCP server as --host does; the TLS options
 // with a unix socket or without a server are refused. `session changes`
 // and `session discard` reach the server's layer over TCP, and
@@ -155,6 +157,37 @@ func TestRemoteCLIOverTCP(t *testing.T) {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) || ee.ExitCode() != 7 || string(rest) != "got second\n" {
 			t.Fatalf("exit %v, rest %q, stderr %q; want exit 7 and %q", err, rest, errOut, "got second\n")
+		}
+	})
+
+	t.Run("signal", func(t *testing.T) {
+		// SIGTERM to the CLI reaches the command through the service's
+		// Signal call over TCP: its trap answers, and its status is kept.
+		cmd := exec.Command(filepath.Join(h.bin, "aleph-sandbox"), "exec", "--host", host, "--ca-file", pki.caFile,
+			"--spawn", "--yes", "--session", "signal", "--", "/bin/sh", "-c", `trap 'echo got-term; exit 3' TERM; echo up; while :; do sleep 0.05; done`)
+		cmd.Env = append(os.Environ(), withToken...)
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		errOut := &lockedBuffer{}
+		cmd.Stderr = errOut
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+		r := bufio.NewReader(stdout)
+		if up, err := r.ReadString('\n'); err != nil || up != "up\n" {
+			t.Fatalf("the command's first line: %q %v (stderr %q)", up, err, errOut)
+		}
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		rest, _ := io.ReadAll(r)
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 3 || string(rest) != "got-term\n" {
+			t.Fatalf("after SIGTERM: %v, stdout %q, stderr %q; want exit 3 and %q", err, rest, errOut, "got-term\n")
 		}
 	})
 
