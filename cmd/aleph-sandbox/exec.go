@@ -76,7 +76,8 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 	var f runFlags
 	f.register(fs)
 	rawOutput := fs.Bool("raw-output", false, "write the child's output to a terminal unfiltered (control sequences included)")
-	host := fs.String("host", "", "send the command to a running aleph-sandbox serve at `unix:PATH` (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
+	var host hostOptions
+	host.register(fs, "send the command to a running aleph-sandbox serve at `unix:PATH` or tcp:HOST:PORT (default: $ALEPH_SANDBOX_HOST; neither: run in-process)")
 	fs.BoolVar(&f.layered, "layered", false, "run over the session's layer: the workspace is an overlay, and the host's directory changes only on session apply (the session's first command fixes its mode)")
 	verbose := fs.Bool("verbose", false, "say on stderr what runs the command: with --host, which serve answered (its pid, version and data dir)")
 	var inter interactiveFlags
@@ -113,19 +114,25 @@ func runExec(ctx context.Context, args []string, io stdio) int {
 		// silently.
 		fmt.Fprintln(io.Err, "aleph-sandbox: note: standard input is a pipe or a file and is not passed to the command; use --stdin (read whole, up to 2 MiB) or -i (streamed) to pass it, or </dev/null to silence this")
 	}
-	if addr := hostAddress(*host); addr != "" {
+	target, remote, err := host.target()
+	if err != nil {
+		return execFailureErr(io, f.json, err)
+	}
+	if remote {
 		if *verbose {
-			sock, err := socketPath(addr)
-			if err != nil {
-				return execFailureErr(io, f.json, err)
+			if target.tcp != "" {
+				// Who serves a TCP address is its certificate's to say,
+				// checked by the call itself.
+				fmt.Fprintf(io.Err, "aleph-sandbox: served on %s (TLS)\n", target)
+			} else {
+				who, err := hostclient.Describe(target.sock)
+				if err != nil {
+					return execFailureErr(io, f.json, err)
+				}
+				fmt.Fprintf(io.Err, "aleph-sandbox: served by %s on %s\n", who, target.sock)
 			}
-			who, err := hostclient.Describe(sock)
-			if err != nil {
-				return execFailureErr(io, f.json, err)
-			}
-			fmt.Fprintf(io.Err, "aleph-sandbox: served by %s on %s\n", who, sock)
 		}
-		return runExecHost(ctx, addr, &f, &inter, rest, io, !*rawOutput)
+		return runExecHost(ctx, target, &host.remoteFlags, &f, &inter, rest, io, !*rawOutput)
 	}
 	if *verbose {
 		fmt.Fprintln(io.Err, "aleph-sandbox: in-process: a pipeline of this CLI's own (no serve; --host or ALEPH_SANDBOX_HOST sends the command to one)")

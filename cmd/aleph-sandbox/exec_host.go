@@ -47,7 +47,7 @@ func socketPath(addr string) (string, error) {
 // runExecHost is `exec --host`: the command goes to a running service; the
 // output, the exit statuses and --json are those of in-process exec, and
 // this CLI answers its own approval requests (--yes or the terminal).
-func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interactiveFlags, argv []string, std stdio, filter bool) int {
+func runExecHost(ctx context.Context, target hostTarget, remote *remoteFlags, f *runFlags, inter *interactiveFlags, argv []string, std stdio, filter bool) int {
 	switch {
 	case f.config != "":
 		return execFailure(std, f.json, "exec: --config does not apply with --host: the service's configuration does")
@@ -56,17 +56,16 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	case f.workspaceRoot != "":
 		return execFailure(std, f.json, "exec: --workspace-root does not apply with --host: the service's configuration does")
 	}
-	sock, err := socketPath(addr)
-	if err != nil {
-		return execFailureErr(std, f.json, err)
-	}
 	cmd, err := f.command(argv[0], argv[1:], std.In)
 	if err != nil {
 		return execFailureErr(std, f.json, err)
 	}
 	// The tracker sends the session header with every call naming the
 	// session, for a router in front of several servers.
-	c := hostclient.Unix(sock, hostclient.WithTracker(hostclient.NewTracker()))
+	c, err := remote.client(target, hostclient.WithTracker(hostclient.NewTracker()))
+	if err != nil {
+		return execFailureErr(std, f.json, err)
+	}
 	ask := &approver{yes: f.yes, terminal: std.InIsTerminal || f.stdin, prompt: std.Err, answers: ttyAnswers}
 	req := hostclient.ExecuteRequest(cmd)
 	req.SignalKey = newSignalKey()
@@ -185,7 +184,7 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	}
 	if streamErr != nil {
 		code, field := hostReason(streamErr)
-		return execFailureCode(std, f.json, hostError(sock, streamErr), code, field)
+		return execFailureCode(std, f.json, hostError(target, streamErr), code, field)
 	}
 	if res == nil {
 		return execFailureCode(std, f.json, "exec: the service ended the call without a result", reasonServiceUnavailable, "")
@@ -220,13 +219,19 @@ func runExecHost(ctx context.Context, addr string, f *runFlags, inter *interacti
 	return reportExec(std, f.json, out, core.ReasonCode(res.GetReasonCode()), nil)
 }
 
-func hostError(sock string, err error) string {
+func hostError(target hostTarget, err error) string {
 	var ce *connect.Error
 	var oe *hostclient.OwnerError
+	sock := target.String()
+	if hinted := remoteError(target, err); hinted != err {
+		// Over TCP, a refusal of the handshake or of the token says
+		// which option it wants.
+		return "exec: " + hinted.Error()
+	}
 	switch {
 	case errors.As(err, &oe):
 		return "exec: " + oe.Error()
-	case hostclient.Unreachable(err):
+	case hostclient.Unreachable(err) && errors.As(err, &ce):
 		return fmt.Sprintf("exec: no service at %s (start it with aleph-sandbox serve): %s", sock, ce.Message())
 	case reasonOf(err) == service.ReasonServiceStopping:
 		return fmt.Sprintf("exec: the service at %s stopped while the command ran, and killed it", sock)

@@ -10,7 +10,6 @@ import (
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/core/layer"
-	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // runSessionLayer is `session changes|diff|apply|discard S`: a layered
@@ -21,17 +20,18 @@ import (
 // applied, 1 something refused or in conflict (listed), 125 an error.
 func runSessionLayer(ctx context.Context, sub string, args []string, io stdio) int {
 	usage := map[string]string{
-		"changes": "aleph-sandbox session changes [--json] [--host unix:PATH | --config FILE] [--workspace-root DIR] ID",
-		"diff":    "aleph-sandbox session diff [--host unix:PATH | --config FILE] [--workspace-root DIR] ID [PATH...]",
-		"apply":   "aleph-sandbox session apply [--json] [--allow-large] [--host unix:PATH | --config FILE] [--workspace-root DIR] ID [PATH...]",
-		"discard": "aleph-sandbox session discard [--host unix:PATH | --config FILE] [--workspace-root DIR] ID",
+		"changes": "aleph-sandbox session changes [--json] [--host unix:PATH|tcp:HOST:PORT [--ca-file FILE] [--cert-file FILE --key-file FILE] | --config FILE] [--workspace-root DIR] ID",
+		"diff":    "aleph-sandbox session diff [--host unix:PATH|tcp:HOST:PORT [--ca-file FILE] [--cert-file FILE --key-file FILE] | --config FILE] [--workspace-root DIR] ID [PATH...]",
+		"apply":   "aleph-sandbox session apply [--json] [--allow-large] [--host unix:PATH|tcp:HOST:PORT [--ca-file FILE] [--cert-file FILE --key-file FILE] | --config FILE] [--workspace-root DIR] ID [PATH...]",
+		"discard": "aleph-sandbox session discard [--host unix:PATH|tcp:HOST:PORT [--ca-file FILE] [--cert-file FILE --key-file FILE] | --config FILE] [--workspace-root DIR] ID",
 	}[sub]
 	fs := flag.NewFlagSet("session "+sub, flag.ContinueOnError)
 	asJSON := fs.Bool("json", false, "print JSON")
 	allowLarge := fs.Bool("allow-large", false, "apply files over the size limit too")
 	cfgPath := fs.String("config", "", "TOML config `FILE` (default: $XDG_CONFIG_HOME/aleph-sandbox/config.toml if present)")
 	root := fs.String("workspace-root", "", "workspace root `DIR` (overrides sandbox.workspace_root)")
-	hostFlag := fs.String("host", "", "ask the aleph-sandbox serve at `unix:PATH` that runs the session (default: $ALEPH_SANDBOX_HOST; neither: read the layer here)")
+	var host hostOptions
+	host.register(fs, "ask the aleph-sandbox serve at `unix:PATH` or tcp:HOST:PORT that runs the session (default: $ALEPH_SANDBOX_HOST; neither: read the layer here)")
 	if done, code := parseFlags(fs, args, io, usage); done {
 		if code != 0 {
 			return 125
@@ -48,15 +48,25 @@ func runSessionLayer(ctx context.Context, sub string, args []string, io stdio) i
 		return 125
 	}
 	var lh alephsandbox.LayerHost
-	if addr := hostAddress(*hostFlag); addr != "" {
+	target, remote, err := host.target()
+	if err != nil {
+		return failE(err)
+	}
+	if remote {
 		if *cfgPath != "" || *root != "" {
 			return failE(&usageError{"--config and --workspace-root do not apply with --host: the service's configuration places the layer"})
 		}
-		sock, err := socketPath(addr)
+		p, err := host.pipeline(target)
 		if err != nil {
 			return failE(err)
 		}
-		lh = hostclient.NewPipeline(sock, nil)
+		lh = p
+		// Over TCP, a refused handshake or token says which option it
+		// wants.
+		failE = func(err error) int {
+			fmt.Fprintf(io.Err, "aleph-sandbox: session %s: %s\n", sub, oneLine(remoteError(target, err).Error()))
+			return 125
+		}
 	} else {
 		cfg, err := loadConfig(*cfgPath, *root, "")
 		if err != nil {

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
@@ -10,7 +11,6 @@ import (
 	alephsandbox "github.com/aleph-sandbox/aleph-sandbox"
 	"github.com/aleph-sandbox/aleph-sandbox/cmd/aleph-sandbox/internal/mcpserver"
 	"github.com/aleph-sandbox/aleph-sandbox/core"
-	hostclient "github.com/aleph-sandbox/aleph-sandbox/service/client"
 )
 
 // runMCP is `aleph-sandbox mcp`: an MCP server on stdio whose run_command
@@ -24,9 +24,10 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	allowSpawn := fs.Bool("allow-spawn", false, "baseline: calls may start subprocesses without asking (a shell command string asks for it); adds to sandbox.session.baseline (\"agent\" has it too)")
 	allowNet := fs.String("allow-net", "", "baseline: network `HOST[,HOST...]` or all that calls get without asking")
 	yes := fs.Bool("yes", false, "approve elevations beyond the baseline when the client cannot be asked (default: deny)")
-	host := fs.String("host", "", "run the calls on the aleph-sandbox serve listening at `ADDR` (unix:PATH) instead of a pipeline of this server's own")
+	var host hostOptions
+	host.register(fs, "run the calls on the aleph-sandbox serve listening at `ADDR` (unix:PATH or tcp:HOST:PORT) instead of a pipeline of this server's own")
 	workspace := fs.String("workspace", "", "run every call in this existing `DIR` (the user's project) as the workspace instead of the session's own directory")
-	const usageLine = "aleph-sandbox mcp [--config FILE] [--driver NAME|PATH] [--host ADDR] [--session ID] [--workspace DIR] [--allow-spawn] [--allow-net HOSTS] [--yes]"
+	const usageLine = "aleph-sandbox mcp [--config FILE] [--driver NAME|PATH] [--host ADDR [--ca-file FILE] [--cert-file FILE --key-file FILE]] [--session ID] [--workspace DIR] [--allow-spawn] [--allow-net HOSTS] [--yes]"
 	if help, err := parseFlagsQuiet(fs, args, io, usageLine); help {
 		return 0
 	} else if err != nil {
@@ -35,8 +36,21 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 	if fs.NArg() > 0 {
 		return fail(io.Err, "mcp: unexpected arguments %q (usage: %s)", fs.Args(), usageLine)
 	}
+	// Only --host names a service here: mcp does not read
+	// $ALEPH_SANDBOX_HOST, so an MCP client's configuration alone says
+	// where its commands run.
+	if host.addr == "" && host.any() {
+		return fail(io.Err, "mcp: --ca-file, --cert-file and --key-file apply with --host tcp:HOST:PORT only")
+	}
+	var target hostTarget
+	if host.addr != "" {
+		var err error
+		if target, err = parseHostTarget(host.addr); err != nil {
+			return fail(io.Err, "mcp: %s", oneLine(err.Error()))
+		}
+	}
 	var cfg core.Config
-	if *host != "" {
+	if host.addr != "" {
 		switch {
 		case *cfgPath != "":
 			return fail(io.Err, "mcp: --config does not apply with --host: the service's configuration does")
@@ -74,8 +88,8 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 			return fail(io.Err, "mcp: --workspace: %s is not an existing directory (give the project's directory; it is not created)", ws)
 		}
 	}
-	if *host != "" {
-		return runMCPHost(ctx, io, *host, mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion, Workspace: ws})
+	if host.addr != "" {
+		return runMCPHost(ctx, io, target, &host.remoteFlags, mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion, Workspace: ws})
 	}
 	mc := mcpserver.Config{Session: *session, Baseline: baseline, Fallback: *yes, Version: cliVersion, Workspace: ws,
 		DefaultTimeout: time.Duration(cfg.Sandbox.DefaultTimeoutSeconds) * time.Second, MaxOutputBytes: cfg.Sandbox.MaxOutputBytes}
@@ -106,22 +120,31 @@ func runMCP(ctx context.Context, args []string, io stdio) int {
 // call only (the service keeps no grant of it, so no later command of the
 // session inherits this server's flags); beyond it the client is asked,
 // or --yes decides, and a yes there is kept as a grant of the session.
-func runMCPHost(ctx context.Context, io stdio, addr string, mc mcpserver.Config) int {
-	sock, err := socketPath(addr)
+func runMCPHost(ctx context.Context, io stdio, target hostTarget, remote *remoteFlags, mc mcpserver.Config) int {
+	h, err := remote.pipeline(target)
 	if err != nil {
 		return fail(io.Err, "mcp: %s", oneLine(err.Error()))
 	}
-	h := hostclient.NewPipeline(sock, nil)
 	mc.Processes = h
-	mc.Host = "unix:" + sock
+	mc.Host = "unix:" + target.sock
+	if target.tcp != "" {
+		mc.Host, mc.HostOptions = target.String(), remote.args()
+	}
 	// The service's real defaults go in the tools' descriptions, as the
 	// in-process server's configuration does. A service not up yet (or
 	// too old to say) leaves them unsaid; the calls still work once it is.
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	if timeout, maxOut, err := h.Defaults(dctx); err == nil {
-		mc.DefaultTimeout, mc.MaxOutputBytes = timeout, maxOut
-	}
+	timeout, maxOut, err := h.Defaults(dctx)
 	cancel()
+	if err == nil {
+		mc.DefaultTimeout, mc.MaxOutputBytes = timeout, maxOut
+	} else if hinted := remoteError(target, err); hinted != err {
+		// A TCP server that refuses this client's certificate, CA or
+		// token will refuse every call: said once on stderr (the MCP
+		// client's log) with the option it wants, and the server still
+		// starts, so the tools' errors reach the client too.
+		fmt.Fprintf(io.Err, "aleph-sandbox: mcp: %s\n", oneLine(hinted.Error()))
+	}
 	h.Approve = mcpserver.NewApprover(mc)
 	srv := mcpserver.New(h, mc)
 	// The processes this server started end with it, on the service too.

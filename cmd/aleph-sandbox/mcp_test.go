@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// `mcp --host` takes a unix:PATH and none of the flags that choose an
+// `mcp --host` takes a unix:PATH or a tcp:HOST:PORT (with its TLS
+// options, which nothing else takes) and none of the flags that choose an
 // in-process pipeline; each mistake is refused before any serving.
 // (--allow-spawn and --allow-net apply, for each call only:
 // TestMCPHostBaselineIsForTheCallOnly.)
@@ -14,8 +15,11 @@ func TestMCPHostFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		"tcp address":  {[]string{"mcp", "--host", "tcp:127.0.0.1:1"}, "unix:PATH"},
+		"tcp no port":  {[]string{"mcp", "--host", "tcp:127.0.0.1"}, "tcp:HOST:PORT"},
 		"relative":     {[]string{"mcp", "--host", "s.sock"}, "unix:PATH"},
+		"TLS on unix":  {[]string{"mcp", "--host", "unix:/x.sock", "--ca-file", "ca.pem"}, "apply to --host tcp:HOST:PORT only"},
+		"TLS no host":  {[]string{"mcp", "--ca-file", "ca.pem"}, "apply with --host tcp:HOST:PORT only"},
+		"cert no key":  {[]string{"mcp", "--host", "tcp:127.0.0.1:1", "--cert-file", "c.pem"}, "go together"},
 		"with config":  {[]string{"mcp", "--host", "unix:/x.sock", "--config", "c.toml"}, "--config does not apply with --host"},
 		"with driver":  {[]string{"mcp", "--host", "unix:/x.sock", "--driver", "bwrap"}, "--driver does not apply with --host"},
 		"bad baseline": {[]string{"mcp", "--host", "unix:/x.sock", "--allow-net", ",,"}, "--allow-net"},

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"connectrpc.com/connect"
@@ -40,7 +41,68 @@ func (r *remoteFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.keyFile, "key-file", "", "with --host tcp:, the key of --cert-file, PEM `FILE`")
 }
 
+// args are the flags as given, for a command line shown to the user
+// that must reach the same server.
+func (r *remoteFlags) args() []string {
+	var a []string
+	for _, f := range []struct{ name, v string }{{"--ca-file", r.caFile}, {"--cert-file", r.certFile}, {"--key-file", r.keyFile}} {
+		if f.v != "" {
+			// Absolute: the line may be run from another directory.
+			v, err := filepath.Abs(f.v)
+			if err != nil {
+				v = f.v
+			}
+			a = append(a, f.name, v)
+		}
+	}
+	return a
+}
+
 func (r *remoteFlags) any() bool { return r.caFile != "" || r.certFile != "" || r.keyFile != "" }
+
+// hostOptions are a command's --host and the options of a call to a serve
+// on TCP, registered together once per command: every --host of the CLI
+// takes unix:PATH and tcp:HOST:PORT alike, with the same TLS options, the
+// same $ALEPH_SANDBOX_TOKEN and the same refusals.
+type hostOptions struct {
+	addr string
+	remoteFlags
+}
+
+// register adds --host (described by usage, whose backquoted word is the
+// value's name) and the TLS options to fs.
+func (h *hostOptions) register(fs *flag.FlagSet, usage string) {
+	fs.StringVar(&h.addr, "host", "", usage)
+	h.remoteFlags.register(fs)
+}
+
+// target is --host, else $ALEPH_SANDBOX_HOST (ok false: neither, the
+// command works here). The TLS options without a server to send them to
+// are refused: silently ignored, they would seem to secure a call that
+// never left this machine.
+func (h *hostOptions) target() (t hostTarget, ok bool, err error) {
+	addr := hostAddress(h.addr)
+	if addr == "" {
+		if h.any() {
+			return hostTarget{}, false, &usageError{"--ca-file, --cert-file and --key-file apply with --host tcp:HOST:PORT (or $" + hostEnv + ") only"}
+		}
+		return hostTarget{}, false, nil
+	}
+	t, err = parseHostTarget(addr)
+	return t, err == nil, err
+}
+
+// pipeline is the service at t in core's terms, tracking its sessions'
+// incarnations and sending the session header (for a router in front of
+// several servers) as hostclient.NewPipeline does on a unix socket.
+func (r *remoteFlags) pipeline(t hostTarget) (*hostclient.Pipeline, error) {
+	tr := hostclient.NewTracker()
+	c, err := r.client(t, hostclient.WithTracker(tr))
+	if err != nil {
+		return nil, err
+	}
+	return &hostclient.Pipeline{C: c, Socket: t.String(), Sessions: tr}, nil
+}
 
 // hostTarget is where a call goes: a unix socket (sock) or a TCP address
 // (tcp, HOST:PORT).

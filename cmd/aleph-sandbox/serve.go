@@ -172,9 +172,8 @@ const serveDrainUsage = "aleph-sandbox serve drain [--host unix:PATH|tcp:HOST:PO
 // the server checks before the call as for any other.
 func runServeDrain(ctx context.Context, args []string, std stdio) int {
 	fs := flag.NewFlagSet("serve drain", flag.ContinueOnError)
-	host := fs.String("host", "", "the server at `unix:PATH` or tcp:HOST:PORT (default: $ALEPH_SANDBOX_HOST, else "+defaultSocketHint+")")
-	var remote remoteFlags
-	remote.register(fs)
+	var host hostOptions
+	host.register(fs, "the server at `unix:PATH` or tcp:HOST:PORT (default: $ALEPH_SANDBOX_HOST, else "+defaultSocketHint+")")
 	asJSON := fs.Bool("json", false, "print the answer as JSON")
 	if done, code := parseFlags(fs, args, std, serveDrainUsage); done {
 		return code
@@ -182,19 +181,18 @@ func runServeDrain(ctx context.Context, args []string, std stdio) int {
 	if fs.NArg() > 0 {
 		return fail(std.Err, "serve drain: unexpected argument %q (usage: %s)", fs.Arg(0), serveDrainUsage)
 	}
-	addr := hostAddress(*host)
-	if addr == "" {
+	target, remote, err := host.target()
+	if err != nil {
+		return fail(std.Err, "serve drain: %v", err)
+	}
+	if !remote {
 		p, err := defaultSocketPath()
 		if err != nil {
 			return fail(std.Err, "serve drain: %v", err)
 		}
-		addr = "unix:" + p
+		target = hostTarget{sock: p}
 	}
-	target, err := parseHostTarget(addr)
-	if err != nil {
-		return fail(std.Err, "serve drain: %v", err)
-	}
-	c, err := remote.client(target)
+	c, err := host.client(target)
 	if err != nil {
 		return fail(std.Err, "serve drain: %v", err)
 	}

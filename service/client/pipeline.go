@@ -20,7 +20,9 @@ import (
 // commands go to the service, and its errors come back as core's of the
 // same meaning, so a front end reports them as it does in-process.
 type Pipeline struct {
-	C      hostv1connect.ServiceClient
+	C hostv1connect.ServiceClient
+	// Socket names the service in errors: a unix socket's path, or
+	// tcp:HOST:PORT for a client over TCP.
 	Socket string
 	// Approve answers the service's approval requests of Execute calls
 	// (nil: every one is denied). A yes for the call only

@@ -105,10 +105,13 @@ var (
 // applyCommand is the CLI command that applies the session's changes, for
 // the user to run when the tool was refused: with --host when this server
 // sends its calls to a service, whose process holds the session's layer.
-func applyCommand(host, session string, paths []string) string {
+func applyCommand(host string, hostOptions []string, session string, paths []string) string {
 	parts := []string{"aleph-sandbox", "session", "apply"}
 	if host != "" {
 		parts = append(parts, "--host", shellQuote(host))
+		for _, o := range hostOptions {
+			parts = append(parts, shellQuote(o))
+		}
 	}
 	parts = append(parts, shellQuote(session))
 	for _, p := range paths {
@@ -239,7 +242,7 @@ func addLayerTools(s *mcp.Server, cfg Config, lh alephsandbox.LayerHost, asked *
 			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "nothing to apply"}}}, res, nil
 		}
 		refuse := func(why string) (*mcp.CallToolResult, ApplyResult, error) {
-			res.Command = applyCommand(cfg.Host, cfg.Session, in.Paths)
+			res.Command = applyCommand(cfg.Host, cfg.HostOptions, cfg.Session, in.Paths)
 			res.LayerError = LayerError{Error: "apply " + why, ReasonCode: ReasonNotApproved}
 			return toolError(fmt.Sprintf("apply %s: nothing was applied. The user can review the changes and apply them with: %s", why, res.Command), res), res, nil
 		}

@@ -67,6 +67,10 @@ type Config struct {
 	// "unix:PATH"); empty in-process. The command apply's refusal names
 	// for the user reaches the session there.
 	Host string
+	// HostOptions are the options that reach Host over TCP (--ca-file,
+	// --cert-file, --key-file and their files), given to that command
+	// too; the token stays in the user's environment.
+	HostOptions []string
 }
 
 // RunCommandArgs are run_command's arguments. Exactly one of Argv and
