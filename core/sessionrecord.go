@@ -98,9 +98,14 @@ func writeSessionRecord(cfg Config, id string) error {
 	if err == nil {
 		err = f.Chmod(0o600)
 	}
-	if err == nil {
-		err = f.Sync()
-	}
+	// No fsync: this is on a new session's first command's path, and the
+	// record is no more durable than what it describes (the workspace
+	// directory made just before is not synced either). The rename keeps a
+	// reader from seeing half a record while this process runs; after a
+	// crash a record cut short is one readSessionRecord does not accept,
+	// so the session is not listed, as it would not be had the crash come
+	// before the record was written. Nothing is decided from a record but
+	// what is listed (see above).
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

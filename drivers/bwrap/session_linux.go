@@ -183,7 +183,9 @@ func (d *Driver) runSession(ctx context.Context, plan launchPlan, cwd string, sp
 	}
 	key := keyFor(spec)
 	for attempt := 0; ; attempt++ {
+		d.trace.Mark("session sandbox")
 		ss, how, err := d.sessionFor(ctx, key, plan)
+		d.trace.Mark("session sandbox: " + how)
 		if err != nil {
 			if ctx.Err() != nil {
 				return driverapi.Exit{}, ctx.Err()
@@ -191,6 +193,7 @@ func (d *Driver) runSession(ctx context.Context, plan launchPlan, cwd string, sp
 			return driverapi.Exit{}, err
 		}
 		ps, err := ss.take(ctx, d, plan)
+		d.trace.Mark("command's sandbox-init taken")
 		if err != nil {
 			ss.release(d)
 			if ctx.Err() != nil {

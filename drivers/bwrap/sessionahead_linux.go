@@ -220,6 +220,7 @@ func (d *Driver) takeAhead(ctx context.Context, key poolKey, plan launchPlan) *s
 				delete(s.ahead.kick, ak)
 			}
 			s.mu.Unlock()
+			d.trace.Mark("ahead: waits for the one being built")
 			select {
 			case <-ready:
 				continue
@@ -230,6 +231,7 @@ func (d *Driver) takeAhead(ctx context.Context, key poolKey, plan launchPlan) *s
 		if len(l) == 0 {
 			s.ahead.stats.Missed++
 			s.mu.Unlock()
+			d.trace.Mark("ahead: missed")
 			return nil
 		}
 		e := l[0]
@@ -245,7 +247,9 @@ func (d *Driver) takeAhead(ctx context.Context, key poolKey, plan launchPlan) *s
 			continue
 		default:
 		}
+		d.trace.Mark("ahead: taken")
 		err := d.bindAhead(e, key, plan)
+		d.trace.Mark("ahead: bound")
 		var busy *aheadNetBusy
 		switch {
 		case errors.As(err, &busy):
@@ -581,7 +585,9 @@ func (d *Driver) refillAhead(key poolKey, plan launchPlan, after <-chan struct{}
 			case <-t.C:
 			}
 			t.Stop()
+			d.trace.Mark("ahead: build")
 			e, err := d.buildAhead(ak, plan)
+			d.trace.Mark("ahead: build ends")
 			s.mu.Lock()
 			if s.ahead.building[ak]--; s.ahead.building[ak] == 0 {
 				delete(s.ahead.building, ak)
