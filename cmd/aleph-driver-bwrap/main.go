@@ -36,4 +36,5 @@ func main() {
 	// Serve starts d.Prepare (the host probe) in the background, so it
 	// overlaps the handshake.
 	driverapi.Serve(d)
+	d.MarkTrace("exit")
 }
