@@ -10,6 +10,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"runtime/debug"
 
 	"github.com/hashicorp/go-hclog"
 
@@ -26,6 +27,14 @@ func main() {
 		os.Exit(initmain.Main(os.Args[1:]))
 	}
 	// Nothing may reach stdout before the go-plugin handshake: log to stderr.
+	if os.Getenv(driverapi.OneCommandEnv) == "1" {
+		// A driver for one command (the CLI's exec) exits after it: as
+		// for the CLI itself, the runtime's first collection at 4 MB
+		// costs CPU beside the command and frees nothing that matters.
+		// GOGC 400 moves it to 16 MB; a long or large command is still
+		// collected, its heap bounded by five times what is live.
+		debug.SetGCPercent(400)
+	}
 	lg := hclog.New(&hclog.LoggerOptions{Name: "aleph-driver-bwrap", Output: os.Stderr, JSONFormat: true})
 	d, err := bwrap.NewFromEnv(lg)
 	if err != nil {
@@ -36,4 +45,5 @@ func main() {
 	// Serve starts d.Prepare (the host probe) in the background, so it
 	// overlaps the handshake.
 	driverapi.Serve(d)
+	d.MarkTrace("exit")
 }

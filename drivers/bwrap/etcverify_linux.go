@@ -198,28 +198,24 @@ func errorsJoin(a, b error) error {
 // following a link.
 func viewFingerprint(dir string) (string, error) {
 	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, _ fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		var st unix.Stat_t
-		if err := unix.Lstat(p, &st); err != nil {
-			return err
-		}
-		io.WriteString(h, p)
-		h.Write([]byte{0})
-		var b [8 * 10]byte
-		for i, v := range []uint64{st.Dev, st.Ino, uint64(st.Mode), uint64(st.Uid), uint64(st.Gid), uint64(st.Size),
-			uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec)} {
-			binary.LittleEndian.PutUint64(b[8*i:], v)
-		}
-		h.Write(b[:])
-		return nil
-	})
+	err := statWalk(dir, func(p string, st *unix.Stat_t) { putStat(h, p, st) })
 	if err != nil {
 		return "", fmt.Errorf("etc view: %w", err)
 	}
 	return hex.EncodeToString(h.Sum(nil)[:16]), nil
+}
+
+// putStat adds one entry to a fingerprint: its path and what a change of
+// it changes (inode, mode, owner, size, mtime, ctime).
+func putStat(h io.Writer, name string, st *unix.Stat_t) {
+	io.WriteString(h, name)
+	h.Write([]byte{0})
+	var b [8 * 10]byte
+	for i, v := range []uint64{st.Dev, st.Ino, uint64(st.Mode), uint64(st.Uid), uint64(st.Gid), uint64(st.Size),
+		uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec)} {
+		binary.LittleEndian.PutUint64(b[8*i:], v)
+	}
+	h.Write(b[:])
 }
 
 // checkEtcView returns the fingerprint of the view dir (named fp under

@@ -5,7 +5,6 @@ package bwrap
 import (
 	"crypto/rand"
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -279,38 +278,21 @@ func (d *Driver) etcViewLocked(root string, entries []string) string {
 // directories among them.
 func etcFingerprint(entries []string, deep bool) (string, error) {
 	h := sha256.New()
-	put := func(name string, st *unix.Stat_t) {
-		io.WriteString(h, name)
-		h.Write([]byte{0})
-		var b [8 * 10]byte
-		for i, v := range []uint64{st.Dev, st.Ino, uint64(st.Mode), uint64(st.Uid), uint64(st.Gid), uint64(st.Size),
-			uint64(st.Mtim.Sec), uint64(st.Mtim.Nsec), uint64(st.Ctim.Sec), uint64(st.Ctim.Nsec)} {
-			binary.LittleEndian.PutUint64(b[8*i:], v)
-		}
-		h.Write(b[:])
-	}
 	for _, e := range entries {
 		var st unix.Stat_t
 		if err := unix.Stat(e, &st); err != nil {
 			return "", fmt.Errorf("%s: %w", e, err)
 		}
-		put(e, &st)
+		putStat(h, e, &st)
 		if !deep || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 			continue
 		}
-		err := filepath.WalkDir(e, func(p string, _ fs.DirEntry, err error) error {
-			if err != nil {
-				return err
+		// Below e, nothing is followed (e itself was, as the bind
+		// follows it; statWalk does not descend into e when e is a link).
+		err := statWalk(e, func(p string, st *unix.Stat_t) {
+			if p != e {
+				putStat(h, p, st)
 			}
-			if p == e {
-				return nil
-			}
-			var st unix.Stat_t
-			if err := unix.Lstat(p, &st); err != nil {
-				return err
-			}
-			put(p, &st)
-			return nil
 		})
 		if err != nil {
 			return "", err

@@ -272,6 +272,8 @@ func (d *Driver) refill(key poolKey, plan launchPlan, session string, mode prepa
 // and any still being built as it is ready (driverapi.Closer: the plugin
 // calls it when the host shuts it down). Commands may not be run after it.
 func (d *Driver) Close() {
+	d.trace.Mark("Close")
+	defer d.trace.Mark("Close done")
 	// The runs still going first: none of their sandboxes may outlive
 	// the driver's stop (runGroup).
 	d.runs.close(runsEndWait)
