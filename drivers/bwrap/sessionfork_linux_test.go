@@ -248,8 +248,8 @@ func TestSessionForkRelativePathEntry(t *testing.T) {
 	for _, session := range []string{"", "rel", "rel"} {
 		r := run(session, "tools:/usr/bin:/bin")
 		if r.err != nil || r.exit.ExitCode != sandboxinit.SandboxInitExitCode || !strings.Contains(r.stderr, reason) || r.stdout != "" {
-			t.Fatalf("session %q, relative entry: %+v, stdout %q, stderr %q, want exit %d and %q",
-				session, r, r.stdout, r.stderr, sandboxinit.SandboxInitExitCode, reason)
+			t.Fatalf("session %q, relative entry: %+v (error %v), stdout %q, stderr %q, want exit %d and %q",
+				session, r, r.err, r.stdout, r.stderr, sandboxinit.SandboxInitExitCode, reason)
 		}
 		if session != "" && sessionOf(r) == "" {
 			t.Fatalf("session %q: not run in a session sandbox: %v", session, r.exit.Details)

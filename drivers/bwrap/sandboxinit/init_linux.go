@@ -137,6 +137,21 @@ func sandboxInit(args []string) (int, error) {
 		if reportNotRun(&spec, pre, NotRunLookup, err) {
 			return SandboxInitExitCode, nil
 		}
+		if spec.SessionChild && spec.LifelineFD > 0 {
+			// A refusal with no errno (a program found through a
+			// relative PATH entry): a command's own sandbox-init ends
+			// with SandboxInitExitCode, which bwrap passes on; a session
+			// child's end is seen by no one but the supervisor, so it
+			// says so on the lifeline, or the launcher would take its
+			// silence for the session sandbox's end. Nothing was started.
+			fmt.Fprintf(os.Stderr, "aleph-sandbox: sandbox-init: %v\n", err)
+			if pre != nil {
+				pre.abandon()
+			}
+			rec := EncodeStatus(Status{Wait: SandboxInitExitCode << 8, Alone: os.Getpid() == 1})
+			_ = unix.Sendto(spec.LifelineFD, rec, unix.MSG_NOSIGNAL, nil)
+			return SandboxInitExitCode, nil
+		}
 		return fail(err)
 	}
 	// Everything that can fail for a reason other than the kernel is
