@@ -76,11 +76,6 @@ const (
 	overlayOptionsUserNS = overlayOptions + ",userxattr"
 )
 
-// layerBindPoint is where an unprivileged driver's session sandbox has
-// the layer's directory until its supervisor has mounted the overlay
-// (then it is an empty directory of the sandbox's root tmpfs).
-const layerBindPoint = "/.aleph-sandbox-layer"
-
 // layerInNamespace: the session supervisor mounts the overlay in the
 // sandbox's user namespace (an unprivileged driver whose session
 // sandboxes run as that namespace's uid 0), not the driver.

@@ -16,6 +16,12 @@ import (
 	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
 
+// layerBindPoint is where an unprivileged driver's session sandbox has
+// the layer's directory until its supervisor has mounted the overlay
+// (then it is an empty directory of the sandbox's root tmpfs;
+// layered_linux.go).
+const layerBindPoint = "/.aleph-sandbox-layer"
+
 // backend is this driver's backend name (HostCapabilities.Backend and
 // Profile.Backend).
 const backend = "bwrap"
