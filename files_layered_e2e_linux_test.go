@@ -29,7 +29,7 @@ import (
 //     entry is not written.
 func TestFilesAPILayeredView(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("layered sessions need session sandboxes, which the bwrap driver keeps as root only")
+		t.Skip("the host's own view of a layer needs root (unprivileged, the overlay lives in the session sandbox's user namespace and the files API is refused: TestFilesAPILayeredUnprivileged)")
 	}
 	rt, _ := bwrapRuntime(t)
 	ctx := context.Background()
@@ -207,7 +207,7 @@ func listNames(t *testing.T, rt interface {
 // layered session and the host are unaffected.
 func TestLayerDiskLimit(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("layered sessions need session sandboxes, which the bwrap driver keeps as root only")
+		t.Skip("run as root (the files API writes the layer through the host's own view, which an unprivileged host has not: TestFilesAPILayeredUnprivileged)")
 	}
 	const limit = 1 << 20
 	rt, _ := bwrapRuntimeWith(t, func(c *core.Config) { c.Sandbox.LayerMaxBytes = limit })
@@ -269,5 +269,68 @@ func TestLayerDiskLimit(t *testing.T) {
 		if err := rt.Discard(ctx, s); err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestFilesAPILayeredUnprivileged: as an unprivileged user the session's
+// overlay is mounted by its sandbox's supervisor in the sandbox's user
+// namespace, where the host cannot reach it: the files API on the session
+// is refused, typed (core.LayeredUnavailableError, saying why), and never
+// served from the host's directory or the upper layer. Control: the
+// command ran and wrote its layer (changes lists its file); the host's
+// directory is untouched.
+func TestFilesAPILayeredUnprivileged(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root: the host mounts its own view (TestFilesAPILayeredView); the unprivileged pass runs this one")
+	}
+	rt, _ := bwrapRuntime(t)
+	ctx := context.Background()
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "host.txt"), []byte("host\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const S = "lunpriv"
+	out, err := rt.Execute(ctx, core.Command{SessionID: S, Workspace: ws, Layered: true, Program: "/bin/sh", Args: []string{"-c", "echo session > host.txt; echo made > made.txt"}})
+	if err != nil {
+		var u *core.LayeredUnavailableError
+		if errors.As(err, &u) {
+			t.Skipf("layered sessions unavailable here: %v", err)
+		}
+		t.Fatal(err)
+	}
+	if out.Exit.ExitCode != 0 {
+		t.Fatalf("exit %d: %s", out.Exit.ExitCode, out.Stderr)
+	}
+	chs, err := rt.Changes(ctx, S)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]string{}
+	for _, c := range chs {
+		kinds[c.Path] = c.Kind
+	}
+	if kinds["made.txt"] != layer.KindAdded || kinds["host.txt"] != layer.KindModified || len(kinds) != 2 {
+		t.Fatalf("control: changes %v", kinds)
+	}
+	for _, p := range []string{"host.txt", "made.txt"} {
+		b, err := rt.ReadFile(ctx, S, p)
+		var u *core.LayeredUnavailableError
+		if !errors.As(err, &u) || !strings.Contains(u.Reason, "user namespace") {
+			t.Errorf("files API read of %s: %q %v, want a LayeredUnavailableError naming the user namespace", p, b, err)
+		}
+	}
+	if _, err := rt.WriteFile(ctx, S, "api.txt", strings.NewReader("x\n"), wsfs.WriteOptions{}); !errors.As(err, new(*core.LayeredUnavailableError)) {
+		t.Errorf("files API write: %v, want a LayeredUnavailableError", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ws, "host.txt")); string(b) != "host\n" {
+		t.Errorf("host host.txt: %q", b)
+	}
+	for _, p := range []string{"made.txt", "api.txt"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("host has %s: %v", p, err)
+		}
+	}
+	if err := rt.Discard(ctx, S); err != nil {
+		t.Errorf("discard: %v", err)
 	}
 }

@@ -63,6 +63,15 @@ func caseLayeredView(ctx context.Context, h *H) error {
 	if err != nil {
 		return fmt.Errorf("LayeredView of a live layered session: %w", err)
 	}
+	if l.UserNS {
+		// The overlay lives in the session sandbox's user and mount
+		// namespaces, which the host does not enter: the driver must say
+		// there is no view rather than name a path there.
+		if lv.Mounted {
+			return fmt.Errorf("LayeredView names %s for a layer its driver mounts in a user namespace (%s)", lv.Path, driverapi.DetailLayeredUserNS)
+		}
+		return skipf("the driver mounts layered sessions' overlays in a user namespace (%s) and offers the host no view of them (it said so: not mounted)", driverapi.DetailLayeredUserNS)
+	}
 	if !lv.Mounted {
 		return errors.New("LayeredView says no overlay is mounted while the layered session's sandbox lives")
 	}
@@ -108,7 +117,10 @@ func caseLayeredView(ctx context.Context, h *H) error {
 // is mounted.
 func (h *H) newLayer() (*driverapi.LayeredWorkspace, error) {
 	dir := filepath.Join(h.Root, "layer")
-	l := &driverapi.LayeredWorkspace{Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Lock: filepath.Join(dir, "lock")}
+	l := &driverapi.LayeredWorkspace{Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Lock: filepath.Join(dir, "lock"),
+		// A driver that mounts in a user namespace says so; the layer is
+		// made for it, as the host makes its own.
+		UserNS: h.Caps.Details[driverapi.DetailLayeredUserNS] == "true"}
 	for _, d := range []string{l.Upper, l.Work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, fmt.Errorf("making the layer: %w", err)

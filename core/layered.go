@@ -153,8 +153,11 @@ func (s *WorkspaceSandbox) layeredReady(hc driverapi.HostCapabilities) error {
 }
 
 // layerFor is sess's layer over ws, created on its first layered command
-// (or opened where an earlier process made it).
-func (s *WorkspaceSandbox) layerFor(ctx context.Context, sess *session, ws string) (*layer.Layer, error) {
+// (or opened where an earlier process made it). userNS: the driver mounts
+// overlays in a user namespace (driverapi.DetailLayeredUserNS), so a new
+// layer's markers are user.overlay.*; a layer made otherwise is refused
+// by the driver, typed, rather than misread.
+func (s *WorkspaceSandbox) layerFor(ctx context.Context, sess *session, ws string, userNS bool) (*layer.Layer, error) {
 	sess.layerMu.Lock()
 	defer sess.layerMu.Unlock()
 	if sess.layer != nil && isDir(sess.layer.Dir()) {
@@ -173,7 +176,7 @@ func (s *WorkspaceSandbox) layerFor(ctx context.Context, sess *session, ws strin
 		if st, err := os.Lstat(parent); err != nil || !st.IsDir() {
 			return nil, &WorkspaceError{Path: parent, Err: errors.New("not a directory (symlinks are refused)")}
 		}
-		l, err = layer.Create(ctx, dir, ws, s.gitImporter(), layer.Policy{Protected: s.cfg.ProtectedEntries(), Session: sess.id})
+		l, err = layer.Create(ctx, dir, ws, s.gitImporter(), layer.Policy{Protected: s.cfg.ProtectedEntries(), Session: sess.id, UserNS: userNS})
 		if err != nil {
 			return nil, err
 		}
@@ -414,6 +417,17 @@ func (s *WorkspaceSandbox) OpenSessionView(ctx context.Context, sid string) (*Se
 			sess.layerMu.Unlock()
 		}
 		return v, err
+	}
+	if l.MountSpec().UserNS {
+		// The overlay of a layer made for a user namespace is mounted by
+		// the session sandbox's supervisor inside that namespace, where
+		// this process cannot reach it, and this process cannot mount one
+		// itself (userxattr overlays are mounted from a user namespace of
+		// its own, which the host's file operations do not run in). The
+		// upper directory is never read or written as if it were the
+		// view, nor the host's directory served in its place: refused.
+		sess.layerMu.Unlock()
+		return nil, &LayeredUnavailableError{Reason: fmt.Sprintf("session %q: its layer is mounted in the session sandbox's user namespace (an unprivileged driver), which the host's files API cannot reach; read and write it with commands of the session, and see it with changes and diff", sid)}
 	}
 	mv, err := l.MountView(ctx)
 	if err != nil {

@@ -530,7 +530,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 	}
 	var lay *layer.Layer
 	if cmd.Layered {
-		if lay, err = s.layerFor(ctx, sess, ws); err != nil {
+		if lay, err = s.layerFor(ctx, sess, ws, hc.Details[driverapi.DetailLayeredUserNS] == "true"); err != nil {
 			return nil, err
 		}
 		if err := s.checkLayerSpace(ctx, sid, lay); err != nil {

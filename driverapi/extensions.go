@@ -274,6 +274,11 @@ const (
 	// workspaces, "on: ..." when it lists CallLayeredWorkspace, otherwise
 	// why it cannot here (unprivileged, no namespaces, no overlayfs).
 	DetailLayeredWorkspace = "layered_workspace"
+	// DetailLayeredUserNS: "true" when the driver mounts layered
+	// sessions' overlays in a user namespace (userxattr: overlayfs keeps
+	// its whiteout and opaque markers in user.overlay.*), so the host
+	// makes its layers with LayeredWorkspace.UserNS; absent otherwise.
+	DetailLayeredUserNS = "layered_workspace.user_ns"
 )
 
 // NetworkRoute is the route the driver reported for NetworkAllowHosts

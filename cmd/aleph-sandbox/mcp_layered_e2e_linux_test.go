@@ -26,7 +26,7 @@ import (
 // accepted, it writes the host's file.
 func TestMCPLayeredEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("layered sessions need session sandboxes, which the bwrap driver keeps as root only")
+		t.Skip("run as root only; the unprivileged pass covers layered sessions with TestLayeredEndToEnd (the one-shot CLI with session_sandbox = \"always\")")
 	}
 	h := newEscapeHarness(t)
 	ws := t.TempDir()
@@ -48,7 +48,7 @@ func TestMCPLayeredEndToEnd(t *testing.T) {
 // layered tools then go through the Go client to a real serve.
 func TestMCPLayeredOnHostEndToEnd(t *testing.T) {
 	if os.Geteuid() != 0 {
-		t.Skip("layered sessions need session sandboxes, which the bwrap driver keeps as root only")
+		t.Skip("run as root only; the unprivileged pass covers layered sessions with TestLayeredEndToEnd (the one-shot CLI with session_sandbox = \"always\")")
 	}
 	h := newServeHarness(t)
 	sock := filepath.Join(t.TempDir(), "run", "s.sock")

@@ -80,6 +80,13 @@ func (p launchPlan) BwrapFlags(cwd, initBinary string, pinned map[string]int, pr
 		// workspace and HOME are attached below this tmpfs later, which
 		// holds nothing but their mount points.
 		ms = append(ms, mnt{p.attachRoot, []string{"--size", strconv.Itoa(attachRootBytes), "--tmpfs", p.attachRoot}})
+	case p.layerInside != nil:
+		// The overlay's lower, read-only: the supervisor mounts the
+		// session's overlay over it before any command runs (and ends if
+		// it cannot), with the layer's directory bound beside it until
+		// then (layered_linux.go).
+		ms = append(ms, mnt{p.Workspace, bind(true, p.Workspace, p.Workspace)},
+			mnt{layerBindPoint, []string{"--bind", filepath.Dir(p.layered.Upper), layerBindPoint}})
 	case p.layerSrc != "":
 		// The session's overlay (layered_linux.go) stands at the workspace.
 		ms = append(ms, mnt{p.Workspace, []string{"--bind", p.layerSrc, p.Workspace}})

@@ -678,6 +678,12 @@ func (d *Driver) newSandbox(ctx context.Context, bwrapPath string, plan launchPl
 		// which owns the sandbox's mounts, making each command's user
 		// namespace (sandboxinit/sessionuser_linux.go says why this holds).
 		extra = append(extra, sessionUserFlags()...)
+		if plan.layerInside != nil {
+			// For the overlay's mount alone: the supervisor drops it
+			// before it starts any command (sandboxinit's
+			// mountSessionOverlay says why it needs it and how it goes).
+			extra = append(extra, "--cap-add", "CAP_DAC_OVERRIDE")
+		}
 	case plan.prepared:
 		// The hand-over's mounts (sandboxinit/handover.go): sandbox-init
 		// keeps these two in the sandbox's user namespace until it has

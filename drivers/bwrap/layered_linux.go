@@ -50,24 +50,46 @@ import (
 // (core/layer.MountSpec, which says why each): redirect_dir=nofollow,
 // metacopy=off, index=off, xino=off; nosuid and nodev besides, so a set-id
 // file or device the command makes means nothing even inside.
+//
+// Unprivileged, the driver cannot mount an overlay in the initial user
+// namespace. The session sandbox's supervisor, uid 0 of the sandbox's own
+// user namespace (sessionuser_linux.go), mounts it instead, with
+// userxattr (the layer is made with LayeredWorkspace.UserNS, so the host
+// reads user.overlay.* markers): bwrap binds the workspace read-only at
+// its path (the lower) and the layer's directory (upper and work: one
+// mount, as overlayfs wants) at layerBindPoint, and gives the supervisor
+// CAP_DAC_OVERRIDE besides; the supervisor mounts the overlay over the
+// workspace, unmounts the layer's directory and drops CAP_DAC_OVERRIDE
+// before it starts any command (sandboxinit's mountSessionOverlay says
+// why that is safe). The driver takes the same locks as when it mounts
+// itself, for the sandbox's life. The host has no view of such an
+// overlay (LayeredView answers none; the files API refuses the session,
+// typed): it lives in the sandbox's mount namespace only, and reaching it
+// through the supervisor's root would be a path the session's commands
+// shape.
 
 // overlayOptions must match core/layer.MountSpec.Options (without
-// userxattr: this driver mounts in the initial user namespace).
-const overlayOptions = "redirect_dir=nofollow,metacopy=off,index=off,xino=off"
+// userxattr when this driver mounts in the initial user namespace; with
+// it, overlayOptionsUserNS, when the supervisor mounts in the sandbox's).
+const (
+	overlayOptions       = "redirect_dir=nofollow,metacopy=off,index=off,xino=off"
+	overlayOptionsUserNS = overlayOptions + ",userxattr"
+)
+
+// layerInNamespace: the session supervisor mounts the overlay in the
+// sandbox's user namespace (an unprivileged driver whose session
+// sandboxes run as that namespace's uid 0), not the driver.
+func (d *Driver) layerInNamespace() bool {
+	return os.Geteuid() != 0 && d.probe().sessionUser
+}
 
 // layeredOffWhy says why this driver refuses RunSpec.Layered here, or "".
 func (d *Driver) layeredOffWhy() string {
 	if why := d.sessionOffWhy(); why != "" {
 		return "layered workspaces need session sandboxes, and they are off: " + why
 	}
-	if os.Geteuid() != 0 {
-		// The driver mounts the overlay itself, in the initial user
-		// namespace. Unprivileged it would have to be mounted inside, by
-		// the session supervisor (as uid 0 of the sandbox's user
-		// namespace, with userxattr and CAP_DAC_OVERRIDE for overlayfs's
-		// work directory: tested to work on this kernel), which is not
-		// done yet.
-		return "unprivileged: the overlay is mounted by the driver in the initial user namespace, which needs root; mounting it in the session sandbox's user namespace is not done yet"
+	if os.Geteuid() != 0 && !d.layerInNamespace() {
+		return "unprivileged, and the session sandboxes have no user namespace of their own to mount the overlay in"
 	}
 	if !overlayAvailable() {
 		return "the kernel offers no overlay file system (overlay is not in /proc/filesystems; load the overlay module)"
@@ -106,8 +128,25 @@ func (d *Driver) checkLayered(plan launchPlan, spec driverapi.RunSpec) error {
 	if why := d.layeredOffWhy(); why != "" {
 		return layeredRefusal(why)
 	}
-	if l.UserNS {
+	inside := d.layerInNamespace()
+	if l.UserNS && !inside {
 		return &driverapi.InvalidSpecError{Field: "layered.user_ns", Reason: "this driver mounts the overlay as root in the initial user namespace (trusted.overlay.* markers); a layer made for a user namespace would be misread"}
+	}
+	if !l.UserNS && inside {
+		return &driverapi.InvalidSpecError{Field: "layered.user_ns", Reason: "this driver is unprivileged and mounts the overlay in the session sandbox's user namespace (user.overlay.* markers, " + driverapi.DetailLayeredUserNS + "); a layer made for the initial namespace would be misread"}
+	}
+	if inside {
+		if filepath.Dir(l.Upper) != filepath.Dir(l.Work) || l.Upper == l.Work {
+			return &driverapi.InvalidSpecError{Field: "layered", Reason: "upper and work must be two directories of one layer directory (it is bound into the session sandbox as one mount)"}
+		}
+		if driverapi.PathWithin(plan.Workspace, layerBindPoint) || driverapi.PathWithin(layerBindPoint, plan.Workspace) {
+			return &driverapi.InvalidSpecError{Field: "workspace", Reason: fmt.Sprintf("%q overlaps %s, where the session sandbox has the layer until the overlay is mounted", plan.Workspace, layerBindPoint)}
+		}
+		for _, p := range []string{plan.Workspace, l.Upper, l.Work} {
+			if strings.ContainsAny(p, ",:\\\n") {
+				return &driverapi.InvalidSpecError{Field: "layered", Reason: fmt.Sprintf("%q holds a comma, colon, backslash or newline, which overlay mount options cannot carry", p)}
+			}
+		}
 	}
 	if spec.Tty != nil {
 		return layeredRefusal("a command with a terminal runs in a sandbox of its own, never in the session's, so it cannot see the session's overlay")
@@ -186,6 +225,11 @@ func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ 
 	defer views.Close()
 	if err := unix.Flock(int(views.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 		return nil, layeredRefusal(fmt.Sprintf("the host still has the layer's previous overlay open (a files-API operation begun before the session's sandbox ended); overlayfs forbids two overlays sharing an upper, so the command was not run: run it again once that operation has ended (%v)", err))
+	}
+	if d.layerInNamespace() {
+		// The session supervisor mounts it (the design above); the locks
+		// are held for the sandbox's life all the same.
+		return &mountedLayer{lock: lock, upper: upper}, nil
 	}
 	point, err := os.MkdirTemp(d.layerMountParent(), "layer-")
 	if err != nil {

@@ -20,16 +20,20 @@ import (
 )
 
 // newLayerDirs makes upper, work and lock as core/layer.Create lays them
-// out, in a directory outside the workspace.
+// out, in a directory outside the workspace: made for a user namespace
+// when unprivileged (the only way this driver mounts layers then).
 func newLayerDirs(t testing.TB) *driverapi.LayeredWorkspace {
 	t.Helper()
 	dir := t.TempDir()
-	l := &driverapi.LayeredWorkspace{Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Lock: filepath.Join(dir, "lock")}
+	l := &driverapi.LayeredWorkspace{Upper: filepath.Join(dir, "upper"), Work: filepath.Join(dir, "work"), Lock: filepath.Join(dir, "lock"), UserNS: os.Geteuid() != 0}
 	for _, p := range []string{l.Upper, l.Work} {
 		if err := os.Mkdir(p, 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
+	// overlayfs leaves work/work mode 0000, which the user that mounted
+	// it in a user namespace cannot remove as it is.
+	t.Cleanup(func() { _ = os.Chmod(filepath.Join(l.Work, "work"), 0o700) })
 	if err := os.WriteFile(l.Lock, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +119,7 @@ func TestLayeredSession(t *testing.T) {
 	if r.stdout != "session\nnew\n" || sessionOf(r) != driverapi.SessionSandboxReused {
 		t.Errorf("second command: %q %v", r.stdout, r.exit.Details)
 	}
-	r = layRun(t, d, ws, "lay", driverapi.Capabilities{SpawnSubprocess: true, MaxMemoryMB: 512}, l, `true`)
+	r = layRun(t, d, ws, "lay", otherLayCaps(), l, `true`)
 	var ue *driverapi.UnavailableError
 	if !errors.As(r.err, &ue) || ue.Feature != driverapi.FeatureLayeredWorkspace {
 		t.Errorf("another capability set over the mounted layer: %v, want an UnavailableError for %s", r.err, driverapi.FeatureLayeredWorkspace)
@@ -130,7 +134,7 @@ func TestLayeredSession(t *testing.T) {
 	if err := d.ForgetSession(context.Background(), "lay"); err != nil {
 		t.Fatal(err)
 	}
-	r = layRun(t, d, ws, "lay", driverapi.Capabilities{SpawnSubprocess: true, MaxMemoryMB: 512}, l, `cat b.txt`)
+	r = layRun(t, d, ws, "lay", otherLayCaps(), l, `cat b.txt`)
 	expectOK(t, r)
 	if r.stdout != "new\n" {
 		t.Errorf("after forget, another capability set: %q", r.stdout)
@@ -231,6 +235,7 @@ func BenchmarkLayeredSession(b *testing.B) {
 func TestLayeredView(t *testing.T) {
 	d := testDriver(t, options{})
 	needLayered(t, d)
+	skipViewInNamespace(t, d)
 	ctx := context.Background()
 	ws := newWorkspace(t)
 	if err := os.WriteFile(filepath.Join(ws, "host.txt"), []byte("host\n"), 0o644); err != nil {
@@ -298,6 +303,7 @@ func TestLayeredView(t *testing.T) {
 func TestLayeredViewIdleEndRace(t *testing.T) {
 	d := testDriver(t, options{})
 	needLayered(t, d)
+	skipViewInNamespace(t, d)
 	ctx := context.Background()
 	ws := newWorkspace(t)
 	l := newLayerDirs(t)
@@ -371,4 +377,190 @@ func TestLayeredViewIdleEndRace(t *testing.T) {
 	if nv, err := d.LayeredView(ctx, S); err != nil || !nv.Mounted {
 		t.Errorf("the new sandbox's view: %+v %v", nv, err)
 	}
+}
+
+// skipViewInNamespace skips a test of the host's view where the
+// supervisor mounts the overlay in the sandbox's user namespace, after
+// the control that there is none: a layered command ran, and LayeredView
+// says no overlay is mounted rather than name a path into the sandbox.
+func skipViewInNamespace(t *testing.T, d *Driver) {
+	t.Helper()
+	if !d.layerInNamespace() {
+		return
+	}
+	ws := newWorkspace(t)
+	expectOK(t, layRun(t, d, ws, "noview", spawnCaps, newLayerDirs(t), `echo x > x.txt`))
+	defer d.ForgetSession(context.Background(), "noview")
+	v, err := d.LayeredView(context.Background(), "noview")
+	if err != nil || v.Mounted {
+		t.Fatalf("a layer mounted in the sandbox's user namespace has a view: %+v, %v", v, err)
+	}
+	t.Skip("the overlay is mounted in the session sandbox's user namespace (unprivileged): the driver offers the host no view of it, and says so")
+}
+
+// TestLayeredSessionUnprivileged: an unprivileged driver's layered session
+// (the supervisor mounts the overlay in the sandbox's user namespace,
+// userxattr). A command with no capability writes, deletes, replaces a
+// directory and commits with git; the host's directory is untouched while
+// the upper layer holds it all, with overlayfs's markers as user xattrs
+// (a whiteout, user.overlay.opaque); the command cannot unmount the
+// overlay nor see the layer's directory; the supervisor holds no
+// CAP_DAC_OVERRIDE once commands run; the next command sees the same
+// overlay; a layer made for the initial namespace is refused, typed. The
+// control: a live command of the same workspace writes the host.
+func TestLayeredSessionUnprivileged(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root: the driver mounts the overlay itself (TestLayeredSession); the unprivileged pass runs this one")
+	}
+	if _, err := os.Stat("/usr/bin/git"); err != nil {
+		t.Skip("git is not installed at /usr/bin/git")
+	}
+	d := testDriver(t, options{SessionSandbox: sessionSandboxAlways})
+	needLayered(t, d)
+	if !d.layerInNamespace() {
+		t.Fatal("unprivileged with layered sessions on, yet not mounted in the sandbox's user namespace")
+	}
+	caps, err := d.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps.Details[driverapi.DetailLayeredUserNS] != "true" {
+		t.Errorf("capabilities: %s = %q", driverapi.DetailLayeredUserNS, caps.Details[driverapi.DetailLayeredUserNS])
+	}
+	ws := newWorkspace(t)
+	for p, c := range map[string]string{"a.txt": "host\n", "gone.txt": "g\n", "d/x": "x\n"} {
+		os.MkdirAll(filepath.Dir(filepath.Join(ws, p)), 0o755)
+		if err := os.WriteFile(filepath.Join(ws, p), []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Refused: a layer made for the initial namespace would be misread.
+	bad := newLayerDirs(t)
+	bad.UserNS = false
+	var ise *driverapi.InvalidSpecError
+	if r := layRun(t, d, ws, "bad", spawnCaps, bad, `echo no > no.txt`); !errors.As(r.err, &ise) || ise.Field != "layered.user_ns" {
+		t.Errorf("a layer for the initial namespace: %v, want an InvalidSpecError for layered.user_ns", r.err)
+	}
+	l := newLayerDirs(t)
+	script := `set -e
+echo session > a.txt
+rm gone.txt
+rm -r d && mkdir d && echo y > d/y
+git init -q -b main . && git add -A && git -c user.name=s -c user.email=s@example.com commit -qm "session commit"
+git log --format=%s
+grep -E '^CapEff' /proc/self/status | tr -s '\t' ' '
+umount ` + ws + ` 2>/dev/null && echo umount=done || echo umount=refused
+umount -l ` + ws + ` 2>/dev/null && echo lazy=done || echo lazy=refused
+echo layerdir=$(ls -A ` + layerBindPoint + ` 2>/dev/null | wc -l)
+cat /proc/1/status 2>/dev/null | grep -E '^CapEff' | tr -s '\t' ' ' | sed 's/^/sup/' || true
+echo ran`
+	r := layRun(t, d, ws, "lay", spawnCaps, l, script)
+	expectOK(t, r)
+	for _, want := range []string{"session commit\n", "CapEff: 0000000000000000\n", "umount=refused\n", "lazy=refused\n", "layerdir=0\n", "ran\n"} {
+		if !strings.Contains(r.stdout, want) {
+			t.Errorf("inside: no %q in %q (stderr %q)", want, r.stdout, r.stderr)
+		}
+	}
+	// The host untouched.
+	for p, c := range map[string]string{"a.txt": "host\n", "gone.txt": "g\n", "d/x": "x\n"} {
+		if b, err := os.ReadFile(filepath.Join(ws, p)); err != nil || string(b) != c {
+			t.Errorf("host %s: %q %v", p, b, err)
+		}
+	}
+	for _, p := range []string{".git", "d/y"} {
+		if _, err := os.Lstat(filepath.Join(ws, p)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("host has %s: %v", p, err)
+		}
+	}
+	// The upper layer: the command's files, a whiteout, user xattrs.
+	if b, err := os.ReadFile(filepath.Join(l.Upper, "a.txt")); err != nil || string(b) != "session\n" {
+		t.Errorf("upper a.txt: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(l.Upper, ".git", "HEAD")); err != nil {
+		t.Errorf("upper .git/HEAD: %v", err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(filepath.Join(l.Upper, "gone.txt"), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFCHR || st.Rdev != 0 {
+		t.Errorf("upper gone.txt is no whiteout: %+v %v", st, err)
+	}
+	buf := make([]byte, 8)
+	if n, err := syscall.Getxattr(filepath.Join(l.Upper, "d"), "user.overlay.opaque", buf); err != nil || string(buf[:n]) != "y" {
+		t.Errorf("upper d: user.overlay.opaque = %q, %v", buf[:max(n, 0)], err)
+	}
+	// The supervisor: its capabilities from outside (bwrap's child).
+	if eff, ok := supervisorCapEff(t, d, "lay"); ok && eff&(1<<1) != 0 {
+		t.Errorf("the supervisor still holds CAP_DAC_OVERRIDE: CapEff %#x", eff)
+	} else if ok && eff&(1<<21) == 0 {
+		t.Errorf("control: the supervisor's CapEff %#x lacks CAP_SYS_ADMIN (is this the supervisor?)", eff)
+	}
+	r = layRun(t, d, ws, "lay", spawnCaps, l, `cat a.txt; ls d; test -e gone.txt || echo gone`)
+	expectOK(t, r)
+	if r.stdout != "session\ny\ngone\n" || sessionOf(r) != driverapi.SessionSandboxReused {
+		t.Errorf("second command: %q %v", r.stdout, r.exit.Details)
+	}
+	// Positive control: a live command of the workspace writes the host.
+	expectOK(t, sessRun(t, d, ws, "live", spawnCaps, `echo live > c.txt`))
+	if _, err := os.Stat(filepath.Join(ws, "c.txt")); err != nil {
+		t.Errorf("control: a live command did not write the host: %v", err)
+	}
+	for _, s := range []string{"lay", "live", "bad"} {
+		_ = d.ForgetSession(context.Background(), s)
+	}
+}
+
+// otherLayCaps is a capability set other than spawnCaps that this host
+// can enforce (unprivileged, no memory limit: no writable cgroups).
+func otherLayCaps() driverapi.Capabilities {
+	if os.Geteuid() != 0 {
+		return driverapi.Capabilities{SpawnSubprocess: true, FSRead: []string{"/usr/share"}}
+	}
+	return driverapi.Capabilities{SpawnSubprocess: true, MaxMemoryMB: 512}
+}
+
+// supervisorCapEff reads the effective capabilities of session's
+// supervisor: the first process below its sandbox's bwrap that is not
+// bwrap's own (the sandbox-init binary).
+func supervisorCapEff(t *testing.T, d *Driver, session string) (uint64, bool) {
+	t.Helper()
+	s := &d.sessions
+	s.mu.Lock()
+	var pid int
+	for k, ss := range s.m {
+		if k.session == session && ss.sup != nil && ss.sup.sb != nil && ss.sup.sb.cmd != nil && ss.sup.sb.cmd.Process != nil {
+			pid = ss.sup.sb.cmd.Process.Pid
+		}
+	}
+	s.mu.Unlock()
+	if pid == 0 {
+		t.Errorf("no sandbox found for session %q", session)
+		return 0, false
+	}
+	for depth := 0; ; depth++ {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+		if err != nil || len(strings.Fields(string(b))) != 1 || depth > 4 {
+			t.Errorf("below pid %d: children %q %v", pid, b, err)
+			return 0, false
+		}
+		pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid)); !strings.HasSuffix(exe, "/bwrap") {
+			cmd, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+			if !bytes.Contains(cmd, []byte("sandbox-init")) && !bytes.Contains(cmd, []byte("session_supervisor")) {
+				t.Logf("the supervisor's command line: %q", cmd)
+			}
+			break
+		}
+	}
+	st, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Errorf("the supervisor's status: %v", err)
+		return 0, false
+	}
+	for _, line := range strings.Split(string(st), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			eff, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return eff, err == nil
+		}
+	}
+	t.Errorf("no CapEff in the supervisor's status")
+	return 0, false
 }

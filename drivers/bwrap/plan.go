@@ -13,7 +13,14 @@ import (
 	"syscall"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/drivers/bwrap/sandboxinit"
 )
+
+// layerBindPoint is where an unprivileged driver's session sandbox has
+// the layer's directory until its supervisor has mounted the overlay
+// (then it is an empty directory of the sandbox's root tmpfs;
+// layered_linux.go).
+const layerBindPoint = "/.aleph-sandbox-layer"
 
 // backend is this driver's backend name (HostCapabilities.Backend and
 // Profile.Backend).
@@ -127,6 +134,11 @@ type launchPlan struct {
 	// layerSrc: the overlay's mount point, bound at Workspace instead of
 	// the workspace while the session sandbox is built.
 	layerSrc string
+	// layerInside: the overlay the session supervisor mounts itself, in
+	// the session sandbox's user namespace (an unprivileged driver,
+	// layered_linux.go); the workspace is bound read-only below it and the
+	// layer's directory at layerBindPoint while the sandbox is built.
+	layerInside *sandboxinit.SessionOverlay
 	// attachRoot: the sandbox is a session sandbox built ahead of its
 	// session (sessionahead_linux.go): a small tmpfs of its own stands at
 	// this directory (the workspace's parent) instead of the workspace and

@@ -325,6 +325,7 @@ func (d *Driver) prepare(ctx context.Context, key poolKey, plan launchPlan, sess
 	is.SessionSupervisor = plan.sessionSupervisor
 	if plan.sessionSupervisor && h.sessionUser {
 		is.SessionUser = &sandboxinit.SessionUser{UID: os.Getuid(), GID: os.Getgid()}
+		is.SessionOverlay = plan.layerInside
 	}
 	init, err := commandInitArgs(is)
 	if err != nil {

@@ -430,6 +430,10 @@ func (d *Driver) Capabilities(ctx context.Context) (driverapi.HostCapabilities, 
 		hc.Details[driverapi.DetailLayeredWorkspace] = why
 	} else {
 		hc.Details[driverapi.DetailLayeredWorkspace] = "on: the workspace as an overlay in the session's sandbox"
+		if d.layerInNamespace() {
+			hc.Details[driverapi.DetailLayeredWorkspace] += "; unprivileged: mounted by the session's supervisor in the sandbox's user namespace (user.overlay.* markers); no files-API view"
+			hc.Details[driverapi.DetailLayeredUserNS] = "true"
+		}
 	}
 	if len(h.userns) > 0 {
 		hc.Details["nested_userns"] = "disabled (bwrap --disable-userns, and seccomp)"

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -355,6 +356,12 @@ func (d *Driver) buildSession(ctx context.Context, key poolKey, plan launchPlan)
 			return nil, err
 		}
 		plan.layerSrc = layer.point
+		if layer.point == "" {
+			// An unprivileged driver: the supervisor mounts it.
+			plan.layerInside = &sandboxinit.SessionOverlay{Target: plan.Workspace, Layer: layerBindPoint,
+				Upper: layerBindPoint + "/" + filepath.Base(plan.layered.Upper), Work: layerBindPoint + "/" + filepath.Base(plan.layered.Work),
+				Options: overlayOptionsUserNS}
+		}
 	}
 	sup, err := d.prepare(ctx, key, plan, key.session)
 	if layer != nil {

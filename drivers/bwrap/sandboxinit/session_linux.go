@@ -65,11 +65,19 @@ func superviseSession(spec *InitSpec) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
 	}
+	if spec.SessionOverlay != nil {
+		// Before passCapabilitiesAmbient and any child: the one step that
+		// needs CAP_DAC_OVERRIDE, which is dropped at its end.
+		if err := mountSessionOverlay(spec.SessionOverlay); err != nil {
+			return 0, err
+		}
+	}
 	if err := passCapabilitiesAmbient(); err != nil {
 		return 0, err
 	}
 	child := *spec
 	child.SessionSupervisor, child.SessionChild = false, true
+	child.SessionOverlay = nil
 	js, err := MarshalInitSpec(child)
 	if err != nil {
 		return 0, err

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -66,9 +68,9 @@ import (
 //     supervisor's capabilities do not follow).
 //   - Not done here: the fork path (its raw clone would need the same user
 //     namespace and a map written before the reaper mounts), so each
-//     command gets a sandbox-init of its own; and the overlay of a layered
-//     session, which the launcher mounts as root (an overlay mounted here
-//     would need CAP_DAC_OVERRIDE too, for overlayfs's work directory).
+//     command gets a sandbox-init of its own.
+//   - A layered session's overlay (SessionOverlay) is mounted here, by the
+//     supervisor, before it takes any command: see mountSessionOverlay.
 
 // sessionUserTrialChild is the trial's second step (the child's argv[2]).
 const sessionUserTrialChild = "child"
@@ -144,4 +146,80 @@ func sessionUserTrialMount() error {
 		return fmt.Errorf("a mount in the child's namespace: %w", err)
 	}
 	return dropCapabilities()
+}
+
+// mountSessionOverlay mounts a layered session's overlay at the workspace
+// (o.Target) in the session sandbox's mount namespace, then unmounts the
+// layer directory's bind and gives up CAP_DAC_OVERRIDE. It runs first
+// thing in the supervisor, before any command exists; if it fails the
+// supervisor ends and no command of the session runs (never over the
+// workspace bwrap bound below, which is read-only besides).
+//
+// Why it is safe:
+//   - The overlay is mounted by uid 0 of the session's user namespace
+//     (the driver's uid outside), with userxattr: overlayfs keeps its
+//     whiteout and opaque markers in user.overlay.*, which is what the
+//     host's layer engine reads for such a layer (core/layer, Policy.UserNS);
+//     nosuid and nodev, so a set-id file or device a command makes means
+//     nothing even inside; redirect_dir=nofollow, metacopy=off, index=off,
+//     xino=off as for a root driver (core/layer.MountSpec says why).
+//   - Every command's mount namespace is a copy of this one made by a
+//     clone in a user namespace below it: the overlay reaches it as a
+//     locked mount, which no command can unmount or uncover (tested:
+//     umount fails), so the workspace below is never the command's.
+//   - The layer directory's bind (upper and work) is unmounted before any
+//     command exists: overlayfs keeps its own references, and a command
+//     never sees the upper directory, which it must not write beside the
+//     overlay (undefined in overlayfs) nor read as the layer's truth.
+//   - CAP_DAC_OVERRIDE is needed for the mount alone (overlayfs makes
+//     work/work mode 0000 and the mounter must reach it: EACCES without
+//     it). bwrap gives it to the supervisor only (the launcher adds it to
+//     the session sandbox of a layered session alone); it is dropped here
+//     from the effective, permitted and inheritable sets of every thread
+//     and from the bounding set, before passCapabilitiesAmbient, which
+//     would otherwise pass it on as ambient, and before any child is
+//     started. A command's sandbox-init lives in a user namespace of its
+//     own and holds nothing of the supervisor's anyway.
+func mountSessionOverlay(o *SessionOverlay) error {
+	data := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,%s", o.Target, o.Upper, o.Work, o.Options)
+	if err := unix.Mount("overlay", o.Target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
+		return fmt.Errorf("mount the session's overlay at %s: %w", o.Target, err)
+	}
+	if err := unix.Unmount(o.Layer, unix.MNT_DETACH); err != nil {
+		return fmt.Errorf("unmount the layer's directory at %s: %w", o.Layer, err)
+	}
+	return dropDACOverride()
+}
+
+// dropDACOverride removes CAP_DAC_OVERRIDE from every thread's effective,
+// permitted and inheritable sets and from the bounding set, and checks it
+// is gone from this thread's.
+func dropDACOverride() error {
+	const c = unix.CAP_DAC_OVERRIDE
+	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := new([2]unix.CapUserData)
+	if err := unix.Capget(hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	bit := uint32(1) << (c % 32)
+	data[c/32].Effective &^= bit
+	data[c/32].Permitted &^= bit
+	data[c/32].Inheritable &^= bit
+	err := allThreads("capset", unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	runtime.KeepAlive(hdr)
+	runtime.KeepAlive(data)
+	if err != nil {
+		return fmt.Errorf("drop CAP_DAC_OVERRIDE: %w", err)
+	}
+	if err := allThreads("PR_CAPBSET_DROP", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, c, 0); err != nil {
+		return fmt.Errorf("drop CAP_DAC_OVERRIDE from the bounding set: %w", err)
+	}
+	hdr = &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	if err := unix.Capget(hdr, &data[0]); err != nil {
+		return fmt.Errorf("capget: %w", err)
+	}
+	if (data[c/32].Effective|data[c/32].Permitted|data[c/32].Inheritable)&bit != 0 {
+		return errors.New("CAP_DAC_OVERRIDE is still held after its drop")
+	}
+	return nil
 }

@@ -207,6 +207,28 @@ type InitSpec struct {
 	// that maps these ids (the launcher's, as the command sees itself) to
 	// that uid and gid 0. Only with SessionSupervisor or SessionChild.
 	SessionUser *SessionUser `json:"session_user,omitempty"`
+	// SessionOverlay, for a layered session of an unprivileged launcher
+	// (only with SessionSupervisor and SessionUser): the overlay the
+	// supervisor mounts at the workspace before it takes any command
+	// (sessionuser_linux.go, mountSessionOverlay).
+	SessionOverlay *SessionOverlay `json:"session_overlay,omitempty"`
+}
+
+// SessionOverlay is a layered session's overlay as the supervisor of an
+// unprivileged launcher's session sandbox mounts it. Paths are the
+// sandbox's.
+type SessionOverlay struct {
+	// Target is the workspace: bwrap binds it there read-only, the
+	// overlay's lower directory, and the overlay is mounted over it.
+	Target string `json:"target"`
+	// Layer is where bwrap bound the layer's directory, which holds Upper
+	// and Work (overlayfs wants both on one mount); the supervisor
+	// unmounts it once the overlay is mounted.
+	Layer string `json:"layer"`
+	Upper string `json:"upper"`
+	Work  string `json:"work"`
+	// Options are overlayfs's options after the three directories.
+	Options string `json:"options"`
 }
 
 // SessionUser is the uid and gid a command of an unprivileged launcher's
@@ -274,6 +296,22 @@ func (s *InitSpec) Validate() error {
 	}
 	if u := s.SessionUser; u != nil && (!s.SessionSupervisor && !s.SessionChild || u.UID < 0 || u.GID < 0 || int64(u.UID) > maxID || int64(u.GID) > maxID) {
 		return &InitSpecError{"session_user", "only with session_supervisor or session_child, and ids in 0..4294967294"}
+	}
+	if o := s.SessionOverlay; o != nil {
+		if !s.SessionSupervisor || s.SessionUser == nil {
+			return &InitSpecError{"session_overlay", "only with session_supervisor and session_user"}
+		}
+		for _, p := range []string{o.Target, o.Layer, o.Upper, o.Work} {
+			if !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.ContainsAny(p, ",:\\\n") {
+				return &InitSpecError{"session_overlay", fmt.Sprintf("%q: paths must be absolute, clean, and hold no comma, colon, backslash or newline (overlayfs's option parser)", p)}
+			}
+		}
+		if filepath.Dir(o.Upper) != o.Layer || filepath.Dir(o.Work) != o.Layer || o.Upper == o.Work {
+			return &InitSpecError{"session_overlay", "upper and work must be two directories directly in layer"}
+		}
+		if strings.ContainsAny(o.Options, "\n") || !strings.Contains(","+o.Options+",", ",userxattr,") {
+			return &InitSpecError{"session_overlay", "options must include userxattr (a user namespace's overlay keeps its markers in user.overlay.*)"}
+		}
 	}
 	if s.MetaGuard && (s.NotifyFD == 0 || !s.NoNamespaces) {
 		return &InitSpecError{"meta_guard", "only in the Landlock tier (no_namespaces) and with notify_fd, the socket its listener goes to"}

@@ -208,3 +208,40 @@ func TestSessionUserNeedsSessionMode(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionOverlayValidate: session_overlay is valid for an unprivileged
+// launcher's supervisor with upper and work directly in the layer's bind
+// and userxattr among the options (the control), and refused naming the
+// field otherwise: in a command's sandbox-init, without session_user,
+// with paths overlayfs's option parser would misread, with upper or work
+// elsewhere, or without userxattr.
+func TestSessionOverlayValidate(t *testing.T) {
+	base := InitSpec{SocketMode: SocketLoopback, Supervise: true, Prepared: true, LifelineFD: 4, CommandFD: 3,
+		SessionSupervisor: true, SessionUser: &SessionUser{UID: 1001, GID: 1001}}
+	good := SessionOverlay{Target: "/home/u/proj", Layer: "/.aleph-sandbox-layer", Upper: "/.aleph-sandbox-layer/upper",
+		Work: "/.aleph-sandbox-layer/work", Options: "redirect_dir=nofollow,metacopy=off,index=off,xino=off,userxattr"}
+	s := base
+	o := good
+	s.SessionOverlay = &o
+	if err := s.Validate(); err != nil {
+		t.Fatalf("control: %v", err)
+	}
+	for _, bad := range []func(*InitSpec, *SessionOverlay){
+		func(s *InitSpec, _ *SessionOverlay) { s.SessionSupervisor, s.SessionChild = false, true },
+		func(s *InitSpec, _ *SessionOverlay) { s.SessionUser = nil },
+		func(_ *InitSpec, o *SessionOverlay) { o.Target = "/home/u/a,upperdir=/x" },
+		func(_ *InitSpec, o *SessionOverlay) { o.Target = "relative" },
+		func(_ *InitSpec, o *SessionOverlay) { o.Upper = "/elsewhere/upper" },
+		func(_ *InitSpec, o *SessionOverlay) { o.Work = o.Upper },
+		func(_ *InitSpec, o *SessionOverlay) { o.Options = "redirect_dir=nofollow" },
+	} {
+		s := base
+		o := good
+		bad(&s, &o)
+		s.SessionOverlay = &o
+		var e *InitSpecError
+		if err := s.Validate(); !errors.As(err, &e) || e.Field != "session_overlay" {
+			t.Errorf("%+v %+v: %v", s, o, err)
+		}
+	}
+}
