@@ -616,6 +616,7 @@ func TestLayeredOverlayTrial(t *testing.T) {
 	if !strings.Contains(why, "trial overlay mount") || !strings.Contains(why, "invalid argument") || b.LayeredWorkspaces() {
 		t.Fatalf("layered with a refused trial mount: %q (on: %v)", why, b.LayeredWorkspaces())
 	}
+	t.Logf("layered refused: %s", why)
 	caps, err := b.Capabilities(context.Background())
 	if err != nil {
 		t.Fatal(err)
