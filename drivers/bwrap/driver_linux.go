@@ -76,6 +76,11 @@ type config struct {
 	SessionNetworkIdle time.Duration
 	// probeKeyExtra are more files the probe cache's key includes (tests).
 	probeKeyExtra []string
+	// overlayTrialOptions replaces the overlay options of the layered
+	// sessions' trial (probeSessionOverlay) alone: tests break them to see
+	// the refusal a kernel that refuses the mount gets. Empty: the real
+	// ones.
+	overlayTrialOptions string
 	// OneCommand says the host runs one command with this driver process
 	// (driverapi.OneCommandEnv): no network namespace is held for the
 	// session, whose only command gets bwrap's own (probe_linux.go).

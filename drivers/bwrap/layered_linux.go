@@ -94,6 +94,11 @@ func (d *Driver) layeredOffWhy() string {
 	if !overlayAvailable() {
 		return "the kernel offers no overlay file system (overlay is not in /proc/filesystems; load the overlay module)"
 	}
+	if why := d.probe().sessionOverlayWhy; why != "" && d.layerInNamespace() {
+		// Refused here, before any sandbox is built, rather than by the
+		// session sandbox's build failing (probeSessionOverlay).
+		return "unprivileged, and " + why
+	}
 	return ""
 }
 

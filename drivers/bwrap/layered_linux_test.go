@@ -564,3 +564,96 @@ func supervisorCapEff(t *testing.T, d *Driver, session string) (uint64, bool) {
 	t.Errorf("no CapEff in the supervisor's status")
 	return 0, false
 }
+
+// TestLayeredOverlayTrial: an unprivileged driver tries the layered
+// session's overlay mount at probe time (probeSessionOverlay). With the
+// real options the trial passes and a layered command runs (the control);
+// with options the kernel refuses (as a kernel that refuses userxattr
+// overlays in a user namespace would), the capabilities say why and a
+// layered command is refused typed before any sandbox is built (nothing
+// ran: no output, nothing in the upper layer, no session sandbox), while
+// a live session command of that same driver still runs. The trial
+// leaves nothing in the state directory.
+func TestLayeredOverlayTrial(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root: the driver mounts the overlay itself and needs no trial; the unprivileged pass runs this one")
+	}
+	state := t.TempDir()
+	d, err := newDriver(config{Options: options{SessionSandbox: sessionSandboxAlways}, InitBinary: driverBin, DriverBinary: driverBin, StateDir: state})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	needLayered(t, d)
+	if !d.layerInNamespace() || d.probe().sessionOverlayWhy != "" {
+		t.Fatalf("unprivileged with layered sessions on: in the namespace %v, trial %q", d.layerInNamespace(), d.probe().sessionOverlayWhy)
+	}
+	ws := newWorkspace(t)
+	l := newLayerDirs(t)
+	r := layRun(t, d, ws, "ok", spawnCaps, l, `echo layered > a.txt; echo ran`)
+	expectOK(t, r)
+	if r.stdout != "ran\n" {
+		t.Errorf("control: %q", r.stdout)
+	}
+	if b, err := os.ReadFile(filepath.Join(l.Upper, "a.txt")); err != nil || string(b) != "layered\n" {
+		t.Errorf("control: upper a.txt %q %v", b, err)
+	}
+	_ = d.ForgetSession(context.Background(), "ok")
+
+	// Broken options: the mount is refused (EINVAL), as a kernel without
+	// userxattr overlays in a user namespace refuses it.
+	bstate := t.TempDir()
+	b, err := newDriver(config{Options: options{SessionSandbox: sessionSandboxAlways}, InitBinary: driverBin, DriverBinary: driverBin,
+		StateDir: bstate, overlayTrialOptions: overlayOptionsUserNS + ",aleph_no_such_option"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.Close)
+	if !b.probe().sessionUser {
+		t.Fatalf("control: the session sandboxes' own trial failed: %s", b.probe().sessionUserWhy)
+	}
+	why := b.layeredOffWhy()
+	if !strings.Contains(why, "trial overlay mount") || !strings.Contains(why, "invalid argument") || b.LayeredWorkspaces() {
+		t.Fatalf("layered with a refused trial mount: %q (on: %v)", why, b.LayeredWorkspaces())
+	}
+	t.Logf("layered refused: %s", why)
+	caps, err := b.Capabilities(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if caps.Details[driverapi.DetailLayeredWorkspace] != why || caps.Details[driverapi.DetailLayeredUserNS] != "" {
+		t.Errorf("capabilities: %s = %q, %s = %q", driverapi.DetailLayeredWorkspace, caps.Details[driverapi.DetailLayeredWorkspace],
+			driverapi.DetailLayeredUserNS, caps.Details[driverapi.DetailLayeredUserNS])
+	}
+	bws := newWorkspace(t)
+	bl := newLayerDirs(t)
+	r = layRun(t, b, bws, "lay", spawnCaps, bl, `echo layered > a.txt; echo ran`)
+	var ue *driverapi.UnavailableError
+	if !errors.As(r.err, &ue) || ue.Feature != driverapi.FeatureLayeredWorkspace || ue.Reason != why {
+		t.Fatalf("a layered command: %v, want the layered_workspace refusal %q", r.err, why)
+	}
+	if r.stdout != "" || r.stderr != "" {
+		t.Errorf("the refused command ran: %q %q", r.stdout, r.stderr)
+	}
+	if ents, err := os.ReadDir(bl.Upper); err != nil || len(ents) != 0 {
+		t.Errorf("the upper layer after the refusal: %v %v", ents, err)
+	}
+	if _, all := sessionProcs(bws); len(all) != 0 {
+		t.Errorf("a session sandbox was built for the refused command: %v", all)
+	}
+	// Positive control: that driver's live session commands still run.
+	expectOK(t, sessRun(t, b, bws, "live", spawnCaps, `echo live > c.txt`))
+	if _, err := os.Stat(filepath.Join(bws, "c.txt")); err != nil {
+		t.Errorf("control: a live command of that driver did not write the host: %v", err)
+	}
+	_ = b.ForgetSession(context.Background(), "live")
+	// Nothing of either trial left in the state directories.
+	for _, dir := range []string{state, bstate} {
+		ents, _ := os.ReadDir(dir)
+		for _, e := range ents {
+			if strings.HasPrefix(e.Name(), ".overlay-trial-") {
+				t.Errorf("left in %s: %s", dir, e.Name())
+			}
+		}
+	}
+}

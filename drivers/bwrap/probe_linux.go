@@ -50,6 +50,10 @@ type hostProbe struct {
 	// (sandboxinit/sessionuser_linux.go); sessionUserWhy says why not.
 	sessionUser    bool
 	sessionUserWhy string
+	// sessionOverlayWhy says why such a session sandbox's supervisor
+	// cannot mount a layered session's overlay (probeSessionOverlay's
+	// trial failed), or "": layered workspaces are then refused, typed.
+	sessionOverlayWhy string
 	// tier is how commands run: tierBwrap, or tierLandlock where bwrap
 	// cannot create namespaces and fallback = "landlock" (tier_linux.go).
 	tier string
@@ -132,6 +136,13 @@ func (d *Driver) probe() *hostProbe {
 			h.userns, h.usernsWhy = probeDisableUserns(h.bwrap, h.guard, h.procCover, cache)
 			h.sessionUser, h.sessionUserWhy = probeSessionUser(h.bwrap, d.cfg.InitBinary, h.guard, h.procCover, cache, h.seccomp,
 				d.cfg.OneCommand && d.cfg.Options.SessionSandbox != sessionSandboxAlways)
+			if h.sessionUser && d.cfg.Options.SessionSandbox != sessionSandboxOff && overlayAvailable() {
+				opts := overlayOptionsUserNS
+				if d.cfg.overlayTrialOptions != "" {
+					opts = d.cfg.overlayTrialOptions
+				}
+				h.sessionOverlayWhy = probeSessionOverlay(h.bwrap, d.cfg.InitBinary, d.layerMountParent(), opts, h.guard, h.procCover, cache)
+			}
 		}
 		if cache != nil {
 			h.probeCached, h.probeCacheWhy = cache.used, cache.why

@@ -241,9 +241,15 @@ func trialSessionUser(mode, initID string) string {
 	return "session-user guard=" + mode + " init=" + initID
 }
 
+// trialSessionOverlay names probeSessionOverlay's trial, likewise.
+func trialSessionOverlay(mode, initID string) string {
+	return "session-overlay guard=" + mode + " init=" + initID
+}
+
 func knownTrial(t string) bool {
 	for _, m := range []string{guardPID, guardUserPID, guardNone} {
-		if t == trialGuard(m) || t == trialUserns(m) || strings.HasPrefix(t, trialSessionUser(m, "")) {
+		if t == trialGuard(m) || t == trialUserns(m) || strings.HasPrefix(t, trialSessionUser(m, "")) ||
+			strings.HasPrefix(t, trialSessionOverlay(m, "")) {
 			return true
 		}
 	}

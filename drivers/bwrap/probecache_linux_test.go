@@ -148,7 +148,8 @@ func TestProbeCacheUsedByTheNextStart(t *testing.T) {
 	if !h2.probeCached {
 		t.Fatalf("the second start ran its trials again (%s)", h2.probeCacheWhy)
 	}
-	if h2.bwrap != h1.bwrap || h2.bwrapVersion != h1.bwrapVersion || h2.guard != h1.guard || !slices.Equal(h2.userns, h1.userns) {
+	if h2.bwrap != h1.bwrap || h2.bwrapVersion != h1.bwrapVersion || h2.guard != h1.guard || !slices.Equal(h2.userns, h1.userns) ||
+		h2.sessionUser != h1.sessionUser || h2.sessionOverlayWhy != h1.sessionOverlayWhy {
 		t.Fatalf("cached probe %+v differs from the fresh one %+v", h2, h1)
 	}
 	caps, err := d2.Capabilities(context.Background())

@@ -4,7 +4,10 @@ package bwrap
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -72,4 +75,86 @@ func probeSessionUser(bwrapPath, initBinary string, guard pidGuard, procCover []
 	}
 	cache.confirm(trial, "")
 	return true, ""
+}
+
+// overlayTrialTarget is where the layered-session trial's lower directory
+// is bound in its sandbox (under the trial's own /tmp), and the overlay
+// mounted over it, as a session's workspace is.
+const overlayTrialTarget = "/tmp/aleph-overlay-trial"
+
+// probeSessionOverlay decides whether an unprivileged driver's session
+// supervisor can mount a layered session's overlay (the session sandboxes
+// already passed probeSessionUser): a trial sandbox built as a layered
+// session's is (sessionUserFlags and CAP_DAC_OVERRIDE, the lower bound
+// read-only at its target, the layer's directory at layerBindPoint) runs
+// the init binary's overlay trial, the supervisor's mountSessionOverlay
+// with options, then a write and a removal through the overlay. Without
+// it, a kernel that refuses userxattr overlays in a user namespace (before
+// 5.11, or an LSM's refusal) failed each layered session's build (closed,
+// but untyped) while the capabilities offered layered workspaces. It says
+// why not, or "". The throwaway lower, upper and work directories are made
+// under parent (the driver's state directory, else the temporary one) and
+// removed after.
+func probeSessionOverlay(bwrapPath, initBinary, parent, options string, guard pidGuard, procCover []string, cache *probeCache) string {
+	id, err := fileIdentity(initBinary)
+	if err != nil {
+		return "init binary: " + err.Error()
+	}
+	// The trial's name holds the init binary (its code mounts) but not the
+	// options: a test that breaks them (config.overlayTrialOptions) goes
+	// around the cache both ways.
+	trial := trialSessionOverlay(guard.mode, id)
+	useCache := options == overlayOptionsUserNS
+	if useCache && cache.confirmed(trial) {
+		cache.used = true
+		return ""
+	}
+	if err := runOverlayTrial(bwrapPath, initBinary, parent, options, guard, procCover); err != nil {
+		return "a trial overlay mount in a session sandbox's user namespace failed: " + err.Error()
+	}
+	if useCache {
+		cache.confirm(trial, "")
+	}
+	return ""
+}
+
+// runOverlayTrial makes the trial's directories, runs the trial sandbox
+// and checks the write reached the upper directory.
+func runOverlayTrial(bwrapPath, initBinary, parent, options string, guard pidGuard, procCover []string) (err error) {
+	dir, err := os.MkdirTemp(parent, ".overlay-trial-")
+	if err != nil {
+		return fmt.Errorf("trial directories: %w", err)
+	}
+	defer func() {
+		// overlayfs leaves work/work mode 0000; its owner (this user, the
+		// trial namespace's 0) may chmod it, and then remove it.
+		_ = os.Chmod(filepath.Join(dir, "layer", "work", "work"), 0o700)
+		if rmErr := os.RemoveAll(dir); rmErr != nil && err == nil {
+			err = fmt.Errorf("remove the trial directories: %w", rmErr)
+		}
+	}()
+	lower, layer := filepath.Join(dir, "lower"), filepath.Join(dir, "layer")
+	for _, p := range []string{lower, layer, filepath.Join(layer, "upper"), filepath.Join(layer, "work")} {
+		if err := os.Mkdir(p, 0o700); err != nil {
+			return fmt.Errorf("trial directories: %w", err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(lower, "lower"), []byte("lower\n"), 0o600); err != nil {
+		return fmt.Errorf("trial directories: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	flags := append(sessionUserFlags(), "--cap-add", "CAP_DAC_OVERRIDE")
+	binds := []string{"--ro-bind", initBinary, initBinary, "--ro-bind", lower, overlayTrialTarget, "--bind", layer, layerBindPoint}
+	prog := []string{initBinary, sandboxinit.SessionUserTrialCommand, sandboxinit.SessionOverlayTrialArg,
+		overlayTrialTarget, layerBindPoint, layerBindPoint + "/upper", layerBindPoint + "/work", options}
+	if err := trialSandboxRun(ctx, bwrapPath, guard, procCover, flags, binds, prog...); err != nil {
+		return err
+	}
+	// The write went to the upper directory: the overlay was mounted, not
+	// a write to something else that happened to be writable.
+	if _, err := os.Lstat(filepath.Join(layer, "upper", "written")); err != nil {
+		return errors.New("the write through the overlay is not in its upper directory")
+	}
+	return nil
 }

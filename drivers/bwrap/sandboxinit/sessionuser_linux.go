@@ -75,6 +75,11 @@ import (
 // sessionUserTrialChild is the trial's second step (the child's argv[2]).
 const sessionUserTrialChild = "child"
 
+// SessionOverlayTrialArg, as SessionUserTrialCommand's first argument,
+// asks for the layered session's trial instead: TARGET LAYER UPPER WORK
+// OPTIONS follow, as in SessionOverlay.
+const SessionOverlayTrialArg = "overlay"
+
 // sessionUserAttr sets sys up to start a child in a user namespace of its
 // own mapping u's ids to this namespace's 0, with sessionUserCaps.
 func sessionUserAttr(u *SessionUser, sys *syscall.SysProcAttr) {
@@ -97,8 +102,10 @@ func SessionUserTrial(args []string) int {
 		err = sessionUserTrialMount()
 	case len(args) == 2:
 		err = sessionUserTrialSpawn(args)
+	case len(args) == 6 && args[0] == SessionOverlayTrialArg:
+		err = sessionOverlayTrial(&SessionOverlay{Target: args[1], Layer: args[2], Upper: args[3], Work: args[4], Options: args[5]})
 	default:
-		err = errors.New("usage: " + SessionUserTrialCommand + " UID GID")
+		err = errors.New("usage: " + SessionUserTrialCommand + " UID GID | " + SessionOverlayTrialArg + " TARGET LAYER UPPER WORK OPTIONS")
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "aleph-sandbox: %s: %v\n", SessionUserTrialCommand, err)
@@ -146,6 +153,29 @@ func sessionUserTrialMount() error {
 		return fmt.Errorf("a mount in the child's namespace: %w", err)
 	}
 	return dropCapabilities()
+}
+
+// sessionOverlayTrial is what a layered session's supervisor does first
+// (mountSessionOverlay, with the options the launcher passes it), run in a
+// trial sandbox built with the supervisor's flags, then a write and a
+// removal through the overlay (a copy-up and a whiteout, both made with
+// the mounter's credentials in the user namespace). A kernel that refuses
+// userxattr overlays in a user namespace, or an LSM that refuses the
+// mount, fails it here, at probe time, and not in a session's build.
+func sessionOverlayTrial(o *SessionOverlay) error {
+	if err := mountSessionOverlay(o); err != nil {
+		return err
+	}
+	if err := os.WriteFile(o.Target+"/written", []byte("ok\n"), 0o600); err != nil {
+		return fmt.Errorf("a write through the overlay: %w", err)
+	}
+	if err := os.Remove(o.Target + "/lower"); err != nil {
+		return fmt.Errorf("a removal through the overlay (a whiteout): %w", err)
+	}
+	if _, err := os.Lstat(o.Target + "/lower"); !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("the removed file is still there: %v", err)
+	}
+	return nil
 }
 
 // mountSessionOverlay mounts a layered session's overlay at the workspace
