@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"connectrpc.com/connect"
 
@@ -199,6 +200,12 @@ func remoteError(t hostTarget, err error) error {
 		// crypto/tls reports the server's alert (a client certificate
 		// missing or of another CA) as a net.OpError "remote error".
 		return fmt.Errorf("tls: the server refused the handshake (a server with [serve.tls] client_ca wants a client certificate it signed: --cert-file, --key-file): %w", err)
+	case errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET):
+		// With TLS 1.3 the client's side of the handshake ends before
+		// the server has judged its certificate: a server that wants one
+		// sends its alert and closes, and the request written meanwhile
+		// can meet the closed connection before the alert is read.
+		return fmt.Errorf("tls: the server closed the connection right after the handshake, as a server with [serve.tls] client_ca does when it refused the handshake for want of a client certificate it signed (--cert-file, --key-file): %w", err)
 	case connect.CodeOf(err) == connect.CodeUnauthenticated:
 		return fmt.Errorf("%w (the token is $%s, one of the server's [serve] tokens_file)", err, tokenEnv)
 	}
