@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -300,7 +301,14 @@ func probeStatusFields() []string {
 // probeKeyMaterial is what the key hashes; an error says why the cache is
 // not to be used here at all.
 func (d *Driver) probeKeyMaterial(bwrapPath string) ([]byte, error) {
-	status, err := os.ReadFile("/proc/self/status")
+	// This thread's status, not the main thread's (/proc/self): a
+	// Landlock-tier command's notifier drops the effective capabilities
+	// of the thread it runs on, which ends with it, except the main
+	// thread, which Go keeps (idle) with the drop: read there, the key
+	// would change and the probe run again for nothing.
+	runtime.LockOSThread()
+	status, err := os.ReadFile("/proc/thread-self/status")
+	runtime.UnlockOSThread()
 	if err != nil {
 		return nil, fmt.Errorf("probe cache off: %w", err)
 	}

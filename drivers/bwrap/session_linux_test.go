@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -818,7 +819,13 @@ func TestSessionCapabilitiesPassed(t *testing.T) {
 		return m
 	}
 	zero := func(v string) bool { return v != "" && strings.Trim(v, "0") == "" }
-	own, err := os.ReadFile("/proc/self/status")
+	// This thread's, not /proc/self's (the main thread's): a Landlock-tier
+	// command's notifier drops its thread's effective capabilities and
+	// ends with the thread, and on the main thread, which Go never ends,
+	// the drop stays (the thread then runs nothing).
+	runtime.LockOSThread()
+	own, err := os.ReadFile("/proc/thread-self/status")
+	runtime.UnlockOSThread()
 	if err != nil {
 		t.Fatal(err)
 	}
