@@ -186,13 +186,16 @@ func (d *Driver) protect(p launchPlan) (*protection, func(), error) {
 				}
 				locks = append(locks, held{t.path, f, nil})
 				pr.missing = append(pr.missing, t.path)
-			case protectjournal.LooksLikePlaceholder(&st) && (d.journal.InFlux(dir, t.path) || !protectjournal.StillSame(t.path, &st)):
+			case protectjournal.LooksLikePlaceholder(&st) && (attempt == 0 || d.journal.InFlux(dir, t.path) || !protectjournal.StillSame(t.path, &st)):
 				// No record, but another live process's intent names it:
-				// a placeholder being made (not recorded yet) or removed
-				// (its record already an intent), or it changed while the
-				// intents were read (its remover done with both). Bound
-				// read-only as a user's file it would hold no lock, and
-				// its removal would detach this sandbox's mount.
+				// a placeholder being made (linked, not recorded yet) or
+				// removed (its record already an intent), or it changed
+				// while the intents were read (its remover done with
+				// both). Bound read-only as a user's file it would hold no
+				// lock, and its removal would detach this sandbox's mount.
+				// Looked at once more in any case: a recovery checking a
+				// record may have its name aside for a moment
+				// (protectjournal's dropRecord).
 				continue
 			default:
 				pr.existing = append(pr.existing, t.path)

@@ -14,12 +14,15 @@
 //     the paths of every placeholder one command makes, NUL-separated) into
 //     its state directory, named after the driver process (pid and start
 //     time). It creates the file unnamed in its directory (O_TMPFILE),
-//     takes a shared flock on it, records it as "ph-<dev>-<ino>" (holding
-//     the path, or the paths of the command's intent, NUL-separated: see
-//     Batch), and only then links it at the path (never replacing what is
-//     there), so nobody sees it there unlocked or unrecorded (where the
-//     file system has no O_TMPFILE: O_EXCL at the path, looked at again
-//     once locked). It drops the intent once all of them are recorded. A
+//     takes a shared flock on it, links it at the path (never replacing
+//     what is there), so nobody sees it there unlocked, and then records
+//     it as "ph-<dev>-<ino>" (holding the path, or the paths of the
+//     command's intent, NUL-separated: see Batch); where the file system
+//     has no O_TMPFILE: O_EXCL at the path, looked at again once locked.
+//     It drops the intent once all of them are recorded: until then a
+//     linked placeholder without a record is its maker's, and others wait
+//     for it (InFlux). A record names a placeholder that is at one of
+//     its paths, and recovery drops one that names none (dropRecord). A
 //     file is a placeholder only if such a record names its inode and
 //     lists its path: a user's own empty .envrc is never one.
 //   - Every command that uses a placeholder, of this driver process or
@@ -172,16 +175,20 @@ func (j *Journal) Create(dir, path string, batch *Batch) (*os.File, *unix.Stat_t
 var errNoTmpfile = errors.New("no O_TMPFILE here")
 
 // createHidden makes the placeholder unnamed in its directory (O_TMPFILE),
-// locks, sets its mode and records it, and only then links it at path: it
-// never shows at its path unlocked or unrecorded. Recovery removes an
+// locks it and sets its mode, and only then links it at path; then it
+// records it. It never shows at its path unlocked: recovery removes an
 // empty read-only file that nobody holds and no record names (what a
-// killed driver's intent names, removeUnrecorded), and a recorded one
-// nobody holds (Remove): a placeholder visible for a moment before its
-// lock or record could be removed by a dead driver's janitor under its
-// maker, whose sandbox then finds its protected entry gone.
+// killed driver's intent names, removeUnrecorded), so a placeholder
+// visible for a moment before its lock could be removed by a dead
+// driver's janitor under its maker, whose sandbox then finds its
+// protected entry gone.
 //
-// A maker that dies before the link leaves a record naming path with an
-// inode that is not there: recovery drops such a record.
+// It is recorded after the link, not before: a record is written only
+// for a placeholder at one of its paths. Recovery drops a record whose
+// inode is at none of them (dropRecord), and one written ahead of the link
+// looked dropped for that moment. Linked but not yet recorded, it is
+// locked (no recovery removes it) and named by its maker's live intent
+// (another command waits for it: InFlux).
 func createHidden(dir, path string, batch *Batch) (*os.File, *unix.Stat_t, error) {
 	// O_RDWR: O_TMPFILE needs write access; the descriptor stays in this
 	// process (close-on-exec) and is only ever locked, never written.
@@ -194,41 +201,33 @@ func createHidden(dir, path string, batch *Batch) (*os.File, *unix.Stat_t, error
 	}
 	f := os.NewFile(uintptr(fd), path)
 	st, err := lockPlaceholder(fd)
-	rec := ""
-	if err == nil {
-		rec = filepath.Join(dir, RecordName(st))
-		err = record(rec, path, batch)
-	}
 	if err != nil {
 		f.Close()
-		return nil, nil, fmt.Errorf("bwrap driver: record placeholder %s: %w", path, err)
+		return nil, nil, fmt.Errorf("bwrap driver: lock placeholder %s: %w", path, err)
 	}
 	// Linked through /proc (linkat's AT_EMPTY_PATH would need
 	// CAP_DAC_READ_SEARCH); linkat never replaces what is there.
 	err = unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
-	if err == nil {
-		return f, st, nil
-	}
-	f.Close()
-	unrecord(rec, batch)
-	if errors.Is(err, unix.EEXIST) {
+	switch {
+	case errors.Is(err, unix.EEXIST):
+		f.Close()
 		return nil, nil, os.ErrExist
-	}
-	if errors.Is(err, unix.ENOENT) {
+	case errors.Is(err, unix.ENOENT):
 		// No /proc in this process's view: make it in place.
+		f.Close()
 		return nil, nil, errNoTmpfile
+	case err != nil:
+		f.Close()
+		return nil, nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
 	}
-	return nil, nil, fmt.Errorf("bwrap driver: create placeholder for protected %s: %w", path, err)
-}
-
-// unrecord drops the record rec of a placeholder that was not made (a
-// name of the batch's record, or the batch's first: the next one is then
-// written in full).
-func unrecord(rec string, batch *Batch) {
-	_ = os.Remove(rec)
-	if batch != nil && batch.first == rec {
-		batch.first = ""
+	if err := record(filepath.Join(dir, RecordName(st)), path, batch); err != nil {
+		// Unrecorded, nobody else took it for a placeholder, so nobody
+		// binds it: it goes at once.
+		_ = os.Remove(path)
+		f.Close()
+		return nil, nil, fmt.Errorf("bwrap driver: record placeholder %s: %w", path, err)
 	}
+	return f, st, nil
 }
 
 // lockPlaceholder takes the shared lock on a new placeholder's descriptor
@@ -496,66 +495,80 @@ func (j *Journal) recoverPass(dir string) (held bool) {
 	for _, e := range ents {
 		name := e.Name()
 		rec := filepath.Join(dir, name)
-		b, err := os.ReadFile(rec)
+		b, recIno, done, err := readRecord(rec)
 		if err != nil {
 			continue
 		}
-		if len(b) == 0 && strings.HasPrefix(name, "ph-") {
-			// Its writer died between creating and writing it (it is
-			// written a moment after it is created, so only an old one
-			// is taken for dead), or is writing it now.
-			if recordState(rec) == recordDead {
-				_ = os.Remove(rec)
-			}
-			continue
+		if j.recoverEntry(dir, name, b, recIno) {
+			held = true
 		}
-		if len(b) > 0 && !filepath.IsAbs(string(b)) {
-			continue
-		}
-		path := string(b)
-		switch {
-		case strings.HasPrefix(name, "ph-"):
-			// The listed path whose inode the record is named after (one
-			// path, or a batch's).
-			path = ""
-			for _, p := range strings.Split(string(b), "\x00") {
-				var st unix.Stat_t
-				if filepath.IsAbs(p) && unix.Lstat(p, &st) == nil && RecordName(&st) == name {
-					path = p
-					break
-				}
-			}
-			if path == "" {
-				// The placeholder is gone (or the names hold other files):
-				// nothing is mounted on it any more.
-				_ = os.Remove(rec)
-				continue
-			}
-			if Remove(dir, path, nil, j.TombName(dir)) {
-				held = true
-			}
-		case strings.HasPrefix(name, "intent-"):
-			pid, start, rest, ok := ownertag.Parse(strings.TrimPrefix(name, "intent-"))
-			if !ok || !ownertag.Gone(pid, start, rest) {
-				continue
-			}
-			// Its creator died between the intent and the records: each
-			// file, if made, may be an unrecorded placeholder. Only an
-			// empty read-only regular file nobody holds is taken for one.
-			// An empty intent (its creator died before writing it) names
-			// nothing and goes.
-			later := false
-			for _, path := range strings.Split(path, "\x00") {
-				if filepath.IsAbs(path) && removeUnrecorded(dir, path) {
-					later = true
-				}
-			}
-			if !later {
-				_ = os.Remove(rec)
-			}
-		}
+		done()
 	}
 	return held
+}
+
+// recoverEntry is recoverPass on the entry name of dir, read as b (its
+// inode recIno, held open by the caller); held: a recorded placeholder
+// still held.
+func (j *Journal) recoverEntry(dir, name string, b []byte, recIno uint64) (held bool) {
+	rec := filepath.Join(dir, name)
+	if len(b) == 0 && strings.HasPrefix(name, "ph-") {
+		// Its writer died between creating and writing it (it is
+		// written a moment after it is created, so only an old one
+		// is taken for dead), or is writing it now.
+		if recordState(rec) == recordDead {
+			j.dropRecord(dir, name, recIno)
+		}
+		return false
+	}
+	if len(b) > 0 && !filepath.IsAbs(string(b)) {
+		return false
+	}
+	switch {
+	case strings.HasPrefix(name, "ph-"):
+		// The listed path whose inode the record is named after (one
+		// path, or a batch's).
+		paths := strings.Split(string(b), "\x00")
+		path := recordedAt(name, paths)
+		switch {
+		case path != "":
+			return Remove(dir, path, nil, j.TombName(dir))
+		case !intentNames(dir, "", paths):
+			// The placeholder is gone (or the names hold other files):
+			// nothing is mounted on it any more. Unless a live process's
+			// intent names it: its maker, recording it, or its remover
+			// (the record became its intent).
+			j.dropRecord(dir, name, recIno)
+		}
+	case strings.HasPrefix(name, "drop-"):
+		// A recovery that died with a record moved aside (dropRecord):
+		// it goes back under its name, where the next pass judges it as
+		// any record.
+		pid, start, rest, ok := ownertag.Parse(strings.TrimPrefix(name, "drop-"))
+		if orig := asideName(name); ok && orig != "" && ownertag.Gone(pid, start, rest) {
+			putBack(rec, filepath.Join(dir, orig))
+		}
+	case strings.HasPrefix(name, "intent-"):
+		pid, start, rest, ok := ownertag.Parse(strings.TrimPrefix(name, "intent-"))
+		if !ok || !ownertag.Gone(pid, start, rest) {
+			return false
+		}
+		// Its creator died between the intent and the records: each
+		// file, if made, may be an unrecorded placeholder. Only an
+		// empty read-only regular file nobody holds is taken for one.
+		// An empty intent (its creator died before writing it) names
+		// nothing and goes.
+		later := false
+		for _, path := range strings.Split(string(b), "\x00") {
+			if filepath.IsAbs(path) && removeUnrecorded(dir, path) {
+				later = true
+			}
+		}
+		if !later {
+			_ = os.Remove(rec)
+		}
+	}
+	return false
 }
 
 // LockShared takes a shared flock on path and checks the lock is on what
@@ -586,17 +599,113 @@ func LooksLikePlaceholder(st *unix.Stat_t) bool {
 	return st.Mode&unix.S_IFMT == unix.S_IFREG && st.Size == 0 && st.Mode&0o7777 == PlaceholderPerm
 }
 
+// readRecord reads the record file rec and returns its inode number too
+// (dropRecord), and a release that closes it: held open, its inode number
+// cannot go to a new file meanwhile.
+func readRecord(rec string) ([]byte, uint64, func(), error) {
+	f, err := os.Open(rec)
+	if err != nil {
+		return nil, 0, nil, err
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		f.Close()
+		return nil, 0, nil, err
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		f.Close()
+		return nil, 0, nil, err
+	}
+	return b, st.Ino, func() { f.Close() }, nil
+}
+
+// dropRecord removes the record named name whose file recovery read
+// (inode ino) and found naming no placeholder. The name may name another
+// file by now: a record is named after its placeholder's inode, and once
+// that placeholder is removed its inode number may go to a new one at
+// once, whose record gets the same name. Removing by name after the look
+// could remove the new placeholder's record, which nothing would then
+// recognise: another command would bind it as a user's file, without a
+// lock, and lose it when its maker removes it. So the name is first moved
+// aside, and put back unless it still was the file read (never replacing:
+// while its placeholder lives nobody else writes that name). The caller
+// holds the file read open, so no new record can have its inode number.
+func (j *Journal) dropRecord(dir, name string, ino uint64) {
+	rec := filepath.Join(dir, name)
+	var now unix.Stat_t
+	if unix.Lstat(rec, &now) != nil || now.Ino != ino {
+		// Gone or another file already (the usual case: the record was
+		// read just before its placeholder's remover moved it): nothing
+		// to drop, and nothing moved aside for a moment.
+		return
+	}
+	aside := filepath.Join(dir, "drop-"+j.owner+"-"+strconv.FormatUint(j.seq.Add(1), 10)+"-"+name)
+	if os.Rename(rec, aside) != nil {
+		return
+	}
+	var st unix.Stat_t
+	if unix.Lstat(aside, &st) == nil && st.Ino != ino {
+		putBack(aside, rec)
+		return
+	}
+	_ = os.Remove(aside)
+}
+
+// putBack renames the record moved aside back to its name rec, never
+// replacing one written there since (then the one aside is dead: only the
+// maker of the placeholder whose inode rec names writes rec).
+func putBack(aside, rec string) {
+	err := unix.Renameat2(unix.AT_FDCWD, aside, unix.AT_FDCWD, rec, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		// No RENAME_NOREPLACE on this file system: look, then rename.
+		if _, lerr := os.Lstat(rec); errors.Is(lerr, os.ErrNotExist) {
+			err = os.Rename(aside, rec)
+		}
+	}
+	if err != nil {
+		_ = os.Remove(aside)
+	}
+}
+
+// asideName is the record name a "drop-<owner>-<n>-<record>" name keeps
+// (dropRecord), or "".
+func asideName(name string) string {
+	if _, rest, ok := strings.Cut(name, "-ph-"); ok {
+		return "ph-" + rest
+	}
+	return ""
+}
+
+// recordedAt is the one of paths, the paths a placeholder record lists,
+// that holds the inode the record (named name) is named after, or "".
+func recordedAt(name string, paths []string) string {
+	for _, p := range paths {
+		var st unix.Stat_t
+		if filepath.IsAbs(p) && unix.Lstat(p, &st) == nil && RecordName(&st) == name {
+			return p
+		}
+	}
+	return ""
+}
+
 // InFlux reports whether an intent of another live process names
 // path (this process's own are serialized with its placeholder set-up by
 // the caller). Read only for an unrecorded file that looks like a placeholder.
 func (j *Journal) InFlux(dir, path string) bool {
+	return intentNames(dir, j.owner, []string{path})
+}
+
+// intentNames reports whether an intent of a live process, other than
+// the one tagged skip ("": any), names one of paths.
+func intentNames(dir, skip string, paths []string) bool {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return false
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if !strings.HasPrefix(name, "intent-") || strings.HasPrefix(name, "intent-"+j.owner+"-") {
+		if !strings.HasPrefix(name, "intent-") || skip != "" && strings.HasPrefix(name, "intent-"+skip+"-") {
 			continue
 		}
 		pid, start, rest, ok := ownertag.Parse(strings.TrimPrefix(name, "intent-"))
@@ -608,8 +717,10 @@ func (j *Journal) InFlux(dir, path string) bool {
 			continue
 		}
 		for _, p := range strings.Split(string(b), "\x00") {
-			if p == path {
-				return true
+			for _, q := range paths {
+				if p == q {
+					return true
+				}
 			}
 		}
 	}

@@ -156,6 +156,92 @@ func createRace(t *testing.T, j *Journal, create func(dir, path string) (*os.Fil
 	}
 }
 
+// TestRecoveryKeepsTheRecordOfAPlaceholderNotLinkedYet: another driver
+// process's recovery, running beside a command's placeholder set-up, never
+// leaves a new placeholder without its record. It drops a record whose
+// inode is at none of its paths; two ways that hit a live placeholder's:
+// a placeholder recorded before it was linked (its record looked dead for
+// that moment), and a record read just before its placeholder was removed,
+// dropped by name after a new placeholder got the freed inode number and
+// so the same record name. Unrecognised, a placeholder was bound by a
+// second command as a user's file, holding no lock, and that sandbox lost
+// it when its maker removed it ("protected .continue: no such file or
+// directory" at a hand-over, under serve's load). The control: a record
+// of a placeholder never linked, that no live intent names, is dropped.
+func TestRecoveryKeepsTheRecordOfAPlaceholderNotLinkedYet(t *testing.T) {
+	state := t.TempDir()
+	maker := New(state, ownertag.Self(), hclog.NewNullLogger())
+	// Another driver process: its tag is another live process's (the
+	// parent's), so intents of the maker are another's to it.
+	pst, err := ownertag.StartTime(os.Getppid())
+	if err != nil {
+		t.Skipf("cannot read the parent's start time: %v", err)
+	}
+	other := New(state, fmt.Sprintf("%d-%d", os.Getppid(), pst), hclog.NewNullLogger())
+	dir, err := maker.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), ".continue")
+	stop := make(chan struct{})
+	passes := make(chan int)
+	go func() {
+		n := 0
+		for {
+			select {
+			case <-stop:
+				passes <- n
+				return
+			default:
+			}
+			other.recoverPass(dir)
+			n++
+		}
+	}()
+	const rounds = 2000
+	unrecorded := 0
+	for i := 0; i < rounds; i++ {
+		f, st, err := maker.Create(dir, path, nil)
+		if errors.Is(err, os.ErrExist) {
+			continue
+		}
+		if err != nil {
+			close(stop)
+			<-passes
+			t.Fatal(err)
+		}
+		var now unix.Stat_t
+		if unix.Lstat(path, &now) == nil && !IsPlaceholder(dir, path, &now) {
+			unrecorded++
+		}
+		RemoveHeld(dir, path, f, st, maker.TombName(dir))
+	}
+	close(stop)
+	n := <-passes
+	if unrecorded > 0 {
+		t.Errorf("%d of %d new placeholders lost their record to another process's recovery (%d passes)", unrecorded, rounds, n)
+	}
+	// Control: the record of a placeholder never linked, whose maker's
+	// intent is gone, is dropped by the same recovery pass.
+	fd, err := unix.Open(filepath.Dir(path), unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, PlaceholderPerm)
+	if err != nil {
+		t.Skipf("no O_TMPFILE here, so nothing is recorded before it is linked: %v", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	rec := filepath.Join(dir, RecordName(&st))
+	if err := os.WriteFile(rec, []byte(path), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	unix.Close(fd)
+	other.recoverPass(dir)
+	if _, err := os.Lstat(rec); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("control: the record of a placeholder never linked, named by no intent, was kept: %v", err)
+	}
+}
+
 // TestPlaceholderBatch: the placeholders of one intent share one record
 // file (the later records are links to the first), each recognised at its
 // own path only; removing one leaves the other's record, and recovery
