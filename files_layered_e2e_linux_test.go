@@ -274,11 +274,12 @@ func TestLayerDiskLimit(t *testing.T) {
 
 // TestFilesAPILayeredUnprivileged: as an unprivileged user the session's
 // overlay is mounted by its sandbox's supervisor in the sandbox's user
-// namespace, where the host cannot reach it: the files API on the session
-// is refused, typed (core.LayeredUnavailableError, saying why), and never
-// served from the host's directory or the upper layer. Control: the
-// command ran and wrote its layer (changes lists its file); the host's
-// directory is untouched.
+// namespace; while that sandbox lives the files API reaches the overlay
+// through the root the supervisor opened and sent to the driver: it reads
+// what the session's commands wrote, its write is seen by the session's
+// next command and listed by changes, and the host's directory is
+// untouched (never served from it or from the upper layer). Control: the
+// command ran and wrote its layer (changes lists its file).
 func TestFilesAPILayeredUnprivileged(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("root: the host mounts its own view (TestFilesAPILayeredView); the unprivileged pass runs this one")
@@ -312,15 +313,32 @@ func TestFilesAPILayeredUnprivileged(t *testing.T) {
 	if kinds["made.txt"] != layer.KindAdded || kinds["host.txt"] != layer.KindModified || len(kinds) != 2 {
 		t.Fatalf("control: changes %v", kinds)
 	}
-	for _, p := range []string{"host.txt", "made.txt"} {
+	// The session's sandbox lives (its idle limit has not passed): the
+	// files API reaches its overlay through the root the supervisor
+	// opened, and sees what the session's commands see.
+	for p, want := range map[string]string{"host.txt": "session\n", "made.txt": "made\n"} {
 		b, err := rt.ReadFile(ctx, S, p)
-		var u *core.LayeredUnavailableError
-		if !errors.As(err, &u) || !strings.Contains(u.Reason, "user namespace") {
-			t.Errorf("files API read of %s: %q %v, want a LayeredUnavailableError naming the user namespace", p, b, err)
+		if err != nil || string(b) != want {
+			t.Errorf("files API read of %s: %q %v, want %q (the session's view)", p, b, err, want)
 		}
 	}
-	if _, err := rt.WriteFile(ctx, S, "api.txt", strings.NewReader("x\n"), wsfs.WriteOptions{}); !errors.As(err, new(*core.LayeredUnavailableError)) {
-		t.Errorf("files API write: %v, want a LayeredUnavailableError", err)
+	if _, err := rt.WriteFile(ctx, S, "api.txt", strings.NewReader("x\n"), wsfs.WriteOptions{}); err != nil {
+		t.Fatalf("files API write: %v", err)
+	}
+	out, err = rt.Execute(ctx, core.Command{SessionID: S, Workspace: ws, Layered: true, Program: "/bin/cat", Args: []string{"api.txt"}})
+	if err != nil || out.Exit.ExitCode != 0 || string(out.Stdout) != "x\n" {
+		t.Errorf("the session's next command reads the files API's write: %q %v %+v", out.Stdout, err, out.Exit)
+	}
+	chs, err = rt.Changes(ctx, S)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds = map[string]string{}
+	for _, c := range chs {
+		kinds[c.Path] = c.Kind
+	}
+	if kinds["api.txt"] != layer.KindAdded || len(kinds) != 3 {
+		t.Errorf("changes after the files API's write: %v", kinds)
 	}
 	if b, _ := os.ReadFile(filepath.Join(ws, "host.txt")); string(b) != "host\n" {
 		t.Errorf("host host.txt: %q", b)

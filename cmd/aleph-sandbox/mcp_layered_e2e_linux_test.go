@@ -19,15 +19,13 @@ import (
 )
 
 // TestMCPLayeredEndToEnd drives the real `aleph-sandbox mcp --workspace`
-// binary over a pipe with the SDK's client, as root (layered sessions need
-// session sandboxes): a layered run_command writes a file; changes and
+// binary over a pipe with the SDK's client, as root and (in the
+// unprivileged pass) as an unprivileged user, whose session sandbox's
+// supervisor mounts the overlay: a layered run_command writes a file; changes and
 // diff list it and the host's file is untouched; apply declined by the
 // user is refused, names the CLI command, and leaves the host untouched;
 // accepted, it writes the host's file.
 func TestMCPLayeredEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("run as root only; the unprivileged pass covers layered sessions with TestLayeredEndToEnd (the one-shot CLI with session_sandbox = \"always\")")
-	}
 	h := newEscapeHarness(t)
 	ws := t.TempDir()
 	ans := &elicitAnswers{}
@@ -47,9 +45,6 @@ func TestMCPLayeredEndToEnd(t *testing.T) {
 // TestMCPLayeredOnHostEndToEnd is the same scenario with `mcp --host`: the
 // layered tools then go through the Go client to a real serve.
 func TestMCPLayeredOnHostEndToEnd(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("run as root only; the unprivileged pass covers layered sessions with TestLayeredEndToEnd (the one-shot CLI with session_sandbox = \"always\")")
-	}
 	h := newServeHarness(t)
 	sock := filepath.Join(t.TempDir(), "run", "s.sock")
 	h.start(t, sock, "")

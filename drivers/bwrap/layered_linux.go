@@ -62,11 +62,13 @@ import (
 // workspace, unmounts the layer's directory and drops CAP_DAC_OVERRIDE
 // before it starts any command (sandboxinit's mountSessionOverlay says
 // why that is safe). The driver takes the same locks as when it mounts
-// itself, for the sandbox's life. The host has no view of such an
-// overlay (LayeredView answers none; the files API refuses the session,
-// typed): it lives in the sandbox's mount namespace only, and reaching it
-// through the supervisor's root would be a path the session's commands
-// shape.
+// itself, for the sandbox's life (the views lock until the supervisor has
+// mounted). The host's view of such an overlay (LayeredView) is its root
+// as the supervisor opened it right after the mount, before any command
+// existed, and sent with its readiness on the lifeline: the same overlay
+// the commands see, reached by a descriptor, never by a path in the
+// sandbox's mount namespace (through the supervisor's root it would be a
+// path the session's commands shape).
 
 // overlayOptions must match core/layer.MountSpec.Options (without
 // userxattr when this driver mounts in the initial user namespace; with
@@ -186,6 +188,39 @@ type mountedLayer struct {
 	// never keeps the overlay alive past its sandbox on the driver's side.
 	view     *os.File
 	dev, ino uint64
+
+	// mounting holds the views lock exclusively while the session
+	// supervisor mounts the overlay (an unprivileged driver's layer,
+	// mounted in the sandbox's user namespace): from mountLayer until the
+	// supervisor reports the mount done (mounted) or the build fails
+	// (release). As for the driver's own mount, no overlay of the upper is
+	// open on the host while a new one is mounted.
+	mounting *os.File
+}
+
+// mounted takes what the session supervisor sent with its readiness: the
+// root of the overlay it mounted in the sandbox's namespace, as the
+// session's view for the host (LayeredView), the same overlay the
+// session's commands see. It ends the views lock taken for the mount. A
+// descriptor that is not an overlay's directory is not kept (the host then
+// has no view: the files API refuses the session, typed).
+func (m *mountedLayer) mounted(fds []int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, fd := range fds {
+		var st unix.Stat_t
+		var sf unix.Statfs_t
+		if m.view == nil && m.point == "" && unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR &&
+			unix.Fstatfs(fd, &sf) == nil && sf.Type == unix.OVERLAYFS_SUPER_MAGIC {
+			m.view, m.dev, m.ino = os.NewFile(uintptr(fd), "session-overlay"), uint64(st.Dev), st.Ino //nolint:unconvert // Dev's width differs across architectures
+			continue
+		}
+		unix.Close(fd)
+	}
+	if m.mounting != nil {
+		m.mounting.Close()
+		m.mounting = nil
+	}
 }
 
 // mountLayer takes the layer's lock (shared) and mounts its overlay over
@@ -227,15 +262,17 @@ func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ 
 	if err != nil {
 		return nil, fmt.Errorf("bwrap driver: layered workspace: work: %w", err)
 	}
-	defer views.Close()
 	if err := unix.Flock(int(views.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		views.Close()
 		return nil, layeredRefusal(fmt.Sprintf("the host still has the layer's previous overlay open (a files-API operation begun before the session's sandbox ended); overlayfs forbids two overlays sharing an upper, so the command was not run: run it again once that operation has ended (%v)", err))
 	}
 	if d.layerInNamespace() {
 		// The session supervisor mounts it (the design above); the locks
-		// are held for the sandbox's life all the same.
-		return &mountedLayer{lock: lock, upper: upper}, nil
+		// are held for the sandbox's life all the same, and the views
+		// lock until the supervisor has mounted it (mounted).
+		return &mountedLayer{lock: lock, upper: upper, mounting: views}, nil
 	}
+	defer views.Close()
 	point, err := os.MkdirTemp(d.layerMountParent(), "layer-")
 	if err != nil {
 		return nil, fmt.Errorf("bwrap driver: layered workspace: mount point: %w", err)
@@ -298,6 +335,10 @@ func (m *mountedLayer) release() {
 	if m.view != nil {
 		m.view.Close()
 		m.view = nil
+	}
+	if m.mounting != nil {
+		m.mounting.Close()
+		m.mounting = nil
 	}
 	m.mu.Unlock()
 	if m.lock != nil {

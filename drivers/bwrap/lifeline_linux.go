@@ -310,3 +310,19 @@ func (l *lifeline) awaitStatus(stop <-chan struct{}) (st sandboxinit.Status, ok 
 		}
 	}
 }
+
+// receivedFDs are the descriptors of every SCM_RIGHTS message in oob (a
+// recvmsg's control data), none if it holds none or cannot be parsed.
+func receivedFDs(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if got, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, got...)
+		}
+	}
+	return fds
+}

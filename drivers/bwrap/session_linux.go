@@ -385,11 +385,21 @@ func (d *Driver) buildSession(ctx context.Context, key poolKey, plan launchPlan)
 // whose sandbox-init is a session supervisor (destroyed on error).
 func (d *Driver) sessionFromPrepared(key poolKey, sup *preparedSandbox, layer *mountedLayer) (*sessionSandbox, error) {
 	// The supervisor's started and prepared bytes: nothing else ever comes
-	// from it on this lifeline.
+	// from it on this lifeline. A layered session's supervisor that
+	// mounted the overlay itself sends its root with the prepared byte.
 	var b [2]byte
-	if n, _, err := unix.Recvfrom(sup.sb.life.local, b[:], unix.MSG_DONTWAIT); err != nil || n != 2 {
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(sup.sb.life.local, b[:], oob, unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+	fds := receivedFDs(oob[:max(oobn, 0)])
+	if err != nil || n != 2 {
+		closeFDs(fds)
 		sup.destroy()
 		return nil, fmt.Errorf("bwrap driver: session sandbox: read its readiness: %d bytes, %v", n, err)
+	}
+	if layer != nil {
+		layer.mounted(fds)
+	} else {
+		closeFDs(fds)
 	}
 	ss := &sessionSandbox{key: key, sup: sup, layer: layer, notify: sup.sb.notif != nil, dead: make(chan struct{})}
 	// One reader of bwrap's end: the watcher, which passes it on to

@@ -96,6 +96,18 @@ func ReportPrepared(fd int) error {
 	return nil
 }
 
+// reportPreparedWith is ReportPrepared with the descriptor fd on the byte
+// (SCM_RIGHTS), or without one when fd < 0.
+func reportPreparedWith(lifeline, fd int) error {
+	if fd < 0 {
+		return ReportPrepared(lifeline)
+	}
+	if err := unix.Sendmsg(lifeline, []byte{PreparedTag}, unix.UnixRights(fd), nil, unix.MSG_NOSIGNAL); err != nil {
+		return fmt.Errorf("lifeline fd %d: %w", lifeline, err)
+	}
+	return nil
+}
+
 // goTag wakes the waiting child: its command is in the shared mapping.
 const goTag = 'g'
 

@@ -65,12 +65,23 @@ func superviseSession(spec *InitSpec) (int, error) {
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return 0, fmt.Errorf("prctl(PR_SET_DUMPABLE): %w", err)
 	}
+	viewFD := -1
 	if spec.SessionOverlay != nil {
 		// Before passCapabilitiesAmbient and any child: the one step that
 		// needs CAP_DAC_OVERRIDE, which is dropped at its end.
 		if err := mountSessionOverlay(spec.SessionOverlay); err != nil {
 			return 0, err
 		}
+		fd, err := openSessionOverlayRoot(spec.SessionOverlay.Target)
+		if err != nil {
+			return 0, err
+		}
+		viewFD = fd
+		defer func() {
+			if viewFD >= 0 {
+				unix.Close(viewFD)
+			}
+		}()
 	}
 	if err := passCapabilitiesAmbient(); err != nil {
 		return 0, err
@@ -124,9 +135,14 @@ func superviseSession(spec *InitSpec) (int, error) {
 	signal.Notify(reap, unix.SIGCHLD)
 	go reapSession(reap)
 	// Nothing is done ahead here: the driver knows the supervisor is ready
-	// once this byte is on the lifeline.
-	if err := ReportPrepared(spec.LifelineFD); err != nil {
+	// once this byte is on the lifeline. A layered session's overlay root
+	// travels with it (SCM_RIGHTS), and goes from here before any child.
+	if err := reportPreparedWith(spec.LifelineFD, viewFD); err != nil {
 		return 0, err
+	}
+	if viewFD >= 0 {
+		unix.Close(viewFD)
+		viewFD = -1
 	}
 	want := 1
 	if spec.NotifyFD > 0 {

@@ -221,6 +221,26 @@ func mountSessionOverlay(o *SessionOverlay) error {
 	return dropDACOverride()
 }
 
+// openSessionOverlayRoot opens the root of the overlay just mounted at
+// target, for the launcher (the host's files API reaches the session's
+// view through it while the session sandbox lives: the driver's
+// LayeredView). Opened right after the mount, before any command exists,
+// so the path cannot have been shaped by a command; checked to be the
+// overlay's root, not the workspace below it. Close-on-exec: it is sent on
+// the lifeline and closed before any child is started.
+func openSessionOverlayRoot(target string) (int, error) {
+	fd, err := unix.Open(target, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("open the session's overlay at %s: %w", target, err)
+	}
+	var sf unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sf); err != nil || sf.Type != unix.OVERLAYFS_SUPER_MAGIC {
+		unix.Close(fd)
+		return -1, fmt.Errorf("the session's overlay at %s is not an overlay once mounted (statfs: %v)", target, err)
+	}
+	return fd, nil
+}
+
 // dropDACOverride removes CAP_DAC_OVERRIDE from every thread's effective,
 // permitted and inheritable sets and from the bounding set, and checks it
 // is gone from this thread's.
