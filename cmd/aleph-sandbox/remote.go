@@ -12,7 +12,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -107,7 +109,36 @@ func (r *remoteFlags) pipeline(t hostTarget) (*hostclient.Pipeline, error) {
 
 // hostTarget is where a call goes: a unix socket (sock) or a TCP address
 // (tcp, HOST:PORT).
-type hostTarget struct{ sock, tcp string }
+type hostTarget struct {
+	sock, tcp string
+	// tls is the TLS set-up of the client made for a TCP target (client
+	// sets it), for remoteError's look at why a connection failed.
+	tls *tlsSetup
+}
+
+// tlsSetup holds the TLS configuration a TCP target's client dials with.
+type tlsSetup struct {
+	mu     sync.Mutex
+	config *tls.Config
+}
+
+func (s *tlsSetup) set(c *tls.Config) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.config = c
+}
+
+func (s *tlsSetup) get() *tls.Config {
+	if s == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.config
+}
 
 func (t hostTarget) String() string {
 	if t.tcp != "" {
@@ -124,7 +155,7 @@ func parseHostTarget(addr string) (hostTarget, error) {
 		if err != nil || host == "" || port == "" {
 			return hostTarget{}, &usageError{fmt.Sprintf("--host %q: want tcp:HOST:PORT (tcp:[::1]:7443 for IPv6)", addr)}
 		}
-		return hostTarget{tcp: rest}, nil
+		return hostTarget{tcp: rest, tls: &tlsSetup{}}, nil
 	}
 	sock, err := socketPath(addr)
 	if err != nil {
@@ -178,6 +209,7 @@ func (r *remoteFlags) client(t hostTarget, opts ...connect.ClientOption) (hostv1
 		}
 		opts = append(opts, connect.WithInterceptors(bearerToken(tok)))
 	}
+	t.tls.set(tc)
 	tr := &http.Transport{TLSClientConfig: tc, ForceAttemptHTTP2: true}
 	return hostv1connect.NewServiceClient(&http.Client{Transport: tr}, "https://"+t.tcp, opts...), nil
 }
@@ -208,8 +240,49 @@ func remoteError(t hostTarget, err error) error {
 		return fmt.Errorf("tls: the server closed the connection right after the handshake, as a server with [serve.tls] client_ca does when it refused the handshake for want of a client certificate it signed (--cert-file, --key-file): %w", err)
 	case connect.CodeOf(err) == connect.CodeUnauthenticated:
 		return fmt.Errorf("%w (the token is $%s, one of the server's [serve] tokens_file)", err, tokenEnv)
+	case connect.CodeOf(err) == connect.CodeUnavailable:
+		// The connection ended before the server answered, and the cause
+		// did not reach this error (HTTP/2 reports only that its
+		// connection "could not be established" when the server's alert
+		// ended its reads first). Without a client certificate, one more
+		// handshake tells whether the server refuses it.
+		if c := t.tls.get(); c != nil && len(c.Certificates) == 0 {
+			if alert := handshakeAlert(t.tcp, c, alertWait); alert != nil {
+				return fmt.Errorf("tls: the server refused the handshake (a server with [serve.tls] client_ca wants a client certificate it signed: --cert-file, --key-file): %w (%v)", err, alert)
+			}
+		}
 	}
 	return err
+}
+
+// alertWait bounds handshakeAlert's wait for the server's verdict.
+const alertWait = 2 * time.Second
+
+// handshakeAlert dials addr with c and returns the server's TLS alert if
+// it sends one within wait after the handshake (with TLS 1.3 a server
+// judges the client's certificate after the client's side of the
+// handshake ended, so its refusal comes as the first read), or nil.
+func handshakeAlert(addr string, c *tls.Config, wait time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	cfg := c.Clone()
+	cfg.NextProtos = []string{"h2"}
+	conn, err := (&tls.Dialer{Config: cfg}).DialContext(ctx, "tcp", addr)
+	var op *net.OpError
+	if err != nil {
+		if errors.As(err, &op) && op.Op == "remote error" {
+			return err
+		}
+		return nil
+	}
+	defer conn.Close()
+	deadline, _ := ctx.Deadline()
+	_ = conn.SetReadDeadline(deadline)
+	_, err = conn.Read(make([]byte, 1))
+	if errors.As(err, &op) && op.Op == "remote error" {
+		return err
+	}
+	return nil
 }
 
 // bearerToken sends "Authorization: Bearer T" with every call.

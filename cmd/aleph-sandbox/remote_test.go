@@ -1,12 +1,18 @@
 package main
 
 import (
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"syscall"
 	"testing"
+
+	"connectrpc.com/connect"
 )
 
 // TestRemoteErrorHints: a failed call to a TCP server says what it needs.
@@ -39,6 +45,42 @@ func TestRemoteErrorHints(t *testing.T) {
 			}
 			if !strings.Contains(got, tc.want) || !strings.Contains(got, "--cert-file") || !strings.Contains(got, tc.err.Error()) {
 				t.Fatalf("%q, want %q, the flags to pass and the cause", got, tc.want)
+			}
+		})
+	}
+}
+
+// TestRemoteErrorHintFromAHandshake: an HTTP/2 connection that a server
+// wanting a client certificate ends before it answered is reported by the
+// transport only as a connection that "could not be established" (the
+// alert's text is lost); one more handshake finds the server's alert and
+// the hint is given. Control: a server that wants no client certificate
+// gets no hint for the same error.
+func TestRemoteErrorHintFromAHandshake(t *testing.T) {
+	lost := connect.NewError(connect.CodeUnavailable, errors.New("http2: client conn could not be established"))
+	for _, tc := range []struct {
+		name       string
+		clientAuth tls.ClientAuthType
+		hint       bool
+	}{
+		{"server wants a client certificate", tls.RequireAndVerifyClientCert, true},
+		{"server wants none", tls.NoClientCert, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+			srv.EnableHTTP2 = true
+			srv.TLS = &tls.Config{ClientAuth: tc.clientAuth, ClientCAs: x509.NewCertPool()}
+			srv.StartTLS()
+			defer srv.Close()
+			setup := &tlsSetup{}
+			setup.set(srv.Client().Transport.(*http.Transport).TLSClientConfig)
+			target := hostTarget{tcp: srv.Listener.Addr().String(), tls: setup}
+			got := remoteError(target, lost)
+			if hinted := strings.Contains(got.Error(), "refused the handshake") && strings.Contains(got.Error(), "--cert-file"); hinted != tc.hint {
+				t.Fatalf("%q: hint %v, want %v", got, hinted, tc.hint)
+			}
+			if connect.CodeOf(got) != connect.CodeUnavailable {
+				t.Fatalf("%q: the code is lost", got)
 			}
 		})
 	}
