@@ -100,6 +100,11 @@ func fileError(err error) FileError {
 	fe := FileError{Error: err.Error(), ReasonCode: "file_failed"}
 	var we *wsfs.Error
 	switch {
+	case errors.As(err, new(*core.InvalidCommandError)):
+		// A session or a named workspace refused (its name, a workspace
+		// another session holds, one reaching the sandbox's own state):
+		// the caller's request, as the service's files API says it.
+		fe.ReasonCode = "invalid_request"
 	case core.LimitOf(err) != "":
 		fe.ReasonCode = string(core.ReasonResourceExhausted)
 	case errors.As(err, &we):
@@ -109,6 +114,13 @@ func fileError(err error) FileError {
 			fe.ReasonCode = "protected_entry"
 		case wsfs.CodeInvalid:
 			fe.ReasonCode = "invalid_request"
+		}
+	default:
+		// Core's other failures (a layered session's view unavailable, a
+		// closed runtime, a driver's failure) by core's reason codes, as
+		// run_command gives them.
+		if code, _ := core.FailureReason(err); code != "" {
+			fe.ReasonCode = string(code)
 		}
 	}
 	return fe
