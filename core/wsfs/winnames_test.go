@@ -21,51 +21,22 @@ func wantCode(t *testing.T, err error, code Code) *Error {
 	return fe
 }
 
+// TestWinNameProblem: the files API refuses what internal/winnames says
+// Windows reads as something else, on reads and writes alike, and an 8.3
+// short-name shape on writes and removes only (internal/winnames' own
+// test holds the whole table of names).
 func TestWinNameProblem(t *testing.T) {
 	for _, tc := range []struct {
 		name      string
 		read, mut bool // refused on a read; refused on a write or remove
 	}{
-		// Read as their text: allowed.
 		{"file.txt", false, false},
 		{".git", false, false}, // protected, which is another check
-		{"CON.d", true, true},  // a device name with an extension is one on older Windows
-		{"console", false, false},
-		{"COM10", false, false},
-		{"LPT", false, false},
-		{"a~b", false, false},
-		{"longname~1.txt", false, false}, // base over 8: not an 8.3 alias
-		{"x~1.text", false, false},       // extension over 3
-		{"~1", false, false},             // nothing before the ~
-		{"über", false, false},
-		// Stripped by Win32: another entry.
 		{".git.", true, true},
-		{".git ", true, true},
-		{"a...", true, true},
-		// Streams and stream types.
 		{".git::$INDEX_ALLOCATION", true, true},
-		{"f:stream", true, true},
-		// Not valid in a name.
-		{"a*b", true, true},
-		{"a?b", true, true},
-		{`a"b`, true, true},
-		{"a<b", true, true},
-		{"a|b", true, true},
-		{"a\x01b", true, true},
-		// Devices, in any case and with any extension.
-		{"CON", true, true},
-		{"nul", true, true},
 		{"nul.txt", true, true},
-		{"Aux ", true, true},
-		{"COM1", true, true},
-		{"lpt9.log", true, true},
-		{"COM¹", true, true},
-		{"CONIN$", true, true},
-		// 8.3 aliases: refused for writes and removes only.
 		{"GIT~1", false, true},
-		{"PROGRA~1", false, true},
 		{"SCRIPT~2.BAT", false, true},
-		{"a~12", false, true},
 	} {
 		if got := winNameProblem(tc.name, false) != ""; got != tc.read {
 			t.Errorf("%q on a read: refused = %v, want %v (%s)", tc.name, got, tc.read, winNameProblem(tc.name, false))

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/winnames"
 )
 
 // Windows paths are handled here by hand, not with path/filepath, so the
@@ -121,48 +122,9 @@ func (e *PathError) Error() string {
 	return fmt.Sprintf("%s %q: component %q %s", e.Field, e.Path, e.Component, e.Reason)
 }
 
-// reservedDevice reports whether a component names a DOS device (CON,
-// NUL, COM1, ...), which Win32 maps to the device whatever the directory
-// and whatever extension follows.
-func reservedDevice(c string) bool {
-	base := strings.ToUpper(c)
-	if i := strings.IndexByte(base, '.'); i >= 0 {
-		base = base[:i]
-	}
-	base = strings.TrimRight(base, " ")
-	switch base {
-	case "CON", "PRN", "AUX", "NUL", "CONIN$", "CONOUT$":
-		return true
-	}
-	if strings.HasPrefix(base, "COM") || strings.HasPrefix(base, "LPT") {
-		d := base[3:]
-		return len(d) == 1 && d[0] >= '0' && d[0] <= '9' || d == "¹" || d == "²" || d == "³"
-	}
-	return false
-}
-
 // IsShortNameAlias reports whether a component has the shape of an 8.3
-// alias: at most eight characters of base ending in ~ and digits, and an
-// extension of at most three (GIT~1, PROGRA~1, SCRIPT~2.BAT).
-func IsShortNameAlias(c string) bool {
-	base, ext := c, ""
-	if i := strings.LastIndexByte(c, '.'); i > 0 {
-		base, ext = c[:i], c[i+1:]
-	}
-	if len(base) > 8 || len(ext) > 3 {
-		return false
-	}
-	t := strings.LastIndexByte(base, '~')
-	if t < 1 || t == len(base)-1 {
-		return false
-	}
-	for _, r := range base[t+1:] {
-		if r < '0' || r > '9' {
-			return false
-		}
-	}
-	return true
-}
+// alias (winnames.IsShortName).
+func IsShortNameAlias(c string) bool { return winnames.IsShortName(c) }
 
 // checkComponent refuses what Win32 path parsing changes or reads
 // specially, so that the text compared here is the object opened there:
@@ -176,24 +138,10 @@ func IsShortNameAlias(c string) bool {
 // The class is the one of BatBadBut (CVE-2024-24576): checks on the
 // string miss what the OS does with it.
 func checkComponent(c string) string {
-	switch {
-	case c == "":
+	if c == "" {
 		return ""
-	case strings.HasSuffix(c, ".") || strings.HasSuffix(c, " "):
-		return "ends in a dot or a space, which Windows strips (so it names another file)"
-	case strings.ContainsRune(c, ':'):
-		return "contains ':', which names an alternate data stream or stream type"
-	case strings.ContainsAny(c, `<>"|?*`):
-		return "contains a wildcard or a character not valid in a Windows file name"
-	case reservedDevice(c):
-		return "is a DOS device name"
 	}
-	for _, r := range c {
-		if r < 0x20 {
-			return "contains a control character"
-		}
-	}
-	return ""
+	return winnames.Problem(c)
 }
 
 // checkComponents applies checkComponent to every component below the
