@@ -79,7 +79,16 @@ func TestServeSessionIdleTTL(t *testing.T) {
 		}
 		time.Sleep(ttl / 4)
 	}
+	// The host removes the workspace, then the server drops the session
+	// from its table: a listing in between still shows it (bounded;
+	// "touched" is still called meanwhile).
 	held := heldSessions(t, c)
+	for deadline := time.Now().Add(10 * time.Second); held["idle"] && time.Now().Before(deadline); held = heldSessions(t, c) {
+		if o := execute(ctx, c, &hostv1.ExecuteRequest{Session: "touched", Argv: []string{"/bin/true"}}, nil); o.err != nil {
+			t.Fatal(o.err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	if held["idle"] || !held["proc"] || !held["touched"] {
 		t.Fatalf("sessions held after the idle one expired: %v", held)
 	}
