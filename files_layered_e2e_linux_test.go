@@ -352,3 +352,52 @@ func TestFilesAPILayeredUnprivileged(t *testing.T) {
 		t.Errorf("discard: %v", err)
 	}
 }
+
+// TestLayeredForgetAndDeleteUnprivileged: an unprivileged layered
+// session's layer goes when the session is forgotten or deleted, although
+// overlayfs left its work/work directory at mode 0000 after the mount in
+// the sandbox's user namespace (a plain recursive removal fails on it).
+// Control: before, the layer holds the command's file and that directory.
+func TestLayeredForgetAndDeleteUnprivileged(t *testing.T) {
+	if os.Geteuid() == 0 {
+		t.Skip("root: the driver mounts in the initial namespace; the unprivileged pass runs this one")
+	}
+	var root string
+	rt, _ := bwrapRuntimeWith(t, func(c *core.Config) { root = c.Sandbox.WorkspaceRoot })
+	ctx := context.Background()
+	for _, end := range []string{"forget", "delete"} {
+		t.Run(end, func(t *testing.T) {
+			S := "lend-" + end
+			ws := t.TempDir()
+			out, err := rt.Execute(ctx, core.Command{SessionID: S, Workspace: ws, Layered: true, Program: "/bin/sh", Args: []string{"-c", "echo x > made.txt"}})
+			if err != nil {
+				if errors.As(err, new(*core.LayeredUnavailableError)) {
+					t.Skipf("layered sessions unavailable here: %v", err)
+				}
+				t.Fatal(err)
+			}
+			if out.Exit.ExitCode != 0 {
+				t.Fatalf("exit %d: %s", out.Exit.ExitCode, out.Stderr)
+			}
+			dir := filepath.Join(root, core.LayersDirName, core.SessionDirName(S))
+			if b, err := os.ReadFile(filepath.Join(dir, layer.UpperDir, "made.txt")); err != nil || string(b) != "x\n" {
+				t.Fatalf("control: the upper holds %q %v", b, err)
+			}
+			st, err := os.Lstat(filepath.Join(dir, layer.WorkDir, "work"))
+			if err != nil || st.Mode().Perm() != 0 {
+				t.Fatalf("control: work/work is %v %v, want mode 0000 (what the removal must cope with)", st, err)
+			}
+			if end == "forget" {
+				rt.ForgetSession(S)
+			} else if err := rt.DeleteSession(S); err != nil {
+				t.Fatalf("delete: %v", err)
+			}
+			if _, err := os.Lstat(dir); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the layer is left after %s: %v", end, err)
+			}
+			if _, err := os.Lstat(filepath.Join(ws, "made.txt")); !errors.Is(err, os.ErrNotExist) {
+				t.Fatalf("the host has the discarded file: %v", err)
+			}
+		})
+	}
+}
