@@ -50,6 +50,12 @@ pkgs=${UNPRIV_PKGS:-./drivers/bwrap/... ./cmd/aleph-sandbox/ ./conformance/}
 lists="cmd/aleph-sandbox/testdata/modes.txt conformance/testdata/modes.txt drivers/bwrap/testdata/modes.txt"
 skip=$(./scripts/mode-skip.sh unprivileged $lists)
 echo "test-unprivileged: the tests $lists name for the main pass only are not run again"
+# UNPRIV_PKGS is split into go test's arguments at spaces, never globbed
+# (a -run pattern keeps its parentheses, bars and stars), and handed over
+# as arguments, not as shell text.
+set -f
+# shellcheck disable=SC2086
 runuser -u "$user" -- env -i PATH="$(dirname "$gobin"):/usr/sbin:/usr/bin:/sbin:/bin" HOME="$home" \
 	GOCACHE="$ucache" GOMODCACHE="$home/go/pkg/mod" GOPROXY=off GOTOOLCHAIN=local \
-	bash -c "cd '$work/src' && go test -race -count=1 -timeout ${TEST_TIMEOUT:-30m} -skip '$skip' $pkgs"
+	bash -c 'cd "$1" && timeout=$2 skip=$3 && shift 3 && exec go test -race -count=1 -timeout "$timeout" -skip "$skip" "$@"' \
+	bash "$work/src" "${TEST_TIMEOUT:-30m}" "$skip" $pkgs
