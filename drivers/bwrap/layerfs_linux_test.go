@@ -134,6 +134,19 @@ func TestLayeredUpperFileSystem(t *testing.T) {
 	if !h.sessionOverlayTried || h.sessionOverlayFS != stateFS {
 		t.Fatalf("the probe's trial: tried %v on %+v, want the state directory's %+v", h.sessionOverlayTried, h.sessionOverlayFS, stateFS)
 	}
+	// A state directory reached through a link is tried all the same.
+	link := filepath.Join(t.TempDir(), "state")
+	if err := os.Symlink(t.TempDir(), link); err != nil {
+		t.Fatal(err)
+	}
+	ld, err := newDriver(config{Options: options{SessionSandbox: sessionSandboxAlways}, InitBinary: driverBin, DriverBinary: driverBin, StateDir: link})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(ld.Close)
+	if why := ld.layeredOffWhy(); why != "" || !ld.probe().sessionOverlayTried {
+		t.Errorf("a state directory behind a link: layered off (%q), tried %v", why, ld.probe().sessionOverlayTried)
+	}
 	// The control mount works where the probe's trial did: a refusal it
 	// reports elsewhere is the file system's.
 	if err := controlOverlayMount(t, state, state); err != nil {

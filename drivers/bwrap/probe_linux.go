@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -147,6 +148,11 @@ func (d *Driver) probe() *hostProbe {
 					opts = d.cfg.overlayTrialOptions
 				}
 				parent := d.layerMountParent()
+				// The parent may be reached through a link (the
+				// trial's MkdirTemp follows it too).
+				if real, err := filepath.EvalSymlinks(parent); err == nil {
+					parent = real
+				}
 				if fs, err := fsIdentityOf(parent); err != nil {
 					h.sessionOverlayWhy = "the overlay trial's directory: " + err.Error()
 				} else {
