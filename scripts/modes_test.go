@@ -226,6 +226,17 @@ func TestModeScriptsSkipExactlyTheLists(t *testing.T) {
 	if len(others) < 40 {
 		t.Fatalf("found only %d tests in ./drivers/bwrap/...'s unlisted packages", len(others))
 	}
+	// The module root, which the unprivileged pass runs too.
+	root, err := testFuncs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := root["TestFilesAPILayeredUnprivileged"]; !ok {
+		t.Fatalf("the module root's tests were not found (%d)", len(root))
+	}
+	for n := range root {
+		others[n] = "."
+	}
 	for mode, script := range modePasses {
 		b, err := os.ReadFile(script)
 		if err != nil {
@@ -297,5 +308,27 @@ func TestModeScriptsSkipExactlyTheLists(t *testing.T) {
 			t.Errorf("%s: nothing is skipped: the pattern matches no listed test", mode)
 		}
 		t.Logf("%s: %d tests left to the main pass; runs %v", mode, len(skipped), kept)
+	}
+}
+
+// TestUnprivilegedPassRunsTheModuleRoot: the unprivileged pass runs the
+// module root's tests (TestFilesAPILayeredUnprivileged and the runtime's
+// other end-to-end tests live there), not only the driver's and the
+// CLI's; its packages are go test's arguments, not shell text, so a
+// targeted UNPRIV_PKGS='-run ^(A|B)$ .' keeps its pattern.
+func TestUnprivilegedPassRunsTheModuleRoot(t *testing.T) {
+	b, err := os.ReadFile("test-unprivileged.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile(`(?m)^pkgs=\$\{UNPRIV_PKGS:-([^}]*)\}$`).FindSubmatch(b)
+	if m == nil {
+		t.Fatal("test-unprivileged.sh sets no pkgs=${UNPRIV_PKGS:-...}")
+	}
+	if !slices.Contains(strings.Fields(string(m[1])), ".") {
+		t.Errorf("the unprivileged pass's packages %q leave out the module root (.)", m[1])
+	}
+	if !strings.Contains(string(b), `"$@"`) || !strings.Contains(string(b), "set -f") {
+		t.Errorf("test-unprivileged.sh does not hand UNPRIV_PKGS to go test as unglobbed arguments")
 	}
 }

@@ -81,6 +81,9 @@ type config struct {
 	// the refusal a kernel that refuses the mount gets. Empty: the real
 	// ones.
 	overlayTrialOptions string
+	// upperTrialOptions likewise replaces the options of the trial on a
+	// layer's upper file system (checkUpperFS) alone.
+	upperTrialOptions string
 	// OneCommand says the host runs one command with this driver process
 	// (driverapi.OneCommandEnv): no network namespace is held for the
 	// session, whose only command gets bwrap's own (probe_linux.go).
@@ -124,6 +127,9 @@ type Driver struct {
 	pool *preparedPool
 	// sessions holds the session sandboxes (session_linux.go).
 	sessions sessionSet
+	// upperFS are the file systems a layer's upper was tried on
+	// (layerfs_linux.go).
+	upperFS upperFSTrials
 	// trace marks the steps of a start for measurement (nil: off).
 	trace *starttrace.Trace
 }
@@ -329,7 +335,7 @@ func (d *Driver) run(ctx context.Context, spec driverapi.RunSpec, in *driverapi.
 	if spec.Layered != nil {
 		// Never over the live workspace: the session's sandbox with the
 		// overlay, or a refusal.
-		if err := d.checkLayered(plan, spec); err != nil {
+		if err := d.checkLayered(ctx, plan, spec); err != nil {
 			return driverapi.Exit{}, err
 		}
 		plan.layered = spec.Layered

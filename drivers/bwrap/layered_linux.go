@@ -130,7 +130,7 @@ func layeredRefusal(reason string) error {
 }
 
 // checkLayered refuses a layered spec this driver cannot honour for plan.
-func (d *Driver) checkLayered(plan launchPlan, spec driverapi.RunSpec) error {
+func (d *Driver) checkLayered(ctx context.Context, plan launchPlan, spec driverapi.RunSpec) error {
 	l := spec.Layered
 	if why := d.layeredOffWhy(); why != "" {
 		return layeredRefusal(why)
@@ -165,6 +165,11 @@ func (d *Driver) checkLayered(plan launchPlan, spec driverapi.RunSpec) error {
 		if driverapi.PathWithin(p, plan.Workspace) || driverapi.PathWithin(plan.Workspace, p) {
 			return &driverapi.InvalidSpecError{Field: "layered", Reason: fmt.Sprintf("%q overlaps the workspace %q; keep layers in the data directory", p, plan.Workspace)}
 		}
+	}
+	if inside {
+		// Last: it may run a trial sandbox, which the refusals above
+		// need not wait for.
+		return d.checkUpperFS(ctx, l)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -54,6 +55,11 @@ type hostProbe struct {
 	// cannot mount a layered session's overlay (probeSessionOverlay's
 	// trial failed), or "": layered workspaces are then refused, typed.
 	sessionOverlayWhy string
+	// sessionOverlayFS is the file system that trial mounted the upper
+	// on, when it passed (sessionOverlayTried): a layer whose upper is on
+	// another is tried there before its sandbox is built (checkUpperFS).
+	sessionOverlayFS    fsIdentity
+	sessionOverlayTried bool
 	// tier is how commands run: tierBwrap, or tierLandlock where bwrap
 	// cannot create namespaces and fallback = "landlock" (tier_linux.go).
 	tier string
@@ -141,7 +147,18 @@ func (d *Driver) probe() *hostProbe {
 				if d.cfg.overlayTrialOptions != "" {
 					opts = d.cfg.overlayTrialOptions
 				}
-				h.sessionOverlayWhy = probeSessionOverlay(h.bwrap, d.cfg.InitBinary, d.layerMountParent(), opts, h.guard, h.procCover, cache)
+				parent := d.layerMountParent()
+				// The parent may be reached through a link (the
+				// trial's MkdirTemp follows it too).
+				if real, err := filepath.EvalSymlinks(parent); err == nil {
+					parent = real
+				}
+				if fs, err := fsIdentityOf(parent); err != nil {
+					h.sessionOverlayWhy = "the overlay trial's directory: " + err.Error()
+				} else {
+					h.sessionOverlayWhy = probeSessionOverlay(h.bwrap, d.cfg.InitBinary, parent, fs, opts, h.guard, h.procCover, cache)
+					h.sessionOverlayFS, h.sessionOverlayTried = fs, h.sessionOverlayWhy == ""
+				}
 			}
 		}
 		if cache != nil {

@@ -242,15 +242,21 @@ func trialSessionUser(mode, initID string) string {
 	return "session-user guard=" + mode + " init=" + initID
 }
 
-// trialSessionOverlay names probeSessionOverlay's trial, likewise.
-func trialSessionOverlay(mode, initID string) string {
-	return "session-overlay guard=" + mode + " init=" + initID
+// trialSessionOverlay names probeSessionOverlay's trial, likewise, with
+// the file system it mounted the overlay's upper on (fs nil: the prefix
+// every such name has).
+func trialSessionOverlay(mode, initID string, fs *fsIdentity) string {
+	name := "session-overlay guard=" + mode + " init=" + initID
+	if fs != nil {
+		name += fmt.Sprintf(" fs=%d:%x:%x:%x", fs.dev, fs.typ, uint32(fs.fsid0), uint32(fs.fsid1))
+	}
+	return name
 }
 
 func knownTrial(t string) bool {
 	for _, m := range []string{guardPID, guardUserPID, guardNone} {
 		if t == trialGuard(m) || t == trialUserns(m) || strings.HasPrefix(t, trialSessionUser(m, "")) ||
-			strings.HasPrefix(t, trialSessionOverlay(m, "")) {
+			strings.HasPrefix(t, trialSessionOverlay(m, "", nil)) {
 			return true
 		}
 	}

@@ -94,22 +94,24 @@ const overlayTrialTarget = "/tmp/aleph-overlay-trial"
 // but untyped) while the capabilities offered layered workspaces. It says
 // why not, or "". The throwaway lower, upper and work directories are made
 // under parent (the driver's state directory, else the temporary one) and
-// removed after.
-func probeSessionOverlay(bwrapPath, initBinary, parent, options string, guard pidGuard, procCover []string, cache *probeCache) string {
+// removed after. parentFS is parent's file system: the trial says whether
+// that one can be an upper (checkUpperFS tries a layer's upper on its own
+// file system when it is another).
+func probeSessionOverlay(bwrapPath, initBinary, parent string, parentFS fsIdentity, options string, guard pidGuard, procCover []string, cache *probeCache) string {
 	id, err := fileIdentity(initBinary)
 	if err != nil {
 		return "init binary: " + err.Error()
 	}
-	// The trial's name holds the init binary (its code mounts) but not the
-	// options: a test that breaks them (config.overlayTrialOptions) goes
-	// around the cache both ways.
-	trial := trialSessionOverlay(guard.mode, id)
+	// The trial's name holds the init binary (its code mounts) and the
+	// file system it mounted on, but not the options: a test that breaks
+	// them (config.overlayTrialOptions) goes around the cache both ways.
+	trial := trialSessionOverlay(guard.mode, id, &parentFS)
 	useCache := options == overlayOptionsUserNS
 	if useCache && cache.confirmed(trial) {
 		cache.used = true
 		return ""
 	}
-	if err := runOverlayTrial(bwrapPath, initBinary, parent, options, guard, procCover); err != nil {
+	if err := runOverlayTrial(context.Background(), bwrapPath, initBinary, parent, &parentFS, options, guard, procCover); err != nil {
 		return "a trial overlay mount in a session sandbox's user namespace failed: " + err.Error()
 	}
 	if useCache {
@@ -118,9 +120,12 @@ func probeSessionOverlay(bwrapPath, initBinary, parent, options string, guard pi
 	return ""
 }
 
-// runOverlayTrial makes the trial's directories, runs the trial sandbox
-// and checks the write reached the upper directory.
-func runOverlayTrial(bwrapPath, initBinary, parent, options string, guard pidGuard, procCover []string) (err error) {
+// runOverlayTrial makes the trial's directories under parent, runs the
+// trial sandbox and checks the write reached the upper directory. With
+// wantFS, the directories must be on that file system (the one the trial
+// is to speak for): a mount point in between would make it speak for
+// another.
+func runOverlayTrial(ctx context.Context, bwrapPath, initBinary, parent string, wantFS *fsIdentity, options string, guard pidGuard, procCover []string) (err error) {
 	dir, err := os.MkdirTemp(parent, ".overlay-trial-")
 	if err != nil {
 		return fmt.Errorf("trial directories: %w", err)
@@ -142,7 +147,16 @@ func runOverlayTrial(bwrapPath, initBinary, parent, options string, guard pidGua
 	if err := os.WriteFile(filepath.Join(lower, "lower"), []byte("lower\n"), 0o600); err != nil {
 		return fmt.Errorf("trial directories: %w", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	if wantFS != nil {
+		got, err := fsIdentityOf(filepath.Join(layer, "upper"))
+		if err != nil {
+			return fmt.Errorf("trial directories: %w", err)
+		}
+		if got != *wantFS {
+			return fmt.Errorf("the trial's directories under %s are on another file system than the one to try (a mount point there?)", parent)
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	flags := append(sessionUserFlags(), "--cap-add", "CAP_DAC_OVERRIDE")
 	binds := []string{"--ro-bind", initBinary, initBinary, "--ro-bind", lower, overlayTrialTarget, "--bind", layer, layerBindPoint}
