@@ -198,6 +198,31 @@ func TestSessionViewUserNSRefusals(t *testing.T) {
 	})
 }
 
+// A layer made for the initial user namespace is never the driver's to
+// mount for the host: the host mounts its own view (layer.MountView, root
+// only), and the opener is not asked even where the driver has it.
+func TestSessionViewInitialNamespaceNotOpener(t *testing.T) {
+	fake := &viewFake{FakeDriver: &drivertest.FakeDriver{Caps: userNSCaps(true)},
+		open: func(context.Context, driverapi.LayeredViewRequest) (driverapi.LayeredView, func(), error) {
+			return driverapi.LayeredView{}, nil, errors.New("asked")
+		}}
+	delete(fake.Caps.Details, driverapi.DetailLayeredUserNS)
+	h := newViewHarness(t, fake)
+	ws := t.TempDir()
+	if _, err := h.sb.Execute(context.Background(), Command{SessionID: "s1", Workspace: ws, Layered: true, Program: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := h.sb.OpenSessionView(context.Background(), "s1")
+	if err == nil {
+		v.Close(context.Background(), false)
+	} else if os.Geteuid() == 0 {
+		t.Errorf("as root the host's own view: %v", err)
+	}
+	if asked, _ := fake.counts(); asked != 0 {
+		t.Errorf("the opener was asked %d times for a layer of the initial namespace", asked)
+	}
+}
+
 // The view a driver opens is what the files API reads and writes: as root
 // the fake mounts a real overlay as the bwrap driver's helper does (the
 // layer's options, userxattr, detached at once). While the view is open
