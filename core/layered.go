@@ -365,7 +365,12 @@ func (v *SessionView) Close(ctx context.Context, changed bool) error {
 //     holding the layer's locks as a driver does and the session's lock
 //     exclusively, so no command of the session can mount it meanwhile
 //     (a command of another process is refused by the upper's flock). A
-//     read streamed from such a view holds it until it is closed.
+//     read streamed from such a view holds it until it is closed;
+//   - otherwise, for a layer made for a user namespace (an unprivileged
+//     driver: userxattr, which this process cannot mount, nor enter a
+//     user namespace to), an overlay the driver mounts for this process
+//     (driverapi.LayeredViewOpener) under the same locks, held as the
+//     previous case holds them (openedDriverView).
 //
 // A view of the sandbox's overlay outlives the sandbox if it ends on its
 // own meanwhile (its idle limit, its death): the descriptor keeps the

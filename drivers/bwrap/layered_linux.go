@@ -63,10 +63,13 @@ import (
 // before it starts any command (sandboxinit's mountSessionOverlay says
 // why that is safe). The driver takes the same locks as when it mounts
 // itself, for the sandbox's life. The host has no view of such an
-// overlay (LayeredView answers none; the files API refuses the session,
-// typed): it lives in the sandbox's mount namespace only, and reaching it
-// through the supervisor's root would be a path the session's commands
-// shape.
+// overlay while the sandbox lives (LayeredView answers none; the files
+// API refuses the session, typed): it lives in the sandbox's mount
+// namespace only, and reaching it through the supervisor's root would be
+// a path the session's commands shape. With no sandbox of the session
+// mounting the layer, the driver mounts the overlay for the host in a
+// helper's own user namespace (OpenLayeredView,
+// layeredhostview_linux.go), under the same locks.
 
 // overlayOptions must match core/layer.MountSpec.Options (without
 // userxattr when this driver mounts in the initial user namespace; with
