@@ -496,7 +496,7 @@ func (s *WorkspaceSandbox) openedDriverView(ctx context.Context, sid string, l *
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, &LayeredUnavailableError{Reason: fmt.Sprintf("session %q: the driver could not open a view of its layer: %v", sid, err), Err: s.driverErr("OpenLayeredView", err)}
+		return nil, &LayeredUnavailableError{Reason: fmt.Sprintf("session %q: the driver could not open a view of its layer: %v", sid, err), Err: err}
 	}
 	closeDriver := func() {
 		end()
