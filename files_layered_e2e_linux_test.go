@@ -279,7 +279,9 @@ func TestLayerDiskLimit(t *testing.T) {
 // what the session's commands wrote, its write is seen by the session's
 // next command and listed by changes, and the host's directory is
 // untouched (never served from it or from the upper layer). Control: the
-// command ran and wrote its layer (changes lists its file).
+// command ran and wrote its layer (changes lists its file). With no
+// sandbox running the driver mounts a view for the host
+// (TestFilesAPILayeredUnprivilegedNoSandbox).
 func TestFilesAPILayeredUnprivileged(t *testing.T) {
 	if os.Geteuid() == 0 {
 		t.Skip("root: the host mounts its own view (TestFilesAPILayeredView); the unprivileged pass runs this one")

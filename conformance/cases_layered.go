@@ -40,7 +40,93 @@ func layeredCases() []Case {
 		{ID: "layered/view", Level: Must, Call: driverapi.CallLayeredView, OS: LinuxOnly, OSReason: why,
 			Description: "While a layered session's sandbox lives, LayeredView names a path that opens the overlay its commands see, with the device and inode it reports: a file the command wrote reads back through it, a file written through it is what the session's next command reads, and the host's workspace gets neither; another session has no view, and once the session is forgotten neither has it.",
 			run:         caseLayeredView},
+		{ID: "layered/view-open", Level: Must, Call: driverapi.CallLayeredViewOpen, OS: LinuxOnly, OSReason: why,
+			Description: "OpenLayeredView of a layer a session sandbox has mounted is refused with an UnavailableError for layered_workspace; once the session is forgotten it answers a path that opens an overlay with the device and inode it reports: the command's file reads back through it, a file written through it lands in the upper layer and not in the host's workspace, and a command of the session meanwhile is refused with an UnavailableError for layered_workspace and does not run; once the view's context ends, Ended closes and (the control) the session's next command runs and reads the file written through the view.",
+			run:         caseLayeredViewOpen},
 	}
+}
+
+func caseLayeredViewOpen(ctx context.Context, h *H) error {
+	op, isO := h.Driver.(driverapi.LayeredViewOpener)
+	f, isF := h.Driver.(driverapi.SessionForgetter)
+	if !isO || !isF {
+		return fmt.Errorf("the driver lists %q but does not implement OpenLayeredView and ForgetSession", driverapi.CallLayeredViewOpen)
+	}
+	l, err := h.newLayer()
+	if err != nil {
+		return err
+	}
+	id := h.newSession(ctx, "layered-view-open")
+	made, put := "made-"+token(), "put-"+token()
+	o := h.inLayer(ctx, id, l, "write", "made.txt", made, sep, "echo", "wrote")
+	if err := ran("the layered command writing the workspace", o, "wrote"); err != nil {
+		return err
+	}
+	req := driverapi.LayeredViewRequest{SessionID: id, Workspace: h.Work, Layered: *l}
+	var ue *driverapi.UnavailableError
+	vctx, end := context.WithCancel(ctx)
+	_, err = op.OpenLayeredView(vctx, req)
+	end()
+	if !errors.As(err, &ue) || ue.Feature != driverapi.FeatureLayeredWorkspace {
+		return fmt.Errorf("OpenLayeredView while the session's sandbox has the layer mounted: %v, want an UnavailableError for %s", err, driverapi.FeatureLayeredWorkspace)
+	}
+	if err := f.ForgetSession(ctx, id); err != nil {
+		return fmt.Errorf("ForgetSession: %w", err)
+	}
+	vctx, end = context.WithCancel(ctx)
+	defer end()
+	lv, err := op.OpenLayeredView(vctx, req)
+	if err != nil {
+		return fmt.Errorf("OpenLayeredView with no sandbox of the session: %w", err)
+	}
+	if !lv.Mounted || lv.Ended == nil {
+		return fmt.Errorf("OpenLayeredView answered %+v", lv)
+	}
+	root, err := os.Open(lv.Path)
+	if err != nil {
+		return fmt.Errorf("the view %s cannot be opened: %w", lv.Path, err)
+	}
+	dev, ino, ok := fileID(root)
+	root.Close()
+	if !ok || dev != lv.Dev || ino != lv.Ino {
+		return fmt.Errorf("the view %s is device %d inode %d, the driver said %d and %d", lv.Path, dev, ino, lv.Dev, lv.Ino)
+	}
+	if b, err := os.ReadFile(filepath.Join(lv.Path, "made.txt")); err != nil || string(b) != made {
+		return fmt.Errorf("the command's file through the view: %q, %v", clip(b), err)
+	}
+	if err := os.WriteFile(filepath.Join(lv.Path, "put.txt"), []byte(put), 0o644); err != nil {
+		return fmt.Errorf("writing through the view: %w", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(l.Upper, "put.txt")); err != nil || string(b) != put {
+		return fmt.Errorf("the file written through the view is not in the upper layer: %q, %v", clip(b), err)
+	}
+	if err := mustNotExist(filepath.Join(h.Work, "put.txt"), "a file written through the view"); err != nil {
+		return fmt.Errorf("%w: the view wrote the host's workspace", err)
+	}
+	o = h.inLayer(ctx, id, l, "write", "ran.txt", "ran", sep, "echo", "second-ran")
+	switch {
+	case o.Err == nil || strings.Contains(string(o.Stdout), "second-ran"):
+		return fmt.Errorf("a command of the session ran while the view was open: %s", o)
+	case !errors.As(o.Err, &ue) || ue.Feature != driverapi.FeatureLayeredWorkspace:
+		return fmt.Errorf("a command of the session while the view was open was refused, but not with an UnavailableError for %s: %v", driverapi.FeatureLayeredWorkspace, o.Err)
+	}
+	if err := mustNotExist(filepath.Join(l.Upper, "ran.txt"), "the refused command's file"); err != nil {
+		return err
+	}
+	end()
+	select {
+	case <-lv.Ended:
+	case <-ctx.Done():
+		return errors.New("the view's Ended did not close after its context ended")
+	}
+	o = h.inLayer(ctx, id, l, "read", "put.txt")
+	if err := ran("the session's next command, once the view ended, reading the file written through it", o, put); err != nil {
+		return err
+	}
+	if err := f.ForgetSession(ctx, id); err != nil {
+		return fmt.Errorf("ForgetSession: %w", err)
+	}
+	return nil
 }
 
 func caseLayeredView(ctx context.Context, h *H) error {

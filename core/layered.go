@@ -59,13 +59,20 @@ func (e *LayeredModeError) Is(target error) bool { return target == ErrLayeredMo
 var ErrLayeredUnavailable = errors.New("layered sessions are unavailable")
 
 // LayeredUnavailableError says why; it matches ErrLayeredUnavailable.
-type LayeredUnavailableError struct{ Reason string }
+type LayeredUnavailableError struct {
+	Reason string
+	// Err, when set, is the error behind it (the driver's refusal, typed),
+	// for callers that branch on it.
+	Err error
+}
 
 func (e *LayeredUnavailableError) Error() string {
 	return "layered sessions are unavailable here: " + e.Reason
 }
 
 func (e *LayeredUnavailableError) Is(target error) bool { return target == ErrLayeredUnavailable }
+
+func (e *LayeredUnavailableError) Unwrap() error { return e.Err }
 
 // ErrNoLayer: the session has no layer (it ran no layered command, or its
 // layer was discarded).
@@ -358,7 +365,12 @@ func (v *SessionView) Close(ctx context.Context, changed bool) error {
 //     holding the layer's locks as a driver does and the session's lock
 //     exclusively, so no command of the session can mount it meanwhile
 //     (a command of another process is refused by the upper's flock). A
-//     read streamed from such a view holds it until it is closed.
+//     read streamed from such a view holds it until it is closed;
+//   - otherwise, for a layer made for a user namespace (an unprivileged
+//     driver: userxattr, which this process cannot mount, nor enter a
+//     user namespace to), an overlay the driver mounts for this process
+//     (driverapi.LayeredViewOpener) under the same locks, held as the
+//     previous case holds them (openedDriverView).
 //
 // A view of the sandbox's overlay outlives the sandbox if it ends on its
 // own meanwhile (its idle limit, its death): the descriptor keeps the
@@ -419,15 +431,15 @@ func (s *WorkspaceSandbox) OpenSessionView(ctx context.Context, sid string) (*Se
 		return v, err
 	}
 	if l.MountSpec().UserNS {
-		// The overlay of a layer made for a user namespace is mounted by
-		// the session sandbox's supervisor inside that namespace, where
-		// this process cannot reach it, and this process cannot mount one
-		// itself (userxattr overlays are mounted from a user namespace of
-		// its own, which the host's file operations do not run in). The
-		// upper directory is never read or written as if it were the
-		// view, nor the host's directory served in its place: refused.
-		sess.layerMu.Unlock()
-		return nil, &LayeredUnavailableError{Reason: fmt.Sprintf("session %q: its layer is mounted in the session sandbox's user namespace (an unprivileged driver), which the host's files API cannot reach; read and write it with commands of the session, and see it with changes and diff", sid)}
+		// The overlay of a layer made for a user namespace can only be
+		// mounted from one (userxattr), which this process is not in and
+		// cannot enter: the driver mounts it for the host.
+		v, err := s.openedDriverView(ctx, sid, l, observe, sess.layerMu.Unlock)
+		if err != nil {
+			sess.layerMu.Unlock()
+			return nil, err
+		}
+		return v, nil
 	}
 	mv, err := l.MountView(ctx)
 	if err != nil {
@@ -443,6 +455,88 @@ func (s *WorkspaceSandbox) OpenSessionView(ctx context.Context, sid string) (*Se
 		mv.Close()
 		return err
 	}}, nil
+}
+
+// openedDriverView is the view of a layer no session sandbox has mounted,
+// which the driver mounts for this process (driverapi.LayeredViewOpener):
+// the layer was made for a user namespace, where only the driver's helper
+// can mount it. The caller holds the session's lock exclusively (no
+// command of this process mounts meanwhile; the driver's locks refuse one
+// of another process) and unlock releases it when the view is closed.
+//
+// The view lives while the call's context does: done closes this
+// process's descriptor, then ends that context and waits for the driver
+// to say it let go of its own (LayeredView.Ended), and only then releases
+// the views lock and the session's lock, so the session's next command
+// finds the upper free. The views lock is taken shared once the driver
+// has mounted (it takes it exclusively for the mount): should the driver
+// end the view early (it died), this process's descriptor still keeps the
+// overlay alive, and no mount of the upper may happen until it is closed.
+// The upper directory is never read or written as if it were the view,
+// nor the host's directory served in its place: every failure is a
+// LayeredUnavailableError.
+func (s *WorkspaceSandbox) openedDriverView(ctx context.Context, sid string, l *layer.Layer, observe func(context.Context, bool) error, unlock func()) (*SessionView, error) {
+	o, ok := s.driver.(driverapi.LayeredViewOpener)
+	if !ok {
+		return nil, userNSViewRefusal(sid, nil)
+	}
+	vctx, end := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, end)
+	lv, err := o.OpenLayeredView(vctx, driverapi.LayeredViewRequest{SessionID: sid, Workspace: l.Workspace(), Layered: *layeredSpec(l)})
+	if !stop() && err == nil {
+		err = ctx.Err()
+	}
+	if err != nil {
+		end()
+		waitEnded(lv)
+		var u *driverapi.UnsupportedCallError
+		if errors.As(err, &u) {
+			return nil, userNSViewRefusal(sid, err)
+		}
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, &LayeredUnavailableError{Reason: fmt.Sprintf("session %q: the driver could not open a view of its layer: %v", sid, err), Err: err}
+	}
+	closeDriver := func() {
+		end()
+		waitEnded(lv)
+	}
+	if !lv.Mounted {
+		closeDriver()
+		return nil, &LayeredUnavailableError{Reason: fmt.Sprintf("session %q: the driver answered no view of its layer", sid)}
+	}
+	release, err := l.HoldViews(ctx)
+	if err != nil {
+		closeDriver()
+		return nil, &LayeredUnavailableError{Reason: fmt.Sprintf("session %q: the layer's views lock: %v", sid, err), Err: err}
+	}
+	dir, err := openDriverView(lv)
+	if err != nil {
+		closeDriver()
+		release()
+		return nil, err
+	}
+	return &SessionView{Dir: dir, done: func(ctx context.Context, changed bool) error {
+		defer unlock()
+		dir.Close()
+		closeDriver()
+		release()
+		return observe(ctx, changed)
+	}}, nil
+}
+
+// waitEnded waits until the driver has released a view it opened.
+func waitEnded(lv driverapi.LayeredView) {
+	if lv.Ended != nil {
+		<-lv.Ended
+	}
+}
+
+// userNSViewRefusal is today's refusal where the driver cannot mount a
+// view of a layer made for a user namespace.
+func userNSViewRefusal(sid string, err error) error {
+	return &LayeredUnavailableError{Reason: fmt.Sprintf("session %q: its layer is mounted in the session sandbox's user namespace (an unprivileged driver), which the host's files API cannot reach, and the driver cannot mount a view of it for the host (protocol 1.7's %q call); read and write it with commands of the session, and see it with changes and diff", sid, driverapi.CallLayeredViewOpen), Err: err}
 }
 
 // driverView is the session sandbox's overlay as the driver keeps it, or

@@ -37,7 +37,10 @@ import (
 //	     Exit.ViolationKinds, the kinds the driver watched for it.
 //	1.6  LayeredView (call "layered_view"): where the host reaches a
 //	     layered session's mounted overlay (the files API over its view).
-const ProtocolMinor = 6
+//	1.7  OpenLayeredView (call "layered_view_open"): the driver mounts a
+//	     layer's overlay for the host while no session sandbox has it
+//	     mounted, and keeps it until the host ends the call.
+const ProtocolMinor = 7
 
 // Optional calls a driver may list in HostCapabilities.Calls.
 const (
@@ -58,6 +61,8 @@ const (
 	CallLayeredWorkspace = "layered_workspace"
 	// CallLayeredView: the driver implements LayeredViewer.
 	CallLayeredView = "layered_view"
+	// CallLayeredViewOpen: the driver implements LayeredViewOpener.
+	CallLayeredViewOpen = "layered_view_open"
 )
 
 // FeatureLayeredWorkspace names layered workspaces in errors refusing
@@ -95,6 +100,10 @@ type LayeredView struct {
 	Mounted  bool   `json:"mounted"`
 	Path     string `json:"path,omitempty"`
 	Dev, Ino uint64 `json:"-"`
+	// Ended is set by OpenLayeredView alone: it is closed once the view
+	// has ended and the driver no longer holds its descriptor nor the
+	// layer's locks (LayeredViewOpener says when that is).
+	Ended <-chan struct{} `json:"-"`
 }
 
 // LayeredViewer is implemented by drivers that list CallLayeredView.
@@ -103,6 +112,57 @@ type LayeredViewer interface {
 	// session sandbox of sessionID has one. Safe for concurrent use with
 	// Run.
 	LayeredView(ctx context.Context, sessionID string) (LayeredView, error)
+}
+
+// LayeredViewRequest names the layer whose overlay OpenLayeredView mounts
+// for the host: Workspace is the lower (the host's directory), Layered
+// the layer's directories, as a layered command's RunSpec names them.
+type LayeredViewRequest struct {
+	SessionID string
+	Workspace string
+	Layered   LayeredWorkspace
+}
+
+// LayeredViewOpener is implemented by drivers that list
+// CallLayeredViewOpen (protocol 1.7): drivers whose layered sessions'
+// overlays the host cannot mount itself (the bwrap driver unprivileged
+// mounts them with userxattr in a user namespace, which a process of the
+// initial namespace cannot make an overlay in, nor a Go process enter).
+type LayeredViewOpener interface {
+	// OpenLayeredView mounts req's overlay for the host's file operations
+	// when no session sandbox has the layer mounted, and answers where
+	// the host opens its root, as LayeredView does (Mounted true, Path
+	// /proc/<driver pid>/fd/<n>, Dev and Ino of the root, Ended set).
+	//
+	// The contract:
+	//
+	//   - the overlay is the session sandbox's: the same lower, upper,
+	//     work and options (userxattr where the layer is UserNS), nosuid
+	//     and nodev, and nothing of it stays in any mount table: the
+	//     driver's descriptor is its one reference;
+	//   - the view lives until ctx ends. Then the driver closes its
+	//     descriptor, releases the layer's locks, and closes Ended. Over
+	//     gRPC the call is a stream that the host ends (closing its side,
+	//     or cancelling), and the driver ends it once it has released
+	//     everything, so Ended closing means what it says;
+	//   - to mount, the driver takes what a layered command's mount takes:
+	//     the layer's lock (Layered.Lock) shared, the upper directory's
+	//     flock exclusively without waiting, the views lock (the Work
+	//     directory's flock) exclusively without waiting for the mount
+	//     only. It holds the first two until the view ends, so no session
+	//     sandbox mounts the upper meanwhile (two overlays sharing an
+	//     upper are undefined), in this driver or in another process: a
+	//     layered command of the session is refused, an UnavailableError
+	//     for FeatureLayeredWorkspace, as for a layer mounted elsewhere;
+	//   - a layer mounted elsewhere (a session sandbox of this driver or of
+	//     another process), or one whose views lock the host holds, gives
+	//     an UnavailableError for FeatureLayeredWorkspace with the reason
+	//     and fix; so does a kernel that refuses the mount.
+	//
+	// The host holds the views lock shared from the answer until it has
+	// closed what it opened from Path, as for LayeredView, and ends ctx
+	// after that. Safe for concurrent use with Run.
+	OpenLayeredView(ctx context.Context, req LayeredViewRequest) (LayeredView, error)
 }
 
 // Layered workspaces (protocol 1.4).
@@ -219,7 +279,7 @@ const (
 
 // KnownCalls lists every optional call of this protocol version.
 func KnownCalls() []string {
-	return []string{CallSignal, CallConfig, CallForgetSession, CallRunStream, CallSessionSandbox, CallLayeredWorkspace, CallLayeredView}
+	return []string{CallSignal, CallConfig, CallForgetSession, CallRunStream, CallSessionSandbox, CallLayeredWorkspace, CallLayeredView, CallLayeredViewOpen}
 }
 
 // SessionForgetter is implemented by drivers that list CallForgetSession:
@@ -547,6 +607,8 @@ func callSince(call string) uint32 {
 		return 4
 	case CallLayeredView:
 		return 5
+	case CallLayeredViewOpen:
+		return 7
 	}
 	return ProtocolMinor
 }

@@ -67,6 +67,9 @@ func implementedCalls(d Driver) []string {
 		if _, ok := d.(LayeredViewer); ok {
 			calls = append(calls, CallLayeredView)
 		}
+		if _, ok := d.(LayeredViewOpener); ok {
+			calls = append(calls, CallLayeredViewOpen)
+		}
 	}
 	return calls
 }
@@ -214,10 +217,11 @@ type driverClient struct {
 }
 
 var (
-	_ Driver           = (*driverClient)(nil)
-	_ Signaler         = (*driverClient)(nil)
-	_ Configurable     = (*driverClient)(nil)
-	_ SessionForgetter = (*driverClient)(nil)
+	_ Driver            = (*driverClient)(nil)
+	_ Signaler          = (*driverClient)(nil)
+	_ Configurable      = (*driverClient)(nil)
+	_ SessionForgetter  = (*driverClient)(nil)
+	_ LayeredViewOpener = (*driverClient)(nil)
 )
 
 // NewDriverClient wraps a gRPC connection to an OsSandboxDriver service.

@@ -376,6 +376,35 @@ func (h *DriverHost) LayeredView(ctx context.Context, sessionID string) (drivera
 	return lv, nil
 }
 
+// OpenLayeredView asks the driver to mount a layer's overlay for the host
+// (driverapi.LayeredViewOpener), launching the driver if needed: after a
+// restart no driver runs, and the view is the driver's to make. The view
+// lives until ctx ends. A driver without the call gives an
+// *driverapi.UnsupportedCallError.
+func (h *DriverHost) OpenLayeredView(ctx context.Context, req driverapi.LayeredViewRequest) (driverapi.LayeredView, error) {
+	if _, err := h.Capabilities(ctx); err != nil {
+		return driverapi.LayeredView{}, err
+	}
+	h.mu.Lock()
+	p, caps := h.proc, h.caps
+	if h.capsOf != p {
+		caps = nil
+	}
+	h.mu.Unlock()
+	if p == nil || p.Exited() {
+		return driverapi.LayeredView{}, &core.DriverError{Driver: h.cfg.Name, Op: "OpenLayeredView", Err: errors.New("the driver process has exited")}
+	}
+	o, ok := p.Driver().(driverapi.LayeredViewOpener)
+	if !ok || caps == nil || !caps.Supports(driverapi.CallLayeredViewOpen) {
+		return driverapi.LayeredView{}, h.unsupported(caps, driverapi.CallLayeredViewOpen)
+	}
+	lv, err := o.OpenLayeredView(ctx, req)
+	if err != nil {
+		return driverapi.LayeredView{}, h.failed(p, "OpenLayeredView", err)
+	}
+	return lv, nil
+}
+
 // ConfigSchema describes the driver's configuration section, launching the
 // driver if needed. A driver without the config call gives an
 // *driverapi.UnsupportedCallError.

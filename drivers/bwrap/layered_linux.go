@@ -68,7 +68,10 @@ import (
 // existed, and sent with its readiness on the lifeline: the same overlay
 // the commands see, reached by a descriptor, never by a path in the
 // sandbox's mount namespace (through the supervisor's root it would be a
-// path the session's commands shape).
+// path the session's commands shape). With no sandbox of the session
+// mounting the layer, the driver mounts the overlay for the host in a
+// helper's own user namespace (OpenLayeredView,
+// layeredhostview_linux.go), under the same locks.
 
 // overlayOptions must match core/layer.MountSpec.Options (without
 // userxattr when this driver mounts in the initial user namespace; with

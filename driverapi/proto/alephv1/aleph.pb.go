@@ -2120,6 +2120,68 @@ func (x *LayeredViewResponse) GetIno() uint64 {
 	return 0
 }
 
+type OpenLayeredViewRequest struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	SessionId string                 `protobuf:"bytes,1,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// The lower directory: the host's workspace.
+	Workspace string `protobuf:"bytes,2,opt,name=workspace,proto3" json:"workspace,omitempty"`
+	// The layer's directories, as in RunRequest.layered.
+	Layered       *LayeredWorkspace `protobuf:"bytes,3,opt,name=layered,proto3" json:"layered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *OpenLayeredViewRequest) Reset() {
+	*x = OpenLayeredViewRequest{}
+	mi := &file_aleph_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *OpenLayeredViewRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*OpenLayeredViewRequest) ProtoMessage() {}
+
+func (x *OpenLayeredViewRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_aleph_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use OpenLayeredViewRequest.ProtoReflect.Descriptor instead.
+func (*OpenLayeredViewRequest) Descriptor() ([]byte, []int) {
+	return file_aleph_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *OpenLayeredViewRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+func (x *OpenLayeredViewRequest) GetWorkspace() string {
+	if x != nil {
+		return x.Workspace
+	}
+	return ""
+}
+
+func (x *OpenLayeredViewRequest) GetLayered() *LayeredWorkspace {
+	if x != nil {
+		return x.Layered
+	}
+	return nil
+}
+
 type ConfigSchemaRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -2128,7 +2190,7 @@ type ConfigSchemaRequest struct {
 
 func (x *ConfigSchemaRequest) Reset() {
 	*x = ConfigSchemaRequest{}
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2140,7 +2202,7 @@ func (x *ConfigSchemaRequest) String() string {
 func (*ConfigSchemaRequest) ProtoMessage() {}
 
 func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[28]
+	mi := &file_aleph_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2153,7 +2215,7 @@ func (x *ConfigSchemaRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigSchemaRequest.ProtoReflect.Descriptor instead.
 func (*ConfigSchemaRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{28}
+	return file_aleph_proto_rawDescGZIP(), []int{29}
 }
 
 type ConfigField struct {
@@ -2172,7 +2234,7 @@ type ConfigField struct {
 
 func (x *ConfigField) Reset() {
 	*x = ConfigField{}
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2184,7 +2246,7 @@ func (x *ConfigField) String() string {
 func (*ConfigField) ProtoMessage() {}
 
 func (x *ConfigField) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[29]
+	mi := &file_aleph_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2197,7 +2259,7 @@ func (x *ConfigField) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ConfigField.ProtoReflect.Descriptor instead.
 func (*ConfigField) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{29}
+	return file_aleph_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ConfigField) GetName() string {
@@ -2246,7 +2308,7 @@ type DriverConfigSchema struct {
 
 func (x *DriverConfigSchema) Reset() {
 	*x = DriverConfigSchema{}
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2258,7 +2320,7 @@ func (x *DriverConfigSchema) String() string {
 func (*DriverConfigSchema) ProtoMessage() {}
 
 func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[30]
+	mi := &file_aleph_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2271,7 +2333,7 @@ func (x *DriverConfigSchema) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DriverConfigSchema.ProtoReflect.Descriptor instead.
 func (*DriverConfigSchema) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{30}
+	return file_aleph_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DriverConfigSchema) GetSection() string {
@@ -2298,7 +2360,7 @@ type SetConfigRequest struct {
 
 func (x *SetConfigRequest) Reset() {
 	*x = SetConfigRequest{}
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2310,7 +2372,7 @@ func (x *SetConfigRequest) String() string {
 func (*SetConfigRequest) ProtoMessage() {}
 
 func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[31]
+	mi := &file_aleph_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2323,7 +2385,7 @@ func (x *SetConfigRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigRequest.ProtoReflect.Descriptor instead.
 func (*SetConfigRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{31}
+	return file_aleph_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SetConfigRequest) GetConfigJson() []byte {
@@ -2341,7 +2403,7 @@ type SetConfigResponse struct {
 
 func (x *SetConfigResponse) Reset() {
 	*x = SetConfigResponse{}
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2353,7 +2415,7 @@ func (x *SetConfigResponse) String() string {
 func (*SetConfigResponse) ProtoMessage() {}
 
 func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[32]
+	mi := &file_aleph_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2366,7 +2428,7 @@ func (x *SetConfigResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetConfigResponse.ProtoReflect.Descriptor instead.
 func (*SetConfigResponse) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{32}
+	return file_aleph_proto_rawDescGZIP(), []int{33}
 }
 
 // ErrorDetail travels as a gRPC status detail with every error a plugin
@@ -2392,7 +2454,7 @@ type ErrorDetail struct {
 
 func (x *ErrorDetail) Reset() {
 	*x = ErrorDetail{}
-	mi := &file_aleph_proto_msgTypes[33]
+	mi := &file_aleph_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2404,7 +2466,7 @@ func (x *ErrorDetail) String() string {
 func (*ErrorDetail) ProtoMessage() {}
 
 func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[33]
+	mi := &file_aleph_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2417,7 +2479,7 @@ func (x *ErrorDetail) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ErrorDetail.ProtoReflect.Descriptor instead.
 func (*ErrorDetail) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{33}
+	return file_aleph_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ErrorDetail) GetKind() string {
@@ -2473,7 +2535,7 @@ type WindowSize struct {
 
 func (x *WindowSize) Reset() {
 	*x = WindowSize{}
-	mi := &file_aleph_proto_msgTypes[34]
+	mi := &file_aleph_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2485,7 +2547,7 @@ func (x *WindowSize) String() string {
 func (*WindowSize) ProtoMessage() {}
 
 func (x *WindowSize) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[34]
+	mi := &file_aleph_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2498,7 +2560,7 @@ func (x *WindowSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
 func (*WindowSize) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{34}
+	return file_aleph_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WindowSize) GetRows() uint32 {
@@ -2524,7 +2586,7 @@ type CloseStdin struct {
 
 func (x *CloseStdin) Reset() {
 	*x = CloseStdin{}
-	mi := &file_aleph_proto_msgTypes[35]
+	mi := &file_aleph_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2536,7 +2598,7 @@ func (x *CloseStdin) String() string {
 func (*CloseStdin) ProtoMessage() {}
 
 func (x *CloseStdin) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[35]
+	mi := &file_aleph_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2549,7 +2611,7 @@ func (x *CloseStdin) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CloseStdin.ProtoReflect.Descriptor instead.
 func (*CloseStdin) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{35}
+	return file_aleph_proto_rawDescGZIP(), []int{36}
 }
 
 // One message of RunStream from the host.
@@ -2568,7 +2630,7 @@ type RunStreamRequest struct {
 
 func (x *RunStreamRequest) Reset() {
 	*x = RunStreamRequest{}
-	mi := &file_aleph_proto_msgTypes[36]
+	mi := &file_aleph_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2580,7 +2642,7 @@ func (x *RunStreamRequest) String() string {
 func (*RunStreamRequest) ProtoMessage() {}
 
 func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_aleph_proto_msgTypes[36]
+	mi := &file_aleph_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2593,7 +2655,7 @@ func (x *RunStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunStreamRequest.ProtoReflect.Descriptor instead.
 func (*RunStreamRequest) Descriptor() ([]byte, []int) {
-	return file_aleph_proto_rawDescGZIP(), []int{36}
+	return file_aleph_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RunStreamRequest) GetMsg() isRunStreamRequest_Msg {
@@ -2837,7 +2899,12 @@ const file_aleph_proto_rawDesc = "" +
 	"\amounted\x18\x01 \x01(\bR\amounted\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x10\n" +
 	"\x03dev\x18\x03 \x01(\x04R\x03dev\x12\x10\n" +
-	"\x03ino\x18\x04 \x01(\x04R\x03ino\"\x15\n" +
+	"\x03ino\x18\x04 \x01(\x04R\x03ino\"\x8b\x01\n" +
+	"\x16OpenLayeredViewRequest\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x01 \x01(\tR\tsessionId\x12\x1c\n" +
+	"\tworkspace\x18\x02 \x01(\tR\tworkspace\x124\n" +
+	"\alayered\x18\x03 \x01(\v2\x1a.aleph.v1.LayeredWorkspaceR\alayered\"\x15\n" +
 	"\x13ConfigSchemaRequest\"\x8e\x01\n" +
 	"\vConfigField\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
@@ -2885,7 +2952,7 @@ const file_aleph_proto_rawDesc = "" +
 	"\x12ACTION_UNSPECIFIED\x10\x00\x12\x10\n" +
 	"\fACTION_ALLOW\x10\x01\x12\x0f\n" +
 	"\vACTION_WARN\x10\x02\x12\x0f\n" +
-	"\vACTION_DENY\x10\x032\xf9\x04\n" +
+	"\vACTION_DENY\x10\x032\xd1\x05\n" +
 	"\x0fOsSandboxDriver\x12I\n" +
 	"\fCapabilities\x12\x1d.aleph.v1.CapabilitiesRequest\x1a\x1a.aleph.v1.HostCapabilities\x129\n" +
 	"\n" +
@@ -2896,7 +2963,8 @@ const file_aleph_proto_rawDesc = "" +
 	"\tSetConfig\x12\x1a.aleph.v1.SetConfigRequest\x1a\x1b.aleph.v1.SetConfigResponse\x12P\n" +
 	"\rForgetSession\x12\x1e.aleph.v1.ForgetSessionRequest\x1a\x1f.aleph.v1.ForgetSessionResponse\x12?\n" +
 	"\tRunStream\x12\x1a.aleph.v1.RunStreamRequest\x1a\x12.aleph.v1.RunEvent(\x010\x01\x12J\n" +
-	"\vLayeredView\x12\x1c.aleph.v1.LayeredViewRequest\x1a\x1d.aleph.v1.LayeredViewResponse2\xb6\x01\n" +
+	"\vLayeredView\x12\x1c.aleph.v1.LayeredViewRequest\x1a\x1d.aleph.v1.LayeredViewResponse\x12V\n" +
+	"\x0fOpenLayeredView\x12 .aleph.v1.OpenLayeredViewRequest\x1a\x1d.aleph.v1.LayeredViewResponse(\x010\x012\xb6\x01\n" +
 	"\vSandboxHook\x129\n" +
 	"\bDescribe\x12\x19.aleph.v1.DescribeRequest\x1a\x12.aleph.v1.HookInfo\x122\n" +
 	"\x06Before\x12\x15.aleph.v1.HookRequest\x1a\x11.aleph.v1.Verdict\x128\n" +
@@ -2915,103 +2983,107 @@ func file_aleph_proto_rawDescGZIP() []byte {
 }
 
 var file_aleph_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
+var file_aleph_proto_msgTypes = make([]protoimpl.MessageInfo, 40)
 var file_aleph_proto_goTypes = []any{
-	(NetworkMode)(0),              // 0: aleph.v1.NetworkMode
-	(Stream)(0),                   // 1: aleph.v1.Stream
-	(Action)(0),                   // 2: aleph.v1.Action
-	(*CapabilitiesRequest)(nil),   // 3: aleph.v1.CapabilitiesRequest
-	(*Unavailable)(nil),           // 4: aleph.v1.Unavailable
-	(*HostCapabilities)(nil),      // 5: aleph.v1.HostCapabilities
-	(*NetworkPolicy)(nil),         // 6: aleph.v1.NetworkPolicy
-	(*Capabilities)(nil),          // 7: aleph.v1.Capabilities
-	(*ProxyEndpoint)(nil),         // 8: aleph.v1.ProxyEndpoint
-	(*ProfileRequest)(nil),        // 9: aleph.v1.ProfileRequest
-	(*Profile)(nil),               // 10: aleph.v1.Profile
-	(*EnvVar)(nil),                // 11: aleph.v1.EnvVar
-	(*RunRequest)(nil),            // 12: aleph.v1.RunRequest
-	(*LayeredWorkspace)(nil),      // 13: aleph.v1.LayeredWorkspace
-	(*OutputChunk)(nil),           // 14: aleph.v1.OutputChunk
-	(*ResourceUsage)(nil),         // 15: aleph.v1.ResourceUsage
-	(*Exit)(nil),                  // 16: aleph.v1.Exit
-	(*Violation)(nil),             // 17: aleph.v1.Violation
-	(*RunEvent)(nil),              // 18: aleph.v1.RunEvent
-	(*DescribeRequest)(nil),       // 19: aleph.v1.DescribeRequest
-	(*HookInfo)(nil),              // 20: aleph.v1.HookInfo
-	(*HookRequest)(nil),           // 21: aleph.v1.HookRequest
-	(*Verdict)(nil),               // 22: aleph.v1.Verdict
-	(*AfterRequest)(nil),          // 23: aleph.v1.AfterRequest
-	(*AfterResponse)(nil),         // 24: aleph.v1.AfterResponse
-	(*SignalRequest)(nil),         // 25: aleph.v1.SignalRequest
-	(*SignalResponse)(nil),        // 26: aleph.v1.SignalResponse
-	(*ForgetSessionRequest)(nil),  // 27: aleph.v1.ForgetSessionRequest
-	(*ForgetSessionResponse)(nil), // 28: aleph.v1.ForgetSessionResponse
-	(*LayeredViewRequest)(nil),    // 29: aleph.v1.LayeredViewRequest
-	(*LayeredViewResponse)(nil),   // 30: aleph.v1.LayeredViewResponse
-	(*ConfigSchemaRequest)(nil),   // 31: aleph.v1.ConfigSchemaRequest
-	(*ConfigField)(nil),           // 32: aleph.v1.ConfigField
-	(*DriverConfigSchema)(nil),    // 33: aleph.v1.DriverConfigSchema
-	(*SetConfigRequest)(nil),      // 34: aleph.v1.SetConfigRequest
-	(*SetConfigResponse)(nil),     // 35: aleph.v1.SetConfigResponse
-	(*ErrorDetail)(nil),           // 36: aleph.v1.ErrorDetail
-	(*WindowSize)(nil),            // 37: aleph.v1.WindowSize
-	(*CloseStdin)(nil),            // 38: aleph.v1.CloseStdin
-	(*RunStreamRequest)(nil),      // 39: aleph.v1.RunStreamRequest
-	nil,                           // 40: aleph.v1.HostCapabilities.DetailsEntry
-	nil,                           // 41: aleph.v1.Exit.DetailsEntry
+	(NetworkMode)(0),               // 0: aleph.v1.NetworkMode
+	(Stream)(0),                    // 1: aleph.v1.Stream
+	(Action)(0),                    // 2: aleph.v1.Action
+	(*CapabilitiesRequest)(nil),    // 3: aleph.v1.CapabilitiesRequest
+	(*Unavailable)(nil),            // 4: aleph.v1.Unavailable
+	(*HostCapabilities)(nil),       // 5: aleph.v1.HostCapabilities
+	(*NetworkPolicy)(nil),          // 6: aleph.v1.NetworkPolicy
+	(*Capabilities)(nil),           // 7: aleph.v1.Capabilities
+	(*ProxyEndpoint)(nil),          // 8: aleph.v1.ProxyEndpoint
+	(*ProfileRequest)(nil),         // 9: aleph.v1.ProfileRequest
+	(*Profile)(nil),                // 10: aleph.v1.Profile
+	(*EnvVar)(nil),                 // 11: aleph.v1.EnvVar
+	(*RunRequest)(nil),             // 12: aleph.v1.RunRequest
+	(*LayeredWorkspace)(nil),       // 13: aleph.v1.LayeredWorkspace
+	(*OutputChunk)(nil),            // 14: aleph.v1.OutputChunk
+	(*ResourceUsage)(nil),          // 15: aleph.v1.ResourceUsage
+	(*Exit)(nil),                   // 16: aleph.v1.Exit
+	(*Violation)(nil),              // 17: aleph.v1.Violation
+	(*RunEvent)(nil),               // 18: aleph.v1.RunEvent
+	(*DescribeRequest)(nil),        // 19: aleph.v1.DescribeRequest
+	(*HookInfo)(nil),               // 20: aleph.v1.HookInfo
+	(*HookRequest)(nil),            // 21: aleph.v1.HookRequest
+	(*Verdict)(nil),                // 22: aleph.v1.Verdict
+	(*AfterRequest)(nil),           // 23: aleph.v1.AfterRequest
+	(*AfterResponse)(nil),          // 24: aleph.v1.AfterResponse
+	(*SignalRequest)(nil),          // 25: aleph.v1.SignalRequest
+	(*SignalResponse)(nil),         // 26: aleph.v1.SignalResponse
+	(*ForgetSessionRequest)(nil),   // 27: aleph.v1.ForgetSessionRequest
+	(*ForgetSessionResponse)(nil),  // 28: aleph.v1.ForgetSessionResponse
+	(*LayeredViewRequest)(nil),     // 29: aleph.v1.LayeredViewRequest
+	(*LayeredViewResponse)(nil),    // 30: aleph.v1.LayeredViewResponse
+	(*OpenLayeredViewRequest)(nil), // 31: aleph.v1.OpenLayeredViewRequest
+	(*ConfigSchemaRequest)(nil),    // 32: aleph.v1.ConfigSchemaRequest
+	(*ConfigField)(nil),            // 33: aleph.v1.ConfigField
+	(*DriverConfigSchema)(nil),     // 34: aleph.v1.DriverConfigSchema
+	(*SetConfigRequest)(nil),       // 35: aleph.v1.SetConfigRequest
+	(*SetConfigResponse)(nil),      // 36: aleph.v1.SetConfigResponse
+	(*ErrorDetail)(nil),            // 37: aleph.v1.ErrorDetail
+	(*WindowSize)(nil),             // 38: aleph.v1.WindowSize
+	(*CloseStdin)(nil),             // 39: aleph.v1.CloseStdin
+	(*RunStreamRequest)(nil),       // 40: aleph.v1.RunStreamRequest
+	nil,                            // 41: aleph.v1.HostCapabilities.DetailsEntry
+	nil,                            // 42: aleph.v1.Exit.DetailsEntry
 }
 var file_aleph_proto_depIdxs = []int32{
 	4,  // 0: aleph.v1.HostCapabilities.unavailable:type_name -> aleph.v1.Unavailable
-	40, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
+	41, // 1: aleph.v1.HostCapabilities.details:type_name -> aleph.v1.HostCapabilities.DetailsEntry
 	0,  // 2: aleph.v1.NetworkPolicy.mode:type_name -> aleph.v1.NetworkMode
 	6,  // 3: aleph.v1.Capabilities.network:type_name -> aleph.v1.NetworkPolicy
 	7,  // 4: aleph.v1.ProfileRequest.capabilities:type_name -> aleph.v1.Capabilities
 	8,  // 5: aleph.v1.ProfileRequest.proxy:type_name -> aleph.v1.ProxyEndpoint
 	11, // 6: aleph.v1.RunRequest.env:type_name -> aleph.v1.EnvVar
 	10, // 7: aleph.v1.RunRequest.profile:type_name -> aleph.v1.Profile
-	37, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
+	38, // 8: aleph.v1.RunRequest.tty:type_name -> aleph.v1.WindowSize
 	13, // 9: aleph.v1.RunRequest.layered:type_name -> aleph.v1.LayeredWorkspace
 	1,  // 10: aleph.v1.OutputChunk.stream:type_name -> aleph.v1.Stream
 	15, // 11: aleph.v1.Exit.usage:type_name -> aleph.v1.ResourceUsage
-	41, // 12: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
+	42, // 12: aleph.v1.Exit.details:type_name -> aleph.v1.Exit.DetailsEntry
 	17, // 13: aleph.v1.Exit.violations:type_name -> aleph.v1.Violation
 	14, // 14: aleph.v1.RunEvent.output:type_name -> aleph.v1.OutputChunk
 	16, // 15: aleph.v1.RunEvent.exit:type_name -> aleph.v1.Exit
 	7,  // 16: aleph.v1.HookRequest.capabilities:type_name -> aleph.v1.Capabilities
 	2,  // 17: aleph.v1.Verdict.action:type_name -> aleph.v1.Action
-	32, // 18: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
-	12, // 19: aleph.v1.RunStreamRequest.start:type_name -> aleph.v1.RunRequest
-	38, // 20: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
-	37, // 21: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
-	3,  // 22: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
-	9,  // 23: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
-	12, // 24: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
-	25, // 25: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
-	31, // 26: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
-	34, // 27: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
-	27, // 28: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
-	39, // 29: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
-	29, // 30: aleph.v1.OsSandboxDriver.LayeredView:input_type -> aleph.v1.LayeredViewRequest
-	19, // 31: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
-	21, // 32: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
-	23, // 33: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
-	5,  // 34: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
-	10, // 35: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
-	18, // 36: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
-	26, // 37: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
-	33, // 38: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
-	35, // 39: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
-	28, // 40: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
-	18, // 41: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
-	30, // 42: aleph.v1.OsSandboxDriver.LayeredView:output_type -> aleph.v1.LayeredViewResponse
-	20, // 43: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
-	22, // 44: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
-	24, // 45: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
-	34, // [34:46] is the sub-list for method output_type
-	22, // [22:34] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	13, // 18: aleph.v1.OpenLayeredViewRequest.layered:type_name -> aleph.v1.LayeredWorkspace
+	33, // 19: aleph.v1.DriverConfigSchema.fields:type_name -> aleph.v1.ConfigField
+	12, // 20: aleph.v1.RunStreamRequest.start:type_name -> aleph.v1.RunRequest
+	39, // 21: aleph.v1.RunStreamRequest.close_stdin:type_name -> aleph.v1.CloseStdin
+	38, // 22: aleph.v1.RunStreamRequest.resize:type_name -> aleph.v1.WindowSize
+	3,  // 23: aleph.v1.OsSandboxDriver.Capabilities:input_type -> aleph.v1.CapabilitiesRequest
+	9,  // 24: aleph.v1.OsSandboxDriver.ProfileFor:input_type -> aleph.v1.ProfileRequest
+	12, // 25: aleph.v1.OsSandboxDriver.Run:input_type -> aleph.v1.RunRequest
+	25, // 26: aleph.v1.OsSandboxDriver.Signal:input_type -> aleph.v1.SignalRequest
+	32, // 27: aleph.v1.OsSandboxDriver.ConfigSchema:input_type -> aleph.v1.ConfigSchemaRequest
+	35, // 28: aleph.v1.OsSandboxDriver.SetConfig:input_type -> aleph.v1.SetConfigRequest
+	27, // 29: aleph.v1.OsSandboxDriver.ForgetSession:input_type -> aleph.v1.ForgetSessionRequest
+	40, // 30: aleph.v1.OsSandboxDriver.RunStream:input_type -> aleph.v1.RunStreamRequest
+	29, // 31: aleph.v1.OsSandboxDriver.LayeredView:input_type -> aleph.v1.LayeredViewRequest
+	31, // 32: aleph.v1.OsSandboxDriver.OpenLayeredView:input_type -> aleph.v1.OpenLayeredViewRequest
+	19, // 33: aleph.v1.SandboxHook.Describe:input_type -> aleph.v1.DescribeRequest
+	21, // 34: aleph.v1.SandboxHook.Before:input_type -> aleph.v1.HookRequest
+	23, // 35: aleph.v1.SandboxHook.After:input_type -> aleph.v1.AfterRequest
+	5,  // 36: aleph.v1.OsSandboxDriver.Capabilities:output_type -> aleph.v1.HostCapabilities
+	10, // 37: aleph.v1.OsSandboxDriver.ProfileFor:output_type -> aleph.v1.Profile
+	18, // 38: aleph.v1.OsSandboxDriver.Run:output_type -> aleph.v1.RunEvent
+	26, // 39: aleph.v1.OsSandboxDriver.Signal:output_type -> aleph.v1.SignalResponse
+	34, // 40: aleph.v1.OsSandboxDriver.ConfigSchema:output_type -> aleph.v1.DriverConfigSchema
+	36, // 41: aleph.v1.OsSandboxDriver.SetConfig:output_type -> aleph.v1.SetConfigResponse
+	28, // 42: aleph.v1.OsSandboxDriver.ForgetSession:output_type -> aleph.v1.ForgetSessionResponse
+	18, // 43: aleph.v1.OsSandboxDriver.RunStream:output_type -> aleph.v1.RunEvent
+	30, // 44: aleph.v1.OsSandboxDriver.LayeredView:output_type -> aleph.v1.LayeredViewResponse
+	30, // 45: aleph.v1.OsSandboxDriver.OpenLayeredView:output_type -> aleph.v1.LayeredViewResponse
+	20, // 46: aleph.v1.SandboxHook.Describe:output_type -> aleph.v1.HookInfo
+	22, // 47: aleph.v1.SandboxHook.Before:output_type -> aleph.v1.Verdict
+	24, // 48: aleph.v1.SandboxHook.After:output_type -> aleph.v1.AfterResponse
+	36, // [36:49] is the sub-list for method output_type
+	23, // [23:36] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_aleph_proto_init() }
@@ -3023,7 +3095,7 @@ func file_aleph_proto_init() {
 		(*RunEvent_Output)(nil),
 		(*RunEvent_Exit)(nil),
 	}
-	file_aleph_proto_msgTypes[36].OneofWrappers = []any{
+	file_aleph_proto_msgTypes[37].OneofWrappers = []any{
 		(*RunStreamRequest_Start)(nil),
 		(*RunStreamRequest_Stdin)(nil),
 		(*RunStreamRequest_CloseStdin)(nil),
@@ -3035,7 +3107,7 @@ func file_aleph_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_aleph_proto_rawDesc), len(file_aleph_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   39,
+			NumMessages:   40,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -27,15 +27,16 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	OsSandboxDriver_Capabilities_FullMethodName  = "/aleph.v1.OsSandboxDriver/Capabilities"
-	OsSandboxDriver_ProfileFor_FullMethodName    = "/aleph.v1.OsSandboxDriver/ProfileFor"
-	OsSandboxDriver_Run_FullMethodName           = "/aleph.v1.OsSandboxDriver/Run"
-	OsSandboxDriver_Signal_FullMethodName        = "/aleph.v1.OsSandboxDriver/Signal"
-	OsSandboxDriver_ConfigSchema_FullMethodName  = "/aleph.v1.OsSandboxDriver/ConfigSchema"
-	OsSandboxDriver_SetConfig_FullMethodName     = "/aleph.v1.OsSandboxDriver/SetConfig"
-	OsSandboxDriver_ForgetSession_FullMethodName = "/aleph.v1.OsSandboxDriver/ForgetSession"
-	OsSandboxDriver_RunStream_FullMethodName     = "/aleph.v1.OsSandboxDriver/RunStream"
-	OsSandboxDriver_LayeredView_FullMethodName   = "/aleph.v1.OsSandboxDriver/LayeredView"
+	OsSandboxDriver_Capabilities_FullMethodName    = "/aleph.v1.OsSandboxDriver/Capabilities"
+	OsSandboxDriver_ProfileFor_FullMethodName      = "/aleph.v1.OsSandboxDriver/ProfileFor"
+	OsSandboxDriver_Run_FullMethodName             = "/aleph.v1.OsSandboxDriver/Run"
+	OsSandboxDriver_Signal_FullMethodName          = "/aleph.v1.OsSandboxDriver/Signal"
+	OsSandboxDriver_ConfigSchema_FullMethodName    = "/aleph.v1.OsSandboxDriver/ConfigSchema"
+	OsSandboxDriver_SetConfig_FullMethodName       = "/aleph.v1.OsSandboxDriver/SetConfig"
+	OsSandboxDriver_ForgetSession_FullMethodName   = "/aleph.v1.OsSandboxDriver/ForgetSession"
+	OsSandboxDriver_RunStream_FullMethodName       = "/aleph.v1.OsSandboxDriver/RunStream"
+	OsSandboxDriver_LayeredView_FullMethodName     = "/aleph.v1.OsSandboxDriver/LayeredView"
+	OsSandboxDriver_OpenLayeredView_FullMethodName = "/aleph.v1.OsSandboxDriver/OpenLayeredView"
 )
 
 // OsSandboxDriverClient is the client API for OsSandboxDriver service.
@@ -80,6 +81,17 @@ type OsSandboxDriverClient interface {
 	// for the host's file operations on a layered session's view. mounted is
 	// false when no sandbox of the session has its layer mounted now.
 	LayeredView(ctx context.Context, in *LayeredViewRequest, opts ...grpc.CallOption) (*LayeredViewResponse, error)
+	// Protocol 1.7 (call "layered_view_open"): the driver mounts a layer's
+	// overlay for the host when no session sandbox has it mounted
+	// (driverapi.LayeredViewOpener). The host sends one OpenLayeredViewRequest;
+	// the driver answers one LayeredViewResponse (mounted true) and keeps the
+	// overlay and the layer's locks while the stream lasts. The host ends the
+	// view by closing its side (or cancelling); the driver then closes its
+	// descriptor, releases the locks and ends the stream with OK, so the
+	// stream's end tells the host the driver holds nothing of it any more.
+	// Refusals: FAILED_PRECONDITION with an ErrorDetail of kind "unavailable"
+	// for feature "layered_workspace".
+	OpenLayeredView(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[OpenLayeredViewRequest, LayeredViewResponse], error)
 }
 
 type osSandboxDriverClient struct {
@@ -192,6 +204,19 @@ func (c *osSandboxDriverClient) LayeredView(ctx context.Context, in *LayeredView
 	return out, nil
 }
 
+func (c *osSandboxDriverClient) OpenLayeredView(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[OpenLayeredViewRequest, LayeredViewResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &OsSandboxDriver_ServiceDesc.Streams[2], OsSandboxDriver_OpenLayeredView_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[OpenLayeredViewRequest, LayeredViewResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OsSandboxDriver_OpenLayeredViewClient = grpc.BidiStreamingClient[OpenLayeredViewRequest, LayeredViewResponse]
+
 // OsSandboxDriverServer is the server API for OsSandboxDriver service.
 // All implementations must embed UnimplementedOsSandboxDriverServer
 // for forward compatibility.
@@ -234,6 +259,17 @@ type OsSandboxDriverServer interface {
 	// for the host's file operations on a layered session's view. mounted is
 	// false when no sandbox of the session has its layer mounted now.
 	LayeredView(context.Context, *LayeredViewRequest) (*LayeredViewResponse, error)
+	// Protocol 1.7 (call "layered_view_open"): the driver mounts a layer's
+	// overlay for the host when no session sandbox has it mounted
+	// (driverapi.LayeredViewOpener). The host sends one OpenLayeredViewRequest;
+	// the driver answers one LayeredViewResponse (mounted true) and keeps the
+	// overlay and the layer's locks while the stream lasts. The host ends the
+	// view by closing its side (or cancelling); the driver then closes its
+	// descriptor, releases the locks and ends the stream with OK, so the
+	// stream's end tells the host the driver holds nothing of it any more.
+	// Refusals: FAILED_PRECONDITION with an ErrorDetail of kind "unavailable"
+	// for feature "layered_workspace".
+	OpenLayeredView(grpc.BidiStreamingServer[OpenLayeredViewRequest, LayeredViewResponse]) error
 	mustEmbedUnimplementedOsSandboxDriverServer()
 }
 
@@ -270,6 +306,9 @@ func (UnimplementedOsSandboxDriverServer) RunStream(grpc.BidiStreamingServer[Run
 }
 func (UnimplementedOsSandboxDriverServer) LayeredView(context.Context, *LayeredViewRequest) (*LayeredViewResponse, error) {
 	return nil, status.Errorf(codes.Unimplemented, "method LayeredView not implemented")
+}
+func (UnimplementedOsSandboxDriverServer) OpenLayeredView(grpc.BidiStreamingServer[OpenLayeredViewRequest, LayeredViewResponse]) error {
+	return status.Errorf(codes.Unimplemented, "method OpenLayeredView not implemented")
 }
 func (UnimplementedOsSandboxDriverServer) mustEmbedUnimplementedOsSandboxDriverServer() {}
 func (UnimplementedOsSandboxDriverServer) testEmbeddedByValue()                         {}
@@ -436,6 +475,13 @@ func _OsSandboxDriver_LayeredView_Handler(srv interface{}, ctx context.Context, 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _OsSandboxDriver_OpenLayeredView_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(OsSandboxDriverServer).OpenLayeredView(&grpc.GenericServerStream[OpenLayeredViewRequest, LayeredViewResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type OsSandboxDriver_OpenLayeredViewServer = grpc.BidiStreamingServer[OpenLayeredViewRequest, LayeredViewResponse]
+
 // OsSandboxDriver_ServiceDesc is the grpc.ServiceDesc for OsSandboxDriver service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -481,6 +527,12 @@ var OsSandboxDriver_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "RunStream",
 			Handler:       _OsSandboxDriver_RunStream_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "OpenLayeredView",
+			Handler:       _OsSandboxDriver_OpenLayeredView_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

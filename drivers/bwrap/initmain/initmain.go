@@ -21,7 +21,7 @@ const PWDCommand = "sandbox-pwd"
 
 // IsInitMode reports whether args (os.Args[1:]) ask for the in-sandbox mode.
 func IsInitMode(args []string) bool {
-	return len(args) > 0 && (args[0] == PWDCommand || args[0] == sandboxinit.SandboxInitCommand || args[0] == sandboxinit.SessionUserTrialCommand)
+	return len(args) > 0 && (args[0] == PWDCommand || args[0] == sandboxinit.SandboxInitCommand || args[0] == sandboxinit.SessionUserTrialCommand || args[0] == sandboxinit.LayeredViewCommand)
 }
 
 // Main runs the in-sandbox mode for args (os.Args[1:]) and returns the exit
@@ -36,6 +36,9 @@ func Main(args []string) int {
 	}
 	if len(args) > 0 && args[0] == sandboxinit.SessionUserTrialCommand {
 		return sandboxinit.SessionUserTrial(args[1:])
+	}
+	if len(args) > 0 && args[0] == sandboxinit.LayeredViewCommand {
+		return sandboxinit.LayeredView(args[1:])
 	}
 	if len(args) == 0 || args[0] != sandboxinit.SandboxInitCommand {
 		fmt.Fprintln(os.Stderr, "aleph-sandbox: sandbox-init: usage: ["+PWDCommand+" ARG] "+sandboxinit.SandboxInitCommand+" <initspec-json> -- PROGRAM [ARGS...]")

@@ -20,6 +20,12 @@ func SessionUserTrial(args []string) int {
 	return SandboxInitExitCode
 }
 
+// LayeredView refuses off Linux (LayeredViewCommand).
+func LayeredView(args []string) int {
+	fmt.Fprintln(os.Stderr, "aleph-sandbox: "+LayeredViewCommand+": only supported on linux")
+	return SandboxInitExitCode
+}
+
 // LandlockABI is 0 off Linux.
 func LandlockABI() int { return 0 }
 

@@ -30,6 +30,14 @@ const SandboxInitCommand = "sandbox-init"
 // Its arguments are the uid and gid to map; exit status 0: it works here.
 const SessionUserTrialCommand = "sandbox-session-user-trial"
 
+// LayeredViewCommand is the hidden command that mounts a layered
+// session's overlay for the host (the driver's OpenLayeredView): started
+// by the driver in a user and mount namespace of its own, it mounts the
+// overlay, opens its root and passes that descriptor back over a unix
+// socket (its descriptor 3), then exits. Its arguments are TARGET LOWER
+// UPPER WORK OPTIONS (layeredview_linux.go).
+const LayeredViewCommand = "sandbox-layered-view"
+
 // SandboxInitExitCode is the exit status of sandbox-init when it refuses or
 // fails to confine. It matches the CLI's refusal code: the target never ran.
 const SandboxInitExitCode = 125
