@@ -235,7 +235,6 @@ func BenchmarkLayeredSession(b *testing.B) {
 func TestLayeredView(t *testing.T) {
 	d := testDriver(t, options{})
 	needLayered(t, d)
-	skipViewInNamespace(t, d)
 	ctx := context.Background()
 	ws := newWorkspace(t)
 	if err := os.WriteFile(filepath.Join(ws, "host.txt"), []byte("host\n"), 0o644); err != nil {
@@ -303,7 +302,6 @@ func TestLayeredView(t *testing.T) {
 func TestLayeredViewIdleEndRace(t *testing.T) {
 	d := testDriver(t, options{})
 	needLayered(t, d)
-	skipViewInNamespace(t, d)
 	ctx := context.Background()
 	ws := newWorkspace(t)
 	l := newLayerDirs(t)
@@ -377,25 +375,6 @@ func TestLayeredViewIdleEndRace(t *testing.T) {
 	if nv, err := d.LayeredView(ctx, S); err != nil || !nv.Mounted {
 		t.Errorf("the new sandbox's view: %+v %v", nv, err)
 	}
-}
-
-// skipViewInNamespace skips a test of the host's view where the
-// supervisor mounts the overlay in the sandbox's user namespace, after
-// the control that there is none: a layered command ran, and LayeredView
-// says no overlay is mounted rather than name a path into the sandbox.
-func skipViewInNamespace(t *testing.T, d *Driver) {
-	t.Helper()
-	if !d.layerInNamespace() {
-		return
-	}
-	ws := newWorkspace(t)
-	expectOK(t, layRun(t, d, ws, "noview", spawnCaps, newLayerDirs(t), `echo x > x.txt`))
-	defer d.ForgetSession(context.Background(), "noview")
-	v, err := d.LayeredView(context.Background(), "noview")
-	if err != nil || v.Mounted {
-		t.Fatalf("a layer mounted in the sandbox's user namespace has a view: %+v, %v", v, err)
-	}
-	t.Skip("the overlay is mounted in the session sandbox's user namespace (unprivileged): the driver offers the host no view of it, and says so")
 }
 
 // TestLayeredSessionUnprivileged: an unprivileged driver's layered session
