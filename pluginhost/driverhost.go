@@ -301,15 +301,22 @@ func (h *DriverHost) configure(ctx context.Context, p *driverapi.Process) (drive
 	return c, nil
 }
 
+// current is the running driver process (nil for none) and the
+// capabilities it reported (nil when none were read from this process: a
+// relaunched driver's are read again before they are trusted).
+func (h *DriverHost) current() (*driverapi.Process, *driverapi.HostCapabilities) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.capsOf != h.proc {
+		return h.proc, nil
+	}
+	return h.proc, h.caps
+}
+
 // Signal delivers sig to a running command (driverapi.Signaler). It never
 // launches a driver: with none running, no command runs either.
 func (h *DriverHost) Signal(ctx context.Context, commandID string, sig driverapi.Signal) error {
-	h.mu.Lock()
-	p, caps := h.proc, h.caps
-	if h.capsOf != p {
-		caps = nil
-	}
-	h.mu.Unlock()
+	p, caps := h.current()
 	if p == nil || p.Exited() {
 		return &driverapi.NotRunningError{CommandID: commandID}
 	}
@@ -332,12 +339,7 @@ func (h *DriverHost) Signal(ctx context.Context, commandID string, sig driverapi
 // running keeps nothing for any session. A driver without the call keeps
 // nothing per session either, and is not asked.
 func (h *DriverHost) ForgetSession(ctx context.Context, sessionID string) error {
-	h.mu.Lock()
-	p, caps := h.proc, h.caps
-	if h.capsOf != p {
-		caps = nil
-	}
-	h.mu.Unlock()
+	p, caps := h.current()
 	if p == nil || p.Exited() || caps == nil || !caps.Supports(driverapi.CallForgetSession) {
 		return nil
 	}
@@ -356,12 +358,7 @@ func (h *DriverHost) ForgetSession(ctx context.Context, sessionID string) error 
 // running mounts nothing. A driver without the call gives an
 // *driverapi.UnsupportedCallError.
 func (h *DriverHost) LayeredView(ctx context.Context, sessionID string) (driverapi.LayeredView, error) {
-	h.mu.Lock()
-	p, caps := h.proc, h.caps
-	if h.capsOf != p {
-		caps = nil
-	}
-	h.mu.Unlock()
+	p, caps := h.current()
 	if p == nil || p.Exited() {
 		return driverapi.LayeredView{}, nil
 	}
@@ -385,12 +382,7 @@ func (h *DriverHost) OpenLayeredView(ctx context.Context, req driverapi.LayeredV
 	if _, err := h.Capabilities(ctx); err != nil {
 		return driverapi.LayeredView{}, err
 	}
-	h.mu.Lock()
-	p, caps := h.proc, h.caps
-	if h.capsOf != p {
-		caps = nil
-	}
-	h.mu.Unlock()
+	p, caps := h.current()
 	if p == nil || p.Exited() {
 		return driverapi.LayeredView{}, &core.DriverError{Driver: h.cfg.Name, Op: "OpenLayeredView", Err: errors.New("the driver process has exited")}
 	}
