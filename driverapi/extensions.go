@@ -606,7 +606,7 @@ func callSince(call string) uint32 {
 	case CallLayeredWorkspace:
 		return 4
 	case CallLayeredView:
-		return 5
+		return 6
 	case CallLayeredViewOpen:
 		return 7
 	}

@@ -162,6 +162,21 @@ func TestUnsupportedCallMessages(t *testing.T) {
 			}
 		})
 	}
+	// Each call names the version that brought it (the table the
+	// message reads from).
+	for _, c := range []struct {
+		call  string
+		since uint32
+	}{
+		{driverapi.CallSessionSandbox, 3}, {driverapi.CallLayeredWorkspace, 4},
+		{driverapi.CallLayeredView, 6}, {driverapi.CallLayeredViewOpen, 7},
+	} {
+		caps := driverapi.HostCapabilities{ProtocolMinor: c.since - 1}
+		msg := caps.UnsupportedCall("d", c.call, driverapi.FeatureLayeredWorkspace).Error()
+		if want := fmt.Sprintf("came with protocol 1.%d:", c.since); !strings.Contains(msg, want) {
+			t.Errorf("%s: %q, want %q", c.call, msg, want)
+		}
+	}
 	// Without a feature: the call is named.
 	e := &driverapi.UnsupportedCallError{Plugin: "d", Call: driverapi.CallSignal, Minor: 2}
 	if got := e.Error(); got != `driver d: it does not implement the optional "signal" call` {
