@@ -8,7 +8,7 @@ import (
 func TestVersionAndHelpSubcommand(t *testing.T) {
 	for _, args := range [][]string{{"--version"}, {"version"}} {
 		r := cli(t, "", false, args...)
-		if r.code != 0 || !strings.HasPrefix(r.stdout, "aleph-sandbox "+cliVersion+" (driver protocol 1.6)") {
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "aleph-sandbox "+cliVersion+" (driver protocol 1.7)") {
 			t.Errorf("%v: exit %d, %q", args, r.code, r.stdout)
 		}
 	}
