@@ -234,8 +234,10 @@ func (h *DriverHost) launch(ctx context.Context, l *launch) {
 		// gRPC may report the deadline from its own timer a moment before
 		// the context's fires, so either one says the time ran out.
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+			// context.DeadlineExceeded, not ctx.Err(): when gRPC's timer
+			// fired first, ctx.Err() is still nil.
 			err = &core.DriverError{Driver: h.cfg.Name, Op: "Capabilities",
-				Err: fmt.Errorf("the driver started but did not answer within %s of its start: %w", timeout, ctx.Err())}
+				Err: fmt.Errorf("the driver started but did not answer within %s of its start: %w", timeout, context.DeadlineExceeded)}
 		}
 		p.Kill()
 		p = nil
