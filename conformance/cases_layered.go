@@ -149,13 +149,12 @@ func caseLayeredView(ctx context.Context, h *H) error {
 	if err != nil {
 		return fmt.Errorf("LayeredView of a live layered session: %w", err)
 	}
-	if l.UserNS {
+	if l.UserNS && !lv.Mounted {
 		// The overlay lives in the session sandbox's user and mount
-		// namespaces, which the host does not enter: the driver must say
-		// there is no view rather than name a path there.
-		if lv.Mounted {
-			return fmt.Errorf("LayeredView names %s for a layer its driver mounts in a user namespace (%s)", lv.Path, driverapi.DetailLayeredUserNS)
-		}
+		// namespaces, which the host does not enter by a path: a driver
+		// that cannot hand the host a descriptor of it says there is no
+		// view. One that can (the bwrap driver: its supervisor sends the
+		// overlay's root) is checked below as any other.
 		return skipf("the driver mounts layered sessions' overlays in a user namespace (%s) and offers the host no view of them (it said so: not mounted)", driverapi.DetailLayeredUserNS)
 	}
 	if !lv.Mounted {
