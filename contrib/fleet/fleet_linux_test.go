@@ -719,6 +719,12 @@ func TestFleet(t *testing.T) {
 	// Metrics per pod: each pod that served sessions counted their commands.
 	for _, p := range f.pods {
 		n, err := f.metric(p, "aleph_sandbox_commands_total")
+		if errors.Is(err, errNoMetric) && perPod[p.name] == 0 {
+			// The counter has a line per outcome, made by the first
+			// command: a pod the router gave no session has none yet
+			// (12 sessions over 3 pods leave one empty now and then).
+			continue
+		}
 		if err != nil {
 			t.Errorf("%s: %v", p.name, err)
 			continue
@@ -872,8 +878,19 @@ func (f *fleet) rollingRestart(ctx context.Context) {
 		// Replaced: a new pod of the same name on the same volumes, as the
 		// StatefulSet's controller makes it.
 		id, _ := f.podman(ctx, "pod", "inspect", "--format", "{{.Id}}", p.name)
-		if out, err := f.podman(ctx, "pod", "rm", "-f", "-t", "0", p.name); err != nil {
-			t.Fatalf("%v\n%s", err, out)
+		// podman can refuse the removal of a pod whose containers are
+		// still being marked stopped ("container state improper"): tried
+		// again, bounded.
+		for try := 1; ; try++ {
+			out, err := f.podman(ctx, "pod", "rm", "-f", "-t", "0", p.name)
+			if err == nil {
+				break
+			}
+			if try == 5 {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			t.Logf("podman pod rm %s (try %d): %v", p.name, try, err)
+			time.Sleep(time.Duration(try) * time.Second)
 		}
 		removePodCgroups(strings.Fields(id))
 		file := filepath.Join(f.state, p.name, "pod.yaml")
