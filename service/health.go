@@ -167,21 +167,28 @@ func boolInt(v bool) int {
 // with StartProcess do not hold it: they are a session's background work
 // and are warned and ended with the server, as before draining. A stopping serve calls it
 // after Drain, before it closes its listeners, so that a session's next
-// call in the grace period still reaches it.
+// call in the grace period still reaches it. When it returns the server
+// takes no more commands: an Execute is then refused with the draining
+// reason.
 func (s *Server) DrainWait(ctx context.Context, stop <-chan struct{}) bool {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
-		s.metrics.mu.Lock()
-		n := s.metrics.inFlight
-		s.metrics.mu.Unlock()
-		if n == 0 {
+		// Once none runs, none starts: a command of a held session
+		// admitted after this look would run while the listeners close,
+		// and an HTTP/2 stream is not waited for by the HTTP server's
+		// shutdown (its connection is hijacked): the process would end
+		// under it and cut its stream. It is refused instead, typed
+		// (draining), and its client goes elsewhere.
+		if s.metrics.quiesceIfIdle() {
 			return true
 		}
 		select {
 		case <-ctx.Done():
+			s.metrics.quiesce()
 			return false
 		case <-stop:
+			s.metrics.quiesce()
 			return false
 		case <-t.C:
 		}

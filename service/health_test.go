@@ -98,6 +98,38 @@ func TestDrainTurnsReadyOffAndRefusesNewSessions(t *testing.T) {
 	}
 }
 
+// Once DrainWait has seen no command running, the server takes no more:
+// a held session's command is refused with the draining reason (it would
+// otherwise run while the listeners close, and an HTTP/2 stream is not
+// waited for by the HTTP server's shutdown), and the driver runs nothing.
+// Control: while draining, before that, the held session's command runs.
+func TestDrainWaitStopsTakingCommands(t *testing.T) {
+	srv, h, hs := newLimitServer(t, core.ServeLimits{})
+	if code, _, _ := execute(t, hs.URL, `{"session":"held","argv":["/bin/true"]}`); code != "" {
+		t.Fatalf("a command before draining: %s", code)
+	}
+	srv.BeginDrain()
+	if code, _, _ := execute(t, hs.URL, `{"session":"held","argv":["/bin/true"]}`); code != "" {
+		t.Fatalf("control: the held session while draining: %s", code)
+	}
+	before := h.runs()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if !srv.DrainWait(ctx, nil) {
+		t.Fatal("DrainWait with no command running did not return true")
+	}
+	code, msg, _ := execute(t, hs.URL, `{"session":"held","argv":["/bin/true"]}`)
+	if code != "unavailable" || !strings.Contains(msg, "stopping") {
+		t.Fatalf("the held session after DrainWait: %s %q, want unavailable (draining)", code, msg)
+	}
+	if h.runs() != before {
+		t.Fatalf("runs %d, want %d: the refused command ran", h.runs(), before)
+	}
+	if d := srv.metrics; d.inFlight != 0 {
+		t.Fatalf("in flight after a refused command: %d", d.inFlight)
+	}
+}
+
 // The server is not ready at its session cap, nor when its driver cannot
 // start; it says which.
 func TestReadinessNamesWhatIsMissing(t *testing.T) {

@@ -34,6 +34,8 @@ type Metrics struct {
 	count    uint64
 	sum      float64
 	inFlight int64
+	// quiesced: the server stops and takes no more commands (DrainWait).
+	quiesced bool
 	// files counts the files API's calls by op and reason code.
 	files map[outcomeKey]uint64
 	// What the commands that ran consumed: CPU seconds in total, and
@@ -86,9 +88,34 @@ const (
 	OutcomeError  = "error"  // the sandbox could not run it, or it was cancelled
 )
 
-func (m *Metrics) started() {
+// started counts a command in flight, or reports false once the server
+// stopped taking commands (quiesce).
+func (m *Metrics) started() bool {
 	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.quiesced {
+		return false
+	}
 	m.inFlight++
+	return true
+}
+
+// quiesceIfIdle stops the taking of commands if none is in flight, in one
+// step with the count (so none can start between the look and the stop),
+// and reports whether it did.
+func (m *Metrics) quiesceIfIdle() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.inFlight == 0 {
+		m.quiesced = true
+	}
+	return m.quiesced
+}
+
+// quiesce stops the taking of commands whatever is in flight.
+func (m *Metrics) quiesce() {
+	m.mu.Lock()
+	m.quiesced = true
 	m.mu.Unlock()
 }
 

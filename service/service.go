@@ -466,10 +466,14 @@ func (s *Server) Execute(ctx context.Context, req *connect.Request[hostv1.Execut
 	}
 	defer end()
 	defer func() { rerr = s.endedDuring(ctx, req.Msg, rerr) }()
+	if !s.metrics.started() {
+		return withDetail(connect.CodeUnavailable,
+			errors.New("the server is stopping and takes no more commands; run the command on another server"),
+			&hostv1.ErrorDetail{ReasonCode: ReasonDraining})
+	}
 	s.running.Add(1)
 	defer s.running.Done()
 	start := time.Now()
-	s.metrics.started()
 	outcome, reason := OutcomeError, ReasonInvalidRequest
 	defer func() { s.metrics.finished(outcome, reason, time.Since(start)) }()
 	cmd, err := s.command(req.Msg)
