@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -234,46 +235,32 @@ func (m *mountedLayer) mounted(fds []int) {
 // mountLayer takes the layer's lock (shared) and mounts its overlay over
 // workspace on a fresh directory of the driver's.
 func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ *mountedLayer, err error) {
-	lock, err := os.OpenFile(l.Lock, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("bwrap driver: layered workspace: lock: %w", err)
+	lock, upper, views, err := takeLayerLocks(l)
+	var busy *layerBusyError
+	switch {
+	case errors.As(err, &busy) && busy.which == layerLockDiscard:
+		return nil, layeredRefusal(fmt.Sprintf("the layer is being discarded (its lock %s is held exclusively): %v", l.Lock, busy.err))
+	case errors.As(err, &busy) && busy.which == layerLockUpper:
+		return nil, layeredRefusal(fmt.Sprintf("the layer is mounted by another process (a command of the session running there, or the host's files API writing the session's view): overlayfs forbids two mounts sharing an upper (%v)", busy.err))
+	case errors.As(err, &busy):
+		// The views lock: the host holds it shared while it has an
+		// overlay of this upper open through LayeredView, and such an
+		// overlay outlives its sandbox as long as the host's descriptor
+		// does (the sandbox ended on its idle limit during a file
+		// operation). A mount now would make two overlays of one upper,
+		// which overlayfs leaves undefined, so the command is refused;
+		// the host's operation is short (one file call) and the next
+		// command mounts.
+		return nil, layeredRefusal(fmt.Sprintf("the host still has the layer's previous overlay open (a files-API operation begun before the session's sandbox ended); overlayfs forbids two overlays sharing an upper, so the command was not run: run it again once that operation has ended (%v)", busy.err))
+	case err != nil:
+		return nil, fmt.Errorf("bwrap driver: layered workspace: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			lock.Close()
-		}
-	}()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
-		return nil, layeredRefusal(fmt.Sprintf("the layer is being discarded (its lock %s is held exclusively): %v", l.Lock, err))
-	}
-	upper, err := os.OpenFile(l.Upper, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("bwrap driver: layered workspace: upper: %w", err)
-	}
-	defer func() {
-		if err != nil {
 			upper.Close()
 		}
 	}()
-	if err := unix.Flock(int(upper.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return nil, layeredRefusal(fmt.Sprintf("the layer is mounted by another process (a command of the session running there, or the host's files API writing the session's view): overlayfs forbids two mounts sharing an upper (%v)", err))
-	}
-	// The views lock (the work directory's flock), exclusively for the
-	// mount and without waiting: the host holds it shared while it has
-	// an overlay of this upper open through LayeredView, and such an
-	// overlay outlives its sandbox as long as the host's descriptor does
-	// (the sandbox ended on its idle limit during a file operation). A
-	// mount now would make two overlays of one upper, which overlayfs
-	// leaves undefined, so the command is refused; the host's operation
-	// is short (one file call) and the next command mounts.
-	views, err := os.OpenFile(l.Work, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("bwrap driver: layered workspace: work: %w", err)
-	}
-	if err := unix.Flock(int(views.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		views.Close()
-		return nil, layeredRefusal(fmt.Sprintf("the host still has the layer's previous overlay open (a files-API operation begun before the session's sandbox ended); overlayfs forbids two overlays sharing an upper, so the command was not run: run it again once that operation has ended (%v)", err))
-	}
 	if d.layerInNamespace() {
 		// The session supervisor mounts it (the design above); the locks
 		// are held for the sandbox's life all the same, and the views
@@ -295,6 +282,58 @@ func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ 
 		return nil, layeredRefusal(fmt.Sprintf("mounting the overlay failed: %v", err))
 	}
 	return &mountedLayer{point: point, lock: lock, upper: upper}, nil
+}
+
+// Which of a layer's locks another holder has (layerBusyError).
+const (
+	layerLockDiscard = "lock"  // the layer's lock, exclusively: it is being discarded
+	layerLockUpper   = "upper" // the upper's flock: another mount of it
+	layerLockViews   = "views" // the views lock: a host view of an earlier overlay is open
+)
+
+// layerBusyError: one of a layer's locks is held by someone else (which,
+// err is flock's answer).
+type layerBusyError struct {
+	which string
+	err   error
+}
+
+func (e *layerBusyError) Error() string { return e.which + " lock held: " + e.err.Error() }
+
+// takeLayerLocks takes what every mount of a layer's overlay takes, each
+// without waiting: the layer's lock shared (it is not being discarded),
+// the upper directory's flock exclusively (no other mount of that upper,
+// in this driver process or another, and no host view of it: overlayfs
+// forbids two mounts sharing an upper), and the views lock (the work
+// directory's flock) exclusively, which the caller holds for the mount
+// alone (core/layer.HoldViews). The first two are held for the mount's
+// life. On error nothing is held; a *layerBusyError says which lock
+// someone else has.
+func takeLayerLocks(l *driverapi.LayeredWorkspace) (lock, upper, views *os.File, err error) {
+	opened := []*os.File{}
+	defer func() {
+		if err != nil {
+			closeAll(opened)
+		}
+	}()
+	for _, step := range []struct {
+		which, name, path string
+		flags, how        int
+	}{
+		{layerLockDiscard, "lock", l.Lock, os.O_RDWR, unix.LOCK_SH},
+		{layerLockUpper, "upper", l.Upper, os.O_RDONLY | unix.O_DIRECTORY, unix.LOCK_EX},
+		{layerLockViews, "work", l.Work, os.O_RDONLY | unix.O_DIRECTORY, unix.LOCK_EX},
+	} {
+		f, err := os.OpenFile(step.path, step.flags|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: %w", step.name, err)
+		}
+		opened = append(opened, f)
+		if err := unix.Flock(int(f.Fd()), step.how|unix.LOCK_NB); err != nil {
+			return nil, nil, nil, &layerBusyError{which: step.which, err: err}
+		}
+	}
+	return opened[0], opened[1], opened[2], nil
 }
 
 // layerMountParent is where the driver makes its mount points: its state

@@ -70,38 +70,24 @@ func (d *Driver) OpenLayeredView(ctx context.Context, req driverapi.LayeredViewR
 		}
 	}
 
-	lock, err := os.OpenFile(l.Lock, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return driverapi.LayeredView{}, fmt.Errorf("bwrap driver: layered view: lock: %w", err)
+	lock, upper, views, err := takeLayerLocks(&l)
+	var busy *layerBusyError
+	switch {
+	case errors.As(err, &busy) && busy.which == layerLockDiscard:
+		return driverapi.LayeredView{}, layeredViewRefusal(fmt.Sprintf("the layer is being discarded (its lock %s is held exclusively): %v", l.Lock, busy.err))
+	case errors.As(err, &busy) && busy.which == layerLockUpper:
+		return driverapi.LayeredView{}, layeredViewRefusal(fmt.Sprintf("the layer is mounted elsewhere (a session sandbox of the session, in this driver or another process, or another view of it): overlayfs forbids two mounts sharing an upper (%v)", busy.err))
+	case errors.As(err, &busy):
+		return driverapi.LayeredView{}, layeredViewRefusal(fmt.Sprintf("the host still has an earlier overlay of the layer open; overlayfs forbids two overlays sharing an upper (%v)", busy.err))
+	case err != nil:
+		return driverapi.LayeredView{}, fmt.Errorf("bwrap driver: layered view: %w", err)
 	}
 	defer func() {
 		if err != nil {
 			lock.Close()
-		}
-	}()
-	if err := unix.Flock(int(lock.Fd()), unix.LOCK_SH|unix.LOCK_NB); err != nil {
-		return driverapi.LayeredView{}, layeredViewRefusal(fmt.Sprintf("the layer is being discarded (its lock %s is held exclusively): %v", l.Lock, err))
-	}
-	upper, err := os.OpenFile(l.Upper, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return driverapi.LayeredView{}, fmt.Errorf("bwrap driver: layered view: upper: %w", err)
-	}
-	defer func() {
-		if err != nil {
 			upper.Close()
 		}
 	}()
-	if err := unix.Flock(int(upper.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		return driverapi.LayeredView{}, layeredViewRefusal(fmt.Sprintf("the layer is mounted elsewhere (a session sandbox of the session, in this driver or another process, or another view of it): overlayfs forbids two mounts sharing an upper (%v)", err))
-	}
-	views, err := os.OpenFile(l.Work, os.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return driverapi.LayeredView{}, fmt.Errorf("bwrap driver: layered view: work: %w", err)
-	}
-	if err := unix.Flock(int(views.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		views.Close()
-		return driverapi.LayeredView{}, layeredViewRefusal(fmt.Sprintf("the host still has an earlier overlay of the layer open; overlayfs forbids two overlays sharing an upper (%v)", err))
-	}
 	view, err := d.mountLayerView(ctx, req.Workspace, l, inside)
 	// The views lock is for the mount alone: the host takes it shared
 	// once it has the answer.
