@@ -39,6 +39,7 @@ const image = "localhost/aleph-sandbox:fleet"
 
 type pod struct {
 	name          string
+	container     string // the serve container's name in podman
 	port, metrics int
 }
 
@@ -366,6 +367,11 @@ func (f *fleet) controlContainer(ctx context.Context) {
 func (f *fleet) renderPod(i int, sts *appsv1.StatefulSet, config string, cpus string) (pod, string) {
 	t := f.t
 	p := pod{name: fmt.Sprintf("%s-%d", sts.Name, i), port: freePort(t), metrics: freePort(t)}
+	if len(sts.Spec.Template.Spec.Containers) != 1 {
+		t.Fatalf("the StatefulSet's pod has %d containers; the test knows one, serve", len(sts.Spec.Template.Spec.Containers))
+	}
+	// podman kube play names a pod's container <pod>-<container>.
+	p.container = p.name + "-" + sts.Spec.Template.Spec.Containers[0].Name
 	dir := filepath.Join(f.state, p.name)
 	for _, d := range []string{"config", "data", "tmp", "run"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
@@ -405,6 +411,11 @@ func (f *fleet) renderPod(i int, sts *appsv1.StatefulSet, config string, cpus st
 		vols = append(vols, corev1.Volume{Name: c.Name, VolumeSource: host(filepath.Join(dir, c.Name))})
 	}
 	spec.Volumes = vols
+	// The StatefulSet's Always is the kubelet's to apply to a running pod,
+	// never to one that terminates; podman would start a drained serve
+	// again in the pod being replaced. The test plays the controller and
+	// the kubelet: it replaces or restarts pods itself.
+	spec.RestartPolicy = corev1.RestartPolicyNever
 	priv := true
 	for k := range spec.Containers {
 		c := &spec.Containers[k]
@@ -805,20 +816,46 @@ type rollingOut struct {
 	Records                               [][3]any
 }
 
-// waitExited waits until podman reports no container of pod name running:
-// its serve drained and ended.
-func (f *fleet) waitExited(ctx context.Context, name string) {
-	var out string
+// containerState is podman's state of a container ("running",
+// "stopping", "exited", ...) and its exit code.
+func (f *fleet) containerState(ctx context.Context, name string) (string, int, error) {
+	out, err := f.podman(ctx, "inspect", "--type", "container", "--format", "{{.State.Status}} {{.State.ExitCode}}", name)
+	if err != nil {
+		return "", 0, err
+	}
+	var state string
+	var code int
+	if _, err := fmt.Sscan(out, &state, &code); err != nil {
+		return "", 0, fmt.Errorf("podman inspect %s printed %q: %w", name, out, err)
+	}
+	return state, code, nil
+}
+
+// terminate sends SIGTERM to pod p's serve container, as the kubelet does
+// to a pod's containers (after preStop) while the pod's sandbox (podman's
+// infra container) stays until they have ended: serve drains.
+func (f *fleet) terminate(ctx context.Context, p pod) {
+	if out, err := f.podman(ctx, "kill", "--signal", "TERM", p.container); err != nil {
+		f.t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+// waitExited waits until pod p's serve container has ended and returns
+// its exit code.
+func (f *fleet) waitExited(ctx context.Context, p pod) int {
+	var state string
+	var err error
 	for ctx.Err() == nil {
-		var err error
-		out, err = f.podman(ctx, "ps", "-a", "--filter", "pod="+name, "--format", "{{.State}}")
-		if err == nil && !strings.Contains(out, "running") && !strings.Contains(out, "stopping") && strings.TrimSpace(out) != "" {
-			return
+		var code int
+		state, code, err = f.containerState(ctx, p.container)
+		if err == nil && state != "running" && state != "stopping" && state != "paused" {
+			return code
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	logs, _ := f.podman(context.Background(), "pod", "logs", name)
-	f.t.Fatalf("pod %s did not end after its drain (containers: %s)\n%s", name, out, logs)
+	logs, _ := f.podman(context.Background(), "pod", "logs", p.name)
+	f.t.Fatalf("%s's serve did not end after its drain (state %q, %v)\n%s", p.name, state, err, logs)
+	return -1
 }
 
 // rollingRestart restarts the three pods one after another, as a
@@ -862,22 +899,30 @@ func (f *fleet) rollingRestart(ctx context.Context) {
 	for _, p := range f.pods {
 		f.waitCommands(ctx, p, f.commandsOn(p)+5)
 	}
+	drained := map[string]string{}
 	down := make([]time.Time, len(f.pods))
 	up := make([]time.Time, len(f.pods))
 	for i, p := range f.pods {
-		if out, err := f.podman(ctx, "pod", "kill", "--signal", "TERM", p.name); err != nil {
-			t.Fatalf("%v\n%s", err, out)
-		}
+		f.terminate(ctx, p)
 		down[i] = time.Now()
 		// serve's grace (20 s) and term grace (5 s), bounded as the
 		// kubelet's terminationGracePeriodSeconds (30 s) would, with room
 		// for a loaded machine.
 		dctx, dcancel := context.WithTimeout(ctx, 90*time.Second)
-		f.waitExited(dctx, p.name)
+		exit := f.waitExited(dctx, p)
 		dcancel()
 		// Replaced: a new pod of the same name on the same volumes, as the
 		// StatefulSet's controller makes it.
 		id, _ := f.podman(ctx, "pod", "inspect", "--format", "{{.Id}}", p.name)
+		// The drained pod's serve log, kept for a failure's report.
+		if logs, err := f.podman(ctx, "pod", "logs", "--timestamps", p.name); err == nil {
+			drained[p.name] = logs
+		}
+		// A serve that drained exits 0; a kill (137) or a failure cut
+		// what it was running.
+		if exit != 0 {
+			t.Errorf("%s's serve exited %d after SIGTERM: its drain did not end as a drain\n%s", p.name, exit, drained[p.name])
+		}
 		// podman can refuse the removal of a pod whose containers are
 		// still being marked stopped ("container state improper"): tried
 		// again, bounded.
@@ -924,11 +969,22 @@ func (f *fleet) rollingRestart(ctx context.Context) {
 	unclean := func(l string) bool {
 		return strings.Contains(l, "aleph.host.v1.Service/") && !strings.Contains(l, " ---- ")
 	}
+	failed := false
 	if r.Failed != 0 {
+		failed = true
 		t.Errorf("%d commands failed during the rolling restart: %v\n%s", r.Failed, r.Errors, f.routerLog(unclean))
 	}
 	if after5xx, err := f.stat("aleph", "FRONTEND", "hrsp_5xx"); err != nil || after5xx != before5xx {
+		failed = true
 		t.Errorf("HAProxy answered %d 5xx during the rolling restart (%v):\n%s", after5xx-before5xx, err, f.routerLog(unclean))
+	}
+	if failed {
+		// What a failure is read with: each pod's restart times and its
+		// drained serve's log.
+		for i, p := range f.pods {
+			t.Logf("%s: SIGTERM at %s, replacement ready at %s; the drained serve's log:\n%s", p.name, down[i].UTC().Format(time.RFC3339Nano), up[i].UTC().Format(time.RFC3339Nano), drained[p.name])
+		}
+		f.keepLogs(drained)
 	}
 	// From the records: each pod ran commands of the workload before its
 	// restart and after its replacement, and all three after the last.
@@ -956,6 +1012,30 @@ func (f *fleet) rollingRestart(ctx context.Context) {
 			t.Errorf("%s ran %d commands of the workload before its restart, %d after its replacement, %d after the last restart: want some of each", p.name, before, after, end)
 		}
 	}
+}
+
+// keepLogs copies HAProxy's whole log and the drained pods' serve logs
+// to $ALEPH_FLEET_LOG_DIR, when it is set, for a failure read at leisure
+// (the run's state directory is removed with it).
+func (f *fleet) keepLogs(drained map[string]string) {
+	dir := os.Getenv("ALEPH_FLEET_LOG_DIR")
+	if dir == "" {
+		return
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		f.t.Logf("keeping the logs: %v", err)
+		return
+	}
+	if b, err := os.ReadFile(filepath.Join(f.state, "haproxy.log")); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "haproxy.log"), b, 0o644)
+	}
+	if b, err := os.ReadFile(filepath.Join(f.state, "events.log")); err == nil {
+		_ = os.WriteFile(filepath.Join(dir, "events.log"), b, 0o644)
+	}
+	for name, logs := range drained {
+		_ = os.WriteFile(filepath.Join(dir, name+".log"), []byte(logs), 0o644)
+	}
+	f.t.Logf("logs kept in %s", dir)
 }
 
 // routerLog is the lines of HAProxy's log that match.
@@ -1020,9 +1100,7 @@ func (f *fleet) drainAndKill(ctx context.Context, sessionPod, tokens map[string]
 		time.Sleep(50 * time.Millisecond)
 	}
 	// SIGTERM, as the kubelet sends after preStop: serve drains.
-	if out, err := f.podman(ctx, "pod", "kill", "--signal", "TERM", drainPod); err != nil {
-		t.Fatalf("%v\n%s", err, out)
-	}
+	f.terminate(ctx, f.pods[f.podIndex(drainPod)])
 	f.waitServer(ctx, di, "DOWN")
 	if code, body := f.readyz(f.pods[di]); code != http.StatusServiceUnavailable || !strings.Contains(body, "draining") {
 		t.Errorf("draining pod's /readyz: %d %q, want 503 draining", code, body)
@@ -1089,7 +1167,25 @@ func (f *fleet) restart(ctx context.Context, sessionPod, tokens map[string]strin
 		}
 	}
 	if s == "" {
-		t.Fatal("no session on the pod left")
+		// The affinity step's sessions all landed on the two pods gone
+		// (12 sessions over 3 pods leave one empty now and then): a new
+		// one, which lands on the one pod still up.
+		var left []string
+		for _, p := range f.pods {
+			if p.name != gone[0] && p.name != gone[1] {
+				left = append(left, p.name)
+			}
+		}
+		if len(left) != 1 {
+			t.Fatalf("pods left after %v: %v, want one", gone, left)
+		}
+		s, host = fmt.Sprintf("restart-%d", time.Now().UnixNano()), left[0]
+		tokens[s] = fmt.Sprintf("token-%d", time.Now().UnixNano())
+		var made execOut
+		f.client(ctx, &made, "run", s, fmt.Sprintf(`["sh","-c","echo %s > state; exec hostname"]`, tokens[s]))
+		if made.ExitCode == nil || *made.ExitCode != 0 || hostOf(made) != host {
+			t.Fatalf("a new session with %s the only pod up: %+v, want it placed there", host, made)
+		}
 	}
 	first, again := f.trackedClient(ctx, s)
 	if first.ExitCode == nil || *first.ExitCode != 0 || !strings.HasPrefix(first.Stdout, tokens[s]+"\n") {
@@ -1103,13 +1199,7 @@ func (f *fleet) restart(ctx context.Context, sessionPod, tokens map[string]strin
 	// Start it again only once podman has finished with the killed
 	// containers: its cleanup of a container that exited, when it comes
 	// after the start (seen under load), stops the new one.
-	for ctx.Err() == nil {
-		out, err := f.podman(ctx, "ps", "-a", "--filter", "pod="+host, "--format", "{{.State}}")
-		if err == nil && !strings.Contains(out, "running") && !strings.Contains(out, "stopping") && strings.TrimSpace(out) != "" {
-			break
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	f.waitExited(ctx, f.pods[i])
 	time.Sleep(time.Second)
 	if out, err := f.podman(ctx, "pod", "start", host); err != nil {
 		t.Fatalf("%v\n%s", err, out)
