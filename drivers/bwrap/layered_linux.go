@@ -133,6 +133,23 @@ func layeredRefusal(reason string) error {
 		Fix: "run the session as a live (not layered) one, or run it where session sandboxes and overlayfs are available (root, the bwrap tier)"}
 }
 
+// overlayMountRefusal is the refusal of a layered command whose overlay
+// this driver (as root) could not mount: the kernel's answer with the
+// upper's file system, and the way out. The usual cause is a data
+// directory on a file system overlayfs will not take as an upper (NFS,
+// FUSE, another overlay), which the kernel answers EINVAL without
+// saying so.
+func overlayMountRefusal(upper string, err error) error {
+	fs := "a file system that could not be read"
+	if id, ierr := fsIdentityOf(upper); ierr == nil {
+		fs = fsTypeName(id.typ)
+	}
+	return &driverapi.UnavailableError{Feature: driverapi.FeatureLayeredWorkspace,
+		Reason: fmt.Sprintf("mounting the overlay failed: %v (the layer's upper directory %s is on %s)", err, upper, fs),
+		Fix: "keep layers on a file system overlayfs accepts as an upper layer (ext4, xfs, btrfs, tmpfs): " +
+			"point the data directory (sandbox.workspace_root, whose .layers holds them) there, or run the session as a live (not layered) one"}
+}
+
 // checkLayered refuses a layered spec this driver cannot honour for plan.
 func (d *Driver) checkLayered(ctx context.Context, plan launchPlan, spec driverapi.RunSpec) error {
 	l := spec.Layered
@@ -279,7 +296,7 @@ func (d *Driver) mountLayer(workspace string, l *driverapi.LayeredWorkspace) (_ 
 	}
 	if err := unix.Mount("overlay", point, "overlay", unix.MS_NOSUID|unix.MS_NODEV, data); err != nil {
 		os.Remove(point)
-		return nil, layeredRefusal(fmt.Sprintf("mounting the overlay failed: %v", err))
+		return nil, overlayMountRefusal(l.Upper, err)
 	}
 	return &mountedLayer{point: point, lock: lock, upper: upper}, nil
 }

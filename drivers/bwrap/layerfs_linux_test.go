@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
+	"golang.org/x/sys/unix"
 )
 
 // refusedUpperEnv names a directory the test user can write whose file
@@ -278,4 +279,72 @@ func TestLayeredUpperFileSystem(t *testing.T) {
 		t.Errorf("control: upper d.txt %q %v", b, err)
 	}
 	_ = r.ForgetSession(context.Background(), "fine")
+}
+
+// TestLayeredUpperRefusedAsRoot: a root driver mounts a layer's overlay
+// itself, and the kernel refuses an upper directory on another overlay
+// (so a data directory on one) with a bare EINVAL. The refusal is the
+// typed layered_workspace one naming the upper's file system and the data
+// directory as the way out; nothing ran and no mount point is left. The
+// controls: the same driver runs a layer on an ordinary directory, and a
+// mount by hand with the upper on that overlay is refused too (the
+// kernel's refusal, not the driver's).
+func TestLayeredUpperRefusedAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("unprivileged: the session sandbox mounts the overlay, and TestLayeredUpperFileSystem covers that refusal")
+	}
+	d, err := newDriver(config{Options: options{SessionSandbox: sessionSandboxAlways}, InitBinary: driverBin, DriverBinary: driverBin, StateDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.Close)
+	needLayered(t, d)
+	ws := newWorkspace(t)
+	// Control: an ordinary layer runs.
+	ok := newLayerDirsIn(t, t.TempDir())
+	expectOK(t, layRun(t, d, ws, "fine", spawnCaps, ok, `echo fine > a.txt`))
+	if b, err := os.ReadFile(filepath.Join(ok.Upper, "a.txt")); err != nil || string(b) != "fine\n" {
+		t.Fatalf("control: upper a.txt %q %v", b, err)
+	}
+	_ = d.ForgetSession(context.Background(), "fine")
+
+	// A data directory on an overlay.
+	base := t.TempDir()
+	for _, p := range []string{"l", "u", "w", "m", "l2", "m2"} {
+		if err := os.Mkdir(filepath.Join(base, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := filepath.Join(base, "m")
+	if err := unix.Mount("overlay", m, "overlay", 0, fmt.Sprintf("lowerdir=%s/l,upperdir=%s/u,workdir=%s/w", base, base, base)); err != nil {
+		t.Skipf("no overlay to put a data directory on: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(m, unix.MNT_DETACH) })
+	// Control: the kernel itself refuses an upper there.
+	for _, p := range []string{"u2", "w2"} {
+		if err := os.Mkdir(filepath.Join(m, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("overlay", filepath.Join(base, "m2"), "overlay", 0, fmt.Sprintf("lowerdir=%s/l2,upperdir=%s/u2,workdir=%s/w2", base, m, m)); err == nil {
+		_ = unix.Unmount(filepath.Join(base, "m2"), unix.MNT_DETACH)
+		t.Skip("this kernel takes an upper on an overlay: nothing to refuse here")
+	}
+	rl := newLayerDirsIn(t, m)
+	res := layRun(t, d, ws, "refused", spawnCaps, rl, `echo layered > b.txt; echo ran`)
+	var ue *driverapi.UnavailableError
+	if !errors.As(res.err, &ue) || ue.Feature != driverapi.FeatureLayeredWorkspace ||
+		!strings.Contains(ue.Reason, rl.Upper) || !strings.Contains(ue.Reason, "overlayfs") || !strings.Contains(ue.Fix, "sandbox.workspace_root") {
+		t.Fatalf("a layer on an overlay: %v, want the layered_workspace refusal naming %s on overlayfs, with the data directory in its fix", res.err, rl.Upper)
+	}
+	t.Logf("refused: %s (fix: %s)", ue.Reason, ue.Fix)
+	if res.stdout != "" || res.stderr != "" {
+		t.Errorf("the refused command ran: %q %q", res.stdout, res.stderr)
+	}
+	if ents, err := os.ReadDir(rl.Upper); err != nil || len(ents) != 0 {
+		t.Errorf("the upper layer after the refusal: %v %v", ents, err)
+	}
+	if left, _ := filepath.Glob(filepath.Join(d.layerMountParent(), "layer-*")); len(left) != 0 {
+		t.Errorf("mount points left after the refusal: %v", left)
+	}
 }
