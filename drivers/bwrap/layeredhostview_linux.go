@@ -168,14 +168,7 @@ func (d *Driver) mountLayerView(ctx context.Context, workspace string, l drivera
 	if err != nil || n != 1 {
 		return nil, fmt.Errorf("bwrap driver: layered view: the helper passed no descriptor (%d bytes, %v)", n, err)
 	}
-	var got []int
-	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-		for _, m := range msgs {
-			if rights, err := unix.ParseUnixRights(&m); err == nil {
-				got = append(got, rights...)
-			}
-		}
-	}
+	got := receivedFDs(oob[:oobn])
 	if len(got) != 1 {
 		for _, fd := range got {
 			unix.Close(fd)

@@ -267,17 +267,8 @@ func (n *notifier) receiveOne() (int, byte, bool) {
 	if got != 1 || (buf[0] != 'm' && buf[0] != 'd') {
 		return -1, 0, false
 	}
-	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
-	if err != nil {
-		return -1, 0, false
-	}
 	// The descriptor, beside the credentials every record carries.
-	var fds []int
-	for i := range msgs {
-		if got, err := unix.ParseUnixRights(&msgs[i]); err == nil {
-			fds = append(fds, got...)
-		}
-	}
+	fds := receivedFDs(oob[:oobn])
 	if len(fds) != 1 {
 		for _, f := range fds {
 			unix.Close(f)
