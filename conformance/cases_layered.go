@@ -52,16 +52,11 @@ func caseLayeredViewOpen(ctx context.Context, h *H) error {
 	if !isO || !isF {
 		return fmt.Errorf("the driver lists %q but does not implement OpenLayeredView and ForgetSession", driverapi.CallLayeredViewOpen)
 	}
-	l, err := h.newLayer()
+	l, id, made, err := h.layeredSessionWithFile(ctx, "layered-view-open")
 	if err != nil {
 		return err
 	}
-	id := h.newSession(ctx, "layered-view-open")
-	made, put := "made-"+token(), "put-"+token()
-	o := h.inLayer(ctx, id, l, "write", "made.txt", made, sep, "echo", "wrote")
-	if err := ran("the layered command writing the workspace", o, "wrote"); err != nil {
-		return err
-	}
+	put := "put-" + token()
 	req := driverapi.LayeredViewRequest{SessionID: id, Workspace: h.Work, Layered: *l}
 	var ue *driverapi.UnavailableError
 	vctx, end := context.WithCancel(ctx)
@@ -82,20 +77,8 @@ func caseLayeredViewOpen(ctx context.Context, h *H) error {
 	if !lv.Mounted || lv.Ended == nil {
 		return fmt.Errorf("OpenLayeredView answered %+v", lv)
 	}
-	root, err := os.Open(lv.Path)
-	if err != nil {
-		return fmt.Errorf("the view %s cannot be opened: %w", lv.Path, err)
-	}
-	dev, ino, ok := fileID(root)
-	root.Close()
-	if !ok || dev != lv.Dev || ino != lv.Ino {
-		return fmt.Errorf("the view %s is device %d inode %d, the driver said %d and %d", lv.Path, dev, ino, lv.Dev, lv.Ino)
-	}
-	if b, err := os.ReadFile(filepath.Join(lv.Path, "made.txt")); err != nil || string(b) != made {
-		return fmt.Errorf("the command's file through the view: %q, %v", clip(b), err)
-	}
-	if err := os.WriteFile(filepath.Join(lv.Path, "put.txt"), []byte(put), 0o644); err != nil {
-		return fmt.Errorf("writing through the view: %w", err)
+	if err := readWriteView(lv, made, put); err != nil {
+		return err
 	}
 	if b, err := os.ReadFile(filepath.Join(l.Upper, "put.txt")); err != nil || string(b) != put {
 		return fmt.Errorf("the file written through the view is not in the upper layer: %q, %v", clip(b), err)
@@ -103,7 +86,7 @@ func caseLayeredViewOpen(ctx context.Context, h *H) error {
 	if err := mustNotExist(filepath.Join(h.Work, "put.txt"), "a file written through the view"); err != nil {
 		return fmt.Errorf("%w: the view wrote the host's workspace", err)
 	}
-	o = h.inLayer(ctx, id, l, "write", "ran.txt", "ran", sep, "echo", "second-ran")
+	o := h.inLayer(ctx, id, l, "write", "ran.txt", "ran", sep, "echo", "second-ran")
 	switch {
 	case o.Err == nil || strings.Contains(string(o.Stdout), "second-ran"):
 		return fmt.Errorf("a command of the session ran while the view was open: %s", o)
@@ -135,16 +118,11 @@ func caseLayeredView(ctx context.Context, h *H) error {
 	if !isV || !isF {
 		return fmt.Errorf("the driver lists %q but does not implement LayeredView and ForgetSession", driverapi.CallLayeredView)
 	}
-	l, err := h.newLayer()
+	l, id, made, err := h.layeredSessionWithFile(ctx, "layered-view")
 	if err != nil {
 		return err
 	}
-	id := h.newSession(ctx, "layered-view")
-	made, put := "made-"+token(), "put-"+token()
-	o := h.inLayer(ctx, id, l, "write", "made.txt", made, sep, "echo", "wrote")
-	if err := ran("the layered command writing the workspace", o, "wrote"); err != nil {
-		return err
-	}
+	put := "put-" + token()
 	lv, err := v.LayeredView(ctx, id)
 	if err != nil {
 		return fmt.Errorf("LayeredView of a live layered session: %w", err)
@@ -160,22 +138,10 @@ func caseLayeredView(ctx context.Context, h *H) error {
 	if !lv.Mounted {
 		return errors.New("LayeredView says no overlay is mounted while the layered session's sandbox lives")
 	}
-	root, err := os.Open(lv.Path)
-	if err != nil {
-		return fmt.Errorf("the view %s cannot be opened: %w", lv.Path, err)
+	if err := readWriteView(lv, made, put); err != nil {
+		return err
 	}
-	dev, ino, ok := fileID(root)
-	root.Close()
-	if !ok || dev != lv.Dev || ino != lv.Ino {
-		return fmt.Errorf("the view %s is device %d inode %d, the driver said %d and %d", lv.Path, dev, ino, lv.Dev, lv.Ino)
-	}
-	if b, err := os.ReadFile(filepath.Join(lv.Path, "made.txt")); err != nil || string(b) != made {
-		return fmt.Errorf("the command's file through the view: %q, %v", clip(b), err)
-	}
-	if err := os.WriteFile(filepath.Join(lv.Path, "put.txt"), []byte(put), 0o644); err != nil {
-		return fmt.Errorf("writing through the view: %w", err)
-	}
-	o = h.inLayer(ctx, id, l, "read", "put.txt")
+	o := h.inLayer(ctx, id, l, "read", "put.txt")
 	if err := ran("the session's next command reading the file written through the view", o, put); err != nil {
 		return err
 	}
@@ -192,6 +158,44 @@ func caseLayeredView(ctx context.Context, h *H) error {
 	}
 	if after, err := v.LayeredView(ctx, id); err != nil || after.Mounted {
 		return fmt.Errorf("the view after the session was forgotten: %+v, %v", after, err)
+	}
+	return nil
+}
+
+// layeredSessionWithFile makes a layer and a session (named after
+// name) whose first layered command wrote made.txt, holding made, in it.
+func (h *H) layeredSessionWithFile(ctx context.Context, name string) (l *driverapi.LayeredWorkspace, id, made string, err error) {
+	l, err = h.newLayer()
+	if err != nil {
+		return nil, "", "", err
+	}
+	id = h.newSession(ctx, name)
+	made = "made-" + token()
+	o := h.inLayer(ctx, id, l, "write", "made.txt", made, sep, "echo", "wrote")
+	if err := ran("the layered command writing the workspace", o, "wrote"); err != nil {
+		return nil, "", "", err
+	}
+	return l, id, made, nil
+}
+
+// readWriteView checks a view the driver answered: its path opens the
+// directory of the device and inode it reports, made.txt reads made
+// through it, and put.txt is written through it with put.
+func readWriteView(lv driverapi.LayeredView, made, put string) error {
+	root, err := os.Open(lv.Path)
+	if err != nil {
+		return fmt.Errorf("the view %s cannot be opened: %w", lv.Path, err)
+	}
+	dev, ino, ok := fileID(root)
+	root.Close()
+	if !ok || dev != lv.Dev || ino != lv.Ino {
+		return fmt.Errorf("the view %s is device %d inode %d, the driver said %d and %d", lv.Path, dev, ino, lv.Dev, lv.Ino)
+	}
+	if b, err := os.ReadFile(filepath.Join(lv.Path, "made.txt")); err != nil || string(b) != made {
+		return fmt.Errorf("the command's file through the view: %q, %v", clip(b), err)
+	}
+	if err := os.WriteFile(filepath.Join(lv.Path, "put.txt"), []byte(put), 0o644); err != nil {
+		return fmt.Errorf("writing through the view: %w", err)
 	}
 	return nil
 }
