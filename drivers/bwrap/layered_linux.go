@@ -146,8 +146,7 @@ func overlayMountRefusal(upper string, err error) error {
 	}
 	return &driverapi.UnavailableError{Feature: driverapi.FeatureLayeredWorkspace,
 		Reason: fmt.Sprintf("mounting the overlay failed: %v (the layer's upper directory %s is on %s)", err, upper, fs),
-		Fix: "keep layers on a file system overlayfs accepts as an upper layer (ext4, xfs, btrfs, tmpfs): " +
-			"point the data directory (sandbox.workspace_root, whose .layers holds them) there, or run the session as a live (not layered) one"}
+		Fix:    upperFSFix}
 }
 
 // checkLayered refuses a layered spec this driver cannot honour for plan.

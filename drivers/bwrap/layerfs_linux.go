@@ -143,9 +143,13 @@ func (u *upperFSTrials) record(id fsIdentity, ok bool) {
 }
 
 // layerFSFix is the way out of a layer on a file system the session
-// sandbox cannot mount the overlay on.
-const layerFSFix = "keep layers on a file system overlayfs accepts as an upper layer in a user namespace (ext4, xfs, btrfs, tmpfs): " +
-	"point the data directory (sandbox.workspace_root, whose .layers holds them) there, or run the session as a live (not layered) one"
+// sandbox cannot mount the overlay on (in a user namespace);
+// upperFSFix, out of one the driver itself (root) cannot.
+const (
+	dataDirFix = "point the data directory (sandbox.workspace_root, whose .layers holds them) there, or run the session as a live (not layered) one"
+	layerFSFix = "keep layers on a file system overlayfs accepts as an upper layer in a user namespace (ext4, xfs, btrfs, tmpfs): " + dataDirFix
+	upperFSFix = "keep layers on a file system overlayfs accepts as an upper layer (ext4, xfs, btrfs, tmpfs): " + dataDirFix
+)
 
 // checkUpperFS refuses, typed, a layer whose upper directory's file system
 // the session sandbox's supervisor could not mount the overlay on (see
