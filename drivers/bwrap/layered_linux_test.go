@@ -58,6 +58,18 @@ func layRun(t testing.TB, d *Driver, ws, session string, caps driverapi.Capabili
 	return drvResult{exit: exit, stdout: out.String(), stderr: errb.String(), err: err}
 }
 
+// expectRefusedLeftNothing checks that a refused layered command r ran
+// nothing: no output, and the layer's upper directory still empty.
+func expectRefusedLeftNothing(t *testing.T, r drvResult, upper string) {
+	t.Helper()
+	if r.stdout != "" || r.stderr != "" {
+		t.Errorf("the refused command ran: %q %q", r.stdout, r.stderr)
+	}
+	if ents, err := os.ReadDir(upper); err != nil || len(ents) != 0 {
+		t.Errorf("the upper layer after the refusal: %v %v", ents, err)
+	}
+}
+
 func needLayered(t *testing.T, d *Driver) {
 	t.Helper()
 	caps, err := d.Capabilities(context.Background())
@@ -611,12 +623,7 @@ func TestLayeredOverlayTrial(t *testing.T) {
 	if !errors.As(r.err, &ue) || ue.Feature != driverapi.FeatureLayeredWorkspace || ue.Reason != why {
 		t.Fatalf("a layered command: %v, want the layered_workspace refusal %q", r.err, why)
 	}
-	if r.stdout != "" || r.stderr != "" {
-		t.Errorf("the refused command ran: %q %q", r.stdout, r.stderr)
-	}
-	if ents, err := os.ReadDir(bl.Upper); err != nil || len(ents) != 0 {
-		t.Errorf("the upper layer after the refusal: %v %v", ents, err)
-	}
+	expectRefusedLeftNothing(t, r, bl.Upper)
 	if _, all := sessionProcs(bws); len(all) != 0 {
 		t.Errorf("a session sandbox was built for the refused command: %v", all)
 	}

@@ -255,12 +255,7 @@ func TestLayeredUpperFileSystem(t *testing.T) {
 		if i == 0 {
 			t.Logf("refused: %s (fix: %s)", ue.Reason, ue.Fix)
 		}
-		if res.stdout != "" || res.stderr != "" {
-			t.Errorf("the refused command ran: %q %q", res.stdout, res.stderr)
-		}
-		if ents, err := os.ReadDir(rl.Upper); err != nil || len(ents) != 0 {
-			t.Errorf("the upper layer after the refusal: %v %v", ents, err)
-		}
+		expectRefusedLeftNothing(t, res, rl.Upper)
 		if _, all := sessionProcs(rws); len(all) != 0 {
 			t.Errorf("a session sandbox was built for the refused command: %v", all)
 		}
@@ -338,12 +333,7 @@ func TestLayeredUpperRefusedAsRoot(t *testing.T) {
 		t.Fatalf("a layer on an overlay: %v, want the layered_workspace refusal naming %s on overlayfs, with the data directory in its fix", res.err, rl.Upper)
 	}
 	t.Logf("refused: %s (fix: %s)", ue.Reason, ue.Fix)
-	if res.stdout != "" || res.stderr != "" {
-		t.Errorf("the refused command ran: %q %q", res.stdout, res.stderr)
-	}
-	if ents, err := os.ReadDir(rl.Upper); err != nil || len(ents) != 0 {
-		t.Errorf("the upper layer after the refusal: %v %v", ents, err)
-	}
+	expectRefusedLeftNothing(t, res, rl.Upper)
 	if left, _ := filepath.Glob(filepath.Join(d.layerMountParent(), "layer-*")); len(left) != 0 {
 		t.Errorf("mount points left after the refusal: %v", left)
 	}
