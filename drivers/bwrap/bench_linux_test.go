@@ -104,14 +104,9 @@ func BenchmarkLaunch(b *testing.B) {
 			}
 		}
 	}
-	p50 := func(d []time.Duration) float64 {
-		s := append([]time.Duration(nil), d...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return float64(s[len(s)/2].Microseconds()) / 1000
-	}
-	raw, floor := p50(lat[0]), p50(lat[3])
+	raw, floor := p50ms(lat[0]), p50ms(lat[3])
 	for i, w := range ways {
-		v := p50(lat[i])
+		v := p50ms(lat[i])
 		b.ReportMetric(v, w.name+"_p50_ms")
 		if i > 0 && raw > 0 {
 			b.ReportMetric(v/raw, w.name+"_x_raw")
@@ -121,6 +116,13 @@ func BenchmarkLaunch(b *testing.B) {
 		}
 	}
 	b.ReportMetric(hitRate(d), "in_process_hit_rate")
+}
+
+// p50ms is the median of d in milliseconds.
+func p50ms(d []time.Duration) float64 {
+	s := append([]time.Duration(nil), d...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return float64(s[len(s)/2].Microseconds()) / 1000
 }
 
 // hitRate is the share of d's runs served by a prepared sandbox.
@@ -170,20 +172,15 @@ func BenchmarkPreparedBackToBack(b *testing.B) {
 			d.pool.WaitIdle()
 		}
 	}
-	p50 := func(d []time.Duration) float64 {
-		s := append([]time.Duration(nil), d...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return float64(s[len(s)/2].Microseconds()) / 1000
-	}
 	for i, w := range ways {
-		b.ReportMetric(p50(lat[i]), w.name+"_p50_ms")
+		b.ReportMetric(p50ms(lat[i]), w.name+"_p50_ms")
 	}
-	if m := p50(lat[2]); m > 0 {
-		b.ReportMetric(p50(lat[0])/m, "prepared_x_minimal")
-		b.ReportMetric(p50(lat[1])/m, "unprepared_x_minimal")
+	if m := p50ms(lat[2]); m > 0 {
+		b.ReportMetric(p50ms(lat[0])/m, "prepared_x_minimal")
+		b.ReportMetric(p50ms(lat[1])/m, "unprepared_x_minimal")
 	}
-	if de := p50(lat[3]); de > 0 {
-		b.ReportMetric(p50(lat[0])/de, "prepared_x_direct")
+	if de := p50ms(lat[3]); de > 0 {
+		b.ReportMetric(p50ms(lat[0])/de, "prepared_x_direct")
 	}
 	b.ReportMetric(hitRate(d), "hit_rate")
 }
@@ -444,19 +441,14 @@ func benchSession(b *testing.B, opts options) {
 			timed(&direct, func() error { return exec.Command("/bin/true").Run() })
 		}
 	}
-	p50 := func(d []time.Duration) float64 {
-		s := append([]time.Duration(nil), d...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return float64(s[len(s)/2].Microseconds()) / 1000
-	}
-	m := p50(rawMin)
-	b.ReportMetric(p50(first), "first_p50_ms")
-	b.ReportMetric(p50(inSession), "warm_p50_ms")
+	m := p50ms(rawMin)
+	b.ReportMetric(p50ms(first), "first_p50_ms")
+	b.ReportMetric(p50ms(inSession), "warm_p50_ms")
 	b.ReportMetric(m, "raw_minimal_p50_ms")
-	b.ReportMetric(p50(direct), "direct_p50_ms")
+	b.ReportMetric(p50ms(direct), "direct_p50_ms")
 	if m > 0 {
-		b.ReportMetric(p50(first)/m, "first_x_minimal")
-		b.ReportMetric(p50(inSession)/m, "warm_x_minimal")
+		b.ReportMetric(p50ms(first)/m, "first_x_minimal")
+		b.ReportMetric(p50ms(inSession)/m, "warm_x_minimal")
 	}
 	st, _ := d.AheadStats()
 	b.ReportMetric(float64(st.Taken), "first_built_ahead")

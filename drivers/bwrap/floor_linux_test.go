@@ -5,7 +5,6 @@ package bwrap
 import (
 	"os"
 	"os/exec"
-	"sort"
 	"syscall"
 	"testing"
 	"time"
@@ -59,18 +58,13 @@ func BenchmarkCommandFloor(b *testing.B) {
 		}
 		n++
 	}
-	p50 := func(d []time.Duration) float64 {
-		s := append([]time.Duration(nil), d...)
-		sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-		return float64(s[len(s)/2].Microseconds()) / 1000
-	}
 	perCmd := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(n) }
-	floorWall, floorCPU := p50(lat[2]), perCmd(cpu[2])
+	floorWall, floorCPU := p50ms(lat[2]), perCmd(cpu[2])
 	for i, w := range ways {
-		b.ReportMetric(p50(lat[i]), w.name+"_p50_ms")
+		b.ReportMetric(p50ms(lat[i]), w.name+"_p50_ms")
 		b.ReportMetric(perCmd(cpu[i]), w.name+"_cpu_ms/cmd")
 		if i < 2 && floorWall > 0 && floorCPU > 0 {
-			b.ReportMetric(p50(lat[i])/floorWall, w.name+"_x_minimal")
+			b.ReportMetric(p50ms(lat[i])/floorWall, w.name+"_x_minimal")
 			b.ReportMetric(perCmd(cpu[i])/floorCPU, w.name+"_cpu_x_minimal")
 		}
 	}
