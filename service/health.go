@@ -174,11 +174,11 @@ func (s *Server) DrainWait(ctx context.Context, stop <-chan struct{}) bool {
 	t := time.NewTicker(50 * time.Millisecond)
 	defer t.Stop()
 	for {
-		// Once none runs, none starts: a command of a held session
-		// admitted after this look would run while the listeners close,
-		// and an HTTP/2 stream is not waited for by the HTTP server's
-		// shutdown (its connection is hijacked): the process would end
-		// under it and cut its stream. It is refused instead, typed
+		// Once none runs, none starts: the HTTP server's shutdown that
+		// follows waits for the streams its connections carry, and a held
+		// session whose client keeps sending commands on an open HTTP/2
+		// connection (until it reads the GOAWAY) would keep that wait,
+		// and the drain, going. Such a command is refused instead, typed
 		// (draining), and its client goes elsewhere.
 		if s.metrics.quiesceIfIdle() {
 			return true
