@@ -5,6 +5,7 @@ package bwrap
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,11 +45,13 @@ func notRunPrograms(t *testing.T, ws string) []notRunCase {
 // checkNotRun runs each not-run case through d, with and without
 // subprocesses (which start the program on different paths: forked
 // straight by the supervisor, or by a child that confines itself first),
-// and through RunStream with a terminal when tty: each must end the run
+// through RunStream with a terminal when tty, and in the session sandbox
+// named session (every run of one spawn setting in one session, which
+// must still be live after each refusal) when it is not empty: each must end the run
 // with an InvalidSpecError for the program saying why, no exit status and
 // nothing on the command's output. The control is a script in the same
 // place that runs.
-func checkNotRun(t *testing.T, d *Driver, tty bool) {
+func checkNotRun(t *testing.T, d *Driver, tty bool, session string) {
 	ws := newWorkspace(t)
 	good := filepath.Join(ws, "good")
 	if err := os.WriteFile(good, []byte("#!/bin/sh\necho ran \"$@\"\nexit 3\n"), 0o755); err != nil {
@@ -64,6 +67,10 @@ func checkNotRun(t *testing.T, d *Driver, tty bool) {
 			var out lockedBuf
 			spec := driverapi.RunSpec{Program: program, Args: []string{"x"}, Env: pathEnv(), Cwd: ws, Profile: prof,
 				Timeout: 20 * time.Second, MaxOutputBytes: 1 << 16}
+			if session != "" {
+				spec.SessionID = fmt.Sprintf("%s-%v", session, spawn)
+				setSessionSandbox(&spec)
+			}
 			if tty {
 				spec.Tty = &driverapi.WindowSize{Rows: 24, Cols: 80}
 				exit, err := d.RunStream(context.Background(), spec, driverapi.StreamInput{}, driverapi.Streams{Stdout: &out, Stderr: &out})
@@ -72,10 +79,17 @@ func checkNotRun(t *testing.T, d *Driver, tty bool) {
 			exit, err := d.Run(context.Background(), spec, driverapi.Streams{Stdout: &out, Stderr: &out})
 			return exit, out.String(), err
 		}
-		exit, out, err := run(good)
-		if err != nil || exit.ExitCode != 3 || strings.TrimSpace(out) != "ran x" {
-			t.Fatalf("spawn %v: control: err %v exit %+v output %q", spawn, err, exit, out)
+		control := func(when string) {
+			t.Helper()
+			exit, out, err := run(good)
+			if err != nil || exit.ExitCode != 3 || strings.TrimSpace(out) != "ran x" {
+				t.Fatalf("spawn %v: control %s: err %v exit %+v output %q", spawn, when, err, exit, out)
+			}
+			if session != "" && exit.Details[driverapi.ExitDetailSessionSandbox] == "" {
+				t.Fatalf("spawn %v: control %s: not run in a session sandbox: %v", spawn, when, exit.Details)
+			}
 		}
+		control("first")
 		for _, c := range notRunPrograms(t, ws) {
 			exit, out, err := run(c.program)
 			var ise *driverapi.InvalidSpecError
@@ -87,6 +101,8 @@ func checkNotRun(t *testing.T, d *Driver, tty bool) {
 				t.Errorf("spawn %v: %s: exit %+v, output %q beside the error", spawn, c.name, exit, out)
 			}
 		}
+		// The session sandbox outlived every refusal.
+		control("after the refusals")
 	}
 }
 
@@ -101,15 +117,25 @@ func TestProgramNotRun(t *testing.T) {
 			if mode == preparedAlways {
 				needPreparable(t)
 			}
-			checkNotRun(t, testDriver(t, preparedOpts(mode)), false)
+			checkNotRun(t, testDriver(t, preparedOpts(mode)), false, "")
 		})
 	}
-	t.Run("tty", func(t *testing.T) { checkNotRun(t, testDriver(t, options{}), true) })
+	t.Run("tty", func(t *testing.T) { checkNotRun(t, testDriver(t, options{}), true, "") })
+}
+
+// TestSessionProgramNotRun is TestProgramNotRun in a session sandbox: the
+// program refused by the lookup or by exec is the same typed error (the
+// supervisor's record, not the session's end, however quickly the
+// command's reaper goes after it), and the session lives on.
+func TestSessionProgramNotRun(t *testing.T) {
+	d := testDriver(t, options{})
+	needSessions(t, d)
+	checkNotRun(t, d, false, "notrun")
 }
 
 // TestTierProgramNotRun is TestProgramNotRun in the Landlock tier.
 func TestTierProgramNotRun(t *testing.T) {
-	checkNotRun(t, tierDriver(t, options{}), false)
+	checkNotRun(t, tierDriver(t, options{}), false, "")
 }
 
 // TestAllowHostsProgramNotRun: in the allow_hosts chain (sandbox-init a

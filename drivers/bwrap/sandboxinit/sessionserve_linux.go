@@ -249,11 +249,7 @@ func (c *servedCommand) run() {
 		// command's stderr: the status sandbox-init's own failure ends
 		// with (SandboxInitExitCode), not a not-run record, which would
 		// say the program is missing.
-		c.kill()
-		if replyHandover(c.life, nil) == nil {
-			rec := EncodeStatus(Status{Wait: SandboxInitExitCode << 8, Alone: true})
-			_ = unix.Sendto(c.life, rec, unix.MSG_NOSIGNAL, nil)
-		}
+		c.refuse(Status{Wait: SandboxInitExitCode << 8, Alone: true})
 		return
 	}
 	if herr != nil {
@@ -262,12 +258,7 @@ func (c *servedCommand) run() {
 		return
 	}
 	if notRun != 0 {
-		// Nothing was started: the reaper never got its go-ahead.
-		c.kill()
-		if replyHandover(c.life, nil) == nil {
-			rec := EncodeStatus(Status{Wait: SandboxInitExitCode << 8, Alone: true, NotRun: NotRunLookup, Errno: notRun})
-			_ = unix.Sendto(c.life, rec, unix.MSG_NOSIGNAL, nil)
-		}
+		c.refuse(Status{Wait: SandboxInitExitCode << 8, Alone: true, NotRun: NotRunLookup, Errno: notRun})
 		return
 	}
 	if err := replyHandover(c.life, nil); err != nil {
@@ -275,6 +266,19 @@ func (c *servedCommand) run() {
 		return
 	}
 	c.relay()
+}
+
+// refuse ends a command that was never started (the reaper never got its
+// go-ahead) with st. The record is sent before the reaper is killed: the
+// launcher watches the reaper by a pidfd and takes its end with no record
+// there for the session sandbox's end, so the record must be on the
+// lifeline first, as finish's is (the reaper of a command that ran ends
+// only after it).
+func (c *servedCommand) refuse(st Status) {
+	if replyHandover(c.life, nil) == nil {
+		_ = unix.Sendto(c.life, EncodeStatus(st), unix.MSG_NOSIGNAL, nil)
+	}
+	c.kill()
 }
 
 // handOver prepares the command of h (fds: stdin, stdout, stderr, the
