@@ -617,6 +617,22 @@ func (s *handoverStarter) wait(runCtx context.Context) ending {
 			return reaped(<-ps.done)
 		}
 	case r := <-ps.done:
+		if ps.sb.cmd.ProcessState == nil {
+			// A session's command: its end has no status of its own, the
+			// record is the only account of it. One on its way (the
+			// supervisor sends a KILLed command's after it saw the reaper
+			// die) is waited for; the lifeline hangs up at once when no
+			// one is left to send it (the session sandbox ended).
+			// The reaper is reaped (ps.done reported, once): end releases
+			// what is left itself, s.reported stays false.
+			select {
+			case rep := <-status:
+				if rep.ok && rep.st.Alone {
+					return ending{rec: rep.st, reported: true}
+				}
+			case <-runCtx.Done():
+			}
+		}
 		return reaped(r)
 	case <-runCtx.Done():
 		_ = proc.Kill()
