@@ -18,11 +18,13 @@ import (
 // on Apply. core keeps the layer (package layer), the driver mounts it
 // (driverapi.LayeredWorkspace, once per session sandbox).
 //
-// The first command of a session fixes its mode: a later command asking
-// for the other is refused (LayeredModeError), since a live command would
-// write the host under a layer that then misreads it, and a layered one
-// would hide what live ones wrote. The mode outlives the process as the
-// layer directory does: a session whose layer exists on disk is layered.
+// The first command of a session that starts fixes its mode: a later
+// command asking for the other is refused (LayeredModeError), since a
+// live command would write the host under a layer that then misreads it,
+// and a layered one would hide what live ones wrote. A command refused
+// before it started does not (fixMode, settleMode). The mode outlives the
+// process as the layer directory does: a session whose layer exists on
+// disk is layered.
 
 // LayersDirName is the directory under the workspace root that holds the
 // sessions' layers (one per session, named like its workspace).
@@ -114,33 +116,118 @@ func OpenSessionLayer(cfg Config, sid string) (*layer.Layer, error) {
 // gitImporter is the layers' git importer: the host's git on PATH.
 func (s *WorkspaceSandbox) gitImporter() layer.GitImporter { return gitimport.New("") }
 
-// fixMode fixes sess's mode with its first command, or refuses a command
+// fixMode sets sess's mode with its first command, or refuses a command
 // of the other mode. ws is the command's workspace: a layered session's
-// layer lies over one workspace only.
-func (s *WorkspaceSandbox) fixMode(sess *session, layered bool, ws string) error {
+// layer lies over one workspace only. The command calls settle when it
+// has ended, saying whether it started: the mode is fixed by the first
+// command that starts, so one refused before it ran anything (by a hook,
+// the approval gate, the configuration, or the driver before the program
+// started: refusedBeforeStart) leaves the session as it found it, and
+// the other mode can still be asked for.
+func (s *WorkspaceSandbox) fixMode(sess *session, layered bool, ws string) (settle func(ctx context.Context, started bool), err error) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
 	if !sess.modeSet {
 		sess.modeSet = true
 		sess.layered = layered
-		if !layered {
-			// A layer left by another process (the one-shot CLI, a
-			// restarted service) makes the session layered.
-			if _, err := layer.Open(s.layerDir(sess.id), nil); err == nil {
-				sess.layered = true
-			}
+		// A layer left by another process (the one-shot CLI, a restarted
+		// service) makes the session layered, for good.
+		if _, err := layer.Open(s.layerDir(sess.id), nil); err == nil {
+			sess.layered, sess.modeFixed = true, true
 		}
 	}
 	if sess.layered != layered {
-		return &LayeredModeError{Session: sess.id, Layered: sess.layered}
+		return nil, &LayeredModeError{Session: sess.id, Layered: sess.layered}
 	}
 	if layered {
 		if l, err := layer.Open(s.layerDir(sess.id), nil); err == nil && l.Workspace() != ws {
-			return &LayeredModeError{Session: sess.id, Layered: true,
+			return nil, &LayeredModeError{Session: sess.id, Layered: true,
 				Reason: fmt.Sprintf("its layer lies over the workspace %s, not %s", l.Workspace(), ws)}
 		}
 	}
-	return nil
+	if sess.modeFixed {
+		return func(context.Context, bool) {}, nil
+	}
+	sess.modeHeld++
+	return func(ctx context.Context, started bool) { s.settleMode(ctx, sess, started) }, nil
+}
+
+// settleMode ends one command's hold on sess's mode (fixMode). The first
+// that started fixes it; when the last one ends with none started, the
+// mode is unset, and a layer made for it is dropped if nothing was
+// written to it (a layer that holds something, or that a view holds
+// open, is kept, and with it the mode).
+func (s *WorkspaceSandbox) settleMode(ctx context.Context, sess *session, started bool) {
+	sess.mu.Lock()
+	defer sess.mu.Unlock()
+	sess.modeHeld--
+	if started {
+		sess.modeFixed = true
+	}
+	if sess.modeFixed || sess.modeHeld > 0 {
+		return
+	}
+	if sess.layered {
+		// Not waited for while mu is held: the lock is held by a view of
+		// the files API (whose caller may ask for the session's mode
+		// meanwhile), Apply or Discard, each a use of the layer that
+		// keeps it. Commands hold it only while they run, between
+		// fixMode and settleMode.
+		if !sess.layerMu.TryLock() {
+			sess.modeFixed = true
+			return
+		}
+		defer sess.layerMu.Unlock()
+		if !s.dropUnusedLayer(context.WithoutCancel(ctx), sess) {
+			sess.modeFixed = true
+			return
+		}
+	}
+	sess.modeSet, sess.layered = false, false
+}
+
+// dropUnusedLayer removes sess's layer, made for a command that did not
+// start, if it is on disk and empty; reports whether no layer is left.
+// The driver's sandbox of the session goes first: a refusal after the
+// session sandbox was built (a program not found) leaves it with the
+// overlay mounted. Callers hold sess.mu and sess.layerMu.
+func (s *WorkspaceSandbox) dropUnusedLayer(ctx context.Context, sess *session) bool {
+	dir := s.layerDir(sess.id)
+	if _, err := os.Lstat(filepath.Join(dir, layer.StateFile)); errors.Is(err, os.ErrNotExist) {
+		sess.layer = nil
+		return true
+	}
+	l, err := layer.Open(dir, nil)
+	if err != nil {
+		return false
+	}
+	if unused, err := l.Unused(); err != nil || !unused {
+		return false
+	}
+	if f, ok := s.driver.(driverapi.SessionForgetter); ok {
+		fctx, cancel := context.WithTimeout(ctx, forgetDriverTimeout)
+		err := f.ForgetSession(fctx, sess.id)
+		cancel()
+		if err != nil {
+			s.logger.Warn("the session's unused layer is kept: the driver could not end the session's sandbox", "session", sess.id, "error", err)
+			return false
+		}
+	}
+	if err := l.Discard(ctx); err != nil {
+		s.logger.Warn("the session's unused layer is kept", "session", sess.id, "error", err)
+		return false
+	}
+	sess.layer = nil
+	return true
+}
+
+// refusedBeforeStart reports whether err, a command's, is the driver's
+// refusal before the program started: a feature it cannot enforce, a
+// spec it cannot run (the program not found included), a limit reached,
+// a profile it will not take.
+func refusedBeforeStart(err error) bool {
+	return errors.As(err, new(*driverapi.UnavailableError)) || errors.As(err, new(*driverapi.InvalidSpecError)) ||
+		errors.As(err, new(*driverapi.LimitError)) || errors.As(err, new(*driverapi.ProfileError))
 }
 
 // layeredReady refuses a layered command the driver or configuration

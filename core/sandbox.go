@@ -29,8 +29,8 @@ type Command struct {
 	Workspace string
 	// Layered runs the command over the session's layer: it sees the
 	// workspace through an overlay, and the host's directory changes only
-	// on Apply (layered.go). The session's first command fixes whether it
-	// is layered.
+	// on Apply (layered.go). The session's first command that starts
+	// fixes whether it is layered.
 	Layered      bool
 	Capabilities driverapi.Capabilities
 	// Timeout: 0 means Capabilities.TimeoutSecs, then the configured default.

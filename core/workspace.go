@@ -125,9 +125,13 @@ type session struct {
 	sandboxMu sync.Mutex
 	sandboxes map[string]struct{}
 
-	// modeSet, layered: the session's mode, fixed by its first command
-	// (layered.go); under mu.
-	modeSet, layered bool
+	// modeSet, layered: the session's mode, set by its first command
+	// (layered.go); under mu. modeFixed: a command started in it (or a
+	// layer of the session was on disk); until then modeHeld counts the
+	// commands under way in the mode set, and the mode is unset again
+	// when the last of them ends without starting (settleMode).
+	modeSet, layered, modeFixed bool
+	modeHeld                    int
 	// layer is a layered session's layer, once made or opened. layerMu
 	// is held shared by a layered command from before it runs until its
 	// changes are observed, and exclusively by Apply and Discard.
@@ -368,6 +372,8 @@ func dirStillThere(dir string) bool {
 type run struct {
 	rec      AuditRecord
 	verdicts []driverapi.Verdict
+	// handed: the command was handed to the driver.
+	handed bool
 }
 
 // Execute runs cmd through the pipeline.
@@ -465,9 +471,12 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	if err != nil {
 		return nil, err
 	}
-	if err := s.fixMode(sess, cmd.Layered, ws); err != nil {
+	settle, err := s.fixMode(sess, cmd.Layered, ws)
+	if err != nil {
 		return nil, err
 	}
+	started := false
+	defer func() { settle(ctx, started) }()
 
 	// 2. cwd and secrets.
 	cwd, err := confineCwd(ws, cmd.Cwd)
@@ -485,6 +494,7 @@ func (s *WorkspaceSandbox) Execute(ctx context.Context, cmd Command) (out *Outpu
 	pre, stopEarly := watchEarlySignals(ctx, cmd.Signals)
 	defer stopEarly()
 	out, err = s.prepareAndRun(ctx, pre, stopEarly, r, sess, sid, ws, cwd, cmd)
+	started = r.handed && (err == nil || !refusedBeforeStart(err))
 	if err != nil && outer.Err() == nil && errors.Is(context.Cause(ctx), ErrSessionForgotten) {
 		return nil, fmt.Errorf("command %s: %w", r.rec.CommandID, ErrSessionForgotten)
 	}
@@ -628,7 +638,7 @@ func (s *WorkspaceSandbox) prepareAndRun(ctx, pre context.Context, stopEarly fun
 			}
 		}()
 	}
-	ran = true
+	ran, r.handed = true, true
 	// What the command writes is searched, once it has ended, for git
 	// repositories planted for the host's git (gitquarantine.go); the
 	// mark is taken before it can write anything.

@@ -4,11 +4,14 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/aleph-sandbox/aleph-sandbox/core"
 	"github.com/aleph-sandbox/aleph-sandbox/core/layer"
@@ -192,5 +195,56 @@ echo ran`
 	}
 	if _, err := os.Lstat(filepath.Join(h.xdg, "data", "aleph-sandbox", "workspaces", core.LayersDirName, core.SessionDirName("lay"))); err == nil {
 		t.Errorf("the forgotten session's layer is still on disk")
+	}
+}
+
+// TestLayeredRefusedThenLive: through the real CLI and driver (as root),
+// a layered command whose layer would lie on a file system overlayfs
+// refuses as an upper (the data directory on an overlay) is refused
+// before it ran, and leaves no layer: the driver's fix ("run the session
+// as a live one") works in the same session, whose live command runs and
+// writes the host. (Within one process a command that started fixes the
+// mode: core's TestSessionModeFixedByFirstStartedCommand.)
+func TestLayeredRefusedThenLive(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("unprivileged: a data directory on an overlay needs a mount; the pipeline's part is core's TestSessionModeFixedByFirstStartedCommand")
+	}
+	h := newInputsHarness(t)
+	base := t.TempDir()
+	for _, p := range []string{"l", "u", "w", "m"} {
+		if err := os.Mkdir(filepath.Join(base, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := filepath.Join(base, "m")
+	if err := unix.Mount("overlay", m, "overlay", 0, fmt.Sprintf("lowerdir=%s/l,upperdir=%s/u,workdir=%s/w", base, base, base)); err != nil {
+		t.Skipf("no overlay to put a data directory on: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(m, unix.MNT_DETACH) })
+	root := filepath.Join(m, "root")
+	cfg := filepath.Join(h.xdg, "config", "aleph-sandbox", "config.toml")
+	if err := os.MkdirAll(filepath.Dir(cfg), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("[sandbox]\nworkspace_root = %q\n", root)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ws := t.TempDir()
+	code, out, errOut := h.run(t, "exec", "--layered", "--session", "s", "--workspace", ws, "--spawn", "--yes", "--", "/bin/sh", "-c", "echo layered > b.txt; echo ran")
+	if code == 0 {
+		t.Skipf("this kernel takes an upper on an overlay: nothing is refused (%q)", out)
+	}
+	if strings.Contains(out, "ran") || !strings.Contains(errOut, "overlayfs") || !strings.Contains(errOut, "live") {
+		t.Fatalf("layered on an overlay: %d %q %q, want the driver's refusal before the command ran", code, out, errOut)
+	}
+	if left, _ := os.ReadDir(filepath.Join(root, core.LayersDirName)); len(left) != 0 {
+		t.Fatalf("a layer is left after the refusal: %v", left)
+	}
+	code, out, errOut = h.run(t, "exec", "--session", "s", "--workspace", ws, "--spawn", "--yes", "--", "/bin/sh", "-c", "echo live > c.txt; echo ran")
+	if code != 0 || strings.TrimSpace(out) != "ran" {
+		t.Fatalf("live after the refusal: %d %q %q", code, out, errOut)
+	}
+	if b, err := os.ReadFile(filepath.Join(ws, "c.txt")); err != nil || string(b) != "live\n" {
+		t.Fatalf("the live command's file on the host: %q %v", b, err)
 	}
 }

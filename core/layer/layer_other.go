@@ -43,5 +43,7 @@ func (l *Layer) MountView(ctx context.Context) (*View, error) { return nil, ErrU
 // UpperBytes refuses: layered workspaces are Linux-only.
 func (l *Layer) UpperBytes(ctx context.Context) (int64, error) { return 0, ErrUnsupported }
 
+func (l *Layer) Unused() (bool, error) { return false, ErrUnsupported }
+
 // HoldViews refuses: layered workspaces are Linux-only.
 func (l *Layer) HoldViews(ctx context.Context) (func(), error) { return nil, ErrUnsupported }

@@ -4,6 +4,8 @@ package layer
 
 import (
 	"context"
+	"errors"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -26,6 +28,26 @@ func (l *Layer) UpperBytes(ctx context.Context) (int64, error) {
 	}
 	n, err := dirBytes(ctx, fd)
 	return n + st.Blocks*512, err
+}
+
+// Unused reports whether the layer's upper directory is empty: no command
+// or view wrote, removed or renamed anything through the overlay (a
+// removal leaves a whiteout there, a change of metadata a copy-up).
+func (l *Layer) Unused() (bool, error) {
+	fd, err := unix.Open(l.dir+"/"+UpperDir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, &LayerError{Dir: l.dir, Reason: "the upper directory cannot be opened", Err: err}
+	}
+	f := os.NewFile(uintptr(fd), "upper")
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	if len(names) > 0 {
+		return false, nil
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, &LayerError{Dir: l.dir, Reason: "the upper directory cannot be read", Err: err}
+	}
+	return true, nil
 }
 
 // dirBytes sums the blocks below the directory fd (which it closes).
