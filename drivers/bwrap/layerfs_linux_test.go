@@ -13,7 +13,7 @@ import (
 	"testing"
 
 	"github.com/aleph-sandbox/aleph-sandbox/driverapi"
-	"golang.org/x/sys/unix"
+	"github.com/aleph-sandbox/aleph-sandbox/internal/overlaytest"
 )
 
 // refusedUpperEnv names a directory the test user can write whose file
@@ -304,27 +304,7 @@ func TestLayeredUpperRefusedAsRoot(t *testing.T) {
 	_ = d.ForgetSession(context.Background(), "fine")
 
 	// A data directory on an overlay.
-	base := t.TempDir()
-	for _, p := range []string{"l", "u", "w", "m", "l2", "m2"} {
-		if err := os.Mkdir(filepath.Join(base, p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m := filepath.Join(base, "m")
-	if err := unix.Mount("overlay", m, "overlay", 0, fmt.Sprintf("lowerdir=%s/l,upperdir=%s/u,workdir=%s/w", base, base, base)); err != nil {
-		t.Skipf("no overlay to put a data directory on: %v", err)
-	}
-	t.Cleanup(func() { _ = unix.Unmount(m, unix.MNT_DETACH) })
-	// Control: the kernel itself refuses an upper there.
-	for _, p := range []string{"u2", "w2"} {
-		if err := os.Mkdir(filepath.Join(m, p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := unix.Mount("overlay", filepath.Join(base, "m2"), "overlay", 0, fmt.Sprintf("lowerdir=%s/l2,upperdir=%s/u2,workdir=%s/w2", base, m, m)); err == nil {
-		_ = unix.Unmount(filepath.Join(base, "m2"), unix.MNT_DETACH)
-		t.Skip("this kernel takes an upper on an overlay: nothing to refuse here")
-	}
+	m := overlaytest.RefusedUpper(t)
 	rl := newLayerDirsIn(t, m)
 	res := layRun(t, d, ws, "refused", spawnCaps, rl, `echo layered > b.txt; echo ran`)
 	var ue *driverapi.UnavailableError
