@@ -139,6 +139,15 @@ func (s *WorkspaceSandbox) fixMode(sess *session, layered bool, ws string) (sett
 	if sess.layered != layered {
 		return nil, &LayeredModeError{Session: sess.id, Layered: sess.layered}
 	}
+	if !layered {
+		// Another process sharing the workspace root (the one-shot CLI
+		// beside a service) may have made the session's layer since this
+		// one set it live: a live command would write the host under it.
+		if _, err := os.Lstat(filepath.Join(s.layerDir(sess.id), layer.StateFile)); err == nil {
+			return nil, &LayeredModeError{Session: sess.id, Layered: true,
+				Reason: "another process made its layer after its live commands here"}
+		}
+	}
 	if layered {
 		if l, err := layer.Open(s.layerDir(sess.id), nil); err == nil && l.Workspace() != ws {
 			return nil, &LayeredModeError{Session: sess.id, Layered: true,

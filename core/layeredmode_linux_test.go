@@ -183,3 +183,27 @@ func outStdout(out *Output) string {
 	}
 	return string(out.Stdout)
 }
+
+// A live session of this process whose layer another process (sharing
+// the workspace root) made since refuses its next live command: it would
+// write the host under the layer. The control: the same live command ran
+// before the layer was made.
+func TestSessionLiveRefusedUnderAnotherProcessLayer(t *testing.T) {
+	ctx := context.Background()
+	cfg := testConfig(t)
+	a := newHarness(t, cfg, &drivertest.FakeDriver{Caps: userNSCaps(false)})
+	b := newHarness(t, cfg, &drivertest.FakeDriver{Caps: userNSCaps(false)})
+	ws := t.TempDir()
+	live := Command{SessionID: "s", Workspace: ws, Program: "echo", Args: []string{"live"}}
+	if out, err := a.sb.Execute(ctx, live); err != nil || string(out.Stdout) != "live\n" {
+		t.Fatalf("control: live before any layer: %v %q", err, outStdout(out))
+	}
+	if _, err := b.sb.Execute(ctx, Command{SessionID: "s", Workspace: ws, Layered: true, Program: "true"}); err != nil {
+		t.Fatalf("the other process's layered command: %v", err)
+	}
+	_, err := a.sb.Execute(ctx, live)
+	var lm *LayeredModeError
+	if !errors.As(err, &lm) || !lm.Layered {
+		t.Fatalf("live over the other process's layer: %v, want a LayeredModeError saying layered", err)
+	}
+}
