@@ -865,3 +865,41 @@ func TestSessionCapabilitiesPassed(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionSupervisorKilledMidCommand: a session command whose session
+// sandbox is killed under it (its supervisor, then the command's reaper
+// with it) ends at once with the error that says so, never waiting for
+// its timeout for a status record nobody is left to send; the command
+// really ran (its mark), and the session's next command gets a new
+// sandbox.
+func TestSessionSupervisorKilledMidCommand(t *testing.T) {
+	d := testDriver(t, options{})
+	needSessions(t, d)
+	ws := startSession(t, d)
+	sup, _ := sessionProcs(ws)
+	pid, _ := strconv.Atoi(sup[0])
+	done := make(chan drvResult, 1)
+	go func() { done <- sessRun(t, d, ws, "s", spawnCaps, `echo > started; exec sleep 60`) }()
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(ws, "started")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("control: the command never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	r := <-done
+	if r.err == nil || !strings.Contains(r.err.Error(), "session sandbox ended while it ran") {
+		t.Fatalf("the command whose session sandbox was killed: err %v, exit %+v; want the error saying its session sandbox ended (not a timeout)", r.err, r.exit)
+	}
+	r = sessRun(t, d, ws, "s", spawnCaps, `echo ok`)
+	expectOK(t, r)
+	if r.stdout != "ok\n" || sessionOf(r) != driverapi.SessionSandboxRebuilt {
+		t.Fatalf("after the kill: %q %v", r.stdout, r.exit.Details)
+	}
+}
