@@ -127,26 +127,22 @@ func (s *WorkspaceSandbox) gitImporter() layer.GitImporter { return gitimport.Ne
 func (s *WorkspaceSandbox) fixMode(sess *session, layered bool, ws string) (settle func(ctx context.Context, started bool), err error) {
 	sess.mu.Lock()
 	defer sess.mu.Unlock()
+	// A layer on disk, looked for at every command: one left by another
+	// process (the one-shot CLI, a restarted service) makes a new session
+	// layered for good, and one made by another process sharing the
+	// workspace root after this one set the session live refuses its
+	// live commands, which would write the host under it.
+	_, serr := os.Lstat(filepath.Join(s.layerDir(sess.id), layer.StateFile))
+	onDisk := serr == nil
 	if !sess.modeSet {
-		sess.modeSet = true
-		sess.layered = layered
-		// A layer left by another process (the one-shot CLI, a restarted
-		// service) makes the session layered, for good.
-		if _, err := layer.Open(s.layerDir(sess.id), nil); err == nil {
-			sess.layered, sess.modeFixed = true, true
-		}
+		sess.modeSet, sess.layered, sess.modeFixed = true, layered || onDisk, onDisk
 	}
 	if sess.layered != layered {
 		return nil, &LayeredModeError{Session: sess.id, Layered: sess.layered}
 	}
-	if !layered {
-		// Another process sharing the workspace root (the one-shot CLI
-		// beside a service) may have made the session's layer since this
-		// one set it live: a live command would write the host under it.
-		if _, err := os.Lstat(filepath.Join(s.layerDir(sess.id), layer.StateFile)); err == nil {
-			return nil, &LayeredModeError{Session: sess.id, Layered: true,
-				Reason: "another process made its layer after its live commands here"}
-		}
+	if !layered && onDisk {
+		return nil, &LayeredModeError{Session: sess.id, Layered: true,
+			Reason: "another process made its layer after its live commands here"}
 	}
 	if layered {
 		if l, err := layer.Open(s.layerDir(sess.id), nil); err == nil && l.Workspace() != ws {
@@ -213,20 +209,10 @@ func (s *WorkspaceSandbox) dropUnusedLayer(ctx context.Context, sess *session) b
 	if unused, err := l.Unused(); err != nil || !unused {
 		return false
 	}
-	if f, ok := s.driver.(driverapi.SessionForgetter); ok {
-		fctx, cancel := context.WithTimeout(ctx, forgetDriverTimeout)
-		err := f.ForgetSession(fctx, sess.id)
-		cancel()
-		if err != nil {
-			s.logger.Warn("the session's unused layer is kept: the driver could not end the session's sandbox", "session", sess.id, "error", err)
-			return false
-		}
-	}
-	if err := l.Discard(ctx); err != nil {
+	if err := s.discardLocked(ctx, sess, l); err != nil {
 		s.logger.Warn("the session's unused layer is kept", "session", sess.id, "error", err)
 		return false
 	}
-	sess.layer = nil
 	return true
 }
 
@@ -374,9 +360,15 @@ func (s *WorkspaceSandbox) Discard(ctx context.Context, sid string) error {
 	}
 	sess.layerMu.Lock()
 	defer sess.layerMu.Unlock()
+	return s.discardLocked(ctx, sess, l)
+}
+
+// discardLocked ends the driver's sandbox of sess, which has l mounted,
+// then drops l. The caller holds sess.layerMu exclusively.
+func (s *WorkspaceSandbox) discardLocked(ctx context.Context, sess *session, l *layer.Layer) error {
 	if f, ok := s.driver.(driverapi.SessionForgetter); ok {
 		fctx, cancel := context.WithTimeout(ctx, forgetDriverTimeout)
-		err := f.ForgetSession(fctx, sid)
+		err := f.ForgetSession(fctx, sess.id)
 		cancel()
 		if err != nil {
 			return fmt.Errorf("discard: the driver could not end the session's sandbox: %w", err)
